@@ -1,0 +1,96 @@
+"""Where per-item work runs: the local backend (one slot per GPU, or CPU slots) and Ray.
+
+A task function ``fn(item, slot)`` is a module-level (picklable) function; ``slot`` says which
+device it may use (``{"device": "cuda:0", "env": {"CUDA_VISIBLE_DEVICES": "0"}}``) so it can pin
+the worker processes it starts. ``map_unordered`` yields ``(item, result)`` as results arrive.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+Slot = dict[str, Any]
+TaskFn = Callable[[Any, Slot], Any]
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` picks cuda when torch sees a GPU, else cpu."""
+    if device != "auto":
+        return device
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def device_slots(device: str, workers: int | None = None) -> list[Slot]:
+    """One slot per visible GPU (pinned with CUDA_VISIBLE_DEVICES), or ``workers`` CPU slots."""
+    device = resolve_device(device)
+    if device.startswith("cuda"):
+        import torch
+
+        if ":" in device:
+            indices = [int(device.split(":")[1])]
+        else:
+            indices = list(range(torch.cuda.device_count())) or [0]
+        if workers:
+            indices = indices[:workers] if workers <= len(indices) else \
+                [indices[i % len(indices)] for i in range(workers)]
+        return [{"device": "cuda:0", "gpu": i, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
+                for i in indices]
+    n = workers or max(1, min(2, os.cpu_count() or 1))
+    return [{"device": "cpu", "gpu": None, "env": {}} for _ in range(n)]
+
+
+class LocalBackend:
+    """Threads in this process, one per slot; each task starts its own worker processes."""
+
+    def __init__(self, device: str = "auto", workers: int | None = None):
+        self.slots = device_slots(device, workers)
+
+    def map_unordered(self, fn: TaskFn, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        todo: queue.Queue = queue.Queue()
+        done: queue.Queue = queue.Queue()
+        count = 0
+        for item in items:
+            todo.put(item)
+            count += 1
+
+        def run_slot(slot: Slot) -> None:
+            while True:
+                try:
+                    item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put((item, fn(item, slot), None))
+                except BaseException as exc:  # noqa: BLE001 — surfaced to the caller below
+                    done.put((item, None, exc))
+
+        threads = [threading.Thread(target=run_slot, args=(slot,), daemon=True)
+                   for slot in self.slots]
+        for thread in threads:
+            thread.start()
+        for _ in range(count):
+            item, result, exc = done.get()
+            if exc is not None:
+                raise exc
+            yield item, result
+
+
+def get_backend(name: str = "local", *, device: str = "auto", workers: int | None = None,
+                address: str | None = None):
+    if name == "local":
+        return LocalBackend(device, workers)
+    if name == "ray":
+        from .ray_backend import RayBackend  # optional extra: pip install 'kernelmill[ray]'
+
+        return RayBackend(device=device, workers=workers, address=address)
+    from kernelmill.curate.errors import KernelmillError
+
+    raise KernelmillError(f"unknown backend {name!r} (local or ray)")
