@@ -157,6 +157,7 @@ def check_source(source: str, path: str | None = None, *, candidate: bool = Fals
     model = defs[model_name]
     forward_arity: tuple[int, int | None] = (0, None)
     init_arity: tuple[int, int | None] = (0, None)
+    forward = init = None
     if isinstance(model, ast.ClassDef):
         forward = _method(model, "forward")
         if forward is None and all(isinstance(b, ast.Attribute) and b.attr == "Module"
@@ -172,13 +173,14 @@ def check_source(source: str, path: str | None = None, *, candidate: bool = Fals
     if not candidate:
         n_inputs = _literal_return_length(defs["get_inputs"])
         if n_inputs is not None and not _fits(n_inputs, forward_arity):
-            line = forward.lineno if isinstance(model, ast.ClassDef) and forward else model.lineno
+            line = forward.lineno if forward is not None else model.lineno
             raise ProblemError(f"get_inputs() returns {n_inputs} input(s) but {model_name}.forward "
                                f"takes {_describe(forward_arity)}", path, line)
         n_init = _literal_return_length(defs["get_init_inputs"])
         if n_init is not None and not _fits(n_init, init_arity):
             raise ProblemError(f"get_init_inputs() returns {n_init} value(s) but {model_name}."
-                               f"__init__ takes {_describe(init_arity)}", path, model.lineno)
+                               f"__init__ takes {_describe(init_arity)}", path,
+                               init.lineno if init is not None else model.lineno)
 
     description, category, level = parse_metadata(ast.get_docstring(tree))
     stem = Path(path).stem if path else (name or "problem")

@@ -1,0 +1,31 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Triton must see this before it is first imported anywhere in the test process.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def seeds_dir() -> Path:
+    return ROOT / "data" / "seeds"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hf_home(tmp_path_factory, monkeypatch):
+    """Hugging Face caches go to a temp folder: tests never touch the user's cache."""
+    home = tmp_path_factory.getbasetemp() / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def run_cli(*args: str) -> "subprocess.CompletedProcess":
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", *args],
+                          capture_output=True, text=True, timeout=600)

@@ -1,0 +1,173 @@
+"""Loader, canonical ids, record round trip, JSONL store (resume, corrupt lines), interop, CLI."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelmill.curate import (JsonlWriter, ProblemError, Record, check_source, load_problem,
+                               read_records, source_id)
+from kernelmill.curate.interop import export_kernelbench, import_folder
+
+GOOD = '''"""Scaled tanh of a matrix.
+
+category: activation
+level: 1
+"""
+import torch
+import torch.nn as nn
+
+N = 64
+
+
+class Model(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale)
+
+
+def get_inputs():
+    return [torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return [0.5]
+'''
+
+
+def test_check_source_reads_metadata_and_arity():
+    problem = check_source(GOOD, "good.py")
+    assert problem.category == "activation"
+    assert problem.level == 1
+    assert problem.description == "Scaled tanh of a matrix."
+    assert problem.forward_arity == (1, 1)
+    assert problem.n_inputs == 1
+    assert problem.name == "good"
+
+
+@pytest.mark.parametrize("source, message, line", [
+    (GOOD.replace("def forward(self, x):", "def forward(self, x:"), "syntax error", 17),
+    (GOOD.replace("def get_inputs", "def make_inputs"), "does not define get_inputs", 1),
+    (GOOD.replace("class Model", "class Net"), "does not define Model", 1),
+    (GOOD.replace("return [torch.randn(N, N)]", "return [torch.randn(N, N), torch.randn(N)]"),
+     "get_inputs() returns 2 input(s) but Model.forward takes 1", 17),
+    (GOOD.replace("return [0.5]", "return [0.5, 2]"),
+     "get_init_inputs() returns 2 value(s) but Model.__init__ takes 1", 13),
+    (GOOD.replace("category: activation", "category: wizardry"), "unknown category", 1),
+])
+def test_check_source_names_file_and_line(source, message, line):
+    with pytest.raises(ProblemError) as info:
+        check_source(source, "bad.py")
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"bad.py:{line}: ")
+
+
+def test_candidate_needs_model_new_only():
+    candidate = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+                "        return x\n"
+    assert check_source(candidate, candidate=True).model_class == "ModelNew"
+    with pytest.raises(ProblemError, match="does not define ModelNew"):
+        check_source(GOOD, candidate=True)
+
+
+def test_ids_ignore_comments_docstrings_and_formatting():
+    reformatted = GOOD.replace('"""Scaled tanh of a matrix.', '"""Another description.') \
+        .replace("return torch.tanh(x * self.scale)",
+                 "# a comment\n        return torch.tanh( x*self.scale )  # trailing")
+    assert source_id(reformatted) == source_id(GOOD)
+    assert source_id(GOOD.replace("N = 64", "N = 65")) != source_id(GOOD)
+
+
+def test_record_round_trip_keeps_unknown_sections():
+    record = Record.from_source(GOOD, name="tanh", category="activation")
+    data = record.to_dict()
+    data["verdicts"] = {"n": 3}
+    again = Record.from_dict(json.loads(json.dumps(data)))
+    assert again == Record.from_dict(data)
+    assert again.to_dict()["verdicts"] == {"n": 3}
+    assert again.family == record.id
+    with pytest.raises(ValueError, match="source"):
+        Record.from_dict({"id": "x"})
+
+
+def test_writer_resumes_and_reader_survives_corrupt_lines(tmp_path):
+    path = tmp_path / "r.jsonl"
+    records = [Record.from_source(GOOD.replace("N = 64", f"N = {n}"), name=f"p{n}")
+               for n in range(10, 15)]
+    with JsonlWriter(path) as out:
+        assert all(out.write(r) for r in records[:3])
+    # a killed writer leaves half a line behind
+    with path.open("a") as handle:
+        handle.write('{"id": "half", "sour')
+    with JsonlWriter(path) as out:  # resume: known ids are skipped, the partial tail moved aside
+        written = [out.write(r) for r in records]
+    assert written == [False, False, False, True, True]
+    assert (tmp_path / "r.jsonl.partial").read_text().startswith('{"id": "half"')
+    lines = path.read_text().splitlines()
+    lines.insert(2, "{not json")
+    lines.insert(4, "[1, 2]")
+    path.write_text("\n".join(lines) + "\n")
+    errors = []
+    got = [r.id for r in read_records(path, on_error=errors.append)]
+    assert got == [r.id for r in records]
+    assert len(errors) == 2
+    assert errors[0].startswith(f"{path}:3: ")
+    assert errors[1].startswith(f"{path}:5: ")
+
+
+def test_import_reports_malformed_files_and_keeps_the_rest(tmp_path, seeds_dir):
+    tree = tmp_path / "KernelBench" / "level2"
+    tree.mkdir(parents=True)
+    (tree / "1_Good_tanh.py").write_text(GOOD)
+    (tree / "2_Broken.py").write_text(GOOD.replace("return [0.5]", "return [0.5"))
+    (tree / "3_NoInputs.py").write_text(GOOD.replace("def get_inputs", "def inputs"))
+    out = tmp_path / "problems.jsonl"
+    result = import_folder(tmp_path / "KernelBench", out)
+    assert result.stats.n_kept == 1
+    assert len(result.malformed) == 2
+    assert any("2_Broken.py:" in m and "syntax error" in m for m in result.malformed)
+    assert any("3_NoInputs.py:1: does not define get_inputs" in m for m in result.malformed)
+    (record,) = read_records(out)
+    assert record.level == 2 and record.name == "Good_tanh"
+    # rerun: nothing is written twice
+    assert import_folder(tmp_path / "KernelBench", out).stats.counts["already present"] == 1
+
+
+def test_seed_import_export_round_trip(tmp_path, seeds_dir):
+    out = tmp_path / "seeds.jsonl"
+    result = import_folder(seeds_dir, out)
+    n_seeds = len(list(seeds_dir.glob("*.py")))
+    assert result.stats.n_kept == n_seeds and not result.malformed
+    counts = export_kernelbench(out, tmp_path / "kb")
+    assert sum(counts.values()) == n_seeds
+    again = tmp_path / "again.jsonl"
+    import_folder(tmp_path / "kb", again)
+    original = {r.id: r for r in read_records(out)}
+    reimported = {r.id: r for r in read_records(again)}
+    assert set(original) == set(reimported)
+    for rid, record in reimported.items():
+        assert record.level == original[rid].level
+        assert record.category == original[rid].category
+
+
+def test_cli_help_and_one_line_errors(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", "--help"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "import" in run.stdout and "export" in run.stdout
+    run = subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", "import",
+                          str(tmp_path / "missing"), "--out", str(tmp_path / "x.jsonl")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0
+    assert "no such file or folder" in run.stderr
+
+
+def test_load_problem_unreadable_file(tmp_path):
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ProblemError, match="cannot read file"):
+        load_problem(path)
