@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# GPU checks on a CUDA machine: the `gpu`-marked tests and the GPU benchmarks, each logged.
+# Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests seeds validate grade build synth
+# (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu_out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ! python3 -c "import libcst, datasets, jsonlines, datasketch" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! python3 -c "import kernelmill.curate" 2>/dev/null; then
+  # Import the checkout without installing it: kernelmill.<folder> maps to ./<folder>.
+  mkdir -p /tmp/kmroot/kernelmill
+  for d in curate synth validate grade splits data; do ln -sfn "$PWD/$d" "/tmp/kmroot/kernelmill/$d"; done
+  export PYTHONPATH=/tmp/kmroot${PYTHONPATH:+:$PYTHONPATH}
+fi
+kernelmill() { python3 -m kernelmill.curate.cli "$@"; }
+parts=${*:-tests seeds validate grade build}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  | tee -a "$out/device.txt"
+for part in $parts; do
+  start=$(date +%s)
+  case $part in
+    tests)    python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests 2>&1 \
+                | tee "$out/gpu_tests.log" ;;
+    seeds)    python3 benchmarks/seed_runtime.py --json "$out/seed_runtime.json" 2>&1 \
+                | tee "$out/seed_runtime.log" ;;
+    validate) python3 benchmarks/validate_throughput.py --out "$out" 2>&1 \
+                | tee "$out/validate_throughput.log" ;;
+    grade)    python3 benchmarks/grade_throughput.py 2>&1 | tee "$out/grade_throughput.log" ;;
+    synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
+    build)    kernelmill build --out /tmp/kmbuild --device cuda 2>&1 | tee "$out/build.log"
+              cp /tmp/kmbuild/report.html "$out/" 2>/dev/null ;;
+    *)        echo "unknown part $part" ;;
+  esac
+  echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
+done
