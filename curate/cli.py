@@ -14,6 +14,7 @@ from .errors import KernelmillError
 
 COMMAND_MODULES = (
     "kernelmill.curate.interop",  # import, export
+    "kernelmill.curate.pipeline",  # build
 )
 
 

@@ -1,0 +1,165 @@
+"""The build's knobs: one dataclass whose fields are ``kernelmill build``'s flags.
+
+Values come from three places, later ones winning: the defaults below (the same as the shipped
+``data/build.toml``, which documents each one), a TOML file given with ``--config``, and the flags
+typed on the command line. An unknown key or a value of the wrong type is a one-line error that
+names the file and the line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelmill.data import DATA_DIR
+
+from .errors import KernelmillError
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover — Python 3.10
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        tomllib = None  # type: ignore[assignment]
+
+DEFAULT_CONFIG = DATA_DIR / "build.toml"
+
+
+@dataclass
+class BuildConfig:
+    """Every knob of ``kernelmill build``; see ``data/build.toml`` for what each one does."""
+
+    out: str = "kernelmill-build"
+    n: int | None = None               # synthesized problems; None: n_cpu or n_gpu by device
+    n_cpu: int = 32
+    n_gpu: int = 250
+    device: str = "auto"
+    seed: int = 0
+    backend: str = "local"
+    address: str | None = None
+    workers: int | None = None
+    seeds_dir: str | None = None       # None: the shipped seeds
+    seeds_glob: str = "*.py"
+    seeds_limit: int = 0               # 0: every seed that matches seeds_glob
+    eval_fraction: float = 0.2
+    dedup_threshold: float = 0.8
+    clusters: int = 0                  # 0: the clustering stage picks k from the record count
+    against: list[str] = field(default_factory=list)
+    keep_contaminated: bool = False
+    contamination_threshold: float = 0.8
+    report: bool = True
+    validate: dict[str, Any] = field(default_factory=dict)  # passed to the validator as is
+
+    def n_for(self, device: str) -> int:
+        if self.n is not None:
+            return self.n
+        return self.n_gpu if device.startswith("cuda") else self.n_cpu
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def check(self, where: str = "config") -> "BuildConfig":
+        """Raise a one-line KernelmillError for values no stage could use."""
+        problems = []
+        if self.n is not None and self.n < 0:
+            problems.append("n must be >= 0")
+        if self.backend not in ("local", "ray"):
+            problems.append(f"backend must be 'local' or 'ray', got {self.backend!r}")
+        if not 0.0 < self.eval_fraction < 1.0:
+            problems.append(f"eval_fraction must be between 0 and 1, got {self.eval_fraction}")
+        for name in ("dedup_threshold", "contamination_threshold"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                problems.append(f"{name} must be in (0, 1], got {value}")
+        for name in ("n_cpu", "n_gpu", "seeds_limit", "clusters"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0")
+        if self.workers is not None and self.workers < 1:
+            problems.append("workers must be >= 1")
+        if problems:
+            raise KernelmillError(f"{where}: " + "; ".join(problems))
+        return self
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(BuildConfig)}
+
+# What a TOML value of each field may be (TOML has no null: leave a key out for None).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "out": (str,), "n": (int,), "n_cpu": (int,), "n_gpu": (int,), "device": (str,),
+    "seed": (int,), "backend": (str,), "address": (str,), "workers": (int,),
+    "seeds_dir": (str,), "seeds_glob": (str,), "seeds_limit": (int,),
+    "eval_fraction": (float, int),
+    "dedup_threshold": (float, int), "clusters": (int,), "against": (list,),
+    "keep_contaminated": (bool,), "contamination_threshold": (float, int), "report": (bool,),
+    "validate": (dict,),
+}
+assert set(_TYPES) == set(FIELDS), "every BuildConfig field needs a TOML type"
+
+
+def _line_of(text: str, key: str) -> int | None:
+    pattern = re.compile(rf"^\s*(\[\s*{re.escape(key)}\s*\]|{re.escape(key)}\s*=)")
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if pattern.match(line):
+            return lineno
+    return None
+
+
+def _where(path: Path, text: str, key: str) -> str:
+    line = _line_of(text, key)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "a table"}
+    return names[types[0]]
+
+
+def parse_toml(path: str | Path) -> dict[str, Any]:
+    """Read ``path`` into a dict of BuildConfig fields; one-line errors with file:line."""
+    path = Path(path)
+    if tomllib is None:  # pragma: no cover — Python 3.10 without tomli
+        raise KernelmillError("reading a TOML config needs Python 3.11 or `pip install tomli`")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KernelmillError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column \d+\)", message)
+        if match:
+            message = message[:match.start()].strip()
+            raise KernelmillError(f"{path}:{match.group(1)}: invalid TOML: {message}") from None
+        raise KernelmillError(f"{path}: invalid TOML: {message}") from None
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in FIELDS:
+            raise KernelmillError(f"{_where(path, text, key)}: unknown key {key!r} in build "
+                                  f"config (known: {', '.join(FIELDS)})")
+        types = _TYPES[key]
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise KernelmillError(f"{_where(path, text, key)}: {key} must be "
+                                  f"{_type_name(types)}, got {value!r}")
+        if key == "against" and not all(isinstance(v, str) for v in value):
+            raise KernelmillError(f"{_where(path, text, key)}: against must be a list of paths")
+        if types[0] is float:
+            value = float(value)
+        values[key] = value
+    return values
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> BuildConfig:
+    """Defaults, then the TOML file at ``path``, then ``overrides`` that are not None."""
+    values = parse_toml(path) if path is not None else {}
+    for key, value in overrides.items():
+        if key not in FIELDS:
+            raise KernelmillError(f"unknown build option {key!r}")
+        if value is not None:
+            values[key] = value
+    config = BuildConfig(**values)
+    return config.check(str(path) if path is not None else "build options")

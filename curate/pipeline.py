@@ -1,0 +1,456 @@
+"""``kernelmill build``: every stage from the shipped seeds to a published dataset and a report.
+
+The build is a list of steps (in the manner of datatrove's pipelines). Each step reads files under
+the build folder, writes its own, and returns the ``StageStats`` of what it kept and dropped. The
+build records every finished step in ``build_state.json`` (its stats, the fingerprint of its
+inputs and the options it ran with) and skips it on a rerun unless one of those changed. A step
+killed half-way is simply run again: per-record steps (synthesis, validation) append to their
+resumable JSONL and skip what they finished; whole-file steps (dedup, cluster, split, publish)
+are cheap and start over from a clean output.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kernelmill.data import SEEDS_DIR
+
+from .config import DEFAULT_CONFIG, BuildConfig, load_config
+from .errors import KernelmillError
+from .stats import StageStats
+from .store import JsonlWriter, read_records
+
+log = logging.getLogger("kernelmill")
+
+STATE_FILE = "build_state.json"
+STATE_VERSION = 1
+
+
+@dataclass
+class Step:
+    """One stage of the build.
+
+    ``inputs`` and ``params`` decide whether a finished step is still up to date; ``outputs`` are
+    the files or folders it owns. ``resumable`` steps keep a partial output when they rerun (their
+    writers skip finished records); the others get a clean output first.
+    """
+
+    name: str
+    title: str
+    run: Callable[["Build"], StageStats]
+    inputs: Callable[["Build"], list[Path]]
+    outputs: tuple[str, ...]
+    params: Callable[["Build"], dict[str, Any]] = lambda build: {}
+    resumable: bool = False
+
+
+@dataclass
+class StepResult:
+    step: Step
+    stats: StageStats
+    status: str  # "ran", "resumed", "up to date"
+
+
+def fingerprint(path: Path) -> str:
+    """Content hash of a file, or of every file under a folder; "missing" when absent."""
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for child in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(str(child.relative_to(path)).encode())
+            digest.update(fingerprint(child).encode())
+        return digest.hexdigest()[:20]
+    if not path.exists():
+        return "missing"
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:20]
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+class Build:
+    """The state of one build folder: its config, device, and which steps have finished."""
+
+    def __init__(self, config: BuildConfig):
+        from kernelmill.validate.backends import resolve_device
+
+        self.config = config
+        self.dir = Path(config.out)
+        self.device = resolve_device(config.device)
+        self.n = config.n_for(self.device)
+        self.state_path = self.dir / STATE_FILE
+        self.state = self._load_state()
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    # -- state ------------------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        if not self.state_path.exists():
+            return {"version": STATE_VERSION, "stages": {}}
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            log.warning(f"{self.state_path}: unreadable ({exc}); every stage will be checked again")
+            return {"version": STATE_VERSION, "stages": {}}
+        if state.get("version") != STATE_VERSION or not isinstance(state.get("stages"), dict):
+            return {"version": STATE_VERSION, "stages": {}}
+        return state
+
+    def save_state(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.state, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(tmp, self.state_path)  # atomic: a kill never leaves half a state file
+
+    def _key(self, path: Path) -> str:
+        try:  # relative to the build folder, so a moved build folder stays up to date
+            return str(path.relative_to(self.dir))
+        except ValueError:
+            return str(path)
+
+    def signature(self, step: Step) -> dict[str, Any]:
+        return {"inputs": {self._key(p): fingerprint(p) for p in step.inputs(self)},
+                "params": _jsonable(step.params(self))}
+
+    def up_to_date(self, step: Step) -> bool:
+        entry = self.state["stages"].get(step.name)
+        if not entry or not entry.get("finished"):
+            return False
+        if any(not self.path(out).exists() for out in step.outputs):
+            return False
+        sig = self.signature(step)
+        return entry.get("inputs") == sig["inputs"] and entry.get("params") == sig["params"]
+
+    def stats_of(self, name: str) -> StageStats | None:
+        entry = self.state["stages"].get(name)
+        return StageStats.from_dict(entry["stats"]) if entry and entry.get("stats") else None
+
+    # -- running ----------------------------------------------------------------------------
+    def run_step(self, step: Step, force: bool = False) -> StepResult:
+        if not force and self.up_to_date(step):
+            return StepResult(step, self.stats_of(step.name), "up to date")  # type: ignore[arg-type]
+        entry = self.state["stages"].get(step.name) or {}
+        sig = self.signature(step)
+        same_params = entry.get("params") == sig["params"]
+        partial = any(self.path(out).exists() for out in step.outputs)
+        status = "ran"
+        if partial and step.resumable and same_params:
+            status = "resumed"
+        elif partial:
+            for out in step.outputs:  # stale or half-written output of a whole-file step
+                target = self.path(out)
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+        self.state["stages"][step.name] = {**sig, "finished": None,
+                                           "started": _now(), "stats": entry.get("stats")}
+        self.save_state()
+        start = time.monotonic()
+        try:
+            stats = step.run(self)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("kernelmill."):
+                raise
+            raise KernelmillError(f"stage {step.name} needs {exc.name}, which this installation "
+                                  "lacks") from None
+        stats.seconds = time.monotonic() - start
+        self.state["stages"][step.name] = {**self.signature(step), "finished": _now(),
+                                           "status": status, "stats": stats.to_dict()}
+        self.state["device"] = self.device
+        self.state["config"] = _jsonable(self.config.to_dict())
+        self.save_state()
+        return StepResult(step, stats, status)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# -- the steps --------------------------------------------------------------------------------
+
+def selected_seeds(config: BuildConfig) -> list[Path]:
+    """The seed files the build uses: ``seeds_glob`` under the seeds folder, the first
+    ``seeds_limit`` of them by name."""
+    root = Path(config.seeds_dir) if config.seeds_dir else SEEDS_DIR
+    if not root.is_dir():
+        raise KernelmillError(f"{root}: seeds folder not found (seeds_dir)")
+    files = sorted(p for p in root.glob(config.seeds_glob)
+                   if p.is_file() and p.suffix == ".py" and p.name != "__init__.py")
+    if config.seeds_limit:
+        files = files[:config.seeds_limit]
+    if not files:
+        raise KernelmillError(f"{root}: no seed files match {config.seeds_glob!r}")
+    return files
+
+
+def seeds_folder(build: Build) -> Path:
+    """The folder synthesis and import read: the seeds folder itself when every file of it is
+    used, else a copy of the selection under the build folder."""
+    files = selected_seeds(build.config)
+    root = files[0].parent
+    everything = sorted(p for p in root.glob("*.py") if p.name != "__init__.py")
+    if files == everything and all(p.parent == root for p in files):
+        return root
+    folder = build.path("seed_files")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for path in files:
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+def _run_import(build: Build) -> StageStats:
+    from .interop import import_folder
+
+    result = import_folder(seeds_folder(build), build.path("seeds.jsonl"), generator="seed")
+    for line in result.malformed:
+        log.warning(f"seed skipped: {line}")
+    return result.stats
+
+
+def _run_synth(build: Build) -> StageStats:
+    out = build.path("synth.jsonl")
+    if build.n == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.touch()
+        return StageStats("synth")
+    from kernelmill.synth.generate import synthesize
+
+    return synthesize(seeds_folder(build), out, n=build.n, seed=build.config.seed)
+
+
+def _run_concat(build: Build) -> StageStats:
+    stats = StageStats("problems")
+    with JsonlWriter(build.path("problems.jsonl"), resume=False) as out:
+        for name in ("seeds.jsonl", "synth.jsonl"):
+            for record in read_records(build.path(name)):
+                if out.write(record):
+                    stats.kept()
+                else:
+                    stats.dropped("same id as an earlier problem")
+    return stats
+
+
+def _run_validate(build: Build) -> StageStats:
+    from kernelmill.validate.runner import validate_file
+
+    config = build.config
+    return validate_file(build.path("problems.jsonl"), build.path("validated.jsonl"),
+                         device=build.device, workers=config.workers, backend=config.backend,
+                         address=config.address, config=dict(config.validate) or None)
+
+
+def _run_keep_passed(build: Build) -> StageStats:
+    """Keep the problems that passed every gating check; count each drop by its first flag."""
+    stats = StageStats("passed")
+    wanted = {r.id for r in read_records(build.path("problems.jsonl"))}
+    with JsonlWriter(build.path("passed.jsonl"), resume=False) as out:
+        for record in read_records(build.path("validated.jsonl")):
+            if record.id not in wanted:
+                continue  # validated by an earlier build whose problem set was larger
+            validation = record.validation or {}
+            if validation.get("passed"):
+                if out.write(record):
+                    stats.kept()
+                continue
+            flags = validation.get("flags") or ["not validated"]
+            stats.dropped(f"failed {flags[0]}")
+            for flag in flags:
+                stats.count(f"flag: {flag}")
+    return stats
+
+
+def _run_dedup(build: Build) -> StageStats:
+    from kernelmill.curate.dedup import dedup_file
+
+    return dedup_file(build.path("passed.jsonl"), build.path("deduped.jsonl"),
+                      threshold=build.config.dedup_threshold)
+
+
+def _run_cluster(build: Build) -> StageStats:
+    from kernelmill.curate.cluster import cluster_file
+
+    return cluster_file(build.path("deduped.jsonl"), build.path("curated.jsonl"),
+                        k=build.config.clusters or None, seed=build.config.seed)
+
+
+def _run_split(build: Build) -> StageStats:
+    from kernelmill.splits.split import split_file
+
+    config = build.config
+    return split_file(build.path("curated.jsonl"), build.path("splits"),
+                      eval_fraction=config.eval_fraction, against=tuple(config.against),
+                      seed=config.seed, keep_contaminated=config.keep_contaminated,
+                      threshold=config.contamination_threshold)
+
+
+def _run_publish(build: Build) -> StageStats:
+    from kernelmill.splits.publish import publish_dataset
+
+    return publish_dataset(build.path("splits"), build.path("dataset"))
+
+
+def _against_paths(build: Build) -> list[Path]:
+    return [Path(p) for p in build.config.against]
+
+
+STEPS: tuple[Step, ...] = (
+    Step("import", "import seeds", _run_import,
+         inputs=lambda b: selected_seeds(b.config), outputs=("seeds.jsonl",),
+         params=lambda b: {"seeds": [p.name for p in selected_seeds(b.config)]}),
+    Step("synth", "synthesize", _run_synth,
+         inputs=lambda b: selected_seeds(b.config), outputs=("synth.jsonl",),
+         params=lambda b: {"n": b.n, "seed": b.config.seed}, resumable=True),
+    Step("problems", "concatenate", _run_concat,
+         inputs=lambda b: [b.path("seeds.jsonl"), b.path("synth.jsonl")],
+         outputs=("problems.jsonl",)),
+    Step("validate", "validate", _run_validate,
+         inputs=lambda b: [b.path("problems.jsonl")], outputs=("validated.jsonl",),
+         params=lambda b: {"device": b.device, "validate": b.config.validate}, resumable=True),
+    Step("passed", "keep passed", _run_keep_passed,
+         inputs=lambda b: [b.path("problems.jsonl"), b.path("validated.jsonl")],
+         outputs=("passed.jsonl",)),
+    Step("dedup", "dedup", _run_dedup,
+         inputs=lambda b: [b.path("passed.jsonl")], outputs=("deduped.jsonl",),
+         params=lambda b: {"threshold": b.config.dedup_threshold}),
+    Step("cluster", "cluster", _run_cluster,
+         inputs=lambda b: [b.path("deduped.jsonl")], outputs=("curated.jsonl",),
+         params=lambda b: {"k": b.config.clusters, "seed": b.config.seed}),
+    Step("split", "split", _run_split,
+         inputs=lambda b: [b.path("curated.jsonl"), *_against_paths(b)], outputs=("splits",),
+         params=lambda b: {"eval_fraction": b.config.eval_fraction,
+                           "against": b.config.against, "seed": b.config.seed,
+                           "keep_contaminated": b.config.keep_contaminated,
+                           "threshold": b.config.contamination_threshold}),
+    Step("publish", "publish", _run_publish,
+         inputs=lambda b: [b.path("splits")], outputs=("dataset",)),
+)
+
+
+def _count_lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+@dataclass
+class BuildResult:
+    build: Build
+    results: list[StepResult] = field(default_factory=list)
+    report: Path | None = None
+    seconds: float = 0.0
+
+
+def run_build(config: BuildConfig, steps: tuple[Step, ...] = STEPS,
+              on_step: Callable[[StepResult], None] | None = None) -> BuildResult:
+    """Run every step that is not up to date, in order; then write the report."""
+    build = Build(config)
+    build.dir.mkdir(parents=True, exist_ok=True)
+    log.info(f"build in {build.dir} on {build.device}: {len(selected_seeds(config))} seed(s) "
+             f"+ {build.n} synthesized problem(s)")
+    result = BuildResult(build)
+    start = time.monotonic()
+    for step in steps:
+        log.info(f"stage {step.name}: {step.title}")
+        step_result = build.run_step(step)
+        if step_result.status == "up to date":
+            log.info(f"stage {step.name}: up to date, skipped")
+        result.results.append(step_result)
+        if on_step:
+            on_step(step_result)
+    if config.report:
+        from .report import write_report
+
+        result.report = write_report(build.dir)
+    result.seconds = time.monotonic() - start
+    build.state["total_seconds"] = round(result.seconds, 3)
+    build.save_state()
+    return result
+
+
+# -- the command ------------------------------------------------------------------------------
+
+def summary_table(result: BuildResult):
+    from rich.table import Table
+
+    table = Table(title=f"kernelmill build: {result.build.dir}", title_justify="left")
+    for column in ("stage", "kept", "dropped", "why dropped", "time", ""):
+        table.add_column(column, justify="right" if column in ("kept", "dropped", "time")
+                         else "left")
+    for item in result.results:
+        stats = item.stats
+        reasons = ", ".join(f"{reason} {n}" for reason, n in
+                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]))
+        status = "" if item.status == "ran" else item.status
+        table.add_row(item.step.name, str(stats.n_kept), str(stats.n_dropped or ""),
+                      reasons, f"{stats.seconds:.1f}s", status)
+    return table
+
+
+def _print_summary(result: BuildResult) -> None:
+    from rich.console import Console
+
+    console = Console()
+    console.print(summary_table(result))
+    out = result.build.dir
+    dataset = out / "dataset"
+    counts = {split: _count_lines(out / "splits" / f"{split}.jsonl") for split in ("train", "eval")}
+    console.print(f"[bold]dataset[/bold]  {dataset}  ({counts['train']} train, "
+                  f"{counts['eval']} eval) in {result.seconds:.0f}s", highlight=False)
+    console.print(f"  load it:   python -c \"import datasets; "
+                  f"print(datasets.load_dataset('{dataset}'))\"", highlight=False, soft_wrap=True)
+    console.print(f"  grade:     kernelmill grade {out / 'splits' / 'eval.jsonl'} "
+                  f"SUBMISSIONS.jsonl --out verdicts.jsonl", highlight=False, soft_wrap=True)
+    if result.report:
+        console.print(f"  report:    {result.report}", highlight=False)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    config = load_config(args.config, out=args.out, n=args.n, device=args.device,
+                         seed=args.seed, backend=args.backend, address=args.address,
+                         workers=args.workers, against=args.against)
+    result = run_build(config)
+    _print_summary(result)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "build", help="the whole pipeline: seeds -> synth -> validate -> curate -> split -> "
+                      "dataset + report.html",
+        description="Import the seeds, synthesize N problems, validate them, dedup, cluster, "
+                    "split and publish a Hugging Face dataset folder, then write report.html. "
+                    "Every stage writes under --out; rerunning the same command resumes where "
+                    f"it stopped. Defaults and every knob: {DEFAULT_CONFIG}.")
+    p.add_argument("--out", help="build folder (default: kernelmill-build)")
+    p.add_argument("--n", type=int, help="problems to synthesize (default: 32 on CPU, 250 on a GPU)")
+    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--config", help="TOML file of build options (see data/build.toml)")
+    p.add_argument("--seed", type=int, help="seed of every sampling stage (default 0)")
+    p.add_argument("--backend", choices=("local", "ray"), help="where validation runs (default "
+                   "local; ray needs `pip install 'kernelmill[ray]'`)")
+    p.add_argument("--address", help="Ray cluster address (--backend ray; default: start a "
+                   "local one)")
+    p.add_argument("--workers", type=int, help="parallel validation workers (default: one per "
+                   "GPU, 2 on CPU)")
+    p.add_argument("--against", nargs="+", metavar="BENCH", help="benchmarks to decontaminate "
+                   "against: folders of KernelBench-format files or records files")
+    p.set_defaults(func=_cmd_build)
