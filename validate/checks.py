@@ -1,0 +1,451 @@
+"""Check functions: measurements on output tensors (worker side) and verdicts on numbers (parent).
+
+Two halves, both pure:
+
+* measurement functions take tensors and return plain numbers (``max_error``,
+  ``mismatch_fraction``, ``zero_fraction``, ``affine_residual`` ...). The probe worker calls them,
+  so this module imports only torch and the standard library, and torch only inside functions.
+* ``judge`` takes the probe's measurements (a dict of numbers) and a thresholds dict and returns
+  ``{name: {"passed": True|False|None, "value": ..., "detail": str}}``. ``None`` means the check
+  was skipped (not applicable, or only meaningful on another device), which is never a pass.
+
+Error measure. Every comparison uses the mixed error ``|a - b| / (1 + |b|)`` so that a single
+tolerance ``t`` means exactly ``allclose(a, b, atol=t, rtol=t)``: ``|a-b| <= t + t|b|``.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+# aten ops that move, view, allocate or copy data without computing anything
+DATA_MOVEMENT_OPS = frozenset({
+    "alias", "as_strided", "clone", "contiguous", "copy_", "_copy", "copy", "detach", "empty",
+    "empty_like", "empty_strided", "expand", "expand_as", "flatten", "lift_fresh", "new_empty",
+    "new_empty_strided", "permute", "reshape", "select", "slice", "split", "split_with_sizes",
+    "squeeze", "t", "transpose", "unbind", "unflatten", "unsqueeze", "view", "_unsafe_view",
+    "view_as", "_to_copy", "to", "_reshape_alias", "chunk", "narrow", "set_", "resize_",
+    "_local_scalar_dense", "item", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "fill_", "zero_", "arange", "scalar_tensor", "lift", "is_same_size",
+    "result_type", "_has_compatible_shallow_copy_type", "new_zeros", "new_ones", "new_full",
+    "stride", "size", "sym_size", "sym_stride", "sym_numel", "dim",
+})
+# compute ops that are affine in each of their tensor arguments (with the others held fixed)
+AFFINE_OPS = frozenset({"add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_",
+                        "neg", "neg_", "cat", "stack", "sum", "mean", "cumsum", "pad",
+                        "constant_pad_nd", "repeat", "roll", "flip", "index_select", "gather"})
+# elementwise ops: what a fused kernel absorbs for free after a producer
+ELEMENTWISE_OPS = frozenset({
+    "abs", "add", "addcmul", "addcdiv", "clamp", "clamp_min", "clamp_max", "cos", "div", "elu",
+    "eq", "erf", "exp", "exp2", "expm1", "gelu", "ge", "gt", "hardsigmoid", "hardswish",
+    "hardtanh", "le", "leaky_relu", "lerp", "log", "log1p", "log2", "logical_and", "logical_not",
+    "lt", "maximum", "minimum", "mish", "mul", "ne", "neg", "pow", "reciprocal", "relu", "relu6",
+    "rsqrt", "rsub", "selu", "sigmoid", "sign", "silu", "sin", "softplus", "sqrt", "square",
+    "sub", "tanh", "threshold", "where", "celu", "glu", "logit", "masked_fill", "sgn", "floor",
+    "ceil", "round", "trunc", "fmod", "remainder", "bitwise_and", "bitwise_or", "_softmax",
+})
+
+
+def op_base(name: str) -> str:
+    """``aten.relu_.default`` / ``aten.relu`` -> ``relu_`` stripped of namespace and overload."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "aten" else parts[0]
+
+
+def compute_ops(ops: list[str]) -> list[str]:
+    """The traced ops that compute something (data movement and allocation removed)."""
+    return [o for o in ops if op_base(o).rstrip("_") not in DATA_MOVEMENT_OPS
+            and op_base(o) not in DATA_MOVEMENT_OPS]
+
+
+def affine_by_construction(ops: list[str]) -> bool:
+    """True when every compute op traced is affine (the problem really is ``a*x + b``)."""
+    return all(op_base(o) in AFFINE_OPS or op_base(o).rstrip("_") in AFFINE_OPS
+               for o in compute_ops(ops))
+
+
+# ---------------------------------------------------------------- measurements (worker side)
+
+def flatten_outputs(out: Any) -> list:
+    """Tensors of a forward's result, in order (tuples, lists and dicts flattened)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.detach()]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in flatten_outputs(item)]
+    if isinstance(out, dict):
+        return [t for key in sorted(out, key=str) for t in flatten_outputs(out[key])]
+    if isinstance(out, (bool, int, float)):
+        return [torch.tensor(out)]
+    raise TypeError(f"forward returned {type(out).__name__}; expected tensors")
+
+
+def _as64(t):
+    import torch
+
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.to(torch.float64)
+
+
+def bitwise_equal(a: list, b: list) -> bool:
+    """Equal shapes, dtypes and values, NaNs in the same places counting as equal."""
+    import torch
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if x.is_floating_point():
+            nx, ny = torch.isnan(x), torch.isnan(y)
+            if not torch.equal(nx, ny) or not torch.equal(x[~nx], y[~ny]):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def shapes_equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape for x, y in zip(a, b))
+
+
+def max_error(a: list, b: list) -> float:
+    """max |a-b| / (1+|b|) over all outputs; inf when shapes differ or only one side is NaN."""
+    import torch
+
+    if not shapes_equal(a, b):
+        return math.inf
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.numel() == 0:
+            continue
+        x64, y64 = _as64(x), _as64(y)
+        nx, ny = torch.isnan(x64), torch.isnan(y64)
+        if not torch.equal(nx, ny):
+            return math.inf
+        keep = ~nx
+        x64, y64 = x64[keep], y64[keep]
+        if x64.numel() == 0:
+            continue
+        both_inf = torch.isinf(x64) & torch.isinf(y64) & (x64 == y64)
+        err = torch.where(both_inf, torch.zeros_like(x64),
+                          (x64 - y64).abs() / (1.0 + y64.abs()))
+        value = float(torch.nan_to_num(err, nan=math.inf, posinf=math.inf).max())
+        worst = max(worst, value)
+    return worst
+
+
+def mismatch_fraction(a: list, b: list, tol: float, margin: float = 1.0) -> float:
+    """Fraction of elements where ``|a-b| > margin * tol * (1+|b|)`` (1.0 if shapes differ)."""
+    if not shapes_equal(a, b):
+        return 1.0
+    total = bad = 0
+    for x, y in zip(a, b):
+        x64, y64 = _as64(x), _as64(y)
+        err = (x64 - y64).abs() / (1.0 + y64.abs())
+        err = err.nan_to_num(nan=math.inf)
+        bad += int((err > margin * tol).sum())
+        total += err.numel()
+    return bad / total if total else 0.0
+
+
+def zero_fraction(outputs: list, tol: float) -> float:
+    """Fraction of elements an all-zeros answer gets right at tolerance ``tol``."""
+    total = hit = 0
+    for y in outputs:
+        y64 = _as64(y).abs()
+        hit += int((y64 * (1.0 - tol) <= tol).sum())
+        total += y64.numel()
+    return hit / total if total else 1.0
+
+
+def constant_fraction(outputs: list, tol: float) -> float:
+    """Fraction of elements the best single constant (the median, per output) gets right."""
+    import torch
+
+    total = hit = 0
+    for y in outputs:
+        y64 = _as64(y).flatten()
+        y64 = y64[~torch.isnan(y64)]
+        if y64.numel() == 0:
+            continue
+        c = y64.median()
+        hit += int(((c - y64).abs() <= tol * (1.0 + y64.abs())).sum())
+        total += y64.numel()
+    return hit / total if total else 1.0
+
+
+def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float:
+    """Max mixed error of the least-squares fit ``y ≈ a*x + b`` shared by all (x, y) pairs.
+
+    With ``channel_dim`` the fit has its own ``a, b`` per channel (per index along that dim).
+    Pairs come from different input draws, so a fit that depends on one draw's statistics
+    (normalisation layers) does not pass as affine.
+    """
+    import torch
+
+    def channels(t):
+        t = _as64(t)
+        if channel_dim is None:
+            return t.reshape(1, -1)
+        return t.movedim(channel_dim, 0).reshape(t.shape[channel_dim], -1)
+
+    x = torch.cat([channels(t) for t in xs], dim=1)
+    y = torch.cat([channels(t) for t in ys], dim=1)
+    if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
+        return math.inf
+    mx, my = x.mean(1, keepdim=True), y.mean(1, keepdim=True)
+    dx = x - mx
+    var = (dx * dx).sum(1, keepdim=True)
+    a = torch.where(var > 0, (dx * (y - my)).sum(1, keepdim=True) / var.clamp_min(1e-300),
+                    torch.zeros_like(var))
+    fit = a * dx + my
+    return float(((fit - y).abs() / (1.0 + y.abs())).max())
+
+
+def output_digest(outputs: list, sample: int = 2048) -> dict:
+    """sha256 of the outputs' bytes plus a value sample, to compare runs across processes."""
+    import torch
+
+    h = hashlib.sha256()
+    values: list[list[float]] = []
+    for t in outputs:
+        c = t.detach().contiguous().cpu()
+        h.update(str((tuple(c.shape), str(c.dtype))).encode())
+        h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+        values.append(_as64(c).reshape(-1)[:sample].tolist())
+    return {"sha256": h.hexdigest(), "sample": values,
+            "shapes": [list(t.shape) for t in outputs]}
+
+
+def digest_error(a: dict, b: dict) -> float:
+    """Max mixed error between two digests' value samples (0 when the hashes match)."""
+    if a["sha256"] == b["sha256"]:
+        return 0.0
+    if a["shapes"] != b["shapes"]:
+        return math.inf
+    worst = 0.0
+    for xs, ys in zip(a["sample"], b["sample"]):
+        for x, y in zip(xs, ys):
+            if math.isnan(x) and math.isnan(y):
+                continue
+            err = abs(x - y) / (1.0 + abs(y))
+            if math.isnan(err):
+                return math.inf
+            worst = max(worst, err)
+    return worst
+
+
+def output_stats(outputs: list, tol: float) -> list[dict]:
+    """Summary statistics of each output (for the record and behavioural dedup)."""
+    import torch
+
+    stats = []
+    for y in outputs:
+        y64 = _as64(y)
+        finite = y64[torch.isfinite(y64)]
+        entry = {"shape": list(y.shape), "dtype": str(y.dtype).replace("torch.", ""),
+                 "numel": y.numel(), "finite_fraction": finite.numel() / max(1, y64.numel())}
+        if finite.numel():
+            entry.update(mean=float(finite.mean()), std=float(finite.std()) if finite.numel() > 1
+                         else 0.0, min=float(finite.min()), max=float(finite.max()),
+                         abs_mean=float(finite.abs().mean()))
+        entry["zero_fraction"] = zero_fraction([y], tol)
+        entry["head"] = [round(v, 6) for v in y64.reshape(-1)[:8].tolist()]
+        stats.append(entry)
+    return stats
+
+
+# ---------------------------------------------------------------- tolerance
+
+# (floor, cap) of the calibrated tolerance per output dtype: the floor is what an honest kernel
+# with a different summation order needs; above the cap the problem is too ill-conditioned to grade
+TOLERANCE_BOUNDS = {
+    "float64": (1e-7, 1e-3),
+    "float32": (1e-4, 1e-2),
+    "float16": (1e-2, 5e-2),
+    "bfloat16": (2e-2, 1e-1),
+}
+
+
+def calibrate_tolerance(noise: float | None, dtype: str, margin: float = 10.0) -> dict:
+    """atol = rtol = max(floor, margin * noise): the tolerance the grader should use.
+
+    ``noise`` is the mixed error of the declared-dtype output against an fp64 reference (the
+    noise floor of an honest computation). ``within_cap`` says whether the result is gradable.
+    """
+    floor, cap = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])
+    if noise is None or not math.isfinite(noise):
+        return {"tol": floor, "floor": floor, "cap": cap, "within_cap": noise is None}
+    tol = max(floor, margin * noise)
+    return {"tol": float(f"{tol:.3g}"), "floor": floor, "cap": cap, "within_cap": tol <= cap}
+
+
+# ---------------------------------------------------------------- verdicts (parent side)
+
+DEFAULT_THRESHOLDS = {
+    "sensitivity_margin": 10.0,   # "far more than the tolerance": differences beyond 10x tol ...
+    "min_sensitive_fraction": 0.01,  # ... in at least 1% of the elements
+    "max_zero_fraction": 0.99,    # all-zeros answer right on >= 99% of elements: degenerate
+    "max_constant_fraction": 0.99,
+    "min_ms": 0.1,
+    "max_ms": 1000.0,
+    "max_launch_ratio": 0.8,      # host time to issue forward / GPU time
+}
+
+
+def check(passed: bool | None, value: Any = None, detail: str = "") -> dict:
+    return {"passed": passed, "value": value, "detail": detail}
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def judge_sensitivity(name: str, entries: list[dict], th: dict) -> dict:
+    """entries: [{"label", "fraction"}] measured at ``sensitivity_margin`` x tol."""
+    if not entries:
+        return check(None, None, f"no {name} to vary")
+    low = [e for e in entries if e["fraction"] < th["min_sensitive_fraction"]]
+    value = min(e["fraction"] for e in entries)
+    if low:
+        what = ", ".join(f"{e['label']} ({_fmt(e['fraction'])})" for e in low)
+        return check(False, value, f"output barely changes when varying {what}: fraction of "
+                     f"elements changing by > {th['sensitivity_margin']:g}x tol")
+    return check(True, value, f"min fraction changed {_fmt(value)}")
+
+
+def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
+    """Turn the probe's measurements into checks. Missing measurements become skipped checks."""
+    th = {**DEFAULT_THRESHOLDS, **(th or {})}
+    checks: dict[str, dict] = {}
+    tol = m["tolerance"]["tol"]
+    checks["runs"] = check(True, m.get("output_shapes"), "forward ran at the declared size"
+                           if not m.get("resized") else f"forward ran resized x{m['resized']:.3g}")
+    checks["finite"] = check(m["finite"], m.get("nonfinite_fraction"),
+                             "" if m["finite"] else "output contains NaN or Inf")
+    checks["inputs_unchanged"] = check(not m["mutated_inputs"], m["mutated_inputs"] or None,
+                                       "forward writes into its inputs: "
+                                       f"{m['mutated_inputs']}" if m["mutated_inputs"] else "")
+
+    det = m["deterministic"]
+    if det["bitwise"]:
+        ok, how = True, "bitwise equal on a rerun"
+    elif det["error"] <= tol:
+        ok, how = True, f"equal within {_fmt(det['error'])} (not bitwise) on a rerun"
+    else:
+        ok, how = False, f"rerun with identical inputs, weights and RNG differs by {_fmt(det['error'])}"
+    rebuild = m.get("rebuild")
+    if rebuild is not None:
+        if rebuild["error"] > tol:
+            ok = False
+        how += f"; {rebuild['mode']}: " + ("bitwise" if rebuild["error"] == 0 else
+                                           f"error {_fmt(rebuild['error'])}")
+    checks["deterministic"] = check(ok, det["error"], how)
+
+    stoch = m["stochastic_error"]
+    checks["not_stochastic"] = check(
+        stoch <= tol, stoch, "output unchanged by the global RNG state" if stoch <= tol else
+        f"changing the RNG state before forward changes the output by {_fmt(stoch)} "
+        "(randomness inside forward, e.g. Dropout in training mode)")
+
+    checks["input_sensitive"] = judge_sensitivity("inputs", m["input_sensitivity"], th)
+    ws = m["weight_sensitivity"]
+    if ws is None:
+        checks["weight_sensitive"] = check(None, None, "model has no floating-point parameters")
+    else:
+        checks["weight_sensitive"] = judge_sensitivity("weights", [ws], th)
+
+    zf = m["zero_fraction"]
+    checks["not_near_zero"] = check(
+        zf < th["max_zero_fraction"], zf,
+        "an all-zeros answer passes the tolerance" if zf >= 1.0 else
+        f"an all-zeros answer is right on {zf:.1%} of elements" if zf >= th["max_zero_fraction"]
+        else f"all-zeros answer right on {zf:.1%} of elements")
+    cf = m["constant_fraction"]
+    if cf is None:
+        checks["not_constant"] = check(None, None, "single-element output")
+    else:
+        checks["not_constant"] = check(
+            cf < th["max_constant_fraction"], cf,
+            f"a constant answer is right on {cf:.1%} of elements")
+
+    aff = m["affine"]
+    if not aff:
+        checks["not_affine"] = check(None, None, "no output has an input's shape")
+    else:
+        worst = min(aff, key=lambda e: min(e["tensor"], e["channel"] if e["channel"] is not None
+                                           else math.inf))
+        resid = min(worst["tensor"], worst["channel"] if worst["channel"] is not None else math.inf)
+        if resid > tol:
+            checks["not_affine"] = check(True, resid, f"best affine fit error {_fmt(resid)}")
+        elif affine_by_construction(m["aten_ops"]):
+            checks["not_affine"] = check(True, resid, "affine by construction (only affine ops)")
+        else:
+            checks["not_affine"] = check(
+                False, resid, f"output {worst['output']} equals a*x+b of input {worst['input']} "
+                f"within {_fmt(resid)} although forward applies non-affine ops "
+                "(an inert nonlinearity, e.g. ReLU on non-negative inputs)")
+
+    ab = m["ablation"]
+    if ab is None:
+        checks["no_dead_ops"] = check(None, None, "no ablation variants")
+    else:
+        dead = ab["dead"]
+        checks["no_dead_ops"] = check(
+            not dead, dead or None,
+            f"{ab['tried']} ablations all change the output" if not dead else
+            "removing these leaves the output unchanged: " + "; ".join(dead))
+
+    cal = m["tolerance"]
+    if cal.get("noise") is None:
+        checks["tolerance"] = check(None, cal["tol"], "no fp64 reference "
+                                    f"({cal.get('reason', 'unavailable')}); dtype floor used")
+    else:
+        checks["tolerance"] = check(
+            cal["within_cap"], cal["tol"],
+            f"fp64 noise floor {_fmt(cal['noise'])}, atol=rtol={_fmt(cal['tol'])}" +
+            ("" if cal["within_cap"] else f" above the {cal['dtype']} cap {cal['cap']:g}"))
+
+    timing = m["timing"]
+    if timing.get("device") != "cuda":
+        checks["runtime"] = check(None, timing.get("eager_ms"), "GPU-only check (ran on cpu)")
+        checks["launch_overhead"] = check(None, None, "GPU-only check (ran on cpu)")
+    else:
+        ms = timing["eager_ms"]
+        checks["runtime"] = check(th["min_ms"] <= ms <= th["max_ms"], ms,
+                                  f"eager {ms:.4g} ms; band {th['min_ms']:g}-{th['max_ms']:g} ms")
+        ratio = timing.get("launch_ratio")
+        checks["launch_overhead"] = check(
+            ratio is not None and ratio <= th["max_launch_ratio"], ratio,
+            f"host issue time {_fmt(timing.get('host_ms'))} ms vs GPU {ms:.4g} ms" +
+            ("" if ratio is not None and ratio <= th["max_launch_ratio"] else
+             " (launch-overhead bound)"))
+    return checks
+
+
+def judge_inductor(result: dict | None, eager_ms: float | None, tol: float) -> dict:
+    """Inductor: compiles, matches eager within the calibrated tolerance; speedup recorded."""
+    if result is None:
+        return check(None, None, "skipped")
+    if result.get("skipped"):
+        return check(None, None, result["skipped"])
+    if result.get("error"):
+        return check(False, None, f"torch.compile failed: {result['error']}")
+    err = result["error_vs_eager"]
+    speed = (eager_ms / result["ms"]) if eager_ms and result.get("ms") else None
+    if err > tol:
+        return check(False, speed, f"compiled output differs from eager by {_fmt(err)} > {tol:g}")
+    return check(True, speed, f"matches (error {_fmt(err)}); {_fmt(result.get('ms'))} ms, "
+                 f"speedup {_fmt(speed)}")
+
+
+def summarize(checks: dict[str, dict], gating: tuple[str, ...] | None = None) -> tuple[bool, list]:
+    """(passed, flags): passed only if no gating check failed; flags lists the failed ones."""
+    flags = [name for name, c in checks.items() if c["passed"] is False
+             and (gating is None or name in gating)]
+    return not flags, flags

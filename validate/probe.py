@@ -1,0 +1,532 @@
+"""Worker side of validation: build a problem from its source text and measure it.
+
+``probe_problem(payload)`` runs every single-process check of one problem in one worker and
+returns plain numbers (``checks.judge`` turns them into verdicts in the parent).
+``replay_problem(payload)`` rebuilds the same problem in a second, fresh worker (cross-process
+determinism) and optionally compiles it with TorchInductor.
+
+Imports only torch, the standard library and ``checks`` (itself torch + stdlib).
+
+Seeds. Everything random is drawn from seeds derived from ``payload["seed"]`` (see ``seeds``),
+so two workers given the same payload build identical weights and inputs.
+
+Sharing a GPU. Several workers may share one GPU so that Inductor compiles (CPU-bound) overlap.
+When ``payload["lock"]`` names a file, GPU work runs under a shared lock and timing under an
+exclusive one (with writer priority), so no measured run overlaps another worker's kernels.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import statistics
+import sys
+import time
+import types
+from typing import Any
+
+from . import checks as C
+
+
+def seeds(base: int) -> dict[str, int]:
+    return {"init": base, "weights": base + 1, "inputs": base + 2, "inputs_alt": base + 3,
+            "forward": base + 4, "forward_alt": base + 5, "weights_alt": base + 6}
+
+
+# ---------------------------------------------------------------- stage marking
+
+def _mark(stage: str) -> None:
+    """Tell the harness which stage we are in, so a crash reports it."""
+    try:
+        from . import harness
+    except Exception:  # noqa: BLE001 — the harness is optional when called in-process
+        return
+    marker = getattr(harness, "mark_stage", None) or getattr(harness, "set_stage", None)
+    if marker is not None:
+        marker(stage)
+
+
+# ---------------------------------------------------------------- GPU sharing lock
+
+class GpuLock:
+    """Readers-writer file lock with writer priority (two flock'd files)."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool):
+        if not self.path:
+            yield
+            return
+        import fcntl
+
+        with open(self.path + ".turn", "a+") as turn, open(self.path + ".main", "a+") as main:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                if not exclusive:
+                    fcntl.flock(turn, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(main, fcntl.LOCK_UN)
+                if exclusive:
+                    fcntl.flock(turn, fcntl.LOCK_UN)
+
+    def shared(self):
+        return self._locked(False)
+
+    def exclusive(self):
+        return self._locked(True)
+
+
+# ---------------------------------------------------------------- building and running
+
+def load_namespace(source: str, tag: str = "problem") -> dict:
+    """Execute a problem source as a fresh module; tracebacks name ``<tag>.py`` and its lines."""
+    import hashlib
+    import linecache
+
+    name = f"km_{tag}_{hashlib.sha1(source.encode()).hexdigest()[:12]}"
+    filename = f"<{tag}>.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 — isolated worker
+    for required in ("Model", "get_inputs", "get_init_inputs"):
+        if required not in module.__dict__:
+            raise NameError(f"source does not define {required}")
+    return module.__dict__
+
+
+def _to_device(value: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
+    import torch
+
+    torch.manual_seed(sd["init"])
+    init = ns["get_init_inputs"]()
+    torch.manual_seed(sd["weights"] if weight_seed is None else weight_seed)
+    model = ns["Model"](*init)
+    return model.to(device)
+
+
+def draw_inputs(ns: dict, seed: int, device: str) -> list:
+    import torch
+
+    torch.manual_seed(seed)
+    return [_to_device(v, device) for v in ns["get_inputs"]()]
+
+
+def _clone(inputs: list) -> list:
+    import torch
+
+    return [v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in inputs]
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def run_forward(model, inputs: list, forward_seed: int, device: str) -> list:
+    """One forward on clones of ``inputs`` after seeding the RNG; flattened detached outputs."""
+    import torch
+
+    args = _clone(inputs)
+    torch.manual_seed(forward_seed)
+    with torch.no_grad():
+        out = C.flatten_outputs(model(*args))
+    _sync(device)
+    return out
+
+
+def _float_tensors(inputs: list) -> list[tuple[int, Any]]:
+    import torch
+
+    return [(i, v) for i, v in enumerate(inputs)
+            if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def _declared_dtype(outputs: list) -> str:
+    for t in outputs:
+        if t.is_floating_point():
+            return str(t.dtype).replace("torch.", "")
+    return "float32"
+
+
+def _to_double(inputs: list) -> list:
+    import torch
+
+    return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for v in inputs]
+
+
+class _OpRecorder:
+    """TorchDispatchMode that records the aten ops forward runs, in order."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Recorder(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops: list[str] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func.overloadpacket))
+                return func(*args, **(kwargs or {}))
+
+        return Recorder()
+
+
+# ---------------------------------------------------------------- timing
+
+def time_cuda(fn, *, target_ms: float = 100.0, min_reps: int = 5, max_reps: int = 500,
+              flush_bytes: int = 256 * 2**20) -> dict:
+    """Median GPU time of ``fn`` with warm-up, an L2 flush before every run and a device-wide
+    synchronize between runs; also the median host time to issue it (launch overhead)."""
+    import torch
+
+    cache = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        cache.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 3, 1e-3)
+    reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+    for _ in range(min(reps, 10)):  # warm-up at the measured rate
+        fn()
+    torch.cuda.synchronize()
+    gpu, host = [], []
+    for _ in range(reps):
+        cache.zero_()
+        torch.cuda.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+        end.record()
+        torch.cuda.synchronize()
+        gpu.append(start.elapsed_time(end))
+    med = statistics.median(gpu)
+    q = statistics.quantiles(gpu, n=4) if len(gpu) >= 4 else [med, med, med]
+    return {"ms": med, "host_ms": statistics.median(host), "reps": reps,
+            "iqr_ms": q[2] - q[0], "min_ms": min(gpu)}
+
+
+def time_cpu(fn, *, target_ms: float = 200.0, min_reps: int = 3, max_reps: int = 20) -> dict:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    estimate = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"ms": statistics.median(times), "host_ms": None, "reps": reps,
+            "min_ms": min(times)}
+
+
+def _timer(device: str):
+    return time_cuda if device.startswith("cuda") else time_cpu
+
+
+def _forward_fn(model, inputs: list):
+    import torch
+
+    def fn():
+        with torch.no_grad():
+            model(*inputs)
+
+    return fn
+
+
+# ---------------------------------------------------------------- the probe
+
+def _nbytes(values) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _sensitivity(model, ref_out, ref_inputs, alt_inputs, sd, device, tol, margin) -> list[dict]:
+    """Vary each tensor input alone (alt draw), then report the fraction of elements that move."""
+    import torch
+
+    varied = [i for i, (a, b) in enumerate(zip(ref_inputs, alt_inputs))
+              if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+              and a.shape == b.shape and not torch.equal(a, b)]
+    entries = []
+    for i in varied:
+        mixed = list(ref_inputs)
+        mixed[i] = alt_inputs[i]
+        out = run_forward(model, mixed, sd["forward"], device)
+        entries.append({"label": f"input {i}",
+                        "fraction": C.mismatch_fraction(out, ref_out, tol, margin)})
+    return entries
+
+
+def _perturbed(model, seed: int):
+    import torch
+
+    alt = copy.deepcopy(model)
+    tensors = [p for p in alt.parameters() if p.is_floating_point()]
+    if not tensors:
+        tensors = [b for b in alt.buffers() if b.is_floating_point()]
+    if not tensors:
+        return None
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for p in tensors:
+            std = float(p.float().std()) if p.numel() > 1 else 0.0
+            scale = 0.5 * (std if std > 0 and math.isfinite(std) else
+                           max(1.0, float(p.float().abs().mean())))
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype)
+            p.add_(noise * scale)
+    return alt
+
+
+def _ablate(ablations: list[dict], sd, ref_inputs, ref_out, device, tol) -> dict:
+    dead = []
+    for variant in ablations:
+        try:
+            ns = load_namespace(variant["source"], tag="ablation")
+            model = build_model(ns, sd, device)
+            out = run_forward(model, ref_inputs, sd["forward"], device)
+        except Exception:  # noqa: BLE001 — an ablation that breaks forward is not dead
+            continue
+        if C.shapes_equal(out, ref_out) and C.max_error(out, ref_out) <= tol:
+            dead.append(variant["label"])
+    return {"tried": len(ablations), "dead": dead}
+
+
+def probe_problem(payload: dict) -> dict:
+    """Measure one problem: see the module docstring. Returns numbers for ``checks.judge``."""
+    import torch
+
+    device = payload.get("device", "cpu")
+    sd = seeds(int(payload.get("seed", 0)))
+    cfg = payload.get("config", {})
+    margin = float(cfg.get("sensitivity_margin", 10.0))
+    lock = GpuLock(payload.get("lock"))
+    m: dict[str, Any] = {"resized": payload.get("resized"), "torch": torch.__version__,
+                         "device_name": (torch.cuda.get_device_name()
+                                         if device.startswith("cuda") else "cpu")}
+
+    _mark("load")
+    ns = load_namespace(payload["source"])
+    with lock.shared():
+        _mark("build")
+        model = build_model(ns, sd, device)
+        inputs = draw_inputs(ns, sd["inputs"], device)
+        before = _clone(inputs)
+        _mark("forward")
+        ref = run_forward(model, inputs, sd["forward"], device)
+        direct = C.flatten_outputs(_forward_mutating(model, inputs, sd["forward"], device))
+        m["mutated_inputs"] = [f"input {i}" for i, (a, b) in enumerate(zip(inputs, before))
+                               if isinstance(a, torch.Tensor) and not C.bitwise_equal([a], [b])]
+        inputs = before
+        m["output_shapes"] = [list(t.shape) for t in ref]
+        m["dtype"] = _declared_dtype(ref)
+        nonfinite = sum(int((~torch.isfinite(t)).sum()) for t in ref if t.is_floating_point())
+        total = sum(t.numel() for t in ref)
+        m["finite"] = nonfinite == 0
+        m["nonfinite_fraction"] = nonfinite / total if total else 0.0
+
+        _mark("fp64 reference")
+        cal: dict[str, Any]
+        try:
+            model64 = copy.deepcopy(model).double()
+            ref64 = run_forward(model64, _to_double(inputs), sd["forward"], device)
+            del model64
+            noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
+                                      for t, r in zip(ref, ref64)]) \
+                if C.shapes_equal(ref, ref64) else None
+            cal = C.calibrate_tolerance(noise, m["dtype"], float(cfg.get("tolerance_margin", 10)))
+            cal["noise"] = noise
+            if noise is None:
+                cal["reason"] = "fp64 output has other shapes"
+        except Exception as exc:  # noqa: BLE001 — recorded; the dtype floor is used instead
+            cal = C.calibrate_tolerance(None, m["dtype"])
+            cal.update(noise=None, reason=f"{type(exc).__name__}: {exc}"[:200])
+        cal["dtype"] = m["dtype"]
+        if not m["finite"]:
+            cal["within_cap"] = False
+        m["tolerance"] = cal
+        tol = cal["tol"]
+
+        _mark("determinism")
+        again = run_forward(model, inputs, sd["forward"], device)
+        direct_err = C.max_error(direct, ref)
+        m["deterministic"] = {"bitwise": C.bitwise_equal(again, ref) and direct_err == 0,
+                              "error": max(C.max_error(again, ref), direct_err)}
+        if payload.get("rebuild_in_process", True):
+            model_b = build_model(ns, sd, device)
+            inputs_b = draw_inputs(ns, sd["inputs"], device)
+            out_b = run_forward(model_b, inputs_b, sd["forward"], device)
+            m["rebuild"] = {"mode": "rebuilt from seeds in the same process",
+                            "error": 0.0 if C.bitwise_equal(out_b, ref) else
+                            C.max_error(out_b, ref)}
+            del model_b, inputs_b, out_b
+        m["digest"] = C.output_digest(ref)
+
+        _mark("stochasticity")
+        other = run_forward(model, inputs, sd["forward_alt"], device)
+        m["stochastic_error"] = C.max_error(other, ref)
+
+        _mark("sensitivity")
+        alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
+        alt = run_forward(model, alt_inputs, sd["forward"], device)
+        per_input = _sensitivity(model, ref, inputs, alt_inputs, sd, device, tol, margin)
+        m["input_sensitivity"] = per_input if len(per_input) > 1 else (
+            [{"label": "inputs", "fraction": C.mismatch_fraction(alt, ref, tol, margin)}]
+            if per_input else [])
+        wmodel = _perturbed(model, sd["weights_alt"])
+        if wmodel is None:
+            m["weight_sensitivity"] = None
+        else:
+            wout = run_forward(wmodel, inputs, sd["forward"], device)
+            m["weight_sensitivity"] = {"label": "all parameters",
+                                       "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
+            del wmodel, wout
+
+        _mark("degeneracy")
+        m["zero_fraction"] = C.zero_fraction(ref, tol)
+        m["constant_fraction"] = (C.constant_fraction(ref, tol)
+                                  if sum(t.numel() for t in ref) > 1 else None)
+        affine = []
+        for o, (y, y_alt) in enumerate(zip(ref, alt)):
+            if not y.is_floating_point() or y.numel() < 2 or y.shape != y_alt.shape:
+                continue
+            for i, x in _float_tensors(inputs):
+                x_alt = alt_inputs[i]
+                if x.shape != y.shape or x_alt.shape != y.shape:
+                    continue
+                per_channel = (C.affine_residual([x, x_alt], [y, y_alt], 1)
+                               if y.dim() >= 2 and y.shape[1] > 1 else None)
+                affine.append({"output": o, "input": i,
+                               "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
+                               "channel": per_channel})
+        m["affine"] = affine
+        del alt
+
+        _mark("ablation")
+        ablations = payload.get("ablations")
+        m["ablation"] = None if ablations is None else _ablate(
+            ablations, sd, inputs, ref, device, tol)
+
+        _mark("trace")
+        m["aten_ops"], m["flops"] = _trace(model, inputs, device)
+        params = list(model.parameters()) + list(model.buffers())
+        m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
+        m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
+
+    _mark("timing")
+    if payload.get("time", True):
+        with lock.exclusive():
+            timing = _timer(device)(_forward_fn(model, inputs))
+        m["timing"] = {"device": "cuda" if device.startswith("cuda") else "cpu",
+                       "eager_ms": timing["ms"], "host_ms": timing["host_ms"],
+                       "reps": timing["reps"], "iqr_ms": timing.get("iqr_ms"),
+                       "launch_ratio": (timing["host_ms"] / timing["ms"])
+                       if timing["host_ms"] is not None and timing["ms"] > 0 else None}
+    else:
+        m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
+                       "eager_ms": None}
+    return m
+
+
+def _forward_mutating(model, inputs: list, forward_seed: int, device: str):
+    """Forward on the inputs themselves (not clones), to see whether it writes into them."""
+    import torch
+
+    torch.manual_seed(forward_seed)
+    with torch.no_grad():
+        out = model(*inputs)
+    _sync(device)
+    return out
+
+
+def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None]:
+    import torch
+
+    flops = None
+    recorder = _OpRecorder()
+    args = _clone(inputs)
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter, recorder:
+            model(*args)
+        flops = int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 — flops are best effort; the trace alone still helps
+        recorder = _OpRecorder()
+        args = _clone(inputs)
+        with torch.no_grad(), recorder:
+            model(*args)
+    _sync(device)
+    return recorder.ops[:2000], flops
+
+
+# ---------------------------------------------------------------- second worker
+
+def replay_problem(payload: dict) -> dict:
+    """Rebuild the problem from the same seeds in a fresh process: output digest (cross-process
+    determinism) and, when ``payload["inductor"]``, torch.compile's error and median time."""
+    import torch
+
+    device = payload.get("device", "cpu")
+    sd = seeds(int(payload.get("seed", 0)))
+    lock = GpuLock(payload.get("lock"))
+    _mark("load")
+    ns = load_namespace(payload["source"])
+    with lock.shared():
+        _mark("build")
+        model = build_model(ns, sd, device)
+        inputs = draw_inputs(ns, sd["inputs"], device)
+        _mark("forward")
+        ref = run_forward(model, inputs, sd["forward"], device)
+    result: dict[str, Any] = {"digest": C.output_digest(ref)}
+    if not payload.get("inductor"):
+        return result
+    _mark("inductor compile")
+    try:
+        compiled = torch.compile(model, mode=payload.get("inductor_mode") or None)
+        out = run_forward(compiled, inputs, sd["forward"], device)  # compiles (CPU-bound)
+        with lock.shared():
+            out = run_forward(compiled, inputs, sd["forward"], device)
+        err = C.max_error(out, ref)
+    except Exception as exc:  # noqa: BLE001 — a compile failure is a finding, not a crash
+        result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+        return result
+    _mark("inductor timing")
+    if payload.get("time", True):
+        with lock.exclusive():
+            timing = _timer(device)(_forward_fn(compiled, inputs))
+        ms = timing["ms"]
+    else:
+        ms = None
+    result["inductor"] = {"error_vs_eager": err, "ms": ms}
+    return result
