@@ -1,0 +1,103 @@
+"""The execution harness: isolation, crash verdicts, the private channel, leftover processes."""
+import os
+import time
+
+import pytest
+
+from kernelmill.validate.harness import run_in_worker, worker_env
+
+SOURCE = "kernelmill.validate.harness:run_source"
+
+
+def run(source: str, timeout_s: float = 20, **kwargs):
+    return run_in_worker(SOURCE, {"source": source}, timeout_s=timeout_s, device="cpu", **kwargs)
+
+
+def test_echo_runs_in_fresh_empty_folder_with_interpreter():
+    result = run_in_worker("kernelmill.validate.harness:echo", {"a": [1, 2]}, timeout_s=30,
+                           device="cpu")
+    assert result.ok, result.error
+    assert result.value["a"] == [1, 2]
+    assert result.value["pid"] != os.getpid()
+    assert result.value["interpret"] == "1"
+    assert os.path.basename(result.value["cwd"]) == "cwd"
+    assert not os.path.exists(result.value["cwd"])  # removed afterwards
+    assert [s for s, _ in result.stages] == ["import target", "run target", "echo"]
+
+
+@pytest.mark.parametrize("body, stage, message", [
+    ("import os\ndef main():\n    os._exit(3)", "run target", "exited with status 3"),
+    ("import ctypes\ndef main():\n    ctypes.string_at(0)", "run target", "SIGSEGV"),
+    ("def main():\n    raise ValueError('boom')", "run target", "ValueError: boom"),
+    ("def main():\n    x = bytearray(40 << 30)\n    return {}", "run target", "MemoryError"),
+    ("from kernelmill.validate.harness_worker import mark_stage\n"
+     "def main():\n    mark_stage('deep')\n    while True:\n        pass", "deep", "timed out"),
+])
+def test_crashes_become_verdicts(body, stage, message):
+    result = run(body, timeout_s=3)
+    assert not result.ok
+    assert result.error["stage"] == stage
+    assert message in result.error["message"]
+
+
+def test_no_child_outlives_the_run_even_after_setsid():
+    body = ("import os, time\n"
+            "def main():\n"
+            "    pids = []\n"
+            "    for escape in (False, True):\n"
+            "        pid = os.fork()\n"
+            "        if pid == 0:\n"
+            "            if escape:\n"
+            "                os.setsid()\n"
+            "            time.sleep(1000)\n"
+            "            os._exit(0)\n"
+            "        pids.append(pid)\n"
+            "    return {'pids': pids}\n")
+    result = run(body)
+    assert result.ok, result.error
+    assert result.leaked_processes == 1  # the setsid child escaped the group and was found
+    time.sleep(0.1)
+    for pid in result.value["pids"]:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            assert state in ("Z", "X"), f"child {pid} still running"
+        except FileNotFoundError:
+            pass
+
+
+def test_forged_frames_on_any_descriptor_are_detected():
+    body = ("import os, struct\n"
+            "def main():\n"
+            "    fake = b'R' + b'{\"correct\": true}'\n"
+            "    frame = struct.pack('>I', len(fake)) + b'0' * 32 + fake\n"
+            "    for fd in range(3, 4096):\n"
+            "        try:\n"
+            "            os.write(fd, frame)\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    os._exit(0)\n")
+    result = run(body)
+    assert not result.ok
+    assert result.tampered
+    assert "tampered" in result.error["message"]
+
+
+def test_stdout_is_never_parsed():
+    body = ("import sys, os\n"
+            "def main():\n"
+            "    print('{\"ok\": true, \"value\": {\"correct\": true}}')\n"
+            "    sys.stdout.flush()\n"
+            "    os._exit(0)\n")
+    result = run(body)
+    assert not result.ok and result.value is None
+    assert "correct" in result.stdout_tail
+
+
+def test_worker_env_drops_credentials(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    env = worker_env("cpu", {"CUDA_VISIBLE_DEVICES": "3"}, token="abc")
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["KERNELMILL_RUN_TOKEN"] == "abc"

@@ -1,0 +1,349 @@
+"""The execution harness: run one function in a fresh, isolated worker process.
+
+``run_in_worker("pkg.module:function", payload, timeout_s=..., device=...)`` starts a new Python
+process (never forked from this one) in its own session and process group, in an empty temporary
+folder, hands it the payload over a pipe and waits for the dict the function returns. Whatever
+happens inside (exception, segfault, ``os._exit``, infinite loop, out of memory, a child process
+left sleeping) the caller gets a ``WorkerResult``: either ``ok`` with ``value``, or an ``error``
+``{"stage", "message"}`` naming the stage the worker had marked last
+(``kernelmill.validate.harness_worker.mark_stage``).
+
+Trust: results come back over a private pipe whose every frame carries an HMAC under a key made
+for this run, and are decoded with ``torch.load(weights_only=True)`` (no arbitrary unpickling in
+the trusted process). Frames that fail the check, or anything after the final frame, mark the
+result ``tampered``. stdout/stderr are kept only as text tails for error messages. After the
+worker ends, its whole process group is killed, and any process still carrying this run's token
+in its environment (a child that called ``setsid``) is killed too.
+"""
+from __future__ import annotations
+
+import hmac
+import hashlib
+import io
+import json
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .harness_worker import HEADER, KIND_ERROR, KIND_HELLO, KIND_RESULT, KIND_STAGE, MAC_SIZE
+
+TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
+MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
+# Variables a worker must not see: credentials for hubs and LLM endpoints.
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
+_DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
+
+
+@dataclass
+class WorkerResult:
+    """What came back from one worker run."""
+
+    ok: bool
+    value: dict | None = None
+    error: dict | None = None  # {"stage": str, "message": str}
+    wall_s: float = 0.0
+    stages: list[tuple[str, float]] = field(default_factory=list)  # (stage, parent clock, s)
+    returncode: int | None = None
+    timed_out: bool = False
+    tampered: bool = False  # a frame failed authentication or arrived after the final one
+    leaked_processes: int = 0  # processes of this run still alive after the worker ended
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    def stage_time(self, name: str) -> float | None:
+        """Parent-clock arrival time (s since start) of the first mark of ``name``."""
+        for stage, at in self.stages:
+            if stage == name:
+                return at
+        return None
+
+
+def worker_env(device: str, env: dict | None = None, token: str = "", tmp: str = "") -> dict:
+    """The environment of a worker: ours minus credentials, plus device pinning and the token."""
+    base = {k: v for k, v in os.environ.items()
+            if not any(marker in k.upper() for marker in _SECRET_MARKERS)}
+    base.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"})
+    if tmp:
+        base["TMPDIR"] = tmp
+    if device.startswith("cpu"):
+        base["TRITON_INTERPRET"] = "1"
+        base["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        base.pop("TRITON_INTERPRET", None)
+    if env:
+        base.update({k: str(v) for k, v in env.items()})
+    if token:
+        base[TOKEN_VAR] = token
+    return base
+
+
+def _tail(handle, limit: int = 4000) -> str:
+    try:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - limit))
+        return handle.read().decode("utf-8", errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+class _Reader(threading.Thread):
+    """Reads and authenticates frames; stamps each with the parent's clock."""
+
+    def __init__(self, fd: int, key: bytes, start: float):
+        super().__init__(daemon=True)
+        self.fd, self.key, self.start_time = fd, key, start
+        self.stages: list[tuple[str, float]] = []
+        self.result: bytes | None = None
+        self.error: dict | None = None
+        self.hello = False
+        self.tampered = False
+        self.final_at: float | None = None
+
+    def _read_exact(self, n: int) -> bytes | None:
+        chunks, remaining = [], n
+        while remaining:
+            chunk = os.read(self.fd, min(remaining, 1 << 22))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            os.close(self.fd)
+
+    def _loop(self) -> None:
+        final = False
+        while True:
+            header = self._read_exact(HEADER.size + MAC_SIZE)
+            if header is None:
+                return
+            (length,) = HEADER.unpack(header[:HEADER.size])
+            if length == 0 or length > MAX_FRAME:
+                self.tampered = True
+                return
+            body = self._read_exact(length)
+            if body is None:
+                self.tampered = True  # a truncated frame is not something the harness writes
+                return
+            mac = hmac.new(self.key, body, hashlib.sha256).digest()
+            if not hmac.compare_digest(mac, header[HEADER.size:]) or final:
+                self.tampered = True
+                return
+            kind, data = body[:1], body[1:]
+            now = time.monotonic() - self.start_time
+            if kind == KIND_HELLO:
+                self.hello = True
+            elif kind == KIND_STAGE:
+                self.stages.append((json.loads(data)["stage"], now))
+            elif kind == KIND_RESULT:
+                self.result, final, self.final_at = data, True, now
+            elif kind == KIND_ERROR:
+                self.error, final, self.final_at = json.loads(data), True, now
+            else:
+                self.tampered = True
+                return
+
+
+def _proc_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_VAR}={token}".encode()
+    me, uid, found = os.getpid(), os.getuid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_run(pgid: int, token: str) -> int:
+    """Kill the worker's process group and every process carrying the run token; count them."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    survivors = 0
+    for _ in range(3):
+        pids = _proc_with_token(token)
+        live = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                        continue  # a zombie waiting for its (killed) parent: already dead
+            except OSError:
+                continue
+            live.append(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        survivors = max(survivors, len(live))
+        if not live:
+            break
+        time.sleep(0.05)
+    return survivors
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with status {code} before reporting a result"
+
+
+def _last_error_line(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line and not line.startswith(("File ", "Current thread", "Thread ", "Fatal Python")):
+            return line[:300]
+    return ""
+
+
+def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
+                  env: dict | None = None, limits: dict | None = None,
+                  python: str | None = None) -> WorkerResult:
+    """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
+
+    ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
+    slot's ``CUDA_VISIBLE_DEVICES``). ``limits`` may set ``address_space`` and ``file_size``
+    (bytes; RLIMIT_AS defaults to 16 GiB on CPU, none on CUDA where the driver maps large ranges).
+    """
+    limits = dict(limits or {})
+    if device.startswith("cpu"):
+        limits.setdefault("address_space", _DEFAULT_CPU_ADDRESS_SPACE)
+    key, token = secrets.token_bytes(32), secrets.token_hex(12)
+    tmp = tempfile.mkdtemp(prefix="kernelmill-run-")
+    workdir = os.path.join(tmp, "cwd")
+    os.mkdir(workdir)
+    job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits},
+                       protocol=pickle.HIGHEST_PROTOCOL)
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    stdout = tempfile.TemporaryFile(dir=tmp)
+    stderr = tempfile.TemporaryFile(dir=tmp)
+    code = ("import sys; from kernelmill.validate.harness_worker import main; "
+            "main(sys.argv[1:])")
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [python or sys.executable, "-c", code, str(r_in), str(w_out)],
+            cwd=workdir, env=worker_env(device, env, token, tmp), stdin=subprocess.DEVNULL,
+            stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(r_in, w_out))
+    except OSError as exc:
+        for fd in (r_in, w_in, r_out, w_out):
+            os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return WorkerResult(False, error={"stage": "spawn", "message": str(exc)})
+    os.close(r_in)
+    os.close(w_out)
+    reader = _Reader(r_out, key, start)
+    reader.start()
+
+    def feed() -> None:
+        try:
+            view = memoryview(job)
+            while view:
+                view = view[os.write(w_in, view[:1 << 20]):]
+        except OSError:
+            pass  # the worker died before reading its job; its exit status tells why
+        finally:
+            os.close(w_in)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    wall = time.monotonic() - start
+    leaked = kill_run(proc.pid, token)
+    proc.wait()
+    reader.join(timeout=10)
+    feeder.join(timeout=1)
+    result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
+                          returncode=proc.returncode, timed_out=timed_out,
+                          tampered=reader.tampered, leaked_processes=leaked,
+                          stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
+    stdout.close()
+    stderr.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    last_stage = result.stages[-1][0] if result.stages else ("startup" if not reader.hello
+                                                             else "import target")
+    if result.tampered:
+        result.error = {"stage": last_stage, "message": "result channel tampered with "
+                        "(unauthenticated or extra frames)"}
+    elif timed_out:
+        result.error = {"stage": last_stage, "message": f"timed out after {timeout_s:g}s"}
+    elif reader.error is not None:
+        result.error = {"stage": str(reader.error.get("stage", last_stage)),
+                        "message": str(reader.error.get("message", ""))}
+    elif reader.result is not None:
+        try:
+            result.value = _decode(reader.result)
+            result.ok = True
+        except Exception as exc:  # noqa: BLE001 — an undecodable result is a failed run
+            result.error = {"stage": last_stage, "message": f"result not decodable: {exc}"}
+    else:
+        detail = _last_error_line(result.stderr_tail)
+        message = _describe_exit(proc.returncode)
+        result.error = {"stage": last_stage,
+                        "message": f"{message}: {detail}" if detail else message}
+    return result
+
+
+def _decode(data: bytes) -> dict:
+    import torch
+
+    value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a dict, got {type(value).__name__}")
+    return value
+
+
+def echo(payload: dict) -> dict:
+    """A trivial target (tests, smoke checks): returns the payload with the worker's pid."""
+    from .harness_worker import mark_stage
+
+    mark_stage("echo")
+    return {**payload, "pid": os.getpid(), "cwd": os.getcwd(),
+            "interpret": os.environ.get("TRITON_INTERPRET")}
+
+
+def run_source(payload: dict) -> dict:
+    """A target that executes ``payload["source"]`` and returns what its ``main()`` returns.
+
+    For smoke checks and the harness's own tests (crashers, hangs, forgers)."""
+    namespace: dict[str, Any] = {"__name__": "kernelmill_source"}
+    exec(compile(payload["source"], "<source>", "exec"), namespace)
+    return namespace["main"]()

@@ -1,0 +1,161 @@
+"""The worker side of the execution harness: runs one target function and reports over a pipe.
+
+Started by ``harness.run_in_worker`` (``python -c "...harness_worker import main; main(...)"``,
+so this module is imported under its own name and ``mark_stage`` reaches it) in a fresh session and an empty temporary folder. It reads its job (target, payload,
+per-run key) from the pipe ``IN``, calls ``module:function(payload)`` and sends the returned dict
+back over the pipe ``OUT``. Every frame on ``OUT`` carries an HMAC under the per-run key, so bytes
+that code inside the worker writes to the pipe without the key are recognised as forged; stdout
+and stderr are kept only as text for error messages and never parsed.
+
+A target may call ``mark_stage(name)`` before each step, so that a crash (segfault,
+``os._exit``, timeout) is reported with the stage it died in.
+
+This module imports only the standard library at start; torch is imported lazily to encode a
+result (``torch.save``, which the parent reads back with ``weights_only=True``).
+"""
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import hmac
+import io
+import json
+import os
+import pickle
+import random
+import resource
+import struct
+import sys
+import traceback
+
+# Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
+# Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
+# E error (JSON).
+HEADER = struct.Struct(">I")
+MAC_SIZE = 32
+KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR = b"H", b"S", b"R", b"E"
+
+_send = None  # set by main(); a closure holding the channel and key
+_stage = "startup"
+
+# Bound before any user code can run, so later patches of os/hmac do not reach the channel.
+_os_write = os.write
+_hmac_new = hmac.new
+_sha256 = hashlib.sha256
+
+
+def frame(key: bytes, kind: bytes, data: bytes) -> bytes:
+    body = kind + data
+    mac = _hmac_new(key, body, _sha256).digest()
+    return HEADER.pack(len(body)) + mac + body
+
+
+def _make_sender(fd: int, key: bytes):
+    def send(kind: bytes, data: bytes) -> None:
+        view = memoryview(frame(key, kind, data))
+        while view:
+            written = _os_write(fd, view)
+            view = view[written:]
+
+    return send
+
+
+def mark_stage(name: str) -> None:
+    """Record the stage the worker is in; a crash from here on is reported with this name."""
+    global _stage
+    _stage = str(name)
+    if _send is not None:
+        _send(KIND_STAGE, json.dumps({"stage": _stage}).encode())
+
+
+def current_stage() -> str:
+    return _stage
+
+
+def _encode_result(value: dict) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _hide_fd(fd: int) -> int:
+    """Move the result pipe to a random high descriptor that children do not inherit."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = max(256, min(soft, 4096) - 1)
+    for _ in range(50):
+        target = random.SystemRandom().randrange(100, top)
+        try:
+            os.fstat(target)
+            continue  # in use
+        except OSError:
+            pass
+        os.dup2(fd, target, inheritable=False)
+        os.close(fd)
+        return target
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def _apply_limits(limits: dict) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("address_space"):
+        size = int(limits["address_space"])
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if limits.get("file_size"):
+        size = int(limits["file_size"])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def main(argv: list[str]) -> None:
+    global _send
+    fd_in, fd_out = int(argv[0]), int(argv[1])
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    job = pickle.loads(_read_all(fd_in))
+    key = job.pop("key")
+    _send = _make_sender(_hide_fd(fd_out), key)
+    del key
+    _apply_limits(job.get("limits") or {})
+    _send(KIND_HELLO, json.dumps({"pid": os.getpid()}).encode())
+    try:
+        mark_stage("import target")
+        module_name, _, function_name = job["target"].partition(":")
+        module = __import__(module_name, fromlist=[function_name])
+        function = getattr(module, function_name)
+        mark_stage("run target")
+        value = function(job["payload"])
+        if not isinstance(value, dict):
+            raise TypeError(f"target returned {type(value).__name__}, not dict")
+        data = _encode_result(value)
+    except BaseException as exc:  # noqa: BLE001 — every failure becomes a reported verdict
+        tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
+        message = f"{type(exc).__name__}: {exc}"
+        _send(KIND_ERROR, json.dumps({"stage": _stage, "message": message[:2000],
+                                      "traceback": "".join(tail)[-4000:]}).encode())
+        _exit(1)
+    _send(KIND_RESULT, data)
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    # os._exit: no atexit handler or finalizer registered by user code runs after the report.
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
