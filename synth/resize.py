@@ -58,9 +58,8 @@ _PROTECTED_TOKENS = {
     "CHUNK", "BLOCK", "OUTPUT_PADDING", "AXIS", "DIM_AXIS", "VALUE", "MIN", "MAX", "IGNORE",
 }
 # tokens of protected constants that other sizes must stay divisible by
-_DIVISOR_TOKENS = {"HEAD", "HEADS", "NHEAD", "NHEADS", "GROUP", "GROUPS", "EXPERT", "EXPERTS",
-                   "STRIDE", "STRIDES", "PATCH", "WINDOW", "POOL", "UPSCALE", "FACTOR", "CHUNK",
-                   "BLOCK"}
+_DIVISOR_TOKENS = {"HEADS", "NHEAD", "NHEADS", "GROUPS", "EXPERTS", "STRIDE", "STRIDES", "PATCH",
+                   "WINDOW", "POOL", "UPSCALE", "FACTOR", "CHUNK", "BLOCK"}
 _KERNEL_TOKENS = {"KERNEL", "KSIZE", "KS", "POOL", "WINDOW", "PATCH"}
 _PROTECTED_KEYWORDS = {"kernel_size", "stride", "padding", "dilation", "output_padding",
                        "num_heads", "num_groups", "groups", "k", "upscale_factor",

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 4096
+BATCH = 16384
 VOCAB = 8192
 
 
