@@ -161,7 +161,7 @@ class _Analysis:
     order: list[str]                       # module-level assignment order
     scalable: list[str]
     skipped: dict[str, str]                # constant -> why it is not scaled
-    divisors: set[str]                     # constants other sizes must stay divisible by
+    divisors: dict[str, set[str] | None]   # divisor -> the constants it constrains (None: all)
     kernel_floor: int
     relations: list[tuple[ast.AST, ast.AST]]  # (X, Y) of X // Y, X % Y, X / Y over constants
 
@@ -171,6 +171,40 @@ def _top_function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
     return None
+
+
+def _related(tree: ast.Module, divisor: str) -> set[str] | None:
+    """Constants that share a statement with ``divisor`` (None: it is used inside the model).
+
+    A size only has to stay divisible by a heads/groups constant it travels with (the
+    constructor's arguments, one shape, one derived constant); ``BATCH = 32`` next to
+    ``GROUPS = 32`` is a coincidence that must not stop the batch from shrinking.
+    """
+    related: set[str] = set()
+    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+    for node in tree.body:
+        if divisor not in _names(node):
+            continue
+        if isinstance(node, simple):
+            related |= _names(node)
+        elif isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            for stmt in ast.walk(node):
+                if isinstance(stmt, simple) and divisor in _names(stmt):
+                    related |= _names(stmt)
+        else:
+            return None
+    return related
+
+
+def _divisors_of(analysis: "_Analysis", name: str, env: dict) -> list[int]:
+    """Values of the divisor constants that ``name`` has to stay divisible by (if it was)."""
+    values = []
+    for divisor, related in analysis.divisors.items():
+        value = env.get(divisor)
+        if divisor != name and isinstance(value, int) and value > 1 \
+                and (related is None or name in related):
+            values.append(value)
+    return values
 
 
 def _analyze(source: str) -> _Analysis:
@@ -258,7 +292,7 @@ def _analyze(source: str) -> _Analysis:
         else:
             scalable.append(name)
 
-    divisors: set[str] = set()
+    divisors: dict[str, set[str] | None] = {}
     kernel_floor = 1
     for name in [*literals, *derived]:
         if name in scalable:
@@ -266,7 +300,7 @@ def _analyze(source: str) -> _Analysis:
         tokens = _token_set(name)
         if name in divisor_used or tokens & _DIVISOR_TOKENS \
                 or keyword_used.get(name) in _DIVISOR_KEYWORDS:
-            divisors.add(name)
+            divisors[name] = _related(tree, name)
         if name in literals and (tokens & _KERNEL_TOKENS
                                  or keyword_used.get(name) in _KERNEL_KEYWORDS):
             kernel_floor = max(kernel_floor, literals[name])
@@ -493,12 +527,11 @@ def _lcm(values) -> int:
 def _scaled_values(analysis: _Analysis, names: list[str], factor: float,
                    min_size: int) -> dict[str, int]:
     env = _environment(analysis, {})
-    divisor_values = {env[d] for d in analysis.divisors
-                      if isinstance(env.get(d), int) and env[d] > 1}
     values: dict[str, int] = {}
     for name in names:
         old = analysis.literals[name]
-        multiple = _lcm([8] * (old % 8 == 0) + [d for d in divisor_values if old % d == 0])
+        multiple = _lcm([8] * (old % 8 == 0)
+                        + [d for d in _divisors_of(analysis, name, env) if old % d == 0])
         floor = max(min_size, analysis.kernel_floor)
         floor = multiple * math.ceil(floor / multiple)
         new = multiple * round(old * factor / multiple)
@@ -537,14 +570,13 @@ def _broken(analysis: _Analysis, values: dict[str, int]) -> set[str]:
         if new_r == 0 or (old_l % old_r == 0 and new_l % new_r != 0) \
                 or (old_l // old_r > 0 and new_l // new_r <= 0):
             bad |= deps(left) | deps(right)
-    divisor_values = {old_env[d] for d in analysis.divisors
-                      if isinstance(old_env.get(d), int) and old_env[d] > 1}
     for name in analysis.derived:
         old, new = old_env.get(name), new_env.get(name)
         if not isinstance(old, int) or not isinstance(new, int) or isinstance(old, bool):
             continue
-        if (old > 0 and new <= 0) or any(old % d == 0 and new % d != 0 for d in divisor_values
-                                         if name not in analysis.divisors):
+        divisor_values = _divisors_of(analysis, name, old_env) if name not in analysis.divisors \
+            else []
+        if (old > 0 and new <= 0) or any(old % d == 0 and new % d != 0 for d in divisor_values):
             bad |= deps(name)
     return bad
 
