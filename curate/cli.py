@@ -15,6 +15,7 @@ from .errors import KernelmillError
 COMMAND_MODULES = (
     "kernelmill.curate.interop",  # import, export
     "kernelmill.curate.pipeline",  # build
+    "kernelmill.validate.cli",  # validate
 )
 
 

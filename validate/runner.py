@@ -1,0 +1,300 @@
+"""Validate problem records on a device: the parent side of the validator.
+
+``validate_file(in_path, out_path, ...)`` reads records, validates each in isolated workers and
+writes every record (passed or not) with its ``validation`` section, resumably.
+
+Per problem (``validate_source``):
+
+1. static check of the source (``curate.problem.check_source``);
+2. on CPU, shrink its sizes (``synth.resize.shrink_for_cpu``) so the checks run in seconds;
+3. libcst ablations of ``Model.forward`` (``ablation.ablations``);
+4. worker 1 (``probe.probe_problem``): every single-process check, fp64 calibration, aten trace,
+   flops/bytes, output statistics and eager timing;
+5. worker 2 (``probe.replay_problem``, on CUDA by default): the same build in a fresh process
+   (cross-process determinism) and TorchInductor (match + median time);
+6. verdicts (``checks.judge``), roofline, difficulty.
+
+A problem that crashes, hangs or cannot be read gets ``validation.passed = false`` with the
+reason in ``checks.runs``; the run goes on. ``validation.passed`` is true only when no gating check
+failed (a skipped check, ``passed: null``, never fails and never passes).
+
+Several workers may share one GPU (``workers_per_gpu``) so Inductor compiles overlap; timing runs
+take an exclusive per-GPU file lock so no measurement overlaps another worker's kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kernelmill.curate.errors import KernelmillError, ProblemError
+from kernelmill.curate.problem import check_source
+from kernelmill.curate.record import Record
+from kernelmill.curate.stats import StageStats
+from kernelmill.curate.store import JsonlWriter, read_records
+
+from . import checks as C
+from .ablation import ablations
+from .backends import get_backend, resolve_device
+from .difficulty import difficulty
+from .roofline import roofline
+
+log = logging.getLogger("kernelmill")
+
+PROBE = "kernelmill.validate.probe:probe_problem"
+REPLAY = "kernelmill.validate.probe:replay_problem"
+# checks that describe a problem without deciding whether it is kept
+NON_GATING = frozenset({"roofline"})
+
+
+@dataclass
+class ValidateConfig:
+    """Validation settings; each field is also a ``kernelmill validate`` flag."""
+
+    seed: int = 0                      # base seed of every input, weight and RNG draw
+    timeout_s: float = 300.0           # per worker
+    min_ms: float = 0.1                # runtime band (CUDA only)
+    max_ms: float = 1000.0
+    max_launch_ratio: float = 0.8      # host issue time / GPU time above this: launch-bound
+    sensitivity_margin: float = 10.0
+    min_sensitive_fraction: float = 0.01
+    max_zero_fraction: float = 0.99
+    max_constant_fraction: float = 0.99
+    tolerance_margin: float = 10.0     # calibrated tol = max(dtype floor, margin x fp64 noise)
+    max_ablations: int = 48
+    inductor: bool | None = None       # None: on CUDA yes, on CPU no (a cold compile is ~20 s)
+    inductor_mode: str | None = None
+    cross_process: bool | None = None  # None: on CUDA a second worker; on CPU folded in-process
+    cpu_max_numel: int | None = None   # None: synth.resize.CPU_MAX_NUMEL
+    workers_per_gpu: int = 4
+    gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
+
+    @classmethod
+    def coerce(cls, config: "ValidateConfig | dict | None") -> "ValidateConfig":
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(config) - names
+        if unknown:
+            raise KernelmillError(f"unknown validate setting(s): {', '.join(sorted(unknown))}")
+        return cls(**config)
+
+    def thresholds(self) -> dict:
+        return {k: getattr(self, k) for k in C.DEFAULT_THRESHOLDS}
+
+
+def _torch_version() -> str | None:
+    try:
+        import torch
+
+        return torch.__version__
+    except ImportError:  # pragma: no cover
+        return None
+
+
+def _failed(device: str, stage: str, message: str, **extra: Any) -> dict:
+    checks = {"runs": C.check(False, None, f"{stage}: {message}" if stage else message)}
+    return {"device": device, "torch": _torch_version(), "dtype": None, "checks": checks,
+            "passed": False, "flags": ["runs"], "eager_ms": None, "inductor_ms": None,
+            "inductor_speedup": None, "flops": None, "bytes": None, "roofline_ms": None,
+            "headroom": None, "atol": None, "rtol": None, "difficulty": None, "aten_ops": [],
+            "probe_stats": None, "resized": extra.get("resized")}
+
+
+def _lock_path(slot: dict) -> str | None:
+    if slot.get("gpu") is None:
+        return None
+    folder = os.path.join(tempfile.gettempdir(), "kernelmill-locks")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"gpu{slot['gpu']}")
+
+
+def _worker_env(slot: dict, device: str) -> dict:
+    env = dict(slot.get("env") or {})
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                   os.path.join(tempfile.gettempdir(), "kernelmill-inductor-cache"))
+    if not device.startswith("cuda"):
+        env.setdefault("OMP_NUM_THREADS", "1")  # CPU slots share the cores
+    return env
+
+
+def _shrink(source: str, cfg: ValidateConfig) -> tuple[str, float | None, str]:
+    try:
+        from kernelmill.synth.resize import CPU_MAX_NUMEL, ResizeError, shrink_for_cpu
+    except ImportError:  # pragma: no cover — resize ships with the package
+        return source, None, "resize unavailable"
+    try:
+        result = shrink_for_cpu(source, max_numel=cfg.cpu_max_numel or CPU_MAX_NUMEL)
+    except ResizeError as exc:
+        return source, None, f"not resized ({exc})"
+    factor = result.factor if result.factor and result.factor != 1 else None
+    return result.source, factor, ""
+
+
+def validate_source(source: str, slot: dict | None = None,
+                    config: ValidateConfig | dict | None = None) -> dict:
+    """The ``validation`` section for one problem source (see the module docstring)."""
+    from .harness import run_in_worker
+
+    cfg = ValidateConfig.coerce(config)
+    slot = slot or {"device": "cpu", "gpu": None, "env": {}}
+    device = slot["device"]
+    on_cuda = device.startswith("cuda")
+    try:
+        check_source(source)
+    except ProblemError as exc:
+        return _failed(device, "static check", exc.reason)
+
+    run_source, resized, resize_note = (source, None, "") if on_cuda else _shrink(source, cfg)
+    variants = ablations(run_source, cfg.max_ablations)
+    cross_process = on_cuda if cfg.cross_process is None else cfg.cross_process
+    inductor = on_cuda if cfg.inductor is None else cfg.inductor
+    env = _worker_env(slot, device)
+    payload = {"source": run_source, "device": device, "seed": cfg.seed, "ablations": variants,
+               "config": {"sensitivity_margin": cfg.sensitivity_margin,
+                          "tolerance_margin": cfg.tolerance_margin},
+               "lock": _lock_path(slot), "resized": resized,
+               "rebuild_in_process": not cross_process}
+    first = run_in_worker(PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env)
+    if not first.ok:
+        err = first.error or {}
+        return _failed(device, err.get("stage", "worker"), err.get("message", "failed"),
+                       resized=resized)
+    m = first.value
+    m["resized"] = resized
+    checks = C.judge(m, cfg.thresholds())
+    if resize_note:
+        checks["runs"]["detail"] += f"; {resize_note}"
+    tol = m["tolerance"]["tol"]
+
+    replay = None
+    if cross_process or inductor:
+        second = run_in_worker(REPLAY, {**payload, "ablations": None, "inductor": inductor,
+                                        "inductor_mode": cfg.inductor_mode},
+                               timeout_s=cfg.timeout_s, device=device, env=env)
+        if second.ok:
+            replay = second.value
+        else:
+            err = second.error or {}
+            replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}
+    det = checks["deterministic"]
+    if cross_process:
+        if replay is None or "digest" not in replay:
+            det["detail"] += f"; second worker failed ({replay and replay.get('failed')})"
+            det["passed"] = False
+        else:
+            err = C.digest_error(replay["digest"], m["digest"])
+            det["detail"] += "; across 2 workers: " + ("bitwise" if err == 0 else
+                                                      f"error {err:.3g}")
+            if err > tol:
+                det["passed"] = False
+    else:
+        det["detail"] += "; cross-process check folded into an in-process rebuild"
+    if inductor:
+        ind = (replay or {}).get("inductor") if replay and "failed" not in replay else \
+            {"error": (replay or {}).get("failed", "second worker did not run")}
+        checks["inductor"] = C.judge_inductor(ind, m["timing"].get("eager_ms"), tol)
+        inductor_ms = (ind or {}).get("ms")
+    else:
+        checks["inductor"] = C.check(None, None, "skipped on cpu (enable with --inductor)"
+                                     if not on_cuda else "disabled")
+        inductor_ms = None
+
+    eager_ms = m["timing"].get("eager_ms")
+    roof = roofline(m["flops"], m["bytes"], dtype=m["dtype"], device_name=m["device_name"],
+                    eager_ms=eager_ms) if on_cuda else None
+    if roof is None:
+        checks["roofline"] = C.check(None, None, "GPU-only check (ran on cpu)")
+    else:
+        ok = roof["headroom"] is None or roof["headroom"] >= 0.8
+        checks["roofline"] = C.check(
+            ok, roof["headroom"], f"bound {roof['roofline_ms']:.3g} ms ({roof['bound']}-bound, "
+            f"{roof['source']}); headroom {roof['headroom'] or 0:.3g}x" +
+            ("" if ok else " (faster than the bound: peak table wrong for this device?)"))
+
+    gating = cfg.gating or tuple(n for n in checks if n not in NON_GATING)
+    passed, flags = C.summarize(checks, gating)
+    speedup = checks["inductor"]["value"] if inductor else None
+    compute = C.compute_ops(m["aten_ops"])
+    return {
+        "device": device if not on_cuda else f"cuda:{m['device_name']}",
+        "torch": m["torch"], "dtype": m["dtype"], "checks": checks, "passed": passed,
+        "flags": flags, "eager_ms": eager_ms, "inductor_ms": inductor_ms,
+        "inductor_speedup": speedup, "flops": m["flops"], "bytes": m["bytes"],
+        "roofline_ms": roof["roofline_ms"] if roof else None,
+        "headroom": roof["headroom"] if roof else None,
+        "atol": tol, "rtol": tol,
+        "difficulty": difficulty(compute, inductor_speedup=speedup,
+                                 headroom=roof["headroom"] if roof else None),
+        "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,
+        "timing": {k: m["timing"].get(k) for k in ("reps", "iqr_ms", "host_ms", "launch_ratio")},
+    }
+
+
+def _validate_item(item: tuple[dict, dict], slot: dict) -> dict:
+    """Backend task: never raises, so one bad problem cannot stop the run."""
+    record, config = item
+    start = time.monotonic()
+    try:
+        validation = validate_source(record["source"], slot, config)
+    except Exception as exc:  # noqa: BLE001 — a validator failure is recorded, not fatal
+        validation = _failed(slot.get("device", "?"), "validator",
+                             f"{type(exc).__name__}: {exc}")
+    validation["wall_s"] = round(time.monotonic() - start, 3)
+    return validation
+
+
+def validate_file(in_path, out_path, *, device: str = "auto", workers: int | None = None,
+                  backend: str = "local", address: str | None = None,
+                  config: ValidateConfig | dict | None = None, progress: bool = True
+                  ) -> StageStats:
+    """Validate every record of ``in_path`` into ``out_path`` (resumable; all records written)."""
+    cfg = ValidateConfig.coerce(config)
+    device = resolve_device(device)
+    stats = StageStats("validate")
+    start = time.monotonic()
+
+    def corrupt(message: str) -> None:
+        log.warning(message)
+        stats.count("corrupt input")
+
+    with JsonlWriter(out_path) as writer:
+        records, seen = [], set()
+        for record in read_records(in_path, on_error=corrupt):
+            if record.id in writer:
+                stats.count("already validated")
+            elif record.id not in seen:
+                seen.add(record.id)
+                records.append(record)
+        if device.startswith("cuda") and workers is None:
+            import torch
+
+            workers = max(1, torch.cuda.device_count()) * cfg.workers_per_gpu
+        runner = get_backend(backend, device=device, workers=workers, address=address)
+        config_dict = dataclasses.asdict(cfg)
+        items = [(r.to_dict(), config_dict) for r in records]
+        results = runner.map_unordered(_validate_item, items)
+        if progress:
+            from kernelmill.curate.progress import track
+
+            results = track(results, total=len(items), description="validate")
+        for (data, _cfg), validation in results:
+            record = Record.from_dict(data).replace(validation=validation)
+            writer.write(record)
+            if validation["passed"]:
+                stats.kept()
+            else:
+                stats.dropped(validation["flags"][0] if validation["flags"] else "failed")
+                for flag in validation["flags"]:
+                    stats.count(f"flag: {flag}")
+    stats.seconds = time.monotonic() - start
+    return stats
+
+
+__all__ = ["ValidateConfig", "validate_file", "validate_source"]
