@@ -101,3 +101,37 @@ def test_worker_env_drops_credentials(monkeypatch):
     assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "3"
     assert env["KERNELMILL_RUN_TOKEN"] == "abc"
+
+
+def test_sandbox_confines_writes_and_signals(tmp_path):
+    from kernelmill.validate.sandbox import abi_version
+
+    if abi_version() <= 0:
+        pytest.skip("kernel without Landlock")  # the GPU machine may lack it; CI has it
+    outside = tmp_path / "victim.txt"
+    outside.write_text("original")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    body = ("import os, signal\n"
+            "def main():\n"
+            "    results = {}\n"
+            f"    for name, path in (('outside', {str(outside)!r}), "
+            f"('allowed', {str(allowed / 'x.txt')!r}), ('cwd', 'here.txt')):\n"
+            "        try:\n"
+            "            open(path, 'w').write('tampered')\n"
+            "            results[name] = True\n"
+            "        except OSError:\n"
+            "            results[name] = False\n"
+            "    try:\n"
+            "        os.kill(os.getppid(), 0)\n"
+            "        results['signal_parent'] = True\n"
+            "    except OSError:\n"
+            "        results['signal_parent'] = False\n"
+            "    return results\n")
+    result = run(body, writable=[str(allowed)])
+    assert result.ok, result.error
+    assert result.sandbox and result.sandbox >= 1
+    assert result.value["outside"] is False and outside.read_text() == "original"
+    assert result.value["allowed"] is True and result.value["cwd"] is True
+    if result.sandbox >= 6:
+        assert result.value["signal_parent"] is False

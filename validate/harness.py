@@ -14,6 +14,10 @@ the trusted process). Frames that fail the check, or anything after the final fr
 result ``tampered``. stdout/stderr are kept only as text tails for error messages. After the
 worker ends, its whole process group is killed, and any process still carrying this run's token
 in its environment (a child that called ``setsid``) is killed too.
+
+Confinement: where the kernel has Landlock (``sandbox.py``), the worker may write only inside
+its temporary folder and the folders the caller names in ``writable``, and may not signal or
+ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlock ABI applied.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .harness_worker import HEADER, KIND_ERROR, KIND_HELLO, KIND_RESULT, KIND_STAGE, MAC_SIZE
+from .harness_worker import mark_stage  # noqa: F401 — targets may import it from here too
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
@@ -56,6 +61,7 @@ class WorkerResult:
     timed_out: bool = False
     tampered: bool = False  # a frame failed authentication or arrived after the final one
     leaked_processes: int = 0  # processes of this run still alive after the worker ended
+    sandbox: int | None = None  # Landlock ABI the worker confined itself with; None: unconfined
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -74,6 +80,8 @@ def worker_env(device: str, env: dict | None = None, token: str = "", tmp: str =
     base.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"})
     if tmp:
         base["TMPDIR"] = tmp
+        base["XDG_CACHE_HOME"] = os.path.join(tmp, "cache")
+        base["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
     if device.startswith("cpu"):
         base["TRITON_INTERPRET"] = "1"
         base["CUDA_VISIBLE_DEVICES"] = ""
@@ -106,6 +114,7 @@ class _Reader(threading.Thread):
         self.result: bytes | None = None
         self.error: dict | None = None
         self.hello = False
+        self.sandbox: int | None = None
         self.tampered = False
         self.final_at: float | None = None
 
@@ -147,6 +156,7 @@ class _Reader(threading.Thread):
             now = time.monotonic() - self.start_time
             if kind == KIND_HELLO:
                 self.hello = True
+                self.sandbox = json.loads(data).get("sandbox")
             elif kind == KIND_STAGE:
                 self.stages.append((json.loads(data)["stage"], now))
             elif kind == KIND_RESULT:
@@ -180,32 +190,35 @@ def _proc_with_token(token: str) -> list[int]:
 
 
 def kill_run(pgid: int, token: str) -> int:
-    """Kill the worker's process group and every process carrying the run token; count them."""
+    """Kill the worker's process group and every process carrying the run token.
+
+    Returns how many had escaped the group (a new session or group: ``setsid``, ``setpgid``)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    survivors = 0
-    for _ in range(3):
-        pids = _proc_with_token(token)
+    escaped: set[int] = set()
+    for _ in range(5):
         live = []
-        for pid in pids:
+        for pid in _proc_with_token(token):
             try:
                 with open(f"/proc/{pid}/stat", "rb") as handle:
-                    if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                        continue  # a zombie waiting for its (killed) parent: already dead
+                    fields = handle.read().rsplit(b")", 1)[1].split()
             except OSError:
                 continue
+            if fields[0] in (b"Z", b"X"):
+                continue  # already dead, waiting to be reaped
             live.append(pid)
+            if int(fields[2]) != pgid:
+                escaped.add(pid)
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        survivors = max(survivors, len(live))
         if not live:
             break
         time.sleep(0.05)
-    return survivors
+    return len(escaped)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -231,12 +244,15 @@ def _last_error_line(text: str) -> str:
 
 def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
+                  writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
     slot's ``CUDA_VISIBLE_DEVICES``). ``limits`` may set ``address_space`` and ``file_size``
     (bytes; RLIMIT_AS defaults to 16 GiB on CPU, none on CUDA where the driver maps large ranges).
+    With ``sandbox`` (default) the worker may write only in its temporary folder and ``writable``.
+    Triton's cache is private to the run unless ``env`` sets ``TRITON_CACHE_DIR``.
     """
     limits = dict(limits or {})
     if device.startswith("cpu"):
@@ -245,8 +261,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     tmp = tempfile.mkdtemp(prefix="kernelmill-run-")
     workdir = os.path.join(tmp, "cwd")
     os.mkdir(workdir)
-    job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits},
-                       protocol=pickle.HIGHEST_PROTOCOL)
+    allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
+    job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
+                        "writable": allowed}, protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     stdout = tempfile.TemporaryFile(dir=tmp)
@@ -294,6 +311,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
+                          sandbox=reader.sandbox,
                           stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
     stdout.close()
     stderr.close()

@@ -128,7 +128,12 @@ def main(argv: list[str]) -> None:
     _send = _make_sender(_hide_fd(fd_out), key)
     del key
     _apply_limits(job.get("limits") or {})
-    _send(KIND_HELLO, json.dumps({"pid": os.getpid()}).encode())
+    sandbox = None
+    if job.get("writable") is not None:
+        from .sandbox import confine
+
+        sandbox = confine(job["writable"])
+    _send(KIND_HELLO, json.dumps({"pid": os.getpid(), "sandbox": sandbox}).encode())
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")
