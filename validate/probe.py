@@ -326,7 +326,7 @@ def probe_problem(payload: dict) -> dict:
     cfg = payload.get("config", {})
     margin = float(cfg.get("sensitivity_margin", 10.0))
     lock = GpuLock(payload.get("lock"))
-    m: dict[str, Any] = {"resized": payload.get("resized"), "torch": torch.__version__,
+    m: dict[str, Any] = {"resized": payload.get("resized"), "torch": str(torch.__version__),
                          "device_name": (torch.cuda.get_device_name()
                                          if device.startswith("cuda") else "cpu")}
 
