@@ -24,8 +24,9 @@ to the factor whose largest tensor has at most ``target_numel`` elements. What i
 
 The size that ``target_numel`` and ``shrink_for_cpu`` aim at is the largest tensor that the source
 makes visible statically: each tensor that ``get_inputs`` returns (shapes read from
-``torch.randn(...)`` and friends without running anything), and, as a stand-in for weight
-matrices, the product of the two largest sizes that ``get_init_inputs`` returns. Sources are
+``torch.randn(...)`` and friends without running anything), and, as a stand-in for the weights,
+the product of the sizes (> 8) that ``get_init_inputs`` returns (in x out for a linear layer,
+in1 x in2 x out for a bilinear one). Sources are
 never executed, so untrusted (generated) sources can be resized safely.
 
 ``resize_source`` raises ``ResizeError`` with the reason when nothing can be resized.
@@ -495,11 +496,10 @@ def _largest(analysis: _Analysis, values: dict[str, int]) -> int | None:
                 candidates.append(int(numel))
     fn = _top_function(analysis.tree, "get_init_inputs")
     if fn is not None:
-        ints = sorted((int(v) for v in evaluator.run(fn)
-                       if isinstance(v, int) and not isinstance(v, bool) and v > SMALL),
-                      reverse=True)
+        ints = [int(v) for v in evaluator.run(fn)
+                if isinstance(v, int) and not isinstance(v, bool) and v > SMALL]
         if ints:
-            candidates.append(math.prod(ints[:2]))
+            candidates.append(math.prod(ints))
     return max(candidates) if candidates else None
 
 
