@@ -1,0 +1,454 @@
+"""Deduplication: four keys per record, exact duplicates dropped, the other groups marked.
+
+``kernelmill dedup IN --out OUT [--threshold 0.8]`` writes every record once, with a ``dedup``
+section ``{exact_key, structural_key, near_group, behaviour_key, ops}``:
+
+- ``exact_key``: hash of the whole program with comments, docstrings, formatting and local names
+  normalized (``curate.features``). Records sharing it are the same program; only the
+  best-validated one is kept (``validation.passed`` first, then most checks passed, then the
+  shortest, then the lexicographically first id), the others are counted as
+  ``dropped: exact_duplicate``.
+- ``structural_key``: hash of the forward arity and the op stream with every size, constant
+  name and local name abstracted: the same computation at other shapes meets here.
+- ``near_group``: MinHash (datasketch's ``affine32`` scheme, 128 permutations) over 5-token
+  shingles of the near stream (boilerplate stripped), LSH banding with datasketch's optimal
+  (bands, rows) for the threshold, every candidate pair verified by its estimated Jaccard, and
+  connected components of the verified pairs. The group is named by its smallest member id.
+- ``behaviour_key``: hash of ``validation.aten_ops`` and ``validation.probe_stats`` (floats
+  rounded to 4 significant digits) when validation recorded them, else null.
+- ``ops``: the abstracted op stream behind the structural key (clustering reads it).
+
+Structural, near and behaviour groups are kept but marked: the split keeps each group on one side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import KernelmillError
+from .features import extract, stream_hash
+from .progress import track
+from .record import Record
+from .stats import StageStats
+from .store import JsonlWriter, read_records
+
+log = logging.getLogger("kernelmill")
+
+NUM_PERM = 128
+SHINGLE = 5
+MINHASH_SEED = 1
+_CHUNK = 500            # sources per worker task
+_PARALLEL_FROM = 3000   # fewer records than this are keyed in-process
+
+
+# --------------------------------------------------------------------------------------------
+# union-find
+# --------------------------------------------------------------------------------------------
+class UnionFind:
+    """Disjoint sets over 0..n-1 with path halving; ``groups()`` labels each by its root."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            if ra < rb:
+                self.parent[rb] = ra
+            else:
+                self.parent[ra] = rb
+
+    def union_by_label(self, labels: Sequence[Any]) -> None:
+        """Join every pair of members whose label is equal (None joins nothing)."""
+        first: dict[Any, int] = {}
+        for i, label in enumerate(labels):
+            if label is None:
+                continue
+            j = first.setdefault(label, i)
+            if j != i:
+                self.union(i, j)
+
+    def roots(self) -> list[int]:
+        return [self.find(i) for i in range(len(self.parent))]
+
+
+# --------------------------------------------------------------------------------------------
+# shingles and MinHash
+# --------------------------------------------------------------------------------------------
+_TOKEN_CACHE: dict[str, int] = {}
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
+                 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+
+
+def token_hashes(tokens: Sequence[str]) -> np.ndarray:
+    """Stable 32-bit hash per token (crc32; the same in every process and run)."""
+    cache = _TOKEN_CACHE
+    out = np.empty(len(tokens), dtype=np.uint64)
+    for i, token in enumerate(tokens):
+        h = cache.get(token)
+        if h is None:
+            if len(cache) > 1_000_000:
+                cache.clear()
+            h = cache[token] = zlib.crc32(token.encode("utf-8"))
+        out[i] = h
+    return out
+
+
+def shingle_hashes(hashes: np.ndarray, k: int = SHINGLE) -> np.ndarray:
+    """32-bit hashes of the k-token windows of a token-hash array (one window if shorter)."""
+    n = len(hashes)
+    if n == 0:
+        return np.zeros(1, dtype=np.uint32)
+    if n < k:
+        hashes = np.concatenate([hashes, np.zeros(k - n, dtype=np.uint64)])
+        n = k
+    width = n - k + 1
+    with np.errstate(over="ignore"):
+        acc = hashes[:width] * _MIX[0]
+        for j in range(1, k):
+            acc = acc + hashes[j:j + width] * _MIX[j]
+    return ((acc >> np.uint64(32)) ^ (acc & np.uint64(0xFFFFFFFF))).astype(np.uint32)
+
+
+_PERMUTATIONS: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def permutations() -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters for (NUM_PERM, MINHASH_SEED)."""
+    global _PERMUTATIONS
+    if _PERMUTATIONS is None:
+        from datasketch import MinHash
+
+        a, b = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, scheme="affine32").permutations
+        _PERMUTATIONS = (np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32))
+    return _PERMUTATIONS
+
+
+def _fmix32(hv: np.ndarray) -> np.ndarray:
+    from datasketch.minhash import _fmix
+
+    return _fmix(hv, 32)
+
+
+def minhash_signatures(shingle_sets: Sequence[np.ndarray], chunk: int = 100_000) -> np.ndarray:
+    """(n, NUM_PERM) uint32 signatures, equal to datasketch's ``MinHash(scheme="affine32")``
+    updated with the same 32-bit hash values, computed for many sets at once.
+
+    Work goes in blocks of about ``chunk`` shingles, so memory stays near chunk x NUM_PERM x 4
+    bytes whatever the number of sets."""
+    n = len(shingle_sets)
+    sig = np.empty((n, NUM_PERM), dtype=np.uint32)
+    if n == 0:
+        return sig
+    a, b = permutations()
+    lengths = np.fromiter((len(s) for s in shingle_sets), dtype=np.int64, count=n)
+    if lengths.min() == 0:
+        raise ValueError("every shingle set needs at least one shingle")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    start = 0
+    while start < n:
+        stop = int(np.searchsorted(offsets, offsets[start] + chunk, side="right")) - 1
+        stop = min(max(stop, start + 1), n)
+        flat = np.concatenate(shingle_sets[start:stop]).astype(np.uint32, copy=False)
+        with np.errstate(over="ignore"):  # (NUM_PERM, shingles): rows reduce contiguously
+            permuted = a[:, None] * _fmix32(flat)[None, :] + b[:, None]
+        sig[start:stop] = np.minimum.reduceat(permuted, offsets[start:stop] - offsets[start],
+                                              axis=1).T
+        start = stop
+    return sig
+
+
+def lsh_params(threshold: float) -> tuple[int, int]:
+    """(bands, rows) that datasketch's MinHashLSH picks for ``threshold`` at NUM_PERM."""
+    from datasketch import MinHashLSH
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+    return lsh.b, lsh.r
+
+
+def estimated_jaccard(sig: np.ndarray, i: int, others: np.ndarray) -> np.ndarray:
+    return (sig[others] == sig[i]).mean(axis=1)
+
+
+def _row_hash(block: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row of a uint32 block (random odd multipliers, wrapping arithmetic)."""
+    rng = np.random.default_rng(block.shape[1])
+    weights = rng.integers(1, 2**63, size=block.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        h = block.astype(np.uint64) * weights
+        return np.bitwise_xor.reduce(h ^ (h >> np.uint64(29)), axis=1) + h.sum(axis=1)
+
+
+def near_components(sig: np.ndarray, threshold: float) -> list[int]:
+    """Connected components of pairs with estimated Jaccard >= threshold; root index per row.
+
+    Identical signatures are collapsed first; LSH banding then proposes candidate pairs among
+    the distinct ones, and every proposal is verified on the full signature before joining.
+    """
+    n = len(sig)
+    uf = UnionFind(n)
+    if n < 2:
+        return uf.roots()
+    _, first, inverse = np.unique(_row_hash(sig), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for i in np.flatnonzero(first[inverse] != np.arange(n)):
+        uf.union(int(i), int(first[inverse[i]]))
+    distinct = np.sort(first)
+    dsig = sig[distinct]
+    bands, r = lsh_params(threshold)
+    checked: set[tuple[int, int]] = set()
+    for band in range(bands):
+        keys = _row_hash(dsig[:, band * r:(band + 1) * r])
+        _, bucket_of, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        bucket_of = bucket_of.reshape(-1)
+        crowded = np.flatnonzero(counts[bucket_of] > 1)
+        if len(crowded) == 0:
+            continue
+        order = crowded[np.argsort(bucket_of[crowded], kind="stable")]
+        cuts = np.flatnonzero(np.diff(bucket_of[order])) + 1
+        for members in np.split(order, cuts):
+            _join_bucket(uf, dsig, distinct, members, threshold, checked)
+    return uf.roots()
+
+
+def _join_bucket(uf: UnionFind, dsig: np.ndarray, distinct: np.ndarray, members: np.ndarray,
+                 threshold: float, checked: set[tuple[int, int]]) -> None:
+    """Verify a bucket's candidates: pivots in turn, each against every member not yet joined."""
+    pending = members
+    while len(pending) > 1:
+        pivot, rest = int(pending[0]), pending[1:]
+        similar = estimated_jaccard(dsig, pivot, rest) >= threshold
+        for j in rest[similar]:
+            pair = (pivot, int(j))
+            if pair not in checked:
+                checked.add(pair)
+                uf.union(int(distinct[pivot]), int(distinct[j]))
+        pending = rest[~similar]
+
+
+# --------------------------------------------------------------------------------------------
+# keys of one record
+# --------------------------------------------------------------------------------------------
+def _round_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {str(k): _round_floats(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_round_floats(v) for v in value]
+    return value
+
+
+def behaviour_key(validation: dict | None) -> str | None:
+    """Fingerprint of the traced aten op sequence and probe output statistics, if recorded."""
+    if not validation:
+        return None
+    aten = validation.get("aten_ops")
+    probe = validation.get("probe_stats")
+    if not aten and not probe:
+        return None
+    text = json.dumps({"aten": list(aten or []), "probe": _round_floats(probe or {})},
+                      sort_keys=True)
+    return stream_hash([text])
+
+
+@dataclass
+class Keys:
+    exact_key: str
+    structural_key: str
+    near_digest: str        # hash of the near stream: equal streams share one signature
+    shingles: np.ndarray    # uint32 shingle hashes of the near stream
+    ops: list[str]
+
+
+def record_keys(source: str) -> Keys:
+    """Keys of one source; raises SyntaxError when it does not parse."""
+    feats = extract(source)
+    return Keys(exact_key=feats.exact_key, structural_key=feats.structural_key,
+                near_digest=stream_hash(feats.tokens),
+                shingles=shingle_hashes(token_hashes(feats.tokens)), ops=feats.ops)
+
+
+def _keys_chunk(sources: list[str]) -> list[Keys | str]:
+    out: list[Keys | str] = []
+    for source in sources:
+        try:
+            out.append(record_keys(source))
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+def keys_for_sources(sources: Sequence[str], workers: int | None = None,
+                     description: str = "keying") -> list[Keys | str]:
+    """Keys per source (an error string where a source does not parse), in parallel if large."""
+    if workers is None:
+        workers = min(4, os.cpu_count() or 1)
+    chunks = [list(sources[i:i + _CHUNK]) for i in range(0, len(sources), _CHUNK)]
+    results: list[Keys | str] = []
+    if workers <= 1 or len(sources) < _PARALLEL_FROM:
+        for chunk in track(chunks, len(chunks), description):
+            results.extend(_keys_chunk(chunk))
+        return results
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for part in track(pool.map(_keys_chunk, chunks), len(chunks), description):
+            results.extend(part)
+    return results
+
+
+def near_groups_for(keys: Sequence[Keys], threshold: float) -> list[int]:
+    """Root index of each key's near-duplicate component."""
+    digest_index: dict[str, int] = {}
+    rep_of = []
+    reps: list[int] = []
+    for i, k in enumerate(keys):
+        j = digest_index.get(k.near_digest)
+        if j is None:
+            j = digest_index[k.near_digest] = len(reps)
+            reps.append(i)
+        rep_of.append(j)
+    sig = minhash_signatures([keys[i].shingles for i in reps])
+    roots = near_components(sig, threshold)
+    return [reps[roots[j]] for j in rep_of]
+
+
+def _validation_rank(record: Record) -> tuple:
+    """Sort key: the best-validated record first (passed, most checks passed, short id)."""
+    validation = record.validation or {}
+    checks = validation.get("checks") or {}
+    n_passed = sum(1 for c in checks.values() if isinstance(c, dict) and c.get("passed") is True)
+    return (validation.get("passed") is not True, -n_passed, len(record.id), record.id)
+
+
+# --------------------------------------------------------------------------------------------
+# the stage
+# --------------------------------------------------------------------------------------------
+def dedup_records(records: Sequence[Record], *, threshold: float = 0.8,
+                  workers: int | None = None, stats: StageStats | None = None,
+                  drop_exact: bool = True, timings: dict[str, float] | None = None
+                  ) -> list[Record]:
+    """Key ``records`` and return the survivors (input order) with their ``dedup`` section.
+
+    ``timings``, when given, receives the seconds spent per phase."""
+    stats = stats or StageStats("dedup")
+    timings = timings if timings is not None else {}
+    if not 0.0 < threshold <= 1.0:
+        raise KernelmillError(f"--threshold must be in (0, 1], got {threshold}")
+    clock = time.perf_counter()
+    keyed = keys_for_sources([r.source for r in records], workers)
+    timings["parse + keys"] = time.perf_counter() - clock
+    good: list[int] = []
+    for i, result in enumerate(keyed):
+        if isinstance(result, str):
+            log.warning(f"record {records[i].id}: source does not parse ({result}); dropped")
+            stats.dropped("unparsable")
+        else:
+            good.append(i)
+
+    winners: dict[str, int] = {}
+    for i in good:
+        key = keyed[i].exact_key
+        j = winners.get(key)
+        if j is None or _validation_rank(records[i]) < _validation_rank(records[j]):
+            winners[key] = i
+    kept = sorted(winners.values()) if drop_exact else good
+    if drop_exact:
+        stats.dropped("exact_duplicate", len(good) - len(kept))
+
+    kept_keys = [keyed[i] for i in kept]
+    clock = time.perf_counter()
+    roots = near_groups_for(kept_keys, threshold)
+    timings["minhash + lsh"] = time.perf_counter() - clock
+    group_name: dict[int, str] = {}
+    for pos, root in enumerate(roots):
+        rid = records[kept[pos]].id
+        if root not in group_name or rid < group_name[root]:
+            group_name[root] = rid
+
+    out: list[Record] = []
+    for pos, i in enumerate(kept):
+        record, keys = records[i], keyed[i]
+        record.dedup = {"exact_key": keys.exact_key, "structural_key": keys.structural_key,
+                        "near_group": group_name[roots[pos]],
+                        "behaviour_key": behaviour_key(record.validation), "ops": keys.ops}
+        out.append(record)
+    _count_groups(stats, out)
+    return out
+
+
+def _count_groups(stats: StageStats, records: Iterable[Record]) -> None:
+    records = list(records)
+    for field in ("structural_key", "near_group", "behaviour_key"):
+        sizes: dict[str, int] = {}
+        for r in records:
+            value = r.dedup.get(field)
+            if value is not None:
+                sizes[value] = sizes.get(value, 0) + 1
+        label = field.replace("_key", "").replace("_group", "")
+        stats.count(f"groups: {label}", sum(1 for v in sizes.values() if v > 1))
+        stats.count(f"in a shared group: {label}", sum(v for v in sizes.values() if v > 1))
+
+
+def dedup_file(in_path: str | Path, out_path: str | Path, *, threshold: float = 0.8,
+               workers: int | None = None, timings: dict[str, float] | None = None
+               ) -> StageStats:
+    """Read ``in_path``, write the deduplicated records with their ``dedup`` section."""
+    start = time.perf_counter()
+    timings = timings if timings is not None else {}
+    stats = StageStats("dedup")
+    records = list(read_records(in_path))
+    timings["read"] = time.perf_counter() - start
+    survivors = dedup_records(records, threshold=threshold, workers=workers, stats=stats,
+                              timings=timings)
+    clock = time.perf_counter()
+    with JsonlWriter(out_path) as writer:
+        for record in survivors:
+            if writer.write(record):
+                stats.kept()
+            else:
+                stats.count("already present")
+    timings["write"] = time.perf_counter() - clock
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+def _cmd_dedup(args: argparse.Namespace) -> int:
+    stats = dedup_file(args.input, args.out, threshold=args.threshold, workers=args.workers)
+    print(stats.summary())
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "dedup", help="mark structural/near/behaviour duplicates, drop exact ones",
+        description="Key every record (exact, structural, near MinHash-LSH, behaviour); drop "
+                    "exact duplicates keeping the best-validated one; mark the other groups.")
+    p.add_argument("input", help="records file (JSONL)")
+    p.add_argument("--out", required=True, help="records file to write (JSONL)")
+    p.add_argument("--threshold", type=float, default=0.8,
+                   help="Jaccard similarity at which two problems are near duplicates (0.8)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for parsing (default: up to 4, by core count)")
+    p.set_defaults(func=_cmd_dedup)
