@@ -25,8 +25,8 @@ to the factor whose largest tensor has at most ``target_numel`` elements. What i
 The size that ``target_numel`` and ``shrink_for_cpu`` aim at is the largest tensor that the source
 makes visible statically: each tensor that ``get_inputs`` returns (shapes read from
 ``torch.randn(...)`` and friends without running anything), and, as a stand-in for the weights,
-the product of the sizes (> 8) that ``get_init_inputs`` returns (in x out for a linear layer,
-in1 x in2 x out for a bilinear one). Sources are
+the product of the scalable sizes that ``get_init_inputs`` returns (in x out for a linear layer,
+in1 x in2 x out for a bilinear one; heads, groups and kernel sizes do not count). Sources are
 never executed, so untrusted (generated) sources can be resized safely.
 
 ``resize_source`` raises ``ResizeError`` with the reason when nothing can be resized.
@@ -456,6 +456,7 @@ class _InputEvaluator:
         return _Unknown(frozenset(self._refs(node, local)))
 
     def run(self, fn: ast.FunctionDef) -> list:
+        self.returned_nodes: list[ast.AST] | None = None
         local: dict = {}
         returned: list = []
         for stmt in fn.body:
@@ -473,6 +474,8 @@ class _InputEvaluator:
             elif isinstance(stmt, ast.Return) and stmt.value is not None:
                 value = self.ev(stmt.value, local)
                 returned = list(value) if isinstance(value, tuple) else [value]
+                if isinstance(stmt.value, (ast.List, ast.Tuple)):
+                    self.returned_nodes = list(stmt.value.elts)
                 break
             elif not isinstance(stmt, (ast.Expr, ast.Pass)):
                 # loops, branches: fall back to the constants each later name came from
@@ -480,6 +483,20 @@ class _InputEvaluator:
                     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                         local[node.id] = _Unknown(frozenset(self._refs(stmt, local)))
         return returned
+
+
+def _depends_on(analysis: _Analysis, node: ast.AST, names) -> bool:
+    """Whether ``node`` uses one of ``names``, directly or through derived constants."""
+    seen: set[str] = set()
+    stack = list(_names(node))
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in analysis.derived:
+            stack.extend(_names(analysis.derived[name]))
+    return bool(seen & set(names))
 
 
 def _largest(analysis: _Analysis, values: dict[str, int]) -> int | None:
@@ -496,8 +513,12 @@ def _largest(analysis: _Analysis, values: dict[str, int]) -> int | None:
                 candidates.append(int(numel))
     fn = _top_function(analysis.tree, "get_init_inputs")
     if fn is not None:
-        ints = [int(v) for v in evaluator.run(fn)
-                if isinstance(v, int) and not isinstance(v, bool) and v > SMALL]
+        values = evaluator.run(fn)
+        nodes = evaluator.returned_nodes
+        sized = [True] * len(values) if nodes is None or len(nodes) != len(values) \
+            else [_depends_on(analysis, node, analysis.scalable) for node in nodes]
+        ints = [int(v) for v, is_size in zip(values, sized) if is_size
+                and isinstance(v, int) and not isinstance(v, bool) and v > SMALL]
         if ints:
             candidates.append(math.prod(ints))
     return max(candidates) if candidates else None
