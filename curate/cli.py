@@ -16,6 +16,9 @@ COMMAND_MODULES = (
     "kernelmill.curate.interop",  # import, export
     "kernelmill.curate.pipeline",  # build
     "kernelmill.validate.cli",  # validate
+    "kernelmill.curate.dedup",  # dedup
+    "kernelmill.curate.cluster",  # cluster
+    "kernelmill.splits.cli",  # split, publish
 )
 
 

@@ -94,9 +94,15 @@ class UnionFind:
 # shingles and MinHash
 # --------------------------------------------------------------------------------------------
 _TOKEN_CACHE: dict[str, int] = {}
-_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
-                 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
-                 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+_MULTIPLIERS: dict[int, np.ndarray] = {}
+
+
+def _multipliers(k: int) -> np.ndarray:
+    mix = _MULTIPLIERS.get(k)
+    if mix is None:
+        rng = np.random.default_rng(0x5EED + k)
+        mix = _MULTIPLIERS[k] = rng.integers(1, 2**63, size=k, dtype=np.uint64) | np.uint64(1)
+    return mix
 
 
 def token_hashes(tokens: Sequence[str]) -> np.ndarray:
@@ -113,19 +119,23 @@ def token_hashes(tokens: Sequence[str]) -> np.ndarray:
     return out
 
 
-def shingle_hashes(hashes: np.ndarray, k: int = SHINGLE) -> np.ndarray:
-    """32-bit hashes of the k-token windows of a token-hash array (one window if shorter)."""
+def shingle_hashes(hashes: np.ndarray, k: int = SHINGLE, pad: bool = True) -> np.ndarray:
+    """32-bit hashes of the k-token windows of a token-hash array. A shorter array gives one
+    padded window (``pad``) or none."""
     n = len(hashes)
+    if n < k and not pad:
+        return np.zeros(0, dtype=np.uint32)
     if n == 0:
         return np.zeros(1, dtype=np.uint32)
     if n < k:
         hashes = np.concatenate([hashes, np.zeros(k - n, dtype=np.uint64)])
         n = k
     width = n - k + 1
+    mix = _multipliers(k)
     with np.errstate(over="ignore"):
-        acc = hashes[:width] * _MIX[0]
+        acc = hashes[:width] * mix[0]
         for j in range(1, k):
-            acc = acc + hashes[j:j + width] * _MIX[j]
+            acc = acc + hashes[j:j + width] * mix[j]
     return ((acc >> np.uint64(32)) ^ (acc & np.uint64(0xFFFFFFFF))).astype(np.uint32)
 
 
