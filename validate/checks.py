@@ -70,6 +70,8 @@ def flatten_outputs(out: Any) -> list:
     """Tensors of a forward's result, in order (tuples, lists and dicts flattened)."""
     import torch
 
+    if out is None:
+        return []
     if isinstance(out, torch.Tensor):
         return [out.detach()]
     if isinstance(out, (list, tuple)):

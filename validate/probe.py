@@ -339,6 +339,8 @@ def probe_problem(payload: dict) -> dict:
         before = _clone(inputs)
         _mark("forward")
         ref = run_forward(model, inputs, sd["forward"], device)
+        if not ref:
+            raise ValueError("forward returned no tensor")
         direct = C.flatten_outputs(_forward_mutating(model, inputs, sd["forward"], device))
         m["mutated_inputs"] = [f"input {i}" for i, (a, b) in enumerate(zip(inputs, before))
                                if isinstance(a, torch.Tensor) and not C.bitwise_equal([a], [b])]

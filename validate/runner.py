@@ -70,7 +70,7 @@ class ValidateConfig:
     inductor_mode: str | None = None
     cross_process: bool | None = None  # None: on CUDA a second worker; on CPU folded in-process
     cpu_max_numel: int | None = None   # None: synth.resize.CPU_MAX_NUMEL
-    workers_per_gpu: int = 4
+    workers_per_gpu: int | None = None  # None: CPU cores per GPU, at most 8
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
@@ -121,6 +121,8 @@ def _worker_env(slot: dict, device: str) -> dict:
                    os.path.join(tempfile.gettempdir(), "kernelmill-inductor-cache"))
     if not device.startswith("cuda"):
         env.setdefault("OMP_NUM_THREADS", "1")  # CPU slots share the cores
+    else:  # several workers share a GPU and the host's cores: one compile thread each
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return env
 
 
@@ -223,7 +225,7 @@ def validate_source(source: str, slot: dict | None = None,
     speedup = checks["inductor"]["value"] if inductor else None
     compute = C.compute_ops(m["aten_ops"])
     return {
-        "device": device if not on_cuda else f"cuda:{m['device_name']}",
+        "device": "cuda" if on_cuda else "cpu", "device_name": m["device_name"],
         "torch": m["torch"], "dtype": m["dtype"], "checks": checks, "passed": passed,
         "flags": flags, "eager_ms": eager_ms, "inductor_ms": inductor_ms,
         "inductor_speedup": speedup, "flops": m["flops"], "bytes": m["bytes"],
@@ -275,7 +277,9 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         if device.startswith("cuda") and workers is None:
             import torch
 
-            workers = max(1, torch.cuda.device_count()) * cfg.workers_per_gpu
+            gpus = max(1, torch.cuda.device_count())
+            workers = gpus * (cfg.workers_per_gpu or
+                              max(1, min(8, (os.cpu_count() or 2) // gpus)))
         runner = get_backend(backend, device=device, workers=workers, address=address)
         config_dict = dataclasses.asdict(cfg)
         items = [(r.to_dict(), config_dict) for r in records]

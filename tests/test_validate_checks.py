@@ -1,0 +1,214 @@
+"""Pure parts of the validator: measurements, verdicts, tolerance, ablation, roofline, difficulty."""
+import math
+
+import pytest
+import torch
+
+from kernelmill.validate import checks as C
+from kernelmill.validate.ablation import ablations
+from kernelmill.validate.difficulty import difficulty
+from kernelmill.validate.roofline import device_peaks, roofline
+
+
+def t(*values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_max_error_is_the_allclose_measure():
+    a, b = t(1.0, 2.0, 0.0), t(1.0, 2.5, 0.0)
+    err = C.max_error([a], [b])
+    assert err == pytest.approx(0.5 / 3.5)
+    assert torch.allclose(a, b, atol=err, rtol=err)
+    assert not torch.allclose(a, b, atol=err * 0.99, rtol=err * 0.99)
+
+
+def test_max_error_shapes_and_nans():
+    assert C.max_error([t(1, 2)], [t(1, 2, 3)]) == math.inf
+    nan = float("nan")
+    assert C.max_error([t(nan, 1)], [t(nan, 1)]) == 0.0
+    assert C.max_error([t(nan, 1)], [t(0, 1)]) == math.inf
+    assert C.bitwise_equal([t(nan, 1)], [t(nan, 1)])
+    assert not C.bitwise_equal([t(1, 2)], [t(1, 2.0000002)])
+
+
+def test_mismatch_zero_and_constant_fractions():
+    ref = torch.arange(100, dtype=torch.float32)
+    moved = ref.clone()
+    moved[:7] += 1.0
+    assert C.mismatch_fraction([moved], [ref], 1e-4) == pytest.approx(0.07)
+    assert C.mismatch_fraction([moved], [ref], 1e-4, margin=1e5) == 0.0
+    sparse = torch.zeros(1000)
+    sparse[:5] = 3.0
+    assert C.zero_fraction([sparse], 1e-4) == pytest.approx(0.995)
+    assert C.constant_fraction([torch.full((50,), 2.0)], 1e-4) == 1.0
+    assert C.constant_fraction([ref], 1e-4) == pytest.approx(0.01)
+
+
+def test_affine_residual_tells_inert_from_real_nonlinearity():
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = torch.rand(4, 3, 16, generator=g), torch.rand(4, 3, 16, generator=g)
+    assert C.affine_residual([x1, x2], [torch.relu(x1) * 2 + 1, torch.relu(x2) * 2 + 1]) < 1e-6
+    n1, n2 = x1 - 0.5, x2 - 0.5
+    assert C.affine_residual([n1, n2], [torch.relu(n1), torch.relu(n2)]) > 1e-2
+    scale = torch.tensor([1.0, -2.0, 3.0]).view(1, 3, 1)
+    y1, y2 = x1 * scale, x2 * scale
+    assert C.affine_residual([x1, x2], [y1, y2]) > 1e-2  # one a for all channels: no
+    assert C.affine_residual([x1, x2], [y1, y2], channel_dim=1) < 1e-6  # per channel: yes
+    # a normalisation's a, b depend on the draw: not affine across two draws
+    norm = [(x - x.mean(dim=(0, 2), keepdim=True)) / x.std(dim=(0, 2), keepdim=True)
+            for x in (x1, x2)]
+    assert C.affine_residual([x1, x2], norm, channel_dim=1) > 1e-3
+
+
+def test_calibrated_tolerance_floor_margin_and_cap():
+    assert C.calibrate_tolerance(1e-9, "float32")["tol"] == 1e-4
+    cal = C.calibrate_tolerance(1e-4, "float32", margin=10)
+    assert cal["tol"] == pytest.approx(1e-3) and cal["within_cap"]
+    assert not C.calibrate_tolerance(0.1, "float32")["within_cap"]
+    assert C.calibrate_tolerance(1e-5, "bfloat16")["tol"] == 2e-2
+    assert C.calibrate_tolerance(None, "float16") == {"tol": 1e-2, "floor": 1e-2, "cap": 5e-2,
+                                                      "within_cap": True}
+
+
+def test_digest_compares_across_processes():
+    a = [torch.linspace(0, 1, 10)]
+    da, db = C.output_digest(a), C.output_digest([a[0].clone()])
+    assert da["sha256"] == db["sha256"] and C.digest_error(da, db) == 0.0
+    dc = C.output_digest([a[0] + 1e-3])
+    assert dc["sha256"] != da["sha256"]
+    assert C.digest_error(dc, da) == pytest.approx(1e-3, rel=1e-3)  # at the element 0.0
+    assert C.digest_error(C.output_digest([torch.ones(3)]), da) == math.inf
+
+
+def test_flatten_outputs():
+    x = torch.ones(2)
+    assert len(C.flatten_outputs((x, [x, {"b": x, "a": x}], None))) == 4
+    assert C.flatten_outputs(3.0)[0].item() == 3.0
+    with pytest.raises(TypeError):
+        C.flatten_outputs("text")
+
+
+def _measurements(**changes):
+    m = {"resized": None, "output_shapes": [[4]], "finite": True, "nonfinite_fraction": 0.0,
+         "mutated_inputs": [], "deterministic": {"bitwise": True, "error": 0.0},
+         "stochastic_error": 0.0, "input_sensitivity": [{"label": "input 0", "fraction": 0.9}],
+         "weight_sensitivity": None, "zero_fraction": 0.1, "constant_fraction": 0.2,
+         "affine": [{"output": 0, "input": 0, "tensor": 0.0, "channel": None}],
+         "ablation": {"tried": 3, "dead": []}, "aten_ops": ["aten.relu", "aten.mul"],
+         "tolerance": {"tol": 1e-4, "noise": 1e-8, "within_cap": True, "cap": 1e-2,
+                       "dtype": "float32"},
+         "timing": {"device": "cpu", "eager_ms": 1.0}}
+    m.update(changes)
+    return m
+
+
+def test_judge_flags_and_skips():
+    checks = C.judge(_measurements())
+    passed, flags = C.summarize(checks)
+    assert flags == ["not_affine"] and not passed  # relu in the trace, yet exactly affine
+    assert checks["weight_sensitive"]["passed"] is None  # no parameters: skipped
+    assert checks["runtime"]["passed"] is None and checks["launch_overhead"]["passed"] is None
+    # only affine ops traced: affine by construction passes
+    ok = C.judge(_measurements(aten_ops=["aten.mul", "aten.add", "aten.view"]))
+    assert C.summarize(ok) == (True, [])
+    cuda = C.judge(_measurements(aten_ops=["aten.mul"], timing={
+        "device": "cuda", "eager_ms": 0.05, "host_ms": 0.045, "launch_ratio": 0.9}))
+    assert C.summarize(cuda)[1] == ["runtime", "launch_overhead"]
+    bad = C.judge(_measurements(aten_ops=["aten.mul"], stochastic_error=0.3, zero_fraction=1.0,
+                                ablation={"tried": 2, "dead": ["line 3: x"]},
+                                deterministic={"bitwise": False, "error": 1e-6}))
+    assert C.summarize(bad)[1] == ["not_stochastic", "not_near_zero", "no_dead_ops"]
+    assert "not bitwise" in bad["deterministic"]["detail"]
+    assert C.summarize(bad, gating=("runs",)) == (True, [])
+
+
+def test_judge_inductor():
+    assert C.judge_inductor(None, 1.0, 1e-4)["passed"] is None
+    assert C.judge_inductor({"error": "boom"}, 1.0, 1e-4)["passed"] is False
+    good = C.judge_inductor({"error_vs_eager": 1e-6, "ms": 0.5}, 1.0, 1e-4)
+    assert good["passed"] and good["value"] == pytest.approx(2.0)
+    assert C.judge_inductor({"error_vs_eager": 1e-2, "ms": 0.5}, 1.0, 1e-4)["passed"] is False
+
+
+def test_compute_and_affine_op_classes():
+    ops = ["aten.view", "aten.add", "aten.clone", "aten.mul_", "aten._softmax"]
+    assert C.compute_ops(ops) == ["aten.add", "aten.mul_", "aten._softmax"]
+    assert not C.affine_by_construction(ops)
+    assert C.affine_by_construction(ops[:4])
+
+
+SOURCE = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        """docstring is never removed"""
+        b = x.shape[0]
+        unused = torch.exp(x)  # a comment survives
+        x = self.lin(x).contiguous()
+        x = F.relu(x) * 2
+        x = x.clamp(min=0.0).view(b, -1)
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_ablations_one_change_each():
+    variants = ablations(SOURCE)
+    labels = [v["label"] for v in variants]
+    assert labels == [
+        "line 14: remove `unused = torch.exp(x) # a comment survives`",
+        "line 15: remove `x = self.lin(x).contiguous()`",
+        "line 16: remove `x = F.relu(x) * 2`",
+        "line 17: remove `x = x.clamp(min=0.0).view(b, -1)`",
+        "line 14: `torch.exp(x)` -> `x`",
+        "line 15: `self.lin(x)` -> `x`",
+        "line 16: `F.relu(x)` -> `x`",
+        "line 17: `x.clamp(min=0.0)` -> `x`",
+        "line 18: `torch.softmax(x, dim=-1)` -> `x`",
+    ]
+    bypass_relu = variants[6]["source"]
+    assert "x = x * 2" in bypass_relu and "# a comment survives" in bypass_relu
+    assert sum(a != b for a, b in zip(SOURCE.splitlines(), bypass_relu.splitlines())) == 1
+    removed = variants[0]["source"].splitlines()[13]
+    assert removed.strip() == "pass"
+    for v in variants:
+        compile(v["source"], "<variant>", "exec")
+    assert len(ablations(SOURCE, max_variants=3)) == 3
+    assert ablations("def f(:\n") == [] and ablations("x = 1\n") == []
+
+
+def test_roofline_table_and_fallback():
+    peaks, source = device_peaks("NVIDIA H100 80GB HBM3")
+    assert source == "table:H100" and peaks["bandwidth"] == 3.35e12
+    assert device_peaks("NVIDIA H200")[1] == "table:H200"
+    assert device_peaks("NVIDIA H100 PCIe")[1] == "table:H100 PCIe"
+    assert device_peaks("Mystery GPU")[1] == "fallback:generic"
+    # 1 GB moved on an H100 is ~0.3 ms, far above 1 MFLOP of compute: memory-bound
+    r = roofline(10**6, 10**9, dtype="float32", device_name="NVIDIA H100", eager_ms=0.6)
+    assert r["bound"] == "memory" and r["roofline_ms"] == pytest.approx(1e9 / 3.35e12 * 1e3)
+    assert r["headroom"] == pytest.approx(0.6 / r["roofline_ms"])
+    big = roofline(2 * 4096**3, 3 * 4 * 4096**2, dtype="bfloat16", device_name="H100")
+    assert big["bound"] == "compute" and big["headroom"] is None
+
+
+def test_difficulty_is_monotone_in_its_terms():
+    one = difficulty(["aten.relu"], inductor_speedup=1.0, headroom=50)
+    many = difficulty([f"aten.op{i}" for i in range(12)] * 2, inductor_speedup=3.0, headroom=1.5)
+    assert one["tier"] == "easy" and many["tier"] == "hard"
+    assert 0 <= one["score"] < many["score"] <= 1
+    mid = difficulty(["aten.mm", "aten.add", "aten.relu"])
+    assert mid["terms"]["inductor"] == 0.5 and mid["terms"]["headroom"] == 0.5

@@ -1,0 +1,97 @@
+"""The probe run in-process on every defective fixture and on the shipped seeds.
+
+Each file in tests/problems_defective/ names the checks it must fail in an ``expect:`` line.
+Fixtures that crash, hang or are malformed (``expect: runs``) go through real workers in
+test_validate_runner.py; here the measurements and verdicts are checked without process costs.
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+from kernelmill.data import SEEDS_DIR
+from kernelmill.synth.resize import shrink_for_cpu
+from kernelmill.validate import checks as C
+from kernelmill.validate.ablation import ablations
+from kernelmill.validate.probe import probe_problem
+
+DEFECTIVE = Path(__file__).parent / "problems_defective"
+
+
+def expected_flags(path: Path) -> set[str]:
+    match = re.search(r"^expect:\s*(.+)$", path.read_text(), re.M)
+    assert match, f"{path} lacks an expect: line"
+    return {flag.strip() for flag in match.group(1).split(",")}
+
+
+def probe(source: str) -> tuple[dict, dict]:
+    m = probe_problem({"source": source, "device": "cpu", "seed": 0,
+                       "ablations": ablations(source)})
+    return m, C.judge(m)
+
+
+RUNNABLE = sorted(p for p in DEFECTIVE.glob("*.py") if expected_flags(p) != {"runs"})
+
+
+@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
+def test_defective_problem_fails_its_check(path):
+    m, checks = probe(path.read_text())
+    passed, flags = C.summarize(checks)
+    assert not passed
+    assert expected_flags(path) <= set(flags), (flags, {f: checks[f]["detail"] for f in flags})
+    # every verdict is a (passed, value, detail) triple with passed in {True, False, None}
+    assert all(set(c) == {"passed", "value", "detail"} and c["passed"] in (True, False, None)
+               for c in checks.values())
+
+
+def test_every_check_has_a_defective_fixture():
+    covered = set().union(*(expected_flags(p) for p in DEFECTIVE.glob("*.py")))
+    gpu_only = {"runtime", "launch_overhead", "inductor", "roofline"}
+    m, checks = probe((SEEDS_DIR / "softmax_rows.py").read_text().replace("4096", "64")
+                      .replace("8192", "128"))
+    assert set(checks) - gpu_only <= covered
+
+
+def test_crash_raises_in_process():
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        probe((DEFECTIVE / "crash.py").read_text())
+
+
+def one_seed_per_category() -> list[Path]:
+    """The first seed of each category: healthy problems of every kind, at a CPU-test cost
+    (all seeds are validated on the GPU: test_validate_gpu.py)."""
+    chosen: dict[str, Path] = {}
+    for path in sorted(SEEDS_DIR.glob("*.py")):
+        match = re.search(r"^category:\s*(\w+)", path.read_text(), re.M)
+        chosen.setdefault(match.group(1) if match else "other", path)
+    return sorted(chosen.values())
+
+
+SEEDS = one_seed_per_category()
+
+
+@pytest.mark.parametrize("path", SEEDS, ids=lambda p: p.stem)
+def test_seed_passes_every_cpu_check(path):
+    source = shrink_for_cpu(path.read_text()).source
+    m, checks = probe(source)
+    passed, flags = C.summarize(checks)
+    assert passed, {f: checks[f]["detail"] for f in flags}
+    # measured, not skipped: the CPU-meaningful checks all ran
+    for name in ("runs", "finite", "deterministic", "not_stochastic", "input_sensitive",
+                 "not_near_zero", "no_dead_ops", "tolerance"):
+        assert checks[name]["passed"] is True, (name, checks[name])
+    assert checks["runtime"]["passed"] is None  # GPU-only
+    assert m["aten_ops"] and m["flops"] is not None and m["bytes"] > 0
+    assert m["tolerance"]["tol"] >= 1e-4 and m["probe_stats"]["outputs"]
+
+
+def test_probe_is_reproducible_and_seeded():
+    source = shrink_for_cpu((SEEDS_DIR / "layer_norm_wide.py").read_text()).source
+    a = probe_problem({"source": source, "device": "cpu", "seed": 0, "ablations": None})
+    b = probe_problem({"source": source, "device": "cpu", "seed": 0, "ablations": None})
+    c = probe_problem({"source": source, "device": "cpu", "seed": 7, "ablations": None})
+    assert a["digest"]["sha256"] == b["digest"]["sha256"] != c["digest"]["sha256"]
+    assert a["probe_stats"] == b["probe_stats"]
+    # LayerNorm's weights start as ones/zeros for every seed: sensitivity comes from perturbing
+    assert a["weight_sensitivity"]["fraction"] > 0.5
+    assert "aten.native_layer_norm" in a["aten_ops"]

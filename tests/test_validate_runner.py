@@ -1,0 +1,80 @@
+"""validate_file and ``kernelmill validate`` through real workers: crashes, hangs, resume."""
+import json
+from pathlib import Path
+
+from conftest import run_cli
+from kernelmill.curate.record import Record
+from kernelmill.data import SEEDS_DIR
+from kernelmill.validate.runner import validate_file
+
+DEFECTIVE = Path(__file__).parent / "problems_defective"
+SCHEMA = {"device", "torch", "dtype", "checks", "passed", "flags", "eager_ms", "inductor_ms",
+          "inductor_speedup", "flops", "bytes", "roofline_ms", "headroom", "atol", "rtol",
+          "difficulty", "aten_ops", "probe_stats", "resized"}
+
+
+def record_line(path: Path) -> str:
+    return json.dumps(Record.from_source(path.read_text(), name=path.stem).to_dict())
+
+
+def read_out(path: Path) -> dict[str, dict]:
+    return {r["name"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def test_validate_file_survives_crash_hang_and_malformed(tmp_path):
+    names = ["crash", "hang", "no_init_inputs", "dropout_training"]
+    lines = [record_line(DEFECTIVE / f"{n}.py") for n in names]
+    lines += [record_line(SEEDS_DIR / "softmax_rows.py"), "{not json", lines[0]]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    stats = validate_file(src, out, device="cpu", workers=2, config={"timeout_s": 20},
+                          progress=False)
+    records = read_out(out)
+    assert sorted(records) == sorted(names + ["softmax_rows"])  # every record, once
+    assert stats.counts["corrupt input"] == 1
+    assert stats.n_kept == 1 and stats.n_dropped == 4
+    assert stats.drop_reasons() == {"runs": 3, "not_stochastic": 1}
+
+    v = {name: r["validation"] for name, r in records.items()}
+    assert all(SCHEMA <= set(x) for x in v.values())
+    assert "cannot be multiplied" in v["crash"]["checks"]["runs"]["detail"]
+    assert "timed out" in v["hang"]["checks"]["runs"]["detail"]
+    assert "static check" in v["no_init_inputs"]["checks"]["runs"]["detail"]
+    assert all(v[n]["passed"] is False and v[n]["flags"] == ["runs"] for n in names[:3])
+    assert v["dropout_training"]["flags"] == ["not_stochastic"]
+
+    seed = v["softmax_rows"]
+    assert seed["passed"] is True and seed["flags"] == []
+    assert 0 < seed["resized"] < 1  # shrunk for the CPU
+    assert "in-process rebuild" in seed["checks"]["deterministic"]["detail"]
+    for gpu_only in ("runtime", "launch_overhead", "roofline", "inductor"):
+        assert seed["checks"][gpu_only]["passed"] is None
+    assert seed["atol"] == seed["rtol"] >= 1e-4
+    assert seed["aten_ops"] == ["aten._softmax"]
+    assert seed["difficulty"]["tier"] in ("easy", "medium", "hard")
+    assert seed["eager_ms"] > 0 and seed["flops"] is not None
+
+
+def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
+    src = tmp_path / "in.jsonl"
+    out = tmp_path / "out.jsonl"
+    first = record_line(DEFECTIVE / "relu_on_rand.py")
+    src.write_text(first + "\n{\"id\": 3\n")
+    result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu",
+                     "--workers", "1", "--max-ablations", "4")
+    assert result.returncode == 0, result.stderr
+    assert "in.jsonl:2: corrupt or truncated line" in result.stderr
+    assert "0 kept" in result.stdout and "failed not_affine" in result.stdout
+    assert read_out(out)["relu_on_rand"]["validation"]["flags"] == ["not_affine", "no_dead_ops"]
+
+    with src.open("a") as handle:  # a second problem arrives; the first is not redone
+        handle.write(record_line(SEEDS_DIR / "softmax_rows.py") + "\n")
+    result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert "1 already validated" in result.stdout and "1 kept" in result.stdout
+    assert sorted(read_out(out)) == ["relu_on_rand", "softmax_rows"]
+    assert len(out.read_text().splitlines()) == 2
+
+    bad = run_cli("validate", str(tmp_path / "missing.jsonl"), "--out", str(out))
+    assert bad.returncode == 2 and "no such file" in bad.stderr
