@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 128
+BATCH = 256
 CHANNELS = 512
 HEIGHT = 56
 WIDTH = 56

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-ROWS = 65536
+ROWS = 131072
 COLS = 2048
 
 

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 32
+BATCH = 64
 IN_CHANNELS = 128
 OUT_CHANNELS = 64
 LENGTH = 4096

@@ -1,4 +1,4 @@
-"""Stride-2 transposed convolution, learned per-channel bias, scaled tanh.
+"""Stride-2 transposed convolution, learned per-channel bias, tanh, doubled.
 
 category: fused
 level: 2
@@ -20,12 +20,12 @@ class Model(nn.Module):
         self.bias = nn.Parameter(torch.randn(out_channels, 1, 1) * 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the 0.5 keeps most pre-activations inside tanh's responsive range
-        return torch.tanh(0.5 * (self.deconv(x) + self.bias)) * 2.0
+        # pre-activations have a spread of about 1: curved, but rarely saturated
+        return torch.tanh(self.deconv(x) + self.bias) * 2.0
 
 
 def get_inputs():
-    return [torch.randn(BATCH, IN_CHANNELS, HEIGHT, WIDTH) * 2.0]
+    return [torch.randn(BATCH, IN_CHANNELS, HEIGHT, WIDTH) * 2.5]
 
 
 def get_init_inputs():

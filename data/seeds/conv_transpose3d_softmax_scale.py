@@ -9,9 +9,9 @@ import torch.nn as nn
 BATCH = 8
 IN_CHANNELS = 32
 OUT_CHANNELS = 16
-DEPTH = 16
-HEIGHT = 32
-WIDTH = 32
+DEPTH = 24
+HEIGHT = 48
+WIDTH = 48
 
 
 class Model(nn.Module):

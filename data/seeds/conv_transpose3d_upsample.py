@@ -9,7 +9,7 @@ import torch.nn as nn
 BATCH = 8
 IN_CHANNELS = 32
 OUT_CHANNELS = 16
-DEPTH = 24
+DEPTH = 32
 HEIGHT = 48
 WIDTH = 48
 

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-ROWS = 16384
+ROWS = 65536
 COLS = 4096
 
 

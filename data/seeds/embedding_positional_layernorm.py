@@ -6,7 +6,7 @@ level: 2
 import torch
 import torch.nn as nn
 
-BATCH = 32
+BATCH = 64
 SEQ_LEN = 1024
 VOCAB = 32000
 MODEL_DIM = 1024

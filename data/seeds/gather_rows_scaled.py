@@ -8,7 +8,7 @@ import torch.nn as nn
 
 TABLE_ROWS = 65536
 FEATURES = 1024
-NUM_INDICES = 65536
+NUM_INDICES = 262144
 
 
 class Model(nn.Module):

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROWS = 16384
+ROWS = 32768
 COLS = 8192
 
 

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 32
+BATCH = 64
 CHANNELS = 256
 NUM_GROUPS = 32
 HEIGHT = 96

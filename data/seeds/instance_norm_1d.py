@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 64
+BATCH = 128
 CHANNELS = 512
 LENGTH = 2048
 

@@ -6,7 +6,7 @@ level: 1
 import torch
 import torch.nn as nn
 
-TOKENS = 8192
+TOKENS = 32768
 HIDDEN = 8192
 
 

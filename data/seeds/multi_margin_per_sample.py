@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-BATCH = 16384
-NUM_CLASSES = 4096
+BATCH = 32768
+NUM_CLASSES = 8192
 
 
 class Model(nn.Module):

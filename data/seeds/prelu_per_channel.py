@@ -6,9 +6,9 @@ level: 1
 import torch
 import torch.nn as nn
 
-BATCH = 32
+BATCH = 64
 CHANNELS = 256
-HEIGHT = 64
+HEIGHT = 128
 WIDTH = 128
 
 
