@@ -191,7 +191,10 @@ def lsh_params(threshold: float) -> tuple[int, int]:
     """(bands, rows) that datasketch's MinHashLSH picks for ``threshold`` at NUM_PERM."""
     from datasketch import MinHashLSH
 
-    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+    try:
+        lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+    except ValueError:  # thresholds near 1 want a single band; two long bands are closest
+        return 2, NUM_PERM // 2
     return lsh.b, lsh.r
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from kernelmill.curate.dedup import (NUM_PERM, SHINGLE, minhash_signatures, shingle_hashes,
-                                     token_hashes)
+from kernelmill.curate.dedup import (NUM_PERM, SHINGLE, lsh_params, minhash_signatures,
+                                     shingle_hashes, token_hashes)
 from kernelmill.curate.errors import KernelmillError, ProblemError
 from kernelmill.curate.features import extract
 from kernelmill.curate.interop import problem_files, record_from_file
@@ -137,7 +137,7 @@ class ContaminationIndex:
             for w in item.fp.windows.tolist():
                 self.windows.setdefault(w, []).append(i)
         self._window_keys = np.fromiter(self.windows, dtype=np.uint32, count=len(self.windows))
-        self.lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+        self.lsh = MinHashLSH(num_perm=NUM_PERM, params=lsh_params(threshold))
         self._lean = LeanMinHash
         if self.items:
             sigs = minhash_signatures([item.fp.shingles for item in self.items])
