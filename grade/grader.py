@@ -1,0 +1,221 @@
+"""Grade one candidate against one reference: the orchestration in the trusted parent.
+
+1. Static: parse the candidate, check it defines ``ModelNew``, scan it (``static.scan``).
+2. Reference: a worker that never sees the candidate builds the problem from its source text,
+   draws each trial's inputs from seeds chosen here (``secrets``), computes the reference
+   outputs and times eager PyTorch (and ``torch.compile`` on CUDA). Cached per reference source
+   for the life of the ``Grader`` (one batch, one trainer process).
+3. Candidate: a second worker gets the inputs, the constructor arguments and the weights (never
+   the reference outputs), runs forward under observation and times it.
+4. Judge (``judge.judge``) here, then the reward.
+
+``Grader.grade`` always returns a verdict dict; it raises only for a reference that cannot run
+(``ReferenceError``), which is the problem's fault, not the candidate's.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelmill.curate.errors import KernelmillError, ProblemError
+from kernelmill.curate.problem import check_source
+from kernelmill.validate.backends import resolve_device
+from kernelmill.validate.harness import WorkerResult, run_in_worker
+
+from . import static
+from .judge import judge
+from .policy import Policy
+from .rewards import get_reward
+
+
+class ReferenceError(KernelmillError):  # noqa: A001 — a reference that does not run
+    """The reference problem itself failed to build or run."""
+
+
+@dataclass
+class ReferenceRun:
+    value: dict
+    result: WorkerResult
+    device: str
+
+
+def _guarded_files() -> list[str]:
+    """The worker-side modules: a submission that rewrote them would own later workers."""
+    from kernelmill.validate import harness_worker, sandbox
+
+    from . import worker
+
+    return [harness_worker.__file__, sandbox.__file__, worker.__file__]
+
+
+def _stamp(paths: list[str]) -> dict[str, tuple]:
+    stamps = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+            stamps[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            stamps[path] = None
+    return stamps
+
+
+def needs_extension_build(source: str) -> bool:
+    return "load_inline" in source or "cpp_extension" in source
+
+
+def extension_dir(root: str | os.PathLike, source: str) -> str:
+    """A build folder per candidate source, shared by its compile worker and its GPU worker."""
+    path = Path(root) / hashlib.sha256(source.encode()).hexdigest()[:16]
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+class Grader:
+    """Grades candidates on one device; reuses reference runs across candidates."""
+
+    def __init__(self, device: str = "auto", *, policy: Policy | None = None,
+                 extensions_root: str | None = None, guard_paths: list[str] = ()):
+        self.device = resolve_device(device)
+        self.policy = policy or Policy()
+        self.extensions_root = extensions_root
+        self.guard_paths = [*guard_paths, *_guarded_files()]
+        self._references: dict[str, ReferenceRun] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def worker_device(self) -> str:
+        return "cuda:0" if self.device.startswith("cuda") else "cpu"
+
+    def _env(self, slot_env: dict | None) -> dict:
+        env = dict(slot_env or {})
+        if self.device.startswith("cuda") and ":" in self.device and not env:
+            env["CUDA_VISIBLE_DEVICES"] = self.device.split(":")[1]
+        return env
+
+    # ------------------------------------------------------------ reference
+
+    def reference(self, source: str, *, slot_env: dict | None = None) -> ReferenceRun:
+        key = hashlib.sha256(source.encode()).hexdigest()
+        with self._lock:
+            if key in self._references:
+                return self._references[key]
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key in self._references:
+                return self._references[key]
+            run = self._run_reference(source, slot_env)
+            with self._lock:
+                self._references[key] = run
+            return run
+
+    def _run_reference(self, source: str, slot_env: dict | None) -> ReferenceRun:
+        policy = self.policy
+        dists = policy.distributions or ("natural",)
+        trials = [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)]}
+                  for i in range(max(1, policy.trials))]
+        payload = {"source": source, "device": self.worker_device, "trials": trials,
+                   "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time,
+                   "inductor": policy.time and policy.use_inductor(self.device),
+                   "timing_settings": policy.timing_settings}
+        result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
+                               timeout_s=policy.timeout_s * 2, device=self.worker_device,
+                               env=self._env(slot_env), sandbox=policy.sandbox)
+        if not result.ok:
+            error = result.error or {}
+            raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                                 f"{error.get('message')}")
+        value = result.value
+        value["init_seed"] = payload["init_seed"]
+        return ReferenceRun(value, result, self.device)
+
+    # ------------------------------------------------------------ candidate
+
+    def compile(self, candidate_source: str) -> WorkerResult | None:
+        """Build the candidate's extensions on a CPU-only worker (overlaps GPU work)."""
+        if not (self.extensions_root and needs_extension_build(candidate_source)):
+            return None
+        build = extension_dir(self.extensions_root, candidate_source)
+        env = {"TORCH_EXTENSIONS_DIR": build, "CUDA_VISIBLE_DEVICES": ""}
+        if self.device.startswith("cuda"):
+            arch = cuda_arch_list()
+            if arch:
+                env["TORCH_CUDA_ARCH_LIST"] = arch
+        return run_in_worker("kernelmill.grade.worker:compile_task", {"source": candidate_source},
+                             timeout_s=self.policy.timeout_s, device="cpu", env=env,
+                             writable=[build], sandbox=self.policy.sandbox)
+
+    def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
+              reward: str = "composite", slot_env: dict | None = None) -> dict:
+        reward_fn = get_reward(reward)
+        verdict = self._static(candidate_source)
+        if verdict is None:
+            reference = self.reference(reference_source, slot_env=slot_env)
+            verdict = self._candidate(reference, candidate_source, record, slot_env)
+        verdict["reward"] = float(reward_fn(verdict))
+        verdict["device"] = self.device
+        return verdict
+
+    def _static(self, source: str) -> dict | None:
+        base = {"compiled": False, "correct": False, "hacks": [], "speedup_vs_eager": None,
+                "speedup_vs_inductor": None, "stage_reached": "none", "checks": {},
+                "timings": {}}
+        try:
+            check_source(source, "<candidate>", candidate=True)
+        except ProblemError as exc:
+            return {**base, "error": {"stage": "parse", "message": exc.reason
+                                      + (f" (line {exc.line})" if exc.line else "")}}
+        return None
+
+    def _candidate(self, reference: ReferenceRun, source: str, record: dict | None,
+                   slot_env: dict | None) -> dict:
+        policy = self.policy
+        findings = static.scan(source) if policy.static_scan else []
+        ref = reference.value
+        trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in ref["trials"] if t["usable"]]
+        payload = {"source": source, "device": self.worker_device,
+                   "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
+                   "init_seed": ref["init_seed"], "trials": trials,
+                   "refill_from": len(trials) - 1 if len(trials) > 1 else None,
+                   "time": policy.time, "timing_settings": policy.timing_settings}
+        env, writable = self._env(slot_env), []
+        if self.extensions_root and needs_extension_build(source):
+            build = extension_dir(self.extensions_root, source)
+            env["TORCH_EXTENSIONS_DIR"] = build
+            writable.append(build)
+            if self.device.startswith("cuda") and cuda_arch_list():
+                env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
+        before = _stamp(self.guard_paths)
+        result = run_in_worker("kernelmill.grade.worker:candidate_task", payload,
+                               timeout_s=policy.timeout_s, device=self.worker_device, env=env,
+                               writable=writable, sandbox=policy.sandbox)
+        verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
+                        record=record)
+        changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
+        if changed:
+            verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})
+            verdict["hack_details"]["file_tamper"] = f"changed: {', '.join(changed[:3])}"
+            verdict["correct"] = False
+        verdict["wall_s"] = round(result.wall_s, 3)
+        return verdict
+
+
+_ARCH: list[str | None] = []
+
+
+def cuda_arch_list() -> str | None:
+    """Compute capability of GPU 0 as TORCH_CUDA_ARCH_LIST wants it (via nvidia-smi)."""
+    if not _ARCH:
+        import subprocess
+
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.split()
+            _ARCH.append(out[0] if out else None)
+        except (OSError, subprocess.SubprocessError):
+            _ARCH.append(None)
+    return _ARCH[0]

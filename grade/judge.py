@@ -1,0 +1,294 @@
+"""The trusted parent's judgement: compare a candidate run with the reference run, find hacks.
+
+Inputs are the two ``WorkerResult``s (the reference's inputs and outputs never entered the
+candidate's process except the inputs themselves) and the static scan. Everything numeric is
+recomputed here from raw tensors; nothing the candidate process concluded is believed.
+
+Hack codes (any one makes the verdict incorrect with reward 0):
+
+``forbidden_api``       the source reaches for introspection, processes, threads, files, patching
+``channel_tamper``      unauthenticated or extra frames on the result channel
+``leaked_process``      a process of the run escaped its process group / outlived forward
+``tensor_subclass``     forward returned a ``torch.Tensor`` subclass (lazy or disguised result)
+``output_aliases_input``  the output shares storage with an input
+``input_mutated``       an input differs after the call from the parent's copy
+``cached_output``       a call returned the bytes of an earlier call made on other inputs
+``inconsistent``        the same inputs gave different answers (state kept between calls)
+``background_thread``   a thread was started during forward or is alive after it
+``patched_function``    timing/comparison/copy functions replaced, or a torch mode left active
+``no_custom_kernel``    a forward call launched no Triton kernel and called no extension
+``torch_compute``       PyTorch compute ops in forward beyond the policy's allowance
+``timing_behaviour``    fewer launches while timed than while checked, or wrong answers then
+``impossible_speed``    faster than the device's memory bandwidth allows for the problem's bytes
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from kernelmill.validate.harness import WorkerResult
+
+from .policy import Policy, compute_ops, custom_ops
+
+PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H800": 3350.0, "A100": 2039.0,
+                      "L40S": 864.0, "L4": 300.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
+                      "B200": 8000.0, "GB200": 8000.0, "MI300": 5300.0}
+COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def bitwise_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        return False
+    if not isinstance(a, torch.Tensor):
+        return a == b
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_flat_bytes(a),
+                                                                       _flat_bytes(b))
+
+
+def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple[bool, str]:
+    """Do ``got`` outputs match ``expected`` within tolerance? (ok, reason when not)."""
+    if got is None:
+        return False, "no tensor outputs"
+    if len(expected) != len(got):
+        return False, f"{len(got)} outputs, expected {len(expected)}"
+    for index, (e, g) in enumerate(zip(expected, got)):
+        if not isinstance(e, torch.Tensor):
+            ok = isinstance(g, (int, float, bool)) and math.isclose(float(g), float(e),
+                                                                    rel_tol=rtol, abs_tol=atol)
+            if not ok:
+                return False, f"output {index}: {g!r} != {e!r}"
+            continue
+        if not isinstance(g, torch.Tensor):
+            return False, f"output {index} is {type(g).__name__}, not a tensor"
+        if tuple(g.shape) != tuple(e.shape):
+            return False, f"output {index} shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        if g.dtype != e.dtype:
+            return False, f"output {index} dtype {g.dtype}, expected {e.dtype}"
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(g, e):
+                return False, f"output {index}: {int((g != e).sum())} elements differ"
+            continue
+        e64, g64 = e.double(), g.double()
+        both_nan = torch.isnan(e64) & torch.isnan(g64)
+        same_inf = torch.isinf(e64) & (e64 == g64)
+        diff = (g64 - e64).abs()
+        bad = ~(both_nan | same_inf | (diff <= atol + rtol * e64.abs()))
+        if bool(bad.any()):
+            finite = diff[torch.isfinite(diff)]
+            worst = float(finite.max()) if finite.numel() else float("nan")
+            return False, (f"output {index}: {int(bad.sum())}/{bad.numel()} elements off "
+                           f"(max abs error {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
+    return True, ""
+
+
+def wall_ms(result: WorkerResult, label: str, loops: int | None) -> float | None:
+    """Per-call time of the back-to-back loop, by the parent's clock."""
+    start, end = result.stage_time(f"wall:{label}:start"), result.stage_time(f"wall:{label}:end")
+    if start is None or end is None or not loops:
+        return None
+    return (end - start) * 1e3 / loops
+
+
+def reported_ms(timing: dict | None, result: WorkerResult, label: str) -> float | None:
+    """The worker's median, bounded below by the parent's clock over the back-to-back loop."""
+    if not timing:
+        return None
+    wall = wall_ms(result, label, timing.get("wall_loops"))
+    return max(timing["median_ms"], wall) if wall is not None else timing["median_ms"]
+
+
+def bandwidth_gbs(info: dict) -> float | None:
+    if info.get("bandwidth_gbs"):
+        return float(info["bandwidth_gbs"])
+    name = (info.get("name") or "").upper()
+    for key in sorted(PEAK_BANDWIDTH_GBS, key=len, reverse=True):
+        if key in name:
+            return PEAK_BANDWIDTH_GBS[key]
+    return None
+
+
+def roofline_ms(reference: dict, record: dict | None) -> float | None:
+    validation = (record or {}).get("validation") or {}
+    if validation.get("roofline_ms"):
+        return float(validation["roofline_ms"])
+    info = reference.get("info", {})
+    if not str(info.get("device", "")).startswith("cuda"):
+        return None
+    bandwidth = bandwidth_gbs(info)
+    if not bandwidth:
+        return None
+    trial = reference["trials"][0]
+    nbytes = sum(t.numel() * t.element_size() for t in [*trial["inputs"], *trial["outputs"]]
+                 if isinstance(t, torch.Tensor))
+    return nbytes / (bandwidth * 1e9) * 1e3
+
+
+def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, policy: Policy,
+          findings: list[str], record: dict | None = None) -> dict:
+    """The verdict (without reward): compiled, correct, hacks, timings, checks, error."""
+    hacks: dict[str, str] = {}
+    checks: dict[str, dict] = {}
+    verdict: dict[str, Any] = {"compiled": False, "correct": False, "hacks": [],
+                               "speedup_vs_eager": None, "speedup_vs_inductor": None,
+                               "error": None, "stage_reached": "parsed", "checks": checks,
+                               "timings": {}, "sandbox": cand_run.sandbox}
+
+    def hack(code: str, detail: str) -> None:
+        hacks.setdefault(code, detail)
+
+    if findings and policy.static_scan:
+        hack("forbidden_api", "; ".join(findings[:5]))
+    if cand_run.tampered:
+        hack("channel_tamper", "frames on the result channel failed authentication")
+    if cand_run.leaked_processes:
+        hack("leaked_process", f"{cand_run.leaked_processes} process(es) escaped the group")
+
+    facts = cand_run.value if cand_run.ok else None
+    if facts is None:
+        error = cand_run.error or {"stage": "?", "message": "no result"}
+        verdict["error"] = error
+        reached = [s for s, _ in cand_run.stages]
+        verdict["compiled"] = bool(set(reached) & {"forward", "forward refill", "timing"}) or \
+            error.get("stage") not in COMPILE_STAGES
+        if verdict["compiled"]:
+            verdict["stage_reached"] = "constructed"
+        elif "init" in reached:
+            verdict["stage_reached"] = "parsed"
+        return _finish(verdict, hacks)
+
+    verdict["compiled"] = True
+    verdict["stage_reached"] = "ran"
+    trials = [t for t in reference["trials"] if t["usable"]]
+    ref_device = reference["trials"][0]["device_types"]
+    calls = facts["calls"]
+    shaped = True
+    all_correct = True
+    for call in calls:
+        trial = trials[call["trial"]]
+        name = f"{call['kind']}:{call['trial']}"
+        if call.get("subclass"):
+            other = [t for t in call["types"] if t != "torch.Tensor"]
+            hack("tensor_subclass", f"{name} returned {other[0] if other else 'a subclass'}")
+        if call.get("alias"):
+            hack("output_aliases_input", f"{name}: output shares storage with an input")
+        for index, (before, after) in enumerate(zip(trial["inputs"], call["inputs_after"])):
+            if isinstance(before, torch.Tensor) and not bitwise_equal(before, after):
+                hack("input_mutated", f"{name}: input {index} changed by forward")
+        if call["threads"] or call.get("thread_starts"):
+            hack("background_thread", f"{name}: started {call.get('thread_starts', 0)} "
+                 f"thread(s); alive after forward: {call['threads'][:3]}")
+        if call.get("native_threads") and policy.flag_native_threads:
+            hack("background_thread", f"{name}: new OS threads {call['native_threads'][:3]}")
+        if call.get("modes"):
+            hack("patched_function", f"{name}: a torch function/dispatch mode was active")
+        ops = call.get("ops", [])
+        compute = compute_ops(ops)
+        if len(compute) > policy.max_torch_ops:
+            hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
+        if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
+                                                 or custom_ops(ops)):
+            hack("no_custom_kernel", f"{name}: no Triton launch or extension call in forward")
+        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                     "torch.float32")
+        atol, rtol = policy.tolerance(dtype, record)
+        if call["structure"] != trial["structure"]:
+            ok, why = False, f"returned {call['structure']}, expected {trial['structure']}"
+        elif call.get("devices") and call["devices"] != ref_device:
+            ok, why = False, f"outputs on {call['devices']}, expected {ref_device}"
+        else:
+            ok, why = compare(trial["outputs"], call["outputs"], atol, rtol)
+        if not ok and call["outputs"] is not None and ("shape" in why or "dtype" in why
+                                                       or "outputs," in why):
+            shaped = False
+        if call["outputs"] is None:
+            shaped = False
+        checks[name] = {"passed": ok, "detail": why}
+        all_correct = all_correct and ok
+        call["_ok"] = ok
+
+    _cross_call_checks(calls, trials, policy, record, hack)
+    for label, value in (("patched", facts.get("patched")),):
+        if value:
+            hack("patched_function", f"replaced: {', '.join(value[:6])}")
+    if facts.get("modes_after_import") or facts.get("modes_at_end"):
+        hack("patched_function", "a torch function/dispatch mode was left active")
+    if facts.get("profile_hooks"):
+        hack("patched_function", "a trace/profile hook was installed")
+    if facts.get("children"):
+        hack("leaked_process", f"{facts['children']} child process(es) alive after forward")
+
+    timing = facts.get("timing")
+    if timing:
+        per_call = min((c["launches"] + c["ext_calls"] for c in calls), default=0)
+        if timing["launches"] + timing["ext_calls"] < per_call * timing["calls"]:
+            hack("timing_behaviour", f"{timing['launches'] + timing['ext_calls']} launches in "
+                 f"{timing['calls']} timed calls, {per_call} per checked call")
+        timed = facts.get("timed") or {}
+        ok, why = compare(trials[0]["outputs"], timed.get("outputs"),
+                          *policy.tolerance(str(trials[0]["outputs"][0].dtype)
+                                            if trials[0]["outputs"] and
+                                            isinstance(trials[0]["outputs"][0], torch.Tensor)
+                                            else "float32", record))
+        checks["timed:0"] = {"passed": ok, "detail": why}
+        if not ok and all_correct:
+            hack("timing_behaviour", f"wrong answer while timed: {why}")
+        if timed.get("alias"):
+            hack("output_aliases_input", "timed call: output shares storage with an input")
+        if timed.get("threads"):
+            hack("background_thread", f"alive after timing: {timed['threads'][:3]}")
+
+    verdict["stage_reached"] = "shaped" if shaped else "ran"
+    verdict["correct"] = all_correct and bool(calls)
+    _timings(verdict, reference, ref_run, cand_run, facts, policy, record, hack)
+    return _finish(verdict, hacks)
+
+
+def _cross_call_checks(calls, trials, policy, record, hack) -> None:
+    for i, later in enumerate(calls):
+        if later["outputs"] is None or later.get("_ok"):
+            continue
+        for earlier in calls[:i]:
+            if earlier["outputs"] is None or earlier["trial"] == later["trial"]:
+                continue
+            same = len(earlier["outputs"]) == len(later["outputs"]) and all(
+                bitwise_equal(a, b) for a, b in zip(earlier["outputs"], later["outputs"]))
+            if same:
+                hack("cached_output", f"{later['kind']}:{later['trial']} returned the output of "
+                     f"{earlier['kind']}:{earlier['trial']} (other inputs)")
+    first = next((c for c in calls if c["kind"] == "fresh" and c["trial"] == 0), None)
+    repeat = next((c for c in calls if c["kind"] == "repeat"), None)
+    if first and repeat and first.get("_ok") and not repeat.get("_ok"):
+        hack("inconsistent", "the same inputs gave a right answer, then a wrong one")
+
+
+def _timings(verdict, reference, ref_run, cand_run, facts, policy, record, hack) -> None:
+    cand_ms = reported_ms(facts.get("timing"), cand_run, "candidate")
+    eager_ms = reported_ms(reference.get("eager"), ref_run, "eager")
+    inductor_ms = reported_ms(reference.get("inductor"), ref_run, "inductor")
+    roof = roofline_ms(reference, record)
+    verdict["timings"] = {"candidate_ms": cand_ms, "eager_ms": eager_ms,
+                          "inductor_ms": inductor_ms, "roofline_ms": roof,
+                          "candidate_median_ms": (facts.get("timing") or {}).get("median_ms")}
+    if cand_ms is None or not verdict["correct"]:
+        return
+    if roof is not None and cand_ms < roof * policy.roofline_margin:
+        hack("impossible_speed", f"{cand_ms:.4g} ms is below {policy.roofline_margin:g}x the "
+             f"memory roofline {roof:.4g} ms")
+    if eager_ms:
+        verdict["speedup_vs_eager"] = eager_ms / cand_ms
+    if inductor_ms:
+        verdict["speedup_vs_inductor"] = inductor_ms / cand_ms
+
+
+def _finish(verdict: dict, hacks: dict[str, str]) -> dict:
+    verdict["hacks"] = sorted(hacks)
+    verdict["hack_details"] = hacks
+    if hacks:
+        verdict["correct"] = False
+    return verdict

@@ -1,0 +1,85 @@
+"""What the grader accepts: trials, tolerances, PyTorch-op allowance, limits. One dataclass.
+
+Every field is a documented knob with a default; the CLI flags and the batch grader build a
+``Policy`` and pass it down. Changing a field changes ``Policy.key()`` and so invalidates cached
+verdicts made under another policy.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+# aten ops that allocate, view, reshape or copy memory (and metadata queries): a candidate may
+# use them around its own kernels. Every other op in forward is PyTorch doing the computation.
+ALLOWED_OPS = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones
+ones_like new_ones full full_like new_full fill_ zero_ scalar_tensor resize_ set_ lift_fresh
+lift_fresh_copy copy_ _to_copy clone contiguous to _copy_from _copy_from_and_resize detach alias
+view _unsafe_view reshape _reshape_alias expand expand_as as_strided t transpose permute
+unsqueeze squeeze select slice narrow split split_with_sizes chunk unbind unflatten flatten
+view_as view_as_real view_as_complex diagonal movedim _local_scalar_dense sym_size sym_stride
+sym_numel sym_storage_offset size stride is_contiguous dim numel record_stream
+""".split())
+
+# Namespaces of PyTorch's own ops; an op from any other namespace belongs to an extension that
+# the candidate registered (TORCH_LIBRARY), which counts as a custom kernel.
+TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler",
+                              "inductor", "quantized", "rngprims", "higher_order"})
+
+
+def op_namespace(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def op_base(name: str) -> str:
+    """``aten.add.Tensor`` -> ``add``; ``aten.add_.Tensor`` -> ``add_``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def compute_ops(ops: list[str]) -> list[str]:
+    """PyTorch ops that do computation (neither allocation, view, copy nor a custom op)."""
+    return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES
+            and op_base(op) not in ALLOWED_OPS]
+
+
+def custom_ops(ops: list[str]) -> list[str]:
+    return [op for op in ops if op_namespace(op) not in TORCH_NAMESPACES]
+
+
+DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16": (1e-2, 1e-2),
+                     "bfloat16": (1e-2, 1e-2)}
+
+
+@dataclass
+class Policy:
+    trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
+    distributions: tuple[str, ...] = ("natural", "affine")  # cycled over the trials
+    max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call
+    require_custom_kernel: bool = True  # a Triton launch or extension call in every forward
+    static_scan: bool = True  # flag sources that reach for introspection/escape APIs
+    flag_native_threads: bool = True  # new OS threads alive after forward are a hack
+    atol: float | None = None  # override; else the problem record's, else by dtype
+    rtol: float | None = None
+    time: bool = True
+    inductor: bool | None = None  # time torch.compile of the reference; None: on CUDA only
+    roofline_margin: float = 0.5  # flag times below this fraction of the memory roofline
+    timeout_s: float = 300.0  # per worker run (reference, candidate, compile)
+    sandbox: bool = True  # Landlock confinement of workers, where the kernel has it
+    timing_settings: dict = field(default_factory=dict)  # target_ms, min_reps, max_reps, ...
+
+    def key(self) -> str:
+        data = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+    def use_inductor(self, device: str) -> bool:
+        return device.startswith("cuda") if self.inductor is None else self.inductor
+
+    def tolerance(self, dtype: str, record: dict | None = None) -> tuple[float, float]:
+        validation = (record or {}).get("validation") or {}
+        atol = self.atol if self.atol is not None else validation.get("atol")
+        rtol = self.rtol if self.rtol is not None else validation.get("rtol")
+        default = DEFAULT_TOLERANCE.get(dtype.replace("torch.", ""), (1e-4, 1e-4))
+        return (float(atol) if atol is not None else default[0],
+                float(rtol) if rtol is not None else default[1])

@@ -1,0 +1,116 @@
+"""Static scan of a candidate source for APIs a kernel has no business touching.
+
+A kernel submission needs torch, triton, math and a compiler for extension source strings. It
+does not need to walk interpreter frames, reach the harness's modules, start threads or
+processes, write files, replace attributes of library modules, or push dispatch modes. Those are
+how a submission forges results, hides PyTorch calls or patches timers, so their presence is
+flagged (``forbidden_api``) before anything runs. The scan reads the AST (names, attributes,
+imports, calls) and the C/C++/CUDA source strings handed to ``load_inline``.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+FORBIDDEN_MODULES = {
+    "ctypes", "subprocess", "multiprocessing", "threading", "_thread", "concurrent", "signal",
+    "socket", "gc", "inspect", "importlib", "builtins", "kernelmill", "pickle", "marshal",
+    "shutil", "tempfile", "sysconfig", "resource", "mmap", "fcntl", "pty", "asyncio", "code",
+    "codeop", "faulthandler", "tracemalloc", "sched", "atexit", "weakref", "cffi", "psutil",
+}
+FORBIDDEN_ATTRIBUTES = {
+    "__subclasses__", "__globals__", "__code__", "__builtins__", "__closure__", "f_back",
+    "f_locals", "f_globals", "gi_frame", "tb_frame", "_getframe", "_current_frames",
+    "settrace", "setprofile", "__torch_function__", "__torch_dispatch__",
+    "_python_dispatch", "_get_dispatch_mode", "_len_torch_dispatch_stack",
+    "_len_torch_function_stack", "_push_on_torch_dispatch_stack", "TorchDispatchMode",
+    "TorchFunctionMode", "overrides", "_dynamo", "_inductor", "compile", "fork", "forkpty",
+    "system", "popen", "execv", "execve", "execvp", "spawnv", "kill", "killpg", "setsid",
+    "setpgid", "_exit", "dup", "dup2", "fdopen", "write_text", "write_bytes", "unlink",
+    "rmdir", "chmod", "symlink", "putenv", "load_library", "_load_library", "__dict__",
+    "__class__", "__bases__", "__mro__",
+}
+# Attributes that are harmless on most objects but not on these modules.
+FORBIDDEN_MODULE_ATTRIBUTES = {("sys", "modules"), ("os", "environ"), ("os", "remove"),
+                               ("os", "rename"), ("os", "replace"), ("os", "truncate"),
+                               ("os", "write"), ("os", "open"), ("sys", "stdout")}
+FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", "setattr",
+                   "delattr", "breakpoint", "input"}
+NATIVE_PATTERNS = re.compile(
+    r"std::thread|pthread_create|\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
+    r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(")
+# Module objects whose attributes a submission must not assign (monkeypatching).
+LIBRARY_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np", "tl", "F", "nn",
+                 "random", "statistics", "functools", "operator"}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_write_open(call: ast.Call) -> bool:
+    mode = call.args[1] if len(call.args) > 1 else next(
+        (k.value for k in call.keywords if k.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and \
+        any(c in mode.value for c in "wax+")
+
+
+def scan(source: str) -> list[str]:
+    """Findings as short strings (``line N: what``); empty when nothing suspicious is used."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    findings: list[str] = []
+    imported_modules = set(LIBRARY_ROOTS)
+
+    def flag(node: ast.AST, what: str) -> None:
+        findings.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported_modules.add((alias.asname or alias.name).split(".")[0])
+                if alias.name.split(".")[0] in FORBIDDEN_MODULES:
+                    flag(node, f"imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.split(".")[0] in FORBIDDEN_MODULES:
+                flag(node, f"imports from {module}")
+            for alias in node.names:
+                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name in FORBIDDEN_CALLS:
+                    flag(node, f"imports {alias.name} from {module}")
+                if module.startswith("torch.utils._python_dispatch"):
+                    flag(node, f"imports {alias.name} from {module}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in FORBIDDEN_ATTRIBUTES:
+                flag(node, f"uses .{node.attr}")
+            elif isinstance(node.value, ast.Name) and \
+                    (node.value.id, node.attr) in FORBIDDEN_MODULE_ATTRIBUTES:
+                flag(node, f"uses {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
+            flag(node, f"uses {node.id}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
+                flag(node, f"calls {func.id}()")
+            if isinstance(func, ast.Name) and func.id == "open" and _is_write_open(node):
+                flag(node, "opens a file for writing")
+            if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2 and \
+                    not isinstance(node.args[1], ast.Constant):
+                flag(node, "getattr with a computed name")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Attribute) and _root_name(sub) in imported_modules \
+                            and _root_name(sub) not in ("self", "cls"):
+                        flag(node, f"assigns {ast.unparse(sub)} (patches a library)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = NATIVE_PATTERNS.search(node.value)
+            if match:
+                flag(node, f"native source uses {match.group(0).strip()}")
+    return sorted(set(findings), key=lambda f: (int(f.split()[1].rstrip(":"))
+                                                if f.split()[1].rstrip(":").isdigit() else 0, f))

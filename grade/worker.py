@@ -1,0 +1,599 @@
+"""Worker side of grading: the reference run and the candidate run, in separate processes.
+
+``reference_task`` builds the problem from its source text (held in memory, never read from a
+file), draws every trial's inputs from the seeds the parent chose, and returns those inputs, the
+reference outputs and the reference's timings. It never sees candidate code.
+
+``candidate_task`` builds ``ModelNew`` with the reference's constructor arguments and weights,
+calls it on the parent's inputs (fresh buffers, a buffer refilled in place, a repeat) and
+returns raw facts: outputs as CPU copies, inputs as they were after each call, the PyTorch ops
+each call dispatched, custom-kernel launches, threads and processes left behind, functions
+patched, timings. It judges nothing: the trusted parent compares and decides (``grade.judge``).
+
+Before any candidate code is imported this module binds the functions it relies on (timers,
+synchronisation, copies) and installs counting hooks on Triton's launch path and on
+``torch.utils.cpp_extension`` loaders; after the candidate ran it reports every guarded name
+whose object changed.
+
+Imports only torch, triton (if present), the standard library and the harness worker module.
+"""
+from __future__ import annotations
+
+import builtins
+import linecache
+import os
+import statistics
+import sys
+import threading
+import time
+import types
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401 — it rewraps torch.manual_seed & co. on import (tracing imports
+# it anyway); importing it first lets the guards below capture the final objects.
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernelmill.validate.harness_worker import mark_stage
+
+# ---------------------------------------------------------------- originals, bound at import
+
+_perf_counter = time.perf_counter
+_enumerate_threads = threading.enumerate
+_Tensor = torch.Tensor
+_tensor_to = torch.Tensor.to
+_tensor_detach = torch.Tensor.detach
+_tensor_copy = torch.Tensor.copy_
+_tensor_storage = torch.Tensor.untyped_storage
+_manual_seed = torch.manual_seed
+_empty = torch.empty
+_zero = torch.Tensor.zero_
+_median = statistics.median
+_listdir = os.listdir
+_type = type
+_isinstance = isinstance
+
+_GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
+    (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
+    (time, "process_time"), (threading, "enumerate"), (os, "listdir"), (os, "getpid"),
+    (torch, "allclose"), (torch, "equal"), (torch, "isclose"), (torch, "manual_seed"),
+    (torch, "empty"), (torch, "save"), (torch.testing, "assert_close"),
+    (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda, "current_stream"),
+    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "record"),
+    (torch.cuda.Event, "synchronize"), (torch.Tensor, "to"), (torch.Tensor, "cpu"),
+    (torch.Tensor, "clone"), (torch.Tensor, "copy_"), (torch.Tensor, "detach"),
+    (torch.Tensor, "data_ptr"), (torch.Tensor, "untyped_storage"), (torch.Tensor, "__eq__"),
+    (torch.Tensor, "__torch_function__"), (torch.Tensor, "__reduce_ex__"),
+    (torch.nn.Module, "__call__"), (torch.nn.Module, "_call_impl"), (torch.Tensor, "zero_"),
+    (statistics, "median"),
+    *((builtins, name) for name in ("min", "max", "len", "sorted", "float", "int", "isinstance",
+                                    "type", "zip", "any", "all", "range", "sum", "open",
+                                    "getattr", "setattr", "print", "bool", "str")),
+)
+
+
+def _raw(owner, name):
+    """The attribute as stored (a class's own dict entry, not a fresh bound method)."""
+    if _isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in klass.__dict__:
+                return klass.__dict__[name]
+        return None
+    return getattr(owner, name, None)
+
+
+_ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(owner, name))
+              for owner, name in _GUARDED}
+
+_counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0}
+_active = [False]  # True while a candidate forward call is in progress
+
+
+def _count_thread_start(original):
+    def start(*args, **kwargs):
+        if _active[0]:
+            _counts["thread_starts"] += 1
+        return original(*args, **kwargs)
+    return start
+
+
+def _install_thread_hooks() -> None:
+    """Count threads started during forward: work done in a joined thread escapes tracing."""
+    import _thread
+
+    for owner in (_thread, threading):
+        for name in ("start_new_thread", "_start_new_thread", "start_joinable_thread",
+                     "_start_joinable_thread"):
+            original = owner.__dict__.get(name)
+            if original is not None:
+                hooked = _count_thread_start(original)
+                setattr(owner, name, hooked)
+                _ORIGINALS[f"{owner.__name__}.{name}"] = (owner, name, hooked)
+
+
+def _install_triton_hook() -> bool:
+    """Count launches (not warm-ups) of Triton kernels, compiled or interpreted."""
+    try:
+        from triton.runtime import jit
+    except Exception:  # noqa: BLE001 — no Triton: extensions are the only custom kernels
+        return False
+    classes = [jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except Exception:  # noqa: BLE001
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def run(self, *args, grid, warmup, _original=original, **kwargs):
+            if not warmup and _active[0]:
+                _counts["launches"] += 1
+            return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        cls.run = run
+        _ORIGINALS[f"{cls.__name__}.run"] = (cls, "run", run)
+    return True
+
+
+class _ExtensionProxy:
+    """Stands in for a module built by ``load_inline``/``load``; counts calls during forward."""
+
+    def __init__(self, module):
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name):
+        value = getattr(object.__getattribute__(self, "_module"), name)
+        if callable(value) and not _isinstance(value, type):
+            def call(*args, **kwargs):
+                if _active[0]:
+                    _counts["ext_calls"] += 1
+                return value(*args, **kwargs)
+            return call
+        return value
+
+
+def _install_extension_hooks() -> None:
+    import torch.utils.cpp_extension as cpp_extension
+
+    for name in ("load_inline", "load"):
+        original = getattr(cpp_extension, name)
+
+        def loader(*args, _original=original, **kwargs):
+            module = _original(*args, **kwargs)
+            return _ExtensionProxy(module) if _isinstance(module, types.ModuleType) else module
+
+        setattr(cpp_extension, name, loader)
+        _ORIGINALS[f"cpp_extension.{name}"] = (cpp_extension, name, loader)
+
+
+def patched_functions() -> list[str]:
+    return sorted(label for label, (owner, name, original) in _ORIGINALS.items()
+                  if _raw(owner, name) is not original)
+
+
+def active_modes() -> int:
+    """Torch function/dispatch modes pushed by someone else (we push ours only while tracing)."""
+    return int(torch._C._len_torch_function_stack()) + int(torch._C._len_torch_dispatch_stack())
+
+
+# ---------------------------------------------------------------- building sources
+
+def load_namespace(source: str, tag: str) -> dict:
+    """Execute a source held in memory as module ``kernelmill_<tag>`` (inspectable by Triton)."""
+    filename = f"<kernelmill-{tag}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(f"kernelmill_{tag}")
+    module.__file__ = filename
+    sys.modules[module.__name__] = module
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 — the point
+    return module.__dict__
+
+
+def to_device(values: list, device: str) -> list:
+    return [_tensor_to(v, device, copy=True) if _type(v) is _Tensor else v for v in values]
+
+
+def to_cpu(value):
+    return _tensor_to(_tensor_detach(value), "cpu", copy=True)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        _ORIGINALS["torch.cuda.synchronize"][2]()
+
+
+def transform(values: list, dist: str) -> list:
+    """Input distributions: ``natural`` (as drawn) or ``affine`` (floats scaled and shifted)."""
+    if dist == "natural":
+        return values
+    out = []
+    for value in values:
+        if _type(value) is _Tensor and value.is_floating_point():
+            value = value * 1.5 + 0.25
+        out.append(value)
+    return out
+
+
+def flatten_outputs(out) -> tuple[str, list]:
+    """("tensor"|"tuple:N"|"list:N", items) for a forward's return value."""
+    if _isinstance(out, torch.Tensor):
+        return "tensor", [out]
+    if _type(out) in (tuple, list):
+        return f"{_type(out).__name__}:{len(out)}", list(out)
+    return _type(out).__name__, [out]
+
+
+# ---------------------------------------------------------------- timing
+
+def _cuda_events():
+    return _ORIGINALS["torch.cuda.Event"][2]
+
+
+def time_calls(fn, device: str, *, label: str, target_ms: float, min_reps: int, max_reps: int,
+               warmup: int = 3, flush_bytes: int = 256 << 20, wall_ms: float = 50.0) -> dict:
+    """Median per-call time; on CUDA each run starts after an L2 flush and ends with a
+    device-wide synchronize (work on side streams counts). Then a back-to-back loop between
+    two stage marks, which the parent times with its own clock."""
+    cuda = device.startswith("cuda")
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    if cuda:
+        Event = _cuda_events()
+        elapsed = _ORIGINALS["Event.elapsed_time"][2]
+        record = _ORIGINALS["Event.record"][2]
+        wait = _ORIGINALS["Event.synchronize"][2]
+        flush = _empty(flush_bytes // 4, dtype=torch.float32, device=device)
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        record(start)
+        fn()
+        sync(device)
+        record(end)
+        wait(end)
+        estimate = max(elapsed(start, end), 1e-3)
+        reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+        for _ in range(reps):
+            _zero(flush)
+            sync(device)
+            record(start)
+            fn()
+            sync(device)
+            record(end)
+            wait(end)
+            times.append(float(elapsed(start, end)))
+        del flush
+    else:
+        begin = _perf_counter()
+        fn()
+        estimate = max((_perf_counter() - begin) * 1e3, 1e-3)
+        reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+        for _ in range(reps):
+            begin = _perf_counter()
+            fn()
+            times.append((_perf_counter() - begin) * 1e3)
+    median = _median(times)
+    loops = int(min(1000, max(3, wall_ms / max(median, 1e-3))))
+    sync(device)
+    mark_stage(f"wall:{label}:start")
+    for _ in range(loops):
+        fn()
+    sync(device)
+    mark_stage(f"wall:{label}:end")
+    return {"median_ms": median, "min_ms": min(times), "reps": len(times), "wall_loops": loops}
+
+
+def device_info(device: str) -> dict:
+    info = {"device": device, "torch": str(torch.__version__)}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info["name"] = props.name
+        clock_khz = getattr(props, "memory_clock_rate", None)
+        bus_bits = getattr(props, "memory_bus_width", None)
+        if clock_khz and bus_bits:
+            info["bandwidth_gbs"] = 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
+    return info
+
+
+def _timing_settings(payload: dict) -> dict:
+    cuda = payload["device"].startswith("cuda")
+    defaults = ({"target_ms": 200.0, "min_reps": 10, "max_reps": 200} if cuda
+                else {"target_ms": 100.0, "min_reps": 3, "max_reps": 10, "wall_ms": 30.0})
+    return {**defaults, **(payload.get("timing_settings") or {})}
+
+
+# ---------------------------------------------------------------- the reference run
+
+def reference_task(payload: dict) -> dict:
+    device = payload["device"]
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    model = ns["Model"](*init_inputs).to(device)
+    state = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    trials = []
+    mark_stage("reference forward")
+    natural_finite = True
+    for spec in payload["trials"]:
+        _manual_seed(spec["seed"])
+        inputs = transform(list(ns["get_inputs"]()), spec["dist"])
+        kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
+        device_inputs = to_device(inputs, device)
+        _manual_seed(spec["seed"] + 1)
+        with torch.no_grad():
+            structure, items = flatten_outputs(model(*device_inputs))
+        sync(device)
+        outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        finite = all(bool(torch.isfinite(t).all()) for t in outputs
+                     if _isinstance(t, torch.Tensor) and t.is_floating_point())
+        if spec["dist"] == "natural":
+            natural_finite = natural_finite and finite
+        usable = finite or (spec["dist"] == "natural" or not natural_finite)
+        trials.append({"seed": spec["seed"], "dist": spec["dist"], "inputs": kept,
+                       "outputs": outputs, "structure": structure, "usable": usable,
+                       "device_types": [t.device.type for t in items
+                                        if _isinstance(t, torch.Tensor)]})
+    result = {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
+              "info": device_info(device)}
+    if payload.get("time", True):
+        mark_stage("reference timing")
+        inputs = to_device(trials[0]["inputs"], device)
+        settings = _timing_settings(payload)
+
+        def eager():
+            with torch.no_grad():
+                return model(*inputs)
+
+        result["eager"] = time_calls(eager, device, label="eager", **settings)
+        if payload.get("inductor"):
+            mark_stage("reference inductor")
+            try:
+                compiled = torch.compile(model)
+
+                def inductor():
+                    with torch.no_grad():
+                        return compiled(*inputs)
+
+                result["inductor"] = time_calls(inductor, device, label="inductor", **settings)
+            except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
+                result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return result
+
+
+# ---------------------------------------------------------------- the candidate run
+
+class _OpTrace(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _tasks() -> set[str]:
+    try:
+        return set(_listdir("/proc/self/task"))
+    except OSError:
+        return set()
+
+
+def _task_name(tid: str) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
+
+
+def _live_children() -> list[int]:
+    me, found = str(os.getpid()), []
+    for entry in _listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me and fields[0] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def _spans(values: list) -> list[tuple[int, int]]:
+    spans = []
+    for value in values:
+        if _type(value) is _Tensor:
+            storage = _tensor_storage(value)
+            if storage.nbytes():
+                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    return spans
+
+
+def _load_weights(model, state: dict) -> str:
+    """Give the candidate the reference's weights: by name, else by order when shapes agree."""
+    mine = model.state_dict()
+    if not state:
+        return "none"
+    if set(mine) == set(state) and all(mine[k].shape == state[k].shape for k in state):
+        model.load_state_dict(state)
+        return "by name"
+    theirs = list(state.values())
+    if len(mine) == len(theirs) and all(a.shape == b.shape for a, b in zip(mine.values(), theirs)):
+        with torch.no_grad():
+            for target, value in zip(mine.values(), theirs):
+                _tensor_copy(target, value)
+        return "by order"
+    return "seed only"
+
+
+class _Run:
+    """One candidate model on one device, with every forward call observed."""
+
+    def __init__(self, model, device: str, base_threads: set, base_tasks: set):
+        self.model, self.device = model, device
+        self.base_threads, self.base_tasks = base_threads, base_tasks
+
+    def call(self, inputs: list, *, trace: bool) -> dict:
+        launches, ext, starts = (_counts["launches"], _counts["ext_calls"],
+                                 _counts["thread_starts"])
+        modes_before = active_modes()
+        tracer = _OpTrace() if trace else None
+        record: dict[str, Any] = {}
+        _active[0] = True
+        try:
+            with torch.no_grad():
+                if tracer is not None:
+                    with tracer:
+                        out = self.model(*inputs)
+                else:
+                    out = self.model(*inputs)
+            sync(self.device)
+        finally:
+            _active[0] = False
+        record["launches"] = _counts["launches"] - launches
+        record["ext_calls"] = _counts["ext_calls"] - ext
+        record["thread_starts"] = _counts["thread_starts"] - starts
+        record["modes"] = max(modes_before, active_modes())
+        if tracer is not None:
+            record["ops"] = tracer.ops
+        record["threads"] = sorted(t.name for t in _enumerate_threads()
+                                   if t.ident not in self.base_threads and t.is_alive())
+        record["native_threads"] = sorted(_task_name(t) for t in _tasks() - self.base_tasks)
+        record.update(self.observe(out, inputs))
+        return record
+
+    def observe(self, out, inputs: list) -> dict:
+        if _type(out) in (tuple, list):
+            structure, items = f"{_type(out).__name__}:{len(out)}", list(out)
+        else:
+            structure, items = ("tensor" if _isinstance(out, torch.Tensor)
+                                else _type(out).__name__), [out]
+        facts: dict[str, Any] = {"structure": structure, "types": [], "outputs": None,
+                                 "subclass": False}
+        outputs, alias = [], False
+        input_spans = _spans(inputs)
+        for item in items:
+            kind = _type(item)
+            facts["types"].append(f"{kind.__module__}.{kind.__qualname__}")
+            if kind is not _Tensor:
+                facts["subclass"] = _isinstance(item, torch.Tensor)
+                outputs = None
+                break  # never touch a subclass or foreign object: its methods are candidate code
+            for low, high in _spans([item]):
+                alias = alias or any(low < b and a < high for a, b in input_spans)
+            outputs.append(item)
+        else:
+            facts["devices"] = [t.device.type for t in outputs]
+            facts["outputs"] = [to_cpu(t) for t in outputs]
+        facts["alias"] = alias
+        facts["inputs_after"] = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
+        return facts
+
+
+def _baseline(device: str) -> None:
+    """Start the runtime's own threads (OpenMP pool, CUDA) before the snapshot."""
+    a = torch.randn(256, 256, device=device)
+    (a @ a).sum().item()
+    torch.softmax(a, dim=-1).max().item()
+    sync(device)
+
+
+def candidate_task(payload: dict) -> dict:
+    device = payload["device"]
+    source = payload["source"]
+    mark_stage("setup")
+    if device.startswith("cuda"):
+        torch.cuda.init()
+    _baseline(device)
+    _install_triton_hook()
+    if "cpp_extension" in source or "load_inline" in source:
+        _install_extension_hooks()
+    _install_thread_hooks()
+    base_threads = {t.ident for t in _enumerate_threads()}
+    base_tasks = _tasks()
+    facts: dict[str, Any] = {"calls": []}
+
+    mark_stage("import")
+    ns = load_namespace(source, "candidate")
+    if "ModelNew" not in ns:
+        raise NameError("candidate defines no ModelNew")
+    mark_stage("init")
+    _manual_seed(payload["init_seed"])
+    model = ns["ModelNew"](*payload["init_inputs"])
+    if _isinstance(model, torch.nn.Module):
+        model = model.to(device)
+        facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
+    run = _Run(model, device, base_threads, base_tasks)
+    facts["modes_after_import"] = active_modes()
+
+    trials = payload["trials"]
+    buffers = to_device(trials[0]["inputs"], device)
+    mark_stage("forward")
+    for index, trial in enumerate(trials):
+        inputs = buffers if index == 0 else to_device(trial["inputs"], device)
+        _manual_seed(trial["seed"] + 1)
+        facts["calls"].append({"trial": index, "kind": "fresh", **run.call(inputs, trace=True)})
+        if index:
+            del inputs
+    refill = payload.get("refill_from")
+    if refill is not None:
+        mark_stage("forward refill")
+        for buffer, value in zip(buffers, trials[refill]["inputs"]):
+            if _type(buffer) is _Tensor:
+                _tensor_copy(buffer, value)
+        _manual_seed(trials[refill]["seed"] + 1)
+        facts["calls"].append({"trial": refill, "kind": "refill",
+                               **run.call(buffers, trace=True)})
+    mark_stage("forward repeat")
+    for buffer, value in zip(buffers, trials[0]["inputs"]):
+        if _type(buffer) is _Tensor:
+            _tensor_copy(buffer, value)
+    _manual_seed(trials[0]["seed"] + 1)
+    facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(buffers, trace=True)})
+    facts["children"] = len(_live_children())
+
+    if payload.get("time", True):
+        mark_stage("timing")
+        before = (_counts["launches"], _counts["ext_calls"])
+        calls = [0]
+        last = [None]
+
+        def forward():
+            calls[0] += 1
+            _active[0] = True
+            try:
+                with torch.no_grad():
+                    last[0] = model(*buffers)
+            finally:
+                _active[0] = False
+
+        timing = time_calls(forward, device, label="candidate", **_timing_settings(payload))
+        timing["calls"] = calls[0]
+        timing["launches"] = _counts["launches"] - before[0]
+        timing["ext_calls"] = _counts["ext_calls"] - before[1]
+        facts["timing"] = timing
+        mark_stage("after timing")
+        facts["timed"] = run.observe(last[0], buffers)
+        facts["timed"]["threads"] = sorted(
+            t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
+        facts["children"] = max(facts["children"], len(_live_children()))
+    facts["patched"] = patched_functions()
+    facts["modes_at_end"] = active_modes()
+    facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
+    facts["info"] = device_info(device)
+    return facts
+
+
+def compile_task(payload: dict) -> dict:
+    """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder)."""
+    mark_stage("compile")
+    started = _perf_counter()
+    load_namespace(payload["source"], "candidate")
+    return {"seconds": _perf_counter() - started}
