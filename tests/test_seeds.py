@@ -26,14 +26,15 @@ def _flat_output(out) -> torch.Tensor:
     return torch.cat([_flat_output(o) for o in out])
 
 
-def _run(namespace: dict, init_seed: int, input_seed: int) -> tuple[torch.Tensor, bool]:
+def _run(namespace: dict, init_seed: int, input_seed: int) -> tuple[torch.Tensor, bool, int]:
     torch.manual_seed(init_seed)
     model = namespace["Model"](*namespace["get_init_inputs"]())
     torch.manual_seed(input_seed)
     inputs = namespace["get_inputs"]()
     with torch.no_grad():
         out = model(*inputs)
-    return _flat_output(out), any(True for _ in model.parameters())
+    largest = max(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+    return _flat_output(out), any(True for _ in model.parameters()), largest
 
 
 def _relative_change(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -67,20 +68,21 @@ def test_seed_is_real_work_on_cpu(path: Path):
     namespace: dict = {"__name__": f"seed_{path.stem}"}
     exec(compile(shrunk.source, str(path), "exec"), namespace)
 
-    out, has_weights = _run(namespace, init_seed=0, input_seed=0)
-    again, _ = _run(namespace, init_seed=0, input_seed=0)
+    out, has_weights, largest_input = _run(namespace, init_seed=0, input_seed=0)
+    assert largest_input <= shrunk.numel_after, "static size estimate missed an input"
+    again, _, _ = _run(namespace, init_seed=0, input_seed=0)
     assert torch.equal(out, again), "not deterministic under fixed seeds"
     assert torch.isfinite(out).all(), "non-finite output"
     rms = float(out.pow(2).mean().sqrt())
     assert rms > 1e-3, f"near-zero output (rms {rms:.2e})"
 
-    other_inputs, _ = _run(namespace, init_seed=0, input_seed=1)
+    other_inputs, _, _ = _run(namespace, init_seed=0, input_seed=1)
     change = _relative_change(out, other_inputs)
     assert change > 1e-3, f"output barely depends on the inputs (relative change {change:.1e})"
     changed = float((out != other_inputs).double().mean())
     assert changed > 0.25, f"only {changed:.0%} of the output depends on the inputs"
 
     if has_weights:
-        other_weights, _ = _run(namespace, init_seed=1, input_seed=0)
+        other_weights, _, _ = _run(namespace, init_seed=1, input_seed=0)
         change = _relative_change(out, other_weights)
         assert change > 1e-3, f"output barely depends on the weights (relative change {change:.1e})"
