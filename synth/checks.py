@@ -1,0 +1,46 @@
+"""The checks every synthesized source passes before it is kept, with the reason when it fails.
+
+1. ``check_source``: KernelBench format, parses, arities agree (curate/problem.py).
+2. A full-size fake-mode trace (synth/trace.py): it constructs and runs, shapes and dtypes agree.
+3. The degeneracy rules (synth/degeneracy.py) over that trace.
+
+``Rejected.label`` is a short, countable reason ("degenerate: identity_clamp", "trace: forward");
+``Rejected.detail`` the full one-line message.
+"""
+from __future__ import annotations
+
+from kernelmill.curate.errors import ProblemError
+from kernelmill.curate.problem import Problem, check_source
+
+from .degeneracy import check_trace
+from .trace import Trace, TraceError, trace_source
+
+
+class Rejected(Exception):
+    def __init__(self, label: str, detail: str):
+        super().__init__(f"{label}: {detail}")
+        self.label = label
+        self.detail = detail
+
+
+def vet_source(source: str, *, trace: bool = True, name: str | None = None) -> tuple[Problem, Trace | None]:
+    """Check ``source``; return its ``Problem`` (and trace) or raise ``Rejected``."""
+    try:
+        problem = check_source(source, name=name)
+    except ProblemError as exc:
+        raise Rejected("static check", exc.reason) from None
+    except (ValueError, RecursionError) as exc:
+        raise Rejected("static check", str(exc)) from None
+    if not trace:
+        return problem, None
+    try:
+        traced = trace_source(source)
+    except TraceError as exc:
+        if exc.unsupported:  # fake mode cannot follow data-dependent code: not a fault
+            return problem, None
+        raise Rejected(f"trace: {exc.stage}", exc.message) from None
+    violations = check_trace(traced)
+    if violations:
+        first = violations[0]
+        raise Rejected(f"degenerate: {first.rule}", first.reason)
+    return problem, traced

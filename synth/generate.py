@@ -1,0 +1,244 @@
+"""The synth stage: seeds + op catalog (+ an LLM) -> problems.jsonl.
+
+Each attempt draws from its own ``random.Random(f"{seed}:{attempt}")`` and does one of
+
+- compose a new problem from the catalog (synth/composer.py, printed by synth/emit.py);
+- mutate a seed or an earlier problem with one of synth/mutators.py's codemods;
+- ask the LLM for a problem of some category, few-shot from seeds of that category.
+
+Every source passes synth/checks.py (static check; for composed and mutated sources also the full
+size fake trace and the degeneracy rules) before it is written. Records carry
+``provenance = {seed, operations, generator, parent}``: ``seed`` is the family root (the seed
+record's id for mutants of seeds, the structural signature hash of a composition for composed
+problems and their mutants), so a split can keep whole families on one side.
+
+The run is deterministic for a seed and resumable: rerunning the same command regenerates the same
+sequence, and the writer skips what the file already holds.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelmill.curate.errors import KernelmillError, ProblemError
+from kernelmill.curate.problem import CATEGORIES, check_source
+from kernelmill.curate.progress import track
+from kernelmill.curate.record import Record
+from kernelmill.curate.stats import StageStats
+from kernelmill.curate.store import JsonlWriter
+
+from .checks import Rejected, vet_source
+from .composer import Composer, CompositionError
+from .emit import emit_source
+from .llm import LLMConfig, LLMProposer
+from .mutators import Mutator, Refusal, all_mutators
+
+log = logging.getLogger("kernelmill")
+
+MAX_ATTEMPTS_PER_PROBLEM = 6
+POOL_SIZE = 400  # recent accepted problems that mutators may pick as parents
+
+
+@dataclass
+class SynthConfig:
+    """How the attempts are shared between generators."""
+
+    mutate_rate: float = 0.4      # share of attempts that mutate (when there are seeds)
+    seed_parent_rate: float = 0.5  # of those, share whose parent is a seed (else an earlier problem)
+
+
+def load_seeds(seeds_dir: str | Path) -> list[Record]:
+    """Seed problems as records (family root = their own id); bad files are skipped with a line."""
+    seeds_dir = Path(seeds_dir)
+    if not seeds_dir.is_dir():
+        raise KernelmillError(f"{seeds_dir}: no such seeds folder")
+    records = []
+    for path in sorted(seeds_dir.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        try:
+            problem = check_source(path.read_text(encoding="utf-8"), str(path))
+        except (ProblemError, OSError, UnicodeDecodeError) as exc:
+            log.warning(f"skipping seed {exc}")
+            continue
+        records.append(Record.from_source(problem.source, name=problem.name,
+                                          category=problem.category, level=problem.level,
+                                          provenance={"generator": "seed", "operations": []}))
+    return records
+
+
+_CATEGORY_LINE = re.compile(r"(?im)^(\s*category\s*:\s*)([\w-]+)")
+_LEVEL_LINE = re.compile(r"(?im)^(\s*level\s*:\s*)(\d+)")
+
+
+def retag(source: str, *, category: str | None = None, level: int | None = None) -> str:
+    """Rewrite the ``category:`` / ``level:`` lines of the module docstring."""
+    head, sep, rest = source.partition('"""\n')
+    body_end = rest.find('"""')
+    if not sep or body_end < 0:
+        return source
+    doc, tail = rest[:body_end], rest[body_end:]
+    if category:
+        doc = _CATEGORY_LINE.sub(lambda m: m.group(1) + category, doc, count=1)
+    if level:
+        doc = _LEVEL_LINE.sub(lambda m: m.group(1) + str(level), doc, count=1)
+    return head + sep + doc + tail
+
+
+def _short_name(parent: Record, operations: list[dict[str, Any]]) -> str:
+    base = parent.name.split("~")[0]
+    ops = [o["op"] for o in operations if o.get("op") not in ("compose", "epilogue", "loss")][-3:]
+    return f"{base}~{'-'.join(ops)}" if ops else base
+
+
+class Synthesizer:
+    """Generates records one attempt at a time; see the module docstring."""
+
+    def __init__(self, seeds: list[Record], *, seed: int = 0, llm: LLMProposer | None = None,
+                 llm_fraction: float = 0.1, config: SynthConfig | None = None,
+                 composer: Composer | None = None, mutators: list[Mutator] | None = None):
+        self.seeds = seeds
+        self.seed = seed
+        self.llm = llm
+        self.llm_fraction = llm_fraction
+        self.config = config or SynthConfig()
+        self.composer = composer or Composer()
+        self.mutators = mutators or all_mutators(self.composer.catalog)
+        self.pool: list[Record] = []
+        self.llm_failures = 0
+        self.by_category: dict[str, list[Record]] = {}
+        for record in seeds:
+            self.by_category.setdefault(record.category, []).append(record)
+
+    def remember(self, record: Record) -> None:
+        self.pool.append(record)
+        if len(self.pool) > POOL_SIZE:
+            self.pool.pop(0)
+
+    def attempt(self, index: int, stats: StageStats) -> Record | None:
+        rng = random.Random(f"{self.seed}:{index}")
+        roll = rng.random()
+        try:
+            if self.llm is not None and roll < self.llm_fraction:
+                return self.from_llm(rng, stats)
+            if self.seeds and rng.random() < self.config.mutate_rate:
+                return self.from_mutation(rng, stats)
+            return self.from_composer(rng)
+        except Rejected as exc:
+            stats.dropped(exc.label)
+        except CompositionError as exc:
+            stats.count(f"redrawn: {str(exc).split(' after ')[0]}")
+        return None
+
+    def from_composer(self, rng: random.Random) -> Record:
+        comp = self.composer.draw(rng)
+        source, name = emit_source(comp, self.composer)
+        problem, _ = vet_source(source, name=name)
+        return Record.from_source(source, name=name, category=problem.category,
+                                  level=problem.level, provenance={
+                                      "seed": comp.family, "operations": comp.operations(),
+                                      "generator": "composer", "parent": None})
+
+    def from_mutation(self, rng: random.Random, stats: StageStats) -> Record | None:
+        use_seed = not self.pool or rng.random() < self.config.seed_parent_rate
+        parents = self.seeds if use_seed else self.pool
+        parent = parents[rng.randrange(len(parents))]
+        order = list(self.mutators)
+        rng.shuffle(order)
+        for mutator in order[:3]:
+            try:
+                mutation = mutator.mutate(parent.source, rng)
+            except Refusal:
+                stats.count(f"refused: {mutator.name}")
+                continue
+            source = mutation.source
+            category, level = parent.category, parent.level
+            if mutation.operation["op"] == "insert_epilogue" and parent.category != "fused":
+                category, level = "fused", max(2, parent.level)
+                source = retag(source, category=category, level=level)
+            problem, _ = vet_source(source, trace=False, name=parent.name)
+            operations = list(parent.provenance.get("operations") or []) + [mutation.operation]
+            return Record.from_source(source, name=_short_name(parent, operations),
+                                      category=problem.category, level=problem.level,
+                                      provenance={"seed": parent.family, "operations": operations,
+                                                  "generator": "mutator", "parent": parent.id})
+        stats.dropped("every mutator refused")
+        return None
+
+    def from_llm(self, rng: random.Random, stats: StageStats) -> Record | None:
+        categories = sorted(self.by_category) or [c for c in CATEGORIES if c != "other"]
+        category = categories[rng.randrange(len(categories))]
+        pool = self.by_category.get(category, [])
+        examples = rng.sample(pool, min(len(pool), self.llm.config.n_examples)) if pool else []
+        try:
+            source = self.llm.propose(category, [e.source for e in examples])
+        except ValueError as exc:
+            raise Rejected("llm: no code", str(exc)) from None
+        except KernelmillError as exc:
+            self.llm_failures += 1
+            if self.llm_failures >= 5:
+                log.warning(f"LLM proposals disabled after 5 failures; last: {exc}")
+                self.llm = None
+            raise Rejected("llm: endpoint error", str(exc)) from None
+        problem, _ = vet_source(source, trace=False)
+        if problem.category != category and problem.category not in CATEGORIES:
+            raise Rejected("llm: static check", f"unknown category {problem.category}")
+        record = Record.from_source(source, name=problem.name if problem.name != "problem" else
+                                    f"llm_{category}", category=problem.category,
+                                    level=problem.level, provenance={
+                                        "operations": [{"op": "llm", "model": self.llm.config.model,
+                                                        "category": category,
+                                                        "examples": [e.id for e in examples]}],
+                                        "generator": "llm", "parent": None})
+        return record
+
+
+def synthesize(seeds_dir: str | Path, out_path: str | Path, *, n: int, seed: int = 0,
+               llm: LLMConfig | LLMProposer | dict | None = None) -> StageStats:
+    """Write ``n`` new problems to ``out_path`` (appending, resumable); counts by reason."""
+    stats = StageStats("synth")
+    start = time.monotonic()
+    if n <= 0:
+        return stats
+    seeds = load_seeds(seeds_dir)
+    stats.count("seeds", len(seeds))
+    proposer = None
+    if llm is not None:
+        proposer = llm if isinstance(llm, LLMProposer) else LLMProposer(
+            llm if isinstance(llm, LLMConfig) else LLMConfig(**llm))
+    fraction = proposer.config.fraction if proposer is not None else 0.0
+    synth = Synthesizer(seeds, seed=seed, llm=proposer, llm_fraction=fraction)
+    with JsonlWriter(out_path) as writer:
+        before = set(writer.seen)
+        done = 0
+        attempts = iter(range(n * MAX_ATTEMPTS_PER_PROBLEM))
+        for _ in track(range(n), total=n, description="synth"):
+            record = None
+            for index in attempts:
+                record = synth.attempt(index, stats)
+                if record is None:
+                    continue
+                if record.id in before:
+                    stats.count("resumed")
+                    synth.remember(record)
+                    break
+                if writer.write(record):
+                    stats.kept()
+                    stats.count(f"generator: {record.provenance['generator']}")
+                    synth.remember(record)
+                    break
+                stats.dropped("duplicate")
+                record = None
+            if record is None:
+                break
+            done += 1
+    if done < n:
+        log.warning(f"synth: stopped after {n * MAX_ATTEMPTS_PER_PROBLEM} attempts with {done} of "
+                    f"{n} problems")
+    stats.seconds = time.monotonic() - start
+    return stats

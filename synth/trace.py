@@ -1,0 +1,479 @@
+"""Trace a problem source at full size without computing it: shapes, dataflow and value ranges.
+
+``trace_source(source)`` runs ``get_inputs()``, ``Model(*get_init_inputs())`` and ``forward``
+under ``FakeTensorMode`` (no memory, no arithmetic: full-size shapes cost microseconds) and a
+``TorchFunctionMode`` that records every torch call as a ``Node``: the op (looked up in the catalog
+by the called function's name, so ``F.relu``, ``torch.relu``, ``x.relu()`` and ``nn.ReLU`` meet),
+its tensor inputs, its parameters and its output ``Value``. A ``Value`` carries an interval
+``[lo, hi]`` and a typical magnitude ``scale`` propagated by abstract interpretation, so
+synth/degeneracy.py can tell that a ReLU is fed only non-negative numbers, a sigmoid is saturated
+or a clamp yields a constant, on composed problems and on mutated seeds alike.
+
+The source is executed (in fake mode), so only trusted sources are traced: our own compositions
+and mutations of seeds and imports. LLM proposals get the static checks only, unless asked.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
+
+from .catalog import Catalog, Op, default_catalog
+
+INF = math.inf
+
+# functions whose output is a fresh random or constant tensor, and what it holds
+_FACTORIES = {"randn": ("normal", 1.0), "randn_like": ("normal", 1.0), "rand": ("uniform", 0.58),
+              "rand_like": ("uniform", 0.58), "normal": ("normal", 1.0)}
+_CONSTANT_FACTORIES = {"zeros": 0.0, "zeros_like": 0.0, "ones": 1.0, "ones_like": 1.0}
+_RANDOM_IN_FORWARD = {"randn", "rand", "randn_like", "rand_like", "randint", "randint_like",
+                      "normal", "bernoulli", "multinomial", "randperm", "rrelu"}
+_IGNORED = {"__get__", "__set__", "dim", "size", "numel", "requires_grad_", "detach", "__len__",
+            "_set_grad_enabled", "__setstate__", "__reduce_ex__", "__deepcopy__", "is_floating_point",
+            "element_size", "stride", "is_contiguous", "data_ptr", "__format__", "__repr__",
+            "is_complex", "__bool__", "__index__", "__int__", "__float__", "get_device", "type"}
+
+
+@dataclass
+class Value:
+    """An abstract tensor: shape, dtype, an interval holding its values, a typical magnitude."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    lo: float = -INF
+    hi: float = INF
+    scale: float = 1.0
+    producer: "Node | None" = None
+    depends: frozenset[int] = frozenset()  # indices of the forward inputs it derives from
+    integer: bool = False
+    known: bool = True  # False when [lo, hi] and scale are guesses (an op outside the catalog)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nonneg(self) -> bool:
+        return self.lo >= 0
+
+    @property
+    def constant(self) -> bool:
+        return self.lo == self.hi
+
+
+@dataclass
+class Node:
+    """One traced torch call."""
+
+    name: str  # catalog op name, or the called function's name for ops outside the catalog
+    op: Op | None
+    inputs: list[Value]
+    params: dict[str, Any]
+    outputs: list[Value]
+    phase: str  # "inputs" | "init" | "forward"
+
+    @property
+    def out(self) -> Value | None:
+        return self.outputs[0] if self.outputs else None
+
+    @property
+    def x(self) -> Value | None:
+        return self.inputs[0] if self.inputs else None
+
+    def dim_param(self, default: Any = None) -> Any:
+        return self.params.get("dim", default)
+
+    def reduced_dims(self) -> list[int]:
+        """Non-negative dims this node reduces or scans over (all dims when ``dim`` is None)."""
+        x = self.x
+        if x is None:
+            return []
+        rank = len(x.shape)
+        dim = self.params.get("dim", self.op.defaults.get("dim") if self.op else None)
+        if dim is None:
+            if self.op is not None and self.op.shape == "same_dim":
+                return [rank - 1] if self.name in ("softmax", "log_softmax") and rank else []
+            return list(range(rank))
+        dims = dim if isinstance(dim, (list, tuple)) else [dim]
+        try:
+            return [int(d) % rank for d in dims] if rank else []
+        except (TypeError, ValueError):
+            return []
+
+
+@dataclass
+class Trace:
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    init_args: list[Any] = field(default_factory=list)
+
+    @property
+    def forward_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if n.phase == "forward"]
+
+
+class TraceError(Exception):
+    """The source could not be run in fake mode: ``stage`` says where, the text says why."""
+
+    def __init__(self, stage: str, message: str, unsupported: bool = False):
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
+        self.message = message
+        self.unsupported = unsupported  # fake mode cannot follow it (data-dependent): not invalid
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors(item)]
+    return []
+
+
+def _scalar(obj: Any) -> float | None:
+    if isinstance(obj, bool):
+        return float(obj)
+    if isinstance(obj, (int, float)):
+        return float(obj)
+    return None
+
+
+def _bind(op: Op | None, args: tuple, kwargs: dict) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if op is not None:
+        params.update(op.defaults)
+        for name, value in zip(op.sig, args):
+            if name != "x" and not isinstance(value, torch.Tensor):
+                params[name] = value
+    params.update({k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)})
+    return params
+
+
+def _mul_interval(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    products = []
+    for x in a:
+        for y in b:
+            if (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x)):
+                products.append(0.0)
+            else:
+                products.append(x * y)
+    return min(products), max(products)
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, catalog: Catalog):
+        super().__init__()
+        self.catalog = catalog
+        self.values: dict[int, Value] = {}
+        self.keep: list[Any] = []  # keeps traced tensors alive so their ids stay unique
+        self.trace = Trace()
+        self.phase = "inputs"
+
+    def value_of(self, t: torch.Tensor) -> Value:
+        v = self.values.get(id(t))
+        if v is None or v.shape != tuple(t.shape):
+            v = Value(tuple(t.shape), _dtype_name(t), integer=not t.is_floating_point())
+            self.values[id(t)] = v
+            self.keep.append(t)
+        return v
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", None) or str(func)
+        if name not in _IGNORED:
+            try:
+                self.record(name, args, kwargs, out)
+            except Exception:  # noqa: BLE001 — tracing is best effort, the call itself succeeded
+                pass
+        return out
+
+    # -- abstract interpretation -------------------------------------------------------------
+    def record(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        in_tensors = _tensors(list(args)) + _tensors(list(kwargs.values()))
+        out_tensors = _tensors(out)
+        if name.endswith("_") and not name.startswith("_") and in_tensors:
+            self.record_inplace(name, args, kwargs, in_tensors[0])
+            return
+        if not out_tensors:
+            return
+        op = self.catalog.for_trace(name)
+        inputs = [self.value_of(t) for t in in_tensors]
+        params = _bind(op, args, kwargs)
+        node = Node(op.name if op else name.strip("_"), op, inputs, params, [], self.phase)
+        depends = frozenset().union(*(v.depends for v in inputs)) if inputs else frozenset()
+        for i, t in enumerate(out_tensors):
+            v = Value(tuple(t.shape), _dtype_name(t), producer=node, depends=depends,
+                      integer=not t.is_floating_point())
+            if i == 0:
+                v.known = all(x.known for x in inputs)
+                self.transfer(name, node, args, kwargs, v)
+            self.values[id(t)] = v
+            self.keep.append(t)
+            node.outputs.append(v)
+        self.trace.nodes.append(node)
+
+    def record_inplace(self, name: str, args: tuple, kwargs: dict, target: torch.Tensor) -> None:
+        scalars = [_scalar(a) for a in args[1:]] + [_scalar(v) for v in kwargs.values()]
+        scalars = [s for s in scalars if s is not None]
+        v = self.value_of(target)
+        if name in ("uniform_",) and len(scalars) >= 2:
+            v.lo, v.hi = scalars[0], scalars[1]
+            v.scale = (v.hi - v.lo) / math.sqrt(12)
+        elif name == "kaiming_uniform_" and target.dim() >= 2:
+            fan_in = target.shape[1] * math.prod(target.shape[2:])
+            a = kwargs.get("a", scalars[0] if scalars else 0.0)
+            bound = math.sqrt(6.0 / ((1 + a * a) * fan_in))
+            v.lo, v.hi, v.scale = -bound, bound, bound / math.sqrt(3)
+        elif name in ("normal_",):
+            std = kwargs.get("std", scalars[1] if len(scalars) > 1 else 1.0)
+            v.lo, v.hi, v.scale = -INF, INF, float(std)
+        elif name in ("fill_", "constant_") and scalars:
+            v.lo = v.hi = scalars[-1]
+            v.scale = abs(scalars[-1])
+        elif name in ("zero_", "zeros_"):
+            v.lo = v.hi = v.scale = 0.0
+        elif name in ("ones_",):
+            v.lo = v.hi = v.scale = 1.0
+        else:
+            v.lo, v.hi = -INF, INF
+
+    def transfer(self, name: str, node: Node, args: tuple, kwargs: dict, v: Value) -> None:
+        base = name.strip("_")
+        x = node.inputs[0] if node.inputs else None
+        other = node.inputs[1] if len(node.inputs) > 1 else None
+        scalar = next((s for s in (_scalar(a) for a in args[1:2]) if s is not None), None)
+        if base in _FACTORIES:
+            kind, scale = _FACTORIES[base]
+            v.lo, v.hi, v.scale = (0.0, 1.0, scale) if kind == "uniform" else (-INF, INF, scale)
+            return
+        if base in _CONSTANT_FACTORIES:
+            v.lo = v.hi = v.scale = _CONSTANT_FACTORIES[base]
+            return
+        if base in ("full", "full_like") and len(args) > 1 and _scalar(args[1]) is not None:
+            v.lo = v.hi = v.scale = _scalar(args[1])
+            return
+        if base in ("tensor", "as_tensor", "scalar_tensor") and args:
+            flat = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
+            nums = [_scalar(a) for a in flat]
+            if nums and all(n is not None for n in nums):
+                v.lo, v.hi = min(nums), max(nums)
+                v.scale = max(abs(n) for n in nums)
+            return
+        if base in ("randint", "randint_like", "randperm"):
+            v.lo, v.hi, v.integer = 0.0, INF, True
+            return
+        if x is None:
+            return
+        # arithmetic with scalars or tensors
+        if base in ("mul", "rmul") or base == "multiply":
+            if other is None and scalar is not None:
+                v.lo, v.hi = _mul_interval((x.lo, x.hi), (scalar, scalar))
+                v.scale = x.scale * abs(scalar)
+            elif other is not None:
+                if other is x:
+                    v.lo, v.hi = 0.0, max(x.lo * x.lo, x.hi * x.hi)
+                else:
+                    v.lo, v.hi = _mul_interval((x.lo, x.hi), (other.lo, other.hi))
+                v.scale = x.scale * other.scale
+            self._inherit_int(v, node)
+            return
+        if base in ("add", "radd", "sub", "rsub"):
+            sign = -1.0 if base == "sub" else 1.0
+            if other is None and scalar is not None:
+                if base == "rsub":
+                    v.lo, v.hi = scalar - x.hi, scalar - x.lo
+                else:
+                    v.lo, v.hi = x.lo + sign * scalar, x.hi + sign * scalar
+                v.scale = x.scale
+            elif other is not None:
+                olo, ohi = (other.lo, other.hi) if sign > 0 else (-other.hi, -other.lo)
+                if base == "rsub":
+                    olo, ohi = -other.hi, -other.lo
+                v.lo, v.hi = x.lo + olo, x.hi + ohi
+                v.scale = math.hypot(x.scale, other.scale)
+            self._inherit_int(v, node)
+            return
+        if base in ("div", "true_divide", "truediv", "divide"):
+            if other is None and scalar not in (None, 0.0):
+                v.lo, v.hi = _mul_interval((x.lo, x.hi), (1 / scalar, 1 / scalar))
+                v.scale = x.scale / abs(scalar)
+            else:
+                v.known = False
+            return
+        if base == "neg":
+            v.lo, v.hi, v.scale = -x.hi, -x.lo, x.scale
+            return
+        if base in ("pow",) and scalar == 2:
+            v.lo, v.hi, v.scale = 0.0, max(x.lo ** 2, x.hi ** 2), x.scale ** 2
+            return
+        if base in ("minimum", "min") and other is not None and not node.params.get("dim"):
+            v.lo, v.hi = min(x.lo, other.lo), min(x.hi, other.hi)
+            v.scale = x.scale
+            return
+        if base in ("maximum", "max") and other is not None and not node.params.get("dim"):
+            v.lo, v.hi = max(x.lo, other.lo), max(x.hi, other.hi)
+            v.scale = x.scale
+            return
+        if base in ("transpose", "permute", "reshape", "view", "flatten", "contiguous", "t", "T",
+                    "unsqueeze", "squeeze", "expand", "clone", "to", "float", "half", "bfloat16",
+                    "cat", "stack", "narrow", "chunk", "split", "getitem", "mT", "repeat"):
+            v.lo, v.hi, v.scale = x.lo, x.hi, x.scale
+            v.integer = x.integer and not base in ("float", "half", "bfloat16")
+            return
+        op = node.op
+        if op is None:
+            v.lo, v.hi, v.scale, v.known = x.lo, x.hi, x.scale, False
+            v.lo = -INF
+            v.hi = INF
+            return
+        rule = op.value if op.has_role("main") and op.main_call else op.out
+        self.apply_rule(rule, node, v)
+
+    @staticmethod
+    def _inherit_int(v: Value, node: Node) -> None:
+        v.integer = all(i.integer for i in node.inputs) and v.integer
+
+    def apply_rule(self, rule: str, node: Node, v: Value) -> None:
+        x = node.inputs[0]
+        lo, hi, s = x.lo, x.hi, x.scale
+        n = math.prod(x.shape[d] for d in node.reduced_dims()) if node.op.reduces else 1
+        if rule == "keep":
+            v.lo, v.hi, v.scale = lo, hi, s
+        elif rule == "any":
+            v.scale, v.known = s, False
+        elif rule == "abs":
+            v.lo = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
+            v.hi, v.scale = max(abs(lo), abs(hi)), s
+        elif rule == "pos":
+            v.lo, v.hi, v.scale = 1e-30, INF, max(s, 0.5)
+        elif rule == "nonneg":
+            v.lo, v.hi, v.scale = 0.0, INF, s
+        elif rule == "square":
+            v.lo, v.hi, v.scale = 0.0, INF, s * s
+        elif rule == "sym1":
+            v.lo, v.hi, v.scale = max(-1.0, lo), min(1.0, hi), min(s, 0.7)
+            if node.name in ("sin", "cos"):
+                v.lo, v.hi = -1.0, 1.0
+        elif rule == "unit":
+            v.lo, v.hi, v.scale = 0.0, 1.0, 0.5 if node.name != "softmax" else 1.0 / max(n, 1)
+        elif rule == "negative":
+            v.lo, v.hi, v.scale = -INF, 0.0, s
+        elif rule == "logprob":
+            v.lo, v.hi, v.scale = -INF, 0.0, max(s, math.log(max(n, 2)))
+        elif rule == "clip":
+            blo, bhi = self.bounds(node)
+            v.lo = min(max(lo, blo), bhi)
+            v.hi = max(min(hi, bhi), blo)
+            v.scale = min(s, max(abs(blo), abs(bhi)))
+        elif rule == "leaky":
+            slope = node.params.get("negative_slope", 0.25)
+            v.lo = lo * slope if lo < 0 else lo
+            v.hi, v.scale = hi, s
+        elif rule == "elu":
+            v.lo = max(lo, -2.0) if lo < 0 else lo
+            v.hi, v.scale = hi, s
+        elif rule == "smooth_rect":
+            v.lo = -0.3 if lo < 0 else 0.0
+            v.hi, v.scale = hi, s * 0.6
+        elif rule == "norm":
+            v.scale = 1.0
+        elif rule == "sum":
+            v.lo = lo * n if lo > -INF else -INF
+            v.hi = hi * n if hi < INF else INF
+            v.scale = s * math.sqrt(n) if lo < 0 else s * n
+        elif rule == "mean":
+            v.lo, v.hi = lo, hi
+            v.scale = s / math.sqrt(max(n, 1)) if lo < 0 else s
+        elif rule == "int":
+            v.integer, v.lo, v.hi = True, 0.0, INF
+        elif rule == "linear":
+            w = node.inputs[1] if len(node.inputs) > 1 else None
+            fan_in = math.prod(w.shape[1:]) if w is not None and len(w.shape) > 1 else 1
+            if w is not None and math.isfinite(w.scale) and w.scale > 0:
+                v.scale = s * w.scale * math.sqrt(fan_in)
+            else:
+                v.scale = s / math.sqrt(3)
+        elif rule.startswith("matmul"):
+            other = node.inputs[1] if len(node.inputs) > 1 else x
+            k = x.shape[-1] if x.shape else 1
+            v.scale = s * other.scale * math.sqrt(k)
+            if x.nonneg and other.nonneg:
+                v.lo = 0.0
+        elif rule == "attention":
+            vv = node.inputs[2] if len(node.inputs) > 2 else x
+            v.lo, v.hi, v.scale = vv.lo, vv.hi, vv.scale * 0.5
+
+    @staticmethod
+    def bounds(node: Node) -> tuple[float, float]:
+        op = node.op
+        if op is None or op.bounds is None:
+            return -INF, INF
+        out = []
+        for b, default in zip(op.bounds, (-INF, INF)):
+            if isinstance(b, str):
+                val = node.params.get(b, op.defaults.get(b))
+                val = _scalar(val) if val is not None else None
+                out.append(default if val is None else val)
+            else:
+                out.append(default if b is None else float(b))
+        return out[0], out[1]
+
+
+def _fake_unsupported(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    text = str(exc)
+    return bool(names & {"DataDependentOutputException", "DynamicOutputShapeException",
+                         "UnsupportedOperatorException", "GuardOnDataDependentSymNode"}) \
+        or "data-dependent" in text or "item()" in text or "cannot be called on meta" in text
+
+
+def trace_source(source: str, *, catalog: Catalog | None = None,
+                 filename: str = "<problem>") -> Trace:
+    """Run ``source`` in fake mode and return its trace; raise ``TraceError`` if it fails."""
+    catalog = catalog or default_catalog()
+    namespace: dict[str, Any] = {"__name__": "kernelmill_problem"}
+    try:
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 — trusted sources only
+    except Exception as exc:  # noqa: BLE001
+        raise TraceError("import", f"{type(exc).__name__}: {exc}") from None
+    recorder = _Recorder(catalog)
+    stage = "get_inputs"
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), recorder:
+            inputs = list(namespace["get_inputs"]())
+            for i, t in enumerate(inputs):
+                if isinstance(t, torch.Tensor):
+                    v = recorder.value_of(t)
+                    v.depends = frozenset({i})
+                    recorder.trace.inputs.append(v)
+            stage = "get_init_inputs"
+            init_args = list(namespace["get_init_inputs"]())
+            recorder.trace.init_args = init_args
+            stage = "__init__"
+            recorder.phase = "init"
+            model = namespace["Model"](*init_args)
+            stage = "forward"
+            recorder.phase = "forward"
+            out = model(*inputs)
+            recorder.trace.outputs = [recorder.value_of(t) for t in _tensors(out)]
+    except Exception as exc:  # noqa: BLE001
+        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raise TraceError(stage, message[:300], unsupported=_fake_unsupported(exc)) from None
+    finally:
+        sys.modules.pop("kernelmill_problem", None)
+    if not recorder.trace.outputs:
+        raise TraceError("forward", "forward returned no tensor")
+    return recorder.trace
