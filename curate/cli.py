@@ -14,6 +14,7 @@ from .errors import KernelmillError
 
 COMMAND_MODULES = (
     "kernelmill.curate.interop",  # import, export
+    "kernelmill.synth.cli",  # synth
     "kernelmill.curate.pipeline",  # build
     "kernelmill.validate.cli",  # validate
     "kernelmill.curate.dedup",  # dedup
