@@ -78,3 +78,74 @@ def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
 
     bad = run_cli("validate", str(tmp_path / "missing.jsonl"), "--out", str(out))
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+HEALTHY = '''"""Scaled GELU of a sum.
+
+category: fused
+level: 2
+"""
+import torch
+import torch.nn as nn
+
+N = 256
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(N))
+
+    def forward(self, x, y):
+        return torch.nn.functional.gelu(x + y) * self.scale
+
+
+def get_inputs():
+    return [torch.randn(16, N), torch.randn(16, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_second_worker_checks_determinism_and_inductor_on_cpu():
+    """The CUDA-default path (second worker, TorchInductor), forced on for the CPU."""
+    from kernelmill.validate.runner import validate_source
+
+    v = validate_source(HEALTHY, None, {"cross_process": True, "inductor": True,
+                                        "timeout_s": 240})
+    assert v["passed"], v["flags"]
+    assert "across 2 workers: bitwise" in v["checks"]["deterministic"]["detail"]
+    assert v["checks"]["inductor"]["passed"] is True
+    assert v["inductor_ms"] > 0 and v["inductor_speedup"] == v["checks"]["inductor"]["value"] > 0
+    assert v["checks"]["weight_sensitive"]["passed"] is True
+
+
+def test_gpu_lock_timing_excludes_everyone(tmp_path):
+    import threading
+    import time
+
+    from kernelmill.validate.probe import GpuLock
+
+    lock = GpuLock(str(tmp_path / "gpu0"))
+    events = []
+
+    def reader(tag):
+        with lock.shared():
+            events.append(("in", tag))
+            time.sleep(0.2)
+            events.append(("out", tag))
+
+    with lock.exclusive():
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        assert events == []  # readers wait while a timing run holds the GPU
+    for t in threads:
+        t.join()
+    # both readers then ran together (shared), not one after the other
+    assert [e[0] for e in events] == ["in", "in", "out", "out"]
+    with lock.shared(), GpuLock(None).exclusive():  # no path: no locking at all
+        pass

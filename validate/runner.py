@@ -107,18 +107,29 @@ def _failed(device: str, stage: str, message: str, **extra: Any) -> dict:
             "probe_stats": None, "resized": extra.get("resized")}
 
 
+def _shared_folder(name: str) -> str:
+    """A folder shared by all workers of this host (lock files, compile caches)."""
+    folder = os.path.join(tempfile.gettempdir(), f"kernelmill-{name}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 def _lock_path(slot: dict) -> str | None:
     if slot.get("gpu") is None:
         return None
-    folder = os.path.join(tempfile.gettempdir(), "kernelmill-locks")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"gpu{slot['gpu']}")
+    return os.path.join(_shared_folder("locks"), f"gpu{slot['gpu']}")
+
+
+def _writable() -> list[str]:
+    """What a (sandboxed) validation worker may write besides its own temp folder."""
+    return [_shared_folder("locks"), _shared_folder("cache")]
 
 
 def _worker_env(slot: dict, device: str) -> dict:
     env = dict(slot.get("env") or {})
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                   os.path.join(tempfile.gettempdir(), "kernelmill-inductor-cache"))
+    cache = _shared_folder("cache")
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
+    env.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
     if not device.startswith("cuda"):
         env.setdefault("OMP_NUM_THREADS", "1")  # CPU slots share the cores
     else:  # several workers share a GPU and the host's cores: one compile thread each
@@ -163,7 +174,8 @@ def validate_source(source: str, slot: dict | None = None,
                           "tolerance_margin": cfg.tolerance_margin},
                "lock": _lock_path(slot), "resized": resized,
                "rebuild_in_process": not cross_process}
-    first = run_in_worker(PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env)
+    first = run_in_worker(PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env,
+                          writable=_writable())
     if not first.ok:
         err = first.error or {}
         return _failed(device, err.get("stage", "worker"), err.get("message", "failed"),
@@ -179,7 +191,8 @@ def validate_source(source: str, slot: dict | None = None,
     if cross_process or inductor:
         second = run_in_worker(REPLAY, {**payload, "ablations": None, "inductor": inductor,
                                         "inductor_mode": cfg.inductor_mode},
-                               timeout_s=cfg.timeout_s, device=device, env=env)
+                               timeout_s=cfg.timeout_s, device=device, env=env,
+                               writable=_writable())
         if second.ok:
             replay = second.value
         else:

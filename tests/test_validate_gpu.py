@@ -1,0 +1,68 @@
+"""Validation on CUDA (``pytest -m gpu``): every seed passes; defects are caught there too."""
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelmill.curate.interop import import_folder
+from kernelmill.curate.record import Record
+from kernelmill.data import SEEDS_DIR
+from kernelmill.validate.runner import validate_file
+
+pytestmark = pytest.mark.gpu
+DEFECTIVE = Path(__file__).parent / "problems_defective"
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu tests need a CUDA device")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def validated_seeds(cuda, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("validate_gpu")
+    src, out = folder / "seeds.jsonl", folder / "validated.jsonl"
+    import_folder(SEEDS_DIR, src, generator="seed")
+    validate_file(src, out, device="cuda", progress=False)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_all_seeds_pass_on_cuda(validated_seeds):
+    failing = {r["name"]: {f: r["validation"]["checks"][f]["detail"]
+                           for f in r["validation"]["flags"]}
+               for r in validated_seeds if not r["validation"]["passed"]}
+    assert not failing, json.dumps(failing, indent=1)
+
+
+def test_gpu_measurements_are_recorded(validated_seeds):
+    for record in validated_seeds:
+        v = record["validation"]
+        if not v["passed"]:
+            continue
+        assert v["device"] == "cuda" and v["resized"] is None
+        for name in ("runtime", "launch_overhead", "inductor", "roofline"):
+            assert v["checks"][name]["passed"] is not None, (record["name"], name)
+        assert "across 2 workers" in v["checks"]["deterministic"]["detail"]
+        assert v["eager_ms"] > 0 and v["inductor_ms"] > 0 and v["inductor_speedup"] > 0
+        assert v["roofline_ms"] > 0 and v["headroom"] > 0
+
+
+def test_defective_problems_fail_on_cuda(cuda, tmp_path):
+    src, out = tmp_path / "defective.jsonl", tmp_path / "out.jsonl"
+    expected = {}
+    with src.open("w") as handle:
+        for path in sorted(DEFECTIVE.glob("*.py")):
+            text = path.read_text()
+            expected[path.stem] = {f.strip() for f in
+                                   text.split("expect:", 1)[1].splitlines()[0].split(",")}
+            handle.write(json.dumps(Record.from_source(text, name=path.stem).to_dict()) + "\n")
+    validate_file(src, out, device="cuda", config={"timeout_s": 60, "inductor": False},
+                  progress=False)
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        v = record["validation"]
+        assert not v["passed"], record["name"]
+        assert expected[record["name"]] <= set(v["flags"]), (record["name"], v["flags"])
