@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "kernelmill.curate.dedup",  # dedup
     "kernelmill.curate.cluster",  # cluster
     "kernelmill.splits.cli",  # split, publish
+    "kernelmill.grade.cli",  # grade
 )
 
 

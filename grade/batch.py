@@ -1,0 +1,227 @@
+"""Grade a file of submissions against a file of problems; resumable, cached, parallel.
+
+Rows of the submissions file: ``{"submission_id", "problem_id", "source"}``; the problems file
+holds records (``id``, ``source``, optional ``validation`` with calibrated tolerances). Each
+verdict row is the submission's ids plus the verdict (``compiled``, ``correct``, ``hacks``,
+``reward``, speedups, ``error``...). Rerunning the same command skips submissions already in the
+output. Verdicts are also kept in a cache keyed by a hash of the canonical candidate source (so
+comments and formatting do not matter), the problem id, the device and the grading policy; a
+resubmitted kernel is not run again.
+
+Parallelism: the backend (``validate.backends``) runs one grading task per slot (one per GPU, or
+CPU slots). On CUDA, submissions that build C++/CUDA extensions are compiled first by CPU-only
+workers in a thread pool (``compile_workers``) into a build folder per source, while the GPU
+slots grade the Triton submissions; their GPU run then loads the cached build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+from kernelmill.curate.canonical import canonical_source
+from kernelmill.curate.errors import KernelmillError
+from kernelmill.curate.progress import track
+from kernelmill.curate.stats import StageStats
+from kernelmill.curate.store import JsonlWriter, read_jsonl
+from kernelmill.validate.backends import get_backend, resolve_device
+
+from .grader import Grader, ReferenceError, needs_extension_build
+from .policy import Policy
+from .rewards import get_reward
+
+log = logging.getLogger("kernelmill")
+
+_GRADERS: dict[str, Grader] = {}
+_COMPILES: dict[str, Future] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def default_cache_path() -> Path:
+    if os.environ.get("KERNELMILL_GRADE_CACHE"):
+        return Path(os.environ["KERNELMILL_GRADE_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "kernelmill" / "verdicts.jsonl"
+
+
+def verdict_key(source: str, problem_id: str, device: str, policy: Policy) -> str:
+    try:
+        canonical = canonical_source(source)
+    except SyntaxError:
+        canonical = source
+    device_kind = "cuda" if device.startswith("cuda") else device
+    text = "\0".join([canonical, str(problem_id), device_kind, policy.key()])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class VerdictCache:
+    """Verdicts by key, in memory and appended to a JSONL file (``None`` path: memory only)."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.writer = JsonlWriter(path, key="key") if path else None
+        self.entries: dict[str, dict] = {}
+        if path and Path(path).exists():
+            for row in read_jsonl(path, on_error=lambda _m: None):
+                if "key" in row and isinstance(row.get("verdict"), dict):
+                    self.entries[row["key"]] = row["verdict"]
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, verdict: dict) -> None:
+        with self.lock:
+            self.entries[key] = verdict
+            if self.writer is not None:
+                self.writer.write({"key": key, "verdict": verdict})
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _grader_for(config: dict) -> Grader:
+    key = json.dumps(config, sort_keys=True)
+    with _REGISTRY_LOCK:
+        if key not in _GRADERS:
+            _GRADERS[key] = Grader(config["device"], policy=Policy(**config["policy"]),
+                                   extensions_root=config.get("extensions_root"))
+        return _GRADERS[key]
+
+
+def grade_item(item: dict, slot: dict) -> dict:
+    """Backend task: grade one submission on the slot's device (module-level for Ray)."""
+    grader = _grader_for(item["config"])
+    pending = _COMPILES.pop(item["submission_id"], None)
+    build_error = None
+    if pending is not None:
+        built = pending.result()
+        if built is not None and not built.ok:
+            build_error = built.error
+    try:
+        verdict = grader.grade(item["reference"], item["source"], record=item.get("record"),
+                               reward=item["config"]["reward"], slot_env=slot.get("env"))
+    except ReferenceError as exc:
+        return {"compiled": False, "correct": False, "hacks": [], "reward": 0.0,
+                "speedup_vs_eager": None, "speedup_vs_inductor": None,
+                "error": {"stage": "reference", "message": str(exc)}, "reference_failed": True}
+    if build_error and not verdict.get("compiled"):
+        verdict["build_error"] = build_error
+    return verdict
+
+
+def _load_problems(path) -> dict[str, dict]:
+    problems = {}
+    for row in read_jsonl(path):
+        if "id" in row and "source" in row:
+            problems[str(row["id"])] = row
+        else:
+            log.warning(f"{path}: a row without id/source skipped")
+    return problems
+
+
+def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto",
+               workers: int | None = None, backend: str = "local", address: str | None = None,
+               reward: str = "composite", policy: Policy | None = None,
+               cache_path: str | os.PathLike | None | bool = True,
+               extensions_root: str | None = None, compile_workers: int | None = None) -> StageStats:
+    """Grade every submission not yet in ``out_path``; returns the stage's counts."""
+    started = time.monotonic()
+    stats = StageStats("grade")
+    get_reward(reward)  # fail early on an unknown name
+    device = resolve_device(device)
+    policy = policy or Policy()
+    problems = _load_problems(problems_path)
+    if not problems:
+        raise KernelmillError(f"{problems_path}: no problems (rows need id and source)")
+    if cache_path is True:
+        cache_path = default_cache_path()
+    cache = VerdictCache(cache_path or None)
+    if extensions_root is None:
+        extensions_root = str(Path(out_path).with_name(Path(out_path).name + ".extensions"))
+    config = {"device": device, "policy": asdict(policy), "reward": reward,
+              "extensions_root": extensions_root}
+    reward_fn = get_reward(reward)
+    with JsonlWriter(out_path, key="submission_id") as out:
+        items = []
+        for index, row in enumerate(read_jsonl(submissions_path), start=1):
+            missing = [k for k in ("submission_id", "problem_id", "source") if k not in row]
+            if missing:
+                log.warning(f"{submissions_path}: row {index} lacks {', '.join(missing)}; skipped")
+                stats.dropped("bad row")
+                continue
+            sid, pid = str(row["submission_id"]), str(row["problem_id"])
+            if sid in out:
+                stats.count("already graded")
+                continue
+            if pid not in problems:
+                out.write({"submission_id": sid, "problem_id": pid, "compiled": False,
+                           "correct": False, "hacks": [], "reward": 0.0,
+                           "speedup_vs_eager": None, "speedup_vs_inductor": None,
+                           "error": {"stage": "input", "message": f"unknown problem id {pid}"}})
+                stats.dropped("unknown problem")
+                continue
+            key = verdict_key(row["source"], pid, device, policy)
+            cached = cache.get(key)
+            if cached is not None:
+                verdict = {**cached, "reward": float(reward_fn(cached)), "cached": True}
+                _write(out, stats, sid, pid, key, verdict)
+                stats.count("cached")
+                continue
+            record = problems[pid]
+            items.append({"submission_id": sid, "problem_id": pid, "source": row["source"],
+                          "reference": record["source"], "key": key, "config": config,
+                          "record": {"validation": record.get("validation") or {}}})
+        # Triton submissions first, so GPUs work while extension builds run on CPU workers.
+        items.sort(key=lambda it: needs_extension_build(it["source"]))
+        pool = None
+        if device.startswith("cuda") and backend == "local":
+            to_build = [it for it in items if needs_extension_build(it["source"])]
+            if to_build:
+                grader = _grader_for(config)
+                pool = ThreadPoolExecutor(max_workers=compile_workers or
+                                          max(1, min(8, (os.cpu_count() or 2) // 2)))
+                for it in to_build:
+                    _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
+        try:
+            runner = get_backend(backend, device=device, workers=workers, address=address)
+            results = runner.map_unordered(grade_item, items)
+            for item, verdict in track(results, total=len(items), description="grading"):
+                if not verdict.get("reference_failed"):
+                    cache.put(item["key"], _cacheable(verdict))
+                else:
+                    stats.dropped("reference failed")
+                _write(out, stats, item["submission_id"], item["problem_id"], item["key"],
+                       verdict)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            cache.close()
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _cacheable(verdict: dict) -> dict:
+    return {k: v for k, v in verdict.items() if k not in ("cached",)}
+
+
+def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
+           verdict: dict) -> None:
+    row = {"submission_id": sid, "problem_id": pid, "key": key, **verdict}
+    if out.write(row):
+        if verdict.get("reference_failed"):
+            return
+        stats.kept()
+        if verdict.get("correct"):
+            stats.count("correct")
+        for code in verdict.get("hacks") or []:
+            stats.count(f"hack: {code}")
+        error = verdict.get("error")
+        if error and not verdict.get("hacks"):
+            stats.count(f"error: {error.get('stage')}")

@@ -1,0 +1,125 @@
+"""``kernelmill grade``: one candidate against one reference, or a batch file of submissions.
+
+    kernelmill grade --reference REF.py --candidate CAND.py [--device auto|cpu|cuda] [--json]
+    kernelmill grade --problems P.jsonl --submissions S.jsonl --out V.jsonl [--workers N]
+
+A single grade prints a short verdict (with ``--json``: the last stdout line is the verdict as a
+JSON object) and exits 0 whenever a verdict was reached, whatever it says; a reference that does
+not run is an error (exit 2). The batch form is resumable and prints the stage counts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kernelmill.curate.errors import KernelmillError
+
+from .policy import Policy
+from .rewards import REWARDS
+
+JSON_FIELDS = ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
+               "speedup_vs_inductor", "error")
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    policy = Policy(trials=args.trials, max_torch_ops=args.max_torch_ops, time=not args.no_time,
+                    timeout_s=args.timeout, atol=args.atol, rtol=args.rtol)
+    if args.inductor is not None:
+        policy.inductor = args.inductor == "on"
+    return policy
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KernelmillError(f"{path}: cannot read: {exc}") from None
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    problems = args.problems or args.problems_pos
+    submissions = args.submissions or args.submissions_pos
+    if problems or submissions:
+        if not (problems and submissions and args.out):
+            raise KernelmillError("batch grading needs --problems, --submissions and --out")
+        from .batch import grade_file
+
+        stats = grade_file(problems, submissions, args.out, device=args.device,
+                           workers=args.workers, backend=args.backend, address=args.address,
+                           reward=args.reward, policy=_policy(args),
+                           cache_path=False if args.no_cache else True)
+        print(stats.summary())
+        return 0
+    if not (args.reference and args.candidate):
+        raise KernelmillError("give --reference and --candidate (or --problems, --submissions "
+                              "and --out for a batch)")
+    from kernelmill.curate.problem import check_source
+
+    from .grader import Grader, ReferenceError
+
+    reference = _read(args.reference)
+    check_source(reference, args.reference)
+    candidate = _read(args.candidate)
+    grader = Grader(args.device, policy=_policy(args), guard_paths=[args.reference])
+    try:
+        verdict = grader.grade(reference, candidate, reward=args.reward)
+    except ReferenceError as exc:
+        raise KernelmillError(f"{args.reference}: {exc}") from None
+    if args.json:
+        out = {k: verdict.get(k) for k in JSON_FIELDS}
+        out.update({k: v for k, v in verdict.items() if k not in out and k != "checks"})
+        print(json.dumps(out, default=str))
+    else:
+        print(_describe(verdict))
+    return 0
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _describe(v: dict) -> str:
+    lines = [f"compiled: {v['compiled']}   correct: {v['correct']}   reward: {v['reward']:.3f}",
+             f"speedup vs eager: {_fmt(v.get('speedup_vs_eager'))}   vs torch.compile: "
+             f"{_fmt(v.get('speedup_vs_inductor'))}"]
+    for code in v.get("hacks") or []:
+        lines.append(f"hack {code}: {v.get('hack_details', {}).get(code, '')}")
+    if v.get("error"):
+        lines.append(f"error in {v['error'].get('stage')}: {v['error'].get('message')}")
+    for name, check in (v.get("checks") or {}).items():
+        if not check.get("passed"):
+            lines.append(f"check {name}: {check.get('detail')}")
+    return "\n".join(lines)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "grade", help="grade kernel submissions against reference problems",
+        description="Grade one candidate (--reference/--candidate) or a batch (--problems/"
+                    "--submissions/--out). Verdicts: compiled, correct, hacks, reward, speedups.")
+    p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS", help=argparse.SUPPRESS)
+    p.add_argument("submissions_pos", nargs="?", metavar="SUBMISSIONS", help=argparse.SUPPRESS)
+    p.add_argument("--reference", help="reference problem file (KernelBench format)")
+    p.add_argument("--candidate", help="candidate file defining ModelNew")
+    p.add_argument("--problems", help="batch: problem records (JSONL with id, source)")
+    p.add_argument("--submissions", help="batch: rows with submission_id, problem_id, source")
+    p.add_argument("--out", help="batch: verdicts file (JSONL; rerun to resume)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--json", action="store_true", help="print the verdict as one JSON line")
+    p.add_argument("--reward", choices=sorted(REWARDS), default="composite")
+    p.add_argument("--trials", type=int, default=3, help="fresh-input trials (default 3)")
+    p.add_argument("--max-torch-ops", type=int, default=0,
+                   help="PyTorch compute ops allowed per forward (default 0)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: record, else dtype)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: record, else dtype)")
+    p.add_argument("--no-time", action="store_true", help="skip timing (correctness only)")
+    p.add_argument("--inductor", choices=("on", "off"), help="time torch.compile of the "
+                   "reference (default: on for CUDA)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per worker run")
+    p.add_argument("--workers", type=int, help="batch: parallel slots (default: one per GPU)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local")
+    p.add_argument("--address", help="ray cluster address")
+    p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")
+    p.set_defaults(func=_cmd_grade)
+
