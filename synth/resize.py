@@ -40,7 +40,6 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-
 from kernelmill.curate.errors import KernelmillError
 
 __all__ = ["ResizeError", "ResizeResult", "resize_source", "shrink_for_cpu", "size_constants",

@@ -7,11 +7,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kernelmill.curate.problem import check_source
 from kernelmill.data import SEEDS_DIR
-from kernelmill.synth.resize import (ResizeError, largest_numel, resize_source, shrink_for_cpu,
-                                     size_constants)
+from kernelmill.synth.resize import (
+    ResizeError,
+    largest_numel,
+    resize_source,
+    shrink_for_cpu,
+    size_constants,
+)
 
 ATTENTION = '''"""Attention with a head split.
 

@@ -1,4 +1,4 @@
-"""Causal scaled dot-product attention written out: scores, upper-triangular mask, softmax, weighted sum.
+"""Causal attention written out: scaled scores, upper-triangular mask, softmax, weighted sum.
 
 category: attention
 level: 1

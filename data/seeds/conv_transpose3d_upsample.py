@@ -1,4 +1,4 @@
-"""Transposed 3-D convolution that doubles each spatial dimension (kernel 3, stride 2, output padding 1).
+"""Transposed 3-D convolution doubling each spatial size (kernel 3, stride 2, output padding 1).
 
 category: convolution
 level: 1

@@ -1,4 +1,4 @@
-"""Symmetric int8 fake quantization with a learned per-channel scale (divide, round, clamp, rescale).
+"""Symmetric int8 fake quantization with a learned per-channel scale: divide, round, clamp, rescale.
 
 category: elementwise
 level: 1

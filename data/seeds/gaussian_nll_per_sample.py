@@ -15,7 +15,8 @@ class Model(nn.Module):
     def __init__(self):
         super().__init__()
 
-    def forward(self, mean: torch.Tensor, target: torch.Tensor, raw_var: torch.Tensor) -> torch.Tensor:
+    def forward(self, mean: torch.Tensor, target: torch.Tensor,
+                raw_var: torch.Tensor) -> torch.Tensor:
         var = F.softplus(raw_var) + 1e-3
         return F.gaussian_nll_loss(mean, target, var, reduction="none").mean(dim=-1)
 

@@ -1,4 +1,4 @@
-"""Single-layer LSTM over a sequence, starting from a given hidden and cell state; returns all hidden states.
+"""Single-layer LSTM over a sequence from a given hidden and cell state; returns every hidden state.
 
 category: block
 level: 3

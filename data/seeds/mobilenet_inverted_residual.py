@@ -1,4 +1,4 @@
-"""MobileNetV2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, batch norms, ReLU6, shortcut.
+"""Inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, batch norms, ReLU6, shortcut.
 
 category: block
 level: 3

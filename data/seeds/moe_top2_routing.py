@@ -1,4 +1,4 @@
-"""Mixture-of-experts layer: softmax router, deterministic top-2 gating, GELU expert MLPs, gated sum.
+"""Mixture-of-experts layer: softmax router, top-2 gating, GELU expert MLPs, gated sum.
 
 category: block
 level: 3
@@ -22,8 +22,10 @@ class Model(nn.Module):
         self.top_k = top_k
         self.router = nn.Linear(model_dim, num_experts, bias=False)
         bound_in, bound_out = 1.0 / math.sqrt(model_dim), 1.0 / math.sqrt(hidden)
-        self.w_in = nn.Parameter(torch.empty(num_experts, model_dim, hidden).uniform_(-bound_in, bound_in))
-        self.w_out = nn.Parameter(torch.empty(num_experts, hidden, model_dim).uniform_(-bound_out, bound_out))
+        w_in = torch.empty(num_experts, model_dim, hidden).uniform_(-bound_in, bound_in)
+        w_out = torch.empty(num_experts, hidden, model_dim).uniform_(-bound_out, bound_out)
+        self.w_in = nn.Parameter(w_in)
+        self.w_out = nn.Parameter(w_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(self.router(x), dim=-1)

@@ -19,7 +19,8 @@ class Model(nn.Module):
     def __init__(self, model_dim: int, num_heads: int, head_dim: int):
         super().__init__()
         bound = 1.0 / math.sqrt(model_dim)
-        self.weight = nn.Parameter(torch.empty(num_heads, model_dim, head_dim).uniform_(-bound, bound))
+        weight = torch.empty(num_heads, model_dim, head_dim).uniform_(-bound, bound)
+        self.weight = nn.Parameter(weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bsd,hde->bhse", x, self.weight)

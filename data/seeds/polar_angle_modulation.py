@@ -1,4 +1,4 @@
-"""Magnitude and phase of complex numbers given as real/imaginary tensors, recombined as log1p(|z|) * cos(3 arg z).
+"""Complex numbers as real/imaginary tensors mapped to log1p(|z|) * cos(3 arg z).
 
 category: elementwise
 level: 1

@@ -1,4 +1,4 @@
-"""Conv-BN-ReLU stage recalibrated by squeeze-and-excitation channel gates, with a residual and ReLU.
+"""Conv-BN-ReLU stage with squeeze-and-excitation channel gates, a residual and a ReLU.
 
 category: block
 level: 3

@@ -1,4 +1,4 @@
-"""Pre-norm transformer block: causal multi-head self-attention and a GELU MLP, each with a residual.
+"""Pre-norm transformer block: causal multi-head self-attention and a GELU MLP, both residual.
 
 category: block
 level: 3

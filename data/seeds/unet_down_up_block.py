@@ -1,4 +1,4 @@
-"""U-Net style level: conv, max-pool down, conv, nearest upsample, concatenate with the skip, 1x1 fuse.
+"""U-Net style level: conv, max-pool, conv, nearest upsample, concatenation with the skip, 1x1 fuse.
 
 category: block
 level: 3

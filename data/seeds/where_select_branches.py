@@ -1,4 +1,4 @@
-"""Elementwise select between a product and a Laplace kernel of the difference, by comparing two inputs.
+"""Elementwise choice by x > y between the product x * y and the Laplace kernel exp(-|x - y|).
 
 category: elementwise
 level: 1
