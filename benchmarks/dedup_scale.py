@@ -12,6 +12,7 @@ maximum resident set of this process and of its worker processes.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import resource
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from kernelmill.curate.cluster import cluster_file
 from kernelmill.curate.dedup import dedup_file
+from kernelmill.curate.canonical import content_hash
 from kernelmill.curate.record import Record
 from kernelmill.curate.store import JsonlWriter
 
@@ -78,7 +80,7 @@ def make_source(rng: random.Random) -> str:
 
 
 def variant(source: str, rng: random.Random) -> str:
-    """A planted copy: reformatted with a comment and a renamed argument, or resized."""
+    """A planted copy: reformatted with a comment, or resized."""
     if rng.random() < 0.5:
         return "# copy\n" + source.replace("    def forward(self, ", "    def forward(self,  ")
     return source.replace("= 16\n", "= 24\n").replace("= 32\n", "= 48\n")
@@ -96,7 +98,10 @@ def write_records(path: Path, n: int, seed: int) -> None:
                 source = make_source(rng)
                 sources.append(source)
             i += 1
-            record = Record.from_source(source, name=f"synthetic_{i}", category="fused", level=2)
+            # ids hash the raw text (cheap); a reformatted copy gets its own id, as an
+            # independently generated duplicate would
+            record = Record(id=content_hash(source), source=source, name=f"synthetic_{i}",
+                            category="fused", level=2)
             writer.write(record)
 
 
@@ -106,12 +111,26 @@ def peak_mb() -> tuple[float, float]:
     return self_kb / 1024, child_kb / 1024
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds of this process, of its finished children)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def cpu_delta(before: tuple[float, float]) -> tuple[float, float]:
+    now = cpu_seconds()
+    return now[0] - before[0], now[1] - before[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="keep the files in this folder")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse raw.jsonl already in --keep instead of generating it")
     args = parser.parse_args(argv)
 
     folder = Path(tempfile.mkdtemp(prefix="dedup_scale_")) if args.keep is None else args.keep
@@ -120,17 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     for path in (deduped, clustered):
         path.unlink(missing_ok=True)
     clock = time.perf_counter()
-    write_records(raw, args.n, args.seed)
+    if not (args.reuse and raw.exists()):
+        write_records(raw, args.n, args.seed)
     generate_s = time.perf_counter() - clock
 
     dedup_t: dict[str, float] = {}
-    clock = time.perf_counter()
+    clock, cpu = time.perf_counter(), cpu_seconds()
     dstats = dedup_file(raw, deduped, workers=args.workers, timings=dedup_t)
-    dedup_s = time.perf_counter() - clock
+    dedup_s, dedup_cpu = time.perf_counter() - clock, cpu_delta(cpu)
     cluster_t: dict[str, float] = {}
-    clock = time.perf_counter()
+    clock, cpu = time.perf_counter(), cpu_seconds()
     cstats = cluster_file(deduped, clustered, timings=cluster_t)
-    cluster_s = time.perf_counter() - clock
+    cluster_s, cluster_cpu = time.perf_counter() - clock, cpu_delta(cpu)
     self_mb, child_mb = peak_mb()
 
     print(f"dedup + cluster of {args.n:,} synthetic records (workers={args.workers}; "
@@ -143,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'cluster: ' + name:<28}{seconds:>10.2f}")
     print(f"{'cluster total':<28}{cluster_s:>10.2f}")
     print(f"{'dedup + cluster':<28}{dedup_s + cluster_s:>10.2f}")
+    main_cpu = dedup_cpu[0] + cluster_cpu[0]
+    worker_cpu = dedup_cpu[1] + cluster_cpu[1]
+    print(f"CPU seconds: main process {main_cpu:.1f}, worker processes {worker_cpu:.1f}; "
+          f"on {args.workers} idle cores that is about {main_cpu + worker_cpu / args.workers:.0f} s "
+          f"of wall time (load average now {os.getloadavg()[0]:.1f})")
     print(f"peak RSS: main process {self_mb:,.0f} MB, largest worker {child_mb:,.0f} MB")
     print(dstats.summary())
     print(cstats.summary())

@@ -114,7 +114,7 @@ def cluster_records(records: Sequence[Record], *, k: int | None = None, seed: in
         x = feature_matrix(usable, streams)
         timings["features"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        model = MiniBatchKMeans(n_clusters=n_clusters, random_state=seed, n_init=3,
+        model = MiniBatchKMeans(n_clusters=n_clusters, random_state=seed, n_init=1,
                                 batch_size=4096, max_iter=100, reassignment_ratio=0.01)
         labels = model.fit_predict(x)
         timings["kmeans"] = time.perf_counter() - clock

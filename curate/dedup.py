@@ -288,26 +288,29 @@ def behaviour_key(validation: dict | None) -> str | None:
 class Keys:
     exact_key: str
     structural_key: str
-    near_digest: str        # hash of the near stream: equal streams share one signature
     shingles: np.ndarray    # uint32 shingle hashes of the near stream
     ops: list[str]
+    signature: np.ndarray | None = None  # MinHash of the shingles (set in bulk)
 
 
 def record_keys(source: str) -> Keys:
     """Keys of one source; raises SyntaxError when it does not parse."""
     feats = extract(source)
     return Keys(exact_key=feats.exact_key, structural_key=feats.structural_key,
-                near_digest=stream_hash(feats.tokens),
                 shingles=shingle_hashes(token_hashes(feats.tokens)), ops=feats.ops)
 
 
 def _keys_chunk(sources: list[str]) -> list[Keys | str]:
+    """Keys of a chunk, signatures included (workers run this: the MinHash work is parallel)."""
     out: list[Keys | str] = []
     for source in sources:
         try:
             out.append(record_keys(source))
         except (SyntaxError, ValueError, RecursionError) as exc:
             out.append(f"{type(exc).__name__}: {exc}")
+    good = [k for k in out if isinstance(k, Keys)]
+    for k, sig in zip(good, minhash_signatures([k.shingles for k in good])):
+        k.signature = sig
     return out
 
 
@@ -333,18 +336,11 @@ def keys_for_sources(sources: Sequence[str], workers: int | None = None,
 
 def near_groups_for(keys: Sequence[Keys], threshold: float) -> list[int]:
     """Root index of each key's near-duplicate component."""
-    digest_index: dict[str, int] = {}
-    rep_of = []
-    reps: list[int] = []
-    for i, k in enumerate(keys):
-        j = digest_index.get(k.near_digest)
-        if j is None:
-            j = digest_index[k.near_digest] = len(reps)
-            reps.append(i)
-        rep_of.append(j)
-    sig = minhash_signatures([keys[i].shingles for i in reps])
-    roots = near_components(sig, threshold)
-    return [reps[roots[j]] for j in rep_of]
+    if not keys:
+        return []
+    sig = np.stack([k.signature if k.signature is not None else
+                    minhash_signatures([k.shingles])[0] for k in keys])
+    return near_components(sig, threshold)
 
 
 def _validation_rank(record: Record) -> tuple:
