@@ -176,9 +176,10 @@ def _top_function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
 def _related(tree: ast.Module, divisor: str) -> set[str] | None:
     """Constants that share a statement with ``divisor`` (None: it is used inside the model).
 
-    A size only has to stay divisible by a heads/groups constant it travels with (the
-    constructor's arguments, one shape, one derived constant); ``BATCH = 32`` next to
-    ``GROUPS = 32`` is a coincidence that must not stop the batch from shrinking.
+    A size only has to stay divisible by a heads/groups constant it travels with: the
+    constructor's arguments, a derived constant, an arithmetic expression in ``get_inputs``
+    (``DIM // HEADS``). Sitting side by side in one shape (``randn(BATCH, HEADS, ...)``) or
+    ``BATCH = 32`` next to ``GROUPS = 32`` is a coincidence that must not stop a size shrinking.
     """
     related: set[str] = set()
     simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
@@ -187,10 +188,14 @@ def _related(tree: ast.Module, divisor: str) -> set[str] | None:
             continue
         if isinstance(node, simple):
             related |= _names(node)
-        elif isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+        elif isinstance(node, ast.FunctionDef) and node.name == "get_init_inputs":
             for stmt in ast.walk(node):
                 if isinstance(stmt, simple) and divisor in _names(stmt):
                     related |= _names(stmt)
+        elif isinstance(node, ast.FunctionDef) and node.name == "get_inputs":
+            for expr in ast.walk(node):
+                if isinstance(expr, ast.BinOp) and divisor in _names(expr):
+                    related |= _names(expr)
         else:
             return None
     return related

@@ -163,6 +163,17 @@ def test_divisibility_and_kernel_floor_are_kept():
     assert _constants(resize_source(CONV, factor=0.05).source)["BATCH"] < 32
 
 
+def test_divisibility_follows_expressions_not_neighbouring_shape_entries():
+    source = ("import torch\nBATCH = 16\nNUM_HEADS = 16\nSEQ = 2048\nDIM = 1040\n\n"
+              "def get_inputs():\n"
+              "    q = torch.randn(BATCH, NUM_HEADS, SEQ, 64)\n"
+              "    x = torch.randn(BATCH, SEQ, NUM_HEADS, DIM // NUM_HEADS)\n"
+              "    return [q, x]\n")
+    values = _constants(resize_source(source, factor=0.05).source)
+    assert values["BATCH"] == 8  # shares a shape with NUM_HEADS, needs no divisibility
+    assert values["DIM"] % 16 == 0 and values["DIM"] < 1040  # divided by NUM_HEADS
+
+
 def test_broken_derived_relation_freezes_the_constant():
     source = ("NUM_HEADS = 16\nDIM = 20\nBATCH = 64\nHIDDEN = 4 * DIM\n\n"
               "def get_inputs():\n    return [torch.randn(BATCH, HIDDEN // NUM_HEADS)]\n")
