@@ -1,7 +1,7 @@
 """The checks every synthesized source passes before it is kept, with the reason when it fails.
 
 1. ``check_source``: KernelBench format, parses, arities agree (curate/problem.py).
-2. A full-size fake-mode trace (synth/trace.py): it constructs and runs, shapes and dtypes agree.
+2. A full-size meta-device trace (synth/trace.py): it constructs and runs, shapes and dtypes agree.
 3. The degeneracy rules (synth/degeneracy.py) over that trace.
 
 ``Rejected.label`` is a short, countable reason ("degenerate: identity_clamp", "trace: forward");
@@ -23,8 +23,12 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def vet_source(source: str, *, trace: bool = True, name: str | None = None) -> tuple[Problem, Trace | None]:
-    """Check ``source``; return its ``Problem`` (and trace) or raise ``Rejected``."""
+def vet_source(source: str, *, trace: bool = True, name: str | None = None,
+               strict: bool = False) -> tuple[Problem, Trace | None]:
+    """Check ``source``; return its ``Problem`` (and trace) or raise ``Rejected``.
+
+    ``strict``: a source that meta tensors cannot follow (data-dependent code) is rejected rather
+    than passed on unverified (used for mutants, whose semantics a rewrite may have broken)."""
     try:
         problem = check_source(source, name=name)
     except ProblemError as exc:
@@ -36,7 +40,7 @@ def vet_source(source: str, *, trace: bool = True, name: str | None = None) -> t
     try:
         traced = trace_source(source)
     except TraceError as exc:
-        if exc.unsupported:  # fake mode cannot follow data-dependent code: not a fault
+        if exc.unsupported and not strict:  # meta tensors cannot follow data-dependent code
             return problem, None
         raise Rejected(f"trace: {exc.stage}", exc.message) from None
     violations = check_trace(traced)

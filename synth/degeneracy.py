@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from .trace import Node, Trace
 
 SATURATION_SCALE = 8.0   # sigmoid/tanh inputs with an RMS beyond this are almost all saturated
-EXP_SCALE = 4.0          # exp/square inputs beyond this overflow fp16 or swamp everything else
+EXP_SCALE = 4.0
+# beyond these offsets the op's output is constant to within fp32/fp16 resolution
+SATURATION_OFFSET = {"sigmoid": 8.0, "tanh": 5.0, "erf": 4.0, "hardsigmoid": 3.0}          # exp/square inputs beyond this overflow fp16 or swamp everything else
 
 _SCAN_OR_REDUCE_OF_SIZE1 = ("reduction", "attention", "normalization")
 
@@ -106,6 +108,14 @@ def clamp_that_changes_nothing(node: Node) -> str | None:
     return None
 
 
+@rule("identity_abs")
+def abs_of_nonnegative(node: Node) -> str | None:
+    """abs of values that are all non-negative (after relu, sigmoid, softmax ...) is an identity."""
+    if node.name == "abs" and node.x is not None and node.x.lo >= 0:
+        return f"abs of non-negative values [{node.x.lo:.3g}, {node.x.hi:.3g}] is an identity"
+    return None
+
+
 @rule("rectifier_nonneg")
 def rectifier_fed_nonnegative(node: Node) -> str | None:
     """ReLU-family ops (LeakyReLU, ELU, SELU, PReLU ...) fed only non-negative values are linear."""
@@ -157,6 +167,9 @@ def saturated_squash(node: Node) -> str | None:
         return None
     if x.scale > SATURATION_SCALE:
         return f"{node.name} saturates: input magnitude ~{x.scale:.3g}"
+    limit = SATURATION_OFFSET.get(node.name)
+    if limit is not None and (x.lo >= limit or x.hi <= -limit):
+        return f"{node.name} saturates: all inputs in [{x.lo:.3g}, {x.hi:.3g}]"
     return None
 
 

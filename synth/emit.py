@@ -39,6 +39,14 @@ class _Emitter:
         self.composer = composer
         self.dtype_kw = "" if comp.dtype == "float32" else ", dtype=DTYPE"
         self.init_lower = {d: d.lower() for d in comp.main.init}
+        self.extra_constants: dict[str, int] = {}
+
+    def constant(self, base: str, value: int) -> str:
+        name, i = base, 2
+        while name in self.extra_constants and self.extra_constants[name] != value:
+            name, i = f"{base}_{i}", i + 1
+        self.extra_constants[name] = value
+        return name
 
     def axis(self, a: Axis) -> str:
         return self.init_lower.get(a.expr, a.expr)
@@ -51,7 +59,8 @@ class _Emitter:
                          else ", ".join([self.axis(shape[1])] + ["1"] * (rank - 2)))
         return template.format(
             last=self.axis(shape[-1]), channels=self.axis(shape[1]) if rank > 1 else "1",
-            groups=params.get("groups", 1), nd=max(1, rank - 2), channel_shape=channel_shape,
+            groups=self.constant("GROUPS", params["groups"]) if "{groups}" in template else 1,
+            nd=max(1, rank - 2), channel_shape=channel_shape,
             dtype_kw=self.dtype_kw, dtype_only="dtype=DTYPE" if self.dtype_kw else "")
 
     def render_call(self, op: Op, var: str, params: dict, attr: str | None) -> str:
@@ -198,6 +207,7 @@ def emit_source(comp: Composition, composer: Composer) -> tuple[str, str]:
     header = [_stmt(doc), _stmt("import torch"), _stmt("import torch.nn as nn"),
               _stmt("import torch.nn.functional as F")]
     constants = [_stmt(f"{name} = {value}") for name, value in comp.dims.items()]
+    constants += [_stmt(f"{name} = {value}") for name, value in emitter.extra_constants.items()]
     if comp.dtype != "float32":
         constants.append(_stmt(f"DTYPE = torch.{comp.dtype}"))
     constants[0] = constants[0].with_changes(leading_lines=[cst.EmptyLine()])

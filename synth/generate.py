@@ -7,7 +7,7 @@ Each attempt draws from its own ``random.Random(f"{seed}:{attempt}")`` and does 
 - ask the LLM for a problem of some category, few-shot from seeds of that category.
 
 Every source passes synth/checks.py (static check; for composed and mutated sources also the full
-size fake trace and the degeneracy rules) before it is written. Records carry
+size meta-device trace and the degeneracy rules) before it is written. Records carry
 ``provenance = {seed, operations, generator, parent}``: ``seed`` is the family root (the seed
 record's id for mutants of seeds, the structural signature hash of a composition for composed
 problems and their mutants), so a split can keep whole families on one side.

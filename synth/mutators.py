@@ -3,7 +3,7 @@
 Each mutator is one ``libcst.CSTTransformer`` subclass. Its docstring says what it changes and when
 it refuses. ``mutate(source, rng)`` runs it in two passes over a ``MetadataWrapper`` (collect
 candidates, then rewrite the chosen ones; everything else, comments and layout included, is left
-byte for byte), then vets the result with synth/checks.py (static check, full-size fake trace,
+byte for byte), then vets the result with synth/checks.py (static check, full-size meta-device trace,
 degeneracy rules). It returns a ``Mutation`` whose ``operation`` goes into
 ``provenance.operations``, or raises ``Refusal`` with the reason.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,12 @@ _EMPTY = cst.Module(body=[])
 
 def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
+
+
+@lru_cache(maxsize=32)
+def _wrapper(source: str) -> MetadataWrapper:
+    """Parsed module with metadata, shared by attempts and mutators (metadata resolves once)."""
+    return MetadataWrapper(cst.parse_module(source))
 
 
 class Refusal(Exception):
@@ -199,10 +206,9 @@ class Mutator(cst.CSTTransformer):
         """One attempt: (new source, operation parameters); raises ``Refusal``."""
         self.reset(rng)
         try:
-            module = cst.parse_module(source)
+            wrapper = _wrapper(source)
         except cst.ParserSyntaxError as exc:
             raise Refusal(self.name, f"source does not parse: {exc.message}") from None
-        wrapper = MetadataWrapper(module)
         wrapper.visit(self)
         if not self.candidates:
             raise Refusal(self.name, self.no_candidates())
@@ -238,7 +244,7 @@ class Mutator(cst.CSTTransformer):
                 last = "the rewrite changed nothing"
                 continue
             try:
-                _, new_trace = vet_source(new_source)
+                _, new_trace = vet_source(new_source, strict=True)
             except Rejected as exc:
                 last = f"{exc.label}: {exc.detail}"
                 continue

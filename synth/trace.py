@@ -1,7 +1,7 @@
 """Trace a problem source at full size without computing it: shapes, dataflow and value ranges.
 
 ``trace_source(source)`` runs ``get_inputs()``, ``Model(*get_init_inputs())`` and ``forward``
-under ``FakeTensorMode`` (no memory, no arithmetic: full-size shapes cost microseconds) and a
+on the ``meta`` device (no memory, no arithmetic: full-size shapes cost microseconds) under a
 ``TorchFunctionMode`` that records every torch call as a ``Node``: the op (looked up in the catalog
 by the called function's name, so ``F.relu``, ``torch.relu``, ``x.relu()`` and ``nn.ReLU`` meet),
 its tensor inputs, its parameters and its output ``Value``. A ``Value`` carries an interval
@@ -9,19 +9,17 @@ its tensor inputs, its parameters and its output ``Value``. A ``Value`` carries 
 synth/degeneracy.py can tell that a ReLU is fed only non-negative numbers, a sigmoid is saturated
 or a clamp yields a constant, on composed problems and on mutated seeds alike.
 
-The source is executed (in fake mode), so only trusted sources are traced: our own compositions
+The source is executed (on meta tensors), so only trusted sources are traced: our own compositions
 and mutations of seeds and imports. LLM proposals get the static checks only, unless asked.
 """
 from __future__ import annotations
 
-import logging
 import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 
 from .catalog import Catalog, Op, default_catalog
@@ -120,13 +118,13 @@ class Trace:
 
 
 class TraceError(Exception):
-    """The source could not be run in fake mode: ``stage`` says where, the text says why."""
+    """The source could not be run on the meta device: ``stage`` says where, the text says why."""
 
     def __init__(self, stage: str, message: str, unsupported: bool = False):
         super().__init__(f"{stage}: {message}")
         self.stage = stage
         self.message = message
-        self.unsupported = unsupported  # fake mode cannot follow it (data-dependent): not invalid
+        self.unsupported = unsupported  # meta tensors cannot follow it (data-dependent): not invalid
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -349,7 +347,15 @@ class _Recorder(TorchFunctionMode):
         x = node.inputs[0]
         lo, hi, s = x.lo, x.hi, x.scale
         n = math.prod(x.shape[d] for d in node.reduced_dims()) if node.op.reduces else 1
-        if rule == "keep":
+        if rule == "keep" and node.op.reduces and n >= 64 and x.known and lo == -INF and hi == INF:
+            # the max (min) of many centred values is positive (negative) with near certainty
+            if node.name in ("amax", "max_values", "cummax") and node.op.shape == "reduce":
+                v.lo, v.hi, v.scale = 0.0, INF, s
+            elif node.name in ("amin", "min_values"):
+                v.lo, v.hi, v.scale = -INF, 0.0, s
+            else:
+                v.lo, v.hi, v.scale = lo, hi, s
+        elif rule == "keep":
             v.lo, v.hi, v.scale = lo, hi, s
         elif rule == "any":
             v.scale, v.known = s, False
@@ -358,8 +364,14 @@ class _Recorder(TorchFunctionMode):
             v.hi, v.scale = max(abs(lo), abs(hi)), s
         elif rule == "pos":
             v.lo, v.hi, v.scale = 1e-30, INF, max(s, 0.5)
+        elif rule == "nonneg" and node.op.reduces and n >= 64 and x.known:
+            # a norm or std over many values concentrates around its expectation
+            expected = s * math.sqrt(n) if node.op.name == "vector_norm" else s
+            v.lo, v.hi, v.scale = 0.25 * expected, 4.0 * expected, expected
         elif rule == "nonneg":
             v.lo, v.hi, v.scale = 0.0, INF, s
+        elif rule == "square" and node.op.reduces and n >= 64 and x.known:
+            v.lo, v.hi, v.scale = 0.25 * s * s, 4.0 * s * s, s * s  # variance concentrates too
         elif rule == "square":
             v.lo, v.hi, v.scale = 0.0, INF, s * s
         elif rule == "sym1":
@@ -367,7 +379,8 @@ class _Recorder(TorchFunctionMode):
             if node.name in ("sin", "cos"):
                 v.lo, v.hi = -1.0, 1.0
         elif rule == "unit":
-            v.lo, v.hi, v.scale = 0.0, 1.0, 0.5 if node.name != "softmax" else 1.0 / max(n, 1)
+            v.lo = 0.0 if node.name == "hardsigmoid" else 1e-30  # sigmoid, softmax: positive
+            v.hi, v.scale = 1.0, 0.5 if node.name != "softmax" else 1.0 / max(n, 1)
         elif rule == "negative":
             v.lo, v.hi, v.scale = -INF, 0.0, s
         elif rule == "logprob":
@@ -396,6 +409,12 @@ class _Recorder(TorchFunctionMode):
         elif rule == "mean":
             v.lo, v.hi = lo, hi
             v.scale = s / math.sqrt(max(n, 1)) if lo < 0 else s
+        elif rule == "lse":
+            # lse lies within [lo, hi] + log n; a centred input's lse is about log n
+            log_n = math.log(max(n, 1))
+            v.lo = lo + log_n if lo > -INF else (log_n - 1.0 if x.known and n >= 64 else -INF)
+            v.hi = hi + log_n if hi < INF else INF
+            v.scale = max(s, log_n)
         elif rule == "int":
             v.integer, v.lo, v.hi = True, 0.0, INF
         elif rule == "linear":
@@ -431,7 +450,7 @@ class _Recorder(TorchFunctionMode):
         return out[0], out[1]
 
 
-def _fake_unsupported(exc: BaseException) -> bool:
+def _meta_unsupported(exc: BaseException) -> bool:
     names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
     text = str(exc)
     return bool(names & {"DataDependentOutputException", "DynamicOutputShapeException",
@@ -441,7 +460,7 @@ def _fake_unsupported(exc: BaseException) -> bool:
 
 def trace_source(source: str, *, catalog: Catalog | None = None,
                  filename: str = "<problem>") -> Trace:
-    """Run ``source`` in fake mode and return its trace; raise ``TraceError`` if it fails."""
+    """Run ``source`` on the meta device and return its trace; raise ``TraceError`` if it fails."""
     catalog = catalog or default_catalog()
     namespace: dict[str, Any] = {"__name__": "kernelmill_problem"}
     try:
@@ -450,9 +469,8 @@ def trace_source(source: str, *, catalog: Catalog | None = None,
         raise TraceError("import", f"{type(exc).__name__}: {exc}") from None
     recorder = _Recorder(catalog)
     stage = "get_inputs"
-    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), recorder:
+        with torch.device("meta"), recorder:
             inputs = list(namespace["get_inputs"]())
             for i, t in enumerate(inputs):
                 if isinstance(t, torch.Tensor):
@@ -471,7 +489,7 @@ def trace_source(source: str, *, catalog: Catalog | None = None,
             recorder.trace.outputs = [recorder.value_of(t) for t in _tensors(out)]
     except Exception as exc:  # noqa: BLE001
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        raise TraceError(stage, message[:300], unsupported=_fake_unsupported(exc)) from None
+        raise TraceError(stage, message[:300], unsupported=_meta_unsupported(exc)) from None
     finally:
         sys.modules.pop("kernelmill_problem", None)
     if not recorder.trace.outputs:
