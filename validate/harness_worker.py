@@ -119,6 +119,17 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _init_cuda() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.zeros(1, device="cuda")
+    except Exception:  # noqa: BLE001 — a broken device is reported by the target's own stage
+        pass
+
+
 def main(argv: list[str]) -> None:
     global _send
     fd_in, fd_out = int(argv[0]), int(argv[1])
@@ -131,6 +142,11 @@ def main(argv: list[str]) -> None:
     sandbox = None
     if job.get("writable") is not None:
         from .sandbox import confine
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
+            # images); open it first so the confined process reuses its device handles.
+            _init_cuda()
 
         sandbox = confine(job["writable"])
     _send(KIND_HELLO, json.dumps({"pid": os.getpid(), "sandbox": sandbox}).encode())
