@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from kernelmill.curate.interop import import_folder
 from kernelmill.curate.record import Record
 from kernelmill.data import SEEDS_DIR

@@ -28,7 +28,7 @@ def test_validate_file_survives_crash_hang_and_malformed(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
-    stats = validate_file(src, out, device="cpu", workers=2, config={"timeout_s": 20},
+    stats = validate_file(src, out, device="cpu", workers=2, config={"timeout_s": 20, "cpu_max_numel": 32768},
                           progress=False)
     records = read_out(out)
     assert sorted(records) == sorted(names + ["softmax_rows"])  # every record, once
@@ -70,7 +70,8 @@ def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
 
     with src.open("a") as handle:  # a second problem arrives; the first is not redone
         handle.write(record_line(SEEDS_DIR / "softmax_rows.py") + "\n")
-    result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu")
+    result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu",
+                     "--cpu-max-numel", "32768")
     assert result.returncode == 0, result.stderr
     assert "1 already validated" in result.stdout and "1 kept" in result.stdout
     assert sorted(read_out(out)) == ["relu_on_rand", "softmax_rows"]
@@ -114,7 +115,7 @@ def test_second_worker_checks_determinism_and_inductor_on_cpu():
     from kernelmill.validate.runner import validate_source
 
     v = validate_source(HEALTHY, None, {"cross_process": True, "inductor": True,
-                                        "timeout_s": 240})
+                                        "timeout_s": 240, "cpu_max_numel": 32768})
     assert v["passed"], v["flags"]
     assert "across 2 workers: bitwise" in v["checks"]["deterministic"]["detail"]
     assert v["checks"]["inductor"]["passed"] is True

@@ -266,11 +266,12 @@ def output_stats(outputs: list, tol: float) -> list[dict]:
 
 # (floor, cap) of the calibrated tolerance per output dtype: the floor is what an honest kernel
 # with a different summation order needs; above the cap the problem is too ill-conditioned to grade
+# (fp32 caps leave room for TF32 convolutions, which cuDNN uses in eager by default)
 TOLERANCE_BOUNDS = {
     "float64": (1e-7, 1e-3),
-    "float32": (1e-4, 1e-2),
-    "float16": (1e-2, 5e-2),
-    "bfloat16": (2e-2, 1e-1),
+    "float32": (1e-4, 5e-2),
+    "float16": (1e-2, 1e-1),
+    "bfloat16": (2e-2, 2e-1),
 }
 
 

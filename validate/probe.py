@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import statistics
 import sys
@@ -303,16 +304,40 @@ def _perturbed(model, seed: int):
     return alt
 
 
-def _ablate(ablations: list[dict], sd, ref_inputs, ref_out, device, tol) -> dict:
+def _model_like(ns: dict, sd: dict[str, int], reference):
+    """A model of ``ns``'s class holding ``reference``'s parameters and buffers, built on the
+    meta device (no weight init, no copies); raises when that cannot reproduce the model."""
+    import torch
+
+    torch.manual_seed(sd["init"])
+    init = ns["get_init_inputs"]()
+    with torch.device("meta"):
+        model = ns["Model"](*init)
+    model.load_state_dict(reference.state_dict(), assign=True)
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        raise ValueError("state not fully restored")
+    model.train(reference.training)
+    return model
+
+
+def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, tol) -> dict:
+    """Run each variant on the reference inputs and weights; list those within tolerance."""
     dead = []
     for variant in ablations:
         try:
             ns = load_namespace(variant["source"], tag="ablation")
-            model = build_model(ns, sd, device)
-            out = run_forward(model, ref_inputs, sd["forward"], device)
-        except Exception:  # noqa: BLE001 — an ablation that breaks forward is not dead
+        except Exception:  # noqa: BLE001, S112 — an ablation that breaks the source is not dead
             continue
-        if C.shapes_equal(out, ref_out) and C.max_error(out, ref_out) <= tol:
+        out = None
+        builders = (functools.partial(_model_like, ns, sd, reference),
+                    functools.partial(build_model, ns, sd, device))
+        for build in builders:  # fast path first; a full seeded build when it cannot apply
+            try:
+                out = run_forward(build(), ref_inputs, sd["forward"], device)
+                break
+            except Exception:  # noqa: BLE001 — an ablation that breaks forward is not dead
+                out = None
+        if out is not None and C.shapes_equal(out, ref_out) and C.max_error(out, ref_out) <= tol:
             dead.append(variant["label"])
     return {"tried": len(ablations), "dead": dead}
 
@@ -358,6 +383,7 @@ def probe_problem(payload: dict) -> dict:
         direct_err = C.max_error(direct, ref)
         m["deterministic"] = {"bitwise": C.bitwise_equal(again, ref) and direct_err == 0,
                               "error": max(C.max_error(again, ref), direct_err)}
+        del again, direct
         if payload.get("rebuild_in_process", True):
             model_b = build_model(ns, sd, device)
             inputs_b = draw_inputs(ns, sd["inputs"], device)
@@ -371,6 +397,7 @@ def probe_problem(payload: dict) -> dict:
         _mark("stochasticity")
         other = run_forward(model, inputs, sd["forward_alt"], device)
         m["stochastic_error"] = C.max_error(other, ref)
+        del other
 
         _mark("fp64 reference")
         cal: dict[str, Any]
@@ -384,6 +411,7 @@ def probe_problem(payload: dict) -> dict:
             noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
                                       for t, r in zip(ref, ref64)]) \
                 if C.shapes_equal(ref, ref64) else None
+            del ref64
             cal = C.calibrate_tolerance(noise, m["dtype"], float(cfg.get("tolerance_margin", 10)))
             cal["noise"] = noise
             if noise is None:
@@ -436,7 +464,7 @@ def probe_problem(payload: dict) -> dict:
         _mark("ablation")
         ablations = payload.get("ablations")
         m["ablation"] = None if ablations is None else _ablate(
-            ablations, sd, inputs, ref, device, tol)
+            ablations, sd, model, inputs, ref, device, tol)
 
         _mark("trace")
         m["aten_ops"], m["flops"] = _trace(model, inputs, device)
@@ -444,6 +472,7 @@ def probe_problem(payload: dict) -> dict:
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
 
+    _release_cache(device)  # other workers may need the memory while this one waits to time
     _mark("timing")
     if payload.get("time", True):
         with lock.exclusive():
@@ -457,6 +486,13 @@ def probe_problem(payload: dict) -> dict:
         m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
                        "eager_ms": None}
     return m
+
+
+def _release_cache(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def _forward_mutating(model, inputs: list, forward_seed: int, device: str):

@@ -38,7 +38,6 @@ from kernelmill.curate.stats import StageStats
 from kernelmill.curate.store import JsonlWriter, read_records
 
 from . import checks as C
-from .ablation import ablations
 from .backends import get_backend, resolve_device
 from .difficulty import difficulty
 from .roofline import roofline
@@ -74,7 +73,7 @@ class ValidateConfig:
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
-    def coerce(cls, config: "ValidateConfig | dict | None") -> "ValidateConfig":
+    def coerce(cls, config: ValidateConfig | dict | None) -> ValidateConfig:
         if config is None:
             return cls()
         if isinstance(config, cls):
@@ -150,6 +149,21 @@ def _shrink(source: str, cfg: ValidateConfig) -> tuple[str, float | None, str]:
     return result.source, factor, ""
 
 
+def _out_of_memory(error: dict | None) -> bool:
+    return "out of memory" in str((error or {}).get("message", "")).lower()
+
+
+def _retry_alone(target: str, payload: dict, cfg: ValidateConfig, device: str, env: dict):
+    """Rerun a worker that ran out of GPU memory while holding the GPU exclusively."""
+    from .harness import run_in_worker
+    from .probe import GpuLock
+
+    lock = payload.get("lock")
+    with GpuLock(lock).exclusive():
+        return run_in_worker(target, {**payload, "lock": None}, timeout_s=cfg.timeout_s,
+                             device=device, env=env, writable=_writable())
+
+
 def validate_source(source: str, slot: dict | None = None,
                     config: ValidateConfig | dict | None = None) -> dict:
     """The ``validation`` section for one problem source (see the module docstring)."""
@@ -165,6 +179,8 @@ def validate_source(source: str, slot: dict | None = None,
         return _failed(device, "static check", exc.reason)
 
     run_source, resized, resize_note = (source, None, "") if on_cuda else _shrink(source, cfg)
+    from .ablation import ablations  # libcst: imported when validating, not for --help
+
     variants = ablations(run_source, cfg.max_ablations)
     cross_process = on_cuda if cfg.cross_process is None else cfg.cross_process
     inductor = on_cuda if cfg.inductor is None else cfg.inductor
@@ -176,6 +192,8 @@ def validate_source(source: str, slot: dict | None = None,
                "rebuild_in_process": not cross_process}
     first = run_in_worker(PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env,
                           writable=_writable())
+    if not first.ok and on_cuda and _out_of_memory(first.error):
+        first = _retry_alone(PROBE, payload, cfg, device, env)
     if not first.ok:
         err = first.error or {}
         return _failed(device, err.get("stage", "worker"), err.get("message", "failed"),
@@ -189,10 +207,12 @@ def validate_source(source: str, slot: dict | None = None,
 
     replay = None
     if cross_process or inductor:
-        second = run_in_worker(REPLAY, {**payload, "ablations": None, "inductor": inductor,
-                                        "inductor_mode": cfg.inductor_mode},
-                               timeout_s=cfg.timeout_s, device=device, env=env,
-                               writable=_writable())
+        second_payload = {**payload, "ablations": None, "inductor": inductor,
+                          "inductor_mode": cfg.inductor_mode}
+        second = run_in_worker(REPLAY, second_payload, timeout_s=cfg.timeout_s, device=device,
+                               env=env, writable=_writable())
+        if not second.ok and on_cuda and _out_of_memory(second.error):
+            second = _retry_alone(REPLAY, second_payload, cfg, device, env)
         if second.ok:
             replay = second.value
         else:
