@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,13 +62,25 @@ class LLMConfig:
                          fraction=self.fraction, extra=dict(self.extra))
 
 
-_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+def _code_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced block, fences matched line by line."""
+    blocks, lang, lines = [], None, []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if lang is None and stripped.startswith("```"):
+            lang, lines = stripped[3:].strip().lower(), []
+        elif lang is not None and stripped.startswith("```"):
+            blocks.append((lang, "\n".join(lines)))
+            lang = None
+        elif lang is not None:
+            lines.append(line)
+    return blocks
 
 
 def extract_code(text: str) -> str:
     """The Python code in an answer: the code block that defines ``Model``, else the last code
     block, else the whole text when it parses. Raises ``ValueError`` when there is none."""
-    blocks = _CODE_BLOCK.findall(text or "")
+    blocks = [body for lang, body in _code_blocks(text or "") if lang in ("", "python", "py")]
     for block in blocks:
         if "class Model" in block:
             return block.strip() + "\n"
