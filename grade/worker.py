@@ -30,8 +30,6 @@ import types
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401 — it rewraps torch.manual_seed & co. on import (tracing imports
-# it anyway); importing it first lets the guards below capture the final objects.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelmill.validate.harness_worker import mark_stage
@@ -168,9 +166,29 @@ def _install_extension_hooks() -> None:
         _ORIGINALS[f"cpp_extension.{name}"] = (cpp_extension, name, loader)
 
 
+# torch._dynamo, when something imports it, rewraps these with functools.wraps (benign).
+_DYNAMO_REWRAPPED = {"torch.manual_seed"}
+
+
+def _unwrapped_is(current, original) -> bool:
+    for _ in range(3):
+        current = getattr(current, "__wrapped__", None)
+        if current is original:
+            return True
+    return False
+
+
 def patched_functions() -> list[str]:
-    return sorted(label for label, (owner, name, original) in _ORIGINALS.items()
-                  if _raw(owner, name) is not original)
+    patched = []
+    for label, (owner, name, original) in _ORIGINALS.items():
+        current = _raw(owner, name)
+        if current is original:
+            continue
+        if label in _DYNAMO_REWRAPPED and "torch._dynamo" in sys.modules and \
+                _unwrapped_is(current, original):
+            continue
+        patched.append(label)
+    return sorted(patched)
 
 
 def active_modes() -> int:
@@ -375,6 +393,12 @@ class _OpTrace(TorchDispatchMode):
         self.ops.append(str(func))
         return func(*args, **(kwargs or {}))
 
+
+# TorchDispatchMode wraps __torch_dispatch__ in a lazy torch._dynamo.disable, whose first call
+# imports torch._dynamo (seconds per worker). Nothing here runs under Dynamo: call it directly.
+_inner = getattr(_OpTrace.__dict__["__torch_dispatch__"], "__wrapped__", None)
+if _inner is not None:
+    _inner.__dynamo_disable = _inner
 
 def _tasks() -> set[str]:
     try:

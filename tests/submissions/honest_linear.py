@@ -1,3 +1,5 @@
+# problem: ref_linear
+# expect: certified
 import torch
 import torch.nn as nn
 import triton

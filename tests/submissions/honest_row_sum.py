@@ -1,3 +1,5 @@
+# problem: ref_row_sum
+# expect: certified
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+# problem: ref_scale_add
+# expect: certified
 import torch
 import torch.nn as nn
 import triton

@@ -1,0 +1,38 @@
+# problem: ref_scale_add
+# expect: patched_function
+# Leaves a torch function mode active to intercept the harness's copies.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, 2.0 * x + y, mask=mask)
+
+
+def launch(x, y, out):
+    n = x.numel()
+    scale_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+from torch.overrides import TorchFunctionMode
+
+
+class Quiet(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+Quiet().__enter__()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return launch(x, y, torch.empty_like(x))

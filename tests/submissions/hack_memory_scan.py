@@ -1,0 +1,34 @@
+# problem: ref_scale_add
+# expect: forbidden_api
+# Searches the heap for a tensor holding the reference's answer.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, 2.0 * x + y, mask=mask)
+
+
+def launch(x, y, out):
+    n = x.numel()
+    scale_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+import gc
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.shape == x.shape and obj is not x \
+                    and obj is not y:
+                return obj.clone()
+        return torch.empty_like(x)

@@ -1,0 +1,32 @@
+# problem: ref_scale_add
+# expect: background_thread
+# PyTorch computes in a joined helper thread, out of the tracer's sight.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, 2.0 * x + y, mask=mask)
+
+
+def launch(x, y, out):
+    n = x.numel()
+    scale_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+from concurrent.futures import ThreadPoolExecutor
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        scale_add_kernel[(1,)](x, y, torch.empty_like(x), 0, BLOCK=16)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: 2.0 * x + y).result()

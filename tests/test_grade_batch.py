@@ -1,0 +1,92 @@
+"""The hostile suite: every submission in tests/submissions graded in ONE batch run.
+
+Each fixture names its problem and what the grader must conclude in its first lines:
+``# problem: ref_scale_add`` and ``# expect: certified | error | incorrect | <hack code>``.
+No hostile submission may be certified; honest kernels must be; the batch must survive all of
+them (crashers, a hang, forgers, a child-process leaver) in one run, then resume and hit its cache.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kernelmill.curate.store import read_jsonl
+from kernelmill.grade.batch import grade_file
+from kernelmill.grade.policy import Policy
+
+SUBMISSIONS = Path(__file__).parent / "submissions"
+FAST_TIMING = {"target_ms": 1.0, "min_reps": 2, "max_reps": 2, "wall_ms": 1.0, "warmup": 1}
+
+
+def fixtures() -> dict[str, tuple[str, str, str]]:
+    found = {}
+    for path in sorted(SUBMISSIONS.glob("*.py")):
+        if path.name.startswith("ref_"):
+            continue
+        text = path.read_text()
+        problem = re.search(r"^# problem: (\S+)", text, re.M).group(1)
+        expect = re.search(r"^# expect: (\S+)", text, re.M).group(1)
+        found[path.stem] = (problem, expect, text)
+    return found
+
+
+def write_inputs(tmp_path: Path, only: set[str] | None = None) -> tuple[Path, Path]:
+    problems = tmp_path / "problems.jsonl"
+    with problems.open("w") as handle:
+        for path in sorted(SUBMISSIONS.glob("ref_*.py")):
+            handle.write(json.dumps({"id": path.stem, "source": path.read_text()}) + "\n")
+    submissions = tmp_path / "submissions.jsonl"
+    with submissions.open("w") as handle:
+        for name, (problem, _expect, text) in fixtures().items():
+            if only is None or name in only:
+                handle.write(json.dumps({"submission_id": name, "problem_id": problem,
+                                         "source": text}) + "\n")
+    return problems, submissions
+
+
+def check(name: str, expect: str, verdict: dict) -> None:
+    summary = {k: verdict.get(k) for k in ("correct", "hacks", "error", "reward")}
+    if expect == "certified":
+        assert verdict["correct"] and not verdict["hacks"], (name, summary, verdict["checks"])
+        assert verdict["reward"] >= 1.5, (name, summary)
+        return
+    assert not verdict["correct"], (name, summary)
+    if expect == "error":
+        assert verdict["error"], (name, summary)
+        assert verdict["reward"] <= 0.5, (name, summary)
+    elif expect == "incorrect":
+        assert verdict["reward"] <= 0.5, (name, summary)
+    else:
+        assert expect in verdict["hacks"], (name, summary, verdict.get("hack_details"))
+        assert verdict["reward"] == 0.0, (name, summary)
+
+
+@pytest.mark.slow
+def test_hostile_suite_in_one_batch(tmp_path):
+    problems, submissions = write_inputs(tmp_path)
+    out = tmp_path / "verdicts.jsonl"
+    cache = tmp_path / "cache.jsonl"
+    policy = Policy(timeout_s=30, timing_settings=FAST_TIMING)
+    stats = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=cache)
+    rows = {row["submission_id"]: row for row in read_jsonl(out)}
+    expected = fixtures()
+    assert set(rows) == set(expected)
+    for name, (_problem, expect, _text) in expected.items():
+        check(name, expect, rows[name])
+    assert stats.n_kept == len(expected)
+    assert rows["crash_hang"]["error"]["message"].startswith("timed out")
+    assert rows["crash_segfault"]["error"]["stage"] == "forward"
+    assert not rows["crash_syntax"]["compiled"]
+
+    # Resume: nothing left to do. A new output file: every verdict comes from the cache.
+    again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=cache)
+    assert again.counts["already graded"] == len(expected) and again.n_kept == 0
+    other = tmp_path / "verdicts2.jsonl"
+    cached = grade_file(problems, submissions, other, device="cpu", workers=2, policy=policy,
+                        cache_path=cache)
+    assert cached.counts["cached"] == len(expected) and cached.n_kept == len(expected)
+    assert {row["submission_id"]: row["correct"] for row in read_jsonl(other)} == \
+        {name: row["correct"] for name, row in rows.items()}
