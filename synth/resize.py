@@ -55,7 +55,7 @@ _PROTECTED_TOKENS = {
     "HEAD", "HEADS", "NHEAD", "NHEADS", "GROUP", "GROUPS", "EXPERT", "EXPERTS", "TOPK", "TOP",
     "PATCH", "WINDOW", "POOL", "UPSCALE", "SCALE", "FACTOR", "SEED", "MARGIN", "TEMP",
     "TEMPERATURE", "CLAMP", "THRESHOLD", "ALPHA", "BETA", "ITERS", "ITERATIONS", "LAYERS",
-    "CHUNK", "BLOCK", "OUTPUT_PADDING", "AXIS", "DIM_AXIS", "VALUE", "MIN", "MAX", "IGNORE",
+    "CHUNK", "BLOCK", "OUTPUT_PADDING", "AXIS", "VALUE", "IGNORE", "EPS",
 }
 # tokens of protected constants that other sizes must stay divisible by
 _DIVISOR_TOKENS = {"HEADS", "NHEAD", "NHEADS", "GROUPS", "EXPERTS", "STRIDE", "STRIDES", "PATCH",
