@@ -78,16 +78,16 @@ _LEVEL_LINE = re.compile(r"(?im)^(\s*level\s*:\s*)(\d+)")
 
 def retag(source: str, *, category: str | None = None, level: int | None = None) -> str:
     """Rewrite the ``category:`` / ``level:`` lines of the module docstring."""
-    head, sep, rest = source.partition('"""\n')
-    body_end = rest.find('"""')
-    if not sep or body_end < 0:
+    start = source.find('"""')
+    end = source.find('"""', start + 3) if start >= 0 else -1
+    if start < 0 or end < 0:
         return source
-    doc, tail = rest[:body_end], rest[body_end:]
+    doc = source[start:end]
     if category:
         doc = _CATEGORY_LINE.sub(lambda m: m.group(1) + category, doc, count=1)
     if level:
         doc = _LEVEL_LINE.sub(lambda m: m.group(1) + str(level), doc, count=1)
-    return head + sep + doc + tail
+    return source[:start] + doc + source[end:]
 
 
 def _short_name(parent: Record, operations: list[dict[str, Any]]) -> str:
