@@ -1,0 +1,226 @@
+"""Grader units (rewards, static scan, comparisons, op policy, code extraction), the single-grade
+CLI, and the TRL reward function against a fake OpenAI-compatible judge on 127.0.0.1."""
+import json
+import math
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelmill.grade import rewards, static
+from kernelmill.grade.judge import bitwise_equal, compare, reported_ms
+from kernelmill.grade.policy import Policy, compute_ops, custom_ops
+from kernelmill.grade.trl import (JudgeConfig, completion_text, extract_code, judge_score,
+                                  make_reward_fn)
+from kernelmill.validate.harness import WorkerResult
+
+SUBMISSIONS = Path(__file__).parent / "submissions"
+
+
+def read(name: str) -> str:
+    return (SUBMISSIONS / f"{name}.py").read_text()
+
+
+# ---------------------------------------------------------------- rewards
+
+def test_composite_reward():
+    v = {"compiled": True, "correct": True, "hacks": [], "speedup_vs_eager": 2.0}
+    assert rewards.composite(v) == pytest.approx(0.5 + 1 + 2.0)
+    assert rewards.composite({**v, "speedup_vs_eager": 10.0}) == pytest.approx(4.5)  # r_max=3
+    assert rewards.composite({**v, "correct": False}) == pytest.approx(0.5)
+    assert rewards.composite({**v, "compiled": False, "correct": False}) == 0.0
+    assert rewards.composite({**v, "hacks": ["torch_compute"]}) == 0.0
+    assert rewards.composite(v, alpha=0.0, beta=2.0, gamma=0.5, r_max=1.0) == pytest.approx(2.5)
+
+
+def test_makora_reward():
+    v = {"compiled": True, "correct": True, "hacks": [], "speedup_vs_inductor": 1.0,
+         "speedup_vs_eager": 5.0}
+    sigma = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    assert rewards.makora(v) == pytest.approx(sigma(1 + 1.0 - 1.8))
+    assert rewards.makora({**v, "correct": False}) == pytest.approx(sigma(-1.8))
+    assert rewards.makora({**v, "speedup_vs_inductor": None}) == pytest.approx(sigma(1 + 5 - 1.8))
+    assert rewards.makora({**v, "hacks": ["cached_output"]}) == 0.0
+
+
+def test_staged_reward_climbs_with_each_stage():
+    base = {"compiled": False, "correct": False, "hacks": []}
+    ladder = [rewards.staged({**base, "stage_reached": s})
+              for s in ("none", "parsed", "constructed", "ran", "shaped")]
+    assert ladder == sorted(ladder) and len(set(ladder)) == len(ladder)
+    correct = {**base, "compiled": True, "correct": True, "stage_reached": "shaped"}
+    assert rewards.staged(correct) == 1.0
+    assert rewards.staged({**correct, "speedup_vs_eager": 4.0}) == pytest.approx(2.0)
+    assert rewards.staged({**correct, "speedup_vs_eager": 0.5}) == 1.0
+    assert rewards.staged({**correct, "hacks": ["inconsistent"]}) == 0.0
+
+
+# ---------------------------------------------------------------- static scan and policy
+
+@pytest.mark.parametrize("name", ["honest_scale_add", "honest_row_sum", "honest_linear"])
+def test_static_scan_passes_honest_kernels(name):
+    assert static.scan(read(name)) == []
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    ("import time\ntime.perf_counter = lambda: 0.0", "time.perf_counter"),
+    ("import torch\ntorch.allclose = lambda *a, **k: True", "torch.allclose"),
+    ("import threading", "threading"),
+    ("import gc\ngc.get_objects()", "gc"),
+    ("import sys\nsys.modules['x']", "sys.modules"),
+    ("x = __import__('o' + 's')", "__import__"),
+    ("f = lambda: 0\nf.__globals__", "__globals__"),
+    ("open('/tmp/x', 'w').write('1')", "writing"),
+    ("from torch.utils._python_dispatch import TorchDispatchMode", "TorchDispatchMode"),
+    ("src = 'std::thread t(work);'", "std::thread"),
+    ("import torch\nm = torch.compile(lambda x: x)", "compile"),
+])
+def test_static_scan_flags_escape_hatches(snippet, needle):
+    findings = static.scan(snippet)
+    assert findings and any(needle in f for f in findings), findings
+
+
+def test_op_policy_separates_compute_from_memory_ops():
+    ops = ["aten.empty_like.default", "aten.view.default", "aten.copy_.default",
+           "aten.add.Tensor", "aten.mm.default", "mylib.fused_add.default"]
+    assert compute_ops(ops) == ["aten.add.Tensor", "aten.mm.default"]
+    assert custom_ops(ops) == ["mylib.fused_add.default"]
+
+
+def test_tolerance_prefers_policy_then_record_then_dtype():
+    record = {"validation": {"atol": 3e-3, "rtol": 2e-3}}
+    assert Policy().tolerance("torch.float32") == (1e-4, 1e-4)
+    assert Policy().tolerance("torch.float16") == (1e-2, 1e-2)
+    assert Policy().tolerance("torch.float32", record) == (3e-3, 2e-3)
+    assert Policy(atol=1.0).tolerance("torch.float32", record) == (1.0, 2e-3)
+    assert Policy().key() != Policy(max_torch_ops=2).key()
+
+
+# ---------------------------------------------------------------- comparisons
+
+def test_compare_tolerance_shape_dtype_nan():
+    ref = torch.tensor([1.0, 100.0, float("nan"), float("inf")])
+    assert compare([ref], [ref.clone()], 1e-4, 1e-4)[0]
+    near = ref.clone()
+    near[1] += 5e-3  # within rtol * 100
+    assert compare([ref], [near], 1e-4, 1e-4)[0]
+    far = ref.clone()
+    far[0] += 1e-2
+    ok, why = compare([ref], [far], 1e-4, 1e-4)
+    assert not ok and "1/4 elements off" in why
+    nan = ref.clone()
+    nan[0] = float("nan")
+    assert not compare([ref], [nan], 1e-4, 1e-4)[0]
+    assert "shape" in compare([ref], [ref[:2]], 1e-4, 1e-4)[1]
+    assert "dtype" in compare([ref], [ref.double()], 1e-4, 1e-4)[1]
+    assert not compare([ref], None, 1e-4, 1e-4)[0]
+    ints = torch.arange(5)
+    assert compare([ints], [ints.clone()], 0, 0)[0] and not compare([ints], [ints + 1], 1, 1)[0]
+
+
+def test_bitwise_equal_sees_nan_payloads_and_signed_zero():
+    a = torch.tensor([0.0, float("nan")])
+    assert bitwise_equal(a, a.clone())
+    assert not bitwise_equal(a, torch.tensor([-0.0, float("nan")]))
+    assert not bitwise_equal(a, a.double())
+
+
+def test_reported_time_is_bounded_below_by_parent_clock():
+    run = WorkerResult(ok=True, stages=[("wall:candidate:start", 1.0),
+                                        ("wall:candidate:end", 1.5)])
+    # a patched in-process timer claims 1 µs per call; the parent saw 10 calls take 0.5 s
+    assert reported_ms({"median_ms": 1e-3, "wall_loops": 10}, run, "candidate") == \
+        pytest.approx(50.0)
+    assert reported_ms({"median_ms": 80.0, "wall_loops": 10}, run, "candidate") == 80.0
+
+
+# ---------------------------------------------------------------- code extraction
+
+def test_extract_code_takes_last_python_block():
+    text = "plan\n```python\nfirst = 1\n```\nbetter:\n```python\nsecond = 2\n```\n"
+    assert extract_code(text).strip() == "second = 2"
+    assert extract_code("```\nplain = 1\n```").strip() == "plain = 1"
+    assert extract_code("no fence here") == "no fence here"
+    chat = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "```py\nx = 3\n```"}]
+    assert extract_code(completion_text(chat)).strip() == "x = 3"
+
+
+# ---------------------------------------------------------------- CLI and TRL, end to end
+
+def test_cli_single_grade_json_and_exit_status(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelmill.curate.cli", "grade",
+         "--reference", str(SUBMISSIONS / "ref_scale_add.py"),
+         "--candidate", str(SUBMISSIONS / "hack_try_fallback.py"),
+         "--device", "cpu", "--json", "--no-time", "--trials", "2"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
+                "speedup_vs_inductor", "error"):
+        assert key in verdict
+    assert verdict["compiled"] and not verdict["correct"]
+    assert "torch_compute" in verdict["hacks"] and verdict["reward"] == 0.0
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "kernelmill.curate.cli", "grade", "--reference",
+         str(tmp_path / "nope.py"), "--candidate", str(SUBMISSIONS / "honest_scale_add.py")],
+        capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "nope.py" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+class _Judge(BaseHTTPRequestHandler):
+    prompts: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Judge.prompts.append(body["messages"][-1]["content"])
+        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": "SCORE: 0.8"}}],
+                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def judge_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_trl_reward_fn_with_llm_judge(judge_server):
+    config = JudgeConfig(base_url=judge_server, model="judge", api_key="test")
+    assert judge_score(config, "ref", "cand") == pytest.approx(0.8)
+    assert judge_score(JudgeConfig(base_url="http://127.0.0.1:9/v1", model="m", timeout_s=2),
+                       "ref", "cand") is None  # unreachable: no bonus, no crash
+
+    verdicts: list = []
+    reward_fn = make_reward_fn(device="cpu", policy=Policy(time=False, trials=2), judge=config,
+                               verdicts=verdicts)
+    reference = read("ref_scale_add")
+    completions = [
+        [{"role": "assistant", "content": f"Here it is.\n```python\n{read('honest_scale_add')}```"}],
+        "```python\nimport torch\nclass NotIt: pass\n```",
+    ]
+    scores = reward_fn(["p1", "p2"], completions, reference=[reference, reference])
+    assert verdicts[0]["correct"] and not verdicts[0]["hacks"]
+    assert scores[0] == pytest.approx(0.5 + 1.0 + 0.5 * 0.8)  # untimed: no speed term
+    assert not verdicts[1]["compiled"] and scores[1] == pytest.approx(0.5 * 0.8)
+    assert any("2.0 * x + y" in p for p in _Judge.prompts)  # the judge saw the reference
