@@ -17,8 +17,15 @@ def record_line(path: Path) -> str:
     return json.dumps(Record.from_source(path.read_text(), name=path.stem).to_dict())
 
 
+def strict_json(line: str) -> dict:
+    def reject(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(line, parse_constant=reject)
+
+
 def read_out(path: Path) -> dict[str, dict]:
-    return {r["name"]: r for r in map(json.loads, path.read_text().splitlines())}
+    return {r["name"]: r for r in map(strict_json, path.read_text().splitlines())}
 
 
 def test_validate_file_survives_crashes_and_malformed_input(tmp_path):
@@ -158,3 +165,11 @@ def test_gpu_lock_timing_excludes_everyone(tmp_path):
     assert [e[0] for e in events] == ["in", "in", "out", "out"]
     with lock.shared(), GpuLock(None).exclusive():  # no path: no locking at all
         pass
+
+
+def test_records_hold_strict_json():
+    from kernelmill.validate.runner import _finite
+
+    v = _finite({"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": (2, -float("inf"))}})
+    assert v == {"a": None, "b": [1.0, None], "c": {"d": [2, None]}}
+    json.dumps(v, allow_nan=False)

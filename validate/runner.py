@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import tempfile
 import time
@@ -272,6 +273,17 @@ def validate_source(source: str, slot: dict | None = None,
     }
 
 
+def _finite(value: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become null (strict JSON readers reject them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _validate_item(item: tuple[dict, dict], slot: dict) -> dict:
     """Backend task: never raises, so one bad problem cannot stop the run."""
     record, config = item
@@ -282,7 +294,7 @@ def _validate_item(item: tuple[dict, dict], slot: dict) -> dict:
         validation = _failed(slot.get("device", "?"), "validator",
                              f"{type(exc).__name__}: {exc}")
     validation["wall_s"] = round(time.monotonic() - start, 3)
-    return validation
+    return _finite(validation)
 
 
 def validate_file(in_path, out_path, *, device: str = "auto", workers: int | None = None,
