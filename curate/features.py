@@ -42,6 +42,7 @@ _IGNORED_CALLS = frozenset({"range", "len", "int", "float", "bool", "str", "prin
                             "tuple", "list", "dict", "zip", "enumerate", "super", "getattr",
                             "setattr", "hasattr", "type", "abs", "min", "max", "round", "sum",
                             "reversed", "sorted", "any", "all", "iter", "next"})
+_FIXED_BASE = {name: name for name in (*_BUILTINS, "self")}
 _SCALAR_MODULES = ("math.", "numpy.", "random.", "operator.")
 _CONTAINERS = frozenset({"sequential", "modulelist", "moduledict", "parameterlist"})
 
@@ -124,7 +125,8 @@ class _Emitter:
     def __init__(self, constants: set[str], globals_: set[str], aliases: dict[str, str]):
         # names that never become placeholders: module constants ('$NAME'), import aliases (as
         # their qualified path: `F` and `torch.nn.functional` read the same), module-level defs
-        fixed = {name: name for name in (*_BUILTINS, *globals_, "self")}
+        fixed = _FIXED_BASE.copy()
+        fixed.update((name, name) for name in globals_)
         fixed.update(aliases)
         fixed.update((name, f"${name}") for name in constants)
         self.fixed = fixed
@@ -287,7 +289,15 @@ class _Emitter:
         out = self.out
         kind = type(node)
         if kind is ast.Name:
-            out.append(self.name(node.id))
+            ident = node.id
+            name = self.fixed.get(ident) or self.locals.get(ident)
+            out.append(name if name is not None else self.name(ident))
+        elif kind is ast.Constant:
+            value = node.value
+            if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
+                out.append("#" + repr(value))
+            else:
+                out.append(repr(value))
         elif kind is ast.Attribute:
             value = node.value
             if type(value) is ast.Name and value.id == "self":
@@ -304,12 +314,6 @@ class _Emitter:
                 out.append(f"{kw.arg}=" if kw.arg else "**")
                 self.expr(kw.value)
             out.append(")")
-        elif kind is ast.Constant:
-            value = node.value
-            if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
-                out.append("#" + repr(value))
-            else:
-                out.append(repr(value))
         elif kind is ast.BinOp:
             out.append(_BINOP.get(type(node.op), "binop"))
             self.expr(node.left)
@@ -592,11 +596,6 @@ class _OpExtractor:
             out.append(op_name(qualified) + self.hyper(node))
 
 
-def _abstract(token: str) -> str:
-    first = token[:1]
-    return first if first == "#" or first == "$" else token
-
-
 def extract(source: str) -> Features:
     """All three views of ``source`` from one parse; raises ``SyntaxError`` if it won't parse."""
     tree = ast.parse(source)
@@ -628,7 +627,7 @@ def extract(source: str) -> Features:
             continue
         else:
             spans.append((start, len(out)))
-    tokens = [_abstract(t) for a, b in spans for t in out[a:b]]
+    tokens = [t[0] if t[0] in "#$" else t for a, b in spans for t in out[a:b]]
 
     ops = _OpExtractor(aliases, constants, functions)
     arity = 0

@@ -198,6 +198,7 @@ def write_reports(out_dir: Path, *, benchmarks: list[Benchmark], entries: list[d
         "threshold": threshold,
         "ngram": NGRAM,
         "checked": checked,
+        "against": [b.spec for b in benchmarks],
         "benchmarks": [{"spec": b.spec, "items": len(b.items), "skipped": b.skipped}
                        for b in benchmarks],
         "contaminated": len(entries),

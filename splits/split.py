@@ -141,7 +141,8 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
                 continue
             action = "marked" if keep_contaminated else "dropped"
             entries.append({"id": record.id, "name": record.name, "category": record.category,
-                            "action": action, "matches": [m.to_dict() for m in matches]})
+                            "action": action, "key": matches[0].key,
+                            "matches": [m.to_dict() for m in matches]})
             contaminated.add(record.id)
             if keep_contaminated:
                 record.extra["contamination"] = {"matches": [m.to_dict() for m in matches]}
@@ -166,6 +167,7 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
     train.sort(key=lambda r: order[r.id])
     evals.sort(key=lambda r: order[r.id])
     stats.count("families", len(fams))
+    stats.count("largest family", max((len(f.members) for f in fams), default=0))
     stats.count("train", len(train))
     stats.count("eval", len(evals))
     report = {"benchmarks": benchmarks, "entries": entries,
