@@ -113,6 +113,9 @@ def test_judge_flags_and_skips():
     cuda = C.judge(_measurements(aten_ops=["aten.mul"], timing={
         "device": "cuda", "eager_ms": 0.05, "host_ms": 0.045, "launch_ratio": 0.9}))
     assert C.summarize(cuda)[1] == ["runtime", "launch_overhead"]
+    syncing = C.judge(_measurements(aten_ops=["aten.mul"], timing={
+        "device": "cuda", "eager_ms": 0.5, "host_ms": 0.5, "launch_ratio": 1.0, "host_syncs": 2}))
+    assert syncing["launch_overhead"]["passed"] is None and syncing["runtime"]["passed"]
     bad = C.judge(_measurements(aten_ops=["aten.mul"], stochastic_error=0.3, zero_fraction=1.0,
                                 ablation={"tried": 2, "dead": ["line 3: x"]},
                                 deterministic={"bitwise": False, "error": 1e-6}))

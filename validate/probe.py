@@ -472,6 +472,7 @@ def probe_problem(payload: dict) -> dict:
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
 
+        m["host_syncs"] = _count_host_syncs(model, inputs, device)
     _release_cache(device)  # other workers may need the memory while this one waits to time
     _mark("timing")
     if payload.get("time", True):
@@ -481,11 +482,35 @@ def probe_problem(payload: dict) -> dict:
                        "eager_ms": timing["ms"], "host_ms": timing["host_ms"],
                        "reps": timing["reps"], "iqr_ms": timing.get("iqr_ms"),
                        "launch_ratio": (timing["host_ms"] / timing["ms"])
-                       if timing["host_ms"] is not None and timing["ms"] > 0 else None}
+                       if timing["host_ms"] is not None and timing["ms"] > 0 else None,
+                       "host_syncs": m["host_syncs"]}
     else:
         m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
                        "eager_ms": None}
     return m
+
+
+def _count_host_syncs(model, inputs: list, device: str) -> int | None:
+    """How many times one forward makes the host wait for the GPU (``.item()``, ``nonzero``,
+    boolean masks ...). Then host time is not launch overhead. None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    import warnings
+
+    import torch
+
+    args = _clone(inputs)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with torch.no_grad():
+                model(*args)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 def _release_cache(device: str) -> None:
