@@ -16,8 +16,8 @@ to the factor whose largest tensor has at most ``target_numel`` elements. What i
   (``//``, ``%``, ``/``); constants passed as ``kernel_size=``, ``stride=``, ``num_heads=``, ...
 * Rounding keeps divisibility: a scaled value stays a multiple of 8 when it was one, and of every
   divisor-like constant (heads, groups, strides, patch sizes, any constant used as a divisor) that
-  divided it. Values stay positive and at least as large as any kernel-size constant, so
-  convolution and pooling windows still fit.
+  divided it. A scaled value never drops below 8, nor below any kernel size (a named constant
+  or a literal in a convolution/pooling call), so windows and a few stride-2 stages still fit.
 * Afterwards every ``X // Y``, ``X % Y`` and ``X / Y`` over module constants that divided exactly
   before must still divide exactly, and derived constants (``HIDDEN = 4 * DIM``) must stay positive
   and divisible as before; constants feeding a broken relation are frozen and the rest rescaled.
@@ -212,6 +212,34 @@ def _divisors_of(analysis: "_Analysis", name: str, env: dict) -> list[int]:
     return values
 
 
+_WINDOW_ARG = re.compile(r"^(?:(Conv(?:Transpose)?[123]d)|((?:Max|Avg)Pool[123]d)|(LPPool[123]d)|"
+                         r"((?:max|avg)_pool[123]d|conv(?:_transpose)?[123]d))$")
+
+
+def _literal_window(tree: ast.Module) -> int:
+    """Largest literal kernel size passed to a convolution or pooling call (1 if none)."""
+    largest = 1
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        match = _WINDOW_ARG.match(_call_name(node.func))
+        if not match:
+            continue
+        # where kernel_size sits positionally: nn.Conv*(in, out, k), nn.*Pool(k),
+        # nn.LPPool(p, k), F.max_pool*(x, k); F.conv*(x, weight) takes no literal size
+        index = {1: 2, 2: 0, 3: 1, 4: 1}[match.lastindex]
+        candidates = [k.value for k in node.keywords if k.arg == "kernel_size"]
+        functional = match.group(4) or ""
+        if len(node.args) > index and not functional.startswith("conv"):
+            candidates.append(node.args[index])
+        for candidate in candidates:
+            for leaf in ast.walk(candidate):
+                if isinstance(leaf, ast.Constant) and isinstance(leaf.value, int) \
+                        and not isinstance(leaf.value, bool):
+                    largest = max(largest, leaf.value)
+    return largest
+
+
 def _analyze(source: str) -> _Analysis:
     try:
         tree = ast.parse(source)
@@ -309,6 +337,7 @@ def _analyze(source: str) -> _Analysis:
         if name in literals and (tokens & _KERNEL_TOKENS
                                  or keyword_used.get(name) in _KERNEL_KEYWORDS):
             kernel_floor = max(kernel_floor, literals[name])
+    kernel_floor = max(kernel_floor, _literal_window(tree))
     return _Analysis(tree, literals, derived, order, scalable, skipped, divisors, kernel_floor,
                      relations)
 
@@ -557,7 +586,7 @@ def _scaled_values(analysis: _Analysis, names: list[str], factor: float,
         old = analysis.literals[name]
         multiple = _lcm([8] * (old % 8 == 0)
                         + [d for d in _divisors_of(analysis, name, env) if old % d == 0])
-        floor = max(min_size, analysis.kernel_floor)
+        floor = max(min_size, analysis.kernel_floor, SMALL)
         floor = multiple * math.ceil(floor / multiple)
         new = multiple * round(old * factor / multiple)
         new = max(new, min(floor, old) if old < floor else floor)
@@ -684,7 +713,8 @@ def resize_source(source: str, *, factor: float | None = None, target_numel: int
 
     With ``target_numel`` the factor is the largest one whose largest tensor (static estimate)
     has at most ``target_numel`` elements; when even the smallest sizes exceed it, the smallest
-    sizes are used. ``min_size`` is the least value any scaled constant may take.
+    sizes are used. ``min_size`` raises the least value a scaled constant may take above the
+    built-in floor (8, or the largest kernel size; a constant already below it is not shrunk).
     Raises ``ResizeError`` when the source has no size constant that can be scaled.
     """
     if (factor is None) == (target_numel is None):

@@ -241,3 +241,31 @@ def test_every_seed_resizes_without_error():
         if half.numel_after and half.numel_before:
             assert half.numel_after < half.numel_before
             assert math.log(half.numel_before / half.numel_after, 2) >= 0.9
+
+
+
+def test_literal_kernel_sizes_still_fit():
+    source = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+BATCH = 64
+CHANNELS = 48
+HEIGHT = 100
+WIDTH = 100
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 11)
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), kernel_size=(2, 3), ceil_mode=True)
+def get_inputs():
+    return [torch.randn(BATCH, CHANNELS, HEIGHT, WIDTH)]
+def get_init_inputs():
+    return [CHANNELS]
+'''
+    result = resize_source(source, factor=1e-4)
+    values = _constants(result.source)
+    assert values["HEIGHT"] == values["WIDTH"] == 11  # the literal 11x11 kernel still fits
+    assert values["BATCH"] == values["CHANNELS"] == 16  # 11 rounded up to a multiple of 8
+    out, _ = _run(result.source)
+    assert out.shape == (16, 16, 1, 1)
