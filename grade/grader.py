@@ -78,10 +78,15 @@ class Grader:
     """Grades candidates on one device; reuses reference runs across candidates."""
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
-                 extensions_root: str | None = None, guard_paths: list[str] = ()):
+                 extensions_root: str | None = None, guard_paths: list[str] = (),
+                 cache_root: str | None = None):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
-        self.extensions_root = extensions_root
+        self.cache_root = Path(cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
+                               Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                               / "kernelmill")
+        # Extension builds: one folder per candidate source, writable by that candidate only.
+        self.extensions_root = extensions_root or str(self.cache_root / "extensions")
         self.guard_paths = [*guard_paths, *_guarded_files()]
         self._references: dict[str, ReferenceRun] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -122,9 +127,19 @@ class Grader:
                    "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time,
                    "inductor": policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings}
+        env, writable = self._env(slot_env), []
+        if payload["inductor"]:
+            # Reference workers never run candidate code, so they alone may keep compiled
+            # Inductor/Triton artefacts between runs (candidates cannot write there).
+            for var, name in (("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                              ("TRITON_CACHE_DIR", "triton-reference")):
+                folder = self.cache_root / name
+                folder.mkdir(parents=True, exist_ok=True)
+                env[var] = str(folder)
+                writable.append(str(folder))
         result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
                                timeout_s=policy.timeout_s * 2, device=self.worker_device,
-                               env=self._env(slot_env), sandbox=policy.sandbox)
+                               env=env, writable=writable, sandbox=policy.sandbox)
         if not result.ok:
             error = result.error or {}
             raise ReferenceError(f"reference failed in {error.get('stage')}: "
@@ -177,11 +192,14 @@ class Grader:
         findings = static.scan(source) if policy.static_scan else []
         ref = reference.value
         trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in ref["trials"] if t["usable"]]
+        largest = max((t.numel() * t.element_size() for trial in ref["trials"]
+                       for t in trial["outputs"] if hasattr(t, "numel")), default=0)
         payload = {"source": source, "device": self.worker_device,
                    "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
                    "init_seed": ref["init_seed"], "trials": trials,
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
-                   "time": policy.time, "timing_settings": policy.timing_settings}
+                   "time": policy.time, "timing_settings": policy.timing_settings,
+                   "max_output_bytes": 4 * largest + (1 << 20)}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)

@@ -30,7 +30,7 @@ import torch
 
 from kernelmill.validate.harness import WorkerResult
 
-from .policy import Policy, compute_ops, custom_ops
+from .policy import Policy, compute_ops, custom_ops, reference_compute_ops
 
 PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H800": 3350.0, "A100": 2039.0,
                       "L40S": 864.0, "L4": 300.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
@@ -188,7 +188,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         if call.get("modes"):
             hack("patched_function", f"{name}: a torch function/dispatch mode was active")
         ops = call.get("ops", [])
-        compute = compute_ops(ops)
+        compute = compute_ops(ops) + reference_compute_ops(ops, reference.get("ops", []))
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
         if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
@@ -208,6 +208,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
             shaped = False
         if call["outputs"] is None:
             shaped = False
+            if call.get("oversized"):
+                why = "output far larger than the reference's"
         checks[name] = {"passed": ok, "detail": why}
         all_correct = all_correct and ok
         call["_ok"] = ok

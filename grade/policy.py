@@ -44,6 +44,24 @@ def compute_ops(ops: list[str]) -> list[str]:
             and op_base(op) not in ALLOWED_OPS]
 
 
+# Pure allocation and view/metadata ops: free even when the reference uses them too.
+PURE_MEMORY_OPS = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided detach alias view _unsafe_view
+reshape _reshape_alias expand as_strided t transpose permute unsqueeze squeeze select slice
+narrow split split_with_sizes chunk unbind unflatten flatten view_as diagonal movedim
+_local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset size stride
+is_contiguous dim numel lift_fresh record_stream set_
+""".split())
+
+
+def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
+    """Copies and fills count as computation when they are what the reference itself does
+    (a transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer)."""
+    used = {op_base(op) for op in reference_ops} - PURE_MEMORY_OPS
+    return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES and op_base(op) in used
+            and op_base(op) in ALLOWED_OPS]
+
+
 def custom_ops(ops: list[str]) -> list[str]:
     return [op for op in ops if op_namespace(op) not in TORCH_NAMESPACES]
 

@@ -17,6 +17,8 @@ FORBIDDEN_MODULES = {
     "socket", "gc", "inspect", "importlib", "builtins", "kernelmill", "pickle", "marshal",
     "shutil", "tempfile", "sysconfig", "resource", "mmap", "fcntl", "pty", "asyncio", "code",
     "codeop", "faulthandler", "tracemalloc", "sched", "atexit", "weakref", "cffi", "psutil",
+    # compute outside torch's dispatcher, invisible to the op trace
+    "numpy", "cupy", "numba", "pycuda", "jax", "tensorflow", "scipy", "tinygrad", "cuda",
 }
 FORBIDDEN_ATTRIBUTES = {
     "__subclasses__", "__globals__", "__code__", "__builtins__", "__closure__", "f_back",
@@ -28,6 +30,8 @@ FORBIDDEN_ATTRIBUTES = {
     "system", "popen", "execv", "execve", "execvp", "spawnv", "kill", "killpg", "setsid",
     "setpgid", "_exit", "dup", "dup2", "fdopen", "write_text", "write_bytes", "unlink",
     "rmdir", "chmod", "symlink", "putenv", "load_library", "_load_library", "__dict__",
+    "numpy", "from_numpy", "tolist", "__array__", "__array_interface__", "__dlpack__",
+    "from_dlpack", "frombuffer",
     "__class__", "__bases__", "__mro__",
 }
 # Attributes that are harmless on most objects but not on these modules.

@@ -336,14 +336,22 @@ def reference_task(payload: dict) -> dict:
     trials = []
     mark_stage("reference forward")
     natural_finite = True
+    ops: list[str] = []
     for spec in payload["trials"]:
         _manual_seed(spec["seed"])
         inputs = transform(list(ns["get_inputs"]()), spec["dist"])
         kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         device_inputs = to_device(inputs, device)
         _manual_seed(spec["seed"] + 1)
+        tracer = _OpTrace() if not trials else None
         with torch.no_grad():
-            structure, items = flatten_outputs(model(*device_inputs))
+            if tracer is not None:
+                with tracer:
+                    out = model(*device_inputs)
+                ops = tracer.ops
+            else:
+                out = model(*device_inputs)
+            structure, items = flatten_outputs(out)
         sync(device)
         outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
         finite = all(bool(torch.isfinite(t).all()) for t in outputs
@@ -356,7 +364,7 @@ def reference_task(payload: dict) -> dict:
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
     result = {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
-              "info": device_info(device)}
+              "info": device_info(device), "ops": ops}
     if payload.get("time", True):
         mark_stage("reference timing")
         inputs = to_device(trials[0]["inputs"], device)
@@ -460,8 +468,10 @@ def _load_weights(model, state: dict) -> str:
 class _Run:
     """One candidate model on one device, with every forward call observed."""
 
-    def __init__(self, model, device: str, base_threads: set, base_tasks: set):
-        self.model, self.device = model, device
+    def __init__(self, model, device: str, base_threads: set, base_tasks: set,
+                 max_bytes: int | None = None):
+        self.model, self.device, self.max_bytes = model, device, max_bytes
+        self.first_call = True
         self.base_threads, self.base_tasks = base_threads, base_tasks
 
     def call(self, inputs: list, *, trace: bool) -> dict:
@@ -489,7 +499,17 @@ class _Run:
             record["ops"] = tracer.ops
         record["threads"] = sorted(t.name for t in _enumerate_threads()
                                    if t.ident not in self.base_threads and t.is_alive())
-        record["native_threads"] = sorted(_task_name(t) for t in _tasks() - self.base_tasks)
+        tasks = _tasks()
+        if self.first_call:
+            # Runtimes start some OS threads lazily on first use (CUDA module loading, OpenMP at
+            # a new size): report those, then judge only threads that appear in later calls.
+            record["native_threads_first_call"] = sorted(_task_name(t)
+                                                         for t in tasks - self.base_tasks)
+            self.base_tasks = self.base_tasks | tasks
+            self.first_call = False
+            record["native_threads"] = []
+        else:
+            record["native_threads"] = sorted(_task_name(t) for t in tasks - self.base_tasks)
         record.update(self.observe(out, inputs))
         return record
 
@@ -510,6 +530,10 @@ class _Run:
                 facts["subclass"] = _isinstance(item, torch.Tensor)
                 outputs = None
                 break  # never touch a subclass or foreign object: its methods are candidate code
+            if self.max_bytes and item.numel() * item.element_size() > self.max_bytes:
+                facts["oversized"] = True
+                outputs = None
+                break  # not worth shipping: it cannot be the right answer
             for low, high in _spans([item]):
                 alias = alias or any(low < b and a < high for a, b in input_spans)
             outputs.append(item)
@@ -554,7 +578,7 @@ def candidate_task(payload: dict) -> dict:
     if _isinstance(model, torch.nn.Module):
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
-    run = _Run(model, device, base_threads, base_tasks)
+    run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"))
     facts["modes_after_import"] = active_modes()
 
     trials = payload["trials"]

@@ -78,6 +78,7 @@ def test_static_scan_passes_honest_kernels(name):
     ("from torch.utils._python_dispatch import TorchDispatchMode", "TorchDispatchMode"),
     ("src = 'std::thread t(work);'", "std::thread"),
     ("import torch\nm = torch.compile(lambda x: x)", "compile"),
+    ("import numpy as np\ny = np.exp(x.cpu().numpy())", "numpy"),
 ])
 def test_static_scan_flags_escape_hatches(snippet, needle):
     findings = static.scan(snippet)
@@ -224,3 +225,14 @@ def test_trl_reward_fn_with_llm_judge(judge_server):
     assert scores[0] == pytest.approx(0.5 + 1.0 + 0.5 * 0.8)  # untimed: no speed term
     assert not verdicts[1]["compiled"] and scores[1] == pytest.approx(0.5 * 0.8)
     assert any("2.0 * x + y" in p for p in _Judge.prompts)  # the judge saw the reference
+
+
+def test_roofline_from_device_bandwidth_and_record():
+    from kernelmill.grade.judge import roofline_ms
+
+    x = torch.zeros(1 << 20)  # 4 MiB in, 4 MiB out
+    reference = {"info": {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3"},
+                 "trials": [{"inputs": [x], "outputs": [x]}]}
+    assert roofline_ms(reference, None) == pytest.approx(8 * 2**20 / 3350e9 * 1e3)
+    assert roofline_ms(reference, {"validation": {"roofline_ms": 0.5}}) == 0.5
+    assert roofline_ms({**reference, "info": {"device": "cpu"}}, None) is None

@@ -46,6 +46,7 @@ MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
 # Variables a worker must not see: credentials for hubs and LLM endpoints.
 _SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
 _DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
+_DEFAULT_FILE_SIZE = 4 << 30  # no single file (stdout log included) may grow past this
 
 
 @dataclass
@@ -82,6 +83,7 @@ def worker_env(device: str, env: dict | None = None, token: str = "", tmp: str =
         base["TMPDIR"] = tmp
         base["XDG_CACHE_HOME"] = os.path.join(tmp, "cache")
         base["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
+        base["CUDA_CACHE_PATH"] = os.path.join(tmp, "nv")
     if device.startswith("cpu"):
         base["TRITON_INTERPRET"] = "1"
         base["CUDA_VISIBLE_DEVICES"] = ""
@@ -255,6 +257,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     Triton's cache is private to the run unless ``env`` sets ``TRITON_CACHE_DIR``.
     """
     limits = dict(limits or {})
+    limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
     if device.startswith("cpu"):
         limits.setdefault("address_space", _DEFAULT_CPU_ADDRESS_SPACE)
     key, token = secrets.token_bytes(32), secrets.token_hex(12)
