@@ -205,6 +205,10 @@ def test_roofline_table_and_fallback():
     assert r["headroom"] == pytest.approx(0.6 / r["roofline_ms"])
     big = roofline(2 * 4096**3, 3 * 4 * 4096**2, dtype="bfloat16", device_name="H100")
     assert big["bound"] == "compute" and big["headroom"] is None
+    assert big["compute_ms"] == pytest.approx(2 * 4096**3 / 989e12 * 1e3)
+    # float32 is bounded by TF32 tensor cores: no honest kernel can beat the bound
+    fp32 = roofline(2 * 4096**3, 3 * 4 * 4096**2, dtype="float32", device_name="H100")
+    assert fp32["compute_ms"] == pytest.approx(2 * 4096**3 / 494e12 * 1e3)
 
 
 def test_difficulty_is_monotone_in_its_terms():
