@@ -83,10 +83,14 @@ class Composition:
     def category(self) -> str:
         if self.loss is not None and not self.steps and self.main.name == "loss_input":
             return "loss"
+        if not self.steps and self.loss is None:
+            return {"linalg": "matmul"}.get(self.main.group, self.main.group)
         return "fused"
 
     @property
     def level(self) -> int:
+        if not self.steps and (self.loss is None or self.main.name == "loss_input"):
+            return 1
         return 3 if self.branch in ("gate", "se_scale") or len(self.steps) >= 4 else 2
 
     def operations(self) -> list[dict[str, Any]]:
@@ -140,9 +144,9 @@ class Composer:
         shape = self.main_output(comp)
         n_steps = rng.randint(1, self.max_epilogue)
         comp.steps = self._draw_chain(shape, n_steps, rng, main)
-        if not comp.steps:
+        if not comp.steps and not main.final:
             raise CompositionError(f"no epilogue fits after {main.name}")
-        if rng.random() < self.branch_rate:
+        if comp.steps and rng.random() < self.branch_rate:
             comp.branch = self._draw_branch(comp, rng)
         allowed = set(main.dtypes)
         for s in comp.steps:

@@ -90,6 +90,54 @@ def retag(source: str, *, category: str | None = None, level: int | None = None)
     return source[:start] + doc + source[end:]
 
 
+def describe(operation: dict[str, Any], catalog=None) -> str:
+    """A short phrase for a mutation, appended to the problem's description line."""
+    from .catalog import default_catalog
+    catalog = catalog or default_catalog()
+
+    def title(name: str) -> str:
+        return catalog[name].title if name in catalog else name
+
+    op = operation["op"]
+    if op == "swap_op":
+        return f"{title(operation['from'])} replaced by {title(operation['to'])}"
+    if op == "insert_epilogue":
+        return f"followed by {title(operation['name'])}"
+    if op == "remove_epilogue":
+        return f"without the {title(operation['name'])}"
+    if op == "dtype":
+        return f"in {operation['to']}"
+    if op == "reduction_dim":
+        return f"over dim {operation['to']} instead of {operation['from']}"
+    if op == "conv_pool_params":
+        return f"{operation['layer']} kernel size {operation['kernel_size']}"
+    if op == "input_distribution":
+        return f"inputs drawn {operation['dist']}"
+    if op == "resize":
+        return f"sizes scaled by {operation['factor']:g}"
+    return op
+
+
+def redescribe(source: str, phrase: str) -> str:
+    """Append ``phrase`` to the first line of the module docstring ("... Variant: phrase.")."""
+    start = source.find('"""')
+    if start < 0 or source[:start].strip():
+        return source
+    line_end = source.find("\n", start)
+    close = source.find('"""', start + 3)
+    end = min(e for e in (line_end, close) if e >= 0) if max(line_end, close) >= 0 else -1
+    if end < 0:
+        return source
+    first = source[start + 3:end].rstrip()
+    if not first:
+        return source
+    if "Variant: " in first:
+        new = f"{first.rstrip('.')}; {phrase}."
+    else:
+        new = f"{first.rstrip('.')}. Variant: {phrase}."
+    return source[:start + 3] + new + source[end:]
+
+
 def _short_name(parent: Record, operations: list[dict[str, Any]]) -> str:
     base = parent.name.split("~")[0]
     ops = [o["op"] for o in operations if o.get("op") not in ("compose", "epilogue", "loss")][-3:]
@@ -156,7 +204,8 @@ class Synthesizer:
             except Refusal:
                 stats.count(f"refused: {mutator.name}")
                 continue
-            source = mutation.source
+            source = redescribe(mutation.source, describe(mutation.operation,
+                                                          self.composer.catalog))
             category, level = parent.category, parent.level
             if mutation.operation["op"] == "insert_epilogue" and parent.category != "fused":
                 category, level = "fused", max(2, parent.level)
