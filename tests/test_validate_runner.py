@@ -94,6 +94,8 @@ def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
 
     bad = run_cli("validate", str(tmp_path / "missing.jsonl"), "--out", str(out))
     assert bad.returncode == 2 and "no such file" in bad.stderr
+    no_gpu = run_cli("validate", str(src), "--out", str(out), "--device", "cuda")
+    assert no_gpu.returncode == 2 and "no CUDA device" in no_gpu.stderr
 
 
 HEALTHY = '''"""Scaled GELU of a sum.

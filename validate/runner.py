@@ -311,6 +311,17 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         log.warning(message)
         stats.count("corrupt input")
 
+    if device.startswith("cuda") and backend == "local":  # Ray places work on its own GPUs
+        import torch
+
+        if not torch.cuda.is_available():
+            raise KernelmillError(f"--device {device}: torch sees no CUDA device "
+                                  "(use --device cpu or auto)")
+        if workers is None:
+            gpus = max(1, torch.cuda.device_count())
+            workers = gpus * (cfg.workers_per_gpu or
+                              max(1, min(8, (os.cpu_count() or 2) // gpus)))
+
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
         for record in read_records(in_path, on_error=corrupt):
@@ -319,12 +330,6 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
             elif record.id not in seen:
                 seen.add(record.id)
                 records.append(record)
-        if device.startswith("cuda") and workers is None:
-            import torch
-
-            gpus = max(1, torch.cuda.device_count())
-            workers = gpus * (cfg.workers_per_gpu or
-                              max(1, min(8, (os.cpu_count() or 2) // gpus)))
         runner = get_backend(backend, device=device, workers=workers, address=address)
         config_dict = dataclasses.asdict(cfg)
         items = [(r.to_dict(), config_dict) for r in records]
