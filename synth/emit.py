@@ -65,7 +65,8 @@ class _Emitter:
 
     def render_call(self, op: Op, var: str, params: dict, attr: str | None) -> str:
         values = {k: _fmt(v) for k, v in params.items()}
-        return op.call.format(x=var, attr=attr or "", **values)
+        text = op.call.format(x=var, attr=attr or "", **values)
+        return text.replace(" + -", " - ").replace(" * -1.0", "").replace("+ -", "- ")
 
     def input_expr(self, shape: list[Axis], spec: dict | None, *, scale_by: str | None = None) -> str:
         spec = spec or {}
@@ -196,7 +197,7 @@ def _function(name: str, params: list[str], body: list[str], *, method: bool,
         name=cst.Name(name),
         params=cst.Parameters(params=[cst.Param(cst.Name(p)) for p in all_params]),
         body=cst.IndentedBlock(body=[_stmt(line) for line in body]),
-        leading_lines=[cst.EmptyLine()] * leading_blank)
+        leading_lines=[cst.EmptyLine(indent=False)] * leading_blank)
 
 
 def emit_source(comp: Composition, composer: Composer) -> tuple[str, str]:
