@@ -68,20 +68,37 @@ def _descriptors(records: Sequence[Record], streams: Sequence[list[str]]) -> np.
     return x * (_DESCRIPTOR_WEIGHT / math.sqrt(x.shape[1]))
 
 
+def op_ngram_counts(streams: Sequence[list[str]], max_n: int = 3, min_df: int = 1):
+    """Sparse counts of op 1..max_n-grams per stream (columns: n-grams seen in >= min_df)."""
+    from scipy import sparse
+
+    vocab: dict = {}
+    indices: list[int] = []
+    indptr = [0]
+    for ops in streams:
+        grams: list = list(ops) or ["<none>"]
+        for n in range(2, max_n + 1):
+            grams += zip(*(ops[i:] for i in range(n)))
+        indices += [vocab.setdefault(g, len(vocab)) for g in grams]
+        indptr.append(len(indices))
+    counts = sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                               shape=(len(streams), len(vocab)))
+    counts.sum_duplicates()
+    if min_df > 1:
+        df = np.bincount(counts.indices, minlength=counts.shape[1])
+        keep = np.flatnonzero(df >= min_df)
+        if len(keep):
+            counts = counts[:, keep]
+    return counts
+
+
 def feature_matrix(records: Sequence[Record], streams: Sequence[list[str]]):
     """Sparse [TF-IDF of op n-grams | scaled numeric descriptors] matrix, one row per record."""
     from scipy import sparse
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.feature_extraction.text import TfidfTransformer
 
-    docs = [" ".join(op.replace(" ", "") for op in ops) or "<none>" for ops in streams]
-    vectorizer = TfidfVectorizer(token_pattern=r"\S+", lowercase=False, ngram_range=(1, 3),
-                                 min_df=2 if len(docs) >= 1000 else 1, sublinear_tf=True,
-                                 dtype=np.float32)
-    try:
-        tfidf = vectorizer.fit_transform(docs)
-    except ValueError:  # every n-gram pruned: fall back to keeping them all
-        vectorizer.set_params(min_df=1)
-        tfidf = vectorizer.fit_transform(docs)
+    counts = op_ngram_counts(streams, 3, min_df=2 if len(streams) >= 1000 else 1)
+    tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts).astype(np.float32)
     numeric = sparse.csr_matrix(_descriptors(records, streams).astype(np.float32))
     return sparse.hstack([tfidf, numeric], format="csr")
 

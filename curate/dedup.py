@@ -108,15 +108,14 @@ def _multipliers(k: int) -> np.ndarray:
 def token_hashes(tokens: Sequence[str]) -> np.ndarray:
     """Stable 32-bit hash per token (crc32; the same in every process and run)."""
     cache = _TOKEN_CACHE
-    out = np.empty(len(tokens), dtype=np.uint64)
-    for i, token in enumerate(tokens):
-        h = cache.get(token)
-        if h is None:
-            if len(cache) > 1_000_000:
-                cache.clear()
-            h = cache[token] = zlib.crc32(token.encode("utf-8"))
-        out[i] = h
-    return out
+    values = [cache.get(token) for token in tokens]
+    if None in values:
+        if len(cache) > 1_000_000:
+            cache.clear()
+        for i, token in enumerate(tokens):
+            if values[i] is None:
+                values[i] = cache[token] = zlib.crc32(token.encode("utf-8"))
+    return np.array(values, dtype=np.uint64)
 
 
 def shingle_hashes(hashes: np.ndarray, k: int = SHINGLE, pad: bool = True) -> np.ndarray:
@@ -311,7 +310,11 @@ def _keys_chunk(sources: list[str]) -> list[Keys | str]:
     good = [k for k in out if isinstance(k, Keys)]
     for k, sig in zip(good, minhash_signatures([k.shingles for k in good])):
         k.signature = sig
+        k.shingles = _NO_SHINGLES  # the signature is all the caller needs: less to send back
     return out
+
+
+_NO_SHINGLES = np.zeros(0, dtype=np.uint32)
 
 
 def keys_for_sources(sources: Sequence[str], workers: int | None = None,

@@ -330,4 +330,5 @@ def test_parallel_keys_equal_serial(monkeypatch):
     assert len(parallel) == len(sources)
     for i in range(4):
         assert parallel[i + 4].exact_key == serial[i].exact_key
-        assert np.array_equal(parallel[i].shingles, serial[i].shingles)
+        assert np.array_equal(parallel[i].signature, serial[i].signature)
+        assert parallel[i].ops == serial[i].ops and parallel[i].ops
