@@ -316,10 +316,12 @@ def judge_sensitivity(name: str, entries: list[dict], th: dict) -> dict:
     low = [e for e in entries if e["fraction"] < th["min_sensitive_fraction"]]
     value = min(e["fraction"] for e in entries)
     if low:
-        what = ", ".join(f"{e['label']} ({_fmt(e['fraction'])})" for e in low)
-        return check(False, value, f"output barely changes when varying {what}: fraction of "
-                     f"elements changing by > {th['sensitivity_margin']:g}x tol")
-    return check(True, value, f"min fraction changed {_fmt(value)}")
+        what = ", ".join(f"{e['label']} (moves {e['fraction']:.1%} of elements)" for e in low)
+        return check(False, value, f"output barely depends on {what}; needed: "
+                     f"{th['min_sensitive_fraction']:.0%} of elements moving by more than "
+                     f"{th['sensitivity_margin']:g}x the tolerance")
+    return check(True, value, "varying " + ", ".join(e["label"] for e in entries) +
+                 f" moves at least {value:.1%} of elements")
 
 
 def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
