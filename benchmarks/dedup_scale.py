@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernelmill.curate.canonical import content_hash
 from kernelmill.curate.cluster import cluster_file
 from kernelmill.curate.dedup import dedup_file
-from kernelmill.curate.canonical import content_hash
 from kernelmill.curate.record import Record
 from kernelmill.curate.store import JsonlWriter
 
@@ -46,7 +46,7 @@ NAMES = ["x", "h", "y", "out", "t", "z", "act", "feat", "tmp", "val"]
 
 
 def make_source(rng: random.Random) -> str:
-    layer, kind, inputs = rng.choice(LAYERS)
+    layer, _kind, inputs = rng.choice(LAYERS)
     sizes = {"b": rng.choice([8, 16, 32, 64, 128]), "cin": rng.choice([3, 16, 32, 64, 256]),
              "cout": rng.choice([16, 32, 64, 128]), "k": rng.choice([1, 3, 5, 7]),
              "p": rng.choice([0, 1]), "h": rng.choice([16, 32, 64, 128])}

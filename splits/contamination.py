@@ -28,9 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from kernelmill.curate.dedup import (NUM_PERM, SHINGLE, lsh_params, minhash_signatures,
-                                     shingle_hashes, token_hashes)
+from kernelmill.curate.dedup import (
+    NUM_PERM,
+    SHINGLE,
+    lsh_params,
+    minhash_signatures,
+    shingle_hashes,
+    token_hashes,
+)
 from kernelmill.curate.errors import KernelmillError, ProblemError
 from kernelmill.curate.features import extract
 from kernelmill.curate.interop import problem_files, record_from_file
@@ -212,14 +217,14 @@ def write_reports(out_dir: Path, *, benchmarks: list[Benchmark], entries: list[d
         lines += ["No reference benchmark was given (`--against`), so nothing was checked.", ""]
     else:
         action = "dropped from both splits" if policy == "drop" else "kept and marked"
-        lines += [f"{checked} problems were checked against {len(benchmarks)} benchmark(s); "
-                  f"{len(entries)} matched and were {action}.", "",
+        lines += [(f"{checked} problems were checked against {len(benchmarks)} benchmark(s); "
+                  f"{len(entries)} matched and were {action}."), "",
                   "| benchmark | items | skipped (malformed) |", "|---|---:|---:|"]
         lines += [f"| `{b.spec}` | {len(b.items)} | {len(b.skipped)} |" for b in benchmarks]
-        lines += ["", "A problem matches a benchmark item on the **exact** key (same program up to "
+        lines += ["", ("A problem matches a benchmark item on the **exact** key (same program up to "
                   "comments, layout and names), the **structural** key (same op stream at other "
                   f"sizes), **near** (Jaccard of {SHINGLE}-token shingles >= {threshold}) or "
-                  f"**ngram** (a shared {NGRAM}-token window of the normalized stream).", ""]
+                  f"**ngram** (a shared {NGRAM}-token window of the normalized stream)."), ""]
         if by_key:
             lines += ["| key | matches |", "|---|---:|"]
             lines += [f"| {k} | {v} |" for k, v in sorted(by_key.items())]

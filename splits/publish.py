@@ -163,15 +163,15 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
     records = [r for part in parts.values() for r in part]
     n = len(records)
     lines = [f"# {pretty_name}", "",
-             f"{n} GPU-kernel problems in KernelBench format: each is a PyTorch reference program "
+             (f"{n} GPU-kernel problems in KernelBench format: each is a PyTorch reference program "
              "(`Model`, `get_inputs()`, `get_init_inputs()`) that a model should rewrite as a "
-             "faster kernel (`ModelNew`). Made with `kernelmill`.", ""]
+             "faster kernel (`ModelNew`). Made with `kernelmill`."), ""]
 
     lines += ["## How the problems were made", ""]
     generators = Counter((r.provenance or {}).get("generator") or "seed" for r in records)
     lines += _table(("generator", "problems"), sorted(generators.items(), key=lambda kv: -kv[1]))
-    lines += ["Seed problems are hand-written; synthetic ones compose seed operations and mutate "
-              "them with libcst codemods (provenance: `seed`, `operations`, `parent`).", ""]
+    lines += [("Seed problems are hand-written; synthetic ones compose seed operations and mutate "
+              "them with libcst codemods (provenance: `seed`, `operations`, `parent`)."), ""]
 
     lines += ["## Checks applied", ""]
     checks: dict[str, Counter] = {}
@@ -198,14 +198,14 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
         lines += ["No validation ran, so no timings or tolerances are recorded.", ""]
 
     lines += ["## Deduplication and split", "",
-              "Every problem has four keys: exact (canonical source with local names "
+              ("Every problem has four keys: exact (canonical source with local names "
               "normalized), structural (op stream with sizes abstracted), near (MinHash LSH over "
               "5-token shingles, Jaccard >= threshold) and behaviour (traced aten ops and probe "
               "output statistics). Exact duplicates were dropped. A *family* is a connected "
               "component of problems sharing a provenance root or any of these keys; whole "
               "families go to one split (column `family`), so a problem's resized, renamed or "
               "re-epilogued relatives never straddle train and eval. Families are assigned "
-              "stratified by category and difficulty tier.", ""]
+              "stratified by category and difficulty tier."), ""]
     summary_path = split_dir / "split.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -221,12 +221,12 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
         if benches:
             action = "dropped" if report.get("policy") == "drop" else "kept and marked"
             names = ", ".join("`{}` ({} problems)".format(b["spec"], b["items"]) for b in benches)
-            lines += [f"Checked against {names}: "
+            lines += [(f"Checked against {names}: "
                       f"{report.get('contaminated', 0)} problem(s) matched and were {action} "
                       f"(matches by key: {report.get('matches_by_key') or {}}). A match is an "
                       "equal exact or structural key, near-duplicate Jaccard >= "
                       f"{report.get('threshold')}, or a shared {report.get('ngram')}-token window "
-                      "of the normalized token stream.", ""]
+                      "of the normalized token stream."), ""]
         else:
             lines += ["No reference benchmark was given at split time.", ""]
     else:
@@ -244,11 +244,11 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
 
     lines += ["## Use", "", "```python", "from datasets import load_dataset",
               f"ds = load_dataset(\"{pretty_name}\")  # or the local folder", "```", "",
-              "Grade candidate kernels (records with `problem_id`, `source` of a `ModelNew`) "
-              "against these references on a GPU:", "", "```bash",
+              ("Grade candidate kernels (records with `problem_id`, `source` of a `ModelNew`) "
+              "against these references on a GPU:"), "", "```bash",
               "kernelmill grade problems.jsonl submissions.jsonl --out verdicts.jsonl", "```", "",
-              "For RL, the grader's TRL reward function reads the `reference` and `problem_id` "
-              "columns of this dataset.", "",
+              ("For RL, the grader's TRL reward function reads the `reference` and `problem_id` "
+              "columns of this dataset."), "",
               "## License", "", f"{LICENSE}.", ""]
     return "\n".join(lines)
 

@@ -5,14 +5,17 @@ import json
 import re
 
 import numpy as np
-import pytest
 from datasketch import MinHash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kernelmill.curate.cli import main
-from kernelmill.curate.dedup import (behaviour_key, dedup_records, minhash_signatures,
-                                     near_components, record_keys)
+from kernelmill.curate.dedup import (
+    behaviour_key,
+    dedup_records,
+    minhash_signatures,
+    near_components,
+    record_keys,
+)
 from kernelmill.curate.features import extract
 from kernelmill.curate.interop import problem_files, record_from_file
 from kernelmill.curate.record import Record

@@ -5,14 +5,13 @@ import json
 
 import pytest
 import yaml
-from test_dedup import BASE
-
 from kernelmill.curate.cli import main
 from kernelmill.curate.errors import KernelmillError
 from kernelmill.curate.interop import problem_files, record_from_file
 from kernelmill.curate.record import Record
 from kernelmill.curate.store import JsonlWriter
 from kernelmill.splits.publish import COLUMNS, publish_dataset
+from test_dedup import BASE
 
 
 def validation(i: int) -> dict:

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import json
 
-from test_dedup import BASE, UNRELATED
-
 from kernelmill.curate.cli import main
 from kernelmill.curate.record import Record
 from kernelmill.curate.store import JsonlWriter
+from test_dedup import BASE, UNRELATED
 
 KERNEL = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n" \
          "        return torch.softmax(a @ b / 16.0, dim=-1)\n"

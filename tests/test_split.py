@@ -4,8 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_dedup import BASE, REFORMATTED, RESIZED, SWAPPED, UNRELATED
-
 from kernelmill.curate.cli import main
 from kernelmill.curate.dedup import dedup_records
 from kernelmill.curate.interop import problem_files, record_from_file
@@ -13,6 +11,7 @@ from kernelmill.curate.record import Record
 from kernelmill.curate.store import JsonlWriter, read_records
 from kernelmill.splits.contamination import NGRAM, fingerprint
 from kernelmill.splits.split import split_records
+from test_dedup import BASE, REFORMATTED, RESIZED, SWAPPED, UNRELATED
 
 # A KernelBench-style benchmark problem ...
 BENCH = BASE.replace('"""Conv, GroupNorm', '"""Benchmark: conv, GroupNorm')
@@ -86,7 +85,7 @@ def test_eval_fraction_and_determinism(pool):
 
 
 def test_strata_are_spread(pool):
-    train, evals, _ = split_records(copies(pool), eval_fraction=0.25, seed=0)
+    _train, evals, _ = split_records(copies(pool), eval_fraction=0.25, seed=0)
     eval_categories = {r.category for r in evals}
     big = {c for c in {r.category for r in pool} if sum(r.category == c for r in pool) >= 8}
     assert big <= eval_categories  # every sizeable category is represented in eval
