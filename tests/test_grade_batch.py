@@ -19,10 +19,11 @@ SUBMISSIONS = Path(__file__).parent / "submissions"
 FAST_TIMING = {"target_ms": 1.0, "min_reps": 2, "max_reps": 2, "wall_ms": 1.0, "warmup": 1}
 
 
-def fixtures() -> dict[str, tuple[str, str, str]]:
+def fixtures(cuda: bool = False) -> dict[str, tuple[str, str, str]]:
+    """name -> (problem id, expectation, source); ``cuda_*`` fixtures only when ``cuda``."""
     found = {}
     for path in sorted(SUBMISSIONS.glob("*.py")):
-        if path.name.startswith("ref_"):
+        if path.name.startswith("ref_") or (path.name.startswith("cuda_") and not cuda):
             continue
         text = path.read_text()
         problem = re.search(r"^# problem: (\S+)", text, re.M).group(1)
@@ -31,14 +32,15 @@ def fixtures() -> dict[str, tuple[str, str, str]]:
     return found
 
 
-def write_inputs(tmp_path: Path, only: set[str] | None = None) -> tuple[Path, Path]:
+def write_inputs(tmp_path: Path, only: set[str] | None = None,
+                 cuda: bool = False) -> tuple[Path, Path]:
     problems = tmp_path / "problems.jsonl"
     with problems.open("w") as handle:
         for path in sorted(SUBMISSIONS.glob("ref_*.py")):
             handle.write(json.dumps({"id": path.stem, "source": path.read_text()}) + "\n")
     submissions = tmp_path / "submissions.jsonl"
     with submissions.open("w") as handle:
-        for name, (problem, _expect, text) in fixtures().items():
+        for name, (problem, _expect, text) in fixtures(cuda).items():
             if only is None or name in only:
                 handle.write(json.dumps({"submission_id": name, "problem_id": problem,
                                          "source": text}) + "\n")

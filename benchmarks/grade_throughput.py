@@ -1,0 +1,165 @@
+"""Grading throughput on CUDA: submissions per minute with a cold and a warm verdict cache.
+
+    python benchmarks/grade_throughput.py [--device cuda] [--workers N] [--json OUT.json]
+
+The batch mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
+``load_inline`` kernels (built by the CPU compile pool while GPUs grade Triton), and the hostile
+suite of tests/submissions (minus the hang). Cold: empty verdict cache and extension folder.
+Warm: the same submissions again into a new output file (every verdict from the cache).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSIONS = ROOT / "tests" / "submissions"
+
+TRITON_SCALE_ADD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, 2.0 * x + y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        scale_add_kernel[(triton.cdiv(n, {block}),)](x, y, out, n, BLOCK={block},
+                                                     num_warps={warps})
+        return out
+'''
+
+TRITON_ROW_SUM = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sum_kernel(x_ptr, out_ptr, cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offsets = tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + row * stride + offsets, mask=offsets < cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(values, axis=0))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        rows, cols = x.shape
+        out = torch.empty(rows, device=x.device, dtype=x.dtype)
+        row_sum_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK=triton.next_power_of_2(cols),
+                                num_warps={warps})
+        return out
+'''
+
+
+def build_inputs(folder: Path) -> tuple[Path, Path, int]:
+    problems = []
+    for path in sorted(SUBMISSIONS.glob("ref_*.py")):
+        problems.append({"id": path.stem, "source": path.read_text()})
+    big_add = (SUBMISSIONS / "ref_scale_add.py").read_text().replace("N = 4096", "N = 1 << 24")
+    big_sum = (SUBMISSIONS / "ref_row_sum.py").read_text().replace(
+        "ROWS = 64", "ROWS = 16384").replace("COLS = 96", "COLS = 1024")
+    problems += [{"id": "scale_add_large", "source": big_add},
+                 {"id": "row_sum_large", "source": big_sum}]
+    rows = []
+    for block in (256, 512, 1024, 2048, 4096):
+        for warps in (2, 4, 8):
+            rows.append({"submission_id": f"triton_add_b{block}_w{warps}",
+                         "problem_id": "scale_add_large",
+                         "source": TRITON_SCALE_ADD.format(block=block, warps=warps)})
+    for warps in (1, 2, 4, 8):
+        rows.append({"submission_id": f"triton_rowsum_w{warps}", "problem_id": "row_sum_large",
+                     "source": TRITON_ROW_SUM.format(warps=warps)})
+    cuda = (SUBMISSIONS / "cuda_scale_add.py").read_text()
+    for threads in (128, 256, 512, 1024):
+        source = cuda.replace('replace("BLOCK_THREADS", "256")',
+                              f'replace("BLOCK_THREADS", "{threads}")').replace(
+            "kernelmill_scale_add_256", f"kernelmill_scale_add_{threads}")
+        rows.append({"submission_id": f"cuda_add_t{threads}", "problem_id": "scale_add_large",
+                     "source": source})
+    for path in sorted(SUBMISSIONS.glob("*.py")):
+        if path.name.startswith(("ref_", "cuda_")) or path.stem == "crash_hang":
+            continue
+        text = path.read_text()
+        problem = re.search(r"^# problem: (\S+)", text, re.M).group(1)
+        rows.append({"submission_id": path.stem, "problem_id": problem, "source": text})
+    p_path, s_path = folder / "problems.jsonl", folder / "submissions.jsonl"
+    p_path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    s_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p_path, s_path, len(rows)
+
+
+def summarize(out: Path) -> Counter:
+    counts: Counter = Counter()
+    for line in out.read_text().splitlines():
+        row = json.loads(line)
+        counts["correct" if row["correct"] else "hacked" if row["hacks"] else
+               "error" if row.get("error") else "incorrect"] += 1
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--json", help="write the numbers here too")
+    args = parser.parse_args()
+    from kernelmill.grade.batch import grade_file
+    from kernelmill.grade.policy import Policy
+
+    folder = Path(tempfile.mkdtemp(prefix="kernelmill-grade-bench-"))
+    problems, submissions, n = build_inputs(folder)
+    cache = folder / "cache.jsonl"
+    policy = Policy(timeout_s=180)
+    results = {}
+    for phase, out in (("cold", folder / "cold.jsonl"), ("warm", folder / "warm.jsonl")):
+        start = time.monotonic()
+        stats = grade_file(problems, submissions, out, device=args.device, workers=args.workers,
+                           policy=policy, cache_path=cache,
+                           extensions_root=str(folder / "extensions"))
+        seconds = time.monotonic() - start
+        results[phase] = {"submissions": n, "seconds": round(seconds, 1),
+                          "per_minute": round(n / seconds * 60, 1),
+                          "cached": stats.counts.get("cached", 0), **summarize(out)}
+    header = f"{'phase':6} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} " \
+             f"{'correct':>8} {'hacked':>7} {'error':>6} {'incorrect':>9}"
+    print(header)
+    for phase, r in results.items():
+        print(f"{phase:6} {r['submissions']:>5} {r['seconds']:>8} {r['per_minute']:>9} "
+              f"{r['cached']:>7} {r.get('correct', 0):>8} {r.get('hacked', 0):>7} "
+              f"{r.get('error', 0):>6} {r.get('incorrect', 0):>9}")
+    cold = [json.loads(line) for line in (folder / "cold.jsonl").read_text().splitlines()]
+    speed = [r["speedup_vs_eager"] for r in cold if r.get("speedup_vs_eager")]
+    if speed:
+        print(f"speedup vs eager over correct kernels: min {min(speed):.2f}  "
+              f"max {max(speed):.2f}")
+    for r in cold:
+        if r["submission_id"].startswith(("triton_", "cuda_")) and not r["correct"]:
+            print(f"  NOT CERTIFIED {r['submission_id']}: {r['hacks']} {r.get('error')}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
