@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int)
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--limit", type=int, help="validate only the first N seeds (smoke run)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep problems.jsonl/validated.jsonl of an interrupted run")
     args = parser.parse_args(argv)
 
     from kernelmill.validate.backends import resolve_device
@@ -78,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = out_dir / "problems.jsonl"
     validated = out_dir / "validated.jsonl"
-    counts = make_input(problems, args.n_synth, args.seed, args.limit)
-    validated.unlink(missing_ok=True)
+    if args.resume and problems.exists():
+        counts = {"seeds": None, "synthesized": None}
+    else:
+        counts = make_input(problems, args.n_synth, args.seed, args.limit)
+        validated.unlink(missing_ok=True)
     device = resolve_device(args.device)
     n_gpus = 1
     if device.startswith("cuda"):
@@ -103,10 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     walls = [v.get("wall_s") for v in vals if v.get("wall_s")]
     tiers = Counter((v.get("difficulty") or {}).get("tier") for v in vals if v["passed"])
     n = len(vals)
-    per_gpu_hour = n / (wall / 3600) / n_gpus if wall > 0 else None
+    resumed = stats.counts.get("already validated", 0)
+    done_now = n - resumed
+    per_gpu_hour = done_now / (wall / 3600) / n_gpus if wall > 0 and done_now else None
 
     print(f"\ndevice {device} x{n_gpus}; {counts['seeds']} seeds + {counts['synthesized']} "
-          f"synthesized = {n} problems in {wall:.1f}s; {stats.n_kept} passed")
+          f"synthesized = {n} problems ({resumed} from an earlier run) in {wall:.1f}s; "
+          f"{sum(v['passed'] for v in vals)} passed")
     print(f"throughput: {fmt(per_gpu_hour, '.0f')} problems per GPU-hour; "
           f"per-problem wall (worker time) p50 {fmt(percentiles(walls)['p50'])} s")
     print("\ncheck                failed  skipped")
