@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     walls = [v.get("wall_s") for v in vals if v.get("wall_s")]
     tiers = Counter((v.get("difficulty") or {}).get("tier") for v in vals if v["passed"])
     n = len(vals)
+    if args.resume:
+        seeds = sum((r.get("provenance") or {}).get("generator") == "seed" for r in records)
+        counts = {"seeds": seeds, "synthesized": n - seeds}
     resumed = stats.counts.get("already validated", 0)
     done_now = n - resumed
     per_gpu_hour = done_now / (wall / 3600) / n_gpus if wall > 0 and done_now else None
