@@ -10,8 +10,9 @@ A KernelBench-format problem states its sizes as module-level UPPER_CASE integer
 to the factor whose largest tensor has at most ``target_numel`` elements. What it scales, and how:
 
 * Only *large* size constants: an ``int`` literal (or a literal-only expression such as
-  ``2 ** 20``) assigned once at module level, reachable from ``get_inputs``/``get_init_inputs``,
-  greater than 8, and not protected. Protected constants are never changed: names that say kernel,
+  ``2 ** 20``) assigned once at module level, used by the code (``get_inputs``,
+  ``get_init_inputs``, the model; directly or through derived constants), greater than 8, and
+  not protected. Protected constants are never changed: names that say kernel,
   stride, padding, dilation, heads, groups, experts, top-k, ...; constants used as a divisor
   (``//``, ``%``, ``/``); constants passed as ``kernel_size=``, ``stride=``, ``num_heads=``, ...
 * Rounding keeps divisibility: a scaled value stays a multiple of 8 when it was one, and of every
@@ -274,12 +275,11 @@ def _analyze(source: str) -> _Analysis:
                 derived[name] = value
                 literals.pop(name, None)
 
-    # constants reachable from the input builders, following derived constants
+    # constants the code uses (input builders, the model), following derived constants
     roots: set[str] = set()
-    for fn_name in ("get_inputs", "get_init_inputs"):
-        fn = _top_function(tree, fn_name)
-        if fn is not None:
-            roots |= _names(fn)
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            roots |= _names(node)
     reachable: set[str] = set()
     stack = list(roots)
     while stack:
@@ -313,7 +313,7 @@ def _analyze(source: str) -> _Analysis:
         elif counts.get(name, 0) > 1:
             skipped[name] = "assigned more than once"
         elif name not in reachable:
-            skipped[name] = "not used by get_inputs/get_init_inputs"
+            skipped[name] = "not used by the model or its input builders"
         elif value <= SMALL:
             skipped[name] = f"small constant (<= {SMALL})"
         elif tokens & _PROTECTED_TOKENS:

@@ -144,7 +144,7 @@ def test_refuses_with_a_reason():
     with pytest.raises(ResizeError, match="positive"):
         resize_source(ATTENTION, factor=0)
     unused = "BIG = 4096\n\ndef get_inputs():\n    return []\n"
-    with pytest.raises(ResizeError, match="BIG \\(not used by get_inputs"):
+    with pytest.raises(ResizeError, match="BIG \\(not used by the model"):
         resize_source(unused, factor=0.5)
 
 
@@ -161,6 +161,21 @@ def test_divisibility_and_kernel_floor_are_kept():
         _run(resize_source(CONV, factor=factor).source)
     # BATCH = 32 = NUM_GROUPS is a coincidence: the batch still shrinks below 32
     assert _constants(resize_source(CONV, factor=0.05).source)["BATCH"] < 32
+
+
+def test_constants_used_only_by_the_model_are_scaled_too():
+    source = ("import torch\nimport torch.nn as nn\nTOKENS = 512\nIN_FEATURES = 256\n"
+              "OUT_FEATURES = 1024\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.fc = nn.Linear(IN_FEATURES, OUT_FEATURES)\n\n"
+              "    def forward(self, x):\n        return self.fc(x)\n\n"
+              "def get_inputs():\n    return [torch.randn(TOKENS, IN_FEATURES)]\n\n"
+              "def get_init_inputs():\n    return []\n")
+    result = resize_source(source, factor=0.25)
+    assert result.changes == {"TOKENS": (512, 128), "IN_FEATURES": (256, 64),
+                              "OUT_FEATURES": (1024, 256)}
+    out, _ = _run(result.source)
+    assert out.shape == (128, 256)
 
 
 def test_divisibility_follows_expressions_not_neighbouring_shape_entries():
