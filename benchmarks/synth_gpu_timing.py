@@ -87,6 +87,14 @@ def main() -> int:
     for ms, r in measured:
         by_gen[r["provenance"]["generator"]].append(ms)
         by_cat[r["category"]].append(ms)
+    ratios = [ms / r["provenance"]["operations"][0]["estimated_ms"] for ms, r in measured
+              if r["provenance"]["generator"] == "composer"
+              and r["provenance"]["operations"][0].get("estimated_ms")]
+    if ratios:
+        ratios.sort()
+        rows.append(("measured / estimated (composer)",
+                     f"median {statistics.median(ratios):.2f}, p10 {ratios[len(ratios) // 10]:.2f}, "
+                     f"p90 {ratios[(9 * len(ratios)) // 10]:.2f}"))
     for key, values in sorted(by_gen.items()):
         rows.append((f"median ms, {key}", f"{statistics.median(values):.3f} ({len(values)})"))
     for key, values in sorted(by_cat.items()):

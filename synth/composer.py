@@ -95,7 +95,8 @@ class Composition:
 
     def operations(self) -> list[dict[str, Any]]:
         ops = [{"op": "compose", "main": self.main.name, "dtype": self.dtype,
-                "dims": dict(self.dims), **({"branch": self.branch} if self.branch else {})}]
+                "dims": dict(self.dims), "estimated_ms": round(self.estimated_ms, 4),
+                **({"branch": self.branch} if self.branch else {})}]
         ops += [{"op": "epilogue", "name": s.op.name, **s.params} for s in self.steps]
         if self.loss is not None:
             ops.append({"op": "loss", "name": self.loss.name})

@@ -348,11 +348,12 @@ class _Recorder(TorchFunctionMode):
         lo, hi, s = x.lo, x.hi, x.scale
         n = math.prod(x.shape[d] for d in node.reduced_dims()) if node.op.reduces else 1
         if rule == "keep" and node.op.reduces and n >= 64 and x.known and lo == -INF and hi == INF:
-            # the max (min) of many centred values is positive (negative) with near certainty
-            if node.name in ("amax", "max_values", "cummax") and node.op.shape == "reduce":
-                v.lo, v.hi, v.scale = 0.0, INF, s
+            # the max (min) of many centred values sits some sigmas above (below) zero
+            extreme = 0.5 * s * math.sqrt(2 * math.log(n))
+            if node.name in ("amax", "max_values", "topk_values"):
+                v.lo, v.hi, v.scale = extreme, INF, max(s, extreme)
             elif node.name in ("amin", "min_values"):
-                v.lo, v.hi, v.scale = -INF, 0.0, s
+                v.lo, v.hi, v.scale = -INF, -extreme, max(s, extreme)
             else:
                 v.lo, v.hi, v.scale = lo, hi, s
         elif rule == "keep":
@@ -412,8 +413,15 @@ class _Recorder(TorchFunctionMode):
         elif rule == "lse":
             # lse lies within [lo, hi] + log n; a centred input's lse is about log n
             log_n = math.log(max(n, 1))
-            v.lo = lo + log_n if lo > -INF else (log_n - 1.0 if x.known and n >= 64 else -INF)
+            if node.op.scan:  # logcumsumexp: the first element is the input itself
+                v.lo = lo
+            else:
+                v.lo = lo + log_n if lo > -INF else (log_n - 1.0 if x.known and n >= 64 else -INF)
             v.hi = hi + log_n if hi < INF else INF
+            producer = x.producer
+            if (producer is not None and producer.name == "log_softmax"
+                    and set(producer.reduced_dims()) == set(node.reduced_dims())):
+                v.hi = 0.0  # log of a partial sum of probabilities
             v.scale = max(s, log_n)
         elif rule == "int":
             v.integer, v.lo, v.hi = True, 0.0, INF
