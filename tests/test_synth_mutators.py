@@ -306,3 +306,21 @@ def test_mutation_is_deterministic_for_a_seed():
     a = mutate(SwapOpMutator, ACTIVATION, 3)
     b = mutate(SwapOpMutator, ACTIVATION, 3)
     assert a.source == b.source and a.operation == b.operation
+
+
+def test_every_mutator_either_mutates_or_refuses_on_shipped_seeds():
+    from kernelmill.data import SEEDS_DIR
+    from kernelmill.synth.mutators import all_mutators
+    seeds = sorted(SEEDS_DIR.glob("*.py"))[::9]
+    outcomes = {}
+    for mutator in all_mutators():
+        for path in seeds:
+            try:
+                m = mutator.mutate(path.read_text(), random.Random(0))
+            except Refusal as exc:
+                assert exc.reason, (mutator.name, path.name)
+                continue
+            check_source(m.source)
+            assert m.operation["op"] == mutator.name
+            outcomes[mutator.name] = outcomes.get(mutator.name, 0) + 1
+    assert {"resize", "dtype", "insert_epilogue", "input_distribution"} <= set(outcomes)
