@@ -94,7 +94,7 @@ def build_inputs(folder: Path) -> tuple[Path, Path, int]:
     for threads in (128, 256, 512, 1024):
         source = cuda.replace('replace("BLOCK_THREADS", "256")',
                               f'replace("BLOCK_THREADS", "{threads}")').replace(
-            "kernelmill_scale_add_256", f"kernelmill_scale_add_{threads}")
+            "km_scale_add_256", f"km_scale_add_{threads}")
         rows.append({"submission_id": f"cuda_add_t{threads}", "problem_id": "scale_add_large",
                      "source": source})
     for path in sorted(SUBMISSIONS.glob("*.py")):

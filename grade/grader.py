@@ -198,8 +198,9 @@ class Grader:
                    "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
                    "init_seed": ref["init_seed"], "trials": trials,
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
-                   "time": policy.time, "timing_settings": policy.timing_settings,
-                   "max_output_bytes": 4 * largest + (1 << 20)}
+                   "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
+                   "timing_settings": {**policy.timing_settings,
+                                       "jitter": secrets.randbelow(8)}}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)

@@ -17,6 +17,8 @@ FORBIDDEN_MODULES = {
     "socket", "gc", "inspect", "importlib", "builtins", "kernelmill", "pickle", "marshal",
     "shutil", "tempfile", "sysconfig", "resource", "mmap", "fcntl", "pty", "asyncio", "code",
     "codeop", "faulthandler", "tracemalloc", "sched", "atexit", "weakref", "cffi", "psutil",
+    # clocks: a kernel has no reason to time itself (or to notice it is being observed)
+    "time", "datetime", "timeit",
     # compute outside torch's dispatcher, invisible to the op trace
     "numpy", "cupy", "numba", "pycuda", "jax", "tensorflow", "scipy", "tinygrad", "cuda",
 }
@@ -31,7 +33,9 @@ FORBIDDEN_ATTRIBUTES = {
     "setpgid", "_exit", "dup", "dup2", "fdopen", "write_text", "write_bytes", "unlink",
     "rmdir", "chmod", "symlink", "putenv", "load_library", "_load_library", "__dict__",
     "numpy", "from_numpy", "tolist", "__array__", "__array_interface__", "__dlpack__",
-    "from_dlpack", "frombuffer",
+    "from_dlpack", "frombuffer", "cr_frame", "ag_frame", "__traceback__", "elapsed_time",
+    "perf_counter", "perf_counter_ns", "monotonic", "process_time", "thread_time",
+    "setrecursionlimit", "_send", "mark_stage",
     "__class__", "__bases__", "__mro__",
 }
 # Attributes that are harmless on most objects but not on these modules.
@@ -40,9 +44,20 @@ FORBIDDEN_MODULE_ATTRIBUTES = {("sys", "modules"), ("os", "environ"), ("os", "re
                                ("os", "write"), ("os", "open"), ("sys", "stdout")}
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", "setattr",
                    "delattr", "breakpoint", "input"}
+# torch._C internals that reveal or switch off dispatch tracing
+PRIVATE_DISPATCH = re.compile(r"^_(dispatch|len_torch|get_dispatch|get_torch_dispatch|"
+                              r"python_dispatch|unset_dispatch|set_dispatch|push_on|pop_torch|"
+                              r"is_torch_function|disabled_torch|set_torch_function|"
+                              r"DisableTorch|EnableTorch|ExcludeDispatchKeyGuard|"
+                              r"IncludeDispatchKeyGuard|RestorePythonTLSSnapshot)")
 NATIVE_PATTERNS = re.compile(
     r"std::thread|pthread_create|\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
+    r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
     r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(")
+# Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...).
+REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "importlib",
+                     "builtins", "threading", "_thread", "signal", "multiprocessing", "pickle",
+                     "marshal", "shutil", "tempfile", "socket", "time", "weakref", "atexit"}
 # Module objects whose attributes a submission must not assign (monkeypatching).
 LIBRARY_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np", "tl", "F", "nn",
                  "random", "statistics", "functools", "operator"}
@@ -69,6 +84,7 @@ def scan(source: str) -> list[str]:
         return []
     findings: list[str] = []
     imported_modules = set(LIBRARY_ROOTS)
+    bound_by_import: set[str] = set()
 
     def flag(node: ast.AST, what: str) -> None:
         findings.append(f"line {getattr(node, 'lineno', '?')}: {what}")
@@ -77,6 +93,7 @@ def scan(source: str) -> list[str]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 imported_modules.add((alias.asname or alias.name).split(".")[0])
+                bound_by_import.add((alias.asname or alias.name).split(".")[0])
                 if alias.name.split(".")[0] in FORBIDDEN_MODULES:
                     flag(node, f"imports {alias.name}")
         elif isinstance(node, ast.ImportFrom):
@@ -89,11 +106,17 @@ def scan(source: str) -> list[str]:
                 if module.startswith("torch.utils._python_dispatch"):
                     flag(node, f"imports {alias.name} from {module}")
         elif isinstance(node, ast.Attribute):
+            base = node.value.id if isinstance(node.value, ast.Name) else \
+                node.value.attr if isinstance(node.value, ast.Attribute) else None
             if node.attr in FORBIDDEN_ATTRIBUTES:
                 flag(node, f"uses .{node.attr}")
-            elif isinstance(node.value, ast.Name) and \
-                    (node.value.id, node.attr) in FORBIDDEN_MODULE_ATTRIBUTES:
-                flag(node, f"uses {node.value.id}.{node.attr}")
+            elif PRIVATE_DISPATCH.match(node.attr):
+                flag(node, f"uses dispatch internals .{node.attr}")
+            elif (base, node.attr) in FORBIDDEN_MODULE_ATTRIBUTES:
+                # also reached through another module: torch.sys.modules, torch.os.environ
+                flag(node, f"uses {base}.{node.attr}")
+            elif base in REACHABLE_MODULES and base not in bound_by_import:
+                flag(node, f"reaches module {base} through an attribute")
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             flag(node, f"uses {node.id}")
         elif isinstance(node, ast.Call):
@@ -116,5 +139,10 @@ def scan(source: str) -> list[str]:
             match = NATIVE_PATTERNS.search(node.value)
             if match:
                 flag(node, f"native source uses {match.group(0).strip()}")
+            text = node.value.strip()
+            if text in FORBIDDEN_ATTRIBUTES or text in REACHABLE_MODULES or \
+                    (text in FORBIDDEN_CALLS and text != "input") or "kernelmill" in text or \
+                    PRIVATE_DISPATCH.match(text):
+                flag(node, f"names {text!r} in a string (indirect access)")
     return sorted(set(findings), key=lambda f: (int(f.split()[1].rstrip(":"))
                                                 if f.split()[1].rstrip(":").isdigit() else 0, f))

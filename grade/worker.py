@@ -250,10 +250,12 @@ def _cuda_events():
 
 
 def time_calls(fn, device: str, *, label: str, target_ms: float, min_reps: int, max_reps: int,
-               warmup: int = 3, flush_bytes: int = 256 << 20, wall_ms: float = 50.0) -> dict:
+               warmup: int = 3, flush_bytes: int = 256 << 20, wall_ms: float = 50.0,
+               jitter: int = 0) -> dict:
     """Median per-call time; on CUDA each run starts after an L2 flush and ends with a
     device-wide synchronize (work on side streams counts). Then a back-to-back loop between
-    two stage marks, which the parent times with its own clock."""
+    two stage marks, which the parent times with its own clock. ``jitter`` (chosen by the
+    parent) adds runs, so a submission cannot count its way to the end of timing."""
     cuda = device.startswith("cuda")
     for _ in range(warmup):
         fn()
@@ -272,7 +274,7 @@ def time_calls(fn, device: str, *, label: str, target_ms: float, min_reps: int, 
         record(end)
         wait(end)
         estimate = max(elapsed(start, end), 1e-3)
-        reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+        reps = int(min(max_reps, max(min_reps, target_ms / estimate))) + jitter
         for _ in range(reps):
             _zero(flush)
             sync(device)
@@ -287,13 +289,13 @@ def time_calls(fn, device: str, *, label: str, target_ms: float, min_reps: int, 
         begin = _perf_counter()
         fn()
         estimate = max((_perf_counter() - begin) * 1e3, 1e-3)
-        reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
+        reps = int(min(max_reps, max(min_reps, target_ms / estimate))) + jitter
         for _ in range(reps):
             begin = _perf_counter()
             fn()
             times.append((_perf_counter() - begin) * 1e3)
     median = _median(times)
-    loops = int(min(1000, max(3, wall_ms / max(median, 1e-3))))
+    loops = int(min(1000, max(3, wall_ms / max(median, 1e-3)))) + jitter
     sync(device)
     mark_stage(f"wall:{label}:start")
     for _ in range(loops):
@@ -631,6 +633,14 @@ def candidate_task(payload: dict) -> dict:
         facts["timed"] = run.observe(last[0], buffers)
         facts["timed"]["threads"] = sorted(
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
+        # An audit call, traced like the checked ones, after an unpredictable number of timed
+        # calls: a submission that switches to PyTorch after N calls is caught here.
+        mark_stage("audit")
+        for buffer, value in zip(buffers, trials[0]["inputs"]):
+            if _type(buffer) is _Tensor:
+                _tensor_copy(buffer, value)
+        _manual_seed(trials[0]["seed"] + 1)
+        facts["calls"].append({"trial": 0, "kind": "audit", **run.call(buffers, trace=True)})
         facts["children"] = max(facts["children"], len(_live_children()))
     facts["patched"] = patched_functions()
     facts["modes_at_end"] = active_modes()

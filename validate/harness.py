@@ -329,6 +329,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     elif reader.error is not None:
         result.error = {"stage": str(reader.error.get("stage", last_stage)),
                         "message": str(reader.error.get("message", ""))}
+    elif reader.result is not None and proc.returncode != 0:
+        # The harness exits 0 right after its result frame; a result followed by a crash was
+        # sent by someone else.
+        result.tampered = True
+        result.error = {"stage": last_stage, "message": "a result frame, then "
+                        f"{_describe_exit(proc.returncode)}: channel not trusted"}
     elif reader.result is not None:
         try:
             result.value = _decode(reader.result)

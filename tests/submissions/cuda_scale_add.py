@@ -26,7 +26,7 @@ torch::Tensor scale_add(torch::Tensor x, torch::Tensor y) {
 """
 CPP_SOURCE = "torch::Tensor scale_add(torch::Tensor x, torch::Tensor y);"
 
-extension = load_inline(name="kernelmill_scale_add_256", cpp_sources=CPP_SOURCE,
+extension = load_inline(name="km_scale_add_256", cpp_sources=CPP_SOURCE,
                         cuda_sources=CUDA_SOURCE.replace("BLOCK_THREADS", "256"),
                         functions=["scale_add"], verbose=False)
 
