@@ -170,8 +170,8 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
     lines += ["## How the problems were made", ""]
     generators = Counter((r.provenance or {}).get("generator") or "seed" for r in records)
     lines += _table(("generator", "problems"), sorted(generators.items(), key=lambda kv: -kv[1]))
-    lines += [("Seed problems are hand-written; synthetic ones compose seed operations and mutate "
-              "them with libcst codemods (provenance: `seed`, `operations`, `parent`)."), ""]
+    lines += [("Each problem's `provenance` column (JSON) names its generator, the seed problem "
+              "it descends from, the operations applied and its parent."), ""]
 
     lines += ["## Checks applied", ""]
     checks: dict[str, Counter] = {}
