@@ -474,8 +474,9 @@ class SwapOpMutator(Mutator):
         self.chosen = self.candidates[self.rng.randrange(len(self.candidates))]
         node, op, kind, targets = self.chosen
         new = targets[self.rng.randrange(len(targets))]
-        params = {name: spec["choices"][self.rng.randrange(len(spec["choices"]))]
-                  for name, spec in new.params.items()}
+        params = {} if kind == "module" else {
+            name: spec["choices"][self.rng.randrange(len(spec["choices"]))]
+            for name, spec in new.params.items()}
         self.new_op, self.new_params = new, params
         self.params = {"from": op.name, "to": new.name, **params}
 
@@ -803,15 +804,18 @@ class ConvPoolMutator(Mutator):
         elif self.in_forward and names & POOL_FUNCTIONS:
             self.candidates.append(("fpool", node, sorted(names & POOL_FUNCTIONS)[0]))
 
-    def _resolve(self, expr: cst.BaseExpression, depth: int = 0) -> cst.CSTNode | None:
-        """The node holding the int value of ``expr``: an Integer, or a constant's Assign."""
+    def _resolve(self, expr: cst.BaseExpression, depth: int = 0,
+                 module_scope: bool = False) -> cst.CSTNode | None:
+        """The node holding the int value of ``expr``: an Integer, or a constant's Assign.
+        A name in ``__init__`` that is one of its parameters is followed through
+        ``get_init_inputs`` to the module-level constant (or literal) that feeds it."""
         if isinstance(expr, cst.Integer):
             return expr
         if isinstance(expr, cst.Name) and depth < 3:
-            if self.in_init_name(expr.value):
+            if not module_scope and self.in_init_name(expr.value):
                 index = self.init_params.index(expr.value)
                 if index < len(self.init_inputs):
-                    return self._resolve(self.init_inputs[index], depth + 1)
+                    return self._resolve(self.init_inputs[index], depth + 1, module_scope=True)
                 return None
             assign = self.constants.get(expr.value)
             if assign is not None and isinstance(assign.value, cst.Integer):
@@ -903,10 +907,10 @@ class InputDistributionMutator(Mutator):
     name = "input_distribution"
     attempts = 5
     TRANSFORMS = {
-        "torch.randn": (("scale", "({c}) * {s}"), ("shift", "({c}) + {t}"),
+        "torch.randn": (("scale", "{c} * {s}"), ("shift", "{c} + {t}"),
                         ("uniform", "(torch.rand({args}) * 2 - 1)")),
-        "torch.rand": (("signed", "({c}) * 2 - 1"), ("normal", "torch.randn({args})"),
-                       ("scale", "({c}) * {s}")),
+        "torch.rand": (("signed", "({c} * 2 - 1)"), ("normal", "torch.randn({args})"),
+                       ("scale", "{c} * {s}")),
     }
 
     def visit_Call(self, node: cst.Call) -> None:

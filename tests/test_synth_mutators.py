@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -324,3 +325,22 @@ def test_every_mutator_either_mutates_or_refuses_on_shipped_seeds():
             assert m.operation["op"] == mutator.name
             outcomes[mutator.name] = outcomes.get(mutator.name, 0) + 1
     assert {"resize", "dtype", "insert_epilogue", "input_distribution"} <= set(outcomes)
+
+
+KERNELBENCH_STYLE = (Path(__file__).parent / "fixtures_synth" /
+                     "kernelbench_style_conv_gelu_scale_pool.py").read_text()
+
+
+def test_kernelbench_style_sources_with_lowercase_constants_after_the_class():
+    # kernel sizes reach the layers through get_init_inputs: the constants are what changes
+    seen = {}
+    for seed in range(4):
+        m = mutate(ConvPoolMutator, KERNELBENCH_STYLE, seed)
+        seen[m.operation["layer"]] = m.source
+        assert_valid(m.source)
+    assert "kernel_size = 3" not in seen["Conv2d"] and "pool_kernel_size = 2" in seen["Conv2d"]
+    m = mutate(DtypeMutator, KERNELBENCH_STYLE)
+    assert "torch.rand(gain_shape, dtype=DTYPE)" in m.source
+    assert "nn.Conv2d(in_channels, out_channels, kernel_size, dtype=DTYPE)" in m.source
+    m = mutate(RemoveEpilogueMutator, KERNELBENCH_STYLE)
+    assert m.operation["name"] == "gelu" and "# Per-channel gain" in m.source
