@@ -318,21 +318,25 @@ _NO_SHINGLES = np.zeros(0, dtype=np.uint32)
 
 
 def keys_for_sources(sources: Sequence[str], workers: int | None = None,
-                     description: str = "keying") -> list[Keys | str]:
-    """Keys per source (an error string where a source does not parse), in parallel if large."""
+                     description: str = "keying", chunk_fn: Any = None) -> list[Any]:
+    """Keys per source (an error string where a source does not parse), in parallel if large.
+
+    ``chunk_fn`` (a module-level function: list of sources -> list of results) replaces the
+    key computation, so other stages can run their own per-source work the same way."""
+    chunk_fn = chunk_fn or _keys_chunk
     if workers is None:
         workers = min(4, os.cpu_count() or 1)
     chunks = [list(sources[i:i + _CHUNK]) for i in range(0, len(sources), _CHUNK)]
     results: list[Keys | str] = []
     if workers <= 1 or len(sources) < _PARALLEL_FROM:
         for chunk in track(chunks, len(chunks), description):
-            results.extend(_keys_chunk(chunk))
+            results.extend(chunk_fn(chunk))
         return results
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        for part in track(pool.map(_keys_chunk, chunks), len(chunks), description):
+        for part in track(pool.map(chunk_fn, chunks), len(chunks), description):
             results.extend(part)
     return results
 

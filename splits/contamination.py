@@ -65,6 +65,17 @@ def fingerprint(source: str) -> Fingerprint:
                        windows=np.unique(shingle_hashes(hashes, NGRAM, pad=False)))
 
 
+def fingerprint_chunk(sources: list[str]) -> list[Fingerprint | None]:
+    """Fingerprints of a chunk of sources (None where one does not parse)."""
+    out: list[Fingerprint | None] = []
+    for source in sources:
+        try:
+            out.append(fingerprint(source))
+        except (SyntaxError, ValueError, RecursionError):
+            out.append(None)
+    return out
+
+
 @dataclass
 class BenchItem:
     benchmark: str   # the --against argument it came from

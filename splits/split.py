@@ -31,14 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelmill.curate.dedup import UnionFind, dedup_records
+from kernelmill.curate.dedup import UnionFind, dedup_records, keys_for_sources
 from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.progress import track
 from kernelmill.curate.record import Record
 from kernelmill.curate.stats import StageStats
 from kernelmill.curate.store import JsonlWriter, read_records
 
-from .contamination import ContaminationIndex, fingerprint, load_benchmark, write_reports
+from .contamination import ContaminationIndex, fingerprint_chunk, load_benchmark, write_reports
 
 _DEDUP_FIELDS = ("exact_key", "structural_key", "near_group")
 
@@ -132,11 +131,10 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
     contaminated: set[str] = set()
     if benchmarks:
         index = ContaminationIndex(benchmarks, threshold)
-        for record in track(records, len(records), "decontaminating"):
-            try:
-                matches = index.matches(fingerprint(record.source))
-            except (SyntaxError, ValueError, RecursionError):
-                continue
+        prints = keys_for_sources([r.source for r in records], description="fingerprinting",
+                                  chunk_fn=fingerprint_chunk)
+        for record, fp in zip(records, prints):
+            matches = index.matches(fp) if fp is not None else []
             if not matches:
                 continue
             action = "marked" if keep_contaminated else "dropped"
@@ -167,7 +165,7 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
     train.sort(key=lambda r: order[r.id])
     evals.sort(key=lambda r: order[r.id])
     stats.count("families", len(fams))
-    stats.count("largest family", max((len(f.members) for f in fams), default=0))
+    stats.count("in the largest family", max((len(f.members) for f in fams), default=0))
     stats.count("train", len(train))
     stats.count("eval", len(evals))
     report = {"benchmarks": benchmarks, "entries": entries,

@@ -167,3 +167,16 @@ def test_missing_benchmark_is_one_line_error(tmp_path, capsys):
                  "--against", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "no such benchmark" in err and len(err.strip().splitlines()) == 1
+
+
+def test_parallel_fingerprinting_finds_the_same(tmp_path, seeds_dir, monkeypatch):
+    from kernelmill.curate import dedup
+
+    bench = write_bench(tmp_path / "bench")
+    records = seeds(seeds_dir)[:30] + [Record.from_source(COPY, name="copy", category="fused")]
+    serial = split_records(copies(records), against=[bench])[2]["entries"]
+    monkeypatch.setattr(dedup, "_PARALLEL_FROM", 4)
+    monkeypatch.setattr(dedup, "_CHUNK", 8)
+    parallel = split_records(copies(records), against=[bench])[2]["entries"]
+    assert [e["name"] for e in serial] == [e["name"] for e in parallel] == ["copy"]
+    assert serial == parallel
