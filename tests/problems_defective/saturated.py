@@ -10,7 +10,7 @@ N = 64
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.sigmoid(x + 40.0) * torch.arange(N, dtype=x.dtype)
+        return torch.sigmoid(x + 40.0) * torch.arange(N, dtype=x.dtype, device=x.device)
 
 
 def get_inputs():
