@@ -126,6 +126,9 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
     if len(records) < n_in:
         stats.dropped("unparsable", n_in - len(records))
 
+    for record in records:  # a previous split's marks are recomputed, never carried over
+        record.extra.pop("contamination", None)
+        record.extra.pop("split_group", None)
     benchmarks = [load_benchmark(spec) for spec in against]
     entries: list[dict] = []
     contaminated: set[str] = set()
