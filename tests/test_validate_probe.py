@@ -94,3 +94,35 @@ def test_probe_is_reproducible_and_seeded():
     # LayerNorm's weights start as ones/zeros for every seed: sensitivity comes from perturbing
     assert a["weight_sensitivity"]["fraction"] > 0.5
     assert "aten.native_layer_norm" in a["aten_ops"]
+
+
+SCALED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64))
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.w) + torch.relu(self.w)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_nonlinear_weights_on_an_affine_input_path_are_not_inert():
+    m, checks = probe(SCALED)
+    # exactly a*x+b per channel, but the nonlinearities act on weights only: a real problem
+    assert m["affine"][0]["channel"] < 1e-6
+    assert m["input_nonaffine_ops"] == []
+    assert checks["not_affine"]["passed"] is True
+    m, checks = probe((DEFECTIVE / "relu_on_rand.py").read_text())
+    assert m["input_nonaffine_ops"] == ["aten.relu"] and checks["not_affine"]["passed"] is False

@@ -388,13 +388,19 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
         resid = min(worst["tensor"], worst["channel"] if worst["channel"] is not None else math.inf)
         if resid > tol:
             checks["not_affine"] = check(True, resid, f"best affine fit error {_fmt(resid)}")
-        elif affine_by_construction(m["aten_ops"]):
-            checks["not_affine"] = check(True, resid, "affine by construction (only affine ops)")
         else:
-            checks["not_affine"] = check(
-                False, resid, f"output {worst['output']} equals a*x+b of input {worst['input']} "
-                f"within {_fmt(resid)} although forward applies non-affine ops "
-                "(an inert nonlinearity, e.g. ReLU on non-negative inputs)")
+            nonaffine = m.get("input_nonaffine_ops")
+            if nonaffine is None:  # no taint trace: judge by every op forward runs
+                nonaffine = [o for o in compute_ops(m["aten_ops"])
+                             if not affine_by_construction([o])]
+            if not nonaffine:
+                checks["not_affine"] = check(True, resid, "affine in its inputs by construction")
+            else:
+                checks["not_affine"] = check(
+                    False, resid, f"output {worst['output']} equals a*x+b of input "
+                    f"{worst['input']} within {_fmt(resid)} although forward applies "
+                    f"{', '.join(nonaffine[:4])} to it (an inert nonlinearity, e.g. ReLU on "
+                    "non-negative inputs)")
 
     ab = m["ablation"]
     if ab is None:

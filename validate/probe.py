@@ -173,19 +173,46 @@ def _to_double(inputs: list) -> list:
 
 
 class _OpRecorder:
-    """TorchDispatchMode that records the aten ops forward runs, in order."""
+    """TorchDispatchMode that records the aten ops forward runs, in order, and which non-affine
+    ops act on data derived from the inputs (taint tracking: an op's outputs are tainted when
+    any tensor argument is). ``x * sigmoid(w)`` is affine in ``x``; ``relu(x)`` is not."""
 
-    def __new__(cls):
+    def __new__(cls, inputs: list):
+        import weakref
+
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
 
         class Recorder(TorchDispatchMode):
             def __init__(self):
                 super().__init__()
                 self.ops: list[str] = []
+                self.input_nonaffine: list[str] = []
+                self._tainted: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+                for t in inputs:
+                    if isinstance(t, torch.Tensor):
+                        self._tainted[id(t)] = t
+
+            def _is_tainted(self, t) -> bool:
+                return self._tainted.get(id(t)) is t
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                self.ops.append(str(func.overloadpacket))
-                return func(*args, **(kwargs or {}))
+                name = str(func.overloadpacket)
+                self.ops.append(name)
+                out = func(*args, **(kwargs or {}))
+                tensors = [t for t in tree_leaves((args, kwargs or {}))
+                           if isinstance(t, torch.Tensor)]
+                tainted = sum(self._is_tainted(t) for t in tensors)
+                if tainted:
+                    for t in tree_leaves(out):
+                        if isinstance(t, torch.Tensor):
+                            self._tainted[id(t)] = t
+                    if C.compute_ops([name]) and (
+                            not C.affine_by_construction([name])
+                            or (tainted > 1 and C.op_base(name).rstrip("_") in ("mul", "div"))):
+                        self.input_nonaffine.append(name)
+                return out
 
         return Recorder()
 
@@ -467,7 +494,7 @@ def probe_problem(payload: dict) -> dict:
             ablations, sd, model, inputs, ref, device, tol)
 
         _mark("trace")
-        m["aten_ops"], m["flops"] = _trace(model, inputs, device)
+        m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device)
         params = list(model.parameters()) + list(model.buffers())
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
@@ -531,12 +558,13 @@ def _forward_mutating(model, inputs: list, forward_seed: int, device: str):
     return out
 
 
-def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None]:
+def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None, list[str]]:
+    """(aten ops in order, flops, non-affine ops applied to input-derived data)."""
     import torch
 
     flops = None
-    recorder = _OpRecorder()
     args = _clone(inputs)
+    recorder = _OpRecorder(args)
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -545,12 +573,12 @@ def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None]:
             model(*args)
         flops = int(counter.get_total_flops())
     except Exception:  # noqa: BLE001 — flops are best effort; the trace alone still helps
-        recorder = _OpRecorder()
         args = _clone(inputs)
+        recorder = _OpRecorder(args)
         with torch.no_grad(), recorder:
             model(*args)
     _sync(device)
-    return recorder.ops[:2000], flops
+    return recorder.ops[:2000], flops, sorted(set(recorder.input_nonaffine))
 
 
 # ---------------------------------------------------------------- second worker
