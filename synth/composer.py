@@ -189,7 +189,7 @@ class Composer:
         return {"x": [Axis(v, k) for k, v in comp.dims.items()]}
 
     def _axis(self, comp: Composition, expr: str) -> Axis:
-        return Axis(int(eval(expr, {}, dict(comp.dims))), expr)  # noqa: S307 — catalog text
+        return Axis(int(eval(expr, {}, dict(comp.dims))), expr)
 
     def main_output(self, comp: Composition) -> list[Axis]:
         main = comp.main
@@ -213,9 +213,7 @@ class Composer:
         if rank < max(op.min_rank, 1) or (op.rank is not None and rank != op.rank):
             return None
         if op.shape in ("reduce", "same_dim") or "dim" in op.sig:
-            axes = [i for i in range(1, rank) if shape[i].size > 1]
-            if op.shape == "same_dim" and op.name in ("flip", "roll"):
-                axes = [i for i in range(1, rank) if shape[i].size > 1]
+            axes = [i for i in range(1, rank) if shape[i].size > 1]  # never the batch axis
             if not axes:
                 return None
             axis = _choice(rng, axes)
@@ -223,8 +221,7 @@ class Composer:
         if op.shape == "pool":
             if rank != op.spatial + 2:
                 return None
-            k, s = params["kernel_size"], params["stride"]
-            if any(a.size < 2 * k for a in shape[2:]):
+            if any(a.size < 2 * params["kernel_size"] for a in shape[2:]):
                 return None
         if op.shape == "adaptive":
             if rank != op.spatial + 2 or any(a.size < 2 * params["output_size"] for a in shape[2:]):
@@ -232,6 +229,8 @@ class Composer:
         if op.shape == "halve_last" and shape[-1].size % 2:
             return None
         if op.norm_dims == "group":
+            if not shape[1].expr.isidentifier():  # resizing keeps GROUPS | CHANNELS only for names
+                return None
             groups = [g for g in (4, 8, 16, 32) if shape[1].size % g == 0 and shape[1].size // g >= 2]
             if not groups:
                 return None

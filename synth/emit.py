@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .catalog import Op
-from .composer import Axis, Composition, Composer
+from .composer import Axis, Composer, Composition
 
 _BRANCH_TEXT = {"residual": "a residual input added", "skip": "a skip connection around the chain",
                 "gate": "a sigmoid gate from a twin layer", "se_scale": "a squeeze-excite style scale"}

@@ -46,7 +46,7 @@ class LLMConfig:
     fraction: float = 0.1  # share of synthesis attempts that ask the LLM
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def resolved(self) -> "LLMConfig":
+    def resolved(self) -> LLMConfig:
         base_url = self.base_url or os.environ.get("KERNELMILL_LLM_BASE_URL")
         model = self.model or os.environ.get("KERNELMILL_LLM_MODEL")
         api_key = self.api_key or os.environ.get("OPENAI_API_KEY")

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, QualifiedNameProvider
-
 from kernelmill.curate.canonical import canonical_source
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 from .catalog import Catalog, Op, default_catalog
 from .checks import Rejected, vet_source
@@ -396,9 +395,7 @@ class DtypeMutator(Mutator):
         for i, stmt in enumerate(body):
             if isinstance(stmt, cst.SimpleStatementLine):
                 first = stmt.body[0]
-                if isinstance(first, (cst.Import, cst.ImportFrom)):
-                    insert_at = i + 1
-                elif (isinstance(first, cst.Assign) and isinstance(first.targets[0].target, cst.Name)
+                if isinstance(first, (cst.Import, cst.ImportFrom)) or (isinstance(first, cst.Assign) and isinstance(first.targets[0].target, cst.Name)
                       and first.targets[0].target.value.isupper()):
                     insert_at = i + 1
             elif isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):

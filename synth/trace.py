@@ -47,7 +47,7 @@ class Value:
     lo: float = -INF
     hi: float = INF
     scale: float = 1.0
-    producer: "Node | None" = None
+    producer: Node | None = None
     depends: frozenset[int] = frozenset()  # indices of the forward inputs it derives from
     integer: bool = False
     known: bool = True  # False when [lo, hi] and scale are guesses (an op outside the catalog)

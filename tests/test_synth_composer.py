@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kernelmill.curate.problem import CATEGORIES, check_source
 from kernelmill.synth.catalog import GROUPS, default_catalog
 from kernelmill.synth.checks import Rejected, vet_source
@@ -53,7 +53,8 @@ def _compose(seed: int):
     raise AssertionError("20 draws in a row were rejected")
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=10 ** 6))
 def test_composed_problems_type_check_and_run_at_small_size(seed):
     comp, source, name = _compose(seed)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kernelmill.synth.checks import Rejected, vet_source
 from kernelmill.synth.degeneracy import RULES, check_trace
 from kernelmill.synth.trace import trace_source

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from kernelmill.curate.cli import main
 from kernelmill.curate.problem import check_source
 from kernelmill.curate.store import read_records
@@ -56,7 +55,7 @@ def test_deterministic_and_resumable(tmp_path):
     synthesize(SEEDS_DIR, part, n=4, seed=11)
     resumed = synthesize(SEEDS_DIR, part, n=10, seed=11)
     assert resumed.counts["resumed"] == 4 and resumed.n_kept == 6
-    lines = lambda p: [json.loads(l)["id"] for l in p.read_text().splitlines()]  # noqa: E731
+    lines = lambda p: [json.loads(l)["id"] for l in p.read_text().splitlines()]
     assert lines(full) == lines(part)
     other = synthesize(SEEDS_DIR, tmp_path / "other.jsonl", n=4, seed=12)
     assert other.n_kept == 4 and set(lines(tmp_path / "other.jsonl")) - set(lines(full))

@@ -6,12 +6,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.store import read_records
+from kernelmill.curate.stats import StageStats
 from kernelmill.synth.generate import Synthesizer, load_seeds
 from kernelmill.synth.llm import LLMConfig, LLMProposer, extract_code
-from kernelmill.curate.stats import StageStats
 
 PROPOSAL = '''"""Row-wise RMS of a GELU activation.
 
@@ -47,7 +45,7 @@ class FakeEndpoint(BaseHTTPRequestHandler):
     answers: list[str] = []
     requests: list[dict] = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FakeEndpoint.requests.append({"path": self.path, "body": body,
                                       "auth": self.headers.get("Authorization")})

@@ -5,12 +5,19 @@ import random
 from pathlib import Path
 
 import pytest
-
 from kernelmill.curate.problem import check_source
-from kernelmill.synth.mutators import (ConvPoolMutator, DtypeMutator, InputDistributionMutator,
-                                       InsertEpilogueMutator, MUTATORS, Refusal,
-                                       ReductionDimMutator, RemoveEpilogueMutator, ResizeMutator,
-                                       SwapOpMutator)
+from kernelmill.synth.mutators import (
+    MUTATORS,
+    ConvPoolMutator,
+    DtypeMutator,
+    InputDistributionMutator,
+    InsertEpilogueMutator,
+    ReductionDimMutator,
+    Refusal,
+    RemoveEpilogueMutator,
+    ResizeMutator,
+    SwapOpMutator,
+)
 from kernelmill.synth.trace import trace_source
 
 HEADER = '''"""{doc}
