@@ -104,11 +104,24 @@ def reported_ms(timing: dict | None, result: WorkerResult, label: str) -> float 
 
 
 def bandwidth_gbs(info: dict) -> float | None:
+    """Peak DRAM bandwidth: from the device's memory clock and bus width when torch reports
+    them, else the validator's datasheet table (``validate.roofline``)."""
     if info.get("bandwidth_gbs"):
         return float(info["bandwidth_gbs"])
-    name = (info.get("name") or "").upper()
+    name = info.get("name")
+    if not name:
+        return None  # an unknown device: no bound rather than a wrong one
+    try:
+        from kernelmill.validate.roofline import device_peaks
+
+        peaks, source = device_peaks(name)
+        if source.startswith("table:") and peaks.get("bandwidth"):
+            return peaks["bandwidth"] / 1e9
+    except ImportError:
+        pass
+    upper = name.upper()
     for key in sorted(PEAK_BANDWIDTH_GBS, key=len, reverse=True):
-        if key in name:
+        if key in upper:
             return PEAK_BANDWIDTH_GBS[key]
     return None
 
@@ -124,8 +137,8 @@ def roofline_ms(reference: dict, record: dict | None) -> float | None:
     if not bandwidth:
         return None
     trial = reference["trials"][0]
-    nbytes = sum(t.numel() * t.element_size() for t in [*trial["inputs"], *trial["outputs"]]
-                 if isinstance(t, torch.Tensor))
+    tensors = [*trial["inputs"], *trial["outputs"], *reference.get("state_dict", {}).values()]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     return nbytes / (bandwidth * 1e9) * 1e3
 
 
@@ -227,7 +240,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
 
     timing = facts.get("timing")
     if timing:
-        per_call = min((c["launches"] + c["ext_calls"] for c in calls), default=0)
+        per_call = min((c["launches"] + c["ext_calls"] for c in calls if c["kind"] != "audit"),
+                       default=0)
         if timing["launches"] + timing["ext_calls"] < per_call * timing["calls"]:
             hack("timing_behaviour", f"{timing['launches'] + timing['ext_calls']} launches in "
                  f"{timing['calls']} timed calls, {per_call} per checked call")
@@ -242,6 +256,10 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
             hack("timing_behaviour", f"wrong answer while timed: {why}")
         if timed.get("alias"):
             hack("output_aliases_input", "timed call: output shares storage with an input")
+        for index, (before, after) in enumerate(zip(trials[0]["inputs"],
+                                                    timed.get("inputs_after") or [])):
+            if isinstance(before, torch.Tensor) and not bitwise_equal(before, after):
+                hack("input_mutated", f"timed calls: input {index} changed")
         if timed.get("threads"):
             hack("background_thread", f"alive after timing: {timed['threads'][:3]}")
 
