@@ -589,7 +589,7 @@ def _scaled_values(analysis: _Analysis, names: list[str], factor: float,
         floor = max(min_size, analysis.kernel_floor, SMALL)
         floor = multiple * math.ceil(floor / multiple)
         new = multiple * round(old * factor / multiple)
-        new = max(new, min(floor, old) if old < floor else floor)
+        new = max(new, min(floor, old))  # a constant already under the floor is not shrunk
         values[name] = new
     return values
 
