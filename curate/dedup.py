@@ -23,6 +23,7 @@ Structural, near and behaviour groups are kept but marked: the split keeps each 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -186,6 +187,7 @@ def minhash_signatures(shingle_sets: Sequence[np.ndarray], chunk: int = 100_000)
     return sig
 
 
+@functools.lru_cache(maxsize=16)
 def lsh_params(threshold: float) -> tuple[int, int]:
     """(bands, rows) that datasketch's MinHashLSH picks for ``threshold`` at NUM_PERM."""
     from datasketch import MinHashLSH
@@ -198,7 +200,7 @@ def lsh_params(threshold: float) -> tuple[int, int]:
 
 
 def estimated_jaccard(sig: np.ndarray, i: int, others: np.ndarray) -> np.ndarray:
-    return (sig[others] == sig[i]).mean(axis=1)
+    return np.count_nonzero(sig[others] == sig[i], axis=1) / sig.shape[1]
 
 
 def _row_hash(block: np.ndarray) -> np.ndarray:
@@ -243,17 +245,22 @@ def near_components(sig: np.ndarray, threshold: float) -> list[int]:
 
 
 def _join_bucket(uf: UnionFind, dsig: np.ndarray, distinct: np.ndarray, members: np.ndarray,
-                 threshold: float, checked: set[tuple[int, int]]) -> None:
-    """Verify a bucket's candidates: pivots in turn, each against every member not yet joined."""
+                 threshold: float, tested: set[tuple[int, int]]) -> None:
+    """Verify a bucket's candidates: pivots in turn, each against every member not yet joined.
+    ``tested`` holds the pairs verified in earlier bands, which are not verified again."""
+    find = uf.find
+    if len({find(int(distinct[m])) for m in members}) == 1:
+        return  # already one component (another band joined them)
+    if len(members) == 2 and (int(members[0]), int(members[1])) in tested:
+        return
     pending = members
     while len(pending) > 1:
         pivot, rest = int(pending[0]), pending[1:]
         similar = estimated_jaccard(dsig, pivot, rest) >= threshold
-        for j in rest[similar]:
-            pair = (pivot, int(j))
-            if pair not in checked:
-                checked.add(pair)
-                uf.union(int(distinct[pivot]), int(distinct[j]))
+        for j in rest.tolist():
+            tested.add((pivot, j))
+        for j in rest[similar].tolist():
+            uf.union(int(distinct[pivot]), int(distinct[j]))
         pending = rest[~similar]
 
 
