@@ -204,6 +204,9 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         compute = compute_ops(ops) + reference_compute_ops(ops, reference.get("ops", []))
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
+        reads = sum(1 for op in ops if ".item" in op or "_local_scalar_dense" in op)
+        if reads > policy.max_scalar_reads:
+            hack("torch_compute", f"{name}: {reads} scalar reads (.item()): host-side compute")
         if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
                                                  or custom_ops(ops)):
             hack("no_custom_kernel", f"{name}: no Triton launch or extension call in forward")

@@ -75,6 +75,7 @@ class Policy:
     trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
     distributions: tuple[str, ...] = ("natural", "affine")  # cycled over the trials
     max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call
+    max_scalar_reads: int = 16  # .item() reads per forward: more is computing on the host
     require_custom_kernel: bool = True  # a Triton launch or extension call in every forward
     static_scan: bool = True  # flag sources that reach for introspection/escape APIs
     flag_native_threads: bool = True  # new OS threads alive after forward are a hack

@@ -236,3 +236,29 @@ def test_roofline_from_device_bandwidth_and_record():
     assert roofline_ms(reference, None) == pytest.approx(8 * 2**20 / 3350e9 * 1e3)
     assert roofline_ms(reference, {"validation": {"roofline_ms": 0.5}}) == 0.5
     assert roofline_ms({**reference, "info": {"device": "cpu"}}, None) is None
+
+
+def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, caplog):
+    from kernelmill.curate.cli import main
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p1", "source": read("ref_scale_add")}) + "\n")
+    submissions = tmp_path / "submissions.jsonl"
+    rows = [{"submission_id": "s1", "problem_id": "p1", "source": "def broken(:\n"},
+            {"submission_id": "s2", "problem_id": "nope", "source": read("honest_scale_add")},
+            {"submission_id": "s3", "problem_id": "p1"}]
+    submissions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "verdicts.jsonl"
+    command = ["grade", "--problems", str(problems), "--submissions", str(submissions),
+               "--out", str(out), "--device", "cpu", "--no-cache"]
+    assert main(command) == 0
+    verdicts = {json.loads(line)["submission_id"]: json.loads(line)
+                for line in out.read_text().splitlines()}
+    assert set(verdicts) == {"s1", "s2"}
+    assert verdicts["s1"]["error"]["stage"] == "parse" and not verdicts["s1"]["compiled"]
+    assert verdicts["s2"]["error"]["stage"] == "input"
+    assert "lacks source" in caplog.text
+    capsys.readouterr()
+    assert main(command) == 0
+    assert "2 already graded" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 2
