@@ -101,7 +101,7 @@ def build_inputs(folder: Path) -> tuple[Path, Path, int]:
         if path.name.startswith(("ref_", "cuda_")) or path.stem == "crash_hang":
             continue
         text = path.read_text()
-        problem = re.search(r"^# problem: (\S+)", text, re.M).group(1)
+        problem = re.search(r"^# problem: (\S+)", text, re.MULTILINE).group(1)
         rows.append({"submission_id": path.stem, "problem_id": problem, "source": text})
     p_path, s_path = folder / "problems.jsonl", folder / "submissions.jsonl"
     p_path.write_text("".join(json.dumps(p) + "\n" for p in problems))

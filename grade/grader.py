@@ -32,7 +32,7 @@ from .policy import Policy
 from .rewards import get_reward
 
 
-class ReferenceError(KernelmillError):  # noqa: A001 — a reference that does not run
+class ReferenceError(KernelmillError):
     """The reference problem itself failed to build or run."""
 
 
@@ -137,6 +137,9 @@ class Grader:
                 folder.mkdir(parents=True, exist_ok=True)
                 env[var] = str(folder)
                 writable.append(str(folder))
+            # Inductor's compile subprocesses would initialise CUDA inside the sandbox, which
+            # the driver refuses; compile in the worker itself.
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
                                timeout_s=policy.timeout_s * 2, device=self.worker_device,
                                env=env, writable=writable, sandbox=policy.sandbox)

@@ -27,7 +27,6 @@ import math
 from typing import Any
 
 import torch
-
 from kernelmill.validate.harness import WorkerResult
 
 from .policy import Policy, compute_ops, custom_ops, reference_compute_ops

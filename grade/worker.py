@@ -30,9 +30,8 @@ import types
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from kernelmill.validate.harness_worker import mark_stage
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # ---------------------------------------------------------------- originals, bound at import
 
@@ -153,7 +152,7 @@ class _ExtensionProxy:
 
 
 def _install_extension_hooks() -> None:
-    import torch.utils.cpp_extension as cpp_extension
+    from torch.utils import cpp_extension
 
     for name in ("load_inline", "load"):
         original = getattr(cpp_extension, name)

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernelmill.grade import rewards, static
 from kernelmill.grade.judge import bitwise_equal, compare, reported_ms
 from kernelmill.grade.policy import Policy, compute_ops, custom_ops
-from kernelmill.grade.trl import (JudgeConfig, completion_text, extract_code, judge_score,
-                                  make_reward_fn)
+from kernelmill.grade.trl import (
+    JudgeConfig,
+    completion_text,
+    extract_code,
+    judge_score,
+    make_reward_fn,
+)
 from kernelmill.validate.harness import WorkerResult
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -40,7 +44,7 @@ def test_composite_reward():
 def test_makora_reward():
     v = {"compiled": True, "correct": True, "hacks": [], "speedup_vs_inductor": 1.0,
          "speedup_vs_eager": 5.0}
-    sigma = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    sigma = lambda z: 1 / (1 + math.exp(-z))
     assert rewards.makora(v) == pytest.approx(sigma(1 + 1.0 - 1.8))
     assert rewards.makora({**v, "correct": False}) == pytest.approx(sigma(-1.8))
     assert rewards.makora({**v, "speedup_vs_inductor": None}) == pytest.approx(sigma(1 + 5 - 1.8))
@@ -179,7 +183,7 @@ def test_cli_single_grade_json_and_exit_status(tmp_path):
 class _Judge(BaseHTTPRequestHandler):
     prompts: list = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Judge.prompts.append(body["messages"][-1]["content"])
         reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from kernelmill.curate.store import read_jsonl
 from kernelmill.grade.batch import grade_file
 from kernelmill.grade.policy import Policy
@@ -26,8 +25,8 @@ def fixtures(cuda: bool = False) -> dict[str, tuple[str, str, str]]:
         if path.name.startswith("ref_") or (path.name.startswith("cuda_") and not cuda):
             continue
         text = path.read_text()
-        problem = re.search(r"^# problem: (\S+)", text, re.M).group(1)
-        expect = re.search(r"^# expect: (\S+)", text, re.M).group(1)
+        problem = re.search(r"^# problem: (\S+)", text, re.MULTILINE).group(1)
+        expect = re.search(r"^# expect: (\S+)", text, re.MULTILINE).group(1)
         found[path.stem] = (problem, expect, text)
     return found
 

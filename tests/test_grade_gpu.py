@@ -5,12 +5,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernelmill.curate.store import read_jsonl
 from kernelmill.grade.batch import grade_file
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
-
 from test_grade_batch import check, fixtures, write_inputs
 
 pytestmark = pytest.mark.gpu

@@ -3,7 +3,6 @@ import os
 import time
 
 import pytest
-
 from kernelmill.validate.harness import run_in_worker, worker_env
 
 SOURCE = "kernelmill.validate.harness:run_source"

@@ -21,8 +21,8 @@ ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlo
 """
 from __future__ import annotations
 
-import hmac
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -38,8 +38,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .harness_worker import HEADER, KIND_ERROR, KIND_HELLO, KIND_RESULT, KIND_STAGE, MAC_SIZE
-from .harness_worker import mark_stage  # noqa: F401 — targets may import it from here too
+from .harness_worker import (
+    HEADER,
+    KIND_ERROR,
+    KIND_HELLO,
+    KIND_RESULT,
+    KIND_STAGE,
+    MAC_SIZE,
+    mark_stage,
+)
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
@@ -360,7 +367,6 @@ def _decode(data: bytes) -> dict:
 
 def echo(payload: dict) -> dict:
     """A trivial target (tests, smoke checks): returns the payload with the worker's pid."""
-    from .harness_worker import mark_stage
 
     mark_stage("echo")
     return {**payload, "pid": os.getpid(), "cwd": os.getcwd(),
