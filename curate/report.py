@@ -1,0 +1,502 @@
+"""``report.html``: one self-contained page about a build, with its figures also as PNG files.
+
+The page is made from what the build left in its folder: the per-stage counts in
+``build_state.json`` (the funnel), the split records (categories, difficulty, runtimes, speedups,
+roofline headroom), the curated records (cluster sizes) and ``splits/contamination.json``. Every
+figure is always present: when its data is missing (a CPU build measures no runtimes) the figure
+says why in words, and the page marks it ``data-state="empty"`` with the reason.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .stats import StageStats
+from .store import read_jsonl
+
+log = logging.getLogger("kernelmill")
+
+SPLITS = ("train", "eval")
+SPLIT_COLORS = {"train": "#4C72B0", "eval": "#DD8452", "unsplit": "#8C8C8C"}
+KEPT_COLOR = "#55A868"
+DROP_COLORS = ("#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD",
+               "#E17C05", "#5F4690", "#1D6996")
+
+
+class NoData(Exception):
+    """A figure has nothing to show; the message says why, in words for the reader."""
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows, read once from the build folder."""
+
+    build_dir: Path
+    device: str = "unknown"
+    stages: list[StageStats] = field(default_factory=list)
+    records: dict[str, list[dict]] = field(default_factory=dict)  # split -> records
+    curated: list[dict] = field(default_factory=list)
+    contamination: Any = None
+    total_seconds: float | None = None
+
+    @property
+    def all_records(self) -> list[dict]:
+        return [r for rows in self.records.values() for r in rows]
+
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"
+
+    def validation_values(self, key: str) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for split, rows in self.records.items():
+            values = []
+            for record in rows:
+                value = (record.get("validation") or {}).get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and math.isfinite(value) and value > 0:
+                    values.append(float(value))
+            if values:
+                out[split] = values
+        return out
+
+
+def _read_rows(path: Path) -> list[dict]:
+    return list(read_jsonl(path)) if path.exists() else []
+
+
+def load_report_data(build_dir: str | Path) -> ReportData:
+    build_dir = Path(build_dir)
+    data = ReportData(build_dir)
+    state_path = build_dir / "build_state.json"
+    if state_path.exists():
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        data.device = state.get("device", "unknown")
+        data.total_seconds = state.get("total_seconds")
+        for name, entry in state.get("stages", {}).items():
+            if entry.get("stats"):
+                data.stages.append(StageStats.from_dict(entry["stats"]))
+    for split in SPLITS:
+        rows = _read_rows(build_dir / "splits" / f"{split}.jsonl")
+        if rows:
+            data.records[split] = rows
+    data.curated = _read_rows(build_dir / "curated.jsonl")
+    if not data.records and data.curated:
+        data.records["unsplit"] = data.curated
+    contamination = build_dir / "splits" / "contamination.json"
+    if contamination.exists():
+        try:
+            data.contamination = json.loads(contamination.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            log.warning(f"{contamination}: unreadable ({exc}); contamination left out of the report")
+    if data.device == "unknown":
+        devices = {str((r.get("validation") or {}).get("device", "")).split(":")[0]
+                   for r in data.all_records} - {""}
+        if len(devices) == 1:
+            data.device = devices.pop()
+    return data
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+def _figure(width: float = 7.5, height: float = 4.2):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _style(ax, title: str, xlabel: str = "", ylabel: str = "") -> None:
+    ax.set_title(title, loc="left", fontsize=12, fontweight="bold")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="both", alpha=0.25)
+
+
+def funnel_figure(data: ReportData):
+    """Problems through the stages: kept, and dropped by reason, per stage."""
+    stages = [s for s in data.stages if s.n_kept or s.n_dropped]
+    if not stages:
+        raise NoData("no stage has finished yet")
+    reasons = Counter()
+    for stats in stages:
+        reasons.update(stats.drop_reasons())
+    top = [r for r, _ in reasons.most_common(len(DROP_COLORS) - 1)]
+    colors = {r: DROP_COLORS[i] for i, r in enumerate(top)}
+    fig, ax = _figure(8.5, 0.55 * len(stages) + 2.2)
+    ys = list(range(len(stages)))[::-1]
+    shown: set[str] = set()
+    for y, stats in zip(ys, stages):
+        ax.barh(y, stats.n_kept, color=KEPT_COLOR, label="kept" if "kept" not in shown else None)
+        shown.add("kept")
+        left = stats.n_kept
+        for reason, n in sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]):
+            key = reason if reason in colors else "other"
+            label = (f"dropped: {key}"[:60]) if key not in shown else None
+            ax.barh(y, n, left=left, color=colors.get(reason, DROP_COLORS[-1]), label=label)
+            shown.add(key)
+            left += n
+        ax.text(left, y, f"  {stats.n_kept} kept" + (f", {stats.n_dropped} dropped"
+                                                     if stats.n_dropped else ""),
+                va="center", fontsize=8)
+    ax.set_yticks(ys, [s.stage for s in stages])
+    ax.set_xlim(0, max(s.n_kept + s.n_dropped for s in stages) * 1.35 + 1)
+    _style(ax, "Problems through the build", "problems")
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _split_counts(data: ReportData, key: Callable[[dict], str | None]) -> dict[str, Counter]:
+    out = {}
+    for split, rows in data.records.items():
+        out[split] = Counter(k for k in (key(r) for r in rows) if k is not None)
+    return out
+
+
+def _grouped_bars(data: ReportData, counts: dict[str, Counter], title: str, xlabel: str,
+                  order: list[str] | None = None):
+    labels = order or sorted({k for c in counts.values() for k in c})
+    if not labels:
+        raise NoData("no records in the splits")
+    fig, ax = _figure(max(7.5, 0.45 * len(labels) + 2), 4.4)
+    width = 0.8 / max(1, len(counts))
+    for i, (split, counter) in enumerate(counts.items()):
+        xs = [j + (i - (len(counts) - 1) / 2) * width for j in range(len(labels))]
+        ax.bar(xs, [counter.get(label, 0) for label in labels], width=width,
+               color=SPLIT_COLORS.get(split), label=f"{split} ({sum(counter.values())})")
+    ax.set_xticks(range(len(labels)), labels, rotation=35 if len(labels) > 5 else 0,
+                  ha="right" if len(labels) > 5 else "center", fontsize=8)
+    _style(ax, title, xlabel, "problems")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def category_figure(data: ReportData):
+    counts = _split_counts(data, lambda r: r.get("category") or "unknown")
+    return _grouped_bars(data, counts, "Categories per split", "category")
+
+
+def _tier(record: dict) -> str | None:
+    difficulty = (record.get("validation") or {}).get("difficulty")
+    if isinstance(difficulty, dict):
+        tier = difficulty.get("tier")
+        return None if tier is None else str(tier)
+    return None
+
+
+def difficulty_figure(data: ReportData):
+    counts = _split_counts(data, _tier)
+    if not any(counts.values()):
+        raise NoData("no difficulty recorded (validation did not score difficulty)")
+    labels = sorted({k for c in counts.values() for k in c},
+                    key=lambda t: ({"easy": 0, "medium": 1, "hard": 2}.get(t, 3), t))
+    return _grouped_bars(data, counts, "Difficulty tier per split", "tier", labels)
+
+
+def _not_measured(data: ReportData, what: str) -> NoData:
+    if data.on_cpu():
+        return NoData(f"{what} not measured on CPU: validate on a GPU to see it")
+    return NoData(f"no {what} recorded in the validated problems")
+
+
+def _histogram(data: ReportData, key: str, what: str, title: str, xlabel: str,
+               log_x: bool = True, marker: float | None = None, marker_label: str = ""):
+    import numpy as np
+
+    values = data.validation_values(key)
+    if not values:
+        raise _not_measured(data, what)
+    every = np.concatenate([np.asarray(v) for v in values.values()])
+    if log_x:
+        lo, hi = np.log10(every.min()), np.log10(every.max())
+        if hi - lo < 0.1:
+            lo, hi = lo - 0.5, hi + 0.5
+        bins = np.logspace(lo, hi, 30)
+    else:
+        bins = 30
+    fig, ax = _figure()
+    ax.hist([values[s] for s in values], bins=bins, stacked=True,
+            color=[SPLIT_COLORS.get(s) for s in values],
+            label=[f"{s} ({len(values[s])})" for s in values])
+    if log_x:
+        ax.set_xscale("log")
+    if marker is not None:
+        ax.axvline(marker, color="black", linestyle="--", linewidth=1)
+        ax.text(marker, ax.get_ylim()[1] * 0.95, f" {marker_label}", fontsize=8, va="top")
+    median = float(np.median(every))
+    _style(ax, title, xlabel, "problems")
+    ax.legend(frameon=False, title=f"median {median:.3g}", fontsize=8, title_fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def runtime_figure(data: ReportData):
+    return _histogram(data, "eager_ms", "eager runtime", "Eager runtime (PyTorch)",
+                      "milliseconds (log scale)")
+
+
+def speedup_figure(data: ReportData):
+    return _histogram(data, "inductor_speedup", "Inductor speedup",
+                      "TorchInductor speedup over eager", "eager time / Inductor time (log scale)",
+                      marker=1.0, marker_label="no speedup")
+
+
+def headroom_figure(data: ReportData):
+    return _histogram(data, "headroom", "roofline headroom", "Roofline headroom",
+                      "eager time / roofline lower bound (log scale)",
+                      marker=1.0, marker_label="at the roofline")
+
+
+def cluster_figure(data: ReportData):
+    sizes = Counter(r.get("cluster") for r in data.curated if r.get("cluster") is not None)
+    if not sizes:
+        raise NoData("no cluster ids recorded (the cluster stage has not run)")
+    ranked = sizes.most_common()
+    fig, ax = _figure(max(7.5, min(14, 0.18 * len(ranked) + 3)), 4.2)
+    ax.bar(range(len(ranked)), [n for _, n in ranked], color="#4C72B0")
+    if len(ranked) <= 30:
+        ax.set_xticks(range(len(ranked)), [str(c) for c, _ in ranked], fontsize=7)
+    _style(ax, f"Cluster sizes ({len(ranked)} clusters, {sum(sizes.values())} problems)",
+           "cluster (largest first)", "problems")
+    fig.tight_layout()
+    return fig
+
+
+def contamination_findings(contamination: Any) -> list[dict]:
+    """The list of findings in ``contamination.json``, whatever its top-level shape."""
+    if isinstance(contamination, list):
+        return [f for f in contamination if isinstance(f, dict)]
+    if isinstance(contamination, dict):
+        for key in ("findings", "contaminated", "matches", "problems"):
+            value = contamination.get(key)
+            if isinstance(value, list):
+                return [f for f in value if isinstance(f, dict)]
+    return []
+
+
+def _finding_key(finding: dict) -> str:
+    for key in ("key", "match", "matched_by", "by", "kind", "method"):
+        value = finding.get(key)
+        if value:
+            return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return "match"
+
+
+def contamination_figure(data: ReportData):
+    if data.contamination is None:
+        raise NoData("no contamination report (the split stage has not run)")
+    findings = contamination_findings(data.contamination)
+    if not findings:
+        benchmarks = data.contamination.get("against") if isinstance(data.contamination,
+                                                                     dict) else None
+        if benchmarks:
+            raise NoData(f"no contamination found against {len(benchmarks)} benchmark(s)")
+        raise NoData("no benchmark given to check against (use --against BENCH)")
+    counts = Counter(_finding_key(f) for f in findings)
+    fig, ax = _figure()
+    labels = [k for k, _ in counts.most_common()]
+    ax.barh(range(len(labels))[::-1], [counts[k] for k in labels], color=DROP_COLORS[0])
+    ax.set_yticks(range(len(labels))[::-1], labels)
+    _style(ax, f"Contamination findings ({len(findings)})", "problems", "matched by")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES: tuple[tuple[str, str, Callable[[ReportData], Any]], ...] = (
+    ("funnel", "Funnel: problems kept and dropped per stage", funnel_figure),
+    ("categories", "Category distribution per split", category_figure),
+    ("difficulty", "Difficulty distribution per split", difficulty_figure),
+    ("eager_runtime", "Eager runtime", runtime_figure),
+    ("inductor_speedup", "TorchInductor speedup", speedup_figure),
+    ("roofline_headroom", "Roofline headroom", headroom_figure),
+    ("cluster_sizes", "Cluster sizes", cluster_figure),
+    ("contamination", "Contamination findings", contamination_figure),
+)
+
+
+def placeholder_figure(title: str, reason: str):
+    """A figure that says in words why there is nothing to plot."""
+    from matplotlib.patches import Rectangle
+
+    fig, ax = _figure(7.5, 3.0)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.add_patch(Rectangle(
+        (0.02, 0.05), 0.96, 0.8, facecolor="#F3F3F3", edgecolor="#BBBBBB", hatch="//",
+        linewidth=1))
+    ax.text(0.5, 0.45, reason, ha="center", va="center", fontsize=12, wrap=True,
+            bbox={"facecolor": "white", "edgecolor": "#999999", "boxstyle": "round,pad=0.6"})
+    ax.set_title(title, loc="left", fontsize=12, fontweight="bold")
+    ax.set_axis_off()
+    return fig
+
+
+def _png(fig) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+@dataclass
+class RenderedFigure:
+    name: str
+    title: str
+    png: bytes
+    empty_reason: str | None = None
+
+
+def render_figures(data: ReportData) -> list[RenderedFigure]:
+    rendered = []
+    for name, title, make in FIGURES:
+        try:
+            rendered.append(RenderedFigure(name, title, _png(make(data))))
+        except NoData as reason:
+            rendered.append(RenderedFigure(name, title, _png(placeholder_figure(title, str(reason))),
+                                           str(reason)))
+    return rendered
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
+max-width:1180px;color:#222;padding:0 1em}
+h1{margin-bottom:.2em}.sub{color:#666;margin-top:0}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+th,td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.2em}
+figure{margin:0;border:1px solid #e4e4e4;border-radius:6px;padding:.6em;background:#fff}
+figure img{width:100%;height:auto}figcaption{font-size:13px;color:#555}
+figure[data-state=empty] figcaption{color:#a33}
+code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _stage_table(data: ReportData) -> str:
+    rows = []
+    for stats in data.stages:
+        reasons = "; ".join(f"{_e(r)}: {n}" for r, n in
+                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]))
+        rows.append(f"<tr><td>{_e(stats.stage)}</td><td class=n>{stats.n_kept}</td>"
+                    f"<td class=n>{stats.n_dropped}</td><td>{reasons}</td>"
+                    f"<td class=n>{stats.seconds:.1f}</td></tr>")
+    return ("<table id=stages><tr><th>stage</th><th class=n>kept</th><th class=n>dropped</th>"
+            "<th>why dropped</th><th class=n>seconds</th></tr>" + "".join(rows) + "</table>")
+
+
+def _counts_table(data: ReportData) -> str:
+    rows = []
+    for split, records in data.records.items():
+        categories = len({r.get("category") for r in records})
+        families = len({(r.get("provenance") or {}).get("seed") or r.get("id") for r in records})
+        clusters = len({r.get("cluster") for r in records if r.get("cluster") is not None})
+        rows.append(f"<tr><td>{_e(split)}</td><td class=n>{len(records)}</td>"
+                    f"<td class=n>{families}</td><td class=n>{categories}</td>"
+                    f"<td class=n>{clusters}</td></tr>")
+    total = len(data.all_records)
+    rows.append(f"<tr><th>total</th><th class=n>{total}</th><th></th><th></th><th></th></tr>")
+    return ("<table id=counts><tr><th>split</th><th class=n>problems</th><th class=n>families"
+            "</th><th class=n>categories</th><th class=n>clusters</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def _contamination_table(data: ReportData) -> str:
+    findings = contamination_findings(data.contamination)
+    if not findings:
+        return "<p id=contamination-none>No contamination findings.</p>"
+    columns: list[str] = []  # scalar fields (and lists of scalars), in order of first appearance
+    for finding in findings:
+        for key, value in finding.items():
+            flat = not isinstance(value, (dict, list)) or \
+                (isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value))
+            if flat and key not in columns:
+                columns.append(key)
+    columns = columns[:8]
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = []
+    for finding in findings[:500]:
+        cells = []
+        for column in columns:
+            value = finding.get(column, "")
+            if isinstance(value, float):
+                value = f"{value:.3f}"
+            elif isinstance(value, list):
+                value = ", ".join(map(str, value))
+            cells.append(f"<td>{_e(value)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = f"<p>{len(findings) - 500} more in contamination.json</p>" if len(findings) > 500 \
+        else ""
+    return f"<table id=contamination><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    took = f", {data.total_seconds:.0f} s" if data.total_seconds else ""
+    blocks = []
+    for fig in figures:
+        state = "empty" if fig.empty_reason else "data"
+        caption = _e(fig.title) + (f" — {_e(fig.empty_reason)}" if fig.empty_reason else "")
+        reason_attr = f' data-reason="{_e(fig.empty_reason)}"' if fig.empty_reason else ""
+        encoded = base64.b64encode(fig.png).decode("ascii")
+        blocks.append(f'<figure id="fig-{fig.name}" data-state="{state}"{reason_attr}>'
+                      f'<img alt="{_e(fig.title)}" src="data:image/png;base64,{encoded}">'
+                      f"<figcaption>{caption}</figcaption></figure>")
+    dataset = data.build_dir / "dataset"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kernelmill build report</title>
+<style>{CSS}</style></head><body>
+<h1>kernelmill build report</h1>
+<p class=sub>{_e(data.build_dir)} · validated on <b>{_e(data.device)}</b> · {made}{took}</p>
+<h2>Counts</h2>
+{_counts_table(data)}
+<h2>Stages</h2>
+{_stage_table(data)}
+<h2>Figures</h2>
+<div class=grid>
+{chr(10).join(blocks)}
+</div>
+<h2>Contamination</h2>
+{_contamination_table(data)}
+<h2>Use it</h2>
+<p>Load: <code>datasets.load_dataset("{_e(dataset)}")</code></p>
+</body></html>
+"""
+
+
+def write_report(build_dir: str | Path) -> Path:
+    """Write ``report.html`` and ``figures/*.png`` into ``build_dir``; returns the page's path.
+
+    Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no display needed).
+    """
+    build_dir = Path(build_dir)
+    data = load_report_data(build_dir)
+    figures = render_figures(data)
+    folder = build_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    for fig in figures:
+        (folder / f"{fig.name}.png").write_bytes(fig.png)
+    page = build_dir / "report.html"
+    tmp = page.with_suffix(".html.tmp")
+    tmp.write_text(render_html(data, figures), encoding="utf-8")
+    tmp.replace(page)
+    return page
