@@ -33,7 +33,7 @@ def large_reference() -> str:
 def test_hostile_suite_on_cuda(tmp_path):
     problems, submissions = write_inputs(tmp_path, cuda=True)
     out = tmp_path / "verdicts.jsonl"
-    policy = Policy(timeout_s=120, timing_settings={"target_ms": 20.0, "min_reps": 5,
+    policy = Policy(timeout_s=90, timing_settings={"target_ms": 20.0, "min_reps": 5,
                                                     "max_reps": 20})
     stats = grade_file(problems, submissions, out, device="cuda", policy=policy,
                        cache_path=tmp_path / "cache.jsonl",
