@@ -35,13 +35,16 @@ FORBIDDEN_ATTRIBUTES = {
     "numpy", "from_numpy", "tolist", "__array__", "__array_interface__", "__dlpack__",
     "from_dlpack", "frombuffer", "cr_frame", "ag_frame", "__traceback__", "elapsed_time",
     "perf_counter", "perf_counter_ns", "monotonic", "process_time", "thread_time",
-    "setrecursionlimit", "_send", "mark_stage",
+    "setrecursionlimit", "_send", "mark_stage", "attrgetter", "methodcaller",
+    "getattr_static", "__getattribute__", "exc_info", "exception",
     "__class__", "__bases__", "__mro__",
 }
 # Attributes that are harmless on most objects but not on these modules.
 FORBIDDEN_MODULE_ATTRIBUTES = {("sys", "modules"), ("os", "environ"), ("os", "remove"),
                                ("os", "rename"), ("os", "replace"), ("os", "truncate"),
                                ("os", "write"), ("os", "open"), ("sys", "stdout")}
+INDIRECT_BUILTINS = {"getattr", "setattr", "delattr", "eval", "exec", "compile", "__import__",
+                     "globals", "vars", "locals", "open"}
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", "setattr",
                    "delattr", "breakpoint", "input"}
 # torch._C internals that reveal or switch off dispatch tracing
@@ -88,6 +91,15 @@ def scan(source: str) -> list[str]:
 
     def flag(node: ast.AST, what: str) -> None:
         findings.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    # getattr(obj, "constant") is ordinary; getattr passed around (reduce(getattr, ...),
+    # g = getattr) or called with a computed name is a way around this scan.
+    direct_calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in INDIRECT_BUILTINS and \
+                id(node) not in direct_calls:
+            flag(node, f"passes {node.id} around")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
