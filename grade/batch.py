@@ -178,8 +178,9 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             items.append({"submission_id": sid, "problem_id": pid, "source": row["source"],
                           "reference": record["source"], "key": key, "config": config,
                           "record": {"validation": record.get("validation") or {}}})
-        # Triton submissions first, so GPUs work while extension builds run on CPU workers.
-        items.sort(key=lambda it: needs_extension_build(it["source"]))
+        # Triton submissions first, so GPUs work while extension builds run on CPU workers;
+        # within each, by problem, so a problem's reference run is reused while it is cached.
+        items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
         pool = None
         if device.startswith("cuda") and backend == "local":
             to_build = [it for it in items if needs_extension_build(it["source"])]

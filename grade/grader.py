@@ -18,6 +18,7 @@ import hashlib
 import os
 import secrets
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +80,7 @@ class Grader:
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
-                 cache_root: str | None = None):
+                 cache_root: str | None = None, max_references: int = 16):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
         self.cache_root = Path(cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
@@ -88,7 +89,9 @@ class Grader:
         # Extension builds: one folder per candidate source, writable by that candidate only.
         self.extensions_root = extensions_root or str(self.cache_root / "extensions")
         self.guard_paths = [*guard_paths, *_guarded_files()]
-        self._references: dict[str, ReferenceRun] = {}
+        # Reference runs hold every trial's inputs and outputs: keep the most recent few.
+        self._references: OrderedDict[str, ReferenceRun] = OrderedDict()
+        self.max_references = max_references
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -108,14 +111,19 @@ class Grader:
         key = hashlib.sha256(source.encode()).hexdigest()
         with self._lock:
             if key in self._references:
+                self._references.move_to_end(key)
                 return self._references[key]
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            if key in self._references:
-                return self._references[key]
+            with self._lock:
+                if key in self._references:
+                    return self._references[key]
             run = self._run_reference(source, slot_env)
             with self._lock:
                 self._references[key] = run
+                while len(self._references) > self.max_references:
+                    old_key, _ = self._references.popitem(last=False)
+                    self._locks.pop(old_key, None)
             return run
 
     def _run_reference(self, source: str, slot_env: dict | None) -> ReferenceRun:

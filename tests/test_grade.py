@@ -266,3 +266,20 @@ def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, capl
     assert main(command) == 0
     assert "2 already graded" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_reference_runs_are_reused_and_bounded(monkeypatch):
+    from kernelmill.grade.grader import Grader, ReferenceRun
+
+    runs = []
+
+    def fake_run(self, source, slot_env):
+        runs.append(source)
+        return ReferenceRun({"source": source}, WorkerResult(ok=True), "cpu")
+
+    monkeypatch.setattr(Grader, "_run_reference", fake_run)
+    grader = Grader("cpu", max_references=2)
+    for source in ["a", "a", "b", "a", "c", "b", "a"]:
+        assert grader.reference(source).value["source"] == source
+    # a; a (hit); b; a (hit); c evicts b; b evicts a; a again
+    assert runs == ["a", "b", "c", "b", "a"]
