@@ -347,6 +347,19 @@ class _Recorder(TorchFunctionMode):
         x = node.inputs[0]
         lo, hi, s = x.lo, x.hi, x.scale
         n = math.prod(x.shape[d] for d in node.reduced_dims()) if node.op.reduces else 1
+        clipped = x.producer.inputs[0] if (x.producer is not None and x.producer.op is not None
+                                            and x.producer.op.out == "clip"
+                                            and x.producer.inputs) else None
+        if (rule == "keep" and node.op.reduces and n >= 64 and clipped is not None
+                and node.name in ("amax", "max_values", "amin", "min_values")):
+            # the max of many clipped values is the clip bound once a good share exceeds it
+            upper = node.name in ("amax", "max_values")
+            bound = hi if upper else lo
+            if math.isfinite(bound) and clipped.scale >= abs(bound) and (
+                    clipped.hi > bound if upper else clipped.lo < bound):
+                v.lo = v.hi = bound
+                v.scale = abs(bound)
+                return
         if rule == "keep" and node.op.reduces and n >= 64 and x.known and lo == -INF and hi == INF:
             # the max (min) of many centred values sits some sigmas above (below) zero
             extreme = 0.5 * s * math.sqrt(2 * math.log(n))
@@ -441,6 +454,28 @@ class _Recorder(TorchFunctionMode):
         elif rule == "attention":
             vv = node.inputs[2] if len(node.inputs) > 2 else x
             v.lo, v.hi, v.scale = vv.lo, vv.hi, vv.scale * 0.5
+        if not node.op.reduces and len(node.inputs) == 1:
+            self.tighten(node, v)
+
+    @staticmethod
+    def tighten(node: Node, v: Value) -> None:
+        """Map finite input bounds through monotone elementwise ops (sigmoid([2, 4]) is narrow)."""
+        x = node.inputs[0]
+        lo, hi = x.lo, x.hi
+        fn = _INCREASING.get(node.name)
+        try:
+            if fn is not None:
+                new_lo = fn(lo, node.params) if lo > -INF else v.lo
+                new_hi = fn(hi, node.params) if hi < INF else v.hi
+            elif node.name == "cos" and 0.0 <= lo and hi <= math.pi:
+                new_lo, new_hi = math.cos(hi), math.cos(lo)
+            elif node.name == "sin" and -math.pi / 2 <= lo and hi <= math.pi / 2:
+                new_lo, new_hi = math.sin(lo), math.sin(hi)
+            else:
+                return
+        except (OverflowError, ValueError):
+            return
+        v.lo, v.hi = max(v.lo, new_lo), min(v.hi, new_hi)
 
     @staticmethod
     def bounds(node: Node) -> tuple[float, float]:
@@ -456,6 +491,36 @@ class _Recorder(TorchFunctionMode):
             else:
                 out.append(default if b is None else float(b))
         return out[0], out[1]
+
+
+def _gelu(x: float) -> float:
+    return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _silu(x: float) -> float:
+    return x / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+# increasing elementwise functions (on the whole line, or where the trace applies them), so an
+# interval maps endpoint by endpoint; gelu/silu/mish only on the non-negative side
+_INCREASING = {
+    "sigmoid": lambda x, p: 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0,
+    "tanh": lambda x, p: math.tanh(x),
+    "erf": lambda x, p: math.erf(x),
+    "softsign": lambda x, p: x / (1.0 + abs(x)),
+    "hardsigmoid": lambda x, p: min(1.0, max(0.0, x / 6.0 + 0.5)),
+    "exp": lambda x, p: math.exp(x),
+    "log1p": lambda x, p: math.log1p(x),
+    "sqrt": lambda x, p: math.sqrt(x),
+    "softplus": lambda x, p: math.log1p(math.exp(x)) if x < 30 else x,
+    "leaky_relu": lambda x, p: x if x >= 0 else x * p.get("negative_slope", 0.01),
+    "elu": lambda x, p: x if x >= 0 else math.expm1(x),
+    "celu": lambda x, p: x if x >= 0 else p.get("alpha", 1.0) * math.expm1(x / p.get("alpha", 1.0)),
+    "selu": lambda x, p: 1.0507 * (x if x >= 0 else 1.67326 * math.expm1(x)),
+    "gelu": lambda x, p: _gelu(x) if x >= 0 else -0.17,
+    "silu": lambda x, p: _silu(x) if x >= 0 else -0.28,
+    "logsigmoid": lambda x, p: -math.log1p(math.exp(-x)) if x > -700 else x,
+}
 
 
 def _meta_unsupported(exc: BaseException) -> bool:

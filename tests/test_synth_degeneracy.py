@@ -102,6 +102,8 @@ CASES = [
     ("identity", "return x", "return x * 2.0", None),
     ("input_independent", "return torch.ones(ROWS, COLS) * 3.0", "return torch.ones(ROWS, COLS) * x",
      None),
+    ("constant_output", "return torch.amax(torch.clamp(x, min=-0.5, max=0.5), dim=1)",
+     "return torch.amax(torch.clamp(x * 0.1, min=-0.5, max=0.5), dim=1)", None),
     ("constant_output", "return torch.clamp(torch.sigmoid(x), min=2.0, max=3.0)",
      "return torch.clamp(torch.sigmoid(x), min=0.0, max=0.5)", None),
 ]
