@@ -35,7 +35,7 @@ class BuildConfig:
     out: str = "kernelmill-build"
     n: int | None = None               # synthesized problems; None: n_cpu or n_gpu by device
     n_cpu: int = 32
-    n_gpu: int = 250
+    n_gpu: int = 200
     device: str = "auto"
     seed: int = 0
     backend: str = "local"
@@ -81,6 +81,13 @@ class BuildConfig:
             problems.append("workers must be >= 1")
         if problems:
             raise KernelmillError(f"{where}: " + "; ".join(problems))
+        if self.validate:
+            from kernelmill.validate.runner import ValidateConfig
+
+            try:
+                ValidateConfig.coerce(dict(self.validate))
+            except (KernelmillError, TypeError) as exc:
+                raise KernelmillError(f"{where}: [validate]: {exc}") from None
         return self
 
 

@@ -144,6 +144,7 @@ class Build:
     def run_step(self, step: Step, force: bool = False) -> StepResult:
         if not force and self.up_to_date(step):
             return StepResult(step, self.stats_of(step.name), "up to date")  # type: ignore[arg-type]
+        log.info(f"stage {step.name}: {step.title}")
         entry = self.state["stages"].get(step.name) or {}
         sig = self.signature(step)
         same_params = entry.get("params") == sig["params"]
@@ -324,7 +325,7 @@ STEPS: tuple[Step, ...] = (
     Step("validate", "validate", _run_validate,
          inputs=lambda b: [b.path("problems.jsonl")], outputs=("validated.jsonl",),
          params=lambda b: {"device": b.device, "validate": b.config.validate}, resumable=True),
-    Step("passed", "keep passed", _run_keep_passed,
+    Step("passed", "keep problems that passed validation", _run_keep_passed,
          inputs=lambda b: [b.path("problems.jsonl"), b.path("validated.jsonl")],
          outputs=("passed.jsonl",)),
     Step("dedup", "dedup", _run_dedup,
@@ -369,7 +370,6 @@ def run_build(config: BuildConfig, steps: tuple[Step, ...] = STEPS,
     result = BuildResult(build)
     start = time.monotonic()
     for step in steps:
-        log.info(f"stage {step.name}: {step.title}")
         step_result = build.run_step(step)
         if step_result.status == "up to date":
             log.info(f"stage {step.name}: up to date, skipped")
@@ -398,7 +398,7 @@ def summary_table(result: BuildResult):
     for item in result.results:
         stats = item.stats
         reasons = ", ".join(f"{reason} {n}" for reason, n in
-                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]))
+                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]) if n)
         status = "" if item.status == "ran" else item.status
         table.add_row(item.step.name, str(stats.n_kept), str(stats.n_dropped or ""),
                       reasons, f"{stats.seconds:.1f}s", status)
@@ -417,8 +417,9 @@ def _print_summary(result: BuildResult) -> None:
                   f"{counts['eval']} eval) in {result.seconds:.0f}s", highlight=False)
     console.print(f"  load it:   python -c \"import datasets; "
                   f"print(datasets.load_dataset('{dataset}'))\"", highlight=False, soft_wrap=True)
-    console.print(f"  grade:     kernelmill grade {out / 'splits' / 'eval.jsonl'} "
-                  f"SUBMISSIONS.jsonl --out verdicts.jsonl", highlight=False, soft_wrap=True)
+    console.print(f"  grade:     kernelmill grade --problems {out / 'splits' / 'eval.jsonl'} "
+                  "--submissions SUBMISSIONS.jsonl --out verdicts.jsonl", highlight=False,
+                  soft_wrap=True)
     if result.report:
         console.print(f"  report:    {result.report}", highlight=False)
 
@@ -441,7 +442,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Every stage writes under --out; rerunning the same command resumes where "
                     f"it stopped. Defaults and every knob: {DEFAULT_CONFIG}.")
     p.add_argument("--out", help="build folder (default: kernelmill-build)")
-    p.add_argument("--n", type=int, help="problems to synthesize (default: 32 on CPU, 250 on a GPU)")
+    p.add_argument("--n", type=int, help="problems to synthesize (default: 32 on CPU, 200 on a GPU)")
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--config", help="TOML file of build options (see data/build.toml)")
     p.add_argument("--seed", type=int, help="seed of every sampling stage (default 0)")

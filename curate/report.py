@@ -125,7 +125,11 @@ def _style(ax, title: str, xlabel: str = "", ylabel: str = "") -> None:
 
 def funnel_figure(data: ReportData):
     """Problems through the stages: kept, and dropped by reason, per stage."""
-    stages = [s for s in data.stages if s.n_kept or s.n_dropped]
+    # validate's own counts cover only the problems of its last run (a resumed run skips the
+    # finished ones); the "passed" stage counts every problem, so the funnel shows that one.
+    names = {s.stage for s in data.stages}
+    stages = [s for s in data.stages if (s.n_kept or s.n_dropped)
+              and not (s.stage == "validate" and "passed" in names)]
     if not stages:
         raise NoData("no stage has finished yet")
     reasons = Counter()
@@ -141,6 +145,8 @@ def funnel_figure(data: ReportData):
         shown.add("kept")
         left = stats.n_kept
         for reason, n in sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]):
+            if not n:
+                continue
             key = reason if reason in colors else "other"
             label = (f"dropped: {key}"[:60]) if key not in shown else None
             ax.barh(y, n, left=left, color=colors.get(reason, DROP_COLORS[-1]), label=label)
@@ -396,7 +402,7 @@ def _stage_table(data: ReportData) -> str:
     rows = []
     for stats in data.stages:
         reasons = "; ".join(f"{_e(r)}: {n}" for r, n in
-                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]))
+                            sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]) if n)
         rows.append(f"<tr><td>{_e(stats.stage)}</td><td class=n>{stats.n_kept}</td>"
                     f"<td class=n>{stats.n_dropped}</td><td>{reasons}</td>"
                     f"<td class=n>{stats.seconds:.1f}</td></tr>")
@@ -479,6 +485,8 @@ def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:
 {_contamination_table(data)}
 <h2>Use it</h2>
 <p>Load: <code>datasets.load_dataset("{_e(dataset)}")</code></p>
+<p>Grade: <code>kernelmill grade --problems {_e(data.build_dir / "splits" / "eval.jsonl")}
+--submissions SUBMISSIONS.jsonl --out verdicts.jsonl</code></p>
 </body></html>
 """
 
