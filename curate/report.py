@@ -426,18 +426,27 @@ def _counts_table(data: ReportData) -> str:
             + "</table>")
 
 
+def _finding_row(finding: dict) -> dict[str, Any]:
+    """A finding's scalar fields, plus the benchmark item and score of its strongest match."""
+    row = {k: v for k, v in finding.items() if not isinstance(v, (dict, list))}
+    matches = finding.get("matches")
+    if isinstance(matches, list) and matches and isinstance(matches[0], dict):
+        best = matches[0]
+        row["matched"] = ":".join(str(best[k]) for k in ("benchmark", "item_name", "item")
+                                  if best.get(k) not in (None, ""))[:120]
+        if "score" in best:
+            row["score"] = best["score"]
+        row["matches"] = len(matches)
+    return row
+
+
 def _contamination_table(data: ReportData) -> str:
-    findings = contamination_findings(data.contamination)
+    findings = [_finding_row(f) for f in contamination_findings(data.contamination)]
     if not findings:
         return "<p id=contamination-none>No contamination findings.</p>"
-    columns: list[str] = []  # scalar fields (and lists of scalars), in order of first appearance
+    columns: list[str] = []  # in order of first appearance
     for finding in findings:
-        for key, value in finding.items():
-            flat = not isinstance(value, (dict, list)) or \
-                (isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value))
-            if flat and key not in columns:
-                columns.append(key)
-    columns = columns[:8]
+        columns += [k for k in finding if k not in columns]
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = []
     for finding in findings[:500]:
@@ -446,8 +455,6 @@ def _contamination_table(data: ReportData) -> str:
             value = finding.get(column, "")
             if isinstance(value, float):
                 value = f"{value:.3f}"
-            elif isinstance(value, list):
-                value = ", ".join(map(str, value))
             cells.append(f"<td>{_e(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p>{len(findings) - 500} more in contamination.json</p>" if len(findings) > 500 \

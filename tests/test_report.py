@@ -1,0 +1,189 @@
+"""report.html: every figure present, each embedded PNG a real picture, missing data said in words."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelmill.curate.interop import import_folder
+from kernelmill.curate.report import FIGURES, write_report
+from kernelmill.curate.stats import StageStats
+from kernelmill.curate.store import JsonlWriter, read_records
+
+FIGURE_NAMES = [name for name, _title, _make in FIGURES]
+EXPECTED = {"funnel", "categories", "difficulty", "eager_runtime", "inductor_speedup",
+            "roofline_headroom", "cluster_sizes", "contamination"}
+
+
+class ReportParser(HTMLParser):
+    """Collects each <figure>'s attributes and the data: URI of its <img>, and table ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.figures: dict[str, dict] = {}
+        self.tables: list[str] = []
+        self.external: list[str] = []
+        self._current: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "figure":
+            self._current = attrs["id"].removeprefix("fig-")
+            self.figures[self._current] = {"attrs": attrs, "src": None}
+        elif tag == "img":
+            src = attrs.get("src", "")
+            if not src.startswith("data:"):
+                self.external.append(src)
+            if self._current:
+                self.figures[self._current]["src"] = src
+        elif tag == "table":
+            self.tables.append(attrs.get("id", ""))
+        elif tag in ("link", "script") and (attrs.get("href") or attrs.get("src")):
+            self.external.append(attrs.get("href") or attrs.get("src"))
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self._current = None
+
+
+def parse_report(page: Path) -> ReportParser:
+    parser = ReportParser()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+def decode_png(src: str) -> bytes:
+    prefix = "data:image/png;base64,"
+    assert src.startswith(prefix), src[:40]
+    return base64.b64decode(src[len(prefix):], validate=True)
+
+
+def assert_real_picture(png: bytes, name: str) -> None:
+    import matplotlib.image
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert len(png) > 5000, f"{name}: only {len(png)} bytes"
+    pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
+    assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 400, name
+    flat = pixels[..., :3].reshape(-1, 3)
+    colours = np.unique((flat * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 8, f"{name}: {len(colours)} colours"
+    ink = (flat.mean(axis=1) < 0.9).mean()  # share of pixels that are not near-white
+    assert ink > 0.01, f"{name}: almost blank ({ink:.4f} of pixels drawn)"
+
+
+def check_report(build_dir: Path) -> ReportParser:
+    """The page parses, has every figure, and every figure is a real PNG equal to its file."""
+    page = build_dir / "report.html"
+    parsed = parse_report(page)
+    assert set(parsed.figures) == EXPECTED == set(FIGURE_NAMES)
+    assert not parsed.external, f"not self-contained: {parsed.external}"
+    for name, figure in parsed.figures.items():
+        png = decode_png(figure["src"])
+        assert_real_picture(png, name)
+        assert (build_dir / "figures" / f"{name}.png").read_bytes() == png
+        state = figure["attrs"]["data-state"]
+        assert state in ("data", "empty")
+        assert (state == "empty") == bool(figure["attrs"].get("data-reason"))
+    assert {"counts", "stages"} <= set(parsed.tables)
+    return parsed
+
+
+# -- a build folder shaped like one a GPU build leaves, made from the real seeds ---------------
+
+def _gpu_validation(rng: random.Random, device: str) -> dict:
+    eager = 10 ** rng.uniform(-0.5, 2)
+    measured = device != "cpu"
+    return {
+        "device": device, "passed": True, "flags": [], "checks": {},
+        "eager_ms": eager if measured else None,
+        "inductor_ms": eager / 1.3 if measured else None,
+        "inductor_speedup": 10 ** rng.gauss(0.1, 0.2) if measured else None,
+        "headroom": 10 ** rng.uniform(0, 2.5) if measured else None,
+        "difficulty": {"score": rng.random(), "tier": rng.choice(["easy", "medium", "hard"])},
+    }
+
+
+def make_build_dir(root: Path, seeds_dir: Path, device: str, n_seeds: int = 24) -> Path:
+    rng = random.Random(7)
+    build = root / f"build-{device}"
+    import_folder(seeds_dir, build / "seeds.jsonl")
+    records = list(read_records(build / "seeds.jsonl"))[:n_seeds]
+    with JsonlWriter(build / "curated.jsonl") as curated, \
+            JsonlWriter(build / "splits" / "train.jsonl") as train, \
+            JsonlWriter(build / "splits" / "eval.jsonl") as evals:
+        for i, record in enumerate(records):
+            record = record.replace(validation=_gpu_validation(rng, device),
+                                    cluster=rng.choice([0, 0, 0, 1, 1, 2, 3]),
+                                    split="eval" if i % 5 == 0 else "train")
+            curated.write(record)
+            (evals if record.split == "eval" else train).write(record)
+    contaminated = records[-1]
+    (build / "splits" / "contamination.json").write_text(json.dumps({
+        "policy": "drop", "against": ["KernelBench/level1"], "contaminated": 1,
+        "problems": [{"id": contaminated.id, "name": contaminated.name,
+                      "category": contaminated.category, "action": "dropped",
+                      "key": "structural",
+                      "matches": [{"benchmark": "KernelBench/level1", "item": "23_Softmax.py",
+                                   "item_name": "23_Softmax", "key": "structural",
+                                   "score": 1.0}]}]}))
+    stages = {}
+    for name, kept, drops in (("import", len(records), {}), ("synth", 40, {"degenerate": 3}),
+                              ("passed", 50, {"failed runs": 4, "failed input_sensitive": 6}),
+                              ("dedup", 45, {"exact_duplicate": 5}), ("cluster", 45, {}),
+                              ("split", 44, {"contaminated": 1}), ("publish", 44, {})):
+        stats = StageStats(name)
+        stats.kept(kept)
+        for reason, n in drops.items():
+            stats.dropped(reason, n)
+        stats.seconds = 1.5
+        stages[name] = {"finished": "now", "stats": stats.to_dict()}
+    (build / "build_state.json").write_text(json.dumps(
+        {"version": 1, "device": device, "stages": stages, "total_seconds": 12.0}))
+    return build
+
+
+def test_gpu_shaped_build_has_every_figure_with_data(tmp_path, seeds_dir):
+    build = make_build_dir(tmp_path, seeds_dir, "cuda")
+    write_report(build)
+    parsed = check_report(build)
+    for name, figure in parsed.figures.items():
+        assert figure["attrs"]["data-state"] == "data", (name, figure["attrs"])
+    page = (build / "report.html").read_text()
+    assert "contamination" in parsed.tables and "23_Softmax" in page
+    assert "failed input_sensitive" in page  # drop reasons reach the stage table
+
+
+def test_cpu_build_says_runtimes_were_not_measured(tmp_path, seeds_dir):
+    build = make_build_dir(tmp_path, seeds_dir, "cpu")
+    write_report(build)
+    parsed = check_report(build)
+    for name in ("eager_runtime", "inductor_speedup", "roofline_headroom"):
+        attrs = parsed.figures[name]["attrs"]
+        assert attrs["data-state"] == "empty"
+        assert "not measured on CPU" in attrs["data-reason"]
+    for name in ("funnel", "categories", "difficulty", "cluster_sizes", "contamination"):
+        assert parsed.figures[name]["attrs"]["data-state"] == "data", name
+
+
+def test_empty_build_folder_still_renders_every_figure(tmp_path):
+    write_report(tmp_path)
+    parsed = check_report(tmp_path)
+    assert all(f["attrs"]["data-state"] == "empty" for f in parsed.figures.values())
+
+
+def test_check_report_rejects_a_blank_figure(tmp_path, seeds_dir):
+    """The checks above can fail: a blank white PNG is caught."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    with pytest.raises(AssertionError):
+        assert_real_picture(buffer.getvalue(), "blank")
