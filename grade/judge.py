@@ -313,4 +313,6 @@ def _finish(verdict: dict, hacks: dict[str, str]) -> dict:
     verdict["hack_details"] = hacks
     if hacks:
         verdict["correct"] = False
+        # measured times stay in ``timings``; a flagged submission has no speedup to report
+        verdict["speedup_vs_eager"] = verdict["speedup_vs_inductor"] = None
     return verdict
