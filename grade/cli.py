@@ -24,7 +24,8 @@ JSON_FIELDS = ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
 
 def _policy(args: argparse.Namespace) -> Policy:
     policy = Policy(trials=args.trials, max_torch_ops=args.max_torch_ops, time=not args.no_time,
-                    timeout_s=args.timeout, atol=args.atol, rtol=args.rtol)
+                    timeout_s=args.timeout, atol=args.atol, rtol=args.rtol,
+                    sandbox=not args.no_sandbox)
     if args.inductor is not None:
         policy.inductor = args.inductor == "on"
     return policy
@@ -121,5 +122,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", help="ray cluster address")
     p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")
+    p.add_argument("--no-sandbox", action="store_true", help="do not confine workers with "
+                   "Landlock (debugging only: submissions can then write files)")
     p.set_defaults(func=_cmd_grade)
 
