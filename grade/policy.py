@@ -55,8 +55,11 @@ is_contiguous dim numel lift_fresh record_stream set_
 
 
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
-    """Copies and fills count as computation when they are what the reference itself does
-    (a transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer)."""
+    """Copies and fills count as computation when they are all the reference does (a
+    transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer). When the
+    reference computes something else, its incidental copies do not taint the candidate's."""
+    if not reference_ops or compute_ops(reference_ops):
+        return []
     used = {op_base(op) for op in reference_ops} - PURE_MEMORY_OPS
     return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES and op_base(op) in used
             and op_base(op) in ALLOWED_OPS]

@@ -283,3 +283,13 @@ def test_reference_runs_are_reused_and_bounded(monkeypatch):
         assert grader.reference(source).value["source"] == source
     # a; a (hit); b; a (hit); c evicts b; b evicts a; a again
     assert runs == ["a", "b", "c", "b", "a"]
+
+
+def test_copies_count_only_when_the_reference_is_a_copy():
+    from kernelmill.grade.policy import reference_compute_ops
+
+    candidate = ["aten.empty.memory_format", "aten.clone.default"]
+    transpose = ["aten.t.default", "aten.clone.default"]
+    matmul = ["aten.clone.default", "aten.mm.default"]
+    assert reference_compute_ops(candidate, transpose) == ["aten.clone.default"]
+    assert reference_compute_ops(candidate, matmul) == []
