@@ -143,6 +143,22 @@ def clamp_to_constant(node: Node) -> str | None:
     return None
 
 
+@rule("shrink_to_zero")
+def shrink_of_small_values(node: Node) -> str | None:
+    """softshrink/hardshrink whose threshold exceeds every (or nearly every) input value is 0."""
+    x = node.x
+    if node.name not in ("softshrink", "hardshrink") or x is None:
+        return None
+    lambd = node.params.get("lambd", 0.5)
+    if not isinstance(lambd, (int, float)):
+        return None
+    if -lambd <= x.lo and x.hi <= lambd:
+        return f"{node.name}(lambd={lambd}) of values in [{x.lo:.3g}, {x.hi:.3g}] is all zeros"
+    if x.known and x.scale < lambd / 8:
+        return f"{node.name}(lambd={lambd}) of values of magnitude ~{x.scale:.3g} is almost all zeros"
+    return None
+
+
 @rule("idempotent_twice")
 def idempotent_applied_twice(node: Node) -> str | None:
     """relu(relu(x)), abs(abs(x)), round(round(x)) ...: the second application is redundant."""

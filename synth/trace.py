@@ -360,6 +360,16 @@ class _Recorder(TorchFunctionMode):
                 v.lo = v.hi = bound
                 v.scale = abs(bound)
                 return
+        smooth = x.producer if (x.producer is not None and x.producer.op is not None
+                                and x.producer.op.out == "smooth_rect" and x.producer.inputs) else None
+        if (rule == "keep" and node.op.reduces and n >= 64 and smooth is not None
+                and node.name in ("amin", "min_values") and smooth.inputs[0].lo == -INF
+                and smooth.inputs[0].scale >= 0.5 and smooth.name in _SMOOTH_MINIMUM):
+            # GELU/SiLU/Mish/HardSwish reach their minimum inside the bulk of a unit-scale input:
+            # the min of many of them is that minimum, whatever the input
+            v.lo = v.hi = _SMOOTH_MINIMUM[smooth.name]
+            v.scale = abs(v.lo)
+            return
         if rule == "keep" and node.op.reduces and n >= 64 and x.known and lo == -INF and hi == INF:
             # the max (min) of many centred values sits some sigmas above (below) zero
             extreme = 0.5 * s * math.sqrt(2 * math.log(n))
@@ -446,11 +456,16 @@ class _Recorder(TorchFunctionMode):
             else:
                 v.scale = s / math.sqrt(3)
         elif rule.startswith("matmul"):
-            other = node.inputs[1] if len(node.inputs) > 1 else x
-            k = x.shape[-1] if x.shape else 1
-            v.scale = s * other.scale * math.sqrt(k)
-            if x.nonneg and other.nonneg:
+            a, b = (node.inputs[1], node.inputs[2]) if node.name in ("addmm", "baddbmm") and len(
+                node.inputs) > 2 else (x, node.inputs[1] if len(node.inputs) > 1 else x)
+            k = a.shape[-1] if a.shape else 1
+            v.scale = a.scale * b.scale * math.sqrt(k)
+            if node.name in ("addmm", "baddbmm"):
+                v.scale = math.hypot(v.scale, s)
+            if a.nonneg and b.nonneg and (a is x or x.nonneg):
                 v.lo = 0.0
+        elif rule == "glu":  # a * sigmoid(b): the sign of a
+            v.lo, v.hi, v.scale = min(lo, 0.0), max(hi, 0.0), s * 0.5
         elif rule == "attention":
             vv = node.inputs[2] if len(node.inputs) > 2 else x
             v.lo, v.hi, v.scale = vv.lo, vv.hi, vv.scale * 0.5
@@ -493,6 +508,9 @@ class _Recorder(TorchFunctionMode):
         return out[0], out[1]
 
 
+_SMOOTH_MINIMUM = {"gelu": -0.17, "silu": -0.2785, "mish": -0.3088, "hardswish": -0.375}
+
+
 def _gelu(x: float) -> float:
     return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
 
@@ -520,6 +538,7 @@ _INCREASING = {
     "gelu": lambda x, p: _gelu(x) if x >= 0 else -0.17,
     "silu": lambda x, p: _silu(x) if x >= 0 else -0.28,
     "logsigmoid": lambda x, p: -math.log1p(math.exp(-x)) if x > -700 else x,
+    "tanhshrink": lambda x, p: x - math.tanh(x),
 }
 
 
