@@ -203,6 +203,9 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         compute = compute_ops(ops) + reference_compute_ops(ops, reference.get("ops", []))
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
+        if call.get("output_by_copy"):
+            hack("torch_compute", f"{name}: the output was written by PyTorch copies, "
+                 "not by a custom kernel")
         reads = sum(1 for op in ops if ".item" in op or "_local_scalar_dense" in op)
         if reads > policy.max_scalar_reads:
             hack("torch_compute", f"{name}: {reads} scalar reads (.item()): host-side compute")

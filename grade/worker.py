@@ -84,6 +84,12 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
 
 _counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0}
 _active = [False]  # True while a candidate forward call is in progress
+_in_launch = [0]  # depth of Triton launches in progress (the interpreter copies through torch)
+_kernel_args: list[tuple[int, int]] = []  # storage spans handed to custom kernels in forward
+
+
+def _note_kernel_args(args, kwargs) -> None:
+    _kernel_args.extend(_spans([*args, *kwargs.values()]))
 
 
 def _count_thread_start(original):
@@ -127,7 +133,12 @@ def _install_triton_hook() -> bool:
         def run(self, *args, grid, warmup, _original=original, **kwargs):
             if not warmup and _active[0]:
                 _counts["launches"] += 1
-            return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                _note_kernel_args(args, kwargs)
+            _in_launch[0] += 1
+            try:
+                return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                _in_launch[0] -= 1
 
         cls.run = run
         _ORIGINALS[f"{cls.__name__}.run"] = (cls, "run", run)
@@ -146,6 +157,7 @@ class _ExtensionProxy:
             def call(*args, **kwargs):
                 if _active[0]:
                     _counts["ext_calls"] += 1
+                    _note_kernel_args(args, kwargs)
                 return value(*args, **kwargs)
             return call
         return value
@@ -398,9 +410,19 @@ class _OpTrace(TorchDispatchMode):
         super().__init__()
         self.ops: list[str] = []
 
+        self.copy_spans: list[tuple[int, int]] = []
+
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+        name = str(func)
+        self.ops.append(name)
+        out = func(*args, **(kwargs or {}))
+        if _in_launch[0] == 0 and name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS:
+            target = args[0] if name.split(".")[1] == "copy_" and args else out
+            self.copy_spans.extend(_spans([target]))
+        return out
+
+
+_COPY_OPS = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "copy"}
 
 
 # TorchDispatchMode wraps __torch_dispatch__ in a lazy torch._dynamo.disable, whose first call
@@ -481,6 +503,7 @@ class _Run:
         modes_before = active_modes()
         tracer = _OpTrace() if trace else None
         record: dict[str, Any] = {}
+        _kernel_args.clear()
         _active[0] = True
         try:
             with torch.no_grad():
@@ -498,6 +521,13 @@ class _Run:
         record["modes"] = max(modes_before, active_modes())
         if tracer is not None:
             record["ops"] = tracer.ops
+            items = list(out) if _type(out) in (tuple, list) else [out]
+            produced = _spans([t for t in items if _type(t) is _Tensor])
+            overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731
+                                         for a, b in spans)
+            # The answer was copied into place by PyTorch and no custom kernel touched it.
+            record["output_by_copy"] = overlaps(tracer.copy_spans) and \
+                not overlaps(_kernel_args)
         record["threads"] = sorted(t.name for t in _enumerate_threads()
                                    if t.ident not in self.base_threads and t.is_alive())
         tasks = _tasks()
