@@ -469,6 +469,13 @@ class _Recorder(TorchFunctionMode):
         elif rule == "attention":
             vv = node.inputs[2] if len(node.inputs) > 2 else x
             v.lo, v.hi, v.scale = vv.lo, vv.hi, vv.scale * 0.5
+        if node.name in ("softshrink", "hardshrink"):  # values near zero become exactly zero
+            lambd = node.params.get("lambd", 0.5)
+            lambd = lambd if isinstance(lambd, (int, float)) else 0.5
+            if lo <= lambd:
+                v.lo = min(v.lo, 0.0)
+            if hi >= -lambd:
+                v.hi = max(v.hi, 0.0)
         if not node.op.reduces and len(node.inputs) == 1:
             self.tighten(node, v)
 

@@ -104,6 +104,8 @@ CASES = [
      "return torch.tanh(torch.topk(x * 6.0, 4, dim=1).values / 10.0)", None),
     ("domain", "return torch.log(self.linear(x))", "return torch.log(torch.sigmoid(x))", None),
     ("domain", "return torch.sqrt(x - 0.5)", "return torch.sqrt(x + 0.5)", "torch.rand(ROWS, COLS)"),
+    ("domain", "return torch.log(F.hardshrink(torch.sigmoid(x), lambd=0.5))",
+     "return torch.log(F.hardshrink(torch.sigmoid(x), lambd=0.5) + 1.0)", None),
     ("overflow", "return torch.exp(x * 30.0)", "return torch.exp(x)", None),
     ("random_in_forward", "return x + torch.randn_like(x)", "return x + torch.ones_like(x)", None),
     ("random_in_forward", "return self.drop(self.linear(x))", "return self.linear(x)", None),
