@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -428,7 +429,18 @@ def _cmd_build(args: argparse.Namespace) -> int:
     config = load_config(args.config, out=args.out, n=args.n, device=args.device,
                          seed=args.seed, backend=args.backend, address=args.address,
                          workers=args.workers, against=args.against)
-    result = run_build(config)
+    try:
+        result = run_build(config)
+    except KeyboardInterrupt:
+        if config.backend != "local":
+            raise  # Ray's own exit handlers stop the local cluster it started
+        # Everything finished is already on disk (writers flush per record). The local backend's
+        # slot threads may still be inside a worker run; a normal interpreter shutdown can abort
+        # in them (SIGABRT), so leave at once with Ctrl-C's status.
+        print("kernelmill: interrupted; rerun the same command to resume", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        os._exit(130)
     _print_summary(result)
     return 0
 
