@@ -52,6 +52,7 @@ class BuildConfig:
     contamination_threshold: float = 0.8
     report: bool = True
     validate: dict[str, Any] = field(default_factory=dict)  # passed to the validator as is
+    llm: dict[str, Any] = field(default_factory=dict)  # LLM proposals in synthesis; {}: none
 
     def n_for(self, device: str) -> int:
         if self.n is not None:
@@ -88,6 +89,13 @@ class BuildConfig:
                 ValidateConfig.coerce(dict(self.validate))
             except (KernelmillError, TypeError) as exc:
                 raise KernelmillError(f"{where}: [validate]: {exc}") from None
+        if self.llm:
+            from kernelmill.synth.llm import LLMConfig
+
+            try:
+                LLMConfig(**self.llm)
+            except TypeError as exc:
+                raise KernelmillError(f"{where}: [llm]: {exc}") from None
         return self
 
 
@@ -101,7 +109,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "eval_fraction": (float, int),
     "dedup_threshold": (float, int), "clusters": (int,), "against": (list,),
     "keep_contaminated": (bool,), "contamination_threshold": (float, int), "report": (bool,),
-    "validate": (dict,),
+    "validate": (dict,), "llm": (dict,),
 }
 assert set(_TYPES) == set(FIELDS), "every BuildConfig field needs a TOML type"
 

@@ -235,7 +235,8 @@ def _run_synth(build: Build) -> StageStats:
         return StageStats("synth")
     from kernelmill.synth.generate import synthesize
 
-    return synthesize(seeds_folder(build), out, n=build.n, seed=build.config.seed)
+    return synthesize(seeds_folder(build), out, n=build.n, seed=build.config.seed,
+                      llm=dict(build.config.llm) or None)
 
 
 def _run_concat(build: Build) -> StageStats:
@@ -319,7 +320,9 @@ STEPS: tuple[Step, ...] = (
          params=lambda b: {"seeds": [p.name for p in selected_seeds(b.config)]}),
     Step("synth", "synthesize", _run_synth,
          inputs=lambda b: selected_seeds(b.config), outputs=("synth.jsonl",),
-         params=lambda b: {"n": b.n, "seed": b.config.seed}, resumable=True),
+         params=lambda b: {"n": b.n, "seed": b.config.seed,
+                           "llm": {k: v for k, v in b.config.llm.items() if k != "api_key"}},
+         resumable=True),
     Step("problems", "concatenate", _run_concat,
          inputs=lambda b: [b.path("seeds.jsonl"), b.path("synth.jsonl")],
          outputs=("problems.jsonl",)),

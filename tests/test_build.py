@@ -49,6 +49,7 @@ def test_n_defaults_by_device_and_flags_win_over_the_file(tmp_path):
     ('n = 4\nseed = \n', ":2: invalid TOML"),
     ('eval_fraction = 1.5\n', "eval_fraction must be between 0 and 1"),
     ('[validate]\nmax_ablation = 3\n', "[validate]: unknown validate setting(s): max_ablation"),
+    ('[llm]\nmodel = "m"\nbogus = 1\n', "[llm]: "),
 ])
 def test_bad_config_is_one_line_naming_file_and_line(tmp_path, text, message):
     path = tmp_path / "bad.toml"
