@@ -62,7 +62,7 @@ class BuildConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def check(self, where: str = "config") -> "BuildConfig":
+    def check(self, where: str = "config") -> BuildConfig:
         """Raise a one-line KernelmillError for values no stage could use."""
         problems = []
         if self.n is not None and self.n < 0:

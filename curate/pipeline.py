@@ -48,10 +48,10 @@ class Step:
 
     name: str
     title: str
-    run: Callable[["Build"], StageStats]
-    inputs: Callable[["Build"], list[Path]]
+    run: Callable[[Build], StageStats]
+    inputs: Callable[[Build], list[Path]]
     outputs: tuple[str, ...]
-    params: Callable[["Build"], dict[str, Any]] = lambda build: {}
+    params: Callable[[Build], dict[str, Any]] = lambda build: {}
     resumable: bool = False
 
 
@@ -404,6 +404,9 @@ def summary_table(result: BuildResult):
         reasons = ", ".join(f"{reason} {n}" for reason, n in
                             sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]) if n)
         status = "" if item.status == "ran" else item.status
+        before = stats.counts.get("already validated", 0)
+        if before and item.status != "up to date":
+            status = f"{status}: {before} done before".lstrip(": ")
         table.add_row(item.step.name, str(stats.n_kept), str(stats.n_dropped or ""),
                       reasons, f"{stats.seconds:.1f}s", status)
     return table

@@ -82,7 +82,7 @@ def load_report_data(build_dir: str | Path) -> ReportData:
         state = json.loads(state_path.read_text(encoding="utf-8"))
         data.device = state.get("device", "unknown")
         data.total_seconds = state.get("total_seconds")
-        for name, entry in state.get("stages", {}).items():
+        for entry in state.get("stages", {}).values():
             if entry.get("stats"):
                 data.stages.append(StageStats.from_dict(entry["stats"]))
     for split in SPLITS:
@@ -121,6 +121,11 @@ def _style(ax, title: str, xlabel: str = "", ylabel: str = "") -> None:
     ax.set_ylabel(ylabel)
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(axis="both", alpha=0.25)
+    from matplotlib.ticker import MaxNLocator
+
+    counts_axis = ax.xaxis if xlabel == "problems" else ax.yaxis
+    if "problems" in (xlabel, ylabel):
+        counts_axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def funnel_figure(data: ReportData):

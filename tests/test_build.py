@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernelmill.curate import cli
 from kernelmill.curate.config import DEFAULT_CONFIG, BuildConfig, load_config, parse_toml
 from kernelmill.curate.errors import KernelmillError
@@ -238,7 +237,7 @@ def test_kill_mid_validation_then_rerun_finishes_without_redoing_or_duplicating(
         assert state["stages"]["validate"]["finished"] is None
 
     proc = _build_cli(config)
-    stdout, stderr = proc.communicate(timeout=300)
+    _stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
     final = _lines(validated)
     assert final[:len(second)] == second  # finished problems were neither redone nor rewritten

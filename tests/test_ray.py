@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kernelmill.curate.errors import KernelmillError
 from kernelmill.curate.interop import import_folder
 from kernelmill.curate.store import read_jsonl
@@ -63,8 +62,8 @@ def test_a_task_whose_worker_dies_is_retried(local_ray, tmp_path):
 
     marker = tmp_path / "died-once"
     items = [{"marker": str(marker), "value": 1}, {"marker": str(tmp_path / "other"), "value": 2}]
-    results = dict((item["value"], result) for item, result in
-                   RayBackend(device="cpu", max_retries=2).map_unordered(die_once, items))
+    results = {item["value"]: result for item, result in
+               RayBackend(device="cpu", max_retries=2).map_unordered(die_once, items)}
     assert sorted(results) == [1, 2]
     assert int(marker.read_text()) != results[1]["pid"]  # the retry ran in a new worker
 

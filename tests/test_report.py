@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from kernelmill.curate.interop import import_folder
 from kernelmill.curate.report import FIGURES, write_report
 from kernelmill.curate.stats import StageStats

@@ -11,11 +11,14 @@ this backend is built.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .backends import Slot, TaskFn, resolve_device
+
+log = logging.getLogger("kernelmill")
 
 
 def _import_ray():
@@ -103,8 +106,8 @@ class RayBackend:
             for ref in pending:  # interrupted or failed: stop what is still queued or running
                 try:
                     ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 — best effort on the way out
-                    pass
+                except Exception as exc:  # noqa: BLE001 — best effort on the way out
+                    log.debug(f"ray: cancelling a task failed: {exc}")
 
     def _result(self, ref: Any, item: Any) -> Any:
         ray = self.ray
