@@ -92,7 +92,8 @@ def _build_cli(config: Path, env_extra: dict | None = None) -> subprocess.Popen:
     code = ("import sys\nfrom kernelmill.curate.cli import main\n"
             "rc = main(sys.argv[1:])\nprint('RAY_IMPORTED', 'ray' in sys.modules)\n"
             "sys.exit(rc)\n")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HOME": str(config.parent / "hf_home"),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-c", code, "build", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=config.parent)
