@@ -367,6 +367,10 @@ class BuildResult:
 def run_build(config: BuildConfig, steps: tuple[Step, ...] = STEPS,
               on_step: Callable[[StepResult], None] | None = None) -> BuildResult:
     """Run every step that is not up to date, in order; then write the report."""
+    if config.backend == "ray":  # fail before any stage runs, not half-way through the build
+        from kernelmill.validate.ray_backend import _import_ray
+
+        _import_ray()
     build = Build(config)
     build.dir.mkdir(parents=True, exist_ok=True)
     log.info(f"build in {build.dir} on {build.device}: {len(selected_seeds(config))} seed(s) "

@@ -111,3 +111,14 @@ def test_missing_ray_is_a_one_line_install_hint(monkeypatch):
     with pytest.raises(KernelmillError) as err:
         ray_backend.RayBackend(device="cpu")
     assert str(err.value) == "the ray backend needs Ray: pip install 'kernelmill[ray]'"
+
+
+def test_build_with_ray_backend_but_no_ray_fails_before_any_stage(monkeypatch, tmp_path, capsys):
+    from kernelmill.curate import cli
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    out = tmp_path / "build"
+    assert cli.main(["build", "--out", str(out), "--backend", "ray", "--n", "0"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "kernelmill: error: the ray backend needs Ray: pip install 'kernelmill[ray]'"
+    assert not out.exists()
