@@ -34,8 +34,8 @@ class BuildConfig:
 
     out: str = "kernelmill-build"
     n: int | None = None               # synthesized problems; None: n_cpu or n_gpu by device
-    n_cpu: int = 32
-    n_gpu: int = 200
+    n_cpu: int = 16
+    n_gpu: int = 24
     device: str = "auto"
     seed: int = 0
     backend: str = "local"

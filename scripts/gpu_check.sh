@@ -34,7 +34,8 @@ for part in $parts; do
     grade)    python3 benchmarks/grade_throughput.py 2>&1 | tee "$out/grade_throughput.log" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
     build)    kernelmill build --out /tmp/kmbuild --device cuda 2>&1 | tee "$out/build.log"
-              cp /tmp/kmbuild/report.html "$out/" 2>/dev/null ;;
+              for f in report.html build_state.json validated.jsonl; do
+                cp "/tmp/kmbuild/$f" "$out/" 2>/dev/null; done ;;
     *)        echo "unknown part $part" ;;
   esac
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"

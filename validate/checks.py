@@ -409,8 +409,9 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
         dead = ab["dead"]
         checks["no_dead_ops"] = check(
             not dead, dead or None,
-            f"{ab['tried']} ablations all change the output" if not dead else
-            "removing these leaves the output unchanged: " + "; ".join(dead))
+            (f"{ab['tried']} ablations all change the output" if not dead else
+             "removing these leaves the output unchanged: " + "; ".join(dead))
+            + (f" (stopped early: {ab['aborted']})" if ab.get("aborted") else ""))
 
     cal = m["tolerance"]
     if cal.get("noise") is None:

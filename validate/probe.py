@@ -349,7 +349,8 @@ def _model_like(ns: dict, sd: dict[str, int], reference):
 
 def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, tol) -> dict:
     """Run each variant on the reference inputs and weights; list those within tolerance."""
-    dead = []
+    dead: list[str] = []
+    tried = 0
     for variant in ablations:
         try:
             ns = load_namespace(variant["source"], tag="ablation")
@@ -361,12 +362,24 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
         for build in builders:  # fast path first; a full seeded build when it cannot apply
             try:
                 out = run_forward(build(), ref_inputs, sd["forward"], device)
+                _sync(device)
                 break
-            except Exception:  # noqa: BLE001 — an ablation that breaks forward is not dead
+            except Exception as exc:  # noqa: BLE001 — an ablation that breaks forward is not dead
                 out = None
+                if _device_poisoned(exc):
+                    # A device-side assert (e.g. an index out of range once an op is removed)
+                    # leaves the CUDA context unusable: stop here, keep what was learned.
+                    return {"tried": tried, "dead": dead,
+                            "aborted": f"{variant['label']}: {str(exc).splitlines()[0][:200]}"}
+        tried += 1
         if out is not None and C.shapes_equal(out, ref_out) and C.max_error(out, ref_out) <= tol:
             dead.append(variant["label"])
-    return {"tried": len(ablations), "dead": dead}
+    return {"tried": tried, "dead": dead}
+
+
+def _device_poisoned(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return "AcceleratorError" in text or "CUDA error" in text or "device-side assert" in text
 
 
 def probe_problem(payload: dict) -> dict:
@@ -488,11 +501,6 @@ def probe_problem(payload: dict) -> dict:
         m["affine"] = affine
         del alt
 
-        _mark("ablation")
-        ablations = payload.get("ablations")
-        m["ablation"] = None if ablations is None else _ablate(
-            ablations, sd, model, inputs, ref, device, tol)
-
         _mark("trace")
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device)
         params = list(model.parameters()) + list(model.buffers())
@@ -514,6 +522,12 @@ def probe_problem(payload: dict) -> dict:
     else:
         m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
                        "eager_ms": None}
+    # Ablation last: a removed op can trip a device-side assert that poisons the CUDA context.
+    _mark("ablation")
+    ablations = payload.get("ablations")
+    with lock.shared():
+        m["ablation"] = None if ablations is None else _ablate(
+            ablations, sd, model, inputs, ref, device, tol)
     return m
 
 

@@ -70,7 +70,7 @@ class ValidateConfig:
     inductor_mode: str | None = None
     cross_process: bool | None = None  # None: on CUDA a second worker; on CPU folded in-process
     cpu_max_numel: int | None = None   # None: synth.resize.CPU_MAX_NUMEL
-    workers_per_gpu: int | None = None  # None: CPU cores per GPU, at most 8
+    workers_per_gpu: int | None = None  # None: CPU cores per GPU, at most 16
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
@@ -320,7 +320,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         if workers is None:
             gpus = max(1, torch.cuda.device_count())
             workers = gpus * (cfg.workers_per_gpu or
-                              max(1, min(8, (os.cpu_count() or 2) // gpus)))
+                              max(1, min(16, (os.cpu_count() or 2) // gpus)))
 
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
