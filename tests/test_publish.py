@@ -30,15 +30,17 @@ def split_dir(tmp_path, seeds_dir):
     for i, r in enumerate(records):
         r.validation = validation(i)
         r.cluster = i % 4
-    marked = Record.from_source(BASE, name="marked", category="fused", level=2)
-    marked.extra["contamination"] = {"matches": [{"key": "near", "score": 0.9}]}
-    records.append(marked)
+    records.append(Record.from_source(BASE, name="marked", category="fused", level=2))
     raw = tmp_path / "curated.jsonl"
     with JsonlWriter(raw) as writer:
         for r in records:
             writer.write(r)
+    bench = tmp_path / "bench" / "level2"
+    bench.mkdir(parents=True)
+    (bench / "1_Copy.py").write_text(BASE.replace("    def forward", "    # copied\n    def forward"))
     out = tmp_path / "split"
-    assert main(["split", str(raw), "--out", str(out), "--eval-fraction", "0.25"]) == 0
+    assert main(["split", str(raw), "--out", str(out), "--eval-fraction", "0.25",
+                 "--against", str(tmp_path / "bench"), "--keep-contaminated"]) == 0
     return out
 
 
@@ -60,7 +62,7 @@ def test_publish_round_trips_through_load_dataset(tmp_path, split_dir, capsys):
     assert row["reference"].startswith('"""') and "class Model" in row["reference"]
     assert row["problem_id"] and row["family"] and row["difficulty"] in ("easy", "medium", "hard")
     assert json.loads(row["validation"])["device"] == "NVIDIA H100 80GB HBM3"
-    assert json.loads(rows["marked"]["contamination"])["matches"][0]["key"] == "near"
+    assert json.loads(rows["marked"]["contamination"])["matches"][0]["key"] == "exact"
     assert rows["marked"]["validated"] is None and rows["marked"]["difficulty"] == "unknown"
     families = {split: {r["family"] for r in ds[split]} for split in ds}
     assert not families["train"] & families["eval"]
@@ -78,7 +80,8 @@ def test_card_yaml_and_prose(tmp_path, split_dir):
     assert [f["name"] for f in meta["dataset_info"]["features"]] == [c for c, _, _ in COLUMNS]
     assert sum(s["num_examples"] for s in meta["dataset_info"]["splits"]) == 31
     for needle in ("NVIDIA H100 80GB HBM3", "2.11.0+cu130", "`not_constant`", "kernelmill grade",
-                   "family", "No reference benchmark", "| category |", "`reference`"):
+                   "family", "1 problem(s) matched and were kept and marked", "| category |",
+                   "`reference`"):
         assert needle in prose, needle
     assert (dataset_dir / "contamination.json").exists()
 
