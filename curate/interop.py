@@ -34,8 +34,10 @@ def problem_files(root: Path) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise KernelmillError(f"{root}: no such file or folder")
+    # hidden folders below the root are skipped; the root itself may be "../x" or ".hidden/x"
     return sorted(p for p in root.rglob("*.py")
-                  if p.name != "__init__.py" and not any(s.startswith(".") for s in p.parts))
+                  if p.name != "__init__.py"
+                  and not any(s.startswith(".") for s in p.relative_to(root).parts))
 
 
 def record_from_file(path: Path, generator: str = "import") -> Record:

@@ -137,6 +137,18 @@ def test_import_reports_malformed_files_and_keeps_the_rest(tmp_path, seeds_dir):
     assert import_folder(tmp_path / "KernelBench", out).stats.counts["already present"] == 1
 
 
+def test_import_accepts_relative_roots_and_skips_hidden_folders(tmp_path, monkeypatch):
+    root = tmp_path / "bench"
+    (root / ".cache").mkdir(parents=True)
+    (root / "1_Good.py").write_text(GOOD)
+    (root / ".cache" / "2_Hidden.py").write_text(GOOD.replace("N = 64", "N = 32"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    result = import_folder(Path("..") / "bench", tmp_path / "out.jsonl")
+    assert result.stats.n_kept == 1 and not result.malformed
+
+
 def test_seed_import_export_round_trip(tmp_path, seeds_dir):
     out = tmp_path / "seeds.jsonl"
     result = import_folder(seeds_dir, out)

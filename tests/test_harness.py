@@ -134,3 +134,38 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
     assert result.value["allowed"] is True and result.value["cwd"] is True
     if result.sandbox >= 6:
         assert result.value["signal_parent"] is False
+
+
+def test_worker_dies_with_a_killed_grader(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "worker.pid"
+    body = ("import os, time\n"
+            "def main():\n"
+            f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            "    time.sleep(1000)\n")
+    grader = subprocess.Popen([sys.executable, "-c",
+                               "from kernelmill.validate.harness import run_in_worker\n"
+                               f"run_in_worker({SOURCE!r}, {{'source': {body!r}}}, timeout_s=600, "
+                               f"device='cpu', writable=[{str(tmp_path)!r}])"])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and grader.poll() is None, "worker never started"
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    grader.send_signal(signal.SIGKILL)
+    grader.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{worker}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its killed grader")
