@@ -119,11 +119,13 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     reward_fn_ = get_reward(reward)
     slots = device_slots(grader.device, workers)
 
-    def grade_one(index: int, reference: str, completion) -> tuple[float, dict]:
+    def grade_one(index: int, reference: str, completion, record: dict | None = None
+                  ) -> tuple[float, dict]:
         code = extract_code(completion_text(completion))
         slot = slots[index % len(slots)]
         try:
-            verdict = grader.grade(reference, code, reward=reward, slot_env=slot.get("env"))
+            verdict = grader.grade(reference, code, record=record, reward=reward,
+                                   slot_env=slot.get("env"))
         except ReferenceError as exc:
             verdict = {"compiled": False, "correct": False, "hacks": [], "reward": 0.0,
                        "error": {"stage": "reference", "message": str(exc)}}
@@ -141,9 +143,10 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
             raise KeyError(f"no reference column: expected one of {REFERENCE_COLUMNS} among "
                            f"{sorted(kwargs)}")
         references = kwargs[column]
+        records = _records_from_columns(kwargs, len(completions))
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             results = list(pool.map(grade_one, range(len(completions)), references,
-                                    completions))
+                                    completions, records))
         if verdicts is not None:
             verdicts.extend(v for _s, v in results)
         return [s for s, _v in results]
@@ -153,6 +156,16 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
 
 
 _DEFAULT = []
+
+
+def _records_from_columns(columns: dict, n: int) -> list[dict | None]:
+    """The calibrated tolerances (and roofline bound) a published dataset carries per row."""
+    names = [c for c in ("atol", "rtol", "roofline_ms") if c in columns]
+    records: list[dict | None] = []
+    for i in range(n):
+        values = {c: columns[c][i] for c in names if columns[c][i] is not None}
+        records.append({"validation": values} if values else None)
+    return records
 
 
 def reward_fn(prompts, completions, **kwargs) -> list[float]:

@@ -293,3 +293,17 @@ def test_copies_count_only_when_the_reference_is_a_copy():
     matmul = ["aten.clone.default", "aten.mm.default"]
     assert reference_compute_ops(candidate, transpose) == ["aten.clone.default"]
     assert reference_compute_ops(candidate, matmul) == []
+
+
+def test_trl_reward_uses_the_datasets_calibrated_tolerance():
+    """A published row's atol/rtol columns decide correctness, as the record would."""
+    reference = read("ref_scale_add")
+    slightly_off = read("honest_scale_add").replace("2.0 * x + y", "2.002 * x + y")
+    completion = f"```python\n{slightly_off}```"
+    verdicts: list = []
+    reward_fn = make_reward_fn(device="cpu", policy=Policy(time=False, trials=2),
+                               verdicts=verdicts)
+    reward_fn(["p", "p"], [completion, completion], reference=[reference, reference],
+              atol=[1e-4, 5e-2], rtol=[1e-4, 5e-2])
+    assert not verdicts[0]["correct"]  # default-tight tolerance: 0.1% error fails
+    assert verdicts[1]["correct"] and not verdicts[1]["hacks"]  # the row's looser tolerance
