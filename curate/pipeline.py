@@ -400,7 +400,7 @@ def summary_table(result: BuildResult):
     from rich.table import Table
 
     table = Table(title=f"kernelmill build: {result.build.dir}", title_justify="left")
-    for column in ("stage", "kept", "dropped", "why dropped", "time", ""):
+    for column in ("stage", "kept", "dropped", "why dropped", "time", "note"):
         table.add_column(column, justify="right" if column in ("kept", "dropped", "time")
                          else "left")
     for item in result.results:
