@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernelmill.curate.canonical import content_hash
+from kernelmill.core.canonical import content_hash
 from kernelmill.curate.cluster import cluster_file
 from kernelmill.curate.dedup import dedup_file
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter
 
 LAYERS = [
     ("nn.Linear({cin}, {cout})", "linear", "[torch.randn({b}, {cin})]"),

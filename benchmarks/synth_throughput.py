@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kernelmill.curate.errors import ProblemError
-from kernelmill.curate.problem import check_source
+from kernelmill.core.errors import ProblemError
+from kernelmill.core.problem import check_source
 from kernelmill.data import SEEDS_DIR
 from kernelmill.synth.generate import synthesize
 from kernelmill.synth.smoke import smoke_run

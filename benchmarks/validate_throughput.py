@@ -30,7 +30,7 @@ def percentiles(values: list[float], points=(10, 50, 90)) -> dict[str, float | N
 
 
 def make_input(path: Path, n_synth: int, seed: int, limit: int | None = None) -> dict[str, int]:
-    from kernelmill.curate.interop import import_folder
+    from kernelmill.core.interop import import_folder
     from kernelmill.data import SEEDS_DIR
 
     path.unlink(missing_ok=True)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep problems.jsonl/validated.jsonl of an interrupted run")
     args = parser.parse_args(argv)
 
-    from kernelmill.validate.backends import resolve_device
+    from kernelmill.core.devices import resolve_device
     from kernelmill.validate.runner import validate_file
 
     out_dir = Path(args.out)

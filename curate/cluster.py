@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 from .features import extract
-from .record import Record
-from .stats import StageStats
-from .store import JsonlWriter, read_records
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 DEFAULT_MAX_K = 50
 _DESCRIPTOR_WEIGHT = 0.35

@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 from .features import extract, stream_hash
-from .progress import track
-from .record import Record
-from .stats import StageStats
-from .store import JsonlWriter, read_records
+from kernelmill.core.progress import track
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 log = logging.getLogger("kernelmill")
 

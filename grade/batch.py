@@ -25,11 +25,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-from kernelmill.curate.canonical import canonical_source
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.progress import track
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter, read_jsonl
+from kernelmill.core.canonical import canonical_source
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.progress import track
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
 
 from .grader import Grader, ReferenceError, needs_extension_build

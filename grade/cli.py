@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kernelmill.curate.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 from .policy import Policy
 from .rewards import REWARDS
@@ -55,7 +55,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     if not (args.reference and args.candidate):
         raise KernelmillError("give --reference and --candidate (or --problems, --submissions "
                               "and --out for a batch)")
-    from kernelmill.curate.problem import check_source
+    from kernelmill.core.problem import check_source
 
     from .grader import Grader, ReferenceError
 

@@ -22,9 +22,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelmill.curate.errors import KernelmillError, ProblemError
-from kernelmill.curate.problem import check_source
-from kernelmill.validate.backends import resolve_device
+from kernelmill.core.errors import KernelmillError, ProblemError
+from kernelmill.core.problem import check_source
+from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import WorkerResult, run_in_worker
 
 from . import static

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from kernelmill.curate.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 STAGES = ("none", "parsed", "constructed", "ran", "shaped", "correct")
 

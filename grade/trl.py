@@ -22,7 +22,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kernelmill.validate.backends import device_slots
+from kernelmill.core.devices import device_slots
 
 from .grader import Grader, ReferenceError
 from .policy import Policy

@@ -17,7 +17,7 @@ if ! python3 -c "import kernelmill.curate" 2>/dev/null; then
   for d in curate synth validate grade splits data; do ln -sfn "$PWD/$d" "/tmp/kmroot/kernelmill/$d"; done
   export PYTHONPATH=/tmp/kmroot${PYTHONPATH:+:$PYTHONPATH}
 fi
-kernelmill() { python3 -m kernelmill.curate.cli "$@"; }
+kernelmill() { python3 -m kernelmill.app.cli "$@"; }
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \

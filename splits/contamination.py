@@ -36,11 +36,11 @@ from kernelmill.curate.dedup import (
     shingle_hashes,
     token_hashes,
 )
-from kernelmill.curate.errors import KernelmillError, ProblemError
+from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.curate.features import extract
-from kernelmill.curate.interop import problem_files, record_from_file
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import read_records
+from kernelmill.core.interop import problem_files, record_from_file
+from kernelmill.core.record import Record
+from kernelmill.core.store import read_records
 
 log = logging.getLogger("kernelmill")
 

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.problem import parse_metadata
-from kernelmill.curate.record import Record
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import read_records
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.problem import parse_metadata
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import read_records
 
 SPLITS = ("train", "eval")
 LICENSE = "apache-2.0"

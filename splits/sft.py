@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelmill.curate.canonical import content_hash
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter, read_jsonl, read_records
+from kernelmill.core.canonical import content_hash
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_jsonl, read_records
 
 PROMPT = ("Write a faster implementation of the PyTorch program below as a class `ModelNew` with "
           "the same constructor and forward signature (custom CUDA or Triton kernels welcome). "

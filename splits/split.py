@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmill.curate.dedup import UnionFind, dedup_records, keys_for_sources
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.record import Record
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 from .contamination import ContaminationIndex, fingerprint_chunk, load_benchmark, write_reports
 

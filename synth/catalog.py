@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kernelmill.curate.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 from kernelmill.data import DATA_DIR
 
 CATALOG_PATH = DATA_DIR / "ops.json"

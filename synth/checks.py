@@ -9,8 +9,8 @@
 """
 from __future__ import annotations
 
-from kernelmill.curate.errors import ProblemError
-from kernelmill.curate.problem import Problem, check_source
+from kernelmill.core.errors import ProblemError
+from kernelmill.core.problem import Problem, check_source
 
 from .degeneracy import check_trace
 from .trace import Trace, TraceError, trace_source

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelmill.curate.canonical import content_hash
+from kernelmill.core.canonical import content_hash
 
 from .catalog import Catalog, Op, default_catalog
 

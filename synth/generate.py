@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelmill.curate.errors import KernelmillError, ProblemError
-from kernelmill.curate.problem import CATEGORIES, check_source
-from kernelmill.curate.progress import track
-from kernelmill.curate.record import Record
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter
+from kernelmill.core.errors import KernelmillError, ProblemError
+from kernelmill.core.problem import CATEGORIES, check_source
+from kernelmill.core.progress import track
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter
 
 from .checks import Rejected, vet_source
 from .composer import Composer, CompositionError

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelmill.curate.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 SYSTEM_PROMPT = """You write GPU-kernel benchmark problems as PyTorch reference programs in \
 KernelBench format. A problem is one Python module with:

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 import libcst as cst
-from kernelmill.curate.canonical import canonical_source
+from kernelmill.core.canonical import canonical_source
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 from .catalog import Catalog, Op, default_catalog

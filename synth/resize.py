@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from kernelmill.curate.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 __all__ = ["ResizeError", "ResizeResult", "resize_source", "shrink_for_cpu", "size_constants",
            "largest_numel", "CPU_MAX_NUMEL"]

@@ -27,5 +27,5 @@ def _isolated_hf_home(tmp_path_factory, monkeypatch):
 def run_cli(*args: str) -> "subprocess.CompletedProcess":
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", *args],
+    return subprocess.run([sys.executable, "-m", "kernelmill.app.cli", *args],
                           capture_output=True, text=True, timeout=600)

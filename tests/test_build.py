@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from kernelmill.curate import cli
-from kernelmill.curate.config import DEFAULT_CONFIG, BuildConfig, load_config, parse_toml
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.pipeline import STEPS, run_build, selected_seeds
-from kernelmill.curate.store import read_jsonl
+from kernelmill.app import cli
+from kernelmill.app.config import DEFAULT_CONFIG, BuildConfig, load_config, parse_toml
+from kernelmill.core.errors import KernelmillError
+from kernelmill.app.build import STEPS, run_build, selected_seeds
+from kernelmill.core.store import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_NAMES = [step.name for step in STEPS]
@@ -89,7 +89,7 @@ def _sha(path: Path) -> str:
 
 def _build_cli(config: Path, env_extra: dict | None = None) -> subprocess.Popen:
     """`kernelmill build --config FILE` in a child; it prints whether Ray was imported."""
-    code = ("import sys\nfrom kernelmill.curate.cli import main\n"
+    code = ("import sys\nfrom kernelmill.app.cli import main\n"
             "rc = main(sys.argv[1:])\nprint('RAY_IMPORTED', 'ray' in sys.modules)\n"
             "sys.exit(rc)\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HOME": str(config.parent / "hf_home"),

@@ -5,10 +5,10 @@ import math
 from collections import Counter
 
 import numpy as np
-from kernelmill.curate.cli import main
+from kernelmill.app.cli import main
 from kernelmill.curate.cluster import balanced_sample, cluster_records, default_k, sample_weights
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter, read_records
 from test_dedup import BASE, UNRELATED
 
 POOL = '''import torch

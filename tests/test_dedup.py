@@ -8,7 +8,7 @@ import numpy as np
 from datasketch import MinHash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernelmill.curate.cli import main
+from kernelmill.app.cli import main
 from kernelmill.curate.dedup import (
     behaviour_key,
     dedup_records,
@@ -17,9 +17,9 @@ from kernelmill.curate.dedup import (
     record_keys,
 )
 from kernelmill.curate.features import extract
-from kernelmill.curate.interop import problem_files, record_from_file
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.interop import problem_files, record_from_file
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter, read_records
 
 BASE = '''"""Conv, GroupNorm, scaled SiLU and a clamped residual.
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelmill.curate import (JsonlWriter, ProblemError, Record, check_source, load_problem,
+from kernelmill.core import (JsonlWriter, ProblemError, Record, check_source, load_problem,
                                read_records, source_id)
-from kernelmill.curate.interop import export_kernelbench, import_folder
+from kernelmill.core.interop import export_kernelbench, import_folder
 
 GOOD = '''"""Scaled tanh of a matrix.
 
@@ -167,10 +167,10 @@ def test_seed_import_export_round_trip(tmp_path, seeds_dir):
 
 
 def test_cli_help_and_one_line_errors(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", "--help"],
+    run = subprocess.run([sys.executable, "-m", "kernelmill.app.cli", "--help"],
                          capture_output=True, text=True)
     assert run.returncode == 0 and "import" in run.stdout and "export" in run.stdout
-    run = subprocess.run([sys.executable, "-m", "kernelmill.curate.cli", "import",
+    run = subprocess.run([sys.executable, "-m", "kernelmill.app.cli", "import",
                           str(tmp_path / "missing"), "--out", str(tmp_path / "x.jsonl")],
                          capture_output=True, text=True)
     assert run.returncode == 2

@@ -159,7 +159,7 @@ def test_extract_code_takes_last_python_block():
 
 def test_cli_single_grade_json_and_exit_status(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "kernelmill.curate.cli", "grade",
+        [sys.executable, "-m", "kernelmill.app.cli", "grade",
          "--reference", str(SUBMISSIONS / "ref_scale_add.py"),
          "--candidate", str(SUBMISSIONS / "hack_try_fallback.py"),
          "--device", "cpu", "--json", "--no-time", "--trials", "2"],
@@ -173,7 +173,7 @@ def test_cli_single_grade_json_and_exit_status(tmp_path):
     assert "torch_compute" in verdict["hacks"] and verdict["reward"] == 0.0
 
     missing = subprocess.run(
-        [sys.executable, "-m", "kernelmill.curate.cli", "grade", "--reference",
+        [sys.executable, "-m", "kernelmill.app.cli", "grade", "--reference",
          str(tmp_path / "nope.py"), "--candidate", str(SUBMISSIONS / "honest_scale_add.py")],
         capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "nope.py" in missing.stderr
@@ -243,7 +243,7 @@ def test_roofline_from_device_bandwidth_and_record():
 
 
 def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, caplog):
-    from kernelmill.curate.cli import main
+    from kernelmill.app.cli import main
 
     problems = tmp_path / "problems.jsonl"
     problems.write_text(json.dumps({"id": "p1", "source": read("ref_scale_add")}) + "\n")

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from kernelmill.curate.store import read_jsonl
+from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file
 from kernelmill.grade.policy import Policy
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernelmill.curate.store import read_jsonl
+from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy

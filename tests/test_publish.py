@@ -5,11 +5,11 @@ import json
 
 import pytest
 import yaml
-from kernelmill.curate.cli import main
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.interop import problem_files, record_from_file
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter
+from kernelmill.app.cli import main
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.interop import problem_files, record_from_file
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter
 from kernelmill.splits.publish import COLUMNS, publish_dataset
 from test_dedup import BASE
 

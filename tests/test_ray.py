@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.interop import import_folder
-from kernelmill.curate.store import read_jsonl
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.interop import import_folder
+from kernelmill.core.store import read_jsonl
 
 ray = pytest.importorskip("ray", reason="the ray extra: pip install 'kernelmill[ray]'")
 
@@ -114,7 +114,7 @@ def test_missing_ray_is_a_one_line_install_hint(monkeypatch):
 
 
 def test_build_with_ray_backend_but_no_ray_fails_before_any_stage(monkeypatch, tmp_path, capsys):
-    from kernelmill.curate import cli
+    from kernelmill.app import cli
 
     monkeypatch.setitem(sys.modules, "ray", None)
     out = tmp_path / "build"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernelmill.curate.interop import import_folder
-from kernelmill.curate.report import FIGURES, write_report
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.interop import import_folder
+from kernelmill.app.report import FIGURES, write_report
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 FIGURE_NAMES = [name for name, _title, _make in FIGURES]
 EXPECTED = {"funnel", "categories", "difficulty", "eager_runtime", "inductor_speedup",

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernelmill.curate.problem import check_source
+from kernelmill.core.problem import check_source
 from kernelmill.data import SEEDS_DIR
 from kernelmill.synth.resize import (
     ResizeError,

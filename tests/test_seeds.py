@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernelmill.curate.problem import CATEGORIES, check_source
+from kernelmill.core.problem import CATEGORIES, check_source
 from kernelmill.data import SEEDS_DIR
 from kernelmill.synth.resize import CPU_MAX_NUMEL, largest_numel, shrink_for_cpu
 

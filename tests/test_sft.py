@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from kernelmill.curate.cli import main
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter
+from kernelmill.app.cli import main
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter
 from test_dedup import BASE, UNRELATED
 
 KERNEL = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n" \

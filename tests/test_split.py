@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from kernelmill.curate.cli import main
+from kernelmill.app.cli import main
 from kernelmill.curate.dedup import dedup_records
-from kernelmill.curate.interop import problem_files, record_from_file
-from kernelmill.curate.record import Record
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.interop import problem_files, record_from_file
+from kernelmill.core.record import Record
+from kernelmill.core.store import JsonlWriter, read_records
 from kernelmill.splits.contamination import NGRAM, fingerprint
 from kernelmill.splits.split import split_records
 from test_dedup import BASE, REFORMATTED, RESIZED, SWAPPED, UNRELATED

@@ -5,7 +5,7 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernelmill.curate.problem import CATEGORIES, check_source
+from kernelmill.core.problem import CATEGORIES, check_source
 from kernelmill.synth.catalog import GROUPS, default_catalog
 from kernelmill.synth.checks import Rejected, vet_source
 from kernelmill.synth.composer import Composer, CompositionError

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kernelmill.curate.cli import main
-from kernelmill.curate.problem import check_source
-from kernelmill.curate.store import read_records
+from kernelmill.app.cli import main
+from kernelmill.core.problem import check_source
+from kernelmill.core.store import read_records
 from kernelmill.data import SEEDS_DIR
 from kernelmill.synth.generate import load_seeds, retag, synthesize
 from kernelmill.synth.smoke import smoke_run

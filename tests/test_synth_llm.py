@@ -6,8 +6,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from kernelmill.curate.errors import KernelmillError
-from kernelmill.curate.stats import StageStats
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.stats import StageStats
 from kernelmill.synth.generate import Synthesizer, load_seeds
 from kernelmill.synth.llm import LLMConfig, LLMProposer, extract_code
 

@@ -5,7 +5,7 @@ import random
 from pathlib import Path
 
 import pytest
-from kernelmill.curate.problem import check_source
+from kernelmill.core.problem import check_source
 from kernelmill.synth.mutators import (
     MUTATORS,
     ConvPoolMutator,

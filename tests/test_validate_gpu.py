@@ -3,8 +3,8 @@ import json
 from pathlib import Path
 
 import pytest
-from kernelmill.curate.interop import import_folder
-from kernelmill.curate.record import Record
+from kernelmill.core.interop import import_folder
+from kernelmill.core.record import Record
 from kernelmill.data import SEEDS_DIR
 from kernelmill.validate.runner import validate_file
 

@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from conftest import run_cli
-from kernelmill.curate.record import Record
+from kernelmill.core.record import Record
 from kernelmill.data import SEEDS_DIR
 from kernelmill.validate.runner import validate_file
 

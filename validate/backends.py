@@ -6,45 +6,15 @@ the worker processes it starts. ``map_unordered`` yields ``(item, result)`` as r
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-Slot = dict[str, Any]
-TaskFn = Callable[[Any, Slot], Any]
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.devices import Slot, TaskFn, device_slots, resolve_device
 
-
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` picks cuda when torch sees a GPU, else cpu."""
-    if device != "auto":
-        return device
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
-def device_slots(device: str, workers: int | None = None) -> list[Slot]:
-    """One slot per visible GPU (pinned with CUDA_VISIBLE_DEVICES), or ``workers`` CPU slots."""
-    device = resolve_device(device)
-    if device.startswith("cuda"):
-        import torch
-
-        if ":" in device:
-            indices = [int(device.split(":")[1])]
-        else:
-            indices = list(range(torch.cuda.device_count())) or [0]
-        if workers:
-            indices = indices[:workers] if workers <= len(indices) else \
-                [indices[i % len(indices)] for i in range(workers)]
-        return [{"device": "cuda:0", "gpu": i, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
-                for i in indices]
-    n = workers or max(1, min(2, os.cpu_count() or 1))
-    return [{"device": "cpu", "gpu": None, "env": {}} for _ in range(n)]
+__all__ = ["LocalBackend", "Slot", "TaskFn", "device_slots", "get_backend", "resolve_device"]
 
 
 class LocalBackend:
@@ -91,6 +61,4 @@ def get_backend(name: str = "local", *, device: str = "auto", workers: int | Non
         from .ray_backend import RayBackend  # optional extra: pip install 'kernelmill[ray]'
 
         return RayBackend(device=device, workers=workers, address=address)
-    from kernelmill.curate.errors import KernelmillError
-
     raise KernelmillError(f"unknown backend {name!r} (local or ray)")

@@ -16,7 +16,8 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .backends import Slot, TaskFn, resolve_device
+from kernelmill.core.devices import Slot, TaskFn, resolve_device
+from kernelmill.core.errors import KernelmillError
 
 log = logging.getLogger("kernelmill")
 
@@ -25,8 +26,6 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        from kernelmill.curate.errors import KernelmillError
-
         raise KernelmillError("the ray backend needs Ray: pip install 'kernelmill[ray]'") from None
     return ray
 
@@ -118,7 +117,5 @@ class RayBackend:
             raise (cause if isinstance(cause, BaseException) else exc) from None
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                 ray.exceptions.ObjectLostError) as exc:
-            from kernelmill.curate.errors import KernelmillError
-
-            raise KernelmillError(f"ray: task for {str(item)[:80]!r} lost its worker "
+                raise KernelmillError(f"ray: task for {str(item)[:80]!r} lost its worker "
                                   f"{self.max_retries + 1} times ({type(exc).__name__})") from None

@@ -32,11 +32,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kernelmill.curate.errors import KernelmillError, ProblemError
-from kernelmill.curate.problem import check_source
-from kernelmill.curate.record import Record
-from kernelmill.curate.stats import StageStats
-from kernelmill.curate.store import JsonlWriter, read_records
+from kernelmill.core.errors import KernelmillError, ProblemError
+from kernelmill.core.problem import check_source
+from kernelmill.core.record import Record
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 from . import checks as C
 from .backends import get_backend, resolve_device
@@ -335,7 +335,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         items = [(r.to_dict(), config_dict) for r in records]
         results = runner.map_unordered(_validate_item, items)
         if progress:
-            from kernelmill.curate.progress import track
+            from kernelmill.core.progress import track
 
             results = track(results, total=len(items), description="validate")
         for (data, _cfg), validation in results:

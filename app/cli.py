@@ -10,12 +10,12 @@ import importlib
 import logging
 import sys
 
-from .errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 COMMAND_MODULES = (
-    "kernelmill.curate.interop",  # import, export
+    "kernelmill.app.interop_cli",  # import, export
     "kernelmill.synth.cli",  # synth
-    "kernelmill.curate.pipeline",  # build
+    "kernelmill.app.build",  # build
     "kernelmill.validate.cli",  # validate
     "kernelmill.curate.dedup",  # dedup
     "kernelmill.curate.cluster",  # cluster

@@ -27,9 +27,9 @@ from typing import Any
 from kernelmill.data import SEEDS_DIR
 
 from .config import DEFAULT_CONFIG, BuildConfig, load_config
-from .errors import KernelmillError
-from .stats import StageStats
-from .store import JsonlWriter, read_records
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import JsonlWriter, read_records
 
 log = logging.getLogger("kernelmill")
 
@@ -87,7 +87,7 @@ class Build:
     """The state of one build folder: its config, device, and which steps have finished."""
 
     def __init__(self, config: BuildConfig):
-        from kernelmill.validate.backends import resolve_device
+        from kernelmill.core.devices import resolve_device
 
         self.config = config
         self.dir = Path(config.out)
@@ -219,7 +219,7 @@ def seeds_folder(build: Build) -> Path:
 
 
 def _run_import(build: Build) -> StageStats:
-    from .interop import import_folder
+    from kernelmill.core.interop import import_folder
 
     result = import_folder(seeds_folder(build), build.path("seeds.jsonl"), generator="seed")
     for line in result.malformed:

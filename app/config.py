@@ -15,7 +15,7 @@ from typing import Any
 
 from kernelmill.data import DATA_DIR
 
-from .errors import KernelmillError
+from kernelmill.core.errors import KernelmillError
 
 try:  # Python 3.11+
     import tomllib

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .stats import StageStats
-from .store import read_jsonl
+from kernelmill.core.stats import StageStats
+from kernelmill.core.store import read_jsonl
 
 log = logging.getLogger("kernelmill")
 
