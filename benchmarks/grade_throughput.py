@@ -4,7 +4,7 @@
 
 The batch mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
 ``load_inline`` kernels (built by the CPU compile pool while GPUs grade Triton), and the hostile
-suite of tests/submissions (minus the hang). Cold: empty verdict cache and extension folder.
+suite of tests/fixtures/submissions (minus the hang). Cold: empty verdict cache and extension folder.
 Warm: the same submissions again into a new output file (every verdict from the cache).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBMISSIONS = ROOT / "tests" / "submissions"
+SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
 
 TRITON_SCALE_ADD = '''
 import torch

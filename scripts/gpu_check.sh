@@ -11,10 +11,10 @@ if [ -d .whl ] && ! python3 -c "import libcst, datasets, jsonlines, datasketch" 
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-if ! python3 -c "import kernelmill.curate" 2>/dev/null; then
+if ! python3 -c "import kernelmill.core" 2>/dev/null; then
   # Import the checkout without installing it: kernelmill.<folder> maps to ./<folder>.
   mkdir -p /tmp/kmroot/kernelmill
-  for d in curate synth validate grade splits data; do ln -sfn "$PWD/$d" "/tmp/kmroot/kernelmill/$d"; done
+  for d in core curate synth validate grade splits app data; do ln -sfn "$PWD/$d" "/tmp/kmroot/kernelmill/$d"; done
   export PYTHONPATH=/tmp/kmroot${PYTHONPATH:+:$PYTHONPATH}
 fi
 kernelmill() { python3 -m kernelmill.app.cli "$@"; }

@@ -18,7 +18,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.app.build import STEPS, run_build, selected_seeds
 from kernelmill.core.store import read_jsonl
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 STEP_NAMES = [step.name for step in STEPS]
 
 

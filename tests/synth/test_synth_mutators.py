@@ -4,6 +4,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from conftest import FIXTURES
+
 import pytest
 from kernelmill.core.problem import check_source
 from kernelmill.synth.mutators import (
@@ -334,7 +336,7 @@ def test_every_mutator_either_mutates_or_refuses_on_shipped_seeds():
     assert {"resize", "dtype", "insert_epilogue", "input_distribution"} <= set(outcomes)
 
 
-KERNELBENCH_STYLE = (Path(__file__).parent / "fixtures_synth" /
+KERNELBENCH_STYLE = (FIXTURES / "synth" /
                      "kernelbench_style_conv_gelu_scale_pool.py").read_text()
 
 

@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+from conftest import FIXTURES
+
 import pytest
 from kernelmill.core.interop import import_folder
 from kernelmill.core.record import Record
@@ -9,7 +11,7 @@ from kernelmill.data import SEEDS_DIR
 from kernelmill.validate.runner import validate_file
 
 pytestmark = pytest.mark.gpu
-DEFECTIVE = Path(__file__).parent / "problems_defective"
+DEFECTIVE = FIXTURES / "problems_defective"
 
 
 @pytest.fixture(scope="module")

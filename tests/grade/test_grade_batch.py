@@ -1,4 +1,4 @@
-"""The hostile suite: every submission in tests/submissions graded in ONE batch run.
+"""The hostile suite: every submission in tests/fixtures/submissions graded in ONE batch run.
 
 Each fixture names its problem and what the grader must conclude in its first lines:
 ``# problem: ref_scale_add`` and ``# expect: certified | error | incorrect | <hack code>``.
@@ -9,12 +9,14 @@ import json
 import re
 from pathlib import Path
 
+from conftest import FIXTURES
+
 import pytest
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file
 from kernelmill.grade.policy import Policy
 
-SUBMISSIONS = Path(__file__).parent / "submissions"
+SUBMISSIONS = FIXTURES / "submissions"
 FAST_TIMING = {"target_ms": 1.0, "min_reps": 2, "max_reps": 2, "wall_ms": 1.0, "warmup": 1}
 
 

@@ -11,7 +11,7 @@ from kernelmill.core.interop import problem_files, record_from_file
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter
 from kernelmill.splits.publish import COLUMNS, publish_dataset
-from test_dedup import BASE
+from fixtures.dedup_sources import BASE
 
 
 def validation(i: int) -> dict:

@@ -9,7 +9,7 @@ from kernelmill.app.cli import main
 from kernelmill.curate.cluster import balanced_sample, cluster_records, default_k, sample_weights
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter, read_records
-from test_dedup import BASE, UNRELATED
+from fixtures.dedup_sources import BASE, UNRELATED
 
 POOL = '''import torch
 import torch.nn as nn

@@ -6,7 +6,7 @@ import json
 from kernelmill.app.cli import main
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter
-from test_dedup import BASE, UNRELATED
+from fixtures.dedup_sources import BASE, UNRELATED
 
 KERNEL = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n" \
          "        return torch.softmax(a @ b / 16.0, dim=-1)\n"

@@ -1,11 +1,13 @@
 """The probe run in-process on every defective fixture and on the shipped seeds.
 
-Each file in tests/problems_defective/ names the checks it must fail in an ``expect:`` line.
+Each file in tests/fixtures/problems_defective/ names the checks it must fail in an ``expect:`` line.
 Fixtures that crash, hang or are malformed (``expect: runs``) go through real workers in
 test_validate_runner.py; here the measurements and verdicts are checked without process costs.
 """
 import re
 from pathlib import Path
+
+from conftest import FIXTURES
 
 import pytest
 from kernelmill.data import SEEDS_DIR
@@ -14,7 +16,7 @@ from kernelmill.validate import checks as C
 from kernelmill.validate.ablation import ablations
 from kernelmill.validate.probe import probe_problem
 
-DEFECTIVE = Path(__file__).parent / "problems_defective"
+DEFECTIVE = FIXTURES / "problems_defective"
 SMALL = 32 * 1024  # elements per tensor: the checks behave the same, at an eighth of the cost
 
 

@@ -1,7 +1,9 @@
 """The grader on CUDA: the hostile suite, a side-stream launch, a load_inline CUDA kernel, and
-timing fidelity. Run on the GPU machine: ``python -m pytest -m gpu tests/test_grade_gpu.py``."""
+timing fidelity. Run on the GPU machine: ``python -m pytest -m gpu tests/grade/test_grade_gpu.py``."""
 import statistics
 from pathlib import Path
+
+from conftest import FIXTURES
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from kernelmill.grade.policy import Policy
 from test_grade_batch import check, fixtures, write_inputs
 
 pytestmark = pytest.mark.gpu
-SUBMISSIONS = Path(__file__).parent / "submissions"
+SUBMISSIONS = FIXTURES / "submissions"
 LARGE = 1 << 24  # 64 MiB per vector: long enough to time reliably
 
 

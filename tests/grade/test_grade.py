@@ -8,6 +8,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from conftest import FIXTURES
+
 import pytest
 import torch
 from kernelmill.grade import rewards, static
@@ -22,7 +24,7 @@ from kernelmill.grade.trl import (
 )
 from kernelmill.validate.harness import WorkerResult
 
-SUBMISSIONS = Path(__file__).parent / "submissions"
+SUBMISSIONS = FIXTURES / "submissions"
 
 
 def read(name: str) -> str:

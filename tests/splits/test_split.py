@@ -11,7 +11,8 @@ from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter, read_records
 from kernelmill.splits.contamination import NGRAM, fingerprint
 from kernelmill.splits.split import split_records
-from test_dedup import BASE, REFORMATTED, RESIZED, SWAPPED, UNRELATED
+from conftest import ROOT
+from fixtures.dedup_sources import BASE, REFORMATTED, RESIZED, SWAPPED, UNRELATED
 
 # A KernelBench-style benchmark problem ...
 BENCH = BASE.replace('"""Conv, GroupNorm', '"""Benchmark: conv, GroupNorm')
@@ -45,7 +46,7 @@ def planted_family() -> list[Record]:
 def pool(request):
     from pathlib import Path
 
-    seeds_dir = Path(__file__).resolve().parent.parent / "data" / "seeds"
+    seeds_dir = ROOT / "data" / "seeds"
     return dedup_records(seeds(seeds_dir) + planted_family())
 
 

@@ -2,12 +2,12 @@
 import json
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import FIXTURES, run_cli
 from kernelmill.core.record import Record
 from kernelmill.data import SEEDS_DIR
 from kernelmill.validate.runner import validate_file
 
-DEFECTIVE = Path(__file__).parent / "problems_defective"
+DEFECTIVE = FIXTURES / "problems_defective"
 SCHEMA = {"device", "torch", "dtype", "checks", "passed", "flags", "eager_ms", "inductor_ms",
           "inductor_speedup", "flops", "bytes", "roofline_ms", "headroom", "atol", "rtol",
           "difficulty", "aten_ops", "probe_stats", "resized"}
