@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .trace import Node, Trace
+from .trace import Node, Trace, _Recorder
 
 SATURATION_SCALE = 8.0   # sigmoid/tanh inputs with an RMS beyond this are almost all saturated
 EXP_SCALE = 4.0
@@ -101,7 +101,6 @@ def clamp_that_changes_nothing(node: Node) -> str | None:
     x = node.x
     if op is None or x is None or op.bounds is None or op.out != "clip":
         return None
-    from .trace import _Recorder  # the bounds lookup lives with the value transfer
     lo, hi = _Recorder.bounds(node)
     if lo <= x.lo and x.hi <= hi:
         return f"{node.name} bounds [{lo}, {hi}] contain its input range [{x.lo:.3g}, {x.hi:.3g}]"
@@ -136,7 +135,6 @@ def clamp_to_constant(node: Node) -> str | None:
     x = node.x
     if op is None or x is None or op.bounds is None:
         return None
-    from .trace import _Recorder
     lo, hi = _Recorder.bounds(node)
     if x.hi <= lo or x.lo >= hi:
         return f"{node.name} to [{lo}, {hi}] of values in [{x.lo:.3g}, {x.hi:.3g}] is constant"

@@ -26,6 +26,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 from .catalog import Catalog, Op, default_catalog
 from .checks import Rejected, vet_source
+from .resize import ResizeError, resize_source
 from .trace import Trace, TraceError, trace_source
 
 _EMPTY = cst.Module(body=[])
@@ -265,7 +266,6 @@ class ResizeMutator(Mutator):
     FACTORS = (0.5, 0.7, 1.4, 2.0)
 
     def rewrite(self, source: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
-        from .resize import ResizeError, resize_source
         factor = self.FACTORS[rng.randrange(len(self.FACTORS))]
         try:
             result = resize_source(source, factor=factor)
