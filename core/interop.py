@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import KernelmillError, ProblemError
-from .problem import check_source
+from .problem import check_source, read_source
 from .record import Record
 from .stats import StageStats
 from .store import JsonlWriter, read_records
@@ -41,10 +41,7 @@ def problem_files(root: Path) -> list[Path]:
 
 def record_from_file(path: Path, generator: str = "import") -> Record:
     """Read one KernelBench-format file into a record; raises ProblemError when malformed."""
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"cannot read file: {exc}", str(path)) from None
+    source = read_source(path)
     problem = check_source(source, str(path))
     level = _level_from_path(path) or problem.level
     return Record.from_source(source, name=problem.name, category=problem.category, level=level,
@@ -54,8 +51,11 @@ def record_from_file(path: Path, generator: str = "import") -> Record:
 def import_folder(root: str | Path, out: str | Path, generator: str = "import") -> ImportResult:
     """Import every ``*.py`` under ``root``; malformed files are listed with their reason."""
     result = ImportResult(StageStats("import"))
+    files = problem_files(Path(root))
+    if not files:
+        raise KernelmillError(f"{root}: no problem files (*.py) to import")
     with JsonlWriter(out) as writer:
-        for path in problem_files(Path(root)):
+        for path in files:
             try:
                 record = record_from_file(path, generator)
             except ProblemError as exc:
@@ -66,6 +66,9 @@ def import_folder(root: str | Path, out: str | Path, generator: str = "import") 
                 result.stats.kept()
             else:
                 result.stats.count("already present")
+    if not result.stats.n_kept and not result.stats.counts["already present"]:
+        raise KernelmillError(f"{root}: none of its {len(files)} file(s) is a KernelBench problem "
+                              f"(first: {result.malformed[0]})")
     return result
 
 
@@ -77,7 +80,7 @@ def export_kernelbench(records_path: str | Path, out_dir: str | Path) -> dict[in
     """Write ``levelN/ID_Name.py`` files (IDs numbered from 1 per level); returns counts per level."""
     out_dir = Path(out_dir)
     counts: dict[int, int] = {}
-    for record in read_records(records_path):
+    for record in read_records(records_path, allow_empty=False):
         level = int(record.level or 1)
         counts[level] = counts.get(level, 0) + 1
         folder = out_dir / f"level{level}"

@@ -193,11 +193,26 @@ def check_source(source: str, path: str | None = None, *, candidate: bool = Fals
                    model_class=model_name, forward_arity=forward_arity, n_inputs=n_inputs)
 
 
-def load_problem(path: str | Path, *, candidate: bool = False) -> Problem:
-    """Read a file and check it; ``ProblemError`` names the file and line of the first fault."""
+def read_source(path: str | Path) -> str:
+    """The text of a problem or candidate file, decoded strictly as UTF-8.
+
+    Bytes that are not UTF-8 raise ``ProblemError`` with the file, line and column: replacing
+    them would silently change the program and its name.
+    """
     path = Path(path)
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"cannot read file: {exc}", str(path)) from None
-    return check_source(source, str(path), candidate=candidate)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProblemError(f"cannot read file: {exc.strerror or exc}", str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ProblemError(f"cannot read file: not UTF-8 (byte 0x{data[exc.start]:02x} at column "
+                           f"{column})", str(path), line) from None
+
+
+def load_problem(path: str | Path, *, candidate: bool = False) -> Problem:
+    """Read a file and check it; ``ProblemError`` names the file and line of the first fault."""
+    return check_source(read_source(path), str(path), candidate=candidate)

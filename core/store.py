@@ -2,17 +2,20 @@
 
 Every stage reads records and writes records. A writer appends and flushes per record and knows
 the keys already in its file, so a stage that is killed and rerun skips finished work. A reader
-reports a truncated or corrupt line as ``file:line: reason`` and carries on with the rest.
+reports a truncated or corrupt line as ``file:line: reason`` and carries on with the rest; bytes
+that are not UTF-8 stop it with the file and line (never replaced). Whole-file stages write
+through ``replace_jsonl``, which swaps the finished file in atomically.
 """
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import jsonlines
 
 from .errors import KernelmillError
 from .record import Record
@@ -26,24 +29,42 @@ def _warn(message: str) -> None:
     log.warning(message)
 
 
+def _not_utf8(path: Path, lineno: int, raw: bytes, exc: UnicodeDecodeError) -> KernelmillError:
+    return KernelmillError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                           f"{exc.start + 1}); fix or re-encode the file, it is never read with "
+                           "replacement characters")
+
+
 def read_jsonl(path: str | os.PathLike, on_error: ErrorHandler | None = None) -> Iterator[dict]:
-    """Yield the JSON objects of ``path``; bad lines go to ``on_error`` as ``file:line: reason``."""
+    """Yield the JSON objects of ``path``; bad lines go to ``on_error`` as ``file:line: reason``.
+
+    Bytes that are not UTF-8 raise ``KernelmillError`` naming the file and line: replacing them
+    would silently alter names and sources downstream. Only an unterminated last line cut inside
+    a character (a writer killed mid-record) is skipped like any other truncated line.
+    """
     report = on_error or _warn
     path = Path(path)
     if not path.exists():
         raise KernelmillError(f"{path}: no such file")
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
-        reader = jsonlines.Reader(handle)
-        lineno = 0
-        while True:
-            lineno += 1
+    if path.is_dir():
+        raise KernelmillError(f"{path}: is a folder, expected a JSONL file")
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
             try:
-                obj = reader.read(allow_none=False, skip_empty=False)
-            except EOFError:
-                return
-            except jsonlines.InvalidLineError as exc:
-                if exc.line.strip():
-                    report(f"{path}:{exc.lineno}: corrupt or truncated line skipped ({exc.args[0]})")
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                cut = (not raw.endswith(b"\n") and exc.end == len(raw)
+                       and exc.reason == "unexpected end of data")
+                if not cut:
+                    raise _not_utf8(path, lineno, raw, exc) from None
+                report(f"{path}:{lineno}: truncated last line skipped (ends inside a character)")
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError as exc:
+                report(f"{path}:{lineno}: corrupt or truncated line skipped ({exc})")
                 continue
             if not isinstance(obj, dict):
                 report(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}; skipped")
@@ -51,19 +72,34 @@ def read_jsonl(path: str | os.PathLike, on_error: ErrorHandler | None = None) ->
             yield obj
 
 
-def read_records(path: str | os.PathLike, on_error: ErrorHandler | None = None) -> Iterator[Record]:
-    """Yield the records of ``path``; malformed lines are reported and skipped."""
-    report = on_error or _warn
-    lineno = 0
+def read_records(path: str | os.PathLike, on_error: ErrorHandler | None = None, *,
+                 allow_empty: bool = True) -> Iterator[Record]:
+    """Yield the records of ``path``; malformed lines are reported and skipped.
 
-    def count_errors(message: str) -> None:
+    With ``allow_empty=False`` (a stage's own input) a file that yields no record at all, empty
+    or with no row that is a problem record, ends in one ``KernelmillError`` saying which.
+    """
+    report = on_error or _warn
+    skipped: list[str] = []
+
+    def note(message: str) -> None:
+        skipped.append(message)
         report(message)
 
-    for lineno, obj in enumerate(read_jsonl(path, count_errors), start=1):
+    yielded = 0
+    for lineno, obj in enumerate(read_jsonl(path, note), start=1):
         try:
-            yield Record.from_dict(obj)
+            record = Record.from_dict(obj)
         except (TypeError, ValueError) as exc:
-            report(f"{path}: record {obj.get('id', f'#{lineno}')!s}: {exc}; skipped")
+            note(f"{path}: record {obj.get('id', f'#{lineno}')!s}: {exc}; skipped")
+            continue
+        yielded += 1
+        yield record
+    if not yielded and not allow_empty:
+        if not skipped:
+            raise KernelmillError(f"{path}: no records (the file is empty)")
+        raise KernelmillError(f"{path}: none of its {len(skipped)} row(s) is a problem record "
+                              f"(first: {skipped[0]})")
 
 
 def existing_keys(path: str | os.PathLike, key: str = "id") -> set[str]:
@@ -86,14 +122,34 @@ def _drop_partial_tail(path: Path) -> None:
         data = handle.read()
         cut = data.rfind(b"\n") + 1
         partial = data[cut:]
+        try:  # set aside first: on a full disk the tail stays where it was rather than vanish
+            with open(f"{path}.partial", "ab") as aside:
+                aside.write(partial + b"\n")
+        except OSError as exc:
+            raise WriteFailed(Path(f"{path}.partial"), exc) from None
         handle.truncate(cut)
-    with open(f"{path}.partial", "ab") as aside:
-        aside.write(partial + b"\n")
     log.warning(f"{path}: unfinished last line moved to {path}.partial")
+
+
+class WriteFailed(KernelmillError):
+    """Writing a file failed (a full disk, a size limit, an I/O error); names the file."""
+
+    def __init__(self, path: Path, exc: OSError, note: str = ""):
+        self.path = path
+        self.reason = exc.strerror or str(exc)
+        super().__init__(f"{path}: cannot write: {self.reason}"
+                         + (f"; {note}" if note else ""))
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class JsonlWriter:
     """Append-only writer keyed by ``key``: skips objects whose key is already in the file.
+
+    Each record goes to disk whole or not at all: it is written unbuffered as one line, and a
+    write that fails part-way (``ENOSPC``, ``EFBIG``) is cut back off the file before
+    ``WriteFailed`` names the file, so the records before it stay intact and a rerun resumes.
 
     >>> with JsonlWriter("out.jsonl") as out:
     ...     out.write(record)      # returns False when the key was written before
@@ -108,8 +164,10 @@ class JsonlWriter:
         if self.path.exists():
             _drop_partial_tail(self.path)
         self.seen: set[str] = existing_keys(self.path, key)
-        self._handle = self.path.open("a", encoding="utf-8")
-        self._writer = jsonlines.Writer(self._handle, flush=True, compact=True, sort_keys=False)
+        try:
+            self._handle = open(self.path, "ab", buffering=0)
+        except OSError as exc:
+            raise WriteFailed(self.path, exc) from None
         self.written = 0
 
     def __contains__(self, key: object) -> bool:
@@ -120,13 +178,38 @@ class JsonlWriter:
         key = str(data[self.key])
         if key in self.seen:
             return False
-        self._writer.write(data)
+        try:
+            line = (_dumps(data) + "\n").encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate from a "\udcxx" escape
+            raise KernelmillError(f"{self.path}: record {key} cannot be written as UTF-8 "
+                                  f"({exc.reason})") from None
+        self._append(line)
         self.seen.add(key)
         self.written += 1
         return True
 
+    def _append(self, line: bytes) -> None:
+        fd = self._handle.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(line)
+        try:
+            while view:
+                n = self._handle.write(view)
+                if not n:
+                    raise OSError(errno.EIO, "short write")
+                view = view[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # the unfinished line is set aside when the file is next opened
+            raise WriteFailed(self.path, exc, f"the {len(self.seen)} record(s) before it are "
+                                              "kept; free space and rerun to resume") from None
+
+    def sync(self) -> None:
+        os.fsync(self._handle.fileno())
+
     def close(self) -> None:
-        self._writer.close()
         self._handle.close()
 
     def __enter__(self) -> "JsonlWriter":
@@ -134,3 +217,45 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def replace_jsonl(path: str | os.PathLike, key: str = "id") -> Iterator[JsonlWriter]:
+    """A writer for a whole-file stage: its records replace ``path`` only when all are written.
+
+    They go to a hidden temporary file beside ``path`` that is renamed over it (``os.replace``)
+    at the end, so a rerun with other options never appends to stale rows, and a run that fails
+    (a full disk, an error, Ctrl-C) leaves the previous ``path`` as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed run
+        pid = old.name[len(path.name) + 2:-len(".tmp")]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            old.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    writer = JsonlWriter(tmp, key=key, resume=False)
+    try:
+        yield writer
+        writer.sync()
+    except WriteFailed as exc:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise WriteFailed(path, OSError(0, exc.reason),
+                          f"the previous {path.name} is left as it was") from None
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    writer.close()
+    os.replace(tmp, path)

@@ -30,7 +30,7 @@ from kernelmill.core.errors import KernelmillError
 from .features import extract
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
-from kernelmill.core.store import JsonlWriter, read_records
+from kernelmill.core.store import read_records, replace_jsonl
 
 DEFAULT_MAX_K = 50
 _DESCRIPTOR_WEIGHT = 0.35
@@ -150,11 +150,11 @@ def cluster_file(in_path: str | Path, out_path: str | Path, *, k: int | None = N
     start = time.perf_counter()
     timings = timings if timings is not None else {}
     stats = StageStats("cluster")
-    records = list(read_records(in_path))
+    records = list(read_records(in_path, allow_empty=False))
     timings["read"] = time.perf_counter() - start
     clustered = cluster_records(records, k=k, seed=seed, stats=stats, timings=timings)
     clock = time.perf_counter()
-    with JsonlWriter(out_path) as writer:
+    with replace_jsonl(out_path) as writer:  # a rerun never keeps stale rows
         for record in clustered:
             if writer.write(record):
                 stats.kept()

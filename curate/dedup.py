@@ -42,7 +42,7 @@ from .features import extract, stream_hash
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
-from kernelmill.core.store import JsonlWriter, read_records
+from kernelmill.core.store import read_records, replace_jsonl
 
 log = logging.getLogger("kernelmill")
 
@@ -441,12 +441,12 @@ def dedup_file(in_path: str | Path, out_path: str | Path, *, threshold: float = 
     start = time.perf_counter()
     timings = timings if timings is not None else {}
     stats = StageStats("dedup")
-    records = list(read_records(in_path))
+    records = list(read_records(in_path, allow_empty=False))
     timings["read"] = time.perf_counter() - start
     survivors = dedup_records(records, threshold=threshold, workers=workers, stats=stats,
                               timings=timings)
     clock = time.perf_counter()
-    with JsonlWriter(out_path) as writer:
+    with replace_jsonl(out_path) as writer:  # a rerun never keeps stale rows
         for record in survivors:
             if writer.write(record):
                 stats.kept()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelmill.core.errors import KernelmillError, ProblemError
-from kernelmill.core.problem import CATEGORIES, check_source
+from kernelmill.core.problem import CATEGORIES, check_source, read_source
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
@@ -62,8 +62,8 @@ def load_seeds(seeds_dir: str | Path) -> list[Record]:
         if path.name.startswith("_"):
             continue
         try:
-            problem = check_source(path.read_text(encoding="utf-8"), str(path))
-        except (ProblemError, OSError, UnicodeDecodeError) as exc:
+            problem = check_source(read_source(path), str(path))
+        except ProblemError as exc:  # names the file and line, bad bytes included
             log.warning(f"skipping seed {exc}")
             continue
         records.append(Record.from_source(problem.source, name=problem.name,

@@ -66,23 +66,6 @@ def affine_by_construction(ops: list[str]) -> bool:
 
 # ---------------------------------------------------------------- measurements (worker side)
 
-def flatten_outputs(out: Any) -> list:
-    """Tensors of a forward's result, in order (tuples, lists and dicts flattened)."""
-    import torch
-
-    if out is None:
-        return []
-    if isinstance(out, torch.Tensor):
-        return [out.detach()]
-    if isinstance(out, (list, tuple)):
-        return [t for item in out for t in flatten_outputs(item)]
-    if isinstance(out, dict):
-        return [t for key in sorted(out, key=str) for t in flatten_outputs(out[key])]
-    if isinstance(out, (bool, int, float)):
-        return [torch.tensor(out)]
-    raise TypeError(f"forward returned {type(out).__name__}; expected tensors")
-
-
 def _as64(t):
     import torch
 

@@ -42,6 +42,7 @@ from .harness_worker import (
     HEADER,
     KIND_ERROR,
     KIND_HELLO,
+    KIND_REPORT,
     KIND_RESULT,
     KIND_STAGE,
     MAC_SIZE,
@@ -81,6 +82,67 @@ class WorkerResult:
         return None
 
 
+class Control:
+    """A parent's line to a running worker: ``send`` writes a command line the worker reads with
+    ``harness_worker.receive``; ``next_report`` waits for what it sends with
+    ``harness_worker.report``, stamped with the parent's monotonic clock. Pass one to
+    ``run_in_worker(control=...)`` (which blocks: run it in a thread)."""
+
+    def __init__(self):
+        self._fd: int | None = None
+        self._cond = threading.Condition()
+        self.reports: list[tuple[float, dict]] = []
+        self._next = 0
+        self.ended = False
+
+    def _attach(self, fd: int) -> None:
+        self._fd = fd
+
+    def _deliver(self, value: dict) -> None:
+        with self._cond:
+            self.reports.append((time.monotonic(), value))
+            self._cond.notify_all()
+
+    def _end(self) -> None:
+        with self._cond:
+            self.ended = True
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+            self._cond.notify_all()
+
+    def send(self, line: str) -> bool:
+        """Write one command line; False when the worker is gone."""
+        with self._cond:
+            fd = self._fd
+        if fd is None:
+            return False
+        data = (line.rstrip("\n") + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            return False
+        return True
+
+    def next_report(self, timeout: float | None = None) -> tuple[float, dict] | None:
+        """The next report not yet taken, or None when the worker ended or ``timeout`` passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._next >= len(self.reports):
+                if self.ended:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            self._next += 1
+            return self.reports[self._next - 1]
+
+
 def worker_env(device: str, env: dict | None = None, token: str = "", tmp: str = "") -> dict:
     """The environment of a worker: ours minus credentials, plus device pinning and the token."""
     base = {k: v for k, v in os.environ.items()
@@ -116,9 +178,9 @@ def _tail(handle, limit: int = 4000) -> str:
 class _Reader(threading.Thread):
     """Reads and authenticates frames; stamps each with the parent's clock."""
 
-    def __init__(self, fd: int, key: bytes, start: float):
+    def __init__(self, fd: int, key: bytes, start: float, control: Control | None = None):
         super().__init__(daemon=True)
-        self.fd, self.key, self.start_time = fd, key, start
+        self.fd, self.key, self.start_time, self.control = fd, key, start, control
         self.stages: list[tuple[str, float]] = []
         self.result: bytes | None = None
         self.error: dict | None = None
@@ -172,6 +234,15 @@ class _Reader(threading.Thread):
                 self.result, final, self.final_at = data, True, now
             elif kind == KIND_ERROR:
                 self.error, final, self.final_at = json.loads(data), True, now
+            elif kind == KIND_REPORT and self.control is not None:
+                try:
+                    value = json.loads(data)
+                except ValueError:
+                    value = None
+                if not isinstance(value, dict):
+                    self.tampered = True
+                    return
+                self.control._deliver(value)
             else:
                 self.tampered = True
                 return
@@ -254,7 +325,7 @@ def _last_error_line(text: str) -> str:
 def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
-                  python: str | None = None) -> WorkerResult:
+                  python: str | None = None, control: Control | None = None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -262,6 +333,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     (bytes; RLIMIT_AS defaults to 16 GiB on CPU, none on CUDA where the driver maps large ranges).
     With ``sandbox`` (default) the worker may write only in its temporary folder and ``writable``.
     Triton's cache is private to the run unless ``env`` sets ``TRITON_CACHE_DIR``.
+    ``control`` opens a second pipe for a parent that drives the worker while it runs.
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -276,24 +348,33 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         "writable": allowed}, protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
+    r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
     stdout = tempfile.TemporaryFile(dir=tmp)
     stderr = tempfile.TemporaryFile(dir=tmp)
     code = ("import sys; from kernelmill.validate.harness_worker import main; "
             "main(sys.argv[1:])")
     start = time.monotonic()
+    extra = [str(r_ctl)] if control is not None else []
     try:
         proc = subprocess.Popen(
-            [python or sys.executable, "-c", code, str(r_in), str(w_out)],
+            [python or sys.executable, "-c", code, str(r_in), str(w_out), *extra],
             cwd=workdir, env=worker_env(device, env, token, tmp), stdin=subprocess.DEVNULL,
-            stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(r_in, w_out))
+            stdout=stdout, stderr=stderr, start_new_session=True,
+            pass_fds=(r_in, w_out, *([r_ctl] if control is not None else [])))
     except OSError as exc:
-        for fd in (r_in, w_in, r_out, w_out):
-            os.close(fd)
+        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl):
+            if fd is not None:
+                os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
+        if control is not None:
+            control._end()
         return WorkerResult(False, error={"stage": "spawn", "message": str(exc)})
     os.close(r_in)
     os.close(w_out)
-    reader = _Reader(r_out, key, start)
+    if control is not None:
+        os.close(r_ctl)
+        control._attach(w_ctl)
+    reader = _Reader(r_out, key, start, control)
     reader.start()
 
     def feed() -> None:
@@ -318,6 +399,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     proc.wait()
     reader.join(timeout=10)
     feeder.join(timeout=1)
+    if control is not None:
+        control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,

@@ -30,12 +30,13 @@ import traceback
 
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
 # Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
-# E error (JSON).
+# E error (JSON), T a report to a parent that drives the worker over the control pipe (JSON).
 HEADER = struct.Struct(">I")
 MAC_SIZE = 32
-KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR = b"H", b"S", b"R", b"E"
+KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR, KIND_REPORT = b"H", b"S", b"R", b"E", b"T"
 
 _send = None  # set by main(); a closure holding the channel and key
+_control = None  # set by main() when the parent opened a control pipe: a line reader
 _stage = "startup"
 
 # Bound before any user code can run, so later patches of os/hmac do not reach the channel.
@@ -70,6 +71,36 @@ def mark_stage(name: str) -> None:
 
 def current_stage() -> str:
     return _stage
+
+
+def report(value: dict) -> None:
+    """Send ``value`` (JSON) to the parent while the target runs (answers to ``receive``)."""
+    if _send is None:
+        raise RuntimeError("no harness channel")
+    _send(KIND_REPORT, json.dumps(value).encode())
+
+
+def receive() -> str:
+    """The parent's next command line on the control pipe ("" when the parent closed it)."""
+    if _control is None:
+        raise RuntimeError("this run has no control pipe")
+    return _control()
+
+
+def _make_receiver(fd: int):
+    buffered = [b""]
+
+    def read_line() -> str:
+        while b"\n" not in buffered[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                line, buffered[0] = buffered[0], b""
+                return line.decode()
+            buffered[0] += chunk
+        line, _, buffered[0] = buffered[0].partition(b"\n")
+        return line.decode()
+
+    return read_line
 
 
 def _encode_result(value: dict) -> bytes:
@@ -146,13 +177,15 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> None:
-    global _send
+    global _send, _control
     _die_with_parent()
     fd_in, fd_out = int(argv[0]), int(argv[1])
     faulthandler.enable(file=sys.stderr, all_threads=True)
     job = pickle.loads(_read_all(fd_in))
     key = job.pop("key")
     _send = _make_sender(_hide_fd(fd_out), key)
+    if len(argv) > 2:
+        _control = _make_receiver(_hide_fd(int(argv[2])))
     del key
     _apply_limits(job.get("limits") or {})
     sandbox = None

@@ -5,7 +5,8 @@ returns plain numbers (``checks.judge`` turns them into verdicts in the parent).
 ``replay_problem(payload)`` rebuilds the same problem in a second, fresh worker (cross-process
 determinism) and optionally compiles it with TorchInductor.
 
-Imports only torch, the standard library and ``checks`` (itself torch + stdlib).
+Imports only torch, the standard library, ``checks`` and ``measure`` (the measurement module
+shared with the grader: namespaces, outputs, synchronisation, the timer, the GPU lock).
 
 Seeds. Everything random is drawn from seeds derived from ``payload["seed"]`` (see ``seeds``),
 so two workers given the same payload build identical weights and inputs.
@@ -16,17 +17,14 @@ exclusive one (with writer priority), so no measured run overlaps another worker
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
-import statistics
-import sys
-import time
-import types
 from typing import Any
 
 from . import checks as C
+from . import measure as M
+from .measure import GpuLock  # noqa: F401 — the validator's runner takes it from here
 
 
 def seeds(base: int) -> dict[str, int]:
@@ -43,60 +41,11 @@ def _mark(stage: str) -> None:
     mark_stage(stage)
 
 
-# ---------------------------------------------------------------- GPU sharing lock
-
-class GpuLock:
-    """Readers-writer file lock with writer priority (two flock'd files)."""
-
-    def __init__(self, path: str | None):
-        self.path = path
-
-    @contextlib.contextmanager
-    def _locked(self, exclusive: bool):
-        if not self.path:
-            yield
-            return
-        import fcntl
-
-        with open(self.path + ".turn", "a+") as turn, open(self.path + ".main", "a+") as main:
-            fcntl.flock(turn, fcntl.LOCK_EX)
-            try:
-                fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            finally:
-                if not exclusive:
-                    fcntl.flock(turn, fcntl.LOCK_UN)
-            try:
-                yield
-            finally:
-                fcntl.flock(main, fcntl.LOCK_UN)
-                if exclusive:
-                    fcntl.flock(turn, fcntl.LOCK_UN)
-
-    def shared(self):
-        return self._locked(False)
-
-    def exclusive(self):
-        return self._locked(True)
-
-
 # ---------------------------------------------------------------- building and running
 
 def load_namespace(source: str, tag: str = "problem") -> dict:
-    """Execute a problem source as a fresh module; tracebacks name ``<tag>.py`` and its lines."""
-    import hashlib
-    import linecache
-
-    name = f"km_{tag}_{hashlib.sha1(source.encode()).hexdigest()[:12]}"
-    filename = f"<{tag}>.py"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    module = types.ModuleType(name)
-    module.__file__ = filename
-    sys.modules[name] = module
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 — isolated worker
-    for required in ("Model", "get_inputs", "get_init_inputs"):
-        if required not in module.__dict__:
-            raise NameError(f"source does not define {required}")
-    return module.__dict__
+    """Execute a problem source as a fresh module (``measure.load_namespace``)."""
+    return M.load_namespace(source, tag, require=("Model", "get_inputs", "get_init_inputs"))
 
 
 def _to_device(value: Any, device: str) -> Any:
@@ -132,13 +81,6 @@ def _clone(inputs: list) -> list:
     return [v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in inputs]
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def run_forward(model, inputs: list, forward_seed: int, device: str) -> list:
     """One forward on clones of ``inputs`` after seeding the RNG; flattened detached outputs."""
     import torch
@@ -146,8 +88,8 @@ def run_forward(model, inputs: list, forward_seed: int, device: str) -> list:
     args = _clone(inputs)
     torch.manual_seed(forward_seed)
     with torch.no_grad():
-        out = C.flatten_outputs(model(*args))
-    _sync(device)
+        out = M.output_tensors(model(*args))
+    M.synchronize(device)
     return out
 
 
@@ -219,71 +161,16 @@ class _OpRecorder:
 
 # ---------------------------------------------------------------- timing
 
-def time_cuda(fn, *, target_ms: float = 100.0, min_reps: int = 5, max_reps: int = 500,
-              flush_bytes: int = 256 * 2**20) -> dict:
-    """Median GPU time of ``fn`` with warm-up, an L2 flush before every run and a device-wide
-    synchronize between runs; also the median host time to issue it (launch overhead)."""
-    import torch
-
-    cache = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        cache.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 3, 1e-3)
-    reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
-    for _ in range(min(reps, 10)):  # warm-up at the measured rate
-        fn()
-    torch.cuda.synchronize()
-    gpu, host = [], []
-    for _ in range(reps):
-        cache.zero_()
-        torch.cuda.synchronize()
-        start.record()
-        t0 = time.perf_counter()
-        fn()
-        host.append((time.perf_counter() - t0) * 1e3)
-        end.record()
-        torch.cuda.synchronize()
-        gpu.append(start.elapsed_time(end))
-    med = statistics.median(gpu)
-    q = statistics.quantiles(gpu, n=4) if len(gpu) >= 4 else [med, med, med]
-    return {"ms": med, "host_ms": statistics.median(host), "reps": reps,
-            "iqr_ms": q[2] - q[0], "min_ms": min(gpu)}
-
-
-def time_cpu(fn, *, target_ms: float = 200.0, min_reps: int = 3, max_reps: int = 20) -> dict:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    estimate = max((time.perf_counter() - t0) * 1e3, 1e-3)
-    reps = int(min(max_reps, max(min_reps, target_ms / estimate)))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return {"ms": statistics.median(times), "host_ms": None, "reps": reps,
-            "min_ms": min(times)}
-
-
-def _timer(device: str):
-    return time_cuda if device.startswith("cuda") else time_cpu
-
-
-def _forward_fn(model, inputs: list):
+def _time_forward(model, inputs: list, device: str) -> dict:
+    """``measure.measure`` of one forward: CUDA graph replays when capturable, else CUDA
+    events with an L2 flush; adaptive reps to a 0.5% confidence half-width or the time cap."""
     import torch
 
     def fn():
         with torch.no_grad():
-            model(*inputs)
+            return model(*inputs)
 
-    return fn
+    return M.measure(fn, device)
 
 
 # ---------------------------------------------------------------- the probe
@@ -353,7 +240,7 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
     tried = 0
     for variant in ablations:
         try:
-            ns = load_namespace(variant["source"], tag="ablation")
+            ns = load_namespace(variant["source"], tag=f"ablation_{len(dead)}_{tried}")
         except Exception:  # noqa: BLE001, S112 — an ablation that breaks the source is not dead
             continue
         out = None
@@ -362,7 +249,7 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
         for build in builders:  # fast path first; a full seeded build when it cannot apply
             try:
                 out = run_forward(build(), ref_inputs, sd["forward"], device)
-                _sync(device)
+                M.synchronize(device)
                 break
             except Exception as exc:  # noqa: BLE001 — an ablation that breaks forward is not dead
                 out = None
@@ -406,7 +293,7 @@ def probe_problem(payload: dict) -> dict:
         ref = run_forward(model, inputs, sd["forward"], device)
         if not ref:
             raise ValueError("forward returned no tensor")
-        direct = C.flatten_outputs(_forward_mutating(model, inputs, sd["forward"], device))
+        direct = M.output_tensors(_forward_mutating(model, inputs, sd["forward"], device))
         m["mutated_inputs"] = [f"input {i}" for i, (a, b) in enumerate(zip(inputs, before))
                                if isinstance(a, torch.Tensor) and not C.bitwise_equal([a], [b])]
         inputs = before
@@ -512,12 +399,14 @@ def probe_problem(payload: dict) -> dict:
     _mark("timing")
     if payload.get("time", True):
         with lock.exclusive():
-            timing = _timer(device)(_forward_fn(model, inputs))
-        m["timing"] = {"device": "cuda" if device.startswith("cuda") else "cpu",
-                       "eager_ms": timing["ms"], "host_ms": timing["host_ms"],
-                       "reps": timing["reps"], "iqr_ms": timing.get("iqr_ms"),
+            timing = _time_forward(model, inputs, device)
+        on_cuda = device.startswith("cuda")
+        m["timing"] = {"device": "cuda" if on_cuda else "cpu",
+                       "eager_ms": timing["ms"], "host_ms": timing["host_ms"] if on_cuda else None,
+                       "reps": timing["reps"], "method": timing["method"],
+                       "ci_pct": timing["ci_pct"],
                        "launch_ratio": (timing["host_ms"] / timing["ms"])
-                       if timing["host_ms"] is not None and timing["ms"] > 0 else None,
+                       if on_cuda and timing["ms"] > 0 else None,
                        "host_syncs": m["host_syncs"]}
     else:
         m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
@@ -568,7 +457,7 @@ def _forward_mutating(model, inputs: list, forward_seed: int, device: str):
     torch.manual_seed(forward_seed)
     with torch.no_grad():
         out = model(*inputs)
-    _sync(device)
+    M.synchronize(device)
     return out
 
 
@@ -591,7 +480,7 @@ def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None, lis
         recorder = _OpRecorder(args)
         with torch.no_grad(), recorder:
             model(*args)
-    _sync(device)
+    M.synchronize(device)
     return recorder.ops[:2000], flops, sorted(set(recorder.input_nonaffine))
 
 
@@ -629,8 +518,7 @@ def replay_problem(payload: dict) -> dict:
     _mark("inductor timing")
     if payload.get("time", True):
         with lock.exclusive():
-            timing = _timer(device)(_forward_fn(compiled, inputs))
-        ms = timing["ms"]
+            ms = _time_forward(compiled, inputs, device)["ms"]
     else:
         ms = None
     result["inductor"] = {"error_vs_eager": err, "ms": ms}

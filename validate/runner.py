@@ -269,7 +269,8 @@ def validate_source(source: str, slot: dict | None = None,
         "difficulty": difficulty(compute, inductor_speedup=speedup,
                                  headroom=roof["headroom"] if roof else None),
         "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,
-        "timing": {k: m["timing"].get(k) for k in ("reps", "iqr_ms", "host_ms", "launch_ratio")},
+        "timing": {k: m["timing"].get(k) for k in ("method", "reps", "ci_pct", "host_ms",
+                                                    "launch_ratio")},
     }
 
 

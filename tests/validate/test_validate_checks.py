@@ -79,14 +79,6 @@ def test_digest_compares_across_processes():
     assert C.digest_error(C.output_digest([torch.ones(3)]), da) == math.inf
 
 
-def test_flatten_outputs():
-    x = torch.ones(2)
-    assert len(C.flatten_outputs((x, [x, {"b": x, "a": x}], None))) == 4
-    assert C.flatten_outputs(3.0)[0].item() == 3.0
-    with pytest.raises(TypeError):
-        C.flatten_outputs("text")
-
-
 def _measurements(**changes):
     m = {"resized": None, "output_shapes": [[4]], "finite": True, "nonfinite_fraction": 0.0,
          "mutated_inputs": [], "deterministic": {"bitwise": True, "error": 0.0},
