@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kernelmill.core.canonical import canonical_source
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.lock import hold_lock, lock_path_for
 from kernelmill.core.progress import track
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
@@ -148,7 +149,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     config = {"device": device, "policy": asdict(policy), "reward": reward,
               "extensions_root": extensions_root}
     reward_fn = get_reward(reward)
-    with JsonlWriter(out_path, key="submission_id") as out:
+    lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
+    with lock, JsonlWriter(out_path, key="submission_id") as out:
         items = []
         for index, row in enumerate(read_jsonl(submissions_path), start=1):
             missing = [k for k in ("submission_id", "problem_id", "source") if k not in row]
@@ -178,6 +180,9 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             items.append({"submission_id": sid, "problem_id": pid, "source": row["source"],
                           "reference": record["source"], "key": key, "config": config,
                           "record": {"validation": record.get("validation") or {}}})
+        if set(stats.counts) <= {"dropped: bad row"}:  # nothing graded, cached or done before
+            raise KernelmillError(f"{submissions_path}: no submissions (rows need submission_id, "
+                                  "problem_id and source)")
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;
         # within each, by problem, so a problem's reference run is reused while it is cached.
         items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
