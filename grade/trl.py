@@ -1,14 +1,24 @@
 """A reward function with the signature TRL's ``GRPOTrainer`` calls.
 
-    from kernelmill.grade.trl import make_reward_fn
-    trainer = GRPOTrainer(..., reward_funcs=[make_reward_fn(device="cuda", reward="composite")])
+    from datasets import load_dataset
+    from trl import GRPOTrainer
+    from kernelmill.grade.trl import reward_fn
+    trainer = GRPOTrainer(model=..., reward_funcs=[reward_fn],
+                          train_dataset=load_dataset("path/or/hub-id")["train"])
 
-The trainer calls ``reward_fn(prompts, completions, **columns)`` with the dataset's other
-columns as lists aligned with the completions; the reference problem's source is read from the
-``reference`` column (or ``source``, the column name of kernelmill datasets). A completion is a
-string or a chat list of messages; its last fenced Python code block is the candidate (the whole
-text when it has no fence). Each candidate is graded by the same harness as ``kernelmill
-grade``; reference runs are cached for the life of the process.
+The published dataset's ``prompt`` column (``splits/prompt.py``) is what the model sees; the
+trainer calls ``reward_fn(prompts, completions, **columns)`` with the dataset's other columns as
+lists aligned with the completions. The reference problem's source is read from the
+``reference`` column (or ``source``, the column name of kernelmill records), its calibration
+from ``atol``/``rtol``/``roofline_ms``/``calibration_scale``. A completion is a string or a chat
+list of messages; its last fenced Python code block is the candidate (the whole text when it has
+no fence). Each candidate is graded by the same harness as ``kernelmill grade`` (on CPU at the
+size the dataset calibrated it at); reference runs are cached for the life of the process.
+``make_reward_fn(grader=URL or callable)`` grades on other machines.
+
+Following TRL's conventions, the reward is ``None`` where it does not apply (the reference
+cannot run), and the batch's compile/correct/hack rates and mean speedup go to the trainer's
+metrics through the ``log_metric`` callable it passes.
 
 Optional LLM judge (seed study 003): ``r' = r + λ·J`` with ``J`` in [0, 1] from any
 OpenAI-compatible endpoint (``JudgeConfig``; default λ = 0.5). The judge only adds to the reward
@@ -16,9 +26,11 @@ of a submission that was not flagged for a hack, and its failure adds nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -26,6 +38,7 @@ from kernelmill.core.devices import device_slots
 
 from .grader import Grader, ReferenceError
 from .policy import Policy
+from .problems import CALIBRATION_COLUMNS
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -110,26 +123,114 @@ def judge_score(config: JudgeConfig, reference: str, candidate: str, client=None
     return min(1.0, max(0.0, float(match.group(1))))
 
 
+# Worker stages of the candidate's timing loop: a run that timed out there had already returned
+# from every checked forward call (a hang in forward times out in "forward").
+TIMING_STAGES = frozenset({"timing", "wall:candidate:start", "wall:candidate:end"})
+
+
+def timed_out_in_timing(verdict: dict) -> bool:
+    error = verdict.get("error") or {}
+    return (not verdict.get("hacks") and error.get("stage") in TIMING_STAGES
+            and "timed out" in str(error.get("message", "")))
+
+
+def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable[..., dict]:
+    """``grade(reference, code, record=None, reward="composite", slot_env=None) -> verdict`` on
+    this machine; a verdict raises ``ReferenceError`` when the reference cannot run.
+
+    A candidate whose timing loop timed out is graded again without timing: when its outputs are
+    right the verdict says ``correct: true`` with ``timing: "timed out"`` and no speedup, so a
+    slow correct kernel is told apart from one that hangs (which stays ``correct: false``).
+    """
+    grader = Grader(device, policy=policy)
+    untimed: list[Grader] = []
+
+    def grade(reference: str, code: str, record: dict | None = None, reward: str = "composite",
+              slot_env: dict | None = None) -> dict:
+        verdict = grader.grade(reference, code, record=record, reward=reward, slot_env=slot_env)
+        if not timed_out_in_timing(verdict) or not grader.policy.time:
+            return verdict
+        if not untimed:
+            untimed.append(Grader(device, policy=dataclasses.replace(grader.policy, time=False)))
+        second = untimed[0].grade(reference, code, record=record, reward=reward,
+                                  slot_env=slot_env)
+        second["timing"] = "timed out"
+        second["timing_error"] = verdict.get("error")
+        second["wall_s"] = verdict.get("wall_s", 0) + second.get("wall_s", 0)
+        return second
+
+    grade.device = grader.device
+    return grade
+
+
+def http_grader(url: str, timeout_s: float = 900.0) -> Callable[..., dict]:
+    """Grade on another machine: POST ``{reference, candidate, record, reward}`` as JSON to
+    ``url`` (``python -m kernelmill.grade.serve`` answers it) and read the verdict back."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def grade(reference: str, code: str, record: dict | None = None, reward: str = "composite",
+              slot_env: dict | None = None) -> dict:
+        body = json.dumps({"reference": reference, "candidate": code, "record": record,
+                           "reward": reward}).encode()
+        request = urllib.request.Request(url, data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            answer = json.loads(exc.read() or b"{}")
+        except (OSError, ValueError) as exc:
+            return {"compiled": False, "correct": False, "hacks": [], "reward": None,
+                    "grader_failed": True,
+                    "error": {"stage": "remote", "message": f"{url}: {exc}"}}
+        if answer.get("reference_failed"):
+            raise ReferenceError(str((answer.get("error") or {}).get("message")))
+        return answer
+
+    grade.device = url
+    return grade
+
+
 def make_reward_fn(*, device: str = "auto", reward: str = "composite",
                    policy: Policy | None = None, judge: JudgeConfig | None = None,
                    workers: int | None = None, reference_column: str | None = None,
-                   verdicts: list | None = None):
-    """Build a ``reward_fn(prompts, completions, **kwargs) -> list[float]`` for TRL."""
-    grader = Grader(device, policy=policy)
+                   verdicts: list | None = None, grader: Callable[..., dict] | str | None = None):
+    """Build a ``reward_fn(prompts, completions, **kwargs) -> list[float | None]`` for TRL.
+
+    ``grader`` grades elsewhere: a URL of a ``kernelmill.grade.serve`` server, or any callable
+    ``(reference, code, record=None, reward=..., slot_env=None) -> verdict`` (a Ray actor's
+    method, a job queue's client); by default the candidates are graded on this machine's
+    ``device``. The reward is ``None`` (TRL: not applicable) where the reference cannot run or
+    the remote grader could not be reached. When TRL passes ``log_metric``, the batch's rates go
+    to the trainer's metrics: ``kernelmill/compiled``, ``correct``, ``hacked``,
+    ``timing_timed_out``, ``not_applicable`` (shares of the batch) and ``speedup_vs_eager``
+    (mean over the correct kernels that were timed).
+    """
     reward_fn_ = get_reward(reward)
-    slots = device_slots(grader.device, workers)
+    if grader is None:
+        grade = local_grader(device, policy)
+        slots = device_slots(grade.device, workers)
+    else:  # the remote side places the work; here only requests run in parallel
+        grade = http_grader(grader) if isinstance(grader, str) else grader
+        slots = [{"env": {}} for _ in range(max(1, workers or 8))]
 
     def grade_one(index: int, reference: str, completion, record: dict | None = None
-                  ) -> tuple[float, dict]:
+                  ) -> tuple[float | None, dict]:
         code = extract_code(completion_text(completion))
         slot = slots[index % len(slots)]
         try:
-            verdict = grader.grade(reference, code, record=record, reward=reward,
-                                   slot_env=slot.get("env"))
+            verdict = grade(reference, code, record=record, reward=reward,
+                            slot_env=slot.get("env"))
         except ReferenceError as exc:
-            verdict = {"compiled": False, "correct": False, "hacks": [], "reward": 0.0,
-                       "error": {"stage": "reference", "message": str(exc)}}
-        score = float(verdict.get("reward", reward_fn_(verdict)))
+            return None, {"compiled": False, "correct": False, "hacks": [], "reward": None,
+                          "reference_failed": True,
+                          "error": {"stage": "reference", "message": str(exc)}}
+        if verdict.get("grader_failed"):
+            return None, verdict
+        score = float(verdict["reward"] if verdict.get("reward") is not None
+                      else reward_fn_(verdict))
         if judge is not None and not verdict.get("hacks"):
             j = judge_score(judge, reference, code)
             verdict["judge"] = j
@@ -137,7 +238,7 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
                 score += judge.weight * j
         return score, verdict
 
-    def reward_fn(prompts, completions, **kwargs) -> list[float]:
+    def reward_fn(prompts, completions, **kwargs) -> list[float | None]:
         column = reference_column or next((c for c in REFERENCE_COLUMNS if c in kwargs), None)
         if column is None:
             raise KeyError(f"no reference column: expected one of {REFERENCE_COLUMNS} among "
@@ -147,29 +248,56 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             results = list(pool.map(grade_one, range(len(completions)), references,
                                     completions, records))
+        batch = [v for _s, v in results]
         if verdicts is not None:
-            verdicts.extend(v for _s, v in results)
+            verdicts.extend(batch)
+        if callable(kwargs.get("log_metric")):
+            for name, value in batch_metrics(batch).items():
+                kwargs["log_metric"](f"kernelmill/{name}", value)
         return [s for s, _v in results]
 
     reward_fn.__name__ = f"kernelmill_{reward}"
     return reward_fn
 
 
+def batch_metrics(verdicts: list[dict]) -> dict[str, float]:
+    """Shares of a batch that compiled, were correct, hacked, timed out in timing or could not
+    be graded, and the mean speedup over eager of the correct timed kernels."""
+    n = max(1, len(verdicts))
+    metrics = {
+        "compiled": sum(bool(v.get("compiled")) for v in verdicts) / n,
+        "correct": sum(bool(v.get("correct")) for v in verdicts) / n,
+        "hacked": sum(bool(v.get("hacks")) for v in verdicts) / n,
+        "timing_timed_out": sum(v.get("timing") == "timed out" for v in verdicts) / n,
+        "not_applicable": sum(bool(v.get("reference_failed") or v.get("grader_failed"))
+                              for v in verdicts) / n,
+    }
+    speedups = [float(v["speedup_vs_eager"]) for v in verdicts
+                if v.get("correct") and isinstance(v.get("speedup_vs_eager"), (int, float))]
+    if speedups:
+        metrics["speedup_vs_eager"] = sum(speedups) / len(speedups)
+    return metrics
+
+
 _DEFAULT = []
 
 
 def _records_from_columns(columns: dict, n: int) -> list[dict | None]:
-    """The calibrated tolerances (and roofline bound) a published dataset carries per row."""
-    names = [c for c in ("atol", "rtol", "roofline_ms") if c in columns]
+    """The calibration a published dataset carries per row (tolerances, roofline bound, the
+    size they hold at), in the record form the grader reads (``grade/problems.py``)."""
+    names = [c for c in CALIBRATION_COLUMNS if c in columns]
     records: list[dict | None] = []
     for i in range(n):
-        values = {c: columns[c][i] for c in names if columns[c][i] is not None}
+        values = {CALIBRATION_COLUMNS[c]: columns[c][i] for c in names
+                  if columns[c][i] is not None}
         records.append({"validation": values} if values else None)
     return records
 
 
 def reward_fn(prompts, completions, **kwargs) -> list[float]:
-    """The composite reward on the default device (``KERNELMILL_DEVICE``, else auto)."""
+    """The composite reward on the default device (``KERNELMILL_DEVICE``, else auto), or by the
+    grading server at ``KERNELMILL_GRADER`` (a URL) when that is set."""
     if not _DEFAULT:
-        _DEFAULT.append(make_reward_fn(device=os.environ.get("KERNELMILL_DEVICE", "auto")))
+        _DEFAULT.append(make_reward_fn(device=os.environ.get("KERNELMILL_DEVICE", "auto"),
+                                       grader=os.environ.get("KERNELMILL_GRADER") or None))
     return _DEFAULT[0](prompts, completions, **kwargs)

@@ -1,0 +1,110 @@
+"""The problems a batch of submissions is graded against, from any of the forms kernelmill writes.
+
+``load_problems(spec, split=None)`` returns ``{problem_id: record}`` where a record is the dict the
+grader takes (``id``, ``source``, ``validation`` with the calibrated tolerances). ``spec`` is:
+
+- a records file (JSONL rows with ``id``/``source``, e.g. ``splits/eval.jsonl``);
+- a JSONL file of published dataset rows (``problem_id``/``reference``);
+- a dataset folder written by ``kernelmill publish`` (``data/{split}-*.parquet``) or one parquet
+  file;
+- a Hugging Face Hub dataset id (``org/name``), read with ``datasets.load_dataset``.
+
+``split`` keeps one split of a dataset folder or Hub dataset (default: every split). A dataset row
+carries its calibration (``atol``, ``rtol``, ``roofline_ms``, ``eager_ms``,
+``calibration_device``, ``calibration_scale``); they land in the record's ``validation`` section
+under the names the validator uses (``resized`` is the calibration scale), so grading a published
+row and grading the record it came from use the same tolerances at the same size.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.store import read_jsonl
+
+log = logging.getLogger("kernelmill")
+
+# dataset column -> validation key
+CALIBRATION_COLUMNS = {"atol": "atol", "rtol": "rtol", "roofline_ms": "roofline_ms",
+                       "eager_ms": "eager_ms", "calibration_device": "device",
+                       "calibration_scale": "resized"}
+
+
+def record_from_row(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A grader record from a records row or a published dataset row; None if it is neither."""
+    if isinstance(row.get("id"), str) and isinstance(row.get("source"), str):
+        return row
+    if not (isinstance(row.get("problem_id"), str) and isinstance(row.get("reference"), str)):
+        return None
+    validation = {key: row[column] for column, key in CALIBRATION_COLUMNS.items()
+                  if row.get(column) is not None}
+    return {"id": row["problem_id"], "source": row["reference"], "name": row.get("name"),
+            "validation": validation}
+
+
+def _parquet_rows(paths: Iterable[Path]) -> Iterator[dict]:
+    import pyarrow.parquet as pq
+
+    columns = ["problem_id", "reference", "name", *CALIBRATION_COLUMNS]
+    for path in paths:
+        table = pq.read_table(path)
+        present = [c for c in columns if c in table.column_names]
+        yield from table.select(present).to_pylist()
+
+
+def _dataset_files(folder: Path, split: str | None) -> list[Path]:
+    files = sorted((folder / "data").glob("*.parquet")) or sorted(folder.glob("*.parquet"))
+    if split is not None:
+        files = [p for p in files if p.name.split("-")[0] == split]
+    return files
+
+
+def _hub_rows(repo_id: str, split: str | None) -> Iterator[dict]:
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(repo_id)
+    except Exception as exc:  # noqa: BLE001 — one line for the user: what failed to load
+        raise KernelmillError(f"{repo_id}: not a file or folder here, and load_dataset failed: "
+                              f"{type(exc).__name__}: {exc}") from None
+    for name, part in loaded.items():
+        if split is None or name == split:
+            yield from part
+
+
+def iter_rows(spec: str | Path, split: str | None = None) -> Iterator[dict]:
+    path = Path(spec)
+    if path.is_dir():
+        files = _dataset_files(path, split)
+        if not files:
+            raise KernelmillError(f"{path}: no {split + ' ' if split else ''}parquet files "
+                                  "(a dataset folder from `kernelmill publish` has data/*.parquet)")
+        yield from _parquet_rows(files)
+    elif path.suffix == ".parquet":
+        if not path.exists():
+            raise KernelmillError(f"{path}: no such file")
+        yield from _parquet_rows([path])
+    elif path.exists():
+        yield from read_jsonl(path)
+    elif str(spec).count("/") == 1 and not str(spec).startswith((".", "/")):
+        yield from _hub_rows(str(spec), split)
+    else:
+        raise KernelmillError(f"{spec}: no such file or folder")
+
+
+def load_problems(spec: str | Path, split: str | None = None) -> dict[str, dict]:
+    """``{problem_id: record}`` from ``spec`` (see the module docstring)."""
+    problems: dict[str, dict] = {}
+    skipped = 0
+    for row in iter_rows(spec, split):
+        record = record_from_row(row) if isinstance(row, dict) else None
+        if record is None:
+            skipped += 1
+            continue
+        problems[str(record["id"])] = record
+    if skipped:
+        log.warning(f"{spec}: {skipped} row(s) without id/source or problem_id/reference skipped")
+    return problems

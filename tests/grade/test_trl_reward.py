@@ -1,0 +1,102 @@
+"""The TRL reward on CPU: None where the reference cannot run, metrics through log_metric, a
+correct kernel whose timing timed out told apart from a hang, and grading on another process
+through the HTTP grading server."""
+import threading
+from collections import defaultdict
+
+import pytest
+from conftest import FIXTURES
+from kernelmill.grade.policy import Policy
+from kernelmill.grade.serve import make_server
+from kernelmill.grade.trl import local_grader, make_reward_fn
+
+SUBMISSIONS = FIXTURES / "submissions"
+BROKEN_REFERENCE = '''"""A reference whose forward fails.
+
+category: elementwise
+level: 1
+"""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("this reference is broken")
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def read(name: str) -> str:
+    return (SUBMISSIONS / f"{name}.py").read_text()
+
+
+def fenced(code: str) -> list[dict]:
+    return [{"role": "assistant", "content": f"Here it is.\n```python\n{code}```"}]
+
+
+def test_reward_is_none_where_the_reference_cannot_run_and_metrics_reach_log_metric():
+    logged: dict[str, list[float]] = defaultdict(list)
+    reward_fn = make_reward_fn(device="cpu", policy=Policy(time=False, trials=2))
+    honest = fenced(read("honest_scale_add"))
+    scores = reward_fn(prompts=["p"] * 3, completions=[honest, honest, fenced("not python (")],
+                       reference=[read("ref_scale_add"), BROKEN_REFERENCE, read("ref_scale_add")],
+                       completion_ids=[[1], [2], [3]], trainer_state=None,
+                       log_metric=lambda name, value: logged[name].append(value))
+    assert scores[0] == pytest.approx(1.5)  # compiled + correct, untimed
+    assert scores[1] is None  # not applicable: TRL leaves it out of the sum
+    assert scores[2] == 0.0
+    assert logged["kernelmill/correct"] == [pytest.approx(1 / 3)]
+    assert logged["kernelmill/not_applicable"] == [pytest.approx(1 / 3)]
+    assert logged["kernelmill/compiled"] == [pytest.approx(1 / 3)]
+    assert logged["kernelmill/hacked"] == [0.0]
+    assert "kernelmill/speedup_vs_eager" not in logged  # nothing was timed
+
+
+@pytest.mark.slow
+def test_timing_timeout_keeps_correct_and_a_hang_stays_wrong():
+    # A warm-up of ten million calls cannot finish: the timing loop times out after the checks.
+    grade = local_grader("cpu", Policy(trials=2, timeout_s=12,
+                                       timing_settings={"warmup": 10**7}))
+    slow = grade(read("ref_scale_add"), read("honest_scale_add"))
+    assert slow["correct"] and slow["timing"] == "timed out"
+    assert slow["timing_error"]["stage"] == "timing" and slow["speedup_vs_eager"] is None
+    hang = grade(read("ref_row_sum"), read("crash_hang"))
+    assert not hang["correct"] and hang.get("timing") is None
+    assert hang["error"]["stage"] == "forward" and "timed out" in hang["error"]["message"]
+
+
+@pytest.fixture
+def grading_server():
+    server = make_server("127.0.0.1", 0, device="cpu", policy=Policy(time=False, trials=2))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_reward_grades_through_a_grading_server(grading_server):
+    verdicts: list = []
+    reward_fn = make_reward_fn(grader=grading_server, verdicts=verdicts)
+    wrong = read("honest_scale_add").replace("2.0 * x + y", "3.0 * x + y")
+    scores = reward_fn(["p"] * 3, [fenced(read("honest_scale_add")), fenced(wrong),
+                                   fenced(read("honest_scale_add"))],
+                       reference=[read("ref_scale_add"), read("ref_scale_add"), BROKEN_REFERENCE])
+    assert scores[0] == pytest.approx(1.5) and verdicts[0]["correct"]
+    assert scores[1] == pytest.approx(0.5) and not verdicts[1]["correct"]
+    assert scores[2] is None and verdicts[2]["reference_failed"]
+    assert verdicts[0]["device"] == "cpu"
+
+
+def test_unreachable_grading_server_gives_none():
+    reward_fn = make_reward_fn(grader="http://127.0.0.1:9/")  # discard port: nothing listens
+    assert reward_fn(["p"], [fenced(read("honest_scale_add"))],
+                     reference=[read("ref_scale_add")]) == [None]
