@@ -180,7 +180,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             items.append({"submission_id": sid, "problem_id": pid, "source": row["source"],
                           "reference": record["source"], "key": key, "config": config,
                           "record": {"validation": record.get("validation") or {}}})
-        if set(stats.counts) <= {"dropped: bad row"}:  # nothing graded, cached or done before
+        if not items and set(stats.counts) <= {"dropped: bad row"}:  # no usable row at all
             raise KernelmillError(f"{submissions_path}: no submissions (rows need submission_id, "
                                   "problem_id and source)")
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;

@@ -28,7 +28,7 @@ from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import WorkerResult, run_in_worker
 
 from . import static
-from .judge import judge
+from .judge import judge, reference_fault
 from .policy import Policy
 from .rewards import get_reward
 
@@ -156,6 +156,9 @@ class Grader:
             raise ReferenceError(f"reference failed in {error.get('stage')}: "
                                  f"{error.get('message')}")
         value = result.value
+        fault = reference_fault(value)
+        if fault:
+            raise ReferenceError(fault)
         value["init_seed"] = payload["init_seed"]
         return ReferenceRun(value, result, self.device)
 

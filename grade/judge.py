@@ -86,6 +86,19 @@ def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple
     return True, ""
 
 
+def reference_fault(reference: dict) -> str | None:
+    """Why a reference run cannot be graded against (its forward returned something other than
+    tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
+    for index, trial in enumerate(reference.get("trials") or []):
+        outputs = trial.get("outputs") or []
+        kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if not outputs or kinds:
+            what = ", ".join(kinds) if kinds else "no output"
+            return (f"reference forward returned {trial.get('structure')} ({what}) on trial "
+                    f"{index}; a problem's forward must return tensors")
+    return None
+
+
 def wall_ms(result: WorkerResult, label: str, loops: int | None) -> float | None:
     """Per-call time of the back-to-back loop, by the parent's clock."""
     start, end = result.stage_time(f"wall:{label}:start"), result.stage_time(f"wall:{label}:end")
