@@ -48,6 +48,7 @@ from .harness_worker import (
     MAC_SIZE,
     mark_stage,
 )
+from .reaper import WATCHER
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
@@ -369,6 +370,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         if control is not None:
             control._end()
         return WorkerResult(False, error={"stage": "spawn", "message": str(exc)})
+    WATCHER.started(token, proc.pid)  # killed with their children should this process die
     os.close(r_in)
     os.close(w_out)
     if control is not None:
@@ -396,6 +398,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         timed_out = True
     wall = time.monotonic() - start
     leaked = kill_run(proc.pid, token)
+    WATCHER.ended(token)
     proc.wait()
     reader.join(timeout=10)
     feeder.join(timeout=1)

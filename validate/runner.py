@@ -202,6 +202,10 @@ def validate_source(source: str, slot: dict | None = None,
     m = first.value
     m["resized"] = resized
     checks = C.judge(m, cfg.thresholds())
+    leaked = first.leaked_processes  # left running in a session or group of its own
+    checks["no_leaked_process"] = C.check(not leaked, leaked, f"{leaked} process(es) the problem "
+                                         "started outlived its worker" if leaked else
+                                         "no process left behind")
     if resize_note:
         checks["runs"]["detail"] += f"; {resize_note}"
     tol = m["tolerance"]["tol"]

@@ -1,0 +1,128 @@
+"""Process trees end with their run: a problem that leaves a detached process fails validation,
+and when the grader or validator itself is killed, its workers and their children die too."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from kernelmill.validate.runner import validate_source
+
+DETACHING = '''"""Tanh, and a process left behind in a session of its own.
+
+category: activation
+level: 1
+"""
+import os
+import time
+
+import torch
+import torch.nn as nn
+
+_FORKED = []
+
+
+def _detach():
+    if _FORKED:
+        return
+    _FORKED.append(1)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(120)
+        os._exit(0)
+    os.wait()
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        _detach()
+        return torch.tanh(x)
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_problem_that_leaves_a_detached_process_fails_validation():
+    validation = validate_source(DETACHING, config={"max_ablations": 0, "cross_process": False})
+    check = validation["checks"]["no_leaked_process"]
+    assert check["passed"] is False and check["value"] >= 1, check
+    assert "no_leaked_process" in validation["flags"] and not validation["passed"]
+    clean = validate_source(DETACHING.replace("        _detach()\n", ""),
+                            config={"max_ablations": 0, "cross_process": False})
+    assert clean["checks"]["no_leaked_process"] == {"passed": True, "value": 0,
+                                                    "detail": "no process left behind"}
+
+
+FORKING_WORKER = '''
+import os, subprocess, sys, time
+
+def main():
+    out = os.environ["PIDS_FILE"]
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    r, w = os.pipe()
+    if os.fork() == 0:  # a detached grandchild in a session of its own
+        os.setsid()
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        os.write(w, str(pid).encode())
+        os._exit(0)
+    os.close(w)
+    detached = int(os.read(r, 32))
+    with open(out + ".tmp", "w") as handle:
+        handle.write(" ".join(map(str, [os.getpid(), plain.pid, detached])))
+    os.rename(out + ".tmp", out)
+    time.sleep(120)
+    return {}
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def test_killing_the_parent_kills_its_workers_and_their_children(tmp_path):
+    pids_file = tmp_path / "pids"
+    parent_code = textwrap.dedent(f"""
+        from kernelmill.validate.harness import run_in_worker
+        run_in_worker("kernelmill.validate.harness:run_source", {{"source": {FORKING_WORKER!r}}},
+                      timeout_s=300, device="cpu", env={{"PIDS_FILE": {str(pids_file)!r}}},
+                      sandbox=False)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not pids_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert all(_alive(p) for p in pids)
+        os.kill(parent.pid, signal.SIGKILL)  # the grader or validator dies without cleaning up
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in pids if _alive(p)] == [], json.dumps({"worker, plain, detached": pids})
+    finally:
+        parent.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
