@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,45 +27,121 @@ from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import read_records
 
+from .prompt import TEMPLATE_VERSION, prompt_messages
+
 SPLITS = ("train", "eval")
 LICENSE = "apache-2.0"
+DEFAULT_NAME = "kernelmill GPU-kernel problems"
 
-# (column, datasets dtype, description)
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("problem_id", "string", "stable id: hash of the canonical problem source"),
-    ("name", "string", "problem name"),
-    ("description", "string", "one-line description from the problem docstring"),
-    ("category", "string", "kind of computation (elementwise, matmul, convolution, ...)"),
-    ("level", "int32", "KernelBench-style level (1 single op, 2 fused, 3 block)"),
-    ("reference", "string", "the PyTorch reference program (Model, get_inputs, get_init_inputs)"),
-    ("difficulty", "string", "difficulty tier from validation ('unknown' if not validated)"),
-    ("difficulty_score", "float64", "difficulty score from validation"),
-    ("validated", "bool", "every validation check passed"),
-    ("device", "string", "device validation ran on"),
-    ("dtype", "string", "input dtype used for validation"),
-    ("eager_ms", "float64", "eager PyTorch time (ms) at the validated size"),
-    ("inductor_ms", "float64", "torch.compile (Inductor) time (ms)"),
-    ("inductor_speedup", "float64", "eager_ms / inductor_ms"),
-    ("flops", "float64", "floating-point operations of one forward"),
-    ("bytes", "float64", "bytes moved by one forward (lower bound)"),
-    ("roofline_ms", "float64", "roofline time bound (ms)"),
-    ("atol", "float64", "calibrated absolute tolerance for grading"),
-    ("rtol", "float64", "calibrated relative tolerance for grading"),
-    ("family", "string", "split family: problems sharing it are all in one split"),
-    ("cluster", "int32", "cluster id (0 = largest)"),
-    ("structural_key", "string", "hash of the size-abstracted op stream"),
-    ("near_group", "string", "near-duplicate group (representative problem id)"),
-    ("contamination", "string", "JSON of benchmark matches when kept and marked, else null"),
-    ("provenance", "string", "JSON: seed, generator, operations, parent"),
-    ("validation", "string", "JSON: the full validation section"),
-)
+
+def _features():
+    """The columns' types, as ``datasets`` features (the parquet schema and the card's YAML)."""
+    from datasets import Features, List, Value
+
+    s, f, i, b = Value("string"), Value("float64"), Value("int32"), Value("bool")
+    messages = List({"role": s, "content": s})
+    return Features({
+        "problem_id": s, "name": s, "description": s, "category": s, "level": i,
+        "reference": s, "prompt": messages, "prompt_cuda": messages,
+        "difficulty": s, "difficulty_score": f, "validated": b, "device": s, "dtype": s,
+        "eager_ms": f, "inductor_ms": f, "inductor_speedup": f, "flops": f, "bytes": f,
+        "roofline_ms": f, "atol": f, "rtol": f,
+        "calibration_device": s, "calibration_scale": f, "calibration_numel": Value("int64"),
+        "family": s, "cluster": i, "structural_key": s, "near_group": s,
+        "contamination": {"action": s, "matches": List({
+            "benchmark": s, "item": s, "item_name": s, "key": s, "score": f})},
+        "provenance": {"generator": s, "seed": s, "parent": s, "origin": s,
+                       "operations": List({"op": s, "detail": s})},
+        "validation": {
+            "passed": b, "device": s, "device_name": s, "torch": s, "dtype": s,
+            "flags": List(s), "eager_ms": f, "inductor_ms": f, "inductor_speedup": f,
+            "flops": f, "bytes": f, "roofline_ms": f, "headroom": f, "atol": f, "rtol": f,
+            "resized": f, "wall_s": f, "difficulty": {"tier": s, "score": f},
+            "checks": List({"name": s, "passed": b, "value": f, "detail": s})},
+    })
+
+
+# (column, description); the types are in ``_features``
+DESCRIPTIONS: dict[str, str] = {
+    "problem_id": "stable id: hash of the canonical problem source",
+    "name": "problem name",
+    "description": "one-line description from the problem docstring",
+    "category": "kind of computation (elementwise, matmul, convolution, ...)",
+    "level": "KernelBench-style level (1 single op, 2 fused, 3 block)",
+    "reference": "the PyTorch reference program (Model, get_inputs, get_init_inputs)",
+    "prompt": "chat messages asking for a Triton ModelNew (TRL's conversational prompt column)",
+    "prompt_cuda": "the same request for CUDA C++ through torch.utils.cpp_extension.load_inline",
+    "difficulty": "difficulty tier from validation ('unknown' if not validated)",
+    "difficulty_score": "difficulty score from validation",
+    "validated": "every validation check passed (null: not validated)",
+    "device": "device validation ran on",
+    "dtype": "input dtype used for validation",
+    "eager_ms": "eager PyTorch time (ms), at the calibration size on the calibration device",
+    "inductor_ms": "torch.compile (Inductor) time (ms), same size and device",
+    "inductor_speedup": "eager_ms / inductor_ms",
+    "flops": "floating-point operations of one forward at the calibration size",
+    "bytes": "bytes moved by one forward (lower bound) at the calibration size",
+    "roofline_ms": "roofline time bound (ms) at the calibration size",
+    "atol": "calibrated absolute tolerance for grading (at the calibration size)",
+    "rtol": "calibrated relative tolerance for grading (at the calibration size)",
+    "calibration_device": "device kind (cpu or cuda) that eager_ms, atol and rtol were measured on",
+    "calibration_scale": ("factor the reference's size constants were scaled by before measuring "
+                          "(synth.resize; null: measured at the published size)"),
+    "calibration_numel": "largest tensor's element count at the calibration size (static estimate)",
+    "family": "split family: problems sharing it are all in one split",
+    "cluster": "cluster id (0 = largest)",
+    "structural_key": "hash of the size-abstracted op stream",
+    "near_group": "near-duplicate group (representative problem id)",
+    "contamination": "benchmark matches when kept and marked, else null",
+    "provenance": "generator, seed, parent, origin (relative) and the operations applied",
+    "validation": "the validation section: checks (name, passed, value, detail), timings, tolerances",
+}
+
+
+def columns() -> list[tuple[str, Any, str]]:
+    """(name, datasets feature, description) for every column, in order."""
+    return [(name, feature, DESCRIPTIONS[name]) for name, feature in _features().items()]
+
+
+def _type_name(feature: Any) -> str:
+    """A short human type for the card's column table."""
+    from datasets import List, Value
+
+    if isinstance(feature, Value):
+        return feature.dtype
+    if isinstance(feature, List):
+        return f"list[{_type_name(feature.feature)}]"
+    if isinstance(feature, dict):
+        return "struct{" + ", ".join(feature) + "}"
+    return type(feature).__name__
+
+
+def feature_yaml(feature: Any) -> dict[str, Any]:
+    """One feature as the card's ``dataset_info.features`` YAML writes it (without its name)."""
+    from datasets import List, Value
+
+    if isinstance(feature, Value):
+        return {"dtype": feature.dtype}
+    if isinstance(feature, List):
+        inner = feature_yaml(feature.feature)
+        return {"list": inner.get("dtype") or inner.get("struct") or inner}
+    if isinstance(feature, dict):
+        return {"struct": [{"name": k, **feature_yaml(v)} for k, v in feature.items()]}
+    raise TypeError(f"no YAML form for {feature!r}")
 
 
 def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
     try:
-        return None if value is None else float(value)
+        out = None if value is None else float(value)
     except (TypeError, ValueError):
         return None
+    return out if out is None or math.isfinite(out) else None
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _description(source: str) -> str:
@@ -74,12 +151,109 @@ def _description(source: str) -> str:
         return ""
 
 
+def public_origin(origin: Any) -> str | None:
+    """``provenance.origin`` without the builder's folders: package-relative for shipped seeds,
+    else the file's last two path parts (``level1/19_ReLU.py``)."""
+    if origin is None:
+        return None
+    text = str(origin)
+    path = Path(text)
+    if not path.is_absolute():
+        return text
+    import kernelmill.data
+
+    for root in kernelmill.data.__path__:
+        try:
+            return "kernelmill/data/" + path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return "/".join(path.parts[-2:])
+
+
+def _provenance(provenance: dict[str, Any]) -> dict[str, Any]:
+    operations = []
+    for op in provenance.get("operations") or []:
+        if isinstance(op, dict):
+            rest = {k: v for k, v in op.items() if k != "op"}
+            operations.append({"op": _str(op.get("op")),
+                               "detail": json.dumps(rest, sort_keys=True, default=str)
+                               if rest else None})
+        else:
+            operations.append({"op": str(op), "detail": None})
+    return {"generator": _str(provenance.get("generator")), "seed": _str(provenance.get("seed")),
+            "parent": _str(provenance.get("parent")),
+            "origin": public_origin(provenance.get("origin")), "operations": operations}
+
+
+def _validation(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not v:
+        return None
+    difficulty = v.get("difficulty") if isinstance(v.get("difficulty"), dict) else {}
+    checks = []
+    for name, check in (v.get("checks") or {}).items():
+        if isinstance(check, dict):
+            passed = check.get("passed")
+            checks.append({"name": str(name),
+                           "passed": passed if isinstance(passed, bool) else None,
+                           "value": _float(check.get("value")),
+                           "detail": _str(check.get("detail"))})
+    passed = v.get("passed")
+    return {
+        "passed": passed if isinstance(passed, bool) else None,
+        **{k: _str(v.get(k)) for k in ("device", "device_name", "torch", "dtype")},
+        "flags": [str(x) for x in v.get("flags") or []],
+        **{k: _float(v.get(k)) for k in ("eager_ms", "inductor_ms", "inductor_speedup", "flops",
+                                         "bytes", "roofline_ms", "headroom", "atol", "rtol",
+                                         "resized", "wall_s")},
+        "difficulty": {"tier": _str(difficulty.get("tier")),
+                       "score": _float(difficulty.get("score"))},
+        "checks": checks,
+    }
+
+
+def _contamination(contamination: Any) -> dict[str, Any] | None:
+    if not isinstance(contamination, Mapping):
+        return None
+    matches = [{"benchmark": _str(m.get("benchmark")), "item": _str(m.get("item")),
+                "item_name": _str(m.get("item_name")), "key": _str(m.get("key")),
+                "score": _float(m.get("score"))}
+               for m in contamination.get("matches") or [] if isinstance(m, dict)]
+    return {"action": _str(contamination.get("action") or "kept and marked"), "matches": matches}
+
+
+def device_kind(device: Any) -> str:
+    """``cpu`` or ``cuda`` (a GPU named by its model, as older records do, is ``cuda``)."""
+    return "cpu" if str(device).lower().startswith("cpu") else "cuda"
+
+
+def calibration(record: Record) -> dict[str, Any]:
+    """Where and at which size ``eager_ms``/``atol``/``rtol`` were measured.
+
+    The validator shrinks problems on CPU (``synth.resize.shrink_for_cpu``) and records the factor
+    in ``validation.resized``; the grader reproduces that size from ``calibration_scale``.
+    """
+    v = record.validation or {}
+    if not v or not v.get("device"):
+        return {"calibration_device": None, "calibration_scale": None, "calibration_numel": None}
+    device = device_kind(v.get("device"))
+    scale = _float(v.get("resized"))
+    numel = None
+    try:
+        from kernelmill.synth.resize import largest_numel, resize_source
+
+        source = resize_source(record.source, factor=scale).source if scale else record.source
+        numel = largest_numel(source)
+    except Exception:  # noqa: BLE001 — a size the static analysis cannot read stays null
+        numel = None
+    return {"calibration_device": device, "calibration_scale": scale,
+            "calibration_numel": numel}
+
+
 def row(record: Record) -> dict[str, Any]:
-    """The flat dataset row of a record."""
+    """The dataset row of a record."""
     v = record.validation or {}
     difficulty = v.get("difficulty") if isinstance(v.get("difficulty"), dict) else {}
     dedup = record.dedup or {}
-    contamination = record.extra.get("contamination")
     return {
         "problem_id": record.id,
         "name": record.name,
@@ -87,6 +261,8 @@ def row(record: Record) -> dict[str, Any]:
         "category": record.category,
         "level": int(record.level or 1),
         "reference": record.source,
+        "prompt": prompt_messages(record.source, "triton"),
+        "prompt_cuda": prompt_messages(record.source, "cuda"),
         "difficulty": str(difficulty.get("tier") or "unknown"),
         "difficulty_score": _float(difficulty.get("score")),
         "validated": v.get("passed") if isinstance(v.get("passed"), bool) else None,
@@ -94,22 +270,15 @@ def row(record: Record) -> dict[str, Any]:
         "dtype": v.get("dtype"),
         **{k: _float(v.get(k)) for k in ("eager_ms", "inductor_ms", "inductor_speedup", "flops",
                                          "bytes", "roofline_ms", "atol", "rtol")},
-        "family": record.extra.get("split_group") or record.family,
+        **calibration(record),
+        "family": family_of(record),
         "cluster": record.cluster,
         "structural_key": dedup.get("structural_key"),
         "near_group": dedup.get("near_group"),
-        "contamination": json.dumps(contamination, sort_keys=True) if contamination else None,
-        "provenance": json.dumps(record.provenance, sort_keys=True),
-        "validation": json.dumps(record.validation, sort_keys=True) if record.validation else None,
+        "contamination": _contamination(record.contamination),
+        "provenance": _provenance(record.provenance or {}),
+        "validation": _validation(record.validation),
     }
-
-
-def _arrow_schema():
-    import pyarrow as pa
-
-    types = {"string": pa.string(), "int32": pa.int32(), "float64": pa.float64(),
-             "bool": pa.bool_()}
-    return pa.schema([(name, types[dtype]) for name, dtype, _ in COLUMNS])
 
 
 def write_parquet(records: Sequence[Record], path: Path) -> int:
@@ -118,7 +287,7 @@ def write_parquet(records: Sequence[Record], path: Path) -> int:
     import pyarrow.parquet as pq
 
     rows = [row(r) for r in records]
-    table = pa.Table.from_pylist(rows, schema=_arrow_schema())
+    table = pa.Table.from_pylist(rows, schema=_features().arrow_schema)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return int(table.nbytes)
@@ -132,25 +301,33 @@ def _size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def card_yaml(counts: dict[str, int], pretty_name: str, nbytes: dict[str, int]) -> str:
-    import yaml
+def kernelmill_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    meta = {
-        "license": LICENSE,
-        "pretty_name": pretty_name,
-        "task_categories": ["text-generation"],
-        "tags": ["code", "gpu-kernels", "pytorch", "triton", "cuda", "kernelbench"],
-        "size_categories": [_size_category(sum(counts.values()))],
-        "configs": [{"config_name": "default",
-                     "data_files": [{"split": s, "path": f"data/{s}-*"} for s in counts]}],
-        "dataset_info": {
-            "features": [{"name": name, "dtype": dtype} for name, dtype, _ in COLUMNS],
+    try:
+        return version("kernelmill")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def card_yaml(counts: dict[str, int], pretty_name: str, nbytes: dict[str, int]) -> str:
+    """The card's metadata block, checked by ``huggingface_hub.DatasetCardData``."""
+    from huggingface_hub import DatasetCardData
+
+    data = DatasetCardData(
+        license=LICENSE, pretty_name=pretty_name, task_categories=["text-generation"],
+        tags=["code", "gpu-kernels", "pytorch", "triton", "cuda", "kernelbench"],
+        size_categories=[_size_category(sum(counts.values()))],
+        configs=[{"config_name": "default",
+                  "data_files": [{"split": s, "path": f"data/{s}-*"} for s in counts]}],
+        dataset_info={
+            "features": [{"name": name, **feature_yaml(feature)}
+                         for name, feature in _features().items()],
             "splits": [{"name": s, "num_bytes": nbytes[s], "num_examples": n}
                        for s, n in counts.items()],
             "dataset_size": sum(nbytes.values()),
-        },
-    }
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+        })
+    return "---\n" + data.to_yaml() + "\n---\n"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -159,27 +336,37 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines + [""]
 
 
-def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str) -> str:
+def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str,
+               repo_id: str | None = None) -> str:
     records = [r for part in parts.values() for r in part]
     n = len(records)
     lines = [f"# {pretty_name}", "",
              (f"{n} GPU-kernel problems in KernelBench format: each is a PyTorch reference program "
-             "(`Model`, `get_inputs()`, `get_init_inputs()`) that a model should rewrite as a "
-             "faster kernel (`ModelNew`). Made with `kernelmill`."), ""]
+              "(`Model`, `get_inputs()`, `get_init_inputs()`) that a model should rewrite as a "
+              f"faster kernel (`ModelNew`). Made with kernelmill {kernelmill_version()}."), ""]
+
+    lines += ["## Prompts", "",
+              ("`prompt` holds the request as chat messages (`[{role, content}]`, a system and a "
+               "user message): the reference program in a fenced block, the task (a `ModelNew` "
+               "with the same constructor and `forward` whose outputs match within tolerance, "
+               "faster, with the main computation in custom kernels) and the output format (one "
+               "fenced Python block holding the whole module). `prompt` asks for Triton, "
+               "`prompt_cuda` for CUDA C++ through `load_inline`; both come from "
+               f"`kernelmill.splits.prompt` (template version {TEMPLATE_VERSION})."), ""]
 
     lines += ["## How the problems were made", ""]
     generators = Counter((r.provenance or {}).get("generator") or "seed" for r in records)
     lines += _table(("generator", "problems"), sorted(generators.items(), key=lambda kv: -kv[1]))
-    lines += [("Each problem's `provenance` column (JSON) names its generator, the seed problem "
-              "it descends from, the operations applied and its parent."), ""]
+    lines += [("Each problem's `provenance` column names its generator, the seed problem it "
+               "descends from, its parent, the operations applied and, for imported files, the "
+               "file's origin relative to its benchmark folder."), ""]
 
     lines += ["## Checks applied", ""]
     checks: dict[str, Counter] = {}
     for r in records:
         for name, check in ((r.validation or {}).get("checks") or {}).items():
             if isinstance(check, dict):
-                state = {True: "passed", False: "failed", None: "skipped"}.get(check.get("passed"),
-                                                                              "skipped")
+                state = {True: "passed", False: "failed"}.get(check.get("passed"), "skipped")
                 checks.setdefault(name, Counter())[state] += 1
     if checks:
         lines += _table(("check", "passed", "failed", "skipped"),
@@ -187,6 +374,16 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
                          for k, c in sorted(checks.items())])
     else:
         lines += ["These problems were not validated on a device (no `validation` sections).", ""]
+    on_cpu = [r for r in records if r.validation and
+              device_kind(r.validation.get("device")) == "cpu"]
+    if on_cpu:
+        resized = sum(1 for r in on_cpu if _float((r.validation or {}).get("resized")))
+        lines += [(f"{len(on_cpu)} problem(s) were validated on CPU. There, no GPU was measured: "
+                   "the Inductor and roofline checks were skipped (`inductor_ms`, "
+                   "`roofline_ms` are null), `eager_ms` is a CPU time, and "
+                   f"{resized} problem(s) were shrunk first (`calibration_scale`), so their "
+                   "`eager_ms`, `atol` and `rtol` hold at `calibration_numel` elements, not at the "
+                   "published size. `kernelmill grade` on CPU grades at that same size."), ""]
 
     lines += ["## Hardware and versions", ""]
     envs = Counter((str((r.validation or {}).get("device")), str((r.validation or {}).get("torch")),
@@ -199,38 +396,21 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
 
     lines += ["## Deduplication and split", "",
               ("Every problem has four keys: exact (canonical source with local names "
-              "normalized), structural (op stream with sizes abstracted), near (MinHash LSH over "
-              "5-token shingles, Jaccard >= threshold) and behaviour (traced aten ops and probe "
-              "output statistics). Exact duplicates were dropped. A *family* is a connected "
-              "component of problems sharing a provenance root or any of these keys; whole "
-              "families go to one split (column `family`), so a problem's resized, renamed or "
-              "re-epilogued relatives never straddle train and eval. Families are assigned "
-              "stratified by category and difficulty tier."), ""]
+               "normalized), structural (op stream with sizes abstracted), near (MinHash LSH over "
+               "5-token shingles, Jaccard >= threshold) and behaviour (traced aten ops and probe "
+               "output statistics). Exact duplicates were dropped. A *family* is a connected "
+               "component of problems sharing a provenance root or any of these keys; whole "
+               "families go to one split (column `family`), so a problem's resized, renamed or "
+               "re-epilogued relatives never straddle train and eval. Families are assigned "
+               "stratified by category and difficulty tier."), ""]
     summary_path = split_dir / "split.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         lines += [f"Eval fraction {summary.get('eval_fraction')}, seed {summary.get('seed')}.", ""]
     lines += _table(("split", "problems", "families"),
-                    [(s, len(p), len({row_family(r) for r in p})) for s, p in parts.items()])
+                    [(s, len(p), count_families(p)) for s, p in parts.items()])
 
-    lines += ["## Contamination", ""]
-    report_path = split_dir / "contamination.json"
-    if report_path.exists():
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        benches = report.get("benchmarks") or []
-        if benches:
-            action = "dropped" if report.get("policy") == "drop" else "kept and marked"
-            names = ", ".join("`{}` ({} problems)".format(b["spec"], b["items"]) for b in benches)
-            lines += [(f"Checked against {names}: "
-                      f"{report.get('contaminated', 0)} problem(s) matched and were {action} "
-                      f"(matches by key: {report.get('matches_by_key') or {}}). A match is an "
-                      "equal exact or structural key, near-duplicate Jaccard >= "
-                      f"{report.get('threshold')}, or a shared {report.get('ngram')}-token window "
-                      "of the normalized token stream."), ""]
-        else:
-            lines += ["No reference benchmark was given at split time.", ""]
-    else:
-        lines += ["No contamination report was found next to the split.", ""]
+    lines += ["## Contamination", "", contamination_sentence(split_dir / "contamination.json"), ""]
 
     lines += ["## Counts", ""]
     cats = Counter((r.category, str(row_difficulty(r))) for r in records)
@@ -240,21 +420,74 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
                      for c in sorted({c for c, _ in cats})])
 
     lines += ["## Columns", ""]
-    lines += _table(("column", "type", "meaning"), [(f"`{c}`", t, d) for c, t, d in COLUMNS])
+    lines += _table(("column", "type", "meaning"),
+                    [(f"`{c}`", _type_name(t), d) for c, t, d in columns()])
 
+    where = repo_id or "path/to/this/dataset"
     lines += ["## Use", "", "```python", "from datasets import load_dataset",
-              f"ds = load_dataset(\"{pretty_name}\")  # or the local folder", "```", "",
-              ("Grade candidate kernels (records with `problem_id`, `source` of a `ModelNew`) "
-              "against these references on a GPU:"), "", "```bash",
-              "kernelmill grade problems.jsonl submissions.jsonl --out verdicts.jsonl", "```", "",
-              ("For RL, the grader's TRL reward function reads the `reference` and `problem_id` "
-              "columns of this dataset."), "",
-              "## License", "", f"{LICENSE}.", ""]
+              f"ds = load_dataset(\"{where}\")", "```", "",
+              "Grade candidate kernels against the eval split (on a GPU; on CPU problems are "
+              "shrunk to their calibration size):", "", "```bash",
+              f"kernelmill grade {where} submissions.jsonl --split eval --out verdicts.jsonl",
+              "```", "",
+              ("`submissions.jsonl` rows are `{\"submission_id\", \"problem_id\", \"source\"}`. "
+               "The exit status is 0 when every submission got a verdict; add `--fail-on hacked` "
+               "(or `--fail-on incorrect`) to exit 1 when one was flagged (or was wrong)."), "",
+              "Train with TRL's GRPO; the reward reads the `reference` column and the calibrated "
+              "`atol`/`rtol`/`roofline_ms`:", "", "```python",
+              "from datasets import load_dataset",
+              "from trl import GRPOConfig, GRPOTrainer",
+              "from kernelmill.grade.trl import reward_fn",
+              "",
+              f"train = load_dataset(\"{where}\")[\"train\"]",
+              "# CUDA instead of Triton: train = train.remove_columns(\"prompt\")"
+              ".rename_column(\"prompt_cuda\", \"prompt\")",
+              "trainer = GRPOTrainer(model=\"Qwen/Qwen2.5-Coder-7B-Instruct\", "
+              "reward_funcs=[reward_fn],",
+              "                      train_dataset=train, args=GRPOConfig(output_dir=\"grpo\"))",
+              "trainer.train()", "```", "",
+              ("The reward returns `None` (not applicable) for a problem whose reference fails "
+               "to run, and logs compile, correct and hack rates and the mean speedup through "
+               "the trainer's `log_metric`."), "",
+              "## Limitations", "",
+              ("Timings and tolerances come from one device and one software stack (see Hardware "
+               "and versions); speedups measured elsewhere differ. The checks catch the kernel "
+               "hacks the grader knows of, not every possible one. Problems are synthetic "
+               "variations of a small seed set, so categories are unevenly covered (see Counts)."),
+              "", "## License", "", f"{LICENSE}.", ""]
     return "\n".join(lines)
 
 
-def row_family(record: Record) -> str:
-    return str(record.extra.get("split_group") or record.family)
+def contamination_sentence(report_path: Path) -> str:
+    """What the contamination check found, or that nothing was checked."""
+    if not report_path.exists():
+        return "Not checked: no contamination report was found next to the split."
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    benches = report.get("benchmarks") or []
+    if not benches:
+        return ("Not checked: no reference benchmark was given at split time "
+                "(`kernelmill split --against BENCH`).")
+    action = "dropped" if report.get("policy") == "drop" else "kept and marked"
+    names = ", ".join("`{}` ({} problems)".format(b["spec"], b["items"]) for b in benches)
+    return (f"{report.get('checked', '?')} problems were checked against {names}: "
+            f"{report.get('contaminated', 0)} matched and were {action} "
+            f"(matches by key: {report.get('matches_by_key') or {}}). A match is an "
+            "equal exact or structural key, near-duplicate Jaccard >= "
+            f"{report.get('threshold')}, or a shared {report.get('ngram')}-token window "
+            "of the normalized token stream.")
+
+
+def family_of(record: Record | dict) -> str:
+    """The split family of a record (a ``Record`` or its JSON dict): the one definition that the
+    dataset's ``family`` column, the card and the report all count."""
+    if isinstance(record, Record):
+        return str(record.split_group or record.family)
+    provenance = record.get("provenance") or {}
+    return str(record.get("split_group") or provenance.get("seed") or record.get("id"))
+
+
+def count_families(records: Sequence[Record | dict]) -> int:
+    return len({family_of(r) for r in records})
 
 
 def row_difficulty(record: Record) -> str:
@@ -264,8 +497,9 @@ def row_difficulty(record: Record) -> str:
 
 def publish_dataset(split_dir: str | Path, dataset_dir: str | Path, *,
                     push_to_hub: str | None = None, token: str | None = None,
-                    pretty_name: str | None = None) -> StageStats:
-    """Write the dataset folder from ``split_dir``/{train,eval}.jsonl; push it if asked."""
+                    pretty_name: str | None = None, allow_empty: bool = False) -> StageStats:
+    """Write the dataset folder from ``split_dir``/{train,eval}.jsonl; push it if asked. A split
+    that came out empty is refused unless ``allow_empty``."""
     start = time.perf_counter()
     stats = StageStats("publish")
     split_dir, dataset_dir = Path(split_dir), Path(dataset_dir)
@@ -279,6 +513,10 @@ def publish_dataset(split_dir: str | Path, dataset_dir: str | Path, *,
     if not parts:
         raise KernelmillError(f"{split_dir}: no records in train.jsonl or eval.jsonl "
                               "(run `kernelmill split` first)")
+    empty = [split for split in SPLITS if split not in parts]
+    if empty and not allow_empty:
+        raise KernelmillError(f"{split_dir}: the {empty[0]} split came out empty; a dataset "
+                              "without it is refused (--allow-empty publishes it anyway)")
     data_dir = dataset_dir / "data"
     if data_dir.exists():
         for stale in data_dir.glob("*.parquet"):
@@ -288,10 +526,11 @@ def publish_dataset(split_dir: str | Path, dataset_dir: str | Path, *,
         nbytes[split] = write_parquet(records, data_dir / f"{split}-00000-of-00001.parquet")
         stats.count(split, len(records))
         stats.kept(len(records))
-    name = pretty_name or push_to_hub or dataset_dir.name
+    name = pretty_name or push_to_hub or DEFAULT_NAME
     counts = {s: len(p) for s, p in parts.items()}
-    (dataset_dir / "README.md").write_text(card_yaml(counts, name, nbytes) + "\n"
-                                           + card_prose(parts, split_dir, name), encoding="utf-8")
+    (dataset_dir / "README.md").write_text(
+        card_yaml(counts, name, nbytes) + "\n" + card_prose(parts, split_dir, name, push_to_hub),
+        encoding="utf-8")
     for extra in ("contamination.json", "contamination.md"):
         source = split_dir / extra
         if source.exists():
@@ -312,3 +551,4 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None) -> 
     info = api.upload_folder(folder_path=str(dataset_dir), repo_id=repo_id, repo_type="dataset",
                              commit_message="Publish kernelmill dataset")
     return str(getattr(info, "commit_url", info))
+

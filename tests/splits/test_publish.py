@@ -10,7 +10,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.interop import problem_files, record_from_file
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter
-from kernelmill.splits.publish import COLUMNS, publish_dataset
+from kernelmill.splits.publish import columns, publish_dataset
 from fixtures.dedup_sources import BASE
 
 
@@ -54,15 +54,28 @@ def test_publish_round_trips_through_load_dataset(tmp_path, split_dir, capsys):
     ds = datasets.load_dataset(str(dataset_dir))
     assert set(ds) == {"train", "eval"}
     assert ds["train"].num_rows + ds["eval"].num_rows == 31
-    declared = {name: dtype for name, dtype, _ in COLUMNS}
+    declared = {name: feature for name, feature, _ in columns()}
     for split in ds.values():
-        assert {k: v.dtype for k, v in split.features.items()} == declared
+        assert dict(split.features) == declared
     rows = {r["name"]: r for split in ds.values() for r in split}
     row = rows["softmax_rows"] if "softmax_rows" in rows else next(iter(rows.values()))
     assert row["reference"].startswith('"""') and "class Model" in row["reference"]
     assert row["problem_id"] and row["family"] and row["difficulty"] in ("easy", "medium", "hard")
-    assert json.loads(row["validation"])["device"] == "NVIDIA H100 80GB HBM3"
-    assert json.loads(rows["marked"]["contamination"])["matches"][0]["key"] == "exact"
+    assert row["validation"]["device"] == "NVIDIA H100 80GB HBM3"
+    checks = {c["name"]: c["passed"] for c in row["validation"]["checks"]}
+    assert checks["deterministic"] is True and checks["runtime_floor"] is None
+    assert rows["marked"]["contamination"]["matches"][0]["key"] == "exact"
+    assert row["contamination"] is None
+    # the builder's folders never reach the dataset: seeds are named inside the package
+    origins = {r["provenance"]["origin"] for s in ds.values() for r in s} - {None}
+    assert origins and all(not o.startswith("/") for o in origins)
+    assert all(o.startswith("kernelmill/data/seeds/") for o in origins), origins
+    # the prompt is a chat conversation quoting the reference, in Triton and CUDA variants
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert row["reference"].strip() in row["prompt"][1]["content"]
+    assert "Triton" in row["prompt"][0]["content"] and "load_inline" in row["prompt_cuda"][0][
+        "content"]
+    assert row["calibration_device"] == "cuda" and row["calibration_scale"] is None
     assert rows["marked"]["validated"] is None and rows["marked"]["difficulty"] == "unknown"
     families = {split: {r["family"] for r in ds[split]} for split in ds}
     assert not families["train"] & families["eval"]
@@ -77,12 +90,15 @@ def test_card_yaml_and_prose(tmp_path, split_dir):
     assert meta["license"] == "apache-2.0" and meta["task_categories"] == ["text-generation"]
     assert meta["size_categories"] == ["n<1K"]
     assert [f["split"] for f in meta["configs"][0]["data_files"]] == ["train", "eval"]
-    assert [f["name"] for f in meta["dataset_info"]["features"]] == [c for c, _, _ in COLUMNS]
+    assert [f["name"] for f in meta["dataset_info"]["features"]] == [c for c, _, _ in columns()]
+    assert meta["pretty_name"] == "kernelmill-test"
     assert sum(s["num_examples"] for s in meta["dataset_info"]["splits"]) == 31
     for needle in ("NVIDIA H100 80GB HBM3", "2.11.0+cu130", "`not_constant`", "kernelmill grade",
-                   "family", "1 problem(s) matched and were kept and marked", "| category |",
-                   "`reference`"):
+                   "family", "31 problems were checked against", "1 matched and were kept and marked",
+                   "| category |", "`reference`", "`prompt_cuda`", "--fail-on hacked",
+                   "GRPOTrainer", "## Limitations"):
         assert needle in prose, needle
+    assert "Not checked" not in prose
     assert (dataset_dir / "contamination.json").exists()
 
 
@@ -118,3 +134,13 @@ def test_publish_without_records_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(KernelmillError, match="kernelmill split"):
         publish_dataset(tmp_path / "empty", tmp_path / "ds")
+
+
+def test_card_says_when_nothing_was_checked(tmp_path, split_dir):
+    report = json.loads((split_dir / "contamination.json").read_text())
+    report["benchmarks"], report["against"] = [], []
+    (split_dir / "contamination.json").write_text(json.dumps(report))
+    publish_dataset(split_dir, tmp_path / "dataset")
+    text = (tmp_path / "dataset" / "README.md").read_text()
+    assert "Not checked: no reference benchmark was given" in text
+    assert "pretty_name: kernelmill GPU-kernel problems" in text  # not the folder's name
