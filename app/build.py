@@ -11,6 +11,7 @@ are cheap and start over from a clean output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,35 +25,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kernelmill.core.devices import resolve_device
+from kernelmill.core.errors import KernelmillError
+from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, add_options, build_key
 from kernelmill.data import SEEDS_DIR
 
 from .config import DEFAULT_CONFIG, BuildConfig, load_config
-from kernelmill.core.errors import KernelmillError
-from kernelmill.core.stats import StageStats
-from kernelmill.core.store import JsonlWriter, read_records
+from .report import write_report
+from .stages import stages
 
 log = logging.getLogger("kernelmill")
 
 STATE_FILE = "build_state.json"
 STATE_VERSION = 1
-
-
-@dataclass
-class Step:
-    """One stage of the build.
-
-    ``inputs`` and ``params`` decide whether a finished step is still up to date; ``outputs`` are
-    the files or folders it owns. ``resumable`` steps keep a partial output when they rerun (their
-    writers skip finished records); the others get a clean output first.
-    """
-
-    name: str
-    title: str
-    run: Callable[[Build], StageStats]
-    inputs: Callable[[Build], list[Path]]
-    outputs: tuple[str, ...]
-    params: Callable[[Build], dict[str, Any]] = lambda build: {}
-    resumable: bool = False
 
 
 @dataclass
@@ -87,8 +73,6 @@ class Build:
     """The state of one build folder: its config, device, and which steps have finished."""
 
     def __init__(self, config: BuildConfig):
-        from kernelmill.core.devices import resolve_device
-
         self.config = config
         self.dir = Path(config.out)
         self.device = resolve_device(config.device)
@@ -125,14 +109,14 @@ class Build:
             return str(path)
 
     def signature(self, step: Step) -> dict[str, Any]:
-        return {"inputs": {self._key(p): fingerprint(p) for p in step.inputs(self)},
-                "params": _jsonable(step.params(self))}
+        return {"inputs": {self._key(p): fingerprint(p) for p in _fingerprinted_inputs(self, step)},
+                "params": _jsonable(_params(self, step))}
 
     def up_to_date(self, step: Step) -> bool:
         entry = self.state["stages"].get(step.name)
         if not entry or not entry.get("finished"):
             return False
-        if any(not self.path(out).exists() for out in step.outputs):
+        if not self.path(step.output).exists():
             return False
         sig = self.signature(step)
         return entry.get("inputs") == sig["inputs"] and entry.get("params") == sig["params"]
@@ -149,23 +133,24 @@ class Build:
         entry = self.state["stages"].get(step.name) or {}
         sig = self.signature(step)
         same_params = entry.get("params") == sig["params"]
-        partial = any(self.path(out).exists() for out in step.outputs)
+        partial = self.path(step.output).exists()
         status = "ran"
         if partial and step.resumable and same_params:
             status = "resumed"
         elif partial:
-            for out in step.outputs:  # stale or half-written output of a whole-file step
-                target = self.path(out)
-                if target.is_dir():
-                    shutil.rmtree(target)
-                elif target.exists():
-                    target.unlink()
+            target = self.path(step.output)  # stale or half-written output of a whole-file step
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
         self.state["stages"][step.name] = {**sig, "finished": None,
                                            "started": _now(), "stats": entry.get("stats")}
         self.save_state()
         start = time.monotonic()
         try:
-            stats = step.run(self)
+            config = step_config(self, step)
+            step.check(config)
+            stats = step.run(step_inputs(self, step), self.path(step.output), config)
         except ModuleNotFoundError as exc:
             if not (exc.name or "").startswith("kernelmill."):
                 raise
@@ -184,7 +169,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-# -- the steps --------------------------------------------------------------------------------
+# -- the stages in a build folder ------------------------------------------------------------
 
 def selected_seeds(config: BuildConfig) -> list[Path]:
     """The seed files the build uses: ``seeds_glob`` under the seeds folder, the first
@@ -218,135 +203,48 @@ def seeds_folder(build: Build) -> Path:
     return folder
 
 
-def _run_import(build: Build) -> StageStats:
-    from kernelmill.core.interop import import_folder
-
-    result = import_folder(seeds_folder(build), build.path("seeds.jsonl"), generator="seed")
-    for line in result.malformed:
-        log.warning(f"seed skipped: {line}")
-    return result.stats
-
-
-def _run_synth(build: Build) -> StageStats:
-    out = build.path("synth.jsonl")
-    if build.n == 0:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.touch()
-        return StageStats("synth")
-    from kernelmill.synth.generate import synthesize
-
-    return synthesize(seeds_folder(build), out, n=build.n, seed=build.config.seed,
-                      llm=dict(build.config.llm) or None)
+def step_config(build: Build, step: Step) -> Any:
+    """The step's config in this build: each field from the build key its option names, then
+    the values only the build knows (``step.build_values``)."""
+    values = {}
+    for f in dataclasses.fields(step.config):
+        key = build_key(f)
+        if key is not None and hasattr(build.config, key):
+            values[f.name] = getattr(build.config, key)
+    values.update(step.build_values(build))
+    return step.config(**values)
 
 
-def _run_concat(build: Build) -> StageStats:
-    stats = StageStats("problems")
-    with JsonlWriter(build.path("problems.jsonl"), resume=False) as out:
-        for name in ("seeds.jsonl", "synth.jsonl"):
-            for record in read_records(build.path(name)):
-                if out.write(record):
-                    stats.kept()
-                else:
-                    stats.dropped("same id as an earlier problem")
-    return stats
+def step_inputs(build: Build, step: Step) -> list[Path]:
+    return [seeds_folder(build) if name == "@seeds" else build.path(name) for name in step.inputs]
 
 
-def _run_validate(build: Build) -> StageStats:
-    from kernelmill.validate.runner import validate_file
-
-    config = build.config
-    return validate_file(build.path("problems.jsonl"), build.path("validated.jsonl"),
-                         device=build.device, workers=config.workers, backend=config.backend,
-                         address=config.address, config=dict(config.validate) or None)
-
-
-def _run_keep_passed(build: Build) -> StageStats:
-    """Keep the problems that passed every gating check; count each drop by its first flag."""
-    stats = StageStats("passed")
-    wanted = {r.id for r in read_records(build.path("problems.jsonl"))}
-    with JsonlWriter(build.path("passed.jsonl"), resume=False) as out:
-        for record in read_records(build.path("validated.jsonl")):
-            if record.id not in wanted:
-                continue  # validated by an earlier build whose problem set was larger
-            validation = record.validation or {}
-            if validation.get("passed"):
-                if out.write(record):
-                    stats.kept()
-                continue
-            flags = validation.get("flags") or ["not validated"]
-            stats.dropped(f"failed {flags[0]}")
-            for flag in flags:
-                stats.count(f"flag: {flag}")
-    return stats
+def _fingerprinted_inputs(build: Build, step: Step) -> list[Path]:
+    """What decides whether a finished step is still up to date: its input files (the selected
+    seed files for the seeds folder) and the files its config names (``path`` options)."""
+    paths = []
+    for name in step.inputs:
+        paths += selected_seeds(build.config) if name == "@seeds" else [build.path(name)]
+    config = step_config(build, step)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("path"):
+            value = getattr(config, f.name) or []
+            paths += [Path(v) for v in (value if isinstance(value, list) else [value])]
+    return paths
 
 
-def _run_dedup(build: Build) -> StageStats:
-    from kernelmill.curate.dedup import dedup_file
-
-    return dedup_file(build.path("passed.jsonl"), build.path("deduped.jsonl"),
-                      threshold=build.config.dedup_threshold)
+_SECRET_FIELDS = ("api_key", "llm_api_key", "token")
 
 
-def _run_cluster(build: Build) -> StageStats:
-    from kernelmill.curate.cluster import cluster_file
-
-    return cluster_file(build.path("deduped.jsonl"), build.path("curated.jsonl"),
-                        k=build.config.clusters or None, seed=build.config.seed)
-
-
-def _run_split(build: Build) -> StageStats:
-    from kernelmill.splits.split import split_file
-
-    config = build.config
-    return split_file(build.path("curated.jsonl"), build.path("splits"),
-                      eval_fraction=config.eval_fraction, against=tuple(config.against),
-                      seed=config.seed, keep_contaminated=config.keep_contaminated,
-                      threshold=config.contamination_threshold)
-
-
-def _run_publish(build: Build) -> StageStats:
-    from kernelmill.splits.publish import publish_dataset
-
-    return publish_dataset(build.path("splits"), build.path("dataset"))
-
-
-def _against_paths(build: Build) -> list[Path]:
-    return [Path(p) for p in build.config.against]
-
-
-STEPS: tuple[Step, ...] = (
-    Step("import", "import seeds", _run_import,
-         inputs=lambda b: selected_seeds(b.config), outputs=("seeds.jsonl",),
-         params=lambda b: {"seeds": [p.name for p in selected_seeds(b.config)]}),
-    Step("synth", "synthesize", _run_synth,
-         inputs=lambda b: selected_seeds(b.config), outputs=("synth.jsonl",),
-         params=lambda b: {"n": b.n, "seed": b.config.seed,
-                           "llm": {k: v for k, v in b.config.llm.items() if k != "api_key"}},
-         resumable=True),
-    Step("problems", "concatenate", _run_concat,
-         inputs=lambda b: [b.path("seeds.jsonl"), b.path("synth.jsonl")],
-         outputs=("problems.jsonl",)),
-    Step("validate", "validate", _run_validate,
-         inputs=lambda b: [b.path("problems.jsonl")], outputs=("validated.jsonl",),
-         params=lambda b: {"device": b.device, "validate": b.config.validate}, resumable=True),
-    Step("passed", "keep problems that passed validation", _run_keep_passed,
-         inputs=lambda b: [b.path("problems.jsonl"), b.path("validated.jsonl")],
-         outputs=("passed.jsonl",)),
-    Step("dedup", "dedup", _run_dedup,
-         inputs=lambda b: [b.path("passed.jsonl")], outputs=("deduped.jsonl",),
-         params=lambda b: {"threshold": b.config.dedup_threshold}),
-    Step("cluster", "cluster", _run_cluster,
-         inputs=lambda b: [b.path("deduped.jsonl")], outputs=("curated.jsonl",),
-         params=lambda b: {"k": b.config.clusters, "seed": b.config.seed}),
-    Step("split", "split", _run_split,
-         inputs=lambda b: [b.path("curated.jsonl"), *_against_paths(b)], outputs=("splits",),
-         params=lambda b: {"eval_fraction": b.config.eval_fraction,
-                           "against": b.config.against, "seed": b.config.seed,
-                           "keep_contaminated": b.config.keep_contaminated,
-                           "threshold": b.config.contamination_threshold}),
-    Step("publish", "publish", _run_publish,
-         inputs=lambda b: [b.path("splits")], outputs=("dataset",)),
-)
+def _params(build: Build, step: Step) -> dict[str, Any]:
+    """The step's options that shape its output (not where or how fast it runs, not secrets)."""
+    config = step_config(build, step)
+    params = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+              if f.metadata.get("result", True) and f.name not in _SECRET_FIELDS}
+    if "llm_options" in params:
+        params["llm_options"] = {k: v for k, v in params["llm_options"].items()
+                                 if k not in _SECRET_FIELDS}
+    return params
 
 
 def _count_lines(path: Path) -> int:
@@ -364,14 +262,13 @@ class BuildResult:
     seconds: float = 0.0
 
 
-def run_build(config: BuildConfig, steps: tuple[Step, ...] = STEPS,
+def run_build(config: BuildConfig, steps: tuple[Step, ...] | None = None,
               on_step: Callable[[StepResult], None] | None = None) -> BuildResult:
     """Run every step that is not up to date, in order; then write the report."""
-    if config.backend == "ray":  # fail before any stage runs, not half-way through the build
-        from kernelmill.validate.ray_backend import _import_ray
-
-        _import_ray()
+    steps = stages() if steps is None else steps
     build = Build(config)
+    for step in steps:  # fail before any stage runs, not half-way through the build
+        step.check(step_config(build, step))
     build.dir.mkdir(parents=True, exist_ok=True)
     log.info(f"build in {build.dir} on {build.device}: {len(selected_seeds(config))} seed(s) "
              f"+ {build.n} synthesized problem(s)")
@@ -385,8 +282,6 @@ def run_build(config: BuildConfig, steps: tuple[Step, ...] = STEPS,
         if on_step:
             on_step(step_result)
     if config.report:
-        from .report import write_report
-
         result.report = write_report(build.dir)
     result.seconds = time.monotonic() - start
     build.state["total_seconds"] = round(result.seconds, 3)
@@ -436,9 +331,8 @@ def _print_summary(result: BuildResult) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    config = load_config(args.config, out=args.out, n=args.n, device=args.device,
-                         seed=args.seed, backend=args.backend, address=args.address,
-                         workers=args.workers, against=args.against)
+    overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(BuildConfig)}
+    config = load_config(args.config, **overrides)
     try:
         result = run_build(config)
     except KeyboardInterrupt:
@@ -459,21 +353,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "build", help="the whole pipeline: seeds -> synth -> validate -> curate -> split -> "
                       "dataset + report.html",
-        description="Import the seeds, synthesize N problems, validate them, dedup, cluster, "
-                    "split and publish a Hugging Face dataset folder, then write report.html. "
-                    "Every stage writes under --out; rerunning the same command resumes where "
-                    f"it stopped. Defaults and every knob: {DEFAULT_CONFIG}.")
-    p.add_argument("--out", help="build folder (default: kernelmill-build)")
-    p.add_argument("--n", type=int, help="problems to synthesize (default: 32 on CPU, 200 on a GPU)")
-    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+        description="Import the seeds, synthesize N problems, validate them, keep those that "
+                    "passed, dedup, cluster, split and publish a Hugging Face dataset folder, "
+                    "then write report.html. Every stage writes under --out; rerunning the same "
+                    "command resumes where it stopped. Defaults below are those of "
+                    f"{DEFAULT_CONFIG}; a --config file overrides them and flags override both.")
     p.add_argument("--config", help="TOML file of build options (see data/build.toml)")
-    p.add_argument("--seed", type=int, help="seed of every sampling stage (default 0)")
-    p.add_argument("--backend", choices=("local", "ray"), help="where validation runs (default "
-                   "local; ray needs `pip install 'kernelmill[ray]'`)")
-    p.add_argument("--address", help="Ray cluster address (--backend ray; default: start a "
-                   "local one)")
-    p.add_argument("--workers", type=int, help="parallel validation workers (default: one per "
-                   "GPU, 2 on CPU)")
-    p.add_argument("--against", nargs="+", metavar="BENCH", help="benchmarks to decontaminate "
-                   "against: folders of KernelBench-format files or records files")
+    add_options(p, BuildConfig)
     p.set_defaults(func=_cmd_build)

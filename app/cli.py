@@ -6,22 +6,49 @@ them. Errors a user can fix print as one line (``kernelmill: error: ...``) with 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import sys
 
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.step import Step, add_options, config_from_args
 
+from .stages import stages
+
+# Commands that are not pipeline stages; every stage comes from the registry (app/stages.py).
 COMMAND_MODULES = (
-    "kernelmill.app.interop_cli",  # import, export
-    "kernelmill.synth.cli",  # synth
     "kernelmill.app.build",  # build
-    "kernelmill.validate.cli",  # validate
-    "kernelmill.curate.dedup",  # dedup
-    "kernelmill.curate.cluster",  # cluster
-    "kernelmill.splits.cli",  # split, publish
+    "kernelmill.app.interop_cli",  # export
     "kernelmill.grade.cli",  # grade
 )
+
+
+def _run_stage(step: Step, args: argparse.Namespace) -> int:
+    config = config_from_args(step.config, args)
+    inputs = args.inputs if isinstance(args.inputs, list) else \
+        [] if args.inputs is None else [args.inputs]
+    stats = step(inputs, args.out, config)
+    print(stats.summary())
+    reasons = stats.drop_reasons()
+    if reasons:
+        width = max(len(r) for r in reasons)
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            print(f"  dropped {reason:<{width}}  {n}")
+    print(f"{step.name}: wrote {args.out} in {stats.seconds:.1f}s")
+    return 0
+
+
+def register_stage(subparsers: argparse._SubParsersAction, step: Step) -> None:
+    """``kernelmill <stage> INPUT... --out OUT`` plus one flag per config field."""
+    p = subparsers.add_parser(step.name, help=step.help, description=step.description or None)
+    if step.input_nargs != "0":
+        p.add_argument("inputs", nargs=step.input_nargs, metavar="INPUT", help=step.input_help)
+    else:
+        p.set_defaults(inputs=None)
+    p.add_argument("--out", required=True, help=step.out_help)
+    add_options(p, step.config)
+    p.set_defaults(func=functools.partial(_run_stage, step))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for step in stages():
+        register_stage(subparsers, step)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelmill.data import DATA_DIR
 
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.step import field_type, option
 
 try:  # Python 3.11+
     import tomllib
@@ -32,27 +33,37 @@ DEFAULT_CONFIG = DATA_DIR / "build.toml"
 class BuildConfig:
     """Every knob of ``kernelmill build``; see ``data/build.toml`` for what each one does."""
 
-    out: str = "kernelmill-build"
-    n: int | None = None               # synthesized problems; None: n_cpu or n_gpu by device
-    n_cpu: int = 16
-    n_gpu: int = 24
-    device: str = "auto"
-    seed: int = 0
-    backend: str = "local"
-    address: str | None = None
-    workers: int | None = None
-    seeds_dir: str | None = None       # None: the shipped seeds
-    seeds_glob: str = "*.py"
-    seeds_limit: int = 0               # 0: every seed that matches seeds_glob
-    eval_fraction: float = 0.2
-    dedup_threshold: float = 0.8
-    clusters: int = 0                  # 0: the clustering stage picks k from the record count
-    against: list[str] = field(default_factory=list)
-    keep_contaminated: bool = False
-    contamination_threshold: float = 0.8
-    report: bool = True
-    validate: dict[str, Any] = field(default_factory=dict)  # passed to the validator as is
-    llm: dict[str, Any] = field(default_factory=dict)  # LLM proposals in synthesis; {}: none
+    out: str = option("kernelmill-build", "build folder; rerunning with the same folder resumes")
+    n: int | None = option(None, "problems to synthesize (default: n_cpu or n_gpu by device)")
+    n_cpu: int = option(16, "problems to synthesize when validation runs on the CPU")
+    n_gpu: int = option(24, "problems to synthesize when validation runs on a GPU")
+    device: str = option("auto", "where validation runs: auto, cpu, cuda or cuda:N")
+    seed: int = option(0, "seed of every sampling stage (synthesis, clustering, the split)")
+    backend: str = option("local", "where validation runs: local worker processes, or Ray "
+                          "(needs `pip install 'kernelmill[ray]'`)", choices=("local", "ray"))
+    address: str | None = option(None, "Ray cluster address (--backend ray; default: start a "
+                                 "local one)")
+    workers: int | None = option(None, "parallel validation workers (default: one per GPU x "
+                                 "workers per GPU, 2 on CPU)")
+    seeds_dir: str | None = option(None, "folder of seed problems (default: the shipped seeds)")
+    seeds_glob: str = option("*.py", "which files of the seeds folder to use")
+    seeds_limit: int = option(0, "use only the first N seed files (by name); 0: all")
+    eval_fraction: float = option(0.2, "share of problem families that go to eval")
+    dedup_threshold: float = option(0.8, "MinHash Jaccard at which two problems are near "
+                                    "duplicates")
+    clusters: int = option(0, "k of the clustering; 0: chosen from the number of problems")
+    against: list[str] = option(help="benchmark to decontaminate against: a folder of "
+                                "KernelBench-format files or a records file (repeatable)",
+                                default_factory=list)
+    keep_contaminated: bool = option(False, "keep contaminated problems, marked, instead of "
+                                     "dropping them")
+    contamination_threshold: float = option(0.8, "near-duplicate Jaccard threshold of "
+                                            "decontamination")
+    report: bool = option(True, "write report.html and figures/*.png at the end")
+    validate: dict[str, Any] = option(help="validator options (TOML table [validate])",
+                                      default_factory=dict)
+    llm: dict[str, Any] = option(help="LLM proposals in synthesis (TOML table [llm]); {}: none",
+                                 default_factory=dict)
 
     def n_for(self, device: str) -> int:
         if self.n is not None:
@@ -101,17 +112,16 @@ class BuildConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(BuildConfig)}
 
-# What a TOML value of each field may be (TOML has no null: leave a key out for None).
-_TYPES: dict[str, tuple[type, ...]] = {
-    "out": (str,), "n": (int,), "n_cpu": (int,), "n_gpu": (int,), "device": (str,),
-    "seed": (int,), "backend": (str,), "address": (str,), "workers": (int,),
-    "seeds_dir": (str,), "seeds_glob": (str,), "seeds_limit": (int,),
-    "eval_fraction": (float, int),
-    "dedup_threshold": (float, int), "clusters": (int,), "against": (list,),
-    "keep_contaminated": (bool,), "contamination_threshold": (float, int), "report": (bool,),
-    "validate": (dict,), "llm": (dict,),
-}
-assert set(_TYPES) == set(FIELDS), "every BuildConfig field needs a TOML type"
+
+
+def _toml_types(f: dataclasses.Field) -> tuple[type, ...]:
+    """What a TOML value of a field may be (TOML has no null: leave a key out for None)."""
+    kind, _ = field_type(f)
+    return (float, int) if kind is float else (kind,)
+
+
+_TYPES: dict[str, tuple[type, ...]] = {name: _toml_types(f) for name, f in FIELDS.items()}
+
 
 
 def _line_of(text: str, key: str) -> int | None:

@@ -131,10 +131,11 @@ def _style(ax, title: str, xlabel: str = "", ylabel: str = "") -> None:
 def funnel_figure(data: ReportData):
     """Problems through the stages: kept, and dropped by reason, per stage."""
     # validate's own counts cover only the problems of its last run (a resumed run skips the
-    # finished ones); the "passed" stage counts every problem, so the funnel shows that one.
+    # finished ones) and drop nothing (validation enriches); the filter stage counts every
+    # problem and drops the failed ones, so the funnel shows that one.
     names = {s.stage for s in data.stages}
     stages = [s for s in data.stages if (s.n_kept or s.n_dropped)
-              and not (s.stage == "validate" and "passed" in names)]
+              and not (s.stage == "validate" and "filter" in names)]
     if not stages:
         raise NoData("no stage has finished yet")
     reasons = Counter()

@@ -1,4 +1,4 @@
-"""Devices and slots: which device a piece of work may use.
+"""Devices: which device a piece of work may use (slots), and what a device can do (peaks).
 
 A slot is ``{"device": "cuda:0", "gpu": 3, "env": {"CUDA_VISIBLE_DEVICES": "3"}}``: the device as
 the worker sees it, the physical GPU index, and the environment that pins a worker process to it.
@@ -43,3 +43,44 @@ def device_slots(device: str, workers: int | None = None) -> list[Slot]:
                 for i in indices]
     n = workers or max(1, min(2, os.cpu_count() or 1))
     return [{"device": "cpu", "gpu": None, "env": {}} for _ in range(n)]
+
+
+# -- peak rates ---------------------------------------------------------------------------------
+
+# name substring -> peak rates (dense, no sparsity): FLOP/s by dtype class and bytes/s
+# (the most specific name first: "H100 PCIe" before "H100")
+PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("GH200", {"fp32": 67e12, "tf32": 494e12, "fp16": 989e12, "fp64": 67e12,
+               "bandwidth": 4.0e12}),
+    ("H200", {"fp32": 67e12, "tf32": 494e12, "fp16": 989e12, "fp64": 67e12,
+              "bandwidth": 4.8e12}),
+    ("H100 PCIe", {"fp32": 51e12, "tf32": 378e12, "fp16": 756e12, "fp64": 51e12,
+                   "bandwidth": 2.0e12}),
+    ("H100 NVL", {"fp32": 60e12, "tf32": 417e12, "fp16": 835e12, "fp64": 60e12,
+                  "bandwidth": 3.9e12}),
+    ("H100", {"fp32": 67e12, "tf32": 494e12, "fp16": 989e12, "fp64": 67e12,
+              "bandwidth": 3.35e12}),
+    ("B200", {"fp32": 80e12, "tf32": 1100e12, "fp16": 2250e12, "fp64": 40e12,
+              "bandwidth": 8.0e12}),
+    ("A100-SXM4-80GB", {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "fp64": 19.5e12,
+                        "bandwidth": 2.04e12}),
+    ("A100", {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "fp64": 19.5e12,
+              "bandwidth": 1.56e12}),
+    ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "fp16": 362e12, "fp64": 1.4e12,
+              "bandwidth": 0.864e12}),
+    ("A10G", {"fp32": 31.2e12, "tf32": 62.5e12, "fp16": 125e12, "fp64": 1.0e12,
+              "bandwidth": 0.6e12}),
+    ("L4", {"fp32": 30.3e12, "tf32": 60e12, "fp16": 121e12, "fp64": 0.5e12,
+            "bandwidth": 0.3e12}),
+    ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "fp16": 165e12, "fp64": 1.3e12,
+                  "bandwidth": 1.0e12}),
+]
+GENERIC = {"fp32": 20e12, "tf32": 150e12, "fp16": 300e12, "fp64": 10e12, "bandwidth": 1.5e12}
+
+
+def device_peaks(name: str | None) -> tuple[dict[str, float], str]:
+    """(peaks, source) for a device name such as ``NVIDIA H100 80GB HBM3``."""
+    for key, peaks in PEAKS:
+        if name and key.lower() in name.lower():
+            return peaks, f"table:{key}"
+    return GENERIC, "fallback:generic"

@@ -1,6 +1,7 @@
 """KernelBench interop: import a folder tree of problem files, export records as that layout."""
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,7 +10,10 @@ from .errors import KernelmillError, ProblemError
 from .problem import check_source, read_source
 from .record import Record
 from .stats import StageStats
+from .step import Step, option
 from .store import JsonlWriter, read_records
+
+log = logging.getLogger("kernelmill")
 
 _LEVEL_DIR = re.compile(r"(?i)^level[_-]?(\d+)$")
 
@@ -89,3 +93,53 @@ def export_kernelbench(records_path: str | Path, out_dir: str | Path) -> dict[in
         target.write_text(record.source if record.source.endswith("\n") else record.source + "\n",
                           encoding="utf-8")
     return counts
+
+
+@dataclass
+class ImportConfig:
+    """Knobs of the import stage."""
+
+    generator: str = option("import", "provenance.generator written on every imported record")
+
+
+def _run_import(inputs: list[Path], out: Path, config: ImportConfig) -> StageStats:
+    result = import_folder(inputs[0], out, generator=config.generator)
+    for line in result.malformed:
+        log.warning(f"malformed, skipped: {line}")
+    return result.stats
+
+
+STEP = Step(
+    name="import", title="import seeds", config=ImportConfig, run=_run_import,
+    inputs=("@seeds",), output="seeds.jsonl", resumable=True,
+    input_help="folder (or single file) of KernelBench-format problems",
+    out_help="records file to append to (JSONL)",
+    build_values=lambda build: {"generator": "seed"},
+    help="read a folder of KernelBench-format files into records",
+    description="Read every *.py under DIR (e.g. KernelBench/level1) into records; malformed "
+                "files are listed with the reason and skipped.")
+
+
+def _run_concat(inputs: list[Path], out: Path, config: object) -> StageStats:
+    stats = StageStats("concat")
+    with JsonlWriter(out, resume=False) as writer:
+        for path in inputs:
+            for record in read_records(path):
+                if writer.write(record):
+                    stats.kept()
+                else:
+                    stats.dropped("same id as an earlier problem")
+    if not stats.n_kept:
+        raise KernelmillError(f"{', '.join(map(str, inputs))}: no records in any input")
+    return stats
+
+
+@dataclass
+class ConcatConfig:
+    """The concat stage has no knobs."""
+
+
+CONCAT = Step(
+    name="concat", title="concatenate", config=ConcatConfig, run=_run_concat,
+    inputs=("seeds.jsonl", "synth.jsonl"), output="problems.jsonl", input_nargs="+",
+    input_help="records files, in order", help="join records files, keeping the first of each id")

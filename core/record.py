@@ -7,13 +7,119 @@ class does not name are kept verbatim in ``extra`` so a round trip loses nothing
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from .canonical import source_id
 
 RECORD_FIELDS = ("id", "source", "name", "category", "level", "provenance", "validation",
-                 "dedup", "cluster", "split")
+                 "dedup", "cluster", "split", "contamination", "split_group")
+
+S = TypeVar("S", bound="Section")
+
+
+class Section(Mapping):
+    """A typed section of a record: named fields, plus ``extra`` for keys a newer stage wrote that
+    this version does not name (kept verbatim, so a round trip loses nothing).
+
+    Read fields as attributes (``record.validation.eager_ms``). A section is also a read-only
+    mapping of its JSON form, so code written against the JSON (``row["validation"]["passed"]``)
+    reads a typed record the same way.
+    """
+
+    extra: dict[str, Any]
+    _names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_dict(cls: type[S], data: Mapping[str, Any] | S | None) -> S | None:
+        if data is None or isinstance(data, cls):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"section {cls.__name__.lower()} must be a JSON object, got "
+                             f"{type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "extra"}
+        data.update(self.extra)
+        return data
+
+    # read-only mapping view of the JSON form
+    def __getitem__(self, key: str) -> Any:
+        if key != "extra" and key in self._field_names():
+            return getattr(self, key)
+        return self.extra[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    @classmethod
+    def _field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    def replace(self: S, **changes: Any) -> S:
+        names = self._field_names()
+        extra = {**self.extra, **{k: v for k, v in changes.items() if k not in names}}
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if k in names},
+                                   extra=extra)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+
+@dataclass(eq=True)
+class Validation(Section):
+    """What validate/ measured about a problem on one device (see validate/checks.py)."""
+
+    passed: bool = False
+    flags: list[str] = field(default_factory=list)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    device: str | None = None
+    torch: str | None = None
+    dtype: str | None = None
+    eager_ms: float | None = None
+    inductor_ms: float | None = None
+    inductor_speedup: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    roofline_ms: float | None = None
+    headroom: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    difficulty: float | None = None
+    aten_ops: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=True)
+class Dedup(Section):
+    """The dedup stage's keys: exact and structural hashes, the near-duplicate group (MinHash LSH
+    component) and the behaviour key (outputs on fixed inputs)."""
+
+    exact_key: str | None = None
+    structural_key: str | None = None
+    near_group: str | None = None
+    behaviour_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=True)
+class Contamination(Section):
+    """Matches of a problem against a reference benchmark (splits/contamination.py)."""
+
+    matches: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_SECTIONS: dict[str, type[Section]] = {"validation": Validation, "dedup": Dedup,
+                                       "contamination": Contamination}
 
 
 def default_provenance(parent: str | None = None) -> dict[str, Any]:
@@ -30,11 +136,17 @@ class Record:
     category: str = "unknown"
     level: int = 1
     provenance: dict[str, Any] = field(default_factory=default_provenance)
-    validation: dict[str, Any] | None = None
-    dedup: dict[str, Any] | None = None
+    validation: Validation | None = None
+    dedup: Dedup | None = None
     cluster: int | None = None
     split: str | None = None
+    contamination: Contamination | None = None
+    split_group: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, section in _SECTIONS.items():  # JSON objects become their typed section
+            setattr(self, name, section.from_dict(getattr(self, name)))
 
     @classmethod
     def from_source(cls, source: str, *, name: str, category: str = "unknown", level: int = 1,
@@ -50,6 +162,12 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in RECORD_FIELDS}
+        for name in _SECTIONS:
+            if data[name] is not None:
+                data[name] = data[name].to_dict()
+        for name in ("contamination", "split_group"):  # written only by the split stage
+            if data[name] is None:
+                del data[name]
         data.update(self.extra)
         return data
 

@@ -17,11 +17,11 @@ is the size of its cluster, which flattens the share of large clusters without s
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from kernelmill.core.errors import KernelmillError
 from .features import extract
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records, replace_jsonl
 
 DEFAULT_MAX_K = 50
@@ -181,20 +182,22 @@ def balanced_sample(records: Sequence[Record], n: int, *, seed: int = 0) -> list
     return [records[i] for i in sorted(chosen.tolist())]
 
 
-def _cmd_cluster(args: argparse.Namespace) -> int:
-    stats = cluster_file(args.input, args.out, k=args.k, seed=args.seed)
-    print(stats.summary())
-    return 0
+@dataclass
+class ClusterConfig:
+    """Knobs of the clustering stage."""
+
+    k: int | None = option(None, f"number of clusters (default min({DEFAULT_MAX_K}, sqrt(n/2)))")
+    seed: int = option(0, "random state for k-means", build="=")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "cluster", help="cluster problems by op n-grams and size descriptors",
-        description="TF-IDF of op n-grams plus numeric descriptors, MiniBatchKMeans; writes a "
-                    "cluster id per record (0 = largest cluster).")
-    p.add_argument("input", help="records file (JSONL)")
-    p.add_argument("--out", required=True, help="records file to write (JSONL)")
-    p.add_argument("--k", type=int, default=None,
-                   help=f"number of clusters (default min({DEFAULT_MAX_K}, sqrt(n/2)))")
-    p.add_argument("--seed", type=int, default=0, help="random state for k-means (0)")
-    p.set_defaults(func=_cmd_cluster)
+def _run(inputs: list[Path], out: Path, config: ClusterConfig) -> StageStats:
+    return cluster_file(inputs[0], out, k=config.k, seed=config.seed)
+
+
+STEP = Step(
+    name="cluster", title="cluster", config=ClusterConfig, run=_run,
+    inputs=("deduped.jsonl",), output="curated.jsonl",
+    build_values=lambda build: {"k": build.config.clusters or None},
+    help="cluster problems by op n-grams and size descriptors",
+    description="TF-IDF of op n-grams plus numeric descriptors, MiniBatchKMeans; writes a "
+                "cluster id per record (0 = largest cluster).")

@@ -22,7 +22,6 @@ Structural, near and behaviour groups are kept but marked: the split keeps each 
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import logging
@@ -42,6 +41,8 @@ from .features import extract, stream_hash
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
+from kernelmill.validate.filter import keep_passed
 from kernelmill.core.store import read_records, replace_jsonl
 
 log = logging.getLogger("kernelmill")
@@ -435,13 +436,15 @@ def _count_groups(stats: StageStats, records: Iterable[Record]) -> None:
 
 
 def dedup_file(in_path: str | Path, out_path: str | Path, *, threshold: float = 0.8,
-               workers: int | None = None, timings: dict[str, float] | None = None
-               ) -> StageStats:
-    """Read ``in_path``, write the deduplicated records with their ``dedup`` section."""
+               workers: int | None = None, timings: dict[str, float] | None = None,
+               keep_failed: bool = True) -> StageStats:
+    """Read ``in_path``, write the deduplicated records with their ``dedup`` section. Unless
+    ``keep_failed``, problems that failed validation are dropped first (the filter step)."""
     start = time.perf_counter()
     timings = timings if timings is not None else {}
     stats = StageStats("dedup")
-    records = list(read_records(in_path, allow_empty=False))
+    rows = read_records(in_path, allow_empty=False)
+    records = list(keep_passed(rows, stats, keep_failed=keep_failed))
     timings["read"] = time.perf_counter() - start
     survivors = dedup_records(records, threshold=threshold, workers=workers, stats=stats,
                               timings=timings)
@@ -457,21 +460,26 @@ def dedup_file(in_path: str | Path, out_path: str | Path, *, threshold: float = 
     return stats
 
 
-def _cmd_dedup(args: argparse.Namespace) -> int:
-    stats = dedup_file(args.input, args.out, threshold=args.threshold, workers=args.workers)
-    print(stats.summary())
-    return 0
+@dataclass
+class DedupConfig:
+    """Knobs of the dedup stage."""
+
+    threshold: float = option(0.8, "MinHash Jaccard similarity at which two problems are near "
+                              "duplicates", build="dedup_threshold")
+    workers: int | None = option(None, "processes for parsing (default: up to 4, by core count)",
+                                 result=False)
+    keep_failed: bool = option(False, "keep problems that failed validation instead of dropping "
+                               "them first (the filter step)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "dedup", help="mark structural/near/behaviour duplicates, drop exact ones",
-        description="Key every record (exact, structural, near MinHash-LSH, behaviour); drop "
-                    "exact duplicates keeping the best-validated one; mark the other groups.")
-    p.add_argument("input", help="records file (JSONL)")
-    p.add_argument("--out", required=True, help="records file to write (JSONL)")
-    p.add_argument("--threshold", type=float, default=0.8,
-                   help="Jaccard similarity at which two problems are near duplicates (0.8)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes for parsing (default: up to 4, by core count)")
-    p.set_defaults(func=_cmd_dedup)
+def _run(inputs: list[Path], out: Path, config: DedupConfig) -> StageStats:
+    return dedup_file(inputs[0], out, threshold=config.threshold, workers=config.workers,
+                      keep_failed=config.keep_failed)
+
+
+STEP = Step(
+    name="dedup", title="dedup", config=DedupConfig, run=_run,
+    inputs=("passed.jsonl",), output="deduped.jsonl",
+    help="mark structural/near/behaviour duplicates, drop exact ones",
+    description="Key every record (exact, structural, near MinHash-LSH, behaviour); drop exact "
+                "duplicates keeping the best-validated one; mark the other groups.")

@@ -15,9 +15,11 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.problem import parse_metadata
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records
 
 from .prompt import TEMPLATE_VERSION, prompt_messages
@@ -552,3 +555,28 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None) -> 
                              commit_message="Publish kernelmill dataset")
     return str(getattr(info, "commit_url", info))
 
+
+@dataclass
+class PublishConfig:
+    """Knobs of the publish stage."""
+
+    push_to_hub: str | None = option(None, "upload to this Hugging Face dataset repo (REPO_ID)")
+    token: str | None = option(None, "Hugging Face token (default: $HF_TOKEN or the login)")
+    name: str | None = option(None, "dataset name in the card (default: the repo id, else "
+                                            f"{DEFAULT_NAME!r})")
+    allow_empty: bool = option(False, "publish even when the train or eval split came out empty")
+
+
+def _run(inputs: list[Path], out: Path, config: PublishConfig) -> StageStats:
+    token = config.token or os.environ.get("HF_TOKEN")
+    return publish_dataset(inputs[0], out, push_to_hub=config.push_to_hub, token=token,
+                           pretty_name=config.name, allow_empty=config.allow_empty)
+
+
+STEP = Step(
+    name="publish", title="publish", config=PublishConfig, run=_run,
+    inputs=("splits",), output="dataset", out_help="dataset folder to write",
+    input_help="split folder (train.jsonl, eval.jsonl, contamination.json)",
+    help="write a Hugging Face dataset folder (parquet + card), optionally push",
+    description="Write DATASET/data/{split}-00000-of-00001.parquet and a README.md dataset card "
+                "from a split folder; --push-to-hub uploads it.")

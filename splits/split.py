@@ -33,8 +33,9 @@ from pathlib import Path
 
 from kernelmill.curate.dedup import UnionFind, dedup_records, keys_for_sources
 from kernelmill.core.errors import KernelmillError
-from kernelmill.core.record import Record
+from kernelmill.core.record import Contamination, Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from .contamination import ContaminationIndex, fingerprint_chunk, load_benchmark, write_reports
@@ -127,8 +128,8 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
         stats.dropped("unparsable", n_in - len(records))
 
     for record in records:  # a previous split's marks are recomputed, never carried over
-        record.extra.pop("contamination", None)
-        record.extra.pop("split_group", None)
+        record.contamination = None
+        record.split_group = None
     benchmarks = [load_benchmark(spec) for spec in against]
     entries: list[dict] = []
     contaminated: set[str] = set()
@@ -146,7 +147,7 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
                             "matches": [m.to_dict() for m in matches]})
             contaminated.add(record.id)
             if keep_contaminated:
-                record.extra["contamination"] = {"matches": [m.to_dict() for m in matches]}
+                record.contamination = Contamination(matches=[m.to_dict() for m in matches])
                 stats.count("marked: contaminated")
         if not keep_contaminated:
             stats.dropped("contaminated", len(contaminated))
@@ -162,7 +163,7 @@ def split_records(records: list[Record], *, eval_fraction: float = 0.2,
         for i in family.members:
             record = records[i]
             record.split = side
-            record.extra["split_group"] = family.name
+            record.split_group = family.name
             (evals if side == "eval" else train).append(record)
     order = {r.id: i for i, r in enumerate(records)}
     train.sort(key=lambda r: order[r.id])
@@ -185,7 +186,7 @@ def split_file(in_path: str | Path, out_dir: str | Path, *, eval_fraction: float
     stats = StageStats("split")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = list(read_records(in_path))
+    records = list(read_records(in_path, allow_empty=False))
     train, evals, report = split_records(records, eval_fraction=eval_fraction, against=against,
                                          seed=seed, keep_contaminated=keep_contaminated,
                                          threshold=threshold, stats=stats)
@@ -205,3 +206,35 @@ def split_file(in_path: str | Path, out_dir: str | Path, *, eval_fraction: float
                "stats": stats.to_dict()}
     (out_dir / "split.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return stats
+
+
+@dataclass
+class SplitConfig:
+    """Knobs of the split stage."""
+
+    eval_fraction: float = option(0.2, "share of problem families that go to eval", build="=")
+    against: list[str] = option(
+        help="reference benchmark to decontaminate against: folder of KernelBench files or "
+             "records file (repeatable)", build="=", path=True, default_factory=list)
+    keep_contaminated: bool = option(False, "keep contaminated problems, marked, instead of "
+                                     "dropping them", build="=")
+    threshold: float = option(0.8, "near-duplicate Jaccard threshold of decontamination",
+                              build="contamination_threshold")
+    seed: int = option(0, "seed of the assignment", build="=")
+
+
+def _run(inputs: list[Path], out: Path, config: SplitConfig) -> StageStats:
+    return split_file(inputs[0], out, eval_fraction=config.eval_fraction,
+                      against=tuple(config.against), seed=config.seed,
+                      keep_contaminated=config.keep_contaminated, threshold=config.threshold)
+
+
+STEP = Step(
+    name="split", title="split", config=SplitConfig, run=_run,
+    inputs=("curated.jsonl",), output="splits", out_help="output folder",
+    input_help="records file (JSONL), ideally deduplicated and clustered",
+    help="group-aware stratified train/eval split with decontamination",
+    description="Assign whole families (provenance root + structural/near/behaviour groups) to "
+                "train or eval, stratified by category and difficulty; drop (or mark) problems "
+                "that match a reference benchmark. Writes OUT/train.jsonl, eval.jsonl, "
+                "contamination.json and contamination.md.")

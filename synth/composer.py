@@ -19,7 +19,8 @@ from kernelmill.core.canonical import content_hash
 
 from .catalog import Catalog, Op, default_catalog
 
-# roofline of the reference GPU (H100, eager PyTorch): fp32 SIMT matmul, half tensor cores, HBM
+# What eager PyTorch sustains on the reference GPU (an H100): a sizing model for composed problems,
+# not datasheet peaks (those are core.devices.PEAKS, used for the roofline bound).
 PEAK_FLOPS = {"float32": 40e12, "float16": 300e12, "bfloat16": 300e12}
 BANDWIDTH = 2.5e12
 LAUNCH_S = 5e-6

@@ -30,7 +30,9 @@ from kernelmill.core.problem import CATEGORIES, check_source, read_source
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter
+from kernelmill.data import SEEDS_DIR
 
 from .checks import Rejected, vet_source
 from .composer import Composer, CompositionError
@@ -291,3 +293,51 @@ def synthesize(seeds_dir: str | Path, out_path: str | Path, *, n: int, seed: int
                     f"{n} problems")
     stats.seconds = time.monotonic() - start
     return stats
+
+
+@dataclass
+class SynthOptions:
+    """Knobs of the synth stage."""
+
+    seeds: str | None = option(None, "folder of seed problems (*.py; default: the shipped seeds)")
+    n: int = option(1000, "number of problems to write")
+    seed: int = option(0, "random seed (the run is deterministic)", build="=")
+    llm: bool = option(False, "also ask an LLM (OpenAI-compatible endpoint) for problems")
+    llm_base_url: str | None = option(None, "OpenAI-compatible base URL (env "
+                                      "KERNELMILL_LLM_BASE_URL)")
+    llm_model: str | None = option(None, "model name (env KERNELMILL_LLM_MODEL)")
+    llm_api_key: str | None = option(None, "API key (env OPENAI_API_KEY)")
+    llm_fraction: float = option(0.1, "share of attempts that ask the LLM")
+    llm_examples: int = option(2, "few-shot examples per request")
+    llm_options: dict[str, Any] = option(help="", default_factory=dict)  # [llm] table of a build
+
+    def llm_config(self) -> LLMConfig | None:
+        if not self.llm:
+            return None
+        values = {"base_url": self.llm_base_url, "model": self.llm_model,
+                  "api_key": self.llm_api_key, "fraction": self.llm_fraction,
+                  "n_examples": self.llm_examples}
+        return LLMConfig(**{**values, **self.llm_options})
+
+
+def _run(inputs: list[Path], out: Path, config: SynthOptions) -> StageStats:
+    seeds = inputs[0] if inputs else Path(config.seeds) if config.seeds else SEEDS_DIR
+    if config.n == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.touch()
+        return StageStats("synth")
+    return synthesize(seeds, out, n=config.n, seed=config.seed, llm=config.llm_config())
+
+
+STEP = Step(
+    name="synth", title="synthesize", config=SynthOptions, run=_run,
+    inputs=("@seeds",), output="synth.jsonl", resumable=True, input_nargs="0",
+    out_help="records file to append to (JSONL)",
+    requires=lambda config: {"openai": "pip install openai"} if config.llm else {},
+    build_values=lambda build: {"n": build.n, "llm": bool(build.config.llm),
+                                "llm_options": dict(build.config.llm)},
+    help="make new problems from seeds, the op catalog and (optionally) an LLM",
+    description="Compose problems from the op catalog and mutate seeds with libcst codemods "
+                "(resize, dtype, op swaps, epilogues, reduction dims, conv/pool geometry, input "
+                "distributions); with --llm, also ask an OpenAI-compatible endpoint. "
+                "Deterministic for a --seed; rerun the same command to resume.")

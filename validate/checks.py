@@ -18,44 +18,18 @@ import hashlib
 import math
 from typing import Any
 
-# aten ops that move, view, allocate or copy data without computing anything
-DATA_MOVEMENT_OPS = frozenset({
-    "alias", "as_strided", "clone", "contiguous", "copy_", "_copy", "copy", "detach", "empty",
-    "empty_like", "empty_strided", "expand", "expand_as", "flatten", "lift_fresh", "new_empty",
-    "new_empty_strided", "permute", "reshape", "select", "slice", "split", "split_with_sizes",
-    "squeeze", "t", "transpose", "unbind", "unflatten", "unsqueeze", "view", "_unsafe_view",
-    "view_as", "_to_copy", "to", "_reshape_alias", "chunk", "narrow", "set_", "resize_",
-    "_local_scalar_dense", "item", "zeros", "zeros_like", "ones", "ones_like", "full",
-    "full_like", "fill_", "zero_", "arange", "scalar_tensor", "lift", "is_same_size",
-    "result_type", "_has_compatible_shallow_copy_type", "new_zeros", "new_ones", "new_full",
-    "stride", "size", "sym_size", "sym_stride", "sym_numel", "dim",
-})
-# compute ops that are affine in each of their tensor arguments (with the others held fixed)
-AFFINE_OPS = frozenset({"add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_",
-                        "neg", "neg_", "cat", "stack", "sum", "mean", "cumsum", "pad",
-                        "constant_pad_nd", "repeat", "roll", "flip", "index_select", "gather"})
-# elementwise ops: what a fused kernel absorbs for free after a producer
-ELEMENTWISE_OPS = frozenset({
-    "abs", "add", "addcmul", "addcdiv", "clamp", "clamp_min", "clamp_max", "cos", "div", "elu",
-    "eq", "erf", "exp", "exp2", "expm1", "gelu", "ge", "gt", "hardsigmoid", "hardswish",
-    "hardtanh", "le", "leaky_relu", "lerp", "log", "log1p", "log2", "logical_and", "logical_not",
-    "lt", "maximum", "minimum", "mish", "mul", "ne", "neg", "pow", "reciprocal", "relu", "relu6",
-    "rsqrt", "rsub", "selu", "sigmoid", "sign", "silu", "sin", "softplus", "sqrt", "square",
-    "sub", "tanh", "threshold", "where", "celu", "glu", "logit", "masked_fill", "sgn", "floor",
-    "ceil", "round", "trunc", "fmod", "remainder", "bitwise_and", "bitwise_or", "_softmax",
-})
-
-
-def op_base(name: str) -> str:
-    """``aten.relu_.default`` / ``aten.relu`` -> ``relu_`` stripped of namespace and overload."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "aten" else parts[0]
+from kernelmill.core.taxonomy import (  # noqa: F401 — re-exported for the probe
+    AFFINE_OPS,
+    DATA_MOVEMENT_OPS,
+    ELEMENTWISE_OPS,
+    moves_data_only,
+    op_base,
+)
 
 
 def compute_ops(ops: list[str]) -> list[str]:
     """The traced ops that compute something (data movement and allocation removed)."""
-    return [o for o in ops if op_base(o).rstrip("_") not in DATA_MOVEMENT_OPS
-            and op_base(o) not in DATA_MOVEMENT_OPS]
+    return [o for o in ops if not moves_data_only(o)]
 
 
 def affine_by_construction(ops: list[str]) -> bool:

@@ -30,12 +30,14 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
+from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from . import checks as C
@@ -55,22 +57,31 @@ NON_GATING = frozenset({"roofline"})
 class ValidateConfig:
     """Validation settings; each field is also a ``kernelmill validate`` flag."""
 
-    seed: int = 0                      # base seed of every input, weight and RNG draw
-    timeout_s: float = 300.0           # per worker
-    min_ms: float = 0.1                # runtime band (CUDA only)
-    max_ms: float = 1000.0
-    max_launch_ratio: float = 0.8      # host issue time / GPU time above this: launch-bound
-    sensitivity_margin: float = 10.0
-    min_sensitive_fraction: float = 0.01
-    max_zero_fraction: float = 0.99
-    max_constant_fraction: float = 0.99
-    tolerance_margin: float = 10.0     # calibrated tol = max(dtype floor, margin x fp64 noise)
-    max_ablations: int = 48
-    inductor: bool | None = None       # None: on CUDA yes, on CPU no (a cold compile is ~20 s)
-    inductor_mode: str | None = None
-    cross_process: bool | None = None  # None: on CUDA a second worker; on CPU folded in-process
-    cpu_max_numel: int | None = None   # None: synth.resize.CPU_MAX_NUMEL
-    workers_per_gpu: int | None = None  # None: CPU cores per GPU, at most 16
+    seed: int = option(0, "base seed of all input, weight and RNG draws")
+    timeout_s: float = option(300.0, "wall-clock limit per worker (s)", result=False)
+    min_ms: float = option(0.1, "runtime band: fastest eager time kept (ms, CUDA)")
+    max_ms: float = option(1000.0, "runtime band: slowest eager time kept (ms, CUDA)")
+    max_launch_ratio: float = option(0.8, "host issue time / GPU time above which a problem is "
+                                     "launch-bound")
+    sensitivity_margin: float = option(10.0, "input/weight changes must move outputs by this "
+                                       "many tolerances")
+    min_sensitive_fraction: float = option(0.01, "... in at least this fraction of elements")
+    max_zero_fraction: float = option(0.99, "fail when an all-zeros answer is right on this "
+                                      "fraction")
+    max_constant_fraction: float = option(0.99, "fail when a constant answer is right on this "
+                                          "fraction")
+    tolerance_margin: float = option(10.0, "calibrated tolerance = max(dtype floor, margin x "
+                                     "fp64 noise)")
+    max_ablations: int = option(48, "most forward ablations tried per problem")
+    inductor: bool | None = option(None, "run the TorchInductor check (default: on CUDA only; a "
+                                   "cold CPU compile is ~20 s)")
+    inductor_mode: str | None = option(None, "torch.compile mode for the Inductor check")
+    cross_process: bool | None = option(None, "check determinism in a second worker (default: on "
+                                        "CUDA only)")
+    cpu_max_numel: int | None = option(None, "on CPU, shrink problems to at most this many "
+                                       "elements per tensor (default: synth.resize's)")
+    workers_per_gpu: int | None = option(None, "workers sharing each GPU (compiles overlap; "
+                                         "timing is exclusive; default: CPU cores per GPU, <= 16)")
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
@@ -329,7 +340,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
 
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
-        for record in read_records(in_path, on_error=corrupt):
+        for record in read_records(in_path, on_error=corrupt, allow_empty=False):
             if record.id in writer:
                 stats.count("already validated")
             elif record.id not in seen:
@@ -346,10 +357,11 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         for (data, _cfg), validation in results:
             record = Record.from_dict(data).replace(validation=validation)
             writer.write(record)
+            stats.kept()  # validation enriches every record; the filter step drops failures
             if validation["passed"]:
-                stats.kept()
+                stats.count("passed")
             else:
-                stats.dropped(validation["flags"][0] if validation["flags"] else "failed")
+                stats.count(f"failed {validation['flags'][0] if validation['flags'] else 'runs'}")
                 for flag in validation["flags"]:
                     stats.count(f"flag: {flag}")
     stats.seconds = time.monotonic() - start
@@ -357,3 +369,42 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
 
 
 __all__ = ["ValidateConfig", "validate_file", "validate_source"]
+
+
+@dataclass
+class ValidateOptions(ValidateConfig):
+    """The validate stage's knobs: where it runs, plus every validator setting."""
+
+    device: str = option("auto", "auto, cpu, cuda or cuda:N", build="=")
+    workers: int | None = option(None, "parallel problems (default: CUDA workers-per-gpu x GPUs, "
+                                 "CPU 2)", build="=", result=False)
+    backend: str = option("local", "where problems run: local worker processes, or one Ray task "
+                          "each", build="=", choices=("local", "ray"), result=False)
+    address: str | None = option(None, "Ray cluster address (--backend ray; default: start a "
+                                 "local one)", build="=", result=False)
+
+    def settings(self) -> ValidateConfig:
+        names = {f.name for f in dataclasses.fields(ValidateConfig)}
+        return ValidateConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+
+
+def _run(inputs: list[Path], out: Path, config: ValidateOptions) -> StageStats:
+    return validate_file(inputs[0], out, device=config.device, workers=config.workers,
+                         backend=config.backend, address=config.address,
+                         config=config.settings())
+
+
+STEP = Step(
+    name="validate", title="validate", config=ValidateOptions, run=_run,
+    inputs=("problems.jsonl",), output="validated.jsonl", resumable=True,
+    input_help="problem records (JSONL)", out_help="validated records (JSONL, appended)",
+    requires=lambda config: {"ray": "pip install 'kernelmill[ray]'"}
+    if config.backend == "ray" else {},
+    build_values=lambda build: {"device": build.device, **build.config.validate},
+    help="run every problem on a device and record its checks",
+    description="Validate problem records: runs, finite, deterministic, not stochastic, "
+                "input/weight sensitive, not near-zero/constant/affine, no dead ops, tolerance "
+                "vs fp64, runtime band, launch overhead, TorchInductor, roofline, difficulty. "
+                "Every record is written to OUT with its validation section (pass or fail); "
+                "rerunning resumes. `kernelmill filter` (or `kernelmill dedup`) drops the "
+                "failed ones.")

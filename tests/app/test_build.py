@@ -15,11 +15,12 @@ import pytest
 from kernelmill.app import cli
 from kernelmill.app.config import DEFAULT_CONFIG, BuildConfig, load_config, parse_toml
 from kernelmill.core.errors import KernelmillError
-from kernelmill.app.build import STEPS, run_build, selected_seeds
+from kernelmill.app.build import run_build, selected_seeds
+from kernelmill.app.stages import stages
 from kernelmill.core.store import read_jsonl
 
 from conftest import ROOT
-STEP_NAMES = [step.name for step in STEPS]
+STEP_NAMES = [step.name for step in stages()]
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -127,12 +128,12 @@ def test_tiny_build_runs_every_stage_and_publishes(tiny_build):
     counts = {name: entry["stats"]["counts"] for name, entry in state["stages"].items()}
     assert counts["import"]["kept"] == 3
     problems = _ids(out / "problems.jsonl")
-    assert len(problems) == len(set(problems)) == counts["problems"]["kept"]
+    assert len(problems) == len(set(problems)) == counts["concat"]["kept"]
     assert len(problems) == 3 + counts["synth"].get("kept", 0) - \
-        counts["problems"].get("dropped: same id as an earlier problem", 0)
+        counts["concat"].get("dropped: same id as an earlier problem", 0)
     validated = _ids(out / "validated.jsonl")
     assert sorted(validated) == sorted(problems)
-    passed = counts["passed"]
+    passed = counts["filter"]
     assert passed.get("kept", 0) + sum(v for k, v in passed.items() if k.startswith("dropped")) \
         == len(problems)
     train, evals = _ids(out / "splits" / "train.jsonl"), _ids(out / "splits" / "eval.jsonl")

@@ -120,5 +120,5 @@ def test_build_with_ray_backend_but_no_ray_fails_before_any_stage(monkeypatch, t
     out = tmp_path / "build"
     assert cli.main(["build", "--out", str(out), "--backend", "ray", "--n", "0"]) == 2
     assert capsys.readouterr().err.strip() == \
-        "kernelmill: error: the ray backend needs Ray: pip install 'kernelmill[ray]'"
+        "kernelmill: error: stage validate needs ray: pip install 'kernelmill[ray]'"
     assert not out.exists()
