@@ -6,7 +6,10 @@
    outputs and times eager PyTorch (and ``torch.compile`` on CUDA). Cached per reference source
    for the life of the ``Grader`` (one batch, one trainer process).
 3. Candidate: a second worker gets the inputs, the constructor arguments and the weights (never
-   the reference outputs), runs forward under observation and times it.
+   the reference outputs) and runs forward under observation. Timing: a third worker rebuilds
+   the reference (never the candidate) on the candidate's timing inputs, and both are timed in
+   one exclusive window on the GPU, in alternating rounds (``validate.window``); the verdict's
+   ``timing`` and speedups come from that window only.
 4. Judge (``judge.judge``) here, then the reward.
 
 ``Grader.grade`` always returns a verdict dict; it raises only for a reference that cannot run
@@ -25,7 +28,9 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
 from kernelmill.core.devices import resolve_device
-from kernelmill.validate.harness import WorkerResult, run_in_worker
+from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
+from kernelmill.validate.measure import GpuLock
+from kernelmill.validate.window import WindowSettings, gpu_lock_path, run_window
 
 from . import static
 from .judge import judge, reference_fault
@@ -42,15 +47,16 @@ class ReferenceRun:
     value: dict
     result: WorkerResult
     device: str
+    source: str = ""  # what the reference worker ran (the window's timing worker rebuilds it)
 
 
 def _guarded_files() -> list[str]:
     """The worker-side modules: a submission that rewrote them would own later workers."""
-    from kernelmill.validate import harness_worker, sandbox
+    from kernelmill.validate import harness_worker, measure, sandbox
 
     from . import worker
 
-    return [harness_worker.__file__, sandbox.__file__, worker.__file__]
+    return [harness_worker.__file__, sandbox.__file__, worker.__file__, measure.__file__]
 
 
 def _stamp(paths: list[str]) -> dict[str, tuple]:
@@ -134,7 +140,8 @@ class Grader:
         payload = {"source": source, "device": self.worker_device, "trials": trials,
                    "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time,
                    "inductor": policy.time and policy.use_inductor(self.device),
-                   "timing_settings": policy.timing_settings}
+                   "timing_settings": policy.timing_settings,
+                   "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
         env, writable = self._env(slot_env), []
         if payload["inductor"]:
             # Reference workers never run candidate code, so they alone may keep compiled
@@ -160,7 +167,7 @@ class Grader:
         if fault:
             raise ReferenceError(fault)
         value["init_seed"] = payload["init_seed"]
-        return ReferenceRun(value, result, self.device)
+        return ReferenceRun(value, result, self.device, source)
 
     # ------------------------------------------------------------ candidate
 
@@ -213,8 +220,8 @@ class Grader:
                    "init_seed": ref["init_seed"], "trials": trials,
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
                    "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
-                   "timing_settings": {**policy.timing_settings,
-                                       "jitter": secrets.randbelow(8)}}
+                   "timing_settings": policy.timing_settings,
+                   "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)
@@ -223,11 +230,15 @@ class Grader:
             if self.device.startswith("cuda") and cuda_arch_list():
                 env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
         before = _stamp(self.guard_paths)
-        result = run_in_worker("kernelmill.grade.worker:candidate_task", payload,
-                               timeout_s=policy.timeout_s, device=self.worker_device, env=env,
-                               writable=writable, sandbox=policy.sandbox)
+        candidate = {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
+                     "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
+                     "writable": writable, "sandbox": policy.sandbox}
+        if policy.time:
+            result, window = self._timed(reference, candidate, slot_env)
+        else:
+            result, window = run_in_worker(**candidate), None
         verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
-                        record=record)
+                        record=record, window=window)
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
         if changed:
             verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})
@@ -235,6 +246,42 @@ class Grader:
             verdict["correct"] = False
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
+
+
+    def _timed(self, reference: ReferenceRun, candidate: dict,
+               slot_env: dict | None) -> tuple[WorkerResult, dict]:
+        """Run the candidate worker and a reference timing worker side by side; time both in
+        one window on this GPU. Returns the candidate's result and the window."""
+        policy, payload = self.policy, candidate["payload"]
+        timing_job = {"target": "kernelmill.grade.worker:reference_timing_task",
+                      "payload": {"source": reference.source, "device": self.worker_device,
+                                  "init_seed": reference.value["init_seed"],
+                                  "inputs": payload["trials"][0]["inputs"],
+                                  "timing_settings": policy.timing_settings},
+                      "timeout_s": policy.timeout_s, "device": self.worker_device,
+                      "env": self._env(slot_env), "sandbox": policy.sandbox}
+        jobs = {"reference": timing_job, "candidate": candidate}
+        controls = {name: Control() for name in jobs}
+        results: dict[str, WorkerResult] = {}
+
+        def launch(name: str) -> None:
+            results[name] = run_in_worker(**jobs[name], control=controls[name])
+
+        threads = [threading.Thread(target=launch, args=(name,), daemon=True) for name in jobs]
+        settings = WindowSettings.from_dict({"ready_timeout_s": policy.timeout_s,
+                                             **policy.timing_settings})
+        window = run_window(
+            controls, lock=GpuLock(gpu_lock_path(self.worker_device, candidate["env"])),
+            settings=settings, cuda=self.device.startswith("cuda"),
+            start=lambda: [t.start() for t in threads],
+            finish=lambda: [t.join() for t in threads], clock_check=("candidate",))
+        timing_run = results.get("reference")
+        if timing_run is not None and not timing_run.ok and not window.get("error"):
+            error = timing_run.error or {}
+            window["error"] = {"participant": "reference",
+                               "message": f"reference timing failed in {error.get('stage')}: "
+                                          f"{error.get('message')}"}
+        return results["candidate"], window
 
 
 _ARCH: list[str | None] = []

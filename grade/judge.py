@@ -18,7 +18,8 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 ``patched_function``    timing/comparison/copy functions replaced, or a torch mode left active
 ``no_custom_kernel``    a forward call launched no Triton kernel and called no extension
 ``torch_compute``       PyTorch compute ops in forward beyond the policy's allowance
-``timing_behaviour``    fewer launches while timed than while checked, or wrong answers then
+``timing_behaviour``    fewer launches while timed than while checked, wrong answers then (the
+                        replayed CUDA graph included), or a time below the parent's clock
 ``impossible_speed``    faster than the device's memory bandwidth allows for the problem's bytes
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 from kernelmill.validate.harness import WorkerResult
+from kernelmill.validate.window import verdict_timing
 
 from .policy import Policy, compute_ops, custom_ops, reference_compute_ops
 
@@ -35,6 +37,10 @@ PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H800": 3350.0, "A100": 20
                       "L40S": 864.0, "L4": 300.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
                       "B200": 8000.0, "GB200": 8000.0, "MI300": 5300.0}
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
+# A reported mean per-call time below this fraction of what the parent's own clock saw in a
+# back-to-back loop is not believed. Graph replays back to back take the graph's time; CPU calls
+# on shared cores are noisier.
+CLOCK_MARGIN = {"cuda_graph": 0.5, "perf_counter": 0.2}
 
 
 def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -99,22 +105,6 @@ def reference_fault(reference: dict) -> str | None:
     return None
 
 
-def wall_ms(result: WorkerResult, label: str, loops: int | None) -> float | None:
-    """Per-call time of the back-to-back loop, by the parent's clock."""
-    start, end = result.stage_time(f"wall:{label}:start"), result.stage_time(f"wall:{label}:end")
-    if start is None or end is None or not loops:
-        return None
-    return (end - start) * 1e3 / loops
-
-
-def reported_ms(timing: dict | None, result: WorkerResult, label: str) -> float | None:
-    """The worker's median, bounded below by the parent's clock over the back-to-back loop."""
-    if not timing:
-        return None
-    wall = wall_ms(result, label, timing.get("wall_loops"))
-    return max(timing["median_ms"], wall) if wall is not None else timing["median_ms"]
-
-
 def bandwidth_gbs(info: dict) -> float | None:
     """Peak DRAM bandwidth: from the device's memory clock and bus width when torch reports
     them, else the validator's datasheet table (``validate.roofline``)."""
@@ -155,8 +145,11 @@ def roofline_ms(reference: dict, record: dict | None) -> float | None:
 
 
 def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, policy: Policy,
-          findings: list[str], record: dict | None = None) -> dict:
-    """The verdict (without reward): compiled, correct, hacks, timings, checks, error."""
+          findings: list[str], record: dict | None = None, window: dict | None = None) -> dict:
+    """The verdict (without reward): compiled, correct, hacks, timings, checks, error.
+
+    ``window`` is the parent's timing window (``validate.window.run_window``) in which the
+    reference and this candidate were timed; speedups come only from it."""
     hacks: dict[str, str] = {}
     checks: dict[str, dict] = {}
     verdict: dict[str, Any] = {"compiled": False, "correct": False, "hacks": [],
@@ -280,10 +273,23 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
                 hack("input_mutated", f"timed calls: input {index} changed")
         if timed.get("threads"):
             hack("background_thread", f"alive after timing: {timed['threads'][:3]}")
+        graph = facts.get("graph_check")
+        if graph is not None:
+            trial = trials[graph["trial"]]
+            dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                         "torch.float32")
+            ok, why = compare(trial["outputs"], graph.get("outputs"),
+                              *policy.tolerance(dtype, record))
+            checks[f"graph:{graph['trial']}"] = {"passed": ok, "detail": why}
+            if not ok and all_correct:
+                hack("timing_behaviour", f"the timed CUDA graph, replayed on trial "
+                     f"{graph['trial']}'s inputs, gave a wrong answer: {why}")
+            if graph.get("alias"):
+                hack("output_aliases_input", "graph replay: output shares storage with an input")
 
     verdict["stage_reached"] = "shaped" if shaped else "ran"
     verdict["correct"] = all_correct and bool(calls)
-    _timings(verdict, reference, ref_run, cand_run, facts, policy, record, hack)
+    _timings(verdict, reference, window, policy, record, hack)
     return _finish(verdict, hacks)
 
 
@@ -305,14 +311,28 @@ def _cross_call_checks(calls, trials, policy, record, hack) -> None:
         hack("inconsistent", "the same inputs gave a right answer, then a wrong one")
 
 
-def _timings(verdict, reference, ref_run, cand_run, facts, policy, record, hack) -> None:
-    cand_ms = reported_ms(facts.get("timing"), cand_run, "candidate")
-    eager_ms = reported_ms(reference.get("eager"), ref_run, "eager")
-    inductor_ms = reported_ms(reference.get("inductor"), ref_run, "inductor")
+def _timings(verdict, reference, window, policy, record, hack) -> None:
+    """Times and speedups from the window; Inductor's through its ratio to eager, measured
+    together in the reference run (each ratio from one window)."""
+    timing = verdict_timing(window) if window else None
+    cand_ms = timing["candidate_ms"] if timing else None
+    eager_ms = timing["reference_ms"] if timing else None
+    ind, eag = reference.get("inductor") or {}, reference.get("eager") or {}
+    inductor_ms = eager_ms * ind["ms"] / eag["ms"] if eager_ms and ind.get("ms") and \
+        eag.get("ms") else None
     roof = roofline_ms(reference, record)
+    verdict["timing"] = timing
     verdict["timings"] = {"candidate_ms": cand_ms, "eager_ms": eager_ms,
-                          "inductor_ms": inductor_ms, "roofline_ms": roof,
-                          "candidate_median_ms": (facts.get("timing") or {}).get("median_ms")}
+                          "inductor_ms": inductor_ms, "roofline_ms": roof}
+    if window and window.get("error"):
+        verdict["timings"]["error"] = window["error"]["message"]
+    candidate = ((window or {}).get("participants") or {}).get("candidate") or {}
+    margin = CLOCK_MARGIN.get(str(candidate.get("method")))
+    wall, mean = candidate.get("wall_ms"), candidate.get("mean_ms")
+    verdict["timings"]["candidate_wall_ms"] = wall
+    if mean is not None and wall and margin and mean < margin * wall:
+        hack("timing_behaviour", f"reported {mean:.4g} ms per call on average; the parent's "
+             f"clock saw {wall:.4g} ms per call back to back")
     if cand_ms is None or not verdict["correct"]:
         return
     if roof is not None and cand_ms < roof * policy.roofline_margin:

@@ -10,17 +10,21 @@ returns raw facts: outputs as CPU copies, inputs as they were after each call, t
 each call dispatched, custom-kernel launches, threads and processes left behind, functions
 patched, timings. It judges nothing: the trusted parent compares and decides (``grade.judge``).
 
+Timing goes through ``validate.measure`` (shared with the validator): the parent drives both
+workers' timers through one exclusive window (``validate.window``), and a captured CUDA graph's
+output is replayed on other inputs for the parent to check (``graph_check``).
+
 Before any candidate code is imported this module binds the functions it relies on (timers,
 synchronisation, copies) and installs counting hooks on Triton's launch path and on
 ``torch.utils.cpp_extension`` loaders; after the candidate ran it reports every guarded name
 whose object changed.
 
-Imports only torch, triton (if present), the standard library and the harness worker module.
+Imports only torch, triton (if present), the standard library, the harness worker module and
+``validate.measure``.
 """
 from __future__ import annotations
 
 import builtins
-import linecache
 import os
 import statistics
 import sys
@@ -30,7 +34,10 @@ import types
 from typing import Any
 
 import torch
-from kernelmill.validate.harness_worker import mark_stage
+from kernelmill.validate import measure as M
+from kernelmill.validate.harness_worker import mark_stage, receive, report
+from kernelmill.validate.measure import flatten_outputs, load_namespace
+from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # ---------------------------------------------------------------- originals, bound at import
@@ -62,7 +69,7 @@ _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy
     (torch.Tensor, "data_ptr"), (torch.Tensor, "untyped_storage"), (torch.Tensor, "__eq__"),
     (torch.Tensor, "__torch_function__"), (torch.Tensor, "__reduce_ex__"),
     (torch.nn.Module, "__call__"), (torch.nn.Module, "_call_impl"), (torch.Tensor, "zero_"),
-    (statistics, "median"),
+    (statistics, "median"), *M.GUARDED,
     *((builtins, name) for name in ("min", "max", "len", "sorted", "float", "int", "isinstance",
                                     "type", "zip", "any", "all", "range", "sum", "open",
                                     "getattr", "setattr", "print", "bool", "str")),
@@ -209,28 +216,12 @@ def active_modes() -> int:
 
 # ---------------------------------------------------------------- building sources
 
-def load_namespace(source: str, tag: str) -> dict:
-    """Execute a source held in memory as module ``kernelmill_<tag>`` (inspectable by Triton)."""
-    filename = f"<kernelmill-{tag}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    module = types.ModuleType(f"kernelmill_{tag}")
-    module.__file__ = filename
-    sys.modules[module.__name__] = module
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 — the point
-    return module.__dict__
-
-
 def to_device(values: list, device: str) -> list:
     return [_tensor_to(v, device, copy=True) if _type(v) is _Tensor else v for v in values]
 
 
 def to_cpu(value):
     return _tensor_to(_tensor_detach(value), "cpu", copy=True)
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        _ORIGINALS["torch.cuda.synchronize"][2]()
 
 
 def transform(values: list, dist: str) -> list:
@@ -245,76 +236,7 @@ def transform(values: list, dist: str) -> list:
     return out
 
 
-def flatten_outputs(out) -> tuple[str, list]:
-    """("tensor"|"tuple:N"|"list:N", items) for a forward's return value."""
-    if _isinstance(out, torch.Tensor):
-        return "tensor", [out]
-    if _type(out) in (tuple, list):
-        return f"{_type(out).__name__}:{len(out)}", list(out)
-    return _type(out).__name__, [out]
-
-
 # ---------------------------------------------------------------- timing
-
-def _cuda_events():
-    return _ORIGINALS["torch.cuda.Event"][2]
-
-
-def time_calls(fn, device: str, *, label: str, target_ms: float, min_reps: int, max_reps: int,
-               warmup: int = 3, flush_bytes: int = 256 << 20, wall_ms: float = 50.0,
-               jitter: int = 0) -> dict:
-    """Median per-call time; on CUDA each run starts after an L2 flush and ends with a
-    device-wide synchronize (work on side streams counts). Then a back-to-back loop between
-    two stage marks, which the parent times with its own clock. ``jitter`` (chosen by the
-    parent) adds runs, so a submission cannot count its way to the end of timing."""
-    cuda = device.startswith("cuda")
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    if cuda:
-        Event = _cuda_events()
-        elapsed = _ORIGINALS["Event.elapsed_time"][2]
-        record = _ORIGINALS["Event.record"][2]
-        wait = _ORIGINALS["Event.synchronize"][2]
-        flush = _empty(flush_bytes // 4, dtype=torch.float32, device=device)
-        start, end = Event(enable_timing=True), Event(enable_timing=True)
-        record(start)
-        fn()
-        sync(device)
-        record(end)
-        wait(end)
-        estimate = max(elapsed(start, end), 1e-3)
-        reps = int(min(max_reps, max(min_reps, target_ms / estimate))) + jitter
-        for _ in range(reps):
-            _zero(flush)
-            sync(device)
-            record(start)
-            fn()
-            sync(device)
-            record(end)
-            wait(end)
-            times.append(float(elapsed(start, end)))
-        del flush
-    else:
-        begin = _perf_counter()
-        fn()
-        estimate = max((_perf_counter() - begin) * 1e3, 1e-3)
-        reps = int(min(max_reps, max(min_reps, target_ms / estimate))) + jitter
-        for _ in range(reps):
-            begin = _perf_counter()
-            fn()
-            times.append((_perf_counter() - begin) * 1e3)
-    median = _median(times)
-    loops = int(min(1000, max(3, wall_ms / max(median, 1e-3)))) + jitter
-    sync(device)
-    mark_stage(f"wall:{label}:start")
-    for _ in range(loops):
-        fn()
-    sync(device)
-    mark_stage(f"wall:{label}:end")
-    return {"median_ms": median, "min_ms": min(times), "reps": len(times), "wall_loops": loops}
-
 
 def device_info(device: str) -> dict:
     info = {"device": device, "torch": str(torch.__version__)}
@@ -328,11 +250,17 @@ def device_info(device: str) -> dict:
     return info
 
 
-def _timing_settings(payload: dict) -> dict:
-    cuda = payload["device"].startswith("cuda")
-    defaults = ({"target_ms": 200.0, "min_reps": 10, "max_reps": 200} if cuda
-                else {"target_ms": 100.0, "min_reps": 3, "max_reps": 10, "wall_ms": 30.0})
-    return {**defaults, **(payload.get("timing_settings") or {})}
+def _timer_options(payload: dict) -> dict:
+    """``measure.Timer`` options from the policy's timing settings (the rest are the window's)."""
+    settings = payload.get("timing_settings") or {}
+    return {k: settings[k] for k in ("warmup", "graph", "sample_ms") if k in settings}
+
+
+def _serve_timing(fn, device: str, payload: dict):
+    """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands."""
+    timer = M.Timer(fn, device, **_timer_options(payload))
+    report({"ready": timer.prepare()})
+    return timer, M.serve_window(timer, receive, report)
 
 
 # ---------------------------------------------------------------- the reference run
@@ -378,29 +306,54 @@ def reference_task(payload: dict) -> dict:
                                         if _isinstance(t, torch.Tensor)]})
     result = {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
               "info": device_info(device), "ops": ops}
-    if payload.get("time", True):
-        mark_stage("reference timing")
+    if payload.get("time", True) and payload.get("inductor"):
+        # Eager and Inductor timed together, once per reference (the verdict's eager time
+        # comes from the candidate's window; Inductor's from this ratio).
+        mark_stage("reference inductor")
         inputs = to_device(trials[0]["inputs"], device)
-        settings = _timing_settings(payload)
 
         def eager():
             with torch.no_grad():
                 return model(*inputs)
 
-        result["eager"] = time_calls(eager, device, label="eager", **settings)
-        if payload.get("inductor"):
-            mark_stage("reference inductor")
-            try:
-                compiled = torch.compile(model)
+        try:
+            compiled = torch.compile(model)
 
-                def inductor():
-                    with torch.no_grad():
-                        return compiled(*inputs)
+            def inductor():
+                with torch.no_grad():
+                    return compiled(*inputs)
 
-                result["inductor"] = time_calls(inductor, device, label="inductor", **settings)
-            except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
-                result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            inductor()  # compiles, outside the timing lock
+            sync(device)
+            mark_stage("reference inductor timing")
+            with M.GpuLock(payload.get("lock")).exclusive():
+                result["eager"] = M.measure(eager, device, **_timer_options(payload))
+                result["inductor"] = M.measure(inductor, device, **_timer_options(payload))
+        except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
+            result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
     return result
+
+
+def reference_timing_task(payload: dict) -> dict:
+    """Time the reference's eager forward in a parent-driven window (``validate.window``): the
+    model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
+    the candidate is timed on). Never sees candidate code."""
+    device = payload["device"]
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    model = ns["Model"](*init_inputs).to(device)
+    inputs = to_device(payload["inputs"], device)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    mark_stage("reference timing")
+    _timer, timing = _serve_timing(eager, device, payload)
+    return {"timing": timing}
 
 
 # ---------------------------------------------------------------- the candidate run
@@ -642,24 +595,33 @@ def candidate_task(payload: dict) -> dict:
         mark_stage("timing")
         before = (_counts["launches"], _counts["ext_calls"])
         calls = [0]
-        last = [None]
 
         def forward():
             calls[0] += 1
             _active[0] = True
             try:
                 with torch.no_grad():
-                    last[0] = model(*buffers)
+                    return model(*buffers)
             finally:
                 _active[0] = False
 
-        timing = time_calls(forward, device, label="candidate", **_timing_settings(payload))
+        timer, timing = _serve_timing(forward, device, payload)
         timing["calls"] = calls[0]
         timing["launches"] = _counts["launches"] - before[0]
         timing["ext_calls"] = _counts["ext_calls"] - before[1]
         facts["timing"] = timing
         mark_stage("after timing")
-        facts["timed"] = run.observe(last[0], buffers)
+        # What the timed work left in its output (the graph's, when captured) on trial 0.
+        facts["timed"] = run.observe(timer.output, buffers)
+        check = payload.get("graph_check_trial")
+        if timer.graph is not None and check is not None:
+            # The graph, not Python, is what was timed: refill its inputs with another
+            # trial's, replay it, and let the parent compare.
+            mark_stage("graph check")
+            for buffer, value in zip(buffers, trials[check]["inputs"]):
+                if _type(buffer) is _Tensor:
+                    _tensor_copy(buffer, value)
+            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), buffers)}
         facts["timed"]["threads"] = sorted(
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
         # An audit call, traced like the checked ones, after an unpredictable number of timed

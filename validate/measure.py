@@ -212,9 +212,11 @@ def median_ci_pct(samples: list[float]) -> float | None:
 
 
 def summarize(method: str, samples: list[float], **extra) -> dict:
-    """The timing report: ``{method, reps, ci_pct, ms, min_ms}`` plus ``extra``."""
+    """The timing report: ``{method, reps, ci_pct, ms (the median), mean_ms, min_ms}`` plus
+    ``extra``."""
     return {"method": method, "reps": len(samples),
             "ci_pct": median_ci_pct(samples), "ms": _median(samples) if samples else None,
+            "mean_ms": sum(samples) / len(samples) if samples else None,
             "min_ms": min(samples) if samples else None, **extra}
 
 

@@ -1,0 +1,213 @@
+"""The shared measurement module (validate/measure.py) and the parent-driven timing window
+(validate/window.py), on CPU: the same code paths the GPU runs, timed with perf_counter."""
+import os
+import random
+import statistics
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+from kernelmill.validate import measure as M
+from kernelmill.validate.harness import Control, run_in_worker
+from kernelmill.validate.window import (
+    WindowSettings,
+    gpu_lock_path,
+    run_window,
+    verdict_timing,
+)
+
+
+_clock = time.perf_counter  # busy() keeps working while a test patches time.perf_counter
+
+
+def busy(ms: float):
+    """A callable that really spends ``ms`` of CPU time (not sleep: no scheduler rounding)."""
+    def fn():
+        end = _clock() + ms / 1e3
+        while _clock() < end:
+            pass
+    return fn
+
+
+# ---------------------------------------------------------------- namespaces and outputs
+
+def test_load_namespace_registers_source_and_checks_required_names():
+    ns = M.load_namespace("def f():\n    return 41 + 1\n", "unit")
+    assert ns["f"]() == 42 and sys.modules["kernelmill_unit"].__dict__ is ns
+    import inspect
+
+    assert "41 + 1" in inspect.getsource(ns["f"])  # Triton reads kernels this way
+    with pytest.raises(NameError, match="get_inputs"):
+        M.load_namespace("class Model: pass\n", "unit2", require=("Model", "get_inputs"))
+
+
+def test_flatten_outputs_and_output_tensors():
+    x = torch.ones(2)
+    assert M.flatten_outputs(x) == ("tensor", [x])
+    assert M.flatten_outputs((x, 3))[0] == "tuple:2"
+    assert M.flatten_outputs(None)[0] == "NoneType"
+    assert len(M.output_tensors((x, [x, {"b": x, "a": x}], None))) == 4
+    assert M.output_tensors(3.0)[0].item() == 3.0
+    with pytest.raises(TypeError):
+        M.output_tensors("text")
+
+
+# ---------------------------------------------------------------- statistics
+
+def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
+    rng = random.Random(7)
+    covered, trials = 0, 400
+    for _ in range(trials):
+        samples = [rng.lognormvariate(0.0, 0.3) for _ in range(60)]  # true median 1.0
+        median, half = statistics.median(samples), M.median_ci_pct(samples) / 100
+        covered += abs(median - 1.0) <= half * median
+    assert 0.90 <= covered / trials <= 0.995, covered / trials
+
+
+def test_median_ci_shrinks_with_samples_and_needs_six():
+    assert M.median_ci_pct([1.0] * 5) is None
+    assert M.median_ci_pct([1.0] * 8) == 0.0
+    rng = random.Random(1)
+    few = M.median_ci_pct([rng.gauss(10, 1) for _ in range(20)])
+    many = M.median_ci_pct([rng.gauss(10, 1) for _ in range(2000)])
+    assert many < few / 4
+
+
+# ---------------------------------------------------------------- the timer on CPU
+
+def test_measure_times_a_known_cost_and_reports_its_method():
+    result = M.measure(busy(2.0), "cpu", cap_ms=400, min_reps=10)
+    assert result["method"] == "perf_counter"
+    assert 1.9 <= result["ms"] <= 3.0, result
+    assert result["reps"] >= 10 and result["ci_pct"] is not None
+
+
+def test_measure_stops_at_the_ci_target_or_the_cap():
+    quick = M.measure(busy(0.2), "cpu", ci_target_pct=50.0, cap_ms=5000, min_reps=10,
+                      round_reps=10)
+    assert quick["reps"] <= 30 and quick["ci_pct"] <= 50.0  # met within a few rounds
+    began = time.perf_counter()
+    capped = M.measure(busy(1.0), "cpu", ci_target_pct=0.0, cap_ms=100, round_reps=5)
+    assert time.perf_counter() - began < 1.0 and capped["reps"] < 200
+
+
+def test_timer_is_bound_before_patches(monkeypatch):
+    # A submission that stops the clocks after this module was imported changes nothing.
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(statistics, "median", lambda values: 1e-9)
+    result = M.measure(busy(1.0), "cpu", cap_ms=200)
+    assert result["ms"] >= 0.9
+    assert (time, "perf_counter") in M.GUARDED and (torch.cuda.CUDAGraph, "replay") in M.GUARDED
+
+
+def test_serve_window_answers_commands_in_order():
+    commands = iter(["warm 1", "round 4", "round 3", "loop 5", "stop"])
+    reports = []
+    calls = []
+    timer = M.Timer(lambda: calls.append(1), "cpu", warmup=1)
+    timer.prepare()
+    summary = M.serve_window(timer, lambda: next(commands), reports.append)
+    assert [next(iter(r)) for r in reports] == ["warm", "round", "round", "loop"]
+    assert len(reports[1]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
+    assert summary["loop_samples"] == 5 and summary["method"] == "perf_counter"
+
+
+# ---------------------------------------------------------------- the lock
+
+def test_gpu_lock_path_is_per_physical_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert gpu_lock_path("cpu") is None
+    a = gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "3,1"})
+    b = gpu_lock_path("cuda:1", {"CUDA_VISIBLE_DEVICES": "3,1"})
+    c = gpu_lock_path("cuda", {"CUDA_VISIBLE_DEVICES": "3"})
+    assert a == c != b and a.startswith(str(tmp_path))
+    assert os.path.exists(a + ".main") and os.path.exists(a + ".turn")
+
+
+def test_exclusive_window_waits_for_shared_gpu_work(tmp_path):
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    order = []
+    with lock.shared():
+        def window():
+            with lock.exclusive():
+                order.append("window")
+        thread = threading.Thread(target=window)
+        thread.start()
+        time.sleep(0.2)
+        order.append("shared work done")
+    thread.join(5)
+    assert order == ["shared work done", "window"]
+
+
+# ---------------------------------------------------------------- the window, two processes
+
+WORKER = textwrap.dedent("""
+    import time
+    from kernelmill.validate import measure as M
+    from kernelmill.validate.harness_worker import receive, report
+
+    def busy():
+        end = time.perf_counter() + {ms} / 1e3
+        while time.perf_counter() < end:
+            pass
+
+    def main():
+        timer = M.Timer(busy, "cpu", warmup=1)
+        report({{"ready": timer.prepare()}})
+        {cheat}
+        return M.serve_window(timer, receive, report)
+""")
+# A worker that reports 1 µs per call whatever its calls cost.
+CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
+
+
+def _window(ms: dict[str, float], cheat: str = "", **settings) -> tuple[dict, dict]:
+    controls = {name: Control() for name in ms}
+    results = {}
+
+    def launch(name):
+        source = WORKER.format(ms=ms[name], cheat=cheat if name == "candidate" else "")
+        results[name] = run_in_worker("kernelmill.validate.harness:run_source",
+                                      {"source": source}, timeout_s=120, device="cpu",
+                                      control=controls[name])
+
+    threads = [threading.Thread(target=launch, args=(name,)) for name in ms]
+    window = run_window(controls, lock=M.GpuLock(None), cuda=False,
+                        settings=WindowSettings(**settings),
+                        start=lambda: [t.start() for t in threads],
+                        finish=lambda: [t.join() for t in threads],
+                        clock_check=("candidate",))
+    return window, results
+
+
+def test_window_times_two_processes_in_alternating_rounds():
+    window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
+                              ci_target_pct=1.0)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    timing = verdict_timing(window)
+    assert timing["method"] == "perf_counter" and timing["reps"] >= 12
+    assert 2.4 <= timing["reference_ms"] / timing["candidate_ms"] <= 3.6, timing
+    # each worker's own record of the window agrees with what the parent received
+    for name, result in results.items():
+        assert result.value["reps"] == window["participants"][name]["reps"]
+    # the parent's clock over a back-to-back loop agrees with the worker's mean (both see the
+    # same preemptions on a loaded machine; the median does not)
+    cand = window["participants"]["candidate"]
+    assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
+
+
+def test_window_parent_clock_sees_through_a_forged_timer():
+    window, _ = _window({"reference": 1.0, "candidate": 2.0}, cheat=CHEAT, cap_ms=300)
+    cand = window["participants"]["candidate"]
+    assert cand["ms"] == pytest.approx(1e-3) and cand["wall_ms"] > 1.8
+
+
+def test_window_reports_a_participant_that_dies():
+    window, results = _window({"reference": 1.0, "candidate": 1.0},
+                              cheat="import os; os._exit(3)", ready_timeout_s=60)
+    assert window["error"]["participant"] == "candidate"
+    assert verdict_timing(window) is None
+    assert results["reference"].ok  # told to stop, it ends cleanly

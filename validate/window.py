@@ -1,0 +1,219 @@
+"""Timing windows, driven by the trusted parent: the reference and the candidate, each in its own
+worker process, timed in one exclusive window per GPU, alternating in rounds.
+
+A worker that reaches its timing step prepares a ``measure.Timer`` (warm-up, CUDA graph capture),
+reports ``{"ready": ...}`` and waits for commands (``measure.serve_window``). ``run_window``:
+
+1. holds the GPU's lock *shared* while the workers start, run their checks and prepare (other
+   graders may do the same; nobody times meanwhile);
+2. takes it *exclusively* (writer priority: no new GPU work starts), warms the clocks through
+   each participant in turn, then runs rounds (reference, candidate, reference, ...) until the
+   95% confidence half-width of every participant's median is under ``ci_target_pct`` or the
+   time cap passes, so clock drift and thermal state hit both alike;
+3. for the participants named in ``clock_check`` runs a back-to-back loop timed by the parent's
+   own clock (a worker cannot speed up the parent's clock: ``wall_ms`` bounds what really ran);
+4. sends ``stop`` and, holding the lock shared again, lets the workers finish.
+
+The lock is one file pair per physical GPU (``gpu_lock_path``) in a per-user runtime folder,
+keyed by the GPU's UUID where ``nvidia-smi`` gives one, so every grader and validator of this
+user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .harness import Control
+from .measure import GpuLock, median_ci_pct, summarize
+
+
+@dataclass
+class WindowSettings:
+    """Knobs of one timing window (every field has a measured default)."""
+
+    ci_target_pct: float = 0.5  # stop when every median's 95% half-width is under this
+    cap_ms: float | None = None  # wall-time cap of the rounds; None: 3 s on CUDA, 0.3 s on CPU
+    round_ms: float = 10.0  # one participant's turn per round
+    warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
+    min_reps: int = 12  # samples per participant before the CI may stop the window
+    max_reps: int = 2000
+    loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
+    ready_timeout_s: float = 300.0  # a worker must be ready within this
+    report_timeout_s: float = 60.0  # and answer each command within this
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "WindowSettings":
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in (values or {}).items() if k in known})
+
+
+class WindowError(RuntimeError):
+    """A participant failed or went silent during the window."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{name}: {message}")
+        self.participant = name
+
+
+# ---------------------------------------------------------------- the per-GPU lock
+
+_UUIDS: dict[str, str] = {}
+
+
+def _gpu_uuid(physical: str) -> str | None:
+    if physical.startswith(("GPU-", "MIG-")):
+        return physical
+    if not _UUIDS:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        for line in out.splitlines():
+            index, _, uuid = line.partition(",")
+            if uuid.strip():
+                _UUIDS[index.strip()] = uuid.strip()
+        _UUIDS.setdefault("", "")  # looked once
+    return _UUIDS.get(physical) or None
+
+
+def runtime_folder() -> str:
+    """A per-user folder for lock files (``$XDG_RUNTIME_DIR/kernelmill`` or ``/tmp``)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    folder = os.path.join(base, "kernelmill") if base and os.path.isdir(base) else \
+        os.path.join("/tmp", f"kernelmill-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
+    """The lock path of the physical GPU behind ``device`` ("cuda", "cuda:1") as a worker with
+    ``env`` sees it; None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    index = int(device.split(":")[1]) if ":" in device else 0
+    visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    entries = [e.strip() for e in visible.split(",")] if visible else []
+    physical = entries[index] if index < len(entries) else str(index)
+    key = _gpu_uuid(physical) or f"gpu{physical}"
+    path = os.path.join(runtime_folder(), key)
+    for suffix in (".turn", ".main"):  # exist before a confined worker opens them read-only
+        if not os.path.exists(path + suffix):
+            open(path + suffix, "a").close()
+    return path
+
+
+# ---------------------------------------------------------------- the window
+
+def _answer(name: str, control: Control, key: str, timeout: float) -> tuple[float, object]:
+    got = control.next_report(timeout)
+    if got is None:
+        raise WindowError(name, "ended or went silent during timing" if control.ended
+                          else f"no answer within {timeout:g}s")
+    at, value = got
+    if key not in value:
+        raise WindowError(name, f"answered {sorted(value)[:3]}, expected {key!r}")
+    return at, value[key]
+
+
+def run_window(participants: dict[str, Control], *, lock: GpuLock,
+               settings: WindowSettings | None = None, cuda: bool = True,
+               start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
+               clock_check: tuple[str, ...] = ()) -> dict:
+    """Time ``participants`` (name -> a running worker's ``Control``) in one window.
+
+    ``start`` launches the workers (called under the shared lock); ``finish`` waits for them
+    (called after ``stop``, under the shared lock). Returns ``{"participants": {name: summary},
+    "rounds", "window_ms", "error"}``; a summary is ``measure.summarize`` of the samples plus
+    the worker's ``ready`` description and, for ``clock_check``, ``wall_ms`` per call."""
+    settings = settings or WindowSettings()
+    cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
+    warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
+    ready: dict[str, dict] = {}
+    samples: dict[str, list[float]] = {name: [] for name in participants}
+    walls: dict[str, float] = {}
+    paces: dict[str, list[float]] = {name: [] for name in participants}  # parent ms per sample
+    result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None}
+    try:
+        with lock.shared():
+            if start is not None:
+                start()
+            for name, control in participants.items():
+                _, ready[name] = _answer(name, control, "ready", settings.ready_timeout_s)
+        with lock.exclusive():
+            began = time.monotonic()
+            timeout = settings.report_timeout_s
+            for name, control in participants.items():
+                if warm_ms:
+                    control.send(f"warm {warm_ms:g}")
+                    _answer(name, control, "warm", timeout)
+            per_round = {}
+            for name, info in ready.items():
+                sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
+                    int(info.get("calls_per_sample") or 1)
+                per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
+            deadline = began + cap_ms / 1e3
+            while True:
+                for name, control in participants.items():
+                    room = settings.max_reps - len(samples[name])
+                    if room <= 0:
+                        continue
+                    reps = min(per_round[name], room)
+                    sent = time.monotonic()
+                    control.send(f"round {reps}")
+                    at, times = _answer(name, control, "round", timeout)
+                    samples[name].extend(float(t) for t in times)
+                    paces[name].append((at - sent) * 1e3 / reps)
+                result["rounds"] += 1
+                cis = [median_ci_pct(s) for s in samples.values()]
+                enough = all(len(s) >= settings.min_reps for s in samples.values())
+                if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
+                    break
+                if all(len(s) >= settings.max_reps for s in samples.values()):
+                    break
+                if time.monotonic() >= deadline and all(len(s) >= 3 for s in samples.values()):
+                    break
+            for name in clock_check:
+                info, control = ready[name], participants[name]
+                # Sized by the parent's own clock over the rounds, not by what was reported.
+                pace = max(1e-4, min(paces[name]) if paces[name] else 1.0)
+                loops = int(min(100000, max(3, settings.loop_ms / pace)))
+                sent = time.monotonic()
+                control.send(f"loop {loops}")
+                at, _ = _answer(name, control, "loop", timeout)
+                walls[name] = (at - sent) * 1e3 / (loops * int(info.get("calls_per_sample") or 1))
+            result["window_ms"] = (time.monotonic() - began) * 1e3
+            for control in participants.values():
+                control.send("stop")
+    except WindowError as exc:
+        result["error"] = {"participant": exc.participant, "message": str(exc)}
+        for control in participants.values():
+            control.send("stop")
+    finally:
+        if finish is not None:
+            with lock.shared():
+                finish()
+    for name in participants:
+        info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
+        result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
+                                                 samples[name], wall_ms=walls.get(name), **info)
+    return result
+
+
+def verdict_timing(window: dict, reference: str = "reference",
+                   candidate: str = "candidate") -> dict | None:
+    """``{method, reps, ci_pct, reference_ms, candidate_ms}`` of a window, for the verdict."""
+    parts = window.get("participants") or {}
+    ref, cand = parts.get(reference) or {}, parts.get(candidate) or {}
+    if window.get("error") or ref.get("ms") is None or cand.get("ms") is None:
+        return None
+    methods = {ref.get("method"), cand.get("method")}
+    cis = [c for c in (ref.get("ci_pct"), cand.get("ci_pct")) if c is not None]
+    return {"method": ref["method"] if len(methods) == 1 else
+            f"{ref.get('method')}/{cand.get('method')}",
+            "reps": min(ref["reps"], cand["reps"]), "ci_pct": max(cis) if cis else None,
+            "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
