@@ -27,9 +27,8 @@ def validation(i: int) -> dict:
 @pytest.fixture
 def split_dir(tmp_path, seeds_dir):
     records = [record_from_file(p) for p in problem_files(seeds_dir)[:30]]
-    for i, r in enumerate(records):
-        r.validation = validation(i)
-        r.cluster = i % 4
+    records = [Record.from_dict({**r.to_dict(), "validation": validation(i), "cluster": i % 4})
+               for i, r in enumerate(records)]
     records.append(Record.from_source(BASE, name="marked", category="fused", level=2))
     raw = tmp_path / "curated.jsonl"
     with JsonlWriter(raw) as writer:
