@@ -117,30 +117,28 @@ def grade_item(item: dict, slot: dict) -> dict:
     return verdict
 
 
-def _load_problems(path) -> dict[str, dict]:
-    problems = {}
-    for row in read_jsonl(path):
-        if "id" in row and "source" in row:
-            problems[str(row["id"])] = row
-        else:
-            log.warning(f"{path}: a row without id/source skipped")
-    return problems
+def _load_problems(path, split: str | None = None) -> dict[str, dict]:
+    from .problems import load_problems  # records, dataset rows, a dataset folder or a Hub id
+
+    return load_problems(path, split)
 
 
 def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto",
                workers: int | None = None, backend: str = "local", address: str | None = None,
                reward: str = "composite", policy: Policy | None = None,
                cache_path: str | os.PathLike | None | bool = True,
-               extensions_root: str | None = None, compile_workers: int | None = None) -> StageStats:
+               extensions_root: str | None = None, compile_workers: int | None = None,
+               split: str | None = None) -> StageStats:
     """Grade every submission not yet in ``out_path``; returns the stage's counts."""
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name
     device = resolve_device(device)
     policy = policy or Policy()
-    problems = _load_problems(problems_path)
+    problems = _load_problems(problems_path, split)
     if not problems:
-        raise KernelmillError(f"{problems_path}: no problems (rows need id and source)")
+        raise KernelmillError(f"{problems_path}: no problems (rows need id and source, or "
+                              "problem_id and reference)")
     if cache_path is True:
         cache_path = default_cache_path()
     cache = VerdictCache(cache_path or None)

@@ -1,16 +1,27 @@
 """``kernelmill grade``: one candidate against one reference, or a batch file of submissions.
 
     kernelmill grade --reference REF.py --candidate CAND.py [--device auto|cpu|cuda] [--json]
-    kernelmill grade --problems P.jsonl --submissions S.jsonl --out V.jsonl [--workers N]
+    kernelmill grade PROBLEMS SUBMISSIONS.jsonl --out V.jsonl [--split eval] [--workers N]
 
-A single grade prints a short verdict (with ``--json``: the last stdout line is the verdict as a
-JSON object) and exits 0 whenever a verdict was reached, whatever it says; a reference that does
-not run is an error (exit 2). The batch form is resumable and prints the stage counts.
+PROBLEMS is a records file (``id``/``source``), a JSONL of published dataset rows
+(``problem_id``/``reference``), a dataset folder from ``kernelmill publish``, one of its parquet
+files, or a Hub dataset id (``grade/problems.py``); ``--split`` keeps one split of a dataset.
+On CPU every reference is graded at the size validation calibrated it at (``grade/size.py``).
+
+Exit status: 0 when every submission got a verdict, whatever the verdicts say; 2 when grading could
+not be done (bad input, a reference that does not run in a single grade); 1 with ``--fail-on
+hacked`` when a verdict flags a hack, or with ``--fail-on incorrect`` when one is not correct
+(hacked ones included). A single grade shows a progress line while its workers run; the batch
+form is resumable and prints the stage counts.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+import threading
+import time
 from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
@@ -31,6 +42,18 @@ def _policy(args: argparse.Namespace) -> Policy:
     return policy
 
 
+def _flagged(out_path: str, fail_on: str) -> int:
+    """How many verdicts of the batch (this run's and earlier runs') ``--fail-on`` counts."""
+    if fail_on == "never":
+        return 0
+    from kernelmill.core.store import read_jsonl
+
+    verdicts = list(read_jsonl(out_path, on_error=lambda _m: None))
+    if fail_on == "hacked":
+        return sum(1 for v in verdicts if v.get("hacks"))
+    return sum(1 for v in verdicts if not v.get("correct"))
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -49,8 +72,12 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         stats = grade_file(problems, submissions, args.out, device=args.device,
                            workers=args.workers, backend=args.backend, address=args.address,
                            reward=args.reward, policy=_policy(args),
-                           cache_path=False if args.no_cache else True)
+                           cache_path=False if args.no_cache else True, split=args.split)
         print(stats.summary())
+        flagged = _flagged(args.out, args.fail_on)
+        if flagged:
+            print(f"grade: {flagged} submission(s) {args.fail_on} (--fail-on {args.fail_on})")
+            return 1
         return 0
     if not (args.reference and args.candidate):
         raise KernelmillError("give --reference and --candidate (or --problems, --submissions "
@@ -64,7 +91,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     candidate = _read(args.candidate)
     grader = Grader(args.device, policy=_policy(args), guard_paths=[args.reference])
     try:
-        verdict = grader.grade(reference, candidate, reward=args.reward)
+        with working(f"grading {args.candidate} against {args.reference} on {grader.device}"):
+            verdict = grader.grade(reference, candidate, reward=args.reward)
     except ReferenceError as exc:
         raise KernelmillError(f"{args.reference}: {exc}") from None
     if args.json:
@@ -73,7 +101,37 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print(json.dumps(out, default=str))
     else:
         print(_describe(verdict))
+    if (args.fail_on == "hacked" and verdict.get("hacks")) or \
+            (args.fail_on == "incorrect" and not verdict.get("correct")):
+        return 1
     return 0
+
+
+@contextlib.contextmanager
+def working(what: str, every_s: float = 10.0):
+    """A spinner on a terminal, else a line every ``every_s`` seconds, while a grade runs."""
+    if sys.stderr.isatty():
+        from kernelmill.core.progress import console
+
+        with console.status(what + " ..."):
+            yield
+        return
+    start = time.monotonic()
+    print(f"kernelmill: {what} ...", file=sys.stderr, flush=True)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            print(f"kernelmill: still grading ({time.monotonic() - start:.0f}s)",
+                  file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _fmt(x) -> str:
@@ -97,17 +155,26 @@ def _describe(v: dict) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "grade", help="grade kernel submissions against reference problems",
-        description="Grade one candidate (--reference/--candidate) or a batch (--problems/"
-                    "--submissions/--out). Verdicts: compiled, correct, hacks, reward, speedups.")
+        description="Grade one candidate (--reference/--candidate) or a batch (PROBLEMS "
+                    "SUBMISSIONS --out V.jsonl). Verdicts: compiled, correct, hacks, reward, "
+                    "speedups. Exit status 0 when every verdict was reached, 2 when grading could "
+                    "not be done, 1 with --fail-on when a verdict was hacked/incorrect.")
     p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS", help=argparse.SUPPRESS)
     p.add_argument("submissions_pos", nargs="?", metavar="SUBMISSIONS", help=argparse.SUPPRESS)
     p.add_argument("--reference", help="reference problem file (KernelBench format)")
     p.add_argument("--candidate", help="candidate file defining ModelNew")
-    p.add_argument("--problems", help="batch: problem records (JSONL with id, source)")
+    p.add_argument("--problems", help="batch: problem records (JSONL with id, source), "
+                   "published dataset rows (problem_id, reference), a dataset folder, a parquet "
+                   "file or a Hub dataset id")
+    p.add_argument("--split", help="batch: grade against this split of a dataset only "
+                   "(default: every split)")
     p.add_argument("--submissions", help="batch: rows with submission_id, problem_id, source")
     p.add_argument("--out", help="batch: verdicts file (JSONL; rerun to resume)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     p.add_argument("--json", action="store_true", help="print the verdict as one JSON line")
+    p.add_argument("--fail-on", choices=("never", "hacked", "incorrect"), default="never",
+                   help="exit 1 when a verdict is flagged for a hack (hacked) or is not correct "
+                   "(incorrect); default never: exit 0 whenever every verdict was reached")
     p.add_argument("--reward", choices=sorted(REWARDS), default="composite")
     p.add_argument("--trials", type=int, default=3, help="fresh-input trials (default 3)")
     p.add_argument("--max-torch-ops", type=int, default=0,

@@ -36,6 +36,7 @@ from . import static
 from .judge import judge, reference_fault
 from .policy import Policy
 from .rewards import get_reward
+from .size import grading_size
 
 
 class ReferenceError(KernelmillError):
@@ -86,7 +87,8 @@ class Grader:
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
-                 cache_root: str | None = None, max_references: int = 16):
+                 cache_root: str | None = None, max_references: int = 16,
+                 cpu_max_numel: int | None = None):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
         self.cache_root = Path(cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
@@ -98,6 +100,7 @@ class Grader:
         # Reference runs hold every trial's inputs and outputs: keep the most recent few.
         self._references: OrderedDict[str, ReferenceRun] = OrderedDict()
         self.max_references = max_references
+        self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -188,12 +191,15 @@ class Grader:
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
         reward_fn = get_reward(reward)
+        # On CPU, the size validation calibrated the record's tolerances at (grade/size.py).
+        size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
         verdict = self._static(candidate_source)
         if verdict is None:
-            reference = self.reference(reference_source, slot_env=slot_env)
+            reference = self.reference(size.source, slot_env=slot_env)
             verdict = self._candidate(reference, candidate_source, record, slot_env)
         verdict["reward"] = float(reward_fn(verdict))
         verdict["device"] = self.device
+        verdict["resized"] = size.factor
         return verdict
 
     def _static(self, source: str) -> dict | None:
