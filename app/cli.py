@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kernelmill",
         description="Build validated, deduplicated, contamination-free GPU-kernel problem sets "
                     "and grade kernel submissions against them.")
+    parser.add_argument("--version", action="version", version=f"kernelmill {_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -66,9 +67,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelmill")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that an unknown flag of a subcommand prints that subcommand's usage
+    (argparse would print the top-level one)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = next((a.choices.get(args.command) for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction)), None)
+        (command or parser).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="kernelmill: %(message)s", stream=sys.stderr)
     if not getattr(args, "func", None):
