@@ -23,6 +23,7 @@ from typing import Any
 
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import read_jsonl
+from kernelmill.splits.publish import count_families
 
 log = logging.getLogger("kernelmill")
 
@@ -273,17 +274,40 @@ def headroom_figure(data: ReportData):
                       marker=1.0, marker_label="at the roofline")
 
 
+MAX_CLUSTER_BARS = 40
+
+
+def cluster_labels(records: list[dict]) -> dict[Any, str]:
+    """``"id: category"`` per cluster, naming its most common category (and its share when the
+    cluster mixes categories)."""
+    members: dict[Any, Counter] = {}
+    for r in records:
+        if r.get("cluster") is not None:
+            members.setdefault(r["cluster"], Counter())[r.get("category") or "unknown"] += 1
+    labels = {}
+    for cluster, categories in members.items():
+        top, n = categories.most_common(1)[0]
+        total = sum(categories.values())
+        labels[cluster] = f"{cluster}: {top}" + ("" if n == total else f" ({n}/{total})")
+    return labels
+
+
 def cluster_figure(data: ReportData):
     sizes = Counter(r.get("cluster") for r in data.curated if r.get("cluster") is not None)
     if not sizes:
         raise NoData("no cluster ids recorded (the cluster stage has not run)")
     ranked = sizes.most_common()
-    fig, ax = _figure(max(7.5, min(14, 0.18 * len(ranked) + 3)), 4.2)
-    ax.bar(range(len(ranked)), [n for _, n in ranked], color="#4C72B0")
-    if len(ranked) <= 30:
-        ax.set_xticks(range(len(ranked)), [str(c) for c, _ in ranked], fontsize=7)
-    _style(ax, f"Cluster sizes ({len(ranked)} clusters, {sum(sizes.values())} problems)",
-           "cluster (largest first)", "problems")
+    shown = ranked[:MAX_CLUSTER_BARS]
+    labels = cluster_labels(data.curated)
+    fig, ax = _figure(max(7.5, min(16, 0.3 * len(shown) + 3)), 5.2)
+    bars = ax.bar(range(len(shown)), [n for _, n in shown], color="#4C72B0")
+    ax.bar_label(bars, fontsize=7)
+    ax.set_xticks(range(len(shown)), [labels[c] for c, _ in shown], fontsize=7, rotation=60,
+                  ha="right")
+    more = f"; the {len(ranked) - len(shown)} smallest not drawn" if len(ranked) > len(shown) \
+        else ""
+    _style(ax, f"Cluster sizes ({len(ranked)} clusters, {sum(sizes.values())} problems{more})",
+           "cluster: its most common category (largest first)", "problems")
     fig.tight_layout()
     return fig
 
@@ -399,6 +423,7 @@ figure{margin:0;border:1px solid #e4e4e4;border-radius:6px;padding:.6em;backgrou
 figure img{width:100%;height:auto}figcaption{font-size:13px;color:#555}
 figure[data-state=empty] figcaption{color:#a33}
 code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
+.warn{color:#a33;font-weight:600}
 """
 
 
@@ -422,7 +447,7 @@ def _counts_table(data: ReportData) -> str:
     rows = []
     for split, records in data.records.items():
         categories = len({r.get("category") for r in records})
-        families = len({(r.get("provenance") or {}).get("seed") or r.get("id") for r in records})
+        families = count_families(records)
         clusters = len({r.get("cluster") for r in records if r.get("cluster") is not None})
         rows.append(f"<tr><td>{_e(split)}</td><td class=n>{len(records)}</td>"
                     f"<td class=n>{families}</td><td class=n>{categories}</td>"
@@ -432,6 +457,88 @@ def _counts_table(data: ReportData) -> str:
     return ("<table id=counts><tr><th>split</th><th class=n>problems</th><th class=n>families"
             "</th><th class=n>categories</th><th class=n>clusters</th></tr>" + "".join(rows)
             + "</table>")
+
+
+def _checks_table(data: ReportData) -> str:
+    """Every validation check: how many problems passed, failed or skipped it, and why skipped."""
+    counts: dict[str, Counter] = {}
+    skipped_why: dict[str, Counter] = {}
+    for record in data.all_records:
+        for name, check in ((record.get("validation") or {}).get("checks") or {}).items():
+            if not isinstance(check, dict):
+                continue
+            state = {True: "passed", False: "failed"}.get(check.get("passed"), "skipped")
+            counts.setdefault(name, Counter())[state] += 1
+            if state == "skipped":
+                skipped_why.setdefault(name, Counter())[str(check.get("detail") or "")] += 1
+    if not counts:
+        return "<p id=checks-none>No validation checks recorded (validation has not run).</p>"
+    rows = []
+    for name in sorted(counts):
+        c = counts[name]
+        why = skipped_why.get(name)
+        reason = _e(why.most_common(1)[0][0]) if why else ""
+        rows.append(f"<tr><td><code>{_e(name)}</code></td><td class=n>{c['passed']}</td>"
+                    f"<td class=n>{c['failed']}</td><td class=n>{c['skipped']}</td>"
+                    f"<td>{reason}</td></tr>")
+    return ("<table id=checks><tr><th>check</th><th class=n>passed</th><th class=n>failed</th>"
+            "<th class=n>skipped</th><th>why skipped</th></tr>" + "".join(rows) + "</table>")
+
+
+MAX_GROUP_ROWS = 50
+
+
+def dedup_groups(records: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """(key kind, key, members) of every structural or near-duplicate group of 2+ problems,
+    largest first."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        dedup = record.get("dedup") or {}
+        for kind in ("near_group", "structural_key"):
+            key = dedup.get(kind)
+            if key:
+                groups.setdefault((kind, str(key)), []).append(record)
+    found = [(kind, key, members) for (kind, key), members in groups.items() if len(members) > 1]
+    return sorted(found, key=lambda g: (-len(g[2]), g[0], g[1]))
+
+
+def _dedup_table(data: ReportData) -> str:
+    records = data.curated or data.all_records
+    dropped = sum(n for stats in data.stages if stats.stage == "dedup"
+                  for n in stats.drop_reasons().values())
+    note = (f"<p>{dropped} exact duplicate(s) were dropped by the dedup stage.</p>"
+            if dropped else "")
+    if not any(r.get("dedup") for r in records):
+        return note + "<p id=dedup-none>No dedup keys recorded (the dedup stage has not run).</p>"
+    groups = dedup_groups(records)
+    if not groups:
+        return note + ("<p id=dedup-none>Every problem is alone in its structural and "
+                       "near-duplicate group.</p>")
+    split_of = {r.get("id"): split for split, rows in data.records.items() for r in rows}
+    rows = []
+    for kind, key, members in groups[:MAX_GROUP_ROWS]:
+        names = ", ".join(_e(m.get("name") or m.get("id")) for m in members[:12])
+        if len(members) > 12:
+            names += f", … {len(members) - 12} more"
+        splits = ", ".join(sorted({str(split_of.get(m.get("id"), "unsplit")) for m in members}))
+        rows.append(f"<tr><td>{'near duplicate' if kind == 'near_group' else 'structural'}</td>"
+                    f"<td><code>{_e(key[:16])}</code></td><td class=n>{len(members)}</td>"
+                    f"<td>{_e(splits)}</td><td>{names}</td></tr>")
+    more = (f"<p>{len(groups) - MAX_GROUP_ROWS} more group(s) not shown.</p>"
+            if len(groups) > MAX_GROUP_ROWS else "")
+    return (note + "<table id=dedup><tr><th>group</th><th>key</th><th class=n>problems</th>"
+            "<th>splits</th><th>members</th></tr>" + "".join(rows) + "</table>" + more)
+
+
+def _missing_from_eval(data: ReportData) -> str:
+    train = {r.get("category") for r in data.records.get("train", [])}
+    evals = {r.get("category") for r in data.records.get("eval", [])}
+    missing = sorted(str(c) for c in train - evals)
+    if not data.records.get("eval") or not missing:
+        return ""
+    return (f"<p id=missing-eval class=warn>Warning: no eval problem of categor"
+            f"{'y' if len(missing) == 1 else 'ies'} {_e(', '.join(missing))} "
+            "(present in train): eval scores say nothing about them.</p>")
 
 
 def _finding_row(finding: dict) -> dict[str, Any]:
@@ -451,7 +558,19 @@ def _finding_row(finding: dict) -> dict[str, Any]:
 def _contamination_table(data: ReportData) -> str:
     findings = [_finding_row(f) for f in contamination_findings(data.contamination)]
     if not findings:
-        return "<p id=contamination-none>No contamination findings.</p>"
+        report = data.contamination if isinstance(data.contamination, dict) else {}
+        benchmarks = report.get("benchmarks") or [{"spec": b} for b in report.get("against") or []]
+        if data.contamination is None:
+            return ("<p id=contamination-unchecked>Contamination not checked: no contamination "
+                    "report (the split stage has not run).</p>")
+        if not benchmarks:
+            return ("<p id=contamination-unchecked>Contamination not checked: no reference "
+                    "benchmark was given (<code>kernelmill split --against BENCH</code>).</p>")
+        names = ", ".join(_e(b.get("spec")) for b in benchmarks if isinstance(b, dict))
+        checked = report.get("checked")
+        return (f"<p id=contamination-none>No contamination findings: "
+                f"{'' if checked is None else _e(checked) + ' problems '}checked against "
+                f"{names}.</p>")
     columns: list[str] = []  # in order of first appearance
     for finding in findings:
         columns += [k for k in finding if k not in columns]
@@ -490,18 +609,23 @@ def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:
 <p class=sub>{_e(data.build_dir)} · validated on <b>{_e(data.device)}</b> · {made}{took}</p>
 <h2>Counts</h2>
 {_counts_table(data)}
+{_missing_from_eval(data)}
 <h2>Stages</h2>
 {_stage_table(data)}
 <h2>Figures</h2>
 <div class=grid>
 {chr(10).join(blocks)}
 </div>
+<h2>Validation checks</h2>
+{_checks_table(data)}
+<h2>Duplicate groups</h2>
+{_dedup_table(data)}
 <h2>Contamination</h2>
 {_contamination_table(data)}
 <h2>Use it</h2>
 <p>Load: <code>datasets.load_dataset("{_e(dataset)}")</code></p>
-<p>Grade: <code>kernelmill grade --problems {_e(data.build_dir / "splits" / "eval.jsonl")}
---submissions SUBMISSIONS.jsonl --out verdicts.jsonl</code></p>
+<p>Grade: <code>kernelmill grade {_e(dataset)} SUBMISSIONS.jsonl --split eval
+--out verdicts.jsonl</code></p>
 </body></html>
 """
 

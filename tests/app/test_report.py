@@ -99,8 +99,11 @@ def check_report(build_dir: Path) -> ReportParser:
 def _gpu_validation(rng: random.Random, device: str) -> dict:
     eager = 10 ** rng.uniform(-0.5, 2)
     measured = device != "cpu"
+    checks = {"deterministic": {"passed": True, "value": 0.0, "detail": "bitwise"},
+              "inductor": ({"passed": True, "value": 1.2, "detail": "1.2x"} if measured else
+                           {"passed": None, "value": None, "detail": "skipped on cpu"})}
     return {
-        "device": device, "passed": True, "flags": [], "checks": {},
+        "device": device, "passed": True, "flags": [], "checks": checks,
         "eager_ms": eager,  # on CPU: timed at the shrunk size
         "inductor_ms": eager / 1.3 if measured else None,
         "inductor_speedup": 10 ** rng.gauss(0.1, 0.2) if measured else None,
@@ -118,9 +121,14 @@ def make_build_dir(root: Path, seeds_dir: Path, device: str, n_seeds: int = 24) 
             JsonlWriter(build / "splits" / "train.jsonl") as train, \
             JsonlWriter(build / "splits" / "eval.jsonl") as evals:
         for i, record in enumerate(records):
+            # families of 1-3 problems, the way the split stage names them; every third pair of
+            # problems shares a near-duplicate group
             record = record.replace(validation=_gpu_validation(rng, device),
                                     cluster=rng.choice([0, 0, 0, 1, 1, 2, 3]),
-                                    split="eval" if i % 5 == 0 else "train")
+                                    split="eval" if (i // 3) % 4 == 0 else "train",
+                                    split_group=f"family-{i // 3}",
+                                    dedup={"near_group": f"near-{i // 2}" if i % 6 < 2 else
+                                           record.id, "structural_key": record.id})
             curated.write(record)
             (evals if record.split == "eval" else train).write(record)
     contaminated = records[-1]
@@ -187,3 +195,77 @@ def test_check_report_rejects_a_blank_figure(tmp_path, seeds_dir):
     fig.savefig(buffer, format="png")
     with pytest.raises(AssertionError):
         assert_real_picture(buffer.getvalue(), "blank")
+
+
+def _table_rows(page: str, table_id: str) -> list[list[str]]:
+    import re
+
+    table = re.search(rf"<table id={table_id}>(.*?)</table>", page, re.S).group(1)
+    return [[re.sub(r"<.*?>", "", c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+
+
+def test_report_and_card_count_families_alike(tmp_path, seeds_dir):
+    from kernelmill.splits.publish import publish_dataset
+
+    build = make_build_dir(tmp_path, seeds_dir, "cuda")
+    publish_dataset(build / "splits", build / "dataset")
+    write_report(build)
+    page = (build / "report.html").read_text()
+    report = {row[0]: int(row[2]) for row in _table_rows(page, "counts")[1:] if row[2]}
+    card = (build / "dataset" / "README.md").read_text()
+    for split in ("train", "eval"):
+        line = next(li for li in card.splitlines() if li.startswith(f"| {split} |"))
+        assert int(line.split("|")[3]) == report[split], (split, line, report)
+    assert report == {"train": 6, "eval": 2}  # family-0..7: 0 and 4 in eval
+
+
+def test_checks_dedup_groups_and_missing_categories_are_on_the_page(tmp_path, seeds_dir):
+    build = make_build_dir(tmp_path, seeds_dir, "cpu")
+    write_report(build)
+    page = (build / "report.html").read_text()
+    checks = {row[0]: row[1:] for row in _table_rows(page, "checks")[1:]}
+    assert checks["deterministic"][:3] == ["24", "0", "0"]
+    assert checks["inductor"] == ["0", "0", "24", "skipped on cpu"]  # skipped on CPU, and why
+    groups = _table_rows(page, "dedup")[1:]
+    assert groups and all(row[0] == "near duplicate" and row[2] == "2" for row in groups)
+    records = list(read_records(build / "curated.jsonl"))
+    first_pair = {records[0].name, records[1].name}
+    assert any(set(row[4].split(", ")) == first_pair for row in groups)
+    train = {r.category for r in read_records(build / "splits" / "train.jsonl")}
+    evals = {r.category for r in read_records(build / "splits" / "eval.jsonl")}
+    if train - evals:
+        assert 'id=missing-eval' in page and sorted(train - evals)[0] in page
+    # the funnel, clusters and checks come with a contamination verdict that says what was done
+    assert "No contamination findings" not in page  # one finding was recorded
+
+
+@pytest.mark.parametrize("report, expected", [
+    (None, "Contamination not checked: no contamination report"),
+    ({"policy": "drop", "against": [], "benchmarks": [], "problems": []},
+     "Contamination not checked: no reference benchmark was given"),
+    ({"policy": "drop", "against": ["kb"], "checked": 24,
+      "benchmarks": [{"spec": "kb", "items": 250}], "problems": []},
+     "No contamination findings: 24 problems checked against kb."),
+])
+def test_contamination_says_whether_anything_was_checked(tmp_path, seeds_dir, report, expected):
+    build = make_build_dir(tmp_path, seeds_dir, "cuda", n_seeds=6)
+    path = build / "splits" / "contamination.json"
+    if report is None:
+        path.unlink()
+    else:
+        path.write_text(json.dumps(report))
+    write_report(build)
+    page = (build / "report.html").read_text()
+    assert expected in page
+    if report is None or not report["benchmarks"]:
+        assert "No contamination findings" not in page
+
+
+def test_cluster_bars_are_labelled_by_category():
+    from kernelmill.app.report import cluster_labels
+
+    records = [{"cluster": 0, "category": "matmul"}, {"cluster": 0, "category": "matmul"},
+               {"cluster": 0, "category": "reduction"}, {"cluster": 1, "category": "conv"},
+               {"cluster": None, "category": "x"}]
+    assert cluster_labels(records) == {0: "0: matmul (2/3)", 1: "1: conv"}
