@@ -4,9 +4,9 @@ Rows of the submissions file: ``{"submission_id", "problem_id", "source"}``; the
 holds records (``id``, ``source``, optional ``validation`` with calibrated tolerances). Each
 verdict row is the submission's ids plus the verdict (``compiled``, ``correct``, ``hacks``,
 ``reward``, speedups, ``error``...). Rerunning the same command skips submissions already in the
-output. Verdicts are also kept in a cache keyed by a hash of the canonical candidate source (so
-comments and formatting do not matter), the problem id, the device and the grading policy; a
-resubmitted kernel is not run again.
+output. Verdicts are also kept in a cache keyed by a hash of the exact candidate source, the problem's
+source and calibration, the device, the grading policy and the library and grader versions
+(``verdict_key``); a resubmitted kernel is not run again.
 
 Parallelism: the backend (``validate.backends``) runs one grading task per slot (one per GPU, or
 CPU slots). On CUDA, submissions that build C++/CUDA extensions are compiled first by CPU-only
@@ -25,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-from kernelmill.core.canonical import canonical_source
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.lock import hold_lock, lock_path_for
 from kernelmill.core.progress import track
@@ -51,14 +50,42 @@ def default_cache_path() -> Path:
     return base / "kernelmill" / "verdicts.jsonl"
 
 
-def verdict_key(source: str, problem_id: str, device: str, policy: Policy) -> str:
-    try:
-        canonical = canonical_source(source)
-    except SyntaxError:
-        canonical = source
+def grader_versions() -> str:
+    """What else decides a verdict: torch and triton versions and the grading code itself."""
+    if not _VERSIONS:
+        from importlib import metadata, util
+
+        parts = []
+        for package in ("torch", "triton"):
+            try:
+                parts.append(f"{package}={metadata.version(package)}")
+            except metadata.PackageNotFoundError:
+                parts.append(f"{package}=none")
+        for module in ("grade.judge", "grade.policy", "grade.static", "grade.worker",
+                       "validate.harness", "validate.harness_worker", "validate.sandbox",
+                       "validate.measure"):
+            spec = util.find_spec(f"kernelmill.{module}")
+            origin = Path(spec.origin) if spec and spec.origin else None
+            parts.append(hashlib.sha256(origin.read_bytes()).hexdigest()[:16]
+                         if origin and origin.is_file() else f"{module}=none")
+        _VERSIONS.append("\0".join(parts))
+    return _VERSIONS[0]
+
+
+_VERSIONS: list[str] = []
+
+
+def verdict_key(source: str, problem: dict | str, device: str, policy: Policy) -> str:
+    """The cache key of a verdict: the candidate's exact bytes (code can read its own docstrings
+    and comments, so nothing is normalised away), the problem's source and calibration, the
+    device kind, the policy, and the library and grader versions."""
+    if isinstance(problem, dict):
+        problem = json.dumps({"source": problem.get("source"),
+                              "validation": problem.get("validation") or {}}, sort_keys=True,
+                             default=str)
     device_kind = "cuda" if device.startswith("cuda") else device
-    text = "\0".join([canonical, str(problem_id), device_kind, policy.key()])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    text = "\0".join([source, problem, device_kind, policy.key(), grader_versions()])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class VerdictCache:
@@ -167,7 +194,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                            "error": {"stage": "input", "message": f"unknown problem id {pid}"}})
                 stats.dropped("unknown problem")
                 continue
-            key = verdict_key(row["source"], pid, device, policy)
+            key = verdict_key(row["source"], problems[pid], device, policy)
             cached = cache.get(key)
             if cached is not None:
                 verdict = {**cached, "reward": float(reward_fn(cached)), "cached": True}

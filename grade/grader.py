@@ -2,9 +2,9 @@
 
 1. Static: parse the candidate, check it defines ``ModelNew``, scan it (``static.scan``).
 2. Reference: a worker that never sees the candidate builds the problem from its source text,
-   draws each trial's inputs from seeds chosen here (``secrets``), computes the reference
-   outputs and times eager PyTorch (and ``torch.compile`` on CUDA). Cached per reference source
-   for the life of the ``Grader`` (one batch, one trainer process).
+   draws the weights and each trial's inputs from seeds chosen here (``secrets``) afresh for
+   every submission, and computes the reference outputs. Only Inductor's timing (CUDA) is
+   cached per reference source for the life of the ``Grader``.
 3. Candidate: a second worker gets the inputs, the constructor arguments and the weights (never
    the reference outputs) and runs forward under observation. Timing: a third worker rebuilds
    the reference (never the candidate) on the candidate's timing inputs, and both are timed in
@@ -103,6 +103,7 @@ class Grader:
         self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._compiled: set[str] = set()  # sources whose extensions a compile worker built
 
     @property
     def worker_device(self) -> str:
@@ -135,14 +136,27 @@ class Grader:
                     self._locks.pop(old_key, None)
             return run
 
-    def _run_reference(self, source: str, slot_env: dict | None) -> ReferenceRun:
+    def fresh_reference(self, source: str, *, slot_env: dict | None = None) -> ReferenceRun:
+        """A reference run for ONE submission: weights and every trial's inputs drawn from new
+        secret seeds, so no submission is graded on inputs another one saw (or left answers
+        for). Only the per-source timing figures (eager/Inductor on CUDA) are shared."""
+        run = self._run_reference(source, slot_env, timed=False)
+        if self.policy.time and self.policy.use_inductor(self.device):
+            timed = self.reference(source, slot_env=slot_env).value
+            for key in ("eager", "inductor", "inductor_error"):
+                if key in timed:
+                    run.value[key] = timed[key]
+        return run
+
+    def _run_reference(self, source: str, slot_env: dict | None,
+                       timed: bool = True) -> ReferenceRun:
         policy = self.policy
         dists = policy.distributions or ("natural",)
         trials = [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)]}
                   for i in range(max(1, policy.trials))]
         payload = {"source": source, "device": self.worker_device, "trials": trials,
-                   "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time,
-                   "inductor": policy.time and policy.use_inductor(self.device),
+                   "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time and timed,
+                   "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
         env, writable = self._env(slot_env), []
@@ -184,9 +198,13 @@ class Grader:
             arch = cuda_arch_list()
             if arch:
                 env["TORCH_CUDA_ARCH_LIST"] = arch
-        return run_in_worker("kernelmill.grade.worker:compile_task", {"source": candidate_source},
-                             timeout_s=self.policy.timeout_s, device="cpu", env=env,
-                             writable=[build], sandbox=self.policy.sandbox)
+        result = run_in_worker("kernelmill.grade.worker:compile_task",
+                               {"source": candidate_source}, timeout_s=self.policy.timeout_s,
+                               device="cpu", env=env, writable=[build],
+                               sandbox=self.policy.sandbox)
+        with self._lock:
+            self._compiled.add(candidate_source)
+        return result
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
@@ -195,7 +213,7 @@ class Grader:
         size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
         verdict = self._static(candidate_source)
         if verdict is None:
-            reference = self.reference(size.source, slot_env=slot_env)
+            reference = self.fresh_reference(size.source, slot_env=slot_env)
             verdict = self._candidate(reference, candidate_source, record, slot_env)
         verdict["reward"] = float(reward_fn(verdict))
         verdict["device"] = self.device
@@ -227,10 +245,14 @@ class Grader:
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
                    "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
                    "timing_settings": policy.timing_settings,
-                   "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None}
+                   "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
+                   "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)
+            if source not in self._compiled:
+                # The candidate worker may not create processes (no compiler): build first.
+                self.compile(source)
             env["TORCH_EXTENSIONS_DIR"] = build
             writable.append(build)
             if self.device.startswith("cuda") and cuda_arch_list():

@@ -21,6 +21,9 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 ``timing_behaviour``    fewer launches while timed than while checked, wrong answers then (the
                         replayed CUDA graph included), or a time below the parent's clock
 ``impossible_speed``    faster than the device's memory bandwidth allows for the problem's bytes
+``host_compute``        tensor elements handed to Python in forward (map_/apply_/tolist/bytes)
+``trace_evaded``        the dispatch-key state changed inside forward, or the op witness (the
+                        profiler session over every call) was stopped or lost calls
 """
 from __future__ import annotations
 
@@ -79,11 +82,15 @@ def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple
             if not torch.equal(g, e):
                 return False, f"output {index}: {int((g != e).sum())} elements differ"
             continue
+        if e.is_complex():
+            e, g = torch.view_as_real(e.resolve_conj()), torch.view_as_real(g.resolve_conj())
         e64, g64 = e.double(), g.double()
-        both_nan = torch.isnan(e64) & torch.isnan(g64)
-        same_inf = torch.isinf(e64) & (e64 == g64)
+        # Non-finite values match only exactly: NaN where the reference has NaN, the same
+        # infinity (sign included) where it has one, and finite values everywhere else.
+        same_special = (torch.isnan(e64) & torch.isnan(g64)) | (torch.isinf(e64) & (e64 == g64))
         diff = (g64 - e64).abs()
-        bad = ~(both_nan | same_inf | (diff <= atol + rtol * e64.abs()))
+        close = torch.isfinite(e64) & torch.isfinite(g64) & (diff <= atol + rtol * e64.abs())
+        bad = ~(same_special | close)
         if bool(bad.any()):
             finite = diff[torch.isfinite(diff)]
             worst = float(finite.max()) if finite.numel() else float("nan")
@@ -181,6 +188,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         return _finish(verdict, hacks)
 
     verdict["compiled"] = True
+    verdict["confinement"] = facts.get("confinement")
+    verdict["downgrades"] = downgrades(facts.get("confinement"))
     verdict["stage_reached"] = "ran"
     trials = [t for t in reference["trials"] if t["usable"]]
     ref_device = reference["trials"][0]["device_types"]
@@ -206,17 +215,25 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         if call.get("modes"):
             hack("patched_function", f"{name}: a torch function/dispatch mode was active")
         ops = call.get("ops", [])
-        compute = compute_ops(ops) + reference_compute_ops(ops, reference.get("ops", []))
+        mine = call.get("candidate_ops")  # None: an older worker; namespaces decide
+        compute = compute_ops([*ops, *call.get("launch_ops", [])], mine) + \
+            reference_compute_ops(ops, reference.get("ops", []))
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
         if call.get("output_by_copy"):
             hack("torch_compute", f"{name}: the output was written by PyTorch copies, "
                  "not by a custom kernel")
-        reads = sum(1 for op in ops if ".item" in op or "_local_scalar_dense" in op)
+        reads = sum(1 for op in ops if "_local_scalar_dense" in op)
         if reads > policy.max_scalar_reads:
             hack("torch_compute", f"{name}: {reads} scalar reads (.item()): host-side compute")
+        if call.get("host_access", 0) > policy.max_scalar_reads:
+            hack("host_compute", f"{name}: {call['host_access']} tensor elements handed to "
+                 "Python (map_/apply_/tolist/storage bytes): computed on the host")
+        if call.get("dispatch_state"):
+            hack("trace_evaded", f"{name}: the dispatch-key state changed inside forward "
+                 "(a guard that hides ops from the trace)")
         if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
-                                                 or custom_ops(ops)):
+                                                 or custom_ops(ops, mine)):
             hack("no_custom_kernel", f"{name}: no Triton launch or extension call in forward")
         dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
                      "torch.float32")
@@ -248,6 +265,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hack("patched_function", "a trace/profile hook was installed")
     if facts.get("children"):
         hack("leaked_process", f"{facts['children']} child process(es) alive after forward")
+    _timed_call_checks(facts, trials, policy, record, hack, all_correct)
 
     timing = facts.get("timing")
     if timing:
@@ -291,6 +309,48 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     verdict["correct"] = all_correct and bool(calls)
     _timings(verdict, reference, window, policy, record, hack)
     return _finish(verdict, hacks)
+
+
+# What each confinement entry reads when fully applied (``validate.sandbox.STATE``).
+FULL_CONFINEMENT = {"proc_hidden": True, "shm_private": True, "tcp": "refused",
+                    "process_creation": ("blocked", "blocked after the first call"),
+                    "network": "isolated"}
+
+
+def downgrades(confinement: dict | None) -> list[str]:
+    """The confinement the worker could not apply, one line each (the kernel or the image
+    lacked the feature, or the policy turned the sandbox off)."""
+    if not confinement:
+        return ["confinement unknown (the worker reported none)"]
+    lines = []
+    if not isinstance(confinement.get("landlock"), int):
+        lines.append(f"landlock: {confinement.get('landlock') or 'off'}")
+    for key, full in FULL_CONFINEMENT.items():
+        value = confinement.get(key)
+        if value not in (full if isinstance(full, tuple) else (full,)):
+            lines.append(f"{key}: {value}")
+    return lines
+
+
+def _timed_call_checks(facts, trials, policy, record, hack, all_correct) -> None:
+    """Timed calls run under the same instrumentation as checked ones (``grade.witness``):
+    PyTorch compute in them, a lost witness, or a wrong answer in a timed call whose inputs a
+    secret swapped for another trial's, is a submission that behaves differently when timed."""
+    witness = facts.get("witness") or {}
+    if witness.get("error"):
+        hack("trace_evaded", f"op witness: {witness['error']}")
+    if "timed_ops" in facts:
+        compute = compute_ops(facts["timed_ops"], facts.get("timed_candidate_ops"))
+        if len(compute) > policy.max_torch_ops:
+            hack("timing_behaviour", f"PyTorch computed {compute[:6]} in timed calls")
+    for check in facts.get("timed_checks") or []:
+        trial = trials[check["trial"]]
+        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                     "torch.float32")
+        ok, why = compare(trial["outputs"], check.get("outputs"), *policy.tolerance(dtype, record))
+        if not ok and all_correct:
+            hack("timing_behaviour", f"timed call {check['call']} on trial {check['trial']}'s "
+                 f"inputs gave a wrong answer: {why}")
 
 
 def _cross_call_checks(calls, trials, policy, record, hack) -> None:

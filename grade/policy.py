@@ -22,8 +22,9 @@ view_as view_as_real view_as_complex diagonal movedim _local_scalar_dense sym_si
 sym_numel sym_storage_offset size stride is_contiguous dim numel record_stream
 """.split())
 
-# Namespaces of PyTorch's own ops; an op from any other namespace belongs to an extension that
-# the candidate registered (TORCH_LIBRARY), which counts as a custom kernel.
+# Namespaces of PyTorch's own ops. Only a guess, used where the worker could not say which ops
+# were registered by the candidate (``candidate`` below, from ``grade.witness``): PyTorch has
+# more namespaces than these (mkldnn, mkl, onednn, sparse, ...), all of them library code.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler",
                               "inductor", "quantized", "rngprims", "higher_order"})
 
@@ -38,10 +39,32 @@ def op_base(name: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def compute_ops(ops: list[str]) -> list[str]:
-    """PyTorch ops that do computation (neither allocation, view, copy nor a custom op)."""
-    return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES
-            and op_base(op) not in ALLOWED_OPS]
+# Bookkeeping ops of the profiler itself (record_function ranges): no computation.
+IGNORED_NAMESPACES = frozenset({"profiler"})
+# Only these namespaces hold the allocation/view/copy ops of ALLOWED_OPS.
+ALLOWED_NAMESPACES = frozenset({"aten", "prims", "prim"})
+
+
+def compute_ops(ops: list[str], candidate: list[str] | None = None) -> list[str]:
+    """Library ops that do computation (neither allocation, view, copy nor a custom op).
+
+    ``candidate``: the ops the candidate registered itself (the worker knows which ops existed
+    before the candidate's import). Every other op, whatever its namespace (``mkldnn``,
+    ``mkl``, a new op defined inside ``aten``...), is library code. Without it, namespaces
+    decide (``TORCH_NAMESPACES``)."""
+    if candidate is None:
+        return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES
+                and op_namespace(op) not in IGNORED_NAMESPACES and op_base(op) not in ALLOWED_OPS]
+    mine = {_qualified(op) for op in candidate}
+    return [op for op in ops if _qualified(op) not in mine
+            and op_namespace(op) not in IGNORED_NAMESPACES
+            and not (op_namespace(op) in ALLOWED_NAMESPACES and op_base(op) in ALLOWED_OPS)]
+
+
+def _qualified(op: str) -> str:
+    """``ns.name.overload`` or ``ns::name`` -> ``ns.name``."""
+    parts = op.replace("::", ".", 1).split(".")
+    return ".".join(parts[:2])
 
 
 # Pure allocation and view/metadata ops: free even when the reference uses them too.
@@ -65,8 +88,12 @@ def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]
             and op_base(op) in ALLOWED_OPS]
 
 
-def custom_ops(ops: list[str]) -> list[str]:
-    return [op for op in ops if op_namespace(op) not in TORCH_NAMESPACES]
+def custom_ops(ops: list[str], candidate: list[str] | None = None) -> list[str]:
+    """Ops of the candidate's own registration (by namespace when ``candidate`` is unknown)."""
+    if candidate is None:
+        return [op for op in ops if op_namespace(op) not in TORCH_NAMESPACES]
+    mine = {_qualified(op) for op in candidate}
+    return [op for op in ops if _qualified(op) in mine]
 
 
 DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16": (1e-2, 1e-2),

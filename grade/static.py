@@ -52,11 +52,23 @@ PRIVATE_DISPATCH = re.compile(r"^_(dispatch|len_torch|get_dispatch|get_torch_dis
                               r"python_dispatch|unset_dispatch|set_dispatch|push_on|pop_torch|"
                               r"is_torch_function|disabled_torch|set_torch_function|"
                               r"DisableTorch|EnableTorch|ExcludeDispatchKeyGuard|"
-                              r"IncludeDispatchKeyGuard|RestorePythonTLSSnapshot)")
+                              r"IncludeDispatchKeyGuard|RestorePythonTLSSnapshot|"
+                              r"AutoDispatchBelow|ForceDispatchKeyGuard|PreserveDispatchKeyGuard|"
+                              r"DisableFuncTorch|EnablePythonDispatcher|DisablePythonDispatcher|"
+                              r"unsafe_set_version|autograd\._unsafe)")
 NATIVE_PATTERNS = re.compile(
     r"std::thread|pthread_create|\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
-    r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(")
+    r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(|"
+    r"\bposix_spawn|\bvfork\s*\(|\bclone3?\s*\(|"
+    # ATen entry points that run a kernel without the dispatcher (no trace, no profiler
+    # record), their headers, and the guards that switch dispatch keys off in native code
+    r"\bat::(?:cpu|cuda|native|_ops|meta|mps|compositeexplicitautograd|"
+    r"compositeimplicitautograd|compositeexplicitautogradnonfunctional)::|"
+    r"ATen/(?:CPU|CUDA|Meta|CompositeExplicitAutograd|CompositeImplicitAutograd)Functions|"
+    r"ATen/native/|ATen/ops/\w+_(?:native|cpu_dispatch|cuda_dispatch|ops)\.h|"
+    r"DispatchKeyGuard|AutoDispatchBelow|AutoNonVariableTypeMode|\bredispatch\b|"
+    r"\bcallBoxed\b|findSchemaOrThrow|c10::Dispatcher")
 # Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...).
 REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "importlib",
                      "builtins", "threading", "_thread", "signal", "multiprocessing", "pickle",
@@ -64,6 +76,12 @@ REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "impo
 # Module objects whose attributes a submission must not assign (monkeypatching).
 LIBRARY_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np", "tl", "F", "nn",
                  "random", "statistics", "functools", "operator"}
+
+
+def _forbidden_name(name: str) -> bool:
+    """A name that is flagged as an attribute is flagged when imported by name too."""
+    return name in FORBIDDEN_ATTRIBUTES or bool(PRIVATE_DISPATCH.match(name)) or \
+        name in REACHABLE_MODULES and name not in ("time",)
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -108,12 +126,17 @@ def scan(source: str) -> list[str]:
                 bound_by_import.add((alias.asname or alias.name).split(".")[0])
                 if alias.name.split(".")[0] in FORBIDDEN_MODULES:
                     flag(node, f"imports {alias.name}")
+                # ``import a.b as c`` binds a.b just as ``from a import b`` does
+                for part in alias.name.split(".")[1:]:
+                    if _forbidden_name(part):
+                        flag(node, f"imports {alias.name}")
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if module.split(".")[0] in FORBIDDEN_MODULES:
+            if module.split(".")[0] in FORBIDDEN_MODULES or \
+                    any(_forbidden_name(part) for part in module.split(".")[1:]):
                 flag(node, f"imports from {module}")
             for alias in node.names:
-                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name in FORBIDDEN_CALLS:
+                if _forbidden_name(alias.name) or alias.name in FORBIDDEN_CALLS:
                     flag(node, f"imports {alias.name} from {module}")
                 if module.startswith("torch.utils._python_dispatch"):
                     flag(node, f"imports {alias.name} from {module}")

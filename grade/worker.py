@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import random
 import statistics
 import sys
 import threading
@@ -35,10 +36,13 @@ from typing import Any
 
 import torch
 from kernelmill.validate import measure as M
+from kernelmill.validate import sandbox
 from kernelmill.validate.harness_worker import mark_stage, receive, report
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .witness import Witness, dispatch_state
 
 # ---------------------------------------------------------------- originals, bound at import
 
@@ -50,6 +54,8 @@ _tensor_detach = torch.Tensor.detach
 _tensor_copy = torch.Tensor.copy_
 _tensor_storage = torch.Tensor.untyped_storage
 _manual_seed = torch.manual_seed
+_set_versions = getattr(torch._C._autograd, "_unsafe_set_version_counter", lambda *_: None)
+_is_capturing = torch.cuda.is_current_stream_capturing
 _empty = torch.empty
 _zero = torch.Tensor.zero_
 _median = statistics.median
@@ -89,8 +95,19 @@ def _raw(owner, name):
 _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(owner, name))
               for owner, name in _GUARDED}
 
-_counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0}
+_counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0, "dispatch_state": 0,
+           "host_access": 0}
 _active = [False]  # True while a candidate forward call is in progress
+_call_state = [""]  # the dispatch-key TLS at the start of the call in progress
+_witness: list[Witness] = []  # the profiler session of this worker's candidate calls
+
+
+def _check_dispatch_state() -> None:
+    """At every point we get control inside a call (a launch, an extension call, the end of
+    forward) the thread's dispatch-key sets must be what they were when the call began: a
+    guard that excludes the Python key (or any other) is how work is hidden from a trace."""
+    if _active[0] and dispatch_state() != _call_state[0]:
+        _counts["dispatch_state"] += 1
 _in_launch = [0]  # depth of Triton launches in progress (the interpreter copies through torch)
 _kernel_args: list[tuple[int, int]] = []  # storage spans handed to custom kernels in forward
 
@@ -121,6 +138,46 @@ def _install_thread_hooks() -> None:
                 _ORIGINALS[f"{owner.__name__}.{name}"] = (owner, name, hooked)
 
 
+# Python-level routes from tensor memory to Python values and back that bypass the dispatcher
+# (so neither the op trace nor the profiler sees them): per-element callbacks, conversions to
+# Python/NumPy containers, raw storage element access and serialization of raw bytes. A kernel
+# needs none of them in forward; each use counts the elements it exposed.
+_HOST_ACCESS = (
+    ("Tensor", ("map_", "map2_", "apply_", "tolist", "numpy", "__array__", "__dlpack__")),
+    ("UntypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
+    ("TypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
+)
+
+
+def _count_host_access(original, per_call_elements: bool):
+    def access(self, *args, **kwargs):
+        if _active[0] and not _in_launch[0]:
+            try:
+                n = (self.numel() if _isinstance(self, torch.Tensor) else self.nbytes()) \
+                    if per_call_elements else 1
+            except Exception:  # noqa: BLE001 — a class object (from_buffer) or odd receiver
+                n = 1
+            _counts["host_access"] += max(1, int(n))
+        return original(self, *args, **kwargs)
+    return access
+
+
+def _install_host_access_hooks() -> None:
+    for owner_name, names in _HOST_ACCESS:
+        owner = getattr(torch, owner_name, None)
+        if owner is None:
+            continue
+        for name in names:
+            original = owner.__dict__.get(name)
+            if original is None:
+                original = _raw(owner, name)
+            if original is None or _isinstance(original, (classmethod, staticmethod)):
+                continue
+            hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"))
+            setattr(owner, name, hooked)
+            _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
+
+
 def _install_triton_hook() -> bool:
     """Count launches (not warm-ups) of Triton kernels, compiled or interpreted."""
     try:
@@ -141,9 +198,11 @@ def _install_triton_hook() -> bool:
             if not warmup and _active[0]:
                 _counts["launches"] += 1
                 _note_kernel_args(args, kwargs)
+                _check_dispatch_state()
             _in_launch[0] += 1
             try:
-                return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                with Witness.launch():
+                    return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 _in_launch[0] -= 1
 
@@ -165,9 +224,26 @@ class _ExtensionProxy:
                 if _active[0]:
                     _counts["ext_calls"] += 1
                     _note_kernel_args(args, kwargs)
+                    _check_dispatch_state()
                 return value(*args, **kwargs)
             return call
         return value
+
+
+def _prebuilt(cpp_extension, args: tuple, kwargs: dict):
+    """The extension the compile worker already built for this source, loaded without running
+    ninja or a compiler (this worker may not create processes); None when there is none."""
+    name = kwargs.get("name", args[0] if args else None)
+    if not isinstance(name, str) or kwargs.get("is_standalone"):
+        return None
+    try:
+        folder = kwargs.get("build_directory") or cpp_extension._get_build_directory(name, False)
+        if not os.path.exists(os.path.join(folder, f"{name}.so")):
+            return None
+        return cpp_extension._import_module_from_library(
+            name, folder, kwargs.get("is_python_module", True))
+    except Exception:  # noqa: BLE001 — fall back to torch's own loader
+        return None
 
 
 def _install_extension_hooks() -> None:
@@ -177,7 +253,9 @@ def _install_extension_hooks() -> None:
         original = getattr(cpp_extension, name)
 
         def loader(*args, _original=original, **kwargs):
-            module = _original(*args, **kwargs)
+            module = _prebuilt(cpp_extension, args, kwargs)
+            if module is None:
+                module = _original(*args, **kwargs)
             return _ExtensionProxy(module) if _isinstance(module, types.ModuleType) else module
 
         setattr(cpp_extension, name, loader)
@@ -442,45 +520,101 @@ def _load_weights(model, state: dict) -> str:
 
 
 class _Run:
-    """One candidate model on one device, with every forward call observed."""
+    """One candidate model on one device, every forward call observed the same way.
+
+    Every call, checked or timed, goes through ``invoke``: the call's inputs live in the same
+    persistent buffers (copied in when they change), the buffers' version counters are reset,
+    the RNG is seeded from the call's trial, and the op trace and the witness range are active.
+    Nothing the candidate can read (pointers, versions, RNG state, dispatch-key state, the
+    profiler flag) tells a checked call from a timed one. Some timed calls, picked by a secret
+    (``timed_check_seed``), get another trial's inputs and their output is sent to the parent."""
 
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,
-                 max_bytes: int | None = None):
+                 max_bytes: int | None = None, *, trials: list | None = None,
+                 witness: Witness | None = None, check_seed: int | None = None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         self.first_call = True
         self.base_threads, self.base_tasks = base_threads, base_tasks
+        self.trials = trials or []
+        self.witness = witness or Witness()
+        self.buffers = to_device(self.trials[0]["inputs"], device) if self.trials else []
+        self.timed_calls = 0
+        self.timed_checks: list[dict] = []
+        self._secret = random.Random(check_seed) if check_seed is not None else None
 
-    def call(self, inputs: list, *, trace: bool) -> dict:
-        launches, ext, starts = (_counts["launches"], _counts["ext_calls"],
-                                 _counts["thread_starts"])
-        modes_before = active_modes()
-        tracer = _OpTrace() if trace else None
-        record: dict[str, Any] = {}
+    def load(self, values: list) -> None:
+        """Put a trial's inputs into the persistent buffers (same storage, same pointers)."""
+        for index, value in enumerate(values):
+            buffer = self.buffers[index] if index < len(self.buffers) else None
+            if _type(value) is not _Tensor:
+                self.buffers[index] = value
+            elif _type(buffer) is _Tensor and buffer.shape == value.shape and \
+                    buffer.dtype == value.dtype:
+                _tensor_copy(buffer, value)
+            else:
+                self.buffers[index] = to_device([value], self.device)[0]
+
+    def invoke(self, seed: int):
+        """One candidate forward on the buffers, instrumented identically for every call."""
+        tensors = tuple(b for b in self.buffers if _type(b) is _Tensor)
+        if tensors:
+            _set_versions(tensors, (1,) * len(tensors))
+        if not _capturing(self.device):
+            _manual_seed(seed + 1)
+        tracer = _OpTrace()
         _kernel_args.clear()
         _active[0] = True
         try:
-            with torch.no_grad():
-                if tracer is not None:
-                    with tracer:
-                        out = self.model(*inputs)
-                else:
-                    out = self.model(*inputs)
-            sync(self.device)
+            with torch.no_grad(), self.witness.call(), tracer:
+                _call_state[0] = dispatch_state()
+                out = self.model(*self.buffers)
+                _check_dispatch_state()
         finally:
             _active[0] = False
+        return out, tracer
+
+    def timed(self):
+        """A timed call (``validate.measure`` calls this as its ``fn``)."""
+        self.timed_calls += 1
+        check = None
+        if self._secret is not None and len(self.trials) > 1 and \
+                self._secret.random() * self.timed_calls < 1.0 and not _capturing(self.device):
+            check = self._secret.randrange(1, len(self.trials))  # a reservoir of one call
+        if check is None:
+            return self.invoke(self.trials[0]["seed"])[0]
+        self.load(self.trials[check]["inputs"])
+        out, _ = self.invoke(self.trials[check]["seed"])
+        sync(self.device)
+        self.timed_checks = [{"trial": check, "call": self.timed_calls,
+                              **self.observe(out, self.buffers)}]
+        self.load(self.trials[0]["inputs"])
+        return out
+
+    def call(self, trial_index: int) -> dict:
+        """A checked call on trial ``trial_index``: raw facts for the parent."""
+        trial = self.trials[trial_index]
+        self.load(trial["inputs"])
+        inputs = self.buffers
+        launches, ext, starts, state, host = (
+            _counts["launches"], _counts["ext_calls"], _counts["thread_starts"],
+            _counts["dispatch_state"], _counts["host_access"])
+        modes_before = active_modes()
+        record: dict[str, Any] = {"range": self.witness.calls}
+        out, tracer = self.invoke(trial["seed"])
+        sync(self.device)
         record["launches"] = _counts["launches"] - launches
         record["ext_calls"] = _counts["ext_calls"] - ext
         record["thread_starts"] = _counts["thread_starts"] - starts
+        record["dispatch_state"] = _counts["dispatch_state"] - state
+        record["host_access"] = _counts["host_access"] - host
         record["modes"] = max(modes_before, active_modes())
-        if tracer is not None:
-            record["ops"] = tracer.ops
-            items = list(out) if _type(out) in (tuple, list) else [out]
-            produced = _spans([t for t in items if _type(t) is _Tensor])
-            overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731
-                                         for a, b in spans)
-            # The answer was copied into place by PyTorch and no custom kernel touched it.
-            record["output_by_copy"] = overlaps(tracer.copy_spans) and \
-                not overlaps(_kernel_args)
+        record["ops"] = tracer.ops
+        items = list(out) if _type(out) in (tuple, list) else [out]
+        produced = _spans([t for t in items if _type(t) is _Tensor])
+        overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731
+                                     for a, b in spans)
+        # The answer was copied into place by PyTorch and no custom kernel touched it.
+        record["output_by_copy"] = overlaps(tracer.copy_spans) and not overlaps(_kernel_args)
         record["threads"] = sorted(t.name for t in _enumerate_threads()
                                    if t.ident not in self.base_threads and t.is_alive())
         tasks = _tasks()
@@ -496,6 +630,28 @@ class _Run:
             record["native_threads"] = sorted(_task_name(t) for t in tasks - self.base_tasks)
         record.update(self.observe(out, inputs))
         return record
+
+    def witnessed(self, facts: dict) -> None:
+        """After the last call: put the witness's op lists into the call records."""
+        self.witness.stop()
+        per_call = self.witness.per_call()
+        checked = {call["range"] for call in facts["calls"]}
+        if per_call is not None:
+            for call in facts["calls"]:
+                if call["range"] < len(per_call):
+                    call["traced_ops"] = call["ops"]
+                    call["ops"] = per_call[call["range"]]["ops"]
+                    call["launch_ops"] = per_call[call["range"]]["launch_ops"]
+            timed = [op for index, entry in enumerate(per_call) if index not in checked
+                     for op in entry["ops"] + entry["launch_ops"]]
+            facts["timed_ops"] = sorted(set(timed))
+            facts["timed_candidate_ops"] = self.witness.candidate_ops(timed)
+        for call in facts["calls"]:
+            call["candidate_ops"] = self.witness.candidate_ops(
+                [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
+        facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error}
+        facts["timed_checks"] = self.timed_checks
+        facts["timed_check_calls"] = self.timed_calls
 
     def observe(self, out, inputs: list) -> dict:
         if _type(out) in (tuple, list):
@@ -529,6 +685,11 @@ class _Run:
         return facts
 
 
+def _capturing(device: str) -> bool:
+    """Inside a CUDA graph capture (the RNG cannot be reseeded there)."""
+    return device.startswith("cuda") and bool(_is_capturing())
+
+
 def _baseline(device: str) -> None:
     """Start the runtime's own threads (OpenMP pool, CUDA) before the snapshot."""
     a = torch.randn(256, 256, device=device)
@@ -544,10 +705,21 @@ def candidate_task(payload: dict) -> dict:
     if device.startswith("cuda"):
         torch.cuda.init()
     _baseline(device)
+    witness = Witness()  # before the import: every op registered later is the candidate's
     _install_triton_hook()
     if "cpp_extension" in source or "load_inline" in source:
         _install_extension_hooks()
     _install_thread_hooks()
+    _install_host_access_hooks()
+    confine = payload.get("confine", False)
+    if confine:
+        # No process creation from here on; on CUDA only after the first call, whose Triton
+        # JIT runs ptxas and a C compiler (a downgrade the verdict records).
+        sandbox.isolate_network()
+        if not device.startswith("cuda"):
+            sandbox.forbid_process_creation()
+        else:
+            sandbox.STATE["process_creation"] = "allowed until the first call (CUDA JIT)"
     base_threads = {t.ident for t in _enumerate_threads()}
     base_tasks = _tasks()
     facts: dict[str, Any] = {"calls": []}
@@ -562,33 +734,25 @@ def candidate_task(payload: dict) -> dict:
     if _isinstance(model, torch.nn.Module):
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
-    run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"))
+    trials = payload["trials"]
+    run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
+               trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"))
+    buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
-    trials = payload["trials"]
-    buffers = to_device(trials[0]["inputs"], device)
     mark_stage("forward")
-    for index, trial in enumerate(trials):
-        inputs = buffers if index == 0 else to_device(trial["inputs"], device)
-        _manual_seed(trial["seed"] + 1)
-        facts["calls"].append({"trial": index, "kind": "fresh", **run.call(inputs, trace=True)})
-        if index:
-            del inputs
+    witness.start()
+    for index in range(len(trials)):
+        facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
+        if index == 0 and confine and device.startswith("cuda"):
+            if sandbox.forbid_process_creation() == "blocked":
+                sandbox.STATE["process_creation"] = "blocked after the first call"
     refill = payload.get("refill_from")
     if refill is not None:
         mark_stage("forward refill")
-        for buffer, value in zip(buffers, trials[refill]["inputs"]):
-            if _type(buffer) is _Tensor:
-                _tensor_copy(buffer, value)
-        _manual_seed(trials[refill]["seed"] + 1)
-        facts["calls"].append({"trial": refill, "kind": "refill",
-                               **run.call(buffers, trace=True)})
+        facts["calls"].append({"trial": refill, "kind": "refill", **run.call(refill)})
     mark_stage("forward repeat")
-    for buffer, value in zip(buffers, trials[0]["inputs"]):
-        if _type(buffer) is _Tensor:
-            _tensor_copy(buffer, value)
-    _manual_seed(trials[0]["seed"] + 1)
-    facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(buffers, trace=True)})
+    facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
 
     if payload.get("time", True):
@@ -598,12 +762,7 @@ def candidate_task(payload: dict) -> dict:
 
         def forward():
             calls[0] += 1
-            _active[0] = True
-            try:
-                with torch.no_grad():
-                    return model(*buffers)
-            finally:
-                _active[0] = False
+            return run.timed()  # instrumented exactly like the checked calls
 
         timer, timing = _serve_timing(forward, device, payload)
         timing["calls"] = calls[0]
@@ -627,16 +786,14 @@ def candidate_task(payload: dict) -> dict:
         # An audit call, traced like the checked ones, after an unpredictable number of timed
         # calls: a submission that switches to PyTorch after N calls is caught here.
         mark_stage("audit")
-        for buffer, value in zip(buffers, trials[0]["inputs"]):
-            if _type(buffer) is _Tensor:
-                _tensor_copy(buffer, value)
-        _manual_seed(trials[0]["seed"] + 1)
-        facts["calls"].append({"trial": 0, "kind": "audit", **run.call(buffers, trace=True)})
+        facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
+    run.witnessed(facts)
     facts["patched"] = patched_functions()
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)
+    facts["confinement"] = sandbox.report()
     return facts
 
 

@@ -1,19 +1,39 @@
-"""Filesystem and signal confinement of a worker with Linux Landlock (no privileges needed).
+"""Operating-system confinement of a worker: Landlock, seccomp, a network namespace.
 
-After ``confine(writable=[...])`` the process and its children may read and execute anything but
-write only under the given folders (plus ``/dev``, for ``/dev/null``, ``/dev/shm`` and GPU device
-nodes), and, on kernels with Landlock ABI 6+, may not signal processes outside the sandbox (a
-submission cannot kill its grader). Landlock also stops ptrace of processes outside the sandbox.
-A kernel without Landlock leaves the worker unconfined; ``confine`` then returns ``None`` and the
-parent's file guards remain the only defence against tampering.
+``confine(writable=[...])`` (every worker, before any untrusted code is imported), with Linux
+Landlock (no privileges needed):
+
+- files: read and execute anything except other processes' ``/proc/<pid>`` entries (the
+  grader's environment and memory maps stay unreadable; the process's own entry, ``/proc/self``,
+  and the machine-wide ones like ``/proc/cpuinfo`` stay readable) and the kernel-memory files;
+  write only under the given folders and to the usual character devices (``/dev/null``...,
+  GPU nodes). ``/dev/shm`` and ``/tmp`` are not writable, so nothing survives a run for the
+  next submission to find, and no FIFO or file can be shared with another run.
+- network: TCP bind and connect refused (ABI 4+);
+- signals and abstract unix sockets: scoped to the sandbox (ABI 6+: a submission cannot kill
+  or talk to its grader). Landlock also stops ptrace of processes outside the sandbox.
+
+``forbid_process_creation()`` (the candidate worker, before the candidate's code runs) loads a
+seccomp filter through libseccomp (the maintained library, loaded with ctypes): ``fork``,
+``vfork``, ``execve``, ``execveat`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM
+(``clone3``, whose flags a filter cannot read, with ENOSYS, so libc falls back to ``clone``):
+threads may start, processes may not, whatever API asks (``subprocess``, ``os.posix_spawn``,
+``os.spawn*``, a shell, native code). ``isolate_network()`` moves the process into a new network
+namespace (only loopback, down) where the kernel lets it.
+
+Each step records what it did in ``STATE`` (``report()``); where the kernel or the image lacks a
+feature the entry says why, and the verdict carries the downgrade.
 
 Standard library only (runs inside the harness worker before any untrusted code is imported).
 """
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import errno
 import os
 import platform
+import stat
 import struct
 
 _SYS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
@@ -25,9 +45,25 @@ EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
 REFER, TRUNCATE = 1 << 13, 1 << 14
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 READ = EXECUTE | READ_FILE | READ_DIR
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE  # the rights a non-directory can take
+
+# /proc entries that expose kernel or physical memory (readable by root).
+_PROC_HIDDEN = {"kcore", "kmem", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "kallsyms"}
+# Character devices a worker writes: the usual sinks and sources, and accelerators' nodes.
+_DEVICE_NAMES = ("null", "zero", "full", "random", "urandom")
+_DEVICE_PREFIXES = ("nvidia", "dri", "kfd", "accel")
+
+STATE: dict = {"landlock": None, "proc_hidden": False, "shm_private": False, "tcp": "open",
+               "process_creation": "allowed", "network": "shared"}
+
+
+def report() -> dict:
+    """What confinement this process is under (copied into the verdict)."""
+    return dict(STATE)
 
 
 def _libc():
@@ -57,33 +93,73 @@ def _all_write(abi: int) -> int:
     return rights
 
 
+def _entries(folder: str) -> list[str]:
+    try:
+        return [os.path.join(folder, name) for name in sorted(os.listdir(folder))]
+    except OSError:
+        return []
+
+
+def _read_rules() -> list[tuple[str, int]]:
+    """Read access to the whole tree but other processes' /proc entries (and kernel memory)."""
+    rules = [("/", READ_DIR)]  # listing is harmless; reading files is what is granted below
+    for path in _entries("/"):
+        if path != "/proc":
+            rules.append((path, READ))
+    own = str(os.getpid())
+    for path in _entries("/proc"):
+        name = os.path.basename(path)
+        if (name.isdigit() and name != own) or name in _PROC_HIDDEN:
+            continue
+        rules.append((path, READ))
+    return rules
+
+
+def _device_rules(abi: int) -> list[tuple[str, int]]:
+    rules = []
+    for path in _entries("/dev"):
+        name = os.path.basename(path)
+        if name in _DEVICE_NAMES or name.startswith(_DEVICE_PREFIXES):
+            inner = _entries(path) if os.path.isdir(path) else [path]
+            rules += [(p, READ | _all_write(abi)) for p in inner]
+    return rules
+
+
 def confine(writable: list[str]) -> int | None:
     """Restrict this process (and its future children); return the ABI used, or None."""
     abi = abi_version()
     if abi <= 0:
+        STATE["landlock"] = "unavailable: the kernel has no Landlock"
         return None
     create, add_rule, restrict = _SYS[platform.machine()]
     libc = _libc()
     handled = READ | _all_write(abi)
+    net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
     scoped = (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
     if abi >= 6:
-        attr = struct.pack("=QQQ", handled, 0, scoped)
+        attr = struct.pack("=QQQ", handled, net, scoped)
     elif abi >= 4:
-        attr = struct.pack("=QQ", handled, 0)
+        attr = struct.pack("=QQ", handled, net)
     else:
         attr = struct.pack("=Q", handled)
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = libc.syscall(create, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
+        STATE["landlock"] = f"unavailable: landlock_create_ruleset errno {ctypes.get_errno()}"
         return None
     try:
-        rules = [("/", READ)] + [(path, READ | _all_write(abi)) for path in ["/dev", *writable]]
+        rules = _read_rules() + _device_rules(abi) + \
+            [(path, READ | _all_write(abi)) for path in writable]
         for path, access in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    access &= FILE_RIGHTS
+                    if not access:
+                        continue
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
                 if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                                 rule, ctypes.c_uint32(0)) != 0:
@@ -96,4 +172,87 @@ def confine(writable: list[str]) -> int | None:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     finally:
         os.close(ruleset)
+    STATE.update(landlock=abi, proc_hidden=True, shm_private=True,
+                 tcp="refused" if net else "open (Landlock ABI < 4)")
     return abi
+
+
+# ---------------------------------------------------------------- seccomp (libseccomp)
+
+_SCMP_ACT_ALLOW = 0x7FFF0000
+_SCMP_CMP_MASKED_EQ = 7
+_CLONE_THREAD = 0x00010000
+
+
+def _scmp_errno(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+def _libseccomp():
+    names = [ctypes.util.find_library("seccomp"), "libseccomp.so.2", "libseccomp.so"]
+    for name in [n for n in names if n]:
+        try:
+            return ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            continue
+    return None
+
+
+def forbid_process_creation() -> str:
+    """Load the seccomp filter that stops this process from creating processes; returns
+    ``STATE["process_creation"]`` ("blocked", or why it is still allowed)."""
+    lib = _libseccomp()
+    if lib is None:
+        STATE["process_creation"] = "allowed: libseccomp not found"
+        return STATE["process_creation"]
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.restype = ctypes.c_int
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        STATE["process_creation"] = "allowed: seccomp_init failed"
+        return STATE["process_creation"]
+    try:
+        eperm = _scmp_errno(errno.EPERM)
+        rules = [("fork", eperm, None), ("vfork", eperm, None), ("execve", eperm, None),
+                 ("execveat", eperm, None), ("clone3", _scmp_errno(errno.ENOSYS), None),
+                 ("clone", eperm, _ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))]
+        for name, action, compare in rules:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number < 0:
+                continue  # not a syscall on this architecture (fork on aarch64)
+            array = (_ArgCmp * 1)(compare) if compare is not None else None
+            rc = lib.seccomp_rule_add_array(ctx, action, number, 1 if compare else 0, array)
+            if rc < 0:
+                STATE["process_creation"] = f"allowed: seccomp rule for {name} failed ({rc})"
+                return STATE["process_creation"]
+        rc = lib.seccomp_load(ctx)
+        if rc < 0:
+            STATE["process_creation"] = f"allowed: seccomp_load failed ({rc})"
+            return STATE["process_creation"]
+    finally:
+        lib.seccomp_release(ctx)
+    STATE["process_creation"] = "blocked"
+    return "blocked"
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def isolate_network() -> str:
+    """Enter a fresh network namespace (no interface up); returns ``STATE["network"]``."""
+    if _libc().unshare(_CLONE_NEWNET) == 0:
+        STATE["network"] = "isolated"
+    else:
+        STATE["network"] = f"shared: unshare(CLONE_NEWNET) errno {ctypes.get_errno()}"
+    return STATE["network"]

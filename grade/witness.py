@@ -1,0 +1,123 @@
+"""Worker side: what PyTorch ran during each candidate call, whatever the dispatch-key state.
+
+A ``TorchDispatchMode`` sees only the ops that reach the Python dispatch key. Work below it is
+invisible to the mode: the body of an op the candidate registered (``torch.library`` in Python,
+``TORCH_LIBRARY`` in C++) runs after the mode has handled the op itself; a guard that excludes
+the Python key (``torch._C._DisableTorchDispatch``, ``_ExcludeDispatchKeyGuard``) hides every op
+inside it. The profiler's RecordFunction callbacks run in the dispatcher itself, before any key
+is chosen, on every thread, nested ops included, so ``Witness`` records every op the dispatcher
+ran in each call. What skips the dispatcher altogether (``at::cpu::``/``at::native::`` called from
+native code, Python loops over raw elements) is flagged elsewhere (``static``; the host-access
+counters in ``worker``).
+
+One profiler session spans every candidate call, checked and timed alike, so the candidate
+cannot tell a checked call from a timed one by it; each call is a user range named ``FORWARD``
+and each Triton launch a range named ``LAUNCH`` (the interpreter's own copies on CPU live there).
+
+Ops are classified by registration, not by namespace: an op the dispatcher knew before the
+candidate's source was imported is a library op (``aten``, ``prims``, but also ``mkldnn``,
+``mkl``, ``onednn``, ``quantized``...); an op registered later is the candidate's own.
+
+Standard library and torch only.
+"""
+from __future__ import annotations
+
+import bisect
+from contextlib import contextmanager
+
+import torch
+
+FORWARD = "kernelmill.forward"
+LAUNCH = "kernelmill.launch"
+
+_record_function = torch.autograd.profiler.record_function
+_all_op_names = torch._C._dispatch_get_all_op_names
+_include = torch._C._dispatch_tls_local_include_set
+_exclude = torch._C._dispatch_tls_local_exclude_set
+
+
+def op_qualname(name: str) -> str:
+    """``aten::add.Tensor`` / ``aten.add.Tensor`` / ``aten::add`` -> ``aten::add``."""
+    name = name.replace("::", ".", 1)
+    parts = name.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) > 1 else name
+
+
+def dispatch_state() -> str:
+    """The thread's local dispatch-key include and exclude sets (guards change them)."""
+    return f"{_include()}|{_exclude()}"
+
+
+class Witness:
+    """Records every dispatcher op run inside ``call()`` ranges, call by call."""
+
+    def __init__(self):
+        # Taken before the candidate is imported: everything registered later is the candidate's.
+        self.library_ops = frozenset(op_qualname(n) for n in _all_op_names())
+        self.calls = 0
+        self.error: str | None = None
+        self._profile = None
+        self._events: list | None = None
+
+    def start(self) -> None:
+        try:
+            self._profile = torch.autograd.profiler.profile(record_shapes=False)
+            self._profile.__enter__()
+        except Exception as exc:  # noqa: BLE001 — no witness is a fact the parent judges
+            self.error = f"profiler did not start: {type(exc).__name__}: {exc}"[:300]
+            self._profile = None
+
+    @contextmanager
+    def call(self):
+        self.calls += 1
+        with _record_function(FORWARD):
+            yield
+
+    @staticmethod
+    def launch():
+        return _record_function(LAUNCH)
+
+    def stop(self) -> None:
+        if self._profile is None:
+            return
+        try:
+            self._profile.__exit__(None, None, None)
+            self._events = list(self._profile.function_events)
+        except Exception as exc:  # noqa: BLE001 — a candidate that stopped our profiler
+            self.error = f"profiler stopped early: {type(exc).__name__}: {exc}"[:300]
+        self._profile = None
+
+    def per_call(self) -> list[dict] | None:
+        """For each ``call()`` range, in order: ``ops`` (dispatcher ops outside Triton launches,
+        ``ns.name`` form) and ``launch_ops`` (ops inside launches). None without a witness."""
+        if self._events is None:
+            return None
+        ranges, launches, ops = [], [], []
+        for event in self._events:
+            start, end = event.time_range.start, event.time_range.end
+            if event.name == FORWARD and event.is_user_annotation:
+                ranges.append((start, end))
+            elif event.name == LAUNCH and event.is_user_annotation:
+                launches.append((start, end))
+            elif not event.is_user_annotation and "::" in event.name:
+                ops.append((start, event.name))
+        ranges.sort()
+        if len(ranges) != self.calls:
+            self.error = (f"{self.calls} calls but {len(ranges)} recorded: the profiler was "
+                          "stopped or tampered with")
+        launches.sort()
+        starts = [r[0] for r in ranges]
+        launch_starts = [r[0] for r in launches]
+        result = [{"ops": [], "launch_ops": []} for _ in ranges]
+        for at, name in ops:
+            index = bisect.bisect_right(starts, at) - 1
+            if index < 0 or at > ranges[index][1]:
+                continue  # outside every candidate call: the harness's own copies
+            inner = bisect.bisect_right(launch_starts, at) - 1
+            key = "launch_ops" if inner >= 0 and at <= launches[inner][1] else "ops"
+            result[index][key].append(name.replace("::", ".", 1))
+        return result
+
+    def candidate_ops(self, names) -> list[str]:
+        """The names (any form) of ops registered after the candidate's import began."""
+        return sorted({n for n in names if op_qualname(n) not in self.library_ops})

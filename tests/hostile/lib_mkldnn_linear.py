@@ -1,0 +1,16 @@
+"""family: library laundering (PyTorch's own mkldnn namespace taken for a custom op)
+
+"""
+# problem: ref_linear
+# expect: torch_compute
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(out_features, in_features) * 0.1)
+
+    def forward(self, x):
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")

@@ -1,0 +1,117 @@
+"""The hostile suite of issue 12: every case in tests/hostile graded on CPU, in one batch.
+
+Each case names its family in its docstring and, in comment lines, its problem and what the
+grader must conclude: ``# problem: ref_scale_add`` and ``# expect: certified | not_certified |
+incorrect | neutralized | <hack code>`` (``neutralized``: the signal the case keys on no longer
+exists, so it behaves honestly; it may be certified only without any hack). No hostile case may be certified; the honest kernels (Triton
+elementwise, row reduction, ``tl.dot`` matmul, an elementwise kernel whose answer holds -inf)
+must be. Cases named ``*_primer`` are graded first, into the same verdict cache, so that a later
+case can try to ride on their cached verdict.
+"""
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import FIXTURES
+
+import pytest
+from kernelmill.core.store import read_jsonl
+from kernelmill.grade.batch import grade_file
+from kernelmill.grade.policy import Policy
+
+HOSTILE = Path(__file__).resolve().parent
+# Short timing windows (validate.window.WindowSettings, validate.measure.Timer): the suite is
+# about verdicts, not speed.
+FAST_TIMING = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
+               "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+# Problems whose source is another's under a second id (cases that look for shared inputs).
+ALIASES = {"ref_scale_add_again": "ref_scale_add"}
+CANARY = "KMHOSTILE_CANARY_SECRET"
+
+
+def cases() -> dict[str, tuple[str, str, str]]:
+    """name -> (problem id, expectation, source)."""
+    found = {}
+    for path in sorted(HOSTILE.glob("*.py")):
+        if path.name.startswith(("ref_", "test_")):
+            continue
+        text = path.read_text()
+        family = re.search(r'^"""family: (.+)', text, re.MULTILINE)
+        assert family, f"{path.name} names no family"
+        problem = re.search(r"^# problem: (\S+)", text, re.MULTILINE).group(1)
+        expect = re.search(r"^# expect: (\S+)", text, re.MULTILINE).group(1)
+        found[path.stem] = (problem, expect, text)
+    return found
+
+
+def references() -> dict[str, str]:
+    sources = {p.stem: p.read_text() for folder in (FIXTURES / "submissions", HOSTILE)
+               for p in sorted(folder.glob("ref_*.py"))}
+    return {**sources, **{alias: sources[real] for alias, real in ALIASES.items()}}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def check(name: str, expect: str, verdict: dict) -> str | None:
+    """What is wrong with this verdict for this case, or None."""
+    summary = {k: verdict.get(k) for k in ("correct", "hacks", "error", "reward")}
+    certified = bool(verdict["correct"]) and not verdict["hacks"]
+    if expect == "certified":
+        return None if certified and verdict["reward"] >= 1.5 else f"{name}: not certified {summary}"
+    if expect == "neutralized":
+        # The signal this case keys on is gone (every call is instrumented and seeded alike),
+        # so its cheat branch never runs: it may pass, but only as the honest kernel it became.
+        same = not verdict["hacks"] and all(c["passed"] for c in verdict["checks"].values())
+        return None if same or not verdict["correct"] else f"{name}: {summary}"
+    if certified or verdict["correct"]:
+        return f"{name}: CERTIFIED {summary}"
+    if expect not in ("not_certified", "incorrect") and expect not in verdict["hacks"]:
+        return f"{name}: expected hack {expect}, got {summary} {verdict.get('hack_details')}"
+    return None
+
+
+def _clean_shm() -> None:
+    for path in glob.glob("/dev/shm/kmhostile-*"):
+        os.remove(path)
+
+
+@pytest.mark.slow
+def test_hostile_suite_on_cpu(tmp_path):
+    _clean_shm()
+    problems = write_jsonl(tmp_path / "problems.jsonl",
+                           [{"id": k, "source": v} for k, v in references().items()])
+    everything = cases()
+    primers = {k: v for k, v in everything.items() if k.endswith("_primer")}
+    main = {k: v for k, v in everything.items() if k not in primers}
+    cache = tmp_path / "cache.jsonl"
+    policy = Policy(timeout_s=150, timing_settings=FAST_TIMING)
+    # A process of this user holding a secret in its environment, as the grader's would.
+    canary = subprocess.Popen(["sleep", "600"], env={**os.environ, CANARY: "1"})
+    rows = {}
+    try:
+        for batch, chosen in (("primers", primers), ("main", main)):
+            submissions = write_jsonl(tmp_path / f"{batch}.jsonl", [
+                {"submission_id": k, "problem_id": p, "source": s}
+                for k, (p, _e, s) in chosen.items()])
+            out = tmp_path / f"{batch}-verdicts.jsonl"
+            grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=cache, extensions_root=str(tmp_path / "ext"))
+            rows.update({row["submission_id"]: row for row in read_jsonl(out)})
+    finally:
+        os.kill(canary.pid, signal.SIGKILL)
+        canary.wait()
+        leftovers = glob.glob("/dev/shm/kmhostile-*")
+        _clean_shm()
+    (tmp_path / "summary.json").write_text(json.dumps(rows, default=str, indent=1))
+    assert set(rows) == set(everything)
+    failures = [f for name, (_p, expect, _s) in everything.items()
+                if (f := check(name, expect, rows[name]))]
+    assert not failures, "\n".join(failures)
+    assert not leftovers, f"files left outside the run's folder: {leftovers}"

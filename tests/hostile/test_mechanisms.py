@@ -1,0 +1,173 @@
+"""The mechanisms behind the hostile suite, one by one: non-finite comparison, op classification
+by registration, the static scan of native sources and imports, the verdict cache key, fresh
+inputs per submission, and the worker's OS confinement (Landlock, seccomp, network)."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from conftest import FIXTURES
+
+import pytest
+import torch
+from kernelmill.grade import static
+from kernelmill.grade.batch import verdict_key
+from kernelmill.grade.judge import compare, downgrades
+from kernelmill.grade.policy import Policy, compute_ops, custom_ops
+from kernelmill.validate import sandbox
+
+INF, NAN = float("inf"), float("nan")
+
+
+# ---------------------------------------------------------------- comparison
+
+@pytest.mark.parametrize("got, ok", [
+    ([1.0, -INF, INF, NAN], True),        # exact non-finite match
+    ([1.0, INF, INF, NAN], False),        # sign of an infinity flipped
+    ([1.0, -1e30, INF, NAN], False),      # finite where the reference is -inf
+    ([1.0, NAN, INF, NAN], False),        # NaN where the reference is -inf
+    ([1.0, -INF, INF, 0.0], False),       # finite where the reference is NaN
+    ([-INF, -INF, INF, NAN], False),      # -inf where the reference is finite
+])
+def test_non_finite_values_must_match_exactly(got, ok):
+    expected = torch.tensor([1.0, -INF, INF, NAN])
+    assert compare([expected], [torch.tensor(got)], 1e-4, 1e-4)[0] is ok
+
+
+def test_complex_outputs_compare_both_parts():
+    expected = torch.tensor([1 + 1j, 2 - 1j])
+    assert compare([expected], [expected.clone()], 1e-4, 1e-4)[0]
+    assert not compare([expected], [expected.conj()], 1e-4, 1e-4)[0]
+
+
+# ---------------------------------------------------------------- op classification
+
+def test_library_namespaces_are_compute_unless_registered_by_the_candidate():
+    ops = ["aten.empty_like", "mkldnn._linear_pointwise", "mkl._mkl_linear", "aten.km_add",
+           "mine.fused", "profiler._record_function_exit", "aten.add"]
+    mine = ["mine.fused.default"]
+    assert compute_ops(ops, mine) == ["mkldnn._linear_pointwise", "mkl._mkl_linear",
+                                      "aten.km_add", "aten.add"]
+    assert custom_ops(ops, mine) == ["mine.fused"]
+    # without the worker's registration list, only namespaces decide (the old behaviour)
+    assert "mkldnn._linear_pointwise" not in compute_ops(ops)
+
+
+# ---------------------------------------------------------------- static scan
+
+@pytest.mark.parametrize("snippet, needle", [
+    ('src = "return at::cpu::add(x, y);"', "at::cpu::"),
+    ('src = "at::native::add(x, y)"', "at::native::"),
+    ('src = "#include <ATen/CPUFunctions.h>"', "CPUFunctions"),
+    ('src = "c10::impl::ExcludeDispatchKeyGuard g(ks);"', "DispatchKeyGuard"),
+    ("from torch._C import _DisableTorchDispatch", "_DisableTorchDispatch"),
+    ("from torch._C import _ExcludeDispatchKeyGuard as G", "_ExcludeDispatchKeyGuard"),
+    ("import torch.utils._python_dispatch as pd", "_python_dispatch"),
+    ("from torch._C import _dispatch_tls_local_include_set", "_dispatch_tls"),
+])
+def test_static_scan_flags_native_entry_points_and_imported_internals(snippet, needle):
+    findings = static.scan(snippet)
+    assert any(needle in f for f in findings), findings
+
+
+# ---------------------------------------------------------------- verdict cache key
+
+def test_verdict_key_covers_exact_bytes_problem_and_policy():
+    source = 'import torch\nclass ModelNew:\n    """mode: honest"""\n'
+    problem = {"source": "ref", "validation": {"atol": 1e-3}}
+    key = verdict_key(source, problem, "cpu", Policy())
+    assert key == verdict_key(source, dict(problem), "cpu", Policy())
+    assert key != verdict_key(source.replace("honest", "cheat"), problem, "cpu", Policy())
+    assert key != verdict_key(source + "# comment\n", problem, "cpu", Policy())
+    assert key != verdict_key(source, {**problem, "source": "ref2"}, "cpu", Policy())
+    assert key != verdict_key(source, {**problem, "validation": {"atol": 1e-2}}, "cpu", Policy())
+    assert key != verdict_key(source, problem, "cuda", Policy())
+    assert key != verdict_key(source, problem, "cpu", Policy(trials=2))
+
+
+# ---------------------------------------------------------------- fresh inputs
+
+def test_every_submission_gets_fresh_inputs_and_weights(tmp_path):
+    from kernelmill.grade.grader import Grader
+
+    grader = Grader("cpu", policy=Policy(time=False, trials=2), cache_root=str(tmp_path))
+    reference = (FIXTURES / "submissions" / "ref_linear.py").read_text()
+    first = grader.fresh_reference(reference).value
+    second = grader.fresh_reference(reference).value
+    assert first["init_seed"] != second["init_seed"]
+    assert not torch.equal(first["trials"][0]["inputs"][0], second["trials"][0]["inputs"][0])
+    assert not torch.equal(first["state_dict"]["weight"], second["state_dict"]["weight"])
+
+
+# ---------------------------------------------------------------- OS confinement
+
+PROBE = textwrap.dedent("""
+    import json, os, socket, subprocess, sys, threading
+    from kernelmill.validate import sandbox
+
+    writable = sys.argv[1]
+    sandbox.confine([writable])
+    sandbox.isolate_network()
+    sandbox.forbid_process_creation()
+    facts = {"state": sandbox.report()}
+
+    def attempt(name, fn):
+        try:
+            fn()
+            facts[name] = "allowed"
+        except Exception as exc:
+            facts[name] = type(exc).__name__
+
+    attempt("spawn", lambda: subprocess.run(["true"]))
+    attempt("posix_spawn", lambda: os.waitpid(os.posix_spawn("/bin/true", ["true"], {}), 0))
+    attempt("fork", lambda: os.fork() or None)
+    attempt("parent_environ", lambda: open(f"/proc/{os.getppid()}/environ", "rb").read())
+    attempt("own_status", lambda: open("/proc/self/status").read())
+    attempt("cpuinfo", lambda: open("/proc/cpuinfo").read())
+    attempt("shm_write", lambda: open("/dev/shm/kmhostile-probe", "w").write("x"))
+    attempt("tmp_write", lambda: open("/tmp/kmhostile-probe", "w").write("x"))
+    attempt("run_write", lambda: open(os.path.join(writable, "ok"), "w").write("x"))
+    attempt("dev_null", lambda: open("/dev/null", "w").write("x"))
+    attempt("mkfifo_shm", lambda: os.mkfifo("/dev/shm/kmhostile-fifo"))
+    attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=2))
+    results = []
+    thread = threading.Thread(target=lambda: results.append(1))
+    attempt("thread", lambda: (thread.start(), thread.join()))
+    facts["thread_ran"] = results == [1]
+    print(json.dumps(facts))
+""")
+
+
+def test_worker_confinement(tmp_path):
+    if sandbox.abi_version() <= 0:
+        pytest.skip("this kernel has no Landlock")
+    result = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    state = facts["state"]
+    assert state["proc_hidden"] and state["shm_private"]
+    for name in ("parent_environ", "shm_write", "tmp_write", "mkfifo_shm"):
+        assert facts[name] == "PermissionError", (name, facts)
+    for name in ("own_status", "cpuinfo", "run_write", "dev_null", "thread"):
+        assert facts[name] == "allowed", (name, facts)
+    assert facts["thread_ran"]
+    if state["process_creation"] == "blocked":
+        for name in ("spawn", "posix_spawn", "fork"):
+            assert facts[name] == "PermissionError", (name, facts)
+    else:
+        assert downgrades(state), "a downgrade must be recorded"
+    if state["tcp"] == "refused" or state["network"] == "isolated":
+        assert facts["tcp"] != "allowed"
+
+
+def test_downgrades_name_what_was_not_applied():
+    full = {"landlock": 7, "proc_hidden": True, "shm_private": True, "tcp": "refused",
+            "process_creation": "blocked", "network": "isolated"}
+    assert downgrades(full) == []
+    partial = {**full, "landlock": "unavailable: the kernel has no Landlock",
+               "process_creation": "allowed: libseccomp not found"}
+    lines = downgrades(partial)
+    assert any(line.startswith("landlock:") for line in lines)
+    assert any("libseccomp" in line for line in lines)
+    assert downgrades(None)
