@@ -39,7 +39,7 @@ import numpy as np
 from kernelmill.core.errors import KernelmillError
 from .features import extract, stream_hash
 from kernelmill.core.progress import track
-from kernelmill.core.record import Record
+from kernelmill.core.record import Dedup, Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.validate.filter import keep_passed
@@ -154,10 +154,18 @@ def permutations() -> tuple[np.ndarray, np.ndarray]:
     return _PERMUTATIONS
 
 
-def _fmix32(hv: np.ndarray) -> np.ndarray:
-    from datasketch.minhash import _fmix
-
-    return _fmix(hv, 32)
+def fmix32(hv: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer (a published bijection), which datasketch's ``affine32``
+    scheme applies to each input hash before its permutations; element-wise on uint32, wrapping.
+    ``tests/curate/test_dedup.py`` checks the signatures against datasketch's public MinHash."""
+    hv = hv.astype(np.uint32, copy=True)
+    with np.errstate(over="ignore"):
+        hv ^= hv >> np.uint32(16)
+        hv *= np.uint32(0x85EBCA6B)
+        hv ^= hv >> np.uint32(13)
+        hv *= np.uint32(0xC2B2AE35)
+        hv ^= hv >> np.uint32(16)
+    return hv
 
 
 def minhash_signatures(shingle_sets: Sequence[np.ndarray], chunk: int = 100_000) -> np.ndarray:
@@ -181,7 +189,7 @@ def minhash_signatures(shingle_sets: Sequence[np.ndarray], chunk: int = 100_000)
         stop = min(max(stop, start + 1), n)
         flat = np.concatenate(shingle_sets[start:stop]).astype(np.uint32, copy=False)
         with np.errstate(over="ignore"):  # (NUM_PERM, shingles): rows reduce contiguously
-            permuted = a[:, None] * _fmix32(flat)[None, :] + b[:, None]
+            permuted = a[:, None] * fmix32(flat)[None, :] + b[:, None]
         sig[start:stop] = np.minimum.reduceat(permuted, offsets[start:stop] - offsets[start],
                                               axis=1).T
         start = stop
@@ -414,9 +422,10 @@ def dedup_records(records: Sequence[Record], *, threshold: float = 0.8,
     out: list[Record] = []
     for pos, i in enumerate(kept):
         record, keys = records[i], keyed[i]
-        record.dedup = {"exact_key": keys.exact_key, "structural_key": keys.structural_key,
-                        "near_group": group_name[roots[pos]],
-                        "behaviour_key": behaviour_key(record.validation), "ops": keys.ops}
+        record.dedup = Dedup.from_dict({
+            "exact_key": keys.exact_key, "structural_key": keys.structural_key,
+            "near_group": group_name[roots[pos]],
+            "behaviour_key": behaviour_key(record.validation), "ops": keys.ops})
         out.append(record)
     _count_groups(stats, out)
     return out
