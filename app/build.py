@@ -27,6 +27,8 @@ from typing import Any
 
 from kernelmill.core.devices import resolve_device
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.fingerprint import fingerprints, why_changed
+from kernelmill.core.lock import BUILD_LOCK, locked
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, add_options, build_key
 from kernelmill.data import SEEDS_DIR
@@ -110,15 +112,18 @@ class Build:
 
     def signature(self, step: Step) -> dict[str, Any]:
         return {"inputs": {self._key(p): fingerprint(p) for p in _fingerprinted_inputs(self, step)},
-                "params": _jsonable(_params(self, step))}
+                "params": _jsonable(_params(self, step)),
+                "outputs": fingerprints({step.output: self.path(step.output)})}
 
     def up_to_date(self, step: Step) -> bool:
         entry = self.state["stages"].get(step.name)
         if not entry or not entry.get("finished"):
             return False
-        if not self.path(step.output).exists():
-            return False
         sig = self.signature(step)
+        why = why_changed(entry.get("outputs"), sig["outputs"])  # same content, not just there
+        if why:
+            log.info(f"stage {step.name}: {why}; running it again")
+            return False
         return entry.get("inputs") == sig["inputs"] and entry.get("params") == sig["params"]
 
     def stats_of(self, name: str) -> StageStats | None:
@@ -262,6 +267,7 @@ class BuildResult:
     seconds: float = 0.0
 
 
+@locked(lambda config, *_, **__: (Path(config.out) / BUILD_LOCK, f"build folder {config.out}"))
 def run_build(config: BuildConfig, steps: tuple[Step, ...] | None = None,
               on_step: Callable[[StepResult], None] | None = None) -> BuildResult:
     """Run every step that is not up to date, in order; then write the report."""

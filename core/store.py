@@ -99,7 +99,7 @@ def read_records(path: str | os.PathLike, on_error: ErrorHandler | None = None, 
         if not skipped:
             raise KernelmillError(f"{path}: no records (the file is empty)")
         raise KernelmillError(f"{path}: none of its {len(skipped)} row(s) is a problem record "
-                              f"(first: {skipped[0]})")
+                              f"(first: {skipped[0].removesuffix('; skipped')})")
 
 
 def existing_keys(path: str | os.PathLike, key: str = "id") -> set[str]:

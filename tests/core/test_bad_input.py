@@ -150,3 +150,19 @@ def test_reader_never_replaces_bytes_in_raw_rows(tmp_path):
     assert next(rows)["source"] == "café"
     with pytest.raises(KernelmillError, match=rf"{path}:2: not UTF-8"):
         next(rows)
+
+
+def test_publish_refuses_a_split_that_came_out_empty_unless_allowed(tmp_path):
+    from kernelmill.splits.publish import publish_dataset
+
+    splits = tmp_path / "splits"
+    with JsonlWriter(splits / "train.jsonl") as out:
+        for record in _records(2):
+            out.write(record.replace(split="train"))
+    (splits / "eval.jsonl").write_text("")
+    with pytest.raises(KernelmillError, match=rf"^{splits}: the eval split came out empty; a "
+                                              r"dataset without it is refused \(--allow-empty"):
+        publish_dataset(splits, tmp_path / "dataset")
+    assert not (tmp_path / "dataset").exists()
+    stats = publish_dataset(splits, tmp_path / "dataset", allow_empty=True)
+    assert stats.counts["train"] == 2 and "eval" not in stats.counts
