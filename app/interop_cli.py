@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kernelmill.core.interop import export_kernelbench
-from kernelmill.splits.sft import export_sft_command
+from kernelmill.splits.sft import add_sft_arguments, export_sft_command
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -24,7 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "verified (problem, kernel) pairs from a verdicts file.")
     p.add_argument("records", help="records file (JSONL)")
     p.add_argument("--out", required=True, help="output folder (kernelbench) or file (sft)")
-    p.add_argument("--format", choices=("kernelbench", "sft"), default="kernelbench")
+    p.add_argument("--format", choices=("kernelbench", "sft", "difficulty"), default="kernelbench",
+                   help="kernelbench tree, selected SFT pairs, or the per-problem mean reasoning "
+                   "length of verified kernels (difficulty)")
     p.add_argument("--verdicts", help="sft: verdicts file of graded submissions")
     p.add_argument("--submissions", help="sft: submissions file the verdicts refer to")
+    add_sft_arguments(p)
     p.set_defaults(func=_cmd_export)

@@ -72,7 +72,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         stats = grade_file(problems, submissions, args.out, device=args.device,
                            workers=args.workers, backend=args.backend, address=args.address,
                            reward=args.reward, policy=_policy(args),
-                           cache_path=False if args.no_cache else True, split=args.split)
+                           cache_path=not args.no_cache, split=args.split)
         print(stats.summary())
         flagged = _flagged(args.out, args.fail_on)
         if flagged:

@@ -42,13 +42,14 @@ def record_from_row(row: dict[str, Any]) -> dict[str, Any] | None:
     validation = {key: row[column] for column, key in CALIBRATION_COLUMNS.items()
                   if row.get(column) is not None}
     return {"id": row["problem_id"], "source": row["reference"], "name": row.get("name"),
+            "category": row.get("category"), "level": row.get("level"),
             "validation": validation}
 
 
 def _parquet_rows(paths: Iterable[Path]) -> Iterator[dict]:
     import pyarrow.parquet as pq
 
-    columns = ["problem_id", "reference", "name", *CALIBRATION_COLUMNS]
+    columns = ["problem_id", "reference", "name", "category", "level", *CALIBRATION_COLUMNS]
     for path in paths:
         table = pq.read_table(path)
         present = [c for c in columns if c in table.column_names]

@@ -3,16 +3,13 @@ on CPU, a random 2-layer Llama and a BPE tokenizer trained here (nothing downloa
 being ``kernelmill.grade.trl.reward_fn`` itself; the rewards and kernelmill's metrics reach the
 trainer's logs."""
 import pytest
-
+from fixtures.tiny_lm import tiny_model_and_tokenizer
 from kernelmill.core.interop import problem_files, record_from_file
 from kernelmill.core.store import JsonlWriter
 from kernelmill.splits.publish import publish_dataset
 from kernelmill.splits.split import split_file
 
 trl = pytest.importorskip("trl")
-
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 @pytest.fixture
@@ -26,37 +23,10 @@ def published(tmp_path, seeds_dir):
     return tmp_path / "dataset"
 
 
-def tiny_model_and_tokenizer(texts: list[str]):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    specials = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
-    bpe = Tokenizer(models.BPE(unk_token=None))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=512, special_tokens=specials,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel
-                                                       .alphabet()))
-    from tokenizers import decoders
-
-    bpe.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<|pad|>",
-                                        eos_token="<|end|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-    import torch
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config), tokenizer
-
-
 def test_grpo_trains_two_steps_on_the_published_dataset(published, tmp_path, monkeypatch):
     from datasets import load_dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     from kernelmill.grade.trl import reward_fn
+    from trl import GRPOConfig, GRPOTrainer
 
     monkeypatch.setenv("KERNELMILL_DEVICE", "cpu")
     train = load_dataset(str(published))["train"]  # as the card says, nothing renamed or added
