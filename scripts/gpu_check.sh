@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks on a CUDA machine: the `gpu`-marked tests and the GPU benchmarks, each logged.
 # Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests seeds validate grade build synth
+#        fidelity (the measure module's GPU tests, then benchmarks/grade_fidelity.py)
+#        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +35,12 @@ for part in $parts; do
                 | tee "$out/validate_throughput.log" ;;
     grade)    python3 benchmarks/grade_throughput.py 2>&1 | tee "$out/grade_throughput.log" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
+    hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
+                tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;
+    fidelity) python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+                tests/validate/test_measure.py 2>&1 | tee "$out/measure_gpu_tests.log"
+              python3 benchmarks/grade_fidelity.py --repeats "${FIDELITY_REPEATS:-3}" \
+                --json "$out/fidelity.json" 2>&1 | tee "$out/fidelity.log" ;;
     build)    kernelmill build --out /tmp/kmbuild --device cuda 2>&1 | tee "$out/build.log"
               for f in report.html build_state.json validated.jsonl; do
                 cp "/tmp/kmbuild/$f" "$out/" 2>/dev/null; done ;;

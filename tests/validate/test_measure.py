@@ -211,3 +211,44 @@ def test_window_reports_a_participant_that_dies():
     assert window["error"]["participant"] == "candidate"
     assert verdict_timing(window) is None
     assert results["reference"].ok  # told to stop, it ends cleanly
+
+
+# ---------------------------------------------------------------- on the GPU
+
+@pytest.mark.gpu
+def test_cuda_graph_timer_replays_what_it_captured():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(2048, 2048, device="cuda")
+    timer = M.Timer(lambda: a @ a, "cuda")
+    info = timer.prepare()
+    assert info["method"] == "cuda_graph" and info["capture_error"] is None, info
+    first = timer.replay().clone()
+    a.copy_(torch.randn_like(a))  # refill the captured input in place
+    assert torch.allclose(timer.replay(), a @ a) and not torch.allclose(first, a @ a)
+    result = M.measure(lambda: a @ a, "cuda")
+    assert result["method"] == "cuda_graph" and result["ci_pct"] <= 2.0, result
+    events = M.measure(lambda: a @ a, "cuda", graph=False)
+    assert events["method"] == "cuda_events"
+    assert 0.7 <= events["ms"] / result["ms"] <= 1.5, (events, result)
+
+
+@pytest.mark.gpu
+def test_uncapturable_forward_falls_back_to_events():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.randn(1 << 20, device="cuda")
+    result = M.measure(lambda: x * float(x.sum().item()), "cuda")  # a host sync
+    assert result["method"] == "cuda_events" and result["capture_error"], result
+    side = torch.cuda.Stream()
+
+    def unjoined():  # work left on a side stream: must still be timed (device-wide sync)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(20):
+                x.mul_(1.0)
+
+    slow = M.measure(unjoined, "cuda")
+    assert slow["method"] == "cuda_events", slow
+    plain = M.measure(lambda: [x.mul_(1.0) for _ in range(20)], "cuda")
+    assert slow["ms"] > 0.5 * plain["ms"], (slow, plain)
