@@ -11,7 +11,7 @@ from .problem import check_source, read_source
 from .record import Record
 from .stats import StageStats
 from .step import Step, option
-from .store import JsonlWriter, read_records
+from .store import JsonlWriter, read_records, replace_jsonl
 
 log = logging.getLogger("kernelmill")
 
@@ -122,15 +122,15 @@ STEP = Step(
 
 def _run_concat(inputs: list[Path], out: Path, config: object) -> StageStats:
     stats = StageStats("concat")
-    with JsonlWriter(out, resume=False) as writer:
+    with replace_jsonl(out) as writer:  # a failed run leaves the previous output
         for path in inputs:
             for record in read_records(path):
                 if writer.write(record):
                     stats.kept()
                 else:
                     stats.dropped("same id as an earlier problem")
-    if not stats.n_kept:
-        raise KernelmillError(f"{', '.join(map(str, inputs))}: no records in any input")
+        if not stats.n_kept:
+            raise KernelmillError(f"{', '.join(map(str, inputs))}: no records in any input")
     return stats
 
 

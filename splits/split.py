@@ -36,7 +36,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.record import Contamination, Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
-from kernelmill.core.store import JsonlWriter, read_records
+from kernelmill.core.store import read_records, replace_jsonl
 
 from .contamination import ContaminationIndex, fingerprint_chunk, load_benchmark, write_reports
 
@@ -191,7 +191,7 @@ def split_file(in_path: str | Path, out_dir: str | Path, *, eval_fraction: float
                                          seed=seed, keep_contaminated=keep_contaminated,
                                          threshold=threshold, stats=stats)
     for name, part in (("train", train), ("eval", evals)):
-        with JsonlWriter(out_dir / f"{name}.jsonl", resume=False) as writer:
+        with replace_jsonl(out_dir / f"{name}.jsonl") as writer:
             for record in part:
                 writer.write(record)
     stats.kept(len(train) + len(evals))

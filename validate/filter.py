@@ -15,7 +15,7 @@ from pathlib import Path
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
-from kernelmill.core.store import JsonlWriter, read_records
+from kernelmill.core.store import read_records, replace_jsonl
 
 
 def failed_reason(record: Record) -> str | None:
@@ -58,7 +58,7 @@ def _run(inputs: list[Path], out: Path, config: FilterConfig) -> StageStats:
     wanted = {r.id for path in inputs[1:] for r in read_records(path)} if inputs[1:] else None
     records = (r for r in read_records(inputs[0], allow_empty=False)
                if wanted is None or r.id in wanted)
-    with JsonlWriter(out, resume=False) as writer:
+    with replace_jsonl(out) as writer:  # a failed run leaves the previous output
         for record in keep_passed(records, stats, keep_failed=config.keep_failed):
             if writer.write(record):
                 stats.kept()

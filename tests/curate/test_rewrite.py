@@ -79,3 +79,30 @@ def test_dedup_and_cluster_refuse_input_with_no_record(tmp_path):
                                                   "problem record"):
             stage(verdicts, tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_concat_and_split_failing_half_way_leave_their_previous_outputs(tmp_path, monkeypatch):
+    from kernelmill.core.interop import CONCAT
+    from kernelmill.splits.split import split_file
+
+    records = _write(tmp_path / "in.jsonl", [BASE, RESIZED, SWAPPED, UNRELATED])
+    more = _write(tmp_path / "more.jsonl", [UNRELATED.replace("M = 512", "M = 384")])
+    concat = tmp_path / "problems.jsonl"
+    CONCAT([records, more], concat)
+    splits = tmp_path / "splits"
+    split_file(records, splits, eval_fraction=0.5)
+    before = {p: p.read_bytes() for p in (concat, splits / "train.jsonl", splits / "eval.jsonl")}
+    real_write = JsonlWriter.write
+
+    def write_then_fail(self, obj):
+        if self.written == 1:
+            raise OSError(5, "Input/output error")
+        return real_write(self, obj)
+
+    monkeypatch.setattr(JsonlWriter, "write", write_then_fail)
+    with pytest.raises(OSError):
+        CONCAT([more, records], concat)
+    with pytest.raises(OSError):
+        split_file(records, splits, eval_fraction=0.25, seed=3)
+    assert {p: p.read_bytes() for p in before} == before
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []
