@@ -55,3 +55,29 @@ def test_submissions_with_no_usable_row_are_one_error(tmp_path, rows):
                                               r"submission_id, problem_id and source\)$"):
         grade_file(_problems(tmp_path), submissions, out, device="cpu", cache_path=False)
     assert not lock_path_for(out).exists()  # released on the error
+
+
+def test_a_changed_reference_under_the_same_id_is_graded_again_not_served_from_cache(tmp_path):
+    from kernelmill.core.store import read_jsonl
+    from kernelmill.grade.policy import Policy
+
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text(json.dumps({"submission_id": "s1", "problem_id": "ref_scale_add",
+                                       "source": honest}) + "\n")
+    cache, policy = tmp_path / "cache.jsonl", Policy(time=False, trials=1)
+    grade_file(_problems(tmp_path), submissions, tmp_path / "v1.jsonl", device="cpu",
+               policy=policy, cache_path=cache)
+    (first,) = read_jsonl(tmp_path / "v1.jsonl")
+    assert first["correct"] and not first.get("cached")
+    changed = tmp_path / "changed.jsonl"  # the problem's reference changed, its id did not
+    changed.write_text(json.dumps({"id": "ref_scale_add", "source": REFERENCE.replace(
+        "return 2.0 * x + y", "return 3.0 * x + y")}) + "\n")
+    grade_file(changed, submissions, tmp_path / "v2.jsonl", device="cpu", policy=policy,
+               cache_path=cache)
+    (second,) = read_jsonl(tmp_path / "v2.jsonl")
+    assert not second.get("cached") and not second["correct"]
+    grade_file(_problems(tmp_path), submissions, tmp_path / "v3.jsonl", device="cpu",
+               policy=policy, cache_path=cache)
+    (third,) = read_jsonl(tmp_path / "v3.jsonl")
+    assert third.get("cached") and third["correct"]  # the original reference still hits
