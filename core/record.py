@@ -93,8 +93,9 @@ class Validation(Section):
     headroom: float | None = None
     atol: float | None = None
     rtol: float | None = None
-    difficulty: float | None = None
+    difficulty: dict[str, Any] | None = None  # {"tier", "score", ...}: validate/difficulty.py
     aten_ops: list[str] = field(default_factory=list)
+    probe_stats: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -144,9 +145,9 @@ class Record:
     split_group: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        for name, section in _SECTIONS.items():  # JSON objects become their typed section
-            setattr(self, name, section.from_dict(getattr(self, name)))
+    def __setattr__(self, name: str, value: Any) -> None:
+        section = _SECTIONS.get(name)  # a JSON object assigned to a section becomes typed
+        object.__setattr__(self, name, section.from_dict(value) if section else value)
 
     @classmethod
     def from_source(cls, source: str, *, name: str, category: str = "unknown", level: int = 1,

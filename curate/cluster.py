@@ -28,7 +28,7 @@ import numpy as np
 
 from kernelmill.core.errors import KernelmillError
 from .features import extract
-from kernelmill.core.record import Record
+from kernelmill.core.record import Record, Validation
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records, replace_jsonl
@@ -55,11 +55,10 @@ def op_stream(record: Record) -> list[str] | None:
 def _descriptors(records: Sequence[Record], streams: Sequence[list[str]]) -> np.ndarray:
     rows = []
     for record, ops in zip(records, streams):
-        v = record.validation or {}
-        difficulty = v.get("difficulty") or {}
-        score = difficulty.get("score") if isinstance(difficulty, dict) else None
-        rows.append((math.log1p(float(v.get("flops") or 0.0)),
-                     math.log1p(float(v.get("bytes") or 0.0)),
+        v = record.validation or Validation()
+        score = (v.difficulty or {}).get("score")
+        rows.append((math.log1p(float(v.flops or 0.0)),
+                     math.log1p(float(v.bytes or 0.0)),
                      math.log1p(len(ops)),
                      float(score or 0.0)))
     x = np.asarray(rows, dtype=np.float64)

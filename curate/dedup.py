@@ -39,7 +39,7 @@ import numpy as np
 from kernelmill.core.errors import KernelmillError
 from .features import extract, stream_hash
 from kernelmill.core.progress import track
-from kernelmill.core.record import Dedup, Record
+from kernelmill.core.record import Dedup, Record, Validation
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.validate.filter import keep_passed
@@ -286,12 +286,12 @@ def _round_floats(value: Any) -> Any:
     return value
 
 
-def behaviour_key(validation: dict | None) -> str | None:
+def behaviour_key(validation: Validation | dict | None) -> str | None:
     """Fingerprint of the traced aten op sequence and probe output statistics, if recorded."""
-    if not validation:
+    validation = Validation.from_dict(validation)
+    if validation is None:
         return None
-    aten = validation.get("aten_ops")
-    probe = validation.get("probe_stats")
+    aten, probe = validation.aten_ops, validation.probe_stats
     if not aten and not probe:
         return None
     text = json.dumps({"aten": list(aten or []), "probe": _round_floats(probe or {})},
@@ -368,10 +368,10 @@ def near_groups_for(keys: Sequence[Keys], threshold: float) -> list[int]:
 
 def _validation_rank(record: Record) -> tuple:
     """Sort key: the best-validated record first (passed, most checks passed, short id)."""
-    validation = record.validation or {}
-    checks = validation.get("checks") or {}
-    n_passed = sum(1 for c in checks.values() if isinstance(c, dict) and c.get("passed") is True)
-    return (validation.get("passed") is not True, -n_passed, len(record.id), record.id)
+    validation = record.validation or Validation()
+    n_passed = sum(1 for c in validation.checks.values()
+                   if isinstance(c, dict) and c.get("passed") is True)
+    return (validation.passed is not True, -n_passed, len(record.id), record.id)
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ _DEDUP_FIELDS = ("exact_key", "structural_key", "near_group")
 
 
 def difficulty_tier(record: Record) -> str:
-    difficulty = (record.validation or {}).get("difficulty") or {}
-    tier = difficulty.get("tier") if isinstance(difficulty, dict) else None
+    difficulty = record.validation.difficulty if record.validation else None
+    tier = (difficulty or {}).get("tier")
     return str(tier) if tier is not None else "unknown"
 
 

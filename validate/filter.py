@@ -21,10 +21,9 @@ from kernelmill.core.store import read_records, replace_jsonl
 def failed_reason(record: Record) -> str | None:
     """``"failed <first flag>"`` for a record whose validation failed, else None."""
     validation = record.validation
-    if validation is None or validation.get("passed"):
+    if validation is None or validation.passed:
         return None
-    flags = validation.get("flags") or ["not validated"]
-    return f"failed {flags[0]}"
+    return f"failed {validation.flags[0] if validation.flags else 'runs'}"
 
 
 def keep_passed(records: Iterable[Record], stats: StageStats, *, keep_failed: bool = False
@@ -35,7 +34,7 @@ def keep_passed(records: Iterable[Record], stats: StageStats, *, keep_failed: bo
         if reason is None:
             yield record
             continue
-        for flag in (record.validation or {}).get("flags") or []:
+        for flag in record.validation.flags:
             stats.count(f"flag: {flag}")
         if keep_failed:
             stats.count("failed, kept")

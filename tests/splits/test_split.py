@@ -62,12 +62,12 @@ def test_planted_family_is_never_split_across_seeds(pool):
         side = {r.name: r.split for r in train + evals if r.name in names}
         assert len(side) == 4 and len(set(side.values())) == 1, (seed, side)
         sides_seen.add(next(iter(side.values())))
-        groups = {r.extra["split_group"] for r in train + evals if r.name in names}
+        groups = {r.split_group for r in train + evals if r.name in names}
         assert len(groups) == 1
         # no family anywhere straddles the split
         by_group: dict[str, set[str]] = {}
         for r in train + evals:
-            by_group.setdefault(r.extra["split_group"], set()).add(r.split)
+            by_group.setdefault(r.split_group, set()).add(r.split)
         assert all(len(s) == 1 for s in by_group.values())
     assert sides_seen == {"train", "eval"}  # the family does land on either side by seed
 
@@ -153,9 +153,9 @@ def test_keep_contaminated_marks_and_records_benchmark(tmp_path, seeds_dir):
                  "--keep-contaminated"]) == 0
     kept = list(read_records(out / "train.jsonl")) + list(read_records(out / "eval.jsonl"))
     assert len(kept) == 21
-    marked = [r for r in kept if "contamination" in r.extra]
+    marked = [r for r in kept if r.contamination is not None]
     assert [r.name for r in marked] == ["copy"]
-    assert marked[0].extra["contamination"]["matches"][0]["item_name"] == "bench_conv"
+    assert marked[0].contamination["matches"][0]["item_name"] == "bench_conv"
     report = json.loads((out / "contamination.json").read_text())
     assert report["policy"] == "mark" and report["problems"][0]["action"] == "marked"
 
