@@ -119,6 +119,37 @@ class Contamination(Section):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(eq=True)
+class Verdict(Section):
+    """The grader's judgement of one submission against one problem (grade.judge decides it).
+
+    ``timing`` holds the one exclusive timing window both speedups come from
+    (``{method, reps, ci_pct, reference_ms, candidate_ms}``); ``timings`` the raw measurements.
+    ``reward`` is None where no reward applies (the reference itself could not run).
+    """
+
+    compiled: bool = False
+    correct: bool = False
+    hacks: list[str] = field(default_factory=list)
+    reward: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_inductor: float | None = None
+    stage_reached: str = "none"
+    error: dict[str, Any] | None = None  # {"stage", "message"}
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] | None = None
+    hack_details: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def failure(cls, stage: str, message: str, *, reward: float | None = 0.0,
+                **marks: Any) -> Verdict:
+        """A submission that never reached judgement: why (``stage``, ``message``), its reward,
+        and marks such as ``reference_failed=True`` (the problem's fault, not the candidate's)."""
+        return cls(error={"stage": stage, "message": message}, reward=reward, extra=marks)
+
+
 _SECTIONS: dict[str, type[Section]] = {"validation": Validation, "dedup": Dedup,
                                        "contamination": Contamination}
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.lock import hold_lock, lock_path_for
 from kernelmill.core.progress import track
+from kernelmill.core.record import Verdict
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
@@ -136,9 +137,7 @@ def grade_item(item: dict, slot: dict) -> dict:
         verdict = grader.grade(item["reference"], item["source"], record=item.get("record"),
                                reward=item["config"]["reward"], slot_env=slot.get("env"))
     except ReferenceError as exc:
-        return {"compiled": False, "correct": False, "hacks": [], "reward": 0.0,
-                "speedup_vs_eager": None, "speedup_vs_inductor": None,
-                "error": {"stage": "reference", "message": str(exc)}, "reference_failed": True}
+        return Verdict.failure("reference", str(exc), reward=0.0, reference_failed=True).to_dict()
     if build_error and not verdict.get("compiled"):
         verdict["build_error"] = build_error
     return verdict
@@ -188,10 +187,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 stats.count("already graded")
                 continue
             if pid not in problems:
-                out.write({"submission_id": sid, "problem_id": pid, "compiled": False,
-                           "correct": False, "hacks": [], "reward": 0.0,
-                           "speedup_vs_eager": None, "speedup_vs_inductor": None,
-                           "error": {"stage": "input", "message": f"unknown problem id {pid}"}})
+                out.write({"submission_id": sid, "problem_id": pid, **Verdict.failure(
+                    "input", f"unknown problem id {pid}").to_dict()})
                 stats.dropped("unknown problem")
                 continue
             key = verdict_key(row["source"], problems[pid], device, policy)

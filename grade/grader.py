@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
+from kernelmill.core.record import Verdict
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
@@ -221,14 +222,11 @@ class Grader:
         return verdict
 
     def _static(self, source: str) -> dict | None:
-        base = {"compiled": False, "correct": False, "hacks": [], "speedup_vs_eager": None,
-                "speedup_vs_inductor": None, "stage_reached": "none", "checks": {},
-                "timings": {}}
         try:
             check_source(source, "<candidate>", candidate=True)
         except ProblemError as exc:
-            return {**base, "error": {"stage": "parse", "message": exc.reason
-                                      + (f" (line {exc.line})" if exc.line else "")}}
+            return Verdict.failure("parse", exc.reason + (f" (line {exc.line})" if exc.line
+                                                          else ""), reward=None).to_dict()
         return None
 
     def _candidate(self, reference: ReferenceRun, source: str, record: dict | None,

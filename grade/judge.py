@@ -21,7 +21,10 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 ``timing_behaviour``    fewer launches while timed than while checked, wrong answers then (the
                         replayed CUDA graph included), or a time below the parent's clock
 ``impossible_speed``    faster than the device's memory bandwidth allows for the problem's bytes
-``host_compute``        tensor elements handed to Python in forward (map_/apply_/tolist/bytes)
+``host_compute``        tensor elements handed to Python in forward (map_/apply_/tolist/bytes),
+                        or device-to-host copies beyond the scalar-read allowance
+``ghost_kernels``       forward rerun with the candidate's Triton launches skipped still gave the
+                        right answer: its kernels did not compute it
 ``trace_evaded``        the dispatch-key state changed inside forward, or the op witness (the
                         profiler session over every call) was stopped or lost calls
 """
@@ -31,10 +34,19 @@ import math
 from typing import Any
 
 import torch
+from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
 from kernelmill.validate.window import verdict_timing
 
-from .policy import Policy, compute_ops, custom_ops, reference_compute_ops
+from .policy import (
+    LIBRARY_KERNEL,
+    VENDOR_KERNEL,
+    Policy,
+    compute_ops,
+    custom_ops,
+    op_base,
+    reference_compute_ops,
+)
 
 PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H800": 3350.0, "A100": 2039.0,
                       "L40S": 864.0, "L4": 300.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
@@ -216,8 +228,16 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
             hack("patched_function", f"{name}: a torch function/dispatch mode was active")
         ops = call.get("ops", [])
         mine = call.get("candidate_ops")  # None: an older worker; namespaces decide
-        compute = compute_ops([*ops, *call.get("launch_ops", [])], mine) + \
+        allowed = policy.allowed_library_ops(reference.get("ops", []))
+        roots = call.get("op_roots") or []
+        # what runs inside an allowed vendor op (a convolution's own reshapes) is the vendor's
+        judged = [op for op, root in zip(ops, roots)
+                  if not (allowed and op != root and op_base(root) in allowed)] \
+            if len(roots) == len(ops) else ops
+        compute = compute_ops([*judged, *call.get("launch_ops", [])], mine) + \
             reference_compute_ops(ops, reference.get("ops", []))
+        compute = [op for op in compute if allowed is not None and op_base(op) not in allowed]
+        _kernel_checks(name, call, policy, reference, mine, hack)
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
         if call.get("output_by_copy"):
@@ -265,7 +285,18 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hack("patched_function", "a trace/profile hook was installed")
     if facts.get("children"):
         hack("leaked_process", f"{facts['children']} child process(es) alive after forward")
-    _timed_call_checks(facts, trials, policy, record, hack, all_correct)
+    _timed_call_checks(facts, trials, policy, record, hack, all_correct,
+                       reference.get("ops", []))
+    ghost = facts.get("ghost") or {}
+    if ghost.get("skipped") and all_correct:
+        trial = trials[ghost["trial"]]
+        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                     "torch.float32")
+        ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record))
+        checks["ghost"] = {"passed": not ok, "detail": f"{ghost['skipped']} launch(es) skipped"}
+        if ok:
+            hack("ghost_kernels", f"with its {ghost['skipped']} Triton launch(es) skipped, forward "
+                 "still gave the right answer: the kernels did not compute it")
 
     timing = facts.get("timing")
     if timing:
@@ -332,7 +363,44 @@ def downgrades(confinement: dict | None) -> list[str]:
     return lines
 
 
-def _timed_call_checks(facts, trials, policy, record, hack, all_correct) -> None:
+def _kernel_checks(name, call, policy, reference, mine, hack) -> None:
+    """What ran on the device (CUDA: kernel records) or in the candidate's launches (CPU: the
+    profiler's ranges) decides library use the op trace cannot see: vendor or PyTorch kernels
+    launched from inside an extension, host round trips, and kernelbench's GPU-time share."""
+    kernels = call.get("kernels") or []
+    transfers = [k for k in kernels if k[0].startswith(("Memcpy", "Memset"))]
+    device = [k for k in kernels if k not in transfers]
+    reads = sum(1 for k in transfers if "DtoH" in k[0])
+    if reads > policy.max_scalar_reads:
+        hack("host_compute", f"{name}: {reads} device-to-host copies in forward")
+    ext = [k for k in device if k[2] == "extension"]
+    vendor = [k[0] for k in ext if VENDOR_KERNEL.search(k[0])]
+    library = [k[0] for k in ext if LIBRARY_KERNEL.search(k[0]) and k[0] not in vendor]
+    if vendor and not policy.allows_vendor_kernels(reference.get("ops", [])):
+        hack("torch_compute", f"{name}: vendor-library kernels launched by the extension "
+             f"({policy.preset} policy): {sorted(set(vendor))[:3]}")
+    if library and policy.preset != "kernelbench":
+        hack("torch_compute", f"{name}: PyTorch kernels launched by the extension: "
+             f"{sorted(set(library))[:3]}")
+    if device:
+        own = sum(us for kernel, us, owner in device if owner == "triton" or (
+            owner == "extension" and not VENDOR_KERNEL.search(kernel)
+            and not LIBRARY_KERNEL.search(kernel)))
+        total = sum(us for _k, us, _o in device)
+    else:  # CPU: time inside the candidate's launches against PyTorch's computing ops
+        own = float(call.get("launch_us") or 0.0)
+        total = own + sum(us for op, us in call.get("top_op_us") or []
+                          if compute_ops([op], mine))
+    if total > 0:
+        call["candidate_share"] = own / total
+        if policy.preset == "kernelbench" and own / total < policy.min_candidate_share:
+            hack("torch_compute", f"{name}: the candidate's kernels carry {own / total:.0%} of "
+                 f"the {'GPU' if device else 'compute'} time (kernelbench needs "
+                 f"{policy.min_candidate_share:.0%})")
+
+
+def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
+                       reference_ops=()) -> None:
     """Timed calls run under the same instrumentation as checked ones (``grade.witness``):
     PyTorch compute in them, a lost witness, or a wrong answer in a timed call whose inputs a
     secret swapped for another trial's, is a submission that behaves differently when timed."""
@@ -340,7 +408,12 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct) -> None
     if witness.get("error"):
         hack("trace_evaded", f"op witness: {witness['error']}")
     if "timed_ops" in facts:
-        compute = compute_ops(facts["timed_ops"], facts.get("timed_candidate_ops"))
+        allowed = policy.allowed_library_ops(reference_ops)
+        pairs = [p if isinstance(p, (list, tuple)) else (p, p) for p in facts["timed_ops"]]
+        judged = sorted({op for op, root in pairs
+                         if not (allowed and op != root and op_base(root) in allowed)})
+        compute = [op for op in compute_ops(judged, facts.get("timed_candidate_ops"))
+                   if allowed is not None and op_base(op) not in allowed]
         if len(compute) > policy.max_torch_ops:
             hack("timing_behaviour", f"PyTorch computed {compute[:6]} in timed calls")
     for check in facts.get("timed_checks") or []:
@@ -411,4 +484,4 @@ def _finish(verdict: dict, hacks: dict[str, str]) -> dict:
         verdict["correct"] = False
         # measured times stay in ``timings``; a flagged submission has no speedup to report
         verdict["speedup_vs_eager"] = verdict["speedup_vs_inductor"] = None
-    return verdict
+    return Verdict.from_dict(verdict).to_dict()  # the one verdict schema (core.record.Verdict)

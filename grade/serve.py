@@ -22,6 +22,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kernelmill.core.devices import device_slots
+from kernelmill.core.record import Verdict
 
 from .grader import ReferenceError
 from .policy import Policy
@@ -47,7 +48,7 @@ def make_server(host: str = "127.0.0.1", port: int = 8100, *, device: str = "aut
                 body = json.loads(self.rfile.read(length))
                 reference, candidate = body["reference"], body["candidate"]
                 if not (isinstance(reference, str) and isinstance(candidate, str)):
-                    raise ValueError("reference and candidate must be strings")
+                    raise TypeError("reference and candidate must be strings")
             except (ValueError, KeyError, TypeError) as exc:
                 return self._answer(400, {"error": {"stage": "request", "message": str(exc)}})
             with lock:
@@ -57,9 +58,8 @@ def make_server(host: str = "127.0.0.1", port: int = 8100, *, device: str = "aut
                                 reward=str(body.get("reward") or "composite"),
                                 slot_env=slot.get("env"))
             except ReferenceError as exc:
-                verdict = {"compiled": False, "correct": False, "hacks": [], "reward": None,
-                           "reference_failed": True,
-                           "error": {"stage": "reference", "message": str(exc)}}
+                verdict = Verdict.failure("reference", str(exc), reward=None,
+                                          reference_failed=True).to_dict()
             except Exception as exc:  # noqa: BLE001 — the client hears why, the server goes on
                 return self._answer(500, {"error": {"stage": "server",
                                                     "message": f"{type(exc).__name__}: {exc}"}})

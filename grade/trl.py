@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kernelmill.core.devices import device_slots
+from kernelmill.core.record import Verdict
 
 from .grader import Grader, ReferenceError
 from .policy import Policy
@@ -182,9 +183,8 @@ def http_grader(url: str, timeout_s: float = 900.0) -> Callable[..., dict]:
         except urllib.error.HTTPError as exc:
             answer = json.loads(exc.read() or b"{}")
         except (OSError, ValueError) as exc:
-            return {"compiled": False, "correct": False, "hacks": [], "reward": None,
-                    "grader_failed": True,
-                    "error": {"stage": "remote", "message": f"{url}: {exc}"}}
+            return Verdict.failure("remote", f"{url}: {exc}", reward=None,
+                                   grader_failed=True).to_dict()
         if answer.get("reference_failed"):
             raise ReferenceError(str((answer.get("error") or {}).get("message")))
         return answer
@@ -224,9 +224,8 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
             verdict = grade(reference, code, record=record, reward=reward,
                             slot_env=slot.get("env"))
         except ReferenceError as exc:
-            return None, {"compiled": False, "correct": False, "hacks": [], "reward": None,
-                          "reference_failed": True,
-                          "error": {"stage": "reference", "message": str(exc)}}
+            return None, Verdict.failure("reference", str(exc), reward=None,
+                                         reference_failed=True).to_dict()
         if verdict.get("grader_failed"):
             return None, verdict
         score = float(verdict["reward"] if verdict.get("reward") is not None
