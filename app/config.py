@@ -17,6 +17,8 @@ from kernelmill.data import DATA_DIR
 
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.step import field_type, option
+from kernelmill.synth.llm import LLMConfig
+from kernelmill.validate.runner import ValidateConfig
 
 try:  # Python 3.11+
     import tomllib
@@ -94,15 +96,11 @@ class BuildConfig:
         if problems:
             raise KernelmillError(f"{where}: " + "; ".join(problems))
         if self.validate:
-            from kernelmill.validate.runner import ValidateConfig
-
             try:
                 ValidateConfig.coerce(dict(self.validate))
             except (KernelmillError, TypeError) as exc:
                 raise KernelmillError(f"{where}: [validate]: {exc}") from None
         if self.llm:
-            from kernelmill.synth.llm import LLMConfig
-
             try:
                 LLMConfig(**self.llm)
             except TypeError as exc:

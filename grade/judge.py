@@ -34,6 +34,7 @@ import math
 from typing import Any
 
 import torch
+from kernelmill.core.devices import device_peaks
 from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
 from kernelmill.validate.window import verdict_timing
@@ -48,9 +49,6 @@ from .policy import (
     reference_compute_ops,
 )
 
-PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H800": 3350.0, "A100": 2039.0,
-                      "L40S": 864.0, "L4": 300.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
-                      "B200": 8000.0, "GB200": 8000.0, "MI300": 5300.0}
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
 # A reported mean per-call time below this fraction of what the parent's own clock saw in a
 # back-to-back loop is not believed. Graph replays back to back take the graph's time; CPU calls
@@ -126,25 +124,15 @@ def reference_fault(reference: dict) -> str | None:
 
 def bandwidth_gbs(info: dict) -> float | None:
     """Peak DRAM bandwidth: from the device's memory clock and bus width when torch reports
-    them, else the validator's datasheet table (``validate.roofline``)."""
+    them, else the device table (``core.devices.PEAKS``); None for a device it does not know
+    (no bound rather than a wrong one)."""
     if info.get("bandwidth_gbs"):
         return float(info["bandwidth_gbs"])
     name = info.get("name")
     if not name:
-        return None  # an unknown device: no bound rather than a wrong one
-    try:
-        from kernelmill.validate.roofline import device_peaks
-
-        peaks, source = device_peaks(name)
-        if source.startswith("table:") and peaks.get("bandwidth"):
-            return peaks["bandwidth"] / 1e9
-    except ImportError:
-        pass
-    upper = name.upper()
-    for key in sorted(PEAK_BANDWIDTH_GBS, key=len, reverse=True):
-        if key in upper:
-            return PEAK_BANDWIDTH_GBS[key]
-    return None
+        return None
+    peaks, source = device_peaks(name)
+    return peaks["bandwidth"] / 1e9 if source.startswith("table:") else None
 
 
 def roofline_ms(reference: dict, record: dict | None) -> float | None:

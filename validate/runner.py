@@ -35,6 +35,7 @@ from typing import Any
 
 from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
+from kernelmill.core.progress import track
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
@@ -351,8 +352,6 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         items = [(r.to_dict(), config_dict) for r in records]
         results = runner.map_unordered(_validate_item, items)
         if progress:
-            from kernelmill.core.progress import track
-
             results = track(results, total=len(items), description="validate")
         for (data, _cfg), validation in results:
             record = Record.from_dict(data).replace(validation=validation)
