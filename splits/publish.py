@@ -429,24 +429,24 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
     where = repo_id or "path/to/this/dataset"
     lines += ["## Use", "", "```python", "from datasets import load_dataset",
               f"ds = load_dataset(\"{where}\")", "```", "",
-              "Grade candidate kernels against the eval split (on a GPU; on CPU problems are "
-              "shrunk to their calibration size):", "", "```bash",
+              ("Grade candidate kernels against the eval split (on a GPU; on CPU problems are "
+               "shrunk to their calibration size):"), "", "```bash",
               f"kernelmill grade {where} submissions.jsonl --split eval --out verdicts.jsonl",
               "```", "",
               ("`submissions.jsonl` rows are `{\"submission_id\", \"problem_id\", \"source\"}`. "
                "The exit status is 0 when every submission got a verdict; add `--fail-on hacked` "
                "(or `--fail-on incorrect`) to exit 1 when one was flagged (or was wrong)."), "",
-              "Train with TRL's GRPO; the reward reads the `reference` column and the calibrated "
-              "`atol`/`rtol`/`roofline_ms`:", "", "```python",
+              ("Train with TRL's GRPO; the reward reads the `reference` column and the calibrated "
+               "`atol`/`rtol`/`roofline_ms`:"), "", "```python",
               "from datasets import load_dataset",
               "from trl import GRPOConfig, GRPOTrainer",
               "from kernelmill.grade.trl import reward_fn",
               "",
               f"train = load_dataset(\"{where}\")[\"train\"]",
-              "# CUDA instead of Triton: train = train.remove_columns(\"prompt\")"
-              ".rename_column(\"prompt_cuda\", \"prompt\")",
-              "trainer = GRPOTrainer(model=\"Qwen/Qwen2.5-Coder-7B-Instruct\", "
-              "reward_funcs=[reward_fn],",
+              ("# CUDA instead of Triton: train = train.remove_columns(\"prompt\")"
+               ".rename_column(\"prompt_cuda\", \"prompt\")"),
+              ("trainer = GRPOTrainer(model=\"Qwen/Qwen2.5-Coder-7B-Instruct\", "
+               "reward_funcs=[reward_fn],"),
               "                      train_dataset=train, args=GRPOConfig(output_dir=\"grpo\"))",
               "trainer.train()", "```", "",
               ("The reward returns `None` (not applicable) for a problem whose reference fails "

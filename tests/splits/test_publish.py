@@ -5,13 +5,13 @@ import json
 
 import pytest
 import yaml
+from fixtures.dedup_sources import BASE
 from kernelmill.app.cli import main
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.interop import problem_files, record_from_file
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter
 from kernelmill.splits.publish import columns, publish_dataset
-from fixtures.dedup_sources import BASE
 
 
 def validation(i: int) -> dict:

@@ -135,7 +135,7 @@ def test_selection_keeps_the_best_k_prefers_concise_reasoning_and_caps_length(gr
 
 
 def test_balance_trims_the_over_full_category_weakest_first(graded):
-    folder, ids = graded
+    folder, _ = graded
     result = sft_pairs(folder / "problems.jsonl", folder / "verdicts.jsonl",
                        folder / "subs.jsonl", SftConfig(per_problem=2, max_share=0.5))
     by_category = {}
