@@ -44,6 +44,31 @@ def test_worker_module_imports_nothing_forbidden(module):
     assert not loaded & set(WORKER["forbidden_modules"]), loaded & set(WORKER["forbidden_modules"])
 
 
+def test_every_module_a_worker_loads_is_under_the_contract():
+    """What runs inside a worker is what its task modules import: every kernelmill module they
+    load (package ``__init__`` files aside) must be one the forbidden contract checks."""
+    imports = "".join(f"import {m}\n" for m in WORKER["source_modules"])
+    code = (f"import sys, json\n{imports}"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kernelmill.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    packages = {m for m in loaded if m.count(".") == 1}
+    assert loaded - packages <= set(WORKER["source_modules"]), \
+        loaded - packages - set(WORKER["source_modules"])
+
+
+def test_worker_tasks_live_in_contract_modules():
+    """The task targets the parents hand to workers (``"module:function"``) are contract modules."""
+    import re
+
+    targets = set()
+    for path in [*(ROOT / "validate").glob("*.py"), *(ROOT / "grade").glob("*.py")]:
+        targets |= set(re.findall(r'"(kernelmill\.[a-z_.]+):[a-z_]+"', path.read_text()))
+    assert targets and targets <= set(WORKER["source_modules"]), targets
+
+
 def test_layers_name_every_stage_folder():
     """Every folder that is a package of its own sits in the layers contract."""
     (layers,) = [c for c in _contracts() if c["type"] == "layers"]
