@@ -102,3 +102,16 @@ def test_cpu_grade_shrinks_an_uncalibrated_reference(tmp_path):
     assert verdict["correct"]
     assert verdict["resized"] is not None and verdict["resized"] < 1 / 64
     assert json.dumps(verdict, default=str)
+
+
+def test_single_grade_shows_progress_and_fails_on_incorrect_when_asked(tmp_path, capsys):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(read("honest_scale_add").replace("2.0 * x + y", "3.0 * x + y"))
+    reference = str(SUBMISSIONS / "ref_scale_add.py")
+    args = ["grade", "--reference", reference, "--candidate", str(wrong), "--device", "cpu",
+            "--no-time", "--trials", "2"]
+    assert main(args) == 0  # a verdict was reached: wrong, but graded
+    err = capsys.readouterr().err
+    assert f"kernelmill: grading {wrong} against {reference} on cpu ..." in err
+    assert main([*args, "--fail-on", "incorrect"]) == 1
+    assert main([*args, "--fail-on", "hacked"]) == 0
