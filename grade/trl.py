@@ -140,8 +140,9 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
     this machine; a verdict raises ``ReferenceError`` when the reference cannot run.
 
     A candidate whose timing loop timed out is graded again without timing: when its outputs are
-    right the verdict says ``correct: true`` with ``timing: "timed out"`` and no speedup, so a
-    slow correct kernel is told apart from one that hangs (which stays ``correct: false``).
+    right the verdict says ``correct: true`` with ``timing_timed_out: true`` (the first run's
+    error in ``timing_error``) and no speedup, so a slow correct kernel is told apart from one
+    that hangs (which stays ``correct: false``).
     """
     grader = Grader(device, policy=policy)
     untimed: list[Grader] = []
@@ -155,7 +156,7 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
             untimed.append(Grader(device, policy=dataclasses.replace(grader.policy, time=False)))
         second = untimed[0].grade(reference, code, record=record, reward=reward,
                                   slot_env=slot_env)
-        second["timing"] = "timed out"
+        second["timing_timed_out"] = True
         second["timing_error"] = verdict.get("error")
         second["wall_s"] = verdict.get("wall_s", 0) + second.get("wall_s", 0)
         return second
@@ -267,7 +268,7 @@ def batch_metrics(verdicts: list[dict]) -> dict[str, float]:
         "compiled": sum(bool(v.get("compiled")) for v in verdicts) / n,
         "correct": sum(bool(v.get("correct")) for v in verdicts) / n,
         "hacked": sum(bool(v.get("hacks")) for v in verdicts) / n,
-        "timing_timed_out": sum(v.get("timing") == "timed out" for v in verdicts) / n,
+        "timing_timed_out": sum(bool(v.get("timing_timed_out")) for v in verdicts) / n,
         "not_applicable": sum(bool(v.get("reference_failed") or v.get("grader_failed"))
                               for v in verdicts) / n,
     }
