@@ -28,7 +28,7 @@ COMMANDS = [
 @pytest.mark.parametrize("content, message", [
     ("", "no records (the file is empty)"),
     (json.dumps(SUBMISSION) + "\n", "row(s) is a problem record"),
-])
+], ids=["empty", "other_schema"])
 @pytest.mark.parametrize("command, args", COMMANDS, ids=[c for c, _ in COMMANDS])
 def test_stage_commands_refuse_input_with_no_record(tmp_path, command, args, content, message):
     given = tmp_path / "input.jsonl"

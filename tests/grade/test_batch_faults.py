@@ -46,7 +46,8 @@ def test_a_second_batch_on_the_same_out_fails_at_once_naming_the_first(tmp_path)
         first.wait()
 
 
-@pytest.mark.parametrize("rows", ["", '{"id": "x", "source": "y"}\n{"submission": 1}\n'])
+@pytest.mark.parametrize("rows", ["", '{"id": "x", "source": "y"}\n{"submission": 1}\n'],
+                         ids=["empty", "other_schema"])
 def test_submissions_with_no_usable_row_are_one_error(tmp_path, rows):
     submissions = tmp_path / "submissions.jsonl"
     submissions.write_text(rows)

@@ -29,7 +29,7 @@ POLICY = Policy(time=False, trials=1, timeout_s=120)
     ("int", r"reference forward returned int \(int\) on trial 0"),
     ("empty_tuple", r"reference forward returned tuple:0 \(no output\) on trial 0"),
     ("crash", r"reference failed in reference forward: .*reference bug"),
-])
+], ids=["none", "int", "empty_tuple", "crash"])
 def test_a_broken_reference_is_a_reference_error(kind, message):
     with pytest.raises(ReferenceError, match=message):
         Grader("cpu", policy=POLICY).grade(BROKEN[kind], HONEST)
