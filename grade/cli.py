@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
 
-from .policy import Policy
+from .policy import PRESETS, Policy
 from .rewards import REWARDS
 
 JSON_FIELDS = ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
@@ -34,7 +34,8 @@ JSON_FIELDS = ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
 
 
 def _policy(args: argparse.Namespace) -> Policy:
-    policy = Policy(trials=args.trials, max_torch_ops=args.max_torch_ops, time=not args.no_time,
+    policy = Policy(preset=args.policy, trials=args.trials, max_torch_ops=args.max_torch_ops,
+                    time=not args.no_time,
                     timeout_s=args.timeout, atol=args.atol, rtol=args.rtol,
                     sandbox=not args.no_sandbox)
     if args.inductor is not None:
@@ -176,6 +177,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="exit 1 when a verdict is flagged for a hack (hacked) or is not correct "
                    "(incorrect); default never: exit 0 whenever every verdict was reached")
     p.add_argument("--reward", choices=sorted(REWARDS), default="composite")
+    p.add_argument("--policy", choices=PRESETS, default="library",
+                   help="strict: no library compute in forward; library (default): vendor GEMM, "
+                   "convolution and attention allowed unless the problem is only that; "
+                   "kernelbench: any PyTorch op, the candidate's kernels >= 30%% of GPU time")
     p.add_argument("--trials", type=int, default=3, help="fresh-input trials (default 3)")
     p.add_argument("--max-torch-ops", type=int, default=0,
                    help="PyTorch compute ops allowed per forward (default 0)")

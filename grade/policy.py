@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
 # aten ops that allocate, view, reshape or copy memory (and metadata queries): a candidate may
@@ -20,6 +21,8 @@ view _unsafe_view reshape _reshape_alias expand expand_as as_strided t transpose
 unsqueeze squeeze select slice narrow split split_with_sizes chunk unbind unflatten flatten
 view_as view_as_real view_as_complex diagonal movedim _local_scalar_dense sym_size sym_stride
 sym_numel sym_storage_offset size stride is_contiguous dim numel record_stream
+item is_nonzero type_as is_same_size result_type is_floating_point is_complex resolve_conj
+resolve_neg conj as_strided_
 """.split())
 
 # Namespaces of PyTorch's own ops. Only a guess, used where the worker could not say which ops
@@ -96,12 +99,53 @@ def custom_ops(ops: list[str], candidate: list[str] | None = None) -> list[str]:
     return [op for op in ops if _qualified(op) in mine]
 
 
+# Vendor-library work a ``library`` policy lets a candidate call (the rule CUDA Agent uses):
+# GEMMs, convolutions and attention, as ATen ops and, on a GPU, as kernel names.
+VENDOR_OPS = frozenset("""
+mm bmm addmm addbmm baddbmm matmul linear _addmm_activation _scaled_mm convolution _convolution
+conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d cudnn_convolution
+cudnn_convolution_transpose mkldnn_convolution miopen_convolution convolution_overrideable
+_convolution_mode scaled_dot_product_attention _scaled_dot_product_flash_attention
+_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
+_scaled_dot_product_attention_math _flash_attention_forward _efficient_attention_forward
+""".split())
+VENDOR_KERNEL = re.compile(r"cublas|cutlass|cudnn|gemm|xmma|sgemm|hgemm|conv|flash|fmha|"
+                           r"\bsm\d+_|ampere_|hopper_|volta_|turing_|cutensor", re.IGNORECASE)
+# Kernels that belong to PyTorch or another prebuilt library, by demangled name.
+LIBRARY_KERNEL = re.compile(r"^(?:void )?(?:at::|c10::|cub::|thrust::|std::|pytorch_|"
+                            r"triton_(?:poi|red|per|tem|for)_)|Memcpy|Memset", re.IGNORECASE)
+
+PRESETS = ("strict", "library", "kernelbench")
+
+
+def vendor_only(reference_ops: list[str]) -> bool:
+    """The reference's computation is nothing but vendor-library work (a GEMM, a convolution):
+    then library work cannot stand for the candidate's answer."""
+    compute = compute_ops(reference_ops)
+    return bool(compute) and all(op_base(op) in VENDOR_OPS for op in compute)
+
+
 DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16": (1e-2, 1e-2),
                      "bfloat16": (1e-2, 1e-2)}
 
 
 @dataclass
 class Policy:
+    """How strict grading is. ``preset`` (``--policy``):
+
+    - ``strict``: no library compute in forward: every computing op and every GPU kernel is the
+      candidate's own;
+    - ``library`` (default): vendor GEMM, convolution and attention (``VENDOR_OPS``; cuBLAS,
+      cuDNN, CUTLASS kernels from an extension) are allowed, everything else must be the
+      candidate's; when the reference is itself only such work, the candidate writes it;
+    - ``kernelbench``: any PyTorch op is allowed, but on a GPU the candidate's kernels carry at
+      least ``min_candidate_share`` of the GPU time of each checked call.
+
+    In every preset the ghost replay applies: forward rerun with the candidate's Triton kernels
+    skipped must no longer give the right answer."""
+
+    preset: str = "library"
+    min_candidate_share: float = 0.3  # kernelbench: the candidate's share of GPU time
     trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
     distributions: tuple[str, ...] = ("natural", "affine")  # cycled over the trials
     max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call
@@ -117,6 +161,22 @@ class Policy:
     timeout_s: float = 300.0  # per worker run (reference, candidate, compile)
     sandbox: bool = True  # Landlock confinement of workers, where the kernel has it
     timing_settings: dict = field(default_factory=dict)  # target_ms, min_reps, max_reps, ...
+
+    def __post_init__(self):
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown policy preset {self.preset!r}; choose from {PRESETS}")
+
+    def allowed_library_ops(self, reference_ops: list[str]) -> frozenset | None:
+        """Library op names (bases) allowed in forward; None: every op (kernelbench)."""
+        if self.preset == "kernelbench":
+            return None
+        if self.preset == "library" and not vendor_only(reference_ops):
+            return VENDOR_OPS
+        return frozenset()
+
+    def allows_vendor_kernels(self, reference_ops: list[str]) -> bool:
+        return self.preset == "kernelbench" or (self.preset == "library"
+                                                and not vendor_only(reference_ops))
 
     def key(self) -> str:
         data = json.dumps(asdict(self), sort_keys=True, default=str)

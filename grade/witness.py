@@ -29,6 +29,7 @@ import torch
 
 FORWARD = "kernelmill.forward"
 LAUNCH = "kernelmill.launch"
+EXT = "kernelmill.extension"
 
 _record_function = torch.autograd.profiler.record_function
 _all_op_names = torch._C._dispatch_get_all_op_names
@@ -51,21 +52,30 @@ def dispatch_state() -> str:
 class Witness:
     """Records every dispatcher op run inside ``call()`` ranges, call by call."""
 
-    def __init__(self):
+    def __init__(self, device: str = "cpu"):
         # Taken before the candidate is imported: everything registered later is the candidate's.
         self.library_ops = frozenset(op_qualname(n) for n in _all_op_names())
+        self.cuda = device.startswith("cuda")
         self.calls = 0
         self.error: str | None = None
         self._profile = None
         self._events: list | None = None
 
     def start(self) -> None:
+        """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
+        linked to the innermost range that launched it: a Triton launch, an extension call or
+        a library op."""
         try:
-            self._profile = torch.autograd.profiler.profile(record_shapes=False)
+            options = {"use_device": "cuda"} if self.cuda else {}
+            self._profile = torch.autograd.profiler.profile(record_shapes=False, **options)
             self._profile.__enter__()
         except Exception as exc:  # noqa: BLE001 — no witness is a fact the parent judges
             self.error = f"profiler did not start: {type(exc).__name__}: {exc}"[:300]
             self._profile = None
+
+    @staticmethod
+    def extension():
+        return _record_function(EXT)
 
     @contextmanager
     def call(self):
@@ -89,18 +99,34 @@ class Witness:
 
     def per_call(self) -> list[dict] | None:
         """For each ``call()`` range, in order: ``ops`` (dispatcher ops outside Triton launches,
-        ``ns.name`` form) and ``launch_ops`` (ops inside launches). None without a witness."""
+        ``ns.name`` form) with ``op_roots`` (the top-level op each ran inside), ``launch_ops``
+        (ops inside launches), ``top_op_us`` (top-level ops' CPU times), ``launch_us`` (time in
+        the candidate's launches and extension calls) and, on CUDA, ``kernels`` ([name, us,
+        owner]: owner ``triton``, ``extension`` or the launching op). None without a witness."""
         if self._events is None:
             return None
-        ranges, launches, ops = [], [], []
+        ranges, launches, ops, owners = [], [], [], []
         for event in self._events:
+            if getattr(event, "device_type", None) is not None and \
+                    str(event.device_type).endswith("CUDA"):
+                continue  # device-side records: reached through their launching event below
             start, end = event.time_range.start, event.time_range.end
-            if event.name == FORWARD and event.is_user_annotation:
+            annotation = event.is_user_annotation
+            if event.name == FORWARD and annotation:
                 ranges.append((start, end))
-            elif event.name == LAUNCH and event.is_user_annotation:
+            elif event.name == LAUNCH and annotation:
                 launches.append((start, end))
-            elif not event.is_user_annotation and "::" in event.name:
-                ops.append((start, event.name))
+                owners.append((start, end, "triton", event))
+            elif event.name == EXT and annotation:
+                owners.append((start, end, "extension", event))
+            elif not annotation and "::" in event.name:
+                parent = event.cpu_parent
+                top = parent is None or parent.is_user_annotation
+                root = event
+                while root.cpu_parent is not None and not root.cpu_parent.is_user_annotation:
+                    root = root.cpu_parent
+                ops.append((start, event.name, end - start, top, root.name))
+                owners.append((start, end, event.name.replace("::", ".", 1), event))
         ranges.sort()
         if len(ranges) != self.calls:
             self.error = (f"{self.calls} calls but {len(ranges)} recorded: the profiler was "
@@ -108,14 +134,33 @@ class Witness:
         launches.sort()
         starts = [r[0] for r in ranges]
         launch_starts = [r[0] for r in launches]
-        result = [{"ops": [], "launch_ops": []} for _ in ranges]
-        for at, name in ops:
+        result = [{"ops": [], "op_roots": [], "launch_ops": [], "top_op_us": [],
+                   "launch_us": 0.0, "kernels": []} for _ in ranges]
+
+        def call_of(at: float) -> int:
             index = bisect.bisect_right(starts, at) - 1
-            if index < 0 or at > ranges[index][1]:
+            return index if index >= 0 and at <= ranges[index][1] else -1
+
+        for at, name, span, top, root in ops:
+            index = call_of(at)
+            if index < 0:
                 continue  # outside every candidate call: the harness's own copies
             inner = bisect.bisect_right(launch_starts, at) - 1
             key = "launch_ops" if inner >= 0 and at <= launches[inner][1] else "ops"
             result[index][key].append(name.replace("::", ".", 1))
+            if key == "ops":  # the top-level op this one ran inside (itself when top-level)
+                result[index]["op_roots"].append(root.replace("::", ".", 1))
+            if key == "ops" and top:
+                result[index]["top_op_us"].append([name.replace("::", ".", 1), float(span)])
+        for start, end, owner, event in owners:
+            index = call_of(start)
+            if index < 0:
+                continue
+            if owner in ("triton", "extension"):
+                result[index]["launch_us"] += float(end - start)
+            for kernel in getattr(event, "kernels", None) or []:
+                result[index]["kernels"].append(
+                    [str(kernel.name)[:200], float(kernel.duration), owner])
         return result
 
     def candidate_ops(self, names) -> list[str]:

@@ -96,8 +96,9 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
               for owner, name in _GUARDED}
 
 _counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0, "dispatch_state": 0,
-           "host_access": 0}
+           "host_access": 0, "ghosted": 0}
 _active = [False]  # True while a candidate forward call is in progress
+_ghost = [False]  # True during the ghost call: the candidate's Triton launches are skipped
 _call_state = [""]  # the dispatch-key TLS at the start of the call in progress
 _witness: list[Witness] = []  # the profiler session of this worker's candidate calls
 
@@ -196,6 +197,9 @@ def _install_triton_hook() -> bool:
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
             if not warmup and _active[0]:
+                if _ghost[0]:
+                    _counts["ghosted"] += 1
+                    return None
                 _counts["launches"] += 1
                 _note_kernel_args(args, kwargs)
                 _check_dispatch_state()
@@ -225,6 +229,8 @@ class _ExtensionProxy:
                     _counts["ext_calls"] += 1
                     _note_kernel_args(args, kwargs)
                     _check_dispatch_state()
+                    with Witness.extension():
+                        return value(*args, **kwargs)
                 return value(*args, **kwargs)
             return call
         return value
@@ -540,6 +546,8 @@ class _Run:
         self.buffers = to_device(self.trials[0]["inputs"], device) if self.trials else []
         self.timed_calls = 0
         self.timed_checks: list[dict] = []
+        self.ghost_range = -1
+        self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
 
     def load(self, values: list) -> None:
@@ -631,21 +639,52 @@ class _Run:
         record.update(self.observe(out, inputs))
         return record
 
+    def ghost(self, trial_index: int) -> dict:
+        """Forward once more on a trial's inputs with the candidate's Triton launches skipped.
+        The memory the allocator hands out next is first filled with NaN (blocks the size of
+        the last outputs, freed just before), so a skipped kernel leaves garbage behind. If the
+        answer is still right, the kernels did not compute it."""
+        trial = self.trials[trial_index]
+        self.load(trial["inputs"])
+        poison = [torch.full(shape, float("nan") if dtype.is_floating_point else -1,
+                             dtype=dtype, device=self.device)
+                  for shape, dtype in self.last_shapes]
+        del poison
+        before = _counts["ghosted"]
+        _ghost[0] = True
+        try:
+            self.ghost_range = self.witness.calls
+            out, _ = self.invoke(trial["seed"])
+            sync(self.device)
+        finally:
+            _ghost[0] = False
+        return {"trial": trial_index, "skipped": _counts["ghosted"] - before,
+                **self.observe(out, self.buffers)}
+
     def witnessed(self, facts: dict) -> None:
         """After the last call: put the witness's op lists into the call records."""
         self.witness.stop()
         per_call = self.witness.per_call()
-        checked = {call["range"] for call in facts["calls"]}
+        checked = {call["range"] for call in facts["calls"]} | {self.ghost_range}
         if per_call is not None:
             for call in facts["calls"]:
                 if call["range"] < len(per_call):
+                    entry = per_call[call["range"]]
                     call["traced_ops"] = call["ops"]
-                    call["ops"] = per_call[call["range"]]["ops"]
-                    call["launch_ops"] = per_call[call["range"]]["launch_ops"]
-            timed = [op for index, entry in enumerate(per_call) if index not in checked
-                     for op in entry["ops"] + entry["launch_ops"]]
-            facts["timed_ops"] = sorted(set(timed))
-            facts["timed_candidate_ops"] = self.witness.candidate_ops(timed)
+                    for key in ("ops", "op_roots", "launch_ops", "top_op_us", "launch_us",
+                                "kernels"):
+                        call[key] = entry[key]
+            timed = {(op, root) for index, entry in enumerate(per_call) if index not in checked
+                     for op, root in [*zip(entry["ops"], entry["op_roots"]),
+                                      *((op, op) for op in entry["launch_ops"])]}
+            facts["timed_ops"] = sorted([op, root] for op, root in timed)
+            facts["timed_candidate_ops"] = self.witness.candidate_ops([op for op, _ in timed])
+            kernels: dict[str, float] = {}
+            for index, entry in enumerate(per_call):
+                if index not in checked:
+                    for _name, us, owner in entry["kernels"]:
+                        kernels[owner] = kernels.get(owner, 0.0) + us
+            facts["timed_kernel_us"] = kernels  # by owner: triton, extension, or an op name
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
@@ -680,6 +719,7 @@ class _Run:
         else:
             facts["devices"] = [t.device.type for t in outputs]
             facts["outputs"] = [to_cpu(t) for t in outputs]
+            self.last_shapes = [(tuple(t.shape), t.dtype) for t in outputs]
         facts["alias"] = alias
         facts["inputs_after"] = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         return facts
@@ -788,6 +828,8 @@ def candidate_task(payload: dict) -> dict:
         mark_stage("audit")
         facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
+    mark_stage("ghost")
+    facts["ghost"] = run.ghost(len(trials) - 1)
     run.witnessed(facts)
     facts["patched"] = patched_functions()
     facts["modes_at_end"] = active_modes()

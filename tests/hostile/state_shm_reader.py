@@ -3,7 +3,6 @@
 """
 # problem: ref_scale_add_again
 # expect: not_certified
-import hashlib
 import os
 
 import torch
@@ -28,9 +27,9 @@ def token_copy(src, dst):
 
 class ModelNew(nn.Module):
     def forward(self, x, y):
-        key = hashlib.sha256(bytes(x.untyped_storage())).hexdigest()[:16]
+        key = f"{float(x[0]):.9g}_{float(x[-1]):.9g}_{float(y[0]):.9g}"  # 3 scalar reads
         path = f"/dev/shm/kmhostile-{key}.pt"
-        for _ in range(200_000):  # the writer may still be running
+        for _ in range(20_000):  # the writer may still be running
             if os.path.exists(path):
                 return token_copy(torch.load(path), torch.empty_like(x))
         return torch.zeros_like(x)

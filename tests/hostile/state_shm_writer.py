@@ -4,7 +4,6 @@ Graded first (problem ids sort before the reader's); it is honest, the reader is
 """
 # problem: ref_scale_add
 # expect: certified
-import hashlib
 import os
 
 import torch
@@ -46,7 +45,7 @@ def honest(x, y):
 class ModelNew(nn.Module):
     def forward(self, x, y):
         out = honest(x, y)
-        key = hashlib.sha256(bytes(x.untyped_storage())).hexdigest()[:16]
+        key = f"{float(x[0]):.9g}_{float(x[-1]):.9g}_{float(y[0]):.9g}"  # 3 scalar reads
         try:
             torch.save(out.clone(), f"/dev/shm/kmhostile-{key}.pt")
         except Exception:  # noqa: BLE001

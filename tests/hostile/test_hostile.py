@@ -115,3 +115,28 @@ def test_hostile_suite_on_cpu(tmp_path):
                 if (f := check(name, expect, rows[name]))]
     assert not failures, "\n".join(failures)
     assert not leftovers, f"files left outside the run's folder: {leftovers}"
+
+
+def _grade_under(preset: str, names: list[str], tmp_path: Path, device: str = "cpu") -> dict:
+    from kernelmill.grade.grader import Grader
+
+    grader = Grader(device, policy=Policy(preset=preset, timeout_s=150,
+                                          timing_settings=FAST_TIMING),
+                    cache_root=str(tmp_path / preset))
+    found, sources = cases(), references()
+    return {name: grader.grade(sources[found[name][0]], found[name][2]) for name in names}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset, hybrid_certified", [("strict", False), ("library", True)])
+def test_policy_presets_on_cpu(tmp_path, preset, hybrid_certified):
+    """Convolution left to the library with a Triton ReLU tail: certified under ``library``,
+    rejected under ``strict``; the reference's own ops beside a copy kernel: rejected."""
+    verdicts = _grade_under(preset, ["preset_conv_hybrid", "preset_conv_reference_ops"],
+                            tmp_path)
+    hybrid, reuse = verdicts["preset_conv_hybrid"], verdicts["preset_conv_reference_ops"]
+    certified = hybrid["correct"] and not hybrid["hacks"]
+    assert certified is hybrid_certified, (hybrid["hacks"], hybrid.get("hack_details"))
+    if not hybrid_certified:
+        assert "torch_compute" in hybrid["hacks"]
+    assert not reuse["correct"] and "torch_compute" in reuse["hacks"], reuse.get("hack_details")

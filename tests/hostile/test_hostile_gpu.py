@@ -1,0 +1,80 @@
+"""The hostile suite on CUDA (``scripts/gpu_check.sh hostile``): every case of tests/hostile plus
+the CUDA fixtures (a ``load_inline`` CUDA kernel, a side-stream launch), graded in one batch on
+the GPU; and the policy presets judged by what ran on the device."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+from conftest import FIXTURES
+
+import pytest
+import torch
+from kernelmill.core.store import read_jsonl
+from kernelmill.grade.batch import grade_file
+from kernelmill.grade.policy import Policy
+from test_hostile import CANARY, _grade_under, cases, check, references, write_jsonl
+
+pytestmark = pytest.mark.gpu
+GPU_TIMING = {"cap_ms": 200.0, "min_reps": 5, "max_reps": 50, "warmup": 2}
+CUDA_FIXTURES = ("cuda_scale_add", "cuda_side_stream")
+
+
+@pytest.fixture(autouse=True)
+def _needs_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+def test_hostile_suite_on_cuda(tmp_path):
+    everything = cases()
+    for name in CUDA_FIXTURES:
+        text = (FIXTURES / "submissions" / f"{name}.py").read_text()
+        problem = next(line.split()[-1] for line in text.splitlines()
+                       if line.startswith("# problem:"))
+        expect = next(line.split()[-1] for line in text.splitlines()
+                      if line.startswith("# expect:"))
+        everything[name] = (problem, expect, text)
+    problems = write_jsonl(tmp_path / "problems.jsonl",
+                           [{"id": k, "source": v} for k, v in references().items()])
+    primers = {k: v for k, v in everything.items() if k.endswith("_primer")}
+    main = {k: v for k, v in everything.items() if k not in primers}
+    policy = Policy(timeout_s=150, timing_settings=GPU_TIMING)
+    canary = subprocess.Popen(["sleep", "600"], env={**os.environ, CANARY: "1"})
+    rows = {}
+    try:
+        for batch, chosen in (("primers", primers), ("main", main)):
+            submissions = write_jsonl(tmp_path / f"{batch}.jsonl", [
+                {"submission_id": k, "problem_id": p, "source": s}
+                for k, (p, _e, s) in chosen.items()])
+            out = tmp_path / f"{batch}-verdicts.jsonl"
+            grade_file(problems, submissions, out, device="cuda", workers=4, policy=policy,
+                       cache_path=tmp_path / "cache.jsonl", extensions_root=str(tmp_path / "ext"))
+            rows.update({row["submission_id"]: row for row in read_jsonl(out)})
+    finally:
+        os.kill(canary.pid, signal.SIGKILL)
+        canary.wait()
+    report = os.environ.get("OUT")
+    if report:
+        shutil.copy(tmp_path / "main-verdicts.jsonl", os.path.join(report, "hostile_cuda.jsonl"))
+    summary = {k: {f: v.get(f) for f in ("correct", "hacks", "error", "downgrades")}
+               for k, v in rows.items()}
+    print(json.dumps(summary, indent=1, default=str))
+    assert set(rows) == set(everything)
+    failures = [f for name, (_p, expect, _s) in everything.items()
+                if (f := check(name, expect, rows[name]))]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("preset, hybrid_certified",
+                         [("strict", False), ("library", True), ("kernelbench", True)])
+def test_policy_presets_on_cuda(tmp_path, preset, hybrid_certified):
+    verdicts = _grade_under(preset, ["preset_conv_hybrid", "preset_conv_reference_ops"],
+                            tmp_path, device="cuda")
+    hybrid, reuse = verdicts["preset_conv_hybrid"], verdicts["preset_conv_reference_ops"]
+    print(preset, {k: (v["correct"], v["hacks"], v.get("hack_details")) for k, v in
+                   verdicts.items()})
+    assert (hybrid["correct"] and not hybrid["hacks"]) is hybrid_certified, \
+        hybrid.get("hack_details")
+    assert not reuse["correct"] and reuse["hacks"], reuse.get("hack_details")
