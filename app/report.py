@@ -147,10 +147,12 @@ def funnel_figure(data: ReportData):
     fig, ax = _figure(8.5, 0.55 * len(stages) + 2.2)
     ys = list(range(len(stages)))[::-1]
     shown: set[str] = set()
-    for y, stats in zip(ys, stages):
-        ax.barh(y, stats.n_kept, color=KEPT_COLOR, label="kept" if "kept" not in shown else None)
+    for y, stats in zip(ys, stages):  # each bar centred on 0, so the stages narrow as a funnel
+        start = -(stats.n_kept + stats.n_dropped) / 2
+        ax.barh(y, stats.n_kept, left=start, color=KEPT_COLOR,
+                label="kept" if "kept" not in shown else None)
         shown.add("kept")
-        left = stats.n_kept
+        left = start + stats.n_kept
         for reason, n in sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]):
             if not n:
                 continue
@@ -163,8 +165,10 @@ def funnel_figure(data: ReportData):
                                                      if stats.n_dropped else ""),
                 va="center", fontsize=8)
     ax.set_yticks(ys, [s.stage for s in stages])
-    ax.set_xlim(0, max(s.n_kept + s.n_dropped for s in stages) * 1.35 + 1)
-    _style(ax, "Problems through the build", "problems")
+    widest = max(s.n_kept + s.n_dropped for s in stages)
+    ax.set_xlim(-widest / 2 - 1, widest * 1.1 + 1)  # room on the right for the counts
+    _style(ax, "Problems through the build", "problems (each bar centred)")
+    ax.set_xticks([])
     ax.legend(fontsize=7, loc="lower right", frameon=False)
     fig.tight_layout()
     return fig
