@@ -23,9 +23,9 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _config(tmp_path, out):
+def _config(tmp_path, out, seeds=4):
     path = tmp_path / "build.toml"
-    path.write_text(f'out = "{out}"\nn = 0\nseeds_limit = 4\ndevice = "cpu"\nworkers = 2\n'
+    path.write_text(f'out = "{out}"\nn = 0\nseeds_limit = {seeds}\ndevice = "cpu"\nworkers = 2\n'
                     "report = false\neval_fraction = 0.5\n")
     return path
 
@@ -71,7 +71,7 @@ def test_a_published_dataset_edited_afterwards_is_published_again(built):
 
 def test_a_second_build_on_the_same_folder_fails_at_once_naming_the_first(tmp_path):
     out = tmp_path / "out"
-    config = _config(tmp_path, out)
+    config = _config(tmp_path, out, seeds=40)  # a first build that is still validating
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "kernelmill.app.cli", "build", "--config", str(config)]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
