@@ -329,7 +329,7 @@ def _print_summary(result: BuildResult) -> None:
                   f"{counts['eval']} eval) in {result.seconds:.0f}s", highlight=False)
     console.print(f"  load it:   python -c \"import datasets; "
                   f"print(datasets.load_dataset('{dataset}'))\"", highlight=False, soft_wrap=True)
-    console.print(f"  grade:     kernelmill grade --problems {out / 'splits' / 'eval.jsonl'} "
+    console.print(f"  grade:     kernelmill grade --problems {dataset} --split eval "
                   "--submissions SUBMISSIONS.jsonl --out verdicts.jsonl", highlight=False,
                   soft_wrap=True)
     if result.report:
