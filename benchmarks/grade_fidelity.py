@@ -31,22 +31,23 @@ SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
 SET = [
     ("scale_add_4k", SUBMISSIONS / "honest_scale_add.py", {"N": 4096}),
     ("scale_add_1m", SUBMISSIONS / "honest_scale_add.py", {"N": 1 << 20}),
-    ("scale_add_64m", SUBMISSIONS / "honest_scale_add.py", {"N": 1 << 26}),
+    ("scale_add_16m", SUBMISSIONS / "honest_scale_add.py", {"N": 1 << 24}),
     ("relu_16k", HONEST / "relu.py", {"N": 1 << 14}),
-    ("relu_4m", HONEST / "relu.py", {"N": 1 << 22}),
-    ("relu_64m", HONEST / "relu.py", {"N": 1 << 26}),
+    ("relu_16m", HONEST / "relu.py", {"N": 1 << 24}),
     ("row_sum_64x96", SUBMISSIONS / "honest_row_sum.py", {}),
     ("row_sum_16kx1k", SUBMISSIONS / "honest_row_sum.py", {"ROWS": 16384, "COLS": 1024}),
     ("softmax_128x512", HONEST / "softmax.py", {}),
-    ("softmax_16kx4k", HONEST / "softmax.py", {"ROWS": 16384, "COLS": 4096}),
+    ("softmax_4kx4k", HONEST / "softmax.py", {"ROWS": 4096, "COLS": 4096}),
     ("matmul_fp16_256", HONEST / "matmul_fp16.py", {}),
     ("matmul_fp16_2k", HONEST / "matmul_fp16.py", {"SIZE": 2048}),
+    ("matmul_fp16_4k", HONEST / "matmul_fp16.py", {"SIZE": 4096}),
 ]
-CPU_SIZES = {"scale_add_1m": {"N": 1 << 14}, "scale_add_64m": {"N": 1 << 16},
-             "relu_4m": {"N": 1 << 15}, "relu_64m": {"N": 1 << 16},
-             "row_sum_16kx1k": {"ROWS": 256, "COLS": 128},
-             "softmax_16kx4k": {"ROWS": 256, "COLS": 256},
-             "matmul_fp16_2k": {"SIZE": 64}}
+# (The harness ships every checked call's inputs and outputs back in one frame of at most 4 GiB:
+# sizes stay under 64 MiB per tensor.)
+CPU_SIZES = {"scale_add_1m": {"N": 1 << 14}, "scale_add_16m": {"N": 1 << 16},
+             "relu_16m": {"N": 1 << 16}, "row_sum_16kx1k": {"ROWS": 256, "COLS": 128},
+             "softmax_4kx4k": {"ROWS": 256, "COLS": 256}, "matmul_fp16_2k": {"SIZE": 64},
+             "matmul_fp16_4k": {"SIZE": 128}}
 
 
 def problem_source(answer: Path, sizes: dict) -> str:
@@ -96,16 +97,21 @@ def main(argv: list[str] | None = None) -> int:
                                    "timing": timing, "seconds": round(seconds, 2),
                                    "window_error": (verdict.get("timings") or {}).get("error")})
                 print(f"  repeat {repeat} {name:18s} {seconds:5.1f}s "
+                      f"ref {timing.get('reference_ms') or float('nan'):.4g} ms "
+                      f"cand {timing.get('candidate_ms') or float('nan'):.4g} ms "
                       f"speedup {verdict.get('speedup_vs_eager') or float('nan'):.4g} "
                       f"{timing.get('method', '-')} ci {timing.get('ci_pct') or 0:.2f}% "
                       f"{'' if verdict['correct'] else 'NOT CERTIFIED ' + str(verdict['hacks'])}"
                       f"{(verdict.get('error') or {}).get('message', '')[:120]}", flush=True)
-    elapsed = time.monotonic() - started
+        table(rows, args, items, time.monotonic() - started)
+    return 0
 
+
+def table(rows: dict, args, items: list, elapsed: float) -> None:
     print(f"\n{'kernel':18s} {'ref ms':>9s} {'cand ms':>9s} {'speedup':>8s} {'spread':>7s} "
           f"{'max ci':>6s}  method")
     spreads = []
-    table = []
+    summary = []
     for name, runs in rows.items():
         speedups = [r["speedup"] for r in runs if r["speedup"]]
         ref = [r["timing"]["reference_ms"] for r in runs if r["timing"]]
@@ -115,27 +121,27 @@ def main(argv: list[str] | None = None) -> int:
         if len(speedups) < len(runs) or not speedups:
             print(f"{name:18s} {'-':>9s} {'-':>9s} {'-':>8s} {'-':>7s} {'-':>6s}  "
                   f"{len(speedups)}/{len(runs)} graded with a speedup")
-            table.append({"kernel": name, "runs": runs, "spread": None})
+            summary.append({"kernel": name, "runs": runs, "spread": None})
             continue
         median = statistics.median(speedups)
         spread = (max(speedups) - min(speedups)) / median
         spreads.append(spread)
-        table.append({"kernel": name, "runs": runs, "spread": spread, "speedup": median,
-                      "reference_ms": statistics.median(ref),
-                      "candidate_ms": statistics.median(cand)})
+        summary.append({"kernel": name, "runs": runs, "spread": spread, "speedup": median,
+                        "reference_ms": statistics.median(ref),
+                        "candidate_ms": statistics.median(cand)})
         print(f"{name:18s} {statistics.median(ref):9.4f} {statistics.median(cand):9.4f} "
               f"{median:8.3f} {spread * 100:6.2f}% {max(cis, default=0):5.2f}%  "
               f"{','.join(m or '-' for m in methods)}")
     if spreads:
-        print(f"\nspread over {len(spreads)} kernels x {args.repeats} repeats: median "
+        repeats = max(len(runs) for runs in rows.values())
+        print(f"\nspread over {len(spreads)} kernels x {repeats} repeats: median "
               f"{statistics.median(spreads) * 100:.2f}%, max {max(spreads) * 100:.2f}%  "
-              f"({elapsed:.0f}s, {len(items) * args.repeats / elapsed * 60:.1f} grades/min, "
+              f"({elapsed:.0f}s, {len(items) * repeats / elapsed * 60:.1f} grades/min, "
               f"{args.workers} workers, device {args.device})")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "repeats": args.repeats,
                                                "workers": args.workers, "seconds": elapsed,
-                                               "kernels": table}, indent=1, default=str))
-    return 0 if spreads else 1
+                                               "kernels": summary}, indent=1, default=str))
 
 
 if __name__ == "__main__":

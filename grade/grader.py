@@ -278,7 +278,8 @@ class Grader:
                slot_env: dict | None) -> tuple[WorkerResult, dict]:
         """Run the candidate worker and a reference timing worker side by side; time both in
         one window on this GPU. Returns the candidate's result and the window."""
-        policy, payload = self.policy, candidate["payload"]
+        policy = self.policy
+        payload = candidate["payload"] = {**candidate["payload"], "window": True}
         timing_job = {"target": "kernelmill.grade.worker:reference_timing_task",
                       "payload": {"source": reference.source, "device": self.worker_device,
                                   "init_seed": reference.value["init_seed"],
@@ -300,7 +301,8 @@ class Grader:
             controls, lock=GpuLock(gpu_lock_path(self.worker_device, candidate["env"])),
             settings=settings, cuda=self.device.startswith("cuda"),
             start=lambda: [t.start() for t in threads],
-            finish=lambda: [t.join() for t in threads], clock_check=("candidate",))
+            finish=lambda: [t.join() for t in threads], clock_check=("candidate",),
+            gpu_handshake=True)
         timing_run = results.get("reference")
         if timing_run is not None and not timing_run.ok and not window.get("error"):
             error = timing_run.error or {}

@@ -425,6 +425,8 @@ def reference_timing_task(payload: dict) -> dict:
     device = payload["device"]
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
+    if not M.await_gpu(receive, report):
+        return {"timing": None}
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
@@ -741,6 +743,8 @@ def _baseline(device: str) -> None:
 def candidate_task(payload: dict) -> dict:
     device = payload["device"]
     source = payload["source"]
+    if payload.get("window") and not M.await_gpu(receive, report):
+        payload = {**payload, "time": False}  # the window was called off: check, do not time
     mark_stage("setup")
     if device.startswith("cuda"):
         torch.cuda.init()

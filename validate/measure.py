@@ -4,10 +4,11 @@ and time a callable.
 
 Timing (``Timer``):
 
-- CUDA, capturable: the forward is captured ``calls_per_sample`` times into one CUDA graph and
-  the graph is replayed between two CUDA events; one sample is the replay's time divided by the
-  calls it holds (as ``triton.testing.do_bench_cudagraph``: no launch overhead, no host in the
-  loop). The graph keeps the output of its last call (``Timer.output``), so the caller can refill
+- CUDA, capturable: the forward is captured ``calls_per_sample`` times into one CUDA graph
+  (enough calls for about ``sample_ms`` of device time, measured on a one-call graph) and the
+  graph is replayed between two CUDA events, right behind an untimed replay; one sample is the
+  replay's time divided by the calls it holds (as ``triton.testing.do_bench_cudagraph``: no
+  launch overhead, no host in the loop). The graph keeps the output of its last call (``Timer.output``), so the caller can refill
   the inputs, ``replay()`` and have the parent compare what the graph computes.
 - CUDA, not capturable (host syncs, side streams never joined, allocation outside the pool):
   one call per sample between CUDA events after an L2 flush, ending in a device-wide synchronize
@@ -62,6 +63,7 @@ _graph_replay = torch.cuda.CUDAGraph.replay
 _Stream = torch.cuda.Stream
 _stream_ctx = torch.cuda.stream
 _current_stream = torch.cuda.current_stream
+_profiler_enabled = torch.autograd._profiler_enabled
 
 # (owner, attribute) pairs this module calls while timing: a worker that runs untrusted code
 # reports any of them replaced (``grade.worker`` adds them to its guarded list).
@@ -273,22 +275,39 @@ class Timer:
             self._capture()
         return self.describe()
 
-    def _capture(self) -> None:
-        calls = int(min(self.max_calls, max(1, math.ceil(self.sample_ms / self.estimate_ms))))
-        stream = _Stream()
+    def _captured(self, stream, calls: int):
         graph = _CUDAGraph()
+        with _stream_ctx(stream):
+            _capture_begin(graph)
+            try:
+                for _ in range(calls):
+                    output = self.fn()
+            finally:
+                _capture_end(graph)
+        return graph, output
+
+    def _capture(self) -> None:
+        stream = _Stream()
         try:
             stream.wait_stream(_current_stream())
             with _stream_ctx(stream):
                 for _ in range(2):  # warm-up on the capture stream (allocator, lazy init)
                     self.fn()
-                _cuda_synchronize()
-                _capture_begin(graph)
-                try:
-                    for _ in range(calls):
-                        output = self.fn()
-                finally:
-                    _capture_end(graph)
+            _cuda_synchronize()
+            # The device time of one call, from back-to-back replays of a one-call graph (the
+            # events estimate includes the host's time to issue the call).
+            one, _ = self._captured(stream, 1)
+            start, end = self._events
+            _graph_replay(one)
+            _event_record(start)
+            for _ in range(10):
+                _graph_replay(one)
+            _event_record(end)
+            _event_wait(end)
+            self.estimate_ms = max(float(_event_elapsed(start, end)) / 10, 1e-4)
+            del one
+            calls = int(min(self.max_calls, max(1, math.ceil(self.sample_ms / self.estimate_ms))))
+            graph, output = self._captured(stream, calls)
             _current_stream().wait_stream(stream)
             _graph_replay(graph)
             _cuda_synchronize()
@@ -303,9 +322,10 @@ class Timer:
         self.method = "cuda_graph"
 
     def describe(self) -> dict:
+        # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.
         return {"method": self.method, "calls_per_sample": self.calls_per_sample,
                 "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
-                "capture_error": self.capture_error}
+                "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
 
     # -------------------------------------------------------- sampling
 
@@ -317,6 +337,9 @@ class Timer:
             return (_perf_counter() - begin) * 1e3
         start, end = self._events
         if self.method == "cuda_graph":
+            # A replay first, untimed: the timed one is queued behind it, so the host's time to
+            # launch it (tens of µs) is not counted.
+            _graph_replay(self.graph)
             _event_record(start)
             _graph_replay(self.graph)
             _event_record(end)
@@ -394,6 +417,16 @@ def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
 
 
 # ---------------------------------------------------------------- parent-driven rounds
+
+def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> bool:
+    """Ask the parent for the GPU before the first GPU work (it holds the GPU's lock shared from
+    then on, so no timing window of another grade is disturbed). False: the parent said stop."""
+    report({"gpu": 1})
+    answer = receive().strip()
+    if answer not in ("go", "stop", ""):
+        raise ValueError(f"expected go or stop, got {answer!r}")
+    return answer == "go"
+
 
 def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None]) -> dict:

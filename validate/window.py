@@ -4,8 +4,9 @@ worker process, timed in one exclusive window per GPU, alternating in rounds.
 A worker that reaches its timing step prepares a ``measure.Timer`` (warm-up, CUDA graph capture),
 reports ``{"ready": ...}`` and waits for commands (``measure.serve_window``). ``run_window``:
 
-1. holds the GPU's lock *shared* while the workers start, run their checks and prepare (other
-   graders may do the same; nobody times meanwhile);
+1. starts the workers; each imports, then asks for the GPU (``measure.await_gpu``) and is told
+   "go" once the parent holds the GPU's lock *shared*, which it keeps while they run their
+   checks and prepare (other graders may do the same; nobody times meanwhile);
 2. takes it *exclusively* (writer priority: no new GPU work starts), warms the clocks through
    each participant in turn, then runs rounds (reference, candidate, reference, ...) until the
    95% confidence half-width of every participant's median is under ``ci_target_pct`` or the
@@ -123,11 +124,12 @@ def _answer(name: str, control: Control, key: str, timeout: float) -> tuple[floa
 def run_window(participants: dict[str, Control], *, lock: GpuLock,
                settings: WindowSettings | None = None, cuda: bool = True,
                start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
-               clock_check: tuple[str, ...] = ()) -> dict:
+               clock_check: tuple[str, ...] = (), gpu_handshake: bool = False) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
-    ``start`` launches the workers (called under the shared lock); ``finish`` waits for them
-    (called after ``stop``, under the shared lock). Returns ``{"participants": {name: summary},
+    ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
+    (``measure.await_gpu``) and gets "go" once the shared lock is held, else the lock is taken
+    right after ``start``. ``finish`` waits for them (after ``stop``, under the shared lock). Returns ``{"participants": {name: summary},
     "rounds", "window_ms", "error"}``; a summary is ``measure.summarize`` of the samples plus
     the worker's ``ready`` description and, for ``clock_check``, ``wall_ms`` per call."""
     settings = settings or WindowSettings()
@@ -139,9 +141,15 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     paces: dict[str, list[float]] = {name: [] for name in participants}  # parent ms per sample
     result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None}
     try:
+        if start is not None:
+            start()
+        if gpu_handshake:  # workers import outside the lock; GPU work waits for "go"
+            for name, control in participants.items():
+                _answer(name, control, "gpu", settings.ready_timeout_s)
         with lock.shared():
-            if start is not None:
-                start()
+            if gpu_handshake:
+                for control in participants.values():
+                    control.send("go")
             for name, control in participants.items():
                 _, ready[name] = _answer(name, control, "ready", settings.ready_timeout_s)
         with lock.exclusive():

@@ -81,7 +81,7 @@ def test_median_ci_shrinks_with_samples_and_needs_six():
 def test_measure_times_a_known_cost_and_reports_its_method():
     result = M.measure(busy(2.0), "cpu", cap_ms=400, min_reps=10)
     assert result["method"] == "perf_counter"
-    assert 1.9 <= result["ms"] <= 3.0, result
+    assert 1.9 <= result["ms"] <= 6.0, result  # preemption on a loaded machine only adds
     assert result["reps"] >= 10 and result["ci_pct"] is not None
 
 
@@ -155,6 +155,8 @@ WORKER = textwrap.dedent("""
             pass
 
     def main():
+        if not M.await_gpu(receive, report):
+            return {{}}
         timer = M.Timer(busy, "cpu", warmup=1)
         report({{"ready": timer.prepare()}})
         {cheat}
@@ -179,7 +181,7 @@ def _window(ms: dict[str, float], cheat: str = "", **settings) -> tuple[dict, di
                         settings=WindowSettings(**settings),
                         start=lambda: [t.start() for t in threads],
                         finish=lambda: [t.join() for t in threads],
-                        clock_check=("candidate",))
+                        clock_check=("candidate",), gpu_handshake=True)
     return window, results
 
 
