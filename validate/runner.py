@@ -127,9 +127,13 @@ def _shared_folder(name: str) -> str:
 
 
 def _lock_path(slot: dict) -> str | None:
+    """The GPU's timing lock, the one the grader's windows take (one per physical GPU)."""
     if slot.get("gpu") is None:
         return None
-    return os.path.join(_shared_folder("locks"), f"gpu{slot['gpu']}")
+    from .window import gpu_lock_path  # imports torch: only when validating on a GPU
+
+    env = slot.get("env") or {"CUDA_VISIBLE_DEVICES": str(slot["gpu"])}
+    return gpu_lock_path(slot.get("device") or "cuda:0", env)
 
 
 def _writable() -> list[str]:
