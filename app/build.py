@@ -30,7 +30,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.fingerprint import fingerprints, why_changed
 from kernelmill.core.lock import BUILD_LOCK, locked
 from kernelmill.core.stats import StageStats
-from kernelmill.core.step import Step, add_options, build_key
+from kernelmill.core.step import Step, add_options, build_key, result_options
 from kernelmill.data import SEEDS_DIR
 
 from .config import DEFAULT_CONFIG, BuildConfig, load_config
@@ -238,18 +238,8 @@ def _fingerprinted_inputs(build: Build, step: Step) -> list[Path]:
     return paths
 
 
-_SECRET_FIELDS = ("api_key", "llm_api_key", "token")
-
-
 def _params(build: Build, step: Step) -> dict[str, Any]:
-    """The step's options that shape its output (not where or how fast it runs, not secrets)."""
-    config = step_config(build, step)
-    params = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-              if f.metadata.get("result", True) and f.name not in _SECRET_FIELDS}
-    if "llm_options" in params:
-        params["llm_options"] = {k: v for k, v in params["llm_options"].items()
-                                 if k not in _SECRET_FIELDS}
-    return params
+    return result_options(step_config(build, step))
 
 
 def _count_lines(path: Path) -> int:

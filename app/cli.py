@@ -10,9 +10,10 @@ import functools
 import importlib
 import logging
 import sys
+from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
-from kernelmill.core.step import Step, add_options, config_from_args
+from kernelmill.core.step import Step, add_options, config_from_args, start_or_resume
 
 from .stages import stages
 
@@ -28,6 +29,10 @@ def _run_stage(step: Step, args: argparse.Namespace) -> int:
     config = config_from_args(step.config, args)
     inputs = args.inputs if isinstance(args.inputs, list) else \
         [] if args.inputs is None else [args.inputs]
+    step.check(config)
+    note = start_or_resume(step, Path(args.out), config)
+    if note:
+        print(f"kernelmill: {note}", file=sys.stderr)
     stats = step(inputs, args.out, config)
     print(stats.summary())
     reasons = stats.drop_reasons()

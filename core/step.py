@@ -15,6 +15,8 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
+import json
+import os
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -149,6 +151,53 @@ def _missing(module: str) -> bool:
         return importlib.util.find_spec(module) is None
     except (ImportError, ValueError):  # a parent package missing, or a module blocked as None
         return True
+
+
+_SECRET_FIELDS = ("api_key", "llm_api_key", "token")
+
+
+def result_options(config: Any) -> dict[str, Any]:
+    """The options that shape a step's output: not where or how fast it runs, never secrets."""
+    params = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+              if f.metadata.get("result", True) and f.name not in _SECRET_FIELDS}
+    if isinstance(params.get("llm_options"), dict):
+        params["llm_options"] = {k: v for k, v in params["llm_options"].items()
+                                 if k not in _SECRET_FIELDS}
+    return json.loads(json.dumps(params, sort_keys=True, default=str))
+
+
+def options_path(out: Path) -> Path:
+    """Where a resumable stage run outside a build records the options its output was made with."""
+    return out.with_name(f".{out.name}.options.json")
+
+
+def start_or_resume(step: Step, out: Path, config: Any) -> str:
+    """Before a resumable step appends to ``out``: resume when ``out`` was made with the same
+    options, else set the old output aside (``OUT.previous``) and start clean. Returns what was
+    done, in one line, or "" for a fresh output."""
+    if not step.resumable:
+        return ""
+    wanted = result_options(config)
+    recorded_at = options_path(out)
+    message = ""
+    if out.exists():
+        try:
+            recorded = json.loads(recorded_at.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = None
+        if recorded == wanted:
+            message = f"{out}: resuming (made with the same options)"
+        else:
+            aside = out.with_name(out.name + ".previous")
+            os.replace(out, aside)
+            changed = sorted(k for k in wanted if (recorded or {}).get(k) != wanted[k]) \
+                if recorded is not None else []
+            why = f"options changed ({', '.join(changed)})" if changed else \
+                "no record of the options it was made with"
+            message = f"{out}: {why}; starting clean, the old output is kept as {aside}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    recorded_at.write_text(json.dumps(wanted, sort_keys=True) + "\n", encoding="utf-8")
+    return message
 
 
 def load_step(spec: str) -> Step:
