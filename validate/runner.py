@@ -42,13 +42,17 @@ from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from . import checks as C
+from .admission import budget_for, run_admitted
 from .backends import get_backend, resolve_device
 from .difficulty import difficulty
 from .roofline import roofline
 
+CPU_ADDRESS_SPACE = 16 << 30  # harness: a CPU worker's default RLIMIT_AS
+
 log = logging.getLogger("kernelmill")
 
 PROBE = "kernelmill.validate.probe:probe_problem"
+ESTIMATE = "kernelmill.validate.memory:estimate_problem"
 REPLAY = "kernelmill.validate.probe:replay_problem"
 # checks that describe a problem without deciding whether it is kept
 NON_GATING = frozenset({"roofline"})
@@ -181,6 +185,50 @@ def _retry_alone(target: str, payload: dict, cfg: ValidateConfig, device: str, e
                              device=device, env=env, writable=_writable())
 
 
+def _worker_oom(result) -> bool:
+    """Did this worker run out of memory (GPU or, on CPU, its address-space limit)? Also when the
+    worker survived it: the fp64 calibration and the Inductor compile record their errors."""
+    if not result.ok:
+        texts = [(result.error or {}).get("message")]
+    else:
+        value = result.value or {}
+        texts = [(value.get("tolerance") or {}).get("reason"),
+                 (value.get("inductor") or {}).get("error")]
+    return any(marker in str(t).lower() for t in texts if t
+               for marker in ("out of memory", "can't allocate memory", "memoryerror"))
+
+
+def _estimate_memory(source: str, cfg: ValidateConfig) -> dict:
+    """The ``memory`` section's estimate: a CPU worker builds the problem on the meta device
+    (``memory.estimate_problem``), so CUDA is never touched and nothing real is allocated."""
+    from .harness import run_in_worker
+    from .memory import minimum_bytes, probe_bytes, replay_bytes
+
+    result = run_in_worker(ESTIMATE, {"source": source, "seed": cfg.seed},
+                           timeout_s=min(cfg.timeout_s, 120.0), device="cpu",
+                           env=_worker_env({}, "cpu"), writable=_writable())
+    est = result.value if result.ok else {
+        "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
+    memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est),
+              "replay_bytes": replay_bytes(est), "forward_bytes": minimum_bytes(est)}
+    memory.update({k: v for k, v in est.items() if k.endswith("_bytes") or k == "reason"})
+    return memory
+
+
+def _gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.3g} GiB"
+
+
+def _too_large(device: str, memory: dict, detail: str, resized: float | None) -> dict:
+    """Cannot run on an empty device: flagged ``too_large`` (never a ``runs`` failure)."""
+    validation = _failed(device, "", detail, resized=resized)
+    validation["checks"] = {"runs": C.check(None, None, "not run: too large for the device"),
+                            "too_large": C.check(False, memory.get("estimate_bytes"), detail)}
+    validation["flags"] = ["too_large"]
+    validation["memory"] = memory
+    return validation
+
+
 def validate_source(source: str, slot: dict | None = None,
                     config: ValidateConfig | dict | None = None) -> dict:
     """The ``validation`` section for one problem source (see the module docstring)."""
@@ -207,10 +255,35 @@ def validate_source(source: str, slot: dict | None = None,
                           "tolerance_margin": cfg.tolerance_margin},
                "lock": _lock_path(slot), "resized": resized,
                "rebuild_in_process": not cross_process}
-    first = run_in_worker(PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env,
-                          writable=_writable())
-    if not first.ok and on_cuda and _out_of_memory(first.error):
+    # Memory: estimated on CUDA, and on CPU for a problem that could not be shrunk.
+    budget = budget_for(slot) if on_cuda else None
+    memory: dict | None = None
+    if on_cuda or resized is None:
+        memory = _estimate_memory(run_source, cfg)
+        # On a GPU only a certain misfit is refused (one forward larger than the whole GPU): the
+        # probe's estimate is an upper bound, and admission runs such a problem alone. A CPU
+        # worker refuses the probe's estimate: past its address-space limit it would fail anyway.
+        room, need = ((budget.total, memory["forward_bytes"]) if on_cuda and budget else
+                      (None, None) if on_cuda else (CPU_ADDRESS_SPACE, memory["estimate_bytes"]))
+        if room and need and need > room:
+            return _too_large(device, memory, f"needs {_gib(need)} "
+                              f"({'one forward' if on_cuda else 'probe estimate'}); the "
+                              f"{'GPU' if on_cuda else 'CPU worker'} has {_gib(room)}", resized)
+    estimate = memory and memory["estimate_bytes"]
+    admitted = run_admitted(budget, estimate, lambda: run_in_worker(
+        PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env, writable=_writable()),
+        _worker_oom)
+    first = admitted.result
+    if budget is None and on_cuda and _worker_oom(first):  # GPU memory unknown: the file lock
         first = _retry_alone(PROBE, payload, cfg, device, env)
+    if memory is not None:
+        memory.update(admitted.memory_info())
+    if admitted.too_large or (budget is None and _worker_oom(first)
+                              and (not on_cuda or not first.ok)):
+        err = first.error or {}
+        return _too_large(device, memory or {}, f"out of memory alone on the "
+                          f"{'GPU' if on_cuda else 'CPU worker'} ({err.get('stage', 'probe')}; "
+                          f"estimate {_gib(estimate)})", resized)
     if not first.ok:
         err = first.error or {}
         return _failed(device, err.get("stage", "worker"), err.get("message", "failed"),
@@ -227,20 +300,31 @@ def validate_source(source: str, slot: dict | None = None,
     tol = m["tolerance"]["tol"]
 
     replay = None
+    replay_too_large = ""
     if cross_process or inductor:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "inductor_mode": cfg.inductor_mode}
-        second = run_in_worker(REPLAY, second_payload, timeout_s=cfg.timeout_s, device=device,
-                               env=env, writable=_writable())
-        if not second.ok and on_cuda and _out_of_memory(second.error):
+        again = run_admitted(budget, memory and memory["replay_bytes"], lambda: run_in_worker(
+            REPLAY, second_payload, timeout_s=cfg.timeout_s, device=device, env=env,
+            writable=_writable()), _worker_oom)
+        second = again.result
+        if budget is None and on_cuda and _worker_oom(second):
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
+        if again.too_large:  # the compile (or rebuild) cannot fit even alone: not judged
+            replay_too_large = (f"{(second.error or {}).get('stage', 'inductor compile')}: out of"
+                                f" memory alone on the GPU (estimate "
+                                f"{_gib(memory and memory['replay_bytes'])})")
         if second.ok:
             replay = second.value
         else:
             err = second.error or {}
             replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}
     det = checks["deterministic"]
-    if cross_process:
+    if replay_too_large:
+        checks["too_large"] = C.check(False, memory and memory["replay_bytes"], replay_too_large)
+    if cross_process and replay_too_large and not (replay and "digest" in replay):
+        det["detail"] += "; cross-process check not run (second worker too large)"
+    elif cross_process:
         if replay is None or "digest" not in replay:
             det["detail"] += f"; second worker failed ({replay and replay.get('failed')})"
             det["passed"] = False
@@ -252,7 +336,10 @@ def validate_source(source: str, slot: dict | None = None,
                 det["passed"] = False
     else:
         det["detail"] += "; cross-process check folded into an in-process rebuild"
-    if inductor:
+    if inductor and replay_too_large:
+        checks["inductor"] = C.check(None, None, f"not run: {replay_too_large}")
+        inductor_ms = None
+    elif inductor:
         ind = (replay or {}).get("inductor") if replay and "failed" not in replay else \
             {"error": (replay or {}).get("failed", "second worker did not run")}
         checks["inductor"] = C.judge_inductor(ind, m["timing"].get("eager_ms"), tol)
@@ -289,6 +376,7 @@ def validate_source(source: str, slot: dict | None = None,
         "difficulty": difficulty(compute, inductor_speedup=speedup,
                                  headroom=roof["headroom"] if roof else None),
         "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,
+        "memory": memory,
         "timing": {k: m["timing"].get(k) for k in ("method", "reps", "ci_pct", "host_ms",
                                                     "launch_ratio")},
     }

@@ -1,0 +1,128 @@
+"""The meta-device memory estimate against what real CPU tensors keep alive."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT
+from kernelmill.data import SEEDS_DIR
+from kernelmill.synth.resize import shrink_for_cpu
+from kernelmill.validate import memory as MM
+from kernelmill.validate import probe as P
+from kernelmill.validate.measure import load_namespace
+from kernelmill.validate.runner import validate_source
+
+KERNELBENCH = ROOT.parent / "shared" / "benchmarks" / "kernelbench"
+SEEDS = ["rms_norm", "swiglu_feed_forward", "softmax_rows", "transformer_encoder_block",
+         "conv_transpose3d_softmax_scale"]
+
+
+def small(path: Path) -> str:
+    return shrink_for_cpu(path.read_text(), max_numel=1 << 15).source
+
+
+# KernelBench files at CPU-friendly sizes (their lower-case size names are not resizable)
+KB_SIZES = {"level1/23_Softmax.py": {"batch_size = 4096": "batch_size = 16",
+                                     "dim = 393216": "dim = 1000"},
+            "level2/1_Conv2D_ReLU_BiasAdd.py": {"batch_size = 128": "batch_size = 2",
+                                                "height = width = 128": "height = width = 20"},
+            "level3/1_MLP.py": {"16384": "96", "8192": "40"}}
+
+
+def sources() -> list[tuple[str, str]]:
+    found = [(name, small(SEEDS_DIR / f"{name}.py")) for name in SEEDS]
+    for rel, edits in KB_SIZES.items():
+        path = KERNELBENCH / rel
+        if path.exists():
+            text = path.read_text()
+            for old, new in edits.items():
+                assert old in text, (rel, old)
+                text = text.replace(old, new)
+            found.append((rel, text))
+    return found
+
+
+@pytest.mark.parametrize(("name", "source"), sources(), ids=lambda v: v[:40])
+def test_meta_estimate_equals_live_bytes_of_a_real_cpu_forward(name, source):
+    est = MM.estimate_problem({"source": source})
+    assert est["method"] == "meta", est
+    real = MM.measure_forward(load_namespace(source, "real"), 0, "cpu")
+    for key in ("params_bytes", "inputs_bytes", "outputs_bytes"):
+        assert est[key] == real[key], (key, est[key], real[key])
+    # equal, except where CPU runs a fused kernel (attention) that meta runs decomposed
+    assert real["forward_peak_bytes"] <= est["forward_peak_bytes"] \
+        <= 1.5 * real["forward_peak_bytes"], (est, real)
+    assert est["forward_peak_bytes"] >= est["inputs_bytes"] + est["params_bytes"] > 0
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "softmax_rows", "swiglu_feed_forward"])
+def test_probe_estimate_bounds_the_real_probe_peak(name):
+    source = small(SEEDS_DIR / f"{name}.py")
+    est = MM.estimate_problem({"source": source})
+    mode = MM.LiveBytes()
+    with mode:
+        P.probe_problem({"source": source, "device": "cpu", "time": False, "ablations": None})
+    bound = MM.probe_bytes(est) - MM.CONTEXT_BYTES
+    assert mode.peak <= bound <= 3 * mode.peak, (mode.peak, bound)
+    assert MM.minimum_bytes(est) < mode.peak  # the probe holds more than one forward
+
+
+def test_live_bytes_counts_views_once_and_releases_freed_tensors():
+    mode = MM.LiveBytes()
+    with mode:
+        a = torch.empty(1000, dtype=torch.float32)
+        view = a[10:20]
+        b = torch.empty(500, dtype=torch.float64)
+        assert mode.live == 4000 + 4000
+        del b
+        assert mode.live == 4000
+        del a
+        assert mode.live == 4000  # the view keeps the storage alive
+        del view
+    assert mode.live == 0 and mode.peak == 8000
+
+
+BIG = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.proj = nn.Linear(n, n)
+    def forward(self, x):
+        return torch.softmax(self.proj(x), dim=-1) * x
+batch_size = 1 << 17
+n = 1 << 14
+def get_inputs():
+    return [torch.randn(batch_size, n)]
+def get_init_inputs():
+    return [n]
+"""
+
+
+def test_estimate_sees_large_sizes_without_allocating_them():
+    est = MM.estimate_problem({"source": BIG})
+    assert est["method"] == "meta"
+    assert est["inputs_bytes"] == (1 << 31) * 4  # 8 GiB of input, never allocated
+    assert est["params_bytes"] == ((1 << 28) + (1 << 14)) * 4
+    assert est["forward_peak_bytes"] >= est["inputs_bytes"] * 2
+
+
+@pytest.mark.parametrize("forward", ["return x[x > 0]", "return x * torch.from_numpy(__import__("
+                                     "'numpy').ones(4, dtype='float32'))"])
+def test_unknown_when_meta_cannot_run_it(forward):
+    source = BIG.replace("return torch.softmax(self.proj(x), dim=-1) * x", forward) \
+        .replace("batch_size = 1 << 17", "batch_size = 4").replace("n = 1 << 14", "n = 4")
+    est = MM.estimate_problem({"source": source})
+    assert est["method"] == "unknown" and est["reason"]
+    assert MM.probe_bytes(est) is None and MM.minimum_bytes(est) is None
+
+
+def test_a_problem_too_large_for_the_cpu_worker_is_flagged_too_large_not_runs():
+    # lower-case sizes: resize cannot shrink it, so it would run at full size
+    validation = validate_source(BIG, config={"timeout_s": 120})
+    assert validation["flags"] == ["too_large"], validation["checks"]
+    assert validation["checks"]["runs"]["passed"] is None
+    assert validation["memory"]["method"] == "meta"
+    assert validation["checks"]["too_large"]["value"] == validation["memory"]["estimate_bytes"]
+    assert validation["memory"]["estimate_bytes"] > 16 << 30

@@ -1,0 +1,209 @@
+"""Peak device memory of a problem, estimated without real compute (worker side).
+
+``estimate_problem(payload)`` builds the problem's model and inputs on the meta device (shapes and
+dtypes only, no storage) and runs one forward under ``LiveBytes``, a TorchDispatchMode that keeps
+the bytes of every live storage (a weakref finalizer per tensor releases them) and their peak.
+The result splits into parameters and buffers, inputs, outputs and the forward's peak; the
+parent (``admission``) turns it into what each validation worker needs (``probe_bytes``,
+``replay_bytes``), because the probe holds several copies (input clones, an fp64 model and
+forward, a perturbed model) at once.
+
+An op without a meta kernel, a data-dependent shape (``.item()``, ``nonzero``), or a source that
+builds tensors outside the meta device makes the estimate ``unknown`` (``method: "unknown"`` and
+the reason); the parent then counts the problem as large.
+
+``LiveBytes`` also works on real tensors, so tests compare the estimate with what a real CPU run
+keeps alive. Imports only torch and the standard library (and ``measure``).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+CONTEXT_BYTES = 600 << 20  # a CUDA context, cuBLAS workspace and allocator slack per worker
+
+
+def _storage_key(t) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage._cdata, storage.nbytes()
+
+
+class LiveBytes:
+    """Counts the bytes of live tensor storages created while the mode is active (views count
+    once), and the peak. ``track(t)`` adds tensors made before the mode started."""
+
+    def __new__(cls):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        class _Live(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.live = 0
+                self.peak = 0
+                self._refs: dict[int, list[int]] = {}  # storage -> [nbytes, tensors holding it]
+                self._seen: dict[int, Any] = {}  # id(tensor) -> weakref (tensors compare by value)
+
+            def _release(self, key: int, ident: int) -> None:
+                self._seen.pop(ident, None)
+                entry = self._refs.get(key)
+                if entry is None:
+                    return
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    self.live -= entry[0]
+                    del self._refs[key]
+
+            def track(self, value: Any) -> None:
+                for t in tree_leaves(value):
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    seen = self._seen.get(id(t))
+                    if seen is not None and seen() is t:
+                        continue
+                    try:
+                        key, nbytes = _storage_key(t)
+                    except (RuntimeError, NotImplementedError):  # sparse or other layouts
+                        continue
+                    self._seen[id(t)] = weakref.ref(t)
+                    entry = self._refs.setdefault(key, [nbytes, 0])
+                    if entry[1] == 0:
+                        self.live += nbytes
+                    entry[1] += 1
+                    weakref.finalize(t, self._release, key, id(t))
+                self.peak = max(self.peak, self.live)
+
+            def bytes_of(self, value: Any) -> int:
+                """Bytes of the distinct storages behind the tensors of ``value``."""
+                sizes: dict[int, int] = {}
+                for t in tree_leaves(value):
+                    if isinstance(t, torch.Tensor):
+                        try:
+                            key, nbytes = _storage_key(t)
+                        except (RuntimeError, NotImplementedError):
+                            continue
+                        sizes[key] = nbytes
+                return sum(sizes.values())
+
+            def reset_peak(self) -> None:
+                self.peak = self.live
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                self.track(out)
+                return out
+
+        return _Live()
+
+
+def _tensors(value: Any) -> list:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _widen(tensors: list) -> float:
+    """How much larger the float tensors get in float64 (the probe's fp64 reference)."""
+    sizes = [t.element_size() for t in tensors if t.is_floating_point()]
+    return 8.0 / min(sizes) if sizes else 1.0
+
+
+def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
+    """Build ``ns``'s model and inputs on ``device`` and run one forward under ``LiveBytes``.
+
+    Returns ``{params_bytes, inputs_bytes, outputs_bytes, forward_peak_bytes, widen}``; raises
+    when the problem cannot be built or run there."""
+    import torch
+
+    mode = LiveBytes()
+    with torch.device(device), mode:
+        torch.manual_seed(seed)
+        init = ns["get_init_inputs"]()
+        model = ns["Model"](*init)
+        inputs = list(ns["get_inputs"]())
+        state = [*model.parameters(), *model.buffers()]
+        mode.track((state, inputs))  # tensors a source built outside the dispatcher's view
+        for t in _tensors((state, inputs)):
+            if t.device.type != torch.device(device).type:
+                raise ValueError(f"a tensor was built on {t.device}, not {device}")
+        params_bytes = mode.bytes_of(state)
+        inputs_bytes = mode.bytes_of(inputs)
+        mode.reset_peak()
+        with torch.no_grad():
+            out = model(*inputs)
+        outputs = _tensors(out)
+        if not outputs:
+            raise ValueError("forward returned no tensor")
+        outputs_bytes = mode.bytes_of(outputs)
+        peak = mode.peak
+    return {"params_bytes": params_bytes, "inputs_bytes": inputs_bytes,
+            "outputs_bytes": outputs_bytes, "forward_peak_bytes": max(peak, params_bytes +
+                                                                       inputs_bytes),
+            "widen": _widen([*state, *_tensors(inputs)])}
+
+
+def estimate_problem(payload: dict) -> dict:
+    """Worker target: ``{method: "meta", ...measure_forward}`` or ``{method: "unknown", reason}``.
+
+    Runs on the meta device only: start it as a CPU worker so CUDA is never touched."""
+    from .measure import load_namespace
+
+    try:
+        ns = load_namespace(payload["source"], "estimate",
+                            require=("Model", "get_inputs", "get_init_inputs"))
+        parts = measure_forward(ns, int(payload.get("seed", 0)))
+    except Exception as exc:  # noqa: BLE001 — no meta kernel, data-dependent shape, ...
+        return {"method": "unknown", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]
+                [:300]}
+    return {"method": "meta", **parts}
+
+
+# -------------------------------------------------------- what each validation worker holds
+
+def probe_bytes(est: dict) -> int | None:
+    """Peak of ``probe.probe_problem``, the largest of three stages: fp64 calibration (the model,
+    an fp64 copy, the inputs and two fp64 copies, an fp64 forward), sensitivity (two models, two
+    input sets) and the degeneracy checks, whose fp64 statistics over inputs and outputs
+    (``checks.affine_residual`` concatenates two draws) dominate problems with large tensors.
+    The degeneracy coefficients are an upper fit to real CPU peaks of the shipped seeds
+    (``tests/validate/test_memory.py`` keeps the estimate above the measured peak)."""
+    if est.get("method") != "meta":
+        return None
+    p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
+    act = max(0, est["forward_peak_bytes"] - p - i)  # the forward's own tensors, outputs included
+    w = est.get("widen", 2.0)
+    fp64 = p * (1 + w) + i * (2 + 2 * w) + o * 2 + act * w
+    sensitivity = 2 * p + 4 * i + 3 * o + act
+    degeneracy = p + (w / 2) * (8 * i + 24 * o) + act
+    return int(max(fp64, sensitivity, degeneracy)) + CONTEXT_BYTES
+
+
+def replay_bytes(est: dict) -> int | None:
+    """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
+    and its autotuning buffers: one more forward's worth)."""
+    if est.get("method") != "meta":
+        return None
+    p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
+    act = max(0, est["forward_peak_bytes"] - p - i)
+    return int(p + 3 * i + 2 * o + 2 * act) + CONTEXT_BYTES
+
+
+def minimum_bytes(est: dict) -> int | None:
+    """What one forward needs at the least: above this, no worker can run the problem."""
+    if est.get("method") != "meta":
+        return None
+    return int(est["forward_peak_bytes"])
+
+
+def device_memory(payload: dict) -> dict:
+    """Worker target: free and total bytes of the worker's GPU (``torch.cuda.mem_get_info``)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return {"free": int(free), "total": int(total), "name": torch.cuda.get_device_name()}
+
+
+__all__ = ["CONTEXT_BYTES", "LiveBytes", "device_memory", "estimate_problem", "measure_forward",
+           "minimum_bytes", "probe_bytes", "replay_bytes"]
