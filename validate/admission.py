@@ -68,13 +68,13 @@ class GpuBudget:
         return len(self._active)
 
     def _may_start(self, ticket: int, need: int, alone: bool, now: float) -> bool:
-        if self.holders == 0:
-            return True  # alone on the GPU: always runs
-        if self._alone or alone or need > self.capacity:
-            return False
         for other, since in self._waiting.items():  # an old waiter is not overtaken any more
             if other < ticket and now - since >= self.max_wait_s:
                 return False
+        if self.holders == 0:
+            return True  # alone on the GPU: always runs (the oldest waiter always can)
+        if self._alone or alone or need > self.capacity:
+            return False
         return self.used + need <= self.capacity
 
     def acquire(self, need: int, *, alone: bool = False) -> Grant:
