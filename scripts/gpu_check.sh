@@ -3,6 +3,8 @@
 # Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests seeds validate grade build synth
 #        fidelity (the measure module's GPU tests, then benchmarks/grade_fidelity.py)
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
+#        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
+#        beside or inside the checkout; AUDIT_ARGS, default "--limit 10", picks levels and size)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +46,16 @@ for part in $parts; do
     build)    kernelmill build --out /tmp/kmbuild --device cuda 2>&1 | tee "$out/build.log"
               for f in report.html build_state.json validated.jsonl; do
                 cp "/tmp/kmbuild/$f" "$out/" 2>/dev/null; done ;;
+    audit)    kb=""
+              for c in "${KERNELBENCH:-}" shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+                if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
+              if [ -z "$kb" ]; then echo "audit: no KernelBench checkout (set KERNELBENCH)" \
+                | tee "$out/audit.log"
+              else
+                # shellcheck disable=SC2086 — AUDIT_ARGS is a list of flags
+                python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
+                  --out "$out/audit.jsonl" --json "$out/audit.json" 2>&1 | tee "$out/audit.log"
+              fi ;;
     *)        echo "unknown part $part" ;;
   esac
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
