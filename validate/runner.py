@@ -278,8 +278,13 @@ def validate_source(source: str, slot: dict | None = None,
         first = _retry_alone(PROBE, payload, cfg, device, env)
     if memory is not None:
         memory.update(admitted.memory_info())
-    if admitted.too_large or (budget is None and _worker_oom(first)
-                              and (not on_cuda or not first.ok)):
+        if admitted.too_large and first.ok:
+            memory["too_large"] = False
+            memory["note"] = "fp64 calibration ran out of memory alone (dtype floor used)"
+    # An out-of-memory failure here already had its run alone (admission, the file lock, or a
+    # CPU worker's own limit). A probe that survived it (only the fp64 calibration ran out)
+    # keeps its result: calibration falls back to the dtype floor and says why.
+    if not first.ok and _worker_oom(first):
         err = first.error or {}
         return _too_large(device, memory or {}, f"out of memory alone on the "
                           f"{'GPU' if on_cuda else 'CPU worker'} ({err.get('stage', 'probe')}; "
@@ -308,6 +313,8 @@ def validate_source(source: str, slot: dict | None = None,
             REPLAY, second_payload, timeout_s=cfg.timeout_s, device=device, env=env,
             writable=_writable()), _worker_oom)
         second = again.result
+        if memory is not None:
+            memory["replay"] = again.memory_info()
         if budget is None and on_cuda and _worker_oom(second):
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
         if again.too_large:  # the compile (or rebuild) cannot fit even alone: not judged

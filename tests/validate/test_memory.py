@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT
 from kernelmill.data import SEEDS_DIR
 from kernelmill.synth.resize import shrink_for_cpu
@@ -108,8 +107,10 @@ def test_estimate_sees_large_sizes_without_allocating_them():
     assert est["forward_peak_bytes"] >= est["inputs_bytes"] * 2
 
 
-@pytest.mark.parametrize("forward", ["return x[x > 0]", "return x * torch.from_numpy(__import__("
-                                     "'numpy').ones(4, dtype='float32'))"])
+NUMPY_FORWARD = "return x * torch.from_numpy(__import__('numpy').ones(4, dtype='float32'))"
+
+
+@pytest.mark.parametrize("forward", ["return x[x > 0]", NUMPY_FORWARD])
 def test_unknown_when_meta_cannot_run_it(forward):
     source = BIG.replace("return torch.softmax(self.proj(x), dim=-1) * x", forward) \
         .replace("batch_size = 1 << 17", "batch_size = 4").replace("n = 1 << 14", "n = 4")
@@ -126,3 +127,26 @@ def test_a_problem_too_large_for_the_cpu_worker_is_flagged_too_large_not_runs():
     assert validation["memory"]["method"] == "meta"
     assert validation["checks"]["too_large"]["value"] == validation["memory"]["estimate_bytes"]
     assert validation["memory"]["estimate_bytes"] > 16 << 30
+
+
+HIDDEN = """
+import numpy as np
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        big = torch.from_numpy(np.ones((1 << 32,), dtype=np.float32))  # invisible to meta
+        return x + big[: x.numel()].view_as(x)
+def get_inputs():
+    return [torch.randn(4, 4)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_out_of_memory_alone_is_too_large_even_when_the_estimate_missed_it():
+    validation = validate_source(HIDDEN, config={"timeout_s": 120})
+    assert validation["memory"]["method"] == "unknown"  # numpy: meta cannot follow it
+    assert validation["flags"] == ["too_large"], validation["checks"]
+    assert "out of memory alone" in validation["checks"]["too_large"]["detail"]
+    assert validation["checks"]["runs"]["passed"] is None
