@@ -417,7 +417,17 @@ def probe_problem(payload: dict) -> dict:
     with lock.shared():
         m["ablation"] = None if ablations is None else _ablate(
             ablations, sd, model, inputs, ref, device, tol)
+    m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
     return m
+
+
+def _peak_bytes(device: str) -> int | None:
+    """The most device memory this worker's allocator held (CUDA); None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_reserved())
 
 
 def _count_host_syncs(model, inputs: list, device: str) -> int | None:
@@ -502,7 +512,7 @@ def replay_problem(payload: dict) -> dict:
         inputs = draw_inputs(ns, sd["inputs"], device)
         _mark("forward")
         ref = run_forward(model, inputs, sd["forward"], device)
-    result: dict[str, Any] = {"digest": C.output_digest(ref)}
+    result: dict[str, Any] = {"digest": C.output_digest(ref), "peak_bytes": _peak_bytes(device)}
     if not payload.get("inductor"):
         return result
     _mark("inductor compile")
@@ -522,4 +532,5 @@ def replay_problem(payload: dict) -> dict:
     else:
         ms = None
     result["inductor"] = {"error_vs_eager": err, "ms": ms}
+    result["peak_bytes"] = _peak_bytes(device)
     return result

@@ -295,6 +295,8 @@ def validate_source(source: str, slot: dict | None = None,
                        resized=resized)
     m = first.value
     m["resized"] = resized
+    if memory is not None:
+        memory["measured_bytes"] = m.get("peak_bytes")
     checks = C.judge(m, cfg.thresholds())
     leaked = first.leaked_processes  # left running in a session or group of its own
     checks["no_leaked_process"] = C.check(not leaked, leaked, f"{leaked} process(es) the problem "
@@ -323,6 +325,8 @@ def validate_source(source: str, slot: dict | None = None,
                                 f"{_gib(memory and memory['replay_bytes'])})")
         if second.ok:
             replay = second.value
+            if memory is not None:
+                memory["replay"]["measured_bytes"] = replay.get("peak_bytes")
         else:
             err = second.error or {}
             replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}
