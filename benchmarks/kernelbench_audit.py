@@ -56,6 +56,7 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
     totals: dict[int, Counter] = defaultdict(Counter)
     lines = []
     memory = Counter()
+    ratios: list[tuple[float, str]] = []  # measured peak / estimate, per problem (CUDA)
     for r in sorted(records, key=lambda r: (r.get("level") or 0, r.get("name") or "")):
         v = r.get("validation") or {}
         level = r.get("level") or 0
@@ -66,6 +67,9 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["estimate unknown"] += mem.get("method") == "unknown"
         memory["rerun alone"] += bool(mem.get("retried_alone"))
         memory["waited_s"] += mem.get("waited_s") or 0
+        memory["too_large"] += "too_large" in (v.get("flags") or [])
+        if mem.get("measured_bytes") and mem.get("estimate_bytes"):
+            ratios.append((mem["measured_bytes"] / mem["estimate_bytes"], r.get("name")))
         for name, check in (v.get("checks") or {}).items():
             if check.get("passed") is False:
                 per_level[level][name] += 1
@@ -78,6 +82,13 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
     rows.append(f"{'passed':24}" + "".join(f"{totals[lv]['passed']:>8}" for lv in levels))
     for c in checks:
         rows.append(f"{c:24}" + "".join(f"{per_level[lv][c]:>8}" for lv in levels))
+    if ratios:
+        ratios.sort()
+        memory["measured/estimate min"] = round(ratios[0][0], 3)
+        memory["measured/estimate median"] = round(ratios[len(ratios) // 2][0], 3)
+        memory["measured/estimate max"] = round(ratios[-1][0], 3)
+        memory["underestimated"] = sum(x > 1 for x, _ in ratios)
+        memory["most underestimated"] = ratios[-1][1]
     return "\n".join(rows), lines, {"memory": dict(memory),
                                      "per_level": {lv: dict(per_level[lv]) for lv in levels},
                                      "totals": {lv: dict(totals[lv]) for lv in levels}}
@@ -131,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + line)
     mem = summary["memory"]
     print(f"\nmemory: {mem.get('estimated', 0)} estimated, {mem.get('estimate unknown', 0)} "
-          f"unknown, {mem.get('rerun alone', 0)} rerun alone, "
-          f"{mem.get('waited_s', 0):.0f} s waited for admission")
+          f"unknown, {mem.get('too_large', 0)} too large, {mem.get('rerun alone', 0)} rerun "
+          f"alone, {mem.get('waited_s', 0):.0f} s waited for admission")
+    if "underestimated" in mem:
+        print(f"measured peak / estimate: min {mem['measured/estimate min']}, median "
+              f"{mem['measured/estimate median']}, max {mem['measured/estimate max']} "
+              f"({mem['most underestimated']}); {mem['underestimated']} underestimated")
     rate = done / wall * 3600 if wall > 0 and done else 0.0
     print(f"wall {wall:.1f} s for {done} problems: {rate:.0f} problems per hour")
     print(f"records: {out}")
