@@ -257,14 +257,20 @@ class BuildResult:
     seconds: float = 0.0
 
 
-@locked(lambda config, *_, **__: (Path(config.out) / BUILD_LOCK, f"build folder {config.out}"))
 def run_build(config: BuildConfig, steps: tuple[Step, ...] | None = None,
               on_step: Callable[[StepResult], None] | None = None) -> BuildResult:
     """Run every step that is not up to date, in order; then write the report."""
     steps = stages() if steps is None else steps
     build = Build(config)
-    for step in steps:  # fail before any stage runs, not half-way through the build
+    for step in steps:  # fail before any stage runs (or the folder exists), not half-way through
         step.check(step_config(build, step))
+    return _run_locked(build, steps, on_step)
+
+
+@locked(lambda build, *_, **__: (build.dir / BUILD_LOCK, f"build folder {build.dir}"))
+def _run_locked(build: Build, steps: tuple[Step, ...],
+                on_step: Callable[[StepResult], None] | None) -> BuildResult:
+    config = build.config
     build.dir.mkdir(parents=True, exist_ok=True)
     log.info(f"build in {build.dir} on {build.device}: {len(selected_seeds(config))} seed(s) "
              f"+ {build.n} synthesized problem(s)")
