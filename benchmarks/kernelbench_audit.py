@@ -50,6 +50,12 @@ def make_input(root: Path, levels: list[int], limit: int | None, path: Path) -> 
     return counts
 
 
+def _problem(record: dict) -> str:
+    """The KernelBench file name (``11_4D_tensor_matrix_multiplication``), else the name."""
+    origin = (record.get("provenance") or {}).get("origin")
+    return Path(origin).stem if origin else str(record.get("name"))
+
+
 def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], dict]:
     """(table of failures per level and check, one line per failure, totals)."""
     per_level: dict[int, Counter] = defaultdict(Counter)
@@ -57,7 +63,7 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
     lines = []
     memory = Counter()
     ratios: list[tuple[float, str]] = []  # measured peak / estimate, per problem (CUDA)
-    for r in sorted(records, key=lambda r: (r.get("level") or 0, r.get("name") or "")):
+    for r in sorted(records, key=lambda r: (r.get("level") or 0, _problem(r))):
         v = r.get("validation") or {}
         level = r.get("level") or 0
         totals[level]["problems"] += 1
@@ -69,12 +75,12 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["waited_s"] += mem.get("waited_s") or 0
         memory["too_large"] += "too_large" in (v.get("flags") or [])
         if mem.get("measured_bytes") and mem.get("estimate_bytes"):
-            ratios.append((mem["measured_bytes"] / mem["estimate_bytes"], r.get("name")))
+            ratios.append((mem["measured_bytes"] / mem["estimate_bytes"], _problem(r)))
         for name, check in (v.get("checks") or {}).items():
             if check.get("passed") is False:
                 per_level[level][name] += 1
                 why = " ".join(str(check.get("detail", "")).split())[:240]
-                lines.append(f"L{level}  {r.get('name')}  {name}  {why}")
+                lines.append(f"L{level}  {_problem(r)}  {name}  {why}")
     checks = sorted({c for counter in per_level.values() for c in counter})
     head = f"{'check':24}" + "".join(f"{'L' + str(lv):>8}" for lv in levels)
     rows = [head, "-" * len(head)]

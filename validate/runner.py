@@ -20,6 +20,10 @@ failed (a skipped check, ``passed: null``, never fails and never passes).
 
 Several workers may share one GPU (``workers_per_gpu``) so Inductor compiles overlap; timing runs
 take an exclusive per-GPU file lock so no measurement overlaps another worker's kernels.
+Memory: before its workers start, a CPU worker estimates the problem's peak device memory on the
+meta device (``memory.py``; ``validation.memory``); a worker starts only when that fits in what
+its GPU has left (``admission.py``), one that still runs out of memory while sharing is rerun
+alone, and a problem that does not fit alone is flagged ``too_large`` (never ``runs``).
 """
 from __future__ import annotations
 
