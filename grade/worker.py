@@ -749,7 +749,8 @@ def candidate_task(payload: dict) -> dict:
     if device.startswith("cuda"):
         torch.cuda.init()
     _baseline(device)
-    witness = Witness()  # before the import: every op registered later is the candidate's
+    # before the import: every op registered later is the candidate's
+    witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
     if "cpp_extension" in source or "load_inline" in source:
         _install_extension_hooks()
