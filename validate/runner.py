@@ -262,7 +262,7 @@ def validate_source(source: str, slot: dict | None = None,
     # Memory: estimated on CUDA, and on CPU for a problem that could not be shrunk.
     budget = budget_for(slot) if on_cuda else None
     memory: dict | None = None
-    if on_cuda or resized is None:
+    if on_cuda or resize_note:
         memory = _estimate_memory(run_source, cfg)
         # On a GPU only a certain misfit is refused (one forward larger than the whole GPU): the
         # probe's estimate is an upper bound, and admission runs such a problem alone. A CPU
