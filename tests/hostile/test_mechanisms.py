@@ -171,3 +171,51 @@ def test_downgrades_name_what_was_not_applied():
     assert any(line.startswith("landlock:") for line in lines)
     assert any("libseccomp" in line for line in lines)
     assert downgrades(None)
+
+
+# ---------------------------------------------------------------- device-side attribution
+
+def _kernel_verdict(preset: str, kernels: list, reference_ops: list[str]) -> dict:
+    from kernelmill.grade.judge import _kernel_checks
+
+    hacks: dict = {}
+    call = {"kernels": kernels}
+    _kernel_checks("fresh:0", call, Policy(preset=preset), {"ops": reference_ops}, [],
+                   lambda code, detail: hacks.setdefault(code, detail))
+    return {"hacks": hacks, "share": call.get("candidate_share")}
+
+
+CONV_RELU = ["aten.convolution.default", "aten.relu.default"]
+GEMM_ONLY = ["aten.t.default", "aten.mm.default"]
+
+
+def test_vendor_kernels_from_an_extension_follow_the_preset():
+    kernels = [["sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n", 40.0, "extension"],
+               ["my_epilogue_kernel", 10.0, "extension"]]
+    assert "torch_compute" in _kernel_verdict("strict", kernels, CONV_RELU)["hacks"]
+    assert _kernel_verdict("library", kernels, CONV_RELU)["hacks"] == {}
+    # a problem that is only a GEMM: the GEMM must be the candidate's own, even under library
+    assert "torch_compute" in _kernel_verdict("library", kernels, GEMM_ONLY)["hacks"]
+
+
+def test_pytorch_kernels_from_an_extension_are_library_compute():
+    kernels = [["void at::native::vectorized_elementwise_kernel<4, ...>", 5.0, "extension"],
+               ["scale_add_kernel", 5.0, "triton"]]
+    assert "torch_compute" in _kernel_verdict("library", kernels, CONV_RELU)["hacks"]
+
+
+def test_kernelbench_share_of_gpu_time():
+    token = [["cudnn::conv_fprop_kernel", 90.0, "aten.cudnn_convolution"],
+             ["copy_kernel", 5.0, "triton"]]
+    fused = [["cudnn::conv_fprop_kernel", 60.0, "aten.cudnn_convolution"],
+             ["fused_tail_kernel", 40.0, "triton"]]
+    low = _kernel_verdict("kernelbench", token, CONV_RELU)
+    assert "torch_compute" in low["hacks"] and low["share"] < 0.1
+    high = _kernel_verdict("kernelbench", fused, CONV_RELU)
+    assert high["hacks"] == {} and high["share"] == pytest.approx(0.4)
+
+
+def test_device_to_host_copies_are_host_compute():
+    kernels = [["Memcpy DtoH (Device -> Pageable)", 1.0, "aten._to_copy"]] * 40 + \
+        [["k", 1.0, "triton"]]
+    assert "host_compute" in _kernel_verdict("library", kernels, CONV_RELU)["hacks"]
