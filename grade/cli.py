@@ -75,6 +75,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
                            reward=args.reward, policy=_policy(args),
                            cache_path=not args.no_cache, split=args.split)
         print(stats.summary())
+        _say_downgrades(_row_downgrades(args.out))
         flagged = _flagged(args.out, args.fail_on)
         if flagged:
             print(f"grade: {flagged} submission(s) {args.fail_on} (--fail-on {args.fail_on})")
@@ -102,10 +103,27 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print(json.dumps(out, default=str))
     else:
         print(_describe(verdict))
+    _say_downgrades(verdict.get("downgrades") or [])
     if (args.fail_on == "hacked" and verdict.get("hacks")) or \
             (args.fail_on == "incorrect" and not verdict.get("correct")):
         return 1
     return 0
+
+
+def _row_downgrades(out_path: str) -> list[str]:
+    from kernelmill.core.store import read_jsonl
+
+    seen: dict[str, None] = {}
+    for row in read_jsonl(out_path, on_error=lambda _m: None):
+        for line in row.get("downgrades") or []:
+            seen.setdefault(line)
+    return list(seen)
+
+
+def _say_downgrades(lines: list[str]) -> None:
+    """Once per command: the confinement the workers could not apply on this machine."""
+    if lines:
+        print(f"kernelmill: sandbox downgraded here: {'; '.join(lines)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
