@@ -47,7 +47,7 @@ for part in $parts; do
               for f in report.html build_state.json validated.jsonl; do
                 cp "/tmp/kmbuild/$f" "$out/" 2>/dev/null; done ;;
     audit)    kb=""
-              for c in "${KERNELBENCH:-}" shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+              for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
               if [ -z "$kb" ]; then echo "audit: no KernelBench checkout (set KERNELBENCH)" \
                 | tee "$out/audit.log"
