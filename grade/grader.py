@@ -56,9 +56,10 @@ def _guarded_files() -> list[str]:
     """The worker-side modules: a submission that rewrote them would own later workers."""
     from kernelmill.validate import harness_worker, measure, sandbox
 
-    from . import worker
+    from . import witness, worker
 
-    return [harness_worker.__file__, sandbox.__file__, worker.__file__, measure.__file__]
+    return [harness_worker.__file__, sandbox.__file__, worker.__file__, measure.__file__,
+            witness.__file__]
 
 
 def _stamp(paths: list[str]) -> dict[str, tuple]:

@@ -190,6 +190,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     verdict["compiled"] = True
     verdict["confinement"] = facts.get("confinement")
     verdict["downgrades"] = downgrades(facts.get("confinement"))
+    if (facts.get("witness") or {}).get("unavailable"):
+        verdict["downgrades"].append(f"op witness: {facts['witness']['unavailable']}")
     verdict["stage_reached"] = "ran"
     trials = [t for t in reference["trials"] if t["usable"]]
     ref_device = reference["trials"][0]["device_types"]

@@ -55,7 +55,8 @@ PRIVATE_DISPATCH = re.compile(r"^_(dispatch|len_torch|get_dispatch|get_torch_dis
                               r"IncludeDispatchKeyGuard|RestorePythonTLSSnapshot|"
                               r"AutoDispatchBelow|ForceDispatchKeyGuard|PreserveDispatchKeyGuard|"
                               r"DisableFuncTorch|EnablePythonDispatcher|DisablePythonDispatcher|"
-                              r"unsafe_set_version|autograd\._unsafe)")
+                              r"unsafe_set_version|autograd\._unsafe|disable_profiler|"
+                              r"enable_profiler|prepare_profiler|kineto)")
 NATIVE_PATTERNS = re.compile(
     r"std::thread|pthread_create|\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"

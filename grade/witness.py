@@ -35,6 +35,7 @@ _record_function = torch.autograd.profiler.record_function
 _all_op_names = torch._C._dispatch_get_all_op_names
 _include = torch._C._dispatch_tls_local_include_set
 _exclude = torch._C._dispatch_tls_local_exclude_set
+_profiler_enabled = torch._C._autograd._profiler_enabled
 
 
 def op_qualname(name: str) -> str:
@@ -57,7 +58,8 @@ class Witness:
         self.library_ops = frozenset(op_qualname(n) for n in _all_op_names())
         self.cuda = device.startswith("cuda")
         self.calls = 0
-        self.error: str | None = None
+        self.error: str | None = None  # the witness was tampered with (a hack)
+        self.unavailable: str | None = None  # this machine could not run it (a downgrade)
         self._profile = None
         self._events: list | None = None
 
@@ -65,13 +67,17 @@ class Witness:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
         linked to the innermost range that launched it: a Triton launch, an extension call or
         a library op."""
-        try:
-            options = {"use_device": "cuda"} if self.cuda else {}
-            self._profile = torch.autograd.profiler.profile(record_shapes=False, **options)
-            self._profile.__enter__()
-        except Exception as exc:  # noqa: BLE001 — no witness is a fact the parent judges
-            self.error = f"profiler did not start: {type(exc).__name__}: {exc}"[:300]
-            self._profile = None
+        attempts = [{"use_device": "cuda"}, {}] if self.cuda else [{}]
+        for options in attempts:
+            try:
+                self._profile = torch.autograd.profiler.profile(record_shapes=False, **options)
+                self._profile.__enter__()
+                if options != attempts[0]:
+                    self.unavailable = "no GPU kernel records (CUPTI did not start)"
+                return
+            except Exception as exc:  # noqa: BLE001 — the machine's fault, not the candidate's
+                self.unavailable = f"profiler did not start: {type(exc).__name__}: {exc}"[:300]
+                self._profile = None
 
     @staticmethod
     def extension():
@@ -90,6 +96,8 @@ class Witness:
     def stop(self) -> None:
         if self._profile is None:
             return
+        if not _profiler_enabled() and self.error is None:
+            self.error = "the profiler was switched off during the calls"
         try:
             self._profile.__exit__(None, None, None)
             self._events = list(self._profile.function_events)

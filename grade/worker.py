@@ -690,7 +690,8 @@ class _Run:
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
-        facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error}
+        facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
+                            "unavailable": self.witness.unavailable}
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
 
