@@ -40,8 +40,10 @@ def test_validate_file_survives_crashes_and_malformed_input(tmp_path):
     records = read_out(out)
     assert sorted(records) == sorted(names + ["softmax_rows"])  # every record, once
     assert stats.counts["corrupt input"] == 1
-    assert stats.n_kept == 1 and stats.n_dropped == 3
-    assert stats.drop_reasons() == {"runs": 2, "not_stochastic": 1}
+    # validation enriches: every record is kept, pass or fail (the filter step drops failures)
+    assert stats.n_kept == 4 and stats.n_dropped == 0
+    assert (stats.counts["passed"], stats.counts["failed runs"],
+            stats.counts["failed not_stochastic"]) == (1, 2, 1)
 
     v = {name: r["validation"] for name, r in records.items()}
     assert all(SCHEMA <= set(x) for x in v.values())
@@ -77,17 +79,18 @@ def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
     first = record_line(DEFECTIVE / "relu_on_rand.py")
     src.write_text(first + "\n{\"id\": 3\n")
     result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu",
-                     "--workers", "1", "--max-ablations", "4")
+                     "--workers", "1", "--max-ablations", "4", "--cpu-max-numel", "32768")
     assert result.returncode == 0, result.stderr
     assert "in.jsonl:2: corrupt or truncated line" in result.stderr
-    assert "0 kept" in result.stdout and "failed not_affine" in result.stdout
+    assert "1 kept" in result.stdout and "1 failed not_affine" in result.stdout
     assert read_out(out)["relu_on_rand"]["validation"]["flags"] == ["not_affine", "no_dead_ops"]
 
     with src.open("a") as handle:  # a second problem arrives; the first is not redone
         handle.write(record_line(SEEDS_DIR / "softmax_rows.py") + "\n")
     result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu",
-                     "--cpu-max-numel", "32768")
+                     "--max-ablations", "4", "--cpu-max-numel", "32768")  # the same options
     assert result.returncode == 0, result.stderr
+    assert "resuming" in result.stderr
     assert "1 already validated" in result.stdout and "1 kept" in result.stdout
     assert sorted(read_out(out)) == ["relu_on_rand", "softmax_rows"]
     assert len(out.read_text().splitlines()) == 2
