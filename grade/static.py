@@ -10,6 +10,7 @@ imports, calls) and the C/C++/CUDA source strings handed to ``load_inline``.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 FORBIDDEN_MODULES = {
@@ -64,12 +65,40 @@ NATIVE_PATTERNS = re.compile(
     r"\bposix_spawn|\bvfork\s*\(|\bclone3?\s*\(|"
     # ATen entry points that run a kernel without the dispatcher (no trace, no profiler
     # record), their headers, and the guards that switch dispatch keys off in native code
-    r"\bat::(?:cpu|cuda|native|_ops|meta|mps|compositeexplicitautograd|"
-    r"compositeimplicitautograd|compositeexplicitautogradnonfunctional)::|"
+    r"\bat::(?:native|_ops)::|"
     r"ATen/(?:CPU|CUDA|Meta|CompositeExplicitAutograd|CompositeImplicitAutograd)Functions|"
     r"ATen/native/|ATen/ops/\w+_(?:native|cpu_dispatch|cuda_dispatch|ops)\.h|"
     r"DispatchKeyGuard|AutoDispatchBelow|AutoNonVariableTypeMode|\bredispatch\b|"
     r"\bcallBoxed\b|findSchemaOrThrow|c10::Dispatcher")
+# ``at::cpu::add``, ``at::cuda::mm``: an operator's backend kernel called without the dispatcher
+# (no trace, no profiler record). The same namespaces hold the utilities an honest extension needs
+# (``at::cuda::getCurrentCUDAStream``, stream guards), so only names of ATen operators count.
+BACKEND_ENTRY = re.compile(
+    r"\bat::(cpu|cuda|meta|mps|compositeexplicitautograd|compositeimplicitautograd|"
+    r"compositeexplicitautogradnonfunctional)::(\w+)")
+
+
+@functools.cache
+def aten_operator_names() -> frozenset[str]:
+    """Every ATen operator's name (``add``, ``mm``, ``_softmax`` ...), from the dispatcher."""
+    import torch
+
+    return frozenset(name.split("::", 1)[1].split(".", 1)[0]
+                     for name in torch._C._dispatch_get_all_op_names()
+                     if name.startswith("aten::"))
+
+
+def backend_entry_points(text: str) -> list[str]:
+    """``at::<backend>::<operator>`` calls in native source (``_out``/``_outf`` variants too)."""
+    found = []
+    for match in BACKEND_ENTRY.finditer(text):
+        name = match.group(2)
+        base = name.removesuffix("_outf").removesuffix("_out").removesuffix("_symint")
+        if base in aten_operator_names() or base.rstrip("_") in aten_operator_names():
+            found.append(match.group(0))
+    return found
+
+
 # Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...).
 REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "importlib",
                      "builtins", "threading", "_thread", "signal", "multiprocessing", "pickle",
@@ -175,6 +204,8 @@ def scan(source: str) -> list[str]:
             match = NATIVE_PATTERNS.search(node.value)
             if match:
                 flag(node, f"native source uses {match.group(0).strip()}")
+            for entry in backend_entry_points(node.value):
+                flag(node, f"native source calls {entry} (an operator without the dispatcher)")
             text = node.value.strip()
             if text in FORBIDDEN_ATTRIBUTES or text in REACHABLE_MODULES or \
                     (text in FORBIDDEN_CALLS and text != "input") or "kernelmill" in text or \

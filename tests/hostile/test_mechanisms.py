@@ -56,7 +56,8 @@ def test_library_namespaces_are_compute_unless_registered_by_the_candidate():
 # ---------------------------------------------------------------- static scan
 
 @pytest.mark.parametrize("snippet, needle", [
-    ('src = "return at::cpu::add(x, y);"', "at::cpu::"),
+    ('src = "return at::cpu::add(x, y);"', "at::cpu::add"),
+    ('src = "auto c = at::cuda::mm_out(out, a, b);"', "at::cuda::mm_out"),
     ('src = "at::native::add(x, y)"', "at::native::"),
     ('src = "#include <ATen/CPUFunctions.h>"', "CPUFunctions"),
     ('src = "c10::impl::ExcludeDispatchKeyGuard g(ks);"', "DispatchKeyGuard"),
@@ -68,6 +69,15 @@ def test_library_namespaces_are_compute_unless_registered_by_the_candidate():
 def test_static_scan_flags_native_entry_points_and_imported_internals(snippet, needle):
     findings = static.scan(snippet)
     assert any(needle in f for f in findings), findings
+
+
+def test_static_scan_allows_the_cuda_context_an_honest_extension_needs():
+    """``at::cuda::getCurrentCUDAStream`` launches on PyTorch's stream; it is no operator."""
+    honest = (FIXTURES / "submissions" / "cuda_scale_add.py").read_text()
+    assert "at::cuda::getCurrentCUDAStream" in honest
+    assert static.scan(honest) == []
+    guarded = 'src = "const at::cuda::OptionalCUDAGuard g(x.device()); at::cuda::CUDAStream s;"'
+    assert static.scan(guarded) == []
 
 
 # ---------------------------------------------------------------- verdict cache key
