@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks on a CUDA machine: the `gpu`-marked tests and the GPU benchmarks, each logged.
-# Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests seeds validate grade build synth
+# Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests fast hostile fidelity audit seeds
+# validate grade build synth ("fast": the GPU tests minus the two whole-suite ones)
 #        fidelity (the measure module's GPU tests, then benchmarks/grade_fidelity.py)
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 #        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
@@ -31,6 +32,11 @@ for part in $parts; do
   case $part in
     tests)    python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests 2>&1 \
                 | tee "$out/gpu_tests.log" ;;
+    fast)     python3 -m pytest -m gpu -v -rA -p no:cacheprovider -o addopts="" \
+                -k "${GPU_K:-not hostile_suite and not all_seeds_pass}" tests/validate/test_measure.py \
+                tests/validate/test_memory.py tests/grade/test_grade_gpu.py \
+                tests/hostile/test_hostile_gpu.py tests/validate/test_validate_gpu.py 2>&1 \
+                | tee "$out/gpu_fast.log" ;;
     seeds)    python3 benchmarks/seed_runtime.py --json "$out/seed_runtime.json" 2>&1 \
                 | tee "$out/seed_runtime.log" ;;
     validate) python3 benchmarks/validate_throughput.py --out "$out" 2>&1 \

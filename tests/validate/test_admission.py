@@ -57,7 +57,8 @@ def test_tasks_share_a_gpu_only_as_far_as_their_estimates_fit():
     results = run_threads(budget, gpu, [30 * GIB] * 9)
     assert all(r.result == "ok" and not r.retried_alone and not r.too_large for r in results)
     assert gpu.peak <= budget.capacity == 90 * GIB
-    assert gpu.max_concurrent == 3  # 3 x 30 fits in 90, a fourth never started beside them
+    # each asks for 30 GiB x the allocator factor: as many as fit in 90 GiB ran together, no more
+    assert gpu.max_concurrent == (90 * GIB) // budget.need_for(30 * GIB) >= 2
     assert budget.used == 0 and budget.holders == 0
 
 
