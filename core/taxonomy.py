@@ -17,7 +17,8 @@ def _ops(text: str) -> frozenset[str]:
 VIEW_OPS = _ops("""
 alias as_strided t transpose permute unsqueeze squeeze select slice narrow split split_with_sizes
 chunk unbind unflatten flatten view _unsafe_view view_as reshape _reshape_alias expand expand_as
-diagonal movedim view_as_real view_as_complex detach lift lift_fresh set_
+diagonal movedim view_as_real view_as_complex detach lift lift_fresh set_ as_strided_ conj
+resolve_conj resolve_neg
 """)
 # Allocation without meaningful contents.
 ALLOCATION_OPS = _ops("""
@@ -26,7 +27,8 @@ empty empty_like empty_strided new_empty new_empty_strided resize_ record_stream
 # Metadata queries and host scalars.
 METADATA_OPS = _ops("""
 size stride dim numel sym_size sym_stride sym_numel sym_storage_offset is_contiguous
-is_same_size result_type _has_compatible_shallow_copy_type _local_scalar_dense item
+is_same_size result_type _has_compatible_shallow_copy_type _local_scalar_dense item is_nonzero
+is_floating_point is_complex
 """)
 # Constant fills: the contents do not depend on any input.
 FILL_OPS = _ops("""
@@ -36,6 +38,7 @@ scalar_tensor arange
 # Copies: the same values somewhere else (another layout, dtype or device).
 COPY_OPS = _ops("""
 copy_ _copy copy clone contiguous to _to_copy _copy_from _copy_from_and_resize lift_fresh_copy
+type_as
 """)
 
 # Everything that moves, views, allocates or fills memory without computing from inputs.

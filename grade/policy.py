@@ -11,35 +11,18 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-# aten ops that allocate, view, reshape or copy memory (and metadata queries): a candidate may
-# use them around its own kernels. Every other op in forward is PyTorch doing the computation.
-ALLOWED_OPS = frozenset("""
-empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones
-ones_like new_ones full full_like new_full fill_ zero_ scalar_tensor resize_ set_ lift_fresh
-lift_fresh_copy copy_ _to_copy clone contiguous to _copy_from _copy_from_and_resize detach alias
-view _unsafe_view reshape _reshape_alias expand expand_as as_strided t transpose permute
-unsqueeze squeeze select slice narrow split split_with_sizes chunk unbind unflatten flatten
-view_as view_as_real view_as_complex diagonal movedim _local_scalar_dense sym_size sym_stride
-sym_numel sym_storage_offset size stride is_contiguous dim numel record_stream
-item is_nonzero type_as is_same_size result_type is_floating_point is_complex resolve_conj
-resolve_neg conj as_strided_
-""".split())
+from kernelmill.core.taxonomy import DATA_MOVEMENT_OPS, op_base, op_namespace
+from kernelmill.core.taxonomy import PURE_MEMORY_OPS as TAXONOMY_PURE_MEMORY_OPS
+
+# aten ops that allocate, view, reshape, fill or copy memory (and metadata queries): a candidate
+# may use them around its own kernels. Every other op in forward is PyTorch doing the computation.
+ALLOWED_OPS = DATA_MOVEMENT_OPS
 
 # Namespaces of PyTorch's own ops. Only a guess, used where the worker could not say which ops
 # were registered by the candidate (``candidate`` below, from ``grade.witness``): PyTorch has
 # more namespaces than these (mkldnn, mkl, onednn, sparse, ...), all of them library code.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler",
                               "inductor", "quantized", "rngprims", "higher_order"})
-
-
-def op_namespace(name: str) -> str:
-    return name.split(".", 1)[0]
-
-
-def op_base(name: str) -> str:
-    """``aten.add.Tensor`` -> ``add``; ``aten.add_.Tensor`` -> ``add_``."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
 
 
 # Bookkeeping ops of the profiler itself (record_function ranges): no computation.
@@ -71,13 +54,7 @@ def _qualified(op: str) -> str:
 
 
 # Pure allocation and view/metadata ops: free even when the reference uses them too.
-PURE_MEMORY_OPS = frozenset("""
-empty empty_like empty_strided new_empty new_empty_strided detach alias view _unsafe_view
-reshape _reshape_alias expand as_strided t transpose permute unsqueeze squeeze select slice
-narrow split split_with_sizes chunk unbind unflatten flatten view_as diagonal movedim
-_local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset size stride
-is_contiguous dim numel lift_fresh record_stream set_
-""".split())
+PURE_MEMORY_OPS = TAXONOMY_PURE_MEMORY_OPS
 
 
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
