@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from typing import Any
 
 from kernelmill.core.devices import resolve_device
 from kernelmill.core.errors import KernelmillError
-from kernelmill.core.fingerprint import fingerprints, why_changed
+from kernelmill.core.fingerprint import fingerprint, fingerprints, why_changed
 from kernelmill.core.lock import BUILD_LOCK, locked
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, add_options, build_key, result_options
@@ -48,23 +47,6 @@ class StepResult:
     step: Step
     stats: StageStats
     status: str  # "ran", "resumed", "up to date"
-
-
-def fingerprint(path: Path) -> str:
-    """Content hash of a file, or of every file under a folder; "missing" when absent."""
-    if path.is_dir():
-        digest = hashlib.sha256()
-        for child in sorted(p for p in path.rglob("*") if p.is_file()):
-            digest.update(str(child.relative_to(path)).encode())
-            digest.update(fingerprint(child).encode())
-        return digest.hexdigest()[:20]
-    if not path.exists():
-        return "missing"
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:20]
 
 
 def _jsonable(value: Any) -> Any:
@@ -111,7 +93,8 @@ class Build:
             return str(path)
 
     def signature(self, step: Step) -> dict[str, Any]:
-        return {"inputs": {self._key(p): fingerprint(p) for p in _fingerprinted_inputs(self, step)},
+        return {"inputs": {self._key(p): fingerprint(p)["sha256"] if p.exists() else "missing"
+                           for p in _fingerprinted_inputs(self, step)},
                 "params": _jsonable(_params(self, step)),
                 "outputs": fingerprints({step.output: self.path(step.output)})}
 

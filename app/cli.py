@@ -33,7 +33,7 @@ def _run_stage(step: Step, args: argparse.Namespace) -> int:
     note = start_or_resume(step, Path(args.out), config)
     if note:
         print(f"kernelmill: {note}", file=sys.stderr)
-    stats = step(inputs, args.out, config)
+    stats = step.run([Path(p) for p in inputs], Path(args.out), config)  # checked above
     print(stats.summary())
     reasons = stats.drop_reasons()
     if reasons:

@@ -11,8 +11,12 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from kernelmill.core.taxonomy import DATA_MOVEMENT_OPS, op_base, op_namespace
-from kernelmill.core.taxonomy import PURE_MEMORY_OPS as TAXONOMY_PURE_MEMORY_OPS
+from kernelmill.core.taxonomy import (
+    DATA_MOVEMENT_OPS,
+    PURE_MEMORY_OPS,
+    op_base,
+    op_namespace,
+)
 
 # aten ops that allocate, view, reshape, fill or copy memory (and metadata queries): a candidate
 # may use them around its own kernels. Every other op in forward is PyTorch doing the computation.
@@ -53,8 +57,8 @@ def _qualified(op: str) -> str:
     return ".".join(parts[:2])
 
 
-# Pure allocation and view/metadata ops: free even when the reference uses them too.
-PURE_MEMORY_OPS = TAXONOMY_PURE_MEMORY_OPS
+# Pure allocation and view/metadata ops (core.taxonomy.PURE_MEMORY_OPS) are free even when the
+# reference uses them too.
 
 
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
