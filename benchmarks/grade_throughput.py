@@ -1,17 +1,22 @@
-"""Grading throughput on CUDA: submissions per minute with a cold and a warm verdict cache.
+"""Grading throughput: submissions per minute, cold, with references cached, and cache hits.
 
-    python benchmarks/grade_throughput.py [--device cuda] [--workers N] [--json OUT.json]
+    python benchmarks/grade_throughput.py [--device cuda] [--workers N] [--sets triton mix]
+                                          [--phases cold refs-cached cache-hits] [--json OUT]
 
-The batch mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
-``load_inline`` kernels (built by the CPU compile pool while GPUs grade Triton), and the hostile
-suite of tests/fixtures/submissions (minus the hang). Cold: empty verdict cache and extension folder.
-Warm: the same submissions again into a new output file (every verdict from the cache).
+Sets: ``triton`` is the fidelity set (12 honest Triton answers at varied sizes, several under
+0.1 ms); ``mix`` mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
+``load_inline`` kernels (built by the CPU compile pool while GPUs grade Triton) and the hostile
+fixtures of tests/fixtures/submissions (minus the hang). Phases: ``cold`` (empty caches, in a
+fresh ``KERNELMILL_CACHE_DIR``), ``refs-cached`` (every submission graded again; the references'
+Inductor timings come from disk), ``cache-hits`` (the verdict cache answers). Each row also
+gives the median seconds a submission spent in its reference run and in its candidate run.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -109,56 +114,121 @@ def build_inputs(folder: Path) -> tuple[Path, Path, int]:
     return p_path, s_path, len(rows)
 
 
-def summarize(out: Path) -> Counter:
+def build_triton_set(folder: Path, device: str) -> tuple[Path, Path, int]:
+    """The fidelity set (12 honest Triton answers at varied sizes, several under 0.1 ms)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from grade_fidelity import CPU_SIZES, SET, problem_source
+
+    problems, rows = [], []
+    for name, answer, sizes in SET:
+        sizes = CPU_SIZES.get(name, sizes) if device == "cpu" else sizes
+        problems.append({"id": name, "source": problem_source(answer, sizes)})
+        rows.append({"submission_id": name, "problem_id": name, "source": answer.read_text()})
+    p_path, s_path = folder / "triton_problems.jsonl", folder / "triton_submissions.jsonl"
+    p_path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    s_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p_path, s_path, len(rows)
+
+
+def summarize(out: Path) -> dict:
     counts: Counter = Counter()
+    reference_s, candidate_s, warm = [], [], 0
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
                "error" if row.get("error") else "incorrect"] += 1
-    return counts
+        profile = row.get("profile") or {}
+        if "reference_s" in profile:
+            reference_s.append(profile["reference_s"])
+            candidate_s.append(profile["candidate_s"])
+            warm += bool(profile.get("warm"))
+    median = lambda v: round(statistics.median(v), 2) if v else None  # noqa: E731
+    return {**counts, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
+            "warm": f"{warm}/{len(reference_s)}"}
+
+
+PHASES = (  # (name, verdict cache, what it shows)
+    ("cold", False, "empty caches: Inductor compiled and timed per problem"),
+    ("refs-cached", False, "reference Inductor timings on disk; every submission graded"),
+    ("cache-hits", True, "the same submissions again: every verdict from the verdict cache"),
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--sets", nargs="*", default=["triton", "mix"],
+                        help="triton: 12 honest Triton answers; mix: Triton, CUDA and hostile")
+    parser.add_argument("--phases", nargs="*", default=[p[0] for p in PHASES])
     parser.add_argument("--json", help="write the numbers here too")
     args = parser.parse_args()
+
+    import os
+
+    folder = Path(tempfile.mkdtemp(prefix="kernelmill-grade-bench-"))
+    os.environ["KERNELMILL_CACHE_DIR"] = str(folder / "cache")  # cold means cold
     from kernelmill.grade.batch import grade_file
     from kernelmill.grade.policy import Policy
 
-    folder = Path(tempfile.mkdtemp(prefix="kernelmill-grade-bench-"))
-    problems, submissions, n = build_inputs(folder)
-    cache = folder / "cache.jsonl"
     policy = Policy(timeout_s=180)
     results = {}
-    for phase, out in (("cold", folder / "cold.jsonl"), ("warm", folder / "warm.jsonl")):
-        start = time.monotonic()
-        stats = grade_file(problems, submissions, out, device=args.device, workers=args.workers,
-                           policy=policy, cache_path=cache,
-                           extensions_root=str(folder / "extensions"))
-        seconds = time.monotonic() - start
-        results[phase] = {"submissions": n, "seconds": round(seconds, 1),
-                          "per_minute": round(n / seconds * 60, 1),
-                          "cached": stats.counts.get("cached", 0), **summarize(out)}
-    header = f"{'phase':6} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} " \
-             f"{'correct':>8} {'hacked':>7} {'error':>6} {'incorrect':>9}"
+    for name in args.sets:
+        problems, submissions, n = (build_triton_set(folder, args.device) if name == "triton"
+                                    else build_inputs(folder))
+        cache = folder / f"{name}-verdicts.jsonl"
+        for phase, use_cache, _why in PHASES:
+            if phase not in args.phases:
+                continue
+            out = folder / f"{name}-{phase}.jsonl"
+            start = time.monotonic()
+            stats = grade_file(problems, submissions, out, device=args.device,
+                               workers=args.workers, policy=policy,
+                               cache_path=cache if use_cache else None,
+                               extensions_root=str(folder / "extensions"))
+            if phase == "cache-hits":  # the first pass filled the cache; time the hits
+                out2 = folder / f"{name}-{phase}-2.jsonl"
+                start = time.monotonic()
+                stats = grade_file(problems, submissions, out2, device=args.device,
+                                   workers=args.workers, policy=policy, cache_path=cache,
+                                   extensions_root=str(folder / "extensions"))
+                out = out2
+            seconds = time.monotonic() - start
+            results[f"{name} {phase}"] = {
+                "submissions": n, "seconds": round(seconds, 1),
+                "per_minute": round(n / seconds * 60, 1),
+                "cached": stats.counts.get("cached", 0), **summarize(out)}
+            if phase == "cold":
+                report_uncertified(out)
+    header = (f"{'set / phase':22} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} "
+              f"{'correct':>8} {'hacked':>7} {'error':>6} {'ref s':>6} {'cand s':>7} "
+              f"{'warm':>6}")
     print(header)
     for phase, r in results.items():
-        print(f"{phase:6} {r['submissions']:>5} {r['seconds']:>8} {r['per_minute']:>9} "
+        print(f"{phase:22} {r['submissions']:>5} {r['seconds']:>8} {r['per_minute']:>9} "
               f"{r['cached']:>7} {r.get('correct', 0):>8} {r.get('hacked', 0):>7} "
-              f"{r.get('error', 0):>6} {r.get('incorrect', 0):>9}")
-    cold = [json.loads(line) for line in (folder / "cold.jsonl").read_text().splitlines()]
-    speed = [r["speedup_vs_eager"] for r in cold if r.get("speedup_vs_eager")]
-    if speed:
-        print(f"speedup vs eager over correct kernels: min {min(speed):.2f}  "
-              f"max {max(speed):.2f}")
-    for r in cold:
-        if r["submission_id"].startswith(("triton_", "cuda_")) and not r["correct"]:
-            print(f"  NOT CERTIFIED {r['submission_id']}: {r['hacks']} {r.get('error')}")
+              f"{r.get('error', 0):>6} {r['reference_s'] or '-':>6} {r['candidate_s'] or '-':>7} "
+              f"{r['warm']:>6}")
+    print("ref s / cand s: median seconds per submission in the reference run and in the "
+          "candidate run with its timing window; warm: workers forked from a zygote")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def report_uncertified(out: Path) -> None:
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    speed = [r["speedup_vs_eager"] for r in rows if r.get("speedup_vs_eager")]
+    if speed:
+        print(f"speedup vs eager over correct kernels: min {min(speed):.2f}  "
+              f"max {max(speed):.2f}")
+    for r in rows:
+        honest = not r["submission_id"].startswith(("hack_", "crash_", "bad_"))
+        if honest and r["submission_id"] != r.get("problem_id", "") + "_" and not r["correct"] \
+                and r["submission_id"].startswith(("triton_", "cuda_", "honest_", "scale_",
+                                                   "relu_", "row_", "softmax_", "matmul_")):
+            print(f"  NOT CERTIFIED {r['submission_id']}: {r['hacks']} "
+                  f"{(r.get('error') or {}).get('message', '')[:160]}")
 
 
 if __name__ == "__main__":

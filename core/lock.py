@@ -1,23 +1,25 @@
-"""One run per target: an advisory ``fcntl.flock`` lock file that names the process holding it.
+"""One run per target: a ``filelock`` lock file, with the holder's pid beside it.
 
 A build holds ``BUILD/.kernelmill.lock`` and a batch grade holds ``OUT.lock`` for as long as it
 runs. A second run on the same target does not wait: it fails at once with one line naming the
-holder's pid, so two runs never validate the same problems twice or write every verdict twice.
-The kernel drops the lock when its holder exits, however it exits (kill -9 included), so a stale
-lock file never blocks anyone; the file is removed on a clean release.
+holder's pid (from ``LOCK.pid``), so two runs never validate the same problems twice or write
+every verdict twice. The lock is the kernel's (``flock`` through the ``filelock`` library): it
+goes when its holder exits, however it exits (kill -9 included), so a stale file never blocks
+anyone.
 
     with hold_lock(Path(out) / ".kernelmill.lock", what=f"build folder {out}"):
         ...
 """
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+import filelock
 
 from .errors import KernelmillError
 
@@ -36,47 +38,16 @@ class LockedError(KernelmillError):
                          "or stop it, then rerun")
 
 
-def _holder(fd: int) -> int | None:
+def _pid_file(path: Path) -> Path:
+    return path.with_name(path.name + ".pid")
+
+
+def _holder(path: Path) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = _pid_file(path).read_text().strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
-
-
-def _acquire(path: Path, what: str) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _holder(fd)
-            os.close(fd)
-            raise LockedError(what, path, pid) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # The previous holder may have removed the file between our open and our flock: then
-        # we locked an orphan inode that nobody else will see. Start again on the new file.
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _release(path: Path, fd: int) -> None:
-    try:
-        path.unlink()  # while still holding it, so nobody can lock the file we remove
-    except FileNotFoundError:
-        pass
-    os.close(fd)
 
 
 @contextmanager
@@ -87,11 +58,18 @@ def hold_lock(path: str | os.PathLike, what: str | None = None) -> Iterator[Path
     per open file, so the same process taking it twice fails too, as a second run would.
     """
     path = Path(path)
-    fd = _acquire(path, what or str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(path), timeout=0, thread_local=False)
     try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise LockedError(what or str(path), path, _holder(path)) from None
+    try:
+        _pid_file(path).write_text(f"{os.getpid()}\n")
         yield path
     finally:
-        _release(path, fd)
+        _pid_file(path).unlink(missing_ok=True)
+        lock.release()
 
 
 def lock_path_for(out: str | os.PathLike) -> Path:

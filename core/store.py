@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import jsonlines
+
 from .errors import KernelmillError
 from .record import Record
 
@@ -49,27 +51,40 @@ def read_jsonl(path: str | os.PathLike, on_error: ErrorHandler | None = None) ->
     if path.is_dir():
         raise KernelmillError(f"{path}: is a folder, expected a JSONL file")
     with path.open("rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
+        reader = jsonlines.Reader(handle)
+        while True:
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                cut = (not raw.endswith(b"\n") and exc.end == len(raw)
-                       and exc.reason == "unexpected end of data")
-                if not cut:
-                    raise _not_utf8(path, lineno, raw, exc) from None
-                report(f"{path}:{lineno}: truncated last line skipped (ends inside a character)")
-                continue
-            try:
-                obj = json.loads(text)
-            except ValueError as exc:
-                report(f"{path}:{lineno}: corrupt or truncated line skipped ({exc})")
-                continue
-            if not isinstance(obj, dict):
-                report(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}; skipped")
+                obj = reader.read(type=dict, skip_empty=True)
+            except EOFError:
+                return
+            except jsonlines.InvalidLineError as exc:
+                _skip_or_raise(path, exc, report)
                 continue
             yield obj
+
+
+def _skip_or_raise(path: Path, exc: "jsonlines.InvalidLineError", report: ErrorHandler) -> None:
+    """A bad line is skipped with ``file:line: reason``; bytes that are not UTF-8 stop the read,
+    unless the last line was cut inside a character (a writer killed mid-record)."""
+    raw, lineno = exc.line, exc.lineno
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            cut = (not raw.endswith(b"\n") and bad.end == len(raw)
+                   and bad.reason == "unexpected end of data")
+            if not cut:
+                raise _not_utf8(path, lineno, raw, bad) from None
+            report(f"{path}:{lineno}: truncated last line skipped (ends inside a character)")
+            return
+    else:
+        text = raw
+    try:
+        obj = json.loads(text)
+    except ValueError as bad:
+        report(f"{path}:{lineno}: corrupt or truncated line skipped ({bad})")
+        return
+    report(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}; skipped")
 
 
 def read_records(path: str | os.PathLike, on_error: ErrorHandler | None = None, *,

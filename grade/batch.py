@@ -221,7 +221,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             runner = get_backend(backend, device=device, workers=workers, address=address)
             results = runner.map_unordered(grade_item, items)
             for item, verdict in track(results, total=len(items), description="grading"):
-                if not verdict.get("reference_failed"):
+                if not verdict.get("reference_failed") and not transient(verdict):
                     cache.put(item["key"], _cacheable(verdict))
                 else:
                     stats.dropped("reference failed")
@@ -233,6 +233,17 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             cache.close()
     stats.seconds = time.monotonic() - started
     return stats
+
+
+_TRANSIENT = ("timed out", "SIGKILL", "out of memory", "zygote")
+
+
+def transient(verdict: dict) -> bool:
+    """A verdict that may come out differently on a retry (a timeout, a kill from outside, a
+    timing window that failed): graded again next time rather than served from the cache."""
+    message = str((verdict.get("error") or {}).get("message", ""))
+    return (any(marker in message for marker in _TRANSIENT)
+            or bool((verdict.get("timings") or {}).get("error")))
 
 
 def _cacheable(verdict: dict) -> dict:

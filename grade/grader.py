@@ -4,7 +4,7 @@
 2. Reference: a worker that never sees the candidate builds the problem from its source text,
    draws the weights and each trial's inputs from seeds chosen here (``secrets``) afresh for
    every submission, and computes the reference outputs. Only Inductor's timing (CUDA) is
-   cached per reference source for the life of the ``Grader``.
+   cached: on disk per reference source, GPU model and library versions.
 3. Candidate: a second worker gets the inputs, the constructor arguments and the weights (never
    the reference outputs) and runs forward under observation. Timing: a third worker rebuilds
    the reference (never the candidate) on the candidate's timing inputs, and both are timed in
@@ -18,9 +18,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +33,29 @@ from kernelmill.core.record import Verdict
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
-from kernelmill.validate.window import WindowSettings, gpu_lock_path, run_window
+from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
 
 from . import static
 from .judge import judge, reference_fault
 from .policy import Policy
 from .rewards import get_reward
 from .size import grading_size
+
+
+TIMING_KEYS = ("eager", "inductor", "inductor_error")
+
+
+def _library_versions() -> dict:
+    from importlib import metadata
+
+    import torch
+
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        versions["triton"] = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        versions["triton"] = None
+    return versions
 
 
 class ReferenceError(KernelmillError):
@@ -144,11 +162,37 @@ class Grader:
         for). Only the per-source timing figures (eager/Inductor on CUDA) are shared."""
         run = self._run_reference(source, slot_env, timed=False)
         if self.policy.time and self.policy.use_inductor(self.device):
-            timed = self.reference(source, slot_env=slot_env).value
-            for key in ("eager", "inductor", "inductor_error"):
-                if key in timed:
-                    run.value[key] = timed[key]
+            run.value.update(self.inductor_timing(source, slot_env=slot_env))
         return run
+
+    def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
+        """The reference's eager and Inductor times, measured together (their ratio prices
+        Inductor in every verdict). They do not depend on a submission's inputs, so they are
+        kept on disk per reference source, GPU model, library versions and timing settings,
+        shared by every grader and trainer process on this machine."""
+        path = self._timing_cache_path(source, slot_env)
+        if path is not None and path.exists():
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError):
+                pass  # unreadable: measure again and rewrite
+        timed = self.reference(source, slot_env=slot_env).value
+        found = {k: timed[k] for k in TIMING_KEYS if k in timed}
+        if path is not None and found:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(found, default=str))
+            os.replace(tmp, path)
+        return found
+
+    def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
+        name = gpu_name(self.worker_device, self._env(slot_env))
+        if name is None:
+            return None
+        key = json.dumps([source, name, _library_versions(), self.policy.timing_settings],
+                         sort_keys=True, default=str)
+        folder = self.cache_root / "reference-timing"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _run_reference(self, source: str, slot_env: dict | None,
                        timed: bool = True) -> ReferenceRun:
@@ -213,10 +257,16 @@ class Grader:
         reward_fn = get_reward(reward)
         # On CPU, the size validation calibrated the record's tolerances at (grade/size.py).
         size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
+        began = time.monotonic()
         verdict = self._static(candidate_source)
         if verdict is None:
             reference = self.fresh_reference(size.source, slot_env=slot_env)
+            after_reference = time.monotonic()
             verdict = self._candidate(reference, candidate_source, record, slot_env)
+            # Where a grade's time went (seconds): what throughput work looks at first.
+            verdict["profile"] = {"reference_s": round(after_reference - began, 3),
+                                  "candidate_s": round(time.monotonic() - after_reference, 3),
+                                  "warm": bool(reference.result.warm)}
         verdict["reward"] = float(reward_fn(verdict))
         verdict["device"] = self.device
         verdict["resized"] = size.factor

@@ -41,7 +41,9 @@ for part in $parts; do
                 | tee "$out/seed_runtime.log" ;;
     validate) python3 benchmarks/validate_throughput.py --out "$out" 2>&1 \
                 | tee "$out/validate_throughput.log" ;;
-    grade)    python3 benchmarks/grade_throughput.py 2>&1 | tee "$out/grade_throughput.log" ;;
+    # shellcheck disable=SC2086 — GRADE_ARGS is a list of flags (e.g. "--sets triton")
+    grade)    python3 benchmarks/grade_throughput.py ${GRADE_ARGS:-} --json "$out/grade.json" 2>&1 \
+                | tee "$out/grade_throughput.log" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;

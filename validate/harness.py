@@ -1,8 +1,10 @@
 """The execution harness: run one function in a fresh, isolated worker process.
 
 ``run_in_worker("pkg.module:function", payload, timeout_s=..., device=...)`` starts a new Python
-process (never forked from this one) in its own session and process group, in an empty temporary
-folder, hands it the payload over a pipe and waits for the dict the function returns. Whatever
+process (never forked from this one: a fresh interpreter, or by default a fork of a warm zygote
+that only imported torch, triton and numpy, see ``zygote.py``) in its own session and process
+group, in an empty temporary folder, hands it the payload over a pipe and waits for the dict the
+function returns. Whatever
 happens inside (exception, segfault, ``os._exit``, infinite loop, out of memory, a child process
 left sleeping) the caller gets a ``WorkerResult``: either ``ok`` with ``value``, or an ``error``
 ``{"stage", "message"}`` naming the stage the worker had marked last
@@ -72,6 +74,7 @@ class WorkerResult:
     tampered: bool = False  # a frame failed authentication or arrived after the final one
     leaked_processes: int = 0  # processes of this run still alive after the worker ended
     sandbox: int | None = None  # Landlock ABI the worker confined itself with; None: unconfined
+    warm: bool = False  # forked from a zygote that had imported torch (``validate.zygote``)
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -326,7 +329,8 @@ def _last_error_line(text: str) -> str:
 def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
-                  python: str | None = None, control: Control | None = None) -> WorkerResult:
+                  python: str | None = None, control: Control | None = None,
+                  warm: bool = True) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -335,6 +339,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     With ``sandbox`` (default) the worker may write only in its temporary folder and ``writable``.
     Triton's cache is private to the run unless ``env`` sets ``TRITON_CACHE_DIR``.
     ``control`` opens a second pipe for a parent that drives the worker while it runs.
+    ``warm`` forks the worker from a process that has already imported torch (``zygote``),
+    unless ``KERNELMILL_WARM=0``; it falls back to a fresh interpreter when none can serve.
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -356,12 +362,21 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             "main(sys.argv[1:])")
     start = time.monotonic()
     extra = [str(r_ctl)] if control is not None else []
+    child_env = worker_env(device, env, token, tmp)
+    proc = None
+    if warm and python in (None, sys.executable):
+        from .zygote import ZYGOTES
+
+        proc = ZYGOTES.spawn(device, worker_env(device), child_env, workdir,
+                             [stdout.fileno(), stderr.fileno(), r_in, w_out,
+                              *([r_ctl] if control is not None else [])])
     try:
-        proc = subprocess.Popen(
-            [python or sys.executable, "-c", code, str(r_in), str(w_out), *extra],
-            cwd=workdir, env=worker_env(device, env, token, tmp), stdin=subprocess.DEVNULL,
-            stdout=stdout, stderr=stderr, start_new_session=True,
-            pass_fds=(r_in, w_out, *([r_ctl] if control is not None else [])))
+        if proc is None:
+            proc = subprocess.Popen(
+                [python or sys.executable, "-c", code, str(r_in), str(w_out), *extra],
+                cwd=workdir, env=child_env, stdin=subprocess.DEVNULL, stdout=stdout,
+                stderr=stderr, start_new_session=True,
+                pass_fds=(r_in, w_out, *([r_ctl] if control is not None else [])))
     except OSError as exc:
         for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl):
             if fd is not None:
@@ -397,9 +412,14 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     except subprocess.TimeoutExpired:
         timed_out = True
     wall = time.monotonic() - start
-    leaked = kill_run(proc.pid, token)
+    if isinstance(proc, subprocess.Popen):
+        leaked = kill_run(proc.pid, token)
+        proc.wait()
+    else:  # a warm worker: its zygote kills the group and every escaped descendant
+        proc.kill()
+        proc.wait()
+        leaked = proc.leaked
     WATCHER.ended(token)
-    proc.wait()
     reader.join(timeout=10)
     feeder.join(timeout=1)
     if control is not None:
@@ -407,7 +427,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
-                          sandbox=reader.sandbox,
+                          sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),
                           stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
     stdout.close()
     stderr.close()

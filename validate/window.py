@@ -61,25 +61,48 @@ class WindowError(RuntimeError):
 
 # ---------------------------------------------------------------- the per-GPU lock
 
-_UUIDS: dict[str, str] = {}
+_GPUS: dict[str, tuple[str, str]] = {}  # nvidia-smi index -> (uuid, name)
 
 
-def _gpu_uuid(physical: str) -> str | None:
-    if physical.startswith(("GPU-", "MIG-")):
-        return physical
-    if not _UUIDS:
+def _gpu_table() -> dict[str, tuple[str, str]]:
+    if not _GPUS:
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid",
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name",
                                   "--format=csv,noheader"], capture_output=True, text=True,
                                  timeout=30).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         for line in out.splitlines():
-            index, _, uuid = line.partition(",")
-            if uuid.strip():
-                _UUIDS[index.strip()] = uuid.strip()
-        _UUIDS.setdefault("", "")  # looked once
-    return _UUIDS.get(physical) or None
+            index, uuid, name = ([p.strip() for p in line.split(",", 2)] + ["", ""])[:3]
+            if uuid:
+                _GPUS[index] = (uuid, name)
+        _GPUS.setdefault("", ("", ""))  # looked once
+    return _GPUS
+
+
+def _gpu_uuid(physical: str) -> str | None:
+    if physical.startswith(("GPU-", "MIG-")):
+        return physical
+    return _gpu_table().get(physical, ("", ""))[0] or None
+
+
+def _physical(device: str, env: dict | None) -> str:
+    index = int(device.split(":")[1]) if ":" in device else 0
+    visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    entries = [e.strip() for e in visible.split(",")] if visible else []
+    return entries[index] if index < len(entries) else str(index)
+
+
+def gpu_name(device: str, env: dict | None = None) -> str | None:
+    """The model name of the GPU behind ``device`` as a worker with ``env`` sees it (without
+    initialising CUDA here); None on CPU or without ``nvidia-smi``."""
+    if not device.startswith("cuda"):
+        return None
+    physical = _physical(device, env)
+    for uuid, name in _gpu_table().values():
+        if physical in (uuid, ) and name:
+            return name
+    return _gpu_table().get(physical, ("", ""))[1] or None
 
 
 def runtime_folder() -> str:
@@ -96,10 +119,7 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
     ``env`` sees it; None on CPU."""
     if not device.startswith("cuda"):
         return None
-    index = int(device.split(":")[1]) if ":" in device else 0
-    visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
-    entries = [e.strip() for e in visible.split(",")] if visible else []
-    physical = entries[index] if index < len(entries) else str(index)
+    physical = _physical(device, env)
     key = _gpu_uuid(physical) or f"gpu{physical}"
     path = os.path.join(runtime_folder(), key)
     for suffix in (".turn", ".main"):  # exist before a confined worker opens them read-only

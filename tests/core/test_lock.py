@@ -48,9 +48,11 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert lock.exists()  # the file stays after kill -9, but the kernel dropped the lock
+    pid_file = lock.with_name(lock.name + ".pid")
+    assert pid_file.read_text().strip() == str(proc.pid)  # stale: names a dead holder
     with hold_lock(lock) as held:
-        assert held.read_text().strip() == str(os.getpid())
-    assert not lock.exists()  # a clean release removes it
+        assert held == lock and pid_file.read_text().strip() == str(os.getpid())
+    assert not pid_file.exists()  # a clean release removes the holder's pid
 
 
 def test_the_same_process_cannot_take_it_twice(tmp_path):

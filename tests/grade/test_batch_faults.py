@@ -10,7 +10,7 @@ import pytest
 
 from conftest import FIXTURES
 from kernelmill.core.errors import KernelmillError
-from kernelmill.core.lock import LockedError, lock_path_for
+from kernelmill.core.lock import LockedError, hold_lock, lock_path_for
 from kernelmill.grade.batch import grade_file
 
 REFERENCE = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
@@ -55,7 +55,8 @@ def test_submissions_with_no_usable_row_are_one_error(tmp_path, rows):
     with pytest.raises(KernelmillError, match=rf"^{submissions}: no submissions \(rows need "
                                               r"submission_id, problem_id and source\)$"):
         grade_file(_problems(tmp_path), submissions, out, device="cpu", cache_path=False)
-    assert not lock_path_for(out).exists()  # released on the error
+    with hold_lock(lock_path_for(out)):  # released on the error: free to take again
+        pass
 
 
 def test_a_changed_reference_under_the_same_id_is_graded_again_not_served_from_cache(tmp_path):
@@ -82,3 +83,22 @@ def test_a_changed_reference_under_the_same_id_is_graded_again_not_served_from_c
                policy=policy, cache_path=cache)
     (third,) = read_jsonl(tmp_path / "v3.jsonl")
     assert third.get("cached") and third["correct"]  # the original reference still hits
+
+
+def test_a_timed_out_verdict_is_not_served_from_cache(tmp_path):
+    """A timeout (or a kill from outside) may not happen again: the next batch grades anew."""
+    from kernelmill.core.store import read_jsonl
+    from kernelmill.grade.policy import Policy
+
+    hang = REFERENCE.replace("class Model(", "class _Reference(").replace(
+        "return 2.0 * x + y", "import time\n        time.sleep(600)\n        return x")
+    hang = hang.replace("_Reference(", "ModelNew(", 1)
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text(json.dumps({"submission_id": "s1", "problem_id": "ref_scale_add",
+                                       "source": hang}) + "\n")
+    cache, policy = tmp_path / "cache.jsonl", Policy(time=False, trials=1, timeout_s=4)
+    for run in ("v1", "v2"):
+        grade_file(_problems(tmp_path), submissions, tmp_path / f"{run}.jsonl", device="cpu",
+                   policy=policy, cache_path=cache)
+        (verdict,) = read_jsonl(tmp_path / f"{run}.jsonl")
+        assert "timed out" in verdict["error"]["message"] and not verdict.get("cached"), verdict

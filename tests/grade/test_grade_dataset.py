@@ -82,7 +82,7 @@ def test_grade_a_published_dataset_on_cpu_at_the_calibrated_size(tmp_path, datas
             "--device", "cpu", "--no-time", "--trials", "2"]
     assert main(args) == 0  # every verdict reached: 0, whatever they say
     verdicts = {v["submission_id"]: v for v in read_jsonl(tmp_path / "v.jsonl")}
-    assert verdicts["honest"]["correct"] and not verdicts["honest"]["hacks"]
+    assert verdicts["honest"]["correct"] and not verdicts["honest"]["hacks"], verdicts["honest"]
     assert verdicts["honest"]["resized"] == pytest.approx(1 / 128)  # the row's calibration
     assert verdicts["rows"]["correct"]
     assert verdicts["reuse"]["hacks"]

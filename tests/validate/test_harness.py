@@ -163,9 +163,54 @@ def test_worker_dies_with_a_killed_grader(tmp_path):
             with open(f"/proc/{worker}/stat") as handle:
                 if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                     break
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone between open and read
             break
         time.sleep(0.1)
     else:
         os.kill(worker, signal.SIGKILL)
         pytest.fail("the worker outlived its killed grader")
+
+
+def test_warm_workers_outlive_the_thread_that_started_their_zygote():
+    """Grading threads come and go; the zygote one of them started must keep serving its runs
+    after that thread ends (a parent-death signal tied to the thread once killed them all)."""
+    import threading
+
+    from kernelmill.validate.zygote import ZYGOTES
+
+    ZYGOTES.close()
+    first, release = [], threading.Event()
+
+    def starter():
+        first.append(run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=120,
+                                   device="cpu"))
+        release.wait(60)
+
+    thread = threading.Thread(target=starter)
+    thread.start()
+    while not first:
+        time.sleep(0.05)
+    assert first[0].ok and first[0].warm
+    slow = "import time\ndef main():\n    time.sleep(2)\n    return {'slept': True}\n"
+    results = []
+    runner = threading.Thread(target=lambda: results.append(run_in_worker(
+        "kernelmill.validate.harness:run_source", {"source": slow}, timeout_s=60,
+        device="cpu")))
+    runner.start()
+    time.sleep(0.5)
+    release.set()  # the thread that started the zygote ends while the run is under way
+    thread.join()
+    runner.join()
+    assert results[0].ok and results[0].warm and results[0].value == {"slept": True}, \
+        results[0].error
+
+
+def test_a_warm_worker_writes_temporary_files_in_its_own_folder():
+    """What the zygote's imports cached from its own environment (the temporary folder) is
+    forgotten: a child's ``tempfile`` follows its ``TMPDIR``, the one folder it may write."""
+    source = ("import os, tempfile\ndef main():\n    fd, path = tempfile.mkstemp()\n"
+              "    os.close(fd)\n    return {'path': path, 'tmp': os.environ['TMPDIR']}\n")
+    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": source},
+                           timeout_s=60, device="cpu", warm=True)
+    assert result.ok and result.warm, result.error
+    assert result.value["path"].startswith(result.value["tmp"] + os.sep)

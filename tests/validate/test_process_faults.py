@@ -126,3 +126,49 @@ def test_killing_the_parent_kills_its_workers_and_their_children(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+SCRUBBED_ESCAPE = '''
+import os, sys
+
+def main():
+    r, w = os.pipe()
+    if os.fork() == 0:  # a new session, then exec with an empty environment: no run token left
+        os.setsid()
+        if os.fork() == 0:
+            os.execve("/bin/sleep", ["sleep", "120"], {})
+        os._exit(0)
+    os.wait()
+    os.close(w)
+    return {"ppid_of_escapee": 0}
+'''
+
+
+def _sleepers() -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _alive(int(entry)):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if handle.read() == b"sleep\x00120\x00":
+                        found.add(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_process_that_scrubs_its_environment_and_leaves_the_session_is_still_killed():
+    """Warm workers are forked under a subreaper: an escapee stays a descendant of the run (or
+    of the zygote), whatever it does to its environment, and is killed and counted."""
+    from kernelmill.validate.harness import run_in_worker
+
+    before = _sleepers()
+    result = run_in_worker("kernelmill.validate.harness:run_source",
+                           {"source": SCRUBBED_ESCAPE}, timeout_s=60, device="cpu",
+                           sandbox=False, warm=True)
+    assert result.ok, result.error
+    assert result.leaked_processes >= 1
+    deadline = time.monotonic() + 5
+    while _sleepers() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (_sleepers() - before)

@@ -1,0 +1,220 @@
+"""Warm workers: per device kind, one pre-started process that has imported torch forks each run.
+
+A fresh worker spends seconds importing torch before it does anything; a child forked from a
+process that already has (``zygote_worker``) starts in milliseconds and is otherwise the same
+fresh worker: its own session, folder, environment, limits and sandbox, a new CUDA context (the
+zygote never touches the GPU), and the same authenticated result pipe, which goes straight from
+this process to the child (the zygote only passes the descriptors on).
+
+``ZYGOTES.spawn(device, env, cwd, fds)`` returns a ``WarmProcess`` (``pid``, ``wait``,
+``kill``, ``returncode``, ``leaked``) or None when no zygote can serve (``KERNELMILL_WARM=0``, a
+different interpreter, a zygote that failed to start); ``run_in_worker`` then starts a fresh
+process as before.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+READY_TIMEOUT_S = 180.0
+_log = logging.getLogger(__name__)
+
+
+class WarmProcess:
+    """A run's child as seen from here (the zygote is its parent and reports its exit)."""
+
+    def __init__(self, zygote: "Zygote", rid: int):
+        self.zygote, self.rid = zygote, rid
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.leaked = 0
+        self.started = threading.Event()
+        self.exited = threading.Event()
+        self.error: str | None = None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self.exited.wait(timeout):
+            raise subprocess.TimeoutExpired("warm worker", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        """Kill the run's group and descendants (the zygote reports the exit)."""
+        if not self.exited.is_set():
+            self.zygote.request({"op": "kill", "id": self.rid})
+
+
+class Zygote:
+    def __init__(self, python: str, env: dict, preload: tuple[str, ...] = ()):
+        self.python, self.env, self.preload = python, env, preload
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.runs: dict[int, WarmProcess] = {}
+        self.next_id = 0
+        self.lock = threading.Lock()
+        self.ready = threading.Event()
+        self.info: dict = {}
+        self.failed: str | None = None
+        self.warned = False
+
+    def start(self) -> None:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        code = ("import sys; from kernelmill.validate.zygote_worker import main; "
+                "main(sys.argv[1:])")
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-c", code, str(child_sock.fileno()), ",".join(self.preload)],
+                env=self.env, pass_fds=(child_sock.fileno(),), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                cwd="/")
+        except OSError as exc:
+            self.failed = f"zygote did not start: {exc}"
+            parent_sock.close()
+            return
+        finally:
+            child_sock.close()
+        self.sock = parent_sock
+        threading.Thread(target=self._listen, daemon=True).start()
+        if not self.ready.wait(READY_TIMEOUT_S):
+            self.failed = "zygote not ready in time"
+            self.stop()
+        elif self.info.get("threads", 1) != 1:
+            self.failed = f"zygote has {self.info['threads']} threads after its imports"
+            self.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self.failed is None and self.proc is not None and self.proc.poll() is None
+
+    def request(self, message: dict, fds: list[int] = ()) -> bool:
+        try:
+            socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+            return True
+        except (OSError, AttributeError):
+            return False
+
+    def spawn(self, env: dict, cwd: str, fds: list[int]) -> WarmProcess | None:
+        with self.lock:
+            self.next_id += 1
+            run = self.runs[self.next_id] = WarmProcess(self, self.next_id)
+            sent = self.request({"op": "fork", "id": run.rid, "env": env, "cwd": cwd}, fds)
+        if not sent or not run.started.wait(30) or run.pid is None:
+            with self.lock:
+                self.runs.pop(run.rid, None)
+            if not run.started.is_set():
+                self.failed = "zygote stopped answering"
+                self.stop()
+            return None
+        return run
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            op, run = message.get("op"), self.runs.get(message.get("id"))
+            if op == "ready":
+                self.info = message
+                self.ready.set()
+            elif op == "started" and run is not None:
+                run.pid = int(message["pid"])
+                run.started.set()
+            elif op == "error" and run is not None:
+                run.error = message.get("message")
+                run.started.set()
+            elif op == "exit" and run is not None:
+                run.returncode, run.leaked = message["status"], int(message.get("leaked", 0))
+                with self.lock:
+                    self.runs.pop(run.rid, None)
+                run.exited.set()
+        # The zygote is gone (its runs died with it: their parent-death signal); wake waiters.
+        self.failed = self.failed or "zygote exited"
+        try:
+            self.proc.wait(timeout=10)  # reaped here, never left a zombie
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with self.lock:
+            pending, self.runs = list(self.runs.values()), {}
+        for run in pending:
+            run.returncode = -9 if run.returncode is None else run.returncode
+            run.started.set()
+            run.exited.set()
+
+    def stop(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class ZygotePool:
+    """One zygote per (interpreter, device kind), started on first use in this process."""
+
+    def __init__(self) -> None:
+        self._zygotes: dict[tuple, Zygote] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def enabled(self) -> bool:
+        return os.environ.get("KERNELMILL_WARM", "1") not in ("0", "false", "no", "")
+
+    def get(self, device: str, base_env: dict, python: str | None = None) -> Zygote | None:
+        python = python or sys.executable
+        if not self.enabled() or python != sys.executable:
+            return None
+        key = (python, "cpu" if device.startswith("cpu") else "cuda")
+        with self._lock:
+            if self._pid != os.getpid():  # a forked copy of this process: not our zygotes
+                self._zygotes, self._pid = {}, os.getpid()
+            zygote = self._zygotes.get(key)
+            if zygote is None or (not zygote.alive and zygote.failed != "permanent"):
+                if zygote is not None and zygote.info.get("threads", 1) != 1:
+                    return None  # this interpreter cannot be forked safely: stay cold
+                # numpy's OpenBLAS starts a thread pool at import; a process is forked safely
+                # only with one thread, so the zygote's BLAS stays single-threaded.
+                env = {**base_env, "OPENBLAS_NUM_THREADS": "1"}
+                zygote = self._zygotes[key] = Zygote(python, env, preload())
+                zygote.start()
+            if not zygote.alive and not zygote.warned:
+                zygote.warned = True
+                _log.warning("warm workers unavailable (%s): starting a fresh interpreter per "
+                             "run", zygote.failed)
+            return zygote if zygote.alive else None
+
+    def spawn(self, device: str, base_env: dict, env: dict, cwd: str,
+              fds: list[int]) -> WarmProcess | None:
+        zygote = self.get(device, base_env)
+        return zygote.spawn(env, cwd, fds) if zygote is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            zygotes, self._zygotes = list(self._zygotes.values()), {}
+        for zygote in zygotes:
+            zygote.stop()
+
+
+def preload() -> tuple[str, ...]:
+    names = os.environ.get("KERNELMILL_WARM_PRELOAD")
+    if names is not None:
+        return tuple(n for n in names.split(",") if n)
+    return ("torch", "triton", "numpy", "kernelmill.validate.harness_worker",
+            "kernelmill.validate.sandbox")
+
+
+ZYGOTES = ZygotePool()

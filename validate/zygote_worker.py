@@ -1,0 +1,309 @@
+"""The warm side of the harness: a process that has imported torch and forks one worker per run.
+
+Started by ``zygote.Zygote`` (``python -c "...zygote_worker import main; main(FD)"``) with a
+Unix socket on ``FD``. It imports the heavy modules once (torch, triton, numpy: never touching
+the GPU, so every child initialises its device afresh), then serves requests from the trusted
+parent, one JSON message each, with file descriptors attached:
+
+- ``{"op": "fork", "id": N, "env": {...}, "cwd": PATH, "control": bool}`` with the fds
+  ``[stdout, stderr, job-in, result-out, (control-in)]``: fork a child that starts a new
+  session, takes those fds, its environment and folder, and runs ``harness_worker.main`` exactly
+  as a fresh worker would. Answer ``{"op": "started", "id", "pid"}``.
+- ``{"op": "kill", "id": N}``: SIGKILL that run's process group and its descendants.
+
+When a run's child exits the zygote answers ``{"op": "exit", "id", "status", "leaked"}``.
+``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked`` counts the run's
+processes that had left its process group (``setsid``, ``setpgid``) and were still alive.
+
+Escapes: the zygote and every run child are child subreapers (``PR_SET_CHILD_SUBREAPER``), so a
+process a run leaves behind, whatever session it moved to and whatever it did to its environment,
+stays a descendant of the run child, and after that child's exit, of the zygote, which kills it.
+When the parent process goes (its socket reaches end of file) or sends SIGTERM, the zygote kills
+every run and every stray, then exits.
+
+Worker-side: the standard library at start; torch, triton and numpy only as preloads.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+PRELOAD = ("torch", "triton", "numpy")
+MAX_MESSAGE = 1 << 20
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (all its threads'), from /proc."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(p) for p in handle.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def kill_tree(root: int) -> list[int]:
+    """SIGKILL ``root`` and every descendant; returns the pids killed (live ones only)."""
+    seen, stack, killed = set(), [root], []
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children(pid))
+        if _alive(pid):
+            killed.append(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return killed
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.runs: dict[int, int] = {}  # child pid -> request id
+        self.killed: dict[int, int] = {}  # child pid -> escapees found while it ran
+        self.stopping = False
+
+    # ---------------------------------------------------------------- messages
+
+    def send(self, message: dict) -> None:
+        try:
+            self.sock.send(json.dumps(message).encode())
+        except OSError:
+            self.stopping = True
+
+    def serve(self) -> None:
+        while not self.stopping:
+            try:
+                ready, _, _ = select.select([self.sock], [], [], 0.05)
+            except InterruptedError:
+                ready = []
+            if ready:
+                self.receive()
+            self.reap()
+        self.shutdown()
+
+    def receive(self) -> None:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            self.stopping = True
+            return
+        try:
+            message = json.loads(data)
+            if message.get("op") == "fork":
+                self.fork(message, fds)
+            elif message.get("op") == "kill":
+                for pid, rid in list(self.runs.items()):
+                    if rid == message.get("id"):
+                        self._kill_run(pid)
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    # ---------------------------------------------------------------- runs
+
+    def fork(self, message: dict, fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.send({"op": "error", "id": message.get("id"), "message": f"fork: {exc}"})
+            return
+        if pid == 0:  # the child never returns from here
+            _child(message, fds, self.sock)
+        self.runs[pid] = message.get("id")
+        self.send({"op": "started", "id": message.get("id"), "pid": pid})
+
+    def _kill_run(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.killed[pid] = self.killed.get(pid, 0) + sum(
+            1 for p in kill_tree(pid) if p != pid and _pgid(p) not in (None, pid))
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.runs:
+                self._finish(pid, status)
+
+    def _finish(self, pid: int, status: int) -> None:
+        rid = self.runs.pop(pid)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # whatever stayed in the run's group
+        except OSError:
+            pass
+        leaked = self.killed.pop(pid, 0) + self.strays(pid)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        self.send({"op": "exit", "id": rid, "status": code, "leaked": leaked})
+
+    def strays(self, group: int | None = None) -> int:
+        """Kill the zygote's children that are not runs (orphans reparented here). Returns how
+        many had left ``group``."""
+        escaped: set[int] = set()
+        for _ in range(20):
+            found = [p for p in children(os.getpid()) if p not in self.runs and _alive(p)]
+            if not found:
+                break
+            for pid in found:
+                for victim in kill_tree(pid):
+                    if _pgid(victim) != group:
+                        escaped.add(victim)
+            time.sleep(0.01)
+        self.reap_strays()
+        return len(escaped)
+
+    def reap_strays(self) -> None:
+        for pid in children(os.getpid()):
+            if pid not in self.runs:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    pass
+
+    def shutdown(self) -> None:
+        for pid in list(self.runs):
+            self._kill_run(pid)
+        self.strays()
+        for pid in list(self.runs):
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        os._exit(0)
+
+
+def _forget_environment_caches() -> None:
+    """What the zygote's imports computed from its own environment and would otherwise hand
+    every child: the temporary folder (a child writes only in its own ``TMPDIR``)."""
+    import tempfile
+
+    tempfile.tempdir = None
+    sys.dont_write_bytecode = True
+
+
+def _child(message: dict, fds: list[int], sock: socket.socket) -> None:
+    """In the forked child: become a fresh worker, then run the harness's worker main."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        stdout, stderr, rest = fds[0], fds[1], fds[2:]
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        for fd in (null, stdout, stderr):
+            os.close(fd)
+        os.chdir(message["cwd"])
+        env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
+        extra_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                      if p and p not in sys.path]
+        sys.path[:0] = extra_path
+        os.environ.clear()
+        os.environ.update(env)
+        _forget_environment_caches()
+        import random
+
+        random.seed()  # not the zygote's state, which every sibling shares
+        from .harness_worker import main as worker_main
+
+        worker_main([str(fd) for fd in rest])
+        code = 0
+    except BaseException:  # noqa: BLE001 — the parent sees no result and reports the exit
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    sock = socket.socket(fileno=int(argv[0]))
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    stop = threading.Event()
+
+    def on_term(_signum, _frame):
+        stop.set()
+        raise SystemExit(0)
+
+    # No parent-death signal here: the kernel sends it when the *thread* that started this
+    # process ends, and a grader starts its zygote from whichever thread needs it first. The
+    # socket is the parent's lifeline instead: it reaches end of file when the parent process
+    # is gone, however it went, and the zygote then kills every run and exits.
+    signal.signal(signal.SIGTERM, on_term)
+    preloaded, failed = [], {}
+    for name in (argv[1].split(",") if len(argv) > 1 and argv[1] else PRELOAD):
+        try:
+            importlib.import_module(name)
+            preloaded.append(name)
+        except Exception as exc:  # noqa: BLE001 — a missing preload only costs speed
+            failed[name] = f"{type(exc).__name__}: {exc}"[:200]
+    threads = len(os.listdir("/proc/self/task"))
+    zygote = Zygote(sock)
+    zygote.send({"op": "ready", "pid": os.getpid(), "threads": threads,
+                 "preloaded": preloaded, "failed": failed})
+    if threads != 1:
+        os._exit(2)  # forking a multi-threaded process is unsafe: the parent falls back
+    try:
+        zygote.serve()
+    except SystemExit:
+        zygote.shutdown()
