@@ -65,18 +65,20 @@ class Zygote:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         code = ("import sys; from kernelmill.validate.zygote_worker import main; "
                 "main(sys.argv[1:])")
+        log = _log_file()
         try:
             self.proc = subprocess.Popen(
                 [self.python, "-c", code, str(child_sock.fileno()), ",".join(self.preload)],
                 env=self.env, pass_fds=(child_sock.fileno(),), start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                cwd="/")
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd="/")
         except OSError as exc:
             self.failed = f"zygote did not start: {exc}"
             parent_sock.close()
             return
         finally:
             child_sock.close()
+            if log is not subprocess.DEVNULL:
+                log.close()
         self.sock = parent_sock
         threading.Thread(target=self._listen, daemon=True).start()
         if not self.ready.wait(READY_TIMEOUT_S):
@@ -98,10 +100,10 @@ class Zygote:
             return False
 
     def spawn(self, env: dict, cwd: str, fds: list[int]) -> WarmProcess | None:
-        with self.lock:
+        with self.lock:  # never held across socket I/O: the reader thread takes it too
             self.next_id += 1
             run = self.runs[self.next_id] = WarmProcess(self, self.next_id)
-            sent = self.request({"op": "fork", "id": run.rid, "env": env, "cwd": cwd}, fds)
+        sent = self.request({"op": "fork", "id": run.rid, "env": env, "cwd": cwd}, fds)
         if not sent or not run.started.wait(30) or run.pid is None:
             with self.lock:
                 self.runs.pop(run.rid, None)
@@ -119,7 +121,10 @@ class Zygote:
                 data = b""
             if not data:
                 break
-            message = json.loads(data)
+            try:
+                message = json.loads(data)
+            except ValueError:
+                continue
             op, run = message.get("op"), self.runs.get(message.get("id"))
             if op == "ready":
                 self.info = message
@@ -207,6 +212,13 @@ class ZygotePool:
             zygotes, self._zygotes = list(self._zygotes.values()), {}
         for zygote in zygotes:
             zygote.stop()
+
+
+def _log_file():
+    """Where a zygote's stderr goes: ``KERNELMILL_ZYGOTE_LOG`` (its stack on SIGUSR1 lands
+    there), else nowhere."""
+    path = os.environ.get("KERNELMILL_ZYGOTE_LOG")
+    return open(path, "ab") if path else subprocess.DEVNULL
 
 
 def preload() -> tuple[str, ...]:

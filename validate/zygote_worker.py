@@ -25,8 +25,9 @@ Worker-side: the standard library at start; torch, triton and numpy only as prel
 """
 from __future__ import annotations
 
-import array
+import collections
 import ctypes
+import faulthandler
 import importlib
 import json
 import os
@@ -105,29 +106,47 @@ class Zygote:
         self.runs: dict[int, int] = {}  # child pid -> request id
         self.killed: dict[int, int] = {}  # child pid -> escapees found while it ran
         self.stopping = False
+        self.outbox: collections.deque[bytes] = collections.deque()
 
     # ---------------------------------------------------------------- messages
 
     def send(self, message: dict) -> None:
-        try:
-            self.sock.send(json.dumps(message).encode())
-        except OSError:
-            self.stopping = True
+        """Queue a message; ``flush`` sends it when the socket takes it. The zygote never
+        blocks on its parent: a parent busy sending fork requests while its reader waits could
+        otherwise deadlock with a zygote blocked sending to it."""
+        self.outbox.append(json.dumps(message).encode())
+        self.flush()
+
+    def flush(self) -> None:
+        while self.outbox:
+            try:
+                self.sock.send(self.outbox[0])
+            except BlockingIOError:
+                return
+            except OSError:
+                self.stopping = True
+                return
+            self.outbox.popleft()
 
     def serve(self) -> None:
+        self.sock.setblocking(False)
         while not self.stopping:
             try:
-                ready, _, _ = select.select([self.sock], [], [], 0.05)
+                ready, _, _ = select.select([self.sock], [self.sock] if self.outbox else [],
+                                            [], 0.05)
             except InterruptedError:
                 ready = []
             if ready:
                 self.receive()
+            self.flush()
             self.reap()
         self.shutdown()
 
     def receive(self) -> None:
         try:
             data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+        except BlockingIOError:
+            return
         except OSError:
             data, fds = b"", []
         if not data:
@@ -290,6 +309,7 @@ def main(argv: list[str]) -> None:
     # socket is the parent's lifeline instead: it reaches end of file when the parent process
     # is gone, however it went, and the zygote then kills every run and exits.
     signal.signal(signal.SIGTERM, on_term)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where is it? (stderr)
     preloaded, failed = [], {}
     for name in (argv[1].split(",") if len(argv) > 1 and argv[1] else PRELOAD):
         try:
