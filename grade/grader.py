@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import secrets
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -56,6 +57,18 @@ def _library_versions() -> dict:
     except metadata.PackageNotFoundError:
         versions["triton"] = None
     return versions
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A cache file appears whole or not at all; several graders (threads or processes) may
+    write the same one at once. A cache that cannot be written costs speed, never a grade."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class ReferenceError(KernelmillError):
@@ -179,9 +192,7 @@ class Grader:
         timed = self.reference(source, slot_env=slot_env).value
         found = {k: timed[k] for k in TIMING_KEYS if k in timed}
         if path is not None and found:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(found, default=str))
-            os.replace(tmp, path)
+            _write_atomically(path, json.dumps(found, default=str))
         return found
 
     def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
