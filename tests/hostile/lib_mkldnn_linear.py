@@ -3,6 +3,7 @@
 """
 # problem: ref_linear
 # expect: torch_compute
+# on cuda: not_certified  (a CPU-only API: forward fails on a GPU tensor)
 import torch
 import torch.nn as nn
 

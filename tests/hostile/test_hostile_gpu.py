@@ -2,6 +2,7 @@
 the CUDA fixtures (a ``load_inline`` CUDA kernel, a side-stream launch), graded in one batch on
 the GPU; and the policy presets judged by what ran on the device."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -40,8 +41,16 @@ def test_policy_presets_on_cuda(tmp_path, preset, hybrid_certified):
     assert not reuse["correct"] and reuse["hacks"], reuse.get("hack_details")
 
 
+def _on_cuda(text: str) -> str | None:
+    found = re.search(r"^# on cuda: (\S+)", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def test_hostile_suite_on_cuda(tmp_path):
-    everything = cases()
+    # A case whose attack uses CPU-only APIs (Tensor.map_, mkldnn/mkl ops) fails in forward on
+    # CUDA; it says so with "# on cuda: EXPECTATION" and is held to that there.
+    everything = {name: (problem, _on_cuda(text) or expect, text)
+                  for name, (problem, expect, text) in cases().items()}
     for name in CUDA_FIXTURES:
         text = (FIXTURES / "submissions" / f"{name}.py").read_text()
         problem = next(line.split()[-1] for line in text.splitlines()
