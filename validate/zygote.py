@@ -28,7 +28,7 @@ _log = logging.getLogger(__name__)
 class WarmProcess:
     """A run's child as seen from here (the zygote is its parent and reports its exit)."""
 
-    def __init__(self, zygote: "Zygote", rid: int):
+    def __init__(self, zygote: Zygote, rid: int):
         self.zygote, self.rid = zygote, rid
         self.pid: int | None = None
         self.returncode: int | None = None
