@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,17 +47,17 @@ from .size import grading_size
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 
 
-def _library_versions() -> dict:
+@functools.lru_cache(maxsize=1)
+def _library_versions() -> tuple:
     from importlib import metadata
 
     import torch
 
-    versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     try:
-        versions["triton"] = metadata.version("triton")
+        triton = metadata.version("triton")
     except metadata.PackageNotFoundError:
-        versions["triton"] = None
-    return versions
+        triton = None
+    return ("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton)
 
 
 def _write_atomically(path: Path, text: str) -> None:

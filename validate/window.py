@@ -98,11 +98,11 @@ def gpu_name(device: str, env: dict | None = None) -> str | None:
     initialising CUDA here); None on CPU or without ``nvidia-smi``."""
     if not device.startswith("cuda"):
         return None
-    physical = _physical(device, env)
-    for uuid, name in _gpu_table().values():
-        if physical in (uuid, ) and name:
+    physical = _physical(device, env)  # an index, or a UUID from CUDA_VISIBLE_DEVICES
+    for index, (uuid, name) in _gpu_table().items():
+        if physical in (index, uuid) and name:
             return name
-    return _gpu_table().get(physical, ("", ""))[1] or None
+    return None
 
 
 def runtime_folder() -> str:

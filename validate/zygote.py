@@ -188,9 +188,9 @@ class ZygotePool:
             if self._pid != os.getpid():  # a forked copy of this process: not our zygotes
                 self._zygotes, self._pid = {}, os.getpid()
             zygote = self._zygotes.get(key)
-            if zygote is None or (not zygote.alive and zygote.failed != "permanent"):
-                if zygote is not None and zygote.info.get("threads", 1) != 1:
-                    return None  # this interpreter cannot be forked safely: stay cold
+            if zygote is not None and zygote.info.get("threads", 1) != 1:
+                return None  # this interpreter cannot be forked safely: stay cold
+            if zygote is None or not zygote.alive:
                 # numpy's OpenBLAS starts a thread pool at import; a process is forked safely
                 # only with one thread, so the zygote's BLAS stays single-threaded.
                 env = {**base_env, "OPENBLAS_NUM_THREADS": "1"}

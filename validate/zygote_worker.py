@@ -35,7 +35,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -298,10 +297,7 @@ def _child(message: dict, fds: list[int], sock: socket.socket) -> None:
 def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[0]))
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    stop = threading.Event()
-
     def on_term(_signum, _frame):
-        stop.set()
         raise SystemExit(0)
 
     # No parent-death signal here: the kernel sends it when the *thread* that started this
