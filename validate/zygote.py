@@ -140,7 +140,8 @@ class Zygote:
                 with self.lock:
                     self.runs.pop(run.rid, None)
                 run.exited.set()
-        # The zygote is gone (its runs died with it: their parent-death signal); wake waiters.
+        # The zygote is gone (its runs died with it: their parent-death signal; its guardian
+        # kills what they had started); wake waiters.
         self.failed = self.failed or "zygote exited"
         try:
             self.proc.wait(timeout=10)  # reaped here, never left a zombie

@@ -21,6 +21,13 @@ stays a descendant of the run child, and after that child's exit, of the zygote,
 When the parent process goes (its socket reaches end of file) or sends SIGTERM, the zygote kills
 every run and every stray, then exits.
 
+The zygote's own death, by any means (SIGKILL included), is covered by its guardian: ``main``
+first forks, and the parent stays behind as a small subreaper that imports nothing and runs no
+user code. Run children die with the zygote (their parent-death signal); what they had started
+is then reparented to the guardian, which kills every process left under it and exits with the
+zygote's status. Should the guardian die first, the zygote gets SIGTERM (its parent-death signal)
+and shuts down as above.
+
 Worker-side: the standard library at start; torch, triton and numpy only as preloads.
 """
 from __future__ import annotations
@@ -37,6 +44,7 @@ import socket
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PRELOAD = ("torch", "triton", "numpy")
 MAX_MESSAGE = 1 << 20
@@ -294,16 +302,74 @@ def _child(message: dict, fds: list[int], sock: socket.socket) -> None:
         os._exit(code)
 
 
+def sweep() -> None:
+    """Kill every process under this one and reap it."""
+    for _ in range(200):
+        found = [p for p in children(os.getpid()) if _alive(p)]
+        if not found:
+            break
+        for pid in found:
+            kill_tree(pid)
+        time.sleep(0.01)
+        _reap_all()
+    _reap_all()
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def guard(zygote: int) -> None:
+    """The guardian: wait until the zygote has gone, however it went, then kill what its runs
+    left (reparented here: this process is a subreaper, the zygote's parent) and exit with the
+    zygote's status. SIGTERM is passed on to the zygote, which then shuts down cleanly."""
+    def on_term(_signum, _frame):
+        try:
+            os.kill(zygote, signal.SIGTERM)
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the zygote through its socket
+    status = 0
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == zygote:
+            break
+    sweep()
+    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
 def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[0]))
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    guardian = os.getpid()
+    child = os.fork()
+    if child:
+        sock.close()  # the parent must see end of file when the zygote goes
+        guard(child)
+    # The zygote. Its guardian is single-threaded, so a parent-death signal tied to it is safe
+    # (the kernel sends it when the *thread* that forked ends): SIGTERM, then a clean shutdown.
+    # The guardian has none: the grader starts it from whichever thread needs it first. The
+    # socket is the parent's lifeline instead: it reaches end of file when the parent process
+    # is gone, however it went, and the zygote then kills every run and exits.
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != guardian:
+        os._exit(1)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # not inherited across fork
+
     def on_term(_signum, _frame):
         raise SystemExit(0)
 
-    # No parent-death signal here: the kernel sends it when the *thread* that started this
-    # process ends, and a grader starts its zygote from whichever thread needs it first. The
-    # socket is the parent's lifeline instead: it reaches end of file when the parent process
-    # is gone, however it went, and the zygote then kills every run and exits.
     signal.signal(signal.SIGTERM, on_term)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where is it? (stderr)
     preloaded, failed = [], {}
@@ -315,8 +381,8 @@ def main(argv: list[str]) -> None:
             failed[name] = f"{type(exc).__name__}: {exc}"[:200]
     threads = len(os.listdir("/proc/self/task"))
     zygote = Zygote(sock)
-    zygote.send({"op": "ready", "pid": os.getpid(), "threads": threads,
-                 "preloaded": preloaded, "failed": failed})
+    zygote.send({"op": "ready", "pid": os.getpid(), "guardian": guardian,
+                 "threads": threads, "preloaded": preloaded, "failed": failed})
     if threads != 1:
         os._exit(2)  # forking a multi-threaded process is unsafe: the parent falls back
     try:

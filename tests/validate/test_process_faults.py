@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 from kernelmill.validate.runner import validate_source
 
 DETACHING = '''"""Tanh, and a process left behind in a session of its own.
@@ -172,3 +173,52 @@ def test_a_process_that_scrubs_its_environment_and_leaves_the_session_is_still_k
     while _sleepers() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not (_sleepers() - before)
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return int(handle.read().rsplit(b")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("victim", ["zygote", "guardian"])
+def test_a_zygote_killed_with_sigkill_takes_every_process_of_its_runs_along(tmp_path, victim):
+    """A warm run leaves a plain child and a detached daemon (setsid, double fork); then its
+    zygote, or the zygote's guardian, is killed with SIGKILL. No process of the run survives,
+    and the next warm run gets a fresh zygote."""
+    import threading
+
+    from kernelmill.validate.harness import run_in_worker
+
+    pids_file = tmp_path / "pids"
+    results = []
+    runner = threading.Thread(target=lambda: results.append(run_in_worker(
+        "kernelmill.validate.harness:run_source", {"source": FORKING_WORKER}, timeout_s=120,
+        device="cpu", env={"PIDS_FILE": str(pids_file)}, sandbox=False, warm=True)))
+    runner.start()
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not pids_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert all(_alive(p) for p in pids)
+        zygote = _parent_of(pids[0])
+        guardian = _parent_of(zygote)
+        assert guardian != os.getpid()  # the zygote is not this process's child
+        os.kill(zygote if victim == "zygote" else guardian, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in [*pids, zygote, guardian]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in pids if _alive(p)] == [], json.dumps({"worker, plain, detached": pids})
+        assert not _alive(zygote) and not _alive(guardian)
+        runner.join(timeout=30)
+        assert results and not results[0].ok and not runner.is_alive()
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    again = run_in_worker("kernelmill.validate.harness:echo", {"n": 1}, timeout_s=60,
+                          device="cpu", sandbox=False, warm=True)
+    assert again.ok and again.warm and again.value["n"] == 1, again.error
