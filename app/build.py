@@ -31,6 +31,7 @@ from kernelmill.core.lock import BUILD_LOCK, locked
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, add_options, build_key, result_options
 from kernelmill.data import SEEDS_DIR
+from kernelmill.splits.contamination import benchmark_path
 
 from .config import DEFAULT_CONFIG, BuildConfig, load_config
 from .report import write_report
@@ -217,8 +218,17 @@ def _fingerprinted_inputs(build: Build, step: Step) -> list[Path]:
     for f in dataclasses.fields(config):
         if f.metadata.get("path"):
             value = getattr(config, f.name) or []
-            paths += [Path(v) for v in (value if isinstance(value, list) else [value])]
+            paths += [_named_path(v) for v in (value if isinstance(value, list) else [value])]
     return paths
+
+
+def _named_path(value: Any) -> Path:
+    """The file a path option names (``builtin:NAME``: the shipped file, so an upgraded one
+    makes its stage run again)."""
+    try:
+        return benchmark_path(value)
+    except KernelmillError:
+        return Path(str(value))  # the stage itself reports the bad name
 
 
 def _params(build: Build, step: Step) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from kernelmill.data import DATA_DIR
 
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.step import field_type, option
+from kernelmill.splits.contamination import DEFAULT_AGAINST
 from kernelmill.synth.llm import LLMConfig
 from kernelmill.validate.runner import ValidateConfig
 
@@ -55,8 +56,10 @@ class BuildConfig:
                                     "duplicates")
     clusters: int = option(0, "k of the clustering; 0: chosen from the number of problems")
     against: list[str] = option(help="benchmark to decontaminate against: a folder of "
-                                "KernelBench-format files or a records file (repeatable)",
-                                default_factory=list)
+                                "KernelBench-format files, a records file, a fingerprint file "
+                                "or builtin:NAME (shipped fingerprints; repeatable; given ones "
+                                "replace the default)",
+                                default_factory=lambda: list(DEFAULT_AGAINST))
     keep_contaminated: bool = option(False, "keep contaminated problems, marked, instead of "
                                      "dropping them")
     contamination_threshold: float = option(0.8, "near-duplicate Jaccard threshold of "

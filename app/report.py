@@ -23,6 +23,7 @@ from typing import Any
 
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import read_jsonl
+from kernelmill.splits.contamination import describe_benchmark
 from kernelmill.splits.publish import count_families
 
 log = logging.getLogger("kernelmill")
@@ -345,7 +346,7 @@ def contamination_figure(data: ReportData):
                                                                      dict) else None
         if benchmarks:
             raise NoData(f"no contamination found against {len(benchmarks)} benchmark(s)")
-        raise NoData("no benchmark given to check against (use --against BENCH)")
+        raise NoData("no benchmark given to check against (against = [])")
     counts = Counter(_finding_key(f) for f in findings)
     fig, ax = _figure()
     labels = [k for k, _ in counts.most_common()]
@@ -561,20 +562,24 @@ def _finding_row(finding: dict) -> dict[str, Any]:
 
 def _contamination_table(data: ReportData) -> str:
     findings = [_finding_row(f) for f in contamination_findings(data.contamination)]
+    report = data.contamination if isinstance(data.contamination, dict) else {}
+    benchmarks = report.get("benchmarks") or [{"spec": b} for b in report.get("against") or []]
+    if data.contamination is None:
+        return ("<p id=contamination-unchecked>Contamination not checked: no contamination "
+                "report (the split stage has not run).</p>")
+    if not benchmarks and not findings:
+        return ("<p id=contamination-unchecked>Contamination not checked: no reference "
+                "benchmark was given (<code>against = []</code>; the default is "
+                "<code>builtin:kernelbench</code>).</p>")
+    names = "; ".join(_e(describe_benchmark(b)) for b in benchmarks if isinstance(b, dict))
+    checked = report.get("checked")
+    checked_text = "" if checked is None else _e(checked) + " problems "
     if not findings:
-        report = data.contamination if isinstance(data.contamination, dict) else {}
-        benchmarks = report.get("benchmarks") or [{"spec": b} for b in report.get("against") or []]
-        if data.contamination is None:
-            return ("<p id=contamination-unchecked>Contamination not checked: no contamination "
-                    "report (the split stage has not run).</p>")
-        if not benchmarks:
-            return ("<p id=contamination-unchecked>Contamination not checked: no reference "
-                    "benchmark was given (<code>kernelmill split --against BENCH</code>).</p>")
-        names = ", ".join(_e(b.get("spec")) for b in benchmarks if isinstance(b, dict))
-        checked = report.get("checked")
         return (f"<p id=contamination-none>No contamination findings: "
-                f"{'' if checked is None else _e(checked) + ' problems '}checked against "
-                f"{names}.</p>")
+                f"{checked_text}checked against {names}.</p>")
+    action = "kept and marked" if report.get("policy") == "mark" else "dropped"
+    summary = (f"<p id=contamination-summary>{checked_text}checked against {names}: "
+               f"{len(findings)} matched and were {action}.</p>")
     columns: list[str] = []  # in order of first appearance
     for finding in findings:
         columns += [k for k in finding if k not in columns]
@@ -590,7 +595,7 @@ def _contamination_table(data: ReportData) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p>{len(findings) - 500} more in contamination.json</p>" if len(findings) > 500 \
         else ""
-    return f"<table id=contamination><tr>{head}</tr>{''.join(body)}</table>{more}"
+    return f"{summary}<table id=contamination><tr>{head}</tr>{''.join(body)}</table>{more}"
 
 
 def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:

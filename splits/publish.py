@@ -30,6 +30,7 @@ from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records
 
+from .contamination import describe_benchmark
 from .prompt import TEMPLATE_VERSION, prompt_messages
 
 SPLITS = ("train", "eval")
@@ -469,9 +470,9 @@ def contamination_sentence(report_path: Path) -> str:
     benches = report.get("benchmarks") or []
     if not benches:
         return ("Not checked: no reference benchmark was given at split time "
-                "(`kernelmill split --against BENCH`).")
+                "(`against = []`; the default is `builtin:kernelbench`).")
     action = "dropped" if report.get("policy") == "drop" else "kept and marked"
-    names = ", ".join("`{}` ({} problems)".format(b["spec"], b["items"]) for b in benches)
+    names = "; ".join(describe_benchmark(b) for b in benches if isinstance(b, dict))
     return (f"{report.get('checked', '?')} problems were checked against {names}: "
             f"{report.get('contaminated', 0)} matched and were {action} "
             f"(matches by key: {report.get('matches_by_key') or {}}). A match is an "

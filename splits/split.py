@@ -13,8 +13,8 @@
   that brings the eval count closer to the target ``F x (records seen so far)`` (the shortfall of
   one stratum carries to the next, so small strata still add up to about F overall).
   The same input and seed give the same split.
-- **Decontamination.** With ``--against``, contaminated problems (see ``splits.contamination``)
-  are dropped before assignment, or with ``--keep-contaminated`` kept and marked in a
+- **Decontamination.** Against ``--against`` (default ``builtin:kernelbench``, the shipped
+  KernelBench fingerprints), contaminated problems (see ``splits.contamination``) are dropped before assignment, or with ``--keep-contaminated`` kept and marked in a
   ``contamination`` section. Either way they are listed in ``contamination.json`` / ``.md``.
 
 Writes ``DIR/train.jsonl``, ``DIR/eval.jsonl``, ``DIR/contamination.json``,
@@ -38,7 +38,13 @@ from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records, replace_jsonl
 
-from .contamination import ContaminationIndex, fingerprint_chunk, load_benchmark, write_reports
+from .contamination import (
+    DEFAULT_AGAINST,
+    ContaminationIndex,
+    fingerprint_chunk,
+    load_benchmark,
+    write_reports,
+)
 
 _DEDUP_FIELDS = ("exact_key", "structural_key", "near_group")
 
@@ -214,8 +220,10 @@ class SplitConfig:
 
     eval_fraction: float = option(0.2, "share of problem families that go to eval", build="=")
     against: list[str] = option(
-        help="reference benchmark to decontaminate against: folder of KernelBench files or "
-             "records file (repeatable)", build="=", path=True, default_factory=list)
+        help="reference benchmark to decontaminate against: folder of KernelBench files, records "
+             "file, fingerprint file or builtin:NAME (shipped fingerprints; repeatable; given "
+             "ones replace the default)", build="=", path=True,
+        default_factory=lambda: list(DEFAULT_AGAINST))
     keep_contaminated: bool = option(False, "keep contaminated problems, marked, instead of "
                                      "dropping them", build="=")
     threshold: float = option(0.8, "near-duplicate Jaccard threshold of decontamination",

@@ -246,7 +246,14 @@ def test_checks_dedup_groups_and_missing_categories_are_on_the_page(tmp_path, se
      "Contamination not checked: no reference benchmark was given"),
     ({"policy": "drop", "against": ["kb"], "checked": 24,
       "benchmarks": [{"spec": "kb", "items": 250}], "problems": []},
-     "No contamination findings: 24 problems checked against kb."),
+     "No contamination findings: 24 problems checked against kb (250 items)."),
+    ({"policy": "drop", "against": ["builtin:kernelbench"], "checked": 24,
+      "benchmarks": [{"spec": "builtin:kernelbench", "name": "KernelBench", "items": 270,
+                      "kind": "fingerprints", "sha256": "6ca04c3859bb96c5",
+                      "levels": {"level1": 100, "level2": 100, "level3": 50, "level4": 20}}],
+      "problems": []},
+     "No contamination findings: 24 problems checked against KernelBench (270 problems: level1 "
+     "100, level2 100, level3 50, level4 20; fingerprints sha256 6ca04c3859bb)."),
 ])
 def test_contamination_says_whether_anything_was_checked(tmp_path, seeds_dir, report, expected):
     build = make_build_dir(tmp_path, seeds_dir, "cuda", n_seeds=6)
