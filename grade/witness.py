@@ -10,8 +10,9 @@ ran in each call. What skips the dispatcher altogether (``at::cpu::``/``at::nati
 native code, Python loops over raw elements) is flagged elsewhere (``static``; the host-access
 counters in ``worker``).
 
-One profiler session spans every candidate call, checked and timed alike, so the candidate
-cannot tell a checked call from a timed one by it; each call is a user range named ``FORWARD``
+The profiler runs through every candidate call, checked and timed alike, so the candidate
+cannot tell a checked call from a timed one by it (it pauses only while a captured CUDA graph
+is replayed, where no candidate Python runs); each call is a user range named ``FORWARD``
 and each Triton launch a range named ``LAUNCH`` (the interpreter's own copies on CPU live there).
 
 Ops are classified by registration, not by namespace: an op the dispatcher knew before the
@@ -61,6 +62,8 @@ class Witness:
         self.error: str | None = None  # the witness was tampered with (a hack)
         self.unavailable: str | None = None  # this machine could not run it (a downgrade)
         self._profile = None
+        self._sessions: list = []  # sessions ended by ``pause``, read at ``stop``
+        self.unwitnessed = 0  # calls made while no session ran
         self._events: list | None = None
 
     def start(self) -> None:
@@ -86,6 +89,8 @@ class Witness:
     @contextmanager
     def call(self):
         self.calls += 1
+        if self._profile is None and self._sessions:
+            self.unwitnessed += 1  # after a session that did not resume (``unavailable``)
         with _record_function(FORWARD):
             yield
 
@@ -93,17 +98,35 @@ class Witness:
     def launch():
         return _record_function(LAUNCH)
 
-    def stop(self) -> None:
+    def pause(self) -> None:
+        """End the current session, keeping what it recorded, until ``resume``. Only for work
+        in which no candidate Python runs (replays of a captured CUDA graph): there the kernel
+        records would cost seconds to read and tell nothing the checked calls did not."""
         if self._profile is None:
             return
         if not _profiler_enabled() and self.error is None:
             self.error = "the profiler was switched off during the calls"
         try:
             self._profile.__exit__(None, None, None)
-            self._events = list(self._profile.function_events)
+            self._sessions.append(self._profile)
         except Exception as exc:  # noqa: BLE001 — a candidate that stopped our profiler
             self.error = f"profiler stopped early: {type(exc).__name__}: {exc}"[:300]
         self._profile = None
+
+    def resume(self) -> None:
+        if self._profile is None and self.error is None and self._sessions:
+            self.start()
+            if self._profile is None:
+                self.unavailable = f"profiler did not resume: {self.unavailable}"[:300]
+
+    def stop(self) -> None:
+        self.pause()
+        if self._sessions and self.error is None:
+            try:
+                self._events = [e for s in self._sessions for e in s.function_events]
+            except Exception as exc:  # noqa: BLE001
+                self.error = f"profiler records unreadable: {type(exc).__name__}: {exc}"[:300]
+        self._sessions = []
 
     def per_call(self) -> list[dict] | None:
         """For each ``call()`` range, in order: ``ops`` (dispatcher ops outside Triton launches,
@@ -136,7 +159,7 @@ class Witness:
                 ops.append((start, event.name, end - start, top, root.name))
                 owners.append((start, end, event.name.replace("::", ".", 1), event))
         ranges.sort()
-        if len(ranges) != self.calls:
+        if len(ranges) != self.calls - self.unwitnessed:
             self.error = (f"{self.calls} calls but {len(ranges)} recorded: the profiler was "
                           "stopped or tampered with")
         launches.sort()

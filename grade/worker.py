@@ -340,11 +340,21 @@ def _timer_options(payload: dict) -> dict:
     return {k: settings[k] for k in ("warmup", "graph", "sample_ms") if k in settings}
 
 
-def _serve_timing(fn, device: str, payload: dict):
-    """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands."""
+def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None):
+    """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
+    With a captured CUDA graph the witness pauses for the window: replays run no candidate
+    Python, and recording every replayed kernel cost seconds of reading afterwards."""
     timer = M.Timer(fn, device, **_timer_options(payload))
-    report({"ready": timer.prepare()})
-    return timer, M.serve_window(timer, receive, report)
+    ready = timer.prepare()
+    paused = witness is not None and timer.graph is not None
+    if paused:
+        witness.pause()
+    report({"ready": ready})
+    try:
+        return timer, M.serve_window(timer, receive, report)
+    finally:
+        if paused:
+            witness.resume()
 
 
 # ---------------------------------------------------------------- the reference run
@@ -810,7 +820,7 @@ def candidate_task(payload: dict) -> dict:
             calls[0] += 1
             return run.timed()  # instrumented exactly like the checked calls
 
-        timer, timing = _serve_timing(forward, device, payload)
+        timer, timing = _serve_timing(forward, device, payload, witness)
         timing["calls"] = calls[0]
         timing["launches"] = _counts["launches"] - before[0]
         timing["ext_calls"] = _counts["ext_calls"] - before[1]

@@ -5,7 +5,7 @@ and time a callable.
 Timing (``Timer``):
 
 - CUDA, capturable: the forward is captured ``calls_per_sample`` times into one CUDA graph
-  (enough calls for about ``sample_ms`` of device time, measured on a one-call graph) and the
+  (enough calls for about ``sample_ms`` of device time, a power of two: ``graph_calls``) and the
   graph is replayed between two CUDA events, right behind an untimed replay; one sample is the
   replay's time divided by the calls it holds (as ``triton.testing.do_bench_cudagraph``: no
   launch overhead, no host in the loop). The graph keeps the output of its last call (``Timer.output``), so the caller can refill
@@ -224,6 +224,18 @@ def summarize(method: str, samples: list[float], **extra) -> dict:
 
 # ---------------------------------------------------------------- the timer
 
+PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
+
+
+def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
+    """Calls captured in one timing graph: enough for ``sample_ms`` of device time, rounded up
+    to a power of two (at most ``most``). Rounding keeps the count, and with it the share of a
+    graph launch's fixed cost in each call, the same from one grade to the next although the
+    estimate jitters; a small kernel always gets ``most``."""
+    wanted = max(1, math.ceil(sample_ms / max(per_call_ms, 1e-6)))
+    return int(min(most, 1 << (wanted - 1).bit_length()))
+
+
 class Timer:
     """Times ``fn`` (no arguments) on ``device``; see the module docstring for the methods.
 
@@ -233,7 +245,7 @@ class Timer:
     ``replay()`` reruns the captured graph once (its output is ``output``)."""
 
     def __init__(self, fn: Callable[[], Any], device: str, *, graph: bool = True,
-                 sample_ms: float = 0.5, max_calls_per_sample: int = 256, warmup: int = 3,
+                 sample_ms: float = 1.0, max_calls_per_sample: int = 1024, warmup: int = 3,
                  flush: bool = True):
         self.fn, self.device = fn, device
         self.graph_wanted, self.flush_wanted = graph, flush
@@ -294,19 +306,8 @@ class Timer:
                 for _ in range(2):  # warm-up on the capture stream (allocator, lazy init)
                     self.fn()
             _cuda_synchronize()
-            # The device time of one call, from back-to-back replays of a one-call graph (the
-            # events estimate includes the host's time to issue the call).
-            one, _ = self._captured(stream, 1)
-            start, end = self._events
-            _graph_replay(one)
-            _event_record(start)
-            for _ in range(10):
-                _graph_replay(one)
-            _event_record(end)
-            _event_wait(end)
-            self.estimate_ms = max(float(_event_elapsed(start, end)) / 10, 1e-4)
-            del one
-            calls = int(min(self.max_calls, max(1, math.ceil(self.sample_ms / self.estimate_ms))))
+            self.estimate_ms = self._per_call_ms(stream)
+            calls = graph_calls(self.sample_ms, self.estimate_ms, self.max_calls)
             graph, output = self._captured(stream, calls)
             _current_stream().wait_stream(stream)
             _graph_replay(graph)
@@ -320,6 +321,25 @@ class Timer:
             return
         self.graph, self.output, self.calls_per_sample = graph, output, calls
         self.method = "cuda_graph"
+
+    def _per_call_ms(self, stream) -> float:
+        """The device time of one call: back-to-back replays of a one-call and a
+        ``PROBE_CALLS``-call graph, differenced, so a graph launch's fixed cost (about 20 µs on
+        an H100, more than a small kernel) is not counted as the call's."""
+        start, end = self._events
+        times = []
+        for calls in (1, PROBE_CALLS):
+            graph, _ = self._captured(stream, calls)
+            _graph_replay(graph)
+            _event_record(start)
+            for _ in range(5):
+                _graph_replay(graph)
+            _event_record(end)
+            _event_wait(end)
+            times.append(float(_event_elapsed(start, end)) / 5)
+            del graph
+        one, many = times
+        return max((many - one) / (PROBE_CALLS - 1), many / PROBE_CALLS / 4, 1e-5)
 
     def describe(self) -> dict:
         # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.

@@ -207,6 +207,28 @@ def test_window_parent_clock_sees_through_a_forged_timer():
     assert cand["ms"] == pytest.approx(1e-3) and cand["wall_ms"] > 1.8
 
 
+def test_window_parent_clock_is_not_fooled_by_the_parents_own_latency():
+    # An honest worker whose loop answers arrive 40 ms late (a busy parent with many graders):
+    # the latency is not the worker's time; the loop is rerun longer instead of blaming it.
+    late = "slow = timer.loop; timer.loop = lambda n: (time.sleep(0.04), slow(n))[1]"
+    window, _ = _window({"reference": 1.0, "candidate": 1.0}, cheat=late, cap_ms=300)
+    cand = window["participants"]["candidate"]
+    assert window["error"] is None and cand["wall_ms"] >= 0.9, cand
+    assert cand["mean_ms"] / cand["wall_ms"] >= 0.6, cand
+
+
+def test_graph_calls_are_a_stable_power_of_two():
+    from kernelmill.validate.measure import graph_calls
+
+    # a small kernel whose estimate jitters by 30% still gets the same graph
+    assert {graph_calls(1.0, ms, 1024) for ms in (0.0007, 0.0009, 0.0005)} == {1024}
+    assert graph_calls(1.0, 0.003, 1024) == 512  # 334 calls wanted
+    assert graph_calls(1.0, 0.05, 1024) == 32
+    assert graph_calls(1.0, 2.0, 1024) == 1
+    assert all(n & (n - 1) == 0 for n in (graph_calls(1.0, x / 1000, 1024)
+                                          for x in range(1, 3000, 7)))
+
+
 def test_window_reports_a_participant_that_dies():
     window, results = _window({"reference": 1.0, "candidate": 1.0},
                               cheat="import os; os._exit(3)", ready_timeout_s=60)
