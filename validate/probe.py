@@ -422,8 +422,16 @@ def probe_problem(payload: dict) -> dict:
 
 
 def _peak_bytes(device: str) -> int | None:
-    """The most device memory this worker's allocator held (CUDA); None on CPU."""
+    """The most device memory this worker's allocator held (CUDA); on CPU, the most resident
+    memory this worker held (``VmHWM``, pages shared with its zygote included)."""
     if not device.startswith("cuda"):
+        try:
+            with open("/proc/self/status") as handle:
+                for line in handle:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
         return None
     import torch
 

@@ -24,10 +24,16 @@ Memory: before its workers start, a CPU worker estimates the problem's peak devi
 meta device (``memory.py``; ``validation.memory``); a worker starts only when that fits in what
 its GPU has left (``admission.py``), one that still runs out of memory while sharing is rerun
 alone, and a problem that does not fit alone is flagged ``too_large`` (never ``runs``).
+On CPU the same estimate (plus a worker's own memory) is admitted against the host's memory
+(``admission.host_budget``: what is available, or ``host_memory_gib``), each worker's address
+space is limited to what it was admitted for, a worker that still runs out of it is rerun alone
+with the whole budget, and a problem that needs more than the budget is flagged ``too_large``
+with "out of host memory".
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -46,17 +52,16 @@ from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from . import checks as C
-from .admission import budget_for, run_admitted
+from .admission import address_limit, budget_for, host_budget, run_admitted, run_on_host
 from .backends import get_backend, resolve_device
 from .difficulty import difficulty
 from .roofline import roofline
-
-CPU_ADDRESS_SPACE = 16 << 30  # harness: a CPU worker's default RLIMIT_AS
 
 log = logging.getLogger("kernelmill")
 
 PROBE = "kernelmill.validate.probe:probe_problem"
 ESTIMATE = "kernelmill.validate.memory:estimate_problem"
+ESTIMATE_BYTES = 1 << 30  # host memory the estimator may hold (a worker and the source's import)
 REPLAY = "kernelmill.validate.probe:replay_problem"
 # checks that describe a problem without deciding whether it is kept
 NON_GATING = frozenset({"roofline"})
@@ -91,6 +96,9 @@ class ValidateConfig:
                                        "elements per tensor (default: synth.resize's)")
     workers_per_gpu: int | None = option(None, "workers sharing each GPU (compiles overlap; "
                                          "timing is exclusive; default: CPU cores per GPU, <= 16)")
+    host_memory_gib: float | None = option(None, "host memory the CPU workers may hold together "
+                                           "(GiB; default: what is available, MemAvailable or "
+                                           "the cgroup's room, less 10%)", result=False)
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
@@ -189,6 +197,36 @@ def _retry_alone(target: str, payload: dict, cfg: ValidateConfig, device: str, e
                              device=device, env=env, writable=_writable())
 
 
+def _host_budget(cfg: ValidateConfig):
+    gib = cfg.host_memory_gib
+    return host_budget(None if gib is None else int(gib * 2**30))
+
+
+def _address_base() -> int:
+    """The address space a CPU worker starts with: its zygote's, else a fresh interpreter's
+    once it has imported torch, triton and numpy (measured once per process)."""
+    from .harness import worker_env
+    from .zygote import ZYGOTES
+
+    warm = ZYGOTES.address_space("cpu", worker_env("cpu"))
+    return warm if warm is not None else _cold_address_base()
+
+
+@functools.cache
+def _cold_address_base() -> int:
+    import subprocess
+    import sys
+
+    code = ("import torch, triton, numpy\n"
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmSize')][0])")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300, check=True)
+        return int(out.stdout.split()[-1]) * 1024
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return 16 << 30  # cannot tell: the harness's own default limit
+
+
 def _worker_oom(result) -> bool:
     """Did this worker run out of memory (GPU or, on CPU, its address-space limit)? Also when the
     worker survived it: the fp64 calibration and the Inductor compile record their errors."""
@@ -199,22 +237,29 @@ def _worker_oom(result) -> bool:
         texts = [(value.get("tolerance") or {}).get("reason"),
                  (value.get("inductor") or {}).get("error")]
     return any(marker in str(t).lower() for t in texts if t
-               for marker in ("out of memory", "can't allocate memory", "memoryerror"))
+               for marker in ("out of memory", "can't allocate memory", "memoryerror",
+                              "bad_alloc"))
 
 
-def _estimate_memory(source: str, cfg: ValidateConfig) -> dict:
+def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     """The ``memory`` section's estimate: a CPU worker builds the problem on the meta device
-    (``memory.estimate_problem``), so CUDA is never touched and nothing real is allocated."""
+    (``memory.estimate_problem``), so CUDA is never touched and nothing real is allocated. It is
+    admitted on the host for ``ESTIMATE_BYTES`` and limited to that (a source that allocates
+    real memory while being built gets an unknown estimate)."""
     from .harness import run_in_worker
-    from .memory import minimum_bytes, probe_bytes, replay_bytes
+    from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
 
-    result = run_in_worker(ESTIMATE, {"source": source, "seed": cfg.seed},
-                           timeout_s=min(cfg.timeout_s, 120.0), device="cpu",
-                           env=_worker_env({}, "cpu"), writable=_writable())
+    with _host_budget(cfg).hold(ESTIMATE_BYTES):
+        result = run_in_worker(ESTIMATE, {"source": source, "seed": cfg.seed},
+                               timeout_s=min(cfg.timeout_s, 120.0), device="cpu",
+                               env=_worker_env({}, "cpu"), writable=_writable(),
+                               limits={"address_space": address_limit(ESTIMATE_BYTES,
+                                                                      _address_base())})
     est = result.value if result.ok else {
         "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
-    memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est),
-              "replay_bytes": replay_bytes(est), "forward_bytes": minimum_bytes(est)}
+    base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
+    memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est, base),
+              "replay_bytes": replay_bytes(est, base), "forward_bytes": minimum_bytes(est)}
     memory.update({k: v for k, v in est.items() if k.endswith("_bytes") or k == "reason"})
     return memory
 
@@ -259,48 +304,58 @@ def validate_source(source: str, slot: dict | None = None,
                           "tolerance_margin": cfg.tolerance_margin},
                "lock": _lock_path(slot), "resized": resized,
                "rebuild_in_process": not cross_process}
-    # Memory: estimated on CUDA, and on CPU for a problem that could not be shrunk.
+    # Memory: every problem is estimated first. On a GPU only a certain misfit is refused (one
+    # forward larger than the whole GPU): the probe's estimate is an upper bound, and admission
+    # runs such a problem alone. On CPU the probe's estimate must fit in the host's budget.
     budget = budget_for(slot) if on_cuda else None
-    memory: dict | None = None
-    if on_cuda or resize_note:
-        memory = _estimate_memory(run_source, cfg)
-        # On a GPU only a certain misfit is refused (one forward larger than the whole GPU): the
-        # probe's estimate is an upper bound, and admission runs such a problem alone. A CPU
-        # worker refuses the probe's estimate: past its address-space limit it would fail anyway.
-        room, need = ((budget.total, memory["forward_bytes"]) if on_cuda and budget else
-                      (None, None) if on_cuda else (CPU_ADDRESS_SPACE, memory["estimate_bytes"]))
-        if room and need and need > room:
-            return _too_large(device, memory, f"needs {_gib(need)} "
-                              f"({'one forward' if on_cuda else 'probe estimate'}); the "
-                              f"{'GPU' if on_cuda else 'CPU worker'} has {_gib(room)}", resized)
-    estimate = memory and memory["estimate_bytes"]
-    admitted = run_admitted(budget, estimate, lambda: run_in_worker(
-        PROBE, payload, timeout_s=cfg.timeout_s, device=device, env=env, writable=_writable()),
-        _worker_oom)
+    host = None if on_cuda else _host_budget(cfg)
+    memory = _estimate_memory(run_source, cfg, on_cuda)
+    estimate = memory["estimate_bytes"]
+    if on_cuda:
+        room, need = (budget.total, memory["forward_bytes"]) if budget else (None, None)
+    else:
+        room, need = host.capacity, host.need_for(estimate)
+    if room is not None and need and need > room:
+        return _too_large(device, memory, f"needs {_gib(need)} ("
+                          f"{'one forward' if on_cuda else 'probe estimate'}); the "
+                          f"{'GPU has' if on_cuda else 'host memory budget is'} {_gib(room)}",
+                          resized)
+
+    def run(target: str, data: dict, worker_limit: int | None = None):
+        limits = None if worker_limit is None else {"address_space": worker_limit}
+        return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
+                             writable=_writable(), limits=limits)
+
+    if on_cuda:
+        admitted = run_admitted(budget, estimate, lambda: run(PROBE, payload), _worker_oom)
+    else:
+        admitted = run_on_host(host, need, lambda limit: run(PROBE, payload, limit), _worker_oom,
+                               _address_base())
     first = admitted.result
     if budget is None and on_cuda and _worker_oom(first):  # GPU memory unknown: the file lock
         first = _retry_alone(PROBE, payload, cfg, device, env)
-    if memory is not None:
-        memory.update(admitted.memory_info())
-        if admitted.too_large and first.ok:
-            memory["too_large"] = False
-            memory["note"] = "fp64 calibration ran out of memory alone (dtype floor used)"
-    # An out-of-memory failure here already had its run alone (admission, the file lock, or a
-    # CPU worker's own limit). A probe that survived it (only the fp64 calibration ran out)
+    memory.update(admitted.memory_info())
+    if admitted.too_large and first.ok:
+        memory["too_large"] = False
+        memory["note"] = "fp64 calibration ran out of memory alone (dtype floor used)"
+    # An out-of-memory failure here already had its run alone (admission, the file lock, or
+    # the whole host budget). A probe that survived it (only the fp64 calibration ran out)
     # keeps its result: calibration falls back to the dtype floor and says why.
     if not first.ok and _worker_oom(first):
         err = first.error or {}
-        return _too_large(device, memory or {}, f"out of memory alone on the "
-                          f"{'GPU' if on_cuda else 'CPU worker'} ({err.get('stage', 'probe')}; "
-                          f"estimate {_gib(estimate)})", resized)
+        stage = err.get("stage", "probe")
+        return _too_large(device, memory, f"out of memory alone on the GPU ({stage}; estimate "
+                          f"{_gib(estimate)})" if on_cuda else
+                          f"out of host memory ({stage}): more than the whole host memory "
+                          f"budget of {_gib(host.capacity)}, alone (estimate {_gib(estimate)})",
+                          resized)
     if not first.ok:
         err = first.error or {}
         return _failed(device, err.get("stage", "worker"), err.get("message", "failed"),
                        resized=resized)
     m = first.value
     m["resized"] = resized
-    if memory is not None:
-        memory["measured_bytes"] = m.get("peak_bytes")
+    memory["measured_bytes"] = m.get("peak_bytes")
     checks = C.judge(m, cfg.thresholds())
     leaked = first.leaked_processes  # left running in a session or group of its own
     checks["no_leaked_process"] = C.check(not leaked, leaked, f"{leaked} process(es) the problem "
@@ -315,28 +370,30 @@ def validate_source(source: str, slot: dict | None = None,
     if cross_process or inductor:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "inductor_mode": cfg.inductor_mode}
-        again = run_admitted(budget, memory and memory["replay_bytes"], lambda: run_in_worker(
-            REPLAY, second_payload, timeout_s=cfg.timeout_s, device=device, env=env,
-            writable=_writable()), _worker_oom)
+        if on_cuda:
+            again = run_admitted(budget, memory["replay_bytes"],
+                                 lambda: run(REPLAY, second_payload), _worker_oom)
+        else:
+            again = run_on_host(host, min(host.need_for(memory["replay_bytes"]), host.capacity),
+                                lambda limit: run(REPLAY, second_payload, limit), _worker_oom,
+                                _address_base())
         second = again.result
-        if memory is not None:
-            memory["replay"] = again.memory_info()
+        memory["replay"] = again.memory_info()
         if budget is None and on_cuda and _worker_oom(second):
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
         if again.too_large:  # the compile (or rebuild) cannot fit even alone: not judged
             replay_too_large = (f"{(second.error or {}).get('stage', 'inductor compile')}: out of"
-                                f" memory alone on the GPU (estimate "
-                                f"{_gib(memory and memory['replay_bytes'])})")
+                                f" {'memory alone on the GPU' if on_cuda else 'host memory'} "
+                                f"(estimate {_gib(memory['replay_bytes'])})")
         if second.ok:
             replay = second.value
-            if memory is not None:
-                memory["replay"]["measured_bytes"] = replay.get("peak_bytes")
+            memory["replay"]["measured_bytes"] = replay.get("peak_bytes")
         else:
             err = second.error or {}
             replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}
     det = checks["deterministic"]
     if replay_too_large:
-        checks["too_large"] = C.check(False, memory and memory["replay_bytes"], replay_too_large)
+        checks["too_large"] = C.check(False, memory["replay_bytes"], replay_too_large)
     if cross_process and replay_too_large and not (replay and "digest" in replay):
         det["detail"] += "; cross-process check not run (second worker too large)"
     elif cross_process:

@@ -203,6 +203,20 @@ class ZygotePool:
                              "run", zygote.failed)
             return zygote if zygote.alive else None
 
+    def address_space(self, device: str, base_env: dict) -> int | None:
+        """Bytes of address space a run forked for ``device`` starts with (its zygote's
+        ``VmSize``: torch, triton and numpy mapped); None when no zygote serves it."""
+        zygote = self.get(device, base_env)
+        pid = zygote.info.get("pid") if zygote is not None else None
+        try:
+            with open(f"/proc/{int(pid)}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmSize:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, TypeError, ValueError, IndexError):
+            pass
+        return None
+
     def spawn(self, device: str, base_env: dict, env: dict, cwd: str,
               fds: list[int]) -> WarmProcess | None:
         zygote = self.get(device, base_env)

@@ -146,8 +146,8 @@ def get_init_inputs():
 
 
 def test_out_of_memory_alone_is_too_large_even_when_no_estimate_saw_it():
-    # its sizes look small (resize keeps them, so the CPU run skips the estimate) and meta could
-    # not follow numpy anyway: the 32 GiB array surfaces only when the worker runs out of memory
+    # its sizes look small and meta cannot follow numpy: the 32 GiB array surfaces only when the
+    # worker runs out of memory, under its limit and again alone with the whole host budget
     # (run in workers only: their address-space limit refuses it before a page is touched)
     from kernelmill.validate.harness import run_in_worker
 
@@ -156,7 +156,8 @@ def test_out_of_memory_alone_is_too_large_even_when_no_estimate_saw_it():
     assert est.ok and est.value["method"] == "unknown", est
     validation = validate_source(HIDDEN, config={"timeout_s": 120})
     assert validation["flags"] == ["too_large"], validation["checks"]
-    assert "out of memory alone" in validation["checks"]["too_large"]["detail"]
+    assert validation["checks"]["too_large"]["detail"].startswith("out of host memory (")
+    assert validation["memory"]["retried_alone"]
     assert validation["checks"]["runs"]["passed"] is None
 
 

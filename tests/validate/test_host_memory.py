@@ -1,0 +1,252 @@
+"""Host-memory admission of CPU workers: real problems validated against a small configured
+budget (never the machine's real size), with the workers' resident memory watched from outside."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from kernelmill.data import SEEDS_DIR
+from kernelmill.validate.admission import (
+    cgroup_room,
+    host_budget,
+    read_host_memory,
+    reset_budgets,
+)
+from kernelmill.validate.runner import validate_source
+
+GIB = 1 << 30
+
+# Lower-case sizes: resize leaves them as they are, so the CPU run is at full size. 8 Mi float32
+# elements (32 MiB) of input: the probe's estimate is about 1.5 GiB with a worker's own memory.
+LARGE = '''"""Row softmax, doubled, on a large input.
+
+category: activation
+level: 1
+"""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1) * 2.0
+
+
+batch_size = 1024
+dim = 8192
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# Looks small to the estimate (meta cannot follow numpy); its forward asks for 6 GiB.
+HIDDEN = '''"""Tanh plus a large hidden array.
+
+category: activation
+level: 1
+"""
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        big = torch.from_numpy(np.ones((3 << 29,), dtype=np.float32))  # invisible to meta
+        return torch.tanh(x) + big[: x.numel()].view_as(x)
+
+
+n = 64
+
+
+def get_inputs():
+    return [torch.randn(n, n)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+QUICK = {"max_ablations": 0, "timeout_s": 300}
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(p) for p in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+class WorkerWatch:
+    """Samples the resident memory of every process under this one that runs a CPU worker
+    (forked from a zygote, or started fresh), together: the most the runs held at once."""
+
+    def __init__(self):
+        self.peak = 0
+        self.peak_workers = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _descendants(self) -> list[int]:
+        seen, stack = [], _children(os.getpid())
+        while stack:
+            pid = stack.pop()
+            seen.append(pid)
+            stack.extend(_children(pid))
+        return seen
+
+    def _workers(self) -> list[int]:
+        """Descendants but the zygotes and their guardians (a guardian is a session leader
+        started by this process, a zygote shares its guardian's session; a run is forked from
+        a zygote into a session of its own)."""
+        found = []
+        for pid in self._descendants():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    warm_side = b"zygote_worker" in handle.read()
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            ppid, session = int(fields[1]), int(fields[3])
+            if not warm_side or (session == pid and ppid != os.getpid()):
+                found.append(pid)
+        return found
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            workers = self._workers()
+            self.peak = max(self.peak, sum(_rss(p) for p in workers))
+            self.peak_workers = max(self.peak_workers, len(workers))
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _concurrently(sources: list[str], config: dict) -> list[dict]:
+    results: list[dict | None] = [None] * len(sources)
+
+    def one(i: int) -> None:
+        results[i] = validate_source(sources[i], config=config)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(sources))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "admission deadlocked"
+    return results
+
+
+def test_the_host_estimate_bounds_what_a_cpu_worker_really_holds():
+    for name in ("rms_norm", "transformer_encoder_block", "conv_transpose3d_softmax_scale"):
+        validation = validate_source((SEEDS_DIR / f"{name}.py").read_text(), config=QUICK)
+        mem = validation["memory"]
+        assert validation["checks"]["runs"]["passed"], (name, validation["checks"]["runs"])
+        assert mem["method"] == "meta" and not mem["retried_alone"], (name, mem)
+        assert 0 < mem["measured_bytes"] <= mem["need_bytes"] == mem["estimate_bytes"], (name, mem)
+
+
+def test_two_large_problems_that_together_exceed_the_budget_run_one_after_the_other():
+    alone = validate_source(LARGE, config=QUICK)
+    need = alone["memory"]["need_bytes"]
+    assert alone["passed"], alone["checks"]
+    assert alone["memory"]["measured_bytes"] <= need
+    budget = int(need * 1.25)  # one fits, two do not (together they held 2.4 GiB)
+    config = {**QUICK, "host_memory_gib": budget / GIB}
+    with WorkerWatch() as watch:
+        both = _concurrently([LARGE, LARGE.replace("* 2.0", "* 3.0")], config)
+    assert all(v["passed"] for v in both), [v["checks"] for v in both]
+    assert all(v["memory"]["need_bytes"] == need for v in both)
+    assert max(v["memory"]["waited_s"] for v in both) > 0  # the second waited for the first
+    assert watch.peak_workers >= 1 and 0 < watch.peak <= budget, (watch.peak, budget)
+    shared = host_budget(budget)
+    assert shared.used == 0 and shared.holders == 0
+
+
+def test_a_problem_larger_than_the_whole_budget_is_too_large_and_never_runs():
+    config = {**QUICK, "host_memory_gib": 1.0}
+    with WorkerWatch() as watch:
+        validation = validate_source(LARGE, config=config)
+    assert validation["flags"] == ["too_large"], validation["checks"]
+    assert validation["checks"]["runs"]["passed"] is None
+    detail = validation["checks"]["too_large"]["detail"]
+    assert "host memory budget is 1 GiB" in detail and "probe estimate" in detail, detail
+    assert validation["memory"]["estimate_bytes"] > GIB
+    assert watch.peak < GIB  # only the estimator ran
+
+
+def test_a_wrong_estimate_fails_its_own_run_with_out_of_host_memory_and_no_other():
+    config = {**QUICK, "host_memory_gib": 4.0}
+    honest = (SEEDS_DIR / "rms_norm.py").read_text()
+    with WorkerWatch() as watch:
+        hidden, fine = _concurrently([HIDDEN, honest], config)
+    assert hidden["flags"] == ["too_large"], hidden["checks"]
+    detail = hidden["checks"]["too_large"]["detail"]
+    assert detail.startswith("out of host memory (") and "4 GiB" in detail, detail
+    assert hidden["memory"]["retried_alone"] and hidden["memory"]["method"] == "unknown"
+    assert fine["passed"], fine["checks"]
+    assert watch.peak <= 4 * GIB  # the 6 GiB array was refused, never allocated
+
+
+def test_cgroup_limits_lower_than_the_machine_bound_the_host(tmp_path):
+    proc = tmp_path / "cgroup"
+    mount = tmp_path / "sys"
+    # v1: a limit on an ancestor of this process's group counts too
+    (mount / "memory" / "job" / "run").mkdir(parents=True)
+    (mount / "memory" / "job" / "memory.limit_in_bytes").write_text(str(6 * GIB))
+    (mount / "memory" / "job" / "memory.usage_in_bytes").write_text(str(2 * GIB))
+    (mount / "memory" / "job" / "run" / "memory.limit_in_bytes").write_text(str(1 << 62))
+    (mount / "memory" / "job" / "run" / "memory.usage_in_bytes").write_text(str(GIB))
+    proc.write_text("4:memory:/job/run\n1:cpu:/job\n")
+    assert cgroup_room(str(proc), str(mount)) == (4 * GIB, 6 * GIB)
+    # v2: memory.max "max" is no limit
+    (mount / "cgroup.controllers").write_text("memory\n")
+    (mount / "a").mkdir()
+    (mount / "a" / "memory.max").write_text("max\n")
+    (mount / "a" / "memory.current").write_text(str(GIB))
+    proc.write_text("0::/a\n")
+    assert cgroup_room(str(proc), str(mount)) is None
+    (mount / "a" / "memory.max").write_text(str(3 * GIB))
+    assert cgroup_room(str(proc), str(mount)) == (2 * GIB, 3 * GIB)
+    available, total = read_host_memory()
+    assert 0 < available <= total
+
+
+@pytest.mark.parametrize("configured", [None, 2 * GIB])
+def test_the_host_budget_is_what_is_available_less_a_margin_or_the_configured_size(configured):
+    reset_budgets()
+    try:
+        budget = host_budget(configured, read=lambda: (10 * GIB, 16 * GIB))
+        assert budget is host_budget(configured)  # one per configured size, shared by threads
+        assert budget.capacity == (configured or 9 * GIB) and budget.factor == 1.0
+    finally:
+        reset_budgets()
