@@ -98,7 +98,7 @@ class ValidateConfig:
                                          "timing is exclusive; default: CPU cores per GPU, <= 16)")
     host_memory_gib: float | None = option(None, "host memory the CPU workers may hold together "
                                            "(GiB; default: what is available, MemAvailable or "
-                                           "the cgroup's room, less 10%)", result=False)
+                                           "the cgroup's room, less a tenth)", result=False)
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
