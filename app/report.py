@@ -165,12 +165,14 @@ def funnel_figure(data: ReportData):
         ax.text(left, y, f"  {stats.n_kept} kept" + (f", {stats.n_dropped} dropped"
                                                      if stats.n_dropped else ""),
                 va="center", fontsize=8)
-    ax.set_yticks(ys, [s.stage for s in stages])
+    hidden = "validate" in names and not any(s.stage == "validate" for s in stages)
+    ax.set_yticks(ys, ["validate + filter" if hidden and s.stage == "filter" else s.stage
+                       for s in stages])
     widest = max(s.n_kept + s.n_dropped for s in stages)
     ax.set_xlim(-widest / 2 - 1, widest * 1.1 + 1)  # room on the right for the counts
     _style(ax, "Problems through the build", "problems (each bar centred)")
     ax.set_xticks([])
-    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.legend(fontsize=7, loc="upper right", frameon=False)  # the counts sit lower right
     fig.tight_layout()
     return fig
 
@@ -230,7 +232,8 @@ def _not_measured(data: ReportData, what: str) -> NoData:
 
 
 def _histogram(data: ReportData, key: str, what: str, title: str, xlabel: str,
-               log_x: bool = True, marker: float | None = None, marker_label: str = ""):
+               log_x: bool = True, marker: float | None = None, marker_label: str = "",
+               unit: str = ""):
     import numpy as np
 
     values = data.validation_values(key)
@@ -255,7 +258,7 @@ def _histogram(data: ReportData, key: str, what: str, title: str, xlabel: str,
         ax.text(marker, ax.get_ylim()[1] * 0.95, f" {marker_label}", fontsize=8, va="top")
     median = float(np.median(every))
     _style(ax, title, xlabel, "problems")
-    ax.legend(frameon=False, title=f"median {median:.3g}", fontsize=8, title_fontsize=8)
+    ax.legend(frameon=False, title=f"median {median:.3g}{unit}", fontsize=8, title_fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -264,19 +267,20 @@ def runtime_figure(data: ReportData):
     title = "Eager runtime (PyTorch)"
     if data.on_cpu():  # the validator shrinks problems for the CPU: not GPU-comparable times
         title = "Eager runtime on CPU, at the sizes shrunk for CPU"
-    return _histogram(data, "eager_ms", "eager runtime", title, "milliseconds (log scale)")
+    return _histogram(data, "eager_ms", "eager runtime", title, "milliseconds (log scale)",
+                      unit=" ms")
 
 
 def speedup_figure(data: ReportData):
     return _histogram(data, "inductor_speedup", "Inductor speedup",
                       "TorchInductor speedup over eager", "eager time / Inductor time (log scale)",
-                      marker=1.0, marker_label="no speedup")
+                      marker=1.0, marker_label="no speedup", unit="x")
 
 
 def headroom_figure(data: ReportData):
     return _histogram(data, "headroom", "roofline headroom", "Roofline headroom",
                       "eager time / roofline lower bound (log scale)",
-                      marker=1.0, marker_label="at the roofline")
+                      marker=1.0, marker_label="at the roofline", unit="x")
 
 
 MAX_CLUSTER_BARS = 40
@@ -298,12 +302,15 @@ def cluster_labels(records: list[dict]) -> dict[Any, str]:
 
 
 def cluster_figure(data: ReportData):
-    sizes = Counter(r.get("cluster") for r in data.curated if r.get("cluster") is not None)
+    # the published problems when the split ran (the counts table counts those), else curated
+    records, which = ((data.all_records, "published problems") if data.all_records
+                      else (data.curated, "problems"))
+    sizes = Counter(r.get("cluster") for r in records if r.get("cluster") is not None)
     if not sizes:
         raise NoData("no cluster ids recorded (the cluster stage has not run)")
     ranked = sizes.most_common()
     shown = ranked[:MAX_CLUSTER_BARS]
-    labels = cluster_labels(data.curated)
+    labels = cluster_labels(records)
     fig, ax = _figure(max(7.5, min(16, 0.3 * len(shown) + 3)), 5.2)
     bars = ax.bar(range(len(shown)), [n for _, n in shown], color="#4C72B0")
     ax.bar_label(bars, fontsize=7)
@@ -311,7 +318,7 @@ def cluster_figure(data: ReportData):
                   ha="right")
     more = f"; the {len(ranked) - len(shown)} smallest not drawn" if len(ranked) > len(shown) \
         else ""
-    _style(ax, f"Cluster sizes ({len(ranked)} clusters, {sum(sizes.values())} problems{more})",
+    _style(ax, f"Cluster sizes ({len(ranked)} clusters, {sum(sizes.values())} {which}{more})",
            "cluster: its most common category (largest first)", "problems")
     fig.tight_layout()
     return fig
@@ -457,8 +464,12 @@ def _counts_table(data: ReportData) -> str:
         rows.append(f"<tr><td>{_e(split)}</td><td class=n>{len(records)}</td>"
                     f"<td class=n>{families}</td><td class=n>{categories}</td>"
                     f"<td class=n>{clusters}</td></tr>")
-    total = len(data.all_records)
-    rows.append(f"<tr><th>total</th><th class=n>{total}</th><th></th><th></th><th></th></tr>")
+    every = data.all_records
+    categories = len({r.get("category") for r in every})
+    clusters = len({r.get("cluster") for r in every if r.get("cluster") is not None})
+    rows.append(f"<tr><th>total</th><th class=n>{len(every)}</th>"
+                f"<th class=n>{count_families(every)}</th><th class=n>{categories}</th>"
+                f"<th class=n>{clusters}</th></tr>")
     return ("<table id=counts><tr><th>split</th><th class=n>problems</th><th class=n>families"
             "</th><th class=n>categories</th><th class=n>clusters</th></tr>" + "".join(rows)
             + "</table>")
@@ -478,6 +489,12 @@ def _checks_table(data: ReportData) -> str:
                 skipped_why.setdefault(name, Counter())[str(check.get("detail") or "")] += 1
     if not counts:
         return "<p id=checks-none>No validation checks recorded (validation has not run).</p>"
+    validated = next((s.n_kept + s.n_dropped for s in data.stages if s.stage == "filter"), None)
+    scope = (f"<p id=checks-scope>Checks of the {len(data.all_records)} published problems"
+             + (f" ({validated} were validated; the filter, dedup and split stages dropped the "
+                "others)" if validated and validated != len(data.all_records) else "")
+             + ". A skipped check was not run on that problem; the reason is the most common "
+             "one.</p>")
     rows = []
     for name in sorted(counts):
         c = counts[name]
@@ -486,8 +503,9 @@ def _checks_table(data: ReportData) -> str:
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td class=n>{c['passed']}</td>"
                     f"<td class=n>{c['failed']}</td><td class=n>{c['skipped']}</td>"
                     f"<td>{reason}</td></tr>")
-    return ("<table id=checks><tr><th>check</th><th class=n>passed</th><th class=n>failed</th>"
-            "<th class=n>skipped</th><th>why skipped</th></tr>" + "".join(rows) + "</table>")
+    return (scope + "<table id=checks><tr><th>check</th><th class=n>passed</th>"
+            "<th class=n>failed</th><th class=n>skipped</th><th>why skipped</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 MAX_GROUP_ROWS = 50
@@ -546,14 +564,16 @@ def _missing_from_eval(data: ReportData) -> str:
             "(present in train): eval scores say nothing about them.</p>")
 
 
-def _finding_row(finding: dict) -> dict[str, Any]:
-    """A finding's scalar fields, plus the benchmark item and score of its strongest match."""
+def _finding_row(finding: dict, names: dict[str, str] | None = None) -> dict[str, Any]:
+    """A finding's scalar fields, plus the benchmark item and score of its strongest match
+    (``names``: benchmark spec -> the name the report gives it)."""
     row = {k: v for k, v in finding.items() if not isinstance(v, (dict, list))}
     matches = finding.get("matches")
     if isinstance(matches, list) and matches and isinstance(matches[0], dict):
         best = matches[0]
-        row["matched"] = ":".join(str(best[k]) for k in ("benchmark", "item_name", "item")
-                                  if best.get(k) not in (None, ""))[:120]
+        bench = str(best.get("benchmark") or "")
+        item = str(best.get("item") or best.get("item_name") or "")
+        row["matched"] = (f"{(names or {}).get(bench, bench)}: {item}" if bench else item)[:120]
         if "score" in best:
             row["score"] = best["score"]
         row["matches"] = len(matches)
@@ -561,9 +581,12 @@ def _finding_row(finding: dict) -> dict[str, Any]:
 
 
 def _contamination_table(data: ReportData) -> str:
-    findings = [_finding_row(f) for f in contamination_findings(data.contamination)]
     report = data.contamination if isinstance(data.contamination, dict) else {}
     benchmarks = report.get("benchmarks") or [{"spec": b} for b in report.get("against") or []]
+    bench_names = {str(b.get("spec")): str(b.get("name") or b.get("spec"))
+                   for b in benchmarks if isinstance(b, dict)}
+    findings = [_finding_row(f, bench_names)
+                for f in contamination_findings(data.contamination)]
     if data.contamination is None:
         return ("<p id=contamination-unchecked>Contamination not checked: no contamination "
                 "report (the split stage has not run).</p>")

@@ -367,14 +367,18 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
 
     lines += ["## Checks applied", ""]
     checks: dict[str, Counter] = {}
+    why: dict[str, Counter] = {}
     for r in records:
         for name, check in ((r.validation or {}).get("checks") or {}).items():
             if isinstance(check, dict):
                 state = {True: "passed", False: "failed"}.get(check.get("passed"), "skipped")
                 checks.setdefault(name, Counter())[state] += 1
+                if state == "skipped":
+                    why.setdefault(name, Counter())[str(check.get("detail") or "")] += 1
     if checks:
-        lines += _table(("check", "passed", "failed", "skipped"),
-                        [(f"`{k}`", c["passed"], c["failed"], c["skipped"])
+        lines += _table(("check", "passed", "failed", "skipped", "why skipped (most often)"),
+                        [(f"`{k}`", c["passed"], c["failed"], c["skipped"],
+                          why[k].most_common(1)[0][0].replace("|", "/") if k in why else "")
                          for k, c in sorted(checks.items())])
     else:
         lines += ["These problems were not validated on a device (no `validation` sections).", ""]
@@ -382,9 +386,12 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
               device_kind(r.validation.get("device")) == "cpu"]
     if on_cpu:
         resized = sum(1 for r in on_cpu if _float((r.validation or {}).get("resized")))
+        never_run = sorted(k for k, c in checks.items() if c["skipped"] == len(records))
+        skipped = (f"the checks {', '.join(f'`{k}`' for k in never_run)} were skipped on every "
+                   "problem (table above), " if never_run else "")
         lines += [(f"{len(on_cpu)} problem(s) were validated on CPU. There, no GPU was measured: "
-                   "the Inductor and roofline checks were skipped (`inductor_ms`, "
-                   "`roofline_ms` are null), `eager_ms` is a CPU time, and "
+                   f"{skipped}`inductor_ms` and `roofline_ms` are null, `eager_ms` is a CPU "
+                   "time, and "
                    f"{resized} problem(s) were shrunk first (`calibration_scale`), so their "
                    "`eager_ms`, `atol` and `rtol` hold at `calibration_numel` elements, not at the "
                    "published size. `kernelmill grade` on CPU grades at that same size."), ""]
@@ -418,7 +425,8 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
 
     lines += ["## Counts", ""]
     cats = Counter((r.category, str(row_difficulty(r))) for r in records)
-    tiers = sorted({t for _, t in cats})
+    order = {"easy": 0, "medium": 1, "hard": 2}  # tiers easiest first, then any other label
+    tiers = sorted({t for _, t in cats}, key=lambda t: (order.get(t, 3), t))
     lines += _table(("category", *tiers, "total"),
                     [(c, *(cats[(c, t)] for t in tiers), sum(cats[(c, t)] for t in tiers))
                      for c in sorted({c for c, _ in cats})])
@@ -473,9 +481,12 @@ def contamination_sentence(report_path: Path) -> str:
                 "(`against = []`; the default is `builtin:kernelbench`).")
     action = "dropped" if report.get("policy") == "drop" else "kept and marked"
     names = "; ".join(describe_benchmark(b) for b in benches if isinstance(b, dict))
+    strongest = Counter(str(p.get("key")) for p in report.get("problems") or []
+                        if isinstance(p, dict))
+    by_key = (" (by strongest match: " + ", ".join(f"{k} {n}" for k, n in sorted(
+        strongest.items())) + ")") if strongest else ""
     return (f"{report.get('checked', '?')} problems were checked against {names}: "
-            f"{report.get('contaminated', 0)} matched and were {action} "
-            f"(matches by key: {report.get('matches_by_key') or {}}). A match is an "
+            f"{report.get('contaminated', 0)} matched and were {action}{by_key}. A match is an "
             "equal exact or structural key, near-duplicate Jaccard >= "
             f"{report.get('threshold')}, or a shared {report.get('ngram')}-token window "
             "of the normalized token stream.")

@@ -217,7 +217,7 @@ def test_report_and_card_count_families_alike(tmp_path, seeds_dir):
     for split in ("train", "eval"):
         line = next(li for li in card.splitlines() if li.startswith(f"| {split} |"))
         assert int(line.split("|")[3]) == report[split], (split, line, report)
-    assert report == {"train": 6, "eval": 2}  # family-0..7: 0 and 4 in eval
+    assert report == {"train": 6, "eval": 2, "total": 8}  # family-0..7: 0 and 4 in eval
 
 
 def test_checks_dedup_groups_and_missing_categories_are_on_the_page(tmp_path, seeds_dir):
