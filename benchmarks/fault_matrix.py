@@ -3,7 +3,8 @@
     python benchmarks/fault_matrix.py [--json OUT.json]
 
 Runs the fault suite (the tests named below, real processes and files on the CPU: kill -9,
-file-size limits, concurrent runs, damaged intermediates) and prints one row per case: the area,
+file-size limits, concurrent runs, damaged intermediates, a zygote killed with SIGKILL, two
+large problems on a small host-memory budget) and prints one row per case: the area,
 the test that exercises it and its outcome. A case's outcome is the test's: it passes only when
 the run ended with nothing lost, duplicated or silently altered, a one-line message naming the
 file, and an exit status that says whether the job was done.
@@ -30,6 +31,7 @@ SUITE = (
     ("stale output", "tests/curate/test_rewrite.py"),
     ("reference", "tests/grade/test_reference_faults.py"),
     ("processes", "tests/validate/test_process_faults.py"),
+    ("host memory", "tests/validate/test_host_memory.py"),
 )
 
 
