@@ -17,6 +17,18 @@ RECORD_FIELDS = ("id", "source", "name", "category", "level", "provenance", "val
                  "dedup", "cluster", "split", "contamination", "split_group")
 
 S = TypeVar("S", bound="Section")
+_SECTION_NAMES: dict[type, tuple[frozenset[str], frozenset[str], tuple[str, ...]]] = {}
+
+
+def _section_names(cls: type) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    """(all field names, those but ``extra``, those in declaration order) of a section class,
+    cached: records are read and written by the hundred thousand."""
+    names = _SECTION_NAMES.get(cls)
+    if names is None:
+        ordered = tuple(f.name for f in dataclasses.fields(cls) if f.name != "extra")
+        names = (frozenset((*ordered, "extra")), frozenset(ordered), ordered)
+        _SECTION_NAMES[cls] = names
+    return names
 
 
 class Section(Mapping):
@@ -38,14 +50,13 @@ class Section(Mapping):
         if not isinstance(data, Mapping):
             raise ValueError(f"section {cls.__name__.lower()} must be a JSON object, got "
                              f"{type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        names = cls._data_names()
         known = {k: v for k, v in data.items() if k in names}
         extra = {k: v for k, v in data.items() if k not in names}
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "extra"}
+        data = {name: getattr(self, name) for name in self._ordered_names()}
         data.update(self.extra)
         return data
 
@@ -63,7 +74,15 @@ class Section(Mapping):
 
     @classmethod
     def _field_names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls))
+        return _section_names(cls)[0]
+
+    @classmethod
+    def _data_names(cls) -> frozenset[str]:
+        return _section_names(cls)[1]
+
+    @classmethod
+    def _ordered_names(cls) -> tuple[str, ...]:
+        return _section_names(cls)[2]
 
     def replace(self: S, **changes: Any) -> S:
         names = self._field_names()

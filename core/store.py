@@ -245,6 +245,25 @@ def _pid_alive(pid: int) -> bool:
 
 
 @contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a whole-file stage holds its records.
+
+    Reading 100,000 records builds millions of long-lived objects, and every collection the
+    allocations trigger walks all of them (measured: reading 100k deduplicated records took 2.6 to
+    3.9 s with the collector, 1.2 to 1.9 s without). Records hold no reference cycles, so reference
+    counting alone frees them; the collector is switched back on on the way out."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextmanager
 def replace_jsonl(path: str | os.PathLike, key: str = "id") -> Iterator[JsonlWriter]:
     """A writer for a whole-file stage: its records replace ``path`` only when all are written.
 

@@ -23,12 +23,13 @@ Structural, near and behaviour groups are kept but marked: the split keeps each 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from kernelmill.core.record import Dedup, Record, Validation
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.validate.filter import keep_passed
-from kernelmill.core.store import read_records, replace_jsonl
+from kernelmill.core.store import paused_gc, read_records, replace_jsonl
 
 log = logging.getLogger("kernelmill")
 
@@ -333,27 +334,41 @@ def _keys_chunk(sources: list[str]) -> list[Keys | str]:
 _NO_SHINGLES = np.zeros(0, dtype=np.uint32)
 
 
-def keys_for_sources(sources: Sequence[str], workers: int | None = None,
+def _chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def keys_for_sources(sources: Iterable[str], workers: int | None = None,
                      description: str = "keying", chunk_fn: Any = None) -> list[Any]:
     """Keys per source (an error string where a source does not parse), in parallel if large.
 
-    ``chunk_fn`` (a module-level function: list of sources -> list of results) replaces the
-    key computation, so other stages can run their own per-source work the same way."""
+    ``sources`` may be a generator: with workers, each chunk goes to them as soon as it is
+    read, so reading the rest overlaps their work. ``chunk_fn`` (a module-level function: list
+    of sources -> list of results) replaces the key computation, so other stages can run their
+    own per-source work the same way."""
     chunk_fn = chunk_fn or _keys_chunk
     if workers is None:
         workers = min(4, os.cpu_count() or 1)
-    chunks = [list(sources[i:i + _CHUNK]) for i in range(0, len(sources), _CHUNK)]
+    it = iter(sources)
+    head = list(itertools.islice(it, _PARALLEL_FROM))
     results: list[Keys | str] = []
-    if workers <= 1 or len(sources) < _PARALLEL_FROM:
+    if workers <= 1 or len(head) < _PARALLEL_FROM:
+        chunks = list(_chunked(itertools.chain(head, it), _CHUNK))
         for chunk in track(chunks, len(chunks), description):
             results.extend(chunk_fn(chunk))
         return results
     import multiprocessing
 
+    if chunk_fn is _keys_chunk:
+        permutations()  # imports datasketch once here, not in every forked worker
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        for part in track(pool.map(chunk_fn, chunks), len(chunks), description):
-            results.extend(part)
+        futures = [pool.submit(chunk_fn, chunk)
+                   for chunk in _chunked(itertools.chain(head, it), _CHUNK)]
+        for future in track(futures, len(futures), description):
+            results.extend(future.result())
     return results
 
 
@@ -379,18 +394,22 @@ def _validation_rank(record: Record) -> tuple:
 # --------------------------------------------------------------------------------------------
 def dedup_records(records: Sequence[Record], *, threshold: float = 0.8,
                   workers: int | None = None, stats: StageStats | None = None,
-                  drop_exact: bool = True, timings: dict[str, float] | None = None
-                  ) -> list[Record]:
-    """Key ``records`` and return the survivors (input order) with their ``dedup`` section.
+                  drop_exact: bool = True, timings: dict[str, float] | None = None,
+                  keyed: Sequence[Keys | str] | None = None) -> list[Record]:
+    """Key ``records`` (unless ``keyed`` holds their ``keys_for_sources`` results already) and
+    return the survivors (input order) with their ``dedup`` section.
 
     ``timings``, when given, receives the seconds spent per phase."""
     stats = stats or StageStats("dedup")
     timings = timings if timings is not None else {}
     if not 0.0 < threshold <= 1.0:
         raise KernelmillError(f"--threshold must be in (0, 1], got {threshold}")
-    clock = time.perf_counter()
-    keyed = keys_for_sources([r.source for r in records], workers)
-    timings["parse + keys"] = time.perf_counter() - clock
+    if keyed is None:
+        clock = time.perf_counter()
+        keyed = keys_for_sources([r.source for r in records], workers)
+        timings["parse + keys"] = time.perf_counter() - clock
+    if len(keyed) != len(records):
+        raise ValueError(f"{len(keyed)} keys for {len(records)} records")
     good: list[int] = []
     for i, result in enumerate(keyed):
         if isinstance(result, str):
@@ -449,23 +468,33 @@ def dedup_file(in_path: str | Path, out_path: str | Path, *, threshold: float = 
                keep_failed: bool = True) -> StageStats:
     """Read ``in_path``, write the deduplicated records with their ``dedup`` section. Unless
     ``keep_failed``, problems that failed validation are dropped first (the filter step)."""
-    start = time.perf_counter()
-    timings = timings if timings is not None else {}
-    stats = StageStats("dedup")
-    rows = read_records(in_path, allow_empty=False)
-    records = list(keep_passed(rows, stats, keep_failed=keep_failed))
-    timings["read"] = time.perf_counter() - start
-    survivors = dedup_records(records, threshold=threshold, workers=workers, stats=stats,
-                              timings=timings)
-    clock = time.perf_counter()
-    with replace_jsonl(out_path) as writer:  # a rerun never keeps stale rows
-        for record in survivors:
-            if writer.write(record):
-                stats.kept()
-            else:
-                stats.count("already present")
-    timings["write"] = time.perf_counter() - clock
-    stats.seconds = time.perf_counter() - start
+    with paused_gc():
+        start = time.perf_counter()
+        timings = timings if timings is not None else {}
+        stats = StageStats("dedup")
+        if not 0.0 < threshold <= 1.0:
+            raise KernelmillError(f"--threshold must be in (0, 1], got {threshold}")
+        rows = read_records(in_path, allow_empty=False)
+        records: list[Record] = []
+
+        def sources() -> Iterator[str]:  # the workers key what is read while the rest is read
+            for record in keep_passed(rows, stats, keep_failed=keep_failed):
+                records.append(record)
+                yield record.source
+
+        keyed = keys_for_sources(sources(), workers)
+        timings["read + parse + keys"] = time.perf_counter() - start
+        survivors = dedup_records(records, threshold=threshold, workers=workers, stats=stats,
+                                  timings=timings, keyed=keyed)
+        clock = time.perf_counter()
+        with replace_jsonl(out_path) as writer:  # a rerun never keeps stale rows
+            for record in survivors:
+                if writer.write(record):
+                    stats.kept()
+                else:
+                    stats.count("already present")
+        timings["write"] = time.perf_counter() - clock
+        stats.seconds = time.perf_counter() - start
     return stats
 
 
