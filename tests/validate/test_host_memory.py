@@ -180,16 +180,17 @@ def test_two_large_problems_that_together_exceed_the_budget_run_one_after_the_ot
     need = alone["memory"]["need_bytes"]
     assert alone["passed"], alone["checks"]
     assert alone["memory"]["measured_bytes"] <= need
-    budget = int(need * 1.25)  # one fits, two do not (together they held 2.4 GiB)
+    budget = int(need * 1.25)  # one fits, two do not
     config = {**QUICK, "host_memory_gib": budget / GIB}
     with WorkerWatch() as watch:
         both = _concurrently([LARGE, LARGE.replace("* 2.0", "* 3.0")], config)
     assert all(v["passed"] for v in both), [v["checks"] for v in both]
     assert all(v["memory"]["need_bytes"] == need for v in both)
-    assert max(v["memory"]["waited_s"] for v in both) > 0  # the second waited for the first
-    assert watch.peak_workers >= 1 and 0 < watch.peak <= budget, (watch.peak, budget)
+    assert need <= budget < 2 * need
+    assert 0 < watch.peak <= budget, (watch.peak, budget)  # together they held 2.4 GiB
     shared = host_budget(budget)
-    assert shared.used == 0 and shared.holders == 0
+    # one worker at a time (a probe and an estimator, 1 GiB, do not fit together either)
+    assert shared.peak_holders == 1 and shared.used == 0 and shared.holders == 0
 
 
 def test_a_problem_larger_than_the_whole_budget_is_too_large_and_never_runs():
