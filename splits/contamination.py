@@ -396,6 +396,8 @@ def describe_benchmark(info: dict[str, Any]) -> str:
     fingerprint file's hash or where the sources were read (``Benchmark.describe`` output)."""
     name = str(info.get("name") or info.get("spec") or "?")
     levels = info.get("levels") or {}
+    if set(levels) <= {"other"}:  # no level folders: a flat folder or a records file
+        levels = {}
     counts = _levels_text(levels) if levels else f"{info.get('items', '?')} items"
     total = f"{info.get('items')} problems: " if levels else ""
     where = _where(info)
