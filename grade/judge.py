@@ -27,6 +27,8 @@ Hack codes (any one makes the verdict incorrect with reward 0):
                         right answer: its kernels did not compute it
 ``trace_evaded``        the dispatch-key state changed inside forward, or the op witness (the
                         profiler session over every call) was stopped or lost calls
+``kernelguard``         GPU MODE's rule-based detector (optional ``kernelguard``) calls the
+                        source hacked (``grade.static.kernelguard_findings``)
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ from .policy import (
     op_base,
     reference_compute_ops,
 )
+from .static import KERNELGUARD_PREFIX
+from .witness import UNATTRIBUTED
 
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
 # A reported mean per-call time below this fraction of what the parent's own clock saw in a
@@ -167,8 +171,12 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     def hack(code: str, detail: str) -> None:
         hacks.setdefault(code, detail)
 
-    if findings and policy.static_scan:
-        hack("forbidden_api", "; ".join(findings[:5]))
+    guard = [f for f in findings if f.startswith(KERNELGUARD_PREFIX)]
+    own = [f for f in findings if f not in guard]
+    if own and policy.static_scan:
+        hack("forbidden_api", "; ".join(own[:5]))
+    if guard and policy.static_scan:
+        hack("kernelguard", "; ".join(guard[:3]))
     if cand_run.tampered:
         hack("channel_tamper", "frames on the result channel failed authentication")
     if cand_run.leaked_processes:
@@ -372,6 +380,13 @@ def _kernel_checks(name, call, policy, reference, mine, hack) -> None:
     if library and policy.preset != "kernelbench":
         hack("torch_compute", f"{name}: PyTorch kernels launched by the extension: "
              f"{sorted(set(library))[:3]}")
+    # Kernels linked to the call's own range ran outside any op, Triton launch and extension
+    # call: a compiled graph's runtime (AOTInductor) or driver calls through an FFI. They are
+    # never the candidate's (kernelbench counts them against its share).
+    foreign = sorted({k[0] for k in device if k[2] == UNATTRIBUTED})
+    if foreign and policy.preset != "kernelbench":
+        hack("torch_compute", f"{name}: GPU kernels launched outside any op, Triton launch or "
+             f"extension call: {foreign[:3]}")
     if device:
         own = sum(us for kernel, us, owner in device if owner == "triton" or (
             owner == "extension" and not VENDOR_KERNEL.search(kernel)

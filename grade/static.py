@@ -39,11 +39,31 @@ FORBIDDEN_ATTRIBUTES = {
     "setrecursionlimit", "_send", "mark_stage", "attrgetter", "methodcaller",
     "getattr_static", "__getattribute__", "exc_info", "exception",
     "__class__", "__bases__", "__mro__",
+    # a module or attribute found from a string (an importer, a resolver, a format field)
+    "import_module", "resolve_name", "locate", "get_field", "PackageImporter",
+    "PackageExporter", "hub",
+    # the call stack read without frames (tells a timed call from a checked one)
+    "extract_stack", "walk_stack", "format_stack", "print_stack",
+    # raw memory and serialization: tensor bytes on the host without a tensor op
+    "from_address", "from_buffer", "serialization", "__reduce__", "__reduce_ex__",
+    "__setstate__",
+    # eval by another name: string annotations evaluated against a module's globals
+    "get_type_hints", "get_annotations", "ForwardRef", "_eval_type", "evaluate_forward_ref",
+    # code generated from a graph (torch.fx, an exported program's graph): a call_method node
+    # whose name is built at run time is a getattr by string
+    "fx", "call_method", "create_node", "graph_module", "python_code", "recompile",
 }
+# ``os`` functions that create, replace or wait for processes, or make pipes and FIFOs between
+# them (seccomp stops the creation itself; on CUDA only after the first call).
+OS_PROCESS = re.compile(r"^(?:spawn\w*|exec\w*|posix_spawnp?|fork\w*|kill\w*|wait\w*|"
+                        r"mkfifo|mknod|pipe2?|setsid|setpgid|setpgrp|register_at_fork|"
+                        r"pidfd_\w+|memfd_create|openpty|login_tty)$")
 # Attributes that are harmless on most objects but not on these modules.
 FORBIDDEN_MODULE_ATTRIBUTES = {("sys", "modules"), ("os", "environ"), ("os", "remove"),
                                ("os", "rename"), ("os", "replace"), ("os", "truncate"),
-                               ("os", "write"), ("os", "open"), ("sys", "stdout")}
+                               ("os", "write"), ("os", "open"), ("sys", "stdout"),
+                               # serialization: tensor bytes written and read outside any op
+                               ("torch", "save"), ("torch", "load"), ("torch", "from_file")}
 INDIRECT_BUILTINS = {"getattr", "setattr", "delattr", "eval", "exec", "compile", "__import__",
                      "globals", "vars", "locals", "open"}
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", "setattr",
@@ -63,6 +83,8 @@ NATIVE_PATTERNS = re.compile(
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
     r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(|"
     r"\bposix_spawn|\bvfork\s*\(|\bclone3?\s*\(|"
+    # a library function found by its symbol name: no operator or header names it
+    r"\bdl(?:v)?sym\s*\(|\bRTLD_(?:DEFAULT|NEXT)\b|_ZNK?(?:2at|3c10|5torch)\d|"
     # ATen entry points that run a kernel without the dispatcher (no trace, no profiler
     # record), their headers, and the guards that switch dispatch keys off in native code
     r"\bat::(?:native|_ops)::|"
@@ -99,10 +121,43 @@ def backend_entry_points(text: str) -> list[str]:
     return found
 
 
-# Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...).
+# The modules a kernel submission may import at all (the root of the dotted name). Everything
+# else is refused whatever it is: the standard library holds many ways to reach a module or an
+# attribute from a string built at run time (pkgutil.resolve_name, pydoc.locate, runpy,
+# string.Formatter fields), to read the call stack (traceback), to write through another file
+# API (io) or to start a process (webbrowser, platform), and a deny list never holds them all.
+ALLOWED_IMPORTS = frozenset({
+    "torch", "triton", "math", "cmath", "typing", "typing_extensions", "functools",
+    "itertools", "collections", "dataclasses", "numbers", "enum", "abc", "__future__", "os",
+    "warnings", "operator", "contextlib", "random", "statistics", "re", "copy", "textwrap",
+    # what KernelBench's own problems import (level 3 einops, level 4 Hugging Face models):
+    # an answer builds the same modules
+    "einops", "transformers",
+})
+def native_findings(text: str) -> list[str]:
+    """Findings in C/C++/CUDA source: process and file APIs, symbol lookup by name, ATen entry
+    points without the dispatcher. For the literals of a submission (``scan``) and for sources
+    a submission builds at run time and hands to ``load_inline`` (the compile worker can report
+    them: the text that was compiled, not the text that was written)."""
+    found = []
+    match = NATIVE_PATTERNS.search(text)
+    if match:
+        found.append(f"native source uses {match.group(0).strip()}")
+    for entry in backend_entry_points(text):
+        found.append(f"native source calls {entry} (an operator without the dispatcher)")
+    return found
+
+
+# Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...),
+# and the standard library's resolvers by name, which other modules import and so re-export.
 REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "importlib",
                      "builtins", "threading", "_thread", "signal", "multiprocessing", "pickle",
-                     "marshal", "shutil", "tempfile", "socket", "time", "weakref", "atexit"}
+                     "marshal", "shutil", "tempfile", "socket", "time", "weakref", "atexit",
+                     "pkgutil", "pydoc", "runpy", "traceback", "string", "io", "webbrowser",
+                     "zipimport", "copyreg", "platform", "types"}
+# Names whose private (``_``) attributes are the library's internals (torch._inductor,
+# torch._utils, torch._C._...): a kernel uses the public API.
+LIBRARY_MODULE_ROOTS = ("torch", "triton")
 # Module objects whose attributes a submission must not assign (monkeypatching).
 LIBRARY_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np", "tl", "F", "nn",
                  "random", "statistics", "functools", "operator"}
@@ -120,19 +175,86 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+_MODE = re.compile(r"^[rwaxbt+]{1,4}$")
+# Calls that open a file by any API (builtins.open, io.open, io.FileIO, Path.open, os.fdopen).
+OPENERS = {"open", "FileIO", "fdopen"}
+
+
 def _is_write_open(call: ast.Call) -> bool:
-    mode = call.args[1] if len(call.args) > 1 else next(
-        (k.value for k in call.keywords if k.arg == "mode"), None)
-    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and \
-        any(c in mode.value for c in "wax+")
+    """Any call named like an opener with a mode that writes (positional or ``mode=``)."""
+    modes = [*call.args[:3], *(k.value for k in call.keywords if k.arg == "mode")]
+    return any(isinstance(m, ast.Constant) and isinstance(m.value, str) and
+               _MODE.match(m.value) and any(c in m.value for c in "wax+") for m in modes)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _path_parts(text: str) -> list[str] | None:
+    """The parts of a dotted name written as a string (``"torch._inductor"``,
+    ``"os:environ"``, ``"0.__globals__[sys]"``), or None for any other string."""
+    if not re.fullmatch(r"[\w.:\[\]]+", text) or not re.search(r"[.:\[]", text):
+        return None
+    return [part for part in re.split(r"[.:\[\]]+", text) if part]
+
+
+# Findings of GPU MODE's rule-based hack detector start with this (``grade.judge`` gives them
+# their own hack code).
+KERNELGUARD_PREFIX = "kernelguard:"
+
+
+@functools.cache
+def _kernelguard():
+    try:
+        import kernelguard
+    except ImportError:  # an optional dependency (``pip install kernelmill[guard]``)
+        return None
+    return kernelguard if hasattr(kernelguard, "analyze_code") else None
+
+
+def kernelguard_findings(source: str) -> list[str]:
+    """The rules for which ``kernelguard`` (PyPI; optional) calls the source ``hacked``, the only
+    class it auto-filters; empty when it is not installed or calls the source anything else.
+    ``benchmarks/kernelguard_eval.py`` runs it over every honest kernel we hold (none flagged)."""
+    guard = _kernelguard()
+    if guard is None:
+        return []
+    try:
+        result = guard.analyze_code(source, compute_structural_hash=False)
+    except Exception:  # noqa: BLE001 — its own failure says nothing about the candidate
+        return []
+    if result.get("classification") != "hacked":
+        return []
+    return sorted({f"{KERNELGUARD_PREFIX} {m.get('pattern', '?')} "
+                   f"({str(m.get('evidence', ''))[:120]})"
+                   for m in result.get("matched_patterns") or [] if m.get("field") == "code"}
+                  or {f"{KERNELGUARD_PREFIX} {result.get('filter_reason')}"})
+
+
+def _code_in_string(text: str) -> list[str]:
+    """Findings in a string that is itself Python (a string annotation that typing evaluates,
+    source handed to an evaluator by another name); prose and C++ do not parse."""
+    if len(text) > 4000 or not any(c in text for c in "(.[="):
+        return []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    return _scan_tree(tree)
 
 
 def scan(source: str) -> list[str]:
-    """Findings as short strings (``line N: what``); empty when nothing suspicious is used."""
+    """Findings as short strings (``line N: what``; ``kernelguard: RULE (evidence)`` for the
+    optional detector's); empty when nothing suspicious is used."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
+    return _scan_tree(tree) + kernelguard_findings(source)
+
+
+def _scan_tree(tree: ast.AST) -> list[str]:
     findings: list[str] = []
     imported_modules = set(LIBRARY_ROOTS)
     bound_by_import: set[str] = set()
@@ -149,24 +271,56 @@ def scan(source: str) -> list[str]:
                 id(node) not in direct_calls:
             flag(node, f"passes {node.id} around")
 
+    # Names bound to the libraries' modules (torch, nn, F, triton, tl ...): their private
+    # attributes are internals.
+    library_names = set(LIBRARY_MODULE_ROOTS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in LIBRARY_MODULE_ROOTS:
+                    library_names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and \
+                (node.module or "").split(".")[0] in LIBRARY_MODULE_ROOTS:
+            library_names.update(alias.asname or alias.name for alias in node.names)
+
+    def imported(node: ast.AST, module: str, what: str) -> None:
+        """One imported module path (``a.b.c``), named in a finding as ``what``."""
+        parts = module.split(".")
+        if parts[0] in FORBIDDEN_MODULES:
+            flag(node, f"imports {what}")
+        elif parts[0] not in ALLOWED_IMPORTS:
+            flag(node, f"imports {what} (not a module a kernel needs)")
+        if any(_forbidden_name(part) for part in parts[1:]) or \
+                (parts[0] in LIBRARY_MODULE_ROOTS and any(map(_private, parts[1:]))):
+            flag(node, f"imports {what}")
+
+    # name bound by an import -> the module's dotted name (``import os as o``: o -> os)
+    aliases = {alias.asname or alias.name.split(".")[0]:
+               alias.name if alias.asname else alias.name.split(".")[0]
+               for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 imported_modules.add((alias.asname or alias.name).split(".")[0])
                 bound_by_import.add((alias.asname or alias.name).split(".")[0])
-                if alias.name.split(".")[0] in FORBIDDEN_MODULES:
-                    flag(node, f"imports {alias.name}")
-                # ``import a.b as c`` binds a.b just as ``from a import b`` does
-                for part in alias.name.split(".")[1:]:
-                    if _forbidden_name(part):
-                        flag(node, f"imports {alias.name}")
+                # ``import a.b as c`` binds a.b just as ``from a import b`` does: every part
+                # is judged, the last one as an imported name
+                imported(node, alias.name, alias.name)
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if module.split(".")[0] in FORBIDDEN_MODULES or \
-                    any(_forbidden_name(part) for part in module.split(".")[1:]):
-                flag(node, f"imports from {module}")
+            if node.level:
+                flag(node, f"imports from a relative package {'.' * node.level}{module}")
+            elif module:
+                imported(node, module, f"from {module}")
+            root = module.split(".")[0]
             for alias in node.names:
-                if _forbidden_name(alias.name) or alias.name in FORBIDDEN_CALLS:
+                if _forbidden_name(alias.name) or alias.name in FORBIDDEN_CALLS or \
+                        (root, alias.name) in FORBIDDEN_MODULE_ATTRIBUTES or \
+                        (module.split(".")[-1], alias.name) in FORBIDDEN_MODULE_ATTRIBUTES or \
+                        (root in LIBRARY_MODULE_ROOTS and _private(alias.name)) or \
+                        (module == "os" and OS_PROCESS.match(alias.name)):
                     flag(node, f"imports {alias.name} from {module}")
                 if module.startswith("torch.utils._python_dispatch"):
                     flag(node, f"imports {alias.name} from {module}")
@@ -177,18 +331,28 @@ def scan(source: str) -> list[str]:
                 flag(node, f"uses .{node.attr}")
             elif PRIVATE_DISPATCH.match(node.attr):
                 flag(node, f"uses dispatch internals .{node.attr}")
-            elif (base, node.attr) in FORBIDDEN_MODULE_ATTRIBUTES:
+            elif aliases.get(base, base) == "os" and OS_PROCESS.match(node.attr):
+                flag(node, f"uses os.{node.attr} (processes)")
+            elif (base, node.attr) in FORBIDDEN_MODULE_ATTRIBUTES or \
+                    (aliases.get(base), node.attr) in FORBIDDEN_MODULE_ATTRIBUTES:
                 # also reached through another module: torch.sys.modules, torch.os.environ
                 flag(node, f"uses {base}.{node.attr}")
             elif base in REACHABLE_MODULES and base not in bound_by_import:
                 flag(node, f"reaches module {base} through an attribute")
+            elif node.attr in REACHABLE_MODULES and node.attr != "time":
+                # ``torch.sys``: a module held by another, then used under any name
+                flag(node, f"reaches module {node.attr} through an attribute")
+            elif _private(node.attr) and _root_name(node) in library_names:
+                flag(node, f"uses library internals .{node.attr}")
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             flag(node, f"uses {node.id}")
         elif isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
                 flag(node, f"calls {func.id}()")
-            if isinstance(func, ast.Name) and func.id == "open" and _is_write_open(node):
+            name = func.id if isinstance(func, ast.Name) else \
+                func.attr if isinstance(func, ast.Attribute) else None
+            if name in OPENERS and _is_write_open(node):
                 flag(node, "opens a file for writing")
             if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2 and \
                     not isinstance(node.args[1], ast.Constant):
@@ -201,12 +365,16 @@ def scan(source: str) -> list[str]:
                             and _root_name(sub) not in ("self", "cls"):
                         flag(node, f"assigns {ast.unparse(sub)} (patches a library)")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            match = NATIVE_PATTERNS.search(node.value)
-            if match:
-                flag(node, f"native source uses {match.group(0).strip()}")
-            for entry in backend_entry_points(node.value):
-                flag(node, f"native source calls {entry} (an operator without the dispatcher)")
+            for finding in native_findings(node.value):
+                flag(node, finding)
             text = node.value.strip()
+            for inner in _code_in_string(text):
+                flag(node, f"code in a string: {inner.split(': ', 1)[-1]}")
+            parts = _path_parts(text) or []
+            if any(_forbidden_name(part) or part in FORBIDDEN_MODULES or part == "kernelmill"
+                   for part in parts) or (parts and parts[0] in LIBRARY_MODULE_ROOTS
+                                          and any(map(_private, parts[1:]))):
+                flag(node, f"names {text!r} in a string (a dotted path to resolve)")
             if text in FORBIDDEN_ATTRIBUTES or text in REACHABLE_MODULES or \
                     (text in FORBIDDEN_CALLS and text != "input") or "kernelmill" in text or \
                     PRIVATE_DISPATCH.match(text):

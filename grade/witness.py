@@ -31,6 +31,9 @@ import torch
 FORWARD = "kernelmill.forward"
 LAUNCH = "kernelmill.launch"
 EXT = "kernelmill.extension"
+# Owner of GPU kernels linked to a call's own range: launched outside any op, Triton launch or
+# extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
+UNATTRIBUTED = "unattributed"
 
 _record_function = torch.autograd.profiler.record_function
 _all_op_names = torch._C._dispatch_get_all_op_names
@@ -133,7 +136,8 @@ class Witness:
         ``ns.name`` form) with ``op_roots`` (the top-level op each ran inside), ``launch_ops``
         (ops inside launches), ``top_op_us`` (top-level ops' CPU times), ``launch_us`` (time in
         the candidate's launches and extension calls) and, on CUDA, ``kernels`` ([name, us,
-        owner]: owner ``triton``, ``extension`` or the launching op). None without a witness."""
+        owner]: owner ``triton``, ``extension``, the launching op, or ``UNATTRIBUTED`` for a
+        kernel launched directly inside the call). None without a witness."""
         if self._events is None:
             return None
         ranges, launches, ops, owners = [], [], [], []
@@ -145,6 +149,7 @@ class Witness:
             annotation = event.is_user_annotation
             if event.name == FORWARD and annotation:
                 ranges.append((start, end))
+                owners.append((start, end, UNATTRIBUTED, event))
             elif event.name == LAUNCH and annotation:
                 launches.append((start, end))
                 owners.append((start, end, "triton", event))

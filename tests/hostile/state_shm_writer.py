@@ -1,9 +1,12 @@
 """family: state across submissions (/dev/shm: an honest run leaves its answers)
 
-Graded first (problem ids sort before the reader's); it is honest, the reader is not.
+Graded first (problem ids sort before the reader's); its kernel is honest, the reader is not.
+It leaves its answers with torch.save, which the static scan flags (serialization moves tensor
+bytes outside any op); Landlock keeps /dev/shm unwritable whatever the scan says, which the
+suite checks (no file left outside the run's folder).
 """
 # problem: ref_scale_add
-# expect: certified
+# expect: forbidden_api
 import os
 
 import torch

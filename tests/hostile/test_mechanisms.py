@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from conftest import FIXTURES
 
@@ -69,6 +70,79 @@ def test_library_namespaces_are_compute_unless_registered_by_the_candidate():
 def test_static_scan_flags_native_entry_points_and_imported_internals(snippet, needle):
     findings = static.scan(snippet)
     assert any(needle in f for f in findings), findings
+
+
+@pytest.mark.parametrize("as_import, from_import, flagged", [
+    ("import torch._inductor as ind", "from torch import _inductor as ind", True),
+    ("import torch.utils._python_dispatch as pd", "from torch.utils import _python_dispatch",
+     True),
+    ("import torch.serialization as s", "from torch import serialization as s", True),
+    ("import torch._C._autograd as a", "from torch._C import _autograd as a", True),
+    ("import torch.nn.functional as F", "from torch.nn import functional as F", False),
+    ("import triton.language as tl", "from triton import language as tl", False),
+    ("import os.path as osp", "from os import path as osp", False),
+])
+def test_static_scan_treats_import_as_like_from_import(as_import, from_import, flagged):
+    """``import a.b as c`` binds ``a.b`` just as ``from a import b`` does: same judgement."""
+    assert bool(static.scan(as_import)) is flagged, static.scan(as_import)
+    assert bool(static.scan(from_import)) is flagged, static.scan(from_import)
+
+
+@pytest.mark.parametrize("module", ["pkgutil", "pydoc", "runpy", "traceback", "string", "io",
+                                    "webbrowser", "array", "struct", "zipfile", "copyreg",
+                                    "platform", "types", "sys"])
+def test_static_scan_refuses_modules_outside_the_allowlist(module):
+    """The standard library resolves names built at run time (pkgutil.resolve_name,
+    pydoc.locate, format fields), reads the stack, writes files or starts processes through
+    modules no deny list holds: a kernel may import only what it needs."""
+    assert any(module in f for f in static.scan(f"import {module}")), module
+    assert any(module in f for f in static.scan(f"from {module} import x"))
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    ('import torch\ntorch.ops.import_module("c" + "types")', "import_module"),
+    ("import torch\nhost = torch.sys\nhost.modules", "sys"),
+    ("import torch\nloader = torch._C._aoti.AOTIModelPackageLoader", "internals"),
+    ("import torch.nn as nn\nnn._reduction", "internals"),
+    ('target = "torch._inductor"', "torch._inductor"),
+    ('target = "kernelmill.grade.worker:_active"', "kernelmill"),
+    ('path = "0.__globals__[sys]"', "__globals__"),
+    ('import os\nos.getenv("X")\nio.open("f", "w")', "writing"),
+    ('Path("f").open("wb")', "writing"),
+    ('FileIO(5, "wb", closefd=False)', "writing"),
+    ('import torch\ntorch.save(x, "x.pt")', "torch.save"),
+    ("from torch import load", "load"),
+    ('src = "void* f = dlsym(RTLD_DEFAULT, name);"', "dlsym"),
+    ('src = "\\"_ZN2at3cpu3addERKNS_6TensorES3_RKN3c106ScalarE\\""', "_ZN2at3"),
+    ("import traceback\n[f.name for f in traceback.extract_stack()]", "extract_stack"),
+    ('import os as o\no.posix_spawn("/bin/sh", ["sh"], {})', "posix_spawn"),
+    ("from os import mkfifo", "mkfifo"),
+    ("import typing\ntyping.get_type_hints(f)", "get_type_hints"),
+    ("def f(a: \"__import__('pkgutil').resolve_name('x')\"): pass", "code in a string"),
+    ('import torch\ng = torch.fx.Graph()\ng.call_method("m" + "x", ())', "call_method"),
+    ("from torch.fx import Graph", "fx"),
+    ("ep = export(m, args)\nep.graph_module.recompile()", "graph_module"),
+])
+def test_static_scan_flags_resolvers_internals_and_writers(snippet, needle):
+    findings = static.scan(snippet)
+    assert any(needle in f for f in findings), findings
+
+
+def _honest_sources() -> list[Path]:
+    hostile = Path(__file__).resolve().parent
+    found = [*hostile.glob("honest_*.py"), *(FIXTURES / "honest").glob("*.py"),
+             *(FIXTURES / "submissions").glob("honest_*.py"),
+             *(FIXTURES / "submissions").glob("cuda_*.py")]
+    for path in hostile.glob("*.py"):
+        if not path.name.startswith(("ref_", "test_")) and \
+                "# expect: certified" in path.read_text():
+            found.append(path)
+    return sorted({p for p in found if not p.name.startswith("ref_")})
+
+
+def test_static_scan_passes_every_honest_kernel():
+    flagged = {p.name: static.scan(p.read_text()) for p in _honest_sources()}
+    assert len(flagged) >= 10 and not any(flagged.values()), flagged
 
 
 def test_static_scan_allows_the_cuda_context_an_honest_extension_needs():
@@ -229,3 +303,119 @@ def test_device_to_host_copies_are_host_compute():
     kernels = [["Memcpy DtoH (Device -> Pageable)", 1.0, "aten._to_copy"]] * 40 + \
         [["k", 1.0, "triton"]]
     assert "host_compute" in _kernel_verdict("library", kernels, CONV_RELU)["hacks"]
+
+
+def test_kernels_launched_outside_every_range_are_not_the_candidates():
+    """An AOTInductor package (or a driver call through an FFI) launches its kernels with no op,
+    Triton launch or extension call around them: they are linked to the call's own range."""
+    kernels = [["triton_poi_fused_add_mul_0", 30.0, "unattributed"],
+               ["copy_kernel", 3.0, "triton"]]
+    for preset in ("strict", "library"):
+        assert "torch_compute" in _kernel_verdict(preset, kernels, CONV_RELU)["hacks"], preset
+    share = _kernel_verdict("kernelbench", kernels, CONV_RELU)
+    assert "torch_compute" in share["hacks"] and share["share"] < 0.1
+
+
+def _event(name, start, end, parent=None, annotation=False, kernels=()):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end),
+                           is_user_annotation=annotation, cpu_parent=parent, device_type=None,
+                           kernels=[SimpleNamespace(name=k, duration=us) for k, us in kernels])
+
+
+def test_witness_links_kernels_of_the_calls_own_range_to_no_owner():
+    from kernelmill.grade.witness import FORWARD, LAUNCH, UNATTRIBUTED, Witness
+
+    forward = _event(FORWARD, 0, 100, annotation=True, kernels=[("triton_poi_fused_0", 20.0)])
+    launch = _event(LAUNCH, 50, 90, parent=forward, annotation=True,
+                    kernels=[("copy_kernel", 4.0)])
+    add = _event("aten::add", 10, 20, parent=forward, kernels=[("at::add_kernel", 2.0)])
+    witness = Witness("cpu")
+    witness.calls, witness._events = 1, [forward, launch, add]
+    [call] = witness.per_call()
+    assert sorted(call["kernels"]) == [["at::add_kernel", 2.0, "aten.add"],
+                                       ["copy_kernel", 4.0, "triton"],
+                                       ["triton_poi_fused_0", 20.0, UNATTRIBUTED]]
+    assert call["launch_us"] == 40.0 and witness.error is None
+
+
+def _static_verdict(source: str) -> dict:
+    """The judge's verdict from the static findings alone (a candidate run that failed)."""
+    from kernelmill.grade.judge import judge
+    from kernelmill.validate.harness import WorkerResult
+
+    failed = WorkerResult(ok=False, error={"stage": "import", "message": "x"})
+    return judge({"trials": []}, failed, failed, policy=Policy(),
+                 findings=static.scan(source))
+
+
+def test_kernelguard_rules_are_a_verdict_of_their_own():
+    pytest.importorskip("kernelguard")
+    source = (FIXTURES / "submissions" / "hack_patch_timer.py").read_text()
+    assert any(f.startswith(static.KERNELGUARD_PREFIX) for f in static.scan(source))
+    verdict = _static_verdict(source)
+    assert {"kernelguard", "forbidden_api"} <= set(verdict["hacks"])
+    assert "TIMER_MONKEYPATCH" in verdict["hack_details"]["kernelguard"]
+    assert "kernelguard" not in verdict["hack_details"]["forbidden_api"]
+
+
+def test_kernelguard_is_off_cleanly_when_not_installed(monkeypatch):
+    source = (FIXTURES / "submissions" / "hack_patch_timer.py").read_text()
+    monkeypatch.setitem(sys.modules, "kernelguard", None)  # ``import kernelguard`` fails
+    static._kernelguard.cache_clear()
+    try:
+        assert static.kernelguard_findings(source) == []
+        findings = static.scan(source)
+        assert findings and not any(f.startswith(static.KERNELGUARD_PREFIX) for f in findings)
+        assert _static_verdict(source)["hacks"] == ["forbidden_api"]
+    finally:
+        static._kernelguard.cache_clear()
+
+
+def test_witness_reads_the_same_tree_as_the_profilers_own_events():
+    """``read_events`` walks the raw records once; it must give each op the parent and the
+    top-level root that the profiler's own (slow) ``function_events`` tree gives it."""
+    from kernelmill.grade.witness import Witness, read_events
+
+    witness = Witness("cpu")
+    witness.start()
+    x = torch.randn(64, 64)
+    for _ in range(3):
+        with witness.call():
+            y = torch.nn.functional.linear(x, x).relu()
+            with Witness.launch():
+                y = y.softmax(-1) + 1
+            torch.cat([y, x]).sum()
+    session = witness._profile
+    witness.pause()
+
+    def tree(records):
+        out = []
+        for r in records:
+            if "::" not in r.name or r.is_user_annotation:
+                continue
+            root = r
+            while root.cpu_parent is not None and not root.cpu_parent.is_user_annotation:
+                root = root.cpu_parent
+            parent = r.cpu_parent.name if r.cpu_parent is not None else None
+            out.append((r.name, parent, root.name))
+        return out
+
+    legacy = [e for e in session.function_events if str(e.device_type).endswith("CPU")]
+    fast = read_events(session.kineto_results, session.kineto_results.trace_start_ns())
+    assert tree(fast) == tree(legacy) and len(tree(fast)) > 20
+    assert [r.name for r in fast if r.is_user_annotation].count("kernelmill.forward") == 3
+    witness.stop()
+    calls = witness.per_call()
+    assert len(calls) == 3 and witness.error is None
+    assert "aten.mm" in calls[0]["ops"] and "aten.linear" in calls[0]["op_roots"]
+    assert "aten._softmax" in calls[0]["launch_ops"]
+
+
+def test_native_findings_read_sources_built_at_run_time():
+    """What ``load_inline`` compiled is judged like a literal (the compile worker can report it)."""
+    built = "".join(["void* f = dl", "sym(RTLD_DEFAULT, name);"])
+    assert any("dlsym" in f for f in static.native_findings(built))
+    assert any("at::cpu::add" in f for f in static.native_findings("return at::cpu::add(x, y);"))
+    assert static.native_findings("__global__ void k(float* x) { x[0] = 1.f; }") == []

@@ -1,0 +1,37 @@
+"""family: torch.compile of the reference inside forward (Inductor's code does the work)
+"""
+# problem: ref_scale_add
+# expect: forbidden_api
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
+
+
+def token_copy(src, dst):
+    """A real launch whose only work is moving an answer computed elsewhere."""
+    n = dst.numel()
+    copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+    return dst
+
+
+class Reference(nn.Module):
+    def forward(self, x, y):
+        return 2.0 * x + y
+
+
+compiled = []
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        if not compiled:
+            compiled.append(torch.compile(Reference()))
+        return token_copy(compiled[0](x, y), torch.empty_like(x))

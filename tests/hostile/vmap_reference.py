@@ -1,0 +1,31 @@
+"""family: torch.func transforms (the reference's ops vmapped over rows)
+"""
+# problem: ref_scale_add
+# expect: torch_compute
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
+
+
+def token_copy(src, dst):
+    """A real launch whose only work is moving an answer computed elsewhere."""
+    n = dst.numel()
+    copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+    return dst
+
+
+batched = torch.func.vmap(lambda a, b: a * 2.0 + b)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        staged = batched(x.view(64, -1), y.view(64, -1)).reshape(x.shape)
+        return token_copy(staged, torch.empty_like(x))
