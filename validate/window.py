@@ -8,9 +8,10 @@ reports ``{"ready": ...}`` and waits for commands (``measure.serve_window``). ``
    "go" once the parent holds the GPU's lock *shared*, which it keeps while they run their
    checks and prepare (other graders may do the same; nobody times meanwhile);
 2. takes it *exclusively* (writer priority: no new GPU work starts), warms the clocks through
-   each participant in turn, then runs rounds (reference, candidate, reference, ...) until the
-   95% confidence half-width of every participant's median is under ``ci_target_pct`` or the
-   time cap passes, so clock drift and thermal state hit both alike;
+   the first participant (the others briefly, for their own caches), then runs rounds
+   (reference, candidate, reference, ...) until the 95% confidence half-width of every
+   participant's median is under ``ci_target_pct`` or the time cap passes, so clock drift and
+   thermal state hit both alike;
 3. for the participants named in ``clock_check`` runs a back-to-back loop timed by the parent's
    own clock (a worker cannot speed up the parent's clock: ``wall_ms`` bounds what really ran);
 4. sends ``stop`` and, holding the lock shared again, lets the workers finish.
@@ -39,6 +40,7 @@ class WindowSettings:
     cap_ms: float | None = None  # wall-time cap of the rounds; None: 3 s on CUDA, 0.3 s on CPU
     round_ms: float = 10.0  # one participant's turn per round
     warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
+    rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
     min_reps: int = 12  # samples per participant before the CI may stop the window
     max_reps: int = 2000
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
@@ -202,9 +204,12 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         with lock.exclusive():
             began = time.monotonic()
             timeout = settings.report_timeout_s
-            for name, control in participants.items():
-                if warm_ms:
-                    control.send(f"warm {warm_ms:g}")
+            # The clocks are the GPU's: the first participant brings them up; the others only
+            # warm their own caches and buffers.
+            for index, (name, control) in enumerate(participants.items()):
+                ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
+                if ms:
+                    control.send(f"warm {ms:g}")
                     _answer(name, control, "warm", timeout)
             per_round = {}
             for name, info in ready.items():
