@@ -364,8 +364,10 @@ class Grader:
             controls, lock=GpuLock(gpu_lock_path(self.worker_device, candidate["env"])),
             settings=settings, cuda=self.device.startswith("cuda"),
             start=lambda: [t.start() for t in threads],
-            finish=lambda: [t.join() for t in threads], clock_check=("candidate",),
-            gpu_handshake=True)
+            finish=lambda: _gpu_work_done(controls, policy.timeout_s),
+            clock_check=("candidate",), gpu_handshake=True)
+        for thread in threads:
+            thread.join()
         timing_run = results.get("reference")
         if timing_run is not None and not timing_run.ok and not window.get("error"):
             error = timing_run.error or {}
@@ -373,6 +375,18 @@ class Grader:
                                "message": f"reference timing failed in {error.get('stage')}: "
                                           f"{error.get('message')}"}
         return results["candidate"], window
+
+
+def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
+    """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
+    or has ended; what follows (reading its profiler records, sending its facts) needs no
+    lock, and the next window on this GPU need not wait for it."""
+    deadline = time.monotonic() + timeout_s
+    for control in controls.values():
+        while not control.ended and time.monotonic() < deadline:
+            got = control.next_report(max(0.1, deadline - time.monotonic()))
+            if got is None or "gpu_done" in got[1]:
+                break
 
 
 _ARCH: list[str | None] = []

@@ -851,6 +851,8 @@ def candidate_task(payload: dict) -> dict:
         facts["children"] = max(facts["children"], len(_live_children()))
     mark_stage("ghost")
     facts["ghost"] = run.ghost(len(trials) - 1)
+    if payload.get("window"):
+        report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
     facts["patched"] = patched_functions()
     facts["modes_at_end"] = active_modes()
