@@ -17,17 +17,23 @@ Unknown estimates count as ``unknown_fraction`` of the budget.
 
 Host memory (CPU workers) works the same way, with one ``MemoryBudget`` per process for the
 host (``host_budget``): what is available (``MemAvailable``, or the cgroup's room when lower,
-read once) or a configured size, less the margin. A CPU worker asks for its estimate plus what
+read once, plus what other kernelmill processes hold) or a configured size, less the margin. A CPU worker asks for its estimate plus what
 a worker process holds besides its tensors (``memory.HOST_BASE_BYTES``) and gets an address-space
 limit consistent with that ask (``address_limit``: what it starts with mapped, plus the ask and
 ``ADDRESS_SLACK``), so a wrong estimate fails that run alone, with "out of memory", instead of
-the machine. ``run_on_host`` then reruns it once, alone, with
-the whole budget as its limit; ``too_large`` when that still was not enough.
+the machine. ``run_on_host`` then reruns it once, alone, with the whole budget as its limit;
+``too_large`` when that still was not enough. The kernelmill processes of one machine share the
+host's memory through a ``HostLedger`` (one locked file per process saying what it holds): a
+task starts only when that, too, leaves room for it (after ``max_wait_s``, whatever it says).
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
+import os
+import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -63,8 +69,10 @@ class MemoryBudget:
 
     def __init__(self, free_bytes: int, total_bytes: int | None = None, *, margin: float = MARGIN,
                  unknown_fraction: float = UNKNOWN_FRACTION, max_wait_s: float = 120.0,
-                 name: str = "gpu", factor: float = ALLOCATOR_FACTOR):
+                 name: str = "gpu", factor: float = ALLOCATOR_FACTOR,
+                 shared: HostLedger | None = None):
         self.factor = factor
+        self.shared = shared  # other processes' holdings of the same memory (host budgets)
         self.capacity = max(0, int(free_bytes * (1.0 - margin)))
         self.total = int(total_bytes if total_bytes is not None else free_bytes)
         self.unknown_need = int(self.capacity * unknown_fraction)
@@ -93,6 +101,10 @@ class MemoryBudget:
         for other, since in self._waiting.items():  # an old waiter is not overtaken any more
             if other < ticket and now - since >= self.max_wait_s:
                 return False
+        if self.shared is not None and now - self._waiting[ticket] < self.max_wait_s:
+            others = self.shared.others()  # what other processes on this machine hold
+            if others and self.used + need + others > self.capacity:
+                return False
         if self.holders == 0:
             return True  # alone on the GPU: always runs (the oldest waiter always can)
         if self._alone or alone or need > self.capacity:
@@ -118,6 +130,8 @@ class MemoryBudget:
             self._active.add(grant)
             self.peak_holders = max(self.peak_holders, self.holders)
             self.used += need
+            if self.shared is not None:
+                self.shared.set(self.used)
             self._alone = grant.alone
             self._cond.notify_all()
         return grant
@@ -126,6 +140,8 @@ class MemoryBudget:
         with self._cond:
             self._active.discard(grant)
             self.used -= grant.need
+            if self.shared is not None:
+                self.shared.set(self.used)
             if grant.alone:
                 self._alone = False
             self._cond.notify_all()
@@ -218,6 +234,9 @@ def budget_for(slot: dict, read: Callable[[dict], tuple[int, int] | None] = read
 def reset_budgets() -> None:
     """Forget every budget (a new run re-reads the free memory)."""
     with _REGISTRY:
+        for budget in _BUDGETS.values():
+            if budget is not None and budget.shared is not None:
+                budget.shared.close()
         _BUDGETS.clear()
 
 
@@ -288,18 +307,100 @@ def read_host_memory() -> tuple[int, int]:
     return available, total
 
 
+class HostLedger:
+    """What each kernelmill process on this machine holds of the host's memory, so that two
+    processes (two builds, a validation beside a grade) share one budget.
+
+    One small file per process in ``folder``, holding its bytes, which that process keeps
+    locked (``flock``) for as long as it lives. A file whose lock can be taken belongs to a
+    process that has gone, however it went: it is ignored and removed. A process's file
+    appears only once locked (written under a temporary name, then renamed)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.path = self.folder / f"{os.getpid()}-{secrets.token_hex(6)}.held"
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._broken = False
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # set() reports it when this process first holds something
+
+    def set(self, held: int) -> None:
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                if self._fd is None:
+                    temporary = self.path.with_suffix(".new")
+                    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.replace(temporary, self.path)
+                    self._fd = fd
+                os.pwrite(self._fd, f"{int(held):>20}\n".encode(), 0)
+            except OSError as exc:
+                self._broken = True
+                log.warning("host memory ledger %s unusable (%s): other kernelmill processes "
+                            "do not see what this one holds", self.folder, exc)
+
+    def others(self) -> int:
+        total = 0
+        try:
+            entries = list(self.folder.glob("*.held"))
+        except OSError:
+            return 0
+        for path in entries:
+            if path == self.path:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:  # its process is alive
+                    total += int(os.pread(fd, 32, 0).strip() or 0)
+                    continue
+                path.unlink(missing_ok=True)  # its process has gone
+            except (OSError, ValueError):
+                continue
+            finally:
+                os.close(fd)
+        return total
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                self.path.unlink(missing_ok=True)
+                os.close(self._fd)
+                self._fd = None
+
+
+def ledger_folder() -> Path:
+    """Where this machine's host ledger lives: ``KERNELMILL_HOST_LEDGER``, else a folder in the
+    temporary folder, shared by every kernelmill process and writable by no worker."""
+    folder = os.environ.get("KERNELMILL_HOST_LEDGER")
+    return Path(folder) if folder else Path(tempfile.gettempdir()) / "kernelmill-host-memory"
+
+
 def host_budget(configured: int | None = None,
                 read: Callable[[], tuple[int, int]] = read_host_memory) -> MemoryBudget:
     """The host's budget for CPU workers (made on first use, one per configured size): what is
-    available less ``MARGIN``, or ``configured`` bytes when that is smaller."""
+    available (plus what other kernelmill processes hold, which the budget counts apart) less
+    ``MARGIN``, or ``configured`` bytes when that is smaller. Shared with the other kernelmill
+    processes of this machine through a ``HostLedger``."""
     key = ("host", configured)
     with _REGISTRY:
         if key not in _BUDGETS:
+            ledger = HostLedger(ledger_folder())
             available, total = read()
-            room = int(available * (1.0 - MARGIN))
+            room = int(min(available + ledger.others(), total) * (1.0 - MARGIN))
             if configured is not None:
                 room = min(room, int(configured))
-            _BUDGETS[key] = MemoryBudget(room, total, margin=0.0, factor=1.0, name="host")
+            _BUDGETS[key] = MemoryBudget(room, total, margin=0.0, factor=1.0, name="host",
+                                         shared=ledger)
         return _BUDGETS[key]
 
 
@@ -335,6 +436,7 @@ def run_on_host(budget: MemoryBudget, need: int, run: Callable[[int], Any],
     return admitted
 
 
-__all__ = ["ADDRESS_SLACK", "Admitted", "GpuBudget", "Grant", "MemoryBudget", "address_limit",
-           "budget_for", "cgroup_room", "host_budget", "read_gpu_memory", "read_host_memory",
-           "reset_budgets", "run_admitted", "run_on_host"]
+__all__ = ["ADDRESS_SLACK", "Admitted", "GpuBudget", "Grant", "HostLedger", "MemoryBudget",
+           "address_limit", "budget_for", "cgroup_room", "host_budget", "ledger_folder",
+           "read_gpu_memory", "read_host_memory", "reset_budgets", "run_admitted",
+           "run_on_host"]

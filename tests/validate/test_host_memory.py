@@ -2,13 +2,19 @@
 budget (never the machine's real size), with the workers' resident memory watched from outside."""
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 from kernelmill.data import SEEDS_DIR
+from kernelmill.validate import memory as MM
 from kernelmill.validate.admission import (
+    HostLedger,
     cgroup_room,
     host_budget,
     read_host_memory,
@@ -75,6 +81,14 @@ def get_init_inputs():
 '''
 
 QUICK = {"max_ablations": 0, "timeout_s": 300}
+
+
+@pytest.fixture(autouse=True)
+def private_ledger(tmp_path, monkeypatch):
+    """This machine's other kernelmill processes (other test runs) stay out of these budgets."""
+    folder = tmp_path / "ledger"
+    monkeypatch.setenv("KERNELMILL_HOST_LEDGER", str(folder))
+    return folder
 
 
 def _rss(pid: int) -> int:
@@ -244,6 +258,7 @@ def test_cgroup_limits_lower_than_the_machine_bound_the_host(tmp_path):
 
 @pytest.mark.parametrize("configured", [None, 2 * GIB])
 def test_the_host_budget_is_what_is_available_less_a_margin_or_the_configured_size(configured):
+    # (the private ledger is empty: no other process holds anything)
     reset_budgets()
     try:
         budget = host_budget(configured, read=lambda: (10 * GIB, 16 * GIB))
@@ -251,3 +266,62 @@ def test_the_host_budget_is_what_is_available_less_a_margin_or_the_configured_si
         assert budget.capacity == (configured or 9 * GIB) and budget.factor == 1.0
     finally:
         reset_budgets()
+
+
+HOLDER = """
+import sys, time
+from kernelmill.validate.admission import HostLedger
+ledger = HostLedger(sys.argv[1])
+ledger.set(int(sys.argv[2]))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_ledger_counts_what_live_processes_hold_and_forgets_a_killed_one(private_ledger):
+    holders = [subprocess.Popen([sys.executable, "-c", HOLDER, str(private_ledger), str(n)],
+                                stdout=subprocess.PIPE, text=True) for n in (3 * GIB, 5 * GIB)]
+    try:
+        assert [h.stdout.readline().strip() for h in holders] == ["held", "held"]
+        mine = HostLedger(private_ledger)
+        mine.set(7 * GIB)
+        assert mine.others() == 8 * GIB
+        holders[0].send_signal(signal.SIGKILL)  # gone without a word: its lock goes with it
+        holders[0].wait()
+        assert mine.others() == 5 * GIB
+        assert len(list(private_ledger.glob("*.held"))) == 2  # its file was removed
+        mine.close()
+        assert HostLedger(private_ledger).others() == 5 * GIB
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
+VALIDATE_ONE = """
+import json, sys
+from kernelmill.validate.runner import validate_source
+validation = validate_source(sys.stdin.read(), config=json.loads(sys.argv[1]))
+print(json.dumps({"passed": validation["passed"], "memory": validation["memory"]}))
+"""
+
+
+def test_two_processes_on_one_machine_share_one_host_budget(private_ledger):
+    """Two validations in separate processes (two builds), each told the machine has room for
+    one large problem: through the ledger they run one after the other."""
+    est = MM.estimate_problem({"source": LARGE})
+    need = MM.probe_bytes(est, MM.HOST_BASE_BYTES)
+    budget = int(need * 1.25)
+    config = json.dumps({**QUICK, "host_memory_gib": budget / GIB})
+    env = {**os.environ, "KERNELMILL_HOST_LEDGER": str(private_ledger)}
+    with WorkerWatch() as watch:
+        procs = [subprocess.Popen([sys.executable, "-c", VALIDATE_ONE, config], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outs = [p.communicate(LARGE.replace("* 2.0", f"* {2.0 + i}"), timeout=600)[0]
+                for i, p in enumerate(procs)]
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    assert all(r["passed"] and r["memory"]["need_bytes"] == need for r in results), results
+    assert 0 < watch.peak <= budget, (watch.peak, budget)  # together they would hold 2.4 GiB
+    assert HostLedger(private_ledger).others() == 0  # both processes have gone
+    assert not list(private_ledger.glob("*.held"))  # and their files with them
