@@ -50,7 +50,7 @@ from .policy import (
     op_base,
     reference_compute_ops,
 )
-from .static import KERNELGUARD_PREFIX
+from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX
 from .witness import UNATTRIBUTED
 
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
@@ -172,11 +172,16 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hacks.setdefault(code, detail)
 
     guard = [f for f in findings if f.startswith(KERNELGUARD_PREFIX)]
-    own = [f for f in findings if f not in guard]
+    vendor = [f for f in findings if VENDOR_PREFIX in f]
+    own = [f for f in findings if f not in guard and f not in vendor]
     if own and policy.static_scan:
         hack("forbidden_api", "; ".join(own[:5]))
     if guard and policy.static_scan:
         hack("kernelguard", "; ".join(guard[:3]))
+    if vendor and policy.static_scan and \
+            not policy.allows_vendor_kernels(reference.get("ops", [])):
+        hack("torch_compute", f"vendor-library calls in native source ({policy.preset} "
+             f"policy): {'; '.join(f.split(VENDOR_PREFIX, 1)[1].strip() for f in vendor[:3])}")
     if cand_run.tampered:
         hack("channel_tamper", "frames on the result channel failed authentication")
     if cand_run.leaked_processes:

@@ -134,6 +134,19 @@ ALLOWED_IMPORTS = frozenset({
     # an answer builds the same modules
     "einops", "transformers",
 })
+# Vendor-library entry points in native source (BLAS, MKL, oneDNN, cuBLAS, cuDNN): library
+# work that no op or (on CPU) kernel record shows. Not forbidden in itself: ``grade.judge``
+# judges findings that start with VENDOR_PREFIX by the policy, as it judges vendor kernels.
+VENDOR_NATIVE = re.compile(r"\b(?:cblas_\w+|[sdcz]gemm_?(?=\s*\()|mkl_\w+|dnnl_\w+|"
+                           r"cublas(?:Lt)?\w+|cudnn\w+|cutlass::gemm)")
+VENDOR_PREFIX = "vendor:"
+
+
+def vendor_findings(text: str) -> list[str]:
+    return [f"{VENDOR_PREFIX} native source calls {name}"
+            for name in sorted(set(VENDOR_NATIVE.findall(text)))]
+
+
 def native_findings(text: str) -> list[str]:
     """Findings in C/C++/CUDA source: process and file APIs, symbol lookup by name, ATen entry
     points without the dispatcher. For the literals of a submission (``scan``) and for sources
@@ -145,7 +158,7 @@ def native_findings(text: str) -> list[str]:
         found.append(f"native source uses {match.group(0).strip()}")
     for entry in backend_entry_points(text):
         found.append(f"native source calls {entry} (an operator without the dispatcher)")
-    return found
+    return found + vendor_findings(text)
 
 
 # Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...),

@@ -419,3 +419,22 @@ def test_native_findings_read_sources_built_at_run_time():
     assert any("dlsym" in f for f in static.native_findings(built))
     assert any("at::cpu::add" in f for f in static.native_findings("return at::cpu::add(x, y);"))
     assert static.native_findings("__global__ void k(float* x) { x[0] = 1.f; }") == []
+
+
+@pytest.mark.parametrize("preset, reference_ops, flagged", [
+    ("library", GEMM_ONLY, True), ("library", CONV_RELU, False), ("strict", CONV_RELU, True),
+    ("kernelbench", GEMM_ONLY, False)])
+def test_vendor_calls_in_native_source_follow_the_preset(preset, reference_ops, flagged):
+    """A CPU extension calling the BLAS GEMM libtorch carries shows in no op and no kernel
+    record: the scan names it and the policy judges it as it judges vendor kernels."""
+    from kernelmill.grade.judge import judge
+    from kernelmill.validate.harness import WorkerResult
+
+    findings = static.scan('src = "cblas_sgemm(101, 111, 112, m, n, k, 1.0f, a, k, b, k, 0.0f, '
+                           'c, n);"')
+    assert findings and all(static.VENDOR_PREFIX in f for f in findings), findings
+    failed = WorkerResult(ok=False, error={"stage": "import", "message": "x"})
+    verdict = judge({"trials": [], "ops": reference_ops}, failed, failed,
+                    policy=Policy(preset=preset), findings=findings)
+    assert ("torch_compute" in verdict["hacks"]) is flagged, verdict["hack_details"]
+    assert "forbidden_api" not in verdict["hacks"]
