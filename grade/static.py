@@ -54,10 +54,11 @@ FORBIDDEN_ATTRIBUTES = {
     "fx", "call_method", "create_node", "graph_module", "python_code", "recompile",
 }
 # ``os`` functions that create, replace or wait for processes, or make pipes and FIFOs between
-# them (seccomp stops the creation itself; on CUDA only after the first call).
+# them (seccomp stops the creation itself; on CUDA only after the first call), and its clocks
+# (a kernel has no reason to time itself or to notice it is being observed).
 OS_PROCESS = re.compile(r"^(?:spawn\w*|exec\w*|posix_spawnp?|fork\w*|kill\w*|wait\w*|"
                         r"mkfifo|mknod|pipe2?|setsid|setpgid|setpgrp|register_at_fork|"
-                        r"pidfd_\w+|memfd_create|openpty|login_tty)$")
+                        r"pidfd_\w+|memfd_create|openpty|login_tty|times|getloadavg)$")
 # Attributes that are harmless on most objects but not on these modules.
 FORBIDDEN_MODULE_ATTRIBUTES = {("sys", "modules"), ("os", "environ"), ("os", "remove"),
                                ("os", "rename"), ("os", "replace"), ("os", "truncate"),
@@ -138,7 +139,8 @@ ALLOWED_IMPORTS = frozenset({
 # work that no op or (on CPU) kernel record shows. Not forbidden in itself: ``grade.judge``
 # judges findings that start with VENDOR_PREFIX by the policy, as it judges vendor kernels.
 VENDOR_NATIVE = re.compile(r"\b(?:cblas_\w+|[sdcz]gemm_?(?=\s*\()|mkl_\w+|dnnl_\w+|"
-                           r"cublas(?:Lt)?\w+|cudnn\w+|cutlass::gemm)")
+                           r"cublas(?:Lt)?\w+|cudnn\w+|cutlass::gemm|(?:dnnl|ideep|mkldnn)::\w+|"
+                           r"at::native::cpublas)")
 VENDOR_PREFIX = "vendor:"
 
 
