@@ -135,6 +135,8 @@ def build_triton_set(folder: Path, device: str, copies: int = 1) -> tuple[Path, 
 def summarize(out: Path) -> dict:
     counts: Counter = Counter()
     reference_s, candidate_s, warm = [], [], 0
+    waits: dict[str, list[float]] = {"shared_wait_ms": [], "exclusive_wait_ms": [],
+                                     "window_ms": []}
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -144,9 +146,14 @@ def summarize(out: Path) -> dict:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
             warm += bool(profile.get("warm"))
+        for key, values in waits.items():
+            if profile.get(key) is not None:
+                values.append(profile[key])
     median = lambda v: round(statistics.median(v), 2) if v else None
     return {**counts, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
-            "warm": f"{warm}/{len(reference_s)}"}
+            "warm": f"{warm}/{len(reference_s)}",
+            **{f"median_{k}": median(v) for k, v in waits.items()},
+            "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1)}
 
 
 PHASES = (  # (name, verdict cache, what it shows)
@@ -223,8 +230,18 @@ def main() -> int:
               f"{r['cached']:>7} {r.get('correct', 0):>8} {r.get('hacked', 0):>7} "
               f"{r.get('error', 0):>6} {r['reference_s'] or '-':>6} {r['candidate_s'] or '-':>7} "
               f"{r['warm']:>6}")
+    print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} {'window ms':>10} "
+          f"{'GPU held alone':>15}")
+    for phase, r in results.items():
+        held = r["window_s_total"] / r["seconds"] * 100 if r["seconds"] else 0
+        cell = lambda key: "-" if r[key] is None else r[key]  # noqa: E731
+        print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
+              f"{cell('median_exclusive_wait_ms'):>18} {cell('median_window_ms'):>10} "
+              f"{held:>14.0f}%")
     print("ref s / cand s: median seconds per submission in the reference run and in the "
-          "candidate run with its timing window; warm: workers forked from a zygote")
+          "candidate run with its timing window; warm: workers forked from a zygote; waits: "
+          "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
+          "window); GPU held alone: the share of the phase's wall time inside timing windows")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

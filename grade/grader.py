@@ -278,7 +278,8 @@ class Grader:
             # Where a grade's time went (seconds): what throughput work looks at first.
             verdict["profile"] = {"reference_s": round(after_reference - began, 3),
                                   "candidate_s": round(time.monotonic() - after_reference, 3),
-                                  "warm": bool(reference.result.warm)}
+                                  "warm": bool(reference.result.warm),
+                                  **verdict.get("profile", {})}
         verdict["reward"] = float(reward_fn(verdict))
         verdict["device"] = self.device
         verdict["resized"] = size.factor
@@ -328,6 +329,9 @@ class Grader:
             result, window = run_in_worker(**candidate), None
         verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
                         record=record, window=window)
+        if window:  # where the GPU's lock made this grade wait, and how long it held it alone
+            verdict["profile"] = {k: window.get(k) for k in
+                                  ("shared_wait_ms", "exclusive_wait_ms", "window_ms")}
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
         if changed:
             verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})

@@ -363,6 +363,17 @@ def reference_task(payload: dict) -> dict:
     device = payload["device"]
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
+    # GPU work that is not timed holds the GPU's lock shared: no other grade's timing window
+    # runs meanwhile (reference forwards can be the heaviest work on the device).
+    with M.GpuLock(payload.get("lock")).shared():
+        result = _reference_trials(ns, device, payload)
+    if payload.get("time", True) and payload.get("inductor"):
+        _inductor_timing(ns, device, payload, result)
+    del result["_model"]
+    return result
+
+
+def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
@@ -398,34 +409,36 @@ def reference_task(payload: dict) -> dict:
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
-    result = {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
-              "info": device_info(device), "ops": ops}
-    if payload.get("time", True) and payload.get("inductor"):
-        # Eager and Inductor timed together, once per reference (the verdict's eager time
-        # comes from the candidate's window; Inductor's from this ratio).
-        mark_stage("reference inductor")
-        inputs = to_device(trials[0]["inputs"], device)
+    return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
+            "info": device_info(device), "ops": ops, "_model": model}
 
-        def eager():
+
+def _inductor_timing(ns: dict, device: str, payload: dict, result: dict) -> None:
+    """Eager and Inductor timed together, once per reference (the verdict's eager time comes
+    from the candidate's window; Inductor's from this ratio)."""
+    model = result["_model"]
+    mark_stage("reference inductor")
+    inputs = to_device(result["trials"][0]["inputs"], device)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    try:
+        compiled = torch.compile(model)
+
+        def inductor():
             with torch.no_grad():
-                return model(*inputs)
+                return compiled(*inputs)
 
-        try:
-            compiled = torch.compile(model)
-
-            def inductor():
-                with torch.no_grad():
-                    return compiled(*inputs)
-
-            inductor()  # compiles, outside the timing lock
-            sync(device)
-            mark_stage("reference inductor timing")
-            with M.GpuLock(payload.get("lock")).exclusive():
-                result["eager"] = M.measure(eager, device, **_timer_options(payload))
-                result["inductor"] = M.measure(inductor, device, **_timer_options(payload))
-        except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
-            result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
-    return result
+        inductor()  # compiles, outside the timing lock
+        sync(device)
+        mark_stage("reference inductor timing")
+        with M.GpuLock(payload.get("lock")).exclusive():
+            result["eager"] = M.measure(eager, device, **_timer_options(payload))
+            result["inductor"] = M.measure(inductor, device, **_timer_options(payload))
+    except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
+        result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
 
 
 def reference_timing_task(payload: dict) -> dict:
@@ -796,8 +809,9 @@ def candidate_task(payload: dict) -> dict:
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
-    mark_stage("forward")
+    mark_stage("profiler start")
     witness.start()
+    mark_stage("forward")
     for index in range(len(trials)):
         facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
         if index == 0 and confine and device.startswith("cuda"):

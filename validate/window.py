@@ -151,13 +151,14 @@ def _clock_check(name: str, control: Control, info: dict, samples: list[float],
     worth at the pace the parent saw during the rounds (a worker that under-reports gets a
     longer loop, not an unbounded one). The parent's own latency (a busy host, many graders in
     one process) only adds to the figure: when it reads more than 1.5x the report, the loop is
-    run again 4x longer and the smaller figure kept, as both bound the real time."""
+    run again 4x longer (twice at most) and the smallest figure kept, as each bounds the real
+    time."""
     calls = int(info.get("calls_per_sample") or 1)
     pace = max(1e-4, min(paces) if paces else 1.0)
     claimed = max(1e-4, (sorted(samples)[len(samples) // 2] if samples else 1.0) * calls)
     loops = int(min(100000, max(3, settings.loop_ms / max(claimed, pace / 8))))
     best = None
-    for attempt in range(2):
+    for attempt in range(3):
         sent = time.monotonic()
         control.send(f"loop {loops}")
         at, _ = _answer(name, control, "loop", timeout)
@@ -195,14 +196,18 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         if gpu_handshake:  # workers import outside the lock; GPU work waits for "go"
             for name, control in participants.items():
                 _answer(name, control, "gpu", settings.ready_timeout_s)
+        asked = time.monotonic()
         with lock.shared():
+            result["shared_wait_ms"] = round((time.monotonic() - asked) * 1e3, 1)
             if gpu_handshake:
                 for control in participants.values():
                     control.send("go")
             for name, control in participants.items():
                 _, ready[name] = _answer(name, control, "ready", settings.ready_timeout_s)
+        asked = time.monotonic()
         with lock.exclusive():
             began = time.monotonic()
+            result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
             timeout = settings.report_timeout_s
             # The clocks are the GPU's: the first participant brings them up; the others only
             # warm their own caches and buffers.
