@@ -52,19 +52,20 @@ def default_cache_path() -> Path:
 
 
 def grader_versions() -> str:
-    """What else decides a verdict: torch and triton versions and the grading code itself."""
+    """What else decides a verdict: torch, triton and kernelguard (the optional static
+    pre-filter) versions and the grading code itself."""
     if not _VERSIONS:
         from importlib import metadata, util
 
         parts = []
-        for package in ("torch", "triton"):
+        for package in ("torch", "triton", "kernelguard"):
             try:
                 parts.append(f"{package}={metadata.version(package)}")
             except metadata.PackageNotFoundError:
                 parts.append(f"{package}=none")
-        for module in ("grade.judge", "grade.policy", "grade.static", "grade.worker",
-                       "validate.harness", "validate.harness_worker", "validate.sandbox",
-                       "validate.measure"):
+        for module in ("grade.judge", "grade.policy", "grade.static", "grade.witness",
+                       "grade.worker", "validate.harness", "validate.harness_worker",
+                       "validate.sandbox", "validate.measure"):
             spec = util.find_spec(f"kernelmill.{module}")
             origin = Path(spec.origin) if spec and spec.origin else None
             parts.append(hashlib.sha256(origin.read_bytes()).hexdigest()[:16]

@@ -170,6 +170,15 @@ def test_verdict_key_covers_exact_bytes_problem_and_policy():
     assert key != verdict_key(source, problem, "cpu", Policy(trials=2))
 
 
+def test_verdict_key_names_the_optional_pre_filter_and_the_witness():
+    """Installing or upgrading kernelguard, or changing the op witness, changes verdicts."""
+    from kernelmill.grade.batch import grader_versions
+
+    versions = grader_versions().split("\0")
+    assert any(part.startswith("kernelguard=") for part in versions)
+    assert len(versions) == 3 + 9  # three packages, nine grading modules hashed
+
+
 # ---------------------------------------------------------------- fresh inputs
 
 def test_every_submission_gets_fresh_inputs_and_weights(tmp_path):
