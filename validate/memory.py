@@ -23,7 +23,7 @@ from typing import Any
 CONTEXT_BYTES = 600 << 20  # a CUDA context, cuBLAS workspace and allocator slack per worker
 # What a CPU worker holds resident besides its tensors (measured 2026-11-23 on this 2-core
 # machine, 4 seeds: 0.16 GiB once forked from the warm zygote, 0.27-0.39 GiB at the end of a
-# probe whose tensors peaked at 0.03-0.07 GiB), with room for larger libraries' buffers.
+# probe whose tensors were estimated at 0.03-0.07 GiB), with room for larger libraries' buffers.
 HOST_BASE_BYTES = 512 << 20
 
 
