@@ -619,7 +619,7 @@ class _Run:
         out, _ = self.invoke(self.trials[check]["seed"])
         sync(self.device)
         self.timed_checks = [{"trial": check, "call": self.timed_calls,
-                              **self.observe(out, self.buffers)}]
+                              **self.observe(out, self.buffers, inputs_after=False)}]
         self.load(self.trials[0]["inputs"])
         return out
 
@@ -684,7 +684,7 @@ class _Run:
         finally:
             _ghost[0] = False
         return {"trial": trial_index, "skipped": _counts["ghosted"] - before,
-                **self.observe(out, self.buffers)}
+                **self.observe(out, self.buffers, inputs_after=False)}
 
     def witnessed(self, facts: dict) -> None:
         """After the last call: put the witness's op lists into the call records."""
@@ -718,7 +718,9 @@ class _Run:
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
 
-    def observe(self, out, inputs: list) -> dict:
+    def observe(self, out, inputs: list, inputs_after: bool = True) -> dict:
+        """The call's outputs as the parent judges them (copied to the host), and, where the
+        parent checks them (checked and timed calls), the inputs as forward left them."""
         if _type(out) in (tuple, list):
             structure, items = f"{_type(out).__name__}:{len(out)}", list(out)
         else:
@@ -747,7 +749,8 @@ class _Run:
             facts["outputs"] = [to_cpu(t) for t in outputs]
             self.last_shapes = [(tuple(t.shape), t.dtype) for t in outputs]
         facts["alias"] = alias
-        facts["inputs_after"] = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
+        if inputs_after:
+            facts["inputs_after"] = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         return facts
 
 
@@ -855,7 +858,8 @@ def candidate_task(payload: dict) -> dict:
             for buffer, value in zip(buffers, trials[check]["inputs"]):
                 if _type(buffer) is _Tensor:
                     _tensor_copy(buffer, value)
-            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), buffers)}
+            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), buffers,
+                                                                  inputs_after=False)}
         facts["timed"]["threads"] = sorted(
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
         # An audit call, traced like the checked ones, after an unpredictable number of timed
