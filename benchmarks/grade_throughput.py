@@ -171,6 +171,7 @@ def main() -> int:
                         help="triton: 12 honest Triton answers; mix: Triton, CUDA and hostile")
     parser.add_argument("--phases", nargs="*", default=[p[0] for p in PHASES])
     parser.add_argument("--json", help="write the numbers here too")
+    parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
     parser.add_argument("--copies", type=int, default=1,
                         help="grade each triton answer this many times per phase")
     args = parser.parse_args()
@@ -178,7 +179,8 @@ def main() -> int:
     import os
 
     folder = Path(tempfile.mkdtemp(prefix="kernelmill-grade-bench-"))
-    os.environ["KERNELMILL_CACHE_DIR"] = str(folder / "cache")  # cold means cold
+    # cold means cold; --cache-dir shares reference timings between runs of this script
+    os.environ["KERNELMILL_CACHE_DIR"] = args.cache_dir or str(folder / "cache")
     from kernelmill.grade.batch import grade_file
     from kernelmill.grade.policy import Policy
 
