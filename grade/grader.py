@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
 from kernelmill.core.record import Verdict
 from kernelmill.core.devices import resolve_device
+from kernelmill.validate.admission import address_limit, host_budget
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
@@ -45,6 +47,9 @@ from .size import grading_size
 
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
+# Address space a grading worker may map beyond its admitted bytes for threads (each maps a
+# stack and, under glibc, a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS counts it.
+THREAD_ROOM = 1 << 30
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,7 +127,7 @@ class Grader:
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
                  cache_root: str | None = None, max_references: int = 16,
-                 cpu_max_numel: int | None = None):
+                 cpu_max_numel: int | None = None, host_memory_bytes: int | None = None):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
         self.cache_root = Path(cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
@@ -138,6 +143,9 @@ class Grader:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._compiled: set[str] = set()  # sources whose extensions a compile worker built
+        # CPU workers are admitted on the host's memory (validate.admission) like validation's
+        self.host_memory_bytes = host_memory_bytes
+        self._host_needs: dict[str, int] = {}
 
     @property
     def worker_device(self) -> str:
@@ -148,6 +156,50 @@ class Grader:
         if self.device.startswith("cuda") and ":" in self.device and not env:
             env["CUDA_VISIBLE_DEVICES"] = self.device.split(":")[1]
         return env
+
+    # ------------------------------------------------------------ host memory (CPU)
+
+    def _host_need(self, source: str) -> int:
+        """Host bytes one grading worker of this (shrunk) problem may hold: its model twice,
+        the forward's own tensors twice, and the inputs and outputs of every trial and checked
+        call copied to the host, from the meta-device estimate (``memory.estimate_problem``),
+        plus what a worker holds besides tensors. Unknown: half the budget."""
+        from kernelmill.validate.memory import HOST_BASE_BYTES
+        from kernelmill.validate.runner import ESTIMATE, ESTIMATE_BYTES, address_base
+
+        with self._lock:
+            if source in self._host_needs:
+                return self._host_needs[source]
+        budget = host_budget(self.host_memory_bytes)
+        with budget.hold(ESTIMATE_BYTES):
+            result = run_in_worker(ESTIMATE, {"source": source, "seed": 0}, timeout_s=120,
+                                   device="cpu", sandbox=self.policy.sandbox,
+                                   limits={"address_space": address_limit(ESTIMATE_BYTES,
+                                                                          address_base())})
+        est = result.value if result.ok else {}
+        if est.get("method") == "meta":
+            p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
+            act = max(0, est["forward_peak_bytes"] - p - i)
+            copies = max(1, self.policy.trials) + 6  # trials, refill, repeat, timed, audit...
+            need = HOST_BASE_BYTES + 2 * (p + act) + copies * (i + o)
+        else:
+            need = budget.need_for(None)
+        with self._lock:
+            self._host_needs[source] = need
+        return need
+
+    @contextmanager
+    def _on_host(self, source: str, workers: int = 1):
+        """Hold the host memory of ``workers`` grading workers of ``source`` (CPU only) and
+        yield the address-space limit each gets: a wrong estimate fails that run alone."""
+        if self.worker_device != "cpu":
+            yield {}
+            return
+        from kernelmill.validate.runner import address_base
+
+        need = self._host_need(source)
+        with host_budget(self.host_memory_bytes).hold(need * workers):
+            yield {"address_space": address_limit(need, address_base()) + THREAD_ROOM}
 
     # ------------------------------------------------------------ reference
 
@@ -230,9 +282,11 @@ class Grader:
             # Inductor's compile subprocesses would initialise CUDA inside the sandbox, which
             # the driver refuses; compile in the worker itself.
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
-                               timeout_s=policy.timeout_s * 2, device=self.worker_device,
-                               env=env, writable=writable, sandbox=policy.sandbox)
+        with self._on_host(source) as limits:
+            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
+                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
+                                   env=env, writable=writable, sandbox=policy.sandbox,
+                                   limits=limits)
         if not result.ok:
             error = result.error or {}
             raise ReferenceError(f"reference failed in {error.get('stage')}: "
@@ -323,10 +377,12 @@ class Grader:
         candidate = {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
                      "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
                      "writable": writable, "sandbox": policy.sandbox}
-        if policy.time:
-            result, window = self._timed(reference, candidate, slot_env)
-        else:
-            result, window = run_in_worker(**candidate), None
+        with self._on_host(reference.source, 2 if policy.time else 1) as limits:
+            candidate["limits"] = limits
+            if policy.time:
+                result, window = self._timed(reference, candidate, slot_env)
+            else:
+                result, window = run_in_worker(**candidate), None
         verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
                         record=record, window=window)
         if window:  # where the GPU's lock made this grade wait, and how long it held it alone
@@ -353,7 +409,8 @@ class Grader:
                                   "inputs": payload["trials"][0]["inputs"],
                                   "timing_settings": policy.timing_settings},
                       "timeout_s": policy.timeout_s, "device": self.worker_device,
-                      "env": self._env(slot_env), "sandbox": policy.sandbox}
+                      "env": self._env(slot_env), "sandbox": policy.sandbox,
+                      "limits": candidate.get("limits")}
         jobs = {"reference": timing_job, "candidate": candidate}
         controls = {name: Control() for name in jobs}
         results: dict[str, WorkerResult] = {}

@@ -202,7 +202,7 @@ def _host_budget(cfg: ValidateConfig):
     return host_budget(None if gib is None else int(gib * 2**30))
 
 
-def _address_base() -> int:
+def address_base() -> int:
     """The address space a CPU worker starts with: its zygote's, else a fresh interpreter's
     once it has imported torch, triton and numpy (measured once per process)."""
     from .harness import worker_env
@@ -254,7 +254,7 @@ def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
                                timeout_s=min(cfg.timeout_s, 120.0), device="cpu",
                                env=_worker_env({}, "cpu"), writable=_writable(),
                                limits={"address_space": address_limit(ESTIMATE_BYTES,
-                                                                      _address_base())})
+                                                                      address_base())})
     est = result.value if result.ok else {
         "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
@@ -330,7 +330,7 @@ def validate_source(source: str, slot: dict | None = None,
         admitted = run_admitted(budget, estimate, lambda: run(PROBE, payload), _worker_oom)
     else:
         admitted = run_on_host(host, need, lambda limit: run(PROBE, payload, limit), _worker_oom,
-                               _address_base())
+                               address_base())
     first = admitted.result
     if budget is None and on_cuda and _worker_oom(first):  # GPU memory unknown: the file lock
         first = _retry_alone(PROBE, payload, cfg, device, env)
@@ -376,7 +376,7 @@ def validate_source(source: str, slot: dict | None = None,
         else:
             again = run_on_host(host, min(host.need_for(memory["replay_bytes"]), host.capacity),
                                 lambda limit: run(REPLAY, second_payload, limit), _worker_oom,
-                                _address_base())
+                                address_base())
         second = again.result
         memory["replay"] = again.memory_info()
         if budget is None and on_cuda and _worker_oom(second):
