@@ -47,9 +47,10 @@ from .size import grading_size
 
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
-# Address space a grading worker may map beyond its admitted bytes for threads (each maps a
-# stack and, under glibc, a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS counts it.
-THREAD_ROOM = 1 << 30
+# Address space a grading worker may map beyond its admitted bytes for threads (each maps an
+# 8 MiB stack and, under glibc, up to a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS
+# counts it, and a submission that starts threads must be judged for them, not fail to start them.
+THREAD_ROOM = 4 << 30
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,10 +11,10 @@ from kernelmill.validate.admission import host_budget
 
 REFERENCE = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
 HONEST = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
-# 6 GiB that the problem never needs, touched so that it is really held
+# 12 GiB that the problem never needs (refused at once under the limit: nothing is touched)
 GREEDY = HONEST.replace("    def forward(self, x, y):",
                         "    def forward(self, x, y):\n"
-                        "        torch.ones(3 << 29, dtype=torch.float32).sum()")
+                        "        torch.ones(3 << 30, dtype=torch.float32).sum()")
 BUDGET = 6 << 30
 
 
