@@ -6,6 +6,8 @@
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 #        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
 #        beside or inside the checkout; AUDIT_ARGS, default "--limit 10", picks levels and size)
+#        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels)
+#        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +47,10 @@ for part in $parts; do
     grade)    python3 benchmarks/grade_throughput.py ${GRADE_ARGS:-} --json "$out/grade.json" 2>&1 \
                 | tee "$out/grade_throughput.log" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
+    # shellcheck disable=SC2086 — STAGES_ONLY is a list of kernel names
+    stages)   python3 scripts/grade_stages.py --only ${STAGES_ONLY:-scale_add_4k matmul_fp16_2k} 2>&1 \
+                | tee "$out/grade_stages.log" ;;
+    profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;
     fidelity) python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
