@@ -1,8 +1,9 @@
 """What the candidate worker's profiler session costs on this GPU: kernel time measured with the
-session recording GPU kernels, with GPU records paused during the timing rounds, and with no
-profiler at all; and the seconds spent stopping the session and reading its events.
+session recording every replayed kernel (``on``), with the session ended for the timing rounds
+and started again after them as the grader does for a captured graph (``paused``), and with no
+profiler at all; and the seconds spent stopping the session and reading its records.
 
-    python scripts/profiler_cost.py [--only NAME ...] [--reps 400]
+    python scripts/profiler_cost.py [--only NAME ...] [--reps 400] [--device cuda]
 
 In one process, no sandbox: the point is the profiler, not the harness.
 """
@@ -18,26 +19,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from grade_fidelity import SET, problem_source  # noqa: E402
 from kernelmill.grade.witness import Witness  # noqa: E402
 from kernelmill.validate.measure import Timer, load_namespace, median_ci_pct  # noqa: E402
+from kernelmill.validate.measure import synchronize  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--only", nargs="*", default=["scale_add_4k", "relu_16k", "row_sum_64x96",
                                                     "softmax_4kx4k", "matmul_fp16_2k"])
 parser.add_argument("--reps", type=int, default=400)
+parser.add_argument("--device", default="cuda")
 args = parser.parse_args()
-ACTIVITY_CUDA = torch.profiler.ProfilerActivity.CUDA
 
 
 def build(name, answer, sizes):
     ref = load_namespace(problem_source(answer, sizes), f"ref_{name}")
     cand = load_namespace(answer.read_text(), f"cand_{name}")
     torch.manual_seed(0)
-    model = cand["ModelNew"](*ref["get_init_inputs"]()).cuda()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ref["get_inputs"]()]
+    model = cand["ModelNew"](*ref["get_init_inputs"]()).to(args.device)
+    inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x
+              for x in ref["get_inputs"]()]
     return model, inputs
 
 
 def run(model, inputs, mode):
-    witness = Witness("cuda") if mode != "none" else None
+    witness = Witness(args.device) if mode != "none" else None
     if witness:
         witness.start()
 
@@ -50,30 +53,30 @@ def run(model, inputs, mode):
 
     for _ in range(3):
         forward()
-    torch.cuda.synchronize()
-    timer = Timer(forward, "cuda")
+    synchronize(args.device)
+    timer = Timer(forward, args.device)
     timer.prepare()
     if mode == "paused":
-        witness._profile.toggle_collection_dynamic(False, [ACTIVITY_CUDA])
+        witness.pause()
     timer.warm(200)
     samples = timer.round(args.reps)
     if mode == "paused":
-        witness._profile.toggle_collection_dynamic(True, [ACTIVITY_CUDA])
+        witness.resume()
     forward()  # an audit call after the window: its kernels must be recorded
-    torch.cuda.synchronize()
+    synchronize(args.device)
     stop_s = parse_s = 0.0
     events = kernels_last = None
     if witness:
         began = time.perf_counter()
-        witness._profile.__exit__(None, None, None)
+        witness.stop()
         stop_s = time.perf_counter() - began
         began = time.perf_counter()
-        witness._events = list(witness._profile.function_events)
-        witness._profile = None
         per_call = witness.per_call()
         parse_s = time.perf_counter() - began
-        events = len(witness._events)
+        events = len(witness._events or [])
         kernels_last = len(per_call[-1]["kernels"]) if per_call else None
+        if witness.error:
+            raise RuntimeError(f"witness: {witness.error}")
     return {"us": statistics.median(samples) * 1e3, "ci": median_ci_pct(samples),
             "method": timer.method, "calls": timer.calls_per_sample, "stop_s": stop_s,
             "parse_s": parse_s, "events": events, "audit_kernels": kernels_last}
