@@ -120,7 +120,7 @@ class Policy:
       cuDNN, CUTLASS kernels from an extension) are allowed, everything else must be the
       candidate's; when the reference is itself only such work, the candidate writes it;
     - ``kernelbench``: any PyTorch op is allowed, but on a GPU the candidate's kernels carry at
-      least ``min_candidate_share`` of the GPU time of each checked call.
+      least ``min_candidate_share`` of the GPU time of its checked calls together.
 
     In every preset the ghost replay applies: forward rerun with the candidate's Triton kernels
     skipped must no longer give the right answer."""

@@ -270,13 +270,49 @@ def test_downgrades_name_what_was_not_applied():
 # ---------------------------------------------------------------- device-side attribution
 
 def _kernel_verdict(preset: str, kernels: list, reference_ops: list[str]) -> dict:
-    from kernelmill.grade.judge import _kernel_checks
+    from kernelmill.grade.judge import _kernel_checks, _share_check
 
     hacks: dict = {}
     call = {"kernels": kernels}
-    _kernel_checks("fresh:0", call, Policy(preset=preset), {"ops": reference_ops}, [],
-                   lambda code, detail: hacks.setdefault(code, detail))
+    hack = lambda code, detail: hacks.setdefault(code, detail)  # noqa: E731
+    _kernel_checks("fresh:0", call, Policy(preset=preset), {"ops": reference_ops}, [], hack)
+    _share_check([call], Policy(preset=preset), hack)
     return {"hacks": hacks, "share": call.get("candidate_share")}
+
+
+def test_a_call_that_runs_every_op_of_the_reference_in_pytorch_redoes_it():
+    from kernelmill.grade.judge import redoes_reference
+
+    reference = ["aten.convolution.default", "aten.relu.default"]
+    reuse = ["aten.conv2d", "aten.convolution", "aten._convolution", "aten.relu",
+             "aten.clamp_min", "aten.empty_like"]
+    hybrid = ["aten.conv2d", "aten.convolution", "aten._convolution", "aten.empty_like"]
+    assert redoes_reference(reuse, [], reference) == ["convolution", "relu"]
+    assert redoes_reference(hybrid, [], reference) == []
+    # in-place spelling is the same op; the candidate's own registered op is not PyTorch's
+    assert redoes_reference(["aten.convolution", "aten.relu_"], [], reference)
+    assert not redoes_reference(["aten.convolution", "mine.relu"], ["mine.relu"], reference)
+
+
+def test_kernelbench_share_is_taken_over_all_checked_calls():
+    """One call at 29% among calls at 35% is noise on a few µs of kernels, not a submission
+    whose kernels do not matter; calls whose kernels carry 20% together are rejected."""
+    from kernelmill.grade.judge import _kernel_checks, _share_check
+
+    def verdict(shares):
+        hacks: dict = {}
+        hack = lambda code, detail: hacks.setdefault(code, detail)  # noqa: E731
+        calls = [{"kernels": [["cudnn_conv_kernel", 100.0 - s, "aten.cudnn_convolution"],
+                              ["relu_kernel", float(s), "triton"]]} for s in shares]
+        for index, call in enumerate(calls):
+            _kernel_checks(f"fresh:{index}", call, Policy(preset="kernelbench"),
+                           {"ops": CONV_RELU}, [], hack)
+        _share_check(calls, Policy(preset="kernelbench"), hack)
+        return hacks
+
+    assert verdict([35, 29, 36, 35]) == {}
+    assert "torch_compute" in verdict([20, 21, 19, 20])
+    assert verdict([35, 29, 36, 35]) == verdict([35, 36, 35, 29])
 
 
 CONV_RELU = ["aten.convolution.default", "aten.relu.default"]
