@@ -166,18 +166,13 @@ class Grader:
         call copied to the host, from the meta-device estimate (``memory.estimate_problem``),
         plus what a worker holds besides tensors. Unknown: half the budget."""
         from kernelmill.validate.memory import HOST_BASE_BYTES
-        from kernelmill.validate.runner import ESTIMATE, ESTIMATE_BYTES, address_base
+        from kernelmill.validate.runner import estimate_on_host
 
         with self._lock:
             if source in self._host_needs:
                 return self._host_needs[source]
         budget = host_budget(self.host_memory_bytes)
-        with budget.hold(ESTIMATE_BYTES):
-            result = run_in_worker(ESTIMATE, {"source": source, "seed": 0}, timeout_s=120,
-                                   device="cpu", sandbox=self.policy.sandbox,
-                                   limits={"address_space": address_limit(ESTIMATE_BYTES,
-                                                                          address_base())})
-        est = result.value if result.ok else {}
+        est = estimate_on_host(source, budget, sandbox=self.policy.sandbox)
         if est.get("method") == "meta":
             p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
             act = max(0, est["forward_peak_bytes"] - p - i)

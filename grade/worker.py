@@ -368,7 +368,7 @@ def reference_task(payload: dict) -> dict:
     with M.GpuLock(payload.get("lock")).shared():
         result = _reference_trials(ns, device, payload)
     if payload.get("time", True) and payload.get("inductor"):
-        _inductor_timing(ns, device, payload, result)
+        _inductor_timing(device, payload, result)
     del result["_model"]
     return result
 
@@ -413,7 +413,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
             "info": device_info(device), "ops": ops, "_model": model}
 
 
-def _inductor_timing(ns: dict, device: str, payload: dict, result: dict) -> None:
+def _inductor_timing(device: str, payload: dict, result: dict) -> None:
     """Eager and Inductor timed together, once per reference (the verdict's eager time comes
     from the candidate's window; Inductor's from this ratio)."""
     model = result["_model"]

@@ -241,22 +241,30 @@ def _worker_oom(result) -> bool:
                               "bad_alloc"))
 
 
-def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
-    """The ``memory`` section's estimate: a CPU worker builds the problem on the meta device
-    (``memory.estimate_problem``), so CUDA is never touched and nothing real is allocated. It is
-    admitted on the host for ``ESTIMATE_BYTES`` and limited to that (a source that allocates
-    real memory while being built gets an unknown estimate)."""
+def estimate_on_host(source: str, budget, *, seed: int = 0, timeout_s: float = 120.0,
+                     sandbox: bool = True) -> dict:
+    """``memory.estimate_problem`` of ``source`` in a CPU worker: the problem built on the meta
+    device, so CUDA is never touched and nothing real is allocated. It is admitted on the host
+    ``budget`` for ``ESTIMATE_BYTES`` and limited to that (a source that allocates real memory
+    while being built gets an unknown estimate)."""
     from .harness import run_in_worker
-    from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
 
-    with _host_budget(cfg).hold(ESTIMATE_BYTES):
-        result = run_in_worker(ESTIMATE, {"source": source, "seed": cfg.seed},
-                               timeout_s=min(cfg.timeout_s, 120.0), device="cpu",
+    with budget.hold(ESTIMATE_BYTES):
+        result = run_in_worker(ESTIMATE, {"source": source, "seed": seed},
+                               timeout_s=min(timeout_s, 120.0), device="cpu",
                                env=_worker_env({}, "cpu"), writable=_writable(),
+                               sandbox=sandbox,
                                limits={"address_space": address_limit(ESTIMATE_BYTES,
                                                                       address_base())})
-    est = result.value if result.ok else {
+    return result.value if result.ok else {
         "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
+
+
+def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
+    """The ``memory`` section's estimate (``estimate_on_host``)."""
+    from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
+
+    est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s)
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
     memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est, base),
               "replay_bytes": replay_bytes(est, base), "forward_bytes": minimum_bytes(est)}
