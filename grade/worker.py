@@ -666,14 +666,16 @@ class _Run:
 
     def ghost(self, trial_index: int) -> dict:
         """Forward once more on a trial's inputs with the candidate's Triton launches skipped.
-        The memory the allocator hands out next is first filled with NaN (blocks the size of
-        the last outputs, freed just before), so a skipped kernel leaves garbage behind. If the
-        answer is still right, the kernels did not compute it."""
+        The memory the allocator hands out next is first filled with NaN (``GHOST_POISON``
+        blocks of each last output's size, freed just before: forward's own intermediates of
+        that size take some of them, and every cached block that still holds an earlier answer
+        is taken and overwritten), so a skipped kernel leaves garbage behind. If the answer is
+        still right, the kernels did not compute it."""
         trial = self.trials[trial_index]
         self.load(trial["inputs"])
         poison = [torch.full(shape, float("nan") if dtype.is_floating_point else -1,
                              dtype=dtype, device=self.device)
-                  for shape, dtype in self.last_shapes]
+                  for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
         del poison
         before = _counts["ghosted"]
         _ghost[0] = True
@@ -752,6 +754,10 @@ class _Run:
         if inputs_after:
             facts["inputs_after"] = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         return facts
+
+
+GHOST_POISON = 4  # poisoned blocks per output before the ghost call (one was not enough on
+# CPU: a conv + Triton ReLU's conv output took it, and its output got a block holding the answer)
 
 
 def _capturing(device: str) -> bool:
