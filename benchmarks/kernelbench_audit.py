@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measured peak / estimate: min {mem['measured/estimate min']}, median "
               f"{mem['measured/estimate median']}, max {mem['measured/estimate max']} "
               f"({mem['most underestimated']}); {mem['underestimated']} underestimated")
+    from kernelmill.validate.stage_times import stage_table
+
+    print("\nwhere the workers' time went:\n" + stage_table(records))
     rate = done / wall * 3600 if wall > 0 and done else 0.0
     print(f"wall {wall:.1f} s for {done} problems: {rate:.0f} problems per hour")
     print(f"records: {out}")

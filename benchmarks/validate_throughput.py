@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<20} {fmt(p['p10']):>8}  {fmt(p['p50']):>8}  {fmt(p['p90']):>8}  "
               f"(n={len(values)})")
     print("\ndifficulty tiers (passed):", dict(tiers))
+    from kernelmill.validate.stage_times import stage_table
+
+    print("\nwhere the workers' time went:\n" + stage_table(records))
     failed_seeds = [(r["name"], v["flags"], {f: v["checks"][f]["detail"] for f in v["flags"]})
                     for r, v in zip(records, vals)
                     if not v["passed"] and (r.get("provenance") or {}).get("generator") == "seed"]

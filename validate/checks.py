@@ -384,6 +384,10 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
     if timing.get("device") != "cuda":
         checks["runtime"] = check(None, timing.get("eager_ms"), "GPU-only check (ran on cpu)")
         checks["launch_overhead"] = check(None, None, "GPU-only check (ran on cpu)")
+    elif timing.get("eager_ms") is None:  # the timing worker did not run or failed
+        why = timing.get("reason", "not timed")
+        checks["runtime"] = check(None if timing.get("skipped") else False, None, why)
+        checks["launch_overhead"] = check(None, None, why)
     else:
         ms = timing["eager_ms"]
         checks["runtime"] = check(th["min_ms"] <= ms <= th["max_ms"], ms,

@@ -234,8 +234,11 @@ def _model_like(ns: dict, sd: dict[str, int], reference):
     return model
 
 
-def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, tol) -> dict:
-    """Run each variant on the reference inputs and weights; list those within tolerance."""
+def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, tol,
+            lock=None) -> dict:
+    """Run each variant on the reference inputs and weights; list those within tolerance.
+    Each variant's GPU work holds ``lock`` shared on its own (``_section``)."""
+    lock = lock or GpuLock(None)
     dead: list[str] = []
     tried = 0
     for variant in ablations:
@@ -248,8 +251,8 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
                     functools.partial(build_model, ns, sd, device))
         for build in builders:  # fast path first; a full seeded build when it cannot apply
             try:
-                out = run_forward(build(), ref_inputs, sd["forward"], device)
-                M.synchronize(device)
+                with _section(lock, device, "ablation"):
+                    out = run_forward(build(), ref_inputs, sd["forward"], device)
                 break
             except Exception as exc:  # noqa: BLE001 — an ablation that breaks forward is not dead
                 out = None
@@ -259,8 +262,11 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
                     return {"tried": tried, "dead": dead,
                             "aborted": f"{variant['label']}: {str(exc).splitlines()[0][:200]}"}
         tried += 1
-        if out is not None and C.shapes_equal(out, ref_out) and C.max_error(out, ref_out) <= tol:
-            dead.append(variant["label"])
+        if out is None or not C.shapes_equal(out, ref_out):
+            continue
+        with _section(lock, device, "ablation"):
+            if C.max_error(out, ref_out) <= tol:
+                dead.append(variant["label"])
     return {"tried": tried, "dead": dead}
 
 
@@ -269,8 +275,53 @@ def _device_poisoned(exc: BaseException) -> bool:
     return "AcceleratorError" in text or "CUDA error" in text or "device-side assert" in text
 
 
+def _section(lock, device: str, stage: str):
+    """One stage of GPU work: marked (a crash names it), under the GPU lock held shared, and
+    finished on the device before the lock is let go. Stages are short (a few forwards), so a
+    timing window that waits for the shared holders to drain waits for one stage, not a whole
+    probe (with 16 workers on a GPU, whole-probe holds left the GPU idle most of the time)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def held():
+        _mark(stage)
+        with lock.shared():
+            try:
+                yield
+            finally:
+                M.synchronize(device)
+
+    return held()
+
+
+def _timed_window(lock, device: str, forwards: dict) -> dict:
+    """Time each forward of ``forwards`` (name -> (model, inputs)) one after the other in one
+    exclusive window: one wait for the GPU per worker, however many are timed."""
+    _mark("timing: waiting for the GPU")
+    with lock.exclusive():
+        _mark("timing")
+        return {name: _time_forward(model, inputs, device)
+                for name, (model, inputs) in forwards.items()}
+
+
+def _timing_section(timing: dict | None, device: str, host_syncs: int | None) -> dict:
+    """The probe's ``timing`` entry from ``_time_forward``'s result (None: not timed here)."""
+    on_cuda = device.startswith("cuda")
+    if timing is None:
+        return {"device": "cuda" if on_cuda else "cpu", "eager_ms": None,
+                "host_syncs": host_syncs}
+    return {"device": "cuda" if on_cuda else "cpu",
+            "eager_ms": timing["ms"], "host_ms": timing["host_ms"] if on_cuda else None,
+            "reps": timing["reps"], "method": timing["method"], "ci_pct": timing["ci_pct"],
+            "launch_ratio": (timing["host_ms"] / timing["ms"])
+            if on_cuda and timing["ms"] > 0 else None,
+            "host_syncs": host_syncs}
+
+
 def probe_problem(payload: dict) -> dict:
-    """Measure one problem: see the module docstring. Returns numbers for ``checks.judge``."""
+    """Measure one problem: see the module docstring. Returns numbers for ``checks.judge``.
+    ``payload["time"]`` false: the eager forward is not timed here (the second worker times it
+    beside TorchInductor in one window)."""
     import torch
 
     device = payload.get("device", "cpu")
@@ -284,12 +335,11 @@ def probe_problem(payload: dict) -> dict:
 
     _mark("load")
     ns = load_namespace(payload["source"])
-    with lock.shared():
-        _mark("build")
+    with _section(lock, device, "build"):
         model = build_model(ns, sd, device)
         inputs = draw_inputs(ns, sd["inputs"], device)
         before = _clone(inputs)
-        _mark("forward")
+    with _section(lock, device, "forward"):
         ref = run_forward(model, inputs, sd["forward"], device)
         if not ref:
             raise ValueError("forward returned no tensor")
@@ -304,14 +354,15 @@ def probe_problem(payload: dict) -> dict:
         m["finite"] = nonfinite == 0
         m["nonfinite_fraction"] = nonfinite / total if total else 0.0
 
-        _mark("determinism")
+    with _section(lock, device, "determinism"):
         floor = C.calibrate_tolerance(None, m["dtype"])["tol"]
         again = run_forward(model, inputs, sd["forward"], device)
         direct_err = C.max_error(direct, ref)
         m["deterministic"] = {"bitwise": C.bitwise_equal(again, ref) and direct_err == 0,
                               "error": max(C.max_error(again, ref), direct_err)}
         del again, direct
-        if payload.get("rebuild_in_process", True):
+    if payload.get("rebuild_in_process", True):
+        with _section(lock, device, "rebuild"):
             model_b = build_model(ns, sd, device)
             inputs_b = draw_inputs(ns, sd["inputs"], device)
             out_b = run_forward(model_b, inputs_b, sd["forward"], device)
@@ -319,46 +370,24 @@ def probe_problem(payload: dict) -> dict:
                             "error": 0.0 if C.bitwise_equal(out_b, ref) else
                             C.max_error(out_b, ref)}
             del model_b, inputs_b, out_b
+    with _section(lock, device, "stochasticity"):
         m["digest"] = C.output_digest(ref)
-
-        _mark("stochasticity")
         other = run_forward(model, inputs, sd["forward_alt"], device)
         m["stochastic_error"] = C.max_error(other, ref)
         del other
 
-        _mark("fp64 reference")
-        cal: dict[str, Any]
-        reproducible = max(m["deterministic"]["error"], m["stochastic_error"]) <= floor
-        try:
-            if not reproducible:
-                raise ValueError("output not reproducible, no noise floor to measure")
-            model64 = copy.deepcopy(model).double()
-            ref64 = run_forward(model64, _to_double(inputs), sd["forward"], device)
-            del model64
-            noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
-                                      for t, r in zip(ref, ref64)]) \
-                if C.shapes_equal(ref, ref64) else None
-            del ref64
-            cal = C.calibrate_tolerance(noise, m["dtype"], float(cfg.get("tolerance_margin", 10)))
-            cal["noise"] = noise
-            if noise is None:
-                cal["reason"] = "fp64 output has other shapes"
-        except Exception as exc:  # noqa: BLE001 — recorded; the dtype floor is used instead
-            cal = C.calibrate_tolerance(None, m["dtype"])
-            cal.update(noise=None, reason=f"{type(exc).__name__}: {exc}"[:200])
-        cal["dtype"] = m["dtype"]
-        if not m["finite"]:
-            cal["within_cap"] = False
-        m["tolerance"] = cal
-        tol = cal["tol"]
+    with _section(lock, device, "fp64 reference"):
+        m["tolerance"] = _calibrate(model, inputs, ref, m, sd, device, floor, cfg)
+    tol = m["tolerance"]["tol"]
 
-        _mark("sensitivity")
+    with _section(lock, device, "sensitivity"):
         alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
         alt = run_forward(model, alt_inputs, sd["forward"], device)
         per_input = _sensitivity(model, ref, inputs, alt_inputs, sd, device, tol, margin)
         m["input_sensitivity"] = per_input if len(per_input) > 1 else (
             [{"label": "inputs", "fraction": C.mismatch_fraction(alt, ref, tol, margin)}]
             if per_input else [])
+    with _section(lock, device, "weight sensitivity"):
         wmodel = _perturbed(model, sd["weights_alt"])
         if wmodel is None:
             m["weight_sensitivity"] = None
@@ -368,57 +397,78 @@ def probe_problem(payload: dict) -> dict:
                                        "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
 
-        _mark("degeneracy")
+    with _section(lock, device, "degeneracy"):
         m["zero_fraction"] = C.zero_fraction(ref, tol)
         m["constant_fraction"] = (C.constant_fraction(ref, tol)
                                   if sum(t.numel() for t in ref) > 1 else None)
-        affine = []
-        for o, (y, y_alt) in enumerate(zip(ref, alt)):
-            if not y.is_floating_point() or y.numel() < 2 or y.shape != y_alt.shape:
-                continue
-            for i, x in _float_tensors(inputs):
-                x_alt = alt_inputs[i]
-                if x.shape != y.shape or x_alt.shape != y.shape:
-                    continue
-                per_channel = (C.affine_residual([x, x_alt], [y, y_alt], 1)
-                               if y.dim() >= 2 and y.shape[1] > 1 else None)
-                affine.append({"output": o, "input": i,
-                               "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
-                               "channel": per_channel})
-        m["affine"] = affine
+        m["affine"] = _affine_fits(ref, alt, inputs, alt_inputs)
         del alt
 
-        _mark("trace")
+    with _section(lock, device, "trace"):
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device)
         params = list(model.parameters()) + list(model.buffers())
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
-
-        m["host_syncs"] = _count_host_syncs(model, inputs, device)
+    with _section(lock, device, "host syncs"):
+        host_syncs = _count_host_syncs(model, inputs, device)
     _release_cache(device)  # other workers may need the memory while this one waits to time
-    _mark("timing")
-    if payload.get("time", True):
-        with lock.exclusive():
-            timing = _time_forward(model, inputs, device)
-        on_cuda = device.startswith("cuda")
-        m["timing"] = {"device": "cuda" if on_cuda else "cpu",
-                       "eager_ms": timing["ms"], "host_ms": timing["host_ms"] if on_cuda else None,
-                       "reps": timing["reps"], "method": timing["method"],
-                       "ci_pct": timing["ci_pct"],
-                       "launch_ratio": (timing["host_ms"] / timing["ms"])
-                       if on_cuda and timing["ms"] > 0 else None,
-                       "host_syncs": m["host_syncs"]}
-    else:
-        m["timing"] = {"device": "cpu" if not device.startswith("cuda") else "cuda",
-                       "eager_ms": None}
+    timing = (_timed_window(lock, device, {"eager": (model, inputs)})["eager"]
+              if payload.get("time", True) else None)
+    m["timing"] = _timing_section(timing, device, host_syncs)
     # Ablation last: a removed op can trip a device-side assert that poisons the CUDA context.
     _mark("ablation")
     ablations = payload.get("ablations")
-    with lock.shared():
-        m["ablation"] = None if ablations is None else _ablate(
-            ablations, sd, model, inputs, ref, device, tol)
+    m["ablation"] = None if ablations is None else _ablate(
+        ablations, sd, model, inputs, ref, device, tol, lock)
     m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
     return m
+
+
+def _calibrate(model, inputs, ref, m, sd, device, floor, cfg) -> dict:
+    """The tolerance from the fp64 noise floor (``checks.calibrate_tolerance``); the dtype floor
+    when the output is not reproducible or fp64 fails (the reason is recorded)."""
+    cal: dict[str, Any]
+    reproducible = max(m["deterministic"]["error"], m["stochastic_error"]) <= floor
+    try:
+        if not reproducible:
+            raise ValueError("output not reproducible, no noise floor to measure")
+        model64 = copy.deepcopy(model).double()
+        ref64 = run_forward(model64, _to_double(inputs), sd["forward"], device)
+        del model64
+        noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
+                                  for t, r in zip(ref, ref64)]) \
+            if C.shapes_equal(ref, ref64) else None
+        del ref64
+        cal = C.calibrate_tolerance(noise, m["dtype"], float(cfg.get("tolerance_margin", 10)))
+        cal["noise"] = noise
+        if noise is None:
+            cal["reason"] = "fp64 output has other shapes"
+    except Exception as exc:  # noqa: BLE001 — recorded; the dtype floor is used instead
+        cal = C.calibrate_tolerance(None, m["dtype"])
+        cal.update(noise=None, reason=f"{type(exc).__name__}: {exc}"[:200])
+    cal["dtype"] = m["dtype"]
+    if not m["finite"]:
+        cal["within_cap"] = False
+    return cal
+
+
+def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[dict]:
+    """How well each output is an affine function of each same-shaped input (per tensor and per
+    channel), from the two input draws."""
+    affine = []
+    for o, (y, y_alt) in enumerate(zip(ref, alt)):
+        if not y.is_floating_point() or y.numel() < 2 or y.shape != y_alt.shape:
+            continue
+        for i, x in _float_tensors(inputs):
+            x_alt = alt_inputs[i]
+            if x.shape != y.shape or x_alt.shape != y.shape:
+                continue
+            per_channel = (C.affine_residual([x, x_alt], [y, y_alt], 1)
+                           if y.dim() >= 2 and y.shape[1] > 1 else None)
+            affine.append({"output": o, "input": i,
+                           "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
+                           "channel": per_channel})
+    return affine
 
 
 def _peak_bytes(device: str) -> int | None:
@@ -506,7 +556,10 @@ def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None, lis
 
 def replay_problem(payload: dict) -> dict:
     """Rebuild the problem from the same seeds in a fresh process: output digest (cross-process
-    determinism) and, when ``payload["inductor"]``, torch.compile's error and median time."""
+    determinism) and, when ``payload["inductor"]``, torch.compile's error and median time.
+    ``payload["time_eager"]``: the eager forward is timed here too, in the same exclusive window
+    as the compiled one (``result["timing"]``, the probe's ``timing`` entry), so a problem waits
+    for the GPU once and its Inductor speedup comes from one window."""
     import torch
 
     device = payload.get("device", "cpu")
@@ -514,31 +567,31 @@ def replay_problem(payload: dict) -> dict:
     lock = GpuLock(payload.get("lock"))
     _mark("load")
     ns = load_namespace(payload["source"])
-    with lock.shared():
-        _mark("build")
+    with _section(lock, device, "build"):
         model = build_model(ns, sd, device)
         inputs = draw_inputs(ns, sd["inputs"], device)
-        _mark("forward")
+    with _section(lock, device, "forward"):
         ref = run_forward(model, inputs, sd["forward"], device)
-    result: dict[str, Any] = {"digest": C.output_digest(ref), "peak_bytes": _peak_bytes(device)}
-    if not payload.get("inductor"):
-        return result
-    _mark("inductor compile")
-    try:
-        compiled = torch.compile(model, mode=payload.get("inductor_mode") or None)
-        out = run_forward(compiled, inputs, sd["forward"], device)  # compiles (CPU-bound)
-        with lock.shared():
-            out = run_forward(compiled, inputs, sd["forward"], device)
-        err = C.max_error(out, ref)
-    except Exception as exc:  # noqa: BLE001 — a compile failure is a finding, not a crash
-        result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-        return result
-    _mark("inductor timing")
-    if payload.get("time", True):
-        with lock.exclusive():
-            ms = _time_forward(compiled, inputs, device)["ms"]
-    else:
-        ms = None
-    result["inductor"] = {"error_vs_eager": err, "ms": ms}
+        result: dict[str, Any] = {"digest": C.output_digest(ref)}
+    timed = payload.get("time", True)
+    forwards = {"eager": (model, inputs)} if timed and payload.get("time_eager") else {}
+    if payload.get("inductor"):
+        _mark("inductor compile")
+        try:
+            compiled = torch.compile(model, mode=payload.get("inductor_mode") or None)
+            out = run_forward(compiled, inputs, sd["forward"], device)  # compiles (CPU-bound)
+            with _section(lock, device, "inductor check"):
+                out = run_forward(compiled, inputs, sd["forward"], device)
+                result["inductor"] = {"error_vs_eager": C.max_error(out, ref), "ms": None}
+            if timed:
+                forwards["inductor"] = (compiled, inputs)
+        except Exception as exc:  # noqa: BLE001 — a compile failure is a finding, not a crash
+            result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+    _release_cache(device)
+    times = _timed_window(lock, device, forwards) if forwards else {}
+    if "eager" in times:
+        result["timing"] = _timing_section(times["eager"], device, None)
+    if "inductor" in times:
+        result["inductor"]["ms"] = times["inductor"]["ms"]
     result["peak_bytes"] = _peak_bytes(device)
     return result

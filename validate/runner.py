@@ -65,6 +65,8 @@ ESTIMATE_BYTES = 1 << 30  # host memory the estimator may hold (a worker and the
 REPLAY = "kernelmill.validate.probe:replay_problem"
 # checks that describe a problem without deciding whether it is kept
 NON_GATING = frozenset({"roofline"})
+# checks that need the second worker (its timing window, its Inductor compile)
+REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
 
 
 @dataclass
@@ -99,6 +101,8 @@ class ValidateConfig:
     host_memory_gib: float | None = option(None, "host memory the CPU workers may hold together "
                                            "(GiB; default: what is available, MemAvailable or "
                                            "the cgroup's room, less a tenth)", result=False)
+    early_exit: bool = option(True, "skip the second worker (Inductor, timing) for a problem "
+                              "the first one already failed")
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
@@ -264,12 +268,39 @@ def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     """The ``memory`` section's estimate (``estimate_on_host``)."""
     from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
 
+    start = time.monotonic()
     est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s)
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
     memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est, base),
               "replay_bytes": replay_bytes(est, base), "forward_bytes": minimum_bytes(est)}
     memory.update({k: v for k, v in est.items() if k.endswith("_bytes") or k == "reason"})
+    memory["estimate_s"] = round(time.monotonic() - start, 3)
     return memory
+
+
+def _stage_seconds(worker: str, result) -> dict:
+    """Seconds a worker spent in each stage it marked (parent clock), ``{worker}.{stage}``;
+    ``{worker}.startup`` is the time to its first mark, ``{worker}.wall`` the whole run."""
+    marks = [("startup", 0.0), *result.stages, ("end", result.wall_s)]
+    spent: dict[str, float] = {}
+    for (stage, at), (_next, until) in zip(marks, marks[1:]):
+        key = f"{worker}.{stage}"
+        spent[key] = round(spent.get(key, 0.0) + max(0.0, until - at), 3)
+    spent[f"{worker}.wall"] = round(result.wall_s, 3)
+    return spent
+
+
+def _eager_timing(timing: dict, replay: dict | None, too_large: str, early: list) -> dict:
+    """The eager timing taken in the second worker's window, or why there is none."""
+    if replay and replay.get("timing"):
+        return {**replay["timing"], "host_syncs": timing.get("host_syncs")}
+    if early:
+        why, skipped = f"not timed: failed {', '.join(early)}", True
+    elif too_large:
+        why, skipped = f"not timed: {too_large}", True
+    else:
+        why, skipped = f"not timed: second worker failed ({(replay or {}).get('failed')})", False
+    return {**timing, "eager_ms": None, "reason": why, "skipped": skipped}
 
 
 def _gib(n: float | None) -> str:
@@ -311,7 +342,9 @@ def validate_source(source: str, slot: dict | None = None,
                "config": {"sensitivity_margin": cfg.sensitivity_margin,
                           "tolerance_margin": cfg.tolerance_margin},
                "lock": _lock_path(slot), "resized": resized,
-               "rebuild_in_process": not cross_process}
+               "rebuild_in_process": not cross_process,
+               # on CUDA the second worker times eager and Inductor in one window
+               "time": not (on_cuda and (cross_process or inductor))}
     # Memory: every problem is estimated first. On a GPU only a certain misfit is refused (one
     # forward larger than the whole GPU): the probe's estimate is an upper bound, and admission
     # runs such a problem alone. On CPU the probe's estimate must fit in the host's budget.
@@ -343,6 +376,8 @@ def validate_source(source: str, slot: dict | None = None,
     if budget is None and on_cuda and _worker_oom(first):  # GPU memory unknown: the file lock
         first = _retry_alone(PROBE, payload, cfg, device, env)
     memory.update(admitted.memory_info())
+    profile = {"estimate_s": memory.pop("estimate_s", None), **_stage_seconds("probe", first),
+               "probe_admission_wait_s": round(admitted.waited_s, 3)}
     if admitted.too_large and first.ok:
         memory["too_large"] = False
         memory["note"] = "fp64 calibration ran out of memory alone (dtype floor used)"
@@ -364,20 +399,15 @@ def validate_source(source: str, slot: dict | None = None,
     m = first.value
     m["resized"] = resized
     memory["measured_bytes"] = m.get("peak_bytes")
-    checks = C.judge(m, cfg.thresholds())
-    leaked = first.leaked_processes  # left running in a session or group of its own
-    checks["no_leaked_process"] = C.check(not leaked, leaked, f"{leaked} process(es) the problem "
-                                         "started outlived its worker" if leaked else
-                                         "no process left behind")
-    if resize_note:
-        checks["runs"]["detail"] += f"; {resize_note}"
     tol = m["tolerance"]["tol"]
-
-    replay = None
-    replay_too_large = ""
-    if cross_process or inductor:
+    # Cheap checks first: a problem the probe already failed gets no second worker (no
+    # Inductor compile, no timing window); only checks that need that worker are left unrun.
+    early = [f for f in C.summarize(C.judge(m, cfg.thresholds()), cfg.gating)[1]
+             if f not in REPLAY_CHECKS] if cfg.early_exit else []
+    replay, replay_too_large = None, ""
+    if (cross_process or inductor) and not early:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
-                          "inductor_mode": cfg.inductor_mode}
+                          "inductor_mode": cfg.inductor_mode, "time_eager": not payload["time"]}
         if on_cuda:
             again = run_admitted(budget, memory["replay_bytes"],
                                  lambda: run(REPLAY, second_payload), _worker_oom)
@@ -389,6 +419,8 @@ def validate_source(source: str, slot: dict | None = None,
         memory["replay"] = again.memory_info()
         if budget is None and on_cuda and _worker_oom(second):
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
+        profile.update(_stage_seconds("replay", second),
+                       replay_admission_wait_s=round(again.waited_s, 3))
         if again.too_large:  # the compile (or rebuild) cannot fit even alone: not judged
             replay_too_large = (f"{(second.error or {}).get('stage', 'inductor compile')}: out of"
                                 f" {'memory alone on the GPU' if on_cuda else 'host memory'} "
@@ -399,10 +431,21 @@ def validate_source(source: str, slot: dict | None = None,
         else:
             err = second.error or {}
             replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}
+    if not payload["time"]:  # the eager time comes from the second worker's window
+        m["timing"] = _eager_timing(m["timing"], replay, replay_too_large, early)
+    checks = C.judge(m, cfg.thresholds())
+    leaked = first.leaked_processes  # left running in a session or group of its own
+    checks["no_leaked_process"] = C.check(not leaked, leaked, f"{leaked} process(es) the problem "
+                                         "started outlived its worker" if leaked else
+                                         "no process left behind")
+    if resize_note:
+        checks["runs"]["detail"] += f"; {resize_note}"
     det = checks["deterministic"]
     if replay_too_large:
         checks["too_large"] = C.check(False, memory["replay_bytes"], replay_too_large)
-    if cross_process and replay_too_large and not (replay and "digest" in replay):
+    if early and cross_process:
+        det["detail"] += f"; cross-process check not run (failed {', '.join(early)})"
+    elif cross_process and replay_too_large and not (replay and "digest" in replay):
         det["detail"] += "; cross-process check not run (second worker too large)"
     elif cross_process:
         if replay is None or "digest" not in replay:
@@ -416,7 +459,10 @@ def validate_source(source: str, slot: dict | None = None,
                 det["passed"] = False
     else:
         det["detail"] += "; cross-process check folded into an in-process rebuild"
-    if inductor and replay_too_large:
+    if inductor and early:
+        checks["inductor"] = C.check(None, None, f"not run: failed {', '.join(early)}")
+        inductor_ms = None
+    elif inductor and replay_too_large:
         checks["inductor"] = C.check(None, None, f"not run: {replay_too_large}")
         inductor_ms = None
     elif inductor:
@@ -456,7 +502,7 @@ def validate_source(source: str, slot: dict | None = None,
         "difficulty": difficulty(compute, inductor_speedup=speedup,
                                  headroom=roof["headroom"] if roof else None),
         "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,
-        "memory": memory,
+        "memory": memory, "profile": profile,
         "timing": {k: m["timing"].get(k) for k in ("method", "reps", "ci_pct", "host_ms",
                                                     "launch_ratio")},
     }

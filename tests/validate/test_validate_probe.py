@@ -128,3 +128,45 @@ def test_nonlinear_weights_on_an_affine_input_path_are_not_inert():
     assert checks["not_affine"]["passed"] is True
     m, checks = probe((DEFECTIVE / "relu_on_rand.py").read_text())
     assert m["input_nonaffine_ops"] == ["aten.relu"] and checks["not_affine"]["passed"] is False
+
+
+def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
+    """Shared holds are short (one stage, one ablation), never nested, and the timing window is
+    exclusive and outside them: a window waits for one stage to drain, not a whole probe."""
+    import contextlib
+
+    from kernelmill.validate import probe as P
+
+    held: list[str] = []
+    log: list[tuple[str, int]] = []
+
+    class Recorder:
+        def __init__(self, path):
+            self.path = path
+
+        @contextlib.contextmanager
+        def _hold(self, kind):
+            assert not held, f"{kind} taken inside {held}"
+            held.append(kind)
+            log.append((kind, len(log)))
+            try:
+                yield
+            finally:
+                held.pop()
+
+        def shared(self):
+            return self._hold("shared")
+
+        def exclusive(self):
+            return self._hold("exclusive")
+
+    monkeypatch.setattr(P, "GpuLock", Recorder)
+    source = shrink_for_cpu((SEEDS_DIR / "softmax_rows.py").read_text(), SMALL).source
+    m = probe_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
+                       "ablations": ablations(source)})
+    kinds = [k for k, _ in log]
+    assert kinds.count("exclusive") == 1
+    assert kinds.count("shared") >= 10 + m["ablation"]["tried"]
+    replay = P.replay_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
+                               "time_eager": True})
+    assert replay["timing"]["eager_ms"] > 0

@@ -178,3 +178,24 @@ def test_records_hold_strict_json():
     v = _finite({"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": (2, -float("inf"))}})
     assert v == {"a": None, "b": [1.0, None], "c": {"d": [2, None]}}
     json.dumps(v, allow_nan=False)
+
+
+def test_a_problem_the_first_worker_failed_gets_no_second_worker():
+    """Cheap checks first: no Inductor compile, no timing window for a problem already failed;
+    the checks only the second worker could run say why they did not."""
+    from kernelmill.validate.runner import validate_source
+
+    source = (DEFECTIVE / "input_unused.py").read_text()
+    v = validate_source(source, None, {"cross_process": True, "inductor": True,
+                                       "timeout_s": 240})
+    assert not v["passed"] and "input_sensitive" in v["flags"]
+    assert v["checks"]["inductor"]["passed"] is None
+    assert "not run: failed input_sensitive" in v["checks"]["inductor"]["detail"]
+    assert "cross-process check not run" in v["checks"]["deterministic"]["detail"]
+    assert not any(k.startswith("replay.") for k in v["profile"])
+    assert v["profile"]["probe.wall"] >= v["profile"]["probe.ablation"] > 0
+    # the same problem without early exit runs the second worker
+    full = validate_source(source, None, {"cross_process": True, "inductor": False,
+                                          "early_exit": False, "timeout_s": 240})
+    assert full["profile"]["replay.wall"] > 0
+    assert "across 2 workers" in full["checks"]["deterministic"]["detail"]
