@@ -50,6 +50,41 @@ def _as64(t):
     return t.to(torch.float64)
 
 
+# Statistics run over blocks of at most this many elements, converted to fp64 one block at a time:
+# a whole-tensor fp64 copy of a KernelBench level-1 output (1.6e9 elements) is 12.8 GB, and the
+# probe used to hold several at once.
+CHUNK = 1 << 24
+
+
+def _flat(t):
+    t = t.detach()
+    if t.is_complex():
+        t = _real_view(t)
+    return t.reshape(-1)
+
+
+def _real_view(t):
+    import torch
+
+    return torch.view_as_real(t)
+
+
+def _blocks(*tensors, chunk: int | None = None):
+    """Aligned flat slices of same-shaped tensors, ``chunk`` (default ``CHUNK``) elements at a
+    time (views; a non-contiguous tensor is copied once in its own dtype)."""
+    chunk = chunk or CHUNK
+    flats = [_flat(t) for t in tensors]
+    n = flats[0].numel()
+    for start in range(0, n, chunk):
+        yield tuple(f[start:start + chunk] for f in flats)
+
+
+def _blocks64(*tensors, chunk: int | None = None):
+    """``_blocks`` converted to fp64, one block at a time."""
+    for block in _blocks(*tensors, chunk=chunk):
+        yield tuple(_as64(t) for t in block)
+
+
 def bitwise_equal(a: list, b: list) -> bool:
     """Equal shapes, dtypes and values, NaNs in the same places counting as equal."""
     import torch
@@ -59,17 +94,27 @@ def bitwise_equal(a: list, b: list) -> bool:
     for x, y in zip(a, b):
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
-        if x.is_floating_point():
-            nx, ny = torch.isnan(x), torch.isnan(y)
-            if not torch.equal(nx, ny) or not torch.equal(x[~nx], y[~ny]):
+        for xs, ys in _blocks(x, y):
+            if xs.is_floating_point():
+                nx, ny = torch.isnan(xs), torch.isnan(ys)
+                if not torch.equal(nx, ny) or not torch.equal(xs[~nx], ys[~ny]):
+                    return False
+            elif not torch.equal(xs, ys):
                 return False
-        elif not torch.equal(x, y):
-            return False
     return True
 
 
 def shapes_equal(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x.shape == y.shape for x, y in zip(a, b))
+
+
+def _mixed_error(x64, y64):
+    """``|x-y| / (1+|y|)`` as a new tensor, with two temporaries at most (lean on memory)."""
+    import torch
+
+    err = torch.sub(x64, y64).abs_()
+    den = y64.abs().add_(1.0)
+    return err.div_(den)
 
 
 def max_error(a: list, b: list) -> float:
@@ -80,21 +125,15 @@ def max_error(a: list, b: list) -> float:
         return math.inf
     worst = 0.0
     for x, y in zip(a, b):
-        if x.numel() == 0:
-            continue
-        x64, y64 = _as64(x), _as64(y)
-        nx, ny = torch.isnan(x64), torch.isnan(y64)
-        if not torch.equal(nx, ny):
-            return math.inf
-        keep = ~nx
-        x64, y64 = x64[keep], y64[keep]
-        if x64.numel() == 0:
-            continue
-        both_inf = torch.isinf(x64) & torch.isinf(y64) & (x64 == y64)
-        err = torch.where(both_inf, torch.zeros_like(x64),
-                          (x64 - y64).abs() / (1.0 + y64.abs()))
-        value = float(torch.nan_to_num(err, nan=math.inf, posinf=math.inf).max())
-        worst = max(worst, value)
+        for x64, y64 in _blocks64(x, y):
+            nx = torch.isnan(x64)
+            if not torch.equal(nx, torch.isnan(y64)):
+                return math.inf
+            same = nx | (torch.isinf(x64) & (x64 == y64))  # both NaN, or the same infinity
+            err = _mixed_error(x64, y64)
+            err[same] = 0.0
+            if err.numel():
+                worst = max(worst, float(err.nan_to_num_(nan=math.inf).max()))
     return worst
 
 
@@ -104,11 +143,10 @@ def mismatch_fraction(a: list, b: list, tol: float, margin: float = 1.0) -> floa
         return 1.0
     total = bad = 0
     for x, y in zip(a, b):
-        x64, y64 = _as64(x), _as64(y)
-        err = (x64 - y64).abs() / (1.0 + y64.abs())
-        err = err.nan_to_num(nan=math.inf)
-        bad += int((err > margin * tol).sum())
-        total += err.numel()
+        for x64, y64 in _blocks64(x, y):
+            err = _mixed_error(x64, y64).nan_to_num_(nan=math.inf)
+            bad += int((err > margin * tol).sum())
+            total += err.numel()
     return bad / total if total else 0.0
 
 
@@ -116,26 +154,52 @@ def zero_fraction(outputs: list, tol: float) -> float:
     """Fraction of elements an all-zeros answer gets right at tolerance ``tol``."""
     total = hit = 0
     for y in outputs:
-        y64 = _as64(y).abs()
-        hit += int((y64 * (1.0 - tol) <= tol).sum())
-        total += y64.numel()
+        for (y64,) in _blocks64(y):
+            y64 = y64.abs()
+            hit += int((y64 * (1.0 - tol) <= tol).sum())
+            total += y64.numel()
     return hit / total if total else 1.0
 
 
+def _sample(flat, most: int | None = None):
+    """Up to ``most`` (default ``CHUNK``) evenly strided elements of a flat tensor (all of them
+    when it is small)."""
+    most = most or CHUNK
+    step = max(1, -(-flat.numel() // most))
+    return flat[::step]
+
+
 def constant_fraction(outputs: list, tol: float) -> float:
-    """Fraction of elements the best single constant (the median, per output) gets right."""
+    """Fraction of elements the best single constant (the median, per output; of an even
+    sample of at most ``CHUNK`` elements for larger outputs) gets right."""
     import torch
 
     total = hit = 0
     for y in outputs:
-        y64 = _as64(y).flatten()
-        y64 = y64[~torch.isnan(y64)]
-        if y64.numel() == 0:
+        sample = _as64(_sample(_flat(y)))
+        sample = sample[~torch.isnan(sample)]
+        if sample.numel() == 0:
             continue
-        c = y64.median()
-        hit += int(((c - y64).abs() <= tol * (1.0 + y64.abs())).sum())
-        total += y64.numel()
+        c = sample.median()
+        for (y64,) in _blocks64(y):
+            y64 = y64[~torch.isnan(y64)]
+            hit += int(((c - y64).abs() <= tol * (1.0 + y64.abs())).sum())
+            total += y64.numel()
     return hit / total if total else 1.0
+
+
+def _channel_blocks(t, channel_dim: int | None):
+    """fp64 blocks of ``t`` as (channels, k) matrices: one row when ``channel_dim`` is None,
+    else one row per index along it; blocks of whole slices along dim 0 (or flat blocks)."""
+    if channel_dim is None:
+        for (block,) in _blocks64(t):
+            yield block.reshape(1, -1)
+        return
+    per = max(1, t[0].numel()) if t.dim() and channel_dim != 0 else t.numel()
+    step = max(1, CHUNK // per) if channel_dim != 0 else t.shape[0]
+    for start in range(0, t.shape[0], step):
+        part = _as64(t.narrow(0, start, min(step, t.shape[0] - start)))
+        yield part.movedim(channel_dim, 0).reshape(t.shape[channel_dim], -1)
 
 
 def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float:
@@ -143,40 +207,52 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
 
     With ``channel_dim`` the fit has its own ``a, b`` per channel (per index along that dim).
     Pairs come from different input draws, so a fit that depends on one draw's statistics
-    (normalisation layers) does not pass as affine.
+    (normalisation layers) does not pass as affine. Three passes over fp64 blocks (means,
+    moments, residuals), so no whole-tensor fp64 copy is made.
     """
     import torch
 
-    def channels(t):
-        t = _as64(t)
-        if channel_dim is None:
-            return t.reshape(1, -1)
-        return t.movedim(channel_dim, 0).reshape(t.shape[channel_dim], -1)
+    def pairs():
+        for x, y in zip(xs, ys):
+            yield from zip(_channel_blocks(x, channel_dim), _channel_blocks(y, channel_dim))
 
-    x = torch.cat([channels(t) for t in xs], dim=1)
-    y = torch.cat([channels(t) for t in ys], dim=1)
-    if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
-        return math.inf
-    mx, my = x.mean(1, keepdim=True), y.mean(1, keepdim=True)
-    dx = x - mx
-    var = (dx * dx).sum(1, keepdim=True)
-    a = torch.where(var > 0, (dx * (y - my)).sum(1, keepdim=True) / var.clamp_min(1e-300),
-                    torch.zeros_like(var))
-    fit = a * dx + my
-    return float(((fit - y).abs() / (1.0 + y.abs())).max())
+    n, sx, sy = 0, 0.0, 0.0
+    for bx, by in pairs():
+        if not (torch.isfinite(bx).all() and torch.isfinite(by).all()):
+            return math.inf
+        n += bx.shape[1]
+        sx, sy = sx + bx.sum(1, keepdim=True), sy + by.sum(1, keepdim=True)
+    if n == 0:
+        return 0.0
+    mx, my = sx / n, sy / n
+    var, cov = 0.0, 0.0
+    for bx, by in pairs():
+        dx = torch.sub(bx, mx)
+        var = var + torch.einsum("ck,ck->c", dx, dx).unsqueeze(1)
+        cov = cov + torch.einsum("ck,ck->c", dx, by).unsqueeze(1) - my * dx.sum(1, keepdim=True)
+    a = torch.where(var > 0, cov / var.clamp_min(1e-300), torch.zeros_like(var))
+    worst = 0.0
+    for bx, by in pairs():
+        fit = torch.sub(bx, mx).mul_(a).add_(my)
+        worst = max(worst, float(_mixed_error(fit, by).max()))
+    return worst
 
 
 def output_digest(outputs: list, sample: int = 2048) -> dict:
-    """sha256 of the outputs' bytes plus a value sample, to compare runs across processes."""
+    """sha256 of the outputs' bytes plus a value sample, to compare runs across processes
+    (copied to the host one block at a time)."""
     import torch
 
     h = hashlib.sha256()
     values: list[list[float]] = []
     for t in outputs:
-        c = t.detach().contiguous().cpu()
-        h.update(str((tuple(c.shape), str(c.dtype))).encode())
-        h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
-        values.append(_as64(c).reshape(-1)[:sample].tolist())
+        t = t.detach()
+        h.update(str((tuple(t.shape), str(t.dtype))).encode())
+        flat = t.contiguous().reshape(-1)
+        for start in range(0, flat.numel(), CHUNK):
+            block = flat[start:start + CHUNK].cpu()
+            h.update(block.view(torch.uint8).numpy().tobytes())
+        values.append(_as64(_flat(t)[:sample].cpu()).tolist())
     return {"sha256": h.hexdigest(), "sample": values,
             "shapes": [list(t.shape) for t in outputs]}
 
@@ -200,21 +276,35 @@ def digest_error(a: dict, b: dict) -> float:
 
 
 def output_stats(outputs: list, tol: float) -> list[dict]:
-    """Summary statistics of each output (for the record and behavioural dedup)."""
+    """Summary statistics of each output (for the record and behavioural dedup), over fp64
+    blocks (two passes: the mean, then the spread about it)."""
     import torch
 
     stats = []
     for y in outputs:
-        y64 = _as64(y)
-        finite = y64[torch.isfinite(y64)]
+        count = 0
+        total = absolute = 0.0
+        low, high = math.inf, -math.inf
+        for (y64,) in _blocks64(y):
+            finite = y64[torch.isfinite(y64)]
+            if finite.numel():
+                count += finite.numel()
+                total += float(finite.sum())
+                absolute += float(finite.abs().sum())
+                low, high = min(low, float(finite.min())), max(high, float(finite.max()))
+        numel = _flat(y).numel()
         entry = {"shape": list(y.shape), "dtype": str(y.dtype).replace("torch.", ""),
-                 "numel": y.numel(), "finite_fraction": finite.numel() / max(1, y64.numel())}
-        if finite.numel():
-            entry.update(mean=float(finite.mean()), std=float(finite.std()) if finite.numel() > 1
-                         else 0.0, min=float(finite.min()), max=float(finite.max()),
-                         abs_mean=float(finite.abs().mean()))
+                 "numel": y.numel(), "finite_fraction": count / max(1, numel)}
+        if count:
+            mean = total / count
+            spread = 0.0
+            for (y64,) in _blocks64(y):
+                finite = y64[torch.isfinite(y64)]
+                spread += float(((finite - mean) ** 2).sum())
+            entry.update(mean=mean, std=math.sqrt(spread / (count - 1)) if count > 1 else 0.0,
+                         min=low, max=high, abs_mean=absolute / count)
         entry["zero_fraction"] = zero_fraction([y], tol)
-        entry["head"] = [round(v, 6) for v in y64.reshape(-1)[:8].tolist()]
+        entry["head"] = [round(v, 6) for v in _as64(_flat(y)[:8]).tolist()]
         stats.append(entry)
     return stats
 

@@ -170,25 +170,29 @@ def estimate_problem(payload: dict) -> dict:
 
 # -------------------------------------------------------- what each validation worker holds
 
+STAT_BLOCK_BYTES = (1 << 24) * 8  # one fp64 block of ``checks.CHUNK`` elements
+
+
 def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
-    """Peak of ``probe.probe_problem``, the largest of three stages: fp64 calibration (the model,
-    an fp64 copy, the inputs and two fp64 copies, an fp64 forward), sensitivity (two models, two
-    input sets) and the degeneracy checks, whose fp64 statistics over inputs and outputs
-    (``checks.affine_residual`` concatenates two draws of each output and its same-shaped
-    input) dominate problems with large tensors. The degeneracy coefficients are an upper fit
-    (linear program: smallest estimate above every measured peak) to real CPU peaks of 33 seeds
-    (``tests/validate/test_memory.py`` keeps the estimate above the measured peak). ``base``:
-    what the worker holds besides tensors (a CUDA context; ``HOST_BASE_BYTES`` on CPU)."""
+    """Peak of ``probe.probe_problem``, the largest of four stages: the first forwards, fp64
+    calibration (the model and an fp64 copy, the inputs and an fp64 copy, the output, an fp64
+    forward), sensitivity (two models, two input sets) and the degeneracy checks (two draws of inputs and outputs,
+    plus the fp64 temporaries of the statistics: eight of the largest output, at most eight of
+    ``checks.CHUNK`` elements). ``tests/validate/test_memory.py`` keeps the estimate above the
+    measured peak. ``base``: what the worker holds besides tensors (a CUDA context;
+    ``HOST_BASE_BYTES`` on CPU)."""
     if est.get("method") != "meta":
         return None
     p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
     act = max(0, est["forward_peak_bytes"] - p - i)  # the forward's own tensors, outputs included
     w = est.get("widen", 2.0)
-    fp64 = p * (1 + w) + i * (2 + 2 * w) + o * 2 + act * w
+    fp64 = p * (1 + w) + i * (2 + w) + o * 2 + act * w
     sensitivity = 2 * p + 4 * i + 3 * o + act
-    aff = est.get("affine_bytes", o)
-    degeneracy = p + (w / 2) * (7 * i + 12 * aff + 13 * o) + 1.5 * act
-    return int(max(fp64, sensitivity, degeneracy)) + base
+    blocks = 8 * min(w * max(o, est.get("affine_bytes", o)), STAT_BLOCK_BYTES)
+    degeneracy = p + 2 * i + 2 * o + act + blocks
+    # the first forwards: the inputs, a clone, and the copies comparing them (mutated inputs)
+    first = p + 5 * i + 2 * o + act
+    return int(max(first, fp64, sensitivity, degeneracy)) + base
 
 
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:

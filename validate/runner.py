@@ -343,8 +343,8 @@ def validate_source(source: str, slot: dict | None = None,
                           "tolerance_margin": cfg.tolerance_margin},
                "lock": _lock_path(slot), "resized": resized,
                "rebuild_in_process": not cross_process,
-               # on CUDA the second worker times eager and Inductor in one window
-               "time": not (on_cuda and (cross_process or inductor))}
+               # a second worker times eager (and Inductor) in one window; else the probe does
+               "time": not (cross_process or inductor)}
     # Memory: every problem is estimated first. On a GPU only a certain misfit is refused (one
     # forward larger than the whole GPU): the probe's estimate is an upper bound, and admission
     # runs such a problem alone. On CPU the probe's estimate must fit in the host's budget.
@@ -407,7 +407,7 @@ def validate_source(source: str, slot: dict | None = None,
     replay, replay_too_large = None, ""
     if (cross_process or inductor) and not early:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
-                          "inductor_mode": cfg.inductor_mode, "time_eager": not payload["time"]}
+                          "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
         if on_cuda:
             again = run_admitted(budget, memory["replay_bytes"],
                                  lambda: run(REPLAY, second_payload), _worker_oom)

@@ -240,7 +240,10 @@ def preload() -> tuple[str, ...]:
     names = os.environ.get("KERNELMILL_WARM_PRELOAD")
     if names is not None:
         return tuple(n for n in names.split(",") if n)
-    return ("torch", "triton", "numpy", "kernelmill.validate.harness_worker",
+    # torch._dynamo (with Inductor's config) and the flop counter are imported lazily by the
+    # meta estimate, the probe's trace and torch.compile: 1-4 s per worker when each imports them
+    return ("torch", "triton", "numpy", "torch._dynamo", "torch.utils.flop_counter",
+            "torch._inductor.compile_fx", "kernelmill.validate.harness_worker",
             "kernelmill.validate.sandbox")
 
 

@@ -256,11 +256,23 @@ class Zygote:
 
 def _forget_environment_caches() -> None:
     """What the zygote's imports computed from its own environment and would otherwise hand
-    every child: the temporary folder (a child writes only in its own ``TMPDIR``)."""
+    every child: the temporary folder (a child writes only in its own ``TMPDIR``), Inductor's
+    compile threads (``TORCHINDUCTOR_COMPILE_THREADS``) and its precompiled-header folder (under
+    the temporary folder)."""
     import tempfile
 
     tempfile.tempdir = None
     sys.dont_write_bytecode = True
+    # Inductor's, read at import from the zygote's environment and temporary folder
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = config.decide_compile_threads()
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is not None and hasattr(codecache, "_HEADER_DIR"):
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 def _child(message: dict, fds: list[int], sock: socket.socket) -> None:

@@ -214,3 +214,17 @@ def test_a_warm_worker_writes_temporary_files_in_its_own_folder():
                            timeout_s=60, device="cpu", warm=True)
     assert result.ok and result.warm, result.error
     assert result.value["path"].startswith(result.value["tmp"] + os.sep)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_warm_worker_compiles_with_its_own_runs_inductor_threads(threads):
+    """The zygote imports torch._dynamo and Inductor (seconds each worker used to pay), whose
+    config reads the environment at import: a child recomputes what its run's env says."""
+    source = ("import sys\ndef main():\n    import torch._inductor.config as c\n"
+              "    return {'threads': c.compile_threads,\n"
+              "            'preloaded': 'torch._dynamo' in sys.modules}\n")
+    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": source},
+                           timeout_s=120, device="cpu", warm=True,
+                           env={"TORCHINDUCTOR_COMPILE_THREADS": threads})
+    assert result.ok and result.warm, result.error
+    assert result.value == {"threads": int(threads), "preloaded": True}

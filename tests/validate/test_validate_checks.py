@@ -210,3 +210,56 @@ def test_difficulty_is_monotone_in_its_terms():
     assert 0 <= one["score"] < many["score"] <= 1
     mid = difficulty(["aten.mm", "aten.add", "aten.relu"])
     assert mid["terms"]["inductor"] == 0.5 and mid["terms"]["headroom"] == 0.5
+
+
+@pytest.mark.parametrize("chunk", [7, 64])
+def test_statistics_over_blocks_equal_the_whole_tensor_ones(monkeypatch, chunk):
+    """Every measurement gives the same answer when it walks the tensors in small fp64 blocks
+    (how a 1.6e9-element output is measured without a 12.8 GB fp64 copy)."""
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, 9, generator=gen)
+    y = 2.0 * x + 0.5 + 1e-3 * torch.randn(6, 5, 9, generator=gen)
+    y_alt = y.clone()
+    y_alt[1, 2, 3] += 0.5
+    odd = y.clone()
+    odd[0, 0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+    strided = y.transpose(0, 2)
+    x2 = torch.randn(6, 5, 9, generator=gen)
+    y2 = 2.0 * x2 + 0.5
+
+    def measure():
+        return {
+            "max": C.max_error([y_alt, odd], [y, odd]),
+            "mismatch": C.mismatch_fraction([y_alt, strided], [y, strided.contiguous()], 1e-3),
+            "zero": C.zero_fraction([y, odd], 0.3),
+            "constant": C.constant_fraction([y.round(), odd], 0.1),
+            "affine": C.affine_residual([x, x2], [y, y2]),
+            "affine_channel": C.affine_residual([x, x2], [y, y2], 1),
+            "equal": (C.bitwise_equal([odd], [odd.clone()]), C.bitwise_equal([y], [y_alt])),
+            "digest": C.output_digest([odd, strided])["sha256"],
+            "stats": C.output_stats([odd], 1e-3),
+        }
+
+    whole = measure()
+    monkeypatch.setattr(C, "CHUNK", chunk)
+    blocks = measure()
+    assert blocks.keys() == whole.keys()
+    for key in whole:
+        if key == "stats":
+            for a, b in zip(blocks[key], whole[key]):
+                assert a.keys() == b.keys()
+                for k in a:
+                    assert a[k] == (b[k] if isinstance(b[k], str) else
+                                    pytest.approx(b[k], rel=1e-12, abs=1e-12, nan_ok=True)), k
+        elif key in ("digest", "equal"):
+            assert blocks[key] == whole[key], key
+        elif key == "constant":  # the constant is the median of an even sample: close, not equal
+            assert blocks[key] == pytest.approx(whole[key], abs=0.05)
+        else:
+            assert blocks[key] == pytest.approx(whole[key], rel=1e-9, abs=1e-12), key
+    assert whole["equal"] == (True, False)
+    assert whole["max"] > 0.1 and whole["affine"] < 1e-2

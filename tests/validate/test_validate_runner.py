@@ -140,6 +140,9 @@ def test_second_worker_checks_determinism_and_inductor_on_cpu():
     assert "across 2 workers: bitwise" in v["checks"]["deterministic"]["detail"]
     assert v["checks"]["inductor"]["passed"] is True
     assert v["inductor_ms"] > 0 and v["inductor_speedup"] == v["checks"]["inductor"]["value"] > 0
+    # eager was timed by the second worker, in the same window as the compiled forward
+    assert v["eager_ms"] > 0 and v["profile"]["replay.timing"] > 0
+    assert "probe.timing" not in v["profile"]
     assert v["checks"]["weight_sensitive"]["passed"] is True
 
 
