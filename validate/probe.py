@@ -58,21 +58,30 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
-def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
+def build_host(ns: dict, sd: dict[str, int], weight_seed: int | None = None):
+    """The model as its source builds it (on the host, unless the source picks a device)."""
     import torch
 
     torch.manual_seed(sd["init"])
     init = ns["get_init_inputs"]()
     torch.manual_seed(sd["weights"] if weight_seed is None else weight_seed)
-    model = ns["Model"](*init)
-    return model.to(device)
+    return ns["Model"](*init)
 
 
-def draw_inputs(ns: dict, seed: int, device: str) -> list:
+def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
+    return build_host(ns, sd, weight_seed).to(device)
+
+
+def draw_host(ns: dict, seed: int) -> list:
+    """``get_inputs()`` after seeding the RNG (host tensors, unless the source picks a device)."""
     import torch
 
     torch.manual_seed(seed)
-    return [_to_device(v, device) for v in ns["get_inputs"]()]
+    return list(ns["get_inputs"]())
+
+
+def draw_inputs(ns: dict, seed: int, device: str) -> list:
+    return [_to_device(v, device) for v in draw_host(ns, seed)]
 
 
 def _clone(inputs: list) -> list:
@@ -346,9 +355,12 @@ def probe_problem(payload: dict) -> dict:
 
     _mark("load")
     ns = load_namespace(payload["source"])
-    with _section(lock, device, "build"):
-        model = build_model(ns, sd, device)
-        inputs = draw_inputs(ns, sd["inputs"], device)
+    # Host work (weight init, input draws: seconds at KernelBench's sizes) runs outside the lock;
+    # only moving the results to the device holds it.
+    _mark("build")
+    model, inputs = build_host(ns, sd), draw_host(ns, sd["inputs"])
+    with _section(lock, device, "to device"):
+        model, inputs = model.to(device), _to_device(inputs, device)
         before = _clone(inputs)
     with _section(lock, device, "forward"):
         ref = run_forward(model, inputs, sd["forward"], device)
@@ -374,16 +386,18 @@ def probe_problem(payload: dict) -> dict:
                               "error": max(C.max_error(again, ref), direct_err)}
         del again
     if payload.get("rebuild_in_process", True):
+        _mark("rebuild")
+        model_b, inputs_b = build_host(ns, sd), draw_host(ns, sd["inputs"])
         with _section(lock, device, "rebuild"):
-            model_b = build_model(ns, sd, device)
-            inputs_b = draw_inputs(ns, sd["inputs"], device)
+            model_b, inputs_b = model_b.to(device), _to_device(inputs_b, device)
             out_b = run_forward(model_b, inputs_b, sd["forward"], device)
             m["rebuild"] = {"mode": "rebuilt from seeds in the same process",
                             "error": 0.0 if C.bitwise_equal(out_b, ref) else
                             C.max_error(out_b, ref)}
             del model_b, inputs_b, out_b
+    _mark("digest")  # hashing on the host (seconds for GBs): outside the lock
+    m["digest"] = C.output_digest(ref)
     with _section(lock, device, "stochasticity"):
-        m["digest"] = C.output_digest(ref)
         other = run_forward(model, inputs, sd["forward_alt"], device)
         m["stochastic_error"] = C.max_error(other, ref)
         del other
@@ -392,8 +406,10 @@ def probe_problem(payload: dict) -> dict:
         m["tolerance"] = _calibrate(model, inputs, ref, m, sd, device, floor, cfg)
     tol = m["tolerance"]["tol"]
 
+    _mark("sensitivity")
+    alt_inputs = draw_host(ns, sd["inputs_alt"])
     with _section(lock, device, "sensitivity"):
-        alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
+        alt_inputs = _to_device(alt_inputs, device)
         alt = run_forward(model, alt_inputs, sd["forward"], device)
         per_input = _sensitivity(model, ref, inputs, alt_inputs, sd, device, tol, margin)
         m["input_sensitivity"] = per_input if len(per_input) > 1 else (
@@ -579,12 +595,12 @@ def replay_problem(payload: dict) -> dict:
     lock = GpuLock(payload.get("lock"))
     _mark("load")
     ns = load_namespace(payload["source"])
-    with _section(lock, device, "build"):
-        model = build_model(ns, sd, device)
-        inputs = draw_inputs(ns, sd["inputs"], device)
+    _mark("build")
+    model, inputs = build_host(ns, sd), draw_host(ns, sd["inputs"])
     with _section(lock, device, "forward"):
+        model, inputs = model.to(device), _to_device(inputs, device)
         ref = run_forward(model, inputs, sd["forward"], device)
-        result: dict[str, Any] = {"digest": C.output_digest(ref)}
+    result: dict[str, Any] = {"digest": C.output_digest(ref)}
     timed = payload.get("time", True)
     forwards = {"eager": (model, inputs)} if timed and payload.get("time_eager") else {}
     if payload.get("inductor"):

@@ -195,13 +195,26 @@ class ZygotePool:
                 # numpy's OpenBLAS starts a thread pool at import; a process is forked safely
                 # only with one thread, so the zygote's BLAS stays single-threaded.
                 env = {**base_env, "OPENBLAS_NUM_THREADS": "1"}
-                zygote = self._zygotes[key] = Zygote(python, env, preload())
-                zygote.start()
+                zygote = self._zygotes[key] = self._start(python, env, preload())
             if not zygote.alive and not zygote.warned:
                 zygote.warned = True
                 _log.warning("warm workers unavailable (%s): starting a fresh interpreter per "
                              "run", zygote.failed)
             return zygote if zygote.alive else None
+
+    @staticmethod
+    def _start(python: str, env: dict, names: tuple[str, ...]) -> Zygote:
+        """A started zygote; when one of the optional preloads (after torch, triton and numpy)
+        started a thread (some do where a GPU driver is present), again without it and those
+        after it: fewer preloads cost a worker seconds, no zygote costs it the whole import."""
+        zygote = Zygote(python, env, names)
+        zygote.start()
+        culprit = zygote.info.get("threaded_by")
+        if not zygote.alive and culprit in names[len(BASE_PRELOAD):]:
+            _log.info("zygote preload %s starts a thread: preloading less", culprit)
+            zygote = Zygote(python, env, names[:names.index(culprit)])
+            zygote.start()
+        return zygote
 
     def address_space(self, device: str, base_env: dict) -> int | None:
         """Bytes of address space a run forked for ``device`` starts with (its zygote's
@@ -236,15 +249,17 @@ def _log_file():
     return open(path, "ab") if path else subprocess.DEVNULL
 
 
+BASE_PRELOAD = ("torch", "triton", "numpy")
+
+
 def preload() -> tuple[str, ...]:
     names = os.environ.get("KERNELMILL_WARM_PRELOAD")
     if names is not None:
         return tuple(n for n in names.split(",") if n)
     # torch._dynamo (with Inductor's config) and the flop counter are imported lazily by the
     # meta estimate, the probe's trace and torch.compile: 1-4 s per worker when each imports them
-    return ("torch", "triton", "numpy", "torch._dynamo", "torch.utils.flop_counter",
-            "torch._inductor.compile_fx", "kernelmill.validate.harness_worker",
-            "kernelmill.validate.sandbox")
+    return (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "kernelmill.validate.sandbox",
+            "torch.utils.flop_counter", "torch._dynamo", "torch._inductor.compile_fx")
 
 
 ZYGOTES = ZygotePool()

@@ -384,17 +384,21 @@ def main(argv: list[str]) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where is it? (stderr)
-    preloaded, failed = [], {}
+    preloaded, failed, threaded_by = [], {}, None
     for name in (argv[1].split(",") if len(argv) > 1 and argv[1] else PRELOAD):
         try:
             importlib.import_module(name)
             preloaded.append(name)
         except Exception as exc:  # noqa: BLE001 — a missing preload only costs speed
             failed[name] = f"{type(exc).__name__}: {exc}"[:200]
+        if len(os.listdir("/proc/self/task")) != 1:  # the parent retries without this one
+            threaded_by = name
+            break
     threads = len(os.listdir("/proc/self/task"))
     zygote = Zygote(sock)
     zygote.send({"op": "ready", "pid": os.getpid(), "guardian": guardian,
-                 "threads": threads, "preloaded": preloaded, "failed": failed})
+                 "threads": threads, "preloaded": preloaded, "failed": failed,
+                 "threaded_by": threaded_by})
     if threads != 1:
         os._exit(2)  # forking a multi-threaded process is unsafe: the parent falls back
     try:

@@ -228,3 +228,26 @@ def test_a_warm_worker_compiles_with_its_own_runs_inductor_threads(threads):
                            env={"TORCHINDUCTOR_COMPILE_THREADS": threads})
     assert result.ok and result.warm, result.error
     assert result.value == {"threads": int(threads), "preloaded": True}
+
+
+def test_a_preload_that_starts_a_thread_is_dropped_not_the_zygote(tmp_path, monkeypatch):
+    """A process is forked safely only with one thread. An optional preload that starts one
+    (a GPU driver's import can) costs that preload, not every warm worker."""
+    from kernelmill.validate.zygote import BASE_PRELOAD, ZygotePool
+
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    names = (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "starts_a_thread",
+             "kernelmill.validate.sandbox")
+    monkeypatch.setenv("KERNELMILL_WARM_PRELOAD", ",".join(names))
+    pool = ZygotePool()
+    try:
+        env = worker_env("cpu", {"PYTHONPATH": f"{tmp_path}{os.pathsep}"
+                                 f"{os.environ.get('PYTHONPATH', '')}"})
+        zygote = pool.get("cpu", env)
+        assert zygote is not None and zygote.alive, zygote and zygote.failed
+        assert zygote.info["threads"] == 1
+        assert zygote.info["preloaded"] == list(names[:4])
+    finally:
+        pool.close()
