@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from typing import Any
+from typing import Any, Callable
 
 from . import checks as C
 from . import measure as M
@@ -59,7 +59,8 @@ def _to_device(value: Any, device: str) -> Any:
 
 
 def build_host(ns: dict, sd: dict[str, int], weight_seed: int | None = None):
-    """The model as its source builds it (on the host, unless the source picks a device)."""
+    """The model as its source builds it (seeded; on the host, unless the source picks a
+    device or runs under a device context)."""
     import torch
 
     torch.manual_seed(sd["init"])
@@ -68,20 +69,38 @@ def build_host(ns: dict, sd: dict[str, int], weight_seed: int | None = None):
     return ns["Model"](*init)
 
 
-def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
-    return build_host(ns, sd, weight_seed).to(device)
-
-
 def draw_host(ns: dict, seed: int) -> list:
-    """``get_inputs()`` after seeding the RNG (host tensors, unless the source picks a device)."""
+    """``get_inputs()`` after seeding the RNG (on the host, unless the source picks a device or
+    runs under a device context)."""
     import torch
 
     torch.manual_seed(seed)
     return list(ns["get_inputs"]())
 
 
+def _made_on(device: str, make: Callable[[], Any]) -> Any:
+    """``make()`` with factory functions defaulting to ``device``: weights and inputs drawn by
+    the GPU's RNG take milliseconds where the host's take seconds (15 s for a 1.6e9-element
+    KernelBench input). Where the source cannot build on the device (a host generator, numpy),
+    it is built on the host and moved. Seeded either way, so every worker gets the same."""
+    import torch
+
+    if M.is_cuda(device):
+        try:
+            with torch.device(device):
+                return _to_device(make(), device)
+        except Exception as exc:  # noqa: BLE001 — the host build below decides
+            if _device_poisoned(exc):
+                raise
+    return _to_device(make(), device)
+
+
+def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
+    return _made_on(device, lambda: build_host(ns, sd, weight_seed))
+
+
 def draw_inputs(ns: dict, seed: int, device: str) -> list:
-    return [_to_device(v, device) for v in draw_host(ns, seed)]
+    return _made_on(device, lambda: draw_host(ns, seed))
 
 
 def _clone(inputs: list) -> list:
@@ -355,12 +374,8 @@ def probe_problem(payload: dict) -> dict:
 
     _mark("load")
     ns = load_namespace(payload["source"])
-    # Host work (weight init, input draws: seconds at KernelBench's sizes) runs outside the lock;
-    # only moving the results to the device holds it.
-    _mark("build")
-    model, inputs = build_host(ns, sd), draw_host(ns, sd["inputs"])
-    with _section(lock, device, "to device"):
-        model, inputs = model.to(device), _to_device(inputs, device)
+    with _section(lock, device, "build"):
+        model, inputs = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
         before = _clone(inputs)
     with _section(lock, device, "forward"):
         ref = run_forward(model, inputs, sd["forward"], device)
@@ -386,10 +401,8 @@ def probe_problem(payload: dict) -> dict:
                               "error": max(C.max_error(again, ref), direct_err)}
         del again
     if payload.get("rebuild_in_process", True):
-        _mark("rebuild")
-        model_b, inputs_b = build_host(ns, sd), draw_host(ns, sd["inputs"])
         with _section(lock, device, "rebuild"):
-            model_b, inputs_b = model_b.to(device), _to_device(inputs_b, device)
+            model_b, inputs_b = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
             out_b = run_forward(model_b, inputs_b, sd["forward"], device)
             m["rebuild"] = {"mode": "rebuilt from seeds in the same process",
                             "error": 0.0 if C.bitwise_equal(out_b, ref) else
@@ -406,10 +419,8 @@ def probe_problem(payload: dict) -> dict:
         m["tolerance"] = _calibrate(model, inputs, ref, m, sd, device, floor, cfg)
     tol = m["tolerance"]["tol"]
 
-    _mark("sensitivity")
-    alt_inputs = draw_host(ns, sd["inputs_alt"])
     with _section(lock, device, "sensitivity"):
-        alt_inputs = _to_device(alt_inputs, device)
+        alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
         alt = run_forward(model, alt_inputs, sd["forward"], device)
         per_input = _sensitivity(model, ref, inputs, alt_inputs, sd, device, tol, margin)
         m["input_sensitivity"] = per_input if len(per_input) > 1 else (
@@ -595,10 +606,9 @@ def replay_problem(payload: dict) -> dict:
     lock = GpuLock(payload.get("lock"))
     _mark("load")
     ns = load_namespace(payload["source"])
-    _mark("build")
-    model, inputs = build_host(ns, sd), draw_host(ns, sd["inputs"])
+    with _section(lock, device, "build"):
+        model, inputs = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
     with _section(lock, device, "forward"):
-        model, inputs = model.to(device), _to_device(inputs, device)
         ref = run_forward(model, inputs, sd["forward"], device)
     result: dict[str, Any] = {"digest": C.output_digest(ref)}
     timed = payload.get("time", True)

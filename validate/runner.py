@@ -32,12 +32,14 @@ with "out of host memory".
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import math
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,6 +305,22 @@ def _eager_timing(timing: dict, replay: dict | None, too_large: str, early: list
     return {**timing, "eager_ms": None, "reason": why, "skipped": skipped}
 
 
+_RUNNING: dict[Any, threading.BoundedSemaphore] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def _running(slot: dict):
+    """At most ``slot["running"]`` workers at once on the slot's GPU (taken after memory
+    admission). A GPU has twice as many slots as that, so problems waiting for memory (one that
+    needs the whole GPU) leave the others running instead of holding every slot."""
+    most = slot.get("running")
+    if not most:
+        return contextlib.nullcontext()
+    with _RUNNING_LOCK:
+        semaphore = _RUNNING.setdefault((slot.get("gpu"), most), threading.BoundedSemaphore(most))
+    return semaphore
+
+
 def _gib(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**30:.3g} GiB"
 
@@ -364,8 +382,9 @@ def validate_source(source: str, slot: dict | None = None,
 
     def run(target: str, data: dict, worker_limit: int | None = None):
         limits = None if worker_limit is None else {"address_space": worker_limit}
-        return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
-                             writable=_writable(), limits=limits)
+        with _running(slot):
+            return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
+                                 writable=_writable(), limits=limits)
 
     if on_cuda:
         admitted = run_admitted(budget, estimate, lambda: run(PROBE, payload), _worker_oom)
@@ -565,7 +584,14 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
             elif record.id not in seen:
                 seen.add(record.id)
                 records.append(record)
+        per_gpu = None
+        if device.startswith("cuda") and backend == "local":  # memory waits do not hold slots
+            per_gpu = max(1, workers // max(1, torch.cuda.device_count()))
+            workers *= 2
         runner = get_backend(backend, device=device, workers=workers, address=address)
+        if per_gpu:
+            for slot in runner.slots:
+                slot["running"] = per_gpu
         config_dict = dataclasses.asdict(cfg)
         items = [(r.to_dict(), config_dict) for r in records]
         results = runner.map_unordered(_validate_item, items)

@@ -263,3 +263,22 @@ def test_statistics_over_blocks_equal_the_whole_tensor_ones(monkeypatch, chunk):
             assert blocks[key] == pytest.approx(whole[key], rel=1e-9, abs=1e-12), key
     assert whole["equal"] == (True, False)
     assert whole["max"] > 0.1 and whole["affine"] < 1e-2
+
+
+def test_device_fingerprint_sees_any_one_bit_change(monkeypatch):
+    """The GPU digest (wrapping sums of words, one weighted by index) changes with any word, in
+    any block, and stays the same for the same bytes (run here on host tensors: same code)."""
+    import torch
+
+    monkeypatch.setattr(C, "CHUNK", 64)
+    x = torch.randn(10, 37, generator=torch.Generator().manual_seed(1))
+    base = C._device_fingerprint(x)
+    assert base == C._device_fingerprint(x.clone()) == C._device_fingerprint(x.t().t())
+    for pos in (0, 63, 64, 65, 369):
+        y = x.clone().reshape(-1)
+        y.view(torch.int32)[pos] ^= 1  # one bit of one element
+        assert C._device_fingerprint(y.reshape(10, 37)) != base, pos
+    swapped = x.clone().reshape(-1)
+    swapped[[3, 4]] = swapped[[4, 3]]  # same words, other places
+    assert C._device_fingerprint(swapped.reshape(10, 37)) != base
+    assert C._device_fingerprint(torch.zeros(4)) != C._device_fingerprint(-torch.zeros(4))

@@ -202,3 +202,34 @@ def test_a_problem_the_first_worker_failed_gets_no_second_worker():
                                           "early_exit": False, "timeout_s": 240})
     assert full["profile"]["replay.wall"] > 0
     assert "across 2 workers" in full["checks"]["deterministic"]["detail"]
+
+
+def test_workers_running_on_one_gpu_are_bounded_by_its_slot():
+    """A GPU gets twice as many slots as workers may run on it (slots waiting for memory do
+    not starve the others); ``_running`` holds the running ones to the bound."""
+    import threading
+    import time
+
+    from kernelmill.validate.runner import _running
+
+    slot = {"device": "cuda:0", "gpu": 7, "running": 2}
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def work():
+        with _running(slot):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.1)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 2
+    with _running({"device": "cpu", "gpu": None}):  # CPU slots: no bound beyond the slots
+        pass
