@@ -39,7 +39,8 @@ class BuildConfig:
     out: str = option("kernelmill-build", "build folder; rerunning with the same folder resumes")
     n: int | None = option(None, "problems to synthesize (default: n_cpu or n_gpu by device)")
     n_cpu: int = option(16, "problems to synthesize when validation runs on the CPU")
-    n_gpu: int = option(24, "problems to synthesize when validation runs on a GPU")
+    n_gpu: int = option(960, "problems to synthesize when validation runs on a GPU (with the "
+                        "seeds, over 1,000 problems)")
     device: str = option("auto", "where validation runs: auto, cpu, cuda or cuda:N")
     seed: int = option(0, "seed of every sampling stage (synthesis, clustering, the split)")
     backend: str = option("local", "where validation runs: local worker processes, or Ray "

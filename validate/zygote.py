@@ -257,9 +257,10 @@ def preload() -> tuple[str, ...]:
     if names is not None:
         return tuple(n for n in names.split(",") if n)
     # torch._dynamo (with Inductor's config) and the flop counter are imported lazily by the
-    # meta estimate, the probe's trace and torch.compile: 1-4 s per worker when each imports them
+    # meta estimate and the probe's trace: 1-4 s per worker when each imports them. (Inductor's
+    # compile_fx is not: on a GPU machine its import starts a thread, measured on an H100.)
     return (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "kernelmill.validate.sandbox",
-            "torch.utils.flop_counter", "torch._dynamo", "torch._inductor.compile_fx")
+            "torch.utils.flop_counter", "torch._dynamo")
 
 
 ZYGOTES = ZygotePool()
