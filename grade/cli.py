@@ -37,7 +37,7 @@ def _policy(args: argparse.Namespace) -> Policy:
     policy = Policy(preset=args.policy, trials=args.trials, max_torch_ops=args.max_torch_ops,
                     time=not args.no_time,
                     timeout_s=args.timeout, atol=args.atol, rtol=args.rtol,
-                    sandbox=not args.no_sandbox)
+                    sandbox=not args.no_sandbox, static_first=not args.run_flagged)
     if args.inductor is not None:
         policy.inductor = args.inductor == "on"
     return policy
@@ -214,5 +214,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")
     p.add_argument("--no-sandbox", action="store_true", help="do not confine workers with "
                    "Landlock (debugging only: submissions can then write files)")
+    p.add_argument("--run-flagged", action="store_true", help="run a submission the static "
+                   "scan flags too (by default its verdict, hacked, is given without running it)")
     p.set_defaults(func=_cmd_grade)
 

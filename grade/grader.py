@@ -322,6 +322,8 @@ class Grader:
         began = time.monotonic()
         verdict = self._static(candidate_source)
         if verdict is None:
+            verdict = self._decided_statically(candidate_source)
+        if verdict is None:
             reference = self.fresh_reference(size.source, slot_env=slot_env)
             after_reference = time.monotonic()
             verdict = self._candidate(reference, candidate_source, record, slot_env)
@@ -342,6 +344,22 @@ class Grader:
             return Verdict.failure("parse", exc.reason + (f" (line {exc.line})" if exc.line
                                                           else ""), reward=None).to_dict()
         return None
+
+    def _decided_statically(self, source: str) -> dict | None:
+        """The verdict, without running anything, of a source whose scan alone makes it hacked
+        (``Policy.static_first``): a forbidden API or a kernelguard finding. Vendor-library
+        calls are not decisive (the policy weighs them against the reference's ops)."""
+        policy = self.policy
+        if not (policy.static_scan and policy.static_first):
+            return None
+        decisive = [f for f in static.scan(source) if static.VENDOR_PREFIX not in f]
+        if not decisive:
+            return None
+        not_run = WorkerResult(ok=False, error={
+            "stage": "static scan", "message": "not run: the static scan decided the verdict"})
+        verdict = judge({}, not_run, not_run, policy=policy, findings=decisive)
+        verdict.update(compiled=False, stage_reached="parsed", profile={"static_only": True})
+        return verdict
 
     def _candidate(self, reference: ReferenceRun, source: str, record: dict | None,
                    slot_env: dict | None) -> dict:

@@ -133,6 +133,9 @@ class Policy:
     max_scalar_reads: int = 16  # .item() reads per forward: more is computing on the host
     require_custom_kernel: bool = True  # a Triton launch or extension call in every forward
     static_scan: bool = True  # flag sources that reach for introspection/escape APIs
+    # a source the scan flags (a forbidden API, kernelguard) is judged without running it: any
+    # run's verdict would be hacked, so it gets no GPU time and none of its code is executed
+    static_first: bool = True
     flag_native_threads: bool = True  # new OS threads alive after forward are a hack
     atol: float | None = None  # override; else the problem record's, else by dtype
     rtol: float | None = None

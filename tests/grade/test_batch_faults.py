@@ -96,7 +96,9 @@ def test_a_timed_out_verdict_is_not_served_from_cache(tmp_path):
     submissions = tmp_path / "submissions.jsonl"
     submissions.write_text(json.dumps({"submission_id": "s1", "problem_id": "ref_scale_add",
                                        "source": hang}) + "\n")
-    cache, policy = tmp_path / "cache.jsonl", Policy(time=False, trials=1, timeout_s=4)
+    # static_first off: the hang must run (and time out), whatever the scan thinks of it
+    cache = tmp_path / "cache.jsonl"
+    policy = Policy(time=False, trials=1, timeout_s=4, static_first=False)
     for run in ("v1", "v2"):
         grade_file(_problems(tmp_path), submissions, tmp_path / f"{run}.jsonl", device="cpu",
                    policy=policy, cache_path=cache)

@@ -91,7 +91,9 @@ def test_hostile_suite_on_cpu(tmp_path):
     primers = {k: v for k, v in everything.items() if k.endswith("_primer")}
     main = {k: v for k, v in everything.items() if k not in primers}
     cache = tmp_path / "cache.jsonl"
-    policy = Policy(timeout_s=150, timing_settings=FAST_TIMING)
+    # The suite exercises the run-time mechanisms too: a source the scan flags is run anyway
+    # (test_mechanisms checks the static verdict that spares it the run by default).
+    policy = Policy(timeout_s=150, timing_settings=FAST_TIMING, static_first=False)
     # A process of this user holding a secret in its environment, as the grader's would.
     canary = subprocess.Popen(["sleep", "600"], env={**os.environ, CANARY: "1"})
     rows = {}

@@ -484,3 +484,27 @@ def test_vendor_calls_in_native_source_follow_the_preset(preset, reference_ops, 
                     policy=Policy(preset=preset), findings=findings)
     assert ("torch_compute" in verdict["hacks"]) is flagged, verdict["hack_details"]
     assert "forbidden_api" not in verdict["hacks"]
+
+
+def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_path):
+    """``Policy.static_first``: a forbidden API makes any run's verdict hacked, so the source
+    gets its verdict with no worker started (no GPU time, none of its code executed)."""
+    from kernelmill.grade import grader as G
+
+    hostile = Path(__file__).parent / "ctypes_from_address.py"
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    assert "forbidden_api" in hostile.read_text()  # the case's own expectation
+
+    def no_worker(*_args, **_kwargs):
+        raise AssertionError("a worker was started for a source the scan decided")
+
+    monkeypatch.setattr(G, "run_in_worker", no_worker)
+    grader = G.Grader("cpu", policy=Policy(time=False, trials=1), cache_root=str(tmp_path))
+    verdict = grader.grade(reference, hostile.read_text())
+    assert verdict["hacks"] == ["forbidden_api"] and not verdict["correct"]
+    assert verdict["reward"] == 0.0 and verdict["profile"] == {"static_only": True}
+    assert not verdict["compiled"]
+    # an honest kernel is not decided statically: it needs a worker
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    with pytest.raises(AssertionError, match="a worker was started"):
+        grader.grade(reference, honest)
