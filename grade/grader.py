@@ -40,7 +40,7 @@ from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
 
 from . import static
-from .judge import judge, reference_fault
+from .judge import judge, reference_fault, usable_trials
 from .policy import Policy
 from .rewards import get_reward
 from .size import grading_size
@@ -258,8 +258,10 @@ class Grader:
                        timed: bool = True) -> ReferenceRun:
         policy = self.policy
         dists = policy.distributions or ("natural",)
-        trials = [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)]}
-                  for i in range(max(1, policy.trials))]
+        shown = max(1, policy.trials)
+        hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
+        trials = [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
+                   "hidden": i >= shown} for i in range(shown + hidden)]
         payload = {"source": source, "device": self.worker_device, "trials": trials,
                    "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
@@ -366,7 +368,8 @@ class Grader:
         policy = self.policy
         findings = static.scan(source) if policy.static_scan else []
         ref = reference.value
-        trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in ref["trials"] if t["usable"]]
+        shown, hidden = usable_trials(ref)
+        trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in shown]
         largest = max((t.numel() * t.element_size() for trial in ref["trials"]
                        for t in trial["outputs"] if hasattr(t, "numel")), default=0)
         payload = {"source": source, "device": self.worker_device,
@@ -376,7 +379,8 @@ class Grader:
                    "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
                    "timing_settings": policy.timing_settings,
                    "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
-                   "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox}
+                   "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
+                   "hidden_trials": [{"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)
@@ -440,7 +444,8 @@ class Grader:
             settings=settings, cuda=self.device.startswith("cuda"),
             start=lambda: [t.start() for t in threads],
             finish=lambda: _gpu_work_done(controls, policy.timeout_s),
-            clock_check=("candidate",), gpu_handshake=True)
+            clock_check=("candidate",), gpu_handshake=True,
+            unseen_check=("candidate",) if payload.get("hidden_trials") else ())
         for thread in threads:
             thread.join()
         timing_run = results.get("reference")

@@ -19,7 +19,8 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 ``no_custom_kernel``    a forward call launched no Triton kernel and called no extension
 ``torch_compute``       PyTorch compute ops in forward beyond the policy's allowance
 ``timing_behaviour``    fewer launches while timed than while checked, wrong answers then (the
-                        replayed CUDA graph included), or a time below the parent's clock
+                        replayed CUDA graph included), or a time below the parent's clock, or
+                        right and fast only on inputs seen before (new ones shown while timed)
 ``impossible_speed``    faster than the device's memory bandwidth allows for the problem's bytes
 ``host_compute``        tensor elements handed to Python in forward (map_/apply_/tolist/bytes),
                         or device-to-host copies beyond the scalar-read allowance
@@ -33,6 +34,7 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import torch
@@ -111,6 +113,13 @@ def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple
             return False, (f"output {index}: {int(bad.sum())}/{bad.numel()} elements off "
                            f"(max abs error {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
     return True, ""
+
+
+def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:
+    """The reference's usable trials: (checked ones, hidden ones). A hidden trial's inputs are
+    shown to the candidate only once, inside its timing window (``Policy.unseen_trials``)."""
+    usable = [t for t in reference.get("trials") or [] if t["usable"]]
+    return ([t for t in usable if not t.get("hidden")], [t for t in usable if t.get("hidden")])
 
 
 def reference_fault(reference: dict) -> str | None:
@@ -206,7 +215,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     if (facts.get("witness") or {}).get("unavailable"):
         verdict["downgrades"].append(f"op witness: {facts['witness']['unavailable']}")
     verdict["stage_reached"] = "ran"
-    trials = [t for t in reference["trials"] if t["usable"]]
+    trials, hidden = usable_trials(reference)
     ref_device = reference["trials"][0]["device_types"]
     calls = facts["calls"]
     shaped = True
@@ -295,6 +304,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hack("leaked_process", f"{facts['children']} child process(es) alive after forward")
     _timed_call_checks(facts, trials, policy, record, hack, all_correct,
                        reference.get("ops", []))
+    _unseen_checks(facts.get("unseen"), hidden, policy, record, hack, all_correct,
+                   str(reference.get("info", {}).get("device", "")), checks)
     ghost = facts.get("ghost") or {}
     if ghost.get("skipped") and all_correct:
         trial = trials[ghost["trial"]]
@@ -460,6 +471,36 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
         if not ok and all_correct:
             hack("timing_behaviour", f"timed call {check['call']} on trial {check['trial']}'s "
                  f"inputs gave a wrong answer: {why}")
+
+
+def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
+                   all_correct: bool, device: str, checks: dict) -> None:
+    """Single calls timed inside the window on inputs the candidate had never seen, between
+    calls on the timed inputs (``worker._Run.unseen``): their answers must be right, and they
+    may not be much slower than the calls on inputs seen before. A forward that caches answers
+    by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
+    if not unseen or not all_correct:
+        return
+    for check in unseen.get("checks") or []:
+        trial = hidden[check["hidden"]]
+        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                     "torch.float32")
+        ok, why = compare(trial["outputs"], check.get("outputs"), *policy.tolerance(dtype, record))
+        checks[f"unseen:{check['hidden']}"] = {"passed": ok, "detail": why}
+        if not ok:
+            hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
+            return
+    seen, new = unseen.get("seen_ms") or [], unseen.get("unseen_ms") or []
+    if not seen or not new:
+        return
+    usual, fastest_new = statistics.median(seen), min(new)
+    floor = policy.unseen_floor_ms if device.startswith("cuda") else policy.unseen_floor_cpu_ms
+    slow = fastest_new > policy.unseen_ratio * usual + floor
+    checks["unseen_time"] = {"passed": not slow, "detail": f"unseen inputs {new} ms, timed "
+                             f"inputs {seen} ms ({unseen.get('method')})"}
+    if slow:
+        hack("timing_behaviour", f"forward took {fastest_new:.4g} ms or more on inputs it had "
+             f"not seen, {usual:.4g} ms on the timed inputs: it remembers inputs it has seen")
 
 
 def _cross_call_checks(calls, trials, policy, record, hack) -> None:

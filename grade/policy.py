@@ -129,6 +129,13 @@ class Policy:
     min_candidate_share: float = 0.3  # kernelbench: the candidate's share of GPU time
     trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
     distributions: tuple[str, ...] = ("natural", "affine")  # cycled over the trials
+    # trials shown to the candidate only inside its timing window, one single timed call each
+    # between calls on the timed inputs: right answers, and no more than ``unseen_ratio`` times
+    # (plus a floor) as slow as those calls, or forward remembers inputs (``timing_behaviour``)
+    unseen_trials: int = 2
+    unseen_ratio: float = 1.5
+    unseen_floor_ms: float = 0.02  # on CUDA (events, L2 flushed, inside the exclusive window)
+    unseen_floor_cpu_ms: float = 2.0  # on CPU the host's own noise is larger
     max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call
     max_scalar_reads: int = 16  # .item() reads per forward: more is computing on the host
     require_custom_kernel: bool = True  # a Triton launch or extension call in every forward

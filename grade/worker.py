@@ -340,7 +340,8 @@ def _timer_options(payload: dict) -> dict:
     return {k: settings[k] for k in ("warmup", "graph", "sample_ms") if k in settings}
 
 
-def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None):
+def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
+                  unseen=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
@@ -351,7 +352,8 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
         witness.pause()
     report({"ready": ready})
     try:
-        return timer, M.serve_window(timer, receive, report)
+        # (with a graph, ``unseen`` replays a one-call graph: no candidate Python runs either)
+        return timer, M.serve_window(timer, receive, report, unseen)
     finally:
         if paused:
             witness.resume()
@@ -406,6 +408,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
             natural_finite = natural_finite and finite
         usable = finite or (spec["dist"] == "natural" or not natural_finite)
         trials.append({"seed": spec["seed"], "dist": spec["dist"], "inputs": kept,
+                       "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
@@ -562,7 +565,8 @@ class _Run:
 
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,
                  max_bytes: int | None = None, *, trials: list | None = None,
-                 witness: Witness | None = None, check_seed: int | None = None):
+                 witness: Witness | None = None, check_seed: int | None = None,
+                 hidden: list | None = None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         self.first_call = True
         self.base_threads, self.base_tasks = base_threads, base_tasks
@@ -574,6 +578,8 @@ class _Run:
         self.ghost_range = -1
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
+        self.hidden = hidden or []
+        self.unseen_facts: dict | None = None
 
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers)."""
@@ -622,6 +628,37 @@ class _Run:
                               **self.observe(out, self.buffers, inputs_after=False)}]
         self.load(self.trials[0]["inputs"])
         return out
+
+    def unseen(self, timer: M.Timer) -> int:
+        """Inside the timing window: single calls timed alike (``Timer.once``: a forward call,
+        or a replay of a one-call graph captured like the timed one), alternating trial 0's
+        inputs (seen in every timed call; each such call follows an untimed one on the same
+        inputs) with each hidden trial's (never seen before), each loaded into the same
+        buffers. A forward that remembers inputs it has seen (an answer cache keyed by their
+        content, on the host or on the device) is fast only on the first kind; a hidden
+        trial's output is also sent to the parent to compare with the reference's."""
+        if not self.hidden:
+            return 0
+        seen_ms, unseen_ms, checks = [], [], []
+        first = self.trials[0]
+
+        def timed_on(trial: dict):
+            self.load(trial["inputs"])
+            return timer.once(lambda: self.invoke(trial["seed"])[0])
+
+        def repeated() -> float:  # a call on the inputs of the call before, as when timed
+            timed_on(first)
+            return timer.once(lambda: self.invoke(first["seed"])[0])[0]
+
+        for index, trial in enumerate(self.hidden):
+            seen_ms.append(repeated())
+            ms, out = timed_on(trial)
+            unseen_ms.append(ms)
+            checks.append({"hidden": index, **self.observe(out, self.buffers, inputs_after=False)})
+        seen_ms.append(repeated())
+        self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "checks": checks,
+                             "method": timer.method}
+        return len(unseen_ms)
 
     def call(self, trial_index: int) -> dict:
         """A checked call on trial ``trial_index``: raw facts for the parent."""
@@ -814,7 +851,8 @@ def candidate_task(payload: dict) -> dict:
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
     trials = payload["trials"]
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
-               trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"))
+               trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
+               hidden=payload.get("hidden_trials"))
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
@@ -843,11 +881,12 @@ def candidate_task(payload: dict) -> dict:
             calls[0] += 1
             return run.timed()  # instrumented exactly like the checked calls
 
-        timer, timing = _serve_timing(forward, device, payload, witness)
+        timer, timing = _serve_timing(forward, device, payload, witness, run.unseen)
         timing["calls"] = calls[0]
         timing["launches"] = _counts["launches"] - before[0]
         timing["ext_calls"] = _counts["ext_calls"] - before[1]
         facts["timing"] = timing
+        facts["unseen"] = run.unseen_facts
         mark_stage("after timing")
         # What the timed work left in its output (the graph's, when captured) on trial 0. The
         # last timed call may have been a secret check on another trial's inputs: call again.

@@ -259,6 +259,7 @@ class Timer:
         self.host_ms: float | None = None
         self._flush: L2Flush | None = None
         self._events = None
+        self._single = None  # a one-call graph captured like the timed one: (graph, output)
 
     # -------------------------------------------------------- preparation
 
@@ -329,7 +330,7 @@ class Timer:
         start, end = self._events
         times = []
         for calls in (1, PROBE_CALLS):
-            graph, _ = self._captured(stream, calls)
+            graph, output = self._captured(stream, calls)
             _graph_replay(graph)
             _event_record(start)
             for _ in range(5):
@@ -337,7 +338,9 @@ class Timer:
             _event_record(end)
             _event_wait(end)
             times.append(float(_event_elapsed(start, end)) / 5)
-            del graph
+            if calls == 1:
+                self._single = (graph, output)  # kept for ``once``
+            del graph, output
         one, many = times
         return max((many - one) / (PROBE_CALLS - 1), many / PROBE_CALLS / 4, 1e-5)
 
@@ -374,6 +377,37 @@ class Timer:
         _event_record(end)
         _event_wait(end)
         return float(_event_elapsed(start, end))
+
+    def once(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+        """One call timed alone, the way the window times calls: with a captured graph, a replay
+        of the one-call graph captured like it (``fn`` is not called: the graph reads the same
+        input buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
+        bracket the call and a device-wide synchronize. Returns (ms, the call's output)."""
+        if self.method == "cuda_graph" and self._single is not None:
+            graph, output = self._single
+            start, end = self._events
+            if self._flush is not None:
+                self._flush.flush()
+            _event_record(start)
+            _graph_replay(graph)
+            _cuda_synchronize()
+            _event_record(end)
+            _event_wait(end)
+            return float(_event_elapsed(start, end)), output
+        if self.method is None or self.method == "perf_counter" or self._events is None:
+            begin = _perf_counter()
+            output = fn()
+            synchronize(self.device)
+            return (_perf_counter() - begin) * 1e3, output
+        start, end = self._events
+        if self._flush is not None:
+            self._flush.flush()
+        _event_record(start)
+        output = fn()
+        _cuda_synchronize()
+        _event_record(end)
+        _event_wait(end)
+        return float(_event_elapsed(start, end)), output
 
     def round(self, reps: int) -> list[float]:
         return [self.sample() for _ in range(max(1, int(reps)))]
@@ -449,10 +483,13 @@ def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> boo
 
 
 def serve_window(timer: Timer, receive: Callable[[], str],
-                 report: Callable[[dict], None]) -> dict:
+                 report: Callable[[dict], None],
+                 unseen: Callable[[Timer], int] | None = None) -> dict:
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
-    the window. Commands (one line each): ``warm MS``, ``round N``, ``loop N``, ``stop``.
-    Each answer is one report: ``{"warm": n}``, ``{"round": [ms, ...]}``, ``{"loop": n}``."""
+    the window. Commands (one line each): ``warm MS``, ``round N``, ``loop N``, ``unseen``,
+    ``stop``. Each answer is one report: ``{"warm": n}``, ``{"round": [ms, ...]}``,
+    ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
+    timed function had not seen; 0 without it)."""
     samples: list[float] = []
     rounds = loops = 0
     while True:
@@ -471,6 +508,8 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             timer.loop(int(arg))
             loops += int(arg)
             report({"loop": int(arg)})
+        elif verb == "unseen":
+            report({"unseen": unseen(timer) if unseen is not None else 0})
         else:
             raise ValueError(f"unknown timing command {verb!r}")
     return summarize(timer.method, samples, rounds=rounds, loop_samples=loops,

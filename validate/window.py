@@ -14,6 +14,8 @@ reports ``{"ready": ...}`` and waits for commands (``measure.serve_window``). ``
    thermal state hit both alike;
 3. for the participants named in ``clock_check`` runs a back-to-back loop timed by the parent's
    own clock (a worker cannot speed up the parent's clock: ``wall_ms`` bounds what really ran);
+   then asks those named in ``unseen_check`` to time single calls on inputs they have not seen
+   (a forward that is fast only on inputs it has seen before shows there);
 4. sends ``stop`` and, holding the lock shared again, lets the workers finish.
 
 The lock is one file pair per physical GPU (``gpu_lock_path``) in a per-user runtime folder,
@@ -174,14 +176,17 @@ def _clock_check(name: str, control: Control, info: dict, samples: list[float],
 def run_window(participants: dict[str, Control], *, lock: GpuLock,
                settings: WindowSettings | None = None, cuda: bool = True,
                start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
-               clock_check: tuple[str, ...] = (), gpu_handshake: bool = False) -> dict:
+               clock_check: tuple[str, ...] = (), unseen_check: tuple[str, ...] = (),
+               gpu_handshake: bool = False) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
     (``measure.await_gpu``) and gets "go" once the shared lock is held, else the lock is taken
     right after ``start``. ``finish`` waits for them (after ``stop``, under the shared lock). Returns ``{"participants": {name: summary},
     "rounds", "window_ms", "error"}``; a summary is ``measure.summarize`` of the samples plus
-    the worker's ``ready`` description and, for ``clock_check``, ``wall_ms`` per call."""
+    the worker's ``ready`` description and, for ``clock_check``, ``wall_ms`` per call.
+    Participants in ``unseen_check`` then time single calls on inputs they have not seen, still
+    alone on the GPU (``measure.serve_window``'s ``unseen``; the results stay in the worker)."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -245,6 +250,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             for name in clock_check:
                 walls[name] = _clock_check(name, participants[name], ready[name],
                                            samples[name], paces[name], settings, timeout)
+            for name in unseen_check:
+                participants[name].send("unseen")
+                _answer(name, participants[name], "unseen", timeout)
             result["window_ms"] = (time.monotonic() - began) * 1e3
             for control in participants.values():
                 control.send("stop")
