@@ -159,6 +159,9 @@ class Verdict(Section):
     timings: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, Any] | None = None
     hack_details: dict[str, str] = field(default_factory=dict)
+    # the checked calls' device work: the candidate's share of the GPU time and the library
+    # kernels that ran (``grade.judge.device_work``)
+    device_work: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -143,7 +143,8 @@ class Grader:
         self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        self._compiled: set[str] = set()  # sources whose extensions a compile worker built
+        # sources whose extensions a compile worker built, with its result
+        self._compiled: dict[str, WorkerResult] = {}
         # CPU workers are admitted on the host's memory (validate.admission) like validation's
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
@@ -309,11 +310,12 @@ class Grader:
             if arch:
                 env["TORCH_CUDA_ARCH_LIST"] = arch
         result = run_in_worker("kernelmill.grade.worker:compile_task",
-                               {"source": candidate_source}, timeout_s=self.policy.timeout_s,
+                               {"source": candidate_source},
+                               timeout_s=max(self.policy.timeout_s, self.policy.compile_timeout_s),
                                device="cpu", env=env, writable=[build],
                                sandbox=self.policy.sandbox)
         with self._lock:
-            self._compiled.add(candidate_source)
+            self._compiled[candidate_source] = result
         return result
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
@@ -384,9 +386,12 @@ class Grader:
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)
-            if source not in self._compiled:
-                # The candidate worker may not create processes (no compiler): build first.
-                self.compile(source)
+            # The candidate worker may not create processes (no compiler): build first.
+            built = self._compiled.get(source) or self.compile(source)
+            if built is not None and not built.ok:
+                # its build failed or ran out of time: that is the verdict (no GPU run)
+                return judge(ref, reference.result, built, policy=policy,
+                             findings=findings, record=record)
             env["TORCH_EXTENSIONS_DIR"] = build
             writable.append(build)
             if self.device.startswith("cuda") and cuda_arch_list():
@@ -402,7 +407,8 @@ class Grader:
             else:
                 result, window = run_in_worker(**candidate), None
         verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
-                        record=record, window=window)
+                        record=record, window=window,
+                        own_kernels=static.declared_kernels(source))
         if window:  # where the GPU's lock made this grade wait, and how long it held it alone
             verdict["profile"] = {k: window.get(k) for k in
                                   ("shared_wait_ms", "exclusive_wait_ms", "window_ms")}

@@ -52,10 +52,11 @@ from .policy import (
     op_base,
     reference_compute_ops,
 )
-from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX
+from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX, kernel_base
 from .witness import UNATTRIBUTED
 
-COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init")
+COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init",
+                  "compile")
 # A reported mean per-call time below this fraction of what the parent's own clock saw in a
 # back-to-back loop is not believed. Graph replays back to back take the graph's time; CPU calls
 # on shared cores are noisier (a forged report is off by orders of magnitude).
@@ -165,11 +166,13 @@ def roofline_ms(reference: dict, record: dict | None) -> float | None:
 
 
 def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, policy: Policy,
-          findings: list[str], record: dict | None = None, window: dict | None = None) -> dict:
+          findings: list[str], record: dict | None = None, window: dict | None = None,
+          own_kernels: frozenset | None = None) -> dict:
     """The verdict (without reward): compiled, correct, hacks, timings, checks, error.
 
     ``window`` is the parent's timing window (``validate.window.run_window``) in which the
-    reference and this candidate were timed; speedups come only from it."""
+    reference and this candidate were timed; speedups come only from it. ``own_kernels``: the
+    ``__global__`` functions the candidate's source defines (``static.declared_kernels``)."""
     hacks: dict[str, str] = {}
     checks: dict[str, dict] = {}
     verdict: dict[str, Any] = {"compiled": False, "correct": False, "hacks": [],
@@ -249,7 +252,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         compute = compute_ops([*judged, *call.get("launch_ops", [])], mine) + \
             reference_compute_ops(ops, reference.get("ops", []))
         compute = [op for op in compute if allowed is not None and op_base(op) not in allowed]
-        _kernel_checks(name, call, policy, reference, mine, hack)
+        _kernel_checks(name, call, policy, reference, mine, hack, own_kernels)
         redone = redoes_reference(ops, mine, reference.get("ops", []))
         if redone and policy.preset == "kernelbench":  # strict and library reject it anyway
             hack("torch_compute", f"{name}: PyTorch ran every computing op of the reference "
@@ -293,6 +296,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
 
     _cross_call_checks(calls, trials, policy, record, hack)
     _share_check(calls, policy, hack)
+    verdict["device_work"] = device_work(calls)
     for label, value in (("patched", facts.get("patched")),):
         if value:
             hack("patched_function", f"replaced: {', '.join(value[:6])}")
@@ -382,7 +386,28 @@ def downgrades(confinement: dict | None) -> list[str]:
     return lines
 
 
-def _kernel_checks(name, call, policy, reference, mine, hack) -> None:
+def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
+    """Whose work one recorded GPU kernel ``[name, us, launcher]`` is: ``candidate`` (a Triton
+    launch of its source; a kernel of its extension compiled from a ``__global__`` function its
+    source defines), ``vendor`` (cuBLAS, cuDNN, CUTLASS, attention kernels) or ``library``
+    (ATen, Inductor, anything else prebuilt, and kernels launched outside any op, Triton launch
+    or extension call). Without ``own_kernels`` (no native source seen), an extension's kernel
+    is the candidate's unless its name is a library's."""
+    name, _us, launcher = kernel
+    if launcher == "triton":
+        return "candidate"
+    vendor = bool(VENDOR_KERNEL.search(name))
+    if launcher == "extension":
+        if own_kernels:
+            return "candidate" if kernel_base(name) in own_kernels else \
+                ("vendor" if vendor else "library")
+        if not vendor and not LIBRARY_KERNEL.search(name):
+            return "candidate"
+    return "vendor" if vendor and launcher != UNATTRIBUTED else "library"
+
+
+def _kernel_checks(name, call, policy, reference, mine, hack,
+                   own_kernels: frozenset | None = None) -> None:
     """What ran on the device (CUDA: kernel records) or in the candidate's launches (CPU: the
     profiler's ranges) decides library use the op trace cannot see: vendor or PyTorch kernels
     launched from inside an extension, host round trips, and kernelbench's GPU-time share."""
@@ -393,26 +418,27 @@ def _kernel_checks(name, call, policy, reference, mine, hack) -> None:
     if reads > policy.max_scalar_reads:
         hack("host_compute", f"{name}: {reads} device-to-host copies in forward")
     ext = [k for k in device if k[2] == "extension"]
-    vendor = [k[0] for k in ext if VENDOR_KERNEL.search(k[0])]
-    library = [k[0] for k in ext if LIBRARY_KERNEL.search(k[0]) and k[0] not in vendor]
+    owners = {id(k): kernel_owner(k, own_kernels) for k in device}
+    vendor = [k[0] for k in ext if owners[id(k)] == "vendor"]
+    library = [k[0] for k in ext if owners[id(k)] == "library"]
     if vendor and not policy.allows_vendor_kernels(reference.get("ops", [])):
         hack("torch_compute", f"{name}: vendor-library kernels launched by the extension "
              f"({policy.preset} policy): {sorted(set(vendor))[:3]}")
     if library and policy.preset != "kernelbench":
-        hack("torch_compute", f"{name}: PyTorch kernels launched by the extension: "
-             f"{sorted(set(library))[:3]}")
-    # Kernels linked to the call's own range ran outside any op, Triton launch and extension
-    # call: a compiled graph's runtime (AOTInductor) or driver calls through an FFI. They are
-    # never the candidate's (kernelbench counts them against its share).
+        hack("torch_compute", f"{name}: library kernels launched by the extension (not "
+             f"compiled from its own __global__ functions): {sorted(set(library))[:3]}")
+    # Kernels launched outside any op, Triton launch and extension call: a replayed CUDA graph,
+    # a compiled graph's runtime (AOTInductor) or driver calls through an FFI. They are never
+    # the candidate's (kernelbench counts them against its share).
     foreign = sorted({k[0] for k in device if k[2] == UNATTRIBUTED})
     if foreign and policy.preset != "kernelbench":
         hack("torch_compute", f"{name}: GPU kernels launched outside any op, Triton launch or "
              f"extension call: {foreign[:3]}")
     if device:
-        own = sum(us for kernel, us, owner in device if owner == "triton" or (
-            owner == "extension" and not VENDOR_KERNEL.search(kernel)
-            and not LIBRARY_KERNEL.search(kernel)))
-        total = sum(us for _k, us, _o in device)
+        own = sum(k[1] for k in device if owners[id(k)] == "candidate")
+        total = sum(k[1] for k in device)
+        call["_library_us"] = [(k[0], k[1], owners[id(k)]) for k in device
+                               if owners[id(k)] != "candidate"]
     else:  # CPU: time inside the candidate's launches against PyTorch's computing ops
         own = float(call.get("launch_us") or 0.0)
         total = own + sum(us for op, us in call.get("top_op_us") or []
@@ -420,6 +446,24 @@ def _kernel_checks(name, call, policy, reference, mine, hack) -> None:
     if total > 0:
         call["candidate_share"] = own / total
         call["_share_us"] = (own, total, "GPU" if device else "compute")
+
+
+def device_work(calls: list[dict]) -> dict | None:
+    """What the verdict records of the work in the checked calls: the candidate's share of the
+    GPU time (of the computing ops' time on CPU), and the library kernels that ran, by time."""
+    parts = [c["_share_us"] for c in calls if c.get("_share_us")]
+    if not parts:
+        return None
+    own, total = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    library: dict[str, list] = {}
+    for call in calls:
+        for kernel, us, owner in call.get("_library_us") or []:
+            entry = library.setdefault(kernel[:120], [0.0, owner])
+            entry[0] += us
+    top = sorted(library.items(), key=lambda item: -item[1][0])[:10]
+    return {"clock": parts[0][2], "calls": len(parts), "candidate_us": round(own, 3),
+            "total_us": round(total, 3), "candidate_share": round(own / total, 4) if total else None,
+            "library_kernels": [{"name": k, "us": round(v[0], 3), "kind": v[1]} for k, v in top]}
 
 
 def redoes_reference(ops: list[str], mine: list[str] | None,
@@ -490,17 +534,25 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         if not ok:
             hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
             return
-    seen, new = unseen.get("seen_ms") or [], unseen.get("unseen_ms") or []
-    if not seen or not new:
-        return
-    usual, fastest_new = statistics.median(seen), min(new)
     floor = policy.unseen_floor_ms if device.startswith("cuda") else policy.unseen_floor_cpu_ms
-    slow = fastest_new > policy.unseen_ratio * usual + floor
-    checks["unseen_time"] = {"passed": not slow, "detail": f"unseen inputs {new} ms, timed "
-                             f"inputs {seen} ms ({unseen.get('method')})"}
-    if slow:
-        hack("timing_behaviour", f"forward took {fastest_new:.4g} ms or more on inputs it had "
-             f"not seen, {usual:.4g} ms on the timed inputs: it remembers inputs it has seen")
+    # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
+    # durations of its kernels (CUPTI), which carry no launch or synchronize cost.
+    for key, unit, ratio, least in (
+            ("ms", "ms", policy.unseen_ratio, floor),
+            ("device_us", "µs of kernels", policy.unseen_device_ratio,
+             policy.unseen_device_floor_us)):
+        seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []
+        if not seen or not new:
+            continue
+        usual, fastest_new = statistics.median(seen), min(new)
+        slow = fastest_new > ratio * usual + least
+        checks[f"unseen_time_{key}"] = {
+            "passed": not slow, "detail": f"unseen inputs {[round(v, 4) for v in new]} {unit}, "
+            f"timed inputs {[round(v, 4) for v in seen]} {unit} ({unseen.get('method')})"}
+        if slow:
+            hack("timing_behaviour", f"forward took {fastest_new:.4g} {unit} or more on inputs "
+                 f"it had not seen, {usual:.4g} on the timed inputs: it remembers inputs it "
+                 "has seen")
 
 
 def _cross_call_checks(calls, trials, policy, record, hack) -> None:

@@ -149,6 +149,30 @@ def vendor_findings(text: str) -> list[str]:
             for name in sorted(set(VENDOR_NATIVE.findall(text)))]
 
 
+# A ``__global__`` function the candidate's native source defines (templates, ``extern "C"``
+# and launch bounds allowed): the kernels its own extension modules are compiled from.
+GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+                           r"(?:static\s+|inline\s+|__noinline__\s+)*void\s+"
+                           r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+def declared_kernels(source: str) -> frozenset[str]:
+    """Names of the ``__global__`` functions written in the candidate's source text (its
+    ``load_inline`` strings): a GPU kernel launched from its extension is its own only when
+    compiled from one of them; anything else an extension launches (cuBLAS, cuDNN, ATen,
+    CUTLASS) is library work."""
+    return frozenset(GLOBAL_KERNEL.findall(source))
+
+
+def kernel_base(name: str) -> str:
+    """``void ns::scale_kernel<float>(float*, int)`` -> ``scale_kernel``."""
+    name = name.strip()
+    if name.startswith("void "):
+        name = name[5:]
+    name = re.split(r"[<(]", name, maxsplit=1)[0]
+    return name.rsplit("::", 1)[-1].strip()
+
+
 def native_findings(text: str) -> list[str]:
     """Findings in C/C++/CUDA source: process and file APIs, symbol lookup by name, ATen entry
     points without the dispatcher. For the literals of a submission (``scan``) and for sources

@@ -15,6 +15,14 @@ cannot tell a checked call from a timed one by it (it pauses only while a captur
 is replayed, where no candidate Python runs); each call is a user range named ``FORWARD``
 and each Triton launch a range named ``LAUNCH`` (the interpreter's own copies on CPU live there).
 
+On CUDA the session records every GPU kernel through CUPTI (Kineto). Each kernel belongs to
+the record that was innermost on the launching thread when its runtime call (``cudaLaunchKernel``,
+``cuLaunchKernelEx``, ``cudaGraphLaunch``...) was made: an op (the op's kernels), a Triton
+launch, an extension call, or the call's own range (launched outside all of them: a replayed
+CUDA graph, a compiled graph's runtime, driver calls through an FFI). A kernel whose launch
+cannot be placed is given to the call whose time it ran in, with no owner. ``SPAN`` ranges time
+work by the device's own clock: the durations of the kernels that started inside each.
+
 Ops are classified by registration, not by namespace: an op the dispatcher knew before the
 candidate's source was imported is a library op (``aten``, ``prims``, but also ``mkldnn``,
 ``mkl``, ``onednn``, ``quantized``...); an op registered later is the candidate's own.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import re
 from contextlib import contextmanager
 
 import torch
@@ -32,6 +41,7 @@ import torch
 FORWARD = "kernelmill.forward"
 LAUNCH = "kernelmill.launch"
 EXT = "kernelmill.extension"
+SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witness.span_us``)
 # Owner of GPU kernels linked to a call's own range: launched outside any op, Triton launch or
 # extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
 UNATTRIBUTED = "unattributed"
@@ -63,23 +73,27 @@ class _Span:
 
 
 class _Kernel:
-    __slots__ = ("name", "duration")
+    __slots__ = ("name", "duration", "start")
 
-    def __init__(self, name: str, duration: float):
-        self.name, self.duration = name, duration
+    def __init__(self, name: str, duration: float, start: float = 0.0):
+        self.name, self.duration, self.start = name, duration, start
+
+
+# CUDA runtime and driver API records (CUPTI's callback names): a launch's host side.
+_RUNTIME = re.compile(r"^cu(?:da)?[A-Z]")
 
 
 class _Record:
     """One host-side profiler record, with the fields ``Witness.per_call`` reads (the names
     of ``torch.autograd.profiler_util.FunctionEvent``'s)."""
     __slots__ = ("name", "time_range", "is_user_annotation", "cpu_parent", "kernels",
-                 "device_type", "_ns", "_children")
+                 "device_type", "_ns", "_children", "thread")
 
-    def __init__(self, name, start_ns, end_ns, base_ns, annotation):
+    def __init__(self, name, start_ns, end_ns, base_ns, annotation, thread=0):
         self.name, self.is_user_annotation = name, annotation
         self.time_range = _Span((start_ns - base_ns) / 1e3, (end_ns - base_ns) / 1e3)
         self.cpu_parent, self.kernels, self.device_type = None, [], None
-        self._ns, self._children = (start_ns, end_ns), []
+        self._ns, self._children, self.thread = (start_ns, end_ns), [], thread
 
 
 _SKIPPED = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
@@ -100,35 +114,40 @@ def _no_collection():
             gc.enable()
 
 
-def read_events(results, base_ns: int) -> list[_Record]:
+def read_events(results, base_ns: int, loose: list | None = None) -> list[_Record]:
     """The host records of a finished session, each with its parent (the innermost record
-    around it on its thread) and the device records linked to it, as the profiler's own
+    around it on its thread) and the kernels it launched, as the profiler's own
     ``function_events`` gives them, in one pass over the raw records (that one builds a full
-    Python event per record: about 80 µs each, seconds for a timing window's worth)."""
+    Python event per record: about 80 µs each, seconds for a timing window's worth).
+
+    A kernel belongs to the op it is linked to; else to the innermost record around its
+    runtime call on the launching thread (Kineto links kernels to ops only, never to user
+    ranges: a Triton launch or a graph replay outside any op is linked to nothing). Kernels
+    whose launch cannot be placed go to ``loose``."""
     cpu_type = torch._C._autograd.DeviceType.CPU
-    host, by_id, device, threads = [], {}, [], {}
+    host, by_id, device, threads, runtime = [], {}, [], {}, {}
     for event in results.events():
         name = event.name()
         if name in _SKIPPED or event.is_hidden_event():
             continue
-        linked = event.linked_correlation_id()
         if event.device_type() != cpu_type:
-            if linked > 0 and not event.is_user_annotation():
-                device.append((linked, name, event.duration_ns() / 1e3))
+            if not event.is_user_annotation():
+                device.append((event.correlation_id(), event.linked_correlation_id(), name,
+                               event.duration_ns() / 1e3, event.start_ns()))
             continue
-        if linked > 0:
-            continue  # a runtime call (a kernel launch, a copy): never around an op
+        if not event.is_user_annotation() and _RUNTIME.match(name):
+            runtime[event.correlation_id()] = (event.start_thread_id(), event.start_ns(),
+                                               event.linked_correlation_id())
+            continue
+        if event.linked_correlation_id() > 0:
+            continue  # another runtime-side record linked to an op: never around an op
         record = _Record(name, event.start_ns(), event.end_ns(), base_ns,
-                         event.is_user_annotation())
+                         event.is_user_annotation(), event.start_thread_id())
         host.append(record)
         if event.is_async() or event.start_thread_id() != event.end_thread_id():
             continue  # no parent, as the profiler's own tree has none for them
         by_id[event.correlation_id()] = record
         threads.setdefault(event.start_thread_id(), []).append(record)
-    for linked, name, us in device:
-        owner = by_id.get(linked)
-        if owner is not None:
-            owner.kernels.append(_Kernel(name, us))
     for records in threads.values():
         records.sort(key=lambda r: (r._ns[0], -r._ns[1]))
         stack: list[_Record] = []
@@ -140,6 +159,7 @@ def read_events(results, base_ns: int) -> list[_Record]:
                 record.cpu_parent = stack[-1]
                 stack[-1]._children.append(record)
             stack.append(record)
+    _place_kernels(device, runtime, by_id, threads, base_ns, loose)
     host.sort(key=lambda r: (r._ns[0], -r._ns[1]))
     # As the profiler's tree does: an op whose only child is the same op (a redispatch to
     # another overload) is one node, with the inner one's children and kernels.
@@ -147,11 +167,46 @@ def read_events(results, base_ns: int) -> list[_Record]:
     for record in host:
         parent = record.cpu_parent
         if parent is not None and parent.name == record.name and len(parent._children) == 1:
-            parent._children, parent.kernels = record._children, record.kernels
+            parent._children = record._children
+            parent.kernels = [*parent.kernels, *record.kernels]
             for child in record._children:
                 child.cpu_parent = parent
             merged.add(id(record))
     return [r for r in host if id(r) not in merged] if merged else host
+
+
+def _innermost(records: list[_Record], starts: list[int], at: int) -> _Record | None:
+    """The innermost record of one thread open at ``at`` (records sorted by start, nested)."""
+    index = bisect.bisect_right(starts, at) - 1
+    record = records[index] if index >= 0 else None
+    while record is not None and not (record._ns[0] <= at <= record._ns[1]):
+        record = record.cpu_parent
+    return record
+
+
+def _place_kernels(device, runtime, by_id, threads, base_ns, loose) -> None:
+    """Give each kernel to the record that launched it (see ``read_events``)."""
+    # The runtime's thread ids are the system's; the profiler's own may differ: map them
+    # through runtime calls made inside a known op.
+    thread_of = {tid: by_id[linked].thread for tid, _at, linked in runtime.values()
+                 if linked > 0 and linked in by_id}
+    starts = {tid: [r._ns[0] for r in records] for tid, records in threads.items()}
+    for correlation, linked, name, us, start_ns in device:
+        kernel = _Kernel(name, us, (start_ns - base_ns) / 1e3)
+        owner = by_id.get(linked) if linked > 0 else None
+        launch = runtime.get(correlation) if owner is None else None
+        if launch is not None:
+            tid, at, op = launch
+            owner = by_id.get(op) if op > 0 else None
+            if owner is None:
+                mapped = thread_of.get(tid)
+                found = [r for t in ([mapped] if mapped in threads else threads)
+                         if (r := _innermost(threads[t], starts[t], at)) is not None]
+                owner = max(found, key=lambda r: r._ns[0]) if found else None
+        if owner is not None:
+            owner.kernels.append(kernel)
+        elif loose is not None:
+            loose.append(kernel)
 
 
 class Witness:
@@ -168,12 +223,15 @@ class Witness:
         self._sessions: list = []  # sessions ended by ``pause``, read at ``stop``
         self.unwitnessed = 0  # calls made while no session ran
         self._events: list | None = None
+        self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
 
     def start(self) -> None:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
         linked to the innermost range that launched it: a Triton launch, an extension call or
         a library op."""
-        attempts = [{"use_device": "cuda"}, {}] if self.cuda else [{}]
+        # use_kineto: without it a CUDA session times each op with CUDA events and records
+        # no kernel at all (the legacy profiler; measured on torch 2.11)
+        attempts = [{"use_device": "cuda", "use_kineto": True}, {}] if self.cuda else [{}]
         for options in attempts:
             try:
                 self._profile = torch.autograd.profiler.profile(record_shapes=False, **options)
@@ -200,6 +258,14 @@ class Witness:
     @staticmethod
     def launch():
         return _record_function(LAUNCH)
+
+    @staticmethod
+    def span():
+        return _record_function(SPAN)
+
+    @property
+    def running(self) -> bool:
+        return self._profile is not None
 
     def pause(self) -> None:
         """End the current session, keeping what it recorded, until ``resume``. Only for work
@@ -229,7 +295,7 @@ class Witness:
                 base = min(s.kineto_results.trace_start_ns() for s in self._sessions)
                 with _no_collection():
                     self._events = [e for s in self._sessions
-                                    for e in read_events(s.kineto_results, base)]
+                                    for e in read_events(s.kineto_results, base, self._loose)]
             except Exception as exc:  # noqa: BLE001
                 self.error = f"profiler records unreadable: {type(exc).__name__}: {exc}"[:300]
         self._sessions = []
@@ -304,7 +370,28 @@ class Witness:
             for kernel in getattr(event, "kernels", None) or []:
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), owner])
+        for kernel in self._loose:  # launched who knows where: the call it ran in, no owner
+            index = bisect.bisect_right(starts, kernel.start) - 1
+            if index >= 0:
+                result[index]["kernels"].append(
+                    [str(kernel.name)[:200], float(kernel.duration), UNATTRIBUTED])
         return result
+
+    def span_us(self) -> list[float] | None:
+        """For each ``span()`` range, in order: the summed device durations (µs) of the kernels
+        that started inside it, whoever launched them. None without a witness."""
+        if self._events is None:
+            return None
+        spans = sorted((e.time_range.start, e.time_range.end) for e in self._events
+                       if e.name == SPAN and e.is_user_annotation)
+        starts = [s for s, _e in spans]
+        sums = [0.0] * len(spans)
+        kernels = [k for e in self._events for k in (getattr(e, "kernels", None) or [])]
+        for kernel in [*kernels, *self._loose]:
+            index = bisect.bisect_right(starts, kernel.start) - 1
+            if index >= 0 and kernel.start <= spans[index][1]:
+                sums[index] += float(kernel.duration)
+        return sums
 
     def candidate_ops(self, names) -> list[str]:
         """The names (any form) of ops registered after the candidate's import began."""

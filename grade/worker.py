@@ -636,28 +636,45 @@ class _Run:
         inputs) with each hidden trial's (never seen before), each loaded into the same
         buffers. A forward that remembers inputs it has seen (an answer cache keyed by their
         content, on the host or on the device) is fast only on the first kind; a hidden
-        trial's output is also sent to the parent to compare with the reference's."""
+        trial's output is also sent to the parent to compare with the reference's.
+
+        Each timed call is also a witness ``span``: on CUDA its kernels' own device durations
+        (CUPTI) time it too, free of the launch's and the synchronize's fixed cost, which hide
+        a cache that saves a few µs. The witness, paused for graph replays, runs meanwhile."""
         if not self.hidden:
             return 0
-        seen_ms, unseen_ms, checks = [], [], []
+        seen_ms, unseen_ms, checks, order = [], [], [], []
         first = self.trials[0]
+        paused = not self.witness.running
+        if paused:
+            self.witness.resume()
 
-        def timed_on(trial: dict):
+        def timed_on(trial: dict, kind: str | None = None):
             self.load(trial["inputs"])
-            return timer.once(lambda: self.invoke(trial["seed"])[0])
+            if kind is not None:
+                order.append(kind)
+            return timer.once(lambda: self.invoke(trial["seed"])[0],
+                              self.witness.span if kind is not None else None)
 
         def repeated() -> float:  # a call on the inputs of the call before, as when timed
             timed_on(first)
-            return timer.once(lambda: self.invoke(first["seed"])[0])[0]
+            self.load(first["inputs"])
+            order.append("seen")
+            return timer.once(lambda: self.invoke(first["seed"])[0], self.witness.span)[0]
 
-        for index, trial in enumerate(self.hidden):
+        try:
+            for index, trial in enumerate(self.hidden):
+                seen_ms.append(repeated())
+                ms, out = timed_on(trial, "unseen")
+                unseen_ms.append(ms)
+                checks.append({"hidden": index,
+                               **self.observe(out, self.buffers, inputs_after=False)})
             seen_ms.append(repeated())
-            ms, out = timed_on(trial)
-            unseen_ms.append(ms)
-            checks.append({"hidden": index, **self.observe(out, self.buffers, inputs_after=False)})
-        seen_ms.append(repeated())
+        finally:
+            if paused:
+                self.witness.pause()
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "checks": checks,
-                             "method": timer.method}
+                             "method": timer.method, "order": order}
         return len(unseen_ms)
 
     def call(self, trial_index: int) -> dict:
@@ -752,6 +769,13 @@ class _Run:
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
+        spans = self.witness.span_us()
+        unseen = self.unseen_facts
+        if unseen and spans is not None and len(spans) == len(unseen["order"]) and \
+                self.device.startswith("cuda"):
+            for kind in ("seen", "unseen"):
+                unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
+                                               if k == kind]
         facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
                             "unavailable": self.witness.unavailable}
         facts["timed_checks"] = self.timed_checks

@@ -8,6 +8,7 @@
 #        beside or inside the checkout; AUDIT_ARGS, default "--limit 10", picks levels and size)
 #        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
+#        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,7 @@ for part in $parts; do
     stages)   python3 scripts/grade_stages.py --only ${STAGES_ONLY:-scale_add_4k matmul_fp16_2k} 2>&1 \
                 | tee "$out/grade_stages.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
+    witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;
     fidelity) python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \

@@ -64,6 +64,7 @@ _Stream = torch.cuda.Stream
 _stream_ctx = torch.cuda.stream
 _current_stream = torch.cuda.current_stream
 _profiler_enabled = torch.autograd._profiler_enabled
+_nullcontext = contextlib.nullcontext
 
 # (owner, attribute) pairs this module calls while timing: a worker that runs untrusted code
 # reports any of them replaced (``grade.worker`` adds them to its guarded list).
@@ -378,36 +379,35 @@ class Timer:
         _event_wait(end)
         return float(_event_elapsed(start, end))
 
-    def once(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+    def once(self, fn: Callable[[], Any], around: Callable[[], Any] | None = None
+             ) -> tuple[float, Any]:
         """One call timed alone, the way the window times calls: with a captured graph, a replay
         of the one-call graph captured like it (``fn`` is not called: the graph reads the same
         input buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
-        bracket the call and a device-wide synchronize. Returns (ms, the call's output)."""
-        if self.method == "cuda_graph" and self._single is not None:
-            graph, output = self._single
-            start, end = self._events
-            if self._flush is not None:
-                self._flush.flush()
-            _event_record(start)
-            _graph_replay(graph)
-            _cuda_synchronize()
-            _event_record(end)
-            _event_wait(end)
-            return float(_event_elapsed(start, end)), output
-        if self.method is None or self.method == "perf_counter" or self._events is None:
-            begin = _perf_counter()
-            output = fn()
-            synchronize(self.device)
-            return (_perf_counter() - begin) * 1e3, output
-        start, end = self._events
-        if self._flush is not None:
+        bracket the call and a device-wide synchronize. ``around`` (a context manager factory)
+        encloses the call and its synchronize, never the flush. Returns (ms, the call's
+        output)."""
+        graph = self.method == "cuda_graph" and self._single is not None
+        call = (lambda: _graph_replay(self._single[0])) if graph else fn
+        events = is_cuda(self.device) and self._events is not None and \
+            self.method not in (None, "perf_counter")
+        if events and self._flush is not None:
             self._flush.flush()
-        _event_record(start)
-        output = fn()
-        _cuda_synchronize()
-        _event_record(end)
-        _event_wait(end)
-        return float(_event_elapsed(start, end)), output
+        with (around() if around is not None else _nullcontext()):
+            if events:
+                start, end = self._events
+                _event_record(start)
+                output = call()
+                _cuda_synchronize()
+                _event_record(end)
+                _event_wait(end)
+                ms = float(_event_elapsed(start, end))
+            else:
+                begin = _perf_counter()
+                output = call()
+                synchronize(self.device)
+                ms = (_perf_counter() - begin) * 1e3
+        return ms, (self._single[1] if graph else output)
 
     def round(self, reps: int) -> list[float]:
         return [self.sample() for _ in range(max(1, int(reps)))]

@@ -508,3 +508,120 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
     honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
     with pytest.raises(AssertionError, match="a worker was started"):
         grader.grade(reference, honest)
+
+
+class _RawEvent:
+    """One raw Kineto record as ``read_events`` reads it (``results.events()``)."""
+
+    def __init__(self, name, start, end, *, cuda=False, annotation=False, corr=0, linked=0,
+                 thread=1):
+        self._v = (name, start, end, cuda, annotation, corr, linked, thread)
+
+    def name(self): return self._v[0]  # noqa: E704
+    def start_ns(self): return self._v[1]  # noqa: E704
+    def end_ns(self): return self._v[2]  # noqa: E704
+    def duration_ns(self): return self._v[2] - self._v[1]  # noqa: E704
+    def device_type(self):  # noqa: E301
+        kinds = torch._C._autograd.DeviceType
+        return kinds.CUDA if self._v[3] else kinds.CPU
+    def is_user_annotation(self): return self._v[4]  # noqa: E301, E704
+    def correlation_id(self): return self._v[5]  # noqa: E704
+    def linked_correlation_id(self): return self._v[6]  # noqa: E704
+    def start_thread_id(self): return self._v[7]  # noqa: E704
+    def end_thread_id(self): return self._v[7]  # noqa: E704
+    def is_hidden_event(self): return False  # noqa: E704
+    def is_async(self): return False  # noqa: E704
+
+
+def test_kernels_belong_to_the_record_around_their_launch():
+    """Kineto links a kernel to an op only; a Triton launch, an extension call or a CUDA graph
+    replay outside any op is linked to nothing (measured on an H100). The witness places each
+    kernel by its runtime call: on the launching thread (the runtime's thread ids are the
+    system's, mapped through a call made inside a known op), the innermost record open then.
+    A kernel with no runtime call to place it goes to the call it ran in, owner unknown."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.witness import FORWARD, LAUNCH, SPAN, UNATTRIBUTED, Witness, read_events
+
+    us = 1000  # ns
+    raw = [
+        _RawEvent(FORWARD, 0, 100 * us, annotation=True, corr=1),
+        _RawEvent(LAUNCH, 10 * us, 30 * us, annotation=True, corr=2),
+        _RawEvent("aten::add", 40 * us, 50 * us, corr=3),
+        _RawEvent("cuLaunchKernelEx", 15 * us, 16 * us, corr=101, thread=999),
+        _RawEvent("cudaLaunchKernel", 45 * us, 46 * us, corr=102, linked=3, thread=999),
+        _RawEvent("cudaGraphLaunch", 60 * us, 61 * us, corr=103, thread=999),
+        _RawEvent("my_kernel", 20 * us, 24 * us, cuda=True, corr=101),
+        _RawEvent("void at::native::add_kernel<float>", 47 * us, 49 * us, cuda=True,
+                  corr=102, linked=3),
+        _RawEvent("graph_node_kernel", 62 * us, 70 * us, cuda=True, corr=103),
+        _RawEvent("graph_node_kernel", 71 * us, 73 * us, cuda=True, corr=103),
+        _RawEvent("mystery_kernel", 80 * us, 81 * us, cuda=True, corr=555),
+        # a span timed by its kernels' device durations, after the call
+        _RawEvent(SPAN, 200 * us, 300 * us, annotation=True, corr=4),
+        _RawEvent("cudaGraphLaunch", 205 * us, 206 * us, corr=104, thread=999),
+        _RawEvent("replayed", 210 * us, 215 * us, cuda=True, corr=104),
+        _RawEvent("replayed", 220 * us, 222 * us, cuda=True, corr=104),
+    ]
+    results = SimpleNamespace(events=lambda: raw)
+    witness = Witness("cpu")
+    witness.calls = 1
+    witness._events = read_events(results, 0, witness._loose)
+    [call] = witness.per_call()
+    assert sorted(call["kernels"]) == [
+        ["graph_node_kernel", 2.0, UNATTRIBUTED], ["graph_node_kernel", 8.0, UNATTRIBUTED],
+        ["my_kernel", 4.0, "triton"], ["mystery_kernel", 1.0, UNATTRIBUTED],
+        ["void at::native::add_kernel<float>", 2.0, "aten.add"]]
+    assert witness.span_us() == [7.0] and witness.error is None
+
+
+def test_a_cuda_session_records_kernels_not_cuda_event_times():
+    """Without ``use_kineto`` a CUDA session of the autograd profiler times each op with CUDA
+    events and records no kernel (torch 2.11 on an H100: every call's kernel list was empty,
+    so no device-side rule ever fired)."""
+    import inspect
+
+    from kernelmill.grade.witness import Witness
+
+    assert "use_kineto\": True" in inspect.getsource(Witness.start)
+
+
+def test_an_extension_kernel_is_the_candidates_only_when_its_source_defines_it():
+    from kernelmill.grade.judge import kernel_owner
+
+    source = '''
+    cuda_src = """
+    template <typename T>
+    __global__ void __launch_bounds__(256) scale_add_kernel(const T* x, T* y, int n) {}
+    extern "C" __global__ void relu_kernel(float* x) {}
+    """
+    '''
+    own = static.declared_kernels(source)
+    assert own == {"scale_add_kernel", "relu_kernel"}
+    assert kernel_owner(["void scale_add_kernel<float>(float const*, float*, int)", 3.0,
+                         "extension"], own) == "candidate"
+    # cuBLAS on Hopper (nvjet), cuDNN, ATen's own kernels: whatever launched them
+    assert kernel_owner(["nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN", 9.0, "extension"],
+                        own) == "vendor"
+    assert kernel_owner(["void at::native::vectorized_elementwise_kernel<4>", 2.0,
+                         "extension"], own) == "library"
+    assert kernel_owner(["my_gemm_kernel", 2.0, "triton"], own) == "candidate"
+    assert kernel_owner(["void conv2d_kernel(float*)", 2.0, "extension"],
+                        frozenset({"conv2d_kernel"})) == "candidate"
+    assert kernel_owner(["sm90_xmma_gemm_f32f32", 9.0, UNATTRIBUTED_OWNER], own) == "library"
+
+
+UNATTRIBUTED_OWNER = "unattributed"
+
+
+def test_cublas_called_from_an_extension_is_rejected_under_strict():
+    from kernelmill.grade.judge import _kernel_checks
+
+    kernels = [["nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN", 9.0, "extension"],
+               ["void bias_relu_kernel(float*, int)", 1.0, "extension"]]
+    hacks: dict = {}
+    _kernel_checks("fresh:0", {"kernels": kernels}, Policy(preset="strict"),
+                   {"ops": ["aten.addmm", "aten.relu"]}, [],
+                   lambda code, detail: hacks.setdefault(code, detail),
+                   frozenset({"bias_relu_kernel"}))
+    assert "torch_compute" in hacks and "nvjet" in hacks["torch_compute"]
