@@ -204,6 +204,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         asked = time.monotonic()
         with lock.shared():
             result["shared_wait_ms"] = round((time.monotonic() - asked) * 1e3, 1)
+            for control in participants.values():  # other grades' time, not theirs
+                control.extend(time.monotonic() - asked)
             if gpu_handshake:
                 for control in participants.values():
                     control.send("go")
@@ -213,6 +215,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         with lock.exclusive():
             began = time.monotonic()
             result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
+            for control in participants.values():
+                control.extend(began - asked)
             timeout = settings.report_timeout_s
             # The clocks are the GPU's: the first participant brings them up; the others only
             # warm their own caches and buffers.

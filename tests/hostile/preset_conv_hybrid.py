@@ -1,21 +1,27 @@
-"""family: policy presets (convolution left to the library, the ReLU tail in a Triton kernel)
+"""family: policy presets (the convolution left to cuDNN, bias + ReLU + residual add fused in one
+Triton kernel: a KernelBench level-2 answer)
 
-Certified under ``library`` and ``kernelbench``; under ``strict`` the convolution is library
-compute in forward.
+Certified under ``library`` and ``kernelbench`` (on an H100 its kernel carries well over 30% of
+the GPU time); under ``strict`` the convolution is library compute in forward.
 """
-# problem: ref_conv_relu
+# problem: ref_conv_residual
 # expect: certified
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def bias_relu_add_kernel(y_ptr, bias_ptr, res_ptr, out_ptr, n, plane, channels,
+                         BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+    channel = (offsets // plane) % channels
+    y = tl.load(y_ptr + offsets, mask=mask) + tl.load(bias_ptr + channel, mask=mask)
+    out = tl.maximum(y, 0.0) + tl.load(res_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, out, mask=mask)
 
 
 class ModelNew(nn.Module):
@@ -23,8 +29,12 @@ class ModelNew(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
 
-    def forward(self, x):
-        y = self.conv(x)
+    def forward(self, x, residual):
+        y = F.conv2d(x, self.conv.weight)  # no bias here: the Triton kernel adds it
+        residual = residual.contiguous()
         out = torch.empty_like(y)
-        relu_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+        n = y.numel()
+        bias_relu_add_kernel[(triton.cdiv(n, 1024),)](
+            y, self.conv.bias, residual, out, n, y.shape[2] * y.shape[3], y.shape[1],
+            BLOCK=1024)
         return out

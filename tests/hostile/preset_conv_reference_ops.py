@@ -1,9 +1,9 @@
 """family: policy presets (the reference's own ops, a Triton copy kernel beside them)
 
-Rejected under every preset: the ReLU is PyTorch's (strict, library), and under kernelbench the
-token copy carries too little of the GPU time.
+Rejected under every preset: the ReLU and the add are PyTorch's (strict, library), and under
+kernelbench PyTorch ran every computing op of the reference (a token copy beside it).
 """
-# problem: ref_conv_relu
+# problem: ref_conv_residual
 # expect: torch_compute
 import torch
 import torch.nn as nn
@@ -23,8 +23,8 @@ class ModelNew(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
 
-    def forward(self, x):
-        y = torch.relu(self.conv(x))
+    def forward(self, x, residual):
+        y = torch.relu(self.conv(x)) + residual
         out = torch.empty_like(y)
         copy_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
         return out

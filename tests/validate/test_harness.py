@@ -251,3 +251,19 @@ def test_a_preload_that_starts_a_thread_is_dropped_not_the_zygote(tmp_path, monk
         assert zygote.info["preloaded"] == list(names[:4])
     finally:
         pool.close()
+
+
+def test_time_a_worker_waited_for_the_gpu_is_added_to_its_limit():
+    """A grade waiting for another grade's lock (a slow import holding the GPU shared) is not
+    timed out for it: the parent adds the wait to the worker's limit (``Control.extend``)."""
+    import threading
+
+    from kernelmill.validate.harness import Control
+
+    body = "import time\ndef main():\n    time.sleep(4)\n    return {'slept': 4}"
+    control = Control()
+    threading.Timer(1.0, control.extend, args=(5.0,)).start()  # the parent waited 5 s
+    extended = run(body, timeout_s=3, control=control)
+    assert extended.ok and extended.value == {"slept": 4}, extended.error
+    limited = run(body, timeout_s=3, control=Control())
+    assert not limited.ok and "timed out after 3s" in limited.error["message"]
