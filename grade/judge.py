@@ -391,14 +391,15 @@ def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
     launch of its source; a kernel of its extension compiled from a ``__global__`` function its
     source defines), ``vendor`` (cuBLAS, cuDNN, CUTLASS, attention kernels) or ``library``
     (ATen, Inductor, anything else prebuilt, and kernels launched outside any op, Triton launch
-    or extension call). Without ``own_kernels`` (no native source seen), an extension's kernel
-    is the candidate's unless its name is a library's."""
+    or extension call). Without ``own_kernels`` (None: no source seen), an extension's kernel
+    is the candidate's unless its name is a library's; with it (even empty), only a kernel
+    compiled from a ``__global__`` function the source defines is."""
     name, _us, launcher = kernel
     if launcher == "triton":
         return "candidate"
     vendor = bool(VENDOR_KERNEL.search(name))
     if launcher == "extension":
-        if own_kernels:
+        if own_kernels is not None:
             return "candidate" if kernel_base(name) in own_kernels else \
                 ("vendor" if vendor else "library")
         if not vendor and not LIBRARY_KERNEL.search(name):

@@ -91,7 +91,7 @@ _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
 _scaled_dot_product_attention_math _flash_attention_forward _efficient_attention_forward
 """.split())
 VENDOR_KERNEL = re.compile(r"cublas|cutlass|cudnn|gemm|xmma|sgemm|hgemm|conv|flash|fmha|"
-                           r"\bsm\d+_|ampere_|hopper_|volta_|turing_|cutensor|nvjet|"
+                           r"\bsm\d+_|ampere_|hopper_|volta_|turing_|cutensor|nvjet|gemv|splitk|"
                            r"implicit_convolve|winograd", re.IGNORECASE)
 # (cuBLAS on Hopper runs ``nvjet_*`` kernels: named after no GEMM at all)
 # Kernels that belong to PyTorch or another prebuilt library, by demangled name.

@@ -625,3 +625,16 @@ def test_cublas_called_from_an_extension_is_rejected_under_strict():
                    lambda code, detail: hacks.setdefault(code, detail),
                    frozenset({"bias_relu_kernel"}))
     assert "torch_compute" in hacks and "nvjet" in hacks["torch_compute"]
+
+
+def test_an_extension_whose_source_defines_no_kernel_owns_none():
+    """A source with no ``__global__`` function (an extension that only calls cuBLAS, under a
+    name the static scan does not see) launches nothing of its own, whatever the names."""
+    from kernelmill.grade.judge import kernel_owner
+
+    own = static.declared_kernels("load_inline(name='x', cpp_sources=S, cuda_sources=T)")
+    assert own == frozenset()
+    assert kernel_owner(["void gemv2T_kernel_val<int, int, float>", 2.0, "extension"],
+                        own) == "vendor"
+    assert kernel_owner(["some_kernel", 2.0, "extension"], own) == "library"
+    assert kernel_owner(["some_kernel", 2.0, "extension"], None) == "candidate"
