@@ -436,9 +436,17 @@ def _kernel_checks(name, call, policy, reference, mine, hack,
         hack("torch_compute", f"{name}: GPU kernels launched outside any op, Triton launch or "
              f"extension call: {foreign[:3]}")
     if device:
-        own = sum(k[1] for k in device if owners[id(k)] == "candidate")
-        total = sum(k[1] for k in device)
-        call["_library_us"] = [(k[0], k[1], owners[id(k)]) for k in device
+        # Kernels of data-movement ops (fills, copies, allocations: Triton's autotuner clears
+        # the L2 with a fill between its runs) are nobody's compute, unless moving data is the
+        # whole problem (``reference_compute_ops``).
+        reference_ops = reference.get("ops", [])
+        moving = {k[2] for k in device if k[2] not in ("triton", "extension", UNATTRIBUTED)
+                  and not compute_ops([k[2]], mine)
+                  and not reference_compute_ops([k[2]], reference_ops)}
+        counted = [k for k in device if k[2] not in moving]
+        own = sum(k[1] for k in counted if owners[id(k)] == "candidate")
+        total = sum(k[1] for k in counted)
+        call["_library_us"] = [(k[0], k[1], owners[id(k)]) for k in counted
                                if owners[id(k)] != "candidate"]
     else:  # CPU: time inside the candidate's launches against PyTorch's computing ops
         own = float(call.get("launch_us") or 0.0)

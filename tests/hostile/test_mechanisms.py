@@ -638,3 +638,19 @@ def test_an_extension_whose_source_defines_no_kernel_owns_none():
                         own) == "vendor"
     assert kernel_owner(["some_kernel", 2.0, "extension"], own) == "library"
     assert kernel_owner(["some_kernel", 2.0, "extension"], None) == "candidate"
+
+
+def test_fills_and_copies_are_not_library_compute_in_the_share():
+    """Triton's autotuner clears the L2 with a fill between benchmark runs, inside the first
+    call: under kernelbench those fill kernels must not count against an honest kernel."""
+    autotuned = [["void at::native::vectorized_elementwise_kernel<4, FillFunctor<int>>", 90.0,
+                  "aten.zero_"], ["fused_tail_kernel", 10.0, "triton"],
+                 ["cudnn::conv_fprop_kernel", 10.0, "aten.cudnn_convolution"]]
+    verdict = _kernel_verdict("kernelbench", autotuned, CONV_RELU)
+    assert verdict["hacks"] == {} and verdict["share"] == pytest.approx(0.5)
+    # a problem that only moves data: PyTorch's copy is the work
+    copy = [["void at::native::elementwise_kernel<copy>", 9.0, "aten.copy_"],
+            ["token_kernel", 1.0, "triton"]]
+    moved = _kernel_verdict("kernelbench", copy, ["aten.t.default", "aten.clone.default",
+                                                  "aten.copy_.default"])
+    assert "torch_compute" in moved["hacks"] and moved["share"] == pytest.approx(0.1)
