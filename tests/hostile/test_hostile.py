@@ -133,8 +133,8 @@ def _grade_under(preset: str, names: list[str], tmp_path: Path, device: str = "c
 @pytest.mark.parametrize("preset, hybrid_certified", [("strict", False), ("library", True),
                                                       ("kernelbench", True)])
 def test_policy_presets_on_cpu(tmp_path, preset, hybrid_certified):
-    """Convolution left to the library with bias, ReLU and residual add fused in Triton: certified under ``library`` and
-    ``kernelbench``, rejected under ``strict``; the reference's own ops beside a copy kernel:
+    """Convolution left to the library with bias, ReLU and residual add fused in Triton:
+    certified under ``library`` and ``kernelbench``, rejected under ``strict``; the reference's own ops beside a copy kernel:
     rejected under all three (under kernelbench because PyTorch ran every computing op of the
     reference, whatever share of the time the copy takes)."""
     verdicts = _grade_under(preset, ["preset_conv_hybrid", "preset_conv_reference_ops"],
