@@ -29,6 +29,9 @@ def fixtures(cuda: bool = False) -> dict[str, tuple[str, str, str]]:
         text = path.read_text()
         problem = re.search(r"^# problem: (\S+)", text, re.MULTILINE).group(1)
         expect = re.search(r"^# expect: (\S+)", text, re.MULTILINE).group(1)
+        on_cuda = re.search(r"^# on cuda: (\S+)", text, re.MULTILINE)
+        if cuda and on_cuda:  # an attack that ends otherwise on a GPU says how
+            expect = on_cuda.group(1)
         found[path.stem] = (problem, expect, text)
     return found
 
@@ -58,7 +61,7 @@ def check(name: str, expect: str, verdict: dict) -> None:
     if expect == "error":
         assert verdict["error"], (name, summary)
         assert verdict["reward"] <= 0.5, (name, summary)
-    elif expect == "incorrect":
+    elif expect in ("incorrect", "not_certified"):
         assert verdict["reward"] <= 0.5, (name, summary)
     else:
         assert expect in verdict["hacks"], (name, summary, verdict.get("hack_details"))
