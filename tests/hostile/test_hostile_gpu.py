@@ -19,7 +19,7 @@ from test_hostile import CANARY, _grade_under, cases, check, references, write_j
 
 pytestmark = pytest.mark.gpu
 GPU_TIMING = {"cap_ms": 200.0, "min_reps": 5, "max_reps": 50, "warmup": 2}
-CUDA_FIXTURES = ("cuda_scale_add", "cuda_side_stream", "cuda_ext_cublas_hidden",
+CUDA_FIXTURES = ("cuda_scale_add", "cuda_row_sum", "cuda_side_stream", "cuda_ext_cublas_hidden",
                  "cuda_autotune_scale_add")
 
 
