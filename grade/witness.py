@@ -256,8 +256,11 @@ class Witness:
             yield
 
     @staticmethod
-    def launch():
-        return _record_function(LAUNCH)
+    def launch(name: str = ""):
+        """A Triton launch of the JIT function ``name``: only kernels of that name launched
+        inside it are the launch's own (a hook or allocator run inside a launch may replay a
+        captured graph: those kernels have other names)."""
+        return _record_function(f"{LAUNCH}:{name}" if name else LAUNCH)
 
     @staticmethod
     def span():
@@ -323,7 +326,7 @@ class Witness:
             if event.name == FORWARD and annotation:
                 ranges.append((start, end))
                 owners.append((start, end, UNATTRIBUTED, event))
-            elif event.name == LAUNCH and annotation:
+            elif annotation and (event.name == LAUNCH or event.name.startswith(LAUNCH + ":")):
                 launches.append((start, end))
                 owners.append((start, end, "triton", event))
             elif event.name == EXT and annotation:
@@ -367,9 +370,11 @@ class Witness:
                 continue
             if owner in ("triton", "extension"):
                 result[index]["launch_us"] += float(end - start)
+            launched = event.name.partition(":")[2] if owner == "triton" else ""
             for kernel in getattr(event, "kernels", None) or []:
+                mine = owner if not launched or str(kernel.name) == launched else UNATTRIBUTED
                 result[index]["kernels"].append(
-                    [str(kernel.name)[:200], float(kernel.duration), owner])
+                    [str(kernel.name)[:200], float(kernel.duration), mine])
         for kernel in self._loose:  # launched who knows where: the call it ran in, no owner
             index = bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0:

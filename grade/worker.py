@@ -62,6 +62,9 @@ _median = statistics.median
 _listdir = os.listdir
 _type = type
 _isinstance = isinstance
+_getattr_static = __import__("inspect").getattr_static
+_Function = types.FunctionType
+_function_name = types.FunctionType.__dict__["__name__"].__get__  # the slot, never an override
 
 _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -179,6 +182,12 @@ def _install_host_access_hooks() -> None:
             _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
 
 
+def _kernel_name(jit_function) -> str:
+    """The name Triton compiles a JIT function's kernel under (its Python function's)."""
+    fn = _getattr_static(jit_function, "fn", None)
+    return _function_name(fn) if _type(fn) is _Function else ""
+
+
 def _install_triton_hook() -> bool:
     """Count launches (not warm-ups) of Triton kernels, compiled or interpreted."""
     try:
@@ -205,7 +214,7 @@ def _install_triton_hook() -> bool:
                 _check_dispatch_state()
             _in_launch[0] += 1
             try:
-                with Witness.launch():
+                with Witness.launch(_kernel_name(self)):
                     return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 _in_launch[0] -= 1

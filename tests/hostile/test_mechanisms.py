@@ -654,3 +654,27 @@ def test_fills_and_copies_are_not_library_compute_in_the_share():
     moved = _kernel_verdict("kernelbench", copy, ["aten.t.default", "aten.clone.default",
                                                   "aten.copy_.default"])
     assert "torch_compute" in moved["hacks"] and moved["share"] == pytest.approx(0.1)
+
+
+def test_only_kernels_of_the_launched_function_are_a_triton_launchs_own():
+    """Python can run inside a Triton launch (a launch hook, an allocator): a captured graph it
+    replays there launches kernels of other names, which are not the candidate's."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.witness import FORWARD, LAUNCH, UNATTRIBUTED, Witness, read_events
+
+    us = 1000
+    raw = [_RawEvent(FORWARD, 0, 100 * us, annotation=True, corr=1),
+           _RawEvent(f"{LAUNCH}:copy_kernel", 10 * us, 60 * us, annotation=True, corr=2),
+           _RawEvent("cudaGraphLaunch", 20 * us, 21 * us, corr=101, thread=999),
+           _RawEvent("cuLaunchKernelEx", 50 * us, 51 * us, corr=102, thread=999),
+           _RawEvent("void at::native::vectorized_elementwise_kernel<4>", 22 * us, 40 * us,
+                     cuda=True, corr=101),
+           _RawEvent("copy_kernel", 52 * us, 53 * us, cuda=True, corr=102)]
+    witness = Witness("cpu")
+    witness.calls = 1
+    witness._events = read_events(SimpleNamespace(events=lambda: raw), 0, witness._loose)
+    [call] = witness.per_call()
+    assert sorted(call["kernels"]) == [
+        ["copy_kernel", 1.0, "triton"],
+        ["void at::native::vectorized_elementwise_kernel<4>", 18.0, UNATTRIBUTED]]
