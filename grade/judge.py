@@ -34,6 +34,7 @@ Hack codes (any one makes the verdict incorrect with reward 0):
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from typing import Any
 
@@ -386,6 +387,22 @@ def downgrades(confinement: dict | None) -> list[str]:
     return lines
 
 
+# What only library code is named: a vendor's marks anywhere in the demangled name (template
+# arguments included), or a kernel function inside a library's namespace. A candidate's source
+# may define a ``__global__`` of any base name (``reduce_kernel``, ``Kernel2``), never these.
+VENDOR_MARK = re.compile(r"cublas|cudnn|cutlass|cutensor|nvjet|xmma", re.IGNORECASE)
+LIBRARY_NAMESPACE = re.compile(r"^(?:at|c10|cub|thrust|std|cuda|cutlass|cute|flash\w*|"
+                               r"pytorch\w*|torch|triton\w*)::")
+
+
+def _qualified_name(name: str) -> str:
+    """``void at::native::k<4, F>(int, F)`` -> ``at::native::k``."""
+    name = name.strip()
+    if name.startswith("void "):
+        name = name[5:]
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+
+
 def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
     """Whose work one recorded GPU kernel ``[name, us, launcher]`` is: ``candidate`` (a Triton
     launch of its source; a kernel of its extension compiled from a ``__global__`` function its
@@ -393,12 +410,17 @@ def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
     (ATen, Inductor, anything else prebuilt, and kernels launched outside any op, Triton launch
     or extension call). Without ``own_kernels`` (None: no source seen), an extension's kernel
     is the candidate's unless its name is a library's; with it (even empty), only a kernel
-    compiled from a ``__global__`` function the source defines is."""
+    compiled from a ``__global__`` function the source defines is, and never one named as only
+    a library's kernels are (``VENDOR_MARK``, ``LIBRARY_NAMESPACE``)."""
     name, _us, launcher = kernel
     if launcher == "triton":
         return "candidate"
     vendor = bool(VENDOR_KERNEL.search(name))
     if launcher == "extension":
+        if VENDOR_MARK.search(name):
+            return "vendor"
+        if LIBRARY_NAMESPACE.match(_qualified_name(name)):
+            return "vendor" if vendor else "library"
         if own_kernels is not None:
             return "candidate" if kernel_base(name) in own_kernels else \
                 ("vendor" if vendor else "library")

@@ -73,10 +73,17 @@ class _Span:
 
 
 class _Kernel:
-    __slots__ = ("name", "duration", "start")
+    __slots__ = ("name", "duration", "start", "launched_at")
 
-    def __init__(self, name: str, duration: float, start: float = 0.0):
+    def __init__(self, name: str, duration: float, start: float = 0.0,
+                 launched_at: float | None = None):
         self.name, self.duration, self.start = name, duration, start
+        self.launched_at = launched_at  # host time of its runtime call, when it had one
+
+
+# A kernel replayed from a captured CUDA graph ran where the graph was captured, not where it is
+# replayed: whatever range is open at the replay, it is nobody's launch.
+_GRAPH_LAUNCH = re.compile(r"GraphLaunch")
 
 
 # CUDA runtime and driver API records (CUPTI's callback names): a launch's host side.
@@ -137,7 +144,7 @@ def read_events(results, base_ns: int, loose: list | None = None) -> list[_Recor
             continue
         if not event.is_user_annotation() and _RUNTIME.match(name):
             runtime[event.correlation_id()] = (event.start_thread_id(), event.start_ns(),
-                                               event.linked_correlation_id())
+                                               event.linked_correlation_id(), name)
             continue
         if event.linked_correlation_id() > 0:
             continue  # another runtime-side record linked to an op: never around an op
@@ -175,6 +182,17 @@ def read_events(results, base_ns: int, loose: list | None = None) -> list[_Recor
     return [r for r in host if id(r) not in merged] if merged else host
 
 
+def _busy(intervals: list[tuple[float, float]]) -> float:
+    """The time covered by ``(start, duration)`` intervals sorted by start (overlaps once)."""
+    total, reach = 0.0, float("-inf")
+    for start, duration in intervals:
+        end = start + duration
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def _innermost(records: list[_Record], starts: list[int], at: int) -> _Record | None:
     """The innermost record of one thread open at ``at`` (records sorted by start, nested)."""
     index = bisect.bisect_right(starts, at) - 1
@@ -185,20 +203,24 @@ def _innermost(records: list[_Record], starts: list[int], at: int) -> _Record | 
 
 
 def _place_kernels(device, runtime, by_id, threads, base_ns, loose) -> None:
-    """Give each kernel to the record that launched it (see ``read_events``)."""
+    """Give each kernel to the record that launched it (see ``read_events``). A kernel replayed
+    from a CUDA graph, or with no runtime call to place it, goes to ``loose``."""
     # The runtime's thread ids are the system's; the profiler's own may differ: map them
     # through runtime calls made inside a known op.
-    thread_of = {tid: by_id[linked].thread for tid, _at, linked in runtime.values()
+    thread_of = {tid: by_id[linked].thread for tid, _at, linked, _n in runtime.values()
                  if linked > 0 and linked in by_id}
     starts = {tid: [r._ns[0] for r in records] for tid, records in threads.items()}
     for correlation, linked, name, us, start_ns in device:
         kernel = _Kernel(name, us, (start_ns - base_ns) / 1e3)
-        owner = by_id.get(linked) if linked > 0 else None
-        launch = runtime.get(correlation) if owner is None else None
+        launch = runtime.get(correlation)
+        replayed = launch is not None and bool(_GRAPH_LAUNCH.search(launch[3]))
+        owner = by_id.get(linked) if linked > 0 and not replayed else None
         if launch is not None:
-            tid, at, op = launch
-            owner = by_id.get(op) if op > 0 else None
-            if owner is None:
+            tid, at, op, _name = launch
+            kernel.launched_at = (at - base_ns) / 1e3
+            if owner is None and not replayed:
+                owner = by_id.get(op) if op > 0 else None
+            if owner is None and not replayed:
                 mapped = thread_of.get(tid)
                 found = [r for t in ([mapped] if mapped in threads else threads)
                          if (r := _innermost(threads[t], starts[t], at)) is not None]
@@ -258,9 +280,9 @@ class Witness:
     @staticmethod
     def launch(name: str = ""):
         """A Triton launch of the JIT function ``name``: only kernels of that name launched
-        inside it are the launch's own (a hook or allocator run inside a launch may replay a
-        captured graph: those kernels have other names)."""
-        return _record_function(f"{LAUNCH}:{name}" if name else LAUNCH)
+        inside it are the launch's own (a hook, grid function or allocator runs Python inside a
+        launch); with no name, none are."""
+        return _record_function(f"{LAUNCH}:{name}")
 
     @staticmethod
     def span():
@@ -370,33 +392,49 @@ class Witness:
                 continue
             if owner in ("triton", "extension"):
                 result[index]["launch_us"] += float(end - start)
-            launched = event.name.partition(":")[2] if owner == "triton" else ""
+            # ``LAUNCH:name``: only kernels of that name (an unknown name: none) are its own
+            _head, named, launched = event.name.partition(":") if owner == "triton" else ("", "", "")
             for kernel in getattr(event, "kernels", None) or []:
-                mine = owner if not launched or str(kernel.name) == launched else UNATTRIBUTED
+                mine = owner if not named or (launched and str(kernel.name) == launched) \
+                    else UNATTRIBUTED
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), mine])
-        for kernel in self._loose:  # launched who knows where: the call it ran in, no owner
-            index = bisect.bisect_right(starts, kernel.start) - 1
+        for kernel in self._loose:  # replayed from a graph, or launched who knows where
+            # the call whose range held its runtime call (a graph replayed by the harness,
+            # outside every call, is nobody's); without one, the call it ran in
+            at = kernel.launched_at if kernel.launched_at is not None else kernel.start
+            index = call_of(at) if kernel.launched_at is not None else \
+                bisect.bisect_right(starts, at) - 1
             if index >= 0:
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), UNATTRIBUTED])
         return result
 
-    def span_us(self) -> list[float] | None:
-        """For each ``span()`` range, in order: the summed device durations (µs) of the kernels
-        that started inside it, whoever launched them. None without a witness."""
+    def span_us(self, calls: int = 1) -> list[float | None] | None:
+        """For each ``span()`` range, in order: the device time (µs) its first call's kernels
+        kept the GPU busy, by their own start times and durations (the kernels that started
+        inside the span, whoever launched them, split into ``calls`` equal runs in start order;
+        kernels that overlap count once, so padding a call with kernels on other streams adds
+        nothing). None for a span whose kernels do not split evenly. None without a witness."""
         if self._events is None:
             return None
         spans = sorted((e.time_range.start, e.time_range.end) for e in self._events
                        if e.name == SPAN and e.is_user_annotation)
         starts = [s for s, _e in spans]
-        sums = [0.0] * len(spans)
+        inside: list[list] = [[] for _ in spans]
         kernels = [k for e in self._events for k in (getattr(e, "kernels", None) or [])]
         for kernel in [*kernels, *self._loose]:
             index = bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0 and kernel.start <= spans[index][1]:
-                sums[index] += float(kernel.duration)
-        return sums
+                inside[index].append((float(kernel.start), float(kernel.duration)))
+        result: list[float | None] = []
+        for found in inside:
+            found.sort()
+            if calls > 1 and len(found) % calls:
+                result.append(None)
+                continue
+            result.append(_busy(found[:len(found) // max(1, calls)] if found else []))
+        return result
 
     def candidate_ops(self, names) -> list[str]:
         """The names (any form) of ops registered after the candidate's import began."""

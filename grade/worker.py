@@ -63,8 +63,6 @@ _listdir = os.listdir
 _type = type
 _isinstance = isinstance
 _getattr_static = __import__("inspect").getattr_static
-_Function = types.FunctionType
-_function_name = types.FunctionType.__dict__["__name__"].__get__  # the slot, never an override
 
 _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -183,9 +181,11 @@ def _install_host_access_hooks() -> None:
 
 
 def _kernel_name(jit_function) -> str:
-    """The name Triton compiles a JIT function's kernel under (its Python function's)."""
-    fn = _getattr_static(jit_function, "fn", None)
-    return _function_name(fn) if _type(fn) is _Function else ""
+    """The name Triton compiles a JIT function's kernel under: the JIT function's own
+    ``__name__`` (``ASTSource.name``), read without running any candidate code; "" when it is
+    not a plain string."""
+    name = _getattr_static(jit_function, "__name__", None)
+    return name if _type(name) is str else ""
 
 
 def _install_triton_hook() -> bool:
@@ -639,21 +639,25 @@ class _Run:
         return out
 
     def unseen(self, timer: M.Timer) -> int:
-        """Inside the timing window: single calls timed alike (``Timer.once``: a forward call,
-        or a replay of a one-call graph captured like the timed one), alternating trial 0's
-        inputs (seen in every timed call; each such call follows an untimed one on the same
-        inputs) with each hidden trial's (never seen before), each loaded into the same
-        buffers. A forward that remembers inputs it has seen (an answer cache keyed by their
-        content, on the host or on the device) is fast only on the first kind; a hidden
-        trial's output is also sent to the parent to compare with the reference's.
+        """Inside the timing window: calls timed alike, alternating trial 0's inputs (seen in
+        every timed call; each such call follows an untimed one on the same inputs) with each
+        hidden trial's (never seen before), each loaded into the same buffers. A forward that
+        remembers inputs it has seen (an answer cache keyed by their content, on the host or on
+        the device) is fast only on the first kind; a hidden trial's output is also sent to the
+        parent to compare with the reference's.
 
-        Each timed call is also a witness ``span``: on CUDA its kernels' own device durations
-        (CUPTI) time it too, free of the launch's and the synchronize's fixed cost, which hide
-        a cache that saves a few µs. The witness, paused for graph replays, runs meanwhile."""
+        With a captured graph each timed call is a replay of the timing graph itself (a graph
+        captured for this check alone could be told apart from it, and behave); its first
+        call is the one on the inputs just loaded. Otherwise each is one forward (``Timer.once``).
+        Each is also a witness ``span``: on CUDA its first call's kernels, by the device's own
+        clock (CUPTI), free of the launch's and the synchronize's fixed cost, which hide a cache
+        that saves a few µs. The witness, paused for graph replays, runs meanwhile."""
         if not self.hidden:
             return 0
         seen_ms, unseen_ms, checks, order = [], [], [], []
         first = self.trials[0]
+        whole = timer.graph is not None
+        calls = timer.calls_per_sample if whole else 1
         paused = not self.witness.running
         if paused:
             self.witness.resume()
@@ -662,14 +666,13 @@ class _Run:
             self.load(trial["inputs"])
             if kind is not None:
                 order.append(kind)
-            return timer.once(lambda: self.invoke(trial["seed"])[0],
-                              self.witness.span if kind is not None else None)
+            ms, out = timer.once(lambda: self.invoke(trial["seed"])[0],
+                                 self.witness.span if kind is not None else None, whole)
+            return ms / calls, out
 
         def repeated() -> float:  # a call on the inputs of the call before, as when timed
             timed_on(first)
-            self.load(first["inputs"])
-            order.append("seen")
-            return timer.once(lambda: self.invoke(first["seed"])[0], self.witness.span)[0]
+            return timed_on(first, "seen")[0]
 
         try:
             for index, trial in enumerate(self.hidden):
@@ -683,7 +686,7 @@ class _Run:
             if paused:
                 self.witness.pause()
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "checks": checks,
-                             "method": timer.method, "order": order}
+                             "method": timer.method, "order": order, "calls": calls}
         return len(unseen_ms)
 
     def call(self, trial_index: int) -> dict:
@@ -778,10 +781,10 @@ class _Run:
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
-        spans = self.witness.span_us()
         unseen = self.unseen_facts
+        spans = self.witness.span_us(unseen.get("calls", 1)) if unseen else None
         if unseen and spans is not None and len(spans) == len(unseen["order"]) and \
-                self.device.startswith("cuda"):
+                self.device.startswith("cuda") and None not in spans:
             for kind in ("seen", "unseen"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]

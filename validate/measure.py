@@ -379,16 +379,19 @@ class Timer:
         _event_wait(end)
         return float(_event_elapsed(start, end))
 
-    def once(self, fn: Callable[[], Any], around: Callable[[], Any] | None = None
-             ) -> tuple[float, Any]:
+    def once(self, fn: Callable[[], Any], around: Callable[[], Any] | None = None,
+             whole: bool = False) -> tuple[float, Any]:
         """One call timed alone, the way the window times calls: with a captured graph, a replay
-        of the one-call graph captured like it (``fn`` is not called: the graph reads the same
-        input buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
+        of the one-call graph captured like it, or with ``whole`` of the timing graph itself
+        (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
+        buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
         bracket the call and a device-wide synchronize. ``around`` (a context manager factory)
         encloses the call and its synchronize, never the flush. Returns (ms, the call's
         output)."""
-        graph = self.method == "cuda_graph" and self._single is not None
-        call = (lambda: _graph_replay(self._single[0])) if graph else fn
+        graph = None
+        if self.method == "cuda_graph":
+            graph = self.graph if whole else (self._single[0] if self._single else None)
+        call = (lambda: _graph_replay(graph)) if graph is not None else fn
         events = is_cuda(self.device) and self._events is not None and \
             self.method not in (None, "perf_counter")
         if events and self._flush is not None:
@@ -407,7 +410,9 @@ class Timer:
                 output = call()
                 synchronize(self.device)
                 ms = (_perf_counter() - begin) * 1e3
-        return ms, (self._single[1] if graph else output)
+        if graph is None:
+            return ms, output
+        return ms, (self.output if whole else self._single[1])
 
     def round(self, reps: int) -> list[float]:
         return [self.sample() for _ in range(max(1, int(reps)))]

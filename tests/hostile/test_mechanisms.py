@@ -678,3 +678,61 @@ def test_only_kernels_of_the_launched_function_are_a_triton_launchs_own():
     assert sorted(call["kernels"]) == [
         ["copy_kernel", 1.0, "triton"],
         ["void at::native::vectorized_elementwise_kernel<4>", 18.0, UNATTRIBUTED]]
+
+
+def test_a_decoy_global_named_like_a_library_kernel_does_not_make_it_the_candidates():
+    """An extension source may define ``__global__`` functions named like library kernels
+    (``vectorized_elementwise_kernel``, ``Kernel2``, ``gemv2T_kernel_val``) and then call the
+    library: the real kernels carry a library namespace or a vendor's mark in their names."""
+    from kernelmill.grade.judge import kernel_owner
+
+    decoys = frozenset({"vectorized_elementwise_kernel", "Kernel2", "splitKreduce_kernel",
+                        "gemv2T_kernel_val", "reduce_kernel"})
+    library = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+        "void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_tn_align1>(Params)",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float>(Params)",
+        "void gemv2T_kernel_val<int, int, float, 128, cublasGemvParamsEx<float const>>(p)",
+        "void at::native::reduce_kernel<512, 1, ReduceOp<float>>(ReduceOp<float>)"]
+    for name in library:
+        assert kernel_owner([name, 1.0, "extension"], decoys) != "candidate", name
+    # the candidate's own kernel of the same base name, compiled from its source
+    assert kernel_owner(["void vectorized_elementwise_kernel(float const*, float*, int)", 1.0,
+                         "extension"], decoys) == "candidate"
+    # its own template instantiated on ATen's types is still its own
+    assert kernel_owner(["void reduce_kernel<c10::Half>(c10::Half const*, c10::Half*)", 1.0,
+                         "extension"], decoys) == "candidate"
+
+
+def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
+    """A CUDA graph replayed inside a Triton launch or an extension call ran where it was
+    captured: its kernels are no launch's own. A span (the unseen-input check replays the whole
+    timing graph) is timed by its first call's kernels, overlapping ones counted once."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.witness import EXT, FORWARD, LAUNCH, SPAN, UNATTRIBUTED, Witness
+    from kernelmill.grade.witness import read_events
+
+    us = 1000
+    raw = [_RawEvent(FORWARD, 0, 100 * us, annotation=True, corr=1),
+           _RawEvent(f"{LAUNCH}:copy_kernel", 10 * us, 30 * us, annotation=True, corr=2),
+           _RawEvent(EXT, 40 * us, 60 * us, annotation=True, corr=3),
+           _RawEvent("cudaGraphLaunch", 12 * us, 13 * us, corr=101, thread=999),
+           _RawEvent("cudaGraphLaunch", 42 * us, 43 * us, corr=102, thread=999),
+           _RawEvent("copy_kernel", 14 * us, 15 * us, cuda=True, corr=101),
+           _RawEvent("reduce_kernel", 44 * us, 46 * us, cuda=True, corr=102),
+           # the span: two calls of two kernels each; the first call's second kernel overlaps
+           _RawEvent(SPAN, 200 * us, 300 * us, annotation=True, corr=4),
+           _RawEvent("cudaGraphLaunch", 201 * us, 202 * us, corr=103, thread=999),
+           _RawEvent("a", 210 * us, 214 * us, cuda=True, corr=103),
+           _RawEvent("b", 212 * us, 216 * us, cuda=True, corr=103),
+           _RawEvent("a", 220 * us, 224 * us, cuda=True, corr=103),
+           _RawEvent("b", 224 * us, 228 * us, cuda=True, corr=103)]
+    witness = Witness("cpu")
+    witness.calls = 1
+    witness._events = read_events(SimpleNamespace(events=lambda: raw), 0, witness._loose)
+    [call] = witness.per_call()
+    assert sorted(call["kernels"]) == [["copy_kernel", 1.0, UNATTRIBUTED],
+                                       ["reduce_kernel", 2.0, UNATTRIBUTED]]
+    assert witness.span_us(2) == [6.0] and witness.span_us(1) == [14.0]
+    assert witness.span_us(3) == [None]
