@@ -53,7 +53,7 @@ from .policy import (
     op_base,
     reference_compute_ops,
 )
-from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX, kernel_base
+from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX, kernel_base, qualified_kernel_name
 from .witness import UNATTRIBUTED
 
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init",
@@ -395,14 +395,6 @@ LIBRARY_NAMESPACE = re.compile(r"^(?:at|c10|cub|thrust|std|cuda|cutlass|cute|fla
                                r"pytorch\w*|torch|triton\w*)::")
 
 
-def _qualified_name(name: str) -> str:
-    """``void at::native::k<4, F>(int, F)`` -> ``at::native::k``."""
-    name = name.strip()
-    if name.startswith("void "):
-        name = name[5:]
-    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
-
-
 def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
     """Whose work one recorded GPU kernel ``[name, us, launcher]`` is: ``candidate`` (a Triton
     launch of its source; a kernel of its extension compiled from a ``__global__`` function its
@@ -419,7 +411,7 @@ def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
     if launcher == "extension":
         if VENDOR_MARK.search(name):
             return "vendor"
-        if LIBRARY_NAMESPACE.match(_qualified_name(name)):
+        if LIBRARY_NAMESPACE.match(qualified_kernel_name(name)):
             return "vendor" if vendor else "library"
         if own_kernels is not None:
             return "candidate" if kernel_base(name) in own_kernels else \
@@ -493,7 +485,8 @@ def device_work(calls: list[dict]) -> dict | None:
             entry[0] += us
     top = sorted(library.items(), key=lambda item: -item[1][0])[:10]
     return {"clock": parts[0][2], "calls": len(parts), "candidate_us": round(own, 3),
-            "total_us": round(total, 3), "candidate_share": round(own / total, 4) if total else None,
+            "total_us": round(total, 3),
+            "candidate_share": round(own / total, 4) if total else None,
             "library_kernels": [{"name": k, "us": round(v[0], 3), "kind": v[1]} for k, v in top]}
 
 

@@ -92,8 +92,7 @@ _scaled_dot_product_attention_math _flash_attention_forward _efficient_attention
 """.split())
 VENDOR_KERNEL = re.compile(r"cublas|cutlass|cudnn|gemm|xmma|sgemm|hgemm|conv|flash|fmha|"
                            r"\bsm\d+_|ampere_|hopper_|volta_|turing_|cutensor|nvjet|gemv|splitk|"
-                           r"implicit_convolve|winograd", re.IGNORECASE)
-# (cuBLAS on Hopper runs ``nvjet_*`` kernels: named after no GEMM at all)
+                           r"implicit_convolve|winograd", re.IGNORECASE)  # Hopper cuBLAS: nvjet_*
 # Kernels that belong to PyTorch or another prebuilt library, by demangled name.
 LIBRARY_KERNEL = re.compile(r"^(?:void )?(?:at::|c10::|cub::|thrust::|std::|pytorch_|"
                             r"triton_(?:poi|red|per|tem|for)_)|Memcpy|Memset", re.IGNORECASE)

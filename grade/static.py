@@ -164,13 +164,17 @@ def declared_kernels(source: str) -> frozenset[str]:
     return frozenset(GLOBAL_KERNEL.findall(source))
 
 
-def kernel_base(name: str) -> str:
-    """``void ns::scale_kernel<float>(float*, int)`` -> ``scale_kernel``."""
+def qualified_kernel_name(name: str) -> str:
+    """``void ns::scale_kernel<float>(float*, int)`` -> ``ns::scale_kernel``."""
     name = name.strip()
     if name.startswith("void "):
         name = name[5:]
-    name = re.split(r"[<(]", name, maxsplit=1)[0]
-    return name.rsplit("::", 1)[-1].strip()
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+
+
+def kernel_base(name: str) -> str:
+    """``void ns::scale_kernel<float>(float*, int)`` -> ``scale_kernel``."""
+    return qualified_kernel_name(name).rsplit("::", 1)[-1]
 
 
 def native_findings(text: str) -> list[str]:

@@ -393,7 +393,7 @@ class Witness:
             if owner in ("triton", "extension"):
                 result[index]["launch_us"] += float(end - start)
             # ``LAUNCH:name``: only kernels of that name (an unknown name: none) are its own
-            _head, named, launched = event.name.partition(":") if owner == "triton" else ("", "", "")
+            named, launched = event.name.partition(":")[1:] if owner == "triton" else ("", "")
             for kernel in getattr(event, "kernels", None) or []:
                 mine = owner if not named or (launched and str(kernel.name) == launched) \
                     else UNATTRIBUTED
@@ -402,9 +402,8 @@ class Witness:
         for kernel in self._loose:  # replayed from a graph, or launched who knows where
             # the call whose range held its runtime call (a graph replayed by the harness,
             # outside every call, is nobody's); without one, the call it ran in
-            at = kernel.launched_at if kernel.launched_at is not None else kernel.start
-            index = call_of(at) if kernel.launched_at is not None else \
-                bisect.bisect_right(starts, at) - 1
+            index = call_of(kernel.launched_at) if kernel.launched_at is not None else \
+                bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0:
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), UNATTRIBUTED])
@@ -433,7 +432,7 @@ class Witness:
             if calls > 1 and len(found) % calls:
                 result.append(None)
                 continue
-            result.append(_busy(found[:len(found) // max(1, calls)] if found else []))
+            result.append(_busy(found[:len(found) // max(1, calls)]))
         return result
 
     def candidate_ops(self, names) -> list[str]:

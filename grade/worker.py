@@ -25,6 +25,7 @@ Imports only torch, triton (if present), the standard library, the harness worke
 from __future__ import annotations
 
 import builtins
+import inspect
 import os
 import random
 import statistics
@@ -62,7 +63,7 @@ _median = statistics.median
 _listdir = os.listdir
 _type = type
 _isinstance = isinstance
-_getattr_static = __import__("inspect").getattr_static
+_getattr_static = inspect.getattr_static
 
 _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),

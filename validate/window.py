@@ -203,9 +203,10 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 _answer(name, control, "gpu", settings.ready_timeout_s)
         asked = time.monotonic()
         with lock.shared():
-            result["shared_wait_ms"] = round((time.monotonic() - asked) * 1e3, 1)
+            waited = time.monotonic() - asked
+            result["shared_wait_ms"] = round(waited * 1e3, 1)
             for control in participants.values():  # other grades' time, not theirs
-                control.extend(time.monotonic() - asked)
+                control.extend(waited)
             if gpu_handshake:
                 for control in participants.values():
                     control.send("go")
