@@ -137,15 +137,23 @@ def summarize(out: Path) -> dict:
     reference_s, candidate_s, warm = [], [], 0
     waits: dict[str, list[float]] = {"shared_wait_ms": [], "exclusive_wait_ms": [],
                                      "window_ms": []}
+    stages: dict[str, list[float]] = {}
+    windows: set = set()
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
                "error" if row.get("error") else "incorrect"] += 1
         profile = row.get("profile") or {}
+        for stage, seconds in (profile.get("stages_s") or {}).items():
+            stages.setdefault(stage, []).append(seconds)
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
             warm += bool(profile.get("warm"))
+        window = tuple(profile.get(k) for k in ("window_ms", "exclusive_wait_ms"))
+        if window in windows:  # a group's members share one window: count it once
+            continue
+        windows.add(window)
         for key, values in waits.items():
             if profile.get(key) is not None:
                 values.append(profile[key])
@@ -153,7 +161,9 @@ def summarize(out: Path) -> dict:
     return {**counts, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
             "warm": f"{warm}/{len(reference_s)}",
             **{f"median_{k}": median(v) for k, v in waits.items()},
-            "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1)}
+            "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),
+            "windows": len(waits["window_ms"]),
+            "candidate_stages_s": {k: median(v) for k, v in stages.items()}}
 
 
 PHASES = (  # (name, verdict cache, what it shows)
@@ -174,6 +184,9 @@ def main() -> int:
     parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
     parser.add_argument("--copies", type=int, default=1,
                         help="grade each triton answer this many times per phase")
+    parser.add_argument("--group", type=int,
+                        help="submissions of one problem graded together, in one window "
+                             "(default: grade_file's, 8 on CUDA)")
     args = parser.parse_args()
 
     import os
@@ -208,7 +221,7 @@ def main() -> int:
             stats = grade_file(problems, submissions, out, device=args.device,
                                workers=args.workers, policy=policy,
                                cache_path=cache if use_cache else None,
-                               extensions_root=str(folder / "extensions"))
+                               extensions_root=str(folder / "extensions"), group=args.group)
             report_uncertified(out)  # names any honest answer that was not certified
             report_spread(out)
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
@@ -216,7 +229,7 @@ def main() -> int:
                 start = time.monotonic()
                 stats = grade_file(problems, submissions, out2, device=args.device,
                                    workers=args.workers, policy=policy, cache_path=cache,
-                                   extensions_root=str(folder / "extensions"))
+                                   extensions_root=str(folder / "extensions"), group=args.group)
                 out = out2
             seconds = time.monotonic() - start
             results[f"{name} {phase}"] = {
@@ -240,6 +253,10 @@ def main() -> int:
         print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
               f"{cell('median_exclusive_wait_ms'):>18} {cell('median_window_ms'):>10} "
               f"{held:>14.0f}%")
+    for phase, r in results.items():
+        if r["candidate_stages_s"]:
+            print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
+                  " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "

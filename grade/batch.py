@@ -127,21 +127,44 @@ def _grader_for(config: dict) -> Grader:
 
 def grade_item(item: dict, slot: dict) -> dict:
     """Backend task: grade one submission on the slot's device (module-level for Ray)."""
-    grader = _grader_for(item["config"])
-    pending = _COMPILES.pop(item["submission_id"], None)
-    build_error = None
-    if pending is not None:
-        built = pending.result()
-        if built is not None and not built.ok:
-            build_error = built.error
+    return grade_group_items([item], slot)[0]
+
+
+def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
+    """Backend task: grade submissions of ONE problem together (``Grader.grade_group``: one
+    timing window for all) on the slot's device; one verdict per item, in order."""
+    first = group[0]
+    grader = _grader_for(first["config"])
+    build_errors = []
+    for item in group:
+        pending = _COMPILES.pop(item["submission_id"], None)
+        built = pending.result() if pending is not None else None
+        build_errors.append(built.error if built is not None and not built.ok else None)
     try:
-        verdict = grader.grade(item["reference"], item["source"], record=item.get("record"),
-                               reward=item["config"]["reward"], slot_env=slot.get("env"))
+        verdicts = grader.grade_group(first["reference"], [item["source"] for item in group],
+                                      record=first.get("record"),
+                                      reward=first["config"]["reward"], slot_env=slot.get("env"))
     except ReferenceError as exc:
-        return Verdict.failure("reference", str(exc), reward=0.0, reference_failed=True).to_dict()
-    if build_error and not verdict.get("compiled"):
-        verdict["build_error"] = build_error
-    return verdict
+        return [Verdict.failure("reference", str(exc), reward=0.0,
+                                reference_failed=True).to_dict() for _ in group]
+    for verdict, build_error in zip(verdicts, build_errors):
+        if build_error and not verdict.get("compiled"):
+            verdict["build_error"] = build_error
+    return verdicts
+
+
+def group_items(items: list[dict], size: int) -> list[list[dict]]:
+    """Consecutive items of one problem (and one build kind) in groups of at most ``size``."""
+    groups: list[list[dict]] = []
+    for item in items:
+        kind = (needs_extension_build(item["source"]), item["problem_id"])
+        last = groups[-1] if groups else None
+        if last and len(last) < size and \
+                (needs_extension_build(last[0]["source"]), last[0]["problem_id"]) == kind:
+            last.append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 def _load_problems(path, split: str | None = None) -> dict[str, dict]:
@@ -155,8 +178,11 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                reward: str = "composite", policy: Policy | None = None,
                cache_path: str | os.PathLike | None | bool = True,
                extensions_root: str | None = None, compile_workers: int | None = None,
-               split: str | None = None) -> StageStats:
-    """Grade every submission not yet in ``out_path``; returns the stage's counts."""
+               split: str | None = None, group: int | None = None) -> StageStats:
+    """Grade every submission not yet in ``out_path``; returns the stage's counts.
+
+    ``group``: at most this many submissions of one problem are graded together, timed in one
+    window (``Grader.grade_group``); default 8 on CUDA (a GRPO group's size), 1 on CPU."""
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name
@@ -220,8 +246,11 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                     _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
         try:
             runner = get_backend(backend, device=device, workers=workers, address=address)
-            results = runner.map_unordered(grade_item, items)
-            for item, verdict in track(results, total=len(items), description="grading"):
+            size = group if group is not None else (8 if device.startswith("cuda") else 1)
+            results = runner.map_unordered(grade_group_items, group_items(items, max(1, size)))
+            verdicts = ((item, verdict) for group_rows, group_verdicts in results
+                        for item, verdict in zip(group_rows, group_verdicts))
+            for item, verdict in track(verdicts, total=len(items), description="grading"):
                 if not verdict.get("reference_failed") and not transient(verdict):
                     cache.put(item["key"], _cacheable(verdict))
                 else:

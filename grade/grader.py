@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,26 +321,52 @@ class Grader:
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
+        return self.grade_group(reference_source, [candidate_source], record=record,
+                                reward=reward, slot_env=slot_env)[0]
+
+    def grade_group(self, reference_source: str, candidate_sources: list[str], *,
+                    record: dict | None = None, reward: str = "composite",
+                    slot_env: dict | None = None) -> list[dict]:
+        """Grade several candidates for one problem together (a GRPO group): each gets its own
+        fresh reference run (new weights and inputs), its own worker and its own checks, and
+        all are timed in ONE window beside one reference timing worker, so the GPU is taken
+        alone once per group and every speedup in the group divides by the same reference
+        time. A candidate that fails before or during the window drops out of it alone.
+        Returns one verdict per candidate, in order."""
         reward_fn = get_reward(reward)
         # On CPU, the size validation calibrated the record's tolerances at (grade/size.py).
         size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
         began = time.monotonic()
-        verdict = self._static(candidate_source)
-        if verdict is None:
-            verdict = self._decided_statically(candidate_source)
-        if verdict is None:
-            reference = self.fresh_reference(size.source, slot_env=slot_env)
+        verdicts: list[dict | None] = [self._static(source) or self._decided_statically(source)
+                                       for source in candidate_sources]
+        pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        if pending:
+            references = self._fresh_references(size.source, len(pending), slot_env)
             after_reference = time.monotonic()
-            verdict = self._candidate(reference, candidate_source, record, slot_env)
-            # Where a grade's time went (seconds): what throughput work looks at first.
-            verdict["profile"] = {"reference_s": round(after_reference - began, 3),
-                                  "candidate_s": round(time.monotonic() - after_reference, 3),
-                                  "warm": bool(reference.result.warm),
-                                  **verdict.get("profile", {})}
-        verdict["reward"] = float(reward_fn(verdict))
-        verdict["device"] = self.device
-        verdict["resized"] = size.factor
-        return verdict
+            judged = self._candidates(references, [candidate_sources[i] for i in pending],
+                                      record, slot_env)
+            for i, reference, verdict in zip(pending, references, judged):
+                # Where a grade's time went (seconds): what throughput work looks at first.
+                verdict["profile"] = {"reference_s": round(after_reference - began, 3),
+                                      "candidate_s": round(time.monotonic() - after_reference, 3),
+                                      "warm": bool(reference.result.warm), "group": len(pending),
+                                      **verdict.get("profile", {})}
+                verdicts[i] = verdict
+        for verdict in verdicts:
+            verdict["reward"] = float(reward_fn(verdict))
+            verdict["device"] = self.device
+            verdict["resized"] = size.factor
+        return verdicts
+
+    def _fresh_references(self, source: str, count: int,
+                          slot_env: dict | None) -> list[ReferenceRun]:
+        """``count`` fresh reference runs of ``source``, side by side (each its own worker)."""
+        if count == 1:
+            return [self.fresh_reference(source, slot_env=slot_env)]
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            futures = [pool.submit(self.fresh_reference, source, slot_env=slot_env)
+                       for _ in range(count)]
+            return [future.result() for future in futures]  # a ReferenceError is the problem's
 
     def _static(self, source: str) -> dict | None:
         try:
@@ -365,10 +392,38 @@ class Grader:
         verdict.update(compiled=False, stage_reached="parsed", profile={"static_only": True})
         return verdict
 
-    def _candidate(self, reference: ReferenceRun, source: str, record: dict | None,
-                   slot_env: dict | None) -> dict:
+    def _candidates(self, references: list[ReferenceRun], sources: list[str],
+                    record: dict | None, slot_env: dict | None) -> list[dict]:
+        """Run and judge each candidate against its own reference run; time them together."""
         policy = self.policy
-        findings = static.scan(source) if policy.static_scan else []
+        prepared = [self._prepare(reference, source, record, slot_env)
+                    for reference, source in zip(references, sources)]
+        runnable = [i for i, job in enumerate(prepared) if "target" in job]
+        verdicts: list = [None if "target" in job else job for job in prepared]
+        results: dict[int, WorkerResult] = {}
+        windows: dict[int, dict | None] = {i: None for i in runnable}
+        before = _stamp(self.guard_paths)
+        if runnable:
+            workers = len(runnable) + (1 if policy.time else 0)
+            with self._on_host(references[0].source, workers) as limits:
+                for i in runnable:
+                    prepared[i]["limits"] = limits
+                if policy.time:
+                    results, windows = self._timed(references[runnable[0]],
+                                                   {i: prepared[i] for i in runnable}, slot_env)
+                else:
+                    results = self._run_side_by_side({i: prepared[i] for i in runnable})
+        changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
+        for i in runnable:
+            verdicts[i] = self._judge_run(references[i], sources[i], results[i], windows[i],
+                                          record, changed)
+        return verdicts
+
+    def _prepare(self, reference: ReferenceRun, source: str, record: dict | None,
+                 slot_env: dict | None) -> dict:
+        """The candidate worker's job (``target``, ``payload``...), or its verdict when it
+        ends before running (a failed extension build)."""
+        policy = self.policy
         ref = reference.value
         shown, hidden = usable_trials(ref)
         trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in shown]
@@ -390,52 +445,64 @@ class Grader:
             built = self._compiled.get(source) or self.compile(source)
             if built is not None and not built.ok:
                 # its build failed or ran out of time: that is the verdict (no GPU run)
+                findings = static.scan(source) if policy.static_scan else []
                 return judge(ref, reference.result, built, policy=policy,
                              findings=findings, record=record)
             env["TORCH_EXTENSIONS_DIR"] = build
             writable.append(build)
             if self.device.startswith("cuda") and cuda_arch_list():
                 env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
-        before = _stamp(self.guard_paths)
-        candidate = {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
-                     "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
-                     "writable": writable, "sandbox": policy.sandbox}
-        with self._on_host(reference.source, 2 if policy.time else 1) as limits:
-            candidate["limits"] = limits
-            if policy.time:
-                result, window = self._timed(reference, candidate, slot_env)
-            else:
-                result, window = run_in_worker(**candidate), None
-        verdict = judge(ref, reference.result, result, policy=policy, findings=findings,
-                        record=record, window=window,
+        return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
+                "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
+                "writable": writable, "sandbox": policy.sandbox}
+
+    def _judge_run(self, reference: ReferenceRun, source: str, result: WorkerResult,
+                   window: dict | None, record: dict | None, changed: list[str]) -> dict:
+        policy = self.policy
+        findings = static.scan(source) if policy.static_scan else []
+        verdict = judge(reference.value, reference.result, result, policy=policy,
+                        findings=findings, record=record, window=window,
                         own_kernels=static.declared_kernels(source))
         if window:  # where the GPU's lock made this grade wait, and how long it held it alone
             verdict["profile"] = {k: window.get(k) for k in
                                   ("shared_wait_ms", "exclusive_wait_ms", "window_ms")}
-        changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
-        if changed:
+            verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
+        if changed:  # the guarded files changed while this run (or its group) ran
             verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})
             verdict["hack_details"]["file_tamper"] = f"changed: {', '.join(changed[:3])}"
             verdict["correct"] = False
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
 
+    @staticmethod
+    def _run_side_by_side(jobs: dict[int, dict]) -> dict[int, WorkerResult]:
+        if len(jobs) == 1:
+            (index, job), = jobs.items()
+            return {index: run_in_worker(**job)}
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = {i: pool.submit(run_in_worker, **job) for i, job in jobs.items()}
+            return {i: future.result() for i, future in futures.items()}
 
-    def _timed(self, reference: ReferenceRun, candidate: dict,
-               slot_env: dict | None) -> tuple[WorkerResult, dict]:
-        """Run the candidate worker and a reference timing worker side by side; time both in
-        one window on this GPU. Returns the candidate's result and the window."""
+    def _timed(self, reference: ReferenceRun, candidates: dict[int, dict],
+               slot_env: dict | None) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
+        """Run the candidate workers and one reference timing worker side by side; time them
+        all in one window on this GPU. Returns each candidate's result and its view of the
+        window (the reference and itself, as ``reference`` and ``candidate``)."""
         policy = self.policy
-        payload = candidate["payload"] = {**candidate["payload"], "window": True}
-        timing_job = {"target": "kernelmill.grade.worker:reference_timing_task",
-                      "payload": {"source": reference.source, "device": self.worker_device,
-                                  "init_seed": reference.value["init_seed"],
-                                  "inputs": payload["trials"][0]["inputs"],
-                                  "timing_settings": policy.timing_settings},
-                      "timeout_s": policy.timeout_s, "device": self.worker_device,
-                      "env": self._env(slot_env), "sandbox": policy.sandbox,
-                      "limits": candidate.get("limits")}
-        jobs = {"reference": timing_job, "candidate": candidate}
+        names = {i: f"candidate {i}" for i in candidates}
+        jobs = {}
+        for i, job in candidates.items():
+            job["payload"] = {**job["payload"], "window": True}
+        first = candidates[min(candidates)]
+        jobs["reference"] = {
+            "target": "kernelmill.grade.worker:reference_timing_task",
+            "payload": {"source": reference.source, "device": self.worker_device,
+                        "init_seed": reference.value["init_seed"],
+                        "inputs": first["payload"]["trials"][0]["inputs"],
+                        "timing_settings": policy.timing_settings},
+            "timeout_s": policy.timeout_s, "device": self.worker_device,
+            "env": self._env(slot_env), "sandbox": policy.sandbox, "limits": first.get("limits")}
+        jobs.update({names[i]: job for i, job in candidates.items()})
         controls = {name: Control() for name in jobs}
         results: dict[str, WorkerResult] = {}
 
@@ -445,13 +512,15 @@ class Grader:
         threads = [threading.Thread(target=launch, args=(name,), daemon=True) for name in jobs]
         settings = WindowSettings.from_dict({"ready_timeout_s": policy.timeout_s,
                                              **policy.timing_settings})
+        unseen = tuple(names[i] for i, job in candidates.items()
+                       if job["payload"].get("hidden_trials"))
         window = run_window(
-            controls, lock=GpuLock(gpu_lock_path(self.worker_device, candidate["env"])),
+            controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
             settings=settings, cuda=self.device.startswith("cuda"),
             start=lambda: [t.start() for t in threads],
             finish=lambda: _gpu_work_done(controls, policy.timeout_s),
-            clock_check=("candidate",), gpu_handshake=True,
-            unseen_check=("candidate",) if payload.get("hidden_trials") else ())
+            clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
+            droppable=tuple(names.values()))
         for thread in threads:
             thread.join()
         timing_run = results.get("reference")
@@ -460,7 +529,32 @@ class Grader:
             window["error"] = {"participant": "reference",
                                "message": f"reference timing failed in {error.get('stage')}: "
                                           f"{error.get('message')}"}
-        return results["candidate"], window
+        return ({i: results[names[i]] for i in candidates},
+                {i: candidate_view(window, names[i]) for i in candidates})
+
+
+def candidate_view(window: dict, name: str) -> dict:
+    """One candidate's view of a group window: the reference and itself (as ``candidate``),
+    the window's error or the candidate's own (it dropped out), and the group's size."""
+    parts = window.get("participants") or {}
+    dropped = (window.get("dropped") or {}).get(name)
+    error = window.get("error") or ({"participant": "candidate", "message": dropped}
+                                    if dropped else None)
+    view = {k: v for k, v in window.items() if k not in ("participants", "dropped", "error")}
+    view.update(participants={"reference": parts.get("reference") or {},
+                              "candidate": parts.get(name) or {}},
+                error=error, group=len(parts) - 1)
+    return view
+
+
+def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, float]:
+    """Seconds each worker stage lasted (until the next stage's mark or the run's end), by the
+    parent's clock; ``start`` is what came before the first mark (process start, imports)."""
+    spans: dict[str, float] = {"start": round(stages[0][1], 3)} if stages else {}
+    ends = [at for _, at in stages[1:]] + [max(wall_s, stages[-1][1] if stages else 0.0)]
+    for (name, at), until in zip(stages, ends):
+        spans[name] = round(spans.get(name, 0.0) + until - at, 3)
+    return spans
 
 
 def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:

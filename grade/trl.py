@@ -27,6 +27,7 @@ of a submission that was not flagged for a hack, and its failure adds nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -147,9 +148,7 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
     grader = Grader(device, policy=policy)
     untimed: list[Grader] = []
 
-    def grade(reference: str, code: str, record: dict | None = None, reward: str = "composite",
-              slot_env: dict | None = None) -> dict:
-        verdict = grader.grade(reference, code, record=record, reward=reward, slot_env=slot_env)
+    def untimed_again(verdict: dict, reference: str, code: str, record, reward, slot_env):
         if not timed_out_in_timing(verdict) or not grader.policy.time:
             return verdict
         if not untimed:
@@ -161,7 +160,20 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
         second["wall_s"] = verdict.get("wall_s", 0) + second.get("wall_s", 0)
         return second
 
+    def group(reference: str, codes: list[str], record: dict | None = None,
+              reward: str = "composite", slot_env: dict | None = None) -> list[dict]:
+        """Several completions for one problem, timed in one window (``Grader.grade_group``)."""
+        verdicts = grader.grade_group(reference, codes, record=record, reward=reward,
+                                      slot_env=slot_env)
+        return [untimed_again(v, reference, code, record, reward, slot_env)
+                for v, code in zip(verdicts, codes)]
+
+    def grade(reference: str, code: str, record: dict | None = None, reward: str = "composite",
+              slot_env: dict | None = None) -> dict:
+        return group(reference, [code], record, reward, slot_env)[0]
+
     grade.device = grader.device
+    grade.group = group
     return grade
 
 
@@ -197,7 +209,8 @@ def http_grader(url: str, timeout_s: float = 900.0) -> Callable[..., dict]:
 def make_reward_fn(*, device: str = "auto", reward: str = "composite",
                    policy: Policy | None = None, judge: JudgeConfig | None = None,
                    workers: int | None = None, reference_column: str | None = None,
-                   verdicts: list | None = None, grader: Callable[..., dict] | str | None = None):
+                   verdicts: list | None = None, grader: Callable[..., dict] | str | None = None,
+                   group: int | None = None):
     """Build a ``reward_fn(prompts, completions, **kwargs) -> list[float | None]`` for TRL.
 
     ``grader`` grades elsewhere: a URL of a ``kernelmill.grade.serve`` server, or any callable
@@ -207,7 +220,9 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     the remote grader could not be reached. When TRL passes ``log_metric``, the batch's rates go
     to the trainer's metrics: ``kernelmill/compiled``, ``correct``, ``hacked``,
     ``timing_timed_out``, ``not_applicable`` (shares of the batch) and ``speedup_vs_eager``
-    (mean over the correct kernels that were timed).
+    (mean over the correct kernels that were timed). ``group``: completions of one problem in
+    a batch are graded together, at most this many at a time, timed in one window (default 8
+    on a GPU, as GRPO's ``num_generations``; 1 on CPU).
     """
     reward_fn_ = get_reward(reward)
     if grader is None:
@@ -217,16 +232,11 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
         grade = http_grader(grader) if isinstance(grader, str) else grader
         slots = [{"env": {}} for _ in range(max(1, workers or 8))]
 
-    def grade_one(index: int, reference: str, completion, record: dict | None = None
-                  ) -> tuple[float | None, dict]:
-        code = extract_code(completion_text(completion))
-        slot = slots[index % len(slots)]
-        try:
-            verdict = grade(reference, code, record=record, reward=reward,
-                            slot_env=slot.get("env"))
-        except ReferenceError as exc:
-            return None, Verdict.failure("reference", str(exc), reward=None,
-                                         reference_failed=True).to_dict()
+    # A GRPO batch holds each prompt's completions together: on a GPU, up to ``group_size`` of
+    # one problem are timed in one window (one exclusive hold of the GPU for all of them).
+    group_size = group or (8 if str(getattr(grade, "device", "")).startswith("cuda") else 1)
+
+    def scored(reference: str, code: str, verdict: dict) -> tuple[float | None, dict]:
         if verdict.get("grader_failed"):
             return None, verdict
         score = float(verdict["reward"] if verdict.get("reward") is not None
@@ -238,6 +248,24 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
                 score += judge.weight * j
         return score, verdict
 
+    def grade_chunk(index: int, chunk: list[tuple[str, str, dict | None]]
+                    ) -> list[tuple[float | None, dict]]:
+        """Completions of one problem (reference, code, record), graded together."""
+        reference, _code, record = chunk[0]
+        codes = [code for _r, code, _rec in chunk]
+        env = slots[index % len(slots)].get("env")
+        try:
+            if len(codes) > 1 and hasattr(grade, "group"):
+                verdicts = grade.group(reference, codes, record=record, reward=reward,
+                                       slot_env=env)
+            else:
+                verdicts = [grade(reference, code, record=record, reward=reward, slot_env=env)
+                            for code in codes]
+        except ReferenceError as exc:
+            failed = Verdict.failure("reference", str(exc), reward=None, reference_failed=True)
+            return [(None, failed.to_dict()) for _ in codes]
+        return [scored(reference, code, v) for code, v in zip(codes, verdicts)]
+
     def reward_fn(prompts, completions, **kwargs) -> list[float | None]:
         column = reference_column or next((c for c in REFERENCE_COLUMNS if c in kwargs), None)
         if column is None:
@@ -245,9 +273,16 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
                            f"{sorted(kwargs)}")
         references = kwargs[column]
         records = _records_from_columns(kwargs, len(completions))
+        rows = [(ref, extract_code(completion_text(c)), rec)
+                for ref, c, rec in zip(references, completions, records)]
+        chunks = _chunks_by_problem(rows, group_size)
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-            results = list(pool.map(grade_one, range(len(completions)), references,
-                                    completions, records))
+            graded = list(pool.map(grade_chunk, range(len(chunks)),
+                                   [[rows[i] for i in chunk] for chunk in chunks]))
+        results: list = [None] * len(rows)
+        for chunk, outcome in zip(chunks, graded):
+            for i, result in zip(chunk, outcome):
+                results[i] = result
         batch = [v for _s, v in results]
         if verdicts is not None:
             verdicts.extend(batch)
@@ -277,6 +312,17 @@ def batch_metrics(verdicts: list[dict]) -> dict[str, float]:
     if speedups:
         metrics["speedup_vs_eager"] = sum(speedups) / len(speedups)
     return metrics
+
+
+def _chunks_by_problem(rows: list[tuple], size: int) -> list[list[int]]:
+    """Indices of ``rows`` (reference, code, record) by problem, at most ``size`` per chunk,
+    in order of first appearance."""
+    by_problem: dict[str, list[int]] = {}
+    for i, (reference, _code, record) in enumerate(rows):
+        key = json.dumps([reference, record], sort_keys=True, default=str)
+        by_problem.setdefault(key, []).append(i)
+    return [indices[start:start + size] for indices in by_problem.values()
+            for start in range(0, len(indices), max(1, size))]
 
 
 _DEFAULT = []

@@ -177,16 +177,20 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                settings: WindowSettings | None = None, cuda: bool = True,
                start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
                clock_check: tuple[str, ...] = (), unseen_check: tuple[str, ...] = (),
-               gpu_handshake: bool = False) -> dict:
+               gpu_handshake: bool = False, droppable: tuple[str, ...] = ()) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
     (``measure.await_gpu``) and gets "go" once the shared lock is held, else the lock is taken
-    right after ``start``. ``finish`` waits for them (after ``stop``, under the shared lock). Returns ``{"participants": {name: summary},
-    "rounds", "window_ms", "error"}``; a summary is ``measure.summarize`` of the samples plus
-    the worker's ``ready`` description and, for ``clock_check``, ``wall_ms`` per call.
-    Participants in ``unseen_check`` then time single calls on inputs they have not seen, still
-    alone on the GPU (``measure.serve_window``'s ``unseen``; the results stay in the worker)."""
+    right after ``start``. ``finish`` waits for them (after ``stop``, under the shared lock).
+    Returns ``{"participants": {name: summary}, "rounds", "window_ms", "error", "dropped"}``; a
+    summary is ``measure.summarize`` of the samples plus the worker's ``ready`` description and,
+    for ``clock_check``, ``wall_ms`` per call. Participants in ``unseen_check`` then time single
+    calls on inputs they have not seen, still alone on the GPU (``measure.serve_window``'s
+    ``unseen``; the results stay in the worker). A participant in ``droppable`` that fails
+    (ends, goes silent, answers wrongly) leaves the window alone: ``dropped[name]`` says why and
+    the others go on; when none of them is left, the window ends. Any other failure ends the
+    window for all (``error``)."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -194,73 +198,37 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     samples: dict[str, list[float]] = {name: [] for name in participants}
     walls: dict[str, float] = {}
     paces: dict[str, list[float]] = {name: [] for name in participants}  # parent ms per sample
-    result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None}
+    result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None,
+                    "dropped": {}}
+    group = _Group(participants, droppable, result)
+
     try:
         if start is not None:
             start()
+        # one deadline for all: a participant that hangs costs the others its timeout once
+        deadline = time.monotonic() + settings.ready_timeout_s
         if gpu_handshake:  # workers import outside the lock; GPU work waits for "go"
-            for name, control in participants.items():
-                _answer(name, control, "gpu", settings.ready_timeout_s)
+            for name in participants:
+                group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic()))
         asked = time.monotonic()
         with lock.shared():
             waited = time.monotonic() - asked
             result["shared_wait_ms"] = round(waited * 1e3, 1)
+            deadline += waited
             for control in participants.values():  # other grades' time, not theirs
                 control.extend(waited)
             if gpu_handshake:
-                for control in participants.values():
+                for control in group.active.values():
                     control.send("go")
-            for name, control in participants.items():
-                _, ready[name] = _answer(name, control, "ready", settings.ready_timeout_s)
-        asked = time.monotonic()
-        with lock.exclusive():
-            began = time.monotonic()
-            result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
-            for control in participants.values():
-                control.extend(began - asked)
-            timeout = settings.report_timeout_s
-            # The clocks are the GPU's: the first participant brings them up; the others only
-            # warm their own caches and buffers.
-            for index, (name, control) in enumerate(participants.items()):
-                ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
-                if ms:
-                    control.send(f"warm {ms:g}")
-                    _answer(name, control, "warm", timeout)
-            per_round = {}
-            for name, info in ready.items():
-                sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
-                    int(info.get("calls_per_sample") or 1)
-                per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
-            deadline = began + cap_ms / 1e3
-            while True:
-                for name, control in participants.items():
-                    room = settings.max_reps - len(samples[name])
-                    if room <= 0:
-                        continue
-                    reps = min(per_round[name], room)
-                    sent = time.monotonic()
-                    control.send(f"round {reps}")
-                    at, times = _answer(name, control, "round", timeout)
-                    samples[name].extend(float(t) for t in times)
-                    paces[name].append((at - sent) * 1e3 / reps)
-                result["rounds"] += 1
-                cis = [median_ci_pct(s) for s in samples.values()]
-                enough = all(len(s) >= settings.min_reps for s in samples.values())
-                if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
-                    break
-                if all(len(s) >= settings.max_reps for s in samples.values()):
-                    break
-                if time.monotonic() >= deadline and all(len(s) >= 3 for s in samples.values()):
-                    break
-            for name in clock_check:
-                walls[name] = _clock_check(name, participants[name], ready[name],
-                                           samples[name], paces[name], settings, timeout)
-            for name in unseen_check:
-                participants[name].send("unseen")
-                _answer(name, participants[name], "unseen", timeout)
-            result["window_ms"] = (time.monotonic() - began) * 1e3
-            for control in participants.values():
-                control.send("stop")
+            for name in participants:
+                got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
+                if got is not None:
+                    ready[name] = got[1]
+        if not group.gone():
+            _timed_rounds(group, ready, samples, walls, paces, result, lock, settings,
+                          cap_ms, warm_ms, clock_check, unseen_check)
+        for control in group.active.values():
+            control.send("stop")
     except WindowError as exc:
         result["error"] = {"participant": exc.participant, "message": str(exc)}
         for control in participants.values():
@@ -274,6 +242,94 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
                                                  samples[name], wall_ms=walls.get(name), **info)
     return result
+
+
+class _Group:
+    """The participants still in a window; a ``droppable`` one that fails leaves it alone."""
+
+    def __init__(self, participants: dict[str, Control], droppable: tuple[str, ...],
+                 result: dict):
+        self.active = dict(participants)
+        self.droppable = droppable
+        self.dropped = result["dropped"]
+
+    def fail(self, name: str, exc: WindowError) -> None:
+        if name not in self.droppable:
+            raise exc
+        self.dropped[name] = str(exc).split(": ", 1)[-1]
+        self.active.pop(name).send("stop")
+
+    def ask(self, name: str, command: str | None, key: str, timeout: float):
+        """Send ``command`` (if any), wait for ``key``: ``(at, value)``, None once dropped."""
+        if name not in self.active:
+            return None
+        control = self.active[name]
+        try:
+            if command is not None:
+                control.send(command)
+            return _answer(name, control, key, timeout)
+        except WindowError as exc:
+            self.fail(name, exc)
+            return None
+
+    def gone(self) -> bool:
+        """Every droppable participant dropped out: nothing is left to time."""
+        return bool(self.droppable) and not any(n in self.active for n in self.droppable)
+
+
+def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, settings, cap_ms,
+                  warm_ms, clock_check, unseen_check) -> None:
+    """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
+    asked = time.monotonic()
+    with lock.exclusive():
+        began = time.monotonic()
+        result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
+        for control in group.active.values():
+            control.extend(began - asked)
+        timeout = settings.report_timeout_s
+        # The clocks are the GPU's: the first participant brings them up; the others only
+        # warm their own caches and buffers.
+        for index, name in enumerate(list(group.active)):
+            ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
+            if ms:
+                group.ask(name, f"warm {ms:g}", "warm", timeout)
+        per_round = {}
+        for name, info in ready.items():
+            sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
+                int(info.get("calls_per_sample") or 1)
+            per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
+        deadline = began + cap_ms / 1e3
+        while not group.gone():
+            for name in list(group.active):
+                room = settings.max_reps - len(samples[name])
+                if room <= 0:
+                    continue
+                reps = min(per_round[name], room)
+                sent = time.monotonic()
+                got = group.ask(name, f"round {reps}", "round", timeout)
+                if got is not None:
+                    samples[name].extend(float(t) for t in got[1])
+                    paces[name].append((got[0] - sent) * 1e3 / reps)
+            result["rounds"] += 1
+            timed = [samples[name] for name in group.active]
+            cis = [median_ci_pct(s) for s in timed]
+            enough = all(len(s) >= settings.min_reps for s in timed)
+            if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
+                break
+            if all(len(s) >= settings.max_reps for s in timed):
+                break
+            if time.monotonic() >= deadline and all(len(s) >= 3 for s in timed):
+                break
+        for name in clock_check:
+            if name in group.active:
+                try:
+                    walls[name] = _clock_check(name, group.active[name], ready[name],
+                                               samples[name], paces[name], settings, timeout)
+                except WindowError as exc:
+                    group.fail(name, exc)
+        for name in unseen_check:
+            group.ask(name, "unseen", "unseen", timeout)
+        result["window_ms"] = (time.monotonic() - began) * 1e3
 
 
 def verdict_timing(window: dict, reference: str = "reference",

@@ -100,3 +100,23 @@ def test_unreachable_grading_server_gives_none():
     reward_fn = make_reward_fn(grader="http://127.0.0.1:9/")  # discard port: nothing listens
     assert reward_fn(["p"], [fenced(read("honest_scale_add"))],
                      reference=[read("ref_scale_add")]) == [None]
+
+
+def test_a_prompts_completions_are_graded_as_one_group_in_batch_order():
+    # GRPO passes each prompt's generations together: they are timed in one window (the same
+    # reference time), scores come back in the batch's order, other problems apart.
+    timing = {"target_ms": 1.0, "min_reps": 6, "max_reps": 30, "wall_ms": 1.0, "warmup": 1,
+              "cap_ms": 300}
+    verdicts: list = []
+    reward_fn = make_reward_fn(device="cpu", policy=Policy(timeout_s=60, timing_settings=timing),
+                               verdicts=verdicts, group=3, workers=2)
+    honest, rows = fenced(read("honest_scale_add")), fenced(read("honest_row_sum"))
+    scores = reward_fn(prompts=["a", "b", "a", "a"],
+                       completions=[honest, rows, fenced("not python ("), honest],
+                       reference=[read("ref_scale_add"), read("ref_row_sum"),
+                                  read("ref_scale_add"), read("ref_scale_add")])
+    assert scores[2] == 0.0 and all(s >= 1.5 for s in (scores[0], scores[1], scores[3])), scores
+    first, other, _broken, last = verdicts
+    assert first["profile"]["group"] == 2 and other["profile"]["group"] == 1
+    assert first["timing"]["reference_ms"] == last["timing"]["reference_ms"]
+    assert first["timing"]["reference_ms"] != other["timing"]["reference_ms"]

@@ -166,12 +166,14 @@ WORKER = textwrap.dedent("""
 CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
 
 
-def _window(ms: dict[str, float], cheat: str = "", **settings) -> tuple[dict, dict]:
+def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
+            cheats: dict | None = None, **settings) -> tuple[dict, dict]:
     controls = {name: Control() for name in ms}
     results = {}
+    cheats = cheats if cheats is not None else {"candidate": cheat}
 
     def launch(name):
-        source = WORKER.format(ms=ms[name], cheat=cheat if name == "candidate" else "")
+        source = WORKER.format(ms=ms[name], cheat=cheats.get(name, ""))
         results[name] = run_in_worker("kernelmill.validate.harness:run_source",
                                       {"source": source}, timeout_s=120, device="cpu",
                                       control=controls[name])
@@ -181,7 +183,8 @@ def _window(ms: dict[str, float], cheat: str = "", **settings) -> tuple[dict, di
                         settings=WindowSettings(**settings),
                         start=lambda: [t.start() for t in threads],
                         finish=lambda: [t.join() for t in threads],
-                        clock_check=("candidate",), gpu_handshake=True)
+                        clock_check=tuple(n for n in ms if n.startswith("candidate")),
+                        gpu_handshake=True, droppable=droppable)
     return window, results
 
 
@@ -234,6 +237,36 @@ def test_window_reports_a_participant_that_dies():
                               cheat="import os; os._exit(3)", ready_timeout_s=60)
     assert window["error"]["participant"] == "candidate"
     assert verdict_timing(window) is None
+    assert results["reference"].ok  # told to stop, it ends cleanly
+
+
+def test_a_group_window_times_every_candidate_and_drops_the_ones_that_fail():
+    # Three candidates of one problem in one window beside one reference: one dies after it
+    # said it was ready, one before; the window goes on for the one left, against the same
+    # reference samples, and says why the others left.
+    # ("1/0" ms: its timer fails while it prepares, before it says it is ready)
+    window, results = _window(
+        {"reference": 2.0, "candidate a": 1.0, "candidate b": 1.0, "candidate c": "1/0",
+         "candidate d": 1.0},
+        cheats={"candidate b": "import os; os._exit(3)"}, cap_ms=600, ci_target_pct=2.0,
+        droppable=("candidate a", "candidate b", "candidate c", "candidate d"))
+    assert window["error"] is None, window["error"]
+    assert set(window["dropped"]) == {"candidate b", "candidate c"}, window["dropped"]
+    for name in ("candidate a", "candidate d"):
+        timing = verdict_timing(window, candidate=name)
+        assert timing["reps"] >= 12 and 1.4 <= timing["reference_ms"] / timing["candidate_ms"] \
+            <= 2.8, (name, timing)
+        assert window["participants"][name]["wall_ms"] >= 0.9
+    assert window["participants"]["candidate b"]["ms"] is None
+    assert not results["candidate c"].ok and "ZeroDivisionError" in str(results["candidate c"].error)
+    assert results["reference"].ok and results["candidate a"].ok
+
+
+def test_a_window_whose_candidates_all_fail_never_takes_the_gpu_alone():
+    window, results = _window({"reference": 1.0, "candidate": "1/0"},
+                              droppable=("candidate",), ready_timeout_s=60)
+    assert window["error"] is None and "candidate" in window["dropped"]
+    assert window["rounds"] == 0 and window.get("exclusive_wait_ms") is None
     assert results["reference"].ok  # told to stop, it ends cleanly
 
 

@@ -1,0 +1,74 @@
+"""Grading a group of submissions of one problem together (a GRPO group): one timing window,
+one reference timing, each candidate judged on its own; the failures of some cost the others
+nothing."""
+import json
+
+from conftest import FIXTURES
+
+from kernelmill.core.store import read_jsonl
+from kernelmill.grade.batch import grade_file, group_items
+from kernelmill.grade.grader import Grader
+from kernelmill.grade.policy import Policy
+
+SUBMISSIONS = FIXTURES / "submissions"
+TIMING = {"target_ms": 1.0, "min_reps": 6, "max_reps": 40, "wall_ms": 1.0, "warmup": 1,
+          "cap_ms": 400}
+
+
+def read(name: str) -> str:
+    return (SUBMISSIONS / f"{name}.py").read_text()
+
+
+def group_sources() -> list[str]:
+    honest = read("honest_scale_add")
+    crashing = honest.replace("out = torch.empty_like(x)", "raise RuntimeError('boom in forward')")
+    return [honest, crashing, read("hack_zeros"), honest + "\n# the same kernel, resubmitted\n"]
+
+
+def test_a_group_is_timed_in_one_window_and_judged_one_by_one():
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    verdicts = grader.grade_group(read("ref_scale_add"), group_sources())
+    honest, crashing, zeros, again = verdicts
+    for verdict in (honest, again):
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+        assert verdict["timing"]["reps"] >= 6 and verdict["profile"]["group"] == 4
+    # one window: both honest answers divide by the same reference samples
+    assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]
+    assert honest["profile"]["window_ms"] == again["profile"]["window_ms"]
+    assert crashing["error"] and "boom in forward" in crashing["error"]["message"]
+    assert not crashing["correct"] and crashing["timing"] is None
+    assert not zeros["correct"]
+
+
+def test_a_batch_grades_a_problems_submissions_as_groups(tmp_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "ref_scale_add", "source": read("ref_scale_add")})
+                        + "\n" + json.dumps({"id": "ref_row_sum", "source": read("ref_row_sum")})
+                        + "\n")
+    rows = [{"submission_id": f"s{i}", "problem_id": "ref_scale_add", "source": source}
+            for i, source in enumerate(group_sources())]
+    rows.append({"submission_id": "rows", "problem_id": "ref_row_sum",
+                 "source": read("honest_row_sum")})
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "verdicts.jsonl"
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    stats = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=False, group=3)
+    got = {row["submission_id"]: row for row in read_jsonl(out)}
+    assert set(got) == {"s0", "s1", "s2", "s3", "rows"} and stats.counts["kept"] == 5
+    assert got["s0"]["correct"] and got["s3"]["correct"] and got["rows"]["correct"]
+    assert got["s1"]["error"] and not got["s2"]["correct"]
+    # groups of at most 3 of one problem: s0-s2 together, s3 alone, rows alone
+    assert [got[s]["profile"]["group"] for s in ("s0", "s3", "rows")] == [3, 1, 1]
+
+
+def test_groups_hold_one_problem_and_one_build_kind():
+    items = [{"problem_id": p, "source": s} for p, s in
+             [("a", "x"), ("a", "x"), ("a", "x"), ("b", "x"), ("b", "load_inline"),
+              ("b", "load_inline")]]
+    groups = group_items(items, 2)
+    assert [[(i["problem_id"], i["source"]) for i in g] for g in groups] == [
+        [("a", "x"), ("a", "x")], [("a", "x")], [("b", "x")],
+        [("b", "load_inline"), ("b", "load_inline")]]
