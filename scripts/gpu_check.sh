@@ -6,7 +6,8 @@
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 #        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
 #        beside or inside the checkout; AUDIT_ARGS, default "--limit 10", picks levels and size)
-#        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels)
+#        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels,
+#        STAGES_GROUP=N grades N copies as one group)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
@@ -49,8 +50,9 @@ for part in $parts; do
                 | tee "$out/grade_throughput.log" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
     # shellcheck disable=SC2086 — STAGES_ONLY is a list of kernel names
-    stages)   python3 scripts/grade_stages.py --only ${STAGES_ONLY:-scale_add_4k matmul_fp16_2k} 2>&1 \
-                | tee "$out/grade_stages.log" ;;
+    # STAGES_GROUP=N grades N copies of each as one group (one window)
+    stages)   python3 scripts/grade_stages.py --only ${STAGES_ONLY:-scale_add_4k matmul_fp16_2k} \
+                ${STAGES_GROUP:+--group $STAGES_GROUP} 2>&1 | tee "$out/grade_stages.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \

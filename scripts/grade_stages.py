@@ -1,6 +1,9 @@
 """Where one grade's time goes on this machine: each worker run's stages, parent clock.
 
-    python scripts/grade_stages.py [--device cuda] [--only NAME ...]
+    python scripts/grade_stages.py [--device cuda] [--only NAME ...] [--group N]
+
+With ``--group N``: N copies of each answer graded as one group (``Grader.grade_group``), twice;
+each member's reference and candidate seconds, its worker's stages and the window's waits.
 """
 import argparse
 import sys
@@ -16,6 +19,7 @@ from kernelmill.grade.policy import Policy
 parser = argparse.ArgumentParser()
 parser.add_argument("--device", default="cuda")
 parser.add_argument("--only", nargs="*", default=["scale_add_1m", "matmul_fp16_2k"])
+parser.add_argument("--group", type=int, default=0)
 args = parser.parse_args()
 original = grader_module.run_in_worker
 
@@ -28,8 +32,24 @@ def logged(target, payload, **kwargs):
     return result
 
 
-grader_module.run_in_worker = logged
 grader = Grader(args.device, policy=Policy(timeout_s=180))
+for name, answer, sizes in SET:
+    if name not in args.only or not args.group:
+        continue
+    for attempt in range(2):
+        began = time.monotonic()
+        verdicts = grader.grade_group(problem_source(answer, sizes),
+                                      [answer.read_text()] * args.group)
+        print(f"{name} group of {args.group} #{attempt}: {time.monotonic() - began:.2f}s "
+              f"correct {sum(v['correct'] for v in verdicts)}", flush=True)
+        for v in verdicts:
+            prof = dict(v.get("profile") or {})
+            stages = prof.pop("stages_s", {})
+            print(f"    {prof} speedup={v.get('speedup_vs_eager')}\n      stages {stages}",
+                  flush=True)
+if args.group:
+    sys.exit(0)
+grader_module.run_in_worker = logged
 for name, answer, sizes in SET:
     if name not in args.only:
         continue

@@ -329,3 +329,30 @@ def test_trl_reward_uses_the_datasets_calibrated_tolerance():
               atol=[1e-4, 5e-2], rtol=[1e-4, 5e-2])
     assert not verdicts[0]["correct"]  # default-tight tolerance: 0.1% error fails
     assert verdicts[1]["correct"] and not verdicts[1]["hacks"]  # the row's looser tolerance
+
+
+def test_compare_counts_exactly_what_a_float64_check_counts(monkeypatch):
+    # The cheap first pass settles only elements with room to spare; elements at the bound,
+    # NaN and infinities are decided in float64, chunk by chunk, as the plain check does.
+    from kernelmill.grade import judge
+
+    monkeypatch.setattr(judge, "COMPARE_CHUNK", 1000)
+    gen = torch.Generator().manual_seed(0)
+    atol, rtol = 1e-3, 1e-3
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        e = torch.randn(4321, generator=gen).to(dtype)
+        e64 = e.double()
+        bound = atol + rtol * e64.abs()
+        scale = torch.rand(4321, generator=gen, dtype=torch.float64) * 2  # 0x to 2x the bound
+        g = (e64 + bound * scale * torch.sign(torch.randn(4321, generator=gen))).to(dtype)
+        g[17], e[17] = float("nan"), float("nan")  # NaN for NaN: matches
+        g[1500] = float("inf")  # off
+        g[2500], e[2500] = float("-inf"), float("-inf")  # the same infinity: matches
+        g64, e64 = g.double(), e.double()
+        same = (e64.isnan() & g64.isnan()) | (e64.isinf() & (e64 == g64))
+        close = e64.isfinite() & g64.isfinite() & ((g64 - e64).abs() <= atol + rtol * e64.abs())
+        expected = int((~(same | close)).sum())
+        ok, reason = compare([e], [g], atol, rtol)
+        assert expected > 100 and not ok and reason.startswith(f"output 0: {expected}/4321"), \
+            (dtype, expected, reason)
+        assert compare([e], [e.clone()], atol, rtol) == (True, "")
