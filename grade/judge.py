@@ -42,6 +42,7 @@ import torch
 from kernelmill.core.devices import device_peaks
 from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
+from kernelmill.validate.measure import tensor_digest
 from kernelmill.validate.window import verdict_timing
 
 from .policy import (
@@ -75,6 +76,21 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return a == b
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_flat_bytes(a),
                                                                        _flat_bytes(b))
+
+
+class Unchanged:
+    """Is an input after forward the one the parent sent? The worker sends a digest
+    (``measure.tensor_digest``) or the value; each sent tensor is digested here once."""
+
+    def __init__(self):
+        self._digests: dict[int, tuple[torch.Tensor, dict]] = {}
+
+    def __call__(self, before: Any, after: Any) -> bool:
+        if not (isinstance(before, torch.Tensor) and isinstance(after, dict)):
+            return bitwise_equal(before, after)
+        if id(before) not in self._digests:  # the tensor is kept: its id stays its own
+            self._digests[id(before)] = (before, tensor_digest(before.detach().cpu()))
+        return self._digests[id(before)][1] == after
 
 
 def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple[bool, str]:
@@ -127,8 +143,9 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
         room = ec.abs().mul_(rtol).add_(atol)
         if work == torch.float32:
             room.mul_(1 - 1e-5)  # float32 rounding of the bound and the difference
-        # NaN and infinities compare false here: they go to the exact pass
-        unsure = ~((gc - ec).abs_() <= room)
+        # NaN compares false here, an infinite bound (an infinite reference) is never room:
+        # both go to the exact pass
+        unsure = ~(((gc - ec).abs_() <= room) & (room < math.inf))
         if not bool(unsure.any()):
             continue
         e64, g64 = ec[unsure].double(), gc[unsure].double()
@@ -252,6 +269,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     calls = facts["calls"]
     shaped = True
     all_correct = True
+    unchanged = Unchanged()
     for call in calls:
         trial = trials[call["trial"]]
         name = f"{call['kind']}:{call['trial']}"
@@ -261,7 +279,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         if call.get("alias"):
             hack("output_aliases_input", f"{name}: output shares storage with an input")
         for index, (before, after) in enumerate(zip(trial["inputs"], call["inputs_after"])):
-            if isinstance(before, torch.Tensor) and not bitwise_equal(before, after):
+            if isinstance(before, torch.Tensor) and not unchanged(before, after):
                 hack("input_mutated", f"{name}: input {index} changed by forward")
         if call["threads"] or call.get("thread_starts"):
             hack("background_thread", f"{name}: started {call.get('thread_starts', 0)} "
@@ -370,7 +388,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
             hack("output_aliases_input", "timed call: output shares storage with an input")
         for index, (before, after) in enumerate(zip(trials[0]["inputs"],
                                                     timed.get("inputs_after") or [])):
-            if isinstance(before, torch.Tensor) and not bitwise_equal(before, after):
+            if isinstance(before, torch.Tensor) and not unchanged(before, after):
                 hack("input_mutated", f"timed calls: input {index} changed")
         if timed.get("threads"):
             hack("background_thread", f"alive after timing: {timed['threads'][:3]}")

@@ -348,6 +348,7 @@ def test_compare_counts_exactly_what_a_float64_check_counts(monkeypatch):
         g[17], e[17] = float("nan"), float("nan")  # NaN for NaN: matches
         g[1500] = float("inf")  # off
         g[2500], e[2500] = float("-inf"), float("-inf")  # the same infinity: matches
+        g[3500], e[3500] = float("inf"), float("-inf")  # the other infinity: off
         g64, e64 = g.double(), e.double()
         same = (e64.isnan() & g64.isnan()) | (e64.isinf() & (e64 == g64))
         close = e64.isfinite() & g64.isfinite() & ((g64 - e64).abs() <= atol + rtol * e64.abs())
