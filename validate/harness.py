@@ -139,6 +139,17 @@ class Control:
             return False
         return True
 
+    def wait_report(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a report not yet taken (True) or the worker's end."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._next >= len(self.reports) and not self.ended:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return self._next < len(self.reports)
+
     def next_report(self, timeout: float | None = None) -> tuple[float, dict] | None:
         """The next report not yet taken, or None when the worker ended or ``timeout`` passed."""
         deadline = None if timeout is None else time.monotonic() + timeout

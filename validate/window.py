@@ -221,6 +221,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 for control in group.active.values():
                     control.send("go")
             for name in participants:
+                _wait_crediting(group, name, ready, deadline)
                 got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
                 if got is not None:
                     ready[name] = got[1]
@@ -242,6 +243,19 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
                                                  samples[name], wall_ms=walls.get(name), **info)
     return result
+
+
+def _wait_crediting(group: "_Group", name: str, ready: dict, deadline: float) -> None:
+    """Wait for ``name``'s next report (or its end, or ``deadline``), crediting the time to
+    the participants already ready: waiting for a slower member is not their own time."""
+    control = group.active.get(name)
+    while control is not None and time.monotonic() < deadline:
+        began = time.monotonic()
+        if control.wait_report(min(0.5, max(0.0, deadline - began))) or control.ended:
+            return
+        for other in ready:
+            if other in group.active:
+                group.active[other].extend(time.monotonic() - began)
 
 
 class _Group:
@@ -300,6 +314,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
             per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
         deadline = began + cap_ms / 1e3
         while not group.gone():
+            round_began = time.monotonic()
             for name in list(group.active):
                 room = settings.max_reps - len(samples[name])
                 if room <= 0:
@@ -311,6 +326,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
                     samples[name].extend(float(t) for t in got[1])
                     paces[name].append((got[0] - sent) * 1e3 / reps)
             result["rounds"] += 1
+            for control in group.active.values():  # the others' turns are not its time
+                control.extend(time.monotonic() - round_began)
             timed = [samples[name] for name in group.active]
             cis = [median_ci_pct(s) for s in timed]
             enough = all(len(s) >= settings.min_reps for s in timed)

@@ -157,6 +157,7 @@ WORKER = textwrap.dedent("""
     def main():
         if not M.await_gpu(receive, report):
             return {{}}
+        {early}
         timer = M.Timer(busy, "cpu", warmup=1)
         report({{"ready": timer.prepare()}})
         {cheat}
@@ -167,15 +168,17 @@ CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
 
 
 def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
-            cheats: dict | None = None, **settings) -> tuple[dict, dict]:
+            cheats: dict | None = None, early: dict | None = None, timeout_s: float = 120,
+            **settings) -> tuple[dict, dict]:
     controls = {name: Control() for name in ms}
     results = {}
     cheats = cheats if cheats is not None else {"candidate": cheat}
 
     def launch(name):
-        source = WORKER.format(ms=ms[name], cheat=cheats.get(name, ""))
+        source = WORKER.format(ms=ms[name], cheat=cheats.get(name, ""),
+                               early=(early or {}).get(name, ""))
         results[name] = run_in_worker("kernelmill.validate.harness:run_source",
-                                      {"source": source}, timeout_s=120, device="cpu",
+                                      {"source": source}, timeout_s=timeout_s, device="cpu",
                                       control=controls[name])
 
     threads = [threading.Thread(target=launch, args=(name,)) for name in ms]
@@ -260,6 +263,19 @@ def test_a_group_window_times_every_candidate_and_drops_the_ones_that_fail():
     assert window["participants"]["candidate b"]["ms"] is None
     assert not results["candidate c"].ok and "ZeroDivisionError" in str(results["candidate c"].error)
     assert results["reference"].ok and results["candidate a"].ok
+
+
+def test_waiting_for_a_slower_group_member_is_not_a_members_own_time():
+    # Each worker may run 6 s; one member takes 3 s more than the others to get ready, then
+    # the window runs 4 s: the members ready at once waited on its account, and every one
+    # waited through the others' turns; none may run out of time for that.
+    window, results = _window(
+        {"reference": 1.0, "candidate a": 1.0, "candidate slow": 1.0},
+        early={"candidate slow": "time.sleep(3)"}, timeout_s=6, cap_ms=4000,
+        ci_target_pct=0.0, max_reps=10**6, droppable=("candidate a", "candidate slow"))
+    assert window["error"] is None and not window["dropped"], window
+    assert all(r.ok for r in results.values()), {k: r.error for k, r in results.items()}
+    assert window["window_ms"] >= 3500 and min(r.wall_s for r in results.values()) > 6
 
 
 def test_a_window_whose_candidates_all_fail_never_takes_the_gpu_alone():
