@@ -208,8 +208,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         # one deadline for all: a participant that hangs costs the others its timeout once
         deadline = time.monotonic() + settings.ready_timeout_s
         if gpu_handshake:  # workers import outside the lock; GPU work waits for "go"
+            asked_gpu: dict[str, dict] = {}
             for name in participants:
-                group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic()))
+                _wait_crediting(group, name, asked_gpu, deadline)
+                if group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic())):
+                    asked_gpu[name] = {}
         asked = time.monotonic()
         with lock.shared():
             waited = time.monotonic() - asked
@@ -247,7 +250,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
 
 def _wait_crediting(group: "_Group", name: str, ready: dict, deadline: float) -> None:
     """Wait for ``name``'s next report (or its end, or ``deadline``), crediting the time to
-    the participants already ready: waiting for a slower member is not their own time."""
+    the participants in ``ready`` (those that already answered): waiting for a slower member
+    (a long import, a long check) is not their own time."""
     control = group.active.get(name)
     while control is not None and time.monotonic() < deadline:
         began = time.monotonic()

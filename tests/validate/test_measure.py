@@ -155,6 +155,7 @@ WORKER = textwrap.dedent("""
             pass
 
     def main():
+        {before}
         if not M.await_gpu(receive, report):
             return {{}}
         {early}
@@ -168,15 +169,16 @@ CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
 
 
 def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
-            cheats: dict | None = None, early: dict | None = None, timeout_s: float = 120,
-            **settings) -> tuple[dict, dict]:
+            cheats: dict | None = None, early: dict | None = None, before: dict | None = None,
+            timeout_s: float = 120, **settings) -> tuple[dict, dict]:
     controls = {name: Control() for name in ms}
     results = {}
     cheats = cheats if cheats is not None else {"candidate": cheat}
 
     def launch(name):
         source = WORKER.format(ms=ms[name], cheat=cheats.get(name, ""),
-                               early=(early or {}).get(name, ""))
+                               early=(early or {}).get(name, ""),
+                               before=(before or {}).get(name, ""))
         results[name] = run_in_worker("kernelmill.validate.harness:run_source",
                                       {"source": source}, timeout_s=timeout_s, device="cpu",
                                       control=controls[name])
@@ -266,12 +268,13 @@ def test_a_group_window_times_every_candidate_and_drops_the_ones_that_fail():
 
 
 def test_waiting_for_a_slower_group_member_is_not_a_members_own_time():
-    # Each worker may run 6 s; one member takes 3 s more than the others to get ready, then
+    # Each worker may run 6 s; one member takes 3 s more than the others to get ready (half of it before it asks for the GPU), then
     # the window runs 4 s: the members ready at once waited on its account, and every one
     # waited through the others' turns; none may run out of time for that.
     window, results = _window(
         {"reference": 1.0, "candidate a": 1.0, "candidate slow": 1.0},
-        early={"candidate slow": "time.sleep(3)"}, timeout_s=6, cap_ms=4000,
+        before={"candidate slow": "time.sleep(1.5)"}, early={"candidate slow": "time.sleep(1.5)"},
+        timeout_s=6, cap_ms=4000,
         ci_target_pct=0.0, max_reps=10**6, droppable=("candidate a", "candidate slow"))
     assert window["error"] is None and not window["dropped"], window
     assert all(r.ok for r in results.values()), {k: r.error for k, r in results.items()}
