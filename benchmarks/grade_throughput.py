@@ -186,7 +186,7 @@ def main() -> int:
                         help="grade each triton answer this many times per phase")
     parser.add_argument("--group", type=int,
                         help="submissions of one problem graded together, in one window "
-                             "(default: grade_file's, 8 on CUDA)")
+                             "(default 1)")
     args = parser.parse_args()
 
     import os

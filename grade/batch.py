@@ -182,7 +182,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     """Grade every submission not yet in ``out_path``; returns the stage's counts.
 
     ``group``: at most this many submissions of one problem are graded together, timed in one
-    window (``Grader.grade_group``); default 8 on CUDA (a GRPO group's size), 1 on CPU."""
+    window (``Grader.grade_group``). Default 1: on an H100 a group of 8 let one hostile case
+    (``observed_device_cache``) through and timed some members out; not yet trusted."""
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name
@@ -246,7 +247,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                     _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
         try:
             runner = get_backend(backend, device=device, workers=workers, address=address)
-            size = group if group is not None else (8 if device.startswith("cuda") else 1)
+            size = group or 1
             results = runner.map_unordered(grade_group_items, group_items(items, max(1, size)))
             verdicts = ((item, verdict) for group_rows, group_verdicts in results
                         for item, verdict in zip(group_rows, group_verdicts))

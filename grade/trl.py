@@ -221,8 +221,8 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     to the trainer's metrics: ``kernelmill/compiled``, ``correct``, ``hacked``,
     ``timing_timed_out``, ``not_applicable`` (shares of the batch) and ``speedup_vs_eager``
     (mean over the correct kernels that were timed). ``group``: completions of one problem in
-    a batch are graded together, at most this many at a time, timed in one window (default 8
-    on a GPU, as GRPO's ``num_generations``; 1 on CPU).
+    a batch are graded together, at most this many at a time, timed in one window (default 1:
+    group windows are not yet trusted on a GPU, see ``grade_file``).
     """
     reward_fn_ = get_reward(reward)
     if grader is None:
@@ -232,9 +232,9 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
         grade = http_grader(grader) if isinstance(grader, str) else grader
         slots = [{"env": {}} for _ in range(max(1, workers or 8))]
 
-    # A GRPO batch holds each prompt's completions together: on a GPU, up to ``group_size`` of
+    # A GRPO batch holds each prompt's completions together: with ``group``, up to that many of
     # one problem are timed in one window (one exclusive hold of the GPU for all of them).
-    group_size = group or (8 if str(getattr(grade, "device", "")).startswith("cuda") else 1)
+    group_size = group or 1
 
     def scored(reference: str, code: str, verdict: dict) -> tuple[float | None, dict]:
         if verdict.get("grader_failed"):
