@@ -361,12 +361,9 @@ class Grader:
     def _fresh_references(self, source: str, count: int,
                           slot_env: dict | None) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source``, side by side (each its own worker)."""
-        if count == 1:
-            return [self.fresh_reference(source, slot_env=slot_env)]
-        with ThreadPoolExecutor(max_workers=count) as pool:
-            futures = [pool.submit(self.fresh_reference, source, slot_env=slot_env)
-                       for _ in range(count)]
-            return [future.result() for future in futures]  # a ReferenceError is the problem's
+        # a ReferenceError is the problem's: it reaches the caller
+        return _side_by_side(lambda _: self.fresh_reference(source, slot_env=slot_env),
+                             range(count))
 
     def _static(self, source: str) -> dict | None:
         try:
@@ -412,7 +409,8 @@ class Grader:
                     results, windows = self._timed(references[runnable[0]],
                                                    {i: prepared[i] for i in runnable}, slot_env)
                 else:
-                    results = self._run_side_by_side({i: prepared[i] for i in runnable})
+                    done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
+                    results = dict(zip(runnable, done))
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
         for i in runnable:
             verdicts[i] = self._judge_run(references[i], sources[i], results[i], windows[i],
@@ -474,15 +472,6 @@ class Grader:
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
 
-    @staticmethod
-    def _run_side_by_side(jobs: dict[int, dict]) -> dict[int, WorkerResult]:
-        if len(jobs) == 1:
-            (index, job), = jobs.items()
-            return {index: run_in_worker(**job)}
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            futures = {i: pool.submit(run_in_worker, **job) for i, job in jobs.items()}
-            return {i: future.result() for i, future in futures.items()}
-
     def _timed(self, reference: ReferenceRun, candidates: dict[int, dict],
                slot_env: dict | None) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
         """Run the candidate workers and one reference timing worker side by side; time them
@@ -531,6 +520,15 @@ class Grader:
                                           f"{error.get('message')}"}
         return ({i: results[names[i]] for i in candidates},
                 {i: candidate_view(window, names[i]) for i in candidates})
+
+
+def _side_by_side(fn, items) -> list:
+    """``[fn(item) for item in items]``, each in its own thread (one alone runs here)."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(fn, items))
 
 
 def candidate_view(window: dict, name: str) -> dict:
