@@ -604,6 +604,10 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         if not ok:
             hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
             return
+    if unseen.get("device_unread"):  # on CUDA the device clock decides (a few µs of cache)
+        checks["unseen_time_device_us"] = {"passed": False, "detail": unseen["device_unread"]}
+        hack("timing_behaviour", "the device times of the calls on unseen inputs could not be "
+             f"read ({unseen['device_unread']}): the check cannot pass unmade")
     floor = policy.unseen_floor_ms if device.startswith("cuda") else policy.unseen_floor_cpu_ms
     # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
     # durations of its kernels (CUPTI), which carry no launch or synchronize cost.

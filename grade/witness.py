@@ -246,6 +246,7 @@ class Witness:
         self.unwitnessed = 0  # calls made while no session ran
         self._events: list | None = None
         self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
+        self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
 
     def start(self) -> None:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
@@ -427,6 +428,7 @@ class Witness:
             if index >= 0 and kernel.start <= spans[index][1]:
                 inside[index].append((float(kernel.start), float(kernel.duration)))
         result: list[float | None] = []
+        self.span_counts = [len(found) for found in inside]
         for found in inside:
             found.sort()
             if calls > 1 and len(found) % calls:

@@ -783,16 +783,33 @@ class _Run:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
         unseen = self.unseen_facts
-        spans = self.witness.span_us(unseen.get("calls", 1)) if unseen else None
-        if unseen and spans is not None and len(spans) == len(unseen["order"]) and \
-                self.device.startswith("cuda") and None not in spans:
-            for kind in ("seen", "unseen"):
-                unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
-                                               if k == kind]
+        if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
+            self._unseen_device_us(unseen)
         facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
                             "unavailable": self.witness.unavailable}
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
+
+    def _unseen_device_us(self, unseen: dict) -> None:
+        """The unseen check's device times (``seen_device_us``, ``unseen_device_us``), or why
+        they could not be read (``device_unread``): the judge does not pass a check it could
+        not make."""
+        calls = unseen.get("calls", 1)
+        spans = self.witness.span_us(calls)
+        counts = getattr(self.witness, "span_counts", None)
+        if spans is None:
+            unseen["device_unread"] = "no kernel records"
+        elif len(spans) != len(unseen["order"]):
+            unseen["device_unread"] = f"{len(spans)} timed ranges for {len(unseen['order'])} calls"
+        elif not all(counts):
+            unseen["device_unread"] = f"no kernel in a timed range (kernels per range {counts})"
+        elif None in spans:
+            unseen["device_unread"] = (f"kernels per range {counts} do not split into {calls} "
+                                       "calls each")
+        else:
+            for kind in ("seen", "unseen"):
+                unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
+                                               if k == kind]
 
     def observe(self, out, inputs: list, inputs_after: bool = True) -> dict:
         """The call's outputs as the parent judges them (copied to the host), and, where the

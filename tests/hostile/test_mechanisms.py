@@ -736,3 +736,41 @@ def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
                                        ["reduce_kernel", 2.0, UNATTRIBUTED]]
     assert witness.span_us(2) == [6.0] and witness.span_us(1) == [14.0]
     assert witness.span_us(3) == [None]
+
+
+def test_unseen_device_times_that_cannot_be_read_fail_the_check():
+    """On CUDA the unseen-input check is decided by the kernels' device time; when that cannot
+    be read (no records, a range without kernels, ranges that do not split into the graph's
+    calls) the worker says why and the judge does not pass the check (a group of 8 once
+    certified a device-side answer cache whose spans were lost)."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.judge import _unseen_checks
+    from kernelmill.grade.worker import _Run
+
+    def unread(spans, counts, calls=1, order=("seen", "unseen", "seen")):
+        run = _Run.__new__(_Run)
+        run.witness = SimpleNamespace(span_us=lambda _calls: spans, span_counts=counts,
+                                      unavailable=None)
+        facts = {"order": list(order), "calls": calls}
+        run._unseen_device_us(facts)
+        return facts
+
+    assert unread([3.0, 4.5, 3.1], [2, 2, 2])["unseen_device_us"] == [4.5]
+    assert unread(None, [])["device_unread"] == "no kernel records"
+    assert "2 timed ranges" in unread([3.0, 3.1], [2, 2])["device_unread"]
+    assert "no kernel" in unread([3.0, 0.0, 3.1], [2, 0, 2])["device_unread"]
+    assert "do not split" in unread([3.0, None, 3.1], [4, 5, 4], calls=2)["device_unread"]
+
+    hacks, checks = {}, {}
+    facts = {"seen_ms": [0.005, 0.005], "unseen_ms": [0.005], "checks": [],
+             "method": "cuda_graph", "device_unread": "no kernel records"}
+    _unseen_checks(facts, [], Policy(), None, lambda code, why: hacks.setdefault(code, why),
+                   True, "cuda", checks)
+    assert "timing_behaviour" in hacks and checks["unseen_time_device_us"]["passed"] is False
+    hacks.clear()
+    del facts["device_unread"]
+    facts.update(seen_device_us=[3.0, 3.0], unseen_device_us=[3.1])
+    _unseen_checks(facts, [], Policy(), None, lambda code, why: hacks.setdefault(code, why),
+                   True, "cuda", checks)
+    assert not hacks and checks["unseen_time_device_us"]["passed"] is True
