@@ -23,6 +23,7 @@ ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlo
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import io
@@ -211,15 +212,16 @@ class _Reader(threading.Thread):
         self.tampered = False
         self.final_at: float | None = None
 
-    def _read_exact(self, n: int) -> bytes | None:
-        chunks, remaining = [], n
-        while remaining:
-            chunk = os.read(self.fd, min(remaining, 1 << 22))
-            if not chunk:
+    def _read_exact(self, n: int) -> bytearray | None:
+        """``n`` bytes read straight into one buffer (None at end of stream)."""
+        buffer = bytearray(n)
+        view, done = memoryview(buffer), 0
+        while done < n:
+            got = os.readv(self.fd, [view[done:done + (1 << 22)]])
+            if not got:
                 return None
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+            done += got
+        return buffer
 
     def run(self) -> None:
         try:
@@ -245,7 +247,8 @@ class _Reader(threading.Thread):
             if not hmac.compare_digest(mac, header[HEADER.size:]) or final:
                 self.tampered = True
                 return
-            kind, data = body[:1], body[1:]
+            kind = bytes(body[:1])  # a result stays a view of the buffer; the rest is small
+            data = memoryview(body)[1:] if kind == KIND_RESULT else bytes(body[1:])
             now = time.monotonic() - self.start_time
             if kind == KIND_HELLO:
                 self.hello = True
@@ -373,6 +376,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         "writable": allowed}, protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
+    for fd in (w_in, w_out):
+        _widen_pipe(fd)
     r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
     stdout = tempfile.TemporaryFile(dir=tmp)
     stderr = tempfile.TemporaryFile(dir=tmp)
@@ -488,7 +493,16 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     return result
 
 
-def _decode(data: bytes) -> dict:
+def _widen_pipe(fd: int, size: int = 1 << 20) -> None:
+    """A 1 MiB pipe (Linux's default ceiling for users) instead of 64 KiB: gigabyte results
+    and jobs cross in fewer wake-ups (600 MB: 1.0 s -> 0.6 s on a 2-core machine)."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except OSError:
+        pass  # over the machine's pipe-max-size, or not Linux: the default works
+
+
+def _decode(data) -> dict:
     import torch
 
     value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")

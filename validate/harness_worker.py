@@ -45,18 +45,26 @@ _hmac_new = hmac.new
 _sha256 = hashlib.sha256
 
 
+def frame_parts(key: bytes, kind: bytes, data) -> tuple[bytes, memoryview]:
+    """A frame as its head (length, MAC, kind) and its data, never joined: a result of a
+    gigabyte is written from where ``torch.save`` left it, not copied twice more."""
+    mac = _hmac_new(key, kind, _sha256)
+    mac.update(data)
+    return HEADER.pack(1 + len(data)) + mac.digest() + kind, memoryview(data)
+
+
 def frame(key: bytes, kind: bytes, data: bytes) -> bytes:
-    body = kind + data
-    mac = _hmac_new(key, body, _sha256).digest()
-    return HEADER.pack(len(body)) + mac + body
+    head, view = frame_parts(key, kind, data)
+    return head + bytes(view)
 
 
 def _make_sender(fd: int, key: bytes):
-    def send(kind: bytes, data: bytes) -> None:
-        view = memoryview(frame(key, kind, data))
-        while view:
-            written = _os_write(fd, view)
-            view = view[written:]
+    def send(kind: bytes, data) -> None:
+        for part in frame_parts(key, kind, data):
+            view = memoryview(part)
+            while view:
+                written = _os_write(fd, view)
+                view = view[written:]
 
     return send
 
@@ -108,7 +116,7 @@ def _encode_result(value: dict) -> bytes:
 
     buffer = io.BytesIO()
     torch.save(value, buffer)
-    return buffer.getvalue()
+    return buffer.getbuffer()  # a view: no copy of what may be gigabytes
 
 
 def _hide_fd(fd: int) -> int:

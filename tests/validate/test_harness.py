@@ -267,3 +267,36 @@ def test_time_a_worker_waited_for_the_gpu_is_added_to_its_limit():
     assert extended.ok and extended.value == {"slept": 4}, extended.error
     limited = run(body, timeout_s=3, control=Control())
     assert not limited.ok and "timed out after 3s" in limited.error["message"]
+
+
+def test_large_results_cross_whole_and_shared_tensors_cross_once():
+    """A result of 200 MB arrives bit for bit (it is written from ``torch.save``'s buffer, read
+    into one buffer, never joined); a tensor listed twice crosses once and arrives shared."""
+    source = ("import torch\n"
+              "def main():\n"
+              "    big = torch.arange(50 << 20, dtype=torch.int32)\n"
+              "    return {'outputs': [big, big, big[:3].clone()]}\n")
+    result = run(source, timeout_s=120)
+    assert result.ok, result.error
+    first, again, small = result.value["outputs"]
+    assert first.numel() == 50 << 20 and int(first[-1]) == (50 << 20) - 1
+    assert first.untyped_storage().data_ptr() == again.untyped_storage().data_ptr()
+    assert small.tolist() == [0, 1, 2]
+
+
+def test_a_worker_ships_bit_identical_outputs_once():
+    """``_Run.ship``: an output equal bit for bit to one already shipped (same dtype, shape and
+    strides) is that same host tensor; any other is its own."""
+    import torch
+    from kernelmill.grade.worker import _Run
+
+    run_ = _Run.__new__(_Run)
+    run_._shipped = {}
+    a = run_.ship(torch.arange(12.0).reshape(3, 4))
+    assert run_.ship(torch.arange(12.0).reshape(3, 4)) is a
+    assert run_.ship(torch.arange(12.0).reshape(4, 3)) is not a  # same bytes, other shape
+    assert run_.ship(torch.arange(12.0).reshape(3, 4).half()) is not a
+    changed = torch.arange(12.0).reshape(3, 4)
+    changed[2, 3] = -0.0
+    assert run_.ship(changed) is not a
+    assert run_.ship(torch.zeros(3)) is not run_.ship(-torch.zeros(3))  # bits, not values
