@@ -10,6 +10,8 @@
 #        STAGES_GROUP=N grades N copies as one group)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
+#        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
+#        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +57,9 @@ for part in $parts; do
                 ${STAGES_GROUP:+--group $STAGES_GROUP} 2>&1 | tee "$out/grade_stages.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
+    # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
+    placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \
+                | tee "$out/placement_probe.log" ;;
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;
     fidelity) python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
