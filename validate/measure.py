@@ -414,6 +414,8 @@ class Timer:
             self.method not in (None, "perf_counter")
         if events and self._flush is not None:
             self._flush.flush()
+        if events:  # nothing queued before (the flush, the inputs' copies) may start inside
+            _cuda_synchronize()  # ``around``: its kernels would be counted as the call's
         with (around() if around is not None else _nullcontext()):
             if events:
                 start, end = self._events

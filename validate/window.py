@@ -290,6 +290,13 @@ class _Group:
             self.fail(name, exc)
             return None
 
+    def credit_others(self, name: str, since: float) -> None:
+        """The time since ``since``, spent on ``name``'s turn alone (its warm-up, its clock
+        or unseen check), is not the other members' own: their time limits move on."""
+        for other, control in self.active.items():
+            if other != name:
+                control.extend(time.monotonic() - since)
+
     def gone(self) -> bool:
         """Every droppable participant dropped out: nothing is left to time."""
         return bool(self.droppable) and not any(n in self.active for n in self.droppable)
@@ -310,7 +317,9 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
         for index, name in enumerate(list(group.active)):
             ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
             if ms:
+                turn = time.monotonic()
                 group.ask(name, f"warm {ms:g}", "warm", timeout)
+                group.credit_others(name, turn)
         per_round = {}
         for name, info in ready.items():
             sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
@@ -343,13 +352,17 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
                 break
         for name in clock_check:
             if name in group.active:
+                turn = time.monotonic()
                 try:
                     walls[name] = _clock_check(name, group.active[name], ready[name],
                                                samples[name], paces[name], settings, timeout)
                 except WindowError as exc:
                     group.fail(name, exc)
+                group.credit_others(name, turn)
         for name in unseen_check:
+            turn = time.monotonic()
             group.ask(name, "unseen", "unseen", timeout)
+            group.credit_others(name, turn)
         result["window_ms"] = (time.monotonic() - began) * 1e3
 
 

@@ -281,6 +281,29 @@ def test_waiting_for_a_slower_group_member_is_not_a_members_own_time():
     assert window["window_ms"] >= 3500 and min(r.wall_s for r in results.values()) > 6
 
 
+def test_one_members_turn_alone_moves_the_other_members_time_limits():
+    # warm-up, clock check and unseen check are one member's turn at a time: with 8 members
+    # (one a slow hostile case) the others' limits must move on by that turn (on an H100 a
+    # member timed out at 60 s, 49 s of it in the window)
+    import time
+
+    from kernelmill.validate.window import _Group
+
+    class Control:
+        def __init__(self):
+            self.extended = 0.0
+
+        def extend(self, seconds):
+            self.extended += seconds
+
+    controls = {name: Control() for name in ("reference", "candidate 0", "candidate 1")}
+    group = _Group(controls, ("candidate 0", "candidate 1"), {"dropped": {}})
+    turn = time.monotonic() - 2.0
+    group.credit_others("candidate 0", turn)
+    assert controls["candidate 0"].extended == 0.0
+    assert controls["reference"].extended >= 2.0 and controls["candidate 1"].extended >= 2.0
+
+
 def test_a_window_whose_candidates_all_fail_never_takes_the_gpu_alone():
     window, results = _window({"reference": 1.0, "candidate": "1/0"},
                               droppable=("candidate",), ready_timeout_s=60)
