@@ -66,9 +66,13 @@ for part in $parts; do
                 tests/validate/test_measure.py 2>&1 | tee "$out/measure_gpu_tests.log"
               python3 benchmarks/grade_fidelity.py --repeats "${FIDELITY_REPEATS:-3}" \
                 --json "$out/fidelity.json" 2>&1 | tee "$out/fidelity.log" ;;
-    build)    kernelmill build --out /tmp/kmbuild --device cuda 2>&1 | tee "$out/build.log"
+    # BUILD_OUT: the build folder (a rerun resumes it); BUILD_LIMIT=S stops it after S seconds
+    build)    bo=${BUILD_OUT:-/tmp/kmbuild}
+              timeout -s TERM "${BUILD_LIMIT:-0}" python3 -m kernelmill.app.cli build --out "$bo" \
+                --device cuda 2>&1 | tee -a "$out/build.log"
               for f in report.html build_state.json validated.jsonl; do
-                cp "/tmp/kmbuild/$f" "$out/" 2>/dev/null; done ;;
+                cp "$bo/$f" "$out/" 2>/dev/null; done
+              ls -la "$bo" > "$out/build_files.txt" 2>&1 ;;
     audit)    kb=""
               for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
