@@ -24,8 +24,10 @@ user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started w
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -214,12 +216,12 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 if group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic())):
                     asked_gpu[name] = {}
         asked = time.monotonic()
-        with lock.shared():
+        with contextlib.ExitStack() as shared:
+            with _crediting(group):  # other grades' time, not theirs
+                shared.enter_context(lock.shared())
             waited = time.monotonic() - asked
             result["shared_wait_ms"] = round(waited * 1e3, 1)
             deadline += waited
-            for control in participants.values():  # other grades' time, not theirs
-                control.extend(waited)
             if gpu_handshake:
                 for control in group.active.values():
                     control.send("go")
@@ -302,15 +304,42 @@ class _Group:
         return bool(self.droppable) and not any(n in self.active for n in self.droppable)
 
 
+@contextlib.contextmanager
+def _crediting(group: "_Group", tick_s: float = 0.25):
+    """While the window waits, its members' time limits move on with it, a tick at a time:
+    credited only once the wait ended, a long wait (another group's window) killed them first
+    (on an H100, 8-member groups timed out after 55 s waiting for the exclusive lock)."""
+    done = threading.Event()
+
+    def tick() -> None:
+        last = time.monotonic()
+        while True:
+            stop = done.wait(tick_s)
+            now = time.monotonic()
+            for control in list(group.active.values()):
+                control.extend(now - last)
+            last = now
+            if stop:
+                return
+
+    ticker = threading.Thread(target=tick, daemon=True, name="window-credit")
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, settings, cap_ms,
                   warm_ms, clock_check, unseen_check) -> None:
     """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
     asked = time.monotonic()
-    with lock.exclusive():
+    with contextlib.ExitStack() as held:
+        with _crediting(group):  # another window may hold the GPU for long: not their time
+            held.enter_context(lock.exclusive())
         began = time.monotonic()
         result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
-        for control in group.active.values():
-            control.extend(began - asked)
         timeout = settings.report_timeout_s
         # The clocks are the GPU's: the first participant brings them up; the others only
         # warm their own caches and buffers.

@@ -170,7 +170,7 @@ CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
 
 def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
             cheats: dict | None = None, early: dict | None = None, before: dict | None = None,
-            timeout_s: float = 120, **settings) -> tuple[dict, dict]:
+            timeout_s: float = 120, lock: str | None = None, **settings) -> tuple[dict, dict]:
     controls = {name: Control() for name in ms}
     results = {}
     cheats = cheats if cheats is not None else {"candidate": cheat}
@@ -184,7 +184,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
                                       control=controls[name])
 
     threads = [threading.Thread(target=launch, args=(name,)) for name in ms]
-    window = run_window(controls, lock=M.GpuLock(None), cuda=False,
+    window = run_window(controls, lock=M.GpuLock(lock), cuda=False,
                         settings=WindowSettings(**settings),
                         start=lambda: [t.start() for t in threads],
                         finish=lambda: [t.join() for t in threads],
@@ -302,6 +302,33 @@ def test_one_members_turn_alone_moves_the_other_members_time_limits():
     group.credit_others("candidate 0", turn)
     assert controls["candidate 0"].extended == 0.0
     assert controls["reference"].extended >= 2.0 and controls["candidate 1"].extended >= 2.0
+
+
+def test_waiting_for_the_gpu_held_by_another_window_is_not_a_members_time(tmp_path):
+    # Another window holds the GPU exclusively for 7 s; each worker may run 5 s. The wait (for
+    # the shared lock before any GPU work, or the exclusive one before the rounds) is credited
+    # while it lasts: credited only at its end, the workers were killed first.
+    path = str(tmp_path / "gpu.lock")
+    holding, release = threading.Event(), threading.Event()
+
+    def other_window():
+        with M.GpuLock(path).exclusive():
+            holding.set()
+            release.wait(7)
+
+    holder = threading.Thread(target=other_window)
+    holder.start()
+    holding.wait(10)
+    try:
+        window, results = _window({"reference": 1.0, "candidate": 1.0}, timeout_s=5,
+                                  lock=path, cap_ms=300, droppable=("candidate",))
+    finally:
+        release.set()
+        holder.join()
+    assert window["error"] is None and not window["dropped"], window
+    assert window["shared_wait_ms"] + window["exclusive_wait_ms"] >= 5000
+    assert all(r.ok for r in results.values()), {k: r.error for k, r in results.items()}
+    assert verdict_timing(window) is not None
 
 
 def test_a_window_whose_candidates_all_fail_never_takes_the_gpu_alone():
