@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import io
 import json
+import mmap
 import os
 import pickle
 import secrets
@@ -212,9 +213,11 @@ class _Reader(threading.Thread):
         self.tampered = False
         self.final_at: float | None = None
 
-    def _read_exact(self, n: int) -> bytearray | None:
-        """``n`` bytes read straight into one buffer (None at end of stream)."""
-        buffer = bytearray(n)
+    def _read_exact(self, n: int):
+        """``n`` bytes read straight into one buffer (None at end of stream). The buffer is an
+        anonymous mapping: its pages take memory only as bytes arrive, so a forged header that
+        claims gigabytes costs nothing until they are sent."""
+        buffer = mmap.mmap(-1, n)
         view, done = memoryview(buffer), 0
         while done < n:
             got = os.readv(self.fd, [view[done:done + (1 << 22)]])

@@ -82,6 +82,28 @@ def test_forged_frames_on_any_descriptor_are_detected():
     assert "tampered" in result.error["message"]
 
 
+def test_a_forged_header_claiming_gigabytes_costs_the_parent_nothing():
+    """The body's length is read before its MAC can be checked: a header claiming 3.5 GiB,
+    then 8 MiB and an exit, is a tampered channel, and the parent's memory never grew by the
+    claim (its buffer takes pages only as bytes arrive)."""
+    import resource
+
+    body = ("import os, struct\n"
+            "def main():\n"
+            "    frame = struct.pack('>I', 7 << 29) + b'0' * 32 + b'R' + bytes(8 << 20)\n"
+            "    for fd in range(3, 4096):\n"
+            "        try:\n"
+            "            os.write(fd, frame)\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    os._exit(0)\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run(body)
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert not result.ok and result.tampered
+    assert grew_mb < 1024, grew_mb
+
+
 def test_stdout_is_never_parsed():
     body = ("import sys, os\n"
             "def main():\n"
