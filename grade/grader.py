@@ -496,7 +496,15 @@ class Grader:
         results: dict[str, WorkerResult] = {}
 
         def launch(name: str) -> None:
-            results[name] = run_in_worker(**jobs[name], control=controls[name])
+            # Whatever happens here, the window hears this participant end: a launch that
+            # raised left it waiting for the whole ready deadline
+            try:
+                results[name] = run_in_worker(**jobs[name], control=controls[name])
+            except Exception as exc:  # noqa: BLE001 — becomes this member's failed run
+                results[name] = WorkerResult(False, error={
+                    "stage": "spawn", "message": f"{type(exc).__name__}: {exc}"[:500]})
+            finally:
+                controls[name]._end()
 
         threads = [threading.Thread(target=launch, args=(name,), daemon=True) for name in jobs]
         settings = WindowSettings.from_dict({"ready_timeout_s": policy.timeout_s,

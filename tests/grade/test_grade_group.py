@@ -72,3 +72,29 @@ def test_groups_hold_one_problem_and_one_build_kind():
     assert [[(i["problem_id"], i["source"]) for i in g] for g in groups] == [
         [("a", "x"), ("a", "x")], [("a", "x")], [("b", "x")],
         [("b", "load_inline"), ("b", "load_inline")]]
+
+
+def test_a_member_whose_launch_raises_fails_alone_and_at_once(monkeypatch):
+    # A launch that raises before its worker exists (here: for the second member) ends that
+    # member's run with its own error; the window does not wait for it until its deadline.
+    import time
+
+    import kernelmill.grade.grader as G
+
+    real = G.run_in_worker
+
+    def flaky(*args, **job):
+        target, payload = (args + (None, None))[:2] if args else (job["target"], job["payload"])
+        if str(target).endswith("candidate_task") and "second" in payload["source"]:
+            raise ValueError("cannot start this one")
+        return real(*args, **job)
+
+    monkeypatch.setattr(G, "run_in_worker", flaky)
+    policy = Policy(timeout_s=120, timing_settings=TIMING, static_first=False)
+    honest = read("honest_scale_add")
+    began = time.monotonic()
+    first, second = Grader("cpu", policy=policy).grade_group(
+        read("ref_scale_add"), [honest, honest + "\n# second\n"])
+    assert time.monotonic() - began < 100
+    assert first["correct"] and not first["hacks"], first.get("error")
+    assert not second["correct"] and "cannot start this one" in second["error"]["message"]
