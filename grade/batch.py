@@ -182,8 +182,9 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     """Grade every submission not yet in ``out_path``; returns the stage's counts.
 
     ``group``: at most this many submissions of one problem are graded together, timed in one
-    window (``Grader.grade_group``). Default 1: on an H100 a group of 8 let one hostile case
-    (``observed_device_cache``) through and timed some members out; not yet trusted."""
+    window (``Grader.grade_group``). Default 1: on an H100 groups of 8 certified no hostile
+    case once unreadable device times failed the unseen check, but members timed out waiting
+    behind other windows; that wait is now credited, not yet rerun on a GPU."""
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name
