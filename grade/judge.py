@@ -355,8 +355,9 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hack("leaked_process", f"{facts['children']} child process(es) alive after forward")
     _timed_call_checks(facts, trials, policy, record, hack, all_correct,
                        reference.get("ops", []))
+    scored = (((window or {}).get("participants") or {}).get("candidate") or {}).get("ms")
     _unseen_checks(facts.get("unseen"), hidden, policy, record, hack, all_correct,
-                   str(reference.get("info", {}).get("device", "")), checks)
+                   str(reference.get("info", {}).get("device", "")), checks, scored)
     ghost = facts.get("ghost") or {}
     if ghost.get("skipped") and all_correct:
         trial = trials[ghost["trial"]]
@@ -588,10 +589,12 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
 
 
 def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
-                   all_correct: bool, device: str, checks: dict) -> None:
-    """Single calls timed inside the window on inputs the candidate had never seen, between
-    calls on the timed inputs (``worker._Run.unseen``): their answers must be right, and they
-    may not be much slower than the calls on inputs seen before. A forward that caches answers
+                   all_correct: bool, device: str, checks: dict,
+                   scored_ms: float | None = None) -> None:
+    """Single calls timed inside the window on inputs the candidate had never seen, after
+    calls on the timed inputs (``worker._Run.unseen``): their answers must be right, they may
+    not be much slower than the calls on the timed inputs made before any of them, and the
+    calls on the timed inputs made after them may not be either. A forward that caches answers
     by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
     if not unseen or not all_correct:
         return
@@ -618,15 +621,37 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []
         if not seen or not new:
             continue
+        after = unseen.get(f"after_{key}") or []
         usual, fastest_new = statistics.median(seen), min(new)
         slow = fastest_new > ratio * usual + least
+        changed = bool(after) and statistics.median(after) > ratio * usual + least
         checks[f"unseen_time_{key}"] = {
-            "passed": not slow, "detail": f"unseen inputs {[round(v, 4) for v in new]} {unit}, "
-            f"timed inputs {[round(v, 4) for v in seen]} {unit} ({unseen.get('method')})"}
+            "passed": not (slow or changed),
+            "detail": f"unseen inputs {[round(v, 4) for v in new]} {unit}, timed inputs before "
+                      f"{[round(v, 4) for v in seen]} and after {[round(v, 4) for v in after]} "
+                      f"{unit} ({unseen.get('method')})"}
         if slow:
             hack("timing_behaviour", f"forward took {fastest_new:.4g} {unit} or more on inputs "
                  f"it had not seen, {usual:.4g} on the timed inputs: it remembers inputs it "
                  "has seen")
+        elif changed:
+            hack("timing_behaviour", f"on the timed inputs forward took {usual:.4g} {unit} "
+                 f"before it was shown new inputs and {statistics.median(after):.4g} after: it "
+                 "changed its ways once it saw inputs it had not seen")
+    # The check's calls on the timed inputs against the scored ones (the window's rounds, timed
+    # the same way): a forward that behaves only while the check runs (it tells the check's
+    # calls apart) is slower there than where it scores. On CUDA only: on CPU, host noise.
+    seen = unseen.get("seen_ms") or []
+    if scored_ms and seen and device.startswith("cuda"):
+        usual = statistics.median(seen)
+        apart = usual > policy.unseen_ratio * scored_ms + floor
+        checks["unseen_vs_scored_ms"] = {
+            "passed": not apart, "detail": f"the check's calls on the timed inputs {usual:.4g} "
+            f"ms, the scored calls {scored_ms:.4g} ms"}
+        if apart:
+            hack("timing_behaviour", f"forward took {usual:.4g} ms per call on the timed inputs "
+                 f"in the unseen-input check and {scored_ms:.4g} ms where it was scored: it "
+                 "tells the check apart")
 
 
 def _cross_call_checks(calls, trials, policy, record, hack) -> None:

@@ -641,9 +641,10 @@ class _Run:
         return out
 
     def unseen(self, timer: M.Timer) -> int:
-        """Inside the timing window: calls timed alike, alternating trial 0's inputs (seen in
-        every timed call; each such call follows an untimed one on the same inputs) with each
-        hidden trial's (never seen before), each loaded into the same buffers. A forward that
+        """Inside the timing window: calls timed alike, first ``SEEN_FIRST`` on trial 0's
+        inputs (seen in every timed call; each such call follows an untimed one on the same
+        inputs), then each hidden trial's (never seen before), each followed by one on trial 0's
+        again ("after"), all loaded into the same buffers. A forward that
         remembers inputs it has seen (an answer cache keyed by their content, on the host or on
         the device) is fast only on the first kind; a hidden trial's output is also sent to the
         parent to compare with the reference's.
@@ -672,23 +673,29 @@ class _Run:
                                  self.witness.span if kind is not None else None, whole)
             return ms / calls, out
 
-        def repeated() -> float:  # a call on the inputs of the call before, as when timed
+        def repeated(kind: str) -> float:  # on the inputs of the call before, as when timed
             timed_on(first)
-            return timed_on(first, "seen")[0]
+            return timed_on(first, kind)[0]
 
+        after_ms: list[float] = []
         try:
+            # The baseline comes before any unseen input: a forward that changes its ways once
+            # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
+            # inputs after each unseen one show such a change.
+            for _ in range(SEEN_FIRST):
+                seen_ms.append(repeated("seen"))
             for index, trial in enumerate(self.hidden):
-                seen_ms.append(repeated())
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
                 checks.append({"hidden": index,
                                **self.observe(out, self.buffers, inputs_after=False)})
-            seen_ms.append(repeated())
+                after_ms.append(repeated("after"))
         finally:
             if paused:
                 self.witness.pause()
-        self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "checks": checks,
-                             "method": timer.method, "order": order, "calls": calls}
+        self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
+                             "checks": checks, "method": timer.method, "order": order,
+                             "calls": calls}
         return len(unseen_ms)
 
     def call(self, trial_index: int) -> dict:
@@ -808,7 +815,7 @@ class _Run:
             unseen["device_unread"] = (f"kernels per range {counts} do not split into {calls} "
                                        "calls each")
         else:
-            for kind in ("seen", "unseen"):
+            for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
 
@@ -858,6 +865,8 @@ class _Run:
                                      for v in inputs]
         return facts
 
+
+SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
 
 GHOST_POISON = 4  # poisoned blocks per output before the ghost call (one was not enough on
 # CPU: a conv + Triton ReLU's conv output took it, and its output got a block holding the answer)

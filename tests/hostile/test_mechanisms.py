@@ -774,3 +774,31 @@ def test_unseen_device_times_that_cannot_be_read_fail_the_check():
     _unseen_checks(facts, [], Policy(), None, lambda code, why: hacks.setdefault(code, why),
                    True, "cuda", checks)
     assert not hacks and checks["unseen_time_device_us"]["passed"] is True
+
+
+def test_the_unseen_checks_baseline_comes_before_any_unseen_input():
+    """A cache that turns honest once shown an unseen input raised the old baseline (calls on
+    the timed inputs interleaved with the unseen ones). The baseline is now the calls before
+    any unseen input; calls on the timed inputs after them may not be slower; and on CUDA the
+    check's calls may not be slower than the scored ones (a forward that tells them apart)."""
+    from kernelmill.grade.judge import _unseen_checks
+
+    def judged(facts, device="cpu", scored=None):
+        hacks, checks = {}, {}
+        _unseen_checks({"checks": [], "method": "perf_counter", **facts}, [], Policy(), None,
+                       lambda code, why: hacks.setdefault(code, why), True, device, checks,
+                       scored)
+        return hacks, checks
+
+    switched = {"seen_ms": [2.4, 2.3, 2.5], "unseen_ms": [58.0, 59.0], "after_ms": [66.0, 56.0]}
+    hacks, checks = judged(switched)
+    assert "timing_behaviour" in hacks and checks["unseen_time_ms"]["passed"] is False
+    changed = {"seen_ms": [2.4, 2.3, 2.5], "unseen_ms": [2.4, 2.5], "after_ms": [40.0, 41.0]}
+    assert "changed its ways" in judged(changed)[0]["timing_behaviour"]
+    honest = {"seen_ms": [49.3, 49.2, 49.4], "unseen_ms": [49.3, 50.0], "after_ms": [49.3, 51.4]}
+    assert not judged(honest)[0]
+    # told apart: 0.05 ms in the check, 0.005 ms scored
+    apart = {"seen_ms": [0.05, 0.05, 0.05], "unseen_ms": [0.05, 0.05], "after_ms": [0.05, 0.05]}
+    assert "tells the check apart" in judged(apart, "cuda", scored=0.005)[0]["timing_behaviour"]
+    assert not judged(apart, "cuda", scored=0.048)[0]
+    assert not judged(apart, "cpu", scored=0.005)[0]  # CPU: host noise, not judged
