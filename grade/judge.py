@@ -416,7 +416,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
 # What each confinement entry reads when fully applied (``validate.sandbox.STATE``).
 FULL_CONFINEMENT = {"proc_hidden": True, "shm_private": True, "tcp": "refused",
                     "process_creation": ("blocked", "blocked after the first call"),
-                    "network": "isolated"}
+                    "other_processes": "blocked", "network": "isolated"}
 
 
 def downgrades(confinement: dict | None) -> list[str]:

@@ -906,6 +906,7 @@ def candidate_task(payload: dict) -> dict:
         # No process creation from here on; on CUDA only after the first call, whose Triton
         # JIT runs ptxas and a C compiler (a downgrade the verdict records).
         sandbox.isolate_network()
+        sandbox.forbid_other_processes()
         if not device.startswith("cuda"):
             sandbox.forbid_process_creation()
         else:

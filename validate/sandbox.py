@@ -19,7 +19,9 @@ seccomp filter through libseccomp (the maintained library, loaded with ctypes): 
 (``clone3``, whose flags a filter cannot read, with ENOSYS, so libc falls back to ``clone``):
 threads may start, processes may not, whatever API asks (``subprocess``, ``os.posix_spawn``,
 ``os.spawn*``, a shell, native code). ``isolate_network()`` moves the process into a new network
-namespace (only loopback, down) where the kernel lets it.
+namespace (only loopback, down) where the kernel lets it. ``forbid_other_processes()`` (before the
+candidate is imported, on every device) refuses the calls that renice, pin or limit another
+process by its pid (``OTHER_PROCESS_CALLS``).
 
 Each step records what it did in ``STATE`` (``report()``); where the kernel or the image lacks a
 feature the entry says why, and the verdict carries the downgrade.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import platform
 import stat
@@ -180,6 +183,7 @@ def confine(writable: list[str]) -> int | None:
 # ---------------------------------------------------------------- seccomp (libseccomp)
 
 _SCMP_ACT_ALLOW = 0x7FFF0000
+_SCMP_CMP_NE = 1
 _SCMP_CMP_MASKED_EQ = 7
 _CLONE_THREAD = 0x00010000
 
@@ -193,8 +197,15 @@ class _ArgCmp(ctypes.Structure):
                 ("datum_b", ctypes.c_uint64)]
 
 
+@functools.lru_cache(maxsize=1)
 def _libseccomp():
-    names = [ctypes.util.find_library("seccomp"), "libseccomp.so.2", "libseccomp.so"]
+    """libseccomp, loaded once: ``find_library`` runs a subprocess, which the first filter
+    forbids."""
+    try:
+        found = ctypes.util.find_library("seccomp")
+    except OSError:
+        found = None
+    names = [found, "libseccomp.so.2", "libseccomp.so"]
     for name in [n for n in names if n]:
         try:
             return ctypes.CDLL(name, use_errno=True)
@@ -203,13 +214,12 @@ def _libseccomp():
     return None
 
 
-def forbid_process_creation() -> str:
-    """Load the seccomp filter that stops this process from creating processes; returns
-    ``STATE["process_creation"]`` ("blocked", or why it is still allowed)."""
+def _load_filter(rules: list[tuple[str, int, _ArgCmp | None]]) -> str | None:
+    """Load one seccomp filter (allow everything but ``rules``: name, action, one argument
+    comparison or None); None once loaded, else why not."""
     lib = _libseccomp()
     if lib is None:
-        STATE["process_creation"] = "allowed: libseccomp not found"
-        return STATE["process_creation"]
+        return "libseccomp not found"
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.restype = ctypes.c_int
@@ -220,13 +230,8 @@ def forbid_process_creation() -> str:
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not ctx:
-        STATE["process_creation"] = "allowed: seccomp_init failed"
-        return STATE["process_creation"]
+        return "seccomp_init failed"
     try:
-        eperm = _scmp_errno(errno.EPERM)
-        rules = [("fork", eperm, None), ("vfork", eperm, None), ("execve", eperm, None),
-                 ("execveat", eperm, None), ("clone3", _scmp_errno(errno.ENOSYS), None),
-                 ("clone", eperm, _ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))]
         for name, action, compare in rules:
             number = lib.seccomp_syscall_resolve_name(name.encode())
             if number < 0:
@@ -234,16 +239,45 @@ def forbid_process_creation() -> str:
             array = (_ArgCmp * 1)(compare) if compare is not None else None
             rc = lib.seccomp_rule_add_array(ctx, action, number, 1 if compare else 0, array)
             if rc < 0:
-                STATE["process_creation"] = f"allowed: seccomp rule for {name} failed ({rc})"
-                return STATE["process_creation"]
+                return f"seccomp rule for {name} failed ({rc})"
         rc = lib.seccomp_load(ctx)
         if rc < 0:
-            STATE["process_creation"] = f"allowed: seccomp_load failed ({rc})"
-            return STATE["process_creation"]
+            return f"seccomp_load failed ({rc})"
     finally:
         lib.seccomp_release(ctx)
-    STATE["process_creation"] = "blocked"
-    return "blocked"
+    return None
+
+
+def forbid_process_creation() -> str:
+    """Load the seccomp filter that stops this process from creating processes; returns
+    ``STATE["process_creation"]`` ("blocked", or why it is still allowed)."""
+    eperm = _scmp_errno(errno.EPERM)
+    failed = _load_filter([
+        ("fork", eperm, None), ("vfork", eperm, None), ("execve", eperm, None),
+        ("execveat", eperm, None), ("clone3", _scmp_errno(errno.ENOSYS), None),
+        ("clone", eperm, _ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))])
+    STATE["process_creation"] = f"allowed: {failed}" if failed else "blocked"
+    return STATE["process_creation"]
+
+
+# Calls that change another process's scheduling or memory by its pid, and the argument that
+# holds it (0: the caller itself). Nice value and CPU affinity pass through fork: set on the
+# zygote, they would slow every worker forked after, reference timing workers included.
+OTHER_PROCESS_CALLS = (("setpriority", 1), ("ioprio_set", 1), ("sched_setaffinity", 0),
+                       ("sched_setscheduler", 0), ("sched_setparam", 0), ("sched_setattr", 0),
+                       ("prlimit64", 0), ("migrate_pages", 0), ("move_pages", 0),
+                       ("process_madvise", 0))
+
+
+def forbid_other_processes() -> str:
+    """Load the seccomp filter that refuses (EPERM) the calls of ``OTHER_PROCESS_CALLS`` on
+    any pid but 0 (the caller): a submission cannot renice, pin or limit its grader, the
+    zygote or the workers beside it. Returns ``STATE["other_processes"]``."""
+    eperm = _scmp_errno(errno.EPERM)
+    failed = _load_filter([(name, eperm, _ArgCmp(arg, _SCMP_CMP_NE, 0, 0))
+                           for name, arg in OTHER_PROCESS_CALLS])
+    STATE["other_processes"] = f"allowed: {failed}" if failed else "blocked"
+    return STATE["other_processes"]
 
 
 _CLONE_NEWNET = 0x40000000

@@ -203,6 +203,7 @@ PROBE = textwrap.dedent("""
     sandbox.confine([writable])
     sandbox.isolate_network()
     sandbox.forbid_process_creation()
+    sandbox.forbid_other_processes()
     facts = {"state": sandbox.report()}
 
     def attempt(name, fn):
@@ -224,6 +225,14 @@ PROBE = textwrap.dedent("""
     attempt("dev_null", lambda: open("/dev/null", "w").write("x"))
     attempt("mkfifo_shm", lambda: os.mkfifo("/dev/shm/kmhostile-fifo"))
     attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=2))
+    parent, mine = os.getppid(), sorted(os.sched_getaffinity(0))
+    attempt("renice_parent", lambda: os.setpriority(os.PRIO_PROCESS, parent, 7))
+    attempt("pin_parent", lambda: os.sched_setaffinity(parent, mine[:1]))
+    attempt("renice_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
+    attempt("pin_self", lambda: os.sched_setaffinity(0, mine))
+    import resource
+    attempt("own_rlimit", lambda: resource.setrlimit(
+        resource.RLIMIT_CORE, resource.getrlimit(resource.RLIMIT_CORE)))
     results = []
     thread = threading.Thread(target=lambda: results.append(1))
     attempt("thread", lambda: (thread.start(), thread.join()))
@@ -253,11 +262,20 @@ def test_worker_confinement(tmp_path):
         assert downgrades(state), "a downgrade must be recorded"
     if state["tcp"] == "refused" or state["network"] == "isolated":
         assert facts["tcp"] != "allowed"
+    # renicing or pinning another process (the zygote: every later worker inherits it) is
+    # refused; the worker's own scheduling and limits are its own
+    if state["other_processes"] == "blocked":
+        for name in ("renice_parent", "pin_parent"):
+            assert facts[name] == "PermissionError", (name, facts)
+    else:
+        assert downgrades(state), "a downgrade must be recorded"
+    for name in ("renice_self", "pin_self", "own_rlimit"):
+        assert facts[name] == "allowed", (name, facts)
 
 
 def test_downgrades_name_what_was_not_applied():
     full = {"landlock": 7, "proc_hidden": True, "shm_private": True, "tcp": "refused",
-            "process_creation": "blocked", "network": "isolated"}
+            "process_creation": "blocked", "other_processes": "blocked", "network": "isolated"}
     assert downgrades(full) == []
     partial = {**full, "landlock": "unavailable: the kernel has no Landlock",
                "process_creation": "allowed: libseccomp not found"}
