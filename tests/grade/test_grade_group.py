@@ -31,7 +31,9 @@ def test_a_group_is_timed_in_one_window_and_judged_one_by_one():
     verdicts = grader.grade_group(read("ref_scale_add"), group_sources())
     honest, crashing, zeros, again = verdicts
     for verdict in (honest, again):
-        assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+        assert verdict["correct"] and not verdict["hacks"], (
+            verdict.get("error"), verdict.get("hack_details"),
+            {k: c for k, c in verdict["checks"].items() if not c["passed"]})
         assert verdict["timing"]["reps"] >= 6 and verdict["profile"]["group"] == 4
     # one window: both honest answers divide by the same reference samples
     assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]

@@ -813,6 +813,8 @@ def test_the_unseen_checks_baseline_comes_before_any_unseen_input():
     assert "timing_behaviour" in hacks and checks["unseen_time_ms"]["passed"] is False
     changed = {"seen_ms": [2.4, 2.3, 2.5], "unseen_ms": [2.4, 2.5], "after_ms": [40.0, 41.0]}
     assert "changed its ways" in judged(changed)[0]["timing_behaviour"]
+    noisy = {"seen_ms": [2.4, 2.3, 2.5], "unseen_ms": [2.4, 2.5], "after_ms": [2.4, 40.0]}
+    assert not judged(noisy)[0]  # one slow call after is host noise, not a switch
     honest = {"seen_ms": [49.3, 49.2, 49.4], "unseen_ms": [49.3, 50.0], "after_ms": [49.3, 51.4]}
     assert not judged(honest)[0]
     # told apart: 0.05 ms in the check, 0.005 ms scored
