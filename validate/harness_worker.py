@@ -53,11 +53,6 @@ def frame_parts(key: bytes, kind: bytes, data) -> tuple[bytes, memoryview]:
     return HEADER.pack(1 + len(data)) + mac.digest() + kind, memoryview(data)
 
 
-def frame(key: bytes, kind: bytes, data: bytes) -> bytes:
-    head, view = frame_parts(key, kind, data)
-    return head + bytes(view)
-
-
 def _make_sender(fd: int, key: bytes):
     def send(kind: bytes, data) -> None:
         for part in frame_parts(key, kind, data):

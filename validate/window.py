@@ -299,6 +299,15 @@ class _Group:
             if other != name:
                 control.extend(time.monotonic() - since)
 
+    @contextlib.contextmanager
+    def turn(self, name: str):
+        """``name``'s turn alone: its duration is credited to the others (``credit_others``)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.credit_others(name, began)
+
     def gone(self) -> bool:
         """Every droppable participant dropped out: nothing is left to time."""
         return bool(self.droppable) and not any(n in self.active for n in self.droppable)
@@ -346,9 +355,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
         for index, name in enumerate(list(group.active)):
             ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
             if ms:
-                turn = time.monotonic()
-                group.ask(name, f"warm {ms:g}", "warm", timeout)
-                group.credit_others(name, turn)
+                with group.turn(name):
+                    group.ask(name, f"warm {ms:g}", "warm", timeout)
         per_round = {}
         for name, info in ready.items():
             sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
@@ -381,17 +389,16 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, set
                 break
         for name in clock_check:
             if name in group.active:
-                turn = time.monotonic()
-                try:
-                    walls[name] = _clock_check(name, group.active[name], ready[name],
-                                               samples[name], paces[name], settings, timeout)
-                except WindowError as exc:
-                    group.fail(name, exc)
-                group.credit_others(name, turn)
+                with group.turn(name):
+                    try:
+                        walls[name] = _clock_check(name, group.active[name], ready[name],
+                                                   samples[name], paces[name], settings,
+                                                   timeout)
+                    except WindowError as exc:
+                        group.fail(name, exc)
         for name in unseen_check:
-            turn = time.monotonic()
-            group.ask(name, "unseen", "unseen", timeout)
-            group.credit_others(name, turn)
+            with group.turn(name):
+                group.ask(name, "unseen", "unseen", timeout)
         result["window_ms"] = (time.monotonic() - began) * 1e3
 
 
