@@ -141,6 +141,11 @@ class Control:
             return False
         return True
 
+    def pending(self) -> bool:
+        """A report is waiting to be taken: the worker said something and waits for an answer."""
+        with self._cond:
+            return self._next < len(self.reports)
+
     def wait_report(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a report not yet taken (True) or the worker's end."""
         deadline = time.monotonic() + timeout

@@ -252,16 +252,19 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
 
 def _wait_crediting(group: "_Group", name: str, ready: dict, deadline: float) -> None:
     """Wait for ``name``'s next report (or its end, or ``deadline``), crediting the time to
-    the participants in ``ready`` (those that already answered): waiting for a slower member
-    (a long import, a long check) is not their own time."""
+    every other participant that is waiting too: those in ``ready`` (already answered) and
+    those whose report is in and not yet taken (they answered before their turn came). Waiting
+    for a slower member (a long import, a hang until its own limit) is not their own time: on
+    an H100 a member first in the order hung at import for 60 s and the three behind it, ready
+    and waiting, were killed with it."""
     control = group.active.get(name)
     while control is not None and time.monotonic() < deadline:
         began = time.monotonic()
         if control.wait_report(min(0.5, max(0.0, deadline - began))) or control.ended:
             return
-        for other in ready:
-            if other in group.active:
-                group.active[other].extend(time.monotonic() - began)
+        for other, waiting in list(group.active.items()):
+            if other != name and (other in ready or waiting.pending()):
+                waiting.extend(time.monotonic() - began)
 
 
 class _Group:

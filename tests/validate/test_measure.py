@@ -378,3 +378,18 @@ def test_uncapturable_forward_falls_back_to_events():
     assert slow["method"] == "cuda_events", slow
     plain = M.measure(lambda: [x.mul_(1.0) for _ in range(20)], "cuda")
     assert slow["ms"] > 0.5 * plain["ms"], (slow, plain)
+
+
+def test_members_waiting_behind_a_member_that_hangs_first_in_line_are_not_killed_with_it():
+    # The first member in the window's order hangs before it asks for the GPU until its own
+    # 5 s limit kills it; the others asked at once and wait for it. Their wait is credited
+    # though their turn in the order has not come (on an H100 they were killed with it).
+    window, results = _window(
+        {"reference": 1.0, "candidate hangs": 1.0, "candidate a": 1.0, "candidate b": 1.0},
+        before={"candidate hangs": "time.sleep(30)"}, timeout_s=5, cap_ms=300,
+        droppable=("candidate hangs", "candidate a", "candidate b"))
+    assert "candidate hangs" in window["dropped"] and window["error"] is None, window
+    assert "timed out" in str(results["candidate hangs"].error)
+    for name in ("reference", "candidate a", "candidate b"):
+        assert results[name].ok, (name, results[name].error)
+        assert verdict_timing(window, candidate=name if name != "reference" else "candidate a")
