@@ -11,6 +11,7 @@
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
+#        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
@@ -57,6 +58,7 @@ for part in $parts; do
                 ${STAGES_GROUP:+--group $STAGES_GROUP} 2>&1 | tee "$out/grade_stages.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
+    host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
     # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
     placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \
                 | tee "$out/placement_probe.log" ;;
