@@ -31,6 +31,36 @@ def spin() -> None:
         pass
 
 
+def gpu_neighbour(kind: str) -> None:
+    """Another process's GPU work outside any lock: ``copies`` (256 MB to and from the
+    device), ``alloc`` (2 GB allocated, touched and given back to the driver), ``context``
+    (a process that creates a CUDA context, allocates 1 GB and exits, again and again),
+    ``profiler`` (an idle process with a Kineto session open)."""
+    import subprocess
+
+    if kind == "context":
+        code = "import torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize()"
+        while True:
+            subprocess.run([sys.executable, "-c", code], check=False)
+    torch.cuda.init()
+    if kind == "copies":
+        host = torch.empty(1 << 26, pin_memory=False)
+        while True:
+            dev = host.cuda()
+            dev.cpu()
+    elif kind == "alloc":
+        while True:
+            x = torch.ones(1 << 29, device="cuda")
+            del x
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    elif kind == "profiler":
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            while True:
+                time.sleep(0.01)
+
+
 def capture(forward, inputs, calls):
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -89,6 +119,9 @@ def main() -> int:
     parser.add_argument("--only", nargs="*",
                         default=["relu_16k", "softmax_128x512", "scale_add_4k", "row_sum_64x96"])
     parser.add_argument("--busy", type=int, default=32)
+    parser.add_argument("--loads", nargs="*",
+                        default=["idle", "busy", "copies", "alloc", "context", "profiler"])
+    parser.add_argument("--calls", nargs="*", type=int, default=[64, 256, 1024])
     parser.add_argument("--sleep-cycles", type=int, default=4_000_000)  # ~2 ms at 1.98 GHz
     args = parser.parse_args()
     cases = []
@@ -101,29 +134,37 @@ def main() -> int:
         model = candidate["ModelNew"](*reference["get_init_inputs"]()).cuda().eval()
         inputs = [v.cuda() if isinstance(v, torch.Tensor) else v
                   for v in reference["get_inputs"]()]
-        for calls in (64, 256, 1024):
+        for calls in args.calls:
             cases.append((name, calls, capture(model, inputs, calls)))
-    print(f"{'kernel':18} {'calls':>5} {'host':>5} {'replay host µs':>14} {'call µs covered':>15} "
+    print(f"{'kernel':18} {'calls':>5} {'load':>8} {'replay host µs':>14} {'call µs covered':>15} "
           f"{'sample µs':>9} {'max':>7} {'covered max':>11} {'early':>5} {'early cov':>9} "
           f"{'loop µs/call':>12}")
-    for load in ("idle", "busy"):
+    spawn = multiprocessing.get_context("spawn")
+    for load in args.loads:
         spinners = []
         if load == "busy":
             spinners = [multiprocessing.Process(target=spin, daemon=True)
                         for _ in range(args.busy)]
-            for p in spinners:
-                p.start()
-            time.sleep(1.0)
+        elif load != "idle":
+            spinners = [spawn.Process(target=gpu_neighbour, args=(load,), daemon=True)
+                        for _ in range(2)]
+        for p in spinners:
+            p.start()
+        if spinners:
+            time.sleep(1.0 if load == "busy" else 8.0)
         try:
             for name, calls, graph in cases:
                 r = measure(graph, calls, args.sleep_cycles)
-                print(f"{name:18} {calls:>5} {load:>5} {r['host_us']:>14.1f} "
+                print(f"{name:18} {calls:>5} {load:>8} {r['host_us']:>14.1f} "
                       f"{r['covered_us']:>15.3f} {r['plain_us']:>9.3f} {r['plain_max_us']:>7.3f} "
                       f"{r['covered_max_us']:>11.3f} {r['early_plain']:>5} "
                       f"{r['early_cover']:>9} {r['loop_us']:>12.3f}", flush=True)
         finally:
             for p in spinners:
                 p.kill()
+            if load == "context":
+                import subprocess
+                subprocess.run(["pkill", "-f", "torch.ones(1 << 28"], check=False)
     return 0
 
 

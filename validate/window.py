@@ -203,7 +203,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None,
                     "dropped": {}}
     group = _Group(participants, droppable, result)
-
+    # From "go" to the workers' end the window holds the GPU's lock: shared while they check,
+    # exclusive while it times, shared again (no gap) for their checks after it.
+    held, holding, exclusive = contextlib.ExitStack(), [False], [None]
     try:
         if start is not None:
             start()
@@ -216,22 +218,29 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 if group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic())):
                     asked_gpu[name] = {}
         asked = time.monotonic()
-        with contextlib.ExitStack() as shared:
-            with _crediting(group):  # other grades' time, not theirs
-                shared.enter_context(lock.shared())
-            waited = time.monotonic() - asked
-            result["shared_wait_ms"] = round(waited * 1e3, 1)
-            deadline += waited
-            if gpu_handshake:
-                for control in group.active.values():
-                    control.send("go")
-            for name in participants:
-                _wait_crediting(group, name, ready, deadline)
-                got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
-                if got is not None:
-                    ready[name] = got[1]
+        with _crediting(group):  # other grades' time, not theirs
+            held.enter_context(lock.shared())
+            holding[0] = True
+        waited = time.monotonic() - asked
+        result["shared_wait_ms"] = round(waited * 1e3, 1)
+        deadline += waited
+        if gpu_handshake:
+            for control in group.active.values():
+                control.send("go")
+        for name in participants:
+            _wait_crediting(group, name, ready, deadline)
+            got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
+            if got is not None:
+                ready[name] = got[1]
         if not group.gone():
-            _timed_rounds(group, ready, samples, walls, paces, result, lock, settings,
+            # members that left are told to stop and finish their checks: on the GPU, so
+            # they end before the GPU is taken alone (each within its own time limit)
+            group.await_dropped(deadline)
+            held.close()  # shared -> exclusive: another window may come first
+            holding[0] = False
+            exclusive[0] = held.enter_context(_exclusive(group, lock, result))
+            holding[0] = True
+            _timed_rounds(group, ready, samples, walls, paces, result, settings,
                           cap_ms, warm_ms, clock_check, unseen_check)
         for control in group.active.values():
             control.send("stop")
@@ -240,9 +249,15 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         for control in participants.values():
             control.send("stop")
     finally:
-        if finish is not None:
-            with lock.shared():
+        if exclusive[0] is not None:  # told to stop: their checks after the window run under
+            exclusive[0].downgrade()  # the shared lock, taken over with no gap
+        try:
+            if finish is not None:
+                if not holding[0]:  # holding nothing: take the GPU shared
+                    held.enter_context(lock.shared())
                 finish()
+        finally:
+            held.close()
     for name in participants:
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
@@ -273,6 +288,7 @@ class _Group:
     def __init__(self, participants: dict[str, Control], droppable: tuple[str, ...],
                  result: dict):
         self.active = dict(participants)
+        self.controls = dict(participants)
         self.droppable = droppable
         self.dropped = result["dropped"]
 
@@ -294,6 +310,17 @@ class _Group:
         except WindowError as exc:
             self.fail(name, exc)
             return None
+
+    def await_dropped(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for the participants that left the window to end, their
+        wait credited to the ones still in it."""
+        for name in list(self.dropped):
+            control = self.controls[name]
+            while not control.ended and time.monotonic() < deadline:
+                began = time.monotonic()
+                control.wait_report(0.25)
+                for other in self.active.values():
+                    other.extend(time.monotonic() - began)
 
     def credit_others(self, name: str, since: float) -> None:
         """The time since ``since``, spent on ``name``'s turn alone (its warm-up, its clock
@@ -343,66 +370,73 @@ def _crediting(group: "_Group", tick_s: float = 0.25):
         ticker.join()
 
 
-def _timed_rounds(group: _Group, ready, samples, walls, paces, result, lock, settings, cap_ms,
+@contextlib.contextmanager
+def _exclusive(group: "_Group", lock: GpuLock, result: dict):
+    """The GPU alone for the window (the wait credited to the members as it lasts); yields
+    the held lock (``downgrade()`` turns it shared)."""
+    asked = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        with _crediting(group):  # another window may hold the GPU for long: not their time
+            handle = stack.enter_context(lock.exclusive())
+        result["exclusive_wait_ms"] = round((time.monotonic() - asked) * 1e3, 1)
+        yield handle
+
+
+def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
                   warm_ms, clock_check, unseen_check) -> None:
     """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
-    asked = time.monotonic()
-    with contextlib.ExitStack() as held:
-        with _crediting(group):  # another window may hold the GPU for long: not their time
-            held.enter_context(lock.exclusive())
-        began = time.monotonic()
-        result["exclusive_wait_ms"] = round((began - asked) * 1e3, 1)
-        timeout = settings.report_timeout_s
-        # The clocks are the GPU's: the first participant brings them up; the others only
-        # warm their own caches and buffers.
-        for index, name in enumerate(list(group.active)):
-            ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
-            if ms:
-                with group.turn(name):
-                    group.ask(name, f"warm {ms:g}", "warm", timeout)
-        per_round = {}
-        for name, info in ready.items():
-            sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
-                int(info.get("calls_per_sample") or 1)
-            per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
-        deadline = began + cap_ms / 1e3
-        while not group.gone():
-            round_began = time.monotonic()
-            for name in list(group.active):
-                room = settings.max_reps - len(samples[name])
-                if room <= 0:
-                    continue
-                reps = min(per_round[name], room)
-                sent = time.monotonic()
-                got = group.ask(name, f"round {reps}", "round", timeout)
-                if got is not None:
-                    samples[name].extend(float(t) for t in got[1])
-                    paces[name].append((got[0] - sent) * 1e3 / reps)
-            result["rounds"] += 1
-            for control in group.active.values():  # the others' turns are not its time
-                control.extend(time.monotonic() - round_began)
-            timed = [samples[name] for name in group.active]
-            cis = [median_ci_pct(s) for s in timed]
-            enough = all(len(s) >= settings.min_reps for s in timed)
-            if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
-                break
-            if all(len(s) >= settings.max_reps for s in timed):
-                break
-            if time.monotonic() >= deadline and all(len(s) >= 3 for s in timed):
-                break
-        for name in clock_check:
-            if name in group.active:
-                with group.turn(name):
-                    try:
-                        walls[name] = _clock_check(name, group.active[name], ready[name],
-                                                   samples[name], paces[name], settings,
-                                                   timeout)
-                    except WindowError as exc:
-                        group.fail(name, exc)
-        for name in unseen_check:
+    began = time.monotonic()
+    timeout = settings.report_timeout_s
+    # The clocks are the GPU's: the first participant brings them up; the others only
+    # warm their own caches and buffers.
+    for index, name in enumerate(list(group.active)):
+        ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
+        if ms:
             with group.turn(name):
-                group.ask(name, "unseen", "unseen", timeout)
-        result["window_ms"] = (time.monotonic() - began) * 1e3
+                group.ask(name, f"warm {ms:g}", "warm", timeout)
+    per_round = {}
+    for name, info in ready.items():
+        sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
+            int(info.get("calls_per_sample") or 1)
+        per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
+    deadline = began + cap_ms / 1e3
+    while not group.gone():
+        round_began = time.monotonic()
+        for name in list(group.active):
+            room = settings.max_reps - len(samples[name])
+            if room <= 0:
+                continue
+            reps = min(per_round[name], room)
+            sent = time.monotonic()
+            got = group.ask(name, f"round {reps}", "round", timeout)
+            if got is not None:
+                samples[name].extend(float(t) for t in got[1])
+                paces[name].append((got[0] - sent) * 1e3 / reps)
+        result["rounds"] += 1
+        for control in group.active.values():  # the others' turns are not its time
+            control.extend(time.monotonic() - round_began)
+        timed = [samples[name] for name in group.active]
+        cis = [median_ci_pct(s) for s in timed]
+        enough = all(len(s) >= settings.min_reps for s in timed)
+        if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
+            break
+        if all(len(s) >= settings.max_reps for s in timed):
+            break
+        if time.monotonic() >= deadline and all(len(s) >= 3 for s in timed):
+            break
+    for name in clock_check:
+        if name in group.active:
+            with group.turn(name):
+                try:
+                    walls[name] = _clock_check(name, group.active[name], ready[name],
+                                               samples[name], paces[name], settings,
+                                               timeout)
+                except WindowError as exc:
+                    group.fail(name, exc)
+    for name in unseen_check:
+        with group.turn(name):
+            group.ask(name, "unseen", "unseen", timeout)
+    result["window_ms"] = (time.monotonic() - began) * 1e3
 
 
 def verdict_timing(window: dict, reference: str = "reference",
