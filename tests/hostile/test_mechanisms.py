@@ -822,3 +822,26 @@ def test_the_unseen_checks_baseline_comes_before_any_unseen_input():
     assert "tells the check apart" in judged(apart, "cuda", scored=0.005)[0]["timing_behaviour"]
     assert not judged(apart, "cuda", scored=0.048)[0]
     assert not judged(apart, "cpu", scored=0.005)[0]  # CPU: host noise, not judged
+
+
+def test_without_a_graph_the_check_and_the_scored_calls_compare_by_device_time():
+    """Timed by CUDA events around each call (no captured graph), the check's calls carry the
+    witness's launch cost (on an H100 an honest side-stream forward read 0.97 ms there and
+    0.60 ms scored): their kernels' device time is compared instead. A forward whose kernels
+    run longer in the check than the scored calls took is still told apart."""
+    from kernelmill.grade.judge import _unseen_checks
+
+    def judged(facts, scored):
+        hacks, checks = {}, {}
+        _unseen_checks({"checks": [], "method": "cuda_events", "unseen_ms": [0.97],
+                        "after_ms": [0.97], "unseen_device_us": [590.0],
+                        "after_device_us": [590.0], **facts}, [], Policy(), None,
+                       lambda code, why: hacks.setdefault(code, why), True, "cuda", checks,
+                       scored)
+        return hacks, checks
+
+    honest = {"seen_ms": [0.97, 0.98, 0.97], "seen_device_us": [590.0, 591.0, 590.0]}
+    hacks, checks = judged(honest, 0.602)
+    assert not hacks and checks["unseen_vs_scored_ms"]["passed"] is True
+    apart = {"seen_ms": [0.97, 0.98, 0.97], "seen_device_us": [950.0, 951.0, 950.0]}
+    assert "tells the check apart" in judged(apart, 0.602)[0]["timing_behaviour"]
