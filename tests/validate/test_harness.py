@@ -306,6 +306,49 @@ def test_large_results_cross_whole_and_shared_tensors_cross_once():
     assert small.tolist() == [0, 1, 2]
 
 
+def test_decoding_a_large_result_maps_it_and_lets_the_graders_other_threads_run():
+    """A result's tensors are mapped from the file its frame was read into, not copied: a copy
+    holds the interpreter lock (320 MB: a second in which no other thread of the grader ran, so
+    its clock read a group member's back-to-back loop 2-3.6x slow on an H100). Mapped tensors
+    are the result's bits and stay writable (copy on write)."""
+    import io
+    import threading
+    import time
+
+    import torch
+    from kernelmill.validate.harness import _decode, _FrameFile
+
+    value = {"outputs": [torch.arange(1 << 24, dtype=torch.float32) for _ in range(5)]}
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    frame = _FrameFile(len(buffer.getbuffer()))
+    frame.map[:] = buffer.getbuffer()
+    stalls, stop = [], threading.Event()
+
+    def other_thread():
+        while not stop.is_set():
+            began = time.monotonic()
+            time.sleep(0.001)
+            stalls.append(time.monotonic() - began)
+
+    watcher = threading.Thread(target=other_thread)
+    watcher.start()
+    time.sleep(0.05)
+    stalls.clear()
+    try:
+        decoded = _decode(frame)
+    finally:
+        stop.set()
+        watcher.join()
+    assert all(torch.equal(a, b) for a, b in zip(decoded["outputs"], value["outputs"]))
+    assert frame.fd is None  # the file is closed; the mapping lives on in the tensors
+    # copied, the other thread waited about a second at once (0.5 s: a loaded CI machine)
+    assert max(stalls) < 0.5, max(stalls)
+    decoded["outputs"][0].add_(1)
+    assert torch.equal(decoded["outputs"][0], value["outputs"][0] + 1)
+    assert torch.equal(decoded["outputs"][1], value["outputs"][1])
+
+
 def test_a_worker_ships_bit_identical_outputs_once():
     """``_Run.ship``: an output equal bit for bit to one already shipped (same dtype, shape and
     strides) is that same host tensor; any other is its own."""
