@@ -622,7 +622,12 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         if not seen or not new:
             continue
         after = unseen.get(f"after_{key}") or []
-        usual, fastest_new = statistics.median(seen), min(new)
+        # The device clock has no host noise: the fastest call on each kind of input is
+        # compared (an answer cache saving 1 µs of 4 had one slower call among the timed ones
+        # and passed the median by 0.03 µs on an H100; over 203 honest checks the fastest
+        # call rule came no closer than 0.90 of its bound).
+        usual = min(seen) if key == "device_us" else statistics.median(seen)
+        fastest_new = min(new)
         slow = fastest_new > ratio * usual + least
         # every call after (a switch slows them all; host noise rarely does)
         changed = bool(after) and min(after) > ratio * usual + least
