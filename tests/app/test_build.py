@@ -90,7 +90,10 @@ def _sha(path: Path) -> str:
 
 def _build_cli(config: Path, env_extra: dict | None = None) -> subprocess.Popen:
     """`kernelmill build --config FILE` in a child; it prints whether Ray was imported."""
-    code = ("import sys\nfrom kernelmill.app.cli import main\n"
+    # Ctrl-C as in a terminal: a shell that starts the test run in the background (`&`) has
+    # the children ignore SIGINT, and a Python started so never raises KeyboardInterrupt
+    code = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from kernelmill.app.cli import main\n"
             "rc = main(sys.argv[1:])\nprint('RAY_IMPORTED', 'ray' in sys.modules)\n"
             "sys.exit(rc)\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HOME": str(config.parent / "hf_home"),
