@@ -153,6 +153,50 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+class TensorSlot(tuple):
+    """A payload tensor that travels in the run's tensor file instead of the job's pickle:
+    ``(offset, nbytes, dtype name, shape)``. The parent writes the bytes into a sealed memory
+    file (``harness._tensor_file``); here they are mapped, never copied or unpickled (a 600 MB
+    job took seconds to unpickle and, in the parent, seconds to pickle under the interpreter
+    lock)."""
+
+    __slots__ = ()
+
+
+def attach_tensors(value, fd: int):
+    """``value`` with every ``TensorSlot`` replaced by a tensor mapped from the file ``fd``
+    (private, copy-on-write: writing to an input never reaches the file)."""
+    import mmap
+
+    import torch
+
+    size = os.fstat(fd).st_size
+    if size == 0:
+        os.close(fd)
+        return value
+    data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(fd)
+    made: dict[int, object] = {}
+
+    def restore(item):
+        if type(item) is TensorSlot:
+            offset, nbytes, dtype, shape = item
+            if offset not in made:  # a storage of its own (saved alone if it is returned)
+                made[offset] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
+                                                offset=offset).view(getattr(torch, dtype)) \
+                    .view(tuple(shape))
+            return made[offset]
+        if type(item) is dict:
+            return {k: restore(v) for k, v in item.items()}
+        if type(item) is list:
+            return [restore(v) for v in item]
+        if type(item) is tuple:
+            return tuple(restore(v) for v in item)
+        return item
+
+    return restore(value)
+
+
 def _init_cuda() -> None:
     try:
         import torch
@@ -187,8 +231,11 @@ def main(argv: list[str]) -> None:
     job = pickle.loads(_read_all(fd_in))
     key = job.pop("key")
     _send = _make_sender(_hide_fd(fd_out), key)
-    if len(argv) > 2:
-        _control = _make_receiver(_hide_fd(int(argv[2])))
+    extra = dict(zip(job.get("fds") or (), (int(fd) for fd in argv[2:])))
+    if "control" in extra:
+        _control = _make_receiver(_hide_fd(extra["control"]))
+    if "tensors" in extra:
+        job["payload"] = attach_tensors(job["payload"], extra["tensors"])
     del key
     _apply_limits(job.get("limits") or {})
     sandbox = None

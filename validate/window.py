@@ -136,7 +136,8 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
 
 # ---------------------------------------------------------------- the window
 
-def _answer(name: str, control: Control, key: str, timeout: float) -> tuple[float, object]:
+def _answer(name: str, control: Control, key: str, timeout: float,
+            whole: bool = False) -> tuple[float, object]:
     got = control.next_report(timeout)
     if got is None:
         raise WindowError(name, "ended or went silent during timing" if control.ended
@@ -144,7 +145,7 @@ def _answer(name: str, control: Control, key: str, timeout: float) -> tuple[floa
     at, value = got
     if key not in value:
         raise WindowError(name, f"answered {sorted(value)[:3]}, expected {key!r}")
-    return at, value[key]
+    return at, (value if whole else value[key])
 
 
 def _clock_check(name: str, control: Control, info: dict, samples: list[float],
@@ -298,15 +299,17 @@ class _Group:
         self.dropped[name] = str(exc).split(": ", 1)[-1]
         self.active.pop(name).send("stop")
 
-    def ask(self, name: str, command: str | None, key: str, timeout: float):
-        """Send ``command`` (if any), wait for ``key``: ``(at, value)``, None once dropped."""
+    def ask(self, name: str, command: str | None, key: str, timeout: float,
+            whole: bool = False):
+        """Send ``command`` (if any), wait for ``key``: ``(at, value)`` (with ``whole``, the
+        whole report as value), None once dropped."""
         if name not in self.active:
             return None
         control = self.active[name]
         try:
             if command is not None:
                 control.send(command)
-            return _answer(name, control, key, timeout)
+            return _answer(name, control, key, timeout, whole)
         except WindowError as exc:
             self.fail(name, exc)
             return None
@@ -393,7 +396,11 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
         if ms:
             with group.turn(name):
-                group.ask(name, f"warm {ms:g}", "warm", timeout)
+                got = group.ask(name, f"warm {ms:g}", "warm", timeout, whole=True)
+            sized = got[1] if got is not None else {}
+            if name in ready and sized.get("resized"):  # the graph sized alone on the GPU
+                ready[name].update({k: sized[k] for k in ("calls_per_sample", "estimate_ms")
+                                    if isinstance(sized.get(k), (int, float))}, resized=True)
     per_round = {}
     for name, info in ready.items():
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \

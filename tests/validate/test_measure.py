@@ -213,6 +213,41 @@ def test_window_times_two_processes_in_alternating_rounds():
     assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
 
 
+def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
+    """A worker sizes its timing graph again during its warm-up turn, alone on the GPU
+    (``Timer.resize``), and says so: the window's record of it (calls per sample, estimate)
+    is the new one, which the clock check and the rounds' sizes then use."""
+    resize = ("timer.resize = lambda: (setattr(timer, 'calls_per_sample', 2), "
+              "setattr(timer, 'estimate_ms', 0.5), True)[2]")
+    window, results = _window({"reference": 1.0, "candidate": 1.0}, cap_ms=300, warm_ms=5,
+                              cheats={"candidate": resize})
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    cand, ref = window["participants"]["candidate"], window["participants"]["reference"]
+    assert cand["resized"] and cand["calls_per_sample"] == 2 and cand["estimate_ms"] == 0.5
+    assert not ref.get("resized") and ref["calls_per_sample"] == 1
+
+
+@pytest.mark.gpu
+def test_a_graph_sized_from_a_bad_estimate_is_sized_again():
+    """A graph of one call counts a replay's fixed cost (several µs) as the call's: what a
+    graph sized from an estimate taken under contention gets. ``resize`` alone on the GPU
+    captures the count a fresh estimate asks for and the small kernel reads its own time."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.randn(4096, device="cuda")
+    timer = M.Timer(lambda: x * 2.0, "cuda")
+    timer.prepare()
+    good = timer.calls_per_sample
+    assert good >= 64, timer.describe()
+    timer.graph, timer.output = timer._captured(timer._stream, 1)  # as if estimated large
+    timer.calls_per_sample = 1
+    one = statistics.median(timer.round(30))
+    assert timer.resize() and timer.calls_per_sample == good
+    sized = statistics.median(timer.round(30))
+    assert sized < 0.6 * one, (sized, one)
+    assert torch.equal(timer.replay(), x * 2.0)
+
+
 def test_window_parent_clock_sees_through_a_forged_timer():
     window, _ = _window({"reference": 1.0, "candidate": 2.0}, cheat=CHEAT, cap_ms=300)
     cand = window["participants"]["candidate"]
