@@ -8,6 +8,7 @@
 #        beside or inside the checkout; AUDIT_ARGS, default "--limit 10", picks levels and size)
 #        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels,
 #        STAGES_GROUP=N grades N copies as one group)
+#        profile (scripts/grade_profile.py: the reference and candidate tasks under cProfile)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
@@ -56,6 +57,9 @@ for part in $parts; do
     # STAGES_GROUP=N grades N copies of each as one group (one window)
     stages)   python3 scripts/grade_stages.py --only ${STAGES_ONLY:-scale_add_4k matmul_fp16_2k} \
                 ${STAGES_GROUP:+--group $STAGES_GROUP} 2>&1 | tee "$out/grade_stages.log" ;;
+    # shellcheck disable=SC2086 — PROFILE_ONLY is a list of kernel names
+    profile)  python3 scripts/grade_profile.py ${PROFILE_ONLY:+--only $PROFILE_ONLY} 2>&1 \
+                | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;

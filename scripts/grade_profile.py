@@ -19,7 +19,6 @@ from kernelmill.grade import grader as grader_module  # noqa: E402
 from kernelmill.grade import worker  # noqa: E402
 from kernelmill.grade.grader import Grader  # noqa: E402
 from kernelmill.grade.policy import Policy  # noqa: E402
-from kernelmill.validate import harness  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--device", default="cuda")
@@ -75,11 +74,6 @@ for name, answer_path, sizes in SET:
     reference = quiet.fresh_reference(source)  # the timing cache is warm now
     job = quiet._prepare(reference, answer, None, None)
     payload = {**job["payload"], "time": False}
-    began = time.monotonic()
-    frame = harness._encode_payload(payload) if hasattr(harness, "_encode_payload") else None
-    if frame is not None:
-        print(f"  candidate payload encoded in {time.monotonic() - began:.2f}s "
-              f"({len(frame) / 1e6:.0f} MB)", flush=True)
     ref_payload = {"source": source, "device": device, "init_seed": 1, "time": False,
                    "inductor": False, "timing_settings": {}, "lock": None,
                    "trials": [{"seed": 10 + i, "dist": ("natural", "affine")[i % 2],
