@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from grade_fidelity import SET, problem_source  # noqa: E402
-
-from kernelmill.grade import grader as grader_module  # noqa: E402
-from kernelmill.grade import worker  # noqa: E402
-from kernelmill.grade.grader import Grader  # noqa: E402
-from kernelmill.grade.policy import Policy  # noqa: E402
+from grade_fidelity import SET, problem_source
+from kernelmill.grade import grader as grader_module
+from kernelmill.grade import worker
+from kernelmill.grade.grader import Grader
+from kernelmill.grade.policy import Policy
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--device", default="cuda")

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kernelmill.core.errors import KernelmillError
 from kernelmill.core.devices import Slot, TaskFn, device_slots, resolve_device
+from kernelmill.core.errors import KernelmillError
 
 __all__ = ["LocalBackend", "Slot", "TaskFn", "device_slots", "get_backend", "resolve_device"]
 

@@ -37,7 +37,8 @@ import statistics
 import sys
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -182,9 +183,9 @@ class GpuLock:
     @staticmethod
     def _open(path: str):
         try:
-            return open(path, "rb")  # noqa: SIM115 — held for the lock's lifetime
+            return open(path, "rb")
         except FileNotFoundError:
-            return open(path, "a+b")  # noqa: SIM115
+            return open(path, "a+b")
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import checks as C
 from . import measure as M
-from .measure import GpuLock  # noqa: F401 — the validator's runner takes it from here
+from .measure import GpuLock
 
 
 def seeds(base: int) -> dict[str, int]:
@@ -89,7 +90,7 @@ def _made_on(device: str, make: Callable[[], Any]) -> Any:
         try:
             with torch.device(device):
                 return _to_device(make(), device)
-        except Exception as exc:  # noqa: BLE001 — the host build below decides
+        except Exception as exc:
             if _device_poisoned(exc):
                 raise
     return _to_device(make(), device)

@@ -29,8 +29,8 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .harness import Control
 from .measure import GpuLock, median_ci_pct, summarize
@@ -52,7 +52,7 @@ class WindowSettings:
     report_timeout_s: float = 60.0  # and answer each command within this
 
     @classmethod
-    def from_dict(cls, values: dict | None) -> "WindowSettings":
+    def from_dict(cls, values: dict | None) -> WindowSettings:
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in (values or {}).items() if k in known})
 
@@ -266,7 +266,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     return result
 
 
-def _wait_crediting(group: "_Group", name: str, ready: dict, deadline: float) -> None:
+def _wait_crediting(group: _Group, name: str, ready: dict, deadline: float) -> None:
     """Wait for ``name``'s next report (or its end, or ``deadline``), crediting the time to
     every other participant that is waiting too: those in ``ready`` (already answered) and
     those whose report is in and not yet taken (they answered before their turn came). Waiting
@@ -347,7 +347,7 @@ class _Group:
 
 
 @contextlib.contextmanager
-def _crediting(group: "_Group", tick_s: float = 0.25):
+def _crediting(group: _Group, tick_s: float = 0.25):
     """While the window waits, its members' time limits move on with it, a tick at a time:
     credited only once the wait ended, a long wait (another group's window) killed them first
     (on an H100, 8-member groups timed out after 55 s waiting for the exclusive lock)."""
@@ -374,7 +374,7 @@ def _crediting(group: "_Group", tick_s: float = 0.25):
 
 
 @contextlib.contextmanager
-def _exclusive(group: "_Group", lock: GpuLock, result: dict):
+def _exclusive(group: _Group, lock: GpuLock, result: dict):
     """The GPU alone for the window (the wait credited to the members as it lasts); yields
     the held lock (``downgrade()`` turns it shared)."""
     asked = time.monotonic()

@@ -19,7 +19,6 @@ from kernelmill.validate.window import (
     verdict_timing,
 )
 
-
 _clock = time.perf_counter  # busy() keeps working while a test patches time.perf_counter
 
 
