@@ -827,7 +827,7 @@ class _Run:
         host = to_cpu(tensor)
         digest = M.tensor_digest(host)
         return self._shipped.setdefault(
-            (digest["blake2b"], digest["dtype"], tuple(digest["shape"]), host.stride()), host)
+            (digest["sha256"], digest["dtype"], tuple(digest["shape"]), host.stride()), host)
 
     def observe(self, out, inputs: list, inputs_after: bool = True) -> dict:
         """The call's outputs as the parent judges them (copied to the host), and, where the

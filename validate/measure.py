@@ -101,7 +101,9 @@ def load_namespace(source: str, tag: str, *, require: tuple[str, ...] = ()) -> d
 
 
 # Bound before any submission runs: a digest is computed with the functions as they were.
-_blake2b = hashlib.blake2b
+# SHA-256 (SHA-NI): 1.7 GB/s where BLAKE2b did 0.86 GB/s on a 2-core x86 machine; digests
+# were half a large candidate's in-process time on an H100's host (16 of 64 MB: 2.6 s)
+_sha256 = hashlib.sha256
 _contiguous = torch.Tensor.contiguous
 _reshape = torch.Tensor.reshape
 _view = torch.Tensor.view
@@ -109,11 +111,11 @@ _numpy = torch.Tensor.numpy
 
 
 def tensor_digest(tensor: torch.Tensor) -> dict:
-    """What identifies a host tensor's contents bit for bit (dtype, shape and a BLAKE2b of its
+    """What identifies a host tensor's contents bit for bit (dtype, shape and a SHA-256 of its
     bytes): a worker sends this instead of a tensor the parent only checks for being unchanged
     (an input after forward), and the parent computes the same of what it sent."""
     data = _numpy(_view(_reshape(_contiguous(tensor), -1), torch.uint8))
-    return {"blake2b": _blake2b(data).hexdigest(), "dtype": str(tensor.dtype),
+    return {"sha256": _sha256(data).hexdigest(), "dtype": str(tensor.dtype),
             "shape": list(tensor.shape)}
 
 
