@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -52,6 +53,9 @@ TIMING_KEYS = ("eager", "inductor", "inductor_error")
 # 8 MiB stack and, under glibc, up to a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS
 # counts it, and a submission that starts threads must be judged for them, not fail to start them.
 THREAD_ROOM = 4 << 30
+# Tensors one reference worker returns for a group's members at most (their inputs and outputs
+# cross one pipe, then sit in this process): more members, more workers side by side.
+BATCH_BYTES = 1 << 30
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,6 +153,7 @@ class Grader:
         # CPU workers are admitted on the host's memory (validate.admission) like validation's
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
+        self._reference_bytes: dict[str, int] = {}  # tensors of one fresh run, per source
 
     @property
     def worker_device(self) -> str:
@@ -187,17 +192,19 @@ class Grader:
         return need
 
     @contextmanager
-    def _on_host(self, source: str, workers: int = 1):
+    def _on_host(self, source: str, workers: int = 1, together: bool = False):
         """Hold the host memory of ``workers`` grading workers of ``source`` (CPU only) and
-        yield the address-space limit each gets: a wrong estimate fails that run alone."""
+        yield the address-space limit each gets: a wrong estimate fails that run alone. With
+        ``together`` one worker does the work of ``workers`` (a batch of references)."""
         if self.worker_device != "cpu":
             yield {}
             return
         from kernelmill.validate.runner import address_base
 
         need = self._host_need(source)
+        each = need * workers if together else need
         with host_budget(self.host_memory_bytes).hold(need * workers):
-            yield {"address_space": address_limit(need, address_base()) + THREAD_ROOM}
+            yield {"address_space": address_limit(each, address_base()) + THREAD_ROOM}
 
     # ------------------------------------------------------------ reference
 
@@ -256,16 +263,21 @@ class Grader:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
-    def _run_reference(self, source: str, slot_env: dict | None,
-                       timed: bool = True) -> ReferenceRun:
+    def _fresh_seeds(self) -> dict:
+        """One submission's secret seeds: its weights' and each trial's (and distribution)."""
         policy = self.policy
         dists = policy.distributions or ("natural",)
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
-        trials = [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
-                   "hidden": i >= shown} for i in range(shown + hidden)]
-        payload = {"source": source, "device": self.worker_device, "trials": trials,
-                   "init_seed": secrets.randbelow(2**31 - 2), "time": policy.time and timed,
+        return {"init_seed": secrets.randbelow(2**31 - 2),
+                "trials": [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
+                            "hidden": i >= shown} for i in range(shown + hidden)]}
+
+    def _run_reference(self, source: str, slot_env: dict | None,
+                       timed: bool = True) -> ReferenceRun:
+        policy = self.policy
+        payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(),
+                   "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
@@ -296,7 +308,47 @@ class Grader:
         if fault:
             raise ReferenceError(fault)
         value["init_seed"] = payload["init_seed"]
+        self._note_reference_bytes(source, value)
         return ReferenceRun(value, result, self.device, source)
+
+    def _note_reference_bytes(self, source: str, value: dict) -> None:
+        with self._lock:
+            self._reference_bytes[source] = _tensor_bytes(value)
+
+    def _fresh_batch(self, source: str, count: int, slot_env: dict | None) -> list[ReferenceRun]:
+        """``count`` fresh reference runs of ``source`` from ONE worker (one process, one CUDA
+        context): each its own secret seeds, weights and inputs, as ``fresh_reference``."""
+        if count == 1:
+            return [self.fresh_reference(source, slot_env=slot_env)]
+        policy = self.policy
+        runs = [self._fresh_seeds() for _ in range(count)]
+        payload = {"source": source, "device": self.worker_device, "runs": runs,
+                   "time": False, "inductor": False, "timing_settings": policy.timing_settings,
+                   "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
+        with self._on_host(source, count, together=True) as limits:
+            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
+                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
+                                   env=self._env(slot_env), sandbox=policy.sandbox,
+                                   limits=limits)
+        if not result.ok:
+            error = result.error or {}
+            raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                                 f"{error.get('message')}")
+        values = result.value.get("runs") or []
+        if len(values) != count:
+            raise ReferenceError(f"reference worker returned {len(values)} runs of {count}")
+        timing = self.inductor_timing(source, slot_env=slot_env) \
+            if policy.time and policy.use_inductor(self.device) else {}
+        made = []
+        for seeds, value in zip(runs, values):
+            fault = reference_fault(value)
+            if fault:
+                raise ReferenceError(fault)
+            value.update(init_seed=seeds["init_seed"], **timing)
+            made.append(ReferenceRun(value, dataclasses.replace(result, value=value),
+                                     self.device, source))
+        self._note_reference_bytes(source, values[0])
+        return made
 
     # ------------------------------------------------------------ candidate
 
@@ -360,10 +412,17 @@ class Grader:
 
     def _fresh_references(self, source: str, count: int,
                           slot_env: dict | None) -> list[ReferenceRun]:
-        """``count`` fresh reference runs of ``source``, side by side (each its own worker)."""
+        """``count`` fresh reference runs of ``source``, in workers side by side. Once a run of
+        this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
+        tensors (a group of small problems: one worker, not eight CUDA contexts, which a
+        GPU's driver creates one at a time); until then, one each."""
+        with self._lock:
+            size = self._reference_bytes.get(source)
+        per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
+        sizes = [len(part) for part in _split(range(count), per_worker)]
         # a ReferenceError is the problem's: it reaches the caller
-        return _side_by_side(lambda _: self.fresh_reference(source, slot_env=slot_env),
-                             range(count))
+        batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env), sizes)
+        return [run for batch in batches for run in batch]
 
     def _static(self, source: str) -> dict | None:
         try:
@@ -528,6 +587,33 @@ class Grader:
                                           f"{error.get('message')}"}
         return ({i: results[names[i]] for i in candidates},
                 {i: candidate_view(window, names[i]) for i in candidates})
+
+
+def _split(items, size: int) -> list[list]:
+    """``items`` in consecutive parts of ``size`` (the last may be shorter), balanced: 8 items
+    of at most 3 per part are 3, 3, 2."""
+    items = list(items)
+    parts = -(-len(items) // max(1, size))
+    base, extra = divmod(len(items), max(1, parts))
+    out, at = [], 0
+    for index in range(parts):
+        n = base + (1 if index < extra else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
+
+
+def _tensor_bytes(value) -> int:
+    """Bytes of the tensors in a (nested) reference result."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 def _side_by_side(fn, items) -> list:

@@ -83,3 +83,20 @@ def test_timing_fidelity_same_kernel_twice(tmp_path):
     assert all(s is not None for s in speedups)
     spread = abs(speedups[0] - speedups[1]) / statistics.mean(speedups)
     assert spread < 0.02, speedups
+
+
+def test_a_trials_inputs_are_drawn_on_the_gpu_unless_get_inputs_needs_the_host():
+    """The reference draws a trial's tensors on the device (the host's cores are what every
+    grade on the GPU shares); the same seed draws the same tensors, and a ``get_inputs`` that
+    needs host tensors (``.numpy()``) gets them."""
+    from kernelmill.grade.worker import draw_inputs
+    from kernelmill.validate.measure import load_namespace
+
+    plain = load_namespace(large_reference(), "reference")
+    first, again = draw_inputs(plain, "cuda", 7), draw_inputs(plain, "cuda", 7)
+    assert all(t.is_cuda for t in first) and all(map(torch.equal, first, again))
+    assert not torch.equal(first[0], draw_inputs(plain, "cuda", 8)[0])
+    host = load_namespace(large_reference().replace(
+        "def get_inputs():", "def get_inputs():\n    torch.zeros(1).numpy()"), "reference")
+    drawn = draw_inputs(host, "cuda", 7)
+    assert not drawn[0].is_cuda and drawn[0].numel() == LARGE

@@ -100,3 +100,41 @@ def test_a_member_whose_launch_raises_fails_alone_and_at_once(monkeypatch):
     assert time.monotonic() - began < 100
     assert first["correct"] and not first["hacks"], first.get("error")
     assert not second["correct"] and "cannot start this one" in second["error"]["message"]
+
+
+def test_a_groups_fresh_references_come_from_one_worker_once_their_size_is_known(monkeypatch):
+    """The first group of a problem makes each member's fresh reference in its own worker;
+    once their size is known, one worker makes them all (one CUDA context, not one per
+    member). Each member still gets its own secret weights and inputs, and is judged on them."""
+    from kernelmill.grade import grader as G
+
+    runs: list[int] = []
+    real = G.run_in_worker
+
+    def counted(target, payload, **kwargs):
+        if str(target).endswith("reference_task"):
+            runs.append(len(payload.get("runs") or [None]))
+        return real(target, payload, **kwargs)
+
+    monkeypatch.setattr(G, "run_in_worker", counted)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False, time=False)
+    grader = Grader("cpu", policy=policy)
+    honest = read("honest_scale_add")
+    sources = [honest + f"\n# copy {i}\n" for i in range(3)]
+    first = grader.grade_group(read("ref_scale_add"), sources)
+    assert runs == [1, 1, 1]
+    runs.clear()
+    references = grader._fresh_references(read("ref_scale_add"), 3, None)
+    assert runs == [3]
+    seeds = {r.value["init_seed"] for r in references}
+    inputs = [r.value["trials"][0]["inputs"][0] for r in references]
+    assert len(seeds) == 3 and not any(inputs[0].equal(other) for other in inputs[1:])
+    runs.clear()
+    second = grader.grade_group(read("ref_scale_add"), sources)
+    assert runs == [3]
+    for verdict in (*first, *second):
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+    monkeypatch.setattr(G, "BATCH_BYTES", 1)  # a reference larger than a batch: one each
+    runs.clear()
+    grader._fresh_references(read("ref_scale_add"), 3, None)
+    assert runs == [1, 1, 1]
