@@ -13,6 +13,8 @@
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
+#        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
+#        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER)
 #        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
@@ -23,6 +25,12 @@ export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ! python3 -c "import libcst, datasets, jsonlines, datasketch" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -f .whl/ray-site.tgz ] && ! python3 -c "import ray" 2>/dev/null; then
+  # Ray's wheel is over a device call's carry limit: a trimmed copy of its files (no Java jars,
+  # no dashboard web build) travels as .whl/ray-site.tgz
+  mkdir -p /tmp/site && tar xzf .whl/ray-site.tgz -C /tmp/site
+  case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} ;; esac
 fi
 if ! python3 -c "import kernelmill.core" 2>/dev/null; then
   # Import the checkout without installing it: kernelmill.<folder> maps to ./<folder>.
@@ -62,6 +70,10 @@ for part in $parts; do
                 | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
+    ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
+                --kill-after "${RAY_KILL_AFTER:-8}" ${RAY_KILL_LIMIT:+--kill-limit $RAY_KILL_LIMIT} \
+                2>&1 | tee "$out/ray_scaling.log"
+              cp /tmp/ray_out/ray_scaling.json "$out/" 2>/dev/null ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
     # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
     placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \

@@ -54,11 +54,15 @@ class LocalBackend:
 
 
 def get_backend(name: str = "local", *, device: str = "auto", workers: int | None = None,
-                address: str | None = None):
+                address: str | None = None, per_gpu: int | None = None,
+                running: int | None = None):
+    """``per_gpu``/``running`` (Ray on CUDA): items each GPU's host runs at once, and the most
+    worker processes it lets run (the local backend takes ``workers`` slots instead)."""
     if name == "local":
         return LocalBackend(device, workers)
     if name == "ray":
         from .ray_backend import RayBackend  # optional extra: pip install 'kernelmill[ray]'
 
-        return RayBackend(device=device, workers=workers, address=address)
+        return RayBackend(device=device, workers=workers, address=address, per_host=per_gpu,
+                          running=running)
     raise KernelmillError(f"unknown backend {name!r} (local or ray)")

@@ -551,6 +551,18 @@ def _validate_item(item: tuple[dict, dict], slot: dict) -> dict:
     return _finite(validation)
 
 
+def _ray_workers_per_gpu(address: str | None, workers: int | None) -> int:
+    """Running workers per GPU on a Ray cluster: ``workers`` spread over its GPUs, else its
+    CPU cores per GPU (at most 16), as the local default."""
+    from .ray_backend import cluster_resources
+
+    resources = cluster_resources(address)
+    gpus = max(1, int(resources.get("GPU", 1)))
+    if workers:
+        return max(1, workers // gpus)
+    return max(1, min(16, int(resources.get("CPU", 2)) // gpus))
+
+
 def validate_file(in_path, out_path, *, device: str = "auto", workers: int | None = None,
                   backend: str = "local", address: str | None = None,
                   config: ValidateConfig | dict | None = None, progress: bool = True
@@ -588,8 +600,11 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         if device.startswith("cuda") and backend == "local":  # memory waits do not hold slots
             per_gpu = max(1, workers // max(1, torch.cuda.device_count()))
             workers *= 2
-        runner = get_backend(backend, device=device, workers=workers, address=address)
-        if per_gpu:
+        elif device.startswith("cuda"):  # Ray: each GPU's host runs the local backend's slots
+            per_gpu = cfg.workers_per_gpu or _ray_workers_per_gpu(address, workers)
+        runner = get_backend(backend, device=device, workers=workers, address=address,
+                             per_gpu=per_gpu and 2 * per_gpu, running=per_gpu)
+        if per_gpu and backend == "local":
             for slot in runner.slots:
                 slot["running"] = per_gpu
         config_dict = dataclasses.asdict(cfg)

@@ -1,8 +1,11 @@
-"""The Ray backend on a local CPU Ray: the map_unordered contract, retries, real validation."""
+"""The Ray backend on a local CPU Ray: the map_unordered contract, retries, real validation, and
+the per-GPU host layout on GPUs the local Ray declares (it hands out their ids like real ones)."""
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ def local_ray():
     # as they import kernelmill's own task functions
     tests_dir = str(Path(__file__).resolve().parent)
     path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield ray
     ray.shutdown()
@@ -38,6 +41,32 @@ def die_once(item, slot):
         marker.write_text(str(os.getpid()))
         os._exit(1)
     return {"value": item["value"], "pid": os.getpid()}
+
+
+def stay(item, slot):
+    """Holds its slot a while, so items that share a host overlap in time."""
+    start = time.monotonic()
+    time.sleep(0.3)
+    return {"pid": os.getpid(), "slot": slot, "start": start, "end": time.monotonic()}
+
+
+def die_once_in_flight(item, slot):
+    """Item 0 kills its host (and every item it is running) once; the rest just stay."""
+    marker = Path(item["marker"])
+    if item["value"] == 0 and not marker.exists():
+        time.sleep(0.2)  # let the host's other items start first
+        marker.write_text(str(os.getpid()))
+        os._exit(1)
+    return {**stay(item, slot), "value": item["value"]}
+
+
+def most_at_once(spans):
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = best = 0
+    for _, step in edges:
+        now += step
+        best = max(best, now)
+    return best
 
 
 def refuse(item, slot):
@@ -81,6 +110,41 @@ def test_an_exception_in_the_task_reaches_the_caller_unretried(local_ray):
 
     with pytest.raises(ValueError, match="cannot handle"):
         list(RayBackend(device="cpu").map_unordered(refuse, [1]))
+
+
+def test_on_cuda_each_gpu_gets_one_host_process_running_its_slots(local_ray):
+    from kernelmill.validate.ray_backend import RayBackend
+
+    backend = RayBackend(device="cuda", per_host=3, running=2)
+    assert backend.layout() == (2, 3)
+    results = [r for _, r in backend.map_unordered(stay, range(12))]
+    by_pid = defaultdict(list)
+    for result in results:
+        by_pid[result["pid"]].append(result)
+    assert len(results) == 12 and len(by_pid) == 2  # one process per GPU, not one per item
+    gpus = set()
+    for runs in by_pid.values():
+        slots = {(r["slot"]["gpu"], r["slot"]["env"]["CUDA_VISIBLE_DEVICES"], r["slot"]["running"],
+                  r["slot"]["device"]) for r in runs}
+        assert len(slots) == 1  # every item of a host sees its one GPU
+        gpu, visible, running, device = slots.pop()
+        assert (str(gpu), running, device) == (visible, 2, "cuda:0")
+        gpus.add(gpu)
+        assert 2 <= most_at_once([(r["start"], r["end"]) for r in runs]) <= 3
+    assert gpus == {0, 1}
+
+
+def test_a_killed_host_costs_its_items_a_rerun_not_the_run(local_ray, tmp_path):
+    from kernelmill.validate.ray_backend import RayBackend
+
+    marker = tmp_path / "host-died"
+    items = [{"marker": str(marker), "value": v} for v in range(8)]
+    results = {item["value"]: result for item, result in
+               RayBackend(device="cuda", per_host=2, max_retries=2).map_unordered(
+                   die_once_in_flight, items)}
+    assert sorted(results) == list(range(8))
+    assert all(result["value"] == value for value, result in results.items())
+    assert int(marker.read_text()) != results[0]["pid"]  # item 0 ran again in a new host process
 
 
 def test_validation_through_ray_matches_the_contract(local_ray, tmp_path, seeds_dir):

@@ -241,7 +241,10 @@ def test_a_graph_sized_from_a_bad_estimate_is_sized_again():
     timer.graph, timer.output = timer._captured(timer._stream, 1)  # as if estimated large
     timer.calls_per_sample = 1
     one = statistics.median(timer.round(30))
-    assert timer.resize() and timer.calls_per_sample == good
+    # a fresh estimate of a ~1 µs call may land on either side of a power of two (512 or 1024
+    # calls on an H100), so the count is the first estimate's within a factor of two
+    assert timer.resize() and good // 2 <= timer.calls_per_sample <= 2 * good, \
+        (good, timer.calls_per_sample)
     sized = statistics.median(timer.round(30))
     assert sized < 0.6 * one, (sized, one)
     assert torch.equal(timer.replay(), x * 2.0)
