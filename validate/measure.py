@@ -559,13 +559,14 @@ def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None],
                  unseen: Callable[[Timer], int] | None = None) -> dict:
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
-    the window. Commands (one line each): ``warm MS``, ``round N``, ``loop N``, ``unseen``,
-    ``stop``. Each answer is one report: ``{"warm": n, "resized", "calls_per_sample",
-    "estimate_ms"}`` (the graph sized again, ``Timer.resize``), ``{"round": [ms, ...]}``,
+    the window. Commands (one line each): ``warm MS``, ``settle MS``, ``round N``, ``loop N``,
+    ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resized", "calls_per_sample",
+    "estimate_ms"}`` (the graph sized again, ``Timer.resize``), ``{"settle": n}`` (``MS`` of
+    untimed samples before a turn's round), ``{"round": [ms, ...]}``,
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
     timed function had not seen; 0 without it)."""
     samples: list[float] = []
-    rounds = loops = 0
+    rounds = loops = settles = 0
     while True:
         command = receive().split()
         if not command or command[0] == "stop":
@@ -579,6 +580,9 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             report({"warm": done, "resized": resized,
                     "calls_per_sample": timer.calls_per_sample,
                     "estimate_ms": timer.estimate_ms})
+        elif verb == "settle":
+            settles += 1
+            report({"settle": timer.warm(arg)})
         elif verb == "round":
             times = timer.round(int(arg))
             samples.extend(times)
@@ -592,5 +596,5 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             report({"unseen": unseen(timer) if unseen is not None else 0})
         else:
             raise ValueError(f"unknown timing command {verb!r}")
-    return summarize(timer.method, samples, rounds=rounds, loop_samples=loops,
+    return summarize(timer.method, samples, rounds=rounds, loop_samples=loops, settles=settles,
                      **{k: v for k, v in timer.describe().items() if k != "method"})

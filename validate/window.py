@@ -45,6 +45,11 @@ class WindowSettings:
     round_ms: float = 10.0  # one participant's turn per round
     warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
+    # Untimed work at the start of every turn; None: 40 ms on CUDA, 0 on CPU. A kernel at the
+    # GPU's power cap (an fp16 GEMM on an H100) runs up to 10% fast for tens of ms after a
+    # lighter participant's turn and reads its sustained time only after ~40 ms
+    # (scripts/turn_probe.py): without it, such a kernel's median moved 10% between grades.
+    settle_ms: float | None = None
     min_reps: int = 12  # samples per participant before the CI may stop the window
     max_reps: int = 2000
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
@@ -197,6 +202,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
+    settle_ms = settings.settle_ms if settings.settle_ms is not None else (40.0 if cuda else 0.0)
     ready: dict[str, dict] = {}
     samples: dict[str, list[float]] = {name: [] for name in participants}
     walls: dict[str, float] = {}
@@ -242,7 +248,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
             holding[0] = True
             _timed_rounds(group, ready, samples, walls, paces, result, settings,
-                          cap_ms, warm_ms, clock_check, unseen_check)
+                          cap_ms, warm_ms, settle_ms, clock_check, unseen_check)
         for control in group.active.values():
             control.send("stop")
     except WindowError as exc:
@@ -386,7 +392,7 @@ def _exclusive(group: _Group, lock: GpuLock, result: dict):
 
 
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
-                  warm_ms, clock_check, unseen_check) -> None:
+                  warm_ms, settle_ms, clock_check, unseen_check) -> None:
     """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
     began = time.monotonic()
     timeout = settings.report_timeout_s
@@ -414,6 +420,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if room <= 0:
                 continue
             reps = min(per_round[name], room)
+            if settle_ms and group.ask(name, f"settle {settle_ms:g}", "settle", timeout) is None:
+                continue
             sent = time.monotonic()
             got = group.ask(name, f"round {reps}", "round", timeout)
             if got is not None:

@@ -103,14 +103,15 @@ def test_timer_is_bound_before_patches(monkeypatch):
 
 
 def test_serve_window_answers_commands_in_order():
-    commands = iter(["warm 1", "round 4", "round 3", "loop 5", "stop"])
+    commands = iter(["warm 1", "settle 1", "round 4", "round 3", "loop 5", "stop"])
     reports = []
     calls = []
     timer = M.Timer(lambda: calls.append(1), "cpu", warmup=1)
     timer.prepare()
     summary = M.serve_window(timer, lambda: next(commands), reports.append)
-    assert [next(iter(r)) for r in reports] == ["warm", "round", "round", "loop"]
-    assert len(reports[1]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
+    assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "loop"]
+    assert len(reports[2]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
+    assert reports[1]["settle"] >= 2 and summary["settles"] == 1  # settle samples are untimed
     assert summary["loop_samples"] == 5 and summary["method"] == "perf_counter"
 
 
@@ -210,6 +211,24 @@ def test_window_times_two_processes_in_alternating_rounds():
     # same preemptions on a loaded machine; the median does not)
     cand = window["participants"]["candidate"]
     assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
+
+
+def test_every_turn_settles_untimed_before_its_samples():
+    """``settle_ms``: each turn starts with untimed work (a kernel at the power cap reads fast
+    right after a lighter turn); those calls are no samples, and the pace the parent clocks a
+    round at, which the clock check compares with the samples, does not include them."""
+    window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
+                              settle_ms=10, ci_target_pct=1.0)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    for name, result in results.items():
+        record = result.value
+        assert record["settles"] == record["rounds"] == window["rounds"]
+        assert record["reps"] == window["participants"][name]["reps"] >= 3 * window["rounds"]
+    assert window["window_ms"] >= window["rounds"] * 2 * 10  # two settles a round
+    timing = verdict_timing(window)
+    assert 1.5 <= timing["reference_ms"] / timing["candidate_ms"] <= 2.6, timing
+    cand = window["participants"]["candidate"]
+    assert 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand  # the clock check holds
 
 
 def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
