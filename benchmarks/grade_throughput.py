@@ -287,11 +287,13 @@ def report_spread(out: Path) -> None:
     """With ``--copies``: each answer's speedup spread ``(max - min) / median`` over its copies,
     graded concurrently (the slots share the GPU; the timing windows do not)."""
     speedups: dict[str, list[float]] = {}
+    timings: dict[str, list[dict]] = {}
     for line in out.read_text().splitlines():
         row = json.loads(line)
         if row.get("speedup_vs_eager"):
-            speedups.setdefault(row["submission_id"].split("#")[0], []).append(
-                row["speedup_vs_eager"])
+            answer = row["submission_id"].split("#")[0]
+            speedups.setdefault(answer, []).append(row["speedup_vs_eager"])
+            timings.setdefault(answer, []).append(row.get("timing") or {})
     spreads = {k: (max(v) - min(v)) / statistics.median(v) * 100
                for k, v in speedups.items() if len(v) > 1}
     if spreads:
@@ -299,6 +301,10 @@ def report_spread(out: Path) -> None:
         print(f"speedup spread over copies: median {statistics.median(spreads.values()):.2f}%  "
               f"max {spreads[worst]:.2f}% ({worst})  "
               + " ".join(f"{k}={v:.1f}" for k, v in sorted(spreads.items())))
+        print(f"{worst}'s copies (reference ms, candidate ms, reps, CI %):")
+        for timing in timings[worst]:
+            print("  " + "  ".join(str(timing.get(k)) for k in
+                                   ("reference_ms", "candidate_ms", "reps", "ci_pct")))
 
 
 if __name__ == "__main__":
