@@ -45,11 +45,18 @@ class WindowSettings:
     round_ms: float = 10.0  # one participant's turn per round
     warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
-    # Untimed work at the start of every turn; None: 40 ms on CUDA, 0 on CPU. A kernel at the
-    # GPU's power cap (an fp16 GEMM on an H100) runs up to 10% fast for tens of ms after a
-    # lighter participant's turn and reads its sustained time only after ~40 ms
-    # (scripts/turn_probe.py): without it, such a kernel's median moved 10% between grades.
+    # Untimed work at the start of every turn; None: 40 ms on CUDA in a window of two (a
+    # reference and a candidate), else 0. A kernel at the GPU's power cap (an fp16 GEMM on an
+    # H100) runs up to 10% fast for tens of ms after a lighter participant's turn and reads its
+    # sustained time only after ~40 ms (scripts/turn_probe.py): without it, such a kernel's
+    # median moved 10% between grades. A group's window of 9 spent 0.45 s a round settling,
+    # met its cap after 2-6 rounds and left members with 15 samples at a 25-56% CI, so groups
+    # do without (measured on an H100, 2026-11-26).
     settle_ms: float | None = None
+    # Past the cap, rounds go on while a participant's CI is wider than this, for at most
+    # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
+    ci_limit_pct: float = 5.0
+    overtime: float = 1.0
     min_reps: int = 12  # samples per participant before the CI may stop the window
     max_reps: int = 2000
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
@@ -202,13 +209,14 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
-    settle_ms = settings.settle_ms if settings.settle_ms is not None else (40.0 if cuda else 0.0)
+    settle_ms = settings.settle_ms if settings.settle_ms is not None else \
+        (40.0 if cuda and len(participants) <= 2 else 0.0)
     ready: dict[str, dict] = {}
     samples: dict[str, list[float]] = {name: [] for name in participants}
     walls: dict[str, float] = {}
     paces: dict[str, list[float]] = {name: [] for name in participants}  # parent ms per sample
     result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None,
-                    "dropped": {}}
+                    "dropped": {}, "ci_limit_pct": settings.ci_limit_pct, "overtime_ms": 0.0}
     group = _Group(participants, droppable, result)
     # From "go" to the workers' end the window holds the GPU's lock: shared while they check,
     # exclusive while it times, shared again (no gap) for their checks after it.
@@ -437,8 +445,12 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             break
         if all(len(s) >= settings.max_reps for s in timed):
             break
-        if time.monotonic() >= deadline and all(len(s) >= 3 for s in timed):
-            break
+        now = time.monotonic()
+        if now >= deadline and all(len(s) >= 3 for s in timed):
+            wide = any(c is None or c > settings.ci_limit_pct for c in cis)
+            if not wide or now >= deadline + settings.overtime * cap_ms / 1e3:
+                break
+            result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
     for name in clock_check:
         if name in group.active:
             with group.turn(name):
@@ -456,14 +468,18 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
 
 def verdict_timing(window: dict, reference: str = "reference",
                    candidate: str = "candidate") -> dict | None:
-    """``{method, reps, ci_pct, reference_ms, candidate_ms}`` of a window, for the verdict."""
+    """``{method, reps, ci_pct, precise, reference_ms, candidate_ms}`` of a window, for the
+    verdict (``precise``: the CI is within the window's ``ci_limit_pct``)."""
     parts = window.get("participants") or {}
     ref, cand = parts.get(reference) or {}, parts.get(candidate) or {}
     if window.get("error") or ref.get("ms") is None or cand.get("ms") is None:
         return None
     methods = {ref.get("method"), cand.get("method")}
     cis = [c for c in (ref.get("ci_pct"), cand.get("ci_pct")) if c is not None]
+    ci = max(cis) if cis else None
+    limit = window.get("ci_limit_pct")
     return {"method": ref["method"] if len(methods) == 1 else
             f"{ref.get('method')}/{cand.get('method')}",
-            "reps": min(ref["reps"], cand["reps"]), "ci_pct": max(cis) if cis else None,
+            "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
+            "precise": None if ci is None or limit is None else ci <= limit,
             "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}

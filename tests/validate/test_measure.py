@@ -231,6 +231,20 @@ def test_every_turn_settles_untimed_before_its_samples():
     assert 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand  # the clock check holds
 
 
+def test_a_participant_with_a_wide_ci_gets_rounds_past_the_cap():
+    """Past the cap, rounds go on (up to ``overtime`` times the cap more) while a participant's
+    CI is wider than ``ci_limit_pct``; a timing that stays wider says ``precise: false``."""
+    noisy = "import random; timer.sample = lambda: (busy(), random.uniform(0.5, 4.0))[1]"
+    window, results = _window({"reference": 1.0, "candidate": 1.0}, cap_ms=150, overtime=2.0,
+                              ci_limit_pct=5.0, cheats={"candidate": noisy})
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    assert window["overtime_ms"] > 0 and window["window_ms"] >= 150
+    timing = verdict_timing(window)
+    assert timing["ci_pct"] > 5.0 and timing["precise"] is False, timing
+    quiet, _ = _window({"reference": 1.0, "candidate": 1.0}, cap_ms=150, ci_limit_pct=1e6)
+    assert quiet["overtime_ms"] == 0 and verdict_timing(quiet)["precise"] is True
+
+
 def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
     """A worker sizes its timing graph again during its warm-up turn, alone on the GPU
     (``Timer.resize``), and says so: the window's record of it (calls per sample, estimate)
