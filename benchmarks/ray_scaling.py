@@ -6,6 +6,7 @@ which GPUs it sees) and its own temporary folder (no compile cache or lock share
 on the same problems: the seeds plus ``--n-synth`` synthesized ones.
 
     python benchmarks/ray_scaling.py --out ray_out --n-synth 100 [--kill-after 8]
+        [--cores-per-gpu 16]
 
 Prints one row per run: problems, wall time, first verdict, problems per GPU-hour over the whole
 run and after the first verdict, how many passed, and how many verdicts (passed + flags) differ
@@ -61,12 +62,16 @@ def _watch(out: Path, kill_after: int | None, stop: threading.Event, seen: dict)
                 seen["killed"] = {"pid": pids[0], "after": done, "hosts": len(pids)}
 
 
-def run_one(problems: Path, out: Path, kill_after: int | None, device: str) -> dict:
-    """One configuration (in its own process): validate ``problems`` through Ray."""
+def run_one(problems: Path, out: Path, kill_after: int | None, device: str,
+            cores: int | None = None) -> dict:
+    """One configuration (in its own process): validate ``problems`` through Ray, on the
+    first ``cores`` CPU cores only when given (Ray and every worker inherit the pinning)."""
     import ray
     from kernelmill.validate.runner import validate_file
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    if cores:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
+    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=cores)
     resources = ray.cluster_resources()
     seen: dict = {}
     stop = threading.Event()
@@ -87,7 +92,7 @@ def run_one(problems: Path, out: Path, kill_after: int | None, device: str) -> d
 
 
 def launch(name: str, gpus: str, problems: Path, out_dir: Path, kill_after: int | None,
-           device: str = "cuda") -> dict:
+           device: str = "cuda", cores_per_gpu: int | None = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths live there
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "TMPDIR": str(tmp), "RAY_TMPDIR": "/tmp/ray"}
     result_path = out_dir / f"{name}.json"
@@ -95,7 +100,10 @@ def launch(name: str, gpus: str, problems: Path, out_dir: Path, kill_after: int 
                str(result_path), "--device", device]
     if kill_after:
         command += ["--kill-after", str(kill_after)]
-    print(f"== {name}: CUDA_VISIBLE_DEVICES={gpus}", flush=True)
+    if cores_per_gpu:
+        command += ["--cores-per-gpu", str(cores_per_gpu)]
+    print(f"== {name}: CUDA_VISIBLE_DEVICES={gpus}"
+          + (f", {cores_per_gpu} cores per GPU" if cores_per_gpu else ""), flush=True)
     done = subprocess.run(command, env=env, check=False)
     if done.returncode != 0:
         return {"name": name, "error": f"exit status {done.returncode}"}
@@ -108,7 +116,7 @@ def per_hour(count: int, seconds: float | None) -> float | None:
 
 def table(rows: list[dict]) -> None:
     base = next((r for r in rows if "verdicts" in r), None)
-    print(f"\n{'run':<12} {'GPUs':>4} {'problems':>8} {'wall s':>7} {'first s':>7} "
+    print(f"\n{'run':<12} {'GPUs':>4} {'cores':>5} {'problems':>8} {'wall s':>7} {'first s':>7} "
           f"{'/GPU-h':>7} {'/h':>7} {'/h after 1st':>12} {'passed':>6} {'differ':>6}")
     for row in rows:
         if "error" in row:
@@ -119,7 +127,7 @@ def table(rows: list[dict]) -> None:
         differ = [pid for pid, v in row["verdicts"].items()
                   if pid in base["verdicts"] and base["verdicts"][pid] != v]
         rate = per_hour(row["problems"], row["wall_s"])
-        print(f"{row['name']:<12} {row['gpus']:>4} {row['problems']:>8} {row['wall_s']:>7.1f} "
+        print(f"{row['name']:<12} {row['gpus']:>4} {row['cpus']:>5} {row['problems']:>8} {row['wall_s']:>7.1f} "
               f"{first:>7.1f} {rate / max(1, row['gpus']):>7.0f} {rate:>7.0f} "
               f"{per_hour(row['problems'], row['wall_s'] - first) or 0:>12.0f} {passed:>6} "
               f"{len(differ):>6}")
@@ -146,12 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-limit", type=int, help="the kill run validates only the first N "
                         "problems (default: all)")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
+    parser.add_argument("--cores-per-gpu", type=int, help="pin each run to this many CPU cores "
+                        "per GPU it uses (a cluster of nodes with one GPU and N cores each; "
+                        "default: every run gets all cores)")
     parser.add_argument("--one", nargs=3, metavar=("PROBLEMS", "OUT", "RESULT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         problems, out, result = (Path(p) for p in args.one)
-        Path(result).write_text(json.dumps(run_one(problems, out, args.kill_after, args.device)))
+        gpus_seen = len((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(","))
+        cores = args.cores_per_gpu * gpus_seen if args.cores_per_gpu else None
+        Path(result).write_text(json.dumps(run_one(problems, out, args.kill_after, args.device,
+                                                   cores)))
         return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
@@ -167,10 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     counts = make_input(problems, args.n_synth, args.seed, args.limit)
     print(f"problems: {counts}", flush=True)
     every = ",".join(str(i) for i in range(gpus))
-    rows = [launch("ray-1gpu", "0", problems, out_dir, None, args.device)]
+    cores = args.cores_per_gpu
+    rows = [launch("ray-1gpu", "0", problems, out_dir, None, args.device, cores)]
     table(rows)
     if gpus > 1:
-        rows.append(launch(f"ray-{gpus}gpu", every, problems, out_dir, None, args.device))
+        rows.append(launch(f"ray-{gpus}gpu", every, problems, out_dir, None, args.device, cores))
         table(rows)
     if args.kill_after:
         subset = problems
@@ -179,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             lines = problems.read_text().splitlines()[:args.kill_limit]
             subset.write_text("".join(line + "\n" for line in lines))
         rows.append(launch(f"ray-{gpus}gpu-kill", every, subset, out_dir, args.kill_after,
-                           args.device))
+                           args.device, cores))
         table(rows)
     (out_dir / "ray_scaling.json").write_text(json.dumps(
         [{k: v for k, v in r.items() if k != "verdicts"} for r in rows], indent=1))

@@ -14,7 +14,8 @@
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
-#        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER)
+#        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
+#        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
 #        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
@@ -72,6 +73,7 @@ for part in $parts; do
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
                 --kill-after "${RAY_KILL_AFTER:-8}" ${RAY_KILL_LIMIT:+--kill-limit $RAY_KILL_LIMIT} \
+                ${RAY_CORES_PER_GPU:+--cores-per-gpu $RAY_CORES_PER_GPU} \
                 2>&1 | tee "$out/ray_scaling.log"
               cp /tmp/ray_out/ray_scaling.json "$out/" 2>/dev/null ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;

@@ -636,8 +636,9 @@ class ValidateOptions(ValidateConfig):
     device: str = option("auto", "auto, cpu, cuda or cuda:N", build="=")
     workers: int | None = option(None, "parallel problems (default: CUDA workers-per-gpu x GPUs, "
                                  "CPU 2)", build="=", result=False)
-    backend: str = option("local", "where problems run: local worker processes, or one Ray task "
-                          "each", build="=", choices=("local", "ray"), result=False)
+    backend: str = option("local", "where problems run: local worker processes, or one Ray host "
+                          "per GPU of a cluster", build="=", choices=("local", "ray"),
+                          result=False)
     address: str | None = option(None, "Ray cluster address (--backend ray; default: start a "
                                  "local one)", build="=", result=False)
 

@@ -138,7 +138,7 @@ def test_bitwise_equal_sees_nan_payloads_and_signed_zero():
 
 def _window(cand_ms: float, wall_ms: float, method: str = "cuda_graph") -> dict:
     part = {"method": method, "reps": 30, "ci_pct": 0.3}
-    return {"error": None, "participants": {
+    return {"error": None, "ci_limit_pct": 5.0, "participants": {
         "reference": {**part, "ms": 2.0},
         "candidate": {**part, "ms": cand_ms, "mean_ms": cand_ms, "wall_ms": wall_ms}}}
 
@@ -155,7 +155,7 @@ def test_times_below_the_parent_clock_are_not_believed():
     _timings(verdict, reference, _window(1.0, 1.1), Policy(), None, hacks.setdefault)
     assert not hacks and verdict["speedup_vs_eager"] == pytest.approx(2.0)
     assert verdict["timing"] == {"method": "cuda_graph", "reps": 30, "ci_pct": 0.3,
-                                 "reference_ms": 2.0, "candidate_ms": 1.0}
+                                 "precise": True, "reference_ms": 2.0, "candidate_ms": 1.0}
     # Inductor's time: its ratio to eager in the reference run, applied to the window's eager
     assert verdict["timings"]["inductor_ms"] == pytest.approx(1.0)
     # events timing includes launch overhead in the parent's loop: no bound from it
