@@ -611,11 +611,12 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         checks["unseen_time_device_us"] = {"passed": False, "detail": unseen["device_unread"]}
         hack("timing_behaviour", "the device times of the calls on unseen inputs could not be "
              f"read ({unseen['device_unread']}): the check cannot pass unmade")
-    floor = policy.unseen_floor_ms if device.startswith("cuda") else policy.unseen_floor_cpu_ms
+    cuda = device.startswith("cuda")
+    floor = policy.unseen_floor_ms if cuda else policy.unseen_floor_cpu_ms
     # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
     # durations of its kernels (CUPTI), which carry no launch or synchronize cost.
     for key, unit, ratio, least in (
-            ("ms", "ms", policy.unseen_ratio, floor),
+            ("ms", "ms", policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
             ("device_us", "µs of kernels", policy.unseen_device_ratio,
              policy.unseen_device_floor_us)):
         seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []

@@ -137,6 +137,9 @@ class Policy:
     unseen_ratio: float = 1.5
     unseen_floor_ms: float = 0.02  # on CUDA (events, L2 flushed, inside the exclusive window)
     unseen_floor_cpu_ms: float = 2.0  # on CPU the host's own noise is larger
+    # and by more than a ratio: on 2 loaded cores an honest row sum read 42 ms per call before
+    # and 77 ms after its unseen inputs; answer caches read 16-25x there
+    unseen_cpu_ratio: float = 3.0
     # the same comparison on CUDA by the kernels' own device durations (CUPTI): no launch or
     # synchronize cost in them, so a cache that saves a few µs shows (H100, one-call graph
     # replays after an L2 flush: 16 honest kernels of 1.3-490 µs read 0.93-1.00 on unseen

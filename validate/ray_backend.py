@@ -76,9 +76,6 @@ class _Host:
     def run(self, fn: TaskFn, item: Any) -> Any:
         return fn(item, dict(self.slot))
 
-    def describe(self) -> dict:
-        return {"pid": os.getpid(), "node": os.uname().nodename, **self.slot}
-
 
 class RayBackend:
     """Schedule ``fn(item, slot)`` on one host actor per GPU (or per CPU worker).
@@ -127,16 +124,6 @@ class RayBackend:
             num_gpus=1 if self.gpu else 0, num_cpus=0 if self.gpu else 1,
             max_concurrency=per_host, max_restarts=-1, max_task_retries=self.max_retries)
         return [actor.remote(self.gpu, self.running) for _ in range(count)]
-
-    def hosts(self) -> list[dict]:
-        """Where the hosts run (one per GPU or CPU worker): pid, node and slot of each."""
-        count, per_host = self.layout()
-        hosts = self._start_hosts(count, per_host)
-        try:
-            return self.ray.get([host.describe.remote() for host in hosts])
-        finally:
-            for host in hosts:
-                self.ray.kill(host)
 
     def map_unordered(self, fn: TaskFn, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
         ray = self.ray
