@@ -232,12 +232,14 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     guard = [f for f in findings if f.startswith(KERNELGUARD_PREFIX)]
     vendor = [f for f in findings if VENDOR_PREFIX in f]
     own = [f for f in findings if f not in guard and f not in vendor]
+    # a vendor call is judged by its class (a cuDNN call in a GEMM problem is not allowed)
+    vendor = [f for f in vendor if not policy.allows_vendor_kernel(
+        f.split(VENDOR_PREFIX, 1)[1].split()[-1], reference.get("ops", []))]
     if own and policy.static_scan:
         hack("forbidden_api", "; ".join(own[:5]))
     if guard and policy.static_scan:
         hack("kernelguard", "; ".join(guard[:3]))
-    if vendor and policy.static_scan and \
-            not policy.allows_vendor_kernels(reference.get("ops", [])):
+    if vendor and policy.static_scan:
         hack("torch_compute", f"vendor-library calls in native source ({policy.preset} "
              f"policy): {'; '.join(f.split(VENDOR_PREFIX, 1)[1].strip() for f in vendor[:3])}")
     if cand_run.tampered:
@@ -481,9 +483,10 @@ def _kernel_checks(name, call, policy, reference, mine, hack,
         hack("host_compute", f"{name}: {reads} device-to-host copies in forward")
     ext = [k for k in device if k[2] == "extension"]
     owners = {id(k): kernel_owner(k, own_kernels) for k in device}
-    vendor = [k[0] for k in ext if owners[id(k)] == "vendor"]
+    vendor = [k[0] for k in ext if owners[id(k)] == "vendor"
+              and not policy.allows_vendor_kernel(k[0], reference.get("ops", []))]
     library = [k[0] for k in ext if owners[id(k)] == "library"]
-    if vendor and not policy.allows_vendor_kernels(reference.get("ops", [])):
+    if vendor:
         hack("torch_compute", f"{name}: vendor-library kernels launched by the extension "
              f"({policy.preset} policy): {sorted(set(vendor))[:3]}")
     if library and policy.preset != "kernelbench":
@@ -647,7 +650,8 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
                  "changed its ways once it saw inputs it had not seen")
     # The check's calls on the timed inputs against the scored ones (the window's rounds, timed
     # the same way): a forward that behaves only while the check runs (it tells the check's
-    # calls apart) is slower there than where it scores. On CUDA only: on CPU, host noise.
+    # calls apart: it reads the grader's stack) is slower there than where it scores. On CPU
+    # by the CPU's wider ratio and floor (host noise).
     # With a captured graph both are replays of one graph, by CUDA events. Without one (CUDA
     # events around each call) the check's calls carry the witness's cost per launch (on an
     # H100 a side-stream Triton forward: 0.97 ms there against 0.60 ms scored): their kernels'
@@ -655,9 +659,10 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
     seen = unseen.get("seen_ms") or []
     if unseen.get("method") == "cuda_events":
         seen = [us / 1e3 for us in unseen.get("seen_device_us") or []]
-    if scored_ms and seen and device.startswith("cuda"):
+    if scored_ms and seen:
         usual = statistics.median(seen)
-        apart = usual > policy.unseen_ratio * scored_ms + floor
+        apart = usual > (policy.unseen_ratio if cuda else policy.unseen_cpu_ratio) * scored_ms \
+            + floor
         checks["unseen_vs_scored_ms"] = {
             "passed": not apart, "detail": f"the check's calls on the timed inputs {usual:.4g} "
             f"ms, the scored calls {scored_ms:.4g} ms"}

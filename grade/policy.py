@@ -81,18 +81,48 @@ def custom_ops(ops: list[str], candidate: list[str] | None = None) -> list[str]:
 
 
 # Vendor-library work a ``library`` policy lets a candidate call (the rule CUDA Agent uses):
-# GEMMs, convolutions and attention, as ATen ops and, on a GPU, as kernel names.
-VENDOR_OPS = frozenset("""
-mm bmm addmm addbmm baddbmm matmul linear _addmm_activation _scaled_mm convolution _convolution
-conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d cudnn_convolution
-cudnn_convolution_transpose mkldnn_convolution miopen_convolution convolution_overrideable
-_convolution_mode scaled_dot_product_attention _scaled_dot_product_flash_attention
-_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
-_scaled_dot_product_attention_math _flash_attention_forward _efficient_attention_forward
-""".split())
+# GEMMs, convolutions and attention, as ATen ops and, on a GPU, as kernel names. Each is a class:
+# a candidate may call a class only where the reference does that kind of work (a row sum is not
+# a GEMM to hand to cuBLAS, a softmax not an attention call). Convolution and attention bring
+# GEMMs with them (an im2col answer, the QK^T of an attention written around a custom softmax).
+VENDOR_CLASSES = {
+    "gemm": frozenset("mm bmm addmm addbmm baddbmm matmul linear _addmm_activation _scaled_mm "
+                      "addmv mv dot vdot".split()),
+    "conv": frozenset("""convolution _convolution conv1d conv2d conv3d conv_transpose1d
+        conv_transpose2d conv_transpose3d cudnn_convolution cudnn_convolution_transpose
+        mkldnn_convolution miopen_convolution convolution_overrideable _convolution_mode
+        _slow_conv2d_forward slow_conv3d_forward slow_conv_transpose2d
+        slow_conv_transpose3d""".split()),
+    "attention": frozenset("""scaled_dot_product_attention _scaled_dot_product_flash_attention
+        _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
+        _scaled_dot_product_attention_math _flash_attention_forward
+        _efficient_attention_forward""".split()),
+}
+VENDOR_CLASS_BRINGS = {"gemm": ("gemm",), "conv": ("conv", "gemm"),
+                       "attention": ("attention", "gemm")}
+VENDOR_OPS = frozenset().union(*VENDOR_CLASSES.values())
 VENDOR_KERNEL = re.compile(r"cublas|cutlass|cudnn|gemm|xmma|sgemm|hgemm|conv|flash|fmha|"
                            r"\bsm\d+_|ampere_|hopper_|volta_|turing_|cutensor|nvjet|gemv|splitk|"
                            r"implicit_convolve|winograd", re.IGNORECASE)  # Hopper cuBLAS: nvjet_*
+# a vendor kernel's class by its name (attention first: flash kernels run GEMMs; then
+# convolution: cuDNN's implicit-GEMM convolutions carry "gemm" in their names)
+VENDOR_KERNEL_CLASS = (("attention", re.compile(r"flash|fmha|attention|attn", re.IGNORECASE)),
+                       ("conv", re.compile(r"conv|cudnn|fprop|dgrad|wgrad|winograd",
+                                           re.IGNORECASE)))
+
+
+def vendor_classes(reference_ops: list[str]) -> frozenset[str]:
+    """The vendor classes (``VENDOR_CLASSES``) a candidate may call for this reference: those
+    of its computing ops, with what each brings."""
+    bases = {op_base(op) for op in compute_ops(reference_ops)}
+    used = [name for name, ops in VENDOR_CLASSES.items() if bases & ops]
+    return frozenset(c for name in used for c in VENDOR_CLASS_BRINGS[name])
+
+
+def vendor_kernel_class(name: str) -> str:
+    return next((cls for cls, pattern in VENDOR_KERNEL_CLASS if pattern.search(name)), "gemm")
+
+
 # Kernels that belong to PyTorch or another prebuilt library, by demangled name.
 LIBRARY_KERNEL = re.compile(r"^(?:void )?(?:at::|c10::|cub::|thrust::|std::|pytorch_|"
                             r"triton_(?:poi|red|per|tem|for)_)|Memcpy|Memset", re.IGNORECASE)
@@ -117,9 +147,10 @@ class Policy:
 
     - ``strict``: no library compute in forward: every computing op and every GPU kernel is the
       candidate's own;
-    - ``library`` (default): vendor GEMM, convolution and attention (``VENDOR_OPS``; cuBLAS,
-      cuDNN, CUTLASS kernels from an extension) are allowed, everything else must be the
-      candidate's; when the reference is itself only such work, the candidate writes it;
+    - ``library`` (default): vendor GEMM, convolution and attention (``VENDOR_CLASSES``; cuBLAS,
+      cuDNN, CUTLASS kernels from an extension) are allowed where the reference does that kind
+      of work, everything else must be the candidate's; when the reference is itself only such
+      work, the candidate writes it;
     - ``kernelbench``: any PyTorch op is allowed, but on a GPU the candidate's kernels carry at
       least ``min_candidate_share`` of the GPU time of its checked calls together.
 
@@ -175,12 +206,15 @@ class Policy:
         if self.preset == "kernelbench":
             return None
         if self.preset == "library" and not vendor_only(reference_ops):
-            return VENDOR_OPS
+            return frozenset().union(*(VENDOR_CLASSES[c] for c in vendor_classes(reference_ops)))
         return frozenset()
 
-    def allows_vendor_kernels(self, reference_ops: list[str]) -> bool:
-        return self.preset == "kernelbench" or (self.preset == "library"
-                                                and not vendor_only(reference_ops))
+    def allows_vendor_kernel(self, name: str, reference_ops: list[str]) -> bool:
+        """This vendor kernel (by its name's class) is allowed."""
+        if self.preset == "kernelbench":
+            return True
+        return self.preset == "library" and not vendor_only(reference_ops) and \
+            vendor_kernel_class(name) in vendor_classes(reference_ops)
 
     def key(self) -> str:
         data = json.dumps(asdict(self), sort_keys=True, default=str)

@@ -177,6 +177,44 @@ def kernel_base(name: str) -> str:
     return qualified_kernel_name(name).rsplit("::", 1)[-1]
 
 
+# Native code that reaches into the Python interpreter can do whatever a Python submission may
+# not (read the grader's frames and locals, import modules, patch objects), and the Python scan
+# never sees it. Its whole surface goes by a few names: the CPython C API and its structs
+# (``Py*``, ``_Py*``, ``Py_*``, type slots ``tp_*``, ``ob_*``), torch's Python bindings
+# (``THP*``, ``torch::python``) and pybind11's objects. An extension needs none of them: its
+# entry points are bound by ``load_inline(functions=...)`` or ``PYBIND11_MODULE``'s ``m.def``,
+# so only pybind11's binding declarations are allowed. A symbol may not be named in a string
+# (an ``asm`` label, an alias or weakref attribute) or pasted from pieces (``##``), where none
+# of these names would show.
+INTERPRETER_NATIVE = re.compile(
+    r"\b_?Py(?!Torch\b)[A-Z_]\w*|\bTHP\w+|\btorch::python\b|torch/csrc/\w*/?python|"
+    r"(?:->|\.)\s*(?:tp_\w+|ob_type|ob_refcnt)\b")
+# the same reach written with punctuation, judged only in text that reads as C/C++ (prose and
+# Markdown in a docstring use ``##`` and ``.attr(`` freely)
+INTERPRETER_SYNTAX = re.compile(r"\.\s*(?:attr|import)\s*[(<]|##|"
+                                r"\)\s*(?:__asm__|__asm|asm)\s*\(|"
+                                r"\b(?:alias|weakref)\s*\(\s*\"")
+PYBIND_NAME = re.compile(r"\b(?:py|pybind11)::(\w+)((?:\s*::\s*\w+)*)")
+PYBIND_BINDING = frozenset({"arg", "arg_v", "module", "module_", "return_value_policy",
+                            "call_guard", "gil_scoped_release", "gil_scoped_acquire", "kw_only",
+                            "pos_only", "overload_cast", "init", "doc"})
+
+
+def interpreter_findings(text: str) -> list[str]:
+    """Native source that reaches the Python interpreter (``INTERPRETER_NATIVE``), or pybind11
+    beyond binding declarations (``py::arg``, ``py::return_value_policy::...``)."""
+    native = "#include" in text or ("{" in text and ";" in text)
+    match = INTERPRETER_NATIVE.search(text) or (native and INTERPRETER_SYNTAX.search(text))
+    found = [f"native source reaches the Python interpreter ({match.group(0).strip()})"] \
+        if match else []
+    for match in PYBIND_NAME.finditer(text):
+        name, rest = match.group(1), match.group(2)
+        if name not in PYBIND_BINDING or (rest and name != "return_value_policy"):
+            found.append(f"native source reaches the Python interpreter ({match.group(0)})")
+            break
+    return found
+
+
 def native_findings(text: str) -> list[str]:
     """Findings in C/C++/CUDA source: process and file APIs, symbol lookup by name, ATen entry
     points without the dispatcher. For the literals of a submission (``scan``) and for sources
@@ -188,7 +226,7 @@ def native_findings(text: str) -> list[str]:
         found.append(f"native source uses {match.group(0).strip()}")
     for entry in backend_entry_points(text):
         found.append(f"native source calls {entry} (an operator without the dispatcher)")
-    return found + vendor_findings(text)
+    return found + interpreter_findings(text) + vendor_findings(text)
 
 
 # Dangerous modules that library modules re-export as attributes (torch.os, torch.sys, ...),

@@ -485,6 +485,75 @@ def test_native_findings_read_sources_built_at_run_time():
     assert static.native_findings("__global__ void k(float* x) { x[0] = 1.f; }") == []
 
 
+@pytest.mark.parametrize("native", [
+    "PyFrameObject* f = PyEval_GetFrame();",
+    "auto l = PyFrame_GetLocals(f);",
+    'PyRun_String("import sys", Py_file_input, g, g);',
+    "auto o = THPVariable_Wrap(t);",
+    'auto sys = py::module_::import("sys");',
+    'auto sys = pybind11::module::import("sys");',
+    'py::object frame = py::eval("0");',
+    'auto b = m.attr("__builtins__");',
+    "#define CAT(a, b) a##b\nvoid* f = CAT(P, yEval_GetFrame)();",
+    'extern "C" void* frame(void) __asm__("Py" "Eval_GetFrame");',
+    'void* frame(void) __attribute__((weakref("PyEval_" "GetFrame")));',
+    "torch::Tensor finish(py::object before, torch::Tensor src) { before(); return src; }",
+    "auto t = ((struct _object*)p)->ob_type->tp_getattro;",
+])
+def test_static_scan_flags_native_code_that_reaches_the_interpreter(native):
+    """The C API, torch's Python bindings and pybind11's objects let native code read the
+    grader's frames (a red-team answer told scored timed calls from checked ones by its stack),
+    import modules or call back into Python; a symbol named in a string or pasted from pieces
+    hides those names."""
+    findings = static.native_findings("#include <torch/extension.h>\n" + native)
+    assert any("Python interpreter" in f for f in findings), findings
+
+
+def test_static_scan_allows_extension_bindings_and_prose():
+    binding = ("#include <torch/extension.h>\n// the same as PyTorch's own kernel\n"
+               "torch::Tensor scale(torch::Tensor x) { return x; }\n"
+               "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+               '  m.def("scale", &scale, "doc", py::arg("x"),'
+               " py::call_guard<py::gil_scoped_release>(),"
+               " py::return_value_policy::move); }")
+    assert static.native_findings(binding) == []
+    prose = '"""## Notes\nThe output is read with .attr(name) as PyTorch does."""'
+    assert static.scan(prose) == []
+
+
+@pytest.mark.parametrize("reference_ops, candidate_op, allowed", [
+    (["aten.sum.dim_IntList"], "aten.mm.default", False),  # a row sum is not a GEMM
+    (["aten._softmax.default"], "aten.scaled_dot_product_attention.default", False),
+    (["aten.mul.Tensor", "aten.sum.dim_IntList"], "aten.addmm.default", False),
+    (["aten.linear.default", "aten.relu.default"], "aten.addmm.default", True),
+    (["aten.linear.default", "aten.relu.default"], "aten.convolution.default", False),
+    (CONV_RELU, "aten.mm.default", True),  # an im2col answer's GEMM
+    (["aten.scaled_dot_product_attention.default", "aten.mul.Tensor"], "aten.bmm.default",
+     True),
+])
+def test_library_preset_allows_only_the_vendor_work_the_reference_does(reference_ops,
+                                                                      candidate_op, allowed):
+    """Under ``library`` a vendor class (GEMM, convolution, attention) is allowed only where the
+    reference does that kind of work: a red-team answer computed a row sum as ``x @ ones`` and a
+    softmax as attention against the identity, then copied PyTorch's answer with a Triton
+    kernel."""
+    from kernelmill.core.taxonomy import op_base
+
+    ops = Policy(preset="library").allowed_library_ops(reference_ops)
+    assert (op_base(candidate_op) in ops) is allowed, sorted(ops)
+
+
+def test_vendor_kernels_are_judged_by_their_class():
+    policy = Policy(preset="library")
+    assert policy.allows_vendor_kernel("sm90_xmma_gemm_f32f32_tn_n", CONV_RELU)
+    assert policy.allows_vendor_kernel("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT",
+                                       ["aten.linear.default", "aten.gelu.default"])
+    assert not policy.allows_vendor_kernel("flash_fwd_kernel<Flash_fwd_kernel_traits>",
+                                           ["aten.linear.default", "aten.gelu.default"])
+    assert not policy.allows_vendor_kernel("cudnn::conv_fprop_kernel", ["aten.sum.dim_IntList"])
+    assert not policy.allows_vendor_kernel("sm90_xmma_gemm_f32f32_tn_n", GEMM_ONLY)
+
+
 @pytest.mark.parametrize("preset, reference_ops, flagged", [
     ("library", GEMM_ONLY, True), ("library", CONV_RELU, False), ("strict", CONV_RELU, True),
     ("kernelbench", GEMM_ONLY, False)])
