@@ -148,8 +148,10 @@ class Grader:
         self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        # sources whose extensions a compile worker built, with its result
+        # sources whose extensions a compile worker built, with its result, and the findings
+        # in the native sources that build compiled (assembled at run time or not)
         self._compiled: dict[str, WorkerResult] = {}
+        self._built_findings: dict[str, list[str]] = {}
         # CPU workers are admitted on the host's memory (validate.admission) like validation's
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
@@ -367,9 +369,22 @@ class Grader:
                                timeout_s=max(self.policy.timeout_s, self.policy.compile_timeout_s),
                                device="cpu", env=env, writable=[build],
                                sandbox=self.policy.sandbox)
+        built = static.built_source_findings(build)
         with self._lock:
             self._compiled[candidate_source] = result
+            self._built_findings[candidate_source] = built
         return result
+
+    def findings(self, source: str) -> list[str]:
+        """The static scan's findings: the source's own, and those in the native sources its
+        extension build compiled (``static.built_source_findings``)."""
+        if not self.policy.static_scan:
+            return []
+        own = static.scan(source)
+        with self._lock:
+            built = self._built_findings.get(source, [])
+        return own + [f for f in built if f.split(": ", 1)[1] not in
+                      {o.split(": ", 1)[-1] for o in own}]
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
@@ -448,6 +463,24 @@ class Grader:
         verdict.update(compiled=False, stage_reached="parsed", profile={"static_only": True})
         return verdict
 
+    def _decided_by_build(self, source: str) -> dict | None:
+        """As ``_decided_statically``, for what the extension build compiled: native source
+        assembled at run time is judged as a literal is, and gets no GPU run either."""
+        policy = self.policy
+        if not (policy.static_scan and policy.static_first):
+            return None
+        with self._lock:
+            built = self._built_findings.get(source, [])
+        decisive = [f for f in built if static.VENDOR_PREFIX not in f]
+        if not decisive:
+            return None
+        not_run = WorkerResult(ok=False, error={
+            "stage": "static scan", "message": "not run: the compiled sources decided the verdict"})
+        verdict = judge({}, not_run, not_run, policy=policy, findings=decisive)
+        verdict.update(compiled=True, stage_reached="parsed",
+                       profile={"static_only": True, "compiled_sources": True})
+        return verdict
+
     def _candidates(self, references: list[ReferenceRun], sources: list[str],
                     record: dict | None, slot_env: dict | None) -> list[dict]:
         """Run and judge each candidate against its own reference run; time them together."""
@@ -500,11 +533,13 @@ class Grader:
             build = extension_dir(self.extensions_root, source)
             # The candidate worker may not create processes (no compiler): build first.
             built = self._compiled.get(source) or self.compile(source)
+            decided = self._decided_by_build(source)
+            if decided is not None:
+                return decided
             if built is not None and not built.ok:
                 # its build failed or ran out of time: that is the verdict (no GPU run)
-                findings = static.scan(source) if policy.static_scan else []
                 return judge(ref, reference.result, built, policy=policy,
-                             findings=findings, record=record)
+                             findings=self.findings(source), record=record)
             env["TORCH_EXTENSIONS_DIR"] = build
             writable.append(build)
             if self.device.startswith("cuda") and cuda_arch_list():
@@ -516,7 +551,7 @@ class Grader:
     def _judge_run(self, reference: ReferenceRun, source: str, result: WorkerResult,
                    window: dict | None, record: dict | None, changed: list[str]) -> dict:
         policy = self.policy
-        findings = static.scan(source) if policy.static_scan else []
+        findings = self.findings(source)
         verdict = judge(reference.value, reference.result, result, policy=policy,
                         findings=findings, record=record, window=window,
                         own_kernels=static.declared_kernels(source))

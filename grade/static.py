@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
+from pathlib import Path
 
 FORBIDDEN_MODULES = {
     "ctypes", "subprocess", "multiprocessing", "threading", "_thread", "concurrent", "signal",
@@ -80,7 +82,9 @@ PRIVATE_DISPATCH = re.compile(r"^_(dispatch|len_torch|get_dispatch|get_torch_dis
                               r"unsafe_set_version|autograd\._unsafe|disable_profiler|"
                               r"enable_profiler|prepare_profiler|kineto)")
 NATIVE_PATTERNS = re.compile(
-    r"std::thread|pthread_create|\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
+    # threads: work that runs beside forward, outside its op trace and profiler session
+    r"std::(?:j?thread|async)\b|\bpthread_\w+|<(?:thread|future|pthread\.h)>|\bthrd_create\b|"
+    r"\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
     r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(|"
     r"\bposix_spawn|\bvfork\s*\(|\bclone3?\s*\(|"
@@ -212,6 +216,21 @@ def interpreter_findings(text: str) -> list[str]:
         if name not in PYBIND_BINDING or (rest and name != "return_value_policy"):
             found.append(f"native source reaches the Python interpreter ({match.group(0)})")
             break
+    return found
+
+
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".inl")
+
+
+def built_source_findings(folder: str | os.PathLike, limit: int = 4 << 20) -> list[str]:
+    """Findings in the native sources an extension build left in ``folder`` (``load_inline``
+    writes what it compiles there: ``main.cpp``, ``cuda.cu``): the text that was compiled,
+    whatever the submission assembled at run time, read by the parent."""
+    found = []
+    for path in sorted(Path(folder).rglob("*")):
+        if path.suffix in NATIVE_SUFFIXES and path.is_file() and not path.is_symlink():
+            text = path.read_bytes()[:limit].decode("utf-8", "replace")
+            found += [f"compiled {path.name}: {f}" for f in native_findings(text)]
     return found
 
 

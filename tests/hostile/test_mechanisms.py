@@ -597,6 +597,68 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
         grader.grade(reference, honest)
 
 
+@pytest.mark.parametrize("native", [
+    "auto job = std::async(std::launch::async, serve);",
+    "std::jthread worker(serve);",
+    "#include <future>",
+    "#include <thread>",
+    "pthread_t t; pthread_create(&t, nullptr, serve, nullptr);",
+])
+def test_static_scan_refuses_native_threads(native):
+    """A thread started in native code (at import, say) runs library work or spins on the host
+    beside forward, outside its op trace and profiler session (a red-team answer ran ATen's GEMM
+    in a ``std::async`` thread fed by forward)."""
+    assert static.native_findings(native), native
+
+
+def test_built_sources_are_scanned_as_compiled(tmp_path):
+    """Native source assembled at run time (names pasted in at import) is judged from the text
+    the extension build compiled, which ``load_inline`` leaves in its build folder."""
+    build = tmp_path / "km_linear"
+    build.mkdir()
+    (build / "main.cpp").write_text(
+        "#include <torch/extension.h>\n"
+        'extern "C" void sgemm_(const char*, const char*, const int*);\n'
+        "torch::Tensor f(torch::Tensor x) { return x; }\n")
+    (build / "cuda.cu").write_text("__global__ void k(float* x) { x[0] = 1.f; }\n")
+    (build / "build.ninja").write_text("PyEval_GetFrame")  # not a source: not read
+    found = static.built_source_findings(tmp_path)
+    assert found == ["compiled main.cpp: vendor: native source calls sgemm_"], found
+    (build / "main.cpp").write_text("int64_t f() { return (int64_t)PyEval_GetFrame(); }")
+    assert any("Python interpreter" in f for f in static.built_source_findings(tmp_path))
+
+
+def test_a_build_whose_compiled_sources_the_scan_flags_is_not_run(monkeypatch, tmp_path):
+    """What the build compiled decides like a literal: a forbidden finding in it gets the
+    verdict with no candidate worker started."""
+    from kernelmill.grade import grader as G
+    from kernelmill.validate.harness import WorkerResult
+
+    real = G.run_in_worker
+
+    def worker(target, payload, **kwargs):
+        if target.endswith(":compile_task"):
+            folder = Path(kwargs["env"]["TORCH_EXTENSIONS_DIR"]) / "km_assembled"
+            folder.mkdir(parents=True)
+            (folder / "main.cpp").write_text("#include <torch/extension.h>\n"
+                                             "int64_t f() { return (int64_t)PyEval_GetFrame(); }")
+            return WorkerResult(ok=True, value={"seconds": 0.0})
+        if target.endswith(":candidate_task"):
+            raise AssertionError("a candidate worker ran for a source its build decided")
+        return real(target, payload, **kwargs)
+
+    monkeypatch.setattr(G, "run_in_worker", worker)
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    source = (FIXTURES / "submissions" / "honest_scale_add.py").read_text() + \
+        "\n# its helper is built with torch.utils.cpp_extension.load_inline at import\n"
+    assert not static.scan(source)
+    grader = G.Grader("cpu", policy=Policy(time=False, trials=1), cache_root=str(tmp_path))
+    verdict = grader.grade(reference, source)
+    assert verdict["hacks"] == ["forbidden_api"] and not verdict["correct"], verdict
+    assert "compiled main.cpp" in verdict["hack_details"]["forbidden_api"]
+    assert verdict["profile"]["compiled_sources"] is True
+
+
 class _RawEvent:
     """One raw Kineto record as ``read_events`` reads it (``results.events()``)."""
 
