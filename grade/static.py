@@ -184,14 +184,15 @@ def kernel_base(name: str) -> str:
 # Native code that reaches into the Python interpreter can do whatever a Python submission may
 # not (read the grader's frames and locals, import modules, patch objects), and the Python scan
 # never sees it. Its whole surface goes by a few names: the CPython C API and its structs
-# (``Py*``, ``_Py*``, ``Py_*``, type slots ``tp_*``, ``ob_*``), torch's Python bindings
+# (``PyEval_*``, ``_Py*``, ``Py_*``, ``Py*Object``, type slots ``tp_*``, ``ob_*``; prose names
+# such as PyTorch, PyPI or PyCUDA are not API names), torch's Python bindings
 # (``THP*``, ``torch::python``) and pybind11's objects. An extension needs none of them: its
 # entry points are bound by ``load_inline(functions=...)`` or ``PYBIND11_MODULE``'s ``m.def``,
 # so only pybind11's binding declarations are allowed. A symbol may not be named in a string
 # (an ``asm`` label, an alias or weakref attribute) or pasted from pieces (``##``), where none
 # of these names would show.
 INTERPRETER_NATIVE = re.compile(
-    r"\b_?Py(?!Torch\b)[A-Z_]\w*|\bTHP\w+|\btorch::python\b|torch/csrc/\w*/?python|"
+    r"\bPy[A-Z][A-Za-z]*_[A-Za-z]\w*|\b_Py[A-Za-z]\w*|\bPy_[A-Z]\w*|\bPy\w*Object\b|\bTHP[A-Z]\w*|\btorch::python\b|torch/csrc/\w*/?python|"
     r"(?:->|\.)\s*(?:tp_\w+|ob_type|ob_refcnt)\b")
 # the same reach written with punctuation, judged only in text that reads as C/C++ (prose and
 # Markdown in a docstring use ``##`` and ``.attr(`` freely)

@@ -517,7 +517,8 @@ def test_static_scan_allows_extension_bindings_and_prose():
                " py::call_guard<py::gil_scoped_release>(),"
                " py::return_value_policy::move); }")
     assert static.native_findings(binding) == []
-    prose = '"""## Notes\nThe output is read with .attr(name) as PyTorch does."""'
+    prose = ('"""## Notes\nThe output is read with .attr(name) as PyTorch does; unlike PyCUDA '
+             '(from PyPI) nothing is installed."""')
     assert static.scan(prose) == []
 
 
