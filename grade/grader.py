@@ -369,7 +369,9 @@ class Grader:
                                timeout_s=max(self.policy.timeout_s, self.policy.compile_timeout_s),
                                device="cpu", env=env, writable=[build],
                                sandbox=self.policy.sandbox)
-        built = static.built_source_findings(build)
+        texts = (result.value or {}).get("native_texts") or [] if result.ok else []
+        built = [f"compiled source: {f}" for text in texts if isinstance(text, str)
+                 for f in static.native_findings(text)] + static.built_source_findings(build)
         with self._lock:
             self._compiled[candidate_source] = result
             self._built_findings[candidate_source] = built
@@ -377,14 +379,19 @@ class Grader:
 
     def findings(self, source: str) -> list[str]:
         """The static scan's findings: the source's own, and those in the native sources its
-        extension build compiled (``static.built_source_findings``)."""
+        extension build compiled: every text the compile worker's loaders were handed (assembled
+        at run time or not) and the sources left in the build folder."""
         if not self.policy.static_scan:
             return []
         own = static.scan(source)
         with self._lock:
             built = self._built_findings.get(source, [])
-        return own + [f for f in built if f.split(": ", 1)[1] not in
-                      {o.split(": ", 1)[-1] for o in own}]
+        seen = {f.split(": ", 1)[-1] for f in own}
+        for finding in built:  # the texts handed to the loaders, then the build folder's files
+            if finding.split(": ", 1)[-1] not in seen:
+                seen.add(finding.split(": ", 1)[-1])
+                own.append(finding)
+        return own
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
@@ -542,6 +549,9 @@ class Grader:
                              findings=self.findings(source), record=record)
             env["TORCH_EXTENSIONS_DIR"] = build
             writable.append(build)
+            if built is not None and isinstance((built.value or {}).get("digests"), list):
+                # only the module files the compile worker built from the texts scanned
+                payload["extension_digests"] = built.value["digests"]
             if self.device.startswith("cuda") and cuda_arch_list():
                 env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,

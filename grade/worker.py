@@ -253,7 +253,7 @@ def _prebuilt(cpp_extension, args: tuple, kwargs: dict):
     if not isinstance(name, str) or kwargs.get("is_standalone"):
         return None
     try:
-        folder = kwargs.get("build_directory") or cpp_extension._get_build_directory(name, False)
+        folder = cpp_extension._get_build_directory(name, False)
         if not os.path.exists(os.path.join(folder, f"{name}.so")):
             return None
         return cpp_extension._import_module_from_library(
@@ -262,16 +262,65 @@ def _prebuilt(cpp_extension, args: tuple, kwargs: dict):
         return None
 
 
-def _install_extension_hooks() -> None:
+def _file_digest(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _native_texts(name: str, args: tuple, kwargs: dict) -> list[str]:
+    """The native source text a ``load_inline`` / ``load`` call compiles."""
+    if name == "load_inline":
+        texts = []
+        for index, key in ((1, "cpp_sources"), (2, "cuda_sources")):
+            value = kwargs.get(key, args[index] if len(args) > index else None)
+            texts += [value] if isinstance(value, str) else list(value or [])
+        return [t for t in texts if isinstance(t, str)]
+    sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
+    out = []
+    for path in [sources] if isinstance(sources, str) else list(sources or []):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                out.append(handle.read())
+        except OSError:
+            pass
+    return out
+
+
+# What the compile worker saw built: every native text handed to the loaders and the digest of
+# every module file they produced. The parent scans the texts; the candidate worker loads only a
+# module file whose digest is among those (``extension_digests``): code built from text nobody
+# scanned, or swapped into the folder later, does not load.
+_BUILT: dict[str, list] = {"texts": [], "digests": []}
+_ALLOWED_DIGESTS: list = []
+
+
+def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None = None) -> None:
+    """Wrap ``load_inline``/``load``: build only in this submission's own folder (a
+    ``build_directory`` elsewhere, another submission's build, is ignored), note what is built,
+    load what the compile worker built (``prebuilt``) and, given ``allowed_digests``, only a
+    module file it built."""
     from torch.utils import cpp_extension
 
+    if allowed_digests is not None:
+        _ALLOWED_DIGESTS[:] = allowed_digests
     for name in ("load_inline", "load"):
         original = getattr(cpp_extension, name)
 
-        def loader(*args, _original=original, **kwargs):
-            module = _prebuilt(cpp_extension, args, kwargs)
+        def loader(*args, _original=original, _name=name, **kwargs):
+            kwargs.pop("build_directory", None)
+            _BUILT["texts"] += _native_texts(_name, args, kwargs)
+            module = _prebuilt(cpp_extension, args, kwargs) if prebuilt else None
             if module is None:
                 module = _original(*args, **kwargs)
+            file = getattr(module, "__file__", None)
+            if _isinstance(module, types.ModuleType) and file:
+                digest = _file_digest(file)
+                if allowed_digests is not None and digest not in _ALLOWED_DIGESTS:
+                    raise ImportError(f"extension {os.path.basename(file)} is not what the "
+                                      "compile worker built (its sources were not scanned)")
+                _BUILT["digests"].append(digest)
             return _ExtensionProxy(module) if _isinstance(module, types.ModuleType) else module
 
         setattr(cpp_extension, name, loader)
@@ -921,7 +970,7 @@ def candidate_task(payload: dict) -> dict:
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
     if "cpp_extension" in source or "load_inline" in source:
-        _install_extension_hooks()
+        _install_extension_hooks(allowed_digests=payload.get("extension_digests"))
     _install_thread_hooks()
     _install_host_access_hooks()
     confine = payload.get("confine", False)
@@ -1028,5 +1077,7 @@ def compile_task(payload: dict) -> dict:
     """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder)."""
     mark_stage("compile")
     started = _perf_counter()
+    _install_extension_hooks(prebuilt=False)
     load_namespace(payload["source"], "candidate")
-    return {"seconds": _perf_counter() - started}
+    return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),
+            "digests": list(_BUILT["digests"])}

@@ -660,6 +660,21 @@ def test_a_build_whose_compiled_sources_the_scan_flags_is_not_run(monkeypatch, t
     assert verdict["profile"]["compiled_sources"] is True
 
 
+def test_the_compile_worker_reports_every_native_text_its_loaders_were_handed(tmp_path):
+    """Each ``load_inline``/``load`` call's native text is what the parent scans (a second build
+    of the same name that rewrites the build folder's ``main.cpp`` hides nothing)."""
+    from kernelmill.grade.worker import _native_texts
+
+    assert _native_texts("load_inline", ("km", "cpp one"), {"cuda_sources": ["cu one", "cu 2"]}) \
+        == ["cpp one", "cu one", "cu 2"]
+    assert _native_texts("load_inline", (), {"name": "km", "cpp_sources": ["a", "b"]}) == \
+        ["a", "b"]
+    source = tmp_path / "kernel.cpp"
+    source.write_text("void* f() { return PyEval_GetFrame(); }")
+    assert _native_texts("load", ("km", [str(source)]), {}) == [source.read_text()]
+    assert static.native_findings(_native_texts("load", ("km",), {"sources": [str(source)]})[0])
+
+
 class _RawEvent:
     """One raw Kineto record as ``read_events`` reads it (``results.events()``)."""
 
