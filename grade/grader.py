@@ -458,34 +458,28 @@ class Grader:
         """The verdict, without running anything, of a source whose scan alone makes it hacked
         (``Policy.static_first``): a forbidden API or a kernelguard finding. Vendor-library
         calls are not decisive (the policy weighs them against the reference's ops)."""
-        policy = self.policy
-        if not (policy.static_scan and policy.static_first):
-            return None
-        decisive = [f for f in static.scan(source) if static.VENDOR_PREFIX not in f]
-        if not decisive:
-            return None
-        not_run = WorkerResult(ok=False, error={
-            "stage": "static scan", "message": "not run: the static scan decided the verdict"})
-        verdict = judge({}, not_run, not_run, policy=policy, findings=decisive)
-        verdict.update(compiled=False, stage_reached="parsed", profile={"static_only": True})
-        return verdict
+        return self._unrun_verdict(static.scan(source) if self._static_first() else [],
+                                   "the static scan", compiled=False, profile={"static_only": True})
 
     def _decided_by_build(self, source: str) -> dict | None:
         """As ``_decided_statically``, for what the extension build compiled: native source
         assembled at run time is judged as a literal is, and gets no GPU run either."""
-        policy = self.policy
-        if not (policy.static_scan and policy.static_first):
-            return None
         with self._lock:
-            built = self._built_findings.get(source, [])
-        decisive = [f for f in built if static.VENDOR_PREFIX not in f]
+            built = self._built_findings.get(source, []) if self._static_first() else []
+        return self._unrun_verdict(built, "the compiled sources", compiled=True,
+                                   profile={"static_only": True, "compiled_sources": True})
+
+    def _static_first(self) -> bool:
+        return self.policy.static_scan and self.policy.static_first
+
+    def _unrun_verdict(self, findings: list[str], by: str, **fields) -> dict | None:
+        decisive = [f for f in findings if static.VENDOR_PREFIX not in f]
         if not decisive:
             return None
         not_run = WorkerResult(ok=False, error={
-            "stage": "static scan", "message": "not run: the compiled sources decided the verdict"})
-        verdict = judge({}, not_run, not_run, policy=policy, findings=decisive)
-        verdict.update(compiled=True, stage_reached="parsed",
-                       profile={"static_only": True, "compiled_sources": True})
+            "stage": "static scan", "message": f"not run: {by} decided the verdict"})
+        verdict = judge({}, not_run, not_run, policy=self.policy, findings=decisive)
+        verdict.update(stage_reached="parsed", **fields)
         return verdict
 
     def _candidates(self, references: list[ReferenceRun], sources: list[str],

@@ -293,7 +293,6 @@ def _native_texts(name: str, args: tuple, kwargs: dict) -> list[str]:
 # module file whose digest is among those (``extension_digests``): code built from text nobody
 # scanned, or swapped into the folder later, does not load.
 _BUILT: dict[str, list] = {"texts": [], "digests": []}
-_ALLOWED_DIGESTS: list = []
 
 
 def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None = None) -> None:
@@ -303,8 +302,7 @@ def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None
     module file it built."""
     from torch.utils import cpp_extension
 
-    if allowed_digests is not None:
-        _ALLOWED_DIGESTS[:] = allowed_digests
+    allowed = None if allowed_digests is None else frozenset(allowed_digests)
     for name in ("load_inline", "load"):
         original = getattr(cpp_extension, name)
 
@@ -317,7 +315,7 @@ def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None
             file = getattr(module, "__file__", None)
             if _isinstance(module, types.ModuleType) and file:
                 digest = _file_digest(file)
-                if allowed_digests is not None and digest not in _ALLOWED_DIGESTS:
+                if allowed is not None and digest not in allowed:
                     raise ImportError(f"extension {os.path.basename(file)} is not what the "
                                       "compile worker built (its sources were not scanned)")
                 _BUILT["digests"].append(digest)

@@ -49,7 +49,8 @@ def cases() -> dict[str, tuple[str, str, str]]:
 
 
 def references() -> dict[str, str]:
-    sources = {p.stem: p.read_text() for folder in (FIXTURES / "submissions", HOSTILE)
+    sources = {p.stem: p.read_text() for folder in (FIXTURES / "honest", FIXTURES / "submissions",
+                                                    HOSTILE)
                for p in sorted(folder.glob("ref_*.py"))}
     return {**sources, **{alias: sources[real] for alias, real in ALIASES.items()}}
 
