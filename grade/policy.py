@@ -171,6 +171,9 @@ class Policy:
     # and by more than a ratio: on 2 loaded cores an honest row sum read 42 ms per call before
     # and 77 ms after its unseen inputs; answer caches read 16-25x there
     unseen_cpu_ratio: float = 3.0
+    # on CPU also by the calling thread's CPU time, which a loaded host does not stretch
+    unseen_cpu_time_ratio: float = 1.5
+    unseen_cpu_time_floor_ms: float = 0.3
     # the same comparison on CUDA by the kernels' own device durations (CUPTI): no launch or
     # synchronize cost in them, so a cache that saves a few µs shows (H100, one-call graph
     # replays after an L2 flush: 16 honest kernels of 1.3-490 µs read 0.93-1.00 on unseen

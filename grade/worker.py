@@ -739,8 +739,11 @@ class _Run:
             self.load(trial["inputs"])
             if kind is not None:
                 order.append(kind)
+            timer.last_cpu_ms = None
             ms, out = timer.once(lambda: self.invoke(trial["seed"])[0],
                                  self.witness.span if kind is not None else None, whole)
+            if kind is not None and timer.last_cpu_ms is not None:  # on CPU
+                cpu_ms[kind].append(timer.last_cpu_ms / calls)
             return ms / calls, out
 
         def repeated(kind: str) -> float:  # on the inputs of the call before, as when timed
@@ -748,6 +751,7 @@ class _Run:
             return timed_on(first, kind)[0]
 
         after_ms: list[float] = []
+        cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
         try:
             # The baseline comes before any unseen input: a forward that changes its ways once
             # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
@@ -766,6 +770,8 @@ class _Run:
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
                              "checks": checks, "method": timer.method, "order": order,
                              "calls": calls}
+        if cpu_ms["unseen"]:
+            self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)
 
     def call(self, trial_index: int) -> dict:

@@ -45,6 +45,7 @@ import torch
 # ---------------------------------------------------------------- originals, bound at import
 
 _perf_counter = time.perf_counter
+_thread_time = time.thread_time
 _median = statistics.median
 _sorted = sorted
 _isinstance = isinstance
@@ -75,7 +76,8 @@ GUARDED = (
     (torch.cuda, "current_stream"), (torch.cuda.Event, "record"),
     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
     (torch.cuda.CUDAGraph, "capture_begin"), (torch.cuda.CUDAGraph, "capture_end"),
-    (torch.cuda.CUDAGraph, "replay"), (time, "perf_counter"), (statistics, "median"),
+    (torch.cuda.CUDAGraph, "replay"), (time, "perf_counter"), (time, "thread_time"),
+    (statistics, "median"),
 )
 
 Z95 = 1.959963984540054
@@ -306,6 +308,10 @@ class Timer:
         self._events = None
         self._single = None  # a one-call graph captured like the timed one: (graph, output)
         self._stream = None  # the capture stream (``resize`` captures on it again)
+        # On CPU also the calling thread's CPU time of each sample and of the last ``once``:
+        # other processes on the host stretch a call's wall time, never the CPU it spent
+        self.cpu_samples: list[float] = []
+        self.last_cpu_ms: float | None = None
 
     # -------------------------------------------------------- preparation
 
@@ -324,6 +330,7 @@ class Timer:
         if not cuda:
             self.method = "perf_counter"
             self.estimate_ms = max(_median(self.round(3)), 1e-6)
+            self.cpu_samples.clear()
             return self.describe()
         self._events = (_Event(enable_timing=True), _Event(enable_timing=True))
         if self.flush_wanted:
@@ -413,17 +420,21 @@ class Timer:
 
     def describe(self) -> dict:
         # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.
-        return {"method": self.method, "calls_per_sample": self.calls_per_sample,
-                "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
-                "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
+        described = {"method": self.method, "calls_per_sample": self.calls_per_sample,
+                     "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
+                     "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
+        if self.cpu_samples:
+            described["cpu_ms"] = _median(self.cpu_samples)
+        return described
 
     # -------------------------------------------------------- sampling
 
     def sample(self) -> float:
         """One per-call time in ms."""
         if self.method == "perf_counter":
-            begin = _perf_counter()
+            begin, cpu = _perf_counter(), _thread_time()
             self.output = self.fn()
+            self.cpu_samples.append((_thread_time() - cpu) * 1e3)
             return (_perf_counter() - begin) * 1e3
         start, end = self._events
         if self.method == "cuda_graph":
@@ -474,10 +485,11 @@ class Timer:
                 _event_wait(end)
                 ms = float(_event_elapsed(start, end))
             else:
-                begin = _perf_counter()
+                begin, cpu = _perf_counter(), _thread_time()
                 output = call()
                 synchronize(self.device)
                 ms = (_perf_counter() - begin) * 1e3
+                self.last_cpu_ms = (_thread_time() - cpu) * 1e3
         if graph is None:
             return ms, output
         return ms, (self.output if whole else self._single[1])

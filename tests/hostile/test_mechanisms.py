@@ -971,6 +971,38 @@ def test_the_unseen_checks_baseline_comes_before_any_unseen_input():
     assert not judged(apart, "cpu", scored=0.005)[0]  # CPU: host noise, not judged
 
 
+def test_on_cpu_the_unseen_check_also_reads_the_calling_threads_cpu_time():
+    """On CPU the wall clock needs 3x plus 2 ms (other processes stretch it), which hid an
+    answer cache of 0.5 ms against its honest 2.6 ms. The calling thread's CPU time is not
+    stretched by the host: figures below are this machine's, the cache's from the red team's
+    case and the honest ones from honest_row_sum with 5 busy processes on 2 cores."""
+    from kernelmill.grade.judge import _unseen_checks
+
+    def judged(facts, scored=None, scored_cpu=None):
+        hacks, checks = {}, {}
+        _unseen_checks({"checks": [], "method": "perf_counter", **facts}, [], Policy(), None,
+                       lambda code, why: hacks.setdefault(code, why), True, "cpu", checks,
+                       scored, scored_cpu)
+        return hacks, checks
+
+    cache = {"seen_ms": [0.56, 0.47, 0.52], "unseen_ms": [3.21, 2.53], "after_ms": [0.50, 0.49],
+             "seen_cpu_ms": [0.56, 0.47, 0.52], "unseen_cpu_ms": [3.21, 2.53],
+             "after_cpu_ms": [0.50, 0.49]}
+    hacks, checks = judged(cache, 0.50, 0.50)
+    assert checks["unseen_time_ms"]["passed"] is True  # under the wall clock's floor
+    assert checks["unseen_time_cpu_ms"]["passed"] is False
+    assert "remembers inputs" in hacks["timing_behaviour"]
+    honest = {"seen_ms": [74.7, 93.3, 90.1], "unseen_ms": [104.2, 44.1], "after_ms": [43.0, 109.1],
+              "seen_cpu_ms": [46.8, 45.8, 46.0], "unseen_cpu_ms": [46.8, 44.2],
+              "after_cpu_ms": [45.2, 45.2]}
+    hacks, checks = judged(honest, 52.9, 44.7)
+    assert not hacks and checks["unseen_vs_scored_cpu_ms"]["passed"] is True
+    # the check's calls burn CPU the scored calls do not (a forward that tells them apart)
+    apart = {**honest, "seen_cpu_ms": [90.0, 91.0, 92.0], "unseen_cpu_ms": [90.0, 91.0],
+             "after_cpu_ms": [90.0, 91.0]}
+    assert "tells the check apart" in judged(apart, 52.9, 44.7)[0]["timing_behaviour"]
+
+
 def test_without_a_graph_the_check_and_the_scored_calls_compare_by_device_time():
     """Timed by CUDA events around each call (no captured graph), the check's calls carry the
     witness's launch cost (on an H100 an honest side-stream forward read 0.97 ms there and

@@ -93,6 +93,23 @@ def test_measure_stops_at_the_ci_target_or_the_cap():
     assert time.perf_counter() - began < 1.0 and capped["reps"] < 200
 
 
+def test_a_cpu_timer_keeps_the_calling_threads_cpu_time_apart_from_the_wall_clock():
+    # Waiting (another process holding the core, a sleep) stretches the wall clock only: the
+    # unseen-input check compares CPU time on CPU, where the wall clock needs a 2 ms floor.
+    def mostly_asleep():
+        busy(1.0)()
+        time.sleep(0.02)
+
+    timer = M.Timer(mostly_asleep, "cpu", warmup=1)
+    timer.prepare()
+    wall = timer.round(3)
+    assert min(wall) >= 20.0 and len(timer.cpu_samples) == 3
+    assert all(0.0 < cpu <= 8.0 for cpu in timer.cpu_samples), timer.cpu_samples
+    assert 0.0 < timer.describe()["cpu_ms"] <= 8.0
+    ms, _ = timer.once(mostly_asleep)
+    assert ms >= 20.0 and 0.0 < timer.last_cpu_ms <= 8.0
+
+
 def test_timer_is_bound_before_patches(monkeypatch):
     # A submission that stops the clocks after this module was imported changes nothing.
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
