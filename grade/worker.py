@@ -246,20 +246,18 @@ class _ExtensionProxy:
         return value
 
 
-def _prebuilt(cpp_extension, args: tuple, kwargs: dict):
-    """The extension the compile worker already built for this source, loaded without running
-    ninja or a compiler (this worker may not create processes); None when there is none."""
+def _prebuilt_file(cpp_extension, args: tuple, kwargs: dict) -> str | None:
+    """The module file the compile worker already built for this source (loaded without
+    running ninja or a compiler: this worker may not create processes); None when there is
+    none."""
     name = kwargs.get("name", args[0] if args else None)
     if not isinstance(name, str) or kwargs.get("is_standalone"):
         return None
     try:
-        folder = cpp_extension._get_build_directory(name, False)
-        if not os.path.exists(os.path.join(folder, f"{name}.so")):
-            return None
-        return cpp_extension._import_module_from_library(
-            name, folder, kwargs.get("is_python_module", True))
+        file = os.path.join(cpp_extension._get_build_directory(name, False), f"{name}.so")
     except Exception:  # noqa: BLE001 — fall back to torch's own loader
         return None
+    return file if os.path.exists(file) else None
 
 
 def _file_digest(path: str) -> str:
@@ -303,22 +301,32 @@ def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None
     from torch.utils import cpp_extension
 
     allowed = None if allowed_digests is None else frozenset(allowed_digests)
+
+    def checked(file: str) -> str:
+        digest = _file_digest(file)
+        if allowed is not None and digest not in allowed:
+            raise ImportError(f"extension {os.path.basename(file)} is not what the compile "
+                              "worker built (its sources were not scanned)")
+        _BUILT["digests"].append(digest)
+        return file
+
     for name in ("load_inline", "load"):
         original = getattr(cpp_extension, name)
 
         def loader(*args, _original=original, _name=name, **kwargs):
             kwargs.pop("build_directory", None)
             _BUILT["texts"] += _native_texts(_name, args, kwargs)
-            module = _prebuilt(cpp_extension, args, kwargs) if prebuilt else None
-            if module is None:
+            python_module = kwargs.get("is_python_module", True)
+            file = _prebuilt_file(cpp_extension, args, kwargs) if prebuilt else None
+            if file is not None:  # checked before it is loaded: no code of it runs otherwise
+                module = cpp_extension._import_module_from_library(
+                    os.path.basename(file)[:-3], os.path.dirname(checked(file)), python_module)
+            else:
                 module = _original(*args, **kwargs)
-            file = getattr(module, "__file__", None)
-            if _isinstance(module, types.ModuleType) and file:
-                digest = _file_digest(file)
-                if allowed is not None and digest not in allowed:
-                    raise ImportError(f"extension {os.path.basename(file)} is not what the "
-                                      "compile worker built (its sources were not scanned)")
-                _BUILT["digests"].append(digest)
+                # a library (``is_python_module=False``) comes back as its path
+                built = module if _isinstance(module, str) else getattr(module, "__file__", None)
+                if _isinstance(built, str) and os.path.isfile(built):
+                    checked(built)
             return _ExtensionProxy(module) if _isinstance(module, types.ModuleType) else module
 
         setattr(cpp_extension, name, loader)
@@ -752,6 +760,9 @@ class _Run:
 
         after_ms: list[float] = []
         cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
+        # The check is the window's last command (``window._timed_rounds``): the witness, once
+        # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
+        done = False
         try:
             # The baseline comes before any unseen input: a forward that changes its ways once
             # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
@@ -764,8 +775,9 @@ class _Run:
                 checks.append({"hidden": index,
                                **self.observe(out, self.buffers, inputs_after=False)})
                 after_ms.append(repeated("after"))
+            done = True
         finally:
-            if paused:
+            if paused and not done:
                 self.witness.pause()
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
                              "checks": checks, "method": timer.method, "order": order,

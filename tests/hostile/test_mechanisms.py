@@ -2,6 +2,7 @@
 by registration, the static scan of native sources and imports, the verdict cache key, fresh
 inputs per submission, and the worker's OS confinement (Landlock, seccomp, network)."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -1046,3 +1047,46 @@ def test_on_the_device_clock_the_fastest_calls_are_compared():
     # honest, from the same runs: a 2k fp16 matmul and a 1.4 µs row sum
     assert not judged([56.513, 57.025, 57.537], [59.777, 58.913])
     assert not judged([1.376, 1.664, 1.441], [1.536, 1.664])
+
+
+_LIBRARY_LOADER = """
+import os, sys
+from kernelmill.grade import worker
+from torch.utils import cpp_extension
+worker._install_extension_hooks(prebuilt=sys.argv[1] == "candidate",
+                                allowed_digests=sys.argv[2:] or None)
+cpp = '''
+#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) { return x + x; }
+TORCH_LIBRARY(kmdigest, m) { m.def("twice(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(kmdigest, CPU, m) { m.impl("twice", twice); }
+'''
+try:
+    cpp_extension.load_inline("km_digest_library", cpp_sources=[cpp], is_python_module=False)
+except ImportError as exc:
+    print("refused:", exc)
+import torch
+print("registered:", hasattr(torch.ops.kmdigest, "twice"))
+print("digests:", " ".join(worker._BUILT["digests"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_library_extension_loads_only_the_build_the_compile_worker_reported(tmp_path):
+    """``load_inline(is_python_module=False)`` registers a library's ops instead of returning a
+    module: its file is digest-checked too, before it is loaded (none of its code runs)."""
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-c", _LIBRARY_LOADER, *args], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    built = run("compile")  # the compile worker builds it and reports its digest
+    digest = built.split("digests:")[1].split()
+    assert "registered: True" in built and len(digest) == 1
+    assert "registered: True" in run("candidate", *digest)
+    refused = run("candidate", "0" * 64)
+    assert "refused:" in refused and "not what the compile worker built" in refused
+    assert "registered: False" in refused, refused
