@@ -84,6 +84,10 @@ PRIVATE_DISPATCH = re.compile(r"^_(dispatch|len_torch|get_dispatch|get_torch_dis
 NATIVE_PATTERNS = re.compile(
     # threads: work that runs beside forward, outside its op trace and profiler session
     r"std::(?:j?thread|async)\b|\bpthread_\w+|<(?:thread|future|pthread\.h)>|\bthrd_create\b|"
+    # and work handed to threads that exist already: ATen's and c10's pools, the CUDA driver's
+    # host-callback thread
+    r"\bat::(?:launch|intraop_launch\w*)\b|\b(?:Task)?ThreadPool\b|\bget_\w*pool\b|"
+    r"\bcu(?:da)?LaunchHostFunc\b|\bcu(?:da)?StreamAddCallback\b|"
     r"\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
     r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(|"

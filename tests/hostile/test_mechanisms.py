@@ -605,6 +605,9 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
     "#include <future>",
     "#include <thread>",
     "pthread_t t; pthread_create(&t, nullptr, serve, nullptr);",
+    "at::launch([=] { serve(); });",
+    "c10::ThreadPool pool(1); pool.run(serve);",
+    "cudaLaunchHostFunc(stream, serve, nullptr);",
 ])
 def test_static_scan_refuses_native_threads(native):
     """A thread started in native code (at import, say) runs library work or spins on the host
