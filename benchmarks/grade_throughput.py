@@ -224,6 +224,7 @@ def main() -> int:
                                extensions_root=str(folder / "extensions"), group=args.group)
             report_uncertified(out)  # names any honest answer that was not certified
             report_spread(out)
+            report_per_problem(out)
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
                 out2 = folder / f"{name}-{phase}-2.jsonl"
                 start = time.monotonic()
@@ -281,6 +282,33 @@ def report_uncertified(out: Path) -> None:
                   f"{str(r.get('hack_details') or '')[:200]} "
                   f"{(r.get('error') or {}).get('message', '')[:160]}")
 
+
+
+def report_per_problem(out: Path) -> None:
+    """Where a phase's time went, one line per problem: its submissions, the longest wall time
+    of one (a group's members end together), its window, the median reference and candidate run
+    seconds and the candidate run's three longest stages."""
+    rows: dict[str, list[dict]] = {}
+    for line in out.read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row.get("problem_id") or row["submission_id"].split("#")[0], []).append(row)
+    print(f"{'problem':24} {'subs':>4} {'wall s':>7} {'window ms':>10} {'ref s':>6} "
+          f"{'cand s':>7}  longest candidate stages (median s)")
+    for problem, group in sorted(rows.items()):
+        profiles = [r.get("profile") or {} for r in group]
+        walls = [r["wall_s"] for r in group if r.get("wall_s") is not None]
+        med = lambda key: statistics.median(v) if (v := [p[key] for p in profiles  # noqa: E731
+                                                          if p.get(key) is not None]) else None
+        stages: dict[str, list[float]] = {}
+        for profile in profiles:
+            for stage, seconds in (profile.get("stages_s") or {}).items():
+                stages.setdefault(stage, []).append(seconds)
+        longest = sorted(((statistics.median(v), k) for k, v in stages.items()), reverse=True)[:3]
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        print(f"{problem[:24]:24} {len(group):>4} {fmt(max(walls) if walls else None, '.1f'):>7} "
+              f"{fmt(med('window_ms'), '.0f'):>10} {fmt(med('reference_s'), '.1f'):>6} "
+              f"{fmt(med('candidate_s'), '.1f'):>7}  "
+              + " ".join(f"{k}={v:.2f}" for v, k in longest))
 
 
 def report_spread(out: Path) -> None:

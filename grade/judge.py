@@ -619,8 +619,8 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
     floor = policy.unseen_floor_ms if cuda else policy.unseen_floor_cpu_ms
     # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
     # durations of its kernels (CUPTI), which carry no launch or synchronize cost.
-    # On CPU a third: the calling thread's CPU time, which other processes on the host do not
-    # stretch (a cache that saves 2 ms of 2.6 hid under the wall clock's floor).
+    # On CPU a third: the calling thread's CPU time, which other processes on the host stretch
+    # far less (a cache that saves 2 ms of 2.6 hid under the wall clock's floor).
     for key, unit, ratio, least in (
             ("ms", "ms", policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
             ("device_us", "µs of kernels", policy.unseen_device_ratio,

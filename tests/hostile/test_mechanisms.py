@@ -977,9 +977,10 @@ def test_the_unseen_checks_baseline_comes_before_any_unseen_input():
 
 def test_on_cpu_the_unseen_check_also_reads_the_calling_threads_cpu_time():
     """On CPU the wall clock needs 3x plus 2 ms (other processes stretch it), which hid an
-    answer cache of 0.5 ms against its honest 2.6 ms. The calling thread's CPU time is not
-    stretched by the host: figures below are this machine's, the cache's from the red team's
-    case and the honest ones from honest_row_sum with 5 busy processes on 2 cores."""
+    answer cache of 0.5 ms against its honest 2.6 ms. The calling thread's CPU time is stretched
+    far less: figures below are this machine's, the cache's from the red team's case, the
+    honest ones from honest_row_sum with 5 busy processes on 2 cores and from a memory-bound
+    16M-element scale_add beside another grading job."""
     from kernelmill.grade.judge import _unseen_checks
 
     def judged(facts, scored=None, scored_cpu=None):
@@ -1001,9 +1002,13 @@ def test_on_cpu_the_unseen_check_also_reads_the_calling_threads_cpu_time():
               "after_cpu_ms": [45.2, 45.2]}
     hacks, checks = judged(honest, 52.9, 44.7)
     assert not hacks and checks["unseen_vs_scored_cpu_ms"]["passed"] is True
+    memory_bound = {"seen_ms": [45.0, 41.2, 44.9], "unseen_ms": [60.1, 58.3],
+                    "after_ms": [70.2, 66.9], "seen_cpu_ms": [40.7, 40.6, 41.0],
+                    "unseen_cpu_ms": [55.2, 57.9], "after_cpu_ms": [66.4, 68.1]}
+    assert not judged(memory_bound, 44.0, 40.9)[0]
     # the check's calls burn CPU the scored calls do not (a forward that tells them apart)
-    apart = {**honest, "seen_cpu_ms": [90.0, 91.0, 92.0], "unseen_cpu_ms": [90.0, 91.0],
-             "after_cpu_ms": [90.0, 91.0]}
+    apart = {**honest, "seen_cpu_ms": [150.0, 151.0, 152.0], "unseen_cpu_ms": [150.0, 151.0],
+             "after_cpu_ms": [150.0, 151.0]}
     assert "tells the check apart" in judged(apart, 52.9, 44.7)[0]["timing_behaviour"]
 
 
