@@ -104,17 +104,36 @@ def _entries(folder: str) -> list[str]:
 
 
 def _read_rules() -> list[tuple[str, int]]:
-    """Read access to the whole tree but other processes' /proc entries (and kernel memory)."""
+    """Read access to the whole tree but other processes' /proc entries, kernel memory, and the
+    entries of this process's own that read its memory (``_own_proc_rules``)."""
     rules = [("/", READ_DIR)]  # listing is harmless; reading files is what is granted below
     for path in _entries("/"):
         if path != "/proc":
             rules.append((path, READ))
-    own = str(os.getpid())
     for path in _entries("/proc"):
         name = os.path.basename(path)
-        if (name.isdigit() and name != own) or name in _PROC_HIDDEN:
+        # ``self`` and ``thread-self`` are links to this process's own entry (below)
+        if name.isdigit() or name in _PROC_HIDDEN or name in ("self", "thread-self"):
             continue
         rules.append((path, READ))
+    return rules + _own_proc_rules(f"/proc/{os.getpid()}")
+
+
+# Entries of a process's own /proc folder through which its memory is read at any address
+# (``mem``, and the same under ``task/<tid>/``, which is only listed). ``map_files`` and ``fd``
+# stay: their links open files Landlock judges by their own place (a memory file is always
+# open to its process), so what a worker must not read may not be in it before it is due
+# (``harness`` sends late data only when it is used).
+_OWN_PROC_HIDDEN = {"mem", "pagemap"}
+
+
+def _own_proc_rules(base: str) -> list[tuple[str, int]]:
+    rules = [(base, READ_DIR)]
+    for path in _entries(base):
+        name = os.path.basename(path)
+        if name in _OWN_PROC_HIDDEN or os.path.islink(path):  # ``root`` links to "/"
+            continue
+        rules.append((path, READ_DIR if name == "task" else READ))
     return rules
 
 

@@ -158,6 +158,43 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
         assert result.value["signal_parent"] is False
 
 
+def test_sandbox_hides_the_workers_own_memory_from_its_file_system(tmp_path):
+    """A worker reads its own ``maps``, ``status`` and thread list, but not its memory through
+    ``/proc/self/mem``, by any path (a red-team answer read inputs it had not been shown from
+    its own memory; what ``map_files`` reaches is kept out of memory until due instead)."""
+    from kernelmill.validate.sandbox import abi_version
+
+    if abi_version() <= 0:
+        pytest.skip("kernel without Landlock")
+    body = ("import os\n"
+            "def main():\n"
+            "    results = {}\n"
+            "    span = open('/proc/self/maps').readline().split()[0]\n"
+            "    start = int(span.split('-')[0], 16)\n"
+            "    def attempt(name, fn):\n"
+            "        try:\n"
+            "            fn()\n"
+            "            results[name] = True\n"
+            "        except OSError:\n"
+            "            results[name] = False\n"
+            "    def mem(path):\n"
+            "        with open(path, 'rb') as handle:\n"
+            "            handle.seek(start)\n"
+            "            handle.read(16)\n"
+            "    attempt('maps', lambda: open('/proc/self/maps').read())\n"
+            "    attempt('status', lambda: open('/proc/self/status').read())\n"
+            "    attempt('tasks', lambda: os.listdir('/proc/self/task'))\n"
+            "    attempt('mem', lambda: mem('/proc/self/mem'))\n"
+            "    attempt('mem_by_pid', lambda: mem(f'/proc/{os.getpid()}/mem'))\n"
+            "    attempt('mem_by_root', lambda: mem('/proc/self/root/proc/self/mem'))\n"
+            "    attempt('mem_of_thread', lambda: mem('/proc/thread-self/mem'))\n"
+            "    return results\n")
+    result = run(body)
+    assert result.ok, result.error
+    readable = {k for k, v in result.value.items() if v}
+    assert readable == {"maps", "status", "tasks"}, result.value
+
+
 def test_worker_dies_with_a_killed_grader(tmp_path):
     import signal
     import subprocess
