@@ -528,7 +528,7 @@ class Grader:
                    "timing_settings": policy.timing_settings,
                    "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
-                   "hidden_trials": [{"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
+                   "hidden_trials": len(hidden)}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)
@@ -548,9 +548,12 @@ class Grader:
                 payload["extension_digests"] = built.value["digests"]
             if self.device.startswith("cuda") and cuda_arch_list():
                 env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
+        # the unseen inputs reach the worker one at a time, each just before its call
+        # (``harness.run_in_worker(late=...)``): nothing of them is in its memory before
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
                 "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
-                "writable": writable, "sandbox": policy.sandbox}
+                "writable": writable, "sandbox": policy.sandbox,
+                "late": [{"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
 
     def _judge_run(self, reference: ReferenceRun, source: str, result: WorkerResult,
                    window: dict | None, record: dict | None, changed: list[str]) -> dict:
@@ -608,7 +611,7 @@ class Grader:
         settings = WindowSettings.from_dict({"ready_timeout_s": policy.timeout_s,
                                              **policy.timing_settings})
         unseen = tuple(names[i] for i, job in candidates.items()
-                       if job["payload"].get("hidden_trials"))
+                       if job.get("late"))
         window = run_window(
             controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
             settings=settings, cuda=self.device.startswith("cuda"),

@@ -48,7 +48,9 @@ FORBIDDEN_ATTRIBUTES = {
     "extract_stack", "walk_stack", "format_stack", "print_stack",
     # raw memory and serialization: tensor bytes on the host without a tensor op
     "from_address", "from_buffer", "serialization", "__reduce__", "__reduce_ex__",
-    "__setstate__",
+    "__setstate__", "from_file",
+    # an attribute set past the scan's assignment rule (object.__setattr__(torch, ...))
+    "__setattr__", "__delattr__",
     # eval by another name: string annotations evaluated against a module's globals
     "get_type_hints", "get_annotations", "ForwardRef", "_eval_type", "evaluate_forward_ref",
     # code generated from a graph (torch.fx, an exported program's graph): a call_method node
@@ -263,6 +265,25 @@ REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "impo
 # Names whose private (``_``) attributes are the library's internals (torch._inductor,
 # torch._utils, torch._C._...): a kernel uses the public API.
 LIBRARY_MODULE_ROOTS = ("torch", "triton")
+# What a kernel uses of the triton package: the decorators and helpers, the language, the
+# driver's device queries (the tutorials' SM count). The rest is Triton's machinery: its C
+# module builder (``triton.runtime.build`` compiles and imports any C source as a CPython
+# extension: a red-team answer built one that rewrote the worker's result encoder), its
+# compiler, cache and knobs.
+TRITON_PUBLIC = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2",
+                 "language", "constexpr", "OutOfResources", "__version__", "runtime.driver",
+                 "runtime.Config", "runtime.jit", "runtime.autotuner", "runtime.heuristics",
+                 # Hopper's TMA descriptors, and the allocator Triton asks for their scratch
+                 "tools.experimental_descriptor", "tools.tensor_descriptor", "set_allocator")
+
+
+def _triton_path_allowed(parts: list[str]) -> bool:
+    """``parts`` (after ``triton``) is on, or on the way to, a public path."""
+    path = ".".join(parts)
+    return not parts or any(path == p or path.startswith(p + ".") or p.startswith(path + ".")
+                            for p in TRITON_PUBLIC)
+
+
 # Module objects whose attributes a submission must not assign (monkeypatching).
 LIBRARY_ROOTS = {"torch", "triton", "time", "os", "sys", "math", "numpy", "np", "tl", "F", "nn",
                  "random", "statistics", "functools", "operator"}
@@ -404,6 +425,34 @@ def _scan_tree(tree: ast.AST) -> list[str]:
                alias.name if alias.asname else alias.name.split(".")[0]
                for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names}
+
+    # name -> its triton path (``import triton.language as tl``: tl -> [language]); every
+    # attribute chain from one, and every import, stays on ``TRITON_PUBLIC``
+    triton_paths: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "triton":
+                    triton_paths[alias.asname or "triton"] = parts[1:] if alias.asname else []
+                    if not _triton_path_allowed(parts[1:]):
+                        flag(node, f"imports {alias.name} (Triton's machinery, not its API)")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton":
+            base = (node.module or "").split(".")[1:]
+            for alias in node.names:
+                triton_paths[alias.asname or alias.name] = [*base, alias.name]
+                if not _triton_path_allowed([*base, alias.name]):
+                    flag(node, f"imports {alias.name} from {node.module} (Triton's machinery, "
+                         "not its API)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, inner = [], node
+            while isinstance(inner, ast.Attribute):
+                chain.insert(0, inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in triton_paths and \
+                    not _triton_path_allowed([*triton_paths[inner.id], *chain]):
+                flag(node, f"uses {ast.unparse(node)} (Triton's machinery, not its API)")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from kernelmill.validate import measure as M
 from kernelmill.validate import sandbox
-from kernelmill.validate.harness_worker import mark_stage, receive, report
+from kernelmill.validate.harness_worker import late_payload, mark_stage, receive, report
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -59,6 +59,8 @@ _set_versions = getattr(torch._C._autograd, "_unsafe_set_version_counter", lambd
 _is_capturing = torch.cuda.is_current_stream_capturing
 _empty = torch.empty
 _zero = torch.Tensor.zero_
+_no_grad = torch.no_grad  # looked up by every call: a submission replaced it (object.__setattr__)
+_full = torch.full
 _median = statistics.median
 _listdir = os.listdir
 _type = type
@@ -345,8 +347,33 @@ def _unwrapped_is(current, original) -> bool:
     return False
 
 
+# Every function and class of the modules a kernel uses, as they were before the candidate's
+# import (``snapshot_modules``): one rebound since is a patch, whoever looks it up (the worker
+# binds what it calls at import; torch's own code and the witness look many up).
+_SNAPSHOT: dict[tuple[Any, str], Any] = {}
+
+
+def snapshot_modules() -> None:
+    import triton
+    import triton.language
+    from torch.utils import cpp_extension
+
+    for module in (torch, torch.nn, torch.nn.functional, torch.cuda, torch.autograd,
+                   torch.autograd.profiler, torch.Tensor, torch.nn.Module, torch.library,
+                   cpp_extension, triton, triton.language):
+        for name, value in list(vars(module).items()):
+            if callable(value) and not _isinstance(value, types.ModuleType):
+                _SNAPSHOT[(module, name)] = value
+
+
 def patched_functions() -> list[str]:
     patched = []
+    guarded = {(id(owner), name) for owner, name, _original in _ORIGINALS.values()}
+    for (module, name), original in _SNAPSHOT.items():
+        current = vars(module).get(name)
+        if current is not original and (id(module), name) not in guarded and not \
+                (name in ("manual_seed", "seed") and _unwrapped_is(current, original)):
+            patched.append(f"{getattr(module, '__name__', module)}.{name}")
     for label, (owner, name, original) in _ORIGINALS.items():
         current = _raw(owner, name)
         if current is original:
@@ -654,7 +681,7 @@ class _Run:
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,
                  max_bytes: int | None = None, *, trials: list | None = None,
                  witness: Witness | None = None, check_seed: int | None = None,
-                 hidden: list | None = None):
+                 hidden: int = 0):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         self.first_call = True
         self.base_threads, self.base_tasks = base_threads, base_tasks
@@ -666,7 +693,7 @@ class _Run:
         self.ghost_range = -1
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
-        self.hidden = hidden or []
+        self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, torch.Tensor] = {}  # host copies of outputs, by content
 
@@ -693,7 +720,7 @@ class _Run:
         _kernel_args.clear()
         _active[0] = True
         try:
-            with torch.no_grad(), self.witness.call(), tracer:
+            with _no_grad(), self.witness.call(), tracer:
                 _call_state[0] = dispatch_state()
                 out = self.model(*self.buffers)
                 _check_dispatch_state()
@@ -769,7 +796,11 @@ class _Run:
             # inputs after each unseen one show such a change.
             for _ in range(SEEN_FIRST):
                 seen_ms.append(repeated("seen"))
-            for index, trial in enumerate(self.hidden):
+            for index in range(self.hidden):
+                # asked for now: it was nowhere in this process before (``late_payload``)
+                trial = late_payload(index)
+                if trial is None:
+                    break
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
                 checks.append({"hidden": index,
@@ -836,7 +867,7 @@ class _Run:
         still right, the kernels did not compute it."""
         trial = self.trials[trial_index]
         self.load(trial["inputs"])
-        poison = [torch.full(shape, float("nan") if dtype.is_floating_point else -1,
+        poison = [_full(shape, float("nan") if dtype.is_floating_point else -1,
                              dtype=dtype, device=self.device)
                   for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
         del poison
@@ -1003,6 +1034,7 @@ def candidate_task(payload: dict) -> dict:
     base_tasks = _tasks()
     facts: dict[str, Any] = {"calls": []}
 
+    snapshot_modules()  # after our own hooks: what changes from here on is the candidate's
     mark_stage("import")
     ns = load_namespace(source, "candidate")
     if "ModelNew" not in ns:
@@ -1016,7 +1048,7 @@ def candidate_task(payload: dict) -> dict:
     trials = payload["trials"]
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
-               hidden=payload.get("hidden_trials"))
+               hidden=int(payload.get("hidden_trials") or 0))
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 

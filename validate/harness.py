@@ -102,6 +102,7 @@ class Control:
         self._next = 0
         self.ended = False
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
+        self._late: _LateFile | None = None  # the run's late data (``release_late``)
 
     def extend(self, seconds: float) -> None:
         """Add ``seconds`` to the worker's time limit: time it spent waiting for the GPU on
@@ -111,6 +112,14 @@ class Control:
 
     def _attach(self, fd: int) -> None:
         self._fd = fd
+
+    def release_late(self, index: int) -> None:
+        """Write part ``index`` of the run's late data (``run_in_worker(late=...)``) where the
+        worker can read it: the worker asked for it (``harness_worker.late_payload``)."""
+        with self._cond:
+            late = self._late
+        if late is not None:
+            late.write(index)
 
     def _deliver(self, value: dict) -> None:
         with self._cond:
@@ -374,7 +383,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
-                  warm: bool = True) -> WorkerResult:
+                  warm: bool = True, late: list | None = None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -385,6 +394,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``control`` opens a second pipe for a parent that drives the worker while it runs.
     ``warm`` forks the worker from a process that has already imported torch (``zygote``),
     unless ``KERNELMILL_WARM=0``; it falls back to a fresh interpreter when none can serve.
+    ``late`` (with ``control``) is a list of parts the worker may not hold before it uses them
+    (inputs a submission must not have seen before it is called on them): their memory file is
+    passed empty and part ``i`` written when the worker asks (``harness_worker.late_payload``).
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -396,11 +408,16 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
     payload, tensor_fd = _tensor_file(payload)
+    late_file = _LateFile(late) if late and control is not None and \
+        hasattr(os, "memfd_create") else None
+    late_fd = late_file.fd if late_file is not None else None
     r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
-    extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd))
+    extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
+                                       ("late", late_fd))
              if fd is not None}  # the worker's descriptors after its job's two pipes
     job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
-                        "writable": allowed, "fds": list(extra)},
+                        "writable": allowed, "fds": list(extra),
+                        "late": late_file.table if late_file is not None else None},
                        protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
@@ -426,7 +443,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                 cwd=workdir, env=child_env, stdin=subprocess.DEVNULL, stdout=stdout,
                 stderr=stderr, start_new_session=True, pass_fds=(r_in, w_out, *extra.values()))
     except OSError as exc:
-        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd):
+        if late_file is not None:
+            late_file.close()
+        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd):
             if fd is not None:
                 os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -438,9 +457,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     os.close(w_out)
     if tensor_fd is not None:
         os.close(tensor_fd)
+    if late_fd is not None:
+        os.close(late_fd)
     if control is not None:
         os.close(r_ctl)
         control._attach(w_ctl)
+        control._late = late_file
     reader = _Reader(r_out, key, start, control)
     reader.start()
 
@@ -467,6 +489,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                 timed_out = True
                 break
     wall = time.monotonic() - start
+    if late_file is not None:
+        late_file.close()
     if isinstance(proc, subprocess.Popen):
         leaked = kill_run(proc.pid, token)
         proc.wait()
@@ -585,6 +609,82 @@ def _tensor_file(payload):
         os.close(fd)
         raise
     return moved, fd
+
+
+class _LateFile:
+    """Data a worker may not hold before it uses it, in parts, in a memory file passed to the
+    worker empty: part ``i`` is written when the worker asks for it (``write``).
+
+    Anything in a worker's memory is within its submission's reach (native code reads any
+    address; ``/proc/self/map_files`` maps any memory file again): a red-team answer read the
+    inputs of the unseen-input check from the job's tensor file at import and had every answer
+    ready. So each unseen input arrives just before its own call. The file is sealed against
+    resizing (the worker cannot take its pages away). A part: 8 bytes giving its pickle's
+    length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start), the
+    tensors' bytes. ``table``: each part's (offset, size), for the worker."""
+
+    def __init__(self, parts: list):
+        import torch
+
+        self.table: list[tuple[int, int]] = []
+        self._parts: list[tuple[bytes, list]] = []
+        end = 0
+        for part in parts:
+            chunks: list[tuple[int, torch.Tensor]] = []
+            size = [0]
+
+            def walk(item, chunks=chunks, size=size):
+                if type(item) is torch.Tensor:
+                    tensor = item.detach().to("cpu").contiguous()
+                    nbytes = tensor.numel() * tensor.element_size()
+                    chunks.append((size[0], tensor))
+                    slot = TensorSlot((size[0], nbytes, str(tensor.dtype)[6:], tuple(tensor.shape)))
+                    size[0] = -(-(size[0] + nbytes) // 64) * 64
+                    return slot
+                if type(item) in (dict, list, tuple):
+                    values = [walk(v) for v in (item.values() if type(item) is dict else item)]
+                    return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+                return item
+
+            structure = pickle.dumps(walk(part), protocol=pickle.HIGHEST_PROTOCOL)
+            head = -(-(8 + len(structure)) // 64) * 64
+            self._parts.append((len(structure).to_bytes(8, "little") + structure,
+                                [(head + offset, tensor) for offset, tensor in chunks]))
+            self.table.append((end, head + size[0]))
+            end += head + size[0]
+        self.fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, max(end, 1))
+            fcntl.fcntl(self.fd, getattr(fcntl, "F_ADD_SEALS", 1033),
+                        getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
+                        | getattr(fcntl, "F_SEAL_SEAL", 1))
+            self._writer: int | None = os.dup(self.fd)  # ours: ``fd`` is closed once passed
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self._lock = threading.Lock()
+
+    def write(self, index: int) -> None:
+        import torch
+
+        with self._lock:
+            if self._writer is None or not 0 <= index < len(self._parts):
+                return
+            base = self.table[index][0]
+            head, chunks = self._parts[index]
+            self._parts[index] = (b"", [])  # written once
+            os.pwrite(self._writer, head, base)
+            for offset, tensor in chunks:
+                with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
+                    done = 0
+                    while done < len(view):
+                        done += os.pwrite(self._writer, view[done:], base + offset + done)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                os.close(self._writer)
+                self._writer = None
 
 
 def _widen_pipe(fd: int, size: int = 1 << 20) -> None:

@@ -37,6 +37,7 @@ KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR, KIND_REPORT = b"H", b"S", b"R",
 
 _send = None  # set by main(); a closure holding the channel and key
 _control = None  # set by main() when the parent opened a control pipe: a line reader
+_late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _stage = "startup"
 
 # Bound before any user code can run, so later patches of os/hmac do not reach the channel.
@@ -81,6 +82,46 @@ def report(value: dict) -> None:
     if _send is None:
         raise RuntimeError("no harness channel")
     _send(KIND_REPORT, json.dumps(value).encode())
+
+
+def late_payload(index: int):
+    """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
+    parent now: it was not in this process before (None when the job has no such part)."""
+    import torch
+
+    table = _late.get("table") or []
+    if not 0 <= index < len(table) or _control is None:
+        return None
+    report({"late": index})
+    if receive().strip() != f"late {index}":
+        raise RuntimeError(f"the parent did not send late part {index}")
+    offset, size = table[index]
+    data = bytearray(size)
+    with memoryview(data) as view:
+        done = 0
+        while done < size:
+            got = os.preadv(_late["fd"], [view[done:]], offset + done)
+            if got <= 0:
+                raise RuntimeError(f"late part {index} ended after {done} of {size} bytes")
+            done += got
+    length = int.from_bytes(data[:8], "little")
+    head = -(-(8 + length) // 64) * 64
+    made: dict[int, object] = {}
+
+    def restore(item):
+        if type(item) is TensorSlot:
+            start, nbytes, dtype, shape = item
+            if start not in made:
+                made[start] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
+                                               offset=head + start) \
+                    .view(getattr(torch, dtype)).view(tuple(shape))
+            return made[start]
+        if type(item) in (dict, list, tuple):
+            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+        return item
+
+    return restore(pickle.loads(bytes(data[8:8 + length])))
 
 
 def receive() -> str:
@@ -236,6 +277,8 @@ def main(argv: list[str]) -> None:
         _control = _make_receiver(_hide_fd(extra["control"]))
     if "tensors" in extra:
         job["payload"] = attach_tensors(job["payload"], extra["tensors"])
+    if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
+        _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key
     _apply_limits(job.get("limits") or {})
     sandbox = None

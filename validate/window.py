@@ -150,14 +150,21 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
 
 def _answer(name: str, control: Control, key: str, timeout: float,
             whole: bool = False) -> tuple[float, object]:
-    got = control.next_report(timeout)
-    if got is None:
-        raise WindowError(name, "ended or went silent during timing" if control.ended
-                          else f"no answer within {timeout:g}s")
-    at, value = got
-    if key not in value:
-        raise WindowError(name, f"answered {sorted(value)[:3]}, expected {key!r}")
-    return at, (value if whole else value[key])
+    """The participant's answer with ``key``; a part of its late data that it asks for on the
+    way (an unseen input, just before its call) is written and said to be there."""
+    while True:
+        got = control.next_report(timeout)
+        if got is None:
+            raise WindowError(name, "ended or went silent during timing" if control.ended
+                              else f"no answer within {timeout:g}s")
+        at, value = got
+        if key != "late" and isinstance(value.get("late"), int):
+            control.release_late(value["late"])
+            control.send(f"late {value['late']}")
+            continue
+        if key not in value:
+            raise WindowError(name, f"answered {sorted(value)[:3]}, expected {key!r}")
+        return at, (value if whole else value[key])
 
 
 def _clock_check(name: str, control: Control, info: dict, samples: list[float],
