@@ -52,6 +52,7 @@ from .policy import (
     compute_ops,
     custom_ops,
     op_base,
+    qualified_op,
     reference_compute_ops,
 )
 from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX, kernel_base, qualified_kernel_name
@@ -301,6 +302,15 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         compute = compute_ops([*judged, *call.get("launch_ops", [])], mine) + \
             reference_compute_ops(ops, reference.get("ops", []))
         compute = [op for op in compute if allowed is not None and op_base(op) not in allowed]
+        # The dispatch trace and the profiler see the same ops (the profiler also their
+        # callers): one the trace saw and the profiler did not was hidden from the profiler
+        # (its collection paused while it still reported itself on).
+        recorded = {qualified_op(op) for op in ops}
+        unrecorded = sorted({op for op in compute_ops(call.get("traced_ops") or [], mine)
+                             if qualified_op(op) not in recorded})
+        if unrecorded:
+            hack("trace_evaded", f"{name}: the op trace saw {unrecorded[:4]}, the profiler "
+                 "did not")
         _kernel_checks(name, call, policy, reference, mine, hack, own_kernels)
         redone = redoes_reference(ops, mine, reference.get("ops", []))
         if redone and policy.preset == "kernelbench":  # strict and library reject it anyway
@@ -419,7 +429,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
 # What each confinement entry reads when fully applied (``validate.sandbox.STATE``).
 FULL_CONFINEMENT = {"proc_hidden": True, "shm_private": True, "tcp": "refused",
                     "process_creation": ("blocked", "blocked after the first call"),
-                    "other_processes": "blocked", "network": "isolated"}
+                    "other_processes": "blocked", "network": "isolated", "ip_sockets": "refused"}
 
 
 def downgrades(confinement: dict | None) -> list[str]:
@@ -603,7 +613,12 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
     if not unseen or not all_correct:
         return
     for check in unseen.get("checks") or []:
-        trial = hidden[check["hidden"]]
+        index = check.get("hidden") if isinstance(check, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(hidden):
+            hack("timing_behaviour", f"the unseen-input check reported a trial that was never "
+                 f"shown ({str(index)[:40]})")
+            return
+        trial = hidden[index]
         dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
                      "torch.float32")
         ok, why = compare(trial["outputs"], check.get("outputs"), *policy.tolerance(dtype, record))

@@ -51,10 +51,13 @@ def compute_ops(ops: list[str], candidate: list[str] | None = None) -> list[str]
             and not (op_namespace(op) in ALLOWED_NAMESPACES and op_base(op) in ALLOWED_OPS)]
 
 
-def _qualified(op: str) -> str:
+def qualified_op(op: str) -> str:
     """``ns.name.overload`` or ``ns::name`` -> ``ns.name``."""
     parts = op.replace("::", ".", 1).split(".")
     return ".".join(parts[:2])
+
+
+_qualified = qualified_op
 
 
 # Pure allocation and view/metadata ops (core.taxonomy.PURE_MEMORY_OPS) are free even when the

@@ -51,6 +51,10 @@ FORBIDDEN_ATTRIBUTES = {
     "__setstate__", "from_file",
     # an attribute set past the scan's assignment rule (object.__setattr__(torch, ...))
     "__setattr__", "__delattr__",
+    # what evaluates strings as code later (typing.get_type_hints through singledispatch or
+    # torch.library.infer_schema evaluated an annotation assembled at run time)
+    "__annotations__", "__annotate__", "__defaults__", "__kwdefaults__", "__signature__",
+    "__text_signature__",
     # eval by another name: string annotations evaluated against a module's globals
     "get_type_hints", "get_annotations", "ForwardRef", "_eval_type", "evaluate_forward_ref",
     # code generated from a graph (torch.fx, an exported program's graph): a call_method node
@@ -91,6 +95,9 @@ NATIVE_PATTERNS = re.compile(
     r"\bat::(?:launch|intraop_launch\w*)\b|\b(?:Task)?ThreadPool\b|\bget_\w*pool\b|"
     r"\bcu(?:da)?LaunchHostFunc\b|\bcu(?:da)?StreamAddCallback\b|"
     r"\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
+    # the network (a red-team build sent a file over UDP from its static initializer)
+    r"\b(?:socket|sendto|sendmsg|connect|getaddrinfo|gethostbyname)\s*\(|"
+    r"<(?:sys/socket|netinet/\w+|arpa/inet|netdb)\.h>|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
     r"\bkill\s*\(|\bexecv|\bptrace\s*\(|/proc/|\bfopen\s*\(|std::ofstream|\bmprotect\s*\(|"
     r"\bposix_spawn|\bvfork\s*\(|\bclone3?\s*\(|"
@@ -198,7 +205,11 @@ def kernel_base(name: str) -> str:
 # (an ``asm`` label, an alias or weakref attribute) or pasted from pieces (``##``), where none
 # of these names would show.
 INTERPRETER_NATIVE = re.compile(
-    r"\bPy[A-Z][A-Za-z]*_[A-Za-z]\w*|\b_Py[A-Za-z]\w*|\bPy_[A-Z]\w*|\bPy\w*Object\b|\bTHP[A-Z]\w*|\btorch::python\b|torch/csrc/\w*/?python|"
+    # (not only at a word's start: ``__real_PyImport_ImportModule`` under ``-Wl,--wrap``)
+    r"(?<![A-Za-z0-9])(?:Py[A-Z][A-Za-z]*_[A-Za-z]\w*|_Py[A-Za-z]\w*|Py_[A-Z]\w*|Py\w*Object\b|"
+    r"THP[A-Z]\w*)|\btorch::python\b|torch/csrc/\w*/?python|"
+    # the linker's symbol renaming (a name reached under another one)
+    r"--(?:wrap|defsym)\b|"
     r"(?:->|\.)\s*(?:tp_\w+|ob_type|ob_refcnt)\b")
 # the same reach written with punctuation, judged only in text that reads as C/C++ (prose and
 # Markdown in a docstring use ``##`` and ``.attr(`` freely)
@@ -229,14 +240,28 @@ def interpreter_findings(text: str) -> list[str]:
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".inl")
 
 
-def built_source_findings(folder: str | os.PathLike, limit: int = 4 << 20) -> list[str]:
+def built_source_findings(folder: str | os.PathLike, limit: int = 4 << 20,
+                          total: int = 32 << 20, entries: int = 20000) -> list[str]:
     """Findings in the native sources an extension build left in ``folder`` (``load_inline``
     writes what it compiles there: ``main.cpp``, ``cuda.cu``): the text that was compiled,
-    whatever the submission assembled at run time, read by the parent."""
-    found = []
-    for path in sorted(Path(folder).rglob("*")):
+    whatever the submission assembled at run time, read by the parent. At most ``limit``
+    bytes of a file are read, and a folder with more than ``total`` bytes of source or
+    ``entries`` entries is itself a finding (a build writes a few small files; a red-team answer
+    left a sparse gigabyte ``.cpp`` that the parent read whole)."""
+    found, read = [], 0
+    paths = []
+    for count, path in enumerate(Path(folder).rglob("*")):
+        if count >= entries:
+            return [f"build folder: more than {entries} entries (a build writes a few files)"]
+        paths.append(path)
+    for path in sorted(paths):
         if path.suffix in NATIVE_SUFFIXES and path.is_file() and not path.is_symlink():
-            text = path.read_bytes()[:limit].decode("utf-8", "replace")
+            with open(path, "rb") as handle:
+                data = handle.read(min(limit, total - read + 1))
+            read += len(data)
+            if read > total:
+                return found + [f"build folder: more than {total >> 20} MiB of native source"]
+            text = data.decode("utf-8", "replace")
             found += [f"compiled {path.name}: {f}" for f in native_findings(text)]
     return found
 
@@ -265,23 +290,81 @@ REACHABLE_MODULES = {"sys", "os", "ctypes", "subprocess", "gc", "inspect", "impo
 # Names whose private (``_``) attributes are the library's internals (torch._inductor,
 # torch._utils, torch._C._...): a kernel uses the public API.
 LIBRARY_MODULE_ROOTS = ("torch", "triton")
-# What a kernel uses of the triton package: the decorators and helpers, the language, the
-# driver's device queries (the tutorials' SM count). The rest is Triton's machinery: its C
-# module builder (``triton.runtime.build`` compiles and imports any C source as a CPython
-# extension: a red-team answer built one that rewrote the worker's result encoder), its
-# compiler, cache and knobs.
-TRITON_PUBLIC = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2",
-                 "language", "constexpr", "OutOfResources", "__version__", "runtime.driver",
-                 "runtime.Config", "runtime.jit", "runtime.autotuner", "runtime.heuristics",
-                 # Hopper's TMA descriptors, and the allocator Triton asks for their scratch
-                 "tools.experimental_descriptor", "tools.tensor_descriptor", "set_allocator")
+# What a kernel uses of the triton package: the decorators and helpers, the language, Hopper's
+# TMA descriptors, and the driver's device queries (the tutorials' SM count). The rest is
+# Triton's machinery: its C module builder (``triton.runtime.build`` compiles and imports any C
+# source as a CPython extension: a red-team answer built one that rewrote the worker's result
+# encoder), its compiler, IR builder, cache and knobs, reached under any path (the language
+# module holds ``knobs`` too).
+TRITON_API = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language",
+              "constexpr", "OutOfResources", "__version__", "tools.experimental_descriptor",
+              "tools.tensor_descriptor", "set_allocator")
+TRITON_DEVICE_QUERIES = ("runtime.driver.active.get_current_device",
+                         "runtime.driver.active.get_current_stream",
+                         "runtime.driver.active.get_current_target",
+                         "runtime.driver.active.utils.get_device_properties")
+TRITON_MACHINERY = {"knobs", "compiler", "backends", "build", "ir", "libtriton", "runtime",
+                    "driver", "cache"}
 
 
 def _triton_path_allowed(parts: list[str]) -> bool:
     """``parts`` (after ``triton``) is on, or on the way to, a public path."""
     path = ".".join(parts)
+    if any(path == q or q.startswith(path + ".") for q in TRITON_DEVICE_QUERIES):
+        return True
+    if any(part in TRITON_MACHINERY for part in parts):
+        return False
     return not parts or any(path == p or path.startswith(p + ".") or p.startswith(path + ".")
-                            for p in TRITON_PUBLIC)
+                            for p in TRITON_API)
+
+
+def _chain(node: ast.AST) -> tuple[str | None, list[str]]:
+    """``a.b.c`` -> ("a", ["b", "c"]); anything else -> (None, [])."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.insert(0, node.attr)
+        node = node.value
+    return (node.id, parts) if isinstance(node, ast.Name) else (None, [])
+
+
+def _bindings(tree: ast.AST):
+    """(names bound, the expression they are bound from) for every binding a scan can follow:
+    assignments, walrus, for and comprehension targets, ``with ... as``, default arguments."""
+    names = lambda target: [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]  # noqa: E731
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield names(target), node.value
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and \
+                node.value is not None:
+            yield names(node.target), node.value
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            yield names(node.target), node.iter
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    yield names(item.optional_vars), item.context_expr
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            for arg, default in zip(positional[len(positional) - len(args.defaults):],
+                                    args.defaults):
+                yield [arg.arg], default
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+                if default is not None:
+                    yield [arg.arg], default
+
+
+# torch.utils holds the extension builder a CUDA answer needs, and tools that exec strings
+# (torch.utils.benchmark's Timer runs its ``stmt``: a red-team answer assembled one at run time)
+TORCH_UTILS_API = {"cpp_extension"}
+
+
+def _torch_utils_refused(parts: list[str]) -> str | None:
+    for i, part in enumerate(parts[:-1]):
+        if part == "utils" and parts[i + 1] not in TORCH_UTILS_API:
+            return ".".join(parts[:i + 2])
+    return None
 
 
 # Module objects whose attributes a submission must not assign (monkeypatching).
@@ -307,9 +390,14 @@ OPENERS = {"open", "FileIO", "fdopen"}
 
 
 def _is_write_open(call: ast.Call) -> bool:
-    """Any call named like an opener with a mode that writes (positional or ``mode=``)."""
-    modes = [*call.args[:3], *(k.value for k in call.keywords if k.arg == "mode")]
-    return any(isinstance(m, ast.Constant) and isinstance(m.value, str) and
+    """Any call named like an opener with a mode that writes (positional or ``mode=``), or
+    whose mode is computed (a red-team answer wrote a sparse gigabyte file that way)."""
+    # open(path, mode), io.open / FileIO(path, mode), os.fdopen(fd, mode); Path(...).open(mode)
+    method = isinstance(call.func, ast.Attribute) and call.func.attr == "open" and not (
+        isinstance(call.func.value, ast.Name) and call.func.value.id in ("io", "builtins"))
+    modes = [*call.args[0 if method else 1:2 if method else 3],
+             *(k.value for k in call.keywords if k.arg == "mode")]
+    return any(not isinstance(m, ast.Constant) or isinstance(m.value, str) and
                _MODE.match(m.value) and any(c in m.value for c in "wax+") for m in modes)
 
 
@@ -412,6 +500,8 @@ def _scan_tree(tree: ast.AST) -> list[str]:
     def imported(node: ast.AST, module: str, what: str) -> None:
         """One imported module path (``a.b.c``), named in a finding as ``what``."""
         parts = module.split(".")
+        if parts[0] == "torch" and _torch_utils_refused(parts[1:]):
+            flag(node, f"imports {what} (torch.utils beyond cpp_extension)")
         if parts[0] in FORBIDDEN_MODULES:
             flag(node, f"imports {what}")
         elif parts[0] not in ALLOWED_IMPORTS:
@@ -427,7 +517,7 @@ def _scan_tree(tree: ast.AST) -> list[str]:
                for alias in node.names}
 
     # name -> its triton path (``import triton.language as tl``: tl -> [language]); every
-    # attribute chain from one, and every import, stays on ``TRITON_PUBLIC``
+    # attribute chain from one (aliases included), and every import, stays on Triton's API
     triton_paths: dict[str, list[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -444,15 +534,45 @@ def _scan_tree(tree: ast.AST) -> list[str]:
                 if not _triton_path_allowed([*base, alias.name]):
                     flag(node, f"imports {alias.name} from {node.module} (Triton's machinery, "
                          "not its API)")
+    # Aliases: a name bound from a library name (``_t = torch``, ``_rt = triton.runtime``,
+    # ``def f(m=torch)``, ``for m in [torch]``) is a library name too; one bound from anything
+    # else that mentions one holds a library object (its private attributes are internals).
+    bindings = list(_bindings(tree))
+    torch_names = {"torch", *(name for name, module in aliases.items() if module == "torch")}
+    growing = True
+    while growing:
+        growing = False
+        for targets, value in bindings:
+            if isinstance(value, ast.Name) and value.id in torch_names and \
+                    not set(targets) <= torch_names:
+                torch_names.update(targets)
+                growing = True
+            root, parts = _chain(value)
+            if root in triton_paths:
+                for name in targets:
+                    if name not in triton_paths:
+                        triton_paths[name] = [*triton_paths[root], *parts]
+                        growing = True
+            mentioned = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+            if mentioned & (library_names | set(triton_paths)):
+                fresh = set(targets) - library_names - {"self", "cls"}
+                library_names.update(fresh)
+                growing = growing or bool(fresh)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            chain, inner = [], node
-            while isinstance(inner, ast.Attribute):
-                chain.insert(0, inner.attr)
-                inner = inner.value
-            if isinstance(inner, ast.Name) and inner.id in triton_paths and \
-                    not _triton_path_allowed([*triton_paths[inner.id], *chain]):
+            root, chain = _chain(node)
+            if root in triton_paths and not _triton_path_allowed([*triton_paths[root], *chain]):
                 flag(node, f"uses {ast.unparse(node)} (Triton's machinery, not its API)")
+            refused = _torch_utils_refused(chain) if root in torch_names else None
+            if refused and len(chain) == refused.count(".") + 1:  # once per chain
+                flag(node, f"uses {root}.{refused} (torch.utils beyond cpp_extension)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and \
+                isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            # getattr(torch, "_C") is the attribute written as a string
+            name = node.args[1].value
+            if _private(name) and _root_name(node.args[0]) in library_names:
+                flag(node, f"uses library internals .{name} (by getattr)")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -470,6 +590,9 @@ def _scan_tree(tree: ast.AST) -> list[str]:
                 imported(node, module, f"from {module}")
             root = module.split(".")[0]
             for alias in node.names:
+                if root == "torch" and _torch_utils_refused([*module.split(".")[1:], alias.name]):
+                    flag(node, f"imports {alias.name} from {module} (torch.utils beyond "
+                         "cpp_extension)")
                 if _forbidden_name(alias.name) or alias.name in FORBIDDEN_CALLS or \
                         (root, alias.name) in FORBIDDEN_MODULE_ATTRIBUTES or \
                         (module.split(".")[-1], alias.name) in FORBIDDEN_MODULE_ATTRIBUTES or \

@@ -46,7 +46,27 @@ SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witne
 # extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
 UNATTRIBUTED = "unattributed"
 
-_record_function = torch.autograd.profiler.record_function
+_range_enter = torch.ops.profiler._record_function_enter_new
+_range_exit = torch.ops.profiler._record_function_exit._RecordFunction
+_no_subclass_function = torch._C.DisableTorchFunctionSubclass
+_cupti_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", lambda: None)
+
+
+@contextmanager
+def _record_function(name: str):
+    """``torch.autograd.profiler.record_function`` with its ops bound at import: the profiler
+    range closes through an op looked up by name at every exit (``torch.ops.profiler...``), which
+    a submission replaced to run PyTorch after the range had closed."""
+    record = _range_enter(name, None)
+    monitor = _cupti_monitor()
+    annotated = monitor.push_user_annotation(name) if monitor is not None else None
+    try:
+        yield
+    finally:
+        if annotated is not None:
+            monitor.pop_user_annotation()
+        with _no_subclass_function():
+            _range_exit(record)
 _all_op_names = torch._C._dispatch_get_all_op_names
 _include = torch._C._dispatch_tls_local_include_set
 _exclude = torch._C._dispatch_tls_local_exclude_set

@@ -270,15 +270,19 @@ def _file_digest(path: str) -> str:
 
 
 def _native_texts(name: str, args: tuple, kwargs: dict) -> list[str]:
-    """The native source text a ``load_inline`` / ``load`` call compiles."""
+    """The native source text a ``load_inline`` / ``load`` call compiles, and its compiler and
+    linker flags (``-Wl,--wrap=...`` renames a symbol the source calls)."""
+    flags = [" ".join(v for v in ([value] if isinstance(value, str) else list(value or []))
+                      if isinstance(v, str))
+             for key, value in kwargs.items() if key.startswith("extra_")]
     if name == "load_inline":
         texts = []
         for index, key in ((1, "cpp_sources"), (2, "cuda_sources")):
             value = kwargs.get(key, args[index] if len(args) > index else None)
             texts += [value] if isinstance(value, str) else list(value or [])
-        return [t for t in texts if isinstance(t, str)]
+        return [t for t in texts if isinstance(t, str)] + [f for f in flags if f]
     sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
-    out = []
+    out = [f for f in flags if f]
     for path in [sources] if isinstance(sources, str) else list(sources or []):
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
@@ -1125,6 +1129,8 @@ def compile_task(payload: dict) -> dict:
     """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder)."""
     mark_stage("compile")
     started = _perf_counter()
+    if payload.get("confine", True):
+        sandbox.isolate_network()  # its code runs here too (static initializers, at import)
     _install_extension_hooks(prebuilt=False)
     load_namespace(payload["source"], "candidate")
     return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),

@@ -61,7 +61,7 @@ _DEVICE_NAMES = ("null", "zero", "full", "random", "urandom")
 _DEVICE_PREFIXES = ("nvidia", "dri", "kfd", "accel")
 
 STATE: dict = {"landlock": None, "proc_hidden": False, "shm_private": False, "tcp": "open",
-               "process_creation": "allowed", "network": "shared"}
+               "process_creation": "allowed", "network": "shared", "ip_sockets": "allowed"}
 
 
 def report() -> dict:
@@ -302,8 +302,21 @@ def forbid_other_processes() -> str:
 _CLONE_NEWNET = 0x40000000
 
 
+_SCMP_CMP_EQ = 4
+# Address families of the network (IPv4, IPv6, raw packets): Landlock refuses TCP only, and a
+# fresh network namespace needs privileges a CI runner may not have; a red-team build sent a
+# file over UDP from the compile worker.
+NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
+
+
 def isolate_network() -> str:
-    """Enter a fresh network namespace (no interface up); returns ``STATE["network"]``."""
+    """Enter a fresh network namespace (no interface up) where the kernel allows it, and refuse
+    (seccomp, EPERM) sockets of ``NETWORK_FAMILIES`` and io_uring, whose operations bypass the
+    filter; returns ``STATE["network"]`` (the sockets' in ``STATE["ip_sockets"]``)."""
+    eperm = _scmp_errno(errno.EPERM)
+    failed = _load_filter([("socket", eperm, _ArgCmp(0, _SCMP_CMP_EQ, family, 0))
+                           for family in NETWORK_FAMILIES] + [("io_uring_setup", eperm, None)])
+    STATE["ip_sockets"] = f"allowed: {failed}" if failed else "refused"
     if _libc().unshare(_CLONE_NEWNET) == 0:
         STATE["network"] = "isolated"
     else:

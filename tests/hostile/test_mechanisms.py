@@ -226,6 +226,9 @@ PROBE = textwrap.dedent("""
     attempt("dev_null", lambda: open("/dev/null", "w").write("x"))
     attempt("mkfifo_shm", lambda: os.mkfifo("/dev/shm/kmhostile-fifo"))
     attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=2))
+    attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
+        b"x", ("127.0.0.1", 9)))
+    attempt("unix", lambda: socket.socketpair())
     parent, mine = os.getppid(), sorted(os.sched_getaffinity(0))
     attempt("renice_parent", lambda: os.setpriority(os.PRIO_PROCESS, parent, 7))
     attempt("pin_parent", lambda: os.sched_setaffinity(parent, mine[:1]))
@@ -263,6 +266,11 @@ def test_worker_confinement(tmp_path):
         assert downgrades(state), "a downgrade must be recorded"
     if state["tcp"] == "refused" or state["network"] == "isolated":
         assert facts["tcp"] != "allowed"
+    if state["ip_sockets"] == "refused":  # UDP too (Landlock refuses TCP only)
+        assert facts["tcp"] == facts["udp"] == "PermissionError", facts
+    else:
+        assert downgrades(state), "a downgrade must be recorded"
+    assert facts["unix"] == "allowed", facts  # pipes and local sockets stay
     # renicing or pinning another process (the zygote: every later worker inherits it) is
     # refused; the worker's own scheduling and limits are its own
     if state["other_processes"] == "blocked":
@@ -276,7 +284,8 @@ def test_worker_confinement(tmp_path):
 
 def test_downgrades_name_what_was_not_applied():
     full = {"landlock": 7, "proc_hidden": True, "shm_private": True, "tcp": "refused",
-            "process_creation": "blocked", "other_processes": "blocked", "network": "isolated"}
+            "process_creation": "blocked", "other_processes": "blocked", "network": "isolated",
+            "ip_sockets": "refused"}
     assert downgrades(full) == []
     partial = {**full, "landlock": "unavailable: the kernel has no Landlock",
                "process_creation": "allowed: libseccomp not found"}
@@ -1098,3 +1107,63 @@ def test_a_library_extension_loads_only_the_build_the_compile_worker_reported(tm
     refused = run("candidate", "0" * 64)
     assert "refused:" in refused and "not what the compile worker built" in refused
     assert "registered: False" in refused, refused
+
+
+REDTEAM = FIXTURES / "redteam"
+
+
+@pytest.mark.parametrize("case, finding", [
+    ("triton_build_alias", "Triton's machinery"),
+    ("benchmark_timer_exec", "torch.utils beyond cpp_extension"),
+    ("infer_schema_eval", "__annotations__"),
+    ("compile_worker_udp", "socket"),
+    ("build_folder_sparse", "opens a file for writing"),
+    ("linker_wrap_capi", "Python interpreter"),
+])
+def test_the_red_teams_native_and_eval_routes_are_refused_by_the_scan(case, finding):
+    """Red-team answers that, once run, build or eval code the worker cannot see (Triton's C
+    module builder through an alias, torch.utils.benchmark's Timer, string annotations that
+    typing evaluates, a UDP socket in a static initializer, a computed file mode, the linker's
+    --wrap for the CPython API): each was certified; each is now a scan finding, so it never
+    runs. Run anyway they would own the worker's facts, so the scan is where they stop."""
+    found = static.scan((REDTEAM / f"{case}.py").read_text())
+    assert any(finding in f for f in found), found
+
+
+def test_scan_follows_aliases_of_library_modules():
+    """A name bound from a library name is one: its private attributes and Triton paths are
+    judged as the original's (``_t = torch; _t._C``, ``_rt = triton.runtime; _rt.build``)."""
+    assert static.scan("import torch\n_t = torch\nx = _t._C._autograd\n")
+    assert static.scan("import torch\ndef f(m=torch):\n    return m._C\n")
+    assert static.scan("import torch\nx = getattr(torch, '_C')\n")
+    assert static.scan("import triton\n_rt = triton.runtime\nb = _rt.build\n")
+    assert static.scan("import triton.language as tl\nk = tl.core.knobs\n")
+    assert not static.scan("import triton\nfrom triton.runtime import driver\n"
+                           "n = driver.active.utils.get_device_properties(0)\n")
+    assert not static.scan("from torch.utils.cpp_extension import load_inline\n")
+
+
+def test_a_build_folder_is_read_within_bounds(tmp_path):
+    """The parent reads at most a few MiB of a build folder's sources: a sparse gigabyte
+    ``.cpp`` costs it nothing, and a folder holding more source than a build writes is itself
+    a finding."""
+    import tracemalloc
+
+    build = tmp_path / "km_sparse"
+    build.mkdir()
+    (build / "main.cpp").write_text("int f() { return 1; }\n")
+    with open(build / "huge.cpp", "wb") as handle:
+        handle.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        found = static.built_source_findings(tmp_path, limit=4 << 20, total=6 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == [], found
+    assert peak < 64 << 20, peak  # read whole, the file alone is 1 GiB
+    for index in range(3):
+        with open(build / f"pad{index}.cu", "wb") as handle:
+            handle.truncate(4 << 20)
+    assert any("MiB of native source" in f for f in
+               static.built_source_findings(tmp_path, limit=4 << 20, total=6 << 20))
