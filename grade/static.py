@@ -299,7 +299,8 @@ LIBRARY_MODULE_ROOTS = ("torch", "triton")
 TRITON_API = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language",
               "constexpr", "OutOfResources", "__version__", "tools.experimental_descriptor",
               "tools.tensor_descriptor", "set_allocator")
-TRITON_DEVICE_QUERIES = ("runtime.driver.active.get_current_device",
+TRITON_DEVICE_QUERIES = ("runtime.driver.active.get_active_torch_device",
+                         "runtime.driver.active.get_current_device",
                          "runtime.driver.active.get_current_stream",
                          "runtime.driver.active.get_current_target",
                          "runtime.driver.active.utils.get_device_properties")
