@@ -298,7 +298,7 @@ LIBRARY_MODULE_ROOTS = ("torch", "triton")
 # module holds ``knobs`` too).
 TRITON_API = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language",
               "constexpr", "OutOfResources", "__version__", "tools.experimental_descriptor",
-              "tools.tensor_descriptor", "set_allocator")
+              "tools.tensor_descriptor", "set_allocator", "testing")
 TRITON_DEVICE_QUERIES = ("runtime.driver.active.get_active_torch_device",
                          "runtime.driver.active.get_current_device",
                          "runtime.driver.active.get_current_stream",
