@@ -361,6 +361,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     for label, value in (("patched", facts.get("patched")),):
         if value:
             hack("patched_function", f"replaced: {', '.join(value[:6])}")
+    if facts.get("refused_compiles"):
+        hack("forbidden_api", f"{facts['refused_compiles'][0]} (refused)")
     if facts.get("modes_after_import") or facts.get("modes_at_end"):
         hack("patched_function", "a torch function/dispatch mode was left active")
     if facts.get("profile_hooks"):

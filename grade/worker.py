@@ -24,6 +24,7 @@ Imports only torch, triton (if present), the standard library, the harness worke
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import inspect
 import os
@@ -349,6 +350,66 @@ def _unwrapped_is(current, original) -> bool:
         if current is original:
             return True
     return False
+
+
+# ---------------------------------------------------------------- code compiled at run time
+
+# Packages whose own code generation runs in a candidate's worker (Triton's binder and compiler,
+# torch's, dataclasses' and namedtuple's generated methods, module imports).
+CODEGEN_PACKAGES = frozenset({"triton", "torch", "einops", "transformers", "importlib",
+                              "dataclasses", "collections", "kernelmill"})
+_TYPE_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple,
+               ast.List, ast.Load, ast.BinOp, ast.BitOr)
+_compiling = [False]
+REFUSED_COMPILES: list[str] = []
+
+
+def _type_expression(text: str) -> bool:
+    """``text`` reads as a type annotation (``torch.Tensor``, ``Optional[int]``, ``int | None``)
+    and nothing else: no call, no dunder name."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return False
+    return all(_isinstance(node, _TYPE_NODES) and not (
+        _isinstance(node, ast.Name) and node.id.startswith("__") or
+        _isinstance(node, ast.Attribute) and node.attr.startswith("__") or
+        _isinstance(node, ast.BinOp) and not _isinstance(node.op, ast.BitOr))
+        for node in ast.walk(tree))
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Refuse code compiled from a string at run time, unless a code-generating package compiles
+    it or it is a type annotation. A submission that reaches eval by any route (a red-team
+    answer used typing's evaluation of an annotation it assembled at run time, another
+    torch.utils.benchmark's exec of a statement) owns the worker's facts: this stops the code
+    from being made, whatever route asked for it."""
+    if event != "compile" or _compiling[0]:
+        return
+    source = args[0] if args else None
+    if not _isinstance(source, (str, bytes)):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in ("ast", "builtins"):
+        frame = frame.f_back
+    module = str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+    if module.split(".")[0] in CODEGEN_PACKAGES:
+        return
+    text = source.decode("utf-8", "replace") if _isinstance(source, bytes) else source
+    _compiling[0] = True
+    try:
+        annotation = _type_expression(text)
+    finally:
+        _compiling[0] = False
+    if not annotation:
+        why = f"code compiled at run time by {module or '?'}: {text[:80]!r}"
+        REFUSED_COMPILES.append(why)
+        raise RuntimeError(f"kernelmill: refused {why}")
+
+
+def refuse_runtime_code() -> None:
+    """Install ``_audit`` (an audit hook stays for the life of the process)."""
+    sys.addaudithook(_audit)
 
 
 # Every function and class of the modules a kernel uses, as they were before the candidate's
@@ -1039,6 +1100,7 @@ def candidate_task(payload: dict) -> dict:
     facts: dict[str, Any] = {"calls": []}
 
     snapshot_modules()  # after our own hooks: what changes from here on is the candidate's
+    refuse_runtime_code()
     mark_stage("import")
     ns = load_namespace(source, "candidate")
     if "ModelNew" not in ns:
@@ -1118,6 +1180,7 @@ def candidate_task(payload: dict) -> dict:
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
     facts["patched"] = patched_functions()
+    facts["refused_compiles"] = list(REFUSED_COMPILES)
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)
@@ -1132,6 +1195,7 @@ def compile_task(payload: dict) -> dict:
     if payload.get("confine", True):
         sandbox.isolate_network()  # its code runs here too (static initializers, at import)
     _install_extension_hooks(prebuilt=False)
+    refuse_runtime_code()  # its facts (the texts, the digests) are trusted by the parent
     load_namespace(payload["source"], "candidate")
     return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),
-            "digests": list(_BUILT["digests"])}
+            "digests": list(_BUILT["digests"]), "refused_compiles": list(REFUSED_COMPILES)}

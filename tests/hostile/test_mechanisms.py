@@ -1167,3 +1167,58 @@ def test_a_build_folder_is_read_within_bounds(tmp_path):
             handle.truncate(4 << 20)
     assert any("MiB of native source" in f for f in
                static.built_source_findings(tmp_path, limit=4 << 20, total=6 << 20))
+
+
+_RUNTIME_CODE = """
+import dataclasses, functools, json, sys, typing
+import torch
+import triton
+import triton.language as tl
+from kernelmill.grade import worker
+worker.refuse_runtime_code()
+results = {}
+
+def attempt(name, fn):
+    try:
+        fn()
+        results[name] = "ran"
+    except RuntimeError as exc:
+        results[name] = "refused" if "kernelmill: refused" in str(exc) else repr(exc)
+
+def annotated(text):
+    def f(x):
+        return x
+    f.__annotations__["x"] = text
+    return f
+
+attempt("annotation_type", lambda: typing.get_type_hints(annotated("torch.Tensor"), vars(torch)))
+attempt("annotation_code", lambda: typing.get_type_hints(annotated("__import__('os')")))
+attempt("singledispatch", lambda: functools.singledispatch(len).register(
+    annotated("print.__self__.__import__('os')")))
+attempt("dataclass", lambda: dataclasses.make_dataclass("Point", ["x", "y"])(1, 2))
+
+@triton.jit
+def kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))
+
+attempt("triton_jit", lambda: triton.jit(lambda x: x) and kernel)
+from torch.utils import benchmark
+attempt("benchmark_timer", lambda: benchmark.Timer(stmt="x = 1").timeit(1))
+print(json.dumps({**results, "refused": worker.REFUSED_COMPILES}))
+"""
+
+
+def test_code_compiled_from_a_string_at_run_time_is_refused_in_a_worker():
+    """Any route to eval or exec (typing's evaluation of an annotation built at run time,
+    torch.utils.benchmark's statement) compiles a string: the worker's audit hook refuses it
+    unless a code-generating package compiles it (Triton's JIT, dataclasses) or it reads as a
+    type annotation. In a subprocess: an audit hook lasts as long as its process."""
+    done = subprocess.run([sys.executable, "-c", _RUNTIME_CODE], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["annotation_type"] == results["dataclass"] == results["triton_jit"] == "ran", \
+        results
+    assert results["annotation_code"] == results["singledispatch"] == "refused", results
+    assert results["benchmark_timer"] == "refused", results
+    assert len(results["refused"]) >= 3
