@@ -1097,13 +1097,14 @@ def test_a_library_extension_loads_only_the_build_the_compile_worker_reported(tm
     def run(*args):
         done = subprocess.run([sys.executable, "-c", _LIBRARY_LOADER, *args], env=env,
                               capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.returncode == 0, (args[:1], done.stdout[-1000:], done.stderr[-2000:])
         return done.stdout
 
     built = run("compile")  # the compile worker builds it and reports its digest
-    digest = built.split("digests:")[1].split()
-    assert "registered: True" in built and len(digest) == 1
-    assert "registered: True" in run("candidate", *digest)
+    digest = built.split("digests:")[-1].split()
+    assert "registered: True" in built and len(digest) == 1, built[-2000:]
+    loaded = run("candidate", *digest)
+    assert "registered: True" in loaded, loaded[-2000:]
     refused = run("candidate", "0" * 64)
     assert "refused:" in refused and "not what the compile worker built" in refused
     assert "registered: False" in refused, refused
