@@ -380,9 +380,7 @@ def _forbidden_name(name: str) -> bool:
 
 
 def _root_name(node: ast.AST) -> str | None:
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
+    return _chain(node)[0]
 
 
 _MODE = re.compile(r"^[rwaxbt+]{1,4}$")

@@ -548,6 +548,35 @@ SHARED_TENSOR_BYTES = 1 << 16  # smaller tensors travel in the job's pickle
 _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 
 
+def _slotted(value, takes) -> tuple[Any, list, int]:
+    """``value`` with each tensor that ``takes`` returns a tensor for (the tensor to store)
+    replaced by a ``TensorSlot`` at a 64-byte-aligned offset (one object, one slot: the worker
+    gets one tensor too); also the (offset, tensor) chunks and their end."""
+    chunks: list[tuple[int, Any]] = []
+    slots: dict[int, TensorSlot] = {}
+    end = 0
+
+    def walk(item):
+        nonlocal end
+        if id(item) in slots:
+            return slots[id(item)]
+        stored = takes(item)
+        if stored is not None:
+            offset = -(-end // 64) * 64
+            nbytes = stored.numel() * stored.element_size()
+            chunks.append((offset, stored))
+            end = offset + nbytes
+            slots[id(item)] = TensorSlot((offset, nbytes, str(stored.dtype)[6:],
+                                          tuple(stored.shape)))
+            return slots[id(item)]
+        if type(item) in (dict, list, tuple):
+            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+        return item
+
+    return walk(value), chunks, end
+
+
 def _tensor_file(payload):
     """``payload`` with its large CPU tensors replaced by ``TensorSlot``s, and a sealed memory
     file holding their bytes (its descriptor, or None when there are none or no ``memfd``).
@@ -562,40 +591,19 @@ def _tensor_file(payload):
 
     if not hasattr(os, "memfd_create"):
         return payload, None
-    chunks: list[tuple[int, torch.Tensor]] = []
-    slots: dict[int, TensorSlot] = {}
-    end = [0]
 
-    def shareable(v) -> bool:
-        return (type(v) is torch.Tensor and v.device.type == "cpu" and v.layout == torch.strided
-                and not v.requires_grad and not v.is_quantized and not v.is_conj()
-                and not v.is_neg() and v.is_contiguous()
-                and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES)
+    def shareable(v) -> torch.Tensor | None:
+        return v if (type(v) is torch.Tensor and v.device.type == "cpu"
+                     and v.layout == torch.strided and not v.requires_grad and not v.is_quantized
+                     and not v.is_conj() and not v.is_neg() and v.is_contiguous()
+                     and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
 
-    def walk(item):
-        if shareable(item):
-            if id(item) not in slots:  # one object, one slot: the worker gets one tensor too
-                offset = -(-end[0] // 64) * 64
-                nbytes = item.numel() * item.element_size()
-                chunks.append((offset, item))
-                end[0] = offset + nbytes
-                slots[id(item)] = TensorSlot((offset, nbytes, str(item.dtype)[6:],
-                                              tuple(item.shape)))
-            return slots[id(item)]
-        if type(item) is dict:
-            return {k: walk(v) for k, v in item.items()}
-        if type(item) is list:
-            return [walk(v) for v in item]
-        if type(item) is tuple:
-            return tuple(walk(v) for v in item)
-        return item
-
-    moved = walk(payload)
+    moved, chunks, end = _slotted(payload, shareable)
     if not chunks:
         return payload, None
     fd = os.memfd_create("kernelmill-payload", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        os.ftruncate(fd, end[0])
+        os.ftruncate(fd, end)
         for offset, tensor in chunks:
             with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
                 done = 0
@@ -630,28 +638,15 @@ class _LateFile:
         self._parts: list[tuple[bytes, list]] = []
         end = 0
         for part in parts:
-            chunks: list[tuple[int, torch.Tensor]] = []
-            size = [0]
-
-            def walk(item, chunks=chunks, size=size):
-                if type(item) is torch.Tensor:
-                    tensor = item.detach().to("cpu").contiguous()
-                    nbytes = tensor.numel() * tensor.element_size()
-                    chunks.append((size[0], tensor))
-                    slot = TensorSlot((size[0], nbytes, str(tensor.dtype)[6:], tuple(tensor.shape)))
-                    size[0] = -(-(size[0] + nbytes) // 64) * 64
-                    return slot
-                if type(item) in (dict, list, tuple):
-                    values = [walk(v) for v in (item.values() if type(item) is dict else item)]
-                    return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-                return item
-
-            structure = pickle.dumps(walk(part), protocol=pickle.HIGHEST_PROTOCOL)
+            moved, chunks, size = _slotted(
+                part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
+                else None)
+            structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
             head = -(-(8 + len(structure)) // 64) * 64
             self._parts.append((len(structure).to_bytes(8, "little") + structure,
                                 [(head + offset, tensor) for offset, tensor in chunks]))
-            self.table.append((end, head + size[0]))
-            end += head + size[0]
+            self.table.append((end, head + size))
+            end += head + size
         self.fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, max(end, 1))

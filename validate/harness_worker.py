@@ -87,8 +87,6 @@ def report(value: dict) -> None:
 def late_payload(index: int):
     """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
     parent now: it was not in this process before (None when the job has no such part)."""
-    import torch
-
     table = _late.get("table") or []
     if not 0 <= index < len(table) or _control is None:
         return None
@@ -106,22 +104,7 @@ def late_payload(index: int):
             done += got
     length = int.from_bytes(data[:8], "little")
     head = -(-(8 + length) // 64) * 64
-    made: dict[int, object] = {}
-
-    def restore(item):
-        if type(item) is TensorSlot:
-            start, nbytes, dtype, shape = item
-            if start not in made:
-                made[start] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
-                                               offset=head + start) \
-                    .view(getattr(torch, dtype)).view(tuple(shape))
-            return made[start]
-        if type(item) in (dict, list, tuple):
-            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
-
-    return restore(pickle.loads(bytes(data[8:8 + length])))
+    return _restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
 
 
 def receive() -> str:
@@ -209,30 +192,33 @@ def attach_tensors(value, fd: int):
     (private, copy-on-write: writing to an input never reaches the file)."""
     import mmap
 
-    import torch
-
     size = os.fstat(fd).st_size
     if size == 0:
         os.close(fd)
         return value
     data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(fd)
+    return _restore_slots(value, data)
+
+
+def _restore_slots(value, data, base: int = 0):
+    """``value`` with every ``TensorSlot`` replaced by a tensor over ``data`` (a buffer) at
+    ``base`` plus its offset; each slot a storage of its own (saved alone if it is returned)."""
+    import torch
+
     made: dict[int, object] = {}
 
     def restore(item):
         if type(item) is TensorSlot:
             offset, nbytes, dtype, shape = item
-            if offset not in made:  # a storage of its own (saved alone if it is returned)
+            if offset not in made:
                 made[offset] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
-                                                offset=offset).view(getattr(torch, dtype)) \
-                    .view(tuple(shape))
+                                                offset=base + offset) \
+                    .view(getattr(torch, dtype)).view(tuple(shape))
             return made[offset]
-        if type(item) is dict:
-            return {k: restore(v) for k, v in item.items()}
-        if type(item) is list:
-            return [restore(v) for v in item]
-        if type(item) is tuple:
-            return tuple(restore(v) for v in item)
+        if type(item) in (dict, list, tuple):
+            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
         return item
 
     return restore(value)
