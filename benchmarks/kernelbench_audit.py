@@ -154,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measured peak / estimate: min {mem['measured/estimate min']}, median "
               f"{mem['measured/estimate median']}, max {mem['measured/estimate max']} "
               f"({mem['most underestimated']}); {mem['underestimated']} underestimated")
+    from kernelmill.validate.admission import gpu_occupancies, occupancy_line
     from kernelmill.validate.stage_times import stage_table
+
+    occupancies = gpu_occupancies()
+    for occ in occupancies:
+        print("GPU memory admission, " + occupancy_line(occ))
 
     print("\nwhere the workers' time went:\n" + stage_table(records))
     rate = done / wall * 3600 if wall > 0 and done else 0.0
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**summary, "wall_s": wall, "validated": done,
                                          "per_hour": rate, "device": device,
-                                         "failures": failures}, indent=1))
+                                         "occupancy": occupancies, "failures": failures}, indent=1))
     return 0
 
 

@@ -134,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     from kernelmill.validate.stage_times import stage_table
 
     print("\nwhere the workers' time went:\n" + stage_table(records))
+    from kernelmill.validate.admission import gpu_occupancies, occupancy_line
+
+    for occ in gpu_occupancies():
+        print("GPU memory admission, " + occupancy_line(occ))
     failed_seeds = [(r["name"], v["flags"], {f: v["checks"][f]["detail"] for f in v["flags"]})
                     for r, v in zip(records, vals)
                     if not v["passed"] and (r.get("provenance") or {}).get("generator") == "seed"]

@@ -40,12 +40,27 @@ if ! python3 -c "import kernelmill.core" 2>/dev/null; then
   export PYTHONPATH=/tmp/kmroot${PYTHONPATH:+:$PYTHONPATH}
 fi
 kernelmill() { python3 -m kernelmill.app.cli "$@"; }
+# GPU busy % and memory used, sampled every second while a long part runs (util_PART.csv), and
+# their means in timings.txt
+sampler=""
+sample_gpu() {
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 1000 \
+    > "$out/util_$1.csv" 2>/dev/null & sampler=$!
+}
+stop_sampling() {
+  [ -n "$sampler" ] || return 0
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; sampler=""
+  awk -F', *' -v part="$1" '{u+=$1; m+=$2; n++} END {if (n) printf "== %s: GPU busy %.0f%%'\
+' on average, %.1f GiB used on average (%d samples)\n", part, u/n, m/n/1024, n}' \
+    "$out/util_$1.csv" | tee -a "$out/timings.txt"
+}
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$out/device.txt"
 for part in $parts; do
   start=$(date +%s)
+  case $part in audit|build|validate|ray) sample_gpu "$part" ;; esac
   case $part in
     tests)    python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests 2>&1 \
                 | tee "$out/gpu_tests.log" ;;
@@ -105,5 +120,6 @@ for part in $parts; do
               fi ;;
     *)        echo "unknown part $part" ;;
   esac
+  stop_sampling "$part"
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
 done

@@ -13,7 +13,14 @@ what the running tasks left, and waits otherwise. Three rules keep it live:
 
 ``run_admitted`` wraps one worker run: admission, then a rerun alone when it still went out of
 memory while it shared the GPU, and ``too_large`` when it went out of memory alone.
-Unknown estimates count as ``unknown_fraction`` of the budget.
+Unknown estimates count as ``unknown_fraction`` of the budget. A problem's workers run one after
+the other under one ``Tenancy``: the second worker (the replay) keeps the first one's grant,
+shrunk to what it asks, instead of queueing again behind newer problems (which cost a problem
+too large to share the GPU a second wait of ``max_wait_s`` and a second drain of the GPU).
+
+Each budget keeps its occupancy (``occupancy()``): how long it was held by no task, one or
+several, how full it was on average, and how long an old waiter held newer tasks back while the
+GPU drained for it, so a benchmark can say where a run's GPU time went.
 
 Host memory (CPU workers) works the same way, with one ``MemoryBudget`` per process for the
 host (``host_budget``): what is available (``MemAvailable``, or the cgroup's room when lower,
@@ -61,6 +68,31 @@ class Grant:
     alone: bool
     waited_s: float = 0.0
     shared: bool = False  # another task held the same GPU at some time while this one did
+    asked_alone: bool = False  # acquired with ``alone`` (not only for asking too much)
+
+
+class _Occupancy:
+    """Time-weighted accounts of one budget, advanced at every change (``tick``)."""
+
+    def __init__(self, now: float):
+        self.start = self.last = now
+        self.by_holders: dict[int, float] = {}  # number of holders -> seconds
+        self.used_s = 0.0  # integral of used bytes over time (byte-seconds)
+        self.alone_s = 0.0  # a task held the budget to itself
+        self.draining_s = 0.0  # an old waiter held newer tasks back (while others still ran)
+        self.idle_waiting_s = 0.0  # no holder although tasks waited
+
+    def tick(self, now: float, holders: int, used: int, alone: bool, waiting: int,
+             draining: bool) -> None:
+        span = max(0.0, now - self.last)
+        self.last = now
+        if not span:
+            return
+        self.by_holders[holders] = self.by_holders.get(holders, 0.0) + span
+        self.used_s += used * span
+        self.alone_s += span if alone and holders else 0.0
+        self.draining_s += span if draining and holders else 0.0
+        self.idle_waiting_s += span if waiting and not holders else 0.0
 
 
 class MemoryBudget:
@@ -85,6 +117,37 @@ class MemoryBudget:
         self._cond = threading.Condition()
         self._tickets = itertools.count()
         self._waiting: dict[int, float] = {}  # ticket -> when it began to wait
+        self._occupancy = _Occupancy(time.monotonic())
+
+    def _tick(self, now: float | None = None) -> None:
+        """Advance the occupancy accounts to ``now`` (call with ``_cond`` held, before a
+        change)."""
+        now = time.monotonic() if now is None else now
+        began = self._occupancy.last  # the span's state is the one at its start
+        draining = any(began - since >= self.max_wait_s for since in self._waiting.values())
+        self._occupancy.tick(now, self.holders, self.used, self._alone, len(self._waiting),
+                             draining)
+
+    def occupancy(self) -> dict:
+        """Where this budget's time went since it was made: seconds with 0, 1 or more holders,
+        the mean fill (used / capacity), seconds held by a task alone, seconds an old waiter
+        held newer tasks back while the GPU drained for it, and seconds idle while tasks
+        waited."""
+        with self._cond:
+            self._tick()
+            occ = self._occupancy
+            wall = max(occ.last - occ.start, 1e-9)
+            several = sum(v for k, v in occ.by_holders.items() if k > 1)
+            return {"name": self.name, "wall_s": round(wall, 3),
+                    "capacity_gib": round(self.capacity / 2**30, 2),
+                    "empty_s": round(occ.by_holders.get(0, 0.0), 3),
+                    "one_holder_s": round(occ.by_holders.get(1, 0.0), 3),
+                    "several_s": round(several, 3),
+                    "alone_s": round(occ.alone_s, 3),
+                    "draining_s": round(occ.draining_s, 3),
+                    "idle_waiting_s": round(occ.idle_waiting_s, 3),
+                    "mean_fill": round(occ.used_s / wall / max(self.capacity, 1), 4),
+                    "peak_holders": self.peak_holders}
 
     def need_for(self, estimate: int | None) -> int:
         """What a task with this estimate asks for (unknown: a large share of the budget). The
@@ -115,14 +178,18 @@ class MemoryBudget:
         start = time.monotonic()
         with self._cond:
             ticket = next(self._tickets)
+            self._tick(start)
             self._waiting[ticket] = start
             try:
                 while not self._may_start(ticket, need, alone, time.monotonic()):
                     # wake up in time to notice that an older waiter became protected
                     self._cond.wait(timeout=max(0.05, min(self.max_wait_s, 5.0)))
+                    self._tick()
             finally:
+                self._tick()
                 del self._waiting[ticket]
-            grant = Grant(need, alone or need > self.capacity, time.monotonic() - start)
+            grant = Grant(need, alone or need > self.capacity, time.monotonic() - start,
+                          asked_alone=alone)
             if self._active:
                 grant.shared = True
                 for other in self._active:
@@ -138,12 +205,31 @@ class MemoryBudget:
 
     def release(self, grant: Grant) -> None:
         with self._cond:
+            self._tick()
             self._active.discard(grant)
             self.used -= grant.need
             if self.shared is not None:
                 self.shared.set(self.used)
             if grant.alone:
                 self._alone = False
+            self._cond.notify_all()
+
+    def shrink(self, grant: Grant, need: int) -> None:
+        """Keep holding ``grant`` for ``need`` bytes (no more than it holds: growing would wait,
+        and a task that waits while it holds can deadlock with another); the rest goes back.
+        ``grant.shared`` starts again from whether another task holds the budget now."""
+        with self._cond:
+            self._tick()
+            if grant not in self._active:
+                raise ValueError("shrink: this grant is not held")
+            need = max(0, min(int(need), grant.need))
+            self.used -= grant.need - need
+            grant.need = need
+            if grant.alone and not grant.asked_alone and need <= self.capacity:
+                grant.alone = self._alone = False  # it fits beside others now
+            grant.shared = self.holders > 1
+            if self.shared is not None:
+                self.shared.set(self.used)
             self._cond.notify_all()
 
     @contextmanager
@@ -178,24 +264,64 @@ def run_admitted(budget: MemoryBudget | None, estimate: int | None, run: Callabl
                  out_of_memory: Callable[[Any], bool]) -> Admitted:
     """``run()`` once admitted on ``budget``; rerun alone on out-of-memory while sharing;
     ``too_large`` when it ran out of memory alone. Without a budget (CPU), just ``run()``."""
-    if budget is None:
-        return Admitted(run())
-    need = budget.need_for(estimate)
-    with budget.hold(need) as grant:
-        result = run()
-    admitted = Admitted(result, need=need, waited_s=grant.waited_s)
-    if not out_of_memory(result):
-        return admitted
-    if not grant.shared:
-        admitted.too_large = True
-        return admitted
-    log.info("%s: out of memory while sharing the GPU; rerunning alone", budget.name)
-    with budget.hold(need, alone=True) as again:
+    with Tenancy(budget) as tenancy:
+        return tenancy.run(estimate, run, out_of_memory)
+
+
+class Tenancy:
+    """One problem's hold on a budget across the workers it runs one after the other.
+
+    ``run(estimate, run, out_of_memory)`` is ``run_admitted`` for one worker; a later ``run``
+    whose ask fits in the grant still held keeps it (shrunk to its ask) and starts at once,
+    instead of queueing again behind newer problems. One that asks for more gives the grant
+    back and queues. A rerun alone (out of memory while sharing) gives its grant back after.
+    Leaving the ``with`` block (or ``close``) gives back what is held."""
+
+    def __init__(self, budget: MemoryBudget | None):
+        self.budget = budget
+        self.grant: Grant | None = None
+
+    def __enter__(self) -> Tenancy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.grant is not None and self.budget is not None:
+            self.budget.release(self.grant)
+        self.grant = None
+
+    def _admit(self, need: int) -> float:
+        """Hold ``need`` bytes; the seconds waited for them."""
+        if self.grant is not None and need <= self.grant.need:
+            self.budget.shrink(self.grant, need)
+            return 0.0
+        self.close()
+        self.grant = self.budget.acquire(need)
+        return self.grant.waited_s
+
+    def run(self, estimate: int | None, run: Callable[[], Any],
+            out_of_memory: Callable[[Any], bool]) -> Admitted:
+        budget = self.budget
+        if budget is None:
+            return Admitted(run())
+        need = budget.need_for(estimate)
+        admitted = Admitted(None, need=need, waited_s=self._admit(need))
         admitted.result = run()
-    admitted.retried_alone = True
-    admitted.waited_s += again.waited_s
-    admitted.too_large = out_of_memory(admitted.result)
-    return admitted
+        if not out_of_memory(admitted.result):
+            return admitted
+        if not self.grant.shared:
+            admitted.too_large = True
+            return admitted
+        log.info("%s: out of memory while sharing the GPU; rerunning alone", budget.name)
+        self.close()
+        with budget.hold(need, alone=True) as again:
+            admitted.result = run()
+        admitted.retried_alone = True
+        admitted.waited_s += again.waited_s
+        admitted.too_large = out_of_memory(admitted.result)
+        return admitted
 
 
 _BUDGETS: dict[Any, GpuBudget | None] = {}
@@ -229,6 +355,27 @@ def budget_for(slot: dict, read: Callable[[dict], tuple[int, int] | None] = read
             sizes = read(slot)
             _BUDGETS[gpu] = None if sizes is None else GpuBudget(*sizes, name=f"gpu{gpu}")
         return _BUDGETS[gpu]
+
+
+def gpu_occupancies() -> list[dict]:
+    """``occupancy()`` of every GPU budget this process made (one per physical GPU)."""
+    with _REGISTRY:
+        budgets = [b for key, b in _BUDGETS.items() if b is not None and not isinstance(key, tuple)]
+    return [b.occupancy() for b in budgets]
+
+
+def occupancy_line(occ: dict) -> str:
+    """One line saying where a GPU budget's time went."""
+    wall = max(occ["wall_s"], 1e-9)
+
+    def pct(key: str) -> str:
+        return f"{100 * occ[key] / wall:.0f}%"
+
+    return (f"{occ['name']}: {occ['wall_s']:.1f} s; held by several tasks {pct('several_s')}, "
+            f"by one {pct('one_holder_s')} (alone, by its size: {pct('alone_s')}), by none "
+            f"{pct('empty_s')} (while tasks waited: {pct('idle_waiting_s')}); draining for an "
+            f"old waiter {pct('draining_s')}; mean fill {100 * occ['mean_fill']:.0f}% of "
+            f"{occ['capacity_gib']} GiB; at most {occ['peak_holders']} tasks at once")
 
 
 def reset_budgets() -> None:
@@ -437,6 +584,6 @@ def run_on_host(budget: MemoryBudget, need: int, run: Callable[[int], Any],
 
 
 __all__ = ["ADDRESS_SLACK", "Admitted", "GpuBudget", "Grant", "HostLedger", "MemoryBudget",
-           "address_limit", "budget_for", "cgroup_room", "host_budget", "ledger_folder",
-           "read_gpu_memory", "read_host_memory", "reset_budgets", "run_admitted",
-           "run_on_host"]
+           "Tenancy", "address_limit", "budget_for", "cgroup_room", "gpu_occupancies",
+           "host_budget", "ledger_folder", "occupancy_line", "read_gpu_memory",
+           "read_host_memory", "reset_budgets", "run_admitted", "run_on_host"]

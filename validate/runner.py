@@ -54,7 +54,7 @@ from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from . import checks as C
-from .admission import address_limit, budget_for, host_budget, run_admitted, run_on_host
+from .admission import Tenancy, address_limit, budget_for, host_budget, run_on_host
 from .backends import get_backend, resolve_device
 from .difficulty import difficulty
 from .roofline import roofline
@@ -338,6 +338,12 @@ def _too_large(device: str, memory: dict, detail: str, resized: float | None) ->
 def validate_source(source: str, slot: dict | None = None,
                     config: ValidateConfig | dict | None = None) -> dict:
     """The ``validation`` section for one problem source (see the module docstring)."""
+    with contextlib.ExitStack() as held:  # the problem's GPU grant, given back at the end
+        return _validate_source(source, slot, config, held)
+
+
+def _validate_source(source: str, slot: dict | None, config: ValidateConfig | dict | None,
+                     held: contextlib.ExitStack) -> dict:
     from .harness import run_in_worker
 
     cfg = ValidateConfig.coerce(config)
@@ -386,8 +392,10 @@ def validate_source(source: str, slot: dict | None = None,
             return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
                                  writable=_writable(), limits=limits)
 
+    # the probe's grant carries over to the replay (shrunk to its ask): no second queueing
+    tenancy = held.enter_context(Tenancy(budget))
     if on_cuda:
-        admitted = run_admitted(budget, estimate, lambda: run(PROBE, payload), _worker_oom)
+        admitted = tenancy.run(estimate, lambda: run(PROBE, payload), _worker_oom)
     else:
         admitted = run_on_host(host, need, lambda limit: run(PROBE, payload, limit), _worker_oom,
                                address_base())
@@ -424,12 +432,14 @@ def validate_source(source: str, slot: dict | None = None,
     early = [f for f in C.summarize(C.judge(m, cfg.thresholds()), cfg.gating)[1]
              if f not in REPLAY_CHECKS] if cfg.early_exit else []
     replay, replay_too_large = None, ""
+    if early:
+        tenancy.close()  # no second worker: the grant goes back now
     if (cross_process or inductor) and not early:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
         if on_cuda:
-            again = run_admitted(budget, memory["replay_bytes"],
-                                 lambda: run(REPLAY, second_payload), _worker_oom)
+            again = tenancy.run(memory["replay_bytes"], lambda: run(REPLAY, second_payload),
+                                _worker_oom)
         else:
             again = run_on_host(host, min(host.need_for(memory["replay_bytes"]), host.capacity),
                                 lambda limit: run(REPLAY, second_payload, limit), _worker_oom,

@@ -2,7 +2,8 @@
 import threading
 import time
 
-from kernelmill.validate.admission import GpuBudget, budget_for, reset_budgets, run_admitted
+from kernelmill.validate.admission import (GpuBudget, Tenancy, budget_for, reset_budgets,
+                                           run_admitted)
 
 GIB = 1 << 30
 
@@ -143,6 +144,98 @@ def test_a_young_waiter_lets_smaller_tasks_fill_the_gap():
     budget.release(first)
     waiting.join(5)
     assert not waiting.is_alive() and budget.used == 0
+
+
+def never(result) -> bool:
+    return False
+
+
+def _waiter(budget: GpuBudget, need: int, started: list) -> threading.Thread:
+    def task():
+        with budget.hold(need):
+            started.append(need)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=task)
+    thread.start()
+    return thread
+
+
+def test_a_problems_second_worker_keeps_its_grant_instead_of_queueing_again():
+    # the probe ran alone (it asks for more than half the GPU); newer problems queue behind it
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=60, factor=1.0)
+    started: list = []
+    with Tenancy(budget) as tenancy:
+        probe = tenancy.run(80 * GIB, lambda: "ok", never)
+        waiters = [_waiter(budget, 40 * GIB, started) for _ in range(3)]
+        time.sleep(0.1)
+        assert started == []  # 40 does not fit beside 80
+        replay = tenancy.run(50 * GIB, lambda: budget.used, never)
+        # the replay started at once on the grant it kept, shrunk to its ask: 50 held, and
+        # one 40 waiter fits beside it at last
+        assert replay.waited_s == 0.0 and replay.result == 50 * GIB
+        assert probe.need == 80 * GIB and replay.need == 50 * GIB
+    for thread in waiters:
+        thread.join(5)
+    assert started == [40 * GIB] * 3 and budget.used == 0
+
+
+def test_a_second_run_that_asks_for_more_queues_again_without_deadlock():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2, factor=1.0)
+    results = []
+
+    def problem():
+        with Tenancy(budget) as tenancy:
+            tenancy.run(45 * GIB, lambda: time.sleep(0.05), never)
+            # both hold 45 and want 70: growing in place would deadlock the two
+            results.append(tenancy.run(70 * GIB, lambda: budget.used, never).result)
+
+    threads = [threading.Thread(target=problem) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "admission deadlocked"
+    assert sorted(results) == [70 * GIB, 70 * GIB] and budget.used == 0
+
+
+def test_a_too_large_grant_shrunk_to_a_fitting_ask_shares_the_gpu_again():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=60)
+    started: list = []
+    grant = budget.acquire(150 * GIB)  # more than the GPU: alone
+    waiter = _waiter(budget, 10 * GIB, started)
+    time.sleep(0.1)
+    assert started == []
+    budget.shrink(grant, 30 * GIB)
+    waiter.join(5)
+    assert started == [10 * GIB]
+    budget.release(grant)
+    alone = budget.acquire(20 * GIB, alone=True)  # asked to be alone: stays alone when shrunk
+    budget.shrink(alone, 5 * GIB)
+    second = _waiter(budget, 10 * GIB, started)
+    time.sleep(0.1)
+    assert started == [10 * GIB]
+    budget.release(alone)
+    second.join(5)
+    assert started == [10 * GIB] * 2 and budget.used == 0
+
+
+def test_occupancy_accounts_for_the_time_alone_draining_and_shared():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2)
+    first = budget.acquire(60 * GIB)
+    big = threading.Thread(target=lambda: budget.release(budget.acquire(150 * GIB)))
+    big.start()  # waits for an empty GPU; protected after 0.2 s: the GPU drains for it
+    time.sleep(0.5)
+    budget.release(first)
+    big.join(5)
+    time.sleep(0.1)
+    occ = budget.occupancy()
+    assert 0.55 < occ["wall_s"] < 5
+    assert 0.4 < occ["one_holder_s"] < 3  # the 60 alone, then the big task
+    # from the waiter's first wake-up after 0.2 s of waiting until the 60 went at 0.5 s
+    assert 0.05 < occ["draining_s"] < 0.5
+    assert occ["several_s"] == 0 and occ["empty_s"] >= 0.09 and occ["idle_waiting_s"] < 0.05
+    assert 0.3 < occ["mean_fill"] < 1.0 and occ["peak_holders"] == 1
 
 
 def test_budgets_are_per_physical_gpu_and_read_once():
