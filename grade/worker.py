@@ -354,14 +354,111 @@ def _unwrapped_is(current, original) -> bool:
 
 # ---------------------------------------------------------------- code compiled at run time
 
-# Packages whose own code generation runs in a candidate's worker (Triton's binder and compiler,
-# torch's, dataclasses' and namedtuple's generated methods, module imports).
-CODEGEN_PACKAGES = frozenset({"triton", "torch", "einops", "transformers", "importlib",
-                              "dataclasses", "collections", "kernelmill"})
+# Who raised an audit event is read from the code's file (a submission can rename its module,
+# not its code objects' files): the first frame outside the standard library. Packages whose
+# own code may compile source and reach the interpreter's internals in a candidate's worker:
+CODEGEN_PACKAGES = frozenset({"triton", "torch", "einops", "transformers", "kernelmill"})
+# Standard-library code generators (generated methods): their text may not name the
+# interpreter's reflective builtins or attributes (a red-team answer pasted a field name holding
+# ``__import__`` into a dataclass's generated ``__eq__``)
+STDLIB_CODEGEN = frozenset({"dataclasses", "collections"})
+# Annotation evaluators: what they compile must read as a type expression, whoever asked (a
+# red-team answer had torch's schema inference evaluate an annotation it assembled)
+ANNOTATION_EVALUATORS = frozenset({"typing", "inspect", "annotationlib", "typing_extensions"})
+REFLECTIVE_NAMES = frozenset({
+    "__import__", "getattr", "setattr", "delattr", "eval", "exec", "compile", "open", "globals",
+    "vars", "locals", "breakpoint", "__builtins__", "__loader__", "__spec__"})
+REFLECTIVE_ATTRS = frozenset({
+    "__globals__", "__builtins__", "__code__", "__closure__", "__self__", "__subclasses__",
+    "__mro__", "__bases__", "__base__", "__dict__", "__func__", "__wrapped__", "gi_code",
+    "gi_frame", "cr_code", "cr_frame", "ag_code", "ag_frame", "tb_frame", "tb_next", "f_back",
+    "f_globals", "f_locals", "f_builtins", "f_code", "__reduce__", "__reduce_ex__"})
+# Events that hand out the interpreter's own objects (frames, code objects, functions made from
+# them, the collector's view of every object, settrace/setprofile, marshalled code): refused
+# once the candidate's import begins unless a trusted package's code raised them (and for
+# ``sys._getframe`` and class attribute writes, also when a standard-library helper that only
+# reads a module's name raised them: namedtuple, enum, typing, dataclasses).
+INTERNALS_EVENTS = frozenset({
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__",
+    "object.__setattr__", "object.__delattr__", "code.__new__", "function.__new__",
+    "gc.get_referrers", "gc.get_referents", "gc.get_objects", "sys.settrace", "sys.setprofile",
+    "marshal.loads", "marshal.load", "sys._getframemodulename"})
+# Installed helpers that extend the standard library and count as part of it
+STDLIB_LIKE = frozenset({"typing_extensions"})
+FRAME_NAMING_HELPERS = frozenset({"collections", "enum", "typing", "dataclasses", "abc",
+                                  "functools", "typing_extensions", "warnings"})
+# What a pickle may name (``pickle.find_class``), whoever unpickles: tensors' and containers'
+# rebuilders, never a builtin function or another module
+UNPICKLABLE_ROOTS = ("torch", "numpy", "collections", "copyreg", "_codecs")
+UNPICKLABLE_BUILTINS = frozenset({
+    "set", "frozenset", "dict", "list", "tuple", "slice", "complex", "range", "bytearray", "int",
+    "float", "bool", "str", "bytes", "object"})
 _TYPE_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple,
                ast.List, ast.Load, ast.BinOp, ast.BitOr)
-_compiling = [False]
+_in_hook = [False]
+_armed = [False]
 REFUSED_COMPILES: list[str] = []
+_STDLIB_DIRS: tuple[str, ...] = ()
+_TRUSTED_DIRS: tuple[str, ...] = ()
+_OWN_DIRS: tuple[str, ...] = ()  # kernelmill's own folders (its worker's own unpickling)
+
+
+def _package_dirs() -> None:
+    """Where the standard library and the trusted packages live (read before the candidate)."""
+    import sysconfig
+
+    global _STDLIB_DIRS, _TRUSTED_DIRS
+    paths = sysconfig.get_paths()
+    _STDLIB_DIRS = tuple(os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib"))
+    trusted = []
+    # kernelmill's folders one by one: a checkout maps kernelmill.<stage> to ./<stage>
+    names = [*sorted(CODEGEN_PACKAGES - {"kernelmill"}),
+             *(n for n in list(sys.modules) if n.count(".") == 1 and n.startswith("kernelmill."))]
+    for name in names:
+        for folder in list(getattr(sys.modules.get(name), "__path__", None) or []):
+            trusted.append(os.path.realpath(folder) + os.sep)
+    _TRUSTED_DIRS = tuple(trusted)
+    global _OWN_DIRS
+    _OWN_DIRS = tuple(folder for folder in trusted
+                      if any(folder == os.path.realpath(path) + os.sep
+                             for name, module in list(sys.modules.items())
+                             if name.startswith("kernelmill.") and name.count(".") == 1
+                             for path in list(getattr(module, "__path__", None) or [])))
+
+
+def _frame_kind(frame) -> tuple[str, str]:
+    """(kind, module) of a frame's code: kind ``trusted``, ``stdlib`` or ``other``; module is
+    the standard-library module's name (``collections``) where that is the kind."""
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen "):
+        return "stdlib", filename[8:-1].split(".")[0]
+    path = os.path.realpath(filename) if filename.startswith(os.sep) else filename
+    if path.startswith(_OWN_DIRS):
+        return "own", ""
+    if path.startswith(_TRUSTED_DIRS):
+        return "trusted", ""
+    head, _, rest = path.rpartition(os.sep + "site-packages" + os.sep)
+    if head and rest.split(os.sep)[0].removesuffix(".py") in STDLIB_LIKE:
+        return "stdlib", rest.split(os.sep)[0].removesuffix(".py")
+    for folder in _STDLIB_DIRS:
+        if path.startswith(folder) and "site-packages" not in path[len(folder):]:
+            rest = path[len(folder):]
+            return "stdlib", rest.split(os.sep)[0].removesuffix(".py")
+    return "other", ""
+
+
+def _origin(frame) -> tuple[str, str]:
+    """(kind of the first frame outside the standard library, the innermost stdlib module on the
+    way there, or "")."""
+    helper = ""
+    while frame is not None:
+        kind, module = _frame_kind(frame)
+        if kind != "stdlib":
+            return kind, helper
+        if not helper and module not in ("ast", "builtins"):
+            helper = module
+        frame = frame.f_back
+    return "other", helper
 
 
 def _type_expression(text: str) -> bool:
@@ -378,68 +475,149 @@ def _type_expression(text: str) -> bool:
         for node in ast.walk(tree))
 
 
-def _audit(event: str, args: tuple) -> None:
-    """Refuse code compiled from a string at run time, unless a code-generating package compiles
-    it or it is a type annotation. A submission that reaches eval by any route (a red-team
-    answer used typing's evaluation of an annotation it assembled at run time, another
-    torch.utils.benchmark's exec of a statement) owns the worker's facts: this stops the code
-    from being made, whatever route asked for it."""
-    if event != "compile" or _compiling[0]:
-        return
-    source = args[0] if args else None
-    if not _isinstance(source, (str, bytes)):
-        return
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__") in ("ast", "builtins"):
-        frame = frame.f_back
-    module = str(frame.f_globals.get("__name__", "")) if frame is not None else ""
-    if module.split(".")[0] in CODEGEN_PACKAGES:
-        return
-    text = source.decode("utf-8", "replace") if _isinstance(source, bytes) else source
-    _compiling[0] = True
+def _reflective(text: str) -> bool:
+    """``text`` names a reflective builtin or attribute (or does not parse)."""
     try:
-        annotation = _type_expression(text)
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return True
+    return any(_isinstance(node, ast.Name) and node.id in REFLECTIVE_NAMES or
+               _isinstance(node, ast.Attribute) and node.attr in REFLECTIVE_ATTRS
+               for node in ast.walk(tree))
+
+
+def _refuse(why: str) -> None:
+    REFUSED_COMPILES.append(why)
+    raise RuntimeError(f"kernelmill: refused {why}")
+
+
+def _compile_allowed(source, frame) -> tuple[bool, str]:
+    kind, helper = _origin(frame)
+    text = source.decode("utf-8", "replace") if _isinstance(source, bytes) else source
+    if helper in ANNOTATION_EVALUATORS:
+        return _type_expression(text), text
+    if kind in ("trusted", "own") or helper == "importlib":
+        return True, text
+    if helper in STDLIB_CODEGEN:
+        return not _reflective(text), text
+    return _type_expression(text), text
+
+
+def _internals_allowed(event: str, args: tuple, frame) -> bool:
+    kind, helper = _origin(frame)
+    if event == "pickle.find_class":  # the worker's own messages; else what is found decides
+        module, name = (str(a) for a in (tuple(args) + ("", ""))[:2])
+        if kind == "own":
+            return True
+        if module == "builtins":
+            return name in UNPICKLABLE_BUILTINS
+        return module.split(".")[0] in UNPICKLABLE_ROOTS and not name.startswith("__")
+    if kind in ("trusted", "own") or helper == "importlib":
+        return True
+    return event in ("sys._getframe", "object.__setattr__", "sys._getframemodulename") and \
+        helper in FRAME_NAMING_HELPERS
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Refuse code compiled from a string at run time and, once the candidate's import has
+    begun, the events that hand out the interpreter's own objects (``INTERNALS_EVENTS``,
+    ``pickle.find_class`` beyond tensors and containers), unless a trusted package's code
+    raised them (``_compile_allowed``, ``_internals_allowed``). A submission that reaches
+    eval by any route, or a frame, a code object or the collector, owns the worker's facts:
+    this stops that at the interpreter, whatever route asked for it."""
+    if _in_hook[0]:
+        return
+    compiling = event == "compile"
+    if not compiling and not (_armed[0] and (event in INTERNALS_EVENTS or
+                                             event == "pickle.find_class")):
+        return
+    if compiling and not _isinstance(args[0] if args else None, (str, bytes)):
+        return
+    _in_hook[0] = True
+    try:
+        frame = sys._getframe(1)
+        if compiling:
+            allowed, text = _compile_allowed(args[0], frame)
+            kind, helper = _origin(frame)
+            why = f"code compiled at run time by {kind} code" \
+                  f"{f' through {helper}' if helper else ''}: {text[:80]!r}"
+        else:
+            allowed = _internals_allowed(event, args, frame)
+            kind, helper = _origin(frame)
+            why = f"{event} raised by {kind} code{f' through {helper}' if helper else ''} " \
+                  f"({frame.f_code.co_filename}:{frame.f_code.co_name})"
     finally:
-        _compiling[0] = False
-    if not annotation:
-        why = f"code compiled at run time by {module or '?'}: {text[:80]!r}"
-        REFUSED_COMPILES.append(why)
-        raise RuntimeError(f"kernelmill: refused {why}")
+        _in_hook[0] = False
+    if not allowed:
+        _refuse(why)
 
 
 def refuse_runtime_code() -> None:
-    """Install ``_audit`` (an audit hook stays for the life of the process)."""
+    """Install ``_audit`` (an audit hook stays for the life of the process) and arm its
+    internals rule: call it just before the candidate's import."""
+    _package_dirs()
     sys.addaudithook(_audit)
+    _armed[0] = True
 
 
-# Every function and class of the modules a kernel uses, as they were before the candidate's
-# import (``snapshot_modules``): one rebound since is a patch, whoever looks it up (the worker
-# binds what it calls at import; torch's own code and the witness look many up).
+# Every function and class of the modules a kernel uses, and of kernelmill's own modules (and
+# the methods of kernelmill's classes), as they were before the candidate's import
+# (``snapshot_modules``): one rebound since is a patch, whoever looks it up (the worker binds
+# what it calls at import; torch's own code and the witness look many up). A red-team answer
+# that reached kernelmill's modules through the standard library's private aliases rewrote the
+# worker's result encoder and wrapped ``_Run.witnessed``. The caller keeps the snapshot (a
+# tuple in its own frame); the module-level copy serves the tests.
 _SNAPSHOT: dict[tuple[Any, str], Any] = {}
 
 
-def snapshot_modules() -> None:
+def _own_entries() -> list[tuple[Any, str, Any]]:
+    entries = []
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("kernelmill.") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if not callable(value) or _isinstance(value, types.ModuleType):
+                continue
+            entries.append((module, name, value))
+            if _isinstance(value, type) and getattr(value, "__module__", "") == module_name:
+                entries.extend((value, attr, member) for attr, member in list(vars(value).items())
+                               if callable(member) or _isinstance(
+                                   member, (staticmethod, classmethod, property)))
+    return entries
+
+
+def snapshot_modules() -> tuple:
     import triton
     import triton.language
     from torch.utils import cpp_extension
 
+    entries = []
     for module in (torch, torch.nn, torch.nn.functional, torch.cuda, torch.autograd,
                    torch.autograd.profiler, torch.Tensor, torch.nn.Module, torch.library,
                    cpp_extension, triton, triton.language):
         for name, value in list(vars(module).items()):
             if callable(value) and not _isinstance(value, types.ModuleType):
-                _SNAPSHOT[(module, name)] = value
+                entries.append((module, name, value))
+    entries.extend(_own_entries())
+    _SNAPSHOT.clear()
+    _SNAPSHOT.update({(owner, name): value for owner, name, value in entries})
+    originals = tuple((label, *entry) for label, entry in _ORIGINALS.items())
+    return tuple(entries), originals
 
 
-def patched_functions() -> list[str]:
+def patched_functions(snapshot: tuple | None = None) -> list[str]:
+    if snapshot is None:
+        snapshot = (tuple((owner, name, value) for (owner, name), value in _SNAPSHOT.items()),
+                    tuple((label, *entry) for label, entry in _ORIGINALS.items()))
+    entries, originals = snapshot
     patched = []
-    guarded = {(id(owner), name) for owner, name, _original in _ORIGINALS.values()}
-    for (module, name), original in _SNAPSHOT.items():
-        current = vars(module).get(name)
-        if current is not original and (id(module), name) not in guarded and not \
+    guarded = {(id(owner), name) for _label, owner, name, _original in originals}
+    for owner, name, original in entries:
+        current = vars(owner).get(name)
+        if current is not original and (id(owner), name) not in guarded and not \
                 (name in ("manual_seed", "seed") and _unwrapped_is(current, original)):
-            patched.append(f"{getattr(module, '__name__', module)}.{name}")
-    for label, (owner, name, original) in _ORIGINALS.items():
+            patched.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    for label, owner, name, original in originals:
         current = _raw(owner, name)
         if current is original:
             continue
@@ -447,7 +625,7 @@ def patched_functions() -> list[str]:
                 _unwrapped_is(current, original):
             continue
         patched.append(label)
-    return sorted(patched)
+    return sorted(set(patched))
 
 
 def active_modes() -> int:
@@ -1099,7 +1277,9 @@ def candidate_task(payload: dict) -> dict:
     base_tasks = _tasks()
     facts: dict[str, Any] = {"calls": []}
 
-    snapshot_modules()  # after our own hooks: what changes from here on is the candidate's
+    # after our own hooks: what changes from here on is the candidate's (kept here, with the
+    # checker, out of the candidate's reach: it may reach this module's globals)
+    snapshot, check_patched, refused = snapshot_modules(), patched_functions, REFUSED_COMPILES
     refuse_runtime_code()
     mark_stage("import")
     ns = load_namespace(source, "candidate")
@@ -1179,8 +1359,8 @@ def candidate_task(payload: dict) -> dict:
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
-    facts["patched"] = patched_functions()
-    facts["refused_compiles"] = list(REFUSED_COMPILES)
+    facts["patched"] = check_patched(snapshot)
+    facts["refused_compiles"] = list(refused)
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)

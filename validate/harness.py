@@ -57,6 +57,13 @@ from .reaper import WATCHER
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
+# Frames other than the result (hello, stage marks, reports, the error) are small: each at most
+# SMALL_FRAME bytes and SMALL_TOTAL together per run, or the channel is broken (``tampered``).
+# The frames are signed in the worker's process, where a submission's code runs too: a signed
+# frame's size is no promise (a red-team answer sent 256 MiB stage names to grow the parent).
+SMALL_FRAME = 1 << 20
+SMALL_TOTAL = 64 << 20
+STAGE_NAME_CHARS = 200
 # Variables a worker must not see: credentials for hubs and LLM endpoints.
 _SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
 _DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
@@ -227,6 +234,7 @@ class _Reader(threading.Thread):
         self.sandbox: int | None = None
         self.tampered = False
         self.final_at: float | None = None
+        self.small_bytes = 0  # bytes of frames other than the result so far (SMALL_TOTAL)
 
     def _read_exact(self, n: int, file: bool = False):
         """``n`` bytes read straight into one buffer (None at end of stream). The buffer is a
@@ -268,6 +276,11 @@ class _Reader(threading.Thread):
                 return
             kind = self._read_exact(1)
             kind = bytes(kind[:1]) if kind is not None else None
+            if kind != KIND_RESULT:
+                self.small_bytes += length
+                if length - 1 > SMALL_FRAME or self.small_bytes > SMALL_TOTAL:
+                    self.tampered = True
+                    return
             # a result's data goes to a file-backed buffer; the rest is small
             body = self._read_exact(length - 1, file=kind == KIND_RESULT)
             if body is None:
@@ -286,7 +299,7 @@ class _Reader(threading.Thread):
                 self.hello = True
                 self.sandbox = json.loads(data).get("sandbox")
             elif kind == KIND_STAGE:
-                self.stages.append((json.loads(data)["stage"], now))
+                self.stages.append((str(json.loads(data)["stage"])[:STAGE_NAME_CHARS], now))
             elif kind == KIND_RESULT:
                 self.result, final, self.final_at = data, True, now
             elif kind == KIND_ERROR:

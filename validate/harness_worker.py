@@ -278,6 +278,9 @@ def main(argv: list[str]) -> None:
 
         sandbox = confine(job["writable"])
     _send(KIND_HELLO, json.dumps({"pid": os.getpid(), "sandbox": sandbox}).encode())
+    # what runs after the target, bound before it: the target may import a submission, whose
+    # code can reach this module's globals (a red-team answer replaced the encoder)
+    send, encode, finish = _send, _encode_result, _exit
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")
@@ -287,15 +290,18 @@ def main(argv: list[str]) -> None:
         value = function(job["payload"])
         if not isinstance(value, dict):
             raise TypeError(f"target returned {type(value).__name__}, not dict")
-        data = _encode_result(value)
+        data = encode(value)
     except BaseException as exc:  # noqa: BLE001 — every failure becomes a reported verdict
-        tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
+        try:
+            tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
+        except Exception:  # noqa: BLE001 — the message alone still says what went wrong
+            tail = []
         message = f"{type(exc).__name__}: {exc}"
-        _send(KIND_ERROR, json.dumps({"stage": _stage, "message": message[:2000],
-                                      "traceback": "".join(tail)[-4000:]}).encode())
-        _exit(1)
-    _send(KIND_RESULT, data)
-    _exit(0)
+        send(KIND_ERROR, json.dumps({"stage": str(_stage)[:200], "message": message[:2000],
+                                     "traceback": "".join(tail)[-4000:]}).encode())
+        finish(1)
+    send(KIND_RESULT, data)
+    finish(0)
 
 
 def _exit(code: int) -> None:

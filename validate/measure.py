@@ -95,7 +95,7 @@ def load_namespace(source: str, tag: str, *, require: tuple[str, ...] = ()) -> d
     module = types.ModuleType(f"kernelmill_{tag}")
     module.__file__ = filename
     sys.modules[module.__name__] = module
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 — isolated worker
+    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 — isolated worker
     for name in require:
         if name not in module.__dict__:
             raise NameError(f"source does not define {name}")

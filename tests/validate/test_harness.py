@@ -104,6 +104,25 @@ def test_a_forged_header_claiming_gigabytes_costs_the_parent_nothing():
     assert grew_mb < 1024, grew_mb
 
 
+def test_signed_small_frames_past_their_bounds_break_the_channel():
+    """Stage marks, reports and errors are signed in the worker's process, where a submission
+    runs too: one of more than ``SMALL_FRAME`` bytes (a 2 MiB stage name) is a tampered
+    channel, and the names the parent keeps are cut to ``STAGE_NAME_CHARS``."""
+    from kernelmill.validate.harness import STAGE_NAME_CHARS
+
+    flood = ("from kernelmill.validate.harness_worker import mark_stage\n"
+             "def main():\n"
+             "    mark_stage('s' * 500)\n"
+             "    mark_stage('x' * (2 << 20))\n"
+             "    return {'ok': 1}\n")
+    result = run(flood)
+    assert not result.ok and result.tampered
+    assert [len(name) for name, _at in result.stages if name.startswith("s")] == \
+        [STAGE_NAME_CHARS]
+    fine = run(flood.replace("2 << 20", "1000"))
+    assert fine.ok and fine.value == {"ok": 1}
+
+
 def test_stdout_is_never_parsed():
     body = ("import sys, os\n"
             "def main():\n"
