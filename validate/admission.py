@@ -9,7 +9,9 @@ what the running tasks left, and waits otherwise. Three rules keep it live:
 - a task that asks for more than the whole budget (or for ``alone``) waits until the GPU is
   empty and keeps it to itself;
 - a task that has waited ``max_wait_s`` is not overtaken any more: newer tasks wait behind it
-  until it has started (smaller ones may fill the gaps before that).
+  until it has started (smaller ones may fill the gaps before that), except those that fit in
+  the room it will leave beside itself (``capacity - need``, counted over every such task
+  still running), which can never hold it back (backfill, so the GPU does not drain idle).
 
 ``run_admitted`` wraps one worker run: admission, then a rerun alone when it still went out of
 memory while it shared the GPU, and ``too_large`` when it went out of memory alone.
@@ -69,6 +71,7 @@ class Grant:
     waited_s: float = 0.0
     shared: bool = False  # another task held the same GPU at some time while this one did
     asked_alone: bool = False  # acquired with ``alone`` (not only for asking too much)
+    backfill: bool = False  # started in the room a protected waiter leaves beside itself
 
 
 class _Occupancy:
@@ -117,6 +120,8 @@ class MemoryBudget:
         self._cond = threading.Condition()
         self._tickets = itertools.count()
         self._waiting: dict[int, float] = {}  # ticket -> when it began to wait
+        self._asks: dict[int, tuple[int, bool]] = {}  # ticket -> (need, alone)
+        self.backfills = 0  # tasks started beside a protected waiter (``_may_start``)
         self._occupancy = _Occupancy(time.monotonic())
 
     def _tick(self, now: float | None = None) -> None:
@@ -147,7 +152,7 @@ class MemoryBudget:
                     "draining_s": round(occ.draining_s, 3),
                     "idle_waiting_s": round(occ.idle_waiting_s, 3),
                     "mean_fill": round(occ.used_s / wall / max(self.capacity, 1), 4),
-                    "peak_holders": self.peak_holders}
+                    "peak_holders": self.peak_holders, "backfills": self.backfills}
 
     def need_for(self, estimate: int | None) -> int:
         """What a task with this estimate asks for (unknown: a large share of the budget). The
@@ -160,10 +165,28 @@ class MemoryBudget:
     def holders(self) -> int:
         return len(self._active)
 
-    def _may_start(self, ticket: int, need: int, alone: bool, now: float) -> bool:
-        for other, since in self._waiting.items():  # an old waiter is not overtaken any more
-            if other < ticket and now - since >= self.max_wait_s:
+    def _backfill_room(self, ticket: int, now: float) -> int | None:
+        """None when no older waiter is protected; else the bytes newer tasks may hold beside
+        the oldest protected one (its ``capacity - need``; -1 when it needs the GPU alone)."""
+        protected = [other for other, since in self._waiting.items()
+                     if other < ticket and now - since >= self.max_wait_s]
+        if not protected:
+            return None
+        need, alone = self._asks[min(protected)]
+        return -1 if alone or need > self.capacity else self.capacity - need
+
+    def _may_start(self, ticket: int, need: int, alone: bool, now: float) -> bool | str:
+        room = self._backfill_room(ticket, now)
+        if room is not None:
+            # An old waiter is not overtaken any more, except by a task that fits in the room
+            # it leaves beside itself, counted with every such task still running: once the
+            # tasks that held the GPU before it finish, it fits whatever those hold (it is
+            # never held back by them), and meanwhile the GPU does not drain idle.
+            backfill = sum(g.need for g in self._active if g.backfill)
+            if alone or need > self.capacity or self._alone or backfill + need > room or \
+                    self.used + need > self.capacity:
                 return False
+            return "backfill"
         if self.shared is not None and now - self._waiting[ticket] < self.max_wait_s:
             others = self.shared.others()  # what other processes on this machine hold
             if others and self.used + need + others > self.capacity:
@@ -180,16 +203,18 @@ class MemoryBudget:
             ticket = next(self._tickets)
             self._tick(start)
             self._waiting[ticket] = start
+            self._asks[ticket] = (need, alone)
             try:
-                while not self._may_start(ticket, need, alone, time.monotonic()):
+                while not (verdict := self._may_start(ticket, need, alone, time.monotonic())):
                     # wake up in time to notice that an older waiter became protected
                     self._cond.wait(timeout=max(0.05, min(self.max_wait_s, 5.0)))
                     self._tick()
             finally:
                 self._tick()
-                del self._waiting[ticket]
+                del self._waiting[ticket], self._asks[ticket]
             grant = Grant(need, alone or need > self.capacity, time.monotonic() - start,
-                          asked_alone=alone)
+                          asked_alone=alone, backfill=verdict == "backfill")
+            self.backfills += grant.backfill
             if self._active:
                 grant.shared = True
                 for other in self._active:
@@ -375,7 +400,8 @@ def occupancy_line(occ: dict) -> str:
             f"by one {pct('one_holder_s')} (alone, by its size: {pct('alone_s')}), by none "
             f"{pct('empty_s')} (while tasks waited: {pct('idle_waiting_s')}); draining for an "
             f"old waiter {pct('draining_s')}; mean fill {100 * occ['mean_fill']:.0f}% of "
-            f"{occ['capacity_gib']} GiB; at most {occ['peak_holders']} tasks at once")
+            f"{occ['capacity_gib']} GiB; at most {occ['peak_holders']} tasks at once; "
+            f"{occ.get('backfills', 0)} started beside a protected waiter")
 
 
 def reset_budgets() -> None:

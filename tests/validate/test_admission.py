@@ -107,15 +107,15 @@ def test_out_of_memory_alone_is_too_large_not_a_failure_to_run():
 
 def test_an_old_waiter_is_not_overtaken_forever():
     budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2)
-    first = budget.acquire(60 * GIB)
+    first = budget.acquire(30 * GIB)
     order = []
 
     def big():
-        with budget.hold(50 * GIB):
+        with budget.hold(80 * GIB):
             order.append("big")
 
     def small():
-        with budget.hold(30 * GIB):
+        with budget.hold(50 * GIB):  # more than the 20 the big task leaves beside itself
             order.append("small")
             time.sleep(0.05)
 
@@ -125,11 +125,44 @@ def test_an_old_waiter_is_not_overtaken_forever():
     t_small = threading.Thread(target=small)
     t_small.start()
     time.sleep(0.2)
-    assert order == []  # 30 would fit beside the 60, but it may not pass the old waiter
+    assert order == []  # 50 would fit beside the 30, but it may not pass the old waiter
     budget.release(first)
     t_big.join(5)
     t_small.join(5)
     assert order[0] == "big"
+
+
+def test_tasks_that_fit_beside_a_protected_waiter_start_and_never_hold_it_back():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2, factor=1.0)
+    first = budget.acquire(60 * GIB)
+    events = []
+
+    def big():
+        with budget.hold(70 * GIB):  # leaves 30 beside itself
+            events.append(("big", budget.used))
+
+    def small(n):
+        with budget.hold(15 * GIB):
+            events.append((f"small{n}", budget.used))
+            time.sleep(1.0)  # still running when the first task goes
+
+    t_big = threading.Thread(target=big)
+    t_big.start()
+    time.sleep(0.4)  # protected now: without backfill nothing newer would start
+    smalls = [threading.Thread(target=small, args=(n,)) for n in range(3)]
+    for t in smalls:
+        t.start()
+    time.sleep(0.2)
+    # two fit in the 30 the big task leaves (and beside the 60 now); the third waits
+    assert len(events) == 2 and all(name.startswith("small") for name, _ in events)
+    assert budget.backfills == 2 and budget.used == 90 * GIB
+    budget.release(first)
+    t_big.join(0.5)
+    assert not t_big.is_alive()  # it started at once, beside the two still running
+    assert ("big", 100 * GIB) in events
+    for t in smalls:
+        t.join(5)
+    assert budget.used == 0 and len(events) == 4
 
 
 def test_a_young_waiter_lets_smaller_tasks_fill_the_gap():
