@@ -376,8 +376,9 @@ REFLECTIVE_ATTRS = frozenset({
 # Events that hand out the interpreter's own objects (frames, code objects, functions made from
 # them, the collector's view of every object, settrace/setprofile, marshalled code): refused
 # once the candidate's import begins unless a trusted package's code raised them (and for
-# ``sys._getframe`` and class attribute writes, also when a standard-library helper that only
-# reads a module's name raised them: namedtuple, enum, typing, dataclasses).
+# ``sys._getframe``, restricted attribute reads and class attribute writes, also when a
+# standard-library helper that keeps what it reads to itself raised them: namedtuple's and
+# enum's module names, typing's overload registry).
 INTERNALS_EVENTS = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__",
     "object.__setattr__", "object.__delattr__", "code.__new__", "function.__new__",
@@ -385,6 +386,10 @@ INTERNALS_EVENTS = frozenset({
     "marshal.loads", "marshal.load", "sys._getframemodulename"})
 # Installed helpers that extend the standard library and count as part of it
 STDLIB_LIKE = frozenset({"typing_extensions"})
+# Restricted attributes whose reading hands out nothing live: code objects (making anything of
+# one is refused: code.__new__, function.__new__) and a function's default values
+READABLE_ATTRS = frozenset({"__code__", "gi_code", "cr_code", "ag_code", "f_code",
+                            "__defaults__", "__kwdefaults__"})
 FRAME_NAMING_HELPERS = frozenset({"collections", "enum", "typing", "dataclasses", "abc",
                                   "functools", "typing_extensions", "warnings"})
 # What a pickle may name (``pickle.find_class``), whoever unpickles: tensors' and containers'
@@ -496,14 +501,19 @@ def _compile_allowed(source, frame) -> tuple[bool, str]:
     text = source.decode("utf-8", "replace") if _isinstance(source, bytes) else source
     if helper in ANNOTATION_EVALUATORS:
         return _type_expression(text), text
-    if kind in ("trusted", "own") or helper == "importlib":
-        return True, text
+    trusted = kind in ("trusted", "own")
     if helper in STDLIB_CODEGEN:
-        return not _reflective(text), text
+        return trusted or not _reflective(text), text
+    # a trusted package's own compile, or an import; a standard-library helper that compiles
+    # what it is handed (timeit under torch.utils.benchmark) compiles it for whoever handed it
+    if helper == "importlib" or (trusted and not helper):
+        return True, text
     return _type_expression(text), text
 
 
 def _internals_allowed(event: str, args: tuple, frame) -> bool:
+    if event == "object.__getattr__" and str((tuple(args) + ("", ""))[1]) in READABLE_ATTRS:
+        return True
     kind, helper = _origin(frame)
     if event == "pickle.find_class":  # the worker's own messages; else what is found decides
         module, name = (str(a) for a in (tuple(args) + ("", ""))[:2])
@@ -514,8 +524,8 @@ def _internals_allowed(event: str, args: tuple, frame) -> bool:
         return module.split(".")[0] in UNPICKLABLE_ROOTS and not name.startswith("__")
     if kind in ("trusted", "own") or helper == "importlib":
         return True
-    return event in ("sys._getframe", "object.__setattr__", "sys._getframemodulename") and \
-        helper in FRAME_NAMING_HELPERS
+    return event in ("sys._getframe", "object.__setattr__", "object.__getattr__",
+                     "sys._getframemodulename") and helper in FRAME_NAMING_HELPERS
 
 
 def _audit(event: str, args: tuple) -> None:

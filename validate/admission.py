@@ -327,17 +327,22 @@ class Tenancy:
         return self.grant.waited_s
 
     def run(self, estimate: int | None, run: Callable[[], Any],
-            out_of_memory: Callable[[Any], bool]) -> Admitted:
+            out_of_memory: Callable[[Any], bool],
+            maybe_memory: Callable[[Any], bool] | None = None) -> Admitted:
+        """``maybe_memory``: failures that memory pressure can cause without saying so (a
+        library's internal error when its workspace could not be allocated): rerun alone when
+        they happened while sharing, and kept as they are (never ``too_large``) when alone."""
         budget = self.budget
         if budget is None:
             return Admitted(run())
         need = budget.need_for(estimate)
         admitted = Admitted(None, need=need, waited_s=self._admit(need))
         admitted.result = run()
-        if not out_of_memory(admitted.result):
+        oom = out_of_memory(admitted.result)
+        if not oom and not (maybe_memory is not None and maybe_memory(admitted.result)):
             return admitted
         if not self.grant.shared:
-            admitted.too_large = True
+            admitted.too_large = oom
             return admitted
         log.info("%s: out of memory while sharing the GPU; rerunning alone", budget.name)
         self.close()

@@ -91,7 +91,10 @@ def _made_on(device: str, make: Callable[[], Any]) -> Any:
             with torch.device(device):
                 return _to_device(make(), device)
         except Exception as exc:
-            if _device_poisoned(exc):
+            # out of memory is the parent's to judge (a rerun alone), never a reason to build
+            # on the host instead: a half-built model then failed its forward with a device
+            # mismatch, a `runs` failure caused by other workers' memory
+            if _device_poisoned(exc) or "out of memory" in str(exc).lower():
                 raise
     return _to_device(make(), device)
 

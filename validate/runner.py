@@ -266,6 +266,23 @@ def estimate_on_host(source: str, budget, *, seed: int = 0, timeout_s: float = 1
         "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
 
 
+# Library errors that memory pressure from other workers can cause without saying "out of
+# memory" (a workspace that could not be allocated): rerun alone when they happen while sharing
+# (seen on an H100 in a KernelBench audit: DenseNets' forwards failed with cuDNN's internal
+# error beside other workers and passed in an earlier run)
+_CONTENTION_MARKERS = ("cudnn_status_internal_error", "cudnn_status_alloc_failed",
+                       "cudnn_status_execution_failed", "cublas_status_alloc_failed",
+                       "cublas_status_not_initialized", "cublas_status_internal_error",
+                       "cufft_alloc_failed", "cusolver_status_alloc_failed")
+
+
+def _worker_contention(result) -> bool:
+    if result.ok:
+        return False
+    text = str((result.error or {}).get("message", "")).lower()
+    return any(marker in text for marker in _CONTENTION_MARKERS)
+
+
 def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     """The ``memory`` section's estimate (``estimate_on_host``)."""
     from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
@@ -395,7 +412,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     # the probe's grant carries over to the replay (shrunk to its ask): no second queueing
     tenancy = held.enter_context(Tenancy(budget))
     if on_cuda:
-        admitted = tenancy.run(estimate, lambda: run(PROBE, payload), _worker_oom)
+        admitted = tenancy.run(estimate, lambda: run(PROBE, payload), _worker_oom,
+                               _worker_contention)
     else:
         admitted = run_on_host(host, need, lambda limit: run(PROBE, payload, limit), _worker_oom,
                                address_base())
@@ -439,7 +457,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
                           "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
         if on_cuda:
             again = tenancy.run(memory["replay_bytes"], lambda: run(REPLAY, second_payload),
-                                _worker_oom)
+                                _worker_oom, _worker_contention)
         else:
             again = run_on_host(host, min(host.need_for(memory["replay_bytes"]), host.capacity),
                                 lambda limit: run(REPLAY, second_payload, limit), _worker_oom,

@@ -232,6 +232,28 @@ def test_a_second_run_that_asks_for_more_queues_again_without_deadlock():
     assert sorted(results) == [70 * GIB, 70 * GIB] and budget.used == 0
 
 
+def test_a_library_error_while_sharing_is_rerun_alone_and_kept_when_it_recurs_alone():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=60, factor=1.0)
+    suspect = lambda result: "CUDNN_STATUS_INTERNAL_ERROR" in result  # noqa: E731
+    other = budget.acquire(50 * GIB)  # another worker shares the GPU
+    runs = []
+
+    def flaky():  # fails while another worker holds memory, passes alone
+        runs.append(budget.holders)
+        return "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR" if budget.holders > 1 else "ok"
+
+    releaser = threading.Timer(0.2, lambda: budget.release(other))
+    releaser.start()
+    with Tenancy(budget) as tenancy:
+        admitted = tenancy.run(10 * GIB, flaky, oom, suspect)
+    assert admitted.result == "ok" and admitted.retried_alone and not admitted.too_large
+    assert runs == [2, 1]
+    with Tenancy(budget) as tenancy:  # alone from the start: a real failure, kept as it is
+        again = tenancy.run(10 * GIB, lambda: "CUDNN_STATUS_INTERNAL_ERROR", oom, suspect)
+    assert not again.retried_alone and not again.too_large
+    assert again.result == "CUDNN_STATUS_INTERNAL_ERROR"
+
+
 def test_a_too_large_grant_shrunk_to_a_fitting_ask_shares_the_gpu_again():
     budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=60)
     started: list = []

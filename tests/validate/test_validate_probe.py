@@ -170,3 +170,28 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
     replay = P.replay_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
                                "time_eager": True})
     assert replay["timing"]["eager_ms"] > 0
+
+
+def test_out_of_memory_while_building_on_the_gpu_is_raised_not_built_on_the_host():
+    """Out of memory while a problem is built on the device is the parent's to judge (a rerun
+    alone); building on the host instead once left a half-moved model whose forward failed
+    with a device mismatch, a `runs` failure caused by other workers' memory."""
+    from kernelmill.validate.probe import _made_on
+
+    calls = []
+
+    def make():
+        calls.append(1)
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _made_on("cuda:0", make)
+    assert calls == [1]  # not tried again on the host
+
+    def host_only():  # a source that cannot build on the device still builds on the host
+        calls.append(2)
+        if len(calls) == 2:
+            raise TypeError("a numpy generator")
+        return []
+
+    assert _made_on("cuda:0", host_only) == [] and calls == [1, 2, 2]
