@@ -431,10 +431,20 @@ def _package_dirs() -> None:
                              for path in list(getattr(module, "__path__", None) or [])))
 
 
+_KINDS: dict[str, tuple[str, str]] = {}  # a code file's kind, read once (``_frame_kind``)
+
+
 def _frame_kind(frame) -> tuple[str, str]:
-    """(kind, module) of a frame's code: kind ``trusted``, ``stdlib`` or ``other``; module is
-    the standard-library module's name (``collections``) where that is the kind."""
+    """(kind, module) of a frame's code: kind ``own``, ``trusted``, ``stdlib`` or ``other``;
+    module is the standard-library module's name (``collections``) where that is the kind."""
     filename = frame.f_code.co_filename
+    kind = _KINDS.get(filename)
+    if kind is None:
+        kind = _KINDS[filename] = _file_kind(filename)
+    return kind
+
+
+def _file_kind(filename: str) -> tuple[str, str]:
     if filename.startswith("<frozen "):
         return "stdlib", filename[8:-1].split(".")[0]
     path = os.path.realpath(filename) if filename.startswith(os.sep) else filename
@@ -442,9 +452,11 @@ def _frame_kind(frame) -> tuple[str, str]:
         return "own", ""
     if path.startswith(_TRUSTED_DIRS):
         return "trusted", ""
-    head, _, rest = path.rpartition(os.sep + "site-packages" + os.sep)
-    if head and rest.split(os.sep)[0].removesuffix(".py") in STDLIB_LIKE:
-        return "stdlib", rest.split(os.sep)[0].removesuffix(".py")
+    for packages in ("site-packages", "dist-packages"):
+        head, _, rest = path.rpartition(os.sep + packages + os.sep)
+        if head:  # an installed library: it acts for whoever called it
+            top = rest.split(os.sep)[0].removesuffix(".py")
+            return ("stdlib", top) if top in STDLIB_LIKE else ("library", top)
     for folder in _STDLIB_DIRS:
         if path.startswith(folder) and "site-packages" not in path[len(folder):]:
             rest = path[len(folder):]
@@ -453,11 +465,14 @@ def _frame_kind(frame) -> tuple[str, str]:
 
 
 def _origin(frame) -> tuple[str, str]:
-    """(kind of the first frame outside the standard library, the innermost stdlib module on the
-    way there, or "")."""
+    """(kind of the first frame outside the standard library and installed libraries, which act
+    for whoever called them; the innermost stdlib module on the way there, or "")."""
     helper = ""
     while frame is not None:
         kind, module = _frame_kind(frame)
+        if kind == "library":
+            frame = frame.f_back
+            continue
         if kind != "stdlib":
             return kind, helper
         if not helper and module not in ("ast", "builtins"):
@@ -548,18 +563,17 @@ def _audit(event: str, args: tuple) -> None:
         frame = sys._getframe(1)
         if compiling:
             allowed, text = _compile_allowed(args[0], frame)
-            kind, helper = _origin(frame)
-            why = f"code compiled at run time by {kind} code" \
-                  f"{f' through {helper}' if helper else ''}: {text[:80]!r}"
         else:
             allowed = _internals_allowed(event, args, frame)
-            kind, helper = _origin(frame)
-            why = f"{event} raised by {kind} code{f' through {helper}' if helper else ''} " \
-                  f"({frame.f_code.co_filename}:{frame.f_code.co_name})"
+        if allowed:
+            return
+        kind, helper = _origin(frame)
+        by = f"{kind} code{f' through {helper}' if helper else ''}"
+        why = f"code compiled at run time by {by}: {text[:80]!r}" if compiling else \
+            f"{event} raised by {by} ({frame.f_code.co_filename}:{frame.f_code.co_name})"
     finally:
         _in_hook[0] = False
-    if not allowed:
-        _refuse(why)
+    _refuse(why)
 
 
 def refuse_runtime_code() -> None:
