@@ -13,6 +13,7 @@ import ast
 import functools
 import os
 import re
+import threading
 from pathlib import Path
 
 FORBIDDEN_MODULES = {
@@ -445,13 +446,24 @@ def kernelguard_findings(source: str) -> list[str]:
                   or {f"{KERNELGUARD_PREFIX} {result.get('filter_reason')}"})
 
 
+# CPython 3.11 keeps ast.parse's recursion depth in state its threads share: two grading
+# threads parsing at once failed one with "AST constructor recursion depth mismatch" (a CI run
+# of the hostile suite). Parses in this process take turns.
+_PARSE_LOCK = threading.RLock()
+
+
+def _parse(text: str) -> ast.AST:
+    with _PARSE_LOCK:
+        return ast.parse(text)
+
+
 def _code_in_string(text: str) -> list[str]:
     """Findings in a string that is itself Python (a string annotation that typing evaluates,
     source handed to an evaluator by another name); prose and C++ do not parse."""
     if len(text) > 4000 or not any(c in text for c in "(.[="):
         return []
     try:
-        tree = ast.parse(text)
+        tree = _parse(text)
     except (SyntaxError, ValueError):
         return []
     return _scan_tree(tree)
@@ -461,7 +473,7 @@ def scan(source: str) -> list[str]:
     """Findings as short strings (``line N: what``; ``kernelguard: RULE (evidence)`` for the
     optional detector's); empty when nothing suspicious is used."""
     try:
-        tree = ast.parse(source)
+        tree = _parse(source)
     except SyntaxError:
         return []
     return _scan_tree(tree) + kernelguard_findings(source)

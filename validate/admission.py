@@ -177,6 +177,8 @@ class MemoryBudget:
 
     def _may_start(self, ticket: int, need: int, alone: bool, now: float) -> bool | str:
         room = self._backfill_room(ticket, now)
+        if room is not None and self.shared is not None:
+            return False  # a host budget (shared with other processes' ledgers): no backfill
         if room is not None:
             # An old waiter is not overtaken any more, except by a task that fits in the room
             # it leaves beside itself, counted with every such task still running: once the
