@@ -250,14 +250,35 @@ def _device_fingerprint(t) -> bytes:
     if words.numel() % 4 == 0:
         words = words.view(torch.int32)
     sums = []
-    for start in range(0, words.numel(), CHUNK):
+    for start in range(0, words.numel(), CHUNK):  # three int64 temporaries of a block at most
         block = words[start:start + CHUNK].to(torch.int64)
-        index = torch.arange(start, start + block.numel(), device=block.device, dtype=torch.int64)
-        weight = (index * -7046029254386353131) ^ (index >> 29) | 1
-        sums.append(torch.stack([block.sum(), (block * weight).sum()]))
+        weight = torch.arange(start, start + block.numel(), device=block.device,
+                              dtype=torch.int64)
+        high = weight >> 29
+        weight.mul_(-7046029254386353131).bitwise_xor_(high).bitwise_or_(1)
+        del high
+        total = block.sum()
+        sums.append(torch.stack([total, block.mul_(weight).sum()]))
     if not sums:
         return b""
     return torch.stack(sums).cpu().numpy().tobytes()
+
+
+def fingerprints(values: list) -> list[bytes | None]:
+    """``_device_fingerprint`` of each tensor of ``values`` on the tensor's own device (None for
+    other values and for tensors whose bytes cannot be read so, a sparse one say): telling
+    whether a forward wrote into its inputs without keeping a copy of them."""
+    import torch
+
+    def one(v):
+        if not isinstance(v, torch.Tensor):
+            return None
+        try:
+            return _device_fingerprint(v)
+        except (RuntimeError, TypeError, NotImplementedError):
+            return None
+
+    return [one(v) for v in values]
 
 
 def output_digest(outputs: list, sample: int = 2048) -> dict:

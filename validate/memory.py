@@ -48,6 +48,7 @@ class LiveBytes:
                 self.peak = 0
                 self._refs: dict[int, list[int]] = {}  # storage -> [nbytes, tensors holding it]
                 self._seen: dict[int, Any] = {}  # id(tensor) -> weakref (tensors compare by value)
+                self.written: set[tuple[int, int]] = set()  # storages an op wrote into
 
             def _release(self, key: int, ident: int) -> None:
                 self._seen.pop(ident, None)
@@ -93,7 +94,22 @@ class LiveBytes:
             def reset_peak(self) -> None:
                 self.peak = self.live
 
+            def _note_writes(self, func, args, kwargs) -> None:
+                """The storages ``func`` writes into, from its schema (in-place and out=)."""
+                for k, arg in enumerate(func._schema.arguments):
+                    info = arg.alias_info
+                    if info is None or not info.is_write:
+                        continue
+                    value = args[k] if k < len(args) else kwargs.get(arg.name)
+                    for t in tree_leaves(value):
+                        if isinstance(t, torch.Tensor):
+                            try:
+                                self.written.add(_storage_key(t))
+                            except (RuntimeError, NotImplementedError):
+                                continue
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self._note_writes(func, args, kwargs or {})
                 out = func(*args, **(kwargs or {}))
                 self.track(out)
                 return out
@@ -117,8 +133,10 @@ def _widen(tensors: list) -> float:
 def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
     """Build ``ns``'s model and inputs on ``device`` and run one forward under ``LiveBytes``.
 
-    Returns ``{params_bytes, inputs_bytes, outputs_bytes, forward_peak_bytes, widen}``; raises
-    when the problem cannot be built or run there."""
+    Returns ``{params_bytes, inputs_bytes, outputs_bytes, forward_peak_bytes, widen,
+    tensor_inputs, mutates_inputs}`` (``mutates_inputs``: an op of the forward wrote into an
+    input's storage, so the probe copies the inputs for every forward); raises when the problem
+    cannot be built or run there."""
     import torch
 
     mode = LiveBytes()
@@ -134,6 +152,7 @@ def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
                 raise ValueError(f"a tensor was built on {t.device}, not {device}")
         params_bytes = mode.bytes_of(state)
         inputs_bytes = mode.bytes_of(inputs)
+        input_keys = {_storage_key(t) for t in _tensors(inputs)}
         mode.reset_peak()
         with torch.no_grad():
             out = model(*inputs)
@@ -149,7 +168,9 @@ def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
     return {"params_bytes": params_bytes, "inputs_bytes": inputs_bytes,
             "outputs_bytes": outputs_bytes, "affine_bytes": max(affine, default=0),
             "forward_peak_bytes": max(peak, params_bytes + inputs_bytes),
-            "widen": _widen([*state, *_tensors(inputs)])}
+            "widen": _widen([*state, *_tensors(inputs)]),
+            "tensor_inputs": len(_tensors(inputs)),
+            "mutates_inputs": bool(mode.written & input_keys)}
 
 
 def estimate_problem(payload: dict) -> dict:
@@ -171,38 +192,52 @@ def estimate_problem(payload: dict) -> dict:
 # -------------------------------------------------------- what each validation worker holds
 
 STAT_BLOCK_BYTES = (1 << 24) * 8  # one fp64 block of ``checks.CHUNK`` elements
+# Outputs at least this large wait on the host during the probe's fp64 forward (a GPU's PCIe
+# link moves a few GB a second: a second or two for KernelBench's 6 GiB outputs, against minutes
+# of waiting for a GPU with room for them); smaller ones stay (``probe._parked``).
+PARK_BYTES = 256 << 20
 
 
-def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
-    """Peak of ``probe.probe_problem``, the largest of four stages: the first forwards, fp64
-    calibration (the model and an fp64 copy, the inputs and an fp64 copy, the output, an fp64
-    forward), sensitivity (two models, two input sets) and the degeneracy checks (two draws of inputs and outputs,
-    plus the fp64 temporaries of the statistics: eight of the largest output, at most eight of
-    ``checks.CHUNK`` elements). ``tests/validate/test_memory.py`` keeps the estimate above the
-    measured peak. ``base``: what the worker holds besides tensors (a CUDA context;
-    ``HOST_BASE_BYTES`` on CPU)."""
+def probe_bytes(est: dict, base: int = CONTEXT_BYTES, *, cuda: bool = True) -> int | None:
+    """Peak of ``probe.probe_problem``: the largest of its stages, in the parts of ``est``
+    (parameters ``p``, inputs ``i``, outputs ``o``, the forward's own tensors ``act``, outputs
+    included, and ``w``, how much larger floats get in fp64). Forwards run on the inputs
+    themselves unless the forward writes into them (``mutates_inputs``: then each forward gets
+    a copy, ``c``); the fp64 stage holds the fp64 inputs, model and forward and, on a GPU, not
+    the output when it is large enough to wait on the host (``probe.PARK_BYTES``); the checks
+    add ``checks.CHUNK``-sized fp64 temporaries (``blocks``). ``tests/validate/test_memory.py``
+    keeps the estimate above the measured peak. ``base``: what the worker holds besides
+    tensors (a CUDA context; ``HOST_BASE_BYTES`` on CPU)."""
     if est.get("method") != "meta":
         return None
     p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
     act = max(0, est["forward_peak_bytes"] - p - i)  # the forward's own tensors, outputs included
     w = est.get("widen", 2.0)
-    fp64 = p * (1 + w) + i * (2 + w) + o * 2 + act * w
-    sensitivity = 2 * p + 4 * i + 3 * o + act
-    blocks = 8 * min(w * max(o, est.get("affine_bytes", o)), STAT_BLOCK_BYTES)
-    degeneracy = p + 2 * i + 2 * o + act + blocks
-    # the first forwards: the inputs, a clone, and the copies comparing them (mutated inputs)
-    first = p + 5 * i + 2 * o + act
-    return int(max(first, fp64, sensitivity, degeneracy)) + base
+    c = 1 if est.get("mutates_inputs", True) else 0
+    kept = 0 if cuda and o >= PARK_BYTES else o
+    blocks = 8 * min(w * max(o, i, est.get("affine_bytes", o)), STAT_BLOCK_BYTES)
+    per_input = 2 if est.get("tensor_inputs", 2) > 1 else 1
+    stages = {
+        "forward": p + (1 + c) * i + o + act,  # determinism and stochasticity too
+        "rebuild": 2 * p + 2 * i + o + act,
+        "fp64": p * (2 + w) + max(i * (1 + w), i * w + act * w) + kept,
+        "sensitivity": p + (2 + c) * i + per_input * o + act,
+        "weights": 2 * p + (1 + c) * i + o + act,  # the ablations too
+        "degeneracy": p + 2 * i + 2 * o,
+    }
+    return int(max(stages.values()) + blocks) + base
 
 
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
-    and its autotuning buffers: one more forward's worth)."""
+    and its autotuning buffers: one more forward's worth; copies of the inputs only when the
+    forward writes into them)."""
     if est.get("method") != "meta":
         return None
     p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
     act = max(0, est["forward_peak_bytes"] - p - i)
-    return int(p + 3 * i + 2 * o + 2 * act) + base
+    c = 1 if est.get("mutates_inputs", True) else 0
+    return int(p + (1 + c) * i + o + 2 * act) + base
 
 
 def minimum_bytes(est: dict) -> int | None:

@@ -17,6 +17,7 @@ exclusive one (with writer priority), so no measured run overlaps another worker
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -26,6 +27,7 @@ from typing import Any
 from . import checks as C
 from . import measure as M
 from .measure import GpuLock
+from .memory import PARK_BYTES
 
 
 def seeds(base: int) -> dict[str, int]:
@@ -141,13 +143,33 @@ def _declared_dtype(outputs: list) -> str:
     return "float32"
 
 
-def _to_double(inputs: list) -> list:
+def _to_double_in_place(values: list) -> None:
+    """Replace each floating-point tensor of ``values`` by its fp64 copy, one at a time, so
+    an input the caller let go of is freed as soon as its copy exists."""
     import torch
 
-    """fp64 copies of the floating-point inputs, plain copies of the other tensors (a forward
-    may write into them)."""
-    return [(v.double() if v.is_floating_point() else v.clone())
-            if isinstance(v, torch.Tensor) else v for v in inputs]
+    for k in range(len(values)):
+        v = values[k]
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            values[k] = v.double()
+        del v
+
+
+@contextlib.contextmanager
+def _parked(slots: dict, key: str, device: str):
+    """``slots[key]`` (a list of tensors) moved to the host for the block when it is on a GPU
+    and at least ``memory.PARK_BYTES``, and moved back after, even when the block raised."""
+    values = slots[key]
+    if not M.is_cuda(device) or _nbytes(values) < PARK_BYTES:
+        yield
+        return
+    slots[key] = None
+    home = [t.cpu() for t in values]
+    del values
+    try:
+        yield
+    finally:
+        slots[key] = [t.to(device) for t in home]
 
 
 class _OpRecorder:
@@ -224,18 +246,25 @@ def _nbytes(values) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
-def _sensitivity(model, ref_out, ref_inputs, alt_inputs, sd, device, tol, margin) -> list[dict]:
-    """Vary each tensor input alone (alt draw), then report the fraction of elements that move."""
+def _sensitivity(model, ref_out, alt_out, ref_inputs, alt_inputs, sd, device, tol, margin,
+                 copies: bool = True) -> list[dict]:
+    """Vary each tensor input alone (alt draw), then report the fraction of elements that move.
+    With one input that varies, the whole alt draw (``alt_out``) already varied it alone: one
+    entry, ``inputs``, and no forward; none when no input varies."""
     import torch
 
     varied = [i for i, (a, b) in enumerate(zip(ref_inputs, alt_inputs))
               if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
               and a.shape == b.shape and not torch.equal(a, b)]
-    entries = []
+    entries: list[dict] = []
+    if len(varied) == 1:
+        entries.append({"label": "inputs",
+                        "fraction": C.mismatch_fraction(alt_out, ref_out, tol, margin)})
+        return entries
     for i in varied:
         mixed = list(ref_inputs)
         mixed[i] = alt_inputs[i]
-        out = run_forward(model, mixed, sd["forward"], device)
+        out = run_forward(model, mixed, sd["forward"], device, clone=copies)
         entries.append({"label": f"input {i}",
                         "fraction": C.mismatch_fraction(out, ref_out, tol, margin)})
     return entries
@@ -278,7 +307,7 @@ def _model_like(ns: dict, sd: dict[str, int], reference):
 
 
 def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, tol,
-            lock=None) -> dict:
+            lock=None, copies: bool = True) -> dict:
     """Run each variant on the reference inputs and weights; list those within tolerance.
     Each variant's GPU work holds ``lock`` shared on its own (``_section``)."""
     lock = lock or GpuLock(None)
@@ -295,7 +324,7 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
         for build in builders:  # fast path first; a full seeded build when it cannot apply
             try:
                 with _section(lock, device, "ablation"):
-                    out = run_forward(build(), ref_inputs, sd["forward"], device)
+                    out = run_forward(build(), ref_inputs, sd["forward"], device, clone=copies)
                 break
             except Exception as exc:  # noqa: BLE001 — an ablation that breaks forward is not dead
                 out = None
@@ -378,36 +407,42 @@ def probe_problem(payload: dict) -> dict:
 
     _mark("load")
     ns = load_namespace(payload["source"])
+    draw = functools.partial(draw_inputs, ns, sd["inputs"], device)
     with _section(lock, device, "build"):
-        model, inputs = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
-        before = _clone(inputs)
+        model, inputs = build_model(ns, sd, device), draw()
+        marks = C.fingerprints(inputs)
     with _section(lock, device, "forward"):
-        ref = run_forward(model, inputs, sd["forward"], device)
+        # The first forward runs on the inputs themselves. When it wrote into them, they are
+        # drawn again (the same seed gives the same tensors, in milliseconds on a GPU) and every
+        # later forward gets copies; when it did not, none does: a copy of the inputs per
+        # forward made the probe hold several times KernelBench's 6 GiB level-1 inputs.
+        ref = run_forward(model, inputs, sd["forward"], device, clone=False)
         if not ref:
             raise ValueError("forward returned no tensor")
-        direct = M.output_tensors(_forward_mutating(model, inputs, sd["forward"], device))
-        m["mutated_inputs"] = [f"input {i}" for i, (a, b) in enumerate(zip(inputs, before))
-                               if isinstance(a, torch.Tensor) and not C.bitwise_equal([a], [b])]
-        inputs = before
+        changed = [i for i, (a, b) in enumerate(zip(marks, C.fingerprints(inputs))) if a != b]
+        m["mutated_inputs"] = [f"input {i}" for i in changed]
+        # a tensor without a fingerprint (sparse, say) might have been written: copies
+        copies = bool(changed) or any(mark is None and isinstance(v, torch.Tensor)
+                                      for mark, v in zip(marks, inputs))
+        if copies:
+            inputs = draw()
         m["output_shapes"] = [list(t.shape) for t in ref]
         m["dtype"] = _declared_dtype(ref)
         nonfinite = sum(int((~torch.isfinite(t)).sum()) for t in ref if t.is_floating_point())
         total = sum(t.numel() for t in ref)
         m["finite"] = nonfinite == 0
         m["nonfinite_fraction"] = nonfinite / total if total else 0.0
-        direct_err = C.max_error(direct, ref)
-        del direct
 
     with _section(lock, device, "determinism"):
         floor = C.calibrate_tolerance(None, m["dtype"])["tol"]
-        again = run_forward(model, inputs, sd["forward"], device)
-        m["deterministic"] = {"bitwise": C.bitwise_equal(again, ref) and direct_err == 0,
-                              "error": max(C.max_error(again, ref), direct_err)}
+        again = run_forward(model, inputs, sd["forward"], device, clone=copies)
+        m["deterministic"] = {"bitwise": C.bitwise_equal(again, ref),
+                              "error": C.max_error(again, ref)}
         del again
     if payload.get("rebuild_in_process", True):
         with _section(lock, device, "rebuild"):
             model_b, inputs_b = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
-            out_b = run_forward(model_b, inputs_b, sd["forward"], device)
+            out_b = run_forward(model_b, inputs_b, sd["forward"], device, clone=False)
             m["rebuild"] = {"mode": "rebuilt from seeds in the same process",
                             "error": 0.0 if C.bitwise_equal(out_b, ref) else
                             C.max_error(out_b, ref)}
@@ -415,27 +450,31 @@ def probe_problem(payload: dict) -> dict:
     _mark("digest")  # hashing on the host (seconds for GBs): outside the lock
     m["digest"] = C.output_digest(ref)
     with _section(lock, device, "stochasticity"):
-        other = run_forward(model, inputs, sd["forward_alt"], device)
+        other = run_forward(model, inputs, sd["forward_alt"], device, clone=copies)
         m["stochastic_error"] = C.max_error(other, ref)
         del other
 
     with _section(lock, device, "fp64 reference"):
-        m["tolerance"] = _calibrate(model, inputs, ref, m, sd, device, floor, cfg)
+        # the largest stage: the inputs are given up to their fp64 copies (drawn again after)
+        slots, inputs, ref = {"inputs": inputs, "ref": ref}, None, None
+        m["tolerance"] = _calibrate(model, slots, m, sd, device, floor, cfg)
+        ref = slots.pop("ref")
+        inputs = draw()
+        if C.fingerprints(inputs) != marks:
+            m["redraw_differs"] = True  # get_inputs is not reproducible from its seed
     tol = m["tolerance"]["tol"]
 
     with _section(lock, device, "sensitivity"):
         alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
-        alt = run_forward(model, alt_inputs, sd["forward"], device)
-        per_input = _sensitivity(model, ref, inputs, alt_inputs, sd, device, tol, margin)
-        m["input_sensitivity"] = per_input if len(per_input) > 1 else (
-            [{"label": "inputs", "fraction": C.mismatch_fraction(alt, ref, tol, margin)}]
-            if per_input else [])
+        alt = run_forward(model, alt_inputs, sd["forward"], device, clone=copies)
+        m["input_sensitivity"] = _sensitivity(model, ref, alt, inputs, alt_inputs, sd, device,
+                                              tol, margin, copies)
     with _section(lock, device, "weight sensitivity"):
         wmodel = _perturbed(model, sd["weights_alt"])
         if wmodel is None:
             m["weight_sensitivity"] = None
         else:
-            wout = run_forward(wmodel, inputs, sd["forward"], device)
+            wout = run_forward(wmodel, inputs, sd["forward"], device, clone=copies)
             m["weight_sensitivity"] = {"label": "all parameters",
                                        "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
@@ -448,12 +487,13 @@ def probe_problem(payload: dict) -> dict:
         del alt
 
     with _section(lock, device, "trace"):
-        m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device)
+        m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device,
+                                                                     copies)
         params = list(model.parameters()) + list(model.buffers())
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
     with _section(lock, device, "host syncs"):
-        host_syncs = _count_host_syncs(model, inputs, device)
+        host_syncs = _count_host_syncs(model, inputs, device, copies)
     _release_cache(device)  # other workers may need the memory while this one waits to time
     timing = (_timed_window(lock, device, {"eager": (model, inputs)})["eager"]
               if payload.get("time", True) else None)
@@ -462,22 +502,31 @@ def probe_problem(payload: dict) -> dict:
     _mark("ablation")
     ablations = payload.get("ablations")
     m["ablation"] = None if ablations is None else _ablate(
-        ablations, sd, model, inputs, ref, device, tol, lock)
+        ablations, sd, model, inputs, ref, device, tol, lock, copies)
     m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
     return m
 
 
-def _calibrate(model, inputs, ref, m, sd, device, floor, cfg) -> dict:
+def _calibrate(model, slots: dict, m, sd, device, floor, cfg) -> dict:
     """The tolerance from the fp64 noise floor (``checks.calibrate_tolerance``); the dtype floor
-    when the output is not reproducible or fp64 fails (the reason is recorded)."""
+    when the output is not reproducible or fp64 fails (the reason is recorded).
+
+    ``slots`` holds the only references to the inputs and the output (``inputs``, ``ref``), so
+    this stage, the probe's largest, holds as little as it can: the inputs become their fp64
+    copies one tensor at a time (and are gone after), and a large output waits on the host
+    during the fp64 forward (``ref`` is back in ``slots`` at the end, whatever happened)."""
     cal: dict[str, Any]
     reproducible = max(m["deterministic"]["error"], m["stochastic_error"]) <= floor
+    inputs = slots.pop("inputs")
     try:
         if not reproducible:
             raise ValueError("output not reproducible, no noise floor to measure")
         model64 = copy.deepcopy(model).double()
-        ref64 = run_forward(model64, _to_double(inputs), sd["forward"], device, clone=False)
-        del model64
+        _to_double_in_place(inputs)
+        with _parked(slots, "ref", device):
+            ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
+        del model64, inputs
+        ref = slots["ref"]
         noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
                                   for t, r in zip(ref, ref64)]) \
             if C.shapes_equal(ref, ref64) else None
@@ -531,7 +580,7 @@ def _peak_bytes(device: str) -> int | None:
     return int(torch.cuda.max_memory_reserved())
 
 
-def _count_host_syncs(model, inputs: list, device: str) -> int | None:
+def _count_host_syncs(model, inputs: list, device: str, copies: bool = True) -> int | None:
     """How many times one forward makes the host wait for the GPU (``.item()``, ``nonzero``,
     boolean masks ...). Then host time is not launch overhead. None on CPU."""
     if not device.startswith("cuda"):
@@ -540,7 +589,7 @@ def _count_host_syncs(model, inputs: list, device: str) -> int | None:
 
     import torch
 
-    args = _clone(inputs)
+    args = _clone(inputs) if copies else inputs
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -561,23 +610,13 @@ def _release_cache(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _forward_mutating(model, inputs: list, forward_seed: int, device: str):
-    """Forward on the inputs themselves (not clones), to see whether it writes into them."""
-    import torch
-
-    torch.manual_seed(forward_seed)
-    with torch.no_grad():
-        out = model(*inputs)
-    M.synchronize(device)
-    return out
-
-
-def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None, list[str]]:
+def _trace(model, inputs: list, device: str,
+           copies: bool = True) -> tuple[list[str], int | None, list[str]]:
     """(aten ops in order, flops, non-affine ops applied to input-derived data)."""
     import torch
 
     flops = None
-    args = _clone(inputs)
+    args = _clone(inputs) if copies else inputs
     recorder = _OpRecorder(args)
     try:
         from torch.utils.flop_counter import FlopCounterMode
@@ -587,7 +626,7 @@ def _trace(model, inputs: list, device: str) -> tuple[list[str], int | None, lis
             model(*args)
         flops = int(counter.get_total_flops())
     except Exception:  # noqa: BLE001 — flops are best effort; the trace alone still helps
-        args = _clone(inputs)
+        args = _clone(inputs) if copies else inputs
         recorder = _OpRecorder(args)
         with torch.no_grad(), recorder:
             model(*args)
@@ -612,8 +651,9 @@ def replay_problem(payload: dict) -> dict:
     ns = load_namespace(payload["source"])
     with _section(lock, device, "build"):
         model, inputs = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
+    copies = bool(payload.get("copies", True))  # the probe saw the forward write into them
     with _section(lock, device, "forward"):
-        ref = run_forward(model, inputs, sd["forward"], device)
+        ref = run_forward(model, inputs, sd["forward"], device, clone=copies)
     result: dict[str, Any] = {"digest": C.output_digest(ref)}
     timed = payload.get("time", True)
     forwards = {"eager": (model, inputs)} if timed and payload.get("time_eager") else {}
@@ -621,9 +661,10 @@ def replay_problem(payload: dict) -> dict:
         _mark("inductor compile")
         try:
             compiled = torch.compile(model, mode=payload.get("inductor_mode") or None)
-            out = run_forward(compiled, inputs, sd["forward"], device)  # compiles (CPU-bound)
+            out = run_forward(compiled, inputs, sd["forward"], device, clone=copies)  # compiles
+            del out
             with _section(lock, device, "inductor check"):
-                out = run_forward(compiled, inputs, sd["forward"], device)
+                out = run_forward(compiled, inputs, sd["forward"], device, clone=copies)
                 result["inductor"] = {"error_vs_eager": C.max_error(out, ref), "ms": None}
             if timed:
                 forwards["inductor"] = (compiled, inputs)

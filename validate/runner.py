@@ -290,9 +290,11 @@ def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     start = time.monotonic()
     est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s)
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
-    memory = {"method": est.get("method", "unknown"), "estimate_bytes": probe_bytes(est, base),
+    memory = {"method": est.get("method", "unknown"),
+              "estimate_bytes": probe_bytes(est, base, cuda=on_cuda),
               "replay_bytes": replay_bytes(est, base), "forward_bytes": minimum_bytes(est)}
-    memory.update({k: v for k, v in est.items() if k.endswith("_bytes") or k == "reason"})
+    memory.update({k: v for k, v in est.items()
+                   if k.endswith("_bytes") or k in ("reason", "mutates_inputs")})
     memory["estimate_s"] = round(time.monotonic() - start, 3)
     return memory
 
@@ -454,6 +456,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         tenancy.close()  # no second worker: the grant goes back now
     if (cross_process or inductor) and not early:
         second_payload = {**payload, "ablations": None, "inductor": inductor,
+                          "copies": bool(m.get("mutated_inputs", True)),
                           "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
         if on_cuda:
             again = tenancy.run(memory["replay_bytes"], lambda: run(REPLAY, second_payload),

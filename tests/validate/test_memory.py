@@ -107,6 +107,64 @@ def test_estimate_sees_large_sizes_without_allocating_them():
     assert est["forward_peak_bytes"] >= est["inputs_bytes"] * 2
 
 
+ELEMENTWISE = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        FORWARD
+def get_inputs():
+    return [torch.randn(1024, 1024)]
+def get_init_inputs():
+    return []
+"""
+WRITES = {"return torch.relu(x)": False, "return x.mul_(2).relu()": True,
+          "return torch.add(x, 1, out=x)": True, "x.view(-1)[:8] = 0\n        return x * 2": True,
+          "y = x.clone()\n        y.mul_(2)\n        return y": False}
+
+
+@pytest.mark.parametrize(("forward", "writes"), WRITES.items(), ids=lambda v: str(v)[:20])
+def test_the_estimate_and_the_probe_agree_on_whether_the_forward_writes_its_inputs(forward,
+                                                                                  writes):
+    source = ELEMENTWISE.replace("FORWARD", forward)
+    est = MM.estimate_problem({"source": source})
+    assert est["method"] == "meta" and est["mutates_inputs"] is writes
+    m = P.probe_problem({"source": source, "device": "cpu", "time": False, "ablations": None})
+    assert bool(m["mutated_inputs"]) is writes
+    # a forward given fresh inputs each time is deterministic whether or not it writes them
+    assert m["deterministic"]["bitwise"] and "redraw_differs" not in m
+
+
+def test_a_forward_that_leaves_its_inputs_alone_runs_on_them_without_copies(monkeypatch):
+    """The probe's peak for one elementwise input, in inputs' worth: the output, a second
+    output, the alt draw and its output at most (the fp64 stage on the host keeps the output
+    beside two fp64 tensors: five). It held seven and a half when every forward had copies."""
+    monkeypatch.setattr(P.C, "CHUNK", 1 << 12)  # the checks' fixed-size blocks, out of the way
+    source = ELEMENTWISE.replace("FORWARD", "return torch.relu(x)")
+    inputs_bytes = 1024 * 1024 * 4
+    mode = MM.LiveBytes()
+    with mode:
+        m = P.probe_problem({"source": source, "device": "cpu", "time": False, "ablations": None})
+    assert not m["mutated_inputs"]
+    assert mode.peak <= 5.1 * inputs_bytes, mode.peak / inputs_bytes
+    est = MM.estimate_problem({"source": source})
+    assert mode.peak <= MM.probe_bytes(est, 0, cuda=False)
+    # KernelBench's level-1 sizes (6 GiB in, 6 GiB out): four inputs' worth and the checks'
+    # blocks on a GPU, where the output waits on the host during the fp64 forward (five on
+    # the host); eight and a half before
+    giant = dict(est, inputs_bytes=6 << 30, outputs_bytes=6 << 30, forward_peak_bytes=12 << 30)
+    blocks = 8 * MM.STAT_BLOCK_BYTES
+    assert MM.probe_bytes(giant, 0) == 4 * (6 << 30) + blocks
+    assert MM.probe_bytes(giant, 0, cuda=False) == 5 * (6 << 30) + blocks
+
+
+def test_inputs_that_do_not_come_back_from_their_seed_are_said_to_differ():
+    source = ELEMENTWISE.replace("FORWARD", "return torch.relu(x)").replace(
+        "torch.randn(1024, 1024)", "torch.randn(64, 64) + __import__('time').perf_counter_ns()")
+    m = P.probe_problem({"source": source, "device": "cpu", "time": False, "ablations": None})
+    assert m["redraw_differs"] and m["rebuild"]["error"] > 0
+
+
 NUMPY_FORWARD = "return x * torch.from_numpy(__import__('numpy').ones(4, dtype='float32'))"
 
 
