@@ -412,23 +412,21 @@ def _package_dirs() -> None:
     """Where the standard library and the trusted packages live (read before the candidate)."""
     import sysconfig
 
-    global _STDLIB_DIRS, _TRUSTED_DIRS
+    global _STDLIB_DIRS, _TRUSTED_DIRS, _OWN_DIRS
     paths = sysconfig.get_paths()
     _STDLIB_DIRS = tuple(os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib"))
-    trusted = []
+
+    def folders(name: str) -> list[str]:
+        return [os.path.realpath(folder) + os.sep
+                for folder in list(getattr(sys.modules.get(name), "__path__", None) or [])]
+
     # kernelmill's folders one by one: a checkout maps kernelmill.<stage> to ./<stage>
-    names = [*sorted(CODEGEN_PACKAGES - {"kernelmill"}),
-             *(n for n in list(sys.modules) if n.count(".") == 1 and n.startswith("kernelmill."))]
-    for name in names:
-        for folder in list(getattr(sys.modules.get(name), "__path__", None) or []):
-            trusted.append(os.path.realpath(folder) + os.sep)
-    _TRUSTED_DIRS = tuple(trusted)
-    global _OWN_DIRS
-    _OWN_DIRS = tuple(folder for folder in trusted
-                      if any(folder == os.path.realpath(path) + os.sep
-                             for name, module in list(sys.modules.items())
-                             if name.startswith("kernelmill.") and name.count(".") == 1
-                             for path in list(getattr(module, "__path__", None) or [])))
+    own = [folder for name in list(sys.modules)
+           if name.count(".") == 1 and name.startswith("kernelmill.") for folder in folders(name)]
+    libraries = [folder for name in sorted(CODEGEN_PACKAGES - {"kernelmill"})
+                 for folder in folders(name)]
+    _OWN_DIRS = tuple(own)
+    _TRUSTED_DIRS = (*libraries, *own)
 
 
 _KINDS: dict[str, tuple[str, str]] = {}  # a code file's kind, read once (``_frame_kind``)
