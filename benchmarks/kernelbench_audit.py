@@ -63,6 +63,7 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
     lines = []
     memory = Counter()
     ratios: list[tuple[float, str]] = []  # measured peak / estimate, per problem (CUDA)
+    live: list[float] = []  # the probe's live-tensor peak / its estimate (CUDA)
     for r in sorted(records, key=lambda r: (r.get("level") or 0, _problem(r))):
         v = r.get("validation") or {}
         level = r.get("level") or 0
@@ -76,6 +77,8 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["too_large"] += "too_large" in (v.get("flags") or [])
         if mem.get("measured_bytes") and mem.get("estimate_bytes"):
             ratios.append((mem["measured_bytes"] / mem["estimate_bytes"], _problem(r)))
+        if mem.get("measured_allocated_bytes") and mem.get("estimate_bytes"):
+            live.append(mem["measured_allocated_bytes"] / mem["estimate_bytes"])
         for name, check in (v.get("checks") or {}).items():
             if check.get("passed") is False:
                 per_level[level][name] += 1
@@ -93,6 +96,11 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["measured/estimate min"] = round(ratios[0][0], 3)
         memory["measured/estimate median"] = round(ratios[len(ratios) // 2][0], 3)
         memory["measured/estimate max"] = round(ratios[-1][0], 3)
+    if live:
+        live.sort()
+        memory["live/estimate median"] = round(live[len(live) // 2], 3)
+        memory["live/estimate max"] = round(live[-1], 3)
+        memory["live over estimate"] = sum(x > 1 for x in live)
         memory["underestimated"] = sum(x > 1 for x, _ in ratios)
         memory["most underestimated"] = ratios[-1][1]
     return "\n".join(rows), lines, {"memory": dict(memory),
@@ -154,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measured peak / estimate: min {mem['measured/estimate min']}, median "
               f"{mem['measured/estimate median']}, max {mem['measured/estimate max']} "
               f"({mem['most underestimated']}); {mem['underestimated']} underestimated")
+    if "live/estimate median" in mem:
+        print(f"live-tensor peak / estimate: median {mem['live/estimate median']}, max "
+              f"{mem['live/estimate max']}; {mem['live over estimate']} over")
     from kernelmill.validate.admission import gpu_occupancies, occupancy_line
     from kernelmill.validate.stage_times import stage_table
 

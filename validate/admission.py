@@ -302,11 +302,19 @@ class Tenancy:
     whose ask fits in the grant still held keeps it (shrunk to its ask) and starts at once,
     instead of queueing again behind newer problems. One that asks for more gives the grant
     back and queues. A rerun alone (out of memory while sharing) gives its grant back after.
-    Leaving the ``with`` block (or ``close``) gives back what is held."""
+    Leaving the ``with`` block (or ``close``) gives back what is held.
 
-    def __init__(self, budget: MemoryBudget | None):
+    ``caps``: each run is told its grant (``cap``, read by the ``run`` callable while it runs)
+    to hold its worker's allocator to it (``probe.cap_memory``), so a worker's cache cannot grow
+    into memory granted to others (a replay's cache reached the whole GPU). A capped run that
+    went out of memory is rerun alone uncapped (``cap`` None) even when it did not share: its
+    cap, not the GPU, may have been what it met."""
+
+    def __init__(self, budget: MemoryBudget | None, *, caps: bool = False):
         self.budget = budget
         self.grant: Grant | None = None
+        self.caps = caps
+        self.cap: int | None = None
 
     def __enter__(self) -> Tenancy:
         return self
@@ -339,15 +347,18 @@ class Tenancy:
             return Admitted(run())
         need = budget.need_for(estimate)
         admitted = Admitted(None, need=need, waited_s=self._admit(need))
+        self.cap = need if self.caps and need < budget.capacity else None
         admitted.result = run()
         oom = out_of_memory(admitted.result)
         if not oom and not (maybe_memory is not None and maybe_memory(admitted.result)):
             return admitted
-        if not self.grant.shared:
+        if not self.grant.shared and self.cap is None:
             admitted.too_large = oom
             return admitted
-        log.info("%s: out of memory while sharing the GPU; rerunning alone", budget.name)
+        log.info("%s: out of memory while sharing the GPU or under its cap; rerunning alone",
+                 budget.name)
         self.close()
+        self.cap = None
         with budget.hold(need, alone=True) as again:
             admitted.result = run()
         admitted.retried_alone = True

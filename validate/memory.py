@@ -192,19 +192,19 @@ def estimate_problem(payload: dict) -> dict:
 # -------------------------------------------------------- what each validation worker holds
 
 STAT_BLOCK_BYTES = (1 << 24) * 8  # one fp64 block of ``checks.CHUNK`` elements
-# Outputs at least this large wait on the host during the probe's fp64 forward (a GPU's PCIe
-# link moves a few GB a second: a second or two for KernelBench's 6 GiB outputs, against minutes
-# of waiting for a GPU with room for them); smaller ones stay (``probe._parked``).
-PARK_BYTES = 256 << 20
+# Outputs at least this large are let go during the probe's fp64 forward and made again after
+# it (``probe._calibrate``); smaller ones stay.
+REMAKE_BYTES = 256 << 20
 
 
-def probe_bytes(est: dict, base: int = CONTEXT_BYTES, *, cuda: bool = True) -> int | None:
+def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     """Peak of ``probe.probe_problem``: the largest of its stages, in the parts of ``est``
     (parameters ``p``, inputs ``i``, outputs ``o``, the forward's own tensors ``act``, outputs
     included, and ``w``, how much larger floats get in fp64). Forwards run on the inputs
     themselves unless the forward writes into them (``mutates_inputs``: then each forward gets
-    a copy, ``c``); the fp64 stage holds the fp64 inputs, model and forward and, on a GPU, not
-    the output when it is large enough to wait on the host (``probe.PARK_BYTES``); the checks
+    a copy, ``c``); the fp64 stage holds the fp64 inputs, model and forward, and the output only
+    when it is smaller than ``REMAKE_BYTES`` (a larger one is made again after, beside the fp64
+    output: ``fp64 compare``); the checks
     add ``checks.CHUNK``-sized fp64 temporaries (``blocks``). ``tests/validate/test_memory.py``
     keeps the estimate above the measured peak. ``base``: what the worker holds besides
     tensors (a CUDA context; ``HOST_BASE_BYTES`` on CPU)."""
@@ -214,13 +214,14 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES, *, cuda: bool = True) -> i
     act = max(0, est["forward_peak_bytes"] - p - i)  # the forward's own tensors, outputs included
     w = est.get("widen", 2.0)
     c = 1 if est.get("mutates_inputs", True) else 0
-    kept = 0 if cuda and o >= PARK_BYTES else o
+    kept = 0 if o >= REMAKE_BYTES else o
     blocks = 8 * min(w * max(o, i, est.get("affine_bytes", o)), STAT_BLOCK_BYTES)
     per_input = 2 if est.get("tensor_inputs", 2) > 1 else 1
     stages = {
         "forward": p + (1 + c) * i + o + act,  # determinism and stochasticity too
         "rebuild": 2 * p + 2 * i + o + act,
         "fp64": p * (2 + w) + max(i * (1 + w), i * w + act * w) + kept,
+        "fp64 compare": p + o * w + i + act,
         "sensitivity": p + (2 + c) * i + per_input * o + act,
         "weights": 2 * p + (1 + c) * i + o + act,  # the ablations too
         "degeneracy": p + 2 * i + 2 * o,

@@ -17,7 +17,6 @@ exclusive one (with writer priority), so no measured run overlaps another worker
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
@@ -27,7 +26,7 @@ from typing import Any
 from . import checks as C
 from . import measure as M
 from .measure import GpuLock
-from .memory import PARK_BYTES
+from .memory import REMAKE_BYTES
 
 
 def seeds(base: int) -> dict[str, int]:
@@ -153,23 +152,6 @@ def _to_double_in_place(values: list) -> None:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             values[k] = v.double()
         del v
-
-
-@contextlib.contextmanager
-def _parked(slots: dict, key: str, device: str):
-    """``slots[key]`` (a list of tensors) moved to the host for the block when it is on a GPU
-    and at least ``memory.PARK_BYTES``, and moved back after, even when the block raised."""
-    values = slots[key]
-    if not M.is_cuda(device) or _nbytes(values) < PARK_BYTES:
-        yield
-        return
-    slots[key] = None
-    home = [t.cpu() for t in values]
-    del values
-    try:
-        yield
-    finally:
-        slots[key] = [t.to(device) for t in home]
 
 
 class _OpRecorder:
@@ -401,6 +383,7 @@ def probe_problem(payload: dict) -> dict:
     cfg = payload.get("config", {})
     margin = float(cfg.get("sensitivity_margin", 10.0))
     lock = GpuLock(payload.get("lock"))
+    cap_memory(payload.get("memory_cap"), device)
     m: dict[str, Any] = {"resized": payload.get("resized"), "torch": str(torch.__version__),
                          "device_name": (torch.cuda.get_device_name()
                                          if device.startswith("cuda") else "cpu")}
@@ -454,14 +437,21 @@ def probe_problem(payload: dict) -> dict:
         m["stochastic_error"] = C.max_error(other, ref)
         del other
 
+    def remake(slots: dict) -> None:
+        """The inputs drawn again and the output made again, where ``slots`` let them go."""
+        if slots.get("inputs") is None:
+            slots["inputs"] = draw()
+            if C.fingerprints(slots["inputs"]) != marks:
+                m["redraw_differs"] = True  # get_inputs is not reproducible from its seed
+        if slots.get("ref") is None:
+            slots["ref"] = run_forward(model, slots["inputs"], sd["forward"], device,
+                                       clone=copies)
+
     with _section(lock, device, "fp64 reference"):
-        # the largest stage: the inputs are given up to their fp64 copies (drawn again after)
         slots, inputs, ref = {"inputs": inputs, "ref": ref}, None, None
-        m["tolerance"] = _calibrate(model, slots, m, sd, device, floor, cfg)
-        ref = slots.pop("ref")
-        inputs = draw()
-        if C.fingerprints(inputs) != marks:
-            m["redraw_differs"] = True  # get_inputs is not reproducible from its seed
+        m["tolerance"] = _calibrate(model, slots, remake, m, sd, device, floor, cfg)
+        remake(slots)
+        inputs, ref = slots["inputs"], slots["ref"]
     tol = m["tolerance"]["tol"]
 
     with _section(lock, device, "sensitivity"):
@@ -504,28 +494,34 @@ def probe_problem(payload: dict) -> dict:
     m["ablation"] = None if ablations is None else _ablate(
         ablations, sd, model, inputs, ref, device, tol, lock, copies)
     m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
+    m["peak_allocated_bytes"] = _peak_allocated(device)
     return m
 
 
-def _calibrate(model, slots: dict, m, sd, device, floor, cfg) -> dict:
+def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device, floor,
+               cfg) -> dict:
     """The tolerance from the fp64 noise floor (``checks.calibrate_tolerance``); the dtype floor
     when the output is not reproducible or fp64 fails (the reason is recorded).
 
     ``slots`` holds the only references to the inputs and the output (``inputs``, ``ref``), so
     this stage, the probe's largest, holds as little as it can: the inputs become their fp64
-    copies one tensor at a time (and are gone after), and a large output waits on the host
-    during the fp64 forward (``ref`` is back in ``slots`` at the end, whatever happened)."""
+    copies one tensor at a time, and an output of ``REMAKE_BYTES`` or more is let go during the
+    fp64 forward; ``remake(slots)`` draws and runs them again after (from the seeds: the output
+    is reproducible here, else no fp64 runs). Moving a 6 GiB output to the host and back took
+    5 s on an H100; running it again, milliseconds."""
     cal: dict[str, Any]
     reproducible = max(m["deterministic"]["error"], m["stochastic_error"]) <= floor
-    inputs = slots.pop("inputs")
     try:
         if not reproducible:
             raise ValueError("output not reproducible, no noise floor to measure")
         model64 = copy.deepcopy(model).double()
+        inputs = slots.pop("inputs")
+        if _nbytes(slots["ref"]) >= REMAKE_BYTES:
+            slots["ref"] = None
         _to_double_in_place(inputs)
-        with _parked(slots, "ref", device):
-            ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
+        ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
         del model64, inputs
+        remake(slots)
         ref = slots["ref"]
         noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
                                   for t, r in zip(ref, ref64)]) \
@@ -561,6 +557,31 @@ def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[d
                            "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
                            "channel": per_channel})
     return affine
+
+
+def cap_memory(cap: int | None, device: str) -> None:
+    """Hold this worker's CUDA allocator to ``cap`` bytes, its admission grant: where its cache
+    would grow past that, the allocator frees cached blocks and retries, and it raises out of
+    memory only when live tensors need more (the parent then reruns it alone, uncapped).
+    Uncapped, a worker's cache grew into memory granted to others: the replay of a problem with
+    6 GiB outputs reserved 72-78 GiB of an H100 while its live tensors fitted in its grant."""
+    if not cap or not M.is_cuda(device):
+        return
+    import torch
+
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    total = torch.cuda.get_device_properties(index).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), index)
+
+
+def _peak_allocated(device: str) -> int | None:
+    """The most bytes of live tensors this worker held on its GPU (None on CPU)."""
+    if not M.is_cuda(device):
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_allocated())
 
 
 def _peak_bytes(device: str) -> int | None:
@@ -647,6 +668,7 @@ def replay_problem(payload: dict) -> dict:
     device = payload.get("device", "cpu")
     sd = seeds(int(payload.get("seed", 0)))
     lock = GpuLock(payload.get("lock"))
+    cap_memory(payload.get("memory_cap"), device)
     _mark("load")
     ns = load_namespace(payload["source"])
     with _section(lock, device, "build"):
@@ -677,4 +699,5 @@ def replay_problem(payload: dict) -> dict:
     if "inductor" in times:
         result["inductor"]["ms"] = times["inductor"]["ms"]
     result["peak_bytes"] = _peak_bytes(device)
+    result["peak_allocated_bytes"] = _peak_allocated(device)
     return result

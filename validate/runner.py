@@ -291,7 +291,7 @@ def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s)
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
     memory = {"method": est.get("method", "unknown"),
-              "estimate_bytes": probe_bytes(est, base, cuda=on_cuda),
+              "estimate_bytes": probe_bytes(est, base),
               "replay_bytes": replay_bytes(est, base), "forward_bytes": minimum_bytes(est)}
     memory.update({k: v for k, v in est.items()
                    if k.endswith("_bytes") or k in ("reason", "mutates_inputs")})
@@ -412,10 +412,10 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
                                  writable=_writable(), limits=limits)
 
     # the probe's grant carries over to the replay (shrunk to its ask): no second queueing
-    tenancy = held.enter_context(Tenancy(budget))
+    tenancy = held.enter_context(Tenancy(budget, caps=True))
     if on_cuda:
-        admitted = tenancy.run(estimate, lambda: run(PROBE, payload), _worker_oom,
-                               _worker_contention)
+        admitted = tenancy.run(estimate, lambda: run(PROBE, {**payload, "memory_cap": tenancy.cap}),
+                               _worker_oom, _worker_contention)
     else:
         admitted = run_on_host(host, need, lambda limit: run(PROBE, payload, limit), _worker_oom,
                                address_base())
@@ -446,6 +446,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     m = first.value
     m["resized"] = resized
     memory["measured_bytes"] = m.get("peak_bytes")
+    memory["measured_allocated_bytes"] = m.get("peak_allocated_bytes")
     tol = m["tolerance"]["tol"]
     # Cheap checks first: a problem the probe already failed gets no second worker (no
     # Inductor compile, no timing window); only checks that need that worker are left unrun.
@@ -459,7 +460,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
                           "copies": bool(m.get("mutated_inputs", True)),
                           "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
         if on_cuda:
-            again = tenancy.run(memory["replay_bytes"], lambda: run(REPLAY, second_payload),
+            again = tenancy.run(memory["replay_bytes"],
+                                lambda: run(REPLAY, {**second_payload, "memory_cap": tenancy.cap}),
                                 _worker_oom, _worker_contention)
         else:
             again = run_on_host(host, min(host.need_for(memory["replay_bytes"]), host.capacity),
@@ -478,6 +480,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         if second.ok:
             replay = second.value
             memory["replay"]["measured_bytes"] = replay.get("peak_bytes")
+            memory["replay"]["measured_allocated_bytes"] = replay.get("peak_allocated_bytes")
         else:
             err = second.error or {}
             replay = {"failed": f"{err.get('stage')}: {err.get('message')}"}

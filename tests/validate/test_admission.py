@@ -311,3 +311,23 @@ def test_budgets_are_per_physical_gpu_and_read_once():
         assert budget_for({"device": "cuda:0", "gpu": 7}, lambda slot: None) is None
     finally:
         reset_budgets()
+
+
+def test_a_run_that_meets_its_cap_alone_is_rerun_uncapped_and_too_large_only_uncapped():
+    budget = GpuBudget(100 * GIB, margin=0.0)
+    caps: list = []
+
+    def capped_run():  # its live tensors need 30 GiB; its cap is its grant
+        caps.append(tenancy.cap)
+        return "CUDA out of memory" if tenancy.cap and tenancy.cap < 30 * GIB else "ok"
+
+    with Tenancy(budget, caps=True) as tenancy:
+        admitted = tenancy.run(10 * GIB, capped_run, oom)
+    assert admitted.result == "ok" and admitted.retried_alone and not admitted.too_large
+    assert caps == [budget.need_for(10 * GIB), None]
+    with Tenancy(budget, caps=True) as tenancy:  # out of memory uncapped and alone: too large
+        big = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
+    assert big.too_large and big.retried_alone
+    with Tenancy(budget) as tenancy:  # without caps nothing is capped, as before
+        plain = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
+    assert plain.too_large and not plain.retried_alone and tenancy.cap is None
