@@ -256,3 +256,15 @@ def test_on_a_gpu_the_estimate_bounds_the_allocator_peak(gpu_validation):
 def test_on_a_gpu_the_replay_estimate_bounds_its_peak(gpu_validation):
     mem = gpu_validation["memory"]
     assert 0 < mem["replay"]["measured_bytes"] <= mem["replay"]["need_bytes"], mem
+
+
+def test_an_output_made_again_after_the_fp64_forward_gives_the_same_measurements(monkeypatch):
+    source = small(SEEDS_DIR / "swiglu_feed_forward.py")
+    payload = {"source": source, "device": "cpu", "time": False, "ablations": None}
+    kept = P.probe_problem(payload)
+    monkeypatch.setattr(P, "REMAKE_BYTES", 0)  # every output is let go during the fp64 forward
+    remade = P.probe_problem(payload)
+    volatile = {"peak_bytes", "peak_allocated_bytes"}
+    assert {k: v for k, v in remade.items() if k not in volatile} == \
+        {k: v for k, v in kept.items() if k not in volatile}
+    assert remade["tolerance"]["noise"] is not None  # fp64 ran, against the remade output
