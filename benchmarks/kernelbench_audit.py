@@ -72,7 +72,9 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         mem = v.get("memory") or {}
         memory["estimated"] += mem.get("method") == "meta"
         memory["estimate unknown"] += mem.get("method") == "unknown"
-        memory["rerun alone"] += bool(mem.get("retried_alone"))
+        # either worker (the replay's rerun was left out of this count before 2026-11-26)
+        memory["rerun alone"] += bool(mem.get("retried_alone")
+                                      or (mem.get("replay") or {}).get("retried_alone"))
         memory["waited_s"] += mem.get("waited_s") or 0
         memory["too_large"] += "too_large" in (v.get("flags") or [])
         if mem.get("measured_bytes") and mem.get("estimate_bytes"):

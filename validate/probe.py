@@ -560,11 +560,11 @@ def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[d
 
 
 def cap_memory(cap: int | None, device: str) -> None:
-    """Hold this worker's CUDA allocator to ``cap`` bytes, its admission grant: where its cache
-    would grow past that, the allocator frees cached blocks and retries, and it raises out of
-    memory only when live tensors need more (the parent then reruns it alone, uncapped).
-    Uncapped, a worker's cache grew into memory granted to others: the replay of a problem with
-    6 GiB outputs reserved 72-78 GiB of an H100 while its live tensors fitted in its grant."""
+    """Hold this worker's CUDA allocator to ``cap`` bytes (``admission.CAP_FACTOR`` times its
+    grant): where its cache would grow past that, the allocator frees cached blocks and retries,
+    and it raises out of memory only when live tensors need more (the parent then reruns it
+    alone, uncapped). Uncapped, the replay of a problem with 6 GiB outputs reserved 72-78 GiB
+    of an H100 while its live tensors held 42."""
     if not cap or not M.is_cuda(device):
         return
     import torch
@@ -688,10 +688,12 @@ def replay_problem(payload: dict) -> dict:
             with _section(lock, device, "inductor check"):
                 out = run_forward(compiled, inputs, sd["forward"], device, clone=copies)
                 result["inductor"] = {"error_vs_eager": C.max_error(out, ref), "ms": None}
+            del out
             if timed:
                 forwards["inductor"] = (compiled, inputs)
         except Exception as exc:  # noqa: BLE001 — a compile failure is a finding, not a crash
             result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+    del ref  # the timing graphs' pools hold outputs of their own
     _release_cache(device)
     times = _timed_window(lock, device, forwards) if forwards else {}
     if "eager" in times:

@@ -395,6 +395,10 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     host = None if on_cuda else _host_budget(cfg)
     memory = _estimate_memory(run_source, cfg, on_cuda)
     estimate = memory["estimate_bytes"]
+    if on_cuda and (cross_process or inductor) and estimate and memory["replay_bytes"]:
+        # one grant for both workers: a replay that asked for more than its probe queued again
+        # behind newer problems (minutes each in a KernelBench audit, 2026-11-26)
+        estimate = max(estimate, memory["replay_bytes"])
     if on_cuda:
         room, need = (budget.total, memory["forward_bytes"]) if budget else (None, None)
     else:

@@ -2,8 +2,8 @@
 import threading
 import time
 
-from kernelmill.validate.admission import (GpuBudget, Tenancy, budget_for, reset_budgets,
-                                           run_admitted)
+from kernelmill.validate.admission import (CAP_FACTOR, GpuBudget, Tenancy, budget_for,
+                                           reset_budgets, run_admitted)
 
 GIB = 1 << 30
 
@@ -324,7 +324,7 @@ def test_a_run_that_meets_its_cap_alone_is_rerun_uncapped_and_too_large_only_unc
     with Tenancy(budget, caps=True) as tenancy:
         admitted = tenancy.run(10 * GIB, capped_run, oom)
     assert admitted.result == "ok" and admitted.retried_alone and not admitted.too_large
-    assert caps == [budget.need_for(10 * GIB), None]
+    assert caps == [int(budget.need_for(10 * GIB) * CAP_FACTOR), None]
     with Tenancy(budget, caps=True) as tenancy:  # out of memory uncapped and alone: too large
         big = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
     assert big.too_large and big.retried_alone
