@@ -64,6 +64,11 @@ COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "
 # back-to-back loop is not believed. Graph replays back to back take the graph's time; CPU calls
 # on shared cores are noisier (a forged report is off by orders of magnitude).
 CLOCK_MARGIN = {"cuda_graph": 0.5, "perf_counter": 0.05}
+# The device each timing method belongs to. A candidate's worker that reports a method unknown
+# here, or one of another device than the reference's in the same window, is flagged: its report
+# chose the wall-clock margin (an unknown method had none, so any speed passed; red-team round 5
+# claimed 132x for PyTorch's own matmul that way).
+METHOD_DEVICE = {"cuda_graph": "cuda", "cuda_events": "cuda", "perf_counter": "cpu"}
 
 
 def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -740,8 +745,14 @@ def _timings(verdict, reference, window, policy, record, hack) -> None:
                           "inductor_ms": inductor_ms, "roofline_ms": roof}
     if window and window.get("error"):
         verdict["timings"]["error"] = window["error"]["message"]
-    candidate = ((window or {}).get("participants") or {}).get("candidate") or {}
-    margin = CLOCK_MARGIN.get(str(candidate.get("method")))
+    parts = (window or {}).get("participants") or {}
+    candidate = parts.get("candidate") or {}
+    method, ref_method = candidate.get("method"), (parts.get("reference") or {}).get("method")
+    device = METHOD_DEVICE.get(str(method))
+    if method is not None and (device is None or device != METHOD_DEVICE.get(ref_method, device)):
+        hack("timing_behaviour", f"the candidate's worker reported timing by {str(method)[:40]!r}"
+             f", not a method of this window's device (the reference's: {ref_method})")
+    margin = CLOCK_MARGIN.get(str(method))
     wall, mean = candidate.get("wall_ms"), candidate.get("mean_ms")
     verdict["timings"]["candidate_wall_ms"] = wall
     if mean is not None and wall and margin and mean < margin * wall:

@@ -524,6 +524,14 @@ def _compile_allowed(source, frame) -> tuple[bool, str]:
     return _type_expression(text), text
 
 
+def _names_it(frame, event: str) -> bool:
+    """Whether the innermost frame's own code names the function ``event`` reports (``_getframe``
+    for ``sys._getframe``): a standard-library helper that asks for a frame does so in its own
+    code; one that was handed ``sys._getframe`` as a callable (a ``ChainMap`` over a mapping whose
+    ``__getitem__`` it is) does not, and acts for whoever handed it over."""
+    return event.rpartition(".")[2] in frame.f_code.co_names
+
+
 def _internals_allowed(event: str, args: tuple, frame) -> bool:
     if event == "object.__getattr__" and str((tuple(args) + ("", ""))[1]) in READABLE_ATTRS:
         return True
@@ -537,22 +545,28 @@ def _internals_allowed(event: str, args: tuple, frame) -> bool:
         return module.split(".")[0] in UNPICKLABLE_ROOTS and not name.startswith("__")
     if kind in ("trusted", "own") or helper == "importlib":
         return True
-    return event in ("sys._getframe", "object.__setattr__", "object.__getattr__",
-                     "sys._getframemodulename") and helper in FRAME_NAMING_HELPERS
+    if event.startswith("ctypes."):  # foreign calls and raw memory: trusted packages only
+        return False
+    if event in ("sys._getframe", "sys._getframemodulename"):
+        return helper in FRAME_NAMING_HELPERS and _names_it(frame, event)
+    return event in ("object.__setattr__", "object.__getattr__") and \
+        helper in FRAME_NAMING_HELPERS
 
 
 def _audit(event: str, args: tuple) -> None:
     """Refuse code compiled from a string at run time and, once the candidate's import has
     begun, the events that hand out the interpreter's own objects (``INTERNALS_EVENTS``,
-    ``pickle.find_class`` beyond tensors and containers), unless a trusted package's code
-    raised them (``_compile_allowed``, ``_internals_allowed``). A submission that reaches
+    ``pickle.find_class`` beyond tensors and containers, every ``ctypes`` event: a foreign call
+    to ``PyEval_GetFrame`` is a frame), unless a trusted package's code raised them
+    (``_compile_allowed``, ``_internals_allowed``). A submission that reaches
     eval by any route, or a frame, a code object or the collector, owns the worker's facts:
     this stops that at the interpreter, whatever route asked for it."""
     if _in_hook[0]:
         return
     compiling = event == "compile"
     if not compiling and not (_armed[0] and (event in INTERNALS_EVENTS or
-                                             event == "pickle.find_class")):
+                                             event == "pickle.find_class" or
+                                             event.startswith("ctypes."))):
         return
     if compiling and not _isinstance(args[0] if args else None, (str, bytes)):
         return
