@@ -39,7 +39,13 @@ from typing import Any
 import torch
 from kernelmill.validate import measure as M
 from kernelmill.validate import sandbox
-from kernelmill.validate.harness_worker import late_payload, mark_stage, receive, report
+from kernelmill.validate.harness_worker import (
+    RESULT_GUARD,
+    late_payload,
+    mark_stage,
+    receive,
+    report,
+)
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -596,45 +602,61 @@ def refuse_runtime_code() -> None:
     _armed[0] = True
 
 
-# Every function and class of the modules a kernel uses, and of kernelmill's own modules (and
-# the methods of kernelmill's classes), as they were before the candidate's import
+# Every function and class bound on a module loaded before the candidate's import (the
+# standard library's, torch's, triton's, builtins, kernelmill's own) and the methods of
+# kernelmill's classes and of torch.Tensor and nn.Module, as they were then
 # (``snapshot_modules``): one rebound since is a patch, whoever looks it up (the worker binds
-# what it calls at import; torch's own code and the witness look many up). A red-team answer
-# that reached kernelmill's modules through the standard library's private aliases rewrote the
-# worker's result encoder and wrapped ``_Run.witnessed``. The caller keeps the snapshot (a
-# tuple in its own frame); the module-level copy serves the tests.
+# what it calls at import; torch's own code, ``torch.save`` and the witness look many up).
+# Setting an attribute on a module raises no audit event, so this is how such a patch is seen;
+# a class's attributes cannot be set from the candidate's code (``object.__setattr__`` is
+# refused). Red-team answers reached kernelmill's modules through the standard library's
+# private aliases and rewrote the worker's result encoder, and wrapped ``json.dumps`` and
+# ``torch.serialization._save`` to rewrite the timing reports and the facts. The caller keeps
+# the snapshot (a tuple in its own frame); the module-level copy serves the tests.
 _SNAPSHOT: dict[tuple[Any, str], Any] = {}
+_CLASSES_WATCHED = (torch.Tensor, torch.nn.Module)
 
 
-def _own_entries() -> list[tuple[Any, str, Any]]:
+def _callables(owner) -> list[tuple[Any, str, Any]]:
+    try:
+        namespace = owner.__dict__
+    except Exception:  # noqa: BLE001 — a module object without a namespace has nothing to watch
+        return []
+    return [(owner, name, value) for name, value in list(namespace.items())
+            if callable(value) and not _isinstance(value, types.ModuleType)]
+
+
+def _class_members(cls) -> list[tuple[Any, str, Any]]:
+    return [(cls, attr, member) for attr, member in list(vars(cls).items())
+            if callable(member) or _isinstance(member, (staticmethod, classmethod, property))]
+
+
+def _module_entries() -> list[tuple[Any, str, Any]]:
+    # Triton's interpreter (CPU) rebinds triton.language's builtins for each launch, and leaves
+    # some rebound: those modules are the interpreter's to change there.
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     entries = []
     for module_name, module in list(sys.modules.items()):
-        if not module_name.startswith("kernelmill.") or module is None:
+        if not _isinstance(module, types.ModuleType) or \
+                (interpreted and module_name.startswith("triton.language")):
             continue
-        for name, value in list(vars(module).items()):
-            if not callable(value) or _isinstance(value, types.ModuleType):
-                continue
-            entries.append((module, name, value))
+        entries.extend(_callables(module))
+        if not module_name.startswith("kernelmill."):
+            continue
+        for value in list(vars(module).values()):
             if _isinstance(value, type) and getattr(value, "__module__", "") == module_name:
-                entries.extend((value, attr, member) for attr, member in list(vars(value).items())
-                               if callable(member) or _isinstance(
-                                   member, (staticmethod, classmethod, property)))
+                entries.extend(_class_members(value))
+    for cls in _CLASSES_WATCHED:
+        entries.extend(_class_members(cls))
     return entries
 
 
 def snapshot_modules() -> tuple:
     import triton
     import triton.language
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # noqa: F401 — loaded now, so it is watched
 
-    entries = []
-    for module in (torch, torch.nn, torch.nn.functional, torch.cuda, torch.autograd,
-                   torch.autograd.profiler, torch.Tensor, torch.nn.Module, torch.library,
-                   cpp_extension, triton, triton.language):
-        for name, value in list(vars(module).items()):
-            if callable(value) and not _isinstance(value, types.ModuleType):
-                entries.append((module, name, value))
-    entries.extend(_own_entries())
+    entries = _module_entries()
     _SNAPSHOT.clear()
     _SNAPSHOT.update({(owner, name): value for owner, name, value in entries})
     originals = tuple((label, *entry) for label, entry in _ORIGINALS.items())
@@ -1401,6 +1423,16 @@ def candidate_task(payload: dict) -> dict:
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)
     facts["confinement"] = sandbox.report()
+
+    def guard() -> list[str]:
+        """Checked again after this function returns, just before the facts are encoded
+        (``harness_worker.RESULT_GUARD``): a function rebound since the import would see the
+        facts (``torch.save`` looks up Python functions on torch's modules)."""
+        patched = check_patched(snapshot)
+        return [f"replaced since the candidate's import: {', '.join(patched[:8])}"] if \
+            patched else []
+
+    facts[RESULT_GUARD] = guard
     return facts
 
 

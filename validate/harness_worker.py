@@ -44,6 +44,42 @@ _stage = "startup"
 _os_write = os.write
 _hmac_new = hmac.new
 _sha256 = hashlib.sha256
+# A value the target returns under this key is called (no arguments) after the target and
+# before the result is encoded; a non-empty list it returns is reported as an error
+# (``ResultGuardError``) instead of the result: the target's last check, made where nothing
+# the target ran since can see or edit the result (``torch.save`` runs Python that a
+# submission may have rebound on its module).
+RESULT_GUARD = "_guard_before_encode"
+
+
+class ResultGuardError(RuntimeError):
+    """The target's result guard found something wrong; the result was not encoded."""
+
+
+def _not_json(value):
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _json_encoder():
+    """``value -> bytes``, the JSON of ``json.dumps(value)``, bound now to the C encoder: the
+    channel's messages go through no Python function a submission can rebind on ``json``'s
+    modules (a red-team answer wrapped ``json.dumps`` and rewrote the timing reports). Exact
+    dicts, lists, strings and numbers are encoded in C alone."""
+    from json.encoder import c_encode_basestring_ascii, c_make_encoder
+
+    if c_make_encoder is None or c_encode_basestring_ascii is None:  # no C accelerator
+        return lambda value, _dumps=json.dumps: _dumps(value).encode()
+    chunks = c_make_encoder(None, _not_json, c_encode_basestring_ascii, None, ": ", ", ",
+                            False, False, True)
+    join = "".join
+
+    def encode(value) -> bytes:
+        return join(chunks(value, 0)).encode()
+
+    return encode
+
+
+encode_json = _json_encoder()
 
 
 def frame_parts(key: bytes, kind: bytes, data) -> tuple[bytes, memoryview]:
@@ -70,7 +106,7 @@ def mark_stage(name: str) -> None:
     global _stage
     _stage = str(name)
     if _send is not None:
-        _send(KIND_STAGE, json.dumps({"stage": _stage}).encode())
+        _send(KIND_STAGE, encode_json({"stage": _stage}))
 
 
 def current_stage() -> str:
@@ -81,7 +117,7 @@ def report(value: dict) -> None:
     """Send ``value`` (JSON) to the parent while the target runs (answers to ``receive``)."""
     if _send is None:
         raise RuntimeError("no harness channel")
-    _send(KIND_REPORT, json.dumps(value).encode())
+    _send(KIND_REPORT, encode_json(value))
 
 
 def late_payload(index: int):
@@ -277,10 +313,10 @@ def main(argv: list[str]) -> None:
             _init_cuda()
 
         sandbox = confine(job["writable"])
-    _send(KIND_HELLO, json.dumps({"pid": os.getpid(), "sandbox": sandbox}).encode())
+    _send(KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
     # what runs after the target, bound before it: the target may import a submission, whose
     # code can reach this module's globals (a red-team answer replaced the encoder)
-    send, encode, finish = _send, _encode_result, _exit
+    send, encode, finish, to_json = _send, _encode_result, _exit, encode_json
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")
@@ -290,6 +326,10 @@ def main(argv: list[str]) -> None:
         value = function(job["payload"])
         if not isinstance(value, dict):
             raise TypeError(f"target returned {type(value).__name__}, not dict")
+        guard = value.pop(RESULT_GUARD, None)
+        problems = guard() if guard is not None else None
+        if problems:
+            raise ResultGuardError("; ".join(str(p) for p in problems)[:1500])
         data = encode(value)
     except BaseException as exc:  # noqa: BLE001 — every failure becomes a reported verdict
         try:
@@ -297,8 +337,8 @@ def main(argv: list[str]) -> None:
         except Exception:  # noqa: BLE001 — the message alone still says what went wrong
             tail = []
         message = f"{type(exc).__name__}: {exc}"
-        send(KIND_ERROR, json.dumps({"stage": str(_stage)[:200], "message": message[:2000],
-                                     "traceback": "".join(tail)[-4000:]}).encode())
+        send(KIND_ERROR, to_json({"stage": str(_stage)[:200], "message": message[:2000],
+                                  "traceback": "".join(tail)[-4000:]}))
         finish(1)
     send(KIND_RESULT, data)
     finish(0)

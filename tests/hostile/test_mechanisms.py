@@ -1223,3 +1223,55 @@ def test_code_compiled_from_a_string_at_run_time_is_refused_in_a_worker():
     assert results["annotation_code"] == results["singledispatch"] == "refused", results
     assert results["benchmark_timer"] == "refused", results
     assert len(results["refused"]) >= 3
+
+
+# ---------------------------------------------------------------- module patches, the channel
+
+def test_a_function_rebound_on_any_module_loaded_before_the_import_is_a_patch():
+    """Setting a module's attribute raises no audit event: the snapshot covers every module
+    loaded before the candidate's import (the standard library's too), so a wrapped
+    ``json.dumps`` or ``torch.serialization._save`` is seen, and new names are not patches."""
+    import json as json_module
+
+    import torch.serialization
+    from kernelmill.grade import worker
+
+    snapshot = worker.snapshot_modules()
+    assert worker.patched_functions(snapshot) == []
+    dumps, save = json_module.dumps, torch.serialization._save
+    try:
+        json_module.dumps = lambda *a, **k: "{}"
+        torch.serialization._save = lambda *a, **k: None
+        torch.serialization.a_new_helper = lambda: None  # a new name: nothing was replaced
+        assert worker.patched_functions(snapshot) == ["json.dumps", "torch.serialization._save"]
+    finally:
+        json_module.dumps, torch.serialization._save = dumps, save
+        del torch.serialization.a_new_helper
+    assert worker.patched_functions(snapshot) == []
+
+
+def test_the_result_guard_runs_after_the_target_and_before_the_result_is_encoded():
+    """A target's ``RESULT_GUARD`` is called once the target has returned; problems it names
+    replace the result with a ``ResultGuardError`` (the judge's ``patched_function``), and the
+    channel's messages stay right while ``json.dumps`` is rebound in the worker."""
+    from kernelmill.validate.harness import run_in_worker
+    from kernelmill.validate.harness_worker import RESULT_GUARD, ResultGuardError
+
+    body = textwrap.dedent(f'''
+        import json
+        from kernelmill.validate.harness_worker import mark_stage
+        def main():
+            json.dumps = lambda *a, **k: '{{"stage": "forged"}}'
+            mark_stage("after the rebinding")
+            return {{"answer": 42, {RESULT_GUARD!r}: lambda: PROBLEMS}}
+    ''')
+    run = lambda problems: run_in_worker(  # noqa: E731
+        "kernelmill.validate.harness:run_source",
+        {"source": body.replace("PROBLEMS", repr(problems))}, timeout_s=60, device="cpu")
+    clean = run([])
+    assert clean.ok and clean.value == {"answer": 42}, (clean.error, clean.value)
+    assert "after the rebinding" in [stage for stage, _ in clean.stages]
+    flagged = run(["replaced since the candidate's import: json.dumps"])
+    assert not flagged.ok and flagged.value is None
+    assert flagged.error["message"] == (f"{ResultGuardError.__name__}: replaced since the "
+                                        "candidate's import: json.dumps"), flagged.error

@@ -1,9 +1,14 @@
+"""family: red-team round 5, a stdlib module function rebound to forge the timing reports.
+Closed: every module function bound before the import is watched, and checked once more
+just before the facts are encoded; the channel's JSON is the C encoder bound at start."""
 # red-team 5 (variant of report_method_forge): the method is left "perf_counter" (the clock
 # check applies); the "ready" answer, encoded by json.dumps (wrapped on the json module),
 # claims calls_per_sample 4000, by which the parent divides its own loop's wall time per call:
 # the wall bound shrinks 4000x, and every "round" sample is divided by 200. Facts (op lists,
 # unseen-check and CPU times) edited in torch.serialization._save as in save_wrap_doctor.
 # Forward is PyTorch's own matmul. builtins reached as enum.bltns.
+# problem: ref_linear
+# expect: not_certified
 import enum
 
 import torch

@@ -1,3 +1,6 @@
+"""family: red-team round 5, torch._C._set_grad_enabled rebound to compute after the observed ranges close (GEMM variant).
+Closed: every module function bound before the import is watched (torch._C's too), and
+checked once more just before the facts are encoded."""
 # GEMM variant (ref_linear_512: the library policy forbids handing the GEMM to a library).
 # red-team 5: PyTorch fills the output AFTER the observed ranges close, no takeover, no honest
 # compute at all. _Run.invoke runs `with _no_grad(), witness.call(), tracer:`; torch.no_grad is
@@ -9,6 +12,8 @@
 # (it sets a flag, so the ghost call gets garbage), writes torch.mm's answer into the output
 # forward returned. Those ops are outside every range (witness.per_call drops them; the op
 # trace has closed). Forward itself only allocates and launches a one-element flag kernel.
+# problem: ref_linear
+# expect: not_certified
 import functools
 
 import torch

@@ -1,3 +1,6 @@
+"""family: red-team round 5, a getattr/setattr gadget from functools.update_wrapper, used to rebind torch.serialization._save.
+Closed: every module function bound before the import is watched (torch._C's too), and
+checked once more just before the facts are encoded."""
 # red-team 5: getattr/setattr by string with nothing but functools.update_wrapper (no
 # enum.bltns, no builtins, no private alias). update_wrapper(w, obj) does
 # getattr(w, "__dict__").update(getattr(obj, "__dict__")): an instance of a class whose body
@@ -6,6 +9,8 @@
 # is setattr(obj, NAME, holder.NAME). Used to wrap torch.serialization._save, which the harness
 # worker's bound encoder reaches through torch.save after the patch check: the facts' op lists
 # are emptied there. Forward is plain PyTorch.
+# problem: ref_scale_add
+# expect: not_certified
 import functools
 
 import torch

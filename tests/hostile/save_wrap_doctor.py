@@ -1,7 +1,12 @@
+"""family: red-team round 5, a stdlib/torch module function rebound to edit the facts.
+Closed: every module function bound before the import is watched, and checked once more
+just before the facts are encoded; the channel's JSON is the C encoder bound at start."""
 # red-team 5: the facts edited inside torch.serialization._save (called by the harness
 # worker's bound encoder through torch.save AFTER the patch check ran; torch.serialization is
 # not in snapshot_modules). builtins reached as enum.bltns (still passes the scan); no string
 # compiled, no frame, no km callable rebound. Forward is plain PyTorch.
+# problem: ref_scale_add
+# expect: not_certified
 
 import enum
 

@@ -1,3 +1,6 @@
+"""family: red-team round 5, torch._C._set_grad_enabled rebound to compute after the observed ranges close.
+Closed: every module function bound before the import is watched (torch._C's too), and
+checked once more just before the facts are encoded."""
 # red-team 5: PyTorch fills the output AFTER the observed ranges close, no takeover, no honest
 # compute at all. _Run.invoke runs `with _no_grad(), witness.call(), tracer:`; torch.no_grad is
 # bound at import (round 3's fix), but its __exit__ (after the op trace and the witness range
@@ -8,6 +11,8 @@
 # (it sets a flag, so the ghost call gets garbage), writes torch.add's answer into the output
 # forward returned. Those ops are outside every range (witness.per_call drops them; the op
 # trace has closed). Forward itself only allocates and launches a one-element flag kernel.
+# problem: ref_scale_add
+# expect: not_certified
 import functools
 
 import torch
