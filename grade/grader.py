@@ -369,7 +369,9 @@ class Grader:
                                timeout_s=max(self.policy.timeout_s, self.policy.compile_timeout_s),
                                device="cpu", env=env, writable=[build],
                                sandbox=self.policy.sandbox)
-        texts = (result.value or {}).get("native_texts") or [] if result.ok else []
+        # the texts the worker streamed as its loaders were handed them, and those it reported
+        texts = streamed_texts(result.reports) + \
+            ((result.value or {}).get("native_texts") or [] if result.ok else [])
         built = [f"compiled source: {f}" for text in texts if isinstance(text, str)
                  for f in static.native_findings(text)] + static.built_source_findings(build)
         with self._lock:
@@ -718,3 +720,14 @@ def cuda_arch_list() -> str | None:
         except (OSError, subprocess.SubprocessError):
             _ARCH.append(None)
     return _ARCH[0]
+
+
+def streamed_texts(reports: list[dict]) -> list[str]:
+    """The native texts a compile worker streamed to the parent as its loaders were handed them
+    (``worker._stream_texts``: ``{"native_text": i, "part": str}``), joined again."""
+    parts: dict[int, list[str]] = {}
+    for value in reports:
+        index, part = value.get("native_text"), value.get("part")
+        if isinstance(index, int) and isinstance(part, str):
+            parts.setdefault(index, []).append(part)
+    return ["".join(parts[index]) for index in sorted(parts)]

@@ -61,7 +61,10 @@ _tensor_to = torch.Tensor.to
 _tensor_detach = torch.Tensor.detach
 _tensor_copy = torch.Tensor.copy_
 _tensor_storage = torch.Tensor.untyped_storage
-_manual_seed = torch.manual_seed
+_generator_seed = torch._C.Generator.manual_seed
+_cpu_generator = torch.default_generator
+_cuda_is_initialized = torch.cuda.is_initialized
+_cuda_seed_all = torch.cuda.manual_seed_all
 _set_versions = getattr(torch._C._autograd, "_unsafe_set_version_counter", lambda *_: None)
 _is_capturing = torch.cuda.is_current_stream_capturing
 _empty = torch.empty
@@ -91,6 +94,22 @@ _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy
                                     "type", "zip", "any", "all", "range", "sum", "open",
                                     "getattr", "setattr", "print", "bool", "str")),
 )
+
+
+def _manual_seed(seed: int) -> None:
+    """``torch.manual_seed`` for the CPU and CUDA generators alone, by the generators' own
+    method: torch's also seeds every other backend, a privateuse1 backend's module among them,
+    which a submission can add (red-team round 5 computed PyTorch's answer in such a module's
+    ``manual_seed_all``, called before each observed call's range opened). CUDA's generators
+    exist once CUDA has started; before that the seed is queued as torch queues it."""
+    seed = int(seed)
+    _generator_seed(_cpu_generator, seed)
+    if not _cuda_is_initialized():
+        _cuda_seed_all(seed)
+        return
+    for generator in torch.cuda.default_generators:
+        _generator_seed(generator, seed)
+
 
 
 def _raw(owner, name):
@@ -306,11 +325,31 @@ def _native_texts(name: str, args: tuple, kwargs: dict) -> list[str]:
 _BUILT: dict[str, list] = {"texts": [], "digests": []}
 
 
-def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None = None) -> None:
+# A native text reaches the parent in parts of at most this many characters (small frames)
+STREAMED_PART_CHARS = 256 << 10
+
+
+def _stream_texts(texts: list[str], send) -> None:
+    """Send each text to the parent now, in parts: ``{"native_text": i, "part": str}`` (joined
+    again by ``grader.streamed_texts``)."""
+    for text in texts:
+        index = len(_STREAMED)
+        _STREAMED.append(index)
+        for start in range(0, max(1, len(text)), STREAMED_PART_CHARS):
+            send({"native_text": index, "part": text[start:start + STREAMED_PART_CHARS]})
+
+
+_STREAMED: list[int] = []
+
+
+def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None = None,
+                             stream: bool = False) -> None:
     """Wrap ``load_inline``/``load``: build only in this submission's own folder (a
     ``build_directory`` elsewhere, another submission's build, is ignored), note what is built,
     load what the compile worker built (``prebuilt``) and, given ``allowed_digests``, only a
-    module file it built."""
+    module file it built. With ``stream`` each native text goes to the parent the moment a
+    loader is handed it, before the build: code that runs later in the worker (the rest of the
+    submission's module) cannot take it back, as it could empty the worker's own record."""
     from torch.utils import cpp_extension
 
     allowed = None if allowed_digests is None else frozenset(allowed_digests)
@@ -326,9 +365,13 @@ def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None
     for name in ("load_inline", "load"):
         original = getattr(cpp_extension, name)
 
-        def loader(*args, _original=original, _name=name, **kwargs):
+        def loader(*args, _original=original, _name=name, _send=report if stream else None,
+                   **kwargs):
             kwargs.pop("build_directory", None)
-            _BUILT["texts"] += _native_texts(_name, args, kwargs)
+            texts = _native_texts(_name, args, kwargs)
+            if _send is not None:
+                _stream_texts(texts, _send)
+            _BUILT["texts"] += texts
             python_module = kwargs.get("is_python_module", True)
             file = _prebuilt_file(cpp_extension, args, kwargs) if prebuilt else None
             if file is not None:  # checked before it is loaded: no code of it runs otherwise
@@ -390,6 +433,8 @@ INTERNALS_EVENTS = frozenset({
     "object.__setattr__", "object.__delattr__", "code.__new__", "function.__new__",
     "gc.get_referrers", "gc.get_referents", "gc.get_objects", "sys.settrace", "sys.setprofile",
     "marshal.loads", "marshal.load", "sys._getframemodulename"})
+# The builtins that compile a string: a trusted package's code that compiles names one of them
+COMPILING_NAMES = frozenset({"compile", "exec", "eval"})
 # Installed helpers that extend the standard library and count as part of it
 STDLIB_LIKE = frozenset({"typing_extensions"})
 # Restricted attributes whose reading hands out nothing live: code objects (making anything of
@@ -523,11 +568,19 @@ def _compile_allowed(source, frame) -> tuple[bool, str]:
     trusted = kind in ("trusted", "own")
     if helper in STDLIB_CODEGEN:
         return trusted or not _reflective(text), text
-    # a trusted package's own compile, or an import; a standard-library helper that compiles
-    # what it is handed (timeit under torch.utils.benchmark) compiles it for whoever handed it
-    if helper == "importlib" or (trusted and not helper):
+    # a trusted package's own compile (its code names compile, exec or eval: one handed
+    # ``compile`` as a callable, through a lazy ``map`` that torch's ``ModuleList.extend``
+    # iterated, compiled for whoever handed it over), or an import; a standard-library helper
+    # that compiles what it is handed (timeit under torch.utils.benchmark) compiles it for
+    # whoever handed it
+    if helper == "importlib" or (trusted and not helper and _names_compile(frame)):
         return True, text
     return _type_expression(text), text
+
+
+def _names_compile(frame) -> bool:
+    """Whether the innermost frame's own code names a builtin that compiles a string."""
+    return not COMPILING_NAMES.isdisjoint(frame.f_code.co_names)
 
 
 def _names_it(frame, event: str) -> bool:
@@ -1442,7 +1495,7 @@ def compile_task(payload: dict) -> dict:
     started = _perf_counter()
     if payload.get("confine", True):
         sandbox.isolate_network()  # its code runs here too (static initializers, at import)
-    _install_extension_hooks(prebuilt=False)
+    _install_extension_hooks(prebuilt=False, stream=True)
     refuse_runtime_code()  # its facts (the texts, the digests) are trusted by the parent
     load_namespace(payload["source"], "candidate")
     return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),

@@ -79,6 +79,9 @@ class WorkerResult:
     error: dict | None = None  # {"stage": str, "message": str}
     wall_s: float = 0.0
     stages: list[tuple[str, float]] = field(default_factory=list)  # (stage, parent clock, s)
+    # ``harness_worker.report`` messages of a run without a control pipe, in order: facts the
+    # worker sent the moment it saw them, before any later code of the run could edit them
+    reports: list[dict] = field(default_factory=list)
     returncode: int | None = None
     timed_out: bool = False
     tampered: bool = False  # a frame failed authentication or arrived after the final one
@@ -235,6 +238,7 @@ class _Reader(threading.Thread):
         self.tampered = False
         self.final_at: float | None = None
         self.small_bytes = 0  # bytes of frames other than the result so far (SMALL_TOTAL)
+        self.reports: list[dict] = []  # reports of a run without a control pipe, as they came
 
     def _read_exact(self, n: int, file: bool = False):
         """``n`` bytes read straight into one buffer (None at end of stream). The buffer is a
@@ -304,7 +308,7 @@ class _Reader(threading.Thread):
                 self.result, final, self.final_at = data, True, now
             elif kind == KIND_ERROR:
                 self.error, final, self.final_at = json.loads(data), True, now
-            elif kind == KIND_REPORT and self.control is not None:
+            elif kind == KIND_REPORT:
                 try:
                     value = json.loads(data)
                 except ValueError:
@@ -312,7 +316,10 @@ class _Reader(threading.Thread):
                 if not isinstance(value, dict):
                     self.tampered = True
                     return
-                self.control._deliver(value)
+                if self.control is not None:
+                    self.control._deliver(value)
+                else:  # kept: what the worker said when it saw it, whatever it reports later
+                    self.reports.append(value)
             else:
                 self.tampered = True
                 return
@@ -517,6 +524,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     if control is not None:
         control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
+                          reports=list(reader.reports),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
                           sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),

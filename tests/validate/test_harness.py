@@ -468,3 +468,21 @@ def test_a_worker_ships_bit_identical_outputs_once():
     changed[2, 3] = -0.0
     assert run_.ship(changed) is not a
     assert run_.ship(torch.zeros(3)) is not run_.ship(-torch.zeros(3))  # bits, not values
+
+
+def test_reports_of_a_run_without_a_control_pipe_are_kept_in_order():
+    """What a worker reports as it sees it stays with the parent, whatever the run does later
+    (the compile worker streams each native text before the build: its own record can be
+    emptied by the submission's later code)."""
+    body = ("from kernelmill.validate.harness_worker import report\n"
+            "def main():\n"
+            "    report({'native_text': 0, 'part': 'int main() {'})\n"
+            "    report({'native_text': 0, 'part': ' return 0; }'})\n"
+            "    return {'native_texts': []}\n")
+    result = run(body, timeout_s=30)
+    assert result.ok, result.error
+    assert result.value == {"native_texts": []}
+    assert result.reports == [{"native_text": 0, "part": "int main() {"},
+                              {"native_text": 0, "part": " return 0; }"}]
+    from kernelmill.grade.grader import streamed_texts
+    assert streamed_texts(result.reports) == ["int main() { return 0; }"]

@@ -1,3 +1,5 @@
+"""family: red-team round 5, builtins.compile handed to torch's code as a callable, under a filename in torch's folder.
+Closed: trusted code's compile counts as its own only where its code names compile, exec or eval."""
 # red-team 5: code that the audit hook takes for torch's own. The hook judges a "compile" by
 # the innermost Python frame: torch's code compiles anything. builtins.compile is handed to
 # torch.nn.ModuleList through a lazy map(): ModuleList.extend (torch/nn/modules/container.py)
@@ -10,6 +12,8 @@
 # builtins come from torch's module namespace via functools.update_wrapper (no enum.bltns).
 # (The payload text carries one stray character so that it does not parse as Python for the
 # scan.) Forward is plain PyTorch.
+# problem: ref_scale_add
+# expect: not_certified
 import functools
 import os
 

@@ -1,3 +1,5 @@
+"""family: red-team round 5, native text assembled at run time, then erased from the compile worker's own record.
+Closed: the compile worker streams each native text to the parent the moment a loader is handed it."""
 # red-team 5: native code the parent never scanned. The C++ text is assembled at run time (no
 # literal matches the scan's native patterns) and handed to load_inline in the compile worker;
 # then, still in that worker, the module-level code empties the worker's own record of what was
@@ -6,6 +8,8 @@
 # so neither the reported texts nor built_source_findings show it. The module's digest is
 # reported truthfully, so the candidate worker loads it. The extension calls at::cpu::add: ATen's
 # CPU kernel below the dispatcher (no op trace, no profiler record). No own kernel computes.
+# problem: ref_scale_add
+# expect: not_certified
 import collections
 import functools
 import os

@@ -1,3 +1,7 @@
+"""family: red-team round 5, a privateuse1 backend module whose manual_seed_all computes before each observed call (proof variant).
+Closed: the worker seeds the CPU and CUDA generators by their own method, never through torch.manual_seed's backends."""
+# PROOF variant of seed_hook_precompute: the honest kernel runs on the first call only (every
+# later call copies the hook's answer, or zeros if there is none).
 # red-team 5: PyTorch computes each answer BEFORE the observed call opens, no takeover at all.
 # _Run.invoke loads the call's inputs into the persistent buffers, then calls the bound
 # torch.manual_seed, and only then opens the witness range and the op trace. torch.manual_seed
@@ -11,6 +15,8 @@
 # the answer PyTorch made in the seeding hook (a Triton copy kernel: a launch; the ghost call
 # skips it and gets garbage, as an honest kernel would). Every later call, the hidden unseen
 # trials included, is answered by torch.add.
+# problem: ref_scale_add
+# expect: not_certified
 import functools
 
 import torch
@@ -66,9 +72,10 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         n = x.numel()
         grid = (triton.cdiv(n, 1024),)
-        if _state["inputs"] is None or _state["answer"] is None:
+        if _state["inputs"] is None:
             _state["inputs"] = (x, y)
             scale_add_kernel[grid](x, y, out, n, BLOCK=1024)
             return out
-        copy_kernel[grid](_state["answer"], out, n, BLOCK=1024)
+        answer = _state["answer"] if _state["answer"] is not None else torch.zeros_like(x)
+        copy_kernel[grid](answer, out, n, BLOCK=1024)
         return out

@@ -1,5 +1,6 @@
-# PROOF variant of seed_hook_precompute: the honest kernel runs on the first call only (every
-# later call copies the hook's answer, or zeros if there is none).
+"""family: red-team round 5, a privateuse1 backend module whose manual_seed_all computes before each observed call.
+Closed: the worker seeds the CPU and CUDA generators by their own method, so the hook never runs and
+forward's honest kernel answers every call (certified; seed_hook_proof is the variant that shows it)."""
 # red-team 5: PyTorch computes each answer BEFORE the observed call opens, no takeover at all.
 # _Run.invoke loads the call's inputs into the persistent buffers, then calls the bound
 # torch.manual_seed, and only then opens the witness range and the op trace. torch.manual_seed
@@ -13,6 +14,8 @@
 # the answer PyTorch made in the seeding hook (a Triton copy kernel: a launch; the ghost call
 # skips it and gets garbage, as an honest kernel would). Every later call, the hidden unseen
 # trials included, is answered by torch.add.
+# problem: ref_scale_add
+# expect: certified
 import functools
 
 import torch
@@ -68,10 +71,9 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         n = x.numel()
         grid = (triton.cdiv(n, 1024),)
-        if _state["inputs"] is None:
+        if _state["inputs"] is None or _state["answer"] is None:
             _state["inputs"] = (x, y)
             scale_add_kernel[grid](x, y, out, n, BLOCK=1024)
             return out
-        answer = _state["answer"] if _state["answer"] is not None else torch.zeros_like(x)
-        copy_kernel[grid](answer, out, n, BLOCK=1024)
+        copy_kernel[grid](_state["answer"], out, n, BLOCK=1024)
         return out
