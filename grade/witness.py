@@ -46,8 +46,10 @@ SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witne
 # extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
 UNATTRIBUTED = "unattributed"
 
-_range_enter = torch.ops.profiler._record_function_enter_new
-_range_exit = torch.ops.profiler._record_function_exit._RecordFunction
+# The ops' C callables (``_op``): calling the Python op objects runs ``self._op``, an instance
+# attribute a submission replaced (red-team round 6) to run PyTorch after the range had closed
+_range_enter = torch.ops.profiler._record_function_enter_new._op
+_range_exit = torch.ops.profiler._record_function_exit._RecordFunction._op
 _no_subclass_function = torch._C.DisableTorchFunctionSubclass
 _cupti_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", lambda: None)
 

@@ -63,7 +63,7 @@ _tensor_copy = torch.Tensor.copy_
 _tensor_storage = torch.Tensor.untyped_storage
 _generator_seed = torch._C.Generator.manual_seed
 _cpu_generator = torch.default_generator
-_cuda_is_initialized = torch.cuda.is_initialized
+_Generator = torch._C.Generator
 _cuda_seed_all = torch.cuda.manual_seed_all
 _set_versions = getattr(torch._C._autograd, "_unsafe_set_version_counter", lambda *_: None)
 _is_capturing = torch.cuda.is_current_stream_capturing
@@ -100,26 +100,34 @@ def _manual_seed(seed: int) -> None:
     """``torch.manual_seed`` for the CPU and CUDA generators alone, by the generators' own
     method: torch's also seeds every other backend, a privateuse1 backend's module among them,
     which a submission can add (red-team round 5 computed PyTorch's answer in such a module's
-    ``manual_seed_all``, called before each observed call's range opened). CUDA's generators
-    exist once CUDA has started; before that the seed is queued as torch queues it."""
+    ``manual_seed_all``, called before each observed call's range opened). No Python of torch's
+    runs: ``torch.cuda.is_initialized`` reads a module global a submission can rebind."""
     seed = int(seed)
     _generator_seed(_cpu_generator, seed)
-    if not _cuda_is_initialized():
-        _cuda_seed_all(seed)
+    generators = torch.cuda.default_generators  # filled when CUDA starts (a C call)
+    if _type(generators) is not tuple:
+        return  # rebound: CUDA's generators are not seeded, for no one's benefit
+    if not generators:
+        # before CUDA starts, queued as torch queues it; never once a candidate's code may run
+        # (torch's queue takes a lock looked up on torch.cuda, which a submission rebound to
+        # run PyTorch before each observed call; red-team round 6)
+        if not _armed[0]:
+            _cuda_seed_all(seed)
         return
-    for generator in torch.cuda.default_generators:
-        _generator_seed(generator, seed)
+    for generator in generators:
+        if _type(generator) is _Generator:
+            _generator_seed(generator, seed)
 
 
 
-def _raw(owner, name):
+def _raw(owner, name, _getattr=getattr):
     """The attribute as stored (a class's own dict entry, not a fresh bound method)."""
     if _isinstance(owner, type):
         for klass in owner.__mro__:
             if name in klass.__dict__:
                 return klass.__dict__[name]
         return None
-    return getattr(owner, name, None)
+    return _getattr(owner, name, None)
 
 
 _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(owner, name))
@@ -393,9 +401,9 @@ def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None
 _DYNAMO_REWRAPPED = {"torch.manual_seed"}
 
 
-def _unwrapped_is(current, original) -> bool:
+def _unwrapped_is(current, original, _getattr=getattr) -> bool:
     for _ in range(3):
-        current = getattr(current, "__wrapped__", None)
+        current = _getattr(current, "__wrapped__", None)
         if current is original:
             return True
     return False
@@ -656,13 +664,13 @@ def refuse_runtime_code() -> None:
 
 
 # Every function and class bound on a module loaded before the candidate's import (the
-# standard library's, torch's, triton's, builtins, kernelmill's own) and the methods of
-# kernelmill's classes and of torch.Tensor and nn.Module, as they were then
-# (``snapshot_modules``): one rebound since is a patch, whoever looks it up (the worker binds
-# what it calls at import; torch's own code, ``torch.save`` and the witness look many up).
-# Setting an attribute on a module raises no audit event, so this is how such a patch is seen;
-# a class's attributes cannot be set from the candidate's code (``object.__setattr__`` is
-# refused). Red-team answers reached kernelmill's modules through the standard library's
+# standard library's, torch's, triton's, builtins, kernelmill's own) and the methods and
+# descriptors of every class those modules define (torch.no_grad's ``__exit__``, a dispatch
+# mode's ``__enter__``), as they were then (``snapshot_modules``): one rebound since is a
+# patch, whoever looks it up (the worker binds what it calls at import; torch's own code,
+# ``torch.save`` and the witness look many up). Setting an attribute on a module or a class
+# raises no audit event, so this is how such a patch is seen (about 4,000 classes and 80,000
+# entries with torch and triton loaded: 25 ms to take, a few ms to check). Red-team answers reached kernelmill's modules through the standard library's
 # private aliases and rewrote the worker's result encoder, and wrapped ``json.dumps`` and
 # ``torch.serialization._save`` to rewrite the timing reports and the facts. The caller keeps
 # the snapshot (a tuple in its own frame); the module-level copy serves the tests.
@@ -676,7 +684,7 @@ def _callables(owner) -> list[tuple[Any, str, Any]]:
     except Exception:  # noqa: BLE001 — a module object without a namespace has nothing to watch
         return []
     return [(owner, name, value) for name, value in list(namespace.items())
-            if callable(value) and not _isinstance(value, types.ModuleType)]
+            if callable(value) and not issubclass(_type(value), types.ModuleType)]
 
 
 def _class_members(cls) -> list[tuple[Any, str, Any]]:
@@ -694,14 +702,19 @@ def _module_entries() -> list[tuple[Any, str, Any]]:
                 (interpreted and module_name.startswith("triton.language")):
             continue
         entries.extend(_callables(module))
-        if not module_name.startswith("kernelmill."):
-            continue
-        for value in list(vars(module).values()):
-            if _isinstance(value, type) and getattr(value, "__module__", "") == module_name:
+        for value in list(vars(module).values()):  # the classes the module defines
+            if issubclass(_type(value), type) and vars(value).get("__module__") == module_name:
                 entries.extend(_class_members(value))
     for cls in _CLASSES_WATCHED:
         entries.extend(_class_members(cls))
     return entries
+
+
+def _owned_by_us(owner) -> bool:
+    """A kernelmill module or class, or builtins."""
+    name = owner.__name__ if issubclass(_type(owner), types.ModuleType) else \
+        vars(owner).get("__module__", "")
+    return name == "builtins" or str(name).startswith("kernelmill.")
 
 
 def snapshot_modules() -> tuple:
@@ -716,18 +729,23 @@ def snapshot_modules() -> tuple:
     return tuple(entries), originals
 
 
-def patched_functions(snapshot: tuple | None = None) -> list[str]:
+def patched_functions(snapshot: tuple | None = None, *, _vars=vars, _id=id, _set=set,
+                      _sorted=sorted, _getattr=getattr) -> list[str]:
+    """The snapshot's entries rebound since, by name. The builtins it uses are bound as its
+    keyword defaults (setting a function's defaults is an audited event, refused to a
+    submission): a submission's ``vars`` that returned the originals hid every patch, its own
+    included (red-team round 6)."""
     if snapshot is None:
         snapshot = (tuple((owner, name, value) for (owner, name), value in _SNAPSHOT.items()),
                     tuple((label, *entry) for label, entry in _ORIGINALS.items()))
     entries, originals = snapshot
     patched = []
-    guarded = {(id(owner), name) for _label, owner, name, _original in originals}
+    guarded = _set([(_id(owner), name) for _label, owner, name, _original in originals])
     for owner, name, original in entries:
-        current = vars(owner).get(name)
-        if current is not original and (id(owner), name) not in guarded and not \
+        current = _vars(owner).get(name)
+        if current is not original and (_id(owner), name) not in guarded and not \
                 (name in ("manual_seed", "seed") and _unwrapped_is(current, original)):
-            patched.append(f"{getattr(owner, '__name__', owner)}.{name}")
+            patched.append(f"{_getattr(owner, '__name__', owner)}.{name}")
     for label, owner, name, original in originals:
         current = _raw(owner, name)
         if current is original:
@@ -736,7 +754,7 @@ def patched_functions(snapshot: tuple | None = None) -> list[str]:
                 _unwrapped_is(current, original):
             continue
         patched.append(label)
-    return sorted(set(patched))
+    return _sorted(_set(patched))
 
 
 def active_modes() -> int:
@@ -787,7 +805,7 @@ def _timer_options(payload: dict) -> dict:
 
 
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
-                  unseen=None):
+                  unseen=None, send=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
@@ -796,10 +814,11 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     paused = witness is not None and timer.graph is not None
     if paused:
         witness.pause()
-    report({"ready": ready})
+    send = send or report
+    send({"ready": ready})
     try:
         # (with a graph, ``unseen`` replays a one-call graph: no candidate Python runs either)
-        return timer, M.serve_window(timer, receive, report, unseen)
+        return timer, M.serve_window(timer, receive, send, unseen)
     finally:
         if paused:
             witness.resume()
@@ -1391,6 +1410,16 @@ def candidate_task(payload: dict) -> dict:
     # after our own hooks: what changes from here on is the candidate's (kept here, with the
     # checker, out of the candidate's reach: it may reach this module's globals)
     snapshot, check_patched, refused = snapshot_modules(), patched_functions, REFUSED_COMPILES
+    # kernelmill's own functions and the builtins, checked again at every timing report: a
+    # patch made for the window and undone before the end (the timer's clocks slowed, the
+    # encoder wrapped; red-team round 6) is live when the window's answers are sent
+    own = (tuple(e for e in snapshot[0] if _owned_by_us(e[0])), ())
+    seen_patches: list[str] = []
+
+    def checked_report(value: dict) -> None:
+        seen_patches.extend(check_patched(own))
+        report(value)
+
     refuse_runtime_code()
     mark_stage("import")
     ns = load_namespace(source, "candidate")
@@ -1434,7 +1463,8 @@ def candidate_task(payload: dict) -> dict:
             calls[0] += 1
             return run.timed()  # instrumented exactly like the checked calls
 
-        timer, timing = _serve_timing(forward, device, payload, witness, run.unseen)
+        timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
+                                      send=checked_report)
         timing["calls"] = calls[0]
         timing["launches"] = _counts["launches"] - before[0]
         timing["ext_calls"] = _counts["ext_calls"] - before[1]
@@ -1480,8 +1510,9 @@ def candidate_task(payload: dict) -> dict:
     def guard() -> list[str]:
         """Checked again after this function returns, just before the facts are encoded
         (``harness_worker.RESULT_GUARD``): a function rebound since the import would see the
-        facts (``torch.save`` looks up Python functions on torch's modules)."""
-        patched = check_patched(snapshot)
+        facts (``torch.save`` looks up Python functions on torch's modules). With what the
+        timing reports saw rebound."""
+        patched = sorted(set(check_patched(snapshot)) | set(seen_patches))
         return [f"replaced since the candidate's import: {', '.join(patched[:8])}"] if \
             patched else []
 

@@ -27,6 +27,7 @@ import resource
 import struct
 import sys
 import traceback
+import types
 
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
 # Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
@@ -91,11 +92,14 @@ def frame_parts(key: bytes, kind: bytes, data) -> tuple[bytes, memoryview]:
 
 
 def _make_sender(fd: int, key: bytes):
-    def send(kind: bytes, data) -> None:
-        for part in frame_parts(key, kind, data):
-            view = memoryview(part)
+    # what it calls, bound as defaults (setting a function's defaults is an audited event): a
+    # red-team answer rebound ``frame_parts`` on this module and was handed the key
+    def send(kind: bytes, data, _frame_parts=frame_parts, _write=_os_write,
+             _memoryview=memoryview) -> None:
+        for part in _frame_parts(key, kind, data):
+            view = _memoryview(part)
             while view:
-                written = _os_write(fd, view)
+                written = _write(fd, view)
                 view = view[written:]
 
     return send
@@ -166,11 +170,17 @@ def _make_receiver(fd: int):
     return read_line
 
 
-def _encode_result(value: dict) -> bytes:
+def _encode_result(value: dict, _pickler=pickle.Pickler, _type=type,
+                   _table=types.MappingProxyType) -> bytes:
+    """``torch.save`` of ``value`` through a pickler made now, whose dispatch table is its own,
+    empty and read-only: the standard pickler consults ``copyreg.dispatch_table``, a registry a
+    submission can fill in place (red-team round 6 registered a reducer for tensors that
+    pickled PyTorch's answer in place of the kernel's output, after every check had run)."""
     import torch
 
+    pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
     buffer = io.BytesIO()
-    torch.save(value, buffer)
+    torch.save(value, buffer, pickle_module=_type("ResultPickle", (), {"Pickler": pickler}))
     return buffer.getbuffer()  # a view: no copy of what may be gigabytes
 
 
