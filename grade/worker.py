@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import itertools
 import os
 import random
 import statistics
@@ -117,7 +118,6 @@ def _manual_seed(seed: int) -> None:
     for generator in generators:
         if _type(generator) is _Generator:
             _generator_seed(generator, seed)
-
 
 
 def _raw(owner, name, _getattr=getattr):
@@ -341,13 +341,12 @@ def _stream_texts(texts: list[str], send) -> None:
     """Send each text to the parent now, in parts: ``{"native_text": i, "part": str}`` (joined
     again by ``grader.streamed_texts``)."""
     for text in texts:
-        index = len(_STREAMED)
-        _STREAMED.append(index)
+        index = next(_stream_index)
         for start in range(0, max(1, len(text)), STREAMED_PART_CHARS):
             send({"native_text": index, "part": text[start:start + STREAMED_PART_CHARS]})
 
 
-_STREAMED: list[int] = []
+_stream_index = itertools.count()
 
 
 def _install_extension_hooks(prebuilt: bool = True, allowed_digests: list | None = None,
@@ -669,9 +668,10 @@ def refuse_runtime_code() -> None:
 # mode's ``__enter__``), as they were then (``snapshot_modules``): one rebound since is a
 # patch, whoever looks it up (the worker binds what it calls at import; torch's own code,
 # ``torch.save`` and the witness look many up). Setting an attribute on a module or a class
-# raises no audit event, so this is how such a patch is seen (about 4,000 classes and 80,000
-# entries with torch and triton loaded: 25 ms to take, a few ms to check). Red-team answers reached kernelmill's modules through the standard library's
-# private aliases and rewrote the worker's result encoder, and wrapped ``json.dumps`` and
+# raises no audit event, so this is how such a patch is seen (about 3,800 classes and 58,000
+# entries with torch and triton loaded: 160 ms to take, 15 ms to check on a 2-core host).
+# Red-team answers reached kernelmill's modules through the standard library's private aliases
+# and rewrote the worker's result encoder, and wrapped ``json.dumps`` and
 # ``torch.serialization._save`` to rewrite the timing reports and the facts. The caller keeps
 # the snapshot (a tuple in its own frame); the module-level copy serves the tests.
 _SNAPSHOT: dict[tuple[Any, str], Any] = {}
