@@ -112,7 +112,7 @@ def _manual_seed(seed: int) -> None:
         # before CUDA starts, queued as torch queues it; never once a candidate's code may run
         # (torch's queue takes a lock looked up on torch.cuda, which a submission rebound to
         # run PyTorch before each observed call; red-team round 6)
-        if not _armed[0]:
+        if not _observed()["armed"]:
             _cuda_seed_all(seed)
         return
     for generator in generators:
@@ -133,32 +133,33 @@ def _raw(owner, name, _getattr=getattr):
 _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(owner, name))
               for owner, name in _GUARDED}
 
-_counts = {"launches": 0, "ext_calls": 0, "thread_starts": 0, "dispatch_state": 0,
-           "host_access": 0, "ghosted": 0}
-_active = [False]  # True while a candidate forward call is in progress
-_ghost = [False]  # True during the ghost call: the candidate's Triton launches are skipped
-_call_state = [""]  # the dispatch-key TLS at the start of the call in progress
-_witness: list[Witness] = []  # the profiler session of this worker's candidate calls
+# What the observers count lives in the sealed audit hook (``refuse_runtime_code``), out of every
+# module's reach: the hooks below report what they see as audit events (``kernelmill.*``) and the
+# harness reads copies (``_observed``). Red-team answers cleared module-level flags in place
+# (``_active[0] = False`` before computing on the host, ``_in_hook[0] = True`` to switch the
+# audit hook off): a flag a hook reads is a flag a submission that reaches the hook can write.
+_audit_event = sys.audit
+_COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted")
+
+
+def _observed() -> dict:
+    """A copy of the sealed hook's counts (``_COUNTED``), its refusals and whether it is armed;
+    zeros before it is installed."""
+    box: list = []
+    _audit_event("kernelmill.read", box)
+    return box[0] if box else {**dict.fromkeys(_COUNTED, 0), "refused": [], "armed": False}
 
 
 def _check_dispatch_state() -> None:
     """At every point we get control inside a call (a launch, an extension call, the end of
     forward) the thread's dispatch-key sets must be what they were when the call began: a
     guard that excludes the Python key (or any other) is how work is hidden from a trace."""
-    if _active[0] and dispatch_state() != _call_state[0]:
-        _counts["dispatch_state"] += 1
-_in_launch = [0]  # depth of Triton launches in progress (the interpreter copies through torch)
-_kernel_args: list[tuple[int, int]] = []  # storage spans handed to custom kernels in forward
-
-
-def _note_kernel_args(args, kwargs) -> None:
-    _kernel_args.extend(_spans([*args, *kwargs.values()]))
+    _audit_event("kernelmill.state", dispatch_state())
 
 
 def _count_thread_start(original):
     def start(*args, **kwargs):
-        if _active[0]:
-            _counts["thread_starts"] += 1
+        _audit_event("kernelmill.count", "thread_starts", 1)
         return original(*args, **kwargs)
     return start
 
@@ -190,13 +191,12 @@ _HOST_ACCESS = (
 
 def _count_host_access(original, per_call_elements: bool):
     def access(self, *args, **kwargs):
-        if _active[0] and not _in_launch[0]:
-            try:
-                n = (self.numel() if _isinstance(self, torch.Tensor) else self.nbytes()) \
-                    if per_call_elements else 1
-            except Exception:  # noqa: BLE001 — a class object (from_buffer) or odd receiver
-                n = 1
-            _counts["host_access"] += max(1, int(n))
+        try:
+            n = (self.numel() if _isinstance(self, torch.Tensor) else self.nbytes()) \
+                if per_call_elements else 1
+        except Exception:  # noqa: BLE001 — a class object (from_buffer) or odd receiver
+            n = 1
+        _audit_event("kernelmill.count", "host_access", max(1, int(n)))
         return original(self, *args, **kwargs)
     return access
 
@@ -242,23 +242,27 @@ def _install_triton_hook() -> bool:
         original = cls.run
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
-            if not warmup and _active[0]:
-                if _ghost[0]:
-                    _counts["ghosted"] += 1
+            if not warmup:
+                skip: list = []
+                _audit_event("kernelmill.launch", "launches", _spans([*args, *kwargs.values()]),
+                             dispatch_state(), skip)
+                if "skip" in skip:  # the ghost call: skipped, counted as ghosted
                     return None
-                _counts["launches"] += 1
-                _note_kernel_args(args, kwargs)
-                _check_dispatch_state()
-            _in_launch[0] += 1
+            _audit_event("kernelmill.in_launch", 1)
             try:
                 with Witness.launch(_kernel_name(self)):
                     return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
-                _in_launch[0] -= 1
+                _audit_event("kernelmill.in_launch", -1)
 
         cls.run = run
         _ORIGINALS[f"{cls.__name__}.run"] = (cls, "run", run)
     return True
+
+
+# The launch wrapper's code (the only code that may open a launch in the sealed hook)
+_LAUNCH_CODES = frozenset(const for const in _install_triton_hook.__code__.co_consts
+                          if _isinstance(const, types.CodeType) and const.co_name == "run")
 
 
 class _ExtensionProxy:
@@ -271,10 +275,10 @@ class _ExtensionProxy:
         value = getattr(object.__getattribute__(self, "_module"), name)
         if callable(value) and not _isinstance(value, type):
             def call(*args, **kwargs):
-                if _active[0]:
-                    _counts["ext_calls"] += 1
-                    _note_kernel_args(args, kwargs)
-                    _check_dispatch_state()
+                active: list = []
+                _audit_event("kernelmill.launch", "ext_calls", _spans([*args, *kwargs.values()]),
+                             dispatch_state(), active)
+                if active:
                     with Witness.extension():
                         return value(*args, **kwargs)
                 return value(*args, **kwargs)
@@ -445,7 +449,10 @@ COMPILING_NAMES = frozenset({"compile", "exec", "eval"})
 # Installed helpers that extend the standard library and count as part of it
 STDLIB_LIKE = frozenset({"typing_extensions"})
 # Restricted attributes whose reading hands out nothing live: code objects (making anything of
-# one is refused: code.__new__, function.__new__) and a function's default values
+# one is refused: code.__new__, function.__new__) and a function's default values, except a
+# kernelmill function's keyword defaults: that is the function's own dict, and writing into it
+# rebinds what the worker bound as keyword defaults (the patch checker's builtins, a loader's
+# sender)
 READABLE_ATTRS = frozenset({"__code__", "gi_code", "cr_code", "ag_code", "f_code",
                             "__defaults__", "__kwdefaults__"})
 FRAME_NAMING_HELPERS = frozenset({"collections", "enum", "typing", "dataclasses", "abc",
@@ -458,8 +465,9 @@ UNPICKLABLE_BUILTINS = frozenset({
     "float", "bool", "str", "bytes", "object"})
 _TYPE_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple,
                ast.List, ast.Load, ast.BinOp, ast.BitOr)
+# the hook's own state: the installed hook has private copies (``_sealed_hook``)
 _in_hook = [False]
-_armed = [False]
+_armed = [True]
 REFUSED_COMPILES: list[str] = []
 _STDLIB_DIRS: tuple[str, ...] = ()
 _TRUSTED_DIRS: tuple[str, ...] = ()
@@ -600,7 +608,9 @@ def _names_it(frame, event: str) -> bool:
 
 def _internals_allowed(event: str, args: tuple, frame) -> bool:
     if event == "object.__getattr__" and str((tuple(args) + ("", ""))[1]) in READABLE_ATTRS:
-        return True
+        return not (args[1] == "__kwdefaults__" and _type(args[0]) is types.FunctionType and
+                    _file_kind(args[0].__code__.co_filename)[0] == "own" and
+                    _origin(frame)[0] not in ("own", "trusted"))
     kind, helper = _origin(frame)
     if event == "pickle.find_class":  # the worker's own messages; else what is found decides
         module, name = (str(a) for a in (tuple(args) + ("", ""))[:2])
@@ -629,6 +639,9 @@ def _audit(event: str, args: tuple) -> None:
     this stops that at the interpreter, whatever route asked for it."""
     if _in_hook[0]:
         return
+    if event.startswith("kernelmill."):
+        _observe(event, args)
+        return
     compiling = event == "compile"
     if not compiling and not (_armed[0] and (event in INTERNALS_EVENTS or
                                              event == "pickle.find_class" or
@@ -654,12 +667,103 @@ def _audit(event: str, args: tuple) -> None:
     _refuse(why)
 
 
+# What the observers count (``_observe``), in the sealed copy of this namespace only
+_STATE: dict[str, Any] = {}
+_AUTH: dict[str, frozenset] = {}  # who may raise which control event: the code objects
+
+
+def _observe(event: str, args: tuple) -> None:
+    """The observers' events (``kernelmill.*``), in the sealed hook: counts only grow, and only
+    inside a candidate call; the events that open or close a call, the ghost call or a launch
+    count only from the harness's own code (the code object that raised them), so a submission
+    that raises them, or calls that code itself, opens nested ranges it must also close."""
+    state = _STATE
+    if event == "kernelmill.read":
+        args[0].append({**{name: state[name] for name in _COUNTED},
+                        "in_launch": state["in_launch"] > 0, "armed": True,
+                        "kernel_args": list(state["kernel_args"]),
+                        "refused": list(REFUSED_COMPILES)})
+        return
+    active = state["depth"] > 0
+    if event == "kernelmill.count":
+        name, n = args
+        if active and name in ("thread_starts", "host_access") and not (
+                name == "host_access" and state["in_launch"] and state["interpreted"]):
+            state[name] += max(1, int(n))
+    elif event == "kernelmill.state":
+        if active and args[0] != state["call_state"]:
+            state["dispatch_state"] += 1
+    elif event == "kernelmill.launch":
+        kind, spans, dispatch, box = args
+        if not active or kind not in ("launches", "ext_calls"):
+            return
+        if kind == "launches" and state["ghost"] > 0:
+            state["ghosted"] += 1
+            box.append("skip")
+            return
+        state[kind] += 1
+        state["kernel_args"].extend((int(lo), int(hi)) for lo, hi in spans)
+        if dispatch != state["call_state"]:
+            state["dispatch_state"] += 1
+        box.append("active")
+    elif event in _AUTH:
+        _in_hook[0] = True
+        try:
+            caller = sys._getframe(2).f_code
+        finally:
+            _in_hook[0] = False
+        if caller not in _AUTH[event]:
+            return
+        step = int(args[0])
+        if event == "kernelmill.call" and step == 0:
+            state["call_state"] = args[1]
+            return
+        key = {"kernelmill.call": "depth", "kernelmill.ghost": "ghost",
+               "kernelmill.in_launch": "in_launch"}[event]
+        if key == "depth" and step > 0 and state["depth"] == 0:
+            state["kernel_args"].clear()
+        state[key] = max(0, state[key] + (1 if step > 0 else -1))
+
+
+# The functions the installed hook runs: copies over a private copy of this module's namespace
+# (``_sealed_hook``). Red-team answers set the hook's own flag (``_in_hook``), its cache of
+# file kinds and its constants through this module, which any submission can reach; the hook
+# that is installed reads none of them, nor a builtin or a ``sys``/``os``/``ast`` function
+# rebound after it was installed.
+_SEALED = ("_audit", "_observe", "_internals_allowed", "_origin", "_frame_kind", "_file_kind",
+           "_compile_allowed", "_names_compile", "_names_it", "_type_expression", "_reflective",
+           "_refuse")
+
+
+def _module_copy(module, **members) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**{**vars(module), **members})
+
+
+def _sealed_hook():
+    namespace = dict(globals())
+    namespace.update(
+        __builtins__=dict(vars(builtins)), sys=_module_copy(sys), ast=_module_copy(ast),
+        os=_module_copy(os, path=_module_copy(os.path)), _in_hook=[False], _armed=[True],
+        _KINDS={}, REFUSED_COMPILES=[],
+        _STATE={**dict.fromkeys(_COUNTED, 0), "depth": 0, "ghost": 0, "in_launch": 0,
+                "call_state": "", "kernel_args": [],
+                "interpreted": os.environ.get("TRITON_INTERPRET") == "1"},
+        _AUTH={"kernelmill.call": frozenset({_Run.invoke.__code__}),
+               "kernelmill.ghost": frozenset({_Run.ghost.__code__}),
+               "kernelmill.in_launch": _LAUNCH_CODES})
+    for name in _SEALED:
+        original = namespace[name]
+        namespace[name] = types.FunctionType(original.__code__, namespace, original.__name__,
+                                             original.__defaults__, original.__closure__)
+    return namespace["_audit"]
+
+
 def refuse_runtime_code() -> None:
-    """Install ``_audit`` (an audit hook stays for the life of the process) and arm its
-    internals rule: call it just before the candidate's import."""
+    """Install the sealed ``_audit`` (an audit hook stays for the life of the process), armed:
+    call it just before the candidate's import. Its state is out of every module's reach:
+    ``_observed`` reads a copy."""
     _package_dirs()
-    sys.addaudithook(_audit)
-    _armed[0] = True
+    sys.addaudithook(_sealed_hook())
 
 
 # Every function and class bound on a module loaded before the candidate's import (the
@@ -969,7 +1073,8 @@ class _OpTrace(TorchDispatchMode):
         name = str(func)
         self.ops.append(name)
         out = func(*args, **(kwargs or {}))
-        if _in_launch[0] == 0 and name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS:
+        if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
+                not _observed().get("in_launch"):
             target = args[0] if name.split(".")[1] == "copy_" and args else out
             self.copy_spans.extend(_spans([target]))
         return out
@@ -1090,15 +1195,14 @@ class _Run:
         if not _capturing(self.device):
             _manual_seed(seed + 1)
         tracer = _OpTrace()
-        _kernel_args.clear()
-        _active[0] = True
+        _audit_event("kernelmill.call", 1, "")
         try:
             with _no_grad(), self.witness.call(), tracer:
-                _call_state[0] = dispatch_state()
+                _audit_event("kernelmill.call", 0, dispatch_state())
                 out = self.model(*self.buffers)
                 _check_dispatch_state()
         finally:
-            _active[0] = False
+            _audit_event("kernelmill.call", -1, "")
         return out, tracer
 
     def timed(self):
@@ -1195,18 +1299,14 @@ class _Run:
         trial = self.trials[trial_index]
         self.load(trial["inputs"])
         inputs = self.buffers
-        launches, ext, starts, state, host = (
-            _counts["launches"], _counts["ext_calls"], _counts["thread_starts"],
-            _counts["dispatch_state"], _counts["host_access"])
+        before = _observed()
         modes_before = active_modes()
         record: dict[str, Any] = {"range": self.witness.calls}
         out, tracer = self.invoke(trial["seed"])
         sync(self.device)
-        record["launches"] = _counts["launches"] - launches
-        record["ext_calls"] = _counts["ext_calls"] - ext
-        record["thread_starts"] = _counts["thread_starts"] - starts
-        record["dispatch_state"] = _counts["dispatch_state"] - state
-        record["host_access"] = _counts["host_access"] - host
+        after = _observed()
+        for name in ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access"):
+            record[name] = after[name] - before[name]
         record["modes"] = max(modes_before, active_modes())
         record["ops"] = tracer.ops
         items = list(out) if _type(out) in (tuple, list) else [out]
@@ -1214,7 +1314,7 @@ class _Run:
         overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731
                                      for a, b in spans)
         # The answer was copied into place by PyTorch and no custom kernel touched it.
-        record["output_by_copy"] = overlaps(tracer.copy_spans) and not overlaps(_kernel_args)
+        record["output_by_copy"] = overlaps(tracer.copy_spans) and not overlaps(after.get("kernel_args", ()))
         record["threads"] = sorted(t.name for t in _enumerate_threads()
                                    if t.ident not in self.base_threads and t.is_alive())
         tasks = _tasks()
@@ -1244,15 +1344,15 @@ class _Run:
                              dtype=dtype, device=self.device)
                   for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
         del poison
-        before = _counts["ghosted"]
-        _ghost[0] = True
+        before = _observed()["ghosted"]
+        _audit_event("kernelmill.ghost", 1)
         try:
             self.ghost_range = self.witness.calls
             out, _ = self.invoke(trial["seed"])
             sync(self.device)
         finally:
-            _ghost[0] = False
-        return {"trial": trial_index, "skipped": _counts["ghosted"] - before,
+            _audit_event("kernelmill.ghost", -1)
+        return {"trial": trial_index, "skipped": _observed()["ghosted"] - before,
                 **self.observe(out, self.buffers, inputs_after=False)}
 
     def witnessed(self, facts: dict) -> None:
@@ -1409,7 +1509,7 @@ def candidate_task(payload: dict) -> dict:
 
     # after our own hooks: what changes from here on is the candidate's (kept here, with the
     # checker, out of the candidate's reach: it may reach this module's globals)
-    snapshot, check_patched, refused = snapshot_modules(), patched_functions, REFUSED_COMPILES
+    snapshot, check_patched = snapshot_modules(), patched_functions
     # kernelmill's own functions and the builtins, checked again at every timing report: a
     # patch made for the window and undone before the end (the timer's clocks slowed, the
     # encoder wrapped; red-team round 6) is live when the window's answers are sent
@@ -1456,7 +1556,7 @@ def candidate_task(payload: dict) -> dict:
 
     if payload.get("time", True):
         mark_stage("timing")
-        before = (_counts["launches"], _counts["ext_calls"])
+        before = _observed()
         calls = [0]
 
         def forward():
@@ -1466,8 +1566,9 @@ def candidate_task(payload: dict) -> dict:
         timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
                                       send=checked_report)
         timing["calls"] = calls[0]
-        timing["launches"] = _counts["launches"] - before[0]
-        timing["ext_calls"] = _counts["ext_calls"] - before[1]
+        after = _observed()
+        timing["launches"] = after["launches"] - before["launches"]
+        timing["ext_calls"] = after["ext_calls"] - before["ext_calls"]
         facts["timing"] = timing
         facts["unseen"] = run.unseen_facts
         mark_stage("after timing")
@@ -1501,7 +1602,7 @@ def candidate_task(payload: dict) -> dict:
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
     facts["patched"] = check_patched(snapshot)
-    facts["refused_compiles"] = list(refused)
+    facts["refused_compiles"] = _observed()["refused"]
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)
@@ -1530,4 +1631,4 @@ def compile_task(payload: dict) -> dict:
     refuse_runtime_code()  # its facts (the texts, the digests) are trusted by the parent
     load_namespace(payload["source"], "candidate")
     return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),
-            "digests": list(_BUILT["digests"]), "refused_compiles": list(REFUSED_COMPILES)}
+            "digests": list(_BUILT["digests"]), "refused_compiles": _observed()["refused"]}

@@ -1205,7 +1205,7 @@ def kernel(x_ptr, BLOCK: tl.constexpr):
 attempt("triton_jit", lambda: triton.jit(lambda x: x) and kernel)
 from torch.utils import benchmark
 attempt("benchmark_timer", lambda: benchmark.Timer(stmt="x = 1").timeit(1))
-print(json.dumps({**results, "refused": worker.REFUSED_COMPILES}))
+print(json.dumps({**results, "refused": worker._observed()["refused"]}))
 """
 
 
@@ -1223,6 +1223,53 @@ def test_code_compiled_from_a_string_at_run_time_is_refused_in_a_worker():
     assert results["annotation_code"] == results["singledispatch"] == "refused", results
     assert results["benchmark_timer"] == "refused", results
     assert len(results["refused"]) >= 3
+
+
+_SEALED_CODE = """
+import json, sys
+from kernelmill.grade import worker
+worker.refuse_runtime_code()
+before = worker._observed()
+# Everything the worker module holds, changed: flags flipped in place, dicts and lists emptied
+# or poisoned, sets and tuples rebound empty, every function but the reader rebound
+for name, value in list(vars(worker).items()):
+    if name.startswith("__") or name in ("_observed", "_audit_event", "_COUNTED"):
+        continue
+    if isinstance(value, list) and value and isinstance(value[0], bool):
+        value[0] = not value[0]
+    elif isinstance(value, (list, dict)):
+        value.clear()
+    elif isinstance(value, (frozenset, set, tuple)):
+        setattr(worker, name, type(value)())
+    elif callable(value) and getattr(value, "__module__", "") == worker.__name__:
+        setattr(worker, name, lambda *args, **kwargs: True)
+worker._KINDS["<string>"] = ("own", "")
+results = {}
+try:
+    sys._getframe(0)
+    results["frame"] = "given"
+except RuntimeError:
+    results["frame"] = "refused"
+sys.audit("kernelmill.call", 1, "")  # not the harness's code: opens no call
+sys.audit("kernelmill.count", "host_access", 5)
+sys.audit("kernelmill.launch", "launches", [], "", [])
+after = worker._observed()
+results.update(host_access=after["host_access"] - before["host_access"],
+               launches=after["launches"] - before["launches"],
+               refused=len(after["refused"]))
+print(json.dumps(results))
+"""
+
+
+def test_the_installed_audit_hook_and_the_observers_state_are_out_of_the_modules_reach():
+    """The installed hook runs on a private copy of the worker's namespace: flags set in place,
+    caches poisoned, constants and functions rebound on the module change nothing it does, and
+    the observers' events that open a call count only from the harness's own code."""
+    done = subprocess.run([sys.executable, "-c", _SEALED_CODE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results == {"frame": "refused", "host_access": 0, "launches": 0, "refused": 1}, results
 
 
 # ---------------------------------------------------------------- module patches, the channel

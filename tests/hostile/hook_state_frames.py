@@ -1,9 +1,13 @@
+"""family: red-team round 5, the audit hook's own flag set in place through the worker module.
+Closed: the installed hook runs on a private copy of the worker's namespace (sealed at arming)."""
 # red-team 5: the audit hook switched off through its own state. grade.worker's _audit returns
 # at once while its module-level flag _in_hook[0] is true (a list: mutated in place, never
 # rebound, so no snapshot sees it). With the hook off, sys._getframe (collections._sys) walks
 # from forward to candidate_task's frame; the _Run object there gets an INSTANCE attribute
 # `witnessed` (the class's method is untouched, so the patch check passes) that runs the real
 # one and then empties the op lists of the facts. No function of any module is rebound.
+# problem: ref_scale_add
+# expect: not_certified
 import collections
 import enum
 

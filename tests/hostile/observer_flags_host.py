@@ -1,3 +1,5 @@
+"""family: red-team round 6, the observers' module-level flags cleared in place, host compute unseen.
+Closed: the observers' state lives in the sealed audit hook; the flags are gone from the module."""
 # red-team 6: the worker's OBSERVATION FLAGS mutated in place (no hook disabled, no frame, no
 # function rebound). Grade against tests/fixtures/submissions/ref_scale_add.py.
 # grade.worker keeps `_active = [False]` (a candidate call is in progress: gates the host-access
@@ -10,6 +12,8 @@
 # op, no profiler record; its host-access hook counts only while _active[0] is true), then sets
 # _active[0] back. In the ghost call (it reads _ghost[0]) it skips the host work, so the skipped
 # launch leaves garbage as an honest kernel would. The kernel computes nothing.
+# problem: ref_scale_add
+# expect: not_certified
 import enum
 
 import torch
