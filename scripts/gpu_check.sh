@@ -16,6 +16,7 @@
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
+#        (grade honors GRADE_ARGS and GRADE_PROFILE=1: the parent under cProfile)
 #        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
@@ -74,8 +75,12 @@ for part in $parts; do
     validate) python3 benchmarks/validate_throughput.py --out "$out" 2>&1 \
                 | tee "$out/validate_throughput.log" ;;
     # shellcheck disable=SC2086 — GRADE_ARGS is a list of flags (e.g. "--sets triton")
-    grade)    python3 benchmarks/grade_throughput.py ${GRADE_ARGS:-} --json "$out/grade.json" 2>&1 \
-                | tee "$out/grade_throughput.log" ;;
+    # GRADE_PROFILE=1: the parent under cProfile (grade_profile.txt: the 40 costliest calls)
+    grade)    python3 ${GRADE_PROFILE:+-m cProfile -o /tmp/grade.prof} benchmarks/grade_throughput.py \
+                ${GRADE_ARGS:-} --json "$out/grade.json" 2>&1 | tee "$out/grade_throughput.log"
+              [ -f /tmp/grade.prof ] && python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], \
+                stream=open(sys.argv[2], 'w')).sort_stats('tottime').print_stats(40)" \
+                /tmp/grade.prof "$out/grade_profile.txt" ;;
     synth)    python3 benchmarks/synth_throughput.py 2>&1 | tee "$out/synth_throughput.log" ;;
     # shellcheck disable=SC2086 — STAGES_ONLY is a list of kernel names
     # STAGES_GROUP=N grades N copies of each as one group (one window)
