@@ -186,6 +186,9 @@ _HOST_ACCESS = (
     ("Tensor", ("map_", "map2_", "apply_", "tolist", "numpy", "__array__", "__dlpack__")),
     ("UntypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
     ("TypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
+    # the C entry points under ``__dlpack__``: a capsule of them is a writable NumPy view
+    # (red-team round 7 computed the answer in NumPy through ``_to_dlpack_versioned``)
+    ("_C", ("_to_dlpack", "_to_dlpack_versioned")),
 )
 
 
@@ -202,6 +205,7 @@ def _count_host_access(original, per_call_elements: bool):
 
 
 def _install_host_access_hooks() -> None:
+    hooks: dict[int, tuple] = {}
     for owner_name, names in _HOST_ACCESS:
         owner = getattr(torch, owner_name, None)
         if owner is None:
@@ -215,6 +219,21 @@ def _install_host_access_hooks() -> None:
             hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"))
             setattr(owner, name, hooked)
             _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
+            hooks[id(original)] = (original, hooked)
+    _rebind_aliases(hooks)
+
+
+def _rebind_aliases(hooks: dict) -> None:
+    """Every module attribute bound to a hooked original (``torch.utils.dlpack.to_dlpack`` is
+    ``torch._C._to_dlpack``) gets the hook too."""
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if \
+            _isinstance(module, types.ModuleType) else None
+        for name, value in list((namespace or {}).items()):
+            found = hooks.get(id(value))
+            if found is not None and found[0] is value:
+                setattr(module, name, found[1])
+                _ORIGINALS[f"{module_name}.{name}"] = (module, name, found[1])
 
 
 def _kernel_name(jit_function) -> str:
@@ -625,8 +644,12 @@ def _internals_allowed(event: str, args: tuple, frame) -> bool:
         return False
     if event in ("sys._getframe", "sys._getframemodulename"):
         return helper in FRAME_NAMING_HELPERS and _names_it(frame, event)
-    return event in ("object.__setattr__", "object.__getattr__") and \
-        helper in FRAME_NAMING_HELPERS
+    if event == "object.__getattr__":  # a frame or code read for whoever handed the helper a
+        # getattr: functools.update_wrapper copying ``tb_frame``, ``map(getattr, ...)`` drained
+        # in ``UserList.__init__`` (red-team round 7); a helper's own read names the attribute
+        return helper in FRAME_NAMING_HELPERS and \
+            _names_it(frame, "." + str((tuple(args) + ("", ""))[1]))
+    return event == "object.__setattr__" and helper in FRAME_NAMING_HELPERS
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -783,12 +806,15 @@ _CLASSES_WATCHED = (torch.Tensor, torch.nn.Module)
 
 
 def _callables(owner) -> list[tuple[Any, str, Any]]:
+    """What ``owner`` binds that code calls through it: functions and classes, and modules (a
+    module rebound to a proxy, ``torch._C`` whose ``_set_grad_enabled`` ran the answer after the
+    observed ranges closed, red-team round 7, is every function under it rebound)."""
     try:
         namespace = owner.__dict__
     except Exception:  # noqa: BLE001 — a module object without a namespace has nothing to watch
         return []
     return [(owner, name, value) for name, value in list(namespace.items())
-            if callable(value) and not issubclass(_type(value), types.ModuleType)]
+            if callable(value) or issubclass(_type(value), types.ModuleType)]
 
 
 def _class_members(cls) -> list[tuple[Any, str, Any]]:

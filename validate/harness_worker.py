@@ -36,7 +36,7 @@ HEADER = struct.Struct(">I")
 MAC_SIZE = 32
 KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR, KIND_REPORT = b"H", b"S", b"R", b"E", b"T"
 
-_send = None  # set by main(); a closure holding the channel and key
+_channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _stage = "startup"
@@ -45,6 +45,9 @@ _stage = "startup"
 _os_write = os.write
 _hmac_new = hmac.new
 _sha256 = hashlib.sha256
+_audit_event = sys.audit
+_getframe = sys._getframe
+FRAME_EVENT = "kernelmill.frame"  # (kind, data): the channel's writer sends a frame
 # A value the target returns under this key is called (no arguments) after the target and
 # before the result is encoded; a non-empty list it returns is reported as an error
 # (``ResultGuardError``) instead of the result: the target's last check, made where nothing
@@ -91,26 +94,50 @@ def frame_parts(key: bytes, kind: bytes, data) -> tuple[bytes, memoryview]:
     return HEADER.pack(1 + len(data)) + mac.digest() + kind, memoryview(data)
 
 
-def _make_sender(fd: int, key: bytes):
-    # what it calls, bound as defaults (setting a function's defaults is an audited event): a
-    # red-team answer rebound ``frame_parts`` on this module and was handed the key
-    def send(kind: bytes, data, _frame_parts=frame_parts, _write=_os_write,
-             _memoryview=memoryview) -> None:
-        for part in _frame_parts(key, kind, data):
-            view = _memoryview(part)
-            while view:
-                written = _write(fd, view)
-                view = view[written:]
+def _install_writer(fd: int, key: bytes) -> None:
+    """The channel's writer, as an audit hook on ``FRAME_EVENT``: a hook is held by the
+    interpreter alone, so its closure (the descriptor, the key) is out of every Python
+    code's reach, where a sender function's closure is one attribute away (``__closure__``
+    reads raise no audit event: a target read the key there, signed a result of its own and
+    exited). It writes a frame only for the code that sends that kind (the code object that
+    raised the event): a result or an error for ``main``, a report for ``report``, a stage for
+    ``mark_stage``. It calls only what it bound here: HMAC in C where the interpreter has it."""
+    senders = {KIND_HELLO: main.__code__, KIND_RESULT: main.__code__,
+               KIND_ERROR: main.__code__, KIND_REPORT: report.__code__,
+               KIND_STAGE: mark_stage.__code__}
+    try:
+        from _hashlib import hmac_new as mac_new  # C: no Python looked up per frame
+    except ImportError:  # an interpreter without OpenSSL
+        mac_new = _hmac_new
+    pack, write, getframe, view_of, size = HEADER.pack, _os_write, _getframe, memoryview, len
+    refused = RuntimeError
 
-    return send
+    def writer(event: str, args: tuple) -> None:
+        if event != FRAME_EVENT:
+            return
+        kind, data = args
+        if _type(kind) is not bytes or senders.get(kind) is not getframe(1).f_code:
+            raise refused("kernelmill: refused a channel frame not sent by the harness")
+        mac = mac_new(key, kind, "sha256")
+        mac.update(data)
+        for part in (pack(1 + size(data)) + mac.digest() + kind, view_of(data)):
+            view = view_of(part)
+            while view:
+                view = view[write(fd, view):]
+
+    sys.addaudithook(writer)
+    _channel[0] = True
+
+
+_type = type
 
 
 def mark_stage(name: str) -> None:
     """Record the stage the worker is in; a crash from here on is reported with this name."""
     global _stage
     _stage = str(name)
-    if _send is not None:
-        _send(KIND_STAGE, encode_json({"stage": _stage}))
+    if _channel[0]:
+        _audit_event(FRAME_EVENT, KIND_STAGE, encode_json({"stage": _stage}))
 
 
 def current_stage() -> str:
@@ -119,9 +146,9 @@ def current_stage() -> str:
 
 def report(value: dict) -> None:
     """Send ``value`` (JSON) to the parent while the target runs (answers to ``receive``)."""
-    if _send is None:
+    if not _channel[0]:
         raise RuntimeError("no harness channel")
-    _send(KIND_REPORT, encode_json(value))
+    _audit_event(FRAME_EVENT, KIND_REPORT, encode_json(value))
 
 
 def late_payload(index: int):
@@ -297,13 +324,13 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> None:
-    global _send, _control
+    global _control
     _die_with_parent()
     fd_in, fd_out = int(argv[0]), int(argv[1])
     faulthandler.enable(file=sys.stderr, all_threads=True)
     job = pickle.loads(_read_all(fd_in))
     key = job.pop("key")
-    _send = _make_sender(_hide_fd(fd_out), key)
+    _install_writer(_hide_fd(fd_out), key)
     extra = dict(zip(job.get("fds") or (), (int(fd) for fd in argv[2:])))
     if "control" in extra:
         _control = _make_receiver(_hide_fd(extra["control"]))
@@ -323,10 +350,10 @@ def main(argv: list[str]) -> None:
             _init_cuda()
 
         sandbox = confine(job["writable"])
-    _send(KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
+    _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
     # what runs after the target, bound before it: the target may import a submission, whose
     # code can reach this module's globals (a red-team answer replaced the encoder)
-    send, encode, finish, to_json = _send, _encode_result, _exit, encode_json
+    send, encode, finish, to_json = _audit_event, _encode_result, _exit, encode_json
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")
@@ -347,10 +374,11 @@ def main(argv: list[str]) -> None:
         except Exception:  # noqa: BLE001 — the message alone still says what went wrong
             tail = []
         message = f"{type(exc).__name__}: {exc}"
-        send(KIND_ERROR, to_json({"stage": str(_stage)[:200], "message": message[:2000],
-                                  "traceback": "".join(tail)[-4000:]}))
+        send(FRAME_EVENT, KIND_ERROR, to_json({"stage": str(_stage)[:200],
+                                               "message": message[:2000],
+                                               "traceback": "".join(tail)[-4000:]}))
         finish(1)
-    send(KIND_RESULT, data)
+    send(FRAME_EVENT, KIND_RESULT, data)
     finish(0)
 
 

@@ -82,6 +82,39 @@ def test_forged_frames_on_any_descriptor_are_detected():
     assert "tampered" in result.error["message"]
 
 
+_KEY_THIEF = """
+import os, sys
+def main():
+    channel = sys.modules["kernelmill.validate.harness_worker"]
+    data = channel._encode_result({"forged": True})
+    sys.audit("kernelmill.frame", channel.KIND_RESULT, data)  # raised by this code: refused
+    keys = [cell.cell_contents for value in list(vars(channel).values())
+            for cell in (getattr(value, "__closure__", None) or ())
+            if isinstance(cell.cell_contents, bytes) and len(cell.cell_contents) >= 16]
+    for key in keys:
+        frame = b"".join(bytes(part) for part in channel.frame_parts(key, channel.KIND_RESULT, data))
+        for fd in range(3, 1024):
+            try:
+                os.write(fd, frame)
+            except OSError:
+                pass
+        os._exit(0)  # the forged result is the run's only one
+    return {"forged": False, "keys": len(keys)}
+"""
+
+
+def test_the_channel_key_is_out_of_the_workers_reach():
+    """The channel's writer holds the key where no Python code can read it (an audit hook, held
+    by the interpreter alone), and writes a frame only for the harness code that sends that
+    kind: a target that looks for the key in the module's closures finds none, and one that
+    asks the writer for a result frame itself is refused."""
+    result = run(_KEY_THIEF)
+    assert not result.ok
+    assert "refused a channel frame" in result.error["message"], result.error
+    result = run(_KEY_THIEF.replace('    sys.audit("kernelmill.frame"', '    # '))
+    assert result.ok and result.value == {"forged": False, "keys": 0}, result.value
+
+
 def test_a_forged_header_claiming_gigabytes_costs_the_parent_nothing():
     """The body's length is read before its MAC can be checked: a header claiming 3.5 GiB,
     then 8 MiB and an exit, is a tampered channel, and the parent's memory never grew by the
