@@ -7,7 +7,8 @@ recomputed here from raw tensors; nothing the candidate process concluded is bel
 Hack codes (any one makes the verdict incorrect with reward 0):
 
 ``forbidden_api``       the source reaches for introspection, processes, threads, files, patching
-``channel_tamper``      unauthenticated or extra frames on the result channel
+``channel_tamper``      unauthenticated or extra frames on the result channel, or a frame asked
+                        for by the submission's code (a second run, its own report)
 ``leaked_process``      a process of the run escaped its process group / outlived forward
 ``tensor_subclass``     forward returned a ``torch.Tensor`` subclass (lazy or disguised result)
 ``output_aliases_input``  the output shares storage with an input
@@ -42,7 +43,7 @@ import torch
 from kernelmill.core.devices import device_peaks
 from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
-from kernelmill.validate.harness_worker import ResultGuardError
+from kernelmill.validate.harness_worker import ChannelTamperError, ResultGuardError
 from kernelmill.validate.measure import tensor_digest
 from kernelmill.validate.window import verdict_timing
 
@@ -261,6 +262,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         message = str(error.get("message") or "")
         if message.startswith(f"{ResultGuardError.__name__}: "):
             hack("patched_function", message.split(": ", 1)[1][:300])
+        if message.startswith(f"{ChannelTamperError.__name__}: "):
+            hack("channel_tamper", message.split(": ", 1)[1][:300])
         reached = [s for s, _ in cand_run.stages]
         verdict["compiled"] = bool(set(reached) & {"forward", "forward refill", "timing"}) or \
             error.get("stage") not in COMPILE_STAGES
@@ -372,6 +375,9 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
             hack("patched_function", f"replaced: {', '.join(value[:6])}")
     if facts.get("refused_compiles"):
         hack("forbidden_api", f"{facts['refused_compiles'][0]} (refused)")
+    if facts.get("host_alias"):
+        hack("host_compute", f"{facts['host_alias']} tensor(s) made over Python-owned memory "
+             "(frombuffer, from_file): what kernels write there Python can compute")
     if facts.get("modes_after_import") or facts.get("modes_at_end"):
         hack("patched_function", "a torch function/dispatch mode was left active")
     if facts.get("profile_hooks"):

@@ -46,6 +46,7 @@ from kernelmill.validate.harness_worker import (
     mark_stage,
     receive,
     report,
+    require_trusted_senders,
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
@@ -71,6 +72,8 @@ _is_capturing = torch.cuda.is_current_stream_capturing
 _empty = torch.empty
 _zero = torch.Tensor.zero_
 _no_grad = torch.no_grad  # looked up by every call: a submission replaced it (object.__setattr__)
+_is_grad_enabled = torch._C.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
 _full = torch.full
 _median = statistics.median
 _listdir = os.listdir
@@ -139,7 +142,8 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
 # (``_active[0] = False`` before computing on the host, ``_in_hook[0] = True`` to switch the
 # audit hook off): a flag a hook reads is a flag a submission that reaches the hook can write.
 _audit_event = sys.audit
-_COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted")
+_COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted",
+            "host_alias")
 
 
 def _observed() -> dict:
@@ -204,8 +208,30 @@ def _count_host_access(original, per_call_elements: bool):
     return access
 
 
+# Tensors over Python-owned memory (a ``bytearray``, a file): what a kernel writes there Python
+# reads and writes with no tensor method at all (a memoryview); made anywhere once the import
+# began, they count (red-team round 8 made one in ``__init__`` and computed the answer in Python
+# between two copy kernels)
+# (a storage's ``from_buffer`` is counted as host access in calls: ``_HOST_ACCESS``)
+_HOST_ALIASING = ("frombuffer", "from_file")
+
+
+def _count_host_alias(original):
+    def alias(*args, **kwargs):
+        _audit_event("kernelmill.count", "host_alias", 1)
+        return original(*args, **kwargs)
+    return alias
+
+
 def _install_host_access_hooks() -> None:
     hooks: dict[int, tuple] = {}
+    for name in _HOST_ALIASING:
+        original = vars(torch).get(name)
+        if original is not None:
+            hooked = _count_host_alias(original)
+            setattr(torch, name, hooked)
+            _ORIGINALS[f"torch.{name}"] = (torch, name, hooked)
+            hooks[id(original)] = (original, hooked)
     for owner_name, names in _HOST_ACCESS:
         owner = getattr(torch, owner_name, None)
         if owner is None:
@@ -710,7 +736,14 @@ def _observe(event: str, args: tuple) -> None:
     active = state["depth"] > 0
     if event == "kernelmill.count":
         name, n = args
-        if active and name in ("thread_starts", "host_access") and not (
+        if name == "host_alias":  # from the import on, in a call or not, unless the harness
+            _in_hook[0] = True    # (its late data) or a trusted package made it
+            try:
+                kind = _origin(sys._getframe(3))[0]
+            finally:
+                _in_hook[0] = False
+            state[name] += kind not in ("own", "trusted")
+        elif active and name in ("thread_starts", "host_access") and not (
                 name == "host_access" and state["in_launch"] and state["interpreted"]):
             state[name] += max(1, int(n))
     elif event == "kernelmill.state":
@@ -1221,14 +1254,21 @@ class _Run:
         if not _capturing(self.device):
             _manual_seed(seed + 1)
         tracer = _OpTrace()
+        # Gradients off by the C calls bound at import, around the ranges: ``torch.no_grad``'s
+        # exit looks ``torch.set_grad_enabled`` up, after the ranges closed (red-team round 8
+        # rebound it for one call, to a function that computed the answer there and put itself
+        # back)
+        grad = _is_grad_enabled()
+        _set_grad_enabled(False)
         _audit_event("kernelmill.call", 1, "")
         try:
-            with _no_grad(), self.witness.call(), tracer:
+            with self.witness.call(), tracer:
                 _audit_event("kernelmill.call", 0, dispatch_state())
                 out = self.model(*self.buffers)
                 _check_dispatch_state()
         finally:
             _audit_event("kernelmill.call", -1, "")
+            _set_grad_enabled(grad)
         return out, tracer
 
     def timed(self):
@@ -1547,6 +1587,7 @@ def candidate_task(payload: dict) -> dict:
         report(value)
 
     refuse_runtime_code()
+    require_trusted_senders()
     mark_stage("import")
     ns = load_namespace(source, "candidate")
     if "ModelNew" not in ns:
@@ -1628,7 +1669,9 @@ def candidate_task(payload: dict) -> dict:
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
     facts["patched"] = check_patched(snapshot)
-    facts["refused_compiles"] = _observed()["refused"]
+    observed = _observed()
+    facts["refused_compiles"] = observed["refused"]
+    facts["host_alias"] = observed["host_alias"]
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)

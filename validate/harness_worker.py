@@ -60,6 +60,10 @@ class ResultGuardError(RuntimeError):
     """The target's result guard found something wrong; the result was not encoded."""
 
 
+class ChannelTamperError(RuntimeError):
+    """Code that is not the harness's asked the channel for a frame (the run ends there)."""
+
+
 def _not_json(value):
     raise TypeError(f"{type(value).__name__} is not JSON")
 
@@ -110,14 +114,13 @@ def _install_writer(fd: int, key: bytes) -> None:
     except ImportError:  # an interpreter without OpenSSL
         mac_new = _hmac_new
     pack, write, getframe, view_of, size = HEADER.pack, _os_write, _getframe, memoryview, len
-    refused = RuntimeError
+    refused, trusted_stack, type_of, to_json = RuntimeError, _trusted_stack, _type, encode_json
+    frame_event, strict_event, find_roots, end = FRAME_EVENT, STRICT_EVENT, _trusted_roots, _exit
+    roots: list[tuple[str, ...]] = []  # set by STRICT_EVENT: where the harness's code lives
+    first: list = []  # the frame of the run's main (its hello), and its last frame once sent
+    tamper = f"{ChannelTamperError.__name__}: "
 
-    def writer(event: str, args: tuple) -> None:
-        if event != FRAME_EVENT:
-            return
-        kind, data = args
-        if _type(kind) is not bytes or senders.get(kind) is not getframe(1).f_code:
-            raise refused("kernelmill: refused a channel frame not sent by the harness")
+    def send(kind: bytes, data) -> None:
         mac = mac_new(key, kind, "sha256")
         mac.update(data)
         for part in (pack(1 + size(data)) + mac.digest() + kind, view_of(data)):
@@ -125,11 +128,86 @@ def _install_writer(fd: int, key: bytes) -> None:
             while view:
                 view = view[write(fd, view):]
 
+    def writer(event: str, args: tuple) -> None:
+        if event == strict_event and not roots:
+            roots.append(find_roots())
+            return
+        if event != frame_event:
+            return
+        kind, data = args
+        caller = getframe(1)
+        if type_of(kind) is not bytes or senders.get(kind) is not caller.f_code:
+            raise refused("kernelmill: refused a channel frame not sent by the harness")
+        why = ""
+        if kind == KIND_HELLO:  # once per process: a second main (a submission calling it
+            if first:           # with a job of its own) would have its result signed
+                why = "a second hello"
+            else:
+                first.append(caller)
+        elif not first or len(first) > 1:
+            why = "a frame after the final one" if first else "a frame before the hello"
+        elif roots and not trusted_stack(caller, roots[0], first[0]):
+            why = f"a {kind.decode()} frame sent with a submission's code on the stack"
+        if why:
+            if roots:  # a grade: the run ends here, said to the parent as tampering
+                send(KIND_ERROR, to_json({"stage": "channel", "message": tamper + why}))
+                end(1)
+            raise refused(f"kernelmill: refused {why}")
+        if kind in (KIND_RESULT, KIND_ERROR):
+            first.append(None)
+        send(kind, data)
+
     sys.addaudithook(writer)
     _channel[0] = True
 
 
 _type = type
+STRICT_EVENT = "kernelmill.strict"  # from now on, frames only from a stack of trusted code
+
+
+def require_trusted_senders() -> None:
+    """From now on the channel writes a frame only when no code but the standard library's,
+    installed libraries' and kernelmill's is on the stack: the grade worker calls this before a
+    submission's import. A submission that calls ``report`` itself, or the window's own
+    ``serve_window`` with a timer of its own, from its forward is refused (else it could answer
+    the parent's timing commands with samples of its choosing). Raising the event again
+    changes nothing."""
+    _audit_event(STRICT_EVENT)
+
+
+def _trusted_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    folders = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    folders += list(site.getsitepackages())
+    folders += [folder for name, module in list(sys.modules.items())
+                if name.startswith("kernelmill.") and name.count(".") == 1
+                for folder in list(getattr(module, "__path__", None) or [])]
+    # as imported and as resolved: a code object's file name is the path it was imported by
+    return tuple({os.path.join(form, "") for f in folders if f
+                  for form in (os.path.abspath(f), os.path.realpath(f))})
+
+
+def _trusted_stack(frame, roots: tuple[str, ...], bottom) -> bool:
+    """``frame`` is on the stack of ``bottom`` (the frame of the run's ``main``: not another
+    thread's, whose frames never reach it) and every frame from it down to ``bottom`` runs
+    code from a file under ``roots``, by its name alone (no path is resolved: resolving runs
+    Python a submission may have rebound) with no ``/.`` in it (``.../site-packages/../../tmp``
+    is not under site-packages)."""
+    seen: dict[str, bool] = {}
+    while frame is not bottom:
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        if name not in seen:
+            seen[name] = name.startswith("<frozen ") or \
+                (name.startswith(roots) and "/." not in name)
+        if not seen[name]:
+            return False
+        frame = frame.f_back
+    return True
 
 
 def mark_stage(name: str) -> None:
