@@ -94,9 +94,9 @@ def test_hostile_suite_on_cpu(tmp_path):
     cache = tmp_path / "cache.jsonl"
     # The suite exercises the run-time mechanisms too: a source the scan flags is run anyway
     # (test_mechanisms checks the static verdict that spares it the run by default).
-    # 80 s per worker: an honest case grades in under 20 s here; the four cases that hang on
-    # their own (a blocked import, a FIFO daemon, slowed clocks, per-element host reads) cost
-    # no more
+    # 80 s per worker: an honest case grades in 7-8 s alone on a 2-core host; the four cases
+    # that hang on their own (a blocked import, a FIFO daemon, slowed clocks, per-element host
+    # reads) cost no more
     policy = Policy(timeout_s=80, timing_settings=FAST_TIMING, static_first=False)
     # A process of this user holding a secret in its environment, as the grader's would.
     canary = subprocess.Popen(["sleep", "600"], env={**os.environ, CANARY: "1"})
