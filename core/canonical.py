@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import hashlib
 
+from .problem import parse
+
 
 def _strip_docstrings(tree: ast.AST) -> None:
     for node in ast.walk(tree):
@@ -44,7 +46,7 @@ class _LocalRenamer(ast.NodeTransformer):
 
 def canonical_source(source: str, *, rename_locals: bool = False) -> str:
     """Return the canonical text of ``source``; raises ``SyntaxError`` if it does not parse."""
-    tree = ast.parse(source)
+    tree = parse(source)
     _strip_docstrings(tree)
     if rename_locals:
         tree = _LocalRenamer().visit(tree)

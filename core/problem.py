@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,17 @@ _CATEGORY_HINTS = (  # first match wins; used only when a source does not declar
                     "softplus", "hardtanh", "selu")),
 )
 
+
+
+# CPython 3.11's parser keeps its recursion count per interpreter: two threads parsing at once
+# failed one with "AST constructor recursion depth mismatch" (the grader's slots, in CI). Every
+# parse in a process that grades or validates in threads takes this lock.
+PARSE_LOCK = threading.RLock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.AST:
+    with PARSE_LOCK:
+        return ast.parse(source, filename=filename)
 
 @dataclass
 class Problem:
@@ -143,7 +155,7 @@ def check_source(source: str, path: str | None = None, *, candidate: bool = Fals
                  name: str | None = None) -> Problem:
     """Check a source statically and describe it; raise ``ProblemError`` (file:line) if bad."""
     try:
-        tree = ast.parse(source, filename=path or "<source>")
+        tree = parse(source, filename=path or "<source>")
     except SyntaxError as exc:
         raise ProblemError(f"syntax error: {exc.msg}", path, exc.lineno) from None
     defs = _top_level_defs(tree)

@@ -38,6 +38,8 @@ import builtins
 import hashlib
 from dataclasses import dataclass
 
+from kernelmill.core.problem import parse
+
 BOILERPLATE_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})
 _BUILTINS = frozenset(dir(builtins))
 # Builtins whose calls are bookkeeping, not tensor computation (their arguments still count).
@@ -600,7 +602,7 @@ class _OpExtractor:
 
 def extract(source: str) -> Features:
     """All three views of ``source`` from one parse; raises ``SyntaxError`` if it won't parse."""
-    tree = ast.parse(source)
+    tree = parse(source)
     aliases, constants, defined = _module_names(tree)
     globals_ = set(aliases) | defined
     constants = constants - globals_

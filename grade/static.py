@@ -13,8 +13,9 @@ import ast
 import functools
 import os
 import re
-import threading
 from pathlib import Path
+
+from kernelmill.core.problem import PARSE_LOCK
 
 FORBIDDEN_MODULES = {
     "ctypes", "subprocess", "multiprocessing", "threading", "_thread", "concurrent", "signal",
@@ -449,7 +450,7 @@ def kernelguard_findings(source: str) -> list[str]:
 # CPython 3.11 keeps ast.parse's recursion depth in state its threads share: two grading
 # threads parsing at once failed one with "AST constructor recursion depth mismatch" (a CI run
 # of the hostile suite). Parses in this process take turns.
-_PARSE_LOCK = threading.RLock()
+_PARSE_LOCK = PARSE_LOCK  # the process's one parse lock (core.problem)
 
 
 def _parse(text: str) -> ast.AST:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.problem import parse
 
 __all__ = ["ResizeError", "ResizeResult", "resize_source", "shrink_for_cpu", "size_constants",
            "largest_numel", "CPU_MAX_NUMEL"]
@@ -243,7 +244,7 @@ def _literal_window(tree: ast.Module) -> int:
 
 def _analyze(source: str) -> _Analysis:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         raise ResizeError(f"source does not parse (line {exc.lineno}: {exc.msg})") from None
 
