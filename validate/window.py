@@ -422,6 +422,9 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if name in ready and sized.get("resized"):  # the graph sized alone on the GPU
                 ready[name].update({k: sized[k] for k in ("calls_per_sample", "estimate_ms")
                                     if isinstance(sized.get(k), (int, float))}, resized=True)
+    phases = result.setdefault("phases_ms", {})
+    mark = time.monotonic()
+    phases["warm"] = round((mark - began) * 1e3, 1)
     per_round = {}
     for name, info in ready.items():
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
@@ -458,6 +461,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if not wide or now >= deadline + settings.overtime * cap_ms / 1e3:
                 break
             result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
+    phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
     for name in clock_check:
         if name in group.active:
             with group.turn(name):
@@ -467,9 +471,11 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                                                timeout)
                 except WindowError as exc:
                     group.fail(name, exc)
+    phases["clock"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
     for name in unseen_check:
         with group.turn(name):
             group.ask(name, "unseen", "unseen", timeout)
+    phases["unseen"] = round((time.monotonic() - mark) * 1e3, 1)
     result["window_ms"] = (time.monotonic() - began) * 1e3
 
 
