@@ -261,7 +261,8 @@ def main() -> int:
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
-          "window); GPU held alone: the share of the phase's wall time inside timing windows")
+          "window); GPU held alone: the share of the phase's wall time inside timing windows; "
+          "turn+ms: a round's turn's wall time past the device work it reports (median)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
@@ -293,6 +294,7 @@ def report_per_problem(out: Path) -> None:
         row = json.loads(line)
         rows.setdefault(row.get("problem_id") or row["submission_id"].split("#")[0], []).append(row)
     print(f"{'problem':24} {'subs':>4} {'wall s':>7} {'window ms':>10} {'rounds':>6} "
+          f"{'turn+ms':>7} "
           f"{'warm/rounds/clock/unseen ms':>28} {'ref s':>6} "
           f"{'cand s':>7}  longest candidate stages (median s)")
     for problem, group in sorted(rows.items()):
@@ -311,6 +313,7 @@ def report_per_problem(out: Path) -> None:
                   for k in ("warm", "rounds", "clock", "unseen")]
         print(f"{problem[:24]:24} {len(group):>4} {fmt(max(walls) if walls else None, '.1f'):>7} "
               f"{fmt(med('window_ms'), '.0f'):>10} {fmt(med('rounds'), '.0f'):>6} "
+              f"{fmt(med('turn_overhead_ms'), '.1f'):>7} "
               f"{'/'.join(fmt(v, '.0f') for v in phases):>28} {fmt(med('reference_s'), '.1f'):>6} "
               f"{fmt(med('candidate_s'), '.1f'):>7}  "
               + " ".join(f"{k}={v:.2f}" for v, k in longest))

@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import contextlib
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -237,7 +239,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;
         # within each, by problem, so a problem's reference run is reused while it is cached.
         items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
-        pool = None
+        pool, stack = None, contextlib.ExitStack()
         if device.startswith("cuda") and backend == "local":
             to_build = [it for it in items if needs_extension_build(it["source"])]
             if to_build:
@@ -247,6 +249,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 for it in to_build:
                     _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
         try:
+            if backend == "local":
+                stack.enter_context(_quick_handoffs())
             runner = get_backend(backend, device=device, workers=workers, address=address)
             size = group or 1
             results = runner.map_unordered(grade_group_items, group_items(items, max(1, size)))
@@ -260,11 +264,31 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 _write(out, stats, item["submission_id"], item["problem_id"], item["key"],
                        verdict)
         finally:
+            stack.close()
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
             cache.close()
     stats.seconds = time.monotonic() - started
     return stats
+
+
+@contextlib.contextmanager
+def _quick_handoffs():
+    """The interpreter's thread switch interval lowered (``KERNELMILL_GIL_SWITCH_MS``, default
+    1 ms; Python's own is 5) while this process's slots grade: every command of a timing window
+    and its answer pass between a pipe-reading thread and the window's thread, and with
+    other slots' threads busy (judging, decoding results) each hand-off could wait a switch
+    interval or two while the GPU, held alone, sat idle."""
+    previous = sys.getswitchinterval()
+    try:
+        wanted = float(os.environ.get("KERNELMILL_GIL_SWITCH_MS", "1")) / 1e3
+    except ValueError:
+        wanted = 0.001
+    sys.setswitchinterval(max(1e-4, min(previous, wanted)))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 _TRANSIENT = ("timed out", "SIGKILL", "out of memory", "zygote")

@@ -567,7 +567,7 @@ class Grader:
         if window:  # where the GPU's lock made this grade wait, and how long it held it alone
             verdict["profile"] = {k: window.get(k) for k in
                                   ("shared_wait_ms", "exclusive_wait_ms", "window_ms",
-                                   "rounds", "phases_ms")}
+                                   "rounds", "phases_ms", "turn_overhead_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
         if changed:  # the guarded files changed while this run (or its group) ran
             verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})

@@ -376,25 +376,34 @@ class Timer:
         self.graph, self.output, self.calls_per_sample = graph, output, calls
         self.method, self._stream = "cuda_graph", stream
 
-    def resize(self) -> bool:
-        """Size the timing graph again from a new estimate of one call, and capture it again
-        when the count changes; True if it did. Called alone on the GPU (a window's warm-up
-        turn): ``prepare`` estimates while other work may share the GPU, and an estimate
-        inflated by it sizes the graph to a call or two, whose replays then count a graph
-        launch's fixed cost as the call's (an H100 read a 1.2 µs kernel at 13.1 µs that way
-        once in 96 grades)."""
+    def planned_calls(self) -> int | None:
+        """A new estimate of one call, taken alone on the GPU (a window's warm-up turn), and
+        the count of calls per sample it asks for when that is not the graph's; else None.
+        ``prepare`` estimates while other work may share the GPU, and an estimate inflated by
+        it sizes the graph to a call or two, whose replays then count a graph launch's fixed
+        cost as the call's (an H100 read a 1.2 µs kernel at 13.1 µs that way once in 96
+        grades)."""
         if self.method != "cuda_graph" or self._stream is None:
-            return False
+            return None
         self.estimate_ms = self._per_call_ms(self._stream)
         calls = graph_calls(self.sample_ms, self.estimate_ms, self.max_calls)
-        if calls == self.calls_per_sample:
+        return None if calls == self.calls_per_sample else calls
+
+    def resize(self, calls: int | None = None) -> bool:
+        """Capture the timing graph again with ``calls`` calls per sample (default: what
+        ``planned_calls`` asks for); True if it did. The capture runs no kernel: a window
+        lets its members capture side by side once every one has estimated alone."""
+        if calls is None:
+            calls = self.planned_calls()
+        if not calls or self.method != "cuda_graph" or self._stream is None or \
+                calls == self.calls_per_sample:
             return False
         self.graph = None  # its memory goes back to the pool before the new capture
-        graph, output = self._captured(self._stream, calls)
+        graph, output = self._captured(self._stream, int(calls))
         _current_stream().wait_stream(self._stream)
         _graph_replay(graph)
         _cuda_synchronize()
-        self.graph, self.output, self.calls_per_sample = graph, output, calls
+        self.graph, self.output, self.calls_per_sample = graph, output, int(calls)
         return True
 
     def _per_call_ms(self, stream) -> float:
@@ -571,9 +580,12 @@ def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None],
                  unseen: Callable[[Timer], int] | None = None) -> dict:
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
-    the window. Commands (one line each): ``warm MS``, ``settle MS``, ``round N``, ``loop N``,
-    ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resized", "calls_per_sample",
-    "estimate_ms"}`` (the graph sized again, ``Timer.resize``), ``{"settle": n}`` (``MS`` of
+    the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``,
+    ``loop N``, ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
+    "calls_per_sample", "estimate_ms"}`` (``resize``: the calls per sample a new estimate taken
+    alone asks for, ``Timer.planned_calls``; 0: the graph's own), ``{"resized",
+    "calls_per_sample", "estimate_ms"}`` (captured again with ``N`` calls, ``Timer.resize``),
+    ``{"settle": n}`` (``MS`` of
     untimed samples before a turn's round), ``{"round": [ms, ...]}``,
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
     timed function had not seen; 0 without it)."""
@@ -584,13 +596,16 @@ def serve_window(timer: Timer, receive: Callable[[], str],
         if not command or command[0] == "stop":
             break
         verb, arg = command[0], float(command[1]) if len(command) > 1 else 0.0
-        if verb == "warm":  # alone on the GPU: the graph is sized here, and said so
+        if verb == "warm":  # alone on the GPU: the graph's size is estimated here
             done = timer.warm(arg)
-            resized = timer.resize()
-            if resized:
-                timer.warm(min(arg, 20.0))
-            report({"warm": done, "resized": resized,
+            report({"warm": done, "resize": timer.planned_calls() or 0,
                     "calls_per_sample": timer.calls_per_sample,
+                    "estimate_ms": timer.estimate_ms})
+        elif verb == "resize":  # the others capture beside it; nothing is timed meanwhile
+            resized = timer.resize(int(arg))
+            if resized:
+                timer.warm(20.0)
+            report({"resized": resized, "calls_per_sample": timer.calls_per_sample,
                     "estimate_ms": timer.estimate_ms})
         elif verb == "settle":
             settles += 1

@@ -36,6 +36,9 @@ from .harness import Control
 from .measure import GpuLock, median_ci_pct, summarize
 
 
+MAX_CALLS = 1 << 16  # calls per sample a member may ask its graph to be captured with
+
+
 @dataclass
 class WindowSettings:
     """Knobs of one timing window (every field has a measured default)."""
@@ -321,15 +324,18 @@ class _Group:
         self.active.pop(name).send("stop")
 
     def ask(self, name: str, command: str | None, key: str, timeout: float,
-            whole: bool = False):
+            whole: bool = False, send_only: bool = False):
         """Send ``command`` (if any), wait for ``key``: ``(at, value)`` (with ``whole``, the
-        whole report as value), None once dropped."""
+        whole report as value), None once dropped. With ``send_only``: True once sent (the
+        answer is taken by a later ``ask``)."""
         if name not in self.active:
             return None
         control = self.active[name]
         try:
             if command is not None:
                 control.send(command)
+            if send_only:
+                return True
             return _answer(name, control, key, timeout, whole)
         except WindowError as exc:
             self.fail(name, exc)
@@ -413,15 +419,25 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     timeout = settings.report_timeout_s
     # The clocks are the GPU's: the first participant brings them up; the others only
     # warm their own caches and buffers.
+    # Each estimates one call alone on the GPU in its turn (``Timer.planned_calls``); those whose
+    # graph that estimate sizes differently then capture again side by side (a capture runs no
+    # kernel, and nothing is timed meanwhile): one after another, 8 members' captures of up to
+    # 1024 forwards held the GPU alone 1-2.4 s of a group's window (H100, 2026-11-27).
+    asks: dict[str, int] = {}
     for index, name in enumerate(list(group.active)):
         ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)
         if ms:
             with group.turn(name):
                 got = group.ask(name, f"warm {ms:g}", "warm", timeout, whole=True)
-            sized = got[1] if got is not None else {}
-            if name in ready and sized.get("resized"):  # the graph sized alone on the GPU
-                ready[name].update({k: sized[k] for k in ("calls_per_sample", "estimate_ms")
-                                    if isinstance(sized.get(k), (int, float))}, resized=True)
+            calls = (got[1] if got is not None else {}).get("resize")
+            if name in ready and type(calls) is int and 0 < calls <= MAX_CALLS:
+                asks[name] = calls
+    if asks:
+        _resize_together(group, ready, asks, timeout)
+        first = next(iter(group.active), None)
+        if first is not None and warm_ms:  # the clocks, idle while they captured, back up
+            with group.turn(first):
+                group.ask(first, f"settle {settings.rewarm_ms:g}", "settle", timeout)
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
     phases["warm"] = round((mark - began) * 1e3, 1)
@@ -431,6 +447,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             int(info.get("calls_per_sample") or 1)
         per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
     deadline = began + cap_ms / 1e3
+    overheads: list[float] = []
     while not group.gone():
         round_began = time.monotonic()
         for name in list(group.active):
@@ -445,6 +462,11 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if got is not None:
                 samples[name].extend(float(t) for t in got[1])
                 paces[name].append((got[0] - sent) * 1e3 / reps)
+                # the turn's wall time past the device work it reports (a graph sample is two
+                # replays, one untimed): the round trip's and the worker's own cost
+                calls = int(ready.get(name, {}).get("calls_per_sample") or 1)
+                work = sum(float(t) for t in got[1]) * calls * (2 if calls > 1 else 1)
+                overheads.append((got[0] - sent) * 1e3 - work)
         result["rounds"] += 1
         for control in group.active.values():  # the others' turns are not its time
             control.extend(time.monotonic() - round_began)
@@ -462,6 +484,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 break
             result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
     phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
+    if overheads:
+        result["turn_overhead_ms"] = round(sorted(overheads)[len(overheads) // 2], 2)
     for name in clock_check:
         if name in group.active:
             with group.turn(name):
@@ -477,6 +501,24 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             group.ask(name, "unseen", "unseen", timeout)
     phases["unseen"] = round((time.monotonic() - mark) * 1e3, 1)
     result["window_ms"] = (time.monotonic() - began) * 1e3
+
+
+def _resize_together(group: _Group, ready: dict, asks: dict[str, int], timeout: float) -> None:
+    """Tell every member in ``asks`` to capture its graph again with the calls it asked for,
+    all at once, then take their answers: the window's record of each (calls per sample,
+    estimate) is the new one. The members not capturing wait: that is not their own time."""
+    began = time.monotonic()
+    sent = [name for name, calls in asks.items() if group.ask(name, f"resize {calls}", "",
+                                                              0, whole=True, send_only=True)]
+    for name in sent:
+        got = group.ask(name, None, "resized", timeout, whole=True)
+        sized = got[1] if got is not None else {}
+        if name in ready and sized.get("resized"):
+            ready[name].update({k: sized[k] for k in ("calls_per_sample", "estimate_ms")
+                                if isinstance(sized.get(k), (int, float))}, resized=True)
+    for name, control in group.active.items():
+        if name not in asks:
+            control.extend(time.monotonic() - began)
 
 
 def verdict_timing(window: dict, reference: str = "reference",

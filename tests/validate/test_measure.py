@@ -263,17 +263,21 @@ def test_a_participant_with_a_wide_ci_gets_rounds_past_the_cap():
 
 
 def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
-    """A worker sizes its timing graph again during its warm-up turn, alone on the GPU
-    (``Timer.resize``), and says so: the window's record of it (calls per sample, estimate)
-    is the new one, which the clock check and the rounds' sizes then use."""
-    resize = ("timer.resize = lambda: (setattr(timer, 'calls_per_sample', 2), "
-              "setattr(timer, 'estimate_ms', 0.5), True)[2]")
-    window, results = _window({"reference": 1.0, "candidate": 1.0}, cap_ms=300, warm_ms=5,
-                              cheats={"candidate": resize})
+    """A worker estimates one call during its warm-up turn, alone on the GPU
+    (``Timer.planned_calls``), and asks for the count it wants; the members that asked then
+    capture side by side (``Timer.resize``): the window's record of each (calls per sample,
+    estimate) is the new one, which the clock check and the rounds' sizes then use."""
+    asks = ("timer.planned_calls = lambda: (setattr(timer, 'estimate_ms', 0.5), 2)[1]; "
+            "timer.resize = lambda calls=None: (setattr(timer, 'calls_per_sample', calls), "
+            "True)[1]")
+    window, results = _window({"reference": 1.0, "candidate": 1.0, "other": 1.0}, cap_ms=300,
+                              warm_ms=5, cheats={"candidate": asks, "other": asks})
     assert window["error"] is None and all(r.ok for r in results.values()), results
-    cand, ref = window["participants"]["candidate"], window["participants"]["reference"]
-    assert cand["resized"] and cand["calls_per_sample"] == 2 and cand["estimate_ms"] == 0.5
-    assert not ref.get("resized") and ref["calls_per_sample"] == 1
+    parts = window["participants"]
+    for name in ("candidate", "other"):
+        assert parts[name]["resized"] and parts[name]["calls_per_sample"] == 2
+        assert parts[name]["estimate_ms"] == 0.5
+    assert not parts["reference"].get("resized") and parts["reference"]["calls_per_sample"] == 1
 
 
 @pytest.mark.gpu
