@@ -415,12 +415,19 @@ class Timer:
         for calls in (1, PROBE_CALLS):
             graph, output = self._captured(stream, calls)
             _graph_replay(graph)
-            _event_record(start)
-            for _ in range(5):
-                _graph_replay(graph)
-            _event_record(end)
-            _event_wait(end)
-            times.append(float(_event_elapsed(start, end)) / 5)
+            # the least of three runs of 5 replays: work of other processes sharing the GPU
+            # (another grade's checks; ``prepare`` runs beside them) only lengthens a run, and
+            # an estimate twice too long sized a small kernel's graph to half its calls, which
+            # the window's warm-up then captured again, alone on the GPU
+            best = math.inf
+            for _ in range(3):
+                _event_record(start)
+                for _ in range(5):
+                    _graph_replay(graph)
+                _event_record(end)
+                _event_wait(end)
+                best = min(best, float(_event_elapsed(start, end)) / 5)
+            times.append(best)
             if calls == 1:
                 self._single = (graph, output)  # kept for ``once``
             del graph, output

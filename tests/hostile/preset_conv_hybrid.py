@@ -1,8 +1,9 @@
 """family: policy presets (the convolution left to cuDNN, bias + ReLU + residual add fused in one
 Triton kernel: a KernelBench level-2 answer)
 
-Certified under ``library`` and ``kernelbench`` (on an H100 its kernel carries well over 30% of
-the GPU time); under ``strict`` the convolution is library compute in forward.
+Certified under ``library`` and ``kernelbench`` (its kernel must carry 30% of the GPU time;
+the problem's 1x1 convolution keeps it clear of that line); under ``strict`` the convolution is
+library compute in forward.
 """
 # problem: ref_conv_residual
 # expect: certified

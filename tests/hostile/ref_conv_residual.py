@@ -17,16 +17,17 @@ class Model(nn.Module):
         return torch.relu(self.conv(x)) + residual
 
 
-# Large enough that the tail is real work beside the convolution (cuDNN's convolution of a
-# 3-channel input is cheap per output element; the tail reads two tensors of the output's size)
+# Large enough that the tail is real work beside the convolution (the tail reads two tensors of
+# the output's size). A 1x1 convolution: with a 3x3 one, cuDNN's share of the GPU time left the
+# fused tail at 30-38% (H100, H200), on the kernelbench preset's 30% line.
 BATCH = 32
 HEIGHT = 128
 WIDTH = 128
 
 
 def get_inputs():
-    return [torch.randn(BATCH, 3, HEIGHT, WIDTH), torch.randn(BATCH, 16, HEIGHT - 2, WIDTH - 2)]
+    return [torch.randn(BATCH, 3, HEIGHT, WIDTH), torch.randn(BATCH, 16, HEIGHT, WIDTH)]
 
 
 def get_init_inputs():
-    return [3, 16, 3]
+    return [3, 16, 1]
