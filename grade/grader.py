@@ -630,8 +630,10 @@ class Grader:
             window["error"] = {"participant": "reference",
                                "message": f"reference timing failed in {error.get('stage')}: "
                                           f"{error.get('message')}"}
-        return ({i: results[names[i]] for i in candidates},
-                {i: candidate_view(window, names[i]) for i in candidates})
+        views = {i: candidate_view(window, names[i]) for i in candidates}
+        for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
+            views[i]["late_released"] = list(controls[names[i]].late_released)
+        return {i: results[names[i]] for i in candidates}, views
 
 
 def _split(items, size: int) -> list[list]:

@@ -387,6 +387,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     _timed_call_checks(facts, trials, policy, record, hack, all_correct,
                        reference.get("ops", []))
     scored = (((window or {}).get("participants") or {}).get("candidate") or {}).get("ms")
+    if all_correct and scored is not None and not (window or {}).get("error"):
+        _unseen_shape(facts.get("unseen"), hidden, window, hack)
     _unseen_checks(facts.get("unseen"), hidden, policy, record, hack, all_correct,
                    str(reference.get("info", {}).get("device", "")), checks, scored,
                    (facts.get("timing") or {}).get("cpu_ms"))
@@ -619,6 +621,24 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
         if not ok and all_correct:
             hack("timing_behaviour", f"timed call {check['call']} on trial {check['trial']}'s "
                  f"inputs gave a wrong answer: {why}")
+
+
+def _unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) -> None:
+    """A timed window with unseen trials ends with the unseen-input check on every one of them,
+    each part written by the parent once, when the worker asked (``window.late_released``): a
+    report that leaves the check out, or covers other trials than the parent gave, did not
+    make it. (The facts come from the candidate's process; the count of parts comes from
+    the parent's own record.)"""
+    if not hidden:
+        return
+    wanted = list(range(len(hidden)))
+    made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
+                  if isinstance(c, dict) and isinstance(c.get("hidden"), int))
+    released = window.get("late_released")
+    if made != wanted or (released is not None and sorted(released) != wanted):
+        hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
+             f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
+             "not made as the window asked")
 
 
 def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,

@@ -114,6 +114,7 @@ class Control:
         self.ended = False
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
+        self.late_released: list[int] = []  # the parts written, in the order asked
 
     def extend(self, seconds: float) -> None:
         """Add ``seconds`` to the worker's time limit: time it spent waiting for the GPU on
@@ -129,6 +130,7 @@ class Control:
         worker can read it: the worker asked for it (``harness_worker.late_payload``)."""
         with self._cond:
             late = self._late
+            self.late_released.append(index)
         if late is not None:
             late.write(index)
 

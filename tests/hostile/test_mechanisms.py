@@ -1322,3 +1322,48 @@ def test_the_result_guard_runs_after_the_target_and_before_the_result_is_encoded
     assert not flagged.ok and flagged.value is None
     assert flagged.error["message"] == (f"{ResultGuardError.__name__}: replaced since the "
                                         "candidate's import: json.dumps"), flagged.error
+
+
+def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, monkeypatch):
+    """The parent counts the unseen parts it wrote for each member (``late_released``); the
+    judge holds the worker's report to them: a report without the unseen-input check, or
+    with the check on fewer trials than the parent gave, is ``timing_behaviour``, whatever
+    else the facts say. Checked on a real grade of an honest kernel, its facts then edited as
+    a submission that owned its worker's reports would."""
+    import dataclasses
+
+    from kernelmill.grade import grader as G
+    from kernelmill.grade.judge import judge
+
+    seen = {}
+
+    def keep(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(G, "judge", keep)
+    timing = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
+              "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+    grader = G.Grader("cpu", policy=Policy(trials=2, unseen_trials=2, timing_settings=timing),
+                      cache_root=str(tmp_path))
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    verdict = grader.grade(reference, honest)
+    assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+    args, kwargs = seen["args"], seen["kwargs"]
+    window, facts = kwargs["window"], args[2].value
+    assert sorted(window["late_released"]) == [0, 1]
+    assert [c["hidden"] for c in facts["unseen"]["checks"]] == [0, 1]
+
+    def rejudge(facts_edit=None, window_edit=None) -> dict:
+        run = dataclasses.replace(args[2], value=dict(facts, **(facts_edit or {})))
+        return judge(args[0], args[1], run, *args[3:],
+                     **{**kwargs, "window": dict(window, **(window_edit or {}))})
+
+    left_out = rejudge({"unseen": None})
+    one_trial = rejudge({"unseen": {**facts["unseen"], "checks": facts["unseen"]["checks"][:1]}})
+    not_written = rejudge(window_edit={"late_released": [0]})
+    for edited in (left_out, one_trial, not_written):
+        assert "timing_behaviour" in edited["hacks"] and not edited["correct"], edited["hacks"]
+        assert "unseen-input check covered" in edited["hack_details"]["timing_behaviour"]
+    assert not rejudge()["hacks"]  # the control: the same facts, unedited
