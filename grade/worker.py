@@ -287,18 +287,24 @@ def _install_triton_hook() -> bool:
         original = cls.run
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
+            seen: list = []
             if not warmup:
-                skip: list = []
                 _audit_event("kernelmill.launch", "launches", _spans([*args, *kwargs.values()]),
-                             dispatch_state(), skip)
-                if "skip" in skip:  # the ghost call: skipped, counted as ghosted
+                             dispatch_state(), seen)
+                if "skip" in seen:  # the ghost call: skipped, counted as ghosted
                     return None
             _audit_event("kernelmill.in_launch", 1)
             try:
                 with Witness.launch(_kernel_name(self)):
-                    return _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                    launched = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 _audit_event("kernelmill.in_launch", -1)
+            # counted once it ran: a launch that a pre-run hook of the submission's made raise
+            # before any program ran counted, and its forward caught the error (red-team
+            # round 9: "1 launch" a call, no Triton program ever run)
+            if "active" in seen:
+                _audit_event("kernelmill.launched", 1)
+            return launched
 
         cls.run = run
         _ORIGINALS[f"{cls.__name__}.run"] = (cls, "run", run)
@@ -728,6 +734,21 @@ def _observe(event: str, args: tuple) -> None:
     that raises them, or calls that code itself, opens nested ranges it must also close."""
     state = _STATE
     if event == "kernelmill.read":
+        # the counts for the harness only: ``_observed`` called by one of the readers in
+        # ``_AUTH``. A submission that read them could tell the ghost call by a skipped
+        # sentinel launch (``ghosted``) and be honest there alone.
+        _in_hook[0] = True
+        try:
+            raiser, reader = sys._getframe(2), sys._getframe(3)
+            allowed = raiser.f_code in _AUTH["kernelmill.read"] and \
+                reader.f_code in _AUTH["kernelmill.readers"]
+        except ValueError:
+            allowed = False
+        finally:
+            _in_hook[0] = False
+        if not allowed:  # its own refusals only
+            args[0].append({"refused": list(REFUSED_COMPILES), "armed": True})
+            return
         args[0].append({**{name: state[name] for name in _COUNTED},
                         "in_launch": state["in_launch"] > 0, "armed": True,
                         "kernel_args": list(state["kernel_args"]),
@@ -743,8 +764,18 @@ def _observe(event: str, args: tuple) -> None:
             finally:
                 _in_hook[0] = False
             state[name] += kind not in ("own", "trusted")
-        elif active and name in ("thread_starts", "host_access") and not (
-                name == "host_access" and state["in_launch"] and state["interpreted"]):
+        elif active and name in ("thread_starts", "host_access"):
+            if name == "host_access" and state["in_launch"] and state["interpreted"]:
+                # the interpreter's own host copies are not the submission's; the submission's
+                # code run inside a launch (a pre-run hook computing in NumPy on those copies,
+                # red-team round 9) is
+                _in_hook[0] = True
+                try:
+                    kind = _origin(sys._getframe(3))[0]
+                finally:
+                    _in_hook[0] = False
+                if kind in ("own", "trusted"):
+                    return
             state[name] += max(1, int(n))
     elif event == "kernelmill.state":
         if active and args[0] != state["call_state"]:
@@ -757,7 +788,8 @@ def _observe(event: str, args: tuple) -> None:
             state["ghosted"] += 1
             box.append("skip")
             return
-        state[kind] += 1
+        if kind == "ext_calls":  # a launch counts once it ran (``kernelmill.launched``)
+            state[kind] += 1
         state["kernel_args"].extend((int(lo), int(hi)) for lo, hi in spans)
         if dispatch != state["call_state"]:
             state["dispatch_state"] += 1
@@ -769,6 +801,9 @@ def _observe(event: str, args: tuple) -> None:
         finally:
             _in_hook[0] = False
         if caller not in _AUTH[event]:
+            return
+        if event == "kernelmill.launched":
+            state["launches"] += active
             return
         step = int(args[0])
         if event == "kernelmill.call" and step == 0:
@@ -804,9 +839,13 @@ def _sealed_hook():
         _STATE={**dict.fromkeys(_COUNTED, 0), "depth": 0, "ghost": 0, "in_launch": 0,
                 "call_state": "", "kernel_args": [],
                 "interpreted": os.environ.get("TRITON_INTERPRET") == "1"},
-        _AUTH={"kernelmill.call": frozenset({_Run.invoke.__code__}),
+        _AUTH={"kernelmill.read": frozenset({_observed.__code__}),
+               "kernelmill.readers": frozenset(f.__code__ for f in (
+                   _manual_seed, _OpTrace.__torch_dispatch__, _Run.call, _Run.ghost,
+                   _candidate_task, _compile_task)),
+               "kernelmill.call": frozenset({_Run.invoke.__code__}),
                "kernelmill.ghost": frozenset({_Run.ghost.__code__}),
-               "kernelmill.in_launch": _LAUNCH_CODES})
+               "kernelmill.in_launch": _LAUNCH_CODES, "kernelmill.launched": _LAUNCH_CODES})
     for name in _SEALED:
         original = namespace[name]
         namespace[name] = types.FunctionType(original.__code__, namespace, original.__name__,
@@ -1557,7 +1596,61 @@ def _baseline(device: str) -> None:
     sync(device)
 
 
+def _private_namespace() -> dict:
+    """A copy of this module's namespace in which every function and class defined here is
+    rebuilt over the copy (and every list, dict and set is a copy): the harness's code that
+    runs beside a submission looks its globals up there. A submission reaches this module
+    (``sys.modules``) and may rebind its names, or fill its containers, for as long as it
+    likes; none of it is what the harness then calls (red-team rounds 8 and 9 rebound
+    ``_set_grad_enabled`` for one call: ``invoke``'s exit looked it up and ran PyTorch after
+    the observed ranges closed). The copy is made before the candidate's import; frames,
+    ``__globals__`` and the collector, which would reach it, are refused by the audit hook."""
+    here = globals()
+    namespace = {name: _type(value)(value) if _type(value) in (list, dict, set) else value
+                 for name, value in here.items()}
+
+    def rebuilt(function):
+        copy = types.FunctionType(function.__code__, namespace, function.__name__,
+                                  function.__defaults__, function.__closure__)
+        copy.__kwdefaults__ = dict(function.__kwdefaults__) if function.__kwdefaults__ \
+            else None
+        copy.__qualname__, copy.__doc__ = function.__qualname__, function.__doc__
+        copy.__module__ = function.__module__
+        return copy
+
+    def ours(value) -> bool:
+        return _type(value) is types.FunctionType and value.__globals__ is here
+
+    for name, value in here.items():
+        if ours(value):
+            namespace[name] = rebuilt(value)
+        elif _isinstance(value, type) and value.__module__ == __name__ and \
+                any(ours(member) for member in vars(value).values()):
+            members = {key: member for key, member in vars(value).items()
+                       if key not in ("__dict__", "__weakref__")}
+            cls = _type(value)(value.__name__, value.__bases__, members)
+            for key, member in members.items():
+                if ours(member):  # its ``super()`` cell names the new class
+                    method = rebuilt(member)
+                    if "__class__" in member.__code__.co_freevars:
+                        cells = list(member.__closure__)
+                        cells[member.__code__.co_freevars.index("__class__")] = \
+                            types.CellType(cls)
+                        method = types.FunctionType(member.__code__, namespace, member.__name__,
+                                                    member.__defaults__, tuple(cells))
+                        method.__kwdefaults__ = member.__kwdefaults__
+                        method.__qualname__ = member.__qualname__
+                    setattr(cls, key, method)
+            namespace[name] = cls
+    return namespace
+
+
 def candidate_task(payload: dict) -> dict:
+    """The candidate's worker run (``_candidate_task``), on a private copy of this module."""
+    return _private_namespace()["_candidate_task"](payload)
+
+
+def _candidate_task(payload: dict) -> dict:
     device = payload["device"]
     source = payload["source"]
     if payload.get("window") and not M.await_gpu(receive, report):
@@ -1705,7 +1798,12 @@ def candidate_task(payload: dict) -> dict:
 
 
 def compile_task(payload: dict) -> dict:
-    """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder)."""
+    """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder),
+    on a private copy of this module (``_private_namespace``)."""
+    return _private_namespace()["_compile_task"](payload)
+
+
+def _compile_task(payload: dict) -> dict:
     mark_stage("compile")
     started = _perf_counter()
     if payload.get("confine", True):

@@ -1226,50 +1226,95 @@ def test_code_compiled_from_a_string_at_run_time_is_refused_in_a_worker():
 
 
 _SEALED_CODE = """
-import json, sys
+import copy, json, sys
+import torch
 from kernelmill.grade import worker
+from kernelmill.validate import measure
+
 worker.refuse_runtime_code()
-before = worker._observed()
-# Everything the worker module holds, changed: flags flipped in place, dicts and lists emptied
-# or poisoned, sets and tuples rebound empty, every function but the reader rebound
-for name, value in list(vars(worker).items()):
-    if name.startswith("__") or name in ("_observed", "_audit_event", "_COUNTED"):
-        continue
-    if isinstance(value, list) and value and isinstance(value[0], bool):
-        value[0] = not value[0]
-    elif isinstance(value, (list, dict)):
-        value.clear()
-    elif isinstance(value, (frozenset, set, tuple)):
-        setattr(worker, name, type(value)())
-    elif callable(value) and getattr(value, "__module__", "") == worker.__name__:
-        setattr(worker, name, lambda *args, **kwargs: True)
-worker._KINDS["<string>"] = ("own", "")
 results = {}
-try:
-    sys._getframe(0)
-    results["frame"] = "given"
-except RuntimeError:
-    results["frame"] = "refused"
-sys.audit("kernelmill.call", 1, "")  # not the harness's code: opens no call
-sys.audit("kernelmill.count", "host_access", 5)
-sys.audit("kernelmill.launch", "launches", [], "", [])
-after = worker._observed()
-results.update(host_access=after["host_access"] - before["host_access"],
-               launches=after["launches"] - before["launches"],
-               refused=len(after["refused"]))
+Run = worker._Run
+saved = {k: copy.copy(v) if isinstance(v, (list, dict)) else v for k, v in vars(worker).items()}
+
+
+def poison():
+    # Everything the worker module holds, changed: flags flipped in place, dicts and lists
+    # emptied or poisoned, sets and tuples rebound empty, every function but the reader rebound
+    for name, value in list(vars(worker).items()):
+        if name.startswith("__") or name in ("_observed", "_audit_event", "_COUNTED"):
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], bool):
+            value[0] = not value[0]
+        elif isinstance(value, (list, dict)):
+            value.clear()
+        elif isinstance(value, (frozenset, set, tuple)):
+            setattr(worker, name, type(value)())
+        elif callable(value) and getattr(value, "__module__", "") == worker.__name__:
+            setattr(worker, name, lambda *args, **kwargs: True)
+    worker._KINDS["<string>"] = ("own", "")
+
+
+def restore():
+    for name, value in saved.items():
+        current = vars(worker).get(name)
+        if isinstance(value, list) and isinstance(current, list):
+            current[:] = value
+        elif isinstance(value, dict) and isinstance(current, dict):
+            current.clear()
+            current.update(value)
+        else:
+            setattr(worker, name, value)
+
+
+def forge():
+    # between the harness's own reads (``_Run.call``), outside any call: with the module
+    # poisoned, the events that open a call and count are raised, and the counts asked for
+    poison()
+    try:
+        try:
+            sys._getframe(0)
+            results["frame"] = "given"
+        except RuntimeError:
+            results["frame"] = "refused"
+        sys.audit("kernelmill.call", 1, "")  # not the harness's code: opens no call
+        sys.audit("kernelmill.count", "host_access", 5)
+        sys.audit("kernelmill.launch", "launches", [], "", [])
+    finally:
+        restore()
+    # the counts are the harness's alone: asked directly, through the reader, or through
+    # kernelmill code that calls whatever it is given
+    box = []
+    sys.audit("kernelmill.read", box)
+    timer = measure.Timer(worker._observed, "cpu", warmup=1)
+    timer.prepare()
+    results["reads"] = [sorted(box[0]), sorted(worker._observed()), sorted(timer.output)]
+    return 0
+
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+worker.active_modes = forge  # called by ``_Run.call`` after its first read
+record = Run(Double(), "cpu", set(), set(), trials=[{"inputs": [torch.ones(4)], "seed": 1}]).call(0)
+results.update(host_access=record["host_access"], launches=record["launches"])
 print(json.dumps(results))
 """
 
 
 def test_the_installed_audit_hook_and_the_observers_state_are_out_of_the_modules_reach():
     """The installed hook runs on a private copy of the worker's namespace: flags set in place,
-    caches poisoned, constants and functions rebound on the module change nothing it does, and
-    the observers' events that open a call count only from the harness's own code."""
+    caches poisoned, constants and functions rebound on the module change nothing it does; the
+    observers' events that open a call count only from the harness's own code; and their
+    counts answer only the harness's readers (a submission that read them could tell the ghost
+    call, in which its launches are skipped, by a sentinel launch)."""
     done = subprocess.run([sys.executable, "-c", _SEALED_CODE], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert results == {"frame": "refused", "host_access": 0, "launches": 0, "refused": 1}, results
+    assert results == {"frame": "refused", "host_access": 0, "launches": 0,
+                       "reads": [["armed", "refused"]] * 3}, results
 
 
 # ---------------------------------------------------------------- module patches, the channel
