@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import inspect
 import itertools
 import os
@@ -1597,52 +1598,85 @@ def _baseline(device: str) -> None:
 
 
 def _private_namespace() -> dict:
-    """A copy of this module's namespace in which every function and class defined here is
-    rebuilt over the copy (and every list, dict and set is a copy): the harness's code that
-    runs beside a submission looks its globals up there. A submission reaches this module
-    (``sys.modules``) and may rebind its names, or fill its containers, for as long as it
-    likes; none of it is what the harness then calls (red-team rounds 8 and 9 rebound
-    ``_set_grad_enabled`` for one call: ``invoke``'s exit looked it up and ran PyTorch after
-    the observed ranges closed). The copy is made before the candidate's import; frames,
-    ``__globals__`` and the collector, which would reach it, are refused by the audit hook."""
-    here = globals()
-    namespace = {name: _type(value)(value) if _type(value) in (list, dict, set) else value
-                 for name, value in here.items()}
-
-    def rebuilt(function):
-        copy = types.FunctionType(function.__code__, namespace, function.__name__,
-                                  function.__defaults__, function.__closure__)
-        copy.__kwdefaults__ = dict(function.__kwdefaults__) if function.__kwdefaults__ \
-            else None
-        copy.__qualname__, copy.__doc__ = function.__qualname__, function.__doc__
-        copy.__module__ = function.__module__
-        return copy
+    """Private copies of this module and of the two it runs beside a submission
+    (``validate.measure``: the timer; ``grade.witness``: the profiler ranges), each function and
+    class defined there rebuilt over its copy (``contextmanager``s, static methods, properties
+    and ``super()`` cells too), every list, dict and set copied, and each reference between them
+    to the copy; returns this module's. A submission reaches the modules (``sys.modules``) and
+    may rebind their names, add members to their classes or fill their containers for as long
+    as it likes: none of it is what the harness then calls (red-team rounds 8-10 rebound
+    ``_set_grad_enabled`` and the witness's ``_range_exit`` for one call, to run PyTorch after
+    the observed ranges closed, and gave the ``Timer`` class properties that slowed its clock
+    for one read). Made before the candidate's import; frames, ``__globals__`` and the
+    collector, which would reach the copies, are refused by the audit hook."""
+    modules = [sys.modules[__name__], M, sys.modules[Witness.__module__]]
+    copies = {m.__name__: types.ModuleType(m.__name__, m.__doc__) for m in modules}
+    owners = {id(vars(m)): vars(copies[m.__name__]) for m in modules}
+    helper = contextlib.contextmanager(_private_namespace).__code__  # contextlib's wrapper
+    memo: dict[int, Any] = {}
 
     def ours(value) -> bool:
-        return _type(value) is types.FunctionType and value.__globals__ is here
+        return _type(value) is types.FunctionType and id(value.__globals__) in owners
 
-    for name, value in here.items():
-        if ours(value):
-            namespace[name] = rebuilt(value)
-        elif _isinstance(value, type) and value.__module__ == __name__ and \
-                any(ours(member) for member in vars(value).values()):
-            members = {key: member for key, member in vars(value).items()
-                       if key not in ("__dict__", "__weakref__")}
-            cls = _type(value)(value.__name__, value.__bases__, members)
-            for key, member in members.items():
-                if ours(member):  # its ``super()`` cell names the new class
-                    method = rebuilt(member)
-                    if "__class__" in member.__code__.co_freevars:
-                        cells = list(member.__closure__)
-                        cells[member.__code__.co_freevars.index("__class__")] = \
-                            types.CellType(cls)
-                        method = types.FunctionType(member.__code__, namespace, member.__name__,
-                                                    member.__defaults__, tuple(cells))
-                        method.__kwdefaults__ = member.__kwdefaults__
-                        method.__qualname__ = member.__qualname__
-                    setattr(cls, key, method)
-            namespace[name] = cls
-    return namespace
+    def function(original, closure=None):
+        copy = types.FunctionType(original.__code__, owners[id(original.__globals__)],
+                                  original.__name__, original.__defaults__,
+                                  original.__closure__ if closure is None else closure)
+        copy.__kwdefaults__ = dict(original.__kwdefaults__) if original.__kwdefaults__ \
+            else None
+        copy.__qualname__, copy.__doc__ = original.__qualname__, original.__doc__
+        copy.__module__ = original.__module__
+        return copy
+
+    def defined_here(value) -> bool:
+        module = sys.modules.get(getattr(value, "__module__", ""))
+        return value.__module__ in copies and vars(module).get(value.__name__) is value
+
+    def rebuilt_class(value):
+        slots = vars(value).get("__slots__", ())
+        slots = (slots,) if _type(slots) is str else tuple(slots)
+        members = {key: member for key, member in vars(value).items()
+                   if key not in ("__dict__", "__weakref__", *slots)}
+        cls = _type(value)(value.__name__, tuple(convert(b) for b in value.__bases__), members)
+        memo[id(value)] = cls
+        for key, member in members.items():
+            copy = convert(member)
+            if ours(member) and "__class__" in member.__code__.co_freevars:
+                cells = list(member.__closure__)
+                cells[member.__code__.co_freevars.index("__class__")] = types.CellType(cls)
+                copy = function(member, tuple(cells))
+            if copy is not member:
+                setattr(cls, key, copy)
+        return cls
+
+    def convert(value):
+        if id(value) in memo:
+            return memo[id(value)]
+        kind, result = _type(value), value
+        if kind is types.ModuleType and value.__name__ in copies:
+            result = copies[value.__name__]
+        elif ours(value):
+            result = function(value)
+        elif kind is types.FunctionType and value.__code__ is helper and \
+                ours(getattr(value, "__wrapped__", None)):
+            result = contextlib.contextmanager(convert(value.__wrapped__))
+        elif kind in (staticmethod, classmethod) and ours(value.__func__):
+            result = kind(convert(value.__func__))
+        elif kind is property and any(ours(f) for f in (value.fget, value.fset, value.fdel)):
+            result = property(*(f if f is None else convert(f)
+                                 for f in (value.fget, value.fset, value.fdel)), value.__doc__)
+        elif _isinstance(value, type) and defined_here(value):
+            return rebuilt_class(value)
+        elif kind in (list, dict, set):
+            result = kind(value)
+        memo[id(value)] = result
+        return result
+
+    for module in modules:
+        space = vars(copies[module.__name__])
+        for name, value in vars(module).items():
+            space[name] = convert(value)
+    return vars(copies[__name__])
 
 
 def candidate_task(payload: dict) -> dict:

@@ -1412,3 +1412,39 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
         assert "timing_behaviour" in edited["hacks"] and not edited["correct"], edited["hacks"]
         assert "unseen-input check covered" in edited["hack_details"]["timing_behaviour"]
     assert not rejudge()["hacks"]  # the control: the same facts, unedited
+
+
+def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness():
+    """``worker._private_namespace``: the worker, ``validate.measure`` and ``grade.witness`` as
+    the candidate's run sees them are copies. Names rebound on the modules, members added to
+    their classes and containers filled (red-team rounds 9-10: a one-shot ``_set_grad_enabled``,
+    a two-shot ``_range_exit``, properties on ``Timer`` slowing its clock for one read) change
+    nothing the copies call, and every reference between them is to a copy."""
+    import time
+
+    from kernelmill.grade import witness, worker
+    from kernelmill.validate import measure
+
+    private = worker._private_namespace()
+    timer_class, witness_class = private["M"].Timer, private["Witness"]
+    assert timer_class is not measure.Timer and witness_class is not witness.Witness
+    assert private["_Run"] is not worker._Run and private["sync"] is not measure.synchronize
+    # a static method's and a context manager's globals are the copies' too
+    launch = vars(witness_class)["launch"].__func__
+    assert launch.__globals__["_record_function"].__wrapped__.__globals__ is \
+        launch.__globals__ is not vars(witness)
+    assert private["_Run"].invoke.__globals__ is private
+    # the public timer's clock slowed, a property added, the worker's grad switch rebound
+    real_clock, real_grad = measure._perf_counter, worker._set_grad_enabled
+    try:
+        measure._perf_counter = lambda: time.perf_counter() * 0.1
+        measure.Timer.host_ms = property(lambda self: 0.0, lambda self, value: None)
+        worker._set_grad_enabled = None
+        timer = timer_class(lambda: time.sleep(0.002), "cpu", warmup=1)
+        timer.prepare()
+        assert timer.host_ms >= 1.5, timer.host_ms  # its own clock, its own attribute
+        assert min(timer.round(3)) >= 1.5
+        assert private["_set_grad_enabled"] is real_grad
+    finally:
+        measure._perf_counter, worker._set_grad_enabled = real_clock, real_grad
+        del measure.Timer.host_ms
