@@ -294,11 +294,32 @@ class Witness:
 
     @contextmanager
     def call(self):
+        record = self.open_call()
+        try:
+            yield
+        finally:
+            self.close_call(record)
+
+    def open_call(self):
+        """Open a candidate call's range (``close_call`` closes it): with no context manager,
+        whose exit runs Python (``contextlib``'s) after the range has closed, where a
+        submission that reached that Python ran PyTorch unobserved (red-team round 11: a
+        module-dict key of its own on ``contextlib``'s ``StopIteration`` lookup)."""
         self.calls += 1
         if self._profile is None and self._sessions:
             self.unwitnessed += 1  # after a session that did not resume (``unavailable``)
-        with _record_function(FORWARD):
-            yield
+        record = _range_enter(FORWARD, None)
+        monitor = _cupti_monitor()
+        annotated = monitor.push_user_annotation(FORWARD) if monitor is not None else None
+        return record, monitor if annotated is not None else None
+
+    @staticmethod
+    def close_call(opened) -> None:
+        record, monitor = opened
+        if monitor is not None:
+            monitor.pop_user_annotation()
+        with _no_subclass_function():
+            _range_exit(record)
 
     @staticmethod
     def launch(name: str = ""):

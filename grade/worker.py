@@ -1293,20 +1293,26 @@ class _Run:
             _set_versions(tensors, (1,) * len(tensors))
         if not _capturing(self.device):
             _manual_seed(seed + 1)
-        tracer = _OpTrace()
         # Gradients off by the C calls bound at import, around the ranges: ``torch.no_grad``'s
         # exit looks ``torch.set_grad_enabled`` up, after the ranges closed (red-team round 8
         # rebound it for one call, to a function that computed the answer there and put itself
-        # back)
+        # back). The witness's range is the outermost and is opened and closed by direct calls:
+        # every piece of Python on the way in and out (the op trace's mode, its context
+        # manager, a name looked up in torch or the standard library, which a submission can
+        # make run its own code) runs inside it, where its ops are the call's (red-team rounds
+        # 10-11 ran PyTorch from a ``contextlib`` exit after the range had closed).
         grad = _is_grad_enabled()
         _set_grad_enabled(False)
         _audit_event("kernelmill.call", 1, "")
+        opened = self.witness.open_call()
         try:
-            with self.witness.call(), tracer:
+            tracer = _OpTrace()
+            with tracer:
                 _audit_event("kernelmill.call", 0, dispatch_state())
                 out = self.model(*self.buffers)
                 _check_dispatch_state()
         finally:
+            self.witness.close_call(opened)
             _audit_event("kernelmill.call", -1, "")
             _set_grad_enabled(grad)
         return out, tracer

@@ -210,23 +210,29 @@ def _trusted_stack(frame, roots: tuple[str, ...], bottom) -> bool:
     return True
 
 
-def mark_stage(name: str) -> None:
+# What ``mark_stage`` and ``report`` call is bound where they are defined (keyword defaults,
+# which no submission may read or write): a name looked up in this module at call time can be
+# made to answer with a submission's function for those calls alone (red-team round 11: a
+# module-dict key of its own, equal to ``encode_json``, scaled every timing sample by 0.1)
+def mark_stage(name: str, *, _channel=_channel, _send=_audit_event, _event=FRAME_EVENT,
+               _kind=KIND_STAGE, _encode=encode_json, _str=str) -> None:
     """Record the stage the worker is in; a crash from here on is reported with this name."""
     global _stage
-    _stage = str(name)
+    _stage = _str(name)
     if _channel[0]:
-        _audit_event(FRAME_EVENT, KIND_STAGE, encode_json({"stage": _stage}))
+        _send(_event, _kind, _encode({"stage": _stage}))
 
 
 def current_stage() -> str:
     return _stage
 
 
-def report(value: dict) -> None:
+def report(value: dict, *, _channel=_channel, _send=_audit_event, _event=FRAME_EVENT,
+           _kind=KIND_REPORT, _encode=encode_json, _error=RuntimeError) -> None:
     """Send ``value`` (JSON) to the parent while the target runs (answers to ``receive``)."""
     if not _channel[0]:
-        raise RuntimeError("no harness channel")
-    _audit_event(FRAME_EVENT, KIND_REPORT, encode_json(value))
+        raise _error("no harness channel")
+    _send(_event, _kind, _encode(value))
 
 
 def late_payload(index: int):
