@@ -17,7 +17,8 @@
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
 #        (grade honors GRADE_ARGS and GRADE_PROFILE=1: the parent under cProfile)
-#        (hostile honors KERNELMILL_HOSTILE_CASES and KERNELMILL_HOSTILE_GROUP=N: groups of N)
+#        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N, and
+#        HOSTILE_K: a pytest -k filter)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -100,8 +101,10 @@ for part in $parts; do
     # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
     placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \
                 | tee "$out/placement_probe.log" ;;
+    # HOSTILE_K picks tests by name (pytest -k), e.g. "presets" for the policy presets alone
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
-                tests/hostile/test_hostile_gpu.py 2>&1 | tee "$out/hostile.log" ;;
+                ${HOSTILE_K:+-k "$HOSTILE_K"} tests/hostile/test_hostile_gpu.py 2>&1 \
+                | tee "$out/hostile.log" ;;
     fidelity) python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
                 tests/validate/test_measure.py 2>&1 | tee "$out/measure_gpu_tests.log"
               python3 benchmarks/grade_fidelity.py --repeats "${FIDELITY_REPEATS:-3}" \
