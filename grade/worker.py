@@ -495,7 +495,12 @@ INTERNALS_EVENTS = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__",
     "object.__setattr__", "object.__delattr__", "code.__new__", "function.__new__",
     "gc.get_referrers", "gc.get_referents", "gc.get_objects", "sys.settrace", "sys.setprofile",
-    "marshal.loads", "marshal.load", "sys._getframemodulename"})
+    "marshal.loads", "marshal.load", "sys._getframemodulename",
+    # a hook of the submission's own would see every event the harness raises, with its
+    # arguments: the call's end after the ranges close, the ghost call, the counts' reply box
+    # (red-team round 12 computed after the call and rewrote the counts there); a hook that
+    # raises here is not added (CPython)
+    "sys.addaudithook"})
 # The builtins that compile a string: a trusted package's code that compiles names one of them
 COMPILING_NAMES = frozenset({"compile", "exec", "eval"})
 # Installed helpers that extend the standard library and count as part of it
