@@ -101,6 +101,17 @@ _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy
 )
 
 
+_CUDA_GENERATORS: list = []  # CUDA's generators, bound before the candidate's import
+
+
+def _bind_cuda_generators() -> None:
+    """Keep CUDA's generators (``torch.cuda.default_generators``, filled when CUDA starts) for
+    ``_manual_seed``: called before the candidate's import, after CUDA started."""
+    generators = torch.cuda.default_generators
+    _CUDA_GENERATORS[:] = [g for g in generators if _type(g) is _Generator] \
+        if _type(generators) is tuple else []
+
+
 def _manual_seed(seed: int) -> None:
     """``torch.manual_seed`` for the CPU and CUDA generators alone, by the generators' own
     method: torch's also seeds every other backend, a privateuse1 backend's module among them,
@@ -109,6 +120,14 @@ def _manual_seed(seed: int) -> None:
     runs: ``torch.cuda.is_initialized`` reads a module global a submission can rebind."""
     seed = int(seed)
     _generator_seed(_cpu_generator, seed)
+    if _CUDA_GENERATORS or _observed()["armed"]:
+        # once a candidate's code may run, only the generators bound before its import: an
+        # attribute of ``torch.cuda`` read here, before the call's range opens, ran a module
+        # ``__getattr__`` of the submission's making that computed the answer with PyTorch
+        # (red-team round 13)
+        for generator in _CUDA_GENERATORS:
+            _generator_seed(generator, seed)
+        return
     generators = torch.cuda.default_generators  # filled when CUDA starts (a C call)
     if _type(generators) is not tuple:
         return  # rebound: CUDA's generators are not seeded, for no one's benefit
@@ -1738,6 +1757,7 @@ def _candidate_task(payload: dict) -> dict:
         seen_patches.extend(check_patched(own))
         report(value)
 
+    _bind_cuda_generators()
     refuse_runtime_code()
     require_trusted_senders()
     mark_stage("import")
