@@ -54,21 +54,33 @@ _no_subclass_function = torch._C.DisableTorchFunctionSubclass
 _cupti_monitor = getattr(torch.autograd.profiler, "_maybe_cupti_monitor", lambda: None)
 
 
+def _open_range(name: str) -> tuple:
+    """Open a profiler range named ``name`` (and its CUPTI annotation) by the ops bound at
+    import; ``_close_range`` closes it."""
+    record = _range_enter(name, None)
+    monitor = _cupti_monitor()
+    annotated = monitor.push_user_annotation(name) if monitor is not None else None
+    return record, monitor if annotated is not None else None
+
+
+def _close_range(opened: tuple) -> None:
+    record, monitor = opened
+    if monitor is not None:
+        monitor.pop_user_annotation()
+    with _no_subclass_function():
+        _range_exit(record)
+
+
 @contextmanager
 def _record_function(name: str):
     """``torch.autograd.profiler.record_function`` with its ops bound at import: the profiler
     range closes through an op looked up by name at every exit (``torch.ops.profiler...``), which
     a submission replaced to run PyTorch after the range had closed."""
-    record = _range_enter(name, None)
-    monitor = _cupti_monitor()
-    annotated = monitor.push_user_annotation(name) if monitor is not None else None
+    opened = _open_range(name)
     try:
         yield
     finally:
-        if annotated is not None:
-            monitor.pop_user_annotation()
-        with _no_subclass_function():
-            _range_exit(record)
+        _close_range(opened)
 _all_op_names = torch._C._dispatch_get_all_op_names
 _include = torch._C._dispatch_tls_local_include_set
 _exclude = torch._C._dispatch_tls_local_exclude_set
@@ -308,18 +320,11 @@ class Witness:
         self.calls += 1
         if self._profile is None and self._sessions:
             self.unwitnessed += 1  # after a session that did not resume (``unavailable``)
-        record = _range_enter(FORWARD, None)
-        monitor = _cupti_monitor()
-        annotated = monitor.push_user_annotation(FORWARD) if monitor is not None else None
-        return record, monitor if annotated is not None else None
+        return _open_range(FORWARD)
 
     @staticmethod
     def close_call(opened) -> None:
-        record, monitor = opened
-        if monitor is not None:
-            monitor.pop_user_annotation()
-        with _no_subclass_function():
-            _range_exit(record)
+        _close_range(opened)
 
     @staticmethod
     def launch(name: str = ""):
