@@ -377,7 +377,11 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         hack("forbidden_api", f"{facts['refused_compiles'][0]} (refused)")
     if facts.get("host_alias"):
         hack("host_compute", f"{facts['host_alias']} tensor(s) made over Python-owned memory "
-             "(frombuffer, from_file): what kernels write there Python can compute")
+             "(frombuffer, from_file, from_numpy): what kernels write there Python can compute")
+    if facts.get("host_view"):
+        hack("host_compute", f"{facts['host_view']} host view(s) of tensor memory taken "
+             "(numpy, __array__, DLPack, from_buffer): what kernels write there Python can "
+             "compute")
     if facts.get("modes_after_import") or facts.get("modes_at_end"):
         hack("patched_function", "a torch function/dispatch mode was left active")
     if facts.get("profile_hooks"):
@@ -613,6 +617,7 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
                    if allowed is not None and op_base(op) not in allowed]
         if len(compute) > policy.max_torch_ops:
             hack("timing_behaviour", f"PyTorch computed {compute[:6]} in timed calls")
+    _stray_checks(facts.get("stray_ops"), hack)
     for check in facts.get("timed_checks") or []:
         trial = trials[check["trial"]]
         dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
@@ -621,6 +626,21 @@ def _timed_call_checks(facts, trials, policy, record, hack, all_correct,
         if not ok and all_correct:
             hack("timing_behaviour", f"timed call {check['call']} on trial {check['trial']}'s "
                  f"inputs gave a wrong answer: {why}")
+
+
+def _stray_checks(stray: dict | None, hack) -> None:
+    """Outside the candidate's calls, while the witness records, the harness itself runs only
+    copies, views and fills (loading inputs, shipping outputs, the ghost call's poison): any
+    other op there, a library's or one the candidate registered, was run by the candidate's code
+    from wherever it reached (a hook on a lookup the harness makes before a call's range opens or
+    after it closes: a module ``__getattr__``, a dict key's ``__eq__``, an audit hook, a dict
+    subclass in a module's globals). One rule for every such route."""
+    if not isinstance(stray, dict):
+        return
+    ran = compute_ops(sorted(str(op) for op in stray), [])
+    if ran:
+        hack("torch_compute", f"ran {ran[:6]} outside the candidate's calls, where the harness "
+             "runs only copies: the submission's code ran them from a hook")
 
 
 def _unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) -> None:

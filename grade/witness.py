@@ -281,6 +281,7 @@ class Witness:
         self._events: list | None = None
         self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
         self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
+        self.stray: dict[str, int] = {}  # top-level ops outside every call range, by ``_per_call``
 
     def start(self) -> None:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
@@ -424,10 +425,14 @@ class Witness:
             index = bisect.bisect_right(starts, at) - 1
             return index if index >= 0 and at <= ranges[index][1] else -1
 
+        stray: dict[str, int] = {}
         for at, name, span, top, root in ops:
             index = call_of(at)
-            if index < 0:
-                continue  # outside every candidate call: the harness's own copies
+            if index < 0:  # outside every candidate call: the harness's own work, or not
+                if top:
+                    qualname = name.replace("::", ".", 1)
+                    stray[qualname] = stray.get(qualname, 0) + 1
+                continue
             inner = bisect.bisect_right(launch_starts, at) - 1
             key = "launch_ops" if inner >= 0 and at <= launches[inner][1] else "ops"
             result[index][key].append(name.replace("::", ".", 1))
@@ -437,7 +442,9 @@ class Witness:
                 result[index]["top_op_us"].append([name.replace("::", ".", 1), float(span)])
         for start, end, owner, event in owners:
             index = call_of(start)
-            if index < 0:
+            if index < 0:  # the harness launches nothing outside the calls
+                if owner in ("triton", "extension"):
+                    stray[event.name] = stray.get(event.name, 0) + 1
                 continue
             if owner in ("triton", "extension"):
                 result[index]["launch_us"] += float(end - start)
@@ -456,6 +463,7 @@ class Witness:
             if index >= 0:
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), UNATTRIBUTED])
+        self.stray = stray
         return result
 
     def span_us(self, calls: int = 1) -> list[float | None] | None:

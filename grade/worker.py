@@ -163,7 +163,7 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
 # audit hook off): a flag a hook reads is a flag a submission that reaches the hook can write.
 _audit_event = sys.audit
 _COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted",
-            "host_alias")
+            "host_alias", "host_view")
 
 
 def _observed() -> dict:
@@ -216,7 +216,15 @@ _HOST_ACCESS = (
 )
 
 
-def _count_host_access(original, per_call_elements: bool):
+# Of those, the routes that leave a lasting view (a NumPy array, a DLPack capsule, a storage
+# over a buffer) of tensor memory: made anywhere once the import began, Python computes through
+# it later with no tensor method at all (red-team round 14 took NumPy views of its own staging
+# tensors in ``__init__``, outside every call, and computed the answer in NumPy there)
+_HOST_VIEWS = frozenset({"numpy", "__array__", "__dlpack__", "_to_dlpack", "_to_dlpack_versioned",
+                         "from_buffer"})
+
+
+def _count_host_access(original, per_call_elements: bool, view: bool = False):
     def access(self, *args, **kwargs):
         try:
             n = (self.numel() if _isinstance(self, torch.Tensor) else self.nbytes()) \
@@ -224,6 +232,8 @@ def _count_host_access(original, per_call_elements: bool):
         except Exception:  # noqa: BLE001 — a class object (from_buffer) or odd receiver
             n = 1
         _audit_event("kernelmill.count", "host_access", max(1, int(n)))
+        if view:
+            _audit_event("kernelmill.count", "host_view", 1)
         return original(self, *args, **kwargs)
     return access
 
@@ -233,7 +243,7 @@ def _count_host_access(original, per_call_elements: bool):
 # began, they count (red-team round 8 made one in ``__init__`` and computed the answer in Python
 # between two copy kernels)
 # (a storage's ``from_buffer`` is counted as host access in calls: ``_HOST_ACCESS``)
-_HOST_ALIASING = ("frombuffer", "from_file")
+_HOST_ALIASING = ("frombuffer", "from_file", "from_numpy")
 
 
 def _count_host_alias(original):
@@ -262,7 +272,8 @@ def _install_host_access_hooks() -> None:
                 original = _raw(owner, name)
             if original is None or _isinstance(original, (classmethod, staticmethod)):
                 continue
-            hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"))
+            hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"),
+                                        name in _HOST_VIEWS)
             setattr(owner, name, hooked)
             _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
             hooks[id(original)] = (original, hooked)
@@ -782,8 +793,8 @@ def _observe(event: str, args: tuple) -> None:
     active = state["depth"] > 0
     if event == "kernelmill.count":
         name, n = args
-        if name == "host_alias":  # from the import on, in a call or not, unless the harness
-            _in_hook[0] = True    # (its late data) or a trusted package made it
+        if name in ("host_alias", "host_view"):  # from the import on, in a call or not,
+            _in_hook[0] = True  # unless the harness (its late data) or a trusted package made it
             try:
                 kind = _origin(sys._getframe(3))[0]
             finally:
@@ -944,6 +955,22 @@ def _owned_by_us(owner) -> bool:
     return name == "builtins" or str(name).startswith("kernelmill.")
 
 
+def _module_shapes() -> tuple:
+    """Each loaded module with its type and the names it binds: how a module is reached beside
+    its callables (a module ``__getattr__`` added, a non-callable entry deleted so that the
+    lookup falls through to it, red-team round 13; a key that is not a ``str``, whose ``__eq__``
+    runs at every lookup of the name it equals, round 11; a module's ``__class__`` swapped for
+    one with a ``__getattribute__``)."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    return tuple((module, _type(module), module_name, frozenset(vars(module)))
+                 for module_name, module in list(sys.modules.items())
+                 if _isinstance(module, types.ModuleType) and
+                 not (interpreted and module_name.startswith("triton.language")))
+
+
+_MODULE_HOOKS = ("__getattr__", "__dir__")  # names a module calls when a lookup misses
+
+
 def snapshot_modules() -> tuple:
     import triton
     import triton.language
@@ -953,7 +980,29 @@ def snapshot_modules() -> tuple:
     _SNAPSHOT.clear()
     _SNAPSHOT.update({(owner, name): value for owner, name, value in entries})
     originals = tuple((label, *entry) for label, entry in _ORIGINALS.items())
-    return tuple(entries), originals
+    return tuple(entries), originals, _module_shapes()
+
+
+def _reshaped_modules(shapes: tuple, *, _vars=vars, _type=type, _str=str, _list=list,
+                      _frozenset=frozenset, _sorted=sorted) -> list[str]:
+    """The modules of ``shapes`` whose type changed, that gained a lookup hook, lost a name, or
+    hold a key that is not exactly a ``str`` (checked first, by type alone: hashing or comparing
+    such a key runs its code)."""
+    found = []
+    for module, kind, label, names in shapes:
+        if _type(module) is not kind:
+            found.append(f"{label}.__class__")
+            continue
+        namespace = _vars(module)
+        keys = _list(namespace)
+        if any(_type(key) is not _str for key in keys):
+            found.append(f"{label}: a name that is not a str")
+            continue
+        now = _frozenset(keys)
+        found.extend(f"{label}.{hook}" for hook in _MODULE_HOOKS
+                     if hook in now and hook not in names)
+        found.extend(f"{label}.{name} (deleted)" for name in _sorted(names - now)[:4])
+    return found
 
 
 def patched_functions(snapshot: tuple | None = None, *, _vars=vars, _id=id, _set=set,
@@ -965,8 +1014,8 @@ def patched_functions(snapshot: tuple | None = None, *, _vars=vars, _id=id, _set
     if snapshot is None:
         snapshot = (tuple((owner, name, value) for (owner, name), value in _SNAPSHOT.items()),
                     tuple((label, *entry) for label, entry in _ORIGINALS.items()))
-    entries, originals = snapshot
-    patched = []
+    entries, originals, *shapes = snapshot
+    patched = _reshaped_modules(shapes[0]) if shapes else []
     guarded = _set([(_id(owner), name) for _label, owner, name, _original in originals])
     for owner, name, original in entries:
         current = _vars(owner).get(name)
@@ -1525,6 +1574,7 @@ class _Run:
                     for _name, us, owner in entry["kernels"]:
                         kernels[owner] = kernels.get(owner, 0.0) + us
             facts["timed_kernel_us"] = kernels  # by owner: triton, extension, or an op name
+            facts["stray_ops"] = dict(self.witness.stray)
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
@@ -1750,7 +1800,8 @@ def _candidate_task(payload: dict) -> dict:
     # kernelmill's own functions and the builtins, checked again at every timing report: a
     # patch made for the window and undone before the end (the timer's clocks slowed, the
     # encoder wrapped; red-team round 6) is live when the window's answers are sent
-    own = (tuple(e for e in snapshot[0] if _owned_by_us(e[0])), ())
+    own = (tuple(e for e in snapshot[0] if _owned_by_us(e[0])), (),
+           tuple(m for m in snapshot[2] if _owned_by_us(m[0])))
     seen_patches: list[str] = []
 
     def checked_report(value: dict) -> None:
@@ -1844,6 +1895,7 @@ def _candidate_task(payload: dict) -> dict:
     observed = _observed()
     facts["refused_compiles"] = observed["refused"]
     facts["host_alias"] = observed["host_alias"]
+    facts["host_view"] = observed["host_view"]
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)

@@ -1342,6 +1342,52 @@ def test_a_function_rebound_on_any_module_loaded_before_the_import_is_a_patch():
     assert worker.patched_functions(snapshot) == []
 
 
+def test_a_module_given_a_lookup_hook_a_foreign_key_or_a_new_class_or_losing_a_name_is_a_patch():
+    """Beside its callables, a module is reached through the names it lacks (a ``__getattr__``
+    added after a non-callable entry was deleted: round 13), through a key that is not a ``str``
+    (its ``__eq__`` runs at every lookup of the name it equals: round 11) and through its class.
+    Each is a patch; adding an ordinary name is not."""
+    import contextlib
+    import types
+
+    import torch.cuda
+    from kernelmill.grade import worker
+
+    class Sneaky(str):
+        def __eq__(self, other):
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    class Moduleish(types.ModuleType):
+        pass
+
+    snapshot = worker.snapshot_modules()
+    assert worker.patched_functions(snapshot) == []
+    generators = torch.cuda.default_generators
+    try:
+        del torch.cuda.default_generators
+        torch.cuda.__getattr__ = lambda name: ()
+        vars(contextlib)[Sneaky("StopIteration")] = StopIteration  # a builtin's name: a new key
+        types.an_ordinary_name = 1
+        patched = worker.patched_functions(snapshot)
+        assert patched == ["contextlib: a name that is not a str", "torch.cuda.__getattr__",
+                           "torch.cuda.default_generators (deleted)"], patched
+    finally:
+        del torch.cuda.__getattr__
+        torch.cuda.default_generators = generators
+        vars(contextlib).pop("StopIteration")
+        del types.an_ordinary_name
+    assert worker.patched_functions(snapshot) == []
+    original = type(contextlib)
+    try:
+        contextlib.__class__ = Moduleish
+        assert worker.patched_functions(snapshot) == ["contextlib.__class__"]
+    finally:
+        contextlib.__class__ = original
+    assert worker.patched_functions(snapshot) == []
+
+
 def test_the_result_guard_runs_after_the_target_and_before_the_result_is_encoded():
     """A target's ``RESULT_GUARD`` is called once the target has returned; problems it names
     replace the result with a ``ResultGuardError`` (the judge's ``patched_function``), and the
