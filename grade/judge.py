@@ -378,6 +378,12 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     if facts.get("host_alias"):
         hack("host_compute", f"{facts['host_alias']} tensor(s) made over Python-owned memory "
              "(frombuffer, from_file, from_numpy): what kernels write there Python can compute")
+    foreign = [f"{c['kind']}:{c['trial']}" for c in facts.get("calls") or []
+               if c.get("foreign_memory") or c.get("foreign")]
+    if foreign or (facts.get("timed") or {}).get("foreign"):
+        hack("host_compute", f"{', '.join(foreign[:4]) or 'the timed output'}: a kernel's "
+             "argument, a copy or the output lay in memory torch did not allocate (NumPy's, a "
+             "buffer's, a shared or mapped file's), which Python reads and writes unseen")
     if facts.get("host_view"):
         hack("host_compute", f"{facts['host_view']} host view(s) of tensor memory taken "
              "(numpy, __array__, DLPack, from_buffer): what kernels write there Python can "
@@ -393,6 +399,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     scored = (((window or {}).get("participants") or {}).get("candidate") or {}).get("ms")
     if all_correct and scored is not None and not (window or {}).get("error"):
         _unseen_shape(facts.get("unseen"), hidden, window, hack)
+        _scored_device_work(facts.get("calls") or [], scored, checks, hack)
     _unseen_checks(facts.get("unseen"), hidden, policy, record, hack, all_correct,
                    str(reference.get("info", {}).get("device", "")), checks, scored,
                    (facts.get("timing") or {}).get("cpu_ms"))
@@ -641,6 +648,35 @@ def _stray_checks(stray: dict | None, hack) -> None:
     if ran:
         hack("torch_compute", f"ran {ran[:6]} outside the candidate's calls, where the harness "
              "runs only copies: the submission's code ran them from a hook")
+
+
+# A scored call may take less than the least GPU busy time of the checked calls by this much:
+# graph replays of honest kernels read 0.82-1.10 of it on an H100 (warm caches, no launch gaps);
+# a forward that does its work in one captured call of N (it can tell a capture, and the graph's
+# calls by the inputs' placement or by counting) reads about 1/N.
+DEVICE_WORK_RATIO = 0.5
+DEVICE_WORK_FLOOR_US = 1.0
+
+
+def _scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack) -> None:
+    """The scored time per call against the GPU busy time of the checked calls (the least of
+    them: an autotuner's or a JIT's first call is longer, and another grade's kernels sharing
+    the GPU only lengthen one). A forward that does less device work where it is timed than
+    where it is checked (a captured graph whose calls mostly launch empty kernels into a kept
+    output) reads far below it; every call of an honest one does the same work."""
+    busy = [c["busy_us"] for c in calls if isinstance(c.get("busy_us"), (int, float))
+            and c["busy_us"] > 0]
+    if not busy or not scored_ms:
+        return
+    least, scored_us = min(busy), scored_ms * 1e3
+    apart = scored_us < DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
+    checks["scored_vs_checked_device_us"] = {
+        "passed": not apart, "detail": f"scored {scored_us:.4g} µs per call, the checked "
+        f"calls kept the GPU busy {least:.4g} µs at least"}
+    if apart:
+        hack("timing_behaviour", f"a scored call took {scored_us:.4g} µs, under "
+             f"{DEVICE_WORK_RATIO:.0%} of the least GPU time of a checked call "
+             f"({least:.4g} µs): the timed calls did less work than the checked ones")
 
 
 def _unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) -> None:

@@ -420,6 +420,7 @@ class Witness:
         launch_starts = [r[0] for r in launches]
         result = [{"ops": [], "op_roots": [], "launch_ops": [], "top_op_us": [],
                    "launch_us": 0.0, "kernels": []} for _ in ranges]
+        intervals: list[list[tuple[float, float]]] = [[] for _ in ranges]
 
         def call_of(at: float) -> int:
             index = bisect.bisect_right(starts, at) - 1
@@ -455,6 +456,7 @@ class Witness:
                     else UNATTRIBUTED
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), mine])
+                intervals[index].append((float(kernel.start), float(kernel.duration)))
         for kernel in self._loose:  # replayed from a graph, or launched who knows where
             # the call whose range held its runtime call (a graph replayed by the harness,
             # outside every call, is nobody's); without one, the call it ran in
@@ -463,6 +465,9 @@ class Witness:
             if index >= 0:
                 result[index]["kernels"].append(
                     [str(kernel.name)[:200], float(kernel.duration), UNATTRIBUTED])
+                intervals[index].append((float(kernel.start), float(kernel.duration)))
+        for entry, found in zip(result, intervals):  # the time the call kept the GPU busy
+            entry["busy_us"] = _busy(sorted(found)) if found else 0.0
         self.stray = stray
         return result
 

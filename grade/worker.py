@@ -163,7 +163,7 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
 # audit hook off): a flag a hook reads is a flag a submission that reaches the hook can write.
 _audit_event = sys.audit
 _COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted",
-            "host_alias", "host_view")
+            "host_alias", "host_view", "foreign_memory")
 
 
 def _observed() -> dict:
@@ -238,6 +238,16 @@ def _count_host_access(original, per_call_elements: bool, view: bool = False):
     return access
 
 
+def _count_host_call(function, view: bool):
+    """A static or class method's function, counted once per call (``from_buffer``)."""
+    def call(*args, **kwargs):
+        _audit_event("kernelmill.count", "host_access", 1)
+        if view:
+            _audit_event("kernelmill.count", "host_view", 1)
+        return function(*args, **kwargs)
+    return call
+
+
 # Tensors over Python-owned memory (a ``bytearray``, a file): what a kernel writes there Python
 # reads and writes with no tensor method at all (a memoryview); made anywhere once the import
 # began, they count (red-team round 8 made one in ``__init__`` and computed the answer in Python
@@ -270,10 +280,14 @@ def _install_host_access_hooks() -> None:
             original = owner.__dict__.get(name)
             if original is None:
                 original = _raw(owner, name)
-            if original is None or _isinstance(original, (classmethod, staticmethod)):
+            if original is None:
                 continue
-            hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"),
-                                        name in _HOST_VIEWS)
+            if _isinstance(original, (classmethod, staticmethod)):
+                # (a storage's ``from_buffer``: skipped until red-team round 15 saw it)
+                hooked = _type(original)(_count_host_call(original.__func__, name in _HOST_VIEWS))
+            else:
+                hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"),
+                                            name in _HOST_VIEWS)
             setattr(owner, name, hooked)
             _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
             hooks[id(original)] = (original, hooked)
@@ -320,6 +334,7 @@ def _install_triton_hook() -> bool:
         def run(self, *args, grid, warmup, _original=original, **kwargs):
             seen: list = []
             if not warmup:
+                _count_foreign([*args, *kwargs.values()])
                 _audit_event("kernelmill.launch", "launches", _spans([*args, *kwargs.values()]),
                              dispatch_state(), seen)
                 if "skip" in seen:  # the ghost call: skipped, counted as ghosted
@@ -358,6 +373,7 @@ class _ExtensionProxy:
         if callable(value) and not _isinstance(value, type):
             def call(*args, **kwargs):
                 active: list = []
+                _count_foreign([*args, *kwargs.values()])
                 _audit_event("kernelmill.launch", "ext_calls", _spans([*args, *kwargs.values()]),
                              dispatch_state(), active)
                 if active:
@@ -800,6 +816,8 @@ def _observe(event: str, args: tuple) -> None:
             finally:
                 _in_hook[0] = False
             state[name] += kind not in ("own", "trusted")
+        elif active and name == "foreign_memory":
+            state[name] += max(1, int(n))
         elif active and name in ("thread_starts", "host_access"):
             if name == "host_access" and state["in_launch"] and state["interpreted"]:
                 # the interpreter's own host copies are not the submission's; the submission's
@@ -1221,9 +1239,11 @@ def reference_timing_task(payload: dict) -> dict:
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
-    inputs = to_device(payload["inputs"], device)
+    placements = M.placed_copies(to_device(payload["inputs"], device), device)
+    turn = itertools.count()
 
-    def eager():
+    def eager():  # on each placement of the inputs in turn, as the candidate's timed calls
+        inputs = placements[next(turn) % len(placements)]
         with torch.no_grad():
             return model(*inputs)
 
@@ -1249,6 +1269,7 @@ class _OpTrace(TorchDispatchMode):
                 not _observed().get("in_launch"):
             target = args[0] if name.split(".")[1] == "copy_" and args else out
             self.copy_spans.extend(_spans([target]))
+            _count_foreign([*args, out])
         return out
 
 
@@ -1289,6 +1310,32 @@ def _live_children() -> list[int]:
         if fields[1].decode() == me and fields[0] not in (b"Z", b"X"):
             found.append(int(entry))
     return found
+
+
+_storage_resizable = torch.UntypedStorage.resizable
+_storage_shared = torch.UntypedStorage.is_shared
+
+
+def _foreign(value) -> bool:
+    """A tensor over host memory torch's allocator did not hand out: NumPy's (``from_numpy``,
+    ``asarray``), a Python buffer's, a file's or a shared mapping's (``from_file``, a storage
+    over a memfd, ``share_memory_``). Python reaches such memory with no tensor method at all
+    (red-team rounds 14-15 computed the answer in NumPy there, between a copy in and a flag
+    kernel), so whichever constructor made it, a kernel's argument, a copy's end or an output
+    there is the host's work."""
+    if _type(value) is not _Tensor:
+        return False
+    storage = _tensor_storage(value)
+    # Host memory only: Python computes nowhere else (and every CUDA storage says it is shared;
+    # an H100 run flagged every honest grade before this line)
+    return storage.device.type == "cpu" and \
+        (not _storage_resizable(storage) or _storage_shared(storage))
+
+
+def _count_foreign(values: list) -> None:
+    found = sum(1 for value in values if _foreign(value))
+    if found:
+        _audit_event("kernelmill.count", "foreign_memory", found)
 
 
 def _spans(values: list) -> list[tuple[int, int]]:
@@ -1338,6 +1385,9 @@ class _Run:
         self.trials = trials or []
         self.witness = witness or Witness()
         self.buffers = to_device(self.trials[0]["inputs"], device) if self.trials else []
+        # the timed calls' inputs at several places in memory, in turn (``M.placed_copies``);
+        # every load fills them all, so any call sees the same inputs wherever they sit
+        self.placements = M.placed_copies(self.buffers, device)
         self.timed_calls = 0
         self.timed_checks: list[dict] = []
         self.ghost_range = -1
@@ -1348,16 +1398,26 @@ class _Run:
         self._shipped: dict[tuple, torch.Tensor] = {}  # host copies of outputs, by content
 
     def load(self, values: list) -> None:
-        """Put a trial's inputs into the persistent buffers (same storage, same pointers)."""
+        """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
+        every placement."""
+        for buffers in self.placements:
+            self._load_into(buffers, values)
+
+    def _load_into(self, buffers: list, values: list) -> None:
         for index, value in enumerate(values):
-            buffer = self.buffers[index] if index < len(self.buffers) else None
+            buffer = buffers[index] if index < len(buffers) else None
             if _type(value) is not _Tensor:
-                self.buffers[index] = value
+                buffers[index] = value
             elif _type(buffer) is _Tensor and buffer.shape == value.shape and \
                     buffer.dtype == value.dtype:
                 _tensor_copy(buffer, value)
             else:
-                self.buffers[index] = to_device([value], self.device)[0]
+                buffers[index] = to_device([value], self.device)[0]
+
+    def _next_placement(self) -> None:
+        """The next timed call's inputs: the next placement's buffers."""
+        if len(self.placements) > 1:
+            self.buffers = self.placements[self.timed_calls % len(self.placements)]
 
     def invoke(self, seed: int):
         """One candidate forward on the buffers, instrumented identically for every call."""
@@ -1391,8 +1451,10 @@ class _Run:
         return out, tracer
 
     def timed(self):
-        """A timed call (``validate.measure`` calls this as its ``fn``)."""
+        """A timed call (``validate.measure`` calls this as its ``fn``), on the next
+        placement's buffers."""
         self.timed_calls += 1
+        self._next_placement()
         check = None
         if self._secret is not None and len(self.trials) > 1 and \
                 self._secret.random() * self.timed_calls < 1.0 and not _capturing(self.device):
@@ -1500,7 +1562,8 @@ class _Run:
         out, tracer = self.invoke(trial["seed"])
         sync(self.device)
         after = _observed()
-        for name in ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access"):
+        for name in ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access",
+                     "foreign_memory"):
             record[name] = after[name] - before[name]
         record["modes"] = max(modes_before, active_modes())
         record["ops"] = tracer.ops
@@ -1561,7 +1624,7 @@ class _Run:
                     entry = per_call[call["range"]]
                     call["traced_ops"] = call["ops"]
                     for key in ("ops", "op_roots", "launch_ops", "top_op_us", "launch_us",
-                                "kernels"):
+                                "kernels", "busy_us"):
                         call[key] = entry[key]
             timed = {(op, root) for index, entry in enumerate(per_call) if index not in checked
                      for op, root in [*zip(entry["ops"], entry["op_roots"]),
@@ -1645,6 +1708,7 @@ class _Run:
                 break  # not worth shipping: it cannot be the right answer
             for low, high in _spans([item]):
                 alias = alias or any(low < b and a < high for a, b in input_spans)
+            facts["foreign"] = facts.get("foreign", False) or _foreign(item)
             outputs.append(item)
         else:
             facts["devices"] = [t.device.type for t in outputs]
@@ -1874,10 +1938,8 @@ def _candidate_task(payload: dict) -> dict:
             # The graph, not Python, is what was timed: refill its inputs with another
             # trial's, replay it, and let the parent compare.
             mark_stage("graph check")
-            for buffer, value in zip(buffers, trials[check]["inputs"]):
-                if _type(buffer) is _Tensor:
-                    _tensor_copy(buffer, value)
-            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), buffers,
+            run.load(trials[check]["inputs"])
+            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), run.buffers,
                                                                   inputs_after=False)}
         facts["timed"]["threads"] = sorted(
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())

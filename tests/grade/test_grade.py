@@ -357,3 +357,20 @@ def test_compare_counts_exactly_what_a_float64_check_counts(monkeypatch):
         assert expected > 100 and not ok and reason.startswith(f"output 0: {expected}/4321"), \
             (dtype, expected, reason)
         assert compare([e], [e.clone()], atol, rtol) == (True, "")
+
+
+def test_a_scored_call_far_under_the_checked_calls_gpu_time_is_timing_behaviour():
+    """``judge._scored_device_work`` on GPU busy times an H100 recorded (2026-11-27): an honest
+    kernel's graph replays read 0.82-1.10 of its least checked call (an autotuner's first call
+    is far longer and is not the least); a forward that works in one captured call of four reads
+    about a quarter."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    autotuned = [{"busy_us": 2015.0}, {"busy_us": 1.21}, {"busy_us": 1.25}, {"busy_us": 1.19}]
+    big = [{"busy_us": 61.2}, {"busy_us": 60.4}, {"busy_us": 60.9}]
+    for calls, scored_ms, caught in ((autotuned, 0.00127, False), (big, 0.0498, False),
+                                     (big, 0.0163, True), ([{"busy_us": 0.0}], 0.001, False)):
+        hacks, checks = {}, {}
+        _scored_device_work(calls, scored_ms, checks, lambda code, why: hacks.setdefault(code, why))
+        assert ("timing_behaviour" in hacks) is caught, (calls, scored_ms, hacks)
+        assert not caught or not checks["scored_vs_checked_device_us"]["passed"]

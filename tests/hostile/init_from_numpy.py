@@ -6,6 +6,7 @@ Closed: ``from_numpy`` counts, like ``frombuffer`` and ``from_file``, from the i
 """
 # problem: ref_scale_add
 # expect: host_compute
+# on cuda: not_certified (NumPy reaches only host memory: its staging tensors are on the host, where a CUDA Triton launch refuses them)
 import enum
 
 import torch

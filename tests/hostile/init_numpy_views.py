@@ -11,6 +11,7 @@ counts from the import on, in a call or not (``host_view``), as tensors over Pyt
 """
 # problem: ref_scale_add
 # expect: host_compute
+# on cuda: not_certified (NumPy reaches only host memory: its staging tensors are on the host, where a CUDA Triton launch refuses them)
 import enum
 
 import torch

@@ -395,7 +395,8 @@ def _event(name, start, end, parent=None, annotation=False, kernels=()):
 
     return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end),
                            is_user_annotation=annotation, cpu_parent=parent, device_type=None,
-                           kernels=[SimpleNamespace(name=k, duration=us) for k, us in kernels])
+                           kernels=[SimpleNamespace(name=k, duration=us, start=start)
+                                    for k, us in kernels])
 
 
 def test_witness_links_kernels_of_the_calls_own_range_to_no_owner():
