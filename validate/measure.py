@@ -279,20 +279,30 @@ PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
 # ``scripts/placement_probe.py``), and a fresh process draws one placement: the same kernel
 # graded twice differed by that much. Timed calls cycle through ``PLACEMENTS`` copies of the
 # inputs, each behind a padding allocation of its own size, so a sample (and a captured graph)
-# averages over them. Only inputs of up to ``PLACEMENT_BYTES`` in all are copied.
+# averages over them. Only while all the copies fit in half the L2 cache: on an H100 (3 grades
+# each, 2026-11-27) cycling four copies took row_sum_64x96's speedup spread from 3.88% to 0.66%,
+# but a 1M-element scale-add, whose 8 MB of inputs stay in the 50 MB L2 alone and not four
+# times over, then read 40% slower and spread 10% (3.8% with one copy).
 PLACEMENTS = 4
-PLACEMENT_BYTES = 64 << 20
 _PAD_STEP = 2 << 20  # the caching allocator's large-segment granularity
 
 
+def _l2_bytes(device: str) -> int:
+    try:
+        return int(getattr(torch.cuda.get_device_properties(torch.device(device)),
+                           "L2_cache_size", 0) or 0)
+    except Exception:  # noqa: BLE001 — no such device: no copies
+        return 0
+
+
 def placed_copies(values: list, device: str, copies: int = PLACEMENTS) -> list[list]:
-    """``values`` and up to ``copies - 1`` device copies of it, each allocated behind a padding
-    tensor (kept alive in the returned lists' last slot, dropped by callers through
-    ``placements``) of a different size; just ``[values]`` off CUDA or when the tensors are
-    larger than ``PLACEMENT_BYTES``."""
+    """``values`` and ``copies - 1`` device copies of it, each allocated behind a padding tensor
+    of a different size (kept for the process's life); just ``[values]`` off CUDA, or when the
+    copies would not all fit in half the device's L2 cache."""
     tensors = [v for v in values if _type(v) is _Tensor]
     size = sum(v.numel() * v.element_size() for v in tensors)
-    if not is_cuda(device) or not tensors or size > PLACEMENT_BYTES or copies < 2:
+    if not is_cuda(device) or not tensors or copies < 2 or \
+            copies * size > _l2_bytes(device) // 2:
         return [values]
     sets, pads = [values], []
     for index in range(1, copies):
