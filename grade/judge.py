@@ -344,8 +344,11 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         if call.get("dispatch_state"):
             hack("trace_evaded", f"{name}: the dispatch-key state changed inside forward "
                  "(a guard that hides ops from the trace)")
+        # an op of the candidate's whose kernels are all Python is a wrapper, not a kernel
+        python = set(facts.get("python_ops") or ())
+        native = None if mine is None else [op for op in mine if qualified_op(op) not in python]
         if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
-                                                 or custom_ops(ops, mine)):
+                                                 or custom_ops(ops, native)):
             hack("no_custom_kernel", f"{name}: no Triton launch or extension call in forward")
         dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
                      "torch.float32")

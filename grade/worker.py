@@ -208,8 +208,10 @@ def _install_thread_hooks() -> None:
 # needs none of them in forward; each use counts the elements it exposed.
 _HOST_ACCESS = (
     ("Tensor", ("map_", "map2_", "apply_", "tolist", "numpy", "__array__", "__dlpack__")),
-    ("UntypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
-    ("TypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "from_buffer")),
+    ("UntypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "_set_from_file",
+                        "_new_with_file", "from_buffer")),
+    ("TypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "_set_from_file",
+                      "_new_with_file", "from_buffer")),
     # the C entry points under ``__dlpack__``: a capsule of them is a writable NumPy view
     # (red-team round 7 computed the answer in NumPy through ``_to_dlpack_versioned``)
     ("_C", ("_to_dlpack", "_to_dlpack_versioned")),
@@ -220,8 +222,10 @@ _HOST_ACCESS = (
 # over a buffer) of tensor memory: made anywhere once the import began, Python computes through
 # it later with no tensor method at all (red-team round 14 took NumPy views of its own staging
 # tensors in ``__init__``, outside every call, and computed the answer in NumPy there)
+# (a storage's file reads and writes hand a Python file object's ``readinto``/``write`` a
+# memoryview over the storage itself: red-team round 16 kept it)
 _HOST_VIEWS = frozenset({"numpy", "__array__", "__dlpack__", "_to_dlpack", "_to_dlpack_versioned",
-                         "from_buffer"})
+                         "from_buffer", "_write_file", "_set_from_file", "_new_with_file"})
 
 
 def _count_host_access(original, per_call_elements: bool, view: bool = False):
@@ -1338,6 +1342,33 @@ def _count_foreign(values: list) -> None:
         _audit_event("kernelmill.count", "foreign_memory", found)
 
 
+_dispatch_dump = torch._C._dispatch_dump
+
+
+def _qualified_op(op: str) -> str:
+    """``ns::name.overload`` or ``ns.name.overload`` -> ``ns.name``."""
+    return ".".join(op.replace("::", ".", 1).split(".")[:2])
+
+
+def _python_only(op: str) -> bool:
+    """An op the candidate registered whose every kernel is a Python function (``torch.library``'s
+    ``impl`` or ``custom_op``: the dispatcher holds them boxed, with no native signature): it is a
+    wrapper, not a kernel, and stands for none (red-team round 16 computed the answer on the host
+    in such a body, with no launch at all)."""
+    parts = op.replace("::", ".", 1).split(".")
+    if len(parts) < 2:
+        return False
+    name = f"{parts[0]}::{parts[1]}" + (f".{parts[2]}" if len(parts) > 2 and
+                                         parts[2] != "default" else "")
+    try:
+        dump = _dispatch_dump(name)
+    except Exception:  # noqa: BLE001 — not an op the dispatcher knows
+        return False
+    kernels = [line for line in dump.splitlines()
+               if ": registered at " in line and not line.startswith("debug:")]
+    return bool(kernels) and not any("unboxed" in line for line in kernels)
+
+
 def _spans(values: list) -> list[tuple[int, int]]:
     spans = []
     for value in values:
@@ -1641,6 +1672,8 @@ class _Run:
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
+        facts["python_ops"] = sorted({_qualified_op(op) for call in facts["calls"]
+                                      for op in call["candidate_ops"] if _python_only(op)})
         unseen = self.unseen_facts
         if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
             self._unseen_device_us(unseen)
