@@ -774,30 +774,42 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
     # events around each call) the check's calls carry the witness's cost per launch (on an
     # H100 a side-stream Triton forward: 0.97 ms there against 0.60 ms scored): their kernels'
     # device time stands for them instead, which no launch cost reaches.
-    seen = unseen.get("seen_ms") or []
-    if unseen.get("method") == "cuda_events":
-        seen = [us / 1e3 for us in unseen.get("seen_device_us") or []]
-    for name, check_ms, window_ms, ratio, least in (
-            ("ms", seen, scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio,
+    # The unseen inputs' calls against the scored ones too: each bound above holds alone, and a
+    # forward with three speeds (new inputs, the check's calls on the timed inputs, the scored
+    # calls) composed the two into about 6x on CPU (red-team round 17).
+    events = unseen.get("method") == "cuda_events"
+    kinds = {kind: ([us / 1e3 for us in unseen.get(f"{kind}_device_us") or []] if events
+                    else unseen.get(f"{kind}_ms") or []) for kind in ("seen", "unseen")}
+    for name, kind, window_ms, ratio, least in (
+            ("ms", "seen", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio,
              floor),
-            ("cpu_ms", unseen.get("seen_cpu_ms") or [], scored_cpu_ms,
-             policy.unseen_cpu_time_ratio, policy.unseen_cpu_time_floor_ms)):
-        if window_ms and check_ms and _told_apart(
-                statistics.median(check_ms), window_ms, ratio, least, name, checks, hack):
+            ("cpu_ms", "seen", scored_cpu_ms, policy.unseen_cpu_time_ratio,
+             policy.unseen_cpu_time_floor_ms),
+            ("ms", "unseen", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio,
+             floor),
+            ("cpu_ms", "unseen", scored_cpu_ms, policy.unseen_cpu_time_ratio,
+             policy.unseen_cpu_time_floor_ms)):
+        check_ms = kinds[kind] if name == "ms" else unseen.get(f"{kind}_cpu_ms") or []
+        if not check_ms:
+            continue
+        usual = statistics.median(check_ms) if kind == "seen" else min(check_ms)
+        if window_ms and _told_apart(
+                usual, window_ms, ratio, least, name, checks, hack, kind):
             return
 
 
 def _told_apart(usual: float, scored: float, ratio: float, least: float, name: str,
-                checks: dict, hack) -> bool:
+                checks: dict, hack, kind: str = "seen") -> bool:
     apart = usual > ratio * scored + least
     unit = "ms" if name == "ms" else "ms of CPU"
-    checks[f"unseen_vs_scored_{name}"] = {
-        "passed": not apart, "detail": f"the check's calls on the timed inputs {usual:.4g} "
+    label = "on the timed inputs" if kind == "seen" else "on inputs it had not seen"
+    checks[f"{'unseen' if kind == 'seen' else 'new_inputs'}_vs_scored_{name}"] = {
+        "passed": not apart, "detail": f"the check's calls {label} {usual:.4g} "
         f"{unit}, the scored calls {scored:.4g} {unit}"}
     if apart:
-        hack("timing_behaviour", f"forward took {usual:.4g} {unit} per call on the timed inputs "
-             f"in the unseen-input check and {scored:.4g} where it was scored: it tells the "
-             "check apart")
+        hack("timing_behaviour", f"forward took {usual:.4g} {unit} per call {label} in the "
+             f"unseen-input check and {scored:.4g} where it was scored: it tells the check "
+             "apart")
     return apart
 
 

@@ -1427,6 +1427,7 @@ class _Run:
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, torch.Tensor] = {}  # host copies of outputs, by content
+        self._previous = None  # the last call's output (``invoke``)
 
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
@@ -1479,6 +1480,11 @@ class _Run:
             self.witness.close_call(opened)
             _audit_event("kernelmill.call", -1, "")
             _set_grad_enabled(grad)
+        # Held until the next call has returned, whatever kind of call this was: a forward that
+        # learned from its last output's finalizer whether the timer still held it was fast only
+        # in scored calls (red-team round 17). (Released here, after the range: a finalizer's
+        # ops are outside every call.)
+        self._previous = out
         return out, tracer
 
     def timed(self):
