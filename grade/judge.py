@@ -58,7 +58,7 @@ from .policy import (
     reference_compute_ops,
 )
 from .static import KERNELGUARD_PREFIX, VENDOR_PREFIX, kernel_base, qualified_kernel_name
-from .witness import UNATTRIBUTED
+from .witness import UNATTRIBUTED, op_qualname
 
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init",
                   "compile")
@@ -346,7 +346,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
                  "(a guard that hides ops from the trace)")
         # an op of the candidate's whose kernels are all Python is a wrapper, not a kernel
         python = set(facts.get("python_ops") or ())
-        native = None if mine is None else [op for op in mine if qualified_op(op) not in python]
+        native = None if mine is None else [op for op in mine if op_qualname(op) not in python]
         if policy.require_custom_kernel and not (call["launches"] or call["ext_calls"]
                                                  or custom_ops(ops, native)):
             hack("no_custom_kernel", f"{name}: no Triton launch or extension call in forward")
@@ -780,22 +780,16 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
     events = unseen.get("method") == "cuda_events"
     kinds = {kind: ([us / 1e3 for us in unseen.get(f"{kind}_device_us") or []] if events
                     else unseen.get(f"{kind}_ms") or []) for kind in ("seen", "unseen")}
-    for name, kind, window_ms, ratio, least in (
-            ("ms", "seen", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio,
-             floor),
-            ("cpu_ms", "seen", scored_cpu_ms, policy.unseen_cpu_time_ratio,
-             policy.unseen_cpu_time_floor_ms),
-            ("ms", "unseen", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio,
-             floor),
-            ("cpu_ms", "unseen", scored_cpu_ms, policy.unseen_cpu_time_ratio,
-             policy.unseen_cpu_time_floor_ms)):
-        check_ms = kinds[kind] if name == "ms" else unseen.get(f"{kind}_cpu_ms") or []
-        if not check_ms:
-            continue
-        usual = min(check_ms)  # other work on the host or the GPU only lengthens a call
-        if window_ms and _told_apart(
-                usual, window_ms, ratio, least, name, checks, hack, kind):
-            return
+    clocks = (("ms", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
+              ("cpu_ms", scored_cpu_ms, policy.unseen_cpu_time_ratio,
+               policy.unseen_cpu_time_floor_ms))
+    for kind in ("seen", "unseen"):
+        for name, window_ms, ratio, least in clocks:
+            check_ms = kinds[kind] if name == "ms" else unseen.get(f"{kind}_cpu_ms") or []
+            # the fastest call: other work on the host or the GPU only lengthens a call
+            if window_ms and check_ms and _told_apart(
+                    min(check_ms), window_ms, ratio, least, name, checks, hack, kind):
+                return
 
 
 def _told_apart(usual: float, scored: float, ratio: float, least: float, name: str,

@@ -53,7 +53,7 @@ from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .witness import Witness, dispatch_state
+from .witness import Witness, dispatch_state, op_qualname
 
 # ---------------------------------------------------------------- originals, bound at import
 
@@ -1345,11 +1345,6 @@ def _count_foreign(values: list) -> None:
 _dispatch_dump = torch._C._dispatch_dump
 
 
-def _qualified_op(op: str) -> str:
-    """``ns::name.overload`` or ``ns.name.overload`` -> ``ns.name``."""
-    return ".".join(op.replace("::", ".", 1).split(".")[:2])
-
-
 def _python_only(op: str) -> bool:
     """An op the candidate registered whose every kernel is a Python function (``torch.library``'s
     ``impl`` or ``custom_op``: the dispatcher holds them boxed, with no native signature): it is a
@@ -1678,7 +1673,7 @@ class _Run:
         for call in facts["calls"]:
             call["candidate_ops"] = self.witness.candidate_ops(
                 [*call["ops"], *call.get("launch_ops", []), *call.get("traced_ops", [])])
-        facts["python_ops"] = sorted({_qualified_op(op) for call in facts["calls"]
+        facts["python_ops"] = sorted({op_qualname(op) for call in facts["calls"]
                                       for op in call["candidate_ops"] if _python_only(op)})
         unseen = self.unseen_facts
         if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
