@@ -158,7 +158,15 @@ def summarize(out: Path) -> dict:
             if profile.get(key) is not None:
                 values.append(profile[key])
     median = lambda v: round(statistics.median(v), 2) if v else None
-    return {**counts, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
+    speedups: dict[str, list[float]] = {}
+    for line in out.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("speedup_vs_eager"):
+            speedups.setdefault(row["submission_id"].split("#")[0], []).append(
+                row["speedup_vs_eager"])
+    return {**counts,
+            # each answer's median speedup over its copies: what 8 slots report against 1
+            "median_speedup": {k: round(statistics.median(v), 4) for k, v in speedups.items()}, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
             "warm": f"{warm}/{len(reference_s)}",
             **{f"median_{k}": median(v) for k, v in waits.items()},
             "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),

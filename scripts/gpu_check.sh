@@ -56,13 +56,29 @@ stop_sampling() {
 ' on average, %.1f GiB used on average (%d samples)\n", part, u/n, m/n/1024, n}' \
     "$out/util_$1.csv" | tee -a "$out/timings.txt"
 }
+# the host's CPUs busy (all cores together, from /proc/stat) while a part runs, into timings.txt
+cpu_sampler=""
+sample_cpu() {
+  ( read -r _ u n s i w q sq st _ < /proc/stat; busy0=$((u+n+s+q+sq+st)); all0=$((busy0+i+w))
+    while sleep 1; do read -r _ u n s i w q sq st _ < /proc/stat; busy=$((u+n+s+q+sq+st))
+      all=$((busy+i+w)); echo "$(( (busy-busy0)*100/(all-all0 > 0 ? all-all0 : 1) ))"
+      busy0=$busy; all0=$all; done ) > "$out/cpu_$1.csv" 2>/dev/null & cpu_sampler=$!
+}
+stop_cpu_sampling() {
+  [ -n "$cpu_sampler" ] || return 0
+  kill "$cpu_sampler" 2>/dev/null; wait "$cpu_sampler" 2>/dev/null; cpu_sampler=""
+  sort -n "$out/cpu_$1.csv" | awk -v part="$1" -v cores="$(nproc)" '{v[NR]=$1; s+=$1}
+    END {if (NR) printf "== %s: host CPUs busy %.0f%% on average, %d%% at the 90th percentile '\
+'(%d cores, %d samples)\n", part, s/NR, v[(int(NR*0.9)+1 > NR) ? NR : int(NR*0.9)+1], cores, NR}' \
+    | tee -a "$out/timings.txt"
+}
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$out/device.txt"
 for part in $parts; do
   start=$(date +%s)
-  case $part in audit|build|validate|ray) sample_gpu "$part" ;; esac
+  case $part in audit|build|validate|ray|grade) sample_gpu "$part"; sample_cpu "$part" ;; esac
   case $part in
     tests)    python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests 2>&1 \
                 | tee "$out/gpu_tests.log" ;;
@@ -129,5 +145,6 @@ for part in $parts; do
     *)        echo "unknown part $part" ;;
   esac
   stop_sampling "$part"
+  stop_cpu_sampling "$part"
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
 done
