@@ -279,10 +279,11 @@ PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
 # ``scripts/placement_probe.py``), and a fresh process draws one placement: the same kernel
 # graded twice differed by that much. Timed calls cycle through ``PLACEMENTS`` copies of the
 # inputs, each behind a padding allocation of its own size, so a sample (and a captured graph)
-# averages over them. Only while all the copies fit in half the L2 cache: on an H100 (3 grades
-# each, 2026-11-27) cycling four copies took row_sum_64x96's speedup spread from 3.88% to 0.66%,
-# but a 1M-element scale-add, whose 8 MB of inputs stay in the 50 MB L2 alone and not four
-# times over, then read 40% slower and spread 10% (3.8% with one copy).
+# averages over them. As many copies (up to ``PLACEMENTS``) as fit in half the L2 cache with
+# room for one more (the outputs): on an H100 (3 grades each, 2026-11-27) cycling four copies
+# took row_sum_64x96's speedup spread from 3.88% to 0.66%, but a 1M-element scale-add, whose
+# 8 MB of inputs stay in the 50 MB L2 alone and not four times over, then read 40% slower and
+# spread 10%; with one copy it spread 3.8-4.0%, its copies in one window 2.5-3.8% apart.
 PLACEMENTS = 4
 _PAD_STEP = 2 << 20  # the caching allocator's large-segment granularity
 
@@ -296,13 +297,15 @@ def _l2_bytes(device: str) -> int:
 
 
 def placed_copies(values: list, device: str, copies: int = PLACEMENTS) -> list[list]:
-    """``values`` and ``copies - 1`` device copies of it, each allocated behind a padding tensor
-    of a different size (kept for the process's life); just ``[values]`` off CUDA, or when the
-    copies would not all fit in half the device's L2 cache."""
+    """``values`` and up to ``copies - 1`` device copies of it, each allocated behind a padding
+    tensor of a different size (kept for the process's life): as many as fit, with room for one
+    more, in half the device's L2 cache. Just ``[values]`` off CUDA or when two do not fit."""
     tensors = [v for v in values if _type(v) is _Tensor]
     size = sum(v.numel() * v.element_size() for v in tensors)
-    if not is_cuda(device) or not tensors or copies < 2 or \
-            copies * size > _l2_bytes(device) // 2:
+    if not is_cuda(device) or not tensors:
+        return [values]
+    copies = min(copies, _l2_bytes(device) // 2 // max(size, 1) - 1)
+    if copies < 2:
         return [values]
     sets, pads = [values], []
     for index in range(1, copies):

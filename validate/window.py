@@ -25,6 +25,7 @@ user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import threading
@@ -45,16 +46,18 @@ class WindowSettings:
 
     ci_target_pct: float = 0.5  # stop when every median's 95% half-width is under this
     cap_ms: float | None = None  # wall-time cap of the rounds; None: 3 s on CUDA, 0.3 s on CPU
-    round_ms: float = 10.0  # one participant's turn per round
+    # One participant's turn per round; None: 10 ms in a window of two, 40 ms in a group (each
+    # of its turns is settled too, so a longer turn keeps the settling's share at half).
+    round_ms: float | None = None
     warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
-    # Untimed work at the start of every turn; None: 40 ms on CUDA in a window of two (a
-    # reference and a candidate), else 0. A kernel at the GPU's power cap (an fp16 GEMM on an
-    # H100) runs up to 10% fast for tens of ms after a lighter participant's turn and reads its
-    # sustained time only after ~40 ms (scripts/turn_probe.py): without it, such a kernel's
-    # median moved 10% between grades. A group's window of 9 spent 0.45 s a round settling,
-    # met its cap after 2-6 rounds and left members with 15 samples at a 25-56% CI, so groups
-    # do without (measured on an H100, 2026-11-26).
+    # Untimed work at the start of every turn; None: 40 ms on CUDA, else 0. A kernel at the
+    # GPU's power cap (an fp16 GEMM on an H100) runs up to 10% fast for tens of ms after a
+    # lighter participant's turn (or a pause) and reads its sustained time only after ~40 ms
+    # (scripts/turn_probe.py): without it, such a kernel's median moved 10% between grades. Groups
+    # settle too: unsettled, with 10 ms turns, 8 copies of a Triton fp16 GEMM graded as a group
+    # read speedups 4-5% (2k) and 10-11% (4k) below the same answer graded alone, the reference
+    # GEMM's turns running fast (H100, 2026-11-27). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
@@ -220,7 +223,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
     settle_ms = settings.settle_ms if settings.settle_ms is not None else \
-        (40.0 if cuda and len(participants) <= 2 else 0.0)
+        (40.0 if cuda else 0.0)
+    settings = dataclasses.replace(settings, round_ms=settings.round_ms if settings.round_ms
+                                   is not None else (10.0 if len(participants) <= 2 else 40.0))
     ready: dict[str, dict] = {}
     samples: dict[str, list[float]] = {name: [] for name in participants}
     walls: dict[str, float] = {}
