@@ -159,14 +159,20 @@ def summarize(out: Path) -> dict:
                 values.append(profile[key])
     median = lambda v: round(statistics.median(v), 2) if v else None
     speedups: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for line in out.read_text().splitlines():
         row = json.loads(line)
+        for worker, seconds in ((row.get("profile") or {}).get("cpu_s") or {}).items():
+            if isinstance(seconds, (int, float)):
+                cpu.setdefault(worker, []).append(seconds)
         if row.get("speedup_vs_eager"):
             speedups.setdefault(row["submission_id"].split("#")[0], []).append(
                 row["speedup_vs_eager"])
     return {**counts,
             # each answer's median speedup over its copies: what 8 slots report against 1
-            "median_speedup": {k: round(statistics.median(v), 4) for k, v in speedups.items()}, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
+            "median_speedup": {k: round(statistics.median(v), 4) for k, v in speedups.items()},
+            # CPU seconds per submission, by worker (its share of a shared one), medians
+            "worker_cpu_s": {k: median(v) for k, v in cpu.items()}, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
             "warm": f"{warm}/{len(reference_s)}",
             **{f"median_{k}": median(v) for k, v in waits.items()},
             "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),
@@ -225,7 +231,7 @@ def main() -> int:
             if phase not in args.phases:
                 continue
             out = folder / f"{name}-{phase}.jsonl"
-            start = time.monotonic()
+            start, parent_cpu = time.monotonic(), _own_cpu_s()
             stats = grade_file(problems, submissions, out, device=args.device,
                                workers=args.workers, policy=policy,
                                cache_path=cache if use_cache else None,
@@ -236,6 +242,7 @@ def main() -> int:
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
                 out2 = folder / f"{name}-{phase}-2.jsonl"
                 start = time.monotonic()
+                start, parent_cpu = time.monotonic(), _own_cpu_s()
                 stats = grade_file(problems, submissions, out2, device=args.device,
                                    workers=args.workers, policy=policy, cache_path=cache,
                                    extensions_root=str(folder / "extensions"), group=args.group)
@@ -243,6 +250,7 @@ def main() -> int:
             seconds = time.monotonic() - start
             results[f"{name} {phase}"] = {
                 "submissions": n, "seconds": round(seconds, 1),
+                "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(n, 1), 3),
                 "per_minute": round(n / seconds * 60, 1),
                 "cached": stats.counts.get("cached", 0), **summarize(out)}
     header = (f"{'set / phase':22} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} "
@@ -262,7 +270,15 @@ def main() -> int:
         print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
               f"{cell('median_exclusive_wait_ms'):>18} {cell('median_window_ms'):>10} "
               f"{held:>14.0f}%")
+    cores = os.cpu_count() or 1
     for phase, r in results.items():
+        workers = r.get("worker_cpu_s") or {}
+        if workers:
+            total = r["parent_cpu_s"] + sum(v for v in workers.values() if v)
+            print(f"{phase}: CPU seconds per submission: " +
+                  " ".join(f"{k}={v}" for k, v in workers.items()) +
+                  f" parent={r['parent_cpu_s']} total={total:.2f} (the host's {cores} cores "
+                  f"allow {cores * 60 / total:.0f} per minute at that cost)")
         if r["candidate_stages_s"]:
             print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
                   " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))
@@ -274,6 +290,14 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def _own_cpu_s() -> float:
+    """This process's CPU seconds, user and system (its threads: the batch's judging)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def report_uncertified(out: Path) -> None:

@@ -347,7 +347,9 @@ class Grader:
             if fault:
                 raise ReferenceError(fault)
             value.update(init_seed=seeds["init_seed"], **timing)
-            made.append(ReferenceRun(value, dataclasses.replace(result, value=value),
+            # each run's share of the worker's CPU time
+            share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
+            made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),
                                      self.device, source))
         self._note_reference_bytes(source, values[0])
         return made
@@ -569,6 +571,11 @@ class Grader:
                                   ("shared_wait_ms", "exclusive_wait_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
+        # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
+        # share of the fresh-reference worker and of the window's reference timing worker
+        verdict.setdefault("profile", {})["cpu_s"] = {
+            "candidate": result.cpu_s, "reference": reference.result.cpu_s,
+            "timing_reference": (window or {}).get("timing_reference_cpu_s")}
         if changed:  # the guarded files changed while this run (or its group) ran
             verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})
             verdict["hack_details"]["file_tamper"] = f"changed: {', '.join(changed[:3])}"
@@ -631,6 +638,9 @@ class Grader:
                                "message": f"reference timing failed in {error.get('stage')}: "
                                           f"{error.get('message')}"}
         views = {i: candidate_view(window, names[i]) for i in candidates}
+        if timing_run is not None and timing_run.cpu_s is not None:
+            for view in views.values():  # each member's share of the reference timing worker
+                view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
         for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
         return {i: results[names[i]] for i in candidates}, views

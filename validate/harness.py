@@ -89,6 +89,7 @@ class WorkerResult:
     leaked_processes: int = 0  # processes of this run still alive after the worker ended
     sandbox: int | None = None  # Landlock ABI the worker confined itself with; None: unconfined
     warm: bool = False  # forked from a zygote that had imported torch (``validate.zygote``)
+    cpu_s: float | None = None  # the worker's user + system CPU seconds (warm workers)
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -531,6 +532,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
                           sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),
+                          cpu_s=getattr(proc, "cpu_s", None),
                           stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
     stdout.close()
     stderr.close()

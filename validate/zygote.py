@@ -33,6 +33,7 @@ class WarmProcess:
         self.pid: int | None = None
         self.returncode: int | None = None
         self.leaked = 0
+        self.cpu_s: float | None = None  # the run's CPU seconds, user and system
         self.started = threading.Event()
         self.exited = threading.Event()
         self.error: str | None = None
@@ -137,6 +138,8 @@ class Zygote:
                 run.started.set()
             elif op == "exit" and run is not None:
                 run.returncode, run.leaked = message["status"], int(message.get("leaked", 0))
+                cpu = message.get("cpu_s")
+                run.cpu_s = float(cpu) if isinstance(cpu, (int, float)) else None
                 with self.lock:
                     self.runs.pop(run.rid, None)
                 run.exited.set()

@@ -11,9 +11,10 @@ parent, one JSON message each, with file descriptors attached:
   as a fresh worker would. Answer ``{"op": "started", "id", "pid"}``.
 - ``{"op": "kill", "id": N}``: SIGKILL that run's process group and its descendants.
 
-When a run's child exits the zygote answers ``{"op": "exit", "id", "status", "leaked"}``.
-``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked`` counts the run's
-processes that had left its process group (``setsid``, ``setpgid``) and were still alive.
+When a run's child exits the zygote answers
+``{"op": "exit", "id", "status", "leaked", "cpu_s"}``. ``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked`` counts the run's
+processes that had left its process group (``setsid``, ``setpgid``) and were still alive;
+``cpu_s`` the child's user and system CPU seconds (with the children it reaped).
 
 Escapes: the zygote and every run child are child subreapers (``PR_SET_CHILD_SUBREAPER``), so a
 process a run leaves behind, whatever session it moved to and whatever it did to its environment,
@@ -200,15 +201,15 @@ class Zygote:
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             if pid in self.runs:
-                self._finish(pid, status)
+                self._finish(pid, status, usage.ru_utime + usage.ru_stime)
 
-    def _finish(self, pid: int, status: int) -> None:
+    def _finish(self, pid: int, status: int, cpu_s: float | None = None) -> None:
         rid = self.runs.pop(pid)
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever stayed in the run's group
@@ -216,7 +217,8 @@ class Zygote:
             pass
         leaked = self.killed.pop(pid, 0) + self.strays(pid)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        self.send({"op": "exit", "id": rid, "status": code, "leaked": leaked})
+        self.send({"op": "exit", "id": rid, "status": code, "leaked": leaked,
+                   "cpu_s": None if cpu_s is None else round(cpu_s, 3)})
 
     def strays(self, group: int | None = None) -> int:
         """Kill the zygote's children that are not runs (orphans reparented here). Returns how

@@ -519,3 +519,17 @@ def test_reports_of_a_run_without_a_control_pipe_are_kept_in_order():
                               {"native_text": 0, "part": " return 0; }"}]
     from kernelmill.grade.grader import streamed_texts
     assert streamed_texts(result.reports) == ["int main() { return 0; }"]
+
+
+def test_a_warm_worker_reports_the_cpu_time_it_used():
+    """The zygote reaps each run with its resource usage: a run that spins 0.4 s of CPU reports
+    at least that, and one that sleeps as long reports far less (grading throughput is bound by
+    the host's CPUs; this is what each worker costs them)."""
+    spin = ("import time\ndef main():\n    end = time.process_time() + 0.4\n"
+            "    while time.process_time() < end:\n        pass\n    return {}\n")
+    sleep = "import time\ndef main():\n    time.sleep(0.4)\n    return {}\n"
+    spun, slept = (run_in_worker(SOURCE, {"source": s}, timeout_s=60, device="cpu", warm=True)
+                   for s in (spin, sleep))
+    assert spun.ok and spun.warm and slept.ok and slept.warm, (spun.error, slept.error)
+    assert spun.cpu_s is not None and spun.cpu_s >= 0.4, spun.cpu_s
+    assert slept.cpu_s is not None and slept.cpu_s < spun.cpu_s - 0.25, (slept.cpu_s, spun.cpu_s)
