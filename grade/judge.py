@@ -389,8 +389,12 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
              "buffer's, a shared or mapped file's), which Python reads and writes unseen")
     if facts.get("host_view"):
         hack("host_compute", f"{facts['host_view']} host view(s) of tensor memory taken "
-             "(numpy, __array__, DLPack, from_buffer): what kernels write there Python can "
-             "compute")
+             "(numpy, __array__, DLPack, from_buffer, a host data_ptr): what kernels write "
+             "there Python can compute")
+    if facts.get("threads_started"):
+        hack("background_thread", f"the submission's code started {facts['threads_started']} "
+             "thread(s) outside its calls (at import or in __init__): what they run escapes "
+             "each call's traces and CPU clock")
     if facts.get("modes_after_import") or facts.get("modes_at_end"):
         hack("patched_function", "a torch function/dispatch mode was left active")
     if facts.get("profile_hooks"):

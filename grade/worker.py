@@ -163,7 +163,7 @@ _ORIGINALS = {f"{getattr(owner, '__name__', owner)}.{name}": (owner, name, _raw(
 # audit hook off): a flag a hook reads is a flag a submission that reaches the hook can write.
 _audit_event = sys.audit
 _COUNTED = ("launches", "ext_calls", "thread_starts", "dispatch_state", "host_access", "ghosted",
-            "host_alias", "host_view", "foreign_memory")
+            "host_alias", "host_view", "foreign_memory", "threads_started")
 
 
 def _observed() -> dict:
@@ -252,6 +252,28 @@ def _count_host_call(function, view: bool):
     return call
 
 
+# A raw address of host memory handed to the submission's code (``data_ptr``): any C-level
+# consumer of an address (NumPy's array interface, ctypes) makes it a writable view with no
+# tensor method at all (red-team round 18 computed the answer in NumPy over views built from
+# ``data_ptr()`` through ``__array_interface__``). A Triton or CUDA kernel never needs the
+# integer in Python (Triton's launcher asks for it itself, from trusted code); on a GPU it is a
+# device address, not counted.
+_HOST_ADDRESSES = (("Tensor", "data_ptr"), ("UntypedStorage", "data_ptr"),
+                   ("TypedStorage", "data_ptr"))
+
+
+def _count_host_address(original):
+    def data_ptr(self, *args, **kwargs):
+        try:
+            host = not self.is_cuda  # (a fast attribute: Triton's launcher asks every launch)
+        except Exception:  # noqa: BLE001 — an odd receiver: its address counts
+            host = True
+        if host:
+            _audit_event("kernelmill.count", "host_view", 1)
+        return original(self, *args, **kwargs)
+    return data_ptr
+
+
 # Tensors over Python-owned memory (a ``bytearray``, a file): what a kernel writes there Python
 # reads and writes with no tensor method at all (a memoryview); made anywhere once the import
 # began, they count (red-team round 8 made one in ``__init__`` and computed the answer in Python
@@ -295,6 +317,15 @@ def _install_host_access_hooks() -> None:
             setattr(owner, name, hooked)
             _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
             hooks[id(original)] = (original, hooked)
+    for owner_name, name in _HOST_ADDRESSES:
+        owner = getattr(torch, owner_name, None)
+        original = None if owner is None else (owner.__dict__.get(name) or _raw(owner, name))
+        if original is None:
+            continue
+        hooked = _count_host_address(original)
+        setattr(owner, name, hooked)
+        _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
+        hooks[id(original)] = (original, hooked)
     _rebind_aliases(hooks)
 
 
@@ -822,7 +853,14 @@ def _observe(event: str, args: tuple) -> None:
             state[name] += kind not in ("own", "trusted")
         elif active and name == "foreign_memory":
             state[name] += max(1, int(n))
-        elif active and name in ("thread_starts", "host_access"):
+        if name == "thread_starts":  # also from the import on, by the submission's own code
+            _in_hook[0] = True
+            try:
+                kind = _origin(sys._getframe(3))[0]
+            finally:
+                _in_hook[0] = False
+            state["threads_started"] += kind not in ("own", "trusted")
+        if active and name in ("thread_starts", "host_access"):
             if name == "host_access" and state["in_launch"] and state["interpreted"]:
                 # the interpreter's own host copies are not the submission's; the submission's
                 # code run inside a launch (a pre-run hook computing in NumPy on those copies,
@@ -1992,6 +2030,7 @@ def _candidate_task(payload: dict) -> dict:
     facts["refused_compiles"] = observed["refused"]
     facts["host_alias"] = observed["host_alias"]
     facts["host_view"] = observed["host_view"]
+    facts["threads_started"] = observed["threads_started"]
     facts["modes_at_end"] = active_modes()
     facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
     facts["info"] = device_info(device)
