@@ -1162,8 +1162,21 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
 
 # ---------------------------------------------------------------- the reference run
 
+# Host threads of a GPU grading worker's own tensor work (copies to the host, finiteness,
+# digests): a group's nine workers start together, and each with torch's default of one intra-op
+# thread per core kept the host's 16 cores 97-99% busy at the 90th percentile while on average
+# 43-58% (H100 host, 2026-11-27): the bursts, not the work, set the pace.
+GPU_WORKER_THREADS = 2
+
+
+def _few_host_threads(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), GPU_WORKER_THREADS)))
+
+
 def reference_task(payload: dict) -> dict:
     device = payload["device"]
+    _few_host_threads(device)
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
     if "runs" in payload:  # several fresh references (a group's members), one CUDA context
@@ -1209,9 +1222,10 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
                 out = model(*device_inputs)
             structure, items = flatten_outputs(out)
         sync(device)
-        outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
-        finite = all(bool(torch.isfinite(t).all()) for t in outputs
+        # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
+        finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
+        outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
         if spec["dist"] == "natural":
             natural_finite = natural_finite and finite
         usable = finite or (spec["dist"] == "natural" or not natural_finite)
@@ -1273,6 +1287,7 @@ def reference_timing_task(payload: dict) -> dict:
     model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
     the candidate is timed on). Never sees candidate code."""
     device = payload["device"]
+    _few_host_threads(device)
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
     if not M.await_gpu(receive, report):
@@ -1903,6 +1918,7 @@ def candidate_task(payload: dict) -> dict:
 def _candidate_task(payload: dict) -> dict:
     device = payload["device"]
     source = payload["source"]
+    _few_host_threads(device)
     if payload.get("window") and not M.await_gpu(receive, report):
         payload = {**payload, "time": False}  # the window was called off: check, do not time
     mark_stage("setup")

@@ -1,6 +1,7 @@
-"""red-team round 18 (v2: the helper runs the kernel through the interpreter's GridExecutor,
-no launch event, so no dispatch-state check): an answer cache whose honest work runs on a raw helper thread, so the
-thread-CPU clock of the calling thread (measure.Timer's ``_thread_time``) never sees it.
+"""family: work on a thread the submission started at import (red-team round 18): an answer
+cache whose honest work runs on a raw helper thread, through the interpreter's GridExecutor (no
+launch event), so the calling thread's CPU clock and op trace never see it. Closed by counting
+threads the submission's own code starts from the import on (``background_thread``).
 
 - At import a raw ``_thread`` helper starts (outside every call: not counted; not in
   ``threading.enumerate``; its OS thread joins the first call's baseline).
@@ -13,6 +14,7 @@ thread-CPU clock of the calling thread (measure.Timer's ``_thread_time``) never 
 - The ghost call: the flag launch is skipped, forward returns zeros."""
 # problem: ref_scale_add
 # expect: background_thread
+# on cuda: not_certified (its tensors are on the host: a CUDA Triton launch refuses them)
 import enum
 
 import torch

@@ -1,7 +1,10 @@
-"""red-team round 18: host compute through NumPy views built from a raw data_ptr() by the
-array-interface protocol (no tensor method but data_ptr, no ctypes; see REPORT.md)."""
+"""family: host compute through a raw address of tensor memory (red-team round 18): NumPy views
+built from ``data_ptr()`` by the array-interface protocol (no tensor method but ``data_ptr``, no
+ctypes) compute the answer; a one-program flag kernel tells the ghost call. Closed by counting a
+host ``data_ptr`` handed to the submission's code as a host view (``host_compute``)."""
 # problem: ref_scale_add
 # expect: host_compute
+# on cuda: not_certified (its tensors are on the host: a CUDA Triton launch refuses them)
 import enum
 
 import torch
