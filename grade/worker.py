@@ -59,6 +59,7 @@ from .witness import Witness, dispatch_state, op_qualname
 
 _perf_counter = time.perf_counter
 _enumerate_threads = threading.enumerate
+_getrefcount = sys.getrefcount
 _Tensor = torch.Tensor
 _tensor_to = torch.Tensor.to
 _tensor_detach = torch.Tensor.detach
@@ -1444,6 +1445,23 @@ def _load_weights(model, state: dict) -> str:
     return "seed only"
 
 
+HELD_REFS = 64
+
+
+def _held_alike(value) -> list:
+    """References to ``value`` (the last call's output) and to each item of it (a tuple or list
+    of tensors) that bring each one's reference count to the same number during every call,
+    whoever else holds it: the timer keeps its last output, an unseen-input check a local, a
+    checked call neither. A forward that read its last output's count (through a raw address,
+    no tensor method at all) told scored calls from checked ones (red-team round 19)."""
+    if value is None:
+        return []
+    held = []
+    for item in ([value, *value] if _type(value) in (tuple, list) else [value]):
+        held.extend([item] * max(0, HELD_REFS - _getrefcount(item)))
+    return held
+
+
 class _Run:
     """One candidate model on one device, every forward call observed the same way.
 
@@ -1476,6 +1494,7 @@ class _Run:
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, torch.Tensor] = {}  # host copies of outputs, by content
         self._previous = None  # the last call's output (``invoke``)
+        self._held: list = []  # references that level its count (``_held_alike``)
 
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
@@ -1514,6 +1533,8 @@ class _Run:
         # manager, a name looked up in torch or the standard library, which a submission can
         # make run its own code) runs inside it, where its ops are the call's (red-team rounds
         # 10-11 ran PyTorch from a ``contextlib`` exit after the range had closed).
+        self._held = []
+        self._held = _held_alike(self._previous)
         grad = _is_grad_enabled()
         _set_grad_enabled(False)
         _audit_event("kernelmill.call", 1, "")

@@ -374,3 +374,28 @@ def test_a_scored_call_far_under_the_checked_calls_gpu_time_is_timing_behaviour(
         _scored_device_work(calls, scored_ms, checks, lambda code, why: hacks.setdefault(code, why))
         assert ("timing_behaviour" in hacks) is caught, (calls, scored_ms, hacks)
         assert not caught or not checks["scored_vs_checked_device_us"]["passed"]
+
+
+def test_seen_inputs_served_with_far_less_gpu_work_than_new_ones_is_timing_behaviour():
+    """Red-team round 19 (read for a GPU): the calls on inputs the forward had seen (refill,
+    repeat) answered from a cache with a one-program kernel, which made the least checked call,
+    the scored time's bound then, tiny; the captured calls each computed a slice of the answer.
+    The calls on new inputs set the bound now, and a seen call far under them is caught. An
+    honest autotuned kernel (its first call benchmarks every config) is not."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    def calls(fresh, refill, repeat):
+        return [*({"kind": "fresh", "trial": i, "busy_us": us} for i, us in enumerate(fresh)),
+                {"kind": "refill", "trial": 2, "busy_us": refill},
+                {"kind": "repeat", "trial": 0, "busy_us": repeat}]
+
+    cached = calls([60.4, 61.2, 60.9], 1.1, 1.0)
+    honest = calls([2015.0, 1.21, 1.25], 1.19, 1.22)
+    for made, scored_ms, caught, why in ((cached, 0.0605, True, "seen before"),
+                                         (cached[:3], 0.0076, True, "a scored call"),
+                                         (honest, 0.00127, False, ""),
+                                         (calls([61.0, 60.2, 60.7], 59.9, 60.3), 0.0598, False, "")):
+        hacks, checks = {}, {}
+        _scored_device_work(made, scored_ms, checks, lambda code, why: hacks.setdefault(code, why))
+        assert ("timing_behaviour" in hacks) is caught, (made, scored_ms, hacks)
+        assert why in hacks.get("timing_behaviour", ""), hacks
