@@ -172,7 +172,8 @@ def summarize(out: Path) -> dict:
             # each answer's median speedup over its copies: what 8 slots report against 1
             "median_speedup": {k: round(statistics.median(v), 4) for k, v in speedups.items()},
             # CPU seconds per submission, by worker (its share of a shared one), medians
-            "worker_cpu_s": {k: median(v) for k, v in cpu.items()}, "reference_s": median(reference_s), "candidate_s": median(candidate_s),
+            "worker_cpu_s": {k: median(v) for k, v in cpu.items()},
+            "reference_s": median(reference_s), "candidate_s": median(candidate_s),
             "warm": f"{warm}/{len(reference_s)}",
             **{f"median_{k}": median(v) for k, v in waits.items()},
             "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),

@@ -11,10 +11,10 @@ parent, one JSON message each, with file descriptors attached:
   as a fresh worker would. Answer ``{"op": "started", "id", "pid"}``.
 - ``{"op": "kill", "id": N}``: SIGKILL that run's process group and its descendants.
 
-When a run's child exits the zygote answers
-``{"op": "exit", "id", "status", "leaked", "cpu_s"}``. ``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked`` counts the run's
-processes that had left its process group (``setsid``, ``setpgid``) and were still alive;
-``cpu_s`` the child's user and system CPU seconds (with the children it reaped).
+When a run's child exits the zygote answers ``{"op": "exit", "id", "status", "leaked",
+"cpu_s"}``. ``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked``
+counts the run's processes that had left its process group (``setsid``, ``setpgid``) and were
+still alive; ``cpu_s`` is the child's user and system CPU seconds (with the children it reaped).
 
 Escapes: the zygote and every run child are child subreapers (``PR_SET_CHILD_SUBREAPER``), so a
 process a run leaves behind, whatever session it moved to and whatever it did to its environment,
