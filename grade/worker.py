@@ -292,21 +292,20 @@ def _count_host_alias(original):
 
 def _install_host_access_hooks() -> None:
     hooks: dict[int, tuple] = {}
+
+    def install(owner, label: str, name: str, original, hooked) -> None:
+        setattr(owner, name, hooked)
+        _ORIGINALS[f"{label}.{name}"] = (owner, name, hooked)
+        hooks[id(original)] = (original, hooked)
+
     for name in _HOST_ALIASING:
         original = vars(torch).get(name)
         if original is not None:
-            hooked = _count_host_alias(original)
-            setattr(torch, name, hooked)
-            _ORIGINALS[f"torch.{name}"] = (torch, name, hooked)
-            hooks[id(original)] = (original, hooked)
+            install(torch, "torch", name, original, _count_host_alias(original))
     for owner_name, names in _HOST_ACCESS:
         owner = getattr(torch, owner_name, None)
-        if owner is None:
-            continue
-        for name in names:
-            original = owner.__dict__.get(name)
-            if original is None:
-                original = _raw(owner, name)
+        for name in names if owner is not None else ():
+            original = _raw(owner, name)
             if original is None:
                 continue
             if _isinstance(original, (classmethod, staticmethod)):
@@ -315,18 +314,12 @@ def _install_host_access_hooks() -> None:
             else:
                 hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"),
                                             name in _HOST_VIEWS)
-            setattr(owner, name, hooked)
-            _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
-            hooks[id(original)] = (original, hooked)
+            install(owner, owner_name, name, original, hooked)
     for owner_name, name in _HOST_ADDRESSES:
         owner = getattr(torch, owner_name, None)
-        original = None if owner is None else (owner.__dict__.get(name) or _raw(owner, name))
-        if original is None:
-            continue
-        hooked = _count_host_address(original)
-        setattr(owner, name, hooked)
-        _ORIGINALS[f"{owner_name}.{name}"] = (owner, name, hooked)
-        hooks[id(original)] = (original, hooked)
+        original = None if owner is None else _raw(owner, name)
+        if original is not None:
+            install(owner, owner_name, name, original, _count_host_address(original))
     _rebind_aliases(hooks)
 
 
@@ -1533,7 +1526,7 @@ class _Run:
         # manager, a name looked up in torch or the standard library, which a submission can
         # make run its own code) runs inside it, where its ops are the call's (red-team rounds
         # 10-11 ran PyTorch from a ``contextlib`` exit after the range had closed).
-        self._held = []
+        self._held = []  # the last call's levelling released first: it is counted anew
         self._held = _held_alike(self._previous)
         grad = _is_grad_enabled()
         _set_grad_enabled(False)
