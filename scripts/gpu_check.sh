@@ -16,7 +16,8 @@
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
-#        (grade honors GRADE_ARGS and GRADE_PROFILE=1: the parent under cProfile)
+#        (grade honors GRADE_ARGS, GRADE_PROFILE=1: the parent under cProfile, and
+#        GRADE_PYSPY=PATH: every process under that py-spy binary)
 #        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N, and
 #        HOSTILE_K: a pytest -k filter)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
@@ -93,7 +94,11 @@ for part in $parts; do
                 | tee "$out/validate_throughput.log" ;;
     # shellcheck disable=SC2086 — GRADE_ARGS is a list of flags (e.g. "--sets triton")
     # GRADE_PROFILE=1: the parent under cProfile (grade_profile.txt: the 40 costliest calls)
-    grade)    python3 ${GRADE_PROFILE:+-m cProfile -o /tmp/grade.prof} benchmarks/grade_throughput.py \
+    # GRADE_PYSPY=PATH: the run under that py-spy binary, every process sampled on CPU
+    # (grade_pyspy.txt: collapsed stacks; idle threads left out)
+    grade)    ${GRADE_PYSPY:+$GRADE_PYSPY record --subprocesses --nonblocking -r 25 -f raw \
+                -o "$out/grade_pyspy.txt" --} \
+                python3 ${GRADE_PROFILE:+-m cProfile -o /tmp/grade.prof} benchmarks/grade_throughput.py \
                 ${GRADE_ARGS:-} --json "$out/grade.json" 2>&1 | tee "$out/grade_throughput.log"
               [ -f /tmp/grade.prof ] && python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], \
                 stream=open(sys.argv[2], 'w')).sort_stats('tottime').print_stats(40)" \

@@ -30,7 +30,9 @@ import triton.language as tl
 S = 8  # slices: each captured call does 1/S of the work
 
 
-@triton.jit
+# Not specialized on the scalars: the kernels compile once, in the first forward (a compile in a
+# later call is refused: no ptxas once the first forward is over)
+@triton.jit(do_not_specialize=["start", "end"])
 def scale_add_kernel(x_ptr, y_ptr, out_ptr, start, end, BLOCK: tl.constexpr):
     offsets = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < end
@@ -39,7 +41,7 @@ def scale_add_kernel(x_ptr, y_ptr, out_ptr, start, end, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, 2.0 * x + y, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["token"])
 def flag_kernel(flag_ptr, token):
     tl.store(flag_ptr, token)
 
@@ -71,6 +73,7 @@ class ModelNew(nn.Module):
             return self.gout
         if self.flag is None:
             self.flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+            flag_kernel[(1,)](self.flag, 0)  # compiled now, while compiles are allowed
         if self.gout is None or self.gout.shape != x.shape:
             self.gout = torch.empty_like(x)
         key = self._key(x, y)
