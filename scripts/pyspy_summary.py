@@ -22,7 +22,9 @@ TASKS = ("candidate_task", "reference_task", "reference_timing_task", "compile_t
 
 
 def kind_of(cmd: str) -> str:
-    """A process's kind from its command line."""
+    """A process's kind from its command line (py-spy gives the process it started none)."""
+    if not cmd:
+        return "the command run"
     for word in ("zygote_worker", "harness_worker", "grade_throughput", "compile", "ptxas"):
         if word in cmd:
             return word
