@@ -208,15 +208,18 @@ class ZygotePool:
     @staticmethod
     def _start(python: str, env: dict, names: tuple[str, ...]) -> Zygote:
         """A started zygote; when one of the optional preloads (after torch, triton and numpy)
-        started a thread (some do where a GPU driver is present), again without it and those
-        after it: fewer preloads cost a worker seconds, no zygote costs it the whole import."""
+        started a thread (some do where a GPU driver is present), again without that one, as
+        often as that happens: fewer preloads cost a worker seconds, no zygote costs it the
+        whole import."""
         zygote = Zygote(python, env, names)
         zygote.start()
         culprit = zygote.info.get("threaded_by")
-        if not zygote.alive and culprit in names[len(BASE_PRELOAD):]:
+        while not zygote.alive and culprit in names[len(BASE_PRELOAD):]:
             _log.info("zygote preload %s starts a thread: preloading less", culprit)
-            zygote = Zygote(python, env, names[:names.index(culprit)])
+            names = tuple(name for name in names if name != culprit)
+            zygote = Zygote(python, env, names)
             zygote.start()
+            culprit = zygote.info.get("threaded_by")
         return zygote
 
     def address_space(self, device: str, base_env: dict) -> int | None:
@@ -262,12 +265,13 @@ def preload() -> tuple[str, ...]:
     # torch._dynamo (with Inductor's config) and the flop counter are imported lazily by the
     # meta estimate and the probe's trace: 1-4 s per worker when each imports them. (Inductor's
     # compile_fx is not: on a GPU machine its import starts a thread, measured on an H100.)
-    # cpp_extension (the grader watches it), Triton's interpreter and gluon are imported by every
-    # candidate worker, and compiled from source there (no writable bytecode cache in the
-    # sandbox): 0.79 CPU-s of each grade, sampled with py-spy on an H100 host.
+    # Triton's interpreter and gluon are imported by every candidate worker, and compiled from
+    # source there (no writable bytecode cache in the sandbox): 0.27 CPU-s of each grade,
+    # sampled with py-spy on an H100 host. (So is torch.utils.cpp_extension, 0.54-0.66 CPU-s,
+    # which the grader watches; but on that host its import started a thread.)
     return (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "kernelmill.validate.sandbox",
-            "torch.utils.flop_counter", "torch._dynamo", "torch.utils.cpp_extension",
-            "triton.runtime.interpreter", "triton.experimental.gluon")
+            "torch.utils.flop_counter", "torch._dynamo", "triton.runtime.interpreter",
+            "triton.experimental.gluon")
 
 
 ZYGOTES = ZygotePool()
