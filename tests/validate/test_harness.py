@@ -1,5 +1,6 @@
 """The execution harness: isolation, crash verdicts, the private channel, leftover processes."""
 import os
+import tempfile
 import time
 
 import pytest
@@ -535,3 +536,44 @@ def test_a_warm_worker_reports_the_cpu_time_it_used():
     assert spun.ok and spun.warm and slept.ok and slept.warm, (spun.error, slept.error)
     assert spun.cpu_s is not None and spun.cpu_s >= 0.4, spun.cpu_s
     assert slept.cpu_s is not None and slept.cpu_s < spun.cpu_s - 0.25, (slept.cpu_s, spun.cpu_s)
+
+
+def test_a_result_frame_is_spliced_from_the_pipe_whole_and_read_on_where_splice_cannot():
+    """The result's bytes go from the worker's pipe into the frame's memory file in the kernel;
+    from something that is not a pipe, nothing is spliced and the reader's ``readv`` does it."""
+    import threading
+
+    from kernelmill.validate.harness import _FrameFile, _Reader
+
+    payload = os.urandom(3 << 20) + b"end"
+    r, w = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w, payload[:1 << 20]),
+                                              os.write(w, payload[1 << 20:]), os.close(w)))
+    writer.start()
+    frame = _Reader(r, b"k", 0.0)._read_exact(len(payload), file=True)
+    writer.join()
+    assert isinstance(frame, _FrameFile) and bytes(frame.map) == payload
+    frame.close()
+    os.close(r)
+    r, w = os.pipe()  # and the splice alone fills it
+    writer = threading.Thread(target=lambda: (os.write(w, payload), os.close(w)))
+    writer.start()
+    holder = _FrameFile(len(payload))
+    assert holder.splice_from(r) == len(payload)
+    writer.join()
+    assert bytes(holder.map) == payload
+    holder.close()
+    os.close(r)
+
+    with tempfile.TemporaryFile() as plain:  # a regular file: splice refuses it
+        plain.write(payload)
+        plain.flush()
+        plain.seek(0)
+        holder = _FrameFile(len(payload))
+        assert holder.splice_from(plain.fileno()) == 0
+        holder.close()
+        fd = os.dup(plain.fileno())
+        frame = _Reader(fd, b"k", 0.0)._read_exact(len(payload), file=True)
+        os.close(fd)
+        assert bytes(frame.map) == payload
+        frame.close()
