@@ -962,8 +962,8 @@ def refuse_runtime_code() -> None:
 # Red-team answers reached kernelmill's modules through the standard library's private aliases
 # and rewrote the worker's result encoder, and wrapped ``json.dumps`` and
 # ``torch.serialization._save`` to rewrite the timing reports and the facts. The caller keeps
-# the snapshot (a tuple in its own frame); the module-level copy serves the tests.
-_SNAPSHOT: dict[tuple[Any, str], Any] = {}
+# the snapshot (a tuple in its own frame), and no module holds a copy (building one cost 0.26
+# CPU-s of an honest CPU grade's 2.0, and nothing read it).
 _CLASSES_WATCHED = (torch.Tensor, torch.nn.Module)
 
 
@@ -1031,8 +1031,6 @@ def snapshot_modules() -> tuple:
     from torch.utils import cpp_extension  # noqa: F401 — loaded now, so it is watched
 
     entries = _module_entries()
-    _SNAPSHOT.clear()
-    _SNAPSHOT.update({(owner, name): value for owner, name, value in entries})
     originals = tuple((label, *entry) for label, entry in _ORIGINALS.items())
     return tuple(entries), originals, _module_shapes()
 
@@ -1059,15 +1057,12 @@ def _reshaped_modules(shapes: tuple, *, _vars=vars, _type=type, _str=str, _list=
     return found
 
 
-def patched_functions(snapshot: tuple | None = None, *, _vars=vars, _id=id, _set=set,
+def patched_functions(snapshot: tuple, *, _vars=vars, _id=id, _set=set,
                       _sorted=sorted, _getattr=getattr) -> list[str]:
-    """The snapshot's entries rebound since, by name. The builtins it uses are bound as its
-    keyword defaults (setting a function's defaults is an audited event, refused to a
-    submission): a submission's ``vars`` that returned the originals hid every patch, its own
-    included (red-team round 6)."""
-    if snapshot is None:
-        snapshot = (tuple((owner, name, value) for (owner, name), value in _SNAPSHOT.items()),
-                    tuple((label, *entry) for label, entry in _ORIGINALS.items()))
+    """The snapshot's entries (``snapshot_modules``) rebound since, by name. The builtins it
+    uses are bound as its keyword defaults (setting a function's defaults is an audited event,
+    refused to a submission): a submission's ``vars`` that returned the originals hid every
+    patch, its own included (red-team round 6)."""
     entries, originals, *shapes = snapshot
     patched = _reshaped_modules(shapes[0]) if shapes else []
     guarded = _set([(_id(owner), name) for _label, owner, name, _original in originals])
