@@ -1937,8 +1937,11 @@ def _candidate_task(payload: dict) -> dict:
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
-    if "cpp_extension" in source or "load_inline" in source:
-        _install_extension_hooks(allowed_digests=payload.get("extension_digests"))
+    # Every candidate's loaders are wrapped, whether or not its text names them (a name
+    # computed at run time reaches the same functions, and on a GPU a build at import may run a
+    # compiler): where the compile worker built nothing, nothing loads.
+    named = "cpp_extension" in source or "load_inline" in source
+    _install_extension_hooks(allowed_digests=payload.get("extension_digests") if named else [])
     _install_thread_hooks()
     _install_host_access_hooks()
     confine = payload.get("confine", False)

@@ -1517,3 +1517,37 @@ def test_the_last_output_is_held_alike_whoever_else_holds_it():
         seen.add(read(previous))
         assert held and len(holders) == 2 * others
     assert len(seen) == 1, seen
+
+
+def test_the_extension_loaders_are_wrapped_for_a_source_that_never_names_them(tmp_path):
+    """``load_inline`` reached through a name computed at run time is the wrapped loader too,
+    which loads only what the compile worker built (here nothing: the text names no extension,
+    so none was built). A submission that compiled its own native code at import (on a GPU a
+    compiler may run until the first call) would load code whose text nobody scanned."""
+    from kernelmill.grade import grader as G
+
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    probe = honest.replace("class ModelNew", textwrap.dedent('''\
+        import importlib
+        _module = importlib.import_module("torch.utils." + "cpp_" + "ext" + "ension")
+        _loader = getattr(_module, "load_" + "in" + "line")
+        if not _loader.__module__.startswith("kernelmill."):
+            raise RuntimeError("the loader is not wrapped")
+        try:
+            _loader(name="km_probe", cpp_sources="int f() { return 1; }", functions=["f"])
+        except ImportError as exc:  # built nowhere it may be loaded from
+            REFUSED = str(exc)
+        except Exception as exc:  # noqa: BLE001 (no compiler may run)
+            REFUSED = type(exc).__name__
+        else:
+            raise RuntimeError("an unscanned extension loaded")
+
+
+        class ModelNew'''), 1)
+    grader = G.Grader("cpu", policy=Policy(time=False, trials=1, static_first=False),
+                      cache_root=str(tmp_path))
+    verdict = grader.grade(reference, probe)
+    # imported without an error: the loader was the wrapped one, and it loaded nothing
+    assert verdict["error"] is None and verdict["compiled"], verdict["error"]
+    assert verdict["hacks"] == ["forbidden_api"]  # the computed import, from the static scan
