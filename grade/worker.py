@@ -1435,6 +1435,30 @@ def _load_weights(model, state: dict) -> str:
 
 HELD_REFS = 64
 
+# Every forward starts this many Python frames deep, whichever of the grader's paths called it
+# (a checked call, the timer's rounds, its clock check, the unseen-input check, the ghost): a
+# pure-Python recursion that counts the frames left before ``RecursionError`` read each kind of
+# call apart and did half the work in scored calls only (red-team round 20). The deepest path
+# to ``_Run.invoke`` is about 40 frames.
+CALL_DEPTH = 128
+
+
+def _stack_depth(_getframe=sys._getframe) -> int:
+    """Frames on the stack from the caller's down to the thread's first."""
+    frame, depth = _getframe(1), 0
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
+
+
+def _at_depth(left: int, fn, args: tuple):
+    """``fn(*args)`` called ``left`` frames further down than this call (no deeper when
+    ``left`` is not positive)."""
+    if left > 0:
+        return _at_depth(left - 1, fn, args)
+    return fn(*args)
+
 
 def _held_alike(value) -> list:
     """References to ``value`` (the last call's output) and to each item of it (a tuple or list
@@ -1531,7 +1555,7 @@ class _Run:
             tracer = _OpTrace()
             with tracer:
                 _audit_event("kernelmill.call", 0, dispatch_state())
-                out = self.model(*self.buffers)
+                out = _at_depth(CALL_DEPTH - _stack_depth(), self.model, self.buffers)
                 _check_dispatch_state()
         finally:
             self.witness.close_call(opened)
