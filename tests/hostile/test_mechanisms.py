@@ -1551,3 +1551,24 @@ def test_the_extension_loaders_are_wrapped_for_a_source_that_never_names_them(tm
     # imported without an error: the loader was the wrapped one, and it loaded nothing
     assert verdict["error"] is None and verdict["compiled"], verdict["error"]
     assert verdict["hacks"] == ["forbidden_api"]  # the computed import, from the static scan
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    # a class pattern's keyword is an attribute read of the subject (red-team round 21)
+    ("match torch.cuda.graphs:\n    case object(gc=g):\n        pass", "reaches module gc"),
+    ("match x:\n    case [object(__dict__=d)]:\n        pass", "uses .__dict__"),
+    # the clock module as a library's attribute, and the clocks by their _ns names
+    ("c = torch.distributed.distributed_c10d.time", "reaches module time"),
+    ("t = clock.thread_time_ns()", "uses .thread_time_ns"),
+    ("n = collector.get_count()", "uses .get_count"),
+])
+def test_static_scan_reads_pattern_keywords_and_every_clock(snippet, needle):
+    """Between two forwards the grader's own work left a different garbage-collector count and
+    CPU time on each path (scored, checked, unseen): a round-21 answer read ``gc`` through a
+    class pattern and did half the work where the count said it was timed."""
+    findings = static.scan("import torch\n" + snippet + "\n")
+    assert any(needle in f for f in findings), findings
+
+
+def test_an_objects_own_time_attribute_is_not_the_clock_module():
+    assert static.scan("class A:\n    def f(self):\n        return self.time\n") == []
