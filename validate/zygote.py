@@ -269,9 +269,11 @@ def preload() -> tuple[str, ...]:
     # source there (no writable bytecode cache in the sandbox): 0.27 CPU-s of each grade,
     # sampled with py-spy on an H100 host. (So is torch.utils.cpp_extension, 0.54-0.66 CPU-s,
     # which the grader watches; but on that host its import started a thread.)
+    # The grader's worker last: its ``zygote_warm`` lists the modules loaded by then, which its
+    # candidate runs watch (run by the zygote, ``zygote_worker._warm_preloads``).
     return (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "kernelmill.validate.sandbox",
             "torch.utils.flop_counter", "torch._dynamo", "triton.runtime.interpreter",
-            "triton.experimental.gluon")
+            "triton.experimental.gluon", "kernelmill.grade.worker")
 
 
 ZYGOTES = ZygotePool()

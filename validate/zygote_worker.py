@@ -378,6 +378,18 @@ def _warm_keys() -> None:
         pass
 
 
+def _warm_preloads(names: list[str]) -> None:
+    """Each preloaded module's ``zygote_warm()``, where it defines one: work done once here that
+    every fork inherits (the grader's worker lists the modules it watches)."""
+    for name in names:
+        warm = getattr(sys.modules.get(name), "zygote_warm", None)
+        if callable(warm):
+            try:
+                warm()
+            except Exception:  # noqa: BLE001 — a fork then does that work itself
+                pass
+
+
 def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[0]))
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -412,6 +424,7 @@ def main(argv: list[str]) -> None:
             threaded_by = name
             break
     _warm_keys()
+    _warm_preloads(preloaded)
     threads = len(os.listdir("/proc/self/task"))
     zygote = Zygote(sock)
     zygote.send({"op": "ready", "pid": os.getpid(), "guardian": guardian,

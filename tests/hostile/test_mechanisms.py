@@ -1572,3 +1572,30 @@ def test_static_scan_reads_pattern_keywords_and_every_clock(snippet, needle):
 
 def test_an_objects_own_time_attribute_is_not_the_clock_module():
     assert static.scan("class A:\n    def f(self):\n        return self.time\n") == []
+
+
+def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_were():
+    """The zygote lists what the snapshot watches once (``zygote_warm``); a forked worker reuses
+    an owner's entries only while its namespace holds the same values, so what changed after
+    the fork (the worker's own hooks) is listed as it is now, and the snapshot is the one a
+    fresh listing takes."""
+    import json as json_module
+
+    from kernelmill.grade import worker
+
+    def ids(snapshot):
+        return {(id(owner), name, id(value)) for owner, name, value in snapshot[0]}
+
+    dumps = json_module.dumps
+    worker.zygote_warm()
+    try:
+        json_module.dumps = lambda *a, **k: "{}"  # rebound after the listing (a hook, say)
+        warm = worker.snapshot_modules()
+        assert (id(json_module), "dumps", id(json_module.dumps)) in ids(warm)
+        worker._WARM.clear()
+        assert ids(warm) == ids(worker.snapshot_modules())
+        json_module.dumps = dumps  # put back: to the snapshot, a patch
+        assert worker.patched_functions(warm) == ["json.dumps"]
+    finally:
+        json_module.dumps = dumps
+        worker._WARM.clear()

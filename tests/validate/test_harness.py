@@ -577,3 +577,14 @@ def test_a_result_frame_is_spliced_from_the_pipe_whole_and_read_on_where_splice_
         os.close(fd)
         assert bytes(frame.map) == payload
         frame.close()
+
+
+def test_a_warm_worker_inherits_what_the_zygote_listed_for_the_grader():
+    """The grader's worker is a preload whose ``zygote_warm`` runs in the zygote: a run forked
+    from it starts with the watched modules already listed."""
+    result = run("import sys\n"
+                 "def main():\n"
+                 "    worker = sys.modules.get('kernelmill.grade.worker')\n"
+                 "    return {'listed': len(worker._WARM) if worker else -1}\n", timeout_s=60)
+    assert result.ok, result.error
+    assert result.warm and result.value["listed"] > 1000, result.value
