@@ -484,6 +484,43 @@ def scan(source: str) -> list[str]:
     return _scan_tree(tree) + kernelguard_findings(source)
 
 
+# Builtin classes whose positional class pattern matches the subject itself (``case int(n)``),
+# reading no attribute
+SELF_MATCHING = {"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set",
+                 "str", "tuple"}
+# What makes ``isinstance`` or a class pattern run code of the class's choosing
+MATCH_HOOKS = ("__match_args__", "__instancecheck__", "__subclasscheck__")
+
+
+def _pattern_findings(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """Class patterns are attribute reads by name: a positional one reads the names in the
+    class's ``__match_args__``, a tuple a class may compute at run time, and with a metaclass's
+    ``__instancecheck__`` any subject matches (red-team round 22: a ``getattr`` by computed
+    name). A positional class pattern (but on a builtin that matches itself), a class that
+    defines a matching hook, a metaclass and a class built by ``type(name, bases, dict)`` are
+    findings; keywords are judged as the reads they are (``_with_pattern_reads``)."""
+    found = []
+    for node in ast.walk(tree):
+        name = getattr(node, "name", None) if isinstance(node, ast.FunctionDef) else \
+            node.id if isinstance(node, ast.Name) else \
+            node.value if isinstance(node, ast.Constant) else None
+        if isinstance(node, ast.MatchClass) and node.patterns and not (
+                isinstance(node.cls, ast.Name) and node.cls.id in SELF_MATCHING):
+            found.append((node, "a positional class pattern (reads the attributes its "
+                                "class's __match_args__ names)"))
+        elif isinstance(node, ast.ClassDef) and any(k.arg == "metaclass" for k in node.keywords):
+            found.append((node, f"class {node.name} has a metaclass"))
+        elif isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name) and b.id == "type" for b in node.bases):
+            found.append((node, f"class {node.name} is a metaclass"))
+        elif isinstance(name, str) and name in MATCH_HOOKS:
+            found.append((node, f"names {name}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "type" and len(node.args) == 3:
+            found.append((node, "builds a class at run time (type with three arguments)"))
+    return found
+
+
 def _with_pattern_reads(tree: ast.AST) -> ast.AST:
     """``tree`` with the attribute reads its class patterns make written out: ``match S:
     case C(name=p)`` reads ``S.name`` (red-team round 21 read a forbidden module as
@@ -500,6 +537,7 @@ def _with_pattern_reads(tree: ast.AST) -> ast.AST:
                         read = ast.copy_location(ast.Attribute(
                             value=copy.deepcopy(node.subject), attr=name, ctx=ast.Load()),
                             pattern)
+                        read.pattern_read = True  # a module's attribute, as far as it may be
                         reads.append(ast.copy_location(ast.Expr(read), pattern))
     if not reads or not isinstance(tree, ast.Module):
         return tree
@@ -514,6 +552,9 @@ def _scan_tree(tree: ast.AST) -> list[str]:
 
     def flag(node: ast.AST, what: str) -> None:
         findings.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    for node, what in _pattern_findings(tree):
+        flag(node, what)
 
     # getattr(obj, "constant") is ordinary; getattr passed around (reduce(getattr, ...),
     # g = getattr) or called with a computed name is a way around this scan.
@@ -656,7 +697,8 @@ def _scan_tree(tree: ast.AST) -> list[str]:
             elif base in REACHABLE_MODULES and base not in bound_by_import:
                 flag(node, f"reaches module {base} through an attribute")
             elif node.attr in REACHABLE_MODULES and \
-                    (node.attr != "time" or _root_name(node) in library_names | imported_modules):
+                    (node.attr != "time" or getattr(node, "pattern_read", False) or
+                     _root_name(node) in library_names | imported_modules):
                 # ``torch.sys``: a module held by another, then used under any name (``.time``
                 # of an object is often its own: of a module, it is the clock module, round 21)
                 flag(node, f"reaches module {node.attr} through an attribute")

@@ -1599,3 +1599,24 @@ def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_
     finally:
         json_module.dumps = dumps
         worker._WARM.clear()
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    # a positional class pattern reads the names in __match_args__, computable at run time
+    # (red-team round 22: with a metaclass's __instancecheck__, a getattr by computed name)
+    ("match torch.cuda.graphs:\n    case C(g):\n        pass", "positional class pattern"),
+    ("class Yes(type):\n    pass", "is a metaclass"),
+    ("class S(metaclass=M):\n    pass", "has a metaclass"),
+    ("class S:\n    __match_args__ = ('x',)", "names __match_args__"),
+    ("S = M('S', (), {'__match_args__': ('x',)})", "names __match_args__"),
+    ("S = type('S', (), {})", "type with three arguments"),
+    # a keyword read nested in a sequence pattern: the clock module whatever its subject
+    ("match [torch.distributed]:\n    case [object(time=t)]:\n        pass", "reaches module time"),
+])
+def test_static_scan_judges_every_read_a_class_pattern_can_make(snippet, needle):
+    findings = static.scan("import torch\n" + snippet + "\n")
+    assert any(needle in f for f in findings), findings
+
+
+def test_a_builtin_class_pattern_that_matches_itself_is_not_a_read():
+    assert static.scan("def f(n):\n    match n:\n        case int(v):\n            return v\n") == []
