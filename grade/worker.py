@@ -2107,8 +2107,12 @@ def _candidate_task(payload: dict) -> dict:
             # trial's, replay it, and let the parent compare.
             mark_stage("graph check")
             run.load(trials[check]["inputs"])
-            facts["graph_check"] = {"trial": check, **run.observe(timer.replay(), run.buffers,
-                                                                  inputs_after=False)}
+            out = timer.replay()
+            # every call's output, each in memory of its own: a call that did part of the work
+            # and left the rest to the calls beside it differs from the last
+            agree = M.calls_disagree(timer.outputs)
+            facts["graph_check"] = {"trial": check, "calls_agree": agree,
+                                    **run.observe(out, run.buffers, inputs_after=False)}
         facts["timed"]["threads"] = sorted(
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
         # An audit call, traced like the checked ones, after an unpredictable number of timed

@@ -8,8 +8,12 @@ Timing (``Timer``):
   (enough calls for about ``sample_ms`` of device time, a power of two: ``graph_calls``) and the
   graph is replayed between two CUDA events, right behind an untimed replay; one sample is the
   replay's time divided by the calls it holds (as ``triton.testing.do_bench_cudagraph``: no
-  launch overhead, no host in the loop). The graph keeps the output of its last call (``Timer.output``), so the caller can refill
-  the inputs, ``replay()`` and have the parent compare what the graph computes.
+  launch overhead, no host in the loop). The timer holds every captured call's output
+  (``Timer.outputs``; the last is ``Timer.output``), so each call writes its own memory on every
+  replay: the caller can refill the inputs, ``replay()``, have the parent compare the last
+  output and check that every call's agrees with it (``calls_disagree``). A call that did part
+  of the work into memory an earlier call also wrote (a kept tensor, slices spread over calls)
+  is then either seen (``outputs_overlap``: the graph holds one call per sample) or wrong.
 - CUDA, not capturable (host syncs, side streams never joined, allocation outside the pool):
   one call per sample between CUDA events after an L2 flush, ending in a device-wide synchronize
   so work on side streams counts.
@@ -68,6 +72,17 @@ _Stream = torch.cuda.Stream
 _stream_ctx = torch.cuda.stream
 _current_stream = torch.cuda.current_stream
 _profiler_enabled = torch.autograd._profiler_enabled
+_untyped_storage = torch.Tensor.untyped_storage
+_storage_ptr = torch.UntypedStorage.data_ptr
+_storage_nbytes = torch.UntypedStorage.nbytes
+_equal = torch.equal
+_double = torch.Tensor.double
+_abs = torch.Tensor.abs
+_amax = torch.Tensor.max
+_item = torch.Tensor.item
+_isnan = torch.isnan
+_logical_and = torch.logical_and
+_where = torch.where
 _nullcontext = contextlib.nullcontext
 
 # (owner, attribute) pairs this module calls while timing: a worker that runs untrusted code
@@ -273,6 +288,9 @@ def summarize(method: str, samples: list[float], **extra) -> dict:
 # ---------------------------------------------------------------- the timer
 
 PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
+# The most device memory the timing graph's held outputs may take: fewer calls per sample for
+# a large output (a call of such a size is long enough that a handful fill a sample)
+HELD_OUTPUT_BYTES = 256 << 20
 
 # Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
 # GEMM read 0.0600-0.0627 ms across 8 placements in one process, each repeating within 0.24%;
@@ -318,6 +336,76 @@ def placed_copies(values: list, device: str, copies: int = PLACEMENTS) -> list[l
 _PADS: list = []
 
 
+def _spans(output) -> list[tuple[int, int]]:
+    """The device memory (start, end) behind each tensor of a forward's result (one level deep,
+    tensors of exactly ``torch.Tensor``: anything else the parent refuses when it is shown)."""
+    _kind, items = flatten_outputs(output)
+    spans = []
+    for item in items:
+        if _type(item) is _Tensor:
+            storage = _untyped_storage(item)
+            start = _storage_ptr(storage)
+            spans.append((start, start + max(1, _storage_nbytes(storage))))
+    return spans
+
+
+def outputs_overlap(outputs: list) -> bool:
+    """Whether any two calls' outputs share memory (the same tensor returned again, views of
+    one storage, a buffer the forward keeps). With every output held, an honest call's output
+    is fresh memory."""
+    spans = _sorted((span, call) for call, output in enumerate(outputs) for span in _spans(output))
+    end, owner = -1, -1
+    for (start, stop), call in spans:
+        if start < end and call != owner:
+            return True
+        if stop > end:
+            end, owner = stop, call
+    return False
+
+
+def output_bytes(output) -> int:
+    return sum(stop - start for start, stop in _spans(output))
+
+
+def _tensor_gap(a, b) -> tuple[float, float]:
+    """(largest |a - b|, largest |b|), NaN where both are NaN counted equal; inf when the two
+    differ in type, shape or dtype."""
+    if _type(a) is not _Tensor or _type(b) is not _Tensor or a.shape != b.shape or \
+            a.dtype != b.dtype:
+        return math.inf, 0.0
+    if a.numel() == 0 or _equal(a, b):
+        return 0.0, 0.0
+    a, b = _double(a), _double(b)
+    gap = _abs(a - b)
+    gap = _where(_logical_and(_isnan(a), _isnan(b)), 0.0, gap)
+    largest = _item(_amax(gap))
+    return (math.inf if largest != largest else largest), _item(_amax(_abs(b)))
+
+
+def calls_disagree(outputs: list) -> dict:
+    """After a replay: how far the furthest captured call's output is from the last call's
+    (``{"calls": N}`` alone when every one is bit for bit the same). The parent judges the gap
+    with the problem's tolerance: a nondeterministic kernel differs by rounding, a call that
+    left part of its output to others by whole values."""
+    report: dict[str, Any] = {"calls": len(outputs)}
+    if len(outputs) < 2:
+        return report
+    last = flatten_outputs(outputs[-1])
+    worst = (0.0, 0.0, None)
+    for call, output in enumerate(outputs[:-1]):
+        kind, items = flatten_outputs(output)
+        if kind != last[0]:
+            worst = (math.inf, 0.0, call)
+            break
+        for a, b in zip(items, last[1]):
+            gap, scale = _tensor_gap(a, b)
+            if gap > worst[0]:
+                worst = (gap, scale, call)
+    if worst[2] is not None:
+        report.update(call=worst[2], max_abs=worst[0], scale=worst[1])
+    return report
+
+
 def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
     """Calls captured in one timing graph: enough for ``sample_ms`` of device time, rounded up
     to a power of two (at most ``most``). Rounding keeps the count, and with it the share of a
@@ -345,6 +433,8 @@ class Timer:
         self.graph = None
         self.calls_per_sample = 1
         self.output = None
+        self.outputs: list = []  # every captured call's output, held (the last is ``output``)
+        self.outputs_overlap = False  # two calls' outputs shared memory: one call per sample
         self.capture_error: str | None = None
         self.estimate_ms: float | None = None
         self.host_ms: float | None = None
@@ -386,15 +476,37 @@ class Timer:
         return self.describe()
 
     def _captured(self, stream, calls: int):
-        graph = _CUDAGraph()
+        """A graph of ``calls`` calls and each call's output, all held while the later calls
+        are captured: no call's output memory is handed to a later call."""
+        graph, outputs = _CUDAGraph(), []
         with _stream_ctx(stream):
             _capture_begin(graph)
             try:
                 for _ in range(calls):
-                    output = self.fn()
+                    outputs.append(self.fn())
             finally:
                 _capture_end(graph)
-        return graph, output
+        return graph, outputs
+
+    def _calls_for(self, per_call_ms: float) -> int:
+        """Calls per sample: ``graph_calls``, at most as many as ``HELD_OUTPUT_BYTES`` holds
+        outputs for (a power of two), one where the calls' outputs shared memory."""
+        if self.outputs_overlap:
+            return 1
+        calls = graph_calls(self.sample_ms, per_call_ms, self.max_calls)
+        fit = HELD_OUTPUT_BYTES // max(1, output_bytes(self.output))
+        return max(1, min(calls, 1 << (max(1, fit).bit_length() - 1)))
+
+    def _timing_graph(self, stream, calls: int):
+        """The timing graph of ``calls`` calls and its outputs; captured again with one call
+        when two calls' outputs shared memory (a later call could then leave part of the
+        output to an earlier one, and a replay's last output would not show it)."""
+        graph, outputs = self._captured(stream, calls)
+        if calls > 1 and outputs_overlap(outputs):
+            self.outputs_overlap = True
+            del graph, outputs
+            graph, outputs = self._captured(stream, 1)
+        return graph, outputs
 
     def _capture(self) -> None:
         stream = _Stream()
@@ -405,8 +517,7 @@ class Timer:
                     self.fn()
             _cuda_synchronize()
             self.estimate_ms = self._per_call_ms(stream)
-            calls = graph_calls(self.sample_ms, self.estimate_ms, self.max_calls)
-            graph, output = self._captured(stream, calls)
+            graph, outputs = self._timing_graph(stream, self._calls_for(self.estimate_ms))
             _current_stream().wait_stream(stream)
             _graph_replay(graph)
             _cuda_synchronize()
@@ -417,7 +528,8 @@ class Timer:
             self.output = self.fn()
             _cuda_synchronize()
             return
-        self.graph, self.output, self.calls_per_sample = graph, output, calls
+        self.graph, self.outputs, self.output = graph, outputs, outputs[-1]
+        self.calls_per_sample = len(outputs)
         self.method, self._stream = "cuda_graph", stream
 
     def planned_calls(self) -> int | None:
@@ -430,7 +542,7 @@ class Timer:
         if self.method != "cuda_graph" or self._stream is None:
             return None
         self.estimate_ms = self._per_call_ms(self._stream)
-        calls = graph_calls(self.sample_ms, self.estimate_ms, self.max_calls)
+        calls = self._calls_for(self.estimate_ms)
         return None if calls == self.calls_per_sample else calls
 
     def resize(self, calls: int | None = None) -> bool:
@@ -443,11 +555,13 @@ class Timer:
                 calls == self.calls_per_sample:
             return False
         self.graph = None  # its memory goes back to the pool before the new capture
-        graph, output = self._captured(self._stream, int(calls))
+        self.outputs, self.output = [], None
+        graph, outputs = self._timing_graph(self._stream, int(calls))
         _current_stream().wait_stream(self._stream)
         _graph_replay(graph)
         _cuda_synchronize()
-        self.graph, self.output, self.calls_per_sample = graph, output, int(calls)
+        self.graph, self.outputs, self.output = graph, outputs, outputs[-1]
+        self.calls_per_sample = len(outputs)
         return True
 
     def _per_call_ms(self, stream) -> float:
@@ -457,7 +571,7 @@ class Timer:
         start, end = self._events
         times = []
         for calls in (1, PROBE_CALLS):
-            graph, output = self._captured(stream, calls)
+            graph, outputs = self._captured(stream, calls)
             _graph_replay(graph)
             # the least of three runs of 5 replays: work of other processes sharing the GPU
             # (another grade's checks; ``prepare`` runs beside them) only lengthens a run, and
@@ -473,8 +587,8 @@ class Timer:
                 best = min(best, float(_event_elapsed(start, end)) / 5)
             times.append(best)
             if calls == 1:
-                self._single = (graph, output)  # kept for ``once``
-            del graph, output
+                self._single = (graph, outputs[-1])  # kept for ``once``
+            del graph, outputs
         one, many = times
         return max((many - one) / (PROBE_CALLS - 1), many / PROBE_CALLS / 4, 1e-5)
 
@@ -483,6 +597,8 @@ class Timer:
         described = {"method": self.method, "calls_per_sample": self.calls_per_sample,
                      "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
                      "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
+        if self.outputs_overlap:
+            described["outputs_overlap"] = True
         if self.cpu_samples:
             described["cpu_ms"] = _median(self.cpu_samples)
         return described

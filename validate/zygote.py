@@ -267,13 +267,15 @@ def preload() -> tuple[str, ...]:
     # compile_fx is not: on a GPU machine its import starts a thread, measured on an H100.)
     # Triton's interpreter and gluon are imported by every candidate worker, and compiled from
     # source there (no writable bytecode cache in the sandbox): 0.27 CPU-s of each grade,
-    # sampled with py-spy on an H100 host. (So is torch.utils.cpp_extension, 0.54-0.66 CPU-s,
-    # which the grader watches; but on that host its import started a thread.)
+    # sampled with py-spy on an H100 host. So is torch.utils.cpp_extension (0.54-0.79 CPU-s),
+    # which every candidate's loaders wrap and the grader watches: its import asks whether CUDA
+    # is available, which on a GPU host started the driver's threads, so the zygote imports it
+    # with that question answered from the device files (``zygote_worker._import_without_cuda``).
     # The grader's worker last: its ``zygote_warm`` lists the modules loaded by then, which its
     # candidate runs watch (run by the zygote, ``zygote_worker._warm_preloads``).
     return (*BASE_PRELOAD, "kernelmill.validate.harness_worker", "kernelmill.validate.sandbox",
             "torch.utils.flop_counter", "torch._dynamo", "triton.runtime.interpreter",
-            "triton.experimental.gluon", "kernelmill.grade.worker")
+            "triton.experimental.gluon", "torch.utils.cpp_extension", "kernelmill.grade.worker")
 
 
 ZYGOTES = ZygotePool()

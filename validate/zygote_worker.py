@@ -378,6 +378,22 @@ def _warm_keys() -> None:
         pass
 
 
+def _import_without_cuda(name: str):
+    """Import ``name`` with ``torch.cuda.is_available`` answering from the device files rather
+    than the driver. ``torch.utils.cpp_extension`` asks it at import (only to warn when a CUDA
+    toolkit has no runtime), and asking the driver initialises CUDA: driver threads in the
+    zygote (measured on the H100 host), which may then fork no worker."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    probe = getattr(cuda, "is_available", None)
+    if probe is None:
+        return importlib.import_module(name)
+    cuda.is_available = lambda: cuda._is_compiled() and os.path.exists("/dev/nvidiactl")
+    try:
+        return importlib.import_module(name)
+    finally:
+        cuda.is_available = probe
+
+
 def _warm_preloads(names: list[str]) -> None:
     """Each preloaded module's ``zygote_warm()``, where it defines one: work done once here that
     every fork inherits (the grader's worker lists the modules it watches)."""
@@ -416,7 +432,7 @@ def main(argv: list[str]) -> None:
     preloaded, failed, threaded_by = [], {}, None
     for name in (argv[1].split(",") if len(argv) > 1 and argv[1] else PRELOAD):
         try:
-            importlib.import_module(name)
+            _import_without_cuda(name)
             preloaded.append(name)
         except Exception as exc:  # noqa: BLE001 — a missing preload only costs speed
             failed[name] = f"{type(exc).__name__}: {exc}"[:200]

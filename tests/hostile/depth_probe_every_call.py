@@ -51,17 +51,27 @@ def _c_left(high=1 << 15):
     return low
 
 
+def _c_is(low):  # as deep in the stack as _c_left's own tests
+    return _nested_repr_fits(low) and not _nested_repr_fits(low + 1)
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.first = None
 
     def forward(self, x, y):
-        depths = (_python_left(), _c_left())
+        # the binary search once; later calls test the first call's bound from both sides
+        # (cheap enough for the thousands of calls a GPU's timing makes)
+        python_left = _python_left()
         if self.first is None:
-            self.first = depths
-        elif depths != self.first:
-            raise RuntimeError(f"told apart: depths {depths}, first call {self.first}")
+            self.first = (python_left, _c_left())
+        else:
+            c_first = self.first[1]
+            c_same = _c_is(c_first)
+            if python_left != self.first[0] or not c_same:
+                depths = (python_left, c_first if c_same else _c_left())
+                raise RuntimeError(f"told apart: depths {depths}, first call {self.first}")
         out = torch.empty_like(x)
         n = x.numel()
         scale_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)

@@ -367,6 +367,27 @@ def test_a_preload_that_starts_a_thread_is_dropped_not_the_zygote(tmp_path, monk
         pool.close()
 
 
+def test_zygote_preloads_ask_no_driver_whether_cuda_is_there(tmp_path, monkeypatch):
+    """``torch.utils.cpp_extension`` asks ``torch.cuda.is_available()`` at import; asked of the
+    driver, that initialises CUDA (driver threads: on a GPU host the zygote then forked no
+    worker). The zygote's preloads get the answer from the device files instead."""
+    import torch
+    from kernelmill.validate import zygote, zygote_worker
+
+    asked = []
+    (tmp_path / "asks_cuda_at_import.py").write_text(
+        "import torch\nANSWER = torch.cuda.is_available()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: asked.append(1) or 1,
+                        raising=False)
+    probe = torch.cuda.is_available
+    module = zygote_worker._import_without_cuda("asks_cuda_at_import")
+    assert asked == [] and module.ANSWER == os.path.exists("/dev/nvidiactl")
+    assert torch.cuda.is_available is probe  # put back
+    assert "torch.utils.cpp_extension" in zygote.preload()
+
+
 def test_time_a_worker_waited_for_the_gpu_is_added_to_its_limit():
     """A grade waiting for another grade's lock (a slow import holding the GPU shared) is not
     timed out for it: the parent adds the wait to the worker's limit (``Control.extend``)."""

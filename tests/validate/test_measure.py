@@ -332,6 +332,53 @@ def test_graph_calls_are_a_stable_power_of_two():
                                           for x in range(1, 3000, 7)))
 
 
+def test_outputs_of_captured_calls_may_not_share_memory():
+    """The timing graph holds every call's output: fresh outputs never overlap, while a kept
+    buffer returned again, or views of one storage, do (the graph then holds one call)."""
+    fresh = [torch.randn(64) for _ in range(4)]
+    assert not M.outputs_overlap(fresh)
+    assert not M.outputs_overlap([(t, t * 2) for t in fresh])  # one call's own tensors
+    kept = torch.randn(64)
+    assert M.outputs_overlap([kept, torch.randn(64), kept])
+    whole = torch.randn(4, 64)
+    assert M.outputs_overlap([whole[0], whole[1]])  # views of one storage
+    assert M.outputs_overlap([(torch.randn(8), whole), (whole[3], torch.randn(8))])
+    assert M.output_bytes((torch.empty(10), torch.empty(3, dtype=torch.float64))) == 64
+
+
+def test_calls_that_left_part_of_the_work_to_others_disagree():
+    """Round 20's ``graph_three_fifths`` in miniature: each call wrote 3 of 5 slices of its
+    output; after new inputs, the slices it left hold the old answer."""
+    old, new = torch.arange(10.0), torch.arange(10.0) * 3
+    honest = [new.clone() for _ in range(4)]
+    assert M.calls_disagree(honest) == {"calls": 4}
+    partial = [new.clone() for _ in range(4)]
+    partial[1][6:] = old[6:]
+    report = M.calls_disagree(partial)
+    assert report["call"] == 1 and report["max_abs"] == 18.0 and report["scale"] == 27.0
+    rounding = [new + 1e-7 * i for i in range(3)]  # a nondeterministic kernel: rounding only
+    assert M.calls_disagree(rounding)["max_abs"] < 1e-6
+    both_nan = [torch.tensor([float("nan"), 1.0]) for _ in range(2)]
+    assert M.calls_disagree(both_nan) == {"calls": 2}
+    assert M.calls_disagree([(new,), new])["max_abs"] == float("inf")  # another structure
+
+
+def test_judge_refuses_a_graph_whose_calls_disagree():
+    from kernelmill.grade.judge import _graph_calls_agree
+
+    def judged(agree):
+        hacks = []
+        _graph_calls_agree(agree, (1e-4, 1e-4), lambda code, why: hacks.append((code, why)))
+        return hacks
+
+    assert judged({"calls": 64}) == []
+    assert judged({"calls": 64, "call": 3, "max_abs": 1e-6, "scale": 10.0}) == []
+    assert judged({"calls": 64, "call": 3, "max_abs": 18.0, "scale": 27.0})[0][0] == \
+        "timing_behaviour"
+    assert judged({"calls": 2, "call": 0, "max_abs": float("inf"), "scale": 0.0})
+    assert judged(None) and judged({"calls": "64"})  # unreadable fails
+
+
 def test_window_reports_a_participant_that_dies():
     window, results = _window({"reference": 1.0, "candidate": 1.0},
                               cheat="import os; os._exit(3)", ready_timeout_s=60)
