@@ -13,6 +13,8 @@
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
+#        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
+#        CAPTURE_CASES: hostile cases graded alone on CUDA)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
@@ -119,6 +121,15 @@ for part in $parts; do
                 2>&1 | tee "$out/ray_scaling.log"
               cp /tmp/ray_out/ray_scaling.json "$out/" 2>/dev/null ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
+    # the timing graph and forwards that share work between its calls; CAPTURE_CASES: hostile
+    # cases graded alone on CUDA beside it (their verdicts say why a graph was not used)
+    capture)  python3 scripts/capture_probe.py 2>&1 | tee "$out/capture_probe.log"
+              for c in ${CAPTURE_CASES:-}; do
+                ref=$(sed -n 's/^# problem: //p' "tests/hostile/$c.py")
+                ref_file=$(ls tests/hostile/"$ref".py tests/fixtures/*/"$ref".py 2>/dev/null | head -1)
+                kernelmill grade --reference "$ref_file" --candidate "tests/hostile/$c.py" \
+                  --device cuda --json > "$out/grade_$c.json" 2> "$out/grade_$c.log" &
+              done; wait ;;
     # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
     placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \
                 | tee "$out/placement_probe.log" ;;

@@ -538,8 +538,14 @@ def verdict_timing(window: dict, reference: str = "reference",
     cis = [c for c in (ref.get("ci_pct"), cand.get("ci_pct")) if c is not None]
     ci = max(cis) if cis else None
     limit = window.get("ci_limit_pct")
-    return {"method": ref["method"] if len(methods) == 1 else
-            f"{ref.get('method')}/{cand.get('method')}",
-            "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
-            "precise": None if ci is None or limit is None else ci <= limit,
-            "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
+    timing = {"method": ref["method"] if len(methods) == 1 else
+              f"{ref.get('method')}/{cand.get('method')}",
+              "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
+              "precise": None if ci is None or limit is None else ci <= limit,
+              "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
+    # why a forward was not timed as a graph, and one that returned shared memory
+    for name, part in (("reference", ref), ("candidate", cand)):
+        for key in ("capture_error", "outputs_overlap"):
+            if part.get(key):
+                timing[f"{name}_{key}"] = part[key]
+    return timing
