@@ -7,7 +7,9 @@ replayed call did 0.6 of the work, above the device-work ratio (0.5) the judge a
 The timing graph now holds every call's output, so each call writes memory of its own: outputs
 that share memory give a graph of one call per sample (``measure.outputs_overlap``), whose
 replay on new inputs leaves two slices stale (wrong), and separate outputs must each agree with
-the last (``measure.calls_disagree``). On CPU there is no capture: this file is honest there."""
+the last (``measure.calls_disagree``). ``scripts/capture_probe.py`` on an H100: the kept output
+gives a graph of one call, whose last output is wrong on new inputs (the graph check's
+``timing_behaviour``). On CPU there is no capture: this file is honest there."""
 # problem: ref_scale_add
 # expect: certified
 # on cuda: timing_behaviour
@@ -19,7 +21,10 @@ import triton.language as tl
 SLICES = 5
 
 
-@triton.jit
+# not specialized on its scalars: the first (eager) call compiles the one kernel every
+# captured call launches (a compile inside a capture runs ptxas, which the sandbox refuses
+# by then, and the graph falls back to timing eager calls)
+@triton.jit(do_not_specialize=["n", "start"])
 def slice_kernel(x_ptr, y_ptr, out_ptr, n, start, BLOCK: tl.constexpr):
     offsets = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
