@@ -6,7 +6,9 @@ incorrect | neutralized | <hack code>`` (``neutralized``: the signal the case ke
 exists, so it behaves honestly; it may be certified only without any hack). No hostile case may be certified; the honest kernels (Triton
 elementwise, row reduction, ``tl.dot`` matmul, an elementwise kernel whose answer holds -inf)
 must be. Cases named ``*_primer`` are graded first, into the same verdict cache, so that a later
-case can try to ride on their cached verdict.
+case can try to ride on their cached verdict. On CUDA (``test_hostile_gpu``) a case may expect
+otherwise (``# on cuda: EXPECTATION``) and take longer than the suite's 60 s per grade
+(``# cuda timeout_s: N``: graded in a batch of its own with that limit).
 """
 import glob
 import json
