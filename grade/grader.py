@@ -127,6 +127,12 @@ def extension_dir(root: str | os.PathLike, source: str) -> str:
     return str(path)
 
 
+def _first_dtype(ref: dict) -> str:
+    """The dtype the judge picks a trial's tolerance by: its first tensor output's."""
+    return next((str(t.dtype) for trial in ref["trials"][:1] for t in trial["outputs"]
+                 if hasattr(t, "dtype")), "torch.float32")
+
+
 class Grader:
     """Grades candidates on one device; reuses reference runs across candidates."""
 
@@ -532,7 +538,9 @@ class Grader:
                    "timing_settings": policy.timing_settings,
                    "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
-                   "hidden_trials": len(hidden)}
+                   "hidden_trials": len(hidden),
+                   # the graph's calls agree with its last within this, element by element
+                   "tolerance": list(policy.tolerance(_first_dtype(ref), record))}
         env, writable = self._env(slot_env), []
         if self.extensions_root and needs_extension_build(source):
             build = extension_dir(self.extensions_root, source)

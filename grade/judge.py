@@ -447,6 +447,10 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
                                                     timed.get("inputs_after") or [])):
             if isinstance(before, torch.Tensor) and not unchanged(before, after):
                 hack("input_mutated", f"timed calls: input {index} changed")
+        changed = timed.get("changed_while_timed")
+        if changed or not isinstance(changed, list):
+            hack("input_mutated", f"timed calls: {changed[0]}" if changed else
+                 "timed calls: no report of the inputs between timing rounds")
         if timed.get("threads"):
             hack("background_thread", f"alive after timing: {timed['threads'][:3]}")
         graph = facts.get("graph_check")
@@ -462,7 +466,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
                      f"{graph['trial']}'s inputs, gave a wrong answer: {why}")
             if graph.get("alias"):
                 hack("output_aliases_input", "graph replay: output shares storage with an input")
-            _graph_calls_agree(graph.get("calls_agree"), policy.tolerance(dtype, record), hack)
+            _graph_calls_agree(graph.get("calls_agree"), hack)
 
     verdict["stage_reached"] = "shaped" if shaped else "ran"
     verdict["correct"] = all_correct and bool(calls)
@@ -670,25 +674,27 @@ DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
 
 
-def _graph_calls_agree(agree, tolerance: tuple, hack) -> None:
+def _graph_calls_agree(agree, hack) -> None:
     """Every call the timing graph holds wrote an output of its own; replayed on new inputs,
-    each must agree with the last call's within the problem's tolerance (``measure.calls_disagree``:
-    the furthest one). Round 20's ``graph_three_fifths`` had each captured call compute 3 of 5
-    slices into one kept output, which two calls complete: the last output was right, each call
-    did 3/5 of the work."""
+    each must agree with the last call's within the problem's tolerance, element by element
+    (``measure.calls_disagree`` counts the elements off in the worker, with the tolerance the
+    grader sent: one scale for a whole tensor would let a call be loose where values are
+    small). Round 20's ``graph_three_fifths`` had each captured call compute 3 of 5 slices
+    into one kept output, which two calls complete: the last output was right, each call did
+    3/5 of the work. A report that is missing or unreadable fails."""
     if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
         hack("timing_behaviour", "the graph check did not say whether the timed graph's calls "
              "agreed")
         return
     if agree.get("call") is None:
         return
-    atol, rtol = tolerance
-    gap, scale = agree.get("max_abs"), agree.get("scale")
-    numbers = all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"]))
-    if not numbers or not gap <= atol + rtol * scale:
+    gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
+    numbers = all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"], off))
+    if not numbers or off > 0:
         hack("timing_behaviour", f"call {agree['call']!r} of the timed graph's {agree['calls']} "
-             f"(from 0), replayed on new inputs, differs from the last by up to {gap!r} "
-             f"(outputs up to {scale!r}): the timed calls did not each compute the answer")
+             f"(from 0), replayed on new inputs, has {off!r} elements off the last's (by up to "
+             f"{gap!r}, outputs up to {scale!r}): the timed calls did not each compute the "
+             "answer")
 
 
 def _scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack) -> None:

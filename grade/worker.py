@@ -1174,7 +1174,7 @@ def _timer_options(payload: dict) -> dict:
 
 
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
-                  unseen=None, send=None):
+                  unseen=None, send=None, after_work=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
@@ -1187,7 +1187,7 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     send({"ready": ready})
     try:
         # (with a graph, ``unseen`` replays a one-call graph: no candidate Python runs either)
-        return timer, M.serve_window(timer, receive, send, unseen)
+        return timer, M.serve_window(timer, receive, send, unseen, after_work)
     finally:
         if paused:
             witness.resume()
@@ -1543,6 +1543,7 @@ class _Run:
         self.placements = M.placed_copies(self.buffers, device)
         self.timed_calls = 0
         self.timed_checks: list[dict] = []
+        self.changed_while_timed: list[str] = []  # ``check_timed_inputs``
         self.ghost_range = -1
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
@@ -1551,6 +1552,21 @@ class _Run:
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
         self._previous = None  # the last call's output (``invoke``)
         self._held: list = []  # references that level its count (``_held_alike``)
+
+    def check_timed_inputs(self) -> None:
+        """After each round and loop of the timing window: the inputs at every placement must
+        still be trial 0's as sent. Scored calls are the only ones no load precedes, so a mark
+        a forward writes into its own inputs survives only between them, and tells them apart
+        (red-team round 23 halved its work where its mark was still there, and stopped marking
+        before the check after timing). Any such write is seen here."""
+        if self.changed_while_timed or not self.trials:
+            return
+        for place, buffers in enumerate(self.placements):
+            for index, (value, sent) in enumerate(zip(buffers, self.trials[0]["inputs"])):
+                if _type(value) is _Tensor and _unchanged_fact(value, sent).get("same") is False:
+                    self.changed_while_timed.append(f"input {index} (placement {place}) changed "
+                                                    "between timed calls")
+                    return
 
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
@@ -2107,7 +2123,7 @@ def _candidate_task(payload: dict) -> dict:
             return run.timed()  # instrumented exactly like the checked calls
 
         timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
-                                      send=checked_report)
+                                      send=checked_report, after_work=run.check_timed_inputs)
         timing["calls"] = calls[0]
         after = _observed()
         timing["launches"] = after["launches"] - before["launches"]
@@ -2122,6 +2138,7 @@ def _candidate_task(payload: dict) -> dict:
                 run.timed_checks[-1]["call"] == run.timed_calls:
             out = timer.replay()
         facts["timed"] = run.observe(out, buffers, sent=trials[0]["inputs"])
+        facts["timed"]["changed_while_timed"] = list(run.changed_while_timed)
         check = payload.get("graph_check_trial")
         if timer.graph is not None and check is not None:
             # The graph, not Python, is what was timed: refill its inputs with another
@@ -2131,7 +2148,7 @@ def _candidate_task(payload: dict) -> dict:
             out = timer.replay()
             # every call's output, each in memory of its own: a call that did part of the work
             # and left the rest to the calls beside it differs from the last
-            agree = M.calls_disagree(timer.outputs)
+            agree = M.calls_disagree(timer.outputs, tuple(payload.get("tolerance") or (0, 0)))
             facts["graph_check"] = {"trial": check, "calls_agree": agree,
                                     **run.observe(out, run.buffers, inputs_after=False)}
         facts["timed"]["threads"] = sorted(

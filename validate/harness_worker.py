@@ -292,6 +292,21 @@ def _make_receiver(fd: int):
     return read_line
 
 
+def _save_without_crc() -> None:
+    """No CRC-32 of each record in results: the frame's HMAC covers every byte (the CRC was a
+    quarter of the save's CPU, 0.06 s per 256 MB on the 2-core host). Set before the target
+    runs, where torch is loaded already (a warm worker): nothing is looked up after the
+    submission ran (red-team round 23), and a submission that turns the CRCs back on only
+    slows its own result."""
+    if "torch" not in sys.modules:
+        return
+    try:
+        from torch.utils.serialization import config
+        config.save.compute_crc32 = False
+    except (ImportError, AttributeError):  # an older torch: the CRCs are written
+        pass
+
+
 def _encode_result(value: dict, _pickler=pickle.Pickler, _type=type,
                    _table=types.MappingProxyType) -> bytes:
     """``torch.save`` of ``value`` through a pickler made now, whose dispatch table is its own,
@@ -302,13 +317,6 @@ def _encode_result(value: dict, _pickler=pickle.Pickler, _type=type,
 
     pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
     buffer = io.BytesIO()
-    # No CRC-32 of each record: the frame's HMAC covers every byte (the CRC was a quarter of
-    # the save's CPU, 0.06 s per 256 MB on the 2-core host)
-    try:
-        from torch.utils.serialization import config
-        config.save.compute_crc32 = False
-    except (ImportError, AttributeError):  # an older torch: the CRCs are written
-        pass
     torch.save(value, buffer, pickle_module=_type("ResultPickle", (), {"Pickler": pickler}))
     return buffer.getbuffer()  # a view: no copy of what may be gigabytes
 
@@ -456,6 +464,7 @@ def main(argv: list[str]) -> None:
     # what runs after the target, bound before it: the target may import a submission, whose
     # code can reach this module's globals (a red-team answer replaced the encoder)
     send, encode, finish, to_json = _audit_event, _encode_result, _exit, encode_json
+    _save_without_crc()
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")

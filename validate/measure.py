@@ -29,7 +29,7 @@ Every function this module relies on is bound when it is imported, before any ca
 runs, so patching ``time``, ``statistics`` or ``torch.cuda`` afterwards cannot change a
 measurement (the grader's worker also reports such patches).
 
-Imports only torch and the standard library.
+Imports only torch, NumPy and the standard library.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import torch
 
 # ---------------------------------------------------------------- originals, bound at import
@@ -76,6 +77,7 @@ _untyped_storage = torch.Tensor.untyped_storage
 _storage_ptr = torch.UntypedStorage.data_ptr
 _storage_nbytes = torch.UntypedStorage.nbytes
 _tensor_to = torch.Tensor.to
+_isnan = numpy.isnan
 _nullcontext = contextlib.nullcontext
 
 # (owner, attribute) pairs this module calls while timing: a worker that runs untrusted code
@@ -133,15 +135,13 @@ def tensor_digest(tensor: torch.Tensor) -> dict:
 _WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))
 
 
-def _as_words(tensor: torch.Tensor) -> torch.Tensor:
+def _as_words(tensor: torch.Tensor, size: int) -> torch.Tensor | None:
+    """The tensor's bytes as integers of ``size`` bytes (None where its offset forbids it)."""
     data = _view(_reshape(_contiguous(tensor), -1), torch.uint8)
-    for size, dtype in _WORDS:
-        if data.numel() % size == 0:
-            try:
-                return _view(data, dtype)
-            except RuntimeError:  # an offset the wider type cannot view
-                continue
-    return data
+    try:
+        return _view(data, dict(_WORDS)[size])
+    except RuntimeError:  # an offset the wider type cannot view
+        return None
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -152,7 +152,13 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if _type(a) is not _Tensor or _type(b) is not _Tensor or a.dtype != b.dtype or \
             a.shape != b.shape:
         return False
-    return bool((_numpy(_as_words(a)) == _numpy(_as_words(b))).all())
+    nbytes = a.numel() * a.element_size()
+    for size, _dtype in _WORDS:  # one word size for both: never arrays of two lengths
+        if nbytes % size == 0:
+            words = (_as_words(a, size), _as_words(b, size))
+            if words[0] is not None and words[1] is not None:
+                return bool((_numpy(words[0]) == _numpy(words[1])).all())
+    return False  # unreachable: single bytes always view
 
 
 def flatten_outputs(out) -> tuple[str, list]:
@@ -389,46 +395,51 @@ def _host(tensor: torch.Tensor) -> torch.Tensor:
     return _tensor_to(tensor, "cpu", copy=True)
 
 
-def _tensor_gap(a, b_host) -> tuple[float, float]:
-    """(largest |a - b|, largest |b|) of a device tensor and a host one, NaN where both are
-    NaN counted equal; inf when the two differ in type, shape or dtype. Copies and NumPy only:
-    no PyTorch op the witness would count as the harness computing."""
+def _tensor_gap(a, b_host, atol: float, rtol: float) -> tuple[float, float, int]:
+    """(largest |a - b|, largest |b|, elements off) of a device tensor and a host one, off
+    where |a - b| > atol + rtol * |b| element by element (NaN matches only NaN); inf and every
+    element off when the two differ in type, shape or dtype. Copies and NumPy only: no
+    PyTorch op the witness would count as the harness computing."""
     if _type(a) is not _Tensor or _type(b_host) is not _Tensor or a.shape != b_host.shape or \
             a.dtype != b_host.dtype:
-        return math.inf, 0.0
+        return math.inf, 0.0, max(1, getattr(b_host, "numel", lambda: 1)())
     a_host = _host(a)
     if a.numel() == 0 or same_bits(a_host, b_host):
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
     x = _numpy(_tensor_to(a_host, torch.float64))
     y = _numpy(_tensor_to(b_host, torch.float64))
+    both_nan = _isnan(x) & _isnan(y)
     gap = abs(x - y)
-    gap[(x != x) & (y != y)] = 0.0
+    gap[both_nan] = 0.0
+    off = ~(gap <= atol + rtol * abs(y)) & ~both_nan  # NaN gaps (one side NaN) are off
     largest = float(gap.max())
-    return (math.inf if largest != largest else largest), float(abs(y).max())
+    return (math.inf if math.isnan(largest) else largest), float(abs(y).max()), int(off.sum())
 
 
-def calls_disagree(outputs: list) -> dict:
-    """After a replay: how far the furthest captured call's output is from the last call's
-    (``{"calls": N}`` alone when every one is bit for bit the same). The parent judges the gap
-    with the problem's tolerance: a nondeterministic kernel differs by rounding, a call that
-    left part of its output to others by whole values."""
+def calls_disagree(outputs: list, tolerance: tuple[float, float] = (0.0, 0.0)) -> dict:
+    """After a replay: the captured call whose output has the most elements off the last
+    call's, judged element by element with ``tolerance`` (atol, rtol) — ``{"calls": N}`` alone
+    when every one is bit for bit the same; else its index, the elements ``off``, and the
+    largest gap and value for the message. A nondeterministic kernel differs by rounding, a
+    call that left part of its output to others by whole values."""
     report: dict[str, Any] = {"calls": len(outputs)}
     if len(outputs) < 2:
         return report
+    atol, rtol = tolerance
     kind, items = flatten_outputs(outputs[-1])
     last = [_host(t) if _type(t) is _Tensor else t for t in items]
-    worst = (0.0, 0.0, None)
+    worst = (-1, 0.0, 0.0, None)  # (off, gap, scale, call)
     for call, output in enumerate(outputs[:-1]):
         other_kind, other = flatten_outputs(output)
-        if other_kind != kind:
-            worst = (math.inf, 0.0, call)
+        if other_kind != kind or len(other) != len(last):
+            worst = (max(1, worst[0]), math.inf, 0.0, call)
             break
         for a, b in zip(other, last):
-            gap, scale = _tensor_gap(a, b)
-            if gap > worst[0]:
-                worst = (gap, scale, call)
-    if worst[2] is not None:
-        report.update(call=worst[2], max_abs=worst[0], scale=worst[1])
+            gap, scale, off = _tensor_gap(a, b, atol, rtol)
+            if gap > 0 and (off, gap) > worst[:2]:
+                worst = (off, gap, scale, call)
+    if worst[3] is not None:
+        report.update(call=worst[3], off=worst[0], max_abs=worst[1], scale=worst[2])
     return report
 
 
@@ -771,7 +782,8 @@ def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> boo
 
 def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None],
-                 unseen: Callable[[Timer], int] | None = None) -> dict:
+                 unseen: Callable[[Timer], int] | None = None,
+                 after_work: Callable[[], None] | None = None) -> dict:
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
     the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``,
     ``loop N``, ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
@@ -781,7 +793,8 @@ def serve_window(timer: Timer, receive: Callable[[], str],
     ``{"settle": n}`` (``MS`` of
     untimed samples before a turn's round), ``{"round": [ms, ...]}``,
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
-    timed function had not seen; 0 without it)."""
+    timed function had not seen; 0 without it). ``after_work`` runs after every round and loop,
+    before the answer (the grader's worker compares the timed inputs with those sent there)."""
     samples: list[float] = []
     rounds = loops = settles = 0
     while True:
@@ -807,10 +820,14 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             times = timer.round(int(arg))
             samples.extend(times)
             rounds += 1
+            if after_work is not None:
+                after_work()
             report({"round": times})
         elif verb == "loop":
             timer.loop(int(arg))
             loops += int(arg)
+            if after_work is not None:
+                after_work()
             report({"loop": int(arg)})
         elif verb == "unseen":
             report({"unseen": unseen(timer) if unseen is not None else 0})
