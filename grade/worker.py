@@ -1174,12 +1174,14 @@ def _timer_options(payload: dict) -> dict:
 
 
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
-                  unseen=None, send=None, after_work=None):
+                  unseen=None, send=None, after_work=None, after_sample=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
     timer = M.Timer(fn, device, **_timer_options(payload))
     ready = timer.prepare()
+    if timer.graph is None:  # one call per sample: ``after_sample`` may look between calls
+        timer.after_sample = after_sample
     paused = witness is not None and timer.graph is not None
     if paused:
         witness.pause()
@@ -1568,6 +1570,15 @@ class _Run:
                                                     "between timed calls")
                     return
 
+    def sometimes_check_timed_inputs(self) -> None:
+        """Between two scored calls, after a secret share of them (``SAMPLE_CHECK_SHARE``):
+        ``check_timed_inputs``. A mark set and cleared within a round is gone by its end, and
+        the calls of a round can be counted (red-team round 24 marked its inputs after a
+        round's first call and cleared them in its last); it is there after some call, and
+        which calls are looked after is not known to the forward. Outside the sample's time."""
+        if self._secret is not None and self._secret.random() < SAMPLE_CHECK_SHARE:
+            self.check_timed_inputs()
+
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
         every placement."""
@@ -1922,6 +1933,7 @@ def _unchanged_fact(value, sent) -> Any:
     return M.tensor_digest(host)
 
 
+SAMPLE_CHECK_SHARE = 0.25  # scored calls after which the inputs are compared (one per sample)
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
 
@@ -2123,7 +2135,8 @@ def _candidate_task(payload: dict) -> dict:
             return run.timed()  # instrumented exactly like the checked calls
 
         timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
-                                      send=checked_report, after_work=run.check_timed_inputs)
+                                      send=checked_report, after_work=run.check_timed_inputs,
+                                      after_sample=run.sometimes_check_timed_inputs)
         timing["calls"] = calls[0]
         after = _observed()
         timing["launches"] = after["launches"] - before["launches"]
