@@ -779,6 +779,7 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         checks["unseen_time_device_us"] = {"passed": False, "detail": unseen["device_unread"]}
         hack("timing_behaviour", "the device times of the calls on unseen inputs could not be "
              f"read ({unseen['device_unread']}): the check cannot pass unmade")
+    _graph_calls_even(unseen, policy, checks, hack)
     cuda = device.startswith("cuda")
     floor = policy.unseen_floor_ms if cuda else policy.unseen_floor_cpu_ms
     # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
@@ -841,6 +842,47 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
             if window_ms and check_ms and _told_apart(
                     min(check_ms), window_ms, ratio, least, name, checks, hack, kind):
                 return
+
+
+def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
+    """One hot replay of the timing graph, its kernels split into its calls in start order
+    (``worker._Run._even_calls_us``): every call must keep the GPU busy about as long as the
+    busiest one, and no call's kernels may run beside another's. Within a replay every call
+    reads the same inputs, so a forward that tells captures apart can compute in one call and
+    copy that answer into the other calls' outputs: each output is its own and right, every
+    call launches, and only the device time per call shows it (GRAPH_COPY.md). Its first call
+    of each replay must compute (the graph check replays on new inputs), so the busiest call
+    is an honest one's. A replay whose kernels cannot be read or split by call fails."""
+    if unseen.get("method") != "cuda_graph" or (unseen.get("calls") or 1) < 2:
+        return
+    if unseen.get("device_unread"):
+        return  # already failed above
+    per_call = unseen.get("even_calls_us")
+    if not isinstance(per_call, list) or not per_call or \
+            not all(isinstance(us, (int, float)) for us in per_call):
+        why = unseen.get("even_unread") or "not reported"
+        checks["graph_calls_even"] = {"passed": False, "detail": str(why)[:200]}
+        hack("timing_behaviour", f"the timed graph's calls could not be told apart by their "
+             f"kernels ({str(why)[:200]}): each call's work cannot be checked")
+        return
+    most, least = max(per_call), min(per_call)
+    cheap = per_call.index(least)
+    overlap = unseen.get("even_overlap_us")
+    overlap = overlap if isinstance(overlap, (int, float)) else math.inf
+    uneven = least < policy.even_calls_ratio * most - policy.even_calls_floor_us
+    beside = overlap > max(policy.even_calls_floor_us, 0.05 * sum(per_call))
+    checks["graph_calls_even"] = {
+        "passed": not (uneven or beside),
+        "detail": f"{len(per_call)} calls in one replay kept the GPU busy {least:.4g}-"
+                  f"{most:.4g} µs each (least/most {least / most if most else 1.0:.3f}), "
+                  f"{overlap:.4g} µs side by side"}
+    if uneven:
+        hack("timing_behaviour", f"call {cheap} of the timed graph's {len(per_call)} kept the "
+             f"GPU busy {least:.4g} µs in one replay, under {policy.even_calls_ratio:.0%} of "
+             f"the busiest call's {most:.4g} µs: the timed calls did not each do the work")
+    elif beside:
+        hack("timing_behaviour", f"the timed graph's calls ran their kernels side by side for "
+             f"{overlap:.4g} µs in one replay: a call's work was left running into the next")
 
 
 def _told_apart(usual: float, scored: float, ratio: float, least: float, name: str,

@@ -186,6 +186,14 @@ class Policy:
     # inputs, at most 1.07 in a grade; a device-side answer cache at 32x64 read 1.36-1.40)
     unseen_device_ratio: float = 1.15
     unseen_device_floor_us: float = 0.25
+    # each captured call of the timing graph in one hot replay (unflushed, after another on the
+    # same inputs, as scored) keeps the GPU busy at least this share of the busiest call's
+    # kernel time, less the floor: an honest forward's calls do the same work, while one that
+    # computes in some calls and copies the answer into the others' outputs (every call reads
+    # the same inputs within a replay, so a copy is right; tests/hostile/open/GRAPH_COPY.md)
+    # has cheap calls
+    even_calls_ratio: float = 0.7
+    even_calls_floor_us: float = 1.0
     max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call
     max_scalar_reads: int = 16  # .item() reads per forward: more is computing on the host
     require_custom_kernel: bool = True  # a Triton launch or extension call in every forward

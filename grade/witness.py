@@ -281,6 +281,7 @@ class Witness:
         self._events: list | None = None
         self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
         self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
+        self.span_overlap_us: list[float] = []  # µs the runs of each span overlapped
         self.stray: dict[str, int] = {}  # top-level ops outside every call range, by ``_per_call``
 
     def start(self) -> None:
@@ -477,6 +478,16 @@ class Witness:
         inside the span, whoever launched them, split into ``calls`` equal runs in start order;
         kernels that overlap count once, so padding a call with kernels on other streams adds
         nothing). None for a span whose kernels do not split evenly. None without a witness."""
+        per_call = self.span_calls_us(calls)
+        if per_call is None:
+            return None
+        return [None if busy is None else busy[0] for busy in per_call]
+
+    def span_calls_us(self, calls: int = 1) -> list[list[float] | None] | None:
+        """For each ``span()`` range, in order: the busy time (µs) of each of its ``calls``
+        equal runs of kernels in start order (``span_us`` keeps the first), or None where the
+        kernels do not split evenly. Sets ``span_counts`` (kernels per span). None without a
+        witness."""
         if self._events is None:
             return None
         spans = sorted((e.time_range.start, e.time_range.end) for e in self._events
@@ -488,14 +499,22 @@ class Witness:
             index = bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0 and kernel.start <= spans[index][1]:
                 inside[index].append((float(kernel.start), float(kernel.duration)))
-        result: list[float | None] = []
+        result: list[list[float] | None] = []
         self.span_counts = [len(found) for found in inside]
+        self.span_overlap_us = []
+        calls = max(1, calls)
         for found in inside:
             found.sort()
-            if calls > 1 and len(found) % calls:
+            if len(found) % calls:
                 result.append(None)
+                self.span_overlap_us.append(0.0)
                 continue
-            result.append(_busy(found[:len(found) // max(1, calls)]))
+            step = len(found) // calls
+            busy = [_busy(found[i * step:(i + 1) * step]) for i in range(calls)]
+            # runs that overlap in time (a call's kernels still running beside the next
+            # call's) count their shared time in each run: the sum exceeds the whole's busy
+            self.span_overlap_us.append(max(0.0, sum(busy) - _busy(found)))
+            result.append(busy)
         return result
 
     def candidate_ops(self, names) -> list[str]:

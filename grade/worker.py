@@ -1683,13 +1683,13 @@ class _Run:
         if paused:
             self.witness.resume()
 
-        def timed_on(trial: dict, kind: str | None = None):
+        def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
             self.load(trial["inputs"])
             if kind is not None:
                 order.append(kind)
             timer.last_cpu_ms = None
             ms, out = timer.once(lambda: self.invoke(trial["seed"])[0],
-                                 self.witness.span if kind is not None else None, whole)
+                                 self.witness.span if kind is not None else None, whole, flush)
             if kind is not None and timer.last_cpu_ms is not None:  # on CPU
                 cpu_ms[kind].append(timer.last_cpu_ms / calls)
             return ms / calls, out
@@ -1709,6 +1709,10 @@ class _Run:
             # inputs after each unseen one show such a change.
             for _ in range(SEEN_FIRST):
                 seen_ms.append(repeated("seen"))
+            if whole and calls > 1:
+                # one replay right after another on the same inputs, unflushed, as the scored
+                # ones run: its calls' kernels, each call's apart (``_unseen_device_us``)
+                timed_on(first, "even", flush=False)
             for index in range(self.hidden):
                 # asked for now: it was nowhere in this process before (``late_payload``)
                 trial = late_payload(index)
@@ -1860,6 +1864,25 @@ class _Run:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
+        self._even_calls_us(unseen, calls)
+
+    def _even_calls_us(self, unseen: dict, calls: int) -> None:
+        """The hot replay of the timing graph (``unseen``'s "even" call): the busy time of each
+        captured call's kernels (``even_calls_us``), and µs in which one call's kernels ran
+        beside another's (``even_overlap_us``); else why not (``even_unread``)."""
+        if "even" not in unseen["order"]:
+            return
+        index = unseen["order"].index("even")
+        per_call = self.witness.span_calls_us(calls)
+        counts = getattr(self.witness, "span_counts", None) or []
+        if per_call is None or len(per_call) != len(unseen["order"]):
+            unseen["even_unread"] = "no kernel records for each timed range"
+        elif per_call[index] is None:
+            unseen["even_unread"] = (f"{counts[index]} kernels in one replay do not split into "
+                                     f"{calls} calls")
+        else:
+            unseen["even_calls_us"] = per_call[index]
+            unseen["even_overlap_us"] = self.witness.span_overlap_us[index]
 
     def ship(self, tensor: torch.Tensor) -> torch.Tensor:
         """The host copy of an output, for the parent. One bit for bit like an output already

@@ -673,21 +673,22 @@ class Timer:
         return float(_event_elapsed(start, end))
 
     def once(self, fn: Callable[[], Any], around: Callable[[], Any] | None = None,
-             whole: bool = False) -> tuple[float, Any]:
+             whole: bool = False, flush: bool = True) -> tuple[float, Any]:
         """One call timed alone, the way the window times calls: with a captured graph, a replay
         of the one-call graph captured like it, or with ``whole`` of the timing graph itself
         (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
         buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
         bracket the call and a device-wide synchronize. ``around`` (a context manager factory)
-        encloses the call and its synchronize, never the flush. Returns (ms, the call's
-        output)."""
+        encloses the call and its synchronize, never the flush. ``flush=False`` skips the flush
+        (the caches as the work before left them, as in a scored replay). Returns (ms, the
+        call's output)."""
         graph = None
         if self.method == "cuda_graph":
             graph = self.graph if whole else (self._single[0] if self._single else None)
         call = (lambda: _graph_replay(graph)) if graph is not None else fn
         events = is_cuda(self.device) and self._events is not None and \
             self.method not in (None, "perf_counter")
-        if events and self._flush is not None:
+        if events and flush and self._flush is not None:
             self._flush.flush()
         if events:  # nothing queued before (the flush, the inputs' copies) may start inside
             _cuda_synchronize()  # ``around``: its kernels would be counted as the call's

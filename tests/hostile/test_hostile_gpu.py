@@ -21,7 +21,8 @@ pytestmark = pytest.mark.gpu
 GPU_TIMING = {"cap_ms": 200.0, "min_reps": 5, "max_reps": 50, "warmup": 2}
 CUDA_FIXTURES = ("cuda_scale_add", "cuda_row_sum", "cuda_side_stream", "cuda_ext_cublas_hidden",
                  "cuda_autotune_scale_add", "cuda_graph_in_triton_grid",
-                 "cuda_ext_decoy_globals_graph", "cuda_ext_decoy_globals_blas")
+                 "cuda_ext_decoy_globals_graph", "cuda_ext_decoy_globals_blas",
+                 "cuda_graph_copy_capture_id")
 
 
 @pytest.fixture(autouse=True)

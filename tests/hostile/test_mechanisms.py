@@ -915,6 +915,69 @@ def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
                                        ["reduce_kernel", 2.0, UNATTRIBUTED]]
     assert witness.span_us(2) == [6.0] and witness.span_us(1) == [14.0]
     assert witness.span_us(3) == [None]
+    # every call's busy time of the span, and no time shared between calls
+    assert witness.span_calls_us(2) == [[6.0, 8.0]] and witness.span_overlap_us == [0.0]
+    assert witness.span_calls_us(3) == [None]
+    # a call whose kernel runs on beside the next call's: the calls' sum exceeds the whole
+    raw[-1] = _RawEvent("b", 213 * us, 228 * us, cuda=True, corr=103)
+    witness._loose = []
+    witness._events = read_events(SimpleNamespace(events=lambda: raw), 0, witness._loose)
+    per_call = witness.span_calls_us(2)
+    assert per_call == [[6.0, 15.0]] and witness.span_overlap_us == [3.0]
+
+
+def test_the_timed_graphs_calls_must_each_do_the_work():
+    """A forward that knows it is captured can compute in one call of the timing graph and copy
+    that answer into the other calls' outputs: within a replay every call reads the same
+    inputs, so each output is right (GRAPH_COPY.md: 1.31x at 16M elements on an H100). One hot
+    replay's kernels, split by call, show it: the copies keep the GPU busy far less than the
+    call that computed. Also failed: calls whose kernels run side by side, and a replay whose
+    kernels cannot be read or split."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.judge import _graph_calls_even
+    from kernelmill.grade.worker import _Run
+
+    def worker_facts(per_call, overlap, counts, calls=4):
+        run = _Run.__new__(_Run)
+        run.witness = SimpleNamespace(
+            span_calls_us=lambda _calls: per_call, span_overlap_us=overlap, span_counts=counts)
+        facts = {"order": ["seen", "even", "unseen"], "calls": calls, "method": "cuda_graph"}
+        run._even_calls_us(facts, calls)
+        return facts
+
+    def judged(facts):
+        hacks, checks = [], {}
+        _graph_calls_even(facts, Policy(), checks, lambda code, why: hacks.append((code, why)))
+        return hacks, checks
+
+    honest = worker_facts([[9.0] * 4, [68.1, 68.9, 67.7, 68.4], [9.0] * 4], [0, 0.2, 0],
+                          [4, 4, 4])
+    assert honest["even_calls_us"] == [68.1, 68.9, 67.7, 68.4]
+    hacks, checks = judged(honest)
+    assert not hacks and checks["graph_calls_even"]["passed"] is True
+    # the first call computes (a 200 µs GEMM), the three after it copy its output (6 µs)
+    copied = worker_facts([[9.0] * 4, [200.0, 6.0, 6.0, 6.0], [9.0] * 4], [0, 0, 0], [4, 4, 4])
+    hacks, checks = judged(copied)
+    assert hacks and hacks[0][0] == "timing_behaviour" and "call 1 " in hacks[0][1]
+    assert checks["graph_calls_even"]["passed"] is False
+    # half the work in each later call, half copied: still well under the busiest call
+    assert judged(worker_facts([None, [100.0, 55.0, 55.0, 55.0], None], [0, 0, 0],
+                               [4, 4, 4]))[0]
+    # the cheap calls padded with kernels that run on beside the next call
+    beside = worker_facts([None, [100.0, 95.0, 95.0, 95.0], None], [0, 90.0, 0], [4, 4, 4])
+    hacks, _ = judged(beside)
+    assert hacks and "side by side" in hacks[0][1]
+    # calls that launch different numbers of kernels (a copy by cudaMemcpy has none)
+    uneven = worker_facts([[9.0] * 4, None, [9.0] * 4], [0, 0, 0], [4, 5, 4])
+    assert "do not split into 4 calls" in uneven["even_unread"]
+    hacks, checks = judged(uneven)
+    assert hacks and "could not be told apart" in hacks[0][1]
+    # small kernels: within the floor of the busiest
+    assert not judged(worker_facts([None, [2.9, 1.3, 1.4, 1.3], None], [0, 0, 0], [4, 4, 4]))[0]
+    # one call per replay (or no graph): nothing to compare
+    assert not judged({"method": "cuda_graph", "calls": 1})[0]
+    assert not judged({"method": "cuda_events", "calls": 1})[0]
 
 
 def test_unseen_device_times_that_cannot_be_read_fail_the_check():
