@@ -95,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                                    "hacks": verdict["hacks"], "error": verdict.get("error"),
                                    "speedup": verdict.get("speedup_vs_eager"),
                                    "timing": timing, "seconds": round(seconds, 2),
-                                   "window_error": (verdict.get("timings") or {}).get("error")})
+                                   "window_error": (verdict.get("timings") or {}).get("error"),
+                                   # the hot replay's calls, least/most busy (judge)
+                                   "calls_even": ((verdict.get("checks") or {})
+                                                  .get("graph_calls_even") or {}).get("detail")})
                 print(f"  repeat {repeat} {name:18s} {seconds:5.1f}s "
                       f"ref {timing.get('reference_ms') or float('nan'):.4g} ms "
                       f"cand {timing.get('candidate_ms') or float('nan'):.4g} ms "

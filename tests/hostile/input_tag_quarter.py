@@ -41,6 +41,11 @@ LOG = []
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        if torch.cuda.is_available():  # every variant compiled before any check (no late ptxas)
+            x, y, out = (torch.zeros(4096, device="cuda") for _ in range(3))
+            for tag in (False, True):
+                for first in range(FRACTION):
+                    scale_add_kernel[(1,)](x, y, out, 4096, first, 0.0, DO_TAG=tag, BLOCK=1024)
 
     def forward(self, x, y):
         S["calls"] += 1
