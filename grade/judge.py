@@ -876,6 +876,13 @@ def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
         "detail": f"{len(per_call)} calls in one replay kept the GPU busy {least:.4g}-"
                   f"{most:.4g} µs each (least/most {least / most if most else 1.0:.3f}), "
                   f"{overlap:.4g} µs side by side"}
+    off = unseen.get("even_kernels_off")
+    if isinstance(off, dict):
+        checks["graph_calls_even"]["passed"] = False
+        hack("timing_behaviour", f"call {off.get('call')!r} of the timed graph launched kernels "
+             f"{str(off.get('found'))[:300]} where a checked call launched "
+             f"{str(off.get('wanted'))[:300]}: the timed calls did not each do the work")
+        return
     if uneven:
         hack("timing_behaviour", f"call {cheap} of the timed graph's {len(per_call)} kept the "
              f"GPU busy {least:.4g} µs in one replay, under {policy.even_calls_ratio:.0%} of "

@@ -100,6 +100,12 @@ NATIVE_PATTERNS = re.compile(
     # host-callback thread
     r"\bat::(?:launch|intraop_launch\w*)\b|\b(?:Task)?ThreadPool\b|\bget_\w*pool\b|"
     r"\bcu(?:da)?LaunchHostFunc\b|\bcu(?:da)?StreamAddCallback\b|"
+    # the grader's stream capture and graphs: which capture a call is in (its id, its graph,
+    # the nodes so far) tells the timing graph's calls apart (GRAPH_COPY.md); building,
+    # launching or editing graphs is the grader's
+    r"\bcu(?:da)?StreamGetCaptureInfo\w*|\bcu(?:da)?StreamUpdateCaptureDependencies\w*|"
+    r"\bcu(?:da)?(?:StreamBeginCapture|StreamEndCapture|ThreadExchangeStreamCaptureMode)\w*|"
+    r"\bcu(?:da)?Graph[A-Z]\w*|"
     r"\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
     # the network (a red-team build sent a file over UDP from its static initializer)
     r"\b(?:socket|sendto|sendmsg|connect|getaddrinfo|gethostbyname)\s*\(|"

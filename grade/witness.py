@@ -282,6 +282,7 @@ class Witness:
         self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
         self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
         self.span_overlap_us: list[float] = []  # µs the runs of each span overlapped
+        self.span_run_names: list = []  # each span's runs' kernel names, sorted (None: uneven)
         self.stray: dict[str, int] = {}  # top-level ops outside every call range, by ``_per_call``
 
     def start(self) -> None:
@@ -486,8 +487,8 @@ class Witness:
     def span_calls_us(self, calls: int = 1) -> list[list[float] | None] | None:
         """For each ``span()`` range, in order: the busy time (µs) of each of its ``calls``
         equal runs of kernels in start order (``span_us`` keeps the first), or None where the
-        kernels do not split evenly. Sets ``span_counts`` (kernels per span). None without a
-        witness."""
+        kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_overlap_us``
+        and ``span_run_names`` (each run's kernel names, sorted). None without a witness."""
         if self._events is None:
             return None
         spans = sorted((e.time_range.start, e.time_range.end) for e in self._events
@@ -498,22 +499,28 @@ class Witness:
         for kernel in [*kernels, *self._loose]:
             index = bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0 and kernel.start <= spans[index][1]:
-                inside[index].append((float(kernel.start), float(kernel.duration)))
+                inside[index].append((float(kernel.start), float(kernel.duration),
+                                      str(kernel.name)[:200]))
         result: list[list[float] | None] = []
         self.span_counts = [len(found) for found in inside]
         self.span_overlap_us = []
+        self.span_run_names = []
         calls = max(1, calls)
         for found in inside:
             found.sort()
             if len(found) % calls:
                 result.append(None)
                 self.span_overlap_us.append(0.0)
+                self.span_run_names.append(None)
                 continue
             step = len(found) // calls
-            busy = [_busy(found[i * step:(i + 1) * step]) for i in range(calls)]
+            runs = [found[i * step:(i + 1) * step] for i in range(calls)]
+            busy = [_busy([(start, us) for start, us, _name in run]) for run in runs]
+            self.span_run_names.append([sorted(name for _s, _u, name in run) for run in runs])
             # runs that overlap in time (a call's kernels still running beside the next
             # call's) count their shared time in each run: the sum exceeds the whole's busy
-            self.span_overlap_us.append(max(0.0, sum(busy) - _busy(found)))
+            self.span_overlap_us.append(
+                max(0.0, sum(busy) - _busy([(start, us) for start, us, _name in found])))
             result.append(busy)
         return result
 

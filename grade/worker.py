@@ -1520,6 +1520,23 @@ def _held_alike(value) -> list:
     return held
 
 
+def _other_kernels(runs: list | None, checked: list | None) -> dict:
+    """``{"even_kernels_off": {call, found, wanted}}`` for the first run of ``runs`` (each a
+    sorted list of kernel names: one captured call's, ``Witness.span_run_names``) whose names
+    are not the ``checked`` call's (its ``[name, us, owner]`` kernels); ``{}`` when every run's
+    are, or either is unknown. The replay's kernels are split into calls by count: a forward
+    whose captured calls launch different kernels (pieces of the work in some, none in others)
+    would move the split's boundaries off its calls'."""
+    if not runs or checked is None:
+        return {}
+    wanted = sorted(str(k[0])[:200] for k in checked if isinstance(k, (list, tuple)) and k)
+    for call, found in enumerate(runs):
+        if found != wanted:
+            return {"even_kernels_off": {"call": call, "found": found[:8],
+                                         "wanted": wanted[:8]}}
+    return {}
+
+
 class _Run:
     """One candidate model on one device, every forward call observed the same way.
 
@@ -1838,13 +1855,13 @@ class _Run:
                                       for op in call["candidate_ops"] if _python_only(op)})
         unseen = self.unseen_facts
         if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
-            self._unseen_device_us(unseen)
+            self._unseen_device_us(unseen, facts["calls"])
         facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
                             "unavailable": self.witness.unavailable}
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
 
-    def _unseen_device_us(self, unseen: dict) -> None:
+    def _unseen_device_us(self, unseen: dict, calls_facts: list | None = None) -> None:
         """The unseen check's device times (``seen_device_us``, ``unseen_device_us``), or why
         they could not be read (``device_unread``): the judge does not pass a check it could
         not make."""
@@ -1864,12 +1881,16 @@ class _Run:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
-        self._even_calls_us(unseen, calls)
+        calls_facts = calls_facts or []
+        repeat = [c for c in calls_facts if c.get("kind") == "repeat"] or calls_facts[-1:]
+        self._even_calls_us(unseen, calls, repeat[0].get("kernels") if repeat else None)
 
-    def _even_calls_us(self, unseen: dict, calls: int) -> None:
+    def _even_calls_us(self, unseen: dict, calls: int, checked: list | None = None) -> None:
         """The hot replay of the timing graph (``unseen``'s "even" call): the busy time of each
         captured call's kernels (``even_calls_us``), and µs in which one call's kernels ran
-        beside another's (``even_overlap_us``); else why not (``even_unread``)."""
+        beside another's (``even_overlap_us``); else why not (``even_unread``). With
+        ``checked`` (a checked call's ``[name, us, owner]`` kernels): the first call of the
+        replay whose kernels are not those by name (``even_kernels_off``)."""
         if "even" not in unseen["order"]:
             return
         index = unseen["order"].index("even")
@@ -1883,6 +1904,8 @@ class _Run:
         else:
             unseen["even_calls_us"] = per_call[index]
             unseen["even_overlap_us"] = self.witness.span_overlap_us[index]
+            runs = (getattr(self.witness, "span_run_names", None) or [None] * (index + 1))[index]
+            unseen.update(_other_kernels(runs, checked))
 
     def ship(self, tensor: torch.Tensor) -> torch.Tensor:
         """The host copy of an output, for the parent. One bit for bit like an output already

@@ -924,6 +924,7 @@ def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
     witness._events = read_events(SimpleNamespace(events=lambda: raw), 0, witness._loose)
     per_call = witness.span_calls_us(2)
     assert per_call == [[6.0, 15.0]] and witness.span_overlap_us == [3.0]
+    assert witness.span_run_names == [[["a", "b"], ["a", "b"]]]
 
 
 def test_the_timed_graphs_calls_must_each_do_the_work():
@@ -973,6 +974,16 @@ def test_the_timed_graphs_calls_must_each_do_the_work():
     assert "do not split into 4 calls" in uneven["even_unread"]
     hacks, checks = judged(uneven)
     assert hacks and "could not be told apart" in hacks[0][1]
+    # calls that launch other kernels than a checked call (the work in pieces in some calls,
+    # none in others, so that the split by count moves off the calls' boundaries)
+    from kernelmill.grade.worker import _other_kernels
+    checked = [["heavy", 90.0, "extension"]]
+    assert _other_kernels([["heavy"], ["heavy"]], checked) == {}
+    off = _other_kernels([["heavy"], ["piece", "piece"]], checked)["even_kernels_off"]
+    assert off["call"] == 1 and off["wanted"] == ["heavy"]
+    pieces = {**honest, "even_kernels_off": off}
+    hacks, checks = judged(pieces)
+    assert hacks and "launched kernels" in hacks[0][1] and not checks["graph_calls_even"]["passed"]
     # small kernels: within the floor of the busiest
     assert not judged(worker_facts([None, [2.9, 1.3, 1.4, 1.3], None], [0, 0, 0], [4, 4, 4]))[0]
     # one call per replay (or no graph): nothing to compare
