@@ -342,6 +342,10 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         reads = sum(1 for op in ops if "_local_scalar_dense" in op)
         if reads > policy.max_scalar_reads:
             hack("torch_compute", f"{name}: {reads} scalar reads (.item()): host-side compute")
+        if call.get("input_reads"):
+            hack("host_compute", f"{name}: {call['input_reads']} element(s) of its floating-point "
+                 "inputs read on the host (.item(), float(), a truth value): a key to the "
+                 "inputs' values")
         if call.get("host_access", 0) > policy.max_scalar_reads:
             hack("host_compute", f"{name}: {call['host_access']} tensor elements handed to "
                  "Python (map_/apply_/tolist/storage bytes): computed on the host")
@@ -414,16 +418,8 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
     _unseen_checks(facts.get("unseen"), hidden, policy, record, hack, all_correct,
                    str(reference.get("info", {}).get("device", "")), checks, scored,
                    (facts.get("timing") or {}).get("cpu_ms"))
-    ghost = facts.get("ghost") or {}
-    if ghost.get("skipped") and all_correct:
-        trial = trials[ghost["trial"]]
-        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
-                     "torch.float32")
-        ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record))
-        checks["ghost"] = {"passed": not ok, "detail": f"{ghost['skipped']} launch(es) skipped"}
-        if ok:
-            hack("ghost_kernels", f"with its {ghost['skipped']} Triton launch(es) skipped, forward "
-                 "still gave the right answer: the kernels did not compute it")
+    for key in ("ghost_seen", "ghost"):
+        _ghost_check(facts.get(key), key, trials, policy, record, checks, hack, all_correct)
 
     timing = facts.get("timing")
     if timing:
@@ -674,6 +670,39 @@ DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
 
 
+def _ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: dict, hack,
+                 all_correct: bool) -> None:
+    """A ghost call (``worker._Run.ghost``: forward with the candidate's Triton launches
+    skipped, the next allocations poisoned) whose answer is still right: the kernels did not
+    compute it. ``ghost_seen`` runs on the inputs of the call before it, where a forward that
+    serves the answer it gave last from memory of its own would hit (an answer returned where
+    the call before returned its own is not judged there: a kept output buffer); a ghost call
+    that launched nothing at all (no Triton launch to skip, no extension call) and was right is
+    judged the same way."""
+    if not isinstance(ghost, dict) or not all_correct:
+        return
+    trial_index = ghost.get("trial")
+    if not isinstance(trial_index, int) or not 0 <= trial_index < len(trials):
+        return
+    skipped, ext_calls = ghost.get("skipped") or 0, ghost.get("ext_calls")
+    if not skipped and (ext_calls != 0 or not policy.require_custom_kernel):
+        return  # an extension's kernels are not skipped (or library compute): nothing to learn
+    if key == "ghost_seen" and ghost.get("reuses_previous") is not False:
+        # an output buffer the forward keeps still holds the answer to the same inputs: an
+        # honest forward that returns one is right here with its launches skipped
+        return
+    trial = trials[trial_index]
+    dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                 "torch.float32")
+    ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record))
+    what = f"{skipped} launch(es) skipped" if skipped else "no launch at all"
+    checks[key] = {"passed": not ok, "detail": f"{what} (trial {trial_index})"}
+    if ok:
+        hack("ghost_kernels", f"with {what if skipped else 'no kernel launched'}, forward still "
+             f"gave the right answer on trial {trial_index}'s inputs: the kernels did not "
+             "compute it")
+
+
 def _graph_calls_agree(agree, hack) -> None:
     """Every call the timing graph holds wrote an output of its own; replayed on new inputs,
     each must agree with the last call's within the problem's tolerance, element by element
@@ -852,7 +881,8 @@ def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
     copy that answer into the other calls' outputs: each output is its own and right, every
     call launches, and only the device time per call shows it (GRAPH_COPY.md). Its first call
     of each replay must compute (the graph check replays on new inputs), so the busiest call
-    is an honest one's. A replay whose kernels cannot be read or split by call fails."""
+    is an honest one's. A replay whose kernels cannot be read or split by call fails, and so
+    does one whose calls launched other kernels than a checked call."""
     if unseen.get("method") != "cuda_graph" or (unseen.get("calls") or 1) < 2:
         return
     if unseen.get("device_unread"):
@@ -865,7 +895,12 @@ def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
         hack("timing_behaviour", f"the timed graph's calls could not be told apart by their "
              f"kernels ({str(why)[:200]}): each call's work cannot be checked")
         return
-    most, least = max(per_call), min(per_call)
+    # against the upper quartile, not the busiest: a call that other work (a clock step)
+    # stretched is no bound (an honest 16k x 1k row sum read 22.3-30.9 µs over 64 calls on an
+    # H100); a forward that computes in fewer than a quarter of the calls does under a third
+    # of the work, which the device-work rule (``_scored_device_work``) sees
+    ordered = sorted(per_call)
+    most, least = ordered[(3 * (len(ordered) - 1)) // 4], ordered[0]
     cheap = per_call.index(least)
     overlap = unseen.get("even_overlap_us")
     overlap = overlap if isinstance(overlap, (int, float)) else math.inf
@@ -874,8 +909,8 @@ def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
     checks["graph_calls_even"] = {
         "passed": not (uneven or beside),
         "detail": f"{len(per_call)} calls in one replay kept the GPU busy {least:.4g}-"
-                  f"{most:.4g} µs each (least/most {least / most if most else 1.0:.3f}), "
-                  f"{overlap:.4g} µs side by side"}
+                  f"{ordered[-1]:.4g} µs each, upper quartile {most:.4g} (least/quartile "
+                  f"{least / most if most else 1.0:.3f}), {overlap:.4g} µs side by side"}
     off = unseen.get("even_kernels_off")
     if isinstance(off, dict):
         checks["graph_calls_even"]["passed"] = False
@@ -886,7 +921,8 @@ def _graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
     if uneven:
         hack("timing_behaviour", f"call {cheap} of the timed graph's {len(per_call)} kept the "
              f"GPU busy {least:.4g} µs in one replay, under {policy.even_calls_ratio:.0%} of "
-             f"the busiest call's {most:.4g} µs: the timed calls did not each do the work")
+             f"the calls' upper quartile, {most:.4g} µs: the timed calls did not each do the "
+             "work")
     elif beside:
         hack("timing_behaviour", f"the timed graph's calls ran their kernels side by side for "
              f"{overlap:.4g} µs in one replay: a call's work was left running into the next")

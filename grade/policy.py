@@ -187,11 +187,12 @@ class Policy:
     unseen_device_ratio: float = 1.15
     unseen_device_floor_us: float = 0.25
     # each captured call of the timing graph in one hot replay (unflushed, after another on the
-    # same inputs, as scored) keeps the GPU busy at least this share of the busiest call's
-    # kernel time, less the floor: an honest forward's calls do the same work, while one that
-    # computes in some calls and copies the answer into the others' outputs (every call reads
-    # the same inputs within a replay, so a copy is right; tests/hostile/open/GRAPH_COPY.md)
-    # has cheap calls
+    # same inputs, as scored) keeps the GPU busy at least this share of the calls' upper
+    # quartile of kernel time, less the floor: an honest forward's calls do the same work
+    # (H100, 2026-11-28: 12 kernels of 1-490 µs, least/busiest 0.65-0.98, the lowest only under
+    # 1.5 µs), while one that computes in some calls and copies the answer into the others'
+    # outputs (every call reads the same inputs within a replay, so a copy is right;
+    # tests/hostile/open/GRAPH_COPY.md) has cheap calls (0.011 for a 91 µs kernel)
     even_calls_ratio: float = 0.7
     even_calls_floor_us: float = 1.0
     max_torch_ops: int = 0  # PyTorch compute ops allowed per forward call

@@ -81,6 +81,7 @@ _full = torch.full
 _median = statistics.median
 _listdir = os.listdir
 _type = type
+_callable = callable
 _isinstance = isinstance
 _getattr_static = inspect.getattr_static
 
@@ -345,6 +346,32 @@ def _kernel_name(jit_function) -> str:
     return name if _type(name) is str else ""
 
 
+class _GridSeen:
+    """A launch's callable grid, called as Triton calls it (once, with its arguments); keeps
+    the grid it returned in ``shape``."""
+    __slots__ = ("grid", "shape")
+
+    def __init__(self, grid, shape: list):
+        self.grid, self.shape = grid, shape
+
+    def __call__(self, meta):
+        found = self.grid(meta)
+        self.shape.append(found)
+        return found
+
+
+def _any_program(shape: list) -> bool:
+    """Whether a launch's grid (``shape``: what it was, once known) has a program: False only
+    for a grid of integers with a zero (or negative) extent."""
+    if not shape:
+        return True
+    grid = shape[-1]
+    grid = grid if _type(grid) in (tuple, list) else (grid,)
+    extents = [int(g) for g in grid[:3] if _type(g) in (int, bool) or
+               (_type(g).__module__ == "numpy" and hasattr(g, "__index__"))]
+    return len(extents) < len(grid[:3]) or all(g > 0 for g in extents)
+
+
 def _install_triton_hook() -> bool:
     """Count launches (not warm-ups) of Triton kernels, compiled or interpreted."""
     try:
@@ -363,6 +390,11 @@ def _install_triton_hook() -> bool:
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
             seen: list = []
+            shape: list = []  # the grid Triton launched (a callable grid's result, once)
+            if _callable(grid):
+                grid = _GridSeen(grid, shape)
+            else:
+                shape.append(grid)
             if not warmup:
                 _count_foreign([*args, *kwargs.values()])
                 _audit_event("kernelmill.launch", "launches", _spans([*args, *kwargs.values()]),
@@ -378,7 +410,9 @@ def _install_triton_hook() -> bool:
             # counted once it ran: a launch that a pre-run hook of the submission's made raise
             # before any program ran counted, and its forward caught the error (red-team
             # round 9: "1 launch" a call, no Triton program ever run)
-            if "active" in seen:
+            # and only if it ran a program: an empty grid launches nothing (red-team round 25
+            # kept its one launch a call that way while serving a cached answer)
+            if "active" in seen and _any_program(shape):
                 _audit_event("kernelmill.launched", 1)
             return launched
 
@@ -1347,15 +1381,25 @@ def reference_timing_task(payload: dict) -> dict:
 # ---------------------------------------------------------------- the candidate run
 
 class _OpTrace(TorchDispatchMode):
-    def __init__(self):
+    def __init__(self, watched: list | None = None):
         super().__init__()
         self.ops: list[str] = []
 
         self.copy_spans: list[tuple[int, int]] = []
+        # the memory of the call's floating-point inputs of more than one element: an element
+        # of one read on the host (``.item()``, ``float(x[i])``, a comparison's truth) is a key
+        # to the inputs' values (red-team round 25 cached its answer under 8 such values)
+        self.watched = watched or []
+        self.input_reads = 0
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = str(func)
         self.ops.append(name)
+        if self.watched and "_local_scalar_dense" in name and args and \
+                _type(args[0]) is _Tensor:
+            spans = _spans([args[0]])
+            if any(lo < b and a < hi for lo, hi in spans for a, b in self.watched):
+                self.input_reads += 1
         out = func(*args, **(kwargs or {}))
         if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
                 not _observed().get("in_launch"):
@@ -1563,7 +1607,7 @@ class _Run:
         self.timed_calls = 0
         self.timed_checks: list[dict] = []
         self.changed_while_timed: list[str] = []  # ``check_timed_inputs``
-        self.ghost_range = -1
+        self.ghost_ranges: set[int] = set()  # the witness ranges of the ghost calls
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
@@ -1635,12 +1679,14 @@ class _Run:
         # 10-11 ran PyTorch from a ``contextlib`` exit after the range had closed).
         self._held = []  # the last call's levelling released first: it is counted anew
         self._held = _held_alike(self._previous)
+        watched = _spans([b for b in self.buffers if _type(b) is _Tensor and
+                          b.is_floating_point() and b.numel() > 1])
         grad = _is_grad_enabled()
         _set_grad_enabled(False)
         _audit_event("kernelmill.call", 1, "")
         opened = self.witness.open_call()
         try:
-            tracer = _OpTrace()
+            tracer = _OpTrace(watched)
             with tracer:
                 _audit_event("kernelmill.call", 0, dispatch_state())
                 out = _at_depth(CALL_DEPTH - _stack_depth(), self.model, self.buffers)
@@ -1777,6 +1823,7 @@ class _Run:
             record[name] = after[name] - before[name]
         record["modes"] = max(modes_before, active_modes())
         record["ops"] = tracer.ops
+        record["input_reads"] = tracer.input_reads
         items = list(out) if _type(out) in (tuple, list) else [out]
         produced = _spans([t for t in items if _type(t) is _Tensor])
         overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731
@@ -1812,22 +1859,29 @@ class _Run:
                              dtype=dtype, device=self.device)
                   for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
         del poison
-        before = _observed()["ghosted"]
+        before = _observed()
+        previous = self._previous
         _audit_event("kernelmill.ghost", 1)
         try:
-            self.ghost_range = self.witness.calls
+            self.ghost_ranges.add(self.witness.calls)
             out, _ = self.invoke(trial["seed"])
             sync(self.device)
         finally:
             _audit_event("kernelmill.ghost", -1)
-        return {"trial": trial_index, "skipped": _observed()["ghosted"] - before,
+        after = _observed()
+        earlier = M._spans(previous) if previous is not None else []
+        reused = any(lo < b and a < hi for lo, hi in M._spans(out) for a, b in earlier)
+        return {"trial": trial_index, "skipped": after["ghosted"] - before["ghosted"],
+                "ext_calls": after["ext_calls"] - before["ext_calls"],
+                # the answer sits where the call before left its own (a kept output buffer)
+                "reuses_previous": reused,
                 **self.observe(out, self.buffers, inputs_after=False)}
 
     def witnessed(self, facts: dict) -> None:
         """After the last call: put the witness's op lists into the call records."""
         self.witness.stop()
         per_call = self.witness.per_call()
-        checked = {call["range"] for call in facts["calls"]} | {self.ghost_range}
+        checked = {call["range"] for call in facts["calls"]} | self.ghost_ranges
         if per_call is not None:
             for call in facts["calls"]:
                 if call["range"] < len(per_call):
@@ -2218,6 +2272,10 @@ def _candidate_task(payload: dict) -> dict:
         facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
     mark_stage("ghost")
+    # first on the inputs of the call before (trial 0's): a forward that serves the answer of
+    # the inputs it saw last (keyed by their values, their address, or nothing) gives it with
+    # its launches skipped too (red-team round 25); then on the last trial's
+    facts["ghost_seen"] = run.ghost(0)
     facts["ghost"] = run.ghost(len(trials) - 1)
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU

@@ -6,9 +6,14 @@ tag (x[0] by one float32 step), the next find it and recompute 1 of 4 blocks int
 output, the last writes the original back, so the inputs are clean at every round's end. Any
 call after a load finds no tag and computes in full. Certified 2 of 10 runs on CPU at about
 1.9x. Now the inputs are also compared after a secret share of the scored calls
-(``worker._Run.sometimes_check_timed_inputs``, outside the samples' time)."""
+(``worker._Run.sometimes_check_timed_inputs``, outside the samples' time).
+On CUDA (eager: its ``.item()`` breaks the capture) the rounds have other sizes than the CPU
+rounds its count assumes; on an H100 (2026-11-28) it was certified with every check passed, as
+the honest kernel it falls back to after three missed tags. Its ``.item()`` of x[0] on every
+call is now ``host_compute`` everywhere (red-team round 25: input values read on the host)."""
 # problem: ref_scale_add
 # expect: input_mutated
+# on cuda: host_compute
 import math
 import torch
 import torch.nn as nn

@@ -957,14 +957,18 @@ def test_the_timed_graphs_calls_must_each_do_the_work():
     assert honest["even_calls_us"] == [68.1, 68.9, 67.7, 68.4]
     hacks, checks = judged(honest)
     assert not hacks and checks["graph_calls_even"]["passed"] is True
-    # the first call computes (a 200 µs GEMM), the three after it copy its output (6 µs)
-    copied = worker_facts([[9.0] * 4, [200.0, 6.0, 6.0, 6.0], [9.0] * 4], [0, 0, 0], [4, 4, 4])
+    # two calls of three compute (a 200 µs kernel), the third copies an output (6 µs)
+    copied = worker_facts([[9.0] * 6, [200.0, 201.0, 6.0, 200.0, 199.0, 6.0], [9.0] * 6],
+                          [0, 0, 0], [6, 6, 6], calls=6)
     hacks, checks = judged(copied)
-    assert hacks and hacks[0][0] == "timing_behaviour" and "call 1 " in hacks[0][1]
+    assert hacks and hacks[0][0] == "timing_behaviour" and "call 2 " in hacks[0][1]
     assert checks["graph_calls_even"]["passed"] is False
-    # half the work in each later call, half copied: still well under the busiest call
-    assert judged(worker_facts([None, [100.0, 55.0, 55.0, 55.0], None], [0, 0, 0],
+    # half the work in most calls, half copied: still well under the upper quartile
+    assert judged(worker_facts([None, [100.0, 100.0, 55.0, 55.0], None], [0, 0, 0],
                                [4, 4, 4]))[0]
+    # one honest call stretched (a clock step) is no bound; the upper quartile is
+    assert not judged(worker_facts([None, [21.0] * 5 + [40.0, 45.0], None], [0, 0, 0],
+                                   [7, 7, 7], calls=7))[0]
     # the cheap calls padded with kernels that run on beside the next call
     beside = worker_facts([None, [100.0, 95.0, 95.0, 95.0], None], [0, 90.0, 0], [4, 4, 4])
     hacks, _ = judged(beside)
@@ -1694,3 +1698,69 @@ def test_static_scan_judges_every_read_a_class_pattern_can_make(snippet, needle)
 
 def test_a_builtin_class_pattern_that_matches_itself_is_not_a_read():
     assert static.scan("def f(n):\n    match n:\n        case int(v):\n            return v\n") == []
+
+
+def test_a_launch_counts_only_if_its_grid_has_a_program():
+    """Red-team round 25 kept one Triton launch a call with a grid of zero programs while it
+    served a cached answer: a launch counts once it ran, and only if its grid had a program
+    (a callable grid's result is read as Triton calls it, once)."""
+    import numpy as np
+
+    from kernelmill.grade.worker import _any_program, _GridSeen
+
+    assert _any_program([(4,)]) and _any_program([(2, 3, 1)]) and _any_program([8])
+    assert not _any_program([(0,)]) and not _any_program([(4, 0)]) and not _any_program([0])
+    assert not _any_program([(np.int64(0),)]) and _any_program([(np.int64(3),)])
+    assert _any_program([])  # not known: counted, as before
+    shape: list = []
+    calls = []
+    grid = _GridSeen(lambda meta: calls.append(meta) or (meta["n"] // 1024,), shape)
+    assert grid({"n": 512}) == (0,) and len(calls) == 1 and not _any_program(shape)
+
+
+def test_a_ghost_call_that_is_right_without_its_kernels_is_a_hack():
+    """The ghost calls skip the candidate's Triton launches; one on the inputs of the call before
+    (``ghost_seen``) catches a forward that serves the answer it gave last, unless the answer
+    sits where the call before returned its own (an honest kept output buffer)."""
+    from kernelmill.grade.judge import _ghost_check
+
+    answer = torch.arange(4.0)
+    trials = [{"outputs": [answer]}]
+
+    def judged(ghost, key="ghost_seen", policy=None):
+        hacks, checks = [], {}
+        _ghost_check(ghost, key, trials, policy or Policy(), None, checks,
+                     lambda code, why: hacks.append((code, why)), True)
+        return [code for code, _ in hacks], checks
+
+    right, wrong = [answer.clone()], [torch.full((4,), float("nan"))]
+    cached = {"trial": 0, "skipped": 1, "ext_calls": 0, "reuses_previous": False,
+              "outputs": right}
+    assert judged(cached)[0] == ["ghost_kernels"]
+    assert judged({**cached, "outputs": wrong})[0] == []
+    # the kept buffer of an honest forward: not judged on the inputs of the call before
+    assert judged({**cached, "reuses_previous": True})[0] == []
+    assert judged({**cached, "reuses_previous": True}, key="ghost")[0] == ["ghost_kernels"]
+    # nothing launched at all and still right; an extension's calls are not skipped
+    assert judged({**cached, "skipped": 0})[0] == ["ghost_kernels"]
+    assert judged({**cached, "skipped": 0, "ext_calls": 2})[0] == []
+    assert judged({**cached, "skipped": 0}, policy=Policy(require_custom_kernel=False))[0] == []
+    assert judged({**cached, "trial": 5})[0] == [] and judged(None)[0] == []
+
+
+def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
+    """Red-team round 25 keyed a cache of its last answer on 8 input values read with
+    ``.item()`` (within the scalar-read allowance). An element of a floating-point input of
+    more than one element read on the host, by any route to ``_local_scalar_dense``, is
+    counted; a scalar read of anything else is not."""
+    from kernelmill.grade.worker import _OpTrace, _spans
+
+    x, y, index = torch.randn(64), torch.randn(64), torch.arange(8)
+    tracer = _OpTrace(_spans([x, y]))
+    with tracer:
+        x[3].item()
+        float(y[0])
+        bool(x[1] > 0)  # the comparison's result is new memory: not a read of the input
+        index[2].item()
+    assert tracer.input_reads == 2
+    assert any("_local_scalar_dense" in op for op in tracer.ops)
