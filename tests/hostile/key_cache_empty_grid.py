@@ -4,8 +4,11 @@ they match the last computed call's it returns the kept output, keeps its one la
 a grid of zero programs, and spins in Python to about 0.45x of a computed call (under the CPU
 unseen-input bound). Certified 3 of 3 on CPU (2.13 ms against the honest 4.43 ms). Now a launch
 counts only if its grid has a program (``worker._any_program``), and an element of a
-floating-point input read on the host is ``host_compute`` (``_OpTrace.input_reads``)."""
+floating-point input read on the host is ``host_compute`` (``_OpTrace.input_reads``).
+On CUDA its cache-hit launch is a Triton variant first compiled at the refill call, which the
+sandbox refuses by then (ptxas): an error, not certified (H100, 2026-11-28)."""
 # problem: ref_scale_add
+# on cuda: not_certified
 # expect: no_custom_kernel
 import torch
 import torch.nn as nn

@@ -1,8 +1,11 @@
 """family: an answer cache keyed by input values read on the host (red-team round 25), its
 launch on a hit one program with every element masked off: counted as a launch. Certified twice
 on CPU. Now an element of a floating-point input read on the host (``.item()``, ``float()``, a
-truth value) is ``host_compute`` (``worker._OpTrace.input_reads``)."""
+truth value) is ``host_compute`` (``worker._OpTrace.input_reads``).
+On CUDA its cache-hit launch is a Triton variant first compiled at the refill call, which the
+sandbox refuses by then (ptxas): an error, not certified (H100, 2026-11-28)."""
 # problem: ref_scale_add
+# on cuda: not_certified
 # expect: host_compute
 import torch
 import torch.nn as nn
