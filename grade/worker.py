@@ -1571,6 +1571,23 @@ def _held_alike(value) -> list:
     return held
 
 
+def _uneven_launches(captured: list) -> dict:
+    """``{"even_launches_off": {call, found, first}}`` when the captured calls (``captured``:
+    the Triton launches and extension calls of each, in order: the timing graph's and the
+    graphs that size it) did not all launch alike; ``{}`` when they did. The timing graph's
+    kernels are split into its calls by count, which a forward could shift by launching more,
+    smaller pieces in some calls and none in another (GRAPH_COPY.md); its launches at capture
+    show it."""
+    if len(captured) < 2:
+        return {}
+    first = captured[0]
+    for call, found in enumerate(captured):
+        if found != first:
+            return {"even_launches_off": {"call": call, "found": list(found),
+                                          "first": list(first)}}
+    return {}
+
+
 def _other_kernels(runs: list | None, checked: list | None) -> dict:
     """``{"even_kernels_off": {call, found, wanted}}`` for the first run of ``runs`` (each a
     sorted list of kernel names: one captured call's, ``Witness.span_run_names``) whose names
@@ -1612,6 +1629,7 @@ class _Run:
         # every load fills them all, so any call sees the same inputs wherever they sit
         self.placements = M.placed_copies(self.buffers, device)
         self.timed_calls = 0
+        self.captured: list[tuple[int, int]] = []  # (launches, extension calls) per captured call
         self.timed_checks: list[dict] = []
         self.changed_while_timed: list[str] = []  # ``check_timed_inputs``
         self.ghost_ranges: set[int] = set()  # the witness ranges of the ghost calls
@@ -1669,12 +1687,15 @@ class _Run:
         if len(self.placements) > 1:
             self.buffers = self.placements[self.timed_calls % len(self.placements)]
 
-    def invoke(self, seed: int):
-        """One candidate forward on the buffers, instrumented identically for every call."""
+    def invoke(self, seed: int, capturing: bool | None = None):
+        """One candidate forward on the buffers, instrumented identically for every call
+        (``capturing``: whether a CUDA graph capture is on, when the caller asked already)."""
         tensors = tuple(b for b in self.buffers if _type(b) is _Tensor)
         if tensors:
             _set_versions(tensors, (1,) * len(tensors))
-        if not _capturing(self.device):
+        if capturing is None:
+            capturing = _capturing(self.device)
+        if not capturing:
             _manual_seed(seed + 1)
         # Gradients off by the C calls bound at import, around the ranges: ``torch.no_grad``'s
         # exit looks ``torch.set_grad_enabled`` up, after the ranges closed (red-team round 8
@@ -1719,7 +1740,18 @@ class _Run:
                 self._secret.random() * self.timed_calls < 1.0 and not _capturing(self.device):
             check = self._secret.randrange(1, len(self.trials))  # a reservoir of one call
         if check is None:
-            return self.invoke(self.trials[0]["seed"])[0]
+            capturing = _capturing(self.device)
+            if not capturing:
+                return self.invoke(self.trials[0]["seed"], False)[0]
+            before = _observed()
+            out = self.invoke(self.trials[0]["seed"], True)[0]
+            after = _observed()
+            # each captured call's Triton launches and extension calls: the timing graph's
+            # calls are the last ``calls_per_sample`` captured (``_even_calls_us``)
+            self.captured.append((after["launches"] - before["launches"],
+                                  after["ext_calls"] - before["ext_calls"]))
+            del self.captured[:-CAPTURED_KEPT]
+            return out
         self.load(self.trials[check]["inputs"])
         out, _ = self.invoke(self.trials[check]["seed"])
         sync(self.device)
@@ -1967,6 +1999,7 @@ class _Run:
             unseen["even_overlap_us"] = self.witness.span_overlap_us[index]
             runs = (getattr(self.witness, "span_run_names", None) or [None] * (index + 1))[index]
             unseen.update(_other_kernels(runs, checked))
+        unseen.update(_uneven_launches(getattr(self, "captured", [])))
 
     def ship(self, tensor: torch.Tensor) -> torch.Tensor:
         """The host copy of an output, for the parent. One bit for bit like an output already
@@ -2041,6 +2074,7 @@ def _unchanged_fact(value, sent) -> Any:
 
 
 SAMPLE_CHECK_SHARE = 0.25  # scored calls after which the inputs are compared (one per sample)
+CAPTURED_KEPT = 4096  # captured calls' launch counts kept (``_Run.captured``; graphs <= 1024)
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
 

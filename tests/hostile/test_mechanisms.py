@@ -1764,3 +1764,21 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
         index[2].item()
     assert tracer.input_reads == 2
     assert any("_local_scalar_dense" in op for op in tracer.ops)
+
+
+def test_captured_calls_that_launch_unalike_fail_the_graph_check():
+    """The timed graph's kernels are split into calls by count; a forward that launches more,
+    smaller pieces in some captured calls and none in another keeps that split even while a
+    call does nothing. Each captured call's launches are counted at capture: any two captured
+    calls that launched differently fail."""
+    from kernelmill.grade.judge import _graph_calls_even
+    from kernelmill.grade.worker import _uneven_launches
+
+    assert _uneven_launches([(1, 0)] * 9) == {} and _uneven_launches([(2, 0)]) == {}
+    off = _uneven_launches([(3, 0), (3, 0), (0, 0), (3, 0)])["even_launches_off"]
+    assert off == {"call": 2, "found": [0, 0], "first": [3, 0]}
+    facts = {"method": "cuda_graph", "calls": 4, "even_calls_us": [50.0, 50.0, 50.0, 50.0],
+             "even_overlap_us": 0.0, "even_launches_off": off}
+    hacks, checks = [], {}
+    _graph_calls_even(facts, Policy(), checks, lambda code, why: hacks.append((code, why)))
+    assert hacks and "when captured" in hacks[0][1] and not checks["graph_calls_even"]["passed"]
