@@ -367,9 +367,12 @@ def _any_program(shape: list) -> bool:
         return True
     grid = shape[-1]
     grid = grid if _type(grid) in (tuple, list) else (grid,)
-    extents = [int(g) for g in grid[:3] if _type(g) in (int, bool) or
-               (_type(g).__module__ == "numpy" and hasattr(g, "__index__"))]
-    return len(extents) < len(grid[:3]) or all(g > 0 for g in extents)
+    extents = [int(g) if _type(g) in (int, bool) or
+               (_type(g).__module__ == "numpy" and hasattr(g, "__index__")) else None
+               for g in grid[:3]]
+    # an extent that is no integer (a tensor worth 0 launched nothing in red-team round 26)
+    # is not read: such a launch does not count
+    return bool(extents) and all(g is not None and g > 0 for g in extents)
 
 
 def _install_triton_hook() -> bool:
@@ -1396,18 +1399,27 @@ class _OpTrace(TorchDispatchMode):
         # the memory of the call's floating-point inputs of more than one element: an element
         # of one read on the host (``.item()``, ``float(x[i])``, a comparison's truth) is a key
         # to the inputs' values (red-team round 25 cached its answer under 8 such values)
-        self.watched = watched or []
+        self.watched = list(watched or [])
         self.input_reads = 0
+
+    def _touches_watched(self, tensor) -> bool:
+        return any(lo < b and a < hi for lo, hi in _spans([tensor]) for a, b in self.watched)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = str(func)
         self.ops.append(name)
         if self.watched and "_local_scalar_dense" in name and args and \
                 _type(args[0]) is _Tensor:
-            spans = _spans([args[0]])
-            if any(lo < b and a < hi for lo, hi in spans for a, b in self.watched):
+            if self._touches_watched(args[0]):
                 self.input_reads += 1
         out = func(*args, **(kwargs or {}))
+        if self.watched and name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
+                any(_type(a) is _Tensor and self._touches_watched(a) for a in args):
+            # a copy of the inputs' elements is as good a key (red-team round 26 read
+            # ``x[::step].clone()``): what it wrote is watched too
+            target = args[0] if name.split(".")[1] == "copy_" else out
+            self.watched.extend(_spans([t for t in (target if _type(target) in (tuple, list)
+                                                    else [target]) if _type(t) is _Tensor]))
         if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
                 not _observed().get("in_launch"):
             target = args[0] if name.split(".")[1] == "copy_" and args else out

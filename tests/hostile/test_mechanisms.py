@@ -1712,6 +1712,8 @@ def test_a_launch_counts_only_if_its_grid_has_a_program():
     assert not _any_program([(0,)]) and not _any_program([(4, 0)]) and not _any_program([0])
     assert not _any_program([(np.int64(0),)]) and _any_program([(np.int64(3),)])
     assert _any_program([])  # not known: counted, as before
+    # an extent that is no integer is not read: not counted (a 0-d tensor worth 0 ran nothing)
+    assert not _any_program([(torch.tensor(0),)]) and not _any_program([(1.0,)])
     shape: list = []
     calls = []
     grid = _GridSeen(lambda meta: calls.append(meta) or (meta["n"] // 1024,), shape)
@@ -1762,7 +1764,13 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
         float(y[0])
         bool(x[1] > 0)  # the comparison's result is new memory: not a read of the input
         index[2].item()
-    assert tracer.input_reads == 2
+        # a copy of the inputs' elements is read as the inputs (red-team round 26)
+        sampled = x[::16].clone()
+        sampled[1].item()
+        moved = torch.empty(4)
+        moved.copy_(y[:4])
+        moved[0].item()
+    assert tracer.input_reads == 4
     assert any("_local_scalar_dense" in op for op in tracer.ops)
 
 
