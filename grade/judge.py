@@ -687,7 +687,8 @@ def _ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: 
     skipped, ext_calls = ghost.get("skipped") or 0, ghost.get("ext_calls")
     if not skipped and (ext_calls != 0 or not policy.require_custom_kernel):
         return  # an extension's kernels are not skipped (or library compute): nothing to learn
-    if key == "ghost_seen" and ghost.get("reuses_previous") is not False:
+    if key == "ghost_seen" and ghost.get("reuses_previous") is not False and \
+            ghost.get("previous_poisoned") is not True:
         # an output buffer the forward keeps still holds the answer to the same inputs: an
         # honest forward that returns one is right here with its launches skipped
         return

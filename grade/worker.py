@@ -78,6 +78,8 @@ _no_grad = torch.no_grad  # looked up by every call: a submission replaced it (o
 _is_grad_enabled = torch._C.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
 _full = torch.full
+_tensor_set = torch.Tensor.set_
+_tensor_fill = torch.Tensor.fill_
 _median = statistics.median
 _listdir = os.listdir
 _type = type
@@ -360,6 +362,23 @@ class _GridSeen:
         return found
 
 
+def _exact_int_types() -> frozenset:
+    """The types a grid extent may have and be read: Python's and NumPy's own integers (exact
+    types, no subclass)."""
+    import numpy
+
+    found = {int, bool}
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "intc", "uintc", "int_", "uint", "longlong", "ulonglong"):
+        kind = getattr(numpy, name, None)
+        if _type(kind) is type:
+            found.add(kind)
+    return frozenset(found)
+
+
+_GRID_INTS = _exact_int_types()
+
+
 def _any_program(shape: list) -> bool:
     """Whether a launch's grid (``shape``: what it was, once known) has a program: False only
     for a grid of integers with a zero (or negative) extent."""
@@ -367,11 +386,10 @@ def _any_program(shape: list) -> bool:
         return True
     grid = shape[-1]
     grid = grid if _type(grid) in (tuple, list) else (grid,)
-    extents = [int(g) if _type(g) in (int, bool) or
-               (_type(g).__module__ == "numpy" and hasattr(g, "__index__")) else None
-               for g in grid[:3]]
+    extents = [int(g) if _type(g) in _GRID_INTS else None for g in grid[:3]]
     # an extent that is no integer (a tensor worth 0 launched nothing in red-team round 26)
-    # is not read: such a launch does not count
+    # is not read: such a launch does not count; nor is one of a subclass of int, whose own
+    # comparisons or conversions could answer differently from what Triton's launcher reads
     return bool(extents) and all(g is not None and g > 0 for g in extents)
 
 
@@ -958,6 +976,35 @@ def _module_copy(module, **members) -> types.SimpleNamespace:
     return types.SimpleNamespace(**{**vars(module), **members})
 
 
+def _readers_of(name: str) -> frozenset:
+    """The code objects of this module's functions and methods (nested ones too) that call
+    ``name``: the harness's own readers of the hook's counts. Derived, not listed: a reader left
+    off a list was refused its counts, and failed only where it ran (``_Run.timed`` during a
+    CUDA graph's capture, never reached on a CPU)."""
+    found, seen = set(), set()
+
+    def visit(code) -> None:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        if name in code.co_names and code.co_name != name:
+            found.add(code)
+        for const in code.co_consts:
+            if _isinstance(const, types.CodeType):
+                visit(const)
+
+    for value in list(globals().values()):
+        members = vars(value).values() if _isinstance(value, type) and \
+            value.__module__ == __name__ else [value]
+        for member in members:
+            member = getattr(member, "__func__", member)  # static and class methods
+            if _isinstance(member, property):
+                member = member.fget
+            if _isinstance(member, types.FunctionType) and member.__module__ == __name__:
+                visit(member.__code__)
+    return frozenset(found)
+
+
 def _sealed_hook():
     namespace = dict(globals())
     namespace.update(
@@ -968,9 +1015,7 @@ def _sealed_hook():
                 "call_state": "", "kernel_args": [],
                 "interpreted": os.environ.get("TRITON_INTERPRET") == "1"},
         _AUTH={"kernelmill.read": frozenset({_observed.__code__}),
-               "kernelmill.readers": frozenset(f.__code__ for f in (
-                   _manual_seed, _OpTrace.__torch_dispatch__, _Run.call, _Run.ghost,
-                   _candidate_task, _compile_task)),
+               "kernelmill.readers": _readers_of("_observed"),
                "kernelmill.call": frozenset({_Run.invoke.__code__}),
                "kernelmill.ghost": frozenset({_Run.ghost.__code__}),
                "kernelmill.in_launch": _LAUNCH_CODES, "kernelmill.launched": _LAUNCH_CODES})
@@ -1905,13 +1950,14 @@ class _Run:
         is taken and overwritten), so a skipped kernel leaves garbage behind. If the answer is
         still right, the kernels did not compute it."""
         trial = self.trials[trial_index]
+        previous = self._previous
+        poisoned = _poison_outputs(previous)
         self.load(trial["inputs"])
         poison = [_full(shape, float("nan") if dtype.is_floating_point else -1,
                              dtype=dtype, device=self.device)
                   for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
         del poison
         before = _observed()
-        previous = self._previous
         _audit_event("kernelmill.ghost", 1)
         try:
             self.ghost_ranges.add(self.witness.calls)
@@ -1926,6 +1972,8 @@ class _Run:
                 "ext_calls": after["ext_calls"] - before["ext_calls"],
                 # the answer sits where the call before left its own (a kept output buffer)
                 "reuses_previous": reused,
+                # and that memory was filled with NaN first: a kept buffer holds no answer
+                "previous_poisoned": poisoned,
                 **self.observe(out, self.buffers, inputs_after=False)}
 
     def witnessed(self, facts: dict) -> None:
@@ -2089,6 +2137,27 @@ SAMPLE_CHECK_SHARE = 0.25  # scored calls after which the inputs are compared (o
 CAPTURED_KEPT = 4096  # captured calls' launch counts kept (``_Run.captured``; graphs <= 1024)
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
+
+def _poison_outputs(output) -> bool:
+    """Fill the memory behind each tensor of the call before's result with all-one bytes (NaN
+    in every floating-point type, -1 in the integer ones), in place, before a ghost call: an
+    answer kept there (an output buffer the forward returns again, or a cache that hands back
+    the tensor it gave last) is gone, so a right answer with the launches skipped was computed
+    by something other than the kernels. Whether every such tensor was filled."""
+    if output is None:
+        return False
+    _kind, items = flatten_outputs(output)
+    tensors = [item for item in items if _type(item) is _Tensor]
+    try:
+        with _no_grad():
+            for tensor in tensors:
+                flat = _tensor_set(_empty(0, dtype=torch.uint8, device=tensor.device),
+                                   _tensor_storage(tensor))
+                _tensor_fill(flat, 255)
+    except Exception:  # noqa: BLE001 — a tensor without plain storage: not poisoned
+        return False
+    return bool(tensors)
+
 
 GHOST_POISON = 4  # poisoned blocks per output before the ghost call (one was not enough on
 # CPU: a conv + Triton ReLU's conv output took it, and its output got a block holding the answer)

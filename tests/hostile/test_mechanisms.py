@@ -1396,6 +1396,40 @@ def test_the_installed_audit_hook_and_the_observers_state_are_out_of_the_modules
                        "reads": [["armed", "refused"]] * 3}, results
 
 
+def test_every_function_of_the_worker_that_reads_the_hooks_counts_is_a_reader():
+    """The counts answer only the harness's readers; a reader the hook did not know got
+    ``{"refused", "armed"}`` and failed with a KeyError where it ran: ``_Run.timed`` counted each
+    captured call's launches inside a CUDA graph's capture, which no CPU run reaches, so every
+    candidate's capture failed on the GPU (H200, 2026-11-28). Every function whose source takes
+    a count out of ``_observed()`` (read from the source, nested functions and methods too)
+    is among the readers the hook is given."""
+    import ast
+    import inspect
+
+    from kernelmill.grade import worker
+
+    readers = {code.co_qualname for code in worker._readers_of("_observed")}
+    tree = ast.parse(inspect.getsource(worker))
+    takers = set()
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if isinstance(child, ast.FunctionDef) and any(
+                        isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_observed"
+                        for n in ast.walk(child)):
+                    takers.add(name)
+                visit(child, f"{name}.<locals>." if isinstance(child, ast.FunctionDef)
+                      else f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    assert "_Run.timed" in takers and "_Run.ghost" in takers
+    assert takers <= readers, takers - readers
+
+
 # ---------------------------------------------------------------- module patches, the channel
 
 def test_a_function_rebound_on_any_module_loaded_before_the_import_is_a_patch():
@@ -1714,6 +1748,24 @@ def test_a_launch_counts_only_if_its_grid_has_a_program():
     assert _any_program([])  # not known: counted, as before
     # an extent that is no integer is not read: not counted (a 0-d tensor worth 0 ran nothing)
     assert not _any_program([(torch.tensor(0),)]) and not _any_program([(1.0,)])
+
+    # a subclass of int is not read either (red-team round 26: ``Z(0)`` whose comparisons lie)
+    class Z(int):
+        def __gt__(self, other):
+            return True
+
+    assert not _any_program([(Z(0),)]) and not _any_program([(Z(5),)])
+
+    class FakeNumpy:  # a class that only says it is NumPy's
+        __module__ = "numpy"
+
+        def __index__(self):
+            return 0
+
+        def __int__(self):
+            return 7
+
+    assert not _any_program([(FakeNumpy(),)])
     shape: list = []
     calls = []
     grid = _GridSeen(lambda meta: calls.append(meta) or (meta["n"] // 1024,), shape)
@@ -1743,11 +1795,29 @@ def test_a_ghost_call_that_is_right_without_its_kernels_is_a_hack():
     # the kept buffer of an honest forward: not judged on the inputs of the call before
     assert judged({**cached, "reuses_previous": True})[0] == []
     assert judged({**cached, "reuses_previous": True}, key="ghost")[0] == ["ghost_kernels"]
+    # unless that memory was filled with NaN before the ghost call: then an answer there was
+    # put back by something other than the kernels
+    assert judged({**cached, "reuses_previous": True, "previous_poisoned": True})[0] == \
+        ["ghost_kernels"]
     # nothing launched at all and still right; an extension's calls are not skipped
     assert judged({**cached, "skipped": 0})[0] == ["ghost_kernels"]
     assert judged({**cached, "skipped": 0, "ext_calls": 2})[0] == []
     assert judged({**cached, "skipped": 0}, policy=Policy(require_custom_kernel=False))[0] == []
     assert judged({**cached, "trial": 5})[0] == [] and judged(None)[0] == []
+
+
+def test_the_call_befores_outputs_are_poisoned_in_place_before_a_ghost_call():
+    """Every byte behind the last call's output tensors becomes 0xFF (NaN in floating point, -1
+    in integers), the whole storage of a view included, so a kept buffer holds no answer."""
+    from kernelmill.grade.worker import _poison_outputs
+
+    kept = torch.arange(12.0)
+    view, counts = kept[2:6], torch.arange(5)
+    assert _poison_outputs((view, counts)) is True
+    assert torch.isnan(kept).all() and (counts == -1).all()
+    half = torch.ones(3, dtype=torch.float16)
+    assert _poison_outputs(half) and torch.isnan(half).all()
+    assert _poison_outputs(None) is False and _poison_outputs((1, "a")) is False
 
 
 def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
