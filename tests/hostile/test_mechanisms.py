@@ -1708,9 +1708,25 @@ def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_
         assert ids(warm) == ids(worker.snapshot_modules())
         json_module.dumps = dumps  # put back: to the snapshot, a patch
         assert worker.patched_functions(warm) == ["json.dumps"]
+        # a class a module gained after the listing is watched as a fresh listing watches it
+        worker.zygote_warm()
+
+        class Later(json_module.JSONEncoder):
+            def encode(self, o):
+                return "{}"
+
+        Later.__module__ = "json"
+        json_module.Later = Later
+        owners = [(id(owner), lister) for owner, lister in worker._owners()]
+        assert (id(Later), worker._class_members) in owners
+        worker._WARM.clear()
+        worker._WARM_CLASSES.clear()
+        assert owners == [(id(owner), lister) for owner, lister in worker._owners()]
     finally:
         json_module.dumps = dumps
+        vars(json_module).pop("Later", None)
         worker._WARM.clear()
+        worker._WARM_CLASSES.clear()
 
 
 @pytest.mark.parametrize("snippet, needle", [
