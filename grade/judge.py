@@ -825,6 +825,17 @@ def _unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, reco
         seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []
         if not seen or not new:
             continue
+        if key == "ms" and cuda and unseen.get("method") == "cuda_events" and \
+                unseen.get("seen_device_us") and unseen.get("unseen_device_us"):
+            # Without a captured graph each call's wall time is mostly the witness's cost per
+            # launch, which drifts over the window (an honest side-stream kernel of 1.1 µs read
+            # 0.55-0.69 ms before its unseen inputs and 0.89-1.03 ms on and after them, H200):
+            # the kernels' device time, compared next, stands for it
+            checks["unseen_time_ms"] = {
+                "passed": True, "detail": f"not compared (cuda_events: the device clock "
+                                          f"decides); unseen {[round(v, 4) for v in new]} ms, "
+                                          f"timed {[round(v, 4) for v in seen]} ms"}
+            continue
         after = unseen.get(f"after_{key}") or []
         # The device clock has no host noise: the fastest call on each kind of input is
         # compared (an answer cache saving 1 µs of 4 had one slower call among the timed ones
