@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -86,6 +87,7 @@ _type = type
 _callable = callable
 _isinstance = isinstance
 _getattr_static = inspect.getattr_static
+_weak_ref = weakref.ref
 
 _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -1472,10 +1474,31 @@ class _OpTrace(TorchDispatchMode):
         # of one read on the host (``.item()``, ``float(x[i])``, a comparison's truth) is a key
         # to the inputs' values (red-team round 25 cached its answer under 8 such values)
         self.watched = list(watched or [])
+        # and what any op wrote from that memory, while its storage is alive: a value of
+        # the inputs carried anywhere (a copy, a fill, a view, an arithmetic op) is as good a
+        # key (red-team rounds 26-27: ``clone``, ``fill_.Tensor``, ``lift_fresh_copy``)
+        self.derived: list[tuple[int, int, Any]] = []
         self.input_reads = 0
 
     def _touches_watched(self, tensor) -> bool:
-        return any(lo < b and a < hi for lo, hi in _spans([tensor]) for a, b in self.watched)
+        spans = _spans([tensor]) if _type(tensor) is _Tensor else _storage_spans(tensor)
+        return any(lo < b and a < hi for lo, hi in spans for a, b in self.watched) or \
+            any(lo < b and a < hi and ref() is not None
+                for lo, hi in spans for a, b, ref in self.derived)
+
+    def _taint(self, func, args, kwargs, out) -> None:
+        """Whatever an op returned or wrote (by its schema) is watched once any tensor or
+        storage it was given touches watched memory."""
+        given = _op_operands(args, kwargs)
+        if not given or not any(self._touches_watched(value) for value in given):
+            return
+        written = [value for value in _op_outputs(out) if _type(value) is _Tensor]
+        written.extend(_written_arguments(func, args, kwargs))
+        for tensor in written:
+            for lo, hi in _spans([tensor]):
+                # alive while any tensor holds that memory (torch keeps one Python object per
+                # storage while it lives): a temporary view's end does not end the watch
+                self.derived.append((lo, hi, _weak_ref(_tensor_storage(tensor))))
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = str(func)
@@ -1485,13 +1508,8 @@ class _OpTrace(TorchDispatchMode):
             if self._touches_watched(args[0]):
                 self.input_reads += 1
         out = func(*args, **(kwargs or {}))
-        if self.watched and name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
-                any(_type(a) is _Tensor and self._touches_watched(a) for a in args):
-            # a copy of the inputs' elements is as good a key (red-team round 26 read
-            # ``x[::step].clone()``): what it wrote is watched too
-            target = args[0] if name.split(".")[1] == "copy_" else out
-            self.watched.extend(_spans([t for t in (target if _type(target) in (tuple, list)
-                                                    else [target]) if _type(t) is _Tensor]))
+        if self.watched:
+            self._taint(func, args, kwargs or {}, out)
         if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
                 not _observed().get("in_launch"):
             target = args[0] if name.split(".")[1] == "copy_" and args else out
@@ -1501,6 +1519,50 @@ class _OpTrace(TorchDispatchMode):
 
 
 _COPY_OPS = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "copy"}
+_UntypedStorage = torch.UntypedStorage
+_TypedStorage = getattr(torch, "TypedStorage", None)
+_ustorage_ptr = torch.UntypedStorage.data_ptr
+_ustorage_nbytes = torch.UntypedStorage.nbytes
+
+
+def _storage_spans(value) -> list[tuple[int, int]]:
+    """The memory behind a storage handed to an op (exact storage types only)."""
+    if _type(value) is _TypedStorage:
+        value = _getattr_static(value, "_untyped_storage", None)
+    if _type(value) is not _UntypedStorage or not _ustorage_nbytes(value):
+        return []
+    return [(_ustorage_ptr(value), _ustorage_ptr(value) + _ustorage_nbytes(value))]
+
+
+def _op_operands(args, kwargs: dict) -> list:
+    """The tensors and storages an op was given, one list or tuple deep."""
+    found = []
+    for value in (*args, *kwargs.values()):
+        items = value if _type(value) in (list, tuple) else (value,)
+        found.extend(item for item in items
+                     if _type(item) in (_Tensor, _UntypedStorage, _TypedStorage))
+    return found
+
+
+def _op_outputs(out) -> list:
+    return list(out) if _type(out) in (list, tuple) else [out]
+
+
+def _written_arguments(func, args, kwargs: dict) -> list:
+    """The tensors an op writes in place or as ``out=``, by its schema's alias annotations."""
+    try:
+        schema = func._schema.arguments
+    except Exception:  # noqa: BLE001 — no schema: what it returned only
+        return []
+    written = []
+    for index, argument in enumerate(schema):
+        alias = argument.alias_info
+        if alias is None or not alias.is_write:
+            continue
+        value = args[index] if index < len(args) else kwargs.get(argument.name)
+        items = value if _type(value) in (list, tuple) else (value,)
+        written.extend(item for item in items if _type(item) is _Tensor)
+    return written
 
 
 # TorchDispatchMode wraps __torch_dispatch__ in a lazy torch._dynamo.disable, whose first call
@@ -2422,11 +2484,18 @@ def _candidate_task(payload: dict) -> dict:
         facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
     mark_stage("ghost")
-    # first on the inputs of the call before (trial 0's): a forward that serves the answer of
-    # the inputs it saw last (keyed by their values, their address, or nothing) gives it with
-    # its launches skipped too (red-team round 25); then on the last trial's
-    facts["ghost_seen"] = run.ghost(0)
-    facts["ghost"] = run.ghost(len(trials) - 1)
+    # first on the inputs of the call before: a forward that serves the answer of the inputs it
+    # saw last (keyed by their values, their address, or nothing) gives it with its launches
+    # skipped too (red-team round 25); then on another trial's. The call before is one more on
+    # the last trial, not on the timed inputs: hundreds of freed outputs hold the timed
+    # inputs' answer, and on a CPU the allocator handed one to an honest forward's ``empty``
+    # past the ghost's poison blocks (1-2 grades in 12 of an honest 128 KB output)
+    last = len(trials) - 1
+    run.load(trials[last]["inputs"])
+    run.invoke(trials[last]["seed"], False)
+    sync(device)
+    facts["ghost_seen"] = run.ghost(last)
+    facts["ghost"] = run.ghost(1 if last > 1 else 0)
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)

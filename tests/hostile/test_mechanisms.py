@@ -1858,7 +1858,7 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
     with tracer:
         x[3].item()
         float(y[0])
-        bool(x[1] > 0)  # the comparison's result is new memory: not a read of the input
+        bool(x[1] > 0)  # a comparison's truth carries a bit of the input: a read since round 27
         index[2].item()
         # a copy of the inputs' elements is read as the inputs (red-team round 26)
         sampled = x[::16].clone()
@@ -1866,8 +1866,49 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
         moved = torch.empty(4)
         moved.copy_(y[:4])
         moved[0].item()
-    assert tracer.input_reads == 4
+    assert tracer.input_reads == 5
     assert any("_local_scalar_dense" in op for op in tracer.ops)
+
+    # red-team round 27: an element carried by any op is watched, not only by a copy op: a
+    # fill of a buffer of the forward's own (``fill_.Tensor``), ``lift_fresh_copy``, a view of
+    # the carried copy, a bit cast, and a storage handed to ``set_``
+    tracer = _OpTrace(_spans([x, y]))
+    with tracer:
+        kept = torch.zeros(6)
+        kept[0].fill_(x[7])
+        kept[0].item()
+        lifted = torch.ops.aten.lift_fresh_copy(x[7::16])
+        lifted[1].item()
+        lifted.view(torch.int32)[2].item()
+        alias = torch.empty(0).set_(lifted.untyped_storage())
+        del lifted
+        alias[0].item()
+        own = torch.arange(4.0)  # memory of its own, never given an input's value
+        own[1].item()
+    assert tracer.input_reads == 4
+
+
+def test_memory_a_carried_value_left_is_not_watched_once_its_tensor_is_gone():
+    """What an op wrote from the inputs is watched while the memory it wrote is held: the
+    allocator hands that memory out again, and a flag an honest forward reads there later is
+    no key to the inputs. A view of it keeps the watch (the storage lives on)."""
+    import gc
+
+    from kernelmill.grade.worker import _OpTrace, _spans
+
+    x = torch.randn(1024)
+    tracer = _OpTrace(_spans([x]))
+    with tracer:
+        carried = x * 2.0
+        view = carried[3:5]
+        assert tracer._touches_watched(carried)
+        entries = len(tracer.derived)
+        del carried
+        gc.collect()
+        assert tracer._touches_watched(view)  # the memory is still held
+        del view
+        gc.collect()
+    assert entries >= 1 and all(ref() is None for _lo, _hi, ref in tracer.derived)
 
 
 def test_captured_calls_that_launch_unalike_fail_the_graph_check():
