@@ -1483,8 +1483,8 @@ class _OpTrace(TorchDispatchMode):
     def _touches_watched(self, tensor) -> bool:
         spans = _spans([tensor]) if _type(tensor) is _Tensor else _storage_spans(tensor)
         return any(lo < b and a < hi for lo, hi in spans for a, b in self.watched) or \
-            any(lo < b and a < hi and ref() is not None
-                for lo, hi in spans for a, b, ref in self.derived)
+            any(lo < b and a < hi and ref() is not None  # the latest first: most ops read
+                for lo, hi in spans for a, b, ref in reversed(self.derived))  # the op before's
 
     def _taint(self, func, args, kwargs, out) -> None:
         """Whatever an op returned or wrote (by its schema) is watched once any tensor or
