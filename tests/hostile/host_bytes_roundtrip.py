@@ -3,7 +3,7 @@
 """
 # problem: ref_scale_add
 # expect: not_certified
-# cpu timeout_s: 20
+# cpu timeout_s: 10
 import array
 
 import torch

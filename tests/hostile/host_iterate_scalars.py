@@ -1,7 +1,7 @@
 """family: host loop (iterating tensors element by element in Python)"""
 # problem: ref_scale_add
 # expect: not_certified
-# cpu timeout_s: 20
+# cpu timeout_s: 10
 import torch
 import torch.nn as nn
 import triton
