@@ -1518,7 +1518,10 @@ class _OpTrace(TorchDispatchMode):
         return out
 
 
-_COPY_OPS = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "copy"}
+# the copies an output may be made by (``output_by_copy``): every ATen copy the op taxonomy
+# allows (``lift_fresh_copy`` was missing: red-team round 27)
+_COPY_OPS = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "copy",
+             "lift_fresh_copy"}
 _UntypedStorage = torch.UntypedStorage
 _TypedStorage = getattr(torch, "TypedStorage", None)
 _ustorage_ptr = torch.UntypedStorage.data_ptr

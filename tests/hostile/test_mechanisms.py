@@ -1888,6 +1888,22 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
     assert tracer.input_reads == 4
 
 
+def test_every_copy_op_the_taxonomy_allows_marks_an_output_made_by_copy():
+    """An output made by a copy (not by a kernel) is ``output_by_copy``; the worker's list of
+    copy ops covers every ATen copy the op taxonomy allows (``lift_fresh_copy`` was missing)."""
+    from kernelmill.core.taxonomy import COPY_OPS
+    from kernelmill.grade.worker import _COPY_OPS, _OpTrace, _spans
+
+    # composite names (contiguous, to, type_as) reach the dispatcher as _to_copy or clone
+    assert {op for op in COPY_OPS if op not in ("contiguous", "to", "type_as", "_copy")} \
+        <= _COPY_OPS
+    kept = torch.randn(16)
+    tracer = _OpTrace()
+    with tracer:
+        out = torch.ops.aten.lift_fresh_copy(kept)
+    assert _spans([out])[0] in tracer.copy_spans
+
+
 def test_memory_a_carried_value_left_is_not_watched_once_its_tensor_is_gone():
     """What an op wrote from the inputs is watched while the memory it wrote is held: the
     allocator hands that memory out again, and a flag an honest forward reads there later is
