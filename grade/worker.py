@@ -1095,17 +1095,11 @@ def _module_classes(module, module_name: str) -> list:
             if issubclass(_type(value), type) and vars(value).get("__module__") == module_name]
 
 
-def _warm_classes(module, module_name: str, _is=operator.is_) -> tuple | None:
+def _warm_classes(module, module_name: str) -> tuple | None:
     """The zygote's list of the classes ``module`` defines if its namespace is as the zygote saw
-    it (the same values, by identity, in order), else None. Finding them anew walked every
-    value of every loaded module: 0.45 CPU-s of each candidate on an H200 host."""
-    warm = _WARM_CLASSES.get((id(module), module_name))
-    if warm is None or warm[0] is not module:
-        return None
-    values = _namespace_values(module)
-    if values is None or len(values) != len(warm[1]) or not all(map(_is, values, warm[1])):
-        return None
-    return warm[2]
+    it, else None. Finding them anew walked every value of every loaded module: 0.45 CPU-s of
+    each candidate on an H200 host."""
+    return _still_warm(_WARM_CLASSES.get((id(module), module_name)), module)
 
 
 # Each owner's entries as the zygote found them (``zygote_warm``), with its namespace's values
@@ -1138,9 +1132,14 @@ def _namespace_values(owner) -> tuple | None:
         return None
 
 
-def _warm_entries(owner, _is=operator.is_) -> tuple | None:
+def _warm_entries(owner) -> tuple | None:
     """The zygote's entries of ``owner`` if its namespace is as the zygote saw it, else None."""
-    warm = _WARM.get(id(owner))
+    return _still_warm(_WARM.get(id(owner)), owner)
+
+
+def _still_warm(warm: tuple | None, owner, _is=operator.is_) -> tuple | None:
+    """A zygote-time listing ``(owner, values, listed)``'s ``listed`` while ``owner``'s
+    namespace holds the same values (by identity, in order), else None."""
     if warm is None or warm[0] is not owner:
         return None
     values = _namespace_values(owner)
@@ -1653,13 +1652,8 @@ def _python_only(op: str) -> bool:
 
 
 def _spans(values: list) -> list[tuple[int, int]]:
-    spans = []
-    for value in values:
-        if _type(value) is _Tensor:
-            storage = _tensor_storage(value)
-            if storage.nbytes():
-                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-    return spans
+    return [span for value in values if _type(value) is _Tensor
+            for span in _storage_spans(_tensor_storage(value))]
 
 
 def _load_weights(model, state: dict) -> str:
@@ -2229,6 +2223,7 @@ SAMPLE_CHECK_SHARE = 0.25  # scored calls after which the inputs are compared (o
 CAPTURED_KEPT = 4096  # captured calls' launch counts kept (``_Run.captured``; graphs <= 1024)
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
+
 
 def _poison_outputs(output) -> bool:
     """Fill the memory behind each tensor of the call before's result with all-one bytes (NaN
