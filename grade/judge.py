@@ -62,6 +62,9 @@ from .witness import UNATTRIBUTED, op_qualname
 
 COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init",
                   "compile")
+# The stages of the candidate's calls, where no process may start (on CUDA the first call may
+# still run Triton's ptxas: every kernel a forward uses must compile there)
+CALL_STAGES = ("forward", "forward refill", "forward repeat", "timing")
 # A reported mean per-call time below this fraction of what the parent's own clock saw in a
 # back-to-back loop is not believed. Graph replays back to back take the graph's time; CPU calls
 # on shared cores are noisier (a forged report is off by orders of magnitude).
@@ -261,7 +264,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
 
     facts = cand_run.value if cand_run.ok else None
     if facts is None:
-        error = cand_run.error or {"stage": "?", "message": "no result"}
+        error = _explained(cand_run.error or {"stage": "?", "message": "no result"})
         verdict["error"] = error
         message = str(error.get("message") or "")
         if message.startswith(f"{ResultGuardError.__name__}: "):
@@ -1028,3 +1031,15 @@ def _finish(verdict: dict, hacks: dict[str, str]) -> dict:
         # measured times stay in ``timings``; a flagged submission has no speedup to report
         verdict["speedup_vs_eager"] = verdict["speedup_vs_inductor"] = None
     return Verdict.from_dict(verdict).to_dict()  # the one verdict schema (core.record.Verdict)
+
+
+def _explained(error: dict) -> dict:
+    """The candidate's error, with the reason when the sandbox refused a call (EPERM) while the
+    forward ran: no process may start there (a kernel first compiled after the first call runs
+    Triton's ptxas, a process)."""
+    message = str(error.get("message") or "")
+    if error.get("stage") in CALL_STAGES and "Operation not permitted" in message:
+        return {**error, "message": f"{message[:400]} (refused by the sandbox: no process may "
+                                    "start in a forward after the first call on CUDA, none on "
+                                    "CPU; every kernel must compile in the first call)"}
+    return error

@@ -6,8 +6,8 @@ program with every element masked off (a launch that counts), spins, and returns
 output (the call before's output: poisoned before ghost_seen, so the ghost sees it wrong)."""
 # problem: ref_scale_add
 # expect: not_certified
-# on cuda: not_certified (not run there: the device-clock unseen check, 1.15x + 0.25 us, should
-# see the hit's empty kernel against the 4096-element kernel, though both sit near the floor)
+# on cuda: not_certified (H200, 2026-11-28: an error in the refill call, where the hit's
+# kernel first compiles and its ptxas is refused, as no process may start after call 1)
 import torch
 import torch.nn as nn
 import triton

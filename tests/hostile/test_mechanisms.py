@@ -425,6 +425,24 @@ def _static_verdict(source: str) -> dict:
                  findings=static.scan(source))
 
 
+def test_a_process_refused_in_a_call_says_why():
+    """A kernel first compiled after the first call runs ptxas where no process may start: the
+    seccomp refusal (EPERM) in a call stage gets its reason; other errors are left as they are."""
+    from kernelmill.grade.judge import judge
+    from kernelmill.validate.harness import WorkerResult
+
+    def error_of(stage: str, message: str) -> str:
+        run = WorkerResult(ok=False, error={"stage": stage, "message": message})
+        return judge({"trials": []}, run, run, policy=Policy(), findings=[])["error"]["message"]
+
+    ptxas = "PermissionError: [Errno 1] Operation not permitted: '/triton/bin/ptxas'"
+    assert "refused by the sandbox" in error_of("forward refill", ptxas)
+    assert "refused by the sandbox" in error_of("timing", ptxas)
+    assert error_of("import", ptxas) == ptxas
+    denied = "PermissionError: [Errno 13] Permission denied: '/etc/x'"
+    assert error_of("forward", denied) == denied
+
+
 def test_kernelguard_rules_are_a_verdict_of_their_own():
     pytest.importorskip("kernelguard")
     source = (FIXTURES / "submissions" / "hack_patch_timer.py").read_text()
