@@ -108,8 +108,11 @@ class Unchanged:
         return self._digests[id(before)][1] == after
 
 
-def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple[bool, str]:
-    """Do ``got`` outputs match ``expected`` within tolerance? (ok, reason when not)."""
+def compare(expected: list, got: list | None, atol: float, rtol: float, *,
+            count: bool = True) -> tuple[bool, str]:
+    """Do ``got`` outputs match ``expected`` within tolerance? (ok, reason when not).
+    ``count=False``: the answer alone, settled at the first element found off (a ghost call's
+    output, garbage in every element when honest, is not compared to its end in float64)."""
     if got is None:
         return False, "no tensor outputs"
     if len(expected) != len(got):
@@ -133,7 +136,9 @@ def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple
             continue
         if e.is_complex():
             e, g = torch.view_as_real(e.resolve_conj()), torch.view_as_real(g.resolve_conj())
-        bad, worst = _off_elements(e.reshape(-1), g.reshape(-1), atol, rtol)
+        bad, worst = _off_elements(e.reshape(-1), g.reshape(-1), atol, rtol, count)
+        if bad and not count:
+            return False, f"output {index}: elements off (max abs error {worst:.3g} among the first)"
         if bad:
             return False, (f"output {index}: {bad}/{e.numel()} elements off "
                            f"(max abs error {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
@@ -143,13 +148,14 @@ def compare(expected: list, got: list | None, atol: float, rtol: float) -> tuple
 COMPARE_CHUNK = 1 << 22  # elements per pass: bounded temporaries, cache-sized work
 
 
-def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
-                  ) -> tuple[int, float]:
+def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
+                  count: bool = True) -> tuple[int, float]:
     """How many elements of ``g`` are off ``e`` (|g - e| <= atol + rtol * |e| in float64;
     non-finite values match only exactly: NaN for NaN, the same infinity), and the largest
     finite error among them. A first pass in the tensors' own precision (float32 at least)
     settles every element that passes with room to spare; only the rest are checked in
-    float64, so an honest output is compared in one cheap pass."""
+    float64, so an honest output is compared in one cheap pass. Without ``count`` the first
+    unsure elements of a chunk are checked first, and an element off there ends the count."""
     work = torch.float64 if e.dtype == torch.float64 else torch.float32
     bad, worst = 0, None
     for start in range(0, e.numel(), COMPARE_CHUNK):
@@ -163,18 +169,39 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
         unsure = ~(((gc - ec).abs_() <= room) & (room < math.inf))
         if not bool(unsure.any()):
             continue
-        e64, g64 = ec[unsure].double(), gc[unsure].double()
-        same_special = (torch.isnan(e64) & torch.isnan(g64)) | (torch.isinf(e64) & (e64 == g64))
-        diff = (g64 - e64).abs()
-        close = torch.isfinite(e64) & torch.isfinite(g64) & (diff <= atol + rtol * e64.abs())
-        off = ~(same_special | close)
-        count = int(off.sum())
-        if count:
-            bad += count
-            finite = diff[off & torch.isfinite(diff)]
-            if finite.numel():
-                worst = max(worst or 0.0, float(finite.max()))
+        if not count:
+            at = int(unsure.to(torch.uint8).argmax())  # the first unsure element
+            near = slice(at, at + FIRST_UNSURE)
+            found, largest = _exact_off(ec[near][unsure[near]], gc[near][unsure[near]], atol,
+                                        rtol)
+            if found:
+                return found, largest if largest is not None else float("nan")
+        found, largest = _exact_off(ec[unsure], gc[unsure], atol, rtol)
+        bad += found
+        if largest is not None:
+            worst = max(worst or 0.0, largest)
+        if found and not count:
+            break
     return bad, float("nan") if worst is None else worst
+
+
+FIRST_UNSURE = 1024  # unsure elements checked first when only the answer counts
+
+
+def _exact_off(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
+               ) -> tuple[int, float | None]:
+    """The float64 pass over elements the first pass left unsure: how many are off, and the
+    largest finite error among them (None: no finite one)."""
+    e64, g64 = e.double(), g.double()
+    same_special = (torch.isnan(e64) & torch.isnan(g64)) | (torch.isinf(e64) & (e64 == g64))
+    diff = (g64 - e64).abs()
+    close = torch.isfinite(e64) & torch.isfinite(g64) & (diff <= atol + rtol * e64.abs())
+    off = ~(same_special | close)
+    found = int(off.sum())
+    if not found:
+        return 0, None
+    finite = diff[off & torch.isfinite(diff)]
+    return found, float(finite.max()) if finite.numel() else None
 
 
 def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:
@@ -698,7 +725,8 @@ def _ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: 
     trial = trials[trial_index]
     dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
                  "torch.float32")
-    ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record))
+    ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record),
+                       count=False)
     what = f"{skipped} launch(es) skipped" if skipped else "no launch at all"
     checks[key] = {"passed": not ok, "detail": f"{what} (trial {trial_index})"}
     if ok:

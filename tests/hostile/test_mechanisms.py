@@ -34,6 +34,29 @@ INF, NAN = float("inf"), float("nan")
 def test_non_finite_values_must_match_exactly(got, ok):
     expected = torch.tensor([1.0, -INF, INF, NAN])
     assert compare([expected], [torch.tensor(got)], 1e-4, 1e-4)[0] is ok
+    assert compare([expected], [torch.tensor(got)], 1e-4, 1e-4, count=False)[0] is ok
+
+
+@pytest.mark.parametrize("where", ["first", "last", "past_matching_non_finite"])
+def test_the_answer_alone_agrees_with_the_count(where):
+    """``count=False`` stops at the first element off: it must still find one wherever it is,
+    past chunks that pass and past unsure elements that pass in the exact pass (NaN for NaN,
+    the same infinity: more than the first ones it looks at)."""
+    from kernelmill.grade import judge
+
+    expected = torch.randn(judge.COMPARE_CHUNK + 5000, generator=torch.Generator().manual_seed(0))
+    if where == "past_matching_non_finite":
+        expected[:judge.FIRST_UNSURE * 2:2] = NAN
+        expected[1:judge.FIRST_UNSURE * 2:2] = -INF
+    got = expected.clone()
+    if where == "first":
+        got[:] = NAN  # a ghost call's garbage
+    else:
+        got[judge.COMPARE_CHUNK - 1 if where == "past_matching_non_finite" else -1] += 1.0
+    counted = compare([expected], [got], 1e-4, 1e-4)
+    answered = compare([expected], [got], 1e-4, 1e-4, count=False)
+    assert counted[0] is False and answered[0] is False, (counted, answered)
+    assert compare([expected], [expected.clone()], 1e-4, 1e-4, count=False)[0]
 
 
 def test_complex_outputs_compare_both_parts():
