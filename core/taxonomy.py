@@ -41,6 +41,14 @@ copy_ _copy copy clone contiguous to _to_copy _copy_from _copy_from_and_resize l
 type_as
 """)
 
+# Rearrangements: compute ops in name only, each output element one input element (or a
+# constant pad), no arithmetic. A reference made of these and copies only moves data.
+REARRANGE_OPS = _ops("""
+cat concat concatenate stack hstack vstack dstack pad constant_pad_nd reflection_pad1d
+reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d replication_pad3d repeat
+tile roll flip fliplr flipud index_select gather take narrow_copy
+""")
+
 # Everything that moves, views, allocates or fills memory without computing from inputs.
 DATA_MOVEMENT_OPS = VIEW_OPS | ALLOCATION_OPS | METADATA_OPS | FILL_OPS | COPY_OPS
 # Free even when the reference itself uses them (copies and fills are not: a reference that is

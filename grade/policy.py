@@ -12,8 +12,10 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from kernelmill.core.taxonomy import (
+    COPY_OPS,
     DATA_MOVEMENT_OPS,
     PURE_MEMORY_OPS,
+    REARRANGE_OPS,
     op_base,
     op_namespace,
 )
@@ -65,12 +67,17 @@ _qualified = qualified_op
 
 
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
-    """Copies and fills count as computation when they are all the reference does (a
-    transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer). When the
-    reference computes something else, its incidental copies do not taint the candidate's."""
-    if not reference_ops or compute_ops(reference_ops):
+    """Copies and fills count as computation when moving data is all the reference does (a
+    transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer): then
+    every copy op is the work, whichever one the reference used (red-team round 29 answered a
+    ``clone`` reference with ``copy_`` and a ``cat`` one with slice copies, a token kernel
+    writing a sliver of the output). Rearrangements (``REARRANGE_OPS``: ``cat``, ``pad``,
+    ``gather``...) move data too. When the reference computes something else, its incidental
+    copies do not taint the candidate's."""
+    if not reference_ops or compute_ops([op for op in reference_ops
+                                         if op_base(op) not in REARRANGE_OPS]):
         return []
-    used = {op_base(op) for op in reference_ops} - PURE_MEMORY_OPS
+    used = ({op_base(op) for op in reference_ops} | COPY_OPS) - PURE_MEMORY_OPS
     return [op for op in ops if op_namespace(op) in TORCH_NAMESPACES and op_base(op) in used
             and op_base(op) in ALLOWED_OPS]
 

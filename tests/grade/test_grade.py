@@ -315,6 +315,13 @@ def test_copies_count_only_when_the_reference_is_a_copy():
     matmul = ["aten.clone.default", "aten.mm.default"]
     assert reference_compute_ops(candidate, transpose) == ["aten.clone.default"]
     assert reference_compute_ops(candidate, matmul) == []
+    # every copy op is the work of a reference that only moves data, whichever it used, and
+    # rearrangements (cat, pad, gather...) only move data (red-team round 29)
+    slices = ["aten.empty.memory_format", "aten.slice.Tensor", "aten.copy_.default"]
+    concat = ["aten.cat.default"]
+    assert reference_compute_ops(slices, transpose) == ["aten.copy_.default"]
+    assert reference_compute_ops(slices, concat) == ["aten.copy_.default"]
+    assert reference_compute_ops(slices, concat + ["aten.relu.default"]) == []
 
 
 def test_trl_reward_uses_the_datasets_calibrated_tolerance():
