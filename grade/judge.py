@@ -366,6 +366,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
                  f"({', '.join(redone[:4])}): the candidate's kernels did none of its work")
         if len(compute) > policy.max_torch_ops:
             hack("torch_compute", f"{name}: PyTorch computed {sorted(set(compute))[:6]}")
+        _vendor_work(name, call, reference, policy, hack)
         if call.get("output_by_copy"):
             hack("torch_compute", f"{name}: the output was written by PyTorch copies, "
                  "not by a custom kernel")
@@ -756,6 +757,32 @@ def _graph_calls_agree(agree, hack) -> None:
              f"(from 0), replayed on new inputs, has {off!r} elements off the last's (by up to "
              f"{gap!r}, outputs up to {scale!r}): the timed calls did not each compute the "
              "answer")
+
+
+# Vendor-library FLOPs a call may do beyond the reference's: another order of a GEMM chain, an
+# im2col convolution's padding; an identity GEMM that adds two tensors does far more.
+VENDOR_FLOP_RATIO = 2.0
+VENDOR_FLOP_FLOOR = 1e6
+
+
+def _vendor_work(name: str, call: dict, reference: dict, policy: Policy, hack) -> None:
+    """Under the ``library`` policy, vendor ops (GEMMs, convolutions, attention) are allowed
+    where the reference does that kind of work, not as a way to compute the rest: the call's
+    FLOPs by torch's formulas may not be far beyond the reference's, and a GEMM whose inner
+    dimension is 0 or 1 is elementwise work in a GEMM's name unless the reference has one too
+    (red-team round 29: a residual add as ``baddbmm`` with an identity matrix, a ReLU as
+    ``_addmm_activation`` over an empty inner dimension, a token kernel beside them)."""
+    if policy.preset != "library":
+        return
+    ref_flops, flops = reference.get("flops"), call.get("flops")
+    if isinstance(ref_flops, (int, float)) and isinstance(flops, (int, float)) and \
+            flops > VENDOR_FLOP_RATIO * ref_flops + VENDOR_FLOP_FLOOR:
+        hack("torch_compute", f"{name}: vendor-library ops did {flops / 1e6:.4g} MFLOP where the "
+             f"reference's did {ref_flops / 1e6:.4g}: library work beyond the problem's")
+    thin = call.get("thin_gemms") or []
+    if thin and reference.get("thin_gemms") == 0:
+        hack("torch_compute", f"{name}: {sorted(set(thin))[:3]} over an inner dimension of 0 or "
+             "1: elementwise work in a GEMM's name")
 
 
 def _scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack) -> None:

@@ -659,6 +659,15 @@ def _scan_tree(tree: ast.AST) -> list[str]:
             name = node.args[1].value
             if _private(name) and _root_name(node.args[0]) in library_names:
                 flag(node, f"uses library internals .{name} (by getattr)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "__getattr__" and node.args and \
+                _root_name(node.func.value) in library_names:
+            # torch.ops.aten.__getattr__("_x") is getattr by another name (red-team round 29)
+            name = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+            if not isinstance(name, str):
+                flag(node, "a library's __getattr__ with a computed name")
+            elif _private(name):
+                flag(node, f"uses library internals .{name} (by __getattr__)")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -54,6 +54,7 @@ from kernelmill.validate.harness_worker import (
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry as _torch_flop_registry
 
 from .witness import Witness, dispatch_state, op_qualname
 
@@ -1366,6 +1367,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     mark_stage("reference forward")
     natural_finite = True
     ops: list[str] = []
+    work: dict = {}
     for spec in payload["trials"]:
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
@@ -1377,6 +1379,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
                 with tracer:
                     out = model(*device_inputs)
                 ops = tracer.ops
+                work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
             else:
                 out = model(*device_inputs)
             structure, items = flatten_outputs(out)
@@ -1394,7 +1397,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
     return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
-            "info": device_info(device), "ops": ops, "_model": model}
+            "info": device_info(device), "ops": ops, **work, "_model": model}
 
 
 def draw_inputs(ns: dict, device: str, seed: int) -> list:
@@ -1485,6 +1488,11 @@ class _OpTrace(TorchDispatchMode):
         # key (red-team rounds 26-27: ``clone``, ``fill_.Tensor``, ``lift_fresh_copy``)
         self.derived: list[tuple[int, int, Any]] = []
         self.input_reads = 0
+        # vendor work: FLOPs by torch's formulas, and GEMMs whose inner dimension is 0 or 1
+        # (an elementwise op in a GEMM's name: red-team round 29 ran a ReLU as
+        # ``_addmm_activation`` over an empty inner dimension)
+        self.flops = 0
+        self.thin_gemms: list[str] = []
 
     def _touches_watched(self, tensor) -> bool:
         spans = _spans([tensor]) if _type(tensor) is _Tensor else _storage_spans(tensor)
@@ -1506,6 +1514,18 @@ class _OpTrace(TorchDispatchMode):
                 # storage while it lives): a temporary view's end does not end the watch
                 self.derived.append((lo, hi, _weak_ref(_tensor_storage(tensor))))
 
+    def _count_work(self, func, name: str, args, kwargs: dict, out) -> None:
+        formula = _FLOP_FORMULAS.get(getattr(func, "_overloadpacket", None))
+        if formula is not None:
+            try:
+                self.flops += int(formula(*args, **kwargs, out_val=out))
+            except Exception:  # noqa: BLE001 — an operand the formula cannot read: not counted
+                pass
+        inner = _GEMM_INNER.get(name.split(".")[1] if name.count(".") else "")
+        if inner is not None and len(args) > inner and _type(args[inner]) is _Tensor and \
+                args[inner].dim() >= 1 and args[inner].shape[-1] <= 1:
+            self.thin_gemms.append(name)
+
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = str(func)
         self.ops.append(name)
@@ -1514,6 +1534,7 @@ class _OpTrace(TorchDispatchMode):
             if self._touches_watched(args[0]):
                 self.input_reads += 1
         out = func(*args, **(kwargs or {}))
+        self._count_work(func, name, args, kwargs or {}, out)
         if self.watched:
             self._taint(func, args, kwargs or {}, out)
         if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
@@ -1522,6 +1543,14 @@ class _OpTrace(TorchDispatchMode):
             self.copy_spans.extend(_spans([target]))
             _count_foreign([*args, out])
         return out
+
+
+# torch's FLOP formulas (GEMMs, convolutions, attention), taken before any submission's import
+_FLOP_FORMULAS = dict(_torch_flop_registry)
+# GEMM-class ops, each with the index of the operand whose last dimension is the inner one
+_GEMM_INNER = {"mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "_scaled_mm": 0,
+               "linear": 0, "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1,
+               "_addmm_activation": 1}
 
 
 # the copies an output may be made by (``output_by_copy``): every ATen copy the op taxonomy
@@ -2018,6 +2047,7 @@ class _Run:
         record["modes"] = max(modes_before, active_modes())
         record["ops"] = tracer.ops
         record["input_reads"] = tracer.input_reads
+        record["flops"], record["thin_gemms"] = tracer.flops, tracer.thin_gemms[:8]
         items = list(out) if _type(out) in (tuple, list) else [out]
         produced = _spans([t for t in items if _type(t) is _Tensor])
         overlaps = lambda spans: any(lo < b and a < hi for lo, hi in produced  # noqa: E731

@@ -147,6 +147,8 @@ def test_static_scan_refuses_modules_outside_the_allowlist(module):
     ('import torch\ng = torch.fx.Graph()\ng.call_method("m" + "x", ())', "call_method"),
     ("from torch.fx import Graph", "fx"),
     ("ep = export(m, args)\nep.graph_module.recompile()", "graph_module"),
+    ('import torch\ntorch.ops.aten.__getattr__("_addmm_activation")', "internals"),
+    ("import torch\ntorch.ops.aten.__getattr__(name)", "computed name"),
 ])
 def test_static_scan_flags_resolvers_internals_and_writers(snippet, needle):
     findings = static.scan(snippet)
@@ -446,6 +448,35 @@ def _static_verdict(source: str) -> dict:
     failed = WorkerResult(ok=False, error={"stage": "import", "message": "x"})
     return judge({"trials": []}, failed, failed, policy=Policy(),
                  findings=static.scan(source))
+
+
+def test_vendor_work_is_counted_and_a_thin_gemm_is_elementwise():
+    """The op trace counts vendor FLOPs by torch's formulas and names GEMMs over an inner
+    dimension of 0 or 1; under ``library`` the judge holds both against the reference's
+    (red-team round 29: a ReLU as ``_addmm_activation`` over an empty inner dimension, a
+    residual add as an identity GEMM)."""
+    from kernelmill.grade.judge import _vendor_work
+    from kernelmill.grade.worker import _OpTrace
+
+    c, a, b = torch.randn(8, 16), torch.randn(8, 32), torch.randn(32, 16)
+    with _OpTrace() as trace:
+        relu = torch._addmm_activation(c, torch.empty(8, 0), torch.empty(0, 16))
+        torch.mm(a, b)
+    assert torch.equal(relu, c.relu())
+    assert trace.thin_gemms == ["aten._addmm_activation.default"]
+    assert trace.flops == 2 * 8 * 16 * 32
+
+    def hacks_of(call: dict, preset: str = "library") -> str:
+        found: dict[str, str] = {}
+        reference = {"ops": ["aten.convolution.default"], "flops": 50e6, "thin_gemms": 0}
+        _vendor_work("fresh:0", call, reference, Policy(preset=preset),
+                     lambda kind, detail: found.setdefault(kind, detail))
+        return str(found)
+
+    assert "beyond the problem" in hacks_of({"flops": 318e6})
+    assert "inner dimension" in hacks_of({"flops": 50e6, "thin_gemms": ["aten.mm.default"]})
+    assert "beyond the problem" not in hacks_of({"flops": 60e6})
+    assert "beyond the problem" not in hacks_of({"flops": 318e6}, preset="kernelbench")
 
 
 def test_a_process_refused_in_a_call_says_why():
