@@ -10,6 +10,9 @@ files whose digests the compile worker reported.
 """
 # problem: ref_linear
 # expect: torch_compute
+# cpu: cuda suite only (an extension build of 40-80 s on a 2-core CPU; its mechanism's CPU
+# tests: test_native_findings_read_sources_built_at_run_time,
+# test_a_build_whose_compiled_sources_the_scan_flags_is_not_run)
 # on cuda: not_certified
 import torch
 import torch.nn as nn

@@ -3,6 +3,8 @@
 """
 # problem: ref_scale_add
 # expect: torch_compute
+# cpu: cuda suite only (an extension build of 40-80 s on a 2-core CPU; its mechanism's CPU
+# test: test_a_library_extension_loads_only_the_build_the_compile_worker_reported)
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

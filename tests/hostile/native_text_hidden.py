@@ -10,6 +10,8 @@ Closed: the compile worker streams each native text to the parent the moment a l
 # CPU kernel below the dispatcher (no op trace, no profiler record). No own kernel computes.
 # problem: ref_scale_add
 # expect: not_certified
+# cpu: cuda suite only (an extension build of 40-80 s on a 2-core CPU; its mechanism's CPU
+# test: test_the_compile_worker_reports_every_native_text_its_loaders_were_handed)
 import collections
 import functools
 import os
