@@ -1514,17 +1514,17 @@ class _OpTrace(TorchDispatchMode):
                 # storage while it lives): a temporary view's end does not end the watch
                 self.derived.append((lo, hi, _weak_ref(_tensor_storage(tensor))))
 
-    def _count_work(self, func, name: str, args, kwargs: dict, out) -> None:
+    def _count_work(self, func, base: str, args, kwargs: dict, out) -> None:
         formula = _FLOP_FORMULAS.get(getattr(func, "_overloadpacket", None))
         if formula is not None:
             try:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
             except Exception:  # noqa: BLE001 — an operand the formula cannot read: not counted
                 pass
-        inner = _GEMM_INNER.get(name.split(".")[1] if name.count(".") else "")
+        inner = _GEMM_INNER.get(base)
         if inner is not None and len(args) > inner and _type(args[inner]) is _Tensor and \
                 args[inner].dim() >= 1 and args[inner].shape[-1] <= 1:
-            self.thin_gemms.append(name)
+            self.thin_gemms.append(str(func))
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = str(func)
@@ -1534,12 +1534,12 @@ class _OpTrace(TorchDispatchMode):
             if self._touches_watched(args[0]):
                 self.input_reads += 1
         out = func(*args, **(kwargs or {}))
-        self._count_work(func, name, args, kwargs or {}, out)
+        base = name.split(".")[1] if "." in name else ""  # aten.copy_.default: copy_
+        self._count_work(func, base, args, kwargs or {}, out)
         if self.watched:
             self._taint(func, args, kwargs or {}, out)
-        if name.split(".")[1:2] and name.split(".")[1] in _COPY_OPS and \
-                not _observed().get("in_launch"):
-            target = args[0] if name.split(".")[1] == "copy_" and args else out
+        if base in _COPY_OPS and not _observed().get("in_launch"):
+            target = args[0] if base == "copy_" and args else out
             self.copy_spans.extend(_spans([target]))
             _count_foreign([*args, out])
         return out
