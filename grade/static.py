@@ -446,7 +446,8 @@ def kernelguard_findings(source: str) -> list[str]:
     if guard is None:
         return []
     try:
-        result = guard.analyze_code(source, compute_structural_hash=False)
+        with _PARSE_LOCK:  # it parses with ast too (a CI run failed on it, unlocked)
+            result = guard.analyze_code(source, compute_structural_hash=False)
     except Exception:  # noqa: BLE001 — its own failure says nothing about the candidate
         return []
     if result.get("classification") != "hacked":

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelmill.core.errors import KernelmillError
-from kernelmill.core.problem import parse_metadata
+from kernelmill.core.problem import parse, parse_metadata
 from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
@@ -150,7 +150,7 @@ def _str(value: Any) -> str | None:
 
 def _description(source: str) -> str:
     try:
-        return parse_metadata(ast.get_docstring(ast.parse(source)))[0]
+        return parse_metadata(ast.get_docstring(parse(source)))[0]
     except SyntaxError:
         return ""
 

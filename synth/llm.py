@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelmill.core.errors import KernelmillError
+from kernelmill.core.problem import parse
 
 SYSTEM_PROMPT = """You write GPU-kernel benchmark problems as PyTorch reference programs in \
 KernelBench format. A problem is one Python module with:
@@ -89,7 +90,7 @@ def extract_code(text: str) -> str:
     stripped = (text or "").strip()
     if stripped:
         try:
-            ast.parse(stripped)
+            parse(stripped)  # the process's locked parse (synthesis runs in threads)
             return stripped + "\n"
         except SyntaxError:
             pass

@@ -507,6 +507,25 @@ def test_kernelguard_rules_are_a_verdict_of_their_own():
     assert "kernelguard" not in verdict["hack_details"]["forbidden_api"]
 
 
+def test_kernelguard_parses_under_the_process_parse_lock(monkeypatch):
+    """kernelguard parses with ``ast`` in the grading threads; CPython 3.11 keeps the parser's
+    recursion depth per interpreter, so an unlocked parse beside another failed a CI run with
+    "AST constructor recursion depth mismatch"."""
+    from kernelmill.core.problem import PARSE_LOCK
+    held = []
+
+    class Guard:
+        @staticmethod
+        def analyze_code(source, compute_structural_hash=False):
+            held.append(PARSE_LOCK._is_owned())
+            return {"classification": "clean"}
+
+    monkeypatch.setattr(static, "_kernelguard", lambda: Guard)
+    source = (FIXTURES / "submissions" / "hack_patch_timer.py").read_text()
+    assert static.kernelguard_findings(source) == [] and static.scan(source)
+    assert held == [True, True]
+
+
 def test_kernelguard_is_off_cleanly_when_not_installed(monkeypatch):
     source = (FIXTURES / "submissions" / "hack_patch_timer.py").read_text()
     monkeypatch.setitem(sys.modules, "kernelguard", None)  # ``import kernelguard`` fails
