@@ -9,11 +9,13 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kernelmill.core.errors import ProblemError
 from kernelmill.core.problem import Problem, check_source
 
-from .degeneracy import check_trace
-from .trace import Trace, TraceError, trace_source
+if TYPE_CHECKING:
+    from .trace import Trace
 
 
 class Rejected(Exception):
@@ -37,6 +39,10 @@ def vet_source(source: str, *, trace: bool = True, name: str | None = None,
         raise Rejected("static check", str(exc)) from None
     if not trace:
         return problem, None
+    # torch loads here, on the first trace: every CLI command imports this module, and a
+    # command's help or its refusal of a bad input needs no torch (1.7 s of each start)
+    from .degeneracy import check_trace
+    from .trace import TraceError, trace_source
     try:
         traced = trace_source(source)
     except TraceError as exc:

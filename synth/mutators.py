@@ -18,7 +18,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 from kernelmill.core.canonical import canonical_source
@@ -27,7 +27,9 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from .catalog import Catalog, Op, default_catalog
 from .checks import Rejected, vet_source
 from .resize import ResizeError, resize_source
-from .trace import Trace, TraceError, trace_source
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 _EMPTY = cst.Module(body=[])
 
@@ -229,6 +231,7 @@ class Mutator(cst.CSTTransformer):
     def mutate(self, source: str, rng: random.Random) -> Mutation:
         original_trace = None
         if self.needs_original_trace:
+            from .trace import TraceError, trace_source  # torch, on the first trace only
             try:
                 original_trace = trace_source(source)
             except TraceError as exc:

@@ -178,6 +178,18 @@ def test_cli_help_and_one_line_errors(tmp_path):
     assert "no such file or folder" in run.stderr
 
 
+def test_the_cli_loads_no_torch_to_start_or_to_refuse_a_bad_input(tmp_path):
+    """torch takes about 1.7 s to import: help and a one-line refusal come without it."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['kernelmill', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('kernelmill.app.cli', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print('torch' in sys.modules)")
+    for args in (["--help"], ["concat", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]):
+        run = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True)
+        assert run.stdout.strip().splitlines()[-1] == "False", (args, run.stdout, run.stderr)
+
+
 def test_load_problem_unreadable_file(tmp_path):
     path = tmp_path / "latin.py"
     path.write_bytes(b"\xff\xfe\x00bad")
