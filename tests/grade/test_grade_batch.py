@@ -89,16 +89,17 @@ def test_hostile_suite_in_one_batch(tmp_path):
     assert rows["crash_segfault"]["error"]["stage"] == "forward"
     assert not rows["crash_syntax"]["compiled"]
 
-    # Resume: nothing left to do. A new output file: every verdict comes from the cache, but
-    # the timeout's, which may not happen again and is graded anew.
+    # Resume: nothing left to do. A new output file: every verdict comes from the cache (the
+    # timeout's is graded anew, which test_batch_faults holds at 4 s: left out here, 15 s).
     again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
                        cache_path=cache)
     assert again.counts["already graded"] == len(expected) and again.n_kept == 0
     other = tmp_path / "verdicts2.jsonl"
-    cached = grade_file(problems, submissions, other, device="cpu", workers=2, policy=policy,
+    (tmp_path / "again").mkdir()
+    _, without_hang = write_inputs(tmp_path / "again", only=set(expected) - {"crash_hang"})
+    cached = grade_file(problems, without_hang, other, device="cpu", workers=2, policy=policy,
                         cache_path=cache)
-    assert cached.counts["cached"] == len(expected) - 1 and cached.n_kept == len(expected)
-    regraded = [row["submission_id"] for row in read_jsonl(other) if not row.get("cached")]
-    assert regraded == ["crash_hang"]
+    assert cached.counts["cached"] == len(expected) - 1 == cached.n_kept
+    assert all(row.get("cached") for row in read_jsonl(other))
     assert {row["submission_id"]: row["correct"] for row in read_jsonl(other)} == \
-        {name: row["correct"] for name, row in rows.items()}
+        {name: row["correct"] for name, row in rows.items() if name != "crash_hang"}
