@@ -116,6 +116,30 @@ class Control:
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts written, in the order asked
+        self.pid: int | None = None  # the worker's, which leads its own process group
+        self.paused = False
+
+    def pause(self) -> None:
+        """Stop every process of the worker's group (SIGSTOP): outside its turn in a timing
+        window nothing of it runs, not a thread it left spinning to slow another member's turn
+        (red-team round 30) nor a runtime's idle spin. A worker waiting for its next command
+        loses nothing; ``resume`` (SIGCONT) goes on where it stood."""
+        if not self.paused:
+            self._signal(signal.SIGSTOP, True)
+
+    def resume(self) -> None:
+        if self.paused:
+            self._signal(signal.SIGCONT, False)
+
+    def _signal(self, sig: int, paused: bool) -> None:
+        with self._cond:
+            if self.pid is None or (self.ended and not self.paused):
+                return
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            self.paused = paused
 
     def extend(self, seconds: float) -> None:
         """Add ``seconds`` to the worker's time limit: time it spent waiting for the GPU on
@@ -141,6 +165,7 @@ class Control:
             self._cond.notify_all()
 
     def _end(self) -> None:
+        self.resume()  # a process group left stopped would outlive its run
         with self._cond:
             self.ended = True
             if self._fd is not None:
@@ -485,6 +510,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         os.close(late_fd)
     if control is not None:
         os.close(r_ctl)
+        control.pid = proc.pid  # a new session each (start_new_session; the zygote's setsid)
         control._attach(w_ctl)
         control._late = late_file
     reader = _Reader(r_out, key, start, control)

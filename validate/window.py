@@ -270,8 +270,13 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             holding[0] = False
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
             holding[0] = True
-            _timed_rounds(group, ready, samples, walls, paces, result, settings,
-                          cap_ms, warm_ms, settle_ms, clock_check, unseen_check)
+            group.alone = result["others_stopped"] = True
+            try:
+                _timed_rounds(group, ready, samples, walls, paces, result, settings,
+                              cap_ms, warm_ms, settle_ms, clock_check, unseen_check)
+            finally:
+                group.alone = False
+                group.everyone()
         for control in group.active.values():
             control.send("stop")
     except WindowError as exc:
@@ -279,6 +284,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         for control in participants.values():
             control.send("stop")
     finally:
+        group.everyone()
         if exclusive[0] is not None:  # told to stop: their checks after the window run under
             exclusive[0].downgrade()  # the shared lock, taken over with no gap
         try:
@@ -321,12 +327,32 @@ class _Group:
         self.controls = dict(participants)
         self.droppable = droppable
         self.dropped = result["dropped"]
+        self.alone = False  # while timing: only the member asked runs, the others stopped
 
     def fail(self, name: str, exc: WindowError) -> None:
         if name not in self.droppable:
             raise exc
         self.dropped[name] = str(exc).split(": ", 1)[-1]
-        self.active.pop(name).send("stop")
+        control = self.active.pop(name)
+        control.resume()  # it ends on its own time, outside the window
+        control.send("stop")
+
+    def only(self, name: str) -> None:
+        """While the window times (``alone``), ``name`` runs and every other member's process
+        group is stopped: a member cannot work in another's turn (a spinning thread, a
+        runtime's idle spin) to slow it."""
+        if not self.alone:
+            return
+        for other, control in self.active.items():
+            if other != name:
+                control.pause()
+        if name in self.active:
+            self.active[name].resume()
+
+    def everyone(self) -> None:
+        """Every member runs again (the window's timed part is over, or all work at once)."""
+        for control in self.controls.values():
+            control.resume()
 
     def ask(self, name: str, command: str | None, key: str, timeout: float,
             whole: bool = False, send_only: bool = False):
@@ -336,6 +362,8 @@ class _Group:
         if name not in self.active:
             return None
         control = self.active[name]
+        if command is not None:
+            self.only(name)
         try:
             if command is not None:
                 control.send(command)
@@ -368,6 +396,7 @@ class _Group:
     def turn(self, name: str):
         """``name``'s turn alone: its duration is credited to the others (``credit_others``)."""
         began = time.monotonic()
+        self.only(name)
         try:
             yield
         finally:
@@ -513,8 +542,13 @@ def _resize_together(group: _Group, ready: dict, asks: dict[str, int], timeout: 
     all at once, then take their answers: the window's record of each (calls per sample,
     estimate) is the new one. The members not capturing wait: that is not their own time."""
     began = time.monotonic()
-    sent = [name for name, calls in asks.items() if group.ask(name, f"resize {calls}", "",
-                                                              0, whole=True, send_only=True)]
+    alone, group.alone = group.alone, False  # they capture side by side, nothing timed
+    group.everyone()
+    try:
+        sent = [name for name, calls in asks.items()
+                if group.ask(name, f"resize {calls}", "", 0, whole=True, send_only=True)]
+    finally:
+        group.alone = alone
     for name in sent:
         got = group.ask(name, None, "resized", timeout, whole=True)
         sized = got[1] if got is not None else {}

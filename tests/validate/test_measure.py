@@ -190,8 +190,10 @@ CHEAT = "timer.sample = lambda: (busy(), 1e-3)[1]"
 def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
             cheats: dict | None = None, early: dict | None = None, before: dict | None = None,
             timeout_s: float = 120, lock: str | None = None, on_finish=None,
-            after: dict | None = None, **settings) -> tuple[dict, dict]:
-    controls = {name: Control() for name in ms}
+            after: dict | None = None, controls: dict | None = None,
+            **settings) -> tuple[dict, dict]:
+    controls = controls if controls is not None else {}
+    controls.update({name: Control() for name in ms})
     results = {}
     cheats = cheats if cheats is not None else {"candidate": cheat}
 
@@ -228,6 +230,53 @@ def test_window_times_two_processes_in_alternating_rounds():
     # same preemptions on a loaded machine; the median does not)
     cand = window["participants"]["candidate"]
     assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
+
+
+def _thread_states(pid: int) -> list[str]:
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
+            states.append(handle.read().rsplit(b")", 1)[1].split()[0].decode())
+    return states
+
+
+def test_a_member_runs_nothing_in_another_members_turn():
+    """A member that leaves a thread spinning (to slow the reference's turns and so raise its
+    own speedup: red-team round 30) is stopped, every thread of it, while another is timed."""
+    spin = ("__import__('threading').Thread(target=exec, args=('while 1: pass',), "
+            "daemon=True).start()")
+    controls: dict = {}
+    seen: list[tuple[str, list[str], bool]] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                ref = _thread_states(controls["reference"].pid)
+                cand = _thread_states(controls["candidate"].pid)
+            except (OSError, KeyError, TypeError):
+                time.sleep(0.001)
+                continue
+            seen.append((ref[0] if ref else "?", cand, controls["candidate"].paused))
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
+                                  early={"candidate": spin}, controls=controls)
+    finally:
+        done.set()
+        watcher.join(5)
+    assert window["error"] is None and window["others_stopped"], window
+    assert all(r.ok for r in results.values()), results
+    assert not any(c.paused for c in controls.values())  # every member let go at the end
+    # while the parent holds the candidate stopped, no thread of it runs (a sample taken
+    # as the signal lands may still read it running); the reference is timed meanwhile
+    held = [cand for _ref, cand, paused in seen if paused]
+    assert len(held) >= 30, len(seen)
+    assert sum(all(s == "T" for s in cand) for cand in held) >= 0.8 * len(held), held
+    assert sum(ref == "R" and all(s == "T" for s in cand) for ref, cand, _p in seen) >= 20
 
 
 def test_every_turn_settles_untimed_before_its_samples():
