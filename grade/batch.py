@@ -291,14 +291,16 @@ def _quick_handoffs():
         sys.setswitchinterval(previous)
 
 
-_TRANSIENT = ("timed out", "SIGKILL", "out of memory", "zygote")
+_TRANSIENT = ("SIGKILL", "out of memory", "zygote")
 
 
 def transient(verdict: dict) -> bool:
     """A verdict that may come out differently on a retry (a timeout, a kill from outside, a
-    timing window that failed): graded again next time rather than served from the cache."""
-    message = str((verdict.get("error") or {}).get("message", ""))
-    return (any(marker in message for marker in _TRANSIENT)
+    timing window that failed): graded again next time rather than served from the cache. A
+    timeout is the harness's flag (``error.timed_out``), not words an answer can raise."""
+    error = verdict.get("error") or {}
+    message = str(error.get("message", ""))
+    return (error.get("timed_out") is True or any(marker in message for marker in _TRANSIENT)
             or bool((verdict.get("timings") or {}).get("error")))
 
 

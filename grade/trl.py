@@ -132,8 +132,10 @@ TIMING_STAGES = frozenset({"timing", "wall:candidate:start", "wall:candidate:end
 
 def timed_out_in_timing(verdict: dict) -> bool:
     error = verdict.get("error") or {}
+    # the harness's flag, not the message: an answer that raised "timed out" in its timed
+    # calls would be graded again untimed, with no window and no unseen-input check
     return (not verdict.get("hacks") and error.get("stage") in TIMING_STAGES
-            and "timed out" in str(error.get("message", "")))
+            and error.get("timed_out") is True)
 
 
 def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable[..., dict]:

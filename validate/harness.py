@@ -571,7 +571,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     elif timed_out:
         waited = f" (plus {control.waited_s:.0f}s waiting for the GPU)" \
             if control is not None and control.waited_s >= 1 else ""
-        result.error = {"stage": last_stage,
+        # ``timed_out`` is the harness's own word: a worker's error frame carries only a stage
+        # and a message, whose text the code under test chooses
+        result.error = {"stage": last_stage, "timed_out": True,
                         "message": f"timed out after {timeout_s:g}s{waited}"}
     elif reader.error is not None:
         result.error = {"stage": str(reader.error.get("stage", last_stage)),

@@ -104,3 +104,13 @@ def test_a_timed_out_verdict_is_not_served_from_cache(tmp_path):
                    policy=policy, cache_path=cache)
         (verdict,) = read_jsonl(tmp_path / f"{run}.jsonl")
         assert "timed out" in verdict["error"]["message"] and not verdict.get("cached"), verdict
+
+
+def test_only_the_harness_makes_a_timeout_transient():
+    """An answer's own "timed out" text is cached like any verdict (else it is graded anew at
+    every batch); the harness's flag is what marks a real timeout."""
+    from kernelmill.grade.batch import transient
+
+    assert not transient({"error": {"stage": "forward", "message": "RuntimeError: timed out"}})
+    assert transient({"error": {"stage": "forward", "timed_out": True,
+                                "message": "timed out after 4s"}})

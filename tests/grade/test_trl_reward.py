@@ -76,6 +76,21 @@ def test_timing_timeout_keeps_correct_and_a_hang_stays_wrong():
     assert hang["error"]["stage"] == "forward" and "timed out" in hang["error"]["message"]
 
 
+def test_an_answer_that_raises_timed_out_is_not_taken_for_a_timeout():
+    """Only the harness says a run timed out: an answer that raises "timed out" once its timed
+    calls begin would otherwise be graded again untimed (no window, no unseen-input check)."""
+    fake = read("honest_scale_add").replace(
+        "        out = torch.empty_like(x)\n",
+        "        self.calls = getattr(self, 'calls', 0) + 1\n"
+        "        if self.calls > 40:\n"
+        "            raise RuntimeError('timed out')\n"
+        "        out = torch.empty_like(x)\n")
+    verdict = local_grader("cpu", Policy(trials=2, timeout_s=60))(read("ref_scale_add"), fake)
+    assert "timed out" in verdict["error"]["message"], verdict["error"]
+    assert not verdict["error"].get("timed_out") and not verdict.get("timing_timed_out")
+    assert verdict["speedup_vs_eager"] is None
+
+
 @pytest.fixture
 def grading_server():
     server = make_server("127.0.0.1", 0, device="cpu", policy=Policy(time=False, trials=2))
