@@ -288,13 +288,23 @@ OTHER_PROCESS_CALLS = (("setpriority", 1), ("ioprio_set", 1), ("sched_setaffinit
                        ("process_madvise", 0))
 
 
+# Calls that would put the caller itself ahead of the processes beside it (a worker runs as
+# root: red-team round 30's threads reniced themselves to -20): a real-time or other policy, a
+# priority, and a nice value below 0 (``setpriority``'s third argument, its sign bit).
+RAISE_PRIORITY_CALLS = ("sched_setscheduler", "sched_setparam", "sched_setattr")
+_SIGN_BIT = 0x80000000
+
+
 def forbid_other_processes() -> str:
-    """Load the seccomp filter that refuses (EPERM) the calls of ``OTHER_PROCESS_CALLS`` on
+    """Load the seccomp filters that refuse (EPERM) the calls of ``OTHER_PROCESS_CALLS`` on
     any pid but 0 (the caller): a submission cannot renice, pin or limit its grader, the
-    zygote or the workers beside it. Returns ``STATE["other_processes"]``."""
+    zygote or the workers beside it; and the calls that raise the caller's own priority
+    (``RAISE_PRIORITY_CALLS``, a negative nice value). Returns ``STATE["other_processes"]``."""
     eperm = _scmp_errno(errno.EPERM)
     failed = _load_filter([(name, eperm, _ArgCmp(arg, _SCMP_CMP_NE, 0, 0))
-                           for name, arg in OTHER_PROCESS_CALLS])
+                           for name, arg in OTHER_PROCESS_CALLS]) or _load_filter(
+        [(name, eperm, None) for name in RAISE_PRIORITY_CALLS]
+        + [("setpriority", eperm, _ArgCmp(2, _SCMP_CMP_MASKED_EQ, _SIGN_BIT, _SIGN_BIT))])
     STATE["other_processes"] = f"allowed: {failed}" if failed else "blocked"
     return STATE["other_processes"]
 

@@ -258,6 +258,8 @@ PROBE = textwrap.dedent("""
     attempt("renice_parent", lambda: os.setpriority(os.PRIO_PROCESS, parent, 7))
     attempt("pin_parent", lambda: os.sched_setaffinity(parent, mine[:1]))
     attempt("renice_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
+    attempt("raise_own_nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, -5))
+    attempt("realtime_self", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)))
     attempt("pin_self", lambda: os.sched_setaffinity(0, mine))
     import resource
     attempt("own_rlimit", lambda: resource.setrlimit(
@@ -299,7 +301,8 @@ def test_worker_confinement(tmp_path):
     # renicing or pinning another process (the zygote: every later worker inherits it) is
     # refused; the worker's own scheduling and limits are its own
     if state["other_processes"] == "blocked":
-        for name in ("renice_parent", "pin_parent"):
+        # nor may it put itself ahead of them (a thread at nice -20 starved the reference)
+        for name in ("renice_parent", "pin_parent", "raise_own_nice", "realtime_self"):
             assert facts[name] == "PermissionError", (name, facts)
     else:
         assert downgrades(state), "a downgrade must be recorded"
