@@ -349,6 +349,13 @@ class _Group:
         if name in self.active:
             self.active[name].resume()
 
+    def rest(self, name: str) -> None:
+        """``name``'s turn is over: stopped at once (while timing), not when the next turn
+        comes, so nothing of it runs while the parent takes its answer (a spinning thread
+        there starved the parent, and through it every turn, on a loaded host)."""
+        if self.alone and name in self.active:
+            self.active[name].pause()
+
     def everyone(self) -> None:
         """Every member runs again (the window's timed part is over, or all work at once)."""
         for control in self.controls.values():
@@ -369,7 +376,10 @@ class _Group:
                 control.send(command)
             if send_only:
                 return True
-            return _answer(name, control, key, timeout, whole)
+            got = _answer(name, control, key, timeout, whole)
+            if command is not None:
+                self.rest(name)
+            return got
         except WindowError as exc:
             self.fail(name, exc)
             return None
@@ -400,6 +410,7 @@ class _Group:
         try:
             yield
         finally:
+            self.rest(name)
             self.credit_others(name, began)
 
     def gone(self) -> bool:
