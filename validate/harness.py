@@ -55,6 +55,7 @@ from .harness_worker import (
     mark_stage,
 )
 from .reaper import WATCHER
+from .zygote_worker import children, pgid_of
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
@@ -117,7 +118,28 @@ class Control:
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts written, in the order asked
         self.pid: int | None = None  # the worker's, which leads its own process group
+        self.token = ""  # the run's, in the environment of every process it started
+        self.strays: list[int] = []  # its processes outside that group (``find_strays``)
         self.paused = False
+
+    def find_strays(self) -> list[int]:
+        """The worker's processes that left its process group (a child that called ``setsid``:
+        ``killpg`` does not reach it), by the run's token and by descent; from here on
+        ``pause`` and ``resume`` signal each of them too. Looked for once, as a window begins to
+        time: no process of a candidate may start after its first call."""
+        if self.pid is None or self.ended:
+            return []
+        found = set(_proc_with_token(self.token)) if self.token else set()
+        stack, seen = [self.pid], set()
+        while stack:
+            pid = stack.pop()
+            if pid not in seen:
+                seen.add(pid)
+                found.add(pid)
+                stack.extend(children(pid))
+        with self._cond:
+            self.strays = sorted(p for p in found if pgid_of(p) not in (None, self.pid))
+        return self.strays
 
     def pause(self) -> None:
         """Stop every process of the worker's group (SIGSTOP): outside its turn in a timing
@@ -139,6 +161,11 @@ class Control:
                 os.killpg(self.pid, sig)
             except (ProcessLookupError, PermissionError):
                 return
+            for pid in self.strays:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
             self.paused = paused
 
     def extend(self, seconds: float) -> None:
@@ -511,6 +538,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     if control is not None:
         os.close(r_ctl)
         control.pid = proc.pid  # a new session each (start_new_session; the zygote's setsid)
+        control.token = token
         control._attach(w_ctl)
         control._late = late_file
     reader = _Reader(r_out, key, start, control)

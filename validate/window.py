@@ -270,7 +270,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             holding[0] = False
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
             holding[0] = True
+            for control in group.active.values():  # a child that left the group is
+                control.find_strays()                # stopped with it
             group.alone = result["others_stopped"] = True
+            result["strays"] = {name: len(c.strays) for name, c in group.active.items()
+                                if c.strays}
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
                               cap_ms, warm_ms, settle_ms, clock_check, unseen_check)

@@ -74,7 +74,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def _pgid(pid: int) -> int | None:
+def pgid_of(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
     except OSError:
@@ -196,7 +196,7 @@ class Zygote:
         except OSError:
             pass
         self.killed[pid] = self.killed.get(pid, 0) + sum(
-            1 for p in kill_tree(pid) if p != pid and _pgid(p) not in (None, pid))
+            1 for p in kill_tree(pid) if p != pid and pgid_of(p) not in (None, pid))
 
     def reap(self) -> None:
         while True:
@@ -230,7 +230,7 @@ class Zygote:
                 break
             for pid in found:
                 for victim in kill_tree(pid):
-                    if _pgid(victim) != group:
+                    if pgid_of(victim) != group:
                         escaped.add(victim)
             time.sleep(0.01)
         self.reap_strays()

@@ -280,6 +280,41 @@ def test_a_member_runs_nothing_in_another_members_turn():
     assert sum(ref == "R" and all(s == "T" for s in cand) for ref, cand, _p in seen) >= 8
 
 
+def test_a_child_that_left_the_members_group_is_stopped_with_it():
+    """``killpg`` misses a child that called ``setsid``: the window finds it (the run's token,
+    its descent) as it begins to time, and stops it in the other members' turns too."""
+    from kernelmill.validate.zygote_worker import children
+
+    daemon = ("__import__('subprocess').Popen([__import__('sys').executable, '-c', "
+              "'while 1: pass'], start_new_session=True)")
+    controls: dict = {}
+    seen: list[tuple[list[str], bool]] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                member = controls["candidate"]
+                seen.append(([_thread_states(kid)[0] for kid in children(member.pid)],
+                             member.paused))
+            except (OSError, KeyError, TypeError, IndexError):
+                pass
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
+                                  early={"candidate": daemon}, controls=controls)
+    finally:
+        done.set()
+        watcher.join(5)
+    assert window["error"] is None and window["strays"] == {"candidate": 1}, window
+    held = [kids for kids, paused in seen if paused and kids]
+    assert len(held) >= 10, len(seen)
+    assert sum(kids == ["T"] for kids in held) >= 0.8 * len(held), held
+
+
 def test_every_turn_settles_untimed_before_its_samples():
     """``settle_ms``: each turn starts with untimed work (a kernel at the power cap reads fast
     right after a lighter turn); those calls are no samples, and the pace the parent clocks a
