@@ -55,7 +55,7 @@ from .harness_worker import (
     mark_stage,
 )
 from .reaper import WATCHER
-from .zygote_worker import children, pgid_of
+from .zygote_worker import descendants, pgid_of
 
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
@@ -130,13 +130,7 @@ class Control:
         if self.pid is None or self.ended:
             return []
         found = set(_proc_with_token(self.token)) if self.token else set()
-        stack, seen = [self.pid], set()
-        while stack:
-            pid = stack.pop()
-            if pid not in seen:
-                seen.add(pid)
-                found.add(pid)
-                stack.extend(children(pid))
+        found.update(descendants(self.pid))
         with self._cond:
             self.strays = sorted(p for p in found if pgid_of(p) not in (None, self.pid))
         return self.strays

@@ -270,8 +270,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             holding[0] = False
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
             holding[0] = True
-            for control in group.active.values():  # a child that left the group is
-                control.find_strays()                # stopped with it
+            for control in group.active.values():  # a child that left its member's
+                control.find_strays()  # process group is stopped with it
             group.alone = result["others_stopped"] = True
             result["strays"] = {name: len(c.strays) for name, c in group.active.items()
                                 if c.strays}
@@ -288,7 +288,6 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         for control in participants.values():
             control.send("stop")
     finally:
-        group.everyone()
         if exclusive[0] is not None:  # told to stop: their checks after the window run under
             exclusive[0].downgrade()  # the shared lock, taken over with no gap
         try:
@@ -373,10 +372,9 @@ class _Group:
         if name not in self.active:
             return None
         control = self.active[name]
-        if command is not None:
-            self.only(name)
         try:
             if command is not None:
+                self.only(name)
                 control.send(command)
             if send_only:
                 return True

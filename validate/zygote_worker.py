@@ -90,15 +90,23 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def kill_tree(root: int) -> list[int]:
-    """SIGKILL ``root`` and every descendant; returns the pids killed (live ones only)."""
-    seen, stack, killed = set(), [root], []
+def descendants(root: int):
+    """``root`` and every process below it, each yielded once its children are listed (a
+    caller may kill it then without losing them)."""
+    seen, stack = set(), [root]
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
         stack.extend(children(pid))
+        yield pid
+
+
+def kill_tree(root: int) -> list[int]:
+    """SIGKILL ``root`` and every descendant; returns the pids killed (live ones only)."""
+    killed = []
+    for pid in descendants(root):
         if _alive(pid):
             killed.append(pid)
         try:

@@ -240,34 +240,42 @@ def _thread_states(pid: int) -> list[str]:
     return states
 
 
-def test_a_member_runs_nothing_in_another_members_turn():
-    """A member that leaves a thread spinning (to slow the reference's turns and so raise its
-    own speedup: red-team round 30) is stopped, every thread of it, while another is timed."""
-    spin = ("__import__('threading').Thread(target=exec, args=('while 1: pass',), "
-            "daemon=True).start()")
+def _sampled_window(early: str, sample) -> tuple[dict, dict, dict, list]:
+    """A reference (3 ms calls) and a candidate (1 ms, running ``early`` first) in one window,
+    with ``sample(controls)`` taken every half millisecond meanwhile (None: no sample)."""
     controls: dict = {}
-    seen: list[tuple[str, list[str], bool]] = []
+    seen: list = []
     done = threading.Event()
 
     def watch():
         while not done.is_set():
             try:
-                ref = _thread_states(controls["reference"].pid)
-                cand = _thread_states(controls["candidate"].pid)
-            except (OSError, KeyError, TypeError):
-                time.sleep(0.001)
-                continue
-            seen.append((ref[0] if ref else "?", cand, controls["candidate"].paused))
+                taken = sample(controls)
+            except (OSError, KeyError, TypeError, IndexError):  # a worker not yet, or gone
+                taken = None
+            if taken is not None:
+                seen.append(taken)
             time.sleep(0.0005)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
         window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
-                                  early={"candidate": spin}, controls=controls)
+                                  early={"candidate": early}, controls=controls)
     finally:
         done.set()
         watcher.join(5)
+    return window, results, controls, seen
+
+
+def test_a_member_runs_nothing_in_another_members_turn():
+    """A member that leaves a thread spinning (to slow the reference's turns and so raise its
+    own speedup: red-team round 30) is stopped, every thread of it, while another is timed."""
+    spin = ("__import__('threading').Thread(target=exec, args=('while 1: pass',), "
+            "daemon=True).start()")
+    window, results, controls, seen = _sampled_window(spin, lambda controls: (
+        _thread_states(controls["reference"].pid)[0],
+        _thread_states(controls["candidate"].pid), controls["candidate"].paused))
     assert window["error"] is None and window["others_stopped"], window
     assert all(r.ok for r in results.values()), results
     assert not any(c.paused for c in controls.values())  # every member let go at the end
@@ -287,28 +295,9 @@ def test_a_child_that_left_the_members_group_is_stopped_with_it():
 
     daemon = ("__import__('subprocess').Popen([__import__('sys').executable, '-c', "
               "'while 1: pass'], start_new_session=True)")
-    controls: dict = {}
-    seen: list[tuple[list[str], bool]] = []
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            try:
-                member = controls["candidate"]
-                seen.append(([_thread_states(kid)[0] for kid in children(member.pid)],
-                             member.paused))
-            except (OSError, KeyError, TypeError, IndexError):
-                pass
-            time.sleep(0.0005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
-                                  early={"candidate": daemon}, controls=controls)
-    finally:
-        done.set()
-        watcher.join(5)
+    window, _results, _controls, seen = _sampled_window(daemon, lambda controls: (
+        [_thread_states(kid)[0] for kid in children(controls["candidate"].pid)],
+        controls["candidate"].paused))
     assert window["error"] is None and window["strays"] == {"candidate": 1}, window
     held = [kids for kids, paused in seen if paused and kids]
     assert len(held) >= 10, len(seen)
