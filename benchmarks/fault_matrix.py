@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITE = (
     ("bad input", "tests/core/test_bad_input.py"),
     ("bad input", "tests/core/test_stage_inputs.py"),
+    ("bad input", "tests/grade/test_source_scan.py"),
     ("disk full", "tests/core/test_disk_full.py"),
     ("locks", "tests/core/test_lock.py"),
     ("locks, cache", "tests/grade/test_batch_faults.py"),

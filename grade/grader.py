@@ -32,8 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelmill.core.errors import KernelmillError, ProblemError
-from kernelmill.core.problem import check_source
+from kernelmill.core.errors import KernelmillError
 from kernelmill.core.record import Verdict
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.admission import address_limit, host_budget
@@ -46,6 +45,7 @@ from .judge import judge, reference_fault, usable_trials
 from .policy import Policy
 from .rewards import get_reward
 from .size import grading_size
+from .source_scan import SourceReader
 
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
@@ -162,6 +162,8 @@ class Grader:
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
         self._reference_bytes: dict[str, int] = {}  # tensors of one fresh run, per source
+        # the candidate's source is parsed, checked and scanned in bounded scanner processes
+        self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
 
     @property
     def worker_device(self) -> str:
@@ -393,7 +395,7 @@ class Grader:
         at run time or not) and the sources left in the build folder."""
         if not self.policy.static_scan:
             return []
-        own = static.scan(source)
+        own = list(self._reader.read(source, scan=True).findings)
         with self._lock:
             built = self._built_findings.get(source, [])
         seen = {f.split(": ", 1)[-1] for f in own}
@@ -457,18 +459,21 @@ class Grader:
         return [run for batch in batches for run in batch]
 
     def _static(self, source: str) -> dict | None:
-        try:
-            check_source(source, "<candidate>", candidate=True)
-        except ProblemError as exc:
-            return Verdict.failure("parse", exc.reason + (f" (line {exc.line})" if exc.line
-                                                          else ""), reward=None).to_dict()
+        read = self._reader.read(source, scan=self.policy.static_scan)
+        if read.refused:
+            return Verdict.failure("parse", read.refused, reward=None).to_dict()
+        if read.problem:
+            reason, line = read.problem
+            return Verdict.failure("parse", reason + (f" (line {line})" if line else ""),
+                                   reward=None).to_dict()
         return None
 
     def _decided_statically(self, source: str) -> dict | None:
         """The verdict, without running anything, of a source whose scan alone makes it hacked
         (``Policy.static_first``): a forbidden API or a kernelguard finding. Vendor-library
         calls are not decisive (the policy weighs them against the reference's ops)."""
-        return self._unrun_verdict(static.scan(source) if self._static_first() else [],
+        own = self._reader.read(source, scan=True).findings if self._static_first() else []
+        return self._unrun_verdict(list(own),
                                    "the static scan", compiled=False, profile={"static_only": True})
 
     def _decided_by_build(self, source: str) -> dict | None:

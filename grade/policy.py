@@ -206,6 +206,10 @@ class Policy:
     max_scalar_reads: int = 16  # .item() reads per forward: more is computing on the host
     require_custom_kernel: bool = True  # a Triton launch or extension call in every forward
     static_scan: bool = True  # flag sources that reach for introspection/escape APIs
+    # a source is read (parsed, checked, scanned) only up to this size, in a scanner process
+    # killed after this long (grade.source_scan): over either, a one-line parse verdict
+    max_source_bytes: int = 1 << 20
+    scan_timeout_s: float = 6.0
     # a source the scan flags (a forbidden API, kernelguard) is judged without running it: any
     # run's verdict would be hacked, so it gets no GPU time and none of its code is executed
     static_first: bool = True

@@ -42,15 +42,29 @@ class LocalBackend:
                 except BaseException as exc:  # noqa: BLE001 — surfaced to the caller below
                     done.put((item, None, exc))
 
-        threads = [threading.Thread(target=run_slot, args=(slot,), daemon=True)
-                   for slot in self.slots]
+        # Not daemons: a daemon slot thread still inside a worker run when the interpreter
+        # shuts down (the caller stopped on an error: a full disk) aborts the process (SIGABRT).
+        threads = [threading.Thread(target=run_slot, args=(slot,), name=f"slot-{i}")
+                   for i, slot in enumerate(self.slots)]
         for thread in threads:
             thread.start()
-        for _ in range(count):
-            item, result, exc = done.get()
-            if exc is not None:
-                raise exc
-            yield item, result
+        try:
+            for _ in range(count):
+                item, result, exc = done.get()
+                if exc is not None:
+                    raise exc
+                yield item, result
+        finally:  # the caller stopped early (an error, or it closed us): start nothing more;
+            # the runs in progress end on their own and the interpreter waits for them
+            _drain(todo)
+
+
+def _drain(todo: queue.Queue) -> None:
+    while True:
+        try:
+            todo.get_nowait()
+        except queue.Empty:
+            return
 
 
 def get_backend(name: str = "local", *, device: str = "auto", workers: int | None = None,

@@ -172,6 +172,17 @@ def flatten_outputs(out) -> tuple[str, list]:
     return _type(out).__name__, [out]
 
 
+def output_fault(out) -> str | None:
+    """Why a problem's forward result cannot be graded, or None: the grader compares a tensor or
+    a tuple/list of tensors, nothing else (an int, None, a dict, nested containers)."""
+    structure, items = flatten_outputs(out)
+    kinds = [_type(item).__name__ for item in items if not _isinstance(item, _Tensor)]
+    if items and not kinds:
+        return None
+    what = ", ".join(kinds) if kinds else "no output"
+    return f"forward returned {structure} ({what}); a problem's forward must return tensors"
+
+
 def output_tensors(out: Any) -> list:
     """Every tensor of a forward's result, in order, detached (tuples, lists and dicts flattened,
     Python scalars as 0-d tensors)."""

@@ -103,3 +103,38 @@ def test_file_size_limit_in_a_real_process(tmp_path, limit):
                                   "resume")
     assert [r["id"] for r in read_jsonl(path)] == [f"p{i}" for i in range(fit)]
     assert path.stat().st_size == sum(sizes[:fit])  # no fragment of the record that failed
+
+
+def test_a_write_error_mid_stage_stops_new_work_and_exits_with_its_own_status(tmp_path):
+    """The validate stage's writer fails (a full disk) while slot threads are inside their runs:
+    no further item starts, the runs in progress end, and the process exits 2 with its message
+    (daemon slot threads left running at shutdown aborted it: SIGABRT, 134)."""
+    started = tmp_path / "started"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from kernelmill.core.errors import KernelmillError
+        from kernelmill.validate.backends import LocalBackend
+
+        def task(item, slot):
+            with open({str(started)!r}, "a") as f:
+                f.write(f"{{item}}\\n")
+            time.sleep(0.2 if item == 0 else 1.5)
+            with open({str(started)!r} + ".ended", "a") as f:
+                f.write(f"{{item}}\\n")
+            return item
+
+        try:
+            for item, _ in LocalBackend("cpu", 2).map_unordered(task, range(8)):
+                raise KernelmillError("out.jsonl: cannot write: No space left on device")
+        except KernelmillError as exc:
+            print(f"kernelmill: error: {{exc}}", file=sys.stderr, flush=True)
+            sys.exit(2)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert run.stderr.strip() == "kernelmill: error: out.jsonl: cannot write: No space left on device"
+    # item 0 ended first, the other slot was inside item 1 and the first may have taken item 2
+    # before the error: nothing started after it, and every run that had started ended
+    began = sorted(started.read_text().split())
+    assert began in (["0", "1"], ["0", "1", "2"]), began
+    assert sorted((tmp_path / "started.ended").read_text().split()) == began

@@ -114,3 +114,36 @@ def test_only_the_harness_makes_a_timeout_transient():
     assert not transient({"error": {"stage": "forward", "message": "RuntimeError: timed out"}})
     assert transient({"error": {"stage": "forward", "timed_out": True,
                                 "message": "timed out after 4s"}})
+
+
+def test_sources_too_large_deep_or_slow_to_read_get_a_verdict_and_the_batch_goes_on(tmp_path):
+    """A 50 MB one-line source is refused before anything reads it; a 200 KB one-line comment
+    (quadratic for kernelguard) and a 5,000-deep expression are read in a scanner process that
+    is killed at its time limit or answers the depth: each a one-line parse verdict, while an
+    honest row of the same batch is graded and certified."""
+    from kernelmill.core.store import read_jsonl
+    from kernelmill.grade.policy import Policy
+
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    head = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x, y):\n"
+    rows = {"honest": honest,
+            "huge": head + "        return x\n# " + "a" * (50 << 20) + "\n",
+            "long_line": head + "        return x\n# " + "a" * (200 << 10) + "\n",
+            "deep": head + "        return " + "+".join(["x"] * 5000) + "\n"}
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text("".join(json.dumps({"submission_id": k, "problem_id": "ref_scale_add",
+                                               "source": v}) + "\n" for k, v in rows.items()))
+    out = tmp_path / "verdicts.jsonl"
+    grade_file(_problems(tmp_path), submissions, out, device="cpu", workers=2, cache_path=False,
+               policy=Policy(time=False, trials=1, scan_timeout_s=3.0))
+    verdicts = {row["submission_id"]: row for row in read_jsonl(out)}
+    assert set(verdicts) == set(rows)
+    assert verdicts["honest"]["correct"] and not verdicts["honest"]["hacks"]
+    expected = {"huge": "source too large to read: 52,428,",
+                "long_line": "reading the source took over 3 s",
+                "deep": "source too deeply nested to read"}
+    for name, message in expected.items():
+        verdict = verdicts[name]
+        assert not verdict["correct"] and verdict["error"]["stage"] == "parse", verdict
+        assert verdict["error"]["message"].startswith(message), verdict["error"]
+        assert "\n" not in verdict["error"]["message"]

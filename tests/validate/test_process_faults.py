@@ -222,3 +222,39 @@ def test_a_zygote_killed_with_sigkill_takes_every_process_of_its_runs_along(tmp_
     again = run_in_worker("kernelmill.validate.harness:echo", {"n": 1}, timeout_s=60,
                           device="cpu", sandbox=False, warm=True)
     assert again.ok and again.warm and again.value["n"] == 1, again.error
+
+
+NON_TENSOR = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return RESULT
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("result, what", [
+    ("int((x > 0).sum())", "int (int)"), ("None", "NoneType (NoneType)"),
+    ("{'y': x * 2}", "dict (dict)"), ("(x * 2, 3.0)", "tuple:2 (float)"),
+    ("[x * 2, (x, x)]", "list:2 (tuple)")])
+def test_a_problem_whose_forward_returns_anything_but_tensors_fails_at_runs(result, what):
+    """The grader compares a tensor or a tuple/list of tensors: anything else fails validation
+    at ``runs``, in the grader's words, instead of failing every submission later."""
+    validation = validate_source(NON_TENSOR.replace("RESULT", result),
+                                 config={"max_ablations": 0, "cross_process": False})
+    assert not validation["passed"] and validation["flags"] == ["runs"], validation["flags"]
+    detail = validation["checks"]["runs"]["detail"]
+    assert f"forward returned {what}; a problem's forward must return tensors" in detail, detail
+    tensors = validate_source(NON_TENSOR.replace("RESULT", "(torch.tanh(x), x * 2)"),
+                              config={"max_ablations": 0, "cross_process": False})
+    assert tensors["checks"]["runs"]["passed"], tensors["checks"]["runs"]
