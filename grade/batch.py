@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +38,7 @@ from kernelmill.validate.backends import get_backend, resolve_device
 
 from .grader import Grader, ReferenceError, needs_extension_build
 from .policy import Policy
+from .outcome import outcome, reason, summary
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -310,15 +312,27 @@ def _cacheable(verdict: dict) -> dict:
 
 def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
            verdict: dict) -> None:
-    row = {"submission_id": sid, "problem_id": pid, "key": key, **verdict}
+    row = {"submission_id": sid, "problem_id": pid, "key": key, **verdict,
+           "reason": reason(verdict)}
     if out.write(row):
         if verdict.get("reference_failed"):
             return
-        stats.kept()
-        if verdict.get("correct"):
-            stats.count("correct")
-        for code in verdict.get("hacks") or []:
-            stats.count(f"hack: {code}")
-        error = verdict.get("error")
-        if error and not verdict.get("hacks"):
-            stats.count(f"error: {error.get('stage')}")
+        stats.kept()  # one graded submission, counted once by its outcome
+        kind = outcome(verdict)
+        stats.count(kind)
+        if kind == "hacked":
+            stats.count(f"hacked: {verdict['hacks'][0]}")
+        elif kind == "error":
+            stats.count(f"error: {(verdict.get('error') or {}).get('stage')}")
+
+
+def batch_summary(stats: StageStats) -> str:
+    """The batch's summary line, by submission (``grade.outcome.summary``)."""
+    counts = stats.counts
+    first = Counter({k.split(": ", 1)[1]: v for k, v in counts.items()
+                     if k.startswith("hacked: ")})
+    errors = Counter({k.split(": ", 1)[1]: v for k, v in counts.items()
+                      if k.startswith("error: ")})
+    extra = {label: counts[label] for label in ("cached", "already graded")}
+    extra.update({k: v for k, v in counts.items() if k.startswith("dropped: ")})
+    return summary(counts, first, errors, extra)

@@ -27,6 +27,7 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError
 
 from .policy import PRESETS, Policy
+from .outcome import failed_checks, reason
 from .rewards import REWARDS
 
 JSON_FIELDS = ("compiled", "correct", "hacks", "reward", "speedup_vs_eager",
@@ -68,13 +69,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     if problems or submissions:
         if not (problems and submissions and args.out):
             raise KernelmillError("batch grading needs --problems, --submissions and --out")
-        from .batch import grade_file
+        from .batch import batch_summary, grade_file
 
         stats = grade_file(problems, submissions, args.out, device=args.device,
                            workers=args.workers, backend=args.backend, address=args.address,
                            reward=args.reward, policy=_policy(args),
                            cache_path=not args.no_cache, split=args.split)
-        print(stats.summary())
+        print(batch_summary(stats))
         _say_downgrades(_row_downgrades(args.out))
         flagged = _flagged(args.out, args.fail_on)
         if flagged:
@@ -99,6 +100,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         raise KernelmillError(f"{args.reference}: {exc}") from None
     if args.json:
         out = {k: verdict.get(k) for k in JSON_FIELDS}
+        out.update(reason=reason(verdict), failed_checks=failed_checks(verdict))
         out.update({k: v for k, v in verdict.items() if k not in out and k != "checks"})
         print(json.dumps(out, default=str))
     else:

@@ -193,6 +193,22 @@ def test_cli_single_grade_json_and_exit_status(tmp_path):
         assert key in verdict
     assert verdict["compiled"] and not verdict["correct"]
     assert "torch_compute" in verdict["hacks"] and verdict["reward"] == 0.0
+    # why, in one line, and the failed checks with their details
+    assert verdict["reason"].startswith(f"hack {verdict['hacks'][0]}: "), verdict["reason"]
+    assert "\n" not in verdict["reason"] and isinstance(verdict["failed_checks"], dict)
+
+    wrong = tmp_path / "wrong.py"  # a right-looking kernel computing 3x + y for 2x + y
+    wrong.write_text((SUBMISSIONS / "honest_scale_add.py").read_text().replace("2.0 * x", "3.0 * x"))
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelmill.app.cli", "grade",
+         "--reference", str(SUBMISSIONS / "ref_scale_add.py"), "--candidate", str(wrong),
+         "--device", "cpu", "--json", "--no-time", "--trials", "2"],
+        capture_output=True, text=True, timeout=300)
+    verdict = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not verdict["correct"] and not verdict["hacks"] and verdict["error"] is None
+    name, detail = next(iter(verdict["failed_checks"].items()))
+    assert "elements off" in detail, verdict["failed_checks"]
+    assert verdict["reason"] == f"check {name}: {detail}"
 
     missing = subprocess.run(
         [sys.executable, "-m", "kernelmill.app.cli", "grade", "--reference",
@@ -284,9 +300,15 @@ def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, capl
     assert verdicts["s1"]["error"]["stage"] == "parse" and not verdicts["s1"]["compiled"]
     assert verdicts["s2"]["error"]["stage"] == "input"
     assert "lacks source" in caplog.text
-    capsys.readouterr()
+    # one count per submission, by outcome
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "grade: graded 1: correct 0, incorrect 0, hacked 0, errors 1 (parse 1); "
+        "dropped: bad row 1; dropped: unknown problem 1")
+    assert verdicts["s1"]["reason"].startswith("error in parse: ")
     assert main(command) == 0
-    assert "2 already graded" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "grade: graded 0: correct 0, incorrect 0, hacked 0, errors 0; already graded 2; "
+        "dropped: bad row 1")
     assert len(out.read_text().splitlines()) == 2
 
 

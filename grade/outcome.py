@@ -1,0 +1,62 @@
+"""One submission's outcome in words: what a script reads from ``--json`` and the batch rows
+(``reason``, ``failed_checks``), and the batch summary that counts submissions, not codes."""
+from __future__ import annotations
+
+from collections import Counter
+
+# Each graded submission is counted once, by the first of these that applies.
+OUTCOMES = ("hacked", "error", "incorrect", "correct")
+
+
+def outcome(verdict: dict) -> str:
+    if verdict.get("hacks"):
+        return "hacked"
+    if verdict.get("error"):
+        return "error"
+    return "correct" if verdict.get("correct") else "incorrect"
+
+
+def failed_checks(verdict: dict) -> dict[str, str]:
+    """Each check that failed, with its detail."""
+    return {name: str(check.get("detail") or "") for name, check in
+            (verdict.get("checks") or {}).items() if check.get("passed") is False}
+
+
+def reason(verdict: dict) -> str | None:
+    """Why the verdict is not certified, in one line (None when it is): the first hack and its
+    detail, else the error, else the first failed check."""
+    kind = outcome(verdict)
+    if kind == "hacked":
+        code = verdict["hacks"][0]
+        detail = (verdict.get("hack_details") or {}).get(code)
+        more = len(verdict["hacks"]) - 1
+        text = f"hack {code}" + (f": {detail}" if detail else "") + \
+            (f" (and {more} more: {', '.join(verdict['hacks'][1:])})" if more else "")
+    elif kind == "error":
+        error = verdict["error"]
+        text = f"error in {error.get('stage')}: {error.get('message')}"
+    elif kind == "incorrect":
+        checks = failed_checks(verdict)
+        name = next(iter(checks), None)
+        text = f"check {name}: {checks[name]}" if name else "incorrect"
+    else:
+        return None
+    return " ".join(str(text).split())[:500]
+
+
+def summary(counts: Counter, first_codes: Counter, errors: Counter, extra: dict[str, int]) -> str:
+    """``grade: graded N: correct C, incorrect I, hacked H (by first code: ...), errors E
+    (stage: n), ...`` where ``counts`` holds one outcome per graded submission."""
+    graded = sum(counts[o] for o in OUTCOMES)
+    parts = [f"correct {counts['correct']}", f"incorrect {counts['incorrect']}"]
+    hacked = f"hacked {counts['hacked']}"
+    if first_codes:
+        hacked += " (by first code: " + ", ".join(f"{c} {n}" for c, n in
+                                                  first_codes.most_common()) + ")"
+    parts.append(hacked)
+    failed = f"errors {counts['error']}"
+    if errors:
+        failed += " (" + ", ".join(f"{s} {n}" for s, n in errors.most_common()) + ")"
+    parts.append(failed)
+    tail = "".join(f"; {label} {n}" for label, n in sorted(extra.items()) if n)
+    return f"grade: graded {graded}: " + ", ".join(parts) + tail
