@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -23,8 +24,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 
-def make_input(root: Path, levels: list[int], limit: int | None, path: Path) -> dict[int, int]:
-    """One JSONL of the chosen levels' problems (the first ``limit`` of each, by file name)."""
+def make_input(root: Path, levels: list[int], limit: int | None, path: Path,
+               match: str | None = None) -> dict[int, int]:
+    """One JSONL of the chosen levels' problems (those whose file name ``match`` finds, the
+    first ``limit`` of each level, by file name)."""
     from kernelmill.core.interop import import_folder
 
     counts: dict[int, int] = {}
@@ -39,8 +42,9 @@ def make_input(root: Path, levels: list[int], limit: int | None, path: Path) -> 
             result = import_folder(folder, part, generator="kernelbench")
             for line in result.malformed:
                 print(f"level {level}: malformed: {line}", file=sys.stderr)
-            lines = part.read_text().splitlines()[:limit] if limit else \
-                part.read_text().splitlines()
+            lines = [line for line in part.read_text().splitlines()
+                     if not match or re.search(match, _problem(json.loads(line)))]
+            lines = lines[:limit] if limit else lines
             for line in lines:
                 record = json.loads(line)
                 record["level"] = level
@@ -115,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path, help="a KernelBench checkout (holding level1/ ...)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--limit", type=int, default=None, help="first N problems of each level")
+    ap.add_argument("--match", default=None,
+                    help="only problems whose file name this regular expression finds")
     ap.add_argument("--out", type=Path, default=None,
                     help="validated records (JSONL; resumable; default: a temp file)")
     ap.add_argument("--device", default="auto")
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="kb-audit-"))
     out = args.out or work / "validated.jsonl"
-    counts = make_input(args.path, args.levels, args.limit, work / "problems.jsonl")
+    counts = make_input(args.path, args.levels, args.limit, work / "problems.jsonl", args.match)
     if not sum(counts.values()):
         print(f"{args.path}: no problems in levels {args.levels}", file=sys.stderr)
         return 2

@@ -15,6 +15,8 @@
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
+#        tf32 (the audit of convolution, CNN and RNN problems with the library's fp32 defaults,
+#        then with the workers' IEEE fp32: TF32_ARGS)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
@@ -158,6 +160,18 @@ for part in $parts; do
                 python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
                   --out "$out/audit.jsonl" --json "$out/audit.json" 2>&1 | tee "$out/audit.log"
               fi ;;
+    tf32)     # the audit of TF32-sensitive problems (convolutions, CNNs, RNNs) twice: with the
+              # library's fp32 defaults (KERNELMILL_FP32=library: cuDNN TF32 on) and as workers
+              # run by default (IEEE fp32); TF32_ARGS picks levels, size and the name filter
+              kb=""
+              for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+                if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
+              # shellcheck disable=SC2086 — TF32_ARGS is a list of flags
+              for mode in library ieee; do
+                KERNELMILL_FP32=$mode python3 benchmarks/kernelbench_audit.py "$kb" --device cuda \
+                  ${TF32_ARGS:---limit 12 --match '(?i)conv|resnet|mobilenet|efficientnet|vgg|densenet|lstm|gru|squeezenet|regnet|googlenet'} \
+                  --out "$out/tf32_$mode.jsonl" --json "$out/tf32_$mode.json" 2>&1 | tee "$out/tf32_$mode.log"
+              done ;;
     *)        echo "unknown part $part" ;;
   esac
   stop_sampling "$part"

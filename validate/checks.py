@@ -356,7 +356,7 @@ def output_stats(outputs: list, tol: float) -> list[dict]:
 
 # (floor, cap) of the calibrated tolerance per output dtype: the floor is what an honest kernel
 # with a different summation order needs; above the cap the problem is too ill-conditioned to grade
-# (fp32 caps leave room for TF32 convolutions, which cuDNN uses in eager by default)
+# (workers run fp32 as IEEE fp32, TF32 off: harness_worker._ieee_fp32)
 TOLERANCE_BOUNDS = {
     "float64": (1e-7, 1e-3),
     "float32": (1e-4, 5e-2),
@@ -501,6 +501,8 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
             not dead, dead or None,
             (f"{ab['tried']} ablations all change the output" if not dead else
              "removing these leaves the output unchanged: " + "; ".join(dead))
+            + (f"; computing nothing, not counted: {'; '.join(ab['inert'])}"
+               if ab.get("inert") else "")
             + (f" (stopped early: {ab['aborted']})" if ab.get("aborted") else ""))
 
     cal = m["tolerance"]

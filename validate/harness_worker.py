@@ -407,6 +407,23 @@ def _restore_slots(value, data, base: int = 0):
     return restore(value)
 
 
+def _ieee_fp32() -> None:
+    """float32 means IEEE float32 in every worker. cuDNN's convolutions and RNNs run TF32 by
+    default (10-bit mantissas): a reference computed that way makes the validator's fp32 noise
+    floor TF32's (0.02-0.17 on deep CNNs, 2e-4 without it), inflates the calibrated tolerance
+    tenfold, and lets a candidate with lower-precision operands pass an fp32 problem. References,
+    candidates and timings alike run with it off (matmul's TF32 is off by default already).
+    ``KERNELMILL_FP32=library`` keeps the library's defaults (to measure what they change)."""
+    if os.environ.get("KERNELMILL_FP32") == "library":
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def _init_cuda() -> None:
     try:
         import torch
@@ -465,6 +482,7 @@ def main(argv: list[str]) -> None:
     # code can reach this module's globals (a red-team answer replaced the encoder)
     send, encode, finish, to_json = _audit_event, _encode_result, _exit, encode_json
     _save_without_crc()
+    _ieee_fp32()
     try:
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")

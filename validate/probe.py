@@ -298,7 +298,9 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
     Each variant's GPU work holds ``lock`` shared on its own (``_section``)."""
     lock = lock or GpuLock(None)
     dead: list[str] = []
+    inert: list[str] = []
     tried = 0
+    computes = _compute_ops(reference, ref_inputs, copies) if ablations else None
     for variant in ablations:
         try:
             ns = load_namespace(variant["source"], tag=f"ablation_{len(dead)}_{tried}")
@@ -323,9 +325,30 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
         if out is None or not C.shapes_equal(out, ref_out):
             continue
         with _section(lock, device, "ablation"):
-            if C.max_error(out, ref_out) <= tol:
-                dead.append(variant["label"])
-    return {"tried": tried, "dead": dead}
+            if C.max_error(out, ref_out) > tol:
+                continue
+            if computes is not None and \
+                    _compute_ops(build(), ref_inputs, copies) == computes:
+                # what it removed computed nothing (Dropout in eval, an identity): no kernel
+                # ran for it, so no kernel can skip it
+                inert.append(variant["label"])
+                continue
+            dead.append(variant["label"])
+    return {"tried": tried, "dead": dead, "inert": inert}
+
+
+def _compute_ops(model, inputs: list, copies: bool) -> list[str] | None:
+    """The compute ops (data movement left out) one forward runs, in order; None when they
+    cannot be recorded."""
+    import torch
+
+    try:
+        recorder = _OpRecorder(_clone(inputs) if copies else inputs)
+        with torch.no_grad(), recorder:
+            model(*(_clone(inputs) if copies else inputs))
+    except Exception:  # noqa: BLE001 — unrecorded: the ablation is judged on its output alone
+        return None
+    return C.compute_ops(recorder.ops)
 
 
 def _device_poisoned(exc: BaseException) -> bool:

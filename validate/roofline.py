@@ -3,8 +3,8 @@
 ``bound_ms = max(flops / peak_flops, bytes / peak_bandwidth)`` where ``bytes`` is the minimum
 traffic (inputs + parameters + outputs, each read or written once) and the peaks are the device's
 dense datasheet rates. The bound must hold for any kernel that passes the grader, so the compute
-peak is the fastest path such a kernel may take: TF32 tensor cores for float32 (eager cuDNN
-convolutions use TF32 already, and the calibrated tolerance then admits it), fp16/bf16 tensor
+peak is the fastest path such a kernel may take: TF32 tensor cores for float32 (workers compute
+fp32 as IEEE fp32, but a TF32 kernel passes where its error fits the problem's tolerance), fp16/bf16 tensor
 cores for half types, FP64 tensor cores for float64. ``headroom = eager_ms / bound_ms`` says how
 far PyTorch eager is from the bound (>= 1 unless the table is wrong for the device).
 

@@ -609,3 +609,15 @@ def test_a_warm_worker_inherits_what_the_zygote_listed_for_the_grader():
                  "    return {'listed': len(worker._WARM) if worker else -1}\n", timeout_s=60)
     assert result.ok, result.error
     assert result.warm and result.value["listed"] > 1000, result.value
+
+
+def test_every_worker_computes_float32_as_ieee_not_tf32():
+    """cuDNN defaults to TF32 for convolutions and RNNs: in a worker it is off, as matmul's is,
+    so references, the validator's noise floor and candidates all compute fp32 in fp32."""
+    import torch
+
+    assert torch.backends.cudnn.allow_tf32  # the library's default, here in the parent
+    result = run("import torch\ndef main():\n    return {'cudnn': torch.backends.cudnn."
+                 "allow_tf32, 'matmul': torch.backends.cuda.matmul.allow_tf32}")
+    assert result.ok, result.error
+    assert result.value == {"cudnn": False, "matmul": False}

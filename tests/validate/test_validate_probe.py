@@ -195,3 +195,40 @@ def test_out_of_memory_while_building_on_the_gpu_is_raised_not_built_on_the_host
         return []
 
     assert _made_on("cuda:0", host_only) == [] and calls == [1, 2, 2]
+
+
+INERT_AND_DEAD = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(256, 256)
+        self.drop = nn.Dropout(p=0.0)
+
+    def forward(self, x):
+        y = self.drop(self.lin(x))
+        return torch.tanh(y) + torch.relu(x.abs())
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_ablation_that_removes_no_compute_is_not_a_dead_op():
+    """Dropout in eval mode runs no kernel: taking it out changes nothing a kernel could skip,
+    so it is reported apart; ReLU on non-negative values runs one and is dead."""
+    from kernelmill.validate.runner import validate_source
+
+    check = validate_source(INERT_AND_DEAD, config={"cross_process": False})["checks"][
+        "no_dead_ops"]
+    assert check["value"] == ["line 14: `torch.relu(x.abs())` -> `x.abs()`"], check
+    inert = check["detail"].split("computing nothing, not counted: ")[1]
+    assert "self.drop(" in inert and "relu" not in inert
