@@ -85,7 +85,7 @@ def length_counter(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise KernelmillError("--tokenizer needs transformers: pip install 'kernelmill[trl]'") \
+        raise KernelmillError("--tokenizer needs transformers: pip install -e '.[trl]'") \
             from None
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer)

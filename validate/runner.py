@@ -73,6 +73,10 @@ REPLAY = "kernelmill.validate.probe:replay_problem"
 NON_GATING = frozenset({"roofline"})
 # checks that need the second worker (its timing window, its Inductor compile)
 REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
+# why the Inductor check did not run on CPU: the card and the report quote it, so it names
+# options that exist (`kernelmill build` has no --inductor flag)
+INDUCTOR_OFF_ON_CPU = ("skipped on cpu (turn it on with `kernelmill validate --inductor`, or "
+                       "`inductor = true` in the [validate] table of the build config)")
 # CPU seconds a probe of a problem at the CPU size (synth.resize.CPU_MAX_NUMEL elements) takes,
 # about: 2.7-3.9 s for the default build's shrunk fp16/bf16 GEMMs on a 2-core host (2026-11-29).
 # A problem still N times that size after shrinking is predicted to need N times as long.
@@ -612,8 +616,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         checks["inductor"] = C.judge_inductor(ind, m["timing"].get("eager_ms"), tol)
         inductor_ms = (ind or {}).get("ms")
     else:
-        checks["inductor"] = C.check(None, None, "skipped on cpu (enable with --inductor)"
-                                     if not on_cuda else "disabled")
+        checks["inductor"] = C.check(None, None, INDUCTOR_OFF_ON_CPU if not on_cuda else
+                                     "disabled")
         inductor_ms = None
 
     eager_ms = m["timing"].get("eager_ms")
@@ -809,7 +813,7 @@ STEP = Step(
     name="validate", title="validate", config=ValidateOptions, run=_run,
     inputs=("problems.jsonl",), output="validated.jsonl", resumable=True,
     input_help="problem records (JSONL)", out_help="validated records (JSONL, appended)",
-    requires=lambda config: {"ray": "pip install 'kernelmill[ray]'"}
+    requires=lambda config: {"ray": "pip install -e '.[ray]'"}
     if config.backend == "ray" else {},
     build_values=lambda build: {"device": build.device, **build.config.validate},
     help="run every problem on a device and record its checks",
