@@ -77,9 +77,10 @@ REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
 # options that exist (`kernelmill build` has no --inductor flag)
 INDUCTOR_OFF_ON_CPU = ("skipped on cpu (turn it on with `kernelmill validate --inductor`, or "
                        "`inductor = true` in the [validate] table of the build config)")
-# CPU seconds a probe of a problem at the CPU size (synth.resize.CPU_MAX_NUMEL elements) takes,
-# about: 2.7-3.9 s for the default build's shrunk fp16/bf16 GEMMs on a 2-core host (2026-11-29).
-# A problem still N times that size after shrinking is predicted to need N times as long.
+# CPU seconds a probe of a problem shrunk to the CPU size (synth.resize.CPU_MAX_NUMEL elements)
+# takes, about: the default CPU build's 113 problems took median 2.2, max 8.4 (an LSTM) on a
+# shared 2-core host (2026-11-29). A problem still N times that size after shrinking is
+# predicted to need N times as long.
 CPU_SECONDS_AT_CPU_SIZE = 4.0
 
 
