@@ -219,12 +219,16 @@ def _too_slow_prediction(source: str, cfg: ValidateConfig) -> str | None:
             f"per worker against a budget of {cfg.cpu_budget_s:g} s")
 
 
-def _out_of_cpu_budget(result) -> bool:
-    """Did this worker die at its CPU-seconds limit (RLIMIT_CPU: SIGXCPU, then SIGKILL)?"""
+def _out_of_cpu_budget(result, budget: float) -> bool:
+    """Did this worker die at its CPU-seconds limit (RLIMIT_CPU: SIGXCPU, then SIGKILL a few
+    seconds later should the code have caught SIGXCPU)?"""
     import signal
 
-    return not result.ok and not result.timed_out and result.returncode is not None and \
-        result.returncode == -signal.SIGXCPU
+    if result.ok or result.timed_out:
+        return False
+    return result.returncode == -signal.SIGXCPU or (
+        result.returncode == -signal.SIGKILL and result.cpu_s is not None
+        and result.cpu_s >= budget)
 
 
 def _too_slow(device: str, detail: str, resized: float | None, value: float | None = None,
@@ -507,7 +511,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
                "probe_admission_wait_s": round(admitted.waited_s, 3)}
     if first.cpu_s is not None:
         profile["probe.cpu_s"] = round(first.cpu_s, 3)
-    if cpu_budget and _out_of_cpu_budget(first):
+    if cpu_budget and _out_of_cpu_budget(first, cpu_budget):
         err = first.error or {}
         return _too_slow(device, f"the checks used up the CPU budget of {cpu_budget:g} CPU-s "
                          f"(in {err.get('stage', 'probe')}, after {first.wall_s:.0f} s)"
@@ -561,7 +565,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
         profile.update(_stage_seconds("replay", second),
                        replay_admission_wait_s=round(again.waited_s, 3))
-        if cpu_budget and _out_of_cpu_budget(second):
+        if cpu_budget and _out_of_cpu_budget(second, cpu_budget):
             err = second.error or {}
             return _too_slow(device, f"the second worker used up the CPU budget of "
                              f"{cpu_budget:g} CPU-s (in {err.get('stage', 'replay')})",
