@@ -125,3 +125,23 @@ def test_a_problem_too_large_after_shrinking_is_flagged_before_it_runs():
     assert time.monotonic() - start < 5
     assert validation["flags"] == ["too_slow_on_cpu"]
     assert "4,294,967,296 elements" in validation["checks"]["too_slow_on_cpu"]["detail"]
+
+
+def test_which_worker_ends_are_too_slow_on_cpu():
+    import signal
+
+    from kernelmill.validate.harness import WorkerResult
+    from kernelmill.validate.runner import _out_of_cpu_budget
+
+    def ended(**kw) -> WorkerResult:
+        return WorkerResult(False, **kw)
+
+    assert _out_of_cpu_budget(ended(returncode=-signal.SIGXCPU, cpu_s=60.2), 60)
+    # caught SIGXCPU, killed at the hard limit: told by the CPU seconds it used
+    assert _out_of_cpu_budget(ended(returncode=-signal.SIGKILL, cpu_s=65.0), 60)
+    assert not _out_of_cpu_budget(ended(returncode=-signal.SIGKILL, cpu_s=3.0), 60)  # memory
+    # the wall clock ran out first on a busy host while it worked: slow, not hung
+    assert _out_of_cpu_budget(ended(timed_out=True, returncode=-9, cpu_s=20.0), 60)
+    assert not _out_of_cpu_budget(ended(timed_out=True, returncode=-9, cpu_s=0.3), 60)  # asleep
+    assert not _out_of_cpu_budget(ended(timed_out=True, returncode=-9, cpu_s=None), 60)
+    assert not _out_of_cpu_budget(WorkerResult(True, returncode=0, cpu_s=61.0), 60)
