@@ -23,6 +23,6 @@ def test_progress_ticks_and_names_what_runs_while_an_item_is_slow(capsys):
 
 
 def test_progress_ticks_without_a_status_too(capsys):
-    list(track(_slow(1, 0.6), total=1, description="synth", every_s=0.2))
+    list(track(_slow(1, 1.0), total=1, description="synth", every_s=0.2))
     lines = capsys.readouterr().err.splitlines()
     assert any(line.startswith("synth: 0/1 (") for line in lines)

@@ -108,8 +108,8 @@ def test_root_normalisation_does_not_freeze_sizes():
 def test_a_problem_over_the_cpu_budget_is_too_slow_on_cpu_not_a_timeout():
     start = time.monotonic()
     validation = validate_source(SPIN, config={"max_ablations": 0, "cpu_budget_s": 3,
-                                               "timeout_s": 120})
-    assert time.monotonic() - start < 60
+                                               "timeout_s": 300})
+    assert time.monotonic() - start < 150  # 6 CPU-s (estimator, probe), not the 300 s timeout
     assert validation["flags"] == ["too_slow_on_cpu"]
     assert validation["checks"]["too_slow_on_cpu"]["passed"] is False
     assert "CPU budget of 3" in validation["checks"]["too_slow_on_cpu"]["detail"]
