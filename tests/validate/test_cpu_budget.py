@@ -122,7 +122,7 @@ def test_a_problem_over_the_cpu_budget_is_too_slow_on_cpu_not_a_timeout():
 def test_a_problem_too_large_after_shrinking_is_flagged_before_it_runs():
     start = time.monotonic()
     validation = validate_source(HUGE, config={"max_ablations": 0})
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30  # no worker ran: no estimate, no probe
     assert validation["flags"] == ["too_slow_on_cpu"]
     assert "4,294,967,296 elements" in validation["checks"]["too_slow_on_cpu"]["detail"]
 
