@@ -316,13 +316,20 @@ def _print_summary(result: BuildResult) -> None:
     counts = {split: _count_lines(out / "splits" / f"{split}.jsonl") for split in ("train", "eval")}
     console.print(f"[bold]dataset[/bold]  {dataset}  ({counts['train']} train, "
                   f"{counts['eval']} eval) in {result.seconds:.0f}s", highlight=False)
-    console.print(f"  load it:   python -c \"import datasets; "
-                  f"print(datasets.load_dataset('{dataset}'))\"", highlight=False, soft_wrap=True)
-    console.print(f"  grade:     kernelmill grade --problems {dataset} --split eval "
-                  "--submissions SUBMISSIONS.jsonl --out verdicts.jsonl", highlight=False,
-                  soft_wrap=True)
-    if result.report:
-        console.print(f"  report:    {result.report}", highlight=False)
+    for line in next_steps(dataset, result.report):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def next_steps(dataset: Path, report: Path | None) -> list[str]:
+    """The lines after the build's table: how to load, grade and look at what it made."""
+    lines = [f"  load it:   python -c \"import datasets; "
+             f"print(datasets.load_dataset('{dataset}'))\"",
+             f"  grade:     kernelmill grade --problems {dataset} --split eval "
+             "--submissions SUBMISSIONS.jsonl --out verdicts.jsonl",
+             f"  one row:   kernelmill show {dataset} PROBLEM_ID --out problem.py"]
+    if report:
+        lines.append(f"  report:    {report}")
+    return lines
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ DEFAULT_CONFIG = DATA_DIR / "build.toml"
 class BuildConfig:
     """Every knob of ``kernelmill build``; see ``data/build.toml`` for what each one does."""
 
-    out: str = option("kernelmill-build", "build folder; rerunning with the same folder resumes")
+    out: str = option("runs/demo", "build folder; rerunning with the same folder resumes")
     n: int | None = option(None, "problems to synthesize (default: n_cpu or n_gpu by device)")
     n_cpu: int = option(16, "problems to synthesize when validation runs on the CPU")
     n_gpu: int = option(960, "problems to synthesize when validation runs on a GPU (with the "
@@ -44,7 +44,7 @@ class BuildConfig:
     device: str = option("auto", "where validation runs: auto, cpu, cuda or cuda:N")
     seed: int = option(0, "seed of every sampling stage (synthesis, clustering, the split)")
     backend: str = option("local", "where validation runs: local worker processes, or Ray "
-                          "(needs `pip install 'kernelmill[ray]'`)", choices=("local", "ray"))
+                          "(needs `pip install -e '.[ray]'`)", choices=("local", "ray"))
     address: str | None = option(None, "Ray cluster address (--backend ray; default: start a "
                                  "local one)")
     workers: int | None = option(None, "parallel validation workers (default: one per GPU x "

@@ -634,6 +634,7 @@ def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:
                       f'<img alt="{_e(fig.title)}" src="data:image/png;base64,{encoded}">'
                       f"<figcaption>{caption}</figcaption></figure>")
     dataset = data.build_dir / "dataset"
+    grade = f"kernelmill grade {_e(dataset)} SUBMISSIONS.jsonl --split eval --out verdicts.jsonl"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>kernelmill build report</title>
 <style>{CSS}</style></head><body>
@@ -656,8 +657,7 @@ def render_html(data: ReportData, figures: list[RenderedFigure]) -> str:
 {_contamination_table(data)}
 <h2>Use it</h2>
 <p>Load: <code>datasets.load_dataset("{_e(dataset)}")</code></p>
-<p>Grade: <code>kernelmill grade {_e(dataset)} SUBMISSIONS.jsonl --split eval
---out verdicts.jsonl</code></p>
+<p>Grade: <code>{grade}</code></p>
 </body></html>
 """
 

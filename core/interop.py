@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,16 +83,31 @@ def _safe_name(name: str) -> str:
 
 def export_kernelbench(records_path: str | Path, out_dir: str | Path) -> dict[int, int]:
     """Write ``levelN/ID_Name.py`` files (IDs numbered from 1 per level); returns counts per level."""
+    return write_kernelbench(read_records(records_path, allow_empty=False), out_dir)
+
+
+def _level(value: object) -> int:
+    try:
+        return max(1, int(value or 1))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 1
+
+
+def write_kernelbench(problems: Iterable[Record | dict], out_dir: str | Path) -> dict[int, int]:
+    """``export_kernelbench`` of problems already read: records, or dicts with ``source`` (and
+    ``name``, ``level``; e.g. ``grade.problems.load_problems``'s, from any form of problems)."""
     out_dir = Path(out_dir)
     counts: dict[int, int] = {}
-    for record in read_records(records_path, allow_empty=False):
-        level = int(record.level or 1)
+    for problem in problems:
+        if isinstance(problem, Record):
+            problem = problem.to_dict()
+        source = str(problem["source"])
+        level = _level(problem.get("level"))
         counts[level] = counts.get(level, 0) + 1
         folder = out_dir / f"level{level}"
         folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{counts[level]}_{_safe_name(record.name)}.py"
-        target.write_text(record.source if record.source.endswith("\n") else record.source + "\n",
-                          encoding="utf-8")
+        target = folder / f"{counts[level]}_{_safe_name(str(problem.get('name') or ''))}.py"
+        target.write_text(source if source.endswith("\n") else source + "\n", encoding="utf-8")
     return counts
 
 

@@ -63,6 +63,16 @@ def _dataset_files(folder: Path, split: str | None) -> list[Path]:
     return files
 
 
+def split_names(files: Iterable[Path]) -> list[str]:
+    """The splits a dataset folder's parquet files hold (``eval-00000-of-00001.parquet``)."""
+    return sorted({p.name.split("-")[0] for p in files})
+
+
+def _no_split(where: object, split: str, present: Iterable[str]) -> KernelmillError:
+    names = ", ".join(present)
+    return KernelmillError(f"{where}: no split {split!r} (splits: {names or 'none'})")
+
+
 def _hub_rows(repo_id: str, split: str | None) -> Iterator[dict]:
     import datasets
 
@@ -71,6 +81,8 @@ def _hub_rows(repo_id: str, split: str | None) -> Iterator[dict]:
     except Exception as exc:  # noqa: BLE001 — one line for the user: what failed to load
         raise KernelmillError(f"{repo_id}: not a file or folder here, and load_dataset failed: "
                               f"{type(exc).__name__}: {exc}") from None
+    if split is not None and split not in loaded:
+        raise _no_split(repo_id, split, sorted(loaded))
     for name, part in loaded.items():
         if split is None or name == split:
             yield from part
@@ -80,6 +92,8 @@ def iter_rows(spec: str | Path, split: str | None = None) -> Iterator[dict]:
     path = Path(spec)
     if path.is_dir():
         files = _dataset_files(path, split)
+        if not files and split is not None and _dataset_files(path, None):
+            raise _no_split(path, split, split_names(_dataset_files(path, None)))
         if not files:
             raise KernelmillError(f"{path}: no {split + ' ' if split else ''}parquet files "
                                   "(a dataset folder from `kernelmill publish` has data/*.parquet)")

@@ -443,8 +443,9 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
               f"kernelmill grade {where} submissions.jsonl --split eval --out verdicts.jsonl",
               "```", "",
               ("`submissions.jsonl` rows are `{\"submission_id\", \"problem_id\", \"source\"}`. "
-               "The exit status is 0 when every submission got a verdict; add `--fail-on hacked` "
-               "(or `--fail-on incorrect`) to exit 1 when one was flagged (or was wrong)."), "",
+               "The exit status is 0 when every submission got a verdict; `kernelmill grade ... "
+               "--fail-on hacked` (or `--fail-on incorrect`) exits 1 when one was flagged (or "
+               "was wrong)."), "",
               ("Train with TRL's GRPO; the reward reads the `reference` column and the calibrated "
                "`atol`/`rtol`/`roofline_ms`:"), "", "```python",
               "from datasets import load_dataset",

@@ -9,15 +9,22 @@ dataset's ``prompt`` column, ``splits/prompt.py``, then the assistant's reasonin
 What makes SFT data good is selection (ConCuR / KernelCoder): concise yet informative reasoning,
 fast kernels, and a balance over task types. The selection, with ``SftConfig``'s defaults:
 
-1. *verified*: only verdicts with ``correct`` true and no ``hacks``; a kernel repeating one
-   already seen for the same problem (same content hash) counts once ("duplicate kernel");
-2. *reasoning cap*: a kernel whose reasoning is longer than ``max_reasoning_tokens`` is dropped
+1. *verified*: only verdicts with no ``hacks`` ("hack detected", counted apart from the
+   wrong ones) and ``correct`` true ("incorrect"); a kernel repeating one already seen for the
+   same problem (same content hash) counts once ("duplicate kernel");
+2. *fast and trusted timings*: a kernel whose verdict was timed on CPU (``timing_device``, from
+   the timing method or the verdict's ``device``) is dropped ("timed on cpu": interpreted Triton
+   against eager on shared cores says nothing about speed) unless ``allow_cpu_timings``, which
+   keeps it marked ``timing_device: cpu``; any other kernel slower than ``min_speedup`` times
+   eager (default 1.0: at least as fast as PyTorch) is dropped ("slower than 1x eager"), and so
+   is one without a time when ``min_speedup`` is set ("not timed");
+3. *reasoning cap*: a kernel whose reasoning is longer than ``max_reasoning_tokens`` is dropped
    ("reasoning too long");
-3. *best k per problem*: kernels ranked by speed, the speedup over Inductor where every kernel of
+4. *best k per problem*: kernels ranked by speed, the speedup over Inductor where every kernel of
    the problem has one, else over eager; kernels within ``speed_margin`` of the fastest remaining
    one are equally fast, and among them the shorter reasoning goes first; the first
    ``per_problem`` are kept ("beyond best k");
-4. *balance*: no category (category x level with ``balance_levels``) may hold more than
+5. *balance*: no category (category x level with ``balance_levels``) may hold more than
    ``max_share`` of the output (at least an equal share, 1 / number of groups); an over-full
    group loses its lowest-ranked pairs first: the k-th best of the problems with most pairs,
    slowest first ("balance: CATEGORY").
@@ -27,6 +34,9 @@ load) or, without one, in whitespace-separated words. It also measures difficult
 over a problem's verified kernels (all of them, before steps 2-4) goes in every row of that
 problem (``problem_reasoning_length``) and in the ``difficulty`` export, a ``problem_id ->
 value`` table to merge back into the dataset.
+
+``--split`` keeps one split of a dataset folder or Hub dataset; a name that is not there is an
+error listing the splits that are.
 
 Inputs: the problems (records, published rows or a dataset folder: ``grade.problems``), the
 verdicts (``submission_id``, ``problem_id``, ``correct``, ``hacks``, ``speedup_vs_eager``,
@@ -68,6 +78,11 @@ class SftConfig:
                                    "name transformers loads); default: whitespace words")
     backend: str | None = option(None, "prompt variant (triton, cuda); default: from the kernel "
                                  "(load_inline or cpp_extension: cuda)", choices=BACKENDS)
+    min_speedup: float = option(1.0, "drop kernels slower than this many times eager (verdicts "
+                                "timed on a GPU; 0: keep every speed)")
+    allow_cpu_timings: bool = option(False, "keep kernels whose verdicts were timed on CPU "
+                                     "(marked timing_device: cpu; --min-speedup does not apply "
+                                     "to them)")
 
 
 def _speed(value: Any) -> float | None:
@@ -85,7 +100,7 @@ def length_counter(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise KernelmillError("--tokenizer needs transformers: pip install 'kernelmill[trl]'") \
+        raise KernelmillError("--tokenizer needs transformers: pip install -e '.[trl]'") \
             from None
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer)
@@ -93,6 +108,22 @@ def length_counter(tokenizer: str | None) -> tuple[Callable[[str], int], str]:
         raise KernelmillError(f"--tokenizer {tokenizer}: cannot load: {exc}") from None
     return (lambda text: len(tok(text, add_special_tokens=False)["input_ids"])), \
         f"tokens ({tokenizer})"
+
+
+# the device each timing method of the grader belongs to (grade.judge.METHOD_DEVICE)
+_METHOD_DEVICE = {"cuda_graph": "cuda", "cuda_events": "cuda", "perf_counter": "cpu"}
+
+
+def timing_device(verdict: dict) -> str:
+    """Where a verdict's speedups were measured: "cuda", "cpu" or "unknown" (a hand-made row)."""
+    timing = verdict.get("timing")
+    method = timing.get("method") if isinstance(timing, dict) else None
+    if method in _METHOD_DEVICE:
+        return _METHOD_DEVICE[method]
+    device = str(verdict.get("device") or "")
+    if device.startswith("cuda"):
+        return "cuda"
+    return "cpu" if device.startswith("cpu") else "unknown"
 
 
 def kernel_backend(kernel: str) -> str:
@@ -109,11 +140,11 @@ def verified_kernels(problems: dict[str, dict], verdicts_path: str | Path,
     found: list[dict] = []
     seen: set[tuple[str, str]] = set()
     for verdict in read_jsonl(verdicts_path):
+        if verdict.get("hacks"):  # a hacked answer is not correct either: counted as hacked
+            stats.dropped("hack detected")
+            continue
         if verdict.get("correct") is not True:
             stats.dropped("incorrect")
-            continue
-        if verdict.get("hacks"):
-            stats.dropped("hack detected")
             continue
         submission = submissions.get(str(verdict.get("submission_id")))
         if submission is None or not isinstance(submission.get("source"), str):
@@ -135,8 +166,27 @@ def verified_kernels(problems: dict[str, dict], verdicts_path: str | Path,
                       "reasoning": reasoning.strip() if isinstance(reasoning, str)
                       and reasoning.strip() else None,
                       "speedup_vs_eager": _speed(verdict.get("speedup_vs_eager")),
-                      "speedup_vs_inductor": _speed(verdict.get("speedup_vs_inductor"))})
+                      "speedup_vs_inductor": _speed(verdict.get("speedup_vs_inductor")),
+                      "timing_device": timing_device(verdict)})
     return found
+
+
+def fast_enough(kernel: dict, config: SftConfig, stats: StageStats) -> bool:
+    """Step 2 (see the module docstring)."""
+    if kernel["timing_device"] == "cpu":
+        if not config.allow_cpu_timings:
+            stats.dropped("timed on cpu")
+        return config.allow_cpu_timings
+    if not config.min_speedup:
+        return True
+    speed = kernel["speedup_vs_eager"]
+    if speed is None:
+        stats.dropped("not timed")
+        return False
+    if speed < config.min_speedup:
+        stats.dropped(f"slower than {config.min_speedup:g}x eager")
+        return False
+    return True
 
 
 def reasoning_difficulty(kernels: Sequence[dict]) -> dict[str, dict]:
@@ -154,7 +204,7 @@ def reasoning_difficulty(kernels: Sequence[dict]) -> dict[str, dict]:
 
 
 def rank_problem(kernels: list[dict], margin: float) -> list[dict]:
-    """Step 3's order: speed tiers (within ``margin`` of the tier's fastest), shorter reasoning
+    """Step 4's order: speed tiers (within ``margin`` of the tier's fastest), shorter reasoning
     first inside a tier, then faster, then submission id."""
     use_inductor = all(k["speedup_vs_inductor"] is not None for k in kernels)
     for k in kernels:
@@ -172,7 +222,7 @@ def rank_problem(kernels: list[dict], margin: float) -> list[dict]:
 
 def balance(pairs: list[dict], group_of: Callable[[dict], Any], max_share: float,
             stats: StageStats) -> list[dict]:
-    """Step 4: trim over-full groups, lowest-ranked pairs first (see the module docstring)."""
+    """Step 5: trim over-full groups, lowest-ranked pairs first (see the module docstring)."""
     groups: dict[Any, list[dict]] = {}
     for p in pairs:
         groups.setdefault(group_of(p), []).append(p)
@@ -206,11 +256,13 @@ def _label(group: Any) -> str:
 
 def select(problems: dict[str, dict], kernels: list[dict], config: SftConfig,
            length: Callable[[str], int], stats: StageStats) -> list[dict]:
-    """Steps 2-4 over the verified kernels; the kept pairs in output order."""
+    """Steps 2-5 over the verified kernels; the kept pairs in output order."""
     for k in kernels:
         k["reasoning_length"] = length(k["reasoning"]) if k["reasoning"] else 0
     by_problem: dict[str, list[dict]] = {}
     for k in kernels:
+        if not fast_enough(k, config, stats):
+            continue
         if config.max_reasoning_tokens and k["reasoning_length"] > config.max_reasoning_tokens:
             stats.dropped("reasoning too long")
             continue
@@ -259,13 +311,13 @@ class SftResult:
 
 def sft_pairs(problems_path: str | Path, verdicts_path: str | Path,
               submissions_path: str | Path, config: SftConfig | None = None,
-              stats: StageStats | None = None) -> SftResult:
+              stats: StageStats | None = None, split: str | None = None) -> SftResult:
     """The selected SFT rows, the per-problem reasoning difficulty and the balance table."""
     from kernelmill.grade.problems import load_problems
 
     config = config or SftConfig()
     stats = stats or StageStats("export-sft")
-    problems = load_problems(problems_path)
+    problems = load_problems(problems_path, split)
     if not problems:
         raise KernelmillError(f"{problems_path}: no problems (rows need id and source, or "
                               "problem_id and reference)")
@@ -288,6 +340,7 @@ def sft_pairs(problems_path: str | Path, verdicts_path: str | Path,
             "backend": backend, "rank": k["rank"],
             "speedup_vs_eager": k["speedup_vs_eager"],
             "speedup_vs_inductor": k["speedup_vs_inductor"],
+            "timing_device": k["timing_device"],
             "problem_reasoning_length": difficulty[k["problem_id"]]["reasoning_length_mean"],
             "messages": [*prompt_messages(problem["source"], backend),
                          {"role": "assistant", "content": _answer(k)}],
@@ -297,10 +350,11 @@ def sft_pairs(problems_path: str | Path, verdicts_path: str | Path,
 
 def export_sft(problems_path: str | Path, verdicts_path: str | Path,
                submissions_path: str | Path, out_path: str | Path,
-               config: SftConfig | None = None, what: str = "sft") -> SftResult:
+               config: SftConfig | None = None, what: str = "sft",
+               split: str | None = None) -> SftResult:
     """Write the SFT rows (``what="sft"``) or the difficulty table (``"difficulty"``)."""
     start = time.perf_counter()
-    result = sft_pairs(problems_path, verdicts_path, submissions_path, config)
+    result = sft_pairs(problems_path, verdicts_path, submissions_path, config, split=split)
     with JsonlWriter(out_path, key="submission_id" if what == "sft" else "problem_id",
                      resume=False) as writer:
         if what == "sft":
@@ -326,7 +380,8 @@ def export_sft_command(args: argparse.Namespace) -> int:
                               "FILE")
     config = config_from_args(SftConfig, args)
     what = "difficulty" if args.format == "difficulty" else "sft"
-    result = export_sft(args.records, args.verdicts, args.submissions, args.out, config, what)
+    result = export_sft(args.records, args.verdicts, args.submissions, args.out, config, what,
+                        split=getattr(args, "split", None))
     print(result.table)
     if what == "sft":
         print(f"exported {result.stats.n_kept} SFT pair(s) to {args.out}; "

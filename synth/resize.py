@@ -149,6 +149,28 @@ def _eval_number(node: ast.AST, env: dict):
     raise ValueError("not a number")
 
 
+_SQRT_CALLS = {"sqrt", "rsqrt"}
+
+
+def _normalizer(node: ast.AST) -> bool:
+    """A true division's right side that only scales values, not a size relation: a root or a
+    fractional power of constants (``K ** 0.5``, ``math.sqrt(K)``). Treating its constants as
+    divisors froze them (and every size they divided) at full size: an fp16 einsum problem
+    with ``/ K ** 0.5`` kept 134 M elements after "shrinking" and timed out on CPU."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        exponent = node.right
+        if isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, ast.USub):
+            exponent = exponent.operand
+        return isinstance(exponent, ast.Constant) and isinstance(exponent.value, float) \
+            and not float(exponent.value).is_integer()
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else \
+            func.id if isinstance(func, ast.Name) else None
+        return name in _SQRT_CALLS
+    return False
+
+
 def _token_set(name: str) -> set[str]:
     tokens = set(name.split("_"))
     tokens.add(name)
@@ -296,6 +318,8 @@ def _analyze(source: str) -> _Analysis:
     relations: list[tuple[ast.AST, ast.AST]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod, ast.Div)):
+            if isinstance(node.op, ast.Div) and _normalizer(node.right):
+                continue  # ``x / K ** 0.5`` scales values; any K keeps it valid
             divisor_used |= _names(node.right)
             relations.append((node.left, node.right))
         elif isinstance(node, ast.keyword) and node.arg in _PROTECTED_KEYWORDS:

@@ -75,7 +75,7 @@ def get_backend(name: str = "local", *, device: str = "auto", workers: int | Non
     if name == "local":
         return LocalBackend(device, workers)
     if name == "ray":
-        from .ray_backend import RayBackend  # optional extra: pip install 'kernelmill[ray]'
+        from .ray_backend import RayBackend  # optional extra: pip install -e '.[ray]'
 
         return RayBackend(device=device, workers=workers, address=address, per_host=per_gpu,
                           running=running)

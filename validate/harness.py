@@ -458,7 +458,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
     slot's ``CUDA_VISIBLE_DEVICES``). ``limits`` may set ``address_space`` and ``file_size``
-    (bytes; RLIMIT_AS defaults to 16 GiB on CPU, none on CUDA where the driver maps large ranges).
+    (bytes; RLIMIT_AS defaults to 16 GiB on CPU, none on CUDA where the driver maps large ranges)
+    and ``cpu_s`` (RLIMIT_CPU: the worker dies of SIGXCPU past that many CPU seconds).
     With ``sandbox`` (default) the worker may write only in its temporary folder and ``writable``.
     Triton's cache is private to the run unless ``env`` sets ``TRITON_CACHE_DIR``.
     ``control`` opens a second pipe for a parent that drives the worker while it runs.

@@ -347,6 +347,9 @@ def _apply_limits(limits: dict) -> None:
     if limits.get("file_size"):
         size = int(limits["file_size"])
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if limits.get("cpu_s"):  # SIGXCPU at the budget, SIGKILL a few seconds later
+        seconds = max(1, -int(-float(limits["cpu_s"]) // 1))
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
 
 
 def _read_all(fd: int) -> bytes:

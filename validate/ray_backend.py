@@ -13,7 +13,7 @@ item at a time. A host whose process dies (node gone, worker killed) is restarte
 it was running are run again, up to ``max_retries`` times each; an exception raised by ``fn``
 itself is not retried and reaches the caller, as with the local backend.
 
-Ray is an optional extra (``pip install 'kernelmill[ray]'``) and is imported only here, only when
+Ray is an optional extra (``pip install -e '.[ray]'``) and is imported only here, only when
 this backend is built.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise KernelmillError("the ray backend needs Ray: pip install 'kernelmill[ray]'") from None
+        raise KernelmillError("the ray backend needs Ray: pip install -e '.[ray]'") from None
     return ray
 
 

@@ -29,6 +29,11 @@ On CPU the same estimate (plus a worker's own memory) is admitted against the ho
 space is limited to what it was admitted for, a worker that still runs out of it is rerun alone
 with the whole budget, and a problem that needs more than the budget is flagged ``too_large``
 with "out of host memory".
+On CPU each worker of a problem may use ``cpu_budget_s`` CPU seconds (RLIMIT_CPU; CPU time, so a
+busy host does not make a problem slow); one that uses it up, or whose shrunk size predicts
+more (``CPU_SECONDS_PER_CPU_SIZE`` per CPU size of its largest tensor), is flagged
+``too_slow_on_cpu`` instead of running into the wall-clock ``timeout_s``; so is one that ran
+into that timeout having used a quarter of its budget (a busy host: slow, not hung).
 """
 from __future__ import annotations
 
@@ -69,6 +74,17 @@ REPLAY = "kernelmill.validate.probe:replay_problem"
 NON_GATING = frozenset({"roofline"})
 # checks that need the second worker (its timing window, its Inductor compile)
 REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
+# why the Inductor check did not run on CPU: the card and the report quote it, so it names
+# options that exist (`kernelmill build` has no --inductor flag)
+INDUCTOR_OFF_ON_CPU = ("skipped on cpu (turn it on with `kernelmill validate --inductor`, or "
+                       "`inductor = true` in the [validate] table of the build config)")
+# CPU seconds a probe takes, about, as a function of how many times the CPU size
+# (synth.resize.CPU_MAX_NUMEL elements) its largest tensor still holds after shrinking: the
+# default CPU build's 113 problems, all at or under the CPU size, took median 2.2 and max 8.4
+# CPU-s (an LSTM); its float16 einsum left at 512x the CPU size by the old resize took 49.5
+# (shared 2-core host, 2026-11-29). Fixed part + per CPU size, with room for the LSTM's kind.
+CPU_SECONDS_FIXED = 8.0
+CPU_SECONDS_PER_CPU_SIZE = 0.1
 
 
 @dataclass
@@ -98,6 +114,10 @@ class ValidateConfig:
                                         "CUDA only)")
     cpu_max_numel: int | None = option(None, "on CPU, shrink problems to at most this many "
                                        "elements per tensor (default: synth.resize's)")
+    cpu_budget_s: float = option(60.0, "on CPU, CPU seconds each worker of a problem may use "
+                                 "(at its shrunk size); a problem that needs more, or whose "
+                                 "shrunk size predicts more, is flagged too_slow_on_cpu; 0: no "
+                                 "budget")
     workers_per_gpu: int | None = option(None, "workers sharing each GPU (compiles overlap; "
                                          "timing is exclusive; default: CPU cores per GPU, <= 16)")
     host_memory_gib: float | None = option(None, "host memory the CPU workers may hold together "
@@ -175,13 +195,68 @@ def _worker_env(slot: dict, device: str) -> dict:
     return env
 
 
+def _cpu_max_numel(cfg: ValidateConfig) -> int:
+    from kernelmill.synth.resize import CPU_MAX_NUMEL
+
+    return cfg.cpu_max_numel or CPU_MAX_NUMEL
+
+
+def _too_slow_prediction(source: str, cfg: ValidateConfig) -> str | None:
+    """Why a shrunk ``source`` cannot finish within the CPU budget, judged before it runs from
+    its largest tensor (None: it may, or its size cannot be told statically)."""
+    if not cfg.cpu_budget_s:
+        return None
+    try:
+        from kernelmill.synth.resize import largest_numel
+
+        numel = largest_numel(source)
+    except Exception:  # noqa: BLE001 — an unreadable size is judged by running it
+        return None
+    if not numel or numel <= _cpu_max_numel(cfg):  # at the CPU size: judged by running it
+        return None
+    predicted = CPU_SECONDS_FIXED + CPU_SECONDS_PER_CPU_SIZE * numel / _cpu_max_numel(cfg)
+    if predicted <= cfg.cpu_budget_s:
+        return None
+    return (f"not run: its largest tensor holds {numel:,} elements after shrinking "
+            f"({numel / _cpu_max_numel(cfg):.0f}x the CPU size), about {predicted:.0f} CPU-s "
+            f"per worker against a budget of {cfg.cpu_budget_s:g} s")
+
+
+def _out_of_cpu_budget(result, budget: float) -> bool:
+    """Did this worker die at its CPU-seconds limit (RLIMIT_CPU: SIGXCPU, then SIGKILL a few
+    seconds later should the code have caught SIGXCPU), or run into the wall-clock timeout
+    while working (a quarter of the budget used: a busy host, not a hang)?"""
+    import signal
+
+    if result.ok:
+        return False
+    used = result.cpu_s
+    if result.timed_out:
+        return used is not None and used >= budget / 4
+    return result.returncode == -signal.SIGXCPU or (
+        result.returncode == -signal.SIGKILL and used is not None and used >= budget)
+
+
+def _too_slow(device: str, detail: str, resized: float | None, value: float | None = None,
+              memory: dict | None = None) -> dict:
+    """Cannot finish its checks within the CPU budget: flagged ``too_slow_on_cpu`` (never a
+    ``runs`` failure; the problem may be fine on a GPU)."""
+    validation = _failed(device, "", detail, resized=resized)
+    validation["checks"] = {"runs": C.check(None, None, "not run to the end: too slow on CPU"),
+                            "too_slow_on_cpu": C.check(False, value, detail)}
+    validation["flags"] = ["too_slow_on_cpu"]
+    if memory is not None:
+        validation["memory"] = memory
+    return validation
+
+
 def _shrink(source: str, cfg: ValidateConfig) -> tuple[str, float | None, str]:
     try:
-        from kernelmill.synth.resize import CPU_MAX_NUMEL, ResizeError, shrink_for_cpu
+        from kernelmill.synth.resize import ResizeError, shrink_for_cpu
     except ImportError:  # pragma: no cover — resize ships with the package
         return source, None, "resize unavailable"
     try:
-        result = shrink_for_cpu(source, max_numel=cfg.cpu_max_numel or CPU_MAX_NUMEL)
+        result = shrink_for_cpu(source, max_numel=_cpu_max_numel(cfg))
     except ResizeError as exc:
         return source, None, f"not resized ({exc})"
     factor = result.factor if result.factor and result.factor != 1 else None
@@ -248,11 +323,12 @@ def _worker_oom(result) -> bool:
 
 
 def estimate_on_host(source: str, budget, *, seed: int = 0, timeout_s: float = 120.0,
-                     sandbox: bool = True) -> dict:
+                     sandbox: bool = True, cpu_s: float | None = None) -> dict:
     """``memory.estimate_problem`` of ``source`` in a CPU worker: the problem built on the meta
     device, so CUDA is never touched and nothing real is allocated. It is admitted on the host
     ``budget`` for ``ESTIMATE_BYTES`` and limited to that (a source that allocates real memory
-    while being built gets an unknown estimate)."""
+    while being built gets an unknown estimate; so does one that uses more than ``cpu_s`` CPU
+    seconds)."""
     from .harness import run_in_worker
 
     with budget.hold(ESTIMATE_BYTES):
@@ -261,7 +337,8 @@ def estimate_on_host(source: str, budget, *, seed: int = 0, timeout_s: float = 1
                                env=_worker_env({}, "cpu"), writable=_writable(),
                                sandbox=sandbox,
                                limits={"address_space": address_limit(ESTIMATE_BYTES,
-                                                                      address_base())})
+                                                                      address_base()),
+                                       **({"cpu_s": cpu_s} if cpu_s else {})})
     return result.value if result.ok else {
         "method": "unknown", "reason": f"estimator: {(result.error or {}).get('message')}"}
 
@@ -288,7 +365,8 @@ def _estimate_memory(source: str, cfg: ValidateConfig, on_cuda: bool) -> dict:
     from .memory import CONTEXT_BYTES, HOST_BASE_BYTES, minimum_bytes, probe_bytes, replay_bytes
 
     start = time.monotonic()
-    est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s)
+    est = estimate_on_host(source, _host_budget(cfg), seed=cfg.seed, timeout_s=cfg.timeout_s,
+                           cpu_s=None if on_cuda else cfg.cpu_budget_s or None)
     base = CONTEXT_BYTES if on_cuda else HOST_BASE_BYTES
     memory = {"method": est.get("method", "unknown"),
               "estimate_bytes": probe_bytes(est, base),
@@ -375,6 +453,9 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         return _failed(device, "static check", exc.reason)
 
     run_source, resized, resize_note = (source, None, "") if on_cuda else _shrink(source, cfg)
+    slow = None if on_cuda else _too_slow_prediction(run_source, cfg)
+    if slow:
+        return _too_slow(device, slow + (f" ({resize_note})" if resize_note else ""), resized)
     from .ablation import ablations  # libcst: imported when validating, not for --help
 
     variants = ablations(run_source, cfg.max_ablations)
@@ -409,8 +490,13 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
                           f"{'GPU has' if on_cuda else 'host memory budget is'} {_gib(room)}",
                           resized)
 
+    cpu_budget = None if on_cuda or not cfg.cpu_budget_s else cfg.cpu_budget_s
+
     def run(target: str, data: dict, worker_limit: int | None = None):
-        limits = None if worker_limit is None else {"address_space": worker_limit}
+        limits = {} if worker_limit is None else {"address_space": worker_limit}
+        if cpu_budget:
+            limits["cpu_s"] = cpu_budget
+        limits = limits or None
         with _running(slot):
             return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
                                  writable=_writable(), limits=limits)
@@ -429,6 +515,17 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     memory.update(admitted.memory_info())
     profile = {"estimate_s": memory.pop("estimate_s", None), **_stage_seconds("probe", first),
                "probe_admission_wait_s": round(admitted.waited_s, 3)}
+    if first.cpu_s is not None:
+        profile["probe.cpu_s"] = round(first.cpu_s, 3)
+    if cpu_budget and _out_of_cpu_budget(first, cpu_budget):
+        err = first.error or {}
+        spent = (f"ran out of wall time ({cfg.timeout_s:g} s) after {first.cpu_s:.0f} of its "
+                 f"{cpu_budget:g} CPU-s" if first.timed_out else
+                 f"used up the CPU budget of {cpu_budget:g} CPU-s")
+        return _too_slow(device, f"the checks {spent} (in {err.get('stage', 'probe')}, after "
+                         f"{first.wall_s:.0f} s)"
+                         + (f"; {resize_note}" if resize_note else ""), resized, cpu_budget,
+                         memory)
     if admitted.too_large and first.ok:
         memory["too_large"] = False
         memory["note"] = "fp64 calibration ran out of memory alone (dtype floor used)"
@@ -477,6 +574,11 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
             second = _retry_alone(REPLAY, second_payload, cfg, device, env)
         profile.update(_stage_seconds("replay", second),
                        replay_admission_wait_s=round(again.waited_s, 3))
+        if cpu_budget and _out_of_cpu_budget(second, cpu_budget):
+            err = second.error or {}
+            return _too_slow(device, f"the second worker used up the CPU budget of "
+                             f"{cpu_budget:g} CPU-s (in {err.get('stage', 'replay')})",
+                             resized, cpu_budget, memory)
         if again.too_large:  # the compile (or rebuild) cannot fit even alone: not judged
             replay_too_large = (f"{(second.error or {}).get('stage', 'inductor compile')}: out of"
                                 f" {'memory alone on the GPU' if on_cuda else 'host memory'} "
@@ -528,8 +630,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         checks["inductor"] = C.judge_inductor(ind, m["timing"].get("eager_ms"), tol)
         inductor_ms = (ind or {}).get("ms")
     else:
-        checks["inductor"] = C.check(None, None, "skipped on cpu (enable with --inductor)"
-                                     if not on_cuda else "disabled")
+        checks["inductor"] = C.check(None, None, INDUCTOR_OFF_ON_CPU if not on_cuda else
+                                     "disabled")
         inductor_ms = None
 
     eager_ms = m["timing"].get("eager_ms")
@@ -587,6 +689,34 @@ def _validate_item(item: tuple[dict, dict], slot: dict) -> dict:
                              f"{type(exc).__name__}: {exc}")
     validation["wall_s"] = round(time.monotonic() - start, 3)
     return _finite(validation)
+
+
+class _Running:
+    """The problems the local backend's slot threads are validating now, for the progress
+    line (``einsum_bmm_softshrink 95s``): a slow problem shows by name instead of the line
+    standing still."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._now: dict[int, tuple[str, float]] = {}
+
+    def validate(self, item: tuple[dict, dict], slot: dict) -> dict:
+        key = threading.get_ident()
+        record = item[0]
+        with self._lock:
+            self._now[key] = (str(record.get("name") or record.get("id", "?"))[:60],
+                              time.monotonic())
+        try:
+            return _validate_item(item, slot)
+        finally:
+            with self._lock:
+                self._now.pop(key, None)
+
+    def status(self) -> str:
+        now = time.monotonic()
+        with self._lock:
+            running = sorted(self._now.values(), key=lambda nt: nt[1])
+        return ", ".join(f"{name} {now - since:.0f}s" for name, since in running)
 
 
 def _ray_workers_per_gpu(address: str | None, workers: int | None) -> int:
@@ -647,9 +777,11 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
                 slot["running"] = per_gpu
         config_dict = dataclasses.asdict(cfg)
         items = [(r.to_dict(), config_dict) for r in records]
-        results = runner.map_unordered(_validate_item, items)
+        running = _Running() if backend == "local" else None  # Ray runs items elsewhere
+        results = runner.map_unordered(running.validate if running else _validate_item, items)
         if progress:
-            results = track(results, total=len(items), description="validate")
+            results = track(results, total=len(items), description="validate",
+                            status=running.status if running else None)
         for (data, _cfg), validation in results:
             record = Record.from_dict(data).replace(validation=validation)
             writer.write(record)
@@ -695,7 +827,7 @@ STEP = Step(
     name="validate", title="validate", config=ValidateOptions, run=_run,
     inputs=("problems.jsonl",), output="validated.jsonl", resumable=True,
     input_help="problem records (JSONL)", out_help="validated records (JSONL, appended)",
-    requires=lambda config: {"ray": "pip install 'kernelmill[ray]'"}
+    requires=lambda config: {"ray": "pip install -e '.[ray]'"}
     if config.backend == "ray" else {},
     build_values=lambda build: {"device": build.device, **build.config.validate},
     help="run every problem on a device and record its checks",

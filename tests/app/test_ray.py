@@ -13,7 +13,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.interop import import_folder
 from kernelmill.core.store import read_jsonl
 
-ray = pytest.importorskip("ray", reason="the ray extra: pip install 'kernelmill[ray]'")
+ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_missing_ray_is_a_one_line_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(KernelmillError) as err:
         ray_backend.RayBackend(device="cpu")
-    assert str(err.value) == "the ray backend needs Ray: pip install 'kernelmill[ray]'"
+    assert str(err.value) == "the ray backend needs Ray: pip install -e '.[ray]'"
 
 
 def test_build_with_ray_backend_but_no_ray_fails_before_any_stage(monkeypatch, tmp_path, capsys):
@@ -184,5 +184,5 @@ def test_build_with_ray_backend_but_no_ray_fails_before_any_stage(monkeypatch, t
     out = tmp_path / "build"
     assert cli.main(["build", "--out", str(out), "--backend", "ray", "--n", "0"]) == 2
     assert capsys.readouterr().err.strip() == \
-        "kernelmill: error: stage validate needs ray: pip install 'kernelmill[ray]'"
+        "kernelmill: error: stage validate needs ray: pip install -e '.[ray]'"
     assert not out.exists()

@@ -185,3 +185,46 @@ def test_sft_trainer_runs_two_steps_on_the_export(graded, tmp_path):
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     assert len(losses) == 2 and all(loss > 0 for loss in losses)
+
+
+def test_min_speedup_cpu_timings_and_hacked_apart_from_incorrect(tmp_path, capsys):
+    """Issue 49, item 8: a correct kernel slower than eager is not "best"; CPU-timed verdicts
+    need --allow-cpu-timings and come out marked; a hacked answer is counted as hacked even
+    though the grader also marks it incorrect."""
+    problem = Record.from_source(UNRELATED, name="mm_softmax", category="attention", level=2)
+    pid = problem.id
+    write(tmp_path / "problems.jsonl", [problem.to_dict()])
+    write(tmp_path / "subs.jsonl", [{"submission_id": f"s{i}", "problem_id": pid,
+                                     "source": kernel(str(i))} for i in range(6)])
+    gpu = {"device": "cuda:0", "timing": {"method": "cuda_graph"}}
+    write(tmp_path / "verdicts.jsonl", [
+        {"submission_id": "s0", "problem_id": pid, "correct": True, "hacks": [],
+         "speedup_vs_eager": 1.7, **gpu},
+        {"submission_id": "s1", "problem_id": pid, "correct": True, "hacks": [],
+         "speedup_vs_eager": 0.017, **gpu},                      # correct but 60x slower
+        {"submission_id": "s2", "problem_id": pid, "correct": False,
+         "hacks": ["torch_compute"], "speedup_vs_eager": None, **gpu},
+        {"submission_id": "s3", "problem_id": pid, "correct": False, "hacks": [],
+         "speedup_vs_eager": None, **gpu},
+        {"submission_id": "s4", "problem_id": pid, "correct": True, "hacks": [],
+         "speedup_vs_eager": 0.02, "device": "cpu", "timing": {"method": "perf_counter"}},
+        {"submission_id": "s5", "problem_id": pid, "correct": True, "hacks": [],
+         "speedup_vs_eager": None, **gpu},                       # correct, never timed
+    ])
+    args = ["export", str(tmp_path / "problems.jsonl"), "--format", "sft",
+            "--verdicts", str(tmp_path / "verdicts.jsonl"),
+            "--submissions", str(tmp_path / "subs.jsonl")]
+    out = tmp_path / "sft.jsonl"
+    assert main([*args, "--out", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert [r["submission_id"] for r in read_jsonl(out)] == ["s0"]
+    for reason in ("1 dropped: slower than 1x eager", "1 dropped: hack detected",
+                   "1 dropped: incorrect", "1 dropped: timed on cpu", "1 dropped: not timed"):
+        assert reason in summary, reason
+    assert next(iter(read_jsonl(out)))["timing_device"] == "cuda"
+
+    assert main([*args, "--out", str(out), "--allow-cpu-timings", "--min-speedup", "0",
+                 "--per-problem", "5"]) == 0
+    rows = {r["submission_id"]: r for r in read_jsonl(out)}
+    assert set(rows) == {"s0", "s1", "s4", "s5"}
+    assert rows["s4"]["timing_device"] == "cpu" and rows["s1"]["timing_device"] == "cuda"
