@@ -1732,6 +1732,24 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
         del measure.Timer.host_ms
 
 
+def test_the_private_copy_covers_every_module_of_the_worker_package():
+    """Every module file under grade/worker/ is loaded with the package (a fresh interpreter
+    that imports only the package) and so copied by ``_private_namespace``: a module left out
+    would be one whose names a submission could rebind under the candidate's run."""
+    from kernelmill.grade import worker
+
+    root = Path(worker.__file__).parent
+    files = {".".join(("kernelmill.grade.worker", *path.relative_to(root).with_suffix("").parts))
+             .removesuffix(".__init__") for path in root.rglob("*.py")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, kernelmill.grade.worker\n"
+         "from kernelmill.grade.worker.guards.private import _package_modules\n"
+         "print(json.dumps([module.__name__ for module in _package_modules()]))"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(json.loads(done.stdout.strip().splitlines()[-1])) == files
+
+
 def test_the_last_output_is_held_alike_whoever_else_holds_it():
     """Red-team round 19 told scored calls apart by its last output's reference count (the
     timer keeps one more): ``_held_alike`` levels each object's count, so a forward reads the
