@@ -101,7 +101,8 @@ def _guarded_files() -> list[str]:
 
     from . import witness, worker
 
-    return [harness_worker.__file__, sandbox.__file__, worker.__file__, measure.__file__,
+    package = sorted(str(path) for path in Path(worker.__file__).parent.rglob("*.py"))
+    return [harness_worker.__file__, sandbox.__file__, *package, measure.__file__,
             witness.__file__]
 
 

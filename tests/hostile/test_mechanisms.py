@@ -459,7 +459,7 @@ def test_vendor_work_is_counted_and_a_thin_gemm_is_elementwise():
     (red-team round 29: a ReLU as ``_addmm_activation`` over an empty inner dimension, a
     residual add as an identity GEMM)."""
     from kernelmill.grade.judge import _vendor_work
-    from kernelmill.grade.worker import _OpTrace
+    from kernelmill.grade.worker.observers.optrace import _OpTrace
 
     c, a, b = torch.randn(8, 16), torch.randn(8, 32), torch.randn(32, 16)
     with _OpTrace() as trace:
@@ -771,7 +771,7 @@ def test_a_build_whose_compiled_sources_the_scan_flags_is_not_run(monkeypatch, t
 def test_the_compile_worker_reports_every_native_text_its_loaders_were_handed(tmp_path):
     """Each ``load_inline``/``load`` call's native text is what the parent scans (a second build
     of the same name that rewrites the build folder's ``main.cpp`` hides nothing)."""
-    from kernelmill.grade.worker import _native_texts
+    from kernelmill.grade.worker.observers.extensions import _native_texts
 
     assert _native_texts("load_inline", ("km", "cpp one"), {"cuda_sources": ["cu one", "cu 2"]}) \
         == ["cpp one", "cu one", "cu 2"]
@@ -1031,7 +1031,7 @@ def test_the_timed_graphs_calls_must_each_do_the_work():
     from types import SimpleNamespace
 
     from kernelmill.grade.judge import _graph_calls_even
-    from kernelmill.grade.worker import _Run
+    from kernelmill.grade.worker.call import _Run
 
     def worker_facts(per_call, overlap, counts, calls=4):
         run = _Run.__new__(_Run)
@@ -1074,7 +1074,7 @@ def test_the_timed_graphs_calls_must_each_do_the_work():
     assert hacks and "could not be told apart" in hacks[0][1]
     # calls that launch other kernels than a checked call (the work in pieces in some calls,
     # none in others, so that the split by count moves off the calls' boundaries)
-    from kernelmill.grade.worker import _other_kernels
+    from kernelmill.grade.worker.probes import _other_kernels
     checked = [["heavy", 90.0, "extension"]]
     assert _other_kernels([["heavy"], ["heavy"]], checked) == {}
     off = _other_kernels([["heavy"], ["piece", "piece"]], checked)["even_kernels_off"]
@@ -1097,7 +1097,7 @@ def test_unseen_device_times_that_cannot_be_read_fail_the_check():
     from types import SimpleNamespace
 
     from kernelmill.grade.judge import _unseen_checks
-    from kernelmill.grade.worker import _Run
+    from kernelmill.grade.worker.call import _Run
 
     def unread(spans, counts, calls=1, order=("seen", "unseen", "seen")):
         run = _Run.__new__(_Run)
@@ -1251,10 +1251,10 @@ def test_on_the_device_clock_the_fastest_calls_are_compared():
 
 _LIBRARY_LOADER = """
 import os, sys
-from kernelmill.grade import worker
+from kernelmill.grade.worker.observers import extensions
 from torch.utils import cpp_extension
-worker._install_extension_hooks(prebuilt=sys.argv[1] == "candidate",
-                                allowed_digests=sys.argv[2:] or None)
+extensions._install_extension_hooks(prebuilt=sys.argv[1] == "candidate",
+                                    allowed_digests=sys.argv[2:] or None)
 cpp = '''
 #include <torch/extension.h>
 torch::Tensor twice(torch::Tensor x) { return x + x; }
@@ -1267,7 +1267,7 @@ except ImportError as exc:
     print("refused:", exc)
 import torch
 print("registered:", hasattr(torch.ops.kmdigest, "twice"))
-print("digests:", " ".join(worker._BUILT["digests"]))
+print("digests:", " ".join(extensions._BUILT["digests"]))
 """
 
 
@@ -1359,6 +1359,7 @@ import torch
 import triton
 import triton.language as tl
 from kernelmill.grade import worker
+from kernelmill.grade.worker.observers.counts import _observed
 worker.refuse_runtime_code()
 results = {}
 
@@ -1388,7 +1389,7 @@ def kernel(x_ptr, BLOCK: tl.constexpr):
 attempt("triton_jit", lambda: triton.jit(lambda x: x) and kernel)
 from torch.utils import benchmark
 attempt("benchmark_timer", lambda: benchmark.Timer(stmt="x = 1").timeit(1))
-print(json.dumps({**results, "refused": worker._observed()["refused"]}))
+print(json.dumps({**results, "refused": _observed()["refused"]}))
 """
 
 
@@ -1412,41 +1413,50 @@ _SEALED_CODE = """
 import copy, json, sys
 import torch
 from kernelmill.grade import worker
+from kernelmill.grade.worker import call
+from kernelmill.grade.worker.guards import audit
+from kernelmill.grade.worker.guards.private import PACKAGE, _package_modules
+from kernelmill.grade.worker.observers.counts import _observed
 from kernelmill.validate import measure
 
 worker.refuse_runtime_code()
 results = {}
-Run = worker._Run
-saved = {k: copy.copy(v) if isinstance(v, (list, dict)) else v for k, v in vars(worker).items()}
+Run = call._Run
+modules = _package_modules()
+saved = [(module, {k: copy.copy(v) if isinstance(v, (list, dict)) else v
+                   for k, v in vars(module).items()}) for module in modules]
 
 
 def poison():
-    # Everything the worker module holds, changed: flags flipped in place, dicts and lists
-    # emptied or poisoned, sets and tuples rebound empty, every function but the reader rebound
-    for name, value in list(vars(worker).items()):
-        if name.startswith("__") or name in ("_observed", "_audit_event", "_COUNTED"):
-            continue
-        if isinstance(value, list) and value and isinstance(value[0], bool):
-            value[0] = not value[0]
-        elif isinstance(value, (list, dict)):
-            value.clear()
-        elif isinstance(value, (frozenset, set, tuple)):
-            setattr(worker, name, type(value)())
-        elif callable(value) and getattr(value, "__module__", "") == worker.__name__:
-            setattr(worker, name, lambda *args, **kwargs: True)
-    worker._KINDS["<string>"] = ("own", "")
+    # Everything every module of the worker package holds, changed: flags flipped in place,
+    # dicts and lists emptied or poisoned, sets and tuples rebound empty, every function but the
+    # reader rebound
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or name in ("_observed", "_audit_event", "_COUNTED"):
+                continue
+            if isinstance(value, list) and value and isinstance(value[0], bool):
+                value[0] = not value[0]
+            elif isinstance(value, (list, dict)):
+                value.clear()
+            elif isinstance(value, (frozenset, set, tuple)):
+                setattr(module, name, type(value)())
+            elif callable(value) and str(getattr(value, "__module__", "")).startswith(PACKAGE):
+                setattr(module, name, lambda *args, **kwargs: True)
+    audit._KINDS["<string>"] = ("own", "")
 
 
 def restore():
-    for name, value in saved.items():
-        current = vars(worker).get(name)
-        if isinstance(value, list) and isinstance(current, list):
-            current[:] = value
-        elif isinstance(value, dict) and isinstance(current, dict):
-            current.clear()
-            current.update(value)
-        else:
-            setattr(worker, name, value)
+    for module, values in saved:
+        for name, value in values.items():
+            current = vars(module).get(name)
+            if isinstance(value, list) and isinstance(current, list):
+                current[:] = value
+            elif isinstance(value, dict) and isinstance(current, dict):
+                current.clear()
+                current.update(value)
+            else:
+                setattr(module, name, value)
 
 
 def forge():
@@ -1468,9 +1478,9 @@ def forge():
     # kernelmill code that calls whatever it is given
     box = []
     sys.audit("kernelmill.read", box)
-    timer = measure.Timer(worker._observed, "cpu", warmup=1)
+    timer = measure.Timer(_observed, "cpu", warmup=1)
     timer.prepare()
-    results["reads"] = [sorted(box[0]), sorted(worker._observed()), sorted(timer.output)]
+    results["reads"] = [sorted(box[0]), sorted(_observed()), sorted(timer.output)]
     return 0
 
 
@@ -1479,7 +1489,7 @@ class Double(torch.nn.Module):
         return x * 2
 
 
-worker.active_modes = forge  # called by ``_Run.call`` after its first read
+call.active_modes = forge  # called by ``_Run.call`` after its first read
 record = Run(Double(), "cpu", set(), set(), trials=[{"inputs": [torch.ones(4)], "seed": 1}]).call(0)
 results.update(host_access=record["host_access"], launches=record["launches"])
 print(json.dumps(results))
@@ -1510,10 +1520,10 @@ def test_every_function_of_the_worker_that_reads_the_hooks_counts_is_a_reader():
     import ast
     import inspect
 
-    from kernelmill.grade import worker
+    from kernelmill.grade.worker.guards.audit import _readers_of
+    from kernelmill.grade.worker.guards.private import _package_modules
 
-    readers = {code.co_qualname for code in worker._readers_of("_observed")}
-    tree = ast.parse(inspect.getsource(worker))
+    readers = {code.co_qualname for code in _readers_of("_observed")}
     takers = set()
 
     def visit(node, prefix: str) -> None:
@@ -1529,8 +1539,9 @@ def test_every_function_of_the_worker_that_reads_the_hooks_counts_is_a_reader():
             else:
                 visit(child, prefix)
 
-    visit(tree, "")
-    assert "_Run.timed" in takers and "_Run.ghost" in takers
+    for module in _package_modules():  # every module of the worker package
+        visit(ast.parse(inspect.getsource(module)), "")
+    assert "_Run.timed" in takers and "_Probes.ghost" in takers
     assert takers <= readers, takers - readers
 
 
@@ -1685,32 +1696,58 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     nothing the copies call, and every reference between them is to a copy."""
     import time
 
-    from kernelmill.grade import witness, worker
+    from kernelmill.grade import witness
+    from kernelmill.grade.worker import call
+    from kernelmill.grade.worker.guards import originals
+    from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
     from kernelmill.validate import measure
 
-    private = worker._private_namespace()
+    copies = _private_namespace()
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, witness]}
+    private = copies[call.__name__]
     timer_class, witness_class = private["M"].Timer, private["Witness"]
     assert timer_class is not measure.Timer and witness_class is not witness.Witness
-    assert private["_Run"] is not worker._Run and private["sync"] is not measure.synchronize
+    assert private["_Run"] is not call._Run and private["sync"] is not measure.synchronize
+    # a class's base defined in another module of the package is that module's copy's
+    assert private["_Run"].__bases__[0] is copies[call._Probes.__module__]["_Probes"]
     # a static method's and a context manager's globals are the copies' too
     launch = vars(witness_class)["launch"].__func__
     assert launch.__globals__["_record_function"].__wrapped__.__globals__ is \
         launch.__globals__ is not vars(witness)
     assert private["_Run"].invoke.__globals__ is private
     # the public timer's clock slowed, a property added, the worker's grad switch rebound
-    real_clock, real_grad = measure._perf_counter, worker._set_grad_enabled
+    real_clock, real_grad = measure._perf_counter, call._set_grad_enabled
     try:
         measure._perf_counter = lambda: time.perf_counter() * 0.1
         measure.Timer.host_ms = property(lambda self: 0.0, lambda self, value: None)
-        worker._set_grad_enabled = None
+        call._set_grad_enabled = originals._set_grad_enabled = None
         timer = timer_class(lambda: time.sleep(0.002), "cpu", warmup=1)
         timer.prepare()
         assert timer.host_ms >= 1.5, timer.host_ms  # its own clock, its own attribute
         assert min(timer.round(3)) >= 1.5
         assert private["_set_grad_enabled"] is real_grad
     finally:
-        measure._perf_counter, worker._set_grad_enabled = real_clock, real_grad
+        measure._perf_counter = real_clock
+        call._set_grad_enabled = originals._set_grad_enabled = real_grad
         del measure.Timer.host_ms
+
+
+def test_the_private_copy_covers_every_module_of_the_worker_package():
+    """Every module file under grade/worker/ is loaded with the package (a fresh interpreter
+    that imports only the package) and so copied by ``_private_namespace``: a module left out
+    would be one whose names a submission could rebind under the candidate's run."""
+    from kernelmill.grade import worker
+
+    root = Path(worker.__file__).parent
+    files = {".".join(("kernelmill.grade.worker", *path.relative_to(root).with_suffix("").parts))
+             .removesuffix(".__init__") for path in root.rglob("*.py")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, kernelmill.grade.worker\n"
+         "from kernelmill.grade.worker.guards.private import _package_modules\n"
+         "print(json.dumps([module.__name__ for module in _package_modules()]))"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(json.loads(done.stdout.strip().splitlines()[-1])) == files
 
 
 def test_the_last_output_is_held_alike_whoever_else_holds_it():
@@ -1720,7 +1757,7 @@ def test_the_last_output_is_held_alike_whoever_else_holds_it():
     import sys
 
     import torch
-    from kernelmill.grade.worker import _held_alike
+    from kernelmill.grade.worker.call import _held_alike
 
     def read(value):
         return sys.getrefcount(value), sys.getrefcount(value[0]), sys.getrefcount(value[1])
@@ -1797,7 +1834,7 @@ def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_
     fresh listing takes."""
     import json as json_module
 
-    from kernelmill.grade import worker
+    from kernelmill.grade.worker.guards import patches as worker
 
     def ids(snapshot):
         return {(id(owner), name, id(value)) for owner, name, value in snapshot[0]}
@@ -1860,7 +1897,7 @@ def test_a_launch_counts_only_if_its_grid_has_a_program():
     (a callable grid's result is read as Triton calls it, once)."""
     import numpy as np
 
-    from kernelmill.grade.worker import _any_program, _GridSeen
+    from kernelmill.grade.worker.observers.launches import _any_program, _GridSeen
 
     assert _any_program([(4,)]) and _any_program([(2, 3, 1)]) and _any_program([8])
     assert not _any_program([(0,)]) and not _any_program([(4, 0)]) and not _any_program([0])
@@ -1929,7 +1966,7 @@ def test_a_ghost_call_that_is_right_without_its_kernels_is_a_hack():
 def test_the_call_befores_outputs_are_poisoned_in_place_before_a_ghost_call():
     """Every byte behind the last call's output tensors becomes 0xFF (NaN in floating point, -1
     in integers), the whole storage of a view included, so a kept buffer holds no answer."""
-    from kernelmill.grade.worker import _poison_outputs
+    from kernelmill.grade.worker.probes import _poison_outputs
 
     kept = torch.arange(12.0)
     view, counts = kept[2:6], torch.arange(5)
@@ -1945,7 +1982,7 @@ def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
     ``.item()`` (within the scalar-read allowance). An element of a floating-point input of
     more than one element read on the host, by any route to ``_local_scalar_dense``, is
     counted; a scalar read of anything else is not."""
-    from kernelmill.grade.worker import _OpTrace, _spans
+    from kernelmill.grade.worker.observers.optrace import _OpTrace, _spans
 
     x, y, index = torch.randn(64), torch.randn(64), torch.arange(8)
     tracer = _OpTrace(_spans([x, y]))
@@ -1986,7 +2023,7 @@ def test_every_copy_op_the_taxonomy_allows_marks_an_output_made_by_copy():
     """An output made by a copy (not by a kernel) is ``output_by_copy``; the worker's list of
     copy ops covers every ATen copy the op taxonomy allows (``lift_fresh_copy`` was missing)."""
     from kernelmill.core.taxonomy import COPY_OPS
-    from kernelmill.grade.worker import _COPY_OPS, _OpTrace, _spans
+    from kernelmill.grade.worker.observers.optrace import _COPY_OPS, _OpTrace, _spans
 
     # composite names (contiguous, to, type_as) reach the dispatcher as _to_copy or clone
     assert {op for op in COPY_OPS if op not in ("contiguous", "to", "type_as", "_copy")} \
@@ -2004,7 +2041,7 @@ def test_memory_a_carried_value_left_is_not_watched_once_its_tensor_is_gone():
     no key to the inputs. A view of it keeps the watch (the storage lives on)."""
     import gc
 
-    from kernelmill.grade.worker import _OpTrace, _spans
+    from kernelmill.grade.worker.observers.optrace import _OpTrace, _spans
 
     x = torch.randn(1024)
     tracer = _OpTrace(_spans([x]))
@@ -2027,7 +2064,7 @@ def test_captured_calls_that_launch_unalike_fail_the_graph_check():
     call does nothing. Each captured call's launches are counted at capture: any two captured
     calls that launched differently fail."""
     from kernelmill.grade.judge import _graph_calls_even
-    from kernelmill.grade.worker import _uneven_launches
+    from kernelmill.grade.worker.probes import _uneven_launches
 
     assert _uneven_launches([(1, 0)] * 9) == {} and _uneven_launches([(2, 0)]) == {}
     off = _uneven_launches([(3, 0), (3, 0), (0, 0), (3, 0)])["even_launches_off"]

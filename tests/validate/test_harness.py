@@ -513,7 +513,7 @@ def test_a_worker_ships_bit_identical_outputs_once():
     """``_Run.ship``: an output equal bit for bit to one already shipped (same dtype, shape and
     strides) is that same host tensor; any other is its own."""
     import torch
-    from kernelmill.grade.worker import _Run
+    from kernelmill.grade.worker.call import _Run
 
     run_ = _Run.__new__(_Run)
     run_._shipped = {}
@@ -605,7 +605,7 @@ def test_a_warm_worker_inherits_what_the_zygote_listed_for_the_grader():
     from it starts with the watched modules already listed."""
     result = run("import sys\n"
                  "def main():\n"
-                 "    worker = sys.modules.get('kernelmill.grade.worker')\n"
+                 "    worker = sys.modules.get('kernelmill.grade.worker.guards.patches')\n"
                  "    return {'listed': len(worker._WARM) if worker else -1}\n", timeout_s=60)
     assert result.ok, result.error
     assert result.warm and result.value["listed"] > 1000, result.value

@@ -1,0 +1,169 @@
+"""Routes from tensor memory to Python values and back that bypass the dispatcher (so neither the
+op trace nor the profiler sees them): per-element callbacks, conversions to Python or NumPy,
+raw storage access, raw addresses, tensors over memory Python owns. Each is counted
+(``host_access``, ``host_view``, ``host_alias``, ``foreign_memory``) in the sealed hook."""
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+
+from ..guards.originals import _ORIGINALS, _isinstance, _raw, _Tensor, _tensor_storage, _type
+from .counts import _audit_event
+
+# Python/NumPy containers, raw storage element access and serialization of raw bytes. A kernel
+# needs none of them in forward; each use counts the elements it exposed.
+_HOST_ACCESS = (
+    ("Tensor", ("map_", "map2_", "apply_", "tolist", "numpy", "__array__", "__dlpack__")),
+    ("UntypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "_set_from_file",
+                        "_new_with_file", "from_buffer")),
+    ("TypedStorage", ("__getitem__", "__setitem__", "tolist", "_write_file", "_set_from_file",
+                      "_new_with_file", "from_buffer")),
+    # the C entry points under ``__dlpack__``: a capsule of them is a writable NumPy view, in
+    # which the answer can be computed (``_to_dlpack_versioned``)
+    ("_C", ("_to_dlpack", "_to_dlpack_versioned")),
+)
+
+
+# Of those, the routes that leave a lasting view (a NumPy array, a DLPack capsule, a storage
+# over a buffer) of tensor memory: made anywhere once the import began, Python computes through
+# it later with no tensor method at all (NumPy views of its own staging tensors taken in
+# ``__init__``, outside every call, to compute the answer in NumPy there)
+# (a storage's file reads and writes hand a Python file object's ``readinto``/``write`` a
+# memoryview over the storage itself, which the file object can keep)
+_HOST_VIEWS = frozenset({"numpy", "__array__", "__dlpack__", "_to_dlpack", "_to_dlpack_versioned",
+                         "from_buffer", "_write_file", "_set_from_file", "_new_with_file"})
+
+
+def _count_host_access(original, per_call_elements: bool, view: bool = False):
+    def access(self, *args, **kwargs):
+        try:
+            n = (self.numel() if _isinstance(self, torch.Tensor) else self.nbytes()) \
+                if per_call_elements else 1
+        except Exception:  # noqa: BLE001 — a class object (from_buffer) or odd receiver
+            n = 1
+        _audit_event("kernelmill.count", "host_access", max(1, int(n)))
+        if view:
+            _audit_event("kernelmill.count", "host_view", 1)
+        return original(self, *args, **kwargs)
+    return access
+
+
+def _count_host_call(function, view: bool):
+    """A static or class method's function, counted once per call (``from_buffer``)."""
+    def call(*args, **kwargs):
+        _audit_event("kernelmill.count", "host_access", 1)
+        if view:
+            _audit_event("kernelmill.count", "host_view", 1)
+        return function(*args, **kwargs)
+    return call
+
+
+# A raw address of host memory handed to the submission's code (``data_ptr``): any C-level
+# consumer of an address (NumPy's array interface, ctypes) makes it a writable view with no
+# tensor method at all (NumPy views built from ``data_ptr()`` through ``__array_interface__``,
+# in which the answer is computed). A Triton or CUDA kernel never needs the
+# integer in Python (Triton's launcher asks for it itself, from trusted code); on a GPU it is a
+# device address, not counted.
+_HOST_ADDRESSES = (("Tensor", "data_ptr"), ("UntypedStorage", "data_ptr"),
+                   ("TypedStorage", "data_ptr"))
+
+
+def _count_host_address(original):
+    def data_ptr(self, *args, **kwargs):
+        try:
+            host = not self.is_cuda  # (a fast attribute: Triton's launcher asks every launch)
+        except Exception:  # noqa: BLE001 — an odd receiver: its address counts
+            host = True
+        if host:
+            _audit_event("kernelmill.count", "host_view", 1)
+        return original(self, *args, **kwargs)
+    return data_ptr
+
+
+# Tensors over Python-owned memory (a ``bytearray``, a file): what a kernel writes there Python
+# reads and writes with no tensor method at all (a memoryview); made anywhere once the import
+# began, they count (one made in ``__init__``, and the answer computed in Python between two
+# copy kernels)
+# (a storage's ``from_buffer`` is counted as host access in calls: ``_HOST_ACCESS``)
+_HOST_ALIASING = ("frombuffer", "from_file", "from_numpy")
+
+
+def _count_host_alias(original):
+    def alias(*args, **kwargs):
+        _audit_event("kernelmill.count", "host_alias", 1)
+        return original(*args, **kwargs)
+    return alias
+
+
+def _install_host_access_hooks() -> None:
+    hooks: dict[int, tuple] = {}
+
+    def install(owner, label: str, name: str, original, hooked) -> None:
+        setattr(owner, name, hooked)
+        _ORIGINALS[f"{label}.{name}"] = (owner, name, hooked)
+        hooks[id(original)] = (original, hooked)
+
+    for name in _HOST_ALIASING:
+        original = vars(torch).get(name)
+        if original is not None:
+            install(torch, "torch", name, original, _count_host_alias(original))
+    for owner_name, names in _HOST_ACCESS:
+        owner = getattr(torch, owner_name, None)
+        for name in names if owner is not None else ():
+            original = _raw(owner, name)
+            if original is None:
+                continue
+            if _isinstance(original, (classmethod, staticmethod)):
+                # (a storage's ``from_buffer``)
+                hooked = _type(original)(_count_host_call(original.__func__, name in _HOST_VIEWS))
+            else:
+                hooked = _count_host_access(original, name not in ("__getitem__", "__setitem__"),
+                                            name in _HOST_VIEWS)
+            install(owner, owner_name, name, original, hooked)
+    for owner_name, name in _HOST_ADDRESSES:
+        owner = getattr(torch, owner_name, None)
+        original = None if owner is None else _raw(owner, name)
+        if original is not None:
+            install(owner, owner_name, name, original, _count_host_address(original))
+    _rebind_aliases(hooks)
+
+
+def _rebind_aliases(hooks: dict) -> None:
+    """Every module attribute bound to a hooked original (``torch.utils.dlpack.to_dlpack`` is
+    ``torch._C._to_dlpack``) gets the hook too."""
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if \
+            _isinstance(module, types.ModuleType) else None
+        for name, value in list((namespace or {}).items()):
+            found = hooks.get(id(value))
+            if found is not None and found[0] is value:
+                setattr(module, name, found[1])
+                _ORIGINALS[f"{module_name}.{name}"] = (module, name, found[1])
+
+
+_storage_resizable = torch.UntypedStorage.resizable
+_storage_shared = torch.UntypedStorage.is_shared
+
+
+def _foreign(value) -> bool:
+    """A tensor over host memory torch's allocator did not hand out: NumPy's (``from_numpy``,
+    ``asarray``), a Python buffer's, a file's or a shared mapping's (``from_file``, a storage
+    over a memfd, ``share_memory_``). Python reaches such memory with no tensor method at all
+    (and can compute the answer in NumPy there, between a copy in and a flag kernel), so
+    whichever constructor made it, a kernel's argument, a copy's end or an output
+    there is the host's work."""
+    if _type(value) is not _Tensor:
+        return False
+    storage = _tensor_storage(value)
+    # Host memory only: Python computes nowhere else (and every CUDA storage says it is shared;
+    # an H100 run flagged every honest grade before this line)
+    return storage.device.type == "cpu" and \
+        (not _storage_resizable(storage) or _storage_shared(storage))
+
+
+def _count_foreign(values: list) -> None:
+    found = sum(1 for value in values if _foreign(value))
+    if found:
+        _audit_event("kernelmill.count", "foreign_memory", found)

@@ -1,0 +1,267 @@
+"""Probes that ask the candidate's run questions a checked call cannot (``_Probes``, mixed into
+``call._Run``).
+
+The unseen-input check (``unseen``): inside the timing window, calls on inputs seen in every
+timed call against calls on inputs never seen before, timed alike; a forward that remembers
+inputs is fast only on the first. The ghost call (``ghost``): forward with the candidate's
+Triton launches skipped, over memory filled with NaN first; a right answer then was not computed
+by the kernels. The timing graph's calls (``_even_calls_us``): each captured call must launch
+and keep the GPU busy alike.
+"""
+from __future__ import annotations
+
+import torch
+from kernelmill.validate import measure as M
+from kernelmill.validate.harness_worker import (
+    late_payload,
+)
+from kernelmill.validate.measure import flatten_outputs
+from kernelmill.validate.measure import synchronize as sync
+
+from .guards.originals import (
+    _empty,
+    _full,
+    _no_grad,
+    _Tensor,
+    _tensor_fill,
+    _tensor_set,
+    _tensor_storage,
+    _type,
+)
+from .inputs import to_device
+from .observers.counts import _audit_event, _observed
+
+
+def _uneven_launches(captured: list) -> dict:
+    """``{"even_launches_off": {call, found, first}}`` when the captured calls (``captured``:
+    the Triton launches and extension calls of each, in order: the timing graph's and the
+    graphs that size it) did not all launch alike; ``{}`` when they did. The timing graph's
+    kernels are split into its calls by count, which a forward could shift by launching more,
+    smaller pieces in some calls and none in another (GRAPH_COPY.md); its launches at capture
+    show it."""
+    if len(captured) < 2:
+        return {}
+    first = captured[0]
+    for call, found in enumerate(captured):
+        if found != first:
+            return {"even_launches_off": {"call": call, "found": list(found),
+                                          "first": list(first)}}
+    return {}
+
+
+def _other_kernels(runs: list | None, checked: list | None) -> dict:
+    """``{"even_kernels_off": {call, found, wanted}}`` for the first run of ``runs`` (each a
+    sorted list of kernel names: one captured call's, ``Witness.span_run_names``) whose names
+    are not the ``checked`` call's (its ``[name, us, owner]`` kernels); ``{}`` when every run's
+    are, or either is unknown. The replay's kernels are split into calls by count: a forward
+    whose captured calls launch different kernels (pieces of the work in some, none in others)
+    would move the split's boundaries off its calls'."""
+    if not runs or checked is None:
+        return {}
+    wanted = sorted(str(k[0])[:200] for k in checked if isinstance(k, (list, tuple)) and k)
+    for call, found in enumerate(runs):
+        if found != wanted:
+            return {"even_kernels_off": {"call": call, "found": found[:8],
+                                         "wanted": wanted[:8]}}
+    return {}
+
+
+class _Probes:
+    """The probes of a candidate's run: methods of ``call._Run`` (its buffers, ``load``,
+    ``invoke`` and ``observe``), defined here."""
+
+    def unseen(self, timer: M.Timer) -> int:
+        """Inside the timing window: calls timed alike, first ``SEEN_FIRST`` on trial 0's
+        inputs (seen in every timed call; each such call follows an untimed one on the same
+        inputs), then each hidden trial's (never seen before), each followed by one on trial 0's
+        again ("after"), all loaded into the same buffers. A forward that
+        remembers inputs it has seen (an answer cache keyed by their content, on the host or on
+        the device) is fast only on the first kind; a hidden trial's output is also sent to the
+        parent to compare with the reference's.
+
+        With a captured graph each timed call is a replay of the timing graph itself (a graph
+        captured for this check alone could be told apart from it, and behave); its first
+        call is the one on the inputs just loaded. Otherwise each is one forward (``Timer.once``).
+        Each is also a witness ``span``: on CUDA its first call's kernels, by the device's own
+        clock (CUPTI), free of the launch's and the synchronize's fixed cost, which hide a cache
+        that saves a few µs. The witness, paused for graph replays, runs meanwhile."""
+        if not self.hidden:
+            return 0
+        seen_ms, unseen_ms, checks, order = [], [], [], []
+        first = self._on_device(self.trials[0])
+        whole = timer.graph is not None
+        calls = timer.calls_per_sample if whole else 1
+        paused = not self.witness.running
+        if paused:
+            self.witness.resume()
+
+        def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
+            self.load(trial["inputs"])
+            if kind is not None:
+                order.append(kind)
+            timer.last_cpu_ms = None
+            ms, out = timer.once(lambda: self.invoke()[0],
+                                 self.witness.span if kind is not None else None, whole, flush)
+            if kind is not None and timer.last_cpu_ms is not None:  # on CPU
+                cpu_ms[kind].append(timer.last_cpu_ms / calls)
+            return ms / calls, out
+
+        def repeated(kind: str) -> float:  # on the inputs of the call before, as when timed
+            timed_on(first)
+            return timed_on(first, kind)[0]
+
+        after_ms: list[float] = []
+        cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
+        # The check is the window's last command (``window._timed_rounds``): the witness, once
+        # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
+        done = False
+        try:
+            # The baseline comes before any unseen input: a forward that changes its ways once
+            # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
+            # inputs after each unseen one show such a change.
+            for _ in range(SEEN_FIRST):
+                seen_ms.append(repeated("seen"))
+            if whole and calls > 1:
+                # one replay right after another on the same inputs, unflushed, as the scored
+                # ones run: its calls' kernels, each call's apart (``_unseen_device_us``)
+                timed_on(first, "even", flush=False)
+            for index in range(self.hidden):
+                # asked for now: it was nowhere in this process before (``late_payload``)
+                trial = late_payload(index)
+                if trial is None:
+                    break
+                ms, out = timed_on(trial, "unseen")
+                unseen_ms.append(ms)
+                checks.append({"hidden": index, **self.observe(out, self.buffers,
+                                                               inputs_after=False, ship=False)})
+                after_ms.append(repeated("after"))
+            done = True
+        finally:
+            if paused and not done:
+                self.witness.pause()
+        self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
+                             "checks": checks, "method": timer.method, "order": order,
+                             "calls": calls}
+        if cpu_ms["unseen"]:
+            self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
+        return len(unseen_ms)
+
+    def _on_device(self, trial: dict) -> dict:
+        """``trial`` with its input tensors copied to the device once, when they are small
+        enough (``PRISTINE_BYTES``): the unseen check loads them ten times, inside the window,
+        and a load from the host moved 128 MB over PCIe each time."""
+        tensors = [v for v in trial["inputs"] if _type(v) is _Tensor]
+        size = sum(v.numel() * v.element_size() for v in tensors)
+        if not self.device.startswith("cuda") or not tensors or size > PRISTINE_BYTES:
+            return trial
+        return {**trial, "inputs": to_device(trial["inputs"], self.device)}
+
+    def ghost(self, trial_index: int) -> dict:
+        """Forward once more on a trial's inputs with the candidate's Triton launches skipped.
+        The memory the allocator hands out next is first filled with NaN (``GHOST_POISON``
+        blocks of each last output's size, freed just before: forward's own intermediates of
+        that size take some of them, and every cached block that still holds an earlier answer
+        is taken and overwritten), so a skipped kernel leaves garbage behind. If the answer is
+        still right, the kernels did not compute it."""
+        trial = self.trials[trial_index]
+        previous = self._previous
+        poisoned = _poison_outputs(previous)
+        self.load(trial["inputs"])
+        poison = [_full(shape, float("nan") if dtype.is_floating_point else -1,
+                             dtype=dtype, device=self.device)
+                  for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]
+        del poison
+        before = _observed()
+        _audit_event("kernelmill.ghost", 1)
+        try:
+            self.ghost_ranges.add(self.witness.calls)
+            out, _ = self.invoke()
+            sync(self.device)
+        finally:
+            _audit_event("kernelmill.ghost", -1)
+        after = _observed()
+        earlier = M._spans(previous) if previous is not None else []
+        reused = any(lo < b and a < hi for lo, hi in M._spans(out) for a, b in earlier)
+        return {"trial": trial_index, "skipped": after["ghosted"] - before["ghosted"],
+                "ext_calls": after["ext_calls"] - before["ext_calls"],
+                # the answer sits where the call before left its own (a kept output buffer)
+                "reuses_previous": reused,
+                # and that memory was filled with NaN first: a kept buffer holds no answer
+                "previous_poisoned": poisoned,
+                **self.observe(out, self.buffers, inputs_after=False)}
+
+    def _unseen_device_us(self, unseen: dict, calls_facts: list | None = None) -> None:
+        """The unseen check's device times (``seen_device_us``, ``unseen_device_us``), or why
+        they could not be read (``device_unread``): the judge does not pass a check it could
+        not make."""
+        calls = unseen.get("calls", 1)
+        spans = self.witness.span_us(calls)
+        counts = getattr(self.witness, "span_counts", None)
+        if spans is None:
+            unseen["device_unread"] = "no kernel records"
+        elif len(spans) != len(unseen["order"]):
+            unseen["device_unread"] = f"{len(spans)} timed ranges for {len(unseen['order'])} calls"
+        elif not all(counts):
+            unseen["device_unread"] = f"no kernel in a timed range (kernels per range {counts})"
+        elif None in spans:
+            unseen["device_unread"] = (f"kernels per range {counts} do not split into {calls} "
+                                       "calls each")
+        else:
+            for kind in ("seen", "unseen", "after"):
+                unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
+                                               if k == kind]
+        calls_facts = calls_facts or []
+        repeat = [c for c in calls_facts if c.get("kind") == "repeat"] or calls_facts[-1:]
+        self._even_calls_us(unseen, calls, repeat[0].get("kernels") if repeat else None)
+
+    def _even_calls_us(self, unseen: dict, calls: int, checked: list | None = None) -> None:
+        """The hot replay of the timing graph (``unseen``'s "even" call): the busy time of each
+        captured call's kernels (``even_calls_us``), and µs in which one call's kernels ran
+        beside another's (``even_overlap_us``); else why not (``even_unread``). With
+        ``checked`` (a checked call's ``[name, us, owner]`` kernels): the first call of the
+        replay whose kernels are not those by name (``even_kernels_off``)."""
+        if "even" not in unseen["order"]:
+            return
+        index = unseen["order"].index("even")
+        per_call = self.witness.span_calls_us(calls)
+        counts = getattr(self.witness, "span_counts", None) or []
+        if per_call is None or len(per_call) != len(unseen["order"]):
+            unseen["even_unread"] = "no kernel records for each timed range"
+        elif per_call[index] is None:
+            unseen["even_unread"] = (f"{counts[index]} kernels in one replay do not split into "
+                                     f"{calls} calls")
+        else:
+            unseen["even_calls_us"] = per_call[index]
+            unseen["even_overlap_us"] = self.witness.span_overlap_us[index]
+            runs = (getattr(self.witness, "span_run_names", None) or [None] * (index + 1))[index]
+            unseen.update(_other_kernels(runs, checked))
+        unseen.update(_uneven_launches(getattr(self, "captured", [])))
+
+
+SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
+PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
+
+
+def _poison_outputs(output) -> bool:
+    """Fill the memory behind each tensor of the call before's result with all-one bytes (NaN
+    in every floating-point type, -1 in the integer ones), in place, before a ghost call: an
+    answer kept there (an output buffer the forward returns again, or a cache that hands back
+    the tensor it gave last) is gone, so a right answer with the launches skipped was computed
+    by something other than the kernels. Whether every such tensor was filled."""
+    if output is None:
+        return False
+    _kind, items = flatten_outputs(output)
+    tensors = [item for item in items if _type(item) is _Tensor]
+    try:
+        with _no_grad():
+            for tensor in tensors:
+                flat = _tensor_set(_empty(0, dtype=torch.uint8, device=tensor.device),
+                                   _tensor_storage(tensor))
+                _tensor_fill(flat, 255)
+    except Exception:  # noqa: BLE001 — a tensor without plain storage: not poisoned
+        return False
+    return bool(tensors)
+
+
+GHOST_POISON = 4  # poisoned blocks per output before the ghost call (one was not enough on
+# CPU: a conv + Triton ReLU's conv output took it, and its output got a block holding the answer)

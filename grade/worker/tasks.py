@@ -1,0 +1,406 @@
+"""The worker's tasks, run by the parent in separate processes (``validate.harness``).
+
+``reference_task`` builds the problem and returns each trial's inputs and the reference outputs;
+``reference_timing_task`` times the reference in the parent's window. Neither sees candidate
+code. ``compile_task`` imports a candidate so its extensions build, and reports what was built
+from what. ``candidate_task`` builds ``ModelNew``, calls it (``call._Run``) on the reference's
+inputs, times it, probes it and returns raw facts; the parent judges (``grade.judge``). The
+candidate-side tasks run on a private copy of the worker package (``guards.private``).
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any
+
+import torch
+from kernelmill.grade.witness import Witness
+from kernelmill.validate import measure as M
+from kernelmill.validate import sandbox
+from kernelmill.validate.harness_worker import (
+    RESULT_GUARD,
+    mark_stage,
+    receive,
+    report,
+    require_trusted_senders,
+)
+from kernelmill.validate.measure import flatten_outputs, load_namespace
+from kernelmill.validate.measure import synchronize as sync
+
+from .call import _Run
+from .guards.audit import refuse_runtime_code
+from .guards.originals import (
+    _enumerate_threads,
+    _isinstance,
+    _perf_counter,
+    _Tensor,
+    _tensor_copy,
+    _type,
+)
+from .guards.patches import _owned_by_us, patched_functions, snapshot_modules
+from .guards.private import _private_namespace
+from .inputs import draw_inputs, to_cpu, to_device, transform
+from .observers.counts import _observed
+from .observers.extensions import _BUILT, _install_extension_hooks
+from .observers.host_memory import _install_host_access_hooks
+from .observers.launches import _install_triton_hook
+from .observers.optrace import _OpTrace, active_modes
+from .observers.threads import _install_thread_hooks, _live_children, _tasks
+from .seeding import _bind_cuda_generators, _manual_seed, forward_seed
+from .timing import _serve_timing, _timer_options, device_info
+
+# ---------------------------------------------------------------- the reference run
+
+# Host threads of a GPU grading worker's own tensor work (copies to the host, finiteness,
+# digests): a group's nine workers start together, and each with torch's default of one intra-op
+# thread per core kept the host's 16 cores 97-99% busy at the 90th percentile while on average
+# 43-58% (H100 host, 2026-11-27): the bursts, not the work, set the pace.
+GPU_WORKER_THREADS = 2
+
+
+def _few_host_threads(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), GPU_WORKER_THREADS)))
+
+
+def reference_task(payload: dict) -> dict:
+    device = payload["device"]
+    _few_host_threads(device)
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    if "runs" in payload:  # several fresh references (a group's members), one CUDA context
+        runs = []
+        with M.GpuLock(payload.get("lock")).shared():
+            for run in payload["runs"]:
+                result = _reference_trials(ns, device, {**payload, **run})
+                del result["_model"]
+                runs.append(result)
+        return {"runs": runs}
+    # GPU work that is not timed holds the GPU's lock shared: no other grade's timing window
+    # runs meanwhile (reference forwards can be the heaviest work on the device).
+    with M.GpuLock(payload.get("lock")).shared():
+        result = _reference_trials(ns, device, payload)
+    if payload.get("time", True) and payload.get("inductor"):
+        _inductor_timing(device, payload, result)
+    del result["_model"]
+    return result
+
+
+def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    model = ns["Model"](*init_inputs).to(device)
+    state = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    trials = []
+    mark_stage("reference forward")
+    natural_finite = True
+    ops: list[str] = []
+    work: dict = {}
+    for spec in payload["trials"]:
+        inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
+        kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
+        device_inputs = to_device(inputs, device)
+        _manual_seed(forward_seed(payload["init_seed"]))
+        tracer = _OpTrace() if not trials else None
+        with torch.no_grad():
+            if tracer is not None:
+                with tracer:
+                    out = model(*device_inputs)
+                ops = tracer.ops
+                work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
+            else:
+                out = model(*device_inputs)
+            structure, items = flatten_outputs(out)
+        sync(device)
+        # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
+        finite = all(bool(torch.isfinite(t).all()) for t in items
+                     if _isinstance(t, torch.Tensor) and t.is_floating_point())
+        outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        if spec["dist"] == "natural":
+            natural_finite = natural_finite and finite
+        usable = finite or (spec["dist"] == "natural" or not natural_finite)
+        trials.append({"seed": spec["seed"], "dist": spec["dist"], "inputs": kept,
+                       "hidden": bool(spec.get("hidden")),
+                       "outputs": outputs, "structure": structure, "usable": usable,
+                       "device_types": [t.device.type for t in items
+                                        if _isinstance(t, torch.Tensor)]})
+    return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
+            "info": device_info(device), "ops": ops, **work, "_model": model}
+
+
+def _inductor_timing(device: str, payload: dict, result: dict) -> None:
+    """Eager and Inductor timed together, once per reference (the verdict's eager time comes
+    from the candidate's window; Inductor's from this ratio)."""
+    model = result["_model"]
+    mark_stage("reference inductor")
+    inputs = to_device(result["trials"][0]["inputs"], device)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    try:
+        compiled = torch.compile(model)
+
+        def inductor():
+            with torch.no_grad():
+                return compiled(*inputs)
+
+        inductor()  # compiles, outside the timing lock
+        sync(device)
+        mark_stage("reference inductor timing")
+        with M.GpuLock(payload.get("lock")).exclusive():
+            result["eager"] = M.measure(eager, device, **_timer_options(payload))
+            result["inductor"] = M.measure(inductor, device, **_timer_options(payload))
+    except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
+        result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
+
+
+def reference_timing_task(payload: dict) -> dict:
+    """Time the reference's eager forward in a parent-driven window (``validate.window``): the
+    model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
+    the candidate is timed on). Never sees candidate code."""
+    device = payload["device"]
+    _few_host_threads(device)
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    if not M.await_gpu(receive, report):
+        return {"timing": None}
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    model = ns["Model"](*init_inputs).to(device)
+    placements = M.placed_copies(to_device(payload["inputs"], device), device)
+    turn = itertools.count()
+
+    def eager():  # on each placement of the inputs in turn, as the candidate's timed calls
+        inputs = placements[next(turn) % len(placements)]
+        with torch.no_grad():
+            return model(*inputs)
+
+    mark_stage("reference timing")
+    _timer, timing = _serve_timing(eager, device, payload)
+    return {"timing": timing}
+
+
+# ---------------------------------------------------------------- the candidate run
+
+def _load_weights(model, state: dict) -> str:
+    """Give the candidate the reference's weights: by name, else by order when shapes agree."""
+    mine = model.state_dict()
+    if not state:
+        return "none"
+    if set(mine) == set(state) and all(mine[k].shape == state[k].shape for k in state):
+        model.load_state_dict(state)
+        return "by name"
+    theirs = list(state.values())
+    if len(mine) == len(theirs) and all(a.shape == b.shape for a, b in zip(mine.values(), theirs)):
+        with torch.no_grad():
+            for target, value in zip(mine.values(), theirs):
+                _tensor_copy(target, value)
+        return "by order"
+    return "seed only"
+
+
+def _baseline(device: str) -> None:
+    """Start the runtime's own threads (OpenMP pool, CUDA) before the snapshot."""
+    a = torch.randn(256, 256, device=device)
+    (a @ a).sum().item()
+    torch.softmax(a, dim=-1).max().item()
+    sync(device)
+
+
+def candidate_task(payload: dict) -> dict:
+    """The candidate's worker run (``_candidate_task``), on a private copy of the worker package
+    (``guards.private``)."""
+    return _private_namespace()[__name__]["_candidate_task"](payload)
+
+
+def _candidate_task(payload: dict) -> dict:
+    device = payload["device"]
+    source = payload["source"]
+    _few_host_threads(device)
+    if payload.get("window") and not M.await_gpu(receive, report):
+        payload = {**payload, "time": False}  # the window was called off: check, do not time
+    mark_stage("setup")
+    if device.startswith("cuda"):
+        torch.cuda.init()
+    _baseline(device)
+    # before the import: every op registered later is the candidate's
+    witness = Witness(device if payload.get("device_witness", True) else "cpu")
+    _install_triton_hook()
+    # Every candidate's loaders are wrapped, whether or not its text names them (a name
+    # computed at run time reaches the same functions, and on a GPU a build at import may run a
+    # compiler): where the compile worker built nothing, nothing loads.
+    named = "cpp_extension" in source or "load_inline" in source
+    _install_extension_hooks(allowed_digests=payload.get("extension_digests") if named else [])
+    _install_thread_hooks()
+    _install_host_access_hooks()
+    confine = payload.get("confine", False)
+    if confine:
+        # No process creation from here on; on CUDA only after the first call, whose Triton
+        # JIT runs ptxas and a C compiler (a downgrade the verdict records).
+        sandbox.isolate_network()
+        sandbox.forbid_other_processes()
+        if not device.startswith("cuda"):
+            sandbox.forbid_process_creation()
+        else:
+            sandbox.STATE["process_creation"] = "allowed until the first call (CUDA JIT)"
+    base_threads = {t.ident for t in _enumerate_threads()}
+    base_tasks = _tasks()
+    facts: dict[str, Any] = {"calls": []}
+
+    # after our own hooks: what changes from here on is the candidate's (kept here, with the
+    # checker, out of the candidate's reach: it may reach this module's globals)
+    snapshot, check_patched = snapshot_modules(), patched_functions
+    # kernelmill's own functions and the builtins, checked again at every timing report: a
+    # patch made for the window and undone before the end (the timer's clocks slowed, the
+    # encoder wrapped) is live when the window's answers are sent
+    own = (tuple(e for e in snapshot[0] if _owned_by_us(e[0])), (),
+           tuple(m for m in snapshot[2] if _owned_by_us(m[0])))
+    seen_patches: list[str] = []
+
+    def checked_report(value: dict) -> None:
+        seen_patches.extend(check_patched(own))
+        report(value)
+
+    _bind_cuda_generators()
+    refuse_runtime_code()
+    require_trusted_senders()
+    mark_stage("import")
+    ns = load_namespace(source, "candidate")
+    if "ModelNew" not in ns:
+        raise NameError("candidate defines no ModelNew")
+    mark_stage("init")
+    _manual_seed(payload["init_seed"])
+    model = ns["ModelNew"](*payload["init_inputs"])
+    if _isinstance(model, torch.nn.Module):
+        model = model.to(device)
+        facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
+    trials = payload["trials"]
+    run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
+               trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
+               hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"])
+    buffers = run.buffers
+    facts["modes_after_import"] = active_modes()
+
+    mark_stage("profiler start")
+    witness.start()
+    mark_stage("forward")
+    for index in range(len(trials)):
+        facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
+        if index == 0 and confine and device.startswith("cuda"):
+            if sandbox.forbid_process_creation() == "blocked":
+                sandbox.STATE["process_creation"] = "blocked after the first call"
+    refill = payload.get("refill_from")
+    if refill is not None:
+        mark_stage("forward refill")
+        facts["calls"].append({"trial": refill, "kind": "refill", **run.call(refill)})
+    mark_stage("forward repeat")
+    facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
+    facts["children"] = len(_live_children())
+
+    if payload.get("time", True):
+        mark_stage("timing")
+        before = _observed()
+        calls = [0]
+
+        def forward():
+            calls[0] += 1
+            return run.timed()  # instrumented exactly like the checked calls
+
+        timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
+                                      send=checked_report, after_work=run.check_timed_inputs,
+                                      after_sample=run.sometimes_check_timed_inputs)
+        timing["calls"] = calls[0]
+        run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
+        after = _observed()
+        timing["launches"] = after["launches"] - before["launches"]
+        timing["ext_calls"] = after["ext_calls"] - before["ext_calls"]
+        facts["timing"] = timing
+        facts["unseen"] = run.unseen_facts
+        mark_stage("after timing")
+        # What the timed work left in its output (the graph's, when captured) on trial 0. The
+        # last timed call may have been a secret check on another trial's inputs: call again.
+        out = timer.output
+        while timer.graph is None and run.timed_checks and \
+                run.timed_checks[-1]["call"] == run.timed_calls:
+            out = timer.replay()
+        facts["timed"] = run.observe(out, buffers, sent=trials[0]["inputs"])
+        facts["timed"]["changed_while_timed"] = list(run.changed_while_timed)
+        check = payload.get("graph_check_trial")
+        if timer.graph is not None and check is not None:
+            # The graph, not Python, is what was timed: refill its inputs with another
+            # trial's, replay it, and let the parent compare.
+            mark_stage("graph check")
+            run.load(trials[check]["inputs"])
+            out = timer.replay()
+            # every call's output, each in memory of its own: a call that did part of the work
+            # and left the rest to the calls beside it differs from the last
+            agree = M.calls_disagree(timer.outputs, tuple(payload.get("tolerance") or (0, 0)))
+            facts["graph_check"] = {"trial": check, "calls_agree": agree,
+                                    **run.observe(out, run.buffers, inputs_after=False)}
+        facts["timed"]["threads"] = sorted(
+            t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
+        # An audit call, traced like the checked ones, after an unpredictable number of timed
+        # calls: a submission that switches to PyTorch after N calls is caught here.
+        mark_stage("audit")
+        facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
+        facts["children"] = max(facts["children"], len(_live_children()))
+    mark_stage("ghost")
+    # first on the inputs of the call before: a forward that serves the answer of the inputs it
+    # saw last (keyed by their values, their address, or nothing) gives it with its launches
+    # skipped too; then on another trial's. The call before is one more on
+    # the last trial, not on the timed inputs: hundreds of freed outputs hold the timed
+    # inputs' answer, and on a CPU the allocator handed one to an honest forward's ``empty``
+    # past the ghost's poison blocks (1-2 grades in 12 of an honest 128 KB output)
+    last = len(trials) - 1
+    run.load(trials[last]["inputs"])
+    run.invoke(False)
+    sync(device)
+    facts["ghost_seen"] = run.ghost(last)
+    facts["ghost"] = run.ghost(1 if last > 1 else 0)
+    if payload.get("window"):
+        report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
+    run.witnessed(facts)
+    facts["patched"] = check_patched(snapshot)
+    observed = _observed()
+    facts["refused_compiles"] = observed["refused"]
+    facts["host_alias"] = observed["host_alias"]
+    facts["host_view"] = observed["host_view"]
+    facts["threads_started"] = observed["threads_started"]
+    facts["modes_at_end"] = active_modes()
+    facts["profile_hooks"] = sys.getprofile() is not None or sys.gettrace() is not None
+    facts["info"] = device_info(device)
+    facts["confinement"] = sandbox.report()
+
+    def guard() -> list[str]:
+        """Checked again after this function returns, just before the facts are encoded
+        (``harness_worker.RESULT_GUARD``): a function rebound since the import would see the
+        facts (``torch.save`` looks up Python functions on torch's modules). With what the
+        timing reports saw rebound."""
+        patched = sorted(set(check_patched(snapshot)) | set(seen_patches))
+        return [f"replaced since the candidate's import: {', '.join(patched[:8])}"] if \
+            patched else []
+
+    facts[RESULT_GUARD] = guard
+    return facts
+
+
+def compile_task(payload: dict) -> dict:
+    """Import a candidate so its extensions build (on a CPU-only worker, into a shared folder),
+    on a private copy of the worker package (``guards.private``)."""
+    return _private_namespace()[__name__]["_compile_task"](payload)
+
+
+def _compile_task(payload: dict) -> dict:
+    mark_stage("compile")
+    started = _perf_counter()
+    if payload.get("confine", True):
+        sandbox.isolate_network()  # its code runs here too (static initializers, at import)
+    _install_extension_hooks(prebuilt=False, stream=True)
+    refuse_runtime_code()  # its facts (the texts, the digests) are trusted by the parent
+    load_namespace(payload["source"], "candidate")
+    return {"seconds": _perf_counter() - started, "native_texts": list(_BUILT["texts"]),
+            "digests": list(_BUILT["digests"]), "refused_compiles": _observed()["refused"]}

@@ -1,0 +1,59 @@
+"""The worker's side of the parent-driven timing window (``validate.window``): a
+``validate.measure.Timer`` prepared for a forward and served through the window's commands."""
+from __future__ import annotations
+
+import torch
+from kernelmill.grade.witness import Witness
+from kernelmill.validate import measure as M
+from kernelmill.validate.harness_worker import (
+    receive,
+    report,
+)
+
+# ---------------------------------------------------------------- timing
+
+def device_info(device: str) -> dict:
+    info = {"device": device, "torch": str(torch.__version__)}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info["name"] = props.name
+        clock_khz = getattr(props, "memory_clock_rate", None)
+        bus_bits = getattr(props, "memory_bus_width", None)
+        if clock_khz and bus_bits:
+            info["bandwidth_gbs"] = 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
+    return info
+
+
+def _timer_options(payload: dict) -> dict:
+    """``measure.Timer`` options from the policy's timing settings (the rest are the window's)."""
+    settings = payload.get("timing_settings") or {}
+    return {k: settings[k] for k in ("warmup", "graph", "sample_ms") if k in settings}
+
+
+def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
+                  unseen=None, send=None, after_work=None, after_sample=None):
+    """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
+    With a captured CUDA graph the witness pauses for the window: replays run no candidate
+    Python, and recording every replayed kernel cost seconds of reading afterwards."""
+    timer = M.Timer(fn, device, **_timer_options(payload))
+    ready = timer.prepare()
+    if timer.graph is None:  # one call per sample: ``after_sample`` may look between calls
+        timer.after_sample = after_sample
+    else:
+        # A graph's rounds and loops are replays: no candidate Python runs between them, so
+        # nothing can set a mark there and clear it before the check after timing, which
+        # sees any change the replays' kernels leave (and the hot replay's calls, any work a
+        # kernel skips). Comparing every input on the host after each round cost 0.6-0.9 CPU s
+        # per submission on an H100 host, inside the exclusive window (py-spy, 2026-11-28).
+        after_work = None
+    paused = witness is not None and timer.graph is not None
+    if paused:
+        witness.pause()
+    send = send or report
+    send({"ready": ready})
+    try:
+        # (with a graph, ``unseen`` replays a one-call graph: no candidate Python runs either)
+        return timer, M.serve_window(timer, receive, send, unseen, after_work)
+    finally:
+        if paused:
+            witness.resume()
