@@ -1,5 +1,5 @@
 """Correctness in the trusted parent: outputs against the reference's within tolerance, bitwise
-equality, and whether an input came back as it was sent. Everything numeric is recomputed here
+equality, whether an input came back as it was sent, and the reference's usable trials. Everything numeric is recomputed here
 from raw tensors; nothing the candidate's process concluded is believed."""
 from __future__ import annotations
 
@@ -136,3 +136,23 @@ def _exact_off(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
         return 0, None
     finite = diff[off & torch.isfinite(diff)]
     return found, float(finite.max()) if finite.numel() else None
+
+
+def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:
+    """The reference's usable trials: (checked ones, hidden ones). A hidden trial's inputs are
+    shown to the candidate only once, inside its timing window (``Policy.unseen_trials``)."""
+    usable = [t for t in reference.get("trials") or [] if t["usable"]]
+    return ([t for t in usable if not t.get("hidden")], [t for t in usable if t.get("hidden")])
+
+
+def reference_fault(reference: dict) -> str | None:
+    """Why a reference run cannot be graded against (its forward returned something other than
+    tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
+    for index, trial in enumerate(reference.get("trials") or []):
+        outputs = trial.get("outputs") or []
+        kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if not outputs or kinds:
+            what = ", ".join(kinds) if kinds else "no output"
+            return (f"reference forward returned {trial.get('structure')} ({what}) on trial "
+                    f"{index}; a problem's forward must return tensors")
+    return None

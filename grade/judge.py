@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
 
-from .checks import CHECKS, checks_of
-from .checks.attribution import (  # noqa: F401  (the names callers import from here)
+from .checks import CHECKS, attribution, checks_of, probes, timing
+
+# Names callers and tests import from here, where they lived before the checks had modules.
+from .checks.attribution import (  # noqa: F401
     LIBRARY_NAMESPACE,
     VENDOR_MARK,
     attribute,
@@ -28,16 +29,7 @@ from .checks.attribution import (  # noqa: F401  (the names callers import from 
     share_check,
 )
 from .checks.context import Context
-from .checks.probes import (  # noqa: F401
-    DEVICE_WORK_FLOOR_US,
-    DEVICE_WORK_RATIO,
-    ghost_check as _ghost_check,
-    graph_calls_agree as _graph_calls_agree,
-    graph_calls_even as _graph_calls_even,
-    scored_device_work as _scored_device_work,
-    unseen_checks as _unseen_checks,
-)
-from .checks.attribution import vendor_work as _vendor_work  # noqa: F401
+from .checks.probes import DEVICE_WORK_FLOOR_US, DEVICE_WORK_RATIO  # noqa: F401
 from .checks.timing import (  # noqa: F401
     CLOCK_MARGIN,
     METHOD_DEVICE,
@@ -45,37 +37,31 @@ from .checks.timing import (  # noqa: F401
     roofline_ms,
     speedups,
     timing_fields,
-    timings as _timings,
 )
-from .compare import COMPARE_CHUNK, FIRST_UNSURE, Unchanged, bitwise_equal, compare  # noqa: F401
+from .compare import (  # noqa: F401
+    COMPARE_CHUNK,
+    FIRST_UNSURE,
+    Unchanged,
+    bitwise_equal,
+    compare,
+    reference_fault,
+    usable_trials,
+)
 from .facts import Facts
 from .policy import Policy
+from .stages import (  # noqa: F401
+    CALL_STAGES,
+    COMPILE_STAGES,
+    FULL_CONFINEMENT,
+    downgrades,
+    explained,
+)
 
-COMPILE_STAGES = ("startup", "import target", "run target", "setup", "import", "init",
-                  "compile")
-# The stages of the candidate's calls, where no process may start (on CUDA the first call may
-# still run Triton's ptxas: every kernel a forward uses must compile there)
-CALL_STAGES = ("forward", "forward refill", "forward repeat", "timing")
-
-
-def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:
-    """The reference's usable trials: (checked ones, hidden ones). A hidden trial's inputs are
-    shown to the candidate only once, inside its timing window (``Policy.unseen_trials``)."""
-    usable = [t for t in reference.get("trials") or [] if t["usable"]]
-    return ([t for t in usable if not t.get("hidden")], [t for t in usable if t.get("hidden")])
-
-
-def reference_fault(reference: dict) -> str | None:
-    """Why a reference run cannot be graded against (its forward returned something other than
-    tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
-    for index, trial in enumerate(reference.get("trials") or []):
-        outputs = trial.get("outputs") or []
-        kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
-        if not outputs or kinds:
-            what = ", ".join(kinds) if kinds else "no output"
-            return (f"reference forward returned {trial.get('structure')} ({what}) on trial "
-                    f"{index}; a problem's forward must return tensors")
-    return None
+# the helpers' names from before the checks had modules (unit tests drive them with raw dicts)
+_ghost_check, _graph_calls_agree = probes.ghost_check, probes.graph_calls_agree
+_graph_calls_even, _unseen_checks = probes.graph_calls_even, probes.unseen_checks
+_scored_device_work, _vendor_work = probes.scored_device_work, attribution.vendor_work
+_timings, _explained = timing.timings, explained
 
 
 def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, policy: Policy,
@@ -196,39 +182,3 @@ def amend(verdict: dict, check_name: str, *args) -> dict:
         verdict.setdefault("findings", []).append(_finding(check, finding))
         verdict["correct"] = False
     return verdict
-
-
-# What each confinement entry reads when fully applied (``validate.sandbox.STATE``).
-FULL_CONFINEMENT = {"proc_hidden": True, "shm_private": True, "tcp": "refused",
-                    "process_creation": ("blocked", "blocked after the first call"),
-                    "other_processes": "blocked", "network": "isolated", "ip_sockets": "refused"}
-
-
-def downgrades(confinement: dict | None) -> list[str]:
-    """The confinement the worker could not apply, one line each (the kernel or the image
-    lacked the feature, or the policy turned the sandbox off)."""
-    if not confinement:
-        return ["confinement unknown (the worker reported none)"]
-    lines = []
-    if not isinstance(confinement.get("landlock"), int):
-        lines.append(f"landlock: {confinement.get('landlock') or 'off'}")
-    for key, full in FULL_CONFINEMENT.items():
-        value = confinement.get(key)
-        if value not in (full if isinstance(full, tuple) else (full,)):
-            lines.append(f"{key}: {value}")
-    return lines
-
-
-def explained(error: dict) -> dict:
-    """The candidate's error, with the reason when the sandbox refused a call (EPERM) while the
-    forward ran: no process may start there (a kernel first compiled after the first call runs
-    Triton's ptxas, a process)."""
-    message = str(error.get("message") or "")
-    if error.get("stage") in CALL_STAGES and "Operation not permitted" in message:
-        return {**error, "message": f"{message[:400]} (refused by the sandbox: no process may "
-                                    "start in a forward after the first call on CUDA, none on "
-                                    "CPU; every kernel must compile in the first call)"}
-    return error
-
-
-_explained = explained

@@ -149,7 +149,7 @@ def redoes_reference(ops: list[str], mine: list[str] | None,
     """The reference's computing ops (by base name) when the candidate's call ran every one of
     them through PyTorch, else []. Then its own kernels, whatever their share of the time, are
     a token beside the library doing the whole problem (a copy after ``torch.relu(conv(x))``)."""
-    base = lambda op: op_base(op).rstrip("_")  # noqa: E731 — relu_ is relu
+    base = lambda op: op_base(op).rstrip("_")
     wanted = {base(op) for op in compute_ops(reference_ops)}
     have = {base(op) for op in compute_ops(ops, mine)}
     return sorted(wanted) if wanted and wanted <= have else []

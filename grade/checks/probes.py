@@ -17,7 +17,6 @@ from ..compare import compare
 from ..policy import Policy
 from .registry import HackCode, Layer, collect, register
 
-
 # A scored call may take less than the least GPU busy time of the checked calls by this much:
 # graph replays of honest kernels read 0.82-1.10 of it on an H100 (warm caches, no launch gaps);
 # a forward that does its work in one captured call of N (it can tell a capture, and the graph's
