@@ -69,9 +69,9 @@ _qualified = qualified_op
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
     """Copies and fills count as computation when moving data is all the reference does (a
     transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer): then
-    every copy op is the work, whichever one the reference used (red-team round 29 answered a
-    ``clone`` reference with ``copy_`` and a ``cat`` one with slice copies, a token kernel
-    writing a sliver of the output). Rearrangements (``REARRANGE_OPS``: ``cat``, ``pad``,
+    every copy op is the work, whichever one the reference used (T-09: a ``clone`` reference
+    answered with ``copy_``, a ``cat`` one with slice copies, a token kernel writing a sliver of
+    the output). Rearrangements (``REARRANGE_OPS``: ``cat``, ``pad``,
     ``gather``...) move data too. When the reference computes something else, its incidental
     copies do not taint the candidate's."""
     if not reference_ops or compute_ops([op for op in reference_ops
