@@ -44,7 +44,7 @@ def no_python_threads(ctx, view):
                     f"thread(s); alive after forward: {call['threads'][:3]}")]
 
 
-@register(H.BACKGROUND_THREAD, threat="T-08", layer=Layer.PROCESS, scope="call",
+@register(H.BACKGROUND_THREAD, threat="T-08", layer=Layer.BEST_EFFORT, scope="call",
           switch="flag_native_threads")
 def no_native_threads(ctx, view):
     native = view.call.get("native_threads")

@@ -107,7 +107,7 @@ def no_profile_hook(ctx):
         if ctx.run.get("profile_hooks") else []
 
 
-@register(H.LEAKED_PROCESS, threat="T-03", layer=Layer.PROCESS, scope="run")
+@register(H.LEAKED_PROCESS, threat="T-03", layer=Layer.BEST_EFFORT, scope="run")
 def no_child_process(ctx):
     children = ctx.run.get("children")
     return [Finding(H.LEAKED_PROCESS, f"{children} child process(es) alive after forward")] \

@@ -70,7 +70,7 @@ def result_guard_tripped(ctx):
     return []
 
 
-@register(HackCode.CHANNEL_TAMPER, threat="T-02", layer=Layer.PROCESS, scope="failed")
+@register(HackCode.CHANNEL_TAMPER, threat="T-02", layer=Layer.BEST_EFFORT, scope="failed")
 def channel_guard_tripped(ctx):
     message = _error_message(ctx)
     if message.startswith(f"{ChannelTamperError.__name__}: "):

@@ -213,12 +213,12 @@ def graph_calls_each_compute(ctx):
 
 # ------------------------------------------------------------------ the window (scope "window")
 
-@register(H.TIMING_BEHAVIOUR, threat="T-15", layer=Layer.PROCESS, scope="window")
+@register(H.TIMING_BEHAVIOUR, threat="T-15", layer=Layer.BEHAVIOURAL, scope="window")
 def timing_method_of_device(ctx):
     return collect(H.TIMING_BEHAVIOUR, lambda hack: method_check(ctx.window, hack))
 
 
-@register(H.TIMING_BEHAVIOUR, threat="T-15", layer=Layer.PROCESS, scope="window")
+@register(H.TIMING_BEHAVIOUR, threat="T-15", layer=Layer.BEHAVIOURAL, scope="window")
 def reported_time_within_parent_clock(ctx):
     return collect(H.TIMING_BEHAVIOUR, lambda hack: clock_check(ctx.window, hack))
 
