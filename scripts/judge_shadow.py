@@ -23,15 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rev", required=True, help="the commit whose grade/judge.py shadows")
+    parser.add_argument("--rev", help="the commit whose grade/judge.py shadows")
+    parser.add_argument("--old", help="that judge's file instead (where there is no git)")
     parser.add_argument("--out", required=True, help="a folder for the old judge and the diffs")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     old_source = out / "old_judge.py"
-    old_source.write_text(subprocess.run(["git", "show", f"{args.rev}:grade/judge.py"], cwd=ROOT,
-                                         check=True, capture_output=True, text=True).stdout)
+    old_source.write_text(Path(args.old).read_text() if args.old else subprocess.run(
+        ["git", "show", f"{args.rev}:grade/judge.py"], cwd=ROOT, check=True, capture_output=True,
+        text=True).stdout)
 
     import kernelmill.grade.judge as new
     from kernelmill.grade import grader
