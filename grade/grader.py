@@ -32,10 +32,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelmill.core.devices import resolve_device
 from kernelmill.core.errors import KernelmillError, ProblemError
 from kernelmill.core.problem import check_source
 from kernelmill.core.record import Verdict
-from kernelmill.core.devices import resolve_device
 from kernelmill.validate.admission import address_limit, host_budget
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
@@ -46,7 +46,6 @@ from .judge import amend, judge, reference_fault, usable_trials
 from .policy import Policy
 from .rewards import get_reward
 from .size import grading_size
-
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 # Address space a grading worker may map beyond its admitted bytes for threads (each maps an
