@@ -160,8 +160,11 @@ class Verdict(Section):
     timing: dict[str, Any] | None = None
     hack_details: dict[str, str] = field(default_factory=dict)
     # the checked calls' device work: the candidate's share of the GPU time and the library
-    # kernels that ran (``grade.judge.device_work``)
+    # kernels that ran (``grade.checks.attribution.device_work``)
     device_work: dict[str, Any] | None = None
+    # every check that found something, in the order they ran: {code, check, threat, layer,
+    # detail} (``grade.checks``; a row written before findings existed reads as [])
+    findings: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -15,10 +15,10 @@ slots grade the Triton submissions; their GPU run then loads the cached build.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-import contextlib
 import os
 import sys
 import threading

@@ -32,21 +32,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelmill.core.devices import resolve_device
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.record import Verdict
-from kernelmill.core.devices import resolve_device
 from kernelmill.validate.admission import address_limit, host_budget
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
 
 from . import static
-from .judge import judge, reference_fault, usable_trials
+from .judge import amend, judge, reference_fault, usable_trials
 from .policy import Policy
 from .rewards import get_reward
 from .size import grading_size
 from .source_scan import SourceReader
-
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 # Address space a grading worker may map beyond its admitted bytes for threads (each maps an
@@ -590,10 +589,8 @@ class Grader:
         verdict.setdefault("profile", {})["cpu_s"] = {
             "candidate": result.cpu_s, "reference": reference.result.cpu_s,
             "timing_reference": (window or {}).get("timing_reference_cpu_s")}
-        if changed:  # the guarded files changed while this run (or its group) ran
-            verdict["hacks"] = sorted({*verdict["hacks"], "file_tamper"})
-            verdict["hack_details"]["file_tamper"] = f"changed: {', '.join(changed[:3])}"
-            verdict["correct"] = False
+        if changed:  # the guarded files changed while this run (or its group) ran (T-04)
+            amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
 

@@ -69,9 +69,9 @@ _qualified = qualified_op
 def reference_compute_ops(ops: list[str], reference_ops: list[str]) -> list[str]:
     """Copies and fills count as computation when moving data is all the reference does (a
     transpose-and-copy problem answered by ``.t().contiguous()`` is PyTorch's answer): then
-    every copy op is the work, whichever one the reference used (red-team round 29 answered a
-    ``clone`` reference with ``copy_`` and a ``cat`` one with slice copies, a token kernel
-    writing a sliver of the output). Rearrangements (``REARRANGE_OPS``: ``cat``, ``pad``,
+    every copy op is the work, whichever one the reference used (T-09: a ``clone`` reference
+    answered with ``copy_``, a ``cat`` one with slice copies, a token kernel writing a sliver of
+    the output). Rearrangements (``REARRANGE_OPS``: ``cat``, ``pad``,
     ``gather``...) move data too. When the reference computes something else, its incidental
     copies do not taint the candidate's."""
     if not reference_ops or compute_ops([op for op in reference_ops
@@ -137,7 +137,28 @@ def vendor_kernel_class(name: str) -> str:
 LIBRARY_KERNEL = re.compile(r"^(?:void )?(?:at::|c10::|cub::|thrust::|std::|pytorch_|"
                             r"triton_(?:poi|red|per|tem|for)_)|Memcpy|Memset", re.IGNORECASE)
 
-PRESETS = ("strict", "library", "kernelbench")
+# Each preset as data: named switches and thresholds, read by the checks through
+# ``Policy.switch`` (no check tests a preset's name).
+#   library_ops                   library ops allowed in forward: "none", "vendor_classes" (the
+#                                 vendor classes of the reference's work, ``vendor_classes``;
+#                                 none when the reference is only such work), "all"
+#   flag_extension_library_kernels  library kernels an extension launched are a hack
+#   flag_unattributed_kernels     kernels launched outside any op, launch or extension call are
+#   flag_redone_reference         a call that ran every computing op of the reference in PyTorch
+#   check_candidate_share         the candidate's kernels carry ``min_candidate_share`` of the time
+#   check_vendor_work             allowed vendor work may not go far beyond the reference's
+PRESET_SWITCHES: dict[str, dict[str, object]] = {
+    "strict": {"library_ops": "none", "flag_extension_library_kernels": True,
+               "flag_unattributed_kernels": True, "flag_redone_reference": False,
+               "check_candidate_share": False, "check_vendor_work": False},
+    "library": {"library_ops": "vendor_classes", "flag_extension_library_kernels": True,
+                "flag_unattributed_kernels": True, "flag_redone_reference": False,
+                "check_candidate_share": False, "check_vendor_work": True},
+    "kernelbench": {"library_ops": "all", "flag_extension_library_kernels": False,
+                    "flag_unattributed_kernels": False, "flag_redone_reference": True,
+                    "check_candidate_share": True, "check_vendor_work": False},
+}
+PRESETS = tuple(PRESET_SWITCHES)
 
 
 def vendor_only(reference_ops: list[str]) -> bool:
@@ -230,19 +251,28 @@ class Policy:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown policy preset {self.preset!r}; choose from {PRESETS}")
 
+    def switch(self, name: str) -> object:
+        """A named switch: a field of this policy (``static_scan``, ``flag_native_threads``,
+        ``require_custom_kernel``...) or one of its preset's (``PRESET_SWITCHES``)."""
+        if name in self.__dataclass_fields__:
+            return getattr(self, name)
+        return PRESET_SWITCHES[self.preset][name]
+
     def allowed_library_ops(self, reference_ops: list[str]) -> frozenset | None:
-        """Library op names (bases) allowed in forward; None: every op (kernelbench)."""
-        if self.preset == "kernelbench":
+        """Library op names (bases) allowed in forward; None: every op (``library_ops="all"``)."""
+        library = self.switch("library_ops")
+        if library == "all":
             return None
-        if self.preset == "library" and not vendor_only(reference_ops):
+        if library == "vendor_classes" and not vendor_only(reference_ops):
             return frozenset().union(*(VENDOR_CLASSES[c] for c in vendor_classes(reference_ops)))
         return frozenset()
 
     def allows_vendor_kernel(self, name: str, reference_ops: list[str]) -> bool:
         """This vendor kernel (by its name's class) is allowed."""
-        if self.preset == "kernelbench":
+        library = self.switch("library_ops")
+        if library == "all":
             return True
-        return self.preset == "library" and not vendor_only(reference_ops) and \
+        return library == "vendor_classes" and not vendor_only(reference_ops) and \
             vendor_kernel_class(name) in vendor_classes(reference_ops)
 
     def key(self) -> str:

@@ -25,7 +25,8 @@ def _contracts() -> list[dict]:
 
 
 def _worker_contract() -> dict:
-    (contract,) = [c for c in _contracts() if c["type"] == "forbidden"]
+    (contract,) = [c for c in _contracts() if c["type"] == "forbidden"
+                   and c["name"].startswith("worker-side modules")]
     return contract
 
 

@@ -326,14 +326,16 @@ def test_downgrades_name_what_was_not_applied():
 # ---------------------------------------------------------------- device-side attribution
 
 def _kernel_verdict(preset: str, kernels: list, reference_ops: list[str]) -> dict:
-    from kernelmill.grade.judge import _kernel_checks, _share_check
+    from kernelmill.grade.judge import kernel_checks, share_check
 
     hacks: dict = {}
     call = {"kernels": kernels}
     hack = lambda code, detail: hacks.setdefault(code, detail)  # noqa: E731
-    _kernel_checks("fresh:0", call, Policy(preset=preset), {"ops": reference_ops}, [], hack)
-    _share_check([call], Policy(preset=preset), hack)
-    return {"hacks": hacks, "share": call.get("candidate_share")}
+    found = kernel_checks("fresh:0", call, Policy(preset=preset), {"ops": reference_ops}, [],
+                          hack)
+    share_check([found], Policy(preset=preset), hack)
+    share = found.share_us[0] / found.share_us[1] if found.share_us else None
+    return {"hacks": hacks, "share": share}
 
 
 def test_a_call_that_runs_every_op_of_the_reference_in_pytorch_redoes_it():
@@ -353,17 +355,17 @@ def test_a_call_that_runs_every_op_of_the_reference_in_pytorch_redoes_it():
 def test_kernelbench_share_is_taken_over_all_checked_calls():
     """One call at 29% among calls at 35% is noise on a few µs of kernels, not a submission
     whose kernels do not matter; calls whose kernels carry 20% together are rejected."""
-    from kernelmill.grade.judge import _kernel_checks, _share_check
+    from kernelmill.grade.judge import kernel_checks, share_check
 
     def verdict(shares):
         hacks: dict = {}
         hack = lambda code, detail: hacks.setdefault(code, detail)  # noqa: E731
         calls = [{"kernels": [["cudnn_conv_kernel", 100.0 - s, "aten.cudnn_convolution"],
                               ["relu_kernel", float(s), "triton"]]} for s in shares]
-        for index, call in enumerate(calls):
-            _kernel_checks(f"fresh:{index}", call, Policy(preset="kernelbench"),
-                           {"ops": CONV_RELU}, [], hack)
-        _share_check(calls, Policy(preset="kernelbench"), hack)
+        found = [kernel_checks(f"fresh:{index}", call, Policy(preset="kernelbench"),
+                               {"ops": CONV_RELU}, [], hack)
+                 for index, call in enumerate(calls)]
+        share_check(found, Policy(preset="kernelbench"), hack)
         return hacks
 
     assert verdict([35, 29, 36, 35]) == {}
@@ -888,12 +890,12 @@ UNATTRIBUTED_OWNER = "unattributed"
 
 
 def test_cublas_called_from_an_extension_is_rejected_under_strict():
-    from kernelmill.grade.judge import _kernel_checks
+    from kernelmill.grade.judge import kernel_checks
 
     kernels = [["nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN", 9.0, "extension"],
                ["void bias_relu_kernel(float*, int)", 1.0, "extension"]]
     hacks: dict = {}
-    _kernel_checks("fresh:0", {"kernels": kernels}, Policy(preset="strict"),
+    kernel_checks("fresh:0", {"kernels": kernels}, Policy(preset="strict"),
                    {"ops": ["aten.addmm", "aten.relu"]}, [],
                    lambda code, detail: hacks.setdefault(code, detail),
                    frozenset({"bias_relu_kernel"}))

@@ -1,4 +1,4 @@
-"""The README's GRPO recipe runs as written on a published dataset: TRL's GRPOTrainer, two steps
+"""The GRPO recipe of docs/GRADING.md runs as written on a published dataset: TRL's GRPOTrainer, two steps
 on CPU, a random 2-layer Llama and a BPE tokenizer trained here (nothing downloaded), the reward
 being ``kernelmill.grade.trl.reward_fn`` itself; the rewards and kernelmill's metrics reach the
 trainer's logs."""

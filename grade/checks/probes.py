@@ -1,0 +1,363 @@
+"""The probes: checks on calls the worker made beyond the checked ones, whose answers or times
+tell whether the candidate's kernels did the work where it was timed: ghost calls (launches
+skipped), calls on inputs first shown while timed (unseen), the timed CUDA graph replayed and
+split by call, and the device work of every call against the scored time.
+
+The helpers keep a ``hack(code, detail)`` callback (unit tests drive them with raw dicts); the
+registered checks at the end adapt them to findings."""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+
+import torch
+
+from ..compare import compare
+from ..policy import Policy
+from .registry import HackCode, Layer, collect, register
+
+# A scored call may take less than the least GPU busy time of the checked calls by this much:
+# graph replays of honest kernels read 0.82-1.10 of it on an H100 (warm caches, no launch gaps);
+# a forward that does its work in one captured call of N (it can tell a capture, and the graph's
+# calls by the inputs' placement or by counting) reads about 1/N.
+DEVICE_WORK_RATIO = 0.5
+DEVICE_WORK_FLOOR_US = 1.0
+
+
+def ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: dict, hack,
+                 all_correct: bool) -> None:
+    """A ghost call (``worker._Run.ghost``: forward with the candidate's Triton launches
+    skipped, the next allocations poisoned) whose answer is still right: the kernels did not
+    compute it. ``ghost_seen`` runs on the inputs of the call before it, where a forward that
+    serves the answer it gave last from memory of its own would hit (an answer returned where
+    the call before returned its own is not judged there: a kept output buffer); a ghost call
+    that launched nothing at all (no Triton launch to skip, no extension call) and was right is
+    judged the same way."""
+    if not isinstance(ghost, Mapping) or not all_correct:
+        return
+    trial_index = ghost.get("trial")
+    if not isinstance(trial_index, int) or not 0 <= trial_index < len(trials):
+        return
+    skipped, ext_calls = ghost.get("skipped") or 0, ghost.get("ext_calls")
+    if not skipped and (ext_calls != 0 or not policy.require_custom_kernel):
+        return  # an extension's kernels are not skipped (or library compute): nothing to learn
+    if key == "ghost_seen" and ghost.get("reuses_previous") is not False and \
+            ghost.get("previous_poisoned") is not True:
+        # an output buffer the forward keeps still holds the answer to the same inputs: an
+        # honest forward that returns one is right here with its launches skipped
+        return
+    trial = trials[trial_index]
+    dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                 "torch.float32")
+    ok, _why = compare(trial["outputs"], ghost.get("outputs"), *policy.tolerance(dtype, record),
+                       count=False)
+    what = f"{skipped} launch(es) skipped" if skipped else "no launch at all"
+    checks[key] = {"passed": not ok, "detail": f"{what} (trial {trial_index})"}
+    if ok:
+        hack("ghost_kernels", f"with {what if skipped else 'no kernel launched'}, forward still "
+             f"gave the right answer on trial {trial_index}'s inputs: the kernels did not "
+             "compute it")
+
+
+def graph_calls_agree(agree, hack) -> None:
+    """Every call the timing graph holds wrote an output of its own; replayed on new inputs,
+    each must agree with the last call's within the problem's tolerance, element by element
+    (``measure.calls_disagree`` counts the elements off in the worker, with the tolerance the
+    grader sent: one scale for a whole tensor would let a call be loose where values are
+    small). Each captured call may compute a few slices into one kept output which the calls
+    together complete (T-13): the last output is right, each call did part of the work. A
+    report that is missing or unreadable fails."""
+    if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
+        hack("timing_behaviour", "the graph check did not say whether the timed graph's calls "
+             "agreed")
+        return
+    if agree.get("call") is None:
+        return
+    gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
+    numbers = all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"], off))
+    if not numbers or off > 0:
+        hack("timing_behaviour", f"call {agree['call']!r} of the timed graph's {agree['calls']} "
+             f"(from 0), replayed on new inputs, has {off!r} elements off the last's (by up to "
+             f"{gap!r}, outputs up to {scale!r}): the timed calls did not each compute the "
+             "answer")
+
+
+def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack) -> None:
+    """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
+    least of them, as an autotuner's or a JIT's first call is longer and another grade's
+    kernels sharing the GPU only lengthen one). Calls on inputs the forward had seen (refill,
+    repeat, audit) may not do much less device work than those: a forward that remembers
+    answers serves them from a cache. Nor may the scored calls: a forward that does less device
+    work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
+    output, or each compute a slice of it) reads far below. Every call of an honest one does the
+    same work (T-13, T-14: the fresh calls' least is the bound, as a forward serving the calls
+    on seen inputs from a cache makes the least checked call tiny)."""
+    busy = [(c.get("kind"), c.get("trial"), c["busy_us"]) for c in calls
+            if isinstance(c.get("busy_us"), (int, float)) and c["busy_us"] > 0]
+    fresh = [us for kind, _trial, us in busy if kind == "fresh"]
+    if not busy:
+        return
+    least = min(fresh) if fresh else min(us for _k, _t, us in busy)
+    bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
+    cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
+    if fresh and cheap:
+        kind, trial, us = cheap[0]
+        hack("timing_behaviour", f"the {kind} call on trial {trial}'s inputs, seen before, kept "
+             f"the GPU busy {us:.4g} µs, under {DEVICE_WORK_RATIO:.0%} of the least of the calls "
+             f"on new inputs ({least:.4g} µs): answers remembered")
+    if not scored_ms:
+        return
+    scored_us = scored_ms * 1e3
+    apart = scored_us < bound
+    checks["scored_vs_checked_device_us"] = {
+        "passed": not apart, "detail": f"scored {scored_us:.4g} µs per call, the calls on new "
+        f"inputs kept the GPU busy {least:.4g} µs at least"}
+    if apart:
+        hack("timing_behaviour", f"a scored call took {scored_us:.4g} µs, under "
+             f"{DEVICE_WORK_RATIO:.0%} of the least GPU time of a call on new inputs "
+             f"({least:.4g} µs): the timed calls did less work than the checked ones")
+
+
+def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) -> None:
+    """A timed window with unseen trials ends with the unseen-input check on every one of them,
+    each part written by the parent once, when the worker asked (``window.late_released``): a
+    report that leaves the check out, or covers other trials than the parent gave, did not
+    make it. (The facts come from the candidate's process; the count of parts comes from
+    the parent's own record.)"""
+    if not hidden:
+        return
+    wanted = list(range(len(hidden)))
+    made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
+                  if isinstance(c, dict) and isinstance(c.get("hidden"), int))
+    released = window.get("late_released")
+    if made != wanted or (released is not None and sorted(released) != wanted):
+        hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
+             f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
+             "not made as the window asked")
+
+
+def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
+                   all_correct: bool, device: str, checks: dict,
+                   scored_ms: float | None = None, scored_cpu_ms: float | None = None) -> None:
+    """Single calls timed inside the window on inputs the candidate had never seen, after
+    calls on the timed inputs (``worker._Run.unseen``): their answers must be right, they may
+    not be much slower than the calls on the timed inputs made before any of them, and the
+    calls on the timed inputs made after them may not be either. A forward that caches answers
+    by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
+    if not unseen or not all_correct:
+        return
+    for check in unseen.get("checks") or []:
+        index = check.get("hidden") if isinstance(check, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(hidden):
+            hack("timing_behaviour", f"the unseen-input check reported a trial that was never "
+                 f"shown ({str(index)[:40]})")
+            return
+        trial = hidden[index]
+        dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
+                     "torch.float32")
+        ok, why = compare(trial["outputs"], check.get("outputs"), *policy.tolerance(dtype, record))
+        checks[f"unseen:{check['hidden']}"] = {"passed": ok, "detail": why}
+        if not ok:
+            hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
+            return
+    if unseen.get("device_unread"):  # on CUDA the device clock decides (a few µs of cache)
+        checks["unseen_time_device_us"] = {"passed": False, "detail": unseen["device_unread"]}
+        hack("timing_behaviour", "the device times of the calls on unseen inputs could not be "
+             f"read ({unseen['device_unread']}): the check cannot pass unmade")
+    graph_calls_even(unseen, policy, checks, hack)
+    cuda = device.startswith("cuda")
+    floor = policy.unseen_floor_ms if cuda else policy.unseen_floor_cpu_ms
+    # Two clocks: the call's wall time (events or perf_counter), and on CUDA the summed device
+    # durations of its kernels (CUPTI), which carry no launch or synchronize cost.
+    # On CPU a third: the calling thread's CPU time, which other processes on the host stretch
+    # far less (a cache that saves 2 ms of 2.6 hid under the wall clock's floor).
+    for key, unit, ratio, least in (
+            ("ms", "ms", policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
+            ("device_us", "µs of kernels", policy.unseen_device_ratio,
+             policy.unseen_device_floor_us),
+            ("cpu_ms", "ms of CPU", policy.unseen_cpu_time_ratio,
+             policy.unseen_cpu_time_floor_ms)):
+        seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []
+        if not seen or not new:
+            continue
+        if key == "ms" and cuda and unseen.get("method") == "cuda_events" and \
+                unseen.get("seen_device_us") and unseen.get("unseen_device_us"):
+            # Without a captured graph each call's wall time is mostly the witness's cost per
+            # launch, which drifts over the window (an honest side-stream kernel of 1.1 µs read
+            # 0.55-0.69 ms before its unseen inputs and 0.89-1.03 ms on and after them, H200):
+            # the kernels' device time, compared next, stands for it
+            checks["unseen_time_ms"] = {
+                "passed": True, "detail": f"not compared (cuda_events: the device clock "
+                                          f"decides); unseen {[round(v, 4) for v in new]} ms, "
+                                          f"timed {[round(v, 4) for v in seen]} ms"}
+            continue
+        after = unseen.get(f"after_{key}") or []
+        # The device clock has no host noise: the fastest call on each kind of input is
+        # compared (an answer cache saving 1 µs of 4 had one slower call among the timed ones
+        # and passed the median by 0.03 µs on an H100; over 203 honest checks the fastest
+        # call rule came no closer than 0.90 of its bound).
+        usual = min(seen) if key == "device_us" else statistics.median(seen)
+        fastest_new = min(new)
+        slow = fastest_new > ratio * usual + least
+        # every call after (a switch slows them all; host noise rarely does)
+        changed = bool(after) and min(after) > ratio * usual + least
+        checks[f"unseen_time_{key}"] = {
+            "passed": not (slow or changed),
+            "detail": f"unseen inputs {[round(v, 4) for v in new]} {unit}, timed inputs before "
+                      f"{[round(v, 4) for v in seen]} and after {[round(v, 4) for v in after]} "
+                      f"{unit} ({unseen.get('method')})"}
+        if slow:
+            hack("timing_behaviour", f"forward took {fastest_new:.4g} {unit} or more on inputs "
+                 f"it had not seen, {usual:.4g} on the timed inputs: it remembers inputs it "
+                 "has seen")
+        elif changed:
+            hack("timing_behaviour", f"on the timed inputs forward took {usual:.4g} {unit} "
+                 f"before it was shown new inputs and {min(after):.4g} or more after: it "
+                 "changed its ways once it saw inputs it had not seen")
+    # The check's calls on the timed inputs against the scored ones (the window's rounds, timed
+    # the same way): a forward that behaves only while the check runs (it tells the check's
+    # calls apart: it reads the grader's stack) is slower there than where it scores. On CPU
+    # by the CPU's wider ratio and floor (host noise).
+    # With a captured graph both are replays of one graph, by CUDA events. Without one (CUDA
+    # events around each call) the check's calls carry the witness's cost per launch (on an
+    # H100 a side-stream Triton forward: 0.97 ms there against 0.60 ms scored): their kernels'
+    # device time stands for them instead, which no launch cost reaches.
+    # The unseen inputs' calls against the scored ones too: each bound above holds alone, and a
+    # forward with three speeds (new inputs, the check's calls on the timed inputs, the scored
+    # calls) can compose the two into a large gain (T-14).
+    events = unseen.get("method") == "cuda_events"
+    kinds = {kind: ([us / 1e3 for us in unseen.get(f"{kind}_device_us") or []] if events
+                    else unseen.get(f"{kind}_ms") or []) for kind in ("seen", "unseen")}
+    clocks = (("ms", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
+              ("cpu_ms", scored_cpu_ms, policy.unseen_cpu_time_ratio,
+               policy.unseen_cpu_time_floor_ms))
+    for kind in ("seen", "unseen"):
+        for name, window_ms, ratio, least in clocks:
+            check_ms = kinds[kind] if name == "ms" else unseen.get(f"{kind}_cpu_ms") or []
+            # the fastest call: other work on the host or the GPU only lengthens a call
+            if window_ms and check_ms and _told_apart(
+                    min(check_ms), window_ms, ratio, least, name, checks, hack, kind):
+                return
+
+
+def graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:
+    """One hot replay of the timing graph, its kernels split into its calls in start order
+    (``worker._Run._even_calls_us``): every call must keep the GPU busy about as long as the
+    busiest one, and no call's kernels may run beside another's. Within a replay every call
+    reads the same inputs, so a forward that tells captures apart can compute in one call and
+    copy that answer into the other calls' outputs: each output is its own and right, every
+    call launches, and only the device time per call shows it (GRAPH_COPY.md). Its first call
+    of each replay must compute (the graph check replays on new inputs), so the busiest call
+    is an honest one's. A replay whose kernels cannot be read or split by call fails, and so
+    does one whose calls launched other kernels than a checked call."""
+    if unseen.get("method") != "cuda_graph" or (unseen.get("calls") or 1) < 2:
+        return
+    if unseen.get("device_unread"):
+        return  # already failed above
+    per_call = unseen.get("even_calls_us")
+    if not isinstance(per_call, list) or not per_call or \
+            not all(isinstance(us, (int, float)) for us in per_call):
+        why = unseen.get("even_unread") or "not reported"
+        checks["graph_calls_even"] = {"passed": False, "detail": str(why)[:200]}
+        hack("timing_behaviour", f"the timed graph's calls could not be told apart by their "
+             f"kernels ({str(why)[:200]}): each call's work cannot be checked")
+        return
+    # against the upper quartile, not the busiest: a call that other work (a clock step)
+    # stretched is no bound (an honest 16k x 1k row sum read 22.3-30.9 µs over 64 calls on an
+    # H100); a forward that computes in fewer than a quarter of the calls does under a third
+    # of the work, which the device-work rule (``scored_device_work``) sees
+    ordered = sorted(per_call)
+    most, least = ordered[(3 * (len(ordered) - 1)) // 4], ordered[0]
+    cheap = per_call.index(least)
+    overlap = unseen.get("even_overlap_us")
+    overlap = overlap if isinstance(overlap, (int, float)) else math.inf
+    uneven = least < policy.even_calls_ratio * most - policy.even_calls_floor_us
+    beside = overlap > max(policy.even_calls_floor_us, 0.05 * sum(per_call))
+    checks["graph_calls_even"] = {
+        "passed": not (uneven or beside),
+        "detail": f"{len(per_call)} calls in one replay kept the GPU busy {least:.4g}-"
+                  f"{ordered[-1]:.4g} µs each, upper quartile {most:.4g} (least/quartile "
+                  f"{least / most if most else 1.0:.3f}), {overlap:.4g} µs side by side"}
+    launches = unseen.get("even_launches_off")
+    if isinstance(launches, dict):
+        checks["graph_calls_even"]["passed"] = False
+        hack("timing_behaviour", f"call {launches.get('call')!r} of the timed graph made "
+             f"{launches.get('found')!r} (Triton launches, extension calls) when captured, "
+             f"its first call {launches.get('first')!r}: the timed calls did not each do the "
+             "work")
+        return
+    off = unseen.get("even_kernels_off")
+    if isinstance(off, dict):
+        checks["graph_calls_even"]["passed"] = False
+        hack("timing_behaviour", f"call {off.get('call')!r} of the timed graph launched kernels "
+             f"{str(off.get('found'))[:300]} where a checked call launched "
+             f"{str(off.get('wanted'))[:300]}: the timed calls did not each do the work")
+        return
+    if uneven:
+        hack("timing_behaviour", f"call {cheap} of the timed graph's {len(per_call)} kept the "
+             f"GPU busy {least:.4g} µs in one replay, under {policy.even_calls_ratio:.0%} of "
+             f"the calls' upper quartile, {most:.4g} µs: the timed calls did not each do the "
+             "work")
+    elif beside:
+        hack("timing_behaviour", f"the timed graph's calls ran their kernels side by side for "
+             f"{overlap:.4g} µs in one replay: a call's work was left running into the next")
+
+
+def _told_apart(usual: float, scored: float, ratio: float, least: float, name: str,
+                checks: dict, hack, kind: str = "seen") -> bool:
+    apart = usual > ratio * scored + least
+    unit = "ms" if name == "ms" else "ms of CPU"
+    label = "on the timed inputs" if kind == "seen" else "on inputs it had not seen"
+    checks[f"{'unseen' if kind == 'seen' else 'new_inputs'}_vs_scored_{name}"] = {
+        "passed": not apart, "detail": f"the check's calls {label} {usual:.4g} "
+        f"{unit}, the scored calls {scored:.4g} {unit}"}
+    if apart:
+        hack("timing_behaviour", f"forward took {usual:.4g} {unit} per call {label} in the "
+             f"unseen-input check and {scored:.4g} where it was scored: it tells the check "
+             "apart")
+    return apart
+
+
+# ------------------------------------------------------------------ the registered checks
+
+H = HackCode
+
+
+@register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")
+def unseen_check_made_as_asked(ctx):
+    """Only with a scored, correct candidate (the window's parts are counted by the parent)."""
+    if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
+        return []
+    return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_shape(
+        ctx.run.get("unseen"), ctx.hidden, ctx.window, hack))
+
+
+@register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")
+def scored_calls_do_the_work(ctx):
+    if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
+        return []
+    return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
+        ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack))
+
+
+@register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")
+def unseen_inputs_answered_alike(ctx):
+    return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_checks(
+        ctx.run.get("unseen"), ctx.hidden, ctx.policy, ctx.record, hack, ctx.all_correct,
+        str(ctx.reference.get("info", {}).get("device", "")), ctx.checks, ctx.scored_ms,
+        (ctx.run.get("timing") or {}).get("cpu_ms")))
+
+
+@register(H.GHOST_KERNELS, threat="T-12", layer=Layer.BEHAVIOURAL, scope="run")
+def ghost_seen_wrong(ctx):
+    return collect(H.GHOST_KERNELS, lambda hack: ghost_check(
+        ctx.run.get("ghost_seen"), "ghost_seen", ctx.trials, ctx.policy, ctx.record, ctx.checks,
+        hack, ctx.all_correct))
+
+
+@register(H.GHOST_KERNELS, threat="T-12", layer=Layer.BEHAVIOURAL, scope="run")
+def ghost_wrong(ctx):
+    return collect(H.GHOST_KERNELS, lambda hack: ghost_check(
+        ctx.run.get("ghost"), "ghost", ctx.trials, ctx.policy, ctx.record, ctx.checks, hack,
+        ctx.all_correct))

@@ -1,0 +1,158 @@
+"""Correctness in the trusted parent: outputs against the reference's within tolerance, bitwise
+equality, whether an input came back as it was sent, and the reference's usable trials. Everything numeric is recomputed here
+from raw tensors; nothing the candidate's process concluded is believed."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from kernelmill.validate.measure import tensor_digest
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def bitwise_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        return False
+    if not isinstance(a, torch.Tensor):
+        return a == b
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_flat_bytes(a),
+                                                                       _flat_bytes(b))
+
+
+class Unchanged:
+    """Is an input after forward the one the parent sent? The worker sends whether its bytes
+    are those sent (``{"same": bool, "dtype", "shape"}``), a digest (``measure.tensor_digest``)
+    or the value; each sent tensor is digested here once, where a digest came."""
+
+    def __init__(self):
+        self._digests: dict[int, tuple[torch.Tensor, dict]] = {}
+
+    def __call__(self, before: Any, after: Any) -> bool:
+        if not (isinstance(before, torch.Tensor) and isinstance(after, dict)):
+            return bitwise_equal(before, after)
+        if "same" in after:
+            return after["same"] is True and after.get("dtype") == str(before.dtype) and \
+                after.get("shape") == list(before.shape)
+        if id(before) not in self._digests:  # the tensor is kept: its id stays its own
+            self._digests[id(before)] = (before, tensor_digest(before.detach().cpu()))
+        return self._digests[id(before)][1] == after
+
+
+def compare(expected: list, got: list | None, atol: float, rtol: float, *,
+            count: bool = True) -> tuple[bool, str]:
+    """Do ``got`` outputs match ``expected`` within tolerance? (ok, reason when not).
+    ``count=False``: the answer alone, settled at the first element found off (a ghost call's
+    output, garbage in every element when honest, is not compared to its end in float64)."""
+    if got is None:
+        return False, "no tensor outputs"
+    if len(expected) != len(got):
+        return False, f"{len(got)} outputs, expected {len(expected)}"
+    for index, (e, g) in enumerate(zip(expected, got)):
+        if not isinstance(e, torch.Tensor):
+            ok = isinstance(g, (int, float, bool)) and math.isclose(float(g), float(e),
+                                                                    rel_tol=rtol, abs_tol=atol)
+            if not ok:
+                return False, f"output {index}: {g!r} != {e!r}"
+            continue
+        if not isinstance(g, torch.Tensor):
+            return False, f"output {index} is {type(g).__name__}, not a tensor"
+        if tuple(g.shape) != tuple(e.shape):
+            return False, f"output {index} shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        if g.dtype != e.dtype:
+            return False, f"output {index} dtype {g.dtype}, expected {e.dtype}"
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(g, e):
+                return False, f"output {index}: {int((g != e).sum())} elements differ"
+            continue
+        if e.is_complex():
+            e, g = torch.view_as_real(e.resolve_conj()), torch.view_as_real(g.resolve_conj())
+        bad, worst = _off_elements(e.reshape(-1), g.reshape(-1), atol, rtol, count)
+        if bad and not count:
+            return False, f"output {index}: elements off (max abs error {worst:.3g} among the first)"
+        if bad:
+            return False, (f"output {index}: {bad}/{e.numel()} elements off "
+                           f"(max abs error {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
+    return True, ""
+
+
+COMPARE_CHUNK = 1 << 22  # elements per pass: bounded temporaries, cache-sized work
+
+
+def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
+                  count: bool = True) -> tuple[int, float]:
+    """How many elements of ``g`` are off ``e`` (|g - e| <= atol + rtol * |e| in float64;
+    non-finite values match only exactly: NaN for NaN, the same infinity), and the largest
+    finite error among them. A first pass in the tensors' own precision (float32 at least)
+    settles every element that passes with room to spare; only the rest are checked in
+    float64, so an honest output is compared in one cheap pass. Without ``count`` the first
+    unsure elements of a chunk are checked first, and an element off there ends the count."""
+    work = torch.float64 if e.dtype == torch.float64 else torch.float32
+    bad, worst = 0, None
+    for start in range(0, e.numel(), COMPARE_CHUNK):
+        ec = e[start:start + COMPARE_CHUNK].to(work)
+        gc = g[start:start + COMPARE_CHUNK].to(work)
+        room = ec.abs().mul_(rtol).add_(atol)
+        if work == torch.float32:
+            room.mul_(1 - 1e-5)  # float32 rounding of the bound and the difference
+        # NaN compares false here, an infinite bound (an infinite reference) is never room:
+        # both go to the exact pass
+        unsure = ~(((gc - ec).abs_() <= room) & (room < math.inf))
+        if not bool(unsure.any()):
+            continue
+        if not count:
+            at = int(unsure.to(torch.uint8).argmax())  # the first unsure element
+            near = slice(at, at + FIRST_UNSURE)
+            found, largest = _exact_off(ec[near][unsure[near]], gc[near][unsure[near]], atol,
+                                        rtol)
+            if found:
+                return found, largest if largest is not None else float("nan")
+        found, largest = _exact_off(ec[unsure], gc[unsure], atol, rtol)
+        bad += found
+        if largest is not None:
+            worst = max(worst or 0.0, largest)
+        if found and not count:
+            break
+    return bad, float("nan") if worst is None else worst
+
+
+FIRST_UNSURE = 1024  # unsure elements checked first when only the answer counts
+
+
+def _exact_off(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
+               ) -> tuple[int, float | None]:
+    """The float64 pass over elements the first pass left unsure: how many are off, and the
+    largest finite error among them (None: no finite one)."""
+    e64, g64 = e.double(), g.double()
+    same_special = (torch.isnan(e64) & torch.isnan(g64)) | (torch.isinf(e64) & (e64 == g64))
+    diff = (g64 - e64).abs()
+    close = torch.isfinite(e64) & torch.isfinite(g64) & (diff <= atol + rtol * e64.abs())
+    off = ~(same_special | close)
+    found = int(off.sum())
+    if not found:
+        return 0, None
+    finite = diff[off & torch.isfinite(diff)]
+    return found, float(finite.max()) if finite.numel() else None
+
+
+def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:
+    """The reference's usable trials: (checked ones, hidden ones). A hidden trial's inputs are
+    shown to the candidate only once, inside its timing window (``Policy.unseen_trials``)."""
+    usable = [t for t in reference.get("trials") or [] if t["usable"]]
+    return ([t for t in usable if not t.get("hidden")], [t for t in usable if t.get("hidden")])
+
+
+def reference_fault(reference: dict) -> str | None:
+    """Why a reference run cannot be graded against (its forward returned something other than
+    tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
+    for index, trial in enumerate(reference.get("trials") or []):
+        outputs = trial.get("outputs") or []
+        kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if not outputs or kinds:
+            what = ", ".join(kinds) if kinds else "no output"
+            return (f"reference forward returned {trial.get('structure')} ({what}) on trial "
+                    f"{index}; a problem's forward must return tensors")
+    return None
