@@ -433,7 +433,7 @@ KERNELGUARD_PREFIX = "kernelguard:"
 def _kernelguard():
     try:
         import kernelguard
-    except ImportError:  # an optional dependency (``pip install kernelmill[guard]``)
+    except ImportError:  # an optional dependency (``pip install -e '.[guard]'``)
         return None
     return kernelguard if hasattr(kernelguard, "analyze_code") else None
 

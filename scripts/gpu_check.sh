@@ -15,6 +15,7 @@
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
+#        shadow (the hostile suite on CUDA, each verdict also judged by SHADOW_OLD's judge)
 #        tf32 (the audit of convolution, CNN and RNN problems with the library's fp32 defaults,
 #        then with the workers' IEEE fp32: TF32_ARGS)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
@@ -160,6 +161,11 @@ for part in $parts; do
                 python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
                   --out "$out/audit.jsonl" --json "$out/audit.json" 2>&1 | tee "$out/audit.log"
               fi ;;
+    # the hostile suite on CUDA with every judge() made a second time by another judge's file
+    # (SHADOW_OLD, default .kb/old_judge.py); differences land in shadow/ (KERNELMILL_HOSTILE_CASES)
+    shadow)   timeout "${SHADOW_LIMIT:-0}" python3 scripts/judge_shadow.py --old "${SHADOW_OLD:-.kb/old_judge.py}" \
+                --out "$out/shadow" -- -m gpu -q -s -p no:cacheprovider -o addopts="" \
+                tests/hostile/test_hostile_gpu.py::test_hostile_suite_on_cuda 2>&1 | tee "$out/shadow.log" ;;
     tf32)     # the audit of TF32-sensitive problems (convolutions, CNNs, RNNs) twice: with the
               # library's fp32 defaults (KERNELMILL_FP32=library: cuDNN TF32 on) and as workers
               # run by default (IEEE fp32); TF32_ARGS picks levels, size and the name filter
@@ -168,7 +174,7 @@ for part in $parts; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
               # shellcheck disable=SC2086 — TF32_ARGS is a list of flags
               for mode in library ieee; do
-                KERNELMILL_FP32=$mode python3 benchmarks/kernelbench_audit.py "$kb" --device cuda \
+                KERNELMILL_FP32=$mode timeout "${TF32_LIMIT:-0}" python3 benchmarks/kernelbench_audit.py "$kb" --device cuda \
                   ${TF32_ARGS:---limit 12 --match '(?i)conv|resnet|mobilenet|efficientnet|vgg|densenet|lstm|gru|squeezenet|regnet|googlenet'} \
                   --out "$out/tf32_$mode.jsonl" --json "$out/tf32_$mode.json" 2>&1 | tee "$out/tf32_$mode.log"
               done ;;

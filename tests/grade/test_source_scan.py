@@ -34,3 +34,21 @@ def test_depth_and_size_are_refused_with_their_reason():
         assert size_refusal(HONEST, 4096) is None
     finally:
         reader.close()
+
+
+def test_a_scanners_start_is_not_a_reads_time_and_it_never_imports_torch():
+    """A scanner's start (imports: a second here, many on a host busy compiling) is waited for
+    apart; the read itself gets the limit. The ATen operator names come from the parent."""
+    reader = SourceReader(max_source_bytes=1 << 20, timeout_s=0.5)
+    try:
+        native = HONEST + 'src = "at::cpu::add(a, b);"\n'
+        found = reader.read(native)
+        assert found.refused is None, found
+        assert any("at::cpu::add" in f for f in found.findings), found
+        (scanner,) = reader._idle
+        maps = open(f"/proc/{scanner.process.pid}/maps").read()
+        assert "libtorch" not in maps  # torch was never imported there
+        # the same scanner answers the next read
+        assert reader.read(HONEST + "# another\n").refused is None and reader._idle == [scanner]
+    finally:
+        reader.close()
