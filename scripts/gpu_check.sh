@@ -16,6 +16,7 @@
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
 #        shadow (the hostile suite on CUDA, each verdict also judged by SHADOW_OLD's judge)
+#        mined (a sample of mined problems validated at their sizes: MINED, MINED_N, MINED_LIMIT)
 #        tf32 (the audit of convolution, CNN and RNN problems with the library's fp32 defaults,
 #        then with the workers' IEEE fp32: TF32_ARGS)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
@@ -166,6 +167,13 @@ for part in $parts; do
     shadow)   timeout "${SHADOW_LIMIT:-0}" python3 scripts/judge_shadow.py --old "${SHADOW_OLD:-.kb/old_judge.py}" \
                 --out "$out/shadow" -- -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 tests/hostile/test_hostile_gpu.py::test_hostile_suite_on_cuda 2>&1 | tee "$out/shadow.log" ;;
+    # a random sample of mined problems (MINED: files, MINED_N, MINED_LIMIT s) through the
+    # validator at their chosen sizes; the summary also of a run cut short by its limit
+    mined)    # shellcheck disable=SC2086 — MINED is a list of files
+              timeout "${MINED_LIMIT:-0}" python3 benchmarks/mine_gpu_sample.py ${MINED:-.kb/mined/*.jsonl} \
+                --n "${MINED_N:-200}" --device cuda --out "$out/mined_validated.jsonl" 2>&1 | tee "$out/mined.log"
+              python3 benchmarks/mine_gpu_sample.py --summarize --out "$out/mined_validated.jsonl" \
+                ${MINED:-.kb/mined/*.jsonl} 2>&1 | tee -a "$out/mined.log" ;;
     tf32)     # the audit of TF32-sensitive problems (convolutions, CNNs, RNNs) twice: with the
               # library's fp32 defaults (KERNELMILL_FP32=library: cuDNN TF32 on) and as workers
               # run by default (IEEE fp32); TF32_ARGS picks levels, size and the name filter
@@ -173,7 +181,7 @@ for part in $parts; do
               for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
               # shellcheck disable=SC2086 — TF32_ARGS is a list of flags
-              for mode in library ieee; do
+              for mode in ${TF32_MODES:-library ieee}; do
                 KERNELMILL_FP32=$mode timeout "${TF32_LIMIT:-0}" python3 benchmarks/kernelbench_audit.py "$kb" --device cuda \
                   ${TF32_ARGS:---limit 12 --match '(?i)conv|resnet|mobilenet|efficientnet|vgg|densenet|lstm|gru|squeezenet|regnet|googlenet'} \
                   --out "$out/tf32_$mode.jsonl" --json "$out/tf32_$mode.json" 2>&1 | tee "$out/tf32_$mode.log"
