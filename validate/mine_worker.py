@@ -1,0 +1,380 @@
+"""Worker side of ``kernelmill mine`` (runs inside this package's harness workers): torch and
+the standard library only.
+
+``probe_batch``: for each job, build the gathered code, construct the candidate from the guessed
+arguments and run its forward at probe size on the CPU, repairing the guesses from the error
+messages (channel widths, ranks, missing config fields, constructor argument alternatives), as
+pytorch-jit-paritybench's ``deduce_parameters`` does; then check determinism (same seeds twice,
+another forward seed: RNG in forward) and that the output depends on the inputs.
+
+``size_batch``: for each job (a rendered KernelBench source and a ladder of size-constant
+values) build the problem on the meta device at each size and estimate its eager time from its
+flops and the bytes every op reads and writes (the composer's sizing model).
+
+Each job has its own time limit (SIGALRM); a job that is not interrupted by it (a hang inside
+C code) ends the worker, and the parent reruns the batch's jobs one by one.
+"""
+from __future__ import annotations
+
+import math
+import re
+import signal
+import time
+from typing import Any
+
+import torch
+
+from kernelmill.core.taxonomy import PURE_MEMORY_OPS, op_base
+
+# eager sizing model (synth/composer.py: what eager PyTorch sustains on an H100)
+PEAK_FLOPS = 40e12
+BANDWIDTH = 2.5e12
+LAUNCH_S = 5e-6
+MAX_ATTEMPTS = 24
+
+TEMPLATES = {
+    "4d": ("BATCH", "C", "HEIGHT", "WIDTH"),
+    "3d": ("BATCH", "SEQ_LEN", "C"),
+    "2d": ("BATCH", "C"),
+    "3c": ("BATCH", "C", "SEQ_LEN"),
+    "5d": ("BATCH", "C", "DEPTH", "HEIGHT", "WIDTH"),
+}
+_NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
+
+
+class JobTimeout(BaseException):
+    """Raised by SIGALRM inside a job (a BaseException: ``except Exception`` in mined code
+    does not swallow it)."""
+
+
+def _alarm(signum, frame):
+    raise JobTimeout()
+
+
+def _mark(stage: str) -> None:
+    from .harness_worker import mark_stage
+
+    mark_stage(stage[:150])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:240] if text else ''}"
+
+
+def classify(exc: BaseException) -> str:
+    """A countable rejection label for an exception raised while probing."""
+    text = str(exc).lower()
+    if isinstance(exc, JobTimeout):
+        return "probe timeout"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
+            "out of memory" in text:
+        return "probe OOM"
+    if isinstance(exc, (ImportError, ModuleNotFoundError)):
+        return "missing dependency"
+    if isinstance(exc, NameError):
+        return "unresolved name"
+    if isinstance(exc, NotImplementedError):
+        return "abstract or unsupported"
+    return "probe failed"
+
+
+def _flat(out: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(out, torch.Tensor):
+        return [(path, out)]
+    if isinstance(out, (list, tuple)):
+        return [x for i, item in enumerate(out) for x in _flat(item, f"{path}[{i}]")]
+    if isinstance(out, dict):
+        return [x for k, v in out.items() if isinstance(k, str) for x in _flat(v, f"{path}[{k!r}]")]
+    return []
+
+
+def _width_hints(message: str, current: int) -> list[int]:
+    """Feature widths an error message asks for."""
+    found: list[int] = []
+    patterns = (r"to have (\d+) channels", r"expected input with shape \[\*, (\d+)\]",
+                r"should contain (\d+) elements", r"normalized_shape=\[(\d+)\]",
+                r"size of tensor b \((\d+)\)", r"size of tensor a \((\d+)\)",
+                r"\(\d+x(\d+) and (\d+)x\d+\)", r"weight of size \[\d+, (\d+)",
+                r"expected (\d+) channels", r"input.size\(-1\) must be equal to input_size. "
+                r"Expected (\d+)", r"divisible by (\d+)", r"shape '\[[^\]]*\]' is invalid")
+    for pattern in patterns:
+        for match in re.finditer(pattern, message):
+            for group in match.groups():
+                if group and group.isdigit():
+                    value = int(group)
+                    if value != current and 0 < value <= 4096:
+                        found.append(value)
+    return found
+
+
+def _rank_hints(message: str) -> list[int]:
+    found = []
+    for pattern in (r"expected (\d)D", r"Expected (\d)D", r"\(expected (\d)", r"got (\d)D",
+                    r"expected (\d) dims", r"(\d)D \(batched\)"):
+        for match in re.finditer(pattern, message):
+            found.append(int(match.group(1)))
+    return found
+
+
+class _Probe:
+    def __init__(self, job: dict):
+        self.job = job
+        self.ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
+        self.dims = dict(job["dims"])
+
+    def build_namespace(self) -> None:
+        _mark(f"mine import {self.job['key']}")
+        exec(compile(self.job["code"], f"<mined {self.job['key']}>", "exec"), self.ns)  # noqa: S102
+
+    # ------------------------------------------------------------------ constructor
+    def construct(self) -> tuple[Any, list[tuple[str, bool, str]]]:
+        job = self.job
+        target = self.ns[job["target"]]
+        if job["kind"] == "function":
+            return target, [(p["name"], True, p["options"][0]) for p in job["init"]]
+        choice = [0] * len(job["init"])
+        last: BaseException | None = None
+        for _ in range(MAX_ATTEMPTS):
+            chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
+            args, kwargs = [], {}
+            try:
+                for name, kw, expr in chosen:
+                    value = eval(expr, self.ns)  # noqa: S307 — our own guesses
+                    if kw:
+                        kwargs[name] = value
+                    else:
+                        args.append(value)
+                torch.manual_seed(0)
+                model = target(*args, **kwargs)
+                return model, chosen
+            except JobTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 — repaired below or reported
+                last = exc
+                message = str(exc)
+                missing = re.search(r"object has no attribute '(\w+)'", message)
+                if missing and "MinedConfig" in message and "CONFIG" in self.ns:
+                    self.ns["CONFIG"][missing.group(1)] = None
+                    job.setdefault("config_added", []).append(missing.group(1))
+                    continue
+                # move the argument the message names (or the first that has alternatives)
+                named = [i for i, p in enumerate(job["init"]) if re.search(
+                    rf"\b{re.escape(p['name'])}\b", message)]
+                order = named + [i for i in range(len(choice)) if i not in named]
+                for i in order:
+                    if choice[i] + 1 < len(job["init"][i]["options"]):
+                        choice[i] += 1
+                        break
+                else:
+                    raise
+        raise last  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ inputs
+    def make(self, spec: dict, template: str, width: int, seed: int):
+        if spec["kind"] == "mask":
+            return None
+        gen = torch.Generator().manual_seed(seed)
+        if spec["kind"] == "long":
+            shape = [self.dims["BATCH"], self.dims["SEQ_LEN"]] if template != "1d" \
+                else [self.dims["BATCH"]]
+            return torch.randint(0, max(2, width), shape, generator=gen)
+        shape = [width if d == "C" else self.dims[d] for d in TEMPLATES[template]]
+        if spec["kind"] == "prob":
+            return torch.rand(shape, generator=gen)
+        return torch.randn(shape, generator=gen)
+
+    def forward(self, model, inputs: list, seed: int):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            if self.job["kind"] == "function":
+                kwargs = {n: eval(e, self.ns) for n, _, e in self.init}  # noqa: S307
+                return model(*inputs, **kwargs)
+            return model(*inputs)
+
+    def run(self) -> dict:
+        start = time.monotonic()
+        self.build_namespace()
+        _mark(f"mine construct {self.job['key']}")
+        model, self.init = self.construct()
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+        specs = self.job["inputs"]
+        if not specs:
+            raise NotImplementedError("forward takes no tensor input")
+        ranks = list(specs[0]["ranks"])
+        widths = list(dict.fromkeys([*self.job.get("channel", []), 16, 3, 32, 64, 8]))
+        tried: set[tuple[str, int]] = set()
+        queue = [(r, w) for w in widths[:1] for r in ranks] + \
+            [(r, w) for w in widths[1:] for r in ranks]
+        _mark(f"mine forward {self.job['key']}")
+        last: BaseException | None = None
+        out = None
+        attempts = 0
+        while queue and attempts < MAX_ATTEMPTS:
+            template, width = queue.pop(0)
+            if (template, width) in tried:
+                continue
+            tried.add((template, width))
+            attempts += 1
+            inputs = [self.make(s, template, width, 1 + i) for i, s in enumerate(specs)]
+            try:
+                out = self.forward(model, inputs, 7)
+                break
+            except JobTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 — repaired from its message
+                last = exc
+                message = str(exc)
+                front = [(template, w) for w in _width_hints(message, width)]
+                front += [(r, width) for n in _rank_hints(message) for r in ranks
+                          if _NDIM[r] == n]
+                queue = [q for q in front if q not in tried] + queue
+        else:
+            raise last or RuntimeError("no input shape fits")
+        flat = _flat(out)
+        if not flat:
+            return {"ok": False, "reason": "no tensor output",
+                    "detail": f"forward returned {type(out).__name__}"}
+        path, first = next(((p, t) for p, t in flat if t.is_floating_point()), flat[0])
+        _mark(f"mine determinism {self.job['key']}")
+        again = _flat(self.forward(model, inputs, 7))
+        other_seed = _flat(self.forward(model, inputs, 8))
+        same = len(again) == len(flat) and all(torch.equal(a, b) for (_, a), (_, b) in
+                                               zip(flat, again))
+        if not same:
+            return {"ok": False, "reason": "nondeterministic",
+                    "detail": "two forwards with the same seeds differ"}
+        if not all(torch.equal(a, b) for (_, a), (_, b) in zip(flat, other_seed)):
+            return {"ok": False, "reason": "nondeterministic",
+                    "detail": "forward draws random numbers (output depends on the RNG seed)"}
+        if first.is_floating_point() and not torch.isfinite(first).all():
+            return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
+        other = [self.make(s, template, width, 11 + i) for i, s in enumerate(specs)]
+        if any(s["kind"] != "mask" for s in specs):
+            moved = _flat(self.forward(model, other, 7))
+            if moved and moved[0][1].shape == first.shape and torch.equal(
+                    dict(moved).get(path, moved[0][1]), first):
+                return {"ok": False, "reason": "input-independent",
+                        "detail": "output unchanged by other inputs"}
+        n_params = sum(p.numel() for p in model.parameters()) \
+            if isinstance(model, torch.nn.Module) else 0
+        return {"ok": True, "init": self.init, "template": template, "width": width,
+                "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
+                "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
+                "n_outputs": len(flat), "n_params": int(n_params),
+                "config_added": self.job.get("config_added", []),
+                "seconds": round(time.monotonic() - start, 4)}
+
+
+def _with_limit(seconds: float, fn):
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def probe_batch(payload: dict) -> dict:
+    """Worker target: ``{"results": [one dict per job]}`` (see the module docstring)."""
+    torch.set_num_threads(1)
+    results = []
+    for job in payload["jobs"]:
+        try:
+            result = _with_limit(float(payload.get("job_s", 20.0)), _Probe(job).run)
+        except (Exception, JobTimeout) as exc:  # noqa: BLE001 — every failure is a row
+            result = {"ok": False, "reason": classify(exc), "detail": _one_line(exc)}
+        result["key"] = job["key"]
+        results.append(result)
+    return {"results": results}
+
+
+# ---------------------------------------------------------------------- sizing on meta
+
+class _Traffic(torch.utils._python_dispatch.TorchDispatchMode):
+    """Bytes every op reads and writes, and how many ops launch (views and metadata are free)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.ops = 0
+        self.names: dict[str, None] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        base = op_base(str(func))
+        if base not in PURE_MEMORY_OPS:
+            self.ops += 1
+            self.names[base] = None
+            for t in _tensors((args, kwargs, out)):
+                self.bytes += t.numel() * t.element_size()
+        return out
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors(item)]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    return []
+
+
+def estimate(ns: dict) -> dict:
+    """Build the problem in ``ns`` on the meta device and estimate one eager forward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = ns["Model"](*ns["get_init_inputs"]())
+        inputs = ns["get_inputs"]()
+    model.eval()
+    counter = FlopCounterMode(display=False)
+    traffic = _Traffic()
+    with torch.no_grad(), counter, traffic:
+        out = model(*inputs)
+    flops = int(counter.get_total_flops())
+    seconds = flops / PEAK_FLOPS + traffic.bytes / BANDWIDTH + traffic.ops * LAUNCH_S
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = _tensors(inputs) + _tensors(out)
+    return {"est_ms": seconds * 1e3, "flops": flops, "bytes": traffic.bytes, "ops": traffic.ops,
+            "params_bytes": int(params), "op_names": list(traffic.names)[:200],
+            "io_bytes": int(sum(t.numel() * t.element_size() for t in held)),
+            "largest": max([t.numel() for t in held] + [p.numel() for p in model.parameters()]
+                           or [0])}
+
+
+def size_batch(payload: dict) -> dict:
+    """Worker target: for each job, the estimate at each ladder step (stops above ``stop_ms``)."""
+    torch.set_num_threads(1)
+    stop_ms = float(payload.get("stop_ms", 1e9))
+    results = []
+    for job in payload["jobs"]:
+        steps: list[dict] = []
+
+        def run_job(job=job, steps=steps):
+            ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
+            exec(compile(job["source"], f"<mined {job['key']}>", "exec"), ns)  # noqa: S102
+            for values in job["ladder"]:
+                ns.update(values)
+                try:
+                    est = estimate(ns)
+                except JobTimeout:
+                    raise
+                except Exception as exc:  # noqa: BLE001 — meta cannot follow it: unsized
+                    steps.append({"ok": False, "error": _one_line(exc)})
+                    break
+                steps.append({"ok": True, **est})
+                if est["est_ms"] > stop_ms or not math.isfinite(est["est_ms"]):
+                    break
+
+        _mark(f"mine size {job['key']}")
+        try:
+            _with_limit(float(payload.get("job_s", 20.0)), run_job)
+            results.append({"key": job["key"], "steps": steps})
+        except (Exception, JobTimeout) as exc:  # noqa: BLE001
+            results.append({"key": job["key"], "steps": steps, "error": _one_line(exc),
+                            "reason": classify(exc)})
+    return {"results": results}
