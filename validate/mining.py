@@ -124,6 +124,8 @@ def _choose(steps: list[dict], plans: list[tuple[float, dict]], config: MineOpti
     best = None
     for (factor, _), step in zip(plans, steps):
         if not step.get("ok"):
+            if best is None:
+                continue  # too small for the model at this step: try the next
             break
         fits = step["largest"] <= MAX_TENSOR_NUMEL and \
             step["io_bytes"] + step["params_bytes"] <= MAX_HELD_BYTES
@@ -131,8 +133,9 @@ def _choose(steps: list[dict], plans: list[tuple[float, dict]], config: MineOpti
             best = (factor, step)
         elif best is not None:
             break
-    if best is None and steps and steps[0].get("ok"):
-        return plans[0][0], steps[0]
+    first = next(((f, s) for (f, _), s in zip(plans, steps) if s.get("ok")), None)
+    if best is None and first is not None:
+        return first
     return best if best is not None else (None, None)
 
 
@@ -218,8 +221,10 @@ class Miner:
     def finish(self, pending: list[_Pending], row: Counter) -> None:
         if not pending:
             return
+        started = time.monotonic()
         results = {r["key"]: r for r in _run_batches(PROBE, [p.job for p in pending],
                                                      self.config, {})}
+        self.stats.count("seconds: probe", round(time.monotonic() - started))
         sized_jobs, plans_of, probed = [], {}, []
         for p in pending:
             where = self._where(p)
@@ -227,7 +232,7 @@ class Miner:
                                                       "detail": "no result"}
             if not result.get("ok"):
                 self.reject(row, p.candidate.key, result["reason"], result.get("detail", ""),
-                            **where)
+                            seconds=result.get("seconds"), **where)
                 continue
             row["probed"] += 1
             p.probe = result
@@ -237,8 +242,10 @@ class Miner:
             probed.append(p)
             sized_jobs.append({"key": p.candidate.key, "source": p.base,
                                "ladder": [values for _, values in plans] or [{}]})
+        started = time.monotonic()
         sizes = {r["key"]: r for r in _run_batches(SIZE, sized_jobs, self.config,
                                                    {"stop_ms": self.config.max_ms})}
+        self.stats.count("seconds: size", round(time.monotonic() - started))
         for p in probed:
             self.write(p, sizes.get(p.candidate.key) or {}, plans_of[p.candidate.key], row)
 

@@ -16,7 +16,7 @@ from .gather import Gathered
 from .spec import PROBE_DIMS, Guess
 
 # the sizes a source is written at before sizing (each > 8 and a multiple of 8: resizable)
-BASE_DIMS = {"BATCH": 16, "SEQ_LEN": 64, "HEIGHT": 32, "WIDTH": 32, "DEPTH": 16}
+BASE_DIMS = {"BATCH": 16, "SEQ_LEN": 64, "HEIGHT": 64, "WIDTH": 64, "DEPTH": 16}
 LADDER = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 TEMPLATES = {
     "4d": ("BATCH", "C", "HEIGHT", "WIDTH"),
@@ -84,7 +84,8 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     used = [d for d in BASE_DIMS if any(e and re.search(rf"\b{d}\b", e) for e in exprs)]
     lines = [_docstring(meta, category, level), gathered.code.rstrip("\n"),
              config_code(guess.config, probe.get("config_added", [])).rstrip("\n"), "", ""]
-    lines += [f"{d} = {BASE_DIMS[d]}" for d in used] + ["", ""]
+    probed = probe.get("dims") or {}
+    lines += [f"{d} = {max(BASE_DIMS[d], int(probed.get(d, 0)))}" for d in used] + ["", ""]
     lines.append("class Model(nn.Module):")
     lines.append(f'    """{meta["qualname"]} ({meta["package"]}), in eval mode."""\n')
     if kind == "class":

@@ -18,7 +18,7 @@ import libcst as cst
 from .index import Definition, PackageIndex, _dotted
 
 # probe sizes: small enough for a CPU forward in milliseconds
-PROBE_DIMS = {"BATCH": 2, "SEQ_LEN": 16, "HEIGHT": 32, "WIDTH": 32, "DEPTH": 8}
+PROBE_DIMS = {"BATCH": 2, "SEQ_LEN": 16, "HEIGHT": 32, "WIDTH": 32, "DEPTH": 4}
 
 _INT_HINTS: tuple[tuple[str, list[str]], ...] = (
     (r"kernel|ksize|k_size|window|patch", ["3", "1", "2", "7"]),
@@ -29,8 +29,8 @@ _INT_HINTS: tuple[tuple[str, list[str]], ...] = (
     (r"expert|topk|top_k", ["4", "2"]),
     (r"layer|depth|block|num_", ["2", "1"]),
     (r"class|vocab|token|embed_num|num_embeddings", ["100", "10"]),
-    (r"ratio|scale|factor|alpha|beta|gamma|eps|prob|drop|rate|temperature|margin", ["1.0", "0.5",
-                                                                                     "2"]),
+    (r"ratio|scale|factor|alpha|beta|gamma|eps|prob|drop|temperature|margin|momentum",
+     ["1.0", "0.5", "2"]),
     (r"dim|chan|chs|feat|hidden|width|size|plane|in_|out_|d_model|c_|units|emb", ["16", "32",
                                                                                   "8", "3"]),
 )
@@ -201,7 +201,10 @@ def guess_class(index: PackageIndex, cls: Definition) -> Guess:
         guess.init.append({"name": p.name, "kw": p.kind == "kw", "options": options})
         if re.search(r"dim|chan|chs|feat|hidden|width|plane|in_|d_model|emb", p.name.lower()):
             widths.append(int(options[0]) if options[0].isdigit() else 16)
-    guess.inputs = guess_inputs(parameters(forward), cls.name)
+    if forward is None:  # a torch layer's forward (nn.Sequential, nn.Conv2d subclasses)
+        guess.inputs = guess_inputs([Param("input", None, "Tensor")], cls.name)
+    else:
+        guess.inputs = guess_inputs(parameters(forward), cls.name)
     guess.channel = widths
     return guess
 
