@@ -413,3 +413,38 @@ def size_batch(payload: dict) -> dict:
             results.append({"key": job["key"], "steps": steps, "error": _one_line(exc),
                             "reason": classify(exc)})
     return {"results": results}
+
+
+def smoke_batch(payload: dict) -> dict:
+    """Worker target: run each (shrunk) problem source on the CPU twice with the same seeds:
+    it must build, return a tensor, be finite and repeat exactly."""
+    torch.set_num_threads(1)
+    results = []
+    for job in payload["jobs"]:
+        def run_job(job=job) -> dict:
+            ns: dict[str, Any] = {"__name__": "kernelmill_smoke"}
+            exec(compile(job["source"], f"<smoke {job['key']}>", "exec"), ns)  # noqa: S102
+            outs = []
+            for _ in range(2):
+                _seed(0)
+                model = ns["Model"](*ns["get_init_inputs"]())
+                _seed(1)
+                inputs = ns["get_inputs"]()
+                _seed(2)
+                with torch.no_grad():
+                    outs.append([t for _, t in _flat(model(*inputs))])
+            if not outs[0]:
+                return {"ok": False, "reason": "no tensor output"}
+            if not all(torch.isfinite(t).all() for t in outs[0] if t.is_floating_point()):
+                return {"ok": False, "reason": "non-finite output"}
+            if not all(torch.equal(a, b) for a, b in zip(*outs)):
+                return {"ok": False, "reason": "nondeterministic"}
+            return {"ok": True}
+
+        _mark(f"mine smoke {job['key']}")
+        try:
+            result = _with_limit(float(payload.get("job_s", 20.0)), run_job)
+        except (Exception, JobTimeout) as exc:  # noqa: BLE001
+            result = {"ok": False, "reason": classify(exc), "detail": _one_line(exc)}
+        results.append({"key": job["key"], **result})
+    return {"results": results}
