@@ -128,6 +128,7 @@ class _Probe:
         self.job = job
         self.ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
         self.dims = dict(job["dims"])
+        self.target = "same"  # a target input: shaped like the prediction, or class indices
 
     def build_namespace(self) -> None:
         _mark(f"mine import {self.job['key']}")
@@ -194,6 +195,9 @@ class _Probe:
                 else [self.dims["BATCH"]]
             return torch.randint(0, max(2, width), shape, generator=gen)
         shape = [width if d == "C" else self.dims[d] for d in TEMPLATES[template]]
+        if spec["kind"] == "target" and self.target == "index":
+            return torch.randint(0, max(2, width), [n for n, d in zip(shape, TEMPLATES[template])
+                                                    if d != "C"], generator=gen)
         if spec["kind"] == "prob":
             return torch.rand(shape, generator=gen)
         return torch.randn(shape, generator=gen)
@@ -250,6 +254,12 @@ class _Probe:
                     tried.discard((template, width))
                     queue.insert(0, (template, width))
                     continue
+                if any(s["kind"] == "target" for s in specs) and self.target == "same" and \
+                        re.search(r"Long|Int|index|class|target", message):
+                    self.target = "index"
+                    tried.discard((template, width))
+                    queue.insert(0, (template, width))
+                    continue
                 hints = _width_hints(message, width)
                 front = [(template, w) for w in hints]
                 front += [(r, width) for n in _rank_hints(message) for r in ranks
@@ -286,7 +296,7 @@ class _Probe:
         n_params = sum(p.numel() for p in model.parameters()) \
             if isinstance(model, torch.nn.Module) else 0
         return {"ok": True, "init": self.init, "template": template, "width": width,
-                "dims": self.dims,
+                "dims": self.dims, "target": self.target,
                 "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
                 "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
                 "n_outputs": len(flat), "n_params": int(n_params),

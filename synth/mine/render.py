@@ -53,9 +53,12 @@ def probe_job(key: str, gathered: Gathered, guess: Guess, kind: str) -> dict[str
             "dims": dict(PROBE_DIMS)}
 
 
-def _input_expr(spec: dict, template: str, width: int) -> str | None:
+def _input_expr(spec: dict, template: str, width: int, target: str = "same") -> str | None:
     if spec["kind"] == "mask":
         return None
+    if spec["kind"] == "target" and target == "index":
+        dims = ", ".join(d for d in TEMPLATES[template] if d != "C")
+        return f"torch.randint(0, {max(2, width)}, ({dims},))"
     if spec["kind"] == "long":
         return f"torch.randint(0, {max(2, width)}, (BATCH, SEQ_LEN))"
     dims = ", ".join(str(width) if d == "C" else d for d in TEMPLATES[template])
@@ -74,7 +77,8 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
            meta: dict[str, Any], category: str = "other", level: int = 1) -> str:
     """The problem source at the base sizes (``BASE_DIMS``)."""
     template, width = probe["template"], int(probe["width"])
-    exprs = [_input_expr(s, template, width) for s in probe["inputs"]]
+    exprs = [_input_expr(s, template, width, probe.get("target", "same"))
+             for s in probe["inputs"]]
     names = [re.sub(r"\W", "_", s["name"]) for s in probe["inputs"]]
     names = [n if n not in ("self", "torch", "nn", "F") else f"{n}_" for n in names]
     passed = [n for n, e in zip(names, exprs) if e is not None]
@@ -129,6 +133,7 @@ _REDUCTIONS = re.compile(r"^(sum|mean|amax|amin|max|min|prod|var|std|cumsum|logs
 
 def categorize(ops: list[str], name: str, source: str) -> tuple[str, int]:
     """(category, level) from the aten ops the forward ran (op bases), or the name's hints."""
+    by_name = guess_category(name, "")
     if not ops:
         category = guess_category(name, source)
         return (category if category in CATEGORIES else "other"), 1
@@ -142,6 +147,8 @@ def categorize(ops: list[str], name: str, source: str) -> tuple[str, int]:
     if re.search(r"loss", name.lower()):
         return "loss", 1 if len(ops) <= 8 else 2
     n = len(ops)
+    if by_name != "other" and (by_name in groups or not groups) and len(groups) <= 1:
+        return by_name, 1 if n <= 4 else 2
     if not groups:
         if any(_ACTIVATIONS.search(op) for op in ops):
             return ("activation" if n <= 4 else "fused"), (1 if n <= 4 else 2)

@@ -38,7 +38,8 @@ _CALLABLE_HINTS = ((r"norm", ["nn.BatchNorm2d", "nn.LayerNorm"]),
                    (r"act|nonlin", ["nn.ReLU", "nn.GELU"]),
                    (r"layer|block|conv", ["nn.Conv2d", "nn.Linear"]))
 _GENERIC = ["16", "2", "None", "True", "(3, 3)", "0.5", "'relu'"]
-_TOKEN_INPUTS = re.compile(r"(^|_)(ids|indices|index|idx|tokens?|labels?|targets?|positions?)$")
+_TOKEN_INPUTS = re.compile(r"(^|_)(ids|indices|index|idx|tokens?|positions?)$")
+_TARGET_INPUTS = re.compile(r"(^|_)(labels?|targets?|gt|y)$")
 _MASK_INPUTS = re.compile(r"mask|padding")
 _PROB_INPUTS = re.compile(r"prob|probs|p$")
 _CONFIG_SHRINK = (
@@ -227,6 +228,8 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
         name = p.name.lower()
         if _TOKEN_INPUTS.search(name):
             kind = "long"
+        elif _TARGET_INPUTS.search(name):
+            kind = "target"
         elif _MASK_INPUTS.search(name):
             kind = "mask"
         elif _PROB_INPUTS.search(name):
@@ -249,6 +252,7 @@ def guess_function(fn: Definition) -> Guess:
     ranks = ["4d", "2d", "3d", "5d"] if any(w in name for w in ("box", "iou", "nms")) \
         else ["4d", "3d", "2d", "5d"]
     guess.inputs = [{"name": p.name, "kind": "long" if _TOKEN_INPUTS.search(p.name.lower())
+                     else "target" if _TARGET_INPUTS.search(p.name.lower())
                      else "prob" if "loss" in name and p is tensor_params[0] else "float",
                      "ranks": ranks} for p in tensor_params]
     guess.init = [{"name": p.name, "kw": True, "options": _options_for(p)} for p in others]
