@@ -55,7 +55,7 @@ def main() -> None:
     for spec in args.sources:
         path = out / f"{spec.replace('/', '_')}.jsonl"
         start = time.monotonic()
-        stats, table = mine([spec], path, config, show_table=False)
+        _, table = mine([spec], path, config, show_table=False)
         seconds = time.monotonic() - start
         row = table.get(spec, Counter())
         records = list(read_records(path)) if path.exists() else []

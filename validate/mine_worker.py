@@ -23,7 +23,6 @@ import time
 from typing import Any
 
 import torch
-
 from kernelmill.core.taxonomy import PURE_MEMORY_OPS, op_base
 
 # eager sizing model (synth/composer.py: what eager PyTorch sustains on an H100)
@@ -102,8 +101,9 @@ def _width_hints(message: str, current: int) -> list[int]:
                 r"should contain (\d+) elements", r"normalized_shape=\[(\d+)\]",
                 r"size of tensor b \((\d+)\)", r"size of tensor a \((\d+)\)",
                 r"\(\d+x(\d+) and (\d+)x\d+\)", r"weight of size \[\d+, (\d+)",
-                r"expected (\d+) channels", r"input.size\(-1\) must be equal to input_size. "
-                r"Expected (\d+)", r"divisible by (\d+)", r"shape '\[[^\]]*\]' is invalid")
+                r"expected (\d+) channels",
+                (r"input.size\(-1\) must be equal to input_size. Expected (\d+)"),
+                r"divisible by (\d+)", r"shape '\[[^\]]*\]' is invalid")
     for pattern in patterns:
         for match in re.finditer(pattern, message):
             for group in match.groups():
@@ -147,7 +147,7 @@ class _Probe:
             args, kwargs = [], {}
             try:
                 for name, kw, expr in chosen:
-                    value = eval(expr, self.ns)  # noqa: S307 — our own guesses
+                    value = eval(expr, self.ns)
                     if kw:
                         kwargs[name] = value
                     else:
@@ -157,7 +157,7 @@ class _Probe:
                 return model, chosen
             except JobTimeout:
                 raise
-            except Exception as exc:  # noqa: BLE001 — repaired below or reported
+            except Exception as exc:
                 last = exc
                 message = str(exc)
                 missing = re.search(r"object has no attribute '(\w+)'", message)
@@ -206,7 +206,7 @@ class _Probe:
         _seed(seed)
         with torch.no_grad():
             if self.job["kind"] == "function":
-                kwargs = {n: eval(e, self.ns) for n, _, e in self.init}  # noqa: S307
+                kwargs = {n: eval(e, self.ns) for n, _, e in self.init}
                 return model(*inputs, **kwargs)
             return model(*inputs)
 

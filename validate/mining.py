@@ -183,7 +183,7 @@ class Miner:
         items = find_candidates(index, functions=self.config.functions)
         for item in track(items, total=None, description=f"mine {spec}"):
             if isinstance(item, ModuleIndex):
-                key = f"{source.package}:{item.name}"
+                key = f"{source.spec}:{item.name}"
                 if key not in self.done:
                     self.reject(row, key, "parse error", item.error or "", package=source.package,
                                 file=str(item.path))
@@ -282,7 +282,8 @@ class Miner:
             return
         row["static ok"] += 1
         d = p.candidate.definition
-        mined = {"key": p.candidate.key, "kind": p.candidate.kind, "package": p.source.package,
+        mined = {"key": p.candidate.key, "kind": p.candidate.kind, "source": p.source.spec,
+                 "package": p.source.package,
                  "version": p.source.version, "license": p.source.license,
                  "source_kind": p.source.kind, "qualname": d.key,
                  "file": str(d.path.relative_to(p.source.root)) if d.path.is_relative_to(

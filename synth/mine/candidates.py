@@ -85,7 +85,10 @@ def find_candidates(index: PackageIndex, *, functions: bool = True):
     """Yield the candidates of every readable module, and ``(module, error)`` for each that
     does not parse."""
     classes = ModuleClasses(index)
-    for module in index.modules():
+    for name in index.paths:
+        if not index.source.in_scope(name):
+            continue
+        module = index.module(name)
         if module.error is not None:
             yield module
             continue
@@ -95,9 +98,9 @@ def find_candidates(index: PackageIndex, *, functions: bool = True):
             if definition.kind == "class":
                 is_module, forward = classes.describe(definition)
                 if is_module and forward is not None:
-                    yield Candidate(f"{index.source.package}:{definition.key}", "class",
+                    yield Candidate(f"{index.source.spec}:{definition.key}", "class",
                                     definition)
             elif functions and definition.kind == "function" and \
                     _tensor_function(definition.node):
-                yield Candidate(f"{index.source.package}:{definition.key}", "function",
+                yield Candidate(f"{index.source.spec}:{definition.key}", "function",
                                 definition)

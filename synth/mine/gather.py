@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
+
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
                       "annotations"})
 MAX_DEFINITIONS = 150
@@ -200,7 +201,6 @@ class Gatherer:
     def gather(self, root: Definition) -> Gathered:
         order: list[Definition] = []
         state: dict[str, int] = {}
-        externals: dict[str, External] = {}  # local name in its module -> target
         ext_users: dict[tuple[str, str], External] = {}
 
         def visit(definition: Definition, depth: int) -> None:

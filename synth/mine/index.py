@@ -13,7 +13,6 @@ import libcst as cst
 
 from .sources import Source
 
-
 # What a mined problem may import: torch and the standard library (and what torch requires)
 ALLOWED_ROOTS = frozenset({"torch", "typing_extensions", "__future__"}) | frozenset(
     sys.stdlib_module_names)
@@ -82,7 +81,7 @@ def _absolute(module: str, is_package: bool, level: int, target: str) -> str:
     return ".".join([*base, target] if target else base)
 
 
-_DEF_LINE = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.M)
+_DEF_LINE = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)
 
 
 class _Reader:

@@ -6,10 +6,10 @@ does not exist; the stage turns it into one rejection row and carries on with th
 """
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import importlib.util
 import subprocess
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
@@ -29,12 +29,16 @@ class Source:
     """One SOURCE: its files and what its metadata says."""
 
     spec: str                 # what the user wrote
-    package: str              # dotted name of the root module (``torch.nn``, ``fixture_pkg``)
-    root: Path                # folder holding the root module's files
+    package: str              # the top-level package (``torch``, ``fixture_pkg``)
+    root: Path                # folder holding the top-level package's files
     files: list[Path] = field(default_factory=list)
     version: str | None = None
     license: str | None = None
     kind: str = "package"     # package | folder | git
+    scope: str = ""           # candidates come from modules under this one (``torch.nn``)
+
+    def in_scope(self, module: str) -> bool:
+        return not self.scope or module == self.scope or module.startswith(self.scope + ".")
 
     def module_name(self, path: Path) -> str:
         rel = path.relative_to(self.root).with_suffix("")
@@ -92,7 +96,7 @@ def _folder_license(root: Path) -> str | None:
 def _git_head(root: Path) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
+                             text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -108,7 +112,8 @@ def discover(spec: str) -> Source:
         git = (path / ".git").exists()
         package_dir = path
         # a folder that is itself a package is mined under its own name
-        source = Source(spec=spec, package=path.name.replace("-", "_"), root=package_dir,
+        name = path.name.replace("-", "_")
+        source = Source(spec=spec, package=name, root=package_dir, scope=name,
                         kind="git" if git else "folder",
                         version=_git_head(path) if git else None, license=_folder_license(path))
         source.files = _python_files(package_dir)
@@ -123,20 +128,17 @@ def discover(spec: str) -> Source:
             root = Path(found.origin).parent
             version, license_text = _dist_metadata(top)
             return Source(spec=spec, package=top, root=root, files=[Path(found.origin)],
-                          version=version, license=license_text)
+                          version=version, license=license_text, scope=top)
         raise SourceError(f"{spec}: not installed (no module {top!r}; pip install it, or give "
                           "a folder)")
-    root = Path(list(found.submodule_search_locations)[0])
-    for part in rest.split(".") if rest else ():
-        root = root / part
-    if not root.is_dir():
-        if root.with_suffix(".py").is_file():
-            version, license_text = _dist_metadata(top)
-            file = root.with_suffix(".py")
-            return Source(spec=spec, package=spec.rpartition(".")[0], root=root.parent, files=[file],
-                          version=version, license=license_text)
+    top_root = Path(next(iter(found.submodule_search_locations)))
+    root = top_root.joinpath(*rest.split(".")) if rest else top_root
+    if not root.is_dir() and not root.with_suffix(".py").is_file():
         raise SourceError(f"{spec}: not installed (no such submodule under {root.parent})")
     version, license_text = _dist_metadata(top)
-    source = Source(spec=spec, package=spec, root=root, version=version, license=license_text)
-    source.files = _python_files(root)
+    # the whole top-level package is indexed (names resolve across it); candidates come from
+    # the modules under ``spec`` only
+    source = Source(spec=spec, package=top, root=top_root, version=version,
+                    license=license_text, scope=spec)
+    source.files = _python_files(top_root)
     return source

@@ -217,6 +217,8 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
         ranks = ["5d", "4d", "3d", "2d"]
     elif "1d" in lowered or "temporal" in lowered:
         ranks = ["3c", "3d", "2d", "4d"]
+    elif any(w in lowered for w in ("conv", "2d", "pool", "resnet", "bottleneck", "inception")):
+        ranks = ["4d", "3d", "2d", "3c", "5d"]
     elif any(w in lowered for w in ("attention", "attn", "transformer", "mlp", "block", "layer",
                                     "decoder", "encoder", "embedding", "rope", "rotary")):
         ranks = ["3d", "4d", "2d", "3c", "5d"]
