@@ -41,7 +41,6 @@ from kernelmill.synth.mine.index import ModuleIndex, PackageIndex
 from kernelmill.synth.mine.render import categorize, ladder, probe_job, render
 from kernelmill.synth.mine.sources import Source, SourceError, discover
 from kernelmill.synth.mine.spec import guess_class, guess_function
-from kernelmill.synth.resize import ResizeError, resize_source
 
 log = logging.getLogger("kernelmill")
 
@@ -266,13 +265,9 @@ class Miner:
             chosen = steps[0]  # nothing to scale: the base size, measured
         ops = (chosen or {}).get("op_names") or []
         category, level = categorize(ops, p.candidate.name, p.gathered.code)
+        sizes = dict(plans).get(factor) if factor is not None else None
         source = render(p.gathered, p.guess, p.probe, p.candidate.kind, self._meta(p),
-                        category, level)
-        if factor is not None and factor != 1.0:
-            try:
-                source = resize_source(source, factor=factor).source
-            except ResizeError:
-                factor = 1.0
+                        category, level, sizes=sizes)
         if chosen is not None:
             row["sized"] += 1
         try:

@@ -74,8 +74,11 @@ def _docstring(meta: dict[str, Any], category: str, level: int) -> str:
 
 
 def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
-           meta: dict[str, Any], category: str = "other", level: int = 1) -> str:
-    """The problem source at the base sizes (``BASE_DIMS``)."""
+           meta: dict[str, Any], category: str = "other", level: int = 1,
+           sizes: dict[str, int] | None = None) -> str:
+    """The problem source at the base sizes (``BASE_DIMS``), or at ``sizes`` (a plan of
+    ``ladder``: the values synth/resize.py would write, so no libcst pass over the whole
+    source is needed to apply it)."""
     template, width = probe["template"], int(probe["width"])
     exprs = [_input_expr(s, template, width, probe.get("target", "same"))
              for s in probe["inputs"]]
@@ -89,7 +92,9 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     lines = [_docstring(meta, category, level), gathered.code.rstrip("\n"),
              config_code(guess.config, probe.get("config_added", [])).rstrip("\n"), "", ""]
     probed = probe.get("dims") or {}
-    lines += [f"{d} = {max(BASE_DIMS[d], int(probed.get(d, 0)))}" for d in used] + ["", ""]
+    base = {d: max(BASE_DIMS[d], int(probed.get(d, 0))) for d in used}
+    base.update({d: v for d, v in (sizes or {}).items() if d in base})
+    lines += [f"{d} = {v}" for d, v in base.items()] + ["", ""]
     lines.append("class Model(nn.Module):")
     lines.append(f'    """{meta["qualname"]} ({meta["package"]}), in eval mode."""\n')
     if kind == "class":
