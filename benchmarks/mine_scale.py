@@ -6,7 +6,8 @@ Per source: candidates found, self-contained (gathered with no missing dependenc
 written (passed the static check), passed a CPU smoke run at shrunk size (in the harness's
 confined workers: builds, returns a finite tensor, repeats exactly), distinct after dedup
 (curate's exact keys, and MinHash near-duplicate groups at 0.8), categories covered, and
-candidates per second of the mining run (wall clock, probing included). Sources that are not
+processed candidates per second of the mining run (wall clock, probing included; with
+``--limit N`` only the first N candidates of a source are processed, the rest only counted). Sources that are not
 installed are rows with their rejection. Default sources: torch.nn, torchvision, timm,
 transformers.
 """
@@ -65,23 +66,26 @@ def main() -> None:
         kept = dedup_records([r.replace() for r in smoked], threshold=0.8, workers=1)
         cats = Counter(r.category for r in smoked)
         rows.append({"source": spec, "found": row.get("found", 0),
+                     "processed": row.get("found", 0) - row.get("not processed (limit)", 0),
                      "self-contained": row.get("resolved", 0), "probed": row.get("probed", 0),
                      "written": row.get("written", 0), "smoke ok": len(smoked),
                      "distinct exact": len(kept),
                      "distinct near": len({r.dedup.near_group for r in kept}),
-                     "categories": len(cats), "cand/s": round(row.get("found", 0) / seconds, 2)
+                     "categories": len(cats), "cand/s": round((row.get("found", 0) - row.get("not processed (limit)", 0))
+                                   / seconds, 2)
                      if seconds else 0, "seconds": round(seconds),
                      "rejected": {k.removeprefix("rejected: "): v for k, v in row.items()
                                   if k.startswith("rejected: ")}})
     kept = dedup_records([r.replace() for r in all_smoked], threshold=0.8, workers=1)
     cats = Counter(r.category for r in all_smoked)
     total = {"source": "all", **{k: sum(r[k] for r in rows) for k in
-                                 ("found", "self-contained", "probed", "written", "smoke ok",
+                                 ("found", "processed", "self-contained", "probed", "written",
+                                  "smoke ok",
                                   "seconds")},
              "distinct exact": len(kept), "distinct near": len({r.dedup.near_group for r in kept}),
              "categories": len(cats)}
-    total["cand/s"] = round(total["found"] / total["seconds"], 2) if total["seconds"] else 0
-    columns = ["source", "found", "self-contained", "probed", "written", "smoke ok",
+    total["cand/s"] = round(total["processed"] / total["seconds"], 2) if total["seconds"] else 0
+    columns = ["source", "found", "processed", "self-contained", "probed", "written", "smoke ok",
                "distinct exact", "distinct near", "categories", "cand/s", "seconds"]
     print(" | ".join(columns))
     for row in [*rows, total]:

@@ -61,7 +61,8 @@ class MineOptions:
                            "(Apache, MIT, BSD, ...)", build="mine_licenses",
                            choices=("any", "permissive"))
     functions: bool = option(True, "also mine public tensor functions (losses, ops)")
-    limit: int = option(0, "at most this many candidates per source, in file order (0: all)")
+    limit: int = option(0, "process at most this many candidates per source, in file order; "
+                        "the rest are only counted (0: all)")
     job_s: float = option(10.0, "time limit of one candidate's probe (s)")
     min_ms: float = option(0.4, "sizing: smallest estimated eager time aimed at (ms; "
                            "validate's band is 0.1-1000)")
@@ -187,11 +188,12 @@ class Miner:
                     self.reject(row, key, "parse error", item.error or "", package=source.package,
                                 file=str(item.path))
                 continue
-            if self.config.limit and seen >= self.config.limit:
-                break
-            seen += 1
             row["found"] += 1
             self.stats.count("found")
+            if self.config.limit and seen >= self.config.limit:
+                row["not processed (limit)"] += 1  # counted as found, never probed
+                continue
+            seen += 1
             if item.key in self.done:
                 row["resumed"] += 1
                 self.stats.count("resumed")
