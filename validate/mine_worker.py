@@ -273,6 +273,8 @@ class _Probe:
             return {"ok": False, "reason": "no tensor output",
                     "detail": f"forward returned {type(out).__name__}"}
         path, first = next(((p, t) for p, t in flat if t.is_floating_point()), flat[0])
+        if first.is_floating_point() and not torch.isfinite(first).all():
+            return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
         _mark(f"mine determinism {self.job['key']}")
         again = _flat(self.forward(model, inputs, 7))
         other_seed = _flat(self.forward(model, inputs, 8))

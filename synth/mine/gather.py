@@ -212,7 +212,10 @@ class Gatherer:
             state[key] = 1
             names, chains, _ = self._references(definition)
             for name, found in names.items():
-                if isinstance(found, Definition):
+                if isinstance(found, Definition) and not self.index.follow:
+                    # torch mined as a source: its other definitions are imported, not copied
+                    ext_users[(definition.module, name)] = External(found.module, found.name)
+                elif isinstance(found, Definition):
                     visit(found, depth + 1)
                 elif isinstance(found, External):
                     if found.root not in self.allowed:
@@ -268,6 +271,8 @@ class Gatherer:
             names, chains, dropped = self._references(definition)
             rename = {}
             for name, found in names.items():
+                if isinstance(found, Definition) and found.key not in out_name:
+                    found = External(found.module, found.name)  # imported (torch's own)
                 if isinstance(found, Definition) and out_name[found.key] != name:
                     rename[name] = out_name[found.key]
                 elif isinstance(found, External):

@@ -40,6 +40,9 @@ _CALLABLE_HINTS = ((r"norm", ["nn.BatchNorm2d", "nn.LayerNorm"]),
 _GENERIC = ["16", "2", "None", "True", "(3, 3)", "0.5", "'relu'"]
 _TOKEN_INPUTS = re.compile(r"(^|_)(ids|indices|index|idx|tokens?|positions?)$")
 _TARGET_INPUTS = re.compile(r"(^|_)(labels?|targets?|gt|y)$")
+_TENSOR_NAMES = re.compile(r"^(input\d?|x\d?|y|targets?|labels?|weight|bias|tensor|pred\w*|logits|"
+                           r"query|key|value|[qkv]|a|b|var|mean|hidden\w*|features?|boxes\d?|"
+                           r"scores|image|img|grad\w*|src|tgt|anchor|positive|negative)$")
 _MASK_INPUTS = re.compile(r"mask|padding")
 _PROB_INPUTS = re.compile(r"prob|probs|p$")
 _CONFIG_SHRINK = (
@@ -245,9 +248,9 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
 def guess_function(fn: Definition) -> Guess:
     guess = Guess()
     params = parameters(fn.node, method=False)
-    tensor_params = [p for p in params if p.default is None and
-                     (p.annotation.endswith("Tensor") or not p.annotation)
-                     and p.kind == "pos"]
+    tensor_params = [p for p in params if p.default is None and p.kind == "pos" and
+                     (p.annotation.endswith("Tensor") or
+                      (not p.annotation and _TENSOR_NAMES.search(p.name.lower())))]
     others = [p for p in params if p.default is None and p not in tensor_params
               and p.kind in ("pos", "kw")]
     name = fn.name.lower()
