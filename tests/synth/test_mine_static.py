@@ -104,3 +104,23 @@ def test_categories_come_from_the_ops_the_forward_ran():
     assert categorize(["addmm"], "Projection", "") == ("matmul", 1)
     assert categorize(["sub", "abs", "where", "mean"], "smooth_l1_loss", "")[0] == "loss"
     assert categorize([], "MaxPoolThing", "")[0] == "pooling"
+
+
+def test_the_build_takes_mine_sources_and_synth_mutates_mined_records(tmp_path, seeds_dir):
+    from kernelmill.app.config import BuildConfig, load_config
+    from kernelmill.core.record import Record
+    from kernelmill.core.store import JsonlWriter
+    from kernelmill.synth.generate import synthesize
+
+    assert BuildConfig().mine == [] and BuildConfig().mine_licenses == "any"
+    toml = tmp_path / "build.toml"
+    toml.write_text('mine = ["torchvision", "some/folder"]\nmine_licenses = "permissive"\n')
+    config = load_config(toml)
+    assert config.mine == ["torchvision", "some/folder"] and config.mine_licenses == "permissive"
+    mined = tmp_path / "mined.jsonl"
+    source = (seeds_dir / "gram_matrix.py").read_text()
+    with JsonlWriter(mined) as writer:
+        writer.write(Record.from_source(source, name="mined_gram", category="matmul",
+                                        provenance={"generator": "mine"}))
+    stats = synthesize(seeds_dir, tmp_path / "synth.jsonl", n=2, seed=0, mined=mined)
+    assert stats.counts["mined seeds"] == 1
