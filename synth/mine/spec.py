@@ -158,6 +158,20 @@ def _config_fields(index: PackageIndex, cls: Definition, depth: int = 0) -> dict
     return fields
 
 
+def _module_config(index: PackageIndex, module: str) -> Definition | None:
+    """The config class a module works with when a ``config`` parameter is not annotated: the
+    one class named ``...Config`` it defines or imports from the package."""
+    mod = index.module(module)
+    if mod is None:
+        return None
+    names = [n for n in [*mod.defs, *mod.imports] if n.endswith("Config") and n != "Config"]
+    for name in names:
+        found = index.resolve(module, name)
+        if isinstance(found, Definition) and found.kind == "class":
+            return found
+    return None
+
+
 def _literal(node: cst.BaseExpression) -> bool:
     if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)):
         return True
@@ -187,7 +201,8 @@ def guess_class(index: PackageIndex, cls: Definition) -> Guess:
             continue
         config_cls = None
         if "config" in p.name.lower() or p.annotation.endswith("Config"):
-            found = index.resolve_dotted(cls.module, p.annotation) if p.annotation else None
+            found = index.resolve_dotted(cls.module, p.annotation) if p.annotation else \
+                _module_config(index, cls.module)
             if isinstance(found, Definition) and found.kind == "class":
                 config_cls = found
             if p.default is None or config_cls is not None:
