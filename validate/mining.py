@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -147,6 +148,11 @@ class Miner:
         self.out = out
         self.stats = StageStats("mine")
         self.table: dict[str, Counter] = {}
+        # probing a chunk (in a background thread) overlaps gathering the next one; the
+        # writers and counts are shared, so both threads take this lock around them
+        self.lock = threading.RLock()
+        self.background = ThreadPoolExecutor(1)
+        self.running = None
         self.records = JsonlWriter(out)
         self.rejects = JsonlWriter(rejected_path(out), key="key")
         self.done = set(self.rejects.seen)
@@ -155,11 +161,30 @@ class Miner:
             if key:
                 self.done.add(key)
 
+    def submit(self, pending: list[_Pending], row: Counter) -> None:
+        """Probe, size and write ``pending`` in the background (one chunk at a time)."""
+        self.wait()
+        if pending:
+            self.running = self.background.submit(self.finish, pending, row)
+
+    def wait(self) -> None:
+        if self.running is not None:
+            running, self.running = self.running, None
+            running.result()  # re-raises what the background chunk raised
+
     def close(self) -> None:
-        self.records.close()
-        self.rejects.close()
+        try:
+            self.wait()
+        finally:
+            self.background.shutdown(wait=True)
+            self.records.close()
+            self.rejects.close()
 
     def reject(self, row: Counter, key: str, reason: str, detail: str, **where: Any) -> None:
+        with self.lock:
+            self._reject(row, key, reason, detail, **where)
+
+    def _reject(self, row: Counter, key: str, reason: str, detail: str, **where: Any) -> None:
         row["rejected"] += 1
         row[f"rejected: {reason}"] += 1
         self.stats.dropped(reason)
@@ -188,15 +213,18 @@ class Miner:
                     self.reject(row, key, "parse error", item.error or "", package=source.package,
                                 file=str(item.path))
                 continue
-            row["found"] += 1
-            self.stats.count("found")
+            with self.lock:
+                row["found"] += 1
+                self.stats.count("found")
             if self.config.limit and seen >= self.config.limit:
-                row["not processed (limit)"] += 1  # counted as found, never probed
+                with self.lock:
+                    row["not processed (limit)"] += 1  # counted as found, never probed
                 continue
             seen += 1
             if item.key in self.done:
-                row["resumed"] += 1
-                self.stats.count("resumed")
+                with self.lock:
+                    row["resumed"] += 1
+                    self.stats.count("resumed")
                 continue
             where = {"package": source.package, "file": str(item.definition.path),
                      "line": item.definition.line, "qualname": item.definition.key}
@@ -209,15 +237,17 @@ class Miner:
                 self.reject(row, item.key, "gather failed", f"{type(exc).__name__}: {exc}",
                             **where)
                 continue
-            row["resolved"] += 1
+            with self.lock:
+                row["resolved"] += 1
             guess = guess_class(index, item.definition) if item.kind == "class" \
                 else guess_function(item.definition)
             job = probe_job(item.key, gathered, guess, item.kind)
             pending.append(_Pending(item, source, gathered, guess, job))
             if len(pending) >= self.config.batch * self.config.workers * 2:
-                self.finish(pending, row)
+                self.submit(pending, row)
                 pending = []
-        self.finish(pending, row)
+        self.submit(pending, row)
+        self.wait()
 
     def finish(self, pending: list[_Pending], row: Counter) -> None:
         if not pending:
@@ -225,7 +255,8 @@ class Miner:
         started = time.monotonic()
         results = {r["key"]: r for r in _run_batches(PROBE, [p.job for p in pending],
                                                      self.config, {})}
-        self.stats.count("seconds: probe", round(time.monotonic() - started))
+        with self.lock:
+            self.stats.count("seconds: probe", round(time.monotonic() - started))
         sized_jobs, plans_of, probed = [], {}, []
         for p in pending:
             where = self._where(p)
@@ -235,7 +266,8 @@ class Miner:
                 self.reject(row, p.candidate.key, result["reason"], result.get("detail", ""),
                             seconds=result.get("seconds"), **where)
                 continue
-            row["probed"] += 1
+            with self.lock:
+                row["probed"] += 1
             p.probe = result
             p.base = render(p.gathered, p.guess, result, p.candidate.kind, self._meta(p))
             plans = ladder(p.base)
@@ -246,7 +278,8 @@ class Miner:
         started = time.monotonic()
         sizes = {r["key"]: r for r in _run_batches(SIZE, sized_jobs, self.config,
                                                    {"stop_ms": self.config.max_ms})}
-        self.stats.count("seconds: size", round(time.monotonic() - started))
+        with self.lock:
+            self.stats.count("seconds: size", round(time.monotonic() - started))
         for p in probed:
             self.write(p, sizes.get(p.candidate.key) or {}, plans_of[p.candidate.key], row)
 
@@ -271,13 +304,15 @@ class Miner:
         source = render(p.gathered, p.guess, p.probe, p.candidate.kind, self._meta(p),
                         category, level, sizes=sizes)
         if chosen is not None:
-            row["sized"] += 1
+            with self.lock:
+                row["sized"] += 1
         try:
             problem = check_source(source, name=p.candidate.name)
         except ProblemError as exc:
             self.reject(row, p.candidate.key, "static check", exc.reason, **self._where(p))
             return
-        row["static ok"] += 1
+        with self.lock:
+            row["static ok"] += 1
         d = p.candidate.definition
         mined = {"key": p.candidate.key, "kind": p.candidate.kind, "source": p.source.spec,
                  "package": p.source.package,
@@ -299,13 +334,14 @@ class Miner:
                                     level=problem.level,
                                     provenance={"generator": "mine", "operations": [],
                                                 "parent": None, "mined": mined})
-        if self.records.write(record):
-            row["written"] += 1
-            self.stats.kept()
-            self.stats.count(f"category: {record.category}")
-        else:
-            self.reject(row, p.candidate.key, "duplicate source",
-                        f"same source as record {record.id}", **self._where(p))
+        with self.lock:
+            if self.records.write(record):
+                row["written"] += 1
+                self.stats.kept()
+                self.stats.count(f"category: {record.category}")
+            else:
+                self.reject(row, p.candidate.key, "duplicate source",
+                            f"same source as record {record.id}", **self._where(p))
 
 
 def print_table(table: dict[str, Counter]) -> None:
