@@ -25,7 +25,7 @@ from kernelmill.curate.dedup import dedup_records
 from kernelmill.synth.resize import ResizeError, shrink_for_cpu
 from kernelmill.validate.mining import MineOptions, _run_batches, mine
 
-SMOKE = "kernelmill.validate.mine_worker:smoke_batch"
+SMOKE = "kernelmill.validate.mine_sizing:smoke_batch"
 
 
 def smoke(records, config: MineOptions) -> set[str]:

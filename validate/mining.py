@@ -7,7 +7,7 @@ in this package's confined workers (``mine_worker.probe_batch``: a batch of cand
 worker, a time limit per candidate, an address-space limit per worker; a batch whose worker
 dies or hangs is rerun one candidate per worker, so the culprit alone is rejected). Probed
 candidates are written at base sizes, sized on the meta device along synth/resize.py's plans
-(``mine_worker.size_batch``) to the largest size whose estimated eager time stays under
+(``mine_sizing.size_batch``) to the largest size whose estimated eager time stays under
 ``max_ms``, checked statically and written as records.
 
 It sits in validate/ because probing runs in the harness's workers (validate is above synth
@@ -46,7 +46,7 @@ from kernelmill.synth.mine.spec import guess_class, guess_function
 log = logging.getLogger("kernelmill")
 
 PROBE = "kernelmill.validate.mine_worker:probe_batch"
-SIZE = "kernelmill.validate.mine_worker:size_batch"
+SIZE = "kernelmill.validate.mine_sizing:size_batch"
 MAX_TENSOR_NUMEL = 2 ** 28     # synth/composer.py's caps on a problem's memory
 MAX_HELD_BYTES = 6 * 2 ** 30
 TABLE_COLUMNS = ("found", "resolved", "probed", "sized", "static ok", "written", "rejected")

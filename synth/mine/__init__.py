@@ -10,7 +10,7 @@
 - ``render``: the KernelBench-format source from gathered code and a probed spec; sizing ladders.
 
 Probing runs in the validate harness's confined workers, so the worker side
-(``kernelmill.validate.mine_worker``: repair the guesses from the errors, check determinism,
-estimate eager time on the meta device) and the stage (``kernelmill.validate.mining``) sit in
-validate/, above synth in the layers.
+(``kernelmill.validate.mine_worker``: repair the guesses from the errors, check determinism;
+``kernelmill.validate.mine_sizing``: estimate eager time on the meta device) and the stage
+(``kernelmill.validate.mining``) sit in validate/, above synth in the layers.
 """
