@@ -49,7 +49,8 @@ PROBE = "kernelmill.validate.mine_worker:probe_batch"
 SIZE = "kernelmill.validate.mine_sizing:size_batch"
 MAX_TENSOR_NUMEL = 2 ** 28     # synth/composer.py's caps on a problem's memory
 MAX_HELD_BYTES = 6 * 2 ** 30
-TABLE_COLUMNS = ("found", "resolved", "probed", "sized", "static ok", "written", "rejected")
+TABLE_COLUMNS = ("found", "resolved", "probed", "sized", "in band", "static ok", "written",
+                 "rejected")
 
 
 @dataclass
@@ -66,7 +67,8 @@ class MineOptions:
                         "the rest are only counted (0: all)")
     job_s: float = option(10.0, "time limit of one candidate's probe (s)")
     min_ms: float = option(0.4, "sizing: smallest estimated eager time aimed at (ms; "
-                           "validate's band is 0.1-1000)")
+                           "validate's band is 0.1-1000); a problem that stays below it at the "
+                           "largest size tried is kept, with sizing.in_band false")
     max_ms: float = option(10.0, "sizing: largest estimated eager time allowed (ms)")
     batch: int = option(16, "candidates per probing worker", result=False)
     workers: int = option(2, "probing workers at once", result=False)
@@ -303,9 +305,12 @@ class Miner:
         sizes = dict(plans).get(factor) if factor is not None else None
         source = render(p.gathered, p.guess, p.probe, p.candidate.kind, self._meta(p),
                         category, level, sizes=sizes)
+        est = (chosen or {}).get("est_ms")
+        in_band = est is not None and self.config.min_ms <= est <= self.config.max_ms
         if chosen is not None:
             with self.lock:
                 row["sized"] += 1
+                row["in band"] += int(in_band)
         try:
             problem = check_source(source, name=p.candidate.name)
         except ProblemError as exc:
@@ -323,7 +328,7 @@ class Miner:
                  "content_sha256": hashlib.sha256(
                      p.gathered.code.encode("utf-8")).hexdigest()[:16],
                  "definitions": len(p.gathered.definitions), "imports": p.gathered.externals,
-                 "sizing": {"factor": factor, "est_ms": (chosen or {}).get("est_ms"),
+                 "sizing": {"factor": factor, "est_ms": est, "in_band": in_band,
                             "flops": (chosen or {}).get("flops"),
                             "bytes": (chosen or {}).get("bytes"),
                             "error": None if chosen else (steps[0].get("error") if steps else
