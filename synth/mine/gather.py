@@ -78,6 +78,20 @@ class _Names(cst.CSTVisitor):
         return False
 
 
+class _LoadNames(_Names):
+    """The names a definition uses when its module is loaded: everything but function bodies
+    (their defaults and decorators are load-time; a body runs only when called)."""
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        node.params.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
 class _Rewrite(cst.CSTTransformer):
     """Renames references (``names``: old -> new; ``chains``: ``layers.Mlp`` -> ``Mlp``) and
     drops the decorators in ``dropped`` (their code text)."""
@@ -173,10 +187,12 @@ class Gatherer:
             if drop:
                 dropped.add(cst.Module([]).code_for_node(expr))
         visitor = _Names()
+        loading = _LoadNames()
         stripped = definition.node
         if dropped:
             stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
         stripped.visit(visitor)
+        stripped.visit(loading)
         names = {}
         for name in visitor.names:
             if name == definition.name and definition.kind != "assign":
@@ -194,9 +210,49 @@ class Gatherer:
                     if isinstance(found, Definition):
                         chains[".".join(parts[:cut])] = found
                         break
-        result = (names, chains, dropped)
+        load = {found.key for name, found in names.items()
+                 if isinstance(found, Definition) and name in loading.names}
+        load |= {found.key for chain, found in chains.items() if chain in loading.chains}
+        result = (names, chains, dropped, load)
         self._refs[definition.key] = result
         return result
+
+    def _load_order(self, order: list[Definition]) -> list[Definition]:
+        """``order`` (dependencies first) with what each definition needs while its module
+        loads placed before it: its load-time names, and everything a function it may call
+        then reaches (``gelu = get_activation("gelu")`` needs what ``get_activation`` uses)."""
+        members = {d.key: d for d in order}
+        position = {d.key: i for i, d in enumerate(order)}
+
+        def reach(key: str, seen: set[str]) -> None:
+            if key in seen or key not in members:
+                return
+            seen.add(key)
+            names, chains, _, _ = self._references(members[key])
+            for found in [*names.values(), *chains.values()]:
+                if isinstance(found, Definition):
+                    reach(found.key, seen)
+
+        placed: set[str] = set()
+        final: list[Definition] = []
+
+        def place(definition: Definition) -> None:
+            if definition.key in placed:
+                return
+            placed.add(definition.key)
+            needs: set[str] = set()
+            for key in self._references(definition)[3]:
+                if key in members and members[key].kind == "function":
+                    reach(key, needs)
+                else:
+                    needs.add(key)
+            for key in sorted(needs & members.keys(), key=position.__getitem__):
+                place(members[key])
+            final.append(definition)
+
+        for definition in order:
+            place(definition)
+        return final
 
     def gather(self, root: Definition) -> Gathered:
         order: list[Definition] = []
@@ -210,7 +266,7 @@ class Gatherer:
             if depth > 60:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
-            names, chains, _ = self._references(definition)
+            names, chains, _, _ = self._references(definition)
             for name, found in names.items():
                 if isinstance(found, Definition) and not self.index.follow:
                     # torch mined as a source: its other definitions are imported, not copied
@@ -232,6 +288,7 @@ class Gatherer:
                 raise GatherError("too large", f"more than {MAX_DEFINITIONS} definitions")
 
         visit(root, 0)
+        order = self._load_order(order)
         # names in the output: the definitions', then the imports'
         taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn",
                                  "F": "torch.nn.functional"}  # output name -> what it holds
@@ -268,7 +325,7 @@ class Gatherer:
             import_lines[new] = line
         parts: list[str] = []
         for definition in order:
-            names, chains, dropped = self._references(definition)
+            names, chains, dropped, _ = self._references(definition)
             rename = {}
             for name, found in names.items():
                 if isinstance(found, Definition) and found.key not in out_name:
