@@ -57,8 +57,9 @@ TABLE_COLUMNS = ("found", "resolved", "probed", "sized", "in band", "static ok",
 class MineOptions:
     """Knobs of the mine stage."""
 
-    sources: list[str] = option(help="sources to mine when none is given on the command line "
-                                "(the build's `mine` list)", build="mine", default_factory=list)
+    sources: list[str] = option(  # noqa: RUF009 — option() is the field declaration
+        help="sources to mine when none is given on the command line (the build's `mine` "
+             "list)", build="mine", default_factory=list)
     licenses: str = option("any", "which sources to mine by license: any, or permissive "
                            "(Apache, MIT, BSD, ...)", build="mine_licenses",
                            choices=("any", "permissive"))
