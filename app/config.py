@@ -50,6 +50,12 @@ class BuildConfig:
     workers: int | None = option(None, "parallel validation workers (default: one per GPU x "
                                  "workers per GPU, 2 on CPU)")
     seeds_dir: str | None = option(None, "folder of seed problems (default: the shipped seeds)")
+    mine: list[str] = option(help="sources to mine before synthesis (`kernelmill mine`): "
+                             "installed packages, folders or git checkouts; their problems join "
+                             "the build and seed the mutators (repeatable; default: none)",
+                             default_factory=list)
+    mine_licenses: str = option("any", "which mined sources to keep by license: any, or "
+                                "permissive", choices=("any", "permissive"))
     seeds_glob: str = option("*.py", "which files of the seeds folder to use")
     seeds_limit: int = option(0, "use only the first N seed files (by name); 0: all")
     eval_fraction: float = option(0.2, "share of problem families that go to eval")
@@ -172,6 +178,8 @@ def parse_toml(path: str | Path) -> dict[str, Any]:
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             raise KernelmillError(f"{_where(path, text, key)}: {key} must be "
                                   f"{_type_name(types)}, got {value!r}")
+        if key == "mine" and not all(isinstance(v, str) for v in value):
+            raise KernelmillError(f"{_where(path, text, key)}: mine must be a list of sources")
         if key == "against" and not all(isinstance(v, str) for v in value):
             raise KernelmillError(f"{_where(path, text, key)}: against must be a list of paths")
         if types[0] is float:

@@ -11,6 +11,7 @@ from kernelmill.core.step import Step, load_step
 
 STAGES = (
     "kernelmill.core.interop:STEP",       # import: KernelBench-format files -> records
+    "kernelmill.validate.mining:STEP",    # mine: problems from real PyTorch code (sources)
     "kernelmill.synth.generate:STEP",     # synth: new problems from seeds and the op catalog
     "kernelmill.core.interop:CONCAT",     # concat: seeds + synthesized -> problems
     "kernelmill.validate.runner:STEP",    # validate: enrich every record with its checks

@@ -157,5 +157,6 @@ class ConcatConfig:
 
 CONCAT = Step(
     name="concat", title="concatenate", config=ConcatConfig, run=_run_concat,
-    inputs=("seeds.jsonl", "synth.jsonl"), output="problems.jsonl", input_nargs="+",
+    inputs=("seeds.jsonl", "mined.jsonl", "synth.jsonl"), output="problems.jsonl",
+    input_nargs="+",
     input_help="records files, in order", help="join records files, keeping the first of each id")

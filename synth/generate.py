@@ -249,8 +249,18 @@ class Synthesizer:
         return record
 
 
+def load_mined(path: str | Path | None) -> list[Record]:
+    """Records of ``kernelmill mine`` used as extra seeds (none when the file is absent)."""
+    if not path or not Path(path).exists():
+        return []
+    from kernelmill.core.store import read_records
+
+    return list(read_records(path))
+
+
 def synthesize(seeds_dir: str | Path, out_path: str | Path, *, n: int, seed: int = 0,
-               llm: LLMConfig | LLMProposer | dict | None = None) -> StageStats:
+               llm: LLMConfig | LLMProposer | dict | None = None,
+               mined: str | Path | None = None) -> StageStats:
     """Write ``n`` new problems to ``out_path`` (appending, resumable); counts by reason."""
     stats = StageStats("synth")
     start = time.monotonic()
@@ -258,6 +268,10 @@ def synthesize(seeds_dir: str | Path, out_path: str | Path, *, n: int, seed: int
         return stats
     seeds = load_seeds(seeds_dir)
     stats.count("seeds", len(seeds))
+    extra = load_mined(mined)
+    if extra:
+        seeds += extra
+        stats.count("mined seeds", len(extra))
     proposer = None
     if llm is not None:
         proposer = llm if isinstance(llm, LLMProposer) else LLMProposer(
@@ -310,6 +324,8 @@ class SynthOptions:
     llm_fraction: float = option(0.1, "share of attempts that ask the LLM")
     llm_examples: int = option(2, "few-shot examples per request")
     llm_options: dict[str, Any] = option(help="", default_factory=dict)  # [llm] table of a build
+    mined: str | None = option(None, "records of `kernelmill mine` to mutate as extra seeds",
+                               path=True)
 
     def llm_config(self) -> LLMConfig | None:
         if not self.llm:
@@ -326,7 +342,8 @@ def _run(inputs: list[Path], out: Path, config: SynthOptions) -> StageStats:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.touch()
         return StageStats("synth")
-    return synthesize(seeds, out, n=config.n, seed=config.seed, llm=config.llm_config())
+    return synthesize(seeds, out, n=config.n, seed=config.seed, llm=config.llm_config(),
+                      mined=config.mined)
 
 
 STEP = Step(
@@ -335,7 +352,9 @@ STEP = Step(
     out_help="records file to append to (JSONL)",
     requires=lambda config: {"openai": "pip install openai"} if config.llm else {},
     build_values=lambda build: {"n": build.n, "llm": bool(build.config.llm),
-                                "llm_options": dict(build.config.llm)},
+                                "llm_options": dict(build.config.llm),
+                                "mined": str(build.path("mined.jsonl")) if build.config.mine
+                                else None},
     help="make new problems from seeds, the op catalog and (optionally) an LLM",
     description="Compose problems from the op catalog and mutate seeds with libcst codemods "
                 "(resize, dtype, op swaps, epilogues, reduction dims, conv/pool geometry, input "

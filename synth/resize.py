@@ -45,7 +45,7 @@ from kernelmill.core.errors import KernelmillError
 from kernelmill.core.problem import parse
 
 __all__ = ["ResizeError", "ResizeResult", "resize_source", "shrink_for_cpu", "size_constants",
-           "largest_numel", "CPU_MAX_NUMEL"]
+           "largest_numel", "size_plans", "CPU_MAX_NUMEL"]
 
 CPU_MAX_NUMEL = 256 * 1024
 SMALL = 8  # constants at or below this are never scaled (kernel sizes, counts, axes)
@@ -768,6 +768,21 @@ def resize_source(source: str, *, factor: float | None = None, target_numel: int
         else source
     return ResizeResult(source=new_source, factor=float(factor), changes=changes,
                         numel_before=before, numel_after=_largest(analysis, values))
+
+
+def size_plans(source: str, factors, *, min_size: int = 1) -> list[tuple[float, dict[str, int]]]:
+    """(factor, the size constants' values ``resize_source(factor=...)`` would write) for each
+    factor, without rewriting the source: a caller that measures each size (mining's sizing
+    ladder) overrides the constants in one namespace, then renders only the factor it picks."""
+    analysis = _analyze(source)
+    if not analysis.scalable:
+        raise _refusal(analysis)
+    plans = []
+    for factor in factors:
+        values = _plan(analysis, float(factor), min_size)
+        if values:
+            plans.append((float(factor), values))
+    return plans
 
 
 def shrink_for_cpu(source: str, max_numel: int = CPU_MAX_NUMEL, *,

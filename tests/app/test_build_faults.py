@@ -94,5 +94,5 @@ def test_a_second_build_on_the_same_folder_fails_at_once_naming_the_first(tmp_pa
                                      "it to finish or stop it, then rerun")
     assert waited < 30  # at once: it did not run (or wait for) any stage
     state = json.loads((out / "build_state.json").read_text())
-    assert all(not entry.get("finished") or name in ("import", "synth", "concat")
+    assert all(not entry.get("finished") or name in ("import", "mine", "synth", "concat")
                for name, entry in state["stages"].items())

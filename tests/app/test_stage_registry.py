@@ -15,7 +15,7 @@ from kernelmill.core.step import Step, build_key, default_of
 def test_registry_names_each_stage_once_in_data_flow_order():
     names = [step.name for step in stages()]
     assert len(STAGES) == len(names) == len(set(names))
-    assert names == ["import", "synth", "concat", "validate", "filter", "dedup", "cluster",
+    assert names == ["import", "mine", "synth", "concat", "validate", "filter", "dedup", "cluster",
                      "split", "publish"]
     outputs = {step.output for step in stages()}
     for step in stages():  # every build input is the seeds folder or an earlier stage's output

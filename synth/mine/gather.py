@@ -1,0 +1,360 @@
+"""Everything a candidate reaches at module level, across the package's files, into one
+self-contained piece of code: the definitions (classes, functions, constants) in dependency
+order, each renamed where two modules use one name, and the imports of torch and the standard
+library they need. A name that leads to another third-party package is a ``GatherError``
+("missing dependency: einops"), as is a closure too large to be one problem.
+
+Package decorators (registries, docstring helpers, hub kernels) and torch's compiler
+decorators are dropped: they register or compile, they do not compute. Annotations are not
+followed (the code starts with ``from __future__ import annotations``, so they stay strings).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
+
+RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
+                      "annotations"})
+MAX_DEFINITIONS = 150
+MAX_CHARS = 150_000
+_DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
+                               "torch.compiler", "torch.library")
+
+
+class GatherError(Exception):
+    def __init__(self, label: str, detail: str):
+        super().__init__(f"{label}: {detail}")
+        self.label = label
+        self.detail = detail
+
+
+@dataclass
+class Gathered:
+    code: str                       # imports + definitions, no KernelBench scaffolding
+    name: str                       # the candidate's name in ``code``
+    definitions: list[Definition] = field(default_factory=list)
+    externals: list[str] = field(default_factory=list)
+
+
+class _Names(cst.CSTVisitor):
+    """Free-looking names of a definition: ``Name`` loads and the dotted chains they start,
+    outside annotations, attribute names, keyword names and parameter names."""
+
+    def __init__(self):
+        self.names: set[str] = set()
+        self.chains: set[str] = set()
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        dotted = _dotted(node)
+        if dotted:
+            self.chains.add(dotted)
+            self.names.add(dotted.split(".")[0])
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        for part in (node.default,):
+            if part is not None:
+                part.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+
+class _LoadNames(_Names):
+    """The names a definition uses when its module is loaded: everything but function bodies
+    (their defaults and decorators are load-time; a body runs only when called)."""
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        node.params.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+class _Rewrite(cst.CSTTransformer):
+    """Renames references (``names``: old -> new; ``chains``: ``layers.Mlp`` -> ``Mlp``) and
+    drops the decorators in ``dropped`` (their code text)."""
+
+    def __init__(self, names: dict[str, str], chains: dict[str, str], dropped: set[str],
+                 top: str, new_top: str):
+        super().__init__()
+        self.names, self.chains, self.dropped = names, chains, dropped
+        self.top, self.new_top = top, new_top
+        self.depth = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return _dotted(node) not in self.chains
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
+        dotted = _dotted(original)
+        if dotted in self.chains:
+            return cst.Name(self.chains[dotted])
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        new = self.names.get(original.value)
+        return updated.with_changes(value=new) if new else updated
+
+    def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
+        return updated.with_changes(name=original.name)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+    def _decorators(self, updated):
+        kept = [d for d in updated.decorators
+                if cst.Module([]).code_for_node(d.decorator) not in self.dropped]
+        return kept
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.depth += 1
+        return True
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
+        self.depth -= 1
+        name = self.new_top if self.depth == 0 and original.name.value == self.top \
+            else original.name.value
+        return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.depth += 1
+        return True
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef):
+        self.depth -= 1
+        name = self.new_top if self.depth == 0 and original.name.value == self.top \
+            else original.name.value
+        return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
+
+
+def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
+    """The decorators of a definition and of the methods of a class (no full walk: a libcst
+    visitor over every node was half the gathering time)."""
+    found: list[cst.Decorator] = list(getattr(node, "decorators", ()))
+    if isinstance(node, cst.ClassDef):
+        for stmt in node.body.body:
+            found.extend(getattr(stmt, "decorators", ()))
+    return found
+
+
+class Gatherer:
+    """Gathers candidates of one package index (reusable: keeps no per-candidate state)."""
+
+    def __init__(self, index: PackageIndex, allowed_roots: frozenset[str] = ALLOWED_ROOTS):
+        self.index = index
+        self.allowed = allowed_roots
+        self._refs: dict[str, tuple] = {}
+        self._code: dict[tuple, str] = {}  # a definition's text under one renaming
+
+    def _references(self, definition: Definition):
+        """(resolved name refs, resolved chain refs, dropped decorator texts) of a definition."""
+        cached = self._refs.get(definition.key)
+        if cached is not None:
+            return cached
+        index, module = self.index, definition.module
+        dropped: set[str] = set()
+        for decorator in _decorator_texts(definition.node):
+            expr = decorator.decorator
+            head = expr.func if isinstance(expr, cst.Call) else expr
+            target = index.resolve_dotted(module, _dotted(head)) if _dotted(head) else None
+            drop = isinstance(target, (Definition, ModuleRef)) or (
+                isinstance(target, External) and
+                f"{target.module}.{target.attr}".startswith(_DROPPED_DECORATOR_PREFIXES))
+            if drop:
+                dropped.add(cst.Module([]).code_for_node(expr))
+        visitor = _Names()
+        loading = _LoadNames()
+        stripped = definition.node
+        if dropped:
+            stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
+        stripped.visit(visitor)
+        stripped.visit(loading)
+        names = {}
+        for name in visitor.names:
+            if name == definition.name and definition.kind != "assign":
+                continue
+            found = index.resolve(module, name)
+            if found is not None:
+                names[name] = found
+        chains = {}
+        for chain in visitor.chains:
+            head = chain.split(".")[0]
+            if isinstance(names.get(head), ModuleRef):
+                parts = chain.split(".")
+                for cut in range(len(parts), 1, -1):  # the longest prefix that is a definition
+                    found = index.resolve_dotted(module, ".".join(parts[:cut]))
+                    if isinstance(found, Definition):
+                        chains[".".join(parts[:cut])] = found
+                        break
+        load = {found.key for name, found in names.items()
+                 if isinstance(found, Definition) and name in loading.names}
+        load |= {found.key for chain, found in chains.items() if chain in loading.chains}
+        result = (names, chains, dropped, load)
+        self._refs[definition.key] = result
+        return result
+
+    def _load_order(self, order: list[Definition]) -> list[Definition]:
+        """``order`` (dependencies first) with what each definition needs while its module
+        loads placed before it: its load-time names, and everything a function it may call
+        then reaches (``gelu = get_activation("gelu")`` needs what ``get_activation`` uses)."""
+        members = {d.key: d for d in order}
+        position = {d.key: i for i, d in enumerate(order)}
+
+        def reach(key: str, seen: set[str]) -> None:
+            if key in seen or key not in members:
+                return
+            seen.add(key)
+            names, chains, _, _ = self._references(members[key])
+            for found in [*names.values(), *chains.values()]:
+                if isinstance(found, Definition):
+                    reach(found.key, seen)
+
+        placed: set[str] = set()
+        final: list[Definition] = []
+
+        def place(definition: Definition) -> None:
+            if definition.key in placed:
+                return
+            placed.add(definition.key)
+            needs: set[str] = set()
+            for key in self._references(definition)[3]:
+                if key in members and members[key].kind == "function":
+                    reach(key, needs)
+                else:
+                    needs.add(key)
+            for key in sorted(needs & members.keys(), key=position.__getitem__):
+                place(members[key])
+            final.append(definition)
+
+        for definition in order:
+            place(definition)
+        return final
+
+    def gather(self, root: Definition) -> Gathered:
+        order: list[Definition] = []
+        state: dict[str, int] = {}
+        ext_users: dict[tuple[str, str], External] = {}
+
+        def visit(definition: Definition, depth: int) -> None:
+            key = definition.key
+            if state.get(key):
+                return
+            if depth > 60:
+                raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
+            state[key] = 1
+            names, chains, _, _ = self._references(definition)
+            for name, found in names.items():
+                if isinstance(found, Definition) and not self.index.follow:
+                    # torch mined as a source: its other definitions are imported, not copied
+                    ext_users[(definition.module, name)] = External(found.module, found.name)
+                elif isinstance(found, Definition):
+                    visit(found, depth + 1)
+                elif isinstance(found, External):
+                    if found.root not in self.allowed:
+                        raise GatherError("missing dependency",
+                                          f"{found.root} (for {name} in {definition.module})")
+                    ext_users[(definition.module, name)] = found
+                elif isinstance(found, ModuleRef):
+                    pass  # only its chains are used (below)
+            for found in chains.values():
+                visit(found, depth + 1)
+            state[key] = 2
+            order.append(definition)
+            if len(order) > MAX_DEFINITIONS:
+                raise GatherError("too large", f"more than {MAX_DEFINITIONS} definitions")
+
+        visit(root, 0)
+        order = self._load_order(order)
+        # names in the output: the definitions', then the imports'
+        taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn",
+                                 "F": "torch.nn.functional"}  # output name -> what it holds
+        out_name: dict[str, str] = {}
+        for definition in order:
+            name = definition.name
+            new = name
+            n = 1
+            while new in RESERVED or (new in taken and taken[new] != definition.key):
+                n += 1
+                new = f"{name}_{n}"
+            taken[new] = definition.key
+            out_name[definition.key] = new
+        import_lines: dict[str, str] = {}  # output name -> import statement
+        ext_name: dict[tuple[str, str], str] = {}
+        for (module, local), target in sorted(ext_users.items(), key=lambda kv: kv[0]):
+            what = f"{target.module}.{target.attr}" if target.attr else target.module
+            new = local
+            n = 1
+            while (new in taken and taken[new] != what) or new in ("Model", "get_inputs",
+                                                                   "get_init_inputs"):
+                n += 1
+                new = f"{local}_{n}"
+            taken[new] = what
+            ext_name[(module, local)] = new
+            if target.attr is None:
+                line = f"import {target.module}" if new == target.module else \
+                    f"import {target.module} as {new}"
+            else:
+                line = f"from {target.module} import {target.attr}" + \
+                    ("" if new == target.attr else f" as {new}")
+            if target.module == "__future__" or new in ("torch", "nn", "F"):
+                continue
+            import_lines[new] = line
+        parts: list[str] = []
+        for definition in order:
+            names, chains, dropped, _ = self._references(definition)
+            rename = {}
+            for name, found in names.items():
+                if isinstance(found, Definition) and found.key not in out_name:
+                    found = External(found.module, found.name)  # imported (torch's own)
+                if isinstance(found, Definition) and out_name[found.key] != name:
+                    rename[name] = out_name[found.key]
+                elif isinstance(found, External):
+                    new = ext_name.get((definition.module, name), name)
+                    if new != name:
+                        rename[name] = new
+            chain_map = {chain: out_name[found.key] for chain, found in chains.items()}
+            new_top = out_name[definition.key]
+            cache_key = (definition.key, tuple(sorted(rename.items())),
+                         tuple(sorted(chain_map.items())), new_top)
+            code = self._code.get(cache_key)
+            if code is None:
+                node = definition.node
+                if rename or chain_map or dropped or new_top != definition.name:
+                    node = node.visit(_Rewrite(rename, chain_map, dropped, definition.name,
+                                               new_top))
+                code = cst.Module([]).code_for_node(node).strip("\n")
+                self._code[cache_key] = code
+            parts.append(code)
+        header = ["from __future__ import annotations", "", "import torch",
+                  "import torch.nn as nn", "import torch.nn.functional as F"]
+        header += [line for _, line in sorted(import_lines.items())]
+        code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
+        if len(code) > MAX_CHARS:
+            raise GatherError("too large", f"{len(code)} characters")
+        return Gathered(code=code, name=out_name[root.key], definitions=order,
+                        externals=sorted({f"{t.module}.{t.attr}" if t.attr else t.module
+                                          for t in ext_users.values()}))

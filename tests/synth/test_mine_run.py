@@ -1,0 +1,169 @@
+"""The mine stage end to end on the fixture package: problems that run with torch alone,
+provenance, one rejection with its reason per bad input, resumability; torchvision when its
+files are present. One mining run is shared by the module (probing runs in harness workers)."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from kernelmill.core.problem import check_source
+from kernelmill.core.store import read_jsonl, read_records
+from kernelmill.synth.resize import ResizeError, shrink_for_cpu
+from kernelmill.validate.mining import MineOptions, mine, rejected_path
+
+PACKAGE = FIXTURES / "minefix"
+CONFIG = MineOptions(job_s=3.0, workers=2, batch=8)
+
+pytestmark = pytest.mark.slow  # one shared mining run: ~20 s on 2 cores
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mine") / "mined.jsonl"
+    stats, table = mine([str(PACKAGE), "kernelmill_no_such_package_xyz"], out, CONFIG,
+                        show_table=False)
+    records = list(read_records(out))
+    rejected = list(read_jsonl(rejected_path(out)))
+    return {"out": out, "stats": stats, "table": table, "records": records,
+            "rejected": rejected}
+
+
+def _imported(source: str) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            roots.add((node.module or "").split(".")[0] if not node.level else ".")
+    return roots
+
+
+def _by_name(mined):
+    return {r.name: r for r in mined["records"]}
+
+
+def test_mining_the_fixture_writes_its_modules_and_functions(mined):
+    names = set(_by_name(mined))
+    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1"} <= names
+    for record in mined["records"]:
+        problem = check_source(record.source, name=record.name)
+        assert problem.category == record.category
+        assert _imported(record.source) <= {"torch", "math", "typing", "__future__"}
+    row = mined["table"][str(PACKAGE)]
+    assert row["found"] >= 13 and row["written"] == len(mined["records"])
+    assert row["written"] + row["rejected"] == row["found"] + 1  # + the unparsable module
+
+
+def test_every_bad_input_is_one_rejection_with_its_reason(mined):
+    reasons = {r["qualname"] if "qualname" in r else r["key"]: r["reason"]
+               for r in mined["rejected"]}
+    assert reasons["minefix.needs_dep.UsesMissingLib"] == "missing dependency"
+    assert reasons["minefix.needs_dep.ImportsInForward"] == "missing dependency"
+    assert reasons["minefix.hang.Spin"] == "probe timeout"
+    assert reasons["minefix.hang.Hog"] == "probe OOM"
+    assert reasons["minefix.blocks.NoisyBlock"] == "nondeterministic"
+    assert reasons[f"{PACKAGE}:minefix.broken"] == "parse error"
+    assert reasons["kernelmill_no_such_package_xyz:"] == "not installed"
+    for row in mined["rejected"]:
+        assert row["package"] and row["detail"]
+        if row["reason"] not in ("not installed",):
+            assert row["file"].endswith(".py")
+
+
+def test_provenance_of_every_record(mined):
+    record = _by_name(mined)["GatedMLP"]
+    prov = record.provenance
+    assert prov["generator"] == "mine" and prov["seed"] == record.id
+    m = prov["mined"]
+    assert m["package"] == "minefix" and m["license"] == "MIT License"
+    assert m["qualname"] == "minefix.blocks.GatedMLP" and m["file"] == "blocks.py"
+    assert m["line"] == 24 and len(m["content_sha256"]) == 16 and m["kind"] == "class"
+    assert m["sizing"]["factor"] is not None and m["sizing"]["est_ms"] <= CONFIG.max_ms
+    assert m["sizing"]["in_band"] is (CONFIG.min_ms <= m["sizing"]["est_ms"])
+    assert _by_name(mined)["ConfigBlock"].source.count("MinedConfig(**CONFIG)") == 1
+
+
+def test_mined_sources_run_with_only_torch(mined, tmp_path):
+    """Each source, shrunk, runs in a fresh isolated interpreter (no PYTHONPATH, no cwd on the
+    path) that never imports the fixture package nor kernelmill."""
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    for i, record in enumerate(mined["records"]):
+        try:
+            source = shrink_for_cpu(record.source).source
+        except ResizeError:
+            source = record.source
+        (folder / f"p{i}.py").write_text(source)
+    script = textwrap.dedent(f"""
+        import pathlib, sys, torch
+        for path in sorted(pathlib.Path({str(folder)!r}).glob("*.py")):
+            ns = {{"__name__": "mined"}}
+            exec(compile(path.read_text(), str(path), "exec"), ns)
+            model = ns["Model"](*ns["get_init_inputs"]())
+            with torch.no_grad():
+                out = model(*ns["get_inputs"]())
+            assert isinstance(out, torch.Tensor) and torch.isfinite(out).all(), path
+        bad = [m for m in sys.modules if m.split(".")[0] in ("minefix", "kernelmill")]
+        assert not bad, bad
+        print("ran", len(list(pathlib.Path({str(folder)!r}).glob("*.py"))))
+    """)
+    proc = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"ran {len(mined['records'])}"
+
+
+def test_a_killed_run_resumes_without_loss_or_duplicates(mined, tmp_path):
+    out = tmp_path / "mined.jsonl"
+    lines = mined["out"].read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:3]) + lines[3][:50])  # killed while writing the 4th
+    rejected = rejected_path(mined["out"]).read_bytes().splitlines(keepends=True)
+    rejected_path(out).write_bytes(b"".join(r for r in rejected if b"hang.Spin" in r))
+    _, table = mine([str(PACKAGE)], out, CONFIG, show_table=False)
+    assert table[str(PACKAGE)]["resumed"] == 4  # 3 records + the hanging module, not redone
+    ids = [r.id for r in read_records(out)]
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(r.id for r in mined["records"])
+    keys = [r["key"] for r in read_jsonl(rejected_path(out))]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == {r["key"] for r in mined["rejected"]
+                         if not r["key"].startswith("kernelmill_no_such")}
+
+
+def test_permissive_filter_rejects_an_unlicensed_folder(tmp_path):
+    folder = tmp_path / "nolicense"
+    shutil.copytree(PACKAGE, folder, ignore=shutil.ignore_patterns("LICENSE", "__pycache__"))
+    out = tmp_path / "m.jsonl"
+    _, table = mine([str(folder)], out, MineOptions(licenses="permissive"), show_table=False)
+    assert table[str(folder)]["rejected: license"] == 1 and not out.exists() or \
+        not out.read_text()
+
+
+def _torchvision_files() -> Path | None:
+    spec = importlib.util.find_spec("torchvision")  # finds, never imports
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@pytest.mark.skipif(_torchvision_files() is None, reason="torchvision's files are not installed")
+def test_torchvision_is_mined_from_its_files(tmp_path):
+    out = tmp_path / "tv.jsonl"
+    _, table = mine(["torchvision.ops"], out, MineOptions(limit=12, job_s=5.0),
+                    show_table=False)
+    row = table["torchvision.ops"]
+    assert row["found"] - row["not processed (limit)"] == 12 and row["written"] >= 1, dict(row)
+    for record in read_records(out):
+        assert "torchvision" not in _imported(record.source) and "." not in \
+            _imported(record.source)
+        assert record.provenance["mined"]["package"] == "torchvision"
+        assert record.provenance["mined"]["source"] == "torchvision.ops"
+        assert json.dumps(record.to_dict())

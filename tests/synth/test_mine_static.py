@@ -1,0 +1,126 @@
+"""Mining's static side on the fixture package: discovery, the libcst index, candidates,
+gathering into one self-contained source, first guesses, sizing plans, categories. No worker."""
+from __future__ import annotations
+
+import ast
+
+import pytest
+from conftest import FIXTURES
+from kernelmill.synth.mine.candidates import Candidate, find_candidates
+from kernelmill.synth.mine.gather import Gatherer, GatherError
+from kernelmill.synth.mine.index import Definition, ModuleIndex, PackageIndex
+from kernelmill.synth.mine.render import categorize
+from kernelmill.synth.mine.sources import SourceError, discover, is_permissive
+from kernelmill.synth.mine.spec import guess_class, guess_function
+from kernelmill.synth.resize import size_plans
+
+PACKAGE = FIXTURES / "minefix"
+
+
+@pytest.fixture(scope="module")
+def index() -> PackageIndex:
+    return PackageIndex(discover(str(PACKAGE)))
+
+
+def test_discover_reads_a_folder_with_its_license_and_refuses_the_uninstalled():
+    source = discover(str(PACKAGE))
+    assert source.package == "minefix" and source.kind == "folder"
+    assert source.license == "MIT License" and source.permissive
+    assert {p.name for p in source.files} >= {"blocks.py", "layers.py", "broken.py"}
+    with pytest.raises(SourceError, match="not installed"):
+        discover("kernelmill_no_such_package_xyz")
+    assert not is_permissive("GPL-3.0") and is_permissive("Apache-2.0") and \
+        not is_permissive(None)
+
+
+def test_names_resolve_across_files_through_re_exports(index):
+    found = index.resolve("minefix", "GatedMLP")
+    assert isinstance(found, Definition) and found.module == "minefix.blocks"
+    assert found.line == 24
+    assert index.resolve_dotted("minefix.blocks", "layers.DEFAULT_EPS").module == "minefix.layers"
+
+
+def test_candidates_modules_with_forward_tensor_functions_and_parse_errors(index):
+    items = list(find_candidates(index))
+    names = {c.name for c in items if isinstance(c, Candidate)}
+    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1",
+            "rms", "Spin"} <= names
+    assert "_private_helper" not in names and "TinyConfig" not in names
+    errors = [m for m in items if isinstance(m, ModuleIndex)]
+    assert [m.name for m in errors] == ["minefix.broken"] and "parse error" in errors[0].error
+
+
+def test_gathered_code_is_self_contained(index):
+    gathered = Gatherer(index).gather(index.resolve("minefix", "GatedMLP"))
+    tree = ast.parse(gathered.code)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    assert {"GatedMLP", "RMSNorm", "rms", "tanh_gelu"} <= defined
+    assert "DEFAULT_EPS = 1e-6" in gathered.code and "GELU_SCALE" in gathered.code
+    assert "minefix" not in gathered.code and "from ." not in gathered.code
+    assert "layers.RMSNorm" not in gathered.code  # the chain became the gathered name
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                else [node.module]
+            assert all(n.split(".")[0] in ("torch", "math", "typing", "__future__")
+                       for n in names), names
+
+
+def test_a_missing_third_party_dependency_is_a_gather_rejection(index):
+    with pytest.raises(GatherError) as info:
+        Gatherer(index).gather(index.resolve("minefix.needs_dep", "UsesMissingLib"))
+    assert info.value.label == "missing dependency" and "fancy_missing_lib" in info.value.detail
+
+
+def test_guesses_read_signatures_and_shrink_config_defaults(index):
+    guess = guess_class(index, index.resolve("minefix", "ConfigBlock"))
+    assert guess.config["hidden_size"] == "64" and guess.config["intermediate_size"] == "128"
+    assert guess.init == [{"name": "config", "kw": False, "options": ["MinedConfig(**CONFIG)"]}]
+    assert guess.inputs[0]["name"] == "hidden_states" and guess.inputs[0]["ranks"][0] == "3d"
+    conv = guess_class(index, index.resolve("minefix", "ConvBlock"))
+    assert [p["name"] for p in conv.init] == ["in_channels", "out_channels"]
+    assert conv.inputs[0]["ranks"][0] == "4d"
+    loss = guess_function(index.resolve("minefix.losses", "smooth_l1"))
+    assert [(i["name"], i["kind"]) for i in loss.inputs] == [("input", "float"),
+                                                             ("target", "target")]
+
+
+def test_size_plans_are_resize_plans():
+    source = ("import torch\nimport torch.nn as nn\nBATCH = 16\nSEQ_LEN = 64\n"
+              "class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+              "def get_inputs():\n    return [torch.randn(BATCH, SEQ_LEN, 32)]\n"
+              "def get_init_inputs():\n    return []\n")
+    plans = dict(size_plans(source, (0.5, 1.0, 4.0)))
+    assert plans[1.0] == {"BATCH": 16, "SEQ_LEN": 64}
+    assert plans[4.0] == {"BATCH": 64, "SEQ_LEN": 256}
+    assert plans[0.5]["BATCH"] == 8
+
+
+def test_categories_come_from_the_ops_the_forward_ran():
+    assert categorize(["convolution", "_native_batch_norm_legit_no_training", "relu"],
+                      "ConvBlock", "")[0] == "fused"
+    assert categorize(["pow", "mean", "add", "rsqrt", "mul"], "RMSNorm", "")[0] == \
+        "normalization"
+    assert categorize(["addmm"], "Projection", "") == ("matmul", 1)
+    assert categorize(["sub", "abs", "where", "mean"], "smooth_l1_loss", "")[0] == "loss"
+    assert categorize([], "MaxPoolThing", "")[0] == "pooling"
+
+
+def test_the_build_takes_mine_sources_and_synth_mutates_mined_records(tmp_path, seeds_dir):
+    from kernelmill.app.config import BuildConfig, load_config
+    from kernelmill.core.record import Record
+    from kernelmill.core.store import JsonlWriter
+    from kernelmill.synth.generate import synthesize
+
+    assert BuildConfig().mine == [] and BuildConfig().mine_licenses == "any"
+    toml = tmp_path / "build.toml"
+    toml.write_text('mine = ["torchvision", "some/folder"]\nmine_licenses = "permissive"\n')
+    config = load_config(toml)
+    assert config.mine == ["torchvision", "some/folder"] and config.mine_licenses == "permissive"
+    mined = tmp_path / "mined.jsonl"
+    source = (seeds_dir / "gram_matrix.py").read_text()
+    with JsonlWriter(mined) as writer:
+        writer.write(Record.from_source(source, name="mined_gram", category="matmul",
+                                        provenance={"generator": "mine"}))
+    stats = synthesize(seeds_dir, tmp_path / "synth.jsonl", n=2, seed=0, mined=mined)
+    assert stats.counts["mined seeds"] == 1

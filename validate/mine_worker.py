@@ -1,0 +1,328 @@
+"""Worker side of ``kernelmill mine`` (runs inside this package's harness workers): torch and
+the standard library only.
+
+``probe_batch``: for each job, build the gathered code, construct the candidate from the guessed
+arguments and run its forward at probe size on the CPU, repairing the guesses from the error
+messages (channel widths, ranks, missing config fields, constructor argument alternatives), as
+pytorch-jit-paritybench's ``deduce_parameters`` does; then check determinism (same seeds twice,
+another forward seed: RNG in forward) and that the output depends on the inputs.
+
+Sizing on the meta device and the smoke run are ``mine_sizing``.
+
+Each job has its own time limit (SIGALRM); a job that is not interrupted by it (a hang inside
+C code) ends the worker, and the parent reruns the batch's jobs one by one.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import time
+from typing import Any
+
+import torch
+
+MAX_ATTEMPTS = 16
+
+TEMPLATES = {
+    "4d": ("BATCH", "C", "HEIGHT", "WIDTH"),
+    "3d": ("BATCH", "SEQ_LEN", "C"),
+    "2d": ("BATCH", "C"),
+    "3c": ("BATCH", "C", "SEQ_LEN"),
+    "5d": ("BATCH", "C", "DEPTH", "HEIGHT", "WIDTH"),
+}
+_NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
+
+
+class JobTimeout(BaseException):
+    """Raised by SIGALRM inside a job (a BaseException: ``except Exception`` in mined code
+    does not swallow it)."""
+
+
+def _alarm(signum, frame):
+    raise JobTimeout()
+
+
+def _mark(stage: str) -> None:
+    from .harness_worker import mark_stage
+
+    mark_stage(stage[:150])
+
+
+def _seed(seed: int) -> None:
+    # the CPU generator alone: ``torch.manual_seed`` also queues CUDA seeding with a captured
+    # traceback, a third of the probe's time on many small forwards
+    torch.default_generator.manual_seed(seed)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:240] if text else ''}"
+
+
+def classify(exc: BaseException) -> str:
+    """A countable rejection label for an exception raised while probing."""
+    text = str(exc).lower()
+    if isinstance(exc, JobTimeout):
+        return "probe timeout"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
+            "out of memory" in text:
+        return "probe OOM"
+    if isinstance(exc, (ImportError, ModuleNotFoundError)):
+        return "missing dependency"
+    if isinstance(exc, NameError):
+        return "unresolved name"
+    if isinstance(exc, NotImplementedError):
+        return "abstract or unsupported"
+    return "probe failed"
+
+
+def _flat(out: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(out, torch.Tensor):
+        return [(path, out)]
+    if isinstance(out, (list, tuple)):
+        return [x for i, item in enumerate(out) for x in _flat(item, f"{path}[{i}]")]
+    if isinstance(out, dict):
+        return [x for k, v in out.items() if isinstance(k, str) for x in _flat(v, f"{path}[{k!r}]")]
+    return []
+
+
+def _width_hints(message: str, current: int) -> list[int]:
+    """Feature widths an error message asks for."""
+    found: list[int] = []
+    patterns = (r"to have (\d+) channels", r"expected input with shape \[\*, (\d+)\]",
+                r"should contain (\d+) elements", r"normalized_shape=\[(\d+)\]",
+                r"size of tensor b \((\d+)\)", r"size of tensor a \((\d+)\)",
+                r"\(\d+x(\d+) and (\d+)x\d+\)", r"weight of size \[\d+, (\d+)",
+                r"expected (\d+) channels",
+                (r"input.size\(-1\) must be equal to input_size. Expected (\d+)"),
+                r"divisible by (\d+)", r"shape '\[[^\]]*\]' is invalid")
+    for pattern in patterns:
+        for match in re.finditer(pattern, message):
+            for group in match.groups():
+                if group and group.isdigit():
+                    value = int(group)
+                    if value != current and 0 < value <= 4096:
+                        found.append(value)
+    return found
+
+
+def _rank_hints(message: str) -> list[int]:
+    found = []
+    for pattern in (r"expected (\d)D", r"Expected (\d)D", r"\(expected (\d)", r"got (\d)D",
+                    r"expected (\d) dims", r"(\d)D \(batched\)"):
+        for match in re.finditer(pattern, message):
+            found.append(int(match.group(1)))
+    return found
+
+
+class _Probe:
+    def __init__(self, job: dict):
+        self.job = job
+        self.ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
+        self.dims = dict(job["dims"])
+        self.target = "same"  # a target input: shaped like the prediction, or class indices
+
+    def build_namespace(self) -> None:
+        _mark(f"mine import {self.job['key']}")
+        exec(compile(self.job["code"], f"<mined {self.job['key']}>", "exec"), self.ns)  # noqa: S102
+
+    # ------------------------------------------------------------------ constructor
+    def construct(self) -> tuple[Any, list[tuple[str, bool, str]]]:
+        job = self.job
+        target = self.ns[job["target"]]
+        if job["kind"] == "function":
+            return target, [(p["name"], True, p["options"][0]) for p in job["init"]]
+        choice = [0] * len(job["init"])
+        last: BaseException | None = None
+        for _ in range(MAX_ATTEMPTS):
+            chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
+            args, kwargs = [], {}
+            try:
+                for name, kw, expr in chosen:
+                    value = eval(expr, self.ns)
+                    if kw:
+                        kwargs[name] = value
+                    else:
+                        args.append(value)
+                _seed(0)
+                model = target(*args, **kwargs)
+                return model, chosen
+            except JobTimeout:
+                raise
+            except Exception as exc:
+                last = exc
+                message = str(exc)
+                missing = re.search(r"object has no attribute '(\w+)'", message)
+                if missing and "MinedConfig" in message and "CONFIG" in self.ns:
+                    self.ns["CONFIG"][missing.group(1)] = None
+                    job.setdefault("config_added", []).append(missing.group(1))
+                    continue
+                # move the argument the message names, or one of the type it complains about
+                # ("... not float"), else the first that has alternatives
+                named = [i for i, p in enumerate(job["init"]) if re.search(
+                    rf"\b{re.escape(p['name'])}\b", message)]
+                wrong = re.search(r"not (float|str|int|NoneType|bool|tuple)", message)
+                if wrong:
+                    kinds = {"float": r"^-?\d+\.\d*$", "str": r"^'", "int": r"^-?\d+$",
+                             "NoneType": r"^None$", "bool": r"^(True|False)$",
+                             "tuple": r"^\("}
+                    named += [i for i, (_, _, e) in enumerate(chosen)
+                              if re.match(kinds[wrong.group(1)], e) and i not in named]
+                order = named + [i for i in range(len(choice)) if i not in named]
+                for i in order:
+                    if choice[i] + 1 < len(job["init"][i]["options"]):
+                        choice[i] += 1
+                        break
+                else:
+                    raise
+        raise last  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ inputs
+    def make(self, spec: dict, template: str, width: int, seed: int):
+        if spec["kind"] == "mask":
+            return None
+        gen = torch.Generator().manual_seed(seed)
+        if spec["kind"] == "long":
+            shape = [self.dims["BATCH"], self.dims["SEQ_LEN"]] if template != "1d" \
+                else [self.dims["BATCH"]]
+            return torch.randint(0, max(2, width), shape, generator=gen)
+        shape = [width if d == "C" else self.dims[d] for d in TEMPLATES[template]]
+        if spec["kind"] == "target" and self.target == "index":
+            return torch.randint(0, max(2, width), [n for n, d in zip(shape, TEMPLATES[template])
+                                                    if d != "C"], generator=gen)
+        if spec["kind"] == "prob":
+            return torch.rand(shape, generator=gen)
+        return torch.randn(shape, generator=gen)
+
+    def forward(self, model, inputs: list, seed: int):
+        _seed(seed)
+        with torch.no_grad():
+            if self.job["kind"] == "function":
+                kwargs = {n: eval(e, self.ns) for n, _, e in self.init}
+                return model(*inputs, **kwargs)
+            return model(*inputs)
+
+    def run(self) -> dict:
+        start = time.monotonic()
+        self.stage = "import"
+        self.build_namespace()
+        _mark(f"mine construct {self.job['key']}")
+        self.stage = "constructor"
+        model, self.init = self.construct()
+        self.stage = "forward"
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+        specs = self.job["inputs"]
+        if not specs:
+            raise NotImplementedError("forward takes no tensor input")
+        ranks = list(specs[0]["ranks"])
+        widths = list(dict.fromkeys([*self.job.get("channel", []), 16, 3, 32, 64, 8]))
+        tried: set[tuple[str, int]] = set()
+        queue = [(r, w) for w in widths[:1] for r in ranks] + \
+            [(r, w) for w in widths[1:] for r in ranks]
+        _mark(f"mine forward {self.job['key']}")
+        last: BaseException | None = None
+        out = None
+        attempts = 0
+        while queue and attempts < MAX_ATTEMPTS:
+            template, width = queue.pop(0)
+            if (template, width) in tried:
+                continue
+            tried.add((template, width))
+            attempts += 1
+            inputs = [self.make(s, template, width, 1 + i) for i, s in enumerate(specs)]
+            try:
+                out = self.forward(model, inputs, 7)
+                break
+            except JobTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 — repaired from its message
+                last = exc
+                message = str(exc)
+                if re.search(r"too small|can't be greater than actual input|"
+                             r"larger than .*input", message) and self.dims["HEIGHT"] < 256:
+                    for d in ("HEIGHT", "WIDTH", "SEQ_LEN"):
+                        self.dims[d] *= 2
+                    tried.discard((template, width))
+                    queue.insert(0, (template, width))
+                    continue
+                if any(s["kind"] == "target" for s in specs) and self.target == "same" and \
+                        re.search(r"Long|Int|index|class|target", message):
+                    self.target = "index"
+                    tried.discard((template, width))
+                    queue.insert(0, (template, width))
+                    continue
+                hints = _width_hints(message, width)
+                front = [(template, w) for w in hints]
+                front += [(r, width) for n in _rank_hints(message) for r in ranks
+                          if _NDIM[r] == n]
+                front += [(r, w) for w in hints for r in ranks if r != template]
+                queue = [q for q in front if q not in tried] + queue
+        else:
+            raise last or RuntimeError("no input shape fits")
+        flat = _flat(out)
+        if not flat:
+            return {"ok": False, "reason": "no tensor output",
+                    "detail": f"forward returned {type(out).__name__}"}
+        path, first = next(((p, t) for p, t in flat if t.is_floating_point()), flat[0])
+        if first.is_floating_point() and not torch.isfinite(first).all():
+            return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
+        _mark(f"mine determinism {self.job['key']}")
+        again = _flat(self.forward(model, inputs, 7))
+        other_seed = _flat(self.forward(model, inputs, 8))
+        same = len(again) == len(flat) and all(torch.equal(a, b) for (_, a), (_, b) in
+                                               zip(flat, again))
+        if not same:
+            return {"ok": False, "reason": "nondeterministic",
+                    "detail": "two forwards with the same seeds differ"}
+        if not all(torch.equal(a, b) for (_, a), (_, b) in zip(flat, other_seed)):
+            return {"ok": False, "reason": "nondeterministic",
+                    "detail": "forward draws random numbers (output depends on the RNG seed)"}
+        if first.is_floating_point() and not torch.isfinite(first).all():
+            return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
+        other = [self.make(s, template, width, 11 + i) for i, s in enumerate(specs)]
+        if any(s["kind"] != "mask" for s in specs):
+            moved = _flat(self.forward(model, other, 7))
+            if moved and moved[0][1].shape == first.shape and torch.equal(
+                    dict(moved).get(path, moved[0][1]), first):
+                return {"ok": False, "reason": "input-independent",
+                        "detail": "output unchanged by other inputs"}
+        n_params = sum(p.numel() for p in model.parameters()) \
+            if isinstance(model, torch.nn.Module) else 0
+        return {"ok": True, "init": self.init, "template": template, "width": width,
+                "dims": self.dims, "target": self.target,
+                "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
+                "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
+                "n_outputs": len(flat), "n_params": int(n_params),
+                "config_added": self.job.get("config_added", []),
+                "seconds": round(time.monotonic() - start, 4)}
+
+
+def _with_limit(seconds: float, fn):
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def probe_batch(payload: dict) -> dict:
+    """Worker target: ``{"results": [one dict per job]}`` (see the module docstring)."""
+    torch.set_num_threads(1)
+    results = []
+    for job in payload["jobs"]:
+        probe = _Probe(job)
+        started = time.monotonic()
+        try:
+            result = _with_limit(float(payload.get("job_s", 20.0)), probe.run)
+        except (Exception, JobTimeout) as exc:  # noqa: BLE001 — every failure is a row
+            reason = classify(exc)
+            if reason == "probe failed":
+                reason = f"probe failed: {getattr(probe, 'stage', 'import')}"
+            result = {"ok": False, "reason": reason, "detail": _one_line(exc)}
+        result["key"] = job["key"]
+        result["seconds"] = round(time.monotonic() - started, 3)
+        results.append(result)
+    return {"results": results}
