@@ -428,3 +428,14 @@ def test_seen_inputs_served_with_far_less_gpu_work_than_new_ones_is_timing_behav
         _scored_device_work(made, scored_ms, checks, lambda code, why: hacks.setdefault(code, why))
         assert ("timing_behaviour" in hacks) is caught, (made, scored_ms, hacks)
         assert why in hacks.get("timing_behaviour", ""), hacks
+
+
+def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
+    """A plain PyTorch answer computes the same ops when timed as when checked: that is
+    torch_compute, once; timing_behaviour is for compute only the timed calls ran."""
+    from kernelmill.grade.grader import Grader
+
+    verdict = Grader("cpu", policy=Policy(trials=2, static_first=False)).grade(
+        read("ref_scale_add"), read("hack_torch_reuse"))
+    assert "torch_compute" in verdict["hacks"], verdict["hacks"]
+    assert "timing_behaviour" not in verdict["hacks"], verdict["hack_details"]

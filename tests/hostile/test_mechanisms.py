@@ -2076,3 +2076,45 @@ def test_captured_calls_that_launch_unalike_fail_the_graph_check():
     hacks, checks = [], {}
     _graph_calls_even(facts, Policy(), checks, lambda code, why: hacks.append((code, why)))
     assert hacks and "when captured" in hacks[0][1] and not checks["graph_calls_even"]["passed"]
+
+
+def test_interpreted_launches_from_several_threads_take_turns():
+    """Triton's interpreter patches triton.language for the length of a launch: two threads
+    launching at once unpatched each other ("Did you forget to add @triton.jit"), so a
+    submission's own thread could end its run in whatever stage it was, losing what had been
+    observed (a background thread's hack went unreported). Behind the launch hook they take
+    turns."""
+    code = textwrap.dedent("""
+        import os, threading
+        os.environ["TRITON_INTERPRET"] = "1"
+        import torch, triton, triton.language as tl
+        from kernelmill.grade.worker.observers.launches import _install_triton_hook
+        _install_triton_hook()
+
+        @triton.jit
+        def scale_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = o < n
+            tl.store(out_ptr + o, tl.load(x_ptr + o, mask=m) * 2.0 + tl.load(y_ptr + o, mask=m),
+                     mask=m)
+
+        x, y, errors = torch.randn(4096), torch.randn(4096), []
+
+        def loop():
+            for _ in range(30):
+                out = torch.empty_like(x)
+                try:
+                    scale_add[(4,)](x, y, out, 4096, BLOCK=1024)
+                    assert torch.equal(out, 2.0 * x + y)
+                except Exception as exc:
+                    errors.append(repr(exc)[:120])
+
+        threads = [threading.Thread(target=loop) for _ in range(3)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(len(errors), errors[:1])
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[0] == "0", run.stdout

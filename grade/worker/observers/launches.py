@@ -3,6 +3,7 @@ witness range named after its kernel, skipped in the ghost call. The launch wrap
 (``_LAUNCH_CODES``) is the only code the sealed hook lets open or close a launch."""
 from __future__ import annotations
 
+import threading
 import types
 
 from kernelmill.grade.witness import Witness, dispatch_state
@@ -66,6 +67,14 @@ def _any_program(shape: list) -> bool:
     return bool(extents) and all(g is not None and g > 0 for g in extents)
 
 
+# Triton's interpreter (CPU) patches triton.language's functions for the length of a launch and
+# restores them after: two launches at once from two threads (a submission's own thread beside
+# its forward) unpatch each other mid-kernel ("Cannot call @triton.jit'd outside of JIT
+# functions") and the run dies in whatever stage it was, losing what it had observed. Interpreted
+# launches take turns.
+_INTERPRETED = threading.Lock()
+
+
 def _install_triton_hook() -> bool:
     """Count launches (not warm-ups) of Triton kernels, compiled or interpreted."""
     try:
@@ -81,8 +90,9 @@ def _install_triton_hook() -> bool:
         pass
     for cls in classes:
         original = cls.run
+        serial = _INTERPRETED if cls is not jit.JITFunction else None
 
-        def run(self, *args, grid, warmup, _original=original, **kwargs):
+        def run(self, *args, grid, warmup, _original=original, _serial=serial, **kwargs):
             seen: list = []
             shape: list = []  # the grid Triton launched (a callable grid's result, once)
             if _callable(grid):
@@ -98,7 +108,12 @@ def _install_triton_hook() -> bool:
             _audit_event("kernelmill.in_launch", 1)
             try:
                 with Witness.launch(_kernel_name(self)):
-                    launched = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                    if _serial is None:
+                        launched = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                    else:
+                        with _serial:
+                            launched = _original(self, *args, grid=grid, warmup=warmup,
+                                                 **kwargs)
             finally:
                 _audit_event("kernelmill.in_launch", -1)
             # counted once it ran: a pre-run hook of the submission's can make a launch raise
