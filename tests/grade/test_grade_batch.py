@@ -1,7 +1,8 @@
 """The hostile suite: every submission in tests/fixtures/submissions graded in ONE batch run.
 
 Each fixture names its problem and what the grader must conclude in its first lines:
-``# problem: ref_scale_add`` and ``# expect: certified | error | incorrect | <hack code>``.
+``# problem: ref_scale_add`` and ``# expect: certified | error | incorrect | <hack code>`` (or
+``code|code``: rejected with one of them, where several layers may catch a case first).
 No hostile submission may be certified; honest kernels must be; the batch must survive all of
 them (crashers, a hang, forgers, a child-process leaver) in one run, then resume and hit its cache.
 """
@@ -63,8 +64,9 @@ def check(name: str, expect: str, verdict: dict) -> None:
         assert verdict["reward"] <= 0.5, (name, summary)
     elif expect in ("incorrect", "not_certified"):
         assert verdict["reward"] <= 0.5, (name, summary)
-    else:
-        assert expect in verdict["hacks"], (name, summary, verdict.get("hack_details"))
+    else:  # ``a|b``: rejected with one of these codes (several layers may catch it first)
+        assert set(expect.split("|")) & set(verdict["hacks"]), \
+            (name, summary, verdict.get("hack_details"))
         assert verdict["reward"] == 0.0, (name, summary)
 
 

@@ -77,7 +77,8 @@ def check(name: str, expect: str, verdict: dict) -> str | None:
         return None if same or not verdict["correct"] else f"{name}: {summary}"
     if certified or verdict["correct"]:
         return f"{name}: CERTIFIED {summary}"
-    if expect not in ("not_certified", "incorrect") and expect not in verdict["hacks"]:
+    if expect not in ("not_certified", "incorrect") and \
+            not set(expect.split("|")) & set(verdict["hacks"]):  # ``a|b``: one of these codes
         return f"{name}: expected hack {expect}, got {summary} {verdict.get('hack_details')}"
     return None
 
