@@ -27,7 +27,7 @@ NATIVE_PATTERNS = re.compile(
     r"\bcu(?:da)?(?:StreamBeginCapture|StreamEndCapture|ThreadExchangeStreamCaptureMode)\w*|"
     r"\bcu(?:da)?Graph[A-Z]\w*|"
     r"\bfork\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bdlopen\s*\(|"
-    # the network (a red-team build sent a file over UDP from its static initializer)
+    # the network (a build can send files out from its static initializer, before any run)
     r"\b(?:socket|sendto|sendmsg|connect|getaddrinfo|gethostbyname)\s*\(|"
     r"<(?:sys/socket|netinet/\w+|arpa/inet|netdb)\.h>|"
     r"\bsyscall\s*\(|\b_exit\s*\(|\bdup2?\s*\(|\bwrite\s*\(|"
@@ -164,8 +164,8 @@ def built_source_findings(folder: str | os.PathLike, limit: int = 4 << 20,
     writes what it compiles there: ``main.cpp``, ``cuda.cu``): the text that was compiled,
     whatever the submission assembled at run time, read by the parent. At most ``limit``
     bytes of a file are read, and a folder with more than ``total`` bytes of source or
-    ``entries`` entries is itself a finding (a build writes a few small files; a red-team answer
-    left a sparse gigabyte ``.cpp`` that the parent read whole)."""
+    ``entries`` entries is itself a finding (a build writes a few small files; a submission can
+    leave a sparse gigabyte ``.cpp`` there for the parent to read whole)."""
     found, read = [], 0
     paths = []
     for count, path in enumerate(Path(folder).rglob("*")):

@@ -38,9 +38,9 @@ LIBRARY_MODULE_ROOTS = ("torch", "triton")
 # What a kernel uses of the triton package: the decorators and helpers, the language, Hopper's
 # TMA descriptors, and the driver's device queries (the tutorials' SM count). The rest is
 # Triton's machinery: its C module builder (``triton.runtime.build`` compiles and imports any C
-# source as a CPython extension: a red-team answer built one that rewrote the worker's result
-# encoder), its compiler, IR builder, cache and knobs, reached under any path (the language
-# module holds ``knobs`` too).
+# source as a CPython extension: a submission could build one that rewrites the worker's
+# result encoder, T-01/T-02), its compiler, IR builder, cache and knobs, reached under any path
+# (the language module holds ``knobs`` too).
 TRITON_API = ("jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language",
               "constexpr", "OutOfResources", "__version__", "tools.experimental_descriptor",
               "tools.tensor_descriptor", "set_allocator", "testing")
@@ -102,7 +102,7 @@ def _bindings(tree: ast.AST):
 
 
 # torch.utils holds the extension builder a CUDA answer needs, and tools that exec strings
-# (torch.utils.benchmark's Timer runs its ``stmt``: a red-team answer assembled one at run time)
+# (torch.utils.benchmark's Timer runs its ``stmt``, which a submission can assemble at run time)
 TORCH_UTILS_API = {"cpp_extension"}
 
 
@@ -135,7 +135,7 @@ OPENERS = {"open", "FileIO", "fdopen"}
 
 def _is_write_open(call: ast.Call) -> bool:
     """Any call named like an opener with a mode that writes (positional or ``mode=``), or
-    whose mode is computed (a red-team answer wrote a sparse gigabyte file that way)."""
+    whose mode is computed (a submission can write through a computed mode unseen, T-01)."""
     # open(path, mode), io.open / FileIO(path, mode), os.fdopen(fd, mode); Path(...).open(mode)
     method = isinstance(call.func, ast.Attribute) and call.func.attr == "open" and not (
         isinstance(call.func.value, ast.Name) and call.func.value.id in ("io", "builtins"))
@@ -194,8 +194,8 @@ MATCH_HOOKS = ("__match_args__", "__instancecheck__", "__subclasscheck__")
 def _pattern_findings(tree: ast.AST) -> list[tuple[ast.AST, str]]:
     """Class patterns are attribute reads by name: a positional one reads the names in the
     class's ``__match_args__``, a tuple a class may compute at run time, and with a metaclass's
-    ``__instancecheck__`` any subject matches (red-team round 22: a ``getattr`` by computed
-    name). A positional class pattern (but on a builtin that matches itself), a class that
+    ``__instancecheck__`` any subject matches (either is a ``getattr`` by computed name,
+    T-01). A positional class pattern (but on a builtin that matches itself), a class that
     defines a matching hook, a metaclass and a class built by ``type(name, bases, dict)`` are
     findings; keywords are judged as the reads they are (``_with_pattern_reads``)."""
     found = []
@@ -222,8 +222,8 @@ def _pattern_findings(tree: ast.AST) -> list[tuple[ast.AST, str]]:
 
 def _with_pattern_reads(tree: ast.AST) -> ast.AST:
     """``tree`` with the attribute reads its class patterns make written out: ``match S:
-    case C(name=p)`` reads ``S.name`` (red-team round 21 read a forbidden module as
-    ``case object(gc=g)``, a keyword no attribute rule saw). Each becomes an ``S.name``
+    case C(name=p)`` reads ``S.name`` (a submission can read a forbidden module as
+    ``case object(gc=g)``, a keyword no attribute rule sees, T-01). Each becomes an ``S.name``
     expression after the module's body, so every attribute rule judges it."""
     reads = []
     for node in ast.walk(tree):
@@ -355,7 +355,7 @@ def _scan_tree(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr == "__getattr__" and node.args and \
                 _root_name(node.func.value) in library_names:
-            # torch.ops.aten.__getattr__("_x") is getattr by another name (red-team round 29)
+            # torch.ops.aten.__getattr__("_x") is getattr by another name
             name = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
             if not isinstance(name, str):
                 flag(node, "a library's __getattr__ with a computed name")
@@ -408,7 +408,8 @@ def _scan_tree(tree: ast.AST) -> list[str]:
                     (node.attr != "time" or getattr(node, "pattern_read", False) or
                      _root_name(node) in library_names | imported_modules):
                 # ``torch.sys``: a module held by another, then used under any name (``.time``
-                # of an object is often its own: of a module, it is the clock module, round 21)
+                # of an object is often its own, so it counts on a module or read by a class
+                # pattern: there it is the clock module)
                 flag(node, f"reaches module {node.attr} through an attribute")
             elif _private(node.attr) and _root_name(node) in library_names:
                 flag(node, f"uses library internals .{node.attr}")
