@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import secrets
 import threading
@@ -30,7 +29,7 @@ from pathlib import Path
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
-from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
+from kernelmill.validate.window import WindowSettings, gpu_lock_path, run_window
 
 from . import static
 from .builds import (
@@ -45,12 +44,12 @@ from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, reference_fault, usable_trials
 from .policy import Policy
 from .reference_run import (
+    TIMING_KEYS,  # noqa: F401 — importable from here, as before
     ReferenceError,
     ReferenceRun,
+    ReferenceTiming,
     _first_dtype,
-    _library_versions,
     _tensor_bytes,
-    _write_atomically,
 )
 from .rewards import get_reward
 from .side_by_side import _gpu_work_done, _side_by_side, _split, candidate_view, stage_seconds
@@ -58,15 +57,15 @@ from .size import grading_size
 from .source_scan import SourceReader
 from .static_gate import StaticGate
 
-TIMING_KEYS = ("eager", "inductor", "inductor_error")
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
 BATCH_BYTES = 1 << 30
 
 
-class Grader(HostMemory, StaticGate):
+class Grader(HostMemory, ReferenceTiming, StaticGate):
     """Grades candidates on one device; reuses reference runs across candidates. Its host
-    memory admission (``host_memory``) and its static decisions (``static_gate``) are mixins."""
+    memory admission (``host_memory``), the reference's timing cache (``reference_run``) and
+    its static decisions (``static_gate``) are mixins."""
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
@@ -137,33 +136,6 @@ class Grader(HostMemory, StaticGate):
         if self.policy.time and self.policy.use_inductor(self.device):
             run.value.update(self.inductor_timing(source, slot_env=slot_env))
         return run
-
-    def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
-        """The reference's eager and Inductor times, measured together (their ratio prices
-        Inductor in every verdict). They do not depend on a submission's inputs, so they are
-        kept on disk per reference source, GPU model, library versions and timing settings,
-        shared by every grader and trainer process on this machine."""
-        path = self._timing_cache_path(source, slot_env)
-        if path is not None and path.exists():
-            try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError):
-                pass  # unreadable: measure again and rewrite
-        timed = self.reference(source, slot_env=slot_env).value
-        found = {k: timed[k] for k in TIMING_KEYS if k in timed}
-        if path is not None and found:
-            _write_atomically(path, json.dumps(found, default=str))
-        return found
-
-    def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
-        name = gpu_name(self.worker_device, self._env(slot_env))
-        if name is None:
-            return None
-        key = json.dumps([source, name, _library_versions(), self.policy.timing_settings],
-                         sort_keys=True, default=str)
-        folder = self.cache_root / "reference-timing"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _fresh_seeds(self) -> dict:
         """One submission's secret seeds: its weights' and each trial's (and distribution)."""

@@ -5,6 +5,8 @@ cache of its timing (library versions, files written whole).
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -12,6 +14,9 @@ from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.harness import WorkerResult
+from kernelmill.validate.window import gpu_name
+
+TIMING_KEYS = ("eager", "inductor", "inductor_error")
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,3 +73,35 @@ def _tensor_bytes(value) -> int:
     if isinstance(value, (list, tuple)):
         return sum(_tensor_bytes(v) for v in value)
     return 0
+
+
+class ReferenceTiming:
+    """The ``Grader``'s cache of the reference's eager and Inductor times, on disk. Reads the
+    grader's ``policy``, ``cache_root``, ``worker_device``, ``_env`` and ``reference``."""
+
+    def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
+        """The reference's eager and Inductor times, measured together (their ratio prices
+        Inductor in every verdict). They do not depend on a submission's inputs, so they are
+        kept on disk per reference source, GPU model, library versions and timing settings,
+        shared by every grader and trainer process on this machine."""
+        path = self._timing_cache_path(source, slot_env)
+        if path is not None and path.exists():
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError):
+                pass  # unreadable: measure again and rewrite
+        timed = self.reference(source, slot_env=slot_env).value
+        found = {k: timed[k] for k in TIMING_KEYS if k in timed}
+        if path is not None and found:
+            _write_atomically(path, json.dumps(found, default=str))
+        return found
+
+    def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
+        name = gpu_name(self.worker_device, self._env(slot_env))
+        if name is None:
+            return None
+        key = json.dumps([source, name, _library_versions(), self.policy.timing_settings],
+                         sort_keys=True, default=str)
+        folder = self.cache_root / "reference-timing"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
