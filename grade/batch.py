@@ -67,7 +67,8 @@ def grader_versions() -> str:
                 parts.append(f"{package}={metadata.version(package)}")
             except metadata.PackageNotFoundError:
                 parts.append(f"{package}=none")
-        for module in ("grade.judge", "grade.policy", "grade.static", "grade.witness",
+        for module in ("grade.judge", "grade.policy", "grade.static", "grade.scan_rules",
+                       "grade.python_scan", "grade.native_scan", "grade.witness",
                        "grade.worker", "validate.harness", "validate.harness_worker",
                        "validate.sandbox", "validate.measure"):
             spec = util.find_spec(f"kernelmill.{module}")

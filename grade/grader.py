@@ -18,123 +18,54 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import json
 import os
 import secrets
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
-from kernelmill.core.errors import KernelmillError
-from kernelmill.core.record import Verdict
-from kernelmill.validate.admission import address_limit, host_budget
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
-from kernelmill.validate.window import WindowSettings, gpu_lock_path, gpu_name, run_window
+from kernelmill.validate.window import WindowSettings, gpu_lock_path, run_window
 
 from . import static
+from .builds import (
+    _guarded_files,
+    _stamp,
+    cuda_arch_list,
+    extension_dir,
+    needs_extension_build,
+    streamed_texts,
+)
+from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, reference_fault, usable_trials
 from .policy import Policy
+from .reference_run import (
+    TIMING_KEYS,  # noqa: F401 — importable from here, as before
+    ReferenceError,
+    ReferenceRun,
+    ReferenceTiming,
+    _first_dtype,
+    _tensor_bytes,
+)
 from .rewards import get_reward
+from .side_by_side import _gpu_work_done, _side_by_side, _split, candidate_view, stage_seconds
 from .size import grading_size
 from .source_scan import SourceReader
+from .static_gate import StaticGate
 
-TIMING_KEYS = ("eager", "inductor", "inductor_error")
-# Address space a grading worker may map beyond its admitted bytes for threads (each maps an
-# 8 MiB stack and, under glibc, up to a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS
-# counts it, and a submission that starts threads must be judged for them, not fail to start them.
-THREAD_ROOM = 4 << 30
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
 BATCH_BYTES = 1 << 30
 
 
-@functools.lru_cache(maxsize=1)
-def _library_versions() -> tuple:
-    from importlib import metadata
-
-    import torch
-
-    try:
-        triton = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton = None
-    return ("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """A cache file appears whole or not at all; several graders (threads or processes) may
-    write the same one at once. A cache that cannot be written costs speed, never a grade."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-class ReferenceError(KernelmillError):
-    """The reference problem itself failed to build or run."""
-
-
-@dataclass
-class ReferenceRun:
-    value: dict
-    result: WorkerResult
-    device: str
-    source: str = ""  # what the reference worker ran (the window's timing worker rebuilds it)
-
-
-def _guarded_files() -> list[str]:
-    """The worker-side modules: a submission that rewrote them would own later workers."""
-    from kernelmill.validate import harness_worker, measure, sandbox
-
-    from . import witness, worker
-
-    package = sorted(str(path) for path in Path(worker.__file__).parent.rglob("*.py"))
-    return [harness_worker.__file__, sandbox.__file__, *package, measure.__file__,
-            witness.__file__]
-
-
-def _stamp(paths: list[str]) -> dict[str, tuple]:
-    stamps = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-            stamps[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except OSError:
-            stamps[path] = None
-    return stamps
-
-
-def needs_extension_build(source: str) -> bool:
-    return "load_inline" in source or "cpp_extension" in source
-
-
-def extension_dir(root: str | os.PathLike, source: str) -> str:
-    """A build folder per candidate source, shared by its compile worker and its GPU worker."""
-    path = Path(root) / hashlib.sha256(source.encode()).hexdigest()[:16]
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
-
-
-def _first_dtype(ref: dict) -> str:
-    """The dtype the judge picks a trial's tolerance by: its first tensor output's."""
-    return next((str(t.dtype) for trial in ref["trials"][:1] for t in trial["outputs"]
-                 if hasattr(t, "dtype")), "torch.float32")
-
-
-class Grader:
-    """Grades candidates on one device; reuses reference runs across candidates."""
+class Grader(HostMemory, ReferenceTiming, StaticGate):
+    """Grades candidates on one device; reuses reference runs across candidates. Its host
+    memory admission (``host_memory``), the reference's timing cache (``reference_run``) and
+    its static decisions (``static_gate``) are mixins."""
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
@@ -175,46 +106,6 @@ class Grader:
             env["CUDA_VISIBLE_DEVICES"] = self.device.split(":")[1]
         return env
 
-    # ------------------------------------------------------------ host memory (CPU)
-
-    def _host_need(self, source: str) -> int:
-        """Host bytes one grading worker of this (shrunk) problem may hold: its model twice,
-        the forward's own tensors twice, and the inputs and outputs of every trial and checked
-        call copied to the host, from the meta-device estimate (``memory.estimate_problem``),
-        plus what a worker holds besides tensors. Unknown: half the budget."""
-        from kernelmill.validate.memory import HOST_BASE_BYTES
-        from kernelmill.validate.runner import estimate_on_host
-
-        with self._lock:
-            if source in self._host_needs:
-                return self._host_needs[source]
-        budget = host_budget(self.host_memory_bytes)
-        est = estimate_on_host(source, budget, sandbox=self.policy.sandbox)
-        if est.get("method") == "meta":
-            p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
-            act = max(0, est["forward_peak_bytes"] - p - i)
-            copies = max(1, self.policy.trials) + 6  # trials, refill, repeat, timed, audit...
-            need = HOST_BASE_BYTES + 2 * (p + act) + copies * (i + o)
-        else:
-            need = budget.need_for(None)
-        with self._lock:
-            self._host_needs[source] = need
-        return need
-
-    @contextmanager
-    def _on_host(self, source: str, workers: int = 1, together: bool = False):
-        """Hold the host memory of ``workers`` grading workers of ``source`` (CPU only) and
-        yield the address-space limit each gets: a wrong estimate fails that run alone. With
-        ``together`` one worker does the work of ``workers`` (a batch of references)."""
-        if self.worker_device != "cpu":
-            yield {}
-            return
-        from kernelmill.validate.runner import address_base
-
-        need = self._host_need(source)
-        each = need * workers if together else need
-        with host_budget(self.host_memory_bytes).hold(need * workers):
-            yield {"address_space": address_limit(each, address_base()) + THREAD_ROOM}
 
     # ------------------------------------------------------------ reference
 
@@ -245,33 +136,6 @@ class Grader:
         if self.policy.time and self.policy.use_inductor(self.device):
             run.value.update(self.inductor_timing(source, slot_env=slot_env))
         return run
-
-    def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
-        """The reference's eager and Inductor times, measured together (their ratio prices
-        Inductor in every verdict). They do not depend on a submission's inputs, so they are
-        kept on disk per reference source, GPU model, library versions and timing settings,
-        shared by every grader and trainer process on this machine."""
-        path = self._timing_cache_path(source, slot_env)
-        if path is not None and path.exists():
-            try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError):
-                pass  # unreadable: measure again and rewrite
-        timed = self.reference(source, slot_env=slot_env).value
-        found = {k: timed[k] for k in TIMING_KEYS if k in timed}
-        if path is not None and found:
-            _write_atomically(path, json.dumps(found, default=str))
-        return found
-
-    def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
-        name = gpu_name(self.worker_device, self._env(slot_env))
-        if name is None:
-            return None
-        key = json.dumps([source, name, _library_versions(), self.policy.timing_settings],
-                         sort_keys=True, default=str)
-        folder = self.cache_root / "reference-timing"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _fresh_seeds(self) -> dict:
         """One submission's secret seeds: its weights' and each trial's (and distribution)."""
@@ -389,21 +253,6 @@ class Grader:
             self._built_findings[candidate_source] = built
         return result
 
-    def findings(self, source: str) -> list[str]:
-        """The static scan's findings: the source's own, and those in the native sources its
-        extension build compiled: every text the compile worker's loaders were handed (assembled
-        at run time or not) and the sources left in the build folder."""
-        if not self.policy.static_scan:
-            return []
-        own = list(self._reader.read(source, scan=True).findings)
-        with self._lock:
-            built = self._built_findings.get(source, [])
-        seen = {f.split(": ", 1)[-1] for f in own}
-        for finding in built:  # the texts handed to the loaders, then the build folder's files
-            if finding.split(": ", 1)[-1] not in seen:
-                seen.add(finding.split(": ", 1)[-1])
-                own.append(finding)
-        return own
 
     def grade(self, reference_source: str, candidate_source: str, *, record: dict | None = None,
               reward: str = "composite", slot_env: dict | None = None) -> dict:
@@ -457,35 +306,6 @@ class Grader:
         # a ReferenceError is the problem's: it reaches the caller
         batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env), sizes)
         return [run for batch in batches for run in batch]
-
-    def _static(self, source: str) -> dict | None:
-        read = self._reader.read(source, scan=self.policy.static_scan)
-        if read.refused:
-            return Verdict.failure("parse", read.refused, reward=None).to_dict()
-        if read.problem:
-            reason, line = read.problem
-            return Verdict.failure("parse", reason + (f" (line {line})" if line else ""),
-                                   reward=None).to_dict()
-        return None
-
-    def _decided_statically(self, source: str) -> dict | None:
-        """The verdict, without running anything, of a source whose scan alone makes it hacked
-        (``Policy.static_first``): a forbidden API or a kernelguard finding. Vendor-library
-        calls are not decisive (the policy weighs them against the reference's ops)."""
-        own = self._reader.read(source, scan=True).findings if self._static_first() else []
-        return self._unrun_verdict(list(own),
-                                   "the static scan", compiled=False, profile={"static_only": True})
-
-    def _decided_by_build(self, source: str) -> dict | None:
-        """As ``_decided_statically``, for what the extension build compiled: native source
-        assembled at run time is judged as a literal is, and gets no GPU run either."""
-        with self._lock:
-            built = self._built_findings.get(source, []) if self._static_first() else []
-        return self._unrun_verdict(built, "the compiled sources", compiled=True,
-                                   profile={"static_only": True, "compiled_sources": True})
-
-    def _static_first(self) -> bool:
-        return self.policy.static_scan and self.policy.static_first
 
     def _unrun_verdict(self, findings: list[str], by: str, **fields) -> dict | None:
         decisive = [f for f in findings if static.VENDOR_PREFIX not in f]
@@ -657,101 +477,3 @@ class Grader:
         return {i: results[names[i]] for i in candidates}, views
 
 
-def _split(items, size: int) -> list[list]:
-    """``items`` in consecutive parts of ``size`` (the last may be shorter), balanced: 8 items
-    of at most 3 per part are 3, 3, 2."""
-    items = list(items)
-    parts = -(-len(items) // max(1, size))
-    base, extra = divmod(len(items), max(1, parts))
-    out, at = [], 0
-    for index in range(parts):
-        n = base + (1 if index < extra else 0)
-        out.append(items[at:at + n])
-        at += n
-    return out
-
-
-def _tensor_bytes(value) -> int:
-    """Bytes of the tensors in a (nested) reference result."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    return 0
-
-
-def _side_by_side(fn, items) -> list:
-    """``[fn(item) for item in items]``, each in its own thread (one alone runs here)."""
-    items = list(items)
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=len(items)) as pool:
-        return list(pool.map(fn, items))
-
-
-def candidate_view(window: dict, name: str) -> dict:
-    """One candidate's view of a group window: the reference and itself (as ``candidate``),
-    the window's error or the candidate's own (it dropped out), and the group's size."""
-    parts = window.get("participants") or {}
-    dropped = (window.get("dropped") or {}).get(name)
-    error = window.get("error") or ({"participant": "candidate", "message": dropped}
-                                    if dropped else None)
-    view = {k: v for k, v in window.items() if k not in ("participants", "dropped", "error")}
-    view.update(participants={"reference": parts.get("reference") or {},
-                              "candidate": parts.get(name) or {}},
-                error=error, group=len(parts) - 1)
-    return view
-
-
-def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, float]:
-    """Seconds each worker stage lasted (until the next stage's mark or the run's end), by the
-    parent's clock; ``start`` is what came before the first mark (process start, imports)."""
-    spans: dict[str, float] = {"start": round(stages[0][1], 3)} if stages else {}
-    ends = [at for _, at in stages[1:]] + [max(wall_s, stages[-1][1] if stages else 0.0)]
-    for (name, at), until in zip(stages, ends):
-        spans[name] = round(spans.get(name, 0.0) + until - at, 3)
-    return spans
-
-
-def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
-    """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
-    or has ended; what follows (reading its profiler records, sending its facts) needs no
-    lock, and the next window on this GPU need not wait for it."""
-    deadline = time.monotonic() + timeout_s
-    for control in controls.values():
-        while not control.ended and time.monotonic() < deadline:
-            got = control.next_report(max(0.1, deadline - time.monotonic()))
-            if got is None or "gpu_done" in got[1]:
-                break
-
-
-_ARCH: list[str | None] = []
-
-
-def cuda_arch_list() -> str | None:
-    """Compute capability of GPU 0 as TORCH_CUDA_ARCH_LIST wants it (via nvidia-smi)."""
-    if not _ARCH:
-        import subprocess
-
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.split()
-            _ARCH.append(out[0] if out else None)
-        except (OSError, subprocess.SubprocessError):
-            _ARCH.append(None)
-    return _ARCH[0]
-
-
-def streamed_texts(reports: list[dict]) -> list[str]:
-    """The native texts a compile worker streamed to the parent as its loaders were handed them
-    (``worker._stream_texts``: ``{"native_text": i, "part": str}``), joined again."""
-    parts: dict[int, list[str]] = {}
-    for value in reports:
-        index, part = value.get("native_text"), value.get("part")
-        if isinstance(index, int) and isinstance(part, str):
-            parts.setdefault(index, []).append(part)
-    return ["".join(parts[index]) for index in sorted(parts)]

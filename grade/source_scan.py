@@ -190,7 +190,7 @@ def _serve() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (_SCANNER_MEMORY, _SCANNER_MEMORY))
     except (ImportError, ValueError, OSError):
         pass
-    from . import static
+    from . import native_scan, static
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
@@ -198,9 +198,10 @@ def _serve() -> None:
         if len(head) < _FRAME.size:
             return
         request = json.loads(stdin.read(_FRAME.unpack(head)[0]))
-        if "aten_operators" in request:  # the start: what static would import torch for
+        if "aten_operators" in request:  # the start: what the scan would import torch for
             names = frozenset(request["aten_operators"])
-            static.aten_operator_names = lambda names=names: names
+            # on the module whose global backend_entry_points reads
+            native_scan.aten_operator_names = lambda names=names: names
             static.kernelguard_findings("")  # its import, before the first timed read
             answer = json.dumps({"ready": True})
         else:

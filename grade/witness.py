@@ -47,7 +47,7 @@ SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witne
 UNATTRIBUTED = "unattributed"
 
 # The ops' C callables (``_op``): calling the Python op objects runs ``self._op``, an instance
-# attribute a submission replaced (red-team round 6) to run PyTorch after the range had closed
+# attribute a submission can replace to run PyTorch after the range has closed (T-11)
 _range_enter = torch.ops.profiler._record_function_enter_new._op
 _range_exit = torch.ops.profiler._record_function_exit._RecordFunction._op
 _no_subclass_function = torch._C.DisableTorchFunctionSubclass
@@ -318,8 +318,8 @@ class Witness:
     def open_call(self):
         """Open a candidate call's range (``close_call`` closes it): with no context manager,
         whose exit runs Python (``contextlib``'s) after the range has closed, where a
-        submission that reached that Python ran PyTorch unobserved (red-team round 11: a
-        module-dict key of its own on ``contextlib``'s ``StopIteration`` lookup)."""
+        submission that reaches that Python (a module-dict key of its own on ``contextlib``'s
+        ``StopIteration`` lookup) runs PyTorch unobserved (T-11)."""
         self.calls += 1
         if self._profile is None and self._sessions:
             self.unwitnessed += 1  # after a session that did not resume (``unavailable``)

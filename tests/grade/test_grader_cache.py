@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from kernelmill.grade import grader as grader_module
+from kernelmill.grade import reference_run
 from kernelmill.grade.grader import Grader
 
 SOURCE = "class Model: pass\n"
 
 
 def _grader(tmp_path, monkeypatch, runs: list) -> Grader:
-    monkeypatch.setattr(grader_module, "gpu_name", lambda device, env=None: "Test GPU 80GB")
+    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Test GPU 80GB")
     grader = Grader("cpu", cache_root=str(tmp_path))
 
     def measured(source, slot_env=None):

@@ -1,0 +1,68 @@
+"""Workers side by side: work split into balanced parts, one thread per worker, and what a
+group's timing window says to each candidate (its view, its stages, when its GPU work is done).
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from kernelmill.validate.harness import Control
+
+
+def _split(items, size: int) -> list[list]:
+    """``items`` in consecutive parts of ``size`` (the last may be shorter), balanced: 8 items
+    of at most 3 per part are 3, 3, 2."""
+    items = list(items)
+    parts = -(-len(items) // max(1, size))
+    base, extra = divmod(len(items), max(1, parts))
+    out, at = [], 0
+    for index in range(parts):
+        n = base + (1 if index < extra else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
+
+
+def _side_by_side(fn, items) -> list:
+    """``[fn(item) for item in items]``, each in its own thread (one alone runs here)."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(fn, items))
+
+
+def candidate_view(window: dict, name: str) -> dict:
+    """One candidate's view of a group window: the reference and itself (as ``candidate``),
+    the window's error or the candidate's own (it dropped out), and the group's size."""
+    parts = window.get("participants") or {}
+    dropped = (window.get("dropped") or {}).get(name)
+    error = window.get("error") or ({"participant": "candidate", "message": dropped}
+                                    if dropped else None)
+    view = {k: v for k, v in window.items() if k not in ("participants", "dropped", "error")}
+    view.update(participants={"reference": parts.get("reference") or {},
+                              "candidate": parts.get(name) or {}},
+                error=error, group=len(parts) - 1)
+    return view
+
+
+def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, float]:
+    """Seconds each worker stage lasted (until the next stage's mark or the run's end), by the
+    parent's clock; ``start`` is what came before the first mark (process start, imports)."""
+    spans: dict[str, float] = {"start": round(stages[0][1], 3)} if stages else {}
+    ends = [at for _, at in stages[1:]] + [max(wall_s, stages[-1][1] if stages else 0.0)]
+    for (name, at), until in zip(stages, ends):
+        spans[name] = round(spans.get(name, 0.0) + until - at, 3)
+    return spans
+
+
+def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
+    """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
+    or has ended; what follows (reading its profiler records, sending its facts) needs no
+    lock, and the next window on this GPU need not wait for it."""
+    deadline = time.monotonic() + timeout_s
+    for control in controls.values():
+        while not control.ended and time.monotonic() < deadline:
+            got = control.next_report(max(0.1, deadline - time.monotonic()))
+            if got is None or "gpu_done" in got[1]:
+                break
