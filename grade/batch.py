@@ -67,10 +67,11 @@ def grader_versions() -> str:
                 parts.append(f"{package}={metadata.version(package)}")
             except metadata.PackageNotFoundError:
                 parts.append(f"{package}=none")
-        for module in ("grade.judge", "grade.policy", "grade.static", "grade.scan_rules",
-                       "grade.python_scan", "grade.native_scan", "grade.witness",
-                       "grade.worker", "validate.harness", "validate.harness_worker",
-                       "validate.sandbox", "validate.measure"):
+        for module in ("grade.judge", "grade.checks", "grade.facts", "grade.compare",
+                       "grade.stages", "grade.policy", "grade.static", "grade.scan_rules",
+                       "grade.python_scan", "grade.native_scan", "grade.source_scan",
+                       "grade.witness", "grade.worker", "validate.harness",
+                       "validate.harness_worker", "validate.sandbox", "validate.measure"):
             spec = util.find_spec(f"kernelmill.{module}")
             origin = Path(spec.origin) if spec and spec.origin else None
             # a package (grade.worker) is every module under it
