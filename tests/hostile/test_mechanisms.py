@@ -2038,6 +2038,28 @@ def test_every_copy_op_the_taxonomy_allows_marks_an_output_made_by_copy():
     assert _spans([out])[0] in tracer.copy_spans
 
 
+def test_the_op_traces_tables_cannot_be_emptied_or_rebound_from_its_module(monkeypatch):
+    """In the candidate's run the trace's dispatch method reads the public module's globals
+    (torch wraps it): its tables are immutable and bound into the methods that read them, so
+    emptying or rebinding them there changes nothing the trace sees."""
+    import kernelmill.grade.worker.observers.optrace as optrace
+
+    with pytest.raises(AttributeError):
+        optrace._COPY_OPS.clear()
+    with pytest.raises(TypeError):
+        optrace._GEMM_INNER["mm"] = None
+    monkeypatch.setattr(optrace, "_COPY_OPS", frozenset())
+    monkeypatch.setattr(optrace, "_GEMM_INNER", {})
+    monkeypatch.setattr(optrace, "_FLOP_FORMULAS", {})
+    kept, a = torch.randn(16), torch.randn(8, 1)
+    tracer = optrace._OpTrace()
+    with tracer:
+        out = kept.clone()
+        torch.mm(a, torch.randn(1, 8))
+    assert optrace._spans([out])[0] in tracer.copy_spans
+    assert tracer.thin_gemms and tracer.flops > 0
+
+
 def test_memory_a_carried_value_left_is_not_watched_once_its_tensor_is_gone():
     """What an op wrote from the inputs is watched while the memory it wrote is held: the
     allocator hands that memory out again, and a flag an honest forward reads there later is

@@ -4,6 +4,7 @@ by, reads on the host of the inputs' values (and of anything computed from them)
 are Python wrappers rather than kernels (``_python_only``)."""
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -13,6 +14,22 @@ from torch.utils.flop_counter import flop_registry as _torch_flop_registry
 from ..guards.originals import _getattr_static, _Tensor, _tensor_storage, _type, _weak_ref
 from .counts import _observed
 from .host_memory import _count_foreign
+
+
+# The trace's tables, immutable, and bound into the functions that read them as keyword defaults
+# (the worker's guarded pattern): in the candidate's run the dispatch method is torch's wrapper
+# around this module's function, which reads this module's globals, not the private copy's; a
+# table read from there could be emptied in place or rebound by a submission (T-09, T-11).
+# torch's FLOP formulas (GEMMs, convolutions, attention), taken before any submission's import
+_FLOP_FORMULAS = MappingProxyType(dict(_torch_flop_registry))
+# GEMM-class ops, each with the index of the operand whose last dimension is the inner one
+_GEMM_INNER = MappingProxyType({
+    "mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "_scaled_mm": 0, "linear": 0,
+    "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1, "_addmm_activation": 1})
+# the copies an output may be made by (``output_by_copy``): every ATen copy the op taxonomy
+# allows (``lift_fresh_copy`` included)
+_COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize",
+                       "copy", "lift_fresh_copy"})
 
 
 class _OpTrace(TorchDispatchMode):
@@ -56,19 +73,20 @@ class _OpTrace(TorchDispatchMode):
                 # storage while it lives): a temporary view's end does not end the watch
                 self.derived.append((lo, hi, _weak_ref(_tensor_storage(tensor))))
 
-    def _count_work(self, func, base: str, args, kwargs: dict, out) -> None:
-        formula = _FLOP_FORMULAS.get(getattr(func, "_overloadpacket", None))
+    def _count_work(self, func, base: str, args, kwargs: dict, out, *,
+                    _formulas=_FLOP_FORMULAS, _gemm_inner=_GEMM_INNER) -> None:
+        formula = _formulas.get(getattr(func, "_overloadpacket", None))
         if formula is not None:
             try:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
             except Exception:  # noqa: BLE001 — an operand the formula cannot read: not counted
                 pass
-        inner = _GEMM_INNER.get(base)
+        inner = _gemm_inner.get(base)
         if inner is not None and len(args) > inner and _type(args[inner]) is _Tensor and \
                 args[inner].dim() >= 1 and args[inner].shape[-1] <= 1:
             self.thin_gemms.append(str(func))
 
-    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None, *, _copy_ops=_COPY_OPS):
         name = str(func)
         self.ops.append(name)
         if self.watched and "_local_scalar_dense" in name and args and \
@@ -80,25 +98,13 @@ class _OpTrace(TorchDispatchMode):
         self._count_work(func, base, args, kwargs or {}, out)
         if self.watched:
             self._taint(func, args, kwargs or {}, out)
-        if base in _COPY_OPS and not _observed().get("in_launch"):
+        if base in _copy_ops and not _observed().get("in_launch"):
             target = args[0] if base == "copy_" and args else out
             self.copy_spans.extend(_spans([target]))
             _count_foreign([*args, out])
         return out
 
 
-# torch's FLOP formulas (GEMMs, convolutions, attention), taken before any submission's import
-_FLOP_FORMULAS = dict(_torch_flop_registry)
-# GEMM-class ops, each with the index of the operand whose last dimension is the inner one
-_GEMM_INNER = {"mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "_scaled_mm": 0,
-               "linear": 0, "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1,
-               "_addmm_activation": 1}
-
-
-# the copies an output may be made by (``output_by_copy``): every ATen copy the op taxonomy
-# allows (``lift_fresh_copy`` included)
-_COPY_OPS = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "copy",
-             "lift_fresh_copy"}
 _UntypedStorage = torch.UntypedStorage
 _TypedStorage = getattr(torch, "TypedStorage", None)
 _ustorage_ptr = torch.UntypedStorage.data_ptr
