@@ -62,7 +62,7 @@ MAX_FRAME = 4 << 30  # 4 GiB: larger claims are treated as a broken channel
 # Frames other than the result (hello, stage marks, reports, the error) are small: each at most
 # SMALL_FRAME bytes and SMALL_TOTAL together per run, or the channel is broken (``tampered``).
 # The frames are signed in the worker's process, where a submission's code runs too: a signed
-# frame's size is no promise (a red-team answer sent 256 MiB stage names to grow the parent).
+# frame's size is no promise (a submission can send huge stage names to grow the parent).
 SMALL_FRAME = 1 << 20
 SMALL_TOTAL = 64 << 20
 STAGE_NAME_CHARS = 200
@@ -138,7 +138,7 @@ class Control:
     def pause(self) -> None:
         """Stop every process of the worker's group (SIGSTOP): outside its turn in a timing
         window nothing of it runs, not a thread it left spinning to slow another member's turn
-        (red-team round 30) nor a runtime's idle spin. A worker waiting for its next command
+        (T-15) nor a runtime's idle spin. A worker waiting for its next command
         loses nothing; ``resume`` (SIGCONT) goes on where it stood."""
         if not self.paused:
             self._signal(signal.SIGSTOP, True)
@@ -701,9 +701,9 @@ class _LateFile:
     worker empty: part ``i`` is written when the worker asks for it (``write``).
 
     Anything in a worker's memory is within its submission's reach (native code reads any
-    address; ``/proc/self/map_files`` maps any memory file again): a red-team answer read the
-    inputs of the unseen-input check from the job's tensor file at import and had every answer
-    ready. So each unseen input arrives just before its own call. The file is sealed against
+    address; ``/proc/self/map_files`` maps any memory file again): a submission could read the
+    inputs of the unseen-input check from the job's tensor file at import and have every answer
+    ready (T-14). So each unseen input arrives just before its own call. The file is sealed against
     resizing (the worker cannot take its pages away). A part: 8 bytes giving its pickle's
     length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start), the
     tensors' bytes. ``table``: each part's (offset, size), for the worker."""

@@ -71,7 +71,7 @@ def _not_json(value):
 def _json_encoder():
     """``value -> bytes``, the JSON of ``json.dumps(value)``, bound now to the C encoder: the
     channel's messages go through no Python function a submission can rebind on ``json``'s
-    modules (a red-team answer wrapped ``json.dumps`` and rewrote the timing reports). Exact
+    modules (wrapping ``json.dumps`` would let it rewrite the timing reports: T-02). Exact
     dicts, lists, strings and numbers are encoded in C alone."""
     from json.encoder import c_encode_basestring_ascii, c_make_encoder
 
@@ -212,8 +212,8 @@ def _trusted_stack(frame, roots: tuple[str, ...], bottom) -> bool:
 
 # What ``mark_stage`` and ``report`` call is bound where they are defined (keyword defaults,
 # which no submission may read or write): a name looked up in this module at call time can be
-# made to answer with a submission's function for those calls alone (red-team round 11: a
-# module-dict key of its own, equal to ``encode_json``, scaled every timing sample by 0.1)
+# made to answer with a submission's function for those calls alone (a module-dict key of its
+# own, equal to ``encode_json``, could rescale every timing sample: T-02, T-15)
 def mark_stage(name: str, *, _channel=_channel, _send=_audit_event, _event=FRAME_EVENT,
                _kind=KIND_STAGE, _encode=encode_json, _str=str) -> None:
     """Record the stage the worker is in; a crash from here on is reported with this name."""
@@ -296,7 +296,7 @@ def _save_without_crc() -> None:
     """No CRC-32 of each record in results: the frame's HMAC covers every byte (the CRC was a
     quarter of the save's CPU, 0.06 s per 256 MB on the 2-core host). Set before the target
     runs, where torch is loaded already (a warm worker): nothing is looked up after the
-    submission ran (red-team round 23), and a submission that turns the CRCs back on only
+    submission ran (T-05), and a submission that turns the CRCs back on only
     slows its own result."""
     if "torch" not in sys.modules:
         return
@@ -311,8 +311,8 @@ def _encode_result(value: dict, _pickler=pickle.Pickler, _type=type,
                    _table=types.MappingProxyType) -> bytes:
     """``torch.save`` of ``value`` through a pickler made now, whose dispatch table is its own,
     empty and read-only: the standard pickler consults ``copyreg.dispatch_table``, a registry a
-    submission can fill in place (red-team round 6 registered a reducer for tensors that
-    pickled PyTorch's answer in place of the kernel's output, after every check had run)."""
+    submission can fill in place (a reducer for tensors could pickle PyTorch's answer in place
+    of the kernel's output, after every check had run: T-02)."""
     import torch
 
     pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
@@ -482,7 +482,7 @@ def main(argv: list[str]) -> None:
         sandbox = confine(job["writable"])
     _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
     # what runs after the target, bound before it: the target may import a submission, whose
-    # code can reach this module's globals (a red-team answer replaced the encoder)
+    # code can reach this module's globals and replace the encoder (T-02)
     send, encode, finish, to_json = _audit_event, _encode_result, _exit, encode_json
     _save_without_crc()
     _ieee_fp32()

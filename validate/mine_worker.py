@@ -20,16 +20,10 @@ import time
 from typing import Any
 
 import torch
+from kernelmill.core.input_templates import TEMPLATES
 
 MAX_ATTEMPTS = 16
 
-TEMPLATES = {
-    "4d": ("BATCH", "C", "HEIGHT", "WIDTH"),
-    "3d": ("BATCH", "SEQ_LEN", "C"),
-    "2d": ("BATCH", "C"),
-    "3c": ("BATCH", "C", "SEQ_LEN"),
-    "5d": ("BATCH", "C", "DEPTH", "HEIGHT", "WIDTH"),
-}
 _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
 
 

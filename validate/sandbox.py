@@ -289,7 +289,7 @@ OTHER_PROCESS_CALLS = (("setpriority", 1), ("ioprio_set", 1), ("sched_setaffinit
 
 
 # Calls that would put the caller itself ahead of the processes beside it (a worker runs as
-# root: red-team round 30's threads reniced themselves to -20): a real-time or other policy, a
+# root: its threads could renice themselves to -20, T-15): a real-time or other policy, a
 # priority, and a nice value below 0 (``setpriority``'s third argument, its sign bit).
 RAISE_PRIORITY_CALLS = ("sched_setscheduler", "sched_setparam", "sched_setattr")
 _SIGN_BIT = 0x80000000
@@ -314,8 +314,8 @@ _CLONE_NEWNET = 0x40000000
 
 _SCMP_CMP_EQ = 4
 # Address families of the network (IPv4, IPv6, raw packets): Landlock refuses TCP only, and a
-# fresh network namespace needs privileges a CI runner may not have; a red-team build sent a
-# file over UDP from the compile worker.
+# fresh network namespace needs privileges a CI runner may not have; a build could send a
+# file over UDP from the compile worker (T-03).
 NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kernelmill.core.input_templates import TEMPLATES
 from kernelmill.core.problem import CATEGORIES, guess_category
 
 from ..resize import ResizeError, size_plans
@@ -18,13 +19,6 @@ from .spec import PROBE_DIMS, Guess
 # the sizes a source is written at before sizing (each > 8 and a multiple of 8: resizable)
 BASE_DIMS = {"BATCH": 16, "SEQ_LEN": 64, "HEIGHT": 64, "WIDTH": 64, "DEPTH": 16}
 LADDER = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
-TEMPLATES = {
-    "4d": ("BATCH", "C", "HEIGHT", "WIDTH"),
-    "3d": ("BATCH", "SEQ_LEN", "C"),
-    "2d": ("BATCH", "C"),
-    "3c": ("BATCH", "C", "SEQ_LEN"),
-    "5d": ("BATCH", "C", "DEPTH", "HEIGHT", "WIDTH"),
-}
 
 _CONFIG_CLASS = '''class MinedConfig:
     """A small stand-in for the package's configuration object: its field defaults, shrunk."""
