@@ -21,7 +21,9 @@
 #        then with the workers' IEEE fp32: TF32_ARGS)
 #        ray (benchmarks/ray_scaling.py: validation through Ray on 1 GPU and on all of them, and
 #        a run that kills a host; RAY_SYNTH synthesized problems, RAY_KILL_AFTER, RAY_KILL_LIMIT,
-#        RAY_CORES_PER_GPU pins each run to that many cores per GPU)
+#        RAY_CORES_PER_GPU pins each run to that many cores per GPU; RAY_PROBLEMS a problems
+#        file instead of seeds + RAY_SYNTH; RAY_RUNS picks runs (one all kill); RAY_PAIR=1 the
+#        one-GPU run once per GPU at once; RAY_DEADLINE stops each run after that many seconds)
 #        (grade honors GRADE_ARGS, GRADE_PROFILE=1: the parent under cProfile, and
 #        GRADE_PYSPY=PATH: every process under that py-spy binary)
 #        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N, and
@@ -119,11 +121,15 @@ for part in $parts; do
                 | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
+    # shellcheck disable=SC2086 — RAY_RUNS is a list of run names
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
+                ${RAY_PROBLEMS:+--problems $RAY_PROBLEMS} ${RAY_RUNS:+--runs $RAY_RUNS} \
+                ${RAY_PAIR:+--pair} ${RAY_DEADLINE:+--deadline $RAY_DEADLINE} \
                 --kill-after "${RAY_KILL_AFTER:-8}" ${RAY_KILL_LIMIT:+--kill-limit $RAY_KILL_LIMIT} \
                 ${RAY_CORES_PER_GPU:+--cores-per-gpu $RAY_CORES_PER_GPU} \
                 2>&1 | tee "$out/ray_scaling.log"
-              cp /tmp/ray_out/ray_scaling.json "$out/" 2>/dev/null ;;
+              # every run's result with its verdicts, for `ray_scaling.py --table` here
+              tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
     # the timing graph and forwards that share work between its calls; CAPTURE_CASES: hostile
     # cases graded alone on CUDA beside it (their verdicts say why a graph was not used)
