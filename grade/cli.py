@@ -167,6 +167,8 @@ def _describe(v: dict) -> str:
         lines.append(f"hack {code}: {v.get('hack_details', {}).get(code, '')}")
     if v.get("error"):
         lines.append(f"error in {v['error'].get('stage')}: {v['error'].get('message')}")
+    if (v.get("timings") or {}).get("skipped"):
+        lines.append(f"timing: skipped ({v['timings']['skipped']})")
     for name, check in (v.get("checks") or {}).items():
         if not check.get("passed"):
             lines.append(f"check {name}: {check.get('detail')}")

@@ -79,6 +79,60 @@ def compare(expected: list, got: list | None, atol: float, rtol: float, *,
     return True, ""
 
 
+# The reason a window gives for a member it did not time, its early answer being wrong already
+SKIPPED_INCORRECT = "timing skipped (incorrect)"
+
+
+def sample_mismatch(trials: list[dict], checked: Any, tolerance) -> str | None:
+    """Why a worker's early answer (``worker.early``: a strided sample of each fresh call's
+    outputs) is wrong against its trials' outputs, or None where it matches or cannot be told
+    (a malformed sample decides nothing). Element by element, as ``compare``: an element off in
+    the sample is off in the whole, so the answer it calls wrong the judge calls wrong too.
+    ``tolerance(trial)`` is the judge's ``(atol, rtol)`` for a trial."""
+    if not isinstance(checked, list):
+        return None
+    for call in checked[:64]:
+        try:
+            trial = trials[int(call["trial"])]
+            why = _sample_off(trial["outputs"], call["outputs"], *tolerance(trial))
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, OverflowError):
+            continue
+        if why:
+            return f"trial {call['trial']}: {why}"
+    return None
+
+
+def _sample_off(expected: list, sampled: list | None, atol: float, rtol: float) -> str | None:
+    if sampled is None or len(sampled) != len(expected):
+        return None  # the judge says what is wrong with the structure
+    for index, (e, part) in enumerate(zip(expected, sampled)):
+        if not isinstance(e, torch.Tensor):
+            continue
+        if list(part["shape"]) != list(e.shape) or part["dtype"] != str(e.dtype):
+            return f"output {index}: shape {tuple(part['shape'])} {part['dtype']}, expected " \
+                   f"{tuple(e.shape)} {e.dtype}"
+        flat = e.reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        stride = int(part["stride"])
+        want = flat[::stride]
+        values = part["values"]
+        if stride < 1 or len(values) != want.numel():
+            return None
+        if not (want.is_floating_point()):
+            got = torch.tensor(values, dtype=torch.int64)
+            off = int((got != want.long()).sum())
+            if off:
+                return f"output {index}: {off} of {want.numel()} sampled elements differ"
+            continue
+        got = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        bad, worst = _off_elements(want.double(), got, atol, rtol, True)
+        if bad:
+            return f"output {index}: {bad} of {want.numel()} sampled elements off (max abs " \
+                   f"error {worst:.3g}, atol {atol:g}, rtol {rtol:g})"
+    return None
+
+
 COMPARE_CHUNK = 1 << 22  # elements per pass: bounded temporaries, cache-sized work
 
 

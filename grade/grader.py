@@ -40,6 +40,7 @@ from .builds import (
     needs_extension_build,
     streamed_texts,
 )
+from .compare import SKIPPED_INCORRECT, sample_mismatch
 from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, reference_fault, usable_trials
 from .policy import Policy
@@ -334,8 +335,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                 for i in runnable:
                     prepared[i]["limits"] = limits
                 if policy.time:
-                    results, windows = self._timed(references[runnable[0]],
-                                                   {i: prepared[i] for i in runnable}, slot_env)
+                    results, windows = self._timed(references, {i: prepared[i] for i in runnable},
+                                                   record, slot_env)
                 else:
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
@@ -363,7 +364,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                    "timing_settings": policy.timing_settings,
                    "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
-                   "hidden_trials": len(hidden),
+                   "hidden_trials": len(hidden), "early_check": not policy.time_incorrect,
                    # the graph's calls agree with its last within this, element by element
                    "tolerance": list(policy.tolerance(_first_dtype(ref), record))}
         env, writable = self._env(slot_env), []
@@ -414,13 +415,24 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
 
-    def _timed(self, reference: ReferenceRun, candidates: dict[int, dict],
-               slot_env: dict | None) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
+    def _timed(self, references: list[ReferenceRun], candidates: dict[int, dict],
+               record: dict | None, slot_env: dict | None
+               ) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
         """Run the candidate workers and one reference timing worker side by side; time them
         all in one window on this GPU. Returns each candidate's result and its view of the
-        window (the reference and itself, as ``reference`` and ``candidate``)."""
+        window (the reference and itself, as ``reference`` and ``candidate``). A candidate whose
+        early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``)."""
         policy = self.policy
         names = {i: f"candidate {i}" for i in candidates}
+        reference = references[min(candidates)]
+        by_name = {name: i for i, name in names.items()}
+
+        def admit(name: str, checked) -> str | None:
+            shown, _hidden = usable_trials(references[by_name[name]].value)
+            why = sample_mismatch(shown, checked, lambda trial: policy.tolerance(
+                _first_dtype({"trials": [trial]}), record))
+            return f"{SKIPPED_INCORRECT}: {why}" if why else None
+
         jobs = {}
         for i, job in candidates.items():
             job["payload"] = {**job["payload"], "window": True}
@@ -459,7 +471,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             start=lambda: [t.start() for t in threads],
             finish=lambda: _gpu_work_done(controls, policy.timeout_s),
             clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
-            droppable=tuple(names.values()))
+            droppable=tuple(names.values()),
+            admit=None if policy.time_incorrect else admit)
         for thread in threads:
             thread.join()
         timing_run = results.get("reference")

@@ -238,6 +238,9 @@ class Policy:
     atol: float | None = None  # override; else the problem record's, else by dtype
     rtol: float | None = None
     time: bool = True
+    # an answer whose checked outputs are already wrong (a sample of them, compared before the
+    # window) is not timed: it never takes the GPU alone (its verdict is incorrect either way)
+    time_incorrect: bool = False
     inductor: bool | None = None  # time torch.compile of the reference; None: on CUDA only
     roofline_margin: float = 0.5  # flag times below this fraction of the memory roofline
     timeout_s: float = 300.0  # per worker run (reference, candidate)

@@ -32,10 +32,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .harness import Control
 from .measure import GpuLock, median_ci_pct, summarize
-
 
 MAX_CALLS = 1 << 16  # calls per sample a member may ask its graph to be captured with
 
@@ -205,7 +205,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                settings: WindowSettings | None = None, cuda: bool = True,
                start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
                clock_check: tuple[str, ...] = (), unseen_check: tuple[str, ...] = (),
-               gpu_handshake: bool = False, droppable: tuple[str, ...] = ()) -> dict:
+               gpu_handshake: bool = False, droppable: tuple[str, ...] = (),
+               admit: Callable[[str, Any], str | None] | None = None) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
@@ -218,7 +219,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     ``unseen``; the results stay in the worker). A participant in ``droppable`` that fails
     (ends, goes silent, answers wrongly) leaves the window alone: ``dropped[name]`` says why and
     the others go on; when none of them is left, the window ends. Any other failure ends the
-    window for all (``error``)."""
+    window for all (``error``). With ``admit``, each ``droppable`` participant first reports
+    ``{"checked": ...}`` (its answers, before it prepares to be timed) and is told ``time``, or
+    leaves the window with the reason ``admit(name, checked)`` returns: it is never timed."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -257,6 +260,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         if gpu_handshake:
             for control in group.active.values():
                 control.send("go")
+        if admit is not None:
+            _admit(group, admit, deadline)
         for name in participants:
             _wait_crediting(group, name, ready, deadline)
             got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
@@ -302,6 +307,39 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
                                                  samples[name], wall_ms=walls.get(name), **info)
     return result
+
+
+def _admit(group: _Group, admit: Callable[[str, Any], str | None], deadline: float) -> None:
+    """Take each droppable participant's ``checked`` report as it comes (in any order: one
+    slow member does not hold the others' answers back) and answer it: ``time``, or out of the
+    window with ``admit``'s reason."""
+    waiting = [name for name in group.droppable if name in group.active]
+    while waiting and time.monotonic() < deadline:
+        answered = False
+        for name in list(waiting):
+            control = group.active.get(name)
+            if control is None:
+                waiting.remove(name)
+                continue
+            if not (control.pending() or control.ended):
+                continue
+            waiting.remove(name)
+            answered = True
+            got = group.ask(name, None, "checked", max(0.1, deadline - time.monotonic()))
+            if got is None:
+                continue  # it failed: out of the window already
+            reason = admit(name, got[1])
+            if reason:
+                group.fail(name, WindowError(name, reason))
+            else:
+                control.send("time")
+        if waiting and not answered:
+            first = group.active.get(waiting[0])
+            if first is not None:
+                first.wait_report(0.02)
+    for name in waiting:  # still silent at the deadline
+        if name in group.active:
+            group.fail(name, WindowError(name, "no answers before the deadline"))
 
 
 def _wait_crediting(group: _Group, name: str, ready: dict, deadline: float) -> None:

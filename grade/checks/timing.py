@@ -7,7 +7,7 @@ import torch
 from kernelmill.core.devices import device_peaks
 from kernelmill.validate.window import verdict_timing
 
-from ..compare import compare
+from ..compare import SKIPPED_INCORRECT, compare
 from .probes import graph_calls_agree
 from .registry import Finding, HackCode, Layer, collect, register
 
@@ -66,7 +66,11 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None,
     verdict["timings"] = {"candidate_ms": cand_ms, "eager_ms": eager_ms,
                           "inductor_ms": inductor_ms, "roofline_ms": roofline_ms(reference, record)}
     if window and window.get("error"):
-        verdict["timings"]["error"] = window["error"]["message"]
+        message = window["error"]["message"]
+        if message.startswith(SKIPPED_INCORRECT):  # not timed: its answers were wrong already
+            verdict["timings"]["skipped"] = "incorrect"
+        else:
+            verdict["timings"]["error"] = message
     candidate = ((window or {}).get("participants") or {}).get("candidate") or {}
     verdict["timings"]["candidate_wall_ms"] = candidate.get("wall_ms")
 

@@ -28,6 +28,7 @@ from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 
 from .call import _Run
+from .early import early_answer
 from .guards.audit import refuse_runtime_code
 from .guards.originals import (
     _enumerate_threads,
@@ -301,6 +302,13 @@ def _candidate_task(payload: dict) -> dict:
     facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
 
+    if payload.get("time", True) and payload.get("window") and payload.get("early_check"):
+        # the parent compares a sample of the answers before the window: a wrong one is not
+        # timed (it never takes the GPU alone)
+        mark_stage("early check")
+        report({"checked": early_answer(facts["calls"])})
+        if receive().strip() != "time":
+            payload = {**payload, "time": False}
     if payload.get("time", True):
         mark_stage("timing")
         before = _observed()

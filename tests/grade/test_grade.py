@@ -439,3 +439,32 @@ def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
         read("ref_scale_add"), read("hack_torch_reuse"))
     assert "torch_compute" in verdict["hacks"], verdict["hacks"]
     assert "timing_behaviour" not in verdict["hacks"], verdict["hack_details"]
+
+
+def test_an_early_sample_called_wrong_is_wrong_in_the_whole():
+    from kernelmill.grade.compare import sample_mismatch
+    from kernelmill.grade.worker.early import early_answer
+
+    torch.manual_seed(0)
+    expected = torch.randn(5000)
+    trials = [{"outputs": [expected, torch.arange(7)]}]
+    tol = lambda trial: (1e-4, 1e-4)  # noqa: E731
+
+    def early(out):
+        return early_answer([{"trial": 0, "kind": "fresh", "outputs": out},
+                             {"trial": 0, "kind": "repeat", "outputs": None}])
+
+    assert sample_mismatch(trials, early([expected.clone(), torch.arange(7)]), tol) is None
+    off = expected.clone()
+    off[::2] += 1.0  # every other element wrong: the sample sees it
+    why = sample_mismatch(trials, early([off, torch.arange(7)]), tol)
+    assert why.startswith("trial 0: output 0:") and "sampled elements off" in why
+    assert compare(trials[0]["outputs"], [off, torch.arange(7)], 1e-4, 1e-4)[0] is False
+    nan = expected.clone()
+    nan[0] = float("nan")
+    assert "off" in sample_mismatch(trials, early([nan, torch.arange(7)]), tol)
+    assert "differ" in sample_mismatch(trials, early([expected, torch.arange(1, 8)]), tol)
+    assert "shape" in sample_mismatch(trials, early([expected[:10], torch.arange(7)]), tol)
+    # nothing to sample, or a malformed sample, decides nothing (the judge does)
+    for checked in (early(None), None, [{"trial": 9, "outputs": []}], [{"x": 1}], "junk"):
+        assert sample_mismatch(trials, checked, tol) is None

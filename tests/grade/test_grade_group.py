@@ -1,6 +1,7 @@
 """Grading a group of submissions of one problem together (a GRPO group): one timing window,
 one reference timing, each candidate judged on its own; the failures of some cost the others
 nothing."""
+import dataclasses
 import json
 
 from conftest import FIXTURES
@@ -139,3 +140,20 @@ def test_a_groups_fresh_references_come_from_one_worker_once_their_size_is_known
     runs.clear()
     grader._fresh_references(read("ref_scale_add"), 3, None)
     assert runs == [1, 1, 1]
+
+
+def test_a_wrong_answer_is_not_timed_and_the_rest_of_its_group_is():
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    honest = read("honest_scale_add")
+    wrong = honest.replace("2.0 * x", "3.0 * x")  # right-looking, computes 3x + y
+    right, off = Grader("cpu", policy=policy).grade_group(read("ref_scale_add"), [honest, wrong])
+    assert right["correct"] and right["timing"]["reps"] >= 6, right.get("timings")
+    assert not off["correct"] and not off["hacks"] and off["error"] is None, off
+    assert off["timing"] is None and off["timings"]["skipped"] == "incorrect"
+    assert "timing" not in off["profile"]["stages_s"], off["profile"]["stages_s"]
+    assert any("elements off" in c["detail"] for c in off["checks"].values() if not c["passed"])
+    # the policy can ask for wrong answers to be timed all the same
+    timed = Grader("cpu", policy=dataclasses.replace(policy, time_incorrect=True)).grade(
+        read("ref_scale_add"), wrong)
+    assert not timed["correct"] and timed["timings"]["candidate_ms"] is not None
+    assert "skipped" not in timed["timings"]
