@@ -38,10 +38,11 @@ if [ -d .whl ] && ! python3 -c "import libcst, datasets, jsonlines, datasketch" 
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-if [ -f .whl/ray-site.tgz ] && ! python3 -c "import ray" 2>/dev/null; then
+ray_site=$(ls .ray/ray-site.tgz .whl/ray-site.tgz 2>/dev/null | head -1)
+if [ -n "$ray_site" ] && ! python3 -c "import ray" 2>/dev/null; then
   # Ray's wheel is over a device call's carry limit: a trimmed copy of its files (no Java jars,
-  # no dashboard web build) travels as .whl/ray-site.tgz
-  mkdir -p /tmp/site && tar xzf .whl/ray-site.tgz -C /tmp/site
+  # no dashboard web build) travels as .ray/ray-site.tgz (carry .ray only where Ray is needed)
+  mkdir -p /tmp/site && tar xzf "$ray_site" -C /tmp/site
   case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} ;; esac
 fi
 if ! python3 -c "import kernelmill.core" 2>/dev/null; then
