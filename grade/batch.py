@@ -8,8 +8,9 @@ output. Verdicts are also kept in a cache keyed by a hash of the exact candidate
 source and calibration, the device, the grading policy and the library and grader versions
 (``verdict_key``); a resubmitted kernel is not run again.
 
-Parallelism: the backend (``validate.backends``) runs one grading task per slot (one per GPU, or
-CPU slots). On CUDA, submissions that build C++/CUDA extensions are compiled first by CPU-only
+Parallelism: the backend (``validate.backends``) runs one grading task per slot (on CUDA by
+default ``default_slots_per_gpu`` per GPU, each grade admitted on the GPU's memory; or CPU
+slots). On CUDA, submissions that build C++/CUDA extensions are compiled first by CPU-only
 workers in a thread pool (``compile_workers``) into a build folder per source, while the GPU
 slots grade the Triton submissions; their GPU run then loads the cached build.
 """
@@ -150,9 +151,11 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
         built = pending.result() if pending is not None else None
         build_errors.append(built.error if built is not None and not built.ok else None)
     try:
-        verdicts = grader.grade_group(first["reference"], [item["source"] for item in group],
-                                      record=first.get("record"),
-                                      reward=first["config"]["reward"], slot_env=slot.get("env"))
+        with _admitted(grader, first, len(group), slot):
+            verdicts = grader.grade_group(first["reference"], [item["source"] for item in group],
+                                          record=first.get("record"),
+                                          reward=first["config"]["reward"],
+                                          slot_env=slot.get("env"))
     except ReferenceError as exc:
         return [Verdict.failure("reference", str(exc), reward=0.0,
                                 reference_failed=True).to_dict() for _ in group]
@@ -160,6 +163,35 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
         if build_error and not verdict.get("compiled"):
             verdict["build_error"] = build_error
     return verdicts
+
+
+def _admitted(grader: Grader, item: dict, members: int, slot: dict):
+    """Hold the slot's GPU memory for a grade of ``members`` submissions (``validate.admission``,
+    as validation admits problems): each member's candidate and fresh-reference workers and the
+    window's reference timing worker, at ``Grader.device_bytes`` each, or half the GPU while
+    that is unknown. Several grades share a GPU only as far as their memory fits."""
+    if slot.get("gpu") is None or _SLOTS_PER_GPU.get(slot["gpu"], 2) < 2:
+        return contextlib.nullcontext()  # on CPU (host memory is admitted per worker), or alone
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR, budget_for
+
+    budget = budget_for(slot)
+    if budget is None:
+        return contextlib.nullcontext()
+    each = grader.device_bytes(item["reference"], item.get("record"))
+    need = budget.unknown_need if each is None else \
+        int(each * ALLOCATOR_FACTOR * (2 * members + 1))
+    return budget.hold(need)
+
+
+_SLOTS_PER_GPU: dict = {}  # GPU index -> slots the local backend gives it in this process
+
+
+def default_slots_per_gpu(gpus: int, cores: int | None = None) -> int:
+    """Grades one GPU runs at once by default: one per two of its share of the host's cores
+    (each grade keeps about two processes busy: its candidate's and a reference worker), at
+    most 8; their memory is admitted grade by grade (``_admitted``)."""
+    cores = cores or os.cpu_count() or 2
+    return max(1, min(8, cores // max(1, gpus) // 2))
 
 
 def group_items(items: list[dict], size: int) -> list[list[dict]]:
@@ -258,7 +290,17 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         try:
             if backend == "local":
                 stack.enter_context(_quick_handoffs())
+            if device.startswith("cuda") and backend == "local" and workers is None:
+                import torch
+
+                gpus = 1 if ":" in device else max(1, torch.cuda.device_count())
+                workers = gpus * default_slots_per_gpu(gpus)
             runner = get_backend(backend, device=device, workers=workers, address=address)
+            if backend == "local":
+                _SLOTS_PER_GPU.clear()
+                for slot in runner.slots:
+                    if slot.get("gpu") is not None:
+                        _SLOTS_PER_GPU[slot["gpu"]] = _SLOTS_PER_GPU.get(slot["gpu"], 0) + 1
             size = group or 1
             results = runner.map_unordered(grade_group_items, group_items(items, max(1, size)))
             verdicts = ((item, verdict) for group_rows, group_verdicts in results

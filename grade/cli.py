@@ -212,7 +212,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--inductor", choices=("on", "off"), help="time torch.compile of the "
                    "reference (default: on for CUDA)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per worker run")
-    p.add_argument("--workers", type=int, help="batch: parallel slots (default: one per GPU)")
+    p.add_argument("--workers", type=int, help="batch: parallel slots (default on CUDA: one per "
+                   "two cores of a GPU's share, at most 8 per GPU, admitted on its memory)")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", help="ray cluster address")
     p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")

@@ -186,6 +186,18 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         self._note_reference_bytes(source, value)
         return ReferenceRun(value, result, self.device, source)
 
+    def device_bytes(self, source: str, record: dict | None = None) -> int | None:
+        """What one worker of a grade of ``source`` is expected to hold on the device: the
+        problem's measured peak from validation, else twice the tensors of one fresh reference
+        run seen here (its trials, inputs and outputs, and its weights); None before either is
+        known."""
+        memory = ((record or {}).get("validation") or {}).get("memory") or {}
+        if memory.get("measured_bytes"):
+            return int(memory["measured_bytes"])
+        with self._lock:
+            seen = self._reference_bytes.get(source)
+        return None if seen is None else 2 * seen
+
     def _note_reference_bytes(self, source: str, value: dict) -> None:
         with self._lock:
             self._reference_bytes[source] = _tensor_bytes(value)

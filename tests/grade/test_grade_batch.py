@@ -105,3 +105,31 @@ def test_hostile_suite_in_one_batch(tmp_path):
     assert all(row.get("cached") for row in read_jsonl(other))
     assert {row["submission_id"]: row["correct"] for row in read_jsonl(other)} == \
         {name: row["correct"] for name, row in rows.items() if name != "crash_hang"}
+
+
+def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
+    from kernelmill.grade import batch
+    from kernelmill.validate import admission
+
+    budget = admission.MemoryBudget(100 << 30, name="gpu0")
+    monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
+    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
+
+    class Seen:
+        def device_bytes(self, source, record=None):
+            return {"big": 1 << 30}.get(source)
+
+    slot = {"gpu": 0, "device": "cuda:0", "env": {}}
+    with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
+        # each of 8 members' candidate and reference workers and the timing reference
+        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 17)
+    assert budget.used == 0
+    with batch._admitted(Seen(), {"reference": "new"}, 1, slot):
+        assert budget.used == budget.unknown_need  # not seen yet: half the GPU
+    batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
+    with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
+        assert budget.used == 0
+    with batch._admitted(Seen(), {"reference": "big"}, 8, {"gpu": None}):
+        assert budget.used == 0
+    assert batch.default_slots_per_gpu(1, 16) == 8 and batch.default_slots_per_gpu(2, 16) == 4
+    assert batch.default_slots_per_gpu(1, 2) == 1 and batch.default_slots_per_gpu(8, 256) == 8
