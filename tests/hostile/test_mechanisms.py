@@ -1706,7 +1706,11 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.validate import measure
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, witness]}
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure,
+                                                *_package_modules(witness.__name__)]}
+    # the witness's own modules too: its session reader runs beside the submission as well
+    assert "kernelmill.grade.witness.events" in copies
+    assert copies[witness.__name__]["read_events"] is not witness.read_events
     private = copies[call.__name__]
     timer_class, witness_class = private["M"].Timer, private["Witness"]
     assert timer_class is not measure.Timer and witness_class is not witness.Witness

@@ -19,18 +19,19 @@ from .originals import _isinstance, _type
 PACKAGE = __name__.rpartition(".")[0].rpartition(".")[0]  # kernelmill.grade.worker
 
 
-def _package_modules() -> list:
-    """The worker package and every module under it, all loaded with it (its ``__init__``
-    imports ``tasks``, which imports the rest)."""
+def _package_modules(package: str = PACKAGE) -> list:
+    """A package and every module under it that is loaded (the worker package's ``__init__``
+    imports ``tasks``, which imports the rest; the witness's imports its own)."""
     return [module for name, module in sorted(sys.modules.items())
-            if name == PACKAGE or name.startswith(PACKAGE + ".")]
+            if name == package or name.startswith(package + ".")]
 
 
 def _private_namespace() -> dict[str, dict]:
-    """Private copies of every module of the worker package and of the two it runs beside a
-    submission (``validate.measure``: the timer; ``grade.witness``: the profiler ranges), each
-    function and class defined there rebuilt over its copy (``contextmanager``s, static methods,
-    properties and ``super()`` cells too), every list, dict and set copied, and each reference
+    """Private copies of every module of the worker package and of those it runs beside a
+    submission (``validate.measure``: the timer; the ``grade.witness`` package: the profiler
+    ranges and the reading of their records), each function and class defined there rebuilt
+    over its copy (``contextmanager``s, static methods, properties and ``super()`` cells too),
+    every list, dict and set copied, and each reference
     between them to the copy; returns each copy's namespace by module name. A submission reaches
     the modules (``sys.modules``) and may rebind their names, add members to their classes or
     fill their containers for as long as it likes: none of it is what the harness then calls
@@ -40,7 +41,7 @@ def _private_namespace() -> dict[str, dict]:
     ``__globals__`` and the collector, which would reach the copies, are refused by the audit
     hook. One unit: a module of the package left out of the copy would be one whose names a
     submission could rebind under the harness."""
-    modules = [*_package_modules(), M, sys.modules[Witness.__module__]]
+    modules = [*_package_modules(), M, *_package_modules(Witness.__module__)]
     copies = {m.__name__: types.ModuleType(m.__name__, m.__doc__) for m in modules}
     owners = {id(vars(m)): vars(copies[m.__name__]) for m in modules}
     helper = contextlib.contextmanager(_private_namespace).__code__  # contextlib's wrapper
