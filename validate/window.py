@@ -334,9 +334,12 @@ def _admit(group: _Group, admit: Callable[[str, Any], str | None], deadline: flo
             else:
                 control.send("time")
         if waiting and not answered:
-            first = group.active.get(waiting[0])
+            first, began = group.active.get(waiting[0]), time.monotonic()
             if first is not None:
                 first.wait_report(0.02)
+            for other, control in group.active.items():  # ready and waiting: not their time
+                if other not in waiting and control.pending():
+                    control.extend(time.monotonic() - began)
     for name in waiting:  # still silent at the deadline
         if name in group.active:
             group.fail(name, WindowError(name, "no answers before the deadline"))
