@@ -1,10 +1,14 @@
 """Grading throughput: submissions per minute, cold, with references cached, and cache hits.
 
-    python benchmarks/grade_throughput.py [--device cuda] [--workers N] [--sets triton mix]
+    python benchmarks/grade_throughput.py [--device cuda] [--workers N]
+                                          [--sets triton mix kernelbench] [--kernelbench PATH]
                                           [--phases cold refs-cached cache-hits] [--json OUT]
 
 Sets: ``triton`` is the fidelity set (12 honest Triton answers at varied sizes, several under
-0.1 ms); ``mix`` mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
+0.1 ms); ``kernelbench`` is benchmarks/kernelbench_set (our honest Triton and CUDA answers to
+KernelBench level 1-3 problems, graded at KernelBench's own sizes against the problem files read
+from ``--kernelbench``; on ``--device cpu`` the sizes are shrunk and the CUDA answers left out);
+``mix`` mixes Triton kernels (block-size / warp-count variants of two problems), CUDA
 ``load_inline`` kernels (built by the CPU compile pool while GPUs grade Triton) and the hostile
 fixtures of tests/fixtures/submissions (minus the hang). Phases: ``cold`` (empty caches, in a
 fresh ``KERNELMILL_CACHE_DIR``), ``refs-cached`` (every submission graded again; the references'
@@ -25,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
+KERNELBENCH_SET = ROOT / "benchmarks" / "kernelbench_set"
 
 TRITON_SCALE_ADD = '''
 import torch
@@ -132,6 +137,55 @@ def build_triton_set(folder: Path, device: str, copies: int = 1) -> tuple[Path, 
     return p_path, s_path, len(rows)
 
 
+def find_kernelbench(path: str | None = None) -> Path:
+    """The KernelBench problems folder (level1/, level2/, ...): ``path``, else
+    ../shared/benchmarks/kernelbench beside the checkout, else shared/benchmarks/kernelbench
+    inside it."""
+    candidates = [Path(path)] if path else [ROOT.parent / "shared" / "benchmarks" / "kernelbench",
+                                            ROOT / "shared" / "benchmarks" / "kernelbench"]
+    for candidate in candidates:
+        if (candidate / "level1").is_dir():
+            return candidate
+    raise SystemExit(f"no KernelBench problems folder (level1/, ...) at "
+                     f"{' or '.join(map(str, candidates))}: pass --kernelbench PATH")
+
+
+def kernelbench_answers(kernelbench: Path) -> list[tuple[Path, Path]]:
+    """(answer, problem file) for every answer in benchmarks/kernelbench_set, from its
+    ``# problem: levelN/FILE.py`` line; an answer naming a missing problem is an error."""
+    pairs = []
+    for answer in sorted(KERNELBENCH_SET.glob("level*_*.py")):
+        named = re.search(r"^# problem: (\S+)", answer.read_text(), re.MULTILINE)
+        if not named or not (kernelbench / named.group(1)).is_file():
+            raise SystemExit(f"{answer}: its '# problem:' line names no file under {kernelbench}")
+        pairs.append((answer, kernelbench / named.group(1)))
+    return pairs
+
+
+def build_kernelbench_set(folder: Path, kernelbench: Path, device: str,
+                          copies: int = 1) -> tuple[Path, Path, int]:
+    """The KernelBench set: each answer graded against its problem file, ``copies`` times over.
+    On CPU the problems' sizes are shrunk (check_cpu.shrink) and the CUDA answers left out."""
+    shrink = None
+    if device == "cpu":
+        sys.path.insert(0, str(KERNELBENCH_SET))
+        from check_cpu import OVERRIDES, shrink
+    problems, rows = [], []
+    for answer, problem in kernelbench_answers(kernelbench):
+        text = answer.read_text()
+        if shrink and "load_inline" in text:
+            continue
+        source = problem.read_text()
+        problems.append({"id": answer.stem, "source": shrink(source, OVERRIDES.get(
+            f"{problem.parent.name}/{problem.name}")) if shrink else source})
+        rows += [{"submission_id": f"{answer.stem}#{copy}" if copy else answer.stem,
+                  "problem_id": answer.stem, "source": text} for copy in range(copies)]
+    p_path, s_path = folder / "kb_problems.jsonl", folder / "kb_submissions.jsonl"
+    p_path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    s_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p_path, s_path, len(rows)
+
+
 def summarize(out: Path) -> dict:
     counts: Counter = Counter()
     reference_s, candidate_s, warm = [], [], 0
@@ -181,6 +235,16 @@ def summarize(out: Path) -> dict:
             "candidate_stages_s": {k: median(v) for k, v in stages.items()}}
 
 
+def build_set(name: str, folder: Path, args: argparse.Namespace) -> tuple[Path, Path, int]:
+    """The problems and submissions files of the set ``name``, and the submissions' count."""
+    if name == "triton":
+        return build_triton_set(folder, args.device, args.copies)
+    if name == "kernelbench":
+        return build_kernelbench_set(folder, find_kernelbench(args.kernelbench), args.device,
+                                     args.copies)
+    return build_inputs(folder)
+
+
 PHASES = (  # (name, verdict cache, what it shows)
     ("cold", False, "empty caches: Inductor compiled and timed per problem"),
     ("refs-cached", False, "reference Inductor timings on disk; every submission graded"),
@@ -193,12 +257,16 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workers", type=int)
     parser.add_argument("--sets", nargs="*", default=["triton", "mix"],
-                        help="triton: 12 honest Triton answers; mix: Triton, CUDA and hostile")
+                        help="triton: 12 honest Triton answers; kernelbench: answers to "
+                             "KernelBench problems at their sizes; mix: Triton, CUDA and hostile")
+    parser.add_argument("--kernelbench", help="KernelBench problems folder for --sets kernelbench "
+                                              "(default: ../shared/benchmarks/kernelbench beside "
+                                              "the checkout, or shared/benchmarks/kernelbench)")
     parser.add_argument("--phases", nargs="*", default=[p[0] for p in PHASES])
     parser.add_argument("--json", help="write the numbers here too")
     parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
     parser.add_argument("--copies", type=int, default=1,
-                        help="grade each triton answer this many times per phase")
+                        help="grade each triton or kernelbench answer this many times per phase")
     parser.add_argument("--group", type=int,
                         help="submissions of one problem graded together, in one window "
                              "(default 1)")
@@ -215,8 +283,7 @@ def main() -> int:
     policy = Policy(timeout_s=180)
     results = {}
     for name in args.sets:
-        problems, submissions, n = (build_triton_set(folder, args.device, args.copies)
-                                    if name == "triton" else build_inputs(folder))
+        problems, submissions, n = build_set(name, folder, args)
         cache = folder / f"{name}-verdicts.jsonl"
         if "refs-cached" in args.phases and "cold" not in args.phases:
             # refs-cached means every problem's Inductor timing is on disk: put it there first

@@ -1,0 +1,52 @@
+"""The KernelBench answer set (benchmarks/kernelbench_set): the loader finds every answer and
+its problem file, and two answers match their references at shrunken sizes under the Triton
+interpreter (benchmarks/kernelbench_set/check_cpu.py checks them all)."""
+import ast
+import sys
+
+from conftest import ROOT
+
+import pytest
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "kernelbench_set"))
+import check_cpu  # noqa: E402
+import grade_throughput  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kernelbench():
+    try:
+        return grade_throughput.find_kernelbench()
+    except SystemExit:
+        pytest.skip("no KernelBench problems folder beside or inside the checkout")
+
+
+def test_loader_finds_answers_with_their_problems(kernelbench):
+    pairs = grade_throughput.kernelbench_answers(kernelbench)
+    assert len(pairs) >= 24
+    assert {p.parent.name for _, p in pairs} == {"level1", "level2", "level3"}
+    for answer, problem in pairs:
+        assert problem.is_file()
+        tree = ast.parse(answer.read_text())
+        assert any(isinstance(node, ast.ClassDef) and node.name == "ModelNew"
+                   for node in tree.body), answer.name
+
+
+@pytest.mark.parametrize("stem", ["level1_95_CrossEntropyLoss",
+                                  "level2_14_Gemm_Divide_Sum_Scaling"])
+def test_answer_matches_reference_at_small_sizes(kernelbench, stem):
+    answer = grade_throughput.KERNELBENCH_SET / f"{stem}.py"
+    status, detail = check_cpu.check(answer, kernelbench)
+    assert status == "ok", detail
+
+
+def test_shrink_keeps_derived_sizes_consistent():
+    source = "batch = 4096\ndim = 8192\nsmall = 3\nshape = (dim, 1)\nscale = 2.0\n"
+    shrunk = check_cpu.shrink(source)
+    namespace: dict = {}
+    exec(shrunk, namespace)
+    assert namespace["batch"] <= 72 and namespace["dim"] <= 72 and namespace["small"] == 3
+    assert namespace["shape"] == (namespace["dim"], 1) and namespace["scale"] == 2.0
+    assert "x, y = 2, " in check_cpu.shrink("x, y = 2, 4096\n")
+    assert check_cpu.shrink("h = w = 256\n", {"h": 5}) == "h = w = 5\n"
