@@ -382,6 +382,9 @@ def report_uncertified(out: Path) -> None:
             print(f"  NOT CERTIFIED {r['submission_id']}: {r['hacks']} "
                   f"{str(r.get('hack_details') or '')[:200]} "
                   f"{(r.get('error') or {}).get('message', '')[:160]}")
+            for name, check in (r.get("checks") or {}).items():  # the evidence, for a fix
+                if check.get("passed") is False or name.startswith("unseen_time"):
+                    print(f"      {name}: {str(check.get('detail'))[:300]}")
 
 
 
