@@ -151,11 +151,11 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
         built = pending.result() if pending is not None else None
         build_errors.append(built.error if built is not None and not built.ok else None)
     try:
-        with _admitted(grader, first, len(group), slot):
+        with _admitted(grader, first, len(group), slot) as resize:
             verdicts = grader.grade_group(first["reference"], [item["source"] for item in group],
                                           record=first.get("record"),
                                           reward=first["config"]["reward"],
-                                          slot_env=slot.get("env"))
+                                          slot_env=slot.get("env"), on_references=resize)
     except ReferenceError as exc:
         return [Verdict.failure("reference", str(exc), reward=0.0,
                                 reference_failed=True).to_dict() for _ in group]
@@ -165,22 +165,36 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
     return verdicts
 
 
+@contextlib.contextmanager
 def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     """Hold the slot's GPU memory for a grade of ``members`` submissions (``validate.admission``,
     as validation admits problems): each member's candidate and fresh-reference workers and the
-    window's reference timing worker, at ``Grader.device_bytes`` each, or half the GPU while
-    that is unknown. Several grades share a GPU only as far as their memory fits."""
-    if slot.get("gpu") is None or _SLOTS_PER_GPU.get(slot["gpu"], 2) < 2:
-        return contextlib.nullcontext()  # on CPU (host memory is admitted per worker), or alone
-    from kernelmill.validate.admission import ALLOCATOR_FACTOR, budget_for
+    window's reference timing worker, at ``Grader.device_bytes`` each. While that is unknown
+    (a problem's first grade) half the GPU is held until its reference runs are in, then what
+    they show it needs. Several grades share a GPU only as far as their memory fits. Yields
+    the callable that takes the hold down to the known size (None: nothing held)."""
+    budget = None
+    if slot.get("gpu") is not None and _SLOTS_PER_GPU.get(slot["gpu"], 2) >= 2:
+        from kernelmill.validate.admission import budget_for
 
-    budget = budget_for(slot)
+        budget = budget_for(slot)  # on CPU host memory is admitted per worker; alone, no need
     if budget is None:
-        return contextlib.nullcontext()
-    each = grader.device_bytes(item["reference"], item.get("record"))
-    need = budget.unknown_need if each is None else \
-        int(each * ALLOCATOR_FACTOR * (2 * members + 1))
-    return budget.hold(need)
+        yield None
+        return
+
+    def need() -> int | None:
+        from kernelmill.validate.admission import ALLOCATOR_FACTOR
+
+        each = grader.device_bytes(item["reference"], item.get("record"))
+        return None if each is None else int(each * ALLOCATOR_FACTOR * (2 * members + 1))
+
+    known = need()
+    with budget.hold(budget.unknown_need if known is None else known) as grant:
+        def resize() -> None:
+            now = need()
+            if known is None and now is not None:
+                budget.shrink(grant, now)
+        yield resize
 
 
 _SLOTS_PER_GPU: dict = {}  # GPU index -> slots the local backend gives it in this process

@@ -274,13 +274,14 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
 
     def grade_group(self, reference_source: str, candidate_sources: list[str], *,
                     record: dict | None = None, reward: str = "composite",
-                    slot_env: dict | None = None) -> list[dict]:
+                    slot_env: dict | None = None, on_references=None) -> list[dict]:
         """Grade several candidates for one problem together (a GRPO group): each gets its own
         fresh reference run (new weights and inputs), its own worker and its own checks, and
         all are timed in ONE window beside one reference timing worker, so the GPU is taken
         alone once per group and every speedup in the group divides by the same reference
         time. A candidate that fails before or during the window drops out of it alone.
-        Returns one verdict per candidate, in order."""
+        ``on_references()`` is called once the fresh reference runs are in (the batch grader
+        then knows the problem's size). Returns one verdict per candidate, in order."""
         reward_fn = get_reward(reward)
         # On CPU, the size validation calibrated the record's tolerances at (grade/size.py).
         size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
@@ -290,6 +291,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if pending:
             references = self._fresh_references(size.source, len(pending), slot_env)
+            if on_references is not None:
+                on_references()
             after_reference = time.monotonic()
             judged = self._candidates(references, [candidate_sources[i] for i in pending],
                                       record, slot_env)

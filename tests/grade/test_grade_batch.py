@@ -124,8 +124,12 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
         # each of 8 members' candidate and reference workers and the timing reference
         assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 17)
     assert budget.used == 0
-    with batch._admitted(Seen(), {"reference": "new"}, 1, slot):
+    grader = Seen()
+    with batch._admitted(grader, {"reference": "new"}, 1, slot) as resize:
         assert budget.used == budget.unknown_need  # not seen yet: half the GPU
+        grader.device_bytes = lambda source, record=None: 1 << 30  # its reference ran
+        resize()
+        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 3)
     batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
     with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
         assert budget.used == 0
