@@ -135,10 +135,36 @@ class RayPool:
         self.per_actor = per_actor or 1
         self.extensions_root = extensions_root
         self.handles: list = []
+        self.recovering: set[int] = set()  # actors lost and not yet answering again
+        self.restart_timeout_s = 300.0
 
     @property
     def size(self) -> int:
         return len(self.handles)
+
+    def usable(self, index: int) -> bool:
+        return index not in self.recovering
+
+    def _lost(self) -> tuple:
+        ray = self.ray
+        return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
+
+    async def _recovered(self, index: int) -> None:
+        """Wait until Ray has restarted actor ``index`` (a call to a restarting actor fails at
+        once rather than waiting for it)."""
+        end = asyncio.get_running_loop().time() + self.restart_timeout_s
+        while True:
+            try:
+                await self.handles[index].pid.remote()
+            except self._lost() as exc:
+                if asyncio.get_running_loop().time() > end:
+                    raise ActorLost(f"actor {index} did not come back ({type(exc).__name__})"
+                                    ) from None
+                await asyncio.sleep(0.5)
+                continue
+            self.recovering.discard(index)
+            return
 
     def _start(self) -> None:
         from kernelmill.validate.ray_backend import _ensure_ray
@@ -162,11 +188,12 @@ class RayPool:
 
     async def grade(self, index: int, group: list[dict]) -> list[dict]:
         ray = self.ray
-        lost = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
+        if index in self.recovering:
+            await self._recovered(index)
         try:
             return await self.handles[index].grade.remote(group)
-        except lost as exc:
+        except self._lost() as exc:
+            self.recovering.add(index)
             raise ActorLost(f"actor {index} lost ({type(exc).__name__})") from None
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)

@@ -179,11 +179,17 @@ class Service:
         while True:
             await room.acquire()
             group = await self.table.take()
-            index = min(range(len(self.busy)), key=self.busy.__getitem__)
+            index = self._least_busy()
             self.busy[index] += 1
             for job in group:
                 job.actor = index
             self._spawn(self._grade(index, group, room))
+
+    def _least_busy(self) -> int:
+        """The actor with the fewest groups, among those not being restarted if any."""
+        usable = getattr(self.pool, "usable", lambda index: True)
+        indices = [i for i in range(len(self.busy)) if usable(i)] or range(len(self.busy))
+        return min(indices, key=self.busy.__getitem__)
 
     async def _grade(self, index: int, group: list, room: asyncio.Semaphore) -> None:
         try:

@@ -107,7 +107,8 @@ class JobTable:
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, entries: list[Entry], deadline_s: float) -> list[str]:
         """Job ids for ``entries``, in order: existing ones by key, new ones queued by problem.
-        Raises ``QueueFull`` (nothing changed) when the new ones would not fit."""
+        Raises ``QueueFull`` (nothing changed) when the new ones would not fit now, and
+        ``ValueError`` when they never would."""
         now = time.monotonic()
         plan: list[str | tuple[Job, Entry]] = []
         fresh: dict[str, Job] = {}
@@ -127,6 +128,9 @@ class JobTable:
             plan.append((job, entry))
         new = [step for step in plan if isinstance(step, tuple)]
         waiting = [job for job, entry in new if entry.verdict is None and entry.error is None]
+        if len(waiting) > self.max_queued:
+            raise ValueError(f"{len(waiting)} new submissions in one request; the queue holds "
+                             f"{self.max_queued}: send them in smaller requests")
         if waiting and self.queued + len(waiting) > self.max_queued:
             raise QueueFull(self.retry_after(len(waiting)))
         self.deduplicated += len(plan) - len(new)
