@@ -39,30 +39,32 @@ def _starlette():
                               "pip install -e '.[serve]'") from None
 
 
-def create_app(service: Service):
-    """The ASGI app; its lifespan starts the service (actors, dispatcher) and stops it."""
-    _starlette()
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
+class Routes:
+    """The handlers, each a small method over the service."""
 
-    def refuse(status: int, message: str, headers: dict | None = None):
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    def __init__(self, service: Service):
+        from starlette.responses import JSONResponse, Response
 
-    def authorized(request) -> bool:
-        if not service.token:
-            return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {service.token}".encode())
+        self.service, self.json, self.response = service, JSONResponse, Response
 
-    def guarded(handler):
+    def refuse(self, status: int, message: str, headers: dict | None = None):
+        return self.json({"error": message}, status_code=status, headers=headers)
+
+    def guarded(self, handler):
+        """``handler`` behind the bearer token (when the service has one)."""
         async def route(request):
-            if not authorized(request):
-                return refuse(401, "a bearer token is required (Authorization: Bearer ...)",
-                              {"WWW-Authenticate": "Bearer"})
-            return await handler(request)
+            token = self.service.token
+            given = request.headers.get("authorization", "").encode()
+            if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+                return self.refuse(401, "a bearer token is required (Authorization: Bearer "
+                                   "...)", {"WWW-Authenticate": "Bearer"})
+            try:
+                return await handler(request)
+            except ValueError as exc:
+                return self.refuse(400, str(exc))
         return route
 
+    @staticmethod
     async def body(request) -> dict:
         if int(request.headers.get("content-length") or 0) > MAX_BODY:
             raise ValueError(f"body over {MAX_BODY} bytes")
@@ -74,58 +76,57 @@ def create_app(service: Service):
             raise ValueError("the body is a JSON object")
         return data
 
-    def wait_s(value) -> float:
+    def wait_s(self, value) -> float:
         try:
-            return min(service.config.max_wait_s, max(0.0, float(value or 0)))
+            return min(self.service.config.max_wait_s, max(0.0, float(value or 0)))
         except (TypeError, ValueError):
             raise ValueError(f"wait must be a number of seconds, not {value!r}") from None
 
-    async def grade(request):
+    async def grade(self, request):
+        data = await self.body(request)
         try:
-            data = await body(request)
-            ids = service.submit(data.get("submissions"), data.get("deadline_s"))
-        except ValueError as exc:
-            return refuse(400, str(exc))
+            ids = self.service.submit(data.get("submissions"), data.get("deadline_s"))
         except QueueFull as exc:
-            service.metrics.rejected.inc()
-            return JSONResponse({"error": str(exc), "retry_after": exc.retry_after},
-                                status_code=429, headers={"Retry-After": str(exc.retry_after)})
-        return JSONResponse({"jobs": ids})
+            self.service.metrics.rejected.inc()
+            return self.json({"error": str(exc), "retry_after": exc.retry_after},
+                             status_code=429, headers={"Retry-After": str(exc.retry_after)})
+        return self.json({"jobs": ids})
 
-    async def job(request):
-        try:
-            seconds = wait_s(request.query_params.get("wait"))
-        except ValueError as exc:
-            return refuse(400, str(exc))
-        (view,) = await service.table.wait([request.path_params["job_id"]], seconds)
-        return refuse(404, "no such job") if view is None else JSONResponse(view)
+    async def job(self, request):
+        seconds = self.wait_s(request.query_params.get("wait"))
+        (view,) = await self.service.table.wait([request.path_params["job_id"]], seconds)
+        return self.refuse(404, "no such job") if view is None else self.json(view)
 
-    async def many(ids, seconds):
+    async def many(self, ids, seconds: float):
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            return refuse(400, "ids must be a list of job ids")
-        views = await service.table.wait(ids, seconds)
-        return JSONResponse({"jobs": [v or {"id": i, "status": "unknown"}
-                                      for i, v in zip(ids, views)]})
+            raise ValueError("ids must be a list of job ids")
+        views = await self.service.table.wait(ids, seconds)
+        return self.json({"jobs": [v or {"id": i, "status": "unknown"}
+                                   for i, v in zip(ids, views)]})
 
-    async def jobs_get(request):
+    async def jobs_get(self, request):
         ids = [i for i in request.query_params.get("ids", "").split(",") if i]
-        try:
-            return await many(ids, wait_s(request.query_params.get("wait")))
-        except ValueError as exc:
-            return refuse(400, str(exc))
+        return await self.many(ids, self.wait_s(request.query_params.get("wait")))
 
-    async def jobs_wait(request):
-        try:
-            data = await body(request)
-            return await many(data.get("ids"), wait_s(data.get("wait")))
-        except ValueError as exc:
-            return refuse(400, str(exc))
+    async def jobs_wait(self, request):
+        data = await self.body(request)
+        return await self.many(data.get("ids"), self.wait_s(data.get("wait")))
 
-    async def health(request):
-        return JSONResponse(service.health())
+    async def health(self, request):
+        return self.json(self.service.health())
 
-    async def metrics(request):
-        return Response(service.metrics.text(), media_type=service.metrics.content_type)
+    async def metrics(self, request):
+        metrics = self.service.metrics
+        return self.response(metrics.text(), media_type=metrics.content_type)
+
+
+def create_app(service: Service):
+    """The ASGI app; its lifespan starts the service (actors, dispatcher) and stops it."""
+    _starlette()
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    routes = Routes(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -136,12 +137,12 @@ def create_app(service: Service):
             await service.stop()
 
     return Starlette(routes=[
-        Route("/grade", guarded(grade), methods=["POST"]),
-        Route("/jobs:wait", guarded(jobs_wait), methods=["POST"]),
-        Route("/jobs/{job_id}", guarded(job), methods=["GET"]),
-        Route("/jobs", guarded(jobs_get), methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", guarded(metrics), methods=["GET"]),
+        Route("/grade", routes.guarded(routes.grade), methods=["POST"]),
+        Route("/jobs:wait", routes.guarded(routes.jobs_wait), methods=["POST"]),
+        Route("/jobs/{job_id}", routes.guarded(routes.job), methods=["GET"]),
+        Route("/jobs", routes.guarded(routes.jobs_get), methods=["GET"]),
+        Route("/health", routes.health, methods=["GET"]),
+        Route("/metrics", routes.guarded(routes.metrics), methods=["GET"]),
     ], lifespan=lifespan)
 
 

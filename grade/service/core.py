@@ -91,8 +91,8 @@ class Service:
 
     def _build_pool(self):
         config = self.config
-        common = dict(dataset=config.dataset, split=config.split, device=self.device,
-                      policy=config.policy, reward=config.reward, actors=config.actors)
+        common = {"dataset": config.dataset, "split": config.split, "device": self.device,
+                  "policy": config.policy, "reward": config.reward, "actors": config.actors}
         if config.backend == "local":
             return LocalPool(**common)
         return RayPool(**common, address=config.address, per_actor=config.per_actor,

@@ -18,8 +18,13 @@ import logging
 
 from kernelmill.core.record import Verdict
 
-from ..trl import REFERENCE_COLUMNS, _records_from_columns, batch_metrics, completion_text, \
-    extract_code
+from ..trl import (
+    REFERENCE_COLUMNS,
+    _records_from_columns,
+    batch_metrics,
+    completion_text,
+    extract_code,
+)
 from .client import ServiceClient, ServiceError, score
 
 log = logging.getLogger("kernelmill")

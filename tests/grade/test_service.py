@@ -20,12 +20,12 @@ pytest.importorskip("starlette", reason="the serve extra: pip install -e '.[serv
 pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("prometheus_client", reason="the serve extra: pip install -e '.[serve]'")
 
-from kernelmill.grade.policy import Policy  # noqa: E402
-from kernelmill.grade.service.app import Running  # noqa: E402
-from kernelmill.grade.service.client import ServiceClient, ServiceError, score  # noqa: E402
-from kernelmill.grade.service.core import ServeConfig, Service  # noqa: E402
-from kernelmill.grade.service.trl import async_service_reward_fn, service_reward_fn  # noqa: E402
-from kernelmill.grade.service.verl import compute_score, compute_score_batch  # noqa: E402
+from kernelmill.grade.policy import Policy
+from kernelmill.grade.service.app import Running
+from kernelmill.grade.service.client import ServiceClient, ServiceError, score
+from kernelmill.grade.service.core import ServeConfig, Service
+from kernelmill.grade.service.trl import async_service_reward_fn, service_reward_fn
+from kernelmill.grade.service.verl import compute_score, compute_score_batch
 
 SUBMISSIONS = FIXTURES / "submissions"
 POLICY = Policy(time=False, trials=2, timeout_s=30)
@@ -117,7 +117,7 @@ def test_concurrent_clients_get_every_job_once_with_the_token_and_metrics_consis
 
         with ThreadPoolExecutor(CLIENTS) as pool:
             results = list(pool.map(one_client, range(CLIENTS)))
-        status, text = get(f"{url}/metrics", "s3cret")
+        _status, text = get(f"{url}/metrics", "s3cret")
     all_ids = [i for ids, _views, _r in results for i in ids]
     unique = set(all_ids)
     assert len(unique) == 1 + CLIENTS * 3  # the shared honest kernel is one job
@@ -268,7 +268,7 @@ def test_through_ray_a_killed_actors_job_is_graded_again(local_ray, problems):
         time.sleep(1.0)  # inside the grade
         service.pool.kill(view["actor"])
         (done,) = client.wait([job_id], timeout_s=120)
-        status, text = get(f"{url}/metrics")
+        _status, text = get(f"{url}/metrics")
     assert done["status"] == "done" and done["verdict"]["correct"], done
     assert metric(text, "kernelmill_jobs_requeued_total") == 1
     assert metric(text, "kernelmill_verdicts_total", '{outcome="correct"}') == 1

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="the serve extra: pip install -e '.[serve]'")
 
-from kernelmill.grade.service.actors import ActorLost  # noqa: E402
-from kernelmill.grade.service.core import ServeConfig, Service  # noqa: E402
-from kernelmill.grade.service.jobs import Entry, JobTable, QueueFull  # noqa: E402
+from kernelmill.grade.service.actors import ActorLost
+from kernelmill.grade.service.core import ServeConfig, Service
+from kernelmill.grade.service.jobs import Entry, JobTable, QueueFull
 
 
 def entry(key: str, problem: str = "p") -> Entry:
