@@ -24,7 +24,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
                     timeout_s=args.timeout)
     return ServeConfig(dataset=args.dataset, split=args.split, device=args.device,
                        backend=args.backend, address=args.address, actors=args.actors,
-                       per_actor=args.per_actor, queue=args.queue, group=args.group,
+                       per_actor=args.per_actor, running=args.running, queue=args.queue, group=args.group,
                        deadline_s=args.deadline, reward=args.reward, cache=args.cache,
                        policy=policy)
 
@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--actors", type=int, help="CPU actors (default: the cluster's CPUs less one)")
     p.add_argument("--per-actor", type=int, help="groups one actor grades at once (default 1)")
+    p.add_argument("--running", type=int, help="CUDA: worker processes one actor runs at once")
     p.add_argument("--queue", type=int, default=defaults.queue,
                    help=f"jobs waiting at most, then 429 (default {defaults.queue})")
     p.add_argument("--group", type=int, default=defaults.group, help="most submissions of one "

@@ -164,7 +164,10 @@ class Service:
                 entries.append(self.entry(submission))
             except ValueError as exc:
                 raise ValueError(f"submission {index}: {exc}") from None
-        deadline = self.config.deadline_s if deadline_s is None else float(deadline_s)
+        try:
+            deadline = self.config.deadline_s if deadline_s is None else float(deadline_s)
+        except (TypeError, ValueError):
+            raise ValueError(f"deadline_s must be a number, not {deadline_s!r}") from None
         if not 0 < deadline <= 86400:
             raise ValueError("deadline_s must be in (0, 86400]")
         before = self.table.deduplicated
