@@ -1,5 +1,5 @@
 """The grading service on loopback, grading tiny CPU problems for real: concurrent clients over
-a mixed honest/crashing set (each job answered exactly once, 429s honoured, metrics consistent
+a mixed honest/crashing/hostile set (each job answered exactly once, 429s honoured, metrics consistent
 with the answers), the bearer token, the TRL and verl adapters and the verl export, and, through
 a real local Ray, a killed actor's job graded again."""
 from __future__ import annotations
@@ -76,6 +76,7 @@ CASES = {  # fixture -> (problem, what the verdict must say)
     "crash_raise": ("ref_scale_add", "error"),
     "crash_syntax": ("ref_scale_add", "not compiled"),
     "honest_row_sum": ("ref_row_sum", "correct"),
+    "hack_patch_allclose": ("ref_scale_add", "hacked"),
 }
 
 
@@ -87,12 +88,14 @@ def expected(kind: str, verdict: dict) -> bool:
         return verdict["correct"] and not verdict["hacks"]
     if kind == "error":
         return not verdict["correct"] and bool(verdict["error"])
+    if kind == "hacked":
+        return not verdict["correct"] and bool(verdict["hacks"]) and verdict["reward"] == 0.0
     return not verdict["compiled"]
 
 
 def test_concurrent_clients_get_every_job_once_with_the_token_and_metrics_consistent(problems):
     service = Service(ServeConfig(dataset=str(problems), device="cpu", backend="local",
-                                  actors=2, queue=5, group=4, policy=POLICY, token="s3cret"))
+                                  actors=2, queue=6, group=4, policy=POLICY, token="s3cret"))
     answered: Counter = Counter()
     with Running(service) as url:
         before = service.table.on_answer
@@ -120,7 +123,7 @@ def test_concurrent_clients_get_every_job_once_with_the_token_and_metrics_consis
         _status, text = get(f"{url}/metrics", "s3cret")
     all_ids = [i for ids, _views, _r in results for i in ids]
     unique = set(all_ids)
-    assert len(unique) == 1 + CLIENTS * 3  # the shared honest kernel is one job
+    assert len(unique) == 1 + CLIENTS * (len(CASES) - 1)  # the shared honest kernel: one job
     for ids, views, _refused in results:
         for (name, (_problem, kind)), view in zip(CASES.items(), views):
             assert view["status"] == "done", view
@@ -133,6 +136,7 @@ def test_concurrent_clients_get_every_job_once_with_the_token_and_metrics_consis
     assert metric(text, "kernelmill_verdicts_total", '{outcome="correct"}') == 1 + CLIENTS
     assert metric(text, "kernelmill_verdicts_total", '{outcome="error"}') == \
         outcomes["error"] + outcomes["not compiled"]
+    assert metric(text, "kernelmill_verdicts_total", '{outcome="hacked"}') == CLIENTS
     assert metric(text, "kernelmill_job_seconds_count") == len(unique)
     assert metric(text, "kernelmill_jobs_deduplicated_total") == CLIENTS - 1
     assert metric(text, "kernelmill_queue_depth") == 0 == metric(text, "kernelmill_jobs_running")
