@@ -82,6 +82,7 @@ class Service:
         self.cache = VerdictCache(config.cache) if config.cache else None
         self.table = JobTable(max_queued=config.queue, group_size=config.group,
                               max_attempts=config.max_attempts)
+        self.table.actors = self.pool.size
         self.metrics = Metrics(self.table, self.busy, self.pool.alive)
         self.table.on_answer = self.metrics.answered
         self._spawn(self._dispatch())

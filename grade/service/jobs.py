@@ -50,6 +50,7 @@ class Job:
     error: str | None = None
     attempts: int = 0  # dispatches so far
     actor: int | None = None
+    started: float | None = None  # last dispatched
     finished: float | None = None
     answered: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -103,6 +104,8 @@ class JobTable:
         self._ids = itertools.count()
         self._prefix = secrets.token_hex(4)
         self.seconds: deque[float] = deque(maxlen=2048)  # recent submit-to-answer times
+        self.grading_seconds: deque[float] = deque(maxlen=256)  # dispatch to answer
+        self.actors = 1  # the pool's size (the service sets it): for Retry-After
 
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, entries: list[Entry], deadline_s: float) -> list[str]:
@@ -154,10 +157,11 @@ class JobTable:
             self.work.set()
         return [step if isinstance(step, str) else step[0].id for step in plan]
 
-    def retry_after(self, extra: int = 0, actors: int = 1) -> int:
+    def retry_after(self, extra: int = 0) -> int:
         """Seconds a refused client should wait: the queue's length at the recent pace."""
-        recent = sorted(self.seconds)[len(self.seconds) // 2] if self.seconds else 1.0
-        estimate = (self.queued + extra) * recent / max(1, actors * self.group_size)
+        graded = self.grading_seconds
+        recent = sorted(graded)[len(graded) // 2] if graded else 1.0  # one group's grade
+        estimate = (self.queued + extra) * recent / max(1, self.actors * self.group_size)
         return int(min(60, max(1, math.ceil(estimate))))
 
     # -- dispatching -----------------------------------------------------------------------------
@@ -170,6 +174,7 @@ class JobTable:
                     for job in group:
                         job.status = "running"
                         job.attempts += 1
+                        job.started = time.monotonic()
                     self.queued -= len(group)
                     self.running += len(group)
                     return group
@@ -211,6 +216,7 @@ class JobTable:
             self.queued -= 1
         elif job.status == "running":
             self.running -= 1
+            self.grading_seconds.append(time.monotonic() - job.started)
         self.open.pop(job.id, None)
         job.status, job.verdict, job.error, job.finished = status, verdict, error, time.monotonic()
         if status == "error" and self.by_key.get(job.key) == job.id:
