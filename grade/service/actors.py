@@ -203,7 +203,8 @@ class RayPool:
         return await self.handles[index].pid.remote()
 
     def alive(self) -> int:
-        return len(self.handles)
+        """Actors not known to be lost (one lost is counted again once it answers)."""
+        return len(self.handles) - len(self.recovering)
 
     def kill(self, index: int) -> None:
         """End actor ``index``'s process (Ray restarts it): its group is lost, then requeued."""
