@@ -30,9 +30,16 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .app import serve
+    from .app import _starlette, serve
+    from .metrics import _prometheus
 
+    _starlette()  # each missing extra is one line now, not a failed start-up later
+    _prometheus()
     config = config_from_args(args)
+    if config.backend == "ray":
+        from kernelmill.validate.ray_backend import _import_ray
+
+        _import_ray()
     if args.host not in ("127.0.0.1", "localhost", "::1") and \
             not os.environ.get("KERNELMILL_TOKEN"):
         raise KernelmillError(f"serve: listening on {args.host} without KERNELMILL_TOKEN; set "
