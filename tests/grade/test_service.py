@@ -240,6 +240,10 @@ def test_unknown_ids_and_bad_requests(service_url):
     (job,) = client.wait(client.submit([{"problem_id": "nope", "source": "x"}]))
     assert job["status"] == "error" and "unknown problem id nope" in job["error"]["message"]
     assert score(job) is None
+    status, text = get(f"{service_url}/jobs?ids={job['id']},other&wait=1")
+    assert status == 200 and [v["status"] for v in json.loads(text)["jobs"]] == \
+        ["error", "unknown"]
+    assert client.job(job["id"]) == job
     assert get(f"{service_url}/jobs/nonexistent")[0] == 404
     assert client.jobs(["nonexistent"])[0]["status"] == "unknown"
 
