@@ -28,7 +28,6 @@ def published(tmp_path, seeds_dir):
     return tmp_path / "dataset"
 
 
-@pytest.mark.slow
 def test_grpo_trains_two_steps_rewarded_by_the_service(published, tmp_path):
     from datasets import load_dataset
     from kernelmill.grade.policy import Policy
