@@ -123,3 +123,38 @@ def test_the_dispatcher_regrades_a_lost_group_once_then_answers_an_error():
         assert "kernelmill_jobs_requeued_total 5.0" in text  # 4 once, the doomed one once
         assert service.table.late == 0
     asyncio.run(go())
+
+
+class SlowPool(FakePool):
+    """Answers after ``delay`` seconds."""
+
+    def __init__(self, delay: float):
+        super().__init__()
+        self.delay = delay
+
+    async def grade(self, index, group):
+        await asyncio.sleep(self.delay)
+        return await super().grade(index, group)
+
+
+def test_a_request_deadline_and_the_verdict_cache_across_restarts(tmp_path):
+    cache = tmp_path / "verdicts.jsonl"
+
+    async def serve_once(pool, deadline_s=None):
+        service = Service(ServeConfig(device="cpu", cache=str(cache)), pool=pool)
+        await service.start()
+        try:
+            ids = service.submit([{"reference": "class Model: pass\n", "source": "ok"}],
+                                 deadline_s)
+            return (await service.table.wait(ids, 10))[0]
+        finally:
+            await service.stop()
+
+    late = asyncio.run(serve_once(SlowPool(2.0), deadline_s=0.3))
+    assert late["status"] == "error" and "deadline of 0s passed while running" in \
+        late["error"]["message"]
+    graded = asyncio.run(serve_once(FakePool()))
+    assert graded["status"] == "done" and not graded["verdict"].get("cached")
+    pool = FakePool()
+    again = asyncio.run(serve_once(pool))  # a new service, the same cache file
+    assert again["status"] == "done" and again["verdict"]["cached"] and pool.calls == []
