@@ -31,12 +31,12 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from kernelmill.core.store import read_jsonl  # noqa: E402
-from kernelmill.grade.batch import grade_file  # noqa: E402
-from kernelmill.grade.policy import Policy  # noqa: E402
-from kernelmill.grade.service.app import Running  # noqa: E402
-from kernelmill.grade.service.client import ServiceClient  # noqa: E402
-from kernelmill.grade.service.core import ServeConfig, Service  # noqa: E402
+from kernelmill.core.store import read_jsonl
+from kernelmill.grade.batch import grade_file
+from kernelmill.grade.policy import Policy
+from kernelmill.grade.service.app import Running
+from kernelmill.grade.service.client import ServiceClient
+from kernelmill.grade.service.core import ServeConfig, Service
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "submissions"
 KINDS = [  # (fixture, problem, expected outcome)
