@@ -10,9 +10,10 @@ takes numbers only).
 """
 from __future__ import annotations
 
-from ..problems import CALIBRATION_COLUMNS
-from ..trl import extract_code
-from .client import ServiceClient, ServiceError, score
+# absolute imports: verl loads this file by its path, as a module outside any package
+from kernelmill.grade.problems import CALIBRATION_COLUMNS
+from kernelmill.grade.service.client import ServiceClient, ServiceError, score
+from kernelmill.grade.trl import extract_code
 
 _CLIENT: list[ServiceClient] = []
 

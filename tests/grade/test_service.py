@@ -5,6 +5,7 @@ a real local Ray, a killed actor's job graded again."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 import threading
@@ -25,6 +26,7 @@ from kernelmill.grade.service.app import Running
 from kernelmill.grade.service.client import ServiceClient, ServiceError, score
 from kernelmill.grade.service.core import ServeConfig, Service
 from kernelmill.grade.service.trl import async_service_reward_fn, service_reward_fn
+from kernelmill.grade.service import verl as verl_adapter
 from kernelmill.grade.service.verl import compute_score, compute_score_batch
 
 SUBMISSIONS = FIXTURES / "submissions"
@@ -225,6 +227,12 @@ def test_verl_scores_and_export(service_url, problems, tmp_path):
         read("ref_scale_add")
     answer = f"Here:\n```python\n{read('honest_scale_add')}```"
     client = ServiceClient(service_url)
+    # verl loads custom_reward_function.path as a file, outside any package
+    spec = importlib.util.spec_from_file_location("custom_module", verl_adapter.__file__)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    assert loaded.compute_score("kernelmill", answer, "ref_scale_add", row["extra_info"],
+                                client=client) == pytest.approx(1.5)
     assert compute_score(row["data_source"], answer, "ref_scale_add", row["extra_info"],
                          client=client) == pytest.approx(1.5)
     scores = compute_score_batch(
