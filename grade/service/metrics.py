@@ -42,6 +42,9 @@ class Metrics:
                                      ["outcome"], registry=r)
         self.latency = prom.Histogram("kernelmill_job_seconds", "submit to answer, seconds",
                                       buckets=BUCKETS, registry=r)
+        for q in (50, 95):  # over the last 2,048 answers, for a dashboard without PromQL
+            prom.Gauge(f"kernelmill_job_seconds_p{q}", f"submit to answer, p{q} of recent jobs",
+                       registry=r).set_function(lambda q=q: table.percentile(q / 100) or 0.0)
         self.submitted = prom.Counter("kernelmill_jobs_submitted", "submissions received",
                                       registry=r)
         self.deduplicated = prom.Counter("kernelmill_jobs_deduplicated", "submissions "

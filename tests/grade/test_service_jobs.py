@@ -4,6 +4,7 @@ requeued once then answered as an error, deadlines, and no job answered twice.""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 
 import pytest
@@ -121,6 +122,7 @@ def test_the_dispatcher_regrades_a_lost_group_once_then_answers_an_error():
         assert 'kernelmill_verdicts_total{outcome="correct"} 4.0' in text
         assert 'kernelmill_verdicts_total{outcome="service_error"} 1.0' in text
         assert "kernelmill_jobs_requeued_total 5.0" in text  # 4 once, the doomed one once
+        assert float(re.search(r"^kernelmill_job_seconds_p95 (\S+)$", text, re.M).group(1)) > 0
         assert service.table.late == 0
     asyncio.run(go())
 
