@@ -251,9 +251,11 @@ class JobTable:
                    if i in self.jobs and self.jobs[i].status not in FINAL]
         if pending and timeout_s > 0:
             tasks = [asyncio.ensure_future(p) for p in pending]
-            _done, left = await asyncio.wait(tasks, timeout=timeout_s)
-            for task in left:
-                task.cancel()
+            try:
+                await asyncio.wait(tasks, timeout=timeout_s)
+            finally:  # timed out, or the client went away: no waiter outlives the request
+                for task in tasks:
+                    task.cancel()
         else:
             for coroutine in pending:
                 coroutine.close()
