@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "kernelmill.app.build",  # build
     "kernelmill.app.interop_cli",  # export
     "kernelmill.grade.cli",  # grade
+    "kernelmill.grade.service.cli",  # serve
 )
 
 

@@ -1,4 +1,5 @@
-"""``kernelmill export``: problems as a KernelBench tree, or verified SFT pairs; ``kernelmill
+"""``kernelmill export``: problems as a KernelBench tree, verified SFT pairs or verl's RL parquet
+(``splits.verl``); ``kernelmill
 show``: one problem's reference source, e.g. as the ``problem.py`` of ``grade --reference``
 (``kernelmill import`` is the import stage, declared in ``kernelmill.core.interop``).
 
@@ -37,6 +38,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         levels = ", ".join(f"level{k}: {v}" for k, v in sorted(counts.items()))
         print(f"exported {total} problem(s) to {args.out} ({levels or 'none'})")
         return 0
+    if args.format == "verl":
+        from kernelmill.splits.verl import write_verl
+
+        count = write_verl(_problems(args.records, args.split), args.out, args.prompt_backend,
+                           args.split)
+        print(f"exported {count} problem(s) to {args.out} (verl parquet)")
+        return 0
     return export_sft_command(args)
 
 
@@ -70,16 +78,22 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("export", help="write problems as a KernelBench tree or SFT pairs",
+    p = subparsers.add_parser("export", help="write problems as a KernelBench tree, SFT pairs "
+                              "or verl's RL parquet",
                               description="kernelbench: write levelN/ID_Name.py files. sft: write "
-                              "verified (problem, kernel) pairs from a verdicts file. "
+                              "verified (problem, kernel) pairs from a verdicts file. verl: write "
+                              "verl's RL parquet (data_source, prompt, ability, reward_model, "
+                              "extra_info). "
                               + PROBLEMS_HELP[0].upper() + PROBLEMS_HELP[1:] + ".")
     p.add_argument("records", metavar="PROBLEMS", help=PROBLEMS_HELP)
-    p.add_argument("--out", required=True, help="output folder (kernelbench) or file (sft)")
+    p.add_argument("--out", required=True, help="output folder (kernelbench) or file (sft, verl)")
     p.add_argument("--split", help="only this split of a dataset folder or Hub dataset")
-    p.add_argument("--format", choices=("kernelbench", "sft", "difficulty"), default="kernelbench",
-                   help="kernelbench tree, selected SFT pairs, or the per-problem mean reasoning "
-                   "length of verified kernels (difficulty)")
+    p.add_argument("--format", choices=("kernelbench", "sft", "difficulty", "verl"),
+                   default="kernelbench",
+                   help="kernelbench tree, selected SFT pairs, the per-problem mean reasoning "
+                   "length of verified kernels (difficulty), or verl's RL parquet (verl)")
+    p.add_argument("--prompt-backend", choices=("triton", "cuda"), default="triton",
+                   help="verl: the kernel language the prompt asks for (default triton)")
     p.add_argument("--verdicts", help="sft: verdicts file of graded submissions")
     p.add_argument("--submissions", help="sft: submissions file the verdicts refer to")
     add_sft_arguments(p)

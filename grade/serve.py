@@ -10,7 +10,9 @@ slots (one per GPU). The client is ``make_reward_fn(grader="http://HOST:8100/")`
 ``KERNELMILL_GRADER=http://HOST:8100/`` for the default ``reward_fn``.
 
 The server grades untrusted code the way ``kernelmill grade`` does; it listens on 127.0.0.1
-unless told otherwise, and has no authentication: expose it only on a private network.
+unless told otherwise, and has no authentication: expose it only on a private network. For
+many trainers or GPUs, with a queue, a token and metrics, ``kernelmill serve``
+(``grade/service/``) is the service.
 """
 from __future__ import annotations
 

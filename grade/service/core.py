@@ -1,0 +1,230 @@
+"""The grading service without its HTTP: configuration, submissions checked and keyed, the job
+table, and the dispatcher that hands groups to the pool's actors.
+
+``Service.submit`` turns a request's submissions into entries (``jobs.Entry``): the verdict
+key (``grade.batch.verdict_key``, so the batch grader's cache and the service agree on what
+"the same submission" is), the problem that groups it, and the payload an actor grades. The
+dispatcher takes one group at a time as an actor has room, least-busy actor first; a group
+whose actor died is requeued (``JobTable.requeue``), and every job is answered once.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+from kernelmill.validate.backends import resolve_device
+
+from ..batch import VerdictCache, transient, verdict_key
+from ..policy import Policy
+from ..rewards import get_reward
+from .actors import ActorLost, LocalPool, RayPool
+from .jobs import Entry, JobTable
+from .metrics import Metrics
+
+log = logging.getLogger("kernelmill")
+
+
+@dataclass
+class ServeConfig:
+    """``kernelmill serve``'s settings (each is a flag of the same name)."""
+    dataset: str | None = None  # served problems: folder, parquet, JSONL or Hub id
+    split: str | None = None  # one split of the dataset (default: every split)
+    device: str = "auto"  # auto, cpu, cuda
+    backend: str = "ray"  # ray: one actor per GPU of the cluster; local: this process's slots
+    address: str | None = None  # Ray cluster to join (default: start a local Ray)
+    actors: int | None = None  # CPU actors (default: the cluster's CPUs less one)
+    per_actor: int | None = None  # groups one actor grades at once (default 1)
+    running: int | None = None  # CUDA: worker processes an actor runs at once
+    queue: int = 4096  # jobs waiting at most; beyond it 429 + Retry-After
+    group: int = 8  # most submissions of one problem graded together
+    deadline_s: float = 1800.0  # a request's default deadline (it may ask for another)
+    max_attempts: int = 2  # dispatches of a job whose actor died, then an error
+    reward: str = "composite"
+    cache: str | None = None  # verdict cache file (JSONL) shared with `kernelmill grade`
+    max_wait_s: float = 60.0  # the longest long-poll
+    max_submissions: int = 10_000  # per request
+    policy: Policy = field(default_factory=Policy)
+    token: str | None = None  # bearer token (default: KERNELMILL_TOKEN)
+
+
+class Service:
+    def __init__(self, config: ServeConfig, pool=None):
+        self.config = config
+        self.pool = pool
+        self.problems: dict[str, dict] = {}
+        self.table: JobTable | None = None
+        self.metrics: Metrics | None = None
+        self.cache: VerdictCache | None = None
+        self.busy: list[int] = []
+        self.device = config.device
+        self.token = config.token if config.token is not None else \
+            os.environ.get("KERNELMILL_TOKEN") or None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- life --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        config = self.config
+        get_reward(config.reward)  # an unknown name fails now
+        self.device = resolve_device(config.device)
+        if config.dataset:
+            from ..problems import load_problems
+
+            self.problems = await asyncio.to_thread(load_problems, config.dataset, config.split)
+        if self.pool is None:
+            self.pool = self._build_pool()
+        await self.pool.start()
+        self.busy = [0] * self.pool.size
+        self.cache = VerdictCache(config.cache) if config.cache else None
+        self.table = JobTable(max_queued=config.queue, group_size=config.group,
+                              max_attempts=config.max_attempts)
+        self.table.actors = self.pool.size
+        self.metrics = Metrics(self.table, self.busy, self.pool.alive)
+        self.table.on_answer = self.metrics.answered
+        self._spawn(self._dispatch())
+        self._spawn(self._expire())
+        log.info(f"serve: {self.pool.size} actor(s) on {self.device}, "
+                 f"{len(self.problems)} problem(s)")
+
+    def _build_pool(self):
+        config = self.config
+        common = {"dataset": config.dataset, "split": config.split, "device": self.device,
+                  "policy": config.policy, "reward": config.reward, "actors": config.actors}
+        if config.backend == "local":
+            return LocalPool(**common)
+        return RayPool(**common, address=config.address, per_actor=config.per_actor,
+                       running=config.running)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.pool is not None:
+            await asyncio.to_thread(self.pool.close)
+        if self.cache is not None:
+            self.cache.close()
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- submitting --------------------------------------------------------------------------
+    def entry(self, submission: dict) -> Entry:
+        """One submission checked and keyed; ``ValueError`` names what is wrong with it."""
+        if not isinstance(submission, dict):
+            raise ValueError("a submission is a JSON object")
+        source = submission.get("source")
+        if not isinstance(source, str):
+            raise ValueError("a submission needs source (a string)")
+        pid, reference = submission.get("problem_id"), submission.get("reference")
+        pid = None if pid is None else str(pid)
+        problem = self.problems.get(pid) if pid is not None else None
+        if problem is not None:
+            payload = {"problem_id": pid, "source": source}
+            group = f"id:{pid}"
+        elif isinstance(reference, str):
+            record = submission.get("record") if isinstance(submission.get("record"), dict) \
+                else {}
+            problem = {"source": reference, "validation": record.get("validation") or {}}
+            group = "ref:" + hashlib.sha256(json.dumps(problem, sort_keys=True, default=str)
+                                            .encode()).hexdigest()[:24]
+            payload = {"reference": reference, "record": {"validation": problem["validation"]},
+                       "source": source}
+        elif pid is not None:
+            return Entry(key="", problem=f"id:{pid}", payload={},
+                         error=f"unknown problem id {pid} (the service serves "
+                               f"{len(self.problems)} problem(s))")
+        else:
+            raise ValueError("a submission needs problem_id or reference")
+        key = verdict_key(source, problem, self.device, self.config.policy)
+        cached = self.cache.get(key) if self.cache is not None else None
+        verdict = None
+        if cached is not None:
+            verdict = {**cached, "reward": float(get_reward(self.config.reward)(cached)),
+                       "cached": True}
+        return Entry(key=key, problem=group, payload=payload, verdict=verdict)
+
+    def submit(self, submissions: list, deadline_s: float | None = None) -> list[str]:
+        """Job ids, one per submission (``ValueError``: a bad request; ``QueueFull``)."""
+        if not isinstance(submissions, list) or not submissions:
+            raise ValueError("submissions must be a non-empty list")
+        if len(submissions) > self.config.max_submissions:
+            raise ValueError(f"{len(submissions)} submissions in one request (at most "
+                             f"{self.config.max_submissions})")
+        entries = []
+        for index, submission in enumerate(submissions):
+            try:
+                entries.append(self.entry(submission))
+            except ValueError as exc:
+                raise ValueError(f"submission {index}: {exc}") from None
+        try:
+            deadline = self.config.deadline_s if deadline_s is None else float(deadline_s)
+        except (TypeError, ValueError):
+            raise ValueError(f"deadline_s must be a number, not {deadline_s!r}") from None
+        if not 0 < deadline <= 86400:
+            raise ValueError("deadline_s must be in (0, 86400]")
+        before = self.table.deduplicated
+        ids = self.table.submit(entries, deadline)
+        self.metrics.submitted.inc(len(entries))
+        self.metrics.deduplicated.inc(self.table.deduplicated - before)
+        return ids
+
+    # -- dispatching -------------------------------------------------------------------------
+    async def _dispatch(self) -> None:
+        room = asyncio.Semaphore(self.pool.size * max(1, self.pool.per_actor))
+        while True:
+            await room.acquire()
+            group = await self.table.take()
+            index = self._least_busy()
+            self.busy[index] += 1
+            for job in group:
+                job.actor = index
+            self._spawn(self._grade(index, group, room))
+
+    def _least_busy(self) -> int:
+        """The actor with the fewest groups, among those not being restarted if any."""
+        usable = getattr(self.pool, "usable", lambda index: True)
+        indices = [i for i in range(len(self.busy)) if usable(i)] or range(len(self.busy))
+        return min(indices, key=self.busy.__getitem__)
+
+    async def _grade(self, index: int, group: list, room: asyncio.Semaphore) -> None:
+        try:
+            verdicts = await self.pool.grade(index, [{"job": j.id, **j.payload} for j in group])
+        except ActorLost as exc:
+            log.warning(f"serve: {exc}; its {len(group)} job(s) requeued")
+            before = self.table.requeued
+            self.table.requeue(group, str(exc))
+            self.metrics.requeued.inc(self.table.requeued - before)
+        except Exception as exc:  # noqa: BLE001 — each job hears why; the service goes on
+            for job in group:
+                self.table.fail(job, f"{type(exc).__name__}: {exc}")
+        else:
+            for job, verdict in zip(group, verdicts):
+                if self.table.finish(job, verdict) and self.cache is not None and \
+                        not verdict.get("reference_failed") and not transient(verdict):
+                    self.cache.put(job.key, verdict)
+        finally:
+            self.busy[index] -= 1
+            room.release()
+
+    async def _expire(self, every_s: float = 0.25) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.table.expire()
+
+    # -- reading -----------------------------------------------------------------------------
+    def health(self) -> dict:
+        table = self.table
+        return {"status": "ok", "device": self.device, "actors": self.pool.alive(),
+                "busy": list(self.busy), "problems": len(self.problems),
+                "queued": table.queued, "running": table.running,
+                "answered": len(table.answered), "requeued": table.requeued,
+                "p50_s": table.percentile(0.5), "p95_s": table.percentile(0.95)}

@@ -1,0 +1,268 @@
+"""The service's jobs: a bounded queue of problem groups, each job answered exactly once.
+
+A job is one submission to grade, named by an id the client polls. Its life:
+``queued -> running -> done`` (a verdict) or ``error`` (the service could not grade it: the
+deadline passed, or the actor grading it died twice). ``finish`` and ``fail`` answer a job
+only while it is not yet answered, so a late result (an actor that comes back after the job's
+deadline, a re-run after a requeue) is dropped, never delivered twice.
+
+Idempotency is by the verdict-cache key (``grade.batch.verdict_key``: the exact source, the
+problem, the device, the policy and the grader's versions): a submission whose key has a live
+or answered job gets that job's id back, not a new grade. A job that ended in ``error`` leaves
+the index, so submitting it again grades it again.
+
+Submissions of one problem in one request are queued as one group (at most ``group_size``),
+graded together by ``grade.batch.grade_group_items`` (one timing window for all). The table is
+used from one asyncio loop; it takes no locks.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+FINAL = ("done", "error")
+
+
+class QueueFull(Exception):
+    """The request would take the queue over its bound; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"queue full; retry after {retry_after}s")
+        self.retry_after = retry_after
+
+
+@dataclass
+class Job:
+    id: str
+    key: str
+    problem: str  # what groups jobs: the problem id, or a digest of the reference
+    payload: dict  # what the actor grades: source, and problem_id or reference (+ record)
+    submitted: float
+    deadline: float
+    status: str = "queued"
+    verdict: dict | None = None
+    error: str | None = None
+    attempts: int = 0  # dispatches so far
+    actor: int | None = None
+    started: float | None = None  # last dispatched
+    finished: float | None = None
+    answered: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def view(self) -> dict:
+        out = {"id": self.id, "status": self.status, "verdict": self.verdict}
+        if self.error is not None:
+            out["error"] = {"stage": "service", "message": self.error}
+        if self.status == "running":
+            out["actor"] = self.actor
+        return out
+
+
+@dataclass
+class Entry:
+    """One submission of a request, checked and keyed (``app`` builds them)."""
+    key: str
+    problem: str
+    payload: dict
+    verdict: dict | None = None  # answered already (a cached verdict, an unknown problem)
+    error: str | None = None
+
+
+class JobTable:
+    """Jobs by id, the index by key, and the queue of groups.
+
+    max_queued: jobs waiting at most (a request that would exceed it is refused whole).
+    group_size: most jobs of one problem graded together.
+    max_attempts: dispatches of a job whose actor died before it is answered as an error.
+    keep: answered jobs kept for polling and idempotency (oldest forgotten first).
+    on_answer: called once per answered job (metrics).
+    """
+
+    def __init__(self, *, max_queued: int = 1024, group_size: int = 8, max_attempts: int = 2,
+                 keep: int = 100_000, on_answer: Callable[[Job], None] | None = None):
+        self.max_queued = max_queued
+        self.group_size = max(1, group_size)
+        self.max_attempts = max(1, max_attempts)
+        self.keep = keep
+        self.on_answer = on_answer or (lambda job: None)
+        self.jobs: dict[str, Job] = {}
+        self.by_key: dict[str, str] = {}
+        self.groups: deque[list[Job]] = deque()
+        self.queued = 0
+        self.running = 0
+        self.deduplicated = 0
+        self.requeued = 0
+        self.late = 0  # results that came after their job was answered (dropped)
+        self.answered: OrderedDict[str, None] = OrderedDict()
+        self.open: dict[str, Job] = {}  # not yet answered
+        self.work = asyncio.Event()
+        self._ids = itertools.count()
+        self._prefix = secrets.token_hex(4)
+        self.seconds: deque[float] = deque(maxlen=2048)  # recent submit-to-answer times
+        self.grading_seconds: deque[float] = deque(maxlen=256)  # dispatch to answer
+        self.actors = 1  # the pool's size (the service sets it): for Retry-After
+
+    # -- submitting ------------------------------------------------------------------------------
+    def submit(self, entries: list[Entry], deadline_s: float) -> list[str]:
+        """Job ids for ``entries``, in order: existing ones by key, new ones queued by problem.
+        Raises ``QueueFull`` (nothing changed) when the new ones would not fit now, and
+        ``ValueError`` when they never would."""
+        now = time.monotonic()
+        plan: list[str | tuple[Job, Entry]] = []
+        fresh: dict[str, Job] = {}
+        for entry in entries:
+            if entry.error is None:
+                existing = self.by_key.get(entry.key) or \
+                    (fresh[entry.key].id if entry.key in fresh else None)
+                if existing is not None:
+                    plan.append(existing)
+                    continue
+            job = Job(f"{self._prefix}-{next(self._ids)}", entry.key, entry.problem,
+                      entry.payload, now, now + deadline_s)
+            if entry.error is None:
+                fresh[entry.key] = job
+            if entry.error is not None or entry.verdict is not None:
+                job.status = "new"  # answered at once below, never queued
+            plan.append((job, entry))
+        new = [step for step in plan if isinstance(step, tuple)]
+        waiting = [job for job, entry in new if entry.verdict is None and entry.error is None]
+        if len(waiting) > self.max_queued:
+            raise ValueError(f"{len(waiting)} new submissions in one request; the queue holds "
+                             f"{self.max_queued}: send them in smaller requests")
+        if waiting and self.queued + len(waiting) > self.max_queued:
+            raise QueueFull(self.retry_after(len(waiting)))
+        self.deduplicated += len(plan) - len(new)
+        for job, entry in new:
+            self.jobs[job.id] = job
+            if entry.error is not None:
+                self.fail(job, entry.error)
+                continue
+            self.by_key[job.key] = job.id
+            if entry.verdict is not None:
+                self.finish(job, entry.verdict)
+        by_problem: dict[str, list[Job]] = {}
+        for job in waiting:
+            self.open[job.id] = job
+            by_problem.setdefault(job.problem, []).append(job)
+        for jobs in by_problem.values():
+            for start in range(0, len(jobs), self.group_size):
+                self.groups.append(jobs[start:start + self.group_size])
+        self.queued += len(waiting)
+        if waiting:
+            self.work.set()
+        return [step if isinstance(step, str) else step[0].id for step in plan]
+
+    def retry_after(self, extra: int = 0) -> int:
+        """Seconds a refused client should wait: the queue's length at the recent pace."""
+        graded = self.grading_seconds
+        recent = sorted(graded)[len(graded) // 2] if graded else 1.0  # one group's grade
+        estimate = (self.queued + extra) * recent / max(1, self.actors * self.group_size)
+        return int(min(60, max(1, math.ceil(estimate))))
+
+    # -- dispatching -----------------------------------------------------------------------------
+    async def take(self) -> list[Job]:
+        """The next group with a job still waiting (expired ones are answered already)."""
+        while True:
+            while self.groups:
+                group = [j for j in self.groups.popleft() if j.status == "queued"]
+                if group:
+                    for job in group:
+                        job.status = "running"
+                        job.attempts += 1
+                        job.started = time.monotonic()
+                    self.queued -= len(group)
+                    self.running += len(group)
+                    return group
+            self.work.clear()
+            await self.work.wait()
+
+    def requeue(self, group: list[Job], why: str) -> None:
+        """The group's actor died: each job still running goes back to the front of the queue,
+        or, after ``max_attempts`` dispatches, is answered as an error."""
+        again = []
+        for job in group:
+            if job.status != "running":
+                continue
+            if job.attempts >= self.max_attempts:
+                self.fail(job, f"{why}; gave up after {job.attempts} attempts")
+            else:
+                self.running -= 1
+                job.status, job.actor = "queued", None
+                again.append(job)
+        if again:
+            self.requeued += len(again)
+            self.queued += len(again)
+            self.groups.appendleft(again)
+            self.work.set()
+
+    # -- answering -------------------------------------------------------------------------------
+    def finish(self, job: Job, verdict: dict) -> bool:
+        return self._answer(job, "done", verdict=verdict)
+
+    def fail(self, job: Job, message: str) -> bool:
+        return self._answer(job, "error", error=message)
+
+    def _answer(self, job: Job, status: str, *, verdict: dict | None = None,
+                error: str | None = None) -> bool:
+        if job.status in FINAL:
+            self.late += 1
+            return False
+        if job.status == "queued":
+            self.queued -= 1
+        elif job.status == "running":
+            self.running -= 1
+            self.grading_seconds.append(time.monotonic() - job.started)
+        self.open.pop(job.id, None)
+        job.status, job.verdict, job.error, job.finished = status, verdict, error, time.monotonic()
+        if status == "error" and self.by_key.get(job.key) == job.id:
+            del self.by_key[job.key]  # a failed grade may be asked for again
+        self.seconds.append(job.finished - job.submitted)
+        self.answered[job.id] = None
+        job.answered.set()
+        self.on_answer(job)
+        self._forget_old()
+        return True
+
+    def expire(self, now: float | None = None) -> int:
+        """Answer every unanswered job past its deadline as an error; how many."""
+        now = time.monotonic() if now is None else now
+        late = [j for j in self.open.values() if j.deadline <= now]
+        for job in late:
+            self.fail(job, f"deadline of {job.deadline - job.submitted:.0f}s passed while "
+                           f"{job.status}")
+        return len(late)
+
+    def _forget_old(self) -> None:
+        while len(self.answered) > self.keep:
+            job_id, _ = self.answered.popitem(last=False)
+            job = self.jobs.pop(job_id, None)
+            if job is not None and self.by_key.get(job.key) == job_id:
+                del self.by_key[job.key]
+
+    # -- reading ---------------------------------------------------------------------------------
+    async def wait(self, ids: list[str], timeout_s: float) -> list[dict | None]:
+        """The jobs' views once all are answered or ``timeout_s`` passed (None: unknown id)."""
+        pending = [self.jobs[i].answered.wait() for i in ids
+                   if i in self.jobs and self.jobs[i].status not in FINAL]
+        if pending and timeout_s > 0:
+            tasks = [asyncio.ensure_future(p) for p in pending]
+            try:
+                await asyncio.wait(tasks, timeout=timeout_s)
+            finally:  # timed out, or the client went away: no waiter outlives the request
+                for task in tasks:
+                    task.cancel()
+        else:
+            for coroutine in pending:
+                coroutine.close()
+        return [self.jobs[i].view() if i in self.jobs else None for i in ids]
+
+    def percentile(self, q: float) -> float | None:
+        if not self.seconds:
+            return None
+        ordered = sorted(self.seconds)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

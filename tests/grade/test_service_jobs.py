@@ -1,0 +1,162 @@
+"""The grading service's job table and dispatcher, without HTTP or real grading: idempotency by
+verdict key, a full queue refusing a request whole, groups by problem, a dead actor's jobs
+requeued once then answered as an error, deadlines, and no job answered twice."""
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="the serve extra: pip install -e '.[serve]'")
+
+from kernelmill.grade.service.actors import ActorLost
+from kernelmill.grade.service.core import ServeConfig, Service
+from kernelmill.grade.service.jobs import Entry, JobTable, QueueFull
+
+
+def entry(key: str, problem: str = "p") -> Entry:
+    return Entry(key=key, problem=problem, payload={"source": key, "problem_id": problem})
+
+
+def test_same_key_is_one_job_and_a_full_queue_refuses_the_request_whole():
+    async def go():
+        table = JobTable(max_queued=4, group_size=2)
+        ids = table.submit([entry("a"), entry("b"), entry("a"), entry("c", "q")], 60)
+        assert ids[0] == ids[2] and len(set(ids)) == 3 and table.queued == 3
+        assert [[j.key for j in g] for g in table.groups] == [["a", "b"], ["c"]]
+        assert table.submit([entry("b")], 60) == [ids[1]]  # idempotent across requests
+        with pytest.raises(QueueFull) as refused:
+            table.submit([entry("d"), entry("e")], 60)
+        assert refused.value.retry_after >= 1
+        assert table.queued == 3 and len(table.jobs) == 3 and "d" not in table.by_key
+        assert table.deduplicated == 2
+    asyncio.run(go())
+
+
+def test_requeued_once_then_an_error_and_a_late_result_is_dropped():
+    async def go():
+        answered = Counter()
+        table = JobTable(max_attempts=2, on_answer=lambda job: answered.update([job.id]))
+        (job_id,) = table.submit([entry("a")], 60)
+        group = await table.take()
+        table.requeue(group, "actor 0 lost")
+        assert table.jobs[job_id].status == "queued" and table.requeued == 1
+        group = await table.take()
+        table.requeue(group, "actor 1 lost")
+        job = table.jobs[job_id]
+        assert job.status == "error" and "gave up after 2 attempts" in job.error
+        assert not table.finish(job, {"reward": 1.0}) and table.late == 1
+        assert answered == {job_id: 1} and table.queued == table.running == 0
+        # an error leaves the index: the same submission is graded again when asked
+        (again,) = table.submit([entry("a")], 60)
+        assert again != job_id and table.jobs[again].status == "queued"
+    asyncio.run(go())
+
+
+def test_a_job_past_its_deadline_is_answered_as_an_error_once():
+    async def go():
+        table = JobTable()
+        (job_id,) = table.submit([entry("a")], 0.01)
+        await asyncio.sleep(0.02)
+        assert table.expire() == 1 and table.expire() == 0
+        view = (await table.wait([job_id], 1))[0]
+        assert view["status"] == "error" and "deadline" in view["error"]["message"]
+        assert table.queued == 0
+        with pytest.raises(asyncio.TimeoutError):  # nothing to take: the expired job is gone
+            await asyncio.wait_for(table.take(), 0.05)
+    asyncio.run(go())
+
+
+class FakePool:
+    """Two actors that answer at once; a source containing ``die`` kills its actor every
+    time, ``die-once`` the first time only."""
+
+    size, per_actor = 2, 1
+
+    def __init__(self):
+        self.calls: list[tuple[int, list[str]]] = []
+
+    async def start(self):
+        pass
+
+    async def grade(self, index, group):
+        sources = [entry["source"] for entry in group]
+        self.calls.append((index, sources))
+        if any("die-once" in s for s in sources) and \
+                sum("die-once" in s for _i, c in self.calls for s in c) == 1:
+            raise ActorLost(f"actor {index} lost")
+        if any(s.startswith("die ") for s in sources):
+            raise ActorLost(f"actor {index} lost")
+        await asyncio.sleep(0.01)
+        return [{"compiled": True, "correct": True, "hacks": [], "error": None, "reward": 1.0}
+                for _ in group]
+
+    def alive(self):
+        return 2
+
+    def close(self):
+        pass
+
+
+def test_the_dispatcher_regrades_a_lost_group_once_then_answers_an_error():
+    async def go():
+        pool = FakePool()
+        service = Service(ServeConfig(device="cpu", group=4), pool=pool)
+        await service.start()
+        try:
+            reference = "class Model: pass\n"
+            ids = service.submit([{"reference": reference, "source": f"ok {i}"} for i in range(3)]
+                                 + [{"reference": reference, "source": "die-once"},
+                                    {"reference": "other", "source": "die always"}])
+            views = await service.table.wait(ids, 10)
+        finally:
+            await service.stop()
+        assert [v["status"] for v in views] == ["done"] * 4 + ["error"]
+        assert "gave up after 2 attempts" in views[4]["error"]["message"]
+        # one problem's four submissions went out as one group; lost once, graded again
+        groups = [sources for _i, sources in pool.calls if "ok 0" in sources]
+        assert groups == [["ok 0", "ok 1", "ok 2", "die-once"]] * 2
+        text = service.metrics.text().decode()
+        assert 'kernelmill_verdicts_total{outcome="correct"} 4.0' in text
+        assert 'kernelmill_verdicts_total{outcome="service_error"} 1.0' in text
+        assert "kernelmill_jobs_requeued_total 5.0" in text  # 4 once, the doomed one once
+        assert float(re.search(r"^kernelmill_job_seconds_p95 (\S+)$", text, re.M).group(1)) > 0
+        assert service.table.late == 0
+    asyncio.run(go())
+
+
+class SlowPool(FakePool):
+    """Answers after ``delay`` seconds."""
+
+    def __init__(self, delay: float):
+        super().__init__()
+        self.delay = delay
+
+    async def grade(self, index, group):
+        await asyncio.sleep(self.delay)
+        return await super().grade(index, group)
+
+
+def test_a_request_deadline_and_the_verdict_cache_across_restarts(tmp_path):
+    cache = tmp_path / "verdicts.jsonl"
+
+    async def serve_once(pool, deadline_s=None):
+        service = Service(ServeConfig(device="cpu", cache=str(cache)), pool=pool)
+        await service.start()
+        try:
+            ids = service.submit([{"reference": "class Model: pass\n", "source": "ok"}],
+                                 deadline_s)
+            return (await service.table.wait(ids, 10))[0]
+        finally:
+            await service.stop()
+
+    late = asyncio.run(serve_once(SlowPool(2.0), deadline_s=0.3))
+    assert late["status"] == "error" and "deadline of 0s passed while running" in \
+        late["error"]["message"]
+    graded = asyncio.run(serve_once(FakePool()))
+    assert graded["status"] == "done" and not graded["verdict"].get("cached")
+    pool = FakePool()
+    again = asyncio.run(serve_once(pool))  # a new service, the same cache file
+    assert again["status"] == "done" and again["verdict"]["cached"] and pool.calls == []
