@@ -170,8 +170,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     """Hold the slot's GPU memory for a grade of ``members`` submissions (``validate.admission``,
     as validation admits problems): each member's candidate and fresh-reference workers and the
     window's reference timing worker, at ``Grader.device_bytes`` each. While that is unknown
-    (a problem's first grade) half the GPU is held until its reference runs are in, then what
-    they show it needs. Several grades share a GPU only as far as their memory fits. Yields
+    (a problem's first grade) ``UNKNOWN_SHARE`` of the GPU is held until its reference runs are
+    in (with a cold reference, after its Inductor compile), then what they show it needs. Several grades share a GPU only as far as their memory fits. Yields
     the callable that takes the hold down to the known size (None: nothing held)."""
     budget = None
     if slot.get("gpu") is not None and _SLOTS_PER_GPU.get(slot["gpu"], 2) >= 2:
@@ -189,7 +189,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
         return None if each is None else int(each * ALLOCATOR_FACTOR * (2 * members + 1))
 
     known = need()
-    with budget.hold(budget.unknown_need if known is None else known) as grant:
+    with budget.hold(int(budget.capacity * UNKNOWN_SHARE) if known is None else known) as grant:
         def resize() -> None:
             now = need()
             if known is None and now is not None:
@@ -197,6 +197,10 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
         yield resize
 
 
+# A problem's first grade holds this share of the GPU until its size is known: at half (as
+# validation asks) a cold pass of 12 problems ran 2 at a time, with the GPU 16% and the host's
+# CPUs 14% busy (H200, 8 slots), each holding its share through the reference's Inductor compile
+UNKNOWN_SHARE = 0.25
 _SLOTS_PER_GPU: dict = {}  # GPU index -> slots the local backend gives it in this process
 
 

@@ -126,7 +126,7 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     assert budget.used == 0
     grader = Seen()
     with batch._admitted(grader, {"reference": "new"}, 1, slot) as resize:
-        assert budget.used == budget.unknown_need  # not seen yet: half the GPU
+        assert budget.used == int(budget.capacity * batch.UNKNOWN_SHARE)  # not seen yet
         grader.device_bytes = lambda source, record=None: 1 << 30  # its reference ran
         resize()
         assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 3)
