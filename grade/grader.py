@@ -143,9 +143,15 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         dists = policy.distributions or ("natural",)
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
+        # the checked trials that run under a re-drawn model state, one each (T-18): from the
+        # second on, so that the state changes between two calls of the candidate's model
+        first = 1 if shown > 1 else 0
+        redrawn = range(first, min(shown, first + max(0, policy.state_trials)))
         return {"init_seed": secrets.randbelow(2**31 - 2),
+                "state_seed": secrets.randbelow(2**31 - 2),
                 "trials": [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
-                            "hidden": i >= shown} for i in range(shown + hidden)]}
+                            "hidden": i >= shown, "state": 1 + i - first if i in redrawn else 0}
+                           for i in range(shown + hidden)]}
 
     def _run_reference(self, source: str, slot_env: dict | None,
                        timed: bool = True) -> ReferenceRun:
@@ -352,16 +358,24 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         policy = self.policy
         ref = reference.value
         shown, hidden = usable_trials(ref)
-        trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in shown]
+        trials = [{"seed": t["seed"], "inputs": t["inputs"], "state": t.get("state", 0)}
+                  for t in shown]
+        states = ref.get("states") or {}
+        # the timing graph is replayed on a trial of the timed trial's state (its weights are
+        # the ones captured)
+        graph_trial = next((i for i in range(len(trials) - 1, 0, -1)
+                            if trials[i]["state"] == trials[0]["state"]), None)
         largest = max((t.numel() * t.element_size() for trial in ref["trials"]
                        for t in trial["outputs"] if hasattr(t, "numel")), default=0)
         payload = {"source": source, "device": self.worker_device,
                    "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
+                   "states": {k: v for k, v in states.items()
+                              if any(t["state"] == k for t in trials)},
                    "init_seed": ref["init_seed"], "trials": trials,
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
                    "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
                    "timing_settings": policy.timing_settings,
-                   "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
+                   "graph_check_trial": graph_trial,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
                    "hidden_trials": len(hidden),
                    # the graph's calls agree with its last within this, element by element

@@ -47,6 +47,7 @@ from .observers.launches import _install_triton_hook
 from .observers.optrace import _OpTrace, active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed, forward_seed
+from .state import StateSlots, perturbed_model_state
 from .timing import _serve_timing, _timer_options, device_info
 
 # ---------------------------------------------------------------- the reference run
@@ -92,12 +93,22 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
     state = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    # re-drawn states (T-18): state 0 is the constructor's; each other one a trial names is
+    # drawn from it under the parent's secret seed and loaded before that trial's forward
+    states: dict[int, dict] = {0: state}
+    for index in sorted({int(spec.get("state") or 0) for spec in payload["trials"]} - {0}):
+        states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) + index)
+    current = 0
     trials = []
     mark_stage("reference forward")
     natural_finite = True
     ops: list[str] = []
     work: dict = {}
     for spec in payload["trials"]:
+        wanted = int(spec.get("state") or 0)
+        if wanted != current:
+            model.load_state_dict(states[wanted])
+            current = wanted
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         device_inputs = to_device(inputs, device)
@@ -117,15 +128,21 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
-        if spec["dist"] == "natural":
+        # a derived distribution or a re-drawn state where the reference itself overflows is
+        # left out (the problem's draws are what it was validated on), unless the natural
+        # draws are not finite either
+        natural = spec["dist"] == "natural" and not wanted
+        if natural:
             natural_finite = natural_finite and finite
-        usable = finite or (spec["dist"] == "natural" or not natural_finite)
-        trials.append({"seed": spec["seed"], "dist": spec["dist"], "inputs": kept,
+        usable = finite or natural or not natural_finite
+        trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                       "inputs": kept,
                        "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
     return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
+            "states": {k: v for k, v in states.items() if k},
             "info": device_info(device), "ops": ops, **work, "_model": model}
 
 
@@ -279,9 +296,12 @@ def _candidate_task(payload: dict) -> dict:
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
     trials = payload["trials"]
+    states = {0: payload.get("state_dict") or {}, **{int(k): v for k, v in
+                                                     (payload.get("states") or {}).items()}}
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
-               hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"])
+               hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
+               states=states, slots=StateSlots(model, states[0]) if len(states) > 1 else None)
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
@@ -334,7 +354,7 @@ def _candidate_task(payload: dict) -> dict:
             # The graph, not Python, is what was timed: refill its inputs with another
             # trial's, replay it, and let the parent compare.
             mark_stage("graph check")
-            run.load(trials[check]["inputs"])
+            run.load_trial(trials[check])
             out = timer.replay()
             # every call's output, each in memory of its own: a call that did part of the work
             # and left the rest to the calls beside it differs from the last
@@ -356,11 +376,12 @@ def _candidate_task(payload: dict) -> dict:
     # inputs' answer, and on a CPU the allocator handed one to an honest forward's ``empty``
     # past the ghost's poison blocks (1-2 grades in 12 of an honest 128 KB output)
     last = len(trials) - 1
-    run.load(trials[last]["inputs"])
+    run.load_trial(trials[last])
     run.invoke(False)
     sync(device)
     facts["ghost_seen"] = run.ghost(last)
     facts["ghost"] = run.ghost(1 if last > 1 else 0)
+    facts["state_loads"] = run.state_loads
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)

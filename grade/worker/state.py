@@ -1,0 +1,88 @@
+"""Model states a trial runs under (T-18): the constructor's, or one re-drawn from it.
+
+A kernel can be right only on the parameters the grader's constructors draw: norm weights of
+exactly 1 and biases of 0 (an affine step dropped), or the weights the candidate's own
+``__init__`` drew (a copy folded there, or on the first call, never goes stale). A re-drawn state
+(``perturbed_state``) is loaded into both models before a trial's call and again between calls
+of the same model instance (``StateSlots``), so such a kernel is wrong on that trial.
+"""
+from __future__ import annotations
+
+import torch
+
+from .guards.originals import _tensor_copy
+
+# A re-drawn tensor keeps its original's mean and spread; a constant one (norm weights of 1,
+# biases of 0, running variances of 1) is spread by this share of its magnitude (at least 1),
+# so that an answer which treats the constant as known is off by far more than a tolerance.
+STD_FLOOR = 0.2
+
+
+def perturbed_state(state: dict, seed: int, parameters: frozenset = frozenset()) -> dict:
+    """``state`` with every floating-point tensor re-drawn from N(its mean, its std) (the std
+    floored, ``STD_FLOOR``), from a generator of ``seed`` alone. Kept as they are: integer,
+    boolean and complex tensors (counters, indices), tensors with a value that is not finite,
+    and buffers (names not in ``parameters``) that look like masks: two distinct values (a
+    causal ``tril`` of ones). A tensor whose values are all non-negative stays so (running
+    variances, scales under a ``sqrt`` or ``log``)."""
+    generator = torch.Generator(device="cpu").manual_seed(int(seed) % (2**63))
+    out = {}
+    for name, value in state.items():
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or \
+                value.numel() == 0 or not bool(torch.isfinite(value).all()) or \
+                (name not in parameters and _two_valued(value)):
+            out[name] = value
+            continue
+        x = value.detach().double()
+        mean = float(x.mean())
+        std = float(x.std()) if x.numel() > 1 else 0.0
+        std = max(std, STD_FLOOR * max(1.0, abs(mean)))
+        drawn = torch.randn(value.shape, generator=generator, dtype=torch.float64) * std + mean
+        if float(x.min()) >= 0:
+            drawn = drawn.abs()
+        out[name] = drawn.to(value.dtype)
+    return out
+
+
+def _two_valued(value: torch.Tensor) -> bool:
+    """Exactly two distinct values (a mask or a table of flags; a constant is not one: it is
+    the value the constructor happened to set)."""
+    flat = value.detach().reshape(-1)
+    other = flat[flat != flat[0]]
+    if other.numel() == 0:
+        return False
+    return bool(((flat == flat[0]) | (flat == other[0])).all())
+
+
+def perturbed_model_state(model, seed: int) -> dict:
+    """A reference model's state re-drawn (``perturbed_state``), on the host: its parameters
+    always, its buffers unless mask-like."""
+    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    parameters = frozenset(name for name, _ in model.named_parameters())
+    return perturbed_state(state, seed, parameters)
+
+
+class StateSlots:
+    """The candidate's own state tensors, matched once to the reference's state (by name, else
+    by order where the shapes agree), so that a later state is copied into them in place: no
+    code of the candidate's runs at a load (no ``load_state_dict`` override learns of it)."""
+
+    def __init__(self, model, state: dict):
+        self.targets: list | None = None
+        self.names = list(state)
+        if not state or not isinstance(model, torch.nn.Module):
+            return
+        mine = model.state_dict()
+        if set(state) <= set(mine) and all(mine[k].shape == state[k].shape for k in state):
+            self.targets = [mine[k] for k in state]
+        elif len(mine) == len(state) and all(a.shape == b.shape for a, b in
+                                             zip(mine.values(), state.values())):
+            self.targets = list(mine.values())
+
+    def load(self, state: dict) -> bool:
+        """Copy ``state`` into the candidate's tensors; False where they could not be matched."""
+        if self.targets is None:
+            return not state
+        for target, name in zip(self.targets, self.names):
+            _tensor_copy(target, state[name])
+        return True
