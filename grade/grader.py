@@ -144,14 +144,17 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
         # the checked trials that run under a re-drawn model state, one each (T-18): from the
-        # second on, so that the state changes between two calls of the candidate's model
-        first = 1 if shown > 1 else 0
-        redrawn = range(first, min(shown, first + max(0, policy.state_trials)))
+        # second on, so that the state changes between two calls of the candidate's model; on
+        # the problem's own input draws (a state and a range apart). The other trials cycle
+        # over the distributions.
+        redrawn = range(1, min(shown, 1 + max(0, policy.state_trials)))  # none of one trial
+        others = iter(range(shown + hidden))
+        trials = [{"seed": secrets.randbelow(2**31 - 2),
+                   "dist": "natural" if i in redrawn else dists[next(others) % len(dists)],
+                   "hidden": i >= shown, "state": i if i in redrawn else 0}
+                  for i in range(shown + hidden)]
         return {"init_seed": secrets.randbelow(2**31 - 2),
-                "state_seed": secrets.randbelow(2**31 - 2),
-                "trials": [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
-                            "hidden": i >= shown, "state": 1 + i - first if i in redrawn else 0}
-                           for i in range(shown + hidden)]}
+                "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
     def _run_reference(self, source: str, slot_env: dict | None,
                        timed: bool = True) -> ReferenceRun:

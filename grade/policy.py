@@ -191,11 +191,12 @@ class Policy:
     preset: str = "library"
     min_candidate_share: float = 0.3  # kernelbench: the candidate's share of GPU time
     trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
-    # cycled over the trials (``worker.inputs.transform``): the problem's own draws, then
-    # floats scaled and shifted, then scaled far (T-19: a kernel that assumes its inputs' range)
-    distributions: tuple[str, ...] = ("natural", "affine", "scaled")
+    # cycled over the trials (``worker.inputs.transform``): the problem's own draws, floats
+    # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted
+    distributions: tuple[str, ...] = ("natural", "scaled", "affine")
     # checked trials, from the second on, each under a model state re-drawn from the
-    # constructor's and loaded into both models between calls (T-18, ``worker.state``)
+    # constructor's and loaded into both models between calls (T-18, ``worker.state``), on
+    # the problem's own input draws
     state_trials: int = 1
     # trials shown to the candidate only inside its timing window, one single timed call each
     # between calls on the timed inputs: right answers, and no more than ``unseen_ratio`` times

@@ -114,16 +114,28 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
-        with torch.no_grad():
-            if tracer is not None:
-                with tracer:
+        natural = spec["dist"] == "natural" and not wanted
+        try:
+            with torch.no_grad():
+                if tracer is not None:
+                    with tracer:
+                        out = model(*device_inputs)
+                    ops = tracer.ops
+                    work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
+                else:
                     out = model(*device_inputs)
-                ops = tracer.ops
-                work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
-            else:
-                out = model(*device_inputs)
-            structure, items = flatten_outputs(out)
-        sync(device)
+                structure, items = flatten_outputs(out)
+            sync(device)
+        except Exception as exc:  # noqa: BLE001 — outside the problem's domain: left out
+            if natural or tracer is not None:
+                raise
+            # a derived distribution or a re-drawn state the reference refuses (an input
+            # outside an op's domain, a parameter its checks reject) is not graded on
+            trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                           "inputs": kept, "hidden": bool(spec.get("hidden")), "outputs": [],
+                           "structure": None, "usable": False, "device_types": [],
+                           "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
         # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
@@ -131,7 +143,6 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
-        natural = spec["dist"] == "natural" and not wanted
         if natural:
             natural_finite = natural_finite and finite
         usable = finite or natural or not natural_finite

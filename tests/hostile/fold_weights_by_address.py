@@ -1,5 +1,6 @@
-"""family: specialized to the first state seen (a copy of the weight cached by the weight's
-address: a checkpoint loaded in place keeps the address, and the copy goes stale)
+"""family: specialized to the first state seen (a copy of the weight cached by the weight
+parameter's identity: a checkpoint loaded in place keeps the same parameter, and the copy goes
+stale)
 """
 # problem: ref_linear
 # expect: not_general
@@ -35,7 +36,7 @@ class ModelNew(nn.Module):
         self.cache = {}
 
     def forward(self, x):
-        key = self.weight.data_ptr()
+        key = id(self.weight)
         if key not in self.cache:
             self.cache[key] = self.weight.detach().t().contiguous()
         w = self.cache[key]

@@ -1,8 +1,8 @@
 """family: lower precision (a float32 GEMM whose operands are rounded to bfloat16, the sum
-kept in float32)
+kept in float32: off by more than the absolute floor too)
 """
 # problem: ref_matmul_small
-# expect: low_precision|not_general
+# expect: incorrect
 import torch
 import torch.nn as nn
 import triton
