@@ -126,7 +126,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
                     out = model(*device_inputs)
                 structure, items = flatten_outputs(out)
             sync(device)
-        except Exception as exc:  # noqa: BLE001 — outside the problem's domain: left out
+        except Exception as exc:  # outside the problem's domain: left out
             if natural or tracer is not None:
                 raise
             # a derived distribution or a re-drawn state the reference refuses (an input

@@ -3,10 +3,10 @@
 graded hostile cases are in tests/hostile (``norm_drop_affine``, ``fold_weights_*``,
 ``softmax_*``, ``gemm_*_operands`` and their honest controls)."""
 import torch
-import torch.nn as nn
 from kernelmill.grade.compare import compare, scaled_atol
 from kernelmill.grade.worker.inputs import transform
 from kernelmill.grade.worker.state import StateSlots, perturbed_model_state, perturbed_state
+from torch import nn
 
 
 def _tiled(a: torch.Tensor, b: torch.Tensor, block: int, reverse: bool = False):
@@ -126,3 +126,39 @@ def test_derived_distributions_scale_floats_and_keep_integer_inputs():
         assert out[1] is index and out[2] is mask and out[3] == 3
     positive = torch.rand(16)
     assert (transform([positive], "scaled")[0] >= 0).all()  # a sign's domain is kept
+
+
+def test_the_op_trace_counts_the_gemms_torchs_formulas_leave_out():
+    """``addbmm``, ``addmv``, ``mv``, ``dot``: an identity GEMM there cost nothing under the
+    library preset's vendor-work cap (T-09)."""
+    from kernelmill.grade.worker.observers.optrace import _OpTrace
+
+    a, b = torch.randn(2, 8, 16), torch.randn(2, 16, 4)
+    cases = [(lambda: torch.addbmm(torch.zeros(8, 4), a, b), 2 * 2 * 8 * 16 * 4),
+             (lambda: torch.addmv(torch.zeros(8), a[0], torch.randn(16)), 2 * 8 * 16),
+             (lambda: torch.mv(a[0], torch.randn(16)), 2 * 8 * 16),
+             (lambda: torch.dot(torch.randn(16), torch.randn(16)), 2 * 16),
+             (lambda: torch.mm(a[0], b[0]), 2 * 8 * 16 * 4)]  # torch's own formula
+    for fn, flops in cases:
+        with torch.no_grad(), _OpTrace() as trace:
+            fn()
+        assert trace.flops == flops, (trace.ops, trace.flops, flops)
+
+
+def test_a_vendor_op_whose_flops_are_not_counted_fails_closed_unless_the_reference_runs_it():
+    from kernelmill.grade.checks.attribution import vendor_work
+    from kernelmill.grade.policy import Policy
+
+    found = []
+    call = {"ops": ["aten.slow_conv3d_forward.default", "aten.add.Tensor"], "flops": 0}
+    reference = {"ops": ["aten.convolution.default"], "flops": 10, "thin_gemms": 0}
+    vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why))
+    assert found and "slow_conv3d_forward" in found[0]
+    found.clear()
+    reference["ops"].append("aten.slow_conv3d_forward.default")
+    vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why))
+    assert not found
+    # counted ops (torch's formulas, the trace's own GEMM formula) are weighed by the cap
+    call = {"ops": ["aten.addbmm.default"], "flops": 5}
+    vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why))
+    assert not found
