@@ -143,15 +143,17 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         dists = policy.distributions or ("natural",)
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
-        # the checked trials that run under a re-drawn model state, one each (T-18): from the
-        # second on, so that the state changes between two calls of the candidate's model; on
-        # the problem's own input draws (a state and a range apart). The other trials cycle
-        # over the distributions.
-        redrawn = range(1, min(shown, 1 + max(0, policy.state_trials)))  # none of one trial
+        # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
+        # the constructor's (1, the base: the candidate gets it at construction), and each of
+        # ``state_trials`` checked trials from the second on under another one (2, 3...),
+        # loaded between two calls of the candidate's model, on the problem's own input draws
+        # (a state and a range apart). The other trials cycle over the distributions.
+        base = 1 if policy.redraw_state else 0
+        redrawn = range(1, min(shown, 1 + max(0, policy.state_trials))) if base else range(0)
         others = iter(range(shown + hidden))
         trials = [{"seed": secrets.randbelow(2**31 - 2),
                    "dist": "natural" if i in redrawn else dists[next(others) % len(dists)],
-                   "hidden": i >= shown, "state": i if i in redrawn else 0}
+                   "hidden": i >= shown, "state": 1 + i if i in redrawn else base}
                   for i in range(shown + hidden)]
         return {"init_seed": secrets.randbelow(2**31 - 2),
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
@@ -372,6 +374,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                        for t in trial["outputs"] if hasattr(t, "numel")), default=0)
         payload = {"source": source, "device": self.worker_device,
                    "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
+                   "base_state": ref.get("base_state", 0),
                    "states": {k: v for k, v in states.items()
                               if any(t["state"] == k for t in trials)},
                    "init_seed": ref["init_seed"], "trials": trials,
@@ -446,6 +449,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             "target": "kernelmill.grade.worker:reference_timing_task",
             "payload": {"source": reference.source, "device": self.worker_device,
                         "init_seed": reference.value["init_seed"],
+                        "state_dict": first["payload"]["state_dict"],
                         "inputs": first["payload"]["trials"][0]["inputs"],
                         "timing_settings": policy.timing_settings},
             "timeout_s": policy.timeout_s, "device": self.worker_device,

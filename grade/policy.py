@@ -194,9 +194,11 @@ class Policy:
     # cycled over the trials (``worker.inputs.transform``): the problem's own draws, floats
     # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted
     distributions: tuple[str, ...] = ("natural", "scaled", "affine")
-    # checked trials, from the second on, each under a model state re-drawn from the
-    # constructor's and loaded into both models between calls (T-18, ``worker.state``), on
-    # the problem's own input draws
+    # every trial under a model state re-drawn from the constructor's (T-18, ``worker.state``;
+    # loaded into both models at construction), and ``state_trials`` checked trials, from the
+    # second on, each under another re-drawn state loaded between calls, on the problem's own
+    # input draws
+    redraw_state: bool = True
     state_trials: int = 1
     # trials shown to the candidate only inside its timing window, one single timed call each
     # between calls on the timed inputs: right answers, and no more than ``unseen_ratio`` times

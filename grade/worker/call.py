@@ -101,11 +101,11 @@ class _Run(_Probes):
                  max_bytes: int | None = None, *, trials: list | None = None,
                  witness: Witness | None = None, check_seed: int | None = None,
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
-                 slots=None):
+                 base_state: int = 0, slots=None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
-        self.states, self.slots, self.state = states or {}, slots, 0
+        self.states, self.slots, self.state = states or {}, slots, base_state
         self.state_loads: list = []  # (state, loaded) per change, for the parent
         self.forward_seed = forward_seed(init_seed)
         self.first_call = True

@@ -92,18 +92,54 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
-    state = {k: to_cpu(v) for k, v in model.state_dict().items()}
-    # re-drawn states (T-18): state 0 is the constructor's; each other one a trial names is
-    # drawn from it under the parent's secret seed and loaded before that trial's forward
-    states: dict[int, dict] = {0: state}
+    constructor = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    # Model states (T-18): 0 is the constructor's; every other one a trial names is re-drawn
+    # from it under the parent's secret seed (``state.perturbed_model_state``) and loaded
+    # before that trial's forward. The first trial's is the grade's base state: the candidate
+    # gets it at construction, and the constructor's values appear in no trial.
+    states: dict[int, dict] = {0: constructor}
     for index in sorted({int(spec.get("state") or 0) for spec in payload["trials"]} - {0}):
         states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) + index)
-    current = 0
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    result = _trials_under(ns, model, device, payload, states)
+    if not result["natural_finite"] and base and \
+            any(not torch.equal(a, b) for a, b in zip(states[base].values(),
+                                                      constructor.values())):
+        # the problem's own draws overflow under the re-drawn base state: the constructor's
+        # is the base (the problem was validated under it); re-drawn trials stay re-drawn
+        states[base] = constructor
+        result = _trials_under(ns, model, device, payload, states)
+    elif base and result["trials"] and result["trials"][0]["usable"]:
+        # what the first trial's inputs give under the constructor's state, for the parent to
+        # recognise an answer computed from it (weights folded at construction, a norm's
+        # affine step dropped where the constructor made it the identity): never sent on
+        first = result["trials"][0]
+        model.load_state_dict(constructor)
+        _manual_seed(forward_seed(payload["init_seed"]))
+        try:
+            with torch.no_grad():
+                _structure, items = flatten_outputs(model(*to_device(first["inputs"], device)))
+            sync(device)
+            first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
+                                            for t in items]
+        except Exception:  # noqa: BLE001 — a diagnosis only
+            pass
+        model.load_state_dict(states[base])
+    return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
+            "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
+            "info": device_info(device), "ops": result["ops"], **result["work"],
+            "_model": model}
+
+
+def _trials_under(ns: dict, model, device: str, payload: dict, states: dict) -> dict:
+    """Every trial's reference forward, each under its state (loaded when it changes)."""
+    current = None
     trials = []
     mark_stage("reference forward")
     natural_finite = True
     ops: list[str] = []
     work: dict = {}
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     for spec in payload["trials"]:
         wanted = int(spec.get("state") or 0)
         if wanted != current:
@@ -114,7 +150,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
-        natural = spec["dist"] == "natural" and not wanted
+        natural = spec["dist"] == "natural" and wanted == base
         try:
             with torch.no_grad():
                 if tracer is not None:
@@ -152,9 +188,7 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
-    return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
-            "states": {k: v for k, v in states.items() if k},
-            "info": device_info(device), "ops": ops, **work, "_model": model}
+    return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite}
 
 
 def _inductor_timing(device: str, payload: dict, result: dict) -> None:
@@ -199,6 +233,8 @@ def reference_timing_task(payload: dict) -> dict:
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
+    if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
+        model.load_state_dict(payload["state_dict"])
     placements = M.placed_copies(to_device(payload["inputs"], device), device)
     turn = itertools.count()
 
@@ -307,12 +343,16 @@ def _candidate_task(payload: dict) -> dict:
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
     trials = payload["trials"]
-    states = {0: payload.get("state_dict") or {}, **{int(k): v for k, v in
-                                                     (payload.get("states") or {}).items()}}
+    # the model states the trials run under (T-18): the base one (loaded above), and the
+    # re-drawn ones some trials name
+    base = int(payload.get("base_state") or 0)
+    states = {int(k): v for k, v in (payload.get("states") or {}).items()}
+    states[base] = payload.get("state_dict") or {}
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
                hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
-               states=states, slots=StateSlots(model, states[0]) if len(states) > 1 else None)
+               states=states, base_state=base,
+               slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 

@@ -1,8 +1,9 @@
 """family: specialized to the constructor's state (layer norm that scales by its weight and
-drops the bias, zero as constructed)
+drops the bias, zero as constructed: wrong under every re-drawn state, and not the
+constructor's answer either)
 """
 # problem: ref_layer_norm
-# expect: not_general
+# expect: incorrect
 import torch
 import torch.nn as nn
 import triton
