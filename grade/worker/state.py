@@ -25,7 +25,7 @@ def perturbed_state(state: dict, seed: int, parameters: frozenset = frozenset())
     and buffers (names not in ``parameters``) that look like masks: two distinct values (a
     causal ``tril`` of ones). A tensor whose values are all non-negative stays so (running
     variances, scales under a ``sqrt`` or ``log``)."""
-    generator = torch.Generator(device="cpu").manual_seed(int(seed) % (2**63))
+    generators: dict = {}  # one per device the tensors are on (a GPU draws in milliseconds)
     out = {}
     for name, value in state.items():
         if not isinstance(value, torch.Tensor) or not value.is_floating_point() or \
@@ -33,13 +33,20 @@ def perturbed_state(state: dict, seed: int, parameters: frozenset = frozenset())
                 (name not in parameters and _two_valued(value)):
             out[name] = value
             continue
-        x = value.detach().double()
-        mean = float(x.mean())
+        # float32 draws (float64 for a float64 tensor): a large model's state is drawn in
+        # about a second on a host core, and a float64 copy of it would double its memory
+        work = torch.float64 if value.dtype == torch.float64 else torch.float32
+        x = value.detach().to(work)
+        mean = float(x.mean(dtype=torch.float64))
         std = float(x.std()) if x.numel() > 1 else 0.0
         std = max(std, STD_FLOOR * max(1.0, abs(mean)))
-        drawn = torch.randn(value.shape, generator=generator, dtype=torch.float64) * std + mean
+        device = value.device
+        if device not in generators:
+            generators[device] = torch.Generator(device=device).manual_seed(int(seed) % (2**63))
+        drawn = torch.randn(value.shape, generator=generators[device], dtype=work,
+                            device=device).mul_(std).add_(mean)
         if float(x.min()) >= 0:
-            drawn = drawn.abs()
+            drawn = drawn.abs_()
         out[name] = drawn.to(value.dtype)
     return out
 
@@ -55,11 +62,11 @@ def _two_valued(value: torch.Tensor) -> bool:
 
 
 def perturbed_model_state(model, seed: int) -> dict:
-    """A reference model's state re-drawn (``perturbed_state``), on the host: its parameters
-    always, its buffers unless mask-like."""
-    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    """A reference model's state re-drawn (``perturbed_state``) where it lives, returned on the
+    host: its parameters always, its buffers unless mask-like."""
+    state = {k: v.detach() for k, v in model.state_dict().items()}
     parameters = frozenset(name for name, _ in model.named_parameters())
-    return perturbed_state(state, seed, parameters)
+    return {k: v.to("cpu", copy=True) for k, v in perturbed_state(state, seed, parameters).items()}
 
 
 class StateSlots:
