@@ -9,25 +9,24 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_kernel(x_ptr, out_ptr, cols, stride, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offsets = tl.arange(0, BLOCK)
-    running_max = tl.full((BLOCK,), -float("inf"), tl.float32)
-    running_sum = tl.zeros((BLOCK,), tl.float32)
+def softmax_kernel(x_ptr, out_ptr, rows, cols, stride, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    offsets = tl.arange(0, BLOCK)[None, :]
+    running_max = tl.full((ROWS, BLOCK), -float("inf"), tl.float32)
+    running_sum = tl.zeros((ROWS, BLOCK), tl.float32)
     for start in range(0, cols, BLOCK):
-        mask = start + offsets < cols
-        x = tl.load(x_ptr + row * stride + start + offsets, mask=mask, other=-float("inf"))
+        mask = (r < rows) & (start + offsets < cols)
+        x = tl.load(x_ptr + r * stride + start + offsets, mask=mask, other=-float("inf"))
         new_max = tl.maximum(running_max, x)
         scale = tl.where(new_max == -float("inf"), 0.0, tl.exp(running_max - new_max))
         running_sum = running_sum * scale + tl.where(mask, tl.exp(x - new_max), 0.0)
         running_max = new_max
-    row_max = tl.max(running_max, axis=0)
-    total = tl.sum(running_sum * tl.exp(running_max - row_max), axis=0)
+    row_max = tl.max(running_max, axis=1)[:, None]
+    total = tl.sum(running_sum * tl.exp(running_max - row_max), axis=1)[:, None]
     for start in range(0, cols, BLOCK):
-        mask = start + offsets < cols
-        x = tl.load(x_ptr + row * stride + start + offsets, mask=mask, other=-float("inf"))
-        tl.store(out_ptr + row * stride + start + offsets, tl.exp(x - row_max) / total,
-                 mask=mask)
+        mask = (r < rows) & (start + offsets < cols)
+        x = tl.load(x_ptr + r * stride + start + offsets, mask=mask, other=-float("inf"))
+        tl.store(out_ptr + r * stride + start + offsets, tl.exp(x - row_max) / total, mask=mask)
 
 
 class ModelNew(nn.Module):
@@ -38,5 +37,6 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         rows, cols = x.shape
         out = torch.empty_like(x)
-        softmax_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK=128)
+        softmax_kernel[(triton.cdiv(rows, 16),)](x, out, rows, cols, x.stride(0), ROWS=16,
+                                                 BLOCK=128)
         return out
