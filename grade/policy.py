@@ -190,7 +190,9 @@ class Policy:
 
     preset: str = "library"
     min_candidate_share: float = 0.3  # kernelbench: the candidate's share of GPU time
-    trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
+    # fresh-input trials (the base state on the problem's draws, a re-drawn state, then the
+    # derived distributions); plus one refilled buffer and one repeat
+    trials: int = 4
     # cycled over the trials (``worker.inputs.transform``): the problem's own draws, floats
     # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted
     distributions: tuple[str, ...] = ("natural", "scaled", "affine")
