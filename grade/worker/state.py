@@ -1,10 +1,11 @@
-"""Model states a trial runs under (T-18): the constructor's, or one re-drawn from it.
+"""Model states the trials run under (T-18): states re-drawn from the constructor's.
 
 A kernel can be right only on the parameters the grader's constructors draw: norm weights of
 exactly 1 and biases of 0 (an affine step dropped), or the weights the candidate's own
-``__init__`` drew (a copy folded there, or on the first call, never goes stale). A re-drawn state
-(``perturbed_state``) is loaded into both models before a trial's call and again between calls
-of the same model instance (``StateSlots``), so such a kernel is wrong on that trial.
+``__init__`` drew (a copy folded there, or at the first call, never goes stale). Every trial runs
+under a re-drawn state (``perturbed_model_state``), loaded into both models at construction, and
+one trial under another, loaded between two calls of the same model instance in place
+(``StateSlots``): such a kernel is wrong on some trial.
 """
 from __future__ import annotations
 
