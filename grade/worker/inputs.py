@@ -23,7 +23,7 @@ def to_cpu(value):
 # magnitudes where a kernel that assumes its inputs' range breaks (exp past float32's range: a
 # softmax without its max subtracted, at logits over ~88) while well-conditioned work does not.
 # A trial whose reference is not finite is left out (``tasks._reference_trials``).
-DISTRIBUTIONS = {"natural": (1.0, 0.0), "affine": (1.5, 0.25), "scaled": (32.0, 0.0)}
+DISTRIBUTIONS = {"natural": (1.0, 0.0), "affine": (3.0, 2.0), "scaled": (32.0, 0.0)}
 
 
 def transform(values: list, dist: str) -> list:

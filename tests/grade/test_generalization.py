@@ -119,7 +119,7 @@ def test_derived_distributions_scale_floats_and_keep_integer_inputs():
     x, index, mask = torch.randn(8), torch.arange(8), torch.rand(8) > 0.5
     assert transform([x, index, mask, 3], "natural")[0] is x
     affine = transform([x, index, mask, 3], "affine")
-    assert torch.allclose(affine[0], x * 1.5 + 0.25)
+    assert torch.allclose(affine[0], x * 3 + 2)
     scaled = transform([x, index, mask, 3], "scaled")
     assert torch.equal(scaled[0], x * 32)
     for out in (affine, scaled):
