@@ -123,6 +123,7 @@ class _Run(_Probes):
         self.ghost_ranges: set[int] = set()  # the witness ranges of the ghost calls
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
+        self._timed_pool = self._same_state_trials()  # the trials a timed call may check
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
@@ -248,7 +249,7 @@ class _Run(_Probes):
         self.timed_calls += 1
         self._next_placement()
         check = None
-        pool = self._same_state_trials()
+        pool = self._timed_pool
         if self._secret is not None and pool and \
                 self._secret.random() * self.timed_calls < 1.0 and not _capturing(self.device):
             check = pool[self._secret.randrange(len(pool))]  # a reservoir of one call
