@@ -162,3 +162,49 @@ def test_a_vendor_op_whose_flops_are_not_counted_fails_closed_unless_the_referen
     call = {"ops": ["aten.addbmm.default"], "flops": 5}
     vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why))
     assert not found
+
+
+def _judged(views: list[tuple], run: dict | None = None):
+    """A judge's context over checked calls ``(name, trial, ok, outputs, floor_only)``."""
+    from kernelmill.grade.checks.context import CallView, Context
+    from kernelmill.grade.facts import Facts
+    from kernelmill.grade.policy import Policy
+    from kernelmill.validate.harness import WorkerResult
+
+    trials = [trial for _n, trial, *_ in views]
+    facts = Facts.from_result(WorkerResult(ok=True, value={"calls": [], **(run or {})}))
+    ctx = Context({"trials": [{**t, "usable": True} for t in trials]}, Policy(), facts, [])
+    for name, trial, ok, outputs, floor_only in views:
+        ctx.views.append(CallView(name, {"outputs": outputs}, trial, None, None, [], ok=ok,
+                                  why="output 0: 4/4 elements off", floor_only=floor_only))
+    return ctx
+
+
+def test_the_generality_checks_name_the_state_the_range_the_constructor_and_the_scale():
+    from kernelmill.grade.checks import general
+
+    right, wrong, built = torch.ones(4), torch.zeros(4), torch.full((4,), 2.0)
+    base = {"state": 1, "dist": "natural", "outputs": [right]}
+    moved, scaled = {**base, "state": 2}, {**base, "dist": "scaled"}
+    ctx = _judged([("fresh:0", base, True, [right], False), ("fresh:1", moved, False, [wrong],
+                   False), ("fresh:2", scaled, True, [right], False)],
+                  {"weights": "by name", "state_loads": [[2, True]]})
+    (found,) = general.right_on_redrawn_state(ctx)
+    assert found.code.value == "not_general" and found.detail.startswith("fresh:1")
+    assert not general.right_on_other_input_ranges(ctx)
+    ctx = _judged([("fresh:0", base, True, [right], False), ("fresh:1", moved, True, [right],
+                   False), ("fresh:2", scaled, False, [wrong], False)])
+    (found,) = general.right_on_other_input_ranges(ctx)
+    assert "scaled inputs" in found.detail and not general.right_on_redrawn_state(ctx)
+    # wrong everywhere, with the answer the constructor's state gives: named as such
+    first = {**base, "constructor_outputs": [built]}
+    ctx = _judged([("fresh:0", first, False, [built], False), ("fresh:1", moved, False, [wrong],
+                   False)])
+    assert not general.right_on_redrawn_state(ctx)
+    (found,) = general.not_the_constructors_answer(ctx)
+    assert "constructor's state" in found.detail
+    ctx = _judged([("fresh:0", first, False, [wrong], False)])
+    assert not general.not_the_constructors_answer(ctx)  # just wrong
+    ctx = _judged([("fresh:0", base, False, [wrong], True)])
+    (found,) = general.answer_within_output_scale(ctx)
+    assert found.code.value == "low_precision"
