@@ -99,7 +99,12 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     # gets it at construction, and the constructor's values appear in no trial.
     states: dict[int, dict] = {0: constructor}
     for index in sorted({int(spec.get("state") or 0) for spec in payload["trials"]} - {0}):
-        states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) + index)
+        try:
+            states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) +
+                                                  index)
+            model.load_state_dict(states[index])  # one the model takes (no custom loader
+        except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
+            states[index] = constructor
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     result = _trials_under(ns, model, device, payload, states)
     if not result["natural_finite"] and base and \
