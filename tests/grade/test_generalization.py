@@ -121,7 +121,7 @@ def test_derived_distributions_scale_floats_and_keep_integer_inputs():
     affine = transform([x, index, mask, 3], "affine")
     assert torch.allclose(affine[0], x * 3 + 2)
     scaled = transform([x, index, mask, 3], "scaled")
-    assert torch.equal(scaled[0], x * 32)
+    assert torch.equal(scaled[0], x * 32 + 64)
     for out in (affine, scaled):
         assert out[1] is index and out[2] is mask and out[3] == 3
     positive = torch.rand(16)
