@@ -256,12 +256,13 @@ def reference_timing_task(payload: dict) -> dict:
 # ---------------------------------------------------------------- the candidate run
 
 def _load_weights(model, state: dict) -> str:
-    """Give the candidate the reference's weights: by name, else by order when shapes agree."""
+    """Give the candidate the reference's weights: by name (a state of its own beside them, a
+    buffer it added, kept), else by order when shapes agree."""
     mine = model.state_dict()
     if not state:
         return "none"
-    if set(mine) == set(state) and all(mine[k].shape == state[k].shape for k in state):
-        model.load_state_dict(state)
+    if set(state) <= set(mine) and all(mine[k].shape == state[k].shape for k in state):
+        model.load_state_dict(state, strict=set(mine) == set(state))
         return "by name"
     theirs = list(state.values())
     if len(mine) == len(theirs) and all(a.shape == b.shape for a, b in zip(mine.values(), theirs)):
