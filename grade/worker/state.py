@@ -70,27 +70,40 @@ def perturbed_model_state(model, seed: int) -> dict:
     return {k: v.to("cpu", copy=True) for k, v in perturbed_state(state, seed, parameters).items()}
 
 
+def match_state(mine: dict, state: dict) -> tuple[str, list] | None:
+    """How the candidate's state tensors (``mine``, its ``state_dict()``) take the reference's
+    ``state``: ``("by name", names)`` where every name of it is the candidate's with the same
+    shape (a buffer the candidate added besides is kept), else ``("by order", [(target,
+    name)...])`` where the tensors agree in shape in order (all of them; else the
+    floating-point ones, counters such as ``num_batches_tracked`` set aside on either side),
+    else None (its weights stay its own constructor's)."""
+    if set(state) <= set(mine) and all(mine[k].shape == state[k].shape for k in state):
+        return "by name", [(mine[k], k) for k in state]
+    for keep in (lambda v: True, lambda v: v.is_floating_point()):
+        ours = [v for v in mine.values() if keep(v)]
+        theirs = [k for k, v in state.items() if keep(v)]
+        if ours and len(ours) == len(theirs) and \
+                all(a.shape == state[b].shape for a, b in zip(ours, theirs)):
+            return "by order", list(zip(ours, theirs))
+    return None
+
+
 class StateSlots:
     """The candidate's own state tensors, matched once to the reference's state (by name, else
     by order where the shapes agree), so that a later state is copied into them in place: no
     code of the candidate's runs at a load (no ``load_state_dict`` override learns of it)."""
 
     def __init__(self, model, state: dict):
-        self.targets: list | None = None
-        self.names = list(state)
+        self.pairs: list | None = None  # (the candidate's tensor, the state's name)
         if not state or not isinstance(model, torch.nn.Module):
             return
-        mine = model.state_dict()
-        if set(state) <= set(mine) and all(mine[k].shape == state[k].shape for k in state):
-            self.targets = [mine[k] for k in state]
-        elif len(mine) == len(state) and all(a.shape == b.shape for a, b in
-                                             zip(mine.values(), state.values())):
-            self.targets = list(mine.values())
+        matched = match_state(model.state_dict(), state)
+        self.pairs = matched[1] if matched else None
 
     def load(self, state: dict) -> bool:
         """Copy ``state`` into the candidate's tensors; False where they could not be matched."""
-        if self.targets is None:
+        if self.pairs is None:
             return not state
-        for target, name in zip(self.targets, self.names):
+        for target, name in self.pairs:
             _tensor_copy(target, state[name])
         return True

@@ -47,7 +47,7 @@ from .observers.launches import _install_triton_hook
 from .observers.optrace import _OpTrace, active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed, forward_seed
-from .state import StateSlots, perturbed_model_state
+from .state import StateSlots, match_state, perturbed_model_state
 from .timing import _serve_timing, _timer_options, device_info
 
 # ---------------------------------------------------------------- the reference run
@@ -256,21 +256,21 @@ def reference_timing_task(payload: dict) -> dict:
 # ---------------------------------------------------------------- the candidate run
 
 def _load_weights(model, state: dict) -> str:
-    """Give the candidate the reference's weights: by name (a state of its own beside them, a
-    buffer it added, kept), else by order when shapes agree."""
-    mine = model.state_dict()
+    """Give the candidate the reference's weights (``state.match_state``): by name (a buffer
+    of its own beside them kept), else by order where the shapes agree."""
     if not state:
         return "none"
-    if set(state) <= set(mine) and all(mine[k].shape == state[k].shape for k in state):
+    mine = model.state_dict()
+    matched = match_state(mine, state)
+    if matched is None:
+        return "seed only"
+    if matched[0] == "by name":
         model.load_state_dict(state, strict=set(mine) == set(state))
         return "by name"
-    theirs = list(state.values())
-    if len(mine) == len(theirs) and all(a.shape == b.shape for a, b in zip(mine.values(), theirs)):
-        with torch.no_grad():
-            for target, value in zip(mine.values(), theirs):
-                _tensor_copy(target, value)
-        return "by order"
-    return "seed only"
+    with torch.no_grad():
+        for target, name in matched[1]:
+            _tensor_copy(target, state[name])
+    return "by order"
 
 
 def _baseline(device: str) -> None:

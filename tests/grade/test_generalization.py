@@ -208,3 +208,16 @@ def test_the_generality_checks_name_the_state_the_range_the_constructor_and_the_
     ctx = _judged([("fresh:0", base, False, [wrong], True)])
     (found,) = general.answer_within_output_scale(ctx)
     assert found.code.value == "low_precision"
+
+
+def test_a_state_matches_by_name_with_buffers_of_its_own_or_by_order_without_counters():
+    from kernelmill.grade.worker.state import match_state
+
+    reference = nn.BatchNorm1d(4).state_dict()  # weight, bias, running stats, a counter
+    extra = {**reference, "table": torch.arange(3)}
+    assert match_state(extra, reference)[0] == "by name"
+    own = {"w": torch.ones(4), "b": torch.zeros(4), "mean": torch.zeros(4), "var": torch.ones(4)}
+    how, pairs = match_state(own, reference)
+    assert how == "by order" and [name for _t, name in pairs] == \
+        ["weight", "bias", "running_mean", "running_var"]
+    assert match_state({"w": torch.ones(5)}, reference) is None
