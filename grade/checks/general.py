@@ -61,9 +61,11 @@ def not_the_constructors_answer(ctx):
         if view.ok or not expected or view.call.get("outputs") is None:
             continue
         if compare(expected, view.call["outputs"], *ctx.tolerance(view.trial))[0]:
+            why = "ModelNew's state could not take the reference's (other names or shapes)" \
+                if ctx.run.get("weights") == "seed only" else "parameters taken as constructed, " \
+                "not as loaded"
             return [Finding(H.NOT_GENERAL, f"{view.name}: wrong under the grade's model state, "
-                            "and the answer the constructor's state gives: parameters taken as "
-                            "constructed, not as loaded")]
+                            f"and the answer the constructor's state gives: {why}")]
     return []
 
 
