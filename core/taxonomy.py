@@ -70,6 +70,15 @@ trunc fmod remainder bitwise_and bitwise_or _softmax
 """)
 
 
+# GEMM-class ops, each with the index of the operand whose last dimension is the inner one: the
+# grader counts their FLOPs (2 x that operand's elements x the other's last dimension) where
+# torch's formulas do not (``addbmm``, ``addmv``, ``mv``, ``dot``...), and finds GEMMs over an
+# inner dimension of 0 or 1 (elementwise work in a GEMM's name).
+GEMM_INNER_OPERAND = {
+    "mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "_scaled_mm": 0, "linear": 0,
+    "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1, "_addmm_activation": 1}
+
+
 def op_namespace(name: str) -> str:
     """``aten.add.Tensor`` -> ``aten``; ``mylib::op`` -> ``mylib``."""
     return name.replace("::", ".", 1).split(".", 1)[0]

@@ -203,7 +203,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="strict: no library compute in forward; library (default): vendor GEMM, "
                    "convolution and attention allowed unless the problem is only that; "
                    "kernelbench: any PyTorch op, the candidate's kernels >= 30%% of GPU time")
-    p.add_argument("--trials", type=int, default=3, help="fresh-input trials (default 3)")
+    p.add_argument("--trials", type=int, default=Policy.trials,
+                   help=f"fresh-input trials (default {Policy.trials})")
     p.add_argument("--max-torch-ops", type=int, default=0,
                    help="PyTorch compute ops allowed per forward (default 0)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: record, else dtype)")

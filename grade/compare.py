@@ -9,6 +9,16 @@ from typing import Any
 import torch
 from kernelmill.validate.measure import tensor_digest
 
+from .policy import DEFAULT_TOLERANCE
+
+# The absolute floor of a dtype's tolerance (``policy.DEFAULT_TOLERANCE``: 1e-4 for float32) is
+# what honest work needs on outputs of unit scale; on a smaller output it is large next to the
+# answer, and lower-precision operands (an fp16 GEMM for an fp32 problem) fit under it (T-17).
+# That floor is scaled by the output's RMS where the RMS is under 1 (never below this share of
+# it); what a record's calibration added above the floor stays absolute.
+ATOL_SCALE_FLOOR = 1e-3
+SCALED_DTYPES = (torch.float32, torch.float64)
+
 
 def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -43,10 +53,11 @@ class Unchanged:
 
 
 def compare(expected: list, got: list | None, atol: float, rtol: float, *,
-            count: bool = True) -> tuple[bool, str]:
+            count: bool = True, scaled: bool = True) -> tuple[bool, str]:
     """Do ``got`` outputs match ``expected`` within tolerance? (ok, reason when not).
     ``count=False``: the answer alone, settled at the first element found off (a ghost call's
-    output, garbage in every element when honest, is not compared to its end in float64)."""
+    output, garbage in every element when honest, is not compared to its end in float64).
+    ``scaled``: the dtype's absolute floor follows each output's scale (``scaled_atol``)."""
     if got is None:
         return False, "no tensor outputs"
     if len(expected) != len(got):
@@ -70,13 +81,44 @@ def compare(expected: list, got: list | None, atol: float, rtol: float, *,
             continue
         if e.is_complex():
             e, g = torch.view_as_real(e.resolve_conj()), torch.view_as_real(g.resolve_conj())
-        bad, worst = _off_elements(e.reshape(-1), g.reshape(-1), atol, rtol, count)
+        used = scaled_atol(e, atol) if scaled else atol
+        bad, worst = _off_elements(e.reshape(-1), g.reshape(-1), used, rtol, count)
         if bad and not count:
             return False, f"output {index}: elements off (max abs error {worst:.3g} among the first)"
         if bad:
+            scale = f" (scaled to the output's RMS from {atol:g})" if used != atol else ""
             return False, (f"output {index}: {bad}/{e.numel()} elements off "
-                           f"(max abs error {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
+                           f"(max abs error {worst:.3g}, atol {used:.3g}{scale}, rtol {rtol:g})")
     return True, ""
+
+
+def output_rms(e: torch.Tensor) -> float:
+    """The root mean square of a tensor's finite elements (float64 sums, chunk by chunk);
+    1.0 where it has none."""
+    flat, total, count = e.reshape(-1), 0.0, 0
+    for start in range(0, flat.numel(), COMPARE_CHUNK):
+        chunk = flat[start:start + COMPARE_CHUNK].double()
+        finite = chunk[torch.isfinite(chunk)]
+        total += float(finite.square().sum())
+        count += finite.numel()
+    return math.sqrt(total / count) if count else 1.0
+
+
+def scaled_atol(e: torch.Tensor, atol: float) -> float:
+    """``atol`` with its dtype floor's share (``DEFAULT_TOLERANCE``) scaled by the output's RMS
+    where that is under 1 (at least ``ATOL_SCALE_FLOOR`` of it): honest work of the problem's
+    precision errs in proportion to the output's scale (summation order: about 1e-6 of it in
+    float32), lower-precision operands by 1e-4 to 1e-2 of it, which a fixed floor hides on a
+    small output. A record's calibrated excess over the floor (a noisy problem's) stays. Only
+    float32 and float64 outputs: a half-precision output's own rounding (one unit in the last
+    place, 0.4-1% of an element) is already the size of its tolerance."""
+    if e.dtype not in SCALED_DTYPES:
+        return atol
+    part = min(atol, DEFAULT_TOLERANCE[str(e.dtype).replace("torch.", "")][0])
+    if part <= 0 or e.numel() == 0:
+        return atol
+    scale = min(1.0, max(ATOL_SCALE_FLOOR, output_rms(e)))
+    return atol - part + part * scale
 
 
 # The reason a window gives for a member it did not time, its early answer being wrong already
@@ -126,10 +168,11 @@ def _sample_off(expected: list, sampled: list | None, atol: float, rtol: float) 
                 return f"output {index}: {off} of {want.numel()} sampled elements differ"
             continue
         got = torch.tensor([float(v) for v in values], dtype=torch.float64)
-        bad, worst = _off_elements(want.double(), got, atol, rtol, True)
+        used = scaled_atol(e, atol)  # the judge's bound, from the whole output
+        bad, worst = _off_elements(want.double(), got, used, rtol, True)
         if bad:
             return f"output {index}: {bad} of {want.numel()} sampled elements off (max abs " \
-                   f"error {worst:.3g}, atol {atol:g}, rtol {rtol:g})"
+                   f"error {worst:.3g}, atol {used:.3g}, rtol {rtol:g})"
     return None
 
 
@@ -203,6 +246,8 @@ def reference_fault(reference: dict) -> str | None:
     """Why a reference run cannot be graded against (its forward returned something other than
     tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
     for index, trial in enumerate(reference.get("trials") or []):
+        if trial.get("usable") is False and trial.get("error"):
+            continue  # a derived trial the reference refused (``worker.tasks``): left out
         outputs = trial.get("outputs") or []
         kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
         if not outputs or kinds:

@@ -199,6 +199,10 @@ class RunFacts(FactGroup):
         "unseen": UnseenFacts.from_dict}
 
     calls: list = field(default_factory=list)
+    # the reference's state in the candidate: how it was loaded ("by name", "by order", "seed
+    # only", "none"), and each later state change ([state, loaded]; T-18)
+    weights: Any = None
+    state_loads: list = field(default_factory=list)
     # process and confinement
     confinement: Any = None  # ``validate.sandbox.STATE`` as applied
     children: int = 0  # child processes alive after forward

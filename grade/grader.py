@@ -144,9 +144,20 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         dists = policy.distributions or ("natural",)
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
+        # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
+        # the constructor's (1, the base: the candidate gets it at construction), and each of
+        # ``state_trials`` checked trials from the second on under another one (2, 3...),
+        # loaded between two calls of the candidate's model, on the problem's own input draws
+        # (a state and a range apart). The other trials cycle over the distributions.
+        base = 1 if policy.redraw_state else 0
+        redrawn = range(1, min(shown, 1 + max(0, policy.state_trials))) if base else range(0)
+        others = iter(range(shown + hidden))
+        trials = [{"seed": secrets.randbelow(2**31 - 2),
+                   "dist": "natural" if i in redrawn else dists[next(others) % len(dists)],
+                   "hidden": i >= shown, "state": 1 + i if i in redrawn else base}
+                  for i in range(shown + hidden)]
         return {"init_seed": secrets.randbelow(2**31 - 2),
-                "trials": [{"seed": secrets.randbelow(2**31 - 2), "dist": dists[i % len(dists)],
-                            "hidden": i >= shown} for i in range(shown + hidden)]}
+                "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
     def _run_reference(self, source: str, slot_env: dict | None,
                        timed: bool = True) -> ReferenceRun:
@@ -368,16 +379,25 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         policy = self.policy
         ref = reference.value
         shown, hidden = usable_trials(ref)
-        trials = [{"seed": t["seed"], "inputs": t["inputs"]} for t in shown]
+        trials = [{"seed": t["seed"], "inputs": t["inputs"], "state": t.get("state", 0)}
+                  for t in shown]
+        states = ref.get("states") or {}
+        # the timing graph is replayed on a trial of the timed trial's state (its weights are
+        # the ones captured)
+        graph_trial = next((i for i in range(len(trials) - 1, 0, -1)
+                            if trials[i]["state"] == trials[0]["state"]), None)
         largest = max((t.numel() * t.element_size() for trial in ref["trials"]
                        for t in trial["outputs"] if hasattr(t, "numel")), default=0)
         payload = {"source": source, "device": self.worker_device,
                    "init_inputs": ref["init_inputs"], "state_dict": ref["state_dict"],
+                   "base_state": ref.get("base_state", 0),
+                   "states": {k: v for k, v in states.items()
+                              if any(t["state"] == k for t in trials)},
                    "init_seed": ref["init_seed"], "trials": trials,
                    "refill_from": len(trials) - 1 if len(trials) > 1 else None,
                    "time": policy.time, "max_output_bytes": 4 * largest + (1 << 20),
                    "timing_settings": policy.timing_settings,
-                   "graph_check_trial": len(trials) - 1 if len(trials) > 1 else None,
+                   "graph_check_trial": graph_trial,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
                    "hidden_trials": len(hidden), "early_check": not policy.time_incorrect,
                    # the graph's calls agree with its last within this, element by element
@@ -456,6 +476,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             "target": "kernelmill.grade.worker:reference_timing_task",
             "payload": {"source": reference.source, "device": self.worker_device,
                         "init_seed": reference.value["init_seed"],
+                        "state_dict": first["payload"]["state_dict"],
                         "inputs": first["payload"]["trials"][0]["inputs"],
                         "timing_settings": policy.timing_settings},
             "timeout_s": policy.timeout_s, "device": self.worker_device,

@@ -190,8 +190,18 @@ class Policy:
 
     preset: str = "library"
     min_candidate_share: float = 0.3  # kernelbench: the candidate's share of GPU time
-    trials: int = 3  # fresh-input trials; plus one refilled buffer and one repeat
-    distributions: tuple[str, ...] = ("natural", "affine")  # cycled over the trials
+    # fresh-input trials (the base state on the problem's draws, a re-drawn state, then the
+    # derived distributions); plus one refilled buffer and one repeat
+    trials: int = 4
+    # cycled over the trials (``worker.inputs.transform``): the problem's own draws, floats
+    # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted
+    distributions: tuple[str, ...] = ("natural", "scaled", "affine")
+    # every trial under a model state re-drawn from the constructor's (T-18, ``worker.state``;
+    # loaded into both models at construction), and ``state_trials`` checked trials, from the
+    # second on, each under another re-drawn state loaded between calls, on the problem's own
+    # input draws
+    redraw_state: bool = True
+    state_trials: int = 1
     # trials shown to the candidate only inside its timing window, one single timed call each
     # between calls on the timed inputs: right answers, and no more than ``unseen_ratio`` times
     # (plus a floor) as slow as those calls, or forward remembers inputs (``timing_behaviour``)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import re
 
+from kernelmill.core.taxonomy import GEMM_INNER_OPERAND
+from torch.utils.flop_counter import flop_registry
+
 from ..policy import (
     LIBRARY_KERNEL,
     VENDOR_KERNEL,
+    VENDOR_OPS,
     Policy,
     compute_ops,
     op_base,
@@ -28,6 +32,11 @@ LIBRARY_NAMESPACE = re.compile(r"^(?:at|c10|cub|thrust|std|cuda|cutlass|cute|fla
 # im2col convolution's padding; an identity GEMM that adds two tensors does far more.
 VENDOR_FLOP_RATIO = 2.0
 VENDOR_FLOP_FLOOR = 1e6
+# Vendor ops whose FLOPs the op trace counts: torch's formulas, and its own for every GEMM-class
+# op (``core.taxonomy.GEMM_INNER_OPERAND``). Any other vendor op in a call (a convolution
+# variant called by its own name, say) would do work the cap above cannot see (T-09).
+FLOP_COUNTED = frozenset(str(op).rsplit(".", 1)[-1] for op in flop_registry) | \
+    frozenset(GEMM_INNER_OPERAND)
 
 
 def kernel_owner(kernel: list, own_kernels: frozenset | None) -> str:
@@ -183,6 +192,15 @@ def vendor_work(name: str, call, reference: dict, policy: Policy, hack) -> None:
             flops > VENDOR_FLOP_RATIO * ref_flops + VENDOR_FLOP_FLOOR:
         hack("torch_compute", f"{name}: vendor-library ops did {flops / 1e6:.4g} MFLOP where the "
              f"reference's did {ref_flops / 1e6:.4g}: library work beyond the problem's")
+    # the dispatch trace's ops (composite ops decomposed, as the FLOPs were counted)
+    traced = call.get("traced_ops") if "traced_ops" in call else call.get("ops")
+    ran = {op_base(op) for op in traced or [] if isinstance(op, str)}
+    uncounted = sorted(op for op in ran if op in VENDOR_OPS and op not in FLOP_COUNTED and
+                       op not in {op_base(r) for r in reference.get("ops") or []})
+    if uncounted:
+        hack("torch_compute", f"{name}: vendor op(s) {uncounted[:3]} whose FLOPs are not "
+             "counted and which the reference does not run: library work the FLOP cap cannot "
+             "weigh")
     thin = call.get("thin_gemms") or []
     if thin and reference.get("thin_gemms") == 0:
         hack("torch_compute", f"{name}: {sorted(set(thin))[:3]} over an inner dimension of 0 or "

@@ -34,6 +34,8 @@ class CallView:
     compute: list  # computing library ops beyond those allowed
     attribution: Attribution | None = None
     ok: bool = False  # its answer was right (set after its checks ran)
+    why: str = ""  # why its answer was wrong
+    floor_only: bool = False  # wrong at the output's scale, right within the absolute floor
 
 
 @dataclass

@@ -36,6 +36,8 @@ class HackCode(str, Enum):
     HOST_COMPUTE = "host_compute"  # tensor elements handed to Python / host memory
     GHOST_KERNELS = "ghost_kernels"  # right answer with the candidate's launches skipped
     TRACE_EVADED = "trace_evaded"  # the dispatch-key state changed, the op witness lost calls
+    NOT_GENERAL = "not_general"  # right on the problem's own draws, wrong on another state/range
+    LOW_PRECISION = "low_precision"  # within the absolute floor, off at the output's own scale
 
     def __str__(self) -> str:
         return self.value

@@ -100,8 +100,13 @@ class _Run(_Probes):
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,
                  max_bytes: int | None = None, *, trials: list | None = None,
                  witness: Witness | None = None, check_seed: int | None = None,
-                 hidden: int = 0, init_seed: int = 0):
+                 hidden: int = 0, init_seed: int = 0, states: dict | None = None,
+                 base_state: int = 0, slots=None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
+        # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
+        # the candidate's own tensors (``slots``) when a trial names another than the last
+        self.states, self.slots, self.state = states or {}, slots, base_state
+        self.state_loads: list = []  # (state, loaded) per change, for the parent
         self.forward_seed = forward_seed(init_seed)
         self.first_call = True
         self.base_threads, self.base_tasks = base_threads, base_tasks
@@ -118,6 +123,7 @@ class _Run(_Probes):
         self.ghost_ranges: set[int] = set()  # the witness ranges of the ghost calls
         self.last_shapes: list[tuple] = []
         self._secret = random.Random(check_seed) if check_seed is not None else None
+        self._timed_pool = self._same_state_trials()  # the trials a timed call may check
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
@@ -164,6 +170,26 @@ class _Run(_Probes):
                 _tensor_copy(buffer, value)
             else:
                 buffers[index] = to_device([value], self.device)[0]
+
+    def use_state(self, index: int) -> None:
+        """Load model state ``index`` into the candidate, unless it holds it already. Never
+        inside the timing window (its calls share trial 0's state)."""
+        if index == self.state or self.slots is None or index not in self.states:
+            return
+        loaded = self.slots.load(self.states[index])
+        self.state_loads.append([index, loaded])
+        self.state = index
+
+    def load_trial(self, trial: dict) -> None:
+        """A trial's state, then its inputs (``load``)."""
+        self.use_state(int(trial.get("state") or 0))
+        self.load(trial["inputs"])
+
+    def _same_state_trials(self) -> list[int]:
+        """Trials other than 0 that share its state: those a timed call may secretly check."""
+        first = int(self.trials[0].get("state") or 0) if self.trials else 0
+        return [i for i in range(1, len(self.trials))
+                if int(self.trials[i].get("state") or 0) == first]
 
     def _next_placement(self) -> None:
         """The next timed call's inputs: the next placement's buffers."""
@@ -223,9 +249,10 @@ class _Run(_Probes):
         self.timed_calls += 1
         self._next_placement()
         check = None
-        if self._secret is not None and len(self.trials) > 1 and \
+        pool = self._timed_pool
+        if self._secret is not None and pool and \
                 self._secret.random() * self.timed_calls < 1.0 and not _capturing(self.device):
-            check = self._secret.randrange(1, len(self.trials))  # a reservoir of one call
+            check = pool[self._secret.randrange(len(pool))]  # a reservoir of one call
         if check is None:
             capturing = _capturing(self.device)
             if not capturing:
@@ -250,7 +277,7 @@ class _Run(_Probes):
     def call(self, trial_index: int) -> dict:
         """A checked call on trial ``trial_index``: raw facts for the parent."""
         trial = self.trials[trial_index]
-        self.load(trial["inputs"])
+        self.load_trial(trial)
         inputs = self.buffers
         before = _observed()
         modes_before = active_modes()

@@ -166,7 +166,7 @@ class _Probes:
         trial = self.trials[trial_index]
         previous = self._previous
         poisoned = _poison_outputs(previous)
-        self.load(trial["inputs"])
+        self.load_trial(trial)
         poison = [_full(shape, float("nan") if dtype.is_floating_point else -1,
                              dtype=dtype, device=self.device)
                   for shape, dtype in self.last_shapes for _ in range(GHOST_POISON)]

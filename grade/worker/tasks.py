@@ -48,6 +48,7 @@ from .observers.launches import _install_triton_hook
 from .observers.optrace import _OpTrace, active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed, forward_seed
+from .state import StateSlots, match_state, perturbed_model_state
 from .timing import _serve_timing, _timer_options, device_info
 
 # ---------------------------------------------------------------- the reference run
@@ -92,42 +93,108 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
-    state = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    constructor = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    # Model states (T-18): 0 is the constructor's; every other one a trial names is re-drawn
+    # from it under the parent's secret seed (``state.perturbed_model_state``) and loaded
+    # before that trial's forward. The first trial's is the grade's base state: the candidate
+    # gets it at construction, and the constructor's values appear in no trial.
+    states: dict[int, dict] = {0: constructor}
+    for index in sorted({int(spec.get("state") or 0) for spec in payload["trials"]} - {0}):
+        try:
+            states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) +
+                                                  index)
+            model.load_state_dict(states[index])  # one the model takes (no custom loader
+        except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
+            states[index] = constructor
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    result = _trials_under(ns, model, device, payload, states)
+    if not result["natural_finite"] and base and \
+            any(not torch.equal(a, b) for a, b in zip(states[base].values(),
+                                                      constructor.values())):
+        # the problem's own draws overflow under the re-drawn base state: the constructor's
+        # is the base (the problem was validated under it); re-drawn trials stay re-drawn
+        states[base] = constructor
+        result = _trials_under(ns, model, device, payload, states)
+    elif base and result["trials"] and result["trials"][0]["usable"]:
+        # what the first trial's inputs give under the constructor's state, for the parent to
+        # recognise an answer computed from it (weights folded at construction, a norm's
+        # affine step dropped where the constructor made it the identity): never sent on
+        first = result["trials"][0]
+        model.load_state_dict(constructor)
+        _manual_seed(forward_seed(payload["init_seed"]))
+        try:
+            with torch.no_grad():
+                _structure, items = flatten_outputs(model(*to_device(first["inputs"], device)))
+            sync(device)
+            first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
+                                            for t in items]
+        except Exception:  # noqa: BLE001 — a diagnosis only
+            pass
+        model.load_state_dict(states[base])
+    return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
+            "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
+            "info": device_info(device), "ops": result["ops"], **result["work"],
+            "_model": model}
+
+
+def _trials_under(ns: dict, model, device: str, payload: dict, states: dict) -> dict:
+    """Every trial's reference forward, each under its state (loaded when it changes)."""
+    current = None
     trials = []
     mark_stage("reference forward")
     natural_finite = True
     ops: list[str] = []
     work: dict = {}
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     for spec in payload["trials"]:
+        wanted = int(spec.get("state") or 0)
+        if wanted != current:
+            model.load_state_dict(states[wanted])
+            current = wanted
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
-        with torch.no_grad():
-            if tracer is not None:
-                with tracer:
+        natural = spec["dist"] == "natural" and wanted == base
+        try:
+            with torch.no_grad():
+                if tracer is not None:
+                    with tracer:
+                        out = model(*device_inputs)
+                    ops = tracer.ops
+                    work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
+                else:
                     out = model(*device_inputs)
-                ops = tracer.ops
-                work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
-            else:
-                out = model(*device_inputs)
-            structure, items = flatten_outputs(out)
-        sync(device)
+                structure, items = flatten_outputs(out)
+            sync(device)
+        except Exception as exc:  # outside the problem's domain: left out
+            if natural or tracer is not None:
+                raise
+            # a derived distribution or a re-drawn state the reference refuses (an input
+            # outside an op's domain, a parameter its checks reject) is not graded on
+            trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                           "inputs": kept, "hidden": bool(spec.get("hidden")), "outputs": [],
+                           "structure": None, "usable": False, "device_types": [],
+                           "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
         # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
-        if spec["dist"] == "natural":
+        # a derived distribution or a re-drawn state where the reference itself overflows is
+        # left out (the problem's draws are what it was validated on), unless the natural
+        # draws are not finite either
+        if natural:
             natural_finite = natural_finite and finite
-        usable = finite or (spec["dist"] == "natural" or not natural_finite)
-        trials.append({"seed": spec["seed"], "dist": spec["dist"], "inputs": kept,
+        usable = finite or natural or not natural_finite
+        trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                       "inputs": kept,
                        "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
-    return {"init_inputs": init_inputs, "state_dict": state, "trials": trials,
-            "info": device_info(device), "ops": ops, **work, "_model": model}
+    return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite}
 
 
 def _inductor_timing(device: str, payload: dict, result: dict) -> None:
@@ -172,6 +239,8 @@ def reference_timing_task(payload: dict) -> dict:
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
     model = ns["Model"](*init_inputs).to(device)
+    if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
+        model.load_state_dict(payload["state_dict"])
     placements = M.placed_copies(to_device(payload["inputs"], device), device)
     turn = itertools.count()
 
@@ -188,20 +257,21 @@ def reference_timing_task(payload: dict) -> dict:
 # ---------------------------------------------------------------- the candidate run
 
 def _load_weights(model, state: dict) -> str:
-    """Give the candidate the reference's weights: by name, else by order when shapes agree."""
-    mine = model.state_dict()
+    """Give the candidate the reference's weights (``state.match_state``): by name (a buffer
+    of its own beside them kept), else by order where the shapes agree."""
     if not state:
         return "none"
-    if set(mine) == set(state) and all(mine[k].shape == state[k].shape for k in state):
-        model.load_state_dict(state)
+    mine = model.state_dict()
+    matched = match_state(mine, state)
+    if matched is None:
+        return "seed only"
+    if matched[0] == "by name":
+        model.load_state_dict(state, strict=set(mine) == set(state))
         return "by name"
-    theirs = list(state.values())
-    if len(mine) == len(theirs) and all(a.shape == b.shape for a, b in zip(mine.values(), theirs)):
-        with torch.no_grad():
-            for target, value in zip(mine.values(), theirs):
-                _tensor_copy(target, value)
-        return "by order"
-    return "seed only"
+    with torch.no_grad():
+        for target, name in matched[1]:
+            _tensor_copy(target, state[name])
+    return "by order"
 
 
 def _baseline(device: str) -> None:
@@ -280,9 +350,16 @@ def _candidate_task(payload: dict) -> dict:
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
     trials = payload["trials"]
+    # the model states the trials run under (T-18): the base one (loaded above), and the
+    # re-drawn ones some trials name
+    base = int(payload.get("base_state") or 0)
+    states = {int(k): v for k, v in (payload.get("states") or {}).items()}
+    states[base] = payload.get("state_dict") or {}
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
-               hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"])
+               hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
+               states=states, base_state=base,
+               slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
@@ -342,7 +419,7 @@ def _candidate_task(payload: dict) -> dict:
             # The graph, not Python, is what was timed: refill its inputs with another
             # trial's, replay it, and let the parent compare.
             mark_stage("graph check")
-            run.load(trials[check]["inputs"])
+            run.load_trial(trials[check])
             out = timer.replay()
             # every call's output, each in memory of its own: a call that did part of the work
             # and left the rest to the calls beside it differs from the last
@@ -364,11 +441,12 @@ def _candidate_task(payload: dict) -> dict:
     # inputs' answer, and on a CPU the allocator handed one to an honest forward's ``empty``
     # past the ghost's poison blocks (1-2 grades in 12 of an honest 128 KB output)
     last = len(trials) - 1
-    run.load(trials[last]["inputs"])
+    run.load_trial(trials[last])
     run.invoke(False)
     sync(device)
     facts["ghost_seen"] = run.ghost(last)
     facts["ghost"] = run.ghost(1 if last > 1 else 0)
+    facts["state_loads"] = run.state_loads
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)

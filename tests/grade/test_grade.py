@@ -382,7 +382,9 @@ def test_compare_counts_exactly_what_a_float64_check_counts(monkeypatch):
         same = (e64.isnan() & g64.isnan()) | (e64.isinf() & (e64 == g64))
         close = e64.isfinite() & g64.isfinite() & ((g64 - e64).abs() <= atol + rtol * e64.abs())
         expected = int((~(same | close)).sum())
-        ok, reason = compare([e], [g], atol, rtol)
+        # the count against the plain bound (the floor scaled to the output's RMS, T-17, is
+        # tested in test_generalization.py)
+        ok, reason = compare([e], [g], atol, rtol, scaled=False)
         assert expected > 100 and not ok and reason.startswith(f"output 0: {expected}/4321"), \
             (dtype, expected, reason)
         assert compare([e], [e.clone()], atol, rtol) == (True, "")

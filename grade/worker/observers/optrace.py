@@ -8,13 +8,13 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
+from kernelmill.core.taxonomy import GEMM_INNER_OPERAND
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry as _torch_flop_registry
 
 from ..guards.originals import _getattr_static, _Tensor, _tensor_storage, _type, _weak_ref
 from .counts import _observed
 from .host_memory import _count_foreign
-
 
 # The trace's tables, immutable, and bound into the functions that read them as keyword defaults
 # (the worker's guarded pattern): in the candidate's run the dispatch method is torch's wrapper
@@ -23,9 +23,7 @@ from .host_memory import _count_foreign
 # torch's FLOP formulas (GEMMs, convolutions, attention), taken before any submission's import
 _FLOP_FORMULAS = MappingProxyType(dict(_torch_flop_registry))
 # GEMM-class ops, each with the index of the operand whose last dimension is the inner one
-_GEMM_INNER = MappingProxyType({
-    "mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "_scaled_mm": 0, "linear": 0,
-    "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1, "_addmm_activation": 1})
+_GEMM_INNER = MappingProxyType(dict(GEMM_INNER_OPERAND))
 # the copies an output may be made by (``output_by_copy``): every ATen copy the op taxonomy
 # allows (``lift_fresh_copy`` included)
 _COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize",
@@ -76,12 +74,21 @@ class _OpTrace(TorchDispatchMode):
     def _count_work(self, func, base: str, args, kwargs: dict, out, *,
                     _formulas=_FLOP_FORMULAS, _gemm_inner=_GEMM_INNER) -> None:
         formula = _formulas.get(getattr(func, "_overloadpacket", None))
+        inner = _gemm_inner.get(base)
         if formula is not None:
             try:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
             except Exception:  # noqa: BLE001 — an operand the formula cannot read: not counted
                 pass
-        inner = _gemm_inner.get(base)
+        elif inner is not None and len(args) > inner + 1 and _type(args[inner]) is _Tensor \
+                and _type(args[inner + 1]) is _Tensor:
+            # a GEMM torch's formulas leave out (``addbmm``, ``addmv``, ``mv``, ``dot``: an
+            # identity GEMM there cost nothing under the vendor-work cap, T-09): 2 x the inner
+            # operand's elements x the other operand's last dimension (1 for a vector)
+            other = args[inner + 1]
+            width = 1 if other.dim() < 2 else other.shape[0] if base == "linear" else \
+                other.shape[-1]
+            self.flops += 2 * args[inner].numel() * width
         if inner is not None and len(args) > inner and _type(args[inner]) is _Tensor and \
                 args[inner].dim() >= 1 and args[inner].shape[-1] <= 1:
             self.thin_gemms.append(str(func))
