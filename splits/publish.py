@@ -365,6 +365,8 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
                "descends from, its parent, the operations applied and, for imported files, the "
                "file's origin relative to its benchmark folder."), ""]
 
+    lines += sources_and_licenses(records)
+
     lines += ["## Checks applied", ""]
     checks: dict[str, Counter] = {}
     why: dict[str, Counter] = {}
@@ -465,10 +467,48 @@ def card_prose(parts: dict[str, list[Record]], split_dir: Path, pretty_name: str
               "## Limitations", "",
               ("Timings and tolerances come from one device and one software stack (see Hardware "
                "and versions); speedups measured elsewhere differ. The checks catch the kernel "
-               "hacks the grader knows of, not every possible one. Problems are synthetic "
-               "variations of a small seed set, so categories are unevenly covered (see Counts)."),
-              "", "## License", "", f"{LICENSE}.", ""]
+               "hacks the grader knows of, not every possible one. " +
+               ("Problems are modules mined from the sources listed above, a small seed set and "
+                "their variations, so categories are unevenly covered (see Counts)."
+                if mined_sources(records) else
+                "Problems are synthetic variations of a small seed set, so categories are "
+                "unevenly covered (see Counts).")),
+              "", "## License", "",
+              (f"{LICENSE} for the problems kernelmill wrote; a problem mined from real code, "
+               "and every variation of it, is under its source's license (Sources and "
+               "licenses, and each row's `provenance`)." if mined_sources(records) else
+               f"{LICENSE}."), ""]
     return "\n".join(lines)
+
+
+def mined_sources(records: Sequence[Record]) -> Counter:
+    """Problems per mined source ``(package, version, license)``: a record mined from real code
+    (``provenance.mined``), or one whose seed or parent in ``records`` was."""
+    mined = {r.id: (r.provenance or {}).get("mined") for r in records
+             if (r.provenance or {}).get("mined")}
+    counts: Counter = Counter()
+    for record in records:
+        provenance = record.provenance or {}
+        info = provenance.get("mined") or mined.get(provenance.get("seed")) or \
+            mined.get(provenance.get("parent"))
+        if info:
+            counts[(info.get("package") or info.get("source") or "?",
+                    info.get("version") or "-", info.get("license") or "unknown")] += 1
+    return counts
+
+
+def sources_and_licenses(records: Sequence[Record]) -> list[str]:
+    """The card's table of mined sources, their versions and licenses (none when nothing was
+    mined)."""
+    counts = mined_sources(records)
+    if not counts:
+        return []
+    lines = ["## Sources and licenses", "",
+             ("Problems mined from real code (`kernelmill mine`), and their variations, by source "
+              "package, its version and its license as its metadata gives it (`kernelmill mine "
+              "--licenses permissive` keeps only permissive ones):"), ""]
+    return lines + _table(("source", "version", "license", "problems"),
+                          [(*key, n) for key, n in counts.most_common()])
 
 
 def contamination_sentence(report_path: Path) -> str:

@@ -143,3 +143,24 @@ def test_card_says_when_nothing_was_checked(tmp_path, split_dir):
     text = (tmp_path / "dataset" / "README.md").read_text()
     assert "Not checked: no reference benchmark was given" in text
     assert "pretty_name: kernelmill GPU-kernel problems" in text  # not the folder's name
+
+
+def test_the_card_lists_mined_sources_and_their_licenses(tmp_path, seeds_dir):
+    from kernelmill.splits.publish import card_prose
+
+    seed = record_from_file(problem_files(seeds_dir)[0])
+    mined = Record.from_dict({**seed.to_dict(), "provenance": {
+        "generator": "mine", "parent": None, "operations": [],
+        "mined": {"package": "timm", "version": "1.0.31", "license": "Apache-2.0",
+                  "qualname": "timm.layers.Mlp"}}})
+    child = Record.from_source(BASE, name="mlp~epilogue", category="fused", level=2)
+    child = Record.from_dict({**child.to_dict(), "provenance": {
+        "generator": "mutator", "seed": mined.id, "parent": mined.id, "operations": []}})
+    plain = Record.from_source(BASE.replace("def forward", "def  forward"), name="own",
+                               category="fused", level=2)
+    prose = card_prose({"train": [mined, child, plain]}, tmp_path, "kernelmill-test")
+    assert "## Sources and licenses" in prose
+    assert "| timm | 1.0.31 | Apache-2.0 | 2 |" in prose  # the mined module and its variation
+    assert "under its source's license" in prose and "mined from the sources" in prose
+    own = card_prose({"train": [plain]}, tmp_path, "kernelmill-test")
+    assert "## Sources and licenses" not in own and own.rstrip().endswith("apache-2.0.")
