@@ -500,6 +500,9 @@ def main(argv: list[str]) -> None:
         if problems:
             raise ResultGuardError("; ".join(str(p) for p in problems)[:1500])
         data = encode(value)
+        too_large = _too_large(len(data))
+        if too_large:
+            raise ResultTooLarge(too_large)
     except BaseException as exc:  # noqa: BLE001 — every failure becomes a reported verdict
         try:
             tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
@@ -512,6 +515,24 @@ def main(argv: list[str]) -> None:
         finish(1)
     send(FRAME_EVENT, KIND_RESULT, data)
     finish(0)
+
+
+# A frame's length is 4 bytes (``HEADER``) and counts its kind byte: the largest result body.
+MAX_RESULT_BYTES = (1 << 32) - 2
+
+
+class ResultTooLarge(RuntimeError):
+    """The run's result cannot cross the channel in one frame."""
+
+
+def _too_large(size: int, limit: int = MAX_RESULT_BYTES) -> str | None:
+    """Why a result of ``size`` bytes cannot be sent (None when it can): said as what to do,
+    not as a broken channel (a frame over the limit would read as tampering)."""
+    if size <= limit:
+        return None
+    return (f"the run's result is {size / 2**30:.1f} GiB, over the {limit / 2**30:.0f} GiB a "
+            "result may be: its tensors (each trial's inputs and outputs) are too large to "
+            "grade at this size; shrink the problem's sizes")
 
 
 def _exit(code: int) -> None:

@@ -621,3 +621,14 @@ def test_every_worker_computes_float32_as_ieee_not_tf32():
                  "allow_tf32, 'matmul': torch.backends.cuda.matmul.allow_tf32}")
     assert result.ok, result.error
     assert result.value == {"cudnn": False, "matmul": False}
+
+
+def test_a_result_too_large_for_one_frame_says_so():
+    from kernelmill.validate.harness_worker import MAX_RESULT_BYTES, _too_large
+
+    assert _too_large(MAX_RESULT_BYTES) is None and _too_large(10) is None
+    why = _too_large(6 << 30)
+    assert why.startswith("the run's result is 6.0 GiB") and "shrink the problem" in why
+    # the parent takes a frame up to the header's 4-byte length, kind byte included
+    from kernelmill.validate.harness import HEADER, MAX_FRAME
+    assert MAX_RESULT_BYTES + 1 < 1 << (8 * HEADER.size) <= MAX_FRAME
