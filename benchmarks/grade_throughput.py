@@ -307,6 +307,7 @@ def main() -> int:
             report_uncertified(out)  # names any honest answer that was not certified
             report_spread(out)
             report_per_problem(out)
+            report_slowest_and_median(out)
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
                 out2 = folder / f"{name}-{phase}-2.jsonl"
                 start = time.monotonic()
@@ -420,6 +421,26 @@ def report_per_problem(out: Path) -> None:
               f"{'/'.join(fmt(v, '.0f') for v in phases):>28} {fmt(med('reference_s'), '.1f'):>6} "
               f"{fmt(med('candidate_s'), '.1f'):>7}  "
               + " ".join(f"{k}={v:.2f}" for v, k in longest))
+
+
+def report_slowest_and_median(out: Path) -> None:
+    """One grade whole: the slowest submission's and the median one's (by wall time) reference
+    and candidate runs, every stage of the candidate's worker, the window's parts and the CPU
+    seconds of each worker."""
+    rows = sorted((json.loads(line) for line in out.read_text().splitlines()),
+                  key=lambda r: r.get("wall_s") or 0.0)
+    rows = [r for r in rows if r.get("wall_s") is not None]
+    if not rows:
+        return
+    for label, row in (("slowest", rows[-1]), ("median", rows[len(rows) // 2])):
+        profile = row.get("profile") or {}
+        stages = " ".join(f"{k}={v:.2f}" for k, v in (profile.get("stages_s") or {}).items())
+        cpu = " ".join(f"{k}={v}" for k, v in (profile.get("cpu_s") or {}).items())
+        print(f"{label} {row['submission_id']}: wall {row['wall_s']:.1f} s, reference "
+              f"{profile.get('reference_s')} s, candidate {profile.get('candidate_s')} s, "
+              f"window {profile.get('window_ms')} ms {profile.get('phases_ms')}, waits shared "
+              f"{profile.get('shared_wait_ms')} / exclusive {profile.get('exclusive_wait_ms')} ms"
+              f"\n    candidate stages (s): {stages}\n    CPU s: {cpu}")
 
 
 def report_spread(out: Path) -> None:
