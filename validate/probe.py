@@ -25,8 +25,13 @@ from typing import Any
 
 from . import checks as C
 from . import measure as M
+from . import realcode as R
 from .measure import GpuLock
 from .memory import REMAKE_BYTES
+
+# The liveness pass keeps forward's activations for a backward: above this many bytes of inputs
+# and outputs it is skipped (the check then says so).
+LIVENESS_MAX_BYTES = 1 << 30
 
 
 def seeds(base: int) -> dict[str, int]:
@@ -496,6 +501,9 @@ def probe_problem(payload: dict) -> dict:
                                        "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
 
+    with _section(lock, device, "real code"):
+        _real_code(m, ns, model, ref, alt, inputs, alt_inputs, sd, device, tol, cfg)
+
     with _section(lock, device, "degeneracy"):
         m["zero_fraction"] = C.zero_fraction(ref, tol)
         m["constant_fraction"] = (C.constant_fraction(ref, tol)
@@ -523,6 +531,46 @@ def probe_problem(payload: dict) -> dict:
     m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
     m["peak_allocated_bytes"] = _peak_allocated(device)
     return m
+
+
+def _measured(what: Callable[[], Any]) -> Any:
+    """``what()``, or ``{"error": ...}`` when it raises: a measurement that cannot be made is a
+    skipped check, never a crashed probe (a device-side failure still stops the probe)."""
+    try:
+        return what()
+    except Exception as exc:
+        if _device_poisoned(exc):
+            raise
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+
+def _real_code(m, ns, model, ref, alt, inputs, alt_inputs, sd, device, tol, cfg) -> None:
+    """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
+    exact outputs, duplicate writes, contrast) and the call-history check: the output for the
+    second input draw from this model, used on the first draw already, against a fresh one's."""
+    fwd, alt_seed = sd["forward"], sd["weights_alt"]
+    m["submodule_bypass"] = _measured(
+        lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed))
+    m["constant_parameters"] = _measured(
+        lambda: R.constant_parameters(model, inputs, ref, fwd, tol, alt_seed))
+    m["liveness"] = _measured(lambda: R.liveness(model, inputs, fwd, alt_seed)
+                              if _nbytes(inputs) + _nbytes(ref) <= int(cfg.get(
+                                  "liveness_max_bytes", LIVENESS_MAX_BYTES))
+                              else {"error": "inputs and outputs too large for a backward"})
+    # integer outputs move at the noise floor of honest float work (their own "tolerance" is
+    # meaningless: it measures index disagreements)
+    jitter = C.calibrate_tolerance(None, m["dtype"])["tol"] / float(cfg.get("tolerance_margin", 10))
+    m["exact_outputs"] = _measured(
+        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device))
+    m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd))
+    m["contrast"] = R.contrast(ref, alt, tol)
+
+    def history() -> dict:
+        fresh = build_model(ns, sd, device)
+        out = run_forward(fresh, alt_inputs, fwd, device)
+        return {"error_vs_fresh": C.max_error(alt, out)}
+
+    m["call_history"] = _measured(history)
 
 
 def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device, floor,
