@@ -361,13 +361,9 @@ def _straight_through(func, args, kwargs, out):
     return out
 
 
-def liveness(model, inputs: list, forward_seed: int, seed: int) -> dict | None:
-    """Which computed work reaches the output: for every call at the Python level (a torch
-    function, a tensor method) that runs FLOP-counted ops (matmuls, convolutions, attention),
-    the fraction of its output's elements with a non-zero gradient from a random cotangent on
-    the outputs. Float values that only feed integer results (a comparison, an argmax) count as
-    reaching the output. Returns ``{"dead_share", "ops": [{label, cost, live}], ...}`` or None
-    when there is no FLOP-counted work under autograd."""
+def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | None:
+    """One liveness pass (see ``liveness``) on one input draw: per FLOP-counted call, in call
+    order, its label, cost and the mask of its output elements with a non-zero gradient."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
@@ -394,11 +390,12 @@ def liveness(model, inputs: list, forward_seed: int, seed: int) -> dict | None:
             if flops > 0 and counter.flop_ops_last:
                 grads = [t for t in leaves if float_grad(t)]
                 if grads:
-                    entry = {"label": getattr(func, "__name__", str(func)),
-                             "cost": flops, "numel": sum(t.numel() for t in grads), "live": 0}
+                    entry = {"label": getattr(func, "__name__", str(func)), "cost": flops,
+                             "masks": [torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+                                       for t in grads]}
                     records.append(entry)
-                    for t in grads:
-                        t.register_hook(_counting(entry))
+                    for mask, t in zip(entry["masks"], grads):
+                        t.register_hook(_marking(mask))
             return out
 
     work = copy.deepcopy(model)
@@ -414,20 +411,59 @@ def liveness(model, inputs: list, forward_seed: int, seed: int) -> dict | None:
     roots = [t for t in [*outs, *sinks] if float_grad(t)]
     if not records or not roots:
         return None
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     cotangents = [torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device, t.dtype)
                   for t in roots]
     torch.autograd.backward(roots, cotangents)
-    total = sum(e["cost"] for e in records)
-    dead = sum(e["cost"] * (1.0 - e["live"] / e["numel"]) for e in records if e["numel"])
-    ops = [{"label": e["label"], "share": e["cost"] / total,
-            "live": e["live"] / e["numel"] if e["numel"] else 1.0} for e in records]
-    return {"dead_share": dead / total if total else 0.0, "calls": len(records), "ops": ops}
+    return records
 
 
-def _counting(entry: dict) -> Callable:
+def liveness(model, draws: list[list], forward_seed: int, seed: int) -> dict | None:
+    """Which computed work reaches the output, for any of the input ``draws``: for every call
+    at the Python level (a torch function, a tensor method) that runs FLOP-counted ops (matmuls,
+    convolutions, attention), the fraction of its output's elements with a non-zero gradient
+    from a random cotangent on the outputs in at least one draw. Float values that only feed
+    integer results (a comparison, an argmax) count as reaching the output. The union over
+    draws keeps data-dependent sparsity (a router's choice of experts) from reading as dead:
+    what stays dead in every draw is dead by the program's structure (a slice, a fixed mask).
+    Returns ``{"dead_share", "draws", "ops": [{label, share, live}]}`` or None when there is no
+    FLOP-counted work under autograd."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    union: list[dict] | None = None
+    for inputs in draws:
+        records = _live_masks(model, inputs, forward_seed, gen)
+        if records is None:
+            return None
+        if union is None:
+            union = records
+            continue
+        if len(records) != len(union):  # the program changed with the data: count all live
+            for entry in union:
+                entry["masks"] = [torch.ones_like(m) for m in entry["masks"]]
+            break
+        for mine, theirs in zip(union, records):
+            same = [a.shape == b.shape for a, b in zip(mine["masks"], theirs["masks"])]
+            if len(mine["masks"]) != len(theirs["masks"]) or not all(same):
+                mine["masks"] = [torch.ones_like(m) for m in mine["masks"]]
+            else:
+                mine["masks"] = [a | b for a, b in zip(mine["masks"], theirs["masks"])]
+    if not union:
+        return None
+    total = sum(e["cost"] for e in union)
+    ops = []
+    for e in union:
+        numel = sum(m.numel() for m in e["masks"])
+        live = sum(int(m.sum()) for m in e["masks"]) / numel if numel else 1.0
+        ops.append({"label": e["label"], "share": e["cost"] / total if total else 0.0,
+                    "live": live})
+    dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)
+    return {"dead_share": dead, "draws": len(draws), "ops": ops}
+
+
+def _marking(mask) -> Callable:
     def hook(grad):
-        entry["live"] += int((grad != 0).sum())
+        mask.logical_or_(grad != 0)
     return hook
 
 
