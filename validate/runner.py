@@ -104,6 +104,12 @@ class ValidateConfig:
                                       "fraction")
     max_constant_fraction: float = option(0.99, "fail when a constant answer is right on this "
                                           "fraction")
+    max_dead_work: float = option(0.5, "fail when more than this share of the matmul/conv/"
+                                  "attention work cannot reach the output")
+    dead_call_share: float = option(0.1, "... or when one call carrying this share of it "
+                                    "cannot reach the output at all")
+    max_contrast: float = option(100.0, "fail when the tolerance's slack exceeds this many dtype "
+                                 "floors of the output's variation across inputs")
     tolerance_margin: float = option(10.0, "calibrated tolerance = max(dtype floor, margin x "
                                      "fp64 noise)")
     max_ablations: int = option(48, "most forward ablations tried per problem")
