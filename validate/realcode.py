@@ -379,6 +379,9 @@ def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | Non
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             before = counter.cost
+            if kwargs.get("inplace") and getattr(func, "__name__", "") in _STRAIGHT:
+                # ReLU(inplace=True) would rewrite its input's autograd history: out of place
+                kwargs = {**kwargs, "inplace": False}
             with counter:
                 out = func(*args, **kwargs)
             flops = counter.cost - before
