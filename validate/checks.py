@@ -596,14 +596,14 @@ def judge_exact_outputs(exact: Any) -> dict:
     if skipped:
         return skipped
     moved, threads = exact["jittered_changed"], exact["threads_changed"]
-    if moved or threads:
+    if moved["changed"] or (threads and threads["changed"]):
         why = []
-        if moved:
-            why.append(f"{moved:.2%} of them change when the float inputs and parameters move "
-                       f"by {exact['jitter']:.1g} (relative)")
-        if threads:
-            why.append(f"{threads:.2%} change on one CPU thread")
-        return check(False, max(moved, threads or 0.0), "integer/boolean outputs "
+        if moved["changed"]:
+            why.append(f"{moved['changed']} ({moved['fraction']:.2%}) change when the float "
+                       f"inputs and parameters move by {exact['jitter']:.1g} (relative)")
+        if threads and threads["changed"]:
+            why.append(f"{threads['changed']} change on one CPU thread")
+        return check(False, moved["fraction"], "integer/boolean outputs "
                      f"({', '.join(exact['outputs'])}) are graded exactly but are decided by "
                      "near-tied float values: " + "; ".join(why))
     return check(True, 0.0, "integer/boolean outputs stable under float noise and thread count")

@@ -519,10 +519,11 @@ def _jittered(values: list, rel: float, gen) -> list:
     return out
 
 
-# Ops that pick elements by comparing float values: exact ties among their inputs leave the
-# choice to the implementation.
+# Ops that pick elements by comparing float values (and order comparisons, whose booleans flip
+# at ties): exact ties among their inputs leave the choice to the implementation. Equality is
+# left out: moving one side alone breaks every equality, tied or not.
 SELECTIONS = frozenset({"argmax", "argmin", "topk", "sort", "kthvalue", "mode", "median",
-                        "nanmedian", "max", "min", "msort"})
+                        "nanmedian", "max", "min", "msort", "gt", "lt", "ge", "le"})
 
 
 class _JitteredSelections:
@@ -552,18 +553,18 @@ class _JitteredSelections:
         return Jitter()
 
 
-def _exact_changed(out: list | None, ref: list) -> float:
-    """Fraction of the non-float output elements that differ (1.0 when shapes differ)."""
-
-    if out is None or not C.shapes_equal(out, ref):
-        return 1.0
+def _exact_changed(out: list | None, ref: list) -> dict:
+    """How many non-float output elements differ, and their fraction (all when shapes differ)."""
     total = bad = 0
+    for b in ref:
+        if not (b.is_floating_point() or b.is_complex()):
+            total += b.numel()
+    if out is None or not C.shapes_equal(out, ref):
+        return {"changed": total, "fraction": 1.0}
     for a, b in zip(out, ref):
-        if b.is_floating_point() or b.is_complex():
-            continue
-        total += b.numel()
-        bad += int((a != b).sum())
-    return bad / total if total else 0.0
+        if not (b.is_floating_point() or b.is_complex()):
+            bad += int((a != b).sum())
+    return {"changed": bad, "fraction": bad / total if total else 0.0}
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
@@ -587,7 +588,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             jittered = _exact_changed(_forward(work, _jittered(inputs, rel, gen), forward_seed),
                                       ref)
     except Exception:  # noqa: BLE001 — a jitter the forward rejects tells nothing
-        jittered = 0.0
+        jittered = {"changed": 0, "fraction": 0.0}
     threads = None
     if not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()
