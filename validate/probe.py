@@ -31,7 +31,7 @@ from .memory import REMAKE_BYTES
 
 # The liveness pass keeps forward's activations for a backward: above this many bytes of inputs
 # and outputs it is skipped (the check then says so).
-LIVENESS_MAX_BYTES = 1 << 30
+LIVENESS_MAX_BYTES = 256 << 20
 # Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
 # leaves 0.75**4 of its work unreached in all four, structural deadness all of it.
 LIVENESS_DRAWS = 4
