@@ -70,8 +70,11 @@ PROBE = "kernelmill.validate.probe:probe_problem"
 ESTIMATE = "kernelmill.validate.memory:estimate_problem"
 ESTIMATE_BYTES = 1 << 30  # host memory the estimator may hold (a worker and the source's import)
 REPLAY = "kernelmill.validate.probe:replay_problem"
-# checks that describe a problem without deciding whether it is kept
-NON_GATING = frozenset({"roofline"})
+# checks that describe a problem without deciding whether it is kept. constant_params_used: a
+# constant that does nothing at any value is usually a cheap add (real attention's key bias, zero
+# after Hugging Face's init, cancels in the softmax); the expensive case, a branch it silences,
+# fails no_dead_branches
+NON_GATING = frozenset({"roofline", "constant_params_used"})
 # checks that need the second worker (its timing window, its Inductor compile)
 REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
 # why the Inductor check did not run on CPU: the card and the report quote it, so it names

@@ -158,3 +158,22 @@ def test_judge_skips_what_was_not_measured():
     assert all(c["passed"] is None for c in checks.values())
     m["liveness"] = {"error": "RuntimeError: boom"}
     assert "boom" in C.judge_real_code(m, C.DEFAULT_THRESHOLDS)["no_dead_work"]["detail"]
+
+
+def test_a_constant_that_cancels_is_reported_but_does_not_gate():
+    from kernelmill.validate.runner import NON_GATING
+
+    class Attention(nn.Module):  # a key bias, zero as Hugging Face's init leaves it
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(16, 16), nn.Linear(16, 16)
+            nn.init.zeros_(self.k.bias)
+
+        def forward(self, x):
+            return torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), dim=-1) @ x
+
+    torch.manual_seed(0)
+    model, x = Attention(), [torch.randn(2, 8, 16)]
+    found = R.constant_parameters(model, x, R._forward(model, x, 0), 0, 1e-4, 1)
+    assert found["unused"] == ["k.bias (constant 0)"]
+    assert "constant_params_used" in NON_GATING
