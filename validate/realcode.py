@@ -387,8 +387,10 @@ def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | Non
             flops = counter.cost - before
             out = _straight_through(func, args, kwargs, out)
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-            if leaves and not any(t.is_floating_point() for t in leaves):
-                # a float value judged only through an integer result (x > 0, argmax)
+            if leaves and not any(t.is_floating_point() for t in leaves) or \
+                    getattr(func, "__name__", "") in ("detach", "detach_"):
+                # a float value judged only through an integer result (x > 0, argmax), or cut
+                # from the gradient on purpose (a straight-through estimator's quantizer)
                 sinks.extend(t for t in tree_leaves((args, kwargs)) if float_grad(t))
             if flops > 0 and counter.flop_ops_last:
                 grads = [t for t in leaves if float_grad(t)]
@@ -519,11 +521,11 @@ def _jittered(values: list, rel: float, gen) -> list:
     return out
 
 
-# Ops that pick elements by comparing float values (and order comparisons, whose booleans flip
-# at ties): exact ties among their inputs leave the choice to the implementation. Equality is
-# left out: moving one side alone breaks every equality, tied or not.
+# Ops that pick elements by comparing float values: exact ties among their inputs leave the
+# choice to the implementation. (A comparison ``a > b`` at an exact tie is defined, False: it is
+# moved only through the inputs and parameters, like every computed value.)
 SELECTIONS = frozenset({"argmax", "argmin", "topk", "sort", "kthvalue", "mode", "median",
-                        "nanmedian", "max", "min", "msort", "gt", "lt", "ge", "le"})
+                        "nanmedian", "max", "min", "msort"})
 
 
 class _JitteredSelections:
