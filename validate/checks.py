@@ -619,21 +619,35 @@ def judge_unique_writes(writes: Any) -> dict:
     return check(True, None, "no index write repeats a destination")
 
 
-def judge_contrast(entries: Any, dtype: str, th: dict) -> dict:
-    if not entries:
-        return check(None, None, "no floating-point output to compare across inputs")
-    floor = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
-    limit = th["max_contrast"] * floor
-    worst = max(entries, key=lambda e: e["ratio"])
-    if not math.isfinite(worst["ratio"]):
-        return check(None, None, "output does not vary with the inputs (input_sensitive judges)")
-    if worst["ratio"] > limit:
-        return check(False, worst["ratio"], f"output {worst['output']} varies by "
-                     f"{worst['informative']:.3g} across inputs but the tolerance allows "
-                     f"{worst['slack']:.3g} ({worst['ratio']:.1%} of it; above {limit:.2g}): a "
-                     "large offset or magnitude inflates the tolerance")
+def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
+                   rounded: Any = None) -> dict:
+    """The tolerance against what the output carries: its slack next to the output's variation
+    across inputs, and a reduced-precision answer (matmul-class operands rounded to bf16 for an
+    fp32 problem) that must fail it."""
+    why = []
+    value = None
+    if isinstance(rounded, dict) and "error" in rounded and rounded["error"] <= tol:
+        value = rounded["error"]
+        why.append(f"matmul/conv operands rounded to {rounded['dtype']} stay within the "
+                   f"tolerance {tol:g} (error {_fmt(rounded['error'])})")
+    finite = [e for e in entries or [] if math.isfinite(e["ratio"])]
+    limit = th["max_contrast"] * TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
+    worst = max(finite, key=lambda e: e["ratio"]) if finite else None
+    if worst is not None and worst["ratio"] > limit:
+        value = worst["ratio"] if value is None else value
+        why.append(f"output {worst['output']} varies by {worst['informative']:.3g} across inputs "
+                   f"but the tolerance allows {worst['slack']:.3g} ({worst['ratio']:.1%} of it; "
+                   f"above {limit:.2g})")
+    if why:
+        return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
+                     "tolerance, or the output hides its precision")
+    if worst is None:
+        return check(None, None, "no floating-point output that varies across inputs")
     return check(True, worst["ratio"], f"tolerance slack is {worst['ratio']:.2%} of the output's "
-                 "variation across inputs")
+                 "variation across inputs" + (f"; {rounded['dtype']} operands fail it (error "
+                                               f"{_fmt(rounded['error'])})"
+                                               if isinstance(rounded, dict) and "error" in rounded
+                                               else ""))
 
 
 def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:
@@ -662,7 +676,7 @@ def judge_real_code(m: dict, th: dict) -> dict[str, dict]:
         "stable_exact_outputs": judge_exact_outputs(m.get("exact_outputs")),
         "unique_writes": judge_unique_writes(m.get("duplicate_writes", {"error": "not run"})),
         "contrast": judge_contrast(m.get("contrast"), m["tolerance"].get("dtype", "float32"),
-                                   th),
+                                   th, tol, m.get("reduced_precision")),
         "no_call_history": judge_call_history(m.get("call_history"), tol, reproducible),
     }
 

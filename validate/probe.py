@@ -572,6 +572,13 @@ def _real_code(m, ns, model, ref, alt, inputs, alt_inputs, sd, device, tol, cfg)
         lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device))
     m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd))
     m["contrast"] = R.contrast(ref, alt, tol)
+    low = {"float32": "bfloat16", "float64": "float32"}.get(m["dtype"])
+
+    def rounded() -> dict | None:
+        out = R.reduced_precision(model, inputs, fwd, low)
+        return None if out is None else {"dtype": low, "error": C.max_error(out, ref)}
+
+    m["reduced_precision"] = _measured(rounded) if low else None
 
     def history() -> dict:
         fresh = build_model(ns, sd, device)

@@ -725,3 +725,39 @@ def contrast(ref: list, alt: list, tol: float) -> list[dict]:
         found.append({"output": k, "informative": informative, "slack": slack,
                       "ratio": slack / informative if informative > 0 else math.inf})
     return found
+
+
+# Matmul-class calls whose operands a reduced-precision answer would round (their results are
+# turned back to the reference's dtype at once: a low-precision GEMM in a full-precision program).
+_GEMMS = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d",
+                    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                    "conv_transpose3d", "bilinear", "__matmul__", "scaled_dot_product_attention"})
+
+
+def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = "bfloat16"):
+    """The outputs with every matmul-class call's floating-point operands rounded to
+    ``dtype_name`` (and its result cast back): what a kernel with low-precision GEMM operands
+    and a full-precision epilogue returns. None when forward runs no such call."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    low = getattr(torch, dtype_name)
+    rounded = [0]
+
+    def down(v):
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64):
+            return v.to(low).to(v.dtype)
+        return v
+
+    class Round(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") in _GEMMS:
+                rounded[0] += 1
+                args, kwargs = tree_map(down, (args, kwargs))
+            return func(*args, **kwargs)
+
+    with Round():
+        out = _forward(model, inputs, forward_seed)
+    return out if rounded[0] else None

@@ -177,3 +177,21 @@ def test_a_constant_that_cancels_is_reported_but_does_not_gate():
     found = R.constant_parameters(model, x, R._forward(model, x, 0), 0, 1e-4, 1)
     assert found["unused"] == ["k.bias (constant 0)"]
     assert "constant_params_used" in NON_GATING
+
+
+def test_reduced_precision_rounds_only_matmul_operands():
+    model = _linear_model()
+    x = [torch.randn(16, 8)]
+    ref = R._forward(model, x, 0)
+    low = R.reduced_precision(model, x, 0, "bfloat16")
+    assert 1e-4 < C.max_error(low, ref) < 5e-2  # bf16 operands: about 3e-3
+    assert R.reduced_precision(nn.Tanh(), x, 0, "bfloat16") is None  # no matmul-class call
+
+
+def test_contrast_fails_when_rounded_operands_pass_the_tolerance():
+    entries = [{"output": 0, "informative": 1.0, "slack": 1e-4, "ratio": 1e-4}]
+    th = C.DEFAULT_THRESHOLDS
+    assert C.judge_contrast(entries, "float32", th, 1e-4,
+                            {"dtype": "bfloat16", "error": 3e-3})["passed"] is True
+    hidden = C.judge_contrast(entries, "float32", th, 1e-2, {"dtype": "bfloat16", "error": 3e-3})
+    assert hidden["passed"] is False and "bfloat16" in hidden["detail"]
