@@ -27,11 +27,8 @@ from . import checks as C
 from . import measure as M
 from . import realcode as R
 from .measure import GpuLock
-from .memory import REMAKE_BYTES
+from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
 
-# The liveness pass keeps forward's activations for a backward: above this many bytes of inputs
-# and outputs it is skipped (the check then says so).
-LIVENESS_MAX_BYTES = 256 << 20
 # Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
 # leaves 0.75**4 of its work unreached in all four, structural deadness all of it.
 LIVENESS_DRAWS = 4
@@ -505,15 +502,18 @@ def probe_problem(payload: dict) -> dict:
                                        "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
 
-    with _section(lock, device, "real code"):
-        _real_code(m, ns, model, ref, alt, inputs, alt_inputs, sd, device, tol, cfg)
-
     with _section(lock, device, "degeneracy"):
         m["zero_fraction"] = C.zero_fraction(ref, tol)
         m["constant_fraction"] = (C.constant_fraction(ref, tol)
                                   if sum(t.numel() for t in ref) > 1 else None)
         m["affine"] = _affine_fits(ref, alt, inputs, alt_inputs)
+        m["contrast"] = R.contrast(ref, alt, tol)
+        # the call-history check compares with this: the model had run on ``inputs`` first
+        used = C.output_digest(alt)
         del alt
+
+    with _section(lock, device, "real code"):
+        _real_code(m, ns, model, ref, used, inputs, alt_inputs, sd, device, tol, cfg, copies)
 
     with _section(lock, device, "trace"):
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device,
@@ -548,42 +548,48 @@ def _measured(what: Callable[[], Any]) -> Any:
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
 
-def _real_code(m, ns, model, ref, alt, inputs, alt_inputs, sd, device, tol, cfg) -> None:
+def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, tol, cfg,
+               copies: bool) -> None:
     """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
-    exact outputs, duplicate writes, contrast) and the call-history check: the output for the
-    second input draw from this model, used on the first draw already, against a fresh one's."""
+    exact outputs, duplicate writes, reduced precision) and the call-history check: the output
+    for the second input draw from this model, used on the first draw already (``used``, its
+    digest: the output itself is let go, so this stage holds one output besides ``ref``),
+    against a fresh one's. Forwards run on copies of the inputs only when ``copies``."""
     fwd, alt_seed = sd["forward"], sd["weights_alt"]
     m["submodule_bypass"] = _measured(
-        lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed))
+        lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed, copies))
     m["constant_parameters"] = _measured(
-        lambda: R.constant_parameters(model, inputs, ref, fwd, tol, alt_seed))
-    def live() -> dict | None:
-        if _nbytes(inputs) + _nbytes(ref) > int(cfg.get("liveness_max_bytes",
-                                                          LIVENESS_MAX_BYTES)):
-            return {"error": "inputs and outputs too large for a backward"}
-        more = [draw_inputs(ns, sd["liveness"] + k, device) for k in range(LIVENESS_DRAWS - 2)]
-        return R.liveness(model, [inputs, alt_inputs, *more], fwd, alt_seed)
+        lambda: R.constant_parameters(model, inputs, ref, fwd, tol, alt_seed, copies))
 
-    m["liveness"] = _measured(live)
+    def draws():
+        yield inputs
+        yield alt_inputs
+        for k in range(LIVENESS_DRAWS - 2):
+            yield draw_inputs(ns, sd["liveness"] + k, device)
+
+    limit = int(cfg.get("liveness_max_bytes", LIVENESS_MAX_BYTES))
+    m["liveness"] = _measured(
+        lambda: R.liveness(model, draws(), fwd, alt_seed, copies)
+        if _nbytes(inputs) + _nbytes(ref) <= limit
+        else {"error": f"inputs and outputs over {limit >> 20} MiB: no backward pass"})
     # integer outputs move at the dtype's tolerance floor, the error honest float work may carry
     # (the calibrated tolerance of an integer output measures index disagreements)
     jitter = C.calibrate_tolerance(None, m["dtype"])["tol"]
     m["exact_outputs"] = _measured(
-        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device))
-    m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd))
-    m["contrast"] = R.contrast(ref, alt, tol)
+        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device, copies))
+    m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd, copies))
     low = {"float32": "bfloat16", "float64": "float32"}.get(m["dtype"])
 
     def rounded() -> dict | None:
-        out = R.reduced_precision(model, inputs, fwd, low)
+        out = R.reduced_precision(model, inputs, fwd, low, copies)
         return None if out is None else {"dtype": low, "error": C.max_error(out, ref)}
 
     m["reduced_precision"] = _measured(rounded) if low else None
 
     def history() -> dict:
         fresh = build_model(ns, sd, device)
-        out = run_forward(fresh, alt_inputs, fwd, device)
-        return {"error_vs_fresh": C.max_error(alt, out)}
+        out = C.output_digest(run_forward(fresh, alt_inputs, fwd, device, clone=copies))
+        return {"error_vs_fresh": C.digest_error(used, out)}
 
     m["call_history"] = _measured(history)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import checks as C
@@ -37,12 +37,15 @@ MOST_BYPASSES = 32
 MOST_CONSTANTS = 24
 
 
-def _forward(model, inputs: list, seed: int) -> list:
+def _forward(model, inputs: list, seed: int, copies: bool = True) -> list:
+    """One forward under ``seed``, detached outputs; on copies of the inputs unless ``copies``
+    is false (the probe saw the forward leave its inputs alone)."""
     import torch
 
     from .measure import output_tensors
 
-    args = [v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in inputs]
+    args = [v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in inputs] \
+        if copies else list(inputs)
     torch.manual_seed(seed)
     with torch.no_grad():
         return output_tensors(model(*args))
@@ -103,7 +106,7 @@ def perturbed_constants(model, seed: int):
 
 
 def constant_parameters(model, inputs: list, ref: list, forward_seed: int, tol: float,
-                        seed: int) -> dict | None:
+                        seed: int, copies: bool = True) -> dict | None:
     """Each constant tensor drawn again alone (on a copy, restored after): the ones whose new
     value leaves the output within tolerance have no effect on it. None: no constant tensor."""
     import torch
@@ -119,7 +122,7 @@ def constant_parameters(model, inputs: list, ref: list, forward_seed: int, tol: 
         value = float(t.detach().reshape(-1)[0])
         redraw(t, gen)
         try:
-            out = _forward(work, inputs, forward_seed)
+            out = _forward(work, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — a value the forward rejects is not an unused one
             out = None
         with torch.no_grad():
@@ -169,7 +172,8 @@ class _OpCounter:
         return Counter()
 
 
-def _module_calls(model, inputs: list, forward_seed: int) -> tuple[dict, float]:
+def _module_calls(model, inputs: list, forward_seed: int,
+                  copies: bool = True) -> tuple[dict, float]:
     """Per called sub-module (by qualified name): the compute ops and cost its calls ran
     (children included), and whether its output can be replaced by its first tensor input."""
     import torch
@@ -208,7 +212,7 @@ def _module_calls(model, inputs: list, forward_seed: int) -> tuple[dict, float]:
         handles.append(mod.register_forward_hook(post(name), with_kwargs=True))
     try:
         with counter:
-            _forward(model, inputs, forward_seed)
+            _forward(model, inputs, forward_seed, copies)
     finally:
         for h in handles:
             h.remove()
@@ -228,7 +232,8 @@ def _zeros_like_output(out):
     return out
 
 
-def _bypassed(model, name: str, how: str, inputs: list, forward_seed: int) -> list | None:
+def _bypassed(model, name: str, how: str, inputs: list, forward_seed: int,
+              copies: bool = True) -> list | None:
     """The output with sub-module ``name``'s output replaced (``zero``: zeros of its shape;
     ``identity``: its first tensor input). None when the forward then fails."""
     import torch
@@ -245,14 +250,15 @@ def _bypassed(model, name: str, how: str, inputs: list, forward_seed: int) -> li
 
     handle = mod.register_forward_hook(hook, with_kwargs=True)
     try:
-        return _forward(model, inputs, forward_seed)
+        return _forward(model, inputs, forward_seed, copies)
     except Exception:  # noqa: BLE001 — a bypass that breaks forward is not dead
         return None
     finally:
         handle.remove()
 
 
-def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=()) -> tuple:
+def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=(),
+                  copies: bool = True) -> tuple:
     """(dead labels, bypasses tried) on ``model``'s current parameters; ``ref`` is its own
     output. A module inside one already found dead is not tried again."""
     order = sorted((n for n, e in calls.items() if e["ops"] > 0 and n not in skip),
@@ -265,7 +271,7 @@ def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=()) 
         hows = ["zero"] + (["identity"] if calls[name]["identity"] else [])
         for how in hows:
             tried += 1
-            if _within(_bypassed(model, name, how, inputs, forward_seed), ref, tol):
+            if _within(_bypassed(model, name, how, inputs, forward_seed, copies), ref, tol):
                 share = calls[name]["cost"] / total if total else 0.0
                 what = "zeroed" if how == "zero" else "skipped"
                 dead.append((name, f"{name} ({what}; {share:.0%} of the work)"))
@@ -274,24 +280,25 @@ def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=()) 
 
 
 def submodule_bypass(model, inputs: list, ref: list, forward_seed: int, tol: float,
-                     seed: int) -> dict | None:
+                     seed: int, copies: bool = True) -> dict | None:
     """Dead sub-modules on the declared parameters and on the constants-redrawn state (see the
     module docstring). None when the model has no sub-module that computes something."""
-    calls, total = _module_calls(model, inputs, forward_seed)
+    calls, total = _module_calls(model, inputs, forward_seed, copies)
     if not any(e["ops"] > 0 for e in calls.values()):
         return None
-    dead, tried = _dead_modules(model, inputs, ref, forward_seed, tol, calls, total)
+    dead, tried = _dead_modules(model, inputs, ref, forward_seed, tol, calls, total,
+                                copies=copies)
     alt = perturbed_constants(model, seed)
     dead_alt: list[tuple[str, str]] = []
     if alt is not None:
         try:
-            alt_ref = _forward(alt, inputs, forward_seed)
+            alt_ref = _forward(alt, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — the redrawn state breaks forward: declared only
             alt_ref = None
         if alt_ref is not None:
             # its own tolerance: the redrawn state's output may be larger than the declared one's
             dead_alt, more = _dead_modules(alt, inputs, alt_ref, forward_seed, tol, calls, total,
-                                           skip={n for n, _ in dead})
+                                           skip={n for n, _ in dead}, copies=copies)
             tried += more
     return {"tried": tried, "modules": sum(e["ops"] > 0 for e in calls.values()),
             "dead": [label for _n, label in dead],
@@ -361,7 +368,8 @@ def _straight_through(func, args, kwargs, out):
     return out
 
 
-def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | None:
+def _live_masks(model, inputs: list, forward_seed: int, gen,
+                copies: bool = True) -> list[dict] | None:
     """One liveness pass (see ``liveness``) on one input draw: per FLOP-counted call, in call
     order, its label, cost and the mask of its output elements with a non-zero gradient."""
     import torch
@@ -407,9 +415,12 @@ def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | Non
     args = []
     for v in inputs:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            args.append(v.detach().clone().requires_grad_(True))
-        else:
+            leaf = v.detach()
+            args.append((leaf.clone() if copies else leaf).requires_grad_(True))
+        elif copies:
             args.append(v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        else:
+            args.append(v)
     torch.manual_seed(forward_seed)
     with torch.enable_grad(), Trace():
         outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
@@ -422,7 +433,8 @@ def _live_masks(model, inputs: list, forward_seed: int, gen) -> list[dict] | Non
     return records
 
 
-def liveness(model, draws: list[list], forward_seed: int, seed: int) -> dict | None:
+def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
+             copies: bool = True) -> dict | None:
     """Which computed work reaches the output, for any of the input ``draws``: for every call
     at the Python level (a torch function, a tensor method) that runs FLOP-counted ops (matmuls,
     convolutions, attention), the fraction of its output's elements with a non-zero gradient
@@ -436,8 +448,13 @@ def liveness(model, draws: list[list], forward_seed: int, seed: int) -> dict | N
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     union: list[dict] | None = None
-    for inputs in draws:
-        records = _live_masks(model, inputs, forward_seed, gen)
+    count = 0
+    for inputs in draws:  # drawn one at a time: no FLOP-counted work, no second draw
+        if count == 0 and not _counts_flops(model, inputs, forward_seed, copies):
+            return None  # elementwise work: no backward (its activations) at all
+        count += 1
+        records = _live_masks(model, inputs, forward_seed, gen, copies)
+        del inputs
         if records is None:
             return None
         if union is None:
@@ -463,7 +480,17 @@ def liveness(model, draws: list[list], forward_seed: int, seed: int) -> dict | N
         ops.append({"label": e["label"], "share": e["cost"] / total if total else 0.0,
                     "live": live})
     dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)
-    return {"dead_share": dead, "draws": len(draws), "ops": ops}
+    return {"dead_share": dead, "draws": count, "ops": ops}
+
+
+def _counts_flops(model, inputs: list, forward_seed: int, copies: bool) -> bool:
+    """Whether one forward (no autograd) runs any op torch has a FLOP formula for."""
+    import torch
+
+    counter = _FlopOnly()
+    with torch.no_grad(), counter:
+        _forward(model, inputs, forward_seed, copies)
+    return counter.cost > 0
 
 
 def _marking(mask) -> Callable:
@@ -570,7 +597,7 @@ def _exact_changed(out: list | None, ref: list) -> dict:
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
-                  device: str) -> dict | None:
+                  device: str, copies: bool = True) -> dict | None:
     """Integer and boolean outputs are graded exactly: the fraction of their elements that
     change (a) when every float input and parameter moves by ``rel`` (relative, the noise floor
     an honest kernel's float work carries) and (b) on one CPU thread instead of several. None:
@@ -587,8 +614,8 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
                 t.copy_(_jittered([t], rel, gen)[0])
     try:
         with _JitteredSelections(rel, gen):
-            jittered = _exact_changed(_forward(work, _jittered(inputs, rel, gen), forward_seed),
-                                      ref)
+            jittered = _exact_changed(
+                _forward(work, _jittered(inputs, rel, gen), forward_seed, copies=False), ref)
     except Exception:  # noqa: BLE001 — a jitter the forward rejects tells nothing
         jittered = {"changed": 0, "fraction": 0.0}
     threads = None
@@ -596,7 +623,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         before = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            threads = _exact_changed(_forward(model, inputs, forward_seed), ref)
+            threads = _exact_changed(_forward(model, inputs, forward_seed, copies), ref)
         finally:
             torch.set_num_threads(before)
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
@@ -673,7 +700,7 @@ def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
     return 0
 
 
-def duplicate_writes(model, inputs: list, forward_seed: int) -> list[str]:
+def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True) -> list[str]:
     """Each write op of one forward (index_put, index_copy, scatter with a source, put) that
     writes more than one value to one place, as ``"<op>: N place(s) written twice or more"``."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -693,7 +720,7 @@ def duplicate_writes(model, inputs: list, forward_seed: int) -> list[str]:
             return func(*args, **kwargs)
 
     with Writes():
-        _forward(model, inputs, forward_seed)
+        _forward(model, inputs, forward_seed, copies)
     return [f"{name.replace('aten.', '')}: {n} place(s) written more than once"
             for name, n in found.items()]
 
@@ -734,7 +761,8 @@ _GEMMS = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum
                     "conv_transpose3d", "bilinear", "__matmul__", "scaled_dot_product_attention"})
 
 
-def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = "bfloat16"):
+def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = "bfloat16",
+                      copies: bool = True):
     """The outputs with every matmul-class call's floating-point operands rounded to
     ``dtype_name`` (and its result cast back): what a kernel with low-precision GEMM operands
     and a full-precision epilogue returns. None when forward runs no such call."""
@@ -759,5 +787,5 @@ def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = 
             return func(*args, **kwargs)
 
     with Round():
-        out = _forward(model, inputs, forward_seed)
+        out = _forward(model, inputs, forward_seed, copies)
     return out if rounded[0] else None
