@@ -626,10 +626,14 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     fp32 problem) that must fail it."""
     why = []
     value = None
-    if isinstance(rounded, dict) and "error" in rounded and rounded["error"] <= tol:
-        value = rounded["error"]
-        why.append(f"matmul/conv operands rounded to {rounded['dtype']} stay within the "
-                   f"tolerance {tol:g} (error {_fmt(rounded['error'])})")
+    # a reduced-precision answer that passes is said, not failed: under today's absolute
+    # tolerance floor it passes on a quarter of KernelBench level 2 (small softmax outputs,
+    # GEMMs summed over a row), a tolerance question (relative tolerances) more than a defect
+    rounded_note = ""
+    if isinstance(rounded, dict) and "error" in rounded:
+        passes = rounded["error"] <= tol
+        rounded_note = (f"; matmul/conv operands rounded to {rounded['dtype']} "
+                        f"{'pass' if passes else 'fail'} it (error {_fmt(rounded['error'])})")
     finite = [e for e in entries or [] if math.isfinite(e["ratio"])]
     limit = th["max_contrast"] * TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
     worst = max(finite, key=lambda e: e["ratio"]) if finite else None
@@ -640,14 +644,12 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
                    f"above {limit:.2g})")
     if why:
         return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
-                     "tolerance, or the output hides its precision")
+                     "tolerance" + rounded_note)
     if worst is None:
-        return check(None, None, "no floating-point output that varies across inputs")
+        return check(None, None, "no floating-point output that varies across inputs" +
+                     rounded_note)
     return check(True, worst["ratio"], f"tolerance slack is {worst['ratio']:.2%} of the output's "
-                 "variation across inputs" + (f"; {rounded['dtype']} operands fail it (error "
-                                               f"{_fmt(rounded['error'])})"
-                                               if isinstance(rounded, dict) and "error" in rounded
-                                               else ""))
+                 "variation across inputs" + rounded_note)
 
 
 def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:
