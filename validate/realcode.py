@@ -15,12 +15,18 @@ and ``checks`` (torch inside functions).
   from a random cotangent, with piecewise-linear selections such as ReLU and max pooling passing
   their gradient densely, so only structural deadness counts): a decoder layer that returns its
   last position, or attention whose band admits one key, leaves most of its work unreachable.
+  Float work counts only where torch has a FLOP formula for it (matmul, convolution,
+  attention), and the live elements are united over several input draws, so data-dependent
+  sparsity (a router's choice of experts) does not read as dead.
 * ``exact_outputs``: integer and boolean outputs (argmax, top-k indices, comparisons) must not
-  change when the float inputs and parameters move at the noise floor, nor with the thread count.
+  change when the float inputs and parameters move at the dtype's tolerance floor (selection ops
+  also see their own input moved, which splits exact ties), nor with the thread count.
 * ``duplicate_writes``: scatter / index_put / index_copy / put writing two values to one place
   (the winner is up to the device and its threads).
 * ``contrast``: the tolerance's slack next to the output's variation across inputs (an output of
   273.15 +- 0.2 graded with rtol 1e-4 leaves 14% slack on its informative part).
+* ``reduced_precision``: the output with matmul-class operands rounded to a lower precision,
+  what a bf16-GEMM answer to an fp32 problem returns.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Any
 
 from . import checks as C
 
-# Most sub-modules bypassed per state, largest compute first.
+# Most sub-modules bypassed per state (each once or twice: zeroed, skipped), largest first.
 MOST_BYPASSES = 32
 # Most constant tensors drawn again one at a time.
 MOST_CONSTANTS = 24
