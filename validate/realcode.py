@@ -23,8 +23,9 @@ and ``checks`` (torch inside functions).
   also see their own input moved, which splits exact ties), nor with the thread count.
 * ``duplicate_writes``: scatter / index_put / index_copy / put writing two values to one place
   (the winner is up to the device and its threads).
-* ``contrast``: the tolerance's slack next to the output's variation across inputs (an output of
-  273.15 +- 0.2 graded with rtol 1e-4 leaves 14% slack on its informative part).
+* ``contrast``: the slack the tolerance's relative term gives on the output's magnitude, next to
+  the output's variation across inputs (an output of 273.15 +- 0.2 graded with rtol 1e-4 leaves
+  14% slack on its informative part).
 * ``reduced_precision``: the output with matmul-class operands rounded to a lower precision,
   what a bf16-GEMM answer to an fp32 problem returns.
 """
@@ -734,10 +735,11 @@ def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True
 # ---------------------------------------------------------------- contrast
 
 def contrast(ref: list, alt: list, tol: float) -> list[dict]:
-    """Per float output present in both input draws: the tolerance's typical slack
-    ``tol * (1 + median |y|)`` and the output's informative scale, the RMS of its change
-    between the two draws over sqrt(2) (the spread of one element across inputs; the part a
-    constant offset does not carry)."""
+    """Per float output present in both input draws: its informative scale, the RMS of its
+    change between the two draws over sqrt(2) (the spread of one element across inputs: the
+    part a constant offset does not carry), its typical magnitude (median |y|) and ``ratio``,
+    the slack the tolerance's relative term gives on that magnitude (``tol * median |y|``) over
+    the informative scale."""
     import torch
 
     found = []
@@ -754,9 +756,9 @@ def contrast(ref: list, alt: list, tol: float) -> list[dict]:
         if not count or not sample.numel():
             continue
         informative = math.sqrt(square / count / 2.0)
-        slack = tol * (1.0 + float(sample.median()))
-        found.append({"output": k, "informative": informative, "slack": slack,
-                      "ratio": slack / informative if informative > 0 else math.inf})
+        magnitude = float(sample.median())
+        found.append({"output": k, "informative": informative, "magnitude": magnitude,
+                      "ratio": tol * magnitude / informative if informative > 0 else math.inf})
     return found
 
 

@@ -117,12 +117,12 @@ def test_exact_outputs_flag_ties_and_pass_separated_values():
                            "cpu") is None
 
 
-def test_contrast_is_slack_over_variation_across_inputs():
+def test_contrast_is_magnitude_slack_over_variation_across_inputs():
     y, z = torch.randn(1000), torch.randn(1000)
     healthy = R.contrast([y], [z], 1e-4)[0]
     assert healthy["ratio"] < 1e-3
     offset = R.contrast([273.15 + 0.2 * y], [273.15 + 0.2 * z], 1e-4)[0]
-    assert offset["ratio"] > 0.1  # 274 x 1e-4 of slack next to 0.2 of variation
+    assert offset["ratio"] > 0.1  # 273 x 1e-4 of slack next to 0.2 of variation
     assert math.isclose(offset["informative"], 0.2, rel_tol=0.15)
 
 
@@ -188,13 +188,17 @@ def test_reduced_precision_rounds_only_matmul_operands():
     assert R.reduced_precision(nn.Tanh(), x, 0, "bfloat16") is None  # no matmul-class call
 
 
-def test_contrast_judges_the_variation_and_reports_rounded_operands():
-    entries = [{"output": 0, "informative": 1.0, "slack": 1e-4, "ratio": 1e-4}]
+def test_contrast_judges_the_variation_and_rounded_operands_on_inflated_tolerances():
+    entries = [{"output": 0, "informative": 1.0, "magnitude": 1.0, "ratio": 1e-4}]
     th = C.DEFAULT_THRESHOLDS
-    fine = C.judge_contrast(entries, "float32", th, 1e-4, {"dtype": "bfloat16", "error": 3e-3})
+    bf16 = {"dtype": "bfloat16", "error": 3e-3}
+    fine = C.judge_contrast(entries, "float32", th, 1e-4, bf16)
     assert fine["passed"] is True and "bfloat16 fail it" in fine["detail"]
-    # rounded operands that pass are reported, not failed (the tolerance's question)
-    loose = C.judge_contrast(entries, "float32", th, 1e-2, {"dtype": "bfloat16", "error": 3e-3})
-    assert loose["passed"] is True and "bfloat16 pass it" in loose["detail"]
-    offset = [{"output": 0, "informative": 0.2, "slack": 0.03, "ratio": 0.15}]
+    # at the floor, rounded operands that pass are reported (the absolute floor's question) ...
+    small = C.judge_contrast(entries, "float32", th, 1e-4, {"dtype": "bfloat16", "error": 5e-5})
+    assert small["passed"] is True and "bfloat16 pass it" in small["detail"]
+    # ... and fail a tolerance the calibration inflated
+    inflated = C.judge_contrast(entries, "float32", th, 1e-2, bf16)
+    assert inflated["passed"] is False and "100x the float32 floor" in inflated["detail"]
+    offset = [{"output": 0, "informative": 0.2, "magnitude": 273.0, "ratio": 0.14}]
     assert C.judge_contrast(offset, "float32", th, 1e-4)["passed"] is False
