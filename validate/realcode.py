@@ -482,8 +482,10 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
     total = sum(e["cost"] for e in union)
     ops = []
     for e in union:
-        numel = sum(m.numel() for m in e["masks"])
-        live = sum(int(m.sum()) for m in e["masks"]) / numel if numel else 1.0
+        # a call with several outputs (attention and its averaged weights) does its work for
+        # the one that reaches the output: its most-live output counts
+        live = max((int(m.sum()) / m.numel() if m.numel() else 1.0 for m in e["masks"]),
+                   default=1.0)
         ops.append({"label": e["label"], "share": e["cost"] / total if total else 0.0,
                     "live": live})
     dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)

@@ -202,3 +202,18 @@ def test_contrast_judges_the_variation_and_rounded_operands_on_inflated_toleranc
     assert inflated["passed"] is False and "100x the float32 floor" in inflated["detail"]
     offset = [{"output": 0, "informative": 0.2, "magnitude": 273.0, "ratio": 0.14}]
     assert C.judge_contrast(offset, "float32", th, 1e-4)["passed"] is False
+
+
+def test_liveness_counts_a_call_by_its_live_output():
+    class Attention(nn.Module):  # the averaged attention weights are returned and dropped
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            out, _weights = self.attn(x, x, x)
+            return out
+
+    torch.manual_seed(0)
+    found = R.liveness(Attention(), [[torch.randn(2, 64, 16)]], 0, 1)
+    assert found["dead_share"] < 0.05, found
