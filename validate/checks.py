@@ -600,8 +600,8 @@ def judge_exact_outputs(exact: Any) -> dict:
     if moved["changed"] or (threads and threads["changed"]):
         why = []
         if moved["changed"]:
-            why.append(f"{moved['changed']} ({moved['fraction']:.2%}) change when the float "
-                       f"inputs and parameters move by {exact['jitter']:.1g} (relative)")
+            why.append(f"{moved['changed']} ({moved['fraction']:.3%}) change when the float "
+                       f"work carries noise of {exact['jitter']:.1g} of its magnitude")
         if threads and threads["changed"]:
             why.append(f"{threads['changed']} change on one CPU thread")
         return check(False, moved["fraction"], "integer/boolean outputs "

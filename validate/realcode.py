@@ -19,8 +19,9 @@ and ``checks`` (torch inside functions).
   attention), and the live elements are united over several input draws, so data-dependent
   sparsity (a router's choice of experts) does not read as dead.
 * ``exact_outputs``: integer and boolean outputs (argmax, top-k indices, comparisons) must not
-  change when the float inputs and parameters move at the dtype's tolerance floor (selection ops
-  also see their own input moved, which splits exact ties), nor with the thread count.
+  change when the float work (matmul-class ops, reductions) carries noise at the tolerance's
+  scale (selections whose order among ties is unspecified also see their input moved, which
+  splits exact ties), nor with the thread count.
 * ``duplicate_writes``: scatter / index_put / index_copy / put writing two values to one place
   (the winner is up to the device and its threads).
 * ``contrast``: the slack the tolerance's relative term gives on the output's magnitude, next to
@@ -543,52 +544,53 @@ class _FlopOnly:
 
 # ---------------------------------------------------------------- exact (non-float) outputs
 
-def _jittered(values: list, rel: float, gen) -> list:
-    """Float tensors of ``values`` times ``1 + rel * N(0, 1)`` per element; others as they are."""
-    import torch
-
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            noise = torch.randn(v.shape, generator=gen, dtype=torch.float32).to(v.device)
-            out.append((v.detach().double() * (1.0 + rel * noise.double())).to(v.dtype))
-        else:
-            out.append(v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-    return out
-
-
-# Ops that pick elements by comparing float values: exact ties among their inputs leave the
-# choice to the implementation. (A comparison ``a > b`` at an exact tie is defined, False: it is
-# moved only through the inputs and parameters, like every computed value.)
-SELECTIONS = frozenset({"argmax", "argmin", "topk", "sort", "kthvalue", "mode", "median",
-                        "nanmedian", "max", "min", "msort"})
+# Ops whose result carries an honest kernel's rounding: matmul-class work (torch's FLOP
+# formulas) and reductions, whose error follows the magnitude of what they sum, not of the result.
+REDUCTIONS = frozenset({"sum", "mean", "var", "std", "var_mean", "std_mean", "norm",
+                        "linalg_vector_norm", "logsumexp", "cumsum", "prod", "_softmax",
+                        "_log_softmax", "native_layer_norm", "native_group_norm",
+                        "native_batch_norm", "_native_batch_norm_legit",
+                        "_native_batch_norm_legit_no_training", "_fused_rms_norm"})
+# Selections whose order among exact ties is left to the implementation (argmax and argmin, and
+# max/min over a dim, return the first of tied values: defined).
+UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", "nanmedian",
+                                  "msort"})
 
 
-class _JitteredSelections:
-    """A TorchDispatchMode that moves the float input of every selection op (``SELECTIONS``)
-    by ``rel`` (relative, plus ``rel`` times its mean magnitude, so exact ties at zero split
-    too) before the op runs: ties and near-ties then fall either way."""
+class _HonestNoise:
+    """A TorchDispatchMode that adds to the result of every matmul-class op and reduction
+    ``rel`` times its RMS in Gaussian noise (what another summation order or a kernel within the
+    tolerance makes of it), and moves the input of selections with unordered ties
+    (``UNORDERED_SELECTIONS``) the same way, so exact ties split. Values that no float work
+    touched (the inputs, the parameters) stay exact: a selection over them is defined."""
 
     def __new__(cls, rel: float, gen):
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
 
-        class Jitter(TorchDispatchMode):
+        def moved(x):
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
+                return x
+            noise = torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.device)
+            rms = float(x.detach().double().pow(2).mean().sqrt())
+            return (x.double() + noise.double() * (rel * rms)).to(x.dtype)
+
+        class Noise(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                name = func.overloadpacket.__name__.rstrip("_")
-                x = args[0] if args else None
-                if name in SELECTIONS and isinstance(x, torch.Tensor) and \
-                        x.is_floating_point() and x.numel() > 1:
-                    noise = torch.randn(x.shape, generator=gen, dtype=torch.float32)
-                    noise = noise.to(x.device, torch.float64)
-                    x64 = x.double()
-                    spread = rel * float(x64.abs().mean())
-                    moved = x64 * (1.0 + rel * noise) + spread * noise.flip(0)
-                    args = (moved.to(x.dtype), *args[1:])
-                return func(*args, **kwargs)
+                name = func.overloadpacket.__name__
+                if name in UNORDERED_SELECTIONS and args:
+                    args = (moved(args[0]), *args[1:])
+                out = func(*args, **kwargs)
+                if func.overloadpacket in flop_registry or name in REDUCTIONS:
+                    if isinstance(out, torch.Tensor):
+                        return moved(out)
+                    if isinstance(out, tuple) and out:
+                        return (moved(out[0]), *out[1:])
+                return out
 
-        return Jitter()
+        return Noise()
 
 
 def _exact_changed(out: list | None, ref: list) -> dict:
@@ -607,25 +609,18 @@ def _exact_changed(out: list | None, ref: list) -> dict:
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
                   device: str, copies: bool = True) -> dict | None:
-    """Integer and boolean outputs are graded exactly: the fraction of their elements that
-    change (a) when every float input and parameter moves by ``rel`` (relative, the noise floor
-    an honest kernel's float work carries) and (b) on one CPU thread instead of several. None:
-    every output is floating-point."""
+    """Integer and boolean outputs are graded exactly: how many of their elements change (a)
+    when the float work carries honest noise (``_HonestNoise`` at ``rel``, the tolerance's
+    scale) and (b) on one CPU thread instead of several. None: every output is floating-point."""
     import torch
 
     if all(t.is_floating_point() or t.is_complex() for t in ref):
         return None
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    work = copy.deepcopy(model)
-    with torch.no_grad():
-        for t in [*work.parameters(), *work.buffers()]:
-            if t.is_floating_point():
-                t.copy_(_jittered([t], rel, gen)[0])
     try:
-        with _JitteredSelections(rel, gen):
-            jittered = _exact_changed(
-                _forward(work, _jittered(inputs, rel, gen), forward_seed, copies=False), ref)
-    except Exception:  # noqa: BLE001 — a jitter the forward rejects tells nothing
+        with _HonestNoise(rel, gen):
+            jittered = _exact_changed(_forward(model, inputs, forward_seed, copies), ref)
+    except Exception:  # noqa: BLE001 — noise the forward rejects tells nothing
         jittered = {"changed": 0, "fraction": 0.0}
     threads = None
     if not device.startswith("cuda") and torch.get_num_threads() > 1:

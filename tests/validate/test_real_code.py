@@ -98,22 +98,29 @@ def test_duplicate_writes_are_found_only_where_the_winner_is_undefined(write, re
     assert (len(found) == 1 and f": {repeats} place(s)" in found[0]) if repeats else not found
 
 
-def test_exact_outputs_flag_ties_and_pass_separated_values():
+def test_exact_outputs_flag_ties_and_pass_separated_or_untouched_values():
     class Pick(nn.Module):
-        def __init__(self, tie):
+        def __init__(self, how):
             super().__init__()
-            self.tie = tie
+            self.how = how
+            self.fc = nn.Linear(16, 16)
 
         def forward(self, x):
-            return (x.round() if self.tie else x).argmax(dim=-1)
+            if self.how == "input":  # an argmax of the inputs themselves: nothing to round
+                return x.argmax(dim=-1)
+            h = self.fc(x)
+            if self.how == "tied":  # top-k among exact ties: the order is the implementation's
+                return torch.topk(h.round(), 4, dim=-1).indices
+            return h.argmax(dim=-1)
 
+    torch.manual_seed(0)
     x = [torch.randn(64, 16) * 2]
-    for tie in (True, False):
-        model = Pick(tie)
+    for how, unstable in (("tied", True), ("separated", False), ("input", False)):
+        model = Pick(how)
         ref = R._forward(model, x, 0)
         found = R.exact_outputs(model, x, ref, 0, 1e-4, 1, "cpu")
-        assert (found["jittered_changed"]["changed"] > 0) == tie
-    assert R.exact_outputs(_linear_model(), [torch.randn(2, 8)], [torch.randn(2)], 0, 1e-5, 1,
+        assert (found["jittered_changed"]["changed"] > 0) == unstable, how
+    assert R.exact_outputs(_linear_model(), [torch.randn(2, 8)], [torch.randn(2)], 0, 1e-4, 1,
                            "cpu") is None
 
 
