@@ -226,6 +226,33 @@ def randomness_in_forward(node: Node) -> str | None:
     return None
 
 
+# Writes where two values aimed at one place leave the winner to the device and its threads
+# (accumulating variants, scatter with a reduction and index_add are order-free up to rounding).
+_UNORDERED_WRITES = frozenset({"scatter", "scatter_", "index_copy", "index_copy_", "index_put",
+                               "index_put_", "put", "put_"})
+_RANDOM_INDICES = frozenset({"randint", "randint_like"})
+
+
+@rule("undefined_write_order")
+def undefined_write_order(node: Node) -> str | None:
+    """scatter / index_copy / index_put / put with indices that repeat: random integers (which
+    collide), or more indices than distinct values their range holds."""
+    if node.name not in _UNORDERED_WRITES or node.params.get("reduce") or \
+            node.params.get("accumulate"):
+        return None
+    for index in node.inputs[1:]:
+        if not index.integer or index.numel < 2:
+            continue
+        producer = index.producer.name if index.producer is not None else None
+        if producer in _RANDOM_INDICES:
+            return f"{node.name} with random indices ({producer}): repeated ones write twice"
+        slots = index.hi - index.lo + 1
+        if slots < index.numel:
+            return (f"{node.name} writes {index.numel} indices drawn from {slots:g} values: "
+                    "repeated ones write twice")
+    return None
+
+
 def _output_rules(trace: Trace) -> list[Violation]:
     found = []
     for i, out in enumerate(trace.outputs):

@@ -388,6 +388,10 @@ DEFAULT_THRESHOLDS = {
     "min_ms": 0.1,
     "max_ms": 1000.0,
     "max_launch_ratio": 0.8,      # host time to issue forward / GPU time
+    "max_dead_work": 0.5,         # share of the FLOP-counted work that cannot reach the output
+    "dead_call_share": 0.1,       # ... or one call with this share of it, all unreachable
+    "max_offset_slack": 0.05,     # tol * |output| / the output's variation across inputs
+    "inflated_tolerance": 10.0,   # dtype floors above which a bf16-operand answer must fail
 }
 
 
@@ -505,6 +509,8 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
                if ab.get("inert") else "")
             + (f" (stopped early: {ab['aborted']})" if ab.get("aborted") else ""))
 
+    checks.update(judge_real_code(m, th))
+
     cal = m["tolerance"]
     if cal.get("noise") is None:
         checks["tolerance"] = check(None, cal["tol"], "no fp64 reference "
@@ -529,6 +535,160 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
                                   f"eager {ms:.4g} ms; band {th['min_ms']:g}-{th['max_ms']:g} ms")
         checks["launch_overhead"] = judge_launch(timing, th["max_launch_ratio"])
     return checks
+
+
+def _unmeasured(value: Any, none_why: str) -> dict | None:
+    """The skipped check for a measurement that is missing, not applicable or failed."""
+    if value is None:
+        return check(None, None, none_why)
+    if isinstance(value, dict) and "error" in value:
+        return check(None, None, f"not measured: {value['error']}")
+    return None
+
+
+def judge_dead_branches(bypass: Any) -> dict:
+    """Sub-modules whose bypass (zeroed, or skipped where shapes allow) keeps the output within
+    tolerance, on the declared parameters or with the constant ones drawn again."""
+    skipped = _unmeasured(bypass, "no sub-module computes anything")
+    if skipped:
+        return skipped
+    dead, redrawn = bypass["dead"], bypass["dead_redrawn"]
+    if not dead and not redrawn:
+        return check(True, bypass["tried"], f"{bypass['tried']} bypasses of "
+                     f"{bypass['modules']} sub-modules all change the output")
+    parts = []
+    if dead:
+        parts.append("; ".join(dead))
+    if redrawn:
+        parts.append("with the constant parameters drawn again: " + "; ".join(redrawn))
+    return check(False, dead + redrawn, "output stays within tolerance when these sub-modules "
+                 "are bypassed (a dead branch): " + " | ".join(parts))
+
+
+def judge_constant_parameters(const: Any) -> dict:
+    skipped = _unmeasured(const, "no parameter or buffer is constant")
+    if skipped:
+        return skipped
+    if const["unused"]:
+        return check(False, const["unused"], "drawing these constant parameters again leaves "
+                     "the output within tolerance (they do nothing at any value): " +
+                     "; ".join(const["unused"][:6]))
+    return check(True, const["tried"], f"each of {const['tried']} constant tensor(s) drawn "
+                 "again moves the output")
+
+
+def judge_dead_work(live: Any, th: dict) -> dict:
+    skipped = _unmeasured(live, "no matmul, convolution or attention work under autograd")
+    if skipped:
+        return skipped
+    share = live["dead_share"]
+    whole = [o for o in live["ops"] if o["share"] >= th["dead_call_share"] and o["live"] < 0.01]
+    if share > th["max_dead_work"] or whole:
+        what = ", ".join(f"{o['label']} ({o['share']:.0%} of the work)" for o in whole[:4])
+        return check(False, share, f"{share:.0%} of the matmul/conv/attention work cannot reach "
+                     "the output" + (f"; none of {what} reaches it" if whole else "") +
+                     " (a slice of the result, a mask that admits one element)")
+    return check(True, share, f"{1 - share:.0%} of the matmul/conv/attention work reaches the "
+                 "output")
+
+
+def judge_exact_outputs(exact: Any) -> dict:
+    skipped = _unmeasured(exact, "every output is floating-point")
+    if skipped:
+        return skipped
+    moved, threads = exact["jittered_changed"], exact["threads_changed"]
+    if moved["changed"] or (threads and threads["changed"]):
+        why = []
+        if moved["changed"]:
+            why.append(f"{moved['changed']} ({moved['fraction']:.3%}) change when the float "
+                       f"work carries noise of {exact['jitter']:.1g} of its magnitude")
+        if threads and threads["changed"]:
+            why.append(f"{threads['changed']} change on one CPU thread")
+        return check(False, moved["fraction"], "integer/boolean outputs "
+                     f"({', '.join(exact['outputs'])}) are graded exactly but are decided by "
+                     "near-tied float values: " + "; ".join(why))
+    return check(True, 0.0, "integer/boolean outputs stable under float noise and thread count")
+
+
+def judge_unique_writes(writes: Any) -> dict:
+    skipped = _unmeasured(writes, "not measured")
+    if skipped:
+        return skipped
+    if writes:
+        return check(False, writes, "writes with repeated indices (which value wins is up to "
+                     "the device and its threads): " + "; ".join(writes))
+    return check(True, None, "no index write repeats a destination")
+
+
+def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
+                   rounded: Any = None) -> dict:
+    """The tolerance against what the output carries. Fails when the slack its relative term
+    gives on the output's magnitude exceeds ``max_offset_slack`` of the output's variation
+    across inputs (a large offset), or when a calibrated tolerance ``inflated_tolerance`` times
+    the dtype floor or more admits a reduced-precision answer (matmul-class operands rounded to
+    bf16 for fp32: the noise of a cancelling offset set the tolerance). A reduced-precision
+    answer passing a tolerance at its floor is reported, not failed: it passes a quarter of
+    KernelBench level 2 at CPU sizes (small softmax outputs, GEMMs summed over rows), a question
+    for the tolerance's absolute floor."""
+    floor = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
+    why = []
+    value = None
+    note = ""
+    if isinstance(rounded, dict) and "error" in rounded:
+        passes = rounded["error"] <= tol
+        note = (f"; matmul/conv operands rounded to {rounded['dtype']} "
+                f"{'pass' if passes else 'fail'} it (error {_fmt(rounded['error'])})")
+        if passes and tol >= th["inflated_tolerance"] * floor:
+            value = rounded["error"]
+            why.append(f"the calibrated tolerance {tol:g} ({tol / floor:.0f}x the {dtype} floor) "
+                       f"admits matmul/conv operands rounded to {rounded['dtype']} (error "
+                       f"{_fmt(rounded['error'])})")
+    finite = [e for e in entries or [] if math.isfinite(e["ratio"])]
+    worst = max(finite, key=lambda e: e["ratio"]) if finite else None
+    if worst is not None and worst["ratio"] > th["max_offset_slack"]:
+        value = worst["ratio"] if value is None else value
+        why.append(f"output {worst['output']} varies by {worst['informative']:.3g} across inputs "
+                   f"but rtol on its magnitude ({worst['magnitude']:.3g}) allows "
+                   f"{tol * worst['magnitude']:.3g}, {worst['ratio']:.1%} of that (above "
+                   f"{th['max_offset_slack']:.0%})")
+    if why:
+        return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
+                     "tolerance")
+    if worst is None:
+        return check(None, None, "no floating-point output that varies across inputs" + note)
+    return check(True, worst["ratio"], f"rtol on the output's magnitude allows "
+                 f"{worst['ratio']:.2%} of its variation across inputs" + note)
+
+
+def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:
+    skipped = _unmeasured(hist, "not measured")
+    if skipped:
+        return skipped
+    if not reproducible:
+        return check(None, hist["error_vs_fresh"], "not reproducible (deterministic judges)")
+    err = hist["error_vs_fresh"]
+    if err > tol:
+        return check(False, err, f"the output for one input differs by {_fmt(err)} between a "
+                     "fresh model and one that ran on other inputs first (state kept across "
+                     "calls, e.g. data-dependent initialisation on the first call)")
+    return check(True, err, "a fresh model and a used one agree")
+
+
+def judge_real_code(m: dict, th: dict) -> dict[str, dict]:
+    """The checks for patterns real model code carries (``realcode``'s measurements); a probe
+    that did not measure them gets them skipped."""
+    tol = m["tolerance"]["tol"]
+    reproducible = m["deterministic"]["error"] <= tol and m["stochastic_error"] <= tol
+    return {
+        "no_dead_branches": judge_dead_branches(m.get("submodule_bypass")),
+        "constant_params_used": judge_constant_parameters(m.get("constant_parameters")),
+        "no_dead_work": judge_dead_work(m.get("liveness"), th),
+        "stable_exact_outputs": judge_exact_outputs(m.get("exact_outputs")),
+        "unique_writes": judge_unique_writes(m.get("duplicate_writes", {"error": "not run"})),
+        "contrast": judge_contrast(m.get("contrast"), m["tolerance"].get("dtype", "float32"),
+                                   th, tol, m.get("reduced_precision")),
+        "no_call_history": judge_call_history(m.get("call_history"), tol, reproducible),
+    }
 
 
 def judge_launch(timing: dict, max_ratio: float) -> dict:

@@ -195,6 +195,9 @@ STAT_BLOCK_BYTES = (1 << 24) * 8  # one fp64 block of ``checks.CHUNK`` elements
 # Outputs at least this large are let go during the probe's fp64 forward and made again after
 # it (``probe._calibrate``); smaller ones stay.
 REMAKE_BYTES = 256 << 20
+# The probe's liveness pass (``realcode.liveness``) keeps forward's activations for a backward:
+# above this many bytes of inputs and outputs it is skipped (its check says so).
+LIVENESS_MAX_BYTES = 256 << 20
 
 
 def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
@@ -225,6 +228,10 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
         "sensitivity": p + (2 + c) * i + per_input * o + act,
         "weights": 2 * p + (1 + c) * i + o + act,  # the ablations too
         "degeneracy": p + 2 * i + 2 * o,
+        # realcode: a copy of the model (constants drawn again), both input draws, the output
+        # and one more forward; the liveness pass adds a draw, saved activations and gradients
+        "real code": 2 * p + (2 + c) * i + o + act
+        + (i + 3 * act if i + o <= LIVENESS_MAX_BYTES else 0),
     }
     return int(max(stages.values()) + blocks) + base
 

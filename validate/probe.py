@@ -25,13 +25,19 @@ from typing import Any
 
 from . import checks as C
 from . import measure as M
+from . import realcode as R
 from .measure import GpuLock
-from .memory import REMAKE_BYTES
+from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
+
+# Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
+# leaves 0.75**4 of its work unreached in all four, structural deadness all of it.
+LIVENESS_DRAWS = 4
 
 
 def seeds(base: int) -> dict[str, int]:
     return {"init": base, "weights": base + 1, "inputs": base + 2, "inputs_alt": base + 3,
-            "forward": base + 4, "forward_alt": base + 5, "weights_alt": base + 6}
+            "forward": base + 4, "forward_alt": base + 5, "weights_alt": base + 6,
+            "liveness": base + 7}
 
 
 # ---------------------------------------------------------------- stage marking
@@ -501,7 +507,13 @@ def probe_problem(payload: dict) -> dict:
         m["constant_fraction"] = (C.constant_fraction(ref, tol)
                                   if sum(t.numel() for t in ref) > 1 else None)
         m["affine"] = _affine_fits(ref, alt, inputs, alt_inputs)
+        m["contrast"] = R.contrast(ref, alt, tol)
+        # the call-history check compares with this: the model had run on ``inputs`` first
+        used = C.output_digest(alt)
         del alt
+
+    with _section(lock, device, "real code"):
+        _real_code(m, ns, model, ref, used, inputs, alt_inputs, sd, device, tol, cfg, copies)
 
     with _section(lock, device, "trace"):
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device,
@@ -523,6 +535,63 @@ def probe_problem(payload: dict) -> dict:
     m["peak_bytes"] = _peak_bytes(device)  # compared with admission's estimate (memory.py)
     m["peak_allocated_bytes"] = _peak_allocated(device)
     return m
+
+
+def _measured(what: Callable[[], Any]) -> Any:
+    """``what()``, or ``{"error": ...}`` when it raises: a measurement that cannot be made is a
+    skipped check, never a crashed probe (a device-side failure still stops the probe)."""
+    try:
+        return what()
+    except Exception as exc:
+        if _device_poisoned(exc):
+            raise
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+
+def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, tol, cfg,
+               copies: bool) -> None:
+    """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
+    exact outputs, duplicate writes, reduced precision) and the call-history check: the output
+    for the second input draw from this model, used on the first draw already (``used``, its
+    digest: the output itself is let go, so this stage holds one output besides ``ref``),
+    against a fresh one's. Forwards run on copies of the inputs only when ``copies``."""
+    fwd, alt_seed = sd["forward"], sd["weights_alt"]
+    m["submodule_bypass"] = _measured(
+        lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed, copies))
+    m["constant_parameters"] = _measured(
+        lambda: R.constant_parameters(model, inputs, ref, fwd, tol, alt_seed, copies))
+
+    def draws():
+        yield inputs
+        yield alt_inputs
+        for k in range(LIVENESS_DRAWS - 2):
+            yield draw_inputs(ns, sd["liveness"] + k, device)
+
+    limit = int(cfg.get("liveness_max_bytes", LIVENESS_MAX_BYTES))
+    m["liveness"] = _measured(
+        lambda: R.liveness(model, draws(), fwd, alt_seed, copies)
+        if _nbytes(inputs) + _nbytes(ref) <= limit
+        else {"error": f"inputs and outputs over {limit >> 20} MiB: no backward pass"})
+    # integer outputs move at the dtype's tolerance floor, the error honest float work may carry
+    # (the calibrated tolerance of an integer output measures index disagreements)
+    jitter = C.calibrate_tolerance(None, m["dtype"])["tol"]
+    m["exact_outputs"] = _measured(
+        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device, copies))
+    m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd, copies))
+    low = {"float32": "bfloat16", "float64": "float32"}.get(m["dtype"])
+
+    def rounded() -> dict | None:
+        out = R.reduced_precision(model, inputs, fwd, low, copies)
+        return None if out is None else {"dtype": low, "error": C.max_error(out, ref)}
+
+    m["reduced_precision"] = _measured(rounded) if low else None
+
+    def history() -> dict:
+        fresh = build_model(ns, sd, device)
+        out = C.output_digest(run_forward(fresh, alt_inputs, fwd, device, clone=copies))
+        return {"error_vs_fresh": C.digest_error(used, out)}
+
+    m["call_history"] = _measured(history)
 
 
 def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device, floor,

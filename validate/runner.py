@@ -70,8 +70,11 @@ PROBE = "kernelmill.validate.probe:probe_problem"
 ESTIMATE = "kernelmill.validate.memory:estimate_problem"
 ESTIMATE_BYTES = 1 << 30  # host memory the estimator may hold (a worker and the source's import)
 REPLAY = "kernelmill.validate.probe:replay_problem"
-# checks that describe a problem without deciding whether it is kept
-NON_GATING = frozenset({"roofline"})
+# checks that describe a problem without deciding whether it is kept. constant_params_used: a
+# constant that does nothing at any value is usually a cheap add (real attention's key bias, zero
+# after Hugging Face's init, cancels in the softmax); the expensive case, a branch it silences,
+# fails no_dead_branches
+NON_GATING = frozenset({"roofline", "constant_params_used"})
 # checks that need the second worker (its timing window, its Inductor compile)
 REPLAY_CHECKS = frozenset({"runtime", "launch_overhead", "inductor"})
 # why the Inductor check did not run on CPU: the card and the report quote it, so it names
@@ -104,6 +107,14 @@ class ValidateConfig:
                                       "fraction")
     max_constant_fraction: float = option(0.99, "fail when a constant answer is right on this "
                                           "fraction")
+    max_dead_work: float = option(0.5, "fail when more than this share of the matmul/conv/"
+                                  "attention work cannot reach the output")
+    dead_call_share: float = option(0.1, "... or when one call carrying this share of it "
+                                    "cannot reach the output at all")
+    max_offset_slack: float = option(0.05, "fail when rtol on the output's magnitude allows this "
+                                     "share of its variation across inputs")
+    inflated_tolerance: float = option(10.0, "a calibrated tolerance this many dtype floors or "
+                                       "more must reject matmul operands rounded to bf16")
     tolerance_margin: float = option(10.0, "calibrated tolerance = max(dtype floor, margin x "
                                      "fp64 noise)")
     max_ablations: int = option(48, "most forward ablations tried per problem")

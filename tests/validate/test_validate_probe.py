@@ -26,6 +26,12 @@ def expected_flags(path: Path) -> set[str]:
     return {flag.strip() for flag in match.group(1).split(",")}
 
 
+def expected_reasons(path: Path) -> list[tuple[str, str]]:
+    """``reason: <check>: <text>`` lines: the failed check's detail must contain the text."""
+    return [(m.group(1), m.group(2).strip())
+            for m in re.finditer(r"^reason:\s*(\w+):\s*(.+)$", path.read_text(), re.MULTILINE)]
+
+
 def probe(source: str) -> tuple[dict, dict]:
     m = probe_problem({"source": source, "device": "cpu", "seed": 0,
                        "ablations": ablations(source)})
@@ -41,6 +47,8 @@ def test_defective_problem_fails_its_check(path):
     passed, flags = C.summarize(checks)
     assert not passed
     assert expected_flags(path) <= set(flags), (flags, {f: checks[f]["detail"] for f in flags})
+    for name, text in expected_reasons(path):
+        assert text in checks[name]["detail"], (name, checks[name]["detail"])
     # every verdict is a (passed, value, detail) triple with passed in {True, False, None}
     assert all(set(c) == {"passed", "value", "detail"} and c["passed"] in (True, False, None)
                for c in checks.values())

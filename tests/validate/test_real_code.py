@@ -1,0 +1,226 @@
+"""The validator's checks for patterns real model code carries (validate/realcode.py).
+
+The defective fixtures of each family (tests/fixtures/problems_defective/, with ``expect:`` and
+``reason:`` lines) run in test_validate_probe.py; here the healthy controls must pass every check,
+and the measurements are checked on small direct cases.
+"""
+import math
+
+from conftest import FIXTURES
+
+import pytest
+import torch
+import torch.nn as nn
+from kernelmill.validate import checks as C
+from kernelmill.validate import realcode as R
+from kernelmill.validate.ablation import ablations
+from kernelmill.validate.probe import probe_problem
+
+HEALTHY = sorted((FIXTURES / "problems_healthy").glob("*.py"))
+REAL_CODE_CHECKS = ("no_dead_branches", "constant_params_used", "no_dead_work",
+                    "stable_exact_outputs", "unique_writes", "contrast", "no_call_history")
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=lambda p: p.stem)
+def test_healthy_control_passes_every_check(path):
+    source = path.read_text()
+    m = probe_problem({"source": source, "device": "cpu", "seed": 0,
+                       "ablations": ablations(source)})
+    checks = C.judge(m)
+    passed, flags = C.summarize(checks)
+    assert passed, {f: checks[f]["detail"] for f in flags}
+    # measured where they apply: every control has sub-modules, varies with its inputs and
+    # returns to its caller with no state kept
+    for name in ("no_dead_branches", "unique_writes", "contrast", "no_call_history"):
+        assert checks[name]["passed"] is True, (name, checks[name])
+
+
+def _linear_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8))
+
+
+def test_a_zero_branch_is_dead_and_a_live_one_is_not():
+    class Adapter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base, self.up = nn.Linear(8, 8), nn.Linear(8, 8, bias=False)
+            nn.init.zeros_(self.up.weight)
+
+        def forward(self, x):
+            return self.base(x) + self.up(x)
+
+    torch.manual_seed(0)
+    x = [torch.randn(4, 8)]
+    model = Adapter()
+    ref = R._forward(model, x, 0)
+    found = R.submodule_bypass(model, x, ref, 0, 1e-4, 1)
+    assert [d.split(" ")[0] for d in found["dead"]] == ["up"]
+    live = _linear_model()
+    assert R.submodule_bypass(live, x, R._forward(live, x, 0), 0, 1e-4, 1)["dead"] == []
+
+
+def test_redraw_keeps_sign_and_scale_of_constants():
+    gen = torch.Generator().manual_seed(0)
+    var, tiny, zero = torch.ones(64), torch.full((64,), -1e-6), torch.zeros(16, 4)
+    for t in (var, tiny, zero):
+        R.redraw(t, gen)
+    assert (var > 0).all() and var.std() > 0.1
+    assert (tiny < 0).all() and tiny.abs().max() < 1e-5
+    assert 0.2 < float(zero.std()) < 1.0  # about 1/sqrt(fan_in) = 0.5
+
+
+def test_constant_tensors_finds_exactly_constant_ones():
+    model = nn.LayerNorm(8)
+    names = [n for n, _t in R.constant_tensors(model)]
+    assert names == ["weight", "bias"]
+    assert R.constant_tensors(nn.Linear(4, 4)) == []
+
+
+@pytest.mark.parametrize("write, repeats", [
+    (lambda i: torch.zeros(8).index_put_((i,), torch.arange(6.0)), 2),
+    (lambda i: torch.zeros(8).index_put_((i,), torch.arange(6.0), accumulate=True), 0),
+    (lambda i: torch.zeros(8).index_put_((i,), torch.tensor(1.0)), 0),
+    (lambda i: torch.zeros(8, 2).index_copy(0, i, torch.ones(6, 2)), 2),
+    (lambda i: torch.zeros(8).scatter(0, i, torch.arange(6.0)), 2),
+    (lambda i: torch.zeros(8).scatter_add(0, i, torch.arange(6.0)), 0),
+    (lambda i: torch.zeros(8).scatter(0, i, 1.0), 0),
+    (lambda i: torch.zeros(8).index_copy(0, torch.arange(6), torch.ones(6)), 0),
+])
+def test_duplicate_writes_are_found_only_where_the_winner_is_undefined(write, repeats):
+    index = torch.tensor([0, 1, 1, 3, 5, 5])
+
+    class Write(nn.Module):
+        def forward(self, i):
+            return write(i)
+
+    found = R.duplicate_writes(Write(), [index], 0)
+    assert (len(found) == 1 and f": {repeats} place(s)" in found[0]) if repeats else not found
+
+
+def test_exact_outputs_flag_ties_and_pass_separated_or_untouched_values():
+    class Pick(nn.Module):
+        def __init__(self, how):
+            super().__init__()
+            self.how = how
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            if self.how == "input":  # an argmax of the inputs themselves: nothing to round
+                return x.argmax(dim=-1)
+            h = self.fc(x)
+            if self.how == "tied":  # top-k among exact ties: the order is the implementation's
+                return torch.topk(h.round(), 4, dim=-1).indices
+            return h.argmax(dim=-1)
+
+    torch.manual_seed(0)
+    x = [torch.randn(64, 16) * 2]
+    for how, unstable in (("tied", True), ("separated", False), ("input", False)):
+        model = Pick(how)
+        ref = R._forward(model, x, 0)
+        found = R.exact_outputs(model, x, ref, 0, 1e-4, 1, "cpu")
+        assert (found["jittered_changed"]["changed"] > 0) == unstable, how
+    assert R.exact_outputs(_linear_model(), [torch.randn(2, 8)], [torch.randn(2)], 0, 1e-4, 1,
+                           "cpu") is None
+
+
+def test_contrast_is_magnitude_slack_over_variation_across_inputs():
+    y, z = torch.randn(1000), torch.randn(1000)
+    healthy = R.contrast([y], [z], 1e-4)[0]
+    assert healthy["ratio"] < 1e-3
+    offset = R.contrast([273.15 + 0.2 * y], [273.15 + 0.2 * z], 1e-4)[0]
+    assert offset["ratio"] > 0.1  # 273 x 1e-4 of slack next to 0.2 of variation
+    assert math.isclose(offset["informative"], 0.2, rel_tol=0.15)
+
+
+def test_liveness_sees_a_slice_and_not_relu_or_max_pool():
+    class Last(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.fc(x)[:, -1]
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(2, 4, 3, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).amax(dim=1)
+
+    torch.manual_seed(0)
+    last = R.liveness(Last(), [[torch.randn(2, 8, 16)]], 0, 1)
+    assert last["dead_share"] > 0.8
+    pooled = R.liveness(Pooled(), [[torch.randn(2, 2, 8, 8)], [torch.randn(2, 2, 8, 8)]], 0, 1)
+    assert pooled["dead_share"] == 0.0
+
+
+def test_judge_skips_what_was_not_measured():
+    m = {"tolerance": {"tol": 1e-4, "dtype": "float32"},
+         "deterministic": {"error": 0.0}, "stochastic_error": 0.0}
+    checks = C.judge_real_code(m, C.DEFAULT_THRESHOLDS)
+    assert set(checks) == set(REAL_CODE_CHECKS)
+    assert all(c["passed"] is None for c in checks.values())
+    m["liveness"] = {"error": "RuntimeError: boom"}
+    assert "boom" in C.judge_real_code(m, C.DEFAULT_THRESHOLDS)["no_dead_work"]["detail"]
+
+
+def test_a_constant_that_cancels_is_reported_but_does_not_gate():
+    from kernelmill.validate.runner import NON_GATING
+
+    class Attention(nn.Module):  # a key bias, zero as Hugging Face's init leaves it
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(16, 16), nn.Linear(16, 16)
+            nn.init.zeros_(self.k.bias)
+
+        def forward(self, x):
+            return torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), dim=-1) @ x
+
+    torch.manual_seed(0)
+    model, x = Attention(), [torch.randn(2, 8, 16)]
+    found = R.constant_parameters(model, x, R._forward(model, x, 0), 0, 1e-4, 1)
+    assert found["unused"] == ["k.bias (constant 0)"]
+    assert "constant_params_used" in NON_GATING
+
+
+def test_reduced_precision_rounds_only_matmul_operands():
+    model = _linear_model()
+    x = [torch.randn(16, 8)]
+    ref = R._forward(model, x, 0)
+    low = R.reduced_precision(model, x, 0, "bfloat16")
+    assert 1e-4 < C.max_error(low, ref) < 5e-2  # bf16 operands: about 3e-3
+    assert R.reduced_precision(nn.Tanh(), x, 0, "bfloat16") is None  # no matmul-class call
+
+
+def test_contrast_judges_the_variation_and_rounded_operands_on_inflated_tolerances():
+    entries = [{"output": 0, "informative": 1.0, "magnitude": 1.0, "ratio": 1e-4}]
+    th = C.DEFAULT_THRESHOLDS
+    bf16 = {"dtype": "bfloat16", "error": 3e-3}
+    fine = C.judge_contrast(entries, "float32", th, 1e-4, bf16)
+    assert fine["passed"] is True and "bfloat16 fail it" in fine["detail"]
+    # at the floor, rounded operands that pass are reported (the absolute floor's question) ...
+    small = C.judge_contrast(entries, "float32", th, 1e-4, {"dtype": "bfloat16", "error": 5e-5})
+    assert small["passed"] is True and "bfloat16 pass it" in small["detail"]
+    # ... and fail a tolerance the calibration inflated
+    inflated = C.judge_contrast(entries, "float32", th, 1e-2, bf16)
+    assert inflated["passed"] is False and "100x the float32 floor" in inflated["detail"]
+    offset = [{"output": 0, "informative": 0.2, "magnitude": 273.0, "ratio": 0.14}]
+    assert C.judge_contrast(offset, "float32", th, 1e-4)["passed"] is False
+
+
+def test_liveness_counts_a_call_by_its_live_output():
+    class Attention(nn.Module):  # the averaged attention weights are returned and dropped
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            out, _weights = self.attn(x, x, x)
+            return out
+
+    torch.manual_seed(0)
+    found = R.liveness(Attention(), [[torch.randn(2, 64, 16)]], 0, 1)
+    assert found["dead_share"] < 0.05, found
