@@ -16,7 +16,7 @@ from kernelmill.core.errors import KernelmillError
 
 from ..policy import PRESETS, Policy
 from ..rewards import REWARDS
-from .core import ServeConfig, Service
+from .config import ServeConfig
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
@@ -46,6 +46,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                               "a token (the service runs untrusted code)")
     print(f"kernelmill: serving on http://{args.host}:{args.port}/ ({config.backend}, "
           f"device {config.device})", file=sys.stderr, flush=True)
+    from .core import Service  # the grader (torch) only once it serves
+
     serve(Service(config), args.host, args.port)
     return 0
 

@@ -15,41 +15,17 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 
 from kernelmill.validate.backends import resolve_device
 
 from ..batch import VerdictCache, transient, verdict_key
-from ..policy import Policy
 from ..rewards import get_reward
 from .actors import ActorLost, LocalPool, RayPool
+from .config import ServeConfig
 from .jobs import Entry, JobTable
 from .metrics import Metrics
 
 log = logging.getLogger("kernelmill")
-
-
-@dataclass
-class ServeConfig:
-    """``kernelmill serve``'s settings (each is a flag of the same name)."""
-    dataset: str | None = None  # served problems: folder, parquet, JSONL or Hub id
-    split: str | None = None  # one split of the dataset (default: every split)
-    device: str = "auto"  # auto, cpu, cuda
-    backend: str = "ray"  # ray: one actor per GPU of the cluster; local: this process's slots
-    address: str | None = None  # Ray cluster to join (default: start a local Ray)
-    actors: int | None = None  # CPU actors (default: the cluster's CPUs less one)
-    per_actor: int | None = None  # groups one actor grades at once (default 1)
-    running: int | None = None  # CUDA: worker processes an actor runs at once
-    queue: int = 4096  # jobs waiting at most; beyond it 429 + Retry-After
-    group: int = 8  # most submissions of one problem graded together
-    deadline_s: float = 1800.0  # a request's default deadline (it may ask for another)
-    max_attempts: int = 2  # dispatches of a job whose actor died, then an error
-    reward: str = "composite"
-    cache: str | None = None  # verdict cache file (JSONL) shared with `kernelmill grade`
-    max_wait_s: float = 60.0  # the longest long-poll
-    max_submissions: int = 10_000  # per request
-    policy: Policy = field(default_factory=Policy)
-    token: str | None = None  # bearer token (default: KERNELMILL_TOKEN)
 
 
 class Service:
