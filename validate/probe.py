@@ -26,6 +26,7 @@ from typing import Any
 from . import checks as C
 from . import measure as M
 from . import realcode as R
+from .model_copy import copy_model
 from .measure import GpuLock
 from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
 
@@ -265,7 +266,7 @@ def _sensitivity(model, ref_out, alt_out, ref_inputs, alt_inputs, sd, device, to
 def _perturbed(model, seed: int):
     import torch
 
-    alt = copy.deepcopy(model)
+    alt = copy_model(model)
     tensors = [p for p in alt.parameters() if p.is_floating_point()]
     if not tensors:
         tensors = [b for b in alt.buffers() if b.is_floating_point()]
@@ -610,7 +611,7 @@ def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device
     try:
         if not reproducible:
             raise ValueError("output not reproducible, no noise floor to measure")
-        model64 = copy.deepcopy(model).double()
+        model64 = copy_model(model).double()
         inputs = slots.pop("inputs")
         if _nbytes(slots["ref"]) >= REMAKE_BYTES:
             slots["ref"] = None

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import checks as C
+from .model_copy import copy_model
 
 # Most sub-modules bypassed per state (each once or twice: zeroed, skipped), largest first.
 MOST_BYPASSES = 32
@@ -103,7 +104,7 @@ def perturbed_constants(model, seed: int):
     """A copy of ``model`` whose exactly-constant tensors are drawn again (None: none)."""
     import torch
 
-    alt = copy.deepcopy(model)
+    alt = copy_model(model)
     constants = constant_tensors(alt)
     if not constants:
         return None
@@ -119,7 +120,7 @@ def constant_parameters(model, inputs: list, ref: list, forward_seed: int, tol: 
     value leaves the output within tolerance have no effect on it. None: no constant tensor."""
     import torch
 
-    work = copy.deepcopy(model)
+    work = copy_model(model)
     constants = constant_tensors(work)
     if not constants:
         return None
@@ -419,7 +420,7 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
                         t.register_hook(_marking(mask))
             return out
 
-    work = copy.deepcopy(model)
+    work = copy_model(model)
     args = []
     for v in inputs:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
