@@ -26,9 +26,9 @@ from typing import Any
 from . import checks as C
 from . import measure as M
 from . import realcode as R
-from .model_copy import copy_model
 from .measure import GpuLock
 from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
+from .model_copy import copy_model
 
 # Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
 # leaves 0.75**4 of its work unreached in all four, structural deadness all of it.

@@ -2,8 +2,8 @@
 import copy
 
 import torch
-import torch.nn as nn
 from kernelmill.validate.model_copy import copy_model
+from torch import nn
 
 
 class ClosureMLP(nn.Module):
