@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import linecache
 import math
+import os
 import statistics
 import sys
 import time
@@ -266,6 +267,27 @@ class GpuLock:
 
     def shared(self):
         return self._locked(False)
+
+    def since_window_s(self) -> float | None:
+        """Seconds since the last timing window on this GPU ended (any process of this user),
+        None when unknown (no lock, or no window yet)."""
+        if not self.path:
+            return None
+        try:
+            return max(0.0, time.time() - os.stat(self.path + ".hot").st_mtime)
+        except OSError:
+            return None
+
+    def window_ended(self) -> None:
+        """Record that a timing window on this GPU ended now (``since_window_s``)."""
+        if not self.path:
+            return
+        try:
+            with open(self.path + ".hot", "a"):
+                pass
+            os.utime(self.path + ".hot")
+        except OSError:
+            pass
 
     def exclusive(self):
         """Held exclusively; the handle's ``downgrade()`` turns it shared with no gap."""

@@ -50,6 +50,11 @@ class WindowSettings:
     # of its turns is settled too, so a longer turn keeps the settling's share at half).
     round_ms: float | None = None
     warm_ms: float | None = None  # clock warm-up per participant; None: 200 ms CUDA, 0 CPU
+    # A window that begins within this many seconds of the last one's end on the same GPU
+    # (any grader or validator of this user) finds the clocks up: its first participant warms
+    # for ``rewarm_ms`` like the others. Back-to-back windows are the case where the exclusive
+    # window bounds a GPU's grading rate, and the full warm-up was a third of a window.
+    hot_s: float = 1.0
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
     # Untimed work at the start of every turn; None: 40 ms on CUDA, else 0. A kernel at the
     # GPU's power cap (an fp16 GEMM on an H100) runs up to 10% fast for tens of ms after a
@@ -280,10 +285,16 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             group.alone = result["others_stopped"] = True
             result["strays"] = {name: len(c.strays) for name, c in group.active.items()
                                 if c.strays}
+            since = lock.since_window_s()
+            first_warm_ms = warm_ms
+            if warm_ms and since is not None and since < settings.hot_s:
+                first_warm_ms = min(warm_ms, settings.rewarm_ms)
+                result["clocks_hot_s"] = round(since, 3)
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
-                              cap_ms, warm_ms, settle_ms, clock_check, unseen_check)
+                              cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check)
             finally:
+                lock.window_ended()
                 group.alone = False
                 group.everyone()
         for control in group.active.values():

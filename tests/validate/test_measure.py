@@ -677,3 +677,22 @@ def test_the_checks_after_a_window_run_under_the_gpu_lock(tmp_path):
     other.join(10)
     assert window["error"] is None and all(r.ok for r in results.values())
     assert got["at"] >= ended - 0.3, (got["at"], ended)
+
+
+def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_path):
+    """The first participant warms the GPU's clocks for ``warm_ms``, unless a window on the
+    same GPU (the same lock) ended within ``hot_s``: then it warms for ``rewarm_ms`` like the
+    others. A window after a pause, or with ``hot_s`` 0, warms in full."""
+    lock = str(tmp_path / "gpu0")
+    ms = {"reference": 1.0, "candidate": 1.0}
+    timing = {"cap_ms": 60, "warm_ms": 300, "rewarm_ms": 5, "min_reps": 3}
+    first, _ = _window(ms, lock=lock, **timing)
+    assert M.GpuLock(lock).since_window_s() < 5
+    hot, _ = _window(ms, lock=lock, hot_s=60, **timing)
+    cold, _ = _window(ms, lock=lock, hot_s=0, **timing)
+    assert first["error"] is hot["error"] is cold["error"] is None
+    assert "clocks_hot_s" not in first and "clocks_hot_s" not in cold
+    assert 0 <= hot["clocks_hot_s"] < 60
+    assert first["phases_ms"]["warm"] >= 300 and cold["phases_ms"]["warm"] >= 300
+    assert hot["phases_ms"]["warm"] < 150
+    assert M.GpuLock(None).since_window_s() is None
