@@ -642,6 +642,8 @@ def verdict_timing(window: dict, reference: str = "reference",
               "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
               "precise": None if ci is None or limit is None else ci <= limit,
               "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
+    if window.get("clocks_hot_s") is not None:  # the clock warm-up was skipped
+        timing["clocks_hot_s"] = window["clocks_hot_s"]
     # why a forward was not timed as a graph, and one that returned shared memory
     for name, part in (("reference", ref), ("candidate", cand)):
         for key in ("capture_error", "outputs_overlap"):

@@ -36,10 +36,16 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         version = (self.norm.weight._version, self.norm.bias._version)
+        first = self.seen is None
         changed, self.seen = version != self.seen, version
         x = x.contiguous()
         rows, cols = x.shape
         out = torch.empty_like(x)
+        if first:  # both variants compile in the first call (on CUDA no process, and so no
+            # compiler, may start in a later one): the one without the affine step into scratch
+            layer_norm_kernel[(rows,)](x, self.norm.weight, self.norm.bias, torch.empty_like(x),
+                                       cols, x.stride(0), self.norm.eps, AFFINE=False,
+                                       BLOCK=triton.next_power_of_2(cols))
         layer_norm_kernel[(rows,)](x, self.norm.weight, self.norm.bias, out, cols, x.stride(0),
                                    self.norm.eps, AFFINE=changed,
                                    BLOCK=triton.next_power_of_2(cols))
