@@ -418,6 +418,20 @@ def judge_sensitivity(name: str, entries: list[dict], th: dict) -> dict:
                  f" moves at least {value:.1%} of elements")
 
 
+def judge_buffers(measured: dict | None, th: dict) -> dict:
+    """The output depends on each floating-point buffer as on the weights (``judge_sensitivity``);
+    buffers forward writes (running statistics in training mode) are not judged."""
+    if not measured:
+        return check(None, None, "model has no floating-point buffers")
+    written = measured.get("written") or []
+    note = f"; written by forward, not judged: {', '.join(written[:4])}" if written else ""
+    if not measured.get("entries"):
+        return check(None, None, "every floating-point buffer is written by forward" + note)
+    verdict = judge_sensitivity("buffers", measured["entries"], th)
+    verdict["detail"] += note
+    return verdict
+
+
 def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
     """Turn the probe's measurements into checks. Missing measurements become skipped checks."""
     th = {**DEFAULT_THRESHOLDS, **(th or {})}
@@ -458,6 +472,7 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
         checks["weight_sensitive"] = check(None, None, "model has no floating-point parameters")
     else:
         checks["weight_sensitive"] = judge_sensitivity("weights", [ws], th)
+    checks["buffer_sensitive"] = judge_buffers(m.get("buffer_sensitivity"), th)
 
     zf = m["zero_fraction"]
     checks["not_near_zero"] = check(
