@@ -88,3 +88,23 @@ def test_a_reference_that_overflows_under_scaled_inputs_is_never_graded_on_them(
     assert verdict["correct"], (verdict.get("error"),
                                 {k: c for k, c in verdict["checks"].items() if not c["passed"]})
     assert dists and "scaled" not in dists and "affine" in dists, dists
+
+
+def test_the_supported_distributions_travel_through_trl_columns_and_the_verl_export():
+    from kernelmill.grade.service.verl import submission
+    from kernelmill.grade.trl import _records_from_columns
+    from kernelmill.splits.verl import verl_rows
+
+    measured = {"natural": {"supported": True, "noise": 1e-8},
+                "affine": {"supported": True, "noise": 2e-8},
+                "scaled": {"supported": False, "finite": False}}
+    column = [{"name": "natural", "supported": True}, {"name": "affine", "supported": True},
+              {"name": "scaled", "supported": False}]
+    records = _records_from_columns({"atol": [1e-4, 1e-4], "distributions": [column, None]}, 2)
+    assert Policy().distributions_for(records[0]) == ("natural", "affine")
+    assert records[1] == {"validation": {"atol": 1e-4}}  # no column value: every distribution
+    assert Policy().distributions_for(records[1]) == ("natural", "scaled", "affine")
+    row = verl_rows({"exp": {**record(measured), "name": "exp"}})[0]
+    assert row["extra_info"]["calibration"]["distributions"] == column
+    sent = submission("```python\nx = 1\n```", "exp", row["extra_info"])
+    assert Policy().distributions_for(sent["record"]) == ("natural", "affine")
