@@ -117,6 +117,15 @@ def _mixed_error(x64, y64):
     return err.div_(den)
 
 
+def all_finite(outputs: list) -> bool:
+    """No NaN or infinity in any floating-point output (block by block: ``isfinite`` of a whole
+    float32 tensor holds an absolute value and three masks, 1.75 times the tensor)."""
+    import torch
+
+    return all(bool(torch.isfinite(block).all())
+               for t in outputs if t.is_floating_point() for (block,) in _blocks(t))
+
+
 def max_error(a: list, b: list) -> float:
     """max |a-b| / (1+|b|) over all outputs; inf when shapes differ or only one side is NaN."""
     import torch
