@@ -433,9 +433,11 @@ def judge_buffers(measured: dict | None, th: dict) -> dict:
     if not measured:
         return check(None, None, "model has no floating-point buffers")
     written = measured.get("written") or []
-    note = f"; written by forward, not judged: {', '.join(written[:4])}" if written else ""
+    names = ", ".join(written[:4]) + (" ..." if len(written) > 4 else "")
     if not measured.get("entries"):
-        return check(None, None, "every floating-point buffer is written by forward" + note)
+        return check(None, None, f"every floating-point buffer is written by forward ({names}): "
+                     "state the model keeps, not judged")
+    note = f"; written by forward, not judged: {names}" if written else ""
     verdict = judge_sensitivity("buffers", measured["entries"], th)
     verdict["detail"] += note
     return verdict

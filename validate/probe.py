@@ -309,7 +309,8 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
     """Each floating-point buffer perturbed alone (the first ``MOST_BUFFERS``; the rest
     together), on a copy of the model: the fraction of elements that move, as for the weights.
     A buffer that forward writes (a running statistic in training mode: state the model keeps,
-    not an input of its output) is listed as ``written`` and not judged. None: no such buffer."""
+    not an input of its output) is listed as ``written`` and not judged. Every buffer is put
+    back from ``model`` after each forward (no copies of them are kept). None: no such buffer."""
     import torch
 
     work = copy.deepcopy(model)
@@ -317,21 +318,23 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
              if b.is_floating_point() and b.numel() > 0 and not b.is_meta]
     if not named:
         return None
+    originals = dict(model.named_buffers())
     groups = [[item] for item in named[:MOST_BUFFERS]]
     if len(named) > MOST_BUFFERS:
         groups.append(named[MOST_BUFFERS:])
     gen = torch.Generator(device="cpu").manual_seed(sd["weights_alt"] + 1)
     entries, written = [], []
     for group in groups:
-        saved = [b.detach().clone() for _, b in group]
         for _, b in group:
             _perturb_buffer(b, gen)
-        moved = [b.detach().clone() for _, b in group]
+        marks = C.fingerprints([b for _, b in group])
         out = run_forward(work, inputs, sd["forward"], device, clone=copies)
-        wrote = [n for (n, b), v in zip(group, moved) if not torch.equal(b, v)]
+        wrote = [n for (n, _), before, after in
+                 zip(group, marks, C.fingerprints([b for _, b in group]))
+                 if before is not None and before != after]
         with torch.no_grad():
-            for (_, b), v in zip(group, saved):
-                b.copy_(v)
+            for n, b in named:
+                b.copy_(originals[n])
         written += wrote
         judged = [n for n, _ in group if n not in wrote]
         if judged:

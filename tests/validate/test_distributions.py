@@ -102,3 +102,11 @@ def test_batchnorm_in_training_mode_writes_its_running_statistics_and_they_are_n
     assert sorted(m["buffer_sensitivity"]["written"]) == ["bn.running_mean", "bn.running_var"]
     assert checks["buffer_sensitive"]["passed"] is None
     assert C.summarize(checks)[0], {f: checks[f]["detail"] for f in C.summarize(checks)[1]}
+
+
+def test_an_ignored_buffer_beside_written_running_statistics_still_fails():
+    init = BATCHNORM + '        self.register_buffer("shift", torch.randn(128))\n'
+    _m, checks = probe(problem("torch.relu(self.bn(self.linear(x)))", init))
+    verdict = checks["buffer_sensitive"]
+    assert verdict["passed"] is False and "buffer shift" in verdict["detail"], verdict
+    assert "written by forward, not judged: bn.running_mean, bn.running_var" in verdict["detail"]
