@@ -129,19 +129,22 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                     self._locks.pop(old_key, None)
             return run
 
-    def fresh_reference(self, source: str, *, slot_env: dict | None = None) -> ReferenceRun:
+    def fresh_reference(self, source: str, *, slot_env: dict | None = None,
+                        dists: tuple[str, ...] | None = None) -> ReferenceRun:
         """A reference run for ONE submission: weights and every trial's inputs drawn from new
         secret seeds, so no submission is graded on inputs another one saw (or left answers
-        for). Only the per-source timing figures (eager/Inductor on CUDA) are shared."""
-        run = self._run_reference(source, slot_env, timed=False)
+        for). Only the per-source timing figures (eager/Inductor on CUDA) are shared.
+        ``dists``: the input distributions its trials cycle over (default: the policy's)."""
+        run = self._run_reference(source, slot_env, timed=False, dists=dists)
         if self.policy.time and self.policy.use_inductor(self.device):
             run.value.update(self.inductor_timing(source, slot_env=slot_env))
         return run
 
-    def _fresh_seeds(self) -> dict:
-        """One submission's secret seeds: its weights' and each trial's (and distribution)."""
+    def _fresh_seeds(self, dists: tuple[str, ...] | None = None) -> dict:
+        """One submission's secret seeds: its weights' and each trial's (and distribution, of
+        ``dists``; default: the policy's)."""
         policy = self.policy
-        dists = policy.distributions or ("natural",)
+        dists = dists or policy.distributions or ("natural",)
         shown = max(1, policy.trials)
         hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
         # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
@@ -159,10 +162,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         return {"init_seed": secrets.randbelow(2**31 - 2),
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
-    def _run_reference(self, source: str, slot_env: dict | None,
-                       timed: bool = True) -> ReferenceRun:
+    def _run_reference(self, source: str, slot_env: dict | None, timed: bool = True,
+                       dists: tuple[str, ...] | None = None) -> ReferenceRun:
         policy = self.policy
-        payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(),
+        payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(dists),
                    "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
@@ -213,13 +216,14 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         with self._lock:
             self._reference_bytes[source] = _tensor_bytes(value)
 
-    def _fresh_batch(self, source: str, count: int, slot_env: dict | None) -> list[ReferenceRun]:
+    def _fresh_batch(self, source: str, count: int, slot_env: dict | None,
+                     dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source`` from ONE worker (one process, one CUDA
         context): each its own secret seeds, weights and inputs, as ``fresh_reference``."""
         if count == 1:
-            return [self.fresh_reference(source, slot_env=slot_env)]
+            return [self.fresh_reference(source, slot_env=slot_env, dists=dists)]
         policy = self.policy
-        runs = [self._fresh_seeds() for _ in range(count)]
+        runs = [self._fresh_seeds(dists) for _ in range(count)]
         payload = {"source": source, "device": self.worker_device, "runs": runs,
                    "time": False, "inductor": False, "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
@@ -301,7 +305,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                                        for source in candidate_sources]
         pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if pending:
-            references = self._fresh_references(size.source, len(pending), slot_env)
+            # only the input distributions the record's validation found the reference stable
+            # under (T-19)
+            references = self._fresh_references(size.source, len(pending), slot_env,
+                                                 self.policy.distributions_for(record))
             if on_references is not None:
                 on_references()
             after_reference = time.monotonic()
@@ -320,8 +327,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             verdict["resized"] = size.factor
         return verdicts
 
-    def _fresh_references(self, source: str, count: int,
-                          slot_env: dict | None) -> list[ReferenceRun]:
+    def _fresh_references(self, source: str, count: int, slot_env: dict | None,
+                          dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source``, in workers side by side. Once a run of
         this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
         tensors (a group of small problems: one worker, not eight CUDA contexts, which a
@@ -331,7 +338,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
         sizes = [len(part) for part in _split(range(count), per_worker)]
         # a ReferenceError is the problem's: it reaches the caller
-        batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env), sizes)
+        batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env, dists), sizes)
         return [run for batch in batches for run in batch]
 
     def _unrun_verdict(self, findings: list[str], by: str, **fields) -> dict | None:

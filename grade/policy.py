@@ -194,7 +194,8 @@ class Policy:
     # derived distributions); plus one refilled buffer and one repeat
     trials: int = 4
     # cycled over the trials (``worker.inputs.transform``): the problem's own draws, floats
-    # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted
+    # scaled far (T-19: a kernel that assumes its inputs' range), floats scaled and shifted;
+    # of a record, only those its validation supports (``distributions_for``)
     distributions: tuple[str, ...] = ("natural", "scaled", "affine")
     # every trial under a model state re-drawn from the constructor's (T-18, ``worker.state``;
     # loaded into both models at construction), and ``state_trials`` checked trials, from the
@@ -294,6 +295,19 @@ class Policy:
 
     def use_inductor(self, device: str) -> bool:
         return device.startswith("cuda") if self.inductor is None else self.inductor
+
+    def distributions_for(self, record: dict | None = None) -> tuple[str, ...]:
+        """``distributions`` less those the record's validation marks unsupported (the
+        reference not finite, or its float32 noise too near the tolerance, under them:
+        ``validate.distributions``). The problem's own draws, and a distribution the record
+        did not measure, stay; a record without the field keeps them all."""
+        wanted = self.distributions or ("natural",)
+        measured = ((record or {}).get("validation") or {}).get("distributions")
+        if not isinstance(measured, dict):
+            return wanted
+        kept = tuple(d for d in wanted if d == "natural" or not isinstance(measured.get(d), dict)
+                     or measured[d].get("supported") is not False)
+        return kept or ("natural",)
 
     def tolerance(self, dtype: str, record: dict | None = None) -> tuple[float, float]:
         validation = (record or {}).get("validation") or {}

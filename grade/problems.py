@@ -13,7 +13,9 @@ grader takes (``id``, ``source``, ``validation`` with the calibrated tolerances)
 carries its calibration (``atol``, ``rtol``, ``roofline_ms``, ``eager_ms``,
 ``calibration_device``, ``calibration_scale``); they land in the record's ``validation`` section
 under the names the validator uses (``resized`` is the calibration scale), so grading a published
-row and grading the record it came from use the same tolerances at the same size.
+row and grading the record it came from use the same tolerances at the same size. Its
+``distributions`` column (``[{name, supported}]``) becomes ``validation.distributions``: the
+grader draws trials only under the supported ones (``Policy.distributions_for``).
 """
 from __future__ import annotations
 
@@ -31,6 +33,36 @@ log = logging.getLogger("kernelmill")
 CALIBRATION_COLUMNS = {"atol": "atol", "rtol": "rtol", "roofline_ms": "roofline_ms",
                        "eager_ms": "eager_ms", "calibration_device": "device",
                        "calibration_scale": "resized"}
+# dataset column: the grading input distributions validation measured, each supported or not
+DISTRIBUTIONS_COLUMN = "distributions"
+
+
+def distributions_column(validation: dict | None) -> list[dict] | None:
+    """``validation.distributions`` as the dataset column: ``[{name, supported}]``; None where
+    the record was not measured."""
+    measured = (validation or {}).get("distributions")
+    if not isinstance(measured, dict):
+        return None
+    return [{"name": str(name), "supported": entry.get("supported") is True}
+            for name, entry in measured.items() if isinstance(entry, dict)]
+
+
+def distributions_from_column(value: Any) -> dict | None:
+    """The dataset column back as ``validation.distributions`` (None: no column value)."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    return {str(e["name"]): {"supported": e.get("supported") is True}
+            for e in value if isinstance(e, dict) and e.get("name")}
+
+
+def calibration_of_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A dataset row's calibration columns as the record's ``validation`` section."""
+    validation = {key: row[column] for column, key in CALIBRATION_COLUMNS.items()
+                  if row.get(column) is not None}
+    distributions = distributions_from_column(row.get(DISTRIBUTIONS_COLUMN))
+    if distributions is not None:
+        validation["distributions"] = distributions
+    return validation
 
 
 def record_from_row(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -39,17 +71,16 @@ def record_from_row(row: dict[str, Any]) -> dict[str, Any] | None:
         return row
     if not (isinstance(row.get("problem_id"), str) and isinstance(row.get("reference"), str)):
         return None
-    validation = {key: row[column] for column, key in CALIBRATION_COLUMNS.items()
-                  if row.get(column) is not None}
     return {"id": row["problem_id"], "source": row["reference"], "name": row.get("name"),
             "category": row.get("category"), "level": row.get("level"),
-            "validation": validation}
+            "validation": calibration_of_row(row)}
 
 
 def _parquet_rows(paths: Iterable[Path]) -> Iterator[dict]:
     import pyarrow.parquet as pq
 
-    columns = ["problem_id", "reference", "name", "category", "level", *CALIBRATION_COLUMNS]
+    columns = ["problem_id", "reference", "name", "category", "level", *CALIBRATION_COLUMNS,
+               DISTRIBUTIONS_COLUMN]
     for path in paths:
         table = pq.read_table(path)
         present = [c for c in columns if c in table.column_names]

@@ -40,7 +40,7 @@ from kernelmill.core.record import Verdict
 
 from .grader import Grader, ReferenceError
 from .policy import Policy
-from .problems import CALIBRATION_COLUMNS
+from .problems import CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN, calibration_of_row
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -333,11 +333,10 @@ _DEFAULT = []
 def _records_from_columns(columns: dict, n: int) -> list[dict | None]:
     """The calibration a published dataset carries per row (tolerances, roofline bound, the
     size they hold at), in the record form the grader reads (``grade/problems.py``)."""
-    names = [c for c in CALIBRATION_COLUMNS if c in columns]
+    names = [c for c in (*CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN) if c in columns]
     records: list[dict | None] = []
     for i in range(n):
-        values = {CALIBRATION_COLUMNS[c]: columns[c][i] for c in names
-                  if columns[c][i] is not None}
+        values = calibration_of_row({c: columns[c][i] for c in names})
         records.append({"validation": values} if values else None)
     return records
 

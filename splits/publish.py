@@ -29,6 +29,7 @@ from kernelmill.core.record import Record
 from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import read_records
+from kernelmill.grade.problems import distributions_column
 
 from .contamination import describe_benchmark
 from .prompt import TEMPLATE_VERSION, prompt_messages
@@ -51,6 +52,7 @@ def _features():
         "eager_ms": f, "inductor_ms": f, "inductor_speedup": f, "flops": f, "bytes": f,
         "roofline_ms": f, "atol": f, "rtol": f,
         "calibration_device": s, "calibration_scale": f, "calibration_numel": Value("int64"),
+        "distributions": List({"name": s, "supported": b}),
         "family": s, "cluster": i, "structural_key": s, "near_group": s,
         "contamination": {"action": s, "matches": List({
             "benchmark": s, "item": s, "item_name": s, "key": s, "score": f})},
@@ -92,6 +94,9 @@ DESCRIPTIONS: dict[str, str] = {
     "calibration_scale": ("factor the reference's size constants were scaled by before measuring "
                           "(synth.resize; null: measured at the published size)"),
     "calibration_numel": "largest tensor's element count at the calibration size (static estimate)",
+    "distributions": ("the grader's input distributions, each supported where the reference stays "
+                      "finite and its float32 noise within a quarter of the tolerance under it; "
+                      "the grader draws trials only under supported ones (null: not measured)"),
     "family": "split family: problems sharing it are all in one split",
     "cluster": "cluster id (0 = largest)",
     "structural_key": "hash of the size-abstracted op stream",
@@ -275,6 +280,7 @@ def row(record: Record) -> dict[str, Any]:
         **{k: _float(v.get(k)) for k in ("eager_ms", "inductor_ms", "inductor_speedup", "flops",
                                          "bytes", "roofline_ms", "atol", "rtol")},
         **calibration(record),
+        "distributions": distributions_column(v),
         "family": family_of(record),
         "cluster": record.cluster,
         "structural_key": dedup.get("structural_key"),

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelmill.grade.problems import CALIBRATION_COLUMNS
+from kernelmill.grade.problems import (
+    CALIBRATION_COLUMNS,
+    DISTRIBUTIONS_COLUMN,
+    distributions_column,
+)
 
 from .prompt import prompt_messages
 
@@ -27,6 +31,7 @@ def _calibration(record: dict) -> dict:
             out[column] = None if value is None else str(value)
         else:
             out[column] = None if value is None or isinstance(value, bool) else float(value)
+    out[DISTRIBUTIONS_COLUMN] = distributions_column(validation)
     return out
 
 
@@ -46,8 +51,10 @@ def verl_schema():
     import pyarrow as pa
 
     text = pa.string()
-    calibration = pa.struct([(column, text if column == "calibration_device" else pa.float64())
-                             for column in CALIBRATION_COLUMNS])
+    calibration = pa.struct(
+        [(column, text if column == "calibration_device" else pa.float64())
+         for column in CALIBRATION_COLUMNS] +
+        [(DISTRIBUTIONS_COLUMN, pa.list_(pa.struct([("name", text), ("supported", pa.bool_())])))])
     return pa.schema([
         ("data_source", text),
         ("prompt", pa.list_(pa.struct([("role", text), ("content", text)]))),

@@ -117,6 +117,15 @@ def _mixed_error(x64, y64):
     return err.div_(den)
 
 
+def all_finite(outputs: list) -> bool:
+    """No NaN or infinity in any floating-point output (block by block: ``isfinite`` of a whole
+    float32 tensor holds an absolute value and three masks, 1.75 times the tensor)."""
+    import torch
+
+    return all(bool(torch.isfinite(block).all())
+               for t in outputs if t.is_floating_point() for (block,) in _blocks(t))
+
+
 def max_error(a: list, b: list) -> float:
     """max |a-b| / (1+|b|) over all outputs; inf when shapes differ or only one side is NaN."""
     import torch
@@ -418,6 +427,22 @@ def judge_sensitivity(name: str, entries: list[dict], th: dict) -> dict:
                  f" moves at least {value:.1%} of elements")
 
 
+def judge_buffers(measured: dict | None, th: dict) -> dict:
+    """The output depends on each floating-point buffer as on the weights (``judge_sensitivity``);
+    buffers forward writes (running statistics in training mode) are not judged."""
+    if not measured:
+        return check(None, None, "model has no floating-point buffers")
+    written = measured.get("written") or []
+    names = ", ".join(written[:4]) + (" ..." if len(written) > 4 else "")
+    if not measured.get("entries"):
+        return check(None, None, f"every floating-point buffer is written by forward ({names}): "
+                     "state the model keeps, not judged")
+    note = f"; written by forward, not judged: {names}" if written else ""
+    verdict = judge_sensitivity("buffers", measured["entries"], th)
+    verdict["detail"] += note
+    return verdict
+
+
 def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
     """Turn the probe's measurements into checks. Missing measurements become skipped checks."""
     th = {**DEFAULT_THRESHOLDS, **(th or {})}
@@ -458,6 +483,7 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
         checks["weight_sensitive"] = check(None, None, "model has no floating-point parameters")
     else:
         checks["weight_sensitive"] = judge_sensitivity("weights", [ws], th)
+    checks["buffer_sensitive"] = judge_buffers(m.get("buffer_sensitivity"), th)
 
     zf = m["zero_fraction"]
     checks["not_near_zero"] = check(

@@ -207,7 +207,7 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     themselves unless the forward writes into them (``mutates_inputs``: then each forward gets
     a copy, ``c``); the fp64 stage holds the fp64 inputs, model and forward, and the output only
     when it is smaller than ``REMAKE_BYTES`` (a larger one is made again after, beside the fp64
-    output: ``fp64 compare``); the checks
+    output: ``fp64 compare``; the grading distributions keep it beside theirs); the checks
     add ``checks.CHUNK``-sized fp64 temporaries (``blocks``). ``tests/validate/test_memory.py``
     keeps the estimate above the measured peak. ``base``: what the worker holds besides
     tensors (a CUDA context; ``HOST_BASE_BYTES`` on CPU)."""
@@ -225,6 +225,9 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
         "rebuild": 2 * p + 2 * i + o + act,
         "fp64": p * (2 + w) + max(i * (1 + w), i * w + act * w) + kept,
         "fp64 compare": p + o * w + i + act,
+        # each grading distribution: as the fp64 stage, then its fp64 output beside a scaled
+        # draw's fp32 forward, with the probe's own output where it is kept
+        "distributions": p + o * w + i + act + kept,
         "sensitivity": p + (2 + c) * i + per_input * o + act,
         "weights": 2 * p + (1 + c) * i + o + act,  # the ablations too
         "degeneracy": p + 2 * i + 2 * o,

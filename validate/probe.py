@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checks as C
+from . import distributions as D
 from . import measure as M
 from . import realcode as R
 from .measure import GpuLock
@@ -283,6 +284,69 @@ def _perturbed(model, seed: int):
     return alt
 
 
+# Floating-point buffers perturbed one at a time (a forward each); any beyond these, together.
+MOST_BUFFERS = 8
+
+
+def _perturb_buffer(t, gen) -> None:
+    """``t`` moved by noise of its own scale: a buffer of positive values (a running variance,
+    a scale) multiplied by ``exp(N(0, 1/4))`` so it stays positive; any other as ``_perturbed``
+    moves a parameter."""
+    import torch
+
+    with torch.no_grad():
+        noise = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device)
+        if bool((t > 0).all()):
+            t.mul_((noise * 0.5).exp_().to(t.dtype))
+            return
+        std = float(t.float().std()) if t.numel() > 1 else 0.0
+        scale = 0.5 * (std if std > 0 and math.isfinite(std) else
+                       max(1.0, float(t.float().abs().mean())))
+        t.add_((noise * scale).to(t.dtype))
+
+
+def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
+                        copies: bool) -> dict | None:
+    """Each floating-point buffer perturbed alone (the first ``MOST_BUFFERS``; the rest
+    together), on a copy of the model: the fraction of elements that move, as for the weights.
+    A buffer that forward writes (a running statistic in training mode: state the model keeps,
+    not an input of its output) is listed as ``written`` and not judged. Every buffer is put
+    back from ``model`` after each forward (no copies of them are kept). None: no such buffer."""
+    import torch
+
+    work = copy.deepcopy(model)
+    named = [(n, b) for n, b in work.named_buffers()
+             if b.is_floating_point() and b.numel() > 0 and not b.is_meta]
+    if not named:
+        return None
+    originals = dict(model.named_buffers())
+    groups = [[item] for item in named[:MOST_BUFFERS]]
+    if len(named) > MOST_BUFFERS:
+        groups.append(named[MOST_BUFFERS:])
+    gen = torch.Generator(device="cpu").manual_seed(sd["weights_alt"] + 1)
+    entries, written = [], []
+    for group in groups:
+        for _, b in group:
+            _perturb_buffer(b, gen)
+        marks = C.fingerprints([b for _, b in group])
+        out = run_forward(work, inputs, sd["forward"], device, clone=copies)
+        wrote = [n for (n, _), before, after in
+                 zip(group, marks, C.fingerprints([b for _, b in group]))
+                 if before is not None and before != after]
+        with torch.no_grad():
+            for n, b in named:
+                b.copy_(originals[n])
+        written += wrote
+        judged = [n for n, _ in group if n not in wrote]
+        if judged:
+            label = (f"buffer {judged[0]}" if len(judged) == 1 else
+                     f"buffers {', '.join(judged[:4])}" + (" ..." if len(judged) > 4 else ""))
+            entries.append({"label": label,
+                            "fraction": C.mismatch_fraction(out, ref, tol, margin)})
+        del out
+    return {"entries": entries, "written": written, "total": len(named)}
+
+
 def _model_like(ns: dict, sd: dict[str, int], reference):
     """A model of ``ns``'s class holding ``reference``'s parameters and buffers, built on the
     meta device (no weight init, no copies); raises when that cannot reproduce the model."""
@@ -484,9 +548,17 @@ def probe_problem(payload: dict) -> dict:
     with _section(lock, device, "fp64 reference"):
         slots, inputs, ref = {"inputs": inputs, "ref": ref}, None, None
         m["tolerance"] = _calibrate(model, slots, remake, m, sd, device, floor, cfg)
+        if m["tolerance"].get("noise") is not None:
+            # reproducible (float64 ran): the draws are let go while the distributions run, as
+            # during the calibration, and made again after
+            slots["inputs"] = None
+            if _nbytes(slots["ref"] or []) >= REMAKE_BYTES:
+                slots["ref"] = None
+    tol = m["tolerance"]["tol"]
+    with _section(lock, device, "distributions"):
+        m["distributions"] = _distributions(model, draw, m, sd, device)
         remake(slots)
         inputs, ref = slots["inputs"], slots["ref"]
-    tol = m["tolerance"]["tol"]
 
     with _section(lock, device, "sensitivity"):
         alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
@@ -502,6 +574,8 @@ def probe_problem(payload: dict) -> dict:
             m["weight_sensitivity"] = {"label": "all parameters",
                                        "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
+        m["buffer_sensitivity"] = _buffer_sensitivity(model, inputs, ref, sd, device, tol,
+                                                      margin, copies)
 
     with _section(lock, device, "degeneracy"):
         m["zero_fraction"] = C.zero_fraction(ref, tol)
@@ -635,6 +709,81 @@ def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device
     if not m["finite"]:
         cal["within_cap"] = False
     return cal
+
+
+def _distributions(model, draw: Callable[[], list], m: dict, sd, device) -> dict:
+    """Per grading distribution (``distributions.DISTRIBUTIONS``): the reference's output under
+    it finite or not, its float32 error against float64 (``noise``, as the calibration measures
+    the problem's own draws) and ``supported``: finite, and noise at most ``NOISE_SHARE`` of the
+    calibrated tolerance. The problem's own draws are always supported (its tolerance was
+    calibrated there). Without a float64 reference (the calibration had none) only finiteness
+    decides. Each distribution holds what the calibration held: the float64 forward runs first,
+    then the float32 one on a fresh draw (the same seed, the same values)."""
+    cal = m["tolerance"]
+    limit = D.NOISE_SHARE * cal["tol"]
+    found: dict[str, dict] = {}
+    for dist, (scale, shift) in D.DISTRIBUTIONS.items():
+        if dist == "natural":
+            noise = cal.get("noise")
+            found[dist] = {"supported": True, "finite": m["finite"],
+                           "noise": None if noise is None else float(f"{noise:.3g}")}
+            continue
+        try:
+            found[dist] = _under(model, draw, scale, shift, cal.get("noise") is not None, limit,
+                                 sd, device)
+        except Exception as exc:
+            if _device_poisoned(exc):
+                raise
+            found[dist] = {"supported": False, "finite": None, "noise": None,
+                           "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+        found[dist]["limit"] = float(f"{limit:.3g}")
+    return found
+
+
+def _scaled_inputs(inputs: list, scale: float, shift: float) -> list:
+    """Every floating-point input of a fresh draw times ``scale`` plus ``shift``, in its own
+    dtype, rounded as the grader's worker makes a trial's inputs: in place (no second copy of
+    the inputs), unless two inputs share memory or one cannot be written."""
+    import torch
+
+    floats = [k for k, v in enumerate(inputs)
+              if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    storages = [inputs[k].untyped_storage().data_ptr() for k in floats]
+    in_place = len(set(storages)) == len(storages)
+    for k in floats:
+        v = inputs[k]
+        if in_place:
+            try:
+                v.mul_(scale).add_(shift)
+                continue
+            except RuntimeError:  # an expanded view, a leaf that requires grad
+                pass
+        inputs[k] = v * scale + shift
+    return inputs
+
+
+def _under(model, draw, scale: float, shift: float, fp64: bool, limit: float, sd,
+           device) -> dict:
+    ref64 = None
+    if fp64:
+        inputs = _scaled_inputs(draw(), scale, shift)
+        _to_double_in_place(inputs)
+        model64 = copy.deepcopy(model).double()
+        ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
+        del model64, inputs
+    ref = run_forward(model, _scaled_inputs(draw(), scale, shift), sd["forward"], device,
+                      clone=False)
+    finite = C.all_finite(ref)
+    noise = None
+    if ref64 is not None:
+        noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
+                                  for t, r in zip(ref, ref64)]) \
+            if C.shapes_equal(ref, ref64) else math.inf
+    del ref, ref64
+    stable = noise is None or noise <= limit
+    return {"supported": finite and stable, "finite": finite,
+            "noise": None if noise is None or not math.isfinite(noise) else
+            float(f"{noise:.3g}")}
 
 
 def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[dict]:

@@ -669,6 +669,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         "roofline_ms": roof["roofline_ms"] if roof else None,
         "headroom": roof["headroom"] if roof else None,
         "atol": tol, "rtol": tol,
+        # per grading distribution: finite, float32 noise, supported (grade.policy reads it)
+        "distributions": m.get("distributions"),
         "difficulty": difficulty(compute, inductor_speedup=speedup,
                                  headroom=roof["headroom"] if roof else None),
         "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,

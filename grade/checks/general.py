@@ -72,8 +72,9 @@ def not_the_constructors_answer(ctx):
 @register(H.NOT_GENERAL, threat="T-19", layer=Layer.BEHAVIOURAL, scope="run")
 def right_on_other_input_ranges(ctx):
     """Right on the problem's own input draws, wrong on the same inputs scaled or shifted
-    (``worker.inputs.DISTRIBUTIONS``) where the reference stays finite: a kernel that assumes
-    its inputs' range (a softmax without its max subtracted, a clamp, a lookup table)."""
+    (``validate.distributions``; those the record's validation supports) where the reference
+    stays finite: a kernel that assumes its inputs' range (a softmax without its max
+    subtracted, a clamp, a lookup table)."""
     same = [v for v in ctx.views if not _moved(ctx, v)]
     natural = [v for v in same if v.trial.get("dist", "natural") == "natural"]
     wrong = next((v for v in same if v.trial.get("dist", "natural") != "natural" and not v.ok

@@ -11,7 +11,7 @@ takes numbers only).
 from __future__ import annotations
 
 # absolute imports: verl loads this file by its path, as a module outside any package
-from kernelmill.grade.problems import CALIBRATION_COLUMNS
+from kernelmill.grade.problems import calibration_of_row
 from kernelmill.grade.service.client import ServiceClient, ServiceError, score
 from kernelmill.grade.trl import extract_code
 
@@ -31,10 +31,7 @@ def submission(solution_str: str, ground_truth, extra_info: dict | None) -> dict
            "problem_id": str(ground_truth)}
     if isinstance(info.get("reference"), str):
         row["reference"] = info["reference"]
-        calibration = info.get("calibration") or {}
-        row["record"] = {"validation": {key: calibration[column] for column, key in
-                                        CALIBRATION_COLUMNS.items()
-                                        if calibration.get(column) is not None}}
+        row["record"] = {"validation": calibration_of_row(info.get("calibration") or {})}
     return row
 
 

@@ -3,6 +3,7 @@ by the trial's distribution, moved between the host and the device."""
 from __future__ import annotations
 
 import torch
+from kernelmill.validate.distributions import DISTRIBUTIONS
 
 from .guards.originals import _Tensor, _tensor_detach, _tensor_to, _type
 from .seeding import _manual_seed
@@ -17,17 +18,9 @@ def to_cpu(value):
     return _tensor_to(_tensor_detach(value), "cpu", copy=True)
 
 
-# Input distributions beyond the problem's own draws (T-19), as (scale, shift) of every
-# floating-point input; integer and boolean inputs (indices, masks) are left as drawn. A
-# positive scale and shift keep a domain of positive values one, and ``scaled`` reaches
-# magnitudes where a kernel that assumes its inputs' range breaks (exp past float32's range: a
-# softmax without its max subtracted, at logits over ~88, on a row of ten as of thousands)
-# while well-conditioned work does not (a shift of twice the spread: a variance taken as
-# E[x^2] - E[x]^2 loses a factor of 5, not 5 digits).
-# A trial whose reference is not finite is left out (``tasks._reference_trials``).
-DISTRIBUTIONS = {"natural": (1.0, 0.0), "affine": (3.0, 2.0), "scaled": (32.0, 64.0)}
-
-
+# Input distributions beyond the problem's own draws (T-19): the table the validator measured
+# each problem under (``validate.distributions``). A trial whose reference is not finite is left
+# out (``tasks._reference_trials``).
 def transform(values: list, dist: str) -> list:
     """A trial's inputs under distribution ``dist`` (``DISTRIBUTIONS``)."""
     scale, shift = DISTRIBUTIONS[dist]

@@ -9,6 +9,7 @@ from kernelmill.app.cli import main
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.record import Record
 from kernelmill.core.store import JsonlWriter, read_jsonl
+from kernelmill.grade.policy import Policy
 from kernelmill.grade.problems import load_problems
 from kernelmill.splits.publish import publish_dataset
 from kernelmill.splits.split import split_file
@@ -29,7 +30,10 @@ def dataset(tmp_path):
                Record.from_source(read("ref_row_sum"), name="row_sum", category="reduction")]
     records[0] = Record.from_dict({**records[0].to_dict(), "validation": {
         "device": "cpu", "passed": True, "atol": 1e-5, "rtol": 1e-5, "resized": 1 / 128,
-        "eager_ms": 0.2}})
+        "eager_ms": 0.2, "distributions": {
+            "natural": {"supported": True, "finite": True, "noise": 1e-8},
+            "affine": {"supported": True, "finite": True, "noise": 2e-8, "limit": 2.5e-6},
+            "scaled": {"supported": False, "finite": False, "noise": None, "limit": 2.5e-6}}}})
     with JsonlWriter(tmp_path / "curated.jsonl") as writer:
         for r in records:
             writer.write(r)
@@ -44,9 +48,15 @@ def test_problems_load_from_every_published_form(tmp_path, dataset):
     assert set(from_folder) == set(ids.values())
     big = from_folder[ids["scale_add_big"]]
     assert f"N = {BIG}" in big["source"]
-    # the calibration travels: tolerances and the size they hold at
+    # the calibration travels: tolerances, the size they hold at, the supported distributions
     assert big["validation"] == {"atol": 1e-5, "rtol": 1e-5, "eager_ms": 0.2,
-                                 "device": "cpu", "resized": 1 / 128}
+                                 "device": "cpu", "resized": 1 / 128, "distributions": {
+                                     "natural": {"supported": True},
+                                     "affine": {"supported": True},
+                                     "scaled": {"supported": False}}}
+    assert Policy().distributions_for(big) == ("natural", "affine")
+    # a row validated before the field: every distribution, as before
+    assert "distributions" not in from_folder[ids["row_sum"]]["validation"]
     parquet = sorted((folder / "data").glob("*.parquet"))
     rows = [r for p in parquet for r in pq.read_table(p).to_pylist()]
     with JsonlWriter(tmp_path / "rows.jsonl", key="problem_id") as writer:

@@ -138,8 +138,9 @@ def test_the_estimate_and_the_probe_agree_on_whether_the_forward_writes_its_inpu
 def test_a_forward_that_leaves_its_inputs_alone_runs_on_them_without_copies(monkeypatch):
     """The probe's peak for one elementwise input, in inputs' worth: the output, a second
     output, the alt draw and its output at most (the fp64 stage keeps the output, smaller than
-    ``REMAKE_BYTES`` here, beside two fp64 tensors: five). It held seven and a half when every
-    forward had copies."""
+    ``REMAKE_BYTES`` here, beside two fp64 tensors: five; a grading distribution keeps it beside
+    its fp64 output and a scaled draw's fp32 forward: five too). It held seven and a half when
+    every forward had copies."""
     monkeypatch.setattr(P.C, "CHUNK", 1 << 12)  # the checks' fixed-size blocks, out of the way
     source = ELEMENTWISE.replace("FORWARD", "return torch.relu(x)")
     inputs_bytes = 1024 * 1024 * 4

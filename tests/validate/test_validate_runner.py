@@ -63,6 +63,9 @@ def test_validate_file_survives_crashes_and_malformed_input(tmp_path):
     assert seed["aten_ops"] == ["aten._softmax"]
     assert seed["difficulty"]["tier"] in ("easy", "medium", "hard")
     assert seed["eager_ms"] > 0 and seed["flops"] is not None
+    # the grading distributions it stays stable under, for the grader (grade.policy)
+    assert set(seed["distributions"]) == {"natural", "affine", "scaled"}
+    assert all(d["supported"] and d["finite"] for d in seed["distributions"].values())
 
 
 def test_a_hanging_problem_times_out_with_a_failed_record():
