@@ -314,7 +314,7 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
     back from ``model`` after each forward (no copies of them are kept). None: no such buffer."""
     import torch
 
-    work = copy.deepcopy(model)
+    work = copy_model(model)
     named = [(n, b) for n, b in work.named_buffers()
              if b.is_floating_point() and b.numel() > 0 and not b.is_meta]
     if not named:
@@ -768,7 +768,7 @@ def _under(model, draw, scale: float, shift: float, fp64: bool, limit: float, sd
     if fp64:
         inputs = _scaled_inputs(draw(), scale, shift)
         _to_double_in_place(inputs)
-        model64 = copy.deepcopy(model).double()
+        model64 = copy_model(model).double()
         ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
         del model64, inputs
     ref = run_forward(model, _scaled_inputs(draw(), scale, shift), sd["forward"], device,
