@@ -12,6 +12,8 @@
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
+#        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
+#        SERVE_ARGS, default "--actors 8 --skip-load")
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
@@ -131,6 +133,10 @@ for part in $parts; do
                 2>&1 | tee "$out/ray_scaling.log"
               # every run's result with its verdicts, for `ray_scaling.py --table` here
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
+    # SERVE_ARGS: benchmarks/serve_throughput.py's flags (the service against the batch grader)
+    # shellcheck disable=SC2086 — SERVE_ARGS is a list of flags
+    serve)    python3 benchmarks/serve_throughput.py --device cuda ${SERVE_ARGS:---actors 8 --skip-load} \
+                2>&1 | tee "$out/serve_throughput.log" ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
     # the timing graph and forwards that share work between its calls; CAPTURE_CASES: hostile
     # cases graded alone on CUDA beside it (their verdicts say why a graph was not used)
