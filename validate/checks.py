@@ -691,15 +691,52 @@ def judge_real_code(m: dict, th: dict) -> dict[str, dict]:
     }
 
 
+# What the probe measures of a forward's host syncs, carried beside the eager timing wherever
+# it is taken: the count, the source's host reads in forward's loops, and ``device_work``.
+SYNC_KEYS = ("host_syncs", "syncs_in_loops", "device_work")
+
+
+def host_wait_ratio(eager_ms: float, busy_ms: float) -> float:
+    """The time a forward's GPU waits on the host (for launches and for syncs alike) per ms it
+    is busy: its eager time less its kernels' busy time, over that busy time. For a forward that
+    never waits for the GPU this is its host issue time over its GPU time (the host issues while
+    the GPU works, and the GPU waits where the host falls behind), so both are judged against
+    one threshold."""
+    if busy_ms <= 0:
+        return math.inf
+    return max(0.0, eager_ms - busy_ms) / busy_ms
+
+
 def judge_launch(timing: dict, max_ratio: float) -> dict:
-    """Host time to issue forward over its GPU time: near 1 means the GPU waits on launches."""
+    """Host time to issue forward over its GPU time: near 1 means the GPU waits on launches.
+    A forward that syncs with the host (``host_syncs``) cannot be timed as a CUDA graph and its
+    host time includes the waits: it is judged by ``host_wait_ratio`` of its eager time and its
+    kernels' busy time (``device_work``), so a launch-bound loop with a sync per step fails
+    like one without."""
     ratio, ms = timing.get("launch_ratio"), timing["eager_ms"]
     if timing.get("host_syncs"):
-        return check(None, ratio, f"forward waits for the GPU {timing['host_syncs']} time(s) "
-                     "(.item(), nonzero, boolean masks): host time is not launch overhead")
+        return _judge_syncing_launch(timing, max_ratio)
     ok = ratio is not None and ratio <= max_ratio
     return check(ok, ratio, f"host issue time {_fmt(timing.get('host_ms'))} ms vs GPU "
                  f"{ms:.4g} ms" + ("" if ok else " (launch-overhead bound)"))
+
+
+def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:
+    ms, syncs, work = timing["eager_ms"], timing["host_syncs"], timing.get("device_work")
+    head = f"forward waits for the GPU {syncs} time(s)"
+    if not work or work.get("busy_ms") is None:
+        why = (work or {}).get("error", "not measured")
+        return check(None, None, f"{head} (.item(), .cpu(), nonzero, boolean masks) and its "
+                     f"kernels' time is unknown ({why}): host time is not launch overhead")
+    busy = work["busy_ms"]
+    ratio = host_wait_ratio(ms, busy)
+    ok = ratio <= max_ratio
+    loops = timing.get("syncs_in_loops") or []
+    return check(ok, ratio, f"{head} and launches {work['kernels']} kernel(s); GPU busy "
+                 f"{_fmt(busy)} ms of eager {ms:.4g} ms: {_fmt(ratio)} ms waiting on the host "
+                 "per GPU ms" + ("" if ok else " (launch- and sync-bound)")
+                 + (f"; host reads in forward's loops: {', '.join(loops[:3])}"
+                    + (f" (+{len(loops) - 3})" if len(loops) > 3 else "") if loops else ""))
 
 
 def judge_inductor(result: dict | None, eager_ms: float | None, tol: float) -> dict:

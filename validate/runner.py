@@ -403,7 +403,7 @@ def _stage_seconds(worker: str, result) -> dict:
 def _eager_timing(timing: dict, replay: dict | None, too_large: str, early: list) -> dict:
     """The eager timing taken in the second worker's window, or why there is none."""
     if replay and replay.get("timing"):
-        return {**replay["timing"], "host_syncs": timing.get("host_syncs")}
+        return {**replay["timing"], **{k: timing.get(k) for k in C.SYNC_KEYS}}
     if early:
         why, skipped = f"not timed: failed {', '.join(early)}", True
     elif too_large:
