@@ -35,8 +35,8 @@ SYNCING_OPS = frozenset({
     "aten::nonzero_static",
 })
 # CUDA runtime calls that block the host until the device has finished.
-_BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                   "cudaMemcpy")
+_BLOCKING_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize",
+                             "cudaEventSynchronize", "cudaMemcpy"})
 # Methods and functions that read a device value back to the host (the static reading).
 _HOST_READS = frozenset({"item", "tolist", "cpu", "numpy", "synchronize", "nonzero"})
 
@@ -98,7 +98,7 @@ def read_device_work(events, cuda: bool) -> dict:
             continue
         if name in SYNCING_OPS:
             syncing += 1
-        elif name.startswith(_BLOCKING_CALLS):
+        elif name in _BLOCKING_CALLS:
             blocking += 1
         if not cuda and name.startswith("aten::"):
             ops.setdefault(event.start_thread_id(), []).append(span)
@@ -112,6 +112,11 @@ def read_device_work(events, cuda: bool) -> dict:
             "op_floor_ms": floor / 1e6 if not cuda else None}
 
 
+# Profiled calls on CPU, the least disturbed kept: another process preempting the host
+# stretches an op's recorded time as much as the call's (no device clock to read instead).
+CPU_CALLS = 5
+
+
 def device_work(forward: Callable[..., Any], args: Callable[[], list], device: str) -> dict:
     """One call ``forward(*args())`` (after one warm call; the arguments made outside the
     profiled range) under the profiler: ``kernels`` (device records: kernels, copies, memsets;
@@ -119,30 +124,43 @@ def device_work(forward: Callable[..., Any], args: Callable[[], list], device: s
     less ``op_floor_ms`` each, an idle op's time), ``syncing_ops`` (aten ops that wait for a
     CUDA device), ``blocking_calls`` (CUDA runtime calls that block the host) and ``wall_ms``
     (the call's wall time under the profiler, to its last kernel: inflated by the profiler's
-    own cost, so the judge takes the timed eager time instead where there is one)."""
+    own cost, so the judge takes the timed eager time instead where there is one). On CPU the
+    call of ``CPU_CALLS`` with the least wall time."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from .measure import is_cuda, synchronize
 
     cuda = is_cuda(device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.no_grad():
         forward(*args())
-        values = args()
         synchronize(device)
-        with profile(activities=activities) as prof:
-            if not cuda:
-                with torch.profiler.record_function(_IDLE):
-                    one = torch.zeros(1)
-                    for _ in range(_IDLE_OPS):
-                        one.add_(1)
-            begin = time.perf_counter()
-            forward(*values)
-            synchronize(device)
-            wall_ms = (time.perf_counter() - begin) * 1e3
-    work = read_device_work(prof.profiler.kineto_results.events(), cuda)
-    return {**work, "wall_ms": wall_ms}
+        best = None
+        for _ in range(1 if cuda else CPU_CALLS):
+            work = _profiled_call(forward, args(), device, cuda)
+            if best is None or work["wall_ms"] < best["wall_ms"]:
+                best = work
+    return best
+
+
+def _profiled_call(forward: Callable[..., Any], values: list, device: str, cuda: bool) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .measure import synchronize
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    synchronize(device)
+    with profile(activities=activities) as prof:
+        if not cuda:
+            with torch.profiler.record_function(_IDLE):
+                one = torch.zeros(1)
+                for _ in range(_IDLE_OPS):
+                    one.add_(1)
+        begin = time.perf_counter()
+        forward(*values)
+        synchronize(device)
+        wall_ms = (time.perf_counter() - begin) * 1e3
+    return {**read_device_work(prof.profiler.kineto_results.events(), cuda), "wall_ms": wall_ms}
 
 
 class _LoopReads(ast.NodeVisitor):

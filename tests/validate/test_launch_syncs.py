@@ -140,3 +140,21 @@ def test_cpu_probe_records_no_device_work():
     syncing = _host_syncs(model, draw_inputs(ns, sd["inputs"], "cpu"), "cpu", LOOP_WITH_SYNCS)
     assert syncing == {"host_syncs": None, "syncs_in_loops": ["line 14: .item()"],
                        "device_work": None}
+
+
+@pytest.mark.gpu
+def test_device_work_reads_kernel_records_on_cuda():
+    """On CUDA the reading is the device's own: kernels (and the read-backs' copies) by CUPTI,
+    their busy time by the device's clock, far under the host-bound call's wall time."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu tests need a CUDA device")
+    ns = load_namespace(LOOP_WITH_SYNCS)
+    sd = seeds(0)
+    model = build_model(ns, sd, "cuda")
+    inputs = draw_inputs(ns, sd["inputs"], "cuda")
+    work = device_work(model, lambda: [v.clone() for v in inputs], "cuda")
+    assert work["kernels"] >= 3 * 150 and work["syncing_ops"] == 150, work
+    assert 0 < work["busy_ms"] < work["wall_ms"] / 2, work
+    assert work["op_floor_ms"] is None

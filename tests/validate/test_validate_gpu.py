@@ -1,5 +1,6 @@
 """Validation on CUDA (``pytest -m gpu``): every seed passes; defects are caught there too."""
 import json
+import re
 from pathlib import Path
 
 from conftest import FIXTURES
@@ -82,7 +83,8 @@ def test_launch_bound_loop_with_host_syncs_fails_on_cuda(cuda):
     loop = validate_source(LOOP_WITH_SYNCS, slot, config)
     launch = loop["checks"]["launch_overhead"]
     assert launch["passed"] is False, launch
-    assert "waits for the GPU 150 time(s)" in launch["detail"]
+    syncs = re.search(r"waits for the GPU (\d+) time", launch["detail"])
+    assert syncs and int(syncs.group(1)) >= 150, launch
     assert "line 14: .item()" in launch["detail"]
     big = MATMUL_WITH_SYNC.replace("384", "4096")
     matmul = validate_source(big, slot, config)
