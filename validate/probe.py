@@ -585,7 +585,7 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
 
     def rounded() -> dict | None:
         out = R.reduced_precision(model, inputs, fwd, low, copies)
-        return None if out is None else {"dtype": low, "error": C.max_error(out, ref)}
+        return None if out is None else R.rounded_errors(out, ref, low)
 
     m["reduced_precision"] = _measured(rounded) if low else None
 

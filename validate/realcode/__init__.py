@@ -37,9 +37,9 @@ from .common import forward, within
 from .constants import MOST_CONSTANTS, constant_parameters, constant_tensors, redraw
 from .exact import REDUCTIONS, UNORDERED_SELECTIONS, duplicate_writes, exact_outputs
 from .liveness import liveness
-from .precision import contrast, reduced_precision
+from .precision import contrast, reduced_precision, rounded_errors
 
 __all__ = ["MOST_BYPASSES", "MOST_CONSTANTS", "REDUCTIONS", "UNORDERED_SELECTIONS",
            "constant_parameters", "constant_tensors", "contrast", "duplicate_writes",
            "exact_outputs", "forward", "liveness", "redraw",
-           "reduced_precision", "submodule_bypass", "within"]
+           "reduced_precision", "rounded_errors", "submodule_bypass", "within"]

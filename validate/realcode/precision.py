@@ -1,6 +1,7 @@
-"""How much a tolerance leaves to chance: ``contrast`` (the tolerance's relative slack on the
-output's magnitude next to the output's variation across inputs) and ``reduced_precision`` (the
-output of a program whose matmul-class operands are rounded to a lower precision)."""
+"""How much a tolerance leaves to chance: ``contrast`` (the slack the tolerance's relative term
+adds on the output's magnitude next to the output's variation across inputs) and ``reduced_precision`` (the
+output of a program whose matmul-class operands are rounded to a lower precision, and its
+errors: ``rounded_errors``)."""
 from __future__ import annotations
 
 import math
@@ -12,9 +13,16 @@ from .common import forward
 def contrast(ref: list, alt: list, tol: float) -> list[dict]:
     """Per float output present in both input draws: its informative scale, the RMS of its
     change between the two draws over sqrt(2) (the spread of one element across inputs: the
-    part a constant offset does not carry), its typical magnitude (median |y|) and ``ratio``,
-    the slack the tolerance's relative term gives on that magnitude (``tol * median |y|``) over
-    the informative scale."""
+    part a constant offset does not carry), its typical magnitude (median |y|), ``excess``, the
+    slack the tolerance's relative term gives on that magnitude beyond what the tolerance gives
+    an output of the same variation about zero, and ``ratio``, the excess over the informative
+    scale.
+
+    The tolerance allows ``tol * (1 + |y|)`` (atol = rtol): about zero, ``tol * (1 +
+    informative)``. What an offset adds is ``tol * (median |y| - 1 - informative)``, none while
+    the magnitude stays under 1 plus the variation: an output of 0.45 +- 1e-4 (a sigmoid of a
+    bias) is graded by the absolute term as if it had no offset, and a cheap wrong answer that
+    passes it passes without the offset too."""
     import torch
 
     found = []
@@ -32,8 +40,10 @@ def contrast(ref: list, alt: list, tol: float) -> list[dict]:
             continue
         informative = math.sqrt(square / count / 2.0)
         magnitude = float(sample.median())
+        excess = tol * max(0.0, magnitude - 1.0 - informative)
         found.append({"output": k, "informative": informative, "magnitude": magnitude,
-                      "ratio": tol * magnitude / informative if informative > 0 else math.inf})
+                      "excess": excess,
+                      "ratio": excess / informative if informative > 0 else math.inf})
     return found
 
 
@@ -72,3 +82,24 @@ def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = 
     with Round():
         out = forward(model, inputs, forward_seed, copies)
     return out if rounded[0] else None
+
+
+def rounded_errors(out: list, ref: list, dtype_name: str) -> dict:
+    """How far the reduced-precision answer ``out`` is from ``ref``: ``error``, the allclose
+    measure (``checks.max_error``), and ``abs_errors``, each output's largest absolute
+    difference (what ``checks.judge_contrast`` holds against the slack an output varying
+    about zero gets, to tell whether only an offset's slack admits the answer)."""
+    import torch
+
+    worst = []
+    for a, b in zip(out, ref):
+        if not (b.is_floating_point() and a.shape == b.shape) or b.numel() == 0:
+            worst.append(None)
+            continue
+        diff = 0.0
+        for x, y in C._blocks64(a, b):
+            d = (x - y).abs()
+            d = d[torch.isfinite(d)]
+            diff = max(diff, float(d.max()) if d.numel() else 0.0)
+        worst.append(diff)
+    return {"dtype": dtype_name, "error": C.max_error(out, ref), "abs_errors": worst}
