@@ -592,6 +592,13 @@ def judge_dead_work(live: Any, th: dict) -> dict:
                  "output")
 
 
+def _of(changed: dict) -> str:
+    """``"5 of 131072 elements (0.004%)"`` (the total where the measurement has one)."""
+    total = changed.get("total")
+    return (f"{changed['changed']} of {total} elements ({changed['fraction']:.3%})" if total
+            else f"{changed['changed']} ({changed['fraction']:.3%})")
+
+
 def judge_exact_outputs(exact: Any) -> dict:
     skipped = _unmeasured(exact, "every output is floating-point")
     if skipped:
@@ -600,10 +607,10 @@ def judge_exact_outputs(exact: Any) -> dict:
     if moved["changed"] or (threads and threads["changed"]):
         why = []
         if moved["changed"]:
-            why.append(f"{moved['changed']} ({moved['fraction']:.3%}) change when the float "
-                       f"work carries noise of {exact['jitter']:.1g} of its magnitude")
+            why.append(f"{_of(moved)} change when the float work carries noise of "
+                       f"{exact['jitter']:.1g} of its magnitude")
         if threads and threads["changed"]:
-            why.append(f"{threads['changed']} change on one CPU thread")
+            why.append(f"{_of(threads)} change on one CPU thread")
         return check(False, moved["fraction"], "integer/boolean outputs "
                      f"({', '.join(exact['outputs'])}) are graded exactly but are decided by "
                      "near-tied float values: " + "; ".join(why))

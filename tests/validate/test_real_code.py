@@ -120,6 +120,13 @@ def test_exact_outputs_flag_ties_and_pass_separated_or_untouched_values():
         ref = R.forward(model, x, 0)
         found = R.exact_outputs(model, x, ref, 0, 1e-4, 1, "cpu")
         assert (found["jittered_changed"]["changed"] > 0) == unstable, how
+        verdict = C.judge_exact_outputs(found)
+        assert verdict["passed"] is not unstable and "\n" not in verdict["detail"], how
+        if unstable:  # one line: what is graded exactly, why it fails, how much of it
+            changed = found["jittered_changed"]["changed"]
+            assert verdict["detail"].startswith("integer/boolean outputs (int64) are graded "
+                                                "exactly but are decided by near-tied float")
+            assert f"{changed} of {64 * 4} elements" in verdict["detail"]
     assert R.exact_outputs(_linear_model(), [torch.randn(2, 8)], [torch.randn(2)], 0, 1e-4, 1,
                            "cpu") is None
 

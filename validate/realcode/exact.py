@@ -64,11 +64,11 @@ def _exact_changed(out: list | None, ref: list) -> dict:
         if not (b.is_floating_point() or b.is_complex()):
             total += b.numel()
     if out is None or not C.shapes_equal(out, ref):
-        return {"changed": total, "fraction": 1.0}
+        return {"changed": total, "fraction": 1.0, "total": total}
     for a, b in zip(out, ref):
         if not (b.is_floating_point() or b.is_complex()):
             bad += int((a != b).sum())
-    return {"changed": bad, "fraction": bad / total if total else 0.0}
+    return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
@@ -85,7 +85,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         with _HonestNoise(rel, gen):
             jittered = _exact_changed(forward(model, inputs, forward_seed, copies), ref)
     except Exception:  # noqa: BLE001 — noise the forward rejects tells nothing
-        jittered = {"changed": 0, "fraction": 0.0}
+        jittered = {"changed": 0, "fraction": 0.0, "total": 0}
     threads = None
     if not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()
