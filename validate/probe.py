@@ -528,8 +528,8 @@ def probe_problem(payload: dict) -> dict:
     _release_cache(device)  # other workers may need the memory while this one waits to time
     timing = (_timed_window(lock, device, {"eager": (model, inputs)})["eager"]
               if payload.get("time", True) else None)
-    _syncing_work(lock, device, model, inputs, syncing, copies)
-    m["timing"] = _timing_section(timing, device, syncing)
+    m["timing"] = _timing_section(timing, device,
+                                  _syncing_work(lock, device, model, inputs, syncing, copies))
     # Ablation last: a removed op can trip a device-side assert that poisons the CUDA context.
     _mark("ablation")
     ablations = payload.get("ablations")
@@ -731,18 +731,20 @@ def _host_syncs(model, inputs: list, device: str, source: str, copies: bool = Tr
 
 
 def _syncing_work(lock, device: str, model, inputs: list, syncing: dict,
-                  copies: bool = True) -> None:
-    """``syncing["device_work"]`` of a forward that syncs with the host: its kernels and their
-    busy time, which the launch check compares with its eager time. Read after the timing: a
-    profiler session can leave later launches slower."""
+                  copies: bool = True) -> dict:
+    """``syncing`` with ``device_work`` for a forward that syncs with the host: its kernels and
+    their busy time, which the launch check compares with its eager time. Read after the
+    timing: a profiler session can leave later launches slower."""
     if not syncing["host_syncs"]:
-        return
+        return syncing
     with _section(lock, device, "device work"):
         try:
             syncing["device_work"] = device_work(
                 model, lambda: _clone(inputs) if copies else inputs, device)
         except Exception as exc:  # noqa: BLE001 — no profiler reading: the check stands down
-            syncing["device_work"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            syncing["device_work"] = {
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+    return syncing
 
 
 def _release_cache(device: str) -> None:

@@ -132,14 +132,19 @@ class Model(nn.Module):
 def test_cpu_probe_records_no_device_work():
     """On CPU the probe records the static evidence and no profiler reading (the check is
     GPU-only), so the CPU pipeline pays nothing for it."""
-    from kernelmill.validate.probe import _host_syncs
+    from kernelmill.validate.probe import GpuLock, _host_syncs, _syncing_work
 
     ns = load_namespace(LOOP_WITH_SYNCS)
     sd = seeds(0)
     model = build_model(ns, sd, "cpu")
-    syncing = _host_syncs(model, draw_inputs(ns, sd["inputs"], "cpu"), "cpu", LOOP_WITH_SYNCS)
+    inputs = draw_inputs(ns, sd["inputs"], "cpu")
+    syncing = _host_syncs(model, inputs, "cpu", LOOP_WITH_SYNCS)
     assert syncing == {"host_syncs": None, "syncs_in_loops": ["line 14: .item()"],
                        "device_work": None}
+    assert _syncing_work(GpuLock(None), "cpu", model, inputs, syncing) == syncing
+    # where the count says it syncs (on CUDA), the reading is taken after the timing
+    read = _syncing_work(GpuLock(None), "cpu", model, inputs, {**syncing, "host_syncs": 150})
+    assert read["device_work"]["syncing_ops"] == 150 and read["device_work"]["kernels"] == 601
 
 
 @pytest.mark.gpu
