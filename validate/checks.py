@@ -736,10 +736,11 @@ SYNC_KEYS = ("host_syncs", "syncs_in_loops", "device_work")
 
 def host_wait_ratio(eager_ms: float, busy_ms: float) -> float:
     """The time a forward's GPU waits on the host (for launches and for syncs alike) per ms it
-    is busy: its eager time less its kernels' busy time, over that busy time. For a forward that
-    never waits for the GPU this is its host issue time over its GPU time (the host issues while
-    the GPU works, and the GPU waits where the host falls behind), so both are judged against
-    one threshold."""
+    is busy: its eager time less its kernels' busy time, over that busy time. A forward that
+    waits for the GPU at every step runs host and GPU one after the other, so its eager time is
+    about its host time plus its GPU time, and this is its host time over its GPU time: the
+    ratio a forward that never waits is judged by (host issue time over graph-timed GPU time),
+    against the same threshold."""
     if busy_ms <= 0:
         return math.inf
     return max(0.0, eager_ms - busy_ms) / busy_ms
