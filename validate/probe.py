@@ -6,7 +6,8 @@ returns plain numbers (``checks.judge`` turns them into verdicts in the parent).
 determinism) and optionally compiles it with TorchInductor.
 
 Imports only torch, the standard library, ``checks`` and ``measure`` (the measurement module
-shared with the grader: namespaces, outputs, synchronisation, the timer, the GPU lock).
+shared with the grader: namespaces, outputs, synchronisation, the timer, the GPU lock), and the
+worker-side measurement modules ``realcode``, ``memory`` and ``device_work``.
 
 Seeds. Everything random is drawn from seeds derived from ``payload["seed"]`` (see ``seeds``),
 so two workers given the same payload build identical weights and inputs.
@@ -27,6 +28,7 @@ from . import checks as C
 from . import distributions as D
 from . import measure as M
 from . import realcode as R
+from .device_work import device_work, syncs_in_loops
 from .measure import GpuLock
 from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
 from .model_copy import copy_model
@@ -456,18 +458,18 @@ def _timed_window(lock, device: str, forwards: dict) -> dict:
                 for k, (name, (model, inputs)) in enumerate(forwards.items())}
 
 
-def _timing_section(timing: dict | None, device: str, host_syncs: int | None) -> dict:
-    """The probe's ``timing`` entry from ``_time_forward``'s result (None: not timed here)."""
+def _timing_section(timing: dict | None, device: str, syncing: dict) -> dict:
+    """The probe's ``timing`` entry from ``_time_forward``'s result (None: not timed here);
+    ``syncing``: the host syncs' count and evidence (``checks.SYNC_KEYS``)."""
     on_cuda = device.startswith("cuda")
     if timing is None:
-        return {"device": "cuda" if on_cuda else "cpu", "eager_ms": None,
-                "host_syncs": host_syncs}
+        return {"device": "cuda" if on_cuda else "cpu", "eager_ms": None, **syncing}
     return {"device": "cuda" if on_cuda else "cpu",
             "eager_ms": timing["ms"], "host_ms": timing["host_ms"] if on_cuda else None,
             "reps": timing["reps"], "method": timing["method"], "ci_pct": timing["ci_pct"],
             "launch_ratio": (timing["host_ms"] / timing["ms"])
             if on_cuda and timing["ms"] > 0 else None,
-            "host_syncs": host_syncs}
+            **syncing}
 
 
 def probe_problem(payload: dict) -> dict:
@@ -597,11 +599,12 @@ def probe_problem(payload: dict) -> dict:
         m["bytes"] = _nbytes(inputs) + _nbytes(params) + _nbytes(ref)
         m["probe_stats"] = {"seed": sd["inputs"], "outputs": C.output_stats(ref, tol)}
     with _section(lock, device, "host syncs"):
-        host_syncs = _count_host_syncs(model, inputs, device, copies)
+        syncing = _host_syncs(model, inputs, device, payload["source"], copies)
     _release_cache(device)  # other workers may need the memory while this one waits to time
     timing = (_timed_window(lock, device, {"eager": (model, inputs)})["eager"]
               if payload.get("time", True) else None)
-    m["timing"] = _timing_section(timing, device, host_syncs)
+    m["timing"] = _timing_section(timing, device,
+                                  _syncing_work(lock, device, model, inputs, syncing, copies))
     # Ablation last: a removed op can trip a device-side assert that poisons the CUDA context.
     _mark("ablation")
     ablations = payload.get("ablations")
@@ -657,7 +660,7 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
 
     def rounded() -> dict | None:
         out = R.reduced_precision(model, inputs, fwd, low, copies)
-        return None if out is None else {"dtype": low, "error": C.max_error(out, ref)}
+        return None if out is None else R.rounded_errors(out, ref, low)
 
     m["reduced_precision"] = _measured(rounded) if low else None
 
@@ -870,6 +873,30 @@ def _count_host_syncs(model, inputs: list, device: str, copies: bool = True) -> 
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+def _host_syncs(model, inputs: list, device: str, source: str, copies: bool = True) -> dict:
+    """The ``checks.SYNC_KEYS`` of one forward: how often it makes the host wait and the
+    source's host reads in forward's loops (``device_work`` comes later: ``_syncing_work``)."""
+    return {"host_syncs": _count_host_syncs(model, inputs, device, copies),
+            "syncs_in_loops": syncs_in_loops(source), "device_work": None}
+
+
+def _syncing_work(lock, device: str, model, inputs: list, syncing: dict,
+                  copies: bool = True) -> dict:
+    """``syncing`` with ``device_work`` for a forward that syncs with the host: its kernels and
+    their busy time, which the launch check compares with its eager time. Read after the
+    timing: a profiler session can leave later launches slower."""
+    if not syncing["host_syncs"]:
+        return syncing
+    with _section(lock, device, "device work"):
+        try:
+            syncing["device_work"] = device_work(
+                model, lambda: _clone(inputs) if copies else inputs, device)
+        except Exception as exc:  # noqa: BLE001 — no profiler reading: the check stands down
+            syncing["device_work"] = {
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+    return syncing
+
+
 def _release_cache(device: str) -> None:
     if device.startswith("cuda"):
         import torch
@@ -943,7 +970,7 @@ def replay_problem(payload: dict) -> dict:
     _release_cache(device)
     times = _timed_window(lock, device, forwards) if forwards else {}
     if "eager" in times:
-        result["timing"] = _timing_section(times["eager"], device, None)
+        result["timing"] = _timing_section(times["eager"], device, {})
     if "inductor" in times:
         result["inductor"]["ms"] = times["inductor"]["ms"]
     result["peak_bytes"] = _peak_bytes(device)

@@ -111,8 +111,9 @@ class ValidateConfig:
                                   "attention work cannot reach the output")
     dead_call_share: float = option(0.1, "... or when one call carrying this share of it "
                                     "cannot reach the output at all")
-    max_offset_slack: float = option(0.05, "fail when rtol on the output's magnitude allows this "
-                                     "share of its variation across inputs")
+    max_offset_slack: float = option(0.05, "fail when rtol on the output's magnitude adds this "
+                                     "share of its variation across inputs to the slack an "
+                                     "output varying about zero gets")
     inflated_tolerance: float = option(10.0, "a calibrated tolerance this many dtype floors or "
                                        "more must reject matmul operands rounded to bf16")
     tolerance_margin: float = option(10.0, "calibrated tolerance = max(dtype floor, margin x "
@@ -403,7 +404,7 @@ def _stage_seconds(worker: str, result) -> dict:
 def _eager_timing(timing: dict, replay: dict | None, too_large: str, early: list) -> dict:
     """The eager timing taken in the second worker's window, or why there is none."""
     if replay and replay.get("timing"):
-        return {**replay["timing"], "host_syncs": timing.get("host_syncs")}
+        return {**replay["timing"], **{k: timing.get(k) for k in C.SYNC_KEYS}}
     if early:
         why, skipped = f"not timed: failed {', '.join(early)}", True
     elif too_large:

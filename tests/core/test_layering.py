@@ -90,3 +90,20 @@ def test_core_imports_no_stage():
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "['core']"
+
+
+def test_every_package_folder_is_installed():
+    """setuptools installs the packages pyproject.toml lists, no more: every folder with an
+    ``__init__.py`` under a stage folder is listed, with its folder (a missing one installs a
+    kernelmill that fails on import)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    tools = config["tool"]["setuptools"]
+    folders = {}
+    for init in ROOT.glob("*/**/__init__.py"):
+        folder = init.parent.relative_to(ROOT)
+        if folder.parts[0] in ("tests", "build", "benchmarks", "scripts") or \
+                folder.parts[0].startswith("."):
+            continue
+        folders["kernelmill." + ".".join(folder.parts)] = folder.as_posix()
+    assert set(tools["packages"]) >= set(folders), set(folders) - set(tools["packages"])
+    assert {k: tools["package-dir"].get(k) for k in folders} == folders

@@ -1,5 +1,6 @@
 """Validation on CUDA (``pytest -m gpu``): every seed passes; defects are caught there too."""
 import json
+import re
 from pathlib import Path
 
 from conftest import FIXTURES
@@ -69,3 +70,23 @@ def test_defective_problems_fail_on_cuda(cuda, tmp_path):
         v = record["validation"]
         assert not v["passed"], record["name"]
         assert expected[record["name"]] <= set(v["flags"]), (record["name"], v["flags"])
+
+
+def test_launch_bound_loop_with_host_syncs_fails_on_cuda(cuda):
+    """A loop of tiny steps, each read back to the host, fails ``launch_overhead`` like a loop
+    without syncs; real work with a sync between passes it (its kernels keep the GPU busy)."""
+    from kernelmill.core.devices import device_slots
+    from kernelmill.validate.runner import validate_source
+    from test_launch_syncs import LOOP_WITH_SYNCS, MATMUL_WITH_SYNC
+
+    slot, config = device_slots("cuda")[0], {"timeout_s": 120, "inductor": False}
+    loop = validate_source(LOOP_WITH_SYNCS, slot, config)
+    launch = loop["checks"]["launch_overhead"]
+    assert launch["passed"] is False, launch
+    syncs = re.search(r"waits for the GPU (\d+) time", launch["detail"])
+    assert syncs and int(syncs.group(1)) >= 150, launch
+    assert "line 14: .item()" in launch["detail"]
+    big = MATMUL_WITH_SYNC.replace("384", "4096")
+    matmul = validate_source(big, slot, config)
+    launch = matmul["checks"]["launch_overhead"]
+    assert launch["passed"] is True and "waits for the GPU" in launch["detail"], launch

@@ -1,0 +1,111 @@
+"""``contrast`` blames an offset only for the slack it adds (validate/realcode/precision.py).
+
+Two problems shaped like KernelBench level 2's: a global average of a convolution plus a bias
+(an output of 2.6 +- 0.006: the offset is what lets a bf16-operand convolution pass) and a
+sigmoid of a bias plus a softmax (0.45 +- 1e-4: the absolute term grades it as if it had no
+offset; a bf16-operand convolution passes with or without one). The cheap wrong answer is run in
+both, and its error measured with the offset and without it.
+"""
+import pytest
+import torch
+from kernelmill.validate import checks as C
+from kernelmill.validate import realcode as R
+from kernelmill.validate.probe import build_model, draw_inputs, load_namespace, seeds
+
+TOL = 1e-4  # the float32 floor, the calibrated tolerance of both
+
+AVERAGED_CONV = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(8, 16, 3)
+        self.pool = nn.MaxPool3d(2)
+        self.bias = nn.Parameter(torch.randn(16, 1, 1, 1))
+
+    def forward(self, x):
+        x = self.pool(self.conv(x) / 2.0)
+        x = x.mean(dim=(2, 3, 4), keepdim=True) + self.bias
+        return x.sum(dim=1)
+
+def get_inputs():
+    return [torch.rand(16, 8, 16, 32, 32)]
+
+def get_init_inputs():
+    return []
+'''
+
+SIGMOID_OF_BIAS = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(16, 128, 4, stride=2, padding=1)
+        self.bias = nn.Parameter(torch.randn(128, 1, 1))
+
+    def forward(self, x):
+        x = torch.softmax(self.conv(x), dim=1)
+        return torch.sigmoid((x + self.bias) * 2.0)
+
+def get_inputs():
+    return [torch.rand(2, 16, 16, 16)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _measured(source: str) -> dict:
+    ns = load_namespace(source)
+    sd = seeds(0)
+    model = build_model(ns, sd, "cpu")
+    draws = [draw_inputs(ns, sd["inputs"] + k, "cpu") for k in range(4)]
+    outs = [R.forward(model, x, sd["forward"]) for x in draws]
+    ref = outs[0]
+    offset = [torch.stack([o[i] for o in outs]).mean(0) for i in range(len(ref))]
+    cheap = R.reduced_precision(model, draws[0], sd["forward"], "bfloat16")
+    rounded = R.rounded_errors(cheap, ref, "bfloat16")  # as the probe measures it
+    # the allclose measure with the offset taken out of the magnitude rtol is applied to
+    no_offset = max(float(((a - b).abs() / (1 + (b - m).abs())).max())
+                    for a, b, m in zip(cheap, ref, offset))
+    entries = R.contrast(ref, outs[1], TOL)
+    return {"entries": entries, "cheap": rounded["error"], "cheap_no_offset": no_offset,
+            "verdict": C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL, rounded)}
+
+
+def test_an_offset_that_lets_a_bf16_convolution_pass_fails_contrast():
+    m = _measured(AVERAGED_CONV)
+    (entry,) = m["entries"]
+    assert entry["magnitude"] > 2 and entry["informative"] < 0.01
+    # the cheap wrong answer passes the tolerance, and only because of the offset ...
+    assert m["cheap"] <= TOL < m["cheap_no_offset"]
+    # ... though the offset's slack is under the 5% line: the answer itself is the evidence
+    assert 0 < entry["ratio"] < C.DEFAULT_THRESHOLDS["max_offset_slack"]
+    assert m["verdict"]["passed"] is False
+    assert "pass only through the slack rtol gives" in m["verdict"]["detail"]
+
+
+def test_a_magnitude_under_one_adds_nothing_to_the_absolute_slack():
+    m = _measured(SIGMOID_OF_BIAS)
+    (entry,) = m["entries"]
+    assert entry["magnitude"] < 1 and entry["informative"] < 1e-3
+    # before: rtol x 0.45 over a variation of ~1.5e-4 read as a large offset (about 30%)
+    assert TOL * entry["magnitude"] / entry["informative"] > C.DEFAULT_THRESHOLDS["max_offset_slack"]
+    assert entry["excess"] == 0.0 and entry["ratio"] == 0.0
+    # the bf16 answer passes with the offset or without it: the offset is not what admits it
+    assert m["cheap"] <= TOL and m["cheap_no_offset"] <= TOL
+    assert m["verdict"]["passed"] is True and "bfloat16 pass it" in m["verdict"]["detail"]
+
+
+@pytest.mark.parametrize("magnitude", [0.5, 1.0])
+def test_the_excess_grows_with_the_offset(magnitude):
+    y, z = torch.randn(4000), torch.randn(4000)
+    near = R.contrast([magnitude + 1e-3 * y], [magnitude + 1e-3 * z], TOL)[0]
+    far = R.contrast([100 * magnitude + 1e-3 * y], [100 * magnitude + 1e-3 * z], TOL)[0]
+    assert near["ratio"] == 0.0
+    assert far["ratio"] == pytest.approx(TOL * (100 * magnitude - 1 - far["informative"])
+                                         / far["informative"])

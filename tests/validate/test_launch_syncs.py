@@ -1,0 +1,165 @@
+"""The launch-overhead check on forwards that sync with the host (validate/device_work.py,
+``checks.judge_launch``): a launch-bound loop with a host sync per step fails like one without.
+
+The verdict is GPU-only; here the decision is fed by the CPU reading of real problems (each
+top-level op one launch, its time less an idle op's the device's work), and the CUDA path runs
+in ``test_validate_gpu.py``.
+"""
+import math
+
+import pytest
+from kernelmill.validate import checks as C
+from kernelmill.validate.device_work import device_work, syncs_in_loops
+from kernelmill.validate.probe import build_model, draw_inputs, load_namespace, seeds
+
+# A loop of tiny elementwise steps, each read back to the host: on a GPU, every step is two
+# kernel launches and a sync around microseconds of work.
+LOOP_WITH_SYNCS = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def forward(self, x):
+        total = 0.0
+        for _ in range(self.steps):
+            x = x * 0.99 + 0.01
+            total += x.sum().item()
+        return x * total
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return [150]
+'''
+
+# Real work between two host reads: the syncs cost nothing next to it.
+MATMUL_WITH_SYNC = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        y = a @ b
+        return y / y.abs().max().item()
+
+def get_inputs():
+    return [torch.randn(384, 384), torch.randn(384, 384)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _measured(source: str) -> dict:
+    """The probe's timing entry for ``source`` as the CPU reading gives it."""
+    ns = load_namespace(source)
+    sd = seeds(0)
+    model = build_model(ns, sd, "cpu")
+    inputs = draw_inputs(ns, sd["inputs"], "cpu")
+    work = device_work(model, lambda: [v.clone() for v in inputs], "cpu")
+    return {"device": "cuda", "eager_ms": work["wall_ms"], "host_syncs": work["syncing_ops"],
+            "syncs_in_loops": syncs_in_loops(source), "device_work": work}
+
+
+def test_launch_bound_loop_with_a_sync_per_step_fails():
+    timing = _measured(LOOP_WITH_SYNCS)
+    work = timing["device_work"]
+    # two elementwise ops, a sum and its read-back per step
+    assert work["kernels"] == 4 * 150 + 1 and work["syncing_ops"] == 150
+    verdict = C.judge_launch(timing, C.DEFAULT_THRESHOLDS["max_launch_ratio"])
+    assert verdict["passed"] is False, verdict
+    assert verdict["value"] > 1.0
+    assert "waits for the GPU 150 time(s)" in verdict["detail"]
+    assert "launch- and sync-bound" in verdict["detail"]
+    assert "line 14: .item()" in verdict["detail"]
+
+
+def test_compute_bound_forward_with_a_sync_passes():
+    timing = _measured(MATMUL_WITH_SYNC)
+    assert timing["device_work"]["syncing_ops"] == 1 and timing["syncs_in_loops"] == []
+    verdict = C.judge_launch(timing, C.DEFAULT_THRESHOLDS["max_launch_ratio"])
+    assert verdict["passed"] is True, verdict
+    assert verdict["value"] < 0.5
+
+
+def test_the_verdict_in_judge_carries_the_reason_code():
+    from test_validate_checks import _measurements
+
+    loop = _measured(LOOP_WITH_SYNCS)
+    assert C.DEFAULT_THRESHOLDS["min_ms"] <= loop["eager_ms"] <= C.DEFAULT_THRESHOLDS["max_ms"]
+    checks = C.judge(_measurements(aten_ops=["aten.mul", "aten.add"], timing=loop))
+    assert C.summarize(checks) == (False, ["launch_overhead"]), checks
+    # the same problem before this check judged syncing forwards: it stood down
+    checks = C.judge(_measurements(aten_ops=["aten.mul", "aten.add"],
+                                   timing={**loop, "device_work": None}))
+    assert C.summarize(checks) == (True, [])
+
+
+def test_host_wait_ratio_and_standing_down():
+    assert C.host_wait_ratio(1.0, 0.5) == pytest.approx(1.0)
+    assert C.host_wait_ratio(0.4, 0.5) == 0.0  # kernels overlapping: no wait
+    assert math.isinf(C.host_wait_ratio(1.0, 0.0))
+    unread = {"eager_ms": 1.0, "host_syncs": 3, "device_work": {"error": "no CUPTI"}}
+    verdict = C.judge_launch(unread, 0.8)
+    assert verdict["passed"] is None and "no CUPTI" in verdict["detail"]
+    # without syncs, host issue time over GPU time, as before
+    assert C.judge_launch({"eager_ms": 0.05, "host_ms": 0.045, "launch_ratio": 0.9},
+                          0.8)["passed"] is False
+
+
+def test_host_reads_in_forward_loops_are_found_statically():
+    source = '''
+class Model(nn.Module):
+    def forward(self, x):
+        n = x.sum().item()          # outside a loop: once per forward
+        for i in range(4):
+            x = x + float(x.max())
+            torch.cuda.synchronize()
+        while x.mean().cpu() > 0:
+            x = x - 1
+        return [v.item() for v in x.tolist()]
+'''
+    assert syncs_in_loops(source) == ["line 6: float()", "line 7: .synchronize()",
+                                      "line 8: .cpu()", "line 10: .item()"]
+    assert syncs_in_loops("def broken(:") == []
+
+
+def test_cpu_probe_records_no_device_work():
+    """On CPU the probe records the static evidence and no profiler reading (the check is
+    GPU-only), so the CPU pipeline pays nothing for it."""
+    from kernelmill.validate.probe import GpuLock, _host_syncs, _syncing_work
+
+    ns = load_namespace(LOOP_WITH_SYNCS)
+    sd = seeds(0)
+    model = build_model(ns, sd, "cpu")
+    inputs = draw_inputs(ns, sd["inputs"], "cpu")
+    syncing = _host_syncs(model, inputs, "cpu", LOOP_WITH_SYNCS)
+    assert syncing == {"host_syncs": None, "syncs_in_loops": ["line 14: .item()"],
+                       "device_work": None}
+    assert _syncing_work(GpuLock(None), "cpu", model, inputs, syncing) == syncing
+    # where the count says it syncs (on CUDA), the reading is taken after the timing
+    read = _syncing_work(GpuLock(None), "cpu", model, inputs, {**syncing, "host_syncs": 150})
+    assert read["device_work"]["syncing_ops"] == 150 and read["device_work"]["kernels"] == 601
+
+
+@pytest.mark.gpu
+def test_device_work_reads_kernel_records_on_cuda():
+    """On CUDA the reading is the device's own: kernels (and the read-backs' copies) by CUPTI,
+    their busy time by the device's clock, far under the host-bound call's wall time."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu tests need a CUDA device")
+    ns = load_namespace(LOOP_WITH_SYNCS)
+    sd = seeds(0)
+    model = build_model(ns, sd, "cuda")
+    inputs = draw_inputs(ns, sd["inputs"], "cuda")
+    work = device_work(model, lambda: [v.clone() for v in inputs], "cuda")
+    assert work["kernels"] >= 3 * 150 and work["syncing_ops"] == 150, work
+    assert 0 < work["busy_ms"] < work["wall_ms"] / 2, work
+    assert work["op_floor_ms"] is None

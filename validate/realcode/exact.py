@@ -1,0 +1,193 @@
+"""Outputs graded exactly, and writes whose winner is undefined: ``exact_outputs`` (integer and
+boolean outputs under honest float noise and another thread count) and ``duplicate_writes``
+(scatter / index_put / index_copy / put writing two values to one place)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import checks as C
+from .common import forward
+
+# Ops whose result carries an honest kernel's rounding: matmul-class work (torch's FLOP
+# formulas) and reductions, whose error follows the magnitude of what they sum, not of the result.
+REDUCTIONS = frozenset({"sum", "mean", "var", "std", "var_mean", "std_mean", "norm",
+                        "linalg_vector_norm", "logsumexp", "cumsum", "prod", "_softmax",
+                        "_log_softmax", "native_layer_norm", "native_group_norm",
+                        "native_batch_norm", "_native_batch_norm_legit",
+                        "_native_batch_norm_legit_no_training", "_fused_rms_norm"})
+# Selections whose order among exact ties is left to the implementation (argmax and argmin, and
+# max/min over a dim, return the first of tied values: defined).
+UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", "nanmedian",
+                                  "msort"})
+
+
+class _HonestNoise:
+    """A TorchDispatchMode that adds to the result of every matmul-class op and reduction
+    ``rel`` times its RMS in Gaussian noise (what another summation order or a kernel within the
+    tolerance makes of it), and moves the input of selections with unordered ties
+    (``UNORDERED_SELECTIONS``) the same way, so exact ties split. Values that no float work
+    touched (the inputs, the parameters) stay exact: a selection over them is defined."""
+
+    def __new__(cls, rel: float, gen):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        def moved(x):
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
+                return x
+            noise = torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.device)
+            rms = float(x.detach().double().pow(2).mean().sqrt())
+            return (x.double() + noise.double() * (rel * rms)).to(x.dtype)
+
+        class Noise(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                name = func.overloadpacket.__name__
+                if name in UNORDERED_SELECTIONS and args:
+                    args = (moved(args[0]), *args[1:])
+                out = func(*args, **kwargs)
+                if func.overloadpacket in flop_registry or name in REDUCTIONS:
+                    if isinstance(out, torch.Tensor):
+                        return moved(out)
+                    if isinstance(out, tuple) and out:
+                        return (moved(out[0]), *out[1:])
+                return out
+
+        return Noise()
+
+
+def _exact_changed(out: list | None, ref: list) -> dict:
+    """How many non-float output elements differ, and their fraction (all when shapes differ)."""
+    total = bad = 0
+    for b in ref:
+        if not (b.is_floating_point() or b.is_complex()):
+            total += b.numel()
+    if out is None or not C.shapes_equal(out, ref):
+        return {"changed": total, "fraction": 1.0, "total": total}
+    for a, b in zip(out, ref):
+        if not (b.is_floating_point() or b.is_complex()):
+            bad += int((a != b).sum())
+    return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
+
+
+def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
+                  device: str, copies: bool = True) -> dict | None:
+    """Integer and boolean outputs are graded exactly: how many of their elements change (a)
+    when the float work carries honest noise (``_HonestNoise`` at ``rel``, the tolerance's
+    scale) and (b) on one CPU thread instead of several. None: every output is floating-point."""
+    import torch
+
+    if all(t.is_floating_point() or t.is_complex() for t in ref):
+        return None
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    try:
+        with _HonestNoise(rel, gen):
+            jittered = _exact_changed(forward(model, inputs, forward_seed, copies), ref)
+    except Exception:  # noqa: BLE001 — noise the forward rejects tells nothing
+        jittered = {"changed": 0, "fraction": 0.0, "total": 0}
+    threads = None
+    if not device.startswith("cuda") and torch.get_num_threads() > 1:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            threads = _exact_changed(forward(model, inputs, forward_seed, copies), ref)
+        finally:
+            torch.set_num_threads(before)
+    return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
+            "outputs": [str(t.dtype).replace("torch.", "") for t in ref
+                        if not (t.is_floating_point() or t.is_complex())]}
+
+
+# ---------------------------------------------------------------- duplicate-index writes
+
+def _destinations(index, dim: int, shape) -> Any:
+    """Flat destinations of a scatter's ``index`` along ``dim`` into a tensor of ``shape``."""
+    import torch
+
+    lin = torch.zeros(index.shape, dtype=torch.int64, device=index.device)
+    for d in range(index.dim()):
+        if d == dim:
+            coord = index.to(torch.int64) % max(1, shape[d])
+        else:
+            view = [1] * index.dim()
+            view[d] = index.shape[d]
+            coord = torch.arange(index.shape[d], device=index.device).view(view)
+        lin = lin * shape[d] + coord
+    return lin.reshape(-1)
+
+
+def _repeats(lin) -> int:
+    """How many destinations of ``lin`` are written more than once."""
+    import torch
+
+    if lin.numel() < 2:
+        return 0
+    _values, counts = torch.unique(lin, return_counts=True)
+    return int((counts > 1).sum())
+
+
+def _index_put_repeats(self_t, indices, values) -> int:
+    import torch
+
+    if isinstance(values, torch.Tensor) and values.numel() <= 1:
+        return 0
+    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if not picked or any(i.dtype == torch.bool for _d, i in picked):
+        return 0
+    try:
+        broadcast = torch.broadcast_tensors(*[i for _d, i in picked])
+    except RuntimeError:
+        return 0
+    lin = torch.zeros(broadcast[0].shape, dtype=torch.int64, device=broadcast[0].device)
+    for (d, _i), idx in zip(picked, broadcast):
+        lin = lin * self_t.shape[d] + idx.to(torch.int64) % max(1, self_t.shape[d])
+    return _repeats(lin.reshape(-1))
+
+
+def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
+    """Destinations written twice by one order-undefined write op (0: none, or not one)."""
+    import torch
+
+    base = name.split(".")[-1].rstrip("_")
+    if base in ("index_put", "_index_put_impl"):
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        return 0 if accumulate else _index_put_repeats(args[0], args[1], args[2])
+    if base == "index_copy":
+        return _repeats(args[2].reshape(-1).to(torch.int64))
+    if base == "put":
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        return 0 if accumulate else _repeats(args[1].reshape(-1).to(torch.int64))
+    if base == "scatter":
+        src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
+        if not isinstance(src, torch.Tensor) or src.numel() <= 1 or kwargs.get("reduce") \
+                or len(args) > 4:
+            return 0
+        dim = args[1] % max(1, args[0].dim())
+        return _repeats(_destinations(args[2], dim, args[0].shape))
+    return 0
+
+
+def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True) -> list[str]:
+    """Each write op of one forward (index_put, index_copy, scatter with a source, put) that
+    writes more than one value to one place, as ``"<op>: N place(s) written twice or more"``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    found: dict[str, int] = {}
+
+    class Writes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = str(func.overloadpacket)
+            try:
+                repeats = _write_repeats(name, args, kwargs)
+            except Exception:  # noqa: BLE001 — unreadable indices are not judged
+                repeats = 0
+            if repeats:
+                found[name] = found.get(name, 0) + repeats
+            return func(*args, **kwargs)
+
+    with Writes():
+        forward(model, inputs, forward_seed, copies)
+    return [f"{name.replace('aten.', '')}: {n} place(s) written more than once"
+            for name, n in found.items()]

@@ -1,0 +1,236 @@
+"""``liveness``: which elements of each computed intermediate reach the output (a backward pass
+from a random cotangent, selections passing their gradient densely, so only structural deadness
+counts), united over several input draws."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+
+from ..model_copy import copy_model
+from .common import forward
+
+# Selections whose gradient is zero where they did not select (ReLU's negatives, the pooled
+# window's non-maxima): data-dependent, not dead work. In the liveness pass they pass their
+# gradient densely (straight-through), so only structural deadness (slices, masks) remains.
+_STRAIGHT = frozenset({
+    "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "threshold", "threshold_", "clamp",
+    "clamp_", "clip", "clip_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "round",
+    "floor", "ceil", "trunc", "sign", "frac", "hardshrink", "softshrink", "where",
+})
+_POOLS = {"max_pool1d": "avg_pool1d", "max_pool2d": "avg_pool2d", "max_pool3d": "avg_pool3d",
+          "adaptive_max_pool1d": "adaptive_avg_pool1d",
+          "adaptive_max_pool2d": "adaptive_avg_pool2d",
+          "adaptive_max_pool3d": "adaptive_avg_pool3d"}
+_REDUCTIONS = frozenset({"max", "min", "amax", "amin", "median", "nanmedian", "kthvalue", "mode",
+                         "cummax", "cummin", "logsumexp"})
+
+
+def _spread(x, out):
+    """A zero-valued tensor of ``out``'s shape whose gradient reaches every element of ``x``."""
+    return (x.sum() - x.sum().detach()).expand(out.shape) if out.shape else \
+        (x.sum() - x.sum().detach())
+
+
+def _straight_through(func, args, kwargs, out):
+    """The liveness pass's replacement for a selection op's output (see ``_STRAIGHT``)."""
+    import torch
+    import torch.nn.functional as F
+
+    name = getattr(func, "__name__", "")
+    x = next((v for v in args if isinstance(v, torch.Tensor)), None)
+    if name in _STRAIGHT and isinstance(out, torch.Tensor) and x is not None \
+            and x.shape == out.shape and out.is_floating_point() and x.requires_grad:
+        return x + (out - x).detach()
+    if name in _POOLS and x is not None and x.requires_grad:
+        pooled = out[0] if isinstance(out, tuple) else out
+        kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size",
+                                                          kwargs.get("output_size"))
+        try:
+            if name.startswith("adaptive"):
+                avg = getattr(F, _POOLS[name])(x, kernel)
+            else:
+                stride = args[2] if len(args) > 2 else kwargs.get("stride")
+                padding = args[3] if len(args) > 3 else kwargs.get("padding", 0)
+                avg = getattr(F, _POOLS[name])(x, kernel, stride, padding,
+                                               ceil_mode=bool(kwargs.get("ceil_mode", False)))
+            if avg.shape == pooled.shape:
+                pooled = avg + (pooled - avg).detach()
+            else:
+                pooled = pooled.detach() + _spread(x, pooled)
+        except Exception:  # noqa: BLE001 — fall back to a gradient that reaches all of x
+            pooled = pooled.detach() + _spread(x, pooled)
+        return (pooled, *out[1:]) if isinstance(out, tuple) else pooled
+    if name in _REDUCTIONS and x is not None and x.requires_grad and x.is_floating_point():
+        if isinstance(out, torch.Tensor):
+            return out.detach() + _spread(x, out) if out.is_floating_point() else out
+        if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+            values = out[0].detach() + _spread(x, out[0])
+            return type(out)((values, *out[1:])) if not hasattr(out, "_fields") else \
+                type(out)(values, *out[1:])
+    return out
+
+
+def _live_masks(model, inputs: list, forward_seed: int, gen,
+                copies: bool = True) -> list[dict] | None:
+    """One liveness pass (see ``liveness``) on one input draw: per FLOP-counted call, in call
+    order, its label, cost and the mask of its output elements with a non-zero gradient."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    counter = _FlopOnly()
+    records: list[dict] = []
+    sinks: list = []
+
+    def float_grad(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+
+    class Trace(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            before = counter.cost
+            if kwargs.get("inplace") and getattr(func, "__name__", "") in _STRAIGHT:
+                # ReLU(inplace=True) would rewrite its input's autograd history: out of place
+                kwargs = {**kwargs, "inplace": False}
+            with counter:
+                out = func(*args, **kwargs)
+            flops = counter.cost - before
+            out = _straight_through(func, args, kwargs, out)
+            leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            if leaves and not any(t.is_floating_point() for t in leaves) or \
+                    getattr(func, "__name__", "") in ("detach", "detach_"):
+                # a float value judged only through an integer result (x > 0, argmax), or cut
+                # from the gradient on purpose (a straight-through estimator's quantizer)
+                sinks.extend(t for t in tree_leaves((args, kwargs)) if float_grad(t))
+            if flops > 0 and counter.flop_ops_last:
+                grads = [t for t in leaves if float_grad(t)]
+                if grads:
+                    entry = {"label": getattr(func, "__name__", str(func)), "cost": flops,
+                             "masks": [torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+                                       for t in grads]}
+                    records.append(entry)
+                    for mask, t in zip(entry["masks"], grads):
+                        t.register_hook(_marking(mask))
+            return out
+
+    work = copy_model(model)
+    args = []
+    for v in inputs:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            leaf = v.detach()
+            args.append((leaf.clone() if copies else leaf).requires_grad_(True))
+        elif copies:
+            args.append(v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        else:
+            args.append(v)
+    torch.manual_seed(forward_seed)
+    with torch.enable_grad(), Trace():
+        outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
+    roots = [t for t in [*outs, *sinks] if float_grad(t)]
+    if not records or not roots:
+        return None
+    cotangents = [torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device, t.dtype)
+                  for t in roots]
+    torch.autograd.backward(roots, cotangents)
+    return records
+
+
+def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
+             copies: bool = True) -> dict | None:
+    """Which computed work reaches the output, for any of the input ``draws``: for every call
+    at the Python level (a torch function, a tensor method) that runs FLOP-counted ops (matmuls,
+    convolutions, attention), the fraction of its output's elements with a non-zero gradient
+    from a random cotangent on the outputs in at least one draw. Float values that only feed
+    integer results (a comparison, an argmax) count as reaching the output. The union over
+    draws keeps data-dependent sparsity (a router's choice of experts) from reading as dead:
+    what stays dead in every draw is dead by the program's structure (a slice, a fixed mask).
+    Returns ``{"dead_share", "draws", "ops": [{label, share, live}]}`` or None when there is no
+    FLOP-counted work under autograd."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    union: list[dict] | None = None
+    count = 0
+    for inputs in draws:  # drawn one at a time: no FLOP-counted work, no second draw
+        if count == 0 and not _counts_flops(model, inputs, forward_seed, copies):
+            return None  # elementwise work: no backward (its activations) at all
+        count += 1
+        records = _live_masks(model, inputs, forward_seed, gen, copies)
+        del inputs
+        if records is None:
+            return None
+        if union is None:
+            union = records
+            continue
+        if len(records) != len(union):  # the program changed with the data: count all live
+            for entry in union:
+                entry["masks"] = [torch.ones_like(m) for m in entry["masks"]]
+            break
+        for mine, theirs in zip(union, records):
+            same = [a.shape == b.shape for a, b in zip(mine["masks"], theirs["masks"])]
+            if len(mine["masks"]) != len(theirs["masks"]) or not all(same):
+                mine["masks"] = [torch.ones_like(m) for m in mine["masks"]]
+            else:
+                mine["masks"] = [a | b for a, b in zip(mine["masks"], theirs["masks"])]
+    if not union:
+        return None
+    total = sum(e["cost"] for e in union)
+    ops = []
+    for e in union:
+        # a call with several outputs (attention and its averaged weights) does its work for
+        # the one that reaches the output: its most-live output counts
+        live = max((int(m.sum()) / m.numel() if m.numel() else 1.0 for m in e["masks"]),
+                   default=1.0)
+        ops.append({"label": e["label"], "share": e["cost"] / total if total else 0.0,
+                    "live": live})
+    dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)
+    return {"dead_share": dead, "draws": count, "ops": ops}
+
+
+def _counts_flops(model, inputs: list, forward_seed: int, copies: bool) -> bool:
+    """Whether one forward (no autograd) runs any op torch has a FLOP formula for."""
+    import torch
+
+    counter = _FlopOnly()
+    with torch.no_grad(), counter:
+        forward(model, inputs, forward_seed, copies)
+    return counter.cost > 0
+
+
+def _marking(mask) -> Callable:
+    def hook(grad):
+        mask.logical_or_(grad != 0)
+    return hook
+
+
+class _FlopOnly:
+    """A TorchDispatchMode summing torch's FLOP formulas (matmul, convolution, attention ...)
+    into ``cost``; ``flop_ops_last``: whether the last ``with`` block ran any."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        class Flops(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.cost = 0.0
+                self.flop_ops_last = False
+
+            def __enter__(self):
+                self.flop_ops_last = False
+                return super().__enter__()
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                packet = func.overloadpacket
+                if packet in flop_registry:
+                    try:
+                        self.cost += float(flop_registry[packet](*args, **kwargs, out_val=out))
+                        self.flop_ops_last = True
+                    except Exception:  # noqa: BLE001, S110 — uncounted
+                        pass
+                return out
+
+        return Flops()

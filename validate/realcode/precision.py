@@ -1,0 +1,105 @@
+"""How much a tolerance leaves to chance: ``contrast`` (the slack the tolerance's relative term
+adds on the output's magnitude next to the output's variation across inputs) and ``reduced_precision`` (the
+output of a program whose matmul-class operands are rounded to a lower precision, and its
+errors: ``rounded_errors``)."""
+from __future__ import annotations
+
+import math
+
+from .. import checks as C
+from .common import forward
+
+
+def contrast(ref: list, alt: list, tol: float) -> list[dict]:
+    """Per float output present in both input draws: its informative scale, the RMS of its
+    change between the two draws over sqrt(2) (the spread of one element across inputs: the
+    part a constant offset does not carry), its typical magnitude (median |y|), ``excess``, the
+    slack the tolerance's relative term gives on that magnitude beyond what the tolerance gives
+    an output of the same variation about zero, and ``ratio``, the excess over the informative
+    scale.
+
+    The tolerance allows ``tol * (1 + |y|)`` (atol = rtol): about zero, ``tol * (1 +
+    informative)``. What an offset adds is ``tol * (median |y| - 1 - informative)``, none while
+    the magnitude stays under 1 plus the variation: an output of 0.45 +- 1e-4 (a sigmoid of a
+    bias) is graded by the absolute term as if it had no offset, and a cheap wrong answer that
+    passes it passes without the offset too."""
+    import torch
+
+    found = []
+    for k, (y, z) in enumerate(zip(ref, alt)):
+        if not y.is_floating_point() or y.shape != z.shape or y.numel() == 0:
+            continue
+        square = count = 0.0
+        for a, b in C._blocks64(y, z):
+            d = (a - b)[torch.isfinite(a - b)]
+            square += float((d * d).sum())
+            count += d.numel()
+        sample = C._as64(C._sample(C._flat(y))).abs()
+        sample = sample[torch.isfinite(sample)]
+        if not count or not sample.numel():
+            continue
+        informative = math.sqrt(square / count / 2.0)
+        magnitude = float(sample.median())
+        excess = tol * max(0.0, magnitude - 1.0 - informative)
+        found.append({"output": k, "informative": informative, "magnitude": magnitude,
+                      "excess": excess,
+                      "ratio": excess / informative if informative > 0 else math.inf})
+    return found
+
+
+# Matmul-class calls whose operands a reduced-precision answer would round (their results are
+# turned back to the reference's dtype at once: a low-precision GEMM in a full-precision program).
+_GEMMS = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d",
+                    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                    "conv_transpose3d", "bilinear", "__matmul__", "scaled_dot_product_attention"})
+
+
+def reduced_precision(model, inputs: list, forward_seed: int, dtype_name: str = "bfloat16",
+                      copies: bool = True):
+    """The outputs with every matmul-class call's floating-point operands rounded to
+    ``dtype_name`` (and its result cast back): what a kernel with low-precision GEMM operands
+    and a full-precision epilogue returns. None when forward runs no such call."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    low = getattr(torch, dtype_name)
+    rounded = [0]
+
+    def down(v):
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64):
+            return v.to(low).to(v.dtype)
+        return v
+
+    class Round(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") in _GEMMS:
+                rounded[0] += 1
+                args, kwargs = tree_map(down, (args, kwargs))
+            return func(*args, **kwargs)
+
+    with Round():
+        out = forward(model, inputs, forward_seed, copies)
+    return out if rounded[0] else None
+
+
+def rounded_errors(out: list, ref: list, dtype_name: str) -> dict:
+    """How far the reduced-precision answer ``out`` is from ``ref``: ``error``, the allclose
+    measure (``checks.max_error``), and ``abs_errors``, each output's largest absolute
+    difference (what ``checks.judge_contrast`` holds against the slack an output varying
+    about zero gets, to tell whether only an offset's slack admits the answer)."""
+    import torch
+
+    worst = []
+    for a, b in zip(out, ref):
+        if not (b.is_floating_point() and a.shape == b.shape) or b.numel() == 0:
+            worst.append(None)
+            continue
+        diff = 0.0
+        for x, y in C._blocks64(a, b):
+            d = (x - y).abs()
+            d = d[torch.isfinite(d)]
+            diff = max(diff, float(d.max()) if d.numel() else 0.0)
+        worst.append(diff)
+    return {"dtype": dtype_name, "error": C.max_error(out, ref), "abs_errors": worst}
