@@ -195,7 +195,9 @@ class _Probes:
         they could not be read (``device_unread``): the judge does not pass a check it could
         not make."""
         calls = unseen.get("calls", 1)
-        spans = self.witness.span_us(calls)
+        per_call = self.witness.span_calls_us(calls)
+        spans = None if per_call is None else [None if busy is None else busy[0]
+                                               for busy in per_call]
         counts = getattr(self.witness, "span_counts", None)
         if spans is None:
             unseen["device_unread"] = "no kernel records"
@@ -210,6 +212,10 @@ class _Probes:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
+                # each range's mean busy time per call: a whole timing graph's replay, by the
+                # device's clock, set beside the scored replays' time per call
+                unseen[f"{kind}_device_call_us"] = [sum(busy) / len(busy) for k, busy in
+                                                    zip(unseen["order"], per_call) if k == kind]
         calls_facts = calls_facts or []
         repeat = [c for c in calls_facts if c.get("kind") == "repeat"] or calls_facts[-1:]
         self._even_calls_us(unseen, calls, repeat[0].get("kernels") if repeat else None)

@@ -1,0 +1,45 @@
+"""The unseen-input check's calls on a captured graph are judged by the device's clock: the
+timer's host latency (its synchronize's wake-up, the end event's record) is no part of a graph
+replay's work, and on a busy host it read an honest GEMM's check replays 3.5x slower than its
+scored ones."""
+from kernelmill.grade.checks.probes import unseen_checks
+from kernelmill.grade.policy import Policy
+
+SCORED_MS = 0.048  # the scored replays' time per call
+
+
+def _facts(check_ms: float, check_device_us: float | None) -> dict:
+    facts = {"method": "cuda_graph", "calls": 8, "checks": [],
+             "order": ["seen"] * 3 + ["even", "unseen", "after"],
+             "seen_ms": [check_ms] * 3, "unseen_ms": [check_ms], "after_ms": [check_ms],
+             "seen_device_us": [48.0] * 3, "unseen_device_us": [48.5], "after_device_us": [48.0],
+             "even_calls_us": [48.0] * 8, "even_overlap_us": 0.0}
+    if check_device_us is not None:
+        for kind, n in (("seen", 3), ("unseen", 1), ("after", 1)):
+            facts[f"{kind}_device_call_us"] = [check_device_us] * n
+    return facts
+
+
+def _judge(facts: dict) -> tuple[list[str], dict]:
+    found, checks = [], {}
+    unseen_checks(facts, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
+                  True, "cuda:0", checks, scored_ms=SCORED_MS)
+    return found, checks
+
+
+def test_host_latency_around_graph_replays_is_not_the_forwards_time():
+    found, checks = _judge(_facts(check_ms=0.166, check_device_us=47.0))
+    assert found == [], found
+    assert checks["unseen_vs_scored_ms"]["passed"] is True
+    assert checks["unseen_time_ms"]["passed"] is True  # the device clock decided
+
+
+def test_work_the_check_replays_do_and_the_scored_ones_skip_still_shows():
+    found, checks = _judge(_facts(check_ms=0.166, check_device_us=160.0))
+    assert any("tells the check apart" in f for f in found), found
+    assert checks["unseen_vs_scored_ms"]["passed"] is False
+
+
+def test_without_device_times_per_call_the_replays_wall_time_decides():
+    found, _ = _judge(_facts(check_ms=0.166, check_device_us=None))
+    assert any("tells the check apart" in f for f in found), found
