@@ -96,6 +96,13 @@ def output_rms(e: torch.Tensor) -> float:
     """The root mean square of a tensor's finite elements (float64 sums, chunk by chunk);
     1.0 where it has none."""
     flat, total, count = e.reshape(-1), 0.0, 0
+    if flat.numel() and flat.is_floating_point():
+        # one float64 reduction, no float64 copy: 20x the masked pass below on 16M elements
+        # (the judge computes this for every output it compares); finite only when every
+        # element is
+        norm = float(torch.linalg.vector_norm(flat, dtype=torch.float64))
+        if math.isfinite(norm):
+            return norm / math.sqrt(flat.numel())
     for start in range(0, flat.numel(), COMPARE_CHUNK):
         chunk = flat[start:start + COMPARE_CHUNK].double()
         finite = chunk[torch.isfinite(chunk)]
