@@ -12,7 +12,7 @@
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
-#        pytest (the gpu-marked tests PYTEST_ARGS names: files, -k filters)
+#        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
 #        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
 #        SERVE_ARGS, default "--actors 8 --skip-load")
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
@@ -135,7 +135,8 @@ for part in $parts; do
               # every run's result with its verdicts, for `ray_scaling.py --table` here
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
-    pytest)   python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} 2>&1 \
+    pytest)   python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
+                ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
                 | tee "$out/pytest_gpu.log" ;;
     # SERVE_ARGS: benchmarks/serve_throughput.py's flags (the service against the batch grader)
     # shellcheck disable=SC2086 — SERVE_ARGS is a list of flags
