@@ -205,12 +205,16 @@ UNKNOWN_SHARE = 0.25
 _SLOTS_PER_GPU: dict = {}  # GPU index -> slots the local backend gives it in this process
 
 
-def default_slots_per_gpu(gpus: int, cores: int | None = None) -> int:
+def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -> int:
     """Grades one GPU runs at once by default: one per two of its share of the host's cores
     (each grade keeps about two processes busy: its candidate's and a reference worker), at
-    most 8; their memory is admitted grade by grade (``_admitted``)."""
+    most 8; their memory is admitted grade by grade (``_admitted``). Groups (``group`` > 1)
+    get half as many slots: a group's members start together, each making a CUDA context,
+    which a GPU's driver makes one at a time (8 slots of groups of 8 graded 36 per minute,
+    the candidates' start 13.6 s at the median; 4 slots 48-51 per minute; H200, 16 cores)."""
     cores = cores or os.cpu_count() or 2
-    return max(1, min(8, cores // max(1, gpus) // 2))
+    slots = max(1, min(8, cores // max(1, gpus) // 2))
+    return slots if group <= 1 else max(1, slots // 2)
 
 
 def group_items(items: list[dict], size: int) -> list[list[dict]]:
@@ -313,7 +317,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 import torch
 
                 gpus = 1 if ":" in device else max(1, torch.cuda.device_count())
-                workers = gpus * default_slots_per_gpu(gpus)
+                workers = gpus * default_slots_per_gpu(gpus, group=group or 1)
             runner = get_backend(backend, device=device, workers=workers, address=address)
             if backend == "local":
                 _SLOTS_PER_GPU.clear()
