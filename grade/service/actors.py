@@ -23,6 +23,7 @@ import os
 from dataclasses import asdict
 
 from kernelmill.core.devices import device_slots
+from kernelmill.core.errors import KernelmillError
 
 from ..batch import grade_group_items
 from ..policy import Policy
@@ -106,7 +107,8 @@ class LocalPool:
         return len(self.hosts)
 
     def kill(self, index: int) -> None:
-        raise NotImplementedError("a local host shares this process: it cannot be killed alone")
+        raise KernelmillError("a local grading host shares the service's process: it cannot be "
+                              "killed alone (only --backend ray hosts can)")
 
     def close(self) -> None:
         self.hosts = []
