@@ -37,7 +37,6 @@ import contextlib
 import hashlib
 import linecache
 import math
-import os
 import statistics
 import sys
 import time
@@ -269,23 +268,28 @@ class GpuLock:
         return self._locked(False)
 
     def since_window_s(self) -> float | None:
-        """Seconds since the last timing window on this GPU ended (any process of this user),
-        None when unknown (no lock, or no window yet)."""
+        """Seconds since the last timing window on this GPU ended (any grader or validator of
+        this user), None when unknown (no lock, no window yet, or a time that is not one the
+        parent wrote: in the future, unreadable). The time is the file's contents, which only
+        the parent can write: a confined worker may not open it for writing, but could set its
+        modification time."""
         if not self.path:
             return None
         try:
-            return max(0.0, time.time() - os.stat(self.path + ".hot").st_mtime)
-        except OSError:
+            with open(self.path + ".hot", "rb") as held:
+                ended = float(held.read(64).decode("ascii"))
+        except (OSError, ValueError, UnicodeDecodeError):
             return None
+        since = time.time() - ended
+        return since if math.isfinite(since) and since >= 0 else None
 
     def window_ended(self) -> None:
         """Record that a timing window on this GPU ended now (``since_window_s``)."""
         if not self.path:
             return
         try:
-            with open(self.path + ".hot", "a"):
-                pass
-            os.utime(self.path + ".hot")
+            with open(self.path + ".hot", "w", encoding="ascii") as held:
+                held.write(repr(time.time()))
         except OSError:
             pass
 

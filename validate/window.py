@@ -294,7 +294,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
                               cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check)
             finally:
-                lock.window_ended()
+                if "warm" in result.get("phases_ms", {}):  # the clocks were brought up
+                    lock.window_ended()
                 group.alone = False
                 group.everyone()
         for control in group.active.values():
