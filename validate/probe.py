@@ -745,23 +745,16 @@ def _distributions(model, draw: Callable[[], list], m: dict, sd, device) -> dict
 
 def _scaled_inputs(inputs: list, scale: float, shift: float) -> list:
     """Every floating-point input of a fresh draw times ``scale`` plus ``shift``, in its own
-    dtype, rounded as the grader's worker makes a trial's inputs: in place (no second copy of
-    the inputs), unless two inputs share memory or one cannot be written."""
+    dtype, rounded as the grader's worker makes a trial's inputs. Out of place, one tensor at
+    a time (one input's worth more at the peak): a ``get_inputs`` may hand out a tensor it
+    keeps (a module-level constant), which scaling in place would change for every later
+    draw."""
     import torch
 
-    floats = [k for k, v in enumerate(inputs)
-              if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    storages = [inputs[k].untyped_storage().data_ptr() for k in floats]
-    in_place = len(set(storages)) == len(storages)
-    for k in floats:
-        v = inputs[k]
-        if in_place:
-            try:
-                v.mul_(scale).add_(shift)
-                continue
-            except RuntimeError:  # an expanded view, a leaf that requires grad
-                pass
-        inputs[k] = v * scale + shift
+    for k, v in enumerate(inputs):
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            inputs[k] = v.detach().mul(scale).add_(shift)
+            del v
     return inputs
 
 

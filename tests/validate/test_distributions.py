@@ -110,3 +110,18 @@ def test_an_ignored_buffer_beside_written_running_statistics_still_fails():
     verdict = checks["buffer_sensitive"]
     assert verdict["passed"] is False and "buffer shift" in verdict["detail"], verdict
     assert "written by forward, not judged: bn.running_mean, bn.running_var" in verdict["detail"]
+
+
+def test_a_get_inputs_that_hands_out_a_kept_tensor_is_not_changed_by_the_distributions():
+    """The distributions stage scales a draw out of place: a module-level input handed out by
+    every ``get_inputs`` call keeps its values, so later stages see the problem's own draws."""
+    source = ("import torch\nimport torch.nn as nn\n\nX = torch.randn(64, 256)\n\n\n"
+              "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.fc = nn.Linear(256, 256)\n\n    def forward(self, x):\n"
+              "        return torch.tanh(self.fc(x))\n\n\ndef get_inputs():\n    return [X]\n\n\n"
+              "def get_init_inputs():\n    return []\n")
+    m, checks = probe(source)
+    assert all(entry["supported"] for entry in m["distributions"].values()), m["distributions"]
+    assert C.summarize(checks)[0] or "no_dead_work" not in C.summarize(checks)[1], \
+        C.summarize(checks)[1]
+    assert checks["no_dead_work"]["passed"] is not False, checks["no_dead_work"]
