@@ -432,6 +432,8 @@ def judge_buffers(measured: dict | None, th: dict) -> dict:
     buffers forward writes (running statistics in training mode) are not judged."""
     if not measured:
         return check(None, None, "model has no floating-point buffers")
+    if "error" in measured:
+        return check(None, None, f"not measured: {measured['error']}")
     written = measured.get("written") or []
     names = ", ".join(written[:4]) + (" ..." if len(written) > 4 else "")
     if not measured.get("entries"):
@@ -669,7 +671,11 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     why = []
     value = None
     note = ""
-    if isinstance(rounded, dict) and "error" in rounded:
+    # ``rounded["error"]`` is the rounded answer's largest error; a measurement that failed
+    # (``probe._measured``) holds its reason there instead, a string: not measured
+    if not (isinstance(rounded, dict) and isinstance(rounded.get("error"), (int, float))):
+        rounded = None
+    if rounded is not None:
         passes = rounded["error"] <= tol
         note = (f"; matmul/conv operands rounded to {rounded['dtype']} "
                 f"{'pass' if passes else 'fail'} it (error {_fmt(rounded['error'])})")
@@ -678,7 +684,9 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
             why.append(f"the calibrated tolerance {tol:g} ({tol / floor:.0f}x the {dtype} floor) "
                        f"admits matmul/conv operands rounded to {rounded['dtype']} (error "
                        f"{_fmt(rounded['error'])})")
-    finite = [e for e in entries or [] if math.isfinite(e["ratio"])]
+    finite = [e for e in (entries if isinstance(entries, list) else [])
+              if isinstance(e, dict) and isinstance(e.get("ratio"), (int, float))
+              and math.isfinite(e["ratio"])]
     worst = max(finite, key=lambda e: e["ratio"]) if finite else None
     admitted = _admitted_by_offset(finite, rounded, tol)
     if admitted and not why:

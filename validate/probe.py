@@ -272,7 +272,7 @@ def _perturbed(model, seed: int):
     alt = copy_model(model)
     tensors = [p for p in alt.parameters() if p.is_floating_point()]
     if not tensors:
-        tensors = [b for b in alt.buffers() if b.is_floating_point()]
+        tensors = [b for b in alt.buffers() if b.is_floating_point() and not _index_like(b)]
     if not tensors:
         return None
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -319,6 +319,10 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
     work = copy_model(model)
     named = [(n, b) for n, b in work.named_buffers()
              if b.is_floating_point() and b.numel() > 0 and not b.is_meta]
+    # a float buffer of whole numbers past 1 holds indices or counts (a permutation kept as
+    # floats): perturbed, it indexes out of range (on a GPU a device-side assert, which ends
+    # the worker's CUDA context), so it is left out, as integer buffers are
+    named = [(n, b) for n, b in named if not _index_like(b)]
     if not named:
         return None
     originals = dict(model.named_buffers())
@@ -331,7 +335,12 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
         for _, b in group:
             _perturb_buffer(b, gen)
         marks = C.fingerprints([b for _, b in group])
-        out = run_forward(work, inputs, sd["forward"], device, clone=copies)
+        try:
+            out = run_forward(work, inputs, sd["forward"], device, clone=copies)
+        except Exception as exc:  # the perturbed value broke forward: it was used
+            if _device_poisoned(exc):
+                raise
+            out = None
         wrote = [n for (n, _), before, after in
                  zip(group, marks, C.fingerprints([b for _, b in group]))
                  if before is not None and before != after]
@@ -343,10 +352,21 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
         if judged:
             label = (f"buffer {judged[0]}" if len(judged) == 1 else
                      f"buffers {', '.join(judged[:4])}" + (" ..." if len(judged) > 4 else ""))
-            entries.append({"label": label,
-                            "fraction": C.mismatch_fraction(out, ref, tol, margin)})
+            entries.append({"label": label, "fraction": 1.0 if out is None else
+                            C.mismatch_fraction(out, ref, tol, margin)})
         del out
     return {"entries": entries, "written": written, "total": len(named)}
+
+
+def _index_like(buffer) -> bool:
+    """Whether a floating-point buffer holds only whole numbers, some past 1 (indices kept as
+    floats)."""
+    import torch
+
+    with torch.no_grad():
+        flat = buffer.detach().reshape(-1)
+        return bool(torch.isfinite(flat).all()) and bool((flat == flat.round()).all()) and \
+            float(flat.abs().max()) > 1
 
 
 def _model_like(ns: dict, sd: dict[str, int], reference):
@@ -572,12 +592,17 @@ def probe_problem(payload: dict) -> dict:
         if wmodel is None:
             m["weight_sensitivity"] = None
         else:
-            wout = run_forward(wmodel, inputs, sd["forward"], device, clone=copies)
-            m["weight_sensitivity"] = {"label": "all parameters",
-                                       "fraction": C.mismatch_fraction(wout, ref, tol, margin)}
+            try:
+                wout = run_forward(wmodel, inputs, sd["forward"], device, clone=copies)
+            except Exception as exc:  # the perturbed values broke forward: they were used
+                if _device_poisoned(exc):
+                    raise
+                wout = None
+            m["weight_sensitivity"] = {"label": "all parameters", "fraction": 1.0 if wout is None
+                                       else C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout
-        m["buffer_sensitivity"] = _buffer_sensitivity(model, inputs, ref, sd, device, tol,
-                                                      margin, copies)
+        m["buffer_sensitivity"] = _measured(lambda: _buffer_sensitivity(
+            model, inputs, ref, sd, device, tol, margin, copies))
 
     with _section(lock, device, "degeneracy"):
         m["zero_fraction"] = C.zero_fraction(ref, tol)
@@ -885,6 +910,8 @@ def _syncing_work(lock, device: str, model, inputs: list, syncing: dict,
             syncing["device_work"] = device_work(
                 model, lambda: _clone(inputs) if copies else inputs, device)
         except Exception as exc:  # noqa: BLE001 — no profiler reading: the check stands down
+            if _device_poisoned(exc):
+                raise
             syncing["device_work"] = {
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
     return syncing

@@ -231,3 +231,33 @@ def test_liveness_counts_a_call_by_its_live_output():
     torch.manual_seed(0)
     found = R.liveness(Attention(), [[torch.randn(2, 64, 16)]], 0, 1)
     assert found["dead_share"] < 0.05, found
+
+
+def test_judges_skip_measurements_that_failed_instead_of_raising():
+    """A measurement the probe could not make is ``{"error": reason}`` (``probe._measured``):
+    the contrast and buffer judges skip it with the reason, never raise in the parent."""
+    th = C.DEFAULT_THRESHOLDS
+    failed = {"error": "RuntimeError: boom"}
+    verdict = C.judge_contrast([{"output": 0, "ratio": 0.01, "magnitude": 1.0,
+                                 "informative": 1.0}], "float32", th, 1e-3, failed)
+    assert verdict["passed"] is True and "rounded" not in verdict["detail"]
+    assert C.judge_contrast(failed, "float32", th, 1e-3, None)["passed"] is None
+    skipped = C.judge_buffers(failed, th)
+    assert skipped["passed"] is None and "boom" in skipped["detail"]
+
+
+def test_a_float_buffer_of_indices_is_left_out_and_a_perturbation_that_breaks_forward_counts():
+    """A permutation kept as a float buffer is not perturbed (out-of-range indices; on a GPU a
+    device-side assert); the probe still completes and judges the other buffers."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.register_buffer('perm', torch.randperm(256).float())\n"
+              "        self.register_buffer('scale', torch.rand(256) + 0.5)\n\n"
+              "    def forward(self, x):\n        return x[:, self.perm.long()] * self.scale\n\n\n"
+              "def get_inputs():\n    return [torch.randn(64, 256)]\n\n\n"
+              "def get_init_inputs():\n    return []\n")
+    m = probe_problem({"source": source, "device": "cpu", "seed": 0, "ablations": None})
+    measured = m["buffer_sensitivity"]
+    assert "error" not in measured, measured
+    assert [e["label"] for e in measured["entries"]] == ["buffer scale"]
+    assert C.judge(m)["buffer_sensitive"]["passed"] is True
