@@ -181,21 +181,21 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
         seen, new = unseen.get(f"seen_{key}") or [], unseen.get(f"unseen_{key}") or []
         if not seen or not new:
             continue
-        if key == "ms" and cuda and unseen.get("method") in ("cuda_events", "cuda_graph") and \
+        if key == "ms":
+            seen, new = _graph_or_wall(unseen, "seen"), _graph_or_wall(unseen, "unseen")
+        if key == "ms" and cuda and unseen.get("method") == "cuda_events" and \
                 unseen.get("seen_device_us") and unseen.get("unseen_device_us"):
             # Without a captured graph each call's wall time is mostly the witness's cost per
             # launch, which drifts over the window (an honest side-stream kernel of 1.1 µs read
             # 0.55-0.69 ms before its unseen inputs and 0.89-1.03 ms on and after them, H200):
-            # the kernels' device time, compared next, stands for it. A graph's replay is
-            # timed by events around it and a device-wide synchronize, whose host latency a
-            # busy host (a group's members side by side) adds to a call, not to the device's
-            # clock
+            # the kernels' device time, compared next, stands for it
             checks["unseen_time_ms"] = {
-                "passed": True, "detail": f"not compared ({unseen.get('method')}: the device clock "
+                "passed": True, "detail": f"not compared (cuda_events: the device clock "
                                           f"decides); unseen {[round(v, 4) for v in new]} ms, "
                                           f"timed {[round(v, 4) for v in seen]} ms"}
             continue
-        after = unseen.get(f"after_{key}") or []
+        after = _graph_or_wall(unseen, "after") if key == "ms" else \
+            unseen.get(f"after_{key}") or []
         # The device clock has no host noise: the fastest call on each kind of input is
         # compared (an answer cache saving 1 µs of 4 had one slower call among the timed ones
         # and passed the median by 0.03 µs on an H100; over 203 honest checks the fastest
@@ -229,20 +229,9 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
     # The unseen inputs' calls against the scored ones too: each bound above holds alone, and a
     # forward with three speeds (new inputs, the check's calls on the timed inputs, the scored
     # calls) can compose the two into a large gain (T-14).
-    # A graph's replays run no Python on either side: the check's replays by the device's
-    # clock (each call's mean busy time), free of the timer's host latency, which on a busy host
-    # read an honest 0.048 ms GEMM's check replays at 0.166 ms per call in a group of 8 (H200)
     events = unseen.get("method") == "cuda_events"
-    graph = unseen.get("method") == "cuda_graph"
-
-    def check_times(kind: str) -> list:
-        if events:
-            return [us / 1e3 for us in unseen.get(f"{kind}_device_us") or []]
-        if graph and unseen.get(f"{kind}_device_call_us"):
-            return [us / 1e3 for us in unseen[f"{kind}_device_call_us"]]
-        return unseen.get(f"{kind}_ms") or []
-
-    kinds = {kind: check_times(kind) for kind in ("seen", "unseen")}
+    kinds = {kind: ([us / 1e3 for us in unseen.get(f"{kind}_device_us") or []] if events
+                    else _graph_or_wall(unseen, kind)) for kind in ("seen", "unseen")}
     clocks = (("ms", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
               ("cpu_ms", scored_cpu_ms, policy.unseen_cpu_time_ratio,
                policy.unseen_cpu_time_floor_ms))
@@ -253,6 +242,22 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
             if window_ms and check_ms and _told_apart(
                     min(check_ms), window_ms, ratio, least, name, checks, hack, kind):
                 return
+
+
+def _graph_or_wall(unseen: dict, kind: str) -> list:
+    """The check's calls of ``kind`` in ms per call: a captured graph's replays by the device's
+    clock, from the first kernel's start to the last one's end (``{kind}_extent_ms``), else
+    their wall time (``{kind}_ms``). A replay runs no Python; events around it and a
+    device-wide synchronize add the host's latency, which on a busy host (a group's members
+    side by side) read an honest 0.048 ms GEMM's check replays at 0.166 ms per call (H200).
+    The extent keeps what events read between kernels, so it stays comparable with the scored
+    replays' time."""
+    wall = unseen.get(f"{kind}_ms") or []
+    extent = unseen.get(f"{kind}_extent_ms")
+    if unseen.get("method") == "cuda_graph" and isinstance(extent, list) and \
+            len(extent) == len(wall) and all(isinstance(v, (int, float)) for v in extent):
+        return extent
+    return wall
 
 
 def graph_calls_even(unseen: dict, policy: Policy, checks: dict, hack) -> None:

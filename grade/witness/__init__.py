@@ -327,8 +327,9 @@ class Witness:
     def span_calls_us(self, calls: int = 1) -> list[list[float] | None] | None:
         """For each ``span()`` range, in order: the busy time (µs) of each of its ``calls``
         equal runs of kernels in start order (``span_us`` keeps the first), or None where the
-        kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_overlap_us``
-        and ``span_run_names`` (each run's kernel names, sorted). None without a witness."""
+        kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_extent_us``
+        (first kernel's start to last kernel's end), ``span_overlap_us`` and ``span_run_names``
+        (each run's kernel names, sorted). None without a witness."""
         if self._events is None:
             return None
         spans = sorted((e.time_range.start, e.time_range.end) for e in self._events
@@ -343,6 +344,11 @@ class Witness:
                                       str(kernel.name)[:200]))
         result: list[list[float] | None] = []
         self.span_counts = [len(found) for found in inside]
+        # from the first kernel's start to the last one's end, gaps between kernels included
+        # (what events around the work would read, less the host's latency before and after)
+        self.span_extent_us = [max(start + us for start, us, _n in found)
+                               - min(start for start, _u, _n in found) if found else None
+                               for found in inside]
         self.span_overlap_us = []
         self.span_run_names = []
         calls = max(1, calls)

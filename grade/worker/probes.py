@@ -212,10 +212,14 @@ class _Probes:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
-                # each range's mean busy time per call: a whole timing graph's replay, by the
-                # device's clock, set beside the scored replays' time per call
-                unseen[f"{kind}_device_call_us"] = [sum(busy) / len(busy) for k, busy in
-                                                    zip(unseen["order"], per_call) if k == kind]
+            # each range's extent per call (first kernel's start to last kernel's end, by the
+            # device's clock): a whole timing graph's replay read as events around it read the
+            # scored replays, less the host's latency before and after it
+            extents = getattr(self.witness, "span_extent_us", None) or []
+            if len(extents) == len(unseen["order"]) and None not in extents:
+                for kind in ("seen", "unseen", "after"):
+                    unseen[f"{kind}_extent_ms"] = [ext / calls / 1e3 for k, ext in
+                                                   zip(unseen["order"], extents) if k == kind]
         calls_facts = calls_facts or []
         repeat = [c for c in calls_facts if c.get("kind") == "repeat"] or calls_facts[-1:]
         self._even_calls_us(unseen, calls, repeat[0].get("kernels") if repeat else None)
