@@ -17,7 +17,8 @@ from typing import Any
 
 def copy_model(model: Any) -> Any:
     """A deep copy of ``model`` whose module attributes that are functions closing over parts
-    of the model (modules, tensors, the model itself) close over the copied parts instead.
+    of the model (modules, tensors, the model itself), or holding them as default arguments
+    (``lambda x, m=self.fc: m(x)``), hold the copied parts instead.
     Objects a closure holds that are not part of the model (``torch``, a constant) stay
     shared, as a deep copy shares a module."""
     memo: dict[int, Any] = {}
@@ -25,7 +26,8 @@ def copy_model(model: Any) -> Any:
     for module in new.modules():
         attrs = vars(module)
         for name, value in list(attrs.items()):
-            if isinstance(value, types.FunctionType) and value.__closure__:
+            if isinstance(value, types.FunctionType) and \
+                    (value.__closure__ or value.__defaults__ or value.__kwdefaults__):
                 attrs[name] = _rebound(value, memo)
     return new
 
@@ -39,9 +41,11 @@ def _rebound(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType
             cells.append(cell)
             continue
         cells.append(types.CellType(memo.get(id(held), held)))
-    out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                             tuple(cells))
-    out.__kwdefaults__ = fn.__kwdefaults__
+    defaults = None if fn.__defaults__ is None else \
+        tuple(memo.get(id(v), v) for v in fn.__defaults__)
+    out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, defaults, tuple(cells))
+    out.__kwdefaults__ = None if fn.__kwdefaults__ is None else \
+        {k: memo.get(id(v), v) for k, v in fn.__kwdefaults__.items()}
     out.__dict__.update(fn.__dict__)
     return out
 

@@ -13,6 +13,7 @@ class ClosureMLP(nn.Module):
         m = self.mlp
         self.scale = 2.0
         self.f = lambda x, k=3: m.fc(x) * k
+        self.h = lambda x, fc=self.mlp.fc: fc(x)  # held as a default argument
         self.g = self.forward_twice  # a bound method: deep copies rebind these already
 
     def forward_twice(self, x):
@@ -34,6 +35,8 @@ def test_a_copy_changed_on_purpose_changes_only_itself():
         assert torch.equal(naive(x), before)
         assert not torch.allclose(copied(x), before)
         assert torch.equal(model(x), before)  # the original is untouched either way
+        assert not torch.allclose(copied.h(x), model.h(x))  # defaults re-bound too
+        assert torch.equal(naive.h(x), model.h(x))
     # defaults and the float64 move follow the copy
     wide = copy_model(model).double()
     assert wide(x.double()).dtype == torch.float64
