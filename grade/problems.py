@@ -43,15 +43,20 @@ def distributions_column(validation: dict | None) -> list[dict] | None:
     measured = (validation or {}).get("distributions")
     if not isinstance(measured, dict):
         return None
-    return [{"name": str(name), "supported": entry.get("supported") is True}
+    return [{"name": str(name), "supported": _flag(entry.get("supported"))}
             for name, entry in measured.items() if isinstance(entry, dict)]
+
+
+def _flag(value: Any) -> bool | None:
+    """A measured support flag, or None (not measured: the grader keeps the distribution)."""
+    return value if isinstance(value, bool) else None
 
 
 def distributions_from_column(value: Any) -> dict | None:
     """The dataset column back as ``validation.distributions`` (None: no column value)."""
     if not isinstance(value, (list, tuple)):
         return None
-    return {str(e["name"]): {"supported": e.get("supported") is True}
+    return {str(e["name"]): {"supported": _flag(e.get("supported"))}
             for e in value if isinstance(e, dict) and e.get("name")}
 
 
