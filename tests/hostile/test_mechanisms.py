@@ -1106,7 +1106,8 @@ def test_unseen_device_times_that_cannot_be_read_fail_the_check():
 
     def unread(spans, counts, calls=1, order=("seen", "unseen", "seen")):
         run = _Run.__new__(_Run)
-        run.witness = SimpleNamespace(span_us=lambda _calls: spans, span_counts=counts,
+        per_call = None if spans is None else [None if s is None else [s] for s in spans]
+        run.witness = SimpleNamespace(span_calls_us=lambda _calls: per_call, span_counts=counts,
                                       unavailable=None)
         facts = {"order": list(order), "calls": calls}
         run._unseen_device_us(facts)
