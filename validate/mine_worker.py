@@ -23,6 +23,7 @@ import torch
 from kernelmill.core.input_templates import TEMPLATES
 
 MAX_ATTEMPTS = 16
+RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code defines (render.py)
 
 _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
 
@@ -204,8 +205,13 @@ class _Probe:
         self.stage = "constructor"
         model, self.init = self.construct()
         self.stage = "forward"
+        stats = 0
         if isinstance(model, torch.nn.Module):
             model.eval()
+            # the rendered problem draws running statistics (BatchNorm) the same way: the
+            # probe's checks see the module the problem will hold
+            if callable(self.ns.get(RUNNING_STATS)):
+                stats = int(self.ns[RUNNING_STATS](model))
         specs = self.job["inputs"]
         if not specs:
             raise NotImplementedError("forward takes no tensor input")
@@ -288,7 +294,7 @@ class _Probe:
                 "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
                 "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
                 "n_outputs": len(flat), "n_params": int(n_params),
-                "config_added": self.job.get("config_added", []),
+                "config_added": self.job.get("config_added", []), "running_stats": stats,
                 "seconds": round(time.monotonic() - start, 4)}
 
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations"})
+                      "annotations", "_mined_running_stats"})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -151,6 +152,36 @@ class _Rewrite(cst.CSTTransformer):
         return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
 
 
+class _ForeignTypeTests(cst.CSTTransformer):
+    """``isinstance(x, np.ndarray)`` is ``False`` where numpy is never imported: a problem runs
+    with torch alone, so no value of a type from a package it may not use reaches it. Tuples of
+    types lose their foreign members; ``foreign`` holds the names (and chains) that lead there."""
+
+    def __init__(self, foreign: set[str]):
+        super().__init__()
+        self.foreign = foreign
+        self.changed = 0
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not (isinstance(original.func, cst.Name) and original.func.value == "isinstance"
+                and len(original.args) == 2 and original.args[1].keyword is None):
+            return updated
+        types = original.args[1].value
+        members = [e.value for e in types.elements] if isinstance(types, cst.Tuple) \
+            else [types]
+        kept = [e for e in members if _dotted(e) not in self.foreign]
+        if len(kept) == len(members):
+            return updated
+        self.changed += 1
+        if not kept:
+            return cst.Name("False")
+        if len(kept) == 1:
+            return updated.with_changes(args=[updated.args[0],
+                                              updated.args[1].with_changes(value=kept[0])])
+        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
+            value=cst.Tuple([cst.Element(e) for e in kept]))])
+
+
 def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
     """The decorators of a definition and of the methods of a class (no full walk: a libcst
     visitor over every node was half the gathering time)."""
@@ -169,6 +200,31 @@ class Gatherer:
         self.allowed = allowed_roots
         self._refs: dict[str, tuple] = {}
         self._code: dict[tuple, str] = {}  # a definition's text under one renaming
+
+    def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
+                ) -> tuple[cst.CSTNode, _Names]:
+        """``node`` with what is known before it runs written in: environment questions
+        answered (``environment.AnswerQueries``) and type tests against packages a problem may
+        not use made ``False`` (``_ForeignTypeTests``); with its names read again if changed."""
+        changed = False
+        if any(QUERY_NAME.match(name.rsplit(".", 1)[-1])
+               for name in (*visitor.names, *visitor.chains)):
+            answer = AnswerQueries()
+            answered = node.visit(answer)
+            if answer.answered:  # the helpers it called are no longer reached
+                node, changed = answered, True
+        if "isinstance" in visitor.names:
+            foreign = {chain for chain in (*visitor.chains, *visitor.names)
+                       if isinstance(found := self.index.resolve_dotted(module, chain), External)
+                       and found.root not in self.allowed}
+            tests = _ForeignTypeTests(foreign)
+            tested = node.visit(tests) if foreign else node
+            if tests.changed:
+                node, changed = tested, True
+        if changed:
+            visitor = _Names()
+            node.visit(visitor)
+        return node, visitor
 
     def _references(self, definition: Definition):
         """(resolved name refs, resolved chain refs, dropped decorator texts) of a definition."""
@@ -192,6 +248,7 @@ class Gatherer:
         if dropped:
             stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
         stripped.visit(visitor)
+        stripped, visitor = self._settle(module, stripped, visitor)
         stripped.visit(loading)
         names = {}
         for name in visitor.names:
@@ -213,7 +270,7 @@ class Gatherer:
         load = {found.key for name, found in names.items()
                  if isinstance(found, Definition) and name in loading.names}
         load |= {found.key for chain, found in chains.items() if chain in loading.chains}
-        result = (names, chains, dropped, load)
+        result = (names, chains, dropped, load, stripped)
         self._refs[definition.key] = result
         return result
 
@@ -228,7 +285,7 @@ class Gatherer:
             if key in seen or key not in members:
                 return
             seen.add(key)
-            names, chains, _, _ = self._references(members[key])
+            names, chains, *_ = self._references(members[key])
             for found in [*names.values(), *chains.values()]:
                 if isinstance(found, Definition):
                     reach(found.key, seen)
@@ -266,7 +323,7 @@ class Gatherer:
             if depth > 60:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
-            names, chains, _, _ = self._references(definition)
+            names, chains, *_ = self._references(definition)
             for name, found in names.items():
                 if isinstance(found, Definition) and not self.index.follow:
                     # torch mined as a source: its other definitions are imported, not copied
@@ -276,7 +333,7 @@ class Gatherer:
                 elif isinstance(found, External):
                     if found.root not in self.allowed:
                         raise GatherError("missing dependency",
-                                          f"{found.root} (for {name} in {definition.module})")
+                                          f"{found.root} (for {name} in {definition.key})")
                     ext_users[(definition.module, name)] = found
                 elif isinstance(found, ModuleRef):
                     pass  # only its chains are used (below)
@@ -325,7 +382,7 @@ class Gatherer:
             import_lines[new] = line
         parts: list[str] = []
         for definition in order:
-            names, chains, dropped, _ = self._references(definition)
+            names, chains, _, _, node = self._references(definition)
             rename = {}
             for name, found in names.items():
                 if isinstance(found, Definition) and found.key not in out_name:
@@ -342,9 +399,8 @@ class Gatherer:
                          tuple(sorted(chain_map.items())), new_top)
             code = self._code.get(cache_key)
             if code is None:
-                node = definition.node
-                if rename or chain_map or dropped or new_top != definition.name:
-                    node = node.visit(_Rewrite(rename, chain_map, dropped, definition.name,
+                if rename or chain_map or new_top != definition.name:
+                    node = node.visit(_Rewrite(rename, chain_map, set(), definition.name,
                                                new_top))
                 code = cst.Module([]).code_for_node(node).strip("\n")
                 self._code[cache_key] = code

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from .environment import truth
 from .sources import Source
 
 # What a mined problem may import: torch and the standard library (and what torch requires)
@@ -109,6 +110,19 @@ class _Reader:
         for handler in stmt.handlers:
             self.body(handler.body.body)
 
+    def _if(self, stmt: cst.If) -> None:
+        """Both branches' bindings (the first wins), or only the taken branch's when the test
+        is a question about the environment (``environment.truth``: an optional package's
+        availability, the torch version, an environment variable)."""
+        taken = truth(stmt.test)
+        if taken is not False:
+            self.body(stmt.body.body)
+        if taken is not True:
+            if isinstance(stmt.orelse, cst.Else):
+                self.body(stmt.orelse.body.body)
+            elif isinstance(stmt.orelse, cst.If):
+                self._if(stmt.orelse)
+
     def define(self, name: str, node: cst.CSTNode, kind: str) -> None:
         if name not in self.index.defs and name not in self.index.imports:
             self.index.defs[name] = Definition(self.index.name, name, node, kind,
@@ -124,9 +138,7 @@ class _Reader:
                 for small in stmt.body:
                     self.small(small, stmt)
             elif isinstance(stmt, cst.If):
-                self.body(stmt.body.body)
-                if isinstance(stmt.orelse, cst.Else):
-                    self.body(stmt.orelse.body.body)
+                self._if(stmt)
             elif isinstance(stmt, cst.Try):
                 self._try(stmt)
 

@@ -167,3 +167,42 @@ def test_torchvision_is_mined_from_its_files(tmp_path):
         assert record.provenance["mined"]["package"] == "torchvision"
         assert record.provenance["mined"]["source"] == "torchvision.ops"
         assert json.dumps(record.to_dict())
+
+
+def _build(source: str):
+    import torch
+
+    ns: dict = {"__name__": "mined"}
+    exec(compile(source, "<mined>", "exec"), ns)  # noqa: S102 — the fixture's own problem
+    torch.manual_seed(0)
+    return ns["Model"](*ns["get_init_inputs"]()), ns
+
+
+def test_batchnorm_running_statistics_are_drawn_so_it_is_no_dead_branch(mined):
+    """Eval-mode BatchNorm with the default running statistics (mean 0, variance 1) is an
+    identity the validator's no_dead_branches flags; a mined problem draws them, seeded."""
+    import torch
+    from kernelmill.validate.realcode import submodule_bypass
+
+    record = _by_name(mined)["ConvBlock"]
+    assert record.provenance["mined"]["probe"]["running_stats"] == 1
+    assert "_mined_running_stats(self.mined)" in record.source
+    assert "_mined_running_stats" not in _by_name(mined)["GatedMLP"].source  # no BN there
+    source = shrink_for_cpu(record.source).source
+    model, ns = _build(source)
+    again, _ = _build(source)
+    bn = model.mined.bn
+    assert bn.running_mean.abs().min() > 0 and (bn.running_var - 1).abs().max() > 0.05
+    assert torch.equal(bn.running_mean, again.mined.bn.running_mean)  # deterministic
+    assert torch.equal(bn.running_var, again.mined.bn.running_var)
+    torch.manual_seed(1)
+    inputs = ns["get_inputs"]()
+    with torch.no_grad():
+        ref = [model(*[x.clone() for x in inputs])]
+    found = submodule_bypass(model, inputs, ref, 7, 1e-4, 3)
+    assert not any(label.startswith("mined.bn ") for label in found["dead"]), found
+    bn.reset_running_stats()  # the default statistics: the check must see the dead branch
+    with torch.no_grad():
+        ref = [model(*[x.clone() for x in inputs])]
+    found = submodule_bypass(model, inputs, ref, 7, 1e-4, 3)
+    assert any(label.startswith("mined.bn ") for label in found["dead"]), found
