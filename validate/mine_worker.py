@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from kernelmill.core.input_templates import TEMPLATES
 
+from .measure import load_namespace
+
 MAX_ATTEMPTS = 16
 RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code defines (render.py)
 
@@ -119,7 +121,9 @@ class _Probe:
 
     def build_namespace(self) -> None:
         _mark(f"mine import {self.job['key']}")
-        exec(compile(self.job["code"], f"<mined {self.job['key']}>", "exec"), self.ns)  # noqa: S102
+        # a registered module, as the validator loads a problem (dataclasses look their
+        # module up in sys.modules)
+        self.ns = load_namespace(self.job["code"], "mined")
 
     # ------------------------------------------------------------------ constructor
     def construct(self) -> tuple[Any, list[tuple[str, bool, str]]]:

@@ -214,9 +214,11 @@ class Gatherer:
             if answer.answered:  # the helpers it called are no longer reached
                 node, changed = answered, True
         if "isinstance" in visitor.names:
+            # a chain is foreign when its head is (``np.ndarray``): heads only, a chain's
+            # tail would read the modules it walks through
             foreign = {chain for chain in (*visitor.chains, *visitor.names)
-                       if isinstance(found := self.index.resolve_dotted(module, chain), External)
-                       and found.root not in self.allowed}
+                       if isinstance(found := self.index.resolve(module, chain.split(".")[0]),
+                                     External) and found.root not in self.allowed}
             tests = _ForeignTypeTests(foreign)
             tested = node.visit(tests) if foreign else node
             if tests.changed:

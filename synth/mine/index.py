@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,11 +172,32 @@ class _Reader:
                     self.define(target.value, line, "assign")
 
 
+_VALIDATE = cst.CSTNode.__post_init__
+_PARSING = threading.Lock()
+
+
+def _noop(self) -> None:
+    return None
+
+
+def parse_trusted(text: str) -> cst.Module:
+    """``cst.parse_module`` without libcst's per-node validation: the parser only builds nodes
+    from text it accepted, and validating each of them was half of the parse (libcst's own
+    comment in ``CSTNode.__post_init__`` names the waste). Other threads' nodes built meanwhile
+    go unvalidated too, which only skips their own consistency checks."""
+    with _PARSING:
+        cst.CSTNode.__post_init__ = _noop
+        try:
+            return cst.parse_module(text)
+        finally:
+            cst.CSTNode.__post_init__ = _VALIDATE
+
+
 def read_module(name: str, path: Path) -> ModuleIndex:
     index = ModuleIndex(name=name, path=path)
     try:
         index.text = path.read_text(encoding="utf-8")
-        index.module = cst.parse_module(index.text)
+        index.module = parse_trusted(index.text)
     except (OSError, UnicodeDecodeError) as exc:
         index.error = f"cannot read: {exc}"
         return index

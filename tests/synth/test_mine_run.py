@@ -52,11 +52,13 @@ def _by_name(mined):
 
 def test_mining_the_fixture_writes_its_modules_and_functions(mined):
     names = set(_by_name(mined))
-    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1"} <= names
+    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1",
+            "VersionGated", "SpecGated"} <= names
     for record in mined["records"]:
         problem = check_source(record.source, name=record.name)
         assert problem.category == record.category
-        assert _imported(record.source) <= {"torch", "math", "typing", "__future__"}
+        assert _imported(record.source) <= {"torch", "math", "typing", "dataclasses",
+                                            "__future__"}
     row = mined["table"][str(PACKAGE)]
     assert row["found"] >= 13 and row["written"] == len(mined["records"])
     assert row["written"] + row["rejected"] == row["found"] + 1  # + the unparsable module
@@ -103,10 +105,12 @@ def test_mined_sources_run_with_only_torch(mined, tmp_path):
             source = record.source
         (folder / f"p{i}.py").write_text(source)
     script = textwrap.dedent(f"""
-        import pathlib, sys, torch
+        import pathlib, sys, torch, types
         for path in sorted(pathlib.Path({str(folder)!r}).glob("*.py")):
-            ns = {{"__name__": "mined"}}
-            exec(compile(path.read_text(), str(path), "exec"), ns)
+            module = types.ModuleType("mined")  # registered, as the validator loads a problem
+            sys.modules["mined"] = module
+            exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+            ns = module.__dict__
             model = ns["Model"](*ns["get_init_inputs"]())
             with torch.no_grad():
                 out = model(*ns["get_inputs"]())
