@@ -71,7 +71,9 @@ def _dotted(node: cst.BaseExpression | None) -> str:
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
+        # ``f(x).to``: no dotted name (its call's names are read where it is visited)
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else ""
     return ""
 
 

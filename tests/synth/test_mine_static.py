@@ -159,3 +159,9 @@ def test_environment_questions_are_answered_for_a_torch_only_problem(index, monk
     assert "fast_op = None" in gathered.code
     assert "isinstance(x, torch.Tensor) and not False" in gathered.code
     assert "is_torch_greater_or_equal" not in gathered.code and "version" not in gathered.code
+
+
+def test_a_helper_called_before_a_method_of_its_result_is_gathered(index):
+    gathered = Gatherer(index).gather(index.resolve("minefix.compat", "SpecGated"))
+    assert "def _centered(x):" in gathered.code and "class GateSpec:" in gathered.code
+    assert "from dataclasses import dataclass" in gathered.code
