@@ -7,6 +7,8 @@ mined problem runs in: the installed torch and nothing else, no environment vari
 * Version helpers (``is_torch_greater_or_equal("2.7", accept_dev=True)``,
   ``is_torch_less_or_equal``): compared with the installed torch's version (read from its
   distribution metadata, torch is never imported here).
+* Version comparisons (``version.parse(torch.__version__) >= version.parse("2.1")``,
+  ``version.parse(get_torch_version()).base_version == "2.6.0"``): the installed torch's.
 * Environment variables (``"TIMM_FUSED_ATTN" in os.environ``, ``os.environ.get("X")``,
   ``os.getenv("X")``): unset, so the package's default branch is the one taken.
 
@@ -29,7 +31,8 @@ _OTHER_ACCELERATORS = frozenset({
 _AVAILABLE = re.compile(r"^_?is_(\w+?)_available$")
 _TORCH_VERSION = re.compile(r"^_?is_torch_(greater_or_equal|less_or_equal|greater_than|"
                             r"less_than)$")
-QUERY_NAME = re.compile(r"^_?is_\w+_(available|or_equal|than)$")
+QUERY_NAME = re.compile(r"^_?is_\w+_(available|or_equal|than)$|^__version__$|"
+                        r"^_?(get_)?torch_version$")
 
 
 @functools.cache
@@ -134,6 +137,49 @@ def query_truth(call: cst.Call) -> bool | None:
     return None
 
 
+def _is_torch_version(node: cst.BaseExpression) -> bool:
+    """``torch.__version__`` or a call of a ``get_torch_version``-like helper."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "__version__":
+        return isinstance(node.value, cst.Name) and node.value.value == "torch"
+    return isinstance(node, cst.Call) and not node.args and \
+        (_callee(node.func) or "").lstrip("_") in ("get_torch_version", "torch_version")
+
+
+def version_of(node: cst.BaseExpression) -> tuple[tuple[int, ...], bool, bool] | None:
+    """(release, pre-release, is torch's) of a version expression: a string literal,
+    ``torch.__version__``, ``version.parse(...)``/``Version(...)`` of either, and its
+    ``.base_version``; None for anything else."""
+    if isinstance(node, cst.SimpleString):
+        text = _string(node)
+        return (*_parse(text), False) if text is not None else None
+    if _is_torch_version(node):
+        return (*torch_version(), True)
+    if isinstance(node, cst.Attribute) and node.attr.value == "base_version":
+        inner = version_of(node.value)
+        return (inner[0], False, inner[2]) if inner is not None else None
+    if isinstance(node, cst.Call) and len(node.args) == 1 and node.args[0].keyword is None \
+            and (_callee(node.func) in ("parse", "Version") or
+                 (isinstance(node.func, cst.Name) and node.func.value in ("parse", "Version"))):
+        return version_of(node.args[0].value)
+    return None
+
+
+def compare_truth(node: cst.Comparison) -> bool | None:
+    """``version.parse(torch.__version__) >= version.parse("2.1")`` and its kin, for the
+    installed torch (a comparison that involves no torch version is not answered)."""
+    if len(node.comparisons) != 1:
+        return None
+    target = node.comparisons[0]
+    left, right = version_of(node.left), version_of(target.comparator)
+    if left is None or right is None or not (left[2] or right[2]):
+        return None
+    # a pre-release sorts just below its release
+    a, b = (left[0], 0 if left[1] else 1), (right[0], 0 if right[1] else 1)
+    ops = {cst.Equal: a == b, cst.NotEqual: a != b, cst.LessThan: a < b,
+           cst.LessThanEqual: a <= b, cst.GreaterThan: a > b, cst.GreaterThanEqual: a >= b}
+    return ops.get(type(target.operator))
+
+
 def truth(node: cst.BaseExpression) -> bool | None:
     """A test's value in a problem's environment, where this module can tell; else None."""
     if isinstance(node, cst.Call):
@@ -151,6 +197,9 @@ def truth(node: cst.BaseExpression) -> bool | None:
             return True
         return False if left is False and right is False else None
     if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        versions = compare_truth(node)
+        if versions is not None:
+            return versions
         target = node.comparisons[0]
         if _is_environ(target.comparator) and _string(node.left) is not None:
             if isinstance(target.operator, cst.In):
@@ -174,6 +223,14 @@ class AnswerQueries(cst.CSTTransformer):
         if name is None or not QUERY_NAME.match(name):
             return updated
         value = query_truth(original)
+        if value is None:
+            return updated
+        self.answered += 1
+        return cst.Name("True" if value else "False")
+
+    def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison
+                         ) -> cst.BaseExpression:
+        value = compare_truth(original)
         if value is None:
             return updated
         self.answered += 1

@@ -4,6 +4,11 @@ order, each renamed where two modules use one name, and the imports of torch and
 library they need. A name that leads to another third-party package is a ``GatherError``
 ("missing dependency: einops"), as is a closure too large to be one problem.
 
+What is known before the code runs is written in first: questions about the environment
+(``environment``: the torch version, optional packages, environment variables) become their
+answers, and type tests against a package a problem may not use (``isinstance(x,
+np.ndarray)``) become ``False``; numpy used for real stays a missing dependency.
+
 Package decorators (registries, docstring helpers, hub kernels) and torch's compiler
 decorators are dropped: they register or compile, they do not compute. Annotations are not
 followed (the code starts with ``from __future__ import annotations``, so they stay strings).
@@ -182,6 +187,41 @@ class _ForeignTypeTests(cst.CSTTransformer):
             value=cst.Tuple([cst.Element(e) for e in kept]))])
 
 
+class _ForeignEntries(cst.CSTTransformer):
+    """A registry (``_NORM_MAP = dict(batchnorm=nn.BatchNorm2d, frozenbatchnorm2d=
+    FrozenBatchNorm2d)``, or a ``{...}`` literal) loses the entries whose value comes from a
+    package a problem may not use; looking such a key up fails when the problem is probed."""
+
+    def __init__(self, foreign: set[str]):
+        super().__init__()
+        self.foreign = foreign
+        self.changed = 0
+
+    def _is_foreign(self, value: cst.BaseExpression) -> bool:
+        return bool(_dotted(value)) and _dotted(value) in self.foreign
+
+    def leave_Dict(self, original: cst.Dict, updated: cst.Dict) -> cst.Dict:
+        kept = [e for e in updated.elements
+                if not (isinstance(e, cst.DictElement) and self._is_foreign(e.value))]
+        if len(kept) == len(updated.elements):
+            return updated
+        self.changed += 1
+        if kept:  # no comma left dangling after the last entry kept
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(elements=kept)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if not (isinstance(updated.func, cst.Name) and updated.func.value == "dict"):
+            return updated
+        kept = [a for a in updated.args if a.keyword is None or not self._is_foreign(a.value)]
+        if len(kept) == len(updated.args):
+            return updated
+        self.changed += 1
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=kept)
+
+
 def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
     """The decorators of a definition and of the methods of a class (no full walk: a libcst
     visitor over every node was half the gathering time)."""
@@ -204,8 +244,9 @@ class Gatherer:
     def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
                 ) -> tuple[cst.CSTNode, _Names]:
         """``node`` with what is known before it runs written in: environment questions
-        answered (``environment.AnswerQueries``) and type tests against packages a problem may
-        not use made ``False`` (``_ForeignTypeTests``); with its names read again if changed."""
+        answered (``environment.AnswerQueries``), type tests against packages a problem may
+        not use made ``False`` (``_ForeignTypeTests``) and registry entries from them dropped
+        (``_ForeignEntries``); with its names read again if changed."""
         changed = False
         if any(QUERY_NAME.match(name.rsplit(".", 1)[-1])
                for name in (*visitor.names, *visitor.chains)):
@@ -213,16 +254,21 @@ class Gatherer:
             answered = node.visit(answer)
             if answer.answered:  # the helpers it called are no longer reached
                 node, changed = answered, True
-        if "isinstance" in visitor.names:
+        registry = isinstance(node, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Assign, cst.AnnAssign)) and (
+                isinstance(small.value, cst.Dict) or (isinstance(small.value, cst.Call) and
+                                                      _dotted(small.value.func) == "dict"))
+            for small in node.body)
+        if "isinstance" in visitor.names or registry:
             # a chain is foreign when its head is (``np.ndarray``): heads only, a chain's
             # tail would read the modules it walks through
             foreign = {chain for chain in (*visitor.chains, *visitor.names)
                        if isinstance(found := self.index.resolve(module, chain.split(".")[0]),
                                      External) and found.root not in self.allowed}
-            tests = _ForeignTypeTests(foreign)
-            tested = node.visit(tests) if foreign else node
-            if tests.changed:
-                node, changed = tested, True
+            for rewrite in (_ForeignTypeTests(foreign), _ForeignEntries(foreign)):
+                rewritten = node.visit(rewrite) if foreign else node
+                if rewrite.changed:
+                    node, changed = rewritten, True
         if changed:
             visitor = _Names()
             node.visit(visitor)

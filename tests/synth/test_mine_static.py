@@ -165,3 +165,12 @@ def test_a_helper_called_before_a_method_of_its_result_is_gathered(index):
     gathered = Gatherer(index).gather(index.resolve("minefix.compat", "SpecGated"))
     assert "def _centered(x):" in gathered.code and "class GateSpec:" in gathered.code
     assert "from dataclasses import dataclass" in gathered.code
+
+
+def test_version_comparisons_and_registry_entries_from_missing_packages(index):
+    """``version.parse(torch.__version__)...`` comparisons become their value for the installed
+    torch (packaging never reaches the problem); a registry loses the entry whose value
+    comes from a missing package and keeps the rest."""
+    code = Gatherer(index).gather(index.resolve("minefix.compat", "RegistryNorm")).code
+    assert "_GAIN = 2.0" in code and "_GAIN = 1.0" not in code and "version" not in code
+    assert "_NORMS = dict(layer=nn.LayerNorm)" in code and "fancy" not in code.lower()
