@@ -30,6 +30,26 @@ RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code define
 _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
 
 
+# a config field the guesses lack, or left None, by its name (spec.py's shrunk sizes)
+_CONFIG_VALUES = (
+    (r"^head_dim$|_head_dim$|kv_channels", "16"), (r"eps$", "1e-06"),
+    (r"drop|dropout", "0.0"), (r"(^|_)act($|_)|activation", "'gelu'"),
+    (r"vocab", "1000"), (r"intermediate|ffn|d_ff|mlp_dim|inner", "128"),
+    (r"kv_heads|key_value_heads", "2"), (r"heads", "4"), (r"experts_per_tok|top_k", "2"),
+    (r"experts", "4"), (r"layers|depth", "2"), (r"(^|_)num_channels$", "3"),
+    (r"patch", "4"), (r"hidden|d_model|embed|(^|_)dim$|width|size$|channels|features", "64"),
+    (r"max_position|positions|max_len|seq_len", "512"), (r"^num_|_num$|count", "2"),
+)
+
+
+def config_value(name: str) -> str:
+    """A config field's value (Python literal text) by its name; ``"None"`` when unknown."""
+    for pattern, value in _CONFIG_VALUES:
+        if re.search(pattern, name.lower()):
+            return value
+    return "None"
+
+
 class JobTimeout(BaseException):
     """Raised by SIGALRM inside a job (a BaseException: ``except Exception`` in mined code
     does not swallow it)."""
@@ -132,6 +152,7 @@ class _Probe:
         if job["kind"] == "function":
             return target, [(p["name"], True, p["options"][0]) for p in job["init"]]
         choice = [0] * len(job["init"])
+        filled = False
         last: BaseException | None = None
         for _ in range(MAX_ATTEMPTS):
             chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
@@ -153,9 +174,21 @@ class _Probe:
                 message = str(exc)
                 missing = re.search(r"object has no attribute '(\w+)'", message)
                 if missing and "MinedConfig" in message and "CONFIG" in self.ns:
-                    self.ns["CONFIG"][missing.group(1)] = None
-                    job.setdefault("config_added", []).append(missing.group(1))
+                    name = missing.group(1)
+                    self.ns["CONFIG"][name] = eval(config_value(name))  # noqa: S307 — literal
+                    job.setdefault("config_added", []).append(name)
+                    job.setdefault("config_set", {})[name] = config_value(name)
                     continue
+                if "NoneType" in message and "CONFIG" in self.ns and not filled:
+                    # a None default the package's config derives later (head_dim from the
+                    # hidden size): sized fields get sizes
+                    filled = True
+                    derived = {k: config_value(k) for k, v in self.ns["CONFIG"].items()
+                               if v is None and config_value(k) != "None"}
+                    if derived:
+                        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})  # noqa: S307
+                        job.setdefault("config_set", {}).update(derived)
+                        continue
                 # move the argument the message names, or one of the type it complains about
                 # ("... not float"), else the first that has alternatives
                 named = [i for i, p in enumerate(job["init"]) if re.search(
@@ -299,6 +332,7 @@ class _Probe:
                 "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
                 "n_outputs": len(flat), "n_params": int(n_params),
                 "config_added": self.job.get("config_added", []), "running_stats": stats,
+                "config_set": self.job.get("config_set", {}),
                 "seconds": round(time.monotonic() - start, 4)}
 
 

@@ -52,12 +52,16 @@ _RUNNING_STATS_CODE = f'''def {RUNNING_STATS}(module, seed=0):
 '''
 
 
-def config_code(fields: dict[str, str] | None, added: list[str] = ()) -> str:
+def config_code(fields: dict[str, str] | None, added: list[str] = (),
+                set_by_probe: dict[str, str] | None = None) -> str:
+    """``MinedConfig`` and its ``CONFIG``: the guessed fields, the ones the probe found
+    missing (``added``: None) and the values the probe settled on (``set_by_probe``)."""
     if fields is None:
         return ""
     items = dict(fields)
     for name in added:
         items.setdefault(name, "None")
+    items.update(set_by_probe or {})
     body = "".join(f"    {k!r}: {v},\n" for k, v in sorted(items.items()))
     return f"\n\n{_CONFIG_CLASS}\n\nCONFIG = {{\n{body}}}\n"
 
@@ -109,7 +113,8 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     used = [d for d in BASE_DIMS if any(e and re.search(rf"\b{d}\b", e) for e in exprs)]
     stats = kind == "class" and bool(probe.get("running_stats"))
     lines = [_docstring(meta, category, level), gathered.code.rstrip("\n"),
-             config_code(guess.config, probe.get("config_added", [])).rstrip("\n"), "", ""]
+             config_code(guess.config, probe.get("config_added", []),
+                         probe.get("config_set")).rstrip("\n"), "", ""]
     if stats:
         lines += [_RUNNING_STATS_CODE.rstrip("\n"), "", ""]
     probed = probe.get("dims") or {}

@@ -210,3 +210,13 @@ def test_batchnorm_running_statistics_are_drawn_so_it_is_no_dead_branch(mined):
         ref = [model(*[x.clone() for x in inputs])]
     found = submodule_bypass(model, inputs, ref, 7, 1e-4, 3)
     assert any(label.startswith("mined.bn ") for label in found["dead"]), found
+
+
+def test_a_config_field_left_none_gets_a_size_by_its_name(mined):
+    """TinyConfig's ``head_dim = None`` (packages derive it later): the probe's first
+    construction fails on it, so sized fields left None get sizes, and the source keeps them."""
+    record = _by_name(mined)["HeadsBlock"]
+    assert record.provenance["mined"]["probe"]["config_set"] == {"head_dim": "16"}
+    assert "'head_dim': 16," in record.source
+    model, ns = _build(shrink_for_cpu(record.source).source)
+    assert model.mined.head_dim == 16 and model.mined.heads == 4
