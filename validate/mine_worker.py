@@ -175,7 +175,7 @@ class _Probe:
                 missing = re.search(r"object has no attribute '(\w+)'", message)
                 if missing and "MinedConfig" in message and "CONFIG" in self.ns:
                     name = missing.group(1)
-                    self.ns["CONFIG"][name] = eval(config_value(name))  # noqa: S307 — literal
+                    self.ns["CONFIG"][name] = eval(config_value(name))
                     job.setdefault("config_added", []).append(name)
                     job.setdefault("config_set", {})[name] = config_value(name)
                     continue
@@ -186,7 +186,7 @@ class _Probe:
                     derived = {k: config_value(k) for k, v in self.ns["CONFIG"].items()
                                if v is None and config_value(k) != "None"}
                     if derived:
-                        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})  # noqa: S307
+                        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})
                         job.setdefault("config_set", {}).update(derived)
                         continue
                 # move the argument the message names, or one of the type it complains about

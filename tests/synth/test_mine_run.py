@@ -218,5 +218,5 @@ def test_a_config_field_left_none_gets_a_size_by_its_name(mined):
     record = _by_name(mined)["HeadsBlock"]
     assert record.provenance["mined"]["probe"]["config_set"] == {"head_dim": "16"}
     assert "'head_dim': 16," in record.source
-    model, ns = _build(shrink_for_cpu(record.source).source)
+    model, _ = _build(shrink_for_cpu(record.source).source)
     assert model.mined.head_dim == 16 and model.mined.heads == 4
