@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .environment import QUERY_NAME, AnswerQueries
-from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _absolute, _dotted
+from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
                       "annotations", "_mined_running_stats"})
@@ -52,7 +52,6 @@ class _Names(cst.CSTVisitor):
     def __init__(self):
         self.names: set[str] = set()
         self.chains: set[str] = set()
-        self.imports = False  # an import inside (a function body's lazy import)
 
     def visit_Annotation(self, node: cst.Annotation) -> bool:
         return False
@@ -79,7 +78,6 @@ class _Names(cst.CSTVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        self.imports = True
         return False
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -187,36 +185,6 @@ class _ForeignTypeTests(cst.CSTTransformer):
                                               updated.args[1].with_changes(value=kept[0])])
         return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
             value=cst.Tuple([cst.Element(e) for e in kept]))])
-
-
-class _LocalImports(cst.CSTTransformer):
-    """``from .integrations.npu import helper`` inside a function body (a lazy import of the
-    package's own code) becomes ``pass`` and ``helper`` a reference to the definition it
-    names, gathered like any other: a problem has no package to import from. An import that
-    names anything but the package's definitions stays (and fails where it runs)."""
-
-    def __init__(self, index: PackageIndex, definition: Definition):
-        super().__init__()
-        self.index, self.definition = index, definition
-        self.found: dict[str, Definition] = {}
-
-    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom
-                         ) -> cst.BaseSmallStatement:
-        if isinstance(original.names, cst.ImportStar):
-            return updated
-        target = _absolute(self.definition.module, self.definition.path.name == "__init__.py",
-                           len(original.relative), _dotted(original.module))
-        if not (self.index.inside(target) and target in self.index.paths):
-            return updated
-        bound = {}
-        for alias in original.names:
-            found = self.index.resolve(target, _dotted(alias.name))
-            if not isinstance(found, Definition):
-                return updated
-            local = alias.asname.name.value if alias.asname is not None else _dotted(alias.name)
-            bound[local] = found
-        self.found.update(bound)
-        return cst.Pass()
 
 
 class _ForeignEntries(cst.CSTTransformer):
@@ -328,20 +296,13 @@ class Gatherer:
         if dropped:
             stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
         stripped.visit(visitor)
-        local: dict[str, Definition] = {}
-        if visitor.imports and definition.kind != "assign" and index.follow:
-            lazy = _LocalImports(index, definition)
-            rewritten = stripped.visit(lazy)
-            if lazy.found:
-                stripped, local, visitor = rewritten, lazy.found, _Names()
-                stripped.visit(visitor)
         stripped, visitor = self._settle(module, stripped, visitor)
         stripped.visit(loading)
         names = {}
         for name in visitor.names:
             if name == definition.name and definition.kind != "assign":
                 continue
-            found = local.get(name) or index.resolve(module, name)
+            found = index.resolve(module, name)
             if found is not None:
                 names[name] = found
         chains = {}

@@ -174,9 +174,3 @@ def test_version_comparisons_and_registry_entries_from_missing_packages(index):
     code = Gatherer(index).gather(index.resolve("minefix.compat", "RegistryNorm")).code
     assert "_GAIN = 2.0" in code and "_GAIN = 1.0" not in code and "version" not in code
     assert "_NORMS = dict(layer=nn.LayerNorm)" in code and "fancy" not in code.lower()
-
-
-def test_a_lazy_import_of_the_package_inside_a_function_is_gathered(index):
-    code = Gatherer(index).gather(index.resolve("minefix.compat", "LazyHelper")).code
-    assert "def tanh_gelu(x):" in code and "GELU_SCALE = " in code
-    assert "from ." not in code and "return tanh_gelu(self.proj(x))" in code
