@@ -7,11 +7,11 @@ CPU (the benchmark's smoke run). Torch and the standard library only.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from kernelmill.core.taxonomy import PURE_MEMORY_OPS, op_base
 
+from .measure import load_namespace
 from .mine_worker import JobTimeout, _flat, _mark, _one_line, _seed, _with_limit, classify
 
 # eager sizing model (synth/composer.py: what eager PyTorch sustains on an H100)
@@ -82,8 +82,7 @@ def size_batch(payload: dict) -> dict:
         steps: list[dict] = []
 
         def run_job(job=job, steps=steps):
-            ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
-            exec(compile(job["source"], f"<mined {job['key']}>", "exec"), ns)  # noqa: S102
+            ns = load_namespace(job["source"], "mined")
             for values in job["ladder"]:
                 ns.update(values)
                 try:
@@ -116,8 +115,7 @@ def smoke_batch(payload: dict) -> dict:
     results = []
     for job in payload["jobs"]:
         def run_job(job=job) -> dict:
-            ns: dict[str, Any] = {"__name__": "kernelmill_smoke"}
-            exec(compile(job["source"], f"<smoke {job['key']}>", "exec"), ns)  # noqa: S102
+            ns = load_namespace(job["source"], "smoke")
             outs = []
             for _ in range(2):
                 _seed(0)

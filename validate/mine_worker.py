@@ -22,9 +22,32 @@ from typing import Any
 import torch
 from kernelmill.core.input_templates import TEMPLATES
 
+from .measure import load_namespace
+
 MAX_ATTEMPTS = 16
+RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code defines (render.py)
 
 _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
+
+
+# a config field the guesses lack, or left None, by its name (spec.py's shrunk sizes)
+_CONFIG_VALUES = (
+    (r"^head_dim$|_head_dim$|kv_channels", "16"), (r"eps$", "1e-06"),
+    (r"drop|dropout", "0.0"), (r"(^|_)act($|_)|activation", "'gelu'"),
+    (r"vocab", "1000"), (r"intermediate|ffn|d_ff|mlp_dim|inner", "128"),
+    (r"kv_heads|key_value_heads", "2"), (r"heads", "4"), (r"experts_per_tok|top_k", "2"),
+    (r"experts", "4"), (r"layers|depth", "2"), (r"(^|_)num_channels$", "3"),
+    (r"patch", "4"), (r"hidden|d_model|embed|(^|_)dim$|width|size$|channels|features", "64"),
+    (r"max_position|positions|max_len|seq_len", "512"), (r"^num_|_num$|count", "2"),
+)
+
+
+def config_value(name: str) -> str:
+    """A config field's value (Python literal text) by its name; ``"None"`` when unknown."""
+    for pattern, value in _CONFIG_VALUES:
+        if re.search(pattern, name.lower()):
+            return value
+    return "None"
 
 
 class JobTimeout(BaseException):
@@ -118,7 +141,9 @@ class _Probe:
 
     def build_namespace(self) -> None:
         _mark(f"mine import {self.job['key']}")
-        exec(compile(self.job["code"], f"<mined {self.job['key']}>", "exec"), self.ns)  # noqa: S102
+        # a registered module, as the validator loads a problem (dataclasses look their
+        # module up in sys.modules)
+        self.ns = load_namespace(self.job["code"], "mined")
 
     # ------------------------------------------------------------------ constructor
     def construct(self) -> tuple[Any, list[tuple[str, bool, str]]]:
@@ -127,6 +152,7 @@ class _Probe:
         if job["kind"] == "function":
             return target, [(p["name"], True, p["options"][0]) for p in job["init"]]
         choice = [0] * len(job["init"])
+        filled = False
         last: BaseException | None = None
         for _ in range(MAX_ATTEMPTS):
             chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
@@ -148,9 +174,21 @@ class _Probe:
                 message = str(exc)
                 missing = re.search(r"object has no attribute '(\w+)'", message)
                 if missing and "MinedConfig" in message and "CONFIG" in self.ns:
-                    self.ns["CONFIG"][missing.group(1)] = None
-                    job.setdefault("config_added", []).append(missing.group(1))
+                    name = missing.group(1)
+                    self.ns["CONFIG"][name] = eval(config_value(name))
+                    job.setdefault("config_added", []).append(name)
+                    job.setdefault("config_set", {})[name] = config_value(name)
                     continue
+                if "NoneType" in message and "CONFIG" in self.ns and not filled:
+                    # a None default the package's config derives later (head_dim from the
+                    # hidden size): sized fields get sizes
+                    filled = True
+                    derived = {k: config_value(k) for k, v in self.ns["CONFIG"].items()
+                               if v is None and config_value(k) != "None"}
+                    if derived:
+                        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})
+                        job.setdefault("config_set", {}).update(derived)
+                        continue
                 # move the argument the message names, or one of the type it complains about
                 # ("... not float"), else the first that has alternatives
                 named = [i for i, p in enumerate(job["init"]) if re.search(
@@ -204,8 +242,13 @@ class _Probe:
         self.stage = "constructor"
         model, self.init = self.construct()
         self.stage = "forward"
+        stats = 0
         if isinstance(model, torch.nn.Module):
             model.eval()
+            # the rendered problem draws running statistics (BatchNorm) the same way: the
+            # probe's checks see the module the problem will hold
+            if callable(self.ns.get(RUNNING_STATS)):
+                stats = int(self.ns[RUNNING_STATS](model))
         specs = self.job["inputs"]
         if not specs:
             raise NotImplementedError("forward takes no tensor input")
@@ -288,7 +331,8 @@ class _Probe:
                 "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
                 "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
                 "n_outputs": len(flat), "n_params": int(n_params),
-                "config_added": self.job.get("config_added", []),
+                "config_added": self.job.get("config_added", []), "running_stats": stats,
+                "config_set": self.job.get("config_set", {}),
                 "seconds": round(time.monotonic() - start, 4)}
 
 

@@ -335,7 +335,8 @@ class Miner:
                             "error": None if chosen else (steps[0].get("error") if steps else
                                                           sized.get("error"))},
                  "probe": {k: p.probe.get(k) for k in ("template", "width", "out_shape",
-                                                       "n_params", "config_added")}}
+                                                       "n_params", "config_added",
+                                                       "running_stats", "config_set")}}
         record = Record.from_source(source, name=p.candidate.name, category=problem.category,
                                     level=problem.level,
                                     provenance={"generator": "mine", "operations": [],

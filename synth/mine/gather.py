@@ -4,6 +4,11 @@ order, each renamed where two modules use one name, and the imports of torch and
 library they need. A name that leads to another third-party package is a ``GatherError``
 ("missing dependency: einops"), as is a closure too large to be one problem.
 
+What is known before the code runs is written in first: questions about the environment
+(``environment``: the torch version, optional packages, environment variables) become their
+answers, and type tests against a package a problem may not use (``isinstance(x,
+np.ndarray)``) become ``False``; numpy used for real stays a missing dependency.
+
 Package decorators (registries, docstring helpers, hub kernels) and torch's compiler
 decorators are dropped: they register or compile, they do not compute. Annotations are not
 followed (the code starts with ``from __future__ import annotations``, so they stay strings).
@@ -14,10 +19,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations"})
+                      "annotations", "_mined_running_stats"})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -151,6 +157,71 @@ class _Rewrite(cst.CSTTransformer):
         return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
 
 
+class _ForeignTypeTests(cst.CSTTransformer):
+    """``isinstance(x, np.ndarray)`` is ``False`` where numpy is never imported: a problem runs
+    with torch alone, so no value of a type from a package it may not use reaches it. Tuples of
+    types lose their foreign members; ``foreign`` holds the names (and chains) that lead there."""
+
+    def __init__(self, foreign: set[str]):
+        super().__init__()
+        self.foreign = foreign
+        self.changed = 0
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not (isinstance(original.func, cst.Name) and original.func.value == "isinstance"
+                and len(original.args) == 2 and original.args[1].keyword is None):
+            return updated
+        types = original.args[1].value
+        members = [e.value for e in types.elements] if isinstance(types, cst.Tuple) \
+            else [types]
+        kept = [e for e in members if _dotted(e) not in self.foreign]
+        if len(kept) == len(members):
+            return updated
+        self.changed += 1
+        if not kept:
+            return cst.Name("False")
+        if len(kept) == 1:
+            return updated.with_changes(args=[updated.args[0],
+                                              updated.args[1].with_changes(value=kept[0])])
+        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
+            value=cst.Tuple([cst.Element(e) for e in kept]))])
+
+
+class _ForeignEntries(cst.CSTTransformer):
+    """A registry (``_NORM_MAP = dict(batchnorm=nn.BatchNorm2d, frozenbatchnorm2d=
+    FrozenBatchNorm2d)``, or a ``{...}`` literal) loses the entries whose value comes from a
+    package a problem may not use; looking such a key up fails when the problem is probed."""
+
+    def __init__(self, foreign: set[str]):
+        super().__init__()
+        self.foreign = foreign
+        self.changed = 0
+
+    def _is_foreign(self, value: cst.BaseExpression) -> bool:
+        return bool(_dotted(value)) and _dotted(value) in self.foreign
+
+    def leave_Dict(self, original: cst.Dict, updated: cst.Dict) -> cst.Dict:
+        kept = [e for e in updated.elements
+                if not (isinstance(e, cst.DictElement) and self._is_foreign(e.value))]
+        if len(kept) == len(updated.elements):
+            return updated
+        self.changed += 1
+        if kept:  # no comma left dangling after the last entry kept
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(elements=kept)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if not (isinstance(updated.func, cst.Name) and updated.func.value == "dict"):
+            return updated
+        kept = [a for a in updated.args if a.keyword is None or not self._is_foreign(a.value)]
+        if len(kept) == len(updated.args):
+            return updated
+        self.changed += 1
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=kept)
+
+
 def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
     """The decorators of a definition and of the methods of a class (no full walk: a libcst
     visitor over every node was half the gathering time)."""
@@ -169,6 +240,39 @@ class Gatherer:
         self.allowed = allowed_roots
         self._refs: dict[str, tuple] = {}
         self._code: dict[tuple, str] = {}  # a definition's text under one renaming
+
+    def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
+                ) -> tuple[cst.CSTNode, _Names]:
+        """``node`` with what is known before it runs written in: environment questions
+        answered (``environment.AnswerQueries``), type tests against packages a problem may
+        not use made ``False`` (``_ForeignTypeTests``) and registry entries from them dropped
+        (``_ForeignEntries``); with its names read again if changed."""
+        changed = False
+        if any(QUERY_NAME.match(name.rsplit(".", 1)[-1])
+               for name in (*visitor.names, *visitor.chains)):
+            answer = AnswerQueries()
+            answered = node.visit(answer)
+            if answer.answered:  # the helpers it called are no longer reached
+                node, changed = answered, True
+        registry = isinstance(node, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Assign, cst.AnnAssign)) and (
+                isinstance(small.value, cst.Dict) or (isinstance(small.value, cst.Call) and
+                                                      _dotted(small.value.func) == "dict"))
+            for small in node.body)
+        if "isinstance" in visitor.names or registry:
+            # a chain is foreign when its head is (``np.ndarray``): heads only, a chain's
+            # tail would read the modules it walks through
+            foreign = {chain for chain in (*visitor.chains, *visitor.names)
+                       if isinstance(found := self.index.resolve(module, chain.split(".")[0]),
+                                     External) and found.root not in self.allowed}
+            for rewrite in (_ForeignTypeTests(foreign), _ForeignEntries(foreign)):
+                rewritten = node.visit(rewrite) if foreign else node
+                if rewrite.changed:
+                    node, changed = rewritten, True
+        if changed:
+            visitor = _Names()
+            node.visit(visitor)
+        return node, visitor
 
     def _references(self, definition: Definition):
         """(resolved name refs, resolved chain refs, dropped decorator texts) of a definition."""
@@ -192,6 +296,7 @@ class Gatherer:
         if dropped:
             stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
         stripped.visit(visitor)
+        stripped, visitor = self._settle(module, stripped, visitor)
         stripped.visit(loading)
         names = {}
         for name in visitor.names:
@@ -213,7 +318,7 @@ class Gatherer:
         load = {found.key for name, found in names.items()
                  if isinstance(found, Definition) and name in loading.names}
         load |= {found.key for chain, found in chains.items() if chain in loading.chains}
-        result = (names, chains, dropped, load)
+        result = (names, chains, dropped, load, stripped)
         self._refs[definition.key] = result
         return result
 
@@ -228,7 +333,7 @@ class Gatherer:
             if key in seen or key not in members:
                 return
             seen.add(key)
-            names, chains, _, _ = self._references(members[key])
+            names, chains, *_ = self._references(members[key])
             for found in [*names.values(), *chains.values()]:
                 if isinstance(found, Definition):
                     reach(found.key, seen)
@@ -266,7 +371,7 @@ class Gatherer:
             if depth > 60:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
-            names, chains, _, _ = self._references(definition)
+            names, chains, *_ = self._references(definition)
             for name, found in names.items():
                 if isinstance(found, Definition) and not self.index.follow:
                     # torch mined as a source: its other definitions are imported, not copied
@@ -276,7 +381,7 @@ class Gatherer:
                 elif isinstance(found, External):
                     if found.root not in self.allowed:
                         raise GatherError("missing dependency",
-                                          f"{found.root} (for {name} in {definition.module})")
+                                          f"{found.root} (for {name} in {definition.key})")
                     ext_users[(definition.module, name)] = found
                 elif isinstance(found, ModuleRef):
                     pass  # only its chains are used (below)
@@ -325,7 +430,7 @@ class Gatherer:
             import_lines[new] = line
         parts: list[str] = []
         for definition in order:
-            names, chains, dropped, _ = self._references(definition)
+            names, chains, _, _, node = self._references(definition)
             rename = {}
             for name, found in names.items():
                 if isinstance(found, Definition) and found.key not in out_name:
@@ -342,9 +447,8 @@ class Gatherer:
                          tuple(sorted(chain_map.items())), new_top)
             code = self._code.get(cache_key)
             if code is None:
-                node = definition.node
-                if rename or chain_map or dropped or new_top != definition.name:
-                    node = node.visit(_Rewrite(rename, chain_map, dropped, definition.name,
+                if rename or chain_map or new_top != definition.name:
+                    node = node.visit(_Rewrite(rename, chain_map, set(), definition.name,
                                                new_top))
                 code = cst.Module([]).code_for_node(node).strip("\n")
                 self._code[cache_key] = code

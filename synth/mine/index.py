@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 
+from .environment import truth
 from .sources import Source
 
 # What a mined problem may import: torch and the standard library (and what torch requires)
@@ -69,7 +71,9 @@ def _dotted(node: cst.BaseExpression | None) -> str:
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
+        # ``f(x).to``: no dotted name (its call's names are read where it is visited)
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else ""
     return ""
 
 
@@ -109,6 +113,19 @@ class _Reader:
         for handler in stmt.handlers:
             self.body(handler.body.body)
 
+    def _if(self, stmt: cst.If) -> None:
+        """Both branches' bindings (the first wins), or only the taken branch's when the test
+        is a question about the environment (``environment.truth``: an optional package's
+        availability, the torch version, an environment variable)."""
+        taken = truth(stmt.test)
+        if taken is not False:
+            self.body(stmt.body.body)
+        if taken is not True:
+            if isinstance(stmt.orelse, cst.Else):
+                self.body(stmt.orelse.body.body)
+            elif isinstance(stmt.orelse, cst.If):
+                self._if(stmt.orelse)
+
     def define(self, name: str, node: cst.CSTNode, kind: str) -> None:
         if name not in self.index.defs and name not in self.index.imports:
             self.index.defs[name] = Definition(self.index.name, name, node, kind,
@@ -124,9 +141,7 @@ class _Reader:
                 for small in stmt.body:
                     self.small(small, stmt)
             elif isinstance(stmt, cst.If):
-                self.body(stmt.body.body)
-                if isinstance(stmt.orelse, cst.Else):
-                    self.body(stmt.orelse.body.body)
+                self._if(stmt)
             elif isinstance(stmt, cst.Try):
                 self._try(stmt)
 
@@ -159,11 +174,32 @@ class _Reader:
                     self.define(target.value, line, "assign")
 
 
+_VALIDATE = cst.CSTNode.__post_init__
+_PARSING = threading.Lock()
+
+
+def _noop(self) -> None:
+    return None
+
+
+def parse_trusted(text: str) -> cst.Module:
+    """``cst.parse_module`` without libcst's per-node validation: the parser only builds nodes
+    from text it accepted, and validating each of them was half of the parse (libcst's own
+    comment in ``CSTNode.__post_init__`` names the waste). Other threads' nodes built meanwhile
+    go unvalidated too, which only skips their own consistency checks."""
+    with _PARSING:
+        cst.CSTNode.__post_init__ = _noop
+        try:
+            return cst.parse_module(text)
+        finally:
+            cst.CSTNode.__post_init__ = _VALIDATE
+
+
 def read_module(name: str, path: Path) -> ModuleIndex:
     index = ModuleIndex(name=name, path=path)
     try:
         index.text = path.read_text(encoding="utf-8")
-        index.module = cst.parse_module(index.text)
+        index.module = parse_trusted(index.text)
     except (OSError, UnicodeDecodeError) as exc:
         index.error = f"cannot read: {exc}"
         return index

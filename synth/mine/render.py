@@ -1,7 +1,8 @@
 """The KernelBench-format source of a mined candidate: the gathered code, a small config object
-where the module is config-driven, ``Model`` wrapping the candidate (eval mode: dropout off),
-``get_inputs`` over the named size constants ``BATCH``, ``SEQ_LEN``, ``HEIGHT``, ``WIDTH``,
-``DEPTH`` (the ones synth/resize.py scales) and ``get_init_inputs``. Also the probe job, the
+where the module is config-driven, ``Model`` wrapping the candidate (eval mode: dropout off;
+seeded running statistics for its BatchNorm-like layers, which the defaults leave an
+identity), ``get_inputs`` over the named size constants ``BATCH``, ``SEQ_LEN``, ``HEIGHT``,
+``WIDTH``, ``DEPTH`` (the ones synth/resize.py scales) and ``get_init_inputs``. Also the probe job, the
 sizing ladder and the category of a probed problem.
 """
 from __future__ import annotations
@@ -31,18 +32,45 @@ _CONFIG_CLASS = '''class MinedConfig:
 '''
 
 
-def config_code(fields: dict[str, str] | None, added: list[str] = ()) -> str:
+RUNNING_STATS = "_mined_running_stats"
+_RUNNING_STATS_CODE = f'''def {RUNNING_STATS}(module, seed=0):
+    """Running statistics like a trained model's for every normalization layer that keeps them
+    (BatchNorm and its kin): in eval mode the defaults, mean 0 and variance 1, leave the layer
+    an identity. Drawn from their own seeded generator, so every build draws the same."""
+    gen = torch.Generator().manual_seed(seed)
+    count = 0
+    with torch.no_grad():
+        for layer in module.modules():
+            mean = getattr(layer, "running_mean", None)
+            var = getattr(layer, "running_var", None)
+            if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor) and \\
+                    mean.is_floating_point() and var.is_floating_point():
+                mean.copy_(torch.randn(mean.shape, generator=gen).mul_(0.2))
+                var.copy_(torch.randn(var.shape, generator=gen).mul_(0.3).exp_())
+                count += 1
+    return count
+'''
+
+
+def config_code(fields: dict[str, str] | None, added: list[str] = (),
+                set_by_probe: dict[str, str] | None = None) -> str:
+    """``MinedConfig`` and its ``CONFIG``: the guessed fields, the ones the probe found
+    missing (``added``: None) and the values the probe settled on (``set_by_probe``)."""
     if fields is None:
         return ""
     items = dict(fields)
     for name in added:
         items.setdefault(name, "None")
+    items.update(set_by_probe or {})
     body = "".join(f"    {k!r}: {v},\n" for k, v in sorted(items.items()))
     return f"\n\n{_CONFIG_CLASS}\n\nCONFIG = {{\n{body}}}\n"
 
 
 def probe_job(key: str, gathered: Gathered, guess: Guess, kind: str) -> dict[str, Any]:
-    return {"key": key, "code": gathered.code + config_code(guess.config), "target": gathered.name,
+    code = gathered.code + config_code(guess.config)
+    if kind == "class":
+        code += f"\n\n{_RUNNING_STATS_CODE}"
+    return {"key": key, "code": code, "target": gathered.name,
             "kind": kind, "init": guess.init, "inputs": guess.inputs, "channel": guess.channel,
             "dims": dict(PROBE_DIMS)}
 
@@ -83,8 +111,12 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     init_args = ", ".join(f"{n}={e}" if kw else e for n, kw, e in probe["init"])
     output = probe.get("output") or ""
     used = [d for d in BASE_DIMS if any(e and re.search(rf"\b{d}\b", e) for e in exprs)]
+    stats = kind == "class" and bool(probe.get("running_stats"))
     lines = [_docstring(meta, category, level), gathered.code.rstrip("\n"),
-             config_code(guess.config, probe.get("config_added", [])).rstrip("\n"), "", ""]
+             config_code(guess.config, probe.get("config_added", []),
+                         probe.get("config_set")).rstrip("\n"), "", ""]
+    if stats:
+        lines += [_RUNNING_STATS_CODE.rstrip("\n"), "", ""]
     probed = probe.get("dims") or {}
     base = {d: max(BASE_DIMS[d], int(probed.get(d, 0))) for d in used}
     base.update({d: v for d, v in (sizes or {}).items() if d in base})
@@ -93,7 +125,9 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     lines.append(f'    """{meta["qualname"]} ({meta["package"]}), in eval mode."""\n')
     if kind == "class":
         lines += ["    def __init__(self):", "        super().__init__()",
-                  f"        self.mined = {gathered.name}({init_args})", "        self.eval()", ""]
+                  f"        self.mined = {gathered.name}({init_args})", "        self.eval()"]
+        lines += [f"        {RUNNING_STATS}(self.mined)"] if stats else []
+        lines += [""]
         call = f"self.mined({', '.join(call_args)})"
     else:
         kwargs = ", ".join(f"{n}={e}" for n, _, e in probe["init"])

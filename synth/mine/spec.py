@@ -21,6 +21,7 @@ from .index import Definition, PackageIndex, _dotted
 PROBE_DIMS = {"BATCH": 2, "SEQ_LEN": 16, "HEIGHT": 32, "WIDTH": 32, "DEPTH": 4}
 
 _INT_HINTS: tuple[tuple[str, list[str]], ...] = (
+    (r"num_(channels|features|filters|planes)", ["16", "32", "64", "8"]),
     (r"kernel|ksize|k_size|window|patch", ["3", "1", "2", "7"]),
     (r"stride|dilation", ["1", "2"]),
     (r"pad", ["0", "1"]),
@@ -119,10 +120,14 @@ def _options_for(param: Param) -> list[str]:
         for pattern, options in _CALLABLE_HINTS:
             if re.search(pattern, name):
                 return options + ["None"]
+    found = list(_GENERIC)
     for pattern, options in _INT_HINTS:
         if re.search(pattern, name):
-            return options + [o for o in _GENERIC if o not in options]
-    return list(_GENERIC)
+            found = options + [o for o in _GENERIC if o not in options]
+            break
+    if param.annotation == "int":  # its alternatives are other integers, not None or 'relu'
+        found = [o for o in found if o.isdigit()] or found
+    return found
 
 
 def _config_fields(index: PackageIndex, cls: Definition, depth: int = 0) -> dict[str, str]:

@@ -52,11 +52,13 @@ def _by_name(mined):
 
 def test_mining_the_fixture_writes_its_modules_and_functions(mined):
     names = set(_by_name(mined))
-    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1"} <= names
+    assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1",
+            "VersionGated", "SpecGated"} <= names
     for record in mined["records"]:
         problem = check_source(record.source, name=record.name)
         assert problem.category == record.category
-        assert _imported(record.source) <= {"torch", "math", "typing", "__future__"}
+        assert _imported(record.source) <= {"torch", "math", "typing", "dataclasses",
+                                            "__future__"}
     row = mined["table"][str(PACKAGE)]
     assert row["found"] >= 13 and row["written"] == len(mined["records"])
     assert row["written"] + row["rejected"] == row["found"] + 1  # + the unparsable module
@@ -103,10 +105,12 @@ def test_mined_sources_run_with_only_torch(mined, tmp_path):
             source = record.source
         (folder / f"p{i}.py").write_text(source)
     script = textwrap.dedent(f"""
-        import pathlib, sys, torch
+        import pathlib, sys, torch, types
         for path in sorted(pathlib.Path({str(folder)!r}).glob("*.py")):
-            ns = {{"__name__": "mined"}}
-            exec(compile(path.read_text(), str(path), "exec"), ns)
+            module = types.ModuleType("mined")  # registered, as the validator loads a problem
+            sys.modules["mined"] = module
+            exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+            ns = module.__dict__
             model = ns["Model"](*ns["get_init_inputs"]())
             with torch.no_grad():
                 out = model(*ns["get_inputs"]())
@@ -167,3 +171,52 @@ def test_torchvision_is_mined_from_its_files(tmp_path):
         assert record.provenance["mined"]["package"] == "torchvision"
         assert record.provenance["mined"]["source"] == "torchvision.ops"
         assert json.dumps(record.to_dict())
+
+
+def _build(source: str):
+    import torch
+
+    ns: dict = {"__name__": "mined"}
+    exec(compile(source, "<mined>", "exec"), ns)  # noqa: S102 — the fixture's own problem
+    torch.manual_seed(0)
+    return ns["Model"](*ns["get_init_inputs"]()), ns
+
+
+def test_batchnorm_running_statistics_are_drawn_so_it_is_no_dead_branch(mined):
+    """Eval-mode BatchNorm with the default running statistics (mean 0, variance 1) is an
+    identity the validator's no_dead_branches flags; a mined problem draws them, seeded."""
+    import torch
+    from kernelmill.validate.realcode import submodule_bypass
+
+    record = _by_name(mined)["ConvBlock"]
+    assert record.provenance["mined"]["probe"]["running_stats"] == 1
+    assert "_mined_running_stats(self.mined)" in record.source
+    assert "_mined_running_stats" not in _by_name(mined)["GatedMLP"].source  # no BN there
+    source = shrink_for_cpu(record.source).source
+    model, ns = _build(source)
+    again, _ = _build(source)
+    bn = model.mined.bn
+    assert bn.running_mean.abs().min() > 0 and (bn.running_var - 1).abs().max() > 0.05
+    assert torch.equal(bn.running_mean, again.mined.bn.running_mean)  # deterministic
+    assert torch.equal(bn.running_var, again.mined.bn.running_var)
+    torch.manual_seed(1)
+    inputs = ns["get_inputs"]()
+    with torch.no_grad():
+        ref = [model(*[x.clone() for x in inputs])]
+    found = submodule_bypass(model, inputs, ref, 7, 1e-4, 3)
+    assert not any(label.startswith("mined.bn ") for label in found["dead"]), found
+    bn.reset_running_stats()  # the default statistics: the check must see the dead branch
+    with torch.no_grad():
+        ref = [model(*[x.clone() for x in inputs])]
+    found = submodule_bypass(model, inputs, ref, 7, 1e-4, 3)
+    assert any(label.startswith("mined.bn ") for label in found["dead"]), found
+
+
+def test_a_config_field_left_none_gets_a_size_by_its_name(mined):
+    """TinyConfig's ``head_dim = None`` (packages derive it later): the probe's first
+    construction fails on it, so sized fields left None get sizes, and the source keeps them."""
+    record = _by_name(mined)["HeadsBlock"]
+    assert record.provenance["mined"]["probe"]["config_set"] == {"head_dim": "16"}
+    assert "'head_dim': 16," in record.source
+    model, _ = _build(shrink_for_cpu(record.source).source)
+    assert model.mined.head_dim == 16 and model.mined.heads == 4

@@ -124,3 +124,53 @@ def test_the_build_takes_mine_sources_and_synth_mutates_mined_records(tmp_path, 
                                         provenance={"generator": "mine"}))
     stats = synthesize(seeds_dir, tmp_path / "synth.jsonl", n=2, seed=0, mined=mined)
     assert stats.counts["mined seeds"] == 1
+
+
+def test_environment_questions_are_answered_for_a_torch_only_problem(index, monkeypatch):
+    """Version, availability and environment-variable checks are answered while gathering
+    (the installed torch, no optional package, no variable set), so packaging, numpy and the
+    optional library never reach the problem, and the default branch is the one kept."""
+    import libcst as cst
+    from kernelmill.synth.mine import environment
+
+    monkeypatch.setattr(environment, "torch_version", lambda: ((2, 7), True))  # 2.7.0.dev
+    def truth(text):
+        return environment.truth(cst.parse_expression(text))
+
+    assert truth('is_torch_greater_or_equal("2.7", accept_dev=True)') is True
+    assert truth('is_torch_greater_or_equal("2.7")') is False  # a dev build is below 2.7.0
+    assert truth('utils.is_torch_less_or_equal("2.6.1")') is False
+    assert truth("is_torch_available() and not is_flash_attn_2_available()") is True
+    assert truth("is_torch_xpu_available()") is False
+    assert truth("is_torch_cuda_available()") is None  # not answered: left to the code
+    assert truth("self.is_fancy_available()") is None  # a method, not a helper
+    assert truth("'TIMM_FUSED_ATTN' in os.environ") is False
+    assert truth("os.environ.get('X', 1)") is True and truth("os.getenv('X')") is False
+    monkeypatch.undo()
+
+    gathered = Gatherer(index).gather(index.resolve("minefix.compat", "VersionGated"))
+    tree = ast.parse(gathered.code)
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names} | {n.module.split(".")[0] for n in ast.walk(tree)
+                                     if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"torch", "__future__"}, gathered.code
+    assert "_NEW_TORCH = True" in gathered.code and "_FUTURE_TORCH = False" in gathered.code
+    assert "_SLOW = 0" in gathered.code and "os.environ" not in gathered.code
+    assert "fast_op = None" in gathered.code
+    assert "isinstance(x, torch.Tensor) and not False" in gathered.code
+    assert "is_torch_greater_or_equal" not in gathered.code and "version" not in gathered.code
+
+
+def test_a_helper_called_before_a_method_of_its_result_is_gathered(index):
+    gathered = Gatherer(index).gather(index.resolve("minefix.compat", "SpecGated"))
+    assert "def _centered(x):" in gathered.code and "class GateSpec:" in gathered.code
+    assert "from dataclasses import dataclass" in gathered.code
+
+
+def test_version_comparisons_and_registry_entries_from_missing_packages(index):
+    """``version.parse(torch.__version__)...`` comparisons become their value for the installed
+    torch (packaging never reaches the problem); a registry loses the entry whose value
+    comes from a missing package and keeps the rest."""
+    code = Gatherer(index).gather(index.resolve("minefix.compat", "RegistryNorm")).code
+    assert "_GAIN = 2.0" in code and "_GAIN = 1.0" not in code and "version" not in code
+    assert "_NORMS = dict(layer=nn.LayerNorm)" in code and "fancy" not in code.lower()
