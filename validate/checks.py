@@ -672,7 +672,7 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     value = None
     note = ""
     # ``rounded["error"]`` is the rounded answer's largest error; a measurement that failed
-    # (``probe._measured``) holds its reason there instead, a string: not measured
+    # (``forwards._measured``) holds its reason there instead, a string: not measured
     if not (isinstance(rounded, dict) and isinstance(rounded.get("error"), (int, float))):
         rounded = None
     if rounded is not None:

@@ -1,6 +1,6 @@
 """The input distributions a problem is graded on (T-19): one table for both sides. The
 validator runs the reference under each and records which keep it stable
-(``validation.distributions``, ``probe._distributions``); the grader's worker draws its trials
+(``validation.distributions``, ``sensitivity._distributions``); the grader's worker draws its trials
 under them (``grade.worker.inputs.transform``), and the grader uses only those a record marks
 supported (``grade.policy.Policy.distributions_for``). Standard library only: both are
 worker-side modules.

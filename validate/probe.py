@@ -7,7 +7,9 @@ determinism) and optionally compiles it with TorchInductor.
 
 Imports only torch, the standard library, ``checks`` and ``measure`` (the measurement module
 shared with the grader: namespaces, outputs, synchronisation, the timer, the GPU lock), and the
-worker-side measurement modules ``realcode``, ``memory`` and ``device_work``.
+worker-side modules ``forwards`` (building a problem, running its forward), ``sensitivity``
+(perturbed inputs, parameters, buffers and input distributions), ``realcode``, ``memory`` and
+``device_work``.
 
 Seeds. Everything random is drawn from seeds derived from ``payload["seed"]`` (see ``seeds``),
 so two workers given the same payload build identical weights and inputs.
@@ -18,154 +20,43 @@ exclusive one (with writer priority), so no measured run overlaps another worker
 """
 from __future__ import annotations
 
-import copy
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 from . import checks as C
-from . import distributions as D
 from . import measure as M
 from . import realcode as R
 from .device_work import device_work, syncs_in_loops
+from .forwards import (
+    _clone,
+    _declared_dtype,
+    _device_poisoned,
+    _float_tensors,
+    _mark,
+    _measured,
+    _nbytes,
+    _to_double_in_place,
+    build_model,
+    draw_inputs,
+    load_namespace,
+    run_forward,
+    seeds,
+)
 from .measure import GpuLock
 from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
 from .model_copy import copy_model
+from .sensitivity import _buffer_sensitivity, _distributions, _perturbed, _sensitivity
 
 # Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
 # leaves 0.75**4 of its work unreached in all four, structural deadness all of it.
 LIVENESS_DRAWS = 4
 
 
-def seeds(base: int) -> dict[str, int]:
-    return {"init": base, "weights": base + 1, "inputs": base + 2, "inputs_alt": base + 3,
-            "forward": base + 4, "forward_alt": base + 5, "weights_alt": base + 6,
-            "liveness": base + 7}
-
-
 # ---------------------------------------------------------------- stage marking
-
-def _mark(stage: str) -> None:
-    """Tell the harness which stage we are in, so a crash reports it."""
-    from .harness_worker import mark_stage
-
-    mark_stage(stage)
 
 
 # ---------------------------------------------------------------- building and running
-
-def load_namespace(source: str, tag: str = "problem") -> dict:
-    """Execute a problem source as a fresh module (``measure.load_namespace``)."""
-    return M.load_namespace(source, tag, require=("Model", "get_inputs", "get_init_inputs"))
-
-
-def _to_device(value: Any, device: str) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
-def build_host(ns: dict, sd: dict[str, int], weight_seed: int | None = None):
-    """The model as its source builds it (seeded; on the host, unless the source picks a
-    device or runs under a device context)."""
-    import torch
-
-    torch.manual_seed(sd["init"])
-    init = ns["get_init_inputs"]()
-    torch.manual_seed(sd["weights"] if weight_seed is None else weight_seed)
-    return ns["Model"](*init)
-
-
-def draw_host(ns: dict, seed: int) -> list:
-    """``get_inputs()`` after seeding the RNG (on the host, unless the source picks a device or
-    runs under a device context)."""
-    import torch
-
-    torch.manual_seed(seed)
-    return list(ns["get_inputs"]())
-
-
-def _made_on(device: str, make: Callable[[], Any]) -> Any:
-    """``make()`` with factory functions defaulting to ``device``: weights and inputs drawn by
-    the GPU's RNG take milliseconds where the host's take seconds (15 s for a 1.6e9-element
-    KernelBench input). Where the source cannot build on the device (a host generator, numpy),
-    it is built on the host and moved. Seeded either way, so every worker gets the same."""
-    import torch
-
-    if M.is_cuda(device):
-        try:
-            with torch.device(device):
-                return _to_device(make(), device)
-        except Exception as exc:
-            # out of memory is the parent's to judge (a rerun alone), never a reason to build
-            # on the host instead: a half-built model then failed its forward with a device
-            # mismatch, a `runs` failure caused by other workers' memory
-            if _device_poisoned(exc) or "out of memory" in str(exc).lower():
-                raise
-    return _to_device(make(), device)
-
-
-def build_model(ns: dict, sd: dict[str, int], device: str, weight_seed: int | None = None):
-    return _made_on(device, lambda: build_host(ns, sd, weight_seed))
-
-
-def draw_inputs(ns: dict, seed: int, device: str) -> list:
-    return _made_on(device, lambda: draw_host(ns, seed))
-
-
-def _clone(inputs: list) -> list:
-    import torch
-
-    return [v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in inputs]
-
-
-def run_forward(model, inputs: list, forward_seed: int, device: str, *,
-                clone: bool = True) -> list:
-    """One forward on clones of ``inputs`` (``clone=False``: on ``inputs`` themselves, for a
-    throwaway copy) after seeding the RNG; flattened detached outputs."""
-    import torch
-
-    args = _clone(inputs) if clone else inputs
-    torch.manual_seed(forward_seed)
-    with torch.no_grad():
-        raw = model(*args)
-    fault = M.output_fault(raw)
-    if fault:  # the grader could compare nothing else: failed at ``runs``, as the grader says
-        raise ValueError(fault)
-    out = M.output_tensors(raw)
-    M.synchronize(device)
-    return out
-
-
-def _float_tensors(inputs: list) -> list[tuple[int, Any]]:
-    import torch
-
-    return [(i, v) for i, v in enumerate(inputs)
-            if isinstance(v, torch.Tensor) and v.is_floating_point()]
-
-
-def _declared_dtype(outputs: list) -> str:
-    for t in outputs:
-        if t.is_floating_point():
-            return str(t.dtype).replace("torch.", "")
-    return "float32"
-
-
-def _to_double_in_place(values: list) -> None:
-    """Replace each floating-point tensor of ``values`` by its fp64 copy, one at a time, so
-    an input the caller let go of is freed as soon as its copy exists."""
-    import torch
-
-    for k in range(len(values)):
-        v = values[k]
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            values[k] = v.double()
-        del v
 
 
 class _OpRecorder:
@@ -235,138 +126,6 @@ def _time_forward(model, inputs: list, device: str, warm_ms: float | None = None
 
 
 # ---------------------------------------------------------------- the probe
-
-def _nbytes(values) -> int:
-    import torch
-
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
-def _sensitivity(model, ref_out, alt_out, ref_inputs, alt_inputs, sd, device, tol, margin,
-                 copies: bool = True) -> list[dict]:
-    """Vary each tensor input alone (alt draw), then report the fraction of elements that move.
-    With one input that varies, the whole alt draw (``alt_out``) already varied it alone: one
-    entry, ``inputs``, and no forward; none when no input varies."""
-    import torch
-
-    varied = [i for i, (a, b) in enumerate(zip(ref_inputs, alt_inputs))
-              if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-              and a.shape == b.shape and not torch.equal(a, b)]
-    entries: list[dict] = []
-    if len(varied) == 1:
-        entries.append({"label": "inputs",
-                        "fraction": C.mismatch_fraction(alt_out, ref_out, tol, margin)})
-        return entries
-    for i in varied:
-        mixed = list(ref_inputs)
-        mixed[i] = alt_inputs[i]
-        out = run_forward(model, mixed, sd["forward"], device, clone=copies)
-        entries.append({"label": f"input {i}",
-                        "fraction": C.mismatch_fraction(out, ref_out, tol, margin)})
-    return entries
-
-
-def _perturbed(model, seed: int):
-    import torch
-
-    alt = copy_model(model)
-    tensors = [p for p in alt.parameters() if p.is_floating_point()]
-    if not tensors:
-        tensors = [b for b in alt.buffers() if b.is_floating_point() and not _index_like(b)]
-    if not tensors:
-        return None
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    with torch.no_grad():
-        for p in tensors:
-            std = float(p.float().std()) if p.numel() > 1 else 0.0
-            scale = 0.5 * (std if std > 0 and math.isfinite(std) else
-                           max(1.0, float(p.float().abs().mean())))
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype)
-            p.add_(noise * scale)
-    return alt
-
-
-# Floating-point buffers perturbed one at a time (a forward each); any beyond these, together.
-MOST_BUFFERS = 8
-
-
-def _perturb_buffer(t, gen) -> None:
-    """``t`` moved by noise of its own scale: a buffer of positive values (a running variance,
-    a scale) multiplied by ``exp(N(0, 1/4))`` so it stays positive; any other as ``_perturbed``
-    moves a parameter."""
-    import torch
-
-    with torch.no_grad():
-        noise = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device)
-        if bool((t > 0).all()):
-            t.mul_((noise * 0.5).exp_().to(t.dtype))
-            return
-        std = float(t.float().std()) if t.numel() > 1 else 0.0
-        scale = 0.5 * (std if std > 0 and math.isfinite(std) else
-                       max(1.0, float(t.float().abs().mean())))
-        t.add_((noise * scale).to(t.dtype))
-
-
-def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
-                        copies: bool) -> dict | None:
-    """Each floating-point buffer perturbed alone (the first ``MOST_BUFFERS``; the rest
-    together), on a copy of the model: the fraction of elements that move, as for the weights.
-    A buffer that forward writes (a running statistic in training mode: state the model keeps,
-    not an input of its output) is listed as ``written`` and not judged. Every buffer is put
-    back from ``model`` after each forward (no copies of them are kept). None: no such buffer."""
-    import torch
-
-    work = copy_model(model)
-    named = [(n, b) for n, b in work.named_buffers()
-             if b.is_floating_point() and b.numel() > 0 and not b.is_meta]
-    # a float buffer of whole numbers past 1 holds indices or counts (a permutation kept as
-    # floats): perturbed, it indexes out of range (on a GPU a device-side assert, which ends
-    # the worker's CUDA context), so it is left out, as integer buffers are
-    named = [(n, b) for n, b in named if not _index_like(b)]
-    if not named:
-        return None
-    originals = dict(model.named_buffers())
-    groups = [[item] for item in named[:MOST_BUFFERS]]
-    if len(named) > MOST_BUFFERS:
-        groups.append(named[MOST_BUFFERS:])
-    gen = torch.Generator(device="cpu").manual_seed(sd["weights_alt"] + 1)
-    entries, written = [], []
-    for group in groups:
-        for _, b in group:
-            _perturb_buffer(b, gen)
-        marks = C.fingerprints([b for _, b in group])
-        try:
-            out = run_forward(work, inputs, sd["forward"], device, clone=copies)
-        except Exception as exc:  # the perturbed value broke forward: it was used
-            if _device_poisoned(exc):
-                raise
-            out = None
-        wrote = [n for (n, _), before, after in
-                 zip(group, marks, C.fingerprints([b for _, b in group]))
-                 if before is not None and before != after]
-        with torch.no_grad():
-            for n, b in named:
-                b.copy_(originals[n])
-        written += wrote
-        judged = [n for n, _ in group if n not in wrote]
-        if judged:
-            label = (f"buffer {judged[0]}" if len(judged) == 1 else
-                     f"buffers {', '.join(judged[:4])}" + (" ..." if len(judged) > 4 else ""))
-            entries.append({"label": label, "fraction": 1.0 if out is None else
-                            C.mismatch_fraction(out, ref, tol, margin)})
-        del out
-    return {"entries": entries, "written": written, "total": len(named)}
-
-
-def _index_like(buffer) -> bool:
-    """Whether a floating-point buffer holds only whole numbers, some past 1 (indices kept as
-    floats)."""
-    import torch
-
-    with torch.no_grad():
-        flat = buffer.detach().reshape(-1)
-        return bool(torch.isfinite(flat).all()) and bool((flat == flat.round()).all()) and \
-            float(flat.abs().max()) > 1
 
 
 def _model_like(ns: dict, sd: dict[str, int], reference):
@@ -442,11 +201,6 @@ def _compute_ops(model, inputs: list, copies: bool) -> list[str] | None:
     except Exception:  # noqa: BLE001 — unrecorded: the ablation is judged on its output alone
         return None
     return C.compute_ops(recorder.ops)
-
-
-def _device_poisoned(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    return "AcceleratorError" in text or "CUDA error" in text or "device-side assert" in text
 
 
 def _section(lock, device: str, stage: str):
@@ -640,17 +394,6 @@ def probe_problem(payload: dict) -> dict:
     return m
 
 
-def _measured(what: Callable[[], Any]) -> Any:
-    """``what()``, or ``{"error": ...}`` when it raises: a measurement that cannot be made is a
-    skipped check, never a crashed probe (a device-side failure still stops the probe)."""
-    try:
-        return what()
-    except Exception as exc:
-        if _device_poisoned(exc):
-            raise
-        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
-
-
 def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, tol, cfg,
                copies: bool) -> None:
     """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
@@ -737,78 +480,6 @@ def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device
     if not m["finite"]:
         cal["within_cap"] = False
     return cal
-
-
-def _distributions(model, draw: Callable[[], list], m: dict, sd, device) -> dict:
-    """Per grading distribution (``distributions.DISTRIBUTIONS``): the reference's output under
-    it finite or not, its float32 error against float64 (``noise``, as the calibration measures
-    the problem's own draws) and ``supported``: finite, and noise at most ``NOISE_SHARE`` of the
-    calibrated tolerance. The problem's own draws are always supported (its tolerance was
-    calibrated there). Without a float64 reference (the calibration had none) only finiteness
-    decides. Each distribution holds what the calibration held: the float64 forward runs first,
-    then the float32 one on a fresh draw (the same seed, the same values)."""
-    cal = m["tolerance"]
-    limit = D.NOISE_SHARE * cal["tol"]
-    found: dict[str, dict] = {}
-    for dist, (scale, shift) in D.DISTRIBUTIONS.items():
-        if dist == "natural":
-            noise = cal.get("noise")
-            found[dist] = {"supported": True, "finite": m["finite"],
-                           "noise": None if noise is None else float(f"{noise:.3g}")}
-            continue
-        try:
-            found[dist] = _under(model, draw, scale, shift, cal.get("noise") is not None, limit,
-                                 sd, device)
-        except Exception as exc:
-            if _device_poisoned(exc):
-                raise
-            # the reference refusing such inputs (an op's domain) is unsupported; a validator
-            # out of memory measured nothing (None: the grader keeps the distribution)
-            memory = isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
-            found[dist] = {"supported": None if memory else False, "finite": None,
-                           "noise": None,
-                           "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
-        found[dist]["limit"] = float(f"{limit:.3g}")
-    return found
-
-
-def _scaled_inputs(inputs: list, scale: float, shift: float) -> list:
-    """Every floating-point input of a fresh draw times ``scale`` plus ``shift``, in its own
-    dtype, rounded as the grader's worker makes a trial's inputs. Out of place, one tensor at
-    a time (one input's worth more at the peak): a ``get_inputs`` may hand out a tensor it
-    keeps (a module-level constant), which scaling in place would change for every later
-    draw."""
-    import torch
-
-    for k, v in enumerate(inputs):
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            inputs[k] = v.detach().mul(scale).add_(shift)
-            del v
-    return inputs
-
-
-def _under(model, draw, scale: float, shift: float, fp64: bool, limit: float, sd,
-           device) -> dict:
-    ref64 = None
-    if fp64:
-        inputs = _scaled_inputs(draw(), scale, shift)
-        _to_double_in_place(inputs)
-        model64 = copy_model(model).double()
-        ref64 = run_forward(model64, inputs, sd["forward"], device, clone=False)
-        del model64, inputs
-    ref = run_forward(model, _scaled_inputs(draw(), scale, shift), sd["forward"], device,
-                      clone=False)
-    finite = C.all_finite(ref)
-    noise = None
-    if ref64 is not None:
-        noise = C.max_error(ref, [r.to(t.dtype) if not t.is_floating_point() else r
-                                  for t, r in zip(ref, ref64)]) \
-            if C.shapes_equal(ref, ref64) else math.inf
-    del ref, ref64
-    stable = noise is None or noise <= limit
-    return {"supported": finite and stable, "finite": finite,
-            "noise": None if noise is None or not math.isfinite(noise) else
-            float(f"{noise:.3g}")}
 
 
 def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernelmill.validate import checks as C
 from kernelmill.validate import realcode as R
-from kernelmill.validate.probe import build_model, draw_inputs, load_namespace, seeds
+from kernelmill.validate.forwards import build_model, draw_inputs, load_namespace, seeds
 
 TOL = 1e-4  # the float32 floor, the calibrated tolerance of both
 

@@ -10,7 +10,7 @@ import math
 import pytest
 from kernelmill.validate import checks as C
 from kernelmill.validate.device_work import device_work, syncs_in_loops
-from kernelmill.validate.probe import build_model, draw_inputs, load_namespace, seeds
+from kernelmill.validate.forwards import build_model, draw_inputs, load_namespace, seeds
 
 # A loop of tiny elementwise steps, each read back to the host: on a GPU, every step is two
 # kernel launches and a sync around microseconds of work.

@@ -234,7 +234,7 @@ def test_liveness_counts_a_call_by_its_live_output():
 
 
 def test_judges_skip_measurements_that_failed_instead_of_raising():
-    """A measurement the probe could not make is ``{"error": reason}`` (``probe._measured``):
+    """A measurement the probe could not make is ``{"error": reason}`` (``forwards._measured``):
     the contrast and buffer judges skip it with the reason, never raise in the parent."""
     th = C.DEFAULT_THRESHOLDS
     failed = {"error": "RuntimeError: boom"}

@@ -184,7 +184,7 @@ def test_out_of_memory_while_building_on_the_gpu_is_raised_not_built_on_the_host
     """Out of memory while a problem is built on the device is the parent's to judge (a rerun
     alone); building on the host instead once left a half-moved model whose forward failed
     with a device mismatch, a `runs` failure caused by other workers' memory."""
-    from kernelmill.validate.probe import _made_on
+    from kernelmill.validate.forwards import _made_on
 
     calls = []
 
