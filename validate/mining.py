@@ -37,6 +37,7 @@ from kernelmill.core.stats import StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.synth.mine.candidates import Candidate, find_candidates
+from kernelmill.synth.mine.environment import torch_version_text
 from kernelmill.synth.mine.gather import Gatherer, GatherError
 from kernelmill.synth.mine.index import ModuleIndex, PackageIndex
 from kernelmill.synth.mine.render import categorize, ladder, probe_job, render
@@ -323,6 +324,8 @@ class Miner:
         mined = {"key": p.candidate.key, "kind": p.candidate.kind, "source": p.source.spec,
                  "package": p.source.package,
                  "version": p.source.version, "license": p.source.license,
+                 # the torch its environment questions (version checks) were answered for
+                 "answered_for_torch": torch_version_text(),
                  "source_kind": p.source.kind, "qualname": d.key,
                  "file": str(d.path.relative_to(p.source.root)) if d.path.is_relative_to(
                      p.source.root) else str(d.path), "line": d.line,

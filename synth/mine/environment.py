@@ -36,15 +36,22 @@ QUERY_NAME = re.compile(r"^_?is_\w+_(available|or_equal|than)$|^__version__$|"
 
 
 @functools.cache
-def torch_version() -> tuple[tuple[int, ...], bool]:
-    """(release numbers, is a pre-release or dev build) of the installed torch."""
+def torch_version_text() -> str | None:
+    """The installed torch's version string (its distribution's metadata), the torch every
+    environment question is answered for; None without one."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        text = version("torch")
+        return version("torch")
     except PackageNotFoundError:
-        return (0,), False
-    return _parse(text)
+        return None
+
+
+@functools.cache
+def torch_version() -> tuple[tuple[int, ...], bool]:
+    """(release numbers, is a pre-release or dev build) of the installed torch."""
+    text = torch_version_text()
+    return _parse(text) if text is not None else ((0,), False)
 
 
 def _parse(text: str) -> tuple[tuple[int, ...], bool]:

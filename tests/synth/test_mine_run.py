@@ -88,6 +88,10 @@ def test_provenance_of_every_record(mined):
     assert m["package"] == "minefix" and m["license"] == "MIT License"
     assert m["qualname"] == "minefix.blocks.GatedMLP" and m["file"] == "blocks.py"
     assert m["line"] == 24 and len(m["content_sha256"]) == 16 and m["kind"] == "class"
+    # the torch the version checks in gathered code were answered for
+    from importlib.metadata import version
+
+    assert m["answered_for_torch"] == version("torch")
     assert m["sizing"]["factor"] is not None and m["sizing"]["est_ms"] <= CONFIG.max_ms
     assert m["sizing"]["in_band"] is (CONFIG.min_ms <= m["sizing"]["est_ms"])
     assert _by_name(mined)["ConfigBlock"].source.count("MinedConfig(**CONFIG)") == 1
