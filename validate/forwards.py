@@ -156,3 +156,15 @@ def _measured(what: Callable[[], Any]) -> Any:
         if _device_poisoned(exc):
             raise
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+
+def forward_unless_broken(model, inputs: list, forward_seed: int, device: str, *,
+                          clone: bool = True) -> list | None:
+    """``run_forward``, or None when a perturbed model's forward raises (the perturbed values
+    were used: an index out of range, a domain error); a poisoned device is raised."""
+    try:
+        return run_forward(model, inputs, forward_seed, device, clone=clone)
+    except Exception as exc:
+        if _device_poisoned(exc):
+            raise
+        return None

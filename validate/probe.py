@@ -39,6 +39,7 @@ from .forwards import (
     _to_double_in_place,
     build_model,
     draw_inputs,
+    forward_unless_broken,
     load_namespace,
     run_forward,
     seeds,
@@ -346,12 +347,7 @@ def probe_problem(payload: dict) -> dict:
         if wmodel is None:
             m["weight_sensitivity"] = None
         else:
-            try:
-                wout = run_forward(wmodel, inputs, sd["forward"], device, clone=copies)
-            except Exception as exc:  # the perturbed values broke forward: they were used
-                if _device_poisoned(exc):
-                    raise
-                wout = None
+            wout = forward_unless_broken(wmodel, inputs, sd["forward"], device, clone=copies)
             m["weight_sensitivity"] = {"label": "all parameters", "fraction": 1.0 if wout is None
                                        else C.mismatch_fraction(wout, ref, tol, margin)}
             del wmodel, wout

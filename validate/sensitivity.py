@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from . import checks as C
 from . import distributions as D
-from .forwards import _device_poisoned, _to_double_in_place, run_forward
+from .forwards import _device_poisoned, _to_double_in_place, forward_unless_broken, run_forward
 from .model_copy import copy_model
 
 
@@ -106,12 +106,7 @@ def _buffer_sensitivity(model, inputs: list, ref: list, sd, device, tol, margin,
         for _, b in group:
             _perturb_buffer(b, gen)
         marks = C.fingerprints([b for _, b in group])
-        try:
-            out = run_forward(work, inputs, sd["forward"], device, clone=copies)
-        except Exception as exc:  # the perturbed value broke forward: it was used
-            if _device_poisoned(exc):
-                raise
-            out = None
+        out = forward_unless_broken(work, inputs, sd["forward"], device, clone=copies)
         wrote = [n for (n, _), before, after in
                  zip(group, marks, C.fingerprints([b for _, b in group]))
                  if before is not None and before != after]
