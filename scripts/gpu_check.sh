@@ -15,6 +15,7 @@
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
 #        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
 #        SERVE_ARGS, default "--actors 8 --skip-load")
+#        context (scripts/context_probe.py: CUDA worker processes started N at once)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
@@ -142,6 +143,9 @@ for part in $parts; do
     # shellcheck disable=SC2086 — SERVE_ARGS is a list of flags
     serve)    python3 benchmarks/serve_throughput.py --device cuda ${SERVE_ARGS:---actors 8 --skip-load} \
                 2>&1 | tee "$out/serve_throughput.log" ;;
+    # how fast the host starts CUDA worker processes: N forked at once, each one's context
+    context)  python3 scripts/context_probe.py --json "$out/context_probe.json" 2>&1 \
+                | tee "$out/context_probe.log" ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
     # the timing graph and forwards that share work between its calls; CAPTURE_CASES: hostile
     # cases graded alone on CUDA beside it (their verdicts say why a graph was not used)
@@ -176,6 +180,8 @@ for part in $parts; do
               if [ -z "$kb" ]; then echo "audit: no KernelBench checkout (set KERNELBENCH)" \
                 | tee "$out/audit.log"
               else
+                # AUDIT_RESUME: an earlier call's audit.jsonl, whose problems are not run again
+                [ -n "${AUDIT_RESUME:-}" ] && cp "$AUDIT_RESUME" "$out/audit.jsonl"
                 # shellcheck disable=SC2086 — AUDIT_ARGS is a list of flags
                 python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
                   --out "$out/audit.jsonl" --json "$out/audit.json" 2>&1 | tee "$out/audit.log"
