@@ -8,6 +8,8 @@ Two halves, both pure:
 * ``judge`` takes the probe's measurements (a dict of numbers) and a thresholds dict and returns
   ``{name: {"passed": True|False|None, "value": ..., "detail": str}}``. ``None`` means the check
   was skipped (not applicable, or only meaningful on another device), which is never a pass.
+  The verdicts, the tolerance calibration and ``compute_ops`` live in validate/verdicts.py and
+  are re-exported here.
 
 Error measure. Every comparison uses the mixed error ``|a - b| / (1 + |b|)`` so that a single
 tolerance ``t`` means exactly ``allclose(a, b, atol=t, rtol=t)``: ``|a-b| <= t + t|b|``.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any
 
 from kernelmill.core.taxonomy import (  # noqa: F401 — re-exported for the probe
     AFFINE_OPS,
@@ -25,17 +26,35 @@ from kernelmill.core.taxonomy import (  # noqa: F401 — re-exported for the pro
     moves_data_only,
     op_base,
 )
-
-
-def compute_ops(ops: list[str]) -> list[str]:
-    """The traced ops that compute something (data movement and allocation removed)."""
-    return [o for o in ops if not moves_data_only(o)]
-
-
-def affine_by_construction(ops: list[str]) -> bool:
-    """True when every compute op traced is affine (the problem really is ``a*x + b``)."""
-    return all(op_base(o) in AFFINE_OPS or op_base(o).rstrip("_") in AFFINE_OPS
-               for o in compute_ops(ops))
+from kernelmill.validate.verdicts import (  # noqa: F401 — re-exported
+    DEFAULT_THRESHOLDS,
+    SYNC_KEYS,
+    TOLERANCE_BOUNDS,
+    _admitted_by_offset,
+    _fmt,
+    _judge_syncing_launch,
+    _of,
+    _unmeasured,
+    affine_by_construction,
+    calibrate_tolerance,
+    check,
+    compute_ops,
+    host_wait_ratio,
+    judge,
+    judge_buffers,
+    judge_call_history,
+    judge_constant_parameters,
+    judge_contrast,
+    judge_dead_branches,
+    judge_dead_work,
+    judge_exact_outputs,
+    judge_inductor,
+    judge_launch,
+    judge_real_code,
+    judge_sensitivity,
+    judge_unique_writes,
+    summarize,
+)
 
 
 # ---------------------------------------------------------------- measurements (worker side)
@@ -359,477 +378,3 @@ def output_stats(outputs: list, tol: float) -> list[dict]:
         entry["head"] = [round(v, 6) for v in _as64(_flat(y)[:8]).tolist()]
         stats.append(entry)
     return stats
-
-
-# ---------------------------------------------------------------- tolerance
-
-# (floor, cap) of the calibrated tolerance per output dtype: the floor is what an honest kernel
-# with a different summation order needs; above the cap the problem is too ill-conditioned to grade
-# (workers run fp32 as IEEE fp32, TF32 off: harness_worker._ieee_fp32)
-TOLERANCE_BOUNDS = {
-    "float64": (1e-7, 1e-3),
-    "float32": (1e-4, 5e-2),
-    "float16": (1e-2, 1e-1),
-    "bfloat16": (2e-2, 2e-1),
-}
-
-
-def calibrate_tolerance(noise: float | None, dtype: str, margin: float = 10.0) -> dict:
-    """atol = rtol = max(floor, margin * noise): the tolerance the grader should use.
-
-    ``noise`` is the mixed error of the declared-dtype output against an fp64 reference (the
-    noise floor of an honest computation). ``within_cap`` says whether the result is gradable.
-    """
-    floor, cap = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])
-    if noise is None or not math.isfinite(noise):
-        return {"tol": floor, "floor": floor, "cap": cap, "within_cap": noise is None}
-    tol = max(floor, margin * noise)
-    return {"tol": float(f"{tol:.3g}"), "floor": floor, "cap": cap, "within_cap": tol <= cap}
-
-
-# ---------------------------------------------------------------- verdicts (parent side)
-
-DEFAULT_THRESHOLDS = {
-    "sensitivity_margin": 10.0,   # "far more than the tolerance": differences beyond 10x tol ...
-    "min_sensitive_fraction": 0.01,  # ... in at least 1% of the elements
-    "max_zero_fraction": 0.99,    # all-zeros answer right on >= 99% of elements: degenerate
-    "max_constant_fraction": 0.99,
-    "min_ms": 0.1,
-    "max_ms": 1000.0,
-    "max_launch_ratio": 0.8,      # host time to issue forward / GPU time
-    "max_dead_work": 0.5,         # share of the FLOP-counted work that cannot reach the output
-    "dead_call_share": 0.1,       # ... or one call with this share of it, all unreachable
-    "max_offset_slack": 0.05,     # rtol slack an offset adds / the output's variation
-    "inflated_tolerance": 10.0,   # dtype floors above which a bf16-operand answer must fail
-}
-
-
-def check(passed: bool | None, value: Any = None, detail: str = "") -> dict:
-    return {"passed": passed, "value": value, "detail": detail}
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
-
-
-def judge_sensitivity(name: str, entries: list[dict], th: dict) -> dict:
-    """entries: [{"label", "fraction"}] measured at ``sensitivity_margin`` x tol."""
-    if not entries:
-        return check(None, None, f"no {name} to vary")
-    low = [e for e in entries if e["fraction"] < th["min_sensitive_fraction"]]
-    value = min(e["fraction"] for e in entries)
-    if low:
-        what = ", ".join(f"{e['label']} (moves {e['fraction']:.1%} of elements)" for e in low)
-        return check(False, value, f"output barely depends on {what}; needed: "
-                     f"{th['min_sensitive_fraction']:.0%} of elements moving by more than "
-                     f"{th['sensitivity_margin']:g}x the tolerance")
-    return check(True, value, "varying " + ", ".join(e["label"] for e in entries) +
-                 f" moves at least {value:.1%} of elements")
-
-
-def judge_buffers(measured: dict | None, th: dict) -> dict:
-    """The output depends on each floating-point buffer as on the weights (``judge_sensitivity``);
-    buffers forward writes (running statistics in training mode) are not judged."""
-    if not measured:
-        return check(None, None, "model has no floating-point buffers")
-    if "error" in measured:
-        return check(None, None, f"not measured: {measured['error']}")
-    written = measured.get("written") or []
-    names = ", ".join(written[:4]) + (" ..." if len(written) > 4 else "")
-    if not measured.get("entries"):
-        return check(None, None, f"every floating-point buffer is written by forward ({names}): "
-                     "state the model keeps, not judged")
-    note = f"; written by forward, not judged: {names}" if written else ""
-    verdict = judge_sensitivity("buffers", measured["entries"], th)
-    verdict["detail"] += note
-    return verdict
-
-
-def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
-    """Turn the probe's measurements into checks. Missing measurements become skipped checks."""
-    th = {**DEFAULT_THRESHOLDS, **(th or {})}
-    checks: dict[str, dict] = {}
-    tol = m["tolerance"]["tol"]
-    checks["runs"] = check(True, m.get("output_shapes"), "forward ran at the declared size"
-                           if not m.get("resized") else f"forward ran resized x{m['resized']:.3g}")
-    checks["finite"] = check(m["finite"], m.get("nonfinite_fraction"),
-                             "" if m["finite"] else "output contains NaN or Inf")
-    checks["inputs_unchanged"] = check(not m["mutated_inputs"], m["mutated_inputs"] or None,
-                                       "forward writes into its inputs: "
-                                       f"{m['mutated_inputs']}" if m["mutated_inputs"] else "")
-
-    det = m["deterministic"]
-    if det["bitwise"]:
-        ok, how = True, "bitwise equal on a rerun"
-    elif det["error"] <= tol:
-        ok, how = True, f"equal within {_fmt(det['error'])} (not bitwise) on a rerun"
-    else:
-        ok, how = False, f"rerun with identical inputs, weights and RNG differs by {_fmt(det['error'])}"
-    rebuild = m.get("rebuild")
-    if rebuild is not None:
-        if rebuild["error"] > tol:
-            ok = False
-        how += f"; {rebuild['mode']}: " + ("bitwise" if rebuild["error"] == 0 else
-                                           f"error {_fmt(rebuild['error'])}")
-    checks["deterministic"] = check(ok, det["error"], how)
-
-    stoch = m["stochastic_error"]
-    checks["not_stochastic"] = check(
-        stoch <= tol, stoch, "output unchanged by the global RNG state" if stoch <= tol else
-        f"changing the RNG state before forward changes the output by {_fmt(stoch)} "
-        "(randomness inside forward, e.g. Dropout in training mode)")
-
-    checks["input_sensitive"] = judge_sensitivity("inputs", m["input_sensitivity"], th)
-    ws = m["weight_sensitivity"]
-    if ws is None:
-        checks["weight_sensitive"] = check(None, None, "model has no floating-point parameters")
-    else:
-        checks["weight_sensitive"] = judge_sensitivity("weights", [ws], th)
-    checks["buffer_sensitive"] = judge_buffers(m.get("buffer_sensitivity"), th)
-
-    zf = m["zero_fraction"]
-    checks["not_near_zero"] = check(
-        zf < th["max_zero_fraction"], zf,
-        "an all-zeros answer passes the tolerance" if zf >= 1.0 else
-        f"an all-zeros answer is right on {zf:.1%} of elements" if zf >= th["max_zero_fraction"]
-        else f"all-zeros answer right on {zf:.1%} of elements")
-    cf = m["constant_fraction"]
-    if cf is None:
-        checks["not_constant"] = check(None, None, "single-element output")
-    else:
-        checks["not_constant"] = check(
-            cf < th["max_constant_fraction"], cf,
-            f"a constant answer is right on {cf:.1%} of elements")
-
-    aff = m["affine"]
-    if not aff:
-        checks["not_affine"] = check(None, None, "no output has an input's shape")
-    else:
-        worst = min(aff, key=lambda e: min(e["tensor"], e["channel"] if e["channel"] is not None
-                                           else math.inf))
-        resid = min(worst["tensor"], worst["channel"] if worst["channel"] is not None else math.inf)
-        if resid > tol:
-            checks["not_affine"] = check(True, resid, f"best affine fit error {_fmt(resid)}")
-        else:
-            nonaffine = m.get("input_nonaffine_ops")
-            if nonaffine is None:  # no taint trace: judge by every op forward runs
-                nonaffine = [o for o in compute_ops(m["aten_ops"])
-                             if not affine_by_construction([o])]
-            if not nonaffine:
-                checks["not_affine"] = check(True, resid, "affine in its inputs by construction")
-            else:
-                checks["not_affine"] = check(
-                    False, resid, f"output {worst['output']} equals a*x+b of input "
-                    f"{worst['input']} within {_fmt(resid)} although forward applies "
-                    f"{', '.join(nonaffine[:4])} to it (an inert nonlinearity, e.g. ReLU on "
-                    "non-negative inputs)")
-
-    ab = m["ablation"]
-    if ab is None:
-        checks["no_dead_ops"] = check(None, None, "no ablation variants")
-    else:
-        dead = ab["dead"]
-        checks["no_dead_ops"] = check(
-            not dead, dead or None,
-            (f"{ab['tried']} ablations all change the output" if not dead else
-             "removing these leaves the output unchanged: " + "; ".join(dead))
-            + (f"; computing nothing, not counted: {'; '.join(ab['inert'])}"
-               if ab.get("inert") else "")
-            + (f" (stopped early: {ab['aborted']})" if ab.get("aborted") else ""))
-
-    checks.update(judge_real_code(m, th))
-
-    cal = m["tolerance"]
-    if cal.get("noise") is None:
-        checks["tolerance"] = check(None, cal["tol"], "no fp64 reference "
-                                    f"({cal.get('reason', 'unavailable')}); dtype floor used")
-    else:
-        checks["tolerance"] = check(
-            cal["within_cap"], cal["tol"],
-            f"fp64 noise floor {_fmt(cal['noise'])}, atol=rtol={_fmt(cal['tol'])}" +
-            ("" if cal["within_cap"] else f" above the {cal['dtype']} cap {cal['cap']:g}"))
-
-    timing = m["timing"]
-    if timing.get("device") != "cuda":
-        checks["runtime"] = check(None, timing.get("eager_ms"), "GPU-only check (ran on cpu)")
-        checks["launch_overhead"] = check(None, None, "GPU-only check (ran on cpu)")
-    elif timing.get("eager_ms") is None:  # the timing worker did not run or failed
-        why = timing.get("reason", "not timed")
-        checks["runtime"] = check(None if timing.get("skipped") else False, None, why)
-        checks["launch_overhead"] = check(None, None, why)
-    else:
-        ms = timing["eager_ms"]
-        checks["runtime"] = check(th["min_ms"] <= ms <= th["max_ms"], ms,
-                                  f"eager {ms:.4g} ms; band {th['min_ms']:g}-{th['max_ms']:g} ms")
-        checks["launch_overhead"] = judge_launch(timing, th["max_launch_ratio"])
-    return checks
-
-
-def _unmeasured(value: Any, none_why: str) -> dict | None:
-    """The skipped check for a measurement that is missing, not applicable or failed."""
-    if value is None:
-        return check(None, None, none_why)
-    if isinstance(value, dict) and "error" in value:
-        return check(None, None, f"not measured: {value['error']}")
-    return None
-
-
-def judge_dead_branches(bypass: Any) -> dict:
-    """Sub-modules whose bypass (zeroed, or skipped where shapes allow) keeps the output within
-    tolerance, on the declared parameters or with the constant ones drawn again."""
-    skipped = _unmeasured(bypass, "no sub-module computes anything")
-    if skipped:
-        return skipped
-    dead, redrawn = bypass["dead"], bypass["dead_redrawn"]
-    if not dead and not redrawn:
-        return check(True, bypass["tried"], f"{bypass['tried']} bypasses of "
-                     f"{bypass['modules']} sub-modules all change the output")
-    parts = []
-    if dead:
-        parts.append("; ".join(dead))
-    if redrawn:
-        parts.append("with the constant parameters drawn again: " + "; ".join(redrawn))
-    return check(False, dead + redrawn, "output stays within tolerance when these sub-modules "
-                 "are bypassed (a dead branch): " + " | ".join(parts))
-
-
-def judge_constant_parameters(const: Any) -> dict:
-    skipped = _unmeasured(const, "no parameter or buffer is constant")
-    if skipped:
-        return skipped
-    if const["unused"]:
-        return check(False, const["unused"], "drawing these constant parameters again leaves "
-                     "the output within tolerance (they do nothing at any value): " +
-                     "; ".join(const["unused"][:6]))
-    return check(True, const["tried"], f"each of {const['tried']} constant tensor(s) drawn "
-                 "again moves the output")
-
-
-def judge_dead_work(live: Any, th: dict) -> dict:
-    skipped = _unmeasured(live, "no matmul, convolution or attention work under autograd")
-    if skipped:
-        return skipped
-    share = live["dead_share"]
-    whole = [o for o in live["ops"] if o["share"] >= th["dead_call_share"] and o["live"] < 0.01]
-    if share > th["max_dead_work"] or whole:
-        what = ", ".join(f"{o['label']} ({o['share']:.0%} of the work)" for o in whole[:4])
-        return check(False, share, f"{share:.0%} of the matmul/conv/attention work cannot reach "
-                     "the output" + (f"; none of {what} reaches it" if whole else "") +
-                     " (a slice of the result, a mask that admits one element)")
-    return check(True, share, f"{1 - share:.0%} of the matmul/conv/attention work reaches the "
-                 "output")
-
-
-def _of(changed: dict) -> str:
-    """``"5 of 131072 elements (0.004%)"`` (the total where the measurement has one)."""
-    total = changed.get("total")
-    return (f"{changed['changed']} of {total} elements ({changed['fraction']:.3%})" if total
-            else f"{changed['changed']} ({changed['fraction']:.3%})")
-
-
-def judge_exact_outputs(exact: Any) -> dict:
-    skipped = _unmeasured(exact, "every output is floating-point")
-    if skipped:
-        return skipped
-    moved, threads = exact["jittered_changed"], exact["threads_changed"]
-    if moved["changed"] or (threads and threads["changed"]):
-        why = []
-        if moved["changed"]:
-            why.append(f"{_of(moved)} change when the float work carries noise of "
-                       f"{exact['jitter']:.1g} of its magnitude")
-        if threads and threads["changed"]:
-            why.append(f"{_of(threads)} change on one CPU thread")
-        return check(False, moved["fraction"], "integer/boolean outputs "
-                     f"({', '.join(exact['outputs'])}) are graded exactly but are decided by "
-                     "near-tied float values: " + "; ".join(why))
-    return check(True, 0.0, "integer/boolean outputs stable under float noise and thread count")
-
-
-def judge_unique_writes(writes: Any) -> dict:
-    skipped = _unmeasured(writes, "not measured")
-    if skipped:
-        return skipped
-    if writes:
-        return check(False, writes, "writes with repeated indices (which value wins is up to "
-                     "the device and its threads): " + "; ".join(writes))
-    return check(True, None, "no index write repeats a destination")
-
-
-def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
-                   rounded: Any = None) -> dict:
-    """The tolerance against what the output carries. Fails when the slack its relative term
-    adds on the output's magnitude (beyond what an output varying about zero gets: ``realcode.
-    contrast``'s ``excess``) exceeds ``max_offset_slack`` of the output's variation across
-    inputs (a large offset), or when the reduced-precision answer passes only through that
-    slack (``_admitted_by_offset``), or when a calibrated tolerance ``inflated_tolerance`` times
-    the dtype floor or more admits a reduced-precision answer (matmul-class operands rounded to
-    bf16 for fp32: the noise of a cancelling offset set the tolerance). A reduced-precision
-    answer passing a tolerance at its floor by the absolute term is reported, not failed: it
-    passes a quarter of KernelBench level 2 at CPU sizes (small softmax outputs, GEMMs summed
-    over rows), a question for the tolerance's absolute floor."""
-    floor = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
-    why = []
-    value = None
-    note = ""
-    # ``rounded["error"]`` is the rounded answer's largest error; a measurement that failed
-    # (``forwards._measured``) holds its reason there instead, a string: not measured
-    if not (isinstance(rounded, dict) and isinstance(rounded.get("error"), (int, float))):
-        rounded = None
-    if rounded is not None:
-        passes = rounded["error"] <= tol
-        note = (f"; matmul/conv operands rounded to {rounded['dtype']} "
-                f"{'pass' if passes else 'fail'} it (error {_fmt(rounded['error'])})")
-        if passes and tol >= th["inflated_tolerance"] * floor:
-            value = rounded["error"]
-            why.append(f"the calibrated tolerance {tol:g} ({tol / floor:.0f}x the {dtype} floor) "
-                       f"admits matmul/conv operands rounded to {rounded['dtype']} (error "
-                       f"{_fmt(rounded['error'])})")
-    finite = [e for e in (entries if isinstance(entries, list) else [])
-              if isinstance(e, dict) and isinstance(e.get("ratio"), (int, float))
-              and math.isfinite(e["ratio"])]
-    worst = max(finite, key=lambda e: e["ratio"]) if finite else None
-    admitted = _admitted_by_offset(finite, rounded, tol)
-    if admitted and not why:
-        value = admitted["ratio"]
-        why.append(admitted["why"])
-    if worst is not None and worst["ratio"] > th["max_offset_slack"]:
-        value = worst["ratio"] if value is None else value
-        excess = worst.get("excess", tol * worst["magnitude"])
-        why.append(f"output {worst['output']} varies by {worst['informative']:.3g} across inputs "
-                   f"but rtol on its magnitude ({worst['magnitude']:.3g}) allows {excess:.3g} "
-                   f"more than an output varying about zero gets, {worst['ratio']:.1%} of that "
-                   f"(above {th['max_offset_slack']:.0%})")
-    if why:
-        return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
-                     "tolerance")
-    if worst is None:
-        return check(None, None, "no floating-point output that varies across inputs" + note)
-    return check(True, worst["ratio"], f"rtol on the output's magnitude "
-                 f"({worst['magnitude']:.3g}) adds {worst['ratio']:.2%} of its variation across "
-                 "inputs to the slack" + note)
-
-
-def _admitted_by_offset(entries: list[dict], rounded: Any, tol: float) -> dict | None:
-    """The output whose magnitude alone lets the reduced-precision answer pass: that answer is
-    within the tolerance, but its absolute error there exceeds ``tol * (1 + informative)``, what
-    the tolerance gives an output of the same variation about zero (an offset's slack, measured
-    by the cheap wrong answer itself rather than by ``max_offset_slack``)."""
-    if not isinstance(rounded, dict) or rounded.get("error", math.inf) > tol:
-        return None
-    errors = rounded.get("abs_errors") or []
-    for e in entries:
-        k = e["output"]
-        diff = errors[k] if k < len(errors) else None
-        if diff is None or e.get("excess", 0.0) <= 0.0:
-            continue
-        bare = tol * (1.0 + e["informative"])
-        if diff > bare:
-            return {"ratio": e["ratio"], "why": (
-                f"matmul/conv operands rounded to {rounded['dtype']} pass only through the "
-                f"slack rtol gives on output {k}'s magnitude ({e['magnitude']:.3g}): their "
-                f"error {diff:.3g} is over the {bare:.3g} an output varying by "
-                f"{e['informative']:.3g} about zero allows")}
-    return None
-
-
-def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:
-    skipped = _unmeasured(hist, "not measured")
-    if skipped:
-        return skipped
-    if not reproducible:
-        return check(None, hist["error_vs_fresh"], "not reproducible (deterministic judges)")
-    err = hist["error_vs_fresh"]
-    if err > tol:
-        return check(False, err, f"the output for one input differs by {_fmt(err)} between a "
-                     "fresh model and one that ran on other inputs first (state kept across "
-                     "calls, e.g. data-dependent initialisation on the first call)")
-    return check(True, err, "a fresh model and a used one agree")
-
-
-def judge_real_code(m: dict, th: dict) -> dict[str, dict]:
-    """The checks for patterns real model code carries (``realcode``'s measurements); a probe
-    that did not measure them gets them skipped."""
-    tol = m["tolerance"]["tol"]
-    reproducible = m["deterministic"]["error"] <= tol and m["stochastic_error"] <= tol
-    return {
-        "no_dead_branches": judge_dead_branches(m.get("submodule_bypass")),
-        "constant_params_used": judge_constant_parameters(m.get("constant_parameters")),
-        "no_dead_work": judge_dead_work(m.get("liveness"), th),
-        "stable_exact_outputs": judge_exact_outputs(m.get("exact_outputs")),
-        "unique_writes": judge_unique_writes(m.get("duplicate_writes", {"error": "not run"})),
-        "contrast": judge_contrast(m.get("contrast"), m["tolerance"].get("dtype", "float32"),
-                                   th, tol, m.get("reduced_precision")),
-        "no_call_history": judge_call_history(m.get("call_history"), tol, reproducible),
-    }
-
-
-# What the probe measures of a forward's host syncs, carried beside the eager timing wherever
-# it is taken: the count, the source's host reads in forward's loops, and ``device_work``.
-SYNC_KEYS = ("host_syncs", "syncs_in_loops", "device_work")
-
-
-def host_wait_ratio(eager_ms: float, busy_ms: float) -> float:
-    """The time a forward's GPU waits on the host (for launches and for syncs alike) per ms it
-    is busy: its eager time less its kernels' busy time, over that busy time. A forward that
-    waits for the GPU at every step runs host and GPU one after the other, so its eager time is
-    about its host time plus its GPU time, and this is its host time over its GPU time: the
-    ratio a forward that never waits is judged by (host issue time over graph-timed GPU time),
-    against the same threshold."""
-    if busy_ms <= 0:
-        return math.inf
-    return max(0.0, eager_ms - busy_ms) / busy_ms
-
-
-def judge_launch(timing: dict, max_ratio: float) -> dict:
-    """Host time to issue forward over its GPU time: near 1 means the GPU waits on launches.
-    A forward that syncs with the host (``host_syncs``) cannot be timed as a CUDA graph and its
-    host time includes the waits: it is judged by ``host_wait_ratio`` of its eager time and its
-    kernels' busy time (``device_work``), so a launch-bound loop with a sync per step fails
-    like one without."""
-    ratio, ms = timing.get("launch_ratio"), timing["eager_ms"]
-    if timing.get("host_syncs"):
-        return _judge_syncing_launch(timing, max_ratio)
-    ok = ratio is not None and ratio <= max_ratio
-    return check(ok, ratio, f"host issue time {_fmt(timing.get('host_ms'))} ms vs GPU "
-                 f"{ms:.4g} ms" + ("" if ok else " (launch-overhead bound)"))
-
-
-def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:
-    ms, syncs, work = timing["eager_ms"], timing["host_syncs"], timing.get("device_work")
-    head = f"forward waits for the GPU {syncs} time(s)"
-    if not work or work.get("busy_ms") is None:
-        why = (work or {}).get("error", "not measured")
-        return check(None, None, f"{head} (.item(), .cpu(), nonzero, boolean masks) and its "
-                     f"kernels' time is unknown ({why}): host time is not launch overhead")
-    busy = work["busy_ms"]
-    ratio = host_wait_ratio(ms, busy)
-    ok = ratio <= max_ratio
-    loops = timing.get("syncs_in_loops") or []
-    return check(ok, ratio, f"{head} and launches {work['kernels']} kernel(s); GPU busy "
-                 f"{_fmt(busy)} ms of eager {ms:.4g} ms: {_fmt(ratio)} ms waiting on the host "
-                 "per GPU ms" + ("" if ok else " (launch- and sync-bound)")
-                 + (f"; host reads in forward's loops: {', '.join(loops[:3])}"
-                    + (f" (+{len(loops) - 3})" if len(loops) > 3 else "") if loops else ""))
-
-
-def judge_inductor(result: dict | None, eager_ms: float | None, tol: float) -> dict:
-    """Inductor: compiles, matches eager within the calibrated tolerance; speedup recorded."""
-    if result is None:
-        return check(None, None, "skipped")
-    if result.get("skipped"):
-        return check(None, None, result["skipped"])
-    if result.get("error"):
-        return check(False, None, f"torch.compile failed: {result['error']}")
-    err = result["error_vs_eager"]
-    speed = (eager_ms / result["ms"]) if eager_ms and result.get("ms") else None
-    if err > tol:
-        return check(False, speed, f"compiled output differs from eager by {_fmt(err)} > {tol:g}")
-    return check(True, speed, f"matches (error {_fmt(err)}); {_fmt(result.get('ms'))} ms, "
-                 f"speedup {_fmt(speed)}")
-
-
-def summarize(checks: dict[str, dict], gating: tuple[str, ...] | None = None) -> tuple[bool, list]:
-    """(passed, flags): passed only if no gating check failed; flags lists the failed ones."""
-    flags = [name for name, c in checks.items() if c["passed"] is False
-             and (gating is None or name in gating)]
-    return not flags, flags
