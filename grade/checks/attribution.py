@@ -178,15 +178,27 @@ def share_check(found: list, policy: Policy, hack) -> None:
              f"{policy.min_candidate_share:.0%})")
 
 
-def vendor_work(name: str, call, reference: dict, policy: Policy, hack) -> None:
+def vendor_work(name: str, call, reference: dict, policy: Policy, hack,
+                found: Attribution | None = None) -> None:
     """Where vendor ops (GEMMs, convolutions, attention) are allowed because the reference does
     that kind of work (``check_vendor_work``), not as a way to compute the rest: the call's
     FLOPs by torch's formulas may not be far beyond the reference's, and a GEMM whose inner
     dimension is 0 or 1 is elementwise work in a GEMM's name unless the reference has one too
     (a residual add as ``baddbmm`` with an identity matrix, a ReLU as ``_addmm_activation``
-    over an empty inner dimension, a token kernel beside them)."""
+    over an empty inner dimension, a token kernel beside them). Vendor kernels an extension
+    launches itself (``found``: the call's attribution) ran no op whose FLOPs torch counts, so
+    the cap cannot weigh them: they fail closed here (an identity GEMM by ``cublasSgemm`` from
+    inside an extension did the residual add of a convolution problem)."""
     if not policy.switch("check_vendor_work"):
         return
+    if found is not None:
+        unweighed = sorted({k[0] for k in found.device if k[2] == "extension"
+                            and found.owners.get(id(k)) == "vendor"})
+        if unweighed:
+            hack("torch_compute", f"{name}: vendor-library kernels launched from inside the "
+                 f"extension {unweighed[:3]}: no op of theirs has FLOPs torch counts, so the "
+                 f"{policy.preset} policy cannot weigh their work against the reference's "
+                 "(call vendor work through PyTorch ops)")
     ref_flops, flops = reference.get("flops"), call.get("flops")
     if isinstance(ref_flops, (int, float)) and isinstance(flops, (int, float)) and \
             flops > VENDOR_FLOP_RATIO * ref_flops + VENDOR_FLOP_FLOOR:

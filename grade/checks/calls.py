@@ -106,8 +106,8 @@ def torch_ops_within_allowance(ctx, view):
 @register(H.TORCH_COMPUTE, threat="T-09", layer=Layer.BEST_EFFORT, scope="call",
           switch="check_vendor_work")
 def vendor_work_within_reference(ctx, view):
-    return collect(H.TORCH_COMPUTE, lambda hack: vendor_work(view.name, view.call,
-                                                             ctx.reference, ctx.policy, hack))
+    return collect(H.TORCH_COMPUTE, lambda hack: vendor_work(
+        view.name, view.call, ctx.reference, ctx.policy, hack, view.attribution))
 
 
 @register(H.TORCH_COMPUTE, threat="T-09", layer=Layer.BEST_EFFORT, scope="call")

@@ -164,6 +164,33 @@ def test_a_vendor_op_whose_flops_are_not_counted_fails_closed_unless_the_referen
     assert not found
 
 
+def test_vendor_kernels_an_extension_launches_itself_fail_closed_under_the_library_policy():
+    from kernelmill.grade.checks.attribution import attribute, vendor_work
+    from kernelmill.grade.policy import Policy
+
+    reference = {"ops": ["aten.convolution.default"], "flops": 10, "thin_gemms": 0}
+    own = frozenset({"bias_relu_add"})
+    # cuBLAS's GEMM launched from inside the extension (no dispatched op counted its FLOPs)
+    call = {"ops": [], "flops": 0, "kernels": [
+        ["sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 900.0, "extension"],
+        ["bias_relu_add(float const*, float*)", 40.0, "extension"]]}
+    found = []
+    vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why),
+                attribute(call, reference["ops"], None, own))
+    assert len(found) == 1 and "from inside the extension" in found[0], found
+    # the same GEMM through a dispatched op is weighed by the FLOP cap instead
+    call["kernels"][0][2] = "aten::mm"
+    found.clear()
+    vendor_work("fresh:0", call, reference, Policy(), lambda code, why: found.append(why),
+                attribute(call, reference["ops"], None, own))
+    assert not found
+    # the kernelbench preset does not check vendor work
+    call["kernels"][0][2] = "extension"
+    vendor_work("fresh:0", call, reference, Policy(preset="kernelbench"),
+                lambda code, why: found.append(why), attribute(call, reference["ops"], None, own))
+    assert not found
+
+
 def _judged(views: list[tuple], run: dict | None = None):
     """A judge's context over checked calls ``(name, trial, ok, outputs, floor_only)``."""
     from kernelmill.grade.checks.context import CallView, Context
