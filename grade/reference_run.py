@@ -105,3 +105,55 @@ class ReferenceTiming:
         folder = self.cache_root / "reference-timing"
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+class References:
+    """A group's fresh reference runs, made in a thread of their own (``start``) while the
+    candidates' workers start beside them, or here and now (``run``). ``get()`` waits for them
+    and returns them, or raises what making them raised (a ``ReferenceError``: the problem's
+    fault); ``wait()`` only waits. ``made()`` makes them (a list of ``ReferenceRun``); ``then``
+    is called once they are in."""
+
+    def __init__(self, source: str, made, then=None):
+        import threading
+
+        self.source = source
+        self._made, self._then = made, then
+        self._done = threading.Event()
+        self._runs: list | None = None
+        self._error: BaseException | None = None
+        self.began = self.ended = None
+
+    def _make(self) -> None:
+        import time
+
+        self.began = time.monotonic()
+        try:
+            self._runs = self._made()
+            if self._then is not None:
+                self._then()
+        except BaseException as exc:  # noqa: BLE001 — handed to whoever asks (``get``)
+            self._error = exc
+        finally:
+            self.ended = time.monotonic()
+            self._done.set()
+
+    def start(self) -> References:
+        import threading
+
+        threading.Thread(target=self._make, daemon=True, name="fresh-references").start()
+        return self
+
+    def run(self) -> References:
+        self._make()
+        self.get()
+        return self
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def get(self) -> list:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._runs
