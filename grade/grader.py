@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import secrets
@@ -49,7 +48,6 @@ from .reference_run import (
     TIMING_KEYS,  # noqa: F401 — importable from here, as before
     ReferenceError,
     ReferenceRun,
-    References,
     ReferenceTiming,
     _first_dtype,
     _tensor_bytes,
@@ -96,10 +94,6 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
         self._reference_bytes: dict[str, int] = {}  # tensors of one fresh run, per source
-        # a timed group's candidate workers start while its fresh references run (None: on a
-        # GPU, where each worker's CUDA context waits its turn at the driver; on CPU the
-        # references' host memory is admitted first)
-        self.overlap_references: bool | None = None
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
 
@@ -313,22 +307,14 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         if pending:
             # only the input distributions the record's validation found the reference stable
             # under (T-19)
-            dists = self.policy.distributions_for(record)
-            references = References(size.source, lambda: self._fresh_references(
-                size.source, len(pending), slot_env, dists), on_references)
-            overlap = self.overlap_references
-            if overlap is None:
-                overlap = self.worker_device != "cpu"
-            if self.policy.time and overlap:
-                # the candidates' workers start (their CUDA contexts, one at a time per GPU)
-                # while the references run
-                references.start()
-            else:
-                references.run()
+            references = self._fresh_references(size.source, len(pending), slot_env,
+                                                 self.policy.distributions_for(record))
+            if on_references is not None:
+                on_references()
+            after_reference = time.monotonic()
             judged = self._candidates(references, [candidate_sources[i] for i in pending],
                                       record, slot_env)
-            after_reference = references.ended
-            for i, reference, verdict in zip(pending, references.get(), judged):
+            for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"reference_s": round(after_reference - began, 3),
                                       "candidate_s": round(time.monotonic() - after_reference, 3),
@@ -365,69 +351,38 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         verdict.update(stage_reached="parsed", **fields)
         return verdict
 
-    def _candidates(self, references: References, sources: list[str],
+    def _candidates(self, references: list[ReferenceRun], sources: list[str],
                     record: dict | None, slot_env: dict | None) -> list[dict]:
         """Run and judge each candidate against its own reference run; time them together."""
         policy = self.policy
-        launches = [self._launch(source, slot_env) for source in sources]
-        runnable = [i for i, launch in enumerate(launches) if "env" in launch]
+        prepared = [self._prepare(reference, source, record, slot_env)
+                    for reference, source in zip(references, sources)]
+        runnable = [i for i, job in enumerate(prepared) if "target" in job]
+        verdicts: list = [None if "target" in job else job for job in prepared]
         results: dict[int, WorkerResult] = {}
         windows: dict[int, dict | None] = {i: None for i in runnable}
         before = _stamp(self.guard_paths)
         if runnable:
             workers = len(runnable) + (1 if policy.time else 0)
-            with self._on_host(references.source, workers) as limits:
+            with self._on_host(references[0].source, workers) as limits:
+                for i in runnable:
+                    prepared[i]["limits"] = limits
                 if policy.time:
-                    results, windows = self._timed(references, {i: launches[i] for i in runnable},
-                                                   sources, record, slot_env, limits)
+                    results, windows = self._timed(references, {i: prepared[i] for i in runnable},
+                                                   record, slot_env)
                 else:
-                    runs = references.get()
-                    done = _side_by_side(lambda i: run_in_worker(
-                        **self._job(runs[i], sources[i], record, launches[i]), limits=limits),
-                        runnable)
+                    done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
-        runs = references.get()
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
-        verdicts: list = []
-        for i, launch in enumerate(launches):
-            if i in results:
-                verdicts.append(self._judge_run(runs[i], sources[i], results[i], windows[i],
-                                                record, changed))
-            elif "decided" in launch:
-                verdicts.append(launch["decided"])
-            else:  # its build failed or ran out of time: that is the verdict (no GPU run)
-                verdicts.append(judge(runs[i].value, runs[i].result, launch["built"],
-                                      policy=policy, findings=self.findings(sources[i]),
-                                      record=record))
+        for i in runnable:
+            verdicts[i] = self._judge_run(references[i], sources[i], results[i], windows[i],
+                                          record, changed)
         return verdicts
 
-    def _launch(self, source: str, slot_env: dict | None) -> dict:
-        """Where the candidate's worker runs (``env``, ``writable``, its extension's
-        ``digests``), once its extensions are built; ``{"decided": verdict}`` or
-        ``{"built": result}`` when it ends before running (a build that decided the verdict, or
-        failed)."""
-        env, writable, digests = self._env(slot_env), [], None
-        if self.extensions_root and needs_extension_build(source):
-            build = extension_dir(self.extensions_root, source)
-            # The candidate worker may not create processes (no compiler): build first.
-            built = self._compiled.get(source) or self.compile(source)
-            decided = self._decided_by_build(source)
-            if decided is not None:
-                return {"decided": decided}
-            if built is not None and not built.ok:
-                return {"built": built}
-            env["TORCH_EXTENSIONS_DIR"] = build
-            writable.append(build)
-            if built is not None and isinstance((built.value or {}).get("digests"), list):
-                # only the module files the compile worker built from the texts scanned
-                digests = built.value["digests"]
-            if self.device.startswith("cuda") and cuda_arch_list():
-                env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
-        return {"env": env, "writable": writable, "digests": digests}
-
-    def _job(self, reference: ReferenceRun, source: str, record: dict | None,
-             launch: dict) -> dict:
-        """The candidate worker's job (``run_in_worker``'s arguments) against ``reference``."""
+    def _prepare(self, reference: ReferenceRun, source: str, record: dict | None,
+                 slot_env: dict | None) -> dict:
+        """The candidate worker's job (``target``, ``payload``...), or its verdict when it
+        ends before running (a failed extension build)."""
         policy = self.policy
         ref = reference.value
         shown, hidden = usable_trials(ref)
@@ -454,13 +409,30 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                    "hidden_trials": len(hidden), "early_check": not policy.time_incorrect,
                    # the graph's calls agree with its last within this, element by element
                    "tolerance": list(policy.tolerance(_first_dtype(ref), record))}
-        if launch.get("digests") is not None:
-            payload["extension_digests"] = launch["digests"]
+        env, writable = self._env(slot_env), []
+        if self.extensions_root and needs_extension_build(source):
+            build = extension_dir(self.extensions_root, source)
+            # The candidate worker may not create processes (no compiler): build first.
+            built = self._compiled.get(source) or self.compile(source)
+            decided = self._decided_by_build(source)
+            if decided is not None:
+                return decided
+            if built is not None and not built.ok:
+                # its build failed or ran out of time: that is the verdict (no GPU run)
+                return judge(ref, reference.result, built, policy=policy,
+                             findings=self.findings(source), record=record)
+            env["TORCH_EXTENSIONS_DIR"] = build
+            writable.append(build)
+            if built is not None and isinstance((built.value or {}).get("digests"), list):
+                # only the module files the compile worker built from the texts scanned
+                payload["extension_digests"] = built.value["digests"]
+            if self.device.startswith("cuda") and cuda_arch_list():
+                env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
         # the unseen inputs reach the worker one at a time, each just before its call
         # (``harness.run_in_worker(late=...)``): nothing of them is in its memory before
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
-                "timeout_s": policy.timeout_s, "device": self.worker_device,
-                "env": launch["env"], "writable": launch["writable"], "sandbox": policy.sandbox,
+                "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
+                "writable": writable, "sandbox": policy.sandbox,
                 "late": [{"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
 
     def _judge_run(self, reference: ReferenceRun, source: str, result: WorkerResult,
@@ -475,8 +447,6 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                                   ("shared_wait_ms", "exclusive_wait_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
-            # of its ``start`` stage: waiting for its job while the references ran
-            verdict["profile"]["job_wait_s"] = round(result.job_wait_s, 3)
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
         # share of the fresh-reference worker and of the window's reference timing worker
         verdict.setdefault("profile", {})["cpu_s"] = {
@@ -487,92 +457,79 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
 
-    def _timed(self, references: References, launches: dict[int, dict], sources: list[str],
-               record: dict | None, slot_env: dict | None, limits: dict
+    def _timed(self, references: list[ReferenceRun], candidates: dict[int, dict],
+               record: dict | None, slot_env: dict | None
                ) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
         """Run the candidate workers and one reference timing worker side by side; time them
         all in one window on this GPU. Returns each candidate's result and its view of the
         window (the reference and itself, as ``reference`` and ``candidate``). A candidate whose
-        early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``). The
-        workers start at once; their jobs are written when ``references`` are in (a failed
-        reference ends them and is raised here)."""
+        early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``)."""
         policy = self.policy
-        names = {i: f"candidate {i}" for i in launches}
-        first = min(launches)
+        names = {i: f"candidate {i}" for i in candidates}
+        reference = references[min(candidates)]
         by_name = {name: i for i, name in names.items()}
 
         def admit(name: str, checked) -> str | None:
-            shown, _hidden = usable_trials(references.get()[by_name[name]].value)
+            shown, _hidden = usable_trials(references[by_name[name]].value)
             why = sample_mismatch(shown, checked, lambda trial: policy.tolerance(
                 _first_dtype({"trials": [trial]}), record))
             return f"{SKIPPED_INCORRECT}: {why}" if why else None
 
-        def candidate_job(i: int) -> dict:
-            job = self._job(references.get()[i], sources[i], record, launches[i])
-            return {"payload": {**job["payload"], "window": True}, "late": job["late"]}
-
-        def timing_job() -> dict:
-            reference = references.get()[first]
-            shown, _hidden = usable_trials(reference.value)
-            return {"payload": {"source": reference.source, "device": self.worker_device,
-                                "init_seed": reference.value["init_seed"],
-                                "state_dict": reference.value["state_dict"],
-                                "inputs": shown[0]["inputs"],
-                                "timing_settings": policy.timing_settings}}
-
-        jobs = {"reference": {"target": "kernelmill.grade.worker:reference_timing_task",
-                              "deferred": timing_job, "env": self._env(slot_env)}}
-        for i, launch in launches.items():
-            jobs[names[i]] = {"target": "kernelmill.grade.worker:candidate_task",
-                              "deferred": functools.partial(candidate_job, i),
-                              "env": launch["env"], "writable": launch["writable"]}
+        jobs = {}
+        for i, job in candidates.items():
+            job["payload"] = {**job["payload"], "window": True}
+        first = candidates[min(candidates)]
+        jobs["reference"] = {
+            "target": "kernelmill.grade.worker:reference_timing_task",
+            "payload": {"source": reference.source, "device": self.worker_device,
+                        "init_seed": reference.value["init_seed"],
+                        "state_dict": first["payload"]["state_dict"],
+                        "inputs": first["payload"]["trials"][0]["inputs"],
+                        "timing_settings": policy.timing_settings},
+            "timeout_s": policy.timeout_s, "device": self.worker_device,
+            "env": self._env(slot_env), "sandbox": policy.sandbox, "limits": first.get("limits")}
+        jobs.update({names[i]: job for i, job in candidates.items()})
         controls = {name: Control() for name in jobs}
         results: dict[str, WorkerResult] = {}
 
-        def launch_worker(name: str) -> None:
+        def launch(name: str) -> None:
             # Whatever happens here, the window hears this participant end: a launch that
             # raised left it waiting for the whole ready deadline
             try:
-                results[name] = run_in_worker(
-                    **jobs[name], payload={}, timeout_s=policy.timeout_s,
-                    device=self.worker_device, sandbox=policy.sandbox, limits=limits,
-                    control=controls[name])
+                results[name] = run_in_worker(**jobs[name], control=controls[name])
             except Exception as exc:  # noqa: BLE001 — becomes this member's failed run
                 results[name] = WorkerResult(False, error={
                     "stage": "spawn", "message": f"{type(exc).__name__}: {exc}"[:500]})
             finally:
                 controls[name]._end()
 
-        def start() -> None:
-            for thread in threads:
-                thread.start()
-            references.wait()  # the window's deadlines count from here
-
-        threads = [threading.Thread(target=launch_worker, args=(name,), daemon=True)
-                   for name in jobs]
+        threads = [threading.Thread(target=launch, args=(name,), daemon=True) for name in jobs]
         settings = WindowSettings.from_dict({"ready_timeout_s": policy.timeout_s,
                                              **policy.timing_settings})
+        unseen = tuple(names[i] for i, job in candidates.items()
+                       if job.get("late"))
         window = run_window(
-            controls, lock=GpuLock(gpu_lock_path(self.worker_device, self._env(slot_env))),
-            settings=settings, cuda=self.device.startswith("cuda"), start=start,
+            controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
+            settings=settings, cuda=self.device.startswith("cuda"),
+            start=lambda: [t.start() for t in threads],
             finish=lambda: _gpu_work_done(controls, policy.timeout_s),
-            clock_check=tuple(names.values()), gpu_handshake=True,
-            # every candidate: one without unseen inputs to time answers at once
-            unseen_check=tuple(names.values()), droppable=tuple(names.values()),
+            clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
+            droppable=tuple(names.values()),
             admit=None if policy.time_incorrect else admit)
         for thread in threads:
             thread.join()
-        references.get()  # a reference that failed is the problem's: raised for the caller
         timing_run = results.get("reference")
         if timing_run is not None and not timing_run.ok and not window.get("error"):
             error = timing_run.error or {}
             window["error"] = {"participant": "reference",
                                "message": f"reference timing failed in {error.get('stage')}: "
                                           f"{error.get('message')}"}
-        views = {i: candidate_view(window, names[i]) for i in launches}
+        views = {i: candidate_view(window, names[i]) for i in candidates}
         if timing_run is not None and timing_run.cpu_s is not None:
             for view in views.values():  # each member's share of the reference timing worker
-                view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(launches), 3)
-        for i in launches:  # the unseen parts the parent wrote for it (the judge counts them)
+                view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
+        for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
-        return {i: results[names[i]] for i in launches}, views
+        return {i: results[names[i]] for i in candidates}, views
+
+

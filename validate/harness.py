@@ -40,7 +40,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,9 +91,6 @@ class WorkerResult:
     sandbox: int | None = None  # Landlock ABI the worker confined itself with; None: unconfined
     warm: bool = False  # forked from a zygote that had imported torch (``validate.zygote``)
     cpu_s: float | None = None  # the worker's user + system CPU seconds (warm workers)
-    # with a ``deferred`` job: seconds from the worker's start until its job was written (the
-    # worker made its CUDA context meanwhile); not counted against its time limit
-    job_wait_s: float = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -457,8 +453,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
-                  warm: bool = True, late: list | None = None,
-                  deferred: Callable[[], dict] | None = None) -> WorkerResult:
+                  warm: bool = True, late: list | None = None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -473,14 +468,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``late`` (with ``control``) is a list of parts the worker may not hold before it uses them
     (inputs a submission must not have seen before it is called on them): their memory file is
     passed empty and part ``i`` written when the worker asks (``harness_worker.late_payload``).
-    ``deferred`` (with ``control``): the job is not known yet. The worker starts now (its CUDA
-    context made while the caller still prepares what it will run on) and waits for it;
-    ``deferred()``, called in a thread of this run, returns ``{"payload", "late"}`` (``payload``
-    and ``late`` above) or raises, which ends the worker with that error. Its time limit counts
-    from the moment its job is written.
     """
-    if deferred is not None and control is None:
-        raise ValueError("a deferred job needs a control pipe")
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
     if device.startswith("cpu"):
@@ -490,28 +478,18 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     workdir = os.path.join(tmp, "cwd")
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
-    memfd = hasattr(os, "memfd_create")
-    if deferred is None:
-        payload, tensor_fd = _tensor_file(payload)
-        tensor_file = None
-        late_file = _LateFile(late) if late and control is not None and memfd else None
-    else:  # both files filled once the job is known (``_LateFile`` empty if it has no parts)
-        tensor_file = _TensorFile() if memfd else None
-        tensor_fd = tensor_file.fd if tensor_file is not None else None
-        late_file = _LateFile(None) if memfd else None
+    payload, tensor_fd = _tensor_file(payload)
+    late_file = _LateFile(late) if late and control is not None and \
+        hasattr(os, "memfd_create") else None
     late_fd = late_file.fd if late_file is not None else None
     r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
     extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
                                        ("late", late_fd))
              if fd is not None}  # the worker's descriptors after its job's two pipes
-
-    def job_bytes(payload: dict, late_table) -> bytes:
-        return pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
-                             "writable": allowed, "fds": list(extra), "late": late_table},
-                            protocol=pickle.HIGHEST_PROTOCOL)
-
-    job = job_bytes(payload, late_file.table if late_file is not None else None) \
-        if deferred is None else b""
+    job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
+                        "writable": allowed, "fds": list(extra),
+                        "late": late_file.table if late_file is not None else None},
+                       protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     for fd in (w_in, w_out):
@@ -538,8 +516,6 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     except OSError as exc:
         if late_file is not None:
             late_file.close()
-        if tensor_file is not None:
-            tensor_file.close()
         for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd):
             if fd is not None:
                 os.close(fd)
@@ -563,51 +539,26 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     reader = _Reader(r_out, key, start, control)
     reader.start()
 
-    fed = threading.Event()
-    job_wait: list[float] = [0.0]
-    job_error: list[str] = []
-
     def feed() -> None:
-        nonlocal job
         try:
-            if deferred is not None:
-                try:
-                    made = deferred()
-                    moved = tensor_file.fill(made["payload"]) if tensor_file is not None \
-                        else made["payload"]
-                    if late_file is not None:
-                        late_file.fill(made.get("late") or [])
-                    job = job_bytes(moved, late_file.table if late_file is not None else None)
-                except Exception as exc:  # noqa: BLE001 — the run ends with it, the worker too
-                    job_error.append(f"{type(exc).__name__}: {exc}"[:500])
-                    proc.kill()
-                    return
-                finally:
-                    if tensor_file is not None:
-                        tensor_file.close()
-                    job_wait[0] = time.monotonic() - start
-                    fed.set()
             view = memoryview(job)
             while view:
                 view = view[os.write(w_in, view[:1 << 20]):]
         except OSError:
             pass  # the worker died before reading its job; its exit status tells why
         finally:
-            fed.set()
             os.close(w_in)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    if deferred is not None:
-        fed.wait()  # the worker's own time starts with its job
     timed_out = False
     while True:
-        waited = (control.waited_s if control is not None else 0.0) + job_wait[0]
+        waited = control.waited_s if control is not None else 0.0
         try:
             proc.wait(timeout=max(0.0, start + timeout_s + waited - time.monotonic()))
             break
         except subprocess.TimeoutExpired:
-            if control is None or control.waited_s + job_wait[0] == waited:
+            if control is None or control.waited_s == waited:
                 timed_out = True
                 break
     wall = time.monotonic() - start
@@ -630,16 +581,14 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
                           sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),
-                          cpu_s=getattr(proc, "cpu_s", None), job_wait_s=job_wait[0],
+                          cpu_s=getattr(proc, "cpu_s", None),
                           stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
     stdout.close()
     stderr.close()
     shutil.rmtree(tmp, ignore_errors=True)
     last_stage = result.stages[-1][0] if result.stages else ("startup" if not reader.hello
                                                              else "import target")
-    if job_error:  # its job could not be made: never ran (not the worker's fault)
-        result.error = {"stage": "job", "message": f"the job was not made: {job_error[0]}"}
-    elif result.tampered:
+    if result.tampered:
         result.error = {"stage": last_stage, "message": "result channel tampered with "
                         "(unauthenticated or extra frames)"}
     elif timed_out:
@@ -715,74 +664,36 @@ def _tensor_file(payload):
     lock released, and the worker maps it. The file is sealed before any worker sees it:
     nobody can change it, so a worker's copy-on-write mapping is all it can touch. A tensor
     that is not contiguous keeps its strides through the pickle instead."""
+    import torch
+
     if not hasattr(os, "memfd_create"):
         return payload, None
-    moved, chunks, end = _slotted(payload, _shareable)
+
+    def shareable(v) -> torch.Tensor | None:
+        return v if (type(v) is torch.Tensor and v.device.type == "cpu"
+                     and v.layout == torch.strided and not v.requires_grad and not v.is_quantized
+                     and not v.is_conj() and not v.is_neg() and v.is_contiguous()
+                     and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
+
+    moved, chunks, end = _slotted(payload, shareable)
     if not chunks:
         return payload, None
-    fd = _new_memfd("kernelmill-payload")
+    fd = os.memfd_create("kernelmill-payload", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        _write_chunks(fd, chunks, end)
+        os.ftruncate(fd, end)
+        for offset, tensor in chunks:
+            with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], offset + done)
+        seals = 0
+        for name in _SEALS:
+            seals |= getattr(fcntl, name, 0)
+        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
     except BaseException:
         os.close(fd)
         raise
     return moved, fd
-
-
-def _shareable(v):
-    import torch
-
-    return v if (type(v) is torch.Tensor and v.device.type == "cpu"
-                 and v.layout == torch.strided and not v.requires_grad and not v.is_quantized
-                 and not v.is_conj() and not v.is_neg() and v.is_contiguous()
-                 and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
-
-
-def _new_memfd(name: str) -> int:
-    return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-
-
-def _write_chunks(fd: int, chunks: list, end: int) -> None:
-    """Size the memory file ``fd`` to ``end``, write each (offset, tensor) chunk, seal it."""
-    import torch
-
-    os.ftruncate(fd, end)
-    for offset, tensor in chunks:
-        with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
-            done = 0
-            while done < len(view):
-                done += os.pwrite(fd, view[done:], offset + done)
-    seals = 0
-    for name in _SEALS:
-        seals |= getattr(fcntl, name, 0)
-    fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
-
-
-class _TensorFile:
-    """The payload's tensor file of a deferred job (``run_in_worker(deferred=...)``): passed
-    to the worker empty when it starts, filled and sealed (``fill``) before its job is written.
-    Only the harness's own code runs in the worker until it has read that job."""
-
-    def __init__(self):
-        self.fd = _new_memfd("kernelmill-payload")  # the worker's (closed here once passed)
-        self._writer: int | None = os.dup(self.fd)
-
-    def fill(self, payload):
-        """``payload`` with its large tensors moved into the file (``_tensor_file``)."""
-        moved, chunks, end = _slotted(payload, _shareable)
-        _write_chunks(self._writer, chunks, end)
-        return moved
-
-    def close(self) -> None:
-        if self._writer is not None:
-            os.close(self._writer)
-            self._writer = None
-
-
-def _on_host(v):
-    import torch
-
-    return v.detach().to("cpu").contiguous() if type(v) is torch.Tensor else None
 
 
 class _LateFile:
@@ -797,44 +708,37 @@ class _LateFile:
     length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start), the
     tensors' bytes. ``table``: each part's (offset, size), for the worker."""
 
-    def __init__(self, parts: list | None):
+    def __init__(self, parts: list):
+        import torch
+
         self.table: list[tuple[int, int]] = []
         self._parts: list[tuple[bytes, list]] = []
-        self.fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            self._writer: int | None = os.dup(self.fd)  # ours: ``fd`` is closed once passed
-        except BaseException:
-            os.close(self.fd)
-            raise
-        self._lock = threading.Lock()
-        if parts is not None:
-            try:
-                self.fill(parts)
-            except BaseException:
-                os.close(self.fd)
-                self.close()
-                raise
-
-    def fill(self, parts: list) -> None:
-        """Lay ``parts`` out in the file (written later, one on each request) and seal its size
-        (``None`` at creation: a deferred job's, filled before the job is written)."""
         end = 0
         for part in parts:
-            moved, chunks, size = _slotted(part, _on_host)
+            moved, chunks, size = _slotted(
+                part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
+                else None)
             structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
             head = -(-(8 + len(structure)) // 64) * 64
             self._parts.append((len(structure).to_bytes(8, "little") + structure,
                                 [(head + offset, tensor) for offset, tensor in chunks]))
             self.table.append((end, head + size))
             end += head + size
-        os.ftruncate(self._writer, max(end, 1))
-        # its pages allocated now, before any window: written on request, inside a timing
-        # window, they cost a copy only (a first write of 128 MB took 61 ms, 15 ms after)
-        with contextlib.suppress(OSError, AttributeError):
-            os.posix_fallocate(self._writer, 0, max(end, 1))
-        fcntl.fcntl(self._writer, getattr(fcntl, "F_ADD_SEALS", 1033),
-                    getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
-                    | getattr(fcntl, "F_SEAL_SEAL", 1))
+        self.fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, max(end, 1))
+            # its pages allocated now, before any window: written on request, inside a timing
+            # window, they cost a copy only (a first write of 128 MB took 61 ms, 15 ms after)
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fallocate(self.fd, 0, max(end, 1))
+            fcntl.fcntl(self.fd, getattr(fcntl, "F_ADD_SEALS", 1033),
+                        getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
+                        | getattr(fcntl, "F_SEAL_SEAL", 1))
+            self._writer: int | None = os.dup(self.fd)  # ours: ``fd`` is closed once passed
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self._lock = threading.Lock()
 
     def write(self, index: int) -> None:
         import torch

@@ -458,12 +458,6 @@ def main(argv: list[str]) -> None:
     _die_with_parent()
     fd_in, fd_out = int(argv[0]), int(argv[1])
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
-        # images): open it first, so the confined process reuses its device handles. Before
-        # the job: a job that is still being made (``run_in_worker(deferred=...)``) waits here
-        # while the driver makes this worker's context (one at a time per GPU).
-        _init_cuda()
     job = pickle.loads(_read_all(fd_in))
     key = job.pop("key")
     _install_writer(_hide_fd(fd_out), key)
@@ -479,6 +473,11 @@ def main(argv: list[str]) -> None:
     sandbox = None
     if job.get("writable") is not None:
         from .sandbox import confine
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
+            # images); open it first so the confined process reuses its device handles.
+            _init_cuda()
 
         sandbox = confine(job["writable"])
     _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
