@@ -4,6 +4,7 @@ from raw tensors; nothing the candidate's process concluded is believed."""
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -92,9 +93,27 @@ def compare(expected: list, got: list | None, atol: float, rtol: float, *,
     return True, ""
 
 
+_RMS: dict[int, tuple] = {}  # id(tensor) -> (weak reference, its state, RMS)
+
+
 def output_rms(e: torch.Tensor) -> float:
     """The root mean square of a tensor's finite elements (float64 sums, chunk by chunk);
-    1.0 where it has none."""
+    1.0 where it has none. Kept per tensor while it lives and is unchanged (its version): the
+    judge compares several calls with one reference output."""
+    state = (e._version, e.data_ptr(), e.numel(), e.dtype)
+    kept = _RMS.get(id(e))
+    if kept is not None and kept[0]() is e and kept[1] == state:
+        return kept[2]
+    rms = _output_rms(e)
+    try:
+        ref = weakref.ref(e, lambda _, key=id(e): _RMS.pop(key, None))
+    except TypeError:  # not weakly referenceable: not kept
+        return rms
+    _RMS[id(e)] = (ref, state, rms)
+    return rms
+
+
+def _output_rms(e: torch.Tensor) -> float:
     flat, total, count = e.reshape(-1), 0.0, 0
     if flat.numel() and flat.is_floating_point():
         # a float64 norm per chunk (bounded temporaries): 20x the masked pass below on 16M
@@ -186,7 +205,10 @@ def _sample_off(expected: list, sampled: list | None, atol: float, rtol: float) 
     return None
 
 
-COMPARE_CHUNK = 1 << 22  # elements per pass: bounded temporaries, cache-sized work
+# Elements per pass: bounded temporaries that stay in the CPU's caches. On 16M float32
+# elements (one thread) 1M-element chunks compared in 0.04-0.06 s and took the RMS in 0.01 s;
+# 4M-element chunks took 0.07-0.14 s and 0.07-0.11 s (their float64 temporary alone is 32 MB)
+COMPARE_CHUNK = 1 << 20
 
 
 def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
@@ -198,18 +220,27 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
     float64, so an honest output is compared in one cheap pass. Without ``count`` the first
     unsure elements of a chunk are checked first, and an element off there ends the count."""
     work = torch.float64 if e.dtype == torch.float64 else torch.float32
+    # float32 rounding of the bound and the difference: a bound a little under the exact one
+    margin = 1 - 1e-5 if work == torch.float32 else 1.0
     bad, worst = 0, None
+    size = min(COMPARE_CHUNK, e.numel())
+    # one set of buffers for every chunk: a fresh temporary per pass cost its pages again
+    room_buf, diff_buf = torch.empty(size, dtype=work), torch.empty(size, dtype=work)
+    sure_buf, bounded_buf = torch.empty(size, dtype=torch.bool), torch.empty(size, dtype=torch.bool)
     for start in range(0, e.numel(), COMPARE_CHUNK):
         ec = e[start:start + COMPARE_CHUNK].to(work)
         gc = g[start:start + COMPARE_CHUNK].to(work)
-        room = ec.abs().mul_(rtol).add_(atol)
-        if work == torch.float32:
-            room.mul_(1 - 1e-5)  # float32 rounding of the bound and the difference
+        n = ec.numel()
+        room, diff = room_buf[:n], diff_buf[:n]
+        torch.abs(ec, out=room).mul_(rtol * margin).add_(atol * margin)
+        torch.sub(gc, ec, out=diff).abs_()
         # NaN compares false here, an infinite bound (an infinite reference) is never room:
         # both go to the exact pass
-        unsure = ~(((gc - ec).abs_() <= room) & (room < math.inf))
-        if not bool(unsure.any()):
+        sure = torch.le(diff, room, out=sure_buf[:n])
+        sure.logical_and_(torch.lt(room, math.inf, out=bounded_buf[:n]))
+        if bool(sure.all()):
             continue
+        unsure = ~sure
         if not count:
             at = int(unsure.to(torch.uint8).argmax())  # the first unsure element
             near = slice(at, at + FIRST_UNSURE)
