@@ -105,11 +105,12 @@ def output_rms(e: torch.Tensor) -> float:
     if kept is not None and kept[0]() is e and kept[1] == state:
         return kept[2]
     rms = _output_rms(e)
+    key = id(e)
     try:
-        ref = weakref.ref(e, lambda _, key=id(e): _RMS.pop(key, None))
+        ref = weakref.ref(e, lambda _: _RMS.pop(key, None))
     except TypeError:  # not weakly referenceable: not kept
         return rms
-    _RMS[id(e)] = (ref, state, rms)
+    _RMS[key] = (ref, state, rms)
     return rms
 
 
