@@ -2,6 +2,7 @@
 (T-17), a re-drawn model state (T-18) and derived input distributions (T-19). Units only: the
 graded hostile cases are in tests/hostile (``norm_drop_affine``, ``fold_weights_*``,
 ``softmax_*``, ``gemm_*_operands`` and their honest controls)."""
+import pytest
 import torch
 from kernelmill.grade.compare import compare, scaled_atol
 from kernelmill.grade.worker.inputs import transform
@@ -248,3 +249,18 @@ def test_a_state_matches_by_name_with_buffers_of_its_own_or_by_order_without_cou
     assert how == "by order" and [name for _t, name in pairs] == \
         ["weight", "bias", "running_mean", "running_var"]
     assert match_state({"w": torch.ones(5)}, reference) is None
+
+
+def test_an_outputs_rms_is_kept_while_it_lives_unchanged_and_taken_again_once_written():
+    from kernelmill.grade import compare as C
+
+    out = torch.arange(1, 5, dtype=torch.float32)  # RMS sqrt(7.5)
+    assert C.output_rms(out) == pytest.approx(7.5 ** 0.5)
+    assert C.output_rms(out) == pytest.approx(7.5 ** 0.5)  # kept
+    out.mul_(2)  # written in place: its version moves on
+    assert C.output_rms(out) == pytest.approx(30 ** 0.5)
+    out[0] = float("inf")  # a non-finite element: the finite ones' RMS
+    assert C.output_rms(out) == pytest.approx(((16 + 36 + 64) / 3) ** 0.5)
+    key = id(out)
+    del out
+    assert key not in C._RMS  # dropped with its tensor
