@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -282,7 +283,12 @@ def main() -> int:
 
     policy = Policy(timeout_s=180)
     results = {}
+    stopped = False
+    # a time limit's SIGTERM stops the phase under way; what it finished is still reported
+    signal.signal(signal.SIGTERM, _interrupt)
     for name in args.sets:
+        if stopped:
+            break
         problems, submissions, n = build_set(name, folder, args)
         cache = folder / f"{name}-verdicts.jsonl"
         if "refs-cached" in args.phases and "cold" not in args.phases:
@@ -292,18 +298,38 @@ def main() -> int:
                       for line in submissions.read_text().splitlines()}
             primer = folder / f"{name}-primer.jsonl"
             primer.write_text("".join(line + "\n" for line in firsts.values()))
-            grade_file(problems, primer, folder / f"{name}-primed.jsonl", device=args.device,
-                       workers=args.workers, policy=policy,
-                       extensions_root=str(folder / "extensions"))
+            try:
+                grade_file(problems, primer, folder / f"{name}-primed.jsonl",
+                           device=args.device, workers=args.workers, policy=policy,
+                           extensions_root=str(folder / "extensions"))
+            except KeyboardInterrupt:
+                print(f"{name}: stopped while priming the references' cache", flush=True)
+                break
         for phase, use_cache, _why in PHASES:
             if phase not in args.phases:
                 continue
             out = folder / f"{name}-{phase}.jsonl"
             start, parent_cpu = time.monotonic(), _own_cpu_s()
-            stats = grade_file(problems, submissions, out, device=args.device,
-                               workers=args.workers, policy=policy,
-                               cache_path=cache if use_cache else None,
-                               extensions_root=str(folder / "extensions"), group=args.group)
+            try:
+                stats = grade_file(problems, submissions, out, device=args.device,
+                                   workers=args.workers, policy=policy,
+                                   cache_path=cache if use_cache else None,
+                                   extensions_root=str(folder / "extensions"), group=args.group)
+            except KeyboardInterrupt:  # stopped (SIGTERM: a time limit): report what finished
+                done = len(read_lines(out))
+                print(f"{name} {phase}: stopped after {time.monotonic() - start:.0f} s with "
+                      f"{done} of {n} graded; the tables below count those", flush=True)
+                seconds = time.monotonic() - start
+                results[f"{name} {phase} (cut)"] = {
+                    "submissions": done, "seconds": round(seconds, 1),
+                    "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(done, 1), 3),
+                    "per_minute": round(done / seconds * 60, 1), "cached": 0,
+                    **summarize(out)}
+                if done:
+                    report_per_problem(out)
+                    report_slowest_and_median(out)
+                stopped = True
+                break
             report_uncertified(out)  # names any honest answer that was not certified
             report_spread(out)
             report_per_problem(out)
@@ -359,6 +385,15 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
+def read_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.strip()] \
+        if path.exists() else []
 
 
 def _own_cpu_s() -> float:
