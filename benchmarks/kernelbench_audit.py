@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -114,6 +115,10 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
                                      "totals": {lv: dict(totals[lv]) for lv in levels}}
 
 
+def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path", type=Path, help="a KernelBench checkout (holding level1/ ...)")
@@ -146,16 +151,27 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     from kernelmill.core.errors import KernelmillError
 
+    # a time limit's SIGTERM stops the run; the summary still covers what it validated
+    signal.signal(signal.SIGTERM, _interrupt)
+    cut = False
+    earlier = sum(1 for line in out.read_text().splitlines() if line.strip()) \
+        if out.exists() else 0  # a resumed run's records (validated before)
     try:
         stats = validate_file(work / "problems.jsonl", out, device=device, workers=args.workers,
                               config={"timeout_s": args.timeout}, progress=sys.stderr.isatty())
     except KernelmillError as exc:
         print(f"kernelbench_audit: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        cut, stats = True, None
     wall = time.monotonic() - start
-    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] \
+        if out.exists() else []
     table, failures, summary = summarize(records, args.levels)
-    done = stats.n_kept
+    done = stats.n_kept if stats is not None else len(records) - earlier
+    if cut:
+        print(f"kernelbench_audit: stopped after {wall:.0f} s; the summary counts the {done} "
+              "problems validated by then (rerun with the same --out to go on)")
     print(f"KernelBench audit of {args.path} on {device}: levels {args.levels}, "
           f"{sum(counts.values())} problems ({done} validated now)")
     print(table)
