@@ -1,0 +1,157 @@
+"""A parent's line to a running worker (``Control``): commands sent down a pipe, reports
+waited for, the worker's process group paused and resumed, its time limit extended, and its
+late data released part by part. Split out of ``validate.harness``, which re-exports it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .worker_processes import _proc_with_token
+from .zygote_worker import descendants, pgid_of
+
+if TYPE_CHECKING:
+    from .payload_files import _LateFile
+
+
+class Control:
+    """A parent's line to a running worker: ``send`` writes a command line the worker reads with
+    ``harness_worker.receive``; ``next_report`` waits for what it sends with
+    ``harness_worker.report``, stamped with the parent's monotonic clock. Pass one to
+    ``run_in_worker(control=...)`` (which blocks: run it in a thread)."""
+
+    def __init__(self):
+        self._fd: int | None = None
+        self._cond = threading.Condition()
+        self.reports: list[tuple[float, dict]] = []
+        self._next = 0
+        self.ended = False
+        self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
+        self._late: _LateFile | None = None  # the run's late data (``release_late``)
+        self.late_released: list[int] = []  # the parts written, in the order asked
+        self.pid: int | None = None  # the worker's, which leads its own process group
+        self.token = ""  # the run's, in the environment of every process it started
+        self.strays: list[int] = []  # its processes outside that group (``find_strays``)
+        self.paused = False
+
+    def find_strays(self) -> list[int]:
+        """The worker's processes that left its process group (a child that called ``setsid``:
+        ``killpg`` does not reach it), by the run's token and by descent; from here on
+        ``pause`` and ``resume`` signal each of them too. Looked for once, as a window begins to
+        time: no process of a candidate may start after its first call."""
+        if self.pid is None or self.ended:
+            return []
+        found = set(_proc_with_token(self.token)) if self.token else set()
+        found.update(descendants(self.pid))
+        with self._cond:
+            self.strays = sorted(p for p in found if pgid_of(p) not in (None, self.pid))
+        return self.strays
+
+    def pause(self) -> None:
+        """Stop every process of the worker's group (SIGSTOP): outside its turn in a timing
+        window nothing of it runs, not a thread it left spinning to slow another member's turn
+        (T-15) nor a runtime's idle spin. A worker waiting for its next command
+        loses nothing; ``resume`` (SIGCONT) goes on where it stood."""
+        if not self.paused:
+            self._signal(signal.SIGSTOP, True)
+
+    def resume(self) -> None:
+        if self.paused:
+            self._signal(signal.SIGCONT, False)
+
+    def _signal(self, sig: int, paused: bool) -> None:
+        with self._cond:
+            if self.pid is None or (self.ended and not self.paused):
+                return
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            for pid in self.strays:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.paused = paused
+
+    def extend(self, seconds: float) -> None:
+        """Add ``seconds`` to the worker's time limit: time it spent waiting for the GPU on
+        the parent's account (a lock held by other grades) is not the submission's."""
+        with self._cond:
+            self.waited_s += max(0.0, float(seconds))
+
+    def _attach(self, fd: int) -> None:
+        self._fd = fd
+
+    def release_late(self, index: int) -> None:
+        """Write part ``index`` of the run's late data (``run_in_worker(late=...)``) where the
+        worker can read it: the worker asked for it (``harness_worker.late_payload``)."""
+        with self._cond:
+            late = self._late
+            self.late_released.append(index)
+        if late is not None:
+            late.write(index)
+
+    def _deliver(self, value: dict) -> None:
+        with self._cond:
+            self.reports.append((time.monotonic(), value))
+            self._cond.notify_all()
+
+    def _end(self) -> None:
+        self.resume()  # a process group left stopped would outlive its run
+        with self._cond:
+            self.ended = True
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+            self._cond.notify_all()
+
+    def send(self, line: str) -> bool:
+        """Write one command line; False when the worker is gone."""
+        with self._cond:
+            fd = self._fd
+        if fd is None:
+            return False
+        data = (line.rstrip("\n") + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            return False
+        return True
+
+    def pending(self) -> bool:
+        """A report is waiting to be taken: the worker said something and waits for an answer."""
+        with self._cond:
+            return self._next < len(self.reports)
+
+    def wait_report(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a report not yet taken (True) or the worker's end."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._next >= len(self.reports) and not self.ended:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return self._next < len(self.reports)
+
+    def next_report(self, timeout: float | None = None) -> tuple[float, dict] | None:
+        """The next report not yet taken, or None when the worker ended or ``timeout`` passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._next >= len(self.reports):
+                if self.ended:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            self._next += 1
+            return self.reports[self._next - 1]
