@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
+from .standin import STANDIN_CODE, STANDIN_NAME, DropImports, LazyImports, replace_bases
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations", "_mined_running_stats"})
+                      "annotations", "_mined_running_stats", STANDIN_NAME})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -240,6 +242,9 @@ class Gatherer:
         self.allowed = allowed_roots
         self._refs: dict[str, tuple] = {}
         self._code: dict[tuple, str] = {}  # a definition's text under one renaming
+        self._closure: dict[str, GatherError | None] = {}  # a definition's own closure
+        self._subs: dict[str, dict[str, str | None]] = {}  # class -> base text -> stand-in
+        self.classes = ModuleClasses(index)
 
     def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
                 ) -> tuple[cst.CSTNode, _Names]:
@@ -318,9 +323,60 @@ class Gatherer:
         load = {found.key for name, found in names.items()
                  if isinstance(found, Definition) and name in loading.names}
         load |= {found.key for chain, found in chains.items() if chain in loading.chains}
-        result = (names, chains, dropped, load, stripped)
+        lazy = self._lazy_imports(definition, stripped) if index.follow else []
+        bases = [(_dotted(arg.value), index.resolve_dotted(module, _dotted(arg.value)))
+                 for arg in stripped.bases if arg.keyword is None and _dotted(arg.value)] \
+            if isinstance(stripped, cst.ClassDef) else []
+        result = (names, chains, dropped, load, stripped, lazy, bases)
         self._refs[definition.key] = result
         return result
+
+    def _lazy_imports(self, definition: Definition, node: cst.CSTNode
+                      ) -> list[tuple[int, dict[str, Definition]]]:
+        """(statement id, {local name: definition}) of each import inside a function body
+        whose every name is a definition of the package."""
+        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+            return []
+        finder = LazyImports(definition.module, definition.path.name == "__init__.py")
+        node.visit(finder)
+        groups = []
+        for stmt, target, pairs in finder.found:
+            if target not in self.index.paths:
+                continue
+            group = {local: self.index.resolve(target, name) for local, name in pairs}
+            if all(isinstance(found, Definition) for found in group.values()):
+                groups.append((id(stmt), group))
+        return groups
+
+    def closure_error(self, definition: Definition) -> GatherError | None:
+        """Why ``definition`` alone cannot be gathered (None: it can), memoized."""
+        if definition.key not in self._closure:
+            self._closure[definition.key] = None  # cycles: assumed gatherable meanwhile
+            try:
+                self._collect(definition, lazy=False)
+            except GatherError as exc:
+                self._closure[definition.key] = exc
+        return self._closure[definition.key]
+
+    def _substitutions(self, definition: Definition, bases: list) -> dict[str, str | None]:
+        """The bases of a class that cannot be gathered (a package a problem may not use,
+        too large), by their text: ``STANDIN_NAME`` for an ``nn.Module`` base, None for a
+        mixin to drop; empty when no base would be left."""
+        if definition.key in self._subs:
+            return self._subs[definition.key]
+        subs: dict[str, str | None] = {}
+        for text, found in bases:
+            if isinstance(found, External) and found.root not in self.allowed:
+                subs[text] = None
+            elif isinstance(found, Definition) and found.kind == "class":
+                error = self.closure_error(found)
+                if error is not None and error.label in ("missing dependency", "too large",
+                                                         "too deep"):
+                    subs[text] = STANDIN_NAME if self.classes.describe(found)[0] else None
+        if len(subs) == len(bases) and all(v is None for v in subs.values()):
+            subs = {}
+        self._subs[definition.key] = subs
+        return subs
 
     def _load_order(self, order: list[Definition]) -> list[Definition]:
         """``order`` (dependencies first) with what each definition needs while its module
@@ -359,10 +415,14 @@ class Gatherer:
             place(definition)
         return final
 
-    def gather(self, root: Definition) -> Gathered:
+    def _collect(self, root: Definition, lazy: bool, taken: dict | None = None):
+        """(definitions in dependency order, the externals each module's names lead to, the
+        bases replaced per class); ``taken`` receives the lazy imports gathered per class."""
         order: list[Definition] = []
         state: dict[str, int] = {}
         ext_users: dict[tuple[str, str], External] = {}
+        replaced: dict[str, dict[str, str | None]] = {}
+        taken = {} if taken is None else taken
 
         def visit(definition: Definition, depth: int) -> None:
             key = definition.key
@@ -371,8 +431,13 @@ class Gatherer:
             if depth > 60:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
-            names, chains, *_ = self._references(definition)
+            names, chains, _, _, _, lazy_groups, bases = self._references(definition)
+            subs = self._substitutions(definition, bases) if bases else {}
+            if subs:
+                replaced[key] = subs
             for name, found in names.items():
+                if name in subs:
+                    continue
                 if isinstance(found, Definition) and not self.index.follow:
                     # torch mined as a source: its other definitions are imported, not copied
                     ext_users[(definition.module, name)] = External(found.module, found.name)
@@ -385,18 +450,44 @@ class Gatherer:
                     ext_users[(definition.module, name)] = found
                 elif isinstance(found, ModuleRef):
                     pass  # only its chains are used (below)
-            for found in chains.values():
-                visit(found, depth + 1)
+            for chain, found in chains.items():
+                if chain not in subs:
+                    visit(found, depth + 1)
+            for sid, group in lazy_groups if lazy else ():
+                if any(self.closure_error(d) is not None for d in group.values()):
+                    continue
+                marks = [list(m) for m in (state, ext_users, replaced, taken)] + [len(order)]
+                try:
+                    for found in group.values():
+                        visit(found, depth + 1)
+                except GatherError:  # too large with it: left out, as written it fails
+                    for held, before in zip((state, ext_users, replaced, taken), marks):
+                        for added in list(held)[len(before):]:
+                            del held[added]
+                    del order[marks[-1]:]
+                    continue
+                taken.setdefault(key, set()).add(sid)
             state[key] = 2
             order.append(definition)
             if len(order) > MAX_DEFINITIONS:
                 raise GatherError("too large", f"more than {MAX_DEFINITIONS} definitions")
 
         visit(root, 0)
+        return order, ext_users, replaced
+
+    def gather(self, root: Definition) -> Gathered:
+        lazy: dict[str, set[int]] = {}
+        try:
+            order, ext_users, replaced = self._collect(root, True, lazy)
+        except GatherError:
+            if not lazy:
+                raise
+            lazy = {}  # without the lazy imports: they fail only where they run
+            order, ext_users, replaced = self._collect(root, False)
         order = self._load_order(order)
         # names in the output: the definitions', then the imports'
-        taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn",
-                                 "F": "torch.nn.functional"}  # output name -> what it holds
+        taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional",
+                                 STANDIN_NAME: STANDIN_NAME}  # output name -> what it holds
         out_name: dict[str, str] = {}
         for definition in order:
             name = definition.name
@@ -430,9 +521,20 @@ class Gatherer:
             import_lines[new] = line
         parts: list[str] = []
         for definition in order:
-            names, chains, _, _, node = self._references(definition)
+            names, chains, _, _, node, lazy_groups, _ = self._references(definition)
+            took = lazy.get(definition.key, set())
+            if took:
+                names = dict(names)
+                for sid, group in lazy_groups:
+                    if sid in took:
+                        for local, found in group.items():
+                            names.setdefault(local, found)
+            subs = replaced.get(definition.key, {})
             rename = {}
             for name, found in names.items():
+                if name in subs:
+                    rename[name] = STANDIN_NAME
+                    continue
                 if isinstance(found, Definition) and found.key not in out_name:
                     found = External(found.module, found.name)  # imported (torch's own)
                 if isinstance(found, Definition) and out_name[found.key] != name:
@@ -441,12 +543,18 @@ class Gatherer:
                     new = ext_name.get((definition.module, name), name)
                     if new != name:
                         rename[name] = new
-            chain_map = {chain: out_name[found.key] for chain, found in chains.items()}
+            chain_map = {chain: STANDIN_NAME if chain in subs else out_name[found.key]
+                         for chain, found in chains.items()}
             new_top = out_name[definition.key]
             cache_key = (definition.key, tuple(sorted(rename.items())),
-                         tuple(sorted(chain_map.items())), new_top)
+                         tuple(sorted(chain_map.items())), new_top, tuple(sorted(took)),
+                         tuple(sorted(subs.items(), key=str)))
             code = self._code.get(cache_key)
             if code is None:
+                if took:
+                    node = node.visit(DropImports(took))
+                if subs:
+                    node = replace_bases(node, subs)
                 if rename or chain_map or new_top != definition.name:
                     node = node.visit(_Rewrite(rename, chain_map, set(), definition.name,
                                                new_top))
@@ -456,6 +564,8 @@ class Gatherer:
         header = ["from __future__ import annotations", "", "import torch",
                   "import torch.nn as nn", "import torch.nn.functional as F"]
         header += [line for _, line in sorted(import_lines.items())]
+        if replaced and any(STANDIN_NAME in part for part in parts):
+            parts.insert(0, STANDIN_CODE)
         code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
         if len(code) > MAX_CHARS:
             raise GatherError("too large", f"{len(code)} characters")
