@@ -243,6 +243,7 @@ class Gatherer:
         self._refs: dict[str, tuple] = {}
         self._code: dict[tuple, str] = {}  # a definition's text under one renaming
         self._closure: dict[str, GatherError | None] = {}  # a definition's own closure
+        self._closure_size: dict[str, int] = {}
         self._subs: dict[str, dict[str, str | None]] = {}  # class -> base text -> stand-in
         self.classes = ModuleClasses(index)
 
@@ -323,7 +324,7 @@ class Gatherer:
         load = {found.key for name, found in names.items()
                  if isinstance(found, Definition) and name in loading.names}
         load |= {found.key for chain, found in chains.items() if chain in loading.chains}
-        lazy = self._lazy_imports(definition, stripped) if index.follow else []
+        lazy = self._lazy_imports(definition, stripped, visitor.names) if index.follow else []
         bases = [(_dotted(arg.value), index.resolve_dotted(module, _dotted(arg.value)))
                  for arg in stripped.bases if arg.keyword is None and _dotted(arg.value)] \
             if isinstance(stripped, cst.ClassDef) else []
@@ -331,19 +332,21 @@ class Gatherer:
         self._refs[definition.key] = result
         return result
 
-    def _lazy_imports(self, definition: Definition, node: cst.CSTNode
+    def _lazy_imports(self, definition: Definition, node: cst.CSTNode, used: set[str]
                       ) -> list[tuple[int, dict[str, Definition]]]:
         """(statement id, {local name: definition}) of each import inside a function body
-        whose every name is a definition of the package."""
+        whose every name still ``used`` is a definition of the package (a name no longer used,
+        its call answered by ``environment``, needs nothing)."""
         if not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
             return []
         finder = LazyImports(definition.module, definition.path.name == "__init__.py")
         node.visit(finder)
         groups = []
         for stmt, target, pairs in finder.found:
-            if target not in self.index.paths:
+            if not self.index.inside(target):
                 continue
-            group = {local: self.index.resolve(target, name) for local, name in pairs}
+            group = {local: self.index.resolve(target, name) for local, name in pairs
+                     if local in used}
             if all(isinstance(found, Definition) for found in group.values()):
                 groups.append((id(stmt), group))
         return groups
@@ -353,7 +356,7 @@ class Gatherer:
         if definition.key not in self._closure:
             self._closure[definition.key] = None  # cycles: assumed gatherable meanwhile
             try:
-                self._collect(definition, lazy=False)
+                self._closure_size[definition.key] = len(self._collect(definition, False)[0])
             except GatherError as exc:
                 self._closure[definition.key] = exc
         return self._closure[definition.key]
@@ -378,7 +381,8 @@ class Gatherer:
         self._subs[definition.key] = subs
         return subs
 
-    def _load_order(self, order: list[Definition]) -> list[Definition]:
+    def _load_order(self, order: list[Definition], lazy: dict[str, set[int]]
+                    ) -> list[Definition]:
         """``order`` (dependencies first) with what each definition needs while its module
         loads placed before it: its load-time names, and everything a function it may call
         then reaches (``gelu = get_activation("gelu")`` needs what ``get_activation`` uses)."""
@@ -389,26 +393,33 @@ class Gatherer:
             if key in seen or key not in members:
                 return
             seen.add(key)
-            names, chains, *_ = self._references(members[key])
-            for found in [*names.values(), *chains.values()]:
+            names, chains, _, _, _, groups, _ = self._references(members[key])
+            took = lazy.get(key, ())
+            imported = [d for sid, group in groups if sid in took for d in group.values()]
+            for found in [*names.values(), *chains.values(), *imported]:
                 if isinstance(found, Definition):
                     reach(found.key, seen)
 
         placed: set[str] = set()
+        active: set[str] = set()  # being placed: their needs are placed first
         final: list[Definition] = []
 
         def place(definition: Definition) -> None:
             if definition.key in placed:
                 return
             placed.add(definition.key)
+            active.add(definition.key)
+            direct = self._references(definition)[3] & members.keys()
             needs: set[str] = set()
-            for key in self._references(definition)[3]:
-                if key in members and members[key].kind == "function":
+            for key in direct:
+                if members[key].kind == "function":
                     reach(key, needs)
-                else:
-                    needs.add(key)
-            for key in sorted(needs & members.keys(), key=position.__getitem__):
-                place(members[key])
+            for key in sorted(direct | (needs & members.keys()), key=position.__getitem__):
+                # what a called function reaches is a guess; one that itself needs a
+                # definition being placed waits for its turn (no cycle through a guess)
+                if key in direct or not (self._references(members[key])[3] & active):
+                    place(members[key])
+            active.discard(definition.key)
             final.append(definition)
 
         for definition in order:
@@ -453,26 +464,35 @@ class Gatherer:
             for chain, found in chains.items():
                 if chain not in subs:
                     visit(found, depth + 1)
-            for sid, group in lazy_groups if lazy else ():
-                if any(self.closure_error(d) is not None for d in group.values()):
-                    continue
-                marks = [list(m) for m in (state, ext_users, replaced, taken)] + [len(order)]
-                try:
-                    for found in group.values():
-                        visit(found, depth + 1)
-                except GatherError:  # too large with it: left out, as written it fails
-                    for held, before in zip((state, ext_users, replaced, taken), marks):
-                        for added in list(held)[len(before):]:
-                            del held[added]
-                    del order[marks[-1]:]
-                    continue
-                taken.setdefault(key, set()).add(sid)
+            if lazy:
+                pending.extend((key, sid, group) for sid, group in lazy_groups)
             state[key] = 2
             order.append(definition)
             if len(order) > MAX_DEFINITIONS:
                 raise GatherError("too large", f"more than {MAX_DEFINITIONS} definitions")
 
+        pending: list[tuple[str, int, dict[str, Definition]]] = []
         visit(root, 0)
+        # lazy imports last, smallest closures first, each left out where it would not fit
+        # (as written it fails only where it runs)
+        while pending:
+            pending.sort(key=lambda item: -sum(self._closure_size.get(d.key, 0)
+                                               for d in item[2].values()))
+            key, sid, group = pending.pop()
+            if any(self.closure_error(d) is not None for d in group.values()):
+                continue
+            marks = [list(m) for m in (state, ext_users, replaced, taken)]
+            length, waiting = len(order), len(pending)
+            try:
+                for found in group.values():
+                    visit(found, 1)
+            except GatherError:
+                for held, before in zip((state, ext_users, replaced, taken), marks):
+                    for added in list(held)[len(before):]:
+                        del held[added]
+                del order[length:], pending[waiting:]
+                continue
+            taken.setdefault(key, set()).add(sid)
         return order, ext_users, replaced
 
     def gather(self, root: Definition) -> Gathered:
@@ -484,7 +504,7 @@ class Gatherer:
                 raise
             lazy = {}  # without the lazy imports: they fail only where they run
             order, ext_users, replaced = self._collect(root, False)
-        order = self._load_order(order)
+        order = self._load_order(order, lazy)
         # names in the output: the definitions', then the imports'
         taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional",
                                  STANDIN_NAME: STANDIN_NAME}  # output name -> what it holds
