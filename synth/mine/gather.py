@@ -365,6 +365,8 @@ class Gatherer:
         """The bases of a class that cannot be gathered (a package a problem may not use,
         too large), by their text: ``STANDIN_NAME`` for an ``nn.Module`` base, None for a
         mixin to drop; empty when no base would be left."""
+        if not bases:
+            return {}
         if definition.key in self._subs:
             return self._subs[definition.key]
         subs: dict[str, str | None] = {}
@@ -443,9 +445,7 @@ class Gatherer:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
             names, chains, _, _, _, lazy_groups, bases = self._references(definition)
-            subs = self._substitutions(definition, bases) if bases else {}
-            if subs:
-                replaced[key] = subs
+            subs = replaced[key] = self._substitutions(definition, bases)
             for name, found in names.items():
                 if name in subs:
                     continue
@@ -464,8 +464,7 @@ class Gatherer:
             for chain, found in chains.items():
                 if chain not in subs:
                     visit(found, depth + 1)
-            if lazy:
-                pending.extend((key, sid, group) for sid, group in lazy_groups)
+            pending.extend((key, sid, group) for sid, group in lazy_groups if lazy)
             state[key] = 2
             order.append(definition)
             if len(order) > MAX_DEFINITIONS:
@@ -473,27 +472,31 @@ class Gatherer:
 
         pending: list[tuple[str, int, dict[str, Definition]]] = []
         visit(root, 0)
-        # lazy imports last, smallest closures first, each left out where it would not fit
-        # (as written it fails only where it runs)
+        self._add_lazy(pending, visit, order, (state, ext_users, replaced, taken), taken)
+        return order, ext_users, replaced
+
+    def _add_lazy(self, pending: list, visit, order: list, held: tuple, taken: dict) -> None:
+        """Gather the lazy imports in ``pending`` (which grows as they are visited) last,
+        smallest closures first, each left out where it would not fit (as written it fails
+        only where it runs): ``held`` are the collection's dicts, rolled back then."""
         while pending:
             pending.sort(key=lambda item: -sum(self._closure_size.get(d.key, 0)
                                                for d in item[2].values()))
             key, sid, group = pending.pop()
             if any(self.closure_error(d) is not None for d in group.values()):
                 continue
-            marks = [list(m) for m in (state, ext_users, replaced, taken)]
+            marks = [list(m) for m in held]
             length, waiting = len(order), len(pending)
             try:
                 for found in group.values():
                     visit(found, 1)
             except GatherError:
-                for held, before in zip((state, ext_users, replaced, taken), marks):
-                    for added in list(held)[len(before):]:
-                        del held[added]
+                for dicts, before in zip(held, marks):
+                    for added in list(dicts)[len(before):]:
+                        del dicts[added]
                 del order[length:], pending[waiting:]
                 continue
             taken.setdefault(key, set()).add(sid)
-        return order, ext_users, replaced
 
     def gather(self, root: Definition) -> Gathered:
         lazy: dict[str, set[int]] = {}

@@ -189,27 +189,31 @@ class _Reader:
             self.index.defs[name] = Definition(self.index.name, name, node, kind, node.lineno,
                                                self.index.path, self.lines)
 
-    def body(self, statements: list[ast.stmt]) -> None:
+    def imports(self, stmt: ast.Import | ast.ImportFrom) -> None:
         index = self.index
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname is not None:
+                    index.imports.setdefault(alias.asname, (alias.name, None))
+                else:
+                    top = alias.name.split(".")[0]
+                    index.imports.setdefault(top, (top, None))
+            return
+        target = _absolute(index.name, self.is_package, stmt.level, stmt.module or "")
+        for alias in stmt.names:
+            if alias.name == "*":
+                index.stars.append(target)
+            else:
+                index.imports.setdefault(alias.asname or alias.name, (target, alias.name))
+
+    def body(self, statements: list[ast.stmt]) -> None:
         for stmt in statements:
             if isinstance(stmt, ast.ClassDef):
                 self.define(stmt.name, stmt, "class")
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.define(stmt.name, stmt, "function")
-            elif isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    if alias.asname is not None:
-                        index.imports.setdefault(alias.asname, (alias.name, None))
-                    else:
-                        top = alias.name.split(".")[0]
-                        index.imports.setdefault(top, (top, None))
-            elif isinstance(stmt, ast.ImportFrom):
-                target = _absolute(index.name, self.is_package, stmt.level, stmt.module or "")
-                for alias in stmt.names:
-                    if alias.name == "*":
-                        index.stars.append(target)
-                    else:
-                        index.imports.setdefault(alias.asname or alias.name, (target, alias.name))
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.imports(stmt)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
                     continue

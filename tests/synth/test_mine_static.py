@@ -179,7 +179,8 @@ def test_version_comparisons_and_registry_entries_from_missing_packages(index):
 def _run_with_torch_only(code: str, build: str) -> object:
     """``code`` executed in a fresh namespace (torch only), then ``build``'s value."""
     namespace: dict = {}
-    exec(compile(code + "\n\nRESULT = " + build + "\n", "<mined>", "exec"), namespace)
+    exec(compile(code + "\n\nRESULT = " + build + "\n", "<mined>", "exec"),  # noqa: S102
+         namespace)
     return namespace["RESULT"]
 
 
