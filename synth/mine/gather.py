@@ -22,7 +22,8 @@ import libcst as cst
 from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
-from .standin import STANDIN_CODE, STANDIN_NAME, DropImports, LazyImports, replace_bases
+from .standin import (STANDIN_CODE, STANDIN_NAME, DropImports, LazyImports, has_lazy_import,
+                      replace_bases)
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
                       "annotations", "_mined_running_stats", STANDIN_NAME})
@@ -337,7 +338,8 @@ class Gatherer:
         """(statement id, {local name: definition}) of each import inside a function body
         whose every name still ``used`` is a definition of the package (a name no longer used,
         its call answered by ``environment``, needs nothing)."""
-        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)) or \
+                not has_lazy_import(definition.tree, self.index.source.package):
             return []
         finder = LazyImports(definition.module, definition.path.name == "__init__.py")
         node.visit(finder)

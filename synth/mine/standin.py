@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from .index import _absolute, _dotted
@@ -44,6 +46,18 @@ STANDIN_CODE = f'''class {STANDIN_NAME}(nn.Module):
         for parameter in self.parameters():
             return parameter.device
         return torch.device("cpu")'''
+
+
+def has_lazy_import(tree: ast.AST, package: str) -> bool:
+    """Whether a definition (its ``ast``) imports from ``package`` (or relatively) inside a
+    function body: the cheap test before libcst's walk (``LazyImports``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and (
+                        inner.level or (inner.module or "").split(".")[0] == package):
+                    return True
+    return False
 
 
 class LazyImports(cst.CSTVisitor):
