@@ -22,8 +22,14 @@ import libcst as cst
 from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
-from .standin import (STANDIN_CODE, STANDIN_NAME, DropImports, LazyImports, has_lazy_import,
-                      replace_bases)
+from .standin import (
+    STANDIN_CODE,
+    STANDIN_NAME,
+    DropImports,
+    LazyImports,
+    has_lazy_import,
+    replace_bases,
+)
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
                       "annotations", "_mined_running_stats", STANDIN_NAME})
