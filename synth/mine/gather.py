@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .astnames import ast_names
 from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
@@ -303,14 +304,20 @@ class Gatherer:
                 f"{target.module}.{target.attr}".startswith(_DROPPED_DECORATOR_PREFIXES))
             if drop:
                 dropped.add(cst.Module([]).code_for_node(expr))
-        visitor = _Names()
-        loading = _LoadNames()
         stripped = definition.node
-        if dropped:
-            stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
-        stripped.visit(visitor)
-        stripped, visitor = self._settle(module, stripped, visitor)
-        stripped.visit(loading)
+        loading = None
+        if dropped or definition.kind == "assign":
+            if dropped:
+                stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
+            visitor = _Names()
+            stripped.visit(visitor)
+        else:  # the same names from the ast, faster than a libcst walk
+            visitor, loading = ast_names(definition.tree)
+        settled, visitor = self._settle(module, stripped, visitor)
+        if settled is not stripped or loading is None:
+            loading = _LoadNames()
+            settled.visit(loading)
+        stripped = settled
         names = {}
         for name in visitor.names:
             if name == definition.name and definition.kind != "assign":
