@@ -52,35 +52,34 @@ class _Walk:
                 else:  # ``f(x).to``: libcst reads the attribute's name as a Name too
                     self.add(node.attr, loading)
                     stack.append((node.value, loading))
-            elif isinstance(node, _FUNCTIONS):
-                self.add(node.name, False)  # a libcst FunctionDef's name is a Name
-                for decorator in node.decorator_list:
-                    stack.append((decorator, loading))
-                self.args(node.args, loading)
-                stack.extend((stmt, False) for stmt in node.body)
-            elif isinstance(node, ast.Lambda):
-                self.args(node.args, False)
-                stack.append((node.body, False))
-            elif isinstance(node, ast.ClassDef):
-                self.add(node.name, loading)
-                stack.extend((child, loading) for child in
-                             [*node.decorator_list, *node.bases, *node.keywords, *node.body])
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            elif isinstance(node, ast.AnnAssign):
-                stack.extend((child, loading) for child in (node.target, node.value)
-                             if child is not None)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                for name in node.names:
-                    self.add(name, loading)
-            elif isinstance(node, ast.ExceptHandler):
-                if node.name:
-                    self.add(node.name, loading)
-                stack.extend((child, loading) for child in ast.iter_child_nodes(node))
-            elif isinstance(node, ast.keyword):
-                stack.append((node.value, loading))
             else:
-                stack.extend((child, loading) for child in ast.iter_child_nodes(node))
+                stack.extend(self.children(node, loading))
+
+    def children(self, node: ast.AST, loading: bool) -> list[tuple[ast.AST, bool]]:
+        """What to walk inside a statement or a compound expression (and its names)."""
+        if isinstance(node, _FUNCTIONS):
+            self.add(node.name, False)  # a libcst FunctionDef's name is a Name
+            self.args(node.args, loading)
+            return [(d, loading) for d in node.decorator_list] + [(s, False) for s in node.body]
+        if isinstance(node, ast.Lambda):
+            self.args(node.args, False)
+            return [(node.body, False)]
+        if isinstance(node, ast.ClassDef):
+            self.add(node.name, loading)
+            return [(child, loading) for child in
+                    [*node.decorator_list, *node.bases, *node.keywords, *node.body]]
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return []
+        if isinstance(node, ast.AnnAssign):  # the annotation is not read
+            return [(child, loading) for child in (node.target, node.value) if child is not None]
+        if isinstance(node, ast.keyword):
+            return [(node.value, loading)]
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                self.add(name, loading)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            self.add(node.name, loading)
+        return [(child, loading) for child in ast.iter_child_nodes(node)]
 
 
 def ast_names(tree: ast.stmt) -> tuple[Names, Names]:
