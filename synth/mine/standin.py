@@ -51,12 +51,15 @@ STANDIN_CODE = f'''class {STANDIN_NAME}(nn.Module):
 def has_lazy_import(tree: ast.AST, package: str) -> bool:
     """Whether a definition (its ``ast``) imports from ``package`` (or relatively) inside a
     function body: the cheap test before libcst's walk (``LazyImports``)."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.ImportFrom) and (
-                        inner.level or (inner.module or "").split(".")[0] == package):
-                    return True
+    stack = [(tree, False)]  # (node, inside a function)
+    while stack:
+        node, inside = stack.pop()
+        if inside and isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").split(".")[0] == package):
+            return True
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node)
+                     if isinstance(child, ast.stmt))
     return False
 
 
