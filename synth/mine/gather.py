@@ -513,6 +513,49 @@ class Gatherer:
                 continue
             taken.setdefault(key, set()).add(sid)
 
+    def _emit(self, definition: Definition, out_name: dict[str, str],
+              ext_name: dict[tuple[str, str], str], took: set[int],
+              subs: dict[str, str | None]) -> str:
+        """A definition's code under the output's names: its lazy imports in ``took``
+        removed, the bases in ``subs`` replaced, references renamed (memoized)."""
+        names, chains, _, _, node, lazy_groups, _ = self._references(definition)
+        if took:
+            names = dict(names)
+            for sid, group in lazy_groups:
+                if sid in took:
+                    for local, found in group.items():
+                        names.setdefault(local, found)
+        rename = {}
+        for name, found in names.items():
+            if name in subs:
+                rename[name] = STANDIN_NAME
+                continue
+            if isinstance(found, Definition) and found.key not in out_name:
+                found = External(found.module, found.name)  # imported (torch's own)
+            if isinstance(found, Definition) and out_name[found.key] != name:
+                rename[name] = out_name[found.key]
+            elif isinstance(found, External):
+                new = ext_name.get((definition.module, name), name)
+                if new != name:
+                    rename[name] = new
+        chain_map = {chain: STANDIN_NAME if chain in subs else out_name[found.key]
+                     for chain, found in chains.items()}
+        new_top = out_name[definition.key]
+        cache_key = (definition.key, tuple(sorted(rename.items())),
+                     tuple(sorted(chain_map.items())), new_top, tuple(sorted(took)),
+                     tuple(sorted(subs.items(), key=str)))
+        code = self._code.get(cache_key)
+        if code is None:
+            if took:
+                node = node.visit(DropImports(took))
+            if subs:
+                node = replace_bases(node, subs)
+            if rename or chain_map or new_top != definition.name:
+                node = node.visit(_Rewrite(rename, chain_map, set(), definition.name, new_top))
+            code = cst.Module([]).code_for_node(node).strip("\n")
+            self._code[cache_key] = code
+        return code
+
     def gather(self, root: Definition) -> Gathered:
         lazy: dict[str, set[int]] = {}
         try:
@@ -557,48 +600,8 @@ class Gatherer:
             if target.module == "__future__" or new in ("torch", "nn", "F"):
                 continue
             import_lines[new] = line
-        parts: list[str] = []
-        for definition in order:
-            names, chains, _, _, node, lazy_groups, _ = self._references(definition)
-            took = lazy.get(definition.key, set())
-            if took:
-                names = dict(names)
-                for sid, group in lazy_groups:
-                    if sid in took:
-                        for local, found in group.items():
-                            names.setdefault(local, found)
-            subs = replaced.get(definition.key, {})
-            rename = {}
-            for name, found in names.items():
-                if name in subs:
-                    rename[name] = STANDIN_NAME
-                    continue
-                if isinstance(found, Definition) and found.key not in out_name:
-                    found = External(found.module, found.name)  # imported (torch's own)
-                if isinstance(found, Definition) and out_name[found.key] != name:
-                    rename[name] = out_name[found.key]
-                elif isinstance(found, External):
-                    new = ext_name.get((definition.module, name), name)
-                    if new != name:
-                        rename[name] = new
-            chain_map = {chain: STANDIN_NAME if chain in subs else out_name[found.key]
-                         for chain, found in chains.items()}
-            new_top = out_name[definition.key]
-            cache_key = (definition.key, tuple(sorted(rename.items())),
-                         tuple(sorted(chain_map.items())), new_top, tuple(sorted(took)),
-                         tuple(sorted(subs.items(), key=str)))
-            code = self._code.get(cache_key)
-            if code is None:
-                if took:
-                    node = node.visit(DropImports(took))
-                if subs:
-                    node = replace_bases(node, subs)
-                if rename or chain_map or new_top != definition.name:
-                    node = node.visit(_Rewrite(rename, chain_map, set(), definition.name,
-                                               new_top))
-                code = cst.Module([]).code_for_node(node).strip("\n")
-                self._code[cache_key] = code
-            parts.append(code)
+        parts = [self._emit(definition, out_name, ext_name, lazy.get(definition.key, set()),
+                            replaced.get(definition.key, {})) for definition in order]
         header = ["from __future__ import annotations", "", "import torch",
                   "import torch.nn as nn", "import torch.nn.functional as F"]
         header += [line for _, line in sorted(import_lines.items())]
