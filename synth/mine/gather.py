@@ -319,14 +319,14 @@ class Gatherer:
             settled.visit(loading)
         stripped = settled
         names = {}
-        for name in visitor.names:
+        for name in sorted(visitor.names):  # sorted: one order in every process
             if name == definition.name and definition.kind != "assign":
                 continue
             found = index.resolve(module, name)
             if found is not None:
                 names[name] = found
         chains = {}
-        for chain in visitor.chains:
+        for chain in sorted(visitor.chains):
             head = chain.split(".")[0]
             if isinstance(names.get(head), ModuleRef):
                 parts = chain.split(".")
