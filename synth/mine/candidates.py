@@ -4,12 +4,13 @@ worth a problem (losses, ops, attention helpers: its first parameter is annotate
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
 import libcst as cst
 
-from .index import Definition, External, ModuleRef, PackageIndex, _dotted
+from .index import Definition, External, ModuleRef, PackageIndex, ast_dotted
 
 # torch.nn classes whose forward is no computation of their own
 _CONTAINERS = {"Module", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
@@ -42,10 +43,8 @@ class ModuleClasses:
         self._memo: dict[str, tuple[bool, str | None]] = {}
 
     def bases(self, definition: Definition) -> list[Definition | External | ModuleRef | None]:
-        node = definition.node
-        assert isinstance(node, cst.ClassDef)
-        return [self.index.resolve_dotted(definition.module, _dotted(arg.value))
-                for arg in node.bases if arg.keyword is None and _dotted(arg.value)]
+        return [self.index.resolve_dotted(definition.module, text)
+                for text in definition.base_texts()]
 
     def describe(self, definition: Definition, depth: int = 0) -> tuple[bool, str | None]:
         """(is an nn.Module, where forward is: "own" | "package" | "torch" | None)."""
@@ -54,7 +53,7 @@ class ModuleClasses:
             return self._memo[key]
         self._memo[key] = (False, None)  # cycles
         is_module, forward = False, None
-        if _method(definition.node, "forward") is not None:
+        if definition.method("forward") is not None:
             forward = "own"
         for base in self.bases(definition):
             if isinstance(base, External) and base.root == "torch" and base.attr and (
@@ -71,14 +70,14 @@ class ModuleClasses:
         return is_module, forward
 
 
-def _tensor_function(node: cst.FunctionDef) -> bool:
-    params = node.params.params
-    if not params or node.name.value.startswith("_"):
+def _tensor_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    params = node.args.args
+    if not params or node.name.startswith("_"):
         return False
     first = params[0]
-    if first.name.value in ("self", "cls") or first.annotation is None:
+    if first.arg in ("self", "cls") or first.annotation is None:
         return False
-    return bool(_TENSOR_ANNOTATION.match(_dotted(first.annotation.annotation)))
+    return bool(_TENSOR_ANNOTATION.match(ast_dotted(first.annotation)))
 
 
 def find_candidates(index: PackageIndex, *, functions: bool = True):
@@ -101,6 +100,6 @@ def find_candidates(index: PackageIndex, *, functions: bool = True):
                     yield Candidate(f"{index.source.spec}:{definition.key}", "class",
                                     definition)
             elif functions and definition.kind == "function" and \
-                    _tensor_function(definition.node):
+                    _tensor_function(definition.tree):
                 yield Candidate(f"{index.source.spec}:{definition.key}", "function",
                                 definition)

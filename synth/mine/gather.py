@@ -19,11 +19,21 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .astnames import ast_names
+from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
+from .standin import (
+    STANDIN_CODE,
+    STANDIN_NAME,
+    DropImports,
+    LazyImports,
+    has_lazy_import,
+    replace_bases,
+)
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations", "_mined_running_stats"})
+                      "annotations", "_mined_running_stats", STANDIN_NAME})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -240,6 +250,10 @@ class Gatherer:
         self.allowed = allowed_roots
         self._refs: dict[str, tuple] = {}
         self._code: dict[tuple, str] = {}  # a definition's text under one renaming
+        self._closure: dict[str, GatherError | None] = {}  # a definition's own closure
+        self._closure_size: dict[str, int] = {}
+        self._subs: dict[str, dict[str, str | None]] = {}  # class -> base text -> stand-in
+        self.classes = ModuleClasses(index)
 
     def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
                 ) -> tuple[cst.CSTNode, _Names]:
@@ -290,23 +304,29 @@ class Gatherer:
                 f"{target.module}.{target.attr}".startswith(_DROPPED_DECORATOR_PREFIXES))
             if drop:
                 dropped.add(cst.Module([]).code_for_node(expr))
-        visitor = _Names()
-        loading = _LoadNames()
         stripped = definition.node
-        if dropped:
-            stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
-        stripped.visit(visitor)
-        stripped, visitor = self._settle(module, stripped, visitor)
-        stripped.visit(loading)
+        loading = None
+        if dropped or definition.kind == "assign":
+            if dropped:
+                stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
+            visitor = _Names()
+            stripped.visit(visitor)
+        else:  # the same names from the ast, faster than a libcst walk
+            visitor, loading = ast_names(definition.tree)
+        settled, visitor = self._settle(module, stripped, visitor)
+        if settled is not stripped or loading is None:
+            loading = _LoadNames()
+            settled.visit(loading)
+        stripped = settled
         names = {}
-        for name in visitor.names:
+        for name in sorted(visitor.names):  # sorted: one order in every process
             if name == definition.name and definition.kind != "assign":
                 continue
             found = index.resolve(module, name)
             if found is not None:
                 names[name] = found
         chains = {}
-        for chain in visitor.chains:
+        for chain in sorted(visitor.chains):
             head = chain.split(".")[0]
             if isinstance(names.get(head), ModuleRef):
                 parts = chain.split(".")
@@ -318,11 +338,68 @@ class Gatherer:
         load = {found.key for name, found in names.items()
                  if isinstance(found, Definition) and name in loading.names}
         load |= {found.key for chain, found in chains.items() if chain in loading.chains}
-        result = (names, chains, dropped, load, stripped)
+        lazy = self._lazy_imports(definition, stripped, visitor.names) if index.follow else []
+        bases = [(_dotted(arg.value), index.resolve_dotted(module, _dotted(arg.value)))
+                 for arg in stripped.bases if arg.keyword is None and _dotted(arg.value)] \
+            if isinstance(stripped, cst.ClassDef) else []
+        result = (names, chains, dropped, load, stripped, lazy, bases)
         self._refs[definition.key] = result
         return result
 
-    def _load_order(self, order: list[Definition]) -> list[Definition]:
+    def _lazy_imports(self, definition: Definition, node: cst.CSTNode, used: set[str]
+                      ) -> list[tuple[int, dict[str, Definition]]]:
+        """(statement id, {local name: definition}) of each import inside a function body
+        whose every name still ``used`` is a definition of the package (a name no longer used,
+        its call answered by ``environment``, needs nothing)."""
+        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)) or \
+                not has_lazy_import(definition.tree, self.index.source.package):
+            return []
+        finder = LazyImports(definition.module, definition.path.name == "__init__.py")
+        node.visit(finder)
+        groups = []
+        for stmt, target, pairs in finder.found:
+            if not self.index.inside(target):
+                continue
+            group = {local: self.index.resolve(target, name) for local, name in pairs
+                     if local in used}
+            if all(isinstance(found, Definition) for found in group.values()):
+                groups.append((id(stmt), group))
+        return groups
+
+    def closure_error(self, definition: Definition) -> GatherError | None:
+        """Why ``definition`` alone cannot be gathered (None: it can), memoized."""
+        if definition.key not in self._closure:
+            self._closure[definition.key] = None  # cycles: assumed gatherable meanwhile
+            try:
+                self._closure_size[definition.key] = len(self._collect(definition, False)[0])
+            except GatherError as exc:
+                self._closure[definition.key] = exc
+        return self._closure[definition.key]
+
+    def _substitutions(self, definition: Definition, bases: list) -> dict[str, str | None]:
+        """The bases of a class that cannot be gathered (a package a problem may not use,
+        too large), by their text: ``STANDIN_NAME`` for an ``nn.Module`` base, None for a
+        mixin to drop; empty when no base would be left."""
+        if not bases:
+            return {}
+        if definition.key in self._subs:
+            return self._subs[definition.key]
+        subs: dict[str, str | None] = {}
+        for text, found in bases:
+            if isinstance(found, External) and found.root not in self.allowed:
+                subs[text] = None
+            elif isinstance(found, Definition) and found.kind == "class":
+                error = self.closure_error(found)
+                if error is not None and error.label in ("missing dependency", "too large",
+                                                         "too deep"):
+                    subs[text] = STANDIN_NAME if self.classes.describe(found)[0] else None
+        if len(subs) == len(bases) and all(v is None for v in subs.values()):
+            subs = {}
+        self._subs[definition.key] = subs
+        return subs
+
+    def _load_order(self, order: list[Definition], lazy: dict[str, set[int]]
+                    ) -> list[Definition]:
         """``order`` (dependencies first) with what each definition needs while its module
         loads placed before it: its load-time names, and everything a function it may call
         then reaches (``gelu = get_activation("gelu")`` needs what ``get_activation`` uses)."""
@@ -333,36 +410,47 @@ class Gatherer:
             if key in seen or key not in members:
                 return
             seen.add(key)
-            names, chains, *_ = self._references(members[key])
-            for found in [*names.values(), *chains.values()]:
+            names, chains, _, _, _, groups, _ = self._references(members[key])
+            took = lazy.get(key, ())
+            imported = [d for sid, group in groups if sid in took for d in group.values()]
+            for found in [*names.values(), *chains.values(), *imported]:
                 if isinstance(found, Definition):
                     reach(found.key, seen)
 
         placed: set[str] = set()
+        active: set[str] = set()  # being placed: their needs are placed first
         final: list[Definition] = []
 
         def place(definition: Definition) -> None:
             if definition.key in placed:
                 return
             placed.add(definition.key)
+            active.add(definition.key)
+            direct = self._references(definition)[3] & members.keys()
             needs: set[str] = set()
-            for key in self._references(definition)[3]:
-                if key in members and members[key].kind == "function":
+            for key in direct:
+                if members[key].kind == "function":
                     reach(key, needs)
-                else:
-                    needs.add(key)
-            for key in sorted(needs & members.keys(), key=position.__getitem__):
-                place(members[key])
+            for key in sorted(direct | (needs & members.keys()), key=position.__getitem__):
+                # what a called function reaches is a guess; one that itself needs a
+                # definition being placed waits for its turn (no cycle through a guess)
+                if key in direct or not (self._references(members[key])[3] & active):
+                    place(members[key])
+            active.discard(definition.key)
             final.append(definition)
 
         for definition in order:
             place(definition)
         return final
 
-    def gather(self, root: Definition) -> Gathered:
+    def _collect(self, root: Definition, lazy: bool, taken: dict | None = None):
+        """(definitions in dependency order, the externals each module's names lead to, the
+        bases replaced per class); ``taken`` receives the lazy imports gathered per class."""
         order: list[Definition] = []
         state: dict[str, int] = {}
         ext_users: dict[tuple[str, str], External] = {}
+        replaced: dict[str, dict[str, str | None]] = {}
+        taken = {} if taken is None else taken
 
         def visit(definition: Definition, depth: int) -> None:
             key = definition.key
@@ -371,8 +459,11 @@ class Gatherer:
             if depth > 60:
                 raise GatherError("too deep", f"dependency chain deeper than 60 at {key}")
             state[key] = 1
-            names, chains, *_ = self._references(definition)
+            names, chains, _, _, _, lazy_groups, bases = self._references(definition)
+            subs = replaced[key] = self._substitutions(definition, bases)
             for name, found in names.items():
+                if name in subs:
+                    continue
                 if isinstance(found, Definition) and not self.index.follow:
                     # torch mined as a source: its other definitions are imported, not copied
                     ext_users[(definition.module, name)] = External(found.module, found.name)
@@ -385,18 +476,99 @@ class Gatherer:
                     ext_users[(definition.module, name)] = found
                 elif isinstance(found, ModuleRef):
                     pass  # only its chains are used (below)
-            for found in chains.values():
-                visit(found, depth + 1)
+            for chain, found in chains.items():
+                if chain not in subs:
+                    visit(found, depth + 1)
+            pending.extend((key, sid, group) for sid, group in lazy_groups if lazy)
             state[key] = 2
             order.append(definition)
             if len(order) > MAX_DEFINITIONS:
                 raise GatherError("too large", f"more than {MAX_DEFINITIONS} definitions")
 
+        pending: list[tuple[str, int, dict[str, Definition]]] = []
         visit(root, 0)
-        order = self._load_order(order)
+        self._add_lazy(pending, visit, order, (state, ext_users, replaced, taken), taken)
+        return order, ext_users, replaced
+
+    def _add_lazy(self, pending: list, visit, order: list, held: tuple, taken: dict) -> None:
+        """Gather the lazy imports in ``pending`` (which grows as they are visited) last,
+        smallest closures first, each left out where it would not fit (as written it fails
+        only where it runs): ``held`` are the collection's dicts, rolled back then."""
+        while pending:
+            pending.sort(key=lambda item: -sum(self._closure_size.get(d.key, 0)
+                                               for d in item[2].values()))
+            key, sid, group = pending.pop()
+            if any(self.closure_error(d) is not None for d in group.values()):
+                continue
+            marks = [list(m) for m in held]
+            length, waiting = len(order), len(pending)
+            try:
+                for found in group.values():
+                    visit(found, 1)
+            except GatherError:
+                for dicts, before in zip(held, marks):
+                    for added in list(dicts)[len(before):]:
+                        del dicts[added]
+                del order[length:], pending[waiting:]
+                continue
+            taken.setdefault(key, set()).add(sid)
+
+    def _emit(self, definition: Definition, out_name: dict[str, str],
+              ext_name: dict[tuple[str, str], str], took: set[int],
+              subs: dict[str, str | None]) -> str:
+        """A definition's code under the output's names: its lazy imports in ``took``
+        removed, the bases in ``subs`` replaced, references renamed (memoized)."""
+        names, chains, _, _, node, lazy_groups, _ = self._references(definition)
+        if took:
+            names = dict(names)
+            for sid, group in lazy_groups:
+                if sid in took:
+                    for local, found in group.items():
+                        names.setdefault(local, found)
+        rename = {}
+        for name, found in names.items():
+            if name in subs:
+                rename[name] = STANDIN_NAME
+                continue
+            if isinstance(found, Definition) and found.key not in out_name:
+                found = External(found.module, found.name)  # imported (torch's own)
+            if isinstance(found, Definition) and out_name[found.key] != name:
+                rename[name] = out_name[found.key]
+            elif isinstance(found, External):
+                new = ext_name.get((definition.module, name), name)
+                if new != name:
+                    rename[name] = new
+        chain_map = {chain: STANDIN_NAME if chain in subs else out_name[found.key]
+                     for chain, found in chains.items()}
+        new_top = out_name[definition.key]
+        cache_key = (definition.key, tuple(sorted(rename.items())),
+                     tuple(sorted(chain_map.items())), new_top, tuple(sorted(took)),
+                     tuple(sorted(subs.items(), key=str)))
+        code = self._code.get(cache_key)
+        if code is None:
+            if took:
+                node = node.visit(DropImports(took))
+            if subs:
+                node = replace_bases(node, subs)
+            if rename or chain_map or new_top != definition.name:
+                node = node.visit(_Rewrite(rename, chain_map, set(), definition.name, new_top))
+            code = cst.Module([]).code_for_node(node).strip("\n")
+            self._code[cache_key] = code
+        return code
+
+    def gather(self, root: Definition) -> Gathered:
+        lazy: dict[str, set[int]] = {}
+        try:
+            order, ext_users, replaced = self._collect(root, True, lazy)
+        except GatherError:
+            if not lazy:
+                raise
+            lazy = {}  # without the lazy imports: they fail only where they run
+            order, ext_users, replaced = self._collect(root, False)
+        order = self._load_order(order, lazy)
         # names in the output: the definitions', then the imports'
-        taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn",
-                                 "F": "torch.nn.functional"}  # output name -> what it holds
+        taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional",
+                                 STANDIN_NAME: STANDIN_NAME}  # output name -> what it holds
         out_name: dict[str, str] = {}
         for definition in order:
             name = definition.name
@@ -428,34 +600,13 @@ class Gatherer:
             if target.module == "__future__" or new in ("torch", "nn", "F"):
                 continue
             import_lines[new] = line
-        parts: list[str] = []
-        for definition in order:
-            names, chains, _, _, node = self._references(definition)
-            rename = {}
-            for name, found in names.items():
-                if isinstance(found, Definition) and found.key not in out_name:
-                    found = External(found.module, found.name)  # imported (torch's own)
-                if isinstance(found, Definition) and out_name[found.key] != name:
-                    rename[name] = out_name[found.key]
-                elif isinstance(found, External):
-                    new = ext_name.get((definition.module, name), name)
-                    if new != name:
-                        rename[name] = new
-            chain_map = {chain: out_name[found.key] for chain, found in chains.items()}
-            new_top = out_name[definition.key]
-            cache_key = (definition.key, tuple(sorted(rename.items())),
-                         tuple(sorted(chain_map.items())), new_top)
-            code = self._code.get(cache_key)
-            if code is None:
-                if rename or chain_map or new_top != definition.name:
-                    node = node.visit(_Rewrite(rename, chain_map, set(), definition.name,
-                                               new_top))
-                code = cst.Module([]).code_for_node(node).strip("\n")
-                self._code[cache_key] = code
-            parts.append(code)
+        parts = [self._emit(definition, out_name, ext_name, lazy.get(definition.key, set()),
+                            replaced.get(definition.key, {})) for definition in order]
         header = ["from __future__ import annotations", "", "import torch",
                   "import torch.nn as nn", "import torch.nn.functional as F"]
         header += [line for _, line in sorted(import_lines.items())]
+        if replaced and any(STANDIN_NAME in part for part in parts):
+            parts.insert(0, STANDIN_CODE)
         code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
         if len(code) > MAX_CHARS:
             raise GatherError("too large", f"{len(code)} characters")

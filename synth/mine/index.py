@@ -1,10 +1,16 @@
-"""Every file of a source read with libcst into its top-level definitions and imports, and names
-resolved across the package's files (``from .layers import Mlp`` followed through re-exports to
-the module that defines ``Mlp``). Nothing is imported or executed.
+"""Every file of a source read into its top-level definitions and imports, and names resolved
+across the package's files (``from .layers import Mlp`` followed through re-exports to the
+module that defines ``Mlp``). Nothing is imported or executed.
+
+Files are read with Python's own ``ast`` (several times faster than libcst): that is enough to
+list definitions and imports and to find candidates. A definition's libcst node, which
+gathering rewrites, is parsed from the definition's own lines the first time it is asked for,
+so the libcst cost is paid only for what a processed candidate reaches.
 """
 from __future__ import annotations
 
-import re
+import ast
+import io
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -20,20 +26,75 @@ ALLOWED_ROOTS = frozenset({"torch", "typing_extensions", "__future__"}) | frozen
     sys.stdlib_module_names)
 
 
-@dataclass
+@dataclass(eq=False)
 class Definition:
     """A top-level class, function or assignment of one module."""
 
     module: str
     name: str
-    node: cst.CSTNode  # ClassDef | FunctionDef | SimpleStatementLine
+    tree: ast.stmt     # the statement as ``ast`` reads it
     kind: str          # "class" | "function" | "assign"
     line: int
     path: Path
+    lines: list[str] = field(default_factory=list, repr=False)  # its module's lines
+    _node: cst.CSTNode | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
         return f"{self.module}.{self.name}"
+
+    @property
+    def node(self) -> cst.CSTNode:
+        """The libcst node (ClassDef | FunctionDef | SimpleStatementLine), parsed from the
+        definition's own lines on first use."""
+        if self._node is None:
+            self._node = _parse_statement(self.lines, self.tree)
+        return self._node
+
+    def method(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The class's own method ``name`` (read from the ast: no libcst parse)."""
+        for stmt in getattr(self.tree, "body", ()):
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return stmt
+        return None
+
+    def base_texts(self) -> list[str]:
+        """The dotted names of a class's bases (``nn.Module``, ``layers.Base``)."""
+        bases = getattr(self.tree, "bases", ())
+        return [text for text in map(ast_dotted, bases) if text]
+
+
+def ast_dotted(node: ast.AST | None) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = ast_dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
+
+
+def _slice(lines: list[str], node: ast.AST) -> str:
+    """The exact source text of ``node`` (ast's column offsets count UTF-8 bytes)."""
+    first, last = node.lineno, node.end_lineno
+    chunk = "".join(lines[first - 1:last]).encode("utf-8")
+    start = node.col_offset
+    end = len(chunk) - len(lines[last - 1].encode("utf-8")) + node.end_col_offset
+    return chunk[start:end].decode("utf-8")
+
+
+def _parse_statement(lines: list[str], tree: ast.stmt) -> cst.CSTNode:
+    """The libcst node of one statement: its lines (from its first decorator) parsed alone;
+    an indented one (inside a module-level ``if``/``try``) under ``if True:``; one that
+    shares its line with what precedes it, from its own columns."""
+    first = min([tree.lineno] + [d.lineno for d in getattr(tree, "decorator_list", ())])
+    head = lines[first - 1][:tree.col_offset] if first == tree.lineno else ""
+    if head.strip():
+        module = parse_trusted(_slice(lines, tree) + "\n")
+        return module.body[0]
+    text = "".join(lines[first - 1:tree.end_lineno])
+    if tree.col_offset or (text[:1].isspace() and text.strip()):
+        return parse_trusted("if True:\n" + text).body[0].body.body[0]
+    return parse_trusted(text).body[0]
 
 
 @dataclass(frozen=True)
@@ -60,7 +121,6 @@ class ModuleIndex:
     name: str
     path: Path
     text: str = ""
-    module: cst.Module | None = None
     defs: dict[str, Definition] = field(default_factory=dict)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     stars: list[str] = field(default_factory=list)
@@ -85,93 +145,86 @@ def _absolute(module: str, is_package: bool, level: int, target: str) -> str:
     return ".".join([*base, target] if target else base)
 
 
-_DEF_LINE = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)
-
-
 class _Reader:
     """Collects one module's top-level definitions and imports (also inside top-level
     ``if``/``try`` blocks: ``try: from x import y / except ImportError: y = None``; the first
     binding wins)."""
 
-    def __init__(self, index: ModuleIndex, is_package: bool, lines: dict | None = None):
+    def __init__(self, index: ModuleIndex, is_package: bool, lines: list[str]):
         self.index = index
         self.is_package = is_package
-        self.lines = lines if lines is not None else {
-            m.group(1): index.text.count("\n", 0, m.start()) + 1
-            for m in _DEF_LINE.finditer(index.text)}
+        self.lines = lines
 
-    def _try(self, stmt: cst.Try) -> None:
+    def _try(self, stmt: ast.Try) -> None:
         """``try: import optional / except ImportError: fallback``: the try body's bindings,
         unless it imports a third-party package a problem may not use; then the handlers'."""
         scratch = ModuleIndex(self.index.name, self.index.path, text="")
-        _Reader(scratch, self.is_package, self.lines).body(stmt.body.body)
+        _Reader(scratch, self.is_package, self.lines).body(stmt.body)
         top = self.index.name.split(".")[0]
         optional = any(target.split(".")[0] not in ALLOWED_ROOTS and target.split(".")[0] != top
                        for target, _ in scratch.imports.values())
         if not optional or not stmt.handlers:
-            self.body(stmt.body.body)
+            self.body(stmt.body)
         for handler in stmt.handlers:
-            self.body(handler.body.body)
+            self.body(handler.body)
 
-    def _if(self, stmt: cst.If) -> None:
+    def _test(self, test: ast.expr) -> bool | None:
+        try:
+            return truth(cst.parse_expression("(" + _slice(self.lines, test) + ")"))
+        except (cst.ParserSyntaxError, UnicodeError, IndexError):
+            return None
+
+    def _if(self, stmt: ast.If) -> None:
         """Both branches' bindings (the first wins), or only the taken branch's when the test
         is a question about the environment (``environment.truth``: an optional package's
         availability, the torch version, an environment variable)."""
-        taken = truth(stmt.test)
+        taken = self._test(stmt.test)
         if taken is not False:
-            self.body(stmt.body.body)
+            self.body(stmt.body)
         if taken is not True:
-            if isinstance(stmt.orelse, cst.Else):
-                self.body(stmt.orelse.body.body)
-            elif isinstance(stmt.orelse, cst.If):
-                self._if(stmt.orelse)
+            self.body(stmt.orelse)  # ``elif``: an ``If`` inside ``orelse``
 
-    def define(self, name: str, node: cst.CSTNode, kind: str) -> None:
+    def define(self, name: str, node: ast.stmt, kind: str) -> None:
         if name not in self.index.defs and name not in self.index.imports:
-            self.index.defs[name] = Definition(self.index.name, name, node, kind,
-                                               self.lines.get(name, 0), self.index.path)
+            self.index.defs[name] = Definition(self.index.name, name, node, kind, node.lineno,
+                                               self.index.path, self.lines)
 
-    def body(self, statements) -> None:
-        for stmt in statements:
-            if isinstance(stmt, cst.ClassDef):
-                self.define(stmt.name.value, stmt, "class")
-            elif isinstance(stmt, cst.FunctionDef):
-                self.define(stmt.name.value, stmt, "function")
-            elif isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    self.small(small, stmt)
-            elif isinstance(stmt, cst.If):
-                self._if(stmt)
-            elif isinstance(stmt, cst.Try):
-                self._try(stmt)
-
-    def small(self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine) -> None:
+    def imports(self, stmt: ast.Import | ast.ImportFrom) -> None:
         index = self.index
-        if isinstance(small, cst.Import):
-            for alias in small.names:
-                full = _dotted(alias.name)
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
                 if alias.asname is not None:
-                    index.imports.setdefault(alias.asname.name.value, (full, None))
+                    index.imports.setdefault(alias.asname, (alias.name, None))
                 else:
-                    index.imports.setdefault(full.split(".")[0], (full.split(".")[0], None))
-        elif isinstance(small, cst.ImportFrom):
-            level = len(small.relative)
-            target = _absolute(index.name, self.is_package, level, _dotted(small.module))
-            if isinstance(small.names, cst.ImportStar):
+                    top = alias.name.split(".")[0]
+                    index.imports.setdefault(top, (top, None))
+            return
+        target = _absolute(index.name, self.is_package, stmt.level, stmt.module or "")
+        for alias in stmt.names:
+            if alias.name == "*":
                 index.stars.append(target)
-                return
-            for alias in small.names:
-                name = _dotted(alias.name)
-                local = alias.asname.name.value if alias.asname is not None else name
-                index.imports.setdefault(local, (target, name))
-        elif isinstance(small, (cst.Assign, cst.AnnAssign)):
-            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) \
-                else [small.target]
-            if isinstance(small, cst.AnnAssign) and small.value is None:
-                return
-            for target in targets:
-                if isinstance(target, cst.Name):
-                    self.define(target.value, line, "assign")
+            else:
+                index.imports.setdefault(alias.asname or alias.name, (target, alias.name))
+
+    def body(self, statements: list[ast.stmt]) -> None:
+        for stmt in statements:
+            if isinstance(stmt, ast.ClassDef):
+                self.define(stmt.name, stmt, "class")
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.define(stmt.name, stmt, "function")
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.imports(stmt)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+                    continue
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        self.define(target.id, stmt, "assign")
+            elif isinstance(stmt, ast.If):
+                self._if(stmt)
+            elif isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                self._try(stmt)
 
 
 _VALIDATE = cst.CSTNode.__post_init__
@@ -199,17 +252,18 @@ def read_module(name: str, path: Path) -> ModuleIndex:
     index = ModuleIndex(name=name, path=path)
     try:
         index.text = path.read_text(encoding="utf-8")
-        index.module = parse_trusted(index.text)
+        tree = ast.parse(index.text)
     except (OSError, UnicodeDecodeError) as exc:
         index.error = f"cannot read: {exc}"
         return index
-    except cst.ParserSyntaxError as exc:
-        index.error = f"parse error at line {exc.raw_line}: {exc.message}"
+    except SyntaxError as exc:
+        index.error = f"parse error at line {exc.lineno}: {exc.msg}"
         return index
-    except RecursionError:
+    except (RecursionError, MemoryError, ValueError):
         index.error = "parse error: nesting too deep"
         return index
-    _Reader(index, path.name == "__init__.py").body(index.module.body)
+    _Reader(index, path.name == "__init__.py", io.StringIO(index.text, newline="").readlines()).body(
+        tree.body)
     return index
 
 

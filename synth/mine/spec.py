@@ -44,6 +44,7 @@ _TARGET_INPUTS = re.compile(r"(^|_)(labels?|targets?|gt|y)$")
 _TENSOR_NAMES = re.compile(r"^(input\d?|x\d?|y|targets?|labels?|weight|bias|tensor|pred\w*|logits|"
                            r"query|key|value|[qkv]|a|b|var|mean|hidden\w*|features?|boxes\d?|"
                            r"scores|image|img|grad\w*|src|tgt|anchor|positive|negative)$")
+_OPTIONAL_INPUTS = re.compile(r"(^|_)(ids|values|states|embeds|features|inputs?)$")
 _MASK_INPUTS = re.compile(r"mask|padding")
 _PROB_INPUTS = re.compile(r"prob|probs|p$")
 _CONFIG_SHRINK = (
@@ -262,6 +263,14 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
         else:
             kind = "float"
         inputs.append({"name": p.name, "kind": kind, "ranks": ranks})
+    first = params[0] if params else None
+    if not inputs and first is not None and first.kind == "pos" and first.default == "None" \
+            and (_OPTIONAL_INPUTS.search(first.name.lower()) or
+                 _TENSOR_NAMES.search(first.name.lower())):
+        # every input optional (``forward(self, input_ids=None, ...)``): the first, when its
+        # name says it is a tensor
+        kind = "long" if _TOKEN_INPUTS.search(first.name.lower()) else "float"
+        inputs.append({"name": first.name, "kind": kind, "ranks": ranks})
     return inputs
 
 

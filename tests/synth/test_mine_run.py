@@ -54,6 +54,10 @@ def test_mining_the_fixture_writes_its_modules_and_functions(mined):
     names = set(_by_name(mined))
     assert {"ConvBlock", "GatedMLP", "ConfigBlock", "RMSNorm", "Projection", "smooth_l1",
             "VersionGated", "SpecGated"} <= names
+    # a base from a missing package (a torch-only stand-in), a lazy relative import, a mixin
+    # from a missing package beside a torch layer
+    assert {"TinyEncoder", "LazyNorm", "HubLinear"} <= names
+    assert "class MinedBase(nn.Module):" in _by_name(mined)["TinyEncoder"].source
     for record in mined["records"]:
         problem = check_source(record.source, name=record.name)
         assert problem.category == record.category

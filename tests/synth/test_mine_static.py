@@ -174,3 +174,52 @@ def test_version_comparisons_and_registry_entries_from_missing_packages(index):
     code = Gatherer(index).gather(index.resolve("minefix.compat", "RegistryNorm")).code
     assert "_GAIN = 2.0" in code and "_GAIN = 1.0" not in code and "version" not in code
     assert "_NORMS = dict(layer=nn.LayerNorm)" in code and "fancy" not in code.lower()
+
+
+def _run_with_torch_only(code: str, build: str) -> object:
+    """``code`` executed in a fresh namespace (torch only), then ``build``'s value."""
+    namespace: dict = {}
+    exec(compile(code + "\n\nRESULT = " + build + "\n", "<mined>", "exec"),  # noqa: S102
+         namespace)
+    return namespace["RESULT"]
+
+
+def test_a_base_class_from_a_missing_package_becomes_a_torch_only_stand_in(index):
+    """``TinyEncoder``'s base chain ends in a base whose saving needs an absent package: the
+    chain is kept, that base is the stand-in, and the gathered code runs with torch alone."""
+    import torch
+
+    gatherer = Gatherer(index)
+    gathered = gatherer.gather(index.resolve("minefix.pretrained", "TinyEncoder"))
+    code = gathered.code
+    assert "hub_missing_lib" not in code and "class PretrainedBase" not in code
+    assert "class TinyPreTrainedModel(MinedBase):" in code and "upload" not in code
+    assert [d.name for d in gathered.definitions] == ["TinyPreTrainedModel", "TinyEncoder"]
+    config = ("type('Config', (), {'hidden_size': 8, 'intermediate_size': 16})()")
+    model = _run_with_torch_only(code, f"TinyEncoder({config})")
+    x = torch.randn(2, 3, 8)
+    assert model.config.hidden_size == 8 and model.dtype == torch.float32
+    out = model(x)
+    assert torch.allclose(out, model.down(torch.relu(model.up(x))) + x)
+    # the base alone is still no problem: its own closure needs the package
+    assert gatherer.closure_error(index.resolve("minefix.pretrained", "PretrainedBase")
+                                  ).label == "missing dependency"
+    # a mixin from the missing package beside a torch layer is dropped
+    layer = gatherer.gather(index.resolve("minefix.pretrained", "HubLinear"))
+    assert "class HubLinear(nn.Linear):" in layer.code and "MinedBase" not in layer.code
+
+
+def test_a_lazy_import_of_the_package_is_gathered_and_one_of_a_missing_package_is_not(index):
+    import torch
+
+    gatherer = Gatherer(index)
+    code = gatherer.gather(index.resolve("minefix.pretrained", "LazyNorm")).code
+    assert "from .layers" not in code and "import rms" not in code
+    assert "def rms(x: torch.Tensor, eps: float = DEFAULT_EPS)" in code
+    model = _run_with_torch_only(code, "LazyNorm(4)")
+    x = torch.randn(3, 4)
+    assert torch.allclose(model(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+                          * 1.5)
+    # a function-body import of a third-party package stays as written
+    code = gatherer.gather(index.resolve("minefix.needs_dep", "ImportsInForward")).code
+    assert "import another_missing_lib" in code
