@@ -77,7 +77,7 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         mem = v.get("memory") or {}
         memory["estimated"] += mem.get("method") == "meta"
         memory["estimate unknown"] += mem.get("method") == "unknown"
-        # either worker (the replay's rerun was left out of this count before 2026-11-26)
+        # either worker: the probe or the replay
         memory["rerun alone"] += bool(mem.get("retried_alone")
                                       or (mem.get("replay") or {}).get("retried_alone"))
         memory["waited_s"] += mem.get("waited_s") or 0
