@@ -86,9 +86,11 @@ def vendor_findings(text: str) -> list[str]:
 
 # A ``__global__`` function the candidate's native source defines (templates, ``extern "C"``
 # and launch bounds allowed): the kernels its own extension modules are compiled from.
-GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-                           r"(?:static\s+|inline\s+|__noinline__\s+)*void\s+"
-                           r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+# (``void __global__`` too, and launch bounds with parentheses inside: ``(BLOCK * (2))``)
+_BOUNDS = r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
+GLOBAL_KERNEL = re.compile(r"(?:__global__\s+" + _BOUNDS +
+                           r"(?:static\s+|inline\s+|__noinline__\s+)*void|void\s+__global__)\s+"
+                           + _BOUNDS + r"(\w+)\s*\(")
 
 
 def declared_kernels(source: str) -> frozenset[str]:
@@ -100,8 +102,10 @@ def declared_kernels(source: str) -> frozenset[str]:
 
 
 def qualified_kernel_name(name: str) -> str:
-    """``void ns::scale_kernel<float>(float*, int)`` -> ``ns::scale_kernel``."""
-    name = name.strip()
+    """``void ns::scale_kernel<float>(float*, int)`` -> ``ns::scale_kernel``; an anonymous
+    namespace is no name (``(anonymous namespace)::k(float*)`` -> ``k``: a kernel inside
+    ``namespace { }``, as the profiler demangles it)."""
+    name = name.strip().replace("(anonymous namespace)::", "")
     if name.startswith("void "):
         name = name[5:]
     return re.split(r"[<(]", name, maxsplit=1)[0].strip()

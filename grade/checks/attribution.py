@@ -192,8 +192,10 @@ def vendor_work(name: str, call, reference: dict, policy: Policy, hack,
     if not policy.switch("check_vendor_work"):
         return
     if found is not None:
+        # (those of a class the reference does not run are ``extension_kernels``' finding)
         unweighed = sorted({k[0] for k in found.device if k[2] == "extension"
-                            and found.owners.get(id(k)) == "vendor"})
+                            and found.owners.get(id(k)) == "vendor"
+                            and policy.allows_vendor_kernel(k[0], reference.get("ops") or [])})
         if unweighed:
             hack("torch_compute", f"{name}: vendor-library kernels launched from inside the "
                  f"extension {unweighed[:3]}: no op of theirs has FLOPs torch counts, so the "

@@ -980,6 +980,30 @@ def test_a_decoy_global_named_like_a_library_kernel_does_not_make_it_the_candida
                          "extension"], decoys) == "candidate"
 
 
+def test_an_honest_extensions_kernels_are_its_own_in_every_form_it_declares_them():
+    """Kernels inside ``namespace { }`` (demangled ``(anonymous namespace)::``), templates,
+    ``void __global__`` and launch bounds with parentheses inside are the candidate's own:
+    under the ``library`` preset a vendor-sounding own kernel (``fused_gemm_relu``) counted as
+    vendor work launched from the extension would fail an honest answer."""
+    from kernelmill.grade.judge import kernel_owner
+    from kernelmill.grade.native_scan import declared_kernels
+
+    own = declared_kernels("""
+namespace { __global__ void fused_gemm_relu(float* a) {} }
+template <typename T> __global__ void tile_gemm(T* a) {}
+__global__ void __launch_bounds__(BLOCK * (2)) conv_tile(float* a) {}
+void __global__ splitk_reduce(float* a) {}
+""")
+    assert own == {"fused_gemm_relu", "tile_gemm", "conv_tile", "splitk_reduce"}, own
+    for name in ("void (anonymous namespace)::fused_gemm_relu(float*)",
+                 "void tile_gemm<float>(float*)", "void conv_tile(float*)",
+                 "void splitk_reduce(float*)"):
+        assert kernel_owner([name, 1.0, "extension"], own) == "candidate", name
+    # a library's kernel in an anonymous namespace keeps its library's name
+    assert kernel_owner(["void at::native::(anonymous namespace)::fused_gemm_relu(float*)",
+                         1.0, "extension"], own) != "candidate"
+
+
 def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
     """A CUDA graph replayed inside a Triton launch or an extension call ran where it was
     captured: its kernels are no launch's own. A span (the unseen-input check replays the whole
