@@ -234,17 +234,17 @@ class Miner:
                      "line": item.definition.line, "qualname": item.definition.key}
             try:
                 gathered = gatherer.gather(item.definition)
+                guess = guess_class(index, item.definition) if item.kind == "class" \
+                    else guess_function(item.definition)
             except GatherError as exc:
                 self.reject(row, item.key, exc.label, exc.detail, **where)
                 continue
-            except (RecursionError, ValueError, KeyError, TypeError) as exc:
+            except Exception as exc:  # noqa: BLE001 — one candidate's rejection, never the run's
                 self.reject(row, item.key, "gather failed", f"{type(exc).__name__}: {exc}",
                             **where)
                 continue
             with self.lock:
                 row["resolved"] += 1
-            guess = guess_class(index, item.definition) if item.kind == "class" \
-                else guess_function(item.definition)
             job = probe_job(item.key, gathered, guess, item.kind)
             pending.append(_Pending(item, source, gathered, guess, job))
             if len(pending) >= self.config.batch * self.config.workers * 2:

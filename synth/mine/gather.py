@@ -15,6 +15,7 @@ followed (the code starts with ``from __future__ import annotations``, so they s
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -38,6 +39,21 @@ MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
                                "torch.compiler", "torch.library")
+
+
+def _foreign_imports(code: str, allowed: frozenset[str]) -> list[str]:
+    """The absolute imports anywhere in ``code`` (function bodies included) of a package a
+    problem may not use. A relative import is not one: in a problem's own file it can only
+    fail, where it runs."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names
+                      if alias.name.split(".")[0] not in allowed]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                node.module.split(".")[0] not in allowed:
+            found.append(node.module)
+    return sorted(set(found))
 
 
 class GatherError(Exception):
@@ -362,7 +378,15 @@ class Gatherer:
                 continue
             group = {local: self.index.resolve(target, name) for local, name in pairs
                      if local in used}
-            if all(isinstance(found, Definition) for found in group.values()):
+            if not all(isinstance(found, Definition) for found in group.values()):
+                continue
+            # a name the module binds at its top level to something else: gathered code has
+            # one binding per name, so taking this import would rebind every use of it to the
+            # top-level one (left as written instead: ``_foreign_imports`` then rejects it)
+            shadowed = [local for local, found in group.items()
+                        if (top := self.index.resolve(definition.module, local)) is not None
+                        and getattr(top, "key", None) != found.key]
+            if not shadowed:
                 groups.append((id(stmt), group))
         return groups
 
@@ -610,6 +634,10 @@ class Gatherer:
         code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
         if len(code) > MAX_CHARS:
             raise GatherError("too large", f"{len(code)} characters")
+        foreign = _foreign_imports(code, self.allowed)
+        if foreign:  # left as written (in a function body): the problem would need them
+            raise GatherError("missing dependency", f"imports {', '.join(foreign[:3])} where "
+                              "it runs (a problem may import torch and the standard library)")
         return Gathered(code=code, name=out_name[root.key], definitions=order,
                         externals=sorted({f"{t.module}.{t.attr}" if t.attr else t.module
                                           for t in ext_users.values()}))

@@ -220,6 +220,29 @@ def test_a_lazy_import_of_the_package_is_gathered_and_one_of_a_missing_package_i
     x = torch.randn(3, 4)
     assert torch.allclose(model(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
                           * 1.5)
-    # a function-body import of a third-party package stays as written
-    code = gatherer.gather(index.resolve("minefix.needs_dep", "ImportsInForward")).code
-    assert "import another_missing_lib" in code
+    # a function-body import of a third-party package is a missing dependency, whether it is
+    # installed or not: a problem runs with torch alone
+    with pytest.raises(GatherError, match="missing dependency: imports another_missing_lib"):
+        gatherer.gather(index.resolve("minefix.needs_dep", "ImportsInForward"))
+
+
+def test_a_function_body_import_of_a_name_the_module_binds_otherwise_is_left_to_fail(tmp_path):
+    # ``forward`` imports ``act`` from one module while its own module binds ``act`` to
+    # another: gathered code has one ``act``, so taking the import would run the other one
+    # (relu for tanh) and pass any smoke run. Left as written, it fails where it runs.
+    package = tmp_path / "shadowpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "slow.py").write_text("import torch\n\n\ndef act(x):\n    return torch.relu(x)\n")
+    (package / "fast.py").write_text("import torch\n\n\ndef act(x):\n    return torch.tanh(x)\n")
+    (package / "mods.py").write_text(
+        "import torch\nfrom torch import nn\nfrom .slow import act\n\n\n"
+        "class Shadow(nn.Module):\n    def forward(self, x):\n        from .fast import act\n"
+        "        return act(x)\n")
+    index = PackageIndex(discover(str(package)))
+    code = Gatherer(index).gather(index.resolve("shadowpkg.mods", "Shadow")).code
+    assert "from .fast import act" in code, code
+    namespace = {"__name__": "mined_problem"}
+    exec(compile(code, "mined_problem", "exec"), namespace)
+    with pytest.raises(ImportError):
+        namespace["Shadow"]()(__import__("torch").ones(2))
