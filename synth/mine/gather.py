@@ -518,11 +518,21 @@ class Gatherer:
         """Gather the lazy imports in ``pending`` (which grows as they are visited) last,
         smallest closures first, each left out where it would not fit (as written it fails
         only where it runs): ``held`` are the collection's dicts, rolled back then."""
+        def order_key(item) -> tuple:
+            # every closure's size known first (not only those of groups taken before, in
+            # this or an earlier candidate's gathering), ties broken by name: the same
+            # candidate gathers the same code whatever was gathered before it
+            key, _sid, group = item
+            return (sum(self._closure_size.get(d.key, 0) for d in group.values()), key,
+                    tuple(sorted(d.key for d in group.values())))
+
         while pending:
-            pending.sort(key=lambda item: -sum(self._closure_size.get(d.key, 0)
-                                               for d in item[2].values()))
-            key, sid, group = pending.pop()
-            if any(self.closure_error(d) is not None for d in group.values()):
+            errors = {id(item): any(self.closure_error(d) is not None
+                                    for d in item[2].values()) for item in pending}
+            pending.sort(key=order_key)
+            item = pending.pop(0)
+            key, sid, group = item
+            if errors[id(item)]:
                 continue
             marks = [list(m) for m in held]
             length, waiting = len(order), len(pending)

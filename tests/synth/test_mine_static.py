@@ -246,3 +246,29 @@ def test_a_function_body_import_of_a_name_the_module_binds_otherwise_is_left_to_
     exec(compile(code, "mined_problem", "exec"), namespace)  # noqa: S102 — the mined code
     with pytest.raises(ImportError):
         namespace["Shadow"]()(__import__("torch").ones(2))
+
+
+def test_a_candidate_gathers_the_same_code_whatever_was_gathered_before_it(tmp_path):
+    # lazy imports are taken smallest closure first: sizes known for every one of them, not
+    # only for those an earlier gathering happened to size
+    package = tmp_path / "lazyorder"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text(
+        "def small(x):\n    return x + 1\n\n\ndef _b1(x):\n    return x * 3\n\n\n"
+        "def _b2(x):\n    return _b1(x) - 1\n\n\ndef big(x):\n    return _b2(x) * 2\n")
+    (package / "mods.py").write_text(
+        "from torch import nn\n\n\nclass Warm(nn.Module):\n    def forward(self, x):\n"
+        "        from .helpers import big\n        from .helpers import small\n"
+        "        return big(x) + small(x)\n\n\nclass Target(nn.Module):\n"
+        "    def forward(self, x):\n        from .helpers import small\n"
+        "        from .helpers import big\n        return small(x) + big(x)\n")
+    index = PackageIndex(discover(str(package)))
+    target = index.resolve("lazyorder.mods", "Target")
+    fresh = Gatherer(index).gather(target).code
+    warmed = Gatherer(index)
+    warmed.gather(index.resolve("lazyorder.mods", "Warm"))
+    again = Gatherer(index)
+    again.gather(target)
+    assert warmed.gather(target).code == fresh == again.gather(target).code
+    assert "def small" in fresh and "def big" in fresh
