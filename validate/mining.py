@@ -332,6 +332,10 @@ class Miner:
                  "content_sha256": hashlib.sha256(
                      p.gathered.code.encode("utf-8")).hexdigest()[:16],
                  "definitions": len(p.gathered.definitions), "imports": p.gathered.externals,
+                 # the package's bases it runs without: its problem is not the package's
+                 # module there (a stand-in base initializes no weights of its own)
+                 "standin_bases": p.gathered.standin_bases,
+                 "dropped_bases": p.gathered.dropped_bases,
                  "sizing": {"factor": factor, "est_ms": est, "in_band": in_band,
                             "flops": (chosen or {}).get("flops"),
                             "bytes": (chosen or {}).get("bytes"),

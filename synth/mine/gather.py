@@ -69,6 +69,10 @@ class Gathered:
     name: str                       # the candidate's name in ``code``
     definitions: list[Definition] = field(default_factory=list)
     externals: list[str] = field(default_factory=list)
+    # bases that could not be gathered, by class: replaced by the stand-in (``MinedBase``:
+    # no weight initialization of its own) or dropped (a mixin of a missing package)
+    standin_bases: dict[str, list[str]] = field(default_factory=dict)
+    dropped_bases: dict[str, list[str]] = field(default_factory=dict)
 
 
 class _Names(cst.CSTVisitor):
@@ -650,4 +654,10 @@ class Gatherer:
                               "it runs (a problem may import torch and the standard library)")
         return Gathered(code=code, name=out_name[root.key], definitions=order,
                         externals=sorted({f"{t.module}.{t.attr}" if t.attr else t.module
-                                          for t in ext_users.values()}))
+                                          for t in ext_users.values()}),
+                        standin_bases={k: sorted(t for t, v in subs.items() if v)
+                                       for k, subs in sorted(replaced.items())
+                                       if any(subs.values())},
+                        dropped_bases={k: sorted(t for t, v in subs.items() if v is None)
+                                       for k, subs in sorted(replaced.items())
+                                       if any(v is None for v in subs.values())})

@@ -58,6 +58,7 @@ def test_mining_the_fixture_writes_its_modules_and_functions(mined):
     # from a missing package beside a torch layer
     assert {"TinyEncoder", "LazyNorm", "HubLinear"} <= names
     assert "class MinedBase(nn.Module):" in _by_name(mined)["TinyEncoder"].source
+    assert _by_name(mined)["TinyEncoder"].provenance["mined"]["standin_bases"]
     for record in mined["records"]:
         problem = check_source(record.source, name=record.name)
         assert problem.category == record.category

@@ -207,6 +207,11 @@ def test_a_base_class_from_a_missing_package_becomes_a_torch_only_stand_in(index
     # a mixin from the missing package beside a torch layer is dropped
     layer = gatherer.gather(index.resolve("minefix.pretrained", "HubLinear"))
     assert "class HubLinear(nn.Linear):" in layer.code and "MinedBase" not in layer.code
+    # both recorded: the problems are not the package's modules there
+    assert gathered.standin_bases == {"minefix.pretrained.TinyPreTrainedModel":
+                                      ["PretrainedBase"]}, gathered.standin_bases
+    assert list(layer.dropped_bases) == ["minefix.pretrained.HubLinear"] and \
+        not layer.standin_bases
 
 
 def test_a_lazy_import_of_the_package_is_gathered_and_one_of_a_missing_package_is_not(index):
