@@ -216,7 +216,7 @@ class Policy:
     # on CPU also by the calling thread's CPU time, which other processes stretch far less (with
     # 5 busy processes on 2 cores honest kernels of 4-160 ms moved within 1.2x; a memory-bound
     # 16M-element one, sharing memory bandwidth, 1.63x): no 2 ms floor is needed, so a cache
-    # of 0.5 ms against an honest 2.6 ms shows (measured on a 2-core CPU, 2026-11-26)
+    # of 0.5 ms against an honest 2.6 ms shows (measured on a 2-core CPU)
     unseen_cpu_time_ratio: float = 2.5
     unseen_cpu_time_floor_ms: float = 0.3
     # the same comparison on CUDA by the kernels' own device durations (CUPTI): no launch or
@@ -228,7 +228,7 @@ class Policy:
     # each captured call of the timing graph in one hot replay (unflushed, after another on the
     # same inputs, as scored) keeps the GPU busy at least this share of the calls' upper
     # quartile of kernel time, less the floor: an honest forward's calls do the same work
-    # (H100, 2026-11-28: 12 kernels of 1-490 µs, least/busiest 0.65-0.98, the lowest only under
+    # (H100: 12 kernels of 1-490 µs, least/busiest 0.65-0.98, the lowest only under
     # 1.5 µs), while one that computes in some calls and copies the answer into the others'
     # outputs (every call reads the same inputs within a replay, so a copy is right;
     # tests/hostile/open/GRAPH_COPY.md) has cheap calls (0.011 for a 91 µs kernel)

@@ -57,7 +57,7 @@ MARGIN = 0.10  # of the free memory, kept back for fragmentation and what estima
 UNKNOWN_FRACTION = 0.5
 
 
-# Measured on an H100 (2026-11-23, 15 KernelBench level 1-3 problems): the probe's
+# Measured on an H100 (15 KernelBench level 1-3 problems): the probe's
 # max_memory_reserved over the live-bytes estimate had median 1.30 and max 2.69 (a ConvTranspose3d
 # with a cuDNN workspace). Asking for 1.35x covers the typical problem; the rarer ones that still
 # run out of memory while sharing are rerun alone.
@@ -65,7 +65,7 @@ ALLOCATOR_FACTOR = 1.35
 # A worker's allocator may hold this much more than its grant before it must free its cache
 # (``Tenancy(caps=True)``): a cap at the grant itself made 31 of 250 KernelBench replays meet it
 # (live peaks up to 1.57x their grant) and rerun alone, each after the GPU drained for it (839
-# problems/hour against 950 uncapped, 2026-11-26); the live peaks measured then stay under 1.5x.
+# problems/hour against 950 uncapped); the live peaks measured then stay under 1.5x.
 CAP_FACTOR = 1.5
 
 
@@ -442,7 +442,7 @@ def reset_budgets() -> None:
 
 # Address space a CPU worker maps beyond its starting mappings (``base``: torch, triton and
 # numpy, its zygote's VmSize) and what it was admitted to hold: thread stacks, allocator arenas,
-# libraries loaded late (measured 2026-11-23, 4 seeds on this 2-core machine: VmPeak grew
+# libraries loaded late (measured with 4 seeds on this 2-core machine: VmPeak grew
 # 0.16-0.27 GiB during a probe beyond its tensors' peak, within the 0.5 GiB of
 # ``memory.HOST_BASE_BYTES`` that every ask includes).
 ADDRESS_SLACK = 512 << 20

@@ -267,7 +267,7 @@ HELD_OUTPUT_BYTES = 256 << 20
 # graded twice differed by that much. Timed calls cycle through ``PLACEMENTS`` copies of the
 # inputs, each behind a padding allocation of its own size, so a sample (and a captured graph)
 # averages over them. As many copies (up to ``PLACEMENTS``) as fit in half the L2 cache with
-# room for one more (the outputs): on an H100 (3 grades each, 2026-11-27) cycling four copies
+# room for one more (the outputs): on an H100 (3 grades each) cycling four copies
 # took row_sum_64x96's speedup spread from 3.88% to 0.66%, but a 1M-element scale-add, whose
 # 8 MB of inputs stay in the 50 MB L2 alone and not four times over, then read 40% slower and
 # spread 10%; with one copy it spread 3.8-4.0%, its copies in one window 2.5-3.8% apart.

@@ -21,7 +21,7 @@ import weakref
 from typing import Any
 
 CONTEXT_BYTES = 600 << 20  # a CUDA context, cuBLAS workspace and allocator slack per worker
-# What a CPU worker holds resident besides its tensors (measured 2026-11-23 on this 2-core
+# What a CPU worker holds resident besides its tensors (measured on this 2-core
 # machine, 4 seeds: 0.16 GiB once forked from the warm zygote, 0.27-0.39 GiB at the end of a
 # probe whose tensors were estimated at 0.03-0.07 GiB), with room for larger libraries' buffers.
 HOST_BASE_BYTES = 512 << 20
@@ -242,7 +242,7 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
     and its autotuning buffers, and the timing graphs' pools: each holds a forward's outputs).
-    Measured on an H100 (2026-11-26, 166 KernelBench replays): live-tensor peak over this
+    Measured on an H100 (166 KernelBench replays): live-tensor peak over this
     estimate median 0.76, max 1.49 (a transposed convolution); the copy-free count
     ``p + i + o + 2 act`` had 35 of them over 1.35x, up to 2.1x."""
     if est.get("method") != "meta":

@@ -92,7 +92,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     estimate = memory["estimate_bytes"]
     if on_cuda and (cross_process or inductor) and estimate and memory["replay_bytes"]:
         # one grant for both workers: a replay that asked for more than its probe queued again
-        # behind newer problems (minutes each in a KernelBench audit, 2026-11-26)
+        # behind newer problems (minutes each in a KernelBench audit)
         estimate = max(estimate, memory["replay_bytes"])
     if on_cuda:
         room, need = (budget.total, memory["forward_bytes"]) if budget else (None, None)

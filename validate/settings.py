@@ -33,7 +33,7 @@ INDUCTOR_OFF_ON_CPU = ("skipped on cpu (turn it on with `kernelmill validate --i
 # (synth.resize.CPU_MAX_NUMEL elements) its largest tensor still holds after shrinking: the
 # default CPU build's 113 problems, all at or under the CPU size, took median 2.2 and max 8.4
 # CPU-s (an LSTM); its float16 einsum left at 512x the CPU size by the old resize took 49.5
-# (shared 2-core host, 2026-11-29). Fixed part + per CPU size, with room for the LSTM's kind.
+# (shared 2-core host). Fixed part + per CPU size, with room for the LSTM's kind.
 CPU_SECONDS_FIXED = 8.0
 CPU_SECONDS_PER_CPU_SIZE = 0.1
 

@@ -62,7 +62,7 @@ class WindowSettings:
     # (scripts/turn_probe.py): without it, such a kernel's median moved 10% between grades. Groups
     # settle too: unsettled, with 10 ms turns, 8 copies of a Triton fp16 GEMM graded as a group
     # read speedups 4-5% (2k) and 10-11% (4k) below the same answer graded alone, the reference
-    # GEMM's turns running fast (H100, 2026-11-27). Their turns are longer instead (``round_ms``).
+    # GEMM's turns running fast (H100). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
@@ -522,7 +522,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     # Each estimates one call alone on the GPU in its turn (``Timer.planned_calls``); those whose
     # graph that estimate sizes differently then capture again side by side (a capture runs no
     # kernel, and nothing is timed meanwhile): one after another, 8 members' captures of up to
-    # 1024 forwards held the GPU alone 1-2.4 s of a group's window (H100, 2026-11-27).
+    # 1024 forwards held the GPU alone 1-2.4 s of a group's window (H100).
     asks: dict[str, int] = {}
     for index, name in enumerate(list(group.active)):
         ms = warm_ms if index == 0 else min(warm_ms, settings.rewarm_ms)

@@ -56,7 +56,7 @@ from .timing import _serve_timing, _timer_options, device_info
 # Host threads of a GPU grading worker's own tensor work (copies to the host, finiteness,
 # digests): a group's nine workers start together, and each with torch's default of one intra-op
 # thread per core kept the host's 16 cores 97-99% busy at the 90th percentile while on average
-# 43-58% (H100 host, 2026-11-27): the bursts, not the work, set the pace.
+# 43-58% (H100 host): the bursts, not the work, set the pace.
 GPU_WORKER_THREADS = 2
 
 

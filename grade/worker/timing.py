@@ -44,7 +44,7 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
         # nothing can set a mark there and clear it before the check after timing, which
         # sees any change the replays' kernels leave (and the hot replay's calls, any work a
         # kernel skips). Comparing every input on the host after each round cost 0.6-0.9 CPU s
-        # per submission on an H100 host, inside the exclusive window (py-spy, 2026-11-28).
+        # per submission on an H100 host, inside the exclusive window (py-spy).
         after_work = None
     paused = witness is not None and timer.graph is not None
     if paused:
