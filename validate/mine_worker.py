@@ -55,6 +55,11 @@ class JobTimeout(BaseException):
     does not swallow it)."""
 
 
+class NoTensorInput(Exception):
+    """The candidate's forward takes no tensor input: nothing for a kernel to compute on (a
+    rejection, counted with the abstract and unsupported ones)."""
+
+
 def _alarm(signum, frame):
     raise JobTimeout()
 
@@ -88,7 +93,7 @@ def classify(exc: BaseException) -> str:
         return "missing dependency"
     if isinstance(exc, NameError):
         return "unresolved name"
-    if isinstance(exc, NotImplementedError):
+    if isinstance(exc, (NotImplementedError, NoTensorInput)):
         return "abstract or unsupported"
     return "probe failed"
 
@@ -251,7 +256,7 @@ class _Probe:
                 stats = int(self.ns[RUNNING_STATS](model))
         specs = self.job["inputs"]
         if not specs:
-            raise NotImplementedError("forward takes no tensor input")
+            raise NoTensorInput("forward takes no tensor input")
         ranks = list(specs[0]["ranks"])
         widths = list(dict.fromkeys([*self.job.get("channel", []), 16, 3, 32, 64, 8]))
         tried: set[tuple[str, int]] = set()
