@@ -327,8 +327,8 @@ class Witness:
     def span_calls_us(self, calls: int = 1) -> list[list[float] | None] | None:
         """For each ``span()`` range, in order: the busy time (µs) of each of its ``calls``
         equal runs of kernels in start order (``span_us`` keeps the first), or None where the
-        kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_extent_us``
-        (first kernel's start to last kernel's end), ``span_overlap_us`` and ``span_run_names``
+        kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_busy_us``
+        (the busy time of all its kernels, the gaps between them left out), ``span_overlap_us`` and ``span_run_names``
         (each run's kernel names, sorted). None without a witness."""
         if self._events is None:
             return None
@@ -344,11 +344,12 @@ class Witness:
                                       str(kernel.name)[:200]))
         result: list[list[float] | None] = []
         self.span_counts = [len(found) for found in inside]
-        # from the first kernel's start to the last one's end, gaps between kernels included
-        # (what events around the work would read, less the host's latency before and after)
-        self.span_extent_us = [max(start + us for start, us, _n in found)
-                               - min(start for start, _u, _n in found) if found else None
-                               for found in inside]
+        # the time the span's kernels kept the GPU busy (overlapping ones counted once), the
+        # idle gaps between them left out: with the witness on, a graph replay's kernels are
+        # paced by the launching thread, and on a busy host its gaps read an honest replay
+        # 2-17x longer than its kernels (H200, two GPUs graded at once)
+        self.span_busy_us = [_busy(sorted((start, us) for start, us, _n in found))
+                             if found else None for found in inside]
         self.span_overlap_us = []
         self.span_run_names = []
         calls = max(1, calls)

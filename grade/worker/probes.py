@@ -212,14 +212,14 @@ class _Probes:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
-            # each range's extent per call (first kernel's start to last kernel's end, by the
-            # device's clock): a whole timing graph's replay read as events around it read the
-            # scored replays, less the host's latency before and after it
-            extents = getattr(self.witness, "span_extent_us", None) or []
-            if len(extents) == len(unseen["order"]) and None not in extents:
+            # each range's busy time per call (all its kernels, by the device's clock): a whole
+            # timing graph's replay as the GPU ran it, free of the host's latency around it and
+            # of the gaps a busy host leaves between its kernels while the witness is on
+            busy = getattr(self.witness, "span_busy_us", None) or []
+            if len(busy) == len(unseen["order"]) and None not in busy:
                 for kind in ("seen", "unseen", "after"):
-                    unseen[f"{kind}_extent_ms"] = [ext / calls / 1e3 for k, ext in
-                                                   zip(unseen["order"], extents) if k == kind]
+                    unseen[f"{kind}_busy_ms"] = [us / calls / 1e3 for k, us in
+                                                 zip(unseen["order"], busy) if k == kind]
         calls_facts = calls_facts or []
         repeat = [c for c in calls_facts if c.get("kind") == "repeat"] or calls_facts[-1:]
         self._even_calls_us(unseen, calls, repeat[0].get("kernels") if repeat else None)

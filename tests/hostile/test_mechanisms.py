@@ -1038,8 +1038,8 @@ def test_graph_replays_are_nobodys_launch_and_spans_time_the_first_call_busy():
     assert witness.span_us(3) == [None]
     # every call's busy time of the span, and no time shared between calls
     assert witness.span_calls_us(2) == [[6.0, 8.0]] and witness.span_overlap_us == [0.0]
-    # the span's extent: first kernel's start to the last one's end, the gap between included
-    assert witness.span_extent_us == [18.0]
+    # the span's busy time: its kernels' union, the idle gap between them (216-220) left out
+    assert witness.span_busy_us == [14.0]
     assert witness.span_calls_us(3) == [None]
     # a call whose kernel runs on beside the next call's: the calls' sum exceeds the whole
     raw[-1] = _RawEvent("b", 213 * us, 228 * us, cuda=True, corr=103)
