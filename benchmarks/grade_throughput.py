@@ -257,6 +257,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="ray: one host actor per GPU, each grading its share")
     parser.add_argument("--sets", nargs="*", default=["triton", "mix"],
                         help="triton: 12 honest Triton answers; kernelbench: answers to "
                              "KernelBench problems at their sizes; mix: Triton, CUDA and hostile")
@@ -300,7 +302,8 @@ def main() -> int:
             primer.write_text("".join(line + "\n" for line in firsts.values()))
             try:
                 grade_file(problems, primer, folder / f"{name}-primed.jsonl",
-                           device=args.device, workers=args.workers, policy=policy,
+                           device=args.device, workers=args.workers, backend=args.backend,
+                           policy=policy,
                            extensions_root=str(folder / "extensions"))
             except KeyboardInterrupt:
                 print(f"{name}: stopped while priming the references' cache", flush=True)
@@ -312,7 +315,7 @@ def main() -> int:
             start, parent_cpu = time.monotonic(), _own_cpu_s()
             try:
                 stats = grade_file(problems, submissions, out, device=args.device,
-                                   workers=args.workers, policy=policy,
+                                   workers=args.workers, backend=args.backend, policy=policy,
                                    cache_path=cache if use_cache else None,
                                    extensions_root=str(folder / "extensions"), group=args.group)
             except KeyboardInterrupt:  # stopped (SIGTERM: a time limit): report what finished
@@ -339,7 +342,8 @@ def main() -> int:
                 start = time.monotonic()
                 start, parent_cpu = time.monotonic(), _own_cpu_s()
                 stats = grade_file(problems, submissions, out2, device=args.device,
-                                   workers=args.workers, policy=policy, cache_path=cache,
+                                   workers=args.workers, backend=args.backend, policy=policy,
+                                   cache_path=cache,
                                    extensions_root=str(folder / "extensions"), group=args.group)
                 out = out2
             seconds = time.monotonic() - start

@@ -313,12 +313,16 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         try:
             if backend == "local":
                 stack.enter_context(_quick_handoffs())
-            if device.startswith("cuda") and backend == "local" and workers is None:
+            per_gpu = None
+            if device.startswith("cuda") and workers is None:
                 import torch
 
                 gpus = 1 if ":" in device else max(1, torch.cuda.device_count())
-                workers = gpus * default_slots_per_gpu(gpus, group=group or 1)
-            runner = get_backend(backend, device=device, workers=workers, address=address)
+                per_gpu = default_slots_per_gpu(gpus, group=group or 1)
+                # local: that many slots per GPU here; Ray: each GPU's host runs that many
+                workers = gpus * per_gpu if backend == "local" else None
+            runner = get_backend(backend, device=device, workers=workers, address=address,
+                                 per_gpu=None if backend == "local" else per_gpu)
             if backend == "local":
                 _SLOTS_PER_GPU.clear()
                 for slot in runner.slots:
