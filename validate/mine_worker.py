@@ -14,6 +14,7 @@ C code) ends the worker, and the parent reruns the batch's jobs one by one.
 """
 from __future__ import annotations
 
+import random
 import re
 import signal
 import time
@@ -25,6 +26,10 @@ from kernelmill.core.input_templates import TEMPLATES
 from .measure import load_namespace
 
 MAX_ATTEMPTS = 16
+# the most parameter and buffer elements a candidate may hold at its guessed constructor
+# arguments (1 GiB of float32), counted on the meta device before anything is allocated:
+# initializing more took one probe 23 s of CPU (a whole model with 12 G parameters)
+MAX_MODULE_ELEMENTS = 2 ** 28
 RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code defines (render.py)
 
 _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
@@ -53,6 +58,11 @@ def config_value(name: str) -> str:
 class JobTimeout(BaseException):
     """Raised by SIGALRM inside a job (a BaseException: ``except Exception`` in mined code
     does not swallow it)."""
+
+
+class TooLarge(Exception):
+    """The candidate, built on the meta device, holds more than ``MAX_MODULE_ELEMENTS``
+    elements at its constructor arguments (a rejection: too large to be one problem)."""
 
 
 class NoTensorInput(Exception):
@@ -95,6 +105,8 @@ def classify(exc: BaseException) -> str:
         return "unresolved name"
     if isinstance(exc, (NotImplementedError, NoTensorInput)):
         return "abstract or unsupported"
+    if isinstance(exc, TooLarge):
+        return "too large"
     return "probe failed"
 
 
@@ -161,14 +173,9 @@ class _Probe:
         last: BaseException | None = None
         for _ in range(MAX_ATTEMPTS):
             chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
-            args, kwargs = [], {}
             try:
-                for name, kw, expr in chosen:
-                    value = eval(expr, self.ns)
-                    if kw:
-                        kwargs[name] = value
-                    else:
-                        args.append(value)
+                self._fits(target, chosen)
+                args, kwargs = self._arguments(chosen)
                 _seed(0)
                 model = target(*args, **kwargs)
                 return model, chosen
@@ -213,6 +220,39 @@ class _Probe:
                 else:
                     raise
         raise last  # type: ignore[misc]
+
+    def _arguments(self, chosen: list[tuple[str, bool, str]]) -> tuple[list, dict]:
+        args, kwargs = [], {}
+        for name, kw, expr in chosen:
+            value = eval(expr, self.ns)
+            if kw:
+                kwargs[name] = value
+            else:
+                args.append(value)
+        return args, kwargs
+
+    def _fits(self, target, chosen: list[tuple[str, bool, str]]) -> None:
+        """Build the candidate on the meta device first (no memory, no initialization) and
+        raise ``TooLarge`` when it holds more than ``MAX_MODULE_ELEMENTS`` elements. A
+        constructor the meta device cannot run (it reads a tensor's values) is built as it is,
+        and its errors are the real constructor's."""
+        state = random.getstate()  # a constructor drawing from Python's random draws alike
+        try:
+            with torch.device("meta"):
+                args, kwargs = self._arguments(chosen)
+                model = target(*args, **kwargs)
+        except JobTimeout:
+            raise
+        except Exception:  # noqa: BLE001 — decided by the real constructor
+            return
+        finally:
+            random.setstate(state)
+        if not isinstance(model, torch.nn.Module):
+            return
+        held = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+        if held > MAX_MODULE_ELEMENTS:
+            raise TooLarge(f"{held:,} parameter and buffer elements at these constructor "
+                           f"arguments (the limit is {MAX_MODULE_ELEMENTS:,})")
 
     # ------------------------------------------------------------------ inputs
     def make(self, spec: dict, template: str, width: int, seed: int):

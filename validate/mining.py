@@ -23,8 +23,8 @@ import hashlib
 import logging
 import threading
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,11 +152,15 @@ class Miner:
         self.out = out
         self.stats = StageStats("mine")
         self.table: dict[str, Counter] = {}
-        # probing a chunk (in a background thread) overlaps gathering the next one; the
-        # writers and counts are shared, so both threads take this lock around them
+        # chunks of ``batch`` candidates are probed, sized and rendered in ``workers``
+        # background threads (one worker process each at a time) while this thread gathers
+        # the next ones: a slow probe holds one thread, not the gathering or the other chunks.
+        # Their records are written here, in submission order, so a run writes the same file
+        # whichever chunk finishes first. Counts are shared: both sides take this lock.
         self.lock = threading.RLock()
-        self.background = ThreadPoolExecutor(1)
-        self.running = None
+        self.background = ThreadPoolExecutor(max(1, config.workers))
+        self.in_flight: deque[Future] = deque()
+        self.max_in_flight = 2 * max(1, config.workers) + 1
         self.records = JsonlWriter(out)
         self.rejects = JsonlWriter(rejected_path(out), key="key")
         self.done = set(self.rejects.seen)
@@ -166,20 +170,24 @@ class Miner:
                 self.done.add(key)
 
     def submit(self, pending: list[_Pending], row: Counter) -> None:
-        """Probe, size and write ``pending`` in the background (one chunk at a time)."""
-        self.wait()
+        """Probe, size and render ``pending`` in the background; write what finished."""
         if pending:
-            self.running = self.background.submit(self.finish, pending, row)
+            self.in_flight.append(self.background.submit(self.finish, pending, row))
+        self.drain(self.max_in_flight)
 
-    def wait(self) -> None:
-        if self.running is not None:
-            running, self.running = self.running, None
-            running.result()  # re-raises what the background chunk raised
+    def drain(self, keep: int = 0) -> None:
+        """Write the finished chunks at the head of the queue, in order, waiting for the head
+        while more than ``keep`` are in flight (re-raises what a chunk raised)."""
+        while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > keep):
+            for outcome in self.in_flight.popleft().result():
+                self.emit(outcome)
 
     def close(self) -> None:
         try:
-            self.wait()
+            self.drain()
         finally:
+            for future in self.in_flight:
+                future.cancel()
             self.background.shutdown(wait=True)
             self.records.close()
             self.rejects.close()
@@ -247,15 +255,17 @@ class Miner:
                 row["resolved"] += 1
             job = probe_job(item.key, gathered, guess, item.kind)
             pending.append(_Pending(item, source, gathered, guess, job))
-            if len(pending) >= self.config.batch * self.config.workers * 2:
+            if len(pending) >= self.config.batch:
                 self.submit(pending, row)
                 pending = []
         self.submit(pending, row)
-        self.wait()
+        self.drain()
 
-    def finish(self, pending: list[_Pending], row: Counter) -> None:
-        if not pending:
-            return
+    def finish(self, pending: list[_Pending], row: Counter) -> list[tuple]:
+        """Probe, size and render one chunk (a background thread); its outcomes, for
+        ``emit`` in order: ``("reject", row, key, reason, detail, where)`` and
+        ``("record", row, record, key, where)``."""
+        outcomes: list[tuple] = []
         started = time.monotonic()
         results = {r["key"]: r for r in _run_batches(PROBE, [p.job for p in pending],
                                                      self.config, {})}
@@ -267,8 +277,9 @@ class Miner:
             result = results.get(p.candidate.key) or {"ok": False, "reason": "probe crashed",
                                                       "detail": "no result"}
             if not result.get("ok"):
-                self.reject(row, p.candidate.key, result["reason"], result.get("detail", ""),
-                            seconds=result.get("seconds"), **where)
+                outcomes.append(("reject", row, p.candidate.key, result["reason"],
+                                 result.get("detail", ""),
+                                 {"seconds": result.get("seconds"), **where}))
                 continue
             with self.lock:
                 row["probed"] += 1
@@ -285,7 +296,26 @@ class Miner:
         with self.lock:
             self.stats.count("seconds: size", round(time.monotonic() - started))
         for p in probed:
-            self.write(p, sizes.get(p.candidate.key) or {}, plans_of[p.candidate.key], row)
+            outcomes.append(self.outcome(p, sizes.get(p.candidate.key) or {},
+                                         plans_of[p.candidate.key], row))
+        return outcomes
+
+    def emit(self, outcome: tuple) -> None:
+        """Write one outcome of ``finish`` (this thread only: the files' order is the
+        candidates')."""
+        with self.lock:
+            if outcome[0] == "reject":
+                _, row, key, reason, detail, where = outcome
+                self._reject(row, key, reason, detail, **where)
+                return
+            _, row, record, key, where = outcome
+            if self.records.write(record):
+                row["written"] += 1
+                self.stats.kept()
+                self.stats.count(f"category: {record.category}")
+            else:
+                self._reject(row, key, "duplicate source", f"same source as record {record.id}",
+                             **where)
 
     def _meta(self, p: _Pending) -> dict[str, Any]:
         d = p.candidate.definition
@@ -297,7 +327,8 @@ class Miner:
         return {"package": p.source.package, "file": str(d.path), "line": d.line,
                 "qualname": d.key}
 
-    def write(self, p: _Pending, sized: dict, plans: list, row: Counter) -> None:
+    def outcome(self, p: _Pending, sized: dict, plans: list, row: Counter) -> tuple:
+        """The record of a probed and sized candidate, or why it is rejected."""
         steps = sized.get("steps") or []
         factor, chosen = _choose(steps, plans, self.config) if plans else (None, None)
         if chosen is None and steps and steps[0].get("ok"):
@@ -316,8 +347,7 @@ class Miner:
         try:
             problem = check_source(source, name=p.candidate.name)
         except ProblemError as exc:
-            self.reject(row, p.candidate.key, "static check", exc.reason, **self._where(p))
-            return
+            return ("reject", row, p.candidate.key, "static check", exc.reason, self._where(p))
         with self.lock:
             row["static ok"] += 1
         d = p.candidate.definition
@@ -348,14 +378,7 @@ class Miner:
                                     level=problem.level,
                                     provenance={"generator": "mine", "operations": [],
                                                 "parent": None, "mined": mined})
-        with self.lock:
-            if self.records.write(record):
-                row["written"] += 1
-                self.stats.kept()
-                self.stats.count(f"category: {record.category}")
-            else:
-                self.reject(row, p.candidate.key, "duplicate source",
-                            f"same source as record {record.id}", **self._where(p))
+        return ("record", row, record, p.candidate.key, self._where(p))
 
 
 def print_table(table: dict[str, Counter]) -> None:

@@ -76,6 +76,9 @@ def test_every_bad_input_is_one_rejection_with_its_reason(mined):
     assert reasons["minefix.needs_dep.ImportsInForward"] == "missing dependency"
     assert reasons["minefix.hang.Spin"] == "probe timeout"
     assert reasons["minefix.hang.Hog"] == "probe OOM"
+    giant = next(r for r in mined["rejected"] if r.get("qualname") == "minefix.hang.Giant")
+    assert giant["reason"] == "too large" and "4,295,032,832 parameter" in giant["detail"]
+    assert giant["seconds"] < 5  # counted on the meta device, never allocated
     assert reasons["minefix.blocks.NoisyBlock"] == "nondeterministic"
     assert reasons[f"{PACKAGE}:minefix.broken"] == "parse error"
     assert reasons["kernelmill_no_such_package_xyz:"] == "not installed"
