@@ -88,7 +88,13 @@ def _verdicts(out: Path) -> tuple[dict, float]:
             row = json.loads(line)
         except ValueError:  # a line cut by the deadline
             continue
-        verdicts[row["id"]] = [row["validation"]["passed"], sorted(row["validation"]["flags"])]
+        checks = row["validation"].get("checks") or {}
+        # each check's measured value beside the verdict: a verdict that differs between runs
+        # is read against them (a timing check at its band's edge, or a real change)
+        values = {name: c.get("value") for name, c in checks.items()
+                  if isinstance(c, dict) and isinstance(c.get("value"), (int, float))}
+        verdicts[row["id"]] = [row["validation"]["passed"], sorted(row["validation"]["flags"]),
+                               values]
         busy += row["validation"].get("wall_s") or 0.0
     return verdicts, busy
 
@@ -184,6 +190,12 @@ def steady_rate(row: dict) -> float | None:
     return (hi[1] - lo[1]) / (hi[0] - lo[0]) * 3600
 
 
+def _value(verdict: list, name: str) -> str:
+    """A check's measured value in a verdict (results written before values were kept: -)."""
+    value = (verdict[2] if len(verdict) > 2 else {}).get(name)
+    return "-" if value is None else f"{value:.4g}"
+
+
 def table(rows: list[dict]) -> None:
     base = next((r for r in rows if "verdicts" in r), None)
     print(f"\n{'run':<14} {'GPUs':>4} {'cores':>5} {'problems':>8} {'wall s':>7} {'first s':>7} "
@@ -196,7 +208,7 @@ def table(rows: list[dict]) -> None:
         first = row["first_s"] or 0.0
         passed = sum(1 for v in row["verdicts"].values() if v[0])
         differ = [pid for pid, v in row["verdicts"].items()
-                  if pid in base["verdicts"] and base["verdicts"][pid] != v]
+                  if pid in base["verdicts"] and base["verdicts"][pid][:2] != v[:2]]
         rate = per_hour(row["problems"], row["wall_s"])
         steady = steady_rate(row)
         # mean problems in flight: the problems' own wall times over the run's
@@ -208,7 +220,11 @@ def table(rows: list[dict]) -> None:
         if row.get("stopped_at_deadline"):
             print(f"    stopped at its deadline: {row['problems']} of {row['expected']} validated")
         for pid in differ[:10]:
-            print(f"    {pid}: {base['verdicts'][pid]} -> {row['verdicts'][pid]}")
+            was, now = base["verdicts"][pid], row["verdicts"][pid]
+            moved = sorted(set(was[1]) ^ set(now[1]))
+            values = "".join(f" {name} {_value(was, name)} -> {_value(now, name)};"
+                             for name in moved)
+            print(f"    {pid}: {was[:2]} -> {now[:2]}{values}")
         if row.get("killed"):
             print(f"    killed host pid {row['killed']['pid']} after {row['killed']['after']} "
                   f"verdicts ({row['killed']['hosts']} hosts); {row['problems']} of "
