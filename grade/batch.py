@@ -314,15 +314,22 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             if backend == "local":
                 stack.enter_context(_quick_handoffs())
             per_gpu = None
-            if device.startswith("cuda") and workers is None:
+            if device.startswith("cuda") and workers is None and backend == "local":
                 import torch
 
                 gpus = 1 if ":" in device else max(1, torch.cuda.device_count())
-                per_gpu = default_slots_per_gpu(gpus, group=group or 1)
-                # local: that many slots per GPU here; Ray: each GPU's host runs that many
-                workers = gpus * per_gpu if backend == "local" else None
+                workers = gpus * default_slots_per_gpu(gpus, group=group or 1)
+            elif device.startswith("cuda") and workers is None:
+                # each GPU's host runs what its share of the cluster's cores allows (a host
+                # that runs one grade at a time left its GPU idle between them)
+                from kernelmill.validate.ray_backend import cluster_resources
+
+                resources = cluster_resources(address)
+                gpus = max(1, int(resources.get("GPU", 1)))
+                per_gpu = default_slots_per_gpu(gpus, cores=int(resources.get("CPU", 2)),
+                                                group=group or 1)
             runner = get_backend(backend, device=device, workers=workers, address=address,
-                                 per_gpu=None if backend == "local" else per_gpu)
+                                 per_gpu=per_gpu)
             if backend == "local":
                 _SLOTS_PER_GPU.clear()
                 for slot in runner.slots:

@@ -20,6 +20,11 @@ NATIVE_PATTERNS = re.compile(
     # host-callback thread
     r"\bat::(?:launch|intraop_launch\w*)\b|\b(?:Task)?ThreadPool\b|\bget_\w*pool\b|"
     r"\bcu(?:da)?LaunchHostFunc\b|\bcu(?:da)?StreamAddCallback\b|"
+    # grids the device launches itself (dynamic parallelism: relocatable device code linked
+    # with cudadevrt, device-side named streams): the profiler records no such kernel, so its
+    # work is in no device time the judge reads
+    r"(?<![\w-])-(?:rdc|dc)\b|--relocatable-device-code|cudadevrt\b|"
+    r"\bcudaStream(?:TailLaunch|FireAndForget)\b|\bcuda(?:GetParameterBuffer|LaunchDevice)\w*|"
     # the grader's stream capture and graphs: which capture a call is in (its id, its graph,
     # the nodes so far) tells the timing graph's calls apart (GRAPH_COPY.md); building,
     # launching or editing graphs is the grader's

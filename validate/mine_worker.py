@@ -37,6 +37,8 @@ _NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
 
 # a config field the guesses lack, or left None, by its name (spec.py's shrunk sizes)
 _CONFIG_VALUES = (
+    # rotary embeddings read their type and base from it (``config.rope_parameters["rope_type"]``)
+    (r"^rope_(parameters|scaling)$", "{'rope_type': 'default', 'rope_theta': 10000.0}"),
     (r"^head_dim$|_head_dim$|kv_channels", "16"), (r"eps$", "1e-06"),
     (r"drop|dropout", "0.0"), (r"(^|_)act($|_)|activation", "'gelu'"),
     (r"vocab", "1000"), (r"intermediate|ffn|d_ff|mlp_dim|inner", "128"),
@@ -247,9 +249,13 @@ class _Probe:
             return
         finally:
             random.setstate(state)
-        if not isinstance(model, torch.nn.Module):
+        try:
+            # a lazy module's parameters have no size before its first forward
+            held = sum(t.numel() for t in (*model.parameters(), *model.buffers())
+                       if not torch.nn.parameter.is_lazy(t)) \
+                if isinstance(model, torch.nn.Module) else 0
+        except Exception:  # noqa: BLE001 — a module that cannot be counted: built as it is
             return
-        held = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
         if held > MAX_MODULE_ELEMENTS:
             raise TooLarge(f"{held:,} parameter and buffer elements at these constructor "
                            f"arguments (the limit is {MAX_MODULE_ELEMENTS:,})")

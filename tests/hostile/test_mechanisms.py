@@ -715,6 +715,11 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
     "at::launch([=] { serve(); });",
     "c10::ThreadPool pool(1); pool.run(serve);",
     "cudaLaunchHostFunc(stream, serve, nullptr);",
+    # grids launched from the device (dynamic parallelism) leave no kernel record
+    "compute<<<grid, block, 0, cudaStreamTailLaunch>>>(x);",
+    "-rdc=true",
+    "-lcudadevrt",
+    "--relocatable-device-code=true",
 ])
 def test_static_scan_refuses_native_threads(native):
     """A thread started in native code (at import, say) runs library work or spins on the host

@@ -232,3 +232,32 @@ def test_a_config_field_left_none_gets_a_size_by_its_name(mined):
     assert "'head_dim': 16," in record.source
     model, _ = _build(shrink_for_cpu(record.source).source)
     assert model.mined.head_dim == 16 and model.mined.heads == 4
+
+
+def test_a_candidate_is_counted_on_the_meta_device_before_it_is_built():
+    """Parameters past the limit are found with nothing allocated; a lazy module (no sizes
+    before its first forward) and a constructor drawing from Python's random are built as
+    they are, that draw unrepeated."""
+    import random
+
+    from kernelmill.validate import mine_worker as W
+    from torch import nn
+
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(1 << 15, 1 << 14)
+
+    class Lazy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.LazyLinear(8)
+            self.gate = random.random()
+
+    probe = W._Probe({"dims": {}, "init": []})
+    with pytest.raises(W.TooLarge, match="536,887,296 parameter"):
+        probe._fits(Wide, [])
+    assert W.classify(W.TooLarge("x")) == "too large"
+    state = random.getstate()
+    probe._fits(Lazy, [])
+    assert random.getstate() == state
