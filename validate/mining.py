@@ -186,9 +186,23 @@ class Miner:
         try:
             self.drain()
         finally:
-            for future in self.in_flight:
-                future.cancel()
-            self.background.shutdown(wait=True)
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop after an error or an interrupt: chunks not started are dropped, the ones
+        running end (their workers have time limits), and of the finished ones those before
+        the first unfinished are written; a resumed run does the rest."""
+        for future in self.in_flight:
+            future.cancel()
+        self.background.shutdown(wait=True)
+        try:
+            while self.in_flight and not self.in_flight[0].cancelled():
+                for outcome in self.in_flight.popleft().result():
+                    self.emit(outcome)
+        except Exception as exc:  # noqa: BLE001 — the error being raised is the run's
+            log.warning("mine: a chunk failed while stopping: %s", exc)
+        finally:
+            self.in_flight.clear()
             self.records.close()
             self.rejects.close()
 
@@ -284,8 +298,13 @@ class Miner:
             with self.lock:
                 row["probed"] += 1
             p.probe = result
-            p.base = render(p.gathered, p.guess, result, p.candidate.kind, self._meta(p))
-            plans = ladder(p.base)
+            try:
+                p.base = render(p.gathered, p.guess, result, p.candidate.kind, self._meta(p))
+                plans = ladder(p.base)
+            except Exception as exc:  # noqa: BLE001 — one candidate's rejection, not the run's
+                outcomes.append(("reject", row, p.candidate.key, "render failed",
+                                 f"{type(exc).__name__}: {exc}", where))
+                continue
             plans_of[p.candidate.key] = plans
             probed.append(p)
             sized_jobs.append({"key": p.candidate.key, "source": p.base,
@@ -296,8 +315,12 @@ class Miner:
         with self.lock:
             self.stats.count("seconds: size", round(time.monotonic() - started))
         for p in probed:
-            outcomes.append(self.outcome(p, sizes.get(p.candidate.key) or {},
-                                         plans_of[p.candidate.key], row))
+            try:
+                outcomes.append(self.outcome(p, sizes.get(p.candidate.key) or {},
+                                             plans_of[p.candidate.key], row))
+            except Exception as exc:  # noqa: BLE001 — one candidate's rejection
+                outcomes.append(("reject", row, p.candidate.key, "render failed",
+                                 f"{type(exc).__name__}: {exc}", self._where(p)))
         return outcomes
 
     def emit(self, outcome: tuple) -> None:
@@ -407,8 +430,10 @@ def mine(sources: list[str], out: Path, config: MineOptions | None = None,
     try:
         for spec in sources:
             miner.mine_source(spec)
-    finally:
-        miner.close()
+    except BaseException:
+        miner.abort()
+        raise
+    miner.close()
     miner.stats.seconds = time.monotonic() - start
     if show_table and miner.table:
         print_table(miner.table)
