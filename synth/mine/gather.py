@@ -29,6 +29,7 @@ from .standin import (
     STANDIN_NAME,
     DropImports,
     LazyImports,
+    RaiseForeignImports,
     has_lazy_import,
     replace_bases,
 )
@@ -595,6 +596,7 @@ class Gatherer:
         if code is None:
             if took:
                 node = node.visit(DropImports(took))
+            node = node.visit(RaiseForeignImports(self.allowed))
             if subs:
                 node = replace_bases(node, subs)
             if rename or chain_map or new_top != definition.name:

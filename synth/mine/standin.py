@@ -11,6 +11,11 @@
   the package defines is gathered like any reference and the statement is removed:
   in a problem there is no package to import from. One whose names cannot be gathered stays
   as written (it fails only where it runs).
+* An absolute import inside a function body of a package a problem may not use
+  (``import flash_attn`` in a helper only an optional attention backend calls) becomes
+  ``raise ModuleNotFoundError``: the function behaves as where that package is not installed,
+  which the package's own code already allows for, and a problem whose forward does reach it
+  fails when probed. The problem's text then imports only torch and the standard library.
 """
 from __future__ import annotations
 
@@ -128,3 +133,43 @@ def replace_bases(node: cst.ClassDef, replaced: dict[str, str | None]) -> cst.Cl
     if bases:
         bases[-1] = bases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return node.with_changes(bases=bases)
+
+
+class RaiseForeignImports(cst.CSTTransformer):
+    """Each absolute import inside a function body (any depth) of a module whose root is not
+    in ``allowed`` becomes ``raise ModuleNotFoundError("No module named ...")`` (the line it
+    was on: nothing after a raise runs). ``changed`` says whether one was."""
+
+    def __init__(self, allowed: frozenset[str]):
+        super().__init__()
+        self.allowed = allowed
+        self.depth = 0
+        self.changed = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
+        self.depth -= 1
+        return updated
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
+                                  updated: cst.SimpleStatementLine):
+        if not self.depth:
+            return updated
+        for small in updated.body:
+            if isinstance(small, cst.Import):
+                modules = [_dotted(alias.name) for alias in small.names]
+            elif isinstance(small, cst.ImportFrom) and not small.relative and \
+                    small.module is not None:
+                modules = [_dotted(small.module)]
+            else:
+                continue
+            foreign = [m for m in modules if m and m.split(".")[0] not in self.allowed]
+            if foreign:
+                self.changed = True
+                message = cst.SimpleString(repr(f"No module named {foreign[0].split('.')[0]!r}"))
+                error = cst.Call(cst.Name("ModuleNotFoundError"), [cst.Arg(message)])
+                return updated.with_changes(body=[cst.Raise(exc=error)])
+        return updated
+

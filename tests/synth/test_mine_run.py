@@ -74,6 +74,11 @@ def test_every_bad_input_is_one_rejection_with_its_reason(mined):
                for r in mined["rejected"]}
     assert reasons["minefix.needs_dep.UsesMissingLib"] == "missing dependency"
     assert reasons["minefix.needs_dep.ImportsInForward"] == "missing dependency"
+    # a helper importing a missing package on a path forward does not take: no rejection
+    assert "minefix.needs_dep.OptionalBackend" not in reasons
+    optional = _by_name(mined)["OptionalBackend"].source
+    assert "raise ModuleNotFoundError(\"No module named 'another_missing_lib'\")" in optional
+    assert _imported(optional) <= {"torch", "__future__"}
     assert reasons["minefix.hang.Spin"] == "probe timeout"
     assert reasons["minefix.hang.Hog"] == "probe OOM"
     giant = next(r for r in mined["rejected"] if r.get("qualname") == "minefix.hang.Giant")
