@@ -30,6 +30,7 @@ from .standin import (
     DropImports,
     LazyImports,
     RaiseForeignImports,
+    has_foreign_body_import,
     has_lazy_import,
     replace_bases,
 )
@@ -275,6 +276,7 @@ class Gatherer:
         self._closure_size: dict[str, int] = {}
         self._subs: dict[str, dict[str, str | None]] = {}  # class -> base text -> stand-in
         self._foreign: dict[str, list[str]] = {}  # a part's text -> its foreign imports
+        self._needs: dict[str, bool] = {}  # a definition -> its closure imports such a package
         self.classes = ModuleClasses(index)
 
     def _foreign_in(self, text: str) -> list[str]:
@@ -283,6 +285,25 @@ class Gatherer:
         found = self._foreign.get(text)
         if found is None:
             found = self._foreign[text] = _foreign_imports(text, self.allowed)
+        return found
+
+    def _needs_foreign(self, definition: Definition) -> bool:
+        """Whether ``definition`` or what it reaches imports, inside a function body, a
+        package a problem may not use (memoized; a cycle counts as no)."""
+        known = self._needs.get(definition.key)
+        if known is not None:
+            return known
+        self._needs[definition.key] = False
+        found = has_foreign_body_import(definition.tree, self.allowed,
+                                        self.index.source.package.split(".")[0])
+        if not found:
+            try:
+                names, chains = self._references(definition)[:2]
+            except GatherError:
+                names, chains = {}, {}
+            found = any(isinstance(target, Definition) and self._needs_foreign(target)
+                        for target in (*names.values(), *chains.values()))
+        self._needs[definition.key] = found
         return found
 
     def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
@@ -313,6 +334,17 @@ class Gatherer:
                 rewritten = node.visit(rewrite) if foreign else node
                 if rewrite.changed:
                     node, changed = rewritten, True
+        if registry or isinstance(node, cst.ClassDef):
+            # a registry's entries whose code imports such a package where it runs (an
+            # optional backend: ``"flash_attention_2": flash_attention_forward``) go too: a
+            # problem could only reach them to fail, and their closures were most of its text
+            unusable = {name for name in visitor.names if isinstance(
+                found := self.index.resolve(module, name), Definition) and
+                self._needs_foreign(found)}
+            rewrite = _ForeignEntries(unusable)
+            rewritten = node.visit(rewrite) if unusable else node
+            if rewrite.changed:
+                node, changed = rewritten, True
         if changed:
             visitor = _Names()
             node.visit(visitor)

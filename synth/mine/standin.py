@@ -68,6 +68,25 @@ def has_lazy_import(tree: ast.AST, package: str) -> bool:
     return False
 
 
+def has_foreign_body_import(tree: ast.AST, allowed: frozenset[str], package: str) -> bool:
+    """Whether a definition (its ``ast``) imports, inside a function body, a package that is
+    neither one a problem may use (``allowed``) nor ``package`` itself: where gathered, that
+    import raises (``RaiseForeignImports``)."""
+    stack = [(tree, False)]  # (node, inside a function)
+    while stack:
+        node, inside = stack.pop()
+        if inside:
+            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) \
+                else [node.module.split(".")[0]] if isinstance(node, ast.ImportFrom) and \
+                not node.level and node.module else []
+            if any(root not in allowed and root != package for root in roots):
+                return True
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node)
+                     if isinstance(child, ast.stmt))
+    return False
+
+
 class LazyImports(cst.CSTVisitor):
     """``from X import a, b`` statements inside function bodies (any depth), with their
     absolute module (``module``: where the definition lives; ``is_package``: it is an

@@ -79,6 +79,10 @@ def test_every_bad_input_is_one_rejection_with_its_reason(mined):
     optional = _by_name(mined)["OptionalBackend"].source
     assert "raise ModuleNotFoundError(\"No module named 'another_missing_lib'\")" in optional
     assert _imported(optional) <= {"torch", "__future__"}
+    # a registry entry whose code needs a missing package is left out, with that code
+    dispatching = _by_name(mined)["Dispatching"].source
+    assert '"plain": _plain' in dispatching and "_vendor" not in dispatching
+    assert "ModuleNotFoundError" not in dispatching
     assert reasons["minefix.hang.Spin"] == "probe timeout"
     assert reasons["minefix.hang.Hog"] == "probe OOM"
     giant = next(r for r in mined["rejected"] if r.get("qualname") == "minefix.hang.Giant")
