@@ -53,37 +53,35 @@ STANDIN_CODE = f'''class {STANDIN_NAME}(nn.Module):
         return torch.device("cpu")'''
 
 
-def has_lazy_import(tree: ast.AST, package: str) -> bool:
-    """Whether a definition (its ``ast``) imports from ``package`` (or relatively) inside a
-    function body: the cheap test before libcst's walk (``LazyImports``)."""
+def _body_imports(tree: ast.AST):
+    """The import statements inside function bodies (any depth) of a definition's ``ast``."""
     stack = [(tree, False)]  # (node, inside a function)
     while stack:
         node, inside = stack.pop()
-        if inside and isinstance(node, ast.ImportFrom) and (
-                node.level or (node.module or "").split(".")[0] == package):
-            return True
+        if inside and isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
         inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         stack.extend((child, inside) for child in ast.iter_child_nodes(node)
                      if isinstance(child, ast.stmt))
-    return False
+
+
+def has_lazy_import(tree: ast.AST, package: str) -> bool:
+    """Whether a definition (its ``ast``) imports from ``package`` (or relatively) inside a
+    function body: the cheap test before libcst's walk (``LazyImports``)."""
+    return any(isinstance(node, ast.ImportFrom) and
+               (node.level or (node.module or "").split(".")[0] == package)
+               for node in _body_imports(tree))
 
 
 def has_foreign_body_import(tree: ast.AST, allowed: frozenset[str], package: str) -> bool:
     """Whether a definition (its ``ast``) imports, inside a function body, a package that is
     neither one a problem may use (``allowed``) nor ``package`` itself: where gathered, that
     import raises (``RaiseForeignImports``)."""
-    stack = [(tree, False)]  # (node, inside a function)
-    while stack:
-        node, inside = stack.pop()
-        if inside:
-            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) \
-                else [node.module.split(".")[0]] if isinstance(node, ast.ImportFrom) and \
-                not node.level and node.module else []
-            if any(root not in allowed and root != package for root in roots):
-                return True
-        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        stack.extend((child, inside) for child in ast.iter_child_nodes(node)
-                     if isinstance(child, ast.stmt))
+    for node in _body_imports(tree):
+        roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) \
+            else [node.module.split(".")[0]] if not node.level and node.module else []
+        if any(root not in allowed and root != package for root in roots):
+            return True
     return False
 
 
