@@ -179,8 +179,12 @@ class Miner:
         """Write the finished chunks at the head of the queue, in order, waiting for the head
         while more than ``keep`` are in flight (re-raises what a chunk raised)."""
         while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > keep):
-            for outcome in self.in_flight.popleft().result():
-                self.emit(outcome)
+            self._write_head()
+
+    def _write_head(self) -> None:
+        """Write the outcomes of the chunk at the head of the queue (waiting for it)."""
+        for outcome in self.in_flight.popleft().result():
+            self.emit(outcome)
 
     def close(self) -> None:
         try:
@@ -197,8 +201,7 @@ class Miner:
         self.background.shutdown(wait=True)
         try:
             while self.in_flight and not self.in_flight[0].cancelled():
-                for outcome in self.in_flight.popleft().result():
-                    self.emit(outcome)
+                self._write_head()
         except Exception as exc:  # noqa: BLE001 — the error being raised is the run's
             log.warning("mine: a chunk failed while stopping: %s", exc)
         finally:
