@@ -257,6 +257,15 @@ def summarize(method: str, samples: list[float], **extra) -> dict:
 # ---------------------------------------------------------------- the timer
 
 PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
+# A call at least this long is timed with the least preparation: one warm-up, its host time
+# and its estimate from one call each. Such a call is one call per sample whatever else is
+# measured, and the nine calls of the full preparation (then 135 more to size a timing graph)
+# made a 186 ms convolution's exclusive window 15 s on an H200, the whole GPU held meanwhile.
+LONG_CALL_MS = 50.0
+# A one-call graph whose replay takes this many ``sample_ms`` is one call per sample: the graph
+# launch's fixed cost (about 20 µs) cannot bring its per-call time under ``sample_ms``, so the
+# larger graph that differences that cost out is not captured or replayed.
+LONG_REPLAY_SAMPLES = 4
 # The most device memory the timing graph's held outputs may take: fewer calls per sample for
 # a large output (a call of such a size is long enough that a handful fill a sample)
 HELD_OUTPUT_BYTES = 256 << 20
@@ -435,27 +444,40 @@ class Timer:
     # -------------------------------------------------------- preparation
 
     def prepare(self) -> dict:
+        """Warm up, take the host time to issue a call and estimate one call; on CUDA with
+        ``graph``, capture the timing graph. The first call is a warm-up (lazy
+        initialization, compiles); when the second takes ``LONG_CALL_MS`` or more, it is the
+        only other warm-up and host measurement, and the estimate is one sample."""
         cuda = is_cuda(self.device)
-        for _ in range(max(1, self.warmup)):
-            self.output = self.fn()
+        self.output = self.fn()
         synchronize(self.device)
-        host = []
-        for _ in range(3):
-            begin = _perf_counter()
-            self.output = self.fn()
-            host.append((_perf_counter() - begin) * 1e3)
+        begin = _perf_counter()
+        self.output = self.fn()
+        host = [(_perf_counter() - begin) * 1e3]
+        synchronize(self.device)
+        long = (_perf_counter() - begin) * 1e3 >= LONG_CALL_MS
+        if not long:
+            for _ in range(max(0, self.warmup - 2)):
+                self.output = self.fn()
             synchronize(self.device)
+            host.clear()
+            for _ in range(3):
+                begin = _perf_counter()
+                self.output = self.fn()
+                host.append((_perf_counter() - begin) * 1e3)
+                synchronize(self.device)
         self.host_ms = _median(host)
+        estimate_reps = 1 if long else 3
         if not cuda:
             self.method = "perf_counter"
-            self.estimate_ms = max(_median(self.round(3)), 1e-6)
+            self.estimate_ms = max(_median(self.round(estimate_reps)), 1e-6)
             self.cpu_samples.clear()
             return self.describe()
         self._events = (_Event(enable_timing=True), _Event(enable_timing=True))
         if self.flush_wanted:
             self._flush = L2Flush(self.device)
         self.method = "cuda_events"
-        self.estimate_ms = max(_median(self.round(3)), 1e-4)
+        self.estimate_ms = max(_median(self.round(estimate_reps)), 1e-4)
         if self.graph_wanted:
             self._capture()
         return self.describe()
@@ -552,12 +574,22 @@ class Timer:
     def _per_call_ms(self, stream) -> float:
         """The device time of one call: back-to-back replays of a one-call and a
         ``PROBE_CALLS``-call graph, differenced, so a graph launch's fixed cost (about 20 µs on
-        an H100, more than a small kernel) is not counted as the call's."""
+        an H100, more than a small kernel) is not counted as the call's; a one-call replay of
+        ``LONG_REPLAY_SAMPLES`` samples or more is the estimate itself."""
         start, end = self._events
         times = []
         for calls in (1, PROBE_CALLS):
             graph, outputs = self._captured(stream, calls)
             _graph_replay(graph)
+            if calls == 1:
+                _event_record(start)
+                _graph_replay(graph)
+                _event_record(end)
+                _event_wait(end)
+                once = float(_event_elapsed(start, end))
+                if once >= LONG_REPLAY_SAMPLES * self.sample_ms:
+                    self._single = (graph, outputs[-1])
+                    return once
             # the least of three runs of 5 replays: work of other processes sharing the GPU
             # (another grade's checks; ``prepare`` runs beside them) only lengthens a run, and
             # an estimate twice too long sized a small kernel's graph to half its calls, which
@@ -665,9 +697,11 @@ class Timer:
         return samples
 
     def warm(self, ms: float) -> int:
-        """Run samples for about ``ms`` of wall time (clocks up, caches settled); how many."""
+        """Run samples for about ``ms`` of wall time (clocks up, caches settled), at least two
+        (one of a call of ``LONG_CALL_MS`` or more); how many."""
         done, deadline = 0, _perf_counter() + ms / 1e3
-        while done < 2 or _perf_counter() < deadline:
+        least = 1 if (self.estimate_ms or 0.0) >= LONG_CALL_MS else 2
+        while done < least or _perf_counter() < deadline:
             self.sample()
             done += 1
         return done
@@ -696,19 +730,32 @@ class Timer:
 def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
             cap_ms: float | None = None, round_reps: int = 10, min_reps: int = 10,
             max_reps: int = 2000, warm_ms: float | None = None, graph: bool = True,
+            on_phase: Callable[[str], Any] | None = None, long_call_reps: int | None = None,
             **timer_options) -> dict:
     """Time ``fn`` alone: warm clocks, then rounds of samples until the median's 95% half-width
     is under ``ci_target_pct`` (after ``min_reps``), ``max_reps`` or ``cap_ms`` of wall time.
+    ``on_phase(name)`` is called as each phase begins (``prepare``, ``warm``, ``samples``).
+    ``long_call_reps``: a call whose estimate fills ``cap_ms`` in fewer samples than one round
+    gets that many samples, or as many as fit in the cap if more (a describing measurement:
+    the median of three 200 ms calls is as good as five for a runtime band).
 
     Returns ``summarize(...)`` plus the timer's description (``calls_per_sample``, ``host_ms``,
     ``capture_error``)."""
     cuda = is_cuda(device)
     cap_ms = cap_ms if cap_ms is not None else (2000.0 if cuda else 300.0)
     warm_ms = warm_ms if warm_ms is not None else (100.0 if cuda else 0.0)
+    phase = on_phase if on_phase is not None else (lambda name: None)
     timer = Timer(fn, device, graph=graph, **timer_options)
+    phase("prepare")
     info = timer.prepare()
     if warm_ms:
+        phase("warm")
         timer.warm(warm_ms)
+    phase("samples")
+    floor = min(min_reps, 6)
+    estimate = timer.estimate_ms or 0.0
+    if long_call_reps and estimate * round_reps > cap_ms:
+        floor = round_reps = min(round_reps, max(long_call_reps, int(cap_ms // estimate)))
     samples: list[float] = []
     deadline = _perf_counter() + cap_ms / 1e3
     while len(samples) < max_reps:
@@ -716,7 +763,7 @@ def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
         ci = median_ci_pct(samples)
         if len(samples) >= min_reps and ci is not None and ci <= ci_target_pct:
             break
-        if _perf_counter() >= deadline and len(samples) >= min(min_reps, 6):
+        if _perf_counter() >= deadline and len(samples) >= floor:
             break
     return summarize(timer.method, samples, **{k: v for k, v in info.items()
                                                if k != "method"})

@@ -93,6 +93,34 @@ def test_measure_stops_at_the_ci_target_or_the_cap():
     assert time.perf_counter() - began < 1.0 and capped["reps"] < 200
 
 
+def test_a_long_call_is_prepared_and_sampled_with_the_fewest_calls():
+    calls = []
+
+    def slow():  # a call of 80 ms: the second already says it is long
+        calls.append(1)
+        time.sleep(0.08)
+
+    timer = M.Timer(slow, "cpu")
+    timer.prepare()
+    assert len(calls) == 3, len(calls)  # a warm-up, its host time, one estimate (was 9)
+    assert timer.estimate_ms >= 80 and timer.host_ms >= 80
+    short = []
+    M.Timer(lambda: (short.append(1), busy(1.0)()), "cpu").prepare()
+    assert len(short) == 9, len(short)  # a short call: 3 warm-ups, 3 host times, 3 estimates
+    calls.clear()
+    result = M.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
+                       long_call_reps=3, warm_ms=1.0)
+    # three samples, not five: 5 x 80 ms would overrun the 200 ms cap; one warm-up sample
+    assert result["reps"] == 3 and len(calls) == 3 + 1 + 3, (result, len(calls))
+    calls.clear()
+    plain = M.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
+                      warm_ms=1.0)
+    assert plain["reps"] == 5, plain  # without ``long_call_reps`` the rounds are unchanged
+    phases = []
+    M.measure(busy(0.5), "cpu", cap_ms=20, warm_ms=1.0, on_phase=phases.append)
+    assert phases == ["prepare", "warm", "samples"]
+
+
 def test_a_cpu_timer_keeps_the_calling_threads_cpu_time_apart_from_the_wall_clock():
     # Waiting (another process holding the core, a sleep) stretches the wall clock only: the
     # unseen-input check compares CPU time on CPU, where the wall clock needs a 2 ms floor.
@@ -585,6 +613,26 @@ def test_cuda_graph_timer_replays_what_it_captured():
     events = M.measure(lambda: a @ a, "cuda", graph=False)
     assert events["method"] == "cuda_events"
     assert 0.7 <= events["ms"] / result["ms"] <= 1.5, (events, result)
+
+
+@pytest.mark.gpu
+def test_a_long_graph_call_is_sized_from_one_replay():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(8192, 8192, device="cuda")  # a matmul of several ms: one call per sample
+    replays = []
+    real = M._graph_replay
+    try:
+        M._graph_replay = lambda graph: (replays.append(graph), real(graph))[1]
+        timer = M.Timer(lambda: a @ a, "cuda")
+        info = timer.prepare()
+    finally:
+        M._graph_replay = real
+    assert info["method"] == "cuda_graph" and timer.calls_per_sample == 1, info
+    assert timer.estimate_ms >= M.LONG_REPLAY_SAMPLES * timer.sample_ms, info
+    assert len(replays) <= 4, len(replays)  # no eight-call graph and its 15 replays
+    ms, _ = timer.once(lambda: a @ a)
+    assert 0.5 <= timer.estimate_ms / ms <= 2.0, (timer.estimate_ms, ms)
 
 
 @pytest.mark.gpu
