@@ -59,9 +59,12 @@ kernelmill() { python3 -m kernelmill.app.cli "$@"; }
 # GPU busy % and memory used, sampled every second while a long part runs (util_PART.csv), and
 # their means in timings.txt
 sampler=""
+# (of the GPU CUDA_VISIBLE_DEVICES names when it names one: nvidia-smi ignores that variable)
 sample_gpu() {
-  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 1000 \
-    > "$out/util_$1.csv" 2>/dev/null & sampler=$!
+  local only=()
+  [[ "${CUDA_VISIBLE_DEVICES:-}" =~ ^[0-9]+$ ]] && only=(-i "$CUDA_VISIBLE_DEVICES")
+  nvidia-smi "${only[@]}" --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits \
+    -lms 1000 > "$out/util_$1.csv" 2>/dev/null & sampler=$!
 }
 stop_sampling() {
   [ -n "$sampler" ] || return 0

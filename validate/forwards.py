@@ -16,6 +16,11 @@ def seeds(base: int) -> dict[str, int]:
             "liveness": base + 7}
 
 
+# Called before each forward while a stage holds the GPU lock shared (``probe._section``): lets
+# a timing window that waits for the GPU in before the next forward.
+_between_forwards: list[Callable[[], Any] | None] = [None]
+
+
 def _mark(stage: str) -> None:
     """Tell the harness which stage we are in, so a crash reports it."""
     from .harness_worker import mark_stage
@@ -98,6 +103,8 @@ def run_forward(model, inputs: list, forward_seed: int, device: str, *,
     throwaway copy) after seeding the RNG; flattened detached outputs."""
     import torch
 
+    if _between_forwards[0] is not None:
+        _between_forwards[0]()
     args = _clone(inputs) if clone else inputs
     torch.manual_seed(forward_seed)
     with torch.no_grad():

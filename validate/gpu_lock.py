@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 class GpuLock:
@@ -43,7 +45,7 @@ class GpuLock:
             finally:
                 if not exclusive:
                     fcntl.flock(turn, fcntl.LOCK_UN)
-            held = _Held(turn if exclusive else None, main)
+            held = _Held(turn if exclusive else None, main, queue=turn)
             try:
                 yield held
             finally:
@@ -93,8 +95,37 @@ class _Held:
     the lock, not in the next window (on an H100 it ran inside other groups' windows and
     read honest 1 µs kernels 1.5x slow)."""
 
-    def __init__(self, turn, main):
+    def __init__(self, turn, main, queue=None):
         self.turn, self.main = turn, main
+        self._queue = queue  # the ``turn`` file, held or not
+
+    def let_window_in(self, on_wait: Callable[[], Any] | None = None) -> bool:
+        """A shared hold steps aside for a timing window waiting for the GPU (it holds
+        ``turn`` while it waits for the shared holders to drain), then holds shared again
+        behind it; True when it stepped aside (``on_wait()`` first). Called between pieces of
+        a long stretch of GPU work, with the work so far finished on the device, so a window
+        waits for one piece, not the whole stretch; every other holder's next piece waits
+        behind that window meanwhile."""
+        if self.turn is not None or self.main is None or self._queue is None:
+            return False
+        import fcntl
+
+        try:
+            fcntl.flock(self._queue, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # a window (or a holder passing through) has the turn: step aside
+        else:
+            fcntl.flock(self._queue, fcntl.LOCK_UN)
+            return False
+        if on_wait is not None:
+            on_wait()
+        fcntl.flock(self.main, fcntl.LOCK_UN)
+        fcntl.flock(self._queue, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.main, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self._queue, fcntl.LOCK_UN)
+        return True
 
     def downgrade(self) -> None:
         if self.turn is None:

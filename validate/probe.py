@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checks as C
+from . import forwards as F
 from . import measure as M
 from . import realcode as R
 from .device_work import device_work, syncs_in_loops
@@ -211,18 +212,29 @@ def _compute_ops(model, inputs: list, copies: bool) -> list[str] | None:
 
 def _section(lock, device: str, stage: str):
     """One stage of GPU work: marked (a crash names it), under the GPU lock held shared, and
-    finished on the device before the lock is let go. Stages are short (a few forwards), so a
-    timing window that waits for the shared holders to drain waits for one stage, not a whole
-    probe (with 16 workers on a GPU, whole-probe holds left the GPU idle most of the time)."""
+    finished on the device before the lock is let go. A timing window that waits for the shared
+    holders to drain waits for one forward, not a whole probe or stage: before each forward of
+    the stage after its first, the hold steps aside for a waiting window
+    (``_Held.let_window_in``; with 16 workers on a GPU, whole-probe holds left the GPU idle most
+    of the time). Time spent waiting for the lock is marked ``waiting for the GPU``."""
     import contextlib
 
     @contextlib.contextmanager
     def held():
-        _mark(stage)
-        with lock.shared():
+        _mark("waiting for the GPU")
+        with lock.shared() as hold:
+            _mark(stage)
+
+            def between() -> None:
+                M.synchronize(device)
+                if hold.let_window_in(lambda: _mark("waiting for the GPU")):
+                    _mark(stage)
+
+            F._between_forwards[0] = between
             try:
                 yield
             finally:
+                F._between_forwards[0] = None
                 M.synchronize(device)
 
     return held()

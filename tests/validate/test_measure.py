@@ -187,6 +187,55 @@ def test_exclusive_window_waits_for_shared_gpu_work(tmp_path):
     assert order == ["shared work done", "window"]
 
 
+def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path):
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    order = []
+    with lock.shared() as held:
+        assert not held.let_window_in()  # nobody waits: it keeps the GPU
+        order.append("piece 1")
+
+        def window():
+            with lock.exclusive():
+                order.append("window")
+
+        thread = threading.Thread(target=window)
+        thread.start()
+        time.sleep(0.2)  # the window waits for this hold
+        assert order == ["piece 1"]
+        waited = []
+        assert held.let_window_in(lambda: waited.append(1))
+        order.append("piece 2")  # held shared again, after the window
+        thread.join(5)
+    assert order == ["piece 1", "window", "piece 2"] and waited == [1]
+    with lock.exclusive() as alone:
+        assert not alone.let_window_in()  # an exclusive hold never steps aside
+
+
+def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, monkeypatch):
+    from kernelmill.validate import forwards as F
+    from kernelmill.validate import probe as P
+
+    monkeypatch.setattr(P, "_mark", lambda stage: None)
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    model, order = torch.nn.Linear(4, 4), []
+    with P._section(lock, "cpu", "stage"):
+        F.run_forward(model, [torch.ones(2, 4)], 0, "cpu")
+        order.append("forward 1")
+
+        def window():
+            with lock.exclusive():
+                order.append("window")
+
+        thread = threading.Thread(target=window)
+        thread.start()
+        time.sleep(0.2)
+        F.run_forward(model, [torch.ones(2, 4)], 0, "cpu")  # lets the window in first
+        order.append("forward 2")
+        thread.join(5)
+    assert order == ["forward 1", "window", "forward 2"]
+    assert F._between_forwards[0] is None  # outside a stage a forward waits for nothing
+
+
 # ---------------------------------------------------------------- the window, two processes
 
 WORKER = textwrap.dedent("""

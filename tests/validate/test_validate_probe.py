@@ -147,6 +147,12 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
 
     held: list[str] = []
     log: list[tuple[str, int]] = []
+    asides: list[str] = []
+
+    class Handle:
+        def let_window_in(self, on_wait=None):
+            asides.append(held[-1])  # offered between forwards, only while held
+            return False
 
     class Recorder:
         def __init__(self, path):
@@ -158,7 +164,7 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
             held.append(kind)
             log.append((kind, len(log)))
             try:
-                yield
+                yield Handle()
             finally:
                 held.pop()
 
@@ -175,6 +181,8 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
     kinds = [k for k, _ in log]
     assert kinds.count("exclusive") == 1
     assert kinds.count("shared") >= 10 + m["ablation"]["tried"]
+    # every forward inside a shared hold first offers the GPU to a waiting window
+    assert len(asides) >= 10 and set(asides) == {"shared"}
     replay = P.replay_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
                                "time_eager": True})
     assert replay["timing"]["eager_ms"] > 0
