@@ -26,6 +26,17 @@ def resolve_device(device: str = "auto") -> str:
         return "cpu"
 
 
+def _pinned(index: int) -> Slot:
+    """The slot of the ``index``-th GPU this process sees. Under a ``CUDA_VISIBLE_DEVICES`` of
+    its own, that is the list's ``index``-th entry (an index or a UUID), not the host's
+    ``index``-th GPU: a run started on GPU 1 alone has its workers on GPU 1."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if v.strip()]
+    name = visible[index] if index < len(visible) else str(index)
+    return {"device": "cuda:0", "gpu": int(name) if name.isdigit() else name,
+            "env": {"CUDA_VISIBLE_DEVICES": name}}
+
+
 def device_slots(device: str, workers: int | None = None) -> list[Slot]:
     """One slot per visible GPU (pinned with CUDA_VISIBLE_DEVICES), or ``workers`` CPU slots."""
     device = resolve_device(device)
@@ -39,8 +50,7 @@ def device_slots(device: str, workers: int | None = None) -> list[Slot]:
         if workers:
             indices = indices[:workers] if workers <= len(indices) else \
                 [indices[i % len(indices)] for i in range(workers)]
-        return [{"device": "cuda:0", "gpu": i, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}
-                for i in indices]
+        return [_pinned(i) for i in indices]
     n = workers or max(1, min(2, os.cpu_count() or 1))
     return [{"device": "cpu", "gpu": None, "env": {}} for _ in range(n)]
 

@@ -195,3 +195,22 @@ def test_load_problem_unreadable_file(tmp_path):
     path.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ProblemError, match="cannot read file"):
         load_problem(path)
+
+
+def test_gpu_slots_follow_the_parents_own_visible_devices(monkeypatch):
+    """A run started on GPUs 3 and 5 alone pins its workers to GPUs 3 and 5, not to the host's
+    first two (a run on GPU 1 alone once ran every worker on GPU 0, beside another run)."""
+    import torch
+
+    from kernelmill.core.devices import device_slots
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    slots = device_slots("cuda")
+    assert [(s["gpu"], s["env"]["CUDA_VISIBLE_DEVICES"], s["device"]) for s in slots] == \
+        [(3, "3", "cuda:0"), (5, "5", "cuda:0")]
+    assert [s["gpu"] for s in device_slots("cuda:1")] == [5]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8dc80d46")
+    assert device_slots("cuda:0")[0]["env"] == {"CUDA_VISIBLE_DEVICES": "GPU-8dc80d46"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert [s["gpu"] for s in device_slots("cuda")] == [0, 1]
