@@ -186,7 +186,8 @@ for part in $parts; do
                 # AUDIT_RESUME: an earlier call's audit.jsonl, whose problems are not run again
                 [ -n "${AUDIT_RESUME:-}" ] && cp "$AUDIT_RESUME" "$out/audit.jsonl"
                 # shellcheck disable=SC2086 — AUDIT_ARGS is a list of flags
-                python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
+                # AUDIT_LIMIT: seconds before the audit stops and prints its tables over what it did
+                timeout "${AUDIT_LIMIT:-0}" python3 benchmarks/kernelbench_audit.py "$kb" --device cuda ${AUDIT_ARGS:---limit 10} \
                   --out "$out/audit.jsonl" --json "$out/audit.json" 2>&1 | tee "$out/audit.log"
               fi ;;
     # the hostile suite on CUDA with every judge() made a second time by another judge's file
