@@ -36,8 +36,8 @@ def load_namespace(source: str, tag: str = "problem") -> dict:
 def _to_device(value: Any, device: str) -> Any:
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return value.to(device)  # a module built on the host is moved whole
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(v, device) for v in value)
     return value

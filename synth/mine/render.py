@@ -36,7 +36,8 @@ RUNNING_STATS = "_mined_running_stats"
 _RUNNING_STATS_CODE = f'''def {RUNNING_STATS}(module, seed=0):
     """Running statistics like a trained model's for every normalization layer that keeps them
     (BatchNorm and its kin): in eval mode the defaults, mean 0 and variance 1, leave the layer
-    an identity. Drawn from their own seeded generator, so every build draws the same."""
+    an identity. Drawn on the host from their own seeded generator, so every build on every
+    device draws the same (under a device context a host generator cannot draw there)."""
     gen = torch.Generator().manual_seed(seed)
     count = 0
     with torch.no_grad():
@@ -45,8 +46,8 @@ _RUNNING_STATS_CODE = f'''def {RUNNING_STATS}(module, seed=0):
             var = getattr(layer, "running_var", None)
             if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor) and \\
                     mean.is_floating_point() and var.is_floating_point():
-                mean.copy_(torch.randn(mean.shape, generator=gen).mul_(0.2))
-                var.copy_(torch.randn(var.shape, generator=gen).mul_(0.3).exp_())
+                mean.copy_(torch.randn(mean.shape, generator=gen, device="cpu").mul_(0.2))
+                var.copy_(torch.randn(var.shape, generator=gen, device="cpu").mul_(0.3).exp_())
                 count += 1
     return count
 '''

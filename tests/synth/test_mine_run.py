@@ -220,6 +220,24 @@ def test_batchnorm_running_statistics_are_drawn_so_it_is_no_dead_branch(mined):
     assert bn.running_mean.abs().min() > 0 and (bn.running_var - 1).abs().max() > 0.05
     assert torch.equal(bn.running_mean, again.mined.bn.running_mean)  # deterministic
     assert torch.equal(bn.running_var, again.mined.bn.running_var)
+
+    class GeneratorsDrawOnTheirDevice(torch.overrides.TorchFunctionMode):
+        """As CUDA does: a draw on the default device with another device's generator fails
+        (the meta device, standing in for the GPU here, would let it pass)."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            gen = kwargs.get("generator")
+            if gen is not None and kwargs.get("device") is None and \
+                    torch.get_default_device().type != gen.device.type:
+                raise RuntimeError(f"Expected a '{torch.get_default_device().type}' device "
+                                   f"type for generator but found '{gen.device.type}'")
+            return func(*args, **kwargs)
+
+    # as the validator builds on a GPU: under a device context
+    with torch.device("meta"), GeneratorsDrawOnTheirDevice():
+        placed, _ = _build(source)
+    assert {t.device.type for t in placed.state_dict().values()} == {"meta"}
     torch.manual_seed(1)
     inputs = ns["get_inputs"]()
     with torch.no_grad():
