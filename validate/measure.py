@@ -731,13 +731,15 @@ def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
             cap_ms: float | None = None, round_reps: int = 10, min_reps: int = 10,
             max_reps: int = 2000, warm_ms: float | None = None, graph: bool = True,
             on_phase: Callable[[str], Any] | None = None, long_call_reps: int | None = None,
-            **timer_options) -> dict:
+            prepared: Timer | None = None, **timer_options) -> dict:
     """Time ``fn`` alone: warm clocks, then rounds of samples until the median's 95% half-width
     is under ``ci_target_pct`` (after ``min_reps``), ``max_reps`` or ``cap_ms`` of wall time.
     ``on_phase(name)`` is called as each phase begins (``prepare``, ``warm``, ``samples``).
     ``long_call_reps``: a call whose estimate fills ``cap_ms`` in fewer samples than one round
     gets that many samples, or as many as fit in the cap if more (a describing measurement:
     the median of three 200 ms calls is as good as five for a runtime band).
+    ``prepared``: a ``Timer`` of ``fn`` already prepared, maybe beside other work on the GPU;
+    its graph is sized again from an estimate taken now (``Timer.resize``, phase ``resize``).
 
     Returns ``summarize(...)`` plus the timer's description (``calls_per_sample``, ``host_ms``,
     ``capture_error``)."""
@@ -745,9 +747,15 @@ def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
     cap_ms = cap_ms if cap_ms is not None else (2000.0 if cuda else 300.0)
     warm_ms = warm_ms if warm_ms is not None else (100.0 if cuda else 0.0)
     phase = on_phase if on_phase is not None else (lambda name: None)
-    timer = Timer(fn, device, graph=graph, **timer_options)
-    phase("prepare")
-    info = timer.prepare()
+    if prepared is None:
+        timer = Timer(fn, device, graph=graph, **timer_options)
+        phase("prepare")
+        info = timer.prepare()
+    else:
+        timer = prepared
+        phase("resize")
+        timer.resize()
+        info = timer.describe()
     if warm_ms:
         phase("warm")
         timer.warm(warm_ms)

@@ -188,6 +188,53 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
     assert replay["timing"]["eager_ms"] > 0
 
 
+def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatch):
+    """The timing window holds the GPU alone only to size, warm and sample: the warm-up, the
+    host time and the graph capture run under the lock held shared, one forward at a time."""
+    import contextlib
+
+    import torch
+
+    from kernelmill.validate import measure as M
+    from kernelmill.validate import probe as P
+
+    held: list[str] = []
+    log: list[str] = []
+
+    class Recorder:
+        def __init__(self, path):
+            pass
+
+        @contextlib.contextmanager
+        def _hold(self, kind):
+            held.append(kind)
+            log.append(kind)
+            try:
+                yield None
+            finally:
+                held.pop()
+
+        def shared(self):
+            return self._hold("shared")
+
+        def exclusive(self):
+            return self._hold("exclusive")
+
+    real_prepare = M.Timer.prepare
+
+    def prepare(timer):
+        log.append(f"prepare under {held[-1] if held else 'nothing'}")
+        return real_prepare(timer)
+
+    monkeypatch.setattr(M.Timer, "prepare", prepare)
+    monkeypatch.setattr(P, "_mark", lambda stage: None)
+    model, x = torch.nn.Linear(8, 8), torch.ones(4, 8)
+    times = P._timed_window(Recorder(None), "cpu", {"eager": (model, [x]),
+                                                    "inductor": (model, [x])})
+    assert log == ["shared", "prepare under shared", "exclusive"] * 2, log
+    assert times["eager"]["ms"] > 0 and times["inductor"]["reps"] >= 5
+
+
 def test_out_of_memory_while_building_on_the_gpu_is_raised_not_built_on_the_host():
     """Out of memory while a problem is built on the device is the parent's to judge (a rerun
     alone); building on the host instead once left a half-moved model whose forward failed
