@@ -575,10 +575,14 @@ class Timer:
         """The device time of one call: back-to-back replays of a one-call and a
         ``PROBE_CALLS``-call graph, differenced, so a graph launch's fixed cost (about 20 µs on
         an H100, more than a small kernel) is not counted as the call's; a one-call replay of
-        ``LONG_REPLAY_SAMPLES`` samples or more is the estimate itself."""
+        ``LONG_REPLAY_SAMPLES`` samples or more is the estimate itself. The larger graph holds
+        no more outputs than ``HELD_OUTPUT_BYTES`` allows the timing graph (none when that is
+        one: the sample is one call whatever the estimate): eight outputs of a KernelBench
+        level-1 problem are 51 GB (such a replay reserved 90 GB on an H200)."""
         start, end = self._events
+        most = min(PROBE_CALLS, HELD_OUTPUT_BYTES // max(1, output_bytes(self.output)))
         times = []
-        for calls in (1, PROBE_CALLS):
+        for calls in (1, most):
             graph, outputs = self._captured(stream, calls)
             _graph_replay(graph)
             if calls == 1:
@@ -587,7 +591,7 @@ class Timer:
                 _event_record(end)
                 _event_wait(end)
                 once = float(_event_elapsed(start, end))
-                if once >= LONG_REPLAY_SAMPLES * self.sample_ms:
+                if once >= LONG_REPLAY_SAMPLES * self.sample_ms or most < 2:
                     self._single = (graph, outputs[-1])
                     return once
             # the least of three runs of 5 replays: work of other processes sharing the GPU
@@ -607,7 +611,7 @@ class Timer:
                 self._single = (graph, outputs[-1])  # kept for ``once``
             del graph, outputs
         one, many = times
-        return max((many - one) / (PROBE_CALLS - 1), many / PROBE_CALLS / 4, 1e-5)
+        return max((many - one) / (most - 1), many / most / 4, 1e-5)
 
     def describe(self) -> dict:
         # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.

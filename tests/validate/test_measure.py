@@ -685,6 +685,20 @@ def test_a_long_graph_call_is_sized_from_one_replay():
 
 
 @pytest.mark.gpu
+def test_a_large_output_is_never_held_more_times_than_the_timing_graph_may():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.randn(M.HELD_OUTPUT_BYTES // 4 // 2 + 1024, device="cuda")  # over half the bytes
+    timer = M.Timer(lambda: x * 2.0, "cuda")
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    info = timer.prepare()
+    assert info["method"] == "cuda_graph" and timer.calls_per_sample == 1, info
+    held = torch.cuda.max_memory_allocated() - before
+    assert held < 6 * x.numel() * 4, held  # not eight outputs for the sizing graph
+
+
+@pytest.mark.gpu
 def test_uncapturable_forward_falls_back_to_events():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
