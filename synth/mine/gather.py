@@ -25,18 +25,21 @@ from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
 from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
 from .standin import (
+    LOGGER_NAME,
     STANDIN_CODE,
     STANDIN_NAME,
     DropImports,
     LazyImports,
+    LoggerStandIn,
     RaiseForeignImports,
     has_foreign_body_import,
     has_lazy_import,
+    logger_code,
     replace_bases,
 )
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations", "_mined_running_stats", STANDIN_NAME})
+                      "annotations", "_mined_running_stats", STANDIN_NAME, LOGGER_NAME})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -345,6 +348,14 @@ class Gatherer:
             rewritten = node.visit(rewrite) if unusable else node
             if rewrite.changed:
                 node, changed = rewritten, True
+        patching = self.index.module(module)
+        if patching is not None and patching.logger_methods and any(
+                chain.endswith(".getLogger") for chain in visitor.chains):
+            rewrite = LoggerStandIn({local for local, target in patching.imports.items()
+                                     if target == ("logging", None)})
+            rewritten = node.visit(rewrite)
+            if rewrite.changed:
+                node, changed = rewritten, True
         if changed:
             visitor = _Names()
             node.visit(visitor)
@@ -649,7 +660,7 @@ class Gatherer:
         order = self._load_order(order, lazy)
         # names in the output: the definitions', then the imports'
         taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional",
-                                 STANDIN_NAME: STANDIN_NAME}  # output name -> what it holds
+                                 STANDIN_NAME: STANDIN_NAME, LOGGER_NAME: LOGGER_NAME}  # output name -> what it holds
         out_name: dict[str, str] = {}
         for definition in order:
             name = definition.name
@@ -688,6 +699,11 @@ class Gatherer:
         header += [line for _, line in sorted(import_lines.items())]
         if replaced and any(STANDIN_NAME in part for part in parts):
             parts.insert(0, STANDIN_CODE)
+        if any(f"{LOGGER_NAME}.get(" in part for part in parts):
+            methods = dict.fromkeys(m for d in order
+                                    for m in getattr(self.index.module(d.module),
+                                                     "logger_methods", ()))
+            parts.insert(0, logger_code(list(methods), self.index.source.package))
         code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
         if len(code) > MAX_CHARS:
             raise GatherError("too large", f"{len(code)} characters")
