@@ -16,9 +16,11 @@ C code) ends the worker, and the parent reruns the batch's jobs one by one.
 from __future__ import annotations
 
 import dis
+import os
 import random
 import re
 import signal
+import sys
 import time
 from typing import Any
 
@@ -497,6 +499,17 @@ class _Probe:
                 "seconds": round(time.monotonic() - start, 4)}
 
 
+def _eager_compile() -> None:
+    """``torch.compile`` in a probed candidate (flex attention's mask and kernel helpers) runs
+    eagerly: the probe asks whether the code runs, repeats and depends on its inputs, and
+    compiling on the CPU took whole job time limits (inductor building C++ for one call).
+    This worker process only probes."""
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch._dynamo is first imported
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.config.disable = True
+
+
 def _with_limit(seconds: float, fn):
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -510,6 +523,7 @@ def _with_limit(seconds: float, fn):
 def probe_batch(payload: dict) -> dict:
     """Worker target: ``{"results": [one dict per job]}`` (see the module docstring)."""
     torch.set_num_threads(1)
+    _eager_compile()
     results = []
     for job in payload["jobs"]:
         probe = _Probe(job)

@@ -106,6 +106,11 @@ def _body_imports(tree: ast.AST):
                      if isinstance(child, ast.stmt))
 
 
+def has_body_import(tree: ast.AST) -> bool:
+    """Whether a definition (its ``ast``) imports anything inside a function body."""
+    return next(_body_imports(tree), None) is not None
+
+
 def has_lazy_import(tree: ast.AST, package: str) -> bool:
     """Whether a definition (its ``ast``) imports from ``package`` (or relatively) inside a
     function body: the cheap test before libcst's walk (``LazyImports``)."""
