@@ -12,7 +12,16 @@ import torch
 from kernelmill.core.taxonomy import PURE_MEMORY_OPS, op_base
 
 from .measure import load_namespace
-from .mine_worker import JobTimeout, _flat, _mark, _one_line, _seed, _with_limit, classify
+from .mine_worker import (
+    JobTimeout,
+    _flat,
+    _mark,
+    _one_line,
+    _seed,
+    _with_limit,
+    classify,
+    meta_build,
+)
 
 # eager sizing model (synth/composer.py: what eager PyTorch sustains on an H100)
 PEAK_FLOPS = 40e12
@@ -54,8 +63,9 @@ def estimate(ns: dict) -> dict:
     """Build the problem in ``ns`` on the meta device and estimate one eager forward."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.device("meta"):
+    with meta_build():
         model = ns["Model"](*ns["get_init_inputs"]())
+    with torch.device("meta"):
         inputs = ns["get_inputs"]()
     model.eval()
     counter = FlopCounterMode(display=False)

@@ -3,7 +3,8 @@ the standard library only.
 
 ``probe_batch``: for each job, build the gathered code, construct the candidate from the guessed
 arguments and run its forward at probe size on the CPU, repairing the guesses from the error
-messages (channel widths, ranks, missing config fields, constructor argument alternatives), as
+messages (channel widths, ranks, missing config fields, constructor argument alternatives, a
+tuple of tensors where a tensor was unpacked, the range of index inputs), as
 pytorch-jit-paritybench's ``deduce_parameters`` does; then check determinism (same seeds twice,
 another forward seed: RNG in forward) and that the output depends on the inputs.
 
@@ -14,9 +15,12 @@ C code) ends the worker, and the parent reruns the batch's jobs one by one.
 """
 from __future__ import annotations
 
+import dis
+import os
 import random
 import re
 import signal
+import sys
 import time
 from typing import Any
 
@@ -70,6 +74,42 @@ class TooLarge(Exception):
 class NoTensorInput(Exception):
     """The candidate's forward takes no tensor input: nothing for a kernel to compute on (a
     rejection, counted with the abstract and unsupported ones)."""
+
+
+# in-place ops that only write values (weight initialization: ``nn.init``, timm's
+# ``trunc_normal_``); on the meta device there are no values to write
+_VALUE_WRITES = frozenset((
+    "uniform_", "normal_", "erfinv_", "mul_", "add_", "sub_", "div_", "clamp_", "clamp_min_",
+    "clamp_max_", "fill_", "zero_", "copy_", "exp_", "log_", "sqrt_", "neg_", "abs_",
+    "bernoulli_", "random_", "exponential_", "log_normal_", "cauchy_", "geometric_", "pow_",
+    "tanh_", "sigmoid_", "erf_", "floor_", "ceil_", "round_", "fmod_", "remainder_", "lerp_",
+    "addcmul_", "addcdiv_", "trunc_normal_", "orthogonal_", "kaiming_uniform_",
+    "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "constant_", "ones_", "zeros_",
+    "eye_", "dirac_", "sparse_"))
+
+
+class _MetaBuild(torch.overrides.TorchFunctionMode):
+    """Skips the value writes of a module built on the meta device: initializing a model's
+    weights there ran every op's Python reference for nothing (timm's ``trunc_normal_``
+    over a ViT's parameters: a fifth of the probing workers' time on timm). Only ops that
+    keep their tensor's shape are skipped, so what is built is the same."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in _VALUE_WRITES and args and isinstance(
+                args[0], torch.Tensor) and args[0].is_meta:
+            return args[0]
+        return func(*args, **(kwargs or {}))
+
+
+def meta_build():
+    """The context to build a candidate on the meta device in: ``torch.device("meta")``,
+    with value writes skipped (``_MetaBuild``)."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.device("meta"))
+    stack.enter_context(_MetaBuild())
+    return stack
 
 
 def _alarm(signum, frame):
@@ -142,6 +182,46 @@ def _width_hints(message: str, current: int) -> list[int]:
     return found
 
 
+def _unpacked(exc: BaseException, values: list) -> int | None:
+    """The index in ``values`` of the input whose unpacking raised ``exc`` (``cos, sin =
+    position_embeddings`` given one tensor): the name the failing ``UNPACK_SEQUENCE`` of the
+    innermost frame loaded, looked up among that frame's locals; None when not one of them."""
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code, lasti = tb.tb_frame.f_code, tb.tb_lasti
+    previous = None
+    for instruction in dis.get_instructions(code):
+        if instruction.offset == lasti:
+            if instruction.opname != "UNPACK_SEQUENCE" or previous is None or \
+                    not previous.opname.startswith("LOAD_"):
+                return None
+            value = tb.tb_frame.f_locals.get(previous.argval, _unpacked)
+            return next((i for i, v in enumerate(values) if v is value), None)
+        previous = instruction
+    return None
+
+
+def _head_dim(model, ns: dict, width: int) -> int:
+    """The per-head width a rotary ``(cos, sin)`` pair is made at: the module's (or its first
+    submodule's) ``head_dim``, else the config's, else its hidden size over its heads."""
+    if isinstance(model, torch.nn.Module):
+        for module in model.modules():
+            value = getattr(module, "head_dim", None)
+            if isinstance(value, int) and value > 0:
+                return value
+    config = ns.get("CONFIG") or {}
+    value = config.get("head_dim")
+    if isinstance(value, int) and value > 0:
+        return value
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
+        return hidden // heads
+    return width
+
+
 def _rank_hints(message: str) -> list[int]:
     found = []
     for pattern in (r"expected (\d)D", r"Expected (\d)D", r"\(expected (\d)", r"got (\d)D",
@@ -157,6 +237,13 @@ class _Probe:
         self.ns: dict[str, Any] = {"__name__": "kernelmill_mined"}
         self.dims = dict(job["dims"])
         self.target = "same"  # a target input: shaped like the prediction, or class indices
+        self.high = 0  # index inputs draw below this (0: below the feature width)
+        self.last = 0  # a tuple input's last dimension (0: the module's head width)
+        self.filled = False  # config fields left None were given sizes
+        self.stats = 0  # normalization layers given running statistics
+        self.model: Any = None
+        self.specs: list[dict] = []  # the inputs made (in the forward's order)
+        self.spare: list[dict] = []  # optional inputs, made once the forward fails without
 
     def build_namespace(self) -> None:
         _mark(f"mine import {self.job['key']}")
@@ -171,7 +258,6 @@ class _Probe:
         if job["kind"] == "function":
             return target, [(p["name"], True, p["options"][0]) for p in job["init"]]
         choice = [0] * len(job["init"])
-        filled = False
         last: BaseException | None = None
         for _ in range(MAX_ATTEMPTS):
             chosen = [(p["name"], p["kw"], p["options"][i]) for p, i in zip(job["init"], choice)]
@@ -193,16 +279,8 @@ class _Probe:
                     job.setdefault("config_added", []).append(name)
                     job.setdefault("config_set", {})[name] = config_value(name)
                     continue
-                if "NoneType" in message and "CONFIG" in self.ns and not filled:
-                    # a None default the package's config derives later (head_dim from the
-                    # hidden size): sized fields get sizes
-                    filled = True
-                    derived = {k: config_value(k) for k, v in self.ns["CONFIG"].items()
-                               if v is None and config_value(k) != "None"}
-                    if derived:
-                        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})
-                        job.setdefault("config_set", {}).update(derived)
-                        continue
+                if "NoneType" in message and self.fill_none():
+                    continue
                 # move the argument the message names, or one of the type it complains about
                 # ("... not float"), else the first that has alternatives
                 named = [i for i, p in enumerate(job["init"]) if re.search(
@@ -223,6 +301,19 @@ class _Probe:
                     raise
         raise last  # type: ignore[misc]
 
+    def fill_none(self) -> bool:
+        """Give the config fields left None that have a size by their name (a None default
+        the package's config derives later: head_dim from the hidden size) those sizes;
+        whether any was."""
+        if "CONFIG" not in self.ns or self.filled:
+            return False
+        self.filled = True
+        derived = {k: config_value(k) for k, v in self.ns["CONFIG"].items()
+                   if v is None and config_value(k) != "None"}
+        self.ns["CONFIG"].update({k: eval(v) for k, v in derived.items()})
+        self.job.setdefault("config_set", {}).update(derived)
+        return bool(derived)
+
     def _arguments(self, chosen: list[tuple[str, bool, str]]) -> tuple[list, dict]:
         args, kwargs = [], {}
         for name, kw, expr in chosen:
@@ -240,7 +331,7 @@ class _Probe:
         and its errors are the real constructor's."""
         state = random.getstate()  # a constructor drawing from Python's random draws alike
         try:
-            with torch.device("meta"):
+            with meta_build():
                 args, kwargs = self._arguments(chosen)
                 model = target(*args, **kwargs)
         except JobTimeout:
@@ -265,10 +356,13 @@ class _Probe:
         if spec["kind"] == "mask":
             return None
         gen = torch.Generator().manual_seed(seed)
+        if spec["kind"] == "tuple":  # a (cos, sin) pair: the template's C is the head width
+            shape = [self.last if d == "C" else self.dims[d] for d in TEMPLATES[template]]
+            return tuple(torch.randn(shape, generator=gen) for _ in range(spec["count"]))
         if spec["kind"] == "long":
             shape = [self.dims["BATCH"], self.dims["SEQ_LEN"]] if template != "1d" \
                 else [self.dims["BATCH"]]
-            return torch.randint(0, max(2, width), shape, generator=gen)
+            return torch.randint(0, max(2, self.high or width), shape, generator=gen)
         shape = [width if d == "C" else self.dims[d] for d in TEMPLATES[template]]
         if spec["kind"] == "target" and self.target == "index":
             return torch.randint(0, max(2, width), [n for n, d in zip(shape, TEMPLATES[template])
@@ -277,13 +371,114 @@ class _Probe:
             return torch.rand(shape, generator=gen)
         return torch.randn(shape, generator=gen)
 
-    def forward(self, model, inputs: list, seed: int):
+    def forward(self, model, inputs: list, seed: int, specs: list[dict] = ()):
         _seed(seed)
+        keywords = {s["name"]: x for s, x in zip(specs, inputs) if s.get("optional")}
+        inputs = [x for s, x in zip(specs, inputs) if not s.get("optional")] \
+            + inputs[len(specs):]
         with torch.no_grad():
             if self.job["kind"] == "function":
                 kwargs = {n: eval(e, self.ns) for n, _, e in self.init}
-                return model(*inputs, **kwargs)
-            return model(*inputs)
+                return model(*inputs, **kwargs, **keywords)
+            return model(*inputs, **keywords)
+
+    def build(self):
+        """The candidate (constructed, eval mode, running statistics drawn)."""
+        model, self.init = self.construct()
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+            # the rendered problem draws running statistics (BatchNorm) the same way: the
+            # probe's checks see the module the problem will hold
+            if callable(self.ns.get(RUNNING_STATS)):
+                self.stats = int(self.ns[RUNNING_STATS](model))
+        return model
+
+    def repair(self, exc: Exception, inputs: list) -> bool:
+        """Change what the next try of the same shapes builds or makes, from the error of a
+        forward: whether anything changed (else the shapes are what to change)."""
+        message = str(exc)
+        specs = self.specs
+        if re.search(r"too small|can't be greater than actual input|"
+                     r"larger than .*input", message) and self.dims["HEIGHT"] < 256:
+            for d in ("HEIGHT", "WIDTH", "SEQ_LEN"):
+                self.dims[d] *= 2
+            return True
+        if any(s["kind"] == "target" for s in specs) and self.target == "same" and \
+                re.search(r"Long|Int|index|class|target", message):
+            self.target = "index"
+            return True
+        missing = re.search(r"'MinedConfig' object has no attribute '(\w+)'", message)
+        if missing and "CONFIG" in self.ns and missing.group(1) not in self.ns["CONFIG"]:
+            # a field only the forward reads (``config.output_attentions``)
+            name = missing.group(1)
+            self.ns["CONFIG"][name] = eval(config_value(name))
+            self.job.setdefault("config_added", []).append(name)
+            self.job.setdefault("config_set", {})[name] = config_value(name)
+            self.model = self.build()
+            return True
+        if "NoneType" in message and self.fill_none():  # fields left None, read in forward
+            self.model = self.build()
+            return True
+        if self.spare and "NoneType" in message:
+            # an optional tuple of tensors the forward needs after all (rotary
+            # ``position_embeddings=None`` unpacked)
+            specs += self.spare
+            self.spare = []
+            return True
+        unpacked = re.search(r"(too many|not enough) values to unpack \(expected (\d+)", message)
+        index = _unpacked(exc, inputs) if unpacked else None
+        if index is not None and specs[index]["kind"] == "float" and \
+                1 < int(unpacked.group(2)) <= 4:
+            specs[index] = {**specs[index], "kind": "tuple", "count": int(unpacked.group(2))}
+            return True
+        if not self.high and any(s["kind"] == "long" for s in specs) and re.search(
+                r"out of range|out of bounds|must be smaller than num_classes", message):
+            self.high = 2  # indices into a small table (experts, classes)
+            return True
+        return False
+
+    def search(self):
+        """The first forward that runs: (output, inputs, template, width), trying input
+        layouts and widths and repairing from the errors."""
+        ranks = list(self.specs[0]["ranks"])
+        widths = list(dict.fromkeys([*self.job.get("channel", []), 16, 3, 32, 64, 8]))
+        tried: set[tuple[str, int, int]] = set()
+        # (template, width, a tuple input's last dimension: 0 for the module's head width)
+        queue = [(r, w, 0) for w in widths[:1] for r in ranks] + \
+            [(r, w, 0) for w in widths[1:] for r in ranks]
+        _mark(f"mine forward {self.job['key']}")
+        last: BaseException | None = None
+        attempts = 0
+        while queue and attempts < MAX_ATTEMPTS:
+            current = queue.pop(0)
+            if current in tried:
+                continue
+            tried.add(current)
+            attempts += 1
+            template, width, self.last = current
+            if not self.last and any(s["kind"] == "tuple" for s in [*self.specs, *self.spare]):
+                self.last = _head_dim(self.model, self.ns, width)
+            inputs = [self.make(s, template, width, 1 + i) for i, s in enumerate(self.specs)]
+            try:
+                return self.forward(self.model, inputs, 7, self.specs), inputs, template, width
+            except JobTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 — repaired from its message
+                last = exc
+                if self.repair(exc, inputs):
+                    tried.discard(current)
+                    queue.insert(0, current)
+                    continue
+                message = str(exc)
+                hints = _width_hints(message, width)
+                front = [(template, w, current[2]) for w in hints]
+                if any(s["kind"] == "tuple" for s in self.specs):
+                    front += [(template, width, w) for w in _width_hints(message, self.last)]
+                front += [(r, width, current[2]) for n in _rank_hints(message) for r in ranks
+                          if _NDIM[r] == n]
+                front += [(r, w, current[2]) for w in hints for r in ranks if r != template]
+                queue = [q for q in front if q not in tried] + queue
+        raise last or RuntimeError("no input shape fits")
 
     def run(self) -> dict:
         start = time.monotonic()
@@ -291,63 +486,14 @@ class _Probe:
         self.build_namespace()
         _mark(f"mine construct {self.job['key']}")
         self.stage = "constructor"
-        model, self.init = self.construct()
+        self.model = model = self.build()
         self.stage = "forward"
-        stats = 0
-        if isinstance(model, torch.nn.Module):
-            model.eval()
-            # the rendered problem draws running statistics (BatchNorm) the same way: the
-            # probe's checks see the module the problem will hold
-            if callable(self.ns.get(RUNNING_STATS)):
-                stats = int(self.ns[RUNNING_STATS](model))
-        specs = self.job["inputs"]
-        if not specs:
+        self.specs = [dict(s) for s in self.job["inputs"] if not s.get("optional")]
+        self.spare = [dict(s) for s in self.job["inputs"] if s.get("optional")]
+        if not self.specs:
             raise NoTensorInput("forward takes no tensor input")
-        ranks = list(specs[0]["ranks"])
-        widths = list(dict.fromkeys([*self.job.get("channel", []), 16, 3, 32, 64, 8]))
-        tried: set[tuple[str, int]] = set()
-        queue = [(r, w) for w in widths[:1] for r in ranks] + \
-            [(r, w) for w in widths[1:] for r in ranks]
-        _mark(f"mine forward {self.job['key']}")
-        last: BaseException | None = None
-        out = None
-        attempts = 0
-        while queue and attempts < MAX_ATTEMPTS:
-            template, width = queue.pop(0)
-            if (template, width) in tried:
-                continue
-            tried.add((template, width))
-            attempts += 1
-            inputs = [self.make(s, template, width, 1 + i) for i, s in enumerate(specs)]
-            try:
-                out = self.forward(model, inputs, 7)
-                break
-            except JobTimeout:
-                raise
-            except Exception as exc:  # noqa: BLE001 — repaired from its message
-                last = exc
-                message = str(exc)
-                if re.search(r"too small|can't be greater than actual input|"
-                             r"larger than .*input", message) and self.dims["HEIGHT"] < 256:
-                    for d in ("HEIGHT", "WIDTH", "SEQ_LEN"):
-                        self.dims[d] *= 2
-                    tried.discard((template, width))
-                    queue.insert(0, (template, width))
-                    continue
-                if any(s["kind"] == "target" for s in specs) and self.target == "same" and \
-                        re.search(r"Long|Int|index|class|target", message):
-                    self.target = "index"
-                    tried.discard((template, width))
-                    queue.insert(0, (template, width))
-                    continue
-                hints = _width_hints(message, width)
-                front = [(template, w) for w in hints]
-                front += [(r, width) for n in _rank_hints(message) for r in ranks
-                          if _NDIM[r] == n]
-                front += [(r, w) for w in hints for r in ranks if r != template]
-                queue = [q for q in front if q not in tried] + queue
-        else:
-            raise last or RuntimeError("no input shape fits")
+        out, inputs, template, width = self.search()
+        model, specs, stats = self.model, self.specs, self.stats
         flat = _flat(out)
         if not flat:
             return {"ok": False, "reason": "no tensor output",
@@ -356,8 +502,8 @@ class _Probe:
         if first.is_floating_point() and not torch.isfinite(first).all():
             return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
         _mark(f"mine determinism {self.job['key']}")
-        again = _flat(self.forward(model, inputs, 7))
-        other_seed = _flat(self.forward(model, inputs, 8))
+        again = _flat(self.forward(model, inputs, 7, specs))
+        other_seed = _flat(self.forward(model, inputs, 8, specs))
         same = len(again) == len(flat) and all(torch.equal(a, b) for (_, a), (_, b) in
                                                zip(flat, again))
         if not same:
@@ -370,7 +516,7 @@ class _Probe:
             return {"ok": False, "reason": "non-finite output", "detail": path or "output"}
         other = [self.make(s, template, width, 11 + i) for i, s in enumerate(specs)]
         if any(s["kind"] != "mask" for s in specs):
-            moved = _flat(self.forward(model, other, 7))
+            moved = _flat(self.forward(model, other, 7, specs))
             if moved and moved[0][1].shape == first.shape and torch.equal(
                     dict(moved).get(path, moved[0][1]), first):
                 return {"ok": False, "reason": "input-independent",
@@ -379,12 +525,25 @@ class _Probe:
             if isinstance(model, torch.nn.Module) else 0
         return {"ok": True, "init": self.init, "template": template, "width": width,
                 "dims": self.dims, "target": self.target,
-                "inputs": [{"name": s["name"], "kind": s["kind"]} for s in specs],
+                "inputs": [{k: s[k] for k in ("name", "kind", "count", "optional") if k in s}
+                           for s in specs],
+                "high": self.high, "last": self.last,
                 "output": path, "out_shape": list(first.shape), "out_dtype": str(first.dtype),
                 "n_outputs": len(flat), "n_params": int(n_params),
                 "config_added": self.job.get("config_added", []), "running_stats": stats,
                 "config_set": self.job.get("config_set", {}),
                 "seconds": round(time.monotonic() - start, 4)}
+
+
+def _eager_compile() -> None:
+    """``torch.compile`` in a probed candidate (flex attention's mask and kernel helpers) runs
+    eagerly: the probe asks whether the code runs, repeats and depends on its inputs, and
+    compiling on the CPU took whole job time limits (inductor building C++ for one call).
+    This worker process only probes."""
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch._dynamo is first imported
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.config.disable = True
 
 
 def _with_limit(seconds: float, fn):
@@ -400,6 +559,7 @@ def _with_limit(seconds: float, fn):
 def probe_batch(payload: dict) -> dict:
     """Worker target: ``{"results": [one dict per job]}`` (see the module docstring)."""
     torch.set_num_threads(1)
+    _eager_compile()
     results = []
     for job in payload["jobs"]:
         probe = _Probe(job)

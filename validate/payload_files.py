@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import pickle
+import sys
 import threading
 from typing import Any
 
@@ -56,9 +57,10 @@ def _tensor_file(payload):
     lock released, and the worker maps it. The file is sealed before any worker sees it:
     nobody can change it, so a worker's copy-on-write mapping is all it can touch. A tensor
     that is not contiguous keeps its strides through the pickle instead."""
-    import torch
-
-    if not hasattr(os, "memfd_create"):
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(os, "memfd_create"):
+        # a process that never imported torch holds no tensor to move (importing it here
+        # cost a process that sends only text, the mine stage's, seconds of its main thread)
         return payload, None
 
     def shareable(v) -> torch.Tensor | None:

@@ -21,8 +21,9 @@ class Names:
 
 
 class _Walk:
-    def __init__(self):
+    def __init__(self, skip: frozenset[int] = frozenset()):
         self.all, self.load = Names(), Names()
+        self.skip = skip  # ids of decorator nodes not read (dropped from the definition)
 
     def add(self, name: str, loading: bool, chain: str | None = None) -> None:
         for into in (self.all, self.load) if loading else (self.all,):
@@ -60,14 +61,16 @@ class _Walk:
         if isinstance(node, _FUNCTIONS):
             self.add(node.name, False)  # a libcst FunctionDef's name is a Name
             self.args(node.args, loading)
-            return [(d, loading) for d in node.decorator_list] + [(s, False) for s in node.body]
+            return [(d, loading) for d in node.decorator_list if id(d) not in self.skip] + \
+                [(s, False) for s in node.body]
         if isinstance(node, ast.Lambda):
             self.args(node.args, False)
             return [(node.body, False)]
         if isinstance(node, ast.ClassDef):
             self.add(node.name, loading)
             return [(child, loading) for child in
-                    [*node.decorator_list, *node.bases, *node.keywords, *node.body]]
+                    [*(d for d in node.decorator_list if id(d) not in self.skip), *node.bases,
+                     *node.keywords, *node.body]]
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return []
         if isinstance(node, ast.AnnAssign):  # the annotation is not read
@@ -82,8 +85,9 @@ class _Walk:
         return [(child, loading) for child in ast.iter_child_nodes(node)]
 
 
-def ast_names(tree: ast.stmt) -> tuple[Names, Names]:
-    """(every name and chain, the load-time ones) of a class or function definition."""
-    walk = _Walk()
+def ast_names(tree: ast.stmt, skip: frozenset[int] = frozenset()) -> tuple[Names, Names]:
+    """(every name and chain, the load-time ones) of a class or function definition, without
+    the decorators whose ids are in ``skip``."""
+    walk = _Walk(skip)
     walk.expr(tree, True)
     return walk.all, walk.load

@@ -23,20 +23,32 @@ import libcst as cst
 from .astnames import ast_names
 from .candidates import ModuleClasses
 from .environment import QUERY_NAME, AnswerQueries
-from .index import ALLOWED_ROOTS, Definition, External, ModuleRef, PackageIndex, _dotted
+from .index import (
+    ALLOWED_ROOTS,
+    Definition,
+    External,
+    ModuleRef,
+    PackageIndex,
+    _dotted,
+    ast_dotted,
+)
 from .standin import (
+    LOGGER_NAME,
     STANDIN_CODE,
     STANDIN_NAME,
     DropImports,
     LazyImports,
+    LoggerStandIn,
     RaiseForeignImports,
+    has_body_import,
     has_foreign_body_import,
     has_lazy_import,
+    logger_code,
     replace_bases,
 )
 
 RESERVED = frozenset({"Model", "get_inputs", "get_init_inputs", "torch", "nn", "F", "MinedConfig",
-                      "annotations", "_mined_running_stats", STANDIN_NAME})
+                      "annotations", "_mined_running_stats", STANDIN_NAME, LOGGER_NAME})
 MAX_DEFINITIONS = 150
 MAX_CHARS = 150_000
 _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch._dynamo",
@@ -151,6 +163,8 @@ class _Rewrite(cst.CSTTransformer):
         dotted = _dotted(original)
         if dotted in self.chains:
             return cst.Name(self.chains[dotted])
+        if updated.attr is original.attr:
+            return updated
         return updated.with_changes(attr=original.attr)
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
@@ -264,6 +278,60 @@ def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
     return found
 
 
+def _entry_values(tree: ast.AST) -> set[str]:
+    """The dotted names that are values of a dict display or keyword arguments of a
+    ``dict(...)`` call in ``tree``: all that ``_ForeignEntries`` can remove."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            found.update(ast_dotted(v) for v in node.values if v is not None)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "dict":
+            found.update(ast_dotted(k.value) for k in node.keywords if k.arg is not None)
+    return found
+
+
+def _members(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """A class's own decorated kinds of statement (methods, nested classes), in order."""
+    if not isinstance(node, cst.ClassDef):
+        return []
+    return [s for s in node.body.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+
+
+def _dropped_decorators(node: cst.CSTNode, tree: ast.stmt, dropped: set[str]
+                        ) -> frozenset[int] | None:
+    """The ids of the ``ast`` decorators of a definition and of its class's methods whose
+    code text is in ``dropped``, matched to ``node``'s by position; None when the two do not
+    line up."""
+    members = [a for a in getattr(tree, "body", ()) if isinstance(
+        a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
+        if isinstance(tree, ast.ClassDef) else []
+    pairs = [(node, tree), *zip(_members(node), members)]
+    if len(members) != len(_members(node)) or any(
+            len(n.decorators) != len(a.decorator_list) for n, a in pairs):
+        return None
+    code = cst.Module([]).code_for_node
+    return frozenset(id(ad) for n, a in pairs for d, ad in zip(n.decorators, a.decorator_list)
+                     if code(d.decorator) in dropped)
+
+
+def _without_decorators(node: cst.CSTNode, dropped: set[str]) -> cst.CSTNode:
+    """``node`` without the decorators in ``dropped`` (code texts) on it and on its class's
+    methods: only those statements are rebuilt (``_Rewrite`` walks every node)."""
+    code = cst.Module([]).code_for_node
+
+    def strip(n):
+        kept = [d for d in n.decorators if code(d.decorator) not in dropped]
+        return n.with_changes(decorators=kept) if len(kept) != len(n.decorators) else n
+
+    stripped = {id(m): new for m in _members(node) if (new := strip(m)) is not m}
+    node = strip(node)
+    if stripped:
+        node = node.with_changes(body=node.body.with_changes(
+            body=[stripped.get(id(s), s) for s in node.body.body]))
+    return node
+
+
 class Gatherer:
     """Gathers candidates of one package index (reusable: keeps no per-candidate state)."""
 
@@ -306,8 +374,8 @@ class Gatherer:
         self._needs[definition.key] = found
         return found
 
-    def _settle(self, module: str, node: cst.CSTNode, visitor: _Names
-                ) -> tuple[cst.CSTNode, _Names]:
+    def _settle(self, module: str, node: cst.CSTNode, visitor: _Names,
+                tree: ast.AST | None = None) -> tuple[cst.CSTNode, _Names]:
         """``node`` with what is known before it runs written in: environment questions
         answered (``environment.AnswerQueries``), type tests against packages a problem may
         not use made ``False`` (``_ForeignTypeTests``) and registry entries from them dropped
@@ -338,11 +406,20 @@ class Gatherer:
             # a registry's entries whose code imports such a package where it runs (an
             # optional backend: ``"flash_attention_2": flash_attention_forward``) go too: a
             # problem could only reach them to fail, and their closures were most of its text
-            unusable = {name for name in visitor.names if isinstance(
+            values = _entry_values(tree) if tree is not None else visitor.names
+            unusable = {name for name in visitor.names & values if isinstance(
                 found := self.index.resolve(module, name), Definition) and
                 self._needs_foreign(found)}
             rewrite = _ForeignEntries(unusable)
             rewritten = node.visit(rewrite) if unusable else node
+            if rewrite.changed:
+                node, changed = rewritten, True
+        patching = self.index.module(module)
+        if patching is not None and patching.logger_methods and any(
+                chain.endswith(".getLogger") for chain in visitor.chains):
+            rewrite = LoggerStandIn({local for local, target in patching.imports.items()
+                                     if target == ("logging", None)})
+            rewritten = node.visit(rewrite)
             if rewrite.changed:
                 node, changed = rewritten, True
         if changed:
@@ -368,14 +445,19 @@ class Gatherer:
                 dropped.add(cst.Module([]).code_for_node(expr))
         stripped = definition.node
         loading = None
-        if dropped or definition.kind == "assign":
+        skip = _dropped_decorators(stripped, definition.tree, dropped) \
+            if dropped and definition.kind != "assign" else None
+        if skip is not None:  # the same names from the ast, faster than a libcst walk
+            stripped = _without_decorators(stripped, dropped)
+            visitor, loading = ast_names(definition.tree, skip)
+        elif dropped or definition.kind == "assign":
             if dropped:
                 stripped = definition.node.visit(_Rewrite({}, {}, dropped, "", ""))
             visitor = _Names()
             stripped.visit(visitor)
-        else:  # the same names from the ast, faster than a libcst walk
+        else:
             visitor, loading = ast_names(definition.tree)
-        settled, visitor = self._settle(module, stripped, visitor)
+        settled, visitor = self._settle(module, stripped, visitor, definition.tree)
         if settled is not stripped or loading is None:
             loading = _LoadNames()
             settled.visit(loading)
@@ -626,11 +708,10 @@ class Gatherer:
                      tuple(sorted(subs.items(), key=str)))
         code = self._code.get(cache_key)
         if code is None:
-            if took:
-                node = node.visit(DropImports(took))
-            node = node.visit(RaiseForeignImports(self.allowed))
-            if subs:
-                node = replace_bases(node, subs)
+            if has_body_import(definition.tree):
+                node = node.visit(DropImports(took)) if took else node
+                node = node.visit(RaiseForeignImports(self.allowed))
+            node = replace_bases(node, subs) if subs else node
             if rename or chain_map or new_top != definition.name:
                 node = node.visit(_Rewrite(rename, chain_map, set(), definition.name, new_top))
             code = cst.Module([]).code_for_node(node).strip("\n")
@@ -649,7 +730,7 @@ class Gatherer:
         order = self._load_order(order, lazy)
         # names in the output: the definitions', then the imports'
         taken: dict[str, str] = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional",
-                                 STANDIN_NAME: STANDIN_NAME}  # output name -> what it holds
+                                 STANDIN_NAME: STANDIN_NAME, LOGGER_NAME: LOGGER_NAME}  # output name -> what it holds
         out_name: dict[str, str] = {}
         for definition in order:
             name = definition.name
@@ -688,6 +769,11 @@ class Gatherer:
         header += [line for _, line in sorted(import_lines.items())]
         if replaced and any(STANDIN_NAME in part for part in parts):
             parts.insert(0, STANDIN_CODE)
+        if any(f"{LOGGER_NAME}.get(" in part for part in parts):
+            methods = dict.fromkeys(m for d in order
+                                    for m in getattr(self.index.module(d.module),
+                                                     "logger_methods", ()))
+            parts.insert(0, logger_code(list(methods), self.index.source.package))
         code = "\n".join(header) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
         if len(code) > MAX_CHARS:
             raise GatherError("too large", f"{len(code)} characters")

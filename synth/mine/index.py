@@ -125,6 +125,9 @@ class ModuleIndex:
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     stars: list[str] = field(default_factory=list)
     error: str | None = None
+    # methods this module adds to ``logging.Logger`` when imported
+    # (``logging.Logger.warning_once = warning_once``: transformers' logging helpers)
+    logger_methods: list[str] = field(default_factory=list)
 
 
 def _dotted(node: cst.BaseExpression | None) -> str:
@@ -221,6 +224,11 @@ class _Reader:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         self.define(target.id, stmt, "assign")
+                    elif isinstance(target, ast.Attribute) and \
+                            ast_dotted(target.value).rpartition(".")[2] == "Logger" and \
+                            self.index.imports.get(ast_dotted(target.value).split(".")[0]) \
+                            == ("logging", None):
+                        self.index.logger_methods.append(target.attr)
             elif isinstance(stmt, ast.If):
                 self._if(stmt)
             elif isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):

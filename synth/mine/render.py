@@ -76,14 +76,18 @@ def probe_job(key: str, gathered: Gathered, guess: Guess, kind: str) -> dict[str
             "dims": dict(PROBE_DIMS)}
 
 
-def _input_expr(spec: dict, template: str, width: int, target: str = "same") -> str | None:
+def _input_expr(spec: dict, template: str, width: int, target: str = "same", high: int = 0,
+                last: int = 0) -> str | None:
     if spec["kind"] == "mask":
         return None
+    if spec["kind"] == "tuple":  # one tensor of the tuple; the template's C is its last dim
+        dims = ", ".join(str(last or width) if d == "C" else d for d in TEMPLATES[template])
+        return f"torch.randn({dims})"
     if spec["kind"] == "target" and target == "index":
         dims = ", ".join(d for d in TEMPLATES[template] if d != "C")
         return f"torch.randint(0, {max(2, width)}, ({dims},))"
     if spec["kind"] == "long":
-        return f"torch.randint(0, {max(2, width)}, (BATCH, SEQ_LEN))"
+        return f"torch.randint(0, {max(2, high or width)}, (BATCH, SEQ_LEN))"
     dims = ", ".join(str(width) if d == "C" else d for d in TEMPLATES[template])
     return f"torch.{'rand' if spec['kind'] == 'prob' else 'randn'}({dims})"
 
@@ -103,12 +107,24 @@ def render(gathered: Gathered, guess: Guess, probe: dict[str, Any], kind: str,
     ``ladder``: the values synth/resize.py would write, so no libcst pass over the whole
     source is needed to apply it)."""
     template, width = probe["template"], int(probe["width"])
-    exprs = [_input_expr(s, template, width, probe.get("target", "same"))
-             for s in probe["inputs"]]
-    names = [re.sub(r"\W", "_", s["name"]) for s in probe["inputs"]]
-    names = [n if n not in ("self", "torch", "nn", "F") else f"{n}_" for n in names]
+    names, exprs, call_args = [], [], []
+    for spec in probe["inputs"]:
+        name = re.sub(r"\W", "_", spec["name"])
+        name = name if name not in ("self", "torch", "nn", "F") else f"{name}_"
+        expr = _input_expr(spec, template, width, probe.get("target", "same"),
+                           int(probe.get("high") or 0), int(probe.get("last") or 0))
+        if spec["kind"] == "tuple":  # passed as its tensors, called with the tuple
+            parts = [f"{name}_{i}" for i in range(spec["count"])]
+            names += parts
+            exprs += [expr] * len(parts)
+            arg = f"({', '.join(parts)})"
+        else:
+            names.append(name)
+            exprs.append(expr)
+            arg = name if expr is not None else "None"
+        call_args.append(f"{spec['name']}={arg}" if spec.get("optional") else arg)
     passed = [n for n, e in zip(names, exprs) if e is not None]
-    call_args = [n if e is not None else "None" for n, e in zip(names, exprs)]
+    call_args.sort(key=lambda a: "=" in a)  # keyword inputs after the positional ones
     init_args = ", ".join(f"{n}={e}" if kw else e for n, kw, e in probe["init"])
     output = probe.get("output") or ""
     used = [d for d in BASE_DIMS if any(e and re.search(rf"\b{d}\b", e) for e in exprs)]

@@ -5,7 +5,10 @@ field defaults (shrunk to a small model). The probe (``probe_worker``) repairs t
 A guess is data, not code: constructor arguments are Python expressions (text) with ordered
 alternatives; inputs are a kind (float, token ids, class indices, probabilities, mask) and
 rank templates over the named dimensions BATCH, SEQ_LEN, HEIGHT, WIDTH, DEPTH and a feature
-width ``C``.
+width ``C``. A parameter annotated as a tuple of tensors (``tuple[torch.Tensor, torch.Tensor]``,
+``Optional[Tuple[...]]``: rotary ``position_embeddings``, a ``(cos, sin)`` pair) is a ``tuple``
+input of that many tensors; an optional one is ``optional`` (passed by keyword, and only once
+the forward fails without it).
 """
 from __future__ import annotations
 
@@ -47,6 +50,8 @@ _TENSOR_NAMES = re.compile(r"^(input\d?|x\d?|y|targets?|labels?|weight|bias|tens
 _OPTIONAL_INPUTS = re.compile(r"(^|_)(ids|values|states|embeds|features|inputs?)$")
 _MASK_INPUTS = re.compile(r"mask|padding")
 _PROB_INPUTS = re.compile(r"prob|probs|p$")
+# optional tuples of tensors that are state carried between calls, not an input to make
+_CARRIED_INPUTS = re.compile(r"past|cache|state|memory|output")
 _CONFIG_SHRINK = (
     (r"vocab", 1000), (r"intermediate|ffn_dim|d_ff|mlp_dim|inner", 128),
     (r"num_key_value_heads|kv_heads", 2), (r"head_dim", 16), (r"heads", 4),
@@ -62,6 +67,7 @@ class Param:
     default: str | None  # source text of the default, None when required
     annotation: str
     kind: str = "pos"  # pos | kw | star | starstar
+    tensors: int = 0  # annotated as a tuple of this many tensors (0: not such a tuple)
 
 
 @dataclass
@@ -82,7 +88,8 @@ def parameters(fn: cst.FunctionDef | None, *, method: bool = True) -> list[Param
                         (params.kwonly_params, "kw")):
         for p in group:
             out.append(Param(p.name.value, code(p.default) if p.default is not None else None,
-                             _dotted(p.annotation.annotation) if p.annotation else "", kind))
+                             _dotted(p.annotation.annotation) if p.annotation else "", kind,
+                             tensor_tuple(p.annotation.annotation) if p.annotation else 0))
     if method and out and out[0].name in ("self", "cls"):
         out = out[1:]
     if isinstance(params.star_arg, cst.Param):
@@ -90,6 +97,34 @@ def parameters(fn: cst.FunctionDef | None, *, method: bool = True) -> list[Param
     if params.star_kwarg is not None:
         out.append(Param(params.star_kwarg.name.value, "{}", "", "starstar"))
     return out
+
+
+def tensor_tuple(node: cst.BaseExpression) -> int:
+    """How many tensors an annotation's tuple holds: ``tuple[torch.Tensor, torch.Tensor]``,
+    ``Tuple[Tensor, ...]`` (two), ``Optional[...]`` or ``... | None`` of those; 0 for anything
+    else."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        sides = [n for n in (node.left, node.right) if not (isinstance(n, cst.Name) and
+                                                          n.value == "None")]
+        return tensor_tuple(sides[0]) if len(sides) == 1 else 0
+    if isinstance(node, cst.SimpleString) and len(node.value) > 2:  # a string annotation
+        try:
+            return tensor_tuple(cst.parse_expression(node.evaluated_value))
+        except (cst.ParserSyntaxError, TypeError):
+            return 0
+    if not isinstance(node, cst.Subscript):
+        return 0
+    head = _dotted(node.value).rsplit(".", 1)[-1]
+    elements = [e.slice.value for e in node.slice if isinstance(e.slice, cst.Index)]
+    if head == "Optional" and len(elements) == 1:
+        return tensor_tuple(elements[0])
+    if head not in ("tuple", "Tuple") or not elements:
+        return 0
+    if not _dotted(elements[0]).endswith("Tensor"):
+        return 0
+    if len(elements) == 2 and isinstance(elements[1], cst.Ellipsis):
+        return 2
+    return len(elements) if all(_dotted(e).endswith("Tensor") for e in elements) else 0
 
 
 def method_of(index: PackageIndex, cls: Definition, name: str, depth: int = 0
@@ -249,9 +284,15 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
     else:
         ranks = ["4d", "3d", "2d", "3c", "5d"]
     for p in params:
-        if p.kind in ("star", "starstar") or p.default is not None:
+        if p.kind in ("star", "starstar"):
             continue
         name = p.name.lower()
+        if p.tensors and (p.default is None or not _CARRIED_INPUTS.search(name)):
+            inputs.append({"name": p.name, "kind": "tuple", "count": p.tensors, "ranks": ranks,
+                           **({"optional": True} if p.default is not None else {})})
+            continue
+        if p.default is not None:
+            continue
         if _TOKEN_INPUTS.search(name):
             kind = "long"
         elif _TARGET_INPUTS.search(name):
@@ -264,13 +305,13 @@ def guess_inputs(params: list[Param], owner: str) -> list[dict[str, Any]]:
             kind = "float"
         inputs.append({"name": p.name, "kind": kind, "ranks": ranks})
     first = params[0] if params else None
-    if not inputs and first is not None and first.kind == "pos" and first.default == "None" \
+    if not [s for s in inputs if not s.get("optional")] and first is not None and first.kind == "pos" and first.default == "None" \
             and (_OPTIONAL_INPUTS.search(first.name.lower()) or
                  _TENSOR_NAMES.search(first.name.lower())):
         # every input optional (``forward(self, input_ids=None, ...)``): the first, when its
         # name says it is a tensor
         kind = "long" if _TOKEN_INPUTS.search(first.name.lower()) else "float"
-        inputs.append({"name": first.name, "kind": kind, "ranks": ranks})
+        inputs.insert(0, {"name": first.name, "kind": kind, "ranks": ranks})
     return inputs
 
 

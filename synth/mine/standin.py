@@ -16,6 +16,11 @@
   ``raise ModuleNotFoundError``: the function behaves as where that package is not installed,
   which the package's own code already allows for, and a problem whose forward does reach it
   fails when probed. The problem's text then imports only torch and the standard library.
+* A module that adds methods to ``logging.Logger`` when imported (transformers'
+  ``logging.Logger.warning_once = warning_once``) is not imported by a problem, so in the
+  definitions gathered from it ``logging.getLogger(...)`` becomes ``MinedLogger.get(...)``: a
+  ``logging.Logger`` subclass that has those methods (each logs at the level its name starts
+  with), defined in the problem; the standard library's ``Logger`` is left as it is.
 """
 from __future__ import annotations
 
@@ -53,6 +58,42 @@ STANDIN_CODE = f'''class {STANDIN_NAME}(nn.Module):
         return torch.device("cpu")'''
 
 
+LOGGER_NAME = "MinedLogger"
+_LEVELS = ("debug", "info", "warning", "warn", "error", "critical", "fatal", "exception")
+
+
+def logger_code(methods: list[str], package: str) -> str:
+    """``MinedLogger``: a ``logging.Logger`` with the ``methods`` ``package`` adds to it."""
+    listed = ", ".join(f"``{m}``" for m in methods)
+    lines = ["import logging", "", "", f"class {LOGGER_NAME}(logging.Logger):",
+             f'    """A ``logging.Logger`` with the methods {package} adds to it when imported',
+             f"    ({listed}), which a problem does not import: each logs at the level its",
+             '    name starts with."""', "", "    @classmethod",
+             "    def get(cls, name=None):", '        return cls(name or "root")']
+    for method in methods:
+        level = max((lv for lv in _LEVELS if method.startswith(lv)), key=len, default=None)
+        lines += ["", f"    def {method}(self, *args, **kwargs):",
+                  f"        self.{level}(*args, **kwargs)" if level else "        return None"]
+    return "\n".join(lines)
+
+
+class LoggerStandIn(cst.CSTTransformer):
+    """``logging.getLogger(...)`` (``logging`` under any of ``names``) -> ``MinedLogger.get(...)``."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+        self.changed = False
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        func = updated.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "getLogger" and \
+                isinstance(func.value, cst.Name) and func.value.value in self.names:
+            self.changed = True
+            return updated.with_changes(func=cst.Attribute(cst.Name(LOGGER_NAME),
+                                                           cst.Name("get")))
+        return updated
+
+
 def _body_imports(tree: ast.AST):
     """The import statements inside function bodies (any depth) of a definition's ``ast``."""
     stack = [(tree, False)]  # (node, inside a function)
@@ -63,6 +104,11 @@ def _body_imports(tree: ast.AST):
         inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         stack.extend((child, inside) for child in ast.iter_child_nodes(node)
                      if isinstance(child, ast.stmt))
+
+
+def has_body_import(tree: ast.AST) -> bool:
+    """Whether a definition (its ``ast``) imports anything inside a function body."""
+    return next(_body_imports(tree), None) is not None
 
 
 def has_lazy_import(tree: ast.AST, package: str) -> bool:

@@ -62,7 +62,7 @@ def test_mining_the_fixture_writes_its_modules_and_functions(mined):
     for record in mined["records"]:
         problem = check_source(record.source, name=record.name)
         assert problem.category == record.category
-        assert _imported(record.source) <= {"torch", "math", "typing", "dataclasses",
+        assert _imported(record.source) <= {"torch", "math", "typing", "dataclasses", "logging",
                                             "__future__"}
     row = mined["table"][str(PACKAGE)]
     assert row["found"] >= 13 and row["written"] == len(mined["records"])
@@ -288,3 +288,31 @@ def test_a_candidate_is_counted_on_the_meta_device_before_it_is_built():
     state = random.getstate()
     probe._fits(Lazy, [])
     assert random.getstate() == state
+
+
+def test_tuple_inputs_index_ranges_and_forward_config_fields_are_probed(mined):
+    """A ``(cos, sin)`` pair at the module's head width (optional: passed by keyword), a
+    pair whose last dimension the error gives, a tensor the forward unpacks made a tuple,
+    indices drawn below a small table's size, a config field only the forward reads: each
+    problem takes its tuples as separate tensors and runs."""
+    by_name = _by_name(mined)
+    sources = {name: by_name[name].source for name in (
+        "RotaryAttention", "RotaryMix", "ScaledRotary", "ExpertMix", "ConfigOutputs")}
+    assert "position_embeddings=(position_embeddings_0, position_embeddings_1)" in \
+        sources["RotaryAttention"]
+    assert "position_embeddings_1 = torch.randn(BATCH, SEQ_LEN, 16)" in \
+        sources["RotaryAttention"]  # head_dim: 64 // 4
+    assert "self.mined(x, (freqs_0, freqs_1))" in sources["RotaryMix"]
+    assert "freqs_0 = torch.randn(BATCH, SEQ_LEN, 4)" in sources["RotaryMix"]
+    assert "(freqs_0, freqs_1, freqs_2)" in sources["ScaledRotary"]
+    assert "torch.randint(0, 2, (BATCH, SEQ_LEN))" in sources["ExpertMix"]
+    probe = by_name["ConfigOutputs"].provenance["mined"]["probe"]
+    assert "'output_router_logits': None," in sources["ConfigOutputs"], probe
+    for name, source in sources.items():
+        try:
+            source = shrink_for_cpu(source).source
+        except ResizeError:
+            pass
+        model, ns = _build(source)
+        out = model(*ns["get_inputs"]())
+        assert out.isfinite().all(), name

@@ -280,3 +280,35 @@ def test_a_candidate_gathers_the_same_code_whatever_was_gathered_before_it(tmp_p
     again.gather(target)
     assert warmed.gather(target).code == fresh == again.gather(target).code
     assert "def small" in fresh and "def big" in fresh
+
+
+def test_a_tuple_of_tensors_is_one_input_and_an_optional_one_waits(index):
+    """``tuple[torch.Tensor, torch.Tensor] | None = None`` (rotary ``position_embeddings``) is
+    an optional tuple input, tried once the forward fails without it; an optional tuple of
+    carried state (``past_key_value``) is not made; a required ``Tuple[...]`` is an input."""
+    attention = guess_class(index, index.resolve("minefix.rotary", "RotaryAttention"))
+    assert [(i["name"], i["kind"], i.get("count"), i.get("optional"))
+            for i in attention.inputs] == [("hidden_states", "float", None, None),
+                                           ("position_embeddings", "tuple", 2, True)]
+    mix = guess_class(index, index.resolve("minefix.rotary", "RotaryMix"))
+    assert [(i["name"], i["kind"], i.get("count")) for i in mix.inputs] == [
+        ("x", "float", None), ("freqs", "tuple", 2)]
+
+
+def test_methods_a_package_adds_to_logging_logger_come_with_a_stand_in(index):
+    """The package's logging helper adds ``warning_once`` to ``logging.Logger`` when imported;
+    a problem never imports it, so its loggers are ``MinedLogger``s that have the method, and
+    the standard library's class is left alone."""
+    import logging
+
+    assert index.module("minefix.utils.logging").logger_methods == ["warning_once",
+                                                                     "info_once"]
+    code = Gatherer(index).gather(index.resolve("minefix.rotary", "RotaryAttention")).code
+    assert "class MinedLogger(logging.Logger):" in code and "MinedLogger.get(" in code
+    assert "logging.Logger.warning_once" not in code and "getLogger" not in code
+    ns: dict = {"__name__": "mined"}
+    exec(compile(code, "<mined>", "exec"), ns)  # noqa: S102 — the fixture's own code
+    assert isinstance(ns["logger"], logging.Logger)
+    ns["logger"].warning_once("once")
+    ns["logger"].info_once("quiet")
+    assert not hasattr(logging.Logger, "warning_once")
