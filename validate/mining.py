@@ -247,6 +247,7 @@ class Miner:
         seen = 0
         items = find_candidates(index, functions=self.config.functions)
         for item in track(items, total=None, description=f"mine {spec}"):
+            gc.collect(1)  # the young generations: cycles the last candidate left are freed
             gc.freeze()
             if isinstance(item, ModuleIndex):
                 key = f"{source.spec}:{item.name}"

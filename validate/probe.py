@@ -252,15 +252,14 @@ def _timed_window(lock, device: str, forwards: dict) -> dict:
     alone. Preparation was 42% of the exclusive time on KernelBench levels 2-3 (H200), and
     every other worker's GPU work waits while a window holds the GPU."""
     times = {}
-    for k, (name, (model, inputs)) in enumerate(forwards.items()):
+    for name, (model, inputs) in forwards.items():
         with _section(lock, device, f"timing {name} prepare"):
             timer = M.Timer(_forward_call(model, inputs), device)
             timer.prepare()
         _mark("timing: waiting for the GPU")
         with lock.exclusive():
             _mark("timing")
-            times[name] = _time_forward(model, inputs, device, warm_ms=None if k == 0 else 20.0,
-                                        name=name, prepared=timer)
+            times[name] = _time_forward(model, inputs, device, name=name, prepared=timer)
         del timer  # its graph's memory goes before the next forward's is captured
     return times
 
@@ -282,7 +281,7 @@ def _timing_section(timing: dict | None, device: str, syncing: dict) -> dict:
 def probe_problem(payload: dict) -> dict:
     """Measure one problem: see the module docstring. Returns numbers for ``checks.judge``.
     ``payload["time"]`` false: the eager forward is not timed here (the second worker times it
-    beside TorchInductor in one window)."""
+    right before TorchInductor)."""
     import torch
 
     device = payload.get("device", "cpu")
@@ -656,9 +655,9 @@ def _trace(model, inputs: list, device: str,
 def replay_problem(payload: dict) -> dict:
     """Rebuild the problem from the same seeds in a fresh process: output digest (cross-process
     determinism) and, when ``payload["inductor"]``, torch.compile's error and median time.
-    ``payload["time_eager"]``: the eager forward is timed here too, in the same exclusive window
-    as the compiled one (``result["timing"]``, the probe's ``timing`` entry), so a problem waits
-    for the GPU once and its Inductor speedup comes from one window."""
+    ``payload["time_eager"]``: the eager forward is timed here too, right before the compiled
+    one (``result["timing"]``, the probe's ``timing`` entry), each alone and warmed in a
+    window of its own (``_timed_window``)."""
     import torch
 
     device = payload.get("device", "cpu")

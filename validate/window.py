@@ -110,8 +110,12 @@ def _gpu_table() -> dict[str, tuple[str, str]]:
 
 
 def _gpu_uuid(physical: str) -> str | None:
+    """The full UUID of the GPU an index or a UUID names. CUDA takes a UUID's unique prefix
+    too: it is completed from ``nvidia-smi``'s table, so every way of naming one GPU keys
+    the same lock file."""
     if physical.startswith(("GPU-", "MIG-")):
-        return physical
+        full = [uuid for uuid, _name in _gpu_table().values() if uuid.startswith(physical)]
+        return full[0] if len(full) == 1 else physical
     return _gpu_table().get(physical, ("", ""))[0] or None
 
 
@@ -128,8 +132,9 @@ def gpu_name(device: str, env: dict | None = None) -> str | None:
     if not device.startswith("cuda"):
         return None
     physical = _physical(device, env)  # an index, or a UUID from CUDA_VISIBLE_DEVICES
+    uuid_named = _gpu_uuid(physical)
     for index, (uuid, name) in _gpu_table().items():
-        if physical in (index, uuid) and name:
+        if (physical == index or (uuid and uuid == uuid_named)) and name:
             return name
     return None
 

@@ -214,3 +214,20 @@ def test_gpu_slots_follow_the_parents_own_visible_devices(monkeypatch):
     assert device_slots("cuda:0")[0]["env"] == {"CUDA_VISIBLE_DEVICES": "GPU-8dc80d46"}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert [s["gpu"] for s in device_slots("cuda")] == [0, 1]
+
+
+def test_every_way_of_naming_one_gpu_keys_the_same_timing_lock(monkeypatch, tmp_path):
+    """A slot may now carry the parent's own CUDA_VISIBLE_DEVICES entry, which CUDA accepts
+    as an index, a full UUID or a UUID's unique prefix: all three take the same lock file, so
+    two runs naming the GPU differently still never time at once."""
+    from kernelmill.validate import window as W
+
+    full = "GPU-8dc80d46-55c3-f013-8f3d-de6573368c61"
+    monkeypatch.setattr(W, "_GPUS", {"0": (full, "NVIDIA H200"),
+                                     "1": ("GPU-65f524f9-4169-fffe-6f48-685f8f00508c", "H200")})
+    monkeypatch.setattr(W, "runtime_folder", lambda: str(tmp_path))
+    paths = {W.gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": name})
+             for name in ("0", full, "GPU-8dc80d46")}
+    assert paths == {str(tmp_path / full)}
+    assert W.gpu_name("cuda:0", {"CUDA_VISIBLE_DEVICES": "GPU-8dc80d46"}) == "NVIDIA H200"
+    assert W.gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) != paths.pop()

@@ -121,6 +121,44 @@ def test_a_long_call_is_prepared_and_sampled_with_the_fewest_calls():
     assert phases == ["prepare", "warm", "samples"]
 
 
+def _sizing_replays(monkeypatch, per_call_ms: float, output_numel: int):
+    """``Timer._per_call_ms`` on fake graphs whose replays take ``per_call_ms`` per call: the
+    estimate and the graphs it captured (by their call counts)."""
+    clock = {"ms": 0.0}
+    captured = []
+
+    def captured_graph(self, stream, calls):
+        captured.append(calls)
+        return calls, [torch.empty(0)] * calls
+
+    monkeypatch.setattr(M.Timer, "_captured", captured_graph)
+    monkeypatch.setattr(M, "_graph_replay", lambda calls: clock.update(
+        ms=clock["ms"] + calls * per_call_ms))
+    monkeypatch.setattr(M, "_event_record", lambda event: clock.update(ms=0.0)
+                        if event == "start" else None)
+    monkeypatch.setattr(M, "_event_wait", lambda event: None)
+    monkeypatch.setattr(M, "_event_elapsed", lambda start, end: clock["ms"])
+    timer = M.Timer(lambda: None, "cpu")
+    timer._events, timer.output = ("start", "end"), torch.empty(output_numel)
+    return timer._per_call_ms(None), captured
+
+
+def test_sizing_a_graph_skips_the_larger_graph_where_it_cannot_change_the_sample(monkeypatch):
+    # a small call: one- and eight-call graphs, differenced
+    estimate, captured = _sizing_replays(monkeypatch, 0.01, 1024)
+    assert captured == [1, M.PROBE_CALLS] and estimate == pytest.approx(0.01)
+    # a call of 4 samples or more: one replay of the one-call graph is the estimate
+    estimate, captured = _sizing_replays(monkeypatch, 5.0, 1024)
+    assert captured == [1] and estimate == pytest.approx(5.0)
+    # an output the timing graph may hold three of: the larger graph holds three, not eight
+    third = M.HELD_OUTPUT_BYTES // 4 // 3
+    estimate, captured = _sizing_replays(monkeypatch, 0.01, third)
+    assert captured == [1, 3] and estimate == pytest.approx(0.01)
+    # an output it may hold once: no larger graph at all
+    estimate, captured = _sizing_replays(monkeypatch, 0.01, M.HELD_OUTPUT_BYTES // 4 + 1)
+    assert captured == [1]
+
+
 def test_a_cpu_timer_keeps_the_calling_threads_cpu_time_apart_from_the_wall_clock():
     # Waiting (another process holding the core, a sleep) stretches the wall clock only: the
     # unseen-input check compares CPU time on CPU, where the wall clock needs a 2 ms floor.
@@ -206,7 +244,12 @@ def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path
         assert held.let_window_in(lambda: waited.append(1))
         order.append("piece 2")  # held shared again, after the window
         thread.join(5)
-    assert order == ["piece 1", "window", "piece 2"] and waited == [1]
+        later = threading.Thread(target=window)  # and held: a later window waits for it
+        later.start()
+        time.sleep(0.2)
+        order.append("piece 3")
+    later.join(5)
+    assert order == ["piece 1", "window", "piece 2", "piece 3", "window"] and waited == [1]
     with lock.exclusive() as alone:
         assert not alone.let_window_in()  # an exclusive hold never steps aside
 
