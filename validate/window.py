@@ -2,9 +2,9 @@
 worker process, timed in one exclusive window per GPU, alternating in rounds.
 
 A worker that reaches its timing step prepares a ``measure.Timer`` (warm-up, CUDA graph capture),
-reports ``{"ready": ...}`` and waits for commands (``measure.serve_window``). ``run_window``:
+reports ``{"ready": ...}`` and waits for commands (``window_worker.serve_window``). ``run_window``:
 
-1. starts the workers; each imports, then asks for the GPU (``measure.await_gpu``) and is told
+1. starts the workers; each imports, then asks for the GPU (``window_worker.await_gpu``) and is told
    "go" once the parent holds the GPU's lock *shared*, which it keeps while they run their
    checks and prepare (other graders may do the same; nobody times meanwhile);
 2. takes it *exclusively* (writer priority: no new GPU work starts), warms the clocks through
@@ -220,12 +220,12 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
-    (``measure.await_gpu``) and gets "go" once the shared lock is held, else the lock is taken
+    (``window_worker.await_gpu``) and gets "go" once the shared lock is held, else the lock is taken
     right after ``start``. ``finish`` waits for them (after ``stop``, under the shared lock).
     Returns ``{"participants": {name: summary}, "rounds", "window_ms", "error", "dropped"}``; a
     summary is ``measure.summarize`` of the samples plus the worker's ``ready`` description and,
     for ``clock_check``, ``wall_ms`` per call. Participants in ``unseen_check`` then time single
-    calls on inputs they have not seen, still alone on the GPU (``measure.serve_window``'s
+    calls on inputs they have not seen, still alone on the GPU (``window_worker.serve_window``'s
     ``unseen``; the results stay in the worker). A participant in ``droppable`` that fails
     (ends, goes silent, answers wrongly) leaves the window alone: ``dropped[name]`` says why and
     the others go on; when none of them is left, the window ends. Any other failure ends the

@@ -26,6 +26,7 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
+from kernelmill.validate.window_worker import await_gpu
 
 from .call import _Run
 from .early import early_answer
@@ -233,7 +234,7 @@ def reference_timing_task(payload: dict) -> dict:
     _few_host_threads(device)
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
-    if not M.await_gpu(receive, report):
+    if not await_gpu(receive, report):
         return {"timing": None}
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
@@ -292,7 +293,7 @@ def _candidate_task(payload: dict) -> dict:
     device = payload["device"]
     source = payload["source"]
     _few_host_threads(device)
-    if payload.get("window") and not M.await_gpu(receive, report):
+    if payload.get("window") and not await_gpu(receive, report):
         payload = {**payload, "time": False}  # the window was called off: check, do not time
     mark_stage("setup")
     if device.startswith("cuda"):

@@ -9,6 +9,7 @@ from kernelmill.validate.harness_worker import (
     receive,
     report,
 )
+from kernelmill.validate.window_worker import serve_window
 
 # ---------------------------------------------------------------- timing
 
@@ -53,7 +54,7 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     send({"ready": ready})
     try:
         # (with a graph, ``unseen`` replays a one-call graph: no candidate Python runs either)
-        return timer, M.serve_window(timer, receive, send, unseen, after_work)
+        return timer, serve_window(timer, receive, send, unseen, after_work)
     finally:
         if paused:
             witness.resume()

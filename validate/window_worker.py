@@ -1,0 +1,78 @@
+"""The worker's side of a parent-driven timing window (``validate.window``): ask the parent for
+the GPU (``await_gpu``), then answer its timing commands with a prepared ``measure.Timer``
+(``serve_window``), so reference and candidate alternate in one exclusive window. Split out of
+``validate.measure``.
+
+Imports only torch (through ``measure``) and the standard library.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .measure import Timer, summarize
+
+def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> bool:
+    """Ask the parent for the GPU before the first GPU work (it holds the GPU's lock shared from
+    then on, so no timing window of another grade is disturbed). False: the parent said stop."""
+    report({"gpu": 1})
+    answer = receive().strip()
+    if answer not in ("go", "stop", ""):
+        raise ValueError(f"expected go or stop, got {answer!r}")
+    return answer == "go"
+
+
+def serve_window(timer: Timer, receive: Callable[[], str],
+                 report: Callable[[dict], None],
+                 unseen: Callable[[Timer], int] | None = None,
+                 after_work: Callable[[], None] | None = None) -> dict:
+    """Answer a parent's timing commands until it says ``stop``; return the worker's record of
+    the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``,
+    ``loop N``, ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
+    "calls_per_sample", "estimate_ms"}`` (``resize``: the calls per sample a new estimate taken
+    alone asks for, ``Timer.planned_calls``; 0: the graph's own), ``{"resized",
+    "calls_per_sample", "estimate_ms"}`` (captured again with ``N`` calls, ``Timer.resize``),
+    ``{"settle": n}`` (``MS`` of
+    untimed samples before a turn's round), ``{"round": [ms, ...]}``,
+    ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
+    timed function had not seen; 0 without it). ``after_work`` runs after every round and loop,
+    before the answer (the grader's worker compares the timed inputs with those sent there)."""
+    samples: list[float] = []
+    rounds = loops = settles = 0
+    while True:
+        command = receive().split()
+        if not command or command[0] == "stop":
+            break
+        verb, arg = command[0], float(command[1]) if len(command) > 1 else 0.0
+        if verb == "warm":  # alone on the GPU: the graph's size is estimated here
+            done = timer.warm(arg)
+            report({"warm": done, "resize": timer.planned_calls() or 0,
+                    "calls_per_sample": timer.calls_per_sample,
+                    "estimate_ms": timer.estimate_ms})
+        elif verb == "resize":  # the others capture beside it; nothing is timed meanwhile
+            resized = timer.resize(int(arg))
+            if resized:
+                timer.warm(20.0)
+            report({"resized": resized, "calls_per_sample": timer.calls_per_sample,
+                    "estimate_ms": timer.estimate_ms})
+        elif verb == "settle":
+            settles += 1
+            report({"settle": timer.warm(arg)})
+        elif verb == "round":
+            times = timer.round(int(arg))
+            samples.extend(times)
+            rounds += 1
+            if after_work is not None:
+                after_work()
+            report({"round": times})
+        elif verb == "loop":
+            timer.loop(int(arg))
+            loops += int(arg)
+            if after_work is not None:
+                after_work()
+            report({"loop": int(arg)})
+        elif verb == "unseen":
+            report({"unseen": unseen(timer) if unseen is not None else 0})
+        else:
+            raise ValueError(f"unknown timing command {verb!r}")
+    return summarize(timer.method, samples, rounds=rounds, loop_samples=loops, settles=settles,
+                     **{k: v for k, v in timer.describe().items() if k != "method"})
