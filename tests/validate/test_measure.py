@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from kernelmill.validate import measure as M
+from kernelmill.validate import window_worker as W
 from kernelmill.validate.harness import Control, run_in_worker
 from kernelmill.validate.window import (
     WindowSettings,
@@ -191,7 +192,7 @@ def test_serve_window_answers_commands_in_order():
     calls = []
     timer = M.Timer(lambda: calls.append(1), "cpu", warmup=1)
     timer.prepare()
-    summary = M.serve_window(timer, lambda: next(commands), reports.append)
+    summary = W.serve_window(timer, lambda: next(commands), reports.append)
     assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "loop"]
     assert len(reports[2]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
     assert reports[1]["settle"] >= 2 and summary["settles"] == 1  # settle samples are untimed
@@ -225,28 +226,32 @@ def test_exclusive_window_waits_for_shared_gpu_work(tmp_path):
     assert order == ["shared work done", "window"]
 
 
+def _waiting_window(lock, order: list) -> threading.Thread:
+    """A thread that takes ``lock`` exclusively and logs "window" in ``order``, started and
+    given 0.2 s to queue for the lock."""
+    def window():
+        with lock.exclusive():
+            order.append("window")
+
+    thread = threading.Thread(target=window)
+    thread.start()
+    time.sleep(0.2)
+    return thread
+
+
 def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path):
     lock = M.GpuLock(str(tmp_path / "gpu"))
     order = []
     with lock.shared() as held:
         assert not held.let_window_in()  # nobody waits: it keeps the GPU
         order.append("piece 1")
-
-        def window():
-            with lock.exclusive():
-                order.append("window")
-
-        thread = threading.Thread(target=window)
-        thread.start()
-        time.sleep(0.2)  # the window waits for this hold
+        thread = _waiting_window(lock, order)  # it waits for this hold
         assert order == ["piece 1"]
         waited = []
         assert held.let_window_in(lambda: waited.append(1))
         order.append("piece 2")  # held shared again, after the window
         thread.join(5)
-        later = threading.Thread(target=window)  # and held: a later window waits for it
-        later.start()
-        time.sleep(0.2)
+        later = _waiting_window(lock, order)  # and held: a later window waits for it
         order.append("piece 3")
     later.join(5)
     assert order == ["piece 1", "window", "piece 2", "piece 3", "window"] and waited == [1]
@@ -264,14 +269,7 @@ def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, mo
     with P._section(lock, "cpu", "stage"):
         F.run_forward(model, [torch.ones(2, 4)], 0, "cpu")
         order.append("forward 1")
-
-        def window():
-            with lock.exclusive():
-                order.append("window")
-
-        thread = threading.Thread(target=window)
-        thread.start()
-        time.sleep(0.2)
+        thread = _waiting_window(lock, order)
         F.run_forward(model, [torch.ones(2, 4)], 0, "cpu")  # lets the window in first
         order.append("forward 2")
         thread.join(5)
@@ -284,6 +282,7 @@ def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, mo
 WORKER = textwrap.dedent("""
     import time
     from kernelmill.validate import measure as M
+    from kernelmill.validate import window_worker as W
     from kernelmill.validate.harness_worker import receive, report
 
     def busy():
@@ -293,13 +292,13 @@ WORKER = textwrap.dedent("""
 
     def main():
         {before}
-        if not M.await_gpu(receive, report):
+        if not W.await_gpu(receive, report):
             return {{}}
         {early}
         timer = M.Timer(busy, "cpu", warmup=1)
         report({{"ready": timer.prepare()}})
         {cheat}
-        record = M.serve_window(timer, receive, report)
+        record = W.serve_window(timer, receive, report)
         {after}
         return record
 """)

@@ -138,21 +138,10 @@ def test_nonlinear_weights_on_an_affine_input_path_are_not_inert():
     assert m["input_nonaffine_ops"] == ["aten.relu"] and checks["not_affine"]["passed"] is False
 
 
-def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
-    """Shared holds are short (one stage, one ablation), never nested, and the timing window is
-    exclusive and outside them: a window waits for one stage to drain, not a whole probe."""
+def _recording_lock(held: list, log: list, handle=type(None)):
+    """A ``GpuLock`` stand-in that logs each hold's kind, refuses nested holds and yields a
+    ``handle()`` while held (``held``: the kinds held now)."""
     import contextlib
-
-    from kernelmill.validate import probe as P
-
-    held: list[str] = []
-    log: list[tuple[str, int]] = []
-    asides: list[str] = []
-
-    class Handle:
-        def let_window_in(self, on_wait=None):
-            asides.append(held[-1])  # offered between forwards, only while held
-            return False
 
     class Recorder:
         def __init__(self, path):
@@ -162,9 +151,9 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
         def _hold(self, kind):
             assert not held, f"{kind} taken inside {held}"
             held.append(kind)
-            log.append((kind, len(log)))
+            log.append(kind)
             try:
-                yield Handle()
+                yield handle()
             finally:
                 held.pop()
 
@@ -174,11 +163,28 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
         def exclusive(self):
             return self._hold("exclusive")
 
-    monkeypatch.setattr(P, "GpuLock", Recorder)
+    return Recorder
+
+
+def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
+    """Shared holds are short (one stage, one ablation), never nested, and the timing window is
+    exclusive and outside them: a window waits for one stage to drain, not a whole probe."""
+    from kernelmill.validate import probe as P
+
+    held: list[str] = []
+    log: list[str] = []
+    asides: list[str] = []
+
+    class Handle:
+        def let_window_in(self, on_wait=None):
+            asides.append(held[-1])  # offered between forwards, only while held
+            return False
+
+    monkeypatch.setattr(P, "GpuLock", _recording_lock(held, log, Handle))
     source = shrink_for_cpu((SEEDS_DIR / "softmax_rows.py").read_text(), SMALL).source
     m = probe_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
                        "ablations": ablations(source)})
-    kinds = [k for k, _ in log]
+    kinds = list(log)
     assert kinds.count("exclusive") == 1
     assert kinds.count("shared") >= 10 + m["ablation"]["tried"]
     # every forward inside a shared hold first offers the GPU to a waiting window
@@ -191,8 +197,6 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
 def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatch):
     """The timing window holds the GPU alone only to size, warm and sample: the warm-up, the
     host time and the graph capture run under the lock held shared, one forward at a time."""
-    import contextlib
-
     import torch
 
     from kernelmill.validate import measure as M
@@ -200,26 +204,7 @@ def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatc
 
     held: list[str] = []
     log: list[str] = []
-
-    class Recorder:
-        def __init__(self, path):
-            pass
-
-        @contextlib.contextmanager
-        def _hold(self, kind):
-            held.append(kind)
-            log.append(kind)
-            try:
-                yield None
-            finally:
-                held.pop()
-
-        def shared(self):
-            return self._hold("shared")
-
-        def exclusive(self):
-            return self._hold("exclusive")
-
+    Recorder = _recording_lock(held, log)
     real_prepare = M.Timer.prepare
 
     def prepare(timer):
