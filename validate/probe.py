@@ -125,14 +125,13 @@ def _forward_call(model, inputs: list) -> Callable[[], Any]:
     return fn
 
 
-def _time_forward(model, inputs: list, device: str, warm_ms: float | None = None,
-                  name: str = "", prepared: M.Timer | None = None) -> dict:
+def _time_forward(model, inputs: list, device: str, name: str = "",
+                  prepared: M.Timer | None = None) -> dict:
     """``measure.measure`` of one forward: CUDA graph replays when capturable, else CUDA
     events with an L2 flush; adaptive reps to ``VALIDATE_TIMING``'s confidence half-width or
-    its time cap. ``warm_ms``: how long to warm the clocks first (default: ``measure``'s).
-    ``name``: the worker's profile gets a stage per phase, ``timing <name> <phase>``.
-    ``prepared``: its ``Timer``, prepared already."""
-    return M.measure(_forward_call(model, inputs), device, warm_ms=warm_ms, prepared=prepared,
+    its time cap. ``name``: the worker's profile gets a stage per phase,
+    ``timing <name> <phase>``. ``prepared``: its ``Timer``, prepared already."""
+    return M.measure(_forward_call(model, inputs), device, prepared=prepared,
                      on_phase=(lambda phase: _mark(f"timing {name} {phase}")) if name else None,
                      **VALIDATE_TIMING)
 
@@ -219,7 +218,7 @@ def _section(lock, device: str, stage: str):
     """One stage of GPU work: marked (a crash names it), under the GPU lock held shared, and
     finished on the device before the lock is let go. A timing window that waits for the shared
     holders to drain waits for one forward, not a whole probe or stage: before each forward of
-    the stage after its first, the hold steps aside for a waiting window
+    the stage, the hold steps aside for a waiting window
     (``_Held.let_window_in``; with 16 workers on a GPU, whole-probe holds left the GPU idle most
     of the time). Time spent waiting for the lock is marked ``waiting for the GPU``."""
     import contextlib
