@@ -69,6 +69,8 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
     memory = Counter()
     ratios: list[tuple[float, str]] = []  # measured peak / estimate, per problem (CUDA)
     live: list[float] = []  # the probe's live-tensor peak / its estimate (CUDA)
+    replay_live: list[float] = []  # the replay's live-tensor peak / its estimate (CUDA)
+    reserved: list[float] = []  # either worker's allocator peak / its live-tensor peak
     for r in sorted(records, key=lambda r: (r.get("level") or 0, _problem(r))):
         v = r.get("validation") or {}
         level = r.get("level") or 0
@@ -86,6 +88,12 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
             ratios.append((mem["measured_bytes"] / mem["estimate_bytes"], _problem(r)))
         if mem.get("measured_allocated_bytes") and mem.get("estimate_bytes"):
             live.append(mem["measured_allocated_bytes"] / mem["estimate_bytes"])
+        replay = mem.get("replay") or {}
+        if replay.get("measured_allocated_bytes") and mem.get("replay_bytes"):
+            replay_live.append(replay["measured_allocated_bytes"] / mem["replay_bytes"])
+        for worker in (mem, replay):
+            if worker.get("measured_bytes") and worker.get("measured_allocated_bytes"):
+                reserved.append(worker["measured_bytes"] / worker["measured_allocated_bytes"])
         for name, check in (v.get("checks") or {}).items():
             if check.get("passed") is False:
                 per_level[level][name] += 1
@@ -108,6 +116,15 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["live/estimate median"] = round(live[len(live) // 2], 3)
         memory["live/estimate max"] = round(live[-1], 3)
         memory["live over estimate"] = sum(x > 1 for x in live)
+    if replay_live:
+        replay_live.sort()
+        memory["replay live/estimate median"] = round(replay_live[len(replay_live) // 2], 3)
+        memory["replay live/estimate max"] = round(replay_live[-1], 3)
+        memory["replay live over estimate"] = sum(x > 1 for x in replay_live)
+    if reserved:
+        reserved.sort()
+        memory["reserved/live median"] = round(reserved[len(reserved) // 2], 3)
+        memory["reserved/live max"] = round(reserved[-1], 3)
         memory["underestimated"] = sum(x > 1 for x, _ in ratios)
         memory["most underestimated"] = ratios[-1][1]
     return "\n".join(rows), lines, {"memory": dict(memory),
@@ -189,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     if "live/estimate median" in mem:
         print(f"live-tensor peak / estimate: median {mem['live/estimate median']}, max "
               f"{mem['live/estimate max']}; {mem['live over estimate']} over")
+    if "replay live/estimate median" in mem:
+        print(f"replay live-tensor peak / its estimate: median "
+              f"{mem['replay live/estimate median']}, max {mem['replay live/estimate max']}; "
+              f"{mem['replay live over estimate']} over")
+    if "reserved/live median" in mem:
+        print(f"allocator peak / live-tensor peak (either worker): median "
+              f"{mem['reserved/live median']}, max {mem['reserved/live max']}")
     from kernelmill.validate.admission import gpu_occupancies, occupancy_line
     from kernelmill.validate.stage_times import stage_table
 

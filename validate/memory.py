@@ -240,16 +240,21 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
 
 
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
-    """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
-    and its autotuning buffers, and the timing graphs' pools: each holds a forward's outputs).
-    Measured on an H100 (166 KernelBench replays): live-tensor peak over this
-    estimate median 0.76, max 1.49 (a transposed convolution); the copy-free count
-    ``p + i + o + 2 act`` had 35 of them over 1.35x, up to 2.1x."""
+    """Peak of ``probe.replay_problem``, counted from what it holds at once: the model and its
+    inputs (a copy per forward when the forward writes into them, ``c``), the eager output kept
+    for the Inductor check beside a compiled forward's own tensors (``o + act``), and, while a
+    forward is timed, the timer's output beside its graph's pool (one forward's tensors; the
+    sizing and timing graphs hold ``held`` outputs more, at most ``HELD_OUTPUT_BYTES``). The
+    second ``act`` covers Inductor's temporaries, which need not match eager's."""
     if est.get("method") != "meta":
         return None
+    from .measure import HELD_OUTPUT_BYTES, PROBE_CALLS
+
     p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
     act = max(0, est["forward_peak_bytes"] - p - i)
-    return int(p + 3 * i + 2 * o + 2 * act) + base
+    c = 1 if est.get("mutates_inputs", True) else 0
+    held = min(HELD_OUTPUT_BYTES, PROBE_CALLS * o)  # the graphs' own outputs
+    return int(p + (1 + c) * i + o + 2 * act + held) + base
 
 
 def minimum_bytes(est: dict) -> int | None:

@@ -528,15 +528,22 @@ def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[d
 
 
 def cap_memory(cap: int | None, device: str) -> None:
-    """Hold this worker's CUDA allocator to ``cap`` bytes (``admission.CAP_FACTOR`` times its
-    grant): where its cache would grow past that, the allocator frees cached blocks and retries,
-    and it raises out of memory only when live tensors need more (the parent then reruns it
-    alone, uncapped). Uncapped, the replay of a problem with 6 GiB outputs reserved 72-78 GiB
-    of an H100 while its live tensors held 42."""
-    if not cap or not M.is_cuda(device):
+    """Set up this worker's CUDA allocator: expandable segments (a segment grows in place, so
+    what the allocator reserves stays near what live tensors hold: without them, level-1
+    replays reserved 2-2.5x their live peak, and admission counts reserved bytes), and a cap of
+    ``cap`` bytes (``admission.CAP_FACTOR`` times its grant): where its cache would grow past
+    that, the allocator frees cached blocks and retries, and it raises out of memory only when
+    live tensors need more (the parent then reruns it alone, uncapped)."""
+    if not M.is_cuda(device):
         return
     import torch
 
+    try:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    except (AttributeError, RuntimeError):  # a torch without them: the default segments
+        pass
+    if not cap:
+        return
     index = torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
     total = torch.cuda.get_device_properties(index).total_memory

@@ -251,12 +251,14 @@ def test_on_a_gpu_the_estimate_bounds_the_allocator_peak(gpu_validation):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="measured on an H100 (2026-11-23): the Inductor replay "
-                   "reserved 5.56 GB against 4.20 GB asked (1.79x its estimate); such a replay "
-                   "that runs out of memory while sharing is rerun alone")
-def test_on_a_gpu_the_replay_estimate_bounds_its_peak(gpu_validation):
-    mem = gpu_validation["memory"]
-    assert 0 < mem["replay"]["measured_bytes"] <= mem["replay"]["need_bytes"], mem
+def test_on_a_gpu_the_replay_estimate_bounds_its_live_peak(gpu_validation):
+    """The replay's live tensors stay within what it asked, and its allocator (expandable
+    segments) within the cap it was given."""
+    from kernelmill.validate.admission import CAP_FACTOR
+
+    replay = gpu_validation["memory"]["replay"]
+    assert 0 < replay["measured_allocated_bytes"] <= replay["need_bytes"], replay
+    assert replay["measured_bytes"] <= CAP_FACTOR * replay["need_bytes"], replay
 
 
 def test_an_output_made_again_after_the_fp64_forward_gives_the_same_measurements(monkeypatch):
