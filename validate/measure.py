@@ -269,6 +269,12 @@ LONG_REPLAY_SAMPLES = 4
 # The most device memory the timing graph's held outputs may take: fewer calls per sample for
 # a large output (a call of such a size is long enough that a handful fill a sample)
 HELD_OUTPUT_BYTES = 256 << 20
+# Validation captures no graph for a forward whose output is larger than this: such a call
+# moves at least a gigabyte (0.2 ms and more at an H200's bandwidth; the level-1 giants take
+# milliseconds), so a launch's few microseconds are a small part of it, while a graph's private
+# pool keeps the whole forward's memory reserved beside the allocator's own cache (replays of
+# 6 GiB level-1 problems reserved 3.4x their live tensors, which admission does not count).
+GRAPH_OUTPUT_BYTES = 1 << 30
 
 # Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
 # GEMM read 0.0600-0.0627 ms across 8 placements in one process, each repeating within 0.24%;
@@ -412,13 +418,15 @@ class Timer:
     ``prepare()`` warms up, estimates one call, measures the host time to issue a call and, on
     CUDA with ``graph``, captures the graph; then ``round(n)`` returns ``n`` per-call samples
     in ms, ``loop(n)`` runs ``n`` samples' worth of work back to back (for a parent's clock) and
-    ``replay()`` reruns the captured graph once (its output is ``output``)."""
+    ``replay()`` reruns the captured graph once (its output is ``output``). ``graph_output_bytes``:
+    no graph for a call whose output is larger (CUDA events instead)."""
 
     def __init__(self, fn: Callable[[], Any], device: str, *, graph: bool = True,
                  sample_ms: float = 1.0, max_calls_per_sample: int = 1024, warmup: int = 3,
-                 flush: bool = True):
+                 flush: bool = True, graph_output_bytes: int | None = None):
         self.fn, self.device = fn, device
         self.graph_wanted, self.flush_wanted = graph, flush
+        self.graph_output_bytes = graph_output_bytes
         self.sample_ms, self.max_calls, self.warmup = sample_ms, max_calls_per_sample, warmup
         self.method: str | None = None
         self.graph = None
@@ -480,7 +488,8 @@ class Timer:
             self._flush = L2Flush(self.device)
         self.method = "cuda_events"
         self.estimate_ms = max(_median(self.round(estimate_reps)), 1e-4)
-        if self.graph_wanted:
+        if self.graph_wanted and (self.graph_output_bytes is None or
+                                  output_bytes(self.output) <= self.graph_output_bytes):
             self._capture()
         return self.describe()
 

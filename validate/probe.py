@@ -253,7 +253,8 @@ def _timed_window(lock, device: str, forwards: dict) -> dict:
     times = {}
     for name, (model, inputs) in forwards.items():
         with _section(lock, device, f"timing {name} prepare"):
-            timer = M.Timer(_forward_call(model, inputs), device)
+            timer = M.Timer(_forward_call(model, inputs), device,
+                            graph_output_bytes=M.GRAPH_OUTPUT_BYTES)
             timer.prepare()
         _mark("timing: waiting for the GPU")
         with lock.exclusive():

@@ -741,6 +741,21 @@ def test_a_large_output_is_never_held_more_times_than_the_timing_graph_may():
 
 
 @pytest.mark.gpu
+def test_an_output_over_the_graph_limit_is_timed_without_a_graph():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.randn(1 << 22, device="cuda")  # a 16 MiB output
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_reserved()
+    timer = M.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=(1 << 24) - 1)
+    info = timer.prepare()
+    assert info["method"] == "cuda_events" and timer.graph is None, info
+    assert torch.cuda.memory_reserved() - before <= 4 * x.numel() * 4  # no graph pool
+    assert M.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=1 << 24).prepare()["method"] \
+        == "cuda_graph"
+
+
+@pytest.mark.gpu
 def test_uncapturable_forward_falls_back_to_events():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

@@ -271,3 +271,20 @@ def test_an_output_made_again_after_the_fp64_forward_gives_the_same_measurements
     assert {k: v for k, v in remade.items() if k not in volatile} == \
         {k: v for k, v in kept.items() if k not in volatile}
     assert remade["tolerance"]["noise"] is not None  # fp64 ran, against the remade output
+
+
+def test_a_replay_timed_without_graphs_is_estimated_from_its_live_tensors():
+    from kernelmill.validate.measure import GRAPH_OUTPUT_BYTES
+    from kernelmill.validate.memory import replay_bytes
+
+    def est(out):  # an elementwise forward: as large an input, one temporary
+        return {"method": "meta", "params_bytes": 0, "inputs_bytes": out, "outputs_bytes": out,
+                "forward_peak_bytes": 3 * out, "mutates_inputs": False}
+
+    small, large = GRAPH_OUTPUT_BYTES, 6 * GRAPH_OUTPUT_BYTES
+    # graph-timed: its pools keep whole forwards reserved (3 i + 2 o + 2 act)
+    assert replay_bytes(est(small), base=0) == 3 * small + 2 * small + 4 * small
+    # timed by events: inputs, the kept output and two forwards' tensors
+    assert replay_bytes(est(large), base=0) == large + large + 4 * large
+    assert replay_bytes({**est(large), "mutates_inputs": True}, base=0) == 7 * large
+
