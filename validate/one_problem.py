@@ -171,9 +171,13 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     if early:
         tenancy.close()  # no second worker: the grant goes back now
     if (cross_process or inductor) and not early:
+        from .measure import GRAPH_OUTPUT_BYTES
+
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "copies": bool(m.get("mutated_inputs", True)),
-                          "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True}
+                          "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True,
+                          # timed without graphs (``probe.cap_memory``)
+                          "expandable": (memory.get("outputs_bytes") or 0) > GRAPH_OUTPUT_BYTES}
         if on_cuda:
             again = tenancy.run(memory["replay_bytes"],
                                 lambda: run(REPLAY, {**second_payload, "memory_cap": tenancy.cap}),
