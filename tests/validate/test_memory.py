@@ -235,7 +235,9 @@ def gpu_validation():
     slot = device_slots("cuda")[0]
     budget = budget_for(slot)
     assert budget is not None and 0 < budget.capacity < budget.total
-    yield validate_source(MID, slot, {"inductor": True, "cross_process": True})
+    # every worker runs (a probe failing a check would end it before its replay)
+    yield validate_source(MID, slot, {"inductor": True, "cross_process": True,
+                                      "early_exit": False})
     reset_budgets()
 
 
