@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import sys
@@ -228,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({**summary, "wall_s": wall, "validated": done,
                                          "per_hour": rate, "device": device,
                                          "occupancy": occupancies, "failures": failures}, indent=1))
+    if cut:  # the slot threads are still inside their problems (minutes, each holding the
+        # GPU): leave now; the run's watcher (``validate.reaper``) kills their workers
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
