@@ -310,8 +310,9 @@ def fingerprints(values: list) -> list[bytes | None]:
 
 
 def output_digest(outputs: list, sample: int = 2048) -> dict:
-    """A hash of the outputs' bytes plus a value sample, to compare runs across processes (sha256
-    of the bytes on the host; of ``_device_fingerprint`` for GPU tensors)."""
+    """A hash of the outputs' bytes plus a value sample (``sample`` elements evenly spaced over
+    each output), to compare runs across processes (sha256 of the bytes on the host; of
+    ``_device_fingerprint`` for GPU tensors)."""
     import torch
 
     h = hashlib.sha256()
@@ -323,7 +324,10 @@ def output_digest(outputs: list, sample: int = 2048) -> dict:
             h.update(_device_fingerprint(t))
         elif t.numel():
             h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        values.append(_as64(_flat(t)[:sample].cpu()).tolist())
+        flat = _flat(t)
+        # spread over the whole output: a difference confined to its later part still shows
+        step = max(1, -(-flat.numel() // sample))
+        values.append(_as64(flat[::step][:sample].cpu()).tolist())
     return {"sha256": h.hexdigest(), "sample": values,
             "shapes": [list(t.shape) for t in outputs]}
 

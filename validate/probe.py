@@ -396,7 +396,8 @@ def probe_problem(payload: dict) -> dict:
         del alt
 
     with _section(lock, device, "real code"):
-        _real_code(m, ns, model, ref, used, inputs, alt_inputs, sd, device, tol, cfg, copies)
+        _real_code(m, ns, model, ref, used, inputs, alt_inputs, sd, device, tol, cfg, copies,
+                   payload["source"])
 
     with _section(lock, device, "trace"):
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device,
@@ -422,12 +423,14 @@ def probe_problem(payload: dict) -> dict:
 
 
 def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, tol, cfg,
-               copies: bool) -> None:
+               copies: bool, source: str) -> None:
     """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
     exact outputs, duplicate writes, reduced precision) and the call-history check: the output
     for the second input draw from this model, used on the first draw already (``used``, its
     digest: the output itself is let go, so this stage holds one output besides ``ref``),
-    against a fresh one's. Forwards run on copies of the inputs only when ``copies``."""
+    against a fresh one's, built from a new execution of ``source`` (state a class or the module
+    keeps, not the instance, starts afresh too). Forwards run on copies of the inputs only when
+    ``copies``."""
     fwd, alt_seed = sd["forward"], sd["weights_alt"]
     m["submodule_bypass"] = _measured(
         lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed, copies))
@@ -460,7 +463,7 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
     m["reduced_precision"] = _measured(rounded) if low else None
 
     def history() -> dict:
-        fresh = build_model(ns, sd, device)
+        fresh = build_model(load_namespace(source, tag="fresh"), sd, device)
         out = C.output_digest(run_forward(fresh, alt_inputs, fwd, device, clone=copies))
         return {"error_vs_fresh": C.digest_error(used, out)}
 
