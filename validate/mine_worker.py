@@ -8,14 +8,16 @@ tuple of tensors where a tensor was unpacked, the range of index inputs), as
 pytorch-jit-paritybench's ``deduce_parameters`` does; then check determinism (same seeds twice,
 another forward seed: RNG in forward) and that the output depends on the inputs.
 
-Sizing on the meta device and the smoke run are ``mine_sizing``.
+Sizing on the meta device and the smoke run are ``mine_sizing``. What the probe reads from
+its errors to repair the guesses (``config_value``, the width and rank hints) is
+``mine_hints``; building on the meta device (``meta_build``) is ``mine_meta``: both still
+importable from this module.
 
 Each job has its own time limit (SIGALRM); a job that is not interrupted by it (a hang inside
 C code) ends the worker, and the parent reruns the batch's jobs one by one.
 """
 from __future__ import annotations
 
-import dis
 import os
 import random
 import re
@@ -28,6 +30,16 @@ import torch
 from kernelmill.core.input_templates import TEMPLATES
 
 from .measure import load_namespace
+from .mine_hints import (  # noqa: F401 (moved here from this module; importable as before)
+    _CONFIG_VALUES,
+    _NDIM,
+    _head_dim,
+    _rank_hints,
+    _unpacked,
+    _width_hints,
+    config_value,
+)
+from .mine_meta import _VALUE_WRITES, _MetaBuild, meta_build  # noqa: F401 (moved, as above)
 
 MAX_ATTEMPTS = 16
 # the most parameter and buffer elements a candidate may hold at its guessed constructor
@@ -35,30 +47,6 @@ MAX_ATTEMPTS = 16
 # initializing more took one probe 23 s of CPU (a whole model with 12 G parameters)
 MAX_MODULE_ELEMENTS = 2 ** 28
 RUNNING_STATS = "_mined_running_stats"  # the helper the probe job's code defines (render.py)
-
-_NDIM = {"4d": 4, "3d": 3, "2d": 2, "3c": 3, "5d": 5}
-
-
-# a config field the guesses lack, or left None, by its name (spec.py's shrunk sizes)
-_CONFIG_VALUES = (
-    # rotary embeddings read their type and base from it (``config.rope_parameters["rope_type"]``)
-    (r"^rope_(parameters|scaling)$", "{'rope_type': 'default', 'rope_theta': 10000.0}"),
-    (r"^head_dim$|_head_dim$|kv_channels", "16"), (r"eps$", "1e-06"),
-    (r"drop|dropout", "0.0"), (r"(^|_)act($|_)|activation", "'gelu'"),
-    (r"vocab", "1000"), (r"intermediate|ffn|d_ff|mlp_dim|inner", "128"),
-    (r"kv_heads|key_value_heads", "2"), (r"heads", "4"), (r"experts_per_tok|top_k", "2"),
-    (r"experts", "4"), (r"layers|depth", "2"), (r"(^|_)num_channels$", "3"),
-    (r"patch", "4"), (r"hidden|d_model|embed|(^|_)dim$|width|size$|channels|features", "64"),
-    (r"max_position|positions|max_len|seq_len", "512"), (r"^num_|_num$|count", "2"),
-)
-
-
-def config_value(name: str) -> str:
-    """A config field's value (Python literal text) by its name; ``"None"`` when unknown."""
-    for pattern, value in _CONFIG_VALUES:
-        if re.search(pattern, name.lower()):
-            return value
-    return "None"
 
 
 class JobTimeout(BaseException):
@@ -74,42 +62,6 @@ class TooLarge(Exception):
 class NoTensorInput(Exception):
     """The candidate's forward takes no tensor input: nothing for a kernel to compute on (a
     rejection, counted with the abstract and unsupported ones)."""
-
-
-# in-place ops that only write values (weight initialization: ``nn.init``, timm's
-# ``trunc_normal_``); on the meta device there are no values to write
-_VALUE_WRITES = frozenset((
-    "uniform_", "normal_", "erfinv_", "mul_", "add_", "sub_", "div_", "clamp_", "clamp_min_",
-    "clamp_max_", "fill_", "zero_", "copy_", "exp_", "log_", "sqrt_", "neg_", "abs_",
-    "bernoulli_", "random_", "exponential_", "log_normal_", "cauchy_", "geometric_", "pow_",
-    "tanh_", "sigmoid_", "erf_", "floor_", "ceil_", "round_", "fmod_", "remainder_", "lerp_",
-    "addcmul_", "addcdiv_", "trunc_normal_", "orthogonal_", "kaiming_uniform_",
-    "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "constant_", "ones_", "zeros_",
-    "eye_", "dirac_", "sparse_"))
-
-
-class _MetaBuild(torch.overrides.TorchFunctionMode):
-    """Skips the value writes of a module built on the meta device: initializing a model's
-    weights there ran every op's Python reference for nothing (timm's ``trunc_normal_``
-    over a ViT's parameters: a fifth of the probing workers' time on timm). Only ops that
-    keep their tensor's shape are skipped, so what is built is the same."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in _VALUE_WRITES and args and isinstance(
-                args[0], torch.Tensor) and args[0].is_meta:
-            return args[0]
-        return func(*args, **(kwargs or {}))
-
-
-def meta_build():
-    """The context to build a candidate on the meta device in: ``torch.device("meta")``,
-    with value writes skipped (``_MetaBuild``)."""
-    import contextlib
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.device("meta"))
-    stack.enter_context(_MetaBuild())
-    return stack
 
 
 def _alarm(signum, frame):
@@ -160,75 +112,6 @@ def _flat(out: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
     if isinstance(out, dict):
         return [x for k, v in out.items() if isinstance(k, str) for x in _flat(v, f"{path}[{k!r}]")]
     return []
-
-
-def _width_hints(message: str, current: int) -> list[int]:
-    """Feature widths an error message asks for."""
-    found: list[int] = []
-    patterns = (r"to have (\d+) channels", r"expected input with shape \[\*, (\d+)\]",
-                r"should contain (\d+) elements", r"normalized_shape=\[(\d+)\]",
-                r"size of tensor b \((\d+)\)", r"size of tensor a \((\d+)\)",
-                r"\(\d+x(\d+) and (\d+)x\d+\)", r"weight of size \[\d+, (\d+)",
-                r"expected (\d+) channels",
-                (r"input.size\(-1\) must be equal to input_size. Expected (\d+)"),
-                r"divisible by (\d+)", r"shape '\[[^\]]*\]' is invalid")
-    for pattern in patterns:
-        for match in re.finditer(pattern, message):
-            for group in match.groups():
-                if group and group.isdigit():
-                    value = int(group)
-                    if value != current and 0 < value <= 4096:
-                        found.append(value)
-    return found
-
-
-def _unpacked(exc: BaseException, values: list) -> int | None:
-    """The index in ``values`` of the input whose unpacking raised ``exc`` (``cos, sin =
-    position_embeddings`` given one tensor): the name the failing ``UNPACK_SEQUENCE`` of the
-    innermost frame loaded, looked up among that frame's locals; None when not one of them."""
-    tb = exc.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    code, lasti = tb.tb_frame.f_code, tb.tb_lasti
-    previous = None
-    for instruction in dis.get_instructions(code):
-        if instruction.offset == lasti:
-            if instruction.opname != "UNPACK_SEQUENCE" or previous is None or \
-                    not previous.opname.startswith("LOAD_"):
-                return None
-            value = tb.tb_frame.f_locals.get(previous.argval, _unpacked)
-            return next((i for i, v in enumerate(values) if v is value), None)
-        previous = instruction
-    return None
-
-
-def _head_dim(model, ns: dict, width: int) -> int:
-    """The per-head width a rotary ``(cos, sin)`` pair is made at: the module's (or its first
-    submodule's) ``head_dim``, else the config's, else its hidden size over its heads."""
-    if isinstance(model, torch.nn.Module):
-        for module in model.modules():
-            value = getattr(module, "head_dim", None)
-            if isinstance(value, int) and value > 0:
-                return value
-    config = ns.get("CONFIG") or {}
-    value = config.get("head_dim")
-    if isinstance(value, int) and value > 0:
-        return value
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
-        return hidden // heads
-    return width
-
-
-def _rank_hints(message: str) -> list[int]:
-    found = []
-    for pattern in (r"expected (\d)D", r"Expected (\d)D", r"\(expected (\d)", r"got (\d)D",
-                    r"expected (\d) dims", r"(\d)D \(batched\)"):
-        for match in re.finditer(pattern, message):
-            found.append(int(match.group(1)))
-    return found
 
 
 class _Probe:

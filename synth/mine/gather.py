@@ -12,6 +12,11 @@ np.ndarray)``) become ``False``; numpy used for real stays a missing dependency.
 Package decorators (registries, docstring helpers, hub kernels) and torch's compiler
 decorators are dropped: they register or compile, they do not compute. Annotations are not
 followed (the code starts with ``from __future__ import annotations``, so they stay strings).
+
+The ``Gatherer`` is here; the libcst readers of a definition's names (``_Names``,
+``_LoadNames``) are in ``cstnames``, and the rewrites made to a definition (renaming, dropped
+decorators, foreign type tests and registry entries, ``_foreign_imports``) in ``rewrites``:
+each still importable from this module.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import libcst as cst
 
 from .astnames import ast_names
 from .candidates import ModuleClasses
+from .cstnames import _LoadNames, _Names
 from .environment import QUERY_NAME, AnswerQueries
 from .index import (
     ALLOWED_ROOTS,
@@ -30,7 +36,17 @@ from .index import (
     ModuleRef,
     PackageIndex,
     _dotted,
-    ast_dotted,
+)
+from .rewrites import (  # noqa: F401 (moved here from this module; importable as before)
+    _decorator_texts,
+    _dropped_decorators,
+    _entry_values,
+    _foreign_imports,
+    _ForeignEntries,
+    _ForeignTypeTests,
+    _members,
+    _Rewrite,
+    _without_decorators,
 )
 from .standin import (
     LOGGER_NAME,
@@ -55,21 +71,6 @@ _DROPPED_DECORATOR_PREFIXES = ("torch.jit", "torch.fx", "torch.compile", "torch.
                                "torch.compiler", "torch.library")
 
 
-def _foreign_imports(code: str, allowed: frozenset[str]) -> list[str]:
-    """The absolute imports anywhere in ``code`` (function bodies included) of a package a
-    problem may not use. A relative import is not one: in a problem's own file it can only
-    fail, where it runs."""
-    found = []
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names
-                      if alias.name.split(".")[0] not in allowed]
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
-                node.module.split(".")[0] not in allowed:
-            found.append(node.module)
-    return sorted(set(found))
-
-
 class GatherError(Exception):
     def __init__(self, label: str, detail: str):
         super().__init__(f"{label}: {detail}")
@@ -87,249 +88,6 @@ class Gathered:
     # no weight initialization of its own) or dropped (a mixin of a missing package)
     standin_bases: dict[str, list[str]] = field(default_factory=dict)
     dropped_bases: dict[str, list[str]] = field(default_factory=dict)
-
-
-class _Names(cst.CSTVisitor):
-    """Free-looking names of a definition: ``Name`` loads and the dotted chains they start,
-    outside annotations, attribute names, keyword names and parameter names."""
-
-    def __init__(self):
-        self.names: set[str] = set()
-        self.chains: set[str] = set()
-
-    def visit_Annotation(self, node: cst.Annotation) -> bool:
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        dotted = _dotted(node)
-        if dotted:
-            self.chains.add(dotted)
-            self.names.add(dotted.split(".")[0])
-            return False
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Param(self, node: cst.Param) -> bool:
-        for part in (node.default,):
-            if part is not None:
-                part.visit(self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-
-class _LoadNames(_Names):
-    """The names a definition uses when its module is loaded: everything but function bodies
-    (their defaults and decorators are load-time; a body runs only when called)."""
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        for decorator in node.decorators:
-            decorator.visit(self)
-        node.params.visit(self)
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
-class _Rewrite(cst.CSTTransformer):
-    """Renames references (``names``: old -> new; ``chains``: ``layers.Mlp`` -> ``Mlp``) and
-    drops the decorators in ``dropped`` (their code text)."""
-
-    def __init__(self, names: dict[str, str], chains: dict[str, str], dropped: set[str],
-                 top: str, new_top: str):
-        super().__init__()
-        self.names, self.chains, self.dropped = names, chains, dropped
-        self.top, self.new_top = top, new_top
-        self.depth = 0
-
-    def visit_Annotation(self, node: cst.Annotation) -> bool:
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        return _dotted(node) not in self.chains
-
-    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
-        dotted = _dotted(original)
-        if dotted in self.chains:
-            return cst.Name(self.chains[dotted])
-        if updated.attr is original.attr:
-            return updated
-        return updated.with_changes(attr=original.attr)
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
-        new = self.names.get(original.value)
-        return updated.with_changes(value=new) if new else updated
-
-    def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
-        return updated.with_changes(name=original.name)
-
-    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-        return updated.with_changes(keyword=original.keyword)
-
-    def _decorators(self, updated):
-        kept = [d for d in updated.decorators
-                if cst.Module([]).code_for_node(d.decorator) not in self.dropped]
-        return kept
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.depth += 1
-        return True
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
-        self.depth -= 1
-        name = self.new_top if self.depth == 0 and original.name.value == self.top \
-            else original.name.value
-        return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        self.depth += 1
-        return True
-
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef):
-        self.depth -= 1
-        name = self.new_top if self.depth == 0 and original.name.value == self.top \
-            else original.name.value
-        return updated.with_changes(name=cst.Name(name), decorators=self._decorators(updated))
-
-
-class _ForeignTypeTests(cst.CSTTransformer):
-    """``isinstance(x, np.ndarray)`` is ``False`` where numpy is never imported: a problem runs
-    with torch alone, so no value of a type from a package it may not use reaches it. Tuples of
-    types lose their foreign members; ``foreign`` holds the names (and chains) that lead there."""
-
-    def __init__(self, foreign: set[str]):
-        super().__init__()
-        self.foreign = foreign
-        self.changed = 0
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not (isinstance(original.func, cst.Name) and original.func.value == "isinstance"
-                and len(original.args) == 2 and original.args[1].keyword is None):
-            return updated
-        types = original.args[1].value
-        members = [e.value for e in types.elements] if isinstance(types, cst.Tuple) \
-            else [types]
-        kept = [e for e in members if _dotted(e) not in self.foreign]
-        if len(kept) == len(members):
-            return updated
-        self.changed += 1
-        if not kept:
-            return cst.Name("False")
-        if len(kept) == 1:
-            return updated.with_changes(args=[updated.args[0],
-                                              updated.args[1].with_changes(value=kept[0])])
-        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
-            value=cst.Tuple([cst.Element(e) for e in kept]))])
-
-
-class _ForeignEntries(cst.CSTTransformer):
-    """A registry (``_NORM_MAP = dict(batchnorm=nn.BatchNorm2d, frozenbatchnorm2d=
-    FrozenBatchNorm2d)``, or a ``{...}`` literal) loses the entries whose value comes from a
-    package a problem may not use; looking such a key up fails when the problem is probed."""
-
-    def __init__(self, foreign: set[str]):
-        super().__init__()
-        self.foreign = foreign
-        self.changed = 0
-
-    def _is_foreign(self, value: cst.BaseExpression) -> bool:
-        return bool(_dotted(value)) and _dotted(value) in self.foreign
-
-    def leave_Dict(self, original: cst.Dict, updated: cst.Dict) -> cst.Dict:
-        kept = [e for e in updated.elements
-                if not (isinstance(e, cst.DictElement) and self._is_foreign(e.value))]
-        if len(kept) == len(updated.elements):
-            return updated
-        self.changed += 1
-        if kept:  # no comma left dangling after the last entry kept
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(elements=kept)
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if not (isinstance(updated.func, cst.Name) and updated.func.value == "dict"):
-            return updated
-        kept = [a for a in updated.args if a.keyword is None or not self._is_foreign(a.value)]
-        if len(kept) == len(updated.args):
-            return updated
-        self.changed += 1
-        if kept:
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(args=kept)
-
-
-def _decorator_texts(node: cst.CSTNode) -> list[cst.Decorator]:
-    """The decorators of a definition and of the methods of a class (no full walk: a libcst
-    visitor over every node was half the gathering time)."""
-    found: list[cst.Decorator] = list(getattr(node, "decorators", ()))
-    if isinstance(node, cst.ClassDef):
-        for stmt in node.body.body:
-            found.extend(getattr(stmt, "decorators", ()))
-    return found
-
-
-def _entry_values(tree: ast.AST) -> set[str]:
-    """The dotted names that are values of a dict display or keyword arguments of a
-    ``dict(...)`` call in ``tree``: all that ``_ForeignEntries`` can remove."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            found.update(ast_dotted(v) for v in node.values if v is not None)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id == "dict":
-            found.update(ast_dotted(k.value) for k in node.keywords if k.arg is not None)
-    return found
-
-
-def _members(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """A class's own decorated kinds of statement (methods, nested classes), in order."""
-    if not isinstance(node, cst.ClassDef):
-        return []
-    return [s for s in node.body.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
-
-
-def _dropped_decorators(node: cst.CSTNode, tree: ast.stmt, dropped: set[str]
-                        ) -> frozenset[int] | None:
-    """The ids of the ``ast`` decorators of a definition and of its class's methods whose
-    code text is in ``dropped``, matched to ``node``'s by position; None when the two do not
-    line up."""
-    members = [a for a in getattr(tree, "body", ()) if isinstance(
-        a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
-        if isinstance(tree, ast.ClassDef) else []
-    pairs = [(node, tree), *zip(_members(node), members)]
-    if len(members) != len(_members(node)) or any(
-            len(n.decorators) != len(a.decorator_list) for n, a in pairs):
-        return None
-    code = cst.Module([]).code_for_node
-    return frozenset(id(ad) for n, a in pairs for d, ad in zip(n.decorators, a.decorator_list)
-                     if code(d.decorator) in dropped)
-
-
-def _without_decorators(node: cst.CSTNode, dropped: set[str]) -> cst.CSTNode:
-    """``node`` without the decorators in ``dropped`` (code texts) on it and on its class's
-    methods: only those statements are rebuilt (``_Rewrite`` walks every node)."""
-    code = cst.Module([]).code_for_node
-
-    def strip(n):
-        kept = [d for d in n.decorators if code(d.decorator) not in dropped]
-        return n.with_changes(decorators=kept) if len(kept) != len(n.decorators) else n
-
-    stripped = {id(m): new for m in _members(node) if (new := strip(m)) is not m}
-    node = strip(node)
-    if stripped:
-        node = node.with_changes(body=node.body.with_changes(
-            body=[stripped.get(id(s), s) for s in node.body.body]))
-    return node
 
 
 class Gatherer:
