@@ -1,4 +1,4 @@
-"""The names a definition uses, read from its ``ast`` (gather's ``_Names`` and ``_LoadNames``
+"""The names a definition uses, read from its ``ast`` (``cstnames._Names`` and ``_LoadNames``
 read the same from its libcst node, several times slower): ``Name`` loads and stores, the
 dotted chains they start (``layers.Mlp``), outside annotations, attribute names, keyword
 names and parameter names. ``load`` holds what the definition uses while its module loads:

@@ -261,3 +261,47 @@ def test_a_float_buffer_of_indices_is_left_out_and_a_perturbation_that_breaks_fo
     assert "error" not in measured, measured
     assert [e["label"] for e in measured["entries"]] == ["buffer scale"]
     assert C.judge(m)["buffer_sensitive"]["passed"] is True
+
+
+def test_honest_noise_reaches_every_op_that_computes_values_and_no_op_that_moves_them():
+    from kernelmill.validate.realcode.exact import _computed
+
+    aten = torch.ops.aten
+    x, w = torch.randn(6, 5), torch.randn(5)
+    idx = torch.tensor([[0, 2], [1, 3]])
+    # computed: a matrix-vector and a dot product (no FLOP formula in torch), a matmul, a sum
+    assert _computed(aten.mv.default, (x, w), aten.mv.default(x, w))
+    assert _computed(aten.dot.default, (w, w), aten.dot.default(w, w))
+    assert _computed(aten.mm.default, (x, x.t()), x @ x.t())
+    assert _computed(aten.sum.dim_IntList, (x, [1]), x.sum(1))
+    # moved or selected: gather, max pooling, a concatenation; elementwise ops round once
+    assert not _computed(aten.gather.default, (x[:2], 1, idx), torch.gather(x[:2], 1, idx))
+    pooled = aten.max_pool2d_with_indices.default(x[None, None], [2, 2])
+    assert not _computed(aten.max_pool2d_with_indices.default, (x[None, None], [2, 2]), pooled[0])
+    assert not _computed(aten.cat.default, ([x, x],), torch.cat([x, x]))
+    assert not _computed(aten.mul.Tensor, (x, 2.0), x * 2.0)
+
+
+def test_a_guard_read_only_on_the_host_leaves_dead_work_dead():
+    class Guarded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.proj(x)
+            if torch.isinf(h).any():  # steers the host only
+                h = h.clamp(-1e4, 1e4)
+            return h[:, -1]
+
+    class Masked(Guarded):
+        def forward(self, x):
+            h = self.proj(x)
+            return (h * (h > 0).float())[:, -1] + (h > 0).sum()  # the comparison reaches it
+
+    torch.manual_seed(0)
+    draws = [[torch.randn(4, 8, 16)] for _ in range(3)]
+    guarded = R.liveness(Guarded(), iter(draws), 0, 0, copies=True)
+    masked = R.liveness(Masked(), iter(draws), 0, 0, copies=True)
+    assert guarded["dead_share"] > 0.8, guarded
+    assert masked["dead_share"] < 0.2, masked

@@ -21,17 +21,66 @@ UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", 
                                   "msort"})
 
 
+# Inputs larger than this are not searched for a result's values (``_computed``): such an op
+# counts as computing only through torch's FLOP formulas or ``REDUCTIONS``.
+SEARCHED_NUMEL = 1 << 24
+SAMPLED = 32  # result values looked for among the inputs'
+
+
+def _tensors(values) -> list:
+    import torch
+
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(_tensors(v))
+    return found
+
+
+def _computed(func, args, out) -> bool:
+    """Does ``out`` hold values ``func`` computed (and an honest kernel may round otherwise)?
+    Matmul-class work (torch's FLOP formulas) and ``REDUCTIONS`` do; an elementwise op does not
+    count (it rounds once, correctly: an ulp, far below the noise) nor does a view; any other op
+    computed its result when some of its values are in none of its inputs (sampled: a
+    matrix-vector or dot product, an einsum path, an op torch has no FLOP formula for), and only
+    moved or selected them when every sampled value is (gather, cat, pooling by max)."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    if func.overloadpacket in flop_registry or func.overloadpacket.__name__ in REDUCTIONS:
+        return True
+    if not (isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel()):
+        return False
+    tags = set(func.tags)
+    if tags & {torch.Tag.pointwise, torch.Tag.view_copy, torch.Tag.inplace_view}:
+        return False
+    inputs = [t for t in _tensors(args) if t.is_floating_point()]
+    storage = out.untyped_storage().data_ptr()
+    if any(t.untyped_storage().data_ptr() == storage for t in inputs):
+        return False  # a view of an input, or written in place
+    if not inputs or sum(t.numel() for t in inputs) > SEARCHED_NUMEL:
+        return False
+    flat = out.detach().reshape(-1)
+    sample = flat[::max(1, -(-flat.numel() // SAMPLED))].to(torch.float64)
+    found = torch.zeros(sample.shape, dtype=torch.bool, device=sample.device)
+    for t in inputs:
+        found |= torch.isin(sample, t.detach().reshape(-1).to(sample.device, torch.float64))
+    return not bool(found.all())
+
+
 class _HonestNoise:
-    """A TorchDispatchMode that adds to the result of every matmul-class op and reduction
-    ``rel`` times its RMS in Gaussian noise (what another summation order or a kernel within the
-    tolerance makes of it), and moves the input of selections with unordered ties
-    (``UNORDERED_SELECTIONS``) the same way, so exact ties split. Values that no float work
-    touched (the inputs, the parameters) stay exact: a selection over them is defined."""
+    """A TorchDispatchMode that adds to the result of every op that computes its values
+    (``_computed``) ``rel`` times its RMS in Gaussian noise (what another summation order or a
+    kernel within the tolerance makes of it), and moves the input of selections with unordered
+    ties (``UNORDERED_SELECTIONS``) the same way, so exact ties split. Values that no float work
+    touched (the inputs, the parameters, what is only moved or selected from them) stay exact: a
+    selection over them is defined."""
 
     def __new__(cls, rel: float, gen):
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils.flop_counter import flop_registry
 
         def moved(x):
             if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
@@ -47,7 +96,8 @@ class _HonestNoise:
                 if name in UNORDERED_SELECTIONS and args:
                     args = (moved(args[0]), *args[1:])
                 out = func(*args, **kwargs)
-                if func.overloadpacket in flop_registry or name in REDUCTIONS:
+                first = out[0] if isinstance(out, tuple) and out else out
+                if _computed(func, (args, kwargs), first):
                     if isinstance(out, torch.Tensor):
                         return moved(out)
                     if isinstance(out, tuple) and out:

@@ -80,7 +80,11 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
 
     counter = _FlopOnly()
     records: list[dict] = []
-    sinks: list = []
+    sinks: list = []  # float values cut from the gradient on purpose: always roots
+    # float values judged only through an integer or boolean result (x > 0, argmax): roots only
+    # where that result, or what is derived from it, reaches a float result or an output (an
+    # index, a mask, ``where``); one only read on the host (``if isinf(h).any():``) is none
+    judged: list[dict] = []  # {"sinks": [...], "derived": {id: tensor}, "used": bool}
 
     def float_grad(t) -> bool:
         return isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
@@ -97,11 +101,20 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
             flops = counter.cost - before
             out = _straight_through(func, args, kwargs, out)
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-            if leaves and not any(t.is_floating_point() for t in leaves) or \
-                    getattr(func, "__name__", "") in ("detach", "detach_"):
-                # a float value judged only through an integer result (x > 0, argmax), or cut
-                # from the gradient on purpose (a straight-through estimator's quantizer)
-                sinks.extend(t for t in tree_leaves((args, kwargs)) if float_grad(t))
+            given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            floats = any(t.is_floating_point() for t in leaves)
+            for entry in judged:  # what this op made of an integer result tracked so far
+                if any(id(t) in entry["derived"] for t in given):
+                    if floats:
+                        entry["used"] = True
+                    else:
+                        entry["derived"].update((id(t), t) for t in leaves)
+            if getattr(func, "__name__", "") in ("detach", "detach_"):
+                # cut from the gradient on purpose (a straight-through estimator's quantizer)
+                sinks.extend(t for t in given if float_grad(t))
+            elif leaves and not floats and any(float_grad(t) for t in given):
+                judged.append({"sinks": [t for t in given if float_grad(t)],
+                               "derived": {id(t): t for t in leaves}, "used": False})
             if flops > 0 and counter.flop_ops_last:
                 grads = [t for t in leaves if float_grad(t)]
                 if grads:
@@ -126,6 +139,9 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
     torch.manual_seed(forward_seed)
     with torch.enable_grad(), Trace():
         outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
+    for entry in judged:
+        if entry["used"] or any(id(t) in entry["derived"] for t in outs):
+            sinks.extend(entry["sinks"])
     roots = [t for t in [*outs, *sinks] if float_grad(t)]
     if not records or not roots:
         return None
