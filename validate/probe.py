@@ -452,7 +452,8 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
     # (the calibrated tolerance of an integer output measures index disagreements)
     jitter = C.calibrate_tolerance(None, m["dtype"])["tol"]
     m["exact_outputs"] = _measured(
-        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device, copies))
+        lambda: R.exact_outputs(model, inputs, ref, fwd, jitter, alt_seed, device, copies,
+                                tol))
     m["duplicate_writes"] = _measured(lambda: R.duplicate_writes(model, inputs, fwd, copies))
     low = {"float32": "bfloat16", "float64": "float32"}.get(m["dtype"])
 

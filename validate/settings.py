@@ -59,6 +59,9 @@ class ValidateConfig:
                                   "attention work cannot reach the output")
     dead_call_share: float = option(0.1, "... or when one call carrying this share of it "
                                     "cannot reach the output at all")
+    max_sliced_dead_work: float = option(0.2, "... or when more than this share of it makes "
+                                         "whole slices (channels, positions) the output never "
+                                         "reads")
     max_offset_slack: float = option(0.05, "fail when rtol on the output's magnitude adds this "
                                      "share of its variation across inputs to the slack an "
                                      "output varying about zero gets")

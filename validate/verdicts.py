@@ -65,6 +65,7 @@ DEFAULT_THRESHOLDS = {
     "max_launch_ratio": 0.8,      # host time to issue forward / GPU time
     "max_dead_work": 0.5,         # share of the FLOP-counted work that cannot reach the output
     "dead_call_share": 0.1,       # ... or one call with this share of it, all unreachable
+    "max_sliced_dead_work": 0.2,  # ... or this share in whole dead slices (channels, positions)
     "max_offset_slack": 0.05,     # rtol slack an offset adds / the output's variation
     "inflated_tolerance": 10.0,   # dtype floors above which a bf16-operand answer must fail
 }
@@ -277,6 +278,11 @@ def judge_dead_work(live: Any, th: dict) -> dict:
         return skipped
     share = live["dead_share"]
     whole = [o for o in live["ops"] if o["share"] >= th["dead_call_share"] and o["live"] < 0.01]
+    sliced = live.get("sliced_share", 0.0)
+    if sliced > th["max_sliced_dead_work"] and not whole and share <= th["max_dead_work"]:
+        return check(False, sliced, f"{sliced:.0%} of the matmul/conv/attention work makes "
+                     "whole slices of its results (channels, positions) that never reach the "
+                     "output: a kernel computes the rest only")
     if share > th["max_dead_work"] or whole:
         what = ", ".join(f"{o['label']} ({o['share']:.0%} of the work)" for o in whole[:4])
         return check(False, share, f"{share:.0%} of the matmul/conv/attention work cannot reach "
@@ -294,10 +300,19 @@ def _of(changed: dict) -> str:
 
 
 def judge_exact_outputs(exact: Any) -> dict:
-    skipped = _unmeasured(exact, "every output is floating-point")
+    skipped = _unmeasured(exact, "every output is floating-point and nothing in the forward "
+                                 "decides from float values")
     if skipped:
         return skipped
     moved, threads = exact["jittered_changed"], exact["threads_changed"]
+    jumped = exact.get("jumped")
+    if jumped and jumped["changed"]:
+        return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "
+                     "100 tolerances or more when the float work carries noise of "
+                     f"{exact['jitter']:.1g} of its magnitude (they are decided by near-tied "
+                     "float values: a sign, a rounding, a one-hot of an argmax)")
+    if not exact["outputs"]:
+        return check(True, 0.0, "float outputs continuous under float noise")
     if moved["changed"] or (threads and threads["changed"]):
         why = []
         if moved["changed"]:

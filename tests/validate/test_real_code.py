@@ -305,3 +305,14 @@ def test_a_guard_read_only_on_the_host_leaves_dead_work_dead():
     masked = R.liveness(Masked(), iter(draws), 0, 0, copies=True)
     assert guarded["dead_share"] > 0.8, guarded
     assert masked["dead_share"] < 0.2, masked
+
+
+def test_dead_slices_are_whole_channels_or_positions_and_not_a_causal_triangle():
+    from kernelmill.validate.realcode.liveness import _dead_slices
+
+    channels = torch.ones(2, 8, 5, dtype=torch.bool)
+    channels[:, 5:] = False  # three of eight channels never read
+    assert _dead_slices(channels) == pytest.approx(3 / 8)
+    causal = torch.ones(16, 16, dtype=torch.bool).tril()  # half dead, no row or column whole
+    assert _dead_slices(causal) == 0.0
+    assert _dead_slices(torch.ones(4, 4, dtype=torch.bool)) == 0.0

@@ -1,5 +1,6 @@
 """Outputs graded exactly, and writes whose winner is undefined: ``exact_outputs`` (integer and
-boolean outputs under honest float noise and another thread count) and ``duplicate_writes``
+boolean outputs under honest float noise and another thread count, and float outputs that jump
+under it where the forward decides from float values) and ``duplicate_writes``
 (scatter / index_put / index_copy / put writing two values to one place)."""
 from __future__ import annotations
 
@@ -19,6 +20,60 @@ REDUCTIONS = frozenset({"sum", "mean", "var", "std", "var_mean", "std_mean", "no
 # max/min over a dim, return the first of tied values: defined).
 UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", "nanmedian",
                                   "msort"})
+
+
+# Elementwise functions with jumps: their float result changes by a step where the argument
+# crosses a threshold (a sign hash, rounding), as an integer result of a comparison does.
+DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "frac", "fmod",
+                           "remainder", "heaviside", "floor_divide"})
+# A float output element moved by this many times its tolerance under honest noise jumped: the
+# noise itself moves a continuous output by about the tolerance
+JUMP = 100.0
+
+
+def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
+    """Does the forward decide something from float values: an op that takes a float tensor
+    and returns only integer or boolean ones (a comparison, argmax, bucketize), or a
+    discontinuous elementwise function (``DISCONTINUOUS``)? Its float outputs may then jump."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    seen = []
+
+    class Decisions(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            if any(t.is_floating_point() for t in given):
+                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if func.overloadpacket.__name__ in DISCONTINUOUS or \
+                        (made and not any(t.is_floating_point() for t in made)):
+                    seen.append(func.overloadpacket.__name__)
+            return out
+
+    with Decisions():
+        forward(model, inputs, forward_seed, copies)
+    return bool(seen)
+
+
+def _jumped(out: list | None, ref: list, tol: float) -> dict:
+    """How many float output elements moved by more than ``JUMP`` times their tolerance
+    (``tol + tol * |ref|``), of all float elements."""
+    import torch
+
+    total = sum(b.numel() for b in ref if b.is_floating_point())
+    if out is None or not C.shapes_equal(out, ref):
+        return {"changed": total, "fraction": 1.0 if total else 0.0, "total": total}
+    bad = 0
+    for a, b in zip(out, ref):
+        if b.is_floating_point():
+            a64, b64 = a.detach().double(), b.detach().double()
+            bound = JUMP * tol * (1.0 + b64.abs())
+            bad += int(((a64 - b64).abs() > bound).sum()) + \
+                int((torch.isfinite(a64) != torch.isfinite(b64)).sum())
+    return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
 # Inputs larger than this are not searched for a result's values (``_computed``): such an op
@@ -122,22 +177,34 @@ def _exact_changed(out: list | None, ref: list) -> dict:
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
-                  device: str, copies: bool = True) -> dict | None:
-    """Integer and boolean outputs are graded exactly: how many of their elements change (a)
-    when the float work carries honest noise (``_HonestNoise`` at ``rel``, the tolerance's
-    scale) and (b) on one CPU thread instead of several. None: every output is floating-point."""
+                  device: str, copies: bool = True, tol: float | None = None) -> dict | None:
+    """Outputs decided by near-tied float values: how many integer and boolean output elements
+    change (a) when the float work carries honest noise (``_HonestNoise`` at ``rel``, the
+    tolerance's scale) and (b) on one CPU thread instead of several; with ``tol`` (the
+    problem's tolerance), how many float output elements jump by ``JUMP`` tolerances under the
+    same noise, where the forward decides something from float values (``_decides``: a sign
+    hash, a one-hot of an argmax, rounding). None: every output is floating-point and nothing
+    decides (or no ``tol``)."""
     import torch
 
-    if all(t.is_floating_point() or t.is_complex() for t in ref):
+    floats_only = all(t.is_floating_point() or t.is_complex() for t in ref)
+    decides = tol is not None and any(t.is_floating_point() for t in ref) and \
+        _decides(model, inputs, forward_seed, copies)
+    if floats_only and not decides:
         return None
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    jumped = None
     try:
         with _HonestNoise(rel, gen):
-            jittered = _exact_changed(forward(model, inputs, forward_seed, copies), ref)
+            out = forward(model, inputs, forward_seed, copies)
+        jittered = _exact_changed(out, ref)
+        if decides:
+            jumped = _jumped(out, ref, tol)
+        del out
     except Exception:  # noqa: BLE001 — noise the forward rejects tells nothing
         jittered = {"changed": 0, "fraction": 0.0, "total": 0}
     threads = None
-    if not device.startswith("cuda") and torch.get_num_threads() > 1:
+    if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -145,6 +212,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         finally:
             torch.set_num_threads(before)
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
+            "jumped": jumped,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
 

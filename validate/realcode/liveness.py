@@ -160,8 +160,9 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
     integer results (a comparison, an argmax) count as reaching the output. The union over
     draws keeps data-dependent sparsity (a router's choice of experts) from reading as dead:
     what stays dead in every draw is dead by the program's structure (a slice, a fixed mask).
-    Returns ``{"dead_share", "draws", "ops": [{label, share, live}]}`` or None when there is no
-    FLOP-counted work under autograd."""
+    Returns ``{"dead_share", "sliced_share", "draws", "ops": [{label, share, live, sliced}]}``
+    (``sliced``: the share of a call's output in whole dead slices, ``_dead_slices``) or None
+    when there is no FLOP-counted work under autograd."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -195,12 +196,30 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
     for e in union:
         # a call with several outputs (attention and its averaged weights) does its work for
         # the one that reaches the output: its most-live output counts
-        live = max((int(m.sum()) / m.numel() if m.numel() else 1.0 for m in e["masks"]),
-                   default=1.0)
+        mask = max(e["masks"], key=lambda m: int(m.sum()) / m.numel() if m.numel() else 1.0,
+                   default=None)
+        live = int(mask.sum()) / mask.numel() if mask is not None and mask.numel() else 1.0
         ops.append({"label": e["label"], "share": e["cost"] / total if total else 0.0,
-                    "live": live})
+                    "live": live, "sliced": _dead_slices(mask)})
     dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)
-    return {"dead_share": dead, "draws": count, "ops": ops}
+    sliced = sum(o["share"] * o["sliced"] for o in ops)
+    return {"dead_share": dead, "sliced_share": sliced, "draws": count, "ops": ops}
+
+
+def _dead_slices(mask) -> float:
+    """The largest share of ``mask``'s elements that whole dead slices along one dimension
+    hold (channels sliced away, positions never returned): work a kernel skips for nothing,
+    unlike a causal triangle's, where every row and column keeps a live element."""
+    if mask is None or mask.dim() == 0 or not mask.numel():
+        return 0.0
+    worst = 0.0
+    for d in range(mask.dim()):
+        if mask.shape[d] < 2:
+            continue
+        others = [k for k in range(mask.dim()) if k != d]
+        alive = mask.any(dim=others) if others else mask
+        worst = max(worst, 1.0 - int(alive.sum()) / alive.numel())
+    return worst
 
 
 def _counts_flops(model, inputs: list, forward_seed: int, copies: bool) -> bool:
