@@ -79,7 +79,7 @@ def _measured(source: str) -> dict:
 
 def test_an_offset_that_lets_a_bf16_convolution_pass_fails_contrast():
     m = _measured(AVERAGED_CONV)
-    (entry,) = m["entries"]
+    (entry,) = [e for e in m["entries"] if "slice" not in e]  # the whole output
     assert entry["magnitude"] > 2 and entry["informative"] < 0.01
     # the cheap wrong answer passes the tolerance, and only because of the offset ...
     assert m["cheap"] <= TOL < m["cheap_no_offset"]
@@ -91,7 +91,7 @@ def test_an_offset_that_lets_a_bf16_convolution_pass_fails_contrast():
 
 def test_a_magnitude_under_one_adds_nothing_to_the_absolute_slack():
     m = _measured(SIGMOID_OF_BIAS)
-    (entry,) = m["entries"]
+    (entry,) = [e for e in m["entries"] if "slice" not in e]  # the whole output
     assert entry["magnitude"] < 1 and entry["informative"] < 1e-3
     # before: rtol x 0.45 over a variation of ~1.5e-4 read as a large offset (about 30%)
     assert TOL * entry["magnitude"] / entry["informative"] > C.DEFAULT_THRESHOLDS["max_offset_slack"]
@@ -109,3 +109,18 @@ def test_the_excess_grows_with_the_offset(magnitude):
     assert near["ratio"] == 0.0
     assert far["ratio"] == pytest.approx(TOL * (100 * magnitude - 1 - far["informative"])
                                          / far["informative"])
+
+
+def test_an_offset_on_a_few_channels_is_read_in_their_slice():
+    from kernelmill.validate.realcode import contrast
+
+    torch.manual_seed(0)
+    offset = torch.zeros(1, 8, 1, 1)
+    offset[:, :2] = 273.15  # two channels in Kelvin beside six about zero
+    y, z = torch.randn(2, 8, 16, 16) * 0.3 + offset, torch.randn(2, 8, 16, 16) * 0.3 + offset
+    entries = contrast([y], [z], 1e-4)
+    whole = next(e for e in entries if "slice" not in e)
+    assert whole["magnitude"] < 1  # the median sees the six channels about zero
+    sliced = max((e for e in entries if "slice" in e), key=lambda e: e["ratio"])
+    assert sliced["slice"] in ("dim 1 = 0", "dim 1 = 1") and sliced["magnitude"] > 250
+    assert sliced["ratio"] > C.DEFAULT_THRESHOLDS["max_offset_slack"] > whole["ratio"]

@@ -10,40 +10,63 @@ from .. import checks as C
 from .common import forward
 
 
+# Dimensions this small are read slice by slice too (``contrast``): channels, variables, heads
+CONTRAST_SLICES = 64
+
+
+def _contrast_of(y, z, tol: float) -> dict | None:
+    """``contrast``'s measurement of one tensor over two input draws (None: nothing finite)."""
+    import torch
+
+    square = count = 0.0
+    for a, b in C._blocks64(y, z):
+        d = (a - b)[torch.isfinite(a - b)]
+        square += float((d * d).sum())
+        count += d.numel()
+    sample = C._as64(C._sample(C._flat(y))).abs()
+    sample = sample[torch.isfinite(sample)]
+    if not count or not sample.numel():
+        return None
+    informative = math.sqrt(square / count / 2.0)
+    magnitude = float(sample.median())
+    excess = tol * max(0.0, magnitude - 1.0 - informative)
+    return {"informative": informative, "magnitude": magnitude, "excess": excess,
+            "ratio": excess / informative if informative > 0 else math.inf}
+
+
 def contrast(ref: list, alt: list, tol: float) -> list[dict]:
     """Per float output present in both input draws: its informative scale, the RMS of its
     change between the two draws over sqrt(2) (the spread of one element across inputs: the
     part a constant offset does not carry), its typical magnitude (median |y|), ``excess``, the
     slack the tolerance's relative term gives on that magnitude beyond what the tolerance gives
     an output of the same variation about zero, and ``ratio``, the excess over the informative
-    scale.
+    scale. Then, per dimension of at most ``CONTRAST_SLICES``, the slice of the highest ratio
+    (``slice``: "dim d = i"): an offset carried by a few channels (temperatures in Kelvin
+    beside near-zero variables) leaves the whole output's median untouched.
 
     The tolerance allows ``tol * (1 + |y|)`` (atol = rtol): about zero, ``tol * (1 +
     informative)``. What an offset adds is ``tol * (median |y| - 1 - informative)``, none while
     the magnitude stays under 1 plus the variation: an output of 0.45 +- 1e-4 (a sigmoid of a
     bias) is graded by the absolute term as if it had no offset, and a cheap wrong answer that
     passes it passes without the offset too."""
-    import torch
-
     found = []
     for k, (y, z) in enumerate(zip(ref, alt)):
         if not y.is_floating_point() or y.shape != z.shape or y.numel() == 0:
             continue
-        square = count = 0.0
-        for a, b in C._blocks64(y, z):
-            d = (a - b)[torch.isfinite(a - b)]
-            square += float((d * d).sum())
-            count += d.numel()
-        sample = C._as64(C._sample(C._flat(y))).abs()
-        sample = sample[torch.isfinite(sample)]
-        if not count or not sample.numel():
+        whole = _contrast_of(y, z, tol)
+        if whole is None:
             continue
-        informative = math.sqrt(square / count / 2.0)
-        magnitude = float(sample.median())
-        excess = tol * max(0.0, magnitude - 1.0 - informative)
-        found.append({"output": k, "informative": informative, "magnitude": magnitude,
-                      "excess": excess,
-                      "ratio": excess / informative if informative > 0 else math.inf})
+        found.append({"output": k, **whole})
+        for d in range(y.dim() if y.dim() > 1 else 0):
+            if not 2 <= y.shape[d] <= CONTRAST_SLICES:
+                continue
+            parts = [(i, _contrast_of(y.select(d, i), z.select(d, i), tol))
+                     for i in range(y.shape[d])]
+            parts = [(i, e) for i, e in parts if e is not None and math.isfinite(e["ratio"])]
+            if parts:
+                i, worst = max(parts, key=lambda p: p[1]["ratio"])
+                if worst["excess"] > 0:
+                    found.append({"output": k, "slice": f"dim {d} = {i}", **worst})
     return found
 
 
