@@ -243,21 +243,27 @@ def _unmeasured(value: Any, none_why: str) -> dict | None:
 
 def judge_dead_branches(bypass: Any) -> dict:
     """Sub-modules whose bypass (zeroed, or skipped where shapes allow) keeps the output within
-    tolerance, on the declared parameters or with the constant ones drawn again."""
-    skipped = _unmeasured(bypass, "no sub-module computes anything")
+    tolerance, on the declared parameters or with the constant ones drawn again, and call
+    sites of the source's own lines whose bypass does so in both states."""
+    skipped = _unmeasured(bypass, "no sub-module or line of the source computes anything")
     if skipped:
         return skipped
     dead, redrawn = bypass["dead"], bypass["dead_redrawn"]
-    if not dead and not redrawn:
+    sites = bypass.get("dead_sites") or []
+    if not dead and not redrawn and not sites:
         return check(True, bypass["tried"], f"{bypass['tried']} bypasses of "
-                     f"{bypass['modules']} sub-modules all change the output")
+                     f"{bypass['modules']} sub-modules and the source's calls all change the "
+                     "output")
     parts = []
     if dead:
         parts.append("; ".join(dead))
     if redrawn:
         parts.append("with the constant parameters drawn again: " + "; ".join(redrawn))
-    return check(False, dead + redrawn, "output stays within tolerance when these sub-modules "
-                 "are bypassed (a dead branch): " + " | ".join(parts))
+    if sites:
+        parts.append("calls (with the constants as declared and drawn again): " +
+                     "; ".join(sites))
+    return check(False, dead + redrawn + sites, "output stays within tolerance when these are "
+                 "bypassed (a dead branch): " + " | ".join(parts))
 
 
 def judge_constant_parameters(const: Any) -> dict:

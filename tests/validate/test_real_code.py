@@ -316,3 +316,44 @@ def test_dead_slices_are_whole_channels_or_positions_and_not_a_causal_triangle()
     causal = torch.ones(16, 16, dtype=torch.bool).tril()  # half dead, no row or column whole
     assert _dead_slices(causal) == 0.0
     assert _dead_slices(torch.ones(4, 4, dtype=torch.bool)) == 0.0
+
+
+SITES = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+        self.branch = nn.Linear(32, 32)
+        self.weight = nn.Parameter(torch.ones(32))  # a gain of ones: live once drawn again
+        self.gamma = nn.Parameter(torch.full((32,), {gamma}))
+
+    def forward(self, x):
+        h = self.proj(x)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return h + self.gamma * self.branch(h)
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("gamma, dead", [(1e-6, True), (1.0, False)])
+def test_an_inline_branch_scaled_to_nothing_is_a_dead_call_site(gamma, dead):
+    source = SITES.replace("{gamma}", repr(gamma))
+    m = probe_problem({"source": source, "device": "cpu", "seed": 0, "ablations": None})
+    sites = m["submodule_bypass"]["dead_sites"]
+    # the branch's linear (or its scaling) is dead only at a layer-scale of 1e-6; the epsilon and
+    # the gain of ones never are
+    assert bool(sites) is dead, sites
+    assert not any("1e-6" in s and "add" in s for s in sites), sites
+    if dead:
+        assert C.judge(m)["no_dead_branches"]["passed"] is False

@@ -1,7 +1,8 @@
 """``submodule_bypass``: every sub-module that computes something is bypassed in turn (its output
 replaced by zeros, or by its input where the shapes allow), on the declared parameters and on a
 state whose exactly-constant parameters are drawn again: a bypass that leaves the output within
-tolerance is a dead branch."""
+tolerance is a dead branch. The same bypass per call site of the problem's own source
+(``sites``) finds dead code that no sub-module holds."""
 from __future__ import annotations
 
 from .. import checks as C
@@ -159,24 +160,32 @@ def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=(),
 def submodule_bypass(model, inputs: list, ref: list, forward_seed: int, tol: float,
                      seed: int, copies: bool = True) -> dict | None:
     """Dead sub-modules on the declared parameters and on the constants-redrawn state (see the
-    module docstring). None when the model has no sub-module that computes something."""
+    module docstring), and dead call sites of the problem's own lines (``sites.dead_sites``).
+    None when neither a sub-module nor a line of the source computes something."""
+    from .sites import dead_sites
+
     calls, total = _module_calls(model, inputs, forward_seed, copies)
-    if not any(e["ops"] > 0 for e in calls.values()):
-        return None
+    modules = any(e["ops"] > 0 for e in calls.values())
     dead, tried = _dead_modules(model, inputs, ref, forward_seed, tol, calls, total,
-                                copies=copies)
+                                copies=copies) if modules else ([], 0)
     alt = perturbed_constants(model, seed)
+    alt_ref = None
     dead_alt: list[tuple[str, str]] = []
     if alt is not None:
         try:
             alt_ref = forward(alt, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — the redrawn state breaks forward: declared only
             alt_ref = None
-        if alt_ref is not None:
+        if alt_ref is not None and modules:
             # its own tolerance: the redrawn state's output may be larger than the declared one's
             dead_alt, more = _dead_modules(alt, inputs, alt_ref, forward_seed, tol, calls, total,
                                            skip={n for n, _ in dead}, copies=copies)
             tried += more
+    sites, more = dead_sites(model, alt if alt_ref is not None else None, inputs, ref, alt_ref,
+                             forward_seed, tol, copies)
+    tried += more
+    if not modules and not more:
+        return None
     return {"tried": tried, "modules": sum(e["ops"] > 0 for e in calls.values()),
             "dead": [label for _n, label in dead],
-            "dead_redrawn": [label for _n, label in dead_alt]}
+            "dead_redrawn": [label for _n, label in dead_alt], "dead_sites": sites}
