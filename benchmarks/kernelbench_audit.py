@@ -112,6 +112,8 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["measured/estimate min"] = round(ratios[0][0], 3)
         memory["measured/estimate median"] = round(ratios[len(ratios) // 2][0], 3)
         memory["measured/estimate max"] = round(ratios[-1][0], 3)
+        memory["underestimated"] = sum(x > 1 for x, _ in ratios)
+        memory["most underestimated"] = ratios[-1][1]
     if live:
         live.sort()
         memory["live/estimate median"] = round(live[len(live) // 2], 3)
@@ -126,8 +128,6 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         reserved.sort()
         memory["reserved/live median"] = round(reserved[len(reserved) // 2], 3)
         memory["reserved/live max"] = round(reserved[-1], 3)
-        memory["underestimated"] = sum(x > 1 for x, _ in ratios)
-        memory["most underestimated"] = ratios[-1][1]
     return "\n".join(rows), lines, {"memory": dict(memory),
                                      "per_level": {lv: dict(per_level[lv]) for lv in levels},
                                      "totals": {lv: dict(totals[lv]) for lv in levels}}

@@ -289,12 +289,14 @@ def probe_problem(payload: dict) -> dict:
     cfg = payload.get("config", {})
     margin = float(cfg.get("sensitivity_margin", 10.0))
     lock = GpuLock(payload.get("lock"))
-    cap_memory(payload.get("memory_cap"), device)
+    # a probe that times (no second worker) captures graphs: default segments (``cap_memory``)
+    cap_memory(payload.get("memory_cap"), device, not payload.get("time", True))
     m: dict[str, Any] = {"resized": payload.get("resized"), "torch": str(torch.__version__),
                          "device_name": (torch.cuda.get_device_name()
                                          if device.startswith("cuda") else "cpu")}
 
     _mark("load")
+    rng = _rng_states()  # the call-history check's second execution of the source starts here too
     ns = load_namespace(payload["source"])
     draw = functools.partial(draw_inputs, ns, sd["inputs"], device)
     with _section(lock, device, "build"):
@@ -397,7 +399,7 @@ def probe_problem(payload: dict) -> dict:
 
     with _section(lock, device, "real code"):
         _real_code(m, ns, model, ref, used, inputs, alt_inputs, sd, device, tol, cfg, copies,
-                   payload["source"])
+                   payload["source"], rng)
 
     with _section(lock, device, "trace"):
         m["aten_ops"], m["flops"], m["input_nonaffine_ops"] = _trace(model, inputs, device,
@@ -422,15 +424,37 @@ def probe_problem(payload: dict) -> dict:
     return m
 
 
+def _rng_states() -> tuple:
+    """The global generators' states (torch's, ``random``'s, NumPy's)."""
+    import random
+
+    import numpy
+    import torch
+
+    return torch.get_rng_state(), random.getstate(), numpy.random.get_state()
+
+
+def _set_rng_states(states: tuple) -> None:
+    import random
+
+    import numpy
+    import torch
+
+    torch.set_rng_state(states[0])
+    random.setstate(states[1])
+    numpy.random.set_state(states[2])
+
+
 def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, tol, cfg,
-               copies: bool, source: str) -> None:
+               copies: bool, source: str, rng: tuple) -> None:
     """The measurements of ``realcode`` (sub-module bypass, constant parameters, liveness,
     exact outputs, duplicate writes, reduced precision) and the call-history check: the output
     for the second input draw from this model, used on the first draw already (``used``, its
     digest: the output itself is let go, so this stage holds one output besides ``ref``),
-    against a fresh one's, built from a new execution of ``source`` (state a class or the module
-    keeps, not the instance, starts afresh too). Forwards run on copies of the inputs only when
-    ``copies``."""
+    against a fresh one's, built from a new execution of ``source`` from the generators' states
+    of the first (``rng``: state a class or the module keeps, not the instance, starts afresh
+    too, and module-level random constants are drawn alike). Forwards run on copies of the
+    inputs only when ``copies``."""
     fwd, alt_seed = sd["forward"], sd["weights_alt"]
     m["submodule_bypass"] = _measured(
         lambda: R.submodule_bypass(model, inputs, ref, fwd, tol, alt_seed, copies))
@@ -464,7 +488,13 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
     m["reduced_precision"] = _measured(rounded) if low else None
 
     def history() -> dict:
-        fresh = build_model(load_namespace(source, tag="fresh"), sd, device)
+        now = _rng_states()
+        _set_rng_states(rng)
+        try:
+            fresh_ns = load_namespace(source, tag="fresh")
+        finally:
+            _set_rng_states(now)
+        fresh = build_model(fresh_ns, sd, device)
         out = C.output_digest(run_forward(fresh, alt_inputs, fwd, device, clone=copies))
         return {"error_vs_fresh": C.digest_error(used, out)}
 

@@ -260,8 +260,7 @@ def judge_dead_branches(bypass: Any) -> dict:
     if redrawn:
         parts.append("with the constant parameters drawn again: " + "; ".join(redrawn))
     if sites:
-        parts.append("calls (with the constants as declared and drawn again): " +
-                     "; ".join(sites))
+        parts.append("calls: " + "; ".join(sites))
     return check(False, dead + redrawn + sites, "output stays within tolerance when these are "
                  "bypassed (a dead branch): " + " | ".join(parts))
 

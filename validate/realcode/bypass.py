@@ -123,7 +123,7 @@ def _bypassed(model, name: str, how: str, inputs: list, forward_seed: int,
             return _zeros_like_output(out)
         for v in [*args, *kwargs.values()]:
             if isinstance(v, torch.Tensor):
-                return v
+                return v.clone()  # a later in-place op must not write into the module's input
         return out
 
     handle = mod.register_forward_hook(hook, with_kwargs=True)

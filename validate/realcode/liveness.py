@@ -25,6 +25,10 @@ _REDUCTIONS = frozenset({"max", "min", "amax", "amin", "median", "nanmedian", "k
                          "cummax", "cummin", "logsumexp"})
 
 
+# A tensor's truth tested on the host: the result steers control flow only (a guard)
+_TRUTH_TESTS = frozenset({"__bool__", "is_nonzero", "__nonzero__"})
+
+
 def _spread(x, out):
     """A zero-valued tensor of ``out``'s shape whose gradient reaches every element of ``x``."""
     return (x.sum() - x.sum().detach()).expand(out.shape) if out.shape else \
@@ -82,9 +86,11 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
     records: list[dict] = []
     sinks: list = []  # float values cut from the gradient on purpose: always roots
     # float values judged only through an integer or boolean result (x > 0, argmax): roots only
-    # where that result, or what is derived from it, reaches a float result or an output (an
-    # index, a mask, ``where``); one only read on the host (``if isinf(h).any():``) is none
-    judged: list[dict] = []  # {"sinks": [...], "derived": {id: tensor}, "used": bool}
+    # where that result, or what is derived from it, reaches a float result, an output or a
+    # value read on the host (an index, a mask, ``where``, ``int(t.argmax())``); one only truth-
+    # tested on the host (``if isinf(h).any():``, a guard) is none
+    judged: list[dict] = []  # {"sinks": [...], "used": bool}
+    derived: dict[int, tuple] = {}  # id of a tracked integer result -> (its entry, the tensor)
 
     def float_grad(t) -> bool:
         return isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
@@ -103,18 +109,21 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             floats = any(t.is_floating_point() for t in leaves)
-            for entry in judged:  # what this op made of an integer result tracked so far
-                if any(id(t) in entry["derived"] for t in given):
-                    if floats:
-                        entry["used"] = True
-                    else:
-                        entry["derived"].update((id(t), t) for t in leaves)
-            if getattr(func, "__name__", "") in ("detach", "detach_"):
+            name = getattr(func, "__name__", "")
+            for entry in {id(e): e for e in (derived[id(t)][0] for t in given
+                                             if id(t) in derived)}.values():
+                # what this op made of an integer result tracked so far
+                if floats or (not leaves and name not in _TRUTH_TESTS):
+                    entry["used"] = True  # a float result, or a value read on the host
+                else:
+                    derived.update((id(t), (entry, t)) for t in leaves)
+            if name in ("detach", "detach_"):
                 # cut from the gradient on purpose (a straight-through estimator's quantizer)
                 sinks.extend(t for t in given if float_grad(t))
             elif leaves and not floats and any(float_grad(t) for t in given):
-                judged.append({"sinks": [t for t in given if float_grad(t)],
-                               "derived": {id(t): t for t in leaves}, "used": False})
+                entry = {"sinks": [t for t in given if float_grad(t)], "used": False}
+                judged.append(entry)
+                derived.update((id(t), (entry, t)) for t in leaves)
             if flops > 0 and counter.flop_ops_last:
                 grads = [t for t in leaves if float_grad(t)]
                 if grads:
@@ -139,8 +148,11 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
     torch.manual_seed(forward_seed)
     with torch.enable_grad(), Trace():
         outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
+    for t in outs:
+        if id(t) in derived:
+            derived[id(t)][0]["used"] = True
     for entry in judged:
-        if entry["used"] or any(id(t) in entry["derived"] for t in outs):
+        if entry["used"]:
             sinks.extend(entry["sinks"])
     roots = [t for t in [*outs, *sinks] if float_grad(t)]
     if not records or not roots:

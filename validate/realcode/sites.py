@@ -1,11 +1,13 @@
 """``dead_sites``: dead code that no sub-module holds. Every torch call made from a line of the
 problem's own source (the line and the function called there; a sub-module's internals count at
 the line that called the sub-module) that computes something is bypassed in turn, in every call
-that line makes: its result replaced by zeros, or by its first tensor argument where the shapes
-allow. A bypass that leaves the output within tolerance on the declared parameters and on the
-state whose exactly-constant parameters are drawn again is dead: an inline norm after a norm, a
-residual branch scaled by a layer-scale of 1e-6 written inline. Requiring both states keeps a
-multiplication by a weight of ones or an added zero bias (live once drawn again) out, and sites
+that line makes: its result replaced by zeros. A bypass that leaves the output within tolerance on
+the declared parameters and on the state whose exactly-constant parameters are drawn again is
+dead: a residual branch scaled by a layer-scale of 1e-6 written inline. Requiring both states
+keeps a multiplication by a weight of ones or an added zero bias (live once drawn again) out.
+Skipping a call (its first argument for its result) is not tried: code a later step makes
+irrelevant by design, such as a softmax's max subtraction, would read as dead. Calls that write
+into an argument (``masked_fill_``) are not tried either (their effect is already made), and sites
 of under ``MIN_SHARE`` of the work, or that combine no two tensors (an epsilon or another
 constant added to one, a function of one tensor), are not tried: dead work is a branch that
 meets the rest, a scaled one, a second normalization."""
@@ -16,7 +18,7 @@ import sys
 
 from .common import forward, within
 
-# Most call sites bypassed per state (each once or twice: zeroed, skipped), largest first.
+# Most call sites zeroed per state, largest first.
 MOST_SITES = 24
 # Sites carrying less of the forward's work (its FLOPs, or for elementwise work the elements
 # written, against the largest site's) are not tried: an epsilon added to a row statistic is
@@ -36,18 +38,10 @@ def _site(depth: int = 2) -> tuple[str, int] | None:
     return None
 
 
-def _first_tensor(args, kwargs):
-    import torch
-
-    for v in [*args, *kwargs.values()]:
-        if isinstance(v, torch.Tensor):
-            return v
-    return None
-
-
 def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[dict, float]:
-    """Per call site (file, line, function): the compute ops and cost its calls ran, and
-    whether its result can be replaced by its first tensor argument."""
+    """Per call site (file, line, function): the compute ops and cost its calls ran, whether
+    a call wrote into (or returned) one of its arguments, and the most tensor arguments a call
+    took."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
@@ -65,16 +59,15 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
                 entry = sites.setdefault((*where, getattr(func, "__name__", str(func))),
-                                         {"ops": 0, "cost": 0.0, "numel": 0, "identity": True,
+                                         {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0})
                 entry["ops"] += counter.ops - ops
                 entry["cost"] += counter.cost - cost
+                given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+                storage = out.untyped_storage().data_ptr()
+                entry["inplace"] |= any(v.untyped_storage().data_ptr() == storage for v in given)
                 entry["numel"] += out.numel()
-                entry["operands"] = max(entry["operands"], len(
-                    [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]))
-                x = _first_tensor(args, kwargs)
-                entry["identity"] &= (x is not None and x.shape == out.shape and
-                                      x.dtype == out.dtype and x.data_ptr() != out.data_ptr())
+                entry["operands"] = max(entry["operands"], len(given))
             return out
 
     with counter, Sites():
@@ -82,10 +75,9 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
     return sites, counter.cost
 
 
-def _bypassed(model, key: tuple, how: str, inputs: list, forward_seed: int,
-              copies: bool) -> list | None:
-    """The output with every call of site ``key`` answered by zeros (``zero``) or its first
-    tensor argument (``identity``). None when the forward then fails."""
+def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
+    """The output with every call of site ``key`` answered by zeros. None when the forward
+    then fails."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -97,7 +89,7 @@ def _bypassed(model, key: tuple, how: str, inputs: list, forward_seed: int,
             if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
                     not isinstance(out, torch.Tensor):
                 return out
-            return torch.zeros_like(out) if how == "zero" else _first_tensor(args, kwargs)
+            return torch.zeros_like(out)
 
     try:
         with Bypass():
@@ -106,16 +98,11 @@ def _bypassed(model, key: tuple, how: str, inputs: list, forward_seed: int,
         return None
 
 
-def _dead(model, inputs, ref, forward_seed, tol, order, sites, copies) -> dict:
-    """{site: how} of the sites in ``order`` whose bypass keeps ``model``'s output (``ref``)
-    within tolerance."""
-    dead = {}
-    for key in order:
-        for how in ["zero"] + (["identity"] if sites[key]["identity"] else []):
-            if within(_bypassed(model, key, how, inputs, forward_seed, copies), ref, tol):
-                dead[key] = how
-                break
-    return dead
+def _dead(model, inputs, ref, forward_seed, tol, order, copies) -> list:
+    """The sites of ``order`` whose zeroing keeps ``model``'s output (``ref``) within
+    tolerance."""
+    return [key for key in order
+            if within(_zeroed(model, key, inputs, forward_seed, copies), ref, tol)]
 
 
 def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forward_seed: int,
@@ -124,19 +111,21 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     its constants drawn again, whose own output is ``alt_ref``; bypasses tried)."""
     sites, total = _call_sites(model, inputs, forward_seed, copies)
     largest = max((e["numel"] for e in sites.values()), default=0)
-    order = sorted((k for k, e in sites.items() if e["ops"] > 0 and e["operands"] >= 2 and (
-                    e["cost"] >= MIN_SHARE * total or e["numel"] >= MIN_SHARE * largest)),
+    order = sorted((k for k, e in sites.items()
+                    if e["ops"] > 0 and e["operands"] >= 2 and not e["inplace"] and (
+                        e["cost"] >= MIN_SHARE * total or e["numel"] >= MIN_SHARE * largest)),
                    key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
-    dead = _dead(model, inputs, ref, forward_seed, tol, order, sites, copies)
+    dead = _dead(model, inputs, ref, forward_seed, tol, order, copies)
     tried = len(order)
     if dead and alt is not None and alt_ref is not None:
-        dead = {k: how for k, how in
-                _dead(alt, inputs, alt_ref, forward_seed, tol, list(dead), sites, copies).items()}
+        dead = _dead(alt, inputs, alt_ref, forward_seed, tol, dead, copies)
         tried += len(order)
+    states = "as declared and drawn again" if alt is not None and alt_ref is not None else \
+        "as declared"
     labels = []
-    for (name, line, func), how in dead.items():
+    for name, line, func in dead:
         text = " ".join(linecache.getline(name, line).split())[:80]
         share = sites[(name, line, func)]["cost"] / total if total else 0.0
-        labels.append(f"line {line} `{text}`: {func} "
-                      f"({'zeroed' if how == 'zero' else 'skipped'}; {share:.0%} of the work)")
+        labels.append(f"line {line} `{text}`: {func} (zeroed, constants {states}; "
+                      f"{share:.0%} of the work)")
     return labels, tried
