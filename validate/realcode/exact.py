@@ -249,6 +249,22 @@ def _index_put_repeats(self_t, indices, values) -> int:
     return _repeats(lin.reshape(-1))
 
 
+def _unpool_repeats(values, indices) -> int:
+    """Places of a max-unpooling's output written with two different values: its indices are
+    positions within each plane, and overlapping pooling windows can pick one position twice
+    (harmless while the values written there agree, as they do straight after the pooling)."""
+    import torch
+
+    planes = int(indices[..., 0, 0].numel()) if indices.dim() >= 3 else 1
+    flat = indices.reshape(planes, -1).to(torch.int64)
+    lin = (flat + torch.arange(planes, device=flat.device)[:, None] *
+           (int(flat.max()) + 1 if flat.numel() else 1)).reshape(-1)
+    order = torch.argsort(lin, stable=True)
+    lin, vals = lin[order], values.reshape(-1)[order]
+    clash = (lin[1:] == lin[:-1]) & (vals[1:] != vals[:-1])
+    return int(torch.unique(lin[1:][clash]).numel())
+
+
 def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
     """Destinations written twice by one order-undefined write op (0: none, or not one)."""
     import torch
@@ -262,6 +278,8 @@ def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
     if base == "put":
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         return 0 if accumulate else _repeats(args[1].reshape(-1).to(torch.int64))
+    if base in ("max_unpool2d", "max_unpool3d"):
+        return _unpool_repeats(args[0], args[1])
     if base == "scatter":
         src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
         if not isinstance(src, torch.Tensor) or src.numel() <= 1 or kwargs.get("reduce") \
@@ -273,8 +291,9 @@ def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
 
 
 def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True) -> list[str]:
-    """Each write op of one forward (index_put, index_copy, scatter with a source, put) that
-    writes more than one value to one place, as ``"<op>: N place(s) written twice or more"``."""
+    """Each write op of one forward (index_put, index_copy, scatter with a source, put, max
+    unpooling) that writes more than one value to one place, as ``"<op>: N place(s) written
+    twice or more"``."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     found: dict[str, int] = {}
