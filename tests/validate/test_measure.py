@@ -215,12 +215,7 @@ def test_exclusive_window_waits_for_shared_gpu_work(tmp_path):
     lock = M.GpuLock(str(tmp_path / "gpu"))
     order = []
     with lock.shared():
-        def window():
-            with lock.exclusive():
-                order.append("window")
-        thread = threading.Thread(target=window)
-        thread.start()
-        time.sleep(0.2)
+        thread = _waiting_window(lock, order)
         order.append("shared work done")
     thread.join(5)
     assert order == ["shared work done", "window"]
