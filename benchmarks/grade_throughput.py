@@ -193,6 +193,8 @@ def summarize(out: Path) -> dict:
     waits: dict[str, list[float]] = {"shared_wait_ms": [], "exclusive_wait_ms": [],
                                      "window_ms": []}
     stages: dict[str, list[float]] = {}
+    ref_stages: dict[str, list[float]] = {}
+    admission: list[float] = []
     windows: set = set()
     for line in out.read_text().splitlines():
         row = json.loads(line)
@@ -201,6 +203,10 @@ def summarize(out: Path) -> dict:
         profile = row.get("profile") or {}
         for stage, seconds in (profile.get("stages_s") or {}).items():
             stages.setdefault(stage, []).append(seconds)
+        for stage, seconds in (profile.get("reference_stages_s") or {}).items():
+            ref_stages.setdefault(stage, []).append(seconds)
+        if profile.get("admission_wait_s") is not None:
+            admission.append(profile["admission_wait_s"])
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
@@ -233,7 +239,9 @@ def summarize(out: Path) -> dict:
             **{f"median_{k}": median(v) for k, v in waits.items()},
             "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),
             "windows": len(waits["window_ms"]),
-            "candidate_stages_s": {k: median(v) for k, v in stages.items()}}
+            "candidate_stages_s": {k: median(v) for k, v in stages.items()},
+            "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
+            "median_admission_wait_s": median(admission)}
 
 
 def build_set(name: str, folder: Path, args: argparse.Namespace) -> tuple[Path, Path, int]:
@@ -268,6 +276,9 @@ def main() -> int:
     parser.add_argument("--phases", nargs="*", default=[p[0] for p in PHASES])
     parser.add_argument("--json", help="write the numbers here too")
     parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
+    parser.add_argument("--primed", action="store_true",
+                        help="--cache-dir already holds every problem's reference timing: "
+                             "refs-cached starts without a priming pass")
     parser.add_argument("--copies", type=int, default=1,
                         help="grade each triton or kernelbench answer this many times per phase")
     parser.add_argument("--group", type=int,
@@ -293,7 +304,7 @@ def main() -> int:
             break
         problems, submissions, n = build_set(name, folder, args)
         cache = folder / f"{name}-verdicts.jsonl"
-        if "refs-cached" in args.phases and "cold" not in args.phases:
+        if "refs-cached" in args.phases and "cold" not in args.phases and not args.primed:
             # refs-cached means every problem's Inductor timing is on disk: put it there first
             # (one submission per problem, untimed)
             firsts = {json.loads(line)["problem_id"]: line
@@ -381,6 +392,10 @@ def main() -> int:
         if r["candidate_stages_s"]:
             print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
                   " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))
+        if r.get("reference_stages_s"):
+            print(f"{phase}: reference worker stages, median s: " +
+                  " ".join(f"{k}={v}" for k, v in r["reference_stages_s"].items()) +
+                  f"; GPU memory admission wait, median s: {r['median_admission_wait_s']}")
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
@@ -475,11 +490,16 @@ def report_slowest_and_median(out: Path) -> None:
         profile = row.get("profile") or {}
         stages = " ".join(f"{k}={v:.2f}" for k, v in (profile.get("stages_s") or {}).items())
         cpu = " ".join(f"{k}={v}" for k, v in (profile.get("cpu_s") or {}).items())
+        ref_stages = " ".join(f"{k}={v:.2f}" for k, v in
+                              (profile.get("reference_stages_s") or {}).items())
         print(f"{label} {row['submission_id']}: wall {row['wall_s']:.1f} s, reference "
               f"{profile.get('reference_s')} s, candidate {profile.get('candidate_s')} s, "
               f"window {profile.get('window_ms')} ms {profile.get('phases_ms')}, waits shared "
               f"{profile.get('shared_wait_ms')} / exclusive {profile.get('exclusive_wait_ms')} ms"
-              f"\n    candidate stages (s): {stages}\n    CPU s: {cpu}")
+              f", GPU memory admission {profile.get('admission_wait_s')} s "
+              f"({profile.get('worker_device_gib')} GiB per worker)"
+              f"\n    candidate stages (s): {stages}\n    reference stages (s): {ref_stages}"
+              f"\n    CPU s: {cpu}")
 
 
 def report_spread(out: Path) -> None:

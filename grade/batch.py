@@ -151,8 +151,10 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
         pending = _COMPILES.pop(item["submission_id"], None)
         built = pending.result() if pending is not None else None
         build_errors.append(built.error if built is not None and not built.ok else None)
+    asked = time.monotonic()
     try:
         with _admitted(grader, first, len(group), slot) as resize:
+            waited = time.monotonic() - asked
             verdicts = grader.grade_group(first["reference"], [item["source"] for item in group],
                                           record=first.get("record"),
                                           reward=first["config"]["reward"],
@@ -160,6 +162,12 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
     except ReferenceError as exc:
         return [Verdict.failure("reference", str(exc), reward=0.0,
                                 reference_failed=True).to_dict() for _ in group]
+    # the wait for the slot's GPU memory, and what one worker of this problem is admitted at
+    each = grader.device_bytes(first["reference"], first.get("record"))
+    for verdict in verdicts:
+        verdict.setdefault("profile", {}).update(
+            admission_wait_s=round(waited, 3),
+            worker_device_gib=None if each is None else round(each / 2**30, 2))
     for verdict, build_error in zip(verdicts, build_errors):
         if build_error and not verdict.get("compiled"):
             verdict["build_error"] = build_error

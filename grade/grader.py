@@ -61,6 +61,9 @@ from .static_gate import StaticGate
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
 BATCH_BYTES = 1 << 30
+# A grading worker's device memory against a reference worker's measured peak (the reference
+# holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
+PEAK_FACTOR = 2
 
 
 class Grader(HostMemory, ReferenceTiming, StaticGate):
@@ -94,6 +97,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
         self._reference_bytes: dict[str, int] = {}  # tensors of one fresh run, per source
+        self._reference_peaks: dict[str, int] = {}  # a reference worker's device peak, per source
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
 
@@ -202,19 +206,26 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
 
     def device_bytes(self, source: str, record: dict | None = None) -> int | None:
         """What one worker of a grade of ``source`` is expected to hold on the device: the
-        problem's measured peak from validation, else twice the tensors of one fresh reference
-        run seen here (its trials, inputs and outputs, and its weights); None before either is
-        known."""
+        problem's measured peak from validation; else ``PEAK_FACTOR`` times the device peak a
+        reference worker of it reached here (its weights and one trial's tensors and
+        activations: a candidate holds a few calls' outputs besides); else, off a GPU, twice
+        the tensors of one fresh reference run (every trial's inputs and outputs, its weights);
+        None before any is known."""
         memory = ((record or {}).get("validation") or {}).get("memory") or {}
         if memory.get("measured_bytes"):
             return int(memory["measured_bytes"])
         with self._lock:
+            peak = self._reference_peaks.get(source)
             seen = self._reference_bytes.get(source)
+        if peak:
+            return PEAK_FACTOR * peak
         return None if seen is None else 2 * seen
 
     def _note_reference_bytes(self, source: str, value: dict) -> None:
         with self._lock:
             self._reference_bytes[source] = _tensor_bytes(value)
+            if isinstance(value.get("device_peak_bytes"), int):
+                self._reference_peaks[source] = value["device_peak_bytes"]
 
     def _fresh_batch(self, source: str, count: int, slot_env: dict | None,
                      dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
@@ -319,6 +330,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                 verdict["profile"] = {"reference_s": round(after_reference - began, 3),
                                       "candidate_s": round(time.monotonic() - after_reference, 3),
                                       "warm": bool(reference.result.warm), "group": len(pending),
+                                      "reference_stages_s": stage_seconds(
+                                          reference.result.stages, reference.result.wall_s),
                                       **verdict.get("profile", {})}
                 verdicts[i] = verdict
         for verdict in verdicts:

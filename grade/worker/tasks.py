@@ -78,15 +78,26 @@ def reference_task(payload: dict) -> dict:
                 result = _reference_trials(ns, device, {**payload, **run})
                 del result["_model"]
                 runs.append(result)
-        return {"runs": runs}
+        peak = _device_peak(device)
+        mark_stage("reference send")  # what follows is the results' encoding and sending
+        return {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
     # GPU work that is not timed holds the GPU's lock shared: no other grade's timing window
     # runs meanwhile (reference forwards can be the heaviest work on the device).
     with M.GpuLock(payload.get("lock")).shared():
         result = _reference_trials(ns, device, payload)
+    result["device_peak_bytes"] = _device_peak(device)
     if payload.get("time", True) and payload.get("inductor"):
         _inductor_timing(device, payload, result)
     del result["_model"]
+    mark_stage("reference send")
     return result
+
+
+def _device_peak(device: str) -> int | None:
+    """The most this worker's tensors have held on the device so far (its trials run one at a
+    time, their tensors back on the host between them): what the grader admits a worker of
+    this problem by. None off a GPU."""
+    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
 
 
 def _reference_trials(ns: dict, device: str, payload: dict) -> dict:

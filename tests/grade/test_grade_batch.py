@@ -140,3 +140,21 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     # groups: half the slots (a group's members make their CUDA contexts together)
     assert batch.default_slots_per_gpu(1, 16, group=8) == 4
     assert batch.default_slots_per_gpu(1, 2, group=8) == 1
+
+
+def test_a_grade_worker_is_admitted_by_the_reference_workers_device_peak():
+    import torch
+    from kernelmill.grade import grader as grader_module
+
+    grader = grader_module.Grader("cpu")
+    trial = {"inputs": [torch.zeros(1 << 20)], "outputs": [torch.zeros(1 << 20)]}
+    value = {"trials": [trial] * 6, "state_dict": {}}
+    assert grader.device_bytes("src") is None  # nothing seen yet
+    grader._note_reference_bytes("src", value)  # off a GPU: every trial's tensors, twice
+    assert grader.device_bytes("src") == 2 * 6 * 2 * (4 << 20)
+    # a reference worker on a GPU reports its device peak (one trial at a time): that counts
+    grader._note_reference_bytes("src", {**value, "device_peak_bytes": 3 << 20})
+    assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (3 << 20)
+    # validation's measured peak, where the record has one, comes first
+    record = {"validation": {"memory": {"measured_bytes": 7 << 20}}}
+    assert grader.device_bytes("src", record) == 7 << 20
