@@ -3,6 +3,8 @@
     python benchmarks/grade_throughput.py [--device cuda] [--workers N]
                                           [--sets triton mix kernelbench] [--kernelbench PATH]
                                           [--phases cold refs-cached cache-hits] [--json OUT]
+                                          [--kernelbench-eval CHECKOUT]
+                                          [--kernelbench-eval-repeats N]
 
 Sets: ``triton`` is the fidelity set (12 honest Triton answers at varied sizes, several under
 0.1 ms); ``kernelbench`` is benchmarks/kernelbench_set (our honest Triton and CUDA answers to
@@ -14,6 +16,10 @@ fixtures of tests/fixtures/submissions (minus the hang). Phases: ``cold`` (empty
 fresh ``KERNELMILL_CACHE_DIR``), ``refs-cached`` (every submission graded again; the references'
 Inductor timings come from disk), ``cache-hits`` (the verdict cache answers). Each row also
 gives the median seconds a submission spent in its reference run and in its candidate run.
+``--kernelbench-eval`` also runs KernelBench's own eval (``eval_kernel_against_ref``, from a
+ScalingIntelligence/KernelBench checkout) on the kernelbench set's answers after the phases,
+each ``--kernelbench-eval-repeats`` times, and prints both tools side by side
+(benchmarks/kernelbench_eval.py).
 """
 from __future__ import annotations
 
@@ -284,7 +290,13 @@ def main() -> int:
     parser.add_argument("--group", type=int,
                         help="submissions of one problem graded together, in one window "
                              "(default 1)")
+    parser.add_argument("--kernelbench-eval", metavar="CHECKOUT",
+                        help="a KernelBench checkout: after the phases, run its own eval on the "
+                             "kernelbench set's answers and print both tools side by side")
+    parser.add_argument("--kernelbench-eval-repeats", type=int, default=3,
+                        help="KernelBench evaluations of each answer, for its speedup spread")
     args = parser.parse_args()
+    check_kernelbench_eval(args)
 
     import os
 
@@ -401,9 +413,52 @@ def main() -> int:
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
           "window); GPU held alone: the share of the phase's wall time inside timing windows; "
           "turn+ms: a round's turn's wall time past the device work it reports (median)")
+    kernelbench = None if stopped else compare_with_kernelbench(args, folder, results)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(
+            {**results, **({"kernelbench-eval": kernelbench} if kernelbench else {})}, indent=2))
     return 0
+
+
+def check_kernelbench_eval(args: argparse.Namespace) -> None:
+    """With ``--kernelbench-eval``, before any grading: the checkout holds KernelBench's eval,
+    and the kernelbench set is graded (the answers both tools see)."""
+    from kernelbench_eval import check_checkout
+
+    if not args.kernelbench_eval:
+        return
+    check_checkout(args.kernelbench_eval)
+    if "kernelbench" not in args.sets:
+        raise SystemExit("--kernelbench-eval compares on the kernelbench set: add it to --sets")
+
+
+def compare_with_kernelbench(args: argparse.Namespace, folder: Path,
+                             results: dict) -> dict | None:
+    """With ``--kernelbench-eval``: KernelBench's own eval on the kernelbench set's answers
+    (those graded: on CPU, the Triton ones), ``--kernelbench-eval-repeats`` times each, printed
+    beside kernelmill's verdicts from its last full grading phase: {"repeats", "seconds",
+    "per_minute", "rows"}."""
+    from kernelbench_eval import per_minute, run_kernelbench_eval, side_by_side_table
+
+    if not args.kernelbench_eval:
+        return None
+    pairs = [(answer, problem) for answer, problem in
+             kernelbench_answers(find_kernelbench(args.kernelbench))
+             if args.device != "cpu" or "load_inline" not in answer.read_text()]
+    graded = [p for p in ("refs-cached", "cold", "cache-hits") if f"kernelbench {p}" in results]
+    out = folder / f"kernelbench-{graded[0]}.jsonl" if graded else None
+    ours = [json.loads(line) for line in read_lines(out)] if out else []
+    print(f"KernelBench eval: {len(pairs)} answers x {args.kernelbench_eval_repeats}, one "
+          f"process, from {args.kernelbench_eval}", flush=True)
+    rows = run_kernelbench_eval(args.kernelbench_eval, pairs, args.kernelbench_eval_repeats,
+                                timeout_s=300)
+    print(f"kernelmill ({graded[0] if graded else 'not graded'}) against KernelBench's "
+          f"eval_kernel_against_ref:")
+    print(side_by_side_table(ours, rows, results[f"kernelbench {graded[0]}"]["per_minute"]
+                             if graded else None))
+    return {"repeats": args.kernelbench_eval_repeats,
+            "seconds": round(sum(r["seconds"] for r in rows), 1),
+            "per_minute": per_minute(rows), "rows": rows}
 
 
 def _interrupt(*_args) -> None:
