@@ -282,6 +282,8 @@ def main() -> int:
     parser.add_argument("--phases", nargs="*", default=[p[0] for p in PHASES])
     parser.add_argument("--json", help="write the numbers here too")
     parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
+    parser.add_argument("--deadline", type=float,
+                        help="stop after this many seconds and report what finished")
     parser.add_argument("--primed", action="store_true",
                         help="--cache-dir already holds every problem's reference timing: "
                              "refs-cached starts without a priming pass")
@@ -311,6 +313,9 @@ def main() -> int:
     stopped = False
     # a time limit's SIGTERM stops the phase under way; what it finished is still reported
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGALRM, _interrupt)
+    if args.deadline:
+        signal.setitimer(signal.ITIMER_REAL, args.deadline)
     for name in args.sets:
         if stopped:
             break

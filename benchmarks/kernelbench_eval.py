@@ -119,6 +119,9 @@ def run_kernelbench_eval(path: str | Path, pairs: list[tuple[Path, Path]], repea
                     child, dead = None, True
                 row["seconds"] = round(time.monotonic() - start, 3)
                 rows.append(_with_speedup(row))
+                print(f"KernelBench eval {len(rows)}/{repeats * len(pairs)}: {row['answer']} "
+                      f"correct={row.get('correctness')} speedup={row.get('speedup')} "
+                      f"{row['seconds']} s {row.get('error') or ''}"[:300], flush=True)
     except KeyboardInterrupt:  # a time limit: what finished is still reported
         print(f"KernelBench eval: stopped after {len(rows)} evaluations", flush=True)
     finally:
@@ -234,3 +237,38 @@ def side_by_side_table(ours_rows: list[dict], kb_rows: list[dict],
                  f"KernelBench {_fmt(per_minute(kb_rows), '.1f')} ({len(kb_rows)} evaluations "
                  f"in {seconds:.0f} s, one process, {restarts} restarts)")
     return "\n".join(lines)
+
+
+def main() -> int:
+    """KernelBench's eval alone on the kernelbench set's answers, beside kernelmill's verdict
+    rows from an earlier grade_throughput run (``--ours``); a SIGTERM reports what finished."""
+    import argparse
+
+    from grade_throughput import find_kernelbench, kernelbench_answers
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("checkout", help="a ScalingIntelligence/KernelBench checkout")
+    parser.add_argument("--kernelbench", help="KernelBench problems folder (level1/, ...)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
+    parser.add_argument("--ours", help="kernelmill's verdict rows (JSONL) on the same answers")
+    parser.add_argument("--json", help="write KernelBench's rows here")
+    args = parser.parse_args()
+    check_checkout(args.checkout)
+    signal.signal(signal.SIGTERM, _stop)
+    pairs = kernelbench_answers(find_kernelbench(args.kernelbench))
+    rows = run_kernelbench_eval(args.checkout, pairs, args.repeats, args.timeout)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    ours = [json.loads(line) for line in Path(args.ours).read_text().splitlines()] \
+        if args.ours and Path(args.ours).exists() else []
+    print(side_by_side_table(ours, rows, None))
+    return 0
+
+
+def _stop(*_args) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
