@@ -392,7 +392,7 @@ def probe_problem(payload: dict) -> dict:
         m["constant_fraction"] = (C.constant_fraction(ref, tol)
                                   if sum(t.numel() for t in ref) > 1 else None)
         m["affine"] = _affine_fits(ref, alt, inputs, alt_inputs)
-        m["contrast"] = R.contrast(ref, alt, tol)
+        m["contrast"] = R.contrast(ref, alt, tol, inputs, alt_inputs)
         # the call-history check compares with this: the model had run on ``inputs`` first
         used = C.output_digest(alt)
         del alt

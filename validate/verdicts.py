@@ -14,6 +14,8 @@ import math
 from typing import Any
 
 from kernelmill.core.taxonomy import AFFINE_OPS, moves_data_only, op_base
+from kernelmill.validate.contrast_views import admitted_by_offset as _admitted_by_offset
+from kernelmill.validate.contrast_views import worst_view
 
 
 def compute_ops(ops: list[str]) -> list[str]:
@@ -352,7 +354,9 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     bf16 for fp32: the noise of a cancelling offset set the tolerance). A reduced-precision
     answer passing a tolerance at its floor by the absolute term is reported, not failed: it
     passes a quarter of KernelBench level 2 at CPU sizes (small softmax outputs, GEMMs summed
-    over rows), a question for the tolerance's absolute floor."""
+    over rows), a question for the tolerance's absolute floor. The output's variation is read
+    also on its part that is not an affine function of its inputs (``contrast_views``): an
+    identity passthrough carries the variation and the magnitude but costs nothing."""
     floor = TOLERANCE_BOUNDS.get(dtype, TOLERANCE_BOUNDS["float32"])[0]
     why = []
     value = None
@@ -373,17 +377,17 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     finite = [e for e in (entries if isinstance(entries, list) else [])
               if isinstance(e, dict) and isinstance(e.get("ratio"), (int, float))
               and math.isfinite(e["ratio"])]
-    worst = max(finite, key=lambda e: e["ratio"]) if finite else None
+    worst = worst_view(finite)  # the whole output's or its non-affine part's (contrast_views)
     admitted = _admitted_by_offset(finite, rounded, tol)
     if admitted and not why:
         value = admitted["ratio"]
         why.append(admitted["why"])
     if worst is not None and worst["ratio"] > th["max_offset_slack"]:
         value = worst["ratio"] if value is None else value
-        excess = worst.get("excess", tol * worst["magnitude"])
-        where = f" ({worst['slice']})" if worst.get("slice") else ""
-        why.append(f"output {worst['output']}{where} varies by {worst['informative']:.3g} across "
-                   f"inputs but rtol on its magnitude ({worst['magnitude']:.3g}) allows {excess:.3g} "
+        excess = worst["excess"] if worst["excess"] is not None else tol * worst["magnitude"]
+        whose = "the output's" if worst["part"] else "its"
+        why.append(f"{worst['what']} varies by {worst['informative']:.3g} across inputs but "
+                   f"rtol on {whose} magnitude ({worst['magnitude']:.3g}) allows {excess:.3g} "
                    f"more than an output varying about zero gets, {worst['ratio']:.1%} of that "
                    f"(above {th['max_offset_slack']:.0%})")
     if why:
@@ -391,34 +395,10 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
                      "tolerance")
     if worst is None:
         return check(None, None, "no floating-point output that varies across inputs" + note)
+    whose = "its non-affine part's" if worst["part"] else "its"
     return check(True, worst["ratio"], f"rtol on the output's magnitude "
-                 f"({worst['magnitude']:.3g}) adds {worst['ratio']:.2%} of its variation across "
-                 "inputs to the slack" + note)
-
-
-def _admitted_by_offset(entries: list[dict], rounded: Any, tol: float) -> dict | None:
-    """The output whose magnitude alone lets the reduced-precision answer pass: that answer is
-    within the tolerance, but its absolute error there exceeds ``tol * (1 + informative)``, what
-    the tolerance gives an output of the same variation about zero (an offset's slack, measured
-    by the cheap wrong answer itself rather than by ``max_offset_slack``)."""
-    if not isinstance(rounded, dict) or rounded.get("error", math.inf) > tol:
-        return None
-    errors = rounded.get("abs_errors") or []
-    for e in entries:
-        if e.get("slice"):  # the rounded answer's error is known per output, not per slice
-            continue
-        k = e["output"]
-        diff = errors[k] if k < len(errors) else None
-        if diff is None or e.get("excess", 0.0) <= 0.0:
-            continue
-        bare = tol * (1.0 + e["informative"])
-        if diff > bare:
-            return {"ratio": e["ratio"], "why": (
-                f"matmul/conv operands rounded to {rounded['dtype']} pass only through the "
-                f"slack rtol gives on output {k}'s magnitude ({e['magnitude']:.3g}): their "
-                f"error {diff:.3g} is over the {bare:.3g} an output varying by "
-                f"{e['informative']:.3g} about zero allows")}
-    return None
+                 f"({worst['magnitude']:.3g}) adds {worst['ratio']:.2%} of {whose} variation "
+                 "across inputs to the slack" + note)
 
 
 def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:

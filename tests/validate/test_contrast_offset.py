@@ -124,3 +124,46 @@ def test_an_offset_on_a_few_channels_is_read_in_their_slice():
     sliced = max((e for e in entries if "slice" in e), key=lambda e: e["ratio"])
     assert sliced["slice"] in ("dim 1 = 0", "dim 1 = 1") and sliced["magnitude"] > 250
     assert sliced["ratio"] > C.DEFAULT_THRESHOLDS["max_offset_slack"] > whole["ratio"]
+
+
+def _residual(scale: float, x_std: float = 10.0) -> tuple[dict, dict]:
+    """``x + scale * mlp(x / x_std)`` over two input draws: the whole output's contrast entry and
+    its non-affine view."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    x, x_alt = x_std * torch.randn(64, 64), x_std * torch.randn(64, 64)
+    with torch.no_grad():
+        y, z = x + scale * mlp(x / x_std), x_alt + scale * mlp(x_alt / x_std)
+    entries = R.contrast([y], [z], TOL, [x], [x_alt])
+    whole = next(e for e in entries if "slice" not in e)
+    return whole, entries
+
+
+def test_an_identity_passthrough_is_taken_out_before_the_slack_is_judged():
+    whole, entries = _residual(0.01)
+    # the passthrough carries the variation: the whole output's view sees no offset at all
+    assert whole["informative"] > 9 and whole["ratio"] == 0.0
+    # what the program computes varies by ~2e-3 and gets rtol on a magnitude of ~6.6
+    part = whole["nonaffine"]
+    assert part["informative"] < 5e-3 and part["ratio"] > C.DEFAULT_THRESHOLDS["max_offset_slack"]
+    verdict = C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)
+    assert verdict["passed"] is False and "not an affine function of its inputs" in verdict["detail"]
+
+
+def test_a_residual_branch_of_comparable_scale_passes():
+    whole, entries = _residual(10.0)  # x + mlp(x) at the passthrough's own scale
+    assert whole["nonaffine"]["ratio"] < 0.01 * C.DEFAULT_THRESHOLDS["max_offset_slack"]
+    assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is True
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [("float32", TOL), ("bfloat16", 2e-2)])
+def test_an_output_affine_in_its_inputs_has_no_non_affine_view(dtype, tol):
+    torch.manual_seed(0)
+    low = getattr(torch, dtype)
+    x, x_alt = (10 * torch.randn(64, 64)).to(low), (10 * torch.randn(64, 64)).to(low)
+    pos = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64).to(low) / 64  # per element
+    entries = R.contrast([3 * x + pos], [3 * x_alt + pos], tol, [x], [x_alt])
+    # the remainder is rounding (in bf16, about half an ulp of the output): no ratio over it
+    # (not_affine judges such outputs)
+    assert entries and all("nonaffine" not in e for e in entries)
+    assert C.judge_contrast(entries, dtype, C.DEFAULT_THRESHOLDS, tol)["passed"] is True

@@ -26,7 +26,9 @@ and ``checks`` (torch inside functions).
   (the winner is up to the device and its threads).
 * ``contrast``: the slack the tolerance's relative term gives on the output's magnitude, next to
   the output's variation across inputs (an output of 273.15 +- 0.2 graded with rtol 1e-4 leaves
-  14% slack on its informative part).
+  14% slack on its informative part), read on the whole output and on its part that is not an
+  affine function of its same-shaped inputs (``nonaffine``: an identity passthrough carries the
+  variation and the magnitude of ``x + 0.01 * mlp(x)`` but costs nothing).
 * ``reduced_precision``: the output with matmul-class operands rounded to a lower precision,
   what a bf16-GEMM answer to an fp32 problem returns.
 """

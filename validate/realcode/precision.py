@@ -7,15 +7,17 @@ from __future__ import annotations
 import math
 
 from .. import checks as C
+from ..contrast_views import worst_ratio
 from .common import forward
-
+from .nonaffine import nonaffine_view, same_shaped
 
 # Dimensions this small are read slice by slice too (``contrast``): channels, variables, heads
 CONTRAST_SLICES = 64
 
 
-def _contrast_of(y, z, tol: float) -> dict | None:
-    """``contrast``'s measurement of one tensor over two input draws (None: nothing finite)."""
+def _contrast_of(y, z, tol: float, pairs: list | None = None) -> dict | None:
+    """``contrast``'s measurement of one tensor over two input draws (None: nothing finite),
+    with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one."""
     import torch
 
     square = count = 0.0
@@ -30,11 +32,16 @@ def _contrast_of(y, z, tol: float) -> dict | None:
     informative = math.sqrt(square / count / 2.0)
     magnitude = float(sample.median())
     excess = tol * max(0.0, magnitude - 1.0 - informative)
-    return {"informative": informative, "magnitude": magnitude, "excess": excess,
-            "ratio": excess / informative if informative > 0 else math.inf}
+    found = {"informative": informative, "magnitude": magnitude, "excess": excess,
+             "ratio": excess / informative if informative > 0 else math.inf}
+    view = nonaffine_view(y, z, pairs, tol, magnitude, informative) if pairs else None
+    if view is not None:
+        found["nonaffine"] = view
+    return found
 
 
-def contrast(ref: list, alt: list, tol: float) -> list[dict]:
+def contrast(ref: list, alt: list, tol: float, inputs: list | None = None,
+             alt_inputs: list | None = None) -> list[dict]:
     """Per float output present in both input draws: its informative scale, the RMS of its
     change between the two draws over sqrt(2) (the spread of one element across inputs: the
     part a constant offset does not carry), its typical magnitude (median |y|), ``excess``, the
@@ -48,24 +55,33 @@ def contrast(ref: list, alt: list, tol: float) -> list[dict]:
     informative)``. What an offset adds is ``tol * (median |y| - 1 - informative)``, none while
     the magnitude stays under 1 plus the variation: an output of 0.45 +- 1e-4 (a sigmoid of a
     bias) is graded by the absolute term as if it had no offset, and a cheap wrong answer that
-    passes it passes without the offset too."""
+    passes it passes without the offset too.
+
+    Where the output has the shape of floating-point inputs (both draws' ``inputs`` and
+    ``alt_inputs`` given), each measurement also carries ``nonaffine`` (``realcode.nonaffine``):
+    the same numbers with the output's variation replaced by that of its part that is not an
+    affine function of those inputs. An identity passthrough (``x + 0.01 * mlp(x)``) carries
+    the variation and the magnitude but costs nothing; the computed part is what the slack is
+    held against."""
     found = []
     for k, (y, z) in enumerate(zip(ref, alt)):
         if not y.is_floating_point() or y.shape != z.shape or y.numel() == 0:
             continue
-        whole = _contrast_of(y, z, tol)
+        pairs = same_shaped(y, inputs, alt_inputs) if inputs and alt_inputs else []
+        whole = _contrast_of(y, z, tol, pairs)
         if whole is None:
             continue
         found.append({"output": k, **whole})
         for d in range(y.dim() if y.dim() > 1 else 0):
             if not 2 <= y.shape[d] <= CONTRAST_SLICES:
                 continue
-            parts = [(i, _contrast_of(y.select(d, i), z.select(d, i), tol))
+            parts = [(i, _contrast_of(y.select(d, i), z.select(d, i), tol,
+                                      [(a.select(d, i), b.select(d, i)) for a, b in pairs]))
                      for i in range(y.shape[d])]
-            parts = [(i, e) for i, e in parts if e is not None and math.isfinite(e["ratio"])]
+            parts = [(i, e) for i, e in parts if e is not None and math.isfinite(worst_ratio(e))]
             if parts:
-                i, worst = max(parts, key=lambda p: p[1]["ratio"])
-                if worst["excess"] > 0:
+                i, worst = max(parts, key=lambda p: worst_ratio(p[1]))
+                if worst["excess"] > 0 or (worst.get("nonaffine") or {}).get("excess", 0.0) > 0:
                     found.append({"output": k, "slice": f"dim {d} = {i}", **worst})
     return found
 

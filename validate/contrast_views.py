@@ -1,0 +1,73 @@
+"""The views ``checks.judge_contrast`` reads ``realcode.contrast``'s entries through (pure: the
+standard library only).
+
+Each entry measures one output (or its worst slice) over two input draws: its variation
+(``informative``), its typical magnitude, and the slack rtol adds on that magnitude beyond what an
+output of the same variation about zero gets (``excess``, ``ratio`` = excess / informative).
+Where the output has the shape of floating-point inputs, the entry also carries ``nonaffine``:
+the same numbers with the variation of the output's part that is not an affine function of
+those inputs (``realcode.nonaffine``). An identity passthrough carries the variation of ``x +
+0.01 * mlp(x)`` but costs nothing; the computed part is held against the slack the
+passthrough's magnitude leaves it. A view is the whole output's numbers or the non-affine
+part's, with the words that name what varies."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def worst_ratio(entry: dict) -> float:
+    """An entry's ratio, or its non-affine view's where that is higher."""
+    return max(entry["ratio"], (entry.get("nonaffine") or {}).get("ratio", 0.0))
+
+
+def views(entry: dict) -> list[dict]:
+    """The entry as the whole output sees it and, where measured, as its non-affine part does:
+    dicts of ``informative``, ``excess``, ``ratio``, ``magnitude``, ``output``, ``slice``,
+    ``what`` (the words for what varies) and ``part`` (the non-affine part's view)."""
+    k = entry["output"]
+    where = f" ({entry['slice']})" if entry.get("slice") else ""
+    found = [{**entry, "excess": entry.get("excess"), "what": f"output {k}{where}",
+              "part": False}]  # no excess: a record from before it was measured
+    part = entry.get("nonaffine")
+    if isinstance(part, dict) and math.isfinite(part.get("ratio", math.inf)):
+        found.append({**entry, **part, "part": True,
+                      "what": f"the part of output {k}{where} that is not an affine function "
+                      "of its inputs (identity passthroughs, scaled copies and constants taken "
+                      "out)"})
+    return found
+
+
+def worst_view(entries: list[dict]) -> dict | None:
+    """The view of the highest ratio over every entry's views (None: no entry)."""
+    every = [v for e in entries for v in views(e)]
+    return max(every, key=lambda v: v["ratio"]) if every else None
+
+
+def admitted_by_offset(entries: list[dict], rounded: Any, tol: float) -> dict | None:
+    """The output whose magnitude alone lets the reduced-precision answer pass: that answer is
+    within the tolerance, but its absolute error there exceeds ``tol * (1 + informative)``, what
+    the tolerance gives an output of the same variation about zero (an offset's slack, measured
+    by the cheap wrong answer itself rather than by ``max_offset_slack``). The variation is the
+    whole output's, or that of its non-affine part (what the answer computes beside a
+    passthrough)."""
+    if not isinstance(rounded, dict) or rounded.get("error", math.inf) > tol:
+        return None
+    errors = rounded.get("abs_errors") or []
+    for e in entries:
+        if e.get("slice"):  # the rounded answer's error is known per output, not per slice
+            continue
+        k = e["output"]
+        diff = errors[k] if k < len(errors) else None
+        for view in views(e):
+            if diff is None or (view["excess"] or 0.0) <= 0.0:
+                continue
+            bare = tol * (1.0 + view["informative"])
+            if diff > bare:
+                return {"ratio": view["ratio"], "why": (
+                    f"matmul/conv operands rounded to {rounded['dtype']} pass only through the "
+                    f"slack rtol gives on output {k}'s magnitude ({e['magnitude']:.3g}): their "
+                    f"error {diff:.3g} is over the {bare:.3g} an output varying by "
+                    f"{view['informative']:.3g} about zero allows"
+                    + (f" (what {view['what']} varies by)" if view["part"] else ""))}
+    return None
