@@ -86,7 +86,7 @@ def run_kernelbench_eval(path: str | Path, pairs: list[tuple[Path, Path]], repea
                          timeout_s: float = 300.0) -> list[dict]:
     """One row per evaluation: each (answer, problem file) pair evaluated ``repeats`` times, all
     answers once per round. A row holds answer, problem, repeat, backend, compiled, correctness,
-    runtime_us, ref_runtime_us, speedup (ref_runtime / runtime, correct answers only), error
+    runtime_ms, ref_runtime_ms, speedup (ref_runtime / runtime, correct answers only), error
     (the first line), metadata, context_lost (a sticky CUDA error after it), seconds (wall, a
     child's start included) and restarted (a fresh child was started for it after one died,
     timed out or lost its CUDA context)."""
@@ -136,9 +136,11 @@ def run_kernelbench_eval(path: str | Path, pairs: list[tuple[Path, Path]], repea
 
 
 def _with_speedup(row: dict) -> dict:
+    # KernelBench's result calls its runtimes microseconds; its timers return CUDA events'
+    # elapsed times, milliseconds
     runtime, ref = row.pop("runtime", -1.0), row.pop("ref_runtime", -1.0)
-    row["runtime_us"] = runtime if runtime > 0 else None
-    row["ref_runtime_us"] = ref if ref > 0 else None
+    row["runtime_ms"] = runtime if runtime > 0 else None
+    row["ref_runtime_ms"] = ref if ref > 0 else None
     row["speedup"] = round(ref / runtime, 4) if row.get("correctness") and runtime > 0 \
         and ref > 0 else None
     return row
@@ -189,8 +191,8 @@ def _kernelbench(evals: list[dict]) -> tuple[str, str, float | None, float | Non
     speedups = [r["speedup"] for r in evals if r.get("speedup")]
     error = next((r.get("error") or f"CUDA context lost after it: {r['context_lost']}"
                   for r in evals if r.get("error") or r.get("context_lost")), "")
-    return (count("compiled"), count("correctness"), median("runtime_us"),
-            median("ref_runtime_us"), median("speedup"), spread_pct(speedups), error)
+    return (count("compiled"), count("correctness"), median("runtime_ms"),
+            median("ref_runtime_ms"), median("speedup"), spread_pct(speedups), error)
 
 
 def _fmt(value, spec: str) -> str:
@@ -215,8 +217,8 @@ def side_by_side_table(ours_rows: list[dict], kb_rows: list[dict],
     for r in kb_rows:
         kb.setdefault(r["answer"], []).append(r)
     lines = [(f"{'answer':34} | {'kernelmill':28} {'speedup':>8} {'spread%':>8} | "
-              f"{'KernelBench: compiled':>21} {'correct':>7} {'runtime us':>11} "
-              f"{'ref us':>11} {'speedup':>8} {'spread%':>8}  error")]
+              f"{'KernelBench: compiled':>21} {'correct':>7} {'runtime ms':>11} "
+              f"{'ref ms':>11} {'speedup':>8} {'spread%':>8}  error")]
     ours_spreads, kb_spreads = [], []
     for answer in [*kb, *(a for a in ours if a not in kb)]:
         verdict, speedup, spread = _ours(ours[answer]) if answer in ours else ("-", None, None)

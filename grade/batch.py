@@ -163,7 +163,7 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
         return [Verdict.failure("reference", str(exc), reward=0.0,
                                 reference_failed=True).to_dict() for _ in group]
     # the wait for the slot's GPU memory, and what one worker of this problem is admitted at
-    each = grader.device_bytes(first["reference"], first.get("record"))
+    each = grader.device_bytes(first["reference"], first.get("record"), slot.get("env"))
     for verdict in verdicts:
         verdict.setdefault("profile", {}).update(
             admission_wait_s=round(waited, 3),
@@ -194,7 +194,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     def need() -> int | None:
         from kernelmill.validate.admission import ALLOCATOR_FACTOR
 
-        each = grader.device_bytes(item["reference"], item.get("record"))
+        each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
         return None if each is None else int(each * ALLOCATOR_FACTOR * (2 * members + 1))
 
     known = need()

@@ -96,8 +96,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         # CPU workers are admitted on the host's memory (validate.admission) like validation's
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
-        self._reference_bytes: dict[str, int] = {}  # tensors of one fresh run, per source
-        self._reference_peaks: dict[str, int] = {}  # a reference worker's device peak, per source
+        # per source: one fresh reference run's tensors and its worker's device peak
+        self._reference_sizes: dict[str, dict] = {}
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
 
@@ -201,31 +201,50 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         if fault:
             raise ReferenceError(fault)
         value["init_seed"] = payload["init_seed"]
-        self._note_reference_bytes(source, value)
+        self._note_reference_bytes(source, value, slot_env)
         return ReferenceRun(value, result, self.device, source)
 
-    def device_bytes(self, source: str, record: dict | None = None) -> int | None:
+    def device_bytes(self, source: str, record: dict | None = None,
+                     slot_env: dict | None = None) -> int | None:
         """What one worker of a grade of ``source`` is expected to hold on the device: the
-        problem's measured peak from validation; else ``PEAK_FACTOR`` times the device peak a
-        reference worker of it reached here (its weights and one trial's tensors and
-        activations: a candidate holds a few calls' outputs besides); else, off a GPU, twice
-        the tensors of one fresh reference run (every trial's inputs and outputs, its weights);
-        None before any is known."""
+        problem's measured peak from validation; else the larger of twice the tensors of one
+        fresh reference run (every trial's inputs and outputs, its weights: about what the
+        grading process holds of it on the host, which nothing else admits) and
+        ``PEAK_FACTOR`` times the device peak a reference worker of it reached (its weights,
+        one trial's tensors and its activations); from this process's runs, else from the
+        sizes an earlier process saw on this GPU model (``remembered_size``); None before any
+        is known."""
         memory = ((record or {}).get("validation") or {}).get("memory") or {}
         if memory.get("measured_bytes"):
             return int(memory["measured_bytes"])
         with self._lock:
-            peak = self._reference_peaks.get(source)
-            seen = self._reference_bytes.get(source)
-        if peak:
-            return PEAK_FACTOR * peak
-        return None if seen is None else 2 * seen
+            sizes = self._reference_sizes.get(source)
+        if sizes is None:
+            sizes = self.remembered_size(source, slot_env)
+            if sizes:
+                with self._lock:
+                    self._reference_sizes.setdefault(source, sizes)
+        sizes = sizes or {}
+        known = [2 * sizes["tensor_bytes"]] if sizes.get("tensor_bytes") else []
+        if sizes.get("device_peak_bytes"):
+            known.append(PEAK_FACTOR * sizes["device_peak_bytes"])
+        return max(known) if known else None
 
-    def _note_reference_bytes(self, source: str, value: dict) -> None:
+    def _note_reference_bytes(self, source: str, value: dict,
+                              slot_env: dict | None = None) -> None:
+        sizes = {"tensor_bytes": _tensor_bytes(value)}
+        if isinstance(value.get("device_peak_bytes"), int):
+            sizes["device_peak_bytes"] = value["device_peak_bytes"]
         with self._lock:
-            self._reference_bytes[source] = _tensor_bytes(value)
-            if isinstance(value.get("device_peak_bytes"), int):
-                self._reference_peaks[source] = value["device_peak_bytes"]
+            new = self._reference_sizes.get(source) != sizes
+            self._reference_sizes[source] = sizes
+        if new:
+            self.remember_size(source, slot_env, sizes)
+
+    def reference_tensor_bytes(self, source: str) -> int | None:
+        """The tensors of one fresh reference run of ``source`` seen here (None: not yet)."""
+        with self._lock:
+            return (self._reference_sizes.get(source) or {}).get("tensor_bytes")
 
     def _fresh_batch(self, source: str, count: int, slot_env: dict | None,
                      dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
@@ -262,7 +281,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
             made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),
                                      self.device, source))
-        self._note_reference_bytes(source, values[0])
+        self._note_reference_bytes(source, values[0], slot_env)
         return made
 
     # ------------------------------------------------------------ candidate
@@ -346,8 +365,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
         tensors (a group of small problems: one worker, not eight CUDA contexts, which a
         GPU's driver creates one at a time); until then, one each."""
-        with self._lock:
-            size = self._reference_bytes.get(source)
+        size = self.reference_tensor_bytes(source)
         per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
         sizes = [len(part) for part in _split(range(count), per_worker)]
         # a ReferenceError is the problem's: it reaches the caller

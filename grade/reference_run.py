@@ -17,6 +17,7 @@ from kernelmill.validate.harness import WorkerResult
 from kernelmill.validate.window import gpu_name
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
+SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,8 +77,9 @@ def _tensor_bytes(value) -> int:
 
 
 class ReferenceTiming:
-    """The ``Grader``'s cache of the reference's eager and Inductor times, on disk. Reads the
-    grader's ``policy``, ``cache_root``, ``worker_device``, ``_env`` and ``reference``."""
+    """The ``Grader``'s caches on disk of the reference's eager and Inductor times and of its
+    runs' sizes. Reads the grader's ``policy``, ``cache_root``, ``worker_device``, ``_env`` and
+    ``reference``."""
 
     def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
         """The reference's eager and Inductor times, measured together (their ratio prices
@@ -95,6 +97,38 @@ class ReferenceTiming:
         if path is not None and found:
             _write_atomically(path, json.dumps(found, default=str))
         return found
+
+    def remembered_size(self, source: str, slot_env: dict | None) -> dict:
+        """The sizes (``tensor_bytes``, ``device_peak_bytes``) an earlier grader process saw
+        of one fresh reference run of ``source`` on this GPU model ({} where none did): a
+        problem's first grade in a new process is admitted by them, not by a share of the GPU
+        held until its reference is in."""
+        path = self._size_cache_path(source, slot_env)
+        try:
+            sizes = json.loads(path.read_text()) if path is not None and path.exists() else {}
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in sizes.items() if k in SIZE_KEYS and type(v) is int and v > 0} \
+            if isinstance(sizes, dict) else {}
+
+    def remember_size(self, source: str, slot_env: dict | None, sizes: dict) -> None:
+        path = self._size_cache_path(source, slot_env)
+        if path is not None:
+            _write_atomically(path, json.dumps(sizes))
+
+    def _size_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
+        """Sizes depend on the source, the GPU model, the libraries and the trials a grade
+        draws."""
+        name = gpu_name(self.worker_device, self._env(slot_env))
+        if name is None:
+            return None
+        policy = self.policy
+        key = json.dumps(["sizes", source, name, _library_versions(), policy.trials,
+                          policy.unseen_trials, policy.state_trials, policy.redraw_state],
+                         sort_keys=True, default=str)
+        folder = self.cache_root / "reference-size"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _timing_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
         name = gpu_name(self.worker_device, self._env(slot_env))

@@ -116,7 +116,7 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
 
     class Seen:
-        def device_bytes(self, source, record=None):
+        def device_bytes(self, source, record=None, slot_env=None):
             return {"big": 1 << 30}.get(source)
 
     slot = {"gpu": 0, "device": "cuda:0", "env": {}}
@@ -127,7 +127,7 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     grader = Seen()
     with batch._admitted(grader, {"reference": "new"}, 1, slot) as resize:
         assert budget.used == int(budget.capacity * batch.UNKNOWN_SHARE)  # not seen yet
-        grader.device_bytes = lambda source, record=None: 1 << 30  # its reference ran
+        grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
         resize()
         assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 3)
     batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
@@ -142,19 +142,38 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     assert batch.default_slots_per_gpu(1, 2, group=8) == 1
 
 
-def test_a_grade_worker_is_admitted_by_the_reference_workers_device_peak():
+def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkeypatch):
     import torch
     from kernelmill.grade import grader as grader_module
+    from kernelmill.grade import reference_run
 
-    grader = grader_module.Grader("cpu")
+    grader = grader_module.Grader("cpu", cache_root=str(tmp_path))
     trial = {"inputs": [torch.zeros(1 << 20)], "outputs": [torch.zeros(1 << 20)]}
     value = {"trials": [trial] * 6, "state_dict": {}}
+    tensors = 6 * 2 * (4 << 20)
     assert grader.device_bytes("src") is None  # nothing seen yet
     grader._note_reference_bytes("src", value)  # off a GPU: every trial's tensors, twice
-    assert grader.device_bytes("src") == 2 * 6 * 2 * (4 << 20)
-    # a reference worker on a GPU reports its device peak (one trial at a time): that counts
+    assert grader.device_bytes("src") == 2 * tensors
+    # a reference worker on a GPU reports its device peak: the larger of the two counts (the
+    # grading process holds every trial's tensors on the host, which nothing else admits)
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 3 << 20})
-    assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (3 << 20)
+    assert grader.device_bytes("src") == 2 * tensors
+    grader._note_reference_bytes("src", {**value, "device_peak_bytes": 64 << 20})
+    assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (64 << 20)
     # validation's measured peak, where the record has one, comes first
     record = {"validation": {"memory": {"measured_bytes": 7 << 20}}}
     assert grader.device_bytes("src", record) == 7 << 20
+    # on a GPU the sizes are kept on disk per GPU model: a new grader process admits the
+    # problem's first grade by them
+    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Fake GPU")
+    grader._note_reference_bytes("gpu-src", {**value, "device_peak_bytes": 64 << 20})
+    fresh = grader_module.Grader("cpu", cache_root=str(tmp_path))
+    assert fresh.device_bytes("gpu-src") == grader_module.PEAK_FACTOR * (64 << 20)
+    assert fresh.device_bytes("never-seen") is None
+    # a cache file that is not JSON, or holds what is not a size, is no size
+    for path in (tmp_path / "reference-size").iterdir():
+        path.write_text("{not json")
+    assert grader_module.Grader("cpu", cache_root=str(tmp_path)).device_bytes("gpu-src") is None
+    for path in (tmp_path / "reference-size").iterdir():
+        path.write_text('{"tensor_bytes": "9", "device_peak_bytes": -1}')
+    assert grader_module.Grader("cpu", cache_root=str(tmp_path)).device_bytes("gpu-src") is None

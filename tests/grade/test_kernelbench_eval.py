@@ -86,8 +86,8 @@ def test_one_process_and_a_fresh_one_after_a_crash(fake, tmp_path, capsys):
     assert [(r["answer"], r["repeat"]) for r in rows] == [
         (a, rep) for rep in (0, 1) for a in ("ok", "crash", "cuda", "raises")]
     ok0, crash0, cuda0, raises0, ok1 = rows[:5]
-    assert ok0["compiled"] and ok0["correctness"] and ok0["runtime_us"] == 100.0
-    assert ok0["ref_runtime_us"] == 200.0 and ok0["speedup"] == 2.0
+    assert ok0["compiled"] and ok0["correctness"] and ok0["runtime_ms"] == 100.0
+    assert ok0["ref_runtime_ms"] == 200.0 and ok0["speedup"] == 2.0
     assert ok0["metadata"]["kwargs"] == {**kernelbench_eval.EVAL_KWARGS, "backend": "triton",
                                          "build_dir": ok0["metadata"]["kwargs"]["build_dir"]}
     assert ok0["metadata"]["not_json"] == "kept as text"
@@ -138,15 +138,15 @@ def test_table_shows_both_tools_and_their_spreads():
              "speedup_vs_eager": None},
             {"submission_id": "c", "correct": False, "hacks": [],
              "error": {"message": "compile failed\nmore"}}]
-    kb = [{"answer": "a", "compiled": True, "correctness": True, "runtime_us": 10.0,
-           "ref_runtime_us": 20.0, "speedup": 2.0, "seconds": 1.0},
-          {"answer": "a", "compiled": True, "correctness": True, "runtime_us": 8.7,
-           "ref_runtime_us": 20.0, "speedup": 2.3, "seconds": 1.0},
+    kb = [{"answer": "a", "compiled": True, "correctness": True, "runtime_ms": 10.0,
+           "ref_runtime_ms": 20.0, "speedup": 2.0, "seconds": 1.0},
+          {"answer": "a", "compiled": True, "correctness": True, "runtime_ms": 8.7,
+           "ref_runtime_ms": 20.0, "speedup": 2.3, "seconds": 1.0},
           {"answer": "b", "error": "child died (exit 3): illegal memory access", "seconds": 1.0}]
     table = kernelbench_eval.side_by_side_table(ours, kb, ours_per_minute=240.0)
     lines = table.splitlines()
     assert "kernelmill" in lines[0] and "KernelBench" in lines[0]
-    assert "runtime us" in lines[0] and "ref us" in lines[0] and "spread%" in lines[0]
+    assert "runtime ms" in lines[0] and "ref ms" in lines[0] and "spread%" in lines[0]
     a = next(line for line in lines if line.startswith("a "))
     assert "certified" in a and "1.510" in a and "1.32" in a  # ours: (1.52 - 1.50) / 1.51
     assert "2/2" in a and "2.150" in a and "13.95" in a  # KernelBench: (2.3 - 2.0) / 2.15
