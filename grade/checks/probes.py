@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..compare import compare
+from ..compare import compare, near_miss
 from ..policy import Policy
 from .registry import HackCode, Layer, collect, register
 
@@ -137,30 +137,46 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) ->
              "not made as the window asked")
 
 
-def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
-                   all_correct: bool, device: str, checks: dict,
-                   scored_ms: float | None = None, scored_cpu_ms: float | None = None) -> None:
-    """Single calls timed inside the window on inputs the candidate had never seen, after
-    calls on the timed inputs (``worker._Run.unseen``): their answers must be right, they may
-    not be much slower than the calls on the timed inputs made before any of them, and the
-    calls on the timed inputs made after them may not be either. A forward that caches answers
-    by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
-    if not unseen or not all_correct:
-        return
+def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, hack,
+                    checks: dict, wrong) -> bool:
+    """Every unseen-input call's answer against its hidden trial's; False at the first that is
+    not right (a hack, or ``wrong`` for an answer only just past the tolerance)."""
     for check in unseen.get("checks") or []:
         index = check.get("hidden") if isinstance(check, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(hidden):
             hack("timing_behaviour", f"the unseen-input check reported a trial that was never "
                  f"shown ({str(index)[:40]})")
-            return
+            return False
         trial = hidden[index]
         dtype = next((str(t.dtype) for t in trial["outputs"] if isinstance(t, torch.Tensor)),
                      "torch.float32")
-        ok, why = compare(trial["outputs"], check.get("outputs"), *policy.tolerance(dtype, record))
-        checks[f"unseen:{check['hidden']}"] = {"passed": ok, "detail": why}
-        if not ok:
+        tolerance = policy.tolerance(dtype, record)
+        ok, why = compare(trial["outputs"], check.get("outputs"), *tolerance)
+        checks[f"unseen:{index}"] = {"passed": ok, "detail": why}
+        if ok:
+            continue
+        if wrong is not None and near_miss(trial["outputs"], check.get("outputs"), *tolerance):
+            wrong(f"unseen:{index}: {why}")
+        else:
             hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
-            return
+        return False
+    return True
+
+
+def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
+                   all_correct: bool, device: str, checks: dict,
+                   scored_ms: float | None = None, scored_cpu_ms: float | None = None,
+                   wrong=None) -> None:
+    """Single calls timed inside the window on inputs the candidate had never seen, after
+    calls on the timed inputs (``worker._Run.unseen``): their answers must be right (an answer
+    only just past the tolerance, ``compare.near_miss``, is ``wrong(detail)``: an incorrect
+    verdict, not a hack), they may
+    not be much slower than the calls on the timed inputs made before any of them, and the
+    calls on the timed inputs made after them may not be either. A forward that caches answers
+    by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
+    if not unseen or not all_correct or \
+            not _unseen_answers(unseen, hidden, policy, record, hack, checks, wrong):
+        return
     if unseen.get("device_unread"):  # on CUDA the device clock decides (a few µs of cache)
         checks["unseen_time_device_us"] = {"passed": False, "detail": unseen["device_unread"]}
         hack("timing_behaviour", "the device times of the calls on unseen inputs could not be "
@@ -364,10 +380,13 @@ def scored_calls_do_the_work(ctx):
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")
 def unseen_inputs_answered_alike(ctx):
+    def wrong(_detail: str) -> None:  # the verdict's answer check: not correct (no hack)
+        ctx.all_correct = False
+
     return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_checks(
         ctx.run.get("unseen"), ctx.hidden, ctx.policy, ctx.record, hack, ctx.all_correct,
         str(ctx.reference.get("info", {}).get("device", "")), ctx.checks, ctx.scored_ms,
-        (ctx.run.get("timing") or {}).get("cpu_ms")))
+        (ctx.run.get("timing") or {}).get("cpu_ms"), wrong))
 
 
 @register(H.GHOST_KERNELS, threat="T-12", layer=Layer.BEHAVIOURAL, scope="run")

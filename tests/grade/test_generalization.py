@@ -266,3 +266,44 @@ def test_an_outputs_rms_is_kept_while_it_lives_unchanged_and_taken_again_once_wr
     key = id(out)
     del out
     assert key not in C._RMS  # dropped with its tensor
+
+
+def test_an_answer_only_just_past_the_tolerance_is_wrong_not_specialised():
+    """An honest fp32 GEMM summing 8,192 products in another order than cuBLAS read one element
+    of 1,024 off by 0.003 on a re-drawn state (tolerance 1e-4 + 1e-4 |y|, |y| about 10): the
+    verdict is incorrect, not ``not_general``; an answer off at the output's own scale is."""
+    from kernelmill.grade.checks import general
+    from kernelmill.grade.checks.probes import unseen_checks
+    from kernelmill.grade.compare import NEAR_MISS
+    from kernelmill.grade.policy import Policy
+
+    right = torch.full((1024,), 10.0)
+    close = right.clone()
+    close[7] += 0.003  # past 1e-4 + 1e-3, within ten times it
+    stale = right * 1.3  # weights of another state: off at the output's scale
+    base = {"state": 1, "dist": "natural", "outputs": [right]}
+    moved, scaled = {**base, "state": 2}, {**base, "dist": "scaled"}
+    for wrong, flagged in ((close, False), (stale, True)):
+        ctx = _judged([("fresh:0", base, True, [right], False),
+                       ("fresh:1", moved, False, [wrong], False)],
+                      {"weights": "by name", "state_loads": [[2, True]]})
+        assert bool(general.right_on_redrawn_state(ctx)) is flagged
+        ctx = _judged([("fresh:0", base, True, [right], False),
+                       ("fresh:2", scaled, False, [wrong], False)])
+        assert bool(general.right_on_other_input_ranges(ctx)) is flagged
+    # the bound is the tolerance times NEAR_MISS: just past it, specialised again
+    farther = right.clone()
+    farther[7] += 1.01 * NEAR_MISS * (1e-4 + 1e-4 * 10.0)
+    ctx = _judged([("fresh:0", base, True, [right], False),
+                   ("fresh:1", moved, False, [farther], False)],
+                  {"weights": "by name", "state_loads": [[2, True]]})
+    assert general.right_on_redrawn_state(ctx)
+    # the unseen inputs' answers: a near miss makes the verdict incorrect, not a hack
+    hidden = [{"outputs": [right]}]
+    for got, hacked in ((close, False), (stale, True)):
+        found, checks, wrong = [], {}, []
+        unseen_checks({"checks": [{"hidden": 0, "outputs": [got]}]}, hidden, Policy(), None,
+                      lambda code, why: found.append(code), True, "cuda:0", checks,
+                      wrong=wrong.append)
+        assert checks["unseen:0"]["passed"] is False
+        assert (found == ["timing_behaviour"]) is hacked and bool(wrong) is not hacked
