@@ -53,7 +53,6 @@ from .payload_files import (
     _SEALS,  # noqa: F401
     SHARED_TENSOR_BYTES,  # noqa: F401
     _LateFile,
-    _slotted,  # noqa: F401
     _tensor_file,
 )
 from .reaper import WATCHER
@@ -67,6 +66,7 @@ from .result_channel import (
     _Reader,
     _widen_pipe,
 )
+from .tensor_slots import SlotError, attach_slots
 from .worker_control import Control
 from .worker_processes import (
     _SECRET_MARKERS,  # noqa: F401
@@ -176,8 +176,11 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         hasattr(os, "memfd_create") else None
     late_fd = late_file.fd if late_file is not None else None
     r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
+    # the worker's large result tensors come back in this file (``tensor_slots``)
+    results_fd = os.memfd_create("kernelmill-results", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
+        if hasattr(os, "memfd_create") else None
     extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
-                                       ("late", late_fd))
+                                       ("late", late_fd), ("results", results_fd))
              if fd is not None}  # the worker's descriptors after its job's two pipes
     job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                         "writable": allowed, "fds": list(extra),
@@ -209,7 +212,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     except OSError as exc:
         if late_file is not None:
             late_file.close()
-        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd):
+        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd):
             if fd is not None:
                 os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -302,8 +305,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         f"{_describe_exit(proc.returncode)}: channel not trusted"}
     elif reader.result is not None:
         try:
-            result.value = _decode(reader.result)
+            # the worker and every process of its run are gone: its results file is read now
+            result.value = attach_slots(_decode(reader.result), results_fd)
             result.ok = True
+        except SlotError as exc:  # the file is not the one the result's frame describes
+            result.tampered = True
+            result.error = {"stage": last_stage, "message": f"result tensors not trusted: {exc}"}
         except Exception as exc:  # noqa: BLE001 — an undecodable result is a failed run
             result.error = {"stage": last_stage, "message": f"result not decodable: {exc}"}
     else:
@@ -311,6 +318,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         message = _describe_exit(proc.returncode)
         result.error = {"stage": last_stage,
                         "message": f"{message}: {detail}" if detail else message}
+    if results_fd is not None:
+        os.close(results_fd)  # the tensors attached keep their own mapping of it
     return result
 
 

@@ -29,6 +29,8 @@ import sys
 import traceback
 import types
 
+from .tensor_slots import SlotError, TensorSlot, restore_slots, slot_tensors  # noqa: F401
+
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
 # Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
 # E error (JSON), T a report to a parent that drives the worker over the control pipe (JSON).
@@ -253,7 +255,7 @@ def late_payload(index: int):
     if length > size - 8:
         raise RuntimeError(f"late part {index} is malformed ({length} of {size} bytes)")
     head = -(-(8 + length) // 64) * 64
-    return _restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
+    return restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
 
 
 def _map_part(fd: int, offset: int, size: int) -> memoryview:
@@ -307,13 +309,16 @@ def _save_without_crc() -> None:
         pass
 
 
-def _encode_result(value: dict, _pickler=pickle.Pickler, _type=type,
-                   _table=types.MappingProxyType) -> bytes:
+def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.Pickler,
+                   _type=type, _table=types.MappingProxyType, _slot=slot_tensors) -> bytes:
     """``torch.save`` of ``value`` through a pickler made now, whose dispatch table is its own,
     empty and read-only: the standard pickler consults ``copyreg.dispatch_table``, a registry a
     submission can fill in place (a reducer for tensors could pickle PyTorch's answer in place
-    of the kernel's output, after every check had run: T-02)."""
+    of the kernel's output, after every check had run: T-02). Its large tensors go to the run's
+    results file first (``tensor_slots.slot_tensors``): the frame carries their slots."""
     import torch
+
+    value = _slot(value, results_fd)
 
     pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
     buffer = io.BytesIO()
@@ -363,16 +368,6 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-class TensorSlot(tuple):
-    """A payload tensor that travels in the run's tensor file instead of the job's pickle:
-    ``(offset, nbytes, dtype name, shape)``. The parent writes the bytes into a sealed memory
-    file (``harness._tensor_file``); here they are mapped, never copied or unpickled (a 600 MB
-    job took seconds to unpickle and, in the parent, seconds to pickle under the interpreter
-    lock)."""
-
-    __slots__ = ()
-
-
 def attach_tensors(value, fd: int):
     """``value`` with every ``TensorSlot`` replaced by a tensor mapped from the file ``fd``
     (private, copy-on-write: writing to an input never reaches the file)."""
@@ -384,30 +379,7 @@ def attach_tensors(value, fd: int):
         return value
     data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(fd)
-    return _restore_slots(value, data)
-
-
-def _restore_slots(value, data, base: int = 0):
-    """``value`` with every ``TensorSlot`` replaced by a tensor over ``data`` (a buffer) at
-    ``base`` plus its offset; each slot a storage of its own (saved alone if it is returned)."""
-    import torch
-
-    made: dict[int, object] = {}
-
-    def restore(item):
-        if type(item) is TensorSlot:
-            offset, nbytes, dtype, shape = item
-            if offset not in made:
-                made[offset] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
-                                                offset=base + offset) \
-                    .view(getattr(torch, dtype)).view(tuple(shape))
-            return made[offset]
-        if type(item) in (dict, list, tuple):
-            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
-
-    return restore(value)
+    return restore_slots(value, data)
 
 
 def _ieee_fp32() -> None:
@@ -466,6 +438,7 @@ def main(argv: list[str]) -> None:
         _control = _make_receiver(_hide_fd(extra["control"]))
     if "tensors" in extra:
         job["payload"] = attach_tensors(job["payload"], extra["tensors"])
+    results_fd = _hide_fd(extra["results"]) if "results" in extra else None
     if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key
@@ -499,7 +472,7 @@ def main(argv: list[str]) -> None:
         problems = guard() if guard is not None else None
         if problems:
             raise ResultGuardError("; ".join(str(p) for p in problems)[:1500])
-        data = encode(value)
+        data = encode(value, results_fd)
         too_large = _too_large(len(data))
         if too_large:
             raise ResultTooLarge(too_large)

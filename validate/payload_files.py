@@ -10,41 +10,10 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any
 
-from .harness_worker import TensorSlot
+from .tensor_slots import _SEALS, TensorSlot, slotted  # noqa: F401 (re-exported)
 
 SHARED_TENSOR_BYTES = 1 << 16  # smaller tensors travel in the job's pickle
-_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
-
-
-def _slotted(value, takes) -> tuple[Any, list, int]:
-    """``value`` with each tensor that ``takes`` returns a tensor for (the tensor to store)
-    replaced by a ``TensorSlot`` at a 64-byte-aligned offset (one object, one slot: the worker
-    gets one tensor too); also the (offset, tensor) chunks and their end."""
-    chunks: list[tuple[int, Any]] = []
-    slots: dict[int, TensorSlot] = {}
-    end = 0
-
-    def walk(item):
-        nonlocal end
-        if id(item) in slots:
-            return slots[id(item)]
-        stored = takes(item)
-        if stored is not None:
-            offset = -(-end // 64) * 64
-            nbytes = stored.numel() * stored.element_size()
-            chunks.append((offset, stored))
-            end = offset + nbytes
-            slots[id(item)] = TensorSlot((offset, nbytes, str(stored.dtype)[6:],
-                                          tuple(stored.shape)))
-            return slots[id(item)]
-        if type(item) in (dict, list, tuple):
-            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
-
-    return walk(value), chunks, end
 
 
 def _tensor_file(payload):
@@ -69,7 +38,7 @@ def _tensor_file(payload):
                      and not v.is_conj() and not v.is_neg() and v.is_contiguous()
                      and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
 
-    moved, chunks, end = _slotted(payload, shareable)
+    moved, chunks, end = slotted(payload, shareable)
     if not chunks:
         return payload, None
     fd = os.memfd_create("kernelmill-payload", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -109,7 +78,7 @@ class _LateFile:
         self._parts: list[tuple[bytes, list]] = []
         end = 0
         for part in parts:
-            moved, chunks, size = _slotted(
+            moved, chunks, size = slotted(
                 part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
                 else None)
             structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)

@@ -185,8 +185,9 @@ class _FrameFile:
         import torch
 
         try:
-            return torch.load(f"/proc/self/fd/{self.fd}", weights_only=True,
-                              map_location="cpu", mmap=True)
+            with _slots_allowed(torch):
+                return torch.load(f"/proc/self/fd/{self.fd}", weights_only=True,
+                                  map_location="cpu", mmap=True)
         finally:
             self.close()
 
@@ -206,7 +207,16 @@ def _decode(data) -> dict:
     if isinstance(data, _FrameFile):
         value = data.load()
     else:
-        value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        with _slots_allowed(torch):
+            value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     if not isinstance(value, dict):
         raise TypeError(f"expected a dict, got {type(value).__name__}")
     return value
+
+
+def _slots_allowed(torch):
+    """``TensorSlot`` among the classes a result's ``weights_only`` load may build (a tuple of
+    numbers and a dtype name: the slots of tensors sent in the run's results file)."""
+    from .tensor_slots import TensorSlot
+
+    return torch.serialization.safe_globals([TensorSlot])

@@ -1,0 +1,90 @@
+"""A worker's large result tensors come back in the run's results file (``tensor_slots``): the
+result frame carries their slots; the parent seals the file once the worker is gone and maps
+it. What shares a storage keeps sharing it; a file still writable, or a slot that does not fit
+the file, is a tampered channel, never a crash of the grader."""
+import mmap
+import os
+
+import pytest
+import torch
+from kernelmill.validate.harness import run_in_worker
+from kernelmill.validate.tensor_slots import SlotError, TensorSlot, attach_slots, slot_tensors
+
+SOURCE = "kernelmill.validate.harness:run_source"
+
+RESULT = (
+    "import torch\n"
+    "def main(payload):\n"
+    "    g = torch.Generator().manual_seed(7)\n"
+    "    big = torch.randn(300, 1000, generator=g)\n"
+    "    base = torch.randn(400, 400, generator=g)\n"
+    "    return {'big': big, 'again': big, 'bf': big.to(torch.bfloat16),\n"
+    "            'base': base, 'view': base[:, :200], 'half': torch.arange(70000).half(),\n"
+    "            'small': torch.arange(5), 'n': 3, 'nested': [{'x': big * 2}],\n"
+    "            'maps': open('/proc/self/maps').read().count('kernelmill-results')}\n")
+
+
+def _expected():
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(300, 1000, generator=g), torch.randn(400, 400, generator=g)
+
+
+def test_large_result_tensors_come_back_through_the_results_file_as_they_were():
+    result = run_in_worker(SOURCE, {"source": RESULT}, timeout_s=60, device="cpu")
+    assert result.ok, result.error
+    got = result.value
+    big, base = _expected()
+    assert torch.equal(got["big"], big) and got["again"] is got["big"]  # one object, one slot
+    assert got["bf"].dtype == torch.bfloat16 and torch.equal(got["bf"], big.to(torch.bfloat16))
+    assert torch.equal(got["nested"][0]["x"], big * 2) and got["half"].dtype == torch.float16
+    assert torch.equal(got["half"], torch.arange(70000).half())
+    # a view and its base share a storage: they come through torch.save, still sharing it
+    assert torch.equal(got["view"], base[:, :200])
+    assert got["view"].untyped_storage().data_ptr() == got["base"].untyped_storage().data_ptr()
+    assert got["small"].tolist() == [0, 1, 2, 3, 4] and got["n"] == 3
+    assert got["maps"] == 0  # written, never mapped, in the worker
+    got["big"].add_(1)  # the parent's copy on write: its tensors stay writable
+
+
+def test_a_results_file_still_writable_elsewhere_is_not_read(tmp_path):
+    """The parent seals the file before it maps it: a process that still maps it writable
+    (one the run's kill missed) could change what the judge reads, and the seal is refused."""
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        value = slot_tensors({"x": torch.ones(1 << 16)}, fd)
+        assert type(value["x"]) is TensorSlot
+        shared = mmap.mmap(fd, os.fstat(fd).st_size)  # a writer that is still there
+        with pytest.raises(SlotError, match="sealed"):
+            attach_slots(value, fd)
+        shared.close()
+        got = attach_slots(value, fd)  # gone: sealed, then read
+        assert torch.equal(got["x"], torch.ones(1 << 16))
+        with pytest.raises(PermissionError):
+            os.pwrite(fd, b"\xff" * 4, 0)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("slot", [
+    (1 << 30, 4, "float32", (1,)),  # past the file's end
+    (0, 4, "load", (1,)),  # a name of torch that is no dtype
+    (0, 8, "float32", (1,)),  # bytes that are not its shape's
+    (-64, 4, "float32", (1,)),
+    (0, 4, "float32"),  # malformed
+])
+def test_a_slot_that_does_not_fit_the_file_is_refused(slot):
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 1 << 16)
+        with pytest.raises(SlotError):
+            attach_slots({"outputs": [TensorSlot(slot)]}, fd)
+    finally:
+        os.close(fd)
+
+
+def test_result_tensors_past_the_file_size_limit_are_a_clear_error():
+    result = run_in_worker(SOURCE, {"source": "import torch\ndef main():\n"
+                                              "    return {'x': torch.zeros(1 << 20)}\n"},
+                           timeout_s=60, device="cpu", limits={"file_size": 1 << 20})
+    assert not result.ok and not result.tampered
+    assert "too large to grade at this size" in result.error["message"], result.error

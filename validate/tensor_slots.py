@@ -1,0 +1,202 @@
+"""Tensors that cross between the parent and a worker in a memory file instead of a pickle.
+
+A ``TensorSlot`` ``(offset, nbytes, dtype name, shape)`` stands for a tensor whose bytes lie in
+the run's file at that offset. Both ways use them:
+
+- the job's payload (``payload_files._tensor_file``): the parent writes the file and seals it
+  before any worker sees it; the worker maps it privately (``restore_slots``);
+- the worker's result (``slot_tensors``, ``attach_slots``): the worker copies each large tensor
+  that owns its storage into the run's results file, and its result frame carries only slots.
+  A result frame's bytes are saved by ``torch.save``, MACed and read back, each of those a pass
+  over every byte: a reference run's gigabyte of inputs and outputs took 4 s to send on an H200
+  host. Here the tensor bytes are copied once. The parent reads the file only once the worker
+  and its processes are gone, after sealing it against every write: a seal refused (someone
+  still maps it writable) is a tampered channel.
+
+Standard library only at import (the worker side imports it before any target runs).
+"""
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import resource
+
+SLOT_BYTES = 1 << 16  # smaller tensors stay in the frame's pickle
+_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
+
+
+class TensorSlot(tuple):
+    """``(offset, nbytes, dtype name, shape)`` of a tensor that travels in a run's memory file
+    (the job's payload file or the worker's results file) instead of a pickle: mapped, never
+    copied or unpickled (a 600 MB job took seconds to unpickle and, in the parent, seconds to
+    pickle under the interpreter lock)."""
+
+    __slots__ = ()
+
+
+class SlotError(RuntimeError):
+    """The results file cannot be trusted or does not hold what the result's slots name."""
+
+
+def restore_slots(value, data, base: int = 0):
+    """``value`` with every ``TensorSlot`` replaced by a tensor over ``data`` (a buffer) at
+    ``base`` plus its offset; each slot a storage of its own (saved alone if it is returned)."""
+    import torch
+
+    made: dict[int, object] = {}
+
+    def restore(item):
+        if type(item) is TensorSlot:
+            offset, nbytes, dtype, shape = item
+            if offset not in made:
+                made[offset] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
+                                                offset=base + offset) \
+                    .view(getattr(torch, dtype)).view(tuple(shape))
+            return made[offset]
+        if type(item) in (dict, list, tuple):
+            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+        return item
+
+    return restore(value)
+
+
+def slotted(value, takes) -> tuple:
+    """``value`` with each tensor that ``takes`` returns a tensor for (the tensor to store)
+    replaced by a ``TensorSlot`` at a 64-byte-aligned offset (one object, one slot: the other
+    side gets one tensor too); also the (offset, tensor) chunks and their end."""
+    chunks: list[tuple[int, object]] = []
+    slots: dict[int, TensorSlot] = {}
+    end = 0
+
+    def walk(item):
+        nonlocal end
+        if id(item) in slots:
+            return slots[id(item)]
+        stored = takes(item)
+        if stored is not None:
+            offset = -(-end // 64) * 64
+            nbytes = stored.numel() * stored.element_size()
+            chunks.append((offset, stored))
+            end = offset + nbytes
+            slots[id(item)] = TensorSlot((offset, nbytes, str(stored.dtype)[6:],
+                                          tuple(stored.shape)))
+            return slots[id(item)]
+        if type(item) in (dict, list, tuple):
+            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+        return item
+
+    return walk(value), chunks, end
+
+
+def slot_tensors(value, fd: int | None, _type=type):
+    """Worker side: ``value`` with each large CPU tensor that alone owns its whole storage
+    (no view, no second tensor over it: what shares a storage keeps sharing it through
+    ``torch.save``) copied into the results file ``fd`` and replaced by a ``TensorSlot``;
+    ``value`` as it is without a file or such a tensor. Raises ``SlotError`` where the
+    tensors would pass the worker's file-size limit."""
+    torch = __import__("sys").modules.get("torch")
+    if fd is None or torch is None:
+        return value
+    owners: dict[int, int] = {}  # storage address -> tensors over it
+
+    def count(item):
+        if _type(item) is torch.Tensor:
+            if item.device.type == "cpu" and item.layout == torch.strided:
+                key = item.untyped_storage().data_ptr()
+                owners[key] = owners.get(key, 0) + 1
+        elif _type(item) in (dict, list, tuple):
+            for v in (item.values() if _type(item) is dict else item):
+                count(v)
+
+    count(value)
+
+    def takes(item) -> bool:
+        if _type(item) is not torch.Tensor or item.device.type != "cpu" or \
+                item.layout != torch.strided or item.requires_grad or item.is_quantized or \
+                item.is_conj() or item.is_neg() or not item.is_contiguous():
+            return False
+        nbytes = item.numel() * item.element_size()
+        storage = item.untyped_storage()
+        return nbytes >= SLOT_BYTES and item.storage_offset() == 0 and \
+            storage.nbytes() == nbytes and owners.get(storage.data_ptr()) == 1
+
+    moved, chunks, end = slotted(value, lambda item: item if takes(item) else None)
+    if not chunks:
+        return value
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and end > limit:
+        raise SlotError(f"the run's result tensors are {end / 2**30:.1f} GiB, over the "
+                        f"{limit / 2**30:.0f} GiB a file of this run may be: its tensors (each "
+                        "trial's inputs and outputs) are too large to grade at this size; "
+                        "shrink the problem's sizes")
+    os.ftruncate(fd, end)
+    # written, not mapped: the kernel copies into the file's pages as it allocates them (a
+    # mapping's page faults cost more than the copy)
+    for offset, tensor in chunks:
+        with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
+            done = 0
+            while done < len(view):
+                done += os.pwrite(fd, view[done:done + (1 << 30)], offset + done)
+    return moved
+
+
+def has_slots(value) -> bool:
+    if type(value) is TensorSlot:
+        return True
+    if type(value) in (dict, list, tuple):
+        return any(has_slots(v) for v in (value.values() if type(value) is dict else value))
+    return False
+
+
+def attach_slots(value, fd: int):
+    """Parent side, once the worker and its processes are gone: ``value`` with every
+    ``TensorSlot`` replaced by a tensor mapped (private, copy-on-write) from the results file
+    ``fd``, after sealing the file against every write, growth and shrinking. Raises
+    ``SlotError`` where the seal is refused (a process still maps the file writable: what it
+    read could change under the judge) or a slot does not fit the file or names no dtype."""
+    import torch
+
+    if not has_slots(value):
+        return value
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
+    except OSError as exc:
+        raise SlotError(f"the result's tensor file could not be sealed ({exc}): another "
+                        "process still holds it writable") from None
+    size = os.fstat(fd).st_size
+    if size == 0:
+        raise SlotError("the result names tensors in its file, and the file is empty")
+
+    def check(item):
+        if type(item) is TensorSlot:
+            if len(item) != 4:
+                raise SlotError(f"a malformed tensor slot {str(item)[:80]}")
+            offset, nbytes, dtype, shape = item
+            kind = getattr(torch, dtype, None) if type(dtype) is str else None
+            if not isinstance(kind, torch.dtype) or type(offset) is not int or \
+                    type(nbytes) is not int or offset < 0 or nbytes < 0 or \
+                    offset + nbytes > size or not all(type(n) is int and n >= 0 for n in shape):
+                raise SlotError(f"a tensor slot outside the result's file: {str(item)[:120]}")
+            numel = 1
+            for n in shape:
+                numel *= n
+            if numel * torch.empty(0, dtype=kind).element_size() != nbytes:
+                raise SlotError(f"a tensor slot whose shape and dtype are not its bytes: "
+                                f"{str(item)[:120]}")
+        elif type(item) in (dict, list, tuple):
+            for v in (item.values() if type(item) is dict else item):
+                check(v)
+
+    check(value)
+    data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return restore_slots(value, data)
+
+
+def _seal_bits() -> int:
+    bits = 0  # F_SEAL_SEAL, SHRINK, GROW, WRITE where this Python names them
+    for name, default in zip(_SEALS, (1, 2, 4, 8)):
+        bits |= getattr(fcntl, name, default)
+    return bits
