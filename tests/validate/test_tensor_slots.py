@@ -88,3 +88,14 @@ def test_result_tensors_past_the_file_size_limit_are_a_clear_error():
                            timeout_s=60, device="cpu", limits={"file_size": 1 << 20})
     assert not result.ok and not result.tampered
     assert "too large to grade at this size" in result.error["message"], result.error
+
+
+def test_a_results_file_the_worker_cannot_write_leaves_the_tensors_in_the_frame():
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    try:
+        value = {"x": torch.ones(1 << 16)}
+        assert slot_tensors(value, read_only) is value
+    finally:
+        os.close(read_only)
+        os.close(fd)
