@@ -313,7 +313,7 @@ def main() -> int:
     stopped = False
     # a time limit's SIGTERM stops the phase under way; what it finished is still reported
     signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGALRM, _interrupt)
+    signal.signal(signal.SIGALRM, _deadline)
     if args.deadline:
         signal.setitimer(signal.ITIMER_REAL, args.deadline)
     for name in args.sets:
@@ -418,13 +418,14 @@ def main() -> int:
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
           "window); GPU held alone: the share of the phase's wall time inside timing windows; "
           "turn+ms: a round's turn's wall time past the device work it reports (median)")
+    signal.setitimer(signal.ITIMER_REAL, 0)  # the deadline bounds the grading phases alone
     kernelbench = None if stopped else compare_with_kernelbench(args, folder, results)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {**results, **({"kernelbench-eval": kernelbench} if kernelbench else {})}, indent=2))
     if stopped:  # grades still in flight on the slots' threads: leave without waiting for them
         sys.stdout.flush()
-        os._exit(0)
+        os._exit(0 if _DEADLINE_REACHED else 1)  # a SIGTERM from outside is no success
     return 0
 
 
@@ -470,6 +471,15 @@ def compare_with_kernelbench(args: argparse.Namespace, folder: Path,
 
 
 def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
+_DEADLINE_REACHED = False
+
+
+def _deadline(*_args) -> None:
+    global _DEADLINE_REACHED
+    _DEADLINE_REACHED = True
     raise KeyboardInterrupt
 
 

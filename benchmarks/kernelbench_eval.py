@@ -228,7 +228,7 @@ def side_by_side_table(ours_rows: list[dict], kb_rows: list[dict],
         kb_spreads += [kb_spread] if kb_spread is not None else []
         lines.append(f"{answer[:34]:34} | {verdict[:28]:28} {_fmt(speedup, '.3f'):>8} "
                      f"{_fmt(spread, '.2f'):>8} | {compiled:>21} {correct:>7} "
-                     f"{_fmt(runtime, '.1f'):>11} {_fmt(ref, '.1f'):>11} "
+                     f"{_fmt(runtime, '.4g'):>11} {_fmt(ref, '.4g'):>11} "
                      f"{_fmt(kb_speedup, '.3f'):>8} {_fmt(kb_spread, '.2f'):>8}  {error[:80]}")
     restarts = sum(bool(r.get("restarted")) for r in kb_rows)
     seconds = sum(r["seconds"] for r in kb_rows)

@@ -64,7 +64,8 @@ def result_row(result) -> dict:
         except (TypeError, ValueError):
             metadata[key] = str(value)
     return {"compiled": bool(result.compiled), "correctness": bool(result.correctness),
-            "runtime": float(result.runtime), "ref_runtime": float(result.ref_runtime),
+            "runtime": float(getattr(result, "runtime", -1.0)),
+            "ref_runtime": float(getattr(result, "ref_runtime", -1.0)),
             "metadata": metadata}
 
 

@@ -38,10 +38,11 @@ def views(entry: dict) -> list[dict]:
     return found
 
 
-def worst_view(entries: list[dict]) -> dict | None:
-    """The view of the highest ratio over every entry's views (None: no entry)."""
+def worst_view(entries: list[dict], bars: tuple[float, float] = (1.0, 1.0)) -> dict | None:
+    """The view of the highest ratio to its bar over every entry's views (``bars``: the whole
+    output's, the non-affine part's; None: no entry)."""
     every = [v for e in entries for v in views(e)]
-    return max(every, key=lambda v: v["ratio"]) if every else None
+    return max(every, key=lambda v: v["ratio"] / bars[v["part"]]) if every else None
 
 
 def admitted_by_offset(entries: list[dict], rounded: Any, tol: float) -> dict | None:

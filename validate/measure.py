@@ -612,6 +612,14 @@ class Timer:
                 once = float(_event_elapsed(start, end))
                 enough = self.sample_ms + LAUNCH_MARGIN_MS if alone else \
                     LONG_REPLAY_SAMPLES * self.sample_ms
+                for _ in range(2 if alone and once >= enough else 0):
+                    # the least of three: one replay right after the capture may have met a
+                    # clock still ramping up
+                    _event_record(start)
+                    _graph_replay(graph)
+                    _event_record(end)
+                    _event_wait(end)
+                    once = min(once, float(_event_elapsed(start, end)))
                 if once >= enough or most < 2:
                     self._single = (graph, outputs[-1])
                     return once

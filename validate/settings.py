@@ -65,6 +65,9 @@ class ValidateConfig:
     max_offset_slack: float = option(0.05, "fail when rtol on the output's magnitude adds this "
                                      "share of its variation across inputs to the slack an "
                                      "output varying about zero gets")
+    max_nonaffine_slack: float = option(0.2, "... or this share of the variation of its part "
+                                        "that is not an affine function of its inputs (a "
+                                        "computed branch beside a passthrough)")
     inflated_tolerance: float = option(10.0, "a calibrated tolerance this many dtype floors or "
                                        "more must reject matmul operands rounded to bf16")
     tolerance_margin: float = option(10.0, "calibrated tolerance = max(dtype floor, margin x "

@@ -69,6 +69,7 @@ DEFAULT_THRESHOLDS = {
     "dead_call_share": 0.1,       # ... or one call with this share of it, all unreachable
     "max_sliced_dead_work": 0.2,  # ... or this share in whole dead slices (channels, positions)
     "max_offset_slack": 0.05,     # rtol slack an offset adds / the output's variation
+    "max_nonaffine_slack": 0.2,   # ... / the variation of its part not affine in its inputs
     "inflated_tolerance": 10.0,   # dtype floors above which a bf16-operand answer must fail
 }
 
@@ -377,26 +378,29 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     finite = [e for e in (entries if isinstance(entries, list) else [])
               if isinstance(e, dict) and isinstance(e.get("ratio"), (int, float))
               and math.isfinite(e["ratio"])]
-    worst = worst_view(finite)  # the whole output's or its non-affine part's (contrast_views)
+    # the whole output's view or its non-affine part's (contrast_views), each against its bar
+    bars = (th["max_offset_slack"], th.get("max_nonaffine_slack", th["max_offset_slack"]))
+    worst = worst_view(finite, bars)
     admitted = _admitted_by_offset(finite, rounded, tol)
     if admitted and not why:
         value = admitted["ratio"]
         why.append(admitted["why"])
-    if worst is not None and worst["ratio"] > th["max_offset_slack"]:
+    if worst is not None and worst["ratio"] > bars[worst["part"]]:
         value = worst["ratio"] if value is None else value
         excess = worst["excess"] if worst["excess"] is not None else tol * worst["magnitude"]
-        whose = "the output's" if worst["part"] else "its"
+        whose = "its affine part's" if worst["part"] else "its"
         why.append(f"{worst['what']} varies by {worst['informative']:.3g} across inputs but "
                    f"rtol on {whose} magnitude ({worst['magnitude']:.3g}) allows {excess:.3g} "
                    f"more than an output varying about zero gets, {worst['ratio']:.1%} of that "
-                   f"(above {th['max_offset_slack']:.0%})")
+                   f"(above {bars[worst['part']]:.0%})")
     if why:
         return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
                      "tolerance")
     if worst is None:
         return check(None, None, "no floating-point output that varies across inputs" + note)
     whose = "its non-affine part's" if worst["part"] else "its"
-    return check(True, worst["ratio"], f"rtol on the output's magnitude "
+    what = "the output's affine part's" if worst["part"] else "the output's"
+    return check(True, worst["ratio"], f"rtol on {what} magnitude "
                  f"({worst['magnitude']:.3g}) adds {worst['ratio']:.2%} of {whose} variation "
                  "across inputs to the slack" + note)
 

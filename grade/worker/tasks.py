@@ -97,7 +97,7 @@ def _device_peak(device: str) -> int | None:
     """The most this worker's tensors have held on the device so far (its trials run one at a
     time, their tensors back on the host between them): what the grader admits a worker of
     this problem by. None off a GPU."""
-    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
+    return int(torch.cuda.max_memory_allocated(device)) if device.startswith("cuda") else None
 
 
 def _reference_trials(ns: dict, device: str, payload: dict) -> dict:

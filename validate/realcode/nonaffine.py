@@ -8,11 +8,13 @@ once the best affine function of the changes of its same-shaped inputs is taken 
 
     min over a of  RMS(dy - sum_i a_i dx_i) / sqrt(2),    dy = y - y',  dx_i = x_i - x_i'
 
-with slopes ``a`` shared by every element (a per-channel scale is read in ``contrast``'s slices,
-each fitted on its own) and an intercept of each element's own, which the difference cancels:
-identity passthroughs, scaled copies, and added constants (a bias, a positional table) all go.
-What remains is the change the program computes. fp64 blocks, two passes (moments, residual),
-no whole-tensor fp64 copy."""
+with slopes ``a`` shared by every element and an intercept of each element's own, which the
+difference cancels: identity passthroughs, scaled copies, and added constants (a bias, a
+positional table) all go. What remains is the change the program computes; it is held against
+the slack rtol gives on the magnitude of the passthroughs (``sum_i a_i x_i``), not on the whole
+output's: a computed magnitude (a LogSoftmax's log-sum-exp) is honest work whose rounding
+scales with it. Whole outputs only (a slice's remainder can be constant within it). One pass
+of fp64 blocks, no whole-tensor fp64 copy."""
 from __future__ import annotations
 
 import math
@@ -39,57 +41,77 @@ def same_shaped(y, inputs: list, alt_inputs: list) -> list[tuple]:
     return pairs
 
 
-def nonaffine_spread(y, z, pairs: list[tuple]) -> float | None:
+def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     """The RMS over sqrt(2) of ``y - z`` (one output over two input draws) less its least-squares
-    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape, sliced alike). None when
-    there is nothing to fit on, too few elements, or a non-finite value."""
+    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the RMS of the fitted
+    affine part on the first draw (``sum_i a_i x_i``: what the passthroughs carry). One pass of
+    fp64 blocks sized to the inputs' count, the residual from the moments (its sum of squares
+    is ``dy.dy - 2 a.c + a.G.a``). None when there is nothing to fit on, too few elements, or a
+    value or moment that is not finite."""
     import torch
 
     if not pairs or y.numel() < MIN_PER_SLOPE * len(pairs):
         return None
     k = len(pairs)
     tensors = [y, z] + [t for pair in pairs for t in pair]
-
-    def changes():
-        for block in C._blocks64(*tensors):
-            dy = block[0] - block[1]
-            dx = torch.stack([block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)])
-            yield dy, dx
-
-    gram = torch.zeros(k, k, dtype=torch.float64)
+    gram = torch.zeros(k, k, dtype=torch.float64)  # of the changes
+    level = torch.zeros(k, k, dtype=torch.float64)  # of the first draw's inputs
     cross = torch.zeros(k, dtype=torch.float64)
-    for dy, dx in changes():
+    square, count = 0.0, 0
+    for block in C._blocks64(*tensors, chunk=max(1 << 16, C.CHUNK // (2 + 2 * k))):
+        dy = block[0] - block[1]
+        dx = torch.stack([block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)])
+        xs = torch.stack([block[2 + 2 * i] for i in range(k)])
         if not (torch.isfinite(dy).all() and torch.isfinite(dx).all()):
             return None
         gram += (dx @ dx.T).cpu()
+        level += (xs @ xs.T).cpu()
         cross += (dx @ dy).cpu()
+        square += float((dy * dy).sum())
+        count += dy.numel()
+    if not (count and torch.isfinite(gram).all() and torch.isfinite(cross).all()
+            and torch.isfinite(level).all() and math.isfinite(square)):
+        return None
     scale = gram.diagonal().clamp_min(1e-300)  # each input's change normalised: a zero one is 0
     norm = scale.sqrt()
-    a = torch.linalg.lstsq(gram / torch.outer(norm, norm), (cross / norm).unsqueeze(1)).solution
+    try:
+        a = torch.linalg.lstsq(gram / torch.outer(norm, norm), (cross / norm).unsqueeze(1)).solution
+    except RuntimeError:  # a system the solver refuses: no view
+        return None
     a = (a.squeeze(1) / norm).nan_to_num(0.0)
-    square = count = 0.0
-    for dy, dx in changes():
-        r = dy - (a.to(dx.device) @ dx)
-        square += float((r * r).sum())
-        count += r.numel()
-    return math.sqrt(square / count / 2.0) if count else None
+    residual = square - 2.0 * float(a @ cross) + float(a @ gram @ a)
+    affine = float(a @ level @ a)
+    return math.sqrt(max(0.0, residual) / count / 2.0), math.sqrt(max(0.0, affine) / count)
 
 
 def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,
                    informative: float) -> dict | None:
     """``contrast``'s measurement taken on the non-affine part: its spread (``informative``),
-    the slack rtol on the output's magnitude adds beyond what an output of that spread about
-    zero gets (``excess``), and their ratio. None where no affine part was found to take out
-    (no same-shaped input, or the fit leaves nine tenths of the change or more: the whole
-    output's view then says about the same), or where the remainder is at the level of rounding (the output is
-    affine in its inputs: ``not_affine`` judges that, and a remainder of noise has no slack to
-    compare with)."""
+    the slack rtol on the affine part's magnitude (``magnitude``, the RMS of what the fitted
+    passthroughs carry) adds beyond what an output of that spread about zero gets
+    (``excess``), and their ratio. A magnitude the program computes (a LogSoftmax's row
+    log-sum-exp, near 10 and nearly the same on every draw) is not a passthrough's: its slack
+    is the honest rounding of a computed value. None where no affine part was found to take
+    out (no same-shaped input, or the fit leaves nine tenths of the change or more: the whole
+    output's view then says about the same), or where the remainder is at the level of rounding
+    of the output's magnitude (``magnitude``; the output is affine in its inputs: ``not_affine``
+    judges that, and a remainder of noise has no slack to compare with)."""
     import torch
 
-    spread = nonaffine_spread(y, z, pairs)
-    if spread is None or spread > 0.9 * informative:
+    try:
+        measured = nonaffine_spread(y, z, pairs)
+    except RuntimeError:  # a measurement that cannot be taken is no view
+        return None
+    if measured is None:
+        return None
+    spread, affine = measured
+    if spread > 0.9 * informative:
         return None
     if spread <= max(0.01 * tol, ROUNDING * torch.finfo(y.dtype).eps) * max(1.0, magnitude):
         return None
-    excess = tol * max(0.0, magnitude - 1.0 - spread)
-    return {"informative": spread, "excess": excess, "ratio": excess / spread}
+    # an honest output rounds at its own magnitude: in half precision that rounding (a few
+    # ulps of the passthrough the branch is added to) is most of the tolerance, not slack
+    rounding = ROUNDING * float(torch.finfo(y.dtype).eps)
+    excess = max(0.0, tol - rounding) * max(0.0, affine - 1.0 - spread)
+    return {"informative": spread, "magnitude": affine, "excess": excess,
+            "ratio": excess / spread}
