@@ -58,17 +58,25 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     level = torch.zeros(k, k, dtype=torch.float64)  # of the first draw's inputs
     cross = torch.zeros(k, dtype=torch.float64)
     square, count = 0.0, 0
-    for block in C._blocks64(*tensors, chunk=max(1 << 16, C.CHUNK // (2 + 2 * k))):
+    # blocks of an eighth of the output at most (the probe's memory estimate holds about one
+    # fp64 copy of an output for its checks), dot products in place of stacked copies
+    chunk = max(1 << 12, min(C.CHUNK // (2 + 2 * k), -(-y.numel() // 8)))
+    for block in C._blocks64(*tensors, chunk=chunk):
         dy = block[0] - block[1]
-        dx = torch.stack([block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)])
-        xs = torch.stack([block[2 + 2 * i] for i in range(k)])
-        if not (torch.isfinite(dy).all() and torch.isfinite(dx).all()):
+        dx = [block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)]
+        xs = [block[2 + 2 * i] for i in range(k)]
+        if not (torch.isfinite(dy).all() and all(bool(torch.isfinite(d).all()) for d in dx)):
             return None
-        gram += (dx @ dx.T).cpu()
-        level += (xs @ xs.T).cpu()
-        cross += (dx @ dy).cpu()
-        square += float((dy * dy).sum())
+        for i in range(k):
+            cross[i] += float(torch.dot(dx[i], dy))
+            for j in range(i, k):
+                gram[i, j] += float(torch.dot(dx[i], dx[j]))
+                level[i, j] += float(torch.dot(xs[i], xs[j]))
+        square += float(torch.dot(dy, dy))
         count += dy.numel()
+        del block, dy, dx, xs
+    gram = torch.triu(gram) + torch.triu(gram, 1).T
+    level = torch.triu(level) + torch.triu(level, 1).T
     if not (count and torch.isfinite(gram).all() and torch.isfinite(cross).all()
             and torch.isfinite(level).all() and math.isfinite(square)):
         return None
