@@ -99,3 +99,22 @@ def test_a_results_file_the_worker_cannot_write_leaves_the_tensors_in_the_frame(
     finally:
         os.close(read_only)
         os.close(fd)
+
+
+def test_results_with_slots_decode_in_several_grading_threads_at_once():
+    """The parent's grading threads decode results at once: the slots' class stays allowed for
+    every load in the process (a context that restored the list when one load ended left
+    another thread's load without it)."""
+    import threading
+
+    results = []
+
+    def run():
+        results.append(run_in_worker(SOURCE, {"source": RESULT}, timeout_s=120, device="cpu"))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
