@@ -21,6 +21,7 @@ import fcntl
 import mmap
 import os
 import resource
+import sys
 
 SLOT_BYTES = 1 << 16  # smaller tensors stay in the frame's pickle
 _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
@@ -97,7 +98,7 @@ def slot_tensors(value, fd: int | None, _type=type):
     ``torch.save``) copied into the results file ``fd`` and replaced by a ``TensorSlot``;
     ``value`` as it is without a file or such a tensor. Raises ``SlotError`` where the
     tensors would pass the worker's file-size limit."""
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")
     if fd is None or torch is None:
         return value
     owners: dict[int, int] = {}  # storage address -> tensors over it
