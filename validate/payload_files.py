@@ -11,7 +11,14 @@ import pickle
 import sys
 import threading
 
-from .tensor_slots import _SEALS, TensorSlot, slotted  # noqa: F401 (re-exported)
+from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
+    _SEALS,
+    TensorSlot,
+    _seal_bits,
+    plain_cpu_tensor,
+    slotted,
+    write_chunks,
+)
 
 SHARED_TENSOR_BYTES = 1 << 16  # smaller tensors travel in the job's pickle
 
@@ -33,9 +40,7 @@ def _tensor_file(payload):
         return payload, None
 
     def shareable(v) -> torch.Tensor | None:
-        return v if (type(v) is torch.Tensor and v.device.type == "cpu"
-                     and v.layout == torch.strided and not v.requires_grad and not v.is_quantized
-                     and not v.is_conj() and not v.is_neg() and v.is_contiguous()
+        return v if (plain_cpu_tensor(v, torch)
                      and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
 
     moved, chunks, end = slotted(payload, shareable)
@@ -43,16 +48,8 @@ def _tensor_file(payload):
         return payload, None
     fd = os.memfd_create("kernelmill-payload", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        os.ftruncate(fd, end)
-        for offset, tensor in chunks:
-            with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
-                done = 0
-                while done < len(view):
-                    done += os.pwrite(fd, view[done:], offset + done)
-        seals = 0
-        for name in _SEALS:
-            seals |= getattr(fcntl, name, 0)
-        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
+        write_chunks(fd, chunks, end, torch)
+        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
     except BaseException:
         os.close(fd)
         raise

@@ -115,9 +115,7 @@ def slot_tensors(value, fd: int | None, _type=type):
     count(value)
 
     def takes(item) -> bool:
-        if _type(item) is not torch.Tensor or item.device.type != "cpu" or \
-                item.layout != torch.strided or item.requires_grad or item.is_quantized or \
-                item.is_conj() or item.is_neg() or not item.is_contiguous():
+        if not plain_cpu_tensor(item, torch):
             return False
         nbytes = item.numel() * item.element_size()
         storage = item.untyped_storage()
@@ -133,18 +131,31 @@ def slot_tensors(value, fd: int | None, _type=type):
                         f"{limit / 2**30:.0f} GiB a file of this run may be: its tensors (each "
                         "trial's inputs and outputs) are too large to grade at this size; "
                         "shrink the problem's sizes")
-    # written, not mapped: the kernel copies into the file's pages as it allocates them (a
-    # mapping's page faults cost more than the copy)
     try:
-        os.ftruncate(fd, end)
-        for offset, tensor in chunks:
-            with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
-                done = 0
-                while done < len(view):
-                    done += os.pwrite(fd, view[done:done + (1 << 30)], offset + done)
+        write_chunks(fd, chunks, end, torch)
     except OSError:  # a file this worker may not write (a confinement): the frame carries all
         return value
     return moved
+
+
+def write_chunks(fd: int, chunks: list, end: int, torch) -> None:
+    """The file ``fd`` sized to ``end`` and each (offset, tensor) chunk's bytes written there:
+    written, not mapped (the kernel copies into the file's pages as it allocates them; a
+    mapping's page faults cost more than the copy)."""
+    os.ftruncate(fd, end)
+    for offset, tensor in chunks:
+        with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
+            done = 0
+            while done < len(view):
+                done += os.pwrite(fd, view[done:done + (1 << 30)], offset + done)
+
+
+def plain_cpu_tensor(item, torch) -> bool:
+    """A contiguous, strided CPU tensor without autograd, quantisation or lazy conjugate or
+    negation bits: one whose bytes are its values, in order."""
+    return type(item) is torch.Tensor and item.device.type == "cpu" and \
+        item.layout == torch.strided and not item.requires_grad and not item.is_quantized and \
+        not item.is_conj() and not item.is_neg() and item.is_contiguous()
 
 
 def has_slots(value) -> bool:
