@@ -219,12 +219,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             return int(memory["measured_bytes"])
         with self._lock:
             sizes = self._reference_sizes.get(source)
-        if sizes is None:
+        if sizes is None:  # read from disk once per process ({}: none there either)
             sizes = self.remembered_size(source, slot_env)
-            if sizes:
-                with self._lock:
-                    self._reference_sizes.setdefault(source, sizes)
-        sizes = sizes or {}
+            with self._lock:
+                sizes = self._reference_sizes.setdefault(source, sizes)
         known = [2 * sizes["tensor_bytes"]] if sizes.get("tensor_bytes") else []
         if sizes.get("device_peak_bytes"):
             known.append(PEAK_FACTOR * sizes["device_peak_bytes"])
@@ -236,9 +234,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         if isinstance(value.get("device_peak_bytes"), int):
             sizes["device_peak_bytes"] = value["device_peak_bytes"]
         with self._lock:
-            new = self._reference_sizes.get(source) != sizes
+            old = self._reference_sizes.get(source) or {}
             self._reference_sizes[source] = sizes
-        if new:
+        # on disk when first seen here or grown (a peak moves a little from run to run)
+        if any(sizes[k] > old.get(k, 0) for k in sizes):
             self.remember_size(source, slot_env, sizes)
 
     def reference_tensor_bytes(self, source: str) -> int | None:
