@@ -100,6 +100,23 @@ def test_the_verdict_in_judge_carries_the_reason_code():
     assert C.summarize(checks) == (True, [])
 
 
+def test_the_lesser_reading_of_a_syncing_call_is_judged():
+    """A cuDNN convolution that waits once: the replay's eager time read 4.3 ms (its library
+    picked a slower algorithm under the worker's memory cap) where the probe's profiled call
+    read 1.9 ms beside 1.86 ms of kernels. The host waits at most the lesser excess."""
+    work = {"kernels": 1, "busy_ms": 1.86, "wall_ms": 1.95}
+    conv = {"eager_ms": 4.33, "host_syncs": 1, "device_work": work}
+    verdict = C.judge_launch(conv, 0.8)
+    assert verdict["passed"] is True and verdict["value"] < 0.1, verdict
+    assert "profiled call" in verdict["detail"]
+    # both readings long: the loop that waits at every step still fails, by the eager reading
+    loop = {"eager_ms": 9.0, "host_syncs": 150,
+            "device_work": {"kernels": 601, "busy_ms": 2.0, "wall_ms": 12.0}}
+    verdict = C.judge_launch(loop, 0.8)
+    assert verdict["passed"] is False and verdict["value"] == pytest.approx(3.5)
+    assert "of eager 9 ms" in verdict["detail"]
+
+
 def test_host_wait_ratio_and_standing_down():
     assert C.host_wait_ratio(1.0, 0.5) == pytest.approx(1.0)
     assert C.host_wait_ratio(0.4, 0.5) == 0.0  # kernels overlapping: no wait
