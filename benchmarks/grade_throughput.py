@@ -397,7 +397,9 @@ def main() -> int:
         print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
               f"{cell('median_exclusive_wait_ms'):>18} {cell('median_window_ms'):>10} "
               f"{held:>14.0f}%")
-    cores = os.cpu_count() or 1
+    from kernelmill.core.devices import usable_cores
+
+    cores = usable_cores()
     for phase, r in results.items():
         workers = r.get("worker_cpu_s") or {}
         if workers:

@@ -51,8 +51,17 @@ def device_slots(device: str, workers: int | None = None) -> list[Slot]:
             indices = indices[:workers] if workers <= len(indices) else \
                 [indices[i % len(indices)] for i in range(workers)]
         return [_pinned(i) for i in indices]
-    n = workers or max(1, min(2, os.cpu_count() or 1))
+    n = workers or max(1, min(2, usable_cores()))
     return [{"device": "cpu", "gpu": None, "env": {}} for _ in range(n)]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset, `taskset`),
+    not the host's count, so slots follow the share a job was given."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 # -- peak rates ---------------------------------------------------------------------------------

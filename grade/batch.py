@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
+from kernelmill.core.devices import usable_cores
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.lock import hold_lock, lock_path_for
 from kernelmill.core.progress import track
@@ -220,7 +221,7 @@ def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -
     get half as many slots: a group's members start together, each making a CUDA context,
     which a GPU's driver makes one at a time (8 slots of groups of 8 graded 36 per minute,
     the candidates' start 13.6 s at the median; 4 slots 48-51 per minute; H200, 16 cores)."""
-    cores = cores or os.cpu_count() or 2
+    cores = cores or usable_cores()
     slots = max(1, min(8, cores // max(1, gpus) // 2))
     return slots if group <= 1 else max(1, slots // 2)
 
@@ -315,7 +316,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             if to_build:
                 grader = _grader_for(config)
                 pool = ThreadPoolExecutor(max_workers=compile_workers or
-                                          max(1, min(8, (os.cpu_count() or 2) // 2)))
+                                          max(1, min(8, usable_cores() // 2)))
                 for it in to_build:
                     _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
         try:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelmill.core.devices import usable_cores
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
@@ -195,7 +196,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         if workers is None:
             gpus = max(1, torch.cuda.device_count())
             workers = gpus * (cfg.workers_per_gpu or
-                              max(1, min(16, (os.cpu_count() or 2) // gpus)))
+                              max(1, min(16, usable_cores() // gpus)))
 
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
