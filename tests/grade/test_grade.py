@@ -433,6 +433,30 @@ def test_seen_inputs_served_with_far_less_gpu_work_than_new_ones_is_timing_behav
         assert why in hacks.get("timing_behaviour", ""), hacks
 
 
+def test_the_windows_calls_on_unseen_inputs_bound_the_work_too():
+    """An honest GEMM graded in a group of 8 on an H200: every member's fresh calls ran beside
+    the others' (51.6-54.1 ms of kernels, time-sliced) while its refill and its scored calls
+    read 25.64 ms, as its calls on unseen inputs did alone in the window. Those set the bound;
+    a cache serving seen inputs is still caught against them."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    group = [{"kind": "fresh", "trial": 0, "busy_us": 51610.0},
+             {"kind": "fresh", "trial": 1, "busy_us": 52920.0},
+             {"kind": "refill", "trial": 1, "busy_us": 25640.0},
+             {"kind": "repeat", "trial": 0, "busy_us": 25644.0}]
+    alone = [25655.451, 25654.331]
+    for made, unseen_us, scored_ms, caught in ((group, alone, 25.64, False),
+                                              (group, None, 25.64, True),
+                                              (group[:2] + [{"kind": "refill", "trial": 1,
+                                                             "busy_us": 900.0}], alone,
+                                               25.64, True),
+                                              (group, alone, 9.0, True)):
+        hacks, checks = {}, {}
+        _scored_device_work(made, scored_ms, checks,
+                            lambda code, why: hacks.setdefault(code, why), unseen_us)
+        assert ("timing_behaviour" in hacks) is caught, (made, unseen_us, scored_ms, hacks)
+
+
 def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
     """A plain PyTorch answer computes the same ops when timed as when checked: that is
     torch_compute, once; timing_behaviour is for compute only the timed calls ran."""

@@ -37,13 +37,45 @@ def test_host_latency_around_graph_replays_is_not_the_forwards_time():
 
 
 def test_work_the_check_replays_do_and_the_scored_ones_skip_still_shows():
-    found, checks = _judge(_facts(check_ms=0.166, check_busy_ms=0.160))
+    facts = _facts(check_ms=0.166, check_busy_ms=0.160)
+    for kind in ("seen", "unseen", "after"):  # every check call's kernels do that work
+        facts[f"{kind}_device_us"] = [160.0] * len(facts[f"{kind}_device_us"])
+    facts["even_calls_us"] = [160.0] * 8
+    found, checks = _judge(facts)
     assert any("tells the check apart" in f for f in found), found
     assert checks["unseen_vs_scored_ms"]["passed"] is False
 
 
 def test_without_device_times_per_call_the_replays_wall_time_decides():
-    found, _ = _judge(_facts(check_ms=0.166, check_busy_ms=None))
+    facts = _facts(check_ms=0.166, check_busy_ms=None)
+    for kind in ("seen", "unseen", "after"):
+        del facts[f"{kind}_device_us"]
+    found, _ = _judge(facts)
+    assert any("tells the check apart" in f for f in found), found
+
+
+def test_an_honest_replays_first_call_is_its_time_when_the_rest_run_slow():
+    """An honest MinGPT GELU graded at KernelBench's size on an H200: its check replays' first
+    calls ran 130 µs of kernels, as the scored replays did (0.1318 ms per call), while its whole
+    check replays kept the GPU busy 0.188-0.220 ms per call."""
+    facts = {"method": "cuda_graph", "calls": 4, "checks": [],
+             "order": ["seen"] * 3 + ["even"] + ["unseen"] * 2 + ["after"] * 2,
+             "even_calls_us": [130.2, 130.6, 130.1, 130.4], "even_overlap_us": 0.0,
+             "seen_ms": [0.19, 0.195, 0.188], "unseen_ms": [0.22, 0.218],
+             "after_ms": [0.192, 0.202],
+             "seen_busy_ms": [0.1922, 0.1952, 0.188], "unseen_busy_ms": [0.2201, 0.2184],
+             "after_busy_ms": [0.1919, 0.202],
+             "seen_device_us": [130.175, 130.815, 130.687], "unseen_device_us": [130.463, 130.079],
+             "after_device_us": [132.447, 129.984]}
+    found, checks = [], {}
+    unseen_checks(facts, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
+                  True, "cuda:0", checks, scored_ms=0.1318)
+    assert found == [], found
+    assert checks["new_inputs_vs_scored_ms"]["passed"] is True
+    # the same check replays against scored calls that did a third of the work
+    found = []
+    unseen_checks(facts, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
+                  True, "cuda:0", {}, scored_ms=0.044)
     assert any("tells the check apart" in f for f in found), found
 
 
