@@ -15,11 +15,18 @@ from typing import Any
 
 
 class GpuLock:
-    """Readers-writer lock on one GPU across processes, with writer priority (two ``flock``ed
-    files, ``PATH.turn`` and ``PATH.main``): GPU work that is not being timed holds it shared,
-    a timing window holds it exclusively, so nothing else runs on the GPU while it is timed.
-    ``None`` as the path: no locking. Files are opened read-only when they exist, so a confined
-    worker that may not write there can still take the lock."""
+    """Readers-writer lock on one GPU across processes, with writer priority (``flock``ed
+    files ``PATH.turn``, ``PATH.main`` and ``PATH.windows``): GPU work that is not being timed
+    holds it shared, a timing window holds it exclusively, so nothing else runs on the GPU
+    while it is timed. ``None`` as the path: no locking. Files are opened read-only when they
+    exist, so a confined worker that may not write there can still take the lock.
+
+    Windows go before new shared work as a queue, not one at a time: each window holds
+    ``windows`` shared from its ask until its window ends, and shared work starts only while
+    no window holds it. With ``turn`` alone, when a window ended, new shared work and the next
+    waiting window raced for it; shared work that won (a grade's checks, seconds of Triton
+    compiles) made that window wait for all of it while the GPU idled, and single grades of
+    KernelBench-sized answers ran one window per 8-10 s (H200)."""
 
     def __init__(self, path: str | None):
         self.path = path
@@ -38,20 +45,27 @@ class GpuLock:
             return
         import fcntl
 
-        with self._open(self.path + ".turn") as turn, self._open(self.path + ".main") as main:
+        with self._open(self.path + ".turn") as turn, self._open(self.path + ".main") as main, \
+                self._open(self.path + ".windows") as windows:
+            if exclusive:
+                fcntl.flock(windows, fcntl.LOCK_SH)  # in the queue of windows from now
+            else:
+                _behind_windows(windows)
             fcntl.flock(turn, fcntl.LOCK_EX)
             try:
                 fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             finally:
                 if not exclusive:
                     fcntl.flock(turn, fcntl.LOCK_UN)
-            held = _Held(turn if exclusive else None, main, queue=turn)
+            held = _Held(turn if exclusive else None, main, queue=turn,
+                         windows=windows if exclusive else None, waits_for=windows)
             try:
                 yield held
             finally:
                 fcntl.flock(main, fcntl.LOCK_UN)
                 if held.turn is not None:
                     fcntl.flock(turn, fcntl.LOCK_UN)
+                held.leave_queue()
 
     def shared(self):
         return self._locked(False)
@@ -95,9 +109,18 @@ class _Held:
     the lock, not in the next window (on an H100 it ran inside other groups' windows and
     read honest 1 µs kernels 1.5x slow)."""
 
-    def __init__(self, turn, main, queue=None):
+    def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
         self._queue = queue  # the ``turn`` file, held or not
+        self._windows = windows  # the queue of windows, while this window is in it
+        self._waits_for = waits_for  # that file, held or not
+
+    def leave_queue(self) -> None:
+        if self._windows is not None:
+            import fcntl
+
+            fcntl.flock(self._windows, fcntl.LOCK_UN)
+            self._windows = None
 
     def let_window_in(self, on_wait: Callable[[], Any] | None = None) -> bool:
         """A shared hold steps aside for a timing window waiting for the GPU (it holds
@@ -120,6 +143,8 @@ class _Held:
         if on_wait is not None:
             on_wait()
         fcntl.flock(self.main, fcntl.LOCK_UN)
+        if self._waits_for is not None:
+            _behind_windows(self._waits_for)
         fcntl.flock(self._queue, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.main, fcntl.LOCK_SH)
@@ -135,3 +160,13 @@ class _Held:
         fcntl.flock(self.main, fcntl.LOCK_SH)
         fcntl.flock(self.turn, fcntl.LOCK_UN)
         self.turn = None
+        self.leave_queue()  # the window is over: the next one goes before new shared work
+
+
+def _behind_windows(windows) -> None:
+    """Wait until no timing window is asked for or running on this GPU (none holds
+    ``windows``); shared work starts then."""
+    import fcntl
+
+    fcntl.flock(windows, fcntl.LOCK_EX)
+    fcntl.flock(windows, fcntl.LOCK_UN)

@@ -156,7 +156,7 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
     physical = _physical(device, env)
     key = _gpu_uuid(physical) or f"gpu{physical}"
     path = os.path.join(runtime_folder(), key)
-    for suffix in (".turn", ".main"):  # exist before a confined worker opens them read-only
+    for suffix in (".turn", ".main", ".windows"):  # exist before a confined worker opens them
         if not os.path.exists(path + suffix):
             open(path + suffix, "a").close()
     return path

@@ -234,6 +234,35 @@ def _waiting_window(lock, order: list) -> threading.Thread:
     return thread
 
 
+def test_waiting_windows_go_before_shared_work_that_asked_earlier(tmp_path):
+    """Windows queue ahead of new shared work: when one ends, the next waiting window goes,
+    not shared work that asked before it (which would make it wait for all of that work)."""
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    order = []
+
+    def shared_work():
+        with lock.shared():
+            order.append("shared")
+
+    with lock.exclusive():
+        order.append("window 1")
+        reader = threading.Thread(target=shared_work)
+        reader.start()
+        time.sleep(0.2)
+        second = _waiting_window(lock, order)
+        assert order == ["window 1"]
+    second.join(5)
+    reader.join(5)
+    assert order == ["window 1", "window", "shared"]
+    # a window turned shared (its checks after timing) no longer holds shared work back
+    with lock.exclusive() as held:
+        held.downgrade()
+        reader = threading.Thread(target=shared_work)
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive() and order[-1] == "shared"
+
+
 def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path):
     lock = M.GpuLock(str(tmp_path / "gpu"))
     order = []
