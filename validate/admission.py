@@ -379,9 +379,15 @@ _REGISTRY = threading.Lock()
 
 
 def read_gpu_memory(slot: dict, timeout_s: float = 120.0) -> tuple[int, int] | None:
-    """(free, total) bytes of the slot's GPU, read in a tiny worker pinned like the real ones
-    (the parent never opens a CUDA context of its own); None when it cannot be read."""
+    """(free, total) bytes of the slot's GPU: from ``nvidia-smi`` where it answers, else read
+    in a tiny worker pinned like the real ones (the parent never opens a CUDA context of its
+    own); None when it cannot be read."""
     from .harness import run_in_worker
+    from .window import gpu_memory
+
+    read = gpu_memory(slot.get("device", "cuda:0"), slot.get("env"))
+    if read is not None:
+        return read
 
     result = run_in_worker("kernelmill.validate.memory:device_memory", {}, timeout_s=timeout_s,
                            device=slot.get("device", "cuda:0"), env=slot.get("env") or {},

@@ -126,6 +126,27 @@ def _physical(device: str, env: dict | None) -> str:
     return entries[index] if index < len(entries) else str(index)
 
 
+def gpu_memory(device: str, env: dict | None = None) -> tuple[int, int] | None:
+    """(free, total) bytes of the whole GPU behind ``device`` as a worker with ``env`` sees it,
+    from ``nvidia-smi`` (no CUDA context, no torch: a tenth of a second where a worker that
+    imports torch took 10-12 s while a grading run started); None on CPU, for a MIG instance
+    or without ``nvidia-smi``."""
+    if not device.startswith("cuda"):
+        return None
+    physical = _physical(device, env)
+    uuid = _gpu_uuid(physical)
+    if not uuid or uuid.startswith("MIG-"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=memory.free,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30).stdout
+        free, total = (int(v) * 2**20 for v in out.strip().split(","))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return (free, total) if 0 <= free <= total and total > 0 else None
+
+
 def gpu_name(device: str, env: dict | None = None) -> str | None:
     """The model name of the GPU behind ``device`` as a worker with ``env`` sees it (without
     initialising CUDA here); None on CPU or without ``nvidia-smi``."""

@@ -1,6 +1,9 @@
 """Memory admission on fake GPU sizes: threads asking for budget, OOM reruns, too_large."""
+import os
 import threading
 import time
+
+import pytest
 
 from kernelmill.validate.admission import (CAP_FACTOR, GpuBudget, Tenancy, budget_for,
                                            reset_budgets, run_admitted)
@@ -331,3 +334,31 @@ def test_a_run_that_meets_its_cap_alone_is_rerun_uncapped_and_too_large_only_unc
     with Tenancy(budget) as tenancy:  # without caps nothing is capped, as before
         plain = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
     assert plain.too_large and not plain.retried_alone and tenancy.cap is None
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *index,uuid,name*) echo "0, GPU-aaaa-1111, NVIDIA H200"; echo "1, GPU-bbbb-2222, NVIDIA H200" ;;
+  *"-i GPU-bbbb-2222 --query-gpu=memory.free,memory.total"*) echo "140000, 143771" ;;
+  *) exit 3 ;;
+esac
+"""
+
+
+def test_a_gpus_memory_is_read_from_nvidia_smi_without_a_worker(tmp_path, monkeypatch):
+    """The budget of GPU 1 (named by index in the slot's environment) from ``nvidia-smi``: no
+    worker, which would import torch first, is started."""
+    from kernelmill.validate import admission, harness
+    from kernelmill.validate import window as W
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(W, "_GPUS", {})
+    monkeypatch.setattr(harness, "run_in_worker", lambda *a, **k: pytest.fail("a worker ran"))
+    slot = {"device": "cuda:0", "gpu": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}}
+    assert admission.read_gpu_memory(slot) == (140000 * 2**20, 143771 * 2**20)
+    # a GPU nvidia-smi does not list: no reading here (the worker reads it instead)
+    assert W.gpu_memory("cuda:0", {"CUDA_VISIBLE_DEVICES": "7"}) is None
+    assert W.gpu_memory("cpu") is None
