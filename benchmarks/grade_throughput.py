@@ -267,6 +267,33 @@ PHASES = (  # (name, verdict cache, what it shows)
 )
 
 
+def _first_line_watch(out: Path, start: float) -> dict:
+    """Note (``{"s": seconds after start}``) when ``out`` gets its first verdict: a run's
+    rate after it leaves the grading process's start-up out (what a long-lived grader sees)."""
+    import threading
+
+    seen: dict = {}
+
+    def watch() -> None:
+        while "stop" not in seen:
+            if out.exists() and out.stat().st_size > 0:
+                seen["s"] = time.monotonic() - start
+                return
+            time.sleep(0.25)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return seen
+
+
+def _after_first(first: dict, done: int, seconds: float) -> dict:
+    first["stop"] = True
+    at = first.get("s")
+    if at is None or done < 2 or seconds <= at:
+        return {}
+    return {"first_verdict_s": round(at, 1),
+            "per_minute_after_first": round((done - 1) / (seconds - at) * 60, 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -341,6 +368,7 @@ def main() -> int:
                 continue
             out = folder / f"{name}-{phase}.jsonl"
             start, parent_cpu = time.monotonic(), _own_cpu_s()
+            first = _first_line_watch(out, start)
             try:
                 stats = grade_file(problems, submissions, out, device=args.device,
                                    workers=args.workers, backend=args.backend, policy=policy,
@@ -355,7 +383,7 @@ def main() -> int:
                     "submissions": done, "seconds": round(seconds, 1),
                     "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(done, 1), 3),
                     "per_minute": round(done / seconds * 60, 1), "cached": 0,
-                    **summarize(out)}
+                    **_after_first(first, done, seconds), **summarize(out)}
                 if done:
                     report_per_problem(out)
                     report_slowest_and_median(out)
@@ -379,6 +407,7 @@ def main() -> int:
                 "submissions": n, "seconds": round(seconds, 1),
                 "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(n, 1), 3),
                 "per_minute": round(n / seconds * 60, 1),
+                **({} if phase == "cache-hits" else _after_first(first, n, seconds)),
                 "cached": stats.counts.get("cached", 0), **summarize(out)}
     header = (f"{'set / phase':22} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} "
               f"{'correct':>8} {'hacked':>7} {'error':>6} {'ref s':>6} {'cand s':>7} "
@@ -389,6 +418,10 @@ def main() -> int:
               f"{r['cached']:>7} {r.get('correct', 0):>8} {r.get('hacked', 0):>7} "
               f"{r.get('error', 0):>6} {r['reference_s'] or '-':>6} {r['candidate_s'] or '-':>7} "
               f"{r['warm']:>6}")
+    for phase, r in results.items():
+        if r.get("first_verdict_s") is not None:
+            print(f"{phase}: first verdict after {r['first_verdict_s']} s (the grading "
+                  f"process's start-up); {r['per_minute_after_first']} per minute after it")
     print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} {'window ms':>10} "
           f"{'GPU held alone':>15}")
     for phase, r in results.items():
