@@ -278,6 +278,8 @@ def _first_line_watch(out: Path, start: float) -> dict:
         while "stop" not in seen:
             if out.exists() and out.stat().st_size > 0:
                 seen["s"] = time.monotonic() - start
+                # a group's members end together: all of them are the start-up's
+                seen["lines"] = len(read_lines(out))
                 return
             time.sleep(0.25)
 
@@ -287,11 +289,11 @@ def _first_line_watch(out: Path, start: float) -> dict:
 
 def _after_first(first: dict, done: int, seconds: float) -> dict:
     first["stop"] = True
-    at = first.get("s")
-    if at is None or done < 2 or seconds <= at:
+    at, counted = first.get("s"), first.get("lines") or 1
+    if at is None or done <= counted or seconds <= at:
         return {}
     return {"first_verdict_s": round(at, 1),
-            "per_minute_after_first": round((done - 1) / (seconds - at) * 60, 1)}
+            "per_minute_after_first": round((done - counted) / (seconds - at) * 60, 1)}
 
 
 def main() -> int:

@@ -560,6 +560,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
         for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
+            views[i]["members"] = len(candidates)  # graded side by side (the parent's count)
         return {i: results[names[i]] for i in candidates}, views
 
 

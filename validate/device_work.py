@@ -124,7 +124,7 @@ def device_work(forward: Callable[..., Any], args: Callable[[], list], device: s
     less ``op_floor_ms`` each, an idle op's time), ``syncing_ops`` (aten ops that wait for a
     CUDA device), ``blocking_calls`` (CUDA runtime calls that block the host) and ``wall_ms``
     (the call's wall time under the profiler, to its last kernel: inflated by the profiler's
-    own cost, so the judge takes the timed eager time instead where there is one). On CPU the
+    own cost, so the judge takes the lesser of it and the timed eager time). On CPU the
     call of ``CPU_CALLS`` with the least wall time."""
     import torch
 

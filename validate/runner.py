@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass

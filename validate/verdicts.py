@@ -484,7 +484,8 @@ def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:
     ratio = host_wait_ratio(wall if profiled else ms, busy)
     ok = ratio <= max_ratio
     loops = timing.get("syncs_in_loops") or []
-    read = f"its profiled call {_fmt(wall)} ms (eager {ms:.4g} ms)" if profiled else f"eager {ms:.4g} ms"
+    read = (f"its profiled call {_fmt(wall)} ms (eager {ms:.4g} ms)" if profiled
+            else f"eager {ms:.4g} ms")
     return check(ok, ratio, f"{head} and launches {work['kernels']} kernel(s); GPU busy "
                  f"{_fmt(busy)} ms of {read}: {_fmt(ratio)} ms waiting on the host "
                  "per GPU ms" + ("" if ok else " (launch- and sync-bound)")

@@ -23,6 +23,15 @@ from .registry import HackCode, Layer, collect, register
 # calls by the inputs' placement or by counting) reads about 1/N.
 DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
+# In a group the members' checked calls run side by side, time-sliced on one GPU: an honest
+# GEMM's fresh calls read 2.0-2.3x its kernels' time alone (H200, groups of 8). The window's
+# calls on unseen inputs, made alone, may lower the fresh calls' least by at most this factor
+# (they count a replay's first call, which a forward could leave empty on new inputs).
+GROUP_CONTENTION = 2.0
+# A check replay's first call stands for it against the scored time (an honest replay's later
+# calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
+# an empty first call cannot lower
+CHECK_REPLAY_SPREAD = 1.5
 
 
 def ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: dict, hack,
@@ -84,10 +93,12 @@ def graph_calls_agree(agree, hack) -> None:
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
-                       unseen_us: list | None = None) -> None:
-    """The GPU busy time of every call against that of the calls on new inputs (``fresh``, and
-    the window's calls on unseen inputs, ``unseen_us``: the least of them, as an autotuner's or
-    a JIT's first call is longer and other grades' kernels sharing the GPU only lengthen some). Calls on inputs the forward had seen (refill,
+                       unseen_us: list | None = None, members: int = 1) -> None:
+    """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
+    least of them, as an autotuner's or a JIT's first call is longer and another grade's
+    kernels sharing the GPU only lengthen one; in a group of ``members`` > 1, where every
+    member's fresh calls share it, the window's calls on unseen inputs, ``unseen_us``, lower
+    that least down to ``GROUP_CONTENTION`` times less). Calls on inputs the forward had seen (refill,
     repeat, audit) may not do much less device work than those: a forward that remembers
     answers serves them from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
@@ -96,14 +107,13 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     on seen inputs from a cache makes the least checked call tiny)."""
     busy = [(c.get("kind"), c.get("trial"), c["busy_us"]) for c in calls
             if isinstance(c.get("busy_us"), (int, float)) and c["busy_us"] > 0]
-    # the window's calls on unseen inputs are calls on new inputs too, made alone on the GPU:
-    # in a group the members' checked calls share it, and every fresh call of an honest GEMM
-    # read 2.0-2.3x its kernels' time alone (time-sliced beside the other members' kernels)
-    fresh = [us for kind, _trial, us in busy if kind == "fresh"] + \
-        [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
+    fresh = [us for kind, _trial, us in busy if kind == "fresh"]
     if not busy:
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
+    alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
+    if fresh and members > 1 and alone:
+        least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
     cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
     if fresh and cheap:
@@ -250,16 +260,23 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
     # The unseen inputs' calls against the scored ones too: each bound above holds alone, and a
     # forward with three speeds (new inputs, the check's calls on the timed inputs, the scored
     # calls) can compose the two into a large gain (T-14).
-    # A captured graph's check replays by their first call's kernels too, where read: beside a
-    # group's other members an honest GELU's check replays kept the GPU busy 0.19-0.22 ms per
-    # call while each one's first call ran 130 µs of kernels, as the scored replays did (0.132
-    # ms per call, H200). A forward that does less where it is scored is below that reading in
-    # every scored call.
+    # A captured graph's check replays by their first call's kernels too, where read (but not
+    # under their mean call over ``CHECK_REPLAY_SPREAD``): an honest GELU's check replays kept
+    # the GPU busy 0.19-0.22 ms per call while each one's first call ran 130 µs of kernels, as
+    # the scored replays did (0.132 ms per call, H200).
     events = unseen.get("method") == "cuda_events"
     kinds = {}
     for kind in ("seen", "unseen"):
         device = [us / 1e3 for us in unseen.get(f"{kind}_device_us") or []]
-        kinds[kind] = device if events or (cuda and device) else _graph_or_wall(unseen, kind)
+        if events or not (cuda and device):
+            kinds[kind] = device if events else _graph_or_wall(unseen, kind)
+            continue
+        mean = unseen.get(f"{kind}_busy_ms")
+        if isinstance(mean, list) and len(mean) == len(device) and \
+                all(isinstance(v, (int, float)) for v in mean):
+            device = [max(first, whole / CHECK_REPLAY_SPREAD)
+                      for first, whole in zip(device, mean)]
+        kinds[kind] = device
     clocks = (("ms", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
               ("cpu_ms", scored_cpu_ms, policy.unseen_cpu_time_ratio,
                policy.unseen_cpu_time_floor_ms))
@@ -388,7 +405,8 @@ def scored_calls_do_the_work(ctx):
         return []
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
-        (ctx.run.get("unseen") or {}).get("unseen_device_us")))
+        (ctx.run.get("unseen") or {}).get("unseen_device_us"),
+        (ctx.window or {}).get("members", 1)))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")

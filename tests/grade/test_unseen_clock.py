@@ -93,3 +93,16 @@ def test_gaps_between_an_honest_replays_kernels_are_not_its_time():
     found, checks = _judge(facts)
     assert found == [], found
     assert checks["unseen_time_ms"]["passed"] is True
+
+
+def test_an_empty_first_call_in_the_check_replays_does_not_hide_their_work():
+    """A forward whose check replays leave their first call empty (the check reads the last
+    call's output) and compute in the others: each replay's mean call, over
+    ``CHECK_REPLAY_SPREAD``, still stands against scored calls that do a sixth of the work."""
+    facts = _facts(check_ms=0.31, check_busy_ms=0.30)
+    for kind in ("seen", "unseen", "after"):
+        facts[f"{kind}_device_us"] = [2.0] * len(facts[f"{kind}_device_us"])
+    found, checks = [], {}
+    unseen_checks(facts, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
+                  True, "cuda:0", checks, scored_ms=0.05)
+    assert any("tells the check apart" in f for f in found), found

@@ -263,6 +263,20 @@ def test_waiting_windows_go_before_shared_work_that_asked_earlier(tmp_path):
         assert not reader.is_alive() and order[-1] == "shared"
 
 
+def test_a_queue_file_that_cannot_be_opened_leaves_the_lock_without_a_queue(tmp_path):
+    """(A confined worker may not create the file a grader without the queue never made.)"""
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    os.mkdir(str(tmp_path / "gpu") + ".windows")  # opening it fails
+    order = []
+    with lock.shared():
+        thread = _waiting_window(lock, order)
+        order.append("shared work done")
+    thread.join(5)
+    assert order == ["shared work done", "window"]
+    with lock.exclusive() as held:
+        held.downgrade()
+
+
 def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path):
     lock = M.GpuLock(str(tmp_path / "gpu"))
     order = []
