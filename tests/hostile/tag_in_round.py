@@ -10,9 +10,10 @@ call after a load finds no tag and computes in full. Certified 2 of 10 runs on C
 On CUDA (eager: its ``.item()`` breaks the capture) the rounds have other sizes than the CPU
 rounds its count assumes; on an H100 (2026-11-28) it was certified with every check passed, as
 the honest kernel it falls back to after three missed tags. Its ``.item()`` of x[0] on every
-call is now ``host_compute`` everywhere (red-team round 25: input values read on the host)."""
+call is now ``host_compute`` everywhere (red-team round 25: input values read on the host):
+on CPU either finding may come first (a loaded 2-core host read ``host_compute`` once)."""
 # problem: ref_scale_add
-# expect: input_mutated
+# expect: input_mutated|host_compute
 # on cuda: host_compute
 import math
 import torch
