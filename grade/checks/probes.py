@@ -98,8 +98,8 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     least of them, as an autotuner's or a JIT's first call is longer and another grade's
     kernels sharing the GPU only lengthen one; in a group of ``members`` > 1, where every
     member's fresh calls share it, the window's calls on unseen inputs, ``unseen_us``, lower
-    that least down to ``GROUP_CONTENTION`` times less). Calls on inputs the forward had seen (refill,
-    repeat, audit) may not do much less device work than those: a forward that remembers
+    that least down to ``GROUP_CONTENTION`` times less). Calls on inputs the forward had seen
+    (refill, repeat, audit) may not do much less device work than those: a forward that remembers
     answers serves them from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
     output, or each compute a slice of it) reads far below. Every call of an honest one does the
@@ -274,9 +274,10 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
         mean = unseen.get(f"{kind}_busy_ms")
         if isinstance(mean, list) and len(mean) == len(device) and \
                 all(isinstance(v, (int, float)) for v in mean):
-            device = [max(first, whole / CHECK_REPLAY_SPREAD)
-                      for first, whole in zip(device, mean)]
-        kinds[kind] = device
+            kinds[kind] = [max(first, whole / CHECK_REPLAY_SPREAD)
+                           for first, whole in zip(device, mean)]
+        else:  # no mean call to hold the first one up: the replays' own reading
+            kinds[kind] = _graph_or_wall(unseen, kind)
     clocks = (("ms", scored_ms, policy.unseen_ratio if cuda else policy.unseen_cpu_ratio, floor),
               ("cpu_ms", scored_cpu_ms, policy.unseen_cpu_time_ratio,
                policy.unseen_cpu_time_floor_ms))
