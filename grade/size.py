@@ -25,6 +25,10 @@ def grading_size(reference: str, device: str, record: dict | None = None,
     if device.startswith("cuda"):
         return GradingSize(reference, None)
     validation = (record or {}).get("validation") or {}
+    if validation.get("device") == "cpu" and validation.get("resized") is None and \
+            validation.get("checks"):
+        # validated on CPU at its declared sizes (small already, or its shrunk sizes broke it)
+        return GradingSize(reference, None, "validated on CPU at its declared sizes")
     factor = validation.get("resized")
     if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor < 1):
         factor = None

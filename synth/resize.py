@@ -1,7 +1,8 @@
 """Scale a problem's module-level size constants, keeping the source valid and its formatting.
 
-A KernelBench-format problem states its sizes as module-level UPPER_CASE integer constants that
-``get_inputs`` / ``get_init_inputs`` use::
+A KernelBench-format problem states its sizes as module-level integer constants (UPPER_CASE as
+the project writes them, lower case as KernelBench does) that ``get_inputs`` /
+``get_init_inputs`` use::
 
     BATCH = 4096   # rows
     VOCAB = 8192
@@ -214,7 +215,7 @@ def _render(source: str, values: dict[str, int]) -> str:
 
 def _refusal(analysis: _Analysis) -> ResizeError:
     if not analysis.skipped:
-        return ResizeError("no module-level UPPER_CASE int size constants")
+        return ResizeError("no module-level int size constants")
     kept = ", ".join(f"{n} ({why})" for n, why in analysis.skipped.items())
     return ResizeError(f"no scalable size constant; kept: {kept}")
 

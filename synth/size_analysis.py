@@ -15,7 +15,10 @@ from kernelmill.core.problem import parse
 
 SMALL = 8  # constants at or below this are never scaled (kernel sizes, counts, axes)
 
-_UPPER = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# a size constant's name: upper case as the project writes them (``BATCH``) or lower case as
+# KernelBench writes them today (``batch_size``, ``dim1``); a leading underscore marks a private
+# helper, not a size
+_UPPER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # name tokens (split on "_") that mark a constant as structural, never to be scaled
 _PROTECTED_TOKENS = {
     "KERNEL", "KSIZE", "KS", "STRIDE", "STRIDES", "PAD", "PADDING", "DILATION", "DIL",
@@ -109,6 +112,9 @@ def _normalizer(node: ast.AST) -> bool:
 
 
 def _token_set(name: str) -> set[str]:
+    """The name's ``_``-separated parts and itself, upper-cased (``kernel_size`` is as
+    structural as ``KERNEL_SIZE``)."""
+    name = name.upper()
     tokens = set(name.split("_"))
     tokens.add(name)
     return tokens
@@ -271,7 +277,7 @@ def _analyze(source: str) -> _Analysis:
         value = literals[name]
         tokens = _token_set(name)
         if not _UPPER.match(name):
-            skipped[name] = "not an UPPER_CASE name"
+            skipped[name] = "a private name"
         elif counts.get(name, 0) > 1:
             skipped[name] = "assigned more than once"
         elif name not in reachable:

@@ -127,7 +127,7 @@ def test_formatting_and_comments_survive():
 
 
 def test_refuses_with_a_reason():
-    with pytest.raises(ResizeError, match="no module-level UPPER_CASE int size constants"):
+    with pytest.raises(ResizeError, match="no module-level int size constants"):
         resize_source("import torch\n\ndef get_inputs():\n    return [torch.randn(4, 4)]\n",
                       factor=2)
     small = "K = 3\nSTRIDE = 2\n\ndef get_inputs():\n    return [K, STRIDE]\n"

@@ -238,3 +238,45 @@ def test_workers_running_on_one_gpu_are_bounded_by_its_slot():
     assert most[0] == 2
     with _running({"device": "cpu", "gpu": None}):  # CPU slots: no bound beyond the slots
         pass
+
+
+FIXED_GRID = '''import torch
+import torch.nn as nn
+
+GRID = 64
+BATCH = 2
+
+
+class Model(nn.Module):
+    def __init__(self, grid):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(64, 64))  # a fixed grid, as a patch embedding's
+
+    def forward(self, x):
+        assert x.shape[-1] == self.weight.shape[0], "input size doesn't match model"
+        return torch.tanh(x @ self.weight)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, GRID, GRID)]
+
+
+def get_init_inputs():
+    return [GRID]
+'''
+
+
+def test_a_problem_its_cpu_sizes_break_runs_at_its_declared_sizes():
+    """Shrunk for the CPU, the fixed grid's assertion fails; the declared sizes then run."""
+    from kernelmill.validate.one_problem import validate_source
+
+    v = validate_source(FIXED_GRID, None, {"timeout_s": 120, "cpu_max_numel": 4096})
+    runs = v["checks"]["runs"]
+    assert runs["passed"] is True and v["resized"] is None, runs
+    assert "shrunk for the CPU it failed" in runs["detail"]
+    assert "doesn't match model" in runs["detail"]
+    # grading on CPU takes the size validation ran it at, not a fresh shrink
+    from kernelmill.grade.size import grading_size
+
+    assert grading_size(FIXED_GRID, "cpu", {"validation": v}, 4096).source == FIXED_GRID
+    assert grading_size(FIXED_GRID, "cpu", None, 4096).source != FIXED_GRID
