@@ -24,8 +24,9 @@ from kernelmill.validate.runner import validate_source
 
 GIB = 1 << 30
 
-# Lower-case sizes: resize leaves them as they are, so the CPU run is at full size. 8 Mi float32
-# elements (32 MiB) of input: the probe's estimate is about 1.5 GiB with a worker's own memory.
+# Sizes written in the call, not as constants: resize has nothing to scale, so the CPU run is at
+# full size. 8 Mi float32 elements (32 MiB) of input: the probe's estimate is about 1.5 GiB with
+# a worker's own memory.
 LARGE = '''"""Row softmax, doubled, on a large input.
 
 category: activation
@@ -40,12 +41,8 @@ class Model(nn.Module):
         return torch.softmax(x, dim=-1) * 2.0
 
 
-batch_size = 1024
-dim = 8192
-
-
 def get_inputs():
-    return [torch.randn(batch_size, dim)]
+    return [torch.randn(1024, 8192)]
 
 
 def get_init_inputs():
