@@ -75,7 +75,7 @@ def get_init_inputs():
     return []
 '''
 
-# Lower-case sizes: resize cannot shrink it, so it stays 4 Gi elements on CPU.
+# Sizes written in the call: resize cannot shrink it, so it stays 4 Gi elements on CPU.
 HUGE = '''"""Scale of an unshrinkable input.
 
 category: elementwise

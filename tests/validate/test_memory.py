@@ -20,7 +20,7 @@ def small(path: Path) -> str:
     return shrink_for_cpu(path.read_text(), max_numel=1 << 15).source
 
 
-# KernelBench files at CPU-friendly sizes (their lower-case size names are not resizable)
+# KernelBench files at CPU-friendly sizes, set by hand (not by the resizer's factor)
 KB_SIZES = {"level1/23_Softmax.py": {"batch_size = 4096": "batch_size = 16",
                                      "dim = 393216": "dim = 1000"},
             "level2/1_Conv2D_ReLU_BiasAdd.py": {"batch_size = 128": "batch_size = 2",
@@ -178,7 +178,8 @@ def test_unknown_when_meta_cannot_run_it(forward):
 
 
 def test_a_problem_too_large_for_the_cpu_worker_is_flagged_too_large_not_runs():
-    # lower-case sizes: resize cannot shrink it, so it would run at full size
+    # sizes written as shifts (``1 << 17``): resize does not scale them, so it would run at
+    # full size
     validation = validate_source(BIG, config={"timeout_s": 120})
     assert validation["flags"] == ["too_large"], validation["checks"]
     assert validation["checks"]["runs"]["passed"] is None
