@@ -212,13 +212,18 @@ def test_gpu_lock_path_is_per_physical_gpu(tmp_path, monkeypatch):
 
 
 def test_exclusive_window_waits_for_shared_gpu_work(tmp_path):
-    lock = M.GpuLock(str(tmp_path / "gpu"))
+    assert _window_behind_shared_work(M.GpuLock(str(tmp_path / "gpu"))) == [
+        "shared work done", "window"]
+
+
+def _window_behind_shared_work(lock) -> list:
+    """The order of a hold of ``lock`` shared and a window that asked during it."""
     order = []
     with lock.shared():
         thread = _waiting_window(lock, order)
         order.append("shared work done")
     thread.join(5)
-    assert order == ["shared work done", "window"]
+    return order
 
 
 def _waiting_window(lock, order: list) -> threading.Thread:
@@ -267,12 +272,7 @@ def test_a_queue_file_that_cannot_be_opened_leaves_the_lock_without_a_queue(tmp_
     """(A confined worker may not create the file a grader without the queue never made.)"""
     lock = M.GpuLock(str(tmp_path / "gpu"))
     os.mkdir(str(tmp_path / "gpu") + ".windows")  # opening it fails
-    order = []
-    with lock.shared():
-        thread = _waiting_window(lock, order)
-        order.append("shared work done")
-    thread.join(5)
-    assert order == ["shared work done", "window"]
+    assert _window_behind_shared_work(lock) == ["shared work done", "window"]
     with lock.exclusive() as held:
         held.downgrade()
 
