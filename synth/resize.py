@@ -51,7 +51,7 @@ from .size_analysis import (  # noqa: F401 — re-exported
     _PROTECTED_KEYWORDS,
     _PROTECTED_TOKENS,
     _SQRT_CALLS,
-    _UPPER,
+    _SIZE_NAME,
     _WINDOW_ARG,
     SMALL,
     ResizeError,

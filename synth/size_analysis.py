@@ -18,7 +18,7 @@ SMALL = 8  # constants at or below this are never scaled (kernel sizes, counts, 
 # a size constant's name: upper case as the project writes them (``BATCH``) or lower case as
 # KernelBench writes them today (``batch_size``, ``dim1``); a leading underscore marks a private
 # helper, not a size
-_UPPER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_SIZE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # name tokens (split on "_") that mark a constant as structural, never to be scaled
 _PROTECTED_TOKENS = {
     "KERNEL", "KSIZE", "KS", "STRIDE", "STRIDES", "PAD", "PADDING", "DILATION", "DIL",
@@ -276,7 +276,7 @@ def _analyze(source: str) -> _Analysis:
             continue
         value = literals[name]
         tokens = _token_set(name)
-        if not _UPPER.match(name):
+        if not _SIZE_NAME.match(name):
             skipped[name] = "a private name"
         elif counts.get(name, 0) > 1:
             skipped[name] = "assigned more than once"
