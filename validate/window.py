@@ -16,7 +16,9 @@ reports ``{"ready": ...}`` and waits for commands (``window_worker.serve_window`
    own clock (a worker cannot speed up the parent's clock: ``wall_ms`` bounds what really ran);
    then asks those named in ``unseen_check`` to time single calls on inputs they have not seen
    (a forward that is fast only on inputs it has seen before shows there);
-4. sends ``stop`` and, holding the lock shared again, lets the workers finish.
+4. lets the GPU go, takes it shared again behind any window already waiting (windows run back
+   to back; the workers' checks after the window wait for them), then sends ``stop`` and lets
+   the workers finish.
 
 The lock is one file pair per physical GPU (``gpu_lock_path``) in a per-user runtime folder,
 keyed by the GPU's UUID where ``nvidia-smi`` gives one, so every grader and validator of this
@@ -324,6 +326,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                     lock.window_ended()
                 group.alone = False
                 group.everyone()
+            _step_back(group, lock, held, holding, exclusive)
         for control in group.active.values():
             control.send("stop")
     except WindowError as exc:
@@ -331,8 +334,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         for control in participants.values():
             control.send("stop")
     finally:
-        if exclusive[0] is not None:  # told to stop: their checks after the window run under
-            exclusive[0].downgrade()  # the shared lock, taken over with no gap
+        if exclusive[0] is not None:  # a window that failed while timing: its members were
+            exclusive[0].downgrade()  # told to stop; their checks run shared, with no gap
         try:
             if finish is not None:
                 if not holding[0]:  # holding nothing: take the GPU shared
@@ -524,6 +527,24 @@ def _crediting(group: _Group, tick_s: float = 0.25):
     finally:
         done.set()
         ticker.join()
+
+
+def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
+               exclusive: list) -> None:
+    """After the timed rounds, before the members are told to stop: the GPU is let go and
+    taken shared again behind any window already waiting, so waiting windows run back to back
+    and the members' checks after the window (seconds of host work each: ghost calls, audit,
+    output copies) wait for them, as new shared work does. Each waiting window had waited for
+    the checks of the one before (grades of KernelBench-sized answers: a window of 1.3 s, then
+    1.7 s of the previous member's checks, then the next window). The members are idle until
+    ``stop``, which is sent only once the shared hold is back: none of their GPU work runs in
+    another window. The wait is credited to their time limits."""
+    held.close()
+    exclusive[0] = None
+    holding[0] = False
+    with _crediting(group):
+        held.enter_context(lock.shared())
+    holding[0] = True
 
 
 @contextlib.contextmanager

@@ -73,18 +73,23 @@ def reference_task(payload: dict) -> dict:
     ns = load_namespace(payload["source"], "reference")
     if "runs" in payload:  # several fresh references (a group's members), one CUDA context
         runs = []
-        with M.GpuLock(payload.get("lock")).shared():
-            for run in payload["runs"]:
-                result = _reference_trials(ns, device, {**payload, **run})
-                del result["_model"]
-                runs.append(result)
+        for run in payload["runs"]:
+            spec = {**payload, **run}
+            built = _build_model(ns, spec)
+            with M.GpuLock(payload.get("lock")).shared() as held:
+                result = _reference_trials(ns, device, spec, built, held)
+            del result["_model"]
+            runs.append(result)
         peak = _device_peak(device)
         mark_stage("reference send")  # what follows is the results' encoding and sending
         return {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
     # GPU work that is not timed holds the GPU's lock shared: no other grade's timing window
-    # runs meanwhile (reference forwards can be the heaviest work on the device).
-    with M.GpuLock(payload.get("lock")).shared():
-        result = _reference_trials(ns, device, payload)
+    # runs meanwhile (reference forwards can be the heaviest work on the device). The model is
+    # built on the host before (host work: a window need not wait for it), and a window that
+    # asks meanwhile goes between two trials (``let_window_in``), not after all of them.
+    built = _build_model(ns, payload)
+    with M.GpuLock(payload.get("lock")).shared() as held:
+        result = _reference_trials(ns, device, payload, built, held)
     result["device_peak_bytes"] = _device_peak(device)
     if payload.get("time", True) and payload.get("inductor"):
         _inductor_timing(device, payload, result)
@@ -100,11 +105,18 @@ def _device_peak(device: str) -> int | None:
     return int(torch.cuda.max_memory_allocated(device)) if device.startswith("cuda") else None
 
 
-def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
+def _build_model(ns: dict, payload: dict) -> tuple[list, Any]:
+    """The problem's constructor arguments and its model, built on the host under the
+    grade's seed (its weights' draws: seconds of host work for a large model)."""
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
-    model = ns["Model"](*init_inputs).to(device)
+    return init_inputs, ns["Model"](*init_inputs)
+
+
+def _reference_trials(ns: dict, device: str, payload: dict, built: tuple, held=None) -> dict:
+    init_inputs, model = built
+    model = model.to(device)
     constructor = {k: to_cpu(v) for k, v in model.state_dict().items()}
     # Model states (T-18): 0 is the constructor's; every other one a trial names is re-drawn
     # from it under the parent's secret seed (``state.perturbed_model_state``) and loaded
@@ -119,14 +131,14 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
         except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
             states[index] = constructor
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
-    result = _trials_under(ns, model, device, payload, states)
+    result = _trials_under(ns, model, device, payload, states, held)
     if not result["natural_finite"] and base and \
             any(not torch.equal(a, b) for a, b in zip(states[base].values(),
                                                       constructor.values())):
         # the problem's own draws overflow under the re-drawn base state: the constructor's
         # is the base (the problem was validated under it); re-drawn trials stay re-drawn
         states[base] = constructor
-        result = _trials_under(ns, model, device, payload, states)
+        result = _trials_under(ns, model, device, payload, states, held)
     elif base and result["trials"] and result["trials"][0]["usable"]:
         # what the first trial's inputs give under the constructor's state, for the parent to
         # recognise an answer computed from it (weights folded at construction, a norm's
@@ -149,8 +161,10 @@ def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
             "_model": model}
 
 
-def _trials_under(ns: dict, model, device: str, payload: dict, states: dict) -> dict:
-    """Every trial's reference forward, each under its state (loaded when it changes)."""
+def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
+                  held=None) -> dict:
+    """Every trial's reference forward, each under its state (loaded when it changes); a
+    timing window waiting for the GPU goes between two trials (``held``: the shared hold)."""
     current = None
     trials = []
     mark_stage("reference forward")
@@ -159,6 +173,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict) -> 
     work: dict = {}
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     for spec in payload["trials"]:
+        if trials and held is not None:
+            held.let_window_in()  # the trial before is done on the device (synced, copied)
         wanted = int(spec.get("state") or 0)
         if wanted != current:
             model.load_state_dict(states[wanted])
