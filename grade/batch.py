@@ -177,12 +177,16 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
 
 @contextlib.contextmanager
 def _admitted(grader: Grader, item: dict, members: int, slot: dict):
-    """Hold the slot's GPU memory for a grade of ``members`` submissions (``validate.admission``,
-    as validation admits problems): each member's candidate and fresh-reference workers and the
-    window's reference timing worker, at ``Grader.device_bytes`` each. While that is unknown
-    (a problem's first grade) ``UNKNOWN_SHARE`` of the GPU is held until its reference runs are
-    in (with a cold reference, after its Inductor compile), then what they show it needs. Several grades share a GPU only as far as their memory fits. Yields
-    the callable that takes the hold down to the known size (None: nothing held)."""
+    """Hold the slot's GPU memory and the host's for a grade of ``members`` submissions
+    (``validate.admission``, as validation admits problems). On the GPU: each member's
+    candidate worker and the window's reference timing worker at ``Grader.device_bytes`` each
+    (the fresh-reference workers end before the candidates start). On the host: what this
+    process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
+    job and outputs), against the host's budget, which every kernelmill process of the machine
+    shares. While a problem's size is unknown (its first grade) ``UNKNOWN_SHARE`` of each is
+    held until its reference runs are in (with a cold reference, after its Inductor compile),
+    then what they show it needs. Yields the callable that takes the holds down to the known
+    sizes (None: nothing held)."""
     budget = None
     if slot.get("gpu") is not None and _SLOTS_PER_GPU.get(slot["gpu"], 2) >= 2:
         from kernelmill.validate.admission import budget_for
@@ -191,19 +195,28 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     if budget is None:
         yield None
         return
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR, host_budget
 
-    def need() -> int | None:
-        from kernelmill.validate.admission import ALLOCATOR_FACTOR
-
+    def device_need() -> int | None:
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
-        return None if each is None else int(each * ALLOCATOR_FACTOR * (2 * members + 1))
+        return None if each is None else int(each * ALLOCATOR_FACTOR * (members + 1))
 
-    known = need()
-    with budget.hold(int(budget.capacity * UNKNOWN_SHARE) if known is None else known) as grant:
+    def host_need() -> int | None:
+        each = grader.host_bytes(item["reference"], slot.get("env"))
+        return None if each is None else int(each * members)
+
+    host = host_budget()
+    known_device, known_host = device_need(), host_need()
+    with host.hold(int(host.capacity * UNKNOWN_SHARE) if known_host is None else known_host) \
+            as host_grant, \
+            budget.hold(int(budget.capacity * UNKNOWN_SHARE) if known_device is None
+                        else known_device) as grant:
         def resize() -> None:
-            now = need()
-            if known is None and now is not None:
-                budget.shrink(grant, now)
+            now_device, now_host = device_need(), host_need()
+            if known_device is None and now_device is not None:
+                budget.shrink(grant, now_device)
+            if known_host is None and now_host is not None:
+                host.shrink(host_grant, now_host)
         yield resize
 
 

@@ -64,6 +64,11 @@ BATCH_BYTES = 1 << 30
 # A grading worker's device memory against a reference worker's measured peak (the reference
 # holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
 PEAK_FACTOR = 2
+# The grading process's host memory per member of a grade on a GPU against one fresh reference
+# run's tensors: that run (every trial's inputs and outputs, the model's states), the
+# candidate's job file (the shown inputs and states, the unseen inputs) and the candidate's
+# returned outputs with their comparison
+HOST_COPIES = 3
 
 
 class Grader(HostMemory, ReferenceTiming, StaticGate):
@@ -207,26 +212,34 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
     def device_bytes(self, source: str, record: dict | None = None,
                      slot_env: dict | None = None) -> int | None:
         """What one worker of a grade of ``source`` is expected to hold on the device: the
-        problem's measured peak from validation; else the larger of twice the tensors of one
-        fresh reference run (every trial's inputs and outputs, its weights: about what the
-        grading process holds of it on the host, which nothing else admits) and
-        ``PEAK_FACTOR`` times the device peak a reference worker of it reached (its weights,
-        one trial's tensors and its activations); from this process's runs, else from the
-        sizes an earlier process saw on this GPU model (``remembered_size``); None before any
-        is known."""
+        problem's measured peak from validation; else ``PEAK_FACTOR`` times the device peak a
+        reference worker of it reached (its weights, one trial's tensors and its activations);
+        else (no device peak known: a run off a GPU) twice the tensors of one fresh reference
+        run; from this process's runs, else from the sizes an earlier process saw on this GPU
+        model (``remembered_size``); None before any is known."""
         memory = ((record or {}).get("validation") or {}).get("memory") or {}
         if memory.get("measured_bytes"):
             return int(memory["measured_bytes"])
+        sizes = self._sizes(source, slot_env)
+        if sizes.get("device_peak_bytes"):
+            return PEAK_FACTOR * sizes["device_peak_bytes"]
+        return 2 * sizes["tensor_bytes"] if sizes.get("tensor_bytes") else None
+
+    def host_bytes(self, source: str, slot_env: dict | None = None) -> int | None:
+        """What this process holds on the host for one member of a grade of ``source`` on a
+        GPU: ``HOST_COPIES`` times the tensors of one fresh reference run (every trial's inputs
+        and outputs, its weights), None before any run of it is known."""
+        tensors = self._sizes(source, slot_env).get("tensor_bytes")
+        return HOST_COPIES * tensors if tensors else None
+
+    def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:
             sizes = self._reference_sizes.get(source)
         if sizes is None:  # read from disk once per process ({}: none there either)
             sizes = self.remembered_size(source, slot_env)
             with self._lock:
                 sizes = self._reference_sizes.setdefault(source, sizes)
-        known = [2 * sizes["tensor_bytes"]] if sizes.get("tensor_bytes") else []
-        if sizes.get("device_peak_bytes"):
-            known.append(PEAK_FACTOR * sizes["device_peak_bytes"])
-        return max(known) if known else None
+        return sizes
 
     def _note_reference_bytes(self, source: str, value: dict,
                               slot_env: dict | None = None) -> None:

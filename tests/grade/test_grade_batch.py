@@ -112,24 +112,35 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     from kernelmill.validate import admission
 
     budget = admission.MemoryBudget(100 << 30, name="gpu0")
+    host = admission.MemoryBudget(400 << 30, name="host")
     monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
+    monkeypatch.setattr(admission, "host_budget", lambda configured=None: host)
     monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
 
     class Seen:
         def device_bytes(self, source, record=None, slot_env=None):
             return {"big": 1 << 30}.get(source)
 
+        def host_bytes(self, source, slot_env=None):
+            return {"big": 3 << 30}.get(source)
+
     slot = {"gpu": 0, "device": "cuda:0", "env": {}}
     with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
-        # each of 8 members' candidate and reference workers and the timing reference
-        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 17)
-    assert budget.used == 0
+        # on the GPU the 8 members' candidate workers and the timing reference (the fresh
+        # references have ended by then); on the host what this process keeps of each member
+        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 9)
+        assert host.used == 8 * (3 << 30)
+    assert budget.used == 0 and host.used == 0
     grader = Seen()
     with batch._admitted(grader, {"reference": "new"}, 1, slot) as resize:
         assert budget.used == int(budget.capacity * batch.UNKNOWN_SHARE)  # not seen yet
+        assert host.used == int(host.capacity * batch.UNKNOWN_SHARE)
         grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
+        grader.host_bytes = lambda source, slot_env=None: 3 << 30
         resize()
-        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 3)
+        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 2)
+        assert host.used == 3 << 30
+    assert budget.used == 0 and host.used == 0
     batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
     with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
         assert budget.used == 0
@@ -152,12 +163,14 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     value = {"trials": [trial] * 6, "state_dict": {}}
     tensors = 6 * 2 * (4 << 20)
     assert grader.device_bytes("src") is None  # nothing seen yet
+    assert grader.host_bytes("src") is None
     grader._note_reference_bytes("src", value)  # off a GPU: every trial's tensors, twice
     assert grader.device_bytes("src") == 2 * tensors
-    # a reference worker on a GPU reports its device peak: the larger of the two counts (the
-    # grading process holds every trial's tensors on the host, which nothing else admits)
+    # a reference worker on a GPU reports its device peak: the device holds that (one trial
+    # at a time), however many trials' tensors the grading process keeps on the host
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 3 << 20})
-    assert grader.device_bytes("src") == 2 * tensors
+    assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (3 << 20)
+    assert grader.host_bytes("src") == grader_module.HOST_COPIES * tensors
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 64 << 20})
     assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (64 << 20)
     # validation's measured peak, where the record has one, comes first
