@@ -119,6 +119,20 @@ class _Held:
         self._windows = windows  # the queue of windows, while this window is in it
         self._waits_for = waits_for  # that file, held or not
 
+    def window_waiting(self) -> bool:
+        """A shared hold, and a timing window (or a holder passing through) has the turn: it
+        waits for the shared holders to drain."""
+        if self.turn is not None or self.main is None or self._queue is None:
+            return False
+        import fcntl
+
+        try:
+            fcntl.flock(self._queue, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._queue, fcntl.LOCK_UN)
+        return False
+
     def leave_queue(self) -> None:
         if self._windows is not None:
             import fcntl
@@ -133,17 +147,10 @@ class _Held:
         a long stretch of GPU work, with the work so far finished on the device, so a window
         waits for one piece, not the whole stretch; every other holder's next piece waits
         behind that window meanwhile."""
-        if self.turn is not None or self.main is None or self._queue is None:
+        if not self.window_waiting():
             return False
         import fcntl
 
-        try:
-            fcntl.flock(self._queue, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # a window (or a holder passing through) has the turn: step aside
-        else:
-            fcntl.flock(self._queue, fcntl.LOCK_UN)
-            return False
         if on_wait is not None:
             on_wait()
         fcntl.flock(self.main, fcntl.LOCK_UN)

@@ -38,6 +38,7 @@ from typing import Any
 
 from .harness import Control
 from .measure import GpuLock, median_ci_pct, summarize
+from .step_aside import StepAside
 
 MAX_CALLS = 1 << 16  # calls per sample a member may ask its graph to be captured with
 
@@ -269,6 +270,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     result: dict = {"participants": {}, "rounds": 0, "window_ms": None, "error": None,
                     "dropped": {}, "ci_limit_pct": settings.ci_limit_pct, "overtime_ms": 0.0}
     group = _Group(participants, droppable, result)
+    stepper = StepAside(group)  # the shared hold steps aside at the members' safe points
+    stepper.attach()
     # From "go" to the workers' end the window holds the GPU's lock: shared while they check,
     # exclusive while it times, shared again (no gap) for their checks after it.
     held, holding, exclusive = contextlib.ExitStack(), [False], [None]
@@ -285,7 +288,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                     asked_gpu[name] = {}
         asked = time.monotonic()
         with _crediting(group):  # other grades' time, not theirs
-            held.enter_context(lock.shared())
+            stepper.hold(held.enter_context(lock.shared()))
             holding[0] = True
         waited = time.monotonic() - asked
         result["shared_wait_ms"] = round(waited * 1e3, 1)
@@ -304,6 +307,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             # members that left are told to stop and finish their checks: on the GPU, so
             # they end before the GPU is taken alone (each within its own time limit)
             group.await_dropped(deadline)
+            stepper.release()
             held.close()  # shared -> exclusive: another window may come first
             holding[0] = False
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
@@ -326,7 +330,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                     lock.window_ended()
                 group.alone = False
                 group.everyone()
-            _step_back(group, lock, held, holding, exclusive)
+            _step_back(group, lock, held, holding, exclusive, stepper)
         for control in group.active.values():
             control.send("stop")
     except WindowError as exc:
@@ -342,7 +346,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                     held.enter_context(lock.shared())
                 finish()
         finally:
+            stepper.close()
             held.close()
+    result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
     for name in participants:
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
@@ -530,7 +536,7 @@ def _crediting(group: _Group, tick_s: float = 0.25):
 
 
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
-               exclusive: list) -> None:
+               exclusive: list, stepper: StepAside) -> None:
     """After the timed rounds, before the members are told to stop: the GPU is let go and
     taken shared again behind any window already waiting, so waiting windows run back to back
     and the members' checks after the window (seconds of host work each: ghost calls, audit,
@@ -543,7 +549,7 @@ def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding
     exclusive[0] = None
     holding[0] = False
     with _crediting(group):
-        held.enter_context(lock.shared())
+        stepper.hold(held.enter_context(lock.shared()))
     holding[0] = True
 
 

@@ -21,6 +21,17 @@ def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> boo
     return answer == "go"
 
 
+def step_aside_point(receive: Callable[[], str], report: Callable[[dict], None]) -> None:
+    """A point in a worker's GPU work where all of it so far has finished on the device (the
+    caller synchronised): the parent may keep the worker here while another grade's window
+    times (``step_aside.StepAside``), then says ``go``. Raises when told anything else (the
+    window was called off)."""
+    report({"between": 1})
+    answer = receive().strip()
+    if answer != "go":
+        raise RuntimeError(f"told {answer or 'nothing'!r} at a point of stepping aside")
+
+
 def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None],
                  unseen: Callable[[Timer], int] | None = None,

@@ -4,6 +4,7 @@ late data released part by part. Split out of ``validate.harness``, which re-exp
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -36,6 +37,13 @@ class Control:
         self.token = ""  # the run's, in the environment of every process it started
         self.strays: list[int] = []  # its processes outside that group (``find_strays``)
         self.paused = False
+        # The worker waits for the parent: it reported and has not been sent a command since
+        # (in the window's protocol a worker reports with its GPU work done, then waits)
+        self.idle = False
+        # ``intercept(report)`` sees every report first, in the reader's thread; True: taken
+        # (not queued). ``gate``: a lock every ``send`` takes (``window.StepAside``)
+        self.intercept = None
+        self.gate = None
 
     def find_strays(self) -> list[int]:
         """The worker's processes that left its process group (a child that called ``setsid``:
@@ -97,6 +105,10 @@ class Control:
 
     def _deliver(self, value: dict) -> None:
         with self._cond:
+            self.idle = True
+        if self.intercept is not None and self.intercept(value):
+            return
+        with self._cond:
             self.reports.append((time.monotonic(), value))
             self._cond.notify_all()
 
@@ -119,11 +131,13 @@ class Control:
         if fd is None:
             return False
         data = (line.rstrip("\n") + "\n").encode()
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        except OSError:
-            return False
+        with self.gate or contextlib.nullcontext():
+            self.idle = False
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                return False
         return True
 
     def pending(self) -> bool:

@@ -26,7 +26,7 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
-from kernelmill.validate.window_worker import await_gpu
+from kernelmill.validate.window_worker import await_gpu, step_aside_point
 
 from .call import _Run
 from .early import early_answer
@@ -391,6 +391,13 @@ def _candidate_task(payload: dict) -> dict:
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
 
+    def step_aside() -> None:
+        """Between two calls, their work done on the device: another grade's waiting window
+        may go first (``validate.step_aside``); only where the parent runs this window."""
+        if payload.get("window") and payload.get("time", True):
+            sync(device)
+            step_aside_point(receive, report)
+
     mark_stage("profiler start")
     witness.start()
     mark_stage("forward")
@@ -399,10 +406,12 @@ def _candidate_task(payload: dict) -> dict:
         if index == 0 and confine and device.startswith("cuda"):
             if sandbox.forbid_process_creation() == "blocked":
                 sandbox.STATE["process_creation"] = "blocked after the first call"
+        step_aside()
     refill = payload.get("refill_from")
     if refill is not None:
         mark_stage("forward refill")
         facts["calls"].append({"trial": refill, "kind": "refill", **run.call(refill)})
+        step_aside()
     mark_stage("forward repeat")
     facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
@@ -458,6 +467,7 @@ def _candidate_task(payload: dict) -> dict:
             t.name for t in _enumerate_threads() if t.ident not in base_threads and t.is_alive())
         # An audit call, traced like the checked ones, after an unpredictable number of timed
         # calls: a submission that switches to PyTorch after N calls is caught here.
+        step_aside()
         mark_stage("audit")
         facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
@@ -468,6 +478,7 @@ def _candidate_task(payload: dict) -> dict:
     # the last trial, not on the timed inputs: hundreds of freed outputs hold the timed
     # inputs' answer, and on a CPU the allocator handed one to an honest forward's ``empty``
     # past the ghost's poison blocks (1-2 grades in 12 of an honest 128 KB output)
+    step_aside()
     last = len(trials) - 1
     run.load_trial(trials[last])
     run.invoke(False)

@@ -887,6 +887,45 @@ def test_the_checks_after_a_window_run_under_the_gpu_lock_after_waiting_windows(
     assert got["to"] <= results["candidate"].value["began"], (got, results["candidate"].value)
 
 
+def test_a_window_waiting_goes_in_at_a_members_point_of_stepping_aside(tmp_path):
+    # A member of a window checks (0.6 s of work in two pieces, a point of stepping aside
+    # between them) while the parent holds the GPU shared for the group. Another window that
+    # asks meanwhile goes in at that point, whole, not after all of the member's checks; the
+    # member runs nothing while it times.
+    import fcntl
+
+    path = str(tmp_path / "gpu.lock")
+    got = {}
+
+    def other_window():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # asks while the group holds the GPU shared
+            if os.path.exists(path + ".main") and not _try_lock(path + ".main", fcntl.LOCK_EX):
+                break
+            time.sleep(0.01)
+        time.sleep(0.05)
+        with M.GpuLock(path).exclusive():
+            got["from"] = time.time()
+            time.sleep(0.3)
+            got["to"] = time.time()
+
+    other = threading.Thread(target=other_window)
+    other.start()
+    early = ("marks = [time.time()]; busy_until = time.time() + 0.3\n"
+             "    while time.time() < busy_until: pass\n"
+             "    marks.append(time.time()); W.step_aside_point(receive, report)\n"
+             "    marks.append(time.time()); busy_until = time.time() + 0.3\n"
+             "    while time.time() < busy_until: pass")
+    after = "record['marks'] = marks"
+    window, results = _window({"reference": 1.0, "candidate": 1.0}, lock=path, cap_ms=200,
+                              early={"candidate": early}, after={"candidate": after})
+    other.join(10)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    first_piece_end, kept_until = results["candidate"].value["marks"][1:3]
+    assert first_piece_end <= got["from"] and got["to"] <= kept_until, (got, kept_until)
+    assert window["stepped_aside"]["times"] == 1
+
+
 def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_path):
     """The first participant warms the GPU's clocks for ``warm_ms``, unless a window on the
     same GPU (the same lock) ended within ``hot_s``: then it warms for ``rewarm_ms`` like the
