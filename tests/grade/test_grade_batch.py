@@ -146,9 +146,9 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
         assert budget.used == 0
     with batch._admitted(Seen(), {"reference": "big"}, 8, {"gpu": None}):
         assert budget.used == 0
-    assert batch.default_slots_per_gpu(1, 16) == 8 and batch.default_slots_per_gpu(2, 16) == 4
-    assert batch.default_slots_per_gpu(1, 2) == 1 and batch.default_slots_per_gpu(8, 256) == 8
-    # groups: half the slots (a group's members make their CUDA contexts together)
+    assert batch.default_slots_per_gpu(1, 16) == 16 and batch.default_slots_per_gpu(2, 16) == 8
+    assert batch.default_slots_per_gpu(1, 2) == 2 and batch.default_slots_per_gpu(8, 256) == 16
+    # groups: a quarter of the slots (a group's members make their CUDA contexts together)
     assert batch.default_slots_per_gpu(1, 16, group=8) == 4
     assert batch.default_slots_per_gpu(1, 2, group=8) == 1
 
