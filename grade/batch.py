@@ -205,7 +205,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
         each = grader.host_bytes(item["reference"], slot.get("env"))
         return None if each is None else int(each * members)
 
-    host = host_budget()
+    host = host_budget(getattr(grader, "host_memory_bytes", None))
     known_device, known_host = device_need(), host_need()
     with host.hold(int(host.capacity * UNKNOWN_SHARE) if known_host is None else known_host) \
             as host_grant, \

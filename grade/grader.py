@@ -29,7 +29,8 @@ from pathlib import Path
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
-from kernelmill.validate.window import WindowSettings, gpu_lock_path, run_window
+from kernelmill.validate.gpus import gpu_lock_path
+from kernelmill.validate.window import WindowSettings, run_window
 
 from . import static
 from .builds import (
@@ -211,15 +212,16 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
 
     def device_bytes(self, source: str, record: dict | None = None,
                      slot_env: dict | None = None) -> int | None:
-        """What one worker of a grade of ``source`` is expected to hold on the device: the
-        problem's measured peak from validation; else ``PEAK_FACTOR`` times the device peak a
-        reference worker of it reached (its weights, one trial's tensors and its activations);
+        """What one worker of a grade of ``source`` is expected to hold on the device:
+        ``PEAK_FACTOR`` times the problem's measured peak from validation, else times the device
+        peak a reference worker of it reached (its weights, one trial's tensors and its
+        activations);
         else (no device peak known: a run off a GPU) twice the tensors of one fresh reference
         run; from this process's runs, else from the sizes an earlier process saw on this GPU
         model (``remembered_size``); None before any is known."""
         memory = ((record or {}).get("validation") or {}).get("memory") or {}
         if memory.get("measured_bytes"):
-            return int(memory["measured_bytes"])
+            return PEAK_FACTOR * int(memory["measured_bytes"])
         sizes = self._sizes(source, slot_env)
         if sizes.get("device_peak_bytes"):
             return PEAK_FACTOR * sizes["device_peak_bytes"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.harness import WorkerResult
-from kernelmill.validate.window import gpu_name
+from kernelmill.validate.gpus import gpu_name
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")

@@ -383,7 +383,7 @@ def read_gpu_memory(slot: dict, timeout_s: float = 120.0) -> tuple[int, int] | N
     in a tiny worker pinned like the real ones (the parent never opens a CUDA context of its
     own); None when it cannot be read."""
     from .harness import run_in_worker
-    from .window import gpu_memory
+    from .gpus import gpu_memory
 
     read = gpu_memory(slot.get("device", "cuda:0"), slot.get("env"))
     if read is not None:

@@ -7,11 +7,18 @@ is let go; held for a whole stretch of checks (a grade's first calls, Triton com
 4-6 s at KernelBench's sizes), that wait was most of a grade's time in its timing stage (a
 median 4.4-9 s for windows of 1.1-1.3 s, H200). So a member reports at points where its GPU
 work so far has finished (``window_worker.step_aside_point``); when another window waits, the
-member is kept there until every member of the group is kept or waiting for the parent, then the
-hold steps aside (``gpu_lock._Held.let_window_in``: let go, wait behind the waiting windows,
-held shared again), and the kept members go on. No member runs GPU work while the hold is let
-go: each is either kept at such a point or waits for a command, and the parent sends none
-meanwhile (every ``Control.send`` takes the ``gate``).
+member is kept there until every member of the group is kept or waiting for the parent (a member
+that left the window: until it ended), then every member's processes are stopped, the hold
+steps aside (``gpu_lock._Held.let_window_in``: let go, wait behind the waiting windows, held
+shared again), and they go on. A kept member waits for busy mates at most ``PATIENCE_S``, then
+goes on without the step (the waiting window waits for the group as it would have). While no
+hold is attached (the window's own exclusive part, the moment between it and the shared hold
+after it) a member that reaches a point is kept until one is. The parent sends no command
+while the hold is let go (every ``Control.send`` takes the ``gate``).
+
+A kept member's time limit moves on with its wait as the wait lasts, and the window's own
+deadlines move on by the time any member was kept (``delay_s``): a slow mate, or another
+grade's window, costs a member time it gets back.
 """
 from __future__ import annotations
 
@@ -20,21 +27,26 @@ import threading
 import time
 from typing import Any
 
-# How often a kept member's case is looked at again without a report to prompt it (a member
-# that ended, a window that stopped waiting)
-POLL_S = 0.05
+POLL_S = 0.05  # how often kept members are credited and their case looked at again
+PATIENCE_S = 1.0  # the longest a kept member waits for busy mates before it goes on
 
 
 class StepAside:
-    """Steps ``group``'s shared hold aside (a ``window._Group``: ``controls``, ``active``)."""
+    """Steps ``group``'s shared hold aside (a ``window_group._Group``: ``controls``, ``active``,
+    ``dropped``)."""
 
     def __init__(self, group: Any):
         self._group = group
         self.gate = threading.RLock()
-        self.held = None  # the group's shared hold while its members may be kept
-        self._kept: set[str] = set()
+        self.held = None  # the group's shared hold while its members may step aside
+        self._closed = False
+        self._book = threading.Lock()  # the kept members and their credit
+        self._kept: dict[str, float] = {}  # name -> when its wait was last credited
+        self._kept_since: dict[str, float] = {}
+        self._ticked = time.monotonic()
         self.steps = 0  # times the hold stepped aside
         self.stepped_s = 0.0  # the time it spent let go
+        self.delay_s = 0.0  # the time any member was kept
         self._done = threading.Event()
         self._poller: threading.Thread | None = None
 
@@ -42,12 +54,17 @@ class StepAside:
         for name, control in self._group.controls.items():
             control.gate = self.gate
             control.intercept = functools.partial(self._report, name)
+            control.on_send = functools.partial(self._sent, name)
         self._poller = threading.Thread(target=self._poll, daemon=True, name="step-aside")
         self._poller.start()
 
     def close(self) -> None:
-        """The window is over: a member that reaches a point later goes on at once."""
-        self.release()
+        """The window is over: kept members go on, and a member that reaches a point later
+        goes on at once."""
+        with self.gate:
+            self.held = None
+            self._closed = True
+            self._go()
         self._done.set()
         if self._poller is not None:
             self._poller.join()
@@ -56,48 +73,101 @@ class StepAside:
         """``held`` (shared) may step aside from now on."""
         with self.gate:
             self.held = held
+            self._step_if_due()
 
     def release(self) -> None:
-        """The hold is about to be let go by the window itself: kept members go on."""
+        """The window lets its hold go itself: a member reaching a point is kept until the
+        next hold."""
         with self.gate:
             self.held = None
-            self._go()
 
     def _report(self, name: str, value: dict) -> bool:
         between = "between" in value
         with self.gate:
             if between:
-                self._kept.add(name)
+                with self._book:
+                    now = time.monotonic()
+                    self._kept[name] = self._kept_since[name] = now
             self._step_if_due()
         return between
 
+    def _sent(self, name: str, line: str) -> None:
+        """A command to ``name`` (under the gate): one to a kept member answers its point
+        (``stop`` from the window: it checks and is not timed), so it is kept no longer."""
+        with self._book:
+            if name in self._kept:
+                now = time.monotonic()
+                control = self._group.controls.get(name)
+                if control is not None:
+                    control.extend(now - self._kept[name])
+                del self._kept[name]
+                self._kept_since.pop(name, None)
+
     def _poll(self) -> None:
         while not self._done.wait(POLL_S):
-            with self.gate:
-                self._step_if_due()
+            self._credit()
+            if self.gate.acquire(blocking=False):  # a step under way holds it
+                try:
+                    self._step_if_due()
+                finally:
+                    self.gate.release()
+
+    def _credit(self) -> None:
+        """Kept members' time limits, and the window's deadlines, move on by their wait."""
+        with self._book:
+            now = time.monotonic()
+            if self._kept:
+                self.delay_s += now - self._ticked
+            self._ticked = now
+            for name, last in self._kept.items():
+                control = self._group.controls.get(name)
+                if control is not None:
+                    control.extend(now - last)
+                self._kept[name] = now
 
     def _go(self) -> None:
+        self._credit()
         for name in sorted(self._kept):
             control = self._group.controls.get(name)
-            if control is not None:
-                control.send("go")
-        self._kept.clear()
+            if control is not None and not control.ended:
+                control.send("go")  # (``_sent``: kept no longer)
+        with self._book:
+            self._kept.clear()
+            self._kept_since.clear()
+
+    def _busy(self) -> bool:
+        """A member may be running GPU work: it was sent a command and has not reported since,
+        or it left the window and has not ended (told to stop, it checks on its own)."""
+        dropped = self._group.dropped
+        return any(not control.ended and (name in dropped or not control.idle)
+                   for name, control in self._group.controls.items())
 
     def _step_if_due(self) -> None:
         if not self._kept:
             return
         held = self.held
-        if held is None or not held.window_waiting():
+        if held is None:
+            if self._closed:
+                self._go()
+            return  # kept until a hold is attached
+        if not held.window_waiting():
             self._go()
             return
-        members = list(self._group.controls.values())  # those that left too: they may still
-        if any(not (control.idle or control.ended) for control in members):  # finish checks
-            return  # a member still at work: the kept ones wait for it
+        if self._busy():
+            with self._book:
+                waited = time.monotonic() - min(self._kept_since.values())
+            if waited > PATIENCE_S:
+                self._go()  # a mate that long at work: the waiting window waits for us
+            return
+        members = [c for c in self._group.controls.values() if not c.ended]
         began = time.monotonic()
-        if held.let_window_in():
-            self.steps += 1
-        waited = time.monotonic() - began
-        self.stepped_s += waited
-        for control in members:  # another grade's window: not their time
-            control.extend(waited)
+        for control in members:  # nothing of theirs runs while the hold is let go
+            control.pause()
+        try:
+            if held.let_window_in():
+                self.steps += 1
+        finally:
+            for control in members:
+                control.resume()
+        self.stepped_s += time.monotonic() - began
         self._go()

@@ -20,17 +20,12 @@ reports ``{"ready": ...}`` and waits for commands (``window_worker.serve_window`
    to back; the workers' checks after the window wait for them), then sends ``stop`` and lets
    the workers finish.
 
-The lock is one file pair per physical GPU (``gpu_lock_path``) in a per-user runtime folder,
-keyed by the GPU's UUID where ``nvidia-smi`` gives one, so every grader and validator of this
-user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with.
+The lock is one set of files per physical GPU (``gpus.gpu_lock_path``).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +34,14 @@ from typing import Any
 from .harness import Control
 from .measure import GpuLock, median_ci_pct, summarize
 from .step_aside import StepAside
+from .window_group import (  # noqa: F401 (WindowError: re-exported)
+    WindowError,
+    _admit,
+    _answer,
+    _crediting,
+    _Group,
+    _wait_crediting,
+)
 
 MAX_CALLS = 1 << 16  # calls per sample a member may ask its graph to be captured with
 
@@ -83,129 +86,7 @@ class WindowSettings:
         return cls(**{k: v for k, v in (values or {}).items() if k in known})
 
 
-class WindowError(RuntimeError):
-    """A participant failed or went silent during the window."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(f"{name}: {message}")
-        self.participant = name
-
-
-# ---------------------------------------------------------------- the per-GPU lock
-
-_GPUS: dict[str, tuple[str, str]] = {}  # nvidia-smi index -> (uuid, name)
-
-
-def _gpu_table() -> dict[str, tuple[str, str]]:
-    if not _GPUS:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name",
-                                  "--format=csv,noheader"], capture_output=True, text=True,
-                                 timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        for line in out.splitlines():
-            index, uuid, name = ([p.strip() for p in line.split(",", 2)] + ["", ""])[:3]
-            if uuid:
-                _GPUS[index] = (uuid, name)
-        _GPUS.setdefault("", ("", ""))  # looked once
-    return _GPUS
-
-
-def _gpu_uuid(physical: str) -> str | None:
-    """The full UUID of the GPU an index or a UUID names. CUDA takes a UUID's unique prefix
-    too: it is completed from ``nvidia-smi``'s table, so every way of naming one GPU keys
-    the same lock file."""
-    if physical.startswith(("GPU-", "MIG-")):
-        full = [uuid for uuid, _name in _gpu_table().values() if uuid.startswith(physical)]
-        return full[0] if len(full) == 1 else physical
-    return _gpu_table().get(physical, ("", ""))[0] or None
-
-
-def _physical(device: str, env: dict | None) -> str:
-    index = int(device.split(":")[1]) if ":" in device else 0
-    visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
-    entries = [e.strip() for e in visible.split(",")] if visible else []
-    return entries[index] if index < len(entries) else str(index)
-
-
-def gpu_memory(device: str, env: dict | None = None) -> tuple[int, int] | None:
-    """(free, total) bytes of the whole GPU behind ``device`` as a worker with ``env`` sees it,
-    from ``nvidia-smi`` (no CUDA context, no torch: a tenth of a second where a worker that
-    imports torch took 10-12 s while a grading run started); None on CPU, for a MIG instance
-    or without ``nvidia-smi``."""
-    if not device.startswith("cuda"):
-        return None
-    physical = _physical(device, env)
-    uuid = _gpu_uuid(physical)
-    if not uuid or uuid.startswith("MIG-"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=memory.free,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=30).stdout
-        free, total = (int(v) * 2**20 for v in out.strip().split(","))
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    return (free, total) if 0 <= free <= total and total > 0 else None
-
-
-def gpu_name(device: str, env: dict | None = None) -> str | None:
-    """The model name of the GPU behind ``device`` as a worker with ``env`` sees it (without
-    initialising CUDA here); None on CPU or without ``nvidia-smi``."""
-    if not device.startswith("cuda"):
-        return None
-    physical = _physical(device, env)  # an index, or a UUID from CUDA_VISIBLE_DEVICES
-    uuid_named = _gpu_uuid(physical)
-    for index, (uuid, name) in _gpu_table().items():
-        if (physical == index or (uuid and uuid == uuid_named)) and name:
-            return name
-    return None
-
-
-def runtime_folder() -> str:
-    """A per-user folder for lock files (``$XDG_RUNTIME_DIR/kernelmill`` or ``/tmp``)."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    folder = os.path.join(base, "kernelmill") if base and os.path.isdir(base) else \
-        os.path.join("/tmp", f"kernelmill-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    return folder
-
-
-def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
-    """The lock path of the physical GPU behind ``device`` ("cuda", "cuda:1") as a worker with
-    ``env`` sees it; None on CPU."""
-    if not device.startswith("cuda"):
-        return None
-    physical = _physical(device, env)
-    key = _gpu_uuid(physical) or f"gpu{physical}"
-    path = os.path.join(runtime_folder(), key)
-    for suffix in (".turn", ".main", ".windows"):  # exist before a confined worker opens them
-        if not os.path.exists(path + suffix):
-            open(path + suffix, "a").close()
-    return path
-
-
 # ---------------------------------------------------------------- the window
-
-def _answer(name: str, control: Control, key: str, timeout: float,
-            whole: bool = False) -> tuple[float, object]:
-    """The participant's answer with ``key``; a part of its late data that it asks for on the
-    way (an unseen input, just before its call) is written and said to be there."""
-    while True:
-        got = control.next_report(timeout)
-        if got is None:
-            raise WindowError(name, "ended or went silent during timing" if control.ended
-                              else f"no answer within {timeout:g}s")
-        at, value = got
-        if key != "late" and isinstance(value.get("late"), int):
-            control.release_late(value["late"])
-            control.send(f"late {value['late']}")
-            continue
-        if key not in value:
-            raise WindowError(name, f"answered {sorted(value)[:3]}, expected {key!r}")
-        return at, (value if whole else value[key])
-
 
 def _clock_check(name: str, control: Control, info: dict, samples: list[float],
                  paces: list[float], settings: WindowSettings, timeout: float) -> float:
@@ -278,13 +159,18 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     try:
         if start is not None:
             start()
-        # one deadline for all: a participant that hangs costs the others its timeout once
+        # one deadline for all: a participant that hangs costs the others its timeout once;
+        # it moves on by the time members were kept at their points of stepping aside
         deadline = time.monotonic() + settings.ready_timeout_s
+
+        def due() -> float:
+            return deadline + stepper.delay_s
+
         if gpu_handshake:  # workers import outside the lock; GPU work waits for "go"
             asked_gpu: dict[str, dict] = {}
             for name in participants:
-                _wait_crediting(group, name, asked_gpu, deadline)
-                if group.ask(name, None, "gpu", max(0.1, deadline - time.monotonic())):
+                _wait_crediting(group, name, asked_gpu, due)
+                if group.ask(name, None, "gpu", max(0.1, due() - time.monotonic())):
                     asked_gpu[name] = {}
         asked = time.monotonic()
         with _crediting(group):  # other grades' time, not theirs
@@ -297,16 +183,16 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             for control in group.active.values():
                 control.send("go")
         if admit is not None:
-            _admit(group, admit, deadline)
+            _admit(group, admit, due)
         for name in participants:
-            _wait_crediting(group, name, ready, deadline)
-            got = group.ask(name, None, "ready", max(0.1, deadline - time.monotonic()))
+            _wait_crediting(group, name, ready, due)
+            got = group.ask(name, None, "ready", max(0.1, due() - time.monotonic()))
             if got is not None:
                 ready[name] = got[1]
         if not group.gone():
             # members that left are told to stop and finish their checks: on the GPU, so
             # they end before the GPU is taken alone (each within its own time limit)
-            group.await_dropped(deadline)
+            group.await_dropped(due)
             stepper.release()
             held.close()  # shared -> exclusive: another window may come first
             holding[0] = False
@@ -340,10 +226,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     finally:
         if exclusive[0] is not None:  # a window that failed while timing: its members were
             exclusive[0].downgrade()  # told to stop; their checks run shared, with no gap
+            stepper.hold(exclusive[0])
         try:
             if finish is not None:
                 if not holding[0]:  # holding nothing: take the GPU shared
-                    held.enter_context(lock.shared())
+                    stepper.hold(held.enter_context(lock.shared()))
                 finish()
         finally:
             stepper.close()
@@ -356,185 +243,6 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     return result
 
 
-def _admit(group: _Group, admit: Callable[[str, Any], str | None], deadline: float) -> None:
-    """Take each droppable participant's ``checked`` report as it comes (in any order: one
-    slow member does not hold the others' answers back) and answer it: ``time``, or out of the
-    window with ``admit``'s reason."""
-    waiting = [name for name in group.droppable if name in group.active]
-    while waiting and time.monotonic() < deadline:
-        answered = False
-        for name in list(waiting):
-            control = group.active.get(name)
-            if control is None:
-                waiting.remove(name)
-                continue
-            if not (control.pending() or control.ended):
-                continue
-            waiting.remove(name)
-            answered = True
-            got = group.ask(name, None, "checked", max(0.1, deadline - time.monotonic()))
-            if got is None:
-                continue  # it failed: out of the window already
-            reason = admit(name, got[1])
-            if reason:
-                group.fail(name, WindowError(name, reason))
-            else:
-                control.send("time")
-        if waiting and not answered:
-            first, began = group.active.get(waiting[0]), time.monotonic()
-            if first is not None:
-                first.wait_report(0.02)
-            for other, control in group.active.items():  # ready and waiting: not their time
-                if other not in waiting and control.pending():
-                    control.extend(time.monotonic() - began)
-    for name in waiting:  # still silent at the deadline
-        if name in group.active:
-            group.fail(name, WindowError(name, "no answers before the deadline"))
-
-
-def _wait_crediting(group: _Group, name: str, ready: dict, deadline: float) -> None:
-    """Wait for ``name``'s next report (or its end, or ``deadline``), crediting the time to
-    every other participant that is waiting too: those in ``ready`` (already answered) and
-    those whose report is in and not yet taken (they answered before their turn came). Waiting
-    for a slower member (a long import, a hang until its own limit) is not their own time: on
-    an H100 a member first in the order hung at import for 60 s and the three behind it, ready
-    and waiting, were killed with it."""
-    control = group.active.get(name)
-    while control is not None and time.monotonic() < deadline:
-        began = time.monotonic()
-        if control.wait_report(min(0.5, max(0.0, deadline - began))) or control.ended:
-            return
-        for other, waiting in list(group.active.items()):
-            if other != name and (other in ready or waiting.pending()):
-                waiting.extend(time.monotonic() - began)
-
-
-class _Group:
-    """The participants still in a window; a ``droppable`` one that fails leaves it alone."""
-
-    def __init__(self, participants: dict[str, Control], droppable: tuple[str, ...],
-                 result: dict):
-        self.active = dict(participants)
-        self.controls = dict(participants)
-        self.droppable = droppable
-        self.dropped = result["dropped"]
-        self.alone = False  # while timing: only the member asked runs, the others stopped
-
-    def fail(self, name: str, exc: WindowError) -> None:
-        if name not in self.droppable:
-            raise exc
-        self.dropped[name] = str(exc).split(": ", 1)[-1]
-        control = self.active.pop(name)
-        control.resume()  # it ends on its own time, outside the window
-        control.send("stop")
-
-    def only(self, name: str) -> None:
-        """While the window times (``alone``), ``name`` runs and every other member's process
-        group is stopped: a member cannot work in another's turn (a spinning thread, a
-        runtime's idle spin) to slow it."""
-        if not self.alone:
-            return
-        for other, control in self.active.items():
-            if other != name:
-                control.pause()
-        if name in self.active:
-            self.active[name].resume()
-
-    def rest(self, name: str) -> None:
-        """``name``'s turn is over: stopped at once (while timing), not when the next turn
-        comes, so nothing of it runs while the parent takes its answer (a spinning thread
-        there starved the parent, and through it every turn, on a loaded host)."""
-        if self.alone and name in self.active:
-            self.active[name].pause()
-
-    def everyone(self) -> None:
-        """Every member runs again (the window's timed part is over, or all work at once)."""
-        for control in self.controls.values():
-            control.resume()
-
-    def ask(self, name: str, command: str | None, key: str, timeout: float,
-            whole: bool = False, send_only: bool = False):
-        """Send ``command`` (if any), wait for ``key``: ``(at, value)`` (with ``whole``, the
-        whole report as value), None once dropped. With ``send_only``: True once sent (the
-        answer is taken by a later ``ask``)."""
-        if name not in self.active:
-            return None
-        control = self.active[name]
-        try:
-            if command is not None:
-                self.only(name)
-                control.send(command)
-            if send_only:
-                return True
-            got = _answer(name, control, key, timeout, whole)
-            if command is not None:
-                self.rest(name)
-            return got
-        except WindowError as exc:
-            self.fail(name, exc)
-            return None
-
-    def await_dropped(self, deadline: float) -> None:
-        """Wait (until ``deadline``) for the participants that left the window to end, their
-        wait credited to the ones still in it."""
-        for name in list(self.dropped):
-            control = self.controls[name]
-            while not control.ended and time.monotonic() < deadline:
-                began = time.monotonic()
-                control.wait_report(0.25)
-                for other in self.active.values():
-                    other.extend(time.monotonic() - began)
-
-    def credit_others(self, name: str, since: float) -> None:
-        """The time since ``since``, spent on ``name``'s turn alone (its warm-up, its clock
-        or unseen check), is not the other members' own: their time limits move on."""
-        for other, control in self.active.items():
-            if other != name:
-                control.extend(time.monotonic() - since)
-
-    @contextlib.contextmanager
-    def turn(self, name: str):
-        """``name``'s turn alone: its duration is credited to the others (``credit_others``)."""
-        began = time.monotonic()
-        self.only(name)
-        try:
-            yield
-        finally:
-            self.rest(name)
-            self.credit_others(name, began)
-
-    def gone(self) -> bool:
-        """Every droppable participant dropped out: nothing is left to time."""
-        return bool(self.droppable) and not any(n in self.active for n in self.droppable)
-
-
-@contextlib.contextmanager
-def _crediting(group: _Group, tick_s: float = 0.25):
-    """While the window waits, its members' time limits move on with it, a tick at a time:
-    credited only once the wait ended, a long wait (another group's window) killed them first
-    (on an H100, 8-member groups timed out after 55 s waiting for the exclusive lock)."""
-    done = threading.Event()
-
-    def tick() -> None:
-        last = time.monotonic()
-        while True:
-            stop = done.wait(tick_s)
-            now = time.monotonic()
-            for control in list(group.active.values()):
-                control.extend(now - last)
-            last = now
-            if stop:
-                return
-
-    ticker = threading.Thread(target=tick, daemon=True, name="window-credit")
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-
-
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
                exclusive: list, stepper: StepAside) -> None:
     """After the timed rounds, before the members are told to stop: the GPU is let go and
@@ -544,7 +252,14 @@ def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding
     the checks of the one before (grades of KernelBench-sized answers: a window of 1.3 s, then
     1.7 s of the previous member's checks, then the next window). The members are idle until
     ``stop``, which is sent only once the shared hold is back: none of their GPU work runs in
-    another window. The wait is credited to their time limits."""
+    another window. The wait is credited to their time limits. A member that left during the
+    rounds was told to stop then and may be at work: the hold turns shared with no gap, as
+    when a window fails."""
+    if any(not group.controls[name].ended for name in group.dropped):
+        exclusive[0].downgrade()
+        stepper.hold(exclusive[0])
+        exclusive[0] = None
+        return
     held.close()
     exclusive[0] = None
     holding[0] = False

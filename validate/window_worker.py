@@ -21,15 +21,16 @@ def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> boo
     return answer == "go"
 
 
-def step_aside_point(receive: Callable[[], str], report: Callable[[dict], None]) -> None:
+def step_aside_point(receive: Callable[[], str], report: Callable[[dict], None]) -> bool:
     """A point in a worker's GPU work where all of it so far has finished on the device (the
     caller synchronised): the parent may keep the worker here while another grade's window
-    times (``step_aside.StepAside``), then says ``go``. Raises when told anything else (the
-    window was called off)."""
+    times (``step_aside.StepAside``), then says ``go`` (True). False: it said ``stop`` (the
+    window was called off, or the worker left it): check, do not time, as ``await_gpu``."""
     report({"between": 1})
     answer = receive().strip()
-    if answer != "go":
-        raise RuntimeError(f"told {answer or 'nothing'!r} at a point of stepping aside")
+    if answer not in ("go", "stop", ""):
+        raise ValueError(f"expected go or stop at a point of stepping aside, got {answer!r}")
+    return answer == "go"
 
 
 def serve_window(timer: Timer, receive: Callable[[], str],

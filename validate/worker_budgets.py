@@ -38,7 +38,7 @@ def _lock_path(slot: dict) -> str | None:
     """The GPU's timing lock, the one the grader's windows take (one per physical GPU)."""
     if slot.get("gpu") is None:
         return None
-    from .window import gpu_lock_path  # imports torch: only when validating on a GPU
+    from .gpus import gpu_lock_path
 
     env = slot.get("env") or {"CUDA_VISIBLE_DEVICES": str(slot["gpu"])}
     return gpu_lock_path(slot.get("device") or "cuda:0", env)

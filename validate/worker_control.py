@@ -41,9 +41,11 @@ class Control:
         # (in the window's protocol a worker reports with its GPU work done, then waits)
         self.idle = False
         # ``intercept(report)`` sees every report first, in the reader's thread; True: taken
-        # (not queued). ``gate``: a lock every ``send`` takes (``window.StepAside``)
+        # (not queued). ``gate``: a lock every ``send`` takes, and ``on_send(line)`` sees
+        # every command first (``step_aside.StepAside``)
         self.intercept = None
         self.gate = None
+        self.on_send = None
 
     def find_strays(self) -> list[int]:
         """The worker's processes that left its process group (a child that called ``setsid``:
@@ -133,6 +135,8 @@ class Control:
         data = (line.rstrip("\n") + "\n").encode()
         with self.gate or contextlib.nullcontext():
             self.idle = False
+            if self.on_send is not None:
+                self.on_send(line)
             try:
                 while data:
                     data = data[os.write(fd, data):]

@@ -174,7 +174,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     for spec in payload["trials"]:
         if trials and held is not None:
-            held.let_window_in()  # the trial before is done on the device (synced, copied)
+            sync(device)  # the trial before is done on the device (one that raised, too)
+            held.let_window_in()
         wanted = int(spec.get("state") or 0)
         if wanted != current:
             model.load_state_dict(states[wanted])
@@ -393,10 +394,13 @@ def _candidate_task(payload: dict) -> dict:
 
     def step_aside() -> None:
         """Between two calls, their work done on the device: another grade's waiting window
-        may go first (``validate.step_aside``); only where the parent runs this window."""
+        may go first (``validate.step_aside``); only where the parent runs this window. Told
+        to stop there, the worker checks and is not timed (as at ``await_gpu``)."""
+        nonlocal payload
         if payload.get("window") and payload.get("time", True):
             sync(device)
-            step_aside_point(receive, report)
+            if not step_aside_point(receive, report):
+                payload = {**payload, "time": False}
 
     mark_stage("profiler start")
     witness.start()

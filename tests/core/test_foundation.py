@@ -220,7 +220,7 @@ def test_every_way_of_naming_one_gpu_keys_the_same_timing_lock(monkeypatch, tmp_
     """A slot may now carry the parent's own CUDA_VISIBLE_DEVICES entry, which CUDA accepts
     as an index, a full UUID or a UUID's unique prefix: all three take the same lock file, so
     two runs naming the GPU differently still never time at once."""
-    from kernelmill.validate import window as W
+    from kernelmill.validate import gpus as W
 
     full = "GPU-8dc80d46-55c3-f013-8f3d-de6573368c61"
     monkeypatch.setattr(W, "_GPUS", {"0": (full, "NVIDIA H200"),

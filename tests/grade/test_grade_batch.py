@@ -175,7 +175,7 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (64 << 20)
     # validation's measured peak, where the record has one, comes first
     record = {"validation": {"memory": {"measured_bytes": 7 << 20}}}
-    assert grader.device_bytes("src", record) == 7 << 20
+    assert grader.device_bytes("src", record) == grader_module.PEAK_FACTOR * (7 << 20)
     # on a GPU the sizes are kept on disk per GPU model: a new grader process admits the
     # problem's first grade by them
     monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Fake GPU")

@@ -349,7 +349,7 @@ def test_a_gpus_memory_is_read_from_nvidia_smi_without_a_worker(tmp_path, monkey
     """The budget of GPU 1 (named by index in the slot's environment) from ``nvidia-smi``: no
     worker, which would import torch first, is started."""
     from kernelmill.validate import admission, harness
-    from kernelmill.validate import window as W
+    from kernelmill.validate import gpus as W
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text(FAKE_SMI)

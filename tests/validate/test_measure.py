@@ -13,9 +13,9 @@ import torch
 from kernelmill.validate import measure as M
 from kernelmill.validate import window_worker as W
 from kernelmill.validate.harness import Control, run_in_worker
+from kernelmill.validate.gpus import gpu_lock_path
 from kernelmill.validate.window import (
     WindowSettings,
-    gpu_lock_path,
     run_window,
     verdict_timing,
 )
@@ -672,7 +672,7 @@ def test_one_members_turn_alone_moves_the_other_members_time_limits():
     # member timed out at 60 s, 49 s of it in the window)
     import time
 
-    from kernelmill.validate.window import _Group
+    from kernelmill.validate.window_group import _Group
 
     class Control:
         def __init__(self):
@@ -887,43 +887,119 @@ def test_the_checks_after_a_window_run_under_the_gpu_lock_after_waiting_windows(
     assert got["to"] <= results["candidate"].value["began"], (got, results["candidate"].value)
 
 
+def _other_window(path: str, got: dict, hold_s: float = 0.3,
+                  shared: bool = True) -> threading.Thread:
+    """Another grade's window on the lock at ``path``: it asks once a window's group holds the
+    GPU (shared, else exclusively) and records when it held it alone."""
+    import fcntl
+
+    def run():
+        deadline = time.monotonic() + 60
+        held = fcntl.LOCK_EX if shared else fcntl.LOCK_SH  # what a holder keeps one from
+        while time.monotonic() < deadline:
+            if os.path.exists(path + ".main") and not _try_lock(path + ".main", held):
+                break
+            time.sleep(0.005)
+        time.sleep(0.05)
+        with M.GpuLock(path).exclusive():
+            got["from"] = time.time()
+            time.sleep(hold_s)
+            got["to"] = time.time()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+# A member's checks: ``first`` s of work, a point of stepping aside (when it was reached and
+# left: ``marks``), then ``then`` s of work
+POINT = ("marks = [time.time()]; busy_until = time.time() + {first}\n"
+         "    while time.time() < busy_until: pass\n"
+         "    marks.append(time.time()); went = W.step_aside_point(receive, report)\n"
+         "    marks.append(time.time()); busy_until = time.time() + {then}\n"
+         "    while time.time() < busy_until: pass")
+MARKS = "record['marks'] = marks; record['went'] = went"
+
+
 def test_a_window_waiting_goes_in_at_a_members_point_of_stepping_aside(tmp_path):
     # A member of a window checks (0.6 s of work in two pieces, a point of stepping aside
     # between them) while the parent holds the GPU shared for the group. Another window that
     # asks meanwhile goes in at that point, whole, not after all of the member's checks; the
-    # member runs nothing while it times.
-    import fcntl
-
-    path = str(tmp_path / "gpu.lock")
-    got = {}
-
-    def other_window():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # asks while the group holds the GPU shared
-            if os.path.exists(path + ".main") and not _try_lock(path + ".main", fcntl.LOCK_EX):
-                break
-            time.sleep(0.01)
-        time.sleep(0.05)
-        with M.GpuLock(path).exclusive():
-            got["from"] = time.time()
-            time.sleep(0.3)
-            got["to"] = time.time()
-
-    other = threading.Thread(target=other_window)
-    other.start()
-    early = ("marks = [time.time()]; busy_until = time.time() + 0.3\n"
-             "    while time.time() < busy_until: pass\n"
-             "    marks.append(time.time()); W.step_aside_point(receive, report)\n"
-             "    marks.append(time.time()); busy_until = time.time() + 0.3\n"
-             "    while time.time() < busy_until: pass")
-    after = "record['marks'] = marks"
+    # member runs nothing while it times, and its time limit moves on by its wait.
+    path, got, controls = str(tmp_path / "gpu.lock"), {}, {}
+    other = _other_window(path, got)
     window, results = _window({"reference": 1.0, "candidate": 1.0}, lock=path, cap_ms=200,
-                              early={"candidate": early}, after={"candidate": after})
+                              early={"candidate": POINT.format(first=0.3, then=0.3)},
+                              after={"candidate": MARKS}, controls=controls)
     other.join(10)
     assert window["error"] is None and all(r.ok for r in results.values()), results
     first_piece_end, kept_until = results["candidate"].value["marks"][1:3]
     assert first_piece_end <= got["from"] and got["to"] <= kept_until, (got, kept_until)
-    assert window["stepped_aside"]["times"] == 1
+    assert window["stepped_aside"]["times"] == 1 and results["candidate"].value["went"]
+    assert controls["candidate"].waited_s >= 0.25  # the other window's 0.3 s
+
+
+def test_a_member_kept_for_a_busy_mate_is_credited_and_waits_a_bounded_time(tmp_path):
+    # The mate works 1.5 s with no point; the member reaches one at 0.2 s while another
+    # window waits. It is kept at most PATIENCE_S, that wait credited to its time limit, then
+    # goes on (the other window waits for the group, as without points); it is the last to be
+    # ready, so nothing else credits it.
+    from kernelmill.validate import step_aside
+
+    path, got, controls = str(tmp_path / "gpu.lock"), {}, {}
+    other = _other_window(path, got)
+    window, results = _window({"reference": 1.0, "candidate": 1.0, "mate": 1.0}, lock=path,
+                              cap_ms=200, droppable=("candidate", "mate"),
+                              early={"candidate": POINT.format(first=0.2, then=2.0),
+                                     "mate": "time.sleep(1.5)"},
+                              after={"candidate": MARKS}, controls=controls)
+    other.join(10)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    reached, left = results["candidate"].value["marks"][1:3]
+    kept = left - reached
+    assert step_aside.PATIENCE_S * 0.8 <= kept <= step_aside.PATIENCE_S + 1.0, kept
+    assert controls["candidate"].waited_s >= kept * 0.8, (controls["candidate"].waited_s, kept)
+    assert window["stepped_aside"]["times"] == 0
+
+
+def test_a_member_told_to_stop_at_a_point_is_not_timed_and_does_not_fail():
+    from kernelmill.validate.window_worker import step_aside_point
+
+    sent = []
+    assert step_aside_point(lambda: "go\n", sent.append) is True
+    assert step_aside_point(lambda: "stop\n", sent.append) is False
+    assert sent == [{"between": 1}, {"between": 1}]
+    with pytest.raises(ValueError):
+        step_aside_point(lambda: "round 3\n", sent.append)
+
+
+def test_a_member_that_left_during_the_rounds_keeps_the_gpu_shared_with_no_gap(tmp_path):
+    # Dropped while timed (its answer came too late), a member is told to stop and goes on to
+    # its checks after the window on its own: the hold turns shared with no gap (as when a
+    # window fails), and none of that work runs inside the window waiting behind this one.
+    path, got = str(tmp_path / "gpu.lock"), {}
+    other = _other_window(path, got, hold_s=0.5, shared=False)
+    late = ("import kernelmill.validate.window_worker as WW\n"
+            "    calls = [0]\n"
+            "    def slow(timer, receive, report, *a, **k):\n"
+            "        def answer(value):\n"
+            "            calls[0] += 1\n"
+            "            if calls[0] == 3:\n"
+            "                time.sleep(1.5)\n"
+            "            report(value)\n"
+            "        return serve(timer, receive, answer, *a, **k)\n"
+            "    serve, W.serve_window = W.serve_window, slow")
+    after = ("record['work'] = [time.time()]; busy_until = time.time() + 2.0\n"
+             "    while time.time() < busy_until: pass\n"
+             "    record['work'].append(time.time())")
+    window, results = _window({"reference": 1.0, "candidate": 1.0, "late": 1.0}, lock=path,
+                              cap_ms=1500, ci_target_pct=0.0, max_reps=10**6,
+                              report_timeout_s=0.5, droppable=("candidate", "late"),
+                              early={"late": late}, after={"late": after})
+    other.join(20)
+    assert "late" in window["dropped"], window["dropped"]
+    began, ended = results["late"].value["work"]
+    assert got["to"] <= began or got["from"] >= ended, (got, began, ended)
 
 
 def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_path):

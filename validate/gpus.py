@@ -1,0 +1,103 @@
+"""Which physical GPU a device names, without a CUDA context: ``nvidia-smi``'s table (index,
+UUID, model name), the GPU's free memory, and the path of the timing lock of each physical GPU
+(``gpu_lock_path``: one per UUID in a per-user runtime folder, so every grader and validator of
+this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with).
+
+Imports only the standard library.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+_GPUS: dict[str, tuple[str, str]] = {}  # nvidia-smi index -> (uuid, name)
+
+
+def _gpu_table() -> dict[str, tuple[str, str]]:
+    if not _GPUS:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        for line in out.splitlines():
+            index, uuid, name = ([p.strip() for p in line.split(",", 2)] + ["", ""])[:3]
+            if uuid:
+                _GPUS[index] = (uuid, name)
+        _GPUS.setdefault("", ("", ""))  # looked once
+    return _GPUS
+
+
+def _gpu_uuid(physical: str) -> str | None:
+    """The full UUID of the GPU an index or a UUID names. CUDA takes a UUID's unique prefix
+    too: it is completed from ``nvidia-smi``'s table, so every way of naming one GPU keys
+    the same lock file."""
+    if physical.startswith(("GPU-", "MIG-")):
+        full = [uuid for uuid, _name in _gpu_table().values() if uuid.startswith(physical)]
+        return full[0] if len(full) == 1 else physical
+    return _gpu_table().get(physical, ("", ""))[0] or None
+
+
+def _physical(device: str, env: dict | None) -> str:
+    index = int(device.split(":")[1]) if ":" in device else 0
+    visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    entries = [e.strip() for e in visible.split(",")] if visible else []
+    return entries[index] if index < len(entries) else str(index)
+
+
+def gpu_memory(device: str, env: dict | None = None) -> tuple[int, int] | None:
+    """(free, total) bytes of the whole GPU behind ``device`` as a worker with ``env`` sees it,
+    from ``nvidia-smi`` (no CUDA context, no torch: a tenth of a second where a worker that
+    imports torch took 10-12 s while a grading run started); None on CPU, for a MIG instance
+    or without ``nvidia-smi``."""
+    if not device.startswith("cuda"):
+        return None
+    physical = _physical(device, env)
+    uuid = _gpu_uuid(physical)
+    if not uuid or uuid.startswith("MIG-"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=memory.free,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30).stdout
+        free, total = (int(v) * 2**20 for v in out.strip().split(","))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return (free, total) if 0 <= free <= total and total > 0 else None
+
+
+def gpu_name(device: str, env: dict | None = None) -> str | None:
+    """The model name of the GPU behind ``device`` as a worker with ``env`` sees it (without
+    initialising CUDA here); None on CPU or without ``nvidia-smi``."""
+    if not device.startswith("cuda"):
+        return None
+    physical = _physical(device, env)  # an index, or a UUID from CUDA_VISIBLE_DEVICES
+    uuid_named = _gpu_uuid(physical)
+    for index, (uuid, name) in _gpu_table().items():
+        if (physical == index or (uuid and uuid == uuid_named)) and name:
+            return name
+    return None
+
+
+def runtime_folder() -> str:
+    """A per-user folder for lock files (``$XDG_RUNTIME_DIR/kernelmill`` or ``/tmp``)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    folder = os.path.join(base, "kernelmill") if base and os.path.isdir(base) else \
+        os.path.join("/tmp", f"kernelmill-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
+    """The lock path of the physical GPU behind ``device`` ("cuda", "cuda:1") as a worker with
+    ``env`` sees it; None on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    physical = _physical(device, env)
+    key = _gpu_uuid(physical) or f"gpu{physical}"
+    path = os.path.join(runtime_folder(), key)
+    for suffix in (".turn", ".main", ".windows"):  # exist before a confined worker opens them
+        if not os.path.exists(path + suffix):
+            open(path + suffix, "a").close()
+    return path
