@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Slot = dict[str, Any]
@@ -57,11 +58,53 @@ def device_slots(device: str, workers: int | None = None) -> list[Slot]:
 
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity (a container's cpuset, `taskset`),
-    not the host's count, so slots follow the share a job was given."""
+    not the host's count, and no more than its cgroup's CPU quota allows (a container given
+    ``--cpus 4`` on a 64-core host), so slots follow the share a job was given."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cores = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no affinity on this platform
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return max(1, min(cores, quota)) if quota else cores
+
+
+def cgroup_cpus(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> int | None:
+    """The CPUs this process's cgroup quota allows (rounded up), None without a quota: cgroup
+    v2's ``cpu.max`` (``"QUOTA PERIOD"`` or ``"max PERIOD"``), else v1's ``cpu.cfs_quota_us``
+    over ``cpu.cfs_period_us`` (-1: none), in the process's own cgroup, else at the root."""
+    own_v2, own_v1 = "", ""
+    try:
+        for line in Path(membership).read_text().splitlines():
+            _id, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+            if _id == "0" and controllers == "":
+                own_v2 = path
+            elif "cpu" in controllers.split(","):
+                own_v1 = path
+    except OSError:
+        pass
+    for folder in dict.fromkeys((Path(root + own_v2), Path(root))):
+        try:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        return _cpus(quota, period)
+    for base in (Path(root) / "cpu", Path(root) / "cpu,cpuacct"):
+        for folder in dict.fromkeys((Path(str(base) + own_v1), base)):
+            try:
+                quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+                period = (folder / "cpu.cfs_period_us").read_text().strip()
+            except OSError:
+                continue
+            return _cpus(quota, period)
+    return None
+
+
+def _cpus(quota: str, period: str) -> int | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max": no quota
+        return None
+    return -(-q // p) if q > 0 and p > 0 else None
 
 
 # -- peak rates ---------------------------------------------------------------------------------
