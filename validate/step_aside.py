@@ -94,14 +94,10 @@ class StepAside:
     def _sent(self, name: str, line: str) -> None:
         """A command to ``name`` (under the gate): one to a kept member answers its point
         (``stop`` from the window: it checks and is not timed), so it is kept no longer."""
+        self._credit()
         with self._book:
-            if name in self._kept:
-                now = time.monotonic()
-                control = self._group.controls.get(name)
-                if control is not None:
-                    control.extend(now - self._kept[name])
-                del self._kept[name]
-                self._kept_since.pop(name, None)
+            self._kept.pop(name, None)
+            self._kept_since.pop(name, None)
 
     def _poll(self) -> None:
         while not self._done.wait(POLL_S):

@@ -74,22 +74,13 @@ def reference_task(payload: dict) -> dict:
     if "runs" in payload:  # several fresh references (a group's members), one CUDA context
         runs = []
         for run in payload["runs"]:
-            spec = {**payload, **run}
-            built = _build_model(ns, spec)
-            with M.GpuLock(payload.get("lock")).shared() as held:
-                result = _reference_trials(ns, device, spec, built, held)
+            result = _reference_trials(ns, device, {**payload, **run})
             del result["_model"]
             runs.append(result)
         peak = _device_peak(device)
         mark_stage("reference send")  # what follows is the results' encoding and sending
         return {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
-    # GPU work that is not timed holds the GPU's lock shared: no other grade's timing window
-    # runs meanwhile (reference forwards can be the heaviest work on the device). The model is
-    # built on the host before (host work: a window need not wait for it), and a window that
-    # asks meanwhile goes between two trials (``let_window_in``), not after all of them.
-    built = _build_model(ns, payload)
-    with M.GpuLock(payload.get("lock")).shared() as held:
-        result = _reference_trials(ns, device, payload, built, held)
+    result = _reference_trials(ns, device, payload)
     result["device_peak_bytes"] = _device_peak(device)
     if payload.get("time", True) and payload.get("inductor"):
         _inductor_timing(device, payload, result)
@@ -114,7 +105,18 @@ def _build_model(ns: dict, payload: dict) -> tuple[list, Any]:
     return init_inputs, ns["Model"](*init_inputs)
 
 
-def _reference_trials(ns: dict, device: str, payload: dict, built: tuple, held=None) -> dict:
+def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
+    """One fresh reference run. GPU work that is not timed holds the GPU's lock shared: no
+    other grade's timing window runs meanwhile (reference forwards can be the heaviest work on
+    the device). The model is built on the host before (host work: a window need not wait for
+    it), and a window that asks meanwhile goes between two trials (``let_window_in``), not
+    after all of them."""
+    built = _build_model(ns, payload)
+    with M.GpuLock(payload.get("lock")).shared() as held:
+        return _trials_on_device(ns, device, payload, built, held)
+
+
+def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) -> dict:
     init_inputs, model = built
     model = model.to(device)
     constructor = {k: to_cpu(v) for k, v in model.state_dict().items()}
