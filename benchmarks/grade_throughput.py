@@ -197,6 +197,7 @@ def summarize(out: Path) -> dict:
     counts: Counter = Counter()
     reference_s, candidate_s, warm = [], [], 0
     waits: dict[str, list[float]] = {"shared_wait_ms": [], "exclusive_wait_ms": [],
+                                     "exclusive_queue_ms": [], "exclusive_drain_ms": [],
                                      "window_ms": []}
     stages: dict[str, list[float]] = {}
     ref_stages: dict[str, list[float]] = {}
@@ -424,14 +425,17 @@ def main() -> int:
         if r.get("first_verdict_s") is not None:
             print(f"{phase}: first verdict after {r['first_verdict_s']} s (the grading "
                   f"process's start-up); {r['per_minute_after_first']} per minute after it")
-    print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} {'window ms':>10} "
-          f"{'GPU held alone':>15}")
+    print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} "
+          f"{'queued / drain ms':>18} {'window ms':>10} {'GPU held alone':>15}")
     for phase, r in results.items():
         held = r["window_s_total"] / r["seconds"] * 100 if r["seconds"] else 0
-        cell = lambda key: "-" if r[key] is None else r[key]  # noqa: E731
+        cell = lambda key: "-" if r.get(key) is None else r[key]  # noqa: E731
+        parts = f"{cell('median_exclusive_queue_ms')} / {cell('median_exclusive_drain_ms')}"
         print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
-              f"{cell('median_exclusive_wait_ms'):>18} {cell('median_window_ms'):>10} "
-              f"{held:>14.0f}%")
+              f"{cell('median_exclusive_wait_ms'):>18} {parts:>18} "
+              f"{cell('median_window_ms'):>10} {held:>14.0f}%")
+    print("queued / drain: a window's wait behind the windows before it, then for the shared "
+          "holders to step aside or end")
     from kernelmill.core.devices import usable_cores
 
     cores = usable_cores()

@@ -489,7 +489,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                         own_kernels=static.declared_kernels(source))
         if window:  # where the GPU's lock made this grade wait, and how long it held it alone
             verdict["profile"] = {k: window.get(k) for k in
-                                  ("shared_wait_ms", "exclusive_wait_ms", "window_ms",
+                                  ("shared_wait_ms", "exclusive_wait_ms",
+                                   "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its

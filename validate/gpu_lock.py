@@ -55,7 +55,9 @@ class GpuLock:
                 fcntl.flock(windows, fcntl.LOCK_SH)  # in the queue of windows from now
             elif windows is not None:
                 _behind_windows(windows)
+            asked = time.monotonic()
             fcntl.flock(turn, fcntl.LOCK_EX)
+            turned = time.monotonic()
             try:
                 fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             finally:
@@ -63,6 +65,9 @@ class GpuLock:
                     fcntl.flock(turn, fcntl.LOCK_UN)
             held = _Held(turn if exclusive else None, main, queue=turn,
                          windows=windows if exclusive else None, waits_for=windows)
+            # a window's wait in two parts: behind the windows before it (``queued_s``), then
+            # for the shared holders to step aside or end (``drained_s``)
+            held.queued_s, held.drained_s = turned - asked, time.monotonic() - turned
             try:
                 yield held
             finally:
@@ -115,6 +120,7 @@ class _Held:
 
     def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
+        self.queued_s = self.drained_s = 0.0
         self._queue = queue  # the ``turn`` file, held or not
         self._windows = windows  # the queue of windows, while this window is in it
         self._waits_for = waits_for  # that file, held or not

@@ -277,6 +277,8 @@ def _exclusive(group: _Group, lock: GpuLock, result: dict):
         with _crediting(group):  # another window may hold the GPU for long: not their time
             handle = stack.enter_context(lock.exclusive())
         result["exclusive_wait_ms"] = round((time.monotonic() - asked) * 1e3, 1)
+        result["exclusive_queue_ms"] = round(handle.queued_s * 1e3, 1)
+        result["exclusive_drain_ms"] = round(handle.drained_s * 1e3, 1)
         yield handle
 
 

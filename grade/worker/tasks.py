@@ -175,8 +175,10 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     work: dict = {}
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     for spec in payload["trials"]:
-        if trials and held is not None:
-            sync(device)  # the trial before is done on the device (one that raised, too)
+        if held is not None:
+            # the work before (the trial before, one that raised too; the model moved to the
+            # device and its states drawn) is done on the device
+            sync(device)
             held.let_window_in()
         wanted = int(spec.get("state") or 0)
         if wanted != current:
@@ -325,10 +327,25 @@ def _candidate_task(payload: dict) -> dict:
     _few_host_threads(device)
     if payload.get("window") and not await_gpu(receive, report):
         payload = {**payload, "time": False}  # the window was called off: check, do not time
+
+    def step_aside() -> None:
+        """A point where this worker's GPU work so far is done on the device (between two
+        calls, or two stages of its start): another grade's waiting window may go first
+        (``validate.step_aside``); only where the parent runs this window. Told to stop
+        there, the worker checks and is not timed (as at ``await_gpu``). A window waits for
+        the stretch a holder is in, so no stretch is long: the start (CUDA context, the
+        import, the model built and moved) has points too."""
+        nonlocal payload
+        if payload.get("window") and payload.get("time", True):
+            sync(device)
+            if not step_aside_point(receive, report):
+                payload = {**payload, "time": False}
+
     mark_stage("setup")
     if device.startswith("cuda"):
         torch.cuda.init()
     _baseline(device)
+    step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
@@ -393,17 +410,7 @@ def _candidate_task(payload: dict) -> dict:
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     facts["modes_after_import"] = active_modes()
-
-    def step_aside() -> None:
-        """Between two calls, their work done on the device: another grade's waiting window
-        may go first (``validate.step_aside``); only where the parent runs this window. Told
-        to stop there, the worker checks and is not timed (as at ``await_gpu``)."""
-        nonlocal payload
-        if payload.get("window") and payload.get("time", True):
-            sync(device)
-            if not step_aside_point(receive, report):
-                payload = {**payload, "time": False}
-
+    step_aside()
     mark_stage("profiler start")
     witness.start()
     mark_stage("forward")
@@ -421,6 +428,7 @@ def _candidate_task(payload: dict) -> dict:
     mark_stage("forward repeat")
     facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
+    step_aside()
 
     if payload.get("time", True) and payload.get("window") and payload.get("early_check"):
         # the parent compares a sample of the answers before the window: a wrong one is not
@@ -461,6 +469,7 @@ def _candidate_task(payload: dict) -> dict:
         if timer.graph is not None and check is not None:
             # The graph, not Python, is what was timed: refill its inputs with another
             # trial's, replay it, and let the parent compare.
+            step_aside()
             mark_stage("graph check")
             run.load_trial(trials[check])
             out = timer.replay()

@@ -277,6 +277,31 @@ def test_a_queue_file_that_cannot_be_opened_leaves_the_lock_without_a_queue(tmp_
         held.downgrade()
 
 
+def test_a_windows_wait_is_split_into_the_queue_before_it_and_the_drain_of_shared_work(
+        tmp_path):
+    """``queued_s``: behind the windows before it; ``drained_s``: for shared holders to go."""
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    waits = {}
+
+    def window(name):
+        with lock.exclusive() as held:
+            waits[name] = (held.queued_s, held.drained_s)
+            time.sleep(0.3 if name == "first" else 0)
+
+    with lock.shared():
+        first = threading.Thread(target=window, args=("first",))
+        first.start()
+        time.sleep(0.4)  # the first window waits for this shared hold
+    first.join(5)
+    assert waits["first"][1] >= 0.3 and waits["first"][0] < 0.1
+    with lock.exclusive():
+        second = threading.Thread(target=window, args=("second",))
+        second.start()
+        time.sleep(0.4)  # the second waits behind this window, not for shared work
+    second.join(5)
+    assert waits["second"][0] >= 0.3 and waits["second"][1] < 0.1
+
+
 def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path):
     lock = M.GpuLock(str(tmp_path / "gpu"))
     order = []

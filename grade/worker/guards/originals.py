@@ -29,6 +29,7 @@ _Tensor = torch.Tensor
 _tensor_to = torch.Tensor.to
 _tensor_detach = torch.Tensor.detach
 _tensor_copy = torch.Tensor.copy_
+_tensor_clone = torch.Tensor.clone
 _tensor_storage = torch.Tensor.untyped_storage
 _generator_seed = torch._C.Generator.manual_seed
 _cpu_generator = torch.default_generator
