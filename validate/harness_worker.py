@@ -29,7 +29,13 @@ import sys
 import traceback
 import types
 
-from .tensor_slots import SlotError, TensorSlot, restore_slots, slot_tensors  # noqa: F401
+from .tensor_slots import (  # noqa: F401
+    ResultsFile,
+    SlotError,
+    TensorSlot,
+    restore_slots,
+    slot_tensors,
+)
 
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
 # Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
@@ -318,12 +324,25 @@ def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.P
     results file first (``tensor_slots.slot_tensors``): the frame carries their slots."""
     import torch
 
-    value = _slot(value, results_fd)
+    value = _slot(value, results_fd, start=_results.end)
 
     pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
     buffer = io.BytesIO()
     torch.save(value, buffer, pickle_module=_type("ResultPickle", (), {"Pickler": pickler}))
     return buffer.getbuffer()  # a view: no copy of what may be gigabytes
+
+
+# The run's results file, for a trusted task to write tensors into as it makes them
+# (``result_slot``); ``_encode_result`` puts the rest after them.
+_results = ResultsFile(None)
+
+
+def result_slot(tensor, look=None):
+    """``tensor`` written into the run's results file now, as the ``TensorSlot`` the result
+    carries in its place (the parent gets the tensor); None where it is not (no file, a small
+    tensor): the task keeps a host copy instead. For tasks that run no submission's code (a
+    reference run): a candidate's results are written only once its code has finished."""
+    return _results.put(tensor, look)
 
 
 def _hide_fd(fd: int) -> int:
@@ -439,6 +458,7 @@ def main(argv: list[str]) -> None:
     if "tensors" in extra:
         job["payload"] = attach_tensors(job["payload"], extra["tensors"])
     results_fd = _hide_fd(extra["results"]) if "results" in extra else None
+    _results.fd = results_fd
     if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key

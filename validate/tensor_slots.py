@@ -63,13 +63,14 @@ def restore_slots(value, data, base: int = 0):
     return restore(value)
 
 
-def slotted(value, takes) -> tuple:
+def slotted(value, takes, start: int = 0) -> tuple:
     """``value`` with each tensor that ``takes`` returns a tensor for (the tensor to store)
-    replaced by a ``TensorSlot`` at a 64-byte-aligned offset (one object, one slot: the other
-    side gets one tensor too); also the (offset, tensor) chunks and their end."""
+    replaced by a ``TensorSlot`` at a 64-byte-aligned offset from ``start`` on (one object,
+    one slot: the other side gets one tensor too); also the (offset, tensor) chunks and their
+    end."""
     chunks: list[tuple[int, object]] = []
     slots: dict[int, TensorSlot] = {}
-    end = 0
+    end = start
 
     def walk(item):
         nonlocal end
@@ -92,12 +93,13 @@ def slotted(value, takes) -> tuple:
     return walk(value), chunks, end
 
 
-def slot_tensors(value, fd: int | None, _type=type):
+def slot_tensors(value, fd: int | None, _type=type, start: int = 0):
     """Worker side: ``value`` with each large CPU tensor that alone owns its whole storage
     (no view, no second tensor over it: what shares a storage keeps sharing it through
-    ``torch.save``) copied into the results file ``fd`` and replaced by a ``TensorSlot``;
-    ``value`` as it is without a file or such a tensor. Raises ``SlotError`` where the
-    tensors would pass the worker's file-size limit."""
+    ``torch.save``) copied into the results file ``fd`` after its first ``start`` bytes (what
+    ``ResultsFile.put`` wrote there) and replaced by a ``TensorSlot``; ``value`` as it is
+    without a file or such a tensor. Raises ``SlotError`` where the tensors would pass the
+    worker's file-size limit."""
     torch = sys.modules.get("torch")
     if fd is None or torch is None:
         return value
@@ -122,20 +124,60 @@ def slot_tensors(value, fd: int | None, _type=type):
         return nbytes >= SLOT_BYTES and item.storage_offset() == 0 and \
             storage.nbytes() == nbytes and owners.get(storage.data_ptr()) == 1
 
-    moved, chunks, end = slotted(value, lambda item: item if takes(item) else None)
+    moved, chunks, end = slotted(value, lambda item: item if takes(item) else None, start)
     if not chunks:
         return value
+    _within_file_limit(end)
+    try:
+        write_chunks(fd, chunks, end, torch)
+    except OSError:  # a file this worker may not write (a confinement): the frame carries all
+        return value
+    return moved
+
+
+def _within_file_limit(end: int) -> None:
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit != resource.RLIM_INFINITY and end > limit:
         raise SlotError(f"the run's result tensors are {end / 2**30:.1f} GiB, over the "
                         f"{limit / 2**30:.0f} GiB a file of this run may be: its tensors (each "
                         "trial's inputs and outputs) are too large to grade at this size; "
                         "shrink the problem's sizes")
-    try:
-        write_chunks(fd, chunks, end, torch)
-    except OSError:  # a file this worker may not write (a confinement): the frame carries all
-        return value
-    return moved
+
+
+class ResultsFile:
+    """A worker's run results file from its task's side: ``put`` writes a tensor there as the
+    task makes it and gives its ``TensorSlot`` for the result, where the tensor would
+    otherwise be copied to the host and then into the file (``slot_tensors``): one copy
+    instead of two, and no page of the host copy faulted in. For trusted tasks (a reference
+    run): what is written here is written before the task's code has finished."""
+
+    def __init__(self, fd: int | None):
+        self.fd, self.end = fd, 0
+
+    def put(self, tensor, look=None):
+        """``tensor``'s bytes at the file's end, as a ``TensorSlot``; None where it does not
+        go there (no file, a small, sparse or autograd tensor), and the caller keeps a copy.
+        ``look(tensor)`` reads a device tensor's bytes on the host (default: a copy there; a
+        worker passes its pinned staging buffer's)."""
+        torch = sys.modules.get("torch")
+        if self.fd is None or torch is None or type(tensor) is not torch.Tensor or \
+                tensor.layout != torch.strided or tensor.requires_grad or \
+                tensor.is_quantized or tensor.is_conj() or tensor.is_neg() or \
+                tensor.numel() * tensor.element_size() < SLOT_BYTES:
+            return None
+        host = tensor.detach() if tensor.device.type == "cpu" else \
+            (look or (lambda t: t.detach().to("cpu")))(tensor)
+        if not host.is_contiguous():
+            host = host.contiguous()
+        nbytes = host.numel() * host.element_size()
+        offset = -(-self.end // 64) * 64
+        _within_file_limit(offset + nbytes)
+        with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
+            done = 0
+            while done < nbytes:
+                done += os.pwrite(self.fd, view[done:done + (1 << 30)], offset + done)
+        self.end = offset + nbytes
+        return TensorSlot((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
 
 
 def write_chunks(fd: int, chunks: list, end: int, torch) -> None:

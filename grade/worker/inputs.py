@@ -26,32 +26,35 @@ def to_cpu(value):
     return _tensor_to(_tensor_detach(value), "cpu", copy=True)
 
 
-STAGING_MAX_BYTES = 256 << 20  # the largest tensor copied through the pinned staging buffer
-
-
-class _Staging:
-    """One page-locked host buffer per worker that device tensors are copied into to be looked
-    at on the host (``look``): the GPU's copy engine writes it directly, where a copy to new
-    pageable memory is the driver's staged copy plus the CPU's page faults and memcpy (34% of
-    a candidate worker's CPU, sampled with py-spy at KernelBench sizes on an H200 host: its
+class Staging:
+    """One page-locked host buffer per worker that device tensors are copied into to be read on
+    the host (``look``): the GPU's copy engine writes it directly, where a copy to new pageable
+    memory is the driver's staged copy plus the CPU's page faults and memcpy (34% of a
+    candidate worker's CPU, sampled with py-spy at KernelBench sizes on an H200 host: its
     inputs copied after every call to be compared with those sent, and outputs that are the
-    same bits as one already shipped)."""
+    same bits as one already shipped). Defined here, in the package the candidate's run calls
+    private copies of (``guards.private``)."""
+
+    MAX_BYTES = 256 << 20  # the largest buffer
 
     def __init__(self) -> None:
         self.buffer = None
 
+    def reserve(self, nbytes: int) -> None:
+        """The buffer, for tensors of up to ``nbytes`` (at most ``MAX_BYTES``), allocated now:
+        the first page-locked allocation starts a driver thread, so a worker that watches
+        for new threads reserves it before its snapshot of them, once."""
+        if self.buffer is None and nbytes > 0 and torch.cuda.is_initialized():
+            self.buffer = _empty(min(nbytes, self.MAX_BYTES), dtype=torch.uint8,
+                                 pin_memory=True)
+
     def look(self, value):
         """A host tensor with ``value``'s bytes, valid until the next ``look``: a view of the
-        buffer for a contiguous CUDA tensor of at most ``STAGING_MAX_BYTES``, else its own
-        copy (``to_cpu``)."""
+        buffer for a contiguous CUDA tensor that fits it, else its own copy (``to_cpu``)."""
         nbytes = value.numel() * value.element_size()
-        if value.device.type != "cuda" or not nbytes or nbytes > STAGING_MAX_BYTES or \
-                not value.is_contiguous():
+        if self.buffer is None or value.device.type != "cuda" or not nbytes or \
+                nbytes > self.buffer.numel() or not value.is_contiguous():
             return to_cpu(value)
-        if self.buffer is None or self.buffer.numel() < nbytes:
-            size = 1 << max(24, (nbytes - 1).bit_length())  # grown in powers of two
-            self.buffer = None
-            self.buffer = _empty(size, dtype=torch.uint8, pin_memory=True)
         try:
             view = self.buffer[:nbytes].view(value.dtype).view(value.shape)
         except RuntimeError:  # a dtype bytes do not view as
@@ -67,7 +70,7 @@ class _Staging:
         return looked
 
 
-STAGING = _Staging()
+STAGING = Staging()
 
 
 # Input distributions beyond the problem's own draws (T-19): the table the validator measured

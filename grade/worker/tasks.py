@@ -23,6 +23,7 @@ from kernelmill.validate.harness_worker import (
     receive,
     report,
     require_trusted_senders,
+    result_slot,
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
@@ -41,7 +42,7 @@ from .guards.originals import (
 )
 from .guards.patches import _owned_by_us, patched_functions, snapshot_modules
 from .guards.private import _private_namespace
-from .inputs import draw_inputs, to_cpu, to_device, transform
+from .inputs import STAGING, draw_inputs, to_cpu, to_device, transform
 from .observers.counts import _observed
 from .observers.extensions import _BUILT, _install_extension_hooks
 from .observers.host_memory import _install_host_access_hooks
@@ -75,7 +76,7 @@ def reference_task(payload: dict) -> dict:
         runs = []
         for run in payload["runs"]:
             result = _reference_trials(ns, device, {**payload, **run})
-            del result["_model"]
+            _drop_worker_only(result)
             runs.append(result)
         peak = _device_peak(device)
         mark_stage("reference send")  # what follows is the results' encoding and sending
@@ -84,9 +85,28 @@ def reference_task(payload: dict) -> dict:
     result["device_peak_bytes"] = _device_peak(device)
     if payload.get("time", True) and payload.get("inductor"):
         _inductor_timing(device, payload, result)
-    del result["_model"]
+    _drop_worker_only(result)
     mark_stage("reference send")
     return result
+
+
+def _drop_worker_only(result: dict) -> None:
+    """What a reference run keeps for its own later work (the model, the first trial's inputs
+    as drawn, on the device), taken out of what it sends."""
+    del result["_model"]
+    for trial in result["trials"]:
+        trial.pop("_device_inputs", None)
+
+
+def _shipped(value):
+    """A tensor of a reference run's result: written into the run's results file as it is
+    made (``result_slot``: one copy, through the pinned staging buffer), else a host copy."""
+    if _type(value) is not _Tensor:
+        return value
+    # sized by the first large tensor (a reference worker watches no threads)
+    STAGING.reserve(max(4 * value.numel() * value.element_size(), 64 << 20))
+    slot = result_slot(value, STAGING.look)
+    return to_cpu(value) if slot is None else slot
 
 
 def _device_peak(device: str) -> int | None:
@@ -150,7 +170,8 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         _manual_seed(forward_seed(payload["init_seed"]))
         try:
             with torch.no_grad():
-                _structure, items = flatten_outputs(model(*to_device(first["inputs"], device)))
+                _structure, items = flatten_outputs(
+                    model(*to_device(first["_device_inputs"], device)))
             sync(device)
             first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
                                             for t in items]
@@ -185,7 +206,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             model.load_state_dict(states[wanted])
             current = wanted
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
-        kept = [to_cpu(v) if _type(v) is _Tensor else v for v in inputs]
+        kept = [_shipped(v) for v in inputs]
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -214,7 +235,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
-        outputs = [to_cpu(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
@@ -222,7 +243,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             natural_finite = natural_finite and finite
         usable = finite or natural or not natural_finite
         trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
-                       "inputs": kept,
+                       "inputs": kept, **({} if trials else {"_device_inputs": inputs}),
                        "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
@@ -235,7 +256,7 @@ def _inductor_timing(device: str, payload: dict, result: dict) -> None:
     from the candidate's window; Inductor's from this ratio)."""
     model = result["_model"]
     mark_stage("reference inductor")
-    inputs = to_device(result["trials"][0]["inputs"], device)
+    inputs = to_device(result["trials"][0]["_device_inputs"], device)
 
     def eager():
         with torch.no_grad():
@@ -321,6 +342,15 @@ def candidate_task(payload: dict) -> dict:
     return _private_namespace()[__name__]["_candidate_task"](payload)
 
 
+def _largest_tensor_bytes(payload: dict) -> int:
+    """The largest input of the candidate's trials, or output it may give (the reference's
+    largest: ``max_output_bytes`` is four times that and 1 MiB)."""
+    inputs = [v.numel() * v.element_size() for trial in payload.get("trials") or ()
+              for v in trial.get("inputs") or () if _type(v) is _Tensor]
+    outputs = (int(payload.get("max_output_bytes") or 0) - (1 << 20)) // 4
+    return max([outputs, *inputs])
+
+
 def _candidate_task(payload: dict) -> dict:
     device = payload["device"]
     source = payload["source"]
@@ -345,6 +375,7 @@ def _candidate_task(payload: dict) -> dict:
     if device.startswith("cuda"):
         torch.cuda.init()
     _baseline(device)
+    STAGING.reserve(_largest_tensor_bytes(payload))
     step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")

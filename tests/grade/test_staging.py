@@ -1,9 +1,11 @@
-"""The worker's pinned staging buffer (``grade.worker.inputs._Staging``): device tensors looked at
+"""The worker's pinned staging buffer (``grade.worker.inputs.Staging``): device tensors looked at
 on the host through one page-locked buffer, kept ones copied out of it."""
 import pytest
 import torch
-from kernelmill.grade.worker.inputs import STAGING_MAX_BYTES, _Staging
+from kernelmill.grade.worker.inputs import Staging as _Staging
 from kernelmill.validate.measure import same_bits
+
+STAGING_MAX_BYTES = _Staging.MAX_BYTES
 
 
 def test_host_tensors_are_copied_and_never_staged():
@@ -21,6 +23,8 @@ def test_cuda_tensors_are_seen_through_one_pinned_buffer_and_kept_apart_from_it(
         pytest.skip("no CUDA device")
     staging = _Staging()
     first = torch.randn(1 << 20, device="cuda")
+    assert not staging.look(first).is_pinned()  # nothing reserved: a copy of its own
+    staging.reserve(4 << 20)
     looked = staging.look(first)
     assert looked.is_pinned() and same_bits(looked, first.cpu())
     kept = staging.keep(looked)
@@ -32,5 +36,18 @@ def test_cuda_tensors_are_seen_through_one_pinned_buffer_and_kept_apart_from_it(
     strided = torch.randn(256, 512, device="cuda").t()
     assert not staging.look(strided).is_pinned()  # not contiguous: a copy of its own
     assert same_bits(staging.look(strided), strided.cpu())
-    big = torch.empty(STAGING_MAX_BYTES + 4, dtype=torch.uint8, device="cuda")
-    assert not staging.look(big).is_pinned()
+    big = torch.empty((4 << 20) + 4, dtype=torch.uint8, device="cuda")
+    assert not staging.look(big).is_pinned()  # larger than reserved: never grown later
+    staging.reserve(STAGING_MAX_BYTES * 2)
+    assert staging.buffer.numel() == 4 << 20  # reserved once
+
+
+def test_a_candidate_reserves_the_staging_buffer_for_its_largest_input_or_output():
+    from kernelmill.grade.worker.tasks import _largest_tensor_bytes
+
+    payload = {"trials": [{"inputs": [torch.zeros(1000), 3]},
+                          {"inputs": [torch.zeros(10, 10, dtype=torch.float64)]}],
+               "max_output_bytes": 4 * 2000 + (1 << 20)}
+    assert _largest_tensor_bytes(payload) == 4000
+    payload["max_output_bytes"] = 4 * 9000 + (1 << 20)
+    assert _largest_tensor_bytes(payload) == 9000

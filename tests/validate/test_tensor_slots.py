@@ -118,3 +118,36 @@ def test_results_with_slots_decode_in_several_grading_threads_at_once():
     for thread in threads:
         thread.join()
     assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
+
+
+WRITTEN_EARLY = (
+    "import torch\n"
+    "from kernelmill.validate.harness_worker import result_slot\n"
+    "def main(payload):\n"
+    "    g = torch.Generator().manual_seed(7)\n"
+    "    big = torch.randn(300, 1000, generator=g)\n"
+    "    base = torch.randn(400, 400, generator=g)\n"
+    "    early = result_slot(big)\n"
+    "    big.zero_()  # written when put: later changes are not in the result\n"
+    "    return {'early': early, 'late': base, 'small': result_slot(torch.arange(5)),\n"
+    "            'again': result_slot(base.t())}\n")
+
+
+def test_tensors_a_task_writes_as_it_makes_them_come_back_beside_the_others():
+    """``harness_worker.result_slot``: a trusted task's tensor written into the results file
+    at once (its slot in the result); the result's other large tensors go after it."""
+    result = run_in_worker(SOURCE, {"source": WRITTEN_EARLY}, timeout_s=60, device="cpu")
+    assert result.ok, result.error
+    got = result.value
+    big, base = _expected()
+    assert torch.equal(got["early"], big) and torch.equal(got["late"], base)
+    assert torch.equal(got["again"], base.t())  # not contiguous: written as its values
+    assert got["small"] is None  # too small for the file: the task keeps its own copy
+
+
+def test_a_tensor_written_early_past_the_file_size_limit_is_a_clear_error():
+    source = ("import torch\nfrom kernelmill.validate.harness_worker import result_slot\n"
+              "def main(payload):\n    return {'x': result_slot(torch.zeros(1 << 20))}\n")
+    result = run_in_worker(SOURCE, {"source": source}, timeout_s=60, device="cpu",
+                           limits={"file_size": 1 << 20})
+    assert not result.ok and "too large to grade at this size" in result.error["message"]
