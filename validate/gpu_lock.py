@@ -39,7 +39,7 @@ class GpuLock:
             return open(path, "a+b")
 
     @contextlib.contextmanager
-    def _locked(self, exclusive: bool, queue: bool = True):
+    def _locked(self, exclusive: bool):
         if not self.path:
             yield _Held(None, None)
             return
@@ -53,7 +53,7 @@ class GpuLock:
                 windows = None
             if windows is not None and exclusive:
                 fcntl.flock(windows, fcntl.LOCK_SH)  # in the queue of windows from now
-            elif windows is not None and queue:
+            elif windows is not None:
                 _behind_windows(windows)
             asked = time.monotonic()
             fcntl.flock(turn, fcntl.LOCK_EX)
@@ -64,7 +64,7 @@ class GpuLock:
                 if not exclusive:
                     fcntl.flock(turn, fcntl.LOCK_UN)
             held = _Held(turn if exclusive else None, main, queue=turn,
-                         windows=windows if exclusive else None)
+                         windows=windows if exclusive else None, waits_for=windows)
             # a window's wait in two parts: behind the windows before it (``queued_s``), then
             # for the shared holders to step aside or end (``drained_s``)
             held.queued_s, held.drained_s = turned - asked, time.monotonic() - turned
@@ -76,10 +76,8 @@ class GpuLock:
                     fcntl.flock(turn, fcntl.LOCK_UN)
                 held.leave_queue()
 
-    def shared(self, queue: bool = True):
-        """Held shared. New work (``queue``) starts behind every window asked for; work coming
-        back (a window's members after it) only behind the window that has the turn."""
-        return self._locked(False, queue)
+    def shared(self):
+        return self._locked(False)
 
     def since_window_s(self) -> float | None:
         """Seconds since the last timing window on this GPU ended (any grader or validator of
@@ -120,11 +118,12 @@ class _Held:
     the lock, not in the next window (on an H100 it ran inside other groups' windows and
     read honest 1 µs kernels 1.5x slow)."""
 
-    def __init__(self, turn, main, queue=None, windows=None):
+    def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
         self.queued_s = self.drained_s = 0.0
         self._queue = queue  # the ``turn`` file, held or not
         self._windows = windows  # the queue of windows, while this window is in it
+        self._waits_for = waits_for  # that file, held or not
 
     def window_waiting(self) -> bool:
         """A shared hold, and a timing window (or a holder passing through) has the turn: it
@@ -153,10 +152,7 @@ class _Held:
         behind it; True when it stepped aside (``on_wait()`` first). Called between pieces of
         a long stretch of GPU work, with the work so far finished on the device, so a window
         waits for one piece, not the whole stretch; every other holder's next piece waits
-        behind that window meanwhile. It comes back after that window, not after every window
-        asked for meanwhile (it competes with the next for the turn): behind a queue of
-        windows, each piece of a grade's checks waited for all of them (a reference's
-        trials 8.8 s at the median for 1-2 s of work, 16 grades on one H200)."""
+        behind that window meanwhile."""
         if not self.window_waiting():
             return False
         import fcntl
@@ -164,6 +160,8 @@ class _Held:
         if on_wait is not None:
             on_wait()
         fcntl.flock(self.main, fcntl.LOCK_UN)
+        if self._waits_for is not None:
+            _behind_windows(self._waits_for)
         fcntl.flock(self._queue, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.main, fcntl.LOCK_SH)

@@ -16,9 +16,9 @@ reports ``{"ready": ...}`` and waits for commands (``window_worker.serve_window`
    own clock (a worker cannot speed up the parent's clock: ``wall_ms`` bounds what really ran);
    then asks those named in ``unseen_check`` to time single calls on inputs they have not seen
    (a forward that is fast only on inputs it has seen before shows there);
-4. lets the GPU go, takes it shared again behind the window waiting for it (that window runs
-   next; the workers' checks after the window wait for it), then sends ``stop`` and lets the
-   workers finish.
+4. lets the GPU go, takes it shared again behind any window already waiting (windows run back
+   to back; the workers' checks after the window wait for them), then sends ``stop`` and lets
+   the workers finish.
 
 The lock is one set of files per physical GPU (``gpus.gpu_lock_path``).
 """
@@ -246,14 +246,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
                exclusive: list, stepper: StepAside) -> None:
     """After the timed rounds, before the members are told to stop: the GPU is let go and
-    taken shared again behind the window waiting for it (the next has the turn; the hold
-    competes with the others for it and steps aside at its members' points), so that window
-    runs right after this one and the members' checks after the window (seconds of host work
-    each: ghost calls, audit, output copies) step aside for it at their first point. Each
-    waiting window had waited for the checks of the one before (grades of KernelBench-sized
-    answers: a window of 1.3 s, then 1.7 s of the previous member's checks, then the next
-    window); taken behind every window asked for, those checks then waited for all of them
-    (a queue of 3 s at the median, 16 grades on one H200). The members are idle until
+    taken shared again behind any window already waiting, so waiting windows run back to back
+    and the members' checks after the window (seconds of host work each: ghost calls, audit,
+    output copies) wait for them, as new shared work does. Each waiting window had waited for
+    the checks of the one before (grades of KernelBench-sized answers: a window of 1.3 s, then
+    1.7 s of the previous member's checks, then the next window). The members are idle until
     ``stop``, which is sent only once the shared hold is back: none of their GPU work runs in
     another window. The wait is credited to their time limits. A member that left during the
     rounds was told to stop then and may be at work: the hold turns shared with no gap, as
@@ -266,8 +263,8 @@ def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding
     held.close()
     exclusive[0] = None
     holding[0] = False
-    with _crediting(group):  # behind the window that has the turn, not every one asked for
-        stepper.hold(held.enter_context(lock.shared(queue=False)))
+    with _crediting(group):
+        stepper.hold(held.enter_context(lock.shared()))
     holding[0] = True
 
 

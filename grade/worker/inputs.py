@@ -41,12 +41,18 @@ class Staging:
         self.buffer = None
 
     def reserve(self, nbytes: int) -> None:
-        """The buffer, for tensors of up to ``nbytes`` (at most ``MAX_BYTES``), allocated now:
-        the first page-locked allocation starts a driver thread, so a worker that watches
-        for new threads reserves it before its snapshot of them, once."""
+        """The buffer, for tensors of up to ``nbytes`` (at most ``MAX_BYTES``), allocated and
+        copied into once now: the first page-locked allocation or copy starts a runtime
+        thread, so a worker that watches for new threads reserves it before its snapshot of
+        them, once (made at the first look, it read as the candidate's thread in the next
+        call: every honest answer flagged, H200)."""
         if self.buffer is None and nbytes > 0 and torch.cuda.is_initialized():
             self.buffer = _empty(min(nbytes, self.MAX_BYTES), dtype=torch.uint8,
                                  pin_memory=True)
+            probe = _empty(min(nbytes, self.MAX_BYTES, 1 << 16), dtype=torch.uint8,
+                           device="cuda")
+            self.look(probe)
+            torch.cuda.synchronize()
 
     def look(self, value):
         """A host tensor with ``value``'s bytes, valid until the next ``look``: a view of the

@@ -422,12 +422,14 @@ def _candidate_task(payload: dict) -> dict:
     ns = load_namespace(source, "candidate")
     if "ModelNew" not in ns:
         raise NameError("candidate defines no ModelNew")
+    step_aside()
     mark_stage("init")
     _manual_seed(payload["init_seed"])
     model = ns["ModelNew"](*payload["init_inputs"])
     if _isinstance(model, torch.nn.Module):
         model = model.to(device)
         facts["weights"] = _load_weights(model, payload.get("state_dict") or {})
+    step_aside()
     trials = payload["trials"]
     # the model states the trials run under (T-18): the base one (loaded above), and the
     # re-drawn ones some trials name

@@ -51,3 +51,25 @@ def test_a_candidate_reserves_the_staging_buffer_for_its_largest_input_or_output
     assert _largest_tensor_bytes(payload) == 4000
     payload["max_output_bytes"] = 4 * 9000 + (1 << 20)
     assert _largest_tensor_bytes(payload) == 9000
+
+
+@pytest.mark.gpu
+def test_no_thread_starts_once_the_buffer_is_reserved():
+    """A candidate's worker reserves the buffer before its snapshot of threads: nothing the
+    staging does afterwards may start one (it would read as the candidate's)."""
+    import os
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.cuda.init()
+    (torch.randn(64, 64, device="cuda") @ torch.randn(64, 64, device="cuda")).sum().item()
+    staging = _Staging()
+    staging.reserve(8 << 20)
+    before = set(os.listdir("/proc/self/task"))
+    value = torch.randn(1 << 20, device="cuda")
+    for _ in range(3):
+        looked = staging.look(value)
+        staging.keep(looked)
+        same_bits(looked, value.cpu())
+    torch.cuda.synchronize()
+    assert set(os.listdir("/proc/self/task")) - before == set()
