@@ -73,3 +73,24 @@ def test_no_thread_starts_once_the_buffer_is_reserved():
         same_bits(looked, value.cpu())
     torch.cuda.synchronize()
     assert set(os.listdir("/proc/self/task")) - before == set()
+
+
+def test_the_worker_starts_the_host_pool_before_its_snapshot_of_threads():
+    """On a GPU every op of the worker's baseline runs on the device, so the host's intra-op
+    pool started at the first large host copy (a kept output's clone), after the snapshot: it
+    read as the candidate's thread. ``_start_host_pool`` starts it first (run in a process of
+    its own: this one's pool is long started)."""
+    import subprocess
+    import sys
+
+    code = ("import os, torch\n"
+            "torch.set_num_threads(2)\n"
+            "from kernelmill.grade.worker.tasks import _start_host_pool\n"
+            "_start_host_pool()\n"
+            "before = set(os.listdir('/proc/self/task'))\n"
+            "torch.empty(1 << 22).clone()\n"
+            "print(len(set(os.listdir('/proc/self/task')) - before))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0"
