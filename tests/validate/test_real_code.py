@@ -388,3 +388,83 @@ def test_an_inline_branch_scaled_to_nothing_is_a_dead_call_site(gamma, dead):
     assert not any("1e-6" in s and "add" in s for s in sites), sites
     if dead:
         assert C.judge(m)["no_dead_branches"]["passed"] is False
+
+
+def _from_source(source: str):
+    """A model built from ``source`` as the validator loads a problem (its lines are sites)."""
+    from kernelmill.validate.measure import load_namespace
+
+    ns = load_namespace(source, "reference")
+    torch.manual_seed(0)
+    model = ns["Model"]()
+    torch.manual_seed(1)
+    return model, list(ns["get_inputs"]())
+
+
+INLINE_ADAPTER = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = nn.Linear(16, 16)
+        self.a = nn.Parameter(torch.randn(2, 16) * 0.3)
+        self.b = nn.Parameter(torch.zeros(16, 2) if ZERO else torch.randn(16, 2))
+        self.ln = nn.LayerNorm(16)
+        self.shift = nn.Parameter(torch.zeros(16))
+
+    def forward(self, x):
+        h = self.ln(self.base(x)) + self.shift
+        return h + x @ self.a.T @ self.b.T
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+"""
+
+
+def test_work_killed_by_its_initialization_is_dead_and_a_norm_of_ones_is_not():
+    """``sites.dead_sites``: a call site dead on the declared constants alone (an inline adapter
+    whose second factor starts at zero) is dead at initialization; a LayerNorm of weight ones
+    and bias zero, and an added zero bias, zeroed, change the output in every state."""
+    from kernelmill.validate.realcode.constants import perturbed_constants
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    for zero_factor in (True, False):
+        model, x = _from_source(f"ZERO = {zero_factor}\n" + INLINE_ADAPTER)
+        alt = perturbed_constants(model, 3)
+        labels, tried = dead_sites(model, alt, x, R.forward(model, x, 0),
+                                   R.forward(alt, x, 0), 0, 1e-4)
+        assert tried >= 3
+        at_init = [label for label in labels if "dead at initialization" in label]
+        assert bool(at_init) == zero_factor, labels
+        assert all("matmul" in label for label in labels), labels
+
+
+ZERO_QUERY = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(16, 16)
+        nn.init.zeros_(self.q.weight)
+        self.register_buffer("filled", torch.zeros(16, 16))
+
+    def forward(self, x):
+        self.filled.copy_(torch.eye(16) * 2)  # zero as declared, written before its use
+        return torch.tanh(self.q(x)) * (x @ self.filled)
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+"""
+
+
+def test_a_product_with_a_zero_parameter_is_dead_work_and_a_buffer_the_forward_fills_is_not():
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source(ZERO_QUERY)
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    zero = [label for label in labels if "exactly zero as declared" in label]
+    assert len(zero) == 1 and "`q.weight`" in zero[0] and "linear" in zero[0], labels
