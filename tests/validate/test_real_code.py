@@ -468,3 +468,48 @@ def test_a_product_with_a_zero_parameter_is_dead_work_and_a_buffer_the_forward_f
     labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
     zero = [label for label in labels if "exactly zero as declared" in label]
     assert len(zero) == 1 and "`q.weight`" in zero[0] and "linear" in zero[0], labels
+
+
+NORM_AFTER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.ln = nn.LayerNorm(32)
+        self.log_temperature = nn.Parameter(torch.tensor(0.3))
+
+    def forward(self, x):
+        keep = (x.abs().sum(-1, keepdim=True) > 0).to(x.dtype)  # admits every row drawn
+        h = self.fc(x) * keep / torch.exp(self.log_temperature)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # counts, but under a LN
+        if AFTER:
+            g = self.ln(h)
+            h = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6)  # redundant
+        return torch.tanh(h)
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+"""
+
+
+def test_a_normalization_of_what_is_normalized_already_is_redundant_and_others_are_not():
+    """``sites``: a rescaling by a statistic of its own operand, skipped up to one factor,
+    within tolerance is a redundant normalization: an RMS norm after a LayerNorm of weight one,
+    and one before a LayerNorm (which undoes any scaling of a row); a mask computed from the
+    inputs that admits every row, a scalar temperature, and an RMS norm whose scale reaches the
+    output (through tanh) are not."""
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    for after in (True, False):
+        model, x = _from_source(f"AFTER = {after}\n" + NORM_AFTER)
+        labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+        redundant = sorted(label.split("`")[1].split("#")[0].strip() for label in labels
+                           if "redundant normalization" in label)
+        assert redundant == (["h = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6)",
+                              "h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)"]
+                             if after else []), labels
+        assert not any("* keep" in label or "temperature" in label for label in labels), labels

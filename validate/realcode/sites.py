@@ -10,7 +10,14 @@ live: none of the 97 seeds nor the healthy fixtures has such a site). A matrix p
 convolution or attention call with an operand that is a parameter or buffer exactly zero as
 declared is dead work at initialization too, whatever the call's result (a query projection whose
 weight starts at zero gives its bias: the product can be skipped).
-Skipping a call (its first argument for its result) is not tried: code a later step makes
+A rescaling site is also skipped up to one factor: a normalization call (``normalize``,
+``layer_norm``, ``rms_norm``...) or a product or quotient of a tensor by a smaller one of more
+than one element computed from it (a statistic of its own: not a weight of ones, a scalar, or a
+mask computed from the inputs), its result replaced by its same-shaped operand times the
+least-squares scalar. Within tolerance on the declared parameters it is a
+redundant normalization: an inline RMS norm after a LayerNorm whose weight is one, an
+``F.normalize`` times sqrt(D) after a LayerNorm.
+Skipping a call outright (its first argument for its result) is not tried: code a later step makes
 irrelevant by design, such as a softmax's max subtraction, would read as dead. Calls that write
 into an argument (``masked_fill_``) are not tried either (their effect is already made), and sites
 of under ``MIN_SHARE`` of the work, or that combine no two tensors (an epsilon or another
@@ -49,6 +56,48 @@ def _site(depth: int = 2) -> tuple[str, int] | None:
     return None
 
 
+NORM_CALLS = frozenset({"normalize", "layer_norm", "rms_norm", "group_norm", "instance_norm",
+                        "batch_norm", "local_response_norm"})
+SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "true_divide",
+                         "__itruediv__", "__imul__"})
+
+
+_TOKENS = iter(range(1, 1 << 62))
+
+
+def _token(tensor, fresh: bool = False):
+    """What names ``tensor`` in the ancestry of one forward: a number set on each result as it
+    is made (an address is reused once its tensor is freed), else its storage's address (a
+    parameter, a buffer or an input: alive throughout)."""
+    if fresh:
+        try:
+            tensor._kernelmill_token = next(_TOKENS)
+        except (AttributeError, RuntimeError):
+            return ("storage", tensor.untyped_storage().data_ptr())
+    token = getattr(tensor, "_kernelmill_token", None)
+    return token if token is not None else ("storage", tensor.untyped_storage().data_ptr())
+
+
+def _rescaled_operand(name: str, given: list, out, ancestors: dict | None = None):
+    """The operand ``out`` is a rescaling of (see the module docstring), or None: the first
+    same-shaped operand of a normalization call, or the same-shaped operand of a product or
+    quotient by a smaller tensor of more than one element computed from it (a statistic of
+    its own: ``ancestors`` maps a tensor's ``_token`` to those it was computed from; without
+    it, any)."""
+    same = [v for v in given if v.shape == out.shape and v.is_floating_point()]
+    if not same:
+        return None
+    if name in NORM_CALLS:
+        return same[0]
+    if name in SCALE_CALLS and len(given) == 2 and len(same) == 1:
+        main = same[0]
+        other = given[1] if given[0] is main else given[0]
+        if 1 < other.numel() < out.numel() and (
+                ancestors is None or _token(main) in ancestors.get(_token(other), ())):
+            return main
+    return None
+
+
 def _zero_tensors(model) -> dict[int, str]:
     """Storage address -> name of each floating-point parameter or buffer exactly zero."""
     import torch
@@ -75,25 +124,37 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
     counter = _OpCounter()
     sites: dict[tuple, dict] = {}
     zeros = _zero_tensors(model)
+    ancestors: dict = {}  # a tensor's token -> the tokens of those it was computed from
 
     class Sites(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             ops, cost = counter.ops, counter.cost
             out = func(*args, **kwargs)
+            given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+            if isinstance(out, torch.Tensor) and given:
+                came: set = set()
+                for v in given:
+                    held = _token(v)
+                    came.add(held)
+                    came.update(ancestors.get(held, ()))
+                made = _token(out, fresh=True)
+                came.discard(made)
+                ancestors[made] = frozenset(came)
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
                 name = getattr(func, "__name__", str(func))
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
-                                          "operands": 0, "zero": None})
+                                          "operands": 0, "zero": None, "rescale": True})
                 entry["ops"] += counter.ops - ops
                 entry["cost"] += counter.cost - cost
-                given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
                 storage = out.untyped_storage().data_ptr()
                 entry["inplace"] |= any(v.untyped_storage().data_ptr() == storage for v in given)
                 entry["numel"] += out.numel()
                 entry["operands"] = max(entry["operands"], len(given))
+                # a rescaling in every call it makes
+                entry["rescale"] &= _rescaled_operand(name, given, out, ancestors) is not None
                 if name in PRODUCT_CALLS and zeros and entry["zero"] is None:
                     for v in given:  # still zero here (a buffer the forward fills is not)
                         held = zeros.get(v.untyped_storage().data_ptr())
@@ -127,6 +188,37 @@ def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool) ->
         with Bypass():
             return forward(model, inputs, forward_seed, copies)
     except Exception:  # noqa: BLE001 — a bypass that breaks forward is not dead
+        return None
+
+
+def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
+    """The output with every call of site ``key`` answered by its rescaled operand times the
+    least-squares scalar (the call skipped up to one factor). None when that fails."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    class Skip(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            where = _site()
+            if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
+                    not isinstance(out, torch.Tensor):
+                return out
+            given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+            main = _rescaled_operand(key[2], given, out)
+            if main is None:
+                return out
+            with torch.no_grad():
+                a, b = main.detach().double(), out.detach().double()
+                scale = float((a * b).sum() / (a * a).sum().clamp_min(1e-300))
+                return (a * scale).to(out.dtype)
+
+    try:
+        with Skip():
+            return forward(model, inputs, forward_seed, copies)
+    except Exception:  # noqa: BLE001 — a skip that breaks forward is not dead
         return None
 
 
@@ -170,4 +262,12 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
                if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
+    rescaling = sorted((k for k, e in sites.items()
+                        if e["rescale"] and e["ops"] > 0 and k not in dead and
+                        e["numel"] >= MIN_SHARE * largest),
+                       key=lambda k: (-sites[k]["numel"], k))[:MOST_SITES]
+    tried += len(rescaling)
+    labels += [label(k, "skipped up to one factor, constants as declared: a redundant "
+                        "normalization") for k in rescaling
+               if within(_rescaled(model, k, inputs, forward_seed, copies), ref, tol)]
     return labels, tried
