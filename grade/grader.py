@@ -197,7 +197,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
                                    timeout_s=policy.timeout_s * 2, device=self.worker_device,
                                    env=env, writable=writable, sandbox=policy.sandbox,
-                                   limits=limits)
+                                   limits=limits, early_results=True)
         if not result.ok:
             error = result.error or {}
             raise ReferenceError(f"reference failed in {error.get('stage')}: "
@@ -275,7 +275,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
                                    timeout_s=policy.timeout_s * 2, device=self.worker_device,
                                    env=self._env(slot_env), sandbox=policy.sandbox,
-                                   limits=limits)
+                                   limits=limits, early_results=True)
         if not result.ok:
             error = result.error or {}
             raise ReferenceError(f"reference failed in {error.get('stage')}: "

@@ -146,7 +146,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
-                  warm: bool = True, late: list | None = None) -> WorkerResult:
+                  warm: bool = True, late: list | None = None,
+                  early_results: bool = False) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -161,6 +162,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``late`` (with ``control``) is a list of parts the worker may not hold before it uses them
     (inputs a submission must not have seen before it is called on them): their memory file is
     passed empty and part ``i`` written when the worker asks (``harness_worker.late_payload``).
+    ``early_results`` lets a trusted target (one that runs no submission's code) write result
+    tensors into the run's results file as it makes them (``harness_worker.result_slot``).
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -184,7 +187,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
              if fd is not None}  # the worker's descriptors after its job's two pipes
     job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                         "writable": allowed, "fds": list(extra),
-                        "late": late_file.table if late_file is not None else None},
+                        "late": late_file.table if late_file is not None else None,
+                        "early_results": bool(early_results)},
                        protocol=pickle.HIGHEST_PROTOCOL)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()

@@ -316,7 +316,8 @@ def _save_without_crc() -> None:
 
 
 def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.Pickler,
-                   _type=type, _table=types.MappingProxyType, _slot=slot_tensors) -> bytes:
+                   _type=type, _table=types.MappingProxyType, _slot=slot_tensors,
+                   _fstat=os.fstat) -> bytes:
     """``torch.save`` of ``value`` through a pickler made now, whose dispatch table is its own,
     empty and read-only: the standard pickler consults ``copyreg.dispatch_table``, a registry a
     submission can fill in place (a reducer for tensors could pickle PyTorch's answer in place
@@ -324,7 +325,10 @@ def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.P
     results file first (``tensor_slots.slot_tensors``): the frame carries their slots."""
     import torch
 
-    value = _slot(value, results_fd, start=_results.end)
+    # after what a trusted task wrote there (``result_slot``): the file's own size, read from
+    # the kernel (no object a submission could reach decides where the slots go)
+    start = -(-_fstat(results_fd).st_size // 64) * 64 if results_fd is not None else 0
+    value = _slot(value, results_fd, start=start)
 
     pickler = _type("ResultPickler", (_pickler,), {"dispatch_table": _table({})})
     buffer = io.BytesIO()
@@ -333,7 +337,8 @@ def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.P
 
 
 # The run's results file, for a trusted task to write tensors into as it makes them
-# (``result_slot``); ``_encode_result`` puts the rest after them.
+# (``result_slot``; only where the parent asked for it, ``run_in_worker(early_results=True)``:
+# a candidate's run never holds its descriptor here); ``_encode_result`` puts the rest after.
 _results = ResultsFile(None)
 
 
@@ -343,6 +348,16 @@ def result_slot(tensor, look=None):
     tensor): the task keeps a host copy instead. For tasks that run no submission's code (a
     reference run): a candidate's results are written only once its code has finished."""
     return _results.put(tensor, look)
+
+
+def result_mark() -> int:
+    """Where the next ``result_slot`` writes (for ``result_rewind``)."""
+    return _results.end
+
+
+def result_rewind(mark: int) -> None:
+    """Drop what ``result_slot`` wrote since ``result_mark`` returned ``mark``."""
+    _results.rewind(mark)
 
 
 def _hide_fd(fd: int) -> int:
@@ -458,7 +473,8 @@ def main(argv: list[str]) -> None:
     if "tensors" in extra:
         job["payload"] = attach_tensors(job["payload"], extra["tensors"])
     results_fd = _hide_fd(extra["results"]) if "results" in extra else None
-    _results.fd = results_fd
+    if job.get("early_results") is True:
+        _results.fd = results_fd
     if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key

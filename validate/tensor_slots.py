@@ -163,21 +163,34 @@ class ResultsFile:
         if self.fd is None or torch is None or type(tensor) is not torch.Tensor or \
                 tensor.layout != torch.strided or tensor.requires_grad or \
                 tensor.is_quantized or tensor.is_conj() or tensor.is_neg() or \
+                not tensor.is_contiguous() or \
                 tensor.numel() * tensor.element_size() < SLOT_BYTES:
-            return None
+            return None  # (a strided one keeps its strides in a copy of its own)
         host = tensor.detach() if tensor.device.type == "cpu" else \
             (look or (lambda t: t.detach().to("cpu")))(tensor)
-        if not host.is_contiguous():
-            host = host.contiguous()
         nbytes = host.numel() * host.element_size()
         offset = -(-self.end // 64) * 64
         _within_file_limit(offset + nbytes)
-        with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
-            done = 0
-            while done < nbytes:
-                done += os.pwrite(self.fd, view[done:done + (1 << 30)], offset + done)
+        try:
+            with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
+                done = 0
+                while done < nbytes:
+                    done += os.pwrite(self.fd, view[done:done + (1 << 30)], offset + done)
+        except OSError:  # a file this worker may not write: its tensors go in the frame
+            self.fd = None
+            return None
         self.end = offset + nbytes
         return TensorSlot((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
+
+    def rewind(self, mark: int) -> None:
+        """Forget what was written past ``mark`` (an ``end`` read earlier): a task that runs
+        its work again drops the first pass's tensors, none of whose slots it returns."""
+        if self.fd is not None and 0 <= mark <= self.end:
+            try:
+                os.ftruncate(self.fd, mark)
+            except OSError:
+                return
+            self.end = mark
 
 
 def write_chunks(fd: int, chunks: list, end: int, torch) -> None:

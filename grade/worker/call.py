@@ -32,7 +32,7 @@ from .guards.originals import (
     _tensor_copy,
     _type,
 )
-from .inputs import STAGING, to_cpu, to_device
+from .inputs import keep, look, to_cpu, to_device
 from .observers.counts import _audit_event, _check_dispatch_state, _observed
 from .observers.host_memory import _foreign
 from .observers.optrace import _OpTrace, _python_only, _spans, active_modes
@@ -358,13 +358,13 @@ class _Run(_Probes):
         deterministic forward's repeat, refill, audit and timed calls on one trial cross the
         pipe once (a 4096² fp16 matmul: 32 MB each). Found by comparing the bytes with those
         shipped of its dtype, shape and strides (one per trial, mostly)."""
-        host = STAGING.look(tensor)
+        host = look(tensor)
         shipped = self._shipped.setdefault((str(host.dtype), tuple(host.shape), host.stride()),
                                            [])
         for earlier in shipped:
             if M.same_bits(earlier, host):
                 return earlier
-        host = STAGING.keep(host)
+        host = keep(host)
         shipped.append(host)
         return host
 
@@ -416,7 +416,7 @@ def _unchanged_fact(value, sent) -> Any:
     parent computes too), else the value itself."""
     if _type(value) is not _Tensor:
         return value
-    host = STAGING.look(value)  # compared or digested here, then dropped
+    host = look(value)  # compared or digested here, then dropped
     if _type(sent) is _Tensor:
         if sent.device.type != "cpu":
             sent = to_cpu(sent)

@@ -26,57 +26,58 @@ def to_cpu(value):
     return _tensor_to(_tensor_detach(value), "cpu", copy=True)
 
 
-class Staging:
-    """One page-locked host buffer per worker that device tensors are copied into to be read on
-    the host (``look``): the GPU's copy engine writes it directly, where a copy to new pageable
-    memory is the driver's staged copy plus the CPU's page faults and memcpy (34% of a
-    candidate worker's CPU, sampled with py-spy at KernelBench sizes on an H200 host: its
-    inputs copied after every call to be compared with those sent, and outputs that are the
-    same bits as one already shipped). Defined here, in the package the candidate's run calls
-    private copies of (``guards.private``)."""
-
-    MAX_BYTES = 256 << 20  # the largest buffer
-
-    def __init__(self) -> None:
-        self.buffer = None
-
-    def reserve(self, nbytes: int) -> None:
-        """The buffer, for tensors of up to ``nbytes`` (at most ``MAX_BYTES``), allocated and
-        copied into once now: the first page-locked allocation or copy starts a runtime
-        thread, so a worker that watches for new threads reserves it before its snapshot of
-        them, once (made at the first look, it read as the candidate's thread in the next
-        call: every honest answer flagged, H200)."""
-        if self.buffer is None and nbytes > 0 and torch.cuda.is_initialized():
-            self.buffer = _empty(min(nbytes, self.MAX_BYTES), dtype=torch.uint8,
-                                 pin_memory=True)
-            probe = _empty(min(nbytes, self.MAX_BYTES, 1 << 16), dtype=torch.uint8,
-                           device="cuda")
-            self.look(probe)
-            torch.cuda.synchronize()
-
-    def look(self, value):
-        """A host tensor with ``value``'s bytes, valid until the next ``look``: a view of the
-        buffer for a contiguous CUDA tensor that fits it, else its own copy (``to_cpu``)."""
-        nbytes = value.numel() * value.element_size()
-        if self.buffer is None or value.device.type != "cuda" or not nbytes or \
-                nbytes > self.buffer.numel() or not value.is_contiguous():
-            return to_cpu(value)
-        try:
-            view = self.buffer[:nbytes].view(value.dtype).view(value.shape)
-        except RuntimeError:  # a dtype bytes do not view as
-            return to_cpu(value)
-        _tensor_copy(view, _tensor_detach(value))
-        return view
-
-    def keep(self, looked):
-        """A host tensor of its own for what ``look`` returned (kept past the next look)."""
-        if self.buffer is not None and looked.untyped_storage().data_ptr() == \
-                self.buffer.untyped_storage().data_ptr():
-            return _tensor_clone(looked)
-        return looked
+# One page-locked host buffer per worker that device tensors are copied into to be read on the
+# host (``look``): the GPU's copy engine writes it directly, where a copy to new pageable memory
+# is the driver's staged copy plus the CPU's page faults and memcpy (34% of a candidate worker's
+# CPU, sampled with py-spy at KernelBench sizes on an H200 host: its inputs copied after every
+# call to be compared with those sent, and outputs that are the same bits as one already
+# shipped). Its state is a dict of this module, which the candidate's run holds a private copy
+# of (``guards.private`` copies dicts, not other objects): a submission that rebinds or fills
+# the public module's never reaches the one the harness reads.
+STAGING_MAX_BYTES = 256 << 20  # the largest buffer
+_STAGING: dict = {"buffer": None}
 
 
-STAGING = Staging()
+def _staged():
+    buffer = _STAGING.get("buffer")
+    return buffer if _type(buffer) is _Tensor else None
+
+
+def reserve_staging(nbytes: int) -> None:
+    """The buffer, for tensors of up to ``nbytes`` (at most ``STAGING_MAX_BYTES``), allocated
+    and copied into once now, once: a worker that watches for new threads reserves it before
+    its snapshot of them (the runtime may start one at the first page-locked allocation or
+    copy)."""
+    if _staged() is None and nbytes > 0 and torch.cuda.is_initialized():
+        _STAGING["buffer"] = _empty(min(nbytes, STAGING_MAX_BYTES), dtype=torch.uint8,
+                                    pin_memory=True)
+        look(_empty(min(nbytes, STAGING_MAX_BYTES, 1 << 16), dtype=torch.uint8, device="cuda"))
+        torch.cuda.synchronize()
+
+
+def look(value):
+    """A host tensor with ``value``'s bytes, valid until the next ``look``: a view of the buffer
+    for a contiguous CUDA tensor that fits it, else its own copy (``to_cpu``)."""
+    buffer = _staged()
+    nbytes = value.numel() * value.element_size()
+    if buffer is None or value.device.type != "cuda" or not nbytes or \
+            nbytes > buffer.numel() or not value.is_contiguous():
+        return to_cpu(value)
+    try:
+        view = buffer[:nbytes].view(value.dtype).view(value.shape)
+    except RuntimeError:  # a dtype bytes do not view as
+        return to_cpu(value)
+    _tensor_copy(view, _tensor_detach(value))
+    return view
+
+
+def keep(looked):
+    """A host tensor of its own for what ``look`` returned (kept past the next look)."""
+    buffer = _staged()
+    if buffer is not None and looked.untyped_storage().data_ptr() == \
+            buffer.untyped_storage().data_ptr():
+        return _tensor_clone(looked)
+    return looked
 
 
 # Input distributions beyond the problem's own draws (T-19): the table the validator measured

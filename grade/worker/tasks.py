@@ -23,6 +23,8 @@ from kernelmill.validate.harness_worker import (
     receive,
     report,
     require_trusted_senders,
+    result_mark,
+    result_rewind,
     result_slot,
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
@@ -42,7 +44,7 @@ from .guards.originals import (
 )
 from .guards.patches import _owned_by_us, patched_functions, snapshot_modules
 from .guards.private import _private_namespace
-from .inputs import STAGING, draw_inputs, to_cpu, to_device, transform
+from .inputs import draw_inputs, look, reserve_staging, to_cpu, to_device, transform
 from .observers.counts import _observed
 from .observers.extensions import _BUILT, _install_extension_hooks
 from .observers.host_memory import _install_host_access_hooks
@@ -91,11 +93,11 @@ def reference_task(payload: dict) -> dict:
 
 
 def _drop_worker_only(result: dict) -> None:
-    """What a reference run keeps for its own later work (the model, the first trial's inputs
-    as drawn, on the device), taken out of what it sends."""
+    """What a reference run keeps for its own later work (the model, a host copy of the first
+    trial's inputs as drawn), taken out of what it sends."""
     del result["_model"]
     for trial in result["trials"]:
-        trial.pop("_device_inputs", None)
+        trial.pop("_host_inputs", None)
 
 
 def _shipped(value):
@@ -104,8 +106,8 @@ def _shipped(value):
     if _type(value) is not _Tensor:
         return value
     # sized by the first large tensor (a reference worker watches no threads)
-    STAGING.reserve(max(4 * value.numel() * value.element_size(), 64 << 20))
-    slot = result_slot(value, STAGING.look)
+    reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
+    slot = result_slot(value, look)
     return to_cpu(value) if slot is None else slot
 
 
@@ -153,6 +155,7 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
             states[index] = constructor
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    mark = result_mark()
     result = _trials_under(ns, model, device, payload, states, held)
     if not result["natural_finite"] and base and \
             any(not torch.equal(a, b) for a, b in zip(states[base].values(),
@@ -160,6 +163,7 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         # the problem's own draws overflow under the re-drawn base state: the constructor's
         # is the base (the problem was validated under it); re-drawn trials stay re-drawn
         states[base] = constructor
+        result_rewind(mark)  # the first pass's tensors, written as made, are not sent
         result = _trials_under(ns, model, device, payload, states, held)
     elif base and result["trials"] and result["trials"][0]["usable"]:
         # what the first trial's inputs give under the constructor's state, for the parent to
@@ -171,7 +175,7 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         try:
             with torch.no_grad():
                 _structure, items = flatten_outputs(
-                    model(*to_device(first["_device_inputs"], device)))
+                    model(*to_device(first["_host_inputs"], device)))
             sync(device)
             first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
                                             for t in items]
@@ -243,7 +247,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             natural_finite = natural_finite and finite
         usable = finite or natural or not natural_finite
         trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
-                       "inputs": kept, **({} if trials else {"_device_inputs": inputs}),
+                       "inputs": kept,
+                       **({} if trials else {"_host_inputs": [to_cpu(v) if _type(v) is _Tensor
+                                                             else v for v in inputs]}),
                        "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
@@ -256,7 +262,7 @@ def _inductor_timing(device: str, payload: dict, result: dict) -> None:
     from the candidate's window; Inductor's from this ratio)."""
     model = result["_model"]
     mark_stage("reference inductor")
-    inputs = to_device(result["trials"][0]["_device_inputs"], device)
+    inputs = to_device(result["trials"][0]["_host_inputs"], device)
 
     def eager():
         with torch.no_grad():
@@ -385,7 +391,7 @@ def _candidate_task(payload: dict) -> dict:
     if device.startswith("cuda"):
         torch.cuda.init()
     _baseline(device)
-    STAGING.reserve(_largest_tensor_bytes(payload))
+    reserve_staging(_largest_tensor_bytes(payload))
     step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")

@@ -1,45 +1,65 @@
-"""The worker's pinned staging buffer (``grade.worker.inputs.Staging``): device tensors looked at
-on the host through one page-locked buffer, kept ones copied out of it."""
+"""The worker's pinned staging buffer (``grade.worker.inputs``: ``reserve_staging``, ``look``,
+``keep``): device tensors read on the host through one page-locked buffer, kept ones copied out
+of it; its state private to the candidate's run."""
 import pytest
 import torch
-from kernelmill.grade.worker.inputs import Staging as _Staging
+from kernelmill.grade.worker import inputs
+from kernelmill.grade.worker.inputs import STAGING_MAX_BYTES, keep, look, reserve_staging
 from kernelmill.validate.measure import same_bits
 
-STAGING_MAX_BYTES = _Staging.MAX_BYTES
+
+@pytest.fixture
+def fresh_staging():
+    saved = inputs._STAGING["buffer"]
+    inputs._STAGING["buffer"] = None
+    yield
+    inputs._STAGING["buffer"] = saved
 
 
-def test_host_tensors_are_copied_and_never_staged():
-    staging = _Staging()
+def test_host_tensors_are_copied_and_never_staged(fresh_staging):
     value = torch.arange(1 << 16, dtype=torch.float32)
-    looked = staging.look(value)
+    reserve_staging(1 << 20)
+    assert inputs._STAGING["buffer"] is None  # nothing pinned off a GPU
+    looked = look(value)
     assert same_bits(looked, value) and looked.data_ptr() != value.data_ptr()
-    assert staging.buffer is None  # nothing pinned off a GPU
-    assert staging.keep(looked) is looked  # a copy of its own already
+    assert keep(looked) is looked  # a copy of its own already
+
+
+def test_the_candidates_run_reads_a_staging_state_of_its_own(fresh_staging):
+    """A submission reaches the public module and may fill or rebind its state; the harness's
+    private copy (``guards.private``) reads its own."""
+    from kernelmill.grade.worker.guards.private import _private_namespace
+
+    private = _private_namespace()["kernelmill.grade.worker.inputs"]
+    assert private["_STAGING"] is not inputs._STAGING
+    inputs._STAGING["buffer"] = "a submission's object"
+    assert private["_staged"]() is None  # the private copy's state is untouched
+    calls = private["_STAGING"]
+    assert calls == {"buffer": None}
 
 
 @pytest.mark.gpu
-def test_cuda_tensors_are_seen_through_one_pinned_buffer_and_kept_apart_from_it():
+def test_cuda_tensors_are_seen_through_one_pinned_buffer_and_kept_apart_from_it(fresh_staging):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    staging = _Staging()
     first = torch.randn(1 << 20, device="cuda")
-    assert not staging.look(first).is_pinned()  # nothing reserved: a copy of its own
-    staging.reserve(4 << 20)
-    looked = staging.look(first)
+    assert not look(first).is_pinned()  # nothing reserved: a copy of its own
+    reserve_staging(4 << 20)
+    looked = look(first)
     assert looked.is_pinned() and same_bits(looked, first.cpu())
-    kept = staging.keep(looked)
+    kept = keep(looked)
     assert not kept.is_pinned() and kept.data_ptr() != looked.data_ptr()
     second = torch.randint(0, 100, (512, 256), device="cuda", dtype=torch.int16)
-    again = staging.look(second)  # the same buffer, another dtype and shape
+    again = look(second)  # the same buffer, another dtype and shape
     assert again.data_ptr() == looked.data_ptr() and same_bits(again, second.cpu())
     assert same_bits(kept, first.cpu())  # the kept copy is its own
     strided = torch.randn(256, 512, device="cuda").t()
-    assert not staging.look(strided).is_pinned()  # not contiguous: a copy of its own
-    assert same_bits(staging.look(strided), strided.cpu())
+    assert not look(strided).is_pinned()  # not contiguous: a copy of its own
+    assert same_bits(look(strided), strided.cpu())
     big = torch.empty((4 << 20) + 4, dtype=torch.uint8, device="cuda")
-    assert not staging.look(big).is_pinned()  # larger than reserved: never grown later
-    staging.reserve(STAGING_MAX_BYTES * 2)
-    assert staging.buffer.numel() == 4 << 20  # reserved once
+    assert not look(big).is_pinned()  # larger than reserved: never grown later
+    reserve_staging(STAGING_MAX_BYTES * 2)
+    assert inputs._STAGING["buffer"].numel() == 4 << 20  # reserved once
 
 
 def test_a_candidate_reserves_the_staging_buffer_for_its_largest_input_or_output():
@@ -54,22 +74,24 @@ def test_a_candidate_reserves_the_staging_buffer_for_its_largest_input_or_output
 
 
 @pytest.mark.gpu
-def test_no_thread_starts_once_the_buffer_is_reserved():
+def test_no_thread_starts_once_the_buffer_is_reserved(fresh_staging):
     """A candidate's worker reserves the buffer before its snapshot of threads: nothing the
     staging does afterwards may start one (it would read as the candidate's)."""
     import os
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    from kernelmill.grade.worker.tasks import _start_host_pool
+
     torch.cuda.init()
     (torch.randn(64, 64, device="cuda") @ torch.randn(64, 64, device="cuda")).sum().item()
-    staging = _Staging()
-    staging.reserve(8 << 20)
+    _start_host_pool()
+    reserve_staging(8 << 20)
     before = set(os.listdir("/proc/self/task"))
     value = torch.randn(1 << 20, device="cuda")
     for _ in range(3):
-        looked = staging.look(value)
-        staging.keep(looked)
+        looked = look(value)
+        keep(looked)
         same_bits(looked, value.cpu())
     torch.cuda.synchronize()
     assert set(os.listdir("/proc/self/task")) - before == set()

@@ -513,3 +513,60 @@ def test_a_normalization_of_what_is_normalized_already_is_redundant_and_others_a
                               "h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)"]
                              if after else []), labels
         assert not any("* keep" in label or "temperature" in label for label in labels), labels
+
+
+HEALTHY_SITES = {
+    "a zero-initialized bias (BERT/GPT/ViT)": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        nn.init.zeros_(self.fc.bias)
+        self.b = nn.Parameter(torch.zeros(64))
+        self.w = nn.Parameter(torch.randn(64, 64) / 8)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        nn.init.zeros_(self.conv.bias)
+
+    def forward(self, x):
+        h = torch.relu(F.linear(x, self.fc.weight, self.fc.bias)) + self.fc(x)
+        h = torch.tanh(torch.addmm(self.b, h, self.w))
+        return h + self.conv(h.view(8, 4, 4, 4)).view(8, 64)
+""",
+    "a norm clip that never bites on the draws": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.tanh(h * (100 / h.norm(dim=-1, keepdim=True)).clamp(max=1))
+""",
+    "a guard mask of the non-empty rows": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.tanh(h * (h.abs().sum(-1, keepdim=True) > 0).to(h.dtype))
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY_SITES))
+def test_healthy_sites_are_not_dead(name):
+    """A zero bias is added, not multiplied; a factor made through a clip or a test is not a
+    rescaling by a statistic (what a kernel may skip there is what the draws never reach, which
+    the sites do not judge)."""
+    from kernelmill.validate.realcode.constants import perturbed_constants
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    source = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n" +
+              HEALTHY_SITES[name] + "\ndef get_inputs():\n    return [torch.randn(8, 64)]\n")
+    model, x = _from_source(source)
+    alt = perturbed_constants(model, 3)
+    labels, tried = dead_sites(model, alt, x, R.forward(model, x, 0),
+                               R.forward(alt, x, 0) if alt is not None else None, 0, 1e-4)
+    assert tried >= 1 and labels == [], labels

@@ -136,12 +136,13 @@ WRITTEN_EARLY = (
 def test_tensors_a_task_writes_as_it_makes_them_come_back_beside_the_others():
     """``harness_worker.result_slot``: a trusted task's tensor written into the results file
     at once (its slot in the result); the result's other large tensors go after it."""
-    result = run_in_worker(SOURCE, {"source": WRITTEN_EARLY}, timeout_s=60, device="cpu")
+    result = run_in_worker(SOURCE, {"source": WRITTEN_EARLY}, timeout_s=60, device="cpu",
+                           early_results=True)
     assert result.ok, result.error
     got = result.value
     big, base = _expected()
     assert torch.equal(got["early"], big) and torch.equal(got["late"], base)
-    assert torch.equal(got["again"], base.t())  # not contiguous: written as its values
+    assert got["again"] is None  # not contiguous: the task keeps a copy with its strides
     assert got["small"] is None  # too small for the file: the task keeps its own copy
 
 
@@ -149,5 +150,40 @@ def test_a_tensor_written_early_past_the_file_size_limit_is_a_clear_error():
     source = ("import torch\nfrom kernelmill.validate.harness_worker import result_slot\n"
               "def main(payload):\n    return {'x': result_slot(torch.zeros(1 << 20))}\n")
     result = run_in_worker(SOURCE, {"source": source}, timeout_s=60, device="cpu",
-                           limits={"file_size": 1 << 20})
+                           limits={"file_size": 1 << 20}, early_results=True)
     assert not result.ok and "too large to grade at this size" in result.error["message"]
+
+
+def test_a_run_not_asked_for_early_results_holds_no_results_file_for_its_task():
+    """Only a trusted target's run (``early_results=True``) may write its results file as it
+    goes: any other's ``result_slot`` writes nothing (its tensors come back as before), and the
+    slots of the result go where the file's own size says, not where an object says."""
+    result = run_in_worker(SOURCE, {"source": WRITTEN_EARLY}, timeout_s=60, device="cpu")
+    assert result.ok, result.error
+    assert result.value["early"] is None and result.value["again"] is None
+    big, base = _expected()
+    assert torch.equal(result.value["late"], base)
+
+
+def test_a_results_file_written_as_it_goes_keeps_layouts_rewinds_and_gives_up_quietly():
+    from kernelmill.validate.tensor_slots import ResultsFile
+
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        results = ResultsFile(fd)
+        first = results.put(torch.arange(1 << 16, dtype=torch.float32))
+        assert isinstance(first, TensorSlot) and first[0] == 0
+        assert results.put(torch.zeros(300, 400).t()) is None  # strided: kept with its strides
+        mark = results.end
+        results.put(torch.ones(1 << 16))
+        assert os.fstat(fd).st_size > mark
+        results.rewind(mark)  # a task that runs its work again drops the first pass's
+        assert os.fstat(fd).st_size == mark == results.end
+        read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        try:
+            cannot = ResultsFile(read_only)
+            assert cannot.put(torch.ones(1 << 16)) is None and cannot.fd is None
+        finally:
+            os.close(read_only)
+    finally:
+        os.close(fd)

@@ -14,7 +14,8 @@ A rescaling site is also skipped up to one factor: a normalization call (``norma
 ``layer_norm``, ``rms_norm``...) or a product or quotient of a tensor by a smaller one of more
 than one element computed from it (a statistic of its own: not a weight of ones, a scalar, or a
 mask computed from the inputs), its result replaced by its same-shaped operand times the
-least-squares scalar. Within tolerance on the declared parameters it is a
+least-squares scalar (a factor made through a clip or a test, a norm clip or a mask of the
+non-empty rows, is not one). Within tolerance on the declared parameters it is a
 redundant normalization: an inline RMS norm after a LayerNorm whose weight is one, an
 ``F.normalize`` times sqrt(D) after a LayerNorm.
 Skipping a call outright (its first argument for its result) is not tried: code a later step makes
@@ -62,6 +63,14 @@ SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "tr
                          "__itruediv__", "__imul__"})
 
 
+# Ops through which a factor is a clip or a test, not a statistic (a norm clip that never bites
+# on the draws, a mask of the rows that are not empty): such a factor is not a rescaling
+CLIP_OPS = frozenset({
+    "clamp", "clamp_", "clamp_min", "clamp_max", "clip", "where", "maximum", "minimum",
+    "threshold", "relu", "hardtanh", "sign", "floor", "ceil", "round", "gt", "ge", "lt", "le",
+    "eq", "ne", "__gt__", "__ge__", "__lt__", "__le__", "__eq__", "__ne__", "isfinite",
+    "logical_and", "logical_or", "logical_not"})
+MOST_ANCESTORS = 64  # nodes searched back from a factor for the tensor it rescales
 _TOKENS = iter(range(1, 1 << 62))
 
 
@@ -78,12 +87,31 @@ def _token(tensor, fresh: bool = False):
     return token if token is not None else ("storage", tensor.untyped_storage().data_ptr())
 
 
-def _rescaled_operand(name: str, given: list, out, ancestors: dict | None = None):
+def _statistic_of(factor, main, parents: dict) -> bool:
+    """Whether ``factor`` was computed from ``main`` (``parents``: a result's token -> its op's
+    name and its operands' tokens), within ``MOST_ANCESTORS`` steps back and through no clip or
+    test (``CLIP_OPS``)."""
+    wanted, seen = _token(main), set()
+    todo = [_token(factor)]
+    while todo and len(seen) < MOST_ANCESTORS:
+        token = todo.pop()
+        if token in seen:
+            continue
+        seen.add(token)
+        op, operands = parents.get(token, ("", ()))
+        if op in CLIP_OPS:
+            return False
+        if wanted in operands:
+            return True
+        todo.extend(operands)
+    return False
+
+
+def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
     """The operand ``out`` is a rescaling of (see the module docstring), or None: the first
     same-shaped operand of a normalization call, or the same-shaped operand of a product or
     quotient by a smaller tensor of more than one element computed from it (a statistic of
-    its own: ``ancestors`` maps a tensor's ``_token`` to those it was computed from; without
-    it, any)."""
+    its own, ``_statistic_of``; without ``parents``, any)."""
     same = [v for v in given if v.shape == out.shape and v.is_floating_point()]
     if not same:
         return None
@@ -93,9 +121,23 @@ def _rescaled_operand(name: str, given: list, out, ancestors: dict | None = None
         main = same[0]
         other = given[1] if given[0] is main else given[0]
         if 1 < other.numel() < out.numel() and (
-                ancestors is None or _token(main) in ancestors.get(_token(other), ())):
+                parents is None or _statistic_of(other, main, parents)):
             return main
     return None
+
+
+def _multiplied(name: str, args: tuple, kwargs: dict) -> list:
+    """The operands a product call multiplies (not a bias, nor the term ``addmm`` adds)."""
+    if name == "einsum":
+        picked = list(args[1:]) + list(kwargs.values())
+    else:
+        first = 1 if name in ("addmm", "addbmm", "baddbmm", "addmv") else 0
+        count = 3 if name in ("bilinear", "scaled_dot_product_attention") else 2
+        picked = list(args[first:first + count]) + [
+            v for k, v in kwargs.items() if k in ("input", "weight", "other", "mat1", "mat2",
+                                                   "batch1", "batch2", "mat", "vec", "input1",
+                                                   "input2", "query", "key", "value", "a", "b")]
+    return picked
 
 
 def _zero_tensors(model) -> dict[int, str]:
@@ -124,7 +166,7 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
     counter = _OpCounter()
     sites: dict[tuple, dict] = {}
     zeros = _zero_tensors(model)
-    ancestors: dict = {}  # a tensor's token -> the tokens of those it was computed from
+    parents: dict = {}  # a result's token -> its op's name and its operands' tokens
 
     class Sites(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -132,18 +174,12 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             ops, cost = counter.ops, counter.cost
             out = func(*args, **kwargs)
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+            name = getattr(func, "__name__", str(func))
             if isinstance(out, torch.Tensor) and given:
-                came: set = set()
-                for v in given:
-                    held = _token(v)
-                    came.add(held)
-                    came.update(ancestors.get(held, ()))
-                made = _token(out, fresh=True)
-                came.discard(made)
-                ancestors[made] = frozenset(came)
+                operands = tuple(_token(v) for v in given)
+                parents[_token(out, fresh=True)] = (name, operands)
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
-                name = getattr(func, "__name__", str(func))
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True})
@@ -154,9 +190,11 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["numel"] += out.numel()
                 entry["operands"] = max(entry["operands"], len(given))
                 # a rescaling in every call it makes
-                entry["rescale"] &= _rescaled_operand(name, given, out, ancestors) is not None
+                entry["rescale"] &= _rescaled_operand(name, given, out, parents) is not None
                 if name in PRODUCT_CALLS and zeros and entry["zero"] is None:
-                    for v in given:  # still zero here (a buffer the forward fills is not)
+                    for v in tree_leaves(_multiplied(name, args, kwargs)):
+                        if not isinstance(v, torch.Tensor):
+                            continue  # still zero here (a buffer the forward fills is not)
                         held = zeros.get(v.untyped_storage().data_ptr())
                         if held is not None and v.is_floating_point() and not bool(v.any()):
                             entry["zero"] = held
