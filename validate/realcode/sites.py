@@ -206,37 +206,16 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
     return sites, counter.cost
 
 
-def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
-    """The output with every call of site ``key`` answered by zeros. None when the forward
-    then fails."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    class Bypass(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            where = _site()
-            if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
-                    not isinstance(out, torch.Tensor):
-                return out
-            return torch.zeros_like(out)
-
-    try:
-        with Bypass():
-            return forward(model, inputs, forward_seed, copies)
-    except Exception:  # noqa: BLE001 — a bypass that breaks forward is not dead
-        return None
-
-
-def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
-    """The output with every call of site ``key`` answered by its rescaled operand times the
-    least-squares scalar (the call skipped up to one factor). None when that fails."""
+def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
+              answer) -> list | None:
+    """The output with every tensor call of site ``key`` answered by ``answer(out, given)``
+    (``given``: the call's tensor operands). None when the forward then fails (a bypass that
+    breaks forward is not dead)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
-    class Skip(TorchFunctionMode):
+    class Answer(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
@@ -244,20 +223,39 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
             if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
                     not isinstance(out, torch.Tensor):
                 return out
-            given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
-            main = _rescaled_operand(key[2], given, out)
-            if main is None:
-                return out
-            with torch.no_grad():
-                a, b = main.detach().double(), out.detach().double()
-                scale = float((a * b).sum() / (a * a).sum().clamp_min(1e-300))
-                return (a * scale).to(out.dtype)
+            return answer(out, [v for v in tree_leaves((args, kwargs))
+                                if isinstance(v, torch.Tensor)])
 
     try:
-        with Skip():
+        with Answer():
             return forward(model, inputs, forward_seed, copies)
-    except Exception:  # noqa: BLE001 — a skip that breaks forward is not dead
+    except Exception:  # noqa: BLE001 — see the docstring
         return None
+
+
+def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
+    """The output with every call of site ``key`` answered by zeros (``_answered``)."""
+    import torch
+
+    return _answered(model, key, inputs, forward_seed, copies,
+                     lambda out, _given: torch.zeros_like(out))
+
+
+def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
+    """The output with every call of site ``key`` answered by its rescaled operand times the
+    least-squares scalar (the call skipped up to one factor; ``_answered``)."""
+    import torch
+
+    def skipped(out, given):
+        main = _rescaled_operand(key[2], given, out)
+        if main is None:
+            return out
+        with torch.no_grad():
+            a, b = main.detach().double(), out.detach().double()
+            scale = float((a * b).sum() / (a * a).sum().clamp_min(1e-300))
+            return (a * scale).to(out.dtype)
+
+    return _answered(model, key, inputs, forward_seed, copies, skipped)
 
 
 def _dead(model, inputs, ref, forward_seed, tol, order, copies) -> list:
