@@ -16,6 +16,8 @@ Standard library only (an import contract in pyproject.toml keeps it so).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -45,6 +47,7 @@ class FactGroup(Mapping):
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.present:
+            _declared(type(self), key)
             raise KeyError(key)
         return getattr(self, key)
 
@@ -55,9 +58,34 @@ class FactGroup(Mapping):
         return len(self.present)
 
     def __contains__(self, key: object) -> bool:
+        if key not in self.present:
+            _declared(type(self), key)
         return key in self.present
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class UndeclaredFact(Exception):
+    """A check read a fact its group does not declare: the worker's report of it never
+    reaches the judge (``from_dict`` keeps declared fields only), so the check reads its
+    default on every run."""
+
+
+_WARNED: set = set()
+
+
+def _declared(group: type, key: object) -> None:
+    """A read of ``key`` from ``group`` that no worker's report can ever fill is a mistake of
+    the grader's own code: an error where ``KERNELMILL_STRICT_FACTS`` is set (the tests), else
+    one warning per name."""
+    if key in {f.name for f in dataclasses.fields(group)}:
+        return
+    message = f"{group.__name__} declares no fact {key!r}: the worker's report of it is dropped"
+    if os.environ.get("KERNELMILL_STRICT_FACTS"):
+        raise UndeclaredFact(message)
+    if (group, key) not in _WARNED:
+        _WARNED.add((group, key))
+        logging.getLogger("kernelmill").warning(message)
 
 
 def _typed_list(cls):
@@ -176,9 +204,14 @@ class UnseenFacts(FactGroup):
     seen_device_us: Any = None
     unseen_device_us: Any = None
     after_device_us: Any = None
+    # a graph replay's kernels' busy time per call, the gaps between them left out
+    seen_busy_ms: Any = None
+    unseen_busy_ms: Any = None
+    after_busy_ms: Any = None
     seen_cpu_ms: Any = None
     unseen_cpu_ms: Any = None
     after_cpu_ms: Any = None
+    order: Any = None  # the kind of each timed call, in order (seen, even, unseen, after)
     even_calls_us: Any = None  # one hot replay's GPU busy time per captured call
     even_unread: Any = None
     even_overlap_us: Any = None

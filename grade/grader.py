@@ -560,7 +560,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             start=lambda: [t.start() for t in threads],
             finish=lambda: _gpu_work_done(controls, policy.timeout_s),
             clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
-            droppable=tuple(names.values()),
+            droppable=tuple(names.values()), clock_witness="reference",
             admit=None if policy.time_incorrect else admit)
         for thread in threads:
             thread.join()

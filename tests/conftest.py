@@ -6,6 +6,8 @@ import pytest
 
 # Triton must see this before it is first imported anywhere in the test process.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# A check that reads a worker fact its group does not declare fails (``grade.facts``).
+os.environ.setdefault("KERNELMILL_STRICT_FACTS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

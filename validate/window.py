@@ -121,7 +121,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                start: Callable[[], None] | None = None, finish: Callable[[], None] | None = None,
                clock_check: tuple[str, ...] = (), unseen_check: tuple[str, ...] = (),
                gpu_handshake: bool = False, droppable: tuple[str, ...] = (),
-               admit: Callable[[str, Any], str | None] | None = None) -> dict:
+               admit: Callable[[str, Any], str | None] | None = None,
+               clock_witness: str | None = None) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
@@ -136,7 +137,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     the others go on; when none of them is left, the window ends. Any other failure ends the
     window for all (``error``). With ``admit``, each ``droppable`` participant first reports
     ``{"checked": ...}`` (its answers, before it prepares to be timed) and is told ``time``, or
-    leaves the window with the reason ``admit(name, checked)`` returns: it is never timed."""
+    leaves the window with the reason ``admit(name, checked)`` returns: it is never timed.
+    ``clock_witness`` (a trusted participant) runs one unscored round right before and right
+    after the unseen checks (``unseen_clock_ms``: ``before`` and ``after`` samples)."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -210,7 +213,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                 result["clocks_hot_s"] = round(since, 3)
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
-                              cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check)
+                              cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check,
+                              clock_witness)
             finally:
                 if "warm" in result.get("phases_ms", {}):  # the clocks were brought up
                     lock.window_ended()
@@ -283,7 +287,7 @@ def _exclusive(group: _Group, lock: GpuLock, result: dict):
 
 
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
-                  warm_ms, settle_ms, clock_check, unseen_check) -> None:
+                  warm_ms, settle_ms, clock_check, unseen_check, clock_witness=None) -> None:
     """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
     began = time.monotonic()
     timeout = settings.report_timeout_s
@@ -366,11 +370,31 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 except WindowError as exc:
                     group.fail(name, exc)
     phases["clock"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
+    witnessed = clock_witness in ready and bool(unseen_check)
+    if witnessed:
+        _witness_round(group, clock_witness, per_round, timeout, result, "before")
     for name in unseen_check:
         with group.turn(name):
             group.ask(name, "unseen", "unseen", timeout)
+    if witnessed:
+        _witness_round(group, clock_witness, per_round, timeout, result, "after")
     phases["unseen"] = round((time.monotonic() - mark) * 1e3, 1)
     result["window_ms"] = (time.monotonic() - began) * 1e3
+
+
+def _witness_round(group: _Group, name: str, per_round: dict, timeout: float, result: dict,
+                   when: str) -> None:
+    """One round of ``name``'s work (a trusted participant: the reference), right before and
+    right after the unseen checks, unsettled both times and kept out of its scored samples:
+    how much the GPU itself slowed across the checks (``unseen_clock_ms``). A GEMM at the
+    GPU's power cap ran its kernels 21-31% longer after an input drawn at a larger scale than
+    before it, every call after that (H200): the same drop reaches the reference."""
+    if name not in group.active:
+        return
+    with group.turn(name):
+        got = group.ask(name, f"round {per_round.get(name, 3)}", "round", timeout)
+    if got is not None:
+        result.setdefault("unseen_clock_ms", {})[when] = [float(t) for t in got[1]]
 
 
 def _resize_together(group: _Group, ready: dict, asks: dict[str, int], timeout: float) -> None:

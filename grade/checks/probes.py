@@ -32,6 +32,23 @@ GROUP_CONTENTION = 2.0
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
 CHECK_REPLAY_SPREAD = 1.5
+# The unseen checks' bounds widen by the slowing the trusted reference saw across them
+# (``gpu_drift``), by at most this factor: a power-capped GEMM's kernels ran 21-31% longer after
+# a larger-scaled input (H200), and an answer cache saves far more than the rest
+DRIFT_CAP = 1.5
+
+
+def gpu_drift(window: Mapping | None) -> float:
+    """How much the GPU itself slowed across the unseen checks: the reference's round right
+    after them over its round right before (``window.run_window``'s ``clock_witness``), at
+    least 1 and at most ``DRIFT_CAP``; 1 where either is missing. The reference is trusted
+    code in its own process: a submission reaches its pace only through the GPU's."""
+    clock = (window or {}).get("unseen_clock_ms") or {}
+    before, after = clock.get("before"), clock.get("after")
+    if not all(isinstance(v, list) and v and all(isinstance(x, (int, float)) and x > 0
+                                                 for x in v) for v in (before, after)):
+        return 1.0
+    return min(DRIFT_CAP, max(1.0, statistics.median(after) / statistics.median(before)))
 
 
 def ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: dict, hack,
@@ -181,14 +198,16 @@ def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, ha
 def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, record, hack,
                    all_correct: bool, device: str, checks: dict,
                    scored_ms: float | None = None, scored_cpu_ms: float | None = None,
-                   wrong=None) -> None:
+                   wrong=None, drift: float = 1.0) -> None:
     """Single calls timed inside the window on inputs the candidate had never seen, after
     calls on the timed inputs (``worker._Run.unseen``): their answers must be right (an answer
     only just past the tolerance, ``compare.near_miss``, is ``wrong(detail)``: an incorrect
     verdict, not a hack), they may
     not be much slower than the calls on the timed inputs made before any of them, and the
     calls on the timed inputs made after them may not be either. A forward that caches answers
-    by input content (any key: sampled values, sums, hashes) is honest only on new inputs."""
+    by input content (any key: sampled values, sums, hashes) is honest only on new inputs.
+    On CUDA the wall and device bounds widen by ``drift`` (``gpu_drift``: the GPU's own
+    slowing across the checks, read by the reference)."""
     if not unseen or not all_correct or \
             not _unseen_answers(unseen, hidden, policy, record, hack, checks, wrong):
         return
@@ -233,14 +252,17 @@ def unseen_checks(unseen: dict | None, hidden: list[dict], policy: Policy, recor
         # call rule came no closer than 0.90 of its bound).
         usual = min(seen) if key == "device_us" else statistics.median(seen)
         fastest_new = min(new)
-        slow = fastest_new > ratio * usual + least
+        # the GPU's own slowing across the checks (a power cap) slows every call after it
+        bound = ratio * usual * (drift if cuda and key != "cpu_ms" else 1.0) + least
+        slow = fastest_new > bound
         # every call after (a switch slows them all; host noise rarely does)
-        changed = bool(after) and min(after) > ratio * usual + least
+        changed = bool(after) and min(after) > bound
+        widened = f"; the GPU slowed {drift:.3f}x across them" if cuda and drift > 1 else ""
         checks[f"unseen_time_{key}"] = {
             "passed": not (slow or changed),
             "detail": f"unseen inputs {[round(v, 4) for v in new]} {unit}, timed inputs before "
                       f"{[round(v, 4) for v in seen]} and after {[round(v, 4) for v in after]} "
-                      f"{unit} ({unseen.get('method')})"}
+                      f"{unit} ({unseen.get('method')}){widened}"}
         if slow:
             hack("timing_behaviour", f"forward took {fastest_new:.4g} {unit} or more on inputs "
                  f"it had not seen, {usual:.4g} on the timed inputs: it remembers inputs it "
@@ -418,7 +440,7 @@ def unseen_inputs_answered_alike(ctx):
     return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_checks(
         ctx.run.get("unseen"), ctx.hidden, ctx.policy, ctx.record, hack, ctx.all_correct,
         str(ctx.reference.get("info", {}).get("device", "")), ctx.checks, ctx.scored_ms,
-        (ctx.run.get("timing") or {}).get("cpu_ms"), wrong))
+        (ctx.run.get("timing") or {}).get("cpu_ms"), wrong, gpu_drift(ctx.window)))
 
 
 @register(H.GHOST_KERNELS, threat="T-12", layer=Layer.BEHAVIOURAL, scope="run")

@@ -106,3 +106,97 @@ def test_an_empty_first_call_in_the_check_replays_does_not_hide_their_work():
     unseen_checks(facts, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
                   True, "cuda:0", checks, scored_ms=0.05)
     assert any("tells the check apart" in f for f in found), found
+
+
+class _Witness:
+    """The witness's readings of one unseen check on a graph of 4 calls: three replays on the
+    timed inputs, the hot one, one on unseen inputs, one after (``span_calls_us`` sets the
+    rest, as the real one does)."""
+
+    def __init__(self, busy_us: float):
+        self.busy_us = busy_us
+
+    def span_calls_us(self, calls: int):
+        self.span_counts = [calls] * 6
+        self.span_busy_us = [self.busy_us * calls] * 6
+        self.span_overlap_us = [0.0] * 6
+        self.span_run_names = [[["k"]] * calls] * 6
+        return [[48.0] * calls for _ in range(6)]
+
+
+def test_every_fact_the_worker_reports_of_the_check_reaches_the_judge():
+    """The worker's facts cross into the parent as typed groups (``grade.facts``), which keep
+    only the fields they declare: a reading the worker makes and the group lacks is lost on
+    the way, and the judge falls back to a weaker one. The kernels' busy time was: groups of 8
+    honest Triton GEMMs on an H200 were flagged by their check replays' host latency (0.168 ms
+    per call against 0.047 scored, 49 µs of kernels each)."""
+    from kernelmill.grade.facts import UnseenFacts
+    from kernelmill.grade.worker.probes import _Probes
+
+    run = type("Run", (_Probes,), {})()
+    run.witness, run.captured = _Witness(busy_us=48.5), []
+    unseen = {"seen_ms": [0.1744, 0.1683, 0.1708], "unseen_ms": [0.0556], "after_ms": [0.055],
+              "checks": [], "method": "cuda_graph", "calls": 4,
+              "order": ["seen", "seen", "seen", "even", "unseen", "after"]}
+    _Probes._unseen_device_us(run, unseen, [])
+    assert unseen.get("seen_busy_ms") and unseen.get("even_calls_us"), unseen
+    typed = UnseenFacts.from_dict(unseen)
+    assert set(typed) == set(unseen), set(unseen) - set(typed)
+    found, checks = [], {}
+    unseen_checks(typed, [], Policy(), None, lambda code, why: found.append(f"{code}: {why}"),
+                  True, "cuda:0", checks, scored_ms=0.04718)
+    assert found == [], found
+    assert "0.0485" in checks["unseen_time_ms"]["detail"]  # the kernels' busy time, not 0.17
+
+
+def _power_capped(check_device_us: dict) -> dict:
+    """An honest Triton GEMM (KernelBench level2_12, 1024x8192x8192 fp32) graded on an H200:
+    its kernels ran 6,275 µs per call before and during the first unseen input, then 7,585-
+    7,790 µs on every call after it (an input drawn at a larger scale took the GPU to its power
+    cap; the scored calls read 6,286 µs)."""
+    facts = {"method": "cuda_graph", "calls": 1, "checks": [],
+             "order": ["seen"] * 3 + ["unseen", "after", "unseen", "after"]}
+    for kind, us in check_device_us.items():
+        facts[f"{kind}_device_us"] = us
+        facts[f"{kind}_busy_ms"] = [v / 1e3 for v in us]
+        facts[f"{kind}_ms"] = [v / 1e3 * 1.02 for v in us]
+    return facts
+
+
+def test_a_gpu_that_slows_across_the_check_is_not_the_forward_changing_its_ways():
+    from kernelmill.grade.checks.probes import DRIFT_CAP, gpu_drift
+
+    facts = _power_capped({"seen": [6275.7, 6275.3, 6284.3], "unseen": [6288.2, 7790.4],
+                           "after": [7585.1, 7585.8]})
+
+    def judged(window):
+        found, checks = [], {}
+        unseen_checks(facts, [], Policy(), None, lambda c, why: found.append(f"{c}: {why}"),
+                      True, "cuda:0", checks, scored_ms=6.286, drift=gpu_drift(window))
+        return found, checks
+
+    found, _ = judged(None)  # no witness: the bound stands as it was
+    assert any("changed its ways" in f for f in found), found
+    # the reference's own round read 21% slower after the checks than before them
+    window = {"unseen_clock_ms": {"before": [2.717, 2.716, 2.718], "after": [3.29, 3.3, 3.31]}}
+    found, checks = judged(window)
+    assert found == [], found
+    assert "the GPU slowed 1.2" in checks["unseen_time_device_us"]["detail"]
+    # a reference that ran faster after, or readings that are not times, widen nothing
+    assert gpu_drift({"unseen_clock_ms": {"before": [3.0], "after": [2.0]}}) == 1.0
+    assert gpu_drift({"unseen_clock_ms": {"before": [3.0], "after": ["x"]}}) == 1.0
+    assert gpu_drift({"unseen_clock_ms": {"before": [1.0], "after": [9.0]}}) == DRIFT_CAP
+
+
+def test_an_answer_cache_is_still_seen_when_the_gpu_slows_across_the_check():
+    """A cache that answers the timed inputs in half the time: no slowing the reference can
+    report (at most ``DRIFT_CAP``) covers the unseen inputs' honest time."""
+    from kernelmill.grade.checks.probes import gpu_drift
+
+    facts = _power_capped({"seen": [3100.0, 3101.0, 3099.0], "unseen": [6280.0, 6290.0],
+                           "after": [3100.0, 3102.0]})
+    found, checks = [], {}
+    window = {"unseen_clock_ms": {"before": [1.0], "after": [5.0]}}
+    unseen_checks(facts, [], Policy(), None, lambda c, why: found.append(f"{c}: {why}"),
+                  True, "cuda:0", checks, scored_ms=3.1, drift=gpu_drift(window))
+    assert any("remembers inputs it has seen" in f for f in found), found

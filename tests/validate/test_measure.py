@@ -373,6 +373,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
             cheats: dict | None = None, early: dict | None = None, before: dict | None = None,
             timeout_s: float = 120, lock: str | None = None, on_finish=None,
             after: dict | None = None, controls: dict | None = None,
+            unseen_check: tuple = (), clock_witness: str | None = None,
             **settings) -> tuple[dict, dict]:
     controls = controls if controls is not None else {}
     controls.update({name: Control() for name in ms})
@@ -394,7 +395,8 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
                         start=lambda: [t.start() for t in threads],
                         finish=lambda: [on_finish and on_finish()] + [t.join() for t in threads],
                         clock_check=tuple(n for n in ms if n.startswith("candidate")),
-                        gpu_handshake=True, droppable=droppable)
+                        gpu_handshake=True, droppable=droppable, unseen_check=unseen_check,
+                        clock_witness=clock_witness)
     return window, results
 
 
@@ -412,6 +414,25 @@ def test_window_times_two_processes_in_alternating_rounds():
     # same preemptions on a loaded machine; the median does not)
     cand = window["participants"]["candidate"]
     assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
+
+
+def test_the_reference_witnesses_the_gpus_pace_across_the_unseen_checks():
+    """The trusted reference runs one round right before and one right after the candidates'
+    unseen checks: the GPU's own slowing over them (a power cap), kept out of its score."""
+    window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=600,
+                              ci_target_pct=1.0, unseen_check=("candidate",),
+                              clock_witness="reference")
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    clock = window["unseen_clock_ms"]
+    assert set(clock) == {"before", "after"}, clock
+    assert all(2.5 <= t <= 30 for when in clock.values() for t in when), clock
+    witnessed = sum(len(v) for v in clock.values())
+    scored = window["participants"]["reference"]["reps"]
+    assert results["reference"].value["reps"] == scored + witnessed
+    # a window without unseen checks asks for no witness rounds
+    window, _ = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=300,
+                        clock_witness="reference")
+    assert "unseen_clock_ms" not in window
 
 
 def _thread_states(pid: int) -> list[str]:
