@@ -498,6 +498,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         verdict.setdefault("profile", {})["cpu_s"] = {
             "candidate": result.cpu_s, "reference": reference.result.cpu_s,
             "timing_reference": (window or {}).get("timing_reference_cpu_s")}
+        # the candidate's worker was a spare, its CUDA context made before the grade asked
+        verdict["profile"]["spare"] = bool(result.spare)
         if changed:  # the guarded files changed while this run (or its group) ran (T-04)
             amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)

@@ -100,6 +100,7 @@ class WorkerResult:
     sandbox: int | None = None  # Landlock ABI the worker confined itself with; None: unconfined
     warm: bool = False  # forked from a zygote that had imported torch (``validate.zygote``)
     cpu_s: float | None = None  # the worker's user + system CPU seconds (warm workers)
+    spare: bool = False  # a warm worker forked ahead, its CUDA context made before its run
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -282,6 +283,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                           tampered=reader.tampered, leaked_processes=leaked,
                           sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),
                           cpu_s=getattr(proc, "cpu_s", None),
+                          spare=getattr(proc, "spare", False) is True,
                           stdout_tail=_tail(stdout), stderr_tail=_tail(stderr))
     stdout.close()
     stderr.close()

@@ -8,8 +8,16 @@ parent, one JSON message each, with file descriptors attached:
 - ``{"op": "fork", "id": N, "env": {...}, "cwd": PATH, "control": bool}`` with the fds
   ``[stdout, stderr, job-in, result-out, (control-in)]``: fork a child that starts a new
   session, takes those fds, its environment and folder, and runs ``harness_worker.main`` exactly
-  as a fresh worker would. Answer ``{"op": "started", "id", "pid"}``.
+  as a fresh worker would. Answer ``{"op": "started", "id", "pid", "spare"}``.
 - ``{"op": "kill", "id": N}``: SIGKILL that run's process group and its descendants.
+
+Spares (``KERNELMILL_ZYGOTE_SPARES`` N > 0, the CUDA zygote's default): after serving a fork
+for an environment, the zygote keeps N children forked ahead for that environment's device
+settings (``spare_key``), each of which has made its CUDA context (the driver makes contexts one
+at a time, a few per second per host: grades that start together queued seconds there) and
+waits for one job; the next fork for that key goes to a spare, which then becomes the run's
+worker exactly as a fresh child would (its fds, folder and whole environment). A spare serves
+one run; spares hold no other spare's socket, and die with the zygote.
 
 When a run's child exits the zygote answers ``{"op": "exit", "id", "status", "leaked",
 "cpu_s"}``. ``status`` is the child's exit status in ``Popen.returncode`` form; ``leaked``
@@ -123,6 +131,9 @@ class Zygote:
         self.killed: dict[int, int] = {}  # child pid -> escapees found while it ran
         self.stopping = False
         self.outbox: collections.deque[bytes] = collections.deque()
+        self.spare_count = max(0, int(os.environ.get("KERNELMILL_ZYGOTE_SPARES") or 0))
+        self.cuda = os.environ.get("KERNELMILL_ZYGOTE_KIND") == "cuda"
+        self.spares: dict[tuple, list[tuple[int, socket.socket]]] = {}  # key -> (pid, socket)
 
     # ---------------------------------------------------------------- messages
 
@@ -188,15 +199,84 @@ class Zygote:
     # ---------------------------------------------------------------- runs
 
     def fork(self, message: dict, fds: list[int]) -> None:
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            self.send({"op": "error", "id": message.get("id"), "message": f"fork: {exc}"})
-            return
-        if pid == 0:  # the child never returns from here
-            _child(message, fds, self.sock)
+        env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
+        key = spare_key(env)
+        pid = self._hand_to_spare(key, message, fds)
+        spare = pid is not None
+        if pid is None:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                self.send({"op": "error", "id": message.get("id"), "message": f"fork: {exc}"})
+                return
+            if pid == 0:  # the child never returns from here
+                self._close_in_child()
+                _child(message, fds)
         self.runs[pid] = message.get("id")
-        self.send({"op": "started", "id": message.get("id"), "pid": pid})
+        self.send({"op": "started", "id": message.get("id"), "pid": pid, "spare": spare})
+        self._refill(key, env)
+
+    # ---------------------------------------------------------------- spares
+
+    def _hand_to_spare(self, key: tuple, message: dict, fds: list[int]) -> int | None:
+        """A spare of ``key`` given this job (its pid), or None where none is alive."""
+        waiting = self.spares.get(key) or []
+        while waiting:
+            pid, channel = waiting.pop(0)
+            try:
+                socket.send_fds(channel, [json.dumps(message).encode()], fds)
+                return pid
+            except OSError:  # it died, or will: reaped here
+                kill_tree(pid)
+            finally:
+                channel.close()
+        return None
+
+    def _refill(self, key: tuple, env: dict) -> None:
+        """Fork spares for ``key`` until ``spare_count`` wait (``key`` now the most recently
+        served setting; past ``MAX_SPARE_KEYS`` settings, the oldest one's spares end)."""
+        if not self.spare_count:
+            return
+        waiting = self.spares.pop(key, [])
+        self.spares[key] = waiting
+        while len(self.spares) > MAX_SPARE_KEYS:
+            oldest = next(iter(self.spares))
+            for pid, channel in self.spares.pop(oldest):
+                channel.close()  # it reads end of file and exits
+                kill_tree(pid)
+        while len(waiting) < self.spare_count and not self.stopping:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            zygote = os.getpid()
+            try:
+                pid = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                return
+            if pid == 0:  # never returns
+                ours.close()
+                self._close_in_child()
+                _spare(theirs, env, self.cuda, zygote)
+            theirs.close()
+            waiting.append((pid, ours))
+
+    def spare_pids(self) -> set[int]:
+        return {pid for waiting in self.spares.values() for pid, _channel in waiting}
+
+    def _close_in_child(self) -> None:
+        """In a child forked here: the zygote's socket and every spare's channel closed (a
+        run that held a spare's channel could hand it a job of its own)."""
+        self.sock.close()
+        for waiting in self.spares.values():
+            for _pid, channel in waiting:
+                channel.close()
+
+    def _drop_spare(self, pid: int) -> None:
+        for waiting in self.spares.values():
+            for entry in list(waiting):
+                if entry[0] == pid:
+                    waiting.remove(entry)
+                    entry[1].close()
 
     def _kill_run(self, pid: int) -> None:
         try:
@@ -216,6 +296,8 @@ class Zygote:
                 return
             if pid in self.runs:
                 self._finish(pid, status, usage.ru_utime + usage.ru_stime)
+            else:
+                self._drop_spare(pid)
 
     def _finish(self, pid: int, status: int, cpu_s: float | None = None) -> None:
         rid = self.runs.pop(pid)
@@ -233,7 +315,9 @@ class Zygote:
         many had left ``group``."""
         escaped: set[int] = set()
         for _ in range(20):
-            found = [p for p in children(os.getpid()) if p not in self.runs and _alive(p)]
+            spares = self.spare_pids()
+            found = [p for p in children(os.getpid())
+                     if p not in self.runs and p not in spares and _alive(p)]
             if not found:
                 break
             for pid in found:
@@ -245,14 +329,22 @@ class Zygote:
         return len(escaped)
 
     def reap_strays(self) -> None:
+        spares = self.spare_pids()
         for pid in children(os.getpid()):
-            if pid not in self.runs:
+            if pid not in self.runs and pid not in spares:
                 try:
                     os.waitpid(pid, os.WNOHANG)
                 except OSError:
                     pass
 
     def shutdown(self) -> None:
+        self.stopping = True
+        for pid in self.spare_pids():
+            kill_tree(pid)
+        for waiting in self.spares.values():
+            for _pid, channel in waiting:
+                channel.close()
+        self.spares = {}
         for pid in list(self.runs):
             self._kill_run(pid)
         self.strays()
@@ -285,36 +377,55 @@ def _forget_environment_caches() -> None:
         codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
-def _child(message: dict, fds: list[int], sock: socket.socket) -> None:
-    """In the forked child: become a fresh worker, then run the harness's worker main."""
+def _own_session() -> None:
+    """A child forked here: its own session and process group, a subreaper of what it starts,
+    the default signal handlers."""
+    os.setsid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+# The environment a CUDA context is made under: a spare made under the same settings serves a
+# run (``spare_key``). The driver's JIT cache folder is each run's own and not known ahead: a
+# spare makes its context with that cache off.
+SPARE_PREFIXES = ("CUDA_", "PYTORCH_", "NVIDIA_", "LD_", "CUBLAS", "CUDNN")
+SPARE_ANY_RUN = ("CUDA_CACHE_PATH",)
+# Device settings spares are kept for at once (a host's GPUs, each its own setting); the
+# least recently served setting's spares go first
+MAX_SPARE_KEYS = 8
+
+
+def spare_key(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if k.startswith(SPARE_PREFIXES) and k not in SPARE_ANY_RUN))
+
+
+def _spare(channel: socket.socket, env: dict, cuda: bool, zygote: int) -> None:
+    """A spare: its own session, its CUDA context made under ``env``'s device settings, then
+    one job from ``channel`` (None there: exit), run as ``_child`` runs a fresh one."""
     code = 1
     try:
-        sock.close()
-        os.setsid()
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        stdout, stderr, rest = fds[0], fds[1], fds[2:]
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(stdout, 1)
-        os.dup2(stderr, 2)
-        for fd in (null, stdout, stderr):
-            os.close(fd)
-        os.chdir(message["cwd"])
-        env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
-        extra_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                      if p and p not in sys.path]
-        sys.path[:0] = extra_path
-        os.environ.clear()
-        os.environ.update(env)
-        _forget_environment_caches()
-        import random
-
-        random.seed()  # not the zygote's state, which every sibling shares
-        from .harness_worker import main as worker_main
-
-        worker_main([str(fd) for fd in rest])
+        _own_session()
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))  # an unused spare dies with the zygote
+        if os.getppid() != zygote:  # it died before the request took effect
+            os._exit(1)
+        if cuda:
+            os.environ.update(dict(spare_key(env)))
+            os.environ["CUDA_CACHE_DISABLE"] = "1"
+            try:
+                torch = sys.modules.get("torch") or importlib.import_module("torch")
+                torch.cuda.init()
+                torch.zeros(1, device="cuda")
+            except Exception:  # noqa: BLE001 — a run reports a broken device in its own stage
+                pass
+        data, fds, _flags, _addr = socket.recv_fds(channel, MAX_MESSAGE, 8)
+        channel.close()
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            os._exit(0)
+        _run_job(json.loads(data), fds)
         code = 0
     except BaseException:  # noqa: BLE001 — the parent sees no result and reports the exit
         import traceback
@@ -322,6 +433,46 @@ def _child(message: dict, fds: list[int], sock: socket.socket) -> None:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _child(message: dict, fds: list[int]) -> None:
+    """In the forked child: become a fresh worker, then run the harness's worker main."""
+    code = 1
+    try:
+        _own_session()
+        _run_job(message, fds)
+        code = 0
+    except BaseException:  # noqa: BLE001 — the parent sees no result and reports the exit
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _run_job(message: dict, fds: list[int]) -> None:
+    """The job's fds, folder and whole environment taken, the harness's worker main run."""
+    stdout, stderr, rest = fds[0], fds[1], fds[2:]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    for fd in (null, stdout, stderr):
+        os.close(fd)
+    os.chdir(message["cwd"])
+    env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
+    extra_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                  if p and p not in sys.path]
+    sys.path[:0] = extra_path
+    os.environ.clear()
+    os.environ.update(env)
+    _forget_environment_caches()
+    import random
+
+    random.seed()  # not the zygote's state, which every sibling shares
+    from .harness_worker import main as worker_main
+
+    worker_main([str(fd) for fd in rest])
 
 
 def sweep() -> None:

@@ -632,3 +632,63 @@ def test_a_result_too_large_for_one_frame_says_so():
     # the parent takes a frame up to the header's 4-byte length, kind byte included
     from kernelmill.validate.harness import HEADER, MAX_FRAME
     assert MAX_RESULT_BYTES + 1 < 1 << (8 * HEADER.size) <= MAX_FRAME
+
+
+def test_spares_forked_ahead_serve_runs_as_fresh_workers(monkeypatch, tmp_path):
+    """With spares (``KERNELMILL_SPARES``; on CUDA each has made its context ahead), a run after
+    the first of its device setting goes to a child forked before it was asked for: in its own
+    folder, with its run's whole environment, holding no socket of the zygote or of another
+    spare, and no spare outlives the zygote."""
+    import sys
+
+    from kernelmill.validate.zygote import ZYGOTES
+
+    monkeypatch.setenv("KERNELMILL_SPARES", "2")
+    ZYGOTES.close()
+    source = ("import os, time\ndef main():\n"
+              "    fds = []\n"
+              "    for n in os.listdir('/proc/self/fd'):\n"
+              "        try:\n"
+              "            fds.append(os.readlink(f'/proc/self/fd/{n}'))\n"
+              "        except OSError:\n"
+              "            pass\n"
+              "    with open('/proc/self/stat') as f:\n"
+              "        started = int(f.read().rsplit(')', 1)[1].split()[19])\n"
+              "    return {'pid': os.getpid(), 'cwd': os.getcwd(), 'mark': os.environ.get('MARK'),\n"
+              "            'sockets': [f for f in fds if f.startswith('socket:')],\n"
+              "            'started': started, 'ticks': os.sysconf('SC_CLK_TCK'),\n"
+              "            'sid': os.getsid(0) == os.getpid()}\n")
+    try:
+        runs = []
+        for mark in ("a", "b", "c"):
+            asked = time.monotonic()
+            runs.append((asked, run_in_worker("kernelmill.validate.harness:run_source",
+                                              {"source": source}, timeout_s=60, device="cpu",
+                                              env={"MARK": mark})))
+            time.sleep(0.3)  # the spares are forked after the first run's request
+        for (asked, result), mark in zip(runs, "abc"):
+            assert result.ok and result.warm, result.error
+            value = result.value
+            assert value["mark"] == mark and value["sid"], value
+            assert value["sockets"] == [], value  # no zygote's or spare's channel
+            assert value["cwd"] != "/" and os.path.basename(value["cwd"]), value
+        assert [r.spare for _, r in runs] == [False, True, True]
+        with open("/proc/uptime") as handle:  # a spare's process began before its request
+            uptime = float(handle.read().split()[0])
+        value = runs[2][1].value
+        began = value["started"] / value["ticks"]
+        assert began < uptime - (time.monotonic() - runs[2][0]) + 0.05, value
+        zygote = ZYGOTES._zygotes[(sys.executable, "cpu")]
+        guardian = zygote.info["guardian"]
+    finally:
+        ZYGOTES.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _descendants_of(guardian):
+        time.sleep(0.1)
+    assert not _descendants_of(guardian)  # the spares went with their zygote
+
+
+def _descendants_of(pid: int) -> list[int]:
+    from kernelmill.validate.zygote_worker import _alive, descendants
+
+    return [p for p in descendants(pid) if p != pid and _alive(p)]
