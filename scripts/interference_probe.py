@@ -62,7 +62,7 @@ def beside(kind: str, seconds: float, done: threading.Event) -> None:
         if kind == "nvidia-smi 1/s":
             while not done.wait(1.0):
                 subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                "--format=csv,noheader"], capture_output=True)
+                                "--format=csv,noheader"], capture_output=True, check=False)
         elif kind == "new contexts x4":
             while not done.is_set():
                 procs = [p for p in procs if p.poll() is None]
@@ -83,7 +83,10 @@ def beside(kind: str, seconds: float, done: threading.Event) -> None:
 
 def describe(times: list[float], quiet: float) -> str:
     ordered = sorted(times)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     over = sum(t > 1.3 * quiet for t in times) / len(times)
     return (f"{len(times):>6} {statistics.median(times):>9.3f} {pick(0.9):>9.3f} "
             f"{pick(0.99):>9.3f} {max(times):>9.3f} {over:>8.1%}")

@@ -261,9 +261,13 @@ def _log_file():
 BASE_PRELOAD = ("torch", "triton", "numpy")
 
 # Children a CUDA zygote keeps forked ahead per device setting, each with its CUDA context made
-# (``zygote_worker``'s spares): a host's driver makes contexts one at a time, 6-7.5 per second
-# (H200), and a grade's workers waited for theirs 4.5 s at the median with 16 grades at once.
-CUDA_SPARES = 4
+# (``zygote_worker``'s spares), by default: none until measured. A host's driver makes contexts
+# one at a time, 6-7.5 per second (H200), and a grade's workers waited for theirs 4.5 s at the
+# median with 16 grades at once. With 4 spares their start fell to 0.1-2.6 s, but whole runs
+# were slower: each spare then also held the descriptors of the run whose fork made it, so that
+# run's parent saw its end of file only when the spare's own run ended. Spares now close them;
+# whole runs with spares on a GPU have not been measured since.
+CUDA_SPARES = 0
 
 
 def spares(kind: str) -> int:

@@ -11,7 +11,7 @@ parent, one JSON message each, with file descriptors attached:
   as a fresh worker would. Answer ``{"op": "started", "id", "pid", "spare"}``.
 - ``{"op": "kill", "id": N}``: SIGKILL that run's process group and its descendants.
 
-Spares (``KERNELMILL_ZYGOTE_SPARES`` N > 0, the CUDA zygote's default): after serving a fork
+Spares (``KERNELMILL_ZYGOTE_SPARES`` N > 0; ``zygote.spares`` says how many): after serving a fork
 for an environment, the zygote keeps N children forked ahead for that environment's device
 settings (``spare_key``), each of which has made its CUDA context (the driver makes contexts one
 at a time, a few per second per host: grades that start together queued seconds there) and
@@ -406,6 +406,13 @@ def _spare(channel: socket.socket, env: dict, cuda: bool, zygote: int) -> None:
     one job from ``channel`` (None there: exit), run as ``_child`` runs a fresh one."""
     code = 1
     try:
+        # Only its channel and its standard streams: it was forked while the zygote held the
+        # descriptors of the run whose fork made it (that run's result pipe, its streams), and
+        # one of them held open here kept that run's end of file from its parent for as long as
+        # this spare lived (and was its to write)
+        keep = channel.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, _fd_limit())
         _own_session()
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))  # an unused spare dies with the zygote
         if os.getppid() != zygote:  # it died before the request took effect
@@ -433,6 +440,13 @@ def _spare(channel: socket.socket, env: dict, cuda: bool, zygote: int) -> None:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _fd_limit() -> int:
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(1024, min(soft, 1 << 16))
 
 
 def _child(message: dict, fds: list[int]) -> None:

@@ -34,8 +34,9 @@ GROUP_CONTENTION = 2.0
 CHECK_REPLAY_SPREAD = 1.5
 # The unseen checks' bounds widen by the slowing the trusted reference saw across them
 # (``gpu_drift``), by at most this factor: a power-capped GEMM's kernels ran 21-31% longer after
-# a larger-scaled input (H200), and an answer cache saves far more than the rest
-DRIFT_CAP = 1.5
+# a larger-scaled input (H200). A forward that heats the GPU on purpose in some of its calls on
+# the timed inputs widens them as far as this, no further.
+DRIFT_CAP = 1.35
 
 
 def gpu_drift(window: Mapping | None) -> float:

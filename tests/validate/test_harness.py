@@ -655,6 +655,7 @@ def test_spares_forked_ahead_serve_runs_as_fresh_workers(monkeypatch, tmp_path):
               "    with open('/proc/self/stat') as f:\n"
               "        started = int(f.read().rsplit(')', 1)[1].split()[19])\n"
               "    return {'pid': os.getpid(), 'cwd': os.getcwd(), 'mark': os.environ.get('MARK'),\n"
+              "            'fds': fds,\n"
               "            'sockets': [f for f in fds if f.startswith('socket:')],\n"
               "            'started': started, 'ticks': os.sysconf('SC_CLK_TCK'),\n"
               "            'sid': os.getsid(0) == os.getpid()}\n")
@@ -671,6 +672,8 @@ def test_spares_forked_ahead_serve_runs_as_fresh_workers(monkeypatch, tmp_path):
             value = result.value
             assert value["mark"] == mark and value["sid"], value
             assert value["sockets"] == [], value  # no zygote's or spare's channel
+            # nothing of another run either (its pipes, its streams): a fresh fork's count
+            assert len(value["fds"]) == len(runs[0][1].value["fds"]), (value, runs[0][1].value)
             assert value["cwd"] != "/" and os.path.basename(value["cwd"]), value
         assert [r.spare for _, r in runs] == [False, True, True]
         with open("/proc/uptime") as handle:  # a spare's process began before its request
