@@ -26,7 +26,14 @@ UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", 
 # Elementwise functions with jumps: their float result changes by a step where the argument
 # crosses a threshold (a sign hash, rounding), as an integer result of a comparison does.
 DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "frac", "fmod",
-                           "remainder", "heaviside", "floor_divide"})
+                           "remainder", "heaviside", "floor_divide", "histc", "histogram",
+                           "histogramdd"})
+# Samplers that read the input at computed coordinates: with nearest-neighbour sampling a
+# coordinate that crosses a pixel's edge moves the sampled value by a step (a spatial
+# transformer's ``grid_sample(mode="nearest")``); their interpolation mode argument, nearest's
+# code
+SAMPLERS = {"grid_sampler_2d": 2, "grid_sampler_3d": 2, "grid_sampler": 2}
+NEAREST = 1
 # A float output element moved by this many times its tolerance under honest noise jumped: the
 # noise itself moves a continuous output by about the tolerance
 JUMP = 100.0
@@ -34,8 +41,10 @@ JUMP = 100.0
 
 def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
     """Does the forward decide something from float values: an op that takes a float tensor
-    and returns only integer or boolean ones (a comparison, argmax, bucketize), or a
-    discontinuous elementwise function (``DISCONTINUOUS``)? Its float outputs may then jump."""
+    and returns only integer or boolean ones (a comparison, argmax, bucketize), a
+    discontinuous function (``DISCONTINUOUS``: rounding, a histogram's counts), a nearest-
+    neighbour sampler at computed coordinates (``SAMPLERS``) or a selection whose order among
+    ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -49,7 +58,12 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             if any(t.is_floating_point() for t in given):
                 made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-                if func.overloadpacket.__name__ in DISCONTINUOUS or \
+                name = func.overloadpacket.__name__
+                at = SAMPLERS.get(name)
+                nearest = at is not None and len(args) > at and args[at] == NEAREST
+                # a selection whose order among exact ties is unspecified (its values are
+                # defined, its indices and whatever follows them are not)
+                if name in DISCONTINUOUS or nearest or name in UNORDERED_SELECTIONS or \
                         (made and not any(t.is_floating_point() for t in made)):
                     seen.append(func.overloadpacket.__name__)
             return out

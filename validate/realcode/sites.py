@@ -38,6 +38,16 @@ MOST_SITES = 24
 # within tolerance by design and costs a kernel nothing to keep
 MIN_SHARE = 0.01
 SOURCE_PREFIX = "<kernelmill-"  # the file names ``measure.load_namespace`` gives a source
+# A site called several times in one forward (one line run for every layer of a loop, or of a
+# stack of weights) is also zeroed one call at a time: a layer appended with a layer-scale of
+# 1e-6, or one whose result the output never takes, is dead where its siblings are not. At most
+# this many single calls per site (the last, the first, then inward) and per problem.
+CALLS_PER_SITE = 12
+MOST_CALLS = 48
+# ... and such calls dead alone count only where together they carry this share of the
+# forward's work (a layer's worth): the last step of a greedy decode computes a token nobody
+# reads (4% of its work), which a kernel skips for little
+DEAD_CALLS_SHARE = 0.1
 # Calls whose work is a product of their operands (torch function names): one operand exactly
 # zero makes the product's work dead
 PRODUCT_CALLS = frozenset({
@@ -61,6 +71,9 @@ NORM_CALLS = frozenset({"normalize", "layer_norm", "rms_norm", "group_norm", "in
                         "batch_norm", "local_response_norm"})
 SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "true_divide",
                          "__itruediv__", "__imul__"})
+# A centering: the operand less a statistic of its own (``h - h.mean(-1, keepdim=True)``),
+# skipped as a rescaling is (the least-squares factor comes out near 1 where it is redundant)
+SHIFT_CALLS = frozenset({"sub", "__sub__", "__isub__"})
 
 
 # Ops through which a factor is a clip or a test, not a statistic (a norm clip that never bites
@@ -88,10 +101,12 @@ def _token(tensor, fresh: bool = False):
 
 
 def _statistic_of(factor, main, parents: dict) -> bool:
-    """Whether ``factor`` was computed from ``main`` (``parents``: a result's token -> its op's
-    name and its operands' tokens), within ``MOST_ANCESTORS`` steps back and through no clip or
-    test (``CLIP_OPS``)."""
-    wanted, seen = _token(main), set()
+    """Whether ``factor`` was computed from ``main`` or from an operand of the op that made
+    ``main`` (``(h - mean(h)) / std(h)``: the scale is a statistic of ``h``) (``parents``: a
+    result's token -> its op's name and its operands' tokens), within ``MOST_ANCESTORS`` steps
+    back and through no clip or test (``CLIP_OPS``)."""
+    own = _token(main)
+    wanted, seen = {own, *parents.get(own, ("", ()))[1]}, set()
     todo = [_token(factor)]
     while todo and len(seen) < MOST_ANCESTORS:
         token = todo.pop()
@@ -101,7 +116,7 @@ def _statistic_of(factor, main, parents: dict) -> bool:
         op, operands = parents.get(token, ("", ()))
         if op in CLIP_OPS:
             return False
-        if wanted in operands:
+        if wanted.intersection(operands):
             return True
         todo.extend(operands)
     return False
@@ -110,14 +125,15 @@ def _statistic_of(factor, main, parents: dict) -> bool:
 def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
     """The operand ``out`` is a rescaling of (see the module docstring), or None: the first
     same-shaped operand of a normalization call, or the same-shaped operand of a product or
-    quotient by a smaller tensor of more than one element computed from it (a statistic of
-    its own, ``_statistic_of``; without ``parents``, any)."""
+    quotient by (or the first operand less) a smaller tensor of more than one element computed
+    from it (a statistic of its own, ``_statistic_of``; without ``parents``, any)."""
     same = [v for v in given if v.shape == out.shape and v.is_floating_point()]
     if not same:
         return None
     if name in NORM_CALLS:
         return same[0]
-    if name in SCALE_CALLS and len(given) == 2 and len(same) == 1:
+    shift = name in SHIFT_CALLS and len(given) == 2 and given[0] is (same[0] if same else None)
+    if (name in SCALE_CALLS or shift) and len(given) == 2 and len(same) == 1:
         main = same[0]
         other = given[1] if given[0] is main else given[0]
         if 1 < other.numel() < out.numel() and (
@@ -182,7 +198,9 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
-                                          "operands": 0, "zero": None, "rescale": True})
+                                          "operands": 0, "zero": None, "rescale": True,
+                                          "calls": 0})
+                entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
                 entry["cost"] += counter.cost - cost
                 storage = out.untyped_storage().data_ptr()
@@ -207,13 +225,16 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
 
 
 def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
-              answer) -> list | None:
-    """The output with every tensor call of site ``key`` answered by ``answer(out, given)``
-    (``given``: the call's tensor operands). None when the forward then fails (a bypass that
-    breaks forward is not dead)."""
+              answer, call: int | None = None) -> list | None:
+    """The output with every tensor call of site ``key`` (only its ``call``-th, counted as
+    ``_call_sites`` counts them, where given) answered by ``answer(out, given)`` (``given``:
+    the call's tensor operands). None when the forward then fails (a bypass that breaks
+    forward is not dead)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
+
+    made = [0]
 
     class Answer(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -223,6 +244,12 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
             if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
                     not isinstance(out, torch.Tensor):
                 return out
+            if call is not None:  # the calls ``_call_sites`` counts: floating-point results
+                if not out.is_floating_point():
+                    return out
+                made[0] += 1
+                if made[0] - 1 != call:
+                    return out
             return answer(out, [v for v in tree_leaves((args, kwargs))
                                 if isinstance(v, torch.Tensor)])
 
@@ -233,12 +260,32 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
         return None
 
 
-def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
-    """The output with every call of site ``key`` answered by zeros (``_answered``)."""
+def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
+            call: int | None = None) -> list | None:
+    """The output with every call of site ``key`` (its ``call``-th only, where given) answered
+    by zeros (``_answered``)."""
     import torch
 
     return _answered(model, key, inputs, forward_seed, copies,
-                     lambda out, _given: torch.zeros_like(out))
+                     lambda out, _given: torch.zeros_like(out), call)
+
+
+def _single_calls(order: list, sites: dict, whole: list) -> list[tuple[tuple, int]]:
+    """(site, call) pairs to zero one at a time: the calls of each site of ``order`` called
+    more than once and not dead as a whole, the last first, then the first, then inward."""
+    pairs: list[tuple[tuple, int]] = []
+    for key in order:
+        n = sites[key].get("calls", 1)
+        if n < 2 or key in whole:
+            continue
+        inward, lo, hi = [], 0, n - 1
+        while lo <= hi and len(inward) < CALLS_PER_SITE:
+            inward.append(hi)
+            if lo < hi and len(inward) < CALLS_PER_SITE:
+                inward.append(lo)
+            lo, hi = lo + 1, hi - 1
+        pairs += [(key, i) for i in inward]
+    return pairs[:MOST_CALLS]
 
 
 def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
@@ -284,17 +331,35 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
         both = _dead(alt, inputs, alt_ref, forward_seed, tol, dead, copies)
         tried += len(order)
     redrawn = alt is not None and alt_ref is not None
+    singles = _single_calls(order, sites, dead)
+    dead_calls = [(k, i) for k, i in singles
+                  if within(_zeroed(model, k, inputs, forward_seed, copies, i), ref, tol)]
+    tried += len(singles)
+    n_calls = {k: max(1, sites[k].get("calls", 1)) for k, _i in dead_calls}
+    if sum(sites[k]["cost"] / n_calls[k] for k, _i in dead_calls) < DEAD_CALLS_SHARE * total:
+        dead_calls = []
+    both_calls = dead_calls
+    if dead_calls and redrawn:
+        both_calls = [(k, i) for k, i in dead_calls
+                      if within(_zeroed(alt, k, inputs, forward_seed, copies, i), alt_ref, tol)]
+        tried += len(dead_calls)
 
-    def label(key: tuple, why: str) -> str:
+    def label(key: tuple, why: str, call: int | None = None) -> str:
         name, line, func = key
         text = " ".join(linecache.getline(name, line).split())[:80]
-        share = sites[key]["cost"] / total if total else 0.0
-        return f"line {line} `{text}`: {func} ({why}; {share:.0%} of the work)"
+        n = sites[key].get("calls", 1)
+        share = sites[key]["cost"] / total / (n if call is not None else 1) if total else 0.0
+        which = f", call {call + 1} of {n}" if call is not None else ""
+        return f"line {line} `{text}`: {func}{which} ({why}; {share:.0%} of the work)"
 
     labels = [label(k, "zeroed, constants as declared and drawn again" if redrawn else
                     "zeroed, constants as declared") for k in both]
     labels += [label(k, "zeroed, dead at initialization: live only once the constants are "
                         "drawn again") for k in dead if k not in both]
+    labels += [label(k, "zeroed alone, constants as declared and drawn again" if redrawn else
+                     "zeroed alone, constants as declared", i) for k, i in both_calls]
+    labels += [label(k, "zeroed alone, dead at initialization: live only once the constants "
+                        "are drawn again", i) for k, i in dead_calls if (k, i) not in both_calls]
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
                if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
