@@ -41,6 +41,59 @@ def same_shaped(y, inputs: list, alt_inputs: list) -> list[tuple]:
     return pairs
 
 
+# An input of the output's size but another shape is tried as a passthrough through a
+# permutation of its dimensions after the first and a reshape (a feature map flattened into
+# tokens: ``x.flatten(2).transpose(1, 2)``): the permutation whose change correlates best with
+# the output's, on this many sampled elements, where that correlation reaches ``PASSTHROUGH``;
+# inputs of up to ``REARRANGED_ELEMENTS`` elements and 5 dimensions (a copy of each draw is made)
+SAMPLED = 1 << 16
+PASSTHROUGH = 0.5
+REARRANGED_ELEMENTS = 1 << 26
+
+
+def rearranged(y, z, inputs: list, alt_inputs: list) -> list[tuple]:
+    """(x, x') pairs of floating-point inputs of ``y``'s size in another shape, each moved into
+    ``y``'s layout by the permutation (dimension 0 kept first) whose change correlates best with
+    ``y``'s between the draws (``z``: the second draw's output), where it correlates enough."""
+    import itertools
+
+    import torch
+
+    pairs = []
+    n = y.numel()
+    step = max(1, n // SAMPLED)
+    at = torch.arange(0, n, step, device=y.device)
+    dy = (y.reshape(-1)[at] - z.reshape(-1)[at]).double()
+    dy = dy - dy.mean()
+    for x, x_alt in zip(inputs, alt_inputs):
+        if not (getattr(x, "is_floating_point", None) and x.is_floating_point()
+                and getattr(x_alt, "shape", None) == x.shape and x.numel() == n
+                and x.shape != y.shape and 2 <= x.dim() <= 5 and n <= REARRANGED_ELEMENTS):
+            continue
+        best, chosen = PASSTHROUGH, None
+        flat, flat_alt = x.reshape(-1), x_alt.reshape(-1)
+        for order in itertools.permutations(range(1, x.dim())):
+            dims = (0, *order)
+            shape = [x.shape[d] for d in dims]
+            # each sampled output position's element of ``x`` in the permuted layout
+            rest, coords = at.clone(), [None] * len(dims)
+            for i in range(len(dims) - 1, -1, -1):
+                coords[i], rest = rest % shape[i], rest // shape[i]
+            source = torch.zeros_like(at)
+            for d in range(x.dim()):
+                source = source * x.shape[d] + coords[dims.index(d)]
+            dx = (flat[source] - flat_alt[source]).double()
+            dx = dx - dx.mean()
+            norm = float(dx.norm() * dy.norm())
+            corr = abs(float(dx @ dy)) / norm if norm > 0 else 0.0
+            if corr > best:
+                best, chosen = corr, dims
+        if chosen is not None:
+            pairs.append((x.permute(*chosen).reshape(y.shape),
+                          x_alt.permute(*chosen).reshape(y.shape)))
+    return pairs
+
+
 def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     """The RMS over sqrt(2) of ``y - z`` (one output over two input draws) less its least-squares
     fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the RMS of the fitted

@@ -9,7 +9,7 @@ import math
 from .. import checks as C
 from ..contrast_views import worst_ratio
 from .common import forward
-from .nonaffine import nonaffine_view, same_shaped
+from .nonaffine import nonaffine_view, rearranged, same_shaped
 
 # Dimensions this small are read slice by slice too (``contrast``): channels, variables, heads
 CONTRAST_SLICES = 64
@@ -67,7 +67,8 @@ def contrast(ref: list, alt: list, tol: float, inputs: list | None = None,
     for k, (y, z) in enumerate(zip(ref, alt)):
         if not y.is_floating_point() or y.shape != z.shape or y.numel() == 0:
             continue
-        pairs = same_shaped(y, inputs, alt_inputs) if inputs and alt_inputs else []
+        pairs = (same_shaped(y, inputs, alt_inputs) or rearranged(y, z, inputs, alt_inputs)) \
+            if inputs and alt_inputs else []
         whole = _contrast_of(y, z, tol, pairs)
         if whole is None:
             continue
