@@ -81,7 +81,7 @@ def _declared(group: type, key: object) -> None:
     if key in {f.name for f in dataclasses.fields(group)}:
         return
     message = f"{group.__name__} declares no fact {key!r}: the worker's report of it is dropped"
-    if os.environ.get("KERNELMILL_STRICT_FACTS"):
+    if os.environ.get("KERNELMILL_STRICT_FACTS", "") not in ("", "0", "false", "no"):
         raise UndeclaredFact(message)
     if (group, key) not in _WARNED:
         _WARNED.add((group, key))

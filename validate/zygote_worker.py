@@ -135,6 +135,7 @@ class Zygote:
         self.spare_count = max(0, int(os.environ.get("KERNELMILL_ZYGOTE_SPARES") or 0))
         self.cuda = os.environ.get("KERNELMILL_ZYGOTE_KIND") == "cuda"
         self.spares: dict[tuple, list[tuple[int, socket.socket]]] = {}  # key -> (pid, socket)
+        self.due: list[tuple[tuple, dict]] = []  # settings whose spares are to be forked
 
     # ---------------------------------------------------------------- messages
 
@@ -166,6 +167,8 @@ class Zygote:
                 ready = []
             if ready:
                 self.receive()
+            while self.due:  # no frame of a run's request is on a spare's stack
+                self._refill(*self.due.pop(0))
             self.flush()
             self.reap()
         self.shutdown()
@@ -215,7 +218,8 @@ class Zygote:
                 _child(message, fds)
         self.runs[pid] = message.get("id")
         self.send({"op": "started", "id": message.get("id"), "pid": pid, "spare": spare})
-        self._refill(key, env)
+        if self.spare_count:  # forked from the serving loop (``serve``), knowing the key alone
+            self.due.append((key, dict(key)))
 
     # ---------------------------------------------------------------- spares
 

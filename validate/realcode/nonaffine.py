@@ -48,7 +48,7 @@ def same_shaped(y, inputs: list, alt_inputs: list) -> list[tuple]:
 # inputs of up to ``REARRANGED_ELEMENTS`` elements and 5 dimensions (a copy of each draw is made)
 SAMPLED = 1 << 16
 PASSTHROUGH = 0.5
-REARRANGED_ELEMENTS = 1 << 26
+REARRANGED_ELEMENTS = 1 << 24
 
 
 def rearranged(y, z, inputs: list, alt_inputs: list) -> list[tuple]:
@@ -68,7 +68,8 @@ def rearranged(y, z, inputs: list, alt_inputs: list) -> list[tuple]:
     for x, x_alt in zip(inputs, alt_inputs):
         if not (getattr(x, "is_floating_point", None) and x.is_floating_point()
                 and getattr(x_alt, "shape", None) == x.shape and x.numel() == n
-                and x.shape != y.shape and 2 <= x.dim() <= 5 and n <= REARRANGED_ELEMENTS):
+                and x.shape != y.shape and 2 <= x.dim() <= 5 and n <= REARRANGED_ELEMENTS
+                and x.device == y.device and x_alt.device == y.device):
             continue
         best, chosen = PASSTHROUGH, None
         flat, flat_alt = x.reshape(-1), x_alt.reshape(-1)

@@ -199,10 +199,17 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
-                                          "calls": 0})
+                                          "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
                 entry["cost"] += counter.cost - cost
+                entry["call_costs"].append(counter.cost - cost)
+                if name in PRODUCT_CALLS and any(
+                        isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()
+                        and not bool(v.any()) for v in tree_leaves(_multiplied(name, args, kwargs))):
+                    # a product with a state the forward made zero (a recurrence's first
+                    # step): that call alone gives nothing by design
+                    entry["zero_calls"].add(entry["calls"] - 1)
                 storage = out.untyped_storage().data_ptr()
                 entry["inplace"] |= any(v.untyped_storage().data_ptr() == storage for v in given)
                 entry["numel"] += out.numel()
@@ -272,7 +279,9 @@ def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
 
 def _single_calls(order: list, sites: dict, whole: list) -> list[tuple[tuple, int]]:
     """(site, call) pairs to zero one at a time: the calls of each site of ``order`` called
-    more than once and not dead as a whole, the last first, then the first, then inward."""
+    more than once and not dead as a whole, the last first, then the first, then inward; not a
+    product call with an operand the forward made exactly zero (a recurrence from a zero
+    state, whose first step gives nothing by design)."""
     pairs: list[tuple[tuple, int]] = []
     for key in order:
         n = sites[key].get("calls", 1)
@@ -284,8 +293,14 @@ def _single_calls(order: list, sites: dict, whole: list) -> list[tuple[tuple, in
             if lo < hi and len(inward) < CALLS_PER_SITE:
                 inward.append(lo)
             lo, hi = lo + 1, hi - 1
-        pairs += [(key, i) for i in inward]
+        zero = sites[key].get("zero_calls") or set()
+        pairs += [(key, i) for i in inward if i not in zero]
     return pairs[:MOST_CALLS]
+
+
+def _call_cost(sites: dict, key: tuple, call: int) -> float:
+    costs = sites[key].get("call_costs") or []
+    return costs[call] if 0 <= call < len(costs) else 0.0
 
 
 def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) -> list | None:
@@ -332,11 +347,12 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
         tried += len(order)
     redrawn = alt is not None and alt_ref is not None
     singles = _single_calls(order, sites, dead)
+    if sum(_call_cost(sites, k, i) for k, i in singles) < DEAD_CALLS_SHARE * total:
+        singles = []  # dead or not, together they could not carry the share that counts
     dead_calls = [(k, i) for k, i in singles
                   if within(_zeroed(model, k, inputs, forward_seed, copies, i), ref, tol)]
     tried += len(singles)
-    n_calls = {k: max(1, sites[k].get("calls", 1)) for k, _i in dead_calls}
-    if sum(sites[k]["cost"] / n_calls[k] for k, _i in dead_calls) < DEAD_CALLS_SHARE * total:
+    if sum(_call_cost(sites, k, i) for k, i in dead_calls) < DEAD_CALLS_SHARE * total:
         dead_calls = []
     both_calls = dead_calls
     if dead_calls and redrawn:
@@ -348,7 +364,8 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
         name, line, func = key
         text = " ".join(linecache.getline(name, line).split())[:80]
         n = sites[key].get("calls", 1)
-        share = sites[key]["cost"] / total / (n if call is not None else 1) if total else 0.0
+        cost = sites[key]["cost"] if call is None else _call_cost(sites, key, call)
+        share = cost / total if total else 0.0
         which = f", call {call + 1} of {n}" if call is not None else ""
         return f"line {line} `{text}`: {func}{which} ({why}; {share:.0%} of the work)"
 
