@@ -204,9 +204,12 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["ops"] += counter.ops - ops
                 entry["cost"] += counter.cost - cost
                 entry["call_costs"].append(counter.cost - cost)
-                if name in PRODUCT_CALLS and any(
-                        isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()
-                        and not bool(v.any()) for v in tree_leaves(_multiplied(name, args, kwargs))):
+                # a product's operands exactly zero at this call (one pass over its operands)
+                zero_operands = [
+                    v for v in tree_leaves(_multiplied(name, args, kwargs))
+                    if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()
+                    and not bool(v.any())] if name in PRODUCT_CALLS else []
+                if zero_operands:
                     # a product with a state the forward made zero (a recurrence's first
                     # step): that call alone gives nothing by design
                     entry["zero_calls"].add(entry["calls"] - 1)
@@ -216,14 +219,11 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["operands"] = max(entry["operands"], len(given))
                 # a rescaling in every call it makes
                 entry["rescale"] &= _rescaled_operand(name, given, out, parents) is not None
-                if name in PRODUCT_CALLS and zeros and entry["zero"] is None:
-                    for v in tree_leaves(_multiplied(name, args, kwargs)):
-                        if not isinstance(v, torch.Tensor):
-                            continue  # still zero here (a buffer the forward fills is not)
-                        held = zeros.get(v.untyped_storage().data_ptr())
-                        if held is not None and v.is_floating_point() and not bool(v.any()):
-                            entry["zero"] = held
-                            break
+                if zeros and entry["zero"] is None:
+                    # a parameter or buffer still zero here (a buffer the forward fills is not)
+                    entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
+                                          for v in zero_operands
+                                          if v.untyped_storage().data_ptr() in zeros), None)
             return out
 
     with counter, Sites():
