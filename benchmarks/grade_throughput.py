@@ -288,6 +288,42 @@ def _first_line_watch(out: Path, start: float) -> dict:
     return seen
 
 
+class _InterpreterLag:
+    """How late a thread of the grading process wakes from a 5 ms sleep while the phase runs:
+    the wait for the interpreter lock and the host's cores that every thread of this process
+    (the windows' turns, the result readers, the judging) pays the same way."""
+
+    NAP_S = 0.005
+
+    def __init__(self) -> None:
+        import threading
+
+        self.late_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.perf_counter()
+            time.sleep(self.NAP_S)
+            self.late_ms.append((time.perf_counter() - began - self.NAP_S) * 1e3)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=1)
+        late = sorted(self.late_ms)
+        if not late:
+            return {}
+
+        def at(q: float) -> float:
+            return round(late[min(len(late) - 1, int(q * len(late)))], 2)
+
+        naps = len(late) * self.NAP_S * 1e3
+        return {"interpreter_lag_ms": {"p50": at(0.5), "p99": at(0.99), "max": round(late[-1], 1),
+                                       "share": round(sum(late) / (naps + sum(late)), 3)}}
+
+
 def _after_first(first: dict, done: int, seconds: float) -> dict:
     first["stop"] = True
     at, counted = first.get("s"), first.get("lines") or 1
@@ -372,6 +408,7 @@ def main() -> int:
             out = folder / f"{name}-{phase}.jsonl"
             start, parent_cpu = time.monotonic(), _own_cpu_s()
             first = _first_line_watch(out, start)
+            lag = _InterpreterLag()
             try:
                 stats = grade_file(problems, submissions, out, device=args.device,
                                    workers=args.workers, backend=args.backend, policy=policy,
@@ -386,7 +423,7 @@ def main() -> int:
                     "submissions": done, "seconds": round(seconds, 1),
                     "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(done, 1), 3),
                     "per_minute": round(done / seconds * 60, 1), "cached": 0,
-                    **_after_first(first, done, seconds), **summarize(out)}
+                    **_after_first(first, done, seconds), **lag.stop(), **summarize(out)}
                 if done:
                     report_per_problem(out)
                     report_slowest_and_median(out)
@@ -409,7 +446,7 @@ def main() -> int:
             results[f"{name} {phase}"] = {
                 "submissions": n, "seconds": round(seconds, 1),
                 "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(n, 1), 3),
-                "per_minute": round(n / seconds * 60, 1),
+                "per_minute": round(n / seconds * 60, 1), **lag.stop(),
                 **({} if phase == "cache-hits" else _after_first(first, n, seconds)),
                 "cached": stats.counts.get("cached", 0), **summarize(out)}
     header = (f"{'set / phase':22} {'subs':>5} {'seconds':>8} {'subs/min':>9} {'cached':>7} "
@@ -421,6 +458,12 @@ def main() -> int:
               f"{r['cached']:>7} {r.get('correct', 0):>8} {r.get('hacked', 0):>7} "
               f"{r.get('error', 0):>6} {r['reference_s'] or '-':>6} {r['candidate_s'] or '-':>7} "
               f"{r['warm']:>6}")
+    for phase, r in results.items():
+        if r.get("interpreter_lag_ms"):
+            lag = r["interpreter_lag_ms"]
+            print(f"{phase}: the grading process's threads woke from a 5 ms sleep {lag['p50']} ms "
+                  f"late at the median, {lag['p99']} at the 99th percentile, {lag['max']} at "
+                  f"most ({lag['share']:.0%} of the time waiting for the interpreter or a core)")
     for phase, r in results.items():
         if r.get("first_verdict_s") is not None:
             print(f"{phase}: first verdict after {r['first_verdict_s']} s (the grading "

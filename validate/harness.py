@@ -66,7 +66,7 @@ from .result_channel import (
     _Reader,
     _widen_pipe,
 )
-from .tensor_slots import SlotError, attach_slots
+from .tensor_slots import SealedFile, SlotError, attach_slots
 from .worker_control import Control
 from .worker_processes import (
     _SECRET_MARKERS,  # noqa: F401
@@ -101,6 +101,9 @@ class WorkerResult:
     warm: bool = False  # forked from a zygote that had imported torch (``validate.zygote``)
     cpu_s: float | None = None  # the worker's user + system CPU seconds (warm workers)
     spare: bool = False  # a warm worker forked ahead, its CUDA context made before its run
+    # a trusted run's shown file (``tensor_slots.SealedFile``), held while its tensors may be
+    # passed on to another worker as they are
+    shown: object = field(default=None, repr=False, compare=False)
     stdout_tail: str = ""
     stderr_tail: str = ""
 
@@ -183,8 +186,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     # the worker's large result tensors come back in this file (``tensor_slots``)
     results_fd = os.memfd_create("kernelmill-results", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
         if hasattr(os, "memfd_create") else None
+    # and what a trusted run marks for a candidate to be given as it is (``passed_on``)
+    shown_fd = os.memfd_create("kernelmill-shown", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
+        if early_results and results_fd is not None else None
     extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
-                                       ("late", late_fd), ("results", results_fd))
+                                       ("late", late_fd), ("results", results_fd),
+                                       ("shown", shown_fd))
              if fd is not None}  # the worker's descriptors after its job's two pipes
     job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                         "writable": allowed, "fds": list(extra),
@@ -217,7 +224,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     except OSError as exc:
         if late_file is not None:
             late_file.close()
-        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd):
+        for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd,
+                   shown_fd):
             if fd is not None:
                 os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -288,6 +296,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     stdout.close()
     stderr.close()
     shutil.rmtree(tmp, ignore_errors=True)
+    shown = SealedFile(shown_fd) if shown_fd is not None else None
     last_stage = result.stages[-1][0] if result.stages else ("startup" if not reader.hello
                                                              else "import target")
     if result.tampered:
@@ -312,8 +321,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     elif reader.result is not None:
         try:
             # the worker and every process of its run are gone: its results file is read now
-            result.value = attach_slots(_decode(reader.result), results_fd)
+            result.value = attach_slots(_decode(reader.result), results_fd, shown)
             result.ok = True
+            result.shown = shown if shown is not None and shown.size else None
         except SlotError as exc:  # the file is not the one the result's frame describes
             result.tampered = True
             result.error = {"stage": last_stage, "message": f"result tensors not trusted: {exc}"}
@@ -326,6 +336,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         "message": f"{message}: {detail}" if detail else message}
     if results_fd is not None:
         os.close(results_fd)  # the tensors attached keep their own mapping of it
+    if shown is not None and result.shown is None:
+        shown.close()
     return result
 
 

@@ -31,6 +31,7 @@ import types
 
 from .tensor_slots import (  # noqa: F401
     ResultsFile,
+    ShownSlot,
     SlotError,
     TensorSlot,
     restore_slots,
@@ -340,24 +341,30 @@ def _encode_result(value: dict, results_fd: int | None = None, _pickler=pickle.P
 # (``result_slot``; only where the parent asked for it, ``run_in_worker(early_results=True)``:
 # a candidate's run never holds its descriptor here); ``_encode_result`` puts the rest after.
 _results = ResultsFile(None)
+# The run's shown file (the same runs only): what the task marks ``shown`` (a candidate may be
+# given it as it is; ``tensor_slots.ShownSlot``)
+_shown = ResultsFile(None, ShownSlot)
 
 
-def result_slot(tensor, look=None):
+def result_slot(tensor, look=None, shown: bool = False):
     """``tensor`` written into the run's results file now, as the ``TensorSlot`` the result
     carries in its place (the parent gets the tensor); None where it is not (no file, a small
-    tensor): the task keeps a host copy instead. For tasks that run no submission's code (a
-    reference run): a candidate's results are written only once its code has finished."""
-    return _results.put(tensor, look)
+    tensor): the task keeps a host copy instead. ``shown``: into the run's shown file instead,
+    which the parent passes on as it is to a candidate's worker, so only what a candidate may
+    see goes there. For tasks that run no submission's code (a reference run): a candidate's
+    results are written only once its code has finished."""
+    return (_shown if shown else _results).put(tensor, look)
 
 
-def result_mark() -> int:
+def result_mark() -> tuple[int, int]:
     """Where the next ``result_slot`` writes (for ``result_rewind``)."""
-    return _results.end
+    return _results.end, _shown.end
 
 
-def result_rewind(mark: int) -> None:
+def result_rewind(mark: tuple[int, int]) -> None:
     """Drop what ``result_slot`` wrote since ``result_mark`` returned ``mark``."""
-    _results.rewind(mark)
+    _results.rewind(mark[0])
+    _shown.rewind(mark[1])
 
 
 def _hide_fd(fd: int) -> int:
@@ -475,6 +482,10 @@ def main(argv: list[str]) -> None:
     results_fd = _hide_fd(extra["results"]) if "results" in extra else None
     if job.get("early_results") is True:
         _results.fd = results_fd
+        if "shown" in extra:
+            _shown.fd = _hide_fd(extra["shown"])
+    elif "shown" in extra:
+        os.close(extra["shown"])
     if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key

@@ -15,6 +15,7 @@ from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _SEALS,
     TensorSlot,
     _seal_bits,
+    passed_on,
     plain_cpu_tensor,
     slotted,
     write_chunks,
@@ -32,7 +33,9 @@ def _tensor_file(payload):
     at a time, and the worker spent 2 s unpickling it. Writing it here takes 0.2 s with the
     lock released, and the worker maps it. The file is sealed before any worker sees it:
     nobody can change it, so a worker's copy-on-write mapping is all it can touch. A tensor
-    that is not contiguous keeps its strides through the pickle instead."""
+    that is not contiguous keeps its strides through the pickle instead. Tensors that all lie
+    in one trusted run's shown file (``tensor_slots.SealedFile``) are not copied: that file,
+    sealed already, is the payload's file."""
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(os, "memfd_create"):
         # a process that never imported torch holds no tensor to move (importing it here
@@ -43,6 +46,11 @@ def _tensor_file(payload):
         return v if (plain_cpu_tensor(v, torch)
                      and v.numel() * v.element_size() >= SHARED_TENSOR_BYTES) else None
 
+    # tensors that all lie in one trusted run's sealed shown file (a reference run's inputs and
+    # weights for this candidate): that file, passed on as it is
+    given = passed_on(payload, lambda v: shareable(v) is not None)
+    if given is not None:
+        return given
     moved, chunks, end = slotted(payload, shareable)
     if not chunks:
         return payload, None

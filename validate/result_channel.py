@@ -216,12 +216,14 @@ def _decode(data) -> dict:
 
 
 def _slots_allowed(torch):
-    """``TensorSlot`` among the classes a result's ``weights_only`` load may build (a tuple of
+    """``TensorSlot`` and ``ShownSlot`` among the classes a result's ``weights_only`` load may build (a tuple of
     numbers and a dtype name: the slots of tensors sent in the run's results file), for the
     whole process: ``torch.serialization.safe_globals`` restores the list when it exits, which
     another grading thread's load in progress then no longer finds."""
-    from .tensor_slots import TensorSlot
+    from .tensor_slots import ShownSlot, TensorSlot
 
-    if TensorSlot not in torch.serialization.get_safe_globals():
-        torch.serialization.add_safe_globals([TensorSlot])
+    allowed = torch.serialization.get_safe_globals()
+    missing = [kind for kind in (TensorSlot, ShownSlot) if kind not in allowed]
+    if missing:
+        torch.serialization.add_safe_globals(missing)
     return contextlib.nullcontext()

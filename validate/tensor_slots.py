@@ -22,6 +22,8 @@ import mmap
 import os
 import resource
 import sys
+import weakref
+from typing import ClassVar
 
 SLOT_BYTES = 1 << 16  # smaller tensors stay in the frame's pickle
 _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
@@ -36,25 +38,40 @@ class TensorSlot(tuple):
     __slots__ = ()
 
 
+class ShownSlot(TensorSlot):
+    """A ``TensorSlot`` in a trusted run's *shown* file: what a reference run made for a
+    candidate to be given as it is (the inputs it may see, the weights it is built with), kept
+    apart from what no candidate may hold (outputs, the unseen check's inputs) so the parent can
+    pass that file on to a candidate's worker instead of copying its tensors (``SealedFile``)."""
+
+    __slots__ = ()
+
+
+_SLOT_TYPES = (TensorSlot, ShownSlot)
+
+
 class SlotError(RuntimeError):
     """The results file cannot be trusted or does not hold what the result's slots name."""
 
 
-def restore_slots(value, data, base: int = 0):
+def restore_slots(value, data, base: int = 0, shown=None):
     """``value`` with every ``TensorSlot`` replaced by a tensor over ``data`` (a buffer) at
-    ``base`` plus its offset; each slot a storage of its own (saved alone if it is returned)."""
+    ``base`` plus its offset, every ``ShownSlot`` by one over ``shown`` at its offset; each slot
+    a storage of its own (saved alone if it is returned)."""
     import torch
 
-    made: dict[int, object] = {}
+    made: dict[tuple, object] = {}
 
     def restore(item):
-        if type(item) is TensorSlot:
+        if type(item) in _SLOT_TYPES:
             offset, nbytes, dtype, shape = item
-            if offset not in made:
-                made[offset] = torch.frombuffer(data, dtype=torch.uint8, count=nbytes,
-                                                offset=base + offset) \
+            source = shown if type(item) is ShownSlot else data
+            key = (type(item), offset)
+            if key not in made:
+                made[key] = torch.frombuffer(source, dtype=torch.uint8, count=nbytes,
+                                             offset=(0 if source is shown else base) + offset) \
                     .view(getattr(torch, dtype)).view(tuple(shape))
-            return made[offset]
+            return made[key]
         if type(item) in (dict, list, tuple):
             values = [restore(v) for v in (item.values() if type(item) is dict else item)]
             return dict(zip(item, values)) if type(item) is dict else type(item)(values)
@@ -151,8 +168,8 @@ class ResultsFile:
     instead of two, and no page of the host copy faulted in. For trusted tasks (a reference
     run): what is written here is written before the task's code has finished."""
 
-    def __init__(self, fd: int | None):
-        self.fd, self.end = fd, 0
+    def __init__(self, fd: int | None, kind: type = TensorSlot):
+        self.fd, self.end, self.kind = fd, 0, kind
 
     def put(self, tensor, look=None):
         """``tensor``'s bytes at the file's end, as a ``TensorSlot``; None where it does not
@@ -180,7 +197,7 @@ class ResultsFile:
             self.fd = None
             return None
         self.end = offset + nbytes
-        return TensorSlot((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
+        return self.kind((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
 
     def rewind(self, mark: int) -> None:
         """Forget what was written past ``mark`` (an ``end`` read earlier): a task that runs
@@ -214,41 +231,41 @@ def plain_cpu_tensor(item, torch) -> bool:
 
 
 def has_slots(value) -> bool:
-    if type(value) is TensorSlot:
+    if type(value) in _SLOT_TYPES:
         return True
     if type(value) in (dict, list, tuple):
         return any(has_slots(v) for v in (value.values() if type(value) is dict else value))
     return False
 
 
-def attach_slots(value, fd: int):
+def attach_slots(value, fd: int, shown: SealedFile | None = None):
     """Parent side, once the worker and its processes are gone: ``value`` with every
     ``TensorSlot`` replaced by a tensor mapped (private, copy-on-write) from the results file
-    ``fd``, after sealing the file against every write, growth and shrinking. Raises
-    ``SlotError`` where the seal is refused (a process still maps the file writable: what it
-    read could change under the judge) or a slot does not fit the file or names no dtype."""
+    ``fd`` and every ``ShownSlot`` by one from the run's shown file (``shown``), after sealing
+    each against every write, growth and shrinking. Raises ``SlotError`` where a seal is refused
+    (a process still maps the file writable: what it read could change under the judge) or a
+    slot does not fit its file or names no dtype."""
     import torch
 
     if not has_slots(value):
         return value
-    try:
-        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
-    except OSError as exc:
-        raise SlotError(f"the result's tensor file could not be sealed ({exc}): another "
-                        "process still holds it writable") from None
-    size = os.fstat(fd).st_size
-    if size == 0:
-        raise SlotError("the result names tensors in its file, and the file is empty")
+    size = _sealed_size(fd, "result's tensor file")
+    shown_size = shown.seal() if shown is not None else None
 
     def check(item):
-        if type(item) is TensorSlot:
+        if type(item) in _SLOT_TYPES:
             if len(item) != 4:
                 raise SlotError(f"a malformed tensor slot {str(item)[:80]}")
+            within = shown_size if type(item) is ShownSlot else size
+            if within == 0 and type(item) is TensorSlot:
+                raise SlotError("the result names tensors in its file, and the file is empty")
+            if within is None:
+                raise SlotError("the result names a shown tensor, and its run has no shown file")
             offset, nbytes, dtype, shape = item
             kind = getattr(torch, dtype, None) if type(dtype) is str else None
             if not isinstance(kind, torch.dtype) or type(offset) is not int or \
                     type(nbytes) is not int or offset < 0 or nbytes < 0 or \
-                    offset + nbytes > size or not all(type(n) is int and n >= 0 for n in shape):
+                    offset + nbytes > within or not all(type(n) is int and n >= 0 for n in shape):
                 raise SlotError(f"a tensor slot outside the result's file: {str(item)[:120]}")
             numel = 1
             for n in shape:
@@ -261,8 +278,98 @@ def attach_slots(value, fd: int):
                 check(v)
 
     check(value)
-    data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    return restore_slots(value, data)
+    data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) \
+        if size else None
+    return restore_slots(value, data, shown=shown.map() if shown is not None else None)
+
+
+def _sealed_size(fd: int, what: str) -> int:
+    """The size of the file ``fd`` once sealed against every change; ``SlotError`` where the
+    seal is refused."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
+    except OSError as exc:
+        raise SlotError(f"the {what} could not be sealed ({exc}): another process still "
+                        "holds it writable") from None
+    return os.fstat(fd).st_size
+
+
+class SealedFile:
+    """A trusted run's shown file (``ShownSlot``), parent side: sealed, mapped, and passed on
+    as it is (a new descriptor of it, ``passed_on``) to a worker whose payload's large tensors
+    all lie in it, where they would otherwise be copied into a payload file of its own (a
+    second of the grading process's CPU per KernelBench-size grade). The descriptor is closed
+    when this object goes; a run's ``WorkerResult.shown`` holds it as long as the result."""
+
+    _live: ClassVar[list] = []  # weak references to the files mapped, for ``passed_on``
+
+    def __init__(self, fd: int):
+        self.fd: int | None = fd
+        self.size = 0
+        self._data = None
+        self._base = 0
+
+    def seal(self) -> int:
+        self.size = _sealed_size(self.fd, "run's shown tensor file")
+        return self.size
+
+    def map(self):
+        if self._data is None and self.size:
+            import ctypes
+
+            self._data = mmap.mmap(self.fd, self.size, flags=mmap.MAP_PRIVATE,
+                                   prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._base = ctypes.addressof(ctypes.c_char.from_buffer(self._data))
+            SealedFile._live[:] = [r for r in SealedFile._live if r() is not None]
+            SealedFile._live.append(weakref.ref(self))
+        return self._data
+
+    def offset_of(self, tensor) -> int | None:
+        """Where ``tensor``'s bytes lie in the file, or None: not all in it, or changed since
+        (written in place: the parent's mapping is private, so the file would not show it)."""
+        if self._data is None or self.fd is None or tensor._version != 0:
+            return None
+        offset = tensor.data_ptr() - self._base
+        nbytes = tensor.numel() * tensor.element_size()
+        return offset if 0 <= offset and offset + nbytes <= self.size else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self):
+        self.close()
+
+
+def passed_on(payload, large) -> tuple | None:
+    """``payload`` with each tensor ``large(tensor)`` says travels in a file replaced by its
+    ``TensorSlot`` in the one ``SealedFile`` they all lie in, and a new descriptor of that file;
+    None where some lie in none or in different ones (they are copied then)."""
+    files = [f for f in (r() for r in SealedFile._live) if f is not None and f.fd is not None]
+    if not files:
+        return None
+    chosen: list = []
+
+    def walk(item):
+        if large(item):
+            for file in chosen or files:
+                offset = file.offset_of(item)
+                if offset is not None:
+                    chosen[:] = [file]
+                    return TensorSlot((offset, item.numel() * item.element_size(),
+                                       str(item.dtype)[6:], tuple(item.shape)))
+            raise LookupError
+        if type(item) in (dict, list, tuple):
+            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
+            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+        return item
+
+    try:
+        moved = walk(payload)
+    except LookupError:
+        return None
+    return (moved, os.dup(chosen[0].fd)) if chosen else None
 
 
 def _seal_bits() -> int:

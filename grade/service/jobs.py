@@ -223,8 +223,8 @@ class JobTable:
             del self.by_key[job.key]  # a failed grade may be asked for again
         self.seconds.append(job.finished - job.submitted)
         self.answered[job.id] = None
+        self.on_answer(job)  # counted before anyone waiting sees the answer
         job.answered.set()
-        self.on_answer(job)
         self._forget_old()
         return True
 

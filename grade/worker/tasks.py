@@ -94,21 +94,39 @@ def reference_task(payload: dict) -> dict:
 
 def _drop_worker_only(result: dict) -> None:
     """What a reference run keeps for its own later work (the model, a host copy of the first
-    trial's inputs as drawn), taken out of what it sends."""
+    trial's inputs as drawn), taken out of what it sends; its states go to the shown file."""
     del result["_model"]
     for trial in result["trials"]:
         trial.pop("_host_inputs", None)
+    _shown_states(result)
 
 
-def _shipped(value):
+def _shipped(value, shown: bool = False):
     """A tensor of a reference run's result: written into the run's results file as it is
-    made (``result_slot``: one copy, through the pinned staging buffer), else a host copy."""
+    made (``result_slot``: one copy, through the pinned staging buffer), else a host copy.
+    ``shown``: one a candidate is given as it is (an input it sees, a weight), written into the
+    run's shown file, which the parent passes on to the candidate's worker without a copy."""
     if _type(value) is not _Tensor:
         return value
     # sized by the first large tensor (a reference worker watches no threads)
     reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
-    slot = result_slot(value, look)
+    slot = result_slot(value, look, shown=shown)
     return to_cpu(value) if slot is None else slot
+
+
+def _shown_states(result: dict) -> None:
+    """The run's model states (the candidate is built with them) into its shown file, each
+    tensor once however many states hold it."""
+    written: dict[int, Any] = {}
+
+    def ship(tensor):
+        if id(tensor) not in written:
+            written[id(tensor)] = (tensor, _shipped(tensor, shown=True))
+        return written[id(tensor)][1]
+
+    result["state_dict"] = {k: ship(v) for k, v in result["state_dict"].items()}
+    result["states"] = {index: {k: ship(v) for k, v in state.items()}
+                        for index, state in result["states"].items()}
 
 
 def _device_peak(device: str) -> int | None:
@@ -210,7 +228,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             model.load_state_dict(states[wanted])
             current = wanted
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
-        kept = [_shipped(v) for v in inputs]
+        # the inputs of a trial the candidate is shown (not the unseen check's)
+        kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -285,6 +304,20 @@ def _inductor_timing(device: str, payload: dict, result: dict) -> None:
         result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
 
 
+def _built_for_timing(ns: dict, init_inputs: list, device: str, loaded: bool):
+    """The reference model on ``device`` for timing. Where the grade's state is loaded over it
+    (``loaded``) its own draws are never used: it is built on the device, where drawing a
+    large model's weights costs a kernel instead of host seconds (a third of this worker's
+    CPU at KernelBench sizes); a constructor that cannot run there is built on the host."""
+    if loaded and device.startswith("cuda"):
+        try:
+            with torch.device(device):
+                return ns["Model"](*init_inputs).to(device)
+        except Exception:  # noqa: BLE001 — a constructor that needs the host: built there
+            pass
+    return ns["Model"](*init_inputs).to(device)
+
+
 def reference_timing_task(payload: dict) -> dict:
     """Time the reference's eager forward in a parent-driven window (``validate.window``): the
     model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
@@ -298,7 +331,7 @@ def reference_timing_task(payload: dict) -> dict:
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
-    model = ns["Model"](*init_inputs).to(device)
+    model = _built_for_timing(ns, init_inputs, device, bool(payload.get("state_dict")))
     if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
         model.load_state_dict(payload["state_dict"])
     placements = M.placed_copies(to_device(payload["inputs"], device), device)

@@ -157,3 +157,27 @@ def test_a_wrong_answer_is_not_timed_and_the_rest_of_its_group_is():
         read("ref_scale_add"), wrong)
     assert not timed["correct"] and timed["timings"]["candidate_ms"] is not None
     assert "skipped" not in timed["timings"]
+
+
+def test_the_candidates_and_the_reference_timing_get_the_reference_runs_shown_file(monkeypatch):
+    """A fresh reference run writes what a candidate is given (its shown inputs, the weights)
+    into a file of its own; each candidate's job and the window's reference timing job take
+    that sealed file as it is, not a copy the grading process writes (``passed_on``)."""
+    import kernelmill.validate.payload_files as payload_files
+
+    passed = []
+    original = payload_files.passed_on
+
+    def spy(payload, large):
+        given = original(payload, large)
+        passed.append((sorted(payload), given is not None))
+        return given
+
+    monkeypatch.setattr(payload_files, "passed_on", spy)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    reference = read("ref_scale_add").replace("N = 4096", "N = 1 << 17")  # 512 KiB inputs
+    verdicts = Grader("cpu", policy=policy).grade_group(reference, [read("honest_scale_add")] * 2)
+    assert all(v["correct"] and not v["hacks"] for v in verdicts)
+    given = [keys for keys, ok in passed if ok]
+    assert sum("trials" in keys for keys in given) == 2  # both candidates
+    assert sum("inputs" in keys and "trials" not in keys for keys in given) == 1  # the timing

@@ -187,3 +187,84 @@ def test_a_results_file_written_as_it_goes_keeps_layouts_rewinds_and_gives_up_qu
             os.close(read_only)
     finally:
         os.close(fd)
+
+
+SHOWN = (
+    "import torch\n"
+    "from kernelmill.validate.harness_worker import result_slot\n"
+    "def main(payload):\n"
+    "    g = torch.Generator().manual_seed(7)\n"
+    "    seen = torch.randn(300, 1000, generator=g)\n"
+    "    weight = torch.randn(400, 400, generator=g)\n"
+    "    answer = torch.full((200, 1000), 4321.0)\n"
+    "    return {'inputs': [result_slot(seen, shown=True)],\n"
+    "            'state_dict': {'w': result_slot(weight, shown=True)},\n"
+    "            'outputs': [result_slot(answer)]}\n")
+
+READS_PAYLOAD = (
+    "import os, torch\n"
+    "def main(payload):\n"
+    "    maps = [l for l in open('/proc/self/maps') if 'kernelmill' in l]\n"
+    "    return {'sum': float(payload['inputs'][0].double().sum()),\n"
+    "            'w': float(payload['state_dict']['w'].double().sum()),\n"
+    "            'files': sorted({l.split()[-2] if l.split()[-1] == '(deleted)' else\n"
+    "                             l.split()[-1] for l in maps})}\n")
+
+
+def test_a_reference_runs_shown_tensors_reach_the_next_worker_as_the_same_sealed_file():
+    """What a trusted run marks ``shown`` (the inputs and weights a candidate is given) comes
+    back in a file of its own, which the parent passes on as it is to a worker whose payload's
+    large tensors all lie there: no copy, and what the candidate may not see (the outputs)
+    is not in that file. A tensor the parent changed in place is copied as before."""
+    from kernelmill.validate.payload_files import _tensor_file
+
+    result = run_in_worker(SOURCE, {"source": SHOWN}, timeout_s=60, device="cpu",
+                           early_results=True)
+    assert result.ok, result.error
+    got = result.value
+    big, base = _expected()
+    assert torch.equal(got["inputs"][0], big) and torch.equal(got["state_dict"]["w"], base)
+    assert torch.equal(got["outputs"][0], torch.full((200, 1000), 4321.0))
+    shown = result.shown
+    assert shown is not None and shown.fd is not None
+    data = bytes(shown.map())
+    assert torch.full((8,), 4321.0).numpy().tobytes() not in data  # no output in it
+
+    payload = {"inputs": got["inputs"], "state_dict": got["state_dict"], "seed": 3}
+    moved, fd = _tensor_file(payload)
+    try:
+        assert os.fstat(fd).st_ino == os.fstat(shown.fd).st_ino  # the same file, passed on
+        assert isinstance(moved["inputs"][0], TensorSlot) and moved["seed"] == 3
+    finally:
+        os.close(fd)
+    ran = run_in_worker(SOURCE, {"source": READS_PAYLOAD, **payload}, timeout_s=60,
+                        device="cpu")
+    assert ran.ok, ran.error
+    assert ran.value["sum"] == pytest.approx(float(big.double().sum()))
+    assert ran.value["w"] == pytest.approx(float(base.double().sum()))
+    assert "/memfd:kernelmill-shown" in ran.value["files"]
+
+    got["inputs"][0].add_(1.0)  # changed here after the run: the file no longer says so
+    moved, fd = _tensor_file(payload)
+    try:
+        assert os.fstat(fd).st_ino != os.fstat(shown.fd).st_ino
+    finally:
+        os.close(fd)
+    ran = run_in_worker(SOURCE, {"source": READS_PAYLOAD, **payload}, timeout_s=60,
+                        device="cpu")
+    assert ran.ok and ran.value["sum"] == pytest.approx(float(big.double().sum()) + big.numel())
+    assert "/memfd:kernelmill-payload" in ran.value["files"]
+
+
+def test_a_shown_slot_from_a_run_that_has_no_shown_file_is_a_tampered_channel():
+    """Only a trusted run has a shown file: a result that names one otherwise (a forged
+    frame) is refused, never mapped from somewhere else."""
+    from kernelmill.validate.tensor_slots import ShownSlot
+
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 1 << 16)
+        with pytest.raises(SlotError, match="no shown file"):
+            attach_slots({"outputs": [ShownSlot((0, 1 << 16, "uint8", (1 << 16,)))]}, fd)
+    finally:
+        os.close(fd)
