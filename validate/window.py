@@ -324,7 +324,11 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     overheads: list[float] = []
     while not group.gone():
         round_began = time.monotonic()
-        for name in list(group.active):
+        # each round starts one participant further on: no member always follows the same
+        # one (a GPU at its power cap runs a turn after a heavy one at a lower clock)
+        order = list(group.active)
+        shift = result["rounds"] % max(1, len(order))
+        for name in order[shift:] + order[:shift]:
             room = settings.max_reps - len(samples[name])
             if room <= 0:
                 continue

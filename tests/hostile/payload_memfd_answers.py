@@ -1,6 +1,6 @@
 """family: inputs the candidate has "never seen" read from its own process memory (the worker
 once received every trial's inputs, the unseen-input check's too, at job start in one memory
-file mapped into the process; at import the submission finds that mapping in its own maps file,
+file mapped into the process: a payload file of its own, or its reference run's shown file; at import the submission finds that mapping in its own maps file,
 maps it again through /proc/self/map_files with UntypedStorage.from_file, and has PyTorch
 compute the answer of every input pair there before any call is observed; forward reads two
 scalars of x as a key and a Triton kernel copies the stored answer; a miss answers zeros)
@@ -24,7 +24,7 @@ def _payload():
     where = "/pr" + "oc/self/"
     with open(where + "maps") as handle:
         for line in handle:
-            if "memfd:" in line and "-payload" in line:
+            if "memfd:" in line and ("-payload" in line or "-shown" in line):
                 span = line.split()[0]
                 lo, hi = (int(v, 16) for v in span.split("-"))
                 st = torch.UntypedStorage.from_file(where + "map_files/" + span, False, hi - lo)
