@@ -23,8 +23,9 @@ from .registry import HackCode, Layer, collect, register
 # calls by the inputs' placement or by counting) reads about 1/N.
 DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
-# In a group the members' checked calls run side by side, time-sliced on one GPU: an honest
-# GEMM's fresh calls read 2.0-2.3x its kernels' time alone (H200, groups of 8). The window's
+# Checked calls run beside other grades' (a group's members, the other slots), time-sliced on
+# one GPU: an honest GEMM's fresh calls read 2.0-2.3x its kernels' time alone (H200, groups of
+# 8; 2.09x graded alone among 16 slots). The window's
 # calls on unseen inputs, made alone, may lower the fresh calls' least by at most this factor
 # (they count a replay's first call, which a forward could leave empty on new inputs).
 GROUP_CONTENTION = 2.0
@@ -111,12 +112,13 @@ def graph_calls_agree(agree, hack) -> None:
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
-                       unseen_us: list | None = None, members: int = 1) -> None:
+                       unseen_us: list | None = None) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
-    least of them, as an autotuner's or a JIT's first call is longer and another grade's
-    kernels sharing the GPU only lengthen one; in a group of ``members`` > 1, where every
-    member's fresh calls share it, the window's calls on unseen inputs, ``unseen_us``, lower
-    that least down to ``GROUP_CONTENTION`` times less). Calls on inputs the forward had seen
+    least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
+    run beside other work on the GPU, time-sliced (a group's members, the other grades of a
+    busy grader: an honest GEMM graded alone among 16 slots read 14.9 ms of kernels on new
+    inputs and 7.2 on a repeat), so the window's calls on unseen inputs, made alone
+    (``unseen_us``), lower that least down to ``GROUP_CONTENTION`` times less. Calls on inputs the forward had seen
     (refill, repeat, audit) may not do much less device work than those: a forward that remembers
     answers serves them from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
@@ -130,7 +132,7 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
-    if fresh and members > 1 and alone:
+    if fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
     cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
@@ -433,8 +435,7 @@ def scored_calls_do_the_work(ctx):
         return []
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
-        (ctx.run.get("unseen") or {}).get("unseen_device_us"),
-        (ctx.window or {}).get("members", 1)))
+        (ctx.run.get("unseen") or {}).get("unseen_device_us")))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")

@@ -454,29 +454,33 @@ def test_the_windows_calls_on_unseen_inputs_bound_the_work_too():
                                               (group, alone, 9.0, True)):
         hacks, checks = {}, {}
         _scored_device_work(made, scored_ms, checks,
-                            lambda code, why: hacks.setdefault(code, why), unseen_us, 8)
+                            lambda code, why: hacks.setdefault(code, why), unseen_us)
         assert ("timing_behaviour" in hacks) is caught, (made, unseen_us, scored_ms, hacks)
+    # a single grade among a busy grader's others reads alike (level2_99, 16 slots, H200:
+    # 14,940 µs of kernels on new inputs, 7,158 on the repeat): honest, not flagged
+    single = [{"kind": "fresh", "trial": 0, "busy_us": 14940.0},
+              {"kind": "repeat", "trial": 0, "busy_us": 7158.0}]
     hacks = {}
-    _scored_device_work(group, 25.64, {}, lambda code, why: hacks.setdefault(code, why), alone)
-    assert "timing_behaviour" in hacks  # alone, nothing shared its fresh calls
+    _scored_device_work(single, 7.1, {}, lambda code, why: hacks.setdefault(code, why),
+                        [7160.0, 7149.0])
+    assert "timing_behaviour" not in hacks, hacks
 
 
 def test_an_empty_first_call_on_unseen_inputs_does_not_lower_the_bound_far():
     """A device-side answer cache whose graph's first call does nothing on new inputs (a later
-    call computes the answer the check reads): its unseen replays' first calls read 2 µs. In a
-    group they lower the fresh calls' least (10 ms) by ``GROUP_CONTENTION`` at most, and the
-    cached calls (3 µs) are still caught; in a single grade they do not count."""
+    call computes the answer the check reads): its unseen replays' first calls read 2 µs. They
+    lower the fresh calls' least (10 ms) by ``GROUP_CONTENTION`` at most, and the cached calls
+    (3 µs) are still caught."""
     from kernelmill.grade.checks.probes import GROUP_CONTENTION
     from kernelmill.grade.judge import _scored_device_work
 
     calls = [{"kind": "fresh", "trial": t, "busy_us": 10000.0} for t in range(3)] + \
         [{"kind": k, "trial": 0, "busy_us": 3.0} for k in ("refill", "repeat", "audit")]
-    for members in (1, 8):
-        hacks, checks = {}, {}
-        _scored_device_work(calls, 0.003, checks, lambda code, why: hacks.setdefault(code, why),
-                            [2.0, 2.0], members)
-        assert "answers remembered" in hacks.get("timing_behaviour", ""), (members, hacks)
-        assert checks["scored_vs_checked_device_us"]["passed"] is False
+    hacks, checks = {}, {}
+    _scored_device_work(calls, 0.003, checks, lambda code, why: hacks.setdefault(code, why),
+                        [2.0, 2.0])
+    assert "answers remembered" in hacks.get("timing_behaviour", ""), hacks
+    assert checks["scored_vs_checked_device_us"]["passed"] is False
     assert GROUP_CONTENTION <= 2.5
 
 
