@@ -142,8 +142,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
                         dists: tuple[str, ...] | None = None) -> ReferenceRun:
         """A reference run for ONE submission: weights and every trial's inputs drawn from new
-        secret seeds, so no submission is graded on inputs another one saw (or left answers
-        for). Only the per-source timing figures (eager/Inductor on CUDA) are shared.
+        secret seeds, so no submission is graded on inputs an earlier one saw (or left answers
+        for). The members of one group whose runs one worker made share its shown file (the
+        inputs and weights each is given), never its outputs or unseen inputs. Only the
+        per-source timing figures (eager/Inductor on CUDA) are shared.
         ``dists``: the input distributions its trials cycle over (default: the policy's)."""
         run = self._run_reference(source, slot_env, timed=False, dists=dists)
         if self.policy.time and self.policy.use_inductor(self.device):

@@ -178,26 +178,43 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     workdir = os.path.join(tmp, "cwd")
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
-    payload, tensor_fd = _tensor_file(payload)
-    late_file = _LateFile(late) if late and control is not None and \
-        hasattr(os, "memfd_create") else None
-    late_fd = late_file.fd if late_file is not None else None
-    r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
-    # the worker's large result tensors come back in this file (``tensor_slots``)
-    results_fd = os.memfd_create("kernelmill-results", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
-        if hasattr(os, "memfd_create") else None
-    # and what a trusted run marks for a candidate to be given as it is (``passed_on``)
-    shown_fd = os.memfd_create("kernelmill-shown", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
-        if early_results and results_fd is not None else None
-    extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
-                                       ("late", late_fd), ("results", results_fd),
-                                       ("shown", shown_fd))
-             if fd is not None}  # the worker's descriptors after its job's two pipes
-    job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
-                        "writable": allowed, "fds": list(extra),
-                        "late": late_file.table if late_file is not None else None,
-                        "early_results": bool(early_results)},
-                       protocol=pickle.HIGHEST_PROTOCOL)
+    made: list[int] = []  # what the setup opened, closed should it fail before the worker runs
+    late_file = None
+    try:
+        payload, tensor_fd = _tensor_file(payload)
+        made.append(tensor_fd)
+        late_file = _LateFile(late) if late and control is not None and \
+            hasattr(os, "memfd_create") else None
+        late_fd = late_file.fd if late_file is not None else None
+        r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
+        made += [r_ctl, w_ctl]
+        # the worker's large result tensors come back in this file (``tensor_slots``)
+        results_fd = os.memfd_create("kernelmill-results",
+                                     os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
+            if hasattr(os, "memfd_create") else None
+        made.append(results_fd)
+        # and what a trusted run marks for a candidate to be given as it is (``passed_on``)
+        shown_fd = os.memfd_create("kernelmill-shown", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
+            if early_results and results_fd is not None else None
+        made.append(shown_fd)
+        extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
+                                           ("late", late_fd), ("results", results_fd),
+                                           ("shown", shown_fd))
+                 if fd is not None}  # the worker's descriptors after its job's two pipes
+        job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
+                            "writable": allowed, "fds": list(extra),
+                            "late": late_file.table if late_file is not None else None,
+                            "early_results": bool(early_results)},
+                           protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:
+        if late_file is not None:
+            late_file.close()
+            os.close(late_file.fd)
+        for fd in made:
+            if fd is not None:
+                os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     for fd in (w_in, w_out):

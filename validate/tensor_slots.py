@@ -22,6 +22,7 @@ import mmap
 import os
 import resource
 import sys
+import threading
 import weakref
 from typing import ClassVar
 
@@ -66,7 +67,8 @@ def restore_slots(value, data, base: int = 0, shown=None):
         if type(item) in _SLOT_TYPES:
             offset, nbytes, dtype, shape = item
             source = shown if type(item) is ShownSlot else data
-            key = (type(item), offset)
+            # one tensor per slot: two views that start at the same byte keep their shapes
+            key = (type(item), offset, nbytes, dtype, tuple(shape))
             if key not in made:
                 made[key] = torch.frombuffer(source, dtype=torch.uint8, count=nbytes,
                                              offset=(0 if source is shown else base) + offset) \
@@ -302,6 +304,7 @@ class SealedFile:
     when this object goes; a run's ``WorkerResult.shown`` holds it as long as the result."""
 
     _live: ClassVar[list] = []  # weak references to the files mapped, for ``passed_on``
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, fd: int):
         self.fd: int | None = fd
@@ -320,14 +323,19 @@ class SealedFile:
             self._data = mmap.mmap(self.fd, self.size, flags=mmap.MAP_PRIVATE,
                                    prot=mmap.PROT_READ | mmap.PROT_WRITE)
             self._base = ctypes.addressof(ctypes.c_char.from_buffer(self._data))
-            SealedFile._live[:] = [r for r in SealedFile._live if r() is not None]
-            SealedFile._live.append(weakref.ref(self))
+            with SealedFile._lock:
+                SealedFile._live[:] = [r for r in SealedFile._live if r() is not None]
+                SealedFile._live.append(weakref.ref(self))
         return self._data
 
     def offset_of(self, tensor) -> int | None:
         """Where ``tensor``'s bytes lie in the file, or None: not all in it, or changed since
         (written in place: the parent's mapping is private, so the file would not show it)."""
-        if self._data is None or self.fd is None or tensor._version != 0:
+        try:
+            changed = tensor._version != 0
+        except RuntimeError:  # an inference tensor keeps no version: not known to be unchanged
+            return None
+        if self._data is None or self.fd is None or changed:
             return None
         offset = tensor.data_ptr() - self._base
         nbytes = tensor.numel() * tensor.element_size()
@@ -344,32 +352,45 @@ class SealedFile:
 
 def passed_on(payload, large) -> tuple | None:
     """``payload`` with each tensor ``large(tensor)`` says travels in a file replaced by its
-    ``TensorSlot`` in the one ``SealedFile`` they all lie in, and a new descriptor of that file;
-    None where some lie in none or in different ones (they are copied then)."""
-    files = [f for f in (r() for r in SealedFile._live) if f is not None and f.fd is not None]
+    ``TensorSlot`` in the one ``SealedFile`` they all lie in, and a new read-only descriptor of
+    that file; None where some lie in none or in different ones (they are copied then)."""
+    with SealedFile._lock:
+        files = [f for f in (r() for r in SealedFile._live) if f is not None and f.fd is not None]
     if not files:
         return None
     chosen: list = []
-
-    def walk(item):
-        if large(item):
-            for file in chosen or files:
-                offset = file.offset_of(item)
-                if offset is not None:
-                    chosen[:] = [file]
-                    return TensorSlot((offset, item.numel() * item.element_size(),
-                                       str(item.dtype)[6:], tuple(item.shape)))
-            raise LookupError
-        if type(item) in (dict, list, tuple):
-            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
-
     try:
-        moved = walk(payload)
+        moved = _slots_in(payload, large, files, chosen)
     except LookupError:
         return None
-    return (moved, os.dup(chosen[0].fd)) if chosen else None
+    finally:
+        files.clear()
+    if not chosen:
+        return None
+    fd = chosen[0].fd
+    try:  # an open file of its own, read-only: the worker shares no offset or mode with ours
+        return moved, os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return moved, os.dup(fd)
+
+
+def _slots_in(item, large, files: list, chosen: list):
+    """``item`` with each large tensor replaced by its slot in the file it lies in (``chosen``
+    holds that file once found: every other tensor must lie there too); ``LookupError`` for one
+    that lies in none."""
+    if large(item):
+        for file in chosen or files:
+            offset = file.offset_of(item)
+            if offset is not None:
+                chosen[:] = [file]
+                return TensorSlot((offset, item.numel() * item.element_size(),
+                                   str(item.dtype)[6:], tuple(item.shape)))
+        raise LookupError
+    if type(item) in (dict, list, tuple):
+        values = [_slots_in(v, large, files, chosen)
+                  for v in (item.values() if type(item) is dict else item)]
+        return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+    return item
 
 
 def _seal_bits() -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -324,11 +325,12 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     overheads: list[float] = []
     while not group.gone():
         round_began = time.monotonic()
-        # each round starts one participant further on: no member always follows the same
-        # one (a GPU at its power cap runs a turn after a heavy one at a lower clock)
+        # each round in another order (the same for the same round of any window): no member
+        # always follows the same one, or takes the same place in the round (a GPU at its
+        # power cap runs a turn after a heavy one, or late in a round, at a lower clock)
         order = list(group.active)
-        shift = result["rounds"] % max(1, len(order))
-        for name in order[shift:] + order[:shift]:
+        random.Random(result["rounds"]).shuffle(order)
+        for name in order:
             room = settings.max_reps - len(samples[name])
             if room <= 0:
                 continue

@@ -223,8 +223,10 @@ class JobTable:
             del self.by_key[job.key]  # a failed grade may be asked for again
         self.seconds.append(job.finished - job.submitted)
         self.answered[job.id] = None
-        self.on_answer(job)  # counted before anyone waiting sees the answer
-        job.answered.set()
+        try:
+            self.on_answer(job)  # counted before anyone waiting sees the answer
+        finally:
+            job.answered.set()
         self._forget_old()
         return True
 

@@ -304,20 +304,6 @@ def _inductor_timing(device: str, payload: dict, result: dict) -> None:
         result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _built_for_timing(ns: dict, init_inputs: list, device: str, loaded: bool):
-    """The reference model on ``device`` for timing. Where the grade's state is loaded over it
-    (``loaded``) its own draws are never used: it is built on the device, where drawing a
-    large model's weights costs a kernel instead of host seconds (a third of this worker's
-    CPU at KernelBench sizes); a constructor that cannot run there is built on the host."""
-    if loaded and device.startswith("cuda"):
-        try:
-            with torch.device(device):
-                return ns["Model"](*init_inputs).to(device)
-        except Exception:  # noqa: BLE001 — a constructor that needs the host: built there
-            pass
-    return ns["Model"](*init_inputs).to(device)
-
-
 def reference_timing_task(payload: dict) -> dict:
     """Time the reference's eager forward in a parent-driven window (``validate.window``): the
     model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
@@ -331,7 +317,7 @@ def reference_timing_task(payload: dict) -> dict:
     _manual_seed(payload["init_seed"])
     init_inputs = list(ns["get_init_inputs"]())
     _manual_seed(payload["init_seed"])
-    model = _built_for_timing(ns, init_inputs, device, bool(payload.get("state_dict")))
+    model = ns["Model"](*init_inputs).to(device)
     if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
         model.load_state_dict(payload["state_dict"])
     placements = M.placed_copies(to_device(payload["inputs"], device), device)

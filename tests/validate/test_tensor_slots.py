@@ -268,3 +268,46 @@ def test_a_shown_slot_from_a_run_that_has_no_shown_file_is_a_tampered_channel():
             attach_slots({"outputs": [ShownSlot((0, 1 << 16, "uint8", (1 << 16,)))]}, fd)
     finally:
         os.close(fd)
+
+
+def test_passing_a_sealed_file_on_keeps_view_shapes_and_lets_the_file_go():
+    """Two views that start at the same byte of a shown file keep their own shapes on the
+    worker's side; an inference tensor (no version counter) is copied, not a crash; and asking
+    holds no file alive past its owner (no reference cycle)."""
+    import gc
+    import weakref
+
+    from kernelmill.validate.tensor_slots import SealedFile, passed_on, plain_cpu_tensor, \
+        restore_slots
+
+    def large(v):
+        return plain_cpu_tensor(v, torch) and v.numel() * v.element_size() >= 1 << 16
+
+    fd = os.memfd_create("kernelmill-shown", os.MFD_ALLOW_SEALING)
+    os.write(fd, torch.arange(1 << 18, dtype=torch.float32).numpy().tobytes())
+    sealed = SealedFile(fd)
+    assert sealed.seal() == 1 << 20
+    base = torch.frombuffer(sealed.map(), dtype=torch.float32)
+    flat, square = base[:1 << 16], base[:1 << 16].view(256, 256)
+    moved, given = passed_on({"flat": flat, "square": square}, large)
+    try:
+        data = mmap.mmap(given, 1 << 20, flags=mmap.MAP_PRIVATE,
+                         prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(given)
+    got = restore_slots(moved, data)
+    assert got["flat"].shape == (1 << 16,) and got["square"].shape == (256, 256)
+    assert torch.equal(got["square"].reshape(-1), got["flat"])
+    with torch.inference_mode():
+        inferred = torch.ones(1 << 16)
+    assert passed_on({"x": inferred}, large) is None  # copied as before, not a crash
+
+    gc.disable()
+    try:
+        gone = weakref.ref(sealed)
+        del sealed
+        assert gone() is None  # nothing of passed_on's kept it
+    finally:
+        gc.enable()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # its descriptor closed with it
