@@ -277,8 +277,12 @@ def test_passing_a_sealed_file_on_keeps_view_shapes_and_lets_the_file_go():
     import gc
     import weakref
 
-    from kernelmill.validate.tensor_slots import SealedFile, passed_on, plain_cpu_tensor, \
-        restore_slots
+    from kernelmill.validate.tensor_slots import (
+        SealedFile,
+        passed_on,
+        plain_cpu_tensor,
+        restore_slots,
+    )
 
     def large(v):
         return plain_cpu_tensor(v, torch) and v.numel() * v.element_size() >= 1 << 16
