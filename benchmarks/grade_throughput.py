@@ -657,7 +657,20 @@ def report_slowest_and_median(out: Path) -> None:
               f", GPU memory admission {profile.get('admission_wait_s')} s "
               f"({profile.get('worker_device_gib')} GiB per worker)"
               f"\n    candidate stages (s): {stages}\n    reference stages (s): {ref_stages}"
-              f"\n    CPU s: {cpu}")
+              f"\n    CPU s: {cpu}"
+              f"\n    unseen check (ms per hidden trial): parent's writes "
+              f"{profile.get('late_write_ms')}, worker's {profile.get('unseen_steps_ms')}")
+    steps: dict[str, list[float]] = {}
+    for row in rows:  # each grade's unseen check: its trials' steps summed
+        profile = row.get("profile") or {}
+        for name, values in {**(profile.get("unseen_steps_ms") or {}),
+                             "parent write": profile.get("late_write_ms") or []}.items():
+            if values:
+                steps.setdefault(name, []).append(sum(values))
+    if steps:
+        print("unseen check, median ms per grade (its hidden trials together): " +
+              " ".join(f"{k}={statistics.median(v):.1f}" for k, v in steps.items()) +
+              " (late: the worker's wait for its part, the parent's write included)")
 
 
 def report_spread(out: Path) -> None:

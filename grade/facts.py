@@ -217,6 +217,8 @@ class UnseenFacts(FactGroup):
     even_overlap_us: Any = None
     even_launches_off: Any = None
     even_kernels_off: Any = None
+    # wall ms of each unseen trial's steps (late part, load, observe): the profile's, not judged
+    steps_ms: Any = None
 
 
 # ------------------------------------------------------------------ the whole run

@@ -54,7 +54,14 @@ from .reference_run import (
     _tensor_bytes,
 )
 from .rewards import get_reward
-from .side_by_side import _gpu_work_done, _side_by_side, _split, candidate_view, stage_seconds
+from .side_by_side import (
+    _gpu_work_done,
+    _side_by_side,
+    _split,
+    candidate_view,
+    stage_seconds,
+    unseen_steps,
+)
 from .size import grading_size
 from .source_scan import SourceReader
 from .static_gate import StaticGate
@@ -493,8 +500,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
             verdict["profile"] = {k: window.get(k) for k in
                                   ("shared_wait_ms", "exclusive_wait_ms",
                                    "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
-                                   "rounds", "phases_ms", "turn_overhead_ms")}
+                                   "rounds", "phases_ms", "turn_overhead_ms",
+                                   "late_write_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
+            verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
         # share of the fresh-reference worker and of the window's reference timing worker
         verdict.setdefault("profile", {})["cpu_s"] = {
@@ -580,6 +589,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
         for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
+            views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)
             views[i]["members"] = len(candidates)  # graded side by side (the parent's count)
         return {i: results[names[i]] for i in candidates}, views
 

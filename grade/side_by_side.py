@@ -56,6 +56,20 @@ def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, f
     return spans
 
 
+def unseen_steps(value) -> dict | None:
+    """Where the unseen check's time went, as the candidate's worker says (wall ms of each
+    hidden trial's steps: the part asked for and mapped, loaded into the inputs, the call, its
+    output looked at): for the profile only, never judged; None where it says nothing usable."""
+    unseen = value.get("unseen") if isinstance(value, dict) else None
+    steps = unseen.get("steps_ms") if isinstance(unseen, dict) else None
+    if not isinstance(steps, dict):
+        return None
+    kept = {str(k)[:16]: [round(float(v), 2) for v in values[:16]]
+            for k, values in list(steps.items())[:8]
+            if isinstance(values, list) and all(type(v) in (int, float) for v in values[:16])}
+    return kept or None
+
+
 def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
     """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
     or has ended; what follows (reading its profiler records, sending its facts) needs no

@@ -33,6 +33,7 @@ class Control:
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts written, in the order asked
+        self.late_write_ms: list[float] = []  # how long each took to write (the parent's clock)
         self.pid: int | None = None  # the worker's, which leads its own process group
         self.token = ""  # the run's, in the environment of every process it started
         self.strays: list[int] = []  # its processes outside that group (``find_strays``)
@@ -103,7 +104,9 @@ class Control:
             late = self._late
             self.late_released.append(index)
         if late is not None:
+            began = time.monotonic()
             late.write(index)
+            self.late_write_ms.append(round((time.monotonic() - began) * 1e3, 2))
 
     def _deliver(self, value: dict) -> None:
         with self._cond:

@@ -22,6 +22,7 @@ from .guards.originals import (
     _empty,
     _full,
     _no_grad,
+    _perf_counter,
     _Tensor,
     _tensor_fill,
     _tensor_set,
@@ -96,7 +97,10 @@ class _Probes:
             self.witness.resume()
 
         def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
+            began = _perf_counter()
             self.load(trial["inputs"])
+            if kind == "unseen":
+                steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
             if kind is not None:
                 order.append(kind)
             timer.last_cpu_ms = None
@@ -112,6 +116,9 @@ class _Probes:
 
         after_ms: list[float] = []
         cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
+        # where each unseen trial's wall time went (the profile's, never judged): its part
+        # asked for and mapped, loaded into the inputs, its output looked at
+        steps: dict[str, list[float]] = {"late": [], "load": [], "observe": []}
         # The check is the window's last command (``window._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
         done = False
@@ -127,13 +134,17 @@ class _Probes:
                 timed_on(first, "even", flush=False)
             for index in range(self.hidden):
                 # asked for now: it was nowhere in this process before (``late_payload``)
+                began = _perf_counter()
                 trial = late_payload(index)
+                steps["late"].append(round((_perf_counter() - began) * 1e3, 2))
                 if trial is None:
                     break
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
+                began = _perf_counter()
                 checks.append({"hidden": index, **self.observe(out, self.buffers,
                                                                inputs_after=False, ship=False)})
+                steps["observe"].append(round((_perf_counter() - began) * 1e3, 2))
                 after_ms.append(repeated("after"))
             done = True
         finally:
@@ -141,7 +152,7 @@ class _Probes:
                 self.witness.pause()
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
                              "checks": checks, "method": timer.method, "order": order,
-                             "calls": calls}
+                             "calls": calls, "steps_ms": steps}
         if cpu_ms["unseen"]:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)

@@ -2,6 +2,7 @@
 its problem file, and two answers match their references at shrunken sizes under the Triton
 interpreter (benchmarks/kernelbench_set/check_cpu.py checks them all)."""
 import ast
+import json
 import sys
 
 from conftest import ROOT
@@ -50,3 +51,18 @@ def test_shrink_keeps_derived_sizes_consistent():
     assert namespace["shape"] == (namespace["dim"], 1) and namespace["scale"] == 2.0
     assert "x, y = 2, " in check_cpu.shrink("x, y = 2, 4096\n")
     assert check_cpu.shrink("h = w = 256\n", {"h": 5}) == "h = w = 5\n"
+
+
+def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys):
+    """The benchmark's report of a grade: the parent's writes of the unseen parts and the
+    worker's steps for each, and their medians over the grades."""
+    rows = [{"submission_id": f"s{i}", "problem_id": "p", "wall_s": 10.0 + i,
+             "profile": {"late_write_ms": [40.0 + i, 42.0],
+                         "unseen_steps_ms": {"late": [60.0, 61.0], "load": [20.0, 21.0 + i],
+                                             "observe": [5.0, 5.0]}}} for i in range(3)]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_throughput.report_slowest_and_median(out)
+    printed = capsys.readouterr().out
+    assert "parent's writes [42.0, 42.0]" in printed  # the slowest grade's own
+    assert "late=121.0 load=42.0 observe=10.0 parent write=83.0" in printed
