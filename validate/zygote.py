@@ -21,6 +21,8 @@ import subprocess
 import sys
 import threading
 
+from .zygote_child import MAX_FDS
+
 READY_TIMEOUT_S = 180.0
 _log = logging.getLogger(__name__)
 
@@ -102,6 +104,8 @@ class Zygote:
             return False
 
     def spawn(self, env: dict, cwd: str, fds: list[int]) -> WarmProcess | None:
+        if len(fds) > MAX_FDS:  # more than a request carries: a fresh interpreter instead
+            return None
         with self.lock:  # never held across socket I/O: the reader thread takes it too
             self.next_id += 1
             run = self.runs[self.next_id] = WarmProcess(self, self.next_id)

@@ -17,6 +17,9 @@ import sys
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_MESSAGE = 1 << 20
+# descriptors one fork request may carry (a run's: its output files, job pipes, control pipe and
+# memory files); a request with more is never sent (the run starts a fresh interpreter)
+MAX_FDS = 16
 
 
 def _prctl(option: int, value: int) -> bool:

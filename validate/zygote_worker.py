@@ -53,6 +53,7 @@ import sys
 import time
 
 from .zygote_child import (  # noqa: F401 — the child side, importable from here as before
+    MAX_FDS,
     MAX_MESSAGE,
     MAX_SPARE_KEYS,
     PR_SET_CHILD_SUBREAPER,
@@ -175,11 +176,18 @@ class Zygote:
 
     def receive(self) -> None:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+            data, fds, flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, MAX_FDS)
         except BlockingIOError:
             return
         except OSError:
-            data, fds = b"", []
+            data, fds, flags = b"", [], 0
+        if data and flags & getattr(socket, "MSG_CTRUNC", 8):
+            # descriptors dropped by the kernel: a run forked without them would read others
+            for fd in fds:
+                os.close(fd)
+            print(f"zygote: a request's descriptors were cut at {MAX_FDS}: not forked",
+                  file=sys.stderr, flush=True)
+            return
         if not data:
             for fd in fds:
                 os.close(fd)

@@ -695,3 +695,40 @@ def _descendants_of(pid: int) -> list[int]:
     from kernelmill.validate.zygote_worker import _alive, descendants
 
     return [p for p in descendants(pid) if p != pid and _alive(p)]
+
+
+def test_a_fork_request_with_more_descriptors_than_a_request_carries_is_never_half_served(
+        tmp_path, monkeypatch):
+    """A run with more descriptors than one fork request carries (``MAX_FDS``) starts a fresh
+    interpreter rather than a warm worker missing some; a request whose descriptors the kernel
+    cut anyway is not forked, and the zygote goes on serving."""
+    from kernelmill.validate.harness import worker_env
+    from kernelmill.validate.zygote import ZYGOTES
+    from kernelmill.validate.zygote_child import MAX_FDS
+
+    log = tmp_path / "zygote.log"
+    monkeypatch.setenv("KERNELMILL_ZYGOTE_LOG", str(log))
+    ZYGOTES.close()  # a zygote of its own, whose stderr is the log
+    try:
+        warmed = run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=120,
+                               device="cpu")
+        assert warmed.ok and warmed.warm, warmed.error
+        zygote = ZYGOTES.get("cpu", worker_env("cpu"))
+        assert zygote is not None and zygote.alive
+        fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(MAX_FDS + 1)]
+        try:
+            assert zygote.spawn({}, "/", fds) is None  # not sent: the caller starts a fresh one
+            # sent past the guard: the zygote sees its descriptors cut and forks nothing
+            assert zygote.request({"op": "fork", "id": 10**6, "env": {}, "cwd": "/"}, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        deadline = time.monotonic() + 10
+        while "descriptors were cut" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"cut at {MAX_FDS}: not forked" in log.read_text()
+        again = run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=120,
+                              device="cpu")
+        assert again.ok and again.warm and zygote.alive, again.error
+    finally:
+        ZYGOTES.close()
