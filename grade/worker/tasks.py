@@ -108,8 +108,9 @@ def _shipped(value, shown: bool = False):
     run's shown file, which the parent passes on to the candidate's worker without a copy."""
     if _type(value) is not _Tensor:
         return value
-    # sized by the first large tensor (a reference worker watches no threads)
-    reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
+    if value.device.type == "cuda":  # (a host tensor is written from where it lies)
+        # sized by the first large tensor (a reference worker watches no threads)
+        reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
     slot = result_slot(value, look, shown=shown)
     return to_cpu(value) if slot is None else slot
 
