@@ -169,10 +169,33 @@ def kernelbench_answers(kernelbench: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def validated_records(paths: list[str] | None) -> dict[str, dict]:
+    """Validated records (``kernelmill validate`` or ``kernelbench_audit.py --out``) by the
+    SHA-256 of their source: a problem graded with one is judged at its calibrated tolerance, as
+    a published dataset's problems are (without one, the dtype's default: fp32's 1e-4)."""
+    import hashlib
+
+    found: dict[str, dict] = {}
+    for path in paths or ():
+        if not Path(path).exists():
+            raise SystemExit(f"--records {path}: no such file")
+        for line in read_lines(Path(path)):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a truncated line (a run cut short): left out
+                continue
+            if isinstance(record, dict) and record.get("source") and record.get("validation"):
+                found[hashlib.sha256(record["source"].encode()).hexdigest()] = record
+    return found
+
+
 def build_kernelbench_set(folder: Path, kernelbench: Path, device: str,
-                          copies: int = 1) -> tuple[Path, Path, int]:
-    """The KernelBench set: each answer graded against its problem file, ``copies`` times over.
-    On CPU the problems' sizes are shrunk (check_cpu.shrink) and the CUDA answers left out."""
+                          copies: int = 1, records: dict | None = None) -> tuple[Path, Path, int]:
+    """The KernelBench set: each answer graded against its problem file, ``copies`` times over,
+    with the problem's validation where ``records`` (``validated_records``) hold it. On CPU the
+    problems' sizes are shrunk (check_cpu.shrink) and the CUDA answers left out."""
+    import hashlib
+
     shrink = None
     if device == "cpu":
         sys.path.insert(0, str(KERNELBENCH_SET))
@@ -183,8 +206,10 @@ def build_kernelbench_set(folder: Path, kernelbench: Path, device: str,
         if shrink and "load_inline" in text:
             continue
         source = problem.read_text()
+        record = (records or {}).get(hashlib.sha256(source.encode()).hexdigest())
         problems.append({"id": answer.stem, "source": shrink(source, OVERRIDES.get(
-            f"{problem.parent.name}/{problem.name}")) if shrink else source})
+            f"{problem.parent.name}/{problem.name}")) if shrink else source,
+            **({"validation": record["validation"]} if record and not shrink else {})})
         rows += [{"submission_id": f"{answer.stem}#{copy}" if copy else answer.stem,
                   "problem_id": answer.stem, "source": text} for copy in range(copies)]
     p_path, s_path = folder / "kb_problems.jsonl", folder / "kb_submissions.jsonl"
@@ -256,9 +281,30 @@ def build_set(name: str, folder: Path, args: argparse.Namespace) -> tuple[Path, 
     if name == "triton":
         return build_triton_set(folder, args.device, args.copies)
     if name == "kernelbench":
-        return build_kernelbench_set(folder, find_kernelbench(args.kernelbench), args.device,
-                                     args.copies)
+        records = validated_records(args.records)
+        made = build_kernelbench_set(folder, find_kernelbench(args.kernelbench), args.device,
+                                     args.copies, records)
+        if args.records:
+            report_validation(made[0])
+        return made
     return build_inputs(folder)
+
+
+def report_validation(problems: Path) -> None:
+    """How many of the set's problems carry a validation, and those the validator rejected
+    (an honest answer's verdict there says little: the problem is defective)."""
+    rows = [json.loads(line) for line in read_lines(problems)]
+    validated = [r for r in rows if r.get("validation")]
+
+    def failed(validation: dict) -> str:
+        checks = validation.get("checks") or {}
+        return ", ".join(sorted(k for k, c in checks.items()
+                                if isinstance(c, dict) and c.get("passed") is False)) or "failed"
+
+    rejected = [f"{r['id']} ({failed(r['validation'])})" for r in validated
+                if r["validation"].get("passed") is False]
+    print(f"{len(validated)} of {len(rows)} problems graded at their validated tolerance; "
+          f"rejected by the validator: {', '.join(rejected) or 'none'}", flush=True)
 
 
 PHASES = (  # (name, verdict cache, what it shows)
@@ -350,6 +396,9 @@ def main() -> int:
     parser.add_argument("--cache-dir", help="reference timing cache to use (default: a new one)")
     parser.add_argument("--deadline", type=float,
                         help="stop after this many seconds and report what finished")
+    parser.add_argument("--records", nargs="*", metavar="JSONL",
+                        help="validated records (kernelmill validate, kernelbench_audit --out): "
+                             "the kernelbench set's problems graded at their calibrated tolerance")
     parser.add_argument("--primed", action="store_true",
                         help="--cache-dir already holds every problem's reference timing: "
                              "refs-cached starts without a priming pass")

@@ -66,3 +66,35 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "parent's writes [42.0, 42.0]" in printed  # the slowest grade's own
     assert "late=121.0 load=42.0 observe=10.0 parent write=83.0" in printed
+
+
+def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
+    """``--records``: a problem whose source a validated record holds is graded with that
+    record's validation (its calibrated tolerance); the report names those the validator
+    rejected; a truncated record line is left out, not a crash."""
+    problem = tmp_path / "level2" / "14_Gemm.py"
+    problem.parent.mkdir()
+    problem.write_text("import torch\n# a problem\n")
+    other = tmp_path / "level2" / "18_Other.py"
+    other.write_text("import torch\n# another problem\n")
+    answer = grade_throughput.KERNELBENCH_SET / "level2_14_Gemm_Divide_Sum_Scaling.py"
+    monkeypatch.setattr(grade_throughput, "kernelbench_answers",
+                        lambda root: [(answer, problem), (answer, other)])
+    records = tmp_path / "audit.jsonl"
+    records.write_text(
+        json.dumps({"source": problem.read_text(),
+                    "validation": {"passed": True, "atol": 0.0054, "rtol": 0.0054}}) + "\n" +
+        json.dumps({"source": other.read_text(),
+                    "validation": {"passed": False, "atol": 1e-3, "rtol": 1e-3,
+                                   "checks": {"no_dead_ops": {"passed": False}}}}) + "\n" +
+        '{"source": "trunc')
+    found = grade_throughput.validated_records([str(records)])
+    assert len(found) == 2
+    (tmp_path / "out").mkdir()
+    problems, _subs, n = grade_throughput.build_kernelbench_set(tmp_path / "out", tmp_path,
+                                                                "cuda", 1, found)
+    rows = [json.loads(line) for line in problems.read_text().splitlines()]
+    assert rows[0]["validation"]["atol"] == 0.0054 and n == 2
+    grade_throughput.report_validation(problems)
+    assert "2 of 2 problems graded at their validated tolerance; rejected by the validator: " \
+        f"{answer.stem} (no_dead_ops)" in capsys.readouterr().out
