@@ -55,6 +55,18 @@ class SlotError(RuntimeError):
     """The results file cannot be trusted or does not hold what the result's slots name."""
 
 
+def _replaced(item, leaf):
+    """``item`` rebuilt through its dicts, lists and tuples, each element ``leaf`` takes
+    (returns something other than ``NotImplemented`` for) replaced by what it returns."""
+    got = leaf(item)
+    if got is not NotImplemented:
+        return got
+    if type(item) in (dict, list, tuple):
+        values = [_replaced(v, leaf) for v in (item.values() if type(item) is dict else item)]
+        return dict(zip(item, values)) if type(item) is dict else type(item)(values)
+    return item
+
+
 def restore_slots(value, data, base: int = 0, shown=None):
     """``value`` with every ``TensorSlot`` replaced by a tensor over ``data`` (a buffer) at
     ``base`` plus its offset, every ``ShownSlot`` by one over ``shown`` at its offset; each slot
@@ -64,22 +76,19 @@ def restore_slots(value, data, base: int = 0, shown=None):
     made: dict[tuple, object] = {}
 
     def restore(item):
-        if type(item) in _SLOT_TYPES:
-            offset, nbytes, dtype, shape = item
-            source = shown if type(item) is ShownSlot else data
-            # one tensor per slot: two views that start at the same byte keep their shapes
-            key = (type(item), offset, nbytes, dtype, tuple(shape))
-            if key not in made:
-                made[key] = torch.frombuffer(source, dtype=torch.uint8, count=nbytes,
-                                             offset=(0 if source is shown else base) + offset) \
-                    .view(getattr(torch, dtype)).view(tuple(shape))
-            return made[key]
-        if type(item) in (dict, list, tuple):
-            values = [restore(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
+        if type(item) not in _SLOT_TYPES:
+            return NotImplemented
+        offset, nbytes, dtype, shape = item
+        source = shown if type(item) is ShownSlot else data
+        # one tensor per slot: two views that start at the same byte keep their shapes
+        key = (type(item), offset, nbytes, dtype, tuple(shape))
+        if key not in made:
+            made[key] = torch.frombuffer(source, dtype=torch.uint8, count=nbytes,
+                                         offset=(0 if source is shown else base) + offset) \
+                .view(getattr(torch, dtype)).view(tuple(shape))
+        return made[key]
 
-    return restore(value)
+    return _replaced(value, restore)
 
 
 def slotted(value, takes, start: int = 0) -> tuple:
@@ -91,25 +100,23 @@ def slotted(value, takes, start: int = 0) -> tuple:
     slots: dict[int, TensorSlot] = {}
     end = start
 
-    def walk(item):
+    def store(item):
         nonlocal end
         if id(item) in slots:
             return slots[id(item)]
         stored = takes(item)
-        if stored is not None:
-            offset = -(-end // 64) * 64
-            nbytes = stored.numel() * stored.element_size()
-            chunks.append((offset, stored))
-            end = offset + nbytes
-            slots[id(item)] = TensorSlot((offset, nbytes, str(stored.dtype)[6:],
-                                          tuple(stored.shape)))
-            return slots[id(item)]
-        if type(item) in (dict, list, tuple):
-            values = [walk(v) for v in (item.values() if type(item) is dict else item)]
-            return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-        return item
+        if stored is None:
+            return NotImplemented
+        offset = -(-end // 64) * 64
+        nbytes = stored.numel() * stored.element_size()
+        chunks.append((offset, stored))
+        end = offset + nbytes
+        slots[id(item)] = TensorSlot((offset, nbytes, str(stored.dtype)[6:],
+                                      tuple(stored.shape)))
+        return slots[id(item)]
 
-    return walk(value), chunks, end
+    moved = _replaced(value, store)
+    return moved, chunks, end
 
 
 def slot_tensors(value, fd: int | None, _type=type, start: int = 0):
@@ -374,11 +381,14 @@ def passed_on(payload, large) -> tuple | None:
         return moved, os.dup(fd)
 
 
-def _slots_in(item, large, files: list, chosen: list):
-    """``item`` with each large tensor replaced by its slot in the file it lies in (``chosen``
+def _slots_in(value, large, files: list, chosen: list):
+    """``value`` with each large tensor replaced by its slot in the file it lies in (``chosen``
     holds that file once found: every other tensor must lie there too); ``LookupError`` for one
     that lies in none."""
-    if large(item):
+
+    def slot(item):
+        if not large(item):
+            return NotImplemented
         for file in chosen or files:
             offset = file.offset_of(item)
             if offset is not None:
@@ -386,11 +396,8 @@ def _slots_in(item, large, files: list, chosen: list):
                 return TensorSlot((offset, item.numel() * item.element_size(),
                                    str(item.dtype)[6:], tuple(item.shape)))
         raise LookupError
-    if type(item) in (dict, list, tuple):
-        values = [_slots_in(v, large, files, chosen)
-                  for v in (item.values() if type(item) is dict else item)]
-        return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-    return item
+
+    return _replaced(value, slot)
 
 
 def _seal_bits() -> int:
