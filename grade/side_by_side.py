@@ -58,8 +58,9 @@ def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, f
 
 def unseen_steps(value) -> dict | None:
     """Where the unseen check's time went, as the candidate's worker says (wall ms of each
-    hidden trial's steps: the part asked for and mapped, loaded into the inputs, the call, its
-    output looked at): for the profile only, never judged; None where it says nothing usable."""
+    hidden trial's steps: the part asked for and mapped, loaded into the inputs, its output
+    looked at; the call itself is ``unseen_ms``): for the profile only, never judged; None where
+    it says nothing usable."""
     unseen = value.get("unseen") if isinstance(value, dict) else None
     steps = unseen.get("steps_ms") if isinstance(unseen, dict) else None
     if not isinstance(steps, dict):
