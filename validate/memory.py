@@ -8,9 +8,11 @@ parent (``admission``) turns it into what each validation worker needs (``probe_
 ``replay_bytes``), because the probe holds several copies (input clones, an fp64 model and
 forward, a perturbed model) at once.
 
-An op without a meta kernel, a data-dependent shape (``.item()``, ``nonzero``), or a source that
-builds tensors outside the meta device makes the estimate ``unknown`` (``method: "unknown"`` and
-the reason); the parent then counts the problem as large.
+A model whose constructor reads a value (``.item()`` on a tensor it made) is built again on the
+host, with real tensors, and moved to the meta device whole for its forward (``built_on``). An
+op without a meta kernel, a data-dependent shape in the forward (``.item()``, ``nonzero``), or a
+source that builds tensors outside the meta device makes the estimate ``unknown``
+(``method: "unknown"`` and the reason); the parent then counts the problem as large.
 
 ``LiveBytes`` also works on real tensors, so tests compare the estimate with what a real CPU run
 keeps alive. Imports only torch and the standard library (and ``measure``).
@@ -130,8 +132,13 @@ def _widen(tensors: list) -> float:
     return 8.0 / min(sizes) if sizes else 1.0
 
 
-def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
+def measure_forward(ns: dict, seed: int = 0, device: str = "meta",
+                    build_on: str | None = None) -> dict:
     """Build ``ns``'s model and inputs on ``device`` and run one forward under ``LiveBytes``.
+
+    ``build_on``: construct the model there instead (real tensors; ``"cpu"``) and move it to
+    ``device`` whole before the forward, for a model whose construction reads a value
+    (``torch.linspace(...).item()`` in an ``__init__``), which a meta tensor has not.
 
     Returns ``{params_bytes, inputs_bytes, outputs_bytes, forward_peak_bytes, widen,
     tensor_inputs, mutates_inputs}`` (``mutates_inputs``: an op of the forward wrote into an
@@ -143,7 +150,12 @@ def measure_forward(ns: dict, seed: int = 0, device: str = "meta") -> dict:
     with torch.device(device), mode:
         torch.manual_seed(seed)
         init = ns["get_init_inputs"]()
-        model = ns["Model"](*init)
+        if build_on is None:
+            model = ns["Model"](*init)
+        else:
+            with torch.device(build_on):
+                model = ns["Model"](*init)
+            model = model.to(device)
         inputs = list(ns["get_inputs"]())
         state = [*model.parameters(), *model.buffers()]
         mode.track((state, inputs))  # tensors a source built outside the dispatcher's view
@@ -179,13 +191,20 @@ def estimate_problem(payload: dict) -> dict:
     Runs on the meta device only: start it as a CPU worker so CUDA is never touched."""
     from .measure import load_namespace
 
+    seed = int(payload.get("seed", 0))
     try:
         ns = load_namespace(payload["source"], "estimate",
                             require=("Model", "get_inputs", "get_init_inputs"))
-        parts = measure_forward(ns, int(payload.get("seed", 0)))
+        parts = measure_forward(ns, seed)
     except Exception as exc:  # noqa: BLE001 — no meta kernel, data-dependent shape, ...
-        return {"method": "unknown", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]
-                [:300]}
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        try:  # a constructor that reads a value: built on the host, then its forward on meta
+            ns = load_namespace(payload["source"], "estimate",
+                                require=("Model", "get_inputs", "get_init_inputs"))
+            parts = measure_forward(ns, seed, build_on="cpu")
+        except Exception:  # noqa: BLE001 — the forward itself needs values: unknown
+            return {"method": "unknown", "reason": reason}
+        return {"method": "meta", "built_on": "cpu", **parts}
     return {"method": "meta", **parts}
 
 

@@ -177,6 +177,42 @@ def test_unknown_when_meta_cannot_run_it(forward):
     assert MM.probe_bytes(est) is None and MM.minimum_bytes(est) is None
 
 
+READS_IN_INIT = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        rates = [r.item() for r in torch.linspace(0, 0.5, depth)]  # Swin's drop-path rule
+        self.blocks = nn.ModuleList(nn.Linear(64, 64) for _ in rates)
+        self.scales = rates
+    def forward(self, x):
+        for block, scale in zip(self.blocks, self.scales):
+            x = x + (1 - scale) * block(x)
+        FORWARD
+def get_inputs():
+    return [torch.randn(32, 64)]
+def get_init_inputs():
+    return [3]
+"""
+
+
+def test_a_constructor_that_reads_a_value_is_built_on_the_host_and_estimated_on_meta():
+    source = READS_IN_INIT.replace("FORWARD", "return x")
+    est = MM.estimate_problem({"source": source})
+    assert est["method"] == "meta" and est["built_on"] == "cpu", est
+    real = MM.measure_forward(load_namespace(source, "real"), 0, "cpu")
+    for key in ("params_bytes", "inputs_bytes", "outputs_bytes"):
+        assert est[key] == real[key], (key, est[key], real[key])
+    assert real["forward_peak_bytes"] <= est["forward_peak_bytes"]
+
+
+def test_a_forward_that_reads_a_value_stays_unknown_with_the_meta_reason():
+    source = READS_IN_INIT.replace("FORWARD", "return x[x > x.mean().item()]")
+    est = MM.estimate_problem({"source": source})
+    assert est["method"] == "unknown" and "item" in est["reason"], est
+
+
 def test_a_problem_too_large_for_the_cpu_worker_is_flagged_too_large_not_runs():
     # sizes written as shifts (``1 << 17``): resize does not scale them, so it would run at
     # full size
