@@ -36,10 +36,11 @@ def bandwidth_gbs(info: dict) -> float | None:
     return peaks["bandwidth"] / 1e9 if source.startswith("table:") else None
 
 
-def roofline_ms(reference: dict, record: dict | None) -> float | None:
-    validation = (record or {}).get("validation") or {}
-    if validation.get("roofline_ms"):
-        return float(validation["roofline_ms"])
+def roofline_ms(reference: dict) -> float | None:
+    """The memory roofline on the grading device: the reference's inputs, outputs and state,
+    each moved once, at the device's bandwidth. Not the validator's roofline, which is the
+    larger of this and the reference's FLOPs at the device's peak: an answer may do fewer FLOPs
+    than the reference honestly (a sum after a GEMM is a GEMV), never move fewer bytes."""
     info = reference.get("info", {})
     if not str(info.get("device", "")).startswith("cuda"):
         return None
@@ -64,7 +65,7 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None,
         eag.get("ms") else None
     verdict["timing"] = timing
     verdict["timings"] = {"candidate_ms": cand_ms, "eager_ms": eager_ms,
-                          "inductor_ms": inductor_ms, "roofline_ms": roofline_ms(reference, record)}
+                          "inductor_ms": inductor_ms, "roofline_ms": roofline_ms(reference)}
     if window and window.get("error"):
         message = window["error"]["message"]
         if message.startswith(SKIPPED_INCORRECT):  # not timed: its answers were wrong already

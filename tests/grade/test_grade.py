@@ -269,15 +269,39 @@ def test_trl_reward_fn_with_llm_judge(judge_server):
     assert any("2.0 * x + y" in p for p in _Judge.prompts)  # the judge saw the reference
 
 
-def test_roofline_from_device_bandwidth_and_record():
+def test_roofline_is_the_grading_devices_memory_bound():
     from kernelmill.grade.judge import roofline_ms
 
     x = torch.zeros(1 << 20)  # 4 MiB in, 4 MiB out
     reference = {"info": {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3"},
                  "trials": [{"inputs": [x], "outputs": [x]}]}
-    assert roofline_ms(reference, None) == pytest.approx(8 * 2**20 / 3350e9 * 1e3)
-    assert roofline_ms(reference, {"validation": {"roofline_ms": 0.5}}) == 0.5
-    assert roofline_ms({**reference, "info": {"device": "cpu"}}, None) is None
+    assert roofline_ms(reference) == pytest.approx(8 * 2**20 / 3350e9 * 1e3)
+    assert roofline_ms({**reference, "info": {"device": "cpu"}}) is None
+
+
+def test_an_answer_under_the_references_compute_bound_is_not_impossible(monkeypatch):
+    """KernelBench level2_14 (a sum after a GEMM): its honest answer does the GEMV the sum
+    allows, 0.077 ms on an H200 against the reference's FLOPs at the TF32 peak, 0.278 ms. The
+    validated record's roofline (compute-bound) must not make it ``impossible_speed``."""
+    from kernelmill.grade.checks.timing import roofline_check, timing_fields
+    from kernelmill.grade.policy import Policy
+
+    x, w = torch.zeros(1024, 8192), torch.zeros(8192, 8192)
+    reference = {"info": {"device": "cuda:0", "name": "NVIDIA H200"},
+                 "trials": [{"inputs": [x], "outputs": [torch.zeros(1024, 1)]}],
+                 "state_dict": {"weight": w}}
+    record = {"validation": {"roofline_ms": 0.2782, "bytes": 301989888, "flops": 137438953472}}
+    verdict = {"correct": True}
+    timing_fields(verdict, reference, None, record)
+    memory_ms = verdict["timings"]["roofline_ms"]
+    assert memory_ms == pytest.approx((x.nbytes + w.nbytes + 4096) / 4.8e12 * 1e3, rel=0.05)
+    verdict["timings"]["candidate_ms"] = 0.077
+    flagged = []
+    roofline_check(verdict, Policy(), lambda code, detail: flagged.append(code))
+    assert not flagged
+    verdict["timings"]["candidate_ms"] = 0.4 * memory_ms  # fewer bytes than the problem moves
+    roofline_check(verdict, Policy(), lambda code, detail: flagged.append(code))
+    assert flagged == ["impossible_speed"]
 
 
 def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, caplog):
