@@ -81,8 +81,9 @@ def summarize(records: list[dict], levels: list[int]) -> tuple[str, list[str], d
         memory["estimated"] += mem.get("method") == "meta"
         memory["estimate unknown"] += mem.get("method") == "unknown"
         # either worker: the probe or the replay
-        memory["rerun alone"] += bool(mem.get("retried_alone")
-                                      or (mem.get("replay") or {}).get("retried_alone"))
+        for retry in ("larger", "alone"):
+            key = f"retried_{retry}"
+            memory[f"rerun {retry}"] += bool(mem.get(key) or (mem.get("replay") or {}).get(key))
         memory["waited_s"] += mem.get("waited_s") or 0
         memory["too_large"] += "too_large" in (v.get("flags") or [])
         if mem.get("measured_bytes") and mem.get("estimate_bytes"):
@@ -198,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + line)
     mem = summary["memory"]
     print(f"\nmemory: {mem.get('estimated', 0)} estimated, {mem.get('estimate unknown', 0)} "
-          f"unknown, {mem.get('too_large', 0)} too large, {mem.get('rerun alone', 0)} rerun "
-          f"alone, {mem.get('waited_s', 0):.0f} s waited for admission")
+          f"unknown, {mem.get('too_large', 0)} too large, {mem.get('rerun larger', 0)} rerun "
+          f"beside others with a larger cap, {mem.get('rerun alone', 0)} rerun alone, "
+          f"{mem.get('waited_s', 0):.0f} s waited for admission")
     if "underestimated" in mem:
         print(f"measured peak / estimate: min {mem['measured/estimate min']}, median "
               f"{mem['measured/estimate median']}, max {mem['measured/estimate max']} "

@@ -124,8 +124,9 @@ class MemoryBudget:
         self._alone = False
         self._cond = threading.Condition()
         self._tickets = itertools.count()
-        self._waiting: dict[int, float] = {}  # ticket -> when it began to wait
-        self._asks: dict[int, tuple[int, bool]] = {}  # ticket -> (need, alone)
+        # a ticket is (when the task first asked, a counter): older tickets come first
+        self._waiting: dict[tuple[float, int], float] = {}  # ticket -> when it began to wait
+        self._asks: dict[tuple[float, int], tuple[int, bool]] = {}  # ticket -> (need, alone)
         self.backfills = 0  # tasks started beside a protected waiter (``_may_start``)
         self._occupancy = _Occupancy(time.monotonic())
 
@@ -170,7 +171,7 @@ class MemoryBudget:
     def holders(self) -> int:
         return len(self._active)
 
-    def _backfill_room(self, ticket: int, now: float) -> int | None:
+    def _backfill_room(self, ticket: tuple[float, int], now: float) -> int | None:
         """None when no older waiter is protected; else the bytes newer tasks may hold beside
         the oldest protected one (its ``capacity - need``; -1 when it needs the GPU alone)."""
         protected = [other for other, since in self._waiting.items()
@@ -180,7 +181,8 @@ class MemoryBudget:
         need, alone = self._asks[min(protected)]
         return -1 if alone or need > self.capacity else self.capacity - need
 
-    def _may_start(self, ticket: int, need: int, alone: bool, now: float) -> bool | str:
+    def _may_start(self, ticket: tuple[float, int], need: int, alone: bool,
+                   now: float) -> bool | str:
         room = self._backfill_room(ticket, now)
         if room is not None and self.shared is not None:
             return False  # a host budget (shared with other processes' ledgers): no backfill
@@ -204,12 +206,15 @@ class MemoryBudget:
             return False
         return self.used + need <= self.capacity
 
-    def acquire(self, need: int, *, alone: bool = False) -> Grant:
+    def acquire(self, need: int, *, alone: bool = False, since: float | None = None) -> Grant:
+        """``since``: when the task first asked (a retry keeps its place: ahead of tasks that
+        asked later, and protected from them once that is ``max_wait_s`` ago)."""
         start = time.monotonic()
         with self._cond:
-            ticket = next(self._tickets)
+            first = start if since is None else min(since, start)
+            ticket = (first, next(self._tickets))
             self._tick(start)
-            self._waiting[ticket] = start
+            self._waiting[ticket] = first
             self._asks[ticket] = (need, alone)
             try:
                 while not (verdict := self._may_start(ticket, need, alone, time.monotonic())):
@@ -273,6 +278,14 @@ class MemoryBudget:
             self.release(grant)
 
 
+# A capped run that ran out of memory is run again beside the others first, asking this many
+# times its cap (with the cap it then gets), before a rerun alone: a CUDA-graph-timed replay of a
+# convolution keeps each graph's cuDNN workspace in that graph's private pool, 3-8x the live
+# tensors a meta estimate sees (H200, KernelBench): 14 such replays of levels 1-3 reran alone,
+# each after a wait of 130-275 s and a drain of the GPU.
+RETRY_GROWTH = 2.0
+
+
 @dataclass
 class Admitted:
     """The outcome of ``run_admitted``."""
@@ -280,13 +293,15 @@ class Admitted:
     result: Any
     need: int | None = None
     waited_s: float = 0.0
+    retried_larger: bool = False  # rerun beside the others with a larger grant and cap
     retried_alone: bool = False
     too_large: bool = False
     notes: list[str] = field(default_factory=list)
 
     def memory_info(self) -> dict:
         return {"need_bytes": self.need, "waited_s": round(self.waited_s, 3),
-                "retried_alone": self.retried_alone, "too_large": self.too_large}
+                "retried_larger": self.retried_larger, "retried_alone": self.retried_alone,
+                "too_large": self.too_large}
 
 
 GpuBudget = MemoryBudget
@@ -312,15 +327,17 @@ class Tenancy:
     ``caps``: each run is told a cap (``cap``: ``CAP_FACTOR`` times its grant, read by the
     ``run`` callable while it runs) to hold its worker's allocator to (``probe.cap_memory``), so
     a worker's cache cannot grow into the whole GPU (a replay's cache reached 78 GiB of an H100
-    whose other workers then had to fit beside it). A capped run that went out of memory is
-    rerun alone uncapped (``cap`` None) even when it did not share: its cap, not the GPU, may
-    have been what it met."""
+    whose other workers then had to fit beside it). A capped run that went out of memory (its
+    cap, not the GPU, may have been what it met) runs again beside the others with a grant of
+    ``RETRY_GROWTH`` times that cap, keeping its place in the queue, when that is at most half
+    the budget; if that fails too, or is larger, it is rerun alone uncapped (``cap`` None)."""
 
     def __init__(self, budget: MemoryBudget | None, *, caps: bool = False):
         self.budget = budget
         self.grant: Grant | None = None
         self.caps = caps
         self.cap: int | None = None
+        self.since: float | None = None  # when its first run asked (a retry keeps that age)
 
     def __enter__(self) -> Tenancy:
         return self
@@ -351,6 +368,8 @@ class Tenancy:
         budget = self.budget
         if budget is None:
             return Admitted(run())
+        if self.since is None:
+            self.since = time.monotonic()
         need = budget.need_for(estimate)
         admitted = Admitted(None, need=need, waited_s=self._admit(need))
         cap = int(need * CAP_FACTOR)
@@ -362,6 +381,19 @@ class Tenancy:
         if not self.grant.shared and self.cap is None:
             admitted.too_large = oom
             return admitted
+        larger = int(self.cap * RETRY_GROWTH) if oom and self.cap is not None else 0
+        if larger and larger <= budget.capacity // 2:
+            log.info("%s: out of memory under its cap of %.3g GiB; running again beside the "
+                     "others with %.3g GiB", budget.name, self.cap / 2**30, larger / 2**30)
+            self.close()
+            self.grant = budget.acquire(larger, since=self.since)
+            admitted.waited_s += self.grant.waited_s
+            cap = int(larger * CAP_FACTOR)
+            self.cap = cap if cap < budget.capacity else None
+            admitted.result = run()
+            admitted.retried_larger = True
+            if not out_of_memory(admitted.result):
+                return admitted
         log.info("%s: out of memory while sharing the GPU or under its cap; rerunning alone",
                  budget.name)
         self.close()

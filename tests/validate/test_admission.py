@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from kernelmill.validate.admission import (CAP_FACTOR, GpuBudget, Tenancy, budget_for,
-                                           reset_budgets, run_admitted)
+from kernelmill.validate.admission import (CAP_FACTOR, RETRY_GROWTH, GpuBudget, Tenancy,
+                                           budget_for, reset_budgets, run_admitted)
 
 GIB = 1 << 30
 
@@ -316,24 +316,64 @@ def test_budgets_are_per_physical_gpu_and_read_once():
         reset_budgets()
 
 
-def test_a_run_that_meets_its_cap_alone_is_rerun_uncapped_and_too_large_only_uncapped():
+def test_a_run_that_meets_its_cap_runs_again_beside_others_with_a_larger_cap_first():
     budget = GpuBudget(100 * GIB, margin=0.0)
     caps: list = []
+    others = budget.acquire(20 * GIB)  # another problem holds part of the GPU throughout
 
-    def capped_run():  # its live tensors need 30 GiB; its cap is its grant
-        caps.append(tenancy.cap)
-        return "CUDA out of memory" if tenancy.cap and tenancy.cap < 30 * GIB else "ok"
+    def run_needing(live):  # its live tensors need ``live``; its cap is what it may hold
+        def capped_run():
+            caps.append(tenancy.cap)
+            return "CUDA out of memory" if tenancy.cap and tenancy.cap < live else "ok"
+        return capped_run
 
-    with Tenancy(budget, caps=True) as tenancy:
-        admitted = tenancy.run(10 * GIB, capped_run, oom)
-    assert admitted.result == "ok" and admitted.retried_alone and not admitted.too_large
-    assert caps == [int(budget.need_for(10 * GIB) * CAP_FACTOR), None]
+    first_cap = int(budget.need_for(10 * GIB) * CAP_FACTOR)
+    with Tenancy(budget, caps=True) as tenancy:  # 30 GiB: the larger cap is enough, shared
+        admitted = tenancy.run(10 * GIB, run_needing(30 * GIB), oom)
+        assert tenancy.grant.need == int(first_cap * RETRY_GROWTH) and budget.holders == 2
+    assert admitted.result == "ok" and admitted.retried_larger and not admitted.retried_alone
+    assert caps == [first_cap, int(first_cap * RETRY_GROWTH * CAP_FACTOR)]
+    assert admitted.memory_info()["retried_larger"] is True
+    caps.clear()
+    budget.release(others)
+    with Tenancy(budget, caps=True) as tenancy:  # 70 GiB: the larger cap is not, alone is
+        admitted = tenancy.run(10 * GIB, run_needing(70 * GIB), oom)
+    assert admitted.result == "ok" and admitted.retried_larger and admitted.retried_alone
+    assert caps[-1] is None and not admitted.too_large
     with Tenancy(budget, caps=True) as tenancy:  # out of memory uncapped and alone: too large
         big = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
     assert big.too_large and big.retried_alone
+    with Tenancy(budget, caps=True) as tenancy:  # a cap whose double is over half: alone next
+        caps.clear()
+        huge = tenancy.run(30 * GIB, run_needing(90 * GIB), oom)
+    assert huge.retried_alone and not huge.retried_larger and caps[-1] is None
     with Tenancy(budget) as tenancy:  # without caps nothing is capped, as before
         plain = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
     assert plain.too_large and not plain.retried_alone and tenancy.cap is None
+
+
+def test_a_retry_keeps_its_place_ahead_of_tasks_that_asked_after_it():
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2)
+    holder = budget.acquire(60 * GIB)
+    asked = time.monotonic() - 1.0  # the retried task first asked a second ago
+    order: list[str] = []
+
+    def take(name, need, since=None):
+        grant = budget.acquire(need, since=since)
+        order.append(name)
+        time.sleep(0.05)
+        budget.release(grant)
+
+    newer = threading.Thread(target=take, args=("newer", 60 * GIB))
+    newer.start()
+    time.sleep(0.1)  # the newer task waits first, but asked after the retried one
+    retry = threading.Thread(target=take, args=("retry", 60 * GIB, asked))
+    retry.start()
+    time.sleep(0.1)
+    budget.release(holder)
+    newer.join(5)
+    retry.join(5)
+    assert order == ["retry", "newer"]
 
 
 FAKE_SMI = """#!/bin/sh
