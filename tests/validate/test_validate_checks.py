@@ -282,3 +282,31 @@ def test_device_fingerprint_sees_any_one_bit_change(monkeypatch):
     swapped[[3, 4]] = swapped[[4, 3]]  # same words, other places
     assert C._device_fingerprint(swapped.reshape(10, 37)) != base
     assert C._device_fingerprint(torch.zeros(4)) != C._device_fingerprint(-torch.zeros(4))
+
+
+def test_statistics_kept_on_the_device_match_their_plain_definitions(monkeypatch):
+    """The running counts, sums and extremes stay tensors until the end (one read per
+    statistic, not one per block): the numbers are those of the plain definitions."""
+    gen = torch.Generator().manual_seed(1)
+    y = torch.randn(50, generator=gen).double()
+    y[[3, 17]] = math.nan
+    y[[5, 40]] = torch.tensor([math.inf, -math.inf], dtype=torch.float64)
+    monkeypatch.setattr(C, "CHUNK", 7)
+    finite = y[torch.isfinite(y)]
+    (stats,) = C.output_stats([y], 1e-3)
+    assert stats["finite_fraction"] == pytest.approx(46 / 50)
+    assert stats["mean"] == pytest.approx(float(finite.mean()), rel=1e-12)
+    assert stats["std"] == pytest.approx(float(finite.std()), rel=1e-12)
+    assert (stats["min"], stats["max"]) == (float(finite.min()), float(finite.max()))
+    assert stats["abs_mean"] == pytest.approx(float(finite.abs().mean()), rel=1e-12)
+    sample = y[:: -(-50 // 7)]  # the constant: the median of an even sample of CHUNK elements
+    c = float(sample[~torch.isnan(sample)].median())
+    kept = y[~torch.isnan(y)]  # 48 elements, the infinities among them
+    expected = float(((c - kept).abs() <= 0.5 * (1 + kept.abs())).sum()) / 48
+    assert C.constant_fraction([y], 0.5) == pytest.approx(expected, rel=1e-12)
+    other = y.clone()
+    other[3] = 0.0  # a NaN on one side only
+    assert C.max_error([other], [y]) == math.inf
+    assert not C.bitwise_equal([other], [y]) and C.bitwise_equal([y], [y.clone()])
+    assert not C.all_finite([y]) and C.all_finite([finite])
+    assert C.zero_fraction([torch.zeros(20), torch.ones(20)], 1e-3) == 0.5
