@@ -20,17 +20,25 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None) -> dict | None:
     with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one."""
     import torch
 
+    if y.numel() == 0:
+        return None
+    # sums kept on the device and read once with the median (``checks.all_finite``'s note: a
+    # read waits for a shared GPU, and ``contrast`` measures up to 64 slices per dimension)
     square = count = 0.0
     for a, b in C._blocks64(y, z):
-        d = (a - b)[torch.isfinite(a - b)]
-        square += float((d * d).sum())
-        count += d.numel()
+        d = a - b
+        finite = torch.isfinite(d)
+        square = torch.where(finite, d * d, 0.0).sum() + square
+        count = finite.sum() + count
     sample = C._as64(C._sample(C._flat(y))).abs()
-    sample = sample[torch.isfinite(sample)]
-    if not count or not sample.numel():
+    finite = torch.isfinite(sample)
+    median = torch.where(finite, sample, math.nan).nanmedian()
+    square, count, kept, magnitude = torch.stack([
+        torch.as_tensor(v, dtype=torch.float64, device=sample.device)
+        for v in (square, count, finite.sum(), median)]).tolist()
+    if not count or not kept:
         return None
     informative = math.sqrt(square / count / 2.0)
-    magnitude = float(sample.median())
     excess = tol * max(0.0, magnitude - 1.0 - informative)
     found = {"informative": informative, "magnitude": magnitude, "excess": excess,
              "ratio": excess / informative if informative > 0 else math.inf}
@@ -140,7 +148,7 @@ def rounded_errors(out: list, ref: list, dtype_name: str) -> dict:
         diff = 0.0
         for x, y in C._blocks64(a, b):
             d = (x - y).abs()
-            d = d[torch.isfinite(d)]
-            diff = max(diff, float(d.max()) if d.numel() else 0.0)
-        worst.append(diff)
+            diff = torch.maximum(torch.where(torch.isfinite(d), d, 0.0).max(),
+                                 torch.as_tensor(diff, dtype=d.dtype, device=d.device))
+        worst.append(float(diff))
     return {"dtype": dtype_name, "error": C.max_error(out, ref), "abs_errors": worst}
