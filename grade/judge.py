@@ -119,7 +119,7 @@ def judge(reference: dict, ref_run: WorkerResult, cand_run: WorkerResult, *, pol
         _run(ctx, "timed", found)
     verdict["stage_reached"] = "shaped" if shaped else "ran"
     verdict["correct"] = ctx.correct = ctx.all_correct and bool(run["calls"])
-    timing_fields(verdict, reference, window, record)
+    timing_fields(verdict, reference, window)
     _run(ctx, "window", found)
     speedups(verdict)
     return _finish(verdict, found)

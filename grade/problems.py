@@ -13,7 +13,10 @@ grader takes (``id``, ``source``, ``validation`` with the calibrated tolerances)
 carries its calibration (``atol``, ``rtol``, ``roofline_ms``, ``eager_ms``,
 ``calibration_device``, ``calibration_scale``); they land in the record's ``validation`` section
 under the names the validator uses (``resized`` is the calibration scale), so grading a published
-row and grading the record it came from use the same tolerances at the same size. Its
+row and grading the record it came from use the same tolerances at the same size. The row's
+``roofline_ms`` is carried along for the record; the grader bounds an answer's time by the
+grading device's own memory roofline, never by it (it is the larger of that and the reference's
+FLOPs at the device's peak, which an honest algebraic rewrite may beat). Its
 ``distributions`` column (``[{name, supported}]``) becomes ``validation.distributions``: the
 grader draws trials only under the supported ones (``Policy.distributions_for``).
 """

@@ -10,7 +10,7 @@ The published dataset's ``prompt`` column (``splits/prompt.py``) is what the mod
 trainer calls ``reward_fn(prompts, completions, **columns)`` with the dataset's other columns as
 lists aligned with the completions. The reference problem's source is read from the
 ``reference`` column (or ``source``, the column name of kernelmill records), its calibration
-from ``atol``/``rtol``/``roofline_ms``/``calibration_scale``. A completion is a string or a chat
+from ``atol``/``rtol``/``calibration_scale`` (``roofline_ms`` is carried, not used to judge). A completion is a string or a chat
 list of messages; its last fenced Python code block is the candidate (the whole text when it has
 no fence). Each candidate is graded by the same harness as ``kernelmill grade`` (on CPU at the
 size the dataset calibrated it at); reference runs are cached for the life of the process.

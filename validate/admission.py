@@ -211,7 +211,8 @@ class MemoryBudget:
         asked later, and protected from them once that is ``max_wait_s`` ago)."""
         start = time.monotonic()
         with self._cond:
-            first = start if since is None else min(since, start)
+            # a host budget keeps its own rule on other processes' holdings: no back-dating
+            first = start if since is None or self.shared is not None else min(since, start)
             ticket = (first, next(self._tickets))
             self._tick(start)
             self._waiting[ticket] = first
@@ -270,8 +271,8 @@ class MemoryBudget:
             self._cond.notify_all()
 
     @contextmanager
-    def hold(self, need: int, *, alone: bool = False):
-        grant = self.acquire(need, alone=alone)
+    def hold(self, need: int, *, alone: bool = False, since: float | None = None):
+        grant = self.acquire(need, alone=alone, since=since)
         try:
             yield grant
         finally:
@@ -329,15 +330,15 @@ class Tenancy:
     a worker's cache cannot grow into the whole GPU (a replay's cache reached 78 GiB of an H100
     whose other workers then had to fit beside it). A capped run that went out of memory (its
     cap, not the GPU, may have been what it met) runs again beside the others with a grant of
-    ``RETRY_GROWTH`` times that cap, keeping its place in the queue, when that is at most half
-    the budget; if that fails too, or is larger, it is rerun alone uncapped (``cap`` None)."""
+    ``RETRY_GROWTH`` times that cap, and that grant as its cap, when that is at most half the
+    budget; if that fails too (or a library error it may cause), or is larger, it is rerun alone
+    uncapped (``cap`` None). A retry keeps its run's place in the queue (when the run asked)."""
 
     def __init__(self, budget: MemoryBudget | None, *, caps: bool = False):
         self.budget = budget
         self.grant: Grant | None = None
         self.caps = caps
         self.cap: int | None = None
-        self.since: float | None = None  # when its first run asked (a retry keeps that age)
 
     def __enter__(self) -> Tenancy:
         return self
@@ -368,8 +369,7 @@ class Tenancy:
         budget = self.budget
         if budget is None:
             return Admitted(run())
-        if self.since is None:
-            self.since = time.monotonic()
+        asked = time.monotonic()  # this run's place in the queue, kept by its retries
         need = budget.need_for(estimate)
         admitted = Admitted(None, need=need, waited_s=self._admit(need))
         cap = int(need * CAP_FACTOR)
@@ -386,19 +386,20 @@ class Tenancy:
             log.info("%s: out of memory under its cap of %.3g GiB; running again beside the "
                      "others with %.3g GiB", budget.name, self.cap / 2**30, larger / 2**30)
             self.close()
-            self.grant = budget.acquire(larger, since=self.since)
+            self.grant = budget.acquire(larger, since=asked)
             admitted.waited_s += self.grant.waited_s
-            cap = int(larger * CAP_FACTOR)
-            self.cap = cap if cap < budget.capacity else None
+            # capped at its grant: a run known to exceed its estimate holds what it is counted for
+            self.cap = larger
             admitted.result = run()
             admitted.retried_larger = True
-            if not out_of_memory(admitted.result):
+            if not out_of_memory(admitted.result) and \
+                    not (maybe_memory is not None and maybe_memory(admitted.result)):
                 return admitted
         log.info("%s: out of memory while sharing the GPU or under its cap; rerunning alone",
                  budget.name)
         self.close()
         self.cap = None
-        with budget.hold(need, alone=True) as again:
+        with budget.hold(need, alone=True, since=asked) as again:
             admitted.result = run()
         admitted.retried_alone = True
         admitted.waited_s += again.waited_s

@@ -282,7 +282,8 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
         error = _mixed_error(fit, by)
         if error.numel():
             worst = torch.maximum(error.max(), torch.as_tensor(worst, device=error.device))
-    return _read(worst)
+    worst = _read(worst)
+    return math.inf if math.isnan(worst) else worst  # an overflowing fit is no fit
 
 
 def _device_fingerprint(t) -> bytes:

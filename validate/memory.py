@@ -132,6 +132,10 @@ def _widen(tensors: list) -> float:
     return 8.0 / min(sizes) if sizes else 1.0
 
 
+class BuildFailed(RuntimeError):
+    """The problem's model could not be constructed there (``measure_forward``)."""
+
+
 def measure_forward(ns: dict, seed: int = 0, device: str = "meta",
                     build_on: str | None = None) -> dict:
     """Build ``ns``'s model and inputs on ``device`` and run one forward under ``LiveBytes``.
@@ -149,13 +153,15 @@ def measure_forward(ns: dict, seed: int = 0, device: str = "meta",
     mode = LiveBytes()
     with torch.device(device), mode:
         torch.manual_seed(seed)
-        init = ns["get_init_inputs"]()
-        if build_on is None:
-            model = ns["Model"](*init)
-        else:
-            with torch.device(build_on):
+        try:
+            with torch.device(build_on or device):
+                init = ns["get_init_inputs"]()
                 model = ns["Model"](*init)
+        except Exception as exc:
+            raise BuildFailed(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+        if build_on is not None:
             model = model.to(device)
+            init = [v.to(device) if isinstance(v, torch.Tensor) else v for v in init]
         inputs = list(ns["get_inputs"]())
         state = [*model.parameters(), *model.buffers()]
         mode.track((state, inputs))  # tensors a source built outside the dispatcher's view
@@ -192,20 +198,26 @@ def estimate_problem(payload: dict) -> dict:
     from .measure import load_namespace
 
     seed = int(payload.get("seed", 0))
+
+    def unknown(exc: BaseException, after: str = "") -> dict:
+        return {"method": "unknown",
+                "reason": (after + f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]}
+
     try:
         ns = load_namespace(payload["source"], "estimate",
                             require=("Model", "get_inputs", "get_init_inputs"))
-        parts = measure_forward(ns, seed)
+        return {"method": "meta", **measure_forward(ns, seed)}
+    except BuildFailed as exc:  # a constructor that reads a value: built on the host
+        built = exc
     except Exception as exc:  # noqa: BLE001 — no meta kernel, data-dependent shape, ...
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        try:  # a constructor that reads a value: built on the host, then its forward on meta
-            ns = load_namespace(payload["source"], "estimate",
-                                require=("Model", "get_inputs", "get_init_inputs"))
-            parts = measure_forward(ns, seed, build_on="cpu")
-        except Exception:  # noqa: BLE001 — the forward itself needs values: unknown
-            return {"method": "unknown", "reason": reason}
-        return {"method": "meta", "built_on": "cpu", **parts}
-    return {"method": "meta", **parts}
+        return unknown(exc)
+    try:
+        ns = load_namespace(payload["source"], "estimate",
+                            require=("Model", "get_inputs", "get_init_inputs"))
+        return {"method": "meta", "built_on": "cpu",
+                **measure_forward(ns, seed, build_on="cpu")}
+    except Exception as exc:  # noqa: BLE001 — its forward needs values too, or host tensors
+        return unknown(exc, f"built on meta: {built}; on the host: ")
 
 
 # -------------------------------------------------------- what each validation worker holds

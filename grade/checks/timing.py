@@ -53,8 +53,7 @@ def roofline_ms(reference: dict) -> float | None:
     return nbytes / (bandwidth * 1e9) * 1e3
 
 
-def timing_fields(verdict: dict, reference: dict, window: dict | None,
-                  record: dict | None) -> None:
+def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
     """Times from the window into the verdict; Inductor's through its ratio to eager, measured
     together in the reference run (each ratio from one window)."""
     timing = verdict_timing(window) if window else None
@@ -118,10 +117,10 @@ def speedups(verdict: dict) -> None:
         verdict["speedup_vs_inductor"] = timings["inductor_ms"] / cand_ms
 
 
-def timings(verdict, reference, window, policy, record, hack) -> None:
+def timings(verdict, reference, window, policy, hack) -> None:
     """The verdict's times and the checks on them, in the driver's order (for callers that
     judge a window alone)."""
-    timing_fields(verdict, reference, window, record)
+    timing_fields(verdict, reference, window)
     method_check(window, hack)
     clock_check(window, hack)
     roofline_check(verdict, policy, hack)

@@ -332,7 +332,7 @@ def test_a_run_that_meets_its_cap_runs_again_beside_others_with_a_larger_cap_fir
         admitted = tenancy.run(10 * GIB, run_needing(30 * GIB), oom)
         assert tenancy.grant.need == int(first_cap * RETRY_GROWTH) and budget.holders == 2
     assert admitted.result == "ok" and admitted.retried_larger and not admitted.retried_alone
-    assert caps == [first_cap, int(first_cap * RETRY_GROWTH * CAP_FACTOR)]
+    assert caps == [first_cap, int(first_cap * RETRY_GROWTH)]  # the retry: capped at its grant
     assert admitted.memory_info()["retried_larger"] is True
     caps.clear()
     budget.release(others)
@@ -350,6 +350,11 @@ def test_a_run_that_meets_its_cap_runs_again_beside_others_with_a_larger_cap_fir
     with Tenancy(budget) as tenancy:  # without caps nothing is capped, as before
         plain = tenancy.run(10 * GIB, lambda: "CUDA out of memory", oom)
     assert plain.too_large and not plain.retried_alone and tenancy.cap is None
+    answers = iter(["CUDA out of memory", "CUDNN_STATUS_INTERNAL_ERROR", "ok"])
+    with Tenancy(budget, caps=True) as tenancy:  # the larger retry met a library error: alone
+        mixed = tenancy.run(10 * GIB, lambda: next(answers), oom,
+                            lambda r: "CUDNN" in str(r))
+    assert mixed.result == "ok" and mixed.retried_larger and mixed.retried_alone
 
 
 def test_a_retry_keeps_its_place_ahead_of_tasks_that_asked_after_it():
@@ -402,3 +407,35 @@ def test_a_gpus_memory_is_read_from_nvidia_smi_without_a_worker(tmp_path, monkey
     # a GPU nvidia-smi does not list: no reading here (the worker reads it instead)
     assert W.gpu_memory("cuda:0", {"CUDA_VISIBLE_DEVICES": "7"}) is None
     assert W.gpu_memory("cpu") is None
+
+
+def test_a_replays_retry_does_not_overtake_a_waiter_protected_before_it_asked():
+    """The retry keeps its own run's place (when that run asked), not the problem's first ask:
+    a waiter protected while the problem's probe ran stays ahead of the replay's retry."""
+    budget = GpuBudget(100 * GIB, margin=0.0, max_wait_s=0.2)
+    holder = budget.acquire(30 * GIB)
+    order: list[str] = []
+    with Tenancy(budget, caps=True) as tenancy:
+        tenancy.run(10 * GIB, lambda: "ok", oom)  # the probe, which keeps its grant
+
+        def waiter():
+            grant = budget.acquire(70 * GIB)
+            order.append("waiter")
+            time.sleep(0.1)
+            budget.release(grant)
+
+        waiting = threading.Thread(target=waiter)
+        waiting.start()
+        time.sleep(0.3)  # the waiter is protected now
+        threading.Timer(0.2, budget.release, args=(holder,)).start()
+        replies = iter(["CUDA out of memory", "ok"])
+
+        def replay():
+            answer = next(replies)
+            if answer == "ok":
+                order.append("retry")
+            return answer
+
+        admitted = tenancy.run(10 * GIB, replay, oom)
+        waiting.join(5)
+    assert admitted.retried_larger and order == ["waiter", "retry"]

@@ -174,6 +174,7 @@ def test_unknown_when_meta_cannot_run_it(forward):
         .replace("batch_size = 1 << 17", "batch_size = 4").replace("n = 1 << 14", "n = 4")
     est = MM.estimate_problem({"source": source})
     assert est["method"] == "unknown" and est["reason"]
+    assert "on the host" not in est["reason"]  # built on meta: no host build was tried
     assert MM.probe_bytes(est) is None and MM.minimum_bytes(est) is None
 
 
@@ -211,6 +212,7 @@ def test_a_forward_that_reads_a_value_stays_unknown_with_the_meta_reason():
     source = READS_IN_INIT.replace("FORWARD", "return x[x > x.mean().item()]")
     est = MM.estimate_problem({"source": source})
     assert est["method"] == "unknown" and "item" in est["reason"], est
+    assert "on the host" in est["reason"]  # both attempts' reasons
 
 
 def test_a_problem_too_large_for_the_cpu_worker_is_flagged_too_large_not_runs():
