@@ -125,7 +125,7 @@ class MemoryBudget:
         self._cond = threading.Condition()
         self._tickets = itertools.count()
         # a ticket is (when the task first asked, a counter): older tickets come first
-        self._waiting: dict[tuple[float, int], float] = {}  # ticket -> when it began to wait
+        self._waiting: dict[tuple[float, int], float] = {}  # ticket -> when it first asked
         self._asks: dict[tuple[float, int], tuple[int, bool]] = {}  # ticket -> (need, alone)
         self.backfills = 0  # tasks started beside a protected waiter (``_may_start``)
         self._occupancy = _Occupancy(time.monotonic())
@@ -280,7 +280,7 @@ class MemoryBudget:
 
 
 # A capped run that ran out of memory is run again beside the others first, asking this many
-# times its cap (with the cap it then gets), before a rerun alone: a CUDA-graph-timed replay of a
+# times its cap (and capped at that grant), before a rerun alone: a CUDA-graph-timed replay of a
 # convolution keeps each graph's cuDNN workspace in that graph's private pool, 3-8x the live
 # tensors a meta estimate sees (H200, KernelBench): 14 such replays of levels 1-3 reran alone,
 # each after a wait of 130-275 s and a drain of the GPU.
