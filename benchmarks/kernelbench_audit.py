@@ -217,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"allocator peak / live-tensor peak (either worker): median "
               f"{mem['reserved/live median']}, max {mem['reserved/live max']}")
     from kernelmill.validate.admission import gpu_occupancies, occupancy_line
-    from kernelmill.validate.stage_times import stage_table
+    from kernelmill.validate.stage_times import grant_table, stage_table
 
     occupancies = gpu_occupancies()
     for occ in occupancies:
         print("GPU memory admission, " + occupancy_line(occ))
 
     print("\nwhere the workers' time went:\n" + stage_table(records))
+    if len(occupancies) == 1:  # one GPU's budget: the grants' time against it
+        capacity = int(occupancies[0]["capacity_gib"] * 2**30)
+        print("\nwhere the GPU memory grants' time went:\n" + grant_table(records, capacity, wall))
     rate = done / wall * 3600 if wall > 0 and done else 0.0
     print(f"wall {wall:.1f} s for {done} problems: {rate:.0f} problems per hour")
     print(f"records: {out}")

@@ -439,3 +439,25 @@ def test_a_replays_retry_does_not_overtake_a_waiter_protected_before_it_asked():
         admitted = tenancy.run(10 * GIB, replay, oom)
         waiting.join(5)
     assert admitted.retried_larger and order == ["waiter", "retry"]
+
+
+def test_grant_seconds_weigh_each_stage_by_the_grant_its_worker_held():
+    from kernelmill.validate.stage_times import grant_seconds, grant_table
+
+    records = [{"validation": {"memory": {"need_bytes": 10 * GIB,
+                                          "replay": {"need_bytes": 4 * GIB}},
+                               "profile": {"probe.wall": 6.0, "probe.startup": 1.0,
+                                           "probe.cpu_s": 9.0, "replay.wall": 5.0,
+                                           "replay.inductor compile": 3.0,
+                                           "estimate_s": 0.5}}},
+               {"validation": {"memory": {"need_bytes": 20 * GIB},  # no replay
+                               "profile": {"probe.wall": 2.0, "probe.startup": 2.0}}}]
+    spent = grant_seconds(records)
+    assert spent["probe.startup"] == 10 * GIB * 1.0 + 20 * GIB * 2.0
+    assert spent["replay.inductor compile"] == 4 * GIB * 3.0
+    assert spent["probe.wall"] == 10 * GIB * 6.0 + 20 * GIB * 2.0
+    assert "probe.cpu_s" not in spent and "estimate_s" not in spent  # not a grant's time
+    table = grant_table(records, 100 * GIB, wall_s=2.0)
+    # (60 + 40 + 20) GiB-s over a 100 GiB budget: 1.2 s of a 2 s run
+    assert "held the whole budget 1 s of the run's 2 s (60%)" in table
+    assert table.index("probe.startup") < table.index("replay.inductor compile")
