@@ -69,8 +69,9 @@ def grant_table(records: list[dict], capacity_bytes: int, wall_s: float, top: in
     if not spent or capacity_bytes <= 0:
         return "no memory grants recorded"
     whole = sum(v for k, v in spent.items() if k.endswith(".wall"))
-    rows = [f"the grants held the whole budget {whole / capacity_bytes:.0f} s of the run's "
-            f"{wall_s:.0f} s ({whole / capacity_bytes / max(wall_s, 1e-9):.0%}); by stage:",
+    held = whole / capacity_bytes
+    rows = [(f"the grants held the whole budget {held:.0f} s of the run's {wall_s:.0f} s "
+             f"({held / max(wall_s, 1e-9):.0%}); by stage:"),
             f"{'stage':34}{'budget-s':>10}{'share':>8}"]
     for key, value in sorted(spent.items(), key=lambda kv: -kv[1]):
         if key.endswith(".wall"):
