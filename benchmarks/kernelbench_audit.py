@@ -7,7 +7,7 @@ failure as one line ``level  problem  check  why``, the memory admission's work 
 rerun alone, waited) and the wall time with problems per hour.
 
     python benchmarks/kernelbench_audit.py shared/benchmarks/kernelbench --device cuda \\
-        [--levels 1 2 3] [--limit N] [--out audit.jsonl] [--workers N]
+        [--levels 1 2 3] [--limit N] [--out audit.jsonl] [--workers N] [--set timing_ci_pct=2]
 
 Compare with the published audits: METR removed 45 of 270 tasks; robust-kbench's numeric
 filters flag 9/100 of level 1 and 17/100 of level 2.
@@ -151,7 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=600.0, help="per-worker limit (s)")
     ap.add_argument("--json", type=Path, default=None, help="write the summary here too")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a validator setting (ValidateConfig), e.g. timing_ci_pct=2; repeatable")
     args = ap.parse_args(argv)
+    config: dict = {"timeout_s": args.timeout}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            config[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key.strip()] = value
 
     from kernelmill.core.devices import resolve_device
     from kernelmill.validate.runner import validate_file
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() else 0  # a resumed run's records (validated before)
     try:
         stats = validate_file(work / "problems.jsonl", out, device=device, workers=args.workers,
-                              config={"timeout_s": args.timeout}, progress=sys.stderr.isatty())
+                              config=config, progress=sys.stderr.isatty())
     except KernelmillError as exc:
         print(f"kernelbench_audit: {exc}", file=sys.stderr)
         return 2

@@ -91,7 +91,9 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     env = _worker_env(slot, device)
     payload = {"source": run_source, "device": device, "seed": cfg.seed, "ablations": variants,
                "config": {"sensitivity_margin": cfg.sensitivity_margin,
-                          "tolerance_margin": cfg.tolerance_margin},
+                          "tolerance_margin": cfg.tolerance_margin,
+                          "timing": {"ci_target_pct": cfg.timing_ci_pct,
+                                     "cap_ms": cfg.timing_cap_ms}},
                "lock": _lock_path(slot), "resized": resized,
                "rebuild_in_process": not cross_process,
                # a second worker times eager (and Inductor) in one window; else the probe does

@@ -126,14 +126,17 @@ def _forward_call(model, inputs: list) -> Callable[[], Any]:
 
 
 def _time_forward(model, inputs: list, device: str, name: str = "",
-                  prepared: M.Timer | None = None) -> dict:
+                  prepared: M.Timer | None = None, timing: dict | None = None) -> dict:
     """``measure.measure`` of one forward: CUDA graph replays when capturable, else CUDA
     events with an L2 flush; adaptive reps to ``VALIDATE_TIMING``'s confidence half-width or
-    its time cap. ``name``: the worker's profile gets a stage per phase,
-    ``timing <name> <phase>``. ``prepared``: its ``Timer``, prepared already."""
+    its time cap (``timing``: the run's own ``ci_target_pct``/``cap_ms``, from its settings).
+    ``name``: the worker's profile gets a stage per phase, ``timing <name> <phase>``.
+    ``prepared``: its ``Timer``, prepared already."""
+    settings = {**VALIDATE_TIMING, **{k: float(v) for k, v in (timing or {}).items()
+                                      if k in ("ci_target_pct", "cap_ms") and v}}
     return M.measure(_forward_call(model, inputs), device, prepared=prepared,
                      on_phase=(lambda phase: _mark(f"timing {name} {phase}")) if name else None,
-                     **VALIDATE_TIMING)
+                     **settings)
 
 
 # ---------------------------------------------------------------- the probe
@@ -244,7 +247,7 @@ def _section(lock, device: str, stage: str):
     return held()
 
 
-def _timed_window(lock, device: str, forwards: dict) -> dict:
+def _timed_window(lock, device: str, forwards: dict, timing: dict | None = None) -> dict:
     """Time each forward of ``forwards`` (name -> (model, inputs)) one after the other, each
     in an exclusive window of its own: prepared first (warm-up, host time, graph capture)
     under the lock held shared, beside other work, then sized again, warmed and sampled
@@ -259,7 +262,8 @@ def _timed_window(lock, device: str, forwards: dict) -> dict:
         _mark("timing: waiting for the GPU")
         with lock.exclusive():
             _mark("timing")
-            times[name] = _time_forward(model, inputs, device, name=name, prepared=timer)
+            times[name] = _time_forward(model, inputs, device, name=name, prepared=timer,
+                                        timing=timing)
         del timer  # its graph's memory goes before the next forward's is captured
     return times
 
@@ -410,7 +414,7 @@ def probe_problem(payload: dict) -> dict:
     with _section(lock, device, "host syncs"):
         syncing = _host_syncs(model, inputs, device, payload["source"], copies)
     _release_cache(device)  # other workers may need the memory while this one waits to time
-    timing = (_timed_window(lock, device, {"eager": (model, inputs)})["eager"]
+    timing = (_timed_window(lock, device, {"eager": (model, inputs)}, cfg.get("timing"))["eager"]
               if payload.get("time", True) else None)
     m["timing"] = _timing_section(timing, device,
                                   _syncing_work(lock, device, model, inputs, syncing, copies))
@@ -734,7 +738,8 @@ def replay_problem(payload: dict) -> dict:
             result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
     del ref  # the timing graphs' pools hold outputs of their own
     _release_cache(device)
-    times = _timed_window(lock, device, forwards) if forwards else {}
+    times = _timed_window(lock, device, forwards,
+                          (payload.get("config") or {}).get("timing")) if forwards else {}
     if "eager" in times:
         result["timing"] = _timing_section(times["eager"], device, {})
     if "inductor" in times:

@@ -91,6 +91,11 @@ class ValidateConfig:
                                            "the cgroup's room, less a tenth)", result=False)
     early_exit: bool = option(True, "skip the second worker (Inductor, timing) for a problem "
                               "the first one already failed")
+    timing_ci_pct: float = option(1.0, "eager and Inductor timing: sample until the 95 "
+                                  "percent confidence half-width is under this percentage of "
+                                  "the median")
+    timing_cap_ms: float = option(1000.0, "... or until this much time (ms, per forward); the "
+                                  "GPU is held alone meanwhile")
     gating: tuple[str, ...] | None = None  # None: every check except NON_GATING
 
     @classmethod
