@@ -143,9 +143,12 @@ def _mixed_error(x64, y64):
 # probe's degeneracy stage read it four times: 6.5 s of an H200 KernelBench level-1 probe).
 
 
-def _read(value) -> float:
-    """A running statistic (a 0-d tensor, or a number when there was no block) as a float."""
-    return float(value)
+def _fold(op, running, value):
+    """``op`` (``torch.maximum`` or ``minimum``) of a running statistic (a number before the
+    first block) and a block's 0-d ``value``, kept on the block's device."""
+    import torch
+
+    return op(value, torch.as_tensor(running, dtype=value.dtype, device=value.device))
 
 
 def all_finite(outputs: list) -> bool:
@@ -175,9 +178,8 @@ def max_error(a: list, b: list) -> float:
             same = nx | (torch.isinf(x64) & (x64 == y64))  # both NaN, or the same infinity
             err = _mixed_error(x64, y64).masked_fill_(same, 0.0)
             if err.numel():
-                worst = torch.maximum(err.nan_to_num_(nan=math.inf).max(),
-                                      torch.as_tensor(worst, device=err.device))
-    return math.inf if bool(apart) else _read(worst)
+                worst = _fold(torch.maximum, worst, err.nan_to_num_(nan=math.inf).max())
+    return math.inf if bool(apart) else float(worst)
 
 
 def mismatch_fraction(a: list, b: list, tol: float, margin: float = 1.0) -> float:
@@ -190,7 +192,7 @@ def mismatch_fraction(a: list, b: list, tol: float, margin: float = 1.0) -> floa
             err = _mixed_error(x64, y64).nan_to_num_(nan=math.inf)
             bad = (err > margin * tol).sum() + bad
             total += err.numel()
-    return _read(bad) / total if total else 0.0
+    return float(bad) / total if total else 0.0
 
 
 def zero_fraction(outputs: list, tol: float) -> float:
@@ -201,7 +203,7 @@ def zero_fraction(outputs: list, tol: float) -> float:
             y64 = y64.abs()
             hit = (y64 * (1.0 - tol) <= tol).sum() + hit
             total += y64.numel()
-    return _read(hit) / total if total else 1.0
+    return float(hit) / total if total else 1.0
 
 
 def _sample(flat, most: int | None = None):
@@ -228,8 +230,8 @@ def constant_fraction(outputs: list, tol: float) -> float:
             # a NaN element is no hit (the comparison is false) and not counted
             hit = ((c - y64).abs() <= tol * (1.0 + y64.abs())).sum() + hit
             total = (~torch.isnan(y64)).sum() + total
-    total = _read(total)
-    return _read(hit) / total if total else 1.0
+    total = float(total)
+    return float(hit) / total if total else 1.0
 
 
 def _channel_blocks(t, channel_dim: int | None):
@@ -281,8 +283,8 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
         fit = torch.sub(bx, mx).mul_(a).add_(my)
         error = _mixed_error(fit, by)
         if error.numel():
-            worst = torch.maximum(error.max(), torch.as_tensor(worst, device=error.device))
-    worst = _read(worst)
+            worst = _fold(torch.maximum, worst, error.max())
+    worst = float(worst)
     return math.inf if math.isnan(worst) else worst  # an overflowing fit is no fit
 
 
@@ -385,12 +387,11 @@ def output_stats(outputs: list, tol: float) -> list[dict]:
             count = finite.sum() + count
             total = kept.sum() + total
             absolute = kept.abs().sum() + absolute
-            low = torch.minimum(torch.where(finite, y64, math.inf).min(),
-                                torch.as_tensor(low, device=y64.device)) if y64.numel() else low
-            high = torch.maximum(torch.where(finite, y64, -math.inf).max(),
-                                 torch.as_tensor(high, device=y64.device)) if y64.numel() else high
-        count, total, absolute = int(count), _read(total), _read(absolute)
-        low, high = _read(low), _read(high)
+            if y64.numel():
+                low = _fold(torch.minimum, low, torch.where(finite, y64, math.inf).min())
+                high = _fold(torch.maximum, high, torch.where(finite, y64, -math.inf).max())
+        count, total, absolute = int(count), float(total), float(absolute)
+        low, high = float(low), float(high)
         numel = _flat(y).numel()
         entry = {"shape": list(y.shape), "dtype": str(y.dtype).replace("torch.", ""),
                  "numel": y.numel(), "finite_fraction": count / max(1, numel)}
@@ -400,7 +401,7 @@ def output_stats(outputs: list, tol: float) -> list[dict]:
             for (y64,) in _blocks64(y):
                 spread = torch.where(torch.isfinite(y64), y64 - mean, 0.0).square().sum() + \
                     spread
-            spread = _read(spread)
+            spread = float(spread)
             entry.update(mean=mean, std=math.sqrt(spread / (count - 1)) if count > 1 else 0.0,
                          min=low, max=high, abs_mean=absolute / count)
         entry["zero_fraction"] = zero_fraction([y], tol)

@@ -148,7 +148,6 @@ def rounded_errors(out: list, ref: list, dtype_name: str) -> dict:
         diff = 0.0
         for x, y in C._blocks64(a, b):
             d = (x - y).abs()
-            diff = torch.maximum(torch.where(torch.isfinite(d), d, 0.0).max(),
-                                 torch.as_tensor(diff, dtype=d.dtype, device=d.device))
+            diff = C._fold(torch.maximum, diff, torch.where(torch.isfinite(d), d, 0.0).max())
         worst.append(float(diff))
     return {"dtype": dtype_name, "error": C.max_error(out, ref), "abs_errors": worst}
