@@ -5,6 +5,7 @@
                                           [--phases cold refs-cached cache-hits] [--json OUT]
                                           [--kernelbench-eval CHECKOUT]
                                           [--kernelbench-eval-repeats N]
+                                          [--window KEY=VALUE ...]
 
 Sets: ``triton`` is the fidelity set (12 honest Triton answers at varied sizes, several under
 0.1 ms); ``kernelbench`` is benchmarks/kernelbench_set (our honest Triton and CUDA answers to
@@ -19,7 +20,8 @@ gives the median seconds a submission spent in its reference run and in its cand
 ``--kernelbench-eval`` also runs KernelBench's own eval (``eval_kernel_against_ref``, from a
 ScalingIntelligence/KernelBench checkout) on the kernelbench set's answers after the phases,
 each ``--kernelbench-eval-repeats`` times, and prints both tools side by side
-(benchmarks/kernelbench_eval.py).
+(benchmarks/kernelbench_eval.py). ``--window settle_ms=20`` sets a timing setting of the
+grading policy (an A/B of the window's knobs; the cached Inductor timings still apply).
 """
 from __future__ import annotations
 
@@ -412,8 +414,19 @@ def main() -> int:
                              "kernelbench set's answers and print both tools side by side")
     parser.add_argument("--kernelbench-eval-repeats", type=int, default=3,
                         help="KernelBench evaluations of each answer, for its speedup spread")
+    parser.add_argument("--window", action="append", default=[], metavar="KEY=VALUE",
+                        help="a timing setting of the grading policy (Policy.timing_settings: "
+                             "the window's, validate.window.WindowSettings, or the timer's), "
+                             "e.g. settle_ms=20; repeatable")
     args = parser.parse_args()
     check_kernelbench_eval(args)
+    timing_settings = {}
+    for item in args.window:
+        key, _, value = item.partition("=")
+        try:
+            timing_settings[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--window {item}: the value must be a number or JSON")
 
     import os
 
@@ -423,7 +436,9 @@ def main() -> int:
     from kernelmill.grade.batch import grade_file
     from kernelmill.grade.policy import Policy
 
-    policy = Policy(timeout_s=180)
+    policy = Policy(timeout_s=180, timing_settings=timing_settings)
+    if timing_settings:
+        print(f"timing settings: {json.dumps(timing_settings, sort_keys=True)}", flush=True)
     results = {}
     stopped = False
     # a time limit's SIGTERM stops the phase under way; what it finished is still reported

@@ -15,9 +15,18 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.harness import WorkerResult
 from kernelmill.validate.gpus import gpu_name
+from kernelmill.validate.window import WindowSettings
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")
+
+
+def cached_timing_settings(settings: dict) -> dict:
+    """The timing settings a cached reference timing depends on: all but the window's own
+    (``validate.window.WindowSettings``). Inductor's timing is measured once per reference,
+    outside any window, so a window's settling or round length does not change it."""
+    window = WindowSettings.__dataclass_fields__
+    return {k: v for k, v in (settings or {}).items() if k not in window}
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,7 +143,8 @@ class ReferenceTiming:
         name = gpu_name(self.worker_device, self._env(slot_env))
         if name is None:
             return None
-        key = json.dumps([source, name, _library_versions(), self.policy.timing_settings],
+        key = json.dumps([source, name, _library_versions(),
+                          cached_timing_settings(self.policy.timing_settings)],
                          sort_keys=True, default=str)
         folder = self.cache_root / "reference-timing"
         folder.mkdir(parents=True, exist_ok=True)

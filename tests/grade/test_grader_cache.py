@@ -7,13 +7,14 @@ from types import SimpleNamespace
 
 from kernelmill.grade import reference_run
 from kernelmill.grade.grader import Grader
+from kernelmill.grade.policy import Policy
 
 SOURCE = "class Model: pass\n"
 
 
-def _grader(tmp_path, monkeypatch, runs: list) -> Grader:
+def _grader(tmp_path, monkeypatch, runs: list, timing: dict | None = None) -> Grader:
     monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Test GPU 80GB")
-    grader = Grader("cpu", cache_root=str(tmp_path))
+    grader = Grader("cpu", cache_root=str(tmp_path), policy=Policy(timing_settings=timing or {}))
 
     def measured(source, slot_env=None):
         runs.append(source)
@@ -53,3 +54,16 @@ def test_concurrent_graders_write_one_whole_file(tmp_path, monkeypatch):
     assert not errors and len(results) == 16
     files = sorted(p.name for p in (tmp_path / "reference-timing").iterdir())
     assert len(files) == 1 and files[0].endswith(".json"), files  # no temporary file left
+
+
+def test_window_settings_share_the_timing_and_timer_settings_do_not(tmp_path, monkeypatch):
+    """A window's own knobs (settling, round length, its CI target) never reach the reference's
+    Inductor timing, which is measured outside any window: changing them reads the cache. A
+    timer option (sample length) changes that measurement: it is measured again."""
+    runs: list = []
+    _grader(tmp_path, monkeypatch, runs).inductor_timing(SOURCE)
+    window = {"settle_ms": 20.0, "round_ms": 30.0, "ci_target_pct": 1.0, "min_reps": 8}
+    _grader(tmp_path, monkeypatch, runs, window).inductor_timing(SOURCE)
+    assert len(runs) == 1  # read back
+    _grader(tmp_path, monkeypatch, runs, {**window, "sample_ms": 5.0}).inductor_timing(SOURCE)
+    assert len(runs) == 2
