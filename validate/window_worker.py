@@ -44,7 +44,8 @@ def serve_window(timer: Timer, receive: Callable[[], str],
     alone asks for, ``Timer.planned_calls``; 0: the graph's own), ``{"resized",
     "calls_per_sample", "estimate_ms"}`` (captured again with ``N`` calls, ``Timer.resize``),
     ``{"settle": n}`` (``MS`` of
-    untimed samples before a turn's round), ``{"round": [ms, ...]}``,
+    untimed samples before a turn's round), ``{"round": [ms, ...]}`` (``round N MS``: ``MS``
+    of settling first, in the same turn),
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
     timed function had not seen; 0 without it). ``after_work`` runs after every round and loop,
     before the answer (the grader's worker compares the timed inputs with those sent there)."""
@@ -55,6 +56,7 @@ def serve_window(timer: Timer, receive: Callable[[], str],
         if not command or command[0] == "stop":
             break
         verb, arg = command[0], float(command[1]) if len(command) > 1 else 0.0
+        settle = float(command[2]) if len(command) > 2 else 0.0
         if verb == "warm":  # alone on the GPU: the graph's size is estimated here
             done = timer.warm(arg)
             report({"warm": done, "resize": timer.planned_calls() or 0,
@@ -70,6 +72,9 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             settles += 1
             report({"settle": timer.warm(arg)})
         elif verb == "round":
+            if settle > 0:  # the turn's settling, in the same command: one round trip a turn
+                settles += 1
+                timer.warm(settle)
             times = timer.round(int(arg))
             samples.extend(times)
             rounds += 1

@@ -187,7 +187,7 @@ def test_timer_is_bound_before_patches(monkeypatch):
 
 
 def test_serve_window_answers_commands_in_order():
-    commands = iter(["warm 1", "settle 1", "round 4", "round 3", "loop 5", "stop"])
+    commands = iter(["warm 1", "settle 1", "round 4", "round 3 5", "loop 5", "stop"])
     reports = []
     calls = []
     timer = M.Timer(lambda: calls.append(1), "cpu", warmup=1)
@@ -195,7 +195,8 @@ def test_serve_window_answers_commands_in_order():
     summary = W.serve_window(timer, lambda: next(commands), reports.append)
     assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "loop"]
     assert len(reports[2]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
-    assert reports[1]["settle"] >= 2 and summary["settles"] == 1  # settle samples are untimed
+    assert len(reports[3]["round"]) == 3  # "round 3 5": 5 ms of settling first, untimed
+    assert reports[1]["settle"] >= 2 and summary["settles"] == 2  # settle samples are untimed
     assert summary["loop_samples"] == 5 and summary["method"] == "perf_counter"
 
 
