@@ -351,10 +351,13 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 # for (which runs at least that long: the pace is never under-read)
                 sent = min(at, turn_began + (settle_ms or 0.0) / 1e3)
                 paces[name].append((at - sent) * 1e3 / reps)
-                # the turn's wall time past the device work it reports (a graph sample is two
-                # replays, one untimed): the round trip's and the worker's own cost
-                calls = int(ready.get(name, {}).get("calls_per_sample") or 1)
-                work = sum(float(t) for t in times) * calls * (2 if calls > 1 else 1)
+                # the turn's wall time past the device work it reports (a graph sample covered
+                # by an untimed replay is two replays): the round trip's and the worker's cost
+                info = ready.get(name, {})
+                calls = int(info.get("calls_per_sample") or 1)
+                covered = info.get("method") == "cuda_graph" and \
+                    info.get("cover", "replay") == "replay"
+                work = sum(float(t) for t in times) * calls * (2 if covered else 1)
                 overheads.append((at - sent) * 1e3 - work)
         result["rounds"] += 1
         for control in group.active.values():  # the others' turns are not its time

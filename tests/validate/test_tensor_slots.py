@@ -315,3 +315,34 @@ def test_passing_a_sealed_file_on_keeps_view_shapes_and_lets_the_file_go():
         gc.enable()
     with pytest.raises(OSError):
         os.fstat(fd)  # its descriptor closed with it
+
+
+def test_a_large_late_part_is_written_whole_by_several_threads(monkeypatch):
+    """``payload_files.pwrite_all``: a view over two pieces goes out in pieces from a pool of
+    threads; every byte lands at its offset, a small one is written by the calling thread."""
+    import threading
+
+    from kernelmill.validate import payload_files
+
+    monkeypatch.setattr(payload_files, "WRITE_PIECE_BYTES", 1 << 12)
+    writers = set()
+    original = payload_files._pwrite_range
+
+    def spy(fd, view, offset):
+        writers.add(threading.current_thread().name)
+        original(fd, view, offset)
+
+    monkeypatch.setattr(payload_files, "_pwrite_range", spy)
+    data = bytes(range(256)) * 200  # 51,200 bytes: 13 pieces
+    fd = os.memfd_create("test-late")
+    try:
+        os.ftruncate(fd, 100 + len(data))
+        payload_files.pwrite_all(fd, memoryview(data), 100)
+        assert os.pread(fd, len(data), 100) == data
+        assert any(name.startswith("kernelmill-late-write") for name in writers)
+        writers.clear()
+        payload_files.pwrite_all(fd, memoryview(data[:5000]), 0)
+        assert os.pread(fd, 5000, 0) == data[:5000]
+        assert writers == {threading.current_thread().name}
+    finally:
+        os.close(fd)
