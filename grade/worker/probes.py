@@ -74,11 +74,11 @@ class _Probes:
     def unseen(self, timer: M.Timer) -> int:
         """Inside the timing window: calls timed alike, first ``SEEN_FIRST`` on trial 0's
         inputs (seen in every timed call; each such call follows an untimed one on the same
-        inputs), then each hidden trial's (never seen before), each followed by one on trial 0's
-        again ("after"), all loaded into the same buffers. A forward that
-        remembers inputs it has seen (an answer cache keyed by their content, on the host or on
-        the device) is fast only on the first kind; a hidden trial's output is also sent to the
-        parent to compare with the reference's.
+        inputs), then each hidden trial's (never seen before), each followed by
+        ``AFTER_CALLS`` on trial 0's again ("after"), all loaded into the same buffers. A
+        forward that remembers inputs it has seen (an answer cache keyed by their content, on
+        the host or on the device) is fast only on the first kind; a hidden trial's output is
+        also sent to the parent to compare with the reference's.
 
         With a captured graph each timed call is a replay of the timing graph itself (a graph
         captured for this check alone could be told apart from it, and behave); its first
@@ -148,6 +148,8 @@ class _Probes:
                                                                held=held)})
                 steps["observe"].append(round((_perf_counter() - began) * 1e3, 2))
                 after_ms.append(repeated("after"))
+                for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
+                    after_ms.append(timed_on(first, "after")[0])
             done = True
         finally:
             if paused and not done:
@@ -262,6 +264,10 @@ class _Probes:
 
 
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
+# Timed calls on the timed inputs after each unseen one. A forward that switched its ways slows
+# them all; one call alone can read slow by chance: an honest 4 µs fp16 GEMM's one call after
+# read 5.06 µs of kernels against 4.16 before (bound 5.03; 1 of 72 grades in groups, H200).
+AFTER_CALLS = 2
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
 
 
