@@ -425,8 +425,8 @@ def main() -> int:
         key, _, value = item.partition("=")
         try:
             timing_settings[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            parser.error(f"--window {item}: the value must be a number or JSON")
+        except json.JSONDecodeError:  # a bare word: that string
+            timing_settings[key.strip()] = value
 
     import os
 
