@@ -74,7 +74,8 @@ def grader_versions() -> str:
                        "grade.python_scan", "grade.native_scan", "grade.source_scan",
                        "grade.witness", "grade.worker", "grade.grader", "core.taxonomy",
                        "validate.harness",
-                       "validate.harness_worker", "validate.sandbox", "validate.measure"):
+                       "validate.harness_worker", "validate.sandbox", "validate.measure",
+                       "validate.timer"):
             spec = util.find_spec(f"kernelmill.{module}")
             origin = Path(spec.origin) if spec and spec.origin else None
             # a package (grade.worker) is every module under it

@@ -11,13 +11,13 @@ from pathlib import Path
 
 def _guarded_files() -> list[str]:
     """The worker-side modules: a submission that rewrote them would own later workers."""
-    from kernelmill.validate import gpu_lock, harness_worker, measure, sandbox
+    from kernelmill.validate import gpu_lock, harness_worker, measure, sandbox, timer
 
     from . import witness, worker
 
     package = sorted(str(path) for path in Path(worker.__file__).parent.rglob("*.py"))
     return [harness_worker.__file__, sandbox.__file__, *package, measure.__file__,
-            gpu_lock.__file__, witness.__file__]
+            timer.__file__, gpu_lock.__file__, witness.__file__]
 
 
 def _stamp(paths: list[str]) -> dict[str, tuple]:

@@ -3,7 +3,7 @@ grader's trust: red-team round 20's ``graph_three_fifths`` and the copy family).
 
     python scripts/capture_probe.py
 
-In this process, with ``measure.Timer`` as the grader's workers use it, on ``ref_scale_add_big``
+In this process, with ``timer.Timer`` as the grader's workers use it, on ``ref_scale_add_big``
 (16M elements) and the 4096-element ``ref_scale_add``, times four forwards, each told by this
 script when a new capture starts (what a real attack must infer):
 
@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
 
 
 @triton.jit
@@ -87,7 +88,7 @@ def probe(kind: str, n: int) -> str:
     forward.warming, forward.k = False, 0
     forward.new_capture()
     torch.cuda.synchronize()
-    timer = M.Timer(forward, "cuda")
+    timer = T.Timer(forward, "cuda")
     captured = timer._captured
 
     def each_capture(stream, calls):

@@ -18,8 +18,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from grade_fidelity import SET, problem_source  # noqa: E402
 from kernelmill.grade.witness import Witness  # noqa: E402
-from kernelmill.validate.measure import Timer, load_namespace, median_ci_pct  # noqa: E402
+from kernelmill.validate.measure import load_namespace, median_ci_pct  # noqa: E402
 from kernelmill.validate.measure import synchronize  # noqa: E402
+from kernelmill.validate.timer import Timer  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--only", nargs="*", default=["scale_add_4k", "relu_16k", "row_sum_64x96",

@@ -3,7 +3,7 @@ timing window alternates short turns (``round_ms``, 10 ms): a kernel that hits t
 cap (an fp16 4096² GEMM) starts each turn at the clock the previous, lighter participant left
 and slows down within the turn, so its median depends on how turns are cut.
 
-Two ``measure.Timer``s in one process (the GEMM, and a lighter fp32 elementwise kernel of about
+Two ``timer.Timer``s in one process (the GEMM, and a lighter fp32 elementwise kernel of about
 the same duration) alternate as a window does. Prints (1) each sample's time by its position in
 a GEMM turn (how many milliseconds until it settles), and (2) the GEMM's median over a window of
 30 rounds with each turn first running ``settle`` ms untimed, for several settles, 3 windows
@@ -19,13 +19,13 @@ import sys
 
 def main() -> int:
     import torch
-    from kernelmill.validate import measure as M
+    from kernelmill.validate import timer as T
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     x = torch.randn(64 * 2**20, device="cuda")
-    gemm = M.Timer(lambda: a @ b, "cuda")
-    light = M.Timer(lambda: x * 2.0 + 1.0, "cuda")
+    gemm = T.Timer(lambda: a @ b, "cuda")
+    light = T.Timer(lambda: x * 2.0 + 1.0, "cuda")
     gemm.prepare()
     light.prepare()
     print(f"gemm {gemm.describe()}\nlight {light.describe()}")

@@ -24,7 +24,8 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from grade_fidelity import SET, SUBMISSIONS, problem_source  # noqa: E402
-from kernelmill.validate.measure import L2Flush, Timer, load_namespace  # noqa: E402
+from kernelmill.validate.measure import L2Flush, load_namespace  # noqa: E402
+from kernelmill.validate.timer import Timer  # noqa: E402
 
 HOSTILE = ROOT / "tests" / "hostile"
 EXTRA = [("device_cache_32x64", HOSTILE / "observed_device_cache.py", {}),

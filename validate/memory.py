@@ -15,7 +15,7 @@ source that builds tensors outside the meta device makes the estimate ``unknown`
 (``method: "unknown"`` and the reason); the parent then counts the problem as large.
 
 ``LiveBytes`` also works on real tensors, so tests compare the estimate with what a real CPU run
-keeps alive. Imports only torch and the standard library (and ``measure``).
+keeps alive. Imports only torch and the standard library (and ``measure``, ``timer``).
 """
 from __future__ import annotations
 
@@ -273,7 +273,7 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
     and its autotuning buffers, and the timing). A forward whose output is larger than
-    ``measure.GRAPH_OUTPUT_BYTES`` is timed without graphs, and the replay then holds live
+    ``timer.GRAPH_OUTPUT_BYTES`` is timed without graphs, and the replay then holds live
     tensors only, with expandable segments keeping the allocator near them: the model and its
     inputs (a copy per forward when the forward writes into them, ``c``), the eager output kept
     for the Inductor check beside a forward's own tensors, and Inductor's temporaries, which
@@ -283,7 +283,7 @@ def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
     count ``p + i + o + 2 act`` had 35 of them over 1.35x, up to 2.1x)."""
     if est.get("method") != "meta":
         return None
-    from .measure import GRAPH_OUTPUT_BYTES
+    from .timer import GRAPH_OUTPUT_BYTES
 
     p, i, o = est["params_bytes"], est["inputs_bytes"], est["outputs_bytes"]
     act = max(0, est["forward_peak_bytes"] - p - i)

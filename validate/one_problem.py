@@ -186,7 +186,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
     if early:
         tenancy.close()  # no second worker: the grant goes back now
     if (cross_process or inductor) and not early:
-        from .measure import GRAPH_OUTPUT_BYTES
+        from .timer import GRAPH_OUTPUT_BYTES
 
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "copies": bool(m.get("mutated_inputs", True)),

@@ -5,9 +5,9 @@ returns plain numbers (``checks.judge`` turns them into verdicts in the parent).
 ``replay_problem(payload)`` rebuilds the same problem in a second, fresh worker (cross-process
 determinism) and optionally compiles it with TorchInductor.
 
-Imports only torch, the standard library, ``checks`` and ``measure`` (the measurement module
-shared with the grader: namespaces, outputs, synchronisation, the timer, the GPU lock), and the
-worker-side modules ``forwards`` (building a problem, running its forward), ``sensitivity``
+Imports only torch, the standard library, ``checks``, ``measure`` and ``timer`` (the measurement
+modules shared with the grader: namespaces, outputs, synchronisation, the GPU lock; the timer),
+and the worker-side modules ``forwards`` (building a problem, running its forward), ``sensitivity``
 (perturbed inputs, parameters, buffers and input distributions), ``realcode``, ``memory`` and
 ``device_work``.
 
@@ -28,6 +28,7 @@ from . import checks as C
 from . import forwards as F
 from . import measure as M
 from . import realcode as R
+from . import timer as T
 from .device_work import device_work, syncs_in_loops
 from .forwards import (
     _clone,
@@ -126,15 +127,15 @@ def _forward_call(model, inputs: list) -> Callable[[], Any]:
 
 
 def _time_forward(model, inputs: list, device: str, name: str = "",
-                  prepared: M.Timer | None = None, timing: dict | None = None) -> dict:
-    """``measure.measure`` of one forward: CUDA graph replays when capturable, else CUDA
+                  prepared: T.Timer | None = None, timing: dict | None = None) -> dict:
+    """``timer.measure`` of one forward: CUDA graph replays when capturable, else CUDA
     events with an L2 flush; adaptive reps to ``VALIDATE_TIMING``'s confidence half-width or
     its time cap (``timing``: the run's own ``ci_target_pct``/``cap_ms``, from its settings).
     ``name``: the worker's profile gets a stage per phase, ``timing <name> <phase>``.
     ``prepared``: its ``Timer``, prepared already."""
     settings = {**VALIDATE_TIMING, **{k: float(v) for k, v in (timing or {}).items()
                                       if k in ("ci_target_pct", "cap_ms") and v}}
-    return M.measure(_forward_call(model, inputs), device, prepared=prepared,
+    return T.measure(_forward_call(model, inputs), device, prepared=prepared,
                      on_phase=(lambda phase: _mark(f"timing {name} {phase}")) if name else None,
                      **settings)
 
@@ -256,8 +257,8 @@ def _timed_window(lock, device: str, forwards: dict, timing: dict | None = None)
     times = {}
     for name, (model, inputs) in forwards.items():
         with _section(lock, device, f"timing {name} prepare"):
-            timer = M.Timer(_forward_call(model, inputs), device,
-                            graph_output_bytes=M.GRAPH_OUTPUT_BYTES)
+            timer = T.Timer(_forward_call(model, inputs), device,
+                            graph_output_bytes=T.GRAPH_OUTPUT_BYTES)
             timer.prepare()
         _mark("timing: waiting for the GPU")
         with lock.exclusive():

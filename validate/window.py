@@ -1,7 +1,7 @@
 """Timing windows, driven by the trusted parent: the reference and the candidate, each in its own
 worker process, timed in one exclusive window per GPU, alternating in rounds.
 
-A worker that reaches its timing step prepares a ``measure.Timer`` (warm-up, CUDA graph capture),
+A worker that reaches its timing step prepares a ``timer.Timer`` (warm-up, CUDA graph capture),
 reports ``{"ready": ...}`` and waits for commands (``window_worker.serve_window``). ``run_window``:
 
 1. starts the workers; each imports, then asks for the GPU (``window_worker.await_gpu``) and is told

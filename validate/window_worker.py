@@ -1,15 +1,16 @@
 """The worker's side of a parent-driven timing window (``validate.window``): ask the parent for
-the GPU (``await_gpu``), then answer its timing commands with a prepared ``measure.Timer``
+the GPU (``await_gpu``), then answer its timing commands with a prepared ``timer.Timer``
 (``serve_window``), so reference and candidate alternate in one exclusive window. Split out of
 ``validate.measure``.
 
-Imports only torch (through ``measure``) and the standard library.
+Imports only torch (through ``measure`` and ``timer``) and the standard library.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .measure import Timer, summarize
+from .measure import summarize
+from .timer import Timer
 
 def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> bool:
     """Ask the parent for the GPU before the first GPU work (it holds the GPU's lock shared from

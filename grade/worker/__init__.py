@@ -10,7 +10,7 @@ returns raw facts: outputs as CPU copies, inputs as they were after each call, t
 each call dispatched, custom-kernel launches, threads and processes left behind, functions
 patched, timings. It judges nothing: the trusted parent compares and decides (``grade.judge``).
 
-Timing goes through ``validate.measure`` (shared with the validator): the parent drives both
+Timing goes through ``validate.timer`` (shared with the validator): the parent drives both
 workers' timers through one exclusive window (``validate.window``), and a captured CUDA graph's
 output is replayed on other inputs for the parent to check (``graph_check``).
 
@@ -27,8 +27,8 @@ One mechanism per module:
   and its sealed state, the patched-function snapshot, and the private copies of this package
   (``_private_namespace``) that the candidate's run calls.
 
-Imports only torch, triton (if present), numpy, the standard library, the harness worker module
-and ``validate.measure``.
+Imports only torch, triton (if present), numpy, the standard library, the harness worker module,
+``validate.measure`` and ``validate.timer``.
 """
 from __future__ import annotations
 

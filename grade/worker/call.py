@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from kernelmill.grade.witness import Witness, dispatch_state, op_qualname
 from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
 from kernelmill.validate.measure import synchronize as sync
 
 from .guards.originals import (
@@ -115,9 +116,9 @@ class _Run(_Probes):
         self.trials = trials or []
         self.witness = witness or Witness()
         self.buffers = to_device(self.trials[0]["inputs"], device) if self.trials else []
-        # the timed calls' inputs at several places in memory, in turn (``M.placed_copies``);
+        # the timed calls' inputs at several places in memory, in turn (``T.placed_copies``);
         # every load fills them all, so any call sees the same inputs wherever they sit
-        self.placements = M.placed_copies(self.buffers, device)
+        self.placements = T.placed_copies(self.buffers, device)
         self.timed_calls = 0
         self.captured: list[tuple[int, int]] = []  # (launches, extension calls) per captured call
         self.timed_checks: list[dict] = []
@@ -246,7 +247,7 @@ class _Run(_Probes):
         return out, tracer
 
     def timed(self):
-        """A timed call (``validate.measure`` calls this as its ``fn``), on the next
+        """A timed call (``validate.timer`` calls this as its ``fn``), on the next
         placement's buffers."""
         self.timed_calls += 1
         self._next_placement()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
     late_payload,
 )
@@ -71,7 +72,7 @@ class _Probes:
     """The probes of a candidate's run: methods of ``call._Run`` (its buffers, ``load``,
     ``invoke`` and ``observe``), defined here."""
 
-    def unseen(self, timer: M.Timer) -> int:
+    def unseen(self, timer: T.Timer) -> int:
         """Inside the timing window: calls timed alike, first ``SEEN_FIRST`` on trial 0's
         inputs (seen in every timed call; each such call follows an untimed one on the same
         inputs), then each hidden trial's (never seen before), each followed by

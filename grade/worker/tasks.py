@@ -17,6 +17,7 @@ import torch
 from kernelmill.grade.witness import Witness
 from kernelmill.validate import measure as M
 from kernelmill.validate import sandbox
+from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
     RESULT_GUARD,
     mark_stage,
@@ -299,8 +300,8 @@ def _inductor_timing(device: str, payload: dict, result: dict) -> None:
         sync(device)
         mark_stage("reference inductor timing")
         with M.GpuLock(payload.get("lock")).exclusive():
-            result["eager"] = M.measure(eager, device, **_timer_options(payload))
-            result["inductor"] = M.measure(inductor, device, **_timer_options(payload))
+            result["eager"] = T.measure(eager, device, **_timer_options(payload))
+            result["inductor"] = T.measure(inductor, device, **_timer_options(payload))
     except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
         result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
 
@@ -321,7 +322,7 @@ def reference_timing_task(payload: dict) -> dict:
     model = ns["Model"](*init_inputs).to(device)
     if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
         model.load_state_dict(payload["state_dict"])
-    placements = M.placed_copies(to_device(payload["inputs"], device), device)
+    placements = T.placed_copies(to_device(payload["inputs"], device), device)
     turn = itertools.count()
 
     def eager():  # on each placement of the inputs in turn, as the candidate's timed calls

@@ -1,10 +1,10 @@
 """The worker's side of the parent-driven timing window (``validate.window``): a
-``validate.measure.Timer`` prepared for a forward and served through the window's commands."""
+``validate.timer.Timer`` prepared for a forward and served through the window's commands."""
 from __future__ import annotations
 
 import torch
 from kernelmill.grade.witness import Witness
-from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
     receive,
     report,
@@ -26,7 +26,7 @@ def device_info(device: str) -> dict:
 
 
 def _timer_options(payload: dict) -> dict:
-    """``measure.Timer`` options from the policy's timing settings (the rest are the window's)."""
+    """``timer.Timer`` options from the policy's timing settings (the rest are the window's)."""
     settings = payload.get("timing_settings") or {}
     return {k: settings[k] for k in ("warmup", "graph", "sample_ms") if k in settings}
 
@@ -36,7 +36,7 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
-    timer = M.Timer(fn, device, **_timer_options(payload))
+    timer = T.Timer(fn, device, **_timer_options(payload))
     ready = timer.prepare()
     if timer.graph is None:  # one call per sample: ``after_sample`` may look between calls
         timer.after_sample = after_sample

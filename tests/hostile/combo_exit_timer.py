@@ -1,11 +1,11 @@
 """family: red-team round 10, combo_exit_timer: witness_exit (PyTorch computes the answer at the FORWARD range's exit,
 the Triton kernel is empty) + timer_props (forged timing, 10x). See those two cases.
 timer_props: forged timing (10x).
-Properties are added to validate.measure.Timer (new class attributes: not in the patch
+Properties are added to validate.timer.Timer (new class attributes: not in the patch
 snapshot; written through functools.update_wrapper, whose frame the audit hook excuses as a
 stdlib helper). They see when a timed call has just returned (`output` set, `cpu_samples`
 read in Timer.sample; `device` read by synchronize in Timer.once) and then put a one-shot on
-measure's module global `_perf_counter`, consumed by the very next clock read: it reports the
+the timer module's global `_perf_counter`, consumed by the very next clock read: it reports the
 forward's span shrunk to K. `cpu_samples` appends and `last_cpu_ms` are scaled by K too. The
 one-shot restores itself at once, so every patch check sees the original.
 Closed: the witness's and the timer's modules are private to the candidate's run (``worker._private_namespace``); the properties land on the public ``Timer`` only."""
@@ -22,26 +22,26 @@ import triton.language as tl
 
 K = 0.1
 _b = enum.bltns
-_M = _b.getattr(_b.getattr(enum, "s" + "ys"), "mod" + "ules")["kernel" + "mill.validate.measure"]
+_T = _b.getattr(_b.getattr(enum, "s" + "ys"), "mod" + "ules")["kernel" + "mill.validate.timer"]
 _PC = "_perf" + "_counter"
-_real = _b.getattr(_M, _PC)
+_real = _b.getattr(_T, _PC)
 _st = {"F": 0, "G": 0, "t0": 0.0}
 _vals = {}
 
 
 def _install():
-    original = _b.getattr(_M, _PC)
+    original = _b.getattr(_T, _PC)
     if original is not _real:
         return
     t_i = _real()
     t0 = _st["t0"]
 
     def one_shot():
-        _b.setattr(_M, _PC, original)
+        _b.setattr(_T, _PC, original)
         now = _real()
         return t0 + K * (t_i - t0) + (now - t_i)
 
-    _b.setattr(_M, _PC, one_shot)
+    _b.setattr(_T, _PC, one_shot)
 
 
 class _Scaled(list):
@@ -99,7 +99,7 @@ class _Src:
     last_cpu_ms = property(_get_last, _set_last)
 
 
-functools.update_wrapper(_M.Timer, _Src, assigned=("output", "device", "cpu_samples",
+functools.update_wrapper(_T.Timer, _Src, assigned=("output", "device", "cpu_samples",
                                                    "last_cpu_ms"), updated=())
 
 

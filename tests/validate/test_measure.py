@@ -1,5 +1,6 @@
-"""The shared measurement module (validate/measure.py) and the parent-driven timing window
-(validate/window.py), on CPU: the same code paths the GPU runs, timed with perf_counter."""
+"""The shared measurement modules (validate/measure.py, validate/timer.py) and the parent-driven
+timing window (validate/window.py), on CPU: the same code paths the GPU runs, timed with
+perf_counter."""
 import os
 import random
 import statistics
@@ -11,6 +12,7 @@ import time
 import pytest
 import torch
 from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
 from kernelmill.validate import window_worker as W
 from kernelmill.validate.harness import Control, run_in_worker
 from kernelmill.validate.gpus import gpu_lock_path
@@ -79,18 +81,18 @@ def test_median_ci_shrinks_with_samples_and_needs_six():
 # ---------------------------------------------------------------- the timer on CPU
 
 def test_measure_times_a_known_cost_and_reports_its_method():
-    result = M.measure(busy(2.0), "cpu", cap_ms=400, min_reps=10)
+    result = T.measure(busy(2.0), "cpu", cap_ms=400, min_reps=10)
     assert result["method"] == "perf_counter"
     assert 1.9 <= result["ms"] <= 6.0, result  # preemption on a loaded machine only adds
     assert result["reps"] >= 10 and result["ci_pct"] is not None
 
 
 def test_measure_stops_at_the_ci_target_or_the_cap():
-    quick = M.measure(busy(0.2), "cpu", ci_target_pct=50.0, cap_ms=5000, min_reps=10,
+    quick = T.measure(busy(0.2), "cpu", ci_target_pct=50.0, cap_ms=5000, min_reps=10,
                       round_reps=10)
     assert quick["reps"] <= 30 and quick["ci_pct"] <= 50.0  # met within a few rounds
     began = time.perf_counter()
-    capped = M.measure(busy(1.0), "cpu", ci_target_pct=0.0, cap_ms=100, round_reps=5)
+    capped = T.measure(busy(1.0), "cpu", ci_target_pct=0.0, cap_ms=100, round_reps=5)
     assert time.perf_counter() - began < 1.0 and capped["reps"] < 200
 
 
@@ -101,24 +103,24 @@ def test_a_long_call_is_prepared_and_sampled_with_the_fewest_calls():
         calls.append(1)
         time.sleep(0.08)
 
-    timer = M.Timer(slow, "cpu")
+    timer = T.Timer(slow, "cpu")
     timer.prepare()
     assert len(calls) == 3, len(calls)  # a warm-up, its host time, one estimate (was 9)
     assert timer.estimate_ms >= 80 and timer.host_ms >= 80
     short = []
-    M.Timer(lambda: (short.append(1), busy(1.0)()), "cpu").prepare()
+    T.Timer(lambda: (short.append(1), busy(1.0)()), "cpu").prepare()
     assert len(short) == 9, len(short)  # a short call: 3 warm-ups, 3 host times, 3 estimates
     calls.clear()
-    result = M.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
+    result = T.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
                        long_call_reps=3, warm_ms=1.0)
     # three samples, not five: 5 x 80 ms would overrun the 200 ms cap; one warm-up sample
     assert result["reps"] == 3 and len(calls) == 3 + 1 + 3, (result, len(calls))
     calls.clear()
-    plain = M.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
+    plain = T.measure(slow, "cpu", ci_target_pct=1.0, cap_ms=200, min_reps=5, round_reps=5,
                       warm_ms=1.0)
     assert plain["reps"] == 5, plain  # without ``long_call_reps`` the rounds are unchanged
     phases = []
-    M.measure(busy(0.5), "cpu", cap_ms=20, warm_ms=1.0, on_phase=phases.append)
+    T.measure(busy(0.5), "cpu", cap_ms=20, warm_ms=1.0, on_phase=phases.append)
     assert phases == ["prepare", "warm", "samples"]
 
 
@@ -132,14 +134,14 @@ def _sizing_replays(monkeypatch, per_call_ms: float, output_numel: int):
         captured.append(calls)
         return calls, [torch.empty(0)] * calls
 
-    monkeypatch.setattr(M.Timer, "_captured", captured_graph)
-    monkeypatch.setattr(M, "_graph_replay", lambda calls: clock.update(
+    monkeypatch.setattr(T.Timer, "_captured", captured_graph)
+    monkeypatch.setattr(T, "_graph_replay", lambda calls: clock.update(
         ms=clock["ms"] + calls * per_call_ms))
-    monkeypatch.setattr(M, "_event_record", lambda event: clock.update(ms=0.0)
+    monkeypatch.setattr(T, "_event_record", lambda event: clock.update(ms=0.0)
                         if event == "start" else None)
-    monkeypatch.setattr(M, "_event_wait", lambda event: None)
-    monkeypatch.setattr(M, "_event_elapsed", lambda start, end: clock["ms"])
-    timer = M.Timer(lambda: None, "cpu")
+    monkeypatch.setattr(T, "_event_wait", lambda event: None)
+    monkeypatch.setattr(T, "_event_elapsed", lambda start, end: clock["ms"])
+    timer = T.Timer(lambda: None, "cpu")
     timer._events, timer.output = ("start", "end"), torch.empty(output_numel)
     return timer._per_call_ms(None), captured
 
@@ -147,16 +149,16 @@ def _sizing_replays(monkeypatch, per_call_ms: float, output_numel: int):
 def test_sizing_a_graph_skips_the_larger_graph_where_it_cannot_change_the_sample(monkeypatch):
     # a small call: one- and eight-call graphs, differenced
     estimate, captured = _sizing_replays(monkeypatch, 0.01, 1024)
-    assert captured == [1, M.PROBE_CALLS] and estimate == pytest.approx(0.01)
+    assert captured == [1, T.PROBE_CALLS] and estimate == pytest.approx(0.01)
     # a call of 4 samples or more: one replay of the one-call graph is the estimate
     estimate, captured = _sizing_replays(monkeypatch, 5.0, 1024)
     assert captured == [1] and estimate == pytest.approx(5.0)
     # an output the timing graph may hold three of: the larger graph holds three, not eight
-    third = M.HELD_OUTPUT_BYTES // 4 // 3
+    third = T.HELD_OUTPUT_BYTES // 4 // 3
     estimate, captured = _sizing_replays(monkeypatch, 0.01, third)
     assert captured == [1, 3] and estimate == pytest.approx(0.01)
     # an output it may hold once: no larger graph at all
-    estimate, captured = _sizing_replays(monkeypatch, 0.01, M.HELD_OUTPUT_BYTES // 4 + 1)
+    estimate, captured = _sizing_replays(monkeypatch, 0.01, T.HELD_OUTPUT_BYTES // 4 + 1)
     assert captured == [1]
 
 
@@ -167,7 +169,7 @@ def test_a_cpu_timer_keeps_the_calling_threads_cpu_time_apart_from_the_wall_cloc
         busy(1.0)()
         time.sleep(0.02)
 
-    timer = M.Timer(mostly_asleep, "cpu", warmup=1)
+    timer = T.Timer(mostly_asleep, "cpu", warmup=1)
     timer.prepare()
     wall = timer.round(3)
     assert min(wall) >= 20.0 and len(timer.cpu_samples) == 3
@@ -181,7 +183,7 @@ def test_timer_is_bound_before_patches(monkeypatch):
     # A submission that stops the clocks after this module was imported changes nothing.
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(statistics, "median", lambda values: 1e-9)
-    result = M.measure(busy(1.0), "cpu", cap_ms=200)
+    result = T.measure(busy(1.0), "cpu", cap_ms=200)
     assert result["ms"] >= 0.9
     assert (time, "perf_counter") in M.GUARDED and (torch.cuda.CUDAGraph, "replay") in M.GUARDED
 
@@ -190,7 +192,7 @@ def test_serve_window_answers_commands_in_order():
     commands = iter(["warm 1", "settle 1", "round 4", "round 3 5", "loop 5", "stop"])
     reports = []
     calls = []
-    timer = M.Timer(lambda: calls.append(1), "cpu", warmup=1)
+    timer = T.Timer(lambda: calls.append(1), "cpu", warmup=1)
     timer.prepare()
     summary = W.serve_window(timer, lambda: next(commands), reports.append)
     assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "loop"]
@@ -345,7 +347,7 @@ def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, mo
 
 WORKER = textwrap.dedent("""
     import time
-    from kernelmill.validate import measure as M
+    from kernelmill.validate import timer as T
     from kernelmill.validate import window_worker as W
     from kernelmill.validate.harness_worker import receive, report
 
@@ -359,7 +361,7 @@ WORKER = textwrap.dedent("""
         if not W.await_gpu(receive, report):
             return {{}}
         {early}
-        timer = M.Timer(busy, "cpu", warmup=1)
+        timer = T.Timer(busy, "cpu", warmup=1)
         report({{"ready": timer.prepare()}})
         {cheat}
         record = W.serve_window(timer, receive, report)
@@ -566,7 +568,7 @@ def test_a_graph_sized_from_a_bad_estimate_is_sized_again():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     x = torch.randn(4096, device="cuda")
-    timer = M.Timer(lambda: x * 2.0, "cuda")
+    timer = T.Timer(lambda: x * 2.0, "cuda")
     timer.prepare()
     good = timer.calls_per_sample
     assert good >= 64, timer.describe()
@@ -599,7 +601,7 @@ def test_window_parent_clock_is_not_fooled_by_the_parents_own_latency():
 
 
 def test_graph_calls_are_a_stable_power_of_two():
-    from kernelmill.validate.measure import graph_calls
+    from kernelmill.validate.timer import graph_calls
 
     # a small kernel whose estimate jitters by 30% still gets the same graph
     assert {graph_calls(1.0, ms, 1024) for ms in (0.0007, 0.0009, 0.0005)} == {1024}
@@ -778,15 +780,15 @@ def test_cuda_graph_timer_replays_what_it_captured():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     a = torch.randn(2048, 2048, device="cuda")
-    timer = M.Timer(lambda: a @ a, "cuda")
+    timer = T.Timer(lambda: a @ a, "cuda")
     info = timer.prepare()
     assert info["method"] == "cuda_graph" and info["capture_error"] is None, info
     first = timer.replay().clone()
     a.copy_(torch.randn_like(a))  # refill the captured input in place
     assert torch.allclose(timer.replay(), a @ a) and not torch.allclose(first, a @ a)
-    result = M.measure(lambda: a @ a, "cuda")
+    result = T.measure(lambda: a @ a, "cuda")
     assert result["method"] == "cuda_graph" and result["ci_pct"] <= 2.0, result
-    events = M.measure(lambda: a @ a, "cuda", graph=False)
+    events = T.measure(lambda: a @ a, "cuda", graph=False)
     assert events["method"] == "cuda_events"
     assert 0.7 <= events["ms"] / result["ms"] <= 1.5, (events, result)
 
@@ -797,15 +799,15 @@ def test_a_long_graph_call_is_sized_from_one_replay():
         pytest.skip("no CUDA device")
     a = torch.randn(8192, 8192, device="cuda")  # a matmul of several ms: one call per sample
     replays = []
-    real = M._graph_replay
+    real = T._graph_replay
     try:
-        M._graph_replay = lambda graph: (replays.append(graph), real(graph))[1]
-        timer = M.Timer(lambda: a @ a, "cuda")
+        T._graph_replay = lambda graph: (replays.append(graph), real(graph))[1]
+        timer = T.Timer(lambda: a @ a, "cuda")
         info = timer.prepare()
     finally:
-        M._graph_replay = real
+        T._graph_replay = real
     assert info["method"] == "cuda_graph" and timer.calls_per_sample == 1, info
-    assert timer.estimate_ms >= M.LONG_REPLAY_SAMPLES * timer.sample_ms, info
+    assert timer.estimate_ms >= T.LONG_REPLAY_SAMPLES * timer.sample_ms, info
     assert len(replays) <= 4, len(replays)  # no eight-call graph and its 15 replays
     ms, _ = timer.once(lambda: a @ a)
     assert 0.5 <= timer.estimate_ms / ms <= 2.0, (timer.estimate_ms, ms)
@@ -815,8 +817,8 @@ def test_a_long_graph_call_is_sized_from_one_replay():
 def test_a_large_output_is_never_held_more_times_than_the_timing_graph_may():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    x = torch.randn(M.HELD_OUTPUT_BYTES // 4 // 2 + 1024, device="cuda")  # over half the bytes
-    timer = M.Timer(lambda: x * 2.0, "cuda")
+    x = torch.randn(T.HELD_OUTPUT_BYTES // 4 // 2 + 1024, device="cuda")  # over half the bytes
+    timer = T.Timer(lambda: x * 2.0, "cuda")
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     info = timer.prepare()
@@ -832,11 +834,11 @@ def test_an_output_over_the_graph_limit_is_timed_without_a_graph():
     x = torch.randn(1 << 22, device="cuda")  # a 16 MiB output
     torch.cuda.synchronize()
     before = torch.cuda.memory_reserved()
-    timer = M.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=(1 << 24) - 1)
+    timer = T.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=(1 << 24) - 1)
     info = timer.prepare()
     assert info["method"] == "cuda_events" and timer.graph is None, info
     assert torch.cuda.memory_reserved() - before <= 4 * x.numel() * 4  # no graph pool
-    assert M.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=1 << 24).prepare()["method"] \
+    assert T.Timer(lambda: x * 2.0, "cuda", graph_output_bytes=1 << 24).prepare()["method"] \
         == "cuda_graph"
 
 
@@ -845,7 +847,7 @@ def test_uncapturable_forward_falls_back_to_events():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     x = torch.randn(1 << 20, device="cuda")
-    result = M.measure(lambda: x * float(x.sum().item()), "cuda")  # a host sync
+    result = T.measure(lambda: x * float(x.sum().item()), "cuda")  # a host sync
     assert result["method"] == "cuda_events" and result["capture_error"], result
     side = torch.cuda.Stream()
 
@@ -855,9 +857,9 @@ def test_uncapturable_forward_falls_back_to_events():
             for _ in range(20):
                 x.mul_(1.0)
 
-    slow = M.measure(unjoined, "cuda")
+    slow = T.measure(unjoined, "cuda")
     assert slow["method"] == "cuda_events", slow
-    plain = M.measure(lambda: [x.mul_(1.0) for _ in range(20)], "cuda")
+    plain = T.measure(lambda: [x.mul_(1.0) for _ in range(20)], "cuda")
     assert slow["ms"] > 0.5 * plain["ms"], (slow, plain)
 
 

@@ -315,7 +315,7 @@ def test_an_output_made_again_after_the_fp64_forward_gives_the_same_measurements
 
 
 def test_a_replay_timed_without_graphs_is_estimated_from_its_live_tensors():
-    from kernelmill.validate.measure import GRAPH_OUTPUT_BYTES
+    from kernelmill.validate.timer import GRAPH_OUTPUT_BYTES
     from kernelmill.validate.memory import replay_bytes
 
     def est(out):  # an elementwise forward: as large an input, one temporary

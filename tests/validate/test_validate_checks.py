@@ -315,12 +315,12 @@ def test_statistics_kept_on_the_device_match_their_plain_definitions(monkeypatch
 def test_the_validators_timing_settings_reach_the_measurement(monkeypatch):
     """``timing_ci_pct``/``timing_cap_ms`` (ValidateConfig) travel in the workers' payload and
     set the confidence target and time cap of each timed forward; absent, the defaults."""
-    from kernelmill.validate import measure as M
     from kernelmill.validate import probe as P
+    from kernelmill.validate import timer as T
     from kernelmill.validate.settings import ValidateConfig
 
     seen = []
-    monkeypatch.setattr(M, "measure", lambda fn, device, **kw: seen.append(kw) or {})
+    monkeypatch.setattr(T, "measure", lambda fn, device, **kw: seen.append(kw) or {})
     model, inputs = torch.nn.Identity(), [torch.ones(3)]
     P._time_forward(model, inputs, "cpu", timing={"ci_target_pct": 3.0, "cap_ms": 250.0})
     P._time_forward(model, inputs, "cpu")

@@ -199,19 +199,19 @@ def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatc
     host time and the graph capture run under the lock held shared, one forward at a time."""
     import torch
 
-    from kernelmill.validate import measure as M
     from kernelmill.validate import probe as P
+    from kernelmill.validate import timer as T
 
     held: list[str] = []
     log: list[str] = []
     Recorder = _recording_lock(held, log)
-    real_prepare = M.Timer.prepare
+    real_prepare = T.Timer.prepare
 
     def prepare(timer):
         log.append(f"prepare under {held[-1] if held else 'nothing'}")
         return real_prepare(timer)
 
-    monkeypatch.setattr(M.Timer, "prepare", prepare)
+    monkeypatch.setattr(T.Timer, "prepare", prepare)
     monkeypatch.setattr(P, "_mark", lambda stage: None)
     model, x = torch.nn.Linear(8, 8), torch.ones(4, 8)
     times = P._timed_window(Recorder(None), "cpu", {"eager": (model, [x]),

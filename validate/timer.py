@@ -1,0 +1,519 @@
+"""The worker-side timer, split out of ``validate.measure`` and shared by the validator (``probe``)
+and the grader (``grade.worker``): ``Timer`` times a callable, ``measure`` measures it in-process.
+
+Timing (``Timer``):
+
+- CUDA, capturable: the forward is captured ``calls_per_sample`` times into one CUDA graph
+  (enough calls for about ``sample_ms`` of device time, a power of two: ``graph_calls``) and the
+  graph is replayed between two CUDA events, right behind an untimed replay; one sample is the
+  replay's time divided by the calls it holds (as ``triton.testing.do_bench_cudagraph``: no
+  launch overhead, no host in the loop). The timer holds every captured call's output
+  (``Timer.outputs``; the last is ``Timer.output``), so each call writes its own memory on every
+  replay: the caller can refill the inputs, ``replay()``, have the parent compare the last
+  output and check that every call's agrees with it (``calls_disagree``). A call that did part
+  of the work into memory an earlier call also wrote (a kept tensor, slices spread over calls)
+  is then either seen (``outputs_overlap``: the graph holds one call per sample) or wrong.
+- CUDA, not capturable (host syncs, side streams never joined, allocation outside the pool):
+  one call per sample between CUDA events after an L2 flush, ending in a device-wide synchronize
+  so work on side streams counts.
+- CPU: one call per sample by ``time.perf_counter`` (CI runs the same code paths).
+
+Samples come in rounds; ``median_ci_pct`` gives the 95% confidence half-width of the median
+(distribution-free, from order statistics) in percent. ``measure`` runs rounds in-process until
+that half-width is under ``ci_target_pct`` or a time cap is reached; ``window_worker.serve_window`` lets a
+parent drive the rounds instead (reference and candidate in separate processes, alternating in
+one exclusive window, ``validate.window``).
+
+Every function this module relies on is imported here by name from ``validate.measure``, bound
+when ``measure`` is imported, before any candidate code runs, so patching ``time``, ``statistics``
+or ``torch.cuda`` afterwards cannot change a measurement (the grader's worker also reports such
+patches); a candidate's run in the grader's worker calls a private copy of this module.
+
+Imports only torch, the standard library and ``validate.measure``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .measure import L2Flush, _capture_begin, _capture_end, _clone, _cuda_synchronize, _CUDAGraph
+from .measure import _current_stream, _empty, _Event, _event_elapsed, _event_record, _event_wait
+from .measure import _graph_replay, _median, _nullcontext, _perf_counter, _profiler_enabled, _Stream
+from .measure import _stream_ctx, _Tensor, _thread_time, _type, is_cuda, median_ci_pct, output_bytes
+from .measure import outputs_overlap, summarize, synchronize
+
+# ---------------------------------------------------------------- the timer
+
+PROBE_CALLS = 8  # calls in the larger of the two graphs that size a sample
+# A call at least this long is timed with the least preparation: one warm-up, its host time
+# and its estimate from one call each. Such a call is one call per sample whatever else is
+# measured, and the nine calls of the full preparation (then 135 more to size a timing graph)
+# made a 186 ms convolution's exclusive window 15 s on an H200, the whole GPU held meanwhile.
+LONG_CALL_MS = 50.0
+# A one-call graph whose replay takes this many ``sample_ms`` is one call per sample: the graph
+# launch's fixed cost (about 20 µs) cannot bring its per-call time under ``sample_ms``, so the
+# larger graph that differences that cost out is not captured or replayed.
+LONG_REPLAY_SAMPLES = 4
+# More than a graph launch's fixed cost and its events' (about 20 µs): a one-call replay, timed
+# alone on the GPU, longer than a sample by this much holds a call of a sample or more
+LAUNCH_MARGIN_MS = 0.1
+# The most device memory the timing graph's held outputs may take: fewer calls per sample for
+# a large output (a call of such a size is long enough that a handful fill a sample)
+HELD_OUTPUT_BYTES = 256 << 20
+# Validation captures no graph for a forward whose output is larger than this: such a call
+# moves at least a gigabyte (0.2 ms and more at an H200's bandwidth; the level-1 giants take
+# milliseconds), so a launch's few microseconds are a small part of it, while a graph's private
+# pool keeps the whole forward's memory reserved beside the allocator's own cache (replays of
+# 6 GiB level-1 problems reserved 3.4x their live tensors, which admission does not count).
+GRAPH_OUTPUT_BYTES = 1 << 30
+
+# Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
+# GEMM read 0.0600-0.0627 ms across 8 placements in one process, each repeating within 0.24%;
+# ``scripts/placement_probe.py``), and a fresh process draws one placement: the same kernel
+# graded twice differed by that much. Timed calls cycle through ``PLACEMENTS`` copies of the
+# inputs, each behind a padding allocation of its own size, so a sample (and a captured graph)
+# averages over them. As many copies (up to ``PLACEMENTS``) as fit in half the L2 cache with
+# room for one more (the outputs): on an H100 (3 grades each) cycling four copies
+# took row_sum_64x96's speedup spread from 3.88% to 0.66%, but a 1M-element scale-add, whose
+# 8 MB of inputs stay in the 50 MB L2 alone and not four times over, then read 40% slower and
+# spread 10%; with one copy it spread 3.8-4.0%, its copies in one window 2.5-3.8% apart.
+PLACEMENTS = 4
+_PAD_STEP = 2 << 20  # the caching allocator's large-segment granularity
+
+
+def _l2_bytes(device: str) -> int:
+    try:
+        return int(getattr(torch.cuda.get_device_properties(torch.device(device)),
+                           "L2_cache_size", 0) or 0)
+    except Exception:  # noqa: BLE001 — no such device: no copies
+        return 0
+
+
+def placed_copies(values: list, device: str, copies: int = PLACEMENTS) -> list[list]:
+    """``values`` and up to ``copies - 1`` device copies of it, each allocated behind a padding
+    tensor of a different size (kept for the process's life): as many as fit, with room for one
+    more, in half the device's L2 cache. Just ``[values]`` off CUDA or when two do not fit."""
+    tensors = [v for v in values if _type(v) is _Tensor]
+    size = sum(v.numel() * v.element_size() for v in tensors)
+    if not is_cuda(device) or not tensors:
+        return [values]
+    copies = min(copies, _l2_bytes(device) // 2 // max(size, 1) - 1)
+    if copies < 2:
+        return [values]
+    sets, pads = [values], []
+    for index in range(1, copies):
+        pads.append(_empty(index * _PAD_STEP + size, dtype=torch.uint8, device=device))
+        sets.append([_clone(v) if _type(v) is _Tensor else v for v in values])
+    _PADS.extend(pads)  # alive for the process's life: what is freed may be handed out again
+    return sets
+
+
+_PADS: list = []
+
+
+def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
+    """Calls captured in one timing graph: enough for ``sample_ms`` of device time, rounded up
+    to a power of two (at most ``most``). Rounding keeps the count, and with it the share of a
+    graph launch's fixed cost in each call, the same from one grade to the next although the
+    estimate jitters; a small kernel always gets ``most``."""
+    wanted = max(1, math.ceil(sample_ms / max(per_call_ms, 1e-6)))
+    return int(min(most, 1 << (wanted - 1).bit_length()))
+
+
+class Timer:
+    """Times ``fn`` (no arguments) on ``device``; see the module docstring for the methods.
+
+    ``prepare()`` warms up, estimates one call, measures the host time to issue a call and, on
+    CUDA with ``graph``, captures the graph; then ``round(n)`` returns ``n`` per-call samples
+    in ms, ``loop(n)`` runs ``n`` samples' worth of work back to back (for a parent's clock) and
+    ``replay()`` reruns the captured graph once (its output is ``output``). ``graph_output_bytes``:
+    no graph for a call whose output is larger (CUDA events instead)."""
+
+    def __init__(self, fn: Callable[[], Any], device: str, *, graph: bool = True,
+                 sample_ms: float = 1.0, max_calls_per_sample: int = 1024, warmup: int = 3,
+                 flush: bool = True, graph_output_bytes: int | None = None):
+        self.fn, self.device = fn, device
+        self.graph_wanted, self.flush_wanted = graph, flush
+        self.graph_output_bytes = graph_output_bytes
+        self.sample_ms, self.max_calls, self.warmup = sample_ms, max_calls_per_sample, warmup
+        self.method: str | None = None
+        self.graph = None
+        self.calls_per_sample = 1
+        self.output = None
+        self.outputs: list = []  # every captured call's output, held (the last is ``output``)
+        self.outputs_overlap = False  # two calls' outputs shared memory: one call per sample
+        self.capture_error: str | None = None
+        self.estimate_ms: float | None = None
+        self.host_ms: float | None = None
+        self._flush: L2Flush | None = None
+        self._events = None
+        self._single = None  # a one-call graph captured like the timed one: (graph, output)
+        self._stream = None  # the capture stream (``resize`` captures on it again)
+        # On CPU also the calling thread's CPU time of each sample and of the last ``once``:
+        # other processes on the host stretch a call's wall time, never the CPU it spent
+        self.cpu_samples: list[float] = []
+        self.last_cpu_ms: float | None = None
+        # run after each sample of a ``round``, outside the sample's time (the grader's worker
+        # checks the inputs there after a secret share of the samples)
+        self.after_sample: Callable[[], Any] | None = None
+
+    # -------------------------------------------------------- preparation
+
+    def prepare(self) -> dict:
+        """Warm up, take the host time to issue a call and estimate one call; on CUDA with
+        ``graph``, capture the timing graph. The first call is a warm-up (lazy
+        initialization, compiles); when the second takes ``LONG_CALL_MS`` or more, it is the
+        only other warm-up and host measurement, and the estimate is one sample."""
+        cuda = is_cuda(self.device)
+        self.output = self.fn()
+        synchronize(self.device)
+        begin = _perf_counter()
+        self.output = self.fn()
+        host = [(_perf_counter() - begin) * 1e3]
+        synchronize(self.device)
+        long = (_perf_counter() - begin) * 1e3 >= LONG_CALL_MS
+        if not long:
+            for _ in range(max(0, self.warmup - 2)):
+                self.output = self.fn()
+            synchronize(self.device)
+            host.clear()
+            for _ in range(3):
+                begin = _perf_counter()
+                self.output = self.fn()
+                host.append((_perf_counter() - begin) * 1e3)
+                synchronize(self.device)
+        # the least: other work on the host (a validator prepares beside its other workers)
+        # only lengthens the time to issue a call
+        self.host_ms = min(host)
+        estimate_reps = 1 if long else 3
+        if not cuda:
+            self.method = "perf_counter"
+            self.estimate_ms = max(_median(self.round(estimate_reps)), 1e-6)
+            self.cpu_samples.clear()
+            return self.describe()
+        self._events = (_Event(enable_timing=True), _Event(enable_timing=True))
+        if self.flush_wanted:
+            self._flush = L2Flush(self.device)
+        self.method = "cuda_events"
+        self.estimate_ms = max(_median(self.round(estimate_reps)), 1e-4)
+        if self.graph_wanted and (self.graph_output_bytes is None or
+                                  output_bytes(self.output) <= self.graph_output_bytes):
+            self._capture()
+        return self.describe()
+
+    def _captured(self, stream, calls: int):
+        """A graph of ``calls`` calls and each call's output, all held while the later calls
+        are captured: no call's output memory is handed to a later call."""
+        graph, outputs = _CUDAGraph(), []
+        with _stream_ctx(stream):
+            _capture_begin(graph)
+            try:
+                for _ in range(calls):
+                    outputs.append(self.fn())
+            finally:
+                _capture_end(graph)
+        return graph, outputs
+
+    def _calls_for(self, per_call_ms: float) -> int:
+        """Calls per sample: ``graph_calls``, at most as many as ``HELD_OUTPUT_BYTES`` holds
+        outputs for (a power of two), one where the calls' outputs shared memory."""
+        if self.outputs_overlap:
+            return 1
+        calls = graph_calls(self.sample_ms, per_call_ms, self.max_calls)
+        fit = HELD_OUTPUT_BYTES // max(1, output_bytes(self.output))
+        return max(1, min(calls, 1 << (max(1, fit).bit_length() - 1)))
+
+    def _timing_graph(self, stream, calls: int):
+        """The timing graph of ``calls`` calls and its outputs; captured again with one call
+        when two calls' outputs shared memory (a later call could then leave part of the
+        output to an earlier one, and a replay's last output would not show it)."""
+        graph, outputs = self._captured(stream, calls)
+        if calls > 1 and outputs_overlap(outputs):
+            self.outputs_overlap = True
+            del graph, outputs
+            graph, outputs = self._captured(stream, 1)
+        return graph, outputs
+
+    def _capture(self) -> None:
+        stream = _Stream()
+        try:
+            stream.wait_stream(_current_stream())
+            with _stream_ctx(stream):
+                for _ in range(2):  # warm-up on the capture stream (allocator, lazy init)
+                    self.fn()
+            _cuda_synchronize()
+            self.estimate_ms = self._per_call_ms(stream)
+            graph, outputs = self._timing_graph(stream, self._calls_for(self.estimate_ms))
+            _current_stream().wait_stream(stream)
+            _graph_replay(graph)
+            _cuda_synchronize()
+        except Exception as exc:  # noqa: BLE001 — not capturable: time with events instead
+            self.capture_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            with contextlib.suppress(Exception):
+                _cuda_synchronize()
+            self.output = self.fn()
+            _cuda_synchronize()
+            return
+        self.graph, self.outputs, self.output = graph, outputs, outputs[-1]
+        self.calls_per_sample = len(outputs)
+        self.method, self._stream = "cuda_graph", stream
+
+    def planned_calls(self) -> int | None:
+        """A new estimate of one call, taken alone on the GPU (a window's warm-up turn), and
+        the count of calls per sample it asks for when that is not the graph's; else None.
+        ``prepare`` estimates while other work may share the GPU, and an estimate inflated by
+        it sizes the graph to a call or two, whose replays then count a graph launch's fixed
+        cost as the call's (an H100 read a 1.2 µs kernel at 13.1 µs that way once in 96
+        grades)."""
+        if self.method != "cuda_graph" or self._stream is None:
+            return None
+        self.estimate_ms = self._per_call_ms(self._stream, alone=True)
+        calls = self._calls_for(self.estimate_ms)
+        return None if calls == self.calls_per_sample else calls
+
+    def resize(self, calls: int | None = None) -> bool:
+        """Capture the timing graph again with ``calls`` calls per sample (default: what
+        ``planned_calls`` asks for); True if it did. The capture runs no kernel: a window
+        lets its members capture side by side once every one has estimated alone."""
+        if calls is None:
+            calls = self.planned_calls()
+        if not calls or self.method != "cuda_graph" or self._stream is None or \
+                calls == self.calls_per_sample:
+            return False
+        self.graph = None  # its memory goes back to the pool before the new capture
+        self.outputs, self.output = [], None
+        graph, outputs = self._timing_graph(self._stream, int(calls))
+        _current_stream().wait_stream(self._stream)
+        _graph_replay(graph)
+        _cuda_synchronize()
+        self.graph, self.outputs, self.output = graph, outputs, outputs[-1]
+        self.calls_per_sample = len(outputs)
+        return True
+
+    def _per_call_ms(self, stream, alone: bool = False) -> float:
+        """The device time of one call: back-to-back replays of a one-call and a
+        ``PROBE_CALLS``-call graph, differenced, so a graph launch's fixed cost (about 20 µs on
+        an H100, more than a small kernel) is not counted as the call's; a one-call replay of
+        ``LONG_REPLAY_SAMPLES`` samples or more is the estimate itself, and ``alone`` on the
+        GPU (a window's warm-up turn, where nothing else lengthens it) one of a sample and
+        ``LAUNCH_MARGIN_MS`` or more: a sample is then one call whatever the difference would
+        say, and the 145 calls of the full estimate were most of a window's warm-up for
+        KernelBench's 1-4 ms forwards (the reference's and the candidate's turn each). The larger graph holds
+        no more outputs than ``HELD_OUTPUT_BYTES`` allows the timing graph (none when that is
+        one: the sample is one call whatever the estimate): eight outputs of a KernelBench
+        level-1 problem are 51 GB (such a replay reserved 90 GB on an H200)."""
+        start, end = self._events
+        self._single = None  # an earlier one-call graph's memory goes before this capture
+        most = min(PROBE_CALLS, HELD_OUTPUT_BYTES // max(1, output_bytes(self.output)))
+        times = []
+        for calls in (1, most):
+            graph, outputs = self._captured(stream, calls)
+            _graph_replay(graph)
+            if calls == 1:
+                _event_record(start)
+                _graph_replay(graph)
+                _event_record(end)
+                _event_wait(end)
+                once = float(_event_elapsed(start, end))
+                enough = self.sample_ms + LAUNCH_MARGIN_MS if alone else \
+                    LONG_REPLAY_SAMPLES * self.sample_ms
+                for _ in range(2 if alone and once >= enough else 0):
+                    # the least of three: one replay right after the capture may have met a
+                    # clock still ramping up
+                    _event_record(start)
+                    _graph_replay(graph)
+                    _event_record(end)
+                    _event_wait(end)
+                    once = min(once, float(_event_elapsed(start, end)))
+                if once >= enough or most < 2:
+                    self._single = (graph, outputs[-1])
+                    return once
+            # the least of three runs of 5 replays: work of other processes sharing the GPU
+            # (another grade's checks; ``prepare`` runs beside them) only lengthens a run, and
+            # an estimate twice too long sized a small kernel's graph to half its calls, which
+            # the window's warm-up then captured again, alone on the GPU
+            best = math.inf
+            for _ in range(3):
+                _event_record(start)
+                for _ in range(5):
+                    _graph_replay(graph)
+                _event_record(end)
+                _event_wait(end)
+                best = min(best, float(_event_elapsed(start, end)) / 5)
+            times.append(best)
+            if calls == 1:
+                self._single = (graph, outputs[-1])  # kept for ``once``
+            del graph, outputs
+        one, many = times
+        return max((many - one) / (most - 1), many / most / 4, 1e-5)
+
+    def describe(self) -> dict:
+        # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.
+        described = {"method": self.method, "calls_per_sample": self.calls_per_sample,
+                     "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
+                     "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
+        if self.outputs_overlap:
+            described["outputs_overlap"] = True
+        if self.cpu_samples:
+            described["cpu_ms"] = _median(self.cpu_samples)
+        return described
+
+    # -------------------------------------------------------- sampling
+
+    def sample(self) -> float:
+        """One per-call time in ms."""
+        if self.method == "perf_counter":
+            begin, cpu = _perf_counter(), _thread_time()
+            self.output = self.fn()
+            self.cpu_samples.append((_thread_time() - cpu) * 1e3)
+            return (_perf_counter() - begin) * 1e3
+        start, end = self._events
+        if self.method == "cuda_graph":
+            # A replay first, untimed: the timed one is queued behind it, so the host's time to
+            # launch it (tens of µs) is not counted.
+            _graph_replay(self.graph)
+            _event_record(start)
+            _graph_replay(self.graph)
+            _event_record(end)
+            _event_wait(end)
+            return float(_event_elapsed(start, end)) / self.calls_per_sample
+        if self._flush is not None:
+            self._flush.flush()
+        _event_record(start)
+        self.output = self.fn()
+        # Device-wide: work the call left on other streams counts too.
+        _cuda_synchronize()
+        _event_record(end)
+        _event_wait(end)
+        return float(_event_elapsed(start, end))
+
+    def once(self, fn: Callable[[], Any], around: Callable[[], Any] | None = None,
+             whole: bool = False, flush: bool = True) -> tuple[float, Any]:
+        """One call timed alone, the way the window times calls: with a captured graph, a replay
+        of the one-call graph captured like it, or with ``whole`` of the timing graph itself
+        (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
+        buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
+        bracket the call and a device-wide synchronize. ``around`` (a context manager factory)
+        encloses the call and its synchronize, never the flush. ``flush=False`` skips the flush
+        (the caches as the work before left them, as in a scored replay). Returns (ms, the
+        call's output)."""
+        graph = None
+        if self.method == "cuda_graph":
+            graph = self.graph if whole else (self._single[0] if self._single else None)
+        call = (lambda: _graph_replay(graph)) if graph is not None else fn
+        events = is_cuda(self.device) and self._events is not None and \
+            self.method not in (None, "perf_counter")
+        if events and flush and self._flush is not None:
+            self._flush.flush()
+        if events:  # nothing queued before (the flush, the inputs' copies) may start inside
+            _cuda_synchronize()  # ``around``: its kernels would be counted as the call's
+        with (around() if around is not None else _nullcontext()):
+            if events:
+                start, end = self._events
+                _event_record(start)
+                output = call()
+                _cuda_synchronize()
+                _event_record(end)
+                _event_wait(end)
+                ms = float(_event_elapsed(start, end))
+            else:
+                begin, cpu = _perf_counter(), _thread_time()
+                output = call()
+                synchronize(self.device)
+                ms = (_perf_counter() - begin) * 1e3
+                self.last_cpu_ms = (_thread_time() - cpu) * 1e3
+        if graph is None:
+            return ms, output
+        return ms, (self.output if whole else self._single[1])
+
+    def round(self, reps: int) -> list[float]:
+        samples = []
+        for _ in range(max(1, int(reps))):
+            samples.append(self.sample())
+            if self.after_sample is not None:
+                self.after_sample()
+        return samples
+
+    def warm(self, ms: float) -> int:
+        """Run samples for about ``ms`` of wall time (clocks up, caches settled), at least two
+        (one of a call of ``LONG_CALL_MS`` or more); how many."""
+        done, deadline = 0, _perf_counter() + ms / 1e3
+        least = 1 if (self.estimate_ms or 0.0) >= LONG_CALL_MS else 2
+        while done < least or _perf_counter() < deadline:
+            self.sample()
+            done += 1
+        return done
+
+    def loop(self, samples: int) -> None:
+        """``samples`` samples' worth of work back to back, then a device-wide synchronize."""
+        for _ in range(max(1, int(samples))):
+            if self.graph is not None:
+                _graph_replay(self.graph)
+            else:
+                self.output = self.fn()
+        synchronize(self.device)
+
+    def replay(self):
+        """Rerun the work once (the graph when captured) and return its output."""
+        if self.graph is not None:
+            _graph_replay(self.graph)
+        else:
+            self.output = self.fn()
+        synchronize(self.device)
+        return self.output
+
+
+# ---------------------------------------------------------------- in-process measurement
+
+def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
+            cap_ms: float | None = None, round_reps: int = 10, min_reps: int = 10,
+            max_reps: int = 2000, warm_ms: float | None = None, graph: bool = True,
+            on_phase: Callable[[str], Any] | None = None, long_call_reps: int | None = None,
+            prepared: Timer | None = None, **timer_options) -> dict:
+    """Time ``fn`` alone: warm clocks, then rounds of samples until the median's 95% half-width
+    is under ``ci_target_pct`` (after ``min_reps``), ``max_reps`` or ``cap_ms`` of wall time.
+    ``on_phase(name)`` is called as each phase begins (``prepare``, ``warm``, ``samples``).
+    ``long_call_reps``: a call whose estimate fills ``cap_ms`` in fewer samples than one round
+    gets that many samples, or as many as fit in the cap if more (a describing measurement:
+    the median of three 200 ms calls is as good as five for a runtime band).
+    ``prepared``: a ``Timer`` of ``fn`` already prepared, maybe beside other work on the GPU;
+    its graph is sized again from an estimate taken now (``Timer.resize``, phase ``resize``).
+
+    Returns ``summarize(...)`` plus the timer's description (``calls_per_sample``, ``host_ms``,
+    ``capture_error``)."""
+    cuda = is_cuda(device)
+    cap_ms = cap_ms if cap_ms is not None else (2000.0 if cuda else 300.0)
+    warm_ms = warm_ms if warm_ms is not None else (100.0 if cuda else 0.0)
+    phase = on_phase if on_phase is not None else (lambda name: None)
+    if prepared is None:
+        timer = Timer(fn, device, graph=graph, **timer_options)
+        phase("prepare")
+        info = timer.prepare()
+    else:
+        timer = prepared
+        phase("resize")
+        timer.resize()
+        info = timer.describe()
+    if warm_ms:
+        phase("warm")
+        timer.warm(warm_ms)
+    phase("samples")
+    floor = min(min_reps, 6)
+    estimate = timer.estimate_ms or 0.0
+    if long_call_reps and estimate * round_reps > cap_ms:
+        floor = round_reps = min(round_reps, max(long_call_reps, int(cap_ms // estimate)))
+    samples: list[float] = []
+    deadline = _perf_counter() + cap_ms / 1e3
+    while len(samples) < max_reps:
+        samples.extend(timer.round(min(round_reps, max_reps - len(samples))))
+        ci = median_ci_pct(samples)
+        if len(samples) >= min_reps and ci is not None and ci <= ci_target_pct:
+            break
+        if _perf_counter() >= deadline and len(samples) >= floor:
+            break
+    return summarize(timer.method, samples, **{k: v for k, v in info.items()
+                                               if k != "method"})
