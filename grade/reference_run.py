@@ -21,12 +21,19 @@ TIMING_KEYS = ("eager", "inductor", "inductor_error")
 SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")
 
 
+# Timer settings that change how a sample is taken, not what it times: the cached eager and
+# Inductor times are read as their ratio (``checks.timing``), both taken alike
+RATIO_NEUTRAL = ("cover",)
+
+
 def cached_timing_settings(settings: dict) -> dict:
     """The timing settings a cached reference timing depends on: all but the window's own
-    (``validate.window.WindowSettings``). Inductor's timing is measured once per reference,
-    outside any window, so a window's settling or round length does not change it."""
+    (``validate.window.WindowSettings``) and ``RATIO_NEUTRAL``. Inductor's timing is measured
+    once per reference, outside any window, so a window's settling or round length does not
+    change it."""
     window = WindowSettings.__dataclass_fields__
-    return {k: v for k, v in (settings or {}).items() if k not in window}
+    return {k: v for k, v in (settings or {}).items()
+            if k not in window and k not in RATIO_NEUTRAL}
 
 
 @functools.lru_cache(maxsize=1)

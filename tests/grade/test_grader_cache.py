@@ -62,7 +62,8 @@ def test_window_settings_share_the_timing_and_timer_settings_do_not(tmp_path, mo
     timer option (sample length) changes that measurement: it is measured again."""
     runs: list = []
     _grader(tmp_path, monkeypatch, runs).inductor_timing(SOURCE)
-    window = {"settle_ms": 20.0, "round_ms": 30.0, "ci_target_pct": 1.0, "min_reps": 8}
+    window = {"settle_ms": 20.0, "round_ms": 30.0, "ci_target_pct": 1.0, "min_reps": 8,
+              "cover": "sleep"}
     _grader(tmp_path, monkeypatch, runs, window).inductor_timing(SOURCE)
     assert len(runs) == 1  # read back
     _grader(tmp_path, monkeypatch, runs, {**window, "sample_ms": 5.0}).inductor_timing(SOURCE)

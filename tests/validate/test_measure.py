@@ -794,6 +794,43 @@ def test_cuda_graph_timer_replays_what_it_captured():
 
 
 @pytest.mark.gpu
+def test_a_sleep_covered_graph_sample_reads_as_a_replay_covered_one_in_half_the_device_time():
+    """``cover``: a spin kernel queued before the timed replay hides its launch as an untimed
+    replay does; the times agree, for a call of microseconds and one of milliseconds, and a
+    round of the sleep-covered samples takes about half the time."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    for n in (256, 4096):
+        a = torch.randn(n, n, device="cuda")
+        timers = {cover: T.Timer(lambda: a @ a, "cuda", cover=cover)
+                  for cover in ("replay", "sleep")}
+        walls, medians = {}, {}
+        for cover, timer in timers.items():
+            info = timer.prepare()
+            assert info["method"] == "cuda_graph" and info["cover"] == cover, info
+            timer.warm(100.0)
+        for _ in range(3):  # interleaved, so drift hits both
+            for cover, timer in timers.items():
+                began = time.perf_counter()
+                medians.setdefault(cover, []).extend(timer.round(20))
+                walls[cover] = walls.get(cover, 0.0) + time.perf_counter() - began
+        replay, sleep = (statistics.median(medians[c]) for c in ("replay", "sleep"))
+        assert 0.95 <= sleep / replay <= 1.05, (n, replay, sleep)
+        assert walls["sleep"] < 0.8 * walls["replay"], (n, walls)
+
+
+def test_a_timer_takes_a_known_cover_and_falls_back_to_the_default():
+    assert T.Timer(lambda: None, "cpu", cover="sleep").cover == "sleep"
+    assert T.Timer(lambda: None, "cpu", cover="something").cover == T.COVER
+    timer = T.Timer(lambda: None, "cpu", cover="sleep")
+    assert "cover" not in timer.prepare()  # perf_counter: no graph, nothing to cover
+    from kernelmill.grade.worker.timing import _timer_options
+
+    assert _timer_options({"timing_settings": {"cover": "sleep", "settle_ms": 5}}) == \
+        {"cover": "sleep"}
+
+
+@pytest.mark.gpu
 def test_a_long_graph_call_is_sized_from_one_replay():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
