@@ -21,7 +21,8 @@ gives the median seconds a submission spent in its reference run and in its cand
 ScalingIntelligence/KernelBench checkout) on the kernelbench set's answers after the phases,
 each ``--kernelbench-eval-repeats`` times, and prints both tools side by side
 (benchmarks/kernelbench_eval.py). ``--window settle_ms=20`` sets a timing setting of the
-grading policy (an A/B of the window's knobs; the cached Inductor timings still apply).
+grading policy (an A/B of the window's knobs); the cached Inductor timings still apply for the
+window's own settings and ``cover``, not for the other timer settings (``sample_ms``, ...).
 """
 from __future__ import annotations
 
@@ -422,7 +423,9 @@ def main() -> int:
     check_kernelbench_eval(args)
     timing_settings = {}
     for item in args.window:
-        key, _, value = item.partition("=")
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            parser.error(f"--window {item}: expected KEY=VALUE")
         try:
             timing_settings[key.strip()] = json.loads(value)
         except json.JSONDecodeError:  # a bare word: that string

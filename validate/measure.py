@@ -50,7 +50,8 @@ _CUDAGraph = torch.cuda.CUDAGraph
 _capture_begin = torch.cuda.CUDAGraph.capture_begin
 _capture_end = torch.cuda.CUDAGraph.capture_end
 _graph_replay = torch.cuda.CUDAGraph.replay
-_cuda_sleep = torch.cuda._sleep
+# the builtin itself (``torch.cuda._sleep`` looks it up at each call); None on a CPU-only build
+_cuda_sleep = getattr(torch._C, "_cuda_sleep", None)
 _Stream = torch.cuda.Stream
 _stream_ctx = torch.cuda.stream
 _current_stream = torch.cuda.current_stream
@@ -67,11 +68,12 @@ _nullcontext = contextlib.nullcontext
 # (``grade.worker`` adds them to its guarded list).
 GUARDED = (
     (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda, "stream"),
-    (torch.cuda, "current_stream"), (torch.cuda, "_sleep"), (torch.cuda.Event, "record"),
+    (torch.cuda, "current_stream"), (torch.cuda.Event, "record"),
     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
     (torch.cuda.CUDAGraph, "capture_begin"), (torch.cuda.CUDAGraph, "capture_end"),
     (torch.cuda.CUDAGraph, "replay"), (time, "perf_counter"), (time, "thread_time"),
     (statistics, "median"),
+    *(((torch._C, "_cuda_sleep"),) if _cuda_sleep is not None else ()),
 )
 
 Z95 = 1.959963984540054

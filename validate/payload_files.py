@@ -69,17 +69,6 @@ def _tensor_file(payload):
 # One thread wrote 85-136 ms of a KernelBench grade's window at the mean (H200 host).
 WRITE_PIECE_BYTES = 16 << 20
 WRITE_THREADS = 4
-_writers: dict = {}
-_writers_lock = threading.Lock()
-
-
-def _write_pool():
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _writers_lock:
-        if "pool" not in _writers:
-            _writers["pool"] = ThreadPoolExecutor(WRITE_THREADS, "kernelmill-late-write")
-        return _writers["pool"]
 
 
 def _pwrite_range(fd: int, view: memoryview, offset: int) -> None:
@@ -89,20 +78,23 @@ def _pwrite_range(fd: int, view: memoryview, offset: int) -> None:
 
 
 def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    """All of ``view`` written to ``fd`` at ``offset``: one piece of ``WRITE_PIECE_BYTES`` or
-    less by this thread, a larger view in such pieces by ``WRITE_THREADS`` threads at once."""
+    """All of ``view`` written to ``fd`` at ``offset``: by this thread when it is at most two
+    pieces of ``WRITE_PIECE_BYTES``, else in such pieces by ``WRITE_THREADS`` threads of its own
+    (a pool per write: one window's large part never queues behind another's). Returns, or
+    raises, only once no thread writes to ``fd`` any more (it may be closed, and its number
+    given to another file, right after)."""
     if len(view) <= 2 * WRITE_PIECE_BYTES:
         _pwrite_range(fd, view, offset)
         return
-    pieces = [(start, min(len(view), start + WRITE_PIECE_BYTES))
-              for start in range(0, len(view), WRITE_PIECE_BYTES)]
-    futures = [_write_pool().submit(_pwrite_range, fd, view[a:b], offset + a) for a, b in pieces]
-    # every piece ended before any error is raised: ``fd`` may be closed (and its number given
-    # to another file) only once no thread writes to it any more
-    errors = [future.exception() for future in futures]
-    for error in errors:
-        if error is not None:
-            raise error
+    from concurrent.futures import ThreadPoolExecutor
+
+    starts = range(0, len(view), WRITE_PIECE_BYTES)
+    with ThreadPoolExecutor(WRITE_THREADS, "kernelmill-late-write") as pool:
+        futures = [pool.submit(_pwrite_range, fd, view[a:a + WRITE_PIECE_BYTES], offset + a)
+                   for a in starts]
+    # the pool's exit waited for every piece submitted, whatever happened on the way
+    for future in futures:
+        future.result()
 
 
 class _LateFile:

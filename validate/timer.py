@@ -5,7 +5,8 @@ Timing (``Timer``):
 
 - CUDA, capturable: the forward is captured ``calls_per_sample`` times into one CUDA graph
   (enough calls for about ``sample_ms`` of device time, a power of two: ``graph_calls``) and the
-  graph is replayed between two CUDA events, right behind an untimed replay; one sample is the
+  graph is replayed between two CUDA events, right behind untimed work (``cover``: an untimed
+  replay of the graph, by default, or a short spin kernel) that hides its launch; one sample is the
   replay's time divided by the calls it holds (as ``triton.testing.do_bench_cudagraph``: no
   launch overhead, no host in the loop). The timer holds every captured call's output
   (``Timer.outputs``; the last is ``Timer.output``), so each call writes its own memory on every
@@ -27,7 +28,10 @@ one exclusive window, ``validate.window``).
 Every function this module relies on is imported here by name from ``validate.measure``, bound
 when ``measure`` is imported, before any candidate code runs, so patching ``time``, ``statistics``
 or ``torch.cuda`` afterwards cannot change a measurement (the grader's worker also reports such
-patches); a candidate's run in the grader's worker calls a private copy of this module.
+patches); a candidate's run in the grader's worker calls a private copy of this module. (Some
+bound functions are torch's Python wrappers that look a name up when called: ``Event.record``
+without a stream asks ``torch.cuda.current_stream``; those names are guarded, checked when the
+run ends.)
 
 Imports only torch, the standard library and ``validate.measure``.
 """
@@ -388,7 +392,7 @@ class Timer:
         if self.method == "cuda_graph":
             # Work first, untimed (``cover``): the timed replay is queued behind it, so the
             # host's time to launch it (tens of µs) is not counted.
-            if self.cover == "sleep":
+            if self.cover == "sleep" and _cuda_sleep is not None:
                 _cuda_sleep(COVER_SLEEP_CYCLES)
             else:
                 _graph_replay(self.graph)

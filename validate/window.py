@@ -343,14 +343,21 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if got is not None:
                 at, report = got
                 times = report.get("round") if isinstance(report, dict) else None
-                if not isinstance(times, list):
+                try:
+                    times = [float(t) for t in times]
+                except (TypeError, ValueError):
                     group.fail(name, WindowError(name, "answered a round without its samples"))
                     continue
-                samples[name].extend(float(t) for t in times)
-                # the samples' pace by this clock: the turn's wall time less the settling asked
-                # for (which runs at least that long: the pace is never under-read)
-                sent = min(at, turn_began + (settle_ms or 0.0) / 1e3)
-                paces[name].append((at - sent) * 1e3 / reps)
+                if settle_ms and (at - turn_began) * 1e3 < settle_ms:
+                    group.fail(name, WindowError(name, f"answered its turn in "
+                                                       f"{(at - turn_began) * 1e3:.1f} ms, before "
+                                                       f"the {settle_ms:g} ms of settling asked"))
+                    continue
+                samples[name].extend(times)
+                # the samples' pace by this clock, the settling included: read high, never low
+                # (it bounds the clock check's loop)
+                paces[name].append((at - turn_began) * 1e3 / reps)
+                sent = turn_began + (settle_ms or 0.0) / 1e3
                 # the turn's wall time past the device work it reports (a graph sample covered
                 # by an untimed replay is two replays): the round trip's and the worker's cost
                 info = ready.get(name, {})

@@ -39,7 +39,8 @@ def serve_window(timer: Timer, receive: Callable[[], str],
                  unseen: Callable[[Timer], int] | None = None,
                  after_work: Callable[[], None] | None = None) -> dict:
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
-    the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``,
+    the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``
+    (or ``round N MS``),
     ``loop N``, ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
     "calls_per_sample", "estimate_ms"}`` (``resize``: the calls per sample a new estimate taken
     alone asks for, ``Timer.planned_calls``; 0: the graph's own), ``{"resized",

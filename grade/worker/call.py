@@ -30,9 +30,7 @@ from .guards.originals import (
     _set_grad_enabled,
     _set_versions,
     _Tensor,
-    _tensor_clone,
     _tensor_copy,
-    _tensor_detach,
     _type,
 )
 from .inputs import keep, look, to_cpu, to_device
@@ -372,16 +370,14 @@ class _Run(_Probes):
         return host
 
     def observe(self, out, inputs: list, inputs_after: bool = True, ship: bool = True,
-                sent: list | None = None, held: list | None = None) -> dict:
+                sent: list | None = None) -> dict:
         """The call's outputs as the parent judges them (copied to the host), and, where the
         parent checks them (checked and timed calls), the inputs as forward left them. Without
         ``ship`` the host copies are sent as they are (no digest to find a copy shipped
         already: an unseen input's output is like no other, and inside a timing window a
-        SHA-256 of 64 MB costs 40 ms or more). With ``held`` (a running byte count, inside a
-        timing window) device outputs are copied on the device instead, while that count stays
-        under ``HELD_UNSEEN_BYTES``, and moved to the host by ``host_held`` after the window: the
-        copy over PCIe and into fresh host pages was 54 ms of a grade's window at the median
-        (KernelBench sizes, H200)."""
+        SHA-256 of 64 MB costs 40 ms or more), copied through the pinned staging buffer
+        (``look``) there and then: a copy left on the device for after the window could be
+        rewritten by the candidate's kernels, which run again before the window ends."""
         if _type(out) in (tuple, list):
             structure, items = f"{_type(out).__name__}:{len(out)}", list(out)
         else:
@@ -408,37 +404,13 @@ class _Run(_Probes):
             outputs.append(item)
         else:
             facts["devices"] = [t.device.type for t in outputs]
-            facts["outputs"] = [self.ship(t) if ship else _held_copy(t, held)
-                                if held is not None else to_cpu(t) for t in outputs]
+            facts["outputs"] = [self.ship(t) if ship else keep(look(t)) for t in outputs]
             self.last_shapes = [(tuple(t.shape), t.dtype) for t in outputs]
         facts["alias"] = alias
         if inputs_after:  # the parent checks only that they are unchanged
             facts["inputs_after"] = [_unchanged_fact(v, s) for v, s in
                                      zip(inputs, sent if sent is not None else [None] * len(inputs))]
         return facts
-
-
-HELD_UNSEEN_BYTES = 256 << 20  # device copies of the unseen check's outputs, at most
-
-
-def _held_copy(tensor: torch.Tensor, held: list) -> torch.Tensor:
-    """``tensor``'s copy on its device while ``held[0]`` (bytes held so far) leaves room for it
-    under ``HELD_UNSEEN_BYTES``, else on the host (``to_cpu``)."""
-    size = tensor.numel() * tensor.element_size()
-    if tensor.device.type != "cuda" or held[0] + size > HELD_UNSEEN_BYTES:
-        return to_cpu(tensor)
-    held[0] += size
-    return _tensor_clone(_tensor_detach(tensor))
-
-
-def host_held(checks: list) -> None:
-    """Move the device copies ``_held_copy`` made (each check's ``outputs``) to the host, in
-    place: after the window, before the facts are sent."""
-    for check in checks:
-        outputs = check.get("outputs")
-        if _type(outputs) is list:
-            check["outputs"] = [to_cpu(t) if _type(t) is _Tensor and t.device.type != "cpu"
-                                else t for t in outputs]
 
 
 def _unchanged_fact(value, sent) -> Any:

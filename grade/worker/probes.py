@@ -90,7 +90,6 @@ class _Probes:
         if not self.hidden:
             return 0
         seen_ms, unseen_ms, checks, order = [], [], [], []
-        held = [0]  # bytes of the outputs copied on the device (``call.host_held`` moves them)
         first = self._on_device(self.trials[0])
         whole = timer.graph is not None
         calls = timer.calls_per_sample if whole else 1
@@ -145,8 +144,7 @@ class _Probes:
                 unseen_ms.append(ms)
                 began = _perf_counter()
                 checks.append({"hidden": index, **self.observe(out, self.buffers,
-                                                               inputs_after=False, ship=False,
-                                                               held=held)})
+                                                               inputs_after=False, ship=False)})
                 steps["observe"].append(round((_perf_counter() - began) * 1e3, 2))
                 after_ms.append(repeated("after"))
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after

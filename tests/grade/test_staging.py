@@ -117,37 +117,3 @@ def test_the_worker_starts_the_host_pool_before_its_snapshot_of_threads():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0"
 
-
-def test_outputs_held_for_after_the_window_stay_on_the_host_off_a_gpu():
-    from kernelmill.grade.worker.call import _held_copy, host_held
-
-    value = torch.arange(1000, dtype=torch.float32)
-    held = [0]
-    copy = _held_copy(value, held)
-    assert same_bits(copy, value) and copy.data_ptr() != value.data_ptr() and held == [0]
-    checks = [{"hidden": 0, "outputs": [copy, 3]}, {"hidden": 1, "outputs": None}]
-    host_held(checks)
-    assert checks[0]["outputs"][0] is copy and checks[0]["outputs"][1] == 3
-    assert checks[1]["outputs"] is None
-
-
-@pytest.mark.gpu
-def test_unseen_outputs_are_copied_on_the_device_up_to_a_budget_then_moved_after():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from kernelmill.grade.worker import call
-    from kernelmill.grade.worker.call import _held_copy, host_held
-
-    size = call.HELD_UNSEEN_BYTES // 4 // 3 + 1  # float32 elements: two fit, a third does not
-    outputs = [torch.randn(size, device="cuda") for _ in range(3)]
-    held = [0]
-    copies = [_held_copy(t, held) for t in outputs]
-    assert [c.device.type for c in copies] == ["cuda", "cuda", "cpu"]
-    assert all(c.data_ptr() != t.data_ptr() for c, t in zip(copies[:2], outputs))
-    assert held[0] == 2 * size * 4
-    outputs[0].zero_()  # the candidate's buffer written again later: the copy is its own
-    checks = [{"hidden": i, "outputs": [c]} for i, c in enumerate(copies)]
-    host_held(checks)
-    assert all(c["outputs"][0].device.type == "cpu" for c in checks)
-    assert not bool((checks[0]["outputs"][0] == 0).all())
-    assert same_bits(checks[1]["outputs"][0], outputs[1].cpu())

@@ -512,8 +512,8 @@ def test_a_child_that_left_the_members_group_is_stopped_with_it():
 
 def test_every_turn_settles_untimed_before_its_samples():
     """``settle_ms``: each turn starts with untimed work (a kernel at the power cap reads fast
-    right after a lighter turn); those calls are no samples, and the pace the parent clocks a
-    round at, which the clock check compares with the samples, does not include them."""
+    right after a lighter turn), sent with the turn's samples in one command; those calls are
+    no samples."""
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
                               settle_ms=10, ci_target_pct=1.0)
     assert window["error"] is None and all(r.ok for r in results.values()), results
@@ -765,6 +765,22 @@ def test_waiting_for_the_gpu_held_by_another_window_is_not_a_members_time(tmp_pa
     assert verdict_timing(window) is not None
 
 
+def test_a_member_that_skips_its_settling_or_sends_no_numbers_leaves_the_window_alone():
+    """A turn answered sooner than the settling asked cannot have settled (its pace would read
+    low, and the pace bounds the clock check's loop); a round of samples that are not numbers
+    is no round. Either drops that member; the others are timed as before."""
+    skip = "timer.warm = lambda ms: 0"
+    garbage = "timer.round = lambda reps: ['fast'] * int(reps)"
+    for cheat, said in ((skip, "before the 100 ms of settling"), (garbage, "without its samples")):
+        window, results = _window({"reference": 1.0, "candidate": 1.0, "candidate b": 1.0},
+                                  cheats={"candidate": cheat}, cap_ms=600, settle_ms=100,
+                                  droppable=("candidate", "candidate b"), ci_target_pct=1.0)
+        assert window["error"] is None, window["error"]
+        assert set(window["dropped"]) == {"candidate"}, window["dropped"]
+        assert said in str(window["dropped"]["candidate"]), window["dropped"]
+        assert window["participants"]["candidate b"]["reps"] >= 3, window["participants"]
+
+
 def test_a_window_whose_candidates_all_fail_never_takes_the_gpu_alone():
     window, results = _window({"reference": 1.0, "candidate": "1/0"},
                               droppable=("candidate",), ready_timeout_s=60)
@@ -817,6 +833,14 @@ def test_a_sleep_covered_graph_sample_reads_as_a_replay_covered_one_in_half_the_
         replay, sleep = (statistics.median(medians[c]) for c in ("replay", "sleep"))
         assert 0.95 <= sleep / replay <= 1.05, (n, replay, sleep)
         assert walls["sleep"] < 0.8 * walls["replay"], (n, walls)
+
+
+def test_the_sleep_cover_calls_the_builtin_bound_at_import():
+    """``torch.cuda._sleep`` looks ``torch._C._cuda_sleep`` up at each call: the timer binds
+    the builtin itself, and a replaced one is reported (``GUARDED``)."""
+    builtin = getattr(torch._C, "_cuda_sleep", None)
+    assert M._cuda_sleep is builtin and T._cuda_sleep is builtin
+    assert ((torch._C, "_cuda_sleep") in M.GUARDED) is (builtin is not None)
 
 
 def test_a_timer_takes_a_known_cover_and_falls_back_to_the_default():

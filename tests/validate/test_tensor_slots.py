@@ -346,3 +346,25 @@ def test_a_large_late_part_is_written_whole_by_several_threads(monkeypatch):
         assert writers == {threading.current_thread().name}
     finally:
         os.close(fd)
+
+
+def test_a_late_part_whose_piece_fails_raises_only_once_every_piece_ended(monkeypatch):
+    import threading
+    import time as _time
+
+    from kernelmill.validate import payload_files
+
+    monkeypatch.setattr(payload_files, "WRITE_PIECE_BYTES", 1 << 12)
+    done, lock = [], threading.Lock()
+
+    def piece(fd, view, offset):
+        if offset == 0:
+            raise OSError("no space left")
+        _time.sleep(0.05)  # the others still write when the first one fails
+        with lock:
+            done.append(offset)
+
+    monkeypatch.setattr(payload_files, "_pwrite_range", piece)
+    with pytest.raises(OSError, match="no space"):
+        payload_files.pwrite_all(-1, memoryview(bytes(40_000)), 0)
+    assert len(done) == 9  # every other piece had ended before the error came out
