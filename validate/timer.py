@@ -76,10 +76,11 @@ HELD_OUTPUT_BYTES = 256 << 20
 GRAPH_OUTPUT_BYTES = 1 << 30
 # What a graph sample queues before its timed replay, so that the host's launch of that replay
 # is not timed: "replay", an untimed replay of the same graph (each sample then costs two
-# replays of device time: KernelBench-sized answers of 2.6-26 ms per call spent half of a
-# window's rounds there), or "sleep", a spin kernel of ``COVER_SLEEP_CYCLES`` (about 0.1 ms at
-# an H200's clock; a launch takes tens of µs). Either way the timed replay starts on a GPU that
-# has just run its own work, and its L2 holds what the sample before left.
+# replays of device time), or "sleep", a spin kernel of ``COVER_SLEEP_CYCLES`` (about 0.1 ms at
+# an H200's clock; a launch takes tens of µs, more for a large graph from a busy host). With
+# "sleep" the rounds of single grades of KernelBench-sized answers (2.6-26 ms per call) took a
+# quarter less time, but kernels of a few µs read differently in groups (a 1 µs scale-add
+# 1.56-1.87x across 8 copies against 2.03-2.05x; H200): "replay" is the default.
 COVERS = ("replay", "sleep")
 COVER = "replay"
 COVER_SLEEP_CYCLES = 200_000
