@@ -326,8 +326,8 @@ class Tenancy:
     Leaving the ``with`` block (or ``close``) gives back what is held.
 
     ``caps``: each run is told a cap (``cap``: ``CAP_FACTOR`` times its grant, read by the
-    ``run`` callable while it runs) to hold its worker's allocator to (``probe.cap_memory``), so
-    a worker's cache cannot grow into the whole GPU (a replay's cache reached 78 GiB of an H100
+    ``run`` callable while it runs) to hold its worker's allocator to
+    (``probe_device.cap_memory``), so a worker's cache cannot grow into the whole GPU (a replay's cache reached 78 GiB of an H100
     whose other workers then had to fit beside it). A capped run that went out of memory (its
     cap, not the GPU, may have been what it met) runs again beside the others with a grant of
     ``RETRY_GROWTH`` times that cap, and that grant as its cap, when that is at most half the

@@ -16,8 +16,9 @@ def seeds(base: int) -> dict[str, int]:
             "liveness": base + 7}
 
 
-# Called before each forward while a stage holds the GPU lock shared (``probe._section``): lets
-# a timing window that waits for the GPU in before the next forward.
+# Called before each forward while a stage holds the GPU lock shared
+# (``probe_device._section``): lets a timing window that waits for the GPU in before the next
+# forward.
 _between_forwards: list[Callable[[], Any] | None] = [None]
 
 

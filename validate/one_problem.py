@@ -191,7 +191,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         second_payload = {**payload, "ablations": None, "inductor": inductor,
                           "copies": bool(m.get("mutated_inputs", True)),
                           "inductor_mode": cfg.inductor_mode, "time": True, "time_eager": True,
-                          # timed without graphs (``probe.cap_memory``)
+                          # timed without graphs (``probe_device.cap_memory``)
                           "expandable": (memory.get("outputs_bytes") or 0) > GRAPH_OUTPUT_BYTES}
         if on_cuda:
             again = tenancy.run(memory["replay_bytes"],

@@ -149,7 +149,8 @@ class Model(nn.Module):
 def test_cpu_probe_records_no_device_work():
     """On CPU the probe records the static evidence and no profiler reading (the check is
     GPU-only), so the CPU pipeline pays nothing for it."""
-    from kernelmill.validate.probe import GpuLock, _host_syncs, _syncing_work
+    from kernelmill.validate.probe import GpuLock
+    from kernelmill.validate.probe_device import _host_syncs, _syncing_work
 
     ns = load_namespace(LOOP_WITH_SYNCS)
     sd = seeds(0)

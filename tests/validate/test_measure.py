@@ -327,12 +327,12 @@ def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path
 
 def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, monkeypatch):
     from kernelmill.validate import forwards as F
-    from kernelmill.validate import probe as P
+    from kernelmill.validate import probe_device as PD
 
-    monkeypatch.setattr(P, "_mark", lambda stage: None)
+    monkeypatch.setattr(PD, "_mark", lambda stage: None)
     lock = M.GpuLock(str(tmp_path / "gpu"))
     model, order = torch.nn.Linear(4, 4), []
-    with P._section(lock, "cpu", "stage"):
+    with PD._section(lock, "cpu", "stage"):
         F.run_forward(model, [torch.ones(2, 4)], 0, "cpu")
         order.append("forward 1")
         thread = _waiting_window(lock, order)

@@ -315,18 +315,18 @@ def test_statistics_kept_on_the_device_match_their_plain_definitions(monkeypatch
 def test_the_validators_timing_settings_reach_the_measurement(monkeypatch):
     """``timing_ci_pct``/``timing_cap_ms`` (ValidateConfig) travel in the workers' payload and
     set the confidence target and time cap of each timed forward; absent, the defaults."""
-    from kernelmill.validate import probe as P
+    from kernelmill.validate import probe_device as PD
     from kernelmill.validate import timer as T
     from kernelmill.validate.settings import ValidateConfig
 
     seen = []
     monkeypatch.setattr(T, "measure", lambda fn, device, **kw: seen.append(kw) or {})
     model, inputs = torch.nn.Identity(), [torch.ones(3)]
-    P._time_forward(model, inputs, "cpu", timing={"ci_target_pct": 3.0, "cap_ms": 250.0})
-    P._time_forward(model, inputs, "cpu")
+    PD._time_forward(model, inputs, "cpu", timing={"ci_target_pct": 3.0, "cap_ms": 250.0})
+    PD._time_forward(model, inputs, "cpu")
     assert (seen[0]["ci_target_pct"], seen[0]["cap_ms"]) == (3.0, 250.0)
     assert (seen[1]["ci_target_pct"], seen[1]["cap_ms"]) == \
-        (P.VALIDATE_TIMING["ci_target_pct"], P.VALIDATE_TIMING["cap_ms"])
+        (PD.VALIDATE_TIMING["ci_target_pct"], PD.VALIDATE_TIMING["cap_ms"])
     cfg = ValidateConfig()
-    assert (cfg.timing_ci_pct, cfg.timing_cap_ms) == (P.VALIDATE_TIMING["ci_target_pct"],
-                                                      P.VALIDATE_TIMING["cap_ms"])
+    assert (cfg.timing_ci_pct, cfg.timing_cap_ms) == (PD.VALIDATE_TIMING["ci_target_pct"],
+                                                      PD.VALIDATE_TIMING["cap_ms"])

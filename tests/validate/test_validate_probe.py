@@ -199,7 +199,7 @@ def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatc
     host time and the graph capture run under the lock held shared, one forward at a time."""
     import torch
 
-    from kernelmill.validate import probe as P
+    from kernelmill.validate import probe_device as PD
     from kernelmill.validate import timer as T
 
     held: list[str] = []
@@ -212,10 +212,10 @@ def test_each_forward_is_prepared_beside_other_work_and_sampled_alone(monkeypatc
         return real_prepare(timer)
 
     monkeypatch.setattr(T.Timer, "prepare", prepare)
-    monkeypatch.setattr(P, "_mark", lambda stage: None)
+    monkeypatch.setattr(PD, "_mark", lambda stage: None)
     model, x = torch.nn.Linear(8, 8), torch.ones(4, 8)
-    times = P._timed_window(Recorder(None), "cpu", {"eager": (model, [x]),
-                                                    "inductor": (model, [x])})
+    times = PD._timed_window(Recorder(None), "cpu", {"eager": (model, [x]),
+                                                     "inductor": (model, [x])})
     assert log == ["shared", "prepare under shared", "exclusive"] * 2, log
     assert times["eager"]["ms"] > 0 and times["inductor"]["reps"] >= 5
 
