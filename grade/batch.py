@@ -196,7 +196,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     if budget is None:
         yield None
         return
-    from kernelmill.validate.admission import ALLOCATOR_FACTOR, host_budget
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR
+    from kernelmill.validate.host_admission import host_budget
 
     def device_need() -> int | None:
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))

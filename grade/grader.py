@@ -106,7 +106,7 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         # in the native sources that build compiled (assembled at run time or not)
         self._compiled: dict[str, WorkerResult] = {}
         self._built_findings: dict[str, list[str]] = {}
-        # CPU workers are admitted on the host's memory (validate.admission) like validation's
+        # CPU workers are admitted on the host's memory (validate.host_admission) like validation's
         self.host_memory_bytes = host_memory_bytes
         self._host_needs: dict[str, int] = {}
         # per source: one fresh reference run's tensors and its worker's device peak

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from kernelmill.validate.admission import address_limit, host_budget
+from kernelmill.validate.host_admission import address_limit, host_budget
 
 # Address space a grading worker may map beyond its admitted bytes for threads (each maps an
 # 8 MiB stack and, under glibc, up to a 64 MiB malloc arena): not memory it holds, but RLIMIT_AS
@@ -12,7 +12,7 @@ THREAD_ROOM = 4 << 30
 
 
 class HostMemory:
-    """The ``Grader``'s admission of CPU workers on the host's memory (``validate.admission``),
+    """The ``Grader``'s admission of CPU workers on the host's memory (``validate.host_admission``),
     as validation admits its own. Reads the grader's ``policy``, ``host_memory_bytes``,
     ``worker_device``, ``_host_needs`` and ``_lock``."""
 

@@ -12,8 +12,9 @@ from kernelmill.core.errors import ProblemError
 from kernelmill.core.problem import check_source
 
 from . import checks as C
-from .admission import Tenancy, budget_for, run_on_host
+from .admission import Tenancy, budget_for
 from .difficulty import difficulty
+from .host_admission import run_on_host
 from .roofline import roofline
 from .settings import (
     INDUCTOR_OFF_ON_CPU,

@@ -25,7 +25,7 @@ meta device (``memory.py``; ``validation.memory``); a worker starts only when th
 its GPU has left (``admission.py``), one that still runs out of memory while sharing is rerun
 alone, and a problem that does not fit alone is flagged ``too_large`` (never ``runs``).
 On CPU the same estimate (plus a worker's own memory) is admitted against the host's memory
-(``admission.host_budget``: what is available, or ``host_memory_gib``), each worker's address
+(``host_admission.host_budget``: what is available, or ``host_memory_gib``), each worker's address
 space is limited to what it was admitted for, a worker that still runs out of it is rerun alone
 with the whole budget, and a problem that needs more than the budget is flagged ``too_large``
 with "out of host memory".

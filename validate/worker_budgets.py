@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from . import checks as C
-from .admission import address_limit, host_budget
+from .host_admission import address_limit, host_budget
 from .settings import (
     CPU_SECONDS_FIXED,
     CPU_SECONDS_PER_CPU_SIZE,

@@ -109,12 +109,12 @@ def test_hostile_suite_in_one_batch(tmp_path):
 
 def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     from kernelmill.grade import batch
-    from kernelmill.validate import admission
+    from kernelmill.validate import admission, host_admission
 
     budget = admission.MemoryBudget(100 << 30, name="gpu0")
     host = admission.MemoryBudget(400 << 30, name="host")
     monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
-    monkeypatch.setattr(admission, "host_budget", lambda configured=None: host)
+    monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
     monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
 
     class Seen:

@@ -7,7 +7,7 @@ from conftest import FIXTURES
 
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
-from kernelmill.validate.admission import host_budget
+from kernelmill.validate.host_admission import host_budget
 
 REFERENCE = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
 HONEST = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()

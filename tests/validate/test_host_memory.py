@@ -13,12 +13,12 @@ import time
 import pytest
 from kernelmill.data import SEEDS_DIR
 from kernelmill.validate import memory as MM
-from kernelmill.validate.admission import (
+from kernelmill.validate.admission import reset_budgets
+from kernelmill.validate.host_admission import (
     HostLedger,
     cgroup_room,
     host_budget,
     read_host_memory,
-    reset_budgets,
 )
 from kernelmill.validate.runner import validate_source
 
@@ -269,7 +269,7 @@ def test_the_host_budget_is_what_is_available_less_a_margin_or_the_configured_si
 
 HOLDER = """
 import sys, time
-from kernelmill.validate.admission import HostLedger
+from kernelmill.validate.host_admission import HostLedger
 ledger = HostLedger(sys.argv[1])
 ledger.set(int(sys.argv[2]))
 print("held", flush=True)
