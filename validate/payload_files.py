@@ -17,6 +17,7 @@ from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _seal_bits,
     passed_on,
     plain_cpu_tensor,
+    pwrite_range,
     slotted,
     write_chunks,
 )
@@ -71,12 +72,6 @@ WRITE_PIECE_BYTES = 16 << 20
 WRITE_THREADS = 4
 
 
-def _pwrite_range(fd: int, view: memoryview, offset: int) -> None:
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
-
-
 def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
     """All of ``view`` written to ``fd`` at ``offset``: by this thread when it is at most two
     pieces of ``WRITE_PIECE_BYTES``, else in such pieces by ``WRITE_THREADS`` threads of its own
@@ -84,13 +79,13 @@ def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
     raises, only once no thread writes to ``fd`` any more (it may be closed, and its number
     given to another file, right after)."""
     if len(view) <= 2 * WRITE_PIECE_BYTES:
-        _pwrite_range(fd, view, offset)
+        pwrite_range(fd, view, offset)
         return
     from concurrent.futures import ThreadPoolExecutor
 
     starts = range(0, len(view), WRITE_PIECE_BYTES)
     with ThreadPoolExecutor(WRITE_THREADS, "kernelmill-late-write") as pool:
-        futures = [pool.submit(_pwrite_range, fd, view[a:a + WRITE_PIECE_BYTES], offset + a)
+        futures = [pool.submit(pwrite_range, fd, view[a:a + WRITE_PIECE_BYTES], offset + a)
                    for a in starts]
     # the pool's exit waited for every piece submitted, whatever happened on the way
     for future in futures:

@@ -226,9 +226,15 @@ def write_chunks(fd: int, chunks: list, end: int, torch) -> None:
     os.ftruncate(fd, end)
     for offset, tensor in chunks:
         with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
-            done = 0
-            while done < len(view):
-                done += os.pwrite(fd, view[done:done + (1 << 30)], offset + done)
+            pwrite_range(fd, view, offset)
+
+
+def pwrite_range(fd: int, view: memoryview, offset: int) -> None:
+    """All of ``view`` written to ``fd`` at ``offset`` by this thread, a gigabyte at most per
+    call (``pwrite`` may write less than it is given)."""
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:done + (1 << 30)], offset + done)
 
 
 def plain_cpu_tensor(item, torch) -> bool:

@@ -46,9 +46,9 @@ import torch
 
 from .measure import L2Flush, _capture_begin, _capture_end, _clone, _cuda_synchronize, _CUDAGraph
 from .measure import _current_stream, _empty, _Event, _event_elapsed, _event_record, _event_wait
-from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter, _profiler_enabled, _Stream
-from .measure import _stream_ctx, _Tensor, _thread_time, _type, is_cuda, median_ci_pct, output_bytes
-from .measure import outputs_overlap, summarize, synchronize
+from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
+from .measure import _profiler_enabled, _Stream, _stream_ctx, _Tensor, _thread_time, _type
+from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
 
 # ---------------------------------------------------------------- the timer
 

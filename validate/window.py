@@ -364,7 +364,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 calls = int(info.get("calls_per_sample") or 1)
                 covered = info.get("method") == "cuda_graph" and \
                     info.get("cover", "replay") == "replay"
-                work = sum(float(t) for t in times) * calls * (2 if covered else 1)
+                work = sum(times) * calls * (2 if covered else 1)
                 overheads.append((at - sent) * 1e3 - work)
         result["rounds"] += 1
         for control in group.active.values():  # the others' turns are not its time

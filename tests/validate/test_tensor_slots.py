@@ -326,13 +326,13 @@ def test_a_large_late_part_is_written_whole_by_several_threads(monkeypatch):
 
     monkeypatch.setattr(payload_files, "WRITE_PIECE_BYTES", 1 << 12)
     writers = set()
-    original = payload_files._pwrite_range
+    original = payload_files.pwrite_range
 
     def spy(fd, view, offset):
         writers.add(threading.current_thread().name)
         original(fd, view, offset)
 
-    monkeypatch.setattr(payload_files, "_pwrite_range", spy)
+    monkeypatch.setattr(payload_files, "pwrite_range", spy)
     data = bytes(range(256)) * 200  # 51,200 bytes: 13 pieces
     fd = os.memfd_create("test-late")
     try:
@@ -364,7 +364,7 @@ def test_a_late_part_whose_piece_fails_raises_only_once_every_piece_ended(monkey
         with lock:
             done.append(offset)
 
-    monkeypatch.setattr(payload_files, "_pwrite_range", piece)
+    monkeypatch.setattr(payload_files, "pwrite_range", piece)
     with pytest.raises(OSError, match="no space"):
         payload_files.pwrite_all(-1, memoryview(bytes(40_000)), 0)
     assert len(done) == 9  # every other piece had ended before the error came out
