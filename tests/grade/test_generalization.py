@@ -49,6 +49,53 @@ def test_the_scaled_floor_keeps_a_calibrated_excess_and_leaves_half_outputs_alon
     assert abs(scaled_atol(nonfinite, 1e-4) - 2e-6) < 1e-12  # the finite elements' RMS
 
 
+def test_a_cancelling_sum_reassociated_passes_at_its_calibrated_tolerance_and_bf16_fails():
+    """A GEMM summed over its outputs (KernelBench level2_14's shape of work), answered honestly
+    as x @ (W summed first): rows whose terms cancel lie near zero, where the reassociated sum's
+    rounding (the terms', not the row's own small value) exceeds a tolerance calibrated the
+    validator's way on a draw without such rows. The floor scaled by the output's spread
+    admits it; bf16 operands stay off by far more."""
+    from kernelmill.grade.compare import output_spread
+    from kernelmill.validate.verdicts import calibrate_tolerance
+
+    torch.manual_seed(0)
+    w = torch.randn(4096, 4096)
+
+    def reference(x, w):
+        return (x @ w.T / 2).sum(1, keepdim=True) * 1.5
+
+    calibration = torch.rand(256, 4096)
+    ref64 = reference(calibration.double(), w.double())
+    noise = float(((reference(calibration, w).double() - ref64).abs() / (1 + ref64.abs())).max())
+    tol = calibrate_tolerance(noise, "float32")["tol"]
+    x, c = torch.rand(256, 4096), w.sum(0)
+    x[:16] -= (x[:16] @ c / (c @ c)).unsqueeze(1) * c  # rows whose sums cancel
+    ref = reference(x, w)
+    honest = (x @ (c / 2)).unsqueeze(1) * 1.5
+    assert output_spread(ref) > 100
+    assert not compare([ref], [honest], tol, tol, scaled=False)[0]  # the unscaled floor fails it
+    assert compare([ref], [honest], tol, tol)[0]
+    low = (x.bfloat16().float() @ w.T.bfloat16().float() / 2).sum(1, keepdim=True) * 1.5
+    ok, why = compare([ref], [low], tol, tol)
+    assert not ok and "scaled to the output's spread" in why
+
+
+def test_the_floor_grows_with_the_spread_not_with_an_offset_or_a_few_large_elements():
+    torch.manual_seed(0)
+    wide = torch.randn(10_000) * 500
+    assert scaled_atol(wide, 1e-4) == pytest.approx(1e-4 * 500 * 0.6745, rel=0.05)
+    assert scaled_atol(wide, 3e-3) == pytest.approx(3e-3 - 1e-4 + 1e-4 * 500 * 0.6745, rel=0.05)
+    kelvin = 273.15 + 0.2 * torch.randn(10_000)  # an offset: the informative part is small
+    assert scaled_atol(kelvin, 1e-4) == 1e-4
+    boxes = torch.rand(10_000)  # class scores, beside a few box coordinates in pixels
+    boxes[::20] *= 640
+    assert scaled_atol(boxes, 1e-4) == 1e-4
+    big = torch.randn(1 << 20) * 50  # sampled past SPREAD_SAMPLE elements, kept per tensor
+    assert scaled_atol(big, 1e-4) == pytest.approx(1e-4 * 50 * 0.6745, rel=0.05)
+    assert scaled_atol(big.double(), 1e-7) == pytest.approx(1e-7 * 50 * 0.6745, rel=0.05)
+    assert scaled_atol(big.half(), 1e-2) == 1e-2
+
+
 def test_a_softmax_computed_in_another_order_passes_and_in_half_precision_fails():
     torch.manual_seed(1)
     for mul in (1.0, 32.0):
@@ -265,7 +312,7 @@ def test_an_outputs_rms_is_kept_while_it_lives_unchanged_and_taken_again_once_wr
     assert C.output_rms(out) == pytest.approx(((16 + 36 + 64) / 3) ** 0.5)
     key = id(out)
     del out
-    assert key not in C._RMS  # dropped with its tensor
+    assert key not in C._SCALES  # dropped with its tensor
 
 
 def test_an_answer_only_just_past_the_tolerance_is_wrong_not_specialised():
