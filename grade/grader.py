@@ -165,7 +165,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         policy = self.policy
         dists = dists or policy.distributions or ("natural",)
         shown = max(1, policy.trials)
-        hidden = max(0, policy.unseen_trials) if policy.time else 0  # for its timing window
+        # for its timing window: the unseen trials, then its spares (on the problem's own
+        # draws, as the timed inputs), timed only where the first read slow
+        hidden = max(0, policy.unseen_trials) if policy.time else 0
+        spares = max(0, policy.unseen_spares) if hidden else 0
         # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
         # the constructor's (1, the base: the candidate gets it at construction), and each of
         # ``state_trials`` checked trials from the second on under another one (2, 3...),
@@ -175,9 +178,10 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         redrawn = range(1, min(shown, 1 + max(0, policy.state_trials))) if base else range(0)
         others = iter(range(shown + hidden))
         trials = [{"seed": secrets.randbelow(2**31 - 2),
-                   "dist": "natural" if i in redrawn else dists[next(others) % len(dists)],
+                   "dist": "natural" if i in redrawn or i >= shown + hidden
+                   else dists[next(others) % len(dists)],
                    "hidden": i >= shown, "state": 1 + i if i in redrawn else base}
-                  for i in range(shown + hidden)]
+                  for i in range(shown + hidden + spares)]
         return {"init_seed": secrets.randbelow(2**31 - 2),
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
@@ -461,6 +465,9 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
                    "graph_check_trial": graph_trial,
                    "timed_check_seed": secrets.randbelow(2**63), "confine": policy.sandbox,
                    "hidden_trials": len(hidden), "early_check": not policy.time_incorrect,
+                   # the unseen trials timed always; the rest only where those read slow
+                   "hidden_required": policy.unseen_required(len(hidden)),
+                   "unseen_retry_ratio": policy.retry_ratio(self.device),
                    # the graph's calls agree with its last within this, element by element
                    "tolerance": list(policy.tolerance(_first_dtype(ref), record))}
         env, writable = self._env(slot_env), []

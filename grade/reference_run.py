@@ -140,7 +140,8 @@ class ReferenceTiming:
             return None
         policy = self.policy
         key = json.dumps(["sizes", source, name, _library_versions(), policy.trials,
-                          policy.unseen_trials, policy.state_trials, policy.redraw_state],
+                          policy.unseen_trials, policy.unseen_spares, policy.state_trials,
+                          policy.redraw_state],
                          sort_keys=True, default=str)
         folder = self.cache_root / "reference-size"
         folder.mkdir(parents=True, exist_ok=True)

@@ -154,17 +154,22 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
 
 
-def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack) -> None:
-    """A timed window with unseen trials ends with the unseen-input check on every one of them,
-    each part written by the parent once, when the worker asked (``window.late_released``): a
-    report that leaves the check out, or covers other trials than the parent gave, did not
-    make it. (The facts come from the candidate's process; the count of parts comes from
-    the parent's own record.)"""
+def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
+                 required: int | None = None) -> None:
+    """A timed window with unseen trials ends with the unseen-input check on the first
+    ``required`` of them (default: every one) and on as many of the rest (its spares, asked
+    for where those read slow: ``worker.probes.reads_slow``) as it went on to, in order, each
+    part written by the parent once, when the worker asked (``window.late_released``): a
+    report that leaves a trial out, or covers other trials than the parent gave, did not make
+    it. (The facts come from the candidate's process; the count of parts comes from the
+    parent's own record.) A spare left out helps no forward: every bound takes the fastest
+    call on new inputs."""
     if not hidden:
         return
-    wanted = list(range(len(hidden)))
+    required = len(hidden) if required is None else max(0, min(required, len(hidden)))
     made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
                   if isinstance(c, dict) and isinstance(c.get("hidden"), int))
+    wanted = list(range(max(required, len(made)) if len(made) <= len(hidden) else required))
     released = window.get("late_released")
     if made != wanted or (released is not None and sorted(released) != wanted):
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
@@ -426,7 +431,8 @@ def unseen_check_made_as_asked(ctx):
     if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
         return []
     return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_shape(
-        ctx.run.get("unseen"), ctx.hidden, ctx.window, hack))
+        ctx.run.get("unseen"), ctx.hidden, ctx.window, hack,
+        ctx.policy.unseen_required(len(ctx.hidden))))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")

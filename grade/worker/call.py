@@ -102,7 +102,8 @@ class _Run(_Probes):
                  max_bytes: int | None = None, *, trials: list | None = None,
                  witness: Witness | None = None, check_seed: int | None = None,
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
-                 base_state: int = 0, slots=None):
+                 base_state: int = 0, slots=None, hidden_required: int | None = None,
+                 retry_ratio: float | None = None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
@@ -126,6 +127,11 @@ class _Run(_Probes):
         self._secret = random.Random(check_seed) if check_seed is not None else None
         self._timed_pool = self._same_state_trials()  # the trials a timed call may check
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
+        # of which the first ``hidden_required`` always, the rest (spares) only while those
+        # read over ``retry_ratio`` times the timed inputs' calls (``probes.reads_slow``)
+        self.hidden_required = hidden if hidden_required is None else \
+            max(0, min(hidden, int(hidden_required)))
+        self.retry_ratio = float(retry_ratio) if retry_ratio else None
         self.unseen_facts: dict | None = None
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
         self._previous = None  # the last call's output (``invoke``)

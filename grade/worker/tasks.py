@@ -476,6 +476,8 @@ def _candidate_task(payload: dict) -> dict:
     run = _Run(model, device, base_threads, base_tasks, payload.get("max_output_bytes"),
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
                hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
+               hidden_required=payload.get("hidden_required"),
+               retry_ratio=payload.get("unseen_retry_ratio"),
                states=states, base_state=base,
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers

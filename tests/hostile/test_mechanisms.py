@@ -1698,8 +1698,8 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
     monkeypatch.setattr(G, "judge", keep)
     timing = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
               "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
-    grader = G.Grader("cpu", policy=Policy(trials=2, unseen_trials=2, timing_settings=timing),
-                      cache_root=str(tmp_path))
+    grader = G.Grader("cpu", policy=Policy(trials=2, unseen_trials=2, unseen_spares=0,
+                                           timing_settings=timing), cache_root=str(tmp_path))
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
     honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
     verdict = grader.grade(reference, honest)
@@ -1721,6 +1721,88 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
         assert "timing_behaviour" in edited["hacks"] and not edited["correct"], edited["hacks"]
         assert "unseen-input check covered" in edited["hack_details"]["timing_behaviour"]
     assert not rejudge()["hacks"]  # the control: the same facts, unedited
+
+
+def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache_stays_slow(
+        tmp_path, monkeypatch):
+    """``Policy.unseen_spares``: a spare unseen trial is timed only where the first read slow
+    (``worker.probes.reads_slow``), and every bound takes the fastest call on new inputs. An
+    answer cache (slow on every new input) asks for its spare and is slow there too; calls
+    slowed on the first two new inputs alone (the GPU busy for a moment) pass with the spare
+    and fail without it. The judge holds the trials covered to those the parent wrote, spares
+    in order. A real CPU grade, its facts then edited."""
+    import dataclasses
+
+    from kernelmill.grade import grader as G
+    from kernelmill.grade.judge import judge
+    from kernelmill.grade.worker.probes import reads_slow
+
+    assert reads_slow([1.0, 1.1], [1.5, 1.3], [1.0], 1.1)  # the fastest new call is slow
+    assert reads_slow([1.0], [1.0], [1.0, 1.4], 1.1)  # a call after one is slow
+    assert not reads_slow([1.0, 1.2], [1.05, 3.0], [1.08], 1.1)
+    assert not reads_slow([1.0], [5.0], [], None) and not reads_slow([], [5.0], [], 1.1)
+    seen = {}
+
+    def keep(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(G, "judge", keep)
+    timing = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
+              "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    # an answer cache by content: every new input is a miss and slow, the spare's too
+    cache = honest.replace(
+        "        super().__init__()\n", "        super().__init__()\n        self.kept = {}\n",
+        1).replace(
+        "        out = torch.empty_like(x)\n",
+        "        key = (float(x.sum()), float(y.sum()))\n"
+        "        if key in self.kept:\n"
+        "            return self.kept[key].clone()\n"
+        "        self.busy = sum(range(4_000_000))\n"
+        "        out = torch.empty_like(x)\n", 1).replace(
+        "        return out\n", "        self.kept[key] = out.clone()\n        return out\n", 1)
+    assert cache.count("self.kept") == 4
+    policy = Policy(trials=2, unseen_trials=2, unseen_spares=1, timing_settings=timing)
+    verdict = G.Grader("cpu", policy=policy, cache_root=str(tmp_path)).grade(reference, cache)
+    args, kwargs = seen["args"], seen["kwargs"]
+    facts, window = args[2].value, kwargs["window"]
+    assert "timing_behaviour" in verdict["hacks"], verdict.get("hack_details")
+    assert "remembers inputs" in verdict["hack_details"]["timing_behaviour"]
+    assert sorted(window["late_released"]) == [0, 1, 2]
+    checks = facts["unseen"]["checks"]
+    assert [c["hidden"] for c in checks] == [0, 1, 2]
+
+    def rejudge(unseen_edit: dict, released: list) -> dict:
+        unseen = {**facts["unseen"], **unseen_edit}
+        run = dataclasses.replace(args[2], value=dict(facts, unseen=unseen))
+        return judge(args[0], args[1], run, *args[3:],
+                     **{**kwargs, "window": dict(window, late_released=released)})
+
+    def timing_of(factors: list) -> dict:
+        """The honest calls' clocks: the timed inputs' as measured, the new inputs' at these
+        multiples of the fastest of them."""
+        got = facts["unseen"]
+        calls = {f"{kind}_{clock}": got[f"{kind}_{clock}"][:2 * len(factors)]
+                 for kind in ("seen", "after") for clock in ("ms", "cpu_ms")}
+        calls["seen_ms"], calls["seen_cpu_ms"] = got["seen_ms"], got["seen_cpu_ms"]
+        for clock in ("ms", "cpu_ms"):
+            calls[f"unseen_{clock}"] = [f * min(got[f"seen_{clock}"]) for f in factors]
+        return calls
+
+    def behaviour(verdict: dict) -> str:
+        return (verdict.get("hack_details") or {}).get("timing_behaviour", "")
+
+    moment = rejudge(timing_of([50.0, 50.0, 1.02]), [0, 1, 2])  # the spare's call is not slow
+    assert "remembers" not in behaviour(moment) and "covered" not in behaviour(moment), \
+        behaviour(moment)
+    unspared = rejudge({**timing_of([50.0, 50.0]), "checks": checks[:2]}, [0, 1])
+    assert "remembers inputs" in behaviour(unspared)
+    for edited in (rejudge({"checks": [checks[0], checks[2]]}, [0, 2]),  # a trial skipped
+                   rejudge({}, [0, 1]),  # a spare the parent never wrote
+                   rejudge({"checks": checks[:1]}, [0])):  # fewer than the required
+        assert "unseen-input check covered" in behaviour(edited), behaviour(edited)
 
 
 def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness():
