@@ -350,7 +350,7 @@ def reference_fault(reference: dict) -> str | None:
     tensors: None, an int, nothing), or None. That is the problem's fault, never a candidate's."""
     for index, trial in enumerate(reference.get("trials") or []):
         if trial.get("usable") is False and trial.get("error"):
-            continue  # a derived trial the reference refused (``worker.tasks``): left out
+            continue  # a derived trial the reference refused (``worker.reference_tasks``): left out
         outputs = trial.get("outputs") or []
         kinds = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
         if not outputs or kinds:

@@ -16,8 +16,11 @@ output is replayed on other inputs for the parent to check (``graph_check``).
 
 One mechanism per module:
 
-- ``tasks``: the four tasks the parent runs (``reference_task``, ``reference_timing_task``,
-  ``candidate_task``, ``compile_task``), in that order of trust.
+- ``reference_tasks``: the reference run's tasks (``reference_task``,
+  ``reference_timing_task``), which never see candidate code.
+- ``tasks``: the candidate's tasks (``candidate_task``, ``compile_task``), run on the private
+  copies of this package (``guards/``), and the cap on a GPU worker's host threads that both
+  sides set.
 - ``call``: the call protocol (``_Run``): every forward, checked or timed, instrumented alike.
 - ``probes``: the unseen-input check, the ghost call and the timing graph's even calls.
 - ``seeding``, ``inputs``, ``timing``: RNG state, trial inputs, the timer's window.
@@ -39,14 +42,9 @@ from .guards.patches import patched_functions, snapshot_modules, zygote_warm
 from .inputs import draw_inputs, to_cpu, to_device, transform
 from .observers.extensions import _BUILT, STREAMED_PART_CHARS
 from .observers.optrace import active_modes
+from .reference_tasks import reference_task, reference_timing_task
 from .seeding import forward_seed
-from .tasks import (
-    GPU_WORKER_THREADS,
-    candidate_task,
-    compile_task,
-    reference_task,
-    reference_timing_task,
-)
+from .tasks import GPU_WORKER_THREADS, candidate_task, compile_task
 from .timing import device_info
 
 # The public names, and the private ones kernelmill's hostile suite reaches through

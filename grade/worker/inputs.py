@@ -82,7 +82,7 @@ def keep(looked):
 
 # Input distributions beyond the problem's own draws (T-19): the table the validator measured
 # each problem under (``validate.distributions``). A trial whose reference is not finite is left
-# out (``tasks._reference_trials``).
+# out (``reference_tasks._reference_trials``).
 def transform(values: list, dist: str) -> list:
     """A trial's inputs under distribution ``dist`` (``DISTRIBUTIONS``)."""
     scale, shift = DISTRIBUTIONS[dist]

@@ -22,7 +22,8 @@ PACKAGE = __name__.rpartition(".")[0].rpartition(".")[0]  # kernelmill.grade.wor
 
 def _package_modules(package: str = PACKAGE) -> list:
     """A package and every module under it that is loaded (the worker package's ``__init__``
-    imports ``tasks``, which imports the rest; the witness's imports its own)."""
+    imports ``reference_tasks`` and ``tasks``, which import the rest; the witness's imports
+    its own)."""
     return [module for name, module in sorted(sys.modules.items())
             if name == package or name.startswith(package + ".")]
 

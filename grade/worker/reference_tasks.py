@@ -1,0 +1,298 @@
+"""The reference run's tasks, run by the parent in separate processes (``validate.harness``).
+
+``reference_task`` builds the problem and returns each trial's inputs and the reference outputs;
+``reference_timing_task`` times the reference in the parent's window. Neither sees candidate
+code. The candidate's tasks are in ``tasks``.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from kernelmill.validate import measure as M
+from kernelmill.validate import timer as T
+from kernelmill.validate.harness_worker import (
+    mark_stage,
+    receive,
+    report,
+    result_mark,
+    result_rewind,
+    result_slot,
+)
+from kernelmill.validate.measure import flatten_outputs, load_namespace
+from kernelmill.validate.measure import synchronize as sync
+from kernelmill.validate.window_worker import await_gpu
+
+from .guards.originals import _isinstance, _Tensor, _type
+from .inputs import draw_inputs, look, reserve_staging, to_cpu, to_device, transform
+from .observers.optrace import _OpTrace
+from .seeding import _manual_seed, forward_seed
+from .state import perturbed_model_state
+from .tasks import _few_host_threads
+from .timing import _serve_timing, _timer_options, device_info
+
+
+def reference_task(payload: dict) -> dict:
+    device = payload["device"]
+    _few_host_threads(device)
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    if "runs" in payload:  # several fresh references (a group's members), one CUDA context
+        runs = []
+        for run in payload["runs"]:
+            result = _reference_trials(ns, device, {**payload, **run})
+            _drop_worker_only(result)
+            runs.append(result)
+        peak = _device_peak(device)
+        mark_stage("reference send")  # what follows is the results' encoding and sending
+        return {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
+    result = _reference_trials(ns, device, payload)
+    result["device_peak_bytes"] = _device_peak(device)
+    if payload.get("time", True) and payload.get("inductor"):
+        _inductor_timing(device, payload, result)
+    _drop_worker_only(result)
+    mark_stage("reference send")
+    return result
+
+
+def _drop_worker_only(result: dict) -> None:
+    """What a reference run keeps for its own later work (the model, a host copy of the first
+    trial's inputs as drawn), taken out of what it sends; its states go to the shown file."""
+    del result["_model"]
+    for trial in result["trials"]:
+        trial.pop("_host_inputs", None)
+    _shown_states(result)
+
+
+def _shipped(value, shown: bool = False):
+    """A tensor of a reference run's result: written into the run's results file as it is
+    made (``result_slot``: one copy, through the pinned staging buffer), else a host copy.
+    ``shown``: one a candidate is given as it is (an input it sees, a weight), written into the
+    run's shown file, which the parent passes on to the candidate's worker without a copy."""
+    if _type(value) is not _Tensor:
+        return value
+    if value.device.type == "cuda":  # (a host tensor is written from where it lies)
+        # sized by the first large tensor (a reference worker watches no threads)
+        reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
+    slot = result_slot(value, look, shown=shown)
+    return to_cpu(value) if slot is None else slot
+
+
+def _shown_states(result: dict) -> None:
+    """The run's model states (the candidate is built with them) into its shown file, each
+    tensor once however many states hold it."""
+    written: dict[int, Any] = {}
+
+    def ship(tensor):
+        if id(tensor) not in written:
+            written[id(tensor)] = (tensor, _shipped(tensor, shown=True))
+        return written[id(tensor)][1]
+
+    result["state_dict"] = {k: ship(v) for k, v in result["state_dict"].items()}
+    result["states"] = {index: {k: ship(v) for k, v in state.items()}
+                        for index, state in result["states"].items()}
+
+
+def _device_peak(device: str) -> int | None:
+    """The most this worker's tensors have held on the device so far (its trials run one at a
+    time, their tensors back on the host between them): what the grader admits a worker of
+    this problem by. None off a GPU."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.startswith("cuda") else None
+
+
+def _build_model(ns: dict, payload: dict) -> tuple[list, Any]:
+    """The problem's constructor arguments and its model, built on the host under the
+    grade's seed (its weights' draws: seconds of host work for a large model)."""
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    return init_inputs, ns["Model"](*init_inputs)
+
+
+def _reference_trials(ns: dict, device: str, payload: dict) -> dict:
+    """One fresh reference run. GPU work that is not timed holds the GPU's lock shared: no
+    other grade's timing window runs meanwhile (reference forwards can be the heaviest work on
+    the device). The model is built on the host before (host work: a window need not wait for
+    it), and a window that asks meanwhile goes between two trials (``let_window_in``), not
+    after all of them."""
+    built = _build_model(ns, payload)
+    with M.GpuLock(payload.get("lock")).shared() as held:
+        return _trials_on_device(ns, device, payload, built, held)
+
+
+def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) -> dict:
+    init_inputs, model = built
+    model = model.to(device)
+    constructor = {k: to_cpu(v) for k, v in model.state_dict().items()}
+    # Model states (T-18): 0 is the constructor's; every other one a trial names is re-drawn
+    # from it under the parent's secret seed (``state.perturbed_model_state``) and loaded
+    # before that trial's forward. The first trial's is the grade's base state: the candidate
+    # gets it at construction, and the constructor's values appear in no trial.
+    states: dict[int, dict] = {0: constructor}
+    for index in sorted({int(spec.get("state") or 0) for spec in payload["trials"]} - {0}):
+        try:
+            states[index] = perturbed_model_state(model, int(payload.get("state_seed") or 0) +
+                                                  index)
+            model.load_state_dict(states[index])  # one the model takes (no custom loader
+        except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
+            states[index] = constructor
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    mark = result_mark()
+    result = _trials_under(ns, model, device, payload, states, held)
+    if not result["natural_finite"] and base and \
+            any(not torch.equal(a, b) for a, b in zip(states[base].values(),
+                                                      constructor.values())):
+        # the problem's own draws overflow under the re-drawn base state: the constructor's
+        # is the base (the problem was validated under it); re-drawn trials stay re-drawn
+        states[base] = constructor
+        result_rewind(mark)  # the first pass's tensors, written as made, are not sent
+        result = _trials_under(ns, model, device, payload, states, held)
+    elif base and result["trials"] and result["trials"][0]["usable"]:
+        # what the first trial's inputs give under the constructor's state, for the parent to
+        # recognise an answer computed from it (weights folded at construction, a norm's
+        # affine step dropped where the constructor made it the identity): never sent on
+        first = result["trials"][0]
+        model.load_state_dict(constructor)
+        _manual_seed(forward_seed(payload["init_seed"]))
+        try:
+            with torch.no_grad():
+                _structure, items = flatten_outputs(
+                    model(*to_device(first["_host_inputs"], device)))
+            sync(device)
+            first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
+                                            for t in items]
+        except Exception:  # noqa: BLE001 — a diagnosis only
+            pass
+        model.load_state_dict(states[base])
+    return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
+            "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
+            "info": device_info(device), "ops": result["ops"], **result["work"],
+            "_model": model}
+
+
+def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
+                  held=None) -> dict:
+    """Every trial's reference forward, each under its state (loaded when it changes); a
+    timing window waiting for the GPU goes between two trials (``held``: the shared hold)."""
+    current = None
+    trials = []
+    mark_stage("reference forward")
+    natural_finite = True
+    ops: list[str] = []
+    work: dict = {}
+    base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    for spec in payload["trials"]:
+        if held is not None:
+            # the work before (the trial before, one that raised too; the model moved to the
+            # device and its states drawn) is done on the device
+            sync(device)
+            held.let_window_in()
+        wanted = int(spec.get("state") or 0)
+        if wanted != current:
+            model.load_state_dict(states[wanted])
+            current = wanted
+        inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
+        # the inputs of a trial the candidate is shown (not the unseen check's)
+        kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
+        device_inputs = to_device(inputs, device)
+        _manual_seed(forward_seed(payload["init_seed"]))
+        tracer = _OpTrace() if not trials else None
+        natural = spec["dist"] == "natural" and wanted == base
+        try:
+            with torch.no_grad():
+                if tracer is not None:
+                    with tracer:
+                        out = model(*device_inputs)
+                    ops = tracer.ops
+                    work = {"flops": tracer.flops, "thin_gemms": len(tracer.thin_gemms)}
+                else:
+                    out = model(*device_inputs)
+                structure, items = flatten_outputs(out)
+            sync(device)
+        except Exception as exc:  # outside the problem's domain: left out
+            if natural or tracer is not None:
+                raise
+            # a derived distribution or a re-drawn state the reference refuses (an input
+            # outside an op's domain, a parameter its checks reject) is not graded on
+            trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                           "inputs": kept, "hidden": bool(spec.get("hidden")), "outputs": [],
+                           "structure": None, "usable": False, "device_types": [],
+                           "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
+        finite = all(bool(torch.isfinite(t).all()) for t in items
+                     if _isinstance(t, torch.Tensor) and t.is_floating_point())
+        outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        # a derived distribution or a re-drawn state where the reference itself overflows is
+        # left out (the problem's draws are what it was validated on), unless the natural
+        # draws are not finite either
+        if natural:
+            natural_finite = natural_finite and finite
+        usable = finite or natural or not natural_finite
+        trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
+                       "inputs": kept,
+                       **({} if trials else {"_host_inputs": [to_cpu(v) if _type(v) is _Tensor
+                                                             else v for v in inputs]}),
+                       "hidden": bool(spec.get("hidden")),
+                       "outputs": outputs, "structure": structure, "usable": usable,
+                       "device_types": [t.device.type for t in items
+                                        if _isinstance(t, torch.Tensor)]})
+    return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite}
+
+
+def _inductor_timing(device: str, payload: dict, result: dict) -> None:
+    """Eager and Inductor timed together, once per reference (the verdict's eager time comes
+    from the candidate's window; Inductor's from this ratio)."""
+    model = result["_model"]
+    mark_stage("reference inductor")
+    inputs = to_device(result["trials"][0]["_host_inputs"], device)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    try:
+        compiled = torch.compile(model)
+
+        def inductor():
+            with torch.no_grad():
+                return compiled(*inputs)
+
+        inductor()  # compiles, outside the timing lock
+        sync(device)
+        mark_stage("reference inductor timing")
+        with M.GpuLock(payload.get("lock")).exclusive():
+            result["eager"] = T.measure(eager, device, **_timer_options(payload))
+            result["inductor"] = T.measure(inductor, device, **_timer_options(payload))
+    except Exception as exc:  # noqa: BLE001 — Inductor failing is a fact, not a crash
+        result["inductor_error"] = f"{type(exc).__name__}: {exc}"[:500]
+
+
+def reference_timing_task(payload: dict) -> dict:
+    """Time the reference's eager forward in a parent-driven window (``validate.window``): the
+    model built from the same seeds as ``reference_task``, on the inputs the parent sends (those
+    the candidate is timed on). Never sees candidate code."""
+    device = payload["device"]
+    _few_host_threads(device)
+    mark_stage("reference build")
+    ns = load_namespace(payload["source"], "reference")
+    if not await_gpu(receive, report):
+        return {"timing": None}
+    _manual_seed(payload["init_seed"])
+    init_inputs = list(ns["get_init_inputs"]())
+    _manual_seed(payload["init_seed"])
+    model = ns["Model"](*init_inputs).to(device)
+    if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
+        model.load_state_dict(payload["state_dict"])
+    placements = T.placed_copies(to_device(payload["inputs"], device), device)
+    turn = itertools.count()
+
+    def eager():  # on each placement of the inputs in turn, as the candidate's timed calls
+        inputs = placements[next(turn) % len(placements)]
+        with torch.no_grad():
+            return model(*inputs)
+
+    mark_stage("reference timing")
+    _timer, timing = _serve_timing(eager, device, payload)
+    return {"timing": timing}
