@@ -180,7 +180,8 @@ class Grader(HostMemory, ReferenceTiming, StaticGate):
         trials = [{"seed": secrets.randbelow(2**31 - 2),
                    "dist": "natural" if i in redrawn or i >= shown + hidden
                    else dists[next(others) % len(dists)],
-                   "hidden": i >= shown, "state": 1 + i if i in redrawn else base}
+                   "hidden": i >= shown, "state": 1 + i if i in redrawn else base,
+                   **({"spare": True} if i >= shown + hidden else {})}
                   for i in range(shown + hidden + spares)]
         return {"init_seed": secrets.randbelow(2**31 - 2),
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}

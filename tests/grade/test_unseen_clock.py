@@ -200,3 +200,23 @@ def test_an_answer_cache_is_still_seen_when_the_gpu_slows_across_the_check():
     unseen_checks(facts, [], Policy(), None, lambda c, why: found.append(f"{c}: {why}"),
                   True, "cuda:0", checks, scored_ms=3.1, drift=gpu_drift(window))
     assert any("remembers inputs it has seen" in f for f in found), found
+
+
+def test_a_spare_unseen_trial_is_made_only_where_the_results_file_has_room(monkeypatch):
+    """``reference_tasks._room_for_spare``: a reference whose trials fill the results file
+    (KernelBench's level2_71 convolution: 4.1 GiB with a spare, over the 4 GiB a run's file
+    may be) is graded without its spare rather than failing; with room, or no limit, the
+    spare is made."""
+    import resource
+
+    from kernelmill.grade.worker.reference_tasks import _room_for_spare
+
+    gib = 1 << 30
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (4 * gib, 4 * gib))
+    ends = [0] + [int(k * 0.6 * gib) for k in range(1, 7)]  # six trials of 0.6 GiB: 3.6 GiB
+    assert not _room_for_spare(ends)
+    assert _room_for_spare(ends[:4])  # 1.8 GiB written: 3.0 with twice a trial past it
+    assert _room_for_spare([0])  # nothing written yet
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda _which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert _room_for_spare(ends)
