@@ -34,6 +34,19 @@ def step_aside_point(receive: Callable[[], str], report: Callable[[dict], None])
     return answer == "go"
 
 
+def reads_slow(seen: list[float], unseen: list[float], after: list[float],
+               ratio: float | None) -> bool:
+    """Whether the unseen check's calls so far call for a spare trial: the fastest call on new
+    inputs, or the slowest of those on the timed inputs after them, over ``ratio`` times the
+    fastest on the timed inputs before (wall or event time, as the check's calls are timed;
+    its bounds, by the device's clock, are the judge's). The judge asks it again of the calls
+    a spare followed, and holds every call, spares too, to its bounds."""
+    if not ratio or not seen or not unseen:
+        return False
+    usual = min(seen)
+    return min(unseen) > ratio * usual or (bool(after) and max(after) > ratio * usual)
+
+
 def serve_window(timer: Timer, receive: Callable[[], str],
                  report: Callable[[dict], None],
                  unseen: Callable[[Timer], int] | None = None,

@@ -15,6 +15,8 @@ import torch
 
 from ..compare import compare, near_miss
 from ..policy import Policy
+from kernelmill.validate.window_worker import reads_slow
+
 from .registry import HackCode, Layer, collect, register
 
 # A scored call may take less than the least GPU busy time of the checked calls by this much:
@@ -155,15 +157,16 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
 
 
 def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
-                 required: int | None = None) -> None:
+                 required: int | None = None, ratio: float | None = None) -> None:
     """A timed window with unseen trials ends with the unseen-input check on the first
     ``required`` of them (default: every one) and on as many of the rest (its spares, asked
-    for where those read slow: ``worker.probes.reads_slow``) as it went on to, in order, each
+    for where those read slow: ``window_worker.reads_slow``) as it went on to, in order, each
     part written by the parent once, when the worker asked (``window.late_released``): a
     report that leaves a trial out, or covers other trials than the parent gave, did not make
     it. (The facts come from the candidate's process; the count of parts comes from the
     parent's own record.) A spare left out helps no forward: every bound takes the fastest
-    call on new inputs."""
+    call on new inputs. Each spare timed must be one the calls before it called for (the same
+    ``reads_slow`` at ``ratio``, of the calls the report gives)."""
     if not hidden:
         return
     required = len(hidden) if required is None else max(0, min(required, len(hidden)))
@@ -175,6 +178,18 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
              f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
              "not made as the window asked")
+        return
+    facts = unseen or {}
+    calls = [facts.get(f"{kind}_ms") if isinstance(facts.get(f"{kind}_ms"), list) else []
+             for kind in ("seen", "unseen", "after")]
+    seen, new, after = ([float(v) for v in values if isinstance(v, (int, float))]
+                        for values in calls)
+    per = len(after) // len(new) if new else 0
+    for spare in range(required, len(made)):
+        if not reads_slow(seen, new[:spare], after[:per * spare], ratio):
+            hack("timing_behaviour", f"the unseen-input check timed spare trial {spare}, which "
+                 "the calls before it did not call for: it was not made as the window asked")
+            return
 
 
 def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, hack,
@@ -432,7 +447,8 @@ def unseen_check_made_as_asked(ctx):
         return []
     return collect(H.TIMING_BEHAVIOUR, lambda hack: unseen_shape(
         ctx.run.get("unseen"), ctx.hidden, ctx.window, hack,
-        ctx.policy.unseen_required(len(ctx.hidden))))
+        ctx.policy.unseen_required(len(ctx.hidden)),
+        ctx.policy.retry_ratio(str(ctx.reference.get("info", {}).get("device", "")))))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")

@@ -128,7 +128,7 @@ class _Run(_Probes):
         self._timed_pool = self._same_state_trials()  # the trials a timed call may check
         self.hidden = hidden  # unseen-input trials, each asked of the parent at its call
         # of which the first ``hidden_required`` always, the rest (spares) only while those
-        # read over ``retry_ratio`` times the timed inputs' calls (``probes.reads_slow``)
+        # read over ``retry_ratio`` times the timed inputs' calls (``window_worker.reads_slow``)
         self.hidden_required = hidden if hidden_required is None else \
             max(0, min(hidden, int(hidden_required)))
         self.retry_ratio = float(retry_ratio) if retry_ratio else None

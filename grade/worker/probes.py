@@ -18,6 +18,7 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.measure import flatten_outputs
 from kernelmill.validate.measure import synchronize as sync
+from kernelmill.validate.window_worker import reads_slow
 
 from .guards.originals import (
     _empty,
@@ -263,19 +264,6 @@ class _Probes:
             runs = (getattr(self.witness, "span_run_names", None) or [None] * (index + 1))[index]
             unseen.update(_other_kernels(runs, checked))
         unseen.update(_uneven_launches(getattr(self, "captured", [])))
-
-
-def reads_slow(seen: list[float], unseen: list[float], after: list[float],
-               ratio: float | None) -> bool:
-    """Whether the unseen check's calls so far call for a spare trial: the fastest call on new
-    inputs, or the slowest of those on the timed inputs after them, over ``ratio`` times the
-    fastest on the timed inputs before (wall or event time, as the check's calls are timed;
-    its bounds, by the device's clock, are the judge's). The judge holds every call, spares
-    too, to its bounds: asking for a spare more than needed costs a call, never a verdict."""
-    if not ratio or not seen or not unseen:
-        return False
-    usual = min(seen)
-    return min(unseen) > ratio * usual or (bool(after) and max(after) > ratio * usual)
 
 
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline

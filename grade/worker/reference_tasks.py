@@ -184,7 +184,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     written = [result_mark()[0]]  # the results file's end after each trial
     for spec in payload["trials"]:
-        if spec.get("spare") and not _room_for_spare(written):
+        if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
             continue  # a spare unseen trial is the check's, never a reason to fail the run
         if held is not None:
             # the work before (the trial before, one that raised too; the model moved to the
@@ -214,8 +214,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                 structure, items = flatten_outputs(out)
             sync(device)
         except Exception as exc:  # outside the problem's domain: left out
-            if natural or tracer is not None:
-                raise
+            if (natural and not spec.get("spare")) or tracer is not None:
+                raise  # (a spare unseen trial that raised is left out, as a derived one)
             # a derived distribution or a re-drawn state the reference refuses (an input
             # outside an op's domain, a parameter its checks reject) is not graded on
             trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,

@@ -1726,7 +1726,7 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
 def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache_stays_slow(
         tmp_path, monkeypatch):
     """``Policy.unseen_spares``: a spare unseen trial is timed only where the first read slow
-    (``worker.probes.reads_slow``), and every bound takes the fastest call on new inputs. An
+    (``window_worker.reads_slow``), and every bound takes the fastest call on new inputs. An
     answer cache (slow on every new input) asks for its spare and is slow there too; calls
     slowed on the first two new inputs alone (the GPU busy for a moment) pass with the spare
     and fail without it. The judge holds the trials covered to those the parent wrote, spares
@@ -1735,7 +1735,7 @@ def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache
 
     from kernelmill.grade import grader as G
     from kernelmill.grade.judge import judge
-    from kernelmill.grade.worker.probes import reads_slow
+    from kernelmill.validate.window_worker import reads_slow
 
     assert reads_slow([1.0, 1.1], [1.5, 1.3], [1.0], 1.1)  # the fastest new call is slow
     assert reads_slow([1.0], [1.0], [1.0, 1.4], 1.1)  # a call after one is slow
@@ -1781,14 +1781,14 @@ def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache
                      **{**kwargs, "window": dict(window, late_released=released)})
 
     def timing_of(factors: list) -> dict:
-        """The honest calls' clocks: the timed inputs' as measured, the new inputs' at these
-        multiples of the fastest of them."""
-        got = facts["unseen"]
-        calls = {f"{kind}_{clock}": got[f"{kind}_{clock}"][:2 * len(factors)]
-                 for kind in ("seen", "after") for clock in ("ms", "cpu_ms")}
-        calls["seen_ms"], calls["seen_cpu_ms"] = got["seen_ms"], got["seen_cpu_ms"]
+        """The honest calls' clocks: the timed inputs' as measured before the new ones, the
+        calls after each at the fastest of those, the new inputs' at these multiples of it."""
+        got, calls = facts["unseen"], {}
         for clock in ("ms", "cpu_ms"):
-            calls[f"unseen_{clock}"] = [f * min(got[f"seen_{clock}"]) for f in factors]
+            usual = min(got[f"seen_{clock}"])
+            calls[f"seen_{clock}"] = got[f"seen_{clock}"]
+            calls[f"after_{clock}"] = [usual] * (2 * len(factors))
+            calls[f"unseen_{clock}"] = [f * usual for f in factors]
         return calls
 
     def behaviour(verdict: dict) -> str:
@@ -1803,6 +1803,9 @@ def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache
                    rejudge({}, [0, 1]),  # a spare the parent never wrote
                    rejudge({"checks": checks[:1]}, [0])):  # fewer than the required
         assert "unseen-input check covered" in behaviour(edited), behaviour(edited)
+    # a spare the first calls did not call for: one more call on new inputs for the fastest
+    unwarranted = rejudge(timing_of([1.0, 1.0, 1.0]), [0, 1, 2])
+    assert "did not call for" in behaviour(unwarranted), behaviour(unwarranted)
 
 
 def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness():
