@@ -288,6 +288,7 @@ def probe_problem(payload: dict) -> dict:
 
     with _section(lock, device, "sensitivity"):
         alt_inputs = draw_inputs(ns, sd["inputs_alt"], device)
+        m["inputs_vary"] = _inputs_vary(inputs, alt_inputs)
         alt = run_forward(model, alt_inputs, sd["forward"], device, clone=copies)
         m["input_sensitivity"] = _sensitivity(model, ref, alt, inputs, alt_inputs, sd, device,
                                               tol, margin, copies)
@@ -415,6 +416,19 @@ def _real_code(m, ns, model, ref, used: dict, inputs, alt_inputs, sd, device, to
         return {"error_vs_fresh": C.digest_error(used, out)}
 
     m["call_history"] = _measured(history)
+
+
+def _inputs_vary(inputs: list, alt_inputs: list) -> bool | None:
+    """Whether ``get_inputs()`` under another seed gave other tensors (None: it gives none).
+    Inputs that never change leave nothing a grader can check an answer on that the answer
+    has not seen: a forward that keeps the one answer passes its unseen-input check."""
+    import torch
+
+    pairs = [(a, b) for a, b in zip(inputs, alt_inputs)
+             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)]
+    if not pairs:
+        return None
+    return not C.bitwise_equal([a for a, _ in pairs], [b for _, b in pairs])
 
 
 def _calibrate(model, slots: dict, remake: Callable[[dict], None], m, sd, device, floor,

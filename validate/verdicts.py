@@ -149,6 +149,13 @@ def judge(m: dict, th: dict | None = None) -> dict[str, dict]:
         f"changing the RNG state before forward changes the output by {_fmt(stoch)} "
         "(randomness inside forward, e.g. Dropout in training mode)")
 
+    vary = m.get("inputs_vary")
+    checks["inputs_vary"] = check(
+        vary is not False, vary,
+        "get_inputs() gives the same tensors under every seed: no input is one an answer has "
+        "not seen (a forward that keeps its one answer passes)" if vary is False else
+        "get_inputs() draws other tensors under another seed" if vary else
+        "get_inputs() gives no tensors")
     checks["input_sensitive"] = judge_sensitivity("inputs", m["input_sensitivity"], th)
     ws = m["weight_sensitivity"]
     if ws is None:
