@@ -1,24 +1,44 @@
 """What the grader keeps of a reference run: the run itself, its failure (the problem's fault,
-not a candidate's), its tensors' size, the dtype its tolerance is picked by, and the on-disk
-cache of its timing (library versions, files written whole).
+not a candidate's), its tensors' size, the dtype its tolerance is picked by, the on-disk cache
+of its timing and sizes (library versions, files written whole), and the grader's runs of the
+reference (``ReferenceRuns``): the timed ones kept per source, the fresh ones made for each
+submission from secret seeds, in batches per worker, and the device and host bytes a grade's
+workers are admitted by.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import os
+import secrets
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
-from kernelmill.validate.harness import WorkerResult
-from kernelmill.validate.gpus import gpu_name
+from kernelmill.validate.harness import WorkerResult, run_in_worker
+from kernelmill.validate.gpus import gpu_lock_path, gpu_name
 from kernelmill.validate.window import WindowSettings
+
+from .judge import reference_fault
+from .side_by_side import _side_by_side, _split
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
 SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")
+# Tensors one reference worker returns for a group's members at most (their inputs and outputs
+# cross one pipe, then sit in this process): more members, more workers side by side.
+BATCH_BYTES = 1 << 30
+# A grading worker's device memory against a reference worker's measured peak (the reference
+# holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
+PEAK_FACTOR = 2
+# The grading process's host memory per member of a grade on a GPU against one fresh reference
+# run's tensors: that run (every trial's inputs and outputs, the model's states), the
+# candidate's job file (the shown inputs and states, the unseen inputs) and the candidate's
+# returned outputs with their comparison
+HOST_COPIES = 3
 
 
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
@@ -157,3 +177,211 @@ class ReferenceTiming:
         folder = self.cache_root / "reference-timing"
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+class ReferenceRuns:
+    """The ``Grader``'s runs of the reference: one timed run per source, kept (the most recent
+    ``max_references``), and fresh runs for each submission from new secret seeds, several to
+    a worker once their size is known; and the device and host bytes a grade's workers are
+    admitted by, from those runs' sizes. Reads the grader's ``policy``, ``device``,
+    ``worker_device``, ``cache_root``, ``max_references``, ``_references``, ``_locks``,
+    ``_reference_sizes``, ``_lock`` and ``_env``, its host admission (``_on_host``) and its
+    caches on disk (``inductor_timing``, ``remembered_size``, ``remember_size``)."""
+
+    def reference(self, source: str, *, slot_env: dict | None = None) -> ReferenceRun:
+        key = hashlib.sha256(source.encode()).hexdigest()
+        with self._lock:
+            if key in self._references:
+                self._references.move_to_end(key)
+                return self._references[key]
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                if key in self._references:
+                    return self._references[key]
+            run = self._run_reference(source, slot_env)
+            with self._lock:
+                self._references[key] = run
+                while len(self._references) > self.max_references:
+                    old_key, _ = self._references.popitem(last=False)
+                    self._locks.pop(old_key, None)
+            return run
+
+    def fresh_reference(self, source: str, *, slot_env: dict | None = None,
+                        dists: tuple[str, ...] | None = None) -> ReferenceRun:
+        """A reference run for ONE submission: weights and every trial's inputs drawn from new
+        secret seeds, so no submission is graded on inputs an earlier one saw (or left answers
+        for). The members of one group whose runs one worker made share its shown file (the
+        inputs and weights each is given), never its outputs or unseen inputs. Only the
+        per-source timing figures (eager/Inductor on CUDA) are shared.
+        ``dists``: the input distributions its trials cycle over (default: the policy's)."""
+        run = self._run_reference(source, slot_env, timed=False, dists=dists)
+        if self.policy.time and self.policy.use_inductor(self.device):
+            run.value.update(self.inductor_timing(source, slot_env=slot_env))
+        return run
+
+    def _fresh_seeds(self, dists: tuple[str, ...] | None = None) -> dict:
+        """One submission's secret seeds: its weights' and each trial's (and distribution, of
+        ``dists``; default: the policy's)."""
+        policy = self.policy
+        dists = dists or policy.distributions or ("natural",)
+        shown = max(1, policy.trials)
+        # for its timing window: the unseen trials, then its spares (on the problem's own
+        # draws, as the timed inputs), timed only where the first read slow
+        hidden = max(0, policy.unseen_trials) if policy.time else 0
+        spares = max(0, policy.unseen_spares) if hidden else 0
+        # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
+        # the constructor's (1, the base: the candidate gets it at construction), and each of
+        # ``state_trials`` checked trials from the second on under another one (2, 3...),
+        # loaded between two calls of the candidate's model, on the problem's own input draws
+        # (a state and a range apart). The other trials cycle over the distributions.
+        base = 1 if policy.redraw_state else 0
+        redrawn = range(1, min(shown, 1 + max(0, policy.state_trials))) if base else range(0)
+        others = iter(range(shown + hidden))
+        trials = [{"seed": secrets.randbelow(2**31 - 2),
+                   "dist": "natural" if i in redrawn or i >= shown + hidden
+                   else dists[next(others) % len(dists)],
+                   "hidden": i >= shown, "state": 1 + i if i in redrawn else base,
+                   **({"spare": True} if i >= shown + hidden else {})}
+                  for i in range(shown + hidden + spares)]
+        return {"init_seed": secrets.randbelow(2**31 - 2),
+                "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
+
+    def _run_reference(self, source: str, slot_env: dict | None, timed: bool = True,
+                       dists: tuple[str, ...] | None = None) -> ReferenceRun:
+        policy = self.policy
+        payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(dists),
+                   "time": policy.time and timed,
+                   "inductor": timed and policy.time and policy.use_inductor(self.device),
+                   "timing_settings": policy.timing_settings,
+                   "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
+        env, writable = self._env(slot_env), []
+        if payload["inductor"]:
+            # Reference workers never run candidate code, so they alone may keep compiled
+            # Inductor/Triton artefacts between runs (candidates cannot write there).
+            for var, name in (("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                              ("TRITON_CACHE_DIR", "triton-reference")):
+                folder = self.cache_root / name
+                folder.mkdir(parents=True, exist_ok=True)
+                env[var] = str(folder)
+                writable.append(str(folder))
+            # Inductor's compile subprocesses would initialise CUDA inside the sandbox, which
+            # the driver refuses; compile in the worker itself.
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        with self._on_host(source) as limits:
+            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
+                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
+                                   env=env, writable=writable, sandbox=policy.sandbox,
+                                   limits=limits, early_results=True)
+        if not result.ok:
+            error = result.error or {}
+            raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                                 f"{error.get('message')}")
+        value = result.value
+        fault = reference_fault(value)
+        if fault:
+            raise ReferenceError(fault)
+        value["init_seed"] = payload["init_seed"]
+        self._note_reference_bytes(source, value, slot_env)
+        return ReferenceRun(value, result, self.device, source)
+
+    def device_bytes(self, source: str, record: dict | None = None,
+                     slot_env: dict | None = None) -> int | None:
+        """What one worker of a grade of ``source`` is expected to hold on the device:
+        ``PEAK_FACTOR`` times the problem's measured peak from validation, else times the device
+        peak a reference worker of it reached (its weights, one trial's tensors and its
+        activations);
+        else (no device peak known: a run off a GPU) twice the tensors of one fresh reference
+        run; from this process's runs, else from the sizes an earlier process saw on this GPU
+        model (``remembered_size``); None before any is known."""
+        memory = ((record or {}).get("validation") or {}).get("memory") or {}
+        if memory.get("measured_bytes"):
+            return PEAK_FACTOR * int(memory["measured_bytes"])
+        sizes = self._sizes(source, slot_env)
+        if sizes.get("device_peak_bytes"):
+            return PEAK_FACTOR * sizes["device_peak_bytes"]
+        return 2 * sizes["tensor_bytes"] if sizes.get("tensor_bytes") else None
+
+    def host_bytes(self, source: str, slot_env: dict | None = None) -> int | None:
+        """What this process holds on the host for one member of a grade of ``source`` on a
+        GPU: ``HOST_COPIES`` times the tensors of one fresh reference run (every trial's inputs
+        and outputs, its weights), None before any run of it is known."""
+        tensors = self._sizes(source, slot_env).get("tensor_bytes")
+        return HOST_COPIES * tensors if tensors else None
+
+    def _sizes(self, source: str, slot_env: dict | None) -> dict:
+        with self._lock:
+            sizes = self._reference_sizes.get(source)
+        if sizes is None:  # read from disk once per process ({}: none there either)
+            sizes = self.remembered_size(source, slot_env)
+            with self._lock:
+                sizes = self._reference_sizes.setdefault(source, sizes)
+        return sizes
+
+    def _note_reference_bytes(self, source: str, value: dict,
+                              slot_env: dict | None = None) -> None:
+        sizes = {"tensor_bytes": _tensor_bytes(value)}
+        if isinstance(value.get("device_peak_bytes"), int):
+            sizes["device_peak_bytes"] = value["device_peak_bytes"]
+        with self._lock:
+            old = self._reference_sizes.get(source) or {}
+            self._reference_sizes[source] = sizes
+        # on disk when first seen here or grown (a peak moves a little from run to run)
+        if any(sizes[k] > old.get(k, 0) for k in sizes):
+            self.remember_size(source, slot_env, sizes)
+
+    def reference_tensor_bytes(self, source: str) -> int | None:
+        """The tensors of one fresh reference run of ``source`` seen here (None: not yet)."""
+        with self._lock:
+            return (self._reference_sizes.get(source) or {}).get("tensor_bytes")
+
+    def _fresh_batch(self, source: str, count: int, slot_env: dict | None,
+                     dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
+        """``count`` fresh reference runs of ``source`` from ONE worker (one process, one CUDA
+        context): each its own secret seeds, weights and inputs, as ``fresh_reference``."""
+        if count == 1:
+            return [self.fresh_reference(source, slot_env=slot_env, dists=dists)]
+        policy = self.policy
+        runs = [self._fresh_seeds(dists) for _ in range(count)]
+        payload = {"source": source, "device": self.worker_device, "runs": runs,
+                   "time": False, "inductor": False, "timing_settings": policy.timing_settings,
+                   "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
+        with self._on_host(source, count, together=True) as limits:
+            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
+                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
+                                   env=self._env(slot_env), sandbox=policy.sandbox,
+                                   limits=limits, early_results=True)
+        if not result.ok:
+            error = result.error or {}
+            raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                                 f"{error.get('message')}")
+        values = result.value.get("runs") or []
+        if len(values) != count:
+            raise ReferenceError(f"reference worker returned {len(values)} runs of {count}")
+        timing = self.inductor_timing(source, slot_env=slot_env) \
+            if policy.time and policy.use_inductor(self.device) else {}
+        made = []
+        for seeds, value in zip(runs, values):
+            fault = reference_fault(value)
+            if fault:
+                raise ReferenceError(fault)
+            value.update(init_seed=seeds["init_seed"], **timing)
+            # each run's share of the worker's CPU time
+            share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
+            made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),
+                                     self.device, source))
+        self._note_reference_bytes(source, values[0], slot_env)
+        return made
+
+    def _fresh_references(self, source: str, count: int, slot_env: dict | None,
+                          dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
+        """``count`` fresh reference runs of ``source``, in workers side by side. Once a run of
+        this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
+        tensors (a group of small problems: one worker, not eight CUDA contexts, which a
+        GPU's driver creates one at a time); until then, one each."""
+        size = self.reference_tensor_bytes(source)
+        per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
+        sizes = [len(part) for part in _split(range(count), per_worker)]
+        # a ReferenceError is the problem's: it reaches the caller
+        batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env, dists), sizes)
+        return [run for batch in batches for run in batch]

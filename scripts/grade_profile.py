@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from grade_fidelity import SET, problem_source
 from kernelmill.grade import grader as grader_module
-from kernelmill.grade import worker
+from kernelmill.grade import reference_run, worker
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
 
@@ -51,6 +51,7 @@ def timed_worker_runs(grader: Grader, source: str, answer: str) -> None:
         return result
 
     grader_module.run_in_worker = logged
+    reference_run.run_in_worker = logged  # the reference's workers
     try:
         for attempt in range(2):
             began = time.monotonic()
@@ -59,6 +60,7 @@ def timed_worker_runs(grader: Grader, source: str, answer: str) -> None:
                   f"{verdict['correct']} profile={verdict.get('profile')}", flush=True)
     finally:
         grader_module.run_in_worker = original
+        reference_run.run_in_worker = original
 
 
 grader = Grader(args.device, policy=Policy(timeout_s=300))

@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from grade_fidelity import SET, problem_source
 from kernelmill.grade import grader as grader_module
+from kernelmill.grade import reference_run
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
 
@@ -50,6 +51,7 @@ for name, answer, sizes in SET:
 if args.group:
     sys.exit(0)
 grader_module.run_in_worker = logged
+reference_run.run_in_worker = logged  # the reference's workers
 for name, answer, sizes in SET:
     if name not in args.only:
         continue

@@ -1,7 +1,7 @@
 """The grader uses only the input distributions a record's validation supports (T-19,
 ``validation.distributions``): a reference that overflows under ``scaled`` inputs is graded on
 the others; a record without the field is graded on all of the policy's."""
-from kernelmill.grade import grader as G
+from kernelmill.grade import reference_run as R
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
 from kernelmill.validate.probe import probe_problem
@@ -71,7 +71,7 @@ def test_a_reference_that_overflows_under_scaled_inputs_is_never_graded_on_them(
     measured = probe_problem({"source": EXP, "device": "cpu", "seed": 0, "ablations": None})
     assert measured["distributions"]["scaled"]["supported"] is False
     dists: list[str] = []
-    real = G.run_in_worker
+    real = R.run_in_worker
 
     def seen(target, payload, **kwargs):
         if str(target).endswith("reference_task"):
@@ -79,7 +79,7 @@ def test_a_reference_that_overflows_under_scaled_inputs_is_never_graded_on_them(
                 dists.extend(t["dist"] for t in run["trials"])
         return real(target, payload, **kwargs)
 
-    monkeypatch.setattr(G, "run_in_worker", seen)
+    monkeypatch.setattr(R, "run_in_worker", seen)  # the reference workers start there
     grader = Grader("cpu", policy=Policy(timeout_s=60, static_first=False, time=False))
     # without the field every trial cycles over the policy's distributions, scaled among them
     assert "scaled" in {t["dist"] for t in grader._fresh_seeds()["trials"]}

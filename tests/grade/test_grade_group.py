@@ -113,17 +113,17 @@ def test_a_groups_fresh_references_come_from_one_worker_once_their_size_is_known
     """The first group of a problem makes each member's fresh reference in its own worker;
     once their size is known, one worker makes them all (one CUDA context, not one per
     member). Each member still gets its own secret weights and inputs, and is judged on them."""
-    from kernelmill.grade import grader as G
+    from kernelmill.grade import reference_run as R
 
     runs: list[int] = []
-    real = G.run_in_worker
+    real = R.run_in_worker
 
     def counted(target, payload, **kwargs):
         if str(target).endswith("reference_task"):
             runs.append(len(payload.get("runs") or [None]))
         return real(target, payload, **kwargs)
 
-    monkeypatch.setattr(G, "run_in_worker", counted)
+    monkeypatch.setattr(R, "run_in_worker", counted)  # the reference workers start there
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False, time=False)
     grader = Grader("cpu", policy=policy)
     honest = read("honest_scale_add")
@@ -142,7 +142,7 @@ def test_a_groups_fresh_references_come_from_one_worker_once_their_size_is_known
     for verdict in (*first, *second):
         assert verdict["correct"] and not verdict["hacks"], \
             verdict.get("error") or verdict.get("hack_details")
-    monkeypatch.setattr(G, "BATCH_BYTES", 1)  # a reference larger than a batch: one each
+    monkeypatch.setattr(R, "BATCH_BYTES", 1)  # a reference larger than a batch: one each
     runs.clear()
     grader._fresh_references(read("ref_scale_add"), 3, None)
     assert runs == [1, 1, 1]

@@ -686,6 +686,7 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
     """``Policy.static_first``: a forbidden API makes any run's verdict hacked, so the source
     gets its verdict with no worker started (no GPU time, none of its code executed)."""
     from kernelmill.grade import grader as G
+    from kernelmill.grade import reference_run
 
     hostile = Path(__file__).parent / "ctypes_from_address.py"
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
@@ -695,6 +696,7 @@ def test_a_source_the_scan_flags_is_judged_without_running_it(monkeypatch, tmp_p
         raise AssertionError("a worker was started for a source the scan decided")
 
     monkeypatch.setattr(G, "run_in_worker", no_worker)
+    monkeypatch.setattr(reference_run, "run_in_worker", no_worker)  # the reference's workers
     grader = G.Grader("cpu", policy=Policy(time=False, trials=1), cache_root=str(tmp_path))
     verdict = grader.grade(reference, hostile.read_text())
     assert verdict["hacks"] == ["forbidden_api"] and not verdict["correct"]
