@@ -72,8 +72,8 @@ def grader_versions() -> str:
         for module in ("grade.judge", "grade.checks", "grade.facts", "grade.compare",
                        "grade.stages", "grade.policy", "grade.static", "grade.scan_rules",
                        "grade.python_scan", "grade.native_scan", "grade.source_scan",
-                       "grade.witness", "grade.worker", "grade.grader", "core.taxonomy",
-                       "validate.harness",
+                       "grade.witness", "grade.worker", "grade.grader", "grade.reference_run",
+                       "core.taxonomy", "validate.harness", "validate.window_worker",
                        "validate.harness_worker", "validate.sandbox", "validate.measure",
                        "validate.timer"):
             spec = util.find_spec(f"kernelmill.{module}")
