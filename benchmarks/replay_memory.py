@@ -1,6 +1,6 @@
 """Where a validation replay's GPU memory goes, stage by stage (CUDA only).
 
-Runs ``probe.replay_problem`` (rebuild, eager forward, Inductor compile and check, the eager and
+Runs ``replay.replay_problem`` (rebuild, eager forward, Inductor compile and check, the eager and
 Inductor timing windows) for each problem file in a fresh process of its own, uncapped, and
 prints for every stage the peak of live tensors and the peak the caching allocator reserved
 during it, with the problem's replay estimate beside them. A stage whose reserve is several times
@@ -22,7 +22,7 @@ def _one(path: str, expandable: bool, capped: bool) -> dict:
     """In this process: the replay of ``path`` with each stage's peaks recorded; ``capped``:
     under the cap a validation run gives it (``CAP_FACTOR`` times its grant)."""
     import torch
-    from kernelmill.validate import harness_worker, probe
+    from kernelmill.validate import harness_worker, replay
     from kernelmill.validate.admission import ALLOCATOR_FACTOR, CAP_FACTOR
     from kernelmill.validate.settings import ValidateConfig
     from kernelmill.validate.worker_budgets import _estimate_memory
@@ -50,7 +50,7 @@ def _one(path: str, expandable: bool, capped: bool) -> dict:
                "inductor": True, "time": True, "time_eager": True}
     error = None
     try:
-        probe.replay_problem(payload)
+        replay.replay_problem(payload)
     except Exception as exc:  # noqa: BLE001 — reported in the table
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     close_stage()

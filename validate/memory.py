@@ -271,7 +271,7 @@ def probe_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
 
 
 def replay_bytes(est: dict, base: int = CONTEXT_BYTES) -> int | None:
-    """Peak of ``probe.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
+    """Peak of ``replay.replay_problem`` (rebuild, one eager forward, Inductor's compiled forward
     and its autotuning buffers, and the timing). A forward whose output is larger than
     ``timer.GRAPH_OUTPUT_BYTES`` is timed without graphs, and the replay then holds live
     tensors only, with expandable segments keeping the allocator near them: the model and its

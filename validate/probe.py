@@ -1,15 +1,16 @@
 """Worker side of validation: build a problem from its source text and measure it.
 
 ``probe_problem(payload)`` runs every single-process check of one problem in one worker and
-returns plain numbers (``checks.judge`` turns them into verdicts in the parent).
-``replay_problem(payload)`` rebuilds the same problem in a second, fresh worker (cross-process
-determinism) and optionally compiles it with TorchInductor.
+returns plain numbers (``checks.judge`` turns them into verdicts in the parent). The second
+worker, which rebuilds the same problem in a fresh process (cross-process determinism,
+TorchInductor), is ``replay.replay_problem``.
 
 Imports only torch, the standard library, ``checks`` and ``measure`` (the measurement modules
 shared with the grader: namespaces, outputs, synchronisation, the GPU lock), and the worker-side
 modules ``forwards`` (building a problem, running its forward), ``sensitivity`` (perturbed
-inputs, parameters, buffers and input distributions), ``realcode``, ``memory`` and
-``probe_device`` (timing, memory caps, host syncs on the shared GPU).
+inputs, parameters, buffers and input distributions), ``realcode``, ``memory``, ``op_trace``
+(the aten ops a forward runs) and ``probe_device`` (timing, memory caps, host syncs on the
+shared GPU).
 
 Seeds. Everything random is drawn from seeds derived from ``payload["seed"]`` (see ``seeds``),
 so two workers given the same payload build identical weights and inputs.
@@ -25,10 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import checks as C
-from . import measure as M
 from . import realcode as R
 from .forwards import (
-    _clone,
     _declared_dtype,
     _device_poisoned,
     _float_tensors,
@@ -46,6 +45,7 @@ from .forwards import (
 from .measure import GpuLock
 from .memory import LIVENESS_MAX_BYTES, REMAKE_BYTES
 from .model_copy import copy_model
+from .op_trace import _compute_ops, _trace
 from .probe_device import (
     _host_syncs,
     _peak_allocated,
@@ -62,57 +62,6 @@ from .sensitivity import _buffer_sensitivity, _distributions, _perturbed, _sensi
 # Input draws whose liveness is united: data-dependent sparsity (a router's top-2 of 8 experts)
 # leaves 0.75**4 of its work unreached in all four, structural deadness all of it.
 LIVENESS_DRAWS = 4
-
-
-# ---------------------------------------------------------------- stage marking
-
-
-# ---------------------------------------------------------------- building and running
-
-
-class _OpRecorder:
-    """TorchDispatchMode that records the aten ops forward runs, in order, and which non-affine
-    ops act on data derived from the inputs (taint tracking: an op's outputs are tainted when
-    any tensor argument is). ``x * sigmoid(w)`` is affine in ``x``; ``relu(x)`` is not."""
-
-    def __new__(cls, inputs: list):
-        import weakref
-
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        class Recorder(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.ops: list[str] = []
-                self.input_nonaffine: list[str] = []
-                self._tainted: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-                for t in inputs:
-                    if isinstance(t, torch.Tensor):
-                        self._tainted[id(t)] = t
-
-            def _is_tainted(self, t) -> bool:
-                return self._tainted.get(id(t)) is t
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = str(func.overloadpacket)
-                self.ops.append(name)
-                out = func(*args, **(kwargs or {}))
-                tensors = [t for t in tree_leaves((args, kwargs or {}))
-                           if isinstance(t, torch.Tensor)]
-                tainted = sum(self._is_tainted(t) for t in tensors)
-                if tainted:
-                    for t in tree_leaves(out):
-                        if isinstance(t, torch.Tensor):
-                            self._tainted[id(t)] = t
-                    if C.compute_ops([name]) and (
-                            not C.affine_by_construction([name])
-                            or (tainted > 1 and C.op_base(name).rstrip("_") in ("mul", "div"))):
-                        self.input_nonaffine.append(name)
-                return out
-
-        return Recorder()
 
 
 # ---------------------------------------------------------------- the probe
@@ -177,21 +126,6 @@ def _ablate(ablations: list[dict], sd, reference, ref_inputs, ref_out, device, t
                 continue
             dead.append(variant["label"])
     return {"tried": tried, "dead": dead, "inert": inert}
-
-
-def _compute_ops(model, inputs: list, copies: bool) -> list[str] | None:
-    """The compute ops (data movement left out) one forward runs, in order; None when they
-    cannot be recorded."""
-    import torch
-
-    try:
-        recorder = _OpRecorder(_clone(inputs) if copies else inputs)
-        with torch.no_grad(), recorder:
-            model(*(_clone(inputs) if copies else inputs))
-    except Exception:  # noqa: BLE001 — unrecorded: the ablation is judged on its output alone
-        return None
-    return C.compute_ops(recorder.ops)
-
 
 
 def probe_problem(payload: dict) -> dict:
@@ -490,78 +424,3 @@ def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[d
                            "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
                            "channel": per_channel})
     return affine
-
-
-def _trace(model, inputs: list, device: str,
-           copies: bool = True) -> tuple[list[str], int | None, list[str]]:
-    """(aten ops in order, flops, non-affine ops applied to input-derived data)."""
-    import torch
-
-    flops = None
-    args = _clone(inputs) if copies else inputs
-    recorder = _OpRecorder(args)
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter, recorder:
-            model(*args)
-        flops = int(counter.get_total_flops())
-    except Exception:  # noqa: BLE001 — flops are best effort; the trace alone still helps
-        args = _clone(inputs) if copies else inputs
-        recorder = _OpRecorder(args)
-        with torch.no_grad(), recorder:
-            model(*args)
-    M.synchronize(device)
-    return recorder.ops[:2000], flops, sorted(set(recorder.input_nonaffine))
-
-
-# ---------------------------------------------------------------- second worker
-
-def replay_problem(payload: dict) -> dict:
-    """Rebuild the problem from the same seeds in a fresh process: output digest (cross-process
-    determinism) and, when ``payload["inductor"]``, torch.compile's error and median time.
-    ``payload["time_eager"]``: the eager forward is timed here too, right before the compiled
-    one (``result["timing"]``, the probe's ``timing`` entry), each alone and warmed in a
-    window of its own (``_timed_window``)."""
-    import torch
-
-    device = payload.get("device", "cpu")
-    sd = seeds(int(payload.get("seed", 0)))
-    lock = GpuLock(payload.get("lock"))
-    cap_memory(payload.get("memory_cap"), device, bool(payload.get("expandable")))
-    _mark("load")
-    ns = load_namespace(payload["source"])
-    with _section(lock, device, "build"):
-        model, inputs = build_model(ns, sd, device), draw_inputs(ns, sd["inputs"], device)
-    copies = bool(payload.get("copies", True))  # the probe saw the forward write into them
-    with _section(lock, device, "forward"):
-        ref = run_forward(model, inputs, sd["forward"], device, clone=copies)
-    result: dict[str, Any] = {"digest": C.output_digest(ref)}
-    timed = payload.get("time", True)
-    forwards = {"eager": (model, inputs)} if timed and payload.get("time_eager") else {}
-    if payload.get("inductor"):
-        _mark("inductor compile")
-        try:
-            compiled = torch.compile(model, mode=payload.get("inductor_mode") or None)
-            out = run_forward(compiled, inputs, sd["forward"], device, clone=copies)  # compiles
-            del out
-            with _section(lock, device, "inductor check"):
-                out = run_forward(compiled, inputs, sd["forward"], device, clone=copies)
-                result["inductor"] = {"error_vs_eager": C.max_error(out, ref), "ms": None}
-            del out
-            if timed:
-                forwards["inductor"] = (compiled, inputs)
-        except Exception as exc:  # noqa: BLE001 — a compile failure is a finding, not a crash
-            result["inductor"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-    del ref  # the timing graphs' pools hold outputs of their own
-    _release_cache(device)
-    times = _timed_window(lock, device, forwards,
-                          (payload.get("config") or {}).get("timing")) if forwards else {}
-    if "eager" in times:
-        result["timing"] = _timing_section(times["eager"], device, {})
-    if "inductor" in times:
-        result["inductor"]["ms"] = times["inductor"]["ms"]
-    result["peak_bytes"] = _peak_bytes(device)
-    result["peak_allocated_bytes"] = _peak_allocated(device)
-    return result

@@ -10,7 +10,7 @@ Per problem (``validate_source``):
 3. libcst ablations of ``Model.forward`` (``ablation.ablations``);
 4. worker 1 (``probe.probe_problem``): every single-process check, fp64 calibration, aten trace,
    flops/bytes, output statistics and eager timing;
-5. worker 2 (``probe.replay_problem``, on CUDA by default): the same build in a fresh process
+5. worker 2 (``replay.replay_problem``, on CUDA by default): the same build in a fresh process
    (cross-process determinism) and TorchInductor (match + median time);
 6. verdicts (``checks.judge``), roofline, difficulty.
 

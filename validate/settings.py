@@ -17,7 +17,7 @@ from . import checks as C
 PROBE = "kernelmill.validate.probe:probe_problem"
 ESTIMATE = "kernelmill.validate.memory:estimate_problem"
 ESTIMATE_BYTES = 1 << 30  # host memory the estimator may hold (a worker and the source's import)
-REPLAY = "kernelmill.validate.probe:replay_problem"
+REPLAY = "kernelmill.validate.replay:replay_problem"
 # checks that describe a problem without deciding whether it is kept. constant_params_used: a
 # constant that does nothing at any value is usually a cheap add (real attention's key bias, zero
 # after Hugging Face's init, cancels in the softmax); the expensive case, a branch it silences,

@@ -170,6 +170,7 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
     """Shared holds are short (one stage, one ablation), never nested, and the timing window is
     exclusive and outside them: a window waits for one stage to drain, not a whole probe."""
     from kernelmill.validate import probe as P
+    from kernelmill.validate import replay as RP
 
     held: list[str] = []
     log: list[str] = []
@@ -181,6 +182,7 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
             return False
 
     monkeypatch.setattr(P, "GpuLock", _recording_lock(held, log, Handle))
+    monkeypatch.setattr(RP, "GpuLock", _recording_lock(held, log, Handle))
     source = shrink_for_cpu((SEEDS_DIR / "softmax_rows.py").read_text(), SMALL).source
     m = probe_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
                        "ablations": ablations(source)})
@@ -189,8 +191,8 @@ def test_probe_holds_the_gpu_lock_one_stage_at_a_time(monkeypatch):
     assert kinds.count("shared") >= 10 + m["ablation"]["tried"]
     # every forward inside a shared hold first offers the GPU to a waiting window
     assert len(asides) >= 10 and set(asides) == {"shared"}
-    replay = P.replay_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
-                               "time_eager": True})
+    replay = RP.replay_problem({"source": source, "device": "cpu", "seed": 0, "lock": "x",
+                                "time_eager": True})
     assert replay["timing"]["eager_ms"] > 0
 
 
