@@ -113,7 +113,6 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             env["CUDA_VISIBLE_DEVICES"] = self.device.split(":")[1]
         return env
 
-
     # ------------------------------------------------------------ candidate
 
     def compile(self, candidate_source: str) -> WorkerResult | None:
