@@ -1680,6 +1680,27 @@ def test_the_result_guard_runs_after_the_target_and_before_the_result_is_encoded
                                         "candidate's import: json.dumps"), flagged.error
 
 
+# A CPU window short enough for a test: a few rounds of a few samples
+SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
+                "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+
+
+def _keep_judged(monkeypatch) -> dict:
+    """The grader's last ``judge`` call's arguments (``args``, ``kwargs``), kept as made: a
+    real grade's facts, to edit and judge again."""
+    from kernelmill.grade import grader as G
+    from kernelmill.grade.judge import judge
+
+    seen: dict = {}
+
+    def keep(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(G, "judge", keep)
+    return seen
+
+
 def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, monkeypatch):
     """The parent counts the unseen parts it wrote for each member (``late_released``); the
     judge holds the worker's report to them: a report without the unseen-input check, or
@@ -1691,15 +1712,8 @@ def test_a_window_whose_unseen_check_was_left_out_is_not_certified(tmp_path, mon
     from kernelmill.grade import grader as G
     from kernelmill.grade.judge import judge
 
-    seen = {}
-
-    def keep(*args, **kwargs):
-        seen.update(args=args, kwargs=kwargs)
-        return judge(*args, **kwargs)
-
-    monkeypatch.setattr(G, "judge", keep)
-    timing = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
-              "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+    seen = _keep_judged(monkeypatch)
+    timing = SHORT_WINDOW
     grader = G.Grader("cpu", policy=Policy(trials=2, unseen_trials=2, unseen_spares=0,
                                            timing_settings=timing), cache_root=str(tmp_path))
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
@@ -1743,15 +1757,8 @@ def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache
     assert reads_slow([1.0], [1.0], [1.0, 1.4], 1.1)  # a call after one is slow
     assert not reads_slow([1.0, 1.2], [1.05, 3.0], [1.08], 1.1)
     assert not reads_slow([1.0], [5.0], [], None) and not reads_slow([], [5.0], [], 1.1)
-    seen = {}
-
-    def keep(*args, **kwargs):
-        seen.update(args=args, kwargs=kwargs)
-        return judge(*args, **kwargs)
-
-    monkeypatch.setattr(G, "judge", keep)
-    timing = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
-              "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+    seen = _keep_judged(monkeypatch)
+    timing = SHORT_WINDOW
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
     honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
     # an answer cache by content: every new input is a miss and slow, the spare's too
