@@ -438,26 +438,41 @@ def test_the_reference_witnesses_the_gpus_pace_across_the_unseen_checks():
     assert "unseen_clock_ms" not in window
 
 
-def _thread_states(pid: int) -> list[str]:
-    states = []
+def _cpu_ns(pid: int) -> int:
+    """The CPU time every thread of ``pid`` has run so far, in ns (the scheduler's own count)."""
+    total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
-            states.append(handle.read().rsplit(b")", 1)[1].split()[0].decode())
-    return states
+        with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+            total += int(handle.read().split()[0])
+    return total
 
 
-def _sampled_window(early: str, sample) -> tuple[dict, dict, dict, list]:
+def _sampled_window(early: str, pids, monkeypatch) -> tuple[dict, dict, dict, list]:
     """A reference (3 ms calls) and a candidate (1 ms, running ``early`` first) in one window,
-    with ``sample(controls)`` taken every half millisecond meanwhile (None: no sample)."""
+    sampled every half millisecond meanwhile: (clock ns, the candidate's hold, the CPU ns of
+    ``pids(controls)``, the reference's CPU ns, those pids). A hold is (pauses so far, paused), read under
+    the candidate's lock so that a paused sample was taken after its stop signal was sent."""
     controls: dict = {}
     seen: list = []
     done = threading.Event()
+    pause = Control.pause
+
+    def counted_pause(self):
+        self.pauses = getattr(self, "pauses", 0) + 1
+        pause(self)
+
+    monkeypatch.setattr(Control, "pause", counted_pause)
 
     def watch():
         while not done.is_set():
             try:
-                taken = sample(controls)
-            except (OSError, KeyError, TypeError, IndexError):  # a worker not yet, or gone
+                candidate = controls["candidate"]
+                with candidate._cond:
+                    hold = (getattr(candidate, "pauses", 0), candidate.paused)
+                    watched = tuple(pids(controls))
+                    taken = (time.monotonic_ns(), hold, sum(_cpu_ns(p) for p in watched),
+                             _cpu_ns(controls["reference"].pid), watched)
+            except (OSError, KeyError, TypeError, IndexError, ValueError):  # not yet, or gone
                 taken = None
             if taken is not None:
                 seen.append(taken)
@@ -474,40 +489,59 @@ def _sampled_window(early: str, sample) -> tuple[dict, dict, dict, list]:
     return window, results, controls, seen
 
 
-def test_a_member_runs_nothing_in_another_members_turn():
+def _held_and_free(seen: list) -> dict:
+    """Wall and CPU ns (the sampled processes', the reference's) summed over the stretches of
+    samples inside one hold of the candidate, and over the rest (pairs of samples of the same
+    processes only)."""
+    sums = {"held_wall": 0, "held_cpu": 0, "held_ref": 0, "free_wall": 0, "free_cpu": 0}
+    for before, after in zip(seen, seen[1:]):
+        if before[4] != after[4] or not after[4]:
+            continue
+        wall, cpu, ref = (after[0] - before[0], after[2] - before[2], after[3] - before[3])
+        if before[1] == after[1] and after[1][1]:
+            sums["held_wall"] += wall
+            sums["held_cpu"] += cpu
+            sums["held_ref"] += ref
+        elif not before[1][1] and not after[1][1]:
+            sums["free_wall"] += wall
+            sums["free_cpu"] += cpu
+    return sums
+
+
+def test_a_member_runs_nothing_in_another_members_turn(monkeypatch):
     """A member that leaves a thread spinning (to slow the reference's turns and so raise its
     own speedup: red-team round 30) is stopped, every thread of it, while another is timed."""
     spin = ("__import__('threading').Thread(target=exec, args=('while 1: pass',), "
             "daemon=True).start()")
-    window, results, controls, seen = _sampled_window(spin, lambda controls: (
-        _thread_states(controls["reference"].pid)[0],
-        _thread_states(controls["candidate"].pid), controls["candidate"].paused))
+    window, results, controls, seen = _sampled_window(
+        spin, lambda controls: [controls["candidate"].pid], monkeypatch)
     assert window["error"] is None and window["others_stopped"], window
     assert all(r.ok for r in results.values()), results
     assert not any(c.paused for c in controls.values())  # every member let go at the end
-    # while the parent holds the candidate stopped, no thread of it runs (a sample taken
-    # as the signal lands may still read it running); the reference is timed meanwhile
-    held = [cand for _ref, cand, paused in seen if paused]
-    # (about 60 samples of 1,500 fall in the reference's turns on an idle 2-core host)
-    assert len(held) >= 10, len(seen)
-    assert sum(all(s == "T" for s in cand) for cand in held) >= 0.8 * len(held), held
-    assert sum(ref == "R" and all(s == "T" for s in cand) for ref, cand, _p in seen) >= 8
+    # while the parent holds the candidate stopped, no thread of it runs (a thread the stop
+    # finds waiting for a CPU runs only the kernel's few µs of taking it); the reference is
+    # timed meanwhile, and outside its holds the candidate's spinning thread does run
+    sums = _held_and_free(seen)
+    assert sums["held_wall"] >= 5e6, sums  # 5 ms of holds sampled
+    assert sums["held_cpu"] <= 0.02 * sums["held_wall"], sums
+    assert sums["held_ref"] >= 0.1 * sums["held_wall"], sums
+    assert sums["free_cpu"] >= 0.15 * sums["free_wall"], sums
 
 
-def test_a_child_that_left_the_members_group_is_stopped_with_it():
+def test_a_child_that_left_the_members_group_is_stopped_with_it(monkeypatch):
     """``killpg`` misses a child that called ``setsid``: the window finds it (the run's token,
     its descent) as it begins to time, and stops it in the other members' turns too."""
     from kernelmill.validate.zygote_worker import children
 
     daemon = ("__import__('subprocess').Popen([__import__('sys').executable, '-c', "
               "'while 1: pass'], start_new_session=True)")
-    window, _results, _controls, seen = _sampled_window(daemon, lambda controls: (
-        [_thread_states(kid)[0] for kid in children(controls["candidate"].pid)],
-        controls["candidate"].paused))
+    window, _results, _controls, seen = _sampled_window(
+        daemon, lambda controls: children(controls["candidate"].pid), monkeypatch)
     assert window["error"] is None and window["strays"] == {"candidate": 1}, window
-    held = [kids for kids, paused in seen if paused and kids]
-    assert len(held) >= 10, len(seen)
-    assert sum(kids == ["T"] for kids in held) >= 0.8 * len(held), held
+    sums = _held_and_free(seen)
+    assert sums["held_wall"] >= 5e6, sums
+    assert sums["held_cpu"] <= 0.02 * sums["held_wall"], sums
+    assert sums["free_cpu"] >= 0.15 * sums["free_wall"], sums
 
 
 def test_every_turn_settles_untimed_before_its_samples():
