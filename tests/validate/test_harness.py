@@ -56,14 +56,17 @@ def test_no_child_outlives_the_run_even_after_setsid():
     result = run(body)
     assert result.ok, result.error
     assert result.leaked_processes == 1  # the setsid child escaped the group and was found
-    time.sleep(0.1)
-    for pid in result.value["pids"]:
+    def running(pid):
         try:
             with open(f"/proc/{pid}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
-            assert state in ("Z", "X"), f"child {pid} still running"
-        except FileNotFoundError:
-            pass
+                return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 5  # SIGKILL lands when the scheduler next runs the child
+    while any(map(running, result.value["pids"])) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [pid for pid in result.value["pids"] if running(pid)], "a child still running"
 
 
 def test_forged_frames_on_any_descriptor_are_detected():
