@@ -423,7 +423,14 @@ def judge_call_history(hist: Any, tol: float, reproducible: bool) -> dict:
         return check(False, err, f"the output for one input differs by {_fmt(err)} between a "
                      "fresh model and one that ran on other inputs first (state kept across "
                      "calls, e.g. data-dependent initialisation on the first call)")
-    return check(True, err, "a fresh model and a used one agree")
+    later = hist.get("error_after_calls", 0.0)
+    if later > tol:
+        counters = ", ".join(hist.get("counters", [])[:4])
+        return check(False, later, f"the output for one input differs by {_fmt(later)} once "
+                     f"the counters a call moves ({counters}) stand where a grader's thousands "
+                     "of calls leave them (a step-annealed value, a periodic redraw)")
+    return check(True, err, "a fresh model and a used one agree"
+                 + (", and after many calls" if hist.get("counters") else ""))
 
 
 def judge_real_code(m: dict, th: dict) -> dict[str, dict]:

@@ -570,3 +570,126 @@ def test_healthy_sites_are_not_dead(name):
     labels, tried = dead_sites(model, alt, x, R.forward(model, x, 0),
                                R.forward(alt, x, 0) if alt is not None else None, 0, 1e-4)
     assert tried >= 1 and labels == [], labels
+
+
+@pytest.mark.parametrize("freeze", ["no_grad", "inference_mode", "detach"])
+def test_liveness_sees_work_a_forward_hides_from_autograd(freeze):
+    """A frozen backbone (its forward under ``no_grad``, ``inference_mode`` or detached) whose
+    head reads one position: its other positions are dead work all the same."""
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.head = nn.Linear(16, 16), nn.Linear(16, 4)
+
+        def forward(self, x):
+            if freeze == "detach":
+                feats = self.backbone(x).detach()
+            else:
+                with getattr(torch, freeze)():
+                    feats = self.backbone(x)
+            return self.head(feats[:, 0])
+
+    torch.manual_seed(0)
+    live = R.liveness(Probe(), [[torch.randn(2, 8, 16)]], 0, 1)
+    backbone = next(o for o in live["ops"] if o["live"] < 1.0)
+    assert backbone["live"] == pytest.approx(1 / 8)  # one position of eight
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+def test_liveness_measures_a_forward_that_rewrites_a_saved_tensor_in_place():
+    class Normalized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = torch.sigmoid(self.fc(x))  # sigmoid saves its result for the backward
+            h /= h.norm(dim=-1, keepdim=True)
+            return h[:, :4]
+
+    torch.manual_seed(0)
+    live = R.liveness(Normalized(), [[torch.randn(8, 16)]], 0, 1)
+    assert live is not None and live["ops"][0]["live"] == 1.0  # each row's norm reads all
+
+
+def test_liveness_accounts_each_draw_alone_where_the_calls_change_with_the_data():
+    """Experts a router hits differ between draws (calls of other shapes): each draw's own
+    account decides, the least dead; a head reading the last token leaves most dead."""
+    class Routed(nn.Module):
+        def __init__(self, last: bool):
+            super().__init__()
+            self.last = last
+            self.router = nn.Linear(16, 4)
+            self.experts = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+
+        def forward(self, x):
+            choice = self.router(x).argmax(-1)
+            out = torch.zeros_like(x)
+            for e, expert in enumerate(self.experts):
+                hit = (choice == e).nonzero().squeeze(-1)
+                if hit.numel():
+                    out[hit] = expert(x[hit])
+            return out[-1:] if self.last else out
+
+    torch.manual_seed(0)
+    draws = [[torch.randn(32, 16)] for _ in range(3)]
+    dead = R.liveness(Routed(True), iter(draws), 0, 1)
+    assert dead["calls_changed"] and dead["dead_share"] > 0.7
+    live = R.liveness(Routed(False), iter(draws), 0, 1)
+    assert live["calls_changed"] and live["dead_share"] == 0.0
+
+
+def test_indices_beside_values_decide_only_where_read():
+    from kernelmill.validate.realcode.exact import _decides
+
+    class Router(nn.Module):
+        def forward(self, x, read):
+            values, index = x.max(dim=-1)
+            return values * (index.float() if read else 1.0)
+
+    class Pooled(nn.Module):
+        def forward(self, x, read):
+            return nn.functional.max_pool2d(x, 2, return_indices=True)[0]
+
+    x = torch.randn(2, 3, 8, 8)
+    assert _decides(Router(), [x, True], 0, True)
+    assert not _decides(Router(), [x, False], 0, True)
+    assert not _decides(Pooled(), [x, True], 0, True)
+
+
+class _Counted(nn.Module):
+    """A call counter as a buffer or an attribute that changes the output only past a number
+    of calls (``every``: a redraw every that many; ``after``: an anneal's floor reached)."""
+
+    def __init__(self, every: int = 0, after: int = 0, as_buffer: bool = True):
+        super().__init__()
+        self.fc, self.every, self.after = nn.Linear(8, 8), every, after
+        if as_buffer:
+            self.register_buffer("calls", torch.tensor(0))
+        else:
+            self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        calls = int(self.calls)
+        changed = (self.every and calls % self.every == 0) or (self.after and calls > self.after)
+        return self.fc(x) * (2.0 if changed else 1.0)
+
+
+@pytest.mark.parametrize("counted, moves", [
+    ({"every": 1000}, True), ({"every": 1024, "as_buffer": False}, True),
+    ({"after": 50_000}, True), ({"after": 10**9}, False), ({}, False)])
+def test_counters_a_call_moves_are_advanced_as_after_many_calls(counted, moves):
+    torch.manual_seed(0)
+    model = _Counted(**counted)
+    found = R.advanced_counters(model, [torch.randn(4, 8)], 0, True)
+    assert found["counters"] == ["calls"]
+    assert (found["error"] > 0.1) is moves, found
+    assert int(model.calls) == 0  # measured on copies
+
+
+def test_a_batch_norm_in_training_counts_its_calls_and_its_output_does_not_follow():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None))
+    found = R.advanced_counters(model, [torch.randn(2, 3, 8, 8)], 0, True)
+    assert found["counters"] == ["1.num_batches_tracked"] and found["error"] == 0.0

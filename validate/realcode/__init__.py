@@ -31,17 +31,20 @@ and ``checks`` (torch inside functions).
   variation and the magnitude of ``x + 0.01 * mlp(x)`` but costs nothing).
 * ``reduced_precision``: the output with matmul-class operands rounded to a lower precision,
   what a bf16-GEMM answer to an fp32 problem returns.
+* ``advanced_counters``: the integer counters a call moves, advanced as if a grader's thousands
+  of calls had run, and the output for the same input compared (a periodic redraw, an anneal).
 """
 from __future__ import annotations
 
 from .bypass import MOST_BYPASSES, submodule_bypass
 from .common import forward, within
 from .constants import MOST_CONSTANTS, constant_parameters, constant_tensors, redraw
+from .counters import advanced_counters
 from .exact import REDUCTIONS, UNORDERED_SELECTIONS, duplicate_writes, exact_outputs
 from .liveness import liveness
 from .precision import contrast, reduced_precision, rounded_errors
 
 __all__ = ["MOST_BYPASSES", "MOST_CONSTANTS", "REDUCTIONS", "UNORDERED_SELECTIONS",
-           "constant_parameters", "constant_tensors", "contrast", "duplicate_writes",
+           "advanced_counters", "constant_parameters", "constant_tensors", "contrast", "duplicate_writes",
            "exact_outputs", "forward", "liveness", "redraw",
            "reduced_precision", "rounded_errors", "submodule_bypass", "within"]

@@ -5,6 +5,7 @@ under it where the forward decides from float values) and ``duplicate_writes``
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from .. import checks as C
@@ -41,7 +42,8 @@ JUMP = 100.0
 
 def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
     """Does the forward decide something from float values: an op that takes a float tensor
-    and returns only integer or boolean ones (a comparison, argmax, bucketize), a
+    and returns only integer or boolean ones (a comparison, argmax, bucketize) or returns
+    some beside its float ones that are then read (``max(dim)``'s indices), a
     discontinuous function (``DISCONTINUOUS``: rounding, a histogram's counts), a nearest-
     neighbour sampler at computed coordinates (``SAMPLERS``) or a selection whose order among
     ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump."""
@@ -50,26 +52,44 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
     from torch.utils._pytree import tree_leaves
 
     seen = []
+    # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
+    # pool's): a decision once anything reads them (a router's top-1 expert), not before (the
+    # pool's indices, kept for a backward)
+    beside: dict[int, tuple] = {}  # id -> (the op's name, a weak reference to the result)
+
+    def read(tensors) -> None:
+        for t in tensors:
+            entry = beside.get(id(t))
+            if entry is not None and entry[1]() is t:
+                seen.append(entry[0])
 
     class Decisions(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            read(given)
             if any(t.is_floating_point() for t in given):
                 made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
                 name = func.overloadpacket.__name__
                 at = SAMPLERS.get(name)
                 nearest = at is not None and len(args) > at and args[at] == NEAREST
+                exact = [t for t in made if not (t.is_floating_point() or t.is_complex())]
                 # a selection whose order among exact ties is unspecified (its values are
                 # defined, its indices and whatever follows them are not)
                 if name in DISCONTINUOUS or nearest or name in UNORDERED_SELECTIONS or \
-                        (made and not any(t.is_floating_point() for t in made)):
-                    seen.append(func.overloadpacket.__name__)
+                        (made and len(exact) == len(made)):
+                    seen.append(name)
+                else:
+                    floats = {tuple(t.shape) for t in made if t.is_floating_point()}
+                    beside.update((id(t), (name, weakref.ref(t))) for t in exact
+                                  if tuple(t.shape) in floats)
             return out
 
     with Decisions():
-        forward(model, inputs, forward_seed, copies)
+        outs = forward(model, inputs, forward_seed, copies)
+    # (an output itself counts as read)
+    read(tree_leaves(outs))
     return bool(seen)
 
 

@@ -3,6 +3,7 @@ from a random cotangent, selections passing their gradient densely, so only stru
 counts), united over several input draws."""
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable
 
@@ -74,17 +75,18 @@ def _straight_through(func, args, kwargs, out):
     return out
 
 
-def _live_masks(model, inputs: list, forward_seed: int, gen,
-                copies: bool = True) -> list[dict] | None:
+def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True,
+                keep_saved: bool = False) -> list[dict] | None:
     """One liveness pass (see ``liveness``) on one input draw: per FLOP-counted call, in call
-    order, its label, cost and the mask of its output elements with a non-zero gradient."""
+    order, its label, cost and the mask of its output elements with a non-zero gradient. A
+    backward refused for a saved tensor forward rewrote in place runs again ``keep_saved``."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
     counter = _FlopOnly()
     records: list[dict] = []
-    sinks: list = []  # float values cut from the gradient on purpose: always roots
+    sinks: list = []  # float values judged through integer results that reach the output
     # float values judged only through an integer or boolean result (x > 0, argmax): roots only
     # where that result, or what is derived from it, reaches a float result, an output or a
     # value read on the host (an index, a mask, ``where``, ``int(t.argmax())``); one only truth-
@@ -102,6 +104,13 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
             if kwargs.get("inplace") and getattr(func, "__name__", "") in _STRAIGHT:
                 # ReLU(inplace=True) would rewrite its input's autograd history: out of place
                 kwargs = {**kwargs, "inplace": False}
+            name = getattr(func, "__name__", "")
+            if name in ("detach", "detach_") and args and float_grad(args[0]):
+                # cut from the gradient on purpose (a frozen backbone's features, a
+                # straight-through estimator's quantizer): passed through (a copy, which
+                # forward may then rewrite in place), so what is cut reaches the output
+                # only where its value does
+                return args[0].clone() if name == "detach" else args[0]
             with counter:
                 out = func(*args, **kwargs)
             flops = counter.cost - before
@@ -109,7 +118,6 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             floats = any(t.is_floating_point() for t in leaves)
-            name = getattr(func, "__name__", "")
             for entry in {id(e): e for e in (derived[id(t)][0] for t in given
                                              if id(t) in derived)}.values():
                 # what this op made of an integer result tracked so far
@@ -117,10 +125,7 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
                     entry["used"] = True  # a float result, or a value read on the host
                 else:
                     derived.update((id(t), (entry, t)) for t in leaves)
-            if name in ("detach", "detach_"):
-                # cut from the gradient on purpose (a straight-through estimator's quantizer)
-                sinks.extend(t for t in given if float_grad(t))
-            elif leaves and not floats and any(float_grad(t) for t in given):
+            if leaves and not floats and any(float_grad(t) for t in given):
                 entry = {"sinks": [t for t in given if float_grad(t)], "used": False}
                 judged.append(entry)
                 derived.update((id(t), (entry, t)) for t in leaves)
@@ -146,7 +151,10 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
         else:
             args.append(v)
     torch.manual_seed(forward_seed)
-    with torch.enable_grad(), Trace():
+    # a forward's own ``no_grad``/``inference_mode`` (a frozen backbone) would hide its work
+    # from the pass: held on; saved tensors kept as saved (``keep_saved``) where forward
+    # rewrites one in place (``x /= x.norm()``), which the backward would refuse
+    with torch.enable_grad(), _grad_held_on(), _saved_kept(keep_saved), Trace():
         outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
     for t in outs:
         if id(t) in derived:
@@ -157,10 +165,53 @@ def _live_masks(model, inputs: list, forward_seed: int, gen,
     roots = [t for t in [*outs, *sinks] if float_grad(t)]
     if not records or not roots:
         return None
+    state = gen.get_state()
     cotangents = [torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device, t.dtype)
                   for t in roots]
-    torch.autograd.backward(roots, cotangents)
+    try:
+        torch.autograd.backward(roots, cotangents)
+    except RuntimeError as exc:
+        if keep_saved or "inplace operation" not in str(exc):
+            raise
+        del records, outs, roots, cotangents
+        gen.set_state(state)
+        return _live_masks(model, inputs, forward_seed, gen, copies, keep_saved=True)
     return records
+
+
+@contextlib.contextmanager
+def _grad_held_on():
+    """Python's switches of autograd (``no_grad``, ``set_grad_enabled``, ``inference_mode``)
+    left without effect for the pass."""
+    import torch
+
+    class _NoInference:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    saved = torch._C._set_grad_enabled, torch._C._InferenceMode
+    torch._C._set_grad_enabled = lambda mode: None
+    torch._C._InferenceMode = _NoInference
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled, torch._C._InferenceMode = saved
+
+
+def _saved_kept(keep: bool):
+    """Saved tensors copied as autograd saves them (``keep``): a rewrite in place after that
+    changes the copy's original only."""
+    import torch
+
+    if not keep:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t)
 
 
 def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
@@ -172,6 +223,9 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
     integer results (a comparison, an argmax) count as reaching the output. The union over
     draws keeps data-dependent sparsity (a router's choice of experts) from reading as dead:
     what stays dead in every draw is dead by the program's structure (a slice, a fixed mask).
+    Where the calls themselves change with the data (the experts a router sends tokens to),
+    each draw is accounted alone and the least dead decides (``calls_changed``). Forward's own
+    ``no_grad`` and ``detach`` do not hide work from the pass.
     Returns ``{"dead_share", "sliced_share", "draws", "ops": [{label, share, live, sliced}]}``
     (``sliced``: the share of a call's output in whole dead slices, ``_dead_slices``) or None
     when there is no FLOP-counted work under autograd."""
@@ -179,6 +233,7 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     union: list[dict] | None = None
+    own: list[dict] = []  # each draw's own account, for a program that changes with the data
     count = 0
     for inputs in draws:  # drawn one at a time: no FLOP-counted work, no second draw
         if count == 0 and not _counts_flops(model, inputs, forward_seed, copies):
@@ -188,24 +243,35 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
         del inputs
         if records is None:
             return None
+        own.append(_account(records))
         if union is None:
             union = records
-            continue
-        if len(records) != len(union):  # the program changed with the data: count all live
-            for entry in union:
-                entry["masks"] = [torch.ones_like(m) for m in entry["masks"]]
-            break
-        for mine, theirs in zip(union, records):
-            same = [a.shape == b.shape for a, b in zip(mine["masks"], theirs["masks"])]
-            if len(mine["masks"]) != len(theirs["masks"]) or not all(same):
-                mine["masks"] = [torch.ones_like(m) for m in mine["masks"]]
-            else:
+        elif len(records) != len(union) or not all(
+                len(a["masks"]) == len(b["masks"])
+                and all(x.shape == y.shape for x, y in zip(a["masks"], b["masks"]))
+                for a, b in zip(union, records)):
+            # the calls changed with the data (the experts a router hit, tokens gathered for
+            # each): no call to unite with its own; each draw's account stands alone, the
+            # least dead deciding
+            union = []
+        elif union:
+            for mine, theirs in zip(union, records):
                 mine["masks"] = [a | b for a, b in zip(mine["masks"], theirs["masks"])]
-    if not union:
+    if not own:
         return None
-    total = sum(e["cost"] for e in union)
+    if union:
+        return {**_account(union), "draws": count}
+    least = min(own, key=lambda a: a["dead_share"])
+    return {**least, "sliced_share": min(a["sliced_share"] for a in own), "draws": count,
+            "calls_changed": True}
+
+
+def _account(records: list[dict]) -> dict:
+    """``dead_share``, ``sliced_share`` and ``ops`` of one liveness account (see
+    ``liveness``)."""
+    total = sum(e["cost"] for e in records)
     ops = []
-    for e in union:
+    for e in records:
         # a call with several outputs (attention and its averaged weights) does its work for
         # the one that reaches the output: its most-live output counts
         mask = max(e["masks"], key=lambda m: int(m.sum()) / m.numel() if m.numel() else 1.0,
@@ -215,7 +281,7 @@ def liveness(model, draws: Iterable[list], forward_seed: int, seed: int,
                     "live": live, "sliced": _dead_slices(mask)})
     dead = sum(o["share"] * (1.0 - o["live"]) for o in ops)
     sliced = sum(o["share"] * o["sliced"] for o in ops)
-    return {"dead_share": dead, "sliced_share": sliced, "draws": count, "ops": ops}
+    return {"dead_share": dead, "sliced_share": sliced, "ops": ops}
 
 
 def _dead_slices(mask) -> float:
