@@ -693,3 +693,63 @@ def test_a_batch_norm_in_training_counts_its_calls_and_its_output_does_not_follo
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None))
     found = R.advanced_counters(model, [torch.randn(2, 3, 8, 8)], 0, True)
     assert found["counters"] == ["1.num_batches_tracked"] and found["error"] == 0.0
+
+
+IN_PLACE_NORMS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.norm = nn.LayerNorm(64, elementwise_affine=False)
+
+    def forward(self, x):
+        h = self.norm(self.fc(x)) if NORMED else torch.tanh(self.fc(x))
+        h.div_(h.norm(dim=-1, keepdim=True))
+        g = torch.log_softmax(self.fc(x), dim=-1)
+        return torch.tanh(h) + (torch.log_softmax(g, dim=-1) if NORMED else g.exp())
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+"""
+
+
+@pytest.mark.parametrize("normed", [True, False])
+def test_an_in_place_or_idempotent_normalization_of_normalized_rows_is_redundant(normed):
+    """An in-place division by the row norm of a LayerNorm's output (a constant: skipped from
+    the operand as it was before the call) and a log-softmax of log-probabilities are redundant;
+    the same calls on rows whose norms differ, or on logits, are not."""
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source(f"NORMED = {normed}\n" + IN_PLACE_NORMS)
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    redundant = sorted(label.split(": ")[1].split(" ")[0] for label in labels
+                       if "redundant normalization" in label)
+    assert redundant == (["div_", "log_softmax"] if normed else []), labels
+
+
+def test_a_product_with_a_zero_weight_is_dead_however_small_its_share():
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source("""
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(512, 512)
+        self.gate = nn.Linear(512, 1)  # 0.2% of the work
+        nn.init.zeros_(self.gate.weight)
+
+    def forward(self, x):
+        h = self.body(x)
+        return h + self.gate(h)
+
+def get_inputs():
+    return [torch.randn(8, 512)]
+""")
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    assert any("gate.weight`, exactly zero" in label for label in labels), labels

@@ -8,16 +8,19 @@ second factor starts at zero adds exactly 0), which any answer to the problem as
 (zeroing, unlike skipping, leaves a multiplication by a weight of ones or an added zero bias
 live: none of the 97 seeds nor the healthy fixtures has such a site). A matrix product,
 convolution or attention call with an operand that is a parameter or buffer exactly zero as
-declared is dead work at initialization too, whatever the call's result (a query projection whose
-weight starts at zero gives its bias: the product can be skipped).
+declared is dead work at initialization too, whatever the call's result and however small its
+share (a query projection whose weight starts at zero gives its bias: the product can be
+skipped; so can a context block's last 1x1 convolution, zero-initialized, and all it reads).
 A rescaling site is also skipped up to one factor: a normalization call (``normalize``,
-``layer_norm``, ``rms_norm``...) or a product or quotient of a tensor by a smaller one of more
+``layer_norm``, ``rms_norm``, ``log_softmax``...) or a product or quotient of a tensor by a smaller one of more
 than one element computed from it (a statistic of its own: not a weight of ones, a scalar, or a
 mask computed from the inputs), its result replaced by its same-shaped operand times the
 least-squares scalar (a factor made through a clip or a test, a norm clip or a mask of the
 non-empty rows, is not one). Within tolerance on the declared parameters it is a
 redundant normalization: an inline RMS norm after a LayerNorm whose weight is one, an
-``F.normalize`` times sqrt(D) after a LayerNorm.
+``F.normalize`` times sqrt(D) after a LayerNorm, a log-softmax of log-probabilities. A call that
+writes into its operand (``h.div_(h.norm(dim=-1, keepdim=True))``) is skipped from that operand
+as it was before the call, and the skipped result written into it.
 Skipping a call outright (its first argument for its result) is not tried: code a later step makes
 irrelevant by design, such as a softmax's max subtraction, would read as dead. Calls that write
 into an argument (``masked_fill_``) are not tried either (their effect is already made), and sites
@@ -67,13 +70,20 @@ def _site(depth: int = 2) -> tuple[str, int] | None:
     return None
 
 
+# (a log-softmax of log-probabilities gives them back: its sum of exponentials is one)
 NORM_CALLS = frozenset({"normalize", "layer_norm", "rms_norm", "group_norm", "instance_norm",
-                        "batch_norm", "local_response_norm"})
+                        "batch_norm", "local_response_norm", "log_softmax"})
 SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "true_divide",
-                         "__itruediv__", "__imul__"})
+                         "__itruediv__", "__imul__", "div_", "mul_", "true_divide_"})
 # A centering: the operand less a statistic of its own (``h - h.mean(-1, keepdim=True)``),
 # skipped as a rescaling is (the least-squares factor comes out near 1 where it is redundant)
-SHIFT_CALLS = frozenset({"sub", "__sub__", "__isub__"})
+SHIFT_CALLS = frozenset({"sub", "__sub__", "__isub__", "sub_"})
+
+
+def _in_place(name: str) -> bool:
+    """Whether a torch call of this name writes its result into its first operand."""
+    return (name.startswith("__i") and name.endswith("__")) or \
+        (name.endswith("_") and not name.startswith("_"))
 
 
 # Ops through which a factor is a clip or a test, not a statistic (a norm clip that never bites
@@ -246,10 +256,15 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
     class Answer(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
             where = _site()
-            if where is None or (*where, getattr(func, "__name__", str(func))) != key or \
-                    not isinstance(out, torch.Tensor):
+            name = getattr(func, "__name__", str(func))
+            mine = where is not None and (*where, name) == key
+            # a call that writes into its first operand is answered from that operand as it
+            # was, and its answer written there in turn
+            before = args[0].clone() if mine and _in_place(name) and args and \
+                isinstance(args[0], torch.Tensor) else None
+            out = func(*args, **kwargs)
+            if not mine or not isinstance(out, torch.Tensor):
                 return out
             if call is not None:  # the calls ``_call_sites`` counts: floating-point results
                 if not out.is_floating_point():
@@ -257,8 +272,14 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
                 made[0] += 1
                 if made[0] - 1 != call:
                     return out
-            return answer(out, [v for v in tree_leaves((args, kwargs))
-                                if isinstance(v, torch.Tensor)])
+            given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+            if before is None:
+                return answer(out, given)
+            value = answer(out, [before if v is args[0] else v for v in given])
+            if value is not out:
+                with torch.no_grad():
+                    out.copy_(value)
+            return out
 
     try:
         with Answer():
@@ -379,7 +400,7 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
                         "are drawn again", i) for k, i in dead_calls if (k, i) not in both_calls]
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
-               if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
+               if e["zero"] is not None and k not in dead]
     rescaling = sorted((k for k, e in sites.items()
                         if e["rescale"] and e["ops"] > 0 and k not in dead and
                         e["numel"] >= MIN_SHARE * largest),
