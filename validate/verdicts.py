@@ -321,6 +321,13 @@ def judge_exact_outputs(exact: Any) -> dict:
         return skipped
     moved, threads = exact["jittered_changed"], exact["threads_changed"]
     jumped = exact.get("jumped")
+    reordered = exact.get("reordered") or {}
+    changed = [part for part in (reordered.get("exact"), reordered.get("moved"))
+               if part and part["changed"]]
+    if changed:
+        return check(False, changed[0]["fraction"], f"outputs follow the order among ties of a "
+                     f"sort or top-k, which no kernel defines: {_of(changed[0])} move when "
+                     "tied keys come out in another order (ask a stable sort, or break ties)")
     if jumped and jumped["changed"]:
         return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "
                      "100 tolerances or more when the float work carries noise of "

@@ -753,3 +753,32 @@ def get_inputs():
 """)
     labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
     assert any("gate.weight`, exactly zero" in label for label in labels), labels
+
+
+@pytest.mark.parametrize("kind, follows", [("argsort", True), ("stable", False),
+                                           ("values", False), ("topk", True)])
+def test_an_output_that_follows_the_order_among_tied_integer_keys_is_caught(kind, follows):
+    """Tokens sorted by their expert id (many ties) and then a running sum: which tied token
+    comes first is up to the sort. A stable sort defines it; sorted values do not depend on it;
+    a top-k over tied keys picks among them."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    class Ordered(nn.Module):
+        def forward(self, keys, x):
+            if kind == "values":
+                return torch.sort(keys).values.float().cumsum(0) + x.sum()
+            if kind == "topk":
+                return x[torch.topk(keys, 5).indices].sum(-1)
+            order = torch.argsort(keys, stable=kind == "stable")
+            return x[order].cumsum(0)
+
+    torch.manual_seed(0)
+    inputs = [torch.randint(0, 4, (64,)), torch.randn(64, 8)]
+    model = Ordered()
+    ref = R.forward(model, inputs, 0)
+    exact = R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", True, 1e-4)
+    if kind == "stable":  # nothing sorts with its order among ties left open
+        assert exact is None
+        return
+    assert bool(exact["reordered"]["moved"]["changed"]) is follows, exact
+    assert (judge_exact_outputs(exact)["passed"] is False) is follows

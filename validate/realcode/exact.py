@@ -40,18 +40,21 @@ NEAREST = 1
 JUMP = 100.0
 
 
-def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
+def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool]:
     """Does the forward decide something from float values: an op that takes a float tensor
     and returns only integer or boolean ones (a comparison, argmax, bucketize) or returns
     some beside its float ones that are then read (``max(dim)``'s indices), a
     discontinuous function (``DISCONTINUOUS``: rounding, a histogram's counts), a nearest-
     neighbour sampler at computed coordinates (``SAMPLERS``) or a selection whose order among
-    ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump."""
+    ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump. And
+    does it sort or select, of any dtype, where the order among ties is unspecified
+    (``REORDERED``: integer keys too, which no float noise moves)?"""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     seen = []
+    sorts = []
     # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
     # pool's): a decision once anything reads them (a router's top-1 expert), not before (the
     # pool's indices, kept for a backward)
@@ -69,6 +72,8 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
             out = func(*args, **kwargs)
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             read(given)
+            if _reorderable(func, args, kwargs) is not None:
+                sorts.append(func.overloadpacket.__name__)
             if any(t.is_floating_point() for t in given):
                 made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
                 name = func.overloadpacket.__name__
@@ -90,7 +95,67 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> bool:
         outs = forward(model, inputs, forward_seed, copies)
     # (an output itself counts as read)
     read(tree_leaves(outs))
-    return bool(seen)
+    return bool(seen), bool(sorts)
+
+
+def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
+    """(input, dim, kind) of a sort or top-k whose order among ties is unspecified (not asked
+    ``stable``), else None."""
+    name = func.overloadpacket.__name__
+    if name not in REORDERED or not args or not hasattr(args[0], "shape"):
+        return None
+    if name == "sort":
+        if kwargs.get("stable"):
+            return None
+        dim = kwargs.get("dim", args[1] if len(args) > 1 and not isinstance(args[1], bool)
+                         else -1)
+        return args[0], dim, name
+    dim = kwargs.get("dim", args[2] if len(args) > 2 else -1)
+    return args[0], dim, name
+
+
+# Sorts and top-k whose order among exact ties is unspecified: run again with the ties in
+# another order (``_TiesReordered``)
+REORDERED = frozenset({"sort", "topk"})
+
+
+class _TiesReordered:
+    """A dispatch mode under which every unstable sort and top-k returns another valid answer:
+    the same op on its input permuted at random along the dimension (a stable sort of it),
+    its indices mapped back. Keys that tie, of any dtype (expert ids, whole-second timestamps),
+    come out in another order; distinct keys as before."""
+
+    def __new__(cls, seed: int):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        class Reordered(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                found = _reorderable(func, args, kwargs)
+                if found is None:
+                    return func(*args, **kwargs)
+                x, dim, name = found
+                if x.dim() == 0 or x.numel() == 0:
+                    return func(*args, **kwargs)
+                dim = dim % x.dim()
+                perm = torch.randperm(x.shape[dim], generator=gen).to(x.device)
+                moved = x.index_select(dim, perm)
+                if name == "sort":
+                    descending = kwargs.get("descending", args[2] if len(args) > 2 and
+                                            isinstance(args[2], bool) else False)
+                    values, index = torch.sort(moved, dim=dim, descending=bool(descending),
+                                               stable=True)
+                else:
+                    k = args[1] if len(args) > 1 else kwargs["k"]
+                    largest = kwargs.get("largest", args[3] if len(args) > 3 else True)
+                    values, index = torch.topk(moved, k, dim=dim, largest=bool(largest),
+                                               sorted=True)
+                return values, perm[index]
+
+        return Reordered()
 
 
 def _jumped(out: list | None, ref: list, tol: float) -> dict:
@@ -211,9 +276,9 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     import torch
 
     floats_only = all(t.is_floating_point() or t.is_complex() for t in ref)
-    decides = tol is not None and any(t.is_floating_point() for t in ref) and \
-        _decides(model, inputs, forward_seed, copies)
-    if floats_only and not decides:
+    decides, sorts = _decides(model, inputs, forward_seed, copies)
+    decides = decides and tol is not None and any(t.is_floating_point() for t in ref)
+    if floats_only and not decides and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
     jumped = None
@@ -231,8 +296,16 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             threads = _exact_changed(forward(model, inputs, forward_seed, copies), ref)
         finally:
             torch.set_num_threads(before)
+    reordered = None
+    if sorts and tol is not None:
+        # the same forward with ties sorted in another order: an output that follows it is
+        # defined by no kernel (a float output off by a tolerance, an exact one at all)
+        with _TiesReordered(seed):
+            out = forward(model, inputs, forward_seed, copies)
+        reordered = {"exact": _exact_changed(out, ref), "moved": _jumped(out, ref, tol / JUMP)}
+        del out
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
-            "jumped": jumped,
+            "jumped": jumped, "reordered": reordered,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
 
