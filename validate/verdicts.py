@@ -333,6 +333,12 @@ def judge_exact_outputs(exact: Any) -> dict:
                      "100 tolerances or more when the float work carries noise of "
                      f"{exact['jitter']:.1g} of its magnitude (they are decided by near-tied "
                      "float values: a sign, a rounding, a one-hot of an argmax)")
+    steps = exact.get("steps")
+    if steps and steps["changed"]:
+        return check(False, steps["fraction"], f"float outputs step: {_of(steps)} are off by "
+                     "more than the tolerance under float noise of "
+                     f"{exact['jitter'] / 10:.1g} of its magnitude and do not shrink with it (a "
+                     "rounding or a threshold that honest rounding flips)")
     if not exact["outputs"]:
         return check(True, 0.0, "float outputs continuous under float noise")
     if moved["changed"] or (threads and threads["changed"]):

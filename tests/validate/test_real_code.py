@@ -782,3 +782,26 @@ def test_an_output_that_follows_the_order_among_tied_integer_keys_is_caught(kind
         return
     assert bool(exact["reordered"]["moved"]["changed"]) is follows, exact
     assert (judge_exact_outputs(exact)["passed"] is False) is follows
+
+
+@pytest.mark.parametrize("quantized", [True, False])
+def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shrink(quantized):
+    """A fixed-point quantizer (rounding to 1/64) read by a layer moves outputs by a few
+    tolerances where honest noise flips it, and keeps that step under a tenth of the noise; a
+    ReLU written as a test (``h * (h > 0)``) decides too, and its error shrinks tenfold."""
+    class Quantized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(64, 256), nn.Linear(256, 16)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            h = torch.round(h * 64) / 64 if quantized else h * (h > 0)
+            return self.fc2(h)
+
+    torch.manual_seed(0)
+    model, inputs = Quantized(), [torch.randn(512, 64)]
+    ref = R.forward(model, inputs, 0)
+    exact = R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", True, 1e-4)
+    assert not exact["jumped"]["changed"]  # under the 100 tolerances a jump is
+    assert bool(exact["steps"]["changed"]) is quantized, exact["steps"]

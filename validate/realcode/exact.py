@@ -175,6 +175,36 @@ def _jumped(out: list | None, ref: list, tol: float) -> dict:
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
+# A continuous output's error shrinks with the noise that makes it (by this factor, to first
+# order); an element decided by a rounding or a threshold keeps its step wherever the smaller
+# noise still flips it. A sum of steps of random sign shrinks by sqrt(STEP_SCALE) (0.32), so
+# an element off by more than the tolerance under the smaller noise that kept more than
+# ``STEP_KEPT`` of its error stepped.
+STEP_SCALE = 0.1
+STEP_KEPT = 0.2
+
+
+def _steps(out: list | None, smaller: list | None, ref: list, tol: float) -> dict:
+    """How many float output elements are off ``ref`` by more than their tolerance under the
+    noise ``STEP_SCALE`` as large (``smaller``) and kept more than ``STEP_KEPT`` of their
+    error under the full noise (``out``): steps too small for ``JUMP``, a quantizer's
+    rounding read on by a few layers."""
+    import torch
+
+    total = sum(b.numel() for b in ref if b.is_floating_point())
+    if out is None or smaller is None or not (C.shapes_equal(out, ref)
+                                              and C.shapes_equal(smaller, ref)):
+        return {"changed": 0, "fraction": 0.0, "total": total}
+    bad = 0
+    for a, s, b in zip(out, smaller, ref):
+        if b.is_floating_point():
+            for a64, s64, b64 in C._blocks64(a.detach(), s.detach(), b.detach()):
+                big, small = (a64 - b64).abs(), (s64 - b64).abs()
+                off = (small > tol * (1.0 + b64.abs())) & (small > STEP_KEPT * big)
+                bad += int((off & torch.isfinite(small)).sum())
+    return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
+
+
 # Ops that sum products or accumulate besides torch's FLOP formulas and ``REDUCTIONS``:
 # matrix-vector and dot products, running products, averaging pools and interpolations,
 # accumulating scatters, distances, losses. Ops that move, select, place constants (a
@@ -285,8 +315,15 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     with _HonestNoise(rel, seed):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
+    steps = None
     if decides:
         jumped = _jumped(out, ref, tol)
+        if not jumped["changed"]:
+            # steps under 100 tolerances: the same noise a tenth as large (``STEP_SCALE``)
+            with _HonestNoise(rel * STEP_SCALE, seed):
+                smaller = forward(model, inputs, forward_seed, copies)
+            steps = _steps(out, smaller, ref, tol)
+            del smaller
     del out
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
@@ -305,7 +342,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         reordered = {"exact": _exact_changed(out, ref), "moved": _jumped(out, ref, tol / JUMP)}
         del out
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
-            "jumped": jumped, "reordered": reordered,
+            "jumped": jumped, "steps": steps, "reordered": reordered,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
 
