@@ -805,3 +805,27 @@ def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shri
     exact = R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", True, 1e-4)
     assert not exact["jumped"]["changed"]  # under the 100 tolerances a jump is
     assert bool(exact["steps"]["changed"]) is quantized, exact["steps"]
+
+
+@pytest.mark.parametrize("scale, dead", [(1e-6, True), (0.1, False)])
+def test_a_cheap_branch_past_the_costliest_modules_is_tried_where_it_barely_moves_its_input(
+        scale, dead):
+    """Forty wide layers fill the costliest bypasses; a narrow adapter behind a layer-scale
+    of 1e-6 among them is tried because it barely moves its input (at 0.1 it is live)."""
+    from kernelmill.validate.realcode.bypass import MOST_BYPASSES
+
+    class Scaled(nn.Module):
+        def __init__(self, fn, gamma):
+            super().__init__()
+            self.fn, self.gamma = fn, gamma
+
+        def forward(self, x):
+            return x + self.gamma * self.fn(x)
+
+    layers = [Scaled(nn.Sequential(nn.Linear(32, 128), nn.Tanh(), nn.Linear(128, 32)), 0.3)
+              for _ in range(MOST_BYPASSES)]
+    layers.insert(5, Scaled(nn.Linear(32, 32), scale))
+    torch.manual_seed(0)
+    model, x = nn.Sequential(*layers), [torch.randn(16, 32)]
+    found = R.submodule_bypass(model, x, R.forward(model, x, 0), 0, 1e-4, 1)
+    assert ("5 (skipped" in " ".join(found["dead"])) is dead, found["dead"]

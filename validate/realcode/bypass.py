@@ -1,7 +1,8 @@
 """``submodule_bypass``: every sub-module that computes something is bypassed in turn (its output
 replaced by zeros, or by its input where the shapes allow), on the declared parameters and on a
 state whose exactly-constant parameters are drawn again: a bypass that leaves the output within
-tolerance is a dead branch. The same bypass per call site of the problem's own source
+tolerance is a dead branch. The costliest are tried, and then the quietest of the rest: those
+that barely move their input (a cheap adapter behind a layer-scale of 1e-6). The same bypass per call site of the problem's own source
 (``sites``) finds dead code that no sub-module holds."""
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from .constants import perturbed_constants
 
 # Most sub-modules bypassed per state (each once or twice: zeroed, skipped), largest first.
 MOST_BYPASSES = 32
+# ... and besides those, at most this many of the rest whose output differs from their input by
+# under ``QUIET_CHANGE`` of its size (a branch behind a layer-scale of 1e-6, however cheap),
+# quietest first: an honest residual branch moves its input by far more
+MOST_QUIET = 8
+QUIET_CHANGE = 1e-3
 
 
 class _OpCounter:
@@ -28,10 +34,13 @@ class _OpCounter:
                 super().__init__()
                 self.ops = 0
                 self.cost = 0.0
+                self.paused = False  # the counter's own measurements are not counted
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
+                if self.paused:
+                    return out
                 name = str(func.overloadpacket)
                 if C.compute_ops([name]):
                     self.ops += 1
@@ -53,7 +62,9 @@ class _OpCounter:
 def _module_calls(model, inputs: list, forward_seed: int,
                   copies: bool = True) -> tuple[dict, float]:
     """Per called sub-module (by qualified name): the compute ops and cost its calls ran
-    (children included), and whether its output can be replaced by its first tensor input."""
+    (children included), whether its output can be replaced by its first tensor input, and
+    then how far it moves that input (``change``: the largest over its calls of
+    ``|out - input| / |out|``)."""
     import torch
 
     counter = _OpCounter()
@@ -81,6 +92,16 @@ def _module_calls(model, inputs: list, forward_seed: int,
             entry["identity"] &= (isinstance(out, torch.Tensor) and x is not None
                                   and x.shape == out.shape and x.dtype == out.dtype
                                   and x.data_ptr() != out.data_ptr())
+            if entry["identity"] and out.is_floating_point():
+                counter.paused = True
+                try:
+                    size = float(torch.linalg.vector_norm(out.detach(), dtype=torch.float64))
+                    moved = float(torch.linalg.vector_norm((out.detach() - x.detach()),
+                                                           dtype=torch.float64))
+                finally:
+                    counter.paused = False
+                change = moved / size if size > 0 else float("inf")
+                entry["change"] = max(entry.get("change", 0.0), change)
         return hook
 
     for name, mod in model.named_modules():
@@ -141,9 +162,12 @@ def _dead_modules(model, inputs, ref, forward_seed, tol, calls, total, skip=(),
     output. A module inside one already found dead is not tried again."""
     order = sorted((n for n, e in calls.items() if e["ops"] > 0 and n not in skip),
                    key=lambda n: (-calls[n]["cost"], n.count("."), n))
+    quiet = sorted((n for n in order[MOST_BYPASSES:]
+                    if calls[n].get("change", float("inf")) < QUIET_CHANGE),
+                   key=lambda n: (calls[n]["change"], n))[:MOST_QUIET]
     dead: list[tuple[str, str]] = []
     tried = 0
-    for name in order[:MOST_BYPASSES]:
+    for name in order[:MOST_BYPASSES] + quiet:
         if any(name.startswith(d + ".") for d, _ in dead):
             continue
         hows = ["zero"] + (["identity"] if calls[name]["identity"] else [])
