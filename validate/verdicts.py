@@ -324,10 +324,10 @@ def judge_exact_outputs(exact: Any) -> dict:
     reordered = exact.get("reordered") or {}
     changed = [part for part in (reordered.get("exact"), reordered.get("moved"))
                if part and part["changed"]]
-    if changed:
-        return check(False, changed[0]["fraction"], f"outputs follow the order among ties of a "
-                     f"sort or top-k, which no kernel defines: {_of(changed[0])} move when "
-                     "tied keys come out in another order (ask a stable sort, or break ties)")
+    follows_ties = changed and check(
+        False, changed[0]["fraction"], f"outputs follow the order among ties of a sort or "
+        f"top-k, which no kernel defines: {_of(changed[0])} move when tied keys come out in "
+        "another order (ask a stable sort, or break ties)")
     if jumped and jumped["changed"]:
         return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "
                      "100 tolerances or more when the float work carries noise of "
@@ -340,7 +340,7 @@ def judge_exact_outputs(exact: Any) -> dict:
                      f"{exact['jitter'] / 10:.1g} of its magnitude and do not shrink with it (a "
                      "rounding or a threshold that honest rounding flips)")
     if not exact["outputs"]:
-        return check(True, 0.0, "float outputs continuous under float noise")
+        return follows_ties or check(True, 0.0, "float outputs continuous under float noise")
     if moved["changed"] or (threads and threads["changed"]):
         why = []
         if moved["changed"]:
@@ -351,7 +351,8 @@ def judge_exact_outputs(exact: Any) -> dict:
         return check(False, moved["fraction"], "integer/boolean outputs "
                      f"({', '.join(exact['outputs'])}) are graded exactly but are decided by "
                      "near-tied float values: " + "; ".join(why))
-    return check(True, 0.0, "integer/boolean outputs stable under float noise and thread count")
+    return follows_ties or check(True, 0.0, "integer/boolean outputs stable under float noise "
+                                 "and thread count")
 
 
 def judge_unique_writes(writes: Any) -> dict:
