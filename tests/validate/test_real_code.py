@@ -829,3 +829,16 @@ def test_a_cheap_branch_past_the_costliest_modules_is_tried_where_it_barely_move
     model, x = nn.Sequential(*layers), [torch.randn(16, 32)]
     found = R.submodule_bypass(model, x, R.forward(model, x, 0), 0, 1e-4, 1)
     assert ("5 (skipped" in " ".join(found["dead"])) is dead, found["dead"]
+
+
+def test_passthroughs_of_integer_and_broadcast_inputs_are_taken_out():
+    """An integer input cast into the output, and a smaller input broadcast over it, are
+    passthroughs too (``nonaffine.same_shaped``); an input that broadcasts nowhere near is not."""
+    from kernelmill.validate.realcode.nonaffine import same_shaped
+
+    y = torch.zeros(2, 16, 8, 8)
+    cells = torch.randint(0, 9, (2, 16, 8, 8))
+    depth, other = torch.rand(2, 1, 8, 8), torch.rand(3, 8)
+    pairs = same_shaped(y, [cells, depth, other], [cells + 1, depth * 2, other])
+    assert [a.shape for a, _ in pairs] == [y.shape, y.shape]
+    assert torch.equal(pairs[1][0][:, 7], depth[:, 0]) and pairs[0][0] is cells

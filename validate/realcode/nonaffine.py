@@ -9,7 +9,8 @@ once the best affine function of the changes of its same-shaped inputs is taken 
     min over a of  RMS(dy - sum_i a_i dx_i) / sqrt(2),    dy = y - y',  dx_i = x_i - x_i'
 
 with slopes ``a`` shared by every element and an intercept of each element's own, which the
-difference cancels: identity passthroughs, scaled copies, and added constants (a bias, a
+difference cancels: identity passthroughs (of an input of the output's shape, of an integer
+one cast, or of a smaller one broadcast), scaled copies, and added constants (a bias, a
 positional table) all go. What remains is the change the program computes; it is held against
 the slack rtol gives on the magnitude of the passthroughs (``sum_i a_i x_i``), not on the whole
 output's: a computed magnitude (a LogSoftmax's log-sum-exp) is honest work whose rounding
@@ -32,12 +33,27 @@ MIN_PER_SLOPE = 16
 
 
 def same_shaped(y, inputs: list, alt_inputs: list) -> list[tuple]:
-    """The (x, x') pairs of floating-point inputs of ``y``'s shape, from the two draws."""
+    """The (x, x') pairs of inputs that reach ``y``'s shape as they are, from the two draws:
+    floating-point or integer inputs of its shape (integer cells of a coarse grid refined by a
+    computed offset), and smaller ones whose shape broadcasts to it, expanded (a coarse depth
+    map plus 16 computed perturbations of it)."""
+    import torch
+
     pairs = []
     for x, x_alt in zip(inputs, alt_inputs):
-        if (getattr(x, "is_floating_point", None) and x.is_floating_point()
-                and getattr(x_alt, "shape", None) == x.shape == y.shape):
+        if not (isinstance(x, torch.Tensor) and isinstance(x_alt, torch.Tensor)
+                and x.shape == x_alt.shape and x.device == y.device
+                and not x.is_complex() and x.dtype != torch.bool):
+            continue
+        if x.shape == y.shape:
             pairs.append((x, x_alt))
+        elif 1 < x.numel() < y.numel() and x.dim() <= y.dim():
+            try:
+                reached = tuple(torch.broadcast_shapes(x.shape, y.shape)) == tuple(y.shape)
+            except RuntimeError:
+                reached = False
+            if reached:
+                pairs.append((x.expand(y.shape), x_alt.expand(y.shape)))
     return pairs
 
 
