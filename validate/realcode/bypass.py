@@ -95,9 +95,12 @@ def _module_calls(model, inputs: list, forward_seed: int,
             if entry["identity"] and out.is_floating_point():
                 counter.paused = True
                 try:
-                    size = float(torch.linalg.vector_norm(out.detach(), dtype=torch.float64))
-                    moved = float(torch.linalg.vector_norm((out.detach() - x.detach()),
-                                                           dtype=torch.float64))
+                    # (in float32 at least, no float64 copy: a 1e-3 bar needs no more)
+                    work = out.detach() if out.dtype in (torch.float32, torch.float64) \
+                        else out.detach().float()
+                    size = float(torch.linalg.vector_norm(work))
+                    moved = float(torch.linalg.vector_norm(work - x.detach().to(work.dtype)))
+                    del work
                 finally:
                     counter.paused = False
                 change = moved / size if size > 0 else float("inf")

@@ -35,33 +35,36 @@ def _counters(model) -> dict[tuple[str, str], int]:
     return found
 
 
-def _set(model, where: tuple[str, str], value: int) -> None:
+def _set(model, where: tuple[str, str], value: int, step: int) -> None:
     import torch
 
     module = model.get_submodule(where[0])
     held = getattr(module, where[1])
     if isinstance(held, torch.Tensor):
-        held.fill_(value)
+        # within its dtype, a few calls from wrapping (an int16 counter stops near 32767)
+        info, room = torch.iinfo(held.dtype), 4 * abs(step)
+        held.fill_(max(info.min + room, min(info.max - room, value)))
     else:
         setattr(module, where[1], value)
 
 
-def _target(value: int, step: int, cycles: int) -> int:
-    """``value`` moved by at least ``LEAST_CALLS`` steps and then to one step short of a
-    multiple of ``CYCLE`` (``cycles`` more of them further)."""
+def _target(value: int, step: int, cycles: int, short: bool) -> int:
+    """``value`` moved by at least ``LEAST_CALLS`` steps and then to a multiple of ``CYCLE``
+    (``cycles`` more of them further), or one step short of it (``short``: a count tested
+    after its increment fires on the next call; one tested before, on the multiple)."""
     reach = value + step * (LEAST_CALLS + 1)
     if step > 0:
         landing = -(-reach // CYCLE) * CYCLE + (cycles - 1) * CYCLE
     else:
         landing = (reach // CYCLE) * CYCLE - (cycles - 1) * CYCLE
-    return landing - step
+    return landing - step if short else landing
 
 
 def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> dict:
     """The integer counters one call moves (``_counters``), and the largest error
     (``checks.max_error``) between the output for ``inputs`` from a copy of the model and from
     copies of that copy, after its call, whose counters were advanced as if about 128 thousand
-    and a million calls had run:
+    calls had run (landing on a multiple of ``CYCLE`` and one short of it) and a million:
     ``{"counters": [...], "error": ...}`` (no counter moved: none, error 0)."""
     from .. import checks as C
 
@@ -77,10 +80,10 @@ def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> d
     if not moved:
         return {"counters": [], "error": 0.0}
     worst = 0.0
-    for cycles in (1, FAR_CYCLES):
+    for cycles, short in ((1, True), (1, False), (FAR_CYCLES, True)):
         advanced = copy_model(probe)
         for where, step in moved.items():
-            _set(advanced, where, _target(after[where], step, cycles))
+            _set(advanced, where, _target(after[where], step, cycles, short), step)
         try:
             out = forward(advanced, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — a forward that breaks after many calls moved too

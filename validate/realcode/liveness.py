@@ -76,10 +76,12 @@ def _straight_through(func, args, kwargs, out):
 
 
 def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True,
-                keep_saved: bool = False) -> list[dict] | None:
+                keep_saved: bool = False, plain: bool = False) -> list[dict] | None:
     """One liveness pass (see ``liveness``) on one input draw: per FLOP-counted call, in call
     order, its label, cost and the mask of its output elements with a non-zero gradient. A
-    backward refused for a saved tensor forward rewrote in place runs again ``keep_saved``."""
+    backward refused for a saved tensor forward rewrote in place runs again ``keep_saved``; a
+    forward that breaks with autograd held on and ``detach`` passed through (an ``out=`` call, a
+    ``.numpy()`` of what it detached) runs again ``plain``, its own switches obeyed."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
@@ -105,7 +107,7 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
                 # ReLU(inplace=True) would rewrite its input's autograd history: out of place
                 kwargs = {**kwargs, "inplace": False}
             name = getattr(func, "__name__", "")
-            if name in ("detach", "detach_") and args and float_grad(args[0]):
+            if not plain and name in ("detach", "detach_") and args and float_grad(args[0]):
                 # cut from the gradient on purpose (a frozen backbone's features, a
                 # straight-through estimator's quantizer): passed through (a copy, which
                 # forward may then rewrite in place), so what is cut reaches the output
@@ -154,8 +156,15 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
     # a forward's own ``no_grad``/``inference_mode`` (a frozen backbone) would hide its work
     # from the pass: held on; saved tensors kept as saved (``keep_saved``) where forward
     # rewrites one in place (``x /= x.norm()``), which the backward would refuse
-    with torch.enable_grad(), _grad_held_on(), _saved_kept(keep_saved), Trace():
-        outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
+    held = contextlib.nullcontext() if plain else _grad_held_on()
+    try:
+        with torch.enable_grad(), held, _saved_kept(keep_saved), Trace():
+            outs = [t for t in tree_leaves(work(*args)) if isinstance(t, torch.Tensor)]
+    except Exception:
+        if plain:
+            raise
+        del work, args, records, sinks, judged, derived
+        return _live_masks(model, inputs, forward_seed, gen, copies, keep_saved, plain=True)
     for t in outs:
         if id(t) in derived:
             derived[id(t)][0]["used"] = True
@@ -173,9 +182,10 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
     except RuntimeError as exc:
         if keep_saved or "inplace operation" not in str(exc):
             raise
-        del records, outs, roots, cotangents
+        del records, outs, roots, cotangents, work, args, sinks, judged, derived
         gen.set_state(state)
-        return _live_masks(model, inputs, forward_seed, gen, copies, keep_saved=True)
+        return _live_masks(model, inputs, forward_seed, gen, copies, keep_saved=True,
+                           plain=plain)
     return records
 
 

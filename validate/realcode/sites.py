@@ -8,9 +8,8 @@ second factor starts at zero adds exactly 0), which any answer to the problem as
 (zeroing, unlike skipping, leaves a multiplication by a weight of ones or an added zero bias
 live: none of the 97 seeds nor the healthy fixtures has such a site). A matrix product,
 convolution or attention call with an operand that is a parameter or buffer exactly zero as
-declared is dead work at initialization too, whatever the call's result and however small its
-share (a query projection whose weight starts at zero gives its bias: the product can be
-skipped; so can a context block's last 1x1 convolution, zero-initialized, and all it reads).
+declared is dead work at initialization too, whatever the call's result (a query projection whose
+weight starts at zero gives its bias: the product can be skipped).
 A rescaling site is also skipped up to one factor: a normalization call (``normalize``,
 ``layer_norm``, ``rms_norm``, ``log_softmax``...) or a product or quotient of a tensor by a smaller one of more
 than one element computed from it (a statistic of its own: not a weight of ones, a scalar, or a
@@ -400,7 +399,7 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
                         "are drawn again", i) for k, i in dead_calls if (k, i) not in both_calls]
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
-               if e["zero"] is not None and k not in dead]
+               if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
     rescaling = sorted((k for k, e in sites.items()
                         if e["rescale"] and e["ops"] > 0 and k not in dead and
                         e["numel"] >= MIN_SHARE * largest),
