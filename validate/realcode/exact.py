@@ -99,8 +99,9 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
 
 
 def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
-    """(input, dim, kind) of a sort or top-k whose order among ties is unspecified (not asked
-    ``stable``), else None."""
+    """(input, dim, kind, options) of a sort or top-k whose order among ties is unspecified
+    (not asked ``stable``), else None; ``options``: the keywords to run it again with
+    (``descending``; ``k`` and ``largest``)."""
     name = func.overloadpacket.__name__
     if name not in REORDERED or not args or not hasattr(args[0], "shape"):
         return None
@@ -109,9 +110,13 @@ def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
             return None
         dim = kwargs.get("dim", args[1] if len(args) > 1 and not isinstance(args[1], bool)
                          else -1)
-        return args[0], dim, name
+        descending = kwargs.get("descending", args[2] if len(args) > 2 and
+                                isinstance(args[2], bool) else False)
+        return args[0], dim, name, {"descending": bool(descending)}
     dim = kwargs.get("dim", args[2] if len(args) > 2 else -1)
-    return args[0], dim, name
+    k = args[1] if len(args) > 1 else kwargs["k"]
+    largest = kwargs.get("largest", args[3] if len(args) > 3 else True)
+    return args[0], dim, name, {"k": k, "largest": bool(largest)}
 
 
 # Sorts and top-k whose order among exact ties is unspecified: run again with the ties in
@@ -137,29 +142,23 @@ class _TiesReordered:
                 found = _reorderable(func, args, kwargs)
                 if found is None:
                     return func(*args, **kwargs)
-                x, dim, name = found
+                x, dim, name, options = found
                 if x.dim() == 0 or x.numel() == 0:
                     return func(*args, **kwargs)
                 dim = dim % x.dim()
                 perm = torch.randperm(x.shape[dim], generator=gen).to(x.device)
                 moved = x.index_select(dim, perm)
                 if name == "sort":
-                    descending = kwargs.get("descending", args[2] if len(args) > 2 and
-                                            isinstance(args[2], bool) else False)
-                    values, index = torch.sort(moved, dim=dim, descending=bool(descending),
-                                               stable=True)
+                    values, index = torch.sort(moved, dim=dim, stable=True, **options)
                 else:
-                    k = args[1] if len(args) > 1 else kwargs["k"]
-                    largest = kwargs.get("largest", args[3] if len(args) > 3 else True)
-                    values, index = torch.topk(moved, k, dim=dim, largest=bool(largest),
-                                               sorted=True)
+                    values, index = torch.topk(moved, dim=dim, sorted=True, **options)
                 return values, perm[index]
 
         return Reordered()
 
 
-def _jumped(out: list | None, ref: list, tol: float) -> dict:
-    """How many float output elements moved by more than ``JUMP`` times their tolerance
+def _jumped(out: list | None, ref: list, tol: float, times: float = JUMP) -> dict:
+    """How many float output elements moved by more than ``times`` (``JUMP``) their tolerance
     (``tol + tol * |ref|``), of all float elements (float64 blocks: no full-size copies)."""
     import torch
 
@@ -170,7 +169,7 @@ def _jumped(out: list | None, ref: list, tol: float) -> dict:
     for a, b in zip(out, ref):
         if b.is_floating_point():
             for a64, b64 in C._blocks64(a.detach(), b.detach()):
-                bad += int(((a64 - b64).abs() > JUMP * tol * (1.0 + b64.abs())).sum())
+                bad += int(((a64 - b64).abs() > times * tol * (1.0 + b64.abs())).sum())
                 bad += int((torch.isfinite(a64) != torch.isfinite(b64)).sum())
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
@@ -349,7 +348,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         # defined by no kernel (a float output off by a tolerance, an exact one at all)
         with _TiesReordered(seed):
             out = forward(model, inputs, forward_seed, copies)
-        reordered = {"exact": _exact_changed(out, ref), "moved": _jumped(out, ref, tol / JUMP)}
+        reordered = {"exact": _exact_changed(out, ref), "moved": _jumped(out, ref, tol, times=1.0)}
         del out
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
             "jumped": jumped, "steps": steps, "reordered": reordered,
