@@ -320,20 +320,25 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     if floats_only and not decides and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
-    jumped = None
+    jumped = steps = None
     with _HonestNoise(rel, seed):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
-    steps = None
     if decides:
         jumped = _jumped(out, ref, tol)
-        if not jumped["changed"]:
-            # steps under 100 tolerances: the same noise a tenth as large (``STEP_SCALE``)
-            with _HonestNoise(rel * STEP_SCALE, seed):
-                smaller = forward(model, inputs, forward_seed, copies)
+    smaller = small_jittered = small_jumped = None
+    if decides or jittered["changed"]:
+        # the same noise a tenth as large (``STEP_SCALE``): steps under 100 tolerances, and
+        # whether what flipped flips there too (``CONFIRM``)
+        with _HonestNoise(rel * STEP_SCALE, seed):
+            smaller = forward(model, inputs, forward_seed, copies)
+        if jittered["changed"]:
+            small_jittered = _exact_changed(smaller, ref)
+        if jumped is not None and jumped["changed"]:
+            small_jumped = _jumped(smaller, ref, tol)
+        elif jumped is not None:
             steps = _steps(out, smaller, ref, tol)
-            del smaller
-    del out
+    del out, smaller
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()
@@ -352,6 +357,8 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         del out
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
             "jumped": jumped, "steps": steps, "reordered": reordered,
+            "small_jitter": rel * STEP_SCALE, "small_jittered_changed": small_jittered,
+            "small_jumped": small_jumped,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
 
