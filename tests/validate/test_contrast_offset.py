@@ -167,3 +167,21 @@ def test_an_output_affine_in_its_inputs_has_no_non_affine_view(dtype, tol):
     # (not_affine judges such outputs)
     assert entries and all("nonaffine" not in e for e in entries)
     assert C.judge_contrast(entries, dtype, C.DEFAULT_THRESHOLDS, tol)["passed"] is True
+
+
+def test_a_float_mask_that_picks_a_large_fill_lends_no_magnitude():
+    """Attention scores with masked positions filled with -1e4 by a float 0/1 mask of the
+    output's shape: the fit gives the mask a slope of 1e4, but where the mask is one the output
+    is the scores (near zero), so rtol adds no slack there and the view passes; the same scores
+    added to 1e4 times a float input of the output's shape still fail."""
+    torch.manual_seed(0)
+    scores, scores_alt = torch.randn(8, 64, 64) * 0.3, torch.randn(8, 64, 64) * 0.3
+    mask, mask_alt = (torch.rand(8, 64, 64) > 0.1).float(), (torch.rand(8, 64, 64) > 0.1).float()
+    filled = [scores.masked_fill(mask == 0, -1e4)], [scores_alt.masked_fill(mask_alt == 0, -1e4)]
+    entries = R.contrast(*filled, TOL, [mask], [mask_alt])
+    assert entries[0]["nonaffine"]["magnitude"] < 1.0, entries
+    assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is True
+    offset = [1e4 * mask + scores], [1e4 * mask_alt + scores_alt]
+    entries = R.contrast(*offset, TOL, [mask], [mask_alt])
+    assert entries[0]["nonaffine"]["magnitude"] > 1e3, entries
+    assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is False

@@ -115,11 +115,14 @@ def rearranged(y, z, inputs: list, alt_inputs: list) -> list[tuple]:
 
 def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     """The RMS over sqrt(2) of ``y - z`` (one output over two input draws) less its least-squares
-    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the RMS of the fitted
-    affine part on the first draw (``sum_i a_i x_i``: what the passthroughs carry). One pass of
-    fp64 blocks sized to the inputs' count, the residual from the moments (its sum of squares
-    is ``dy.dy - 2 a.c + a.G.a``). None when there is nothing to fit on, too few elements, or a
-    value or moment that is not finite."""
+    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the RMS of what the
+    fitted affine part (``sum_i a_i x_i`` on the first draw: what the passthroughs carry) puts
+    into the output, element by element no more than the output's own magnitude there (a mask
+    input of the output's shape that picks a fill of -1e4 fits a slope of 1e4, which the
+    unmasked elements, near zero, never carry). Two passes of fp64 blocks sized to the inputs'
+    count, the residual from the moments (its sum of squares is ``dy.dy - 2 a.c + a.G.a``).
+    None when there is nothing to fit on, too few elements, or a value or moment that is not
+    finite."""
     import torch
 
     if not pairs or y.numel() < MIN_PER_SLOPE * len(pairs):
@@ -127,7 +130,6 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     k = len(pairs)
     tensors = [y, z] + [t for pair in pairs for t in pair]
     gram = torch.zeros(k, k, dtype=torch.float64)  # of the changes
-    level = torch.zeros(k, k, dtype=torch.float64)  # of the first draw's inputs
     cross = torch.zeros(k, dtype=torch.float64)
     square, count = 0.0, 0
     # blocks of an eighth of the output at most (the probe's memory estimate holds about one
@@ -136,21 +138,18 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     for block in C._blocks64(*tensors, chunk=chunk):
         dy = block[0] - block[1]
         dx = [block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)]
-        xs = [block[2 + 2 * i] for i in range(k)]
         if not (torch.isfinite(dy).all() and all(bool(torch.isfinite(d).all()) for d in dx)):
             return None
         for i in range(k):
             cross[i] += float(torch.dot(dx[i], dy))
             for j in range(i, k):
                 gram[i, j] += float(torch.dot(dx[i], dx[j]))
-                level[i, j] += float(torch.dot(xs[i], xs[j]))
         square += float(torch.dot(dy, dy))
         count += dy.numel()
-        del block, dy, dx, xs
+        del block, dy, dx
     gram = torch.triu(gram) + torch.triu(gram, 1).T
-    level = torch.triu(level) + torch.triu(level, 1).T
     if not (count and torch.isfinite(gram).all() and torch.isfinite(cross).all()
-            and torch.isfinite(level).all() and math.isfinite(square)):
+            and math.isfinite(square)):
         return None
     scale = gram.diagonal().clamp_min(1e-300)  # each input's change normalised: a zero one is 0
     norm = scale.sqrt()
@@ -160,8 +159,14 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
         return None
     a = (a.squeeze(1) / norm).nan_to_num(0.0)
     residual = square - 2.0 * float(a @ cross) + float(a @ gram @ a)
-    affine = float(a @ level @ a)
-    return math.sqrt(max(0.0, residual) / count / 2.0), math.sqrt(max(0.0, affine) / count)
+    carried = 0.0
+    for block in C._blocks64(y, *(x for x, _ in pairs), chunk=chunk):
+        fitted = sum(float(a[i]) * block[1 + i] for i in range(k))
+        carried += float(torch.minimum(fitted.abs(), block[0].abs()).square().sum())
+        del block, fitted
+    if not math.isfinite(carried):
+        return None
+    return math.sqrt(max(0.0, residual) / count / 2.0), math.sqrt(carried / count)
 
 
 def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,
