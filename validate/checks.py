@@ -90,12 +90,48 @@ def _real_view(t):
 
 def _blocks(*tensors, chunk: int | None = None):
     """Aligned flat slices of same-shaped tensors, ``chunk`` (default ``CHUNK``) elements at a
-    time (views; a non-contiguous tensor is copied once in its own dtype)."""
+    time: views, or where a tensor cannot be viewed flat (an input expanded to the output's
+    shape, a transpose) a copy of each block alone, taken along its leading dimensions."""
     chunk = chunk or CHUNK
+    views = [_real_view(t.detach()) if t.is_complex() else t.detach() for t in tensors]
+    if len({tuple(t.shape) for t in views}) == 1 and \
+            not all(_flat_view(t) for t in views):
+        yield from _row_blocks(views, chunk)
+        return
     flats = [_flat(t) for t in tensors]
     n = flats[0].numel()
     for start in range(0, n, chunk):
         yield tuple(f[start:start + chunk] for f in flats)
+
+
+def _flat_view(t) -> bool:
+    """Whether ``t.reshape(-1)`` is a view (no copy)."""
+    try:
+        t.view(-1)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _row_blocks(tensors: list, chunk: int):
+    """Flat blocks of same-shaped tensors in row-major order, each of at most ``chunk``
+    elements (or one innermost row), cut along the leading dimension and within a row too
+    large for a block along the next."""
+    n = tensors[0].numel()
+    if not n:
+        return
+    if n <= chunk or tensors[0].dim() == 0:
+        yield tuple(t.reshape(-1) for t in tensors)
+        return
+    rows = tensors[0].shape[0]
+    per = n // rows
+    step = max(1, chunk // per)
+    for i in range(0, rows, step):
+        part = [t[i:i + step] for t in tensors]
+        if per > chunk and part[0].dim() > 1:
+            yield from _row_blocks([p[0] for p in part], chunk)
+        else:
+            yield tuple(p.reshape(-1) for p in part)
 
 
 def _blocks64(*tensors, chunk: int | None = None):

@@ -330,3 +330,21 @@ def test_the_validators_timing_settings_reach_the_measurement(monkeypatch):
     cfg = ValidateConfig()
     assert (cfg.timing_ci_pct, cfg.timing_cap_ms) == (PD.VALIDATE_TIMING["ci_target_pct"],
                                                       PD.VALIDATE_TIMING["cap_ms"])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(1, 5, 1).expand(6, 5, 7),  # a bias broadcast to the output's shape
+    lambda: torch.randn(7, 5, 6).permute(2, 1, 0),  # a transpose
+    lambda: torch.randn(1, 1, 1).expand(6, 5, 7)])
+def test_blocks_of_a_tensor_not_viewable_flat_copy_a_block_at_a_time(make):
+    """Statistics run over aligned flat blocks; an expanded or transposed tensor is copied one
+    block at a time (a bias expanded to a 1.6e9-element output is no full-size copy), in the
+    same row-major order as a flat view."""
+    from kernelmill.validate.checks import _blocks
+
+    x, y = make(), torch.randn(6, 5, 7)
+    for chunk in (1, 4, 7, 35, 36, 1000):
+        got = list(_blocks(x, y, chunk=chunk))
+        assert torch.equal(torch.cat([a for a, _ in got]), x.reshape(-1))
+        assert torch.equal(torch.cat([b for _, b in got]), y.reshape(-1))
+        assert max(a.numel() for a, _ in got) <= max(chunk, 7)  # a block, or one innermost row
