@@ -170,27 +170,40 @@ def _peak_bytes(device: str) -> int | None:
     return int(torch.cuda.max_memory_reserved())
 
 
+# Forwards the host syncs are counted over: the fewest any of them made counts (a sync that
+# one call alone makes, a library's first-call search or an allocator growing its pool, is not
+# the forward's own; a read of a result, ``.item()`` or ``nonzero``, comes back every call)
+SYNC_CALLS = 2
+
+
 def _count_host_syncs(model, inputs: list, device: str, copies: bool = True) -> int | None:
-    """How many times one forward makes the host wait for the GPU (``.item()``, ``nonzero``,
-    boolean masks ...). Then host time is not launch overhead. None on CPU."""
+    """How many times every forward makes the host wait for the GPU (``.item()``, ``nonzero``,
+    boolean masks ...): the fewest over ``SYNC_CALLS`` calls. Then host time is not launch
+    overhead. None on CPU."""
     if not device.startswith("cuda"):
         return None
     import warnings
 
     import torch
 
-    args = _clone(inputs) if copies else inputs
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            with torch.no_grad():
-                model(*args)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
-    return sum("synchroniz" in str(w.message) for w in caught)
+    counts = []
+    for _ in range(SYNC_CALLS):
+        args = _clone(inputs) if copies else inputs
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with torch.no_grad():
+                    model(*args)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+        counts.append(sum("synchroniz" in str(w.message) for w in caught))
+        del args
+        if not counts[-1]:
+            break
+    return min(counts)
 
 
 def _host_syncs(model, inputs: list, device: str, source: str, copies: bool = True) -> dict:

@@ -181,3 +181,32 @@ def test_device_work_reads_kernel_records_on_cuda():
     assert work["kernels"] >= 3 * 150 and work["syncing_ops"] == 150, work
     assert 0 < work["busy_ms"] < work["wall_ms"] / 2, work
     assert work["op_floor_ms"] is None
+
+
+@pytest.mark.parametrize(("every_call", "expected"), [(True, 3), (False, 0)])
+def test_only_syncs_every_call_makes_are_counted(monkeypatch, every_call, expected):
+    """A sync a forward makes on its first call alone (a library's algorithm search, an
+    allocator growing its pool) is not the forward's own: the fewest over the calls counts;
+    three ``.item()`` reads every call stay three. The CUDA calls are stood in for on CPU; the
+    count is of the warnings sync-debug mode raises."""
+    import warnings
+
+    import torch
+
+    from kernelmill.validate import probe_device
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda *a, **k: None)
+    calls = []
+
+    class Syncing(torch.nn.Module):
+        def forward(self, x):
+            calls.append(1)
+            if every_call or len(calls) == 1:
+                for _ in range(3):
+                    warnings.warn("called a synchronizing CUDA operation")
+            return x * 2
+
+    count = probe_device._count_host_syncs(Syncing(), [torch.ones(4)], "cuda:0")
+    assert count == expected
+    assert len(calls) == probe_device.SYNC_CALLS  # a forward that synced is called again
