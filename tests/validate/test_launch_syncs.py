@@ -210,3 +210,37 @@ def test_only_syncs_every_call_makes_are_counted(monkeypatch, every_call, expect
     count = probe_device._count_host_syncs(Syncing(), [torch.ones(4)], "cuda:0")
     assert count == expected
     assert len(calls) == probe_device.SYNC_CALLS  # a forward that synced is called again
+
+
+def test_a_syncing_forwards_kernels_are_read_with_the_gpu_alone():
+    """The busy time the launch check divides by is read under the GPU's lock held
+    exclusively, as the eager time is timed: beside other processes' kernels a forward's own
+    read longer, and a launch-bound forward passed in one audit and failed in the next."""
+    import contextlib
+
+    import torch
+
+    from kernelmill.validate import probe_device
+
+    modes = []
+
+    class Lock:
+        @contextlib.contextmanager
+        def exclusive(self):
+            modes.append("exclusive")
+            yield self
+
+        @contextlib.contextmanager
+        def shared(self):
+            modes.append("shared")
+            yield self
+
+    model = torch.nn.Linear(8, 8)
+    syncing = {"host_syncs": 2, "syncs_in_loops": [], "device_work": None}
+    got = probe_device._syncing_work(Lock(), "cpu", model, [torch.randn(4, 8)], syncing)
+    assert modes == ["exclusive"]
+    assert got["device_work"]["kernels"] and got["device_work"]["busy_ms"] is not None
+    modes.clear()
+    quiet = {"host_syncs": 0, "syncs_in_loops": [], "device_work": None}
+    assert probe_device._syncing_work(Lock(), "cpu", model, [torch.randn(4, 8)], quiet) == quiet
+    assert modes == []  # a forward that never syncs takes no hold for it
