@@ -185,3 +185,19 @@ def test_a_float_mask_that_picks_a_large_fill_lends_no_magnitude():
     entries = R.contrast(*offset, TOL, [mask], [mask_alt])
     assert entries[0]["nonaffine"]["magnitude"] > 1e3, entries
     assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is False
+
+
+def test_an_additive_mask_is_judged_alike_whichever_way_it_is_written():
+    """``scores + (1 - keep) * -1e4`` and ``scores + pad * -1e4`` are one output: the masked
+    positions still carry the scores, under an offset of -1e4 that lends them rtol's slack (a
+    kernel may skip them), and the view reads the same magnitude for either mask."""
+    torch.manual_seed(0)
+    scores, scores_alt = torch.randn(8, 64, 64) * 0.3, torch.randn(8, 64, 64) * 0.3
+    keep, keep_alt = (torch.rand(8, 64, 64) > 0.1).float(), (torch.rand(8, 64, 64) > 0.1).float()
+    out, out_alt = [scores + (1 - keep) * -1e4], [scores_alt + (1 - keep_alt) * -1e4]
+    by_keep = R.contrast(out, out_alt, TOL, [keep], [keep_alt])[0]["nonaffine"]
+    by_pad = R.contrast(out, out_alt, TOL, [1 - keep], [1 - keep_alt])[0]["nonaffine"]
+    assert by_keep["magnitude"] == pytest.approx(by_pad["magnitude"], rel=1e-6)
+    assert by_keep["magnitude"] > 500  # where 1% of the elements are masked in both draws
+    entries = R.contrast(out, out_alt, TOL, [1 - keep], [1 - keep_alt])
+    assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is False

@@ -115,14 +115,13 @@ def rearranged(y, z, inputs: list, alt_inputs: list) -> list[tuple]:
 
 def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     """The RMS over sqrt(2) of ``y - z`` (one output over two input draws) less its least-squares
-    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the RMS of what the
-    fitted affine part (``sum_i a_i x_i`` on the first draw: what the passthroughs carry) puts
-    into the output, element by element no more than the output's own magnitude there (a mask
-    input of the output's shape that picks a fill of -1e4 fits a slope of 1e4, which the
-    unmasked elements, near zero, never carry). Two passes of fp64 blocks sized to the inputs'
-    count, the residual from the moments (its sum of squares is ``dy.dy - 2 a.c + a.G.a``).
-    None when there is nothing to fit on, too few elements, or a value or moment that is not
-    finite."""
+    fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the output's magnitude
+    where that remainder lives: the RMS of the lesser of ``|y|`` and ``|z|`` weighted element by
+    element by the remainder's square (an offset under the informative part lends it rtol's slack; a fill of -1e4 where a
+    mask leaves nothing to compute lends none, however the mask is written). Two passes of
+    fp64 blocks sized to the inputs' count, the residual from the moments (its sum of squares
+    is ``dy.dy - 2 a.c + a.G.a``). None when there is nothing to fit on, too few elements, or a
+    value or moment that is not finite."""
     import torch
 
     if not pairs or y.numel() < MIN_PER_SLOPE * len(pairs):
@@ -159,14 +158,22 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
         return None
     a = (a.squeeze(1) / norm).nan_to_num(0.0)
     residual = square - 2.0 * float(a @ cross) + float(a @ gram @ a)
-    carried = 0.0
-    for block in C._blocks64(y, *(x for x, _ in pairs), chunk=chunk):
-        fitted = sum(float(a[i]) * block[1 + i] for i in range(k))
-        carried += float(torch.minimum(fitted.abs(), block[0].abs()).square().sum())
-        del block, fitted
-    if not math.isfinite(carried):
+    # the output's magnitude where the remainder lives: y's square weighted by the remainder's
+    weighted = weights = 0.0
+    for block in C._blocks64(*tensors, chunk=chunk):
+        rest = block[0] - block[1]
+        for i in range(k):
+            rest -= float(a[i]) * (block[2 + 2 * i] - block[3 + 2 * i])
+        rest.square_()
+        # the magnitude both draws carry there (an element a mask fills in one draw only is
+        # filled in neither's informative part)
+        weighted += float(torch.dot(rest, torch.minimum(block[0].square(), block[1].square())))
+        weights += float(rest.sum())
+        del block, rest
+    if not (math.isfinite(weighted) and math.isfinite(weights)):
         return None
-    return math.sqrt(max(0.0, residual) / count / 2.0), math.sqrt(carried / count)
+    carried = math.sqrt(weighted / weights) if weights > 0 else 0.0
+    return math.sqrt(max(0.0, residual) / count / 2.0), carried
 
 
 def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,
