@@ -177,8 +177,11 @@ def ablations(source: str, max_variants: int = 48) -> list[dict]:
         if _statement_is_removable(stmt):
             add(stmt, lambda _node: cst.SimpleStatementLine(body=[cst.Pass()]),
                 f"remove `{_code(module, stmt)}`")
+    # a call whose result is itself called (``Quantizer(8, 2)(x)``: a module built and applied
+    # in one line) makes a callable, not a value: its first argument cannot stand in for it
+    called = {id(call.func) for call in found.calls if isinstance(call.func, cst.Call)}
     for call in found.calls:
-        replacement = _bypass(call)
+        replacement = None if id(call) in called else _bypass(call)
         if replacement is None:
             continue
         add(call, lambda updated: _bypass(updated) or updated,

@@ -185,6 +185,19 @@ def test_ablations_one_change_each():
     assert ablations("def f(:\n") == [] and ablations("x = 1\n") == []
 
 
+def test_a_module_built_and_applied_in_one_line_is_not_replaced_by_its_argument():
+    """``Quantizer(8, 2)(x)``: the inner call makes a callable; its first argument (8) cannot
+    stand in for it (``8(x)``, a variant that cannot run). The calls inside its argument are
+    ablated as anywhere else."""
+    source = SOURCE.replace("return torch.softmax(x, dim=-1)",
+                            "return Quantizer(8, 2)(torch.softmax(x, dim=-1))")
+    labels = [v["label"] for v in ablations(source)]
+    assert not any("`Quantizer(8, 2)` ->" in label for label in labels), labels
+    assert "line 18: `torch.softmax(x, dim=-1)` -> `x`" in labels
+    for v in ablations(source):
+        compile(v["source"], "<variant>", "exec")
+
+
 def test_roofline_table_and_fallback():
     peaks, source = device_peaks("NVIDIA H100 80GB HBM3")
     assert source == "table:H100" and peaks["bandwidth"] == 3.35e12
