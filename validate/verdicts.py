@@ -331,7 +331,8 @@ def _confirmed(exact: dict, full: str, small: str) -> tuple[dict | None, str]:
                                                         else "")
     if confirmed and confirmed["changed"]:
         return change, f"; {_of(confirmed)} under {under}"
-    return None, f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, none under {under})"
+    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, none under "
+                  f"{under})")
 
 
 def judge_exact_outputs(exact: Any) -> dict:

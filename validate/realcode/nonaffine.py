@@ -117,11 +117,11 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     """The RMS over sqrt(2) of ``y - z`` (one output over two input draws) less its least-squares
     fit by the inputs' changes (``pairs``: (x, x') of ``y``'s shape), and the output's magnitude
     where that remainder lives: the RMS of the lesser of ``|y|`` and ``|z|`` weighted element by
-    element by the remainder's square (an offset under the informative part lends it rtol's slack; a fill of -1e4 where a
-    mask leaves nothing to compute lends none, however the mask is written). Two passes of
-    fp64 blocks sized to the inputs' count, the residual from the moments (its sum of squares
-    is ``dy.dy - 2 a.c + a.G.a``). None when there is nothing to fit on, too few elements, or a
-    value or moment that is not finite."""
+    element by the remainder's square (an offset under the informative part lends it rtol's
+    slack; a fill of -1e4 where a mask leaves nothing to compute lends none, however the mask
+    is written). Two passes of fp64 blocks sized to the inputs' count, the residual from the
+    moments (its sum of squares is ``dy.dy - 2 a.c + a.G.a``). None when there is nothing to fit
+    on, too few elements, or a value or moment that is not finite."""
     import torch
 
     if not pairs or y.numel() < MIN_PER_SLOPE * len(pairs):
