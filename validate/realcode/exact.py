@@ -343,7 +343,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     jittered = _exact_changed(out, ref)
     if decides:
         jumped = _jumped(out, ref, tol)
-    smaller = small_jittered = small_jumped = None
+    small_jittered = small_jumped = None
     if decides or jittered["changed"]:
         # the same noise a tenth as large (``STEP_SCALE``): steps under 100 tolerances, and
         # whether what flipped flips there too, in any of ``CONFIRM_DRAWS`` draws of it
@@ -351,22 +351,21 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             smaller = forward(model, inputs, forward_seed, copies)
         if decides:
             steps = _steps(out, smaller, ref, tol)
-        del out
+        out = None  # one output held at a time from here
         flipped = jittered["changed"] or (jumped is not None and jumped["changed"])
         for draw in range(CONFIRM_DRAWS if flipped else 0):
             if draw:
+                smaller = None
                 with _HonestNoise(rel * STEP_SCALE, seed + draw):
                     smaller = forward(model, inputs, forward_seed, copies)
             if jittered["changed"]:
                 small_jittered = _summed(small_jittered, _exact_changed(smaller, ref))
             if jumped is not None and jumped["changed"]:
                 small_jumped = _summed(small_jumped, _jumped(smaller, ref, tol))
-            smaller = None
             if any(part and part["changed"] for part in (small_jittered, small_jumped)):
                 break
-        smaller = None
-    else:
-        del out
+        del smaller
+    del out
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()
