@@ -139,7 +139,8 @@ for part in $parts; do
               # every run's result with its verdicts, for `ray_scaling.py --table` here
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
-    pytest)   python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
+    # (the validator's GPU tests keep their records under $out/records)
+    pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
                 | tee "$out/pytest_gpu.log" ;;
     # SERVE_ARGS: benchmarks/serve_throughput.py's flags (the service against the batch grader)

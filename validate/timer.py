@@ -138,6 +138,20 @@ def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
     return int(min(most, 1 << (wanted - 1).bit_length()))
 
 
+_memory_stats = torch.cuda.memory_stats
+
+
+def _driver_allocations(cuda: bool) -> int | None:
+    """How many times this process's CUDA caching allocator has called the driver to map or
+    free device memory (None off CUDA, or where torch does not count them)."""
+    if not cuda:
+        return None
+    stats = _memory_stats()
+    if "num_device_alloc" not in stats:
+        return None
+    return int(stats["num_device_alloc"]) + int(stats.get("num_device_free", 0))
+
+
 class Timer:
     """Times ``fn`` (no arguments) on ``device``; see the module docstring for the methods.
 
@@ -165,6 +179,7 @@ class Timer:
         self.capture_error: str | None = None
         self.estimate_ms: float | None = None
         self.host_ms: float | None = None
+        self.host_driver_allocations: int | None = None
         self._flush: L2Flush | None = None
         self._events = None
         self._single = None  # a one-call graph captured like the timed one: (graph, output)
@@ -187,6 +202,7 @@ class Timer:
         cuda = is_cuda(self.device)
         self.output = self.fn()
         synchronize(self.device)
+        drivers = _driver_allocations(cuda)
         begin = _perf_counter()
         self.output = self.fn()
         host = [(_perf_counter() - begin) * 1e3]
@@ -197,6 +213,7 @@ class Timer:
                 self.output = self.fn()
             synchronize(self.device)
             host.clear()
+            drivers = _driver_allocations(cuda)
             for _ in range(3):
                 begin = _perf_counter()
                 self.output = self.fn()
@@ -205,6 +222,11 @@ class Timer:
         # the least: other work on the host (a validator prepares beside its other workers)
         # only lengthens the time to issue a call
         self.host_ms = min(host)
+        # the caching allocator's calls into the driver while the host times were taken (device
+        # memory mapped or freed: time the host spends that is not issuing work)
+        after = _driver_allocations(cuda)
+        self.host_driver_allocations = None if after is None or drivers is None else \
+            after - drivers
         estimate_reps = 1 if long else 3
         if not cuda:
             self.method = "perf_counter"
@@ -371,6 +393,7 @@ class Timer:
         # A profiler left running (CUPTI on CUDA) slows every launch: say so with the times.
         described = {"method": self.method, "calls_per_sample": self.calls_per_sample,
                      "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
+                     "host_driver_allocations": self.host_driver_allocations,
                      "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
         if self.method == "cuda_graph":
             described["cover"] = self.cover

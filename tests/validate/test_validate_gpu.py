@@ -1,5 +1,6 @@
 """Validation on CUDA (``pytest -m gpu``): every seed passes; defects are caught there too."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -25,8 +26,12 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def validated_seeds(cuda, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("validate_gpu")
+    # KERNELMILL_TEST_OUT keeps the records (``scripts/gpu_check.sh`` sets it to its output)
+    kept = os.environ.get("KERNELMILL_TEST_OUT")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("validate_gpu")
+    folder.mkdir(parents=True, exist_ok=True)
     src, out = folder / "seeds.jsonl", folder / "validated.jsonl"
+    out.unlink(missing_ok=True)
     import_folder(SEEDS_DIR, src, generator="seed")
     validate_file(src, out, device="cuda", progress=False)
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -63,6 +68,11 @@ def test_defective_problems_fail_on_cuda(cuda, tmp_path):
             expected[path.stem] = {f.strip() for f in
                                    text.split("expect:", 1)[1].splitlines()[0].split(",")}
             handle.write(json.dumps(Record.from_source(text, name=path.stem).to_dict()) + "\n")
+    kept = os.environ.get("KERNELMILL_TEST_OUT")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        out = Path(kept) / "defective_validated.jsonl"
+        out.unlink(missing_ok=True)
     validate_file(src, out, device="cuda", config={"timeout_s": 60, "inductor": False},
                   progress=False)
     for line in out.read_text().splitlines():
