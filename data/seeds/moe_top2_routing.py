@@ -1,10 +1,11 @@
 """Mixture-of-experts layer: softmax router, top-2 gating, GELU expert MLPs, gated sum.
 
-Each chosen expert's gate is its lead over the best expert left out (normalized over the two):
-where a token's 2nd and 3rd router probabilities nearly tie, the expert that may swap in or
-out carries a gate near zero, so a rounding of the router moves the output by a rounding and
-not by a whole expert's row (top-2 gates renormalized over the two chosen probabilities jump
-there, which `stable_exact_outputs` rejects).
+Each chosen expert's gate is its lead over the best expert left out: where a token's 2nd and
+3rd router probabilities nearly tie, the expert that may swap in or out carries a gate near
+zero, so the output is a continuous function of the router and a rounding of it moves the
+output by a rounding (top-2 gates renormalized over the chosen probabilities jump there by a
+whole expert's row, and renormalized leads step at a three-way tie: `stable_exact_outputs`
+rejects both).
 
 category: block
 level: 3
@@ -37,7 +38,6 @@ class Model(nn.Module):
         probs = torch.softmax(self.router(x), dim=-1)
         top_p, top_i = torch.topk(probs, self.top_k + 1, dim=-1)
         lead = top_p[:, :-1] - top_p[:, -1:]  # over the best expert left out: 0 at a tie
-        lead = lead / lead.sum(dim=-1, keepdim=True)
         # scatter (not scatter_add): indices are distinct within a row, so this is deterministic
         gates = torch.zeros_like(probs).scatter(-1, top_i[:, :-1], lead)
         hidden = F.gelu(torch.einsum("td,edh->eth", x, self.w_in))
