@@ -1,15 +1,19 @@
 """Bilinear layer y_o = x1^T W_o x2 + b_o over a batch of vector pairs.
 
+Eager PyTorch runs one batched GEMM pair per output feature (thousands of launches and views
+at 512 features: 19 ms of host issue for 9.8 ms of GPU work on an H200, launch-overhead
+bound); 128 features over 16384 pairs keep each launch's work above its issue time.
+
 category: matmul
 level: 1
 """
 import torch
 import torch.nn as nn
 
-BATCH = 2048
+BATCH = 16384
 IN1_FEATURES = 256
 IN2_FEATURES = 256
-OUT_FEATURES = 512
+OUT_FEATURES = 128
 
 
 class Model(nn.Module):

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-TOKENS = 512
+TOKENS = 2048
 MODEL_DIM = 1024
 HIDDEN = 1024
 NUM_EXPERTS = 8

@@ -50,19 +50,27 @@ def reference_task(payload: dict) -> dict:
     result = _reference_trials(ns, device, payload)
     result["device_peak_bytes"] = _device_peak(device)
     if payload.get("time", True) and payload.get("inductor"):
-        _inductor_timing(device, payload, result)
+        _inductor_timing(ns, device, payload, result)
     _drop_worker_only(result)
     mark_stage("reference send")
     return result
 
 
 def _drop_worker_only(result: dict) -> None:
-    """What a reference run keeps for its own later work (the model, a host copy of the first
-    trial's inputs as drawn), taken out of what it sends; its states go to the shown file."""
+    """What a reference run keeps for its own later work (the model, how the first trial's
+    inputs were drawn), taken out of what it sends; its states go to the shown file."""
     del result["_model"]
     for trial in result["trials"]:
-        trial.pop("_host_inputs", None)
+        trial.pop("_draw", None)
     _shown_states(result)
+
+
+def _first_inputs(ns: dict, device: str, result: dict) -> list:
+    """The first trial's inputs drawn again on the device from its seed (the same seed gives
+    the same tensors): no host copy of them is kept while the trials run (a second copy of a
+    KernelBench-size input through the host, a fifth of a fresh reference run's CPU)."""
+    seed, dist = result["trials"][0]["_draw"]
+    return transform(draw_inputs(ns, device, seed), dist)
 
 
 def _shipped(value, shown: bool = False):
@@ -154,11 +162,12 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         # affine step dropped where the constructor made it the identity): never sent on
         first = result["trials"][0]
         model.load_state_dict(constructor)
-        _manual_seed(forward_seed(payload["init_seed"]))
         try:
+            inputs = _first_inputs(ns, device, result)
+            _manual_seed(forward_seed(payload["init_seed"]))
             with torch.no_grad():
-                _structure, items = flatten_outputs(
-                    model(*to_device(first["_host_inputs"], device)))
+                _structure, items = flatten_outputs(model(*inputs))
+            del inputs
             sync(device)
             first["constructor_outputs"] = [to_cpu(t) if _isinstance(t, torch.Tensor) else t
                                             for t in items]
@@ -235,8 +244,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         usable = finite or natural or not natural_finite
         trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
                        "inputs": kept,
-                       **({} if trials else {"_host_inputs": [to_cpu(v) if _type(v) is _Tensor
-                                                             else v for v in inputs]}),
+                       **({} if trials else {"_draw": (spec["seed"], spec["dist"])}),
                        "hidden": bool(spec.get("hidden")),
                        "outputs": outputs, "structure": structure, "usable": usable,
                        "device_types": [t.device.type for t in items
@@ -259,12 +267,12 @@ def _room_for_spare(written: list[int]) -> bool:
     return written[-1] + 2 * largest <= limit
 
 
-def _inductor_timing(device: str, payload: dict, result: dict) -> None:
+def _inductor_timing(ns: dict, device: str, payload: dict, result: dict) -> None:
     """Eager and Inductor timed together, once per reference (the verdict's eager time comes
     from the candidate's window; Inductor's from this ratio)."""
     model = result["_model"]
     mark_stage("reference inductor")
-    inputs = to_device(result["trials"][0]["_host_inputs"], device)
+    inputs = _first_inputs(ns, device, result)
 
     def eager():
         with torch.no_grad():
