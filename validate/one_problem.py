@@ -299,5 +299,6 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         "aten_ops": m["aten_ops"], "probe_stats": m["probe_stats"], "resized": resized,
         "memory": memory, "profile": profile,
         "timing": {k: m["timing"].get(k) for k in ("method", "reps", "ci_pct", "host_ms",
-                                                    "launch_ratio", "host_driver_allocations")},
+                                                    "launch_ratio", "host_driver_allocations",
+                                                    "host_wall_ms")},
     }
