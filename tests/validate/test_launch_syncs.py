@@ -244,3 +244,37 @@ def test_a_syncing_forwards_kernels_are_read_with_the_gpu_alone():
     quiet = {"host_syncs": 0, "syncs_in_loops": [], "device_work": None}
     assert probe_device._syncing_work(Lock(), "cpu", model, [torch.randn(4, 8)], quiet) == quiet
     assert modes == []  # a forward that never syncs takes no hold for it
+
+
+def test_a_host_time_the_allocator_held_in_every_sample_is_not_judged():
+    """Host samples that each called the driver to free or map memory time the allocator: a
+    ratio over the bar is not judged from them; the same ratio without them fails, and an
+    allocation in a forward under the bar still passes."""
+    timing = {"eager_ms": 0.5, "host_ms": 40.0, "launch_ratio": 80.0, "host_syncs": 0}
+    assert C.judge_launch(timing, 0.8)["passed"] is False
+    held = C.judge_launch({**timing, "host_driver_allocations": 2}, 0.8)
+    assert held["passed"] is None and "into the driver" in held["detail"]
+    quick = {**timing, "host_ms": 0.1, "launch_ratio": 0.2, "host_driver_allocations": 2}
+    assert C.judge_launch(quick, 0.8)["passed"] is True
+
+
+def test_host_samples_keep_the_collector_off_and_report_wall_and_thread_time(monkeypatch):
+    """The timer's host samples: the interpreter's collector is off while the call is issued and
+    on again after; the record keeps the wall time beside the issuing thread's."""
+    import gc
+
+    from kernelmill.validate import timer as T
+
+    states = []
+
+    def forward():
+        states.append(gc.isenabled())
+        return sum(range(20000))
+
+    assert gc.isenabled()
+    info = T.Timer(forward, "cpu", graph=False).prepare()
+    assert gc.isenabled()
+    assert False in states  # the host samples ran with the collector off
+    assert True in states  # the warm-ups and the estimate did not
+    assert info["host_ms"] == info["host_wall_ms"] > 0  # one clock on CPU
+    assert info["host_driver_allocations"] is None
