@@ -32,6 +32,11 @@ from .gpu_lock import GpuLock, _Held  # noqa: F401 — re-exported: moved to gpu
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
+_process_time = time.process_time
+# the CUDA caching allocator's counters, read through torch's C binding (torch's Python wrapper
+# looks its helpers up at each call, where a submission could rebind them)
+_cuda_memory_stats = getattr(torch._C, "_cuda_memoryStats", None)
+_cuda_get_device = getattr(torch._C, "_cuda_getDevice", None)
 _median = statistics.median
 _sorted = sorted
 _isinstance = isinstance
@@ -72,8 +77,10 @@ GUARDED = (
     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
     (torch.cuda.CUDAGraph, "capture_begin"), (torch.cuda.CUDAGraph, "capture_end"),
     (torch.cuda.CUDAGraph, "replay"), (time, "perf_counter"), (time, "thread_time"),
-    (statistics, "median"),
+    (time, "process_time"), (statistics, "median"),
     *(((torch._C, "_cuda_sleep"),) if _cuda_sleep is not None else ()),
+    *(((torch._C, "_cuda_memoryStats"), (torch._C, "_cuda_getDevice"))
+      if _cuda_memory_stats is not None and _cuda_get_device is not None else ()),
 )
 
 Z95 = 1.959963984540054

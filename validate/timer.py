@@ -50,6 +50,7 @@ from .measure import _current_stream, _empty, _Event, _event_elapsed, _event_rec
 from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
 from .measure import _profiler_enabled, _Stream, _stream_ctx, _Tensor, _thread_time, _type
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
+from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
 
 # ---------------------------------------------------------------- the timer
 
@@ -139,21 +140,22 @@ def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
     return int(min(most, 1 << (wanted - 1).bit_length()))
 
 
-_memory_stats = torch.cuda.memory_stats
 _gc_disable, _gc_enable, _gc_isenabled = gc.disable, gc.enable, gc.isenabled
-# rounds of three more host samples where every sample's allocator called the driver
+# rounds of more host samples where every sample's allocator called the driver
 HOST_RETRIES = 3
 
 
 def _driver_allocations(cuda: bool) -> int | None:
     """How many times this process's CUDA caching allocator has called the driver to map or
-    free device memory (None off CUDA, or where torch does not count them)."""
-    if not cuda:
+    free device memory on the current device (None off CUDA, or where torch does not count
+    them)."""
+    if not cuda or _cuda_memory_stats is None or _cuda_get_device is None:
         return None
-    stats = _memory_stats()
-    if "num_device_alloc" not in stats:
+    try:
+        stats = _cuda_memory_stats(_cuda_get_device())
+        return int(stats["num_device_alloc"]) + int(stats["num_device_free"])
+    except (KeyError, TypeError, ValueError, RuntimeError):
         return None
-    return int(stats["num_device_alloc"]) + int(stats.get("num_device_free", 0))
 
 
 class Timer:
@@ -215,25 +217,22 @@ class Timer:
                 self.output = self.fn()
             synchronize(self.device)
             samples = [self._host_sample(cuda) for _ in range(3)]
-            # A sample in which the caching allocator called the driver (device memory freed
-            # or mapped: a device sync the thread spins in, beside other processes' work) times
-            # the allocator, not the issue: where every one did, again with the last call's
-            # output let go before each call, a few times
-            for _ in range(HOST_RETRIES if cuda else 0):
-                if any(not drove for *_times, drove in samples):
-                    break
-                for _ in range(3):
-                    self.output = None
-                    samples.append(self._host_sample(cuda))
+        # A sample in which the caching allocator called the driver (device memory freed or
+        # mapped: a device sync the driver spins in, beside other processes' work) times the
+        # allocator, not the issue: where every one did, a few rounds more
+        for _ in range(HOST_RETRIES if cuda else 0):
+            if any(not drove for *_times, drove in samples):
+                break
+            samples.extend(self._host_sample(cuda) for _ in range(1 if long else 3))
         clean = [s for s in samples if not s[2]] or samples
         # the least: other work on the host (a validator prepares beside its other workers)
-        # only lengthens the time to issue a call. On CUDA the issuing thread's CPU time: time
-        # off its core is not issue time (in a busy validation, healthy one-kernel forwards
-        # read 68-77 ms of wall time to issue)
+        # only lengthens the time to issue a call. On CUDA the process's CPU time (issue work
+        # on any of its threads): time off the cores is not issue time (in a busy validation,
+        # healthy one-kernel forwards read 68-77 ms of wall time to issue)
         self.host_wall_ms = min(wall for wall, _cpu, _drove in clean)
         self.host_ms = min(cpu for _wall, cpu, _drove in clean) if cuda else self.host_wall_ms
-        # the fewest driver calls of the allocator in a sample: above 0, every sample's host
-        # time holds some (``host_driver_allocations``; the launch check stands down)
+        # the fewest driver calls of the allocator in a sample (above 0: every sample's host
+        # time holds some; the record says so, the launch check judges it as it is)
         counts = [drove for *_times, drove in samples if drove is not None]
         self.host_driver_allocations = min(counts) if counts else None
         estimate_reps = 1 if long else 3
@@ -253,17 +252,19 @@ class Timer:
         return self.describe()
 
     def _host_sample(self, cuda: bool) -> tuple[float, float, int | None]:
-        """One call's host time to issue it: (wall ms, the thread's CPU ms, how many times the
-        allocator called the driver meanwhile), with the interpreter's garbage collector held
-        off (a collection of the worker's heap, an Inductor compile's objects in it, is not
-        the forward's issue time); finished on the device after."""
+        """One call's host time to issue it: (wall ms, the process's CPU ms, how many times the
+        allocator called the driver meanwhile), the call before's output let go first (its
+        memory may serve this one) and the interpreter's garbage collector held off (a
+        collection of the worker's heap, an Inductor compile's objects in it, is not the
+        forward's issue time); finished on the device after."""
+        self.output = None
         drivers = _driver_allocations(cuda)
         collecting = _gc_isenabled()
         _gc_disable()
         try:
-            begin, cpu = _perf_counter(), _thread_time()
+            begin, cpu = _perf_counter(), _process_time()
             self.output = self.fn()
-            wall, spent = (_perf_counter() - begin) * 1e3, (_thread_time() - cpu) * 1e3
+            wall, spent = (_perf_counter() - begin) * 1e3, (_process_time() - cpu) * 1e3
         finally:
             if collecting:
                 _gc_enable()

@@ -70,7 +70,7 @@ def _first_inputs(ns: dict, device: str, result: dict) -> list:
     the same tensors): no host copy of them is kept while the trials run (a second copy of a
     KernelBench-size input through the host, a fifth of a fresh reference run's CPU)."""
     seed, dist = result["trials"][0]["_draw"]
-    return transform(draw_inputs(ns, device, seed), dist)
+    return to_device(transform(draw_inputs(ns, device, seed), dist), device)  # as the trial's
 
 
 def _shipped(value, shown: bool = False):
