@@ -5,7 +5,7 @@
                                           [--phases cold refs-cached cache-hits] [--json OUT]
                                           [--kernelbench-eval CHECKOUT]
                                           [--kernelbench-eval-repeats N]
-                                          [--window KEY=VALUE ...]
+                                          [--window KEY=VALUE ...] [--match REGEX]
 
 Sets: ``triton`` is the fidelity set (12 honest Triton answers at varied sizes, several under
 0.1 ms); ``kernelbench`` is benchmarks/kernelbench_set (our honest Triton and CUDA answers to
@@ -280,17 +280,38 @@ def summarize(out: Path) -> dict:
 
 
 def build_set(name: str, folder: Path, args: argparse.Namespace) -> tuple[Path, Path, int]:
-    """The problems and submissions files of the set ``name``, and the submissions' count."""
+    """The problems and submissions files of the set ``name`` (only the problems whose id
+    ``--match`` finds, where given), and the submissions' count."""
     if name == "triton":
-        return build_triton_set(folder, args.device, args.copies)
-    if name == "kernelbench":
+        made = build_triton_set(folder, args.device, args.copies)
+    elif name == "kernelbench":
         records = validated_records(args.records)
         made = build_kernelbench_set(folder, find_kernelbench(args.kernelbench), args.device,
                                      args.copies, records)
         if args.records:
             report_validation(made[0])
+    else:
+        made = build_inputs(folder)
+    return only_matching(made, getattr(args, "match", None))
+
+
+def only_matching(made: tuple[Path, Path, int], pattern: str | None) -> tuple[Path, Path, int]:
+    """The set cut to the problems whose id ``pattern`` (a regular expression) finds, and their
+    submissions: the same submissions graded to the end in each of two runs compare their CPU
+    and time per submission, where runs cut by ``--deadline`` grade different mixes."""
+    if not pattern:
         return made
-    return build_inputs(folder)
+    import re
+
+    problems_path, subs_path, _count = made
+    problems = [json.loads(line) for line in read_lines(problems_path)
+                if re.search(pattern, json.loads(line)["id"])]
+    kept = {p["id"] for p in problems}
+    subs = [json.loads(line) for line in read_lines(subs_path)
+            if json.loads(line)["problem_id"] in kept]
+    problems_path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    subs_path.write_text("".join(json.dumps(r) + "\n" for r in subs))
+    return problems_path, subs_path, len(subs)
 
 
 def report_validation(problems: Path) -> None:
@@ -405,6 +426,8 @@ def main() -> int:
     parser.add_argument("--primed", action="store_true",
                         help="--cache-dir already holds every problem's reference timing: "
                              "refs-cached starts without a priming pass")
+    parser.add_argument("--match", metavar="REGEX",
+                        help="only the set's problems whose id this finds (and their answers)")
     parser.add_argument("--copies", type=int, default=1,
                         help="grade each triton or kernelbench answer this many times per phase")
     parser.add_argument("--group", type=int,

@@ -98,3 +98,22 @@ def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monk
     grade_throughput.report_validation(problems)
     assert "2 of 2 problems graded at their validated tolerance; rejected by the validator: " \
         f"{answer.stem} (no_dead_ops)" in capsys.readouterr().out
+
+
+def test_a_set_is_cut_to_the_problems_a_pattern_finds(tmp_path):
+    """``--match``: the problems whose id the pattern finds and every copy of their answers,
+    the files rewritten (two runs then grade the same submissions)."""
+    import json
+    import re
+
+    problems, subs, count = grade_throughput.build_triton_set(tmp_path, "cpu", copies=2)
+    ids = [json.loads(line)["id"] for line in problems.read_text().splitlines()]
+    assert count == 2 * len(ids) > 4
+    wanted = ids[:2]
+    cut = grade_throughput.only_matching((problems, subs, count),
+                                         "^(" + "|".join(map(re.escape, wanted)) + ")$")
+    assert cut[2] == 4
+    assert [json.loads(line)["id"] for line in problems.read_text().splitlines()] == wanted
+    kept = [json.loads(line) for line in subs.read_text().splitlines()]
+    assert sorted({row["problem_id"] for row in kept}) == sorted(wanted)
+    assert grade_throughput.only_matching(cut, None) == cut
