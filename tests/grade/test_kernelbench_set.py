@@ -103,7 +103,6 @@ def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monk
 def test_a_set_is_cut_to_the_problems_a_pattern_finds(tmp_path):
     """``--match``: the problems whose id the pattern finds and every copy of their answers,
     the files rewritten (two runs then grade the same submissions)."""
-    import json
     import re
 
     problems, subs, count = grade_throughput.build_triton_set(tmp_path, "cpu", copies=2)
