@@ -814,6 +814,10 @@ def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shri
     exact = R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", True, 1e-4)
     assert not exact["jumped"]["changed"]  # under the 100 tolerances a jump is
     assert bool(exact["steps"]["changed"]) is quantized, exact["steps"]
+    # a tolerance calibrated from the steps themselves (ten of them) does not hide them: steps
+    # are read at the noise's own scale
+    inflated = R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", True, 10 / 64)
+    assert bool(inflated["steps"]["changed"]) is quantized, inflated["steps"]
 
 
 @pytest.mark.parametrize("scale, dead", [(1e-6, True), (0.1, False)])
