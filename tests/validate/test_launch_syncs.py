@@ -277,3 +277,29 @@ def test_host_samples_keep_the_collector_off_and_report_wall_and_thread_time(mon
     assert True in states  # the warm-ups and the estimate did not
     assert info["host_ms"] == info["host_wall_ms"] > 0  # one clock on CPU
     assert info["host_driver_allocations"] is None
+
+
+def test_host_samples_without_driver_calls_decide_and_a_later_reading_only_lowers_it():
+    """The host time is the least over samples in which the allocator made no driver call
+    (where any did not), as CPU time; a reading taken again (with the GPU alone) lowers it,
+    never raises it; a reading over half the call's estimate is taken again."""
+    from kernelmill.validate import timer as T
+
+    t = T.Timer(lambda: None, "cpu", graph=False)
+    t._host_times(True, [(50.0, 40.0, 2), (60.0, 45.0, 3), (5.0, 1.0, 0)])
+    assert (t.host_ms, t.host_wall_ms, t.host_driver_allocations) == (1.0, 5.0, 0)
+    t._host_times(True, [(9.0, 3.0, 0)])
+    assert (t.host_ms, t.host_wall_ms) == (1.0, 5.0)
+    t._host_times(True, [(2.0, 0.5, 0)])
+    assert (t.host_ms, t.host_wall_ms) == (0.5, 2.0)
+    dirty = T.Timer(lambda: None, "cpu", graph=False)
+    taken = []
+    dirty._host_sample = lambda cuda: taken.append(cuda) or (70.0, 50.0, 1)
+    dirty._host_times(True, [(50.0, 40.0, 2), (60.0, 45.0, 3)])  # every sample drove
+    assert len(taken) == 3 * T.HOST_RETRIES  # rounds of three more, all driving too
+    assert (dirty.host_ms, dirty.host_driver_allocations) == (40.0, 1)
+    dirty.estimate_ms = 100.0
+    assert not dirty.host_reads_launch_bound()
+    dirty.estimate_ms = 50.0
+    assert dirty.host_reads_launch_bound()
+    assert not dirty.host_again()  # only on CUDA
