@@ -83,7 +83,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
                                / "kernelmill")
         # Extension builds: one folder per candidate source, writable by that candidate only.
-        self.extensions_root = extensions_root or str(self.cache_root / "extensions")
+        # absolute: the compile worker and the candidate's worker run in folders of their own,
+        # and a relative build folder (``grade_file``'s beside a relative ``--out``) named a
+        # different place in each: the candidate found no build and tried to compile itself
+        self.extensions_root = os.path.abspath(extensions_root) if extensions_root else \
+            str(self.cache_root / "extensions")
         self.guard_paths = [*guard_paths, *_guarded_files()]
         # Reference runs hold every trial's inputs and outputs: keep the most recent few.
         self._references: OrderedDict[str, ReferenceRun] = OrderedDict()

@@ -190,3 +190,47 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     for path in (tmp_path / "reference-size").iterdir():
         path.write_text('{"tensor_bytes": "9", "device_peak_bytes": -1}')
     assert grader_module.Grader("cpu", cache_root=str(tmp_path)).device_bytes("gpu-src") is None
+
+
+CPP_SCALE_ADD = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SRC = r"""
+#include <torch/extension.h>
+torch::Tensor scale_add(torch::Tensor x, torch::Tensor y) {
+    auto xa = x.contiguous(); auto ya = y.contiguous();
+    auto out = torch::empty_like(xa);
+    const float* px = xa.data_ptr<float>(); const float* py = ya.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < xa.numel(); ++i) po[i] = 2.0f * px[i] + py[i];
+    return out;
+}
+"""
+_ext = load_inline(name="km_batch_cpp_scale_add", cpp_sources=_SRC, functions=["scale_add"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return _ext.scale_add(x, y)
+'''
+
+
+def test_a_cpp_answer_graded_in_a_batch_on_cpu_with_a_relative_out_loads_its_build(
+        tmp_path, monkeypatch):
+    """A batch whose ``--out`` is relative builds each C++ answer beside it: the compile worker
+    and the candidate's worker (each in a folder of its own) must find the same build, or the
+    candidate, barred from starting processes, fails to compile it again ("Ninja is
+    required")."""
+    monkeypatch.chdir(tmp_path)
+    reference = (SUBMISSIONS / "ref_scale_add.py").read_text()
+    Path("problems.jsonl").write_text(json.dumps({"id": "ref_scale_add", "source": reference})
+                                      + "\n")
+    Path("subs.jsonl").write_text(json.dumps({"submission_id": "cpp", "problem_id":
+                                              "ref_scale_add", "source": CPP_SCALE_ADD}) + "\n")
+    grade_file("problems.jsonl", "subs.jsonl", "verdicts.jsonl", device="cpu",
+               cache_path=False, policy=Policy(timing_settings=FAST_TIMING))
+    verdict = next(iter(read_jsonl("verdicts.jsonl")))
+    assert verdict["compiled"] and verdict["correct"], verdict.get("error")
+    assert any(Path("verdicts.jsonl.extensions").rglob("*.so"))  # built where it was loaded
