@@ -201,7 +201,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reward", choices=sorted(REWARDS), default="composite")
     p.add_argument("--policy", choices=PRESETS, default="library",
                    help="strict: no library compute in forward; library (default): vendor GEMM, "
-                   "convolution and attention allowed unless the problem is only that; "
+                   "convolution and attention allowed where the reference does that kind of work "
+                   "(unless it is only that); "
                    "kernelbench: any PyTorch op, the candidate's kernels >= 30%% of GPU time")
     p.add_argument("--trials", type=int, default=Policy.trials,
                    help=f"fresh-input trials (default {Policy.trials})")
@@ -214,7 +215,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "reference (default: on for CUDA)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per worker run")
     p.add_argument("--workers", type=int, help="batch: parallel slots (default on CUDA: one per "
-                   "two cores of a GPU's share, at most 8 per GPU, admitted on its memory)")
+                   "core of a GPU's share, at most 16 per GPU, a quarter as many with --group; "
+                   "admitted on its memory)")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", help="ray cluster address")
     p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")
