@@ -304,11 +304,10 @@ def only_matching(made: tuple[Path, Path, int], pattern: str | None) -> tuple[Pa
     import re
 
     problems_path, subs_path, _count = made
-    problems = [json.loads(line) for line in read_lines(problems_path)
-                if re.search(pattern, json.loads(line)["id"])]
+    problems = [p for p in map(json.loads, read_lines(problems_path))
+                if re.search(pattern, p["id"])]
     kept = {p["id"] for p in problems}
-    subs = [json.loads(line) for line in read_lines(subs_path)
-            if json.loads(line)["problem_id"] in kept]
+    subs = [r for r in map(json.loads, read_lines(subs_path)) if r["problem_id"] in kept]
     problems_path.write_text("".join(json.dumps(p) + "\n" for p in problems))
     subs_path.write_text("".join(json.dumps(r) + "\n" for r in subs))
     return problems_path, subs_path, len(subs)
