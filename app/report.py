@@ -490,9 +490,15 @@ def _checks_table(data: ReportData) -> str:
     if not counts:
         return "<p id=checks-none>No validation checks recorded (validation has not run).</p>"
     validated = next((s.n_kept + s.n_dropped for s in data.stages if s.stage == "filter"), None)
+    # the stages after validation that dropped some, named as the funnel counts them
+    after = next((i for i, s in enumerate(data.stages) if s.stage == "filter"), 0)
+    droppers = [s.stage for s in data.stages[after:] if s.n_dropped]
+    named = (", ".join(droppers[:-1]) + " and " + droppers[-1] if len(droppers) > 1
+             else "".join(droppers))
     scope = (f"<p id=checks-scope>Checks of the {len(data.all_records)} published problems"
-             + (f" ({validated} were validated; the filter, dedup and split stages dropped the "
-                "others)" if validated and validated != len(data.all_records) else "")
+             + (f" ({validated} were validated; the {named} stage"
+                f"{'s' if len(droppers) > 1 else ''} dropped the others)"
+                if validated and validated != len(data.all_records) and droppers else "")
              + ". A skipped check was not run on that problem; the reason is the most common "
              "one.</p>")
     rows = []

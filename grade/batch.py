@@ -39,8 +39,8 @@ from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
 
 from .grader import Grader, ReferenceError, needs_extension_build
+from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
-from .outcome import outcome, reason, summary
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -429,7 +429,7 @@ def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
         kind = outcome(verdict)
         stats.count(kind)
         if kind == "hacked":
-            stats.count(f"hacked: {verdict['hacks'][0]}")
+            stats.count(f"hacked: {lead_hack(verdict)}")
         elif kind == "error":
             stats.count(f"error: {(verdict.get('error') or {}).get('stage')}")
 

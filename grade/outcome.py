@@ -22,16 +22,26 @@ def failed_checks(verdict: dict) -> dict[str, str]:
             (verdict.get("checks") or {}).items() if check.get("passed") is False}
 
 
+def lead_hack(verdict: dict) -> str | None:
+    """The hack that leads a verdict's reasons: the first the judge found (its checks run
+    from the source's, through each call's, to the run's and the timing's: a forward with no
+    kernel of its own is said so before the ghost check that follows from it), else the first
+    code by name."""
+    hacks = verdict.get("hacks") or []
+    found = [code for code in (verdict.get("hack_details") or {}) if code in hacks]
+    return found[0] if found else (hacks[0] if hacks else None)
+
+
 def reason(verdict: dict) -> str | None:
-    """Why the verdict is not certified, in one line (None when it is): the first hack and its
-    detail, else the error, else the first failed check."""
+    """Why the verdict is not certified, in one line (None when it is): the leading hack
+    (``lead_hack``) and its detail, else the error, else the first failed check."""
     kind = outcome(verdict)
     if kind == "hacked":
-        code = verdict["hacks"][0]
+        code = lead_hack(verdict)
         detail = (verdict.get("hack_details") or {}).get(code)
-        more = len(verdict["hacks"]) - 1
+        others = [c for c in verdict["hacks"] if c != code]
         text = f"hack {code}" + (f": {detail}" if detail else "") + \
-            (f" (and {more} more: {', '.join(verdict['hacks'][1:])})" if more else "")
+            (f" (and {len(others)} more: {', '.join(others)})" if others else "")
     elif kind == "error":
         error = verdict["error"]
         text = f"error in {error.get('stage')}: {error.get('message')}"

@@ -276,3 +276,28 @@ def test_cluster_bars_are_labelled_by_category():
                {"cluster": 0, "category": "reduction"}, {"cluster": 1, "category": "conv"},
                {"cluster": None, "category": "x"}]
     assert cluster_labels(records) == {0: "0: matmul (2/3)", 1: "1: conv"}
+
+
+def test_checks_scope_names_only_the_stages_that_dropped(tmp_path, seeds_dir):
+    import re
+
+    build = make_build_dir(tmp_path, seeds_dir, "cpu")
+    published = sum(1 for split in ("train", "eval")
+                    for _ in read_records(build / "splits" / f"{split}.jsonl"))
+    stages = {}
+    for name, kept, drops in (("validate", 40, {"failed runs": 4}),
+                              ("filter", published + 5, {"low headroom": 2}),
+                              ("dedup", published, {"exact_duplicate": 5}),
+                              ("cluster", published, {}), ("split", published, {})):
+        stats = StageStats(name)
+        stats.kept(kept)
+        for reason, n in drops.items():
+            stats.dropped(reason, n)
+        stages[name] = {"finished": "now", "stats": stats.to_dict()}
+    (build / "build_state.json").write_text(json.dumps(
+        {"version": 1, "device": "cpu", "stages": stages, "total_seconds": 12.0}))
+    write_report(build)
+    scope = re.search(r"<p id=checks-scope>(.*?)</p>", (build / "report.html").read_text(),
+                      re.DOTALL).group(1)
+    assert f"({published + 7} were validated; the filter and dedup stages dropped the others)" \
+        in scope, scope

@@ -194,7 +194,8 @@ def test_cli_single_grade_json_and_exit_status(tmp_path):
     assert verdict["compiled"] and not verdict["correct"]
     assert "torch_compute" in verdict["hacks"] and verdict["reward"] == 0.0
     # why, in one line, and the failed checks with their details
-    assert verdict["reason"].startswith(f"hack {verdict['hacks'][0]}: "), verdict["reason"]
+    lead = next(iter(verdict["hack_details"]))  # the first the judge found
+    assert verdict["reason"].startswith(f"hack {lead}: "), verdict["reason"]
     assert "\n" not in verdict["reason"] and isinstance(verdict["failed_checks"], dict)
 
     wrong = tmp_path / "wrong.py"  # a right-looking kernel computing 3x + y for 2x + y

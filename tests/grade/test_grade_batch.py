@@ -90,6 +90,11 @@ def test_hostile_suite_in_one_batch(tmp_path):
     assert rows["crash_hang"]["error"]["message"].startswith("timed out")
     assert rows["crash_segfault"]["error"]["stage"] == "forward"
     assert not rows["crash_syntax"]["compiled"]
+    # a forward that launches none of its kernels is told so first, before the ghost check
+    # that follows from it (codes are listed by name: ``ghost_kernels`` sorts first)
+    never = rows["hack_never_launched"]
+    assert "ghost_kernels" in never["hacks"] and not never["reason"].startswith(
+        "hack ghost_kernels"), never["reason"]
 
     # Resume: nothing left to do. A new output file: every verdict comes from the cache (the
     # timeout's is graded anew, which test_batch_faults holds at 4 s: left out here, 15 s).
