@@ -124,6 +124,7 @@ def tensor_digest(tensor: torch.Tensor) -> dict:
             "shape": list(tensor.shape)}
 
 
+SAME_BITS_HEAD = 512  # words ``same_bits`` compares first
 _WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))
 
 
@@ -149,7 +150,14 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         if nbytes % size == 0:
             words = (_as_words(a, size), _as_words(b, size))
             if words[0] is not None and words[1] is not None:
-                return bool((_numpy(words[0]) == _numpy(words[1])).all())
+                left, right = _numpy(words[0]), _numpy(words[1])
+                # tensors that differ mostly differ at their start (an output shipped for
+                # another trial): a look at the first words before the whole comparison,
+                # which reads both tensors to the end whatever it finds
+                if left.size > SAME_BITS_HEAD and \
+                        not (left[:SAME_BITS_HEAD] == right[:SAME_BITS_HEAD]).all():
+                    return False
+                return bool((left == right).all())
     return False  # unreachable: single bytes always view
 
 

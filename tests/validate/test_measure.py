@@ -698,6 +698,15 @@ def test_calls_that_left_part_of_the_work_to_others_disagree():
     # one word size for both tensors, whatever their offsets
     base = torch.arange(12, dtype=torch.float32)
     assert M.same_bits(base[1:9], base[1:9].clone()) and not M.same_bits(base[1:9], base[2:10])
+    # past the first words compared alone: a difference at either end is found
+    long = torch.randn(4 * M.SAME_BITS_HEAD + 3)
+    for index in (0, M.SAME_BITS_HEAD - 1, M.SAME_BITS_HEAD, long.numel() - 1):
+        other = long.clone()
+        other[index] = -other[index]
+        assert not M.same_bits(long, other), index
+    assert M.same_bits(long, long.clone())
+    zeros = torch.zeros(4 * M.SAME_BITS_HEAD)
+    assert not M.same_bits(zeros, -zeros)  # signed zeros differ in their bits
 
 
 def test_judge_refuses_a_graph_whose_calls_disagree():
