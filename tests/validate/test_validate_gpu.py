@@ -15,6 +15,7 @@ from kernelmill.validate.settings import NON_GATING
 
 pytestmark = pytest.mark.gpu
 DEFECTIVE = FIXTURES / "problems_defective"
+HEALTHY = FIXTURES / "problems_healthy"
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +96,32 @@ def test_defective_problems_fail_on_cuda(cuda, tmp_path):
             wrong[record["name"]] = {"flags": v["flags"], "failed": sorted(failed),
                                      line: sorted(reasons)}
     assert not wrong, json.dumps(wrong, indent=1)
+
+
+def test_healthy_fixtures_pass_on_cuda(cuda, tmp_path):
+    """The healthy real-code fixtures pass every check on CUDA but those of their time: they are
+    sized for the CPU, so a GPU may run them under the runtime band or launch-bound."""
+    src, out = tmp_path / "healthy.jsonl", tmp_path / "out.jsonl"
+    paths = sorted(HEALTHY.glob("*.py"))
+    with src.open("w") as handle:
+        for path in paths:
+            record = Record.from_source(path.read_text(), name=path.stem)
+            handle.write(json.dumps(record.to_dict()) + "\n")
+    kept = os.environ.get("KERNELMILL_TEST_OUT")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        out = Path(kept) / "healthy_validated.jsonl"
+        out.unlink(missing_ok=True)
+    validate_file(src, out, device="cuda", config={"timeout_s": 60, "inductor": False},
+                  progress=False)
+    rows = [json.loads(row) for row in out.read_text().splitlines()]
+    assert sorted(r["name"] for r in rows) == sorted(p.stem for p in paths)
+    timed = {"runtime", "launch_overhead", "inductor"}
+    failing = {r["name"]: {f: r["validation"]["checks"][f]["detail"]
+                           for f in r["validation"]["flags"] if f not in timed}
+               for r in rows}
+    failing = {name: flags for name, flags in failing.items() if flags}
+    assert not failing, json.dumps(failing, indent=1)
 
 
 def test_launch_bound_loop_with_host_syncs_fails_on_cuda(cuda):
