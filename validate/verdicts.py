@@ -350,9 +350,9 @@ def judge_exact_outputs(exact: Any) -> dict:
     changed = [part for part in (reordered.get("exact"), reordered.get("moved"))
                if part and part["changed"]]
     follows_ties = changed and check(
-        False, changed[0]["fraction"], f"outputs follow the order among ties of a sort or "
-        f"top-k, which no kernel defines: {_of(changed[0])} move when tied keys come out in "
-        "another order (ask a stable sort, or break ties)")
+        False, changed[0]["fraction"], f"outputs follow the order among ties of a sort, "
+        f"top-k or median-like selection, which no kernel defines: {_of(changed[0])} move when "
+        "tied keys come out in another order (ask a stable sort, or break ties)")
     jumped, jump_note = _confirmed(exact, "jumped", "small_jumped")
     if jumped:
         return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "

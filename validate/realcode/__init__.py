@@ -31,7 +31,8 @@ and ``checks`` (torch inside functions).
   variation and the magnitude of ``x + 0.01 * mlp(x)`` but costs nothing).
 * ``reduced_precision``: the output with matmul-class operands rounded to a lower precision,
   what a bf16-GEMM answer to an fp32 problem returns.
-* ``advanced_counters``: the integer counters a call moves, advanced as if a grader's thousands
+* ``advanced_counters``: the counters a call moves (integers and floats, on modules or plain
+  objects they hold), advanced as if a grader's thousands
   of calls had run, and the output for the same input compared (a periodic redraw, an anneal).
 """
 from __future__ import annotations

@@ -16,36 +16,72 @@ LEAST_CALLS = 1_000
 FAR_CYCLES = 8
 
 
-def _counters(model) -> dict[tuple[str, str], int]:
-    """Every integer a module holds as a plain attribute (an ``int``, not a ``bool``) or as a
-    single-element integer tensor (a buffer or an attribute), by (module path, name)."""
+def _scalar(value):
+    """A counter's number: an ``int`` or ``float`` (not a ``bool``), or a one-element tensor
+    that is not boolean or complex; else None."""
+    import torch
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex() \
+            and value.dtype != torch.bool and not value.is_meta:
+        return value.item()
+    return None
+
+
+def _helpers(module) -> dict[str, object]:
+    """Plain objects a module holds as attributes (a schedule, a step keeper): neither modules,
+    tensors, containers nor classes, whose own attributes a forward may count in."""
+    import torch
+
+    found = {}
+    for name, value in vars(module).items():
+        if name.startswith("__") or isinstance(value, (torch.nn.Module, torch.Tensor, type)) \
+                or not hasattr(value, "__dict__") or callable(value):
+            continue
+        found[name] = value
+    return found
+
+
+def _counters(model) -> dict[tuple[str, str], float]:
+    """Every number a module holds as a plain attribute (an ``int`` or a ``float``, not a
+    ``bool``), as a single-element tensor (a buffer or an attribute), or as an attribute of a
+    plain object it holds (``_helpers``: ``"schedule.step"``), by (module path, name). Floats
+    count too: fairseq keeps its update count in a float buffer."""
     import torch
 
     found = {}
     for path, module in model.named_modules():
-        for name, value in vars(module).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                found[(path, name)] = value
-        tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)},
-                   **dict(module.named_buffers(recurse=False))}
-        for name, value in tensors.items():
-            if value is not None and value.numel() == 1 and not value.is_floating_point() \
-                    and not value.is_complex() and value.dtype != torch.bool:
-                found[(path, name)] = int(value.item())
+        held = {**vars(module), **dict(module.named_buffers(recurse=False))}
+        for name, value in held.items():
+            number = _scalar(value)
+            if number is not None:
+                found[(path, name)] = number
+        for name, helper in _helpers(module).items():
+            for attr, value in vars(helper).items():
+                number = _scalar(value)
+                if number is not None:
+                    found[(path, f"{name}.{attr}")] = number
     return found
 
 
-def _set(model, where: tuple[str, str], value: int, step: int) -> None:
+def _set(model, where: tuple[str, str], value: float, step: float) -> None:
     import torch
 
-    module = model.get_submodule(where[0])
-    held = getattr(module, where[1])
+    owner = model.get_submodule(where[0])
+    *parts, name = where[1].split(".")
+    for part in parts:
+        owner = getattr(owner, part)
+    held = getattr(owner, name)
     if isinstance(held, torch.Tensor):
+        if held.is_floating_point():
+            held.fill_(value)
+            return
         # within its dtype, a few calls from wrapping (an int16 counter stops near 32767)
         info, room = torch.iinfo(held.dtype), 4 * abs(step)
-        held.fill_(max(info.min + room, min(info.max - room, value)))
+        held.fill_(int(max(info.min + room, min(info.max - room, value))))
     else:
-        setattr(module, where[1], value)
+        setattr(owner, name, type(held)(value))
 
 
 def _target(value: int, step: int, cycles: int, short: bool) -> int:
@@ -60,8 +96,15 @@ def _target(value: int, step: int, cycles: int, short: bool) -> int:
     return landing - step if short else landing
 
 
+def _advanced(value: float, step: float, cycles: int, short: bool) -> float:
+    """An integer counter at ``_target``; a float one moved by its step as many calls on."""
+    if isinstance(value, int) and isinstance(step, int):
+        return _target(value, step, cycles, short)
+    return value + step * _target(0, 1, cycles, short)
+
+
 def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> dict:
-    """The integer counters one call moves (``_counters``), and the largest error
+    """The counters one call moves (``_counters``), and the largest error
     (``checks.max_error``) between the output for ``inputs`` from a copy of the model and from
     copies of that copy, after its call, whose counters were advanced as if about 128 thousand
     calls had run (landing on a multiple of ``CYCLE`` and one short of it) and a million:
@@ -83,7 +126,7 @@ def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> d
     for cycles, short in ((1, True), (1, False), (FAR_CYCLES, True)):
         advanced = copy_model(probe)
         for where, step in moved.items():
-            _set(advanced, where, _target(after[where], step, cycles, short), step)
+            _set(advanced, where, _advanced(after[where], step, cycles, short), step)
         try:
             out = forward(advanced, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — a forward that breaks after many calls moved too

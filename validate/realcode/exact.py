@@ -28,7 +28,15 @@ UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", 
 # crosses a threshold (a sign hash, rounding), as an integer result of a comparison does.
 DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "frac", "fmod",
                            "remainder", "heaviside", "floor_divide", "histc", "histogram",
-                           "histogramdd"})
+                           "histogramdd", "threshold", "hardshrink", "copysign",
+                           "_fused_moving_avg_obs_fq_helper"})
+# and every fake quantizer (per tensor, per channel, learnable, with or without its mask):
+# rounding to a grid
+FAKE_QUANTIZE = "fake_quantize"
+
+
+def _discontinuous(name: str) -> bool:
+    return name in DISCONTINUOUS or FAKE_QUANTIZE in name
 # Samplers that read the input at computed coordinates: with nearest-neighbour sampling a
 # coordinate that crosses a pixel's edge moves the sampled value by a step (a spatial
 # transformer's ``grid_sample(mode="nearest")``); their interpolation mode argument, nearest's
@@ -38,6 +46,12 @@ NEAREST = 1
 # A float output element moved by this many times its tolerance under honest noise jumped: the
 # noise itself moves a continuous output by about the tolerance
 JUMP = 100.0
+
+
+# Ops that carry a tensor on (views, reshapes, copies, moves) without reading its values
+CARRIERS = frozenset({"view", "_unsafe_view", "reshape", "clone", "contiguous", "flatten",
+                      "unsqueeze", "squeeze", "expand", "permute", "transpose", "t", "detach",
+                      "alias", "_to_copy", "to", "lift_fresh"})
 
 
 def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool]:
@@ -56,14 +70,16 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
     seen = []
     sorts = []
     # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
-    # pool's): a decision once anything reads them (a router's top-1 expert), not before (the
-    # pool's indices, kept for a backward)
+    # pool's): a decision once anything reads them (a router's top-1 expert, a gather at the
+    # pool's peaks), not before (indices kept for a backward) and not a pool's by its unpool
     beside: dict[int, tuple] = {}  # id -> (the op's name, a weak reference to the result)
 
-    def read(tensors) -> None:
+    def read(tensors, reader: str = "") -> None:
         for t in tensors:
             entry = beside.get(id(t))
-            if entry is not None and entry[1]() is t:
+            # a pool's indices read by its unpool are positions, not a decision
+            if entry is not None and entry[1]() is t and not (
+                    "pool" in entry[0] and reader.startswith("max_unpool")):
                 seen.append(entry[0])
 
     class Decisions(TorchDispatchMode):
@@ -71,7 +87,15 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            read(given)
+            tracked = [beside[id(t)] for t in given
+                       if id(t) in beside and beside[id(t)][1]() is t]
+            if tracked and func.overloadpacket.__name__ in CARRIERS:
+                # a view or copy of tracked indices is tracked as they are (a reshape on
+                # the way to the unpool reads nothing)
+                beside.update((id(t), (tracked[0][0], weakref.ref(t)))
+                              for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+                return out
+            read(given, func.overloadpacket.__name__)
             if _reorderable(func, args, kwargs) is not None:
                 sorts.append(func.overloadpacket.__name__)
             if any(t.is_floating_point() for t in given):
@@ -82,10 +106,10 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                 exact = [t for t in made if not (t.is_floating_point() or t.is_complex())]
                 # a selection whose order among exact ties is unspecified (its values are
                 # defined, its indices and whatever follows them are not)
-                if name in DISCONTINUOUS or nearest or name in UNORDERED_SELECTIONS or \
+                if _discontinuous(name) or nearest or name in UNORDERED_SELECTIONS or \
                         (made and len(exact) == len(made)):
                     seen.append(name)
-                elif "pool" not in name:  # a pool's indices are positions for its unpool
+                else:  # (a pool's indices: a decision where other than its unpool reads them)
                     floats = {tuple(t.shape) for t in made if t.is_floating_point()}
                     beside.update((id(t), (name, weakref.ref(t))) for t in exact
                                   if tuple(t.shape) in floats)
@@ -100,11 +124,20 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
 
 def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
     """(input, dim, kind, options) of a sort or top-k whose order among ties is unspecified
-    (not asked ``stable``), else None; ``options``: the keywords to run it again with
-    (``descending``; ``k`` and ``largest``)."""
+    (not asked ``stable``), or of a selection along a dim (``SELECTED_ALONG``), else None;
+    ``options``: the keywords to run it again with (``descending``; ``k`` and ``largest``;
+    None: the op itself with its own arguments)."""
     name = func.overloadpacket.__name__
     if name not in REORDERED or not args or not hasattr(args[0], "shape"):
         return None
+    if name in SELECTED_ALONG:
+        # a value chosen along a dim and its index (a median, k-th value or mode of tied
+        # keys: integer depths, votes); the reduction of the whole tensor returns no index
+        at = SELECTED_ALONG[name]
+        dim = kwargs.get("dim", args[at] if len(args) > at else None)
+        if dim is None or not isinstance(dim, int):
+            return None
+        return args[0], dim, name, None
     if name == "sort":
         if kwargs.get("stable"):
             return None
@@ -121,13 +154,17 @@ def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
 
 # Sorts and top-k whose order among exact ties is unspecified: run again with the ties in
 # another order (``_TiesReordered``)
-REORDERED = frozenset({"sort", "topk"})
+# and selections along a dim that return the chosen element's index (its position among
+# ties is the implementation's: CUDA and the CPU pick other tied elements), by where their
+# ``dim`` argument sits
+SELECTED_ALONG = {"median": 1, "nanmedian": 1, "mode": 1, "kthvalue": 2}
+REORDERED = frozenset({"sort", "topk", *SELECTED_ALONG})
 
 
 class _TiesReordered:
-    """A dispatch mode under which every unstable sort and top-k returns another valid answer:
-    the same op on its input permuted at random along the dimension (a stable sort of it),
-    its indices mapped back. Keys that tie, of any dtype (expert ids, whole-second timestamps),
+    """A dispatch mode under which every unstable sort and top-k, and every selection along a
+    dim (``SELECTED_ALONG``), returns another valid answer: the same op on its input permuted
+    at random along the dimension (a stable sort of it), its indices mapped back. Keys that tie, of any dtype (expert ids, whole-second timestamps),
     come out in another order; distinct keys as before."""
 
     def __new__(cls, seed: int):
@@ -148,7 +185,9 @@ class _TiesReordered:
                 dim = dim % x.dim()
                 perm = torch.randperm(x.shape[dim], generator=gen).to(x.device)
                 moved = x.index_select(dim, perm)
-                if name == "sort":
+                if options is None:  # ``SELECTED_ALONG``: the same op on the moved input
+                    values, index = func(moved, *args[1:], **kwargs)[:2]
+                elif name == "sort":
                     values, index = torch.sort(moved, dim=dim, stable=True, **options)
                 else:
                     values, index = torch.topk(moved, dim=dim, sorted=True, **options)

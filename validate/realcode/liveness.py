@@ -36,13 +36,41 @@ def _spread(x, out):
         (x.sum() - x.sum().detach())
 
 
+def _underived(out) -> bool:
+    """Does ``out`` (a tensor, or a tuple of them) hold a result whose backward autograd does
+    not implement?"""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return any(isinstance(t, torch.Tensor) and t.grad_fn is not None and
+               type(t.grad_fn).__name__ == "NotImplemented" for t in tree_leaves(out))
+
+
+def _reached(t, sources: list):
+    """``t``'s values, with a gradient that reaches every element of ``sources``."""
+    if not t.is_floating_point():
+        return t.detach()
+    value = t.detach()
+    for x in sources:
+        value = value + _spread(x, value)
+    return value
+
+
 def _straight_through(func, args, kwargs, out):
-    """The liveness pass's replacement for a selection op's output (see ``_STRAIGHT``)."""
+    """The liveness pass's replacement for a selection op's output (see ``_STRAIGHT``), and
+    for one autograd cannot differentiate (``_underived``)."""
     import torch
     import torch.nn.functional as F
+    from torch.utils._pytree import tree_leaves, tree_map
 
     name = getattr(func, "__name__", "")
     x = next((v for v in args if isinstance(v, torch.Tensor)), None)
+    if _underived(out):
+        # an op without a derivative (bincount's weights, a histogram): its backward would
+        # raise and leave the pass unmeasured; every element of its float inputs reaches it
+        sources = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)
+                   and v.is_floating_point() and v.requires_grad]
+        return tree_map(lambda t: _reached(t, sources) if _underived(t) else t, out)
     if name in _STRAIGHT and isinstance(out, torch.Tensor) and x is not None \
             and x.shape == out.shape and out.is_floating_point() and x.requires_grad:
         return x + (out - x).detach()

@@ -71,7 +71,7 @@ def _site(depth: int = 2) -> tuple[str, int] | None:
 
 # (a log-softmax of log-probabilities gives them back: its sum of exponentials is one)
 NORM_CALLS = frozenset({"normalize", "layer_norm", "rms_norm", "group_norm", "instance_norm",
-                        "batch_norm", "local_response_norm", "log_softmax"})
+                        "batch_norm", "local_response_norm", "log_softmax", "renorm"})
 SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "true_divide",
                          "__itruediv__", "__imul__", "div_", "mul_", "true_divide_"})
 # A centering: the operand less a statistic of its own (``h - h.mean(-1, keepdim=True)``),
@@ -151,6 +151,22 @@ def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
     return None
 
 
+# A product of one tensor by a constant this small (or a quotient by one this large's
+# inverse) damps a branch: a layer-scale written as a number (``gelu(h) * 1e-6``), tried
+# zeroed though it combines no two tensors
+DAMPING = 1e-3
+
+
+def _damped(name: str, args: tuple, given: list) -> bool:
+    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if name not in SCALE_CALLS or len(given) != 1 or len(numbers) != 1:
+        return False
+    value = abs(float(numbers[0]))
+    if name.startswith(("div", "true_divide", "__truediv__", "__itruediv__")):
+        return value >= 1.0 / DAMPING
+    return value <= DAMPING
+
+
 def _multiplied(name: str, args: tuple, kwargs: dict) -> list:
     """The operands a product call multiplies (not a bias, nor the term ``addmm`` adds)."""
     if name == "einsum":
@@ -208,6 +224,7 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
+                                          "damped": True,
                                           "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
@@ -228,6 +245,8 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["operands"] = max(entry["operands"], len(given))
                 # a rescaling in every call it makes
                 entry["rescale"] &= _rescaled_operand(name, given, out, parents) is not None
+                # a branch damped by a small constant in every call (``gelu(h) * 1e-6``)
+                entry["damped"] &= _damped(name, args, given)
                 if zeros and entry["zero"] is None:
                     # a parameter or buffer still zero here (a buffer the forward fills is not)
                     entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
@@ -356,7 +375,8 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     sites, total = _call_sites(model, inputs, forward_seed, copies)
     largest = max((e["numel"] for e in sites.values()), default=0)
     order = sorted((k for k, e in sites.items()
-                    if e["ops"] > 0 and e["operands"] >= 2 and not e["inplace"] and (
+                    if e["ops"] > 0 and (e["operands"] >= 2 or e["damped"]) and
+                    not e["inplace"] and (
                         e["cost"] >= MIN_SHARE * total or e["numel"] >= MIN_SHARE * largest)),
                    key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
     dead = _dead(model, inputs, ref, forward_seed, tol, order, copies)
