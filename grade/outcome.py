@@ -28,8 +28,10 @@ def lead_hack(verdict: dict) -> str | None:
     kernel of its own is said so before the ghost check that follows from it), else the first
     code by name."""
     hacks = verdict.get("hacks") or []
-    found = [code for code in (verdict.get("hack_details") or {}) if code in hacks]
-    return found[0] if found else (hacks[0] if hacks else None)
+    # the judge's findings in its order, else its details' (kept in that order too)
+    found = [f.get("code") for f in verdict.get("findings") or () if isinstance(f, dict)]
+    found += list(verdict.get("hack_details") or {})
+    return next((code for code in found if code in hacks), hacks[0] if hacks else None)
 
 
 def reason(verdict: dict) -> str | None:

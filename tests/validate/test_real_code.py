@@ -855,3 +855,45 @@ def test_passthroughs_of_integer_and_broadcast_inputs_are_taken_out():
     pairs = same_shaped(y, [cells, depth, other], [cells + 1, depth * 2, other])
     assert [a.shape for a, _ in pairs] == [y.shape, y.shape]
     assert torch.equal(pairs[1][0][:, 7], depth[:, 0]) and pairs[0][0] is cells
+
+
+class _Annealed(nn.Module):
+    """A temperature annealed per call, its step kept as ``kind`` says; the softmax sharpens
+    from the 1,000th call on (``every``: tested after the increment)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.fc = nn.Linear(16, 16)
+        if kind == "float buffer":
+            self.register_buffer("n", torch.zeros(()))
+        elif kind == "lazy scale":
+            self.scale = 0.0  # set once, from the input's width: no counter
+        else:
+            self.n = 0
+            # a decoy whose write raises (a leaf that requires grad) beside a real counter
+            self.decoy = torch.zeros((), requires_grad=True)
+
+    def forward(self, x):
+        if self.kind == "lazy scale":
+            if self.scale == 0.0:
+                self.scale = 1.0 / math.sqrt(x.shape[-1])
+            return torch.softmax(self.fc(x) * self.scale, -1)
+        with torch.no_grad():
+            if self.kind == "float buffer":
+                self.n += 1
+            else:
+                self.n += 1
+                self.decoy += 1
+        hot = 4.0 if float(self.n) % 1000 == 0 else 1.0
+        return torch.softmax(self.fc(x) * hot, -1)
+
+
+@pytest.mark.parametrize("kind, counted", [("float buffer", True), ("int with decoy", True),
+                                           ("lazy scale", False)])
+def test_counters_are_any_number_a_call_moves_again_by_its_step(kind, counted):
+    torch.manual_seed(0)
+    model = _Annealed(kind).eval()
+    found = R.advanced_counters(model, [torch.randn(8, 16)], 0, True)
+    assert (found["error"] > 1e-3) is counted, found
+    assert ("scale" in found["counters"]) is False

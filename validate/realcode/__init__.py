@@ -41,9 +41,10 @@ from .bypass import MOST_BYPASSES, submodule_bypass
 from .common import forward, within
 from .constants import MOST_CONSTANTS, constant_parameters, constant_tensors, redraw
 from .counters import advanced_counters
-from .exact import REDUCTIONS, UNORDERED_SELECTIONS, duplicate_writes, exact_outputs
+from .exact import REDUCTIONS, UNORDERED_SELECTIONS, exact_outputs
 from .liveness import liveness
 from .precision import contrast, reduced_precision, rounded_errors
+from .writes import duplicate_writes
 
 __all__ = ["MOST_BYPASSES", "MOST_CONSTANTS", "REDUCTIONS", "UNORDERED_SELECTIONS",
            "advanced_counters", "constant_parameters", "constant_tensors", "contrast", "duplicate_writes",

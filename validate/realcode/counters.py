@@ -5,6 +5,10 @@ moves are advanced as if that many calls had run, and the output for the same in
 """
 from __future__ import annotations
 
+import functools
+import numbers
+import types
+
 from ..model_copy import copy_model
 from .common import forward
 
@@ -17,11 +21,12 @@ FAR_CYCLES = 8
 
 
 def _scalar(value):
-    """A counter's number: an ``int`` or ``float`` (not a ``bool``), or a one-element tensor
-    that is not boolean or complex; else None."""
+    """A counter's number: a real number (``int``, ``float``, a NumPy scalar; not a
+    ``bool``), or a one-element tensor that is not boolean or complex; else None."""
     import torch
 
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+            type(value).__name__ != "bool_":
         return value
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex() \
             and value.dtype != torch.bool and not value.is_meta:
@@ -29,59 +34,85 @@ def _scalar(value):
     return None
 
 
-def _helpers(module) -> dict[str, object]:
-    """Plain objects a module holds as attributes (a schedule, a step keeper): neither modules,
-    tensors, containers nor classes, whose own attributes a forward may count in."""
+def _holders(value) -> list[tuple[str, object]]:
+    """(key, value) of what a plain holder holds: a dict's items, a list's or tuple's
+    elements, a plain object's attributes (a schedule, a step keeper, a callable one too)."""
     import torch
 
-    found = {}
-    for name, value in vars(module).items():
-        if name.startswith("__") or isinstance(value, (torch.nn.Module, torch.Tensor, type)) \
-                or not hasattr(value, "__dict__") or callable(value):
-            continue
-        found[name] = value
-    return found
+    if isinstance(value, dict):
+        return [(str(k), v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(value)]
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType,
+                          types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                          functools.partial)) or not hasattr(value, "__dict__"):
+        return []
+    return list(vars(value).items())
 
 
 def _counters(model) -> dict[tuple[str, str], float]:
-    """Every number a module holds as a plain attribute (an ``int`` or a ``float``, not a
-    ``bool``), as a single-element tensor (a buffer or an attribute), or as an attribute of a
-    plain object it holds (``_helpers``: ``"schedule.step"``), by (module path, name). Floats
-    count too: fairseq keeps its update count in a float buffer."""
-    import torch
-
+    """Every number a module holds: a plain attribute (an ``int`` or a ``float``, not a
+    ``bool``), a single-element tensor (a buffer or an attribute), a class attribute of its
+    own class, or a number inside a plain holder it keeps (a dict, a list, an object, two
+    levels deep: ``"schedule.step"``, ``"state.t"``), by (module path, name). Floats count too:
+    fairseq keeps its update count in a float buffer."""
     found = {}
     for path, module in model.named_modules():
-        held = {**vars(module), **dict(module.named_buffers(recurse=False))}
+        own = {k: v for k, v in vars(type(module)).items() if not k.startswith("__")}
+        held = {**{f"{CLASS}{k}": v for k, v in own.items()}, **vars(module),
+                **dict(module.named_buffers(recurse=False))}
         for name, value in held.items():
             number = _scalar(value)
             if number is not None:
                 found[(path, name)] = number
-        for name, helper in _helpers(module).items():
-            for attr, value in vars(helper).items():
-                number = _scalar(value)
-                if number is not None:
-                    found[(path, f"{name}.{attr}")] = number
+            elif not name.startswith(CLASS) and name not in MODULE_TABLES:
+                for key, inner in _holders(value):
+                    number = _scalar(inner)
+                    if number is not None:
+                        found[(path, f"{name}.{key}")] = number
+                        continue
+                    for deeper, leaf in _holders(inner):
+                        number = _scalar(leaf)
+                        if number is not None:
+                            found[(path, f"{name}.{key}.{deeper}")] = number
     return found
+
+
+CLASS = "class:"  # a counter held by the module's class (``type(self).calls += 1``)
+# the module's own tables of parameters, buffers and children (read as such above)
+MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
 
 
 def _set(model, where: tuple[str, str], value: float, step: float) -> None:
     import torch
 
     owner = model.get_submodule(where[0])
-    *parts, name = where[1].split(".")
-    for part in parts:
-        owner = getattr(owner, part)
-    held = getattr(owner, name)
-    if isinstance(held, torch.Tensor):
-        if held.is_floating_point():
-            held.fill_(value)
-            return
-        # within its dtype, a few calls from wrapping (an int16 counter stops near 32767)
-        info, room = torch.iinfo(held.dtype), 4 * abs(step)
-        held.fill_(int(max(info.min + room, min(info.max - room, value))))
+    if where[1].startswith(CLASS):
+        owner, name = type(owner), where[1][len(CLASS):]
+        parts = []
     else:
-        setattr(owner, name, type(held)(value))
+        *parts, name = where[1].split(".")
+    for part in parts:
+        owner = owner[int(part) if isinstance(owner, (list, tuple)) else part] \
+            if isinstance(owner, (dict, list, tuple)) else getattr(owner, part)
+    held = owner[int(name) if isinstance(owner, (list, tuple)) else name] \
+        if isinstance(owner, (dict, list, tuple)) else getattr(owner, name)
+    if isinstance(held, torch.Tensor):
+        with torch.no_grad():
+            if held.is_floating_point():
+                # where the dtype's steps stop adding (a half-precision count stops at 2048)
+                reach = abs(step) * 2.0 / torch.finfo(held.dtype).eps
+                held.fill_(max(-reach, min(reach, value)))
+                return
+            # within its dtype, a few calls from wrapping (an int16 counter stops near 32767)
+            info, room = torch.iinfo(held.dtype), 4 * abs(step)
+            held.fill_(int(max(info.min + room, min(info.max - room, value))))
+        return
+    number = int(value) if isinstance(held, numbers.Integral) else float(value)
+    if isinstance(owner, (dict, list)):
+        owner[int(name) if isinstance(owner, list) else name] = number
+    else:
+        setattr(owner, name, number)
 
 
 def _target(value: int, step: int, cycles: int, short: bool) -> int:
@@ -97,10 +128,22 @@ def _target(value: int, step: int, cycles: int, short: bool) -> int:
 
 
 def _advanced(value: float, step: float, cycles: int, short: bool) -> float:
-    """An integer counter at ``_target``; a float one moved by its step as many calls on."""
-    if isinstance(value, int) and isinstance(step, int):
-        return _target(value, step, cycles, short)
+    """A counter of whole numbers (an ``int``, a float holding one: fairseq's update count)
+    at ``_target``; any other moved by its step as many calls on."""
+    if float(value).is_integer() and float(step).is_integer() and step:
+        return _target(int(value), int(step), cycles, short)
     return value + step * _target(0, 1, cycles, short)
+
+
+def _moved(before: dict, after: dict) -> dict:
+    """Each number that differs (NaN against NaN does not), by how much."""
+    return {k: after[k] - before[k] for k in before
+            if k in after and after[k] != before[k] and not (
+                after[k] != after[k] and before[k] != before[k])}
+
+
+def _same_step(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= 1e-6 * max(abs(a), abs(b))
 
 
 def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> dict:
@@ -119,14 +162,27 @@ def advanced_counters(model, inputs: list, forward_seed: int, copies: bool) -> d
     # call's own move is under the tolerance, or the fresh-model check has failed already)
     base = forward(probe, inputs, forward_seed, copies)
     after = _counters(probe)
-    moved = {k: after[k] - before[k] for k in before if after.get(k, before[k]) != before[k]}
+    moved = _moved(before, after)
     if not moved:
         return {"counters": [], "error": 0.0}
+    # a counter moves again, by the same step, on the next call (a value computed once on the
+    # first call, a scale from the input's shape, a loss kept for a trainer, moves only once
+    # or by what the data says)
+    forward(probe, inputs, forward_seed, copies)
+    again = _counters(probe)
+    moved = {k: step for k, step in _moved(after, again).items()
+             if k in moved and _same_step(step, moved[k])}
+    if not moved:
+        return {"counters": [], "error": 0.0}
+    after = again
     worst = 0.0
     for cycles, short in ((1, True), (1, False), (FAR_CYCLES, True)):
         advanced = copy_model(probe)
         for where, step in moved.items():
-            _set(advanced, where, _advanced(after[where], step, cycles, short), step)
+            try:
+                _set(advanced, where, _advanced(after[where], step, cycles, short), step)
+            except Exception:  # noqa: BLE001, S112 — a number that cannot be set drops only itself
+                continue
         try:
             out = forward(advanced, inputs, forward_seed, copies)
         except Exception:  # noqa: BLE001 — a forward that breaks after many calls moved too

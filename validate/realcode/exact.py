@@ -1,12 +1,11 @@
-"""Outputs graded exactly, and writes whose winner is undefined: ``exact_outputs`` (integer and
-boolean outputs under honest float noise and another thread count, and float outputs that jump
-under it where the forward decides from float values) and ``duplicate_writes``
-(scatter / index_put / index_copy / put writing two values to one place)."""
+"""Outputs graded exactly: ``exact_outputs`` (integer and boolean outputs under honest float
+noise and another thread count, float outputs that jump under it where the forward decides from
+float values, and outputs that follow the order among ties). Writes whose winner is undefined
+are ``writes.duplicate_writes``."""
 from __future__ import annotations
 
 import math
 import weakref
-from typing import Any
 
 from .. import checks as C
 from .common import forward
@@ -35,7 +34,26 @@ DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "fr
 FAKE_QUANTIZE = "fake_quantize"
 
 
-def _discontinuous(name: str) -> bool:
+def _discontinuous(name: str, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """Does this call's float result step where its argument crosses a threshold? The table,
+    any fake quantizer, a division that rounds (``rounding_mode``), a cast to an 8-bit float
+    (a 6-12% grid); a threshold that replaces with its own threshold value, and a hard shrink
+    of zero, are continuous."""
+    import torch
+
+    kwargs = kwargs or {}
+    if name == "threshold" and len(args) > 2 and args[1] == args[2]:
+        return False
+    if name == "hardshrink" and len(args) > 1 and args[1] == 0:
+        return False
+    if name in ("div", "div_") and (kwargs.get("rounding_mode") is not None or (
+            len(args) > 2 and isinstance(args[2], str))):
+        return True
+    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) and \
+            args[0].is_floating_point():
+        dtype = kwargs.get("dtype")
+        if dtype is not None and dtype.is_floating_point and dtype.itemsize == 1:
+            return True
     return name in DISCONTINUOUS or FAKE_QUANTIZE in name
 # Samplers that read the input at computed coordinates: with nearest-neighbour sampling a
 # coordinate that crosses a pixel's edge moves the sampled value by a step (a spatial
@@ -89,9 +107,11 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             tracked = [beside[id(t)] for t in given
                        if id(t) in beside and beside[id(t)][1]() is t]
-            if tracked and func.overloadpacket.__name__ in CARRIERS:
-                # a view or copy of tracked indices is tracked as they are (a reshape on
-                # the way to the unpool reads nothing)
+            if tracked and (func.overloadpacket.__name__ in CARRIERS or not any(
+                    t.is_floating_point() or t.is_complex() for t in given)):
+                # a view or copy of tracked indices, or what integer work makes of them (a
+                # slice, a chunk, index arithmetic), is tracked as they are: the float work
+                # that first reads them decides (not a reshape on the way to the unpool)
                 beside.update((id(t), (tracked[0][0], weakref.ref(t)))
                               for t in tree_leaves(out) if isinstance(t, torch.Tensor))
                 return out
@@ -106,7 +126,8 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                 exact = [t for t in made if not (t.is_floating_point() or t.is_complex())]
                 # a selection whose order among exact ties is unspecified (its values are
                 # defined, its indices and whatever follows them are not)
-                if _discontinuous(name) or nearest or name in UNORDERED_SELECTIONS or \
+                if _discontinuous(name, args, kwargs) or nearest or \
+                        name in UNORDERED_SELECTIONS or \
                         (made and len(exact) == len(made)):
                     seen.append(name)
                 else:  # (a pool's indices: a decision where other than its unpool reads them)
@@ -130,12 +151,18 @@ def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
     name = func.overloadpacket.__name__
     if name not in REORDERED or not args or not hasattr(args[0], "shape"):
         return None
+    if "out" in kwargs or name.endswith("_") or \
+            func._overloadname.endswith(("out", "values", "values_stable")):
+        return None  # results written into given tensors (``out=``): left as they are
     if name in SELECTED_ALONG:
         # a value chosen along a dim and its index (a median, k-th value or mode of tied
-        # keys: integer depths, votes); the reduction of the whole tensor returns no index
+        # keys: integer depths, votes); a median of the whole tensor returns no index. The
+        # dispatcher drops arguments left at their default (``kthvalue(x, k)``: dim -1)
+        if name in ("median", "nanmedian") and "dim" not in func._overloadname:
+            return None
         at = SELECTED_ALONG[name]
-        dim = kwargs.get("dim", args[at] if len(args) > at else None)
-        if dim is None or not isinstance(dim, int):
+        dim = kwargs.get("dim", args[at] if len(args) > at else -1)
+        if not isinstance(dim, int):
             return None
         return args[0], dim, name, None
     if name == "sort":
@@ -431,116 +458,3 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             "small_jumped": small_jumped, "small_draws": CONFIRM_DRAWS,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
-
-
-# ---------------------------------------------------------------- duplicate-index writes
-
-def _destinations(index, dim: int, shape) -> Any:
-    """Flat destinations of a scatter's ``index`` along ``dim`` into a tensor of ``shape``."""
-    import torch
-
-    lin = torch.zeros(index.shape, dtype=torch.int64, device=index.device)
-    for d in range(index.dim()):
-        if d == dim:
-            coord = index.to(torch.int64) % max(1, shape[d])
-        else:
-            view = [1] * index.dim()
-            view[d] = index.shape[d]
-            coord = torch.arange(index.shape[d], device=index.device).view(view)
-        lin = lin * shape[d] + coord
-    return lin.reshape(-1)
-
-
-def _repeats(lin) -> int:
-    """How many destinations of ``lin`` are written more than once."""
-    import torch
-
-    if lin.numel() < 2:
-        return 0
-    _values, counts = torch.unique(lin, return_counts=True)
-    return int((counts > 1).sum())
-
-
-def _index_put_repeats(self_t, indices, values) -> int:
-    import torch
-
-    if isinstance(values, torch.Tensor) and values.numel() <= 1:
-        return 0
-    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if not picked or any(i.dtype == torch.bool for _d, i in picked):
-        return 0
-    try:
-        broadcast = torch.broadcast_tensors(*[i for _d, i in picked])
-    except RuntimeError:
-        return 0
-    lin = torch.zeros(broadcast[0].shape, dtype=torch.int64, device=broadcast[0].device)
-    for (d, _i), idx in zip(picked, broadcast):
-        lin = lin * self_t.shape[d] + idx.to(torch.int64) % max(1, self_t.shape[d])
-    return _repeats(lin.reshape(-1))
-
-
-def _unpool_repeats(values, indices) -> int:
-    """Places of a max-unpooling's output written with two different values: its indices are
-    positions within each plane, and overlapping pooling windows can pick one position twice
-    (harmless while the values written there agree, as they do straight after the pooling)."""
-    import torch
-
-    planes = int(indices[..., 0, 0].numel()) if indices.dim() >= 3 else 1
-    flat = indices.reshape(planes, -1).to(torch.int64)
-    lin = (flat + torch.arange(planes, device=flat.device)[:, None] *
-           (int(flat.max()) + 1 if flat.numel() else 1)).reshape(-1)
-    order = torch.argsort(lin, stable=True)
-    lin, vals = lin[order], values.reshape(-1)[order]
-    clash = (lin[1:] == lin[:-1]) & (vals[1:] != vals[:-1])
-    return int(torch.unique(lin[1:][clash]).numel())
-
-
-def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
-    """Destinations written twice by one order-undefined write op (0: none, or not one)."""
-    import torch
-
-    base = name.split(".")[-1].rstrip("_")
-    if base in ("index_put", "_index_put_impl"):
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        return 0 if accumulate else _index_put_repeats(args[0], args[1], args[2])
-    if base == "index_copy":
-        return _repeats(args[2].reshape(-1).to(torch.int64))
-    if base == "put":
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        return 0 if accumulate else _repeats(args[1].reshape(-1).to(torch.int64))
-    if base in ("max_unpool2d", "max_unpool3d"):
-        return _unpool_repeats(args[0], args[1])
-    if base == "scatter":
-        src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
-        if not isinstance(src, torch.Tensor) or src.numel() <= 1 or kwargs.get("reduce") \
-                or len(args) > 4:
-            return 0
-        dim = args[1] % max(1, args[0].dim())
-        return _repeats(_destinations(args[2], dim, args[0].shape))
-    return 0
-
-
-def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True) -> list[str]:
-    """Each write op of one forward (index_put, index_copy, scatter with a source, put, max
-    unpooling) that writes more than one value to one place, as ``"<op>: N place(s) written
-    twice or more"``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    found: dict[str, int] = {}
-
-    class Writes(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            name = str(func.overloadpacket)
-            try:
-                repeats = _write_repeats(name, args, kwargs)
-            except Exception:  # noqa: BLE001 — unreadable indices are not judged
-                repeats = 0
-            if repeats:
-                found[name] = found.get(name, 0) + repeats
-            return func(*args, **kwargs)
-
-    with Writes():
-        forward(model, inputs, forward_seed, copies)
-    return [f"{name.replace('aten.', '')}: {n} place(s) written more than once"
-            for name, n in found.items()]

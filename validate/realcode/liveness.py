@@ -65,9 +65,18 @@ def _straight_through(func, args, kwargs, out):
 
     name = getattr(func, "__name__", "")
     x = next((v for v in args if isinstance(v, torch.Tensor)), None)
+    if name == "bincount" and isinstance(out, torch.Tensor) and out.is_floating_point():
+        # weights summed into bins: the same sum made by ``index_add``, whose gradient
+        # reaches each weight from its own bin (a weight in a bin nobody reads is dead)
+        weights = args[1] if len(args) > 1 else kwargs.get("weights")
+        if isinstance(weights, torch.Tensor) and weights.requires_grad and x is not None:
+            rebuilt = torch.zeros(out.shape, dtype=weights.dtype, device=out.device
+                                  ).index_add(0, x.reshape(-1), weights.reshape(-1))
+            return out.detach() + (rebuilt - rebuilt.detach()).to(out.dtype)
     if _underived(out):
-        # an op without a derivative (bincount's weights, a histogram): its backward would
-        # raise and leave the pass unmeasured; every element of its float inputs reaches it
+        # an op without a derivative (a histogram, a bincount not rebuilt above): its
+        # backward would raise and leave the pass unmeasured; every element of its float
+        # inputs reaches it
         sources = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)
                    and v.is_floating_point() and v.requires_grad]
         return tree_map(lambda t: _reached(t, sources) if _underived(t) else t, out)

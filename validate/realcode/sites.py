@@ -29,6 +29,7 @@ meets the rest, a scaled one, a second normalization."""
 from __future__ import annotations
 
 import linecache
+import numbers
 import sys
 
 from .common import forward, within
@@ -157,14 +158,43 @@ def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
 DAMPING = 1e-3
 
 
-def _damped(name: str, args: tuple, given: list) -> bool:
-    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    if name not in SCALE_CALLS or len(given) != 1 or len(numbers) != 1:
+def _damped(name: str, args: tuple, kwargs: dict, given: list) -> bool:
+    constants = [a for a in (*args, *kwargs.values())
+                 if isinstance(a, numbers.Real) and not isinstance(a, bool)]
+    if name not in SCALE_CALLS or len(given) != 1 or len(constants) != 1:
         return False
-    value = abs(float(numbers[0]))
+    numbers_ = constants
+    value = abs(float(numbers_[0]))
     if name.startswith(("div", "true_divide", "__truediv__", "__itruediv__")):
         return value >= 1.0 / DAMPING
     return value <= DAMPING
+
+
+# Calls that make a tensor of constants or noise from nothing or from another's shape alone
+MADE = frozenset({"eye", "ones", "zeros", "full", "empty", "arange", "linspace", "logspace",
+                  "rand", "randn", "randint", "randperm", "tensor", "as_tensor", "normal"})
+
+
+def _carries_work(token, parents: dict, most: int = 256) -> bool:
+    """Is a product call (``PRODUCT_CALLS``) among the ancestors of the result ``token``
+    names, through anything but what only takes another tensor's shape (``*_like``,
+    ``MADE``)? A branch's work, not a constant's or a jitter's."""
+    todo, seen = [token], set()
+    while todo and len(seen) < most:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        made = parents.get(current)
+        if made is None:
+            continue
+        name, operands = made
+        if name in PRODUCT_CALLS:
+            return True
+        if name.endswith("_like") or name in MADE:
+            continue
+        todo.extend(operands)
+    return False
 
 
 def _multiplied(name: str, args: tuple, kwargs: dict) -> list:
@@ -216,9 +246,11 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             out = func(*args, **kwargs)
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             name = getattr(func, "__name__", str(func))
-            if isinstance(out, torch.Tensor) and given:
+            if given:  # each result's op and operands (every tensor of a split's tuple)
                 operands = tuple(_token(v) for v in given)
-                parents[_token(out, fresh=True)] = (name, operands)
+                for made in (out,) if isinstance(out, torch.Tensor) else \
+                        (v for v in tree_leaves(out) if isinstance(v, torch.Tensor)):
+                    parents[_token(made, fresh=True)] = (name, operands)
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
                 entry = sites.setdefault((*where, name),
@@ -245,8 +277,10 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["operands"] = max(entry["operands"], len(given))
                 # a rescaling in every call it makes
                 entry["rescale"] &= _rescaled_operand(name, given, out, parents) is not None
-                # a branch damped by a small constant in every call (``gelu(h) * 1e-6``)
-                entry["damped"] &= _damped(name, args, given)
+                # a branch damped by a small constant in every call (``gelu(h) * 1e-6``),
+                # one that carries work (not a jitter: ``eye(n) * 1e-6``)
+                entry["damped"] &= _damped(name, args, kwargs, given) and \
+                    _carries_work(_token(given[0]), parents)
                 if zeros and entry["zero"] is None:
                     # a parameter or buffer still zero here (a buffer the forward fills is not)
                     entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
