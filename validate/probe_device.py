@@ -114,6 +114,7 @@ def _timing_section(timing: dict | None, device: str, syncing: dict) -> dict:
             "eager_ms": timing["ms"], "host_ms": timing["host_ms"] if on_cuda else None,
             "host_driver_allocations": timing.get("host_driver_allocations"),
             "host_wall_ms": timing.get("host_wall_ms") if on_cuda else None,
+            "host_thread_ms": timing.get("host_thread_ms") if on_cuda else None,
             "host_alone": bool(timing.get("host_alone")),
             "reps": timing["reps"], "method": timing["method"], "ci_pct": timing["ci_pct"],
             "launch_ratio": (timing["host_ms"] / timing["ms"])

@@ -190,6 +190,7 @@ class Timer:
         self.host_ms: float | None = None
         self.host_driver_allocations: int | None = None
         self.host_wall_ms: float | None = None
+        self.host_thread_ms: float | None = None
         self.host_alone = False  # host samples taken again with the GPU alone (``host_again``)
         self._long = False  # one call takes ``LONG_CALL_MS`` or more (``prepare``)
         self._flush: L2Flush | None = None
@@ -250,14 +251,19 @@ class Timer:
             if any(not drove for *_times, drove in samples):
                 break
             samples.extend(self._host_sample(cuda) for _ in range(1 if self._long else 3))
-        clean = [s for s in samples if not s[2]] or samples
+        clean = [s for s in samples if not s[3]] or samples
         # the least: other work on the host (a validator prepares beside its other workers)
         # only lengthens the time to issue a call. On CUDA the process's CPU time (issue work
         # on any of its threads): time off the cores is not issue time (in a busy validation,
         # healthy one-kernel forwards read 68-77 ms of wall time to issue)
-        wall = min(wall for wall, _cpu, _drove in clean)
-        host = min(cpu for _wall, cpu, _drove in clean) if cuda else wall
+        wall = min(wall for wall, *_ in clean)
+        host = min(cpu for _wall, cpu, *_ in clean) if cuda else wall
+        # the issuing thread's own CPU time beside the process's, for the record: where they
+        # part, other threads of the process ran during the call
+        thread = min(own for _wall, _cpu, own, _drove in clean)
         self.host_wall_ms = wall if self.host_wall_ms is None else min(self.host_wall_ms, wall)
+        self.host_thread_ms = thread if self.host_thread_ms is None else \
+            min(self.host_thread_ms, thread)
         self.host_ms = host if self.host_ms is None else min(self.host_ms, host)
         # the fewest driver calls of the allocator in a sample (above 0: every sample's host
         # time holds some; the record says so, the launch check judges it as it is)
@@ -290,9 +296,10 @@ class Timer:
         self.host_alone = True
         return True
 
-    def _host_sample(self, cuda: bool) -> tuple[float, float, int | None]:
-        """One call's host time to issue it: (wall ms, the process's CPU ms, how many times the
-        allocator called the driver meanwhile), the call before's output let go first (its
+    def _host_sample(self, cuda: bool) -> tuple[float, float, float, int | None]:
+        """One call's host time to issue it: (wall ms, the process's CPU ms, the issuing
+        thread's CPU ms, how many times the allocator called the driver meanwhile), the call
+        before's output let go first (its
         memory may serve this one) and the interpreter's garbage collector held off (a
         collection of the worker's heap, an Inductor compile's objects in it, is not the
         forward's issue time); finished on the device after."""
@@ -301,15 +308,17 @@ class Timer:
         collecting = _gc_isenabled()
         _gc_disable()
         try:
-            begin, cpu = _perf_counter(), _process_time()
+            begin, cpu, own = _perf_counter(), _process_time(), _thread_time()
             self.output = self.fn()
             wall, spent = (_perf_counter() - begin) * 1e3, (_process_time() - cpu) * 1e3
+            own = (_thread_time() - own) * 1e3
         finally:
             if collecting:
                 _gc_enable()
         after = _driver_allocations(cuda)
         synchronize(self.device)
-        return wall, spent, (None if after is None or drivers is None else after - drivers)
+        return wall, spent, own, (None if after is None or drivers is None else
+                                  after - drivers)
 
     def _captured(self, stream, calls: int):
         """A graph of ``calls`` calls and each call's output, all held while the later calls
@@ -462,7 +471,8 @@ class Timer:
         described = {"method": self.method, "calls_per_sample": self.calls_per_sample,
                      "estimate_ms": self.estimate_ms, "host_ms": self.host_ms,
                      "host_driver_allocations": self.host_driver_allocations,
-                     "host_wall_ms": self.host_wall_ms, "host_alone": self.host_alone,
+                     "host_wall_ms": self.host_wall_ms, "host_thread_ms": self.host_thread_ms,
+                     "host_alone": self.host_alone,
                      "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
         if self.method == "cuda_graph":
             described["cover"] = self.cover

@@ -278,6 +278,7 @@ def test_host_samples_keep_the_collector_off_and_report_wall_and_thread_time(mon
     assert states[:6] == [True, False, True, False, False, False], states
     assert states.count(False) == 4 and all(states[6:]), states
     assert info["host_ms"] == info["host_wall_ms"] > 0  # one clock on CPU
+    assert 0 < info["host_thread_ms"] <= info["host_wall_ms"] * 1.5 + 1  # the thread's own
     assert info["host_driver_allocations"] is None
 
 
@@ -288,16 +289,17 @@ def test_host_samples_without_driver_calls_decide_and_a_later_reading_only_lower
     from kernelmill.validate import timer as T
 
     t = T.Timer(lambda: None, "cpu", graph=False)
-    t._host_times(True, [(50.0, 40.0, 2), (60.0, 45.0, 3), (5.0, 1.0, 0)])
-    assert (t.host_ms, t.host_wall_ms, t.host_driver_allocations) == (1.0, 5.0, 0)
-    t._host_times(True, [(9.0, 3.0, 0)])
-    assert (t.host_ms, t.host_wall_ms) == (1.0, 5.0)
-    t._host_times(True, [(2.0, 0.5, 0)])
-    assert (t.host_ms, t.host_wall_ms) == (0.5, 2.0)
+    t._host_times(True, [(50.0, 40.0, 39.0, 2), (60.0, 45.0, 44.0, 3), (5.0, 1.0, 0.8, 0)])
+    assert (t.host_ms, t.host_wall_ms, t.host_thread_ms, t.host_driver_allocations) == \
+        (1.0, 5.0, 0.8, 0)
+    t._host_times(True, [(9.0, 3.0, 3.0, 0)])
+    assert (t.host_ms, t.host_wall_ms, t.host_thread_ms) == (1.0, 5.0, 0.8)
+    t._host_times(True, [(2.0, 0.5, 0.4, 0)])
+    assert (t.host_ms, t.host_wall_ms, t.host_thread_ms) == (0.5, 2.0, 0.4)
     dirty = T.Timer(lambda: None, "cpu", graph=False)
     taken = []
-    dirty._host_sample = lambda cuda: taken.append(cuda) or (70.0, 50.0, 1)
-    dirty._host_times(True, [(50.0, 40.0, 2), (60.0, 45.0, 3)])  # every sample drove
+    dirty._host_sample = lambda cuda: taken.append(cuda) or (70.0, 50.0, 50.0, 1)
+    dirty._host_times(True, [(50.0, 40.0, 40.0, 2), (60.0, 45.0, 45.0, 3)])  # every one drove
     assert len(taken) == 3 * T.HOST_RETRIES  # rounds of three more, all driving too
     assert (dirty.host_ms, dirty.host_driver_allocations) == (40.0, 1)
     dirty.estimate_ms = 100.0
