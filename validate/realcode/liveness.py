@@ -157,12 +157,17 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             floats = any(t.is_floating_point() for t in leaves)
-            for entry in {id(e): e for e in (derived[id(t)][0] for t in given
-                                             if id(t) in derived)}.values():
+            tracked = [t for t in given if id(t) in derived]
+            # a single truth value about a whole tensor (``isinf(h).any()``) steers a choice
+            # between constants on the device as a host truth test does (a guard): it makes
+            # nothing live by itself
+            guard = bool(tracked) and all(t.dtype == torch.bool and t.numel() == 1
+                                          for t in tracked)
+            for entry in {id(e): e for e in (derived[id(t)][0] for t in tracked)}.values():
                 # what this op made of an integer result tracked so far
-                if floats or (not leaves and name not in _TRUTH_TESTS):
+                if (floats and not guard) or (not leaves and name not in _TRUTH_TESTS):
                     entry["used"] = True  # a float result, or a value read on the host
-                else:
+                elif not floats:
                     derived.update((id(t), (entry, t)) for t in leaves)
             if leaves and not floats and any(float_grad(t) for t in given):
                 entry = {"sinks": [t for t in given if float_grad(t)], "used": False}
