@@ -50,6 +50,17 @@ def _holders(value) -> list[tuple[str, object]]:
     return list(vars(value).items())
 
 
+def _numbers(name: str, value, depth: int):
+    """(key, number) of ``value`` if it is a counter's number (``_scalar``), else of what it
+    holds (``_holders``), ``depth`` holders deep: ``"schedule.step"``, ``"state.t"``."""
+    number = _scalar(value)
+    if number is not None:
+        yield name, number
+    elif depth:
+        for key, inner in _holders(value):
+            yield from _numbers(f"{name}.{key}", inner, depth - 1)
+
+
 def _counters(model) -> dict[tuple[str, str], float]:
     """Every number a module holds: a plain attribute (an ``int`` or a ``float``, not a
     ``bool``), a single-element tensor (a buffer or an attribute), a class attribute of its
@@ -62,19 +73,9 @@ def _counters(model) -> dict[tuple[str, str], float]:
         held = {**{f"{CLASS}{k}": v for k, v in own.items()}, **vars(module),
                 **dict(module.named_buffers(recurse=False))}
         for name, value in held.items():
-            number = _scalar(value)
-            if number is not None:
-                found[(path, name)] = number
-            elif not name.startswith(CLASS) and name not in MODULE_TABLES:
-                for key, inner in _holders(value):
-                    number = _scalar(inner)
-                    if number is not None:
-                        found[(path, f"{name}.{key}")] = number
-                        continue
-                    for deeper, leaf in _holders(inner):
-                        number = _scalar(leaf)
-                        if number is not None:
-                            found[(path, f"{name}.{key}.{deeper}")] = number
+            if name not in MODULE_TABLES:
+                found.update(((path, key), number) for key, number in
+                             _numbers(name, value, 0 if name.startswith(CLASS) else 2))
     return found
 
 
@@ -93,10 +94,8 @@ def _set(model, where: tuple[str, str], value: float, step: float) -> None:
     else:
         *parts, name = where[1].split(".")
     for part in parts:
-        owner = owner[int(part) if isinstance(owner, (list, tuple)) else part] \
-            if isinstance(owner, (dict, list, tuple)) else getattr(owner, part)
-    held = owner[int(name) if isinstance(owner, (list, tuple)) else name] \
-        if isinstance(owner, (dict, list, tuple)) else getattr(owner, name)
+        owner = _item(owner, part)
+    held = _item(owner, name)
     if isinstance(held, torch.Tensor):
         with torch.no_grad():
             if held.is_floating_point():
@@ -110,9 +109,20 @@ def _set(model, where: tuple[str, str], value: float, step: float) -> None:
         return
     number = int(value) if isinstance(held, numbers.Integral) else float(value)
     if isinstance(owner, (dict, list)):
-        owner[int(name) if isinstance(owner, list) else name] = number
+        owner[_key(owner, name)] = number
     else:
         setattr(owner, name, number)
+
+
+def _key(holder, name: str):
+    return int(name) if isinstance(holder, (list, tuple)) else name
+
+
+def _item(holder, name: str):
+    """What ``holder`` (a dict, list or tuple, or an object) holds under ``name``."""
+    if isinstance(holder, (dict, list, tuple)):
+        return holder[_key(holder, name)]
+    return getattr(holder, name)
 
 
 def _target(value: int, step: int, cycles: int, short: bool) -> int:

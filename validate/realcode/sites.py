@@ -163,8 +163,7 @@ def _damped(name: str, args: tuple, kwargs: dict, given: list) -> bool:
                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
     if name not in SCALE_CALLS or len(given) != 1 or len(constants) != 1:
         return False
-    numbers_ = constants
-    value = abs(float(numbers_[0]))
+    value = abs(float(constants[0]))
     if name.startswith(("div", "true_divide", "__truediv__", "__itruediv__")):
         return value >= 1.0 / DAMPING
     return value <= DAMPING
