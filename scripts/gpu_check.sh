@@ -9,6 +9,8 @@
 #        stages (scripts/grade_stages.py: each worker run's stages, STAGES_ONLY picks kernels,
 #        STAGES_GROUP=N grades N copies as one group)
 #        profile (scripts/grade_profile.py: the reference and candidate tasks under cProfile)
+#        probe (scripts/probe_profile.py: a validation probe's stages and functions, in process;
+#        PROBE_NAMES picks KernelBench problems by file-name substring)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
@@ -215,6 +217,9 @@ for part in $parts; do
                   ${TF32_ARGS:---limit 12 --match '(?i)conv|resnet|mobilenet|efficientnet|vgg|densenet|lstm|gru|squeezenet|regnet|googlenet'} \
                   --out "$out/tf32_$mode.jsonl" --json "$out/tf32_$mode.json" 2>&1 | tee "$out/tf32_$mode.log"
               done ;;
+    probe)    # PROBE_NAMES: KernelBench problems (file-name substrings) whose probe is profiled
+              python3 scripts/probe_profile.py ${KERNELBENCH:+--kernelbench "$KERNELBENCH"} \
+                ${PROBE_NAMES:-20_LeakyReLU} 2>&1 | tee "$out/probe_profile.log" ;;
     *)        echo "unknown part $part" ;;
   esac
   stop_sampling "$part"

@@ -31,10 +31,11 @@ def views(entry: dict) -> list[dict]:
               "part": False}]  # no excess: a record from before it was measured
     part = entry.get("nonaffine")
     if isinstance(part, dict) and math.isfinite(part.get("ratio", math.inf)):
+        taken = ("a linear map of its inputs' rows taken out" if part.get("fit") == "rows"
+                 else "identity passthroughs, scaled copies and constants taken out")
         found.append({**entry, **part, "part": True,
                       "what": f"the part of output {k}{where} that is not an affine function "
-                      "of its inputs (identity passthroughs, scaled copies and constants taken "
-                      "out)"})
+                      f"of its inputs ({taken})"})
     return found
 
 

@@ -201,3 +201,63 @@ def test_an_additive_mask_is_judged_alike_whichever_way_it_is_written():
     assert by_keep["magnitude"] > 500  # where 1% of the elements are masked in both draws
     entries = R.contrast(out, out_alt, TOL, [1 - keep], [1 - keep_alt])
     assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is False
+
+
+def _extrapolation(origin: float) -> tuple[list, list]:
+    """Future positions as a linear map of the past ones (10 steps -> 30, another shape) plus a
+    small learned residual, around ``origin`` metres: both draws' entries and the inputs."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 60))
+    steps = torch.arange(1, 31, dtype=torch.float32)
+
+    def model(past):
+        vel = past[:, -1] - past[:, -2]
+        cv = past[:, -1, None] + vel[:, None] * steps[None, :, None]
+        with torch.no_grad():
+            return cv + 0.5 * mlp((past - past[:, -1:]).flatten(1)).view(-1, 30, 2)
+
+    draws = [origin + torch.rand(512, 1, 2) * 100 + torch.randn(512, 10, 2).cumsum(1)
+             for _ in range(2)]
+    return [model(d) for d in draws], draws
+
+
+def test_a_linear_map_of_the_inputs_rows_is_taken_out_before_the_slack_is_judged():
+    """An input of another shape reaches the output through a linear map of its rows (a
+    constant-velocity extrapolation): the view fits that map row by row, and the residual the
+    network computes is held against the slack of the positions' magnitude."""
+    (y, z), (x, x_alt) = _extrapolation(1000.0)
+    entries = R.contrast([y], [z], TOL, [x], [x_alt])
+    whole = next(e for e in entries if "slice" not in e)
+    assert whole["ratio"] < C.DEFAULT_THRESHOLDS["max_offset_slack"]  # the positions vary
+    part = whole["nonaffine"]
+    assert part["fit"] == "rows" and part["magnitude"] > 500 and part["informative"] < 1
+    verdict = C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)
+    assert verdict["passed"] is False and "linear map of its inputs' rows" in verdict["detail"]
+    # about the map's origin the same residual gets no offset's slack
+    (y, z), (x, x_alt) = _extrapolation(0.0)
+    entries = R.contrast([y], [z], TOL, [x], [x_alt])
+    assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is True
+
+
+def test_rows_too_wide_to_fit_give_no_row_view():
+    from kernelmill.validate.realcode.nonaffine import ROW_FEATURES, row_map_spread
+
+    x, x_alt = torch.randn(64, ROW_FEATURES + 1), torch.randn(64, ROW_FEATURES + 1)
+    assert row_map_spread(x[:, :8], x_alt[:, :8], [x], [x_alt]) is None
+    few = torch.randn(8, 4)  # 8 rows cannot fit 4 slopes with 16 rows per slope
+    assert row_map_spread(few, few + 1, [few], [few * 2]) is None
+
+
+def test_fp16_operands_admitted_by_the_offset_alone_fail_where_bf16_fails_outright():
+    """The reduced-precision answer is tried at bf16, and where that fails the tolerance at
+    fp16: an fp16-operand answer that passes only through the offset's slack fails the
+    problem; one that passes about zero too does not."""
+    entries = [{"output": 0, "informative": 0.3, "magnitude": 10.4, "excess": 1e-3,
+                "ratio": 3e-3}]
+    finer = {"dtype": "float16", "error": 7e-5, "abs_errors": [5e-4]}
+    rounded = {"dtype": "bfloat16", "error": 4e-4, "abs_errors": [4e-3], "finer": finer}
+    verdict = C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL, rounded)
+    assert verdict["passed"] is False and "rounded to float16 pass only" in verdict["detail"]
+    rounded["finer"] = {**finer, "abs_errors": [1e-4]}  # within tol * (1 + 0.3) about zero
+    verdict = C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL, rounded)
+    assert verdict["passed"] is True and "rounded to float16 they pass" in verdict["detail"]

@@ -733,6 +733,41 @@ def test_an_in_place_or_idempotent_normalization_of_normalized_rows_is_redundant
     assert redundant == (["div_", "log_softmax"] if normed else []), labels
 
 
+COSINE_OF_NORMED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, q, d):
+        qe = self.norm(self.fc(q)) if NORMED else torch.tanh(self.fc(q))
+        de = self.norm(self.fc(d)) if NORMED else torch.tanh(self.fc(d))
+        return F.cosine_similarity(qe[:, None, :], de[None, :, :], dim=-1)
+
+def get_inputs():
+    return [torch.randn(16, 64), torch.randn(24, 64)]
+"""
+
+
+@pytest.mark.parametrize("normed", [True, False])
+def test_a_cosine_similarity_of_rows_of_one_norm_is_a_redundant_normalization(normed):
+    """Cosine similarity normalizes inside: of LayerNorm outputs (rows of norm sqrt(D) at the
+    declared weight) its norms are one constant and its dot product up to one factor is the
+    answer; of tanh embeddings, whose norms differ by row, it is not."""
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source(f"NORMED = {normed}\n" + COSINE_OF_NORMED)
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    redundant = [label for label in labels if "redundant normalization" in label]
+    assert [": cosine_similarity" in label for label in redundant] == ([True] if normed else []), \
+        labels
+
+
 @pytest.mark.parametrize("kind, follows", [("argsort", True), ("stable", False),
                                            ("values", False), ("topk", True)])
 def test_an_output_that_follows_the_order_among_tied_integer_keys_is_caught(kind, follows):

@@ -176,8 +176,51 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     return math.sqrt(max(0.0, residual) / count / 2.0), carried
 
 
+# An input sharing the output's first dimension (its rows: agents, tokens, samples) is also
+# tried as a linear map of its rows onto the output's, where no input reaches the output
+# element by element (a constant-velocity extrapolation of 10 past positions to 30 future
+# ones): fitted where the inputs' rows hold at most ``ROW_FEATURES`` elements together, the
+# rows number ``MIN_PER_SLOPE`` per fitted feature, and the output at most
+# ``REARRANGED_ELEMENTS`` elements (its change is held in fp64)
+ROW_FEATURES = 256
+
+
+def row_map_spread(y, z, inputs: list, alt_inputs: list) -> tuple[float, float] | None:
+    """``nonaffine_spread``'s numbers with the output's change fitted row by row as a linear
+    map (one matrix for every row) of the changes of the floating-point inputs' rows (inputs
+    of ``y``'s first dimension; an intercept of each element's own, which the difference
+    cancels). None where no input qualifies (``ROW_FEATURES``) or a value is not finite."""
+    import torch
+
+    if y.dim() < 2 or y.numel() > REARRANGED_ELEMENTS:
+        return None
+    rows = y.shape[0]
+    changes = [(x - x_alt).reshape(rows, -1).double() for x, x_alt in zip(inputs, alt_inputs)
+               if isinstance(x, torch.Tensor) and isinstance(x_alt, torch.Tensor)
+               and x.is_floating_point() and x.shape == x_alt.shape and x.dim() >= 2
+               and x.shape[0] == rows and x.device == y.device and x_alt.device == y.device]
+    features = sum(c.shape[1] for c in changes)
+    if not changes or features > ROW_FEATURES or rows < MIN_PER_SLOPE * features:
+        return None
+    dx = torch.cat(changes, 1)
+    dy = (y - z).reshape(rows, -1).double()
+    if not (torch.isfinite(dx).all() and torch.isfinite(dy).all()):
+        return None
+    try:
+        fit = torch.linalg.lstsq(dx.cpu(), dy.cpu()).solution.to(dy.device)
+    except RuntimeError:  # a system the solver refuses: no view
+        return None
+    rest = (dy - dx @ fit).square_().reshape(y.shape)
+    total = float(rest.sum())
+    if not math.isfinite(total):
+        return None
+    low = torch.minimum(y.double().square(), z.double().square())
+    carried = math.sqrt(float((rest * low).sum()) / total) if total > 0 else 0.0
+    return math.sqrt(total / y.numel() / 2.0), carried
+
+
 def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,
-                   informative: float) -> dict | None:
+                   informative: float, measured: tuple | None = None) -> dict | None:
     """``contrast``'s measurement taken on the non-affine part: its spread (``informative``),
     the slack rtol on the affine part's magnitude (``magnitude``, the RMS of what the fitted
     passthroughs carry) adds beyond what an output of that spread about zero gets
@@ -191,7 +234,7 @@ def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,
     import torch
 
     try:
-        measured = nonaffine_spread(y, z, pairs)
+        measured = measured or nonaffine_spread(y, z, pairs)
     except RuntimeError:  # a measurement that cannot be taken is no view
         return None
     if measured is None:

@@ -9,15 +9,17 @@ import math
 from .. import checks as C
 from ..contrast_views import worst_ratio
 from .common import forward
-from .nonaffine import nonaffine_view, rearranged, same_shaped
+from .nonaffine import nonaffine_view, rearranged, row_map_spread, same_shaped
 
 # Dimensions this small are read slice by slice too (``contrast``): channels, variables, heads
 CONTRAST_SLICES = 64
 
 
-def _contrast_of(y, z, tol: float, pairs: list | None = None) -> dict | None:
+def _contrast_of(y, z, tol: float, pairs: list | None = None,
+                 rows: tuple | None = None) -> dict | None:
     """``contrast``'s measurement of one tensor over two input draws (None: nothing finite),
-    with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one."""
+    with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one,
+    or else, given ``rows`` (both draws' inputs), a linear map of the inputs' rows does."""
     import torch
 
     if y.numel() == 0:
@@ -42,7 +44,18 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None) -> dict | None:
     excess = tol * max(0.0, magnitude - 1.0 - informative)
     found = {"informative": informative, "magnitude": magnitude, "excess": excess,
              "ratio": excess / informative if informative > 0 else math.inf}
-    view = nonaffine_view(y, z, pairs, tol, magnitude, informative) if pairs else None
+    view = None
+    if pairs:
+        view = nonaffine_view(y, z, pairs, tol, magnitude, informative)
+    elif rows:
+        try:
+            mapped = row_map_spread(y, z, *rows)
+        except RuntimeError:  # a measurement that cannot be taken is no view
+            mapped = None
+        if mapped is not None:
+            view = nonaffine_view(y, z, [], tol, magnitude, informative, mapped)
+            if view is not None:
+                view["fit"] = "rows"
     if view is not None:
         found["nonaffine"] = view
     return found
@@ -77,7 +90,8 @@ def contrast(ref: list, alt: list, tol: float, inputs: list | None = None,
             continue
         pairs = (same_shaped(y, inputs, alt_inputs) or rearranged(y, z, inputs, alt_inputs)) \
             if inputs and alt_inputs else []
-        whole = _contrast_of(y, z, tol, pairs)
+        whole = _contrast_of(y, z, tol, pairs,
+                             (inputs, alt_inputs) if inputs and alt_inputs else None)
         if whole is None:
             continue
         found.append({"output": k, **whole})

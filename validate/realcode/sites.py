@@ -11,7 +11,8 @@ convolution or attention call with an operand that is a parameter or buffer exac
 declared is dead work at initialization too, whatever the call's result (a query projection whose
 weight starts at zero gives its bias: the product can be skipped).
 A rescaling site is also skipped up to one factor: a normalization call (``normalize``,
-``layer_norm``, ``rms_norm``, ``log_softmax``...) or a product or quotient of a tensor by a smaller one of more
+``layer_norm``, ``rms_norm``, ``log_softmax``...), a similarity that normalizes inside
+(``cosine_similarity``, against its dot product), or a product or quotient of a tensor by a smaller one of more
 than one element computed from it (a statistic of its own: not a weight of ones, a scalar, or a
 mask computed from the inputs), its result replaced by its same-shaped operand times the
 least-squares scalar (a factor made through a clip or a test, a norm clip or a mask of the
@@ -78,6 +79,26 @@ SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "tr
 # A centering: the operand less a statistic of its own (``h - h.mean(-1, keepdim=True)``),
 # skipped as a rescaling is (the least-squares factor comes out near 1 where it is redundant)
 SHIFT_CALLS = frozenset({"sub", "__sub__", "__isub__", "sub_"})
+
+
+# Similarities that normalize their operands inside, skipped up to one factor as a
+# normalization is: their result replaced by the unnormalized form's times the least-squares
+# scalar (``cosine_similarity`` of LayerNorm outputs, whose rows all have norm sqrt(D) at
+# the LayerNorm's declared weight: its norms are one constant)
+NORMALIZED_PRODUCTS = frozenset({"cosine_similarity"})
+
+
+def _unnormalized(name: str, args: tuple, kwargs: dict):
+    """The form of a ``NORMALIZED_PRODUCTS`` call without its normalization (the dot product
+    along its dim), or None where its operands are not two tensors."""
+    import torch
+
+    x1 = kwargs.get("x1", args[0] if args else None)
+    x2 = kwargs.get("x2", args[1] if len(args) > 1 else None)
+    dim = kwargs.get("dim", args[2] if len(args) > 2 else 1)
+    if not (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor)):
+        return None
+    return (x1 * x2).sum(dim)
 
 
 def _in_place(name: str) -> bool:
@@ -275,7 +296,8 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry["numel"] += out.numel()
                 entry["operands"] = max(entry["operands"], len(given))
                 # a rescaling in every call it makes
-                entry["rescale"] &= _rescaled_operand(name, given, out, parents) is not None
+                entry["rescale"] &= name in NORMALIZED_PRODUCTS or \
+                    _rescaled_operand(name, given, out, parents) is not None
                 # a branch damped by a small constant in every call (``gelu(h) * 1e-6``),
                 # one that carries work (not a jitter: ``eye(n) * 1e-6``)
                 entry["damped"] &= _damped(name, args, kwargs, given) and \
@@ -295,9 +317,9 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
 def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
               answer, call: int | None = None) -> list | None:
     """The output with every tensor call of site ``key`` (only its ``call``-th, counted as
-    ``_call_sites`` counts them, where given) answered by ``answer(out, given)`` (``given``:
-    the call's tensor operands). None when the forward then fails (a bypass that breaks
-    forward is not dead)."""
+    ``_call_sites`` counts them, where given) answered by ``answer(out, given, args,
+    kwargs)`` (``given``: the call's tensor operands). None when the forward then fails (a
+    bypass that breaks forward is not dead)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
@@ -325,8 +347,8 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
                     return out
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             if before is None:
-                return answer(out, given)
-            value = answer(out, [before if v is args[0] else v for v in given])
+                return answer(out, given, args, kwargs)
+            value = answer(out, [before if v is args[0] else v for v in given], args, kwargs)
             if value is not out:
                 with torch.no_grad():
                     out.copy_(value)
@@ -346,7 +368,7 @@ def _zeroed(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
     import torch
 
     return _answered(model, key, inputs, forward_seed, copies,
-                     lambda out, _given: torch.zeros_like(out), call)
+                     lambda out, *_: torch.zeros_like(out), call)
 
 
 def _single_calls(order: list, sites: dict, whole: list) -> list[tuple[tuple, int]]:
@@ -380,9 +402,10 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
     least-squares scalar (the call skipped up to one factor; ``_answered``)."""
     import torch
 
-    def skipped(out, given):
-        main = _rescaled_operand(key[2], given, out)
-        if main is None:
+    def skipped(out, given, args, kwargs):
+        main = _unnormalized(key[2], args, kwargs) if key[2] in NORMALIZED_PRODUCTS else \
+            _rescaled_operand(key[2], given, out)
+        if main is None or main.shape != out.shape:
             return out
         with torch.no_grad():
             a, b = main.detach().double(), out.detach().double()
