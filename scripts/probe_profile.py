@@ -9,6 +9,7 @@ NAME picks problem files by substring (``23_Softmax``, ``SELU``).
 import argparse
 import cProfile
 import io
+import itertools
 import pstats
 import sys
 import time
@@ -64,7 +65,7 @@ for path in files:
     wall = time.monotonic() - began
     print(f"== {path.parent.name}/{path.name}: {wall:.2f} s ({outcome})", flush=True)
     spans: dict[str, float] = {}
-    for (stage, at), (_, nxt) in zip(marks, marks[1:]):
+    for (stage, at), (_, nxt) in itertools.pairwise(marks):
         spans[stage] = spans.get(stage, 0.0) + nxt - at
     print("   stages (device synchronized at each mark): " + ", ".join(
         f"{k} {v:.2f}" for k, v in sorted(spans.items(), key=lambda kv: -kv[1]) if v >= 0.05))
