@@ -466,9 +466,25 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+# A folder of the libraries' bytecode the parent picked (``worker_budgets._worker_env``)
+BYTECODE_VAR = "KERNELMILL_PYCACHE"
+
+
+def use_bytecode_cache() -> None:
+    """Read and write the bytecode of modules imported from here on under the folder
+    ``BYTECODE_VAR`` names, where set (a library installed without its bytecode is otherwise
+    compiled from source by every worker). The problem's own source is executed, not imported:
+    it leaves nothing there."""
+    folder = os.environ.get(BYTECODE_VAR)
+    if folder:
+        sys.pycache_prefix = folder
+        sys.dont_write_bytecode = False
+
+
 def main(argv: list[str]) -> None:
     global _control
     _die_with_parent()
+    use_bytecode_cache()
     fd_in, fd_out = int(argv[0]), int(argv[1])
     faulthandler.enable(file=sys.stderr, all_threads=True)
     job = pickle.loads(_read_all(fd_in))

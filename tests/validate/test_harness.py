@@ -735,3 +735,51 @@ def test_a_fork_request_with_more_descriptors_than_a_request_carries_is_never_ha
         assert again.ok and again.warm and zygote.alive, again.error
     finally:
         ZYGOTES.close()
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_worker_keeps_library_bytecode_only_in_the_folder_its_parent_names(tmp_path, named):
+    """Where the parent names a bytecode folder (the installed libraries have none), a module
+    the worker imports leaves its bytecode there for the next worker; otherwise nothing is
+    written, beside the module or anywhere."""
+    lib, cache = tmp_path / "lib", tmp_path / "pycache"
+    lib.mkdir()
+    (lib / "kmlazy.py").write_text("VALUE = 7\n")
+    body = ("import sys\n"
+            "def main():\n"
+            "    import kmlazy\n"
+            "    return {'value': kmlazy.VALUE, 'prefix': sys.pycache_prefix}")
+    env = {"PYTHONPATH": str(lib), **({"KERNELMILL_PYCACHE": str(cache)} if named else {})}
+    cache.mkdir()  # writable to the worker, as validation's shared cache folder is
+    result = run(body, timeout_s=60, env=env, writable=[str(cache)])
+    assert result.ok, result.error
+    assert result.value == {"value": 7, "prefix": str(cache) if named else None}
+    assert bool(list(cache.rglob("kmlazy.*.pyc"))) is named
+    assert not (lib / "__pycache__").exists()
+
+
+def test_a_bytecode_folder_is_named_only_where_torch_was_installed_without_bytecode(
+        tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+
+    from kernelmill.validate import worker_budgets as W
+
+    fake = tmp_path / "torch"
+    (fake / "_inductor").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "_inductor" / "compile_fx.py").write_text("")
+    spec = importlib.util.spec_from_file_location("torch", fake / "__init__.py")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    W._bytecode_missing.cache_clear()
+    try:
+        assert W._bytecode_missing()
+        assert W.BYTECODE_VAR in W._worker_env({}, "cuda:0")
+        cached = fake / "_inductor" / "__pycache__" / f"compile_fx.{sys.implementation.cache_tag}.pyc"
+        cached.parent.mkdir()
+        cached.write_bytes(b"")
+        W._bytecode_missing.cache_clear()
+        assert not W._bytecode_missing()
+        assert W.BYTECODE_VAR not in W._worker_env({}, "cuda:0")
+    finally:
+        W._bytecode_missing.cache_clear()
