@@ -58,7 +58,7 @@ LAZY_PROBE_MODULE = ("_inductor", "compile_fx.py")
 
 
 @functools.cache
-def _bytecode_missing() -> bool:
+def bytecode_missing() -> bool:
     """Whether the installed torch has no bytecode of ``LAZY_PROBE_MODULE`` beside it."""
     import importlib.util
 
@@ -77,7 +77,7 @@ def _worker_env(slot: dict, device: str) -> dict:
     cache = _shared_folder("cache")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
     env.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
-    if _bytecode_missing():
+    if bytecode_missing():
         # the libraries' bytecode, written once by the first worker that imports a module and
         # read by the others (``harness_worker.use_bytecode_cache``); as writable to them as the
         # compile caches above already are

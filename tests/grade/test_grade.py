@@ -546,3 +546,27 @@ def test_an_early_sample_called_wrong_is_wrong_in_the_whole():
     # nothing to sample, or a malformed sample, decides nothing (the judge does)
     for checked in (early(None), None, [{"trial": 9, "outputs": []}], [{"x": 1}], "junk"):
         assert sample_mismatch(trials, checked, tol) is None
+
+
+@pytest.mark.parametrize("missing", [True, False])
+def test_reference_workers_keep_library_bytecode_where_torch_has_none(tmp_path, monkeypatch,
+                                                                     missing):
+    """Where the installed torch has no bytecode, reference workers (never candidates) read and
+    write the libraries' bytecode in a folder of the grader's cache that only they may write."""
+    from kernelmill.grade import reference_run
+    from kernelmill.grade.grader import Grader
+
+    asked = {}
+
+    def stop(target, payload, **kwargs):
+        asked.update(kwargs)
+        return WorkerResult(ok=False, error={"stage": "test", "message": "stopped"})
+
+    monkeypatch.setattr(reference_run, "run_in_worker", stop)
+    monkeypatch.setattr(reference_run, "bytecode_missing", lambda: missing)
+    grader = Grader("cpu", cache_root=str(tmp_path))
+    with pytest.raises(reference_run.ReferenceError):
+        grader._run_reference("print('never run')", None)
+    folder = str(tmp_path / "pycache-reference")
+    assert (asked["env"].get("KERNELMILL_PYCACHE") == folder) is missing
+    assert (folder in asked["writable"]) is missing

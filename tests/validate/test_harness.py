@@ -771,15 +771,15 @@ def test_a_bytecode_folder_is_named_only_where_torch_was_installed_without_bytec
     (fake / "_inductor" / "compile_fx.py").write_text("")
     spec = importlib.util.spec_from_file_location("torch", fake / "__init__.py")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
-    W._bytecode_missing.cache_clear()
+    W.bytecode_missing.cache_clear()
     try:
-        assert W._bytecode_missing()
+        assert W.bytecode_missing()
         assert W.BYTECODE_VAR in W._worker_env({}, "cuda:0")
         cached = fake / "_inductor" / "__pycache__" / f"compile_fx.{sys.implementation.cache_tag}.pyc"
         cached.parent.mkdir()
         cached.write_bytes(b"")
-        W._bytecode_missing.cache_clear()
-        assert not W._bytecode_missing()
+        W.bytecode_missing.cache_clear()
+        assert not W.bytecode_missing()
         assert W.BYTECODE_VAR not in W._worker_env({}, "cuda:0")
     finally:
-        W._bytecode_missing.cache_clear()
+        W.bytecode_missing.cache_clear()
