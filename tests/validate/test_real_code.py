@@ -733,6 +733,51 @@ def test_an_in_place_or_idempotent_normalization_of_normalized_rows_is_redundant
     assert redundant == (["div_", "log_softmax"] if normed else []), labels
 
 
+DAMPED_FORMS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64 + 256)  # fused: zeroing it kills the live branch too
+        self.down = nn.Parameter(torch.randn(64, 256) / 16)
+        self.k = nn.Linear(64, 64)
+
+    def forward(self, x):
+        a, ff = self.proj(x).split((64, 256), dim=-1)
+        resid = x + torch.tanh(a)
+        if KIND == "alpha":
+            return torch.addmm(resid, F.gelu(ff), self.down.t(), alpha=SCALE)
+        if KIND == "in place":
+            return torch.addmm(resid, F.gelu(ff).mul_(SCALE), self.down.t())
+        if KIND == "chained":
+            third = SCALE ** (1 / 3)
+            return torch.addmm(resid, F.gelu(ff) * third * third * third, self.down.t())
+        g = self.k(x).t() @ self.k(x)  # a jitter added by alpha: no work in the term
+        return resid + torch.add(g, torch.eye(64), alpha=SCALE)[:16]
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+"""
+
+
+@pytest.mark.parametrize("kind", ["alpha", "in place", "chained", "jitter"])
+@pytest.mark.parametrize("scale", [1e-6, 0.1])
+def test_a_branch_damped_by_a_keyword_an_in_place_or_a_chained_constant_is_dead(kind, scale):
+    """A branch of a fused block damped by ``alpha=1e-6`` (tried with its term dropped), by an
+    in-place ``mul_(1e-6)``, or by three factors of 0.01 (a chain of scalings read as one) is
+    dead; at 0.1 it is live, and a jitter added by ``alpha`` is never tried."""
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source(f"KIND = {kind!r}\nSCALE = {scale}\n" + DAMPED_FORMS)
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    assert bool(labels) is (scale < 1e-3 and kind != "jitter"), labels
+    if labels:
+        assert ("term damped by alpha" in labels[0]) is (kind == "alpha"), labels
+
+
 COSINE_OF_NORMED = """
 import torch
 import torch.nn as nn

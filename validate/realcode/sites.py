@@ -6,7 +6,10 @@ dead: in both states, a residual branch scaled by a layer-scale of 1e-6 written 
 declared parameters alone, work killed by its initialization (a functional low-rank adapter whose
 second factor starts at zero adds exactly 0), which any answer to the problem as written may skip
 (zeroing, unlike skipping, leaves a multiplication by a weight of ones or an added zero bias
-live: none of the 97 seeds nor the healthy fixtures has such a site). A matrix product,
+live: none of the 97 seeds nor the healthy fixtures has such a site). A product by a
+constant of at most ``DAMPING`` (or a chain of such scalings, or one written in place) is tried
+zeroed though it combines no two tensors, and a term added under ``alpha=`` or ``value=`` of at
+most that (``torch.addmm(h, ff, w, alpha=1e-6)``) is tried dropped. A matrix product,
 convolution or attention call with an operand that is a parameter or buffer exactly zero as
 declared is dead work at initialization too, whatever the call's result (a query projection whose
 weight starts at zero gives its bias: the product can be skipped).
@@ -179,15 +182,39 @@ def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
 DAMPING = 1e-3
 
 
-def _damped(name: str, args: tuple, kwargs: dict, given: list) -> bool:
+def _constant_factor(name: str, args: tuple, kwargs: dict, given: list) -> float | None:
+    """The constant a product (or quotient) of one tensor by one number multiplies it by, or
+    None where the call is not such a scaling."""
     constants = [a for a in (*args, *kwargs.values())
                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
     if name not in SCALE_CALLS or len(given) != 1 or len(constants) != 1:
-        return False
-    value = abs(float(constants[0]))
+        return None
+    value = float(constants[0])
     if name.startswith(("div", "true_divide", "__truediv__", "__itruediv__")):
-        return value >= 1.0 / DAMPING
-    return value <= DAMPING
+        return 1.0 / value if value else None
+    return value
+
+
+# Calls that add a term scaled by a keyword constant (``alpha``, ``value``): the term damped by
+# one of at most ``DAMPING`` (``torch.add(x, branch, alpha=1e-6)``, ``addmm(..., alpha=1e-6)``)
+# is tried dropped, the call made again with that constant 0
+TERM_CALLS = frozenset({"add", "add_", "sub", "sub_", "addmm", "addmm_", "addbmm", "addbmm_",
+                        "baddbmm", "baddbmm_", "addmv", "addmv_", "addr", "addr_", "addcmul",
+                        "addcmul_", "addcdiv", "addcdiv_"})
+TERM_SCALES = ("alpha", "value")
+
+
+def _damped_term(name: str, kwargs: dict) -> str | None:
+    """The keyword whose constant of at most ``DAMPING`` damps a ``TERM_CALLS`` call's added
+    term, or None."""
+    if name not in TERM_CALLS:
+        return None
+    for key in TERM_SCALES:
+        value = kwargs.get(key)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and value and \
+                abs(float(value)) <= DAMPING:
+            return key
+    return None
 
 
 # Calls that make a tensor of constants or noise from nothing or from another's shape alone
@@ -259,6 +286,8 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
     zeros = _zero_tensors(model)
     parents: dict = {}  # a result's token -> its op's name and its operands' tokens
 
+    factors: dict = {}  # a result's token -> the constant factor a chain of scalings gave it
+
     class Sites(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -266,17 +295,22 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             out = func(*args, **kwargs)
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             name = getattr(func, "__name__", str(func))
+            factor = _constant_factor(name, args, kwargs, given)
+            if factor is not None:  # ``h * 0.01 * 0.01`` scales ``h`` by 1e-4
+                factor *= factors.get(_token(given[0]), 1.0)
             if given:  # each result's op and operands (every tensor of a split's tuple)
                 operands = tuple(_token(v) for v in given)
                 for made in (out,) if isinstance(out, torch.Tensor) else \
                         (v for v in tree_leaves(out) if isinstance(v, torch.Tensor)):
                     parents[_token(made, fresh=True)] = (name, operands)
+                if factor is not None and isinstance(out, torch.Tensor):
+                    factors[_token(out)] = factor
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
-                                          "damped": True,
+                                          "damped": False, "term": _damped_term(name, kwargs),
                                           "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
@@ -298,10 +332,17 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 # a rescaling in every call it makes
                 entry["rescale"] &= name in NORMALIZED_PRODUCTS or \
                     _rescaled_operand(name, given, out, parents) is not None
-                # a branch damped by a small constant in every call (``gelu(h) * 1e-6``),
-                # one that carries work (not a jitter: ``eye(n) * 1e-6``)
-                entry["damped"] &= _damped(name, args, kwargs, given) and \
+                # a branch damped by a small constant (``gelu(h) * 1e-6``, or a chain of
+                # scalings to one) in some call, one that carries work (not a jitter: ``eye(n) *
+                # 1e-6``); the site is tried zeroed, whose verdict then decides
+                entry["damped"] |= factor is not None and abs(factor) <= DAMPING and \
                     _carries_work(_token(given[0]), parents)
+                # a term damped by ``alpha``/``value`` in every call, the same keyword each, a
+                # product or a term that carries work (not a jitter: ``add(k, eye, alpha=1e-6)``)
+                if entry["term"] != _damped_term(name, kwargs) or not (
+                        name.startswith(("addm", "addb", "baddb", "addr")) or
+                        any(_carries_work(_token(v), parents) for v in given[1:])):
+                    entry["term"] = None
                 if zeros and entry["zero"] is None:
                     # a parameter or buffer still zero here (a buffer the forward fills is not)
                     entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
@@ -317,9 +358,10 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
 def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
               answer, call: int | None = None) -> list | None:
     """The output with every tensor call of site ``key`` (only its ``call``-th, counted as
-    ``_call_sites`` counts them, where given) answered by ``answer(out, given, args,
-    kwargs)`` (``given``: the call's tensor operands). None when the forward then fails (a
-    bypass that breaks forward is not dead)."""
+    ``_call_sites`` counts them, where given) answered by ``answer(out, given, args, kwargs,
+    func)`` (``given``: the call's tensor operands; a call that writes into its first operand
+    gets that operand as it was, in ``given`` and ``args``). None when the forward then fails
+    (a bypass that breaks forward is not dead)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
@@ -347,8 +389,9 @@ def _answered(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
                     return out
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             if before is None:
-                return answer(out, given, args, kwargs)
-            value = answer(out, [before if v is args[0] else v for v in given], args, kwargs)
+                return answer(out, given, args, kwargs, func)
+            value = answer(out, [before if v is args[0] else v for v in given],
+                           (before, *args[1:]), kwargs, func)
             if value is not out:
                 with torch.no_grad():
                     out.copy_(value)
@@ -402,7 +445,7 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
     least-squares scalar (the call skipped up to one factor; ``_answered``)."""
     import torch
 
-    def skipped(out, given, args, kwargs):
+    def skipped(out, given, args, kwargs, _func):
         main = _unnormalized(key[2], args, kwargs) if key[2] in NORMALIZED_PRODUCTS else \
             _rescaled_operand(key[2], given, out)
         if main is None or main.shape != out.shape:
@@ -413,6 +456,19 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
             return (a * scale).to(out.dtype)
 
     return _answered(model, key, inputs, forward_seed, copies, skipped)
+
+
+def _term_dropped(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
+                  scale: str) -> list | None:
+    """The output with every call of site ``key`` made again with its damped term's constant
+    ``scale`` at 0 (the term dropped; ``_answered``)."""
+    import torch
+
+    def dropped(out, _given, args, kwargs, func):
+        with torch.no_grad():
+            return func(*args, **{**kwargs, scale: 0})
+
+    return _answered(model, key, inputs, forward_seed, copies, dropped)
 
 
 def _dead(model, inputs, ref, forward_seed, tol, order, copies) -> list:
@@ -432,7 +488,7 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     largest = max((e["numel"] for e in sites.values()), default=0)
     order = sorted((k for k, e in sites.items()
                     if e["ops"] > 0 and (e["operands"] >= 2 or e["damped"]) and
-                    not e["inplace"] and (
+                    (not e["inplace"] or e["damped"]) and (
                         e["cost"] >= MIN_SHARE * total or e["numel"] >= MIN_SHARE * largest)),
                    key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
     dead = _dead(model, inputs, ref, forward_seed, tol, order, copies)
@@ -476,6 +532,13 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
                if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
+    terms = sorted((k for k, e in sites.items() if e["term"] and e["ops"] > 0 and k not in dead),
+                   key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
+    tried += len(terms)
+    labels += [label(k, f"its term damped by {sites[k]['term']}={DAMPING:g} or less dropped, "
+                        "constants as declared") for k in terms
+               if within(_term_dropped(model, k, inputs, forward_seed, copies, sites[k]["term"]),
+                         ref, tol)]
     rescaling = sorted((k for k, e in sites.items()
                         if e["rescale"] and e["ops"] > 0 and k not in dead and
                         e["numel"] >= MIN_SHARE * largest),
