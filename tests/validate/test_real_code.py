@@ -947,6 +947,8 @@ class _Annealed(nn.Module):
         self.fc = nn.Linear(16, 16)
         if kind == "float buffer":
             self.register_buffer("n", torch.zeros(()))
+        elif kind == "state slot":  # the step in one slot of a small state buffer
+            self.register_buffer("state", torch.tensor([0, 7, 3], dtype=torch.int64))
         elif kind == "lazy scale":
             self.scale = 0.0  # set once, from the input's width: no counter
         else:
@@ -962,15 +964,18 @@ class _Annealed(nn.Module):
         with torch.no_grad():
             if self.kind == "float buffer":
                 self.n += 1
+            elif self.kind == "state slot":
+                self.state[0] += 1
             else:
                 self.n += 1
                 self.decoy += 1
-        hot = 4.0 if float(self.n) % 1000 == 0 else 1.0
+        step = self.state[0] if self.kind == "state slot" else self.n
+        hot = 4.0 if float(step) % 1000 == 0 else 1.0
         return torch.softmax(self.fc(x) * hot, -1)
 
 
 @pytest.mark.parametrize("kind, counted", [("float buffer", True), ("int with decoy", True),
-                                           ("lazy scale", False)])
+                                           ("state slot", True), ("lazy scale", False)])
 def test_counters_are_any_number_a_call_moves_again_by_its_step(kind, counted):
     torch.manual_seed(0)
     model = _Annealed(kind).eval()

@@ -50,12 +50,33 @@ def _holders(value) -> list[tuple[str, object]]:
     return list(vars(value).items())
 
 
+# A tensor of at most this many elements is read element by element (a step kept in one slot
+# of a small state buffer: ``self.state[0] += 1``)
+SMALL_TENSOR = 16
+
+
+def _elements(value) -> list | None:
+    """The numbers of a small tensor of more than one element (``SMALL_TENSOR``), not boolean
+    or complex, flat; else None."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and 1 < value.numel() <= SMALL_TENSOR and \
+            not value.is_complex() and value.dtype != torch.bool and not value.is_meta:
+        return value.detach().reshape(-1).tolist()
+    return None
+
+
 def _numbers(name: str, value, depth: int):
-    """(key, number) of ``value`` if it is a counter's number (``_scalar``), else of what it
-    holds (``_holders``), ``depth`` holders deep: ``"schedule.step"``, ``"state.t"``."""
+    """(key, number) of ``value`` if it is a counter's number (``_scalar``), or of each
+    element of a small tensor (``"state[0]"``), else of what it holds (``_holders``),
+    ``depth`` holders deep: ``"schedule.step"``, ``"state.t"``."""
     number = _scalar(value)
+    elements = None if number is not None else _elements(value)
     if number is not None:
         yield name, number
+    elif elements is not None:
+        for i, element in enumerate(elements):
+            yield f"{name}[{i}]", element
     elif depth:
         for key, inner in _holders(value):
             yield from _numbers(f"{name}.{key}", inner, depth - 1)
@@ -95,8 +116,14 @@ def _set(model, where: tuple[str, str], value: float, step: float) -> None:
         *parts, name = where[1].split(".")
     for part in parts:
         owner = _item(owner, part)
+    element = None
+    if name.endswith("]"):  # one element of a small tensor (``_elements``)
+        name, _, index = name[:-1].rpartition("[")
+        element = int(index)
     held = _item(owner, name)
     if isinstance(held, torch.Tensor):
+        if element is not None:
+            held = held.view(-1)[element:element + 1]
         with torch.no_grad():
             if held.is_floating_point():
                 # where the dtype's steps stop adding (a half-precision count stops at 2048)
