@@ -900,6 +900,32 @@ def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shri
     assert bool(inflated["steps"]["changed"]) is quantized, inflated["steps"]
 
 
+@pytest.mark.parametrize("constant, rounds", [(12582912.0, True), (1000.0, False)])
+def test_rounding_written_as_adding_and_subtracting_a_large_constant_is_a_decision(
+        constant, rounds):
+    """``(h + 1.5 * 2**23) - 1.5 * 2**23`` rounds fp32 to whole numbers with no rounding op:
+    the forward decides (the jump test runs, and finds the steps); adding 1000 to values of
+    about 100 keeps them to 6e-5 and decides nothing."""
+
+    class MagicRound(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(64, 64), nn.Linear(64, 64)
+
+        def forward(self, x):
+            h = self.fc1(x) * 32
+            return self.fc2((h + constant) - constant)
+
+    torch.manual_seed(0)
+    model, inputs = MagicRound(), [torch.randn(512, 64)]
+    exact = R.exact_outputs(model, inputs, R.forward(model, inputs, 0), 0, 1e-4, 1, "cpu", True,
+                            1e-4)
+    if not rounds:
+        assert exact is None
+        return
+    assert exact["jumped"]["changed"] or exact["steps"]["changed"], exact
+
+
 @pytest.mark.parametrize("scale, dead", [(1e-6, True), (0.1, False)])
 def test_a_cheap_branch_past_the_costliest_modules_is_tried_where_it_barely_moves_its_input(
         scale, dead):

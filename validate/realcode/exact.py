@@ -54,7 +54,33 @@ def _discontinuous(name: str, args: tuple = (), kwargs: dict | None = None) -> b
         dtype = kwargs.get("dtype")
         if dtype is not None and dtype.is_floating_point and dtype.itemsize == 1:
             return True
+    if name in ("add", "add_", "sub", "sub_", "rsub") and _rounds_by_magnitude(args):
+        return True
     return name in DISCONTINUOUS or FAKE_QUANTIZE in name
+
+
+# A constant added to a float tensor whose unit in the last place is at least this share of
+# the tensor's largest magnitude rounds it to that grid (``(x + 12582912.0) - 12582912.0``
+# rounds fp32 to whole numbers with no rounding op): a step function written as additions
+ROUNDING_GRID = 2.0 ** -8
+
+
+def _rounds_by_magnitude(args: tuple) -> bool:
+    """Whether an addition's constant operand (a number, or a one-element tensor beside a
+    larger float tensor) is large enough that the sum keeps the tensor only on a grid of
+    ``ROUNDING_GRID`` of its largest magnitude or coarser."""
+    import torch
+
+    tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+    big = [t for t in tensors if t.is_floating_point() and t.numel() > 1]
+    constants = [a for a in args[:2] if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    constants += [float(t) for t in tensors if t.numel() == 1 and t.is_floating_point()]
+    if len(big) != 1 or len(constants) != 1 or not constants[0]:
+        return False
+    x = big[0]
+    grid = abs(constants[0]) * torch.finfo(x.dtype).eps
+    largest = float(x.detach().abs().max()) if x.numel() else 0.0
+    return largest > 0 and grid >= ROUNDING_GRID * largest
 # Samplers that read the input at computed coordinates: with nearest-neighbour sampling a
 # coordinate that crosses a pixel's edge moves the sampled value by a step (a spatial
 # transformer's ``grid_sample(mode="nearest")``); their interpolation mode argument, nearest's
