@@ -402,8 +402,10 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     inputs (a large offset), or when the reduced-precision answer passes only through that
     slack (``_admitted_by_offset``), or when a calibrated tolerance ``inflated_tolerance`` times
     the dtype floor or more admits a reduced-precision answer (matmul-class operands rounded to
-    bf16 for fp32: the noise of a cancelling offset set the tolerance). Where bf16 fails
-    outright, fp16's answer (``rounded["finer"]``) is held against the offset's slack too. A reduced-precision
+    bf16 for fp32: the noise of a cancelling offset set the tolerance). fp16 operands are not
+    tried: where bf16's fail outright, fp16's land between the slack about zero and rtol on a
+    magnitude of 2-10 in default-initialised classifiers' log-probabilities as in an offset's
+    (``tests/hostile/open/REVIEW_SESSION13.md``, H1), and the rule cannot tell them apart. A reduced-precision
     answer passing a tolerance at its floor by the absolute term is reported, not failed: it
     passes a quarter of KernelBench level 2 at CPU sizes (small softmax outputs, GEMMs summed
     over rows), a question for the tolerance's absolute floor. The output's variation is read
@@ -432,16 +434,7 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     # the whole output's view or its non-affine part's (contrast_views), each against its bar
     bars = (th["max_offset_slack"], th.get("max_nonaffine_slack", th["max_offset_slack"]))
     worst = worst_view(finite, bars)
-    finer = (rounded or {}).get("finer")
-    if isinstance(finer, dict) and isinstance(finer.get("error"), (int, float)):
-        note += (f"; rounded to {finer['dtype']} they "
-                 f"{'pass' if finer['error'] <= tol else 'fail'} it (error "
-                 f"{_fmt(finer['error'])})")
-    else:
-        finer = None
-    # the coarsest rounding, or where it fails outright the finer one (``probe.ROUNDINGS``)
-    admitted = _admitted_by_offset(finite, rounded, tol) or \
-        _admitted_by_offset(finite, finer, tol)
+    admitted = _admitted_by_offset(finite, rounded, tol)
     if admitted and not why:
         value = admitted["ratio"]
         why.append(admitted["why"])
