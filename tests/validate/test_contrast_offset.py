@@ -247,3 +247,17 @@ def test_rows_too_wide_to_fit_give_no_row_view():
     few = torch.randn(8, 4)  # 8 rows cannot fit 4 slopes with 16 rows per slope
     assert row_map_spread(few, few + 1, [few], [few * 2]) is None
 
+
+
+def test_inputs_that_cannot_be_fitted_row_by_row_are_not_read():
+    """An input whose rows are too wide is refused from its shape: nothing is computed from it
+    (a KernelBench matrix-vector product's 2e9-element matrix shares the output's rows)."""
+    from kernelmill.validate.realcode.nonaffine import ROW_FEATURES, row_map_spread
+
+    class Unreadable(torch.Tensor):
+        def __sub__(self, other):
+            raise AssertionError("an input too wide to fit was read")
+
+    wide = torch.randn(64, ROW_FEATURES + 1).as_subclass(Unreadable)
+    y = torch.randn(64, 8)
+    assert row_map_spread(y, y + 1, [wide], [wide]) is None

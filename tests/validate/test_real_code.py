@@ -900,9 +900,10 @@ def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shri
     assert bool(inflated["steps"]["changed"]) is quantized, inflated["steps"]
 
 
+@pytest.mark.parametrize("via_alpha", [False, True])
 @pytest.mark.parametrize("constant, rounds", [(12582912.0, True), (1000.0, False)])
 def test_rounding_written_as_adding_and_subtracting_a_large_constant_is_a_decision(
-        constant, rounds):
+        constant, rounds, via_alpha):
     """``(h + 1.5 * 2**23) - 1.5 * 2**23`` rounds fp32 to whole numbers with no rounding op:
     the forward decides (the jump test runs, and finds the steps); adding 1000 to values of
     about 100 keeps them to 6e-5 and decides nothing."""
@@ -914,6 +915,8 @@ def test_rounding_written_as_adding_and_subtracting_a_large_constant_is_a_decisi
 
         def forward(self, x):
             h = self.fc1(x) * 32
+            if via_alpha:  # the constant passed as ``alpha``
+                return self.fc2(torch.add(h, 1.0, alpha=constant) - constant)
             return self.fc2((h + constant) - constant)
 
     torch.manual_seed(0)
@@ -975,6 +978,8 @@ class _Annealed(nn.Module):
             self.register_buffer("n", torch.zeros(()))
         elif kind == "state slot":  # the step in one slot of a small state buffer
             self.register_buffer("state", torch.tensor([0, 7, 3], dtype=torch.int64))
+        elif kind == "strided slot":  # ... of one laid out transposed
+            self.register_buffer("state", torch.zeros(4, 4, dtype=torch.int64).t())
         elif kind == "lazy scale":
             self.scale = 0.0  # set once, from the input's width: no counter
         else:
@@ -992,16 +997,20 @@ class _Annealed(nn.Module):
                 self.n += 1
             elif self.kind == "state slot":
                 self.state[0] += 1
+            elif self.kind == "strided slot":
+                self.state[0, 1] += 1
             else:
                 self.n += 1
                 self.decoy += 1
-        step = self.state[0] if self.kind == "state slot" else self.n
+        step = {"state slot": lambda: self.state[0], "strided slot": lambda: self.state[0, 1]}.get(
+            self.kind, lambda: self.n)()
         hot = 4.0 if float(step) % 1000 == 0 else 1.0
         return torch.softmax(self.fc(x) * hot, -1)
 
 
 @pytest.mark.parametrize("kind, counted", [("float buffer", True), ("int with decoy", True),
-                                           ("state slot", True), ("lazy scale", False)])
+                                           ("state slot", True), ("strided slot", True),
+                                           ("lazy scale", False)])
 def test_counters_are_any_number_a_call_moves_again_by_its_step(kind, counted):
     torch.manual_seed(0)
     model = _Annealed(kind).eval()

@@ -9,6 +9,8 @@ import functools
 import numbers
 import types
 
+import numpy
+
 from ..model_copy import copy_model
 from .common import forward
 
@@ -122,8 +124,9 @@ def _set(model, where: tuple[str, str], value: float, step: float) -> None:
         element = int(index)
     held = _item(owner, name)
     if isinstance(held, torch.Tensor):
-        if element is not None:
-            held = held.view(-1)[element:element + 1]
+        if element is not None:  # in the order ``_elements`` reads, whatever the layout
+            at = [int(i) for i in numpy.unravel_index(element, tuple(held.shape))]
+            held = held[tuple(at)]
         with torch.no_grad():
             if held.is_floating_point():
                 # where the dtype's steps stop adding (a half-precision count stops at 2048)

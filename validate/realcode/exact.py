@@ -54,7 +54,7 @@ def _discontinuous(name: str, args: tuple = (), kwargs: dict | None = None) -> b
         dtype = kwargs.get("dtype")
         if dtype is not None and dtype.is_floating_point and dtype.itemsize == 1:
             return True
-    if name in ("add", "add_", "sub", "sub_", "rsub") and _rounds_by_magnitude(args):
+    if name in ("add", "add_", "sub", "sub_", "rsub") and _rounds_by_magnitude(args, kwargs):
         return True
     return name in DISCONTINUOUS or FAKE_QUANTIZE in name
 
@@ -65,21 +65,25 @@ def _discontinuous(name: str, args: tuple = (), kwargs: dict | None = None) -> b
 ROUNDING_GRID = 2.0 ** -8
 
 
-def _rounds_by_magnitude(args: tuple) -> bool:
+def _rounds_by_magnitude(args: tuple, kwargs: dict | None = None) -> bool:
     """Whether an addition's constant operand (a number, or a one-element tensor beside a
-    larger float tensor) is large enough that the sum keeps the tensor only on a grid of
-    ``ROUNDING_GRID`` of its largest magnitude or coarser."""
+    larger float tensor), times its ``alpha``, is large enough that the sum keeps the tensor
+    only on a grid of ``ROUNDING_GRID`` of its largest magnitude or coarser. Read with
+    ``aminmax``: no temporary of the tensor's size."""
     import torch
 
+    alpha = (kwargs or {}).get("alpha", 1)
     tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
     big = [t for t in tensors if t.is_floating_point() and t.numel() > 1]
     constants = [a for a in args[:2] if isinstance(a, (int, float)) and not isinstance(a, bool)]
     constants += [float(t) for t in tensors if t.numel() == 1 and t.is_floating_point()]
-    if len(big) != 1 or len(constants) != 1 or not constants[0]:
+    if len(big) != 1 or len(constants) != 1 or not constants[0] or \
+            not isinstance(alpha, (int, float)):
         return False
-    x = big[0]
-    grid = abs(constants[0]) * torch.finfo(x.dtype).eps
-    largest = float(x.detach().abs().max()) if x.numel() else 0.0
+    x = big[0].detach()
+    grid = abs(constants[0] * (alpha if args[1] is not x else 1)) * torch.finfo(x.dtype).eps
+    low, high = torch.aminmax(x)
+    largest = max(abs(float(low)), abs(float(high)))
     return largest > 0 and grid >= ROUNDING_GRID * largest
 # Samplers that read the input at computed coordinates: with nearest-neighbour sampling a
 # coordinate that crosses a pixel's edge moves the sampled value by a step (a spatial

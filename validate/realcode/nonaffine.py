@@ -180,8 +180,8 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
 # tried as a linear map of its rows onto the output's, where no input reaches the output
 # element by element (a constant-velocity extrapolation of 10 past positions to 30 future
 # ones): fitted where the inputs' rows hold at most ``ROW_FEATURES`` elements together, the
-# rows number ``MIN_PER_SLOPE`` per fitted feature, and the output at most
-# ``REARRANGED_ELEMENTS`` elements (its change is held in fp64)
+# rows number ``MIN_PER_SLOPE`` per fitted feature, and the output and the inputs' rows at most
+# ``REARRANGED_ELEMENTS`` elements each (their changes are held in fp64), read from shapes first
 ROW_FEATURES = 256
 
 
@@ -195,14 +195,16 @@ def row_map_spread(y, z, inputs: list, alt_inputs: list) -> tuple[float, float] 
     if y.dim() < 2 or y.numel() > REARRANGED_ELEMENTS:
         return None
     rows = y.shape[0]
-    changes = [(x - x_alt).reshape(rows, -1).double() for x, x_alt in zip(inputs, alt_inputs)
-               if isinstance(x, torch.Tensor) and isinstance(x_alt, torch.Tensor)
-               and x.is_floating_point() and x.shape == x_alt.shape and x.dim() >= 2
-               and x.shape[0] == rows and x.device == y.device and x_alt.device == y.device]
-    features = sum(c.shape[1] for c in changes)
-    if not changes or features > ROW_FEATURES or rows < MIN_PER_SLOPE * features:
+    # chosen by their shapes alone: nothing is computed from an input that does not qualify
+    chosen = [(x, x_alt) for x, x_alt in zip(inputs, alt_inputs)
+              if isinstance(x, torch.Tensor) and isinstance(x_alt, torch.Tensor)
+              and x.is_floating_point() and x.shape == x_alt.shape and x.dim() >= 2
+              and x.shape[0] == rows and x.device == y.device and x_alt.device == y.device]
+    features = sum(x[0].numel() for x, _ in chosen)
+    if not chosen or features > ROW_FEATURES or rows < MIN_PER_SLOPE * features or \
+            rows * features > REARRANGED_ELEMENTS:
         return None
-    dx = torch.cat(changes, 1)
+    dx = torch.cat([(x - x_alt).reshape(rows, -1).double() for x, x_alt in chosen], 1)
     dy = (y - z).reshape(rows, -1).double()
     if not (torch.isfinite(dx).all() and torch.isfinite(dy).all()):
         return None
