@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
-from kernelmill.validate.harness import WorkerResult, run_in_worker
+from kernelmill.validate.bytecode import bytecode_folder
 from kernelmill.validate.gpus import gpu_lock_path, gpu_name
+from kernelmill.validate.harness import WorkerResult, run_in_worker
+from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
-from kernelmill.validate.worker_budgets import BYTECODE_VAR, bytecode_missing
 
 from .judge import reference_fault
 from .side_by_side import _side_by_side, _split
@@ -269,14 +270,9 @@ class ReferenceRuns:
             # Inductor's compile subprocesses would initialise CUDA inside the sandbox, which
             # the driver refuses; compile in the worker itself.
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        if bytecode_missing():
-            # the libraries' bytecode where the installed torch has none (Inductor's modules
-            # compiled from source in every reference run otherwise): kept by reference workers
-            # alone, as their compile caches are
-            folder = self.cache_root / "pycache-reference"
-            folder.mkdir(parents=True, exist_ok=True)
-            env[BYTECODE_VAR] = str(folder)
-            writable.append(str(folder))
+        bytecode = bytecode_folder()
+        if bytecode:  # the libraries' bytecode, read only (``validate.bytecode``)
+            env[BYTECODE_VAR] = bytecode
         with self._on_host(source) as limits:
             result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
                                    timeout_s=policy.timeout_s * 2, device=self.worker_device,

@@ -471,14 +471,14 @@ BYTECODE_VAR = "KERNELMILL_PYCACHE"
 
 
 def use_bytecode_cache() -> None:
-    """Read and write the bytecode of modules imported from here on under the folder
-    ``BYTECODE_VAR`` names, where set (a library installed without its bytecode is otherwise
-    compiled from source by every worker). The problem's own source is executed, not imported:
-    it leaves nothing there."""
+    """Read the bytecode of modules imported from here on under the folder ``BYTECODE_VAR``
+    names, where set (``validate.bytecode``: written by a trusted process only; a library
+    installed without its bytecode is otherwise compiled from source by every worker). Never
+    written from here."""
     folder = os.environ.get(BYTECODE_VAR)
     if folder:
         sys.pycache_prefix = folder
-        sys.dont_write_bytecode = False
+        sys.dont_write_bytecode = True
 
 
 def main(argv: list[str]) -> None:

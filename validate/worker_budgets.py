@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import tempfile
 import threading
 import time
 from typing import Any
 
 from . import checks as C
+from .bytecode import bytecode_folder
 from .harness_worker import BYTECODE_VAR
 from .host_admission import address_limit, host_budget
 from .settings import (
@@ -51,37 +51,14 @@ def _writable() -> list[str]:
     return [_shared_folder("locks"), _shared_folder("cache")]
 
 
-# A module workers import lazily (Inductor's compile, on every replay): where the installed
-# torch holds no bytecode for it, the tree was installed without compiling (a GPU image was:
-# every replay compiled Inductor's modules from source, ~4 CPU-s of its compile stage)
-LAZY_PROBE_MODULE = ("_inductor", "compile_fx.py")
-
-
-@functools.cache
-def bytecode_missing() -> bool:
-    """Whether the installed torch has no bytecode of ``LAZY_PROBE_MODULE`` beside it."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        return False
-    folder = os.path.join(os.path.dirname(spec.origin), LAZY_PROBE_MODULE[0])
-    stem = LAZY_PROBE_MODULE[1].rsplit(".", 1)[0]
-    tag = sys.implementation.cache_tag
-    return os.path.exists(os.path.join(folder, LAZY_PROBE_MODULE[1])) and tag is not None and \
-        not os.path.exists(os.path.join(folder, "__pycache__", f"{stem}.{tag}.pyc"))
-
-
 def _worker_env(slot: dict, device: str) -> dict:
     env = dict(slot.get("env") or {})
     cache = _shared_folder("cache")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
     env.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
-    if bytecode_missing():
-        # the libraries' bytecode, written once by the first worker that imports a module and
-        # read by the others (``harness_worker.use_bytecode_cache``); as writable to them as the
-        # compile caches above already are
-        env.setdefault(BYTECODE_VAR, os.path.join(cache, "pycache"))
+    folder = bytecode_folder()
+    if folder:  # the libraries' bytecode, read only (``validate.bytecode``)
+        env.setdefault(BYTECODE_VAR, folder)
     if not device.startswith("cuda"):
         env.setdefault("OMP_NUM_THREADS", "1")  # CPU slots share the cores
     else:  # several workers share a GPU and the host's cores: one compile thread each

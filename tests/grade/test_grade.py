@@ -548,11 +548,11 @@ def test_an_early_sample_called_wrong_is_wrong_in_the_whole():
         assert sample_mismatch(trials, checked, tol) is None
 
 
-@pytest.mark.parametrize("missing", [True, False])
-def test_reference_workers_keep_library_bytecode_where_torch_has_none(tmp_path, monkeypatch,
-                                                                     missing):
-    """Where the installed torch has no bytecode, reference workers (never candidates) read and
-    write the libraries' bytecode in a folder of the grader's cache that only they may write."""
+@pytest.mark.parametrize("folder", ["/tmp/kernelmill-bytecode-test", None])
+def test_reference_workers_read_library_bytecode_and_may_not_write_it(tmp_path, monkeypatch,
+                                                                       folder):
+    """Where torch has no bytecode, reference workers read the trusted folder
+    (``validate.bytecode``), which is in none of their writable folders."""
     from kernelmill.grade import reference_run
     from kernelmill.grade.grader import Grader
 
@@ -563,10 +563,9 @@ def test_reference_workers_keep_library_bytecode_where_torch_has_none(tmp_path, 
         return WorkerResult(ok=False, error={"stage": "test", "message": "stopped"})
 
     monkeypatch.setattr(reference_run, "run_in_worker", stop)
-    monkeypatch.setattr(reference_run, "bytecode_missing", lambda: missing)
+    monkeypatch.setattr(reference_run, "bytecode_folder", lambda: folder)
     grader = Grader("cpu", cache_root=str(tmp_path))
     with pytest.raises(reference_run.ReferenceError):
         grader._run_reference("print('never run')", None)
-    folder = str(tmp_path / "pycache-reference")
-    assert (asked["env"].get("KERNELMILL_PYCACHE") == folder) is missing
-    assert (folder in asked["writable"]) is missing
+    assert asked["env"].get("KERNELMILL_PYCACHE") == folder
+    assert not any("bytecode" in str(w) or "pycache" in str(w) for w in asked["writable"])

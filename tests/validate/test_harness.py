@@ -2,6 +2,7 @@
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from kernelmill.validate.harness import run_in_worker, worker_env
@@ -738,31 +739,53 @@ def test_a_fork_request_with_more_descriptors_than_a_request_carries_is_never_ha
 
 
 @pytest.mark.parametrize("named", [True, False])
-def test_a_worker_keeps_library_bytecode_only_in_the_folder_its_parent_names(tmp_path, named):
-    """Where the parent names a bytecode folder (the installed libraries have none), a module
-    the worker imports leaves its bytecode there for the next worker; otherwise nothing is
-    written, beside the module or anywhere."""
+def test_a_worker_reads_library_bytecode_from_the_folder_its_parent_names_and_writes_none(
+        tmp_path, named):
+    """Where the parent names a bytecode folder, a module the worker imports is read from the
+    bytecode a trusted process left there (here one that says 8 where the source says 7, of the
+    same size and time: what the import trusts); nothing is ever written, there or beside the
+    module."""
+    import importlib.util
+    import py_compile
+    import sys
+
     lib, cache = tmp_path / "lib", tmp_path / "pycache"
     lib.mkdir()
-    (lib / "kmlazy.py").write_text("VALUE = 7\n")
+    source = lib / "kmlazy.py"
+    source.write_text("VALUE = 8\n")
+    sys.pycache_prefix, before = str(cache), sys.pycache_prefix
+    try:
+        compiled = importlib.util.cache_from_source(str(source))
+    finally:
+        sys.pycache_prefix = before
+    py_compile.compile(str(source), cfile=compiled)
+    stamp = os.stat(source)
+    source.write_text("VALUE = 7\n")
+    os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    other = lib / "kmother.py"
+    other.write_text("VALUE = 1\n")
     body = ("import sys\n"
             "def main():\n"
-            "    import kmlazy\n"
+            "    import kmlazy, kmother\n"
             "    return {'value': kmlazy.VALUE, 'prefix': sys.pycache_prefix}")
     env = {"PYTHONPATH": str(lib), **({"KERNELMILL_PYCACHE": str(cache)} if named else {})}
-    cache.mkdir()  # writable to the worker, as validation's shared cache folder is
     result = run(body, timeout_s=60, env=env, writable=[str(cache)])
     assert result.ok, result.error
-    assert result.value == {"value": 7, "prefix": str(cache) if named else None}
-    assert bool(list(cache.rglob("kmlazy.*.pyc"))) is named
+    assert result.value == {"value": 8 if named else 7, "prefix": str(cache) if named else None}
+    assert not list(cache.rglob("kmother.*.pyc"))  # read only, though the folder is writable
     assert not (lib / "__pycache__").exists()
 
 
 def test_a_bytecode_folder_is_named_only_where_torch_was_installed_without_bytecode(
         tmp_path, monkeypatch):
+    """The folder is named where torch has no bytecode beside it, written by a trusted
+    process (the warm-up imports the libraries' modules), of this user's own and writable by no
+    other; a folder others may write is refused."""
     import importlib.util
+    import stat
     import sys
 
+    from kernelmill.validate import bytecode as B
     from kernelmill.validate import worker_budgets as W
 
     fake = tmp_path / "torch"
@@ -771,15 +794,29 @@ def test_a_bytecode_folder_is_named_only_where_torch_was_installed_without_bytec
     (fake / "_inductor" / "compile_fx.py").write_text("")
     spec = importlib.util.spec_from_file_location("torch", fake / "__init__.py")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
-    W.bytecode_missing.cache_clear()
+    monkeypatch.setattr(B.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "kmwarm.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setenv("PYTHONPATH", str(lib))
+    monkeypatch.setattr(B, "WARM_MODULES", ("kmwarm", "no_such_module_here"))
+    B.bytecode_missing.cache_clear()
     try:
-        assert W.bytecode_missing()
-        assert W.BYTECODE_VAR in W._worker_env({}, "cuda:0")
+        assert B.bytecode_missing()
+        folder = B.bytecode_folder(wait=True)
+        assert folder and W._worker_env({}, "cuda:0")[W.BYTECODE_VAR] == folder
+        assert list(Path(folder).rglob("kmwarm.*.pyc"))  # the warm-up's, not a worker's
+        assert stat.S_IMODE(os.stat(folder).st_mode) & 0o077 == 0
+        os.chmod(os.path.dirname(folder), 0o777)  # a folder others may write: refused
+        assert B.bytecode_folder() is None
+        os.chmod(os.path.dirname(folder), 0o700)
         cached = fake / "_inductor" / "__pycache__" / f"compile_fx.{sys.implementation.cache_tag}.pyc"
         cached.parent.mkdir()
         cached.write_bytes(b"")
-        W.bytecode_missing.cache_clear()
-        assert not W.bytecode_missing()
+        B.bytecode_missing.cache_clear()
+        assert B.bytecode_folder() is None
         assert W.BYTECODE_VAR not in W._worker_env({}, "cuda:0")
     finally:
-        W.bytecode_missing.cache_clear()
+        B.bytecode_missing.cache_clear()
