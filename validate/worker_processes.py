@@ -9,6 +9,8 @@ import os
 import signal
 import time
 
+from .harness_worker import BYTECODE_VAR
+
 TOKEN_VAR = "KERNELMILL_RUN_TOKEN"
 # Variables a worker must not see: credentials for hubs and LLM endpoints.
 _SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
@@ -19,6 +21,7 @@ def worker_env(device: str, env: dict | None = None, token: str = "", tmp: str =
     base = {k: v for k, v in os.environ.items()
             if not any(marker in k.upper() for marker in _SECRET_MARKERS)}
     base.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"})
+    base.pop(BYTECODE_VAR, None)  # a bytecode folder only where the run's own env names one
     if tmp:
         base["TMPDIR"] = tmp
         base["XDG_CACHE_HOME"] = os.path.join(tmp, "cache")

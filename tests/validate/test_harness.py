@@ -172,6 +172,13 @@ def test_stdout_is_never_parsed():
     assert "correct" in result.stdout_tail
 
 
+def test_worker_env_names_a_bytecode_folder_only_where_the_run_asks(monkeypatch):
+    monkeypatch.setenv("KERNELMILL_PYCACHE", "/tmp/inherited")
+    assert "KERNELMILL_PYCACHE" not in worker_env("cpu", {"CUDA_VISIBLE_DEVICES": "3"})
+    assert worker_env("cpu", {"KERNELMILL_PYCACHE": "/tmp/asked"})["KERNELMILL_PYCACHE"] == \
+        "/tmp/asked"
+
+
 def test_worker_env_drops_credentials(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
