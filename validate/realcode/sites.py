@@ -79,6 +79,7 @@ NORM_CALLS = frozenset({"normalize", "layer_norm", "rms_norm", "group_norm", "in
                         "batch_norm", "local_response_norm", "log_softmax", "renorm"})
 SCALE_CALLS = frozenset({"mul", "__mul__", "__rmul__", "div", "__truediv__", "true_divide",
                          "__itruediv__", "__imul__", "div_", "mul_", "true_divide_"})
+QUOTIENTS = ("div", "true_divide", "__truediv__", "__itruediv__")
 # A centering: the operand less a statistic of its own (``h - h.mean(-1, keepdim=True)``),
 # skipped as a rescaling is (the least-squares factor comes out near 1 where it is redundant)
 SHIFT_CALLS = frozenset({"sub", "__sub__", "__isub__", "sub_"})
@@ -167,6 +168,12 @@ def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
     if name in NORM_CALLS:
         return same[0]
     shift = name in SHIFT_CALLS and len(given) == 2 and given[0] is (same[0] if same else None)
+    if name in SCALE_CALLS and name.startswith(QUOTIENTS) and len(given) == 2 and \
+            len(same) == 2 and given[0] is not given[1] and (
+                parents is None or _statistic_of(given[1], given[0], parents)):
+        # a quotient by a divisor of the output's own shape made from statistics of what made
+        # the numerator (a hand-written cosine: ``q @ d.T / outer(|q|, |d|)``)
+        return given[0]
     if (name in SCALE_CALLS or shift) and len(given) == 2 and len(same) == 1:
         main = same[0]
         other = given[1] if given[0] is main else given[0]
@@ -190,7 +197,7 @@ def _constant_factor(name: str, args: tuple, kwargs: dict, given: list) -> float
     if name not in SCALE_CALLS or len(given) != 1 or len(constants) != 1:
         return None
     value = float(constants[0])
-    if name.startswith(("div", "true_divide", "__truediv__", "__itruediv__")):
+    if name.startswith(QUOTIENTS):
         return 1.0 / value if value else None
     return value
 
