@@ -755,6 +755,8 @@ class Model(nn.Module):
         if KIND == "chained":
             third = SCALE ** (1 / 3)
             return torch.addmm(resid, F.gelu(ff) * third * third * third, self.down.t())
+        if KIND == "on the weight":
+            return torch.addmm(resid, F.gelu(ff), self.down.t() * SCALE)
         g = self.k(x).t() @ self.k(x)  # a jitter added by alpha: no work in the term
         return resid + torch.add(g, torch.eye(64), alpha=SCALE)[:16]
 
@@ -763,19 +765,20 @@ def get_inputs():
 """
 
 
-@pytest.mark.parametrize("kind", ["alpha", "in place", "chained", "jitter"])
+@pytest.mark.parametrize("kind", ["alpha", "in place", "chained", "on the weight", "jitter"])
 @pytest.mark.parametrize("scale", [1e-6, 0.1])
 def test_a_branch_damped_by_a_keyword_an_in_place_or_a_chained_constant_is_dead(kind, scale):
-    """A branch of a fused block damped by ``alpha=1e-6`` (tried with its term dropped), by an
-    in-place ``mul_(1e-6)``, or by three factors of 0.01 (a chain of scalings read as one) is
-    dead; at 0.1 it is live, and a jitter added by ``alpha`` is never tried."""
+    """A branch of a fused block damped by ``alpha=1e-6`` or by a weight scaled by 1e-6 inside
+    ``addmm`` (each tried with its term dropped), by an in-place ``mul_(1e-6)``, or by three
+    factors of 0.01 (a chain of scalings read as one) is dead; at 0.1 it is live, and a jitter added by ``alpha`` is never tried."""
     from kernelmill.validate.realcode.sites import dead_sites
 
     model, x = _from_source(f"KIND = {kind!r}\nSCALE = {scale}\n" + DAMPED_FORMS)
     labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
     assert bool(labels) is (scale < 1e-3 and kind != "jitter"), labels
     if labels:
-        assert ("term damped by alpha" in labels[0]) is (kind == "alpha"), labels
+        assert ("term damped by alpha" in labels[0]) is (kind in ("alpha", "on the weight")), \
+            labels
 
 
 COSINE_OF_NORMED = """

@@ -209,6 +209,9 @@ TERM_CALLS = frozenset({"add", "add_", "sub", "sub_", "addmm", "addmm_", "addbmm
                         "baddbmm", "baddbmm_", "addmv", "addmv_", "addr", "addr_", "addcmul",
                         "addcmul_", "addcdiv", "addcdiv_"})
 TERM_SCALES = ("alpha", "value")
+# ... of which these add a product of two operands, scaled by ``alpha``
+ALPHA_PRODUCTS = frozenset({"addmm", "addmm_", "addbmm", "addbmm_", "baddbmm", "baddbmm_",
+                            "addmv", "addmv_", "addr", "addr_"})
 
 
 def _damped_term(name: str, kwargs: dict) -> str | None:
@@ -314,10 +317,16 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                     factors[_token(out)] = factor
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
+                # the term a product adds damped by its ``alpha``, or by a constant scaling of
+                # one of its operands (``addmm(h, ff, w.t() * 1e-6)``: the weight itself damped)
+                term = _damped_term(name, kwargs) or (
+                    "alpha" if name in ALPHA_PRODUCTS and any(
+                        isinstance(v, torch.Tensor) and abs(factors.get(_token(v), 1.0)) <= DAMPING
+                        for v in tree_leaves(_multiplied(name, args, kwargs))) else None)
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
-                                          "damped": False, "term": _damped_term(name, kwargs),
+                                          "damped": False, "term": term,
                                           "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
@@ -346,7 +355,7 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                     _carries_work(_token(given[0]), parents)
                 # a term damped by ``alpha``/``value`` in every call, the same keyword each, a
                 # product or a term that carries work (not a jitter: ``add(k, eye, alpha=1e-6)``)
-                if entry["term"] != _damped_term(name, kwargs) or not (
+                if entry["term"] != term or not (
                         name.startswith(("addm", "addb", "baddb", "addr")) or
                         any(_carries_work(_token(v), parents) for v in given[1:])):
                     entry["term"] = None
