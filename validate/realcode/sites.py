@@ -205,13 +205,12 @@ def _constant_factor(name: str, args: tuple, kwargs: dict, given: list) -> float
 # Calls that add a term scaled by a keyword constant (``alpha``, ``value``): the term damped by
 # one of at most ``DAMPING`` (``torch.add(x, branch, alpha=1e-6)``, ``addmm(..., alpha=1e-6)``)
 # is tried dropped, the call made again with that constant 0
-TERM_CALLS = frozenset({"add", "add_", "sub", "sub_", "addmm", "addmm_", "addbmm", "addbmm_",
-                        "baddbmm", "baddbmm_", "addmv", "addmv_", "addr", "addr_", "addcmul",
-                        "addcmul_", "addcdiv", "addcdiv_"})
-TERM_SCALES = ("alpha", "value")
-# ... of which these add a product of two operands, scaled by ``alpha``
+# (these add a product of two operands, scaled by ``alpha``)
 ALPHA_PRODUCTS = frozenset({"addmm", "addmm_", "addbmm", "addbmm_", "baddbmm", "baddbmm_",
                             "addmv", "addmv_", "addr", "addr_"})
+TERM_CALLS = ALPHA_PRODUCTS | {"add", "add_", "sub", "sub_", "addcmul", "addcmul_", "addcdiv",
+                               "addcdiv_"}
+TERM_SCALES = ("alpha", "value")
 
 
 def _damped_term(name: str, kwargs: dict) -> str | None:
@@ -356,7 +355,7 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 # a term damped by ``alpha``/``value`` in every call, the same keyword each, a
                 # product or a term that carries work (not a jitter: ``add(k, eye, alpha=1e-6)``)
                 if entry["term"] != term or not (
-                        name.startswith(("addm", "addb", "baddb", "addr")) or
+                        name in ALPHA_PRODUCTS or
                         any(_carries_work(_token(v), parents) for v in given[1:])):
                     entry["term"] = None
                 if zeros and entry["zero"] is None:
