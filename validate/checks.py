@@ -271,17 +271,22 @@ def constant_fraction(outputs: list, tol: float) -> float:
 
 
 def _channel_blocks(t, channel_dim: int | None):
-    """fp64 blocks of ``t`` as (channels, k) matrices: one row when ``channel_dim`` is None,
-    else one row per index along it; blocks of whole slices along dim 0 (or flat blocks)."""
+    """fp64 blocks of ``t`` as (rows, channels, k) tensors: one channel when ``channel_dim`` is
+    None, else one per index along it; blocks of whole slices along dim 0 (or flat blocks).
+    Views of the fp64 block (no reordering copy): the statistics reduce over dims 0 and 2."""
     if channel_dim is None:
         for (block,) in _blocks64(t):
-            yield block.reshape(1, -1)
+            yield block.reshape(1, 1, -1)
         return
-    per = max(1, t[0].numel()) if t.dim() and channel_dim != 0 else t.numel()
-    step = max(1, CHUNK // per) if channel_dim != 0 else t.shape[0]
+    if channel_dim == 0:
+        yield _as64(t).reshape(1, t.shape[0], -1)
+        return
+    per = max(1, t[0].numel())
+    step = max(1, CHUNK // per)
     for start in range(0, t.shape[0], step):
         part = _as64(t.narrow(0, start, min(step, t.shape[0] - start)))
-        yield part.movedim(channel_dim, 0).reshape(t.shape[channel_dim], -1)
+        lead = math.prod(part.shape[:channel_dim])
+        yield part.reshape(lead, part.shape[channel_dim], -1)
 
 
 def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float:
@@ -298,11 +303,14 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
         for x, y in zip(xs, ys):
             yield from zip(_channel_blocks(x, channel_dim), _channel_blocks(y, channel_dim))
 
+    def total(t):  # per-channel sum of a (rows, channels, k) block, shaped (1, channels, 1)
+        return t.sum(dim=(0, 2), keepdim=True)
+
     n, sx, sy, finite = 0, 0.0, 0.0, True
     for bx, by in pairs():
         finite = torch.isfinite(bx).all() & torch.isfinite(by).all() & finite
-        n += bx.shape[1]
-        sx, sy = sx + bx.sum(1, keepdim=True), sy + by.sum(1, keepdim=True)
+        n += bx.shape[0] * bx.shape[2]
+        sx, sy = sx + total(bx), sy + total(by)
     if not bool(finite):
         return math.inf
     if n == 0:
@@ -311,8 +319,8 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
     var, cov = 0.0, 0.0
     for bx, by in pairs():
         dx = torch.sub(bx, mx)
-        var = var + torch.einsum("ck,ck->c", dx, dx).unsqueeze(1)
-        cov = cov + torch.einsum("ck,ck->c", dx, by).unsqueeze(1) - my * dx.sum(1, keepdim=True)
+        var, centred = var + total(dx * dx), total(dx)
+        cov = cov + total(dx.mul_(by)) - my * centred
     a = torch.where(var > 0, cov / var.clamp_min(1e-300), torch.zeros_like(var))
     worst = 0.0
     for bx, by in pairs():
