@@ -744,12 +744,26 @@ class Model(nn.Module):
         self.proj = nn.Linear(64, 64 + 256)  # fused: zeroing it kills the live branch too
         self.down = nn.Parameter(torch.randn(64, 256) / 16)
         self.k = nn.Linear(64, 64)
+        self.gamma = nn.Parameter(torch.full((64,), SCALE))  # a layer-scale, per channel
 
     def forward(self, x):
         a, ff = self.proj(x).split((64, 256), dim=-1)
         resid = x + torch.tanh(a)
         if KIND == "alpha":
             return torch.addmm(resid, F.gelu(ff), self.down.t(), alpha=SCALE)
+        if KIND == "positional":  # the deprecated (beta, input, alpha, mat1, mat2) form
+            return torch.addmm(1, resid, SCALE, F.gelu(ff), self.down.t())
+        if KIND == "per call":  # a live first step, then steps each damped by their own alpha
+            h = resid
+            for s in (1.0, SCALE, SCALE, SCALE):
+                h = torch.addmm(h, F.gelu(ff), self.down.t(), alpha=s)
+            return h
+        if KIND == "layer-scale":
+            return torch.addmm(resid, F.gelu(ff), self.down.t() * self.gamma)
+        if KIND == "chain through copies":
+            third = SCALE ** (1 / 3)
+            g = ((F.gelu(ff) * third).contiguous() * third).t().contiguous().t() * third
+            return torch.addmm(resid, g, self.down.t())
         if KIND == "in place":
             return torch.addmm(resid, F.gelu(ff).mul_(SCALE), self.down.t())
         if KIND == "chained":
@@ -765,20 +779,31 @@ def get_inputs():
 """
 
 
-@pytest.mark.parametrize("kind", ["alpha", "in place", "chained", "on the weight", "jitter"])
+@pytest.mark.parametrize("kind", ["alpha", "positional", "per call", "in place", "chained",
+                                  "chain through copies", "on the weight", "layer-scale",
+                                  "jitter"])
 @pytest.mark.parametrize("scale", [1e-6, 0.1])
 def test_a_branch_damped_by_a_keyword_an_in_place_or_a_chained_constant_is_dead(kind, scale):
-    """A branch of a fused block damped by ``alpha=1e-6`` or by a weight scaled by 1e-6 inside
-    ``addmm`` (each tried with its term dropped), by an in-place ``mul_(1e-6)``, or by three
-    factors of 0.01 (a chain of scalings read as one) is dead; at 0.1 it is live, and a jitter added by ``alpha`` is never tried."""
+    """A branch of a fused block damped by ``alpha=1e-6`` (as a keyword, in the deprecated
+    positional form, or in three of a loop's four calls) or by a weight scaled by 1e-6 or by a
+    layer-scale parameter inside ``addmm`` (each tried with its term dropped), by an in-place
+    ``mul_(1e-6)``, or by three factors of 0.01 (a chain of scalings read as one, through
+    copies and transposes too) is dead; at 0.1 it is live, and a jitter added by ``alpha`` is
+    never tried."""
     from kernelmill.validate.realcode.sites import dead_sites
 
     model, x = _from_source(f"KIND = {kind!r}\nSCALE = {scale}\n" + DAMPED_FORMS)
     labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
     assert bool(labels) is (scale < 1e-3 and kind != "jitter"), labels
-    if labels:
-        assert ("term damped by alpha" in labels[0]) is (kind in ("alpha", "on the weight")), \
-            labels
+    terms = [label for label in labels if "term damped by" in label]
+    if kind in ("alpha", "positional", "per call", "on the weight") and labels:
+        assert terms, labels
+        assert ("argument 3" in terms[0]) is (kind == "positional"), terms
+        assert ("3 of its 4 calls" in terms[0]) is (kind == "per call"), terms
+    elif kind == "layer-scale" and labels:  # the scaling itself may be zeroed first
+        assert terms or any("mul" in label for label in labels), labels
+    elif labels:  # the damped scaling zeroed (the product it feeds may drop its term too)
+        assert any("zeroed" in label for label in labels), labels
 
 
 COSINE_OF_NORMED = """

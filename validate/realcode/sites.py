@@ -7,9 +7,12 @@ declared parameters alone, work killed by its initialization (a functional low-r
 second factor starts at zero adds exactly 0), which any answer to the problem as written may skip
 (zeroing, unlike skipping, leaves a multiplication by a weight of ones or an added zero bias
 live: none of the 97 seeds nor the healthy fixtures has such a site). A product by a
-constant of at most ``DAMPING`` (or a chain of such scalings, or one written in place) is tried
-zeroed though it combines no two tensors, and a term added under ``alpha=`` or ``value=`` of at
-most that (``torch.addmm(h, ff, w, alpha=1e-6)``) is tried dropped. A matrix product,
+constant of at most ``DAMPING`` (or a chain of such scalings, through copies, layouts and
+casts, or one written in place; or by a small tensor none of whose elements exceeds that, a
+layer-scale) is tried zeroed though it combines no two tensors, and a term added under
+``alpha=`` or ``value=`` of at most that (``torch.addmm(h, ff, w, alpha=1e-6)``, the deprecated
+positional forms too), or a product one of whose operands such a scaling damps, is tried
+dropped in the calls it damps. A matrix product,
 convolution or attention call with an operand that is a parameter or buffer exactly zero as
 declared is dead work at initialization too, whatever the call's result (a query projection whose
 weight starts at zero gives its bias: the product can be skipped).
@@ -189,17 +192,49 @@ def _rescaled_operand(name: str, given: list, out, parents: dict | None = None):
 DAMPING = 1e-3
 
 
-def _constant_factor(name: str, args: tuple, kwargs: dict, given: list) -> float | None:
-    """The constant a product (or quotient) of one tensor by one number multiplies it by, or
-    None where the call is not such a scaling."""
+# A smaller operand of a product of two tensors (a per-channel layer-scale ``gamma``) is read
+# as a factor of at most its largest magnitude where it has at most this many elements
+SMALL_FACTOR = 1 << 12
+
+
+def _scaling(name: str, args: tuple, kwargs: dict, given: list) -> tuple[float, object] | None:
+    """(factor, scaled): the constant a product (or quotient) of one tensor by one number
+    multiplies it by, or the bound on the factor a smaller tensor of at most ``SMALL_FACTOR``
+    elements multiplies (or divides) the larger by (its largest magnitude: ``w * gamma``,
+    ``gamma`` a layer-scale parameter); and the tensor scaled. None where the call is not such
+    a scaling."""
+    import torch
+
+    if name not in SCALE_CALLS:
+        return None
+    quotient = name.startswith(QUOTIENTS)
     constants = [a for a in (*args, *kwargs.values())
                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
-    if name not in SCALE_CALLS or len(given) != 1 or len(constants) != 1:
+    if len(given) == 1 and len(constants) == 1:
+        value = float(constants[0])
+        if quotient:
+            return (1.0 / value, given[0]) if value else None
+        return value, given[0]
+    if len(given) != 2 or constants:
         return None
-    value = float(constants[0])
-    if name.startswith(QUOTIENTS):
-        return 1.0 / value if value else None
-    return value
+    big, small = sorted(given, key=lambda t: -t.numel())
+    if not (small.is_floating_point() and 0 < small.numel() < big.numel()
+            and small.numel() <= SMALL_FACTOR) or (quotient and small is not given[1]):
+        return None
+    with torch.no_grad():
+        low, high = torch.aminmax(small.detach().abs())
+        low, high = float(low), float(high)
+    if quotient:
+        return (1.0 / low, big) if low > 0 else None
+    return high, big
+
+
+# Ops that hand a tensor's values on unchanged (a layout, a copy, a cast, a slice): a scaling's
+# factor carries through them to the next scaling of the chain
+CARRIERS = frozenset({
+    "contiguous", "clone", "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten",
+    "transpose", "permute", "t", "movedim", "unsqueeze", "squeeze", "expand", "expand_as", "to",
+    "float", "half", "bfloat16", "double", "type_as", "__getitem__", "narrow", "select"})
 
 
 # Calls that add a term scaled by a keyword constant (``alpha``, ``value``): the term damped by
@@ -213,17 +248,29 @@ TERM_CALLS = ALPHA_PRODUCTS | {"add", "add_", "sub", "sub_", "addcmul", "addcmul
 TERM_SCALES = ("alpha", "value")
 
 
-def _damped_term(name: str, kwargs: dict) -> str | None:
-    """The keyword whose constant of at most ``DAMPING`` damps a ``TERM_CALLS`` call's added
-    term, or None."""
+def _small(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and bool(value) and \
+        abs(float(value)) <= DAMPING
+
+
+def _damped_term(name: str, args: tuple, kwargs: dict) -> str | int | None:
+    """Where the constant of at most ``DAMPING`` that damps a ``TERM_CALLS`` call's added term
+    sits: its keyword, or its position in the deprecated positional forms
+    (``addmm(beta, input, alpha, mat1, mat2)``, ``add(input, alpha, other)``, ``addcmul(input,
+    value, t1, t2)``); None where no such constant damps it."""
     if name not in TERM_CALLS:
         return None
     for key in TERM_SCALES:
-        value = kwargs.get(key)
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and value and \
-                abs(float(value)) <= DAMPING:
+        if _small(kwargs.get(key)):
             return key
-    return None
+    numbers_at = [i for i, a in enumerate(args)
+                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
+    if name in ALPHA_PRODUCTS:
+        at = numbers_at[1] if len(numbers_at) == 2 else None  # (beta, input, alpha, ...)
+    else:
+        least = 4 if name.startswith(("addc",)) else 3
+        at = 1 if numbers_at == [1] and len(args) >= least else None
+    return at if at is not None and _small(args[at]) else None
 
 
 # Calls that make a tensor of constants or noise from nothing or from another's shape alone
@@ -304,28 +351,36 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             out = func(*args, **kwargs)
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             name = getattr(func, "__name__", str(func))
-            factor = _constant_factor(name, args, kwargs, given)
-            if factor is not None:  # ``h * 0.01 * 0.01`` scales ``h`` by 1e-4
-                factor *= factors.get(_token(given[0]), 1.0)
+            scaling = _scaling(name, args, kwargs, given) if isinstance(out, torch.Tensor) \
+                else None
+            factor = scaled = carried = None
+            if scaling is not None:  # ``h * 0.01 * 0.01`` scales ``h`` by 1e-4
+                factor, scaled = scaling
+                factor *= factors.get(_token(scaled), 1.0)
+            elif name in CARRIERS and given and isinstance(out, torch.Tensor):
+                carried = factors.get(_token(given[0]))  # ``(h * 0.01).contiguous() * 0.01``
             if given:  # each result's op and operands (every tensor of a split's tuple)
                 operands = tuple(_token(v) for v in given)
                 for made in (out,) if isinstance(out, torch.Tensor) else \
                         (v for v in tree_leaves(out) if isinstance(v, torch.Tensor)):
                     parents[_token(made, fresh=True)] = (name, operands)
-                if factor is not None and isinstance(out, torch.Tensor):
+                if factor is not None:
                     factors[_token(out)] = factor
+                elif carried is not None:
+                    factors[_token(out)] = carried
             where = _site()
             if where is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
-                # the term a product adds damped by its ``alpha``, or by a constant scaling of
-                # one of its operands (``addmm(h, ff, w.t() * 1e-6)``: the weight itself damped)
-                term = _damped_term(name, kwargs) or (
-                    "alpha" if name in ALPHA_PRODUCTS and any(
+                # the term a product adds damped by its ``alpha``, or by a scaling of one of its
+                # operands (``addmm(h, ff, w.t() * 1e-6)``, ``w.t() * gamma``: the weight damped)
+                term = _damped_term(name, args, kwargs)
+                if term is None and name in ALPHA_PRODUCTS and any(
                         isinstance(v, torch.Tensor) and abs(factors.get(_token(v), 1.0)) <= DAMPING
-                        for v in tree_leaves(_multiplied(name, args, kwargs))) else None)
+                        for v in tree_leaves(_multiplied(name, args, kwargs))):
+                    term = "alpha"
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
-                                          "damped": False, "term": term,
+                                          "damped": False, "terms": {},
                                           "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
@@ -351,13 +406,12 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 # scalings to one) in some call, one that carries work (not a jitter: ``eye(n) *
                 # 1e-6``); the site is tried zeroed, whose verdict then decides
                 entry["damped"] |= factor is not None and abs(factor) <= DAMPING and \
-                    _carries_work(_token(given[0]), parents)
-                # a term damped by ``alpha``/``value`` in every call, the same keyword each, a
-                # product or a term that carries work (not a jitter: ``add(k, eye, alpha=1e-6)``)
-                if entry["term"] != term or not (
-                        name in ALPHA_PRODUCTS or
-                        any(_carries_work(_token(v), parents) for v in given[1:])):
-                    entry["term"] = None
+                    _carries_work(_token(scaled), parents)
+                # the calls whose term ``alpha``/``value`` damps, a product or a term that
+                # carries work (not a jitter: ``add(k, eye, alpha=1e-6)``), and where it sits
+                if term is not None and (name in ALPHA_PRODUCTS or any(
+                        _carries_work(_token(v), parents) for v in given[1:])):
+                    entry["terms"][entry["calls"] - 1] = term
                 if zeros and entry["zero"] is None:
                     # a parameter or buffer still zero here (a buffer the forward fills is not)
                     entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
@@ -474,13 +528,24 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
 
 
 def _term_dropped(model, key: tuple, inputs: list, forward_seed: int, copies: bool,
-                  scale: str) -> list | None:
-    """The output with every call of site ``key`` made again with its damped term's constant
-    ``scale`` at 0 (the term dropped; ``_answered``)."""
+                  scales: dict) -> list | None:
+    """The output with the calls of site ``key`` that ``scales`` names (call -> where its
+    damped term's constant sits: a keyword or a position) made again with that constant at 0
+    (the term dropped; ``_answered``)."""
     import torch
 
+    made = [0]
+
     def dropped(out, _given, args, kwargs, func):
+        if not out.is_floating_point():
+            return out
+        made[0] += 1
+        scale = scales.get(made[0] - 1)
+        if scale is None:
+            return out
         with torch.no_grad():
+            if isinstance(scale, int):
+                return func(*args[:scale], 0, *args[scale + 1:], **kwargs)
             return func(*args, **{**kwargs, scale: 0})
 
     return _answered(model, key, inputs, forward_seed, copies, dropped)
@@ -547,12 +612,27 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
                if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
-    terms = sorted((k for k, e in sites.items() if e["term"] and e["ops"] > 0 and k not in dead),
+    def damped_share(key: tuple) -> bool:  # all its calls, or a share of the work that counts
+        entry = sites[key]
+        return len(entry["terms"]) == entry["calls"] or \
+            sum(_call_cost(sites, key, i) for i in entry["terms"]) >= MIN_SHARE * total
+
+    terms = sorted((k for k, e in sites.items()
+                    if e["terms"] and e["ops"] > 0 and k not in dead and damped_share(k)),
                    key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
     tried += len(terms)
-    labels += [label(k, f"its term damped by {sites[k]['term']}={DAMPING:g} or less dropped, "
-                        "constants as declared") for k in terms
-               if within(_term_dropped(model, k, inputs, forward_seed, copies, sites[k]["term"]),
+
+    def term_label(key: tuple) -> str:
+        entry = sites[key]
+        where = {str(v) if isinstance(v, str) else f"argument {v + 1}"
+                 for v in entry["terms"].values()}
+        calls = "" if len(entry["terms"]) == entry["calls"] else \
+            f" in {len(entry['terms'])} of its {entry['calls']} calls"
+        return label(key, f"its term damped by {' or '.join(sorted(where))} (at most "
+                          f"{DAMPING:g}) dropped{calls}, constants as declared")
+
+    labels += [term_label(k) for k in terms
+               if within(_term_dropped(model, k, inputs, forward_seed, copies, sites[k]["terms"]),
                          ref, tol)]
     rescaling = sorted((k for k, e in sites.items()
                         if e["rescale"] and e["ops"] > 0 and k not in dead and
