@@ -203,30 +203,53 @@ def test_an_additive_mask_is_judged_alike_whichever_way_it_is_written():
     assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is False
 
 
-def _extrapolation(origin: float) -> tuple[list, list]:
-    """Future positions as a linear map of the past ones (10 steps -> 30, another shape) plus a
-    small learned residual, around ``origin`` metres: both draws' entries and the inputs."""
+def _extrapolation(origin: float, past_steps: int = 10, flat: bool = False,
+                   extra: str | None = None) -> tuple[list, list, list]:
+    """Future positions as a linear map of ``past_steps`` past ones (-> 30 steps, another
+    shape) plus a small learned residual, around ``origin`` metres (``flat``: the trajectory
+    returned as one flat vector; ``extra``: a wide ``context`` embedding the residual reads,
+    or a broadcast map ``origin`` the positions are given against): both draws' outputs and
+    inputs."""
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 60))
+    mlp = torch.nn.Sequential(torch.nn.Linear(2 * past_steps, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 60))
+    mix = torch.nn.Linear(300, 60)
     steps = torch.arange(1, 31, dtype=torch.float32)
 
-    def model(past):
+    def model(past, *more):
         vel = past[:, -1] - past[:, -2]
         cv = past[:, -1, None] + vel[:, None] * steps[None, :, None]
         with torch.no_grad():
-            return cv + 0.5 * mlp((past - past[:, -1:]).flatten(1)).view(-1, 30, 2)
+            h = mlp((past - past[:, -1:]).flatten(1))
+            if extra == "context":
+                h = h + torch.tanh(mix(more[0]))
+            y = cv + 0.5 * h.view(-1, 30, 2)
+        if extra == "origin":
+            y = y + more[0]
+        return y.reshape(-1) if flat else y
 
-    draws = [origin + torch.rand(512, 1, 2) * 100 + torch.randn(512, 10, 2).cumsum(1)
-             for _ in range(2)]
-    return [model(d) for d in draws], draws
+    draws = []
+    for _ in range(2):
+        inputs = [origin + torch.rand(512, 1, 2) * 100 +
+                  torch.randn(512, past_steps, 2).cumsum(1)]
+        if extra == "context":
+            inputs.append(torch.randn(512, 300))
+        elif extra == "origin":
+            inputs.append(torch.randn(1, 1, 2) * 10)
+        draws.append(inputs)
+    return [model(*d) for d in draws], draws[0], draws[1]
 
 
-def test_a_linear_map_of_the_inputs_rows_is_taken_out_before_the_slack_is_judged():
+@pytest.mark.parametrize("form", [{}, {"flat": True}, {"past_steps": 20}, {"extra": "context"},
+                                  {"extra": "origin"}])
+def test_a_linear_map_of_the_inputs_rows_is_taken_out_before_the_slack_is_judged(form):
     """An input of another shape reaches the output through a linear map of its rows (a
     constant-velocity extrapolation): the view fits that map row by row, and the residual the
-    network computes is held against the slack of the positions' magnitude."""
-    (y, z), (x, x_alt) = _extrapolation(1000.0)
-    entries = R.contrast([y], [z], TOL, [x], [x_alt])
+    network computes is held against the slack of the positions' magnitude; whatever the
+    output's layout (a flat vector), the history's length (40 features over 512 rows), a wide
+    input beside it (a context embedding) or a small one broadcast into the output."""
+    (y, z), x, x_alt = _extrapolation(1000.0, **form)
+    entries = R.contrast([y], [z], TOL, x, x_alt)
     whole = next(e for e in entries if "slice" not in e)
     assert whole["ratio"] < C.DEFAULT_THRESHOLDS["max_offset_slack"]  # the positions vary
     part = whole["nonaffine"]
@@ -234,8 +257,8 @@ def test_a_linear_map_of_the_inputs_rows_is_taken_out_before_the_slack_is_judged
     verdict = C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)
     assert verdict["passed"] is False and "linear map of its inputs' rows" in verdict["detail"]
     # about the map's origin the same residual gets no offset's slack
-    (y, z), (x, x_alt) = _extrapolation(0.0)
-    entries = R.contrast([y], [z], TOL, [x], [x_alt])
+    (y, z), x, x_alt = _extrapolation(0.0, **form)
+    entries = R.contrast([y], [z], TOL, x, x_alt)
     assert C.judge_contrast(entries, "float32", C.DEFAULT_THRESHOLDS, TOL)["passed"] is True
 
 
@@ -244,8 +267,10 @@ def test_rows_too_wide_to_fit_give_no_row_view():
 
     x, x_alt = torch.randn(64, ROW_FEATURES + 1), torch.randn(64, ROW_FEATURES + 1)
     assert row_map_spread(x[:, :8], x_alt[:, :8], [x], [x_alt]) is None
-    few = torch.randn(8, 4)  # 8 rows cannot fit 4 slopes with 16 rows per slope
+    few = torch.randn(20, 4)  # 20 rows cannot fit 4 slopes and a shared change, 4 rows each
     assert row_map_spread(few, few + 1, [few], [few * 2]) is None
+    x, x_alt, w = torch.randn(21, 4), torch.randn(21, 4), torch.randn(4, 3)
+    assert row_map_spread(x @ w, x_alt @ w, [x], [x_alt]) is not None
 
 
 

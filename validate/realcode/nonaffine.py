@@ -179,46 +179,115 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
 # An input sharing the output's first dimension (its rows: agents, tokens, samples) is also
 # tried as a linear map of its rows onto the output's, where no input reaches the output
 # element by element (a constant-velocity extrapolation of 10 past positions to 30 future
-# ones): fitted where the inputs' rows hold at most ``ROW_FEATURES`` elements together, the
-# rows number ``MIN_PER_SLOPE`` per fitted feature, and the output and the inputs' rows at most
-# ``REARRANGED_ELEMENTS`` elements each (their changes are held in fp64), read from shapes first
+# ones): the output read as that many rows in whatever layout (a flattened trajectory too),
+# each such input fitted alone and those of one row count together, where their rows hold at
+# most ``ROW_FEATURES`` elements, the rows number ``ROWS_PER_FEATURE`` per fitted feature (the
+# remainder is scaled by rows / (rows - features), the fit's own degrees of freedom), and the
+# output and the inputs' rows hold at most ``REARRANGED_ELEMENTS`` elements each (their changes
+# are held in fp64), read from shapes first; the fit that leaves the least is kept. A change
+# every row shares (a small input broadcast over them) is fitted beside the map
 ROW_FEATURES = 256
+ROWS_PER_FEATURE = 4
+
+
+def _row_blocks(y, z, members: list, rows: int):
+    """(dy, dx) fp64 blocks of whole rows: the output's change (rows, k) and the changes of the
+    ``members``' rows beside a column of ones (rows, f + 1), an eighth of ``CHUNK`` at most."""
+    import torch
+
+    width = y.numel() // rows + sum(x[0].numel() for x, _ in members) + 1
+    step = max(1, C.CHUNK // 8 // width)
+    flat = [(t.reshape(rows, -1), u.reshape(rows, -1)) for t, u in [(y, z), *members]]
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        changes = [t.narrow(0, start, n).double() - u.narrow(0, start, n).double()
+                   for t, u in flat]
+        ones = torch.ones(n, 1, dtype=torch.float64, device=y.device)
+        yield start, n, changes[0], torch.cat([*changes[1:], ones], 1)
+
+
+def _solve(gram, cross):
+    """The least-squares map from the normal equations (columns scaled to unit norm first);
+    None where the solver refuses them."""
+    import torch
+
+    norm = gram.diagonal().clamp_min(1e-300).sqrt()
+    try:
+        a = torch.linalg.lstsq(gram / torch.outer(norm, norm), cross / norm[:, None]).solution
+    except RuntimeError:  # a system the solver refuses: no view
+        return None
+    return (a / norm[:, None]).nan_to_num(0.0)
 
 
 def row_map_spread(y, z, inputs: list, alt_inputs: list) -> tuple[float, float] | None:
     """``nonaffine_spread``'s numbers with the output's change fitted row by row as a linear
     map (one matrix for every row) of the changes of the floating-point inputs' rows (inputs
-    of ``y``'s first dimension; an intercept of each element's own, which the difference
-    cancels). None where no input qualifies (``ROW_FEATURES``) or a value is not finite."""
+    whose first dimension divides ``y``'s elements; an intercept of each element's own, which
+    the difference cancels). None where no input qualifies (``ROW_FEATURES``) or a value is not
+    finite. Normal equations summed over fp64 blocks of rows and solved on the host: no
+    whole-output fp64 copy."""
     import torch
 
-    if y.dim() < 2 or y.numel() > REARRANGED_ELEMENTS:
+    if y.dim() < 1 or y.numel() > REARRANGED_ELEMENTS:
         return None
-    rows = y.shape[0]
     # chosen by their shapes alone: nothing is computed from an input that does not qualify
     chosen = [(x, x_alt) for x, x_alt in zip(inputs, alt_inputs)
               if isinstance(x, torch.Tensor) and isinstance(x_alt, torch.Tensor)
               and x.is_floating_point() and x.shape == x_alt.shape and x.dim() >= 2
-              and x.shape[0] == rows and x.device == y.device and x_alt.device == y.device]
-    features = sum(x[0].numel() for x, _ in chosen)
-    if not chosen or features > ROW_FEATURES or rows < MIN_PER_SLOPE * features or \
-            rows * features > REARRANGED_ELEMENTS:
+              and x.shape[0] >= 2 and y.numel() % x.shape[0] == 0
+              and x.device == y.device and x_alt.device == y.device
+              and x[0].numel() <= ROW_FEATURES
+              and x.shape[0] > ROWS_PER_FEATURE * (x[0].numel() + 1)
+              and x.numel() <= REARRANGED_ELEMENTS]
+    groups: dict[int, list] = {}
+    for x, x_alt in chosen:
+        groups.setdefault(x.shape[0], []).append((x, x_alt))
+    best = None  # (what the fit leaves, rows, members, the columns fitted, the map)
+    for rows, members in groups.items():
+        # the normal equations of every member's columns and the ones at once; each fit
+        # (a member alone, or all of them) takes its rows and columns of them
+        gram = cross = None
+        square = 0.0
+        for _, _, dy, dx in _row_blocks(y, z, members, rows):
+            if not (torch.isfinite(dy).all() and torch.isfinite(dx).all()):
+                return None
+            g, c = dx.T @ dx, dx.T @ dy
+            gram, cross = (g, c) if gram is None else (gram + g, cross + c)
+            square = float(dy.square().sum()) + square
+        gram, cross = gram.cpu(), cross.cpu()
+        widths = [x[0].numel() for x, _ in members]
+        edges = [sum(widths[:i]) for i in range(len(widths) + 1)]
+        ones = edges[-1]
+        tries = [list(range(edges[i], edges[i + 1])) + [ones] for i in range(len(members))]
+        if len(members) > 1 and ones <= ROW_FEATURES and rows > ROWS_PER_FEATURE * (ones + 1):
+            tries.append(list(range(ones + 1)))
+        for columns in tries:
+            at = torch.tensor(columns)
+            g, c = gram[at][:, at], cross[at]
+            a = _solve(g, c)
+            if a is None:
+                continue
+            left = square - 2.0 * float((a * c).sum()) + float((a * (g @ a)).sum())
+            left = max(0.0, left) * rows / (rows - len(columns))
+            if math.isfinite(left) and (best is None or left < best[0]):
+                best = (left, rows, members, at, a)
+    if best is None:
         return None
-    dx = torch.cat([(x - x_alt).reshape(rows, -1).double() for x, x_alt in chosen], 1)
-    dy = (y - z).reshape(rows, -1).double()
-    if not (torch.isfinite(dx).all() and torch.isfinite(dy).all()):
+    left, rows, members, at, a = best
+    at, a = at.to(y.device), a.to(y.device)
+    weighted = weights = 0.0
+    low_y, low_z = y.reshape(rows, -1), z.reshape(rows, -1)
+    for start, n, dy, dx in _row_blocks(y, z, members, rows):
+        rest = (dy - dx[:, at] @ a).square_()
+        low = torch.minimum(low_y.narrow(0, start, n).double().square(),
+                            low_z.narrow(0, start, n).double().square())
+        weighted = (rest * low).sum() + weighted
+        weights = rest.sum() + weights
+    weighted, weights = float(weighted), float(weights)
+    if not (math.isfinite(weighted) and math.isfinite(weights)):
         return None
-    try:
-        fit = torch.linalg.lstsq(dx.cpu(), dy.cpu()).solution.to(dy.device)
-    except RuntimeError:  # a system the solver refuses: no view
-        return None
-    rest = (dy - dx @ fit).square_().reshape(y.shape)
-    total = float(rest.sum())
-    if not math.isfinite(total):
-        return None
-    low = torch.minimum(y.double().square(), z.double().square())
-    carried = math.sqrt(float((rest * low).sum()) / total) if total > 0 else 0.0
-    return math.sqrt(total / y.numel() / 2.0), carried
+    carried = math.sqrt(weighted / weights) if weights > 0 else 0.0
+    return math.sqrt(left / y.numel() / 2.0), carried
 
 
 def nonaffine_view(y, z, pairs: list[tuple], tol: float, magnitude: float,

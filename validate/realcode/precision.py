@@ -19,7 +19,8 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
                  rows: tuple | None = None) -> dict | None:
     """``contrast``'s measurement of one tensor over two input draws (None: nothing finite),
     with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one,
-    or else, given ``rows`` (both draws' inputs), a linear map of the inputs' rows does."""
+    or else (none, or their fit leaves nine tenths of the change), given ``rows`` (both draws'
+    inputs), where a linear map of the inputs' rows does."""
     import torch
 
     if y.numel() == 0:
@@ -47,7 +48,7 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
     view = None
     if pairs:
         view = nonaffine_view(y, z, pairs, tol, magnitude, informative)
-    elif rows:
+    if view is None and rows:  # no input reaches it element by element, or none explains it
         try:
             mapped = row_map_spread(y, z, *rows)
         except RuntimeError:  # a measurement that cannot be taken is no view
