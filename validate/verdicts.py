@@ -327,12 +327,15 @@ def _confirmed(exact: dict, full: str, small: str) -> tuple[dict | None, str]:
         return change, ""
     confirmed = exact.get(small)
     draws = exact.get("small_draws") or 1
-    under = f"noise of {exact['small_jitter']:.1g}" + (f" ({draws} draws at most)" if draws > 1
+    bar = exact.get("confirm_flips") or 1  # flips over the draws that fail (``exact``)
+    under = f"noise of {exact['small_jitter']:.1g}" + (f" over {draws} draws" if draws > 1
                                                         else "")
-    if confirmed and confirmed["changed"]:
+    if confirmed and confirmed["changed"] >= bar:
         return change, f"; {_of(confirmed)} under {under}"
-    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, none under "
-                  f"{under})")
+    fewer = f"{confirmed['changed']} (under the {bar} that fail)" if confirmed and \
+        confirmed["changed"] else "none"
+    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, {fewer} "
+                  f"under {under})")
 
 
 def judge_exact_outputs(exact: Any) -> dict:

@@ -904,6 +904,41 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     assert "under noise of 1e-05" in verdict["detail"] or "none under 1e-05" in verdict["detail"]
 
 
+def test_rare_flips_under_the_smaller_noise_are_counted_against_a_bar(monkeypatch):
+    """Four rows of a router tie within 2.5e-5 (2.5 of the smaller noise's steps): a flip in
+    some draws, well under the bar of a quarter of a flip a draw. Over 20 seeds of the check,
+    counting flips over up to 16 draws passes it (almost) every time; the rule of one flip in
+    four draws rejected it at random."""
+    from kernelmill.validate.realcode import exact as E
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    class Router(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.eye(8))
+
+        def forward(self, x):
+            return (x @ self.w).argmax(-1)
+
+    torch.manual_seed(0)
+    x = torch.randn(2048, 8)
+    x[:64, 0], x[:64, 1] = 4.0, 4.0 + 1e-3
+    x[:4, 1] = 4.0 + 2.5e-5
+    model = Router()
+    ref = R.forward(model, [x], 0)
+
+    def rejected() -> int:
+        return sum(not judge_exact_outputs({**R.exact_outputs(model, [x], ref, 0, 1e-4, seed,
+                                                              "cpu"), "threads_changed": None})
+                   ["passed"] for seed in range(1, 21))
+
+    assert rejected() <= 1
+    monkeypatch.setattr(E, "MOST_DRAWS", 4)
+    monkeypatch.setattr(E, "CONFIRM_FLIPS", 1)
+    monkeypatch.setattr(E, "CLEAR_DRAWS", 4)
+    assert rejected() >= 2
+
+
 @pytest.mark.parametrize("quantized", [True, False])
 def test_steps_too_small_to_jump_are_told_from_continuous_error_by_how_they_shrink(quantized):
     """A fixed-point quantizer (rounding to 1/64) read by a layer moves outputs by a few
