@@ -294,9 +294,16 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
 
     With ``channel_dim`` the fit has its own ``a, b`` per channel (per index along that dim).
     Pairs come from different input draws, so a fit that depends on one draw's statistics
-    (normalisation layers) does not pass as affine. Three passes over fp64 blocks (means,
-    moments, residuals), so no whole-tensor fp64 copy is made.
-    """
+    (normalisation layers) does not pass as affine (``affine_residuals``)."""
+    whole, per_channel = affine_residuals(xs, ys, channel_dim)
+    return whole if channel_dim is None else per_channel
+
+
+def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tuple:
+    """(whole, per channel): ``affine_residual``'s fit shared by every element and, with
+    ``channel_dim``, the fit of each channel's own (None without). Two passes over fp64 blocks
+    for both: moments about a shift of each channel's own (its first block's mean, so an
+    offset costs no precision), then the residuals; no whole-tensor fp64 copy."""
     import torch
 
     def pairs():
@@ -306,30 +313,47 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
     def total(t):  # per-channel sum of a (rows, channels, k) block, shaped (1, channels, 1)
         return t.sum(dim=(0, 2), keepdim=True)
 
-    n, sx, sy, finite = 0, 0.0, 0.0, True
+    n, finite, shift = 0, True, None
+    sx = sy = sxx = sxy = 0.0
     for bx, by in pairs():
+        if shift is None:
+            shift = (total(bx) / max(1, bx.shape[0] * bx.shape[2]),
+                     total(by) / max(1, by.shape[0] * by.shape[2]))
         finite = torch.isfinite(bx).all() & torch.isfinite(by).all() & finite
         n += bx.shape[0] * bx.shape[2]
-        sx, sy = sx + total(bx), sy + total(by)
+        dx, dy = torch.sub(bx, shift[0]), torch.sub(by, shift[1])
+        sx, sy = sx + total(dx), sy + total(dy)
+        sxy = sxy + total(dy.mul_(dx))
+        sxx = sxx + total(dx.square_())
     if not bool(finite):
-        return math.inf
+        return math.inf, (None if channel_dim is None else math.inf)
     if n == 0:
-        return 0.0
-    mx, my = sx / n, sy / n
-    var, cov = 0.0, 0.0
+        return 0.0, (None if channel_dim is None else 0.0)
+
+    def fit(sx, sy, sxx, sxy, shift_x, shift_y, count):
+        """(mean of x, mean of y, slope) from moments about the shifts."""
+        var = sxx - sx * sx / count
+        cov = sxy - sx * sy / count
+        a = torch.where(var > 0, cov / var.clamp_min(1e-300), torch.zeros_like(var))
+        return shift_x + sx / count, shift_y + sy / count, a
+
+    fits = [fit(sx, sy, sxx, sxy, shift[0], shift[1], n)]  # per channel (one when None)
+    if channel_dim is not None:
+        # the whole tensor's moments from the channels', moved to one shift (their mean)
+        channels = sx.numel()
+        cx, cy = shift[0].mean(), shift[1].mean()
+        ex, ey = shift[0] - cx, shift[1] - cy
+        fits.insert(0, fit(sx.sum() + n * ex.sum(), sy.sum() + n * ey.sum(),
+                           (sxx + 2 * ex * sx + n * ex * ex).sum(),
+                           (sxy + ex * sy + ey * sx + n * ex * ey).sum(), cx, cy, n * channels))
+    worst = [0.0] * len(fits)
     for bx, by in pairs():
-        dx = torch.sub(bx, mx)
-        var, centred = var + total(dx * dx), total(dx)
-        cov = cov + total(dx.mul_(by)) - my * centred
-    a = torch.where(var > 0, cov / var.clamp_min(1e-300), torch.zeros_like(var))
-    worst = 0.0
-    for bx, by in pairs():
-        fit = torch.sub(bx, mx).mul_(a).add_(my)
-        error = _mixed_error(fit, by)
-        if error.numel():
-            worst = _fold(torch.maximum, worst, error.max())
-    worst = float(worst)
-    return math.inf if math.isnan(worst) else worst  # an overflowing fit is no fit
+        for i, (mx, my, a) in enumerate(fits):
+            error = _mixed_error(torch.sub(bx, mx).mul_(a).add_(my), by)
+            if error.numel():
+                worst[i] = _fold(torch.maximum, worst[i], error.max())
+    worst = [math.inf if math.isnan(float(w)) else float(w) for w in worst]  # an overflow: no fit
+    return (worst[0], None) if channel_dim is None else (worst[0], worst[1])
 
 
 def _device_fingerprint(t) -> bytes:

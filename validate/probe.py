@@ -426,9 +426,7 @@ def _affine_fits(ref: list, alt: list, inputs: list, alt_inputs: list) -> list[d
             x_alt = alt_inputs[i]
             if x.shape != y.shape or x_alt.shape != y.shape:
                 continue
-            per_channel = (C.affine_residual([x, x_alt], [y, y_alt], 1)
-                           if y.dim() >= 2 and y.shape[1] > 1 else None)
-            affine.append({"output": o, "input": i,
-                           "tensor": C.affine_residual([x, x_alt], [y, y_alt]),
-                           "channel": per_channel})
+            whole, per_channel = C.affine_residuals(
+                [x, x_alt], [y, y_alt], 1 if y.dim() >= 2 and y.shape[1] > 1 else None)
+            affine.append({"output": o, "input": i, "tensor": whole, "channel": per_channel})
     return affine
