@@ -161,7 +161,10 @@ def bitwise_equal(a: list, b: list) -> bool:
 
 
 def shapes_equal(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape for x, y in zip(a, b))
+    """Same count, shapes and complexness (a complex tensor's values are read as twice the
+    real numbers: a real one of its shape is another output, not a comparable one)."""
+    return len(a) == len(b) and all(x.shape == y.shape and x.is_complex() == y.is_complex()
+                                    for x, y in zip(a, b))
 
 
 def _mixed_error(x64, y64):

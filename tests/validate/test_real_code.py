@@ -904,6 +904,38 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     assert "under noise of 1e-05" in verdict["detail"] or "none under 1e-05" in verdict["detail"]
 
 
+@pytest.mark.parametrize("kind, jumps", [("angle", True), ("atan2", True), ("unit", False),
+                                         ("magnitude", False)])
+def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
+    """The phase of a spectrum (``angle``, ``atan2``) jumps by 2 pi across the negative reals,
+    where a real FFT's DC and Nyquist bins sit exactly (an imaginary part of +0.0): noise on
+    the transform (accumulating work) flips them, so the phase fails; the unit phasor and the
+    magnitude are continuous and decide nothing. A complex output and a real one of its shape
+    are not comparable (an ablation of ``angle`` returns the spectrum itself)."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    class Spectrum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(1, 1, 31, padding=15, bias=False)
+
+        def forward(self, x):
+            spec = torch.fft.rfft(self.conv(x.unsqueeze(1)).view(-1, 16, 512), dim=-1)
+            if kind == "angle":
+                return spec.angle()
+            if kind == "atan2":
+                return torch.atan2(spec.imag, spec.real)
+            return spec / spec.abs().clamp_min(1e-6) if kind == "unit" else spec.abs()
+
+    torch.manual_seed(0)
+    model, x = Spectrum(), torch.randn(4, 8192)
+    ref = R.forward(model, [x], 0)
+    exact = R.exact_outputs(model, [x], ref, 0, 1e-4, 1, "cpu", tol=1e-4)
+    assert (exact is not None and judge_exact_outputs(exact)["passed"] is False) is jumps, exact
+    spec = torch.fft.rfft(x)
+    assert not C.shapes_equal([spec], [spec.angle()]) and C.shapes_equal([spec], [spec * 2])
+
+
 def test_rare_flips_under_the_smaller_noise_are_counted_against_a_bar(monkeypatch):
     """Four rows of a router tie within 2.5e-5 (2.5 of the smaller noise's steps): a flip in
     some draws, well under the bar of a quarter of a flip a draw. Over 20 seeds of the check,

@@ -28,7 +28,9 @@ UNORDERED_SELECTIONS = frozenset({"topk", "sort", "kthvalue", "mode", "median", 
 DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "frac", "fmod",
                            "remainder", "heaviside", "floor_divide", "histc", "histogram",
                            "histogramdd", "threshold", "hardshrink", "copysign",
-                           "_fused_moving_avg_obs_fq_helper"})
+                           "_fused_moving_avg_obs_fq_helper",
+                           # a phase jumps by 2 pi across its branch cut (the negative reals)
+                           "angle", "atan2", "arctan2"})
 # and every fake quantizer (per tensor, per channel, learnable, with or without its mask):
 # rounding to a grid
 FAKE_QUANTIZE = "fake_quantize"
@@ -148,7 +150,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
             read(given, func.overloadpacket.__name__)
             if _reorderable(func, args, kwargs) is not None:
                 sorts.append(func.overloadpacket.__name__)
-            if any(t.is_floating_point() for t in given):
+            if any(t.is_floating_point() or t.is_complex() for t in given):
                 made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
                 name = func.overloadpacket.__name__
                 at = SAMPLERS.get(name)
@@ -324,7 +326,9 @@ ACCUMULATING = frozenset({
     "scatter_add", "scatter_add_", "index_add", "index_add_", "scatter_reduce",
     "_embedding_bag", "embedding_bag", "_cdist_forward", "_pdist_forward", "trace",
     "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss",
-    "huber_loss", "binary_cross_entropy", "kl_div", "_weight_norm_interface"})
+    "huber_loss", "binary_cross_entropy", "kl_div", "_weight_norm_interface",
+    # transforms: sums of products over a signal (an STFT, a spectral filter)
+    "_fft_r2c", "_fft_c2c", "_fft_c2r"})
 
 
 def _computed(func) -> bool:
@@ -353,7 +357,8 @@ class _HonestNoise:
         generators: dict = {}
 
         def moved(x):
-            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
+            if not (isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
+                    and x.numel() > 1):
                 return x
             gen = generators.get(x.device)
             if gen is None:
@@ -363,6 +368,8 @@ class _HonestNoise:
             if not count:
                 return x
             kept = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+            if kept.is_complex():  # the RMS of the magnitudes
+                kept = torch.view_as_real(kept)
             rms = float(torch.linalg.vector_norm(kept, dtype=torch.float64)) / math.sqrt(count)
             del kept
             noise = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device)
