@@ -164,6 +164,28 @@ def test_liveness_sees_a_slice_and_not_relu_or_max_pool():
     assert pooled["dead_share"] == 0.0
 
 
+@pytest.mark.parametrize("kind", ["mv", "cdist", "rfft"])
+def test_liveness_counts_work_torch_has_no_flop_formula_for(kind):
+    """Matrix-vector products (``h @ w`` with a vector ``w``), distances and FFTs are work too:
+    scoring every position and returning the last one's leaves most of it dead."""
+    class Scored(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(64))
+            self.keys = nn.Parameter(torch.randn(32, 64))
+
+        def forward(self, h):
+            if kind == "mv":
+                return (h @ self.w)[-1:]
+            if kind == "cdist":
+                return torch.cdist(h, self.keys)[-1]
+            return torch.fft.rfft(h, dim=-1).abs()[-1]
+
+    torch.manual_seed(0)
+    found = R.liveness(Scored(), [[torch.randn(256, 64)]], 0, 1)
+    assert found is not None and found["dead_share"] > 0.9, found
+
+
 def test_judge_skips_what_was_not_measured():
     m = {"tolerance": {"tol": 1e-4, "dtype": "float32"},
          "deterministic": {"error": 0.0}, "stochastic_error": 0.0}

@@ -7,7 +7,7 @@ that barely move their input (a cheap adapter behind a layer-scale of 1e-6). The
 from __future__ import annotations
 
 from .. import checks as C
-from .common import forward, within
+from .common import extra_flops, forward, within
 from .constants import perturbed_constants
 
 # Most sub-modules bypassed per state (each once or twice: zeroed, skipped), largest first.
@@ -21,7 +21,8 @@ QUIET_CHANGE = 1e-3
 
 class _OpCounter:
     """A TorchDispatchMode that counts compute ops and their cost (torch's FLOP formulas where
-    it has one, else the output's element count) into ``self.ops`` and ``self.cost``."""
+    it has one, or ``extra_flops``, else the output's element count) into ``self.ops`` and
+    ``self.cost``."""
 
     def __new__(cls):
         import torch
@@ -52,6 +53,10 @@ class _OpCounter:
                             return out
                         except Exception:  # noqa: BLE001, S110 — counted by size instead
                             pass
+                    flops = extra_flops(packet, args, out)
+                    if flops:
+                        self.cost += flops
+                        return out
                     self.cost += sum(t.numel() for t in tree_leaves(out)
                                      if isinstance(t, torch.Tensor))
                 return out

@@ -8,7 +8,7 @@ import copy
 from collections.abc import Callable, Iterable
 
 from ..model_copy import copy_model
-from .common import forward
+from .common import extra_flops, forward
 
 # Selections whose gradient is zero where they did not select (ReLU's negatives, the pooled
 # window's non-maxima): data-dependent, not dead work. In the liveness pass they pass their
@@ -133,8 +133,9 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
     judged: list[dict] = []  # {"sinks": [...], "used": bool}
     derived: dict[int, tuple] = {}  # id of a tracked integer result -> (its entry, the tensor)
 
-    def float_grad(t) -> bool:
-        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    def float_grad(t) -> bool:  # a real or complex floating-point value autograd follows
+        return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and \
+            t.requires_grad
 
     class Trace(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -156,7 +157,7 @@ def _live_masks(model, inputs: list, forward_seed: int, gen, copies: bool = True
             out = _straight_through(func, args, kwargs, out)
             leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            floats = any(t.is_floating_point() for t in leaves)
+            floats = any(t.is_floating_point() or t.is_complex() for t in leaves)
             tracked = [t for t in given if id(t) in derived]
             # a single truth value about a whole tensor (``isinf(h).any()``) steers a choice
             # between constants on the device as a host truth test does (a guard): it makes
@@ -370,7 +371,8 @@ def _marking(mask) -> Callable:
 
 class _FlopOnly:
     """A TorchDispatchMode summing torch's FLOP formulas (matmul, convolution, attention ...)
-    into ``cost``; ``flop_ops_last``: whether the last ``with`` block ran any."""
+    and ``extra_flops`` (matrix-vector products, distances, FFTs, bags of embeddings) into
+    ``cost``; ``flop_ops_last``: whether the last ``with`` block ran any."""
 
     def __new__(cls):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -396,6 +398,11 @@ class _FlopOnly:
                         self.flop_ops_last = True
                     except Exception:  # noqa: BLE001, S110 — uncounted
                         pass
+                else:
+                    flops = extra_flops(packet, args, out)
+                    if flops:
+                        self.cost += flops
+                        self.flop_ops_last = True
                 return out
 
         return Flops()
