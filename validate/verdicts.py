@@ -330,10 +330,11 @@ def _confirmed(exact: dict, full: str, small: str) -> tuple[dict | None, str]:
     bar = exact.get("confirm_flips") or 1  # flips over the draws that fail (``exact``)
     under = f"noise of {exact['small_jitter']:.1g}" + (f" over {draws} draws" if draws > 1
                                                         else "")
-    if confirmed and confirmed["changed"] >= bar:
+    flipped = (confirmed.get("draws_changed", confirmed["changed"]) if confirmed else 0)
+    if flipped >= bar:
         return change, f"; {_of(confirmed)} under {under}"
-    fewer = f"{confirmed['changed']} (under the {bar} that fail)" if confirmed and \
-        confirmed["changed"] else "none"
+    fewer = f"{confirmed['changed']} in {flipped} of them (under the {bar} draws that fail)" \
+        if flipped else "none"
     return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, {fewer} "
                   f"under {under})")
 

@@ -920,7 +920,7 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     ref = R.forward(model, [x], 0)
     exact = R.exact_outputs(model, [x], ref, 0, 1e-4, 1, "cpu")
     assert exact["jittered_changed"]["changed"] > small, exact
-    assert exact["small_jittered_changed"]["changed"] <= small
+    assert exact["small_jittered_changed"]["changed"] <= small * exact["small_draws"]
     verdict = judge_exact_outputs({**exact, "threads_changed": None})
     assert verdict["passed"] is (small == 0), verdict
     assert "under noise of 1e-05" in verdict["detail"] or "none under 1e-05" in verdict["detail"]

@@ -407,9 +407,10 @@ def _exact_changed(out: list | None, ref: list) -> dict:
 
 
 # Draws of the noise a tenth as large that confirm a flip. Honest fp32 rounding is 2-3e-7 of an
-# op's RMS, 3% of that noise: a quarter of a flip a draw estimates 0.0075 flips a call, so that
-# the exact answer fails 5% or more of a grade's 7 checked calls: the bar, ``CONFIRM_FLIPS``
-# flips over ``MOST_DRAWS`` draws. Draws stop at that many flips (fail) or after
+# op's RMS, 3% of that noise: a flip in a quarter of the draws estimates 0.0075 calls in which
+# something flips, so that the exact answer fails 5% or more of a grade's 7 checked calls: the
+# bar, ``CONFIRM_FLIPS`` draws that flip anything over ``MOST_DRAWS`` (a draw, not an element:
+# one near-tie flipped moves a token's whole row). Draws stop at that many (fail) or after
 # ``CLEAR_DRAWS`` without any (pass). One flip in four draws was the rule before: it rejected a
 # router whose exact answer fails one grade in 80 a fifth of the time (a top-1 router over
 # 16,384 tokens on CUDA); this one rejects it one time in 50, and one at the bar about half
@@ -420,12 +421,13 @@ CLEAR_DRAWS = 8
 
 
 def _summed(total: dict | None, part: dict) -> dict:
-    """Changed elements summed over draws, against the elements of one draw."""
-    if total is None:
-        return dict(part)
+    """Changed elements summed over draws, against the elements of one draw, and the draws
+    that changed any (``draws_changed``: one near-tie flipped moves a token's whole row)."""
+    total = total or {"changed": 0, "draws_changed": 0}
     changed = total["changed"] + part["changed"]
     return {"changed": changed, "total": part["total"],
-            "fraction": changed / part["total"] if part["total"] else 0.0}
+            "fraction": changed / part["total"] if part["total"] else 0.0,
+            "draws_changed": total["draws_changed"] + bool(part["changed"])}
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
@@ -476,7 +478,8 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
                 small_jittered = _summed(small_jittered, _exact_changed(smaller, ref))
             if jumped is not None and jumped["changed"]:
                 small_jumped = _summed(small_jumped, _jumped(smaller, ref, tol))
-            flips = max(part["changed"] if part else 0 for part in (small_jittered, small_jumped))
+            flips = max(part["draws_changed"] if part else 0
+                        for part in (small_jittered, small_jumped))
             if flips >= CONFIRM_FLIPS or (draws >= CLEAR_DRAWS and not flips):
                 break
         del smaller
