@@ -275,21 +275,26 @@ def constant_fraction(outputs: list, tol: float) -> float:
 
 def _channel_blocks(t, channel_dim: int | None):
     """fp64 blocks of ``t`` as (rows, channels, k) tensors: one channel when ``channel_dim`` is
-    None, else one per index along it; blocks of whole slices along dim 0 (or flat blocks).
-    Views of the fp64 block (no reordering copy): the statistics reduce over dims 0 and 2."""
+    None, else one per index along it; blocks of whole slices along dim 0 (or flat blocks),
+    a slice larger than ``CHUNK`` cut along what follows the channels. The statistics reduce
+    over dims 0 and 2."""
     if channel_dim is None:
         for (block,) in _blocks64(t):
             yield block.reshape(1, 1, -1)
         return
-    if channel_dim == 0:
-        yield _as64(t).reshape(1, t.shape[0], -1)
-        return
-    per = max(1, t[0].numel())
-    step = max(1, CHUNK // per)
-    for start in range(0, t.shape[0], step):
-        part = _as64(t.narrow(0, start, min(step, t.shape[0] - start)))
-        lead = math.prod(part.shape[:channel_dim])
-        yield part.reshape(lead, part.shape[channel_dim], -1)
+    channels = t.shape[channel_dim]
+    slices = [t] if channel_dim == 0 else None
+    if slices is None:
+        per = max(1, t[0].numel())
+        step = max(1, CHUNK // per)
+        slices = (t.narrow(0, start, min(step, t.shape[0] - start))
+                  for start in range(0, t.shape[0], step))
+    for part in slices:
+        lead = math.prod(part.shape[:channel_dim]) if channel_dim else 1
+        view = part.reshape(lead, channels, -1)
+        cols = max(1, CHUNK // max(1, lead * channels))
+        for start in range(0, view.shape[2], cols):
+            yield _as64(view[:, :, start:start + cols])
 
 
 def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float:

@@ -828,6 +828,46 @@ def test_a_branch_damped_by_a_keyword_an_in_place_or_a_chained_constant_is_dead(
         assert any("zeroed" in label for label in labels), labels
 
 
+PRODUCT_FORMS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 64) / 8)
+        self.b = nn.Parameter(torch.zeros(64))  # a bias initialised at zero, as usual
+        self.gamma = nn.Parameter(torch.full((64,), 1e-6))
+
+    def forward(self, x):
+        if KIND == "zero bias, positional":
+            return torch.tanh(torch.addmm(1, self.b, 1, x, self.w))
+        if KIND == "zero bias, beta only":
+            return torch.tanh(torch.addmm(1, self.b, x, self.w))
+        # a layer-scale moved onto the weight and detached: no factor to read
+        return torch.tanh(torch.addmm(x, x, (self.w * self.gamma).detach()))
+
+def get_inputs():
+    return [torch.randn(4096, 64)]
+"""
+
+
+@pytest.mark.parametrize("kind", ["zero bias, positional", "zero bias, beta only",
+                                  "detached layer-scale"])
+def test_a_product_term_is_tried_dropped_and_a_zero_bias_is_no_operand(kind):
+    """Every ``addmm``-like call's product is tried dropped (``alpha`` 0), however its operand
+    is damped; the added input of the deprecated positional forms is not a multiplied operand
+    (a bias initialised at zero is not dead work)."""
+    from kernelmill.validate.realcode.sites import dead_sites
+
+    model, x = _from_source(f"KIND = {kind!r}\n" + PRODUCT_FORMS)
+    labels, _ = dead_sites(model, None, x, R.forward(model, x, 0), None, 0, 1e-4)
+    if kind.startswith("zero bias"):
+        assert labels == [], labels
+    else:
+        assert any("product term dropped" in label for label in labels), labels
+
+
 COSINE_OF_NORMED = """
 import torch
 import torch.nn as nn
@@ -926,12 +966,13 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     assert "under noise of 1e-05" in verdict["detail"] or "none under 1e-05" in verdict["detail"]
 
 
-@pytest.mark.parametrize("kind, jumps", [("angle", True), ("atan2", True), ("unit", False),
-                                         ("magnitude", False)])
+@pytest.mark.parametrize("kind, jumps", [("angle", True), ("atan2", True), ("log", True),
+                                         ("sqrt", True), ("unit", False), ("magnitude", False)])
 def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
-    """The phase of a spectrum (``angle``, ``atan2``) jumps by 2 pi across the negative reals,
-    where a real FFT's DC and Nyquist bins sit exactly (an imaginary part of +0.0): noise on
-    the transform (accumulating work) flips them, so the phase fails; the unit phasor and the
+    """The phase of a spectrum (``angle``, ``atan2``, inside a complex ``log`` or ``sqrt``) jumps
+    across the negative reals, where a real FFT's DC and Nyquist bins sit exactly (an imaginary
+    part of +0.0): noise on the transform (accumulating work) flips them, so the phase fails;
+    the unit phasor and the
     magnitude are continuous and decide nothing. A complex output and a real one of its shape
     are not comparable (an ablation of ``angle`` returns the spectrum itself)."""
     from kernelmill.validate.verdicts import judge_exact_outputs
@@ -947,6 +988,8 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
                 return spec.angle()
             if kind == "atan2":
                 return torch.atan2(spec.imag, spec.real)
+            if kind in ("log", "sqrt"):  # the phase inside a complex log, or halved in a root
+                return getattr(torch, kind)(spec).imag
             return spec / spec.abs().clamp_min(1e-6) if kind == "unit" else spec.abs()
 
     torch.manual_seed(0)

@@ -31,6 +31,10 @@ DISCONTINUOUS = frozenset({"sign", "sgn", "round", "floor", "ceil", "trunc", "fr
                            "_fused_moving_avg_obs_fq_helper",
                            # a phase jumps by 2 pi across its branch cut (the negative reals)
                            "angle", "atan2", "arctan2"})
+# Functions of a complex value with a branch cut along the negative reals (the phase inside
+# them): discontinuous where their argument is complex
+BRANCH_CUTS = frozenset({"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "pow", "acos",
+                         "asin", "atan", "acosh", "asinh", "atanh"})
 # and every fake quantizer (per tensor, per channel, learnable, with or without its mask):
 # rounding to a grid
 FAKE_QUANTIZE = "fake_quantize"
@@ -57,6 +61,9 @@ def _discontinuous(name: str, args: tuple = (), kwargs: dict | None = None) -> b
         if dtype is not None and dtype.is_floating_point and dtype.itemsize == 1:
             return True
     if name in ("add", "add_", "sub", "sub_", "rsub") and _rounds_by_magnitude(args, kwargs):
+        return True
+    if name in BRANCH_CUTS and args and isinstance(args[0], torch.Tensor) and \
+            args[0].is_complex():
         return True
     return name in DISCONTINUOUS or FAKE_QUANTIZE in name
 

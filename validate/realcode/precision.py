@@ -19,8 +19,9 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
                  rows: tuple | None = None) -> dict | None:
     """``contrast``'s measurement of one tensor over two input draws (None: nothing finite),
     with its non-affine view (``nonaffine``) where ``pairs`` of same-shaped inputs give one,
-    or else (none, or their fit leaves nine tenths of the change), given ``rows`` (both draws'
-    inputs), where a linear map of the inputs' rows does."""
+    or else (none, or their view is not taken: their fit leaves nine tenths of the change, or
+    its remainder is rounding), given ``rows`` (both draws' inputs), where a linear map of the
+    inputs' rows does."""
     import torch
 
     if y.numel() == 0:

@@ -273,6 +273,14 @@ def _damped_term(name: str, args: tuple, kwargs: dict) -> str | int | None:
     return at if at is not None and _small(args[at]) else None
 
 
+def _alpha_at(args: tuple) -> str | int:
+    """Where an ``ALPHA_PRODUCTS`` call's ``alpha`` sits: its position in the deprecated form
+    ``(beta, input, alpha, ...)``, else the keyword."""
+    numbers_at = [i for i, a in enumerate(args)
+                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
+    return numbers_at[1] if len(numbers_at) == 2 else "alpha"
+
+
 # Calls that make a tensor of constants or noise from nothing or from another's shape alone
 MADE = frozenset({"eye", "ones", "zeros", "full", "empty", "arange", "linspace", "logspace",
                   "rand", "randn", "randint", "randperm", "tensor", "as_tensor", "normal"})
@@ -301,13 +309,20 @@ def _carries_work(token, parents: dict, most: int = 256) -> bool:
 
 
 def _multiplied(name: str, args: tuple, kwargs: dict) -> list:
-    """The operands a product call multiplies (not a bias, nor the term ``addmm`` adds)."""
+    """The operands a product call multiplies (not a bias, nor the term ``addmm`` adds: in
+    every form of the ``ALPHA_PRODUCTS``, the deprecated positional ones and those written in
+    place too, the last two tensor arguments)."""
+    import torch
+
     if name == "einsum":
         picked = list(args[1:]) + list(kwargs.values())
+    elif name in ALPHA_PRODUCTS:
+        picked = [a for a in args if isinstance(a, torch.Tensor)][1:][-2:] + [
+            v for k, v in kwargs.items() if k in ("mat1", "mat2", "batch1", "batch2", "mat",
+                                                   "vec", "vec1", "vec2")]
     else:
-        first = 1 if name in ("addmm", "addbmm", "baddbmm", "addmv") else 0
         count = 3 if name in ("bilinear", "scaled_dot_product_attention") else 2
-        picked = list(args[first:first + count]) + [
+        picked = list(args[:count]) + [
             v for k, v in kwargs.items() if k in ("input", "weight", "other", "mat1", "mat2",
                                                    "batch1", "batch2", "mat", "vec", "input1",
                                                    "input2", "query", "key", "value", "a", "b")]
@@ -351,8 +366,12 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
             out = func(*args, **kwargs)
             given = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
             name = getattr(func, "__name__", str(func))
-            scaling = _scaling(name, args, kwargs, given) if isinstance(out, torch.Tensor) \
-                else None
+            counter.paused = True  # reading a factor is not the line's work
+            try:
+                scaling = _scaling(name, args, kwargs, given) \
+                    if isinstance(out, torch.Tensor) else None
+            finally:
+                counter.paused = False
             factor = scaled = carried = None
             if scaling is not None:  # ``h * 0.01 * 0.01`` scales ``h`` by 1e-4
                 factor, scaled = scaling
@@ -380,7 +399,7 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 entry = sites.setdefault((*where, name),
                                          {"ops": 0, "cost": 0.0, "numel": 0, "inplace": False,
                                           "operands": 0, "zero": None, "rescale": True,
-                                          "damped": False, "terms": {},
+                                          "damped": False, "terms": {}, "alphas": {},
                                           "calls": 0, "call_costs": [], "zero_calls": set()})
                 entry["calls"] += 1
                 entry["ops"] += counter.ops - ops
@@ -412,6 +431,8 @@ def _call_sites(model, inputs: list, forward_seed: int, copies: bool) -> tuple[d
                 if term is not None and (name in ALPHA_PRODUCTS or any(
                         _carries_work(_token(v), parents) for v in given[1:])):
                     entry["terms"][entry["calls"] - 1] = term
+                if name in ALPHA_PRODUCTS:  # every product term is tried dropped too
+                    entry["alphas"][entry["calls"] - 1] = _alpha_at(args)
                 if zeros and entry["zero"] is None:
                     # a parameter or buffer still zero here (a buffer the forward fills is not)
                     entry["zero"] = next((zeros[v.untyped_storage().data_ptr()]
@@ -612,10 +633,10 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
     labels += [label(k, f"a product with `{e['zero']}`, exactly zero as declared: dead work "
                         "at initialization") for k, e in sorted(sites.items())
                if e["zero"] is not None and k not in dead and e["cost"] >= MIN_SHARE * total]
-    def damped_share(key: tuple) -> bool:  # all its calls, or a share of the work that counts
+    def damped_share(key: tuple) -> bool:  # all its calls, or calls carrying a layer's worth
         entry = sites[key]
         return len(entry["terms"]) == entry["calls"] or \
-            sum(_call_cost(sites, key, i) for i in entry["terms"]) >= MIN_SHARE * total
+            sum(_call_cost(sites, key, i) for i in entry["terms"]) >= DEAD_CALLS_SHARE * total
 
     terms = sorted((k for k, e in sites.items()
                     if e["terms"] and e["ops"] > 0 and k not in dead and damped_share(k)),
@@ -633,6 +654,18 @@ def dead_sites(model, alt, inputs: list, ref: list, alt_ref: list | None, forwar
 
     labels += [term_label(k) for k in terms
                if within(_term_dropped(model, k, inputs, forward_seed, copies, sites[k]["terms"]),
+                         ref, tol)]
+    # the product an ``addmm``-like call adds, dropped in every call however it is damped (a
+    # scaled, detached or expanded layer-scale on a weight): the work of the product is dead
+    # where the output stays within tolerance without it
+    products = sorted((k for k, e in sites.items()
+                       if e["alphas"] and e["ops"] > 0 and k not in dead
+                       and e["terms"] != e["alphas"] and e["cost"] >= MIN_SHARE * total),
+                      key=lambda k: (-sites[k]["cost"], k))[:MOST_SITES]
+    tried += len(products)
+    labels += [label(k, "its product term dropped (alpha 0), constants as declared")
+               for k in products
+               if within(_term_dropped(model, k, inputs, forward_seed, copies, sites[k]["alphas"]),
                          ref, tol)]
     rescaling = sorted((k for k, e in sites.items()
                         if e["rescale"] and e["ops"] > 0 and k not in dead and
