@@ -73,3 +73,34 @@ def admitted_by_offset(entries: list[dict], rounded: Any, tol: float) -> dict | 
                     f"{view['informative']:.3g} about zero allows"
                     + (f" (what {view['what']} varies by)" if view["part"] else ""))}
     return None
+
+
+# A reduced-precision answer within the tolerance that errs by this share of the variation of
+# the output's part beyond its inputs' passthroughs (or more) is admitted by the passthroughs:
+# they set the output's scale, cost nothing, and leave the computed part a tolerance of some
+# percent of its own variation (bf16 operands err by about 2^-8 of their values, 0.4%; fp32
+# work by 1e-6)
+PASSTHROUGH_SHARE = 0.01
+
+
+def admitted_beside_passthrough(entries: list[dict], rounded: Any, tol: float) -> dict | None:
+    """The output whose passthroughs let the reduced-precision answer pass: that answer is
+    within the tolerance, but off by ``PASSTHROUGH_SHARE`` or more of the variation of the
+    output's non-affine part (a denoiser's network term at low noise, scaled by the noise level
+    beside the noisy input it hands on)."""
+    if not isinstance(rounded, dict) or rounded.get("error", math.inf) > tol:
+        return None
+    errors = rounded.get("abs_errors") or []
+    for e in entries:
+        k = e["output"]
+        part = e.get("nonaffine")
+        if e.get("slice") or not isinstance(part, dict) or k >= len(errors):
+            continue
+        spread = part.get("informative") or 0.0
+        if spread > 0 and errors[k] >= PASSTHROUGH_SHARE * spread:
+            return {"ratio": errors[k] / spread, "why": (
+                f"matmul/conv operands rounded to {rounded['dtype']} pass, off by "
+                f"{errors[k]:.3g} on output {k}, whose part that is not an affine function of "
+                f"its inputs varies by {spread:.3g} ({errors[k] / spread:.1%} of it): the "
+                "passthroughs of its inputs, which cost nothing, set the output's scale")}
+    return None

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from kernelmill.core.taxonomy import AFFINE_OPS, moves_data_only, op_base
+from kernelmill.validate.contrast_views import admitted_beside_passthrough
 from kernelmill.validate.contrast_views import admitted_by_offset as _admitted_by_offset
 from kernelmill.validate.contrast_views import worst_view
 
@@ -404,9 +405,12 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     adds on the output's magnitude (beyond what an output varying about zero gets: ``realcode.
     contrast``'s ``excess``) exceeds ``max_offset_slack`` of the output's variation across
     inputs (a large offset), or when the reduced-precision answer passes only through that
-    slack (``_admitted_by_offset``), or when a calibrated tolerance ``inflated_tolerance`` times
-    the dtype floor or more admits a reduced-precision answer (matmul-class operands rounded to
-    bf16 for fp32: the noise of a cancelling offset set the tolerance). fp16 operands are not
+    slack (``_admitted_by_offset``) or errs by a share of the variation of what the output
+    computes beyond its inputs' passthroughs (``admitted_beside_passthrough``: the passthrough
+    sets the output's scale and costs nothing), or when a calibrated tolerance
+    ``inflated_tolerance`` times the dtype floor or more admits a reduced-precision answer
+    (matmul-class operands rounded to bf16 for fp32: the noise of a cancelling offset set the
+    tolerance). fp16 operands are not
     tried: where bf16's fail outright, fp16's land between the slack about zero and rtol on a
     magnitude of 2-10 in default-initialised classifiers' log-probabilities as in an offset's
     (``tests/hostile/open/REVIEW_SESSION13.md``, H1), and the rule cannot tell them apart. A reduced-precision
@@ -438,7 +442,8 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     # the whole output's view or its non-affine part's (contrast_views), each against its bar
     bars = (th["max_offset_slack"], th.get("max_nonaffine_slack", th["max_offset_slack"]))
     worst = worst_view(finite, bars)
-    admitted = _admitted_by_offset(finite, rounded, tol)
+    admitted = _admitted_by_offset(finite, rounded, tol) or \
+        admitted_beside_passthrough(finite, rounded, tol)
     if admitted and not why:
         value = admitted["ratio"]
         why.append(admitted["why"])
@@ -451,8 +456,8 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
                    f"more than an output varying about zero gets, {worst['ratio']:.1%} of that "
                    f"(above {bars[worst['part']]:.0%})")
     if why:
-        return check(False, value, "; ".join(why) + ": a large offset or magnitude inflates the "
-                     "tolerance")
+        return check(False, value, "; ".join(why) + ": a large offset, magnitude or "
+                     "passthrough inflates the tolerance")
     if worst is None:
         return check(None, None, "no floating-point output that varies across inputs" + note)
     whose = "its non-affine part's" if worst["part"] else "its"

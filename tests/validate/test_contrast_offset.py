@@ -286,3 +286,20 @@ def test_inputs_that_cannot_be_fitted_row_by_row_are_not_read():
     wide = torch.randn(64, ROW_FEATURES + 1).as_subclass(Unreadable)
     y = torch.randn(64, 8)
     assert row_map_spread(y, y + 1, [wide], [wide]) is None
+
+
+@pytest.mark.parametrize("spread, admitted", [(1.3e-3, True), (1e-2, False)])
+def test_a_rounded_answer_passing_beside_a_passthrough_is_admitted_by_it(spread, admitted):
+    """A bf16 answer within the tolerance, off by 3% of the variation of what the output
+    computes beyond its input's passthrough, is admitted by the passthrough (a denoiser at low
+    noise); off by 0.4% of it, it is the honest rounding of that part."""
+    entry = {"output": 0, "informative": 0.7, "magnitude": 0.8, "excess": 0.0, "ratio": 0.0,
+             "nonaffine": {"informative": spread, "magnitude": 0.8, "excess": 0.0,
+                           "ratio": 0.0}}
+    rounded = {"dtype": "bfloat16", "error": 4e-5, "abs_errors": [4e-5]}
+    verdict = C.judge_contrast([entry], "float32", C.DEFAULT_THRESHOLDS, TOL, rounded)
+    assert (verdict["passed"] is False) is admitted, verdict
+    if admitted:
+        assert "passthroughs of its inputs" in verdict["detail"]
+    failing = {**rounded, "error": 2e-4, "abs_errors": [2e-4]}
+    assert C.judge_contrast([entry], "float32", C.DEFAULT_THRESHOLDS, TOL, failing)["passed"]
