@@ -414,8 +414,9 @@ def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,
     tried: where bf16's fail outright, fp16's land between the slack about zero and rtol on a
     magnitude of 2-10 in default-initialised classifiers' log-probabilities as in an offset's
     (``tests/hostile/open/REVIEW_SESSION13.md``, H1), and the rule cannot tell them apart. A reduced-precision
-    answer passing a tolerance at its floor by the absolute term is reported, not failed: it
-    passes a quarter of KernelBench level 2 at CPU sizes (small softmax outputs, GEMMs summed
+    answer passing a tolerance at its floor by the absolute term, where no passthrough sets the
+    output's scale, is reported, not failed: it passes a quarter of KernelBench level 2 at CPU
+    sizes (small softmax outputs, GEMMs summed
     over rows), a question for the tolerance's absolute floor. The output's variation is read
     also on its part that is not an affine function of its inputs (``contrast_views``): an
     identity passthrough carries the variation and the magnitude but costs nothing."""
