@@ -39,6 +39,7 @@ import linecache
 import numbers
 import sys
 
+from .. import checks as C
 from .common import forward, within
 
 # Most call sites zeroed per state, largest first.
@@ -541,9 +542,12 @@ def _rescaled(model, key: tuple, inputs: list, forward_seed: int, copies: bool) 
         if main is None or main.shape != out.shape:
             return out
         with torch.no_grad():
-            a, b = main.detach().double(), out.detach().double()
-            scale = float((a * b).sum() / (a * a).sum().clamp_min(1e-300))
-            return (a * scale).to(out.dtype)
+            # the least-squares scalar from fp64 blocks: no whole fp64 copy of either
+            cross = square = 0.0
+            for a, b in C._blocks64(main.detach(), out.detach()):
+                cross, square = (a * b).sum() + cross, (a * a).sum() + square
+            scale = float(cross) / max(float(square), 1e-300)
+            return (main.detach() * scale).to(out.dtype)
 
     return _answered(model, key, inputs, forward_seed, copies, skipped)
 
