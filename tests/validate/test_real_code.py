@@ -935,6 +935,17 @@ def test_an_output_that_follows_the_order_among_tied_integer_keys_is_caught(kind
     assert (judge_exact_outputs(exact)["passed"] is False) is follows
 
 
+class Router(nn.Module):
+    """The top-1 expert of 8 by their scores as given (an identity gate)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.eye(8))
+
+    def forward(self, x):
+        return (x @ self.w).argmax(-1)
+
+
 @pytest.mark.parametrize("small", [0, 8])
 def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     """A router over thousands of tokens meets a near-tie under noise at the tolerance's scale
@@ -947,14 +958,6 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     x[:64, 0] = 4.0  # the best two of these rows nearly tie:
     x[:small, 1] = 4.0 + 1e-7  # by far less than a tenth of the noise
     x[small:64, 1] = 4.0 + 1e-4  # by about the full noise (RMS ~1.1): some of them flip
-
-    class Router(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = nn.Parameter(torch.eye(8))
-
-        def forward(self, x):
-            return (x @ self.w).argmax(-1)
 
     model = Router()
     ref = R.forward(model, [x], 0)
@@ -1008,14 +1011,6 @@ def test_rare_flips_under_the_smaller_noise_are_counted_against_a_bar(monkeypatc
     four draws rejected it at random."""
     from kernelmill.validate.realcode import exact as E
     from kernelmill.validate.verdicts import judge_exact_outputs
-
-    class Router(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = nn.Parameter(torch.eye(8))
-
-        def forward(self, x):
-            return (x @ self.w).argmax(-1)
 
     torch.manual_seed(0)
     x = torch.randn(2048, 8)

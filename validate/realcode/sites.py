@@ -254,6 +254,18 @@ def _small(value) -> bool:
         abs(float(value)) <= DAMPING
 
 
+def _numbers_at(args: tuple) -> list[int]:
+    """The positions of a call's number arguments."""
+    return [i for i, a in enumerate(args) if isinstance(a, numbers.Real) and not isinstance(a, bool)]
+
+
+def _alpha_at(args: tuple) -> str | int:
+    """Where an ``ALPHA_PRODUCTS`` call's ``alpha`` sits: its position in the deprecated form
+    ``(beta, input, alpha, ...)``, else the keyword."""
+    numbers_at = _numbers_at(args)
+    return numbers_at[1] if len(numbers_at) == 2 else "alpha"
+
+
 def _damped_term(name: str, args: tuple, kwargs: dict) -> str | int | None:
     """Where the constant of at most ``DAMPING`` that damps a ``TERM_CALLS`` call's added term
     sits: its keyword, or its position in the deprecated positional forms
@@ -264,22 +276,13 @@ def _damped_term(name: str, args: tuple, kwargs: dict) -> str | int | None:
     for key in TERM_SCALES:
         if _small(kwargs.get(key)):
             return key
-    numbers_at = [i for i, a in enumerate(args)
-                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
     if name in ALPHA_PRODUCTS:
-        at = numbers_at[1] if len(numbers_at) == 2 else None  # (beta, input, alpha, ...)
+        at = _alpha_at(args)  # (beta, input, alpha, ...)
+        at = at if isinstance(at, int) else None
     else:
-        least = 4 if name.startswith(("addc",)) else 3
-        at = 1 if numbers_at == [1] and len(args) >= least else None
+        least = 4 if name.startswith("addc") else 3
+        at = 1 if _numbers_at(args) == [1] and len(args) >= least else None
     return at if at is not None and _small(args[at]) else None
-
-
-def _alpha_at(args: tuple) -> str | int:
-    """Where an ``ALPHA_PRODUCTS`` call's ``alpha`` sits: its position in the deprecated form
-    ``(beta, input, alpha, ...)``, else the keyword."""
-    numbers_at = [i for i, a in enumerate(args)
-                  if isinstance(a, numbers.Real) and not isinstance(a, bool)]
-    return numbers_at[1] if len(numbers_at) == 2 else "alpha"
 
 
 # Calls that make a tensor of constants or noise from nothing or from another's shape alone
