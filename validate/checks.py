@@ -28,6 +28,7 @@ from kernelmill.core.taxonomy import (  # noqa: F401 — re-exported for the pro
 )
 from kernelmill.validate.verdicts import (  # noqa: F401 — re-exported
     DEFAULT_THRESHOLDS,
+    LAUNCH_QUEUE,
     SYNC_KEYS,
     TOLERANCE_BOUNDS,
     _admitted_by_offset,

@@ -4,7 +4,7 @@ Timing a forward (``_time_forward``, each forward alone in an exclusive window:
 ``_timed_window``, and the probe's ``timing`` entry: ``_timing_section``), a stage of GPU work
 under the lock held shared (``_section``), the worker's allocator cap and peak memory
 (``cap_memory``, ``_peak_bytes``, ``_peak_allocated``, ``_release_cache``), and host syncs
-(``_host_syncs``, ``_syncing_work``). Used by ``probe``.
+(``_host_syncs``, ``_syncing_work``, ``_launch_work``). Used by ``probe``.
 
 Imports only torch, the standard library, ``measure`` and ``timer``, and the worker-side
 modules ``forwards`` and ``device_work``.
@@ -221,24 +221,46 @@ def _syncing_work(lock, device: str, model, inputs: list, syncing: dict,
                   copies: bool = True) -> dict:
     """``syncing`` with ``device_work`` for a forward that syncs with the host: its kernels and
     their busy time, which the launch check compares with its eager time. Read after the
-    timing: a profiler session can leave later launches slower. Read with the GPU alone, as
-    the eager time is: beside other processes' work a kernel's recorded time grows with theirs
-    (a bidirectional GRU's 12,300 kernels read 57.5 ms busy of a 73 ms call in one audit, 35.5
-    of 89 in the next), and the host's wait looked like work."""
+    timing: a profiler session can leave later launches slower."""
     if not syncing["host_syncs"]:
         return syncing
+    syncing["device_work"] = _device_work_alone(lock, device, model, inputs, copies)
+    return syncing
+
+
+# A host issue time over this share of the GPU time (``launch_ratio``) is checked against the
+# device's own record (``_launch_work``): the launch check fails at 0.8.
+LAUNCH_SUSPECT = 0.5
+
+
+def _launch_work(lock, device: str, model, inputs: list, timing: dict,
+                 copies: bool = True) -> dict | None:
+    """``device_work`` for a forward that does not sync but whose host issue time reads
+    launch-bound (``LAUNCH_SUSPECT``), else None. A forward of more launches than the driver
+    queues ahead of the GPU (cuDNN's tiled FFT transposed convolution: 3,675 kernels a call)
+    waits for room in the queue inside its launches, so its host time tracks its GPU time,
+    and any other process slowing the GPU lengthens it; the kernels' count and busy time with
+    the GPU alone say whether the GPU waited (``checks.judge_launch``)."""
+    ratio = timing.get("launch_ratio")
+    if not device.startswith("cuda") or ratio is None or ratio <= LAUNCH_SUSPECT:
+        return None
+    return _device_work_alone(lock, device, model, inputs, copies)
+
+
+def _device_work_alone(lock, device: str, model, inputs: list, copies: bool) -> dict:
+    """``device_work`` read with the GPU alone, as the eager time is timed: beside other
+    processes' kernels a forward's own read longer (a bidirectional GRU's 12,300 kernels read
+    57.5 ms busy of a 73 ms call in one audit, 35.5 of 89 in the next), and the host's wait
+    looked like work. An error becomes ``{"error": ...}`` (the check stands down)."""
     _mark("device work: waiting for the GPU")
     with lock.exclusive():
         _mark("device work")
         try:
-            syncing["device_work"] = device_work(
-                model, lambda: _clone(inputs) if copies else inputs, device)
+            return device_work(model, lambda: _clone(inputs) if copies else inputs, device)
         except Exception as exc:  # noqa: BLE001 — no profiler reading: the check stands down
             if _device_poisoned(exc):
                 raise
-            syncing["device_work"] = {
-                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
-    return syncing
+            return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
 
 def _release_cache(device: str) -> None:

@@ -20,6 +20,7 @@ from . import checks as C
 from .forwards import _mark, build_model, draw_inputs, load_namespace, run_forward, seeds
 from .measure import GpuLock
 from .probe_device import (
+    _launch_work,
     _peak_allocated,
     _peak_bytes,
     _release_cache,
@@ -72,6 +73,9 @@ def replay_problem(payload: dict) -> dict:
                           (payload.get("config") or {}).get("timing")) if forwards else {}
     if "eager" in times:
         result["timing"] = _timing_section(times["eager"], device, {})
+        work = _launch_work(lock, device, model, inputs, result["timing"], copies)
+        if work is not None:
+            result["timing"]["device_work"] = work
     if "inductor" in times:
         result["inductor"]["ms"] = times["inductor"]["ms"]
     result["peak_bytes"] = _peak_bytes(device)

@@ -533,11 +533,37 @@ def judge_launch(timing: dict, max_ratio: float) -> dict:
     if timing.get("host_syncs"):
         return _judge_syncing_launch(timing, max_ratio)
     ok = ratio is not None and ratio <= max_ratio
+    head = f"host issue time {_fmt(timing.get('host_ms'))} ms vs GPU {ms:.4g} ms"
+    work = timing.get("device_work") or {}
+    if not ok and (work.get("kernels") or 0) >= LAUNCH_QUEUE and work.get("busy_ms"):
+        return _judge_queued_launch(head, work, max_ratio)
     drove = timing.get("host_driver_allocations")
     held = f"; every host sample held {drove} or more of the memory allocator's calls into " \
         "the driver" if drove and not ok else ""
-    return check(ok, ratio, f"host issue time {_fmt(timing.get('host_ms'))} ms vs GPU "
-                 f"{ms:.4g} ms" + ("" if ok else " (launch-overhead bound)") + held)
+    return check(ok, ratio, head + ("" if ok else " (launch-overhead bound)") + held)
+
+
+# Launches the driver queues ahead of the GPU before a launch waits for room (an H200 host
+# issuing cuDNN's 3,675-kernel tiled FFT transposed convolution blocked after about 1,100).
+LAUNCH_QUEUE = 1024
+
+
+def _judge_queued_launch(head: str, work: dict, max_ratio: float) -> dict:
+    """A forward of ``LAUNCH_QUEUE`` launches or more whose host time reads launch-bound: its
+    launches waited for room in the driver's queue, so host time tracks GPU time (and grows
+    with any other process's GPU work) and says nothing of launches. Judged as a syncing
+    forward is: the GPU's wait on the host (``host_wait_ratio``) from its kernels' busy time
+    and the lesser of its eager call's readings, taken with the GPU alone."""
+    walls = [w for w in (work.get("eager_wall_ms"), work.get("wall_ms")) if w is not None]
+    busy = work["busy_ms"]
+    wall = min(walls) if walls else math.inf
+    ratio = host_wait_ratio(wall, busy)
+    ok = ratio <= max_ratio
+    return check(ok, ratio, f"{head}, but it launches {work['kernels']} kernels, more than the "
+                 f"driver queues ({LAUNCH_QUEUE}): the host waited for room in the queue. GPU "
+                 f"busy {_fmt(busy)} ms of the eager call's {_fmt(wall)} ms with the GPU "
+                 f"alone: {_fmt(ratio)} ms waiting on the host per GPU ms"
+                 + ("" if ok else " (launch-overhead bound)"))
 
 
 def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:

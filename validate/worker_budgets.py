@@ -263,7 +263,10 @@ def _stage_seconds(worker: str, result) -> dict:
 def _eager_timing(timing: dict, replay: dict | None, too_large: str, early: list) -> dict:
     """The eager timing taken in the second worker's window, or why there is none."""
     if replay and replay.get("timing"):
-        return {**replay["timing"], **{k: timing.get(k) for k in C.SYNC_KEYS}}
+        # the probe's readings of host syncs; the replay's own ``device_work`` (a launch-bound
+        # reading checked) stands where the probe read none
+        return {**replay["timing"], **{k: timing.get(k) for k in C.SYNC_KEYS
+                                       if timing.get(k) is not None or k not in replay["timing"]}}
     if early:
         why, skipped = f"not timed: failed {', '.join(early)}", True
     elif too_large:

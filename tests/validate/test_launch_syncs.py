@@ -55,6 +55,49 @@ def get_init_inputs():
 '''
 
 
+# 1,200 launches of microseconds of work, no sync: more than the driver queues ahead of the GPU.
+LOOP_OF_LAUNCHES = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def forward(self, x):
+        for _ in range(self.steps):
+            x = x * 0.99 + 0.01
+        return x
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return [600]
+"""
+
+# One transposed convolution that cuDNN runs in IEEE fp32 as a tiled FFT: 3,676 kernels a call
+# on an H200, each tile's launch waiting for room in the driver's queue.
+TILED_CONV_TRANSPOSE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, channels, kernel):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(channels, channels, kernel, bias=False)
+
+    def forward(self, x):
+        return self.up(x)
+
+def get_inputs():
+    return [torch.rand(8, 64, 1024, 1024)]
+
+def get_init_inputs():
+    return [64, 3]
+"""
+
 def _measured(source: str) -> dict:
     """The probe's timing entry for ``source`` as the CPU reading gives it."""
     ns = load_namespace(source)
@@ -307,3 +350,72 @@ def test_host_samples_without_driver_calls_decide_and_a_later_reading_only_lower
     dirty.estimate_ms = 50.0
     assert dirty.host_reads_launch_bound()
     assert not dirty.host_again()  # only on CUDA
+
+
+def test_a_host_waiting_for_room_in_the_launch_queue_is_judged_by_the_gpus_wait():
+    """A forward of more launches than the driver queues (cuDNN's tiled FFT transposed
+    convolution, 3,676 kernels: KernelBench's ``57_conv_transposed_2D`` read host 54.9 ms
+    against 28.2 ms of GPU beside other problems' work) waits inside its launches, so its host
+    time tracks its GPU time: the GPU's own wait decides. A loop of as many tiny launches whose
+    GPU idles between them still fails; a forward of fewer launches is judged as before."""
+    queued = {"eager_ms": 28.18, "host_ms": 54.9, "launch_ratio": 54.9 / 28.18, "host_syncs": 0,
+              "device_work": {"kernels": 3676, "busy_ms": 27.1, "wall_ms": 31.4,
+                              "eager_wall_ms": 27.7}}
+    verdict = C.judge_launch(queued, 0.8)
+    assert verdict["passed"] is True and verdict["value"] < 0.05, verdict
+    assert "more than the driver queues" in verdict["detail"]
+    idle = {**queued, "eager_ms": 2.4, "host_ms": 6.1, "launch_ratio": 6.1 / 2.4,
+            "device_work": {"kernels": 1200, "busy_ms": 1.9, "wall_ms": 9.0,
+                            "eager_wall_ms": 6.3}}
+    verdict = C.judge_launch(idle, 0.8)
+    assert verdict["passed"] is False and verdict["value"] == pytest.approx((6.3 - 1.9) / 1.9)
+    assert "launch-overhead bound" in verdict["detail"]
+    few = {**queued, "device_work": {**queued["device_work"], "kernels": C.LAUNCH_QUEUE - 1}}
+    assert C.judge_launch(few, 0.8)["passed"] is False
+    unread = {**queued, "device_work": {"error": "CUPTI unavailable"}}
+    assert C.judge_launch(unread, 0.8)["passed"] is False
+
+
+def test_the_device_work_of_a_launch_bound_reading_is_taken_alone(monkeypatch):
+    """The replay reads ``device_work`` with the GPU alone only where its host time read over
+    ``LAUNCH_SUSPECT`` of the GPU time; the record keeps it beside the probe's sync readings."""
+    import contextlib
+
+    import torch
+
+    from kernelmill.validate import probe_device, worker_budgets
+
+    modes, calls = [], []
+
+    class Lock:
+        @contextlib.contextmanager
+        def exclusive(self):
+            modes.append("exclusive")
+            yield self
+
+    monkeypatch.setattr(probe_device, "device_work",
+                        lambda model, args, device: calls.append(device) or {"kernels": 2})
+    model, inputs = torch.nn.Linear(4, 4), [torch.randn(2, 4)]
+    for ratio in (None, probe_device.LAUNCH_SUSPECT):
+        assert probe_device._launch_work(Lock(), "cuda:0", model, inputs,
+                                         {"launch_ratio": ratio}) is None
+    assert probe_device._launch_work(Lock(), "cpu", model, inputs, {"launch_ratio": 2.0}) is None
+    assert calls == [] and modes == []
+    got = probe_device._launch_work(Lock(), "cuda:0", model, inputs, {"launch_ratio": 1.9})
+    assert got == {"kernels": 2} and modes == ["exclusive"] and calls == ["cuda:0"]
+
+    probe = {"host_syncs": 0, "syncs_in_loops": [], "device_work": None}
+    replay = {"timing": {"eager_ms": 28.2, "launch_ratio": 1.9, "device_work": got}}
+    merged = worker_budgets._eager_timing(probe, replay, "", [])
+    assert merged["device_work"] == got and merged["host_syncs"] == 0
+    syncing = {**probe, "host_syncs": 3, "device_work": {"kernels": 9}}
+    assert worker_budgets._eager_timing(syncing, replay, "", [])["device_work"] == {"kernels": 9}
+    bare = {"timing": {"eager_ms": 1.0, "launch_ratio": 0.1}}
+    assert worker_budgets._eager_timing(probe, bare, "", [])["device_work"] is None
+
+
+def test_a_loop_of_more_launches_than_the_queue_reads_its_launches_on_cpu():
+    """The reading the queued-launch verdict counts on: every launch of the loop is one."""
+    timing = _measured(LOOP_OF_LAUNCHES)
+    assert timing["device_work"]["kernels"] == 2 * 600 >= C.LAUNCH_QUEUE
+    assert timing["device_work"]["eager_wall_ms"] is None  # a CUDA reading

@@ -142,3 +142,20 @@ def test_launch_bound_loop_with_host_syncs_fails_on_cuda(cuda):
     matmul = validate_source(big, slot, config)
     launch = matmul["checks"]["launch_overhead"]
     assert launch["passed"] is True and "waits for the GPU" in launch["detail"], launch
+
+
+def test_a_launch_queue_full_of_real_work_is_not_launch_overhead_on_cuda(cuda):
+    """cuDNN's tiled FFT transposed convolution (thousands of launches, each waiting for room in
+    the driver's queue while the GPU works) passes ``launch_overhead``; a loop of as many tiny
+    launches, its GPU idle between them, fails."""
+    from kernelmill.core.devices import device_slots
+    from kernelmill.validate.runner import validate_source
+    from test_launch_syncs import LOOP_OF_LAUNCHES, TILED_CONV_TRANSPOSE
+
+    slot, config = device_slots("cuda")[0], {"timeout_s": 180, "inductor": False}
+    conv = validate_source(TILED_CONV_TRANSPOSE, slot, config)
+    launch = conv["checks"]["launch_overhead"]
+    assert launch["passed"] is True, launch
+    loop = validate_source(LOOP_OF_LAUNCHES, slot, config)
+    launch = loop["checks"]["launch_overhead"]
+    assert launch["passed"] is False, launch
