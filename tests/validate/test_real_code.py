@@ -140,6 +140,28 @@ def test_contrast_is_magnitude_slack_over_variation_across_inputs():
     assert math.isclose(offset["informative"], 0.2, rel_tol=0.15)
 
 
+
+def test_contrast_reads_the_same_in_working_precision_as_in_fp64(monkeypatch):
+    """The squared changes summed from fp32 squares agree with the fp64 ones; a change that is
+    not finite (a NaN, an infinity, an fp32 square past its range) is summed again exactly,
+    over the finite changes alone."""
+    from kernelmill.validate.realcode import precision
+
+    monkeypatch.setattr(C, "CHUNK", 500)
+    g = torch.Generator().manual_seed(3)
+    y, z = torch.randn(40, 60, generator=g) * 30, torch.randn(40, 60, generator=g) * 30
+    for a, b in ((y, z), (y.t(), z.t()), (y.double(), z), (y.bfloat16(), z.bfloat16())):
+        fast, n = precision._squared_change(a, b, exact=False)
+        exact, m = precision._squared_change(a, b, exact=True)
+        assert n == int(m) == a.numel() and float(fast) == pytest.approx(float(exact), rel=1e-6)
+    broken = y.clone()
+    broken[0, :3] = torch.tensor([math.nan, math.inf, 3e30])  # 3e30 squared: past fp32
+    fast, _ = precision._squared_change(broken, z, exact=False)
+    assert not math.isfinite(float(fast))
+    entry = R.contrast([broken], [z], 1e-4)[0]
+    d = (broken.double() - z.double()).reshape(-1)[2:]  # the NaN and the infinity left out
+    assert entry["informative"] == pytest.approx(math.sqrt(float((d * d).mean()) / 2), rel=1e-9)
+
 def test_liveness_sees_a_slice_and_not_relu_or_max_pool():
     class Last(nn.Module):
         def __init__(self):

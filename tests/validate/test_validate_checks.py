@@ -30,6 +30,59 @@ def test_max_error_shapes_and_nans():
     assert not C.bitwise_equal([t(1, 2)], [t(1, 2.0000002)])
 
 
+
+def _exact_errors(x, y):
+    """The mixed error of every element pair in fp64 on the host (NaN pairs and equal
+    infinities 0, a NaN on one side inf)."""
+    x64 = (torch.view_as_real(x) if x.is_complex() else x).double().reshape(-1)
+    y64 = (torch.view_as_real(y) if y.is_complex() else y).double().reshape(-1)
+    err = (x64 - y64).abs() / (1 + y64.abs())
+    same = (x64.isnan() & y64.isnan()) | (x64.isinf() & (x64 == y64))
+    return err.masked_fill(same, 0.0).nan_to_num(nan=math.inf)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float32, torch.float64),
+                                    (torch.bfloat16, torch.float32), (torch.int64, torch.int64),
+                                    (torch.int32, torch.float32), (torch.bool, torch.bool),
+                                    (torch.complex64, torch.complex64)])
+def test_the_working_precision_error_is_the_exact_one(dtypes, monkeypatch):
+    """``max_error`` and ``mismatch_fraction`` in the pair's working precision agree with the
+    fp64 measure over block boundaries, odd layouts, NaNs, infinities and fp32 overflow."""
+    monkeypatch.setattr(C, "CHUNK", 1000)
+    g = torch.Generator().manual_seed(1)
+    dx, dy = dtypes
+    base = torch.randn(37, 101, generator=g) * 10 ** torch.randint(-3, 4, (37, 1), generator=g)
+
+    def make(dtype, noise):
+        v = base + noise * torch.randn(base.shape, generator=g)
+        if dtype == torch.bool:
+            return v > 0
+        if dtype.is_complex:
+            return torch.complex(v, v.flip(0)).to(dtype)
+        if not dtype.is_floating_point:
+            return (v * 1e4).round().to(dtype)
+        return v.to(dtype)
+
+    x, y = make(dx, 1e-3).t(), make(dy, 0.0).t()  # transposed: blocks copied row by row
+    want = _exact_errors(x, y)
+    assert C.max_error([x], [y]) == pytest.approx(float(want.max()), rel=1e-5, abs=1e-12)
+    for tol in (1e-6, 1e-4, 1e-2):
+        assert C.mismatch_fraction([x], [y], tol) == pytest.approx(
+            float((want > tol).double().mean()), abs=2 / want.numel())
+    if not dx.is_floating_point or dx.is_complex:
+        return
+    nan, inf = float("nan"), float("inf")
+    for left, right, expected in (((nan, 1.0), (nan, 1.0), 0.0), ((nan, 1.0), (0.0, 1.0), inf),
+                                  ((inf, 1.0), (inf, 1.0), 0.0), ((inf, 1.0), (2.0, 1.0), None),
+                                  ((3e38, 1.0), (-3e38, 1.0), 2.0)):
+        xs, ys = torch.tensor(left, dtype=torch.float32), torch.tensor(right, dtype=torch.float32)
+        got = C.max_error([xs.to(dx)], [ys.to(dy)])
+        exact = float(_exact_errors(xs.to(dx), ys.to(dy)).max())
+        assert got == pytest.approx(exact, rel=1e-6), (left, got)
+        assert expected is None or got == pytest.approx(expected, rel=1e-2), (left, got)
+    overflow = torch.tensor([3e38, 0.0]), torch.tensor([-3e38, 0.0])
+    assert C.mismatch_fraction([overflow[0]], [overflow[1]], 1e-4) == 0.5
+
 def test_mismatch_zero_and_constant_fractions():
     ref = torch.arange(100, dtype=torch.float32)
     moved = ref.clone()
@@ -294,6 +347,9 @@ def test_device_fingerprint_sees_any_one_bit_change(monkeypatch):
     swapped = x.clone().reshape(-1)
     swapped[[3, 4]] = swapped[[4, 3]]  # same words, other places
     assert C._device_fingerprint(swapped.reshape(10, 37)) != base
+    across = x.clone().reshape(-1)
+    across[[5, 69]] = across[[69, 5]]  # the same place in two blocks
+    assert C._device_fingerprint(across.reshape(10, 37)) != base
     assert C._device_fingerprint(torch.zeros(4)) != C._device_fingerprint(-torch.zeros(4))
 
 

@@ -27,19 +27,17 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
     if y.numel() == 0:
         return None
     # sums kept on the device and read once with the median (``checks.all_finite``'s note: a
-    # read waits for a shared GPU, and ``contrast`` measures up to 64 slices per dimension)
-    square = count = 0.0
-    for a, b in C._blocks64(y, z):
-        d = a - b
-        finite = torch.isfinite(d)
-        square = torch.where(finite, d * d, 0.0).sum() + square
-        count = finite.sum() + count
+    # read waits for a shared GPU, and ``contrast`` measures up to 64 slices per dimension);
+    # the squared changes in the pair's working precision, summed in fp64, first
+    square, count = _squared_change(y, z, exact=False)
     sample = C._as64(C._sample(C._flat(y))).abs()
     finite = torch.isfinite(sample)
     median = torch.where(finite, sample, math.nan).nanmedian()
     square, count, kept, magnitude = torch.stack([
         torch.as_tensor(v, dtype=torch.float64, device=sample.device)
         for v in (square, count, finite.sum(), median)]).tolist()
+    if not math.isfinite(square):  # a change not finite (or an fp32 square overflowed)
+        square, count = (float(v) for v in _squared_change(y, z, exact=True))
     if not count or not kept:
         return None
     informative = math.sqrt(square / count / 2.0)
@@ -61,6 +59,28 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
     if view is not None:
         found["nonaffine"] = view
     return found
+
+
+def _squared_change(y, z, exact: bool) -> tuple:
+    """The sum of ``(y - z)**2`` over the finite changes and their count (device tensors or
+    numbers). Not ``exact``: every change counted, each squared in the pair's working
+    precision (``checks._working_pair``) and summed in fp64 (a third of the fp64 path's memory
+    traffic): a non-finite change makes the sum non-finite, and the caller asks again."""
+    import torch
+
+    square = count = 0.0
+    if not exact:
+        for a, b in C._blocks(y, z):
+            a, b = C._working_pair(a, b)
+            square = torch.sub(a, b).square_().sum(dtype=torch.float64) + square
+            count += a.numel()
+        return square, count
+    for a, b in C._blocks64(y, z):
+        d = a - b
+        finite = torch.isfinite(d)
+        square = torch.where(finite, d * d, 0.0).sum() + square
+        count = finite.sum() + count
+    return square, count
 
 
 def contrast(ref: list, alt: list, tol: float, inputs: list | None = None,
