@@ -301,5 +301,5 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         "timing": {k: m["timing"].get(k) for k in ("method", "reps", "ci_pct", "host_ms",
                                                     "launch_ratio", "host_driver_allocations",
                                                     "host_wall_ms", "host_thread_ms",
-                                                    "host_alone")},
+                                                    "host_alone", "device_work")},
     }

@@ -558,16 +558,16 @@ def _queued_launches(timing: dict) -> str | None:
     inside its launches for room, so its host time tracks its GPU time (and grows with any
     other process's GPU work): then the GPU never waits on the host, which the device's own
     record shows (``device_work``, read with the GPU alone): its eager call's wall time within
-    ``QUEUED_IDLE`` of its kernels' busy time (the lesser of the profiled busy time, which the
-    profiler lengthens, and a CUDA graph's timed replay). A host slower than its GPU never
-    fills the queue: its host time is issue time, and the GPU waits on it."""
+    ``QUEUED_IDLE`` of its kernels' busy time in that call (the union of their intervals: the
+    gaps between kernels are the GPU's waits; a CUDA graph's replay has none of the eager
+    call's per-launch latency, 13% of cuDNN's 1,081-kernel transposed convolution, so it is
+    no measure of them). A host slower than its GPU never fills the queue: its host time is
+    issue time, and the GPU waits on it."""
     work = timing.get("device_work") or {}
     if timing.get("host_syncs") or (work.get("kernels") or 0) < LAUNCH_QUEUE or \
             not work.get("busy_ms"):
         return None
     busy = work["busy_ms"]
-    if timing.get("method") == "cuda_graph" and timing.get("eager_ms"):
-        busy = min(busy, timing["eager_ms"])
     walls = [w for w in (work.get("eager_wall_ms"), work.get("wall_ms")) if w is not None]
     if not walls or host_wait_ratio(min(walls), busy) > QUEUED_IDLE:
         return None

@@ -358,8 +358,8 @@ def test_a_host_waiting_for_room_in_the_launch_queue_is_not_launch_overhead():
     ``57_conv_transposed_2D`` read host 54.9 ms against 28.2 ms of GPU beside other problems'
     work), waits inside its launches, so its host time tracks its GPU time: its GPU never
     waits on the host, and it passes. Where the GPU does wait (a host slower than its GPU:
-    ``71_conv_transposed_2D``'s eager call took 14.5 ms for a 7.5 ms graph, its profiled
-    kernels read 11.3), the host time is issue time and the verdict stands; so it does for a
+    ``71_conv_transposed_2D``'s eager call took 14.5 ms beside 11.3 ms of kernels), the host
+    time is issue time and the verdict stands; so it does for a
     loop of tiny launches, a forward of fewer launches than the queue, and a reading that
     failed."""
     queued = {"eager_ms": 28.18, "host_ms": 54.9, "launch_ratio": 54.9 / 28.18, "host_syncs": 0,
@@ -376,10 +376,14 @@ def test_a_host_waiting_for_room_in_the_launch_queue_is_not_launch_overhead():
                                  "eager_wall_ms": 14.5}}
     verdict = C.judge_launch(slow_host, 0.8)
     assert verdict["passed"] is False and "launch-overhead bound" in verdict["detail"]
-    # timed by events (an output over 1 GiB) the profiled busy time is the kernels' only
-    # reading: an eager call within a tenth of it kept the GPU busy
-    assert C.judge_launch({**slow_host, "method": "cuda_events", "device_work": {
-        **slow_host["device_work"], "eager_wall_ms": 12.0}}, 0.8)["passed"] is True
+    # KernelBench's 65 (1,081 kernels, host 8.29 ms against a 7.82 ms graph): its eager call
+    # 9.21 ms beside 8.82 ms of kernels; the graph's replay drops the eager call's per-launch
+    # latency and is no reading of the GPU's waits
+    near = {"eager_ms": 7.818, "host_ms": 8.29, "launch_ratio": 8.29 / 7.818, "host_syncs": 0,
+            "method": "cuda_graph",
+            "device_work": {"kernels": 1081, "busy_ms": 8.82, "wall_ms": 9.9,
+                            "eager_wall_ms": 9.21}}
+    assert C.judge_launch(near, 0.8)["passed"] is True
     idle = {**queued, "eager_ms": 2.4, "host_ms": 6.1, "launch_ratio": 6.1 / 2.4,
             "device_work": {"kernels": 1200, "busy_ms": 1.9, "wall_ms": 9.0,
                             "eager_wall_ms": 6.3}}
