@@ -218,15 +218,20 @@ def max_error(a: list, b: list) -> float:
 
 def _working_pair(x, y):
     """Two aligned blocks in the dtype their error is computed in: fp64 where either is fp64 or
-    an integer wider than fp32's mantissa holds (left to the ops' type promotion, no copy),
-    else fp32 (half-precision and narrow integer blocks converted)."""
+    an integer wider than fp32's mantissa holds (an fp64 or fp32 block left to the ops' type
+    promotion, no copy), else fp32; half-precision blocks are fp32 either way (``1 + |y|``
+    is computed in ``y``'s own dtype)."""
     import torch
 
     wide = (torch.float64, torch.int64, torch.int32, torch.uint32, torch.uint64)
-    if x.dtype in wide or y.dtype in wide:
-        return (x if x.is_floating_point() else x.to(torch.float64),
-                y if y.is_floating_point() else y.to(torch.float64))
-    return tuple(t if t.dtype == torch.float32 else t.to(torch.float32) for t in (x, y))
+    work = torch.float64 if x.dtype in wide or y.dtype in wide else torch.float32
+
+    def cast(t):
+        if t.dtype in (torch.float64, torch.float32):
+            return t
+        return t.to(work if not t.is_floating_point() else torch.float32)
+
+    return cast(x), cast(y)
 
 
 def _working_error(x, y):
@@ -245,8 +250,9 @@ def _fast_max_error(a: list, b: list) -> float:
     worst = 0.0
     for x, y in zip(a, b):
         for bx, by in _blocks(x, y):
-            if bx.numel():
-                worst = _fold(torch.maximum, worst, _working_error(bx, by).max())
+            if bx.numel():  # folded in fp64: an fp32 output after an fp64 one rounds nothing
+                worst = _fold(torch.maximum, worst,
+                              _working_error(bx, by).max().to(torch.float64))
     return float(worst)
 
 

@@ -130,7 +130,8 @@ def device_work(forward: Callable[..., Any], args: Callable[[], list], device: s
     call of ``CPU_CALLS`` with the least wall time. On CUDA also ``eager_wall_ms``: the least
     wall time of ``PLAIN_CALLS`` calls outside the profiler, each from an idle GPU to its last
     kernel (a forward timed as a CUDA graph has no eager time of its own to set against the
-    kernels' busy time)."""
+    kernels' busy time), and ``eager_issue_ms``, that call's time until ``forward`` returned
+    to the host (the rest is work the GPU still had queued)."""
     import torch
 
     from .measure import is_cuda, synchronize
@@ -139,21 +140,23 @@ def device_work(forward: Callable[..., Any], args: Callable[[], list], device: s
     with torch.no_grad():
         forward(*args())
         synchronize(device)
-        plain = []
+        plain = []  # (wall ms, issue ms) of each plain call
         for _ in range(PLAIN_CALLS if cuda else 0):
             values = args()
             synchronize(device)
             begin = time.perf_counter()
             forward(*values)
+            issued = time.perf_counter()
             synchronize(device)
-            plain.append((time.perf_counter() - begin) * 1e3)
+            plain.append(((time.perf_counter() - begin) * 1e3, (issued - begin) * 1e3))
             del values
         best = None
         for _ in range(1 if cuda else CPU_CALLS):
             work = _profiled_call(forward, args(), device, cuda)
             if best is None or work["wall_ms"] < best["wall_ms"]:
                 best = work
-    return {**best, "eager_wall_ms": min(plain) if plain else None}
+    wall, issue = min(plain) if plain else (None, None)
+    return {**best, "eager_wall_ms": wall, "eager_issue_ms": issue}
 
 
 def _profiled_call(forward: Callable[..., Any], values: list, device: str, cuda: bool) -> dict:

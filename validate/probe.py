@@ -48,6 +48,7 @@ from .model_copy import copy_model
 from .op_trace import _compute_ops, _trace
 from .probe_device import (
     _host_syncs,
+    _launch_work,
     _peak_allocated,
     _peak_bytes,
     _release_cache,
@@ -265,6 +266,10 @@ def probe_problem(payload: dict) -> dict:
               if payload.get("time", True) else None)
     m["timing"] = _timing_section(timing, device,
                                   _syncing_work(lock, device, model, inputs, syncing, copies))
+    if timing is not None and not syncing["host_syncs"]:  # timed here (no replay times it)
+        work = _launch_work(lock, device, model, inputs, m["timing"], copies)
+        if work is not None:
+            m["timing"]["device_work"] = work
     # Ablation last: a removed op can trip a device-side assert that poisons the CUDA context.
     _mark("ablation")
     ablations = payload.get("ablations")

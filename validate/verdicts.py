@@ -548,33 +548,36 @@ def judge_launch(timing: dict, max_ratio: float) -> dict:
 # issuing cuDNN's 3,676-kernel tiled FFT transposed convolution blocked after about 1,100).
 LAUNCH_QUEUE = 1024
 # The GPU waiting on the host for at most this share of its busy time in an eager call is no
-# wait (the first launch, the sync after the last)
+# wait (the first launch, the sync after the last); readings further apart disagree
 QUEUED_IDLE = 0.1
+# A host that filled the queue returns from ``forward`` with at least this share of a queue's
+# kernels still ahead of the GPU
+QUEUED_TAIL = 0.5
 
 
 def _queued_launches(timing: dict) -> str | None:
     """Why a host time that reads launch-bound is not, or None. A forward of ``LAUNCH_QUEUE``
     launches or more whose host is faster than its GPU fills the driver's queue and then waits
     inside its launches for room, so its host time tracks its GPU time (and grows with any
-    other process's GPU work): then the GPU never waits on the host, which the device's own
-    record shows (``device_work``, read with the GPU alone): its eager call's wall time within
-    ``QUEUED_IDLE`` of its kernels' busy time in that call (the union of their intervals: the
-    gaps between kernels are the GPU's waits; a CUDA graph's replay has none of the eager
-    call's per-launch latency, 13% of cuDNN's 1,081-kernel transposed convolution, so it is
-    no measure of them). A host slower than its GPU never fills the queue: its host time is
-    issue time, and the GPU waits on it."""
+    other process's GPU work). The device's own record (``device_work``, read with the GPU
+    alone) must show both: the host returned from ``forward`` with ``QUEUED_TAIL`` of a queue
+    of kernels still ahead of the GPU (at their mean duration), and the eager call's wall time
+    within ``QUEUED_IDLE`` of its kernels' busy time (the union of their intervals), so the GPU
+    never waited on the host. A host about as fast as its GPU, or slower, never fills the
+    queue: its host time is issue time and the verdict stands."""
     work = timing.get("device_work") or {}
-    if timing.get("host_syncs") or (work.get("kernels") or 0) < LAUNCH_QUEUE or \
-            not work.get("busy_ms"):
+    kernels, busy = work.get("kernels") or 0, work.get("busy_ms")
+    wall, issue = work.get("eager_wall_ms"), work.get("eager_issue_ms")
+    if timing.get("host_syncs") or kernels < LAUNCH_QUEUE or not busy or wall is None or \
+            issue is None:
         return None
-    busy = work["busy_ms"]
-    walls = [w for w in (work.get("eager_wall_ms"), work.get("wall_ms")) if w is not None]
-    if not walls or host_wait_ratio(min(walls), busy) > QUEUED_IDLE:
+    ahead = QUEUED_TAIL * LAUNCH_QUEUE * busy / kernels
+    if wall - issue < ahead or abs(wall - busy) > QUEUED_IDLE * busy:
         return None
-    return (f", but its {work['kernels']} launches, more than the driver queues "
-            f"({LAUNCH_QUEUE}), waited for room in the queue: the GPU was busy {_fmt(busy)} ms "
-            f"of the eager call's {_fmt(min(walls))} ms with the GPU alone, never waiting on "
-            "the host")
+    return (f", but its {kernels} launches, more than the driver queues ({LAUNCH_QUEUE}), "
+            f"waited for room in the queue: with the GPU alone the host returned "
+            f"{_fmt(wall - issue)} ms of work ahead of the GPU, which was busy {_fmt(busy)} ms "
+            f"of the eager call's {_fmt(wall)} ms, never waiting on the host")
 
 
 def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:
@@ -585,16 +588,18 @@ def _judge_syncing_launch(timing: dict, max_ratio: float) -> dict:
         return check(None, None, f"{head} (.item(), .cpu(), nonzero, boolean masks) and its "
                      f"kernels' time is unknown ({why}): host time is not launch overhead")
     busy = work["busy_ms"]
-    # Two readings of the call's time, each too long for its own reason: the timed eager time
-    # (another process, whose library may pick a slower algorithm under its memory cap) and
-    # the profiled call beside the busy time (the profiler's own cost). The host waits at most
-    # the lesser one's excess.
-    wall = work.get("wall_ms")
+    # Readings of the call's time, each too long for its own reason: the timed eager time
+    # (another process, whose library may pick a slower algorithm under its memory cap), the
+    # profiled call beside the busy time (the profiler's own cost) and the plain calls with
+    # the GPU alone (``eager_wall_ms``). The host waits at most the least one's excess.
+    walls = [w for w in (work.get("wall_ms"), work.get("eager_wall_ms")) if w is not None]
+    wall = min(walls) if walls else None
     profiled = wall is not None and wall < ms
     ratio = host_wait_ratio(wall if profiled else ms, busy)
     ok = ratio <= max_ratio
     loops = timing.get("syncs_in_loops") or []
-    read = (f"its profiled call {_fmt(wall)} ms (eager {ms:.4g} ms)" if profiled
+    label = "profiled call" if wall == work.get("wall_ms") else "call with the GPU alone"
+    read = (f"its {label} {_fmt(wall)} ms (eager {ms:.4g} ms)" if profiled
             else f"eager {ms:.4g} ms")
     return check(ok, ratio, f"{head} and launches {work['kernels']} kernel(s); GPU busy "
                  f"{_fmt(busy)} ms of {read}: {_fmt(ratio)} ms waiting on the host "

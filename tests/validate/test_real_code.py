@@ -161,6 +161,11 @@ def test_contrast_reads_the_same_in_working_precision_as_in_fp64(monkeypatch):
     entry = R.contrast([broken], [z], 1e-4)[0]
     d = (broken.double() - z.double()).reshape(-1)[2:]  # the NaN and the infinity left out
     assert entry["informative"] == pytest.approx(math.sqrt(float((d * d).mean()) / 2), rel=1e-9)
+    # changes whose fp32 squares fall below fp32's normal numbers are summed again in fp64
+    small_y, small_z = y * 1e-21, z * 1e-21
+    entry = R.contrast([small_y], [small_z], 1e-4)[0]
+    d = (small_y.double() - small_z.double()).reshape(-1)
+    assert entry["informative"] == pytest.approx(math.sqrt(float((d * d).mean()) / 2), rel=1e-6)
 
 def test_liveness_sees_a_slice_and_not_relu_or_max_pool():
     class Last(nn.Module):

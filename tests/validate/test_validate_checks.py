@@ -83,6 +83,17 @@ def test_the_working_precision_error_is_the_exact_one(dtypes, monkeypatch):
     overflow = torch.tensor([3e38, 0.0]), torch.tensor([-3e38, 0.0])
     assert C.mismatch_fraction([overflow[0]], [overflow[1]], 1e-4) == 0.5
 
+
+def test_the_working_precision_keeps_half_precision_denominators_and_tiny_errors():
+    """``1 + |y|`` of a half-precision ``y`` beside an fp64 ``x`` is not rounded to half
+    precision, and an fp64 output's tiny error is not lost to an fp32 output judged after it."""
+    x = torch.tensor([0.0, 1000.0], dtype=torch.float64)
+    y = torch.tensor([0.0, 1004.0], dtype=torch.bfloat16)
+    assert C.max_error([x], [y]) == pytest.approx(float(_exact_errors(x, y).max()), rel=1e-9)
+    tiny = torch.tensor([1e-50, 0.0], dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    same = torch.ones(3), torch.ones(3)
+    assert C.max_error([tiny[0], same[0]], [tiny[1], same[1]]) == pytest.approx(1e-50)
+
 def test_mismatch_zero_and_constant_fractions():
     ref = torch.arange(100, dtype=torch.float32)
     moved = ref.clone()

@@ -36,7 +36,8 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
     square, count, kept, magnitude = torch.stack([
         torch.as_tensor(v, dtype=torch.float64, device=sample.device)
         for v in (square, count, finite.sum(), median)]).tolist()
-    if not math.isfinite(square):  # a change not finite (or an fp32 square overflowed)
+    if not math.isfinite(square) or square < count * SQUARE_FLOOR:
+        # a change not finite, an fp32 square past its range or below its normal numbers
         square, count = (float(v) for v in _squared_change(y, z, exact=True))
     if not count or not kept:
         return None
@@ -59,6 +60,11 @@ def _contrast_of(y, z, tol: float, pairs: list | None = None,
     if view is not None:
         found["nonaffine"] = view
     return found
+
+
+# A mean squared change under this is summed again in fp64: fp32 squares of changes under
+# about 1e-19 lose their precision, and under 2.6e-23 read zero
+SQUARE_FLOOR = 1e-36
 
 
 def _squared_change(y, z, exact: bool) -> tuple:
