@@ -238,10 +238,11 @@ def _launch_work(lock, device: str, model, inputs: list, timing: dict,
                  copies: bool = True) -> dict | None:
     """``device_work`` for a forward that does not sync but whose host issue time reads
     launch-bound (``LAUNCH_SUSPECT``), else None. A forward of more launches than the driver
-    queues ahead of the GPU (cuDNN's tiled FFT transposed convolution: 3,675 kernels a call)
-    waits for room in the queue inside its launches, so its host time tracks its GPU time,
-    and any other process slowing the GPU lengthens it; the kernels' count and busy time with
-    the GPU alone say whether the GPU waited (``checks.judge_launch``)."""
+    queues ahead of the GPU, on a host faster than its GPU, waits for room in the queue inside
+    its launches, so its host time tracks its GPU time, and any other process slowing the GPU
+    lengthens it; the kernels' count, their busy time and the plain calls' return and wall
+    times with the GPU alone say whether the queue filled and the GPU waited
+    (``checks.judge_launch``)."""
     ratio = timing.get("launch_ratio")
     if not device.startswith("cuda") or ratio is None or ratio <= LAUNCH_SUSPECT:
         return None
