@@ -316,28 +316,36 @@ def _of(changed: dict) -> str:
 
 
 def _confirmed(exact: dict, full: str, small: str) -> tuple[dict | None, str]:
-    """The change ``exact[full]`` made under the full noise where the noise a tenth as large
-    (``exact[small]``) changes outputs too, else None; and a note on a change that the full
-    noise alone makes (a near-tie too rare for an honest kernel's rounding to meet often: a
-    top-2 router over thousands of tokens). A record without the smaller noise: the full
-    noise's change alone."""
+    """The change ``exact[full]`` made under the full noise where the near-ties it meets over
+    several draws of the inputs (``density``: ``realcode.exact._density``) are dense enough
+    that an honest kernel's rounding fails ``fails`` of grades and the noise a tenth as large
+    (``exact[small]``, its changes summed over its draws) flips some of them too, else None;
+    and a note on what the noise flipped where that passes (a near-tie too rare for an honest
+    kernel's rounding to meet often: a top-1 router over thousands of tokens). A record
+    without the smaller noise: the full noise's change alone."""
     change = exact.get(full)
     if not change or not change["changed"]:
         return None, ""
-    if "small_jitter" not in exact:
+    density = exact.get("density")
+    if "small_jitter" not in exact or not density:
         return change, ""
+    kind = "jumped" if full == "jumped" else "jittered"
+    events, reached = density[kind], density["small"][kind]
+    grades = density["calls"] * density["share"] * events / density["draws"]
     confirmed = exact.get(small)
-    draws = exact.get("small_draws") or 1
-    bar = exact.get("confirm_flips") or 1  # flips over the draws that fail (``exact``)
-    under = f"noise of {exact['small_jitter']:.1g}" + (f" over {draws} draws" if draws > 1
-                                                        else "")
-    flipped = (confirmed.get("draws_changed", confirmed["changed"]) if confirmed else 0)
-    if flipped >= bar:
-        return change, f"; {_of(confirmed)} under {under}"
-    fewer = f"{confirmed['changed']} in {flipped} of them (under the {bar} draws that fail)" \
-        if flipped else "none"
-    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}, {fewer} "
-                  f"under {under})")
+    under = (f"{_of(confirmed)} under noise of {exact['small_jitter']:.1g} over "
+             f"{density['small_draws']} draws" if reached and confirmed else
+             f"none under noise of {exact['small_jitter']:.1g} over {density['small_draws']} "
+             "draws (a margin no honest rounding reaches)")
+    honest = (f"{events} near-ties under noise of {exact['jitter']:.1g} over "
+              f"{density['draws']} draws of the inputs: an honest kernel's rounding "
+              f"(~{density['share'] * exact['jitter']:.1g} of an op's RMS) fails about "
+              f"{grades:.1%} of {density['calls']}-call grades ({density['fails']:.0%} fail "
+              "the problem)")
+    if grades >= density["fails"] and reached:
+        return change, f"; {honest}; {under}"
+    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}; {honest}; "
+                  f"{under})")
 
 
 def judge_exact_outputs(exact: Any) -> dict:

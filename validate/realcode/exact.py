@@ -4,6 +4,7 @@ float values, and outputs that follow the order among ties). Writes whose winner
 are ``writes.duplicate_writes``."""
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -413,39 +414,140 @@ def _exact_changed(out: list | None, ref: list) -> dict:
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
-# Draws of the noise a tenth as large that confirm a flip. Honest fp32 rounding is 2-3e-7 of an
-# op's RMS, 3% of that noise: a flip in a quarter of the draws estimates 0.0075 calls in which
-# something flips, so that the exact answer fails 5% or more of a grade's 7 checked calls: the
-# bar, ``CONFIRM_FLIPS`` draws that flip anything over ``MOST_DRAWS`` (a draw, not an element:
-# one near-tie flipped moves a token's whole row). Draws stop at that many (fail) or after
-# ``CLEAR_DRAWS`` without any (pass). One flip in four draws was the rule before: it rejected a
-# router whose exact answer fails one grade in 80 a fifth of the time (a top-1 router over
-# 16,384 tokens on CUDA); this one rejects it one time in 50, and one at the bar about half
-# the time, as any rule must.
-MOST_DRAWS = 16
-CONFIRM_FLIPS = 4
-CLEAR_DRAWS = 8
+# How often an honest kernel's rounding flips what the noise flips, as a density. The flips the
+# full noise makes are events of a Poisson count whose mean grows with the noise (margins to a
+# threshold spread evenly near zero), so the events over ``DENSITY_DRAWS`` draws of the
+# inputs, scaled from the noise down to an honest kernel's rounding (``ROUNDING_UNITS`` units
+# in the last place of an op's RMS: 3e-7 for fp32, 0.3% of fp32's noise) and up to a grade's
+# ``GRADE_CALLS`` checked calls, estimate how often the exact answer fails a grade:
+# ``HONEST_FAILS`` (one in twenty) or more fails the problem, where the noise a tenth as large
+# (``STEP_SCALE``) flips something too in ``SMALL_DRAWS`` draws on each draw of the inputs (a
+# margin that only the full noise crosses is a gap no honest rounding meets). One draw of the
+# inputs is one realization of the count: a sign mask of a projection made 1-11 flips under
+# the full noise over 16 draws and about one within the smaller noise's reach, and a top-1
+# router 0-4 there, so that counting the smaller noise's flipping draws on one draw of the
+# inputs (4 of up to 16: the rule before) passed the mask in 5 of 16 draws and rejected the
+# router in 2 of 16; four draws pool a mean of 20 events for the mask against 10 at the bar.
+DENSITY_DRAWS = 4
+SMALL_DRAWS = 4
+ROUNDING_UNITS = 5
+GRADE_CALLS = 7
+HONEST_FAILS = 0.05
+# An event is a changed row (the last dimension's slice) of an output with this many rows or
+# more, else a changed element: one near-tie moves a token's whole row (a one-hot, a routed
+# expert's output, a top-k's swap)
+ROW_MIN = 64
 
 
 def _summed(total: dict | None, part: dict) -> dict:
-    """Changed elements summed over draws, against the elements of one draw, and the draws
-    that changed any (``draws_changed``: one near-tie flipped moves a token's whole row)."""
-    total = total or {"changed": 0, "draws_changed": 0}
-    changed = total["changed"] + part["changed"]
-    return {"changed": changed, "total": part["total"],
-            "fraction": changed / part["total"] if part["total"] else 0.0,
+    """Changed elements summed over draws, against the elements of all those draws, and the
+    draws that changed any (``draws_changed``: one near-tie flipped moves a token's whole
+    row)."""
+    total = total or {"changed": 0, "total": 0, "draws_changed": 0}
+    changed, elements = total["changed"] + part["changed"], total["total"] + part["total"]
+    return {"changed": changed, "total": elements,
+            "fraction": changed / elements if elements else 0.0,
             "draws_changed": total["draws_changed"] + bool(part["changed"])}
 
 
+def _exact_moved(a, b):
+    """Which elements of an integer or boolean output changed (None for a float one)."""
+    return None if b.is_floating_point() or b.is_complex() else a != b
+
+
+def _jump_moved(tol: float, times: float = JUMP):
+    """Which elements of a float output moved by ``times`` tolerances or more (``_jumped``)."""
+    import torch
+
+    def moved(a, b):
+        if not b.is_floating_point():
+            return None
+        a64, b64 = a.double(), b.double()
+        return ((a64 - b64).abs() > times * tol * (1.0 + b64.abs())) | \
+            (torch.isfinite(a64) != torch.isfinite(b64))
+    return moved
+
+
+def _events(out: list | None, ref: list, moved) -> int:
+    """The near-ties an output's change counts (``ROW_MIN``): changed rows, or elements, of the
+    outputs ``moved`` reads (every row where the shapes differ), a block of rows at a time."""
+    count = 0
+    for i, b in enumerate(ref):
+        width = b.shape[-1] if b.dim() >= 2 and b.shape[-1] and \
+            b.numel() // b.shape[-1] >= ROW_MIN else 1
+        rows = b.numel() // width if b.numel() else 0
+        if out is None or not C.shapes_equal(out, ref):
+            count += rows if moved(b, b) is not None else 0
+            continue
+        a2, b2 = out[i].detach().reshape(rows, width), b.detach().reshape(rows, width)
+        step = max(1, C.CHUNK // width)
+        for start in range(0, rows, step):
+            mask = moved(a2[start:start + step], b2[start:start + step])
+            if mask is None:
+                break
+            count += int(mask.any(dim=1).sum())
+    return count
+
+
+def _density(model, inputs: list, ref: list, out: list, smaller: list, more, forward_seed: int,
+             rel: float, seed: int, copies: bool, kinds: dict, dtype: str) -> dict:
+    """The near-ties the full noise (``rel``) and the noise a tenth as large meet, as events
+    (``_events``) by each of ``kinds``' ``(moved, changed)`` pairs: on the check's own draw of
+    the inputs (``inputs``, ``ref``; ``out`` and ``smaller``, its forwards under either noise)
+    and on up to ``DENSITY_DRAWS - 1`` further draws (``more``), each against its own clean
+    forward, ``SMALL_DRAWS`` draws of the smaller noise on each. With what scales the full
+    noise's events to a grade of an honest kernel (``share``: its rounding, for ``dtype``, over
+    the noise) and each kind's changes under the smaller noise summed over its draws
+    (``small_changed``). Stops early where every kind already fails."""
+    import torch
+
+    kind = getattr(torch, dtype, None)
+    if not (isinstance(kind, torch.dtype) and kind.is_floating_point):
+        kind = torch.float32  # the floor ``rel`` is fp32's where no float dtype is declared
+    share = min(1.0, ROUNDING_UNITS * torch.finfo(kind).eps / 2 / rel)
+    full, small = dict.fromkeys(kinds, 0), dict.fromkeys(kinds, 0)
+    summed = dict.fromkeys(kinds)
+    failing = HONEST_FAILS * DENSITY_DRAWS / (GRADE_CALLS * share)  # events that fail all draws
+    draws = 0
+    for draw, given in enumerate(itertools.chain([inputs], itertools.islice(more or (),
+                                                                            DENSITY_DRAWS - 1))):
+        base = seed + draw * (SMALL_DRAWS + 1)
+        clean = ref
+        if draw:
+            clean = forward(model, given, forward_seed, copies)
+            with _HonestNoise(rel, base):
+                out = forward(model, given, forward_seed, copies)
+        for name, (moved, _) in kinds.items():
+            full[name] += _events(out, clean, moved)
+        out = None
+        for step in range(SMALL_DRAWS):
+            if draw or step:
+                smaller = None
+                with _HonestNoise(rel * STEP_SCALE, base + 1 + step):
+                    smaller = forward(model, given, forward_seed, copies)
+            for name, (moved, changed) in kinds.items():
+                small[name] += _events(smaller, clean, moved)
+                summed[name] = _summed(summed[name], changed(smaller, clean))
+        smaller = clean = None
+        draws += 1
+        if all(full[name] >= failing and small[name] for name in kinds):
+            break
+    return {**full, "small": small, "draws": draws, "small_draws": draws * SMALL_DRAWS,
+            "share": share, "calls": GRADE_CALLS, "fails": HONEST_FAILS,
+            "small_changed": summed}
+
+
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
-                  device: str, copies: bool = True, tol: float | None = None) -> dict | None:
+                  device: str, copies: bool = True, tol: float | None = None, more=None,
+                  dtype: str = "float32") -> dict | None:
     """Outputs decided by near-tied float values: how many integer and boolean output elements
     change (a) when the float work carries honest noise (``_HonestNoise`` at ``rel``, the
     tolerance's scale) and (b) on one CPU thread instead of several; with ``tol`` (the
     problem's tolerance), how many float output elements jump by ``JUMP`` tolerances under the
     same noise, where the forward decides something from float values (``_decides``: a sign
-    hash, a one-hot of an argmax, rounding). None: every output is floating-point and nothing
-    decides (or no ``tol``)."""
+    hash, a one-hot of an argmax, rounding). Where either changed, how dense the near-ties are
+    (``_density``, over further draws of the inputs from ``more``; ``dtype`` sets the honest
+    rounding). None: every output is floating-point and nothing decides (or no ``tol``)."""
     import torch
 
     floats_only = all(t.is_floating_point() or t.is_complex() for t in ref)
@@ -460,11 +562,11 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     jittered = _exact_changed(out, ref)
     if decides:
         jumped = _jumped(out, ref, tol)
-    small_jittered = small_jumped = None
+    small_jittered = small_jumped = density = None
     draws = 0
     if decides or jittered["changed"]:
         # the same noise a tenth as large (``STEP_SCALE``): steps under 100 tolerances, and
-        # how often what flipped flips there too, over up to ``MOST_DRAWS`` draws of it
+        # whether what flipped flips there too (``_density``)
         with _HonestNoise(rel * STEP_SCALE, seed):
             smaller = forward(model, inputs, forward_seed, copies)
         if decides:
@@ -473,22 +575,18 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             # tolerance of ten steps (a QKeras grid on CUDA: 7.9e-3 for steps of 1e-3), which
             # would hide the very steps an honest kernel's rounding flips
             steps = _steps(out, smaller, ref, min(tol, rel))
-        out = None  # one output held at a time from here
-        flipped = jittered["changed"] or (jumped is not None and jumped["changed"])
-        for draw in range(MOST_DRAWS if flipped else 0):
-            if draw:
-                smaller = None
-                with _HonestNoise(rel * STEP_SCALE, seed + draw):
-                    smaller = forward(model, inputs, forward_seed, copies)
-            draws += 1
-            if jittered["changed"]:
-                small_jittered = _summed(small_jittered, _exact_changed(smaller, ref))
-            if jumped is not None and jumped["changed"]:
-                small_jumped = _summed(small_jumped, _jumped(smaller, ref, tol))
-            flips = max(part["draws_changed"] if part else 0
-                        for part in (small_jittered, small_jumped))
-            if flips >= CONFIRM_FLIPS or (draws >= CLEAR_DRAWS and not flips):
-                break
+        kinds = {}
+        if jittered["changed"]:
+            kinds["jittered"] = (_exact_moved, _exact_changed)
+        if jumped is not None and jumped["changed"]:
+            kinds["jumped"] = (_jump_moved(tol), lambda a, b: _jumped(a, b, tol))
+        if kinds:
+            density = _density(model, inputs, ref, out, smaller, more, forward_seed, rel, seed,
+                               copies, kinds, dtype)
+            out = smaller = None
+            small_jittered = density["small_changed"].get("jittered")
+            small_jumped = density["small_changed"].get("jumped")
+            draws = density["small_draws"]
         del smaller
     del out
     threads = None
@@ -511,6 +609,6 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             "jumped": jumped, "steps": steps, "reordered": reordered,
             "small_jitter": rel * STEP_SCALE, "small_jittered_changed": small_jittered,
             "small_jumped": small_jumped, "small_draws": draws,
-            "confirm_flips": CONFIRM_FLIPS,
+            "density": density and {k: v for k, v in density.items() if k != "small_changed"},
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
