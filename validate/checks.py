@@ -216,6 +216,15 @@ def max_error(a: list, b: list) -> float:
     return worst if math.isfinite(worst) else _exact_max_error(a, b)
 
 
+def _working_dtype(*tensors):
+    """fp64 where any of ``tensors`` is fp64 or an integer wider than fp32's mantissa holds,
+    else fp32."""
+    import torch
+
+    wide = (torch.float64, torch.int64, torch.int32, torch.uint32, torch.uint64)
+    return torch.float64 if any(t.dtype in wide for t in tensors) else torch.float32
+
+
 def _working_pair(x, y):
     """Two aligned blocks in the dtype their error is computed in: fp64 where either is fp64 or
     an integer wider than fp32's mantissa holds (an fp64 or fp32 block left to the ops' type
@@ -223,8 +232,7 @@ def _working_pair(x, y):
     is computed in ``y``'s own dtype)."""
     import torch
 
-    wide = (torch.float64, torch.int64, torch.int32, torch.uint32, torch.uint64)
-    work = torch.float64 if x.dtype in wide or y.dtype in wide else torch.float32
+    work = _working_dtype(x, y)
 
     def cast(t):
         if t.dtype in (torch.float64, torch.float32):
@@ -332,14 +340,23 @@ def constant_fraction(outputs: list, tol: float) -> float:
     return float(hit) / total if total else 1.0
 
 
-def _channel_blocks(t, channel_dim: int | None):
-    """fp64 blocks of ``t`` as (rows, channels, k) tensors: one channel when ``channel_dim`` is
-    None, else one per index along it; blocks of whole slices along dim 0 (or flat blocks),
-    a slice larger than ``CHUNK`` cut along what follows the channels. The statistics reduce
-    over dims 0 and 2."""
+def _channel_blocks(t, channel_dim: int | None, dtype=None):
+    """Blocks of ``t`` in ``dtype`` (default fp64) as (rows, channels, k) tensors: one channel
+    when ``channel_dim`` is None, else one per index along it; blocks of whole slices along dim
+    0 (or flat blocks), a slice larger than ``CHUNK`` cut along what follows the channels. The
+    statistics reduce over dims 0 and 2."""
+    import torch
+
+    def cast(block):
+        if dtype is None or dtype == torch.float64:
+            return _as64(block)
+        if block.is_complex():
+            block = torch.view_as_real(block)
+        return block if block.dtype == dtype else block.to(dtype)
+
     if channel_dim is None:
-        for (block,) in _blocks64(t):
-            yield block.reshape(1, 1, -1)
+        for (block,) in _blocks(t):
+            yield cast(block).reshape(1, 1, -1)
         return
     channels = t.shape[channel_dim]
     slices = [t] if channel_dim == 0 else None
@@ -353,7 +370,7 @@ def _channel_blocks(t, channel_dim: int | None):
         view = part.reshape(lead, channels, -1)
         cols = max(1, CHUNK // max(1, lead * channels))
         for start in range(0, view.shape[2], cols):
-            yield _as64(view[:, :, start:start + cols])
+            yield cast(view[:, :, start:start + cols])
 
 
 def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float:
@@ -368,24 +385,30 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
 
 def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tuple:
     """(whole, per channel): ``affine_residual``'s fit shared by every element and, with
-    ``channel_dim``, the fit of each channel's own (None without). Two passes over fp64 blocks
-    for both: moments about a shift of each channel's own (its first block's mean, so an
-    offset costs no precision), then the residuals; no whole-tensor fp64 copy."""
+    ``channel_dim``, the fit of each channel's own (None without). Two passes over blocks for
+    both: moments about a shift of each channel's own (its first block's mean, so an offset
+    costs no precision), then the residuals; no whole-tensor copy. Blocks in their working
+    precision (``_working_pair``: fp32 unless a side is fp64 or a wide integer), products
+    summed in fp64: a residual off by fp32's rounding (1e-7 of ``1 + |y|``) against
+    tolerances of 1e-4 and more."""
     import torch
+
+    work = _working_dtype(*xs, *ys)
 
     def pairs():
         for x, y in zip(xs, ys):
-            yield from zip(_channel_blocks(x, channel_dim), _channel_blocks(y, channel_dim))
+            yield from zip(_channel_blocks(x, channel_dim, work),
+                           _channel_blocks(y, channel_dim, work))
 
-    def total(t):  # per-channel sum of a (rows, channels, k) block, shaped (1, channels, 1)
-        return t.sum(dim=(0, 2), keepdim=True)
+    def total(t):  # per-channel fp64 sum of a (rows, channels, k) block, shaped (1, channels, 1)
+        return t.sum(dim=(0, 2), keepdim=True, dtype=torch.float64)
 
     n, finite, shift = 0, True, None
     sx = sy = sxx = sxy = 0.0
     for bx, by in pairs():
-        if shift is None:
-            shift = (total(bx) / max(1, bx.shape[0] * bx.shape[2]),
-                     total(by) / max(1, by.shape[0] * by.shape[2]))
+        if shift is None:  # in the blocks' dtype: the moments are about this shift as held
+            shift = ((total(bx) / max(1, bx.shape[0] * bx.shape[2])).to(work),
+                     (total(by) / max(1, by.shape[0] * by.shape[2])).to(work))
         finite = torch.isfinite(bx).all() & torch.isfinite(by).all() & finite
         n += bx.shape[0] * bx.shape[2]
         dx, dy = torch.sub(bx, shift[0]), torch.sub(by, shift[1])
@@ -398,12 +421,14 @@ def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tupl
         return 0.0, (None if channel_dim is None else 0.0)
 
     def fit(sx, sy, sxx, sxy, shift_x, shift_y, count):
-        """(mean of x, mean of y, slope) from moments about the shifts."""
+        """(mean of x, mean of y, slope) from moments about the shifts, in the blocks'
+        dtype."""
         var = sxx - sx * sx / count
         cov = sxy - sx * sy / count
         a = torch.where(var > 0, cov / var.clamp_min(1e-300), torch.zeros_like(var))
-        return shift_x + sx / count, shift_y + sy / count, a
+        return ((shift_x + sx / count).to(work), (shift_y + sy / count).to(work), a.to(work))
 
+    shift = (shift[0].to(torch.float64), shift[1].to(torch.float64))
     fits = [fit(sx, sy, sxx, sxy, shift[0], shift[1], n)]  # per channel (one when None)
     if channel_dim is not None:
         # the whole tensor's moments from the channels', moved to one shift (their mean)
@@ -416,7 +441,7 @@ def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tupl
     worst = [0.0] * len(fits)
     for bx, by in pairs():
         for i, (mx, my, a) in enumerate(fits):
-            error = _mixed_error(torch.sub(bx, mx).mul_(a).add_(my), by)
+            error = _working_error(torch.sub(bx, mx).mul_(a).add_(my), by)
             if error.numel():
                 worst[i] = _fold(torch.maximum, worst[i], error.max())
     worst = [math.inf if math.isnan(float(w)) else float(w) for w in worst]  # an overflow: no fit

@@ -291,8 +291,9 @@ def test_difficulty_is_monotone_in_its_terms():
 
 @pytest.mark.parametrize("chunk", [7, 64])
 def test_statistics_over_blocks_equal_the_whole_tensor_ones(monkeypatch, chunk):
-    """Every measurement gives the same answer when it walks the tensors in small fp64 blocks
-    (how a 1.6e9-element output is measured without a 12.8 GB fp64 copy)."""
+    """Every measurement gives the same answer when it walks the tensors in small blocks
+    (how a 1.6e9-element output is measured without a 12.8 GB fp64 copy); an affine fit's
+    residual, computed in fp32 where the tensors are, to fp32's rounding."""
     import math
 
     import torch
@@ -336,10 +337,46 @@ def test_statistics_over_blocks_equal_the_whole_tensor_ones(monkeypatch, chunk):
             assert blocks[key] == whole[key], key
         elif key == "constant":  # the constant is the median of an even sample: close, not equal
             assert blocks[key] == pytest.approx(whole[key], abs=0.05)
+        elif key.startswith("affine"):  # fp32 blocks, fp64 sums: fp32's rounding of a residual
+            assert blocks[key] == pytest.approx(whole[key], abs=2e-7), key
         else:
             assert blocks[key] == pytest.approx(whole[key], rel=1e-9, abs=1e-12), key
     assert whole["equal"] == (True, False)
     assert whole["max"] > 0.1 and whole["affine"] < 1e-2
+
+
+@pytest.mark.parametrize("case", ["affine", "offset", "relu", "curved", "per_channel",
+                                  "large", "half", "fp64"])
+def test_affine_fits_in_working_precision_match_their_fp64_definition(case):
+    """``affine_residuals`` in fp32 blocks (fp64 sums) against the same fit on fp64 copies: the
+    residuals agree to fp32's rounding of ``1 + |y|`` (an exact fit reads ~1e-7, never a
+    tolerance of 1e-4), an offset of 273 costs no precision, and non-affine outputs read the
+    same error; fp64 tensors are fitted in fp64."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = (torch.randn(64, 16, 32, generator=gen) for _ in range(2))
+    w = torch.randn(1, 16, 1, generator=gen)
+    make = {"affine": lambda x: 2 * x + 1, "offset": lambda x: 273.15 + 0.2 * x,
+            "relu": torch.relu, "curved": lambda x: 3 * x + 1e-3 * x * x,
+            "per_channel": lambda x: w * x - 5, "large": lambda x: 1e6 * x + 1e7,
+            "half": lambda x: 2 * x, "fp64": lambda x: 2 * x + 1}[case]
+    xs = [x1, x2]
+    if case == "half":
+        xs = [x.half() for x in xs]
+    if case == "fp64":
+        xs = [x.double() for x in xs]
+    ys = [make(x) for x in xs]
+    got = C.affine_residuals(xs, ys, 1)
+    want = C.affine_residuals([x.double() for x in xs], [y.double() for y in ys], 1)
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=3e-7), (got, want)
+    if case == "fp64":
+        assert got == want
+    if case in ("relu", "curved"):
+        assert got[0] > 1e-3
+    if case in ("affine", "offset", "large", "half"):
+        assert max(got) < 3e-7
 
 
 def test_device_fingerprint_sees_any_one_bit_change(monkeypatch):

@@ -128,24 +128,31 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
         return None
     k = len(pairs)
     tensors = [y, z] + [t for pair in pairs for t in pair]
-    gram = torch.zeros(k, k, dtype=torch.float64)  # of the changes
-    cross = torch.zeros(k, dtype=torch.float64)
-    square, count = 0.0, 0
+    # the moments stay on the output's device until both passes end (``checks._fold``: a read
+    # a block waits for a shared GPU)
+    gram = torch.zeros(k, k, dtype=torch.float64, device=y.device)  # of the changes
+    cross = torch.zeros(k, dtype=torch.float64, device=y.device)
+    square = torch.zeros((), dtype=torch.float64, device=y.device)
+    finite = torch.ones((), dtype=torch.bool, device=y.device)
+    count = 0
     # blocks of an eighth of the output at most (the probe's memory estimate holds about one
     # fp64 copy of an output for its checks), dot products in place of stacked copies
     chunk = max(1 << 12, min(C.CHUNK // (2 + 2 * k), -(-y.numel() // 8)))
     for block in C._blocks64(*tensors, chunk=chunk):
         dy = block[0] - block[1]
         dx = [block[2 + 2 * i] - block[3 + 2 * i] for i in range(k)]
-        if not (torch.isfinite(dy).all() and all(bool(torch.isfinite(d).all()) for d in dx)):
-            return None
+        for d in (dy, *dx):
+            finite &= torch.isfinite(d).all()
         for i in range(k):
-            cross[i] += float(torch.dot(dx[i], dy))
+            cross[i] += torch.dot(dx[i], dy)
             for j in range(i, k):
-                gram[i, j] += float(torch.dot(dx[i], dx[j]))
-        square += float(torch.dot(dy, dy))
+                gram[i, j] += torch.dot(dx[i], dx[j])
+        square += torch.dot(dy, dy)
         count += dy.numel()
         del block, dy, dx
+    if not bool(finite):
+        return None
+    gram, cross, square = gram.cpu(), cross.cpu(), float(square)
     gram = torch.triu(gram) + torch.triu(gram, 1).T
     if not (count and torch.isfinite(gram).all() and torch.isfinite(cross).all()
             and math.isfinite(square)):
@@ -159,17 +166,20 @@ def nonaffine_spread(y, z, pairs: list[tuple]) -> tuple[float, float] | None:
     a = (a.squeeze(1) / norm).nan_to_num(0.0)
     residual = square - 2.0 * float(a @ cross) + float(a @ gram @ a)
     # the output's magnitude where the remainder lives: y's square weighted by the remainder's
-    weighted = weights = 0.0
+    weighted = torch.zeros((), dtype=torch.float64, device=y.device)
+    weights = torch.zeros((), dtype=torch.float64, device=y.device)
+    slopes = [float(v) for v in a]
     for block in C._blocks64(*tensors, chunk=chunk):
         rest = block[0] - block[1]
         for i in range(k):
-            rest -= float(a[i]) * (block[2 + 2 * i] - block[3 + 2 * i])
+            rest -= slopes[i] * (block[2 + 2 * i] - block[3 + 2 * i])
         rest.square_()
         # the magnitude both draws carry there (an element a mask fills in one draw only is
         # filled in neither's informative part)
-        weighted += float(torch.dot(rest, torch.minimum(block[0].square(), block[1].square())))
-        weights += float(rest.sum())
+        weighted += torch.dot(rest, torch.minimum(block[0].square(), block[1].square()))
+        weights += rest.sum()
         del block, rest
+    weighted, weights = float(weighted), float(weights)
     if not (math.isfinite(weighted) and math.isfinite(weights)):
         return None
     carried = math.sqrt(weighted / weights) if weights > 0 else 0.0
@@ -247,14 +257,15 @@ def row_map_spread(y, z, inputs: list, alt_inputs: list) -> tuple[float, float] 
         # the normal equations of every member's columns and the ones at once; each fit
         # (a member alone, or all of them) takes its rows and columns of them
         gram = cross = None
-        square = 0.0
+        square, finite = 0.0, True  # read once the blocks are summed (on the device)
         for _, _, dy, dx in _row_blocks(y, z, members, rows):
-            if not (torch.isfinite(dy).all() and torch.isfinite(dx).all()):
-                return None
+            finite = torch.isfinite(dy).all() & torch.isfinite(dx).all() & finite
             g, c = dx.T @ dx, dx.T @ dy
             gram, cross = (g, c) if gram is None else (gram + g, cross + c)
-            square = float(dy.square().sum()) + square
-        gram, cross = gram.cpu(), cross.cpu()
+            square = dy.square().sum() + square
+        if not bool(finite):
+            return None
+        gram, cross, square = gram.cpu(), cross.cpu(), float(square)
         widths = [x[0].numel() for x, _ in members]
         edges = [sum(widths[:i]) for i in range(len(widths) + 1)]
         ones = edges[-1]
