@@ -146,6 +146,14 @@ def _last_error_line(text: str) -> str:
     return ""
 
 
+def prestart_workers(devices: list[str]) -> list:
+    """Start the warm workers' zygotes of ``devices`` now, all at once (``zygote.ZygotePool.
+    prestart``), for the runs ``run_in_worker`` will fork on them; returns their threads."""
+    from .zygote import ZYGOTES
+
+    return ZYGOTES.prestart({device: worker_env(device) for device in dict.fromkeys(devices)})
+
+
 def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,

@@ -197,6 +197,10 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
             workers = gpus * (cfg.workers_per_gpu or
                               max(1, min(16, usable_cores() // gpus)))
 
+    if backend == "local":  # the estimates' CPU workers and the probes' start together
+        from .harness import prestart_workers
+
+        prestart_workers(["cpu", device])
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
         for record in read_records(in_path, on_error=corrupt, allow_empty=False):

@@ -179,10 +179,14 @@ class Zygote:
 
 
 class ZygotePool:
-    """One zygote per (interpreter, device kind), started on first use in this process."""
+    """One zygote per (interpreter, device kind), started on first use in this process or
+    ahead of it (``prestart``). Kinds start apart: one kind's start (its imports, 13-14 s each
+    on a GPU image without bytecode) never waits for another's (the pool's lock is not held
+    while a zygote starts; each kind has a lock of its own)."""
 
     def __init__(self) -> None:
         self._zygotes: dict[tuple, Zygote] = {}
+        self._starting: dict[tuple, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -196,8 +200,11 @@ class ZygotePool:
         key = (python, "cpu" if device.startswith("cpu") else "cuda")
         with self._lock:
             if self._pid != os.getpid():  # a forked copy of this process: not our zygotes
-                self._zygotes, self._pid = {}, os.getpid()
-            zygote = self._zygotes.get(key)
+                self._zygotes, self._starting, self._pid = {}, {}, os.getpid()
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:  # this kind's start alone: other kinds start and serve meanwhile
+            with self._lock:
+                zygote = self._zygotes.get(key)
             if zygote is not None and zygote.info.get("threads", 1) != 1:
                 return None  # this interpreter cannot be forked safely: stay cold
             if zygote is None or not zygote.alive:
@@ -205,7 +212,9 @@ class ZygotePool:
                 # only with one thread, so the zygote's BLAS stays single-threaded.
                 env = {**base_env, "OPENBLAS_NUM_THREADS": "1", "KERNELMILL_ZYGOTE_KIND": key[1],
                        "KERNELMILL_ZYGOTE_SPARES": str(spares(key[1]))}
-                zygote = self._zygotes[key] = self._start(python, env, preload())
+                zygote = self._start(python, env, preload())
+                with self._lock:
+                    self._zygotes[key] = zygote
             if not zygote.alive and not zygote.warned:
                 zygote.warned = True
                 _log.warning("warm workers unavailable (%s): starting a fresh interpreter per "
@@ -228,6 +237,20 @@ class ZygotePool:
             zygote.start()
             culprit = zygote.info.get("threaded_by")
         return zygote
+
+    def prestart(self, envs: dict[str, dict]) -> list[threading.Thread]:
+        """Start the zygotes of ``envs``' devices (device -> the base environment its runs
+        pass, ``worker_processes.worker_env``) now, each in a thread of its own: a run's first
+        workers then find them started, all kinds at once, instead of starting one kind after
+        another as each is first asked for (a validation's CPU estimate, then its GPU probe)."""
+        if not self.enabled():
+            return []
+        threads = [threading.Thread(target=self.get, args=(device, env), daemon=True,
+                                    name=f"kernelmill-zygote-{device}")
+                   for device, env in envs.items()]
+        for thread in threads:
+            thread.start()
+        return threads
 
     def address_space(self, device: str, base_env: dict) -> int | None:
         """Bytes of address space a run forked for ``device`` starts with (its zygote's

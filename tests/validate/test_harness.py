@@ -378,6 +378,41 @@ def test_a_preload_that_starts_a_thread_is_dropped_not_the_zygote(tmp_path, monk
         pool.close()
 
 
+def test_zygote_kinds_start_apart_and_ahead(monkeypatch):
+    """A kind whose zygote is still starting (its imports: 13-14 s on a GPU image without
+    bytecode) keeps no other kind waiting, and ``prestart`` starts every kind asked at once,
+    each once: a validation's CPU estimates and GPU probes find theirs started together."""
+    import threading
+
+    from kernelmill.validate.zygote import ZygotePool
+
+    release, started = threading.Event(), []
+
+    class Started:
+        failed, warned, info = None, False, {"threads": 1}
+        alive = True
+
+    def start(python, env, names):
+        kind = env["KERNELMILL_ZYGOTE_KIND"]
+        started.append(kind)
+        if kind == "cuda":
+            assert release.wait(10)  # the GPU kind's imports, held until the CPU one served
+        return Started()
+
+    pool = ZygotePool()
+    monkeypatch.setattr(pool, "_start", start)
+    threads = pool.prestart({"cuda:0": {}, "cpu": {}})
+    try:
+        assert pool.get("cpu", {}) is not None  # served while the GPU kind still starts
+        assert threads[0].is_alive()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
+    assert pool.get("cuda:1", {}) is not None and pool.get("cpu", {}) is not None
+    assert sorted(started) == ["cpu", "cuda"]  # each kind started once
+
+
 def test_zygote_preloads_ask_no_driver_whether_cuda_is_there(tmp_path, monkeypatch):
     """``torch.utils.cpp_extension`` asks ``torch.cuda.is_available()`` at import; asked of the
     driver, that initialises CUDA (driver threads: on a GPU host the zygote then forked no
