@@ -221,7 +221,7 @@ def _working_dtype(*tensors):
     else fp32."""
     import torch
 
-    wide = (torch.float64, torch.int64, torch.int32, torch.uint32, torch.uint64)
+    wide = (torch.float64, torch.complex128, torch.int64, torch.int32, torch.uint32, torch.uint64)
     return torch.float64 if any(t.dtype in wide for t in tensors) else torch.float32
 
 
@@ -383,17 +383,25 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
     return whole if channel_dim is None else per_channel
 
 
-def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tuple:
+# An fp32 fit's residual under this, or one that is not finite, is taken again in fp64: near
+# any tolerance a problem is graded at (fp32's cap is 5e-2), where fp32's rounding of a
+# prediction whose terms cancel (an output crossing zero at a slope of 1e4: 1.2e-4 in fp32,
+# 3e-6 in fp64) or an overflow of its squares would decide
+REFIT_BELOW = 0.1
+
+
+def affine_residuals(xs: list, ys: list, channel_dim: int | None = None,
+                     exact: bool = False) -> tuple:
     """(whole, per channel): ``affine_residual``'s fit shared by every element and, with
     ``channel_dim``, the fit of each channel's own (None without). Two passes over blocks for
     both: moments about a shift of each channel's own (its first block's mean, so an offset
     costs no precision), then the residuals; no whole-tensor copy. Blocks in their working
-    precision (``_working_pair``: fp32 unless a side is fp64 or a wide integer), products
-    summed in fp64: a residual off by fp32's rounding (1e-7 of ``1 + |y|``) against
-    tolerances of 1e-4 and more."""
+    precision (``_working_pair``: fp32 unless a side is fp64 or a wide integer; ``exact``:
+    fp64), products summed in fp64; a residual under ``REFIT_BELOW`` or not finite in fp32 is
+    taken again in fp64."""
     import torch
 
-    work = _working_dtype(*xs, *ys)
+    work = torch.float64 if exact else _working_dtype(*xs, *ys)
 
     def pairs():
         for x, y in zip(xs, ys):
@@ -444,7 +452,10 @@ def affine_residuals(xs: list, ys: list, channel_dim: int | None = None) -> tupl
             error = _working_error(torch.sub(bx, mx).mul_(a).add_(my), by)
             if error.numel():
                 worst[i] = _fold(torch.maximum, worst[i], error.max())
-    worst = [math.inf if math.isnan(float(w)) else float(w) for w in worst]  # an overflow: no fit
+    worst = [float(w) for w in worst]
+    if work != torch.float64 and not all(math.isfinite(w) and w >= REFIT_BELOW for w in worst):
+        return affine_residuals(xs, ys, channel_dim, exact=True)
+    worst = [math.inf if math.isnan(w) else w for w in worst]  # an overflow: no fit
     return (worst[0], None) if channel_dim is None else (worst[0], worst[1])
 
 

@@ -315,45 +315,49 @@ def _of(changed: dict) -> str:
             else f"{changed['changed']} ({changed['fraction']:.3%})")
 
 
-def _confirmed(exact: dict, full: str, small: str) -> tuple[dict | None, str]:
-    """The change ``exact[full]`` made under the full noise where the near-ties it meets over
-    several draws of the inputs (``density``: ``realcode.exact._density``) are dense enough
-    that an honest kernel's rounding fails ``fails`` of grades and the noise a tenth as large
-    (``exact[small]``, its changes summed over its draws) flips some of them too, else None;
-    and a note on what the noise flipped where that passes (a near-tie too rare for an honest
-    kernel's rounding to meet often: a top-1 router over thousands of tokens). A record
-    without the smaller noise: the full noise's change alone."""
-    change = exact.get(full)
-    if not change or not change["changed"]:
-        return None, ""
+def _confirmed(exact: dict, kind: str) -> tuple[dict | None, str]:
+    """What the noise changed of ``kind`` (``"jittered"``: integer and boolean outputs;
+    ``"jumped"``: float outputs moved by 100 tolerances), over the draws of the inputs, where
+    the near-ties it meets make an honest kernel's rounding fail ``bar`` of grades or more
+    (the record's ``fails``: ``realcode.exact.honest_failures``), else None; and a note on
+    what the noise changed where that passes (a near-tie too rare for an honest kernel's
+    rounding to meet often: a top-1 router over thousands of tokens). A record without the
+    density: the full noise's change on the first draw alone."""
+    first = exact.get("jumped" if kind == "jumped" else "jittered_changed")
     density = exact.get("density")
-    if "small_jitter" not in exact or not density:
-        return change, ""
-    kind = "jumped" if full == "jumped" else "jittered"
-    events, reached = density[kind], density["small"][kind]
-    grades = density["calls"] * density["share"] * events / density["draws"]
-    confirmed = exact.get(small)
-    under = (f"{_of(confirmed)} under noise of {exact['small_jitter']:.1g} over "
-             f"{density['small_draws']} draws" if reached and confirmed else
-             f"none under noise of {exact['small_jitter']:.1g} over {density['small_draws']} "
-             "draws (a margin no honest rounding reaches)")
-    honest = (f"{events} near-ties under noise of {exact['jitter']:.1g} over "
-              f"{density['draws']} draws of the inputs: an honest kernel's rounding "
-              f"(~{density['share'] * exact['jitter']:.1g} of an op's RMS) fails about "
-              f"{grades:.1%} of {density['calls']}-call grades ({density['fails']:.0%} fail "
-              "the problem)")
-    if grades >= density["fails"] and reached:
-        return change, f"; {honest}; {under}"
-    return None, (f" ({_of(change)} changed under noise of {exact['jitter']:.1g}; {honest}; "
-                  f"{under})")
+    if not density:
+        return (first, "") if first and first["changed"] else (None, "")
+    record = density["kinds"].get(kind)
+    if not record or not record["full"]:
+        return None, ""
+    change = record["changed"]
+    small = exact.get("small_jumped" if kind == "jumped" else "small_jittered_changed")
+    draws = density["draws"]
+    plural = "s" if draws != 1 else ""
+    under = (f"{record['small']} under noise of {exact['small_jitter']:.1g} ({_of(small)})"
+             if record["small"] and small else
+             f"none under noise of {exact['small_jitter']:.1g}")
+    if density.get("tiny_jitter"):
+        under += f", {record['tiny']} under {density['tiny_jitter']:.1g}"
+    honest = (f"{record['full']} near-ties under noise of {exact['jitter']:.1g} over {draws} "
+              f"draw{plural} of the inputs, {under} over {density['small_draws']} draws: an "
+              f"honest kernel's rounding (~{density['share'] * exact['jitter']:.1g} of an op's "
+              f"RMS) fails about {record['grades']:.1%} of {density['calls']}-call grades "
+              f"({density['bar']:.0%} fail the problem)")
+    if record["fails"]:
+        return change, f" over {draws} draw{plural} of the inputs; {honest}"
+    gap = "" if record["small"] or record["tiny"] or density["share"] >= 0.1 else \
+        " (a margin only the full noise crosses: no honest rounding reaches it)"
+    return None, f" ({_of(change)} changed over {draws} draw{plural}; {honest}{gap})"
 
 
 def judge_exact_outputs(exact: Any) -> dict:
-    """Outputs decided by near-tied float values fail where noise a tenth of the tolerance's
-    scale still flips them in one of a few draws (for fp32 1e-5 of an op's RMS, some 30-100x
-    what another summation order makes: 2-3e-7); flips under the full noise alone are
-    reported. Float outputs that step under the smaller noise fail whether or not anything
-    jumped."""
+    """Outputs decided by near-tied float values (integer and boolean outputs that change, float
+    outputs that jump, under noise at the tolerance's scale) fail where the near-ties that noise
+    and a tenth of it meet over several draws of the inputs make an honest kernel's rounding
+    fail a twentieth of grades or more (``_confirmed``); rarer ones are reported. Float outputs
+    that step under the smaller noise fail whether or not anything jumped; so do outputs that
+    follow the order among ties, and integer outputs that change on one CPU thread."""
     skipped = _unmeasured(exact, "every output is floating-point and nothing in the forward "
                                  "decides from float values")
     if skipped:
@@ -366,7 +370,7 @@ def judge_exact_outputs(exact: Any) -> dict:
         False, changed[0]["fraction"], f"outputs follow the order among ties of a sort, "
         f"top-k or median-like selection, which no kernel defines: {_of(changed[0])} move when "
         "tied keys come out in another order (ask a stable sort, or break ties)")
-    jumped, jump_note = _confirmed(exact, "jumped", "small_jumped")
+    jumped, jump_note = _confirmed(exact, "jumped")
     if jumped:
         return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "
                      "100 tolerances or more when the float work carries noise of "
@@ -381,7 +385,7 @@ def judge_exact_outputs(exact: Any) -> dict:
     if not exact["outputs"]:
         return follows_ties or check(True, 0.0, "float outputs continuous under float noise"
                                      + jump_note)
-    moved, moved_note = _confirmed(exact, "jittered_changed", "small_jittered_changed")
+    moved, moved_note = _confirmed(exact, "jittered")
     if moved or (threads and threads["changed"]):
         why = []
         if moved:

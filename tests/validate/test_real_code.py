@@ -1035,9 +1035,10 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
                                                   (12, True, False)])
 def test_near_ties_fail_by_their_density_over_draws_of_the_inputs(ties, pooled, fails):
     """A router whose best two scores tie within half the smaller noise's step in ``ties`` rows
-    of 2048: the full noise flips about half of them, and an honest kernel's rounding (0.3% of
+    of 2048 (17 times an honest kernel's rounding: the tiny noise, 3 times that rounding, flips
+    none): the full noise flips about half of them, and an honest kernel's rounding (0.3% of
     that noise at fp32) each in proportion. One such row estimates about 1% of 7-call grades
-    failed (passes), twelve about 13% (fails); pooled with three draws of the inputs without
+    failed (passes), twelve about 12% (fails); pooled with three draws of the inputs without
     such ties (``more``), the same twelve are a density of a quarter of that (passes)."""
     from kernelmill.validate.verdicts import judge_exact_outputs
 
@@ -1056,6 +1057,130 @@ def test_near_ties_fail_by_their_density_over_draws_of_the_inputs(ties, pooled, 
     assert [v["passed"] for v in verdicts] == [not fails] * 5, verdicts
     if ties > 1:
         assert "of 7-call grades" in verdicts[0]["detail"], verdicts[0]
+
+
+class _Twins(nn.Module):
+    """An argmax over classes two of which are twins (``gap`` apart, relative), in ``dtype``;
+    returned as the index, the index and its one-hot, or the one-hot classes-first."""
+
+    def __init__(self, gap, dtype=torch.float32, layout="index"):
+        super().__init__()
+        torch.manual_seed(0)
+        w = torch.randn(8, 32, dtype=dtype)
+        twin = 0.5 * torch.randn(1, 32, dtype=dtype)
+        self.w = nn.Parameter(torch.cat([w, twin, twin * (1 + gap)]))
+        self.layout = layout
+
+    def forward(self, x):
+        index = (x @ self.w.t()).argmax(-1)
+        hot = nn.functional.one_hot(index, 10).bool()
+        return {"index": index, "both": (index, hot), "classes_first": hot.t()}[self.layout]
+
+
+def _twin_inputs(rows, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(rows, 32, generator=g, dtype=dtype)]
+
+
+@pytest.mark.parametrize("layout", ["both", "classes_first"])
+def test_a_near_tie_counts_once_whatever_the_layout_and_however_many_outputs_repeat_it(layout):
+    """One flipped row moves one row of a one-hot, whichever way it is laid out, and an index
+    with the one-hot made from it: the events are the index alone's."""
+    x = _twin_inputs(1024)
+    more = [_twin_inputs(1024, seed=k) for k in range(1, 4)]
+    counts = []
+    for kind in ("index", layout):
+        model = _Twins(1e-6, layout=kind)
+        ref = R.forward(model, x, 0)
+        exact = R.exact_outputs(model, x, ref, 0, 1e-4, 1, "cpu", more=iter(more))
+        counts.append(exact["density"]["kinds"]["jittered"]["full"])
+    assert counts[0] > 0 and counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_twins_closer_than_rounding_fail_in_every_float_dtype(dtype):
+    """Twin classes closer than an honest kernel's rounding win some rows: any summation order
+    picks either twin there, so the exact answer fails most grades. The tiny noise (3 times that
+    rounding) flips them as often as the full noise does, and the problem fails, fp64 too (where
+    scaling the full noise's flips to fp64's rounding alone would never fail it); a gap of a
+    tenth (half the full noise's reach) passes: only the full noise crosses it."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    eps = torch.finfo(dtype).eps
+    for gap, fails in ((eps, True), (0.1, False)):
+        model = _Twins(gap, dtype)
+        x = _twin_inputs(512, dtype)
+        ref = R.forward(model, x, 0)
+        rel = 1e-4 if dtype == torch.float32 else 1e-7
+        more = iter([_twin_inputs(512, dtype, seed=k) for k in range(1, 4)])
+        exact = R.exact_outputs(model, x, ref, 0, rel, 1, "cpu", more=more,
+                                dtype=str(dtype).replace("torch.", ""))
+        verdict = judge_exact_outputs({**exact, "threads_changed": None})
+        assert verdict["passed"] is not fails, (gap, exact["density"], verdict)
+        if fails:
+            assert exact["density"]["kinds"]["jittered"]["concentrated"] > 0.1, exact["density"]
+
+
+def test_further_draws_pool_whatever_the_first_shows_and_one_that_raises_is_left_out():
+    """The check's own draw of the inputs holds no twin-won row; the further draws do (the twins
+    made to win): they are pooled, and the problem fails. A further draw whose inputs cannot be
+    made is left out and named; the rest still decide."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    model = _Twins(0.0)
+    twin = model.w.detach()[8:9]
+    x = [-10 * twin.expand(256, 32).clone()]  # the twins lose every row here
+    assert not (R.forward(model, x, 0)[0] >= 8).any()
+
+    class More:  # the first further draw's inputs cannot be made; the next hold the twins
+        made = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.made += 1
+            if self.made == 1:
+                raise RuntimeError("get_inputs failed on this draw")
+            if self.made == 2:
+                return [10 * twin.expand(256, 32) + 0.01 * torch.randn(256, 32)]
+            raise StopIteration
+
+    ref = R.forward(model, x, 0)
+    exact = R.exact_outputs(model, x, ref, 0, 1e-4, 1, "cpu", more=More())
+    density = exact["density"]
+    assert density["draws"] == 2 and density["skipped"] == [
+        "RuntimeError: get_inputs failed on this draw"], density
+    assert density["kinds"]["jittered"]["full"] > 0
+    assert judge_exact_outputs({**exact, "threads_changed": None})["passed"] is False
+
+
+def test_low_precision_outputs_need_no_flip_under_the_smaller_noise():
+    """In bf16 an honest kernel's rounding is about the full noise (the floor, 2e-2): the
+    smaller noise, under half a unit in the last place, flips nothing, yet a classifier whose
+    argmax the full noise flips in a few rows a draw fails (the tiny noise is not run)."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 16)).bfloat16()
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            logits = self.body(x)
+            return logits, logits.argmax(-1)
+
+    head = Head()
+    draws = [[torch.randn(64, 64).bfloat16()] for _ in range(4)]
+    ref = R.forward(head, draws[0], 0)
+    exact = R.exact_outputs(head, draws[0], ref, 0, 2e-2, 1, "cpu", tol=2e-2,
+                            more=iter(draws[1:]), dtype="bfloat16")
+    assert exact["density"]["tiny_jitter"] is None and exact["density"]["share"] > 0.9
+    verdict = judge_exact_outputs({**exact, "threads_changed": None})
+    assert verdict["passed"] is False, (exact["density"], verdict)
 
 
 @pytest.mark.parametrize("quantized", [True, False])

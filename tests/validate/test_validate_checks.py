@@ -346,12 +346,13 @@ def test_statistics_over_blocks_equal_the_whole_tensor_ones(monkeypatch, chunk):
 
 
 @pytest.mark.parametrize("case", ["affine", "offset", "relu", "curved", "per_channel",
-                                  "large", "half", "fp64"])
+                                  "large", "half", "fp64", "steep_zero_crossing", "overflow"])
 def test_affine_fits_in_working_precision_match_their_fp64_definition(case):
     """``affine_residuals`` in fp32 blocks (fp64 sums) against the same fit on fp64 copies: the
     residuals agree to fp32's rounding of ``1 + |y|`` (an exact fit reads ~1e-7, never a
     tolerance of 1e-4), an offset of 273 costs no precision, and non-affine outputs read the
-    same error; fp64 tensors are fitted in fp64."""
+    same error; fp64 tensors are fitted in fp64, and so is a residual fp32 reads near any
+    tolerance (a steep output crossing zero) or not finite (squares past fp32's range)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -360,7 +361,11 @@ def test_affine_fits_in_working_precision_match_their_fp64_definition(case):
     make = {"affine": lambda x: 2 * x + 1, "offset": lambda x: 273.15 + 0.2 * x,
             "relu": torch.relu, "curved": lambda x: 3 * x + 1e-3 * x * x,
             "per_channel": lambda x: w * x - 5, "large": lambda x: 1e6 * x + 1e7,
-            "half": lambda x: 2 * x, "fp64": lambda x: 2 * x + 1}[case]
+            "half": lambda x: 2 * x, "fp64": lambda x: 2 * x + 1,
+            # per-channel slopes of 1e4 crossing zero: fp32's rounding of the prediction's
+            # cancelling terms would read 1e-4; and squares past fp32's range
+            "steep_zero_crossing": lambda x: 1e4 * w * (x - 0.3 * w),
+            "overflow": lambda x: 1e20 * x}[case]
     xs = [x1, x2]
     if case == "half":
         xs = [x.half() for x in xs]
@@ -371,6 +376,8 @@ def test_affine_fits_in_working_precision_match_their_fp64_definition(case):
     want = C.affine_residuals([x.double() for x in xs], [y.double() for y in ys], 1)
     for a, b in zip(got, want):
         assert a == pytest.approx(b, abs=3e-7), (got, want)
+    if case in ("steep_zero_crossing", "overflow"):  # taken again in fp64
+        assert got == want and min(got) < 1e-4, (got, want)  # affine under fp32's floor
     if case == "fp64":
         assert got == want
     if case in ("relu", "curved"):

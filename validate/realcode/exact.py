@@ -414,35 +414,35 @@ def _exact_changed(out: list | None, ref: list) -> dict:
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
-# How often an honest kernel's rounding flips what the noise flips, as a density. The flips the
-# full noise makes are events of a Poisson count whose mean grows with the noise (margins to a
-# threshold spread evenly near zero), so the events over ``DENSITY_DRAWS`` draws of the
-# inputs, scaled from the noise down to an honest kernel's rounding (``ROUNDING_UNITS`` units
-# in the last place of an op's RMS: 3e-7 for fp32, 0.3% of fp32's noise) and up to a grade's
-# ``GRADE_CALLS`` checked calls, estimate how often the exact answer fails a grade:
-# ``HONEST_FAILS`` (one in twenty) or more fails the problem, where the noise a tenth as large
-# (``STEP_SCALE``) flips something too in ``SMALL_DRAWS`` draws on each draw of the inputs (a
-# margin that only the full noise crosses is a gap no honest rounding meets). One draw of the
-# inputs is one realization of the count: a sign mask of a projection made 1-11 flips under
-# the full noise over 16 draws and about one within the smaller noise's reach, and a top-1
-# router 0-4 there, so that counting the smaller noise's flipping draws on one draw of the
-# inputs (4 of up to 16: the rule before) passed the mask in 5 of 16 draws and rejected the
-# router in 2 of 16; four draws pool a mean of 20 events for the mask against 10 at the bar.
+# How often an honest kernel's rounding flips what the noise flips. The full noise's flips over
+# ``DENSITY_DRAWS`` draws of the inputs are a Poisson count per call. Where margins spread evenly
+# near zero, flips grow with the noise, so scaled down to an honest kernel's rounding
+# (``ROUNDING_UNITS`` units in the last place of an op's RMS over the noise: 3e-7 for fp32, 0.3%
+# of its noise) they estimate its flips (the spread part). Margins concentrated below that
+# (twin classes, tokens tied by construction) flip as often under any noise: noise
+# ``TINY_TIMES`` an honest kernel's rounding, in ``SMALL_DRAWS`` draws on each draw of the inputs
+# whose full noise flipped something, counts them directly (its count less two standard
+# deviations, a rate at most that much above honest rounding's: the concentrated part). The
+# larger of the two, over a grade's ``GRADE_CALLS`` checked calls, is the share of grades the
+# exact answer fails: ``HONEST_FAILS`` (one in twenty) or more fails the problem, where the noise
+# a tenth as large as the full one (``STEP_SCALE``, as many draws) flips something too or honest
+# rounding is not below it (a margin only the full noise crosses is a gap no fp32 rounding
+# meets). One draw of the inputs is one realization of those counts (a sign mask of a
+# projection: 1-11 flips under the full noise over 16 draws; counting the smaller noise's
+# flipping draws on one draw of the inputs, the rule before, passed it in 5 of 16 and rejected a
+# healthy top-1 router in 2 of 16): four draws pool a mean of 14 events for the mask against
+# 9.5 at the bar.
 DENSITY_DRAWS = 4
 SMALL_DRAWS = 4
 ROUNDING_UNITS = 5
+TINY_TIMES = 3.0
 GRADE_CALLS = 7
 HONEST_FAILS = 0.05
-# An event is a changed row (the last dimension's slice) of an output with this many rows or
-# more, else a changed element: one near-tie moves a token's whole row (a one-hot, a routed
-# expert's output, a top-k's swap)
-ROW_MIN = 64
 
 
 def _summed(total: dict | None, part: dict) -> dict:
     """Changed elements summed over draws, against the elements of all those draws, and the
-    draws that changed any (``draws_changed``: one near-tie flipped moves a token's whole
-    row)."""
+    draws that changed any."""
     total = total or {"changed": 0, "total": 0, "draws_changed": 0}
     changed, elements = total["changed"] + part["changed"], total["total"] + part["total"]
     return {"changed": changed, "total": elements,
@@ -468,73 +468,151 @@ def _jump_moved(tol: float, times: float = JUMP):
     return moved
 
 
+def _spots(a, b, moved) -> int | None:
+    """The near-ties one output's change counts: along the dimension (size-one ones dropped)
+    where the indices of the elements ``moved`` marks are sparsest for its size, how many
+    indices there hold one (a flipped token moves one row of a one-hot, or the whole row of a
+    routed expert's output, whether tokens lead or follow: its other dimension fills up or
+    holds the two classes of every flip); its marked elements where it has one dimension (or
+    slices too large to mark whole); None for an output ``moved`` does not read. Blocks of
+    whole leading slices."""
+    shape = [n for n in b.shape if n != 1] or [1]
+    b = b.detach().reshape(shape)
+    if moved(b[:0], b[:0]) is None:
+        return None
+    if not b.numel():
+        return 0
+    if a is None:  # no comparable output: every index changed
+        return min(shape)
+    a = a.detach().reshape(shape)
+    if len(shape) == 1 or b[0].numel() > C.CHUNK:
+        return sum(int(moved(x, y).sum()) for x, y in C._blocks(a, b))
+    step = max(1, C.CHUNK // b[0].numel())
+    leading, held = 0, [None] * len(shape)
+    for start in range(0, shape[0], step):
+        mask = moved(a[start:start + step], b[start:start + step])
+        leading += int(mask.flatten(1).any(1).sum())
+        for dim in range(1, len(shape)):
+            others = tuple(d for d in range(len(shape)) if d != dim)
+            seen = mask.any(dim=others)
+            held[dim] = seen if held[dim] is None else held[dim] | seen
+    counts = [leading] + [int(h.sum()) for h in held[1:]]
+    return min(zip((c / n for c, n in zip(counts, shape)), counts))[1]
+
+
 def _events(out: list | None, ref: list, moved) -> int:
-    """The near-ties an output's change counts (``ROW_MIN``): changed rows, or elements, of the
-    outputs ``moved`` reads (every row where the shapes differ), a block of rows at a time."""
-    count = 0
-    for i, b in enumerate(ref):
-        width = b.shape[-1] if b.dim() >= 2 and b.shape[-1] and \
-            b.numel() // b.shape[-1] >= ROW_MIN else 1
-        rows = b.numel() // width if b.numel() else 0
-        if out is None or not C.shapes_equal(out, ref):
-            count += rows if moved(b, b) is not None else 0
-            continue
-        a2, b2 = out[i].detach().reshape(rows, width), b.detach().reshape(rows, width)
-        step = max(1, C.CHUNK // width)
-        for start in range(0, rows, step):
-            mask = moved(a2[start:start + step], b2[start:start + step])
-            if mask is None:
-                break
-            count += int(mask.any(dim=1).sum())
-    return count
+    """The near-ties a draw's change counts: the most any one output counts (``_spots``: an
+    index and the one-hot made from it count one near-tie once)."""
+    same = out is not None and C.shapes_equal(out, ref)
+    counts = [_spots(out[i] if same else None, b, moved) for i, b in enumerate(ref)]
+    return max((c for c in counts if c is not None), default=0)
 
 
-def _density(model, inputs: list, ref: list, out: list, smaller: list, more, forward_seed: int,
-             rel: float, seed: int, copies: bool, kinds: dict, dtype: str) -> dict:
+def _low_rate(count: int, calls: int) -> float:
+    """A Poisson count's rate per call less two standard deviations (none for a few events)."""
+    return max(0.0, count - 2.0 * math.sqrt(count)) / calls if calls else 0.0
+
+
+def honest_failures(full: int, tiny: int, draws: int, share: float) -> dict:
+    """The share of ``GRADE_CALLS``-call grades an honest kernel's rounding fails, from
+    ``full`` events under the full noise over ``draws`` draws of the inputs and ``tiny`` under
+    noise ``TINY_TIMES`` its rounding over ``SMALL_DRAWS`` draws on each (the comment above):
+    the rates per call of the spread and the concentrated margins, and the estimate."""
+    if not draws:
+        return {"spread": 0.0, "concentrated": 0.0, "grades": 0.0}
+    spread = full / draws * share
+    concentrated = _low_rate(tiny, draws * SMALL_DRAWS)
+    return {"spread": spread, "concentrated": concentrated,
+            "grades": 1.0 - math.exp(-GRADE_CALLS * max(spread, concentrated))}
+
+
+def _fails(record: dict, draws: int, share: float) -> bool:
+    """Whether a kind's counts fail the problem (``HONEST_FAILS``; where an honest kernel's
+    rounding is below the smaller noise, that noise or the tiny one must flip something)."""
+    return honest_failures(record["full"], record["tiny"], draws, share)["grades"] >= \
+        HONEST_FAILS and (record["small"] > 0 or record["tiny"] > 0 or share >= STEP_SCALE)
+
+
+def _density(model, inputs: list, ref: list, first: list, more, forward_seed: int, rel: float,
+             seed: int, copies: bool, kinds: dict, dtype: str) -> dict:
     """The near-ties the full noise (``rel``) and the noise a tenth as large meet, as events
     (``_events``) by each of ``kinds``' ``(moved, changed)`` pairs: on the check's own draw of
-    the inputs (``inputs``, ``ref``; ``out`` and ``smaller``, its forwards under either noise)
-    and on up to ``DENSITY_DRAWS - 1`` further draws (``more``), each against its own clean
-    forward, ``SMALL_DRAWS`` draws of the smaller noise on each. With what scales the full
-    noise's events to a grade of an honest kernel (``share``: its rounding, for ``dtype``, over
-    the noise) and each kind's changes under the smaller noise summed over its draws
-    (``small_changed``). Stops early where every kind already fails."""
+    the inputs (``inputs``, ``ref``; ``first`` holds its forward under the full noise, taken
+    from it here so that the caller keeps no reference) and on up to ``DENSITY_DRAWS - 1``
+    further draws (``more``), each against its own clean forward; ``SMALL_DRAWS`` draws of the
+    smaller noise and of the tiny one (``TINY_TIMES`` an honest kernel's rounding, where that
+    is below the smaller noise) on each draw whose full noise flipped something. A further
+    draw whose inputs or forwards raise is left out (``skipped``; an error that poisons the
+    device is raised).
+    Each kind's record: its events under each noise, its changes summed over the draws, and
+    ``honest_failures``' estimate (``share``: an honest kernel's rounding, for ``dtype``, over
+    the noise). Stops early where every kind already fails."""
     import torch
+
+    from ..forwards import _device_poisoned
 
     kind = getattr(torch, dtype, None)
     if not (isinstance(kind, torch.dtype) and kind.is_floating_point):
         kind = torch.float32  # the floor ``rel`` is fp32's where no float dtype is declared
     share = min(1.0, ROUNDING_UNITS * torch.finfo(kind).eps / 2 / rel)
-    full, small = dict.fromkeys(kinds, 0), dict.fromkeys(kinds, 0)
-    summed = dict.fromkeys(kinds)
-    failing = HONEST_FAILS * DENSITY_DRAWS / (GRADE_CALLS * share)  # events that fail all draws
-    draws = 0
-    for draw, given in enumerate(itertools.chain([inputs], itertools.islice(more or (),
-                                                                            DENSITY_DRAWS - 1))):
+    # the smaller noise, and where it is above an honest kernel's rounding the tiny one
+    scales = {"small": rel * STEP_SCALE}
+    if TINY_TIMES * share < STEP_SCALE:
+        scales["tiny"] = rel * share * TINY_TIMES
+    record = {name: {"full": 0, "small": 0, "tiny": 0, "changed": None, "small_changed": None}
+              for name in kinds}
+    draws, skipped = 0, []
+    sources = itertools.chain([inputs], more or ())
+    draw = 0
+    while draws < DENSITY_DRAWS and draw < 2 * DENSITY_DRAWS:
         base = seed + draw * (SMALL_DRAWS + 1)
-        clean = ref
-        if draw:
-            clean = forward(model, given, forward_seed, copies)
-            with _HonestNoise(rel, base):
-                out = forward(model, given, forward_seed, copies)
-        for name, (moved, _) in kinds.items():
-            full[name] += _events(out, clean, moved)
-        out = None
-        for step in range(SMALL_DRAWS):
-            if draw or step:
-                smaller = None
-                with _HonestNoise(rel * STEP_SCALE, base + 1 + step):
-                    smaller = forward(model, given, forward_seed, copies)
-            for name, (moved, changed) in kinds.items():
-                small[name] += _events(smaller, clean, moved)
-                summed[name] = _summed(summed[name], changed(smaller, clean))
-        smaller = clean = None
-        draws += 1
-        if all(full[name] >= failing and small[name] for name in kinds):
+        clean = out = None
+        try:
+            given = next(sources)
+            if draw:
+                clean = forward(model, given, forward_seed, copies)
+                with _HonestNoise(rel, base):
+                    out = forward(model, given, forward_seed, copies)
+            else:
+                clean, out = ref, first.pop()
+        except StopIteration:
             break
-    return {**full, "small": small, "draws": draws, "small_draws": draws * SMALL_DRAWS,
-            "share": share, "calls": GRADE_CALLS, "fails": HONEST_FAILS,
-            "small_changed": summed}
+        except Exception as exc:  # noqa: BLE001 — that draw is left out, the others pooled
+            if _device_poisoned(exc):
+                raise
+            skipped.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+            clean = out = None
+            draw += 1
+            continue
+        draw += 1
+        flipped = False
+        for name, (moved, changed) in kinds.items():
+            events = _events(out, clean, moved)
+            record[name]["full"] += events
+            record[name]["changed"] = _summed(record[name]["changed"], changed(out, clean))
+            flipped = flipped or bool(events)
+        out = None
+        for step in range(SMALL_DRAWS if flipped else 0):
+            for noise, scale in scales.items():
+                # seeds of their own: the draw the steps test scales shares the full noise's
+                with _HonestNoise(scale, base + 1 + step):
+                    smaller = forward(model, given, forward_seed, copies)
+                for name, (moved, changed) in kinds.items():
+                    record[name][noise] += _events(smaller, clean, moved)
+                    if noise == "small":
+                        record[name]["small_changed"] = _summed(record[name]["small_changed"],
+                                                                changed(smaller, clean))
+                smaller = None
+        clean = given = None
+        draws += 1
+        if all(_fails(r, DENSITY_DRAWS, share) for r in record.values()):
+            break  # failing already with the draws left adding nothing
+    for r in record.values():
+        r.update(honest_failures(r["full"], r["tiny"], draws, share))
+        r["fails"] = draws > 0 and _fails(r, draws, share)
+    return {"kinds": record, "draws": draws, "small_draws": draws * SMALL_DRAWS,
+            "tiny_jitter": scales.get("tiny"), "share": share, "calls": GRADE_CALLS,
+            "bar": HONEST_FAILS, "skipped": skipped}
 
 
 def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float, seed: int,
@@ -545,7 +623,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     tolerance's scale) and (b) on one CPU thread instead of several; with ``tol`` (the
     problem's tolerance), how many float output elements jump by ``JUMP`` tolerances under the
     same noise, where the forward decides something from float values (``_decides``: a sign
-    hash, a one-hot of an argmax, rounding). Where either changed, how dense the near-ties are
+    hash, a one-hot of an argmax, rounding); how dense the near-ties those noises meet are
     (``_density``, over further draws of the inputs from ``more``; ``dtype`` sets the honest
     rounding). None: every output is floating-point and nothing decides (or no ``tol``)."""
     import torch
@@ -556,38 +634,30 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     if floats_only and not decides and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
-    jumped = steps = None
+    jumped = steps = density = None
     with _HonestNoise(rel, seed):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
     if decides:
         jumped = _jumped(out, ref, tol)
-    small_jittered = small_jumped = density = None
-    draws = 0
-    if decides or jittered["changed"]:
-        # the same noise a tenth as large (``STEP_SCALE``): steps under 100 tolerances, and
-        # whether what flipped flips there too (``_density``)
+        # the same noise a tenth as large: steps under 100 tolerances. Against the noise's own
+        # scale (the dtype's floor) where the calibrated tolerance is larger: a reference whose
+        # fp32 and fp64 forwards differ by a step calibrates a tolerance of ten steps (a QKeras
+        # grid on CUDA: 7.9e-3 for steps of 1e-3), which would hide the very steps an honest
+        # kernel's rounding flips
         with _HonestNoise(rel * STEP_SCALE, seed):
             smaller = forward(model, inputs, forward_seed, copies)
-        if decides:
-            # against the noise's own scale (the dtype's floor) where the calibrated tolerance
-            # is larger: a reference whose fp32 and fp64 forwards differ by a step calibrates a
-            # tolerance of ten steps (a QKeras grid on CUDA: 7.9e-3 for steps of 1e-3), which
-            # would hide the very steps an honest kernel's rounding flips
-            steps = _steps(out, smaller, ref, min(tol, rel))
-        kinds = {}
-        if jittered["changed"]:
-            kinds["jittered"] = (_exact_moved, _exact_changed)
-        if jumped is not None and jumped["changed"]:
-            kinds["jumped"] = (_jump_moved(tol), lambda a, b: _jumped(a, b, tol))
-        if kinds:
-            density = _density(model, inputs, ref, out, smaller, more, forward_seed, rel, seed,
-                               copies, kinds, dtype)
-            out = smaller = None
-            small_jittered = density["small_changed"].get("jittered")
-            small_jumped = density["small_changed"].get("jumped")
-            draws = density["small_draws"]
+        steps = _steps(out, smaller, ref, min(tol, rel))
         del smaller
+    kinds = {}
+    if not floats_only:
+        kinds["jittered"] = (_exact_moved, _exact_changed)
+    if decides:
+        kinds["jumped"] = (_jump_moved(tol), lambda a, b: _jumped(a, b, tol))
+    if kinds:
+        first, out = [out], None  # ``_density`` lets it go after its first draw
+        density = _density(model, inputs, ref, first, more, forward_seed, rel, seed, copies,
+                           kinds, dtype)
     del out
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
@@ -605,10 +675,12 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
             out = forward(model, inputs, forward_seed, copies)
         reordered = {"exact": _exact_changed(out, ref), "moved": _jumped(out, ref, tol, times=1.0)}
         del out
+    kept = (density or {}).get("kinds", {})
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
             "jumped": jumped, "steps": steps, "reordered": reordered,
-            "small_jitter": rel * STEP_SCALE, "small_jittered_changed": small_jittered,
-            "small_jumped": small_jumped, "small_draws": draws,
-            "density": density and {k: v for k, v in density.items() if k != "small_changed"},
+            "small_jitter": rel * STEP_SCALE,
+            "small_jittered_changed": kept.get("jittered", {}).get("small_changed"),
+            "small_jumped": kept.get("jumped", {}).get("small_changed"),
+            "small_draws": (density or {}).get("small_draws", 0), "density": density,
             "outputs": [str(t.dtype).replace("torch.", "") for t in ref
                         if not (t.is_floating_point() or t.is_complex())]}
