@@ -383,11 +383,14 @@ def affine_residual(xs: list, ys: list, channel_dim: int | None = None) -> float
     return whole if channel_dim is None else per_channel
 
 
-# An fp32 fit's residual under this, or one that is not finite, is taken again in fp64: near
-# any tolerance a problem is graded at (fp32's cap is 5e-2), where fp32's rounding of a
-# prediction whose terms cancel (an output crossing zero at a slope of 1e4: 1.2e-4 in fp32,
-# 3e-6 in fp64) or an overflow of its squares would decide
+# An fp32 fit's residual is taken again in fp64 where fp32's rounding of its prediction could
+# move it by ``REFIT_ROUNDING`` or more (a hundredth of fp32's least tolerance) while it reads
+# under ``REFIT_BELOW`` (near any tolerance a problem is graded at: fp32's cap is 5e-2), or
+# where it is not finite: a prediction whose terms cancel (an output crossing zero at a slope of
+# 1e4 read 1.2e-4 in fp32, 3e-6 in fp64), or an overflow of its squares. The rounding's scale
+# is read beside the residual: 4 roundings of the prediction's terms against ``1 + |y|``.
 REFIT_BELOW = 0.1
+REFIT_ROUNDING = 1e-6
 
 
 def affine_residuals(xs: list, ys: list, channel_dim: int | None = None,
@@ -397,8 +400,8 @@ def affine_residuals(xs: list, ys: list, channel_dim: int | None = None,
     both: moments about a shift of each channel's own (its first block's mean, so an offset
     costs no precision), then the residuals; no whole-tensor copy. Blocks in their working
     precision (``_working_pair``: fp32 unless a side is fp64 or a wide integer; ``exact``:
-    fp64), products summed in fp64; a residual under ``REFIT_BELOW`` or not finite in fp32 is
-    taken again in fp64."""
+    fp64), products summed in fp64; an fp32 residual its rounding could decide, or one not
+    finite, is taken again in fp64 (``REFIT_BELOW``)."""
     import torch
 
     work = torch.float64 if exact else _working_dtype(*xs, *ys)
@@ -447,14 +450,23 @@ def affine_residuals(xs: list, ys: list, channel_dim: int | None = None,
                            (sxx + 2 * ex * sx + n * ex * ex).sum(),
                            (sxy + ex * sy + ey * sx + n * ex * ey).sum(), cx, cy, n * channels))
     worst = [0.0] * len(fits)
+    reach = [0.0] * len(fits)  # the prediction's terms against ``1 + |y|``: its rounding's scale
+    rounded = work != torch.float64
     for bx, by in pairs():
         for i, (mx, my, a) in enumerate(fits):
-            error = _working_error(torch.sub(bx, mx).mul_(a).add_(my), by)
+            part = torch.sub(bx, mx).mul_(a)
+            if rounded and part.numel():
+                reach[i] = _fold(torch.maximum, reach[i], part.abs().add_(my.abs()).div_(
+                    by.abs().add(1.0)).max())
+            error = _working_error(part.add_(my), by)
             if error.numel():
                 worst[i] = _fold(torch.maximum, worst[i], error.max())
     worst = [float(w) for w in worst]
-    if work != torch.float64 and not all(math.isfinite(w) and w >= REFIT_BELOW for w in worst):
-        return affine_residuals(xs, ys, channel_dim, exact=True)
+    if rounded:
+        bound = [2 * torch.finfo(work).eps * (float(r) + 1.0) for r in reach]
+        if not all(math.isfinite(w) and math.isfinite(b) and (
+                b < REFIT_ROUNDING or w >= REFIT_BELOW + b) for w, b in zip(worst, bound)):
+            return affine_residuals(xs, ys, channel_dim, exact=True)
     worst = [math.inf if math.isnan(w) else w for w in worst]  # an overflow: no fit
     return (worst[0], None) if channel_dim is None else (worst[0], worst[1])
 

@@ -37,11 +37,13 @@ def test_a_group_is_timed_in_one_window_and_judged_one_by_one():
             {k: c for k, c in verdict["checks"].items() if not c["passed"]})
         assert verdict["timing"]["reps"] >= 6 and verdict["profile"]["group"] == 4
         # where its unseen check's time went: each hidden trial's part written by the parent,
-        # and the worker's steps for it
+        # and the worker's steps for it (a spare's too, where a loaded host read the unseen
+        # calls slow: ``unseen_spares``)
         hidden = policy.unseen_trials
         steps = verdict["profile"]["unseen_steps_ms"]
-        assert len(verdict["profile"]["late_write_ms"]) == hidden, verdict["profile"]
-        assert all(len(steps[k]) == hidden for k in ("late", "load", "observe")), steps
+        written = len(verdict["profile"]["late_write_ms"])
+        assert hidden <= written <= hidden + policy.unseen_spares, verdict["profile"]
+        assert all(len(steps[k]) == written for k in ("late", "load", "observe")), steps
     # one window: both honest answers divide by the same reference samples
     assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]
     assert honest["profile"]["window_ms"] == again["profile"]["window_ms"]

