@@ -229,6 +229,7 @@ def summarize(out: Path) -> dict:
                                      "window_ms": []}
     stages: dict[str, list[float]] = {}
     ref_stages: dict[str, list[float]] = {}
+    phases: dict[str, list[float]] = {}
     admission: list[float] = []
     windows: set = set()
     for line in out.read_text().splitlines():
@@ -250,6 +251,8 @@ def summarize(out: Path) -> dict:
         if window in windows:  # a group's members share one window: count it once
             continue
         windows.add(window)
+        for phase, ms in (profile.get("phases_ms") or {}).items():
+            phases.setdefault(phase, []).append(ms)
         for key, values in waits.items():
             if profile.get(key) is not None:
                 values.append(profile[key])
@@ -276,6 +279,7 @@ def summarize(out: Path) -> dict:
             "windows": len(waits["window_ms"]),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
+            "window_phases_ms": {k: median(v) for k, v in phases.items()},
             "median_admission_wait_s": median(admission)}
 
 
@@ -580,6 +584,9 @@ def main() -> int:
                   " ".join(f"{k}={v}" for k, v in workers.items()) +
                   f" parent={r['parent_cpu_s']} total={total:.2f} (the host's {cores} cores "
                   f"allow {cores * 60 / total:.0f} per minute at that cost)")
+        if r.get("window_phases_ms"):
+            print(f"{phase}: a window's parts, median ms: " +
+                  " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()))
         if r["candidate_stages_s"]:
             print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
                   " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))

@@ -66,6 +66,7 @@ from .result_channel import (
     _Reader,
     _widen_pipe,
 )
+from .sandbox import abi_version as landlock_abi
 from .tensor_slots import SealedFile, SlotError, attach_slots
 from .worker_control import Control
 from .worker_processes import (
@@ -172,8 +173,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``warm`` forks the worker from a process that has already imported torch (``zygote``),
     unless ``KERNELMILL_WARM=0``; it falls back to a fresh interpreter when none can serve.
     ``late`` (with ``control``) is a list of parts the worker may not hold before it uses them
-    (inputs a submission must not have seen before it is called on them): their memory file is
-    passed empty and part ``i`` written when the worker asks (``harness_worker.late_payload``).
+    (inputs a submission must not have seen before it is called on them): each is copied into a
+    memory file of its own as the run starts, and part ``i``'s file handed to the worker when it
+    asks (``payload_files._LateFile``, ``harness_worker.late_payload``).
     ``early_results`` lets a trusted target (one that runs no submission's code) write result
     tensors into the run's results file as it makes them (``harness_worker.result_slot``).
     """
@@ -191,8 +193,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     try:
         payload, tensor_fd = _tensor_file(payload)
         made.append(tensor_fd)
-        late_file = _LateFile(late) if late and control is not None and \
-            hasattr(os, "memfd_create") else None
+        # copied ahead only where Landlock keeps the worker out of this process's descriptors
+        late_file = _LateFile(late, ahead=sandbox and landlock_abi() > 0) \
+            if late and control is not None and hasattr(os, "memfd_create") else None
         late_fd = late_file.fd if late_file is not None else None
         r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
         made += [r_ctl, w_ctl]

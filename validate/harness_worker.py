@@ -24,6 +24,7 @@ import os
 import pickle
 import random
 import resource
+import socket
 import struct
 import sys
 import traceback
@@ -244,20 +245,33 @@ def report(value: dict, *, _channel=_channel, _send=_audit_event, _event=FRAME_E
     _send(_event, _kind, _encode(value))
 
 
-def late_payload(index: int):
+def late_payload(index: int, _recv_fds=socket.recv_fds, _socket=socket.socket):
     """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
-    parent now: it was not in this process before (None when the job has no such part)."""
+    parent now: it was not in this process before (None when the job has no such part). The
+    parent hands its memory file over the late socket, then says so on the control pipe."""
     table = _late.get("table") or []
     if not 0 <= index < len(table) or _control is None:
         return None
     report({"late": index})
     if receive().strip() != f"late {index}":
         raise RuntimeError(f"the parent did not send late part {index}")
+    channel = _socket(fileno=os.dup(_late["fd"]))
+    try:
+        said, fds, _flags, _address = _recv_fds(channel, 16, 1)
+    finally:
+        channel.close()
+    if len(fds) != 1 or said != index.to_bytes(4, "little"):
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"the parent did not hand over late part {index}")
     offset, size = table[index]
     # mapped, not read: its tensors lie over the file's pages (private, copy-on-write), so a
     # part of 128 MB costs no copy and no fresh pages inside the timing window (a read into a
     # new buffer took about 0.1 s there, per part and member)
-    data = _map_part(_late["fd"], offset, size)
+    try:
+        data = _map_part(fds[0], offset, size)
+    finally:
+        os.close(fds[0])
     length = int.from_bytes(data[:8], "little")
     if length > size - 8:
         raise RuntimeError(f"late part {index} is malformed ({length} of {size} bytes)")
@@ -502,7 +516,7 @@ def main(argv: list[str]) -> None:
             _shown.fd = _hide_fd(extra["shown"])
     elif "shown" in extra:
         os.close(extra["shown"])
-    if "late" in extra:  # stays empty until a part is asked for (``late_payload``)
+    if "late" in extra:  # its parts come over it when asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key
     _apply_limits(job.get("limits") or {})

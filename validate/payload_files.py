@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import pickle
+import socket
 import sys
 import threading
 
@@ -93,23 +94,30 @@ def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
 
 
 class _LateFile:
-    """Data a worker may not hold before it uses it, in parts, in a memory file passed to the
-    worker empty: part ``i`` is written when the worker asks for it (``write``).
+    """Data a worker may not hold before it uses it, in parts: each part copied into a memory
+    file of its own, sealed, and handed to the worker (its descriptor, over a socket the worker
+    holds from its start) only when it asks for that part (``release``).
 
     Anything in a worker's memory is within its submission's reach (native code reads any
     address; ``/proc/self/map_files`` maps any memory file again): a submission could read the
     inputs of the unseen-input check from the job's tensor file at import and have every answer
-    ready (T-14). So each unseen input arrives just before its own call. The file is sealed against
-    resizing (the worker cannot take its pages away). A part: 8 bytes giving its pickle's
-    length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start), the
-    tensors' bytes. ``table``: each part's (offset, size), for the worker."""
+    ready (T-14). So each unseen input reaches it just before its own call. With ``ahead``
+    (the worker runs under Landlock, which keeps it out of every other process's ``/proc``
+    entries, the grader's descriptors among them) the parts are copied as the run starts, by a
+    thread of their own: inside the timing window the release only passes a descriptor, where a
+    KernelBench-size part copied on request took 90-100 ms of the window, twice per grade and
+    per group member. Without it a part is copied when asked for, as nothing of it may wait in
+    a descriptor table another process could read. A part's file is sealed against writes and
+    resizing before it is passed (the worker maps it, privately). A part: 8 bytes giving its
+    pickle's length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start),
+    the tensors' bytes. ``table``: each part's (offset, size) in its file, for the worker;
+    ``fd``: the worker's end of the socket."""
 
-    def __init__(self, parts: list):
+    def __init__(self, parts: list, ahead: bool = True):
         import torch
 
         self.table: list[tuple[int, int]] = []
         self._parts: list[tuple[bytes, list]] = []
-        end = 0
         for part in parts:
             moved, chunks, size = slotted(
                 part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
@@ -118,40 +126,91 @@ class _LateFile:
             head = -(-(8 + len(structure)) // 64) * 64
             self._parts.append((len(structure).to_bytes(8, "little") + structure,
                                 [(head + offset, tensor) for offset, tensor in chunks]))
-            self.table.append((end, head + size))
-            end += head + size
-        self.fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(self.fd, max(end, 1))
-            # its pages allocated now, before any window: written on request, inside a timing
-            # window, they cost a copy only (a first write of 128 MB took 61 ms, 15 ms after)
-            with contextlib.suppress(OSError, AttributeError):
-                os.posix_fallocate(self.fd, 0, max(end, 1))
-            fcntl.fcntl(self.fd, getattr(fcntl, "F_ADD_SEALS", 1033),
-                        getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
-                        | getattr(fcntl, "F_SEAL_SEAL", 1))
-            self._writer: int | None = os.dup(self.fd)  # ours: ``fd`` is closed once passed
-        except BaseException:
-            os.close(self.fd)
-            raise
+            self.table.append((0, head + size))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.fd = theirs.detach()  # passed to the worker, then closed here
+        self._socket = ours
+        self._files: list[int | None] = [None] * len(self._parts)
+        self._written = [threading.Event() for _ in self._parts]
+        self._errors: list[BaseException | None] = [None] * len(self._parts)
         self._lock = threading.Lock()
+        self._closing = False
+        self._filler = threading.Thread(target=self._fill, name="kernelmill-late-fill",
+                                        daemon=True) if ahead else None
+        if self._filler is not None:
+            self._filler.start()
 
-    def write(self, index: int) -> None:
+    def _fill(self) -> None:
+        """Every part into its own file, in order, while the worker starts."""
+        for index in range(len(self._parts)):
+            if self._closing:
+                return
+            self._make(index)
+
+    def _make(self, index: int) -> None:
+        """Part ``index`` into a sealed memory file of its own (``_files``), or its error
+        (``_errors``: said when the part is asked for); its tensors are let go either way."""
         import torch
 
-        with self._lock:
-            if self._writer is None or not 0 <= index < len(self._parts):
-                return
-            base = self.table[index][0]
+        fd = None
+        try:
             head, chunks = self._parts[index]
-            self._parts[index] = (b"", [])  # written once
-            os.pwrite(self._writer, head, base)
+            fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, max(self.table[index][1], 1))
+            os.pwrite(fd, head, 0)
             for offset, tensor in chunks:
                 with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
-                    pwrite_all(self._writer, view, base + offset)
+                    pwrite_all(fd, view, offset)
+            fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
+            with self._lock:
+                if not self._closing:
+                    self._files[index], fd = fd, None
+        except BaseException as exc:  # noqa: BLE001 — said when the part is asked for
+            self._errors[index] = exc
+        finally:
+            if fd is not None:
+                os.close(fd)
+            self._parts[index] = (b"", [])
+            self._written[index].set()
+
+    def release(self, index: int) -> None:
+        """Hand part ``index`` to the worker (it asked for it): its file once; a part asked for
+        again, or one that could not be made, is answered without a file (the worker raises,
+        never waits). Waits for the part's copy, or makes it (without ``ahead``); raises where
+        it could not be made."""
+        if not 0 <= index < len(self._written):
+            return
+        if self._filler is None and not self._written[index].is_set():
+            self._make(index)
+        self._written[index].wait()
+        with self._lock:
+            fd, self._files[index] = self._files[index], None
+            closing = self._closing
+        if closing:
+            if fd is not None:
+                os.close(fd)
+            return
+        try:
+            socket.send_fds(self._socket, [index.to_bytes(4, "little")],
+                            [] if fd is None else [fd])
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if self._errors[index] is not None:
+            raise OSError(f"late part {index} could not be written: {self._errors[index]}")
 
     def close(self) -> None:
+        """The run ended: no part is handed on after this; every file not given is closed once
+        the copy in progress, if any, ends."""
         with self._lock:
-            if self._writer is not None:
-                os.close(self._writer)
-                self._writer = None
+            self._closing = True
+        if self._filler is not None:
+            self._filler.join()
+        for written in self._written:  # a part the copy never reached: nobody waits for it
+            written.set()
+        with self._lock:
+            files, self._files = self._files, [None] * len(self._files)
+        for fd in files:
+            if fd is not None:
+                os.close(fd)
+        self._socket.close()

@@ -73,6 +73,7 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
+@functools.lru_cache(maxsize=1)
 def abi_version() -> int:
     """Landlock ABI of the running kernel; 0 when unavailable."""
     numbers = _SYS.get(platform.machine())

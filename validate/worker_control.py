@@ -32,8 +32,8 @@ class Control:
         self.ended = False
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
-        self.late_released: list[int] = []  # the parts written, in the order asked
-        self.late_write_ms: list[float] = []  # how long each took to write (the parent's clock)
+        self.late_released: list[int] = []  # the parts handed on, in the order asked
+        self.late_write_ms: list[float] = []  # how long each took to hand on (the parent's clock)
         self.pid: int | None = None  # the worker's, which leads its own process group
         self.token = ""  # the run's, in the environment of every process it started
         self.strays: list[int] = []  # its processes outside that group (``find_strays``)
@@ -98,14 +98,14 @@ class Control:
         self._fd = fd
 
     def release_late(self, index: int) -> None:
-        """Write part ``index`` of the run's late data (``run_in_worker(late=...)``) where the
-        worker can read it: the worker asked for it (``harness_worker.late_payload``)."""
+        """Hand part ``index`` of the run's late data (``run_in_worker(late=...)``) to the
+        worker: it asked for it (``harness_worker.late_payload``)."""
         with self._cond:
             late = self._late
             self.late_released.append(index)
         if late is not None:
             began = time.monotonic()
-            late.write(index)
+            late.release(index)
             self.late_write_ms.append(round((time.monotonic() - began) * 1e3, 2))
 
     def _deliver(self, value: dict) -> None:

@@ -3,12 +3,19 @@ result frame carries their slots; the parent seals the file once the worker is g
 it. What shares a storage keeps sharing it; a file still writable, or a slot that does not fit
 the file, is a tampered channel, never a crash of the grader."""
 import mmap
+import pickle
 import os
 
 import pytest
 import torch
 from kernelmill.validate.harness import run_in_worker
-from kernelmill.validate.tensor_slots import SlotError, TensorSlot, attach_slots, slot_tensors
+from kernelmill.validate.tensor_slots import (
+    SlotError,
+    TensorSlot,
+    attach_slots,
+    restore_slots,
+    slot_tensors,
+)
 
 SOURCE = "kernelmill.validate.harness:run_source"
 
@@ -368,3 +375,96 @@ def test_a_late_part_whose_piece_fails_raises_only_once_every_piece_ended(monkey
     with pytest.raises(OSError, match="no space"):
         payload_files.pwrite_all(-1, memoryview(bytes(40_000)), 0)
     assert len(done) == 9  # every other piece had ended before the error came out
+
+
+def _fds_of_self() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def test_late_parts_are_copied_ahead_and_handed_over_one_file_each_when_asked():
+    """``payload_files._LateFile``: each part is copied into a sealed memory file of its own as
+    the run starts; the worker's end of the socket holds nothing until a part is released, then
+    exactly that part's file (read back as the worker reads it); a part asked for again comes
+    without a file; closing leaves no descriptor open."""
+    import fcntl
+    import socket
+
+    from kernelmill.validate.harness_worker import _map_part
+    from kernelmill.validate.payload_files import _LateFile
+
+    before = _fds_of_self()
+    parts = [{"inputs": [torch.arange(1 << 16, dtype=torch.float32) + i]} for i in range(3)]
+    late = _LateFile(parts)
+    worker = socket.socket(fileno=late.fd)
+    worker.setblocking(False)
+    try:
+        for event in late._written:
+            assert event.wait(10)
+        with pytest.raises(BlockingIOError):  # nothing of any part reached the worker's end
+            socket.recv_fds(worker, 16, 1)
+        late.release(1)
+        said, fds, _flags, _address = socket.recv_fds(worker, 16, 1)
+        assert said == (1).to_bytes(4, "little") and len(fds) == 1
+        seals = fcntl.fcntl(fds[0], getattr(fcntl, "F_GET_SEALS", 1034))
+        assert seals & 8 and seals & 2 and seals & 4  # no write, shrink or growth
+        with pytest.raises(OSError):
+            os.write(fds[0], b"x")
+        offset, size = late.table[1]
+        data = _map_part(fds[0], offset, size)
+        os.close(fds[0])
+        length = int.from_bytes(data[:8], "little")
+        head = -(-(8 + length) // 64) * 64
+        got = restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
+        assert torch.equal(got["inputs"][0], parts[1]["inputs"][0])
+        del got, data  # (the mapping holds a descriptor of its own)
+        with pytest.raises(BlockingIOError):  # parts 0 and 2 are still not there
+            socket.recv_fds(worker, 16, 1)
+        late.release(1)  # asked again: an answer without a file
+        said, fds, _flags, _address = socket.recv_fds(worker, 16, 1)
+        assert said == (1).to_bytes(4, "little") and fds == []
+    finally:
+        worker.close()
+        late.close()
+    assert _fds_of_self() <= before  # the unreleased parts' files and the socket are closed
+
+
+def test_a_late_part_that_could_not_be_copied_is_answered_empty_and_raises(monkeypatch):
+    import socket
+
+    from kernelmill.validate import payload_files
+
+    def failing(fd, view, offset):
+        raise OSError("no space left")
+
+    monkeypatch.setattr(payload_files, "pwrite_all", failing)
+    late = payload_files._LateFile([{"x": torch.ones(1 << 16)}])
+    worker = socket.socket(fileno=late.fd)
+    try:
+        with pytest.raises(OSError, match="late part 0 could not be written: no space"):
+            late.release(0)
+        said, fds, _flags, _address = socket.recv_fds(worker, 16, 1)
+        assert said == (0).to_bytes(4, "little") and fds == []  # the worker raises, never waits
+    finally:
+        worker.close()
+        late.close()
+
+
+def test_late_parts_without_landlock_are_copied_only_when_asked():
+    """Without ``ahead`` (a worker Landlock does not keep out of the grader's descriptors) no
+    part waits in a file of the grader's: each is copied as it is released."""
+    import socket
+
+    from kernelmill.validate.payload_files import _LateFile
+
+    late = _LateFile([{"x": torch.ones(1 << 16)}, {"x": torch.zeros(1 << 16)}], ahead=False)
+    worker = socket.socket(fileno=late.fd)
+    try:
+        assert late._files == [None, None] and not any(e.is_set() for e in late._written)
+        late.release(1)
+        said, fds, _flags, _address = socket.recv_fds(worker, 16, 1)
+        assert said == (1).to_bytes(4, "little") and len(fds) == 1
+        os.close(fds[0])
+        assert late._files == [None, None] and not late._written[0].is_set()
+    finally:
+        worker.close()
+        late.close()
