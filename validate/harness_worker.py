@@ -287,7 +287,10 @@ def _map_part(fd: int, offset: int, size: int) -> memoryview:
     start = offset - offset % mmap.ALLOCATIONGRANULARITY
     if os.fstat(fd).st_size < offset + size:
         raise RuntimeError(f"late data ends before {offset + size} bytes")
-    mapped = mmap.mmap(fd, offset + size - start, flags=mmap.MAP_PRIVATE,
+    # its pages mapped at once (``MAP_POPULATE``): one pass in the kernel, where a first touch
+    # of each page on the way to the device took a fault apiece inside the timing window
+    mapped = mmap.mmap(fd, offset + size - start,
+                       flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
                        prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
     return memoryview(mapped)[offset - start:]
 

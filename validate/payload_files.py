@@ -106,8 +106,8 @@ class _LateFile:
     entries, the grader's descriptors among them) the parts are copied as the run starts, by a
     thread of their own: inside the timing window the release only passes a descriptor, where a
     KernelBench-size part copied on request took 90-100 ms of the window, twice per grade and
-    per group member. Without it a part is copied when asked for, as nothing of it may wait in
-    a descriptor table another process could read. A part's file is sealed against writes and
+    per group member. Without it a part is copied when asked for: no file of its own waits
+    among the grader's descriptors (tests/hostile/late_grader_fd_steal.py). A part's file is sealed against writes and
     resizing before it is passed (the worker maps it, privately). A part: 8 bytes giving its
     pickle's length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start),
     the tensors' bytes. ``table``: each part's (offset, size) in its file, for the worker;
