@@ -287,10 +287,10 @@ def _map_part(fd: int, offset: int, size: int) -> memoryview:
     start = offset - offset % mmap.ALLOCATIONGRANULARITY
     if os.fstat(fd).st_size < offset + size:
         raise RuntimeError(f"late data ends before {offset + size} bytes")
-    # its pages mapped at once (``MAP_POPULATE``): one pass in the kernel, where a first touch
-    # of each page on the way to the device took a fault apiece inside the timing window
-    mapped = mmap.mmap(fd, offset + size - start,
-                       flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
+    # (not ``MAP_POPULATE``: on a private writable mapping it copies every page, 126 ms for
+    # 192 MB where the device copy's own faults cost less; H200 host: the worker's wait for a
+    # KernelBench-size part went 10 -> 80-90 ms with it)
+    mapped = mmap.mmap(fd, offset + size - start, flags=mmap.MAP_PRIVATE,
                        prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
     return memoryview(mapped)[offset - start:]
 
