@@ -4,7 +4,6 @@ asks (``_LateFile``). Split out of ``validate.harness``, which re-exports these 
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import pickle
@@ -107,11 +106,11 @@ class _LateFile:
     thread of their own: inside the timing window the release only passes a descriptor, where a
     KernelBench-size part copied on request took 90-100 ms of the window, twice per grade and
     per group member. Without it a part is copied when asked for: no file of its own waits
-    among the grader's descriptors (tests/hostile/late_grader_fd_steal.py). A part's file is sealed against writes and
-    resizing before it is passed (the worker maps it, privately). A part: 8 bytes giving its
-    pickle's length, the pickle (every tensor a ``TensorSlot``, offsets from the part's start),
-    the tensors' bytes. ``table``: each part's (offset, size) in its file, for the worker;
-    ``fd``: the worker's end of the socket."""
+    among the grader's descriptors (tests/hostile/late_grader_fd_steal.py). A part's file is
+    sealed against writes and resizing before it is passed (the worker maps it, privately). A
+    part: 8 bytes giving its pickle's length, the pickle (every tensor a ``TensorSlot``, offsets
+    from the part's start), the tensors' bytes. ``table``: each part's (offset, size) in its
+    file, for the worker; ``fd``: the worker's end of the socket."""
 
     def __init__(self, parts: list, ahead: bool = True):
         import torch
@@ -193,6 +192,8 @@ class _LateFile:
         try:
             socket.send_fds(self._socket, [index.to_bytes(4, "little")],
                             [] if fd is None else [fd])
+        except OSError:  # the worker's end is gone: it ended, which its run reports
+            pass
         finally:
             if fd is not None:
                 os.close(fd)

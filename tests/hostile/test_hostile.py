@@ -18,13 +18,12 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import FIXTURES
-
 import pytest
+from conftest import FIXTURES
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade import static
-from kernelmill.grade.grader import needs_extension_build
 from kernelmill.grade.batch import grade_file
+from kernelmill.grade.grader import needs_extension_build
 from kernelmill.grade.policy import Policy
 from kernelmill.validate.sandbox import abi_version
 

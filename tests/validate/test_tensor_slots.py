@@ -3,8 +3,8 @@ result frame carries their slots; the parent seals the file once the worker is g
 it. What shares a storage keeps sharing it; a file still writable, or a slot that does not fit
 the file, is a tampered channel, never a crash of the grader."""
 import mmap
-import pickle
 import os
+import pickle
 
 import pytest
 import torch
