@@ -343,18 +343,25 @@ PHASES = (  # (name, verdict cache, what it shows)
 
 def _first_line_watch(out: Path, start: float) -> dict:
     """Note (``{"s": seconds after start}``) when ``out`` gets its first verdict: a run's
-    rate after it leaves the grading process's start-up out (what a long-lived grader sees)."""
+    rate after it leaves the grading process's start-up out (what a long-lived grader sees);
+    and when each later one came (``arrivals``, for ``_middle_rate``)."""
     import threading
 
-    seen: dict = {}
+    seen: dict = {"arrivals": []}  # (seconds after start, verdicts written by then)
 
     def watch() -> None:
+        size = 0
         while "stop" not in seen:
-            if out.exists() and out.stat().st_size > 0:
-                seen["s"] = time.monotonic() - start
-                # a group's members end together: all of them are the start-up's
-                seen["lines"] = len(read_lines(out))
-                return
+            if out.exists() and out.stat().st_size != size:
+                # counted on a change only, as bytes: no parse in the grading process's time
+                data = out.read_bytes()
+                size, lines = len(data), data.count(b"\n")
+                if lines and "s" not in seen:
+                    seen["s"] = time.monotonic() - start
+                    # a group's members end together: all of them are the start-up's
+                    seen["lines"] = lines
+                if lines and (not seen["arrivals"] or seen["arrivals"][-1][1] != lines):
+                    seen["arrivals"].append((time.monotonic() - start, lines))
             time.sleep(0.25)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -403,7 +410,21 @@ def _after_first(first: dict, done: int, seconds: float) -> dict:
     if at is None or done <= counted or seconds <= at:
         return {}
     return {"first_verdict_s": round(at, 1),
-            "per_minute_after_first": round((done - counted) / (seconds - at) * 60, 1)}
+            "per_minute_after_first": round((done - counted) / (seconds - at) * 60, 1),
+            **_middle_rate(first.get("arrivals") or [], done)}
+
+
+def _middle_rate(arrivals: list[tuple[float, int]], done: int) -> dict:
+    """Verdicts per minute between the times a quarter and three quarters of them were in: the
+    steady rate, which neither the start-up nor a cut's last grades (long ones, or a mix of
+    problems the cut happened to leave) move. Polled every 0.25 s."""
+    if done < 8 or len(arrivals) < 3:
+        return {}
+    first = next(((t, n) for t, n in arrivals if n >= done / 4), None)
+    last = next(((t, n) for t, n in arrivals if n >= 3 * done / 4), None)
+    if first is None or last is None or last[0] <= first[0]:
+        return {}
+    return {"per_minute_middle": round((last[1] - first[1]) / (last[0] - first[0]) * 60, 1)}
 
 
 def main() -> int:
@@ -560,8 +581,11 @@ def main() -> int:
                   f"most ({lag['share']:.0%} of the time waiting for the interpreter or a core)")
     for phase, r in results.items():
         if r.get("first_verdict_s") is not None:
+            middle = r.get("per_minute_middle")
             print(f"{phase}: first verdict after {r['first_verdict_s']} s (the grading "
-                  f"process's start-up); {r['per_minute_after_first']} per minute after it")
+                  f"process's start-up); {r['per_minute_after_first']} per minute after it" +
+                  (f"; {middle} per minute between its first and third quarters of verdicts"
+                   if middle is not None else ""))
     print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} "
           f"{'queued / drain ms':>18} {'window ms':>10} {'GPU held alone':>15}")
     for phase, r in results.items():
@@ -754,19 +778,19 @@ def report_slowest_and_median(out: Path) -> None:
               f"({profile.get('worker_device_gib')} GiB per worker)"
               f"\n    candidate stages (s): {stages}\n    reference stages (s): {ref_stages}"
               f"\n    CPU s: {cpu}"
-              f"\n    unseen check (ms per hidden trial): parent's writes "
+              f"\n    unseen check (ms per hidden trial): parent's hand-overs "
               f"{profile.get('late_write_ms')}, worker's {profile.get('unseen_steps_ms')}")
     steps: dict[str, list[float]] = {}
     for row in rows:  # each grade's unseen check: its trials' steps summed
         profile = row.get("profile") or {}
         for name, values in {**(profile.get("unseen_steps_ms") or {}),
-                             "parent write": profile.get("late_write_ms") or []}.items():
+                             "parent hand-over": profile.get("late_write_ms") or []}.items():
             if values:
                 steps.setdefault(name, []).append(sum(values))
     if steps:
         print("unseen check, median ms per grade (its hidden trials together): " +
               " ".join(f"{k}={statistics.median(v):.1f}" for k, v in steps.items()) +
-              " (late: the worker's wait for its part, the parent's write included)")
+              " (late: the worker's wait for its part, the parent's hand-over included)")
 
 
 def report_spread(out: Path) -> None:

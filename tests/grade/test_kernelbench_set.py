@@ -54,7 +54,7 @@ def test_shrink_keeps_derived_sizes_consistent():
 
 
 def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys):
-    """The benchmark's report of a grade: the parent's writes of the unseen parts and the
+    """The benchmark's report of a grade: the parent's hand-overs of the unseen parts and the
     worker's steps for each, and their medians over the grades."""
     rows = [{"submission_id": f"s{i}", "problem_id": "p", "wall_s": 10.0 + i,
              "profile": {"late_write_ms": [40.0 + i, 42.0],
@@ -64,8 +64,8 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     grade_throughput.report_slowest_and_median(out)
     printed = capsys.readouterr().out
-    assert "parent's writes [42.0, 42.0]" in printed  # the slowest grade's own
-    assert "late=121.0 load=42.0 observe=10.0 parent write=83.0" in printed
+    assert "parent's hand-overs [42.0, 42.0]" in printed  # the slowest grade's own
+    assert "late=121.0 load=42.0 observe=10.0 parent hand-over=83.0" in printed
 
 
 def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
@@ -116,3 +116,32 @@ def test_a_set_is_cut_to_the_problems_a_pattern_finds(tmp_path):
     kept = [json.loads(line) for line in subs.read_text().splitlines()]
     assert sorted({row["problem_id"] for row in kept}) == sorted(wanted)
     assert grade_throughput.only_matching(cut, None) == cut
+
+
+def test_the_throughput_report_takes_the_steady_rate_between_the_quarters(tmp_path):
+    """``_first_line_watch`` notes when each verdict line arrives; ``_middle_rate`` is the rate
+    between a quarter and three quarters of them: a slow start-up and a cut's slow last grades
+    leave it alone, where the rate after the first verdict takes both in."""
+    import time as _time
+
+    out = tmp_path / "verdicts.jsonl"
+    start = _time.monotonic()
+    seen = grade_throughput._first_line_watch(out, start)
+    _time.sleep(0.3)
+    for _ in range(12):  # 12 verdicts, one per watcher poll or so
+        with out.open("a") as handle:
+            handle.write(json.dumps({"x": "y" * 100}) + "\n")
+        _time.sleep(0.3)
+    seen["stop"] = True
+    arrivals = seen["arrivals"]
+    assert seen["lines"] == 1 and arrivals[0][1] == 1 and arrivals[-1][1] == 12
+    assert [n for _t, n in arrivals] == sorted({n for _t, n in arrivals})  # one per change
+
+    steady = [(10.0 + 2.0 * i, i + 1) for i in range(16)]  # one every 2 s: 30 per minute
+    slow_end = steady + [(60.0, 17), (90.0, 18)]  # two long grades at the cut
+    assert grade_throughput._middle_rate(steady, 16)["per_minute_middle"] == 30.0
+    assert grade_throughput._middle_rate(slow_end, 18)["per_minute_middle"] == 30.0
+    after_first = grade_throughput._after_first({"s": 10.0, "lines": 1, "arrivals": slow_end},
+                                                18, 90.0)
+    assert after_first["per_minute_after_first"] < 15 < after_first["per_minute_middle"]
+    assert grade_throughput._middle_rate(steady[:5], 5) == {}  # too few to say
