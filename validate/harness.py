@@ -23,8 +23,10 @@ ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlo
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
+import resource
 import secrets
 import shutil
 import signal
@@ -80,6 +82,14 @@ from .zygote_worker import descendants, pgid_of  # noqa: F401
 
 _DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
 _DEFAULT_FILE_SIZE = 4 << 30  # no single file (stdout log included) may grow past this
+# Descriptors a worker may hold at most. Descriptors sent over a socket and not yet received
+# count against their user's open-file limit, checked against the sender's limit (Linux's
+# ``too_many_unix_fds``; root is exempt): a worker that parked its descriptors in sockets it never
+# reads would make this process's hand-over of a late part (``payload_files._LateFile``) fail for
+# every run of the user. A worker's limit sits below this process's by more than one message's
+# descriptors (``SCM_MAX_FD``), so what workers park stays under what this process may send.
+WORKER_FILES = 4096
+_SCM_MAX_FD = 253
 
 
 @dataclass
@@ -181,6 +191,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
+    files = worker_files()
+    if files is not None:
+        limits.setdefault("files", files)
     if device.startswith("cpu"):
         limits.setdefault("address_space", _DEFAULT_CPU_ADDRESS_SPACE)
     key, token = secrets.token_bytes(32), secrets.token_hex(12)
@@ -193,8 +206,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     try:
         payload, tensor_fd = _tensor_file(payload)
         made.append(tensor_fd)
-        # copied ahead only where Landlock keeps the worker out of this process's descriptors
-        late_file = _LateFile(late, ahead=sandbox and landlock_abi() > 0) \
+        late_file = _LateFile(late, ahead=late_ahead(sandbox)) \
             if late and control is not None and hasattr(os, "memfd_create") else None
         late_fd = late_file.fd if late_file is not None else None
         r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
@@ -226,39 +238,45 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                 os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    r_in, w_in = os.pipe()
-    r_out, w_out = os.pipe()
-    for fd in (w_in, w_out):
-        _widen_pipe(fd)
-    stdout = tempfile.TemporaryFile(dir=tmp)
-    stderr = tempfile.TemporaryFile(dir=tmp)
+    r_in = w_in = r_out = w_out = stdout = stderr = proc = None
     code = ("import sys; from kernelmill.validate.harness_worker import main; "
             "main(sys.argv[1:])")
     start = time.monotonic()
-    child_env = worker_env(device, env, token, tmp)
-    proc = None
-    if warm and python in (None, sys.executable):
-        from .zygote import ZYGOTES
+    try:  # whatever fails up to the spawn closes what the run opened (its late parts too)
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        for fd in (w_in, w_out):
+            _widen_pipe(fd)
+        stdout = tempfile.TemporaryFile(dir=tmp)
+        stderr = tempfile.TemporaryFile(dir=tmp)
+        child_env = worker_env(device, env, token, tmp)
+        if warm and python in (None, sys.executable):
+            from .zygote import ZYGOTES
 
-        proc = ZYGOTES.spawn(device, worker_env(device), child_env, workdir,
-                             [stdout.fileno(), stderr.fileno(), r_in, w_out, *extra.values()])
-    try:
+            proc = ZYGOTES.spawn(device, worker_env(device), child_env, workdir,
+                                 [stdout.fileno(), stderr.fileno(), r_in, w_out,
+                                  *extra.values()])
         if proc is None:
             proc = subprocess.Popen(
                 [python or sys.executable, "-c", code, str(r_in), str(w_out),
                  *map(str, extra.values())],
                 cwd=workdir, env=child_env, stdin=subprocess.DEVNULL, stdout=stdout,
                 stderr=stderr, start_new_session=True, pass_fds=(r_in, w_out, *extra.values()))
-    except OSError as exc:
+    except BaseException as exc:
         if late_file is not None:
             late_file.close()
         for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd,
                    shown_fd):
             if fd is not None:
                 os.close(fd)
+        for handle in (stdout, stderr):
+            if handle is not None:
+                handle.close()
         shutil.rmtree(tmp, ignore_errors=True)
         if control is not None:
             control._end()
+        if not isinstance(exc, OSError):
+            raise
         return WorkerResult(False, error={"stage": "spawn", "message": str(exc)})
     WATCHER.started(token, proc.pid)  # killed with their children should this process die
     os.close(r_in)
@@ -375,6 +393,28 @@ def echo(payload: dict) -> dict:
     mark_stage("echo")
     return {**payload, "pid": os.getpid(), "cwd": os.getcwd(),
             "interpret": os.environ.get("TRITON_INTERPRET")}
+
+
+def late_ahead(sandbox: bool) -> bool:
+    """Whether a run's late parts are copied as it starts (``payload_files._LateFile``): only
+    where Landlock keeps the worker out of this process's descriptors."""
+    return bool(sandbox) and landlock_abi() > 0
+
+
+@functools.lru_cache(maxsize=1)
+def worker_files() -> int | None:
+    """A worker's open-file limit (``WORKER_FILES`` at most), this process's own raised to its
+    hard limit first; None where the two cannot be kept apart by ``2 * SCM_MAX_FD``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    room = soft - 2 * _SCM_MAX_FD if soft != resource.RLIM_INFINITY else WORKER_FILES
+    return min(WORKER_FILES, room) if room >= 256 else None
 
 
 def run_source(payload: dict) -> dict:

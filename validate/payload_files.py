@@ -92,6 +92,10 @@ def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         future.result()
 
 
+class LateRefused(RuntimeError):
+    """A late part the worker's own conduct kept from it (``_LateFile.release``)."""
+
+
 class _LateFile:
     """Data a worker may not hold before it uses it, in parts: each part copied into a memory
     file of its own, sealed, and handed to the worker (its descriptor, over a socket the worker
@@ -137,7 +141,13 @@ class _LateFile:
         self._filler = threading.Thread(target=self._fill, name="kernelmill-late-fill",
                                         daemon=True) if ahead else None
         if self._filler is not None:
-            self._filler.start()
+            try:
+                self._filler.start()
+            except BaseException:
+                self._filler = None
+                self.close()
+                os.close(self.fd)
+                raise
 
     def _fill(self) -> None:
         """Every part into its own file, in order, while the worker starts."""
@@ -191,9 +201,12 @@ class _LateFile:
             return
         try:
             socket.send_fds(self._socket, [index.to_bytes(4, "little")],
-                            [] if fd is None else [fd])
-        except OSError:  # the worker's end is gone: it ended, which its run reports
-            pass
+                            [] if fd is None else [fd], socket.MSG_DONTWAIT)
+        except (BrokenPipeError, ConnectionError):
+            pass  # the worker's end is gone: it ended, which its run reports
+        except BlockingIOError as exc:  # its end holds every part it asked for, unread
+            raise LateRefused(f"late part {index} not handed over: the worker left "
+                              "its earlier parts unread") from exc
         finally:
             if fd is not None:
                 os.close(fd)

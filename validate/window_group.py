@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .harness import Control
+from .payload_files import LateRefused
 
 
 class WindowError(RuntimeError):
@@ -33,8 +34,11 @@ def _answer(name: str, control: Control, key: str, timeout: float,
             raise WindowError(name, "ended or went silent during timing" if control.ended
                               else f"no answer within {timeout:g}s")
         at, value = got
-        if key != "late" and isinstance(value.get("late"), int):
-            control.release_late(value["late"])
+        if key != "late" and type(value.get("late")) is int:
+            try:
+                control.release_late(value["late"])
+            except LateRefused as exc:
+                raise WindowError(name, str(exc)) from exc
             control.send(f"late {value['late']}")
             continue
         if key not in value:

@@ -15,7 +15,7 @@ descriptor) is read there, and only the static scan (``/proc``) and the host com
 # problem: ref_scale_add_64k (each input is 64 KiB, so it travels in a memory file)
 # expect: timing_behaviour
 # without landlock: not_certified
-# on cuda: not_certified  (its answers are host tensors)
+# on cuda: timing_behaviour
 import os
 
 import torch

@@ -468,3 +468,75 @@ def test_late_parts_without_landlock_are_copied_only_when_asked():
     finally:
         worker.close()
         late.close()
+
+
+_PART_THIEF = '''
+import os
+
+def main(payload):
+    """Open every memory file of the grader's that holds a late part."""
+    opened = 0
+    folder = f"/proc/{payload['grader']}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {"opened": 0}
+    for name in names:
+        try:
+            if "kernelmill-late" not in os.readlink(f"{folder}/{name}"):
+                continue
+            with open(f"{folder}/{name}", "rb") as handle:
+                opened += len(handle.read(64)) > 0
+        except OSError:
+            pass
+    return {"opened": opened}
+'''
+
+
+def test_late_parts_copied_ahead_are_out_of_a_confined_workers_reach():
+    """Copied ahead, the parts wait among this process's descriptors: a worker under Landlock
+    cannot open them through ``/proc/<grader>/fd``, one outside it can (which is why, without
+    Landlock, ``harness.late_ahead`` copies them only when asked for)."""
+    from kernelmill.validate.harness import late_ahead
+    from kernelmill.validate.payload_files import _LateFile
+    from kernelmill.validate.sandbox import abi_version
+
+    if abi_version() <= 0:
+        pytest.skip("no Landlock on this kernel")
+    assert late_ahead(True) and not late_ahead(False)
+    late = _LateFile([{"x": torch.ones(1 << 16)} for _ in range(2)], ahead=True)
+    try:
+        for event in late._written:
+            assert event.wait(10)
+        assert all(fd is not None for fd in late._files)
+        payload = {"source": _PART_THIEF, "grader": os.getpid()}
+        confined = run_in_worker("kernelmill.validate.harness:run_source", payload,
+                                 timeout_s=60, device="cpu", sandbox=True)
+        bare = run_in_worker("kernelmill.validate.harness:run_source", payload,
+                             timeout_s=60, device="cpu", sandbox=False)
+    finally:
+        late.close()
+        os.close(late.fd)
+    assert confined.ok and bare.ok, (confined.error, bare.error)
+    assert confined.value["opened"] == 0
+    assert bare.value["opened"] == 2
+
+
+def test_a_workers_open_file_limit_stays_below_the_graders():
+    """Descriptors parked in sockets count against their user's limit, checked against the
+    sender's: a worker's limit sits below this process's by more than one message's
+    descriptors, so no worker can make a late part's hand-over fail (``harness.WORKER_FILES``)."""
+    import resource
+
+    from kernelmill.validate.harness import WORKER_FILES, worker_files
+
+    source = ("import resource\n"
+              "def main():\n"
+              "    return {'files': list(resource.getrlimit(resource.RLIMIT_NOFILE))}\n")
+    run = run_in_worker("kernelmill.validate.harness:run_source", {"source": source},
+                        timeout_s=60, device="cpu")
+    assert run.ok, run.error
+    ours = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft, hard = run.value["files"]
+    assert soft == hard == worker_files() <= WORKER_FILES
+    assert ours == resource.RLIM_INFINITY or soft <= ours - 2 * 253
