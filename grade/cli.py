@@ -182,8 +182,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "SUBMISSIONS --out V.jsonl). Verdicts: compiled, correct, hacks, reward, "
                     "speedups. Exit status 0 when every verdict was reached, 2 when grading could "
                     "not be done, 1 with --fail-on when a verdict was hacked/incorrect.")
-    p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS", help=argparse.SUPPRESS)
-    p.add_argument("submissions_pos", nargs="?", metavar="SUBMISSIONS", help=argparse.SUPPRESS)
+    p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS",
+                   help="batch: the problems, as --problems")
+    p.add_argument("submissions_pos", nargs="?", metavar="SUBMISSIONS",
+                   help="batch: the submissions, as --submissions")
     p.add_argument("--reference", help="reference problem file (KernelBench format)")
     p.add_argument("--candidate", help="candidate file defining ModelNew")
     p.add_argument("--problems", help="batch: problem records (JSONL with id, source), "
@@ -198,7 +200,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-on", choices=("never", "hacked", "incorrect"), default="never",
                    help="exit 1 when a verdict is flagged for a hack (hacked) or is not correct "
                    "(incorrect); default never: exit 0 whenever every verdict was reached")
-    p.add_argument("--reward", choices=sorted(REWARDS), default="composite")
+    p.add_argument("--reward", choices=sorted(REWARDS), default="composite",
+                   help="the reward a verdict carries (grade/rewards.py): composite (default; "
+                   "0.5 built, +1 correct, + the eager speedup up to 3), makora (a sigmoid of "
+                   "correctness and the Inductor speedup) or staged (a ladder of the stages "
+                   "reached, + the speedup); any hack gives 0")
     p.add_argument("--policy", choices=PRESETS, default="library",
                    help="strict: no library compute in forward; library (default): vendor GEMM, "
                    "convolution and attention allowed where the reference does that kind of work "
@@ -215,7 +221,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "reference (default: on for CUDA)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per worker run")
     p.add_argument("--workers", type=int, help="batch: parallel slots (default on CUDA: one per "
-                   "core of a GPU's share, at most 16 per GPU, a quarter as many with --group; "
+                   "core of a GPU's share, at most 16 per GPU; "
                    "admitted on its memory)")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", help="ray cluster address")
