@@ -406,9 +406,10 @@ def judge_unique_writes(writes: Any) -> dict:
     if skipped:
         return skipped
     if writes:
-        return check(False, writes, "writes with repeated indices (which value wins is up to "
-                     "the device and its threads): " + "; ".join(writes))
-    return check(True, None, "no index write repeats a destination")
+        return check(False, writes, "writes that reach one place twice, by repeated indices "
+                     "or a view over shared memory (which value wins is up to the device and "
+                     "its threads): " + "; ".join(writes))
+    return check(True, None, "no write reaches one place twice")
 
 
 def judge_contrast(entries: Any, dtype: str, th: dict, tol: float,

@@ -77,6 +77,14 @@ def test_constant_tensors_finds_exactly_constant_ones():
     assert R.constant_tensors(nn.Linear(4, 4)) == []
 
 
+def _windows(step: int, write) -> torch.Tensor:
+    """8 zeros, ``write`` into their windows of 4 at ``step`` (a view PyTorch cannot tell
+    overlap-free)."""
+    zeros = torch.zeros(8)
+    write(zeros.unfold(0, 4, step))
+    return zeros
+
+
 @pytest.mark.parametrize("write, repeats", [
     (lambda i: torch.zeros(8).index_put_((i,), torch.arange(6.0)), 2),
     (lambda i: torch.zeros(8).index_put_((i,), torch.arange(6.0), accumulate=True), 0),
@@ -86,6 +94,12 @@ def test_constant_tensors_finds_exactly_constant_ones():
     (lambda i: torch.zeros(8).scatter_add(0, i, torch.arange(6.0)), 0),
     (lambda i: torch.zeros(8).scatter(0, i, 1.0), 0),
     (lambda i: torch.zeros(8).index_copy(0, torch.arange(6), torch.ones(6)), 0),
+    # a view over shared memory (windows of 4 at a step of 2: places 2-5 in two windows each)
+    (lambda i: _windows(2, lambda v: v.copy_(torch.arange(12.0).view(3, 4))), 4),
+    (lambda i: _windows(4, lambda v: v.copy_(torch.arange(8.0).view(2, 4))), 0),  # disjoint
+    (lambda i: _windows(2, lambda v: v.copy_(torch.ones(3, 4))), 0),  # every write agrees
+    (lambda i: _windows(2, lambda v: v.fill_(1.0)), 0),
+    (lambda i: _windows(2, lambda v: v.add_(torch.arange(12.0).view(3, 4))), 4),
 ])
 def test_duplicate_writes_are_found_only_where_the_winner_is_undefined(write, repeats):
     index = torch.tensor([0, 1, 1, 3, 5, 5])

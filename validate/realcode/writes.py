@@ -1,6 +1,7 @@
 """``duplicate_writes``: writes whose winner is undefined: scatter / index_put / index_copy /
-put (and a max unpool) writing two values to one place, where first or last writer wins as the
-device and its threads happen to order them."""
+put (and a max unpool) writing two values to one place, and any in-place or ``out=`` write into a
+view whose elements share memory (``unfold`` with a step under its size, ``as_strided``), where
+first or last writer wins as the device and its threads happen to order them."""
 from __future__ import annotations
 
 from typing import Any
@@ -68,10 +69,62 @@ def _unpool_repeats(values, indices) -> int:
     return int(torch.unique(lin[1:][clash]).numel())
 
 
+# Elements of a written view whose memory places are worked out one by one at most (an int64
+# each); a larger view that PyTorch cannot tell overlap-free is not judged
+OVERLAP_ELEMENTS = 1 << 24
+
+
+def _overlap_repeats(dest, values=None) -> int:
+    """Memory places a write into ``dest`` reaches through two of its elements or more, where
+    PyTorch itself cannot tell (``_debug_has_internal_overlap`` 2: too hard; 1, a plain overlap,
+    makes PyTorch refuse the write). With ``values`` (a copy's source), only places written
+    with two different values count: a patch copied over another that agrees is no race."""
+    import torch
+
+    if not isinstance(dest, torch.Tensor) or dest.numel() < 2 or \
+            dest.numel() > OVERLAP_ELEMENTS or torch._debug_has_internal_overlap(dest) != 2:
+        return 0
+    lin = torch.full((), dest.storage_offset(), dtype=torch.int64)
+    for size, stride in zip(dest.shape, dest.stride()):
+        lin = lin.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * stride
+    lin = lin.reshape(-1)
+    if not isinstance(values, torch.Tensor):
+        return _repeats(lin)
+    try:
+        written = values.detach().to("cpu").expand(dest.shape).reshape(-1)
+    except RuntimeError:
+        return _repeats(lin)
+    order = torch.argsort(lin, stable=True)
+    lin, written = lin[order], written[order]
+    same = written[1:] == written[:-1]
+    if written.is_floating_point():  # NaN written over NaN agrees
+        same |= written[1:].isnan() & written[:-1].isnan()
+    clash = (lin[1:] == lin[:-1]) & ~same
+    return int(torch.unique(lin[1:][clash]).numel())
+
+
+def _in_place_repeats(name: str, args: tuple, kwargs: dict) -> int:
+    """Places an in-place op (``copy_``, ``add_``...) or an ``out=`` write reaches twice through
+    its destination's overlapping elements."""
+    base = name.split(".")[-1]
+    out = kwargs.get("out")
+    if base in ("fill_", "zero_", "masked_fill_"):  # one value wherever it lands
+        return 0
+    if base.endswith("_") and not base.startswith("_") and args:
+        return _overlap_repeats(args[0], args[1] if base == "copy_" and len(args) > 1 else None)
+    if out is not None:
+        return max([_overlap_repeats(t) for t in (out if isinstance(out, (tuple, list))
+                                                   else (out,))] or [0])
+    return 0
+
+
 def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
     """Destinations written twice by one order-undefined write op (0: none, or not one)."""
     import torch
 
+    overlapping = _in_place_repeats(name, args, kwargs)
+    if overlapping:
+        return overlapping
     base = name.split(".")[-1].rstrip("_")
     if base in ("index_put", "_index_put_impl"):
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
@@ -95,8 +148,8 @@ def _write_repeats(name: str, args: tuple, kwargs: dict) -> int:
 
 def duplicate_writes(model, inputs: list, forward_seed: int, copies: bool = True) -> list[str]:
     """Each write op of one forward (index_put, index_copy, scatter with a source, put, max
-    unpooling) that writes more than one value to one place, as ``"<op>: N place(s) written
-    twice or more"``."""
+    unpooling, an in-place or ``out=`` write into a view over shared memory) that writes more
+    than one value to one place, as ``"<op>: N place(s) written more than once"``."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     found: dict[str, int] = {}
