@@ -63,9 +63,20 @@ def _unpool_repeats(values, indices) -> int:
     flat = indices.reshape(planes, -1).to(torch.int64)
     lin = (flat + torch.arange(planes, device=flat.device)[:, None] *
            (int(flat.max()) + 1 if flat.numel() else 1)).reshape(-1)
+    return _clashing_places(lin, values.reshape(-1), nan_agrees=False)
+
+
+def _clashing_places(lin, values, nan_agrees: bool) -> int:
+    """Places of ``lin`` (flat destinations, one per value) written with two different values;
+    with ``nan_agrees``, NaN written over NaN is one value."""
+    import torch
+
     order = torch.argsort(lin, stable=True)
-    lin, vals = lin[order], values.reshape(-1)[order]
-    clash = (lin[1:] == lin[:-1]) & (vals[1:] != vals[:-1])
+    lin, values = lin[order], values[order]
+    same = values[1:] == values[:-1]
+    if nan_agrees and values.is_floating_point():
+        same |= values[1:].isnan() & values[:-1].isnan()
+    clash = (lin[1:] == lin[:-1]) & ~same
     return int(torch.unique(lin[1:][clash]).numel())
 
 
@@ -94,13 +105,7 @@ def _overlap_repeats(dest, values=None) -> int:
         written = values.detach().to("cpu").expand(dest.shape).reshape(-1)
     except RuntimeError:
         return _repeats(lin)
-    order = torch.argsort(lin, stable=True)
-    lin, written = lin[order], written[order]
-    same = written[1:] == written[:-1]
-    if written.is_floating_point():  # NaN written over NaN agrees
-        same |= written[1:].isnan() & written[:-1].isnan()
-    clash = (lin[1:] == lin[:-1]) & ~same
-    return int(torch.unique(lin[1:][clash]).numel())
+    return _clashing_places(lin, written, nan_agrees=True)
 
 
 def _in_place_repeats(name: str, args: tuple, kwargs: dict) -> int:
