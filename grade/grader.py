@@ -8,9 +8,10 @@ holds the steps around them: the candidate's build and run, the timing window, t
    every submission, and computes the reference outputs. Only Inductor's timing (CUDA) is
    cached: on disk per reference source, GPU model and library versions.
 3. Candidate: a second worker gets the inputs, the constructor arguments and the weights (never
-   the reference outputs) and runs forward under observation. Timing: a third worker rebuilds
-   the reference (never the candidate) on the candidate's timing inputs, and both are timed in
-   one exclusive window on the GPU, in alternating rounds (``validate.window``); the verdict's
+   the reference outputs) and runs forward under observation. Timing: the reference's worker
+   of step 2, kept after its results (``live_reference``; else a third worker that rebuilds the
+   reference), times the reference (never the candidate) on the candidate's timing inputs, and
+   both are timed in one exclusive window on the GPU, in alternating rounds (``validate.window``); the verdict's
    ``timing`` and speedups come from that window only.
 4. Judge (``judge.judge``) here, then the reward.
 
@@ -54,6 +55,7 @@ from .reference_run import (  # noqa: F401 — importable from here, as before
     ReferenceRuns,
     ReferenceTiming,
     _first_dtype,
+    close_live,
 )
 from .rewards import get_reward
 from .side_by_side import (
@@ -170,13 +172,19 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         if pending:
             # only the input distributions the record's validation found the reference stable
             # under (T-19)
+            # with a window to come, the first reference worker stays to time the reference
+            # there (``live_reference``): one worker, one CUDA context fewer per grade
             references = self._fresh_references(size.source, len(pending), slot_env,
-                                                 self.policy.distributions_for(record))
-            if on_references is not None:
-                on_references()
-            after_reference = time.monotonic()
-            judged = self._candidates(references, [candidate_sources[i] for i in pending],
-                                      record, slot_env)
+                                                 self.policy.distributions_for(record),
+                                                 live=self.policy.time)
+            try:
+                if on_references is not None:
+                    on_references()
+                after_reference = time.monotonic()
+                judged = self._candidates(references, [candidate_sources[i] for i in pending],
+                                          record, slot_env)
+            finally:
+                close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"reference_s": round(after_reference - began, 3),
@@ -338,17 +346,24 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         for i, job in candidates.items():
             job["payload"] = {**job["payload"], "window": True}
         first = candidates[min(candidates)]
-        jobs["reference"] = {
-            "target": "kernelmill.grade.worker:reference_timing_task",
-            "payload": {"source": reference.source, "device": self.worker_device,
-                        "init_seed": reference.value["init_seed"],
-                        "state_dict": first["payload"]["state_dict"],
-                        "inputs": first["payload"]["trials"][0]["inputs"],
-                        "timing_settings": policy.timing_settings},
-            "timeout_s": policy.timeout_s, "device": self.worker_device,
-            "env": self._env(slot_env), "sandbox": policy.sandbox, "limits": first.get("limits")}
+        # the worker that made this reference run times it, else a timing worker of its own
+        live = reference.live[0] if reference.live and \
+            reference.live[0].time(reference.live[1]) else None
+        if live is None:
+            jobs["reference"] = {
+                "target": "kernelmill.grade.worker:reference_timing_task",
+                "payload": {"source": reference.source, "device": self.worker_device,
+                            "init_seed": reference.value["init_seed"],
+                            "state_dict": first["payload"]["state_dict"],
+                            "inputs": first["payload"]["trials"][0]["inputs"],
+                            "timing_settings": policy.timing_settings},
+                "timeout_s": policy.timeout_s, "device": self.worker_device,
+                "env": self._env(slot_env), "sandbox": policy.sandbox,
+                "limits": first.get("limits")}
         jobs.update({names[i]: job for i, job in candidates.items()})
         controls = {name: Control() for name in jobs}
+        if live is not None:
+            controls = {"reference": live.control, **controls}
         results: dict[str, WorkerResult] = {}
 
         def launch(name: str) -> None:
@@ -377,6 +392,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             admit=None if policy.time_incorrect else admit)
         for thread in threads:
             thread.join()
+        if live is not None:
+            results["reference"] = live.close()
         timing_run = results.get("reference")
         if timing_run is not None and not timing_run.ok and not window.get("error"):
             error = timing_run.error or {}

@@ -26,6 +26,7 @@ from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
 
 from .judge import reference_fault
+from .live_reference import LiveReference
 from .side_by_side import _side_by_side, _split
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
@@ -93,6 +94,15 @@ class ReferenceRun:
     result: WorkerResult
     device: str
     source: str = ""  # what the reference worker ran (the window's timing worker rebuilds it)
+    # the worker that made this run, kept to time it in its grade's window, and the run's
+    # index there (``live_reference``); None: a timing worker of its own times it
+    live: tuple[LiveReference, int] | None = None
+
+
+def close_live(runs: list[ReferenceRun]) -> None:
+    """End the kept workers of ``runs`` (each once; those that timed already have ended)."""
+    for live in {id(run.live[0]): run.live[0] for run in runs if run.live}.values():
+        live.close()
 
 
 def _first_dtype(ref: dict) -> str:
@@ -210,16 +220,22 @@ class ReferenceRuns:
             return run
 
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
-                        dists: tuple[str, ...] | None = None) -> ReferenceRun:
+                        dists: tuple[str, ...] | None = None,
+                        live: bool = False) -> ReferenceRun:
         """A reference run for ONE submission: weights and every trial's inputs drawn from new
         secret seeds, so no submission is graded on inputs an earlier one saw (or left answers
         for). The members of one group whose runs one worker made share its shown file (the
         inputs and weights each is given), never its outputs or unseen inputs. Only the
         per-source timing figures (eager/Inductor on CUDA) are shared.
-        ``dists``: the input distributions its trials cycle over (default: the policy's)."""
-        run = self._run_reference(source, slot_env, timed=False, dists=dists)
-        if self.policy.time and self.policy.use_inductor(self.device):
-            run.value.update(self.inductor_timing(source, slot_env=slot_env))
+        ``dists``: the input distributions its trials cycle over (default: the policy's).
+        ``live``: its worker stays to time it in the grade's window (``ReferenceRun.live``)."""
+        run = self._run_reference(source, slot_env, timed=False, dists=dists, live=live)
+        try:
+            if self.policy.time and self.policy.use_inductor(self.device):
+                run.value.update(self.inductor_timing(source, slot_env=slot_env))
+        except BaseException:
+            close_live([run])
+            raise
         return run
 
     def _fresh_seeds(self, dists: tuple[str, ...] | None = None) -> dict:
@@ -250,10 +266,10 @@ class ReferenceRuns:
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
     def _run_reference(self, source: str, slot_env: dict | None, timed: bool = True,
-                       dists: tuple[str, ...] | None = None) -> ReferenceRun:
+                       dists: tuple[str, ...] | None = None, live: bool = False) -> ReferenceRun:
         policy = self.policy
         payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(dists),
-                   "time": policy.time and timed,
+                   "serve_timing": live, "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
@@ -274,21 +290,37 @@ class ReferenceRuns:
         if bytecode:  # the libraries' bytecode, read only (``validate.bytecode``)
             env[BYTECODE_VAR] = bytecode
         with self._on_host(source) as limits:
-            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
-                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
-                                   env=env, writable=writable, sandbox=policy.sandbox,
-                                   limits=limits, early_results=True)
-        if not result.ok:
-            error = result.error or {}
-            raise ReferenceError(f"reference failed in {error.get('stage')}: "
-                                 f"{error.get('message')}")
-        value = result.value
-        fault = reference_fault(value)
-        if fault:
-            raise ReferenceError(fault)
+            result, kept = self._reference_worker(payload, env, writable, limits, live)
+        try:
+            if not result.ok:
+                error = result.error or {}
+                raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                                     f"{error.get('message')}")
+            value = result.value
+            fault = reference_fault(value)
+            if fault:
+                raise ReferenceError(fault)
+        except ReferenceError:
+            if kept is not None:
+                kept.close()
+            raise
         value["init_seed"] = payload["init_seed"]
         self._note_reference_bytes(source, value, slot_env)
-        return ReferenceRun(value, result, self.device, source)
+        return ReferenceRun(value, result, self.device, source,
+                            live=(kept, 0) if kept is not None else None)
+
+    def _reference_worker(self, payload: dict, env: dict, writable: list, limits: dict,
+                          live: bool) -> tuple[WorkerResult, LiveReference | None]:
+        """A reference worker's results; with ``live``, delivered ahead by a worker that stays
+        to time one of its runs (returned beside them), else at its end."""
+        job = {"target": "kernelmill.grade.worker:reference_task", "payload": payload,
+               "timeout_s": self.policy.timeout_s * (3 if live else 2),
+               "device": self.worker_device, "env": env, "writable": writable,
+               "sandbox": self.policy.sandbox, "limits": limits}
+        if not live:
+            return run_in_worker(**job, early_results=True), None
+        kept = LiveReference(job)
+        return kept.results(), kept
 
     def device_bytes(self, source: str, record: dict | None = None,
                      slot_env: dict | None = None) -> int | None:
@@ -341,21 +373,32 @@ class ReferenceRuns:
             return (self._reference_sizes.get(source) or {}).get("tensor_bytes")
 
     def _fresh_batch(self, source: str, count: int, slot_env: dict | None,
-                     dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
+                     dists: tuple[str, ...] | None = None,
+                     live: bool = False) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source`` from ONE worker (one process, one CUDA
-        context): each its own secret seeds, weights and inputs, as ``fresh_reference``."""
+        context): each its own secret seeds, weights and inputs, as ``fresh_reference``.
+        ``live``: the worker stays to time one of them in the grade's window."""
         if count == 1:
-            return [self.fresh_reference(source, slot_env=slot_env, dists=dists)]
+            return [self.fresh_reference(source, slot_env=slot_env, dists=dists, live=live)]
         policy = self.policy
         runs = [self._fresh_seeds(dists) for _ in range(count)]
         payload = {"source": source, "device": self.worker_device, "runs": runs,
-                   "time": False, "inductor": False, "timing_settings": policy.timing_settings,
+                   "serve_timing": live, "time": False, "inductor": False,
+                   "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
         with self._on_host(source, count, together=True) as limits:
-            result = run_in_worker("kernelmill.grade.worker:reference_task", payload,
-                                   timeout_s=policy.timeout_s * 2, device=self.worker_device,
-                                   env=self._env(slot_env), sandbox=policy.sandbox,
-                                   limits=limits, early_results=True)
+            result, kept = self._reference_worker(payload, self._env(slot_env), [], limits, live)
+        try:
+            return self._batch_runs(source, runs, result, kept, slot_env)
+        except BaseException:
+            if kept is not None:
+                kept.close()
+            raise
+
+    def _batch_runs(self, source: str, runs: list[dict], result: WorkerResult,
+                    kept: LiveReference | None, slot_env: dict | None) -> list[ReferenceRun]:
+        """A batch worker's result as one ``ReferenceRun`` per run it made."""
+        policy, count = self.policy, len(runs)
         if not result.ok:
             error = result.error or {}
             raise ReferenceError(f"reference failed in {error.get('stage')}: "
@@ -366,7 +409,7 @@ class ReferenceRuns:
         timing = self.inductor_timing(source, slot_env=slot_env) \
             if policy.time and policy.use_inductor(self.device) else {}
         made = []
-        for seeds, value in zip(runs, values):
+        for index, (seeds, value) in enumerate(zip(runs, values)):
             fault = reference_fault(value)
             if fault:
                 raise ReferenceError(fault)
@@ -374,19 +417,34 @@ class ReferenceRuns:
             # each run's share of the worker's CPU time
             share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
             made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),
-                                     self.device, source))
+                                     self.device, source,
+                                     live=(kept, index) if kept is not None else None))
         self._note_reference_bytes(source, values[0], slot_env)
         return made
 
     def _fresh_references(self, source: str, count: int, slot_env: dict | None,
-                          dists: tuple[str, ...] | None = None) -> list[ReferenceRun]:
+                          dists: tuple[str, ...] | None = None,
+                          live: bool = False) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source``, in workers side by side. Once a run of
         this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
         tensors (a group of small problems: one worker, not eight CUDA contexts, which a
-        GPU's driver creates one at a time); until then, one each."""
+        GPU's driver creates one at a time); until then, one each. ``live``: the worker of the
+        first batch stays to time one of its runs in the grade's window (the caller ends it:
+        ``close_live``)."""
         size = self.reference_tensor_bytes(source)
         per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
         sizes = [len(part) for part in _split(range(count), per_worker)]
-        # a ReferenceError is the problem's: it reaches the caller
-        batches = _side_by_side(lambda n: self._fresh_batch(source, n, slot_env, dists), sizes)
+        made: list[list[ReferenceRun]] = []
+
+        def batch(index_size: tuple[int, int]) -> list[ReferenceRun]:
+            runs = self._fresh_batch(source, index_size[1], slot_env, dists,
+                                     live=live and index_size[0] == 0)
+            made.append(runs)
+            return runs
+
+        try:  # a ReferenceError is the problem's: it reaches the caller
+            batches = _side_by_side(batch, list(enumerate(sizes)))
+        except BaseException:
+            close_live([run for runs in made for run in runs])
+            raise
         return [run for batch in batches for run in batch]

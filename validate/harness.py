@@ -69,7 +69,7 @@ from .result_channel import (
     _widen_pipe,
 )
 from .sandbox import abi_version as landlock_abi
-from .tensor_slots import SealedFile, SlotError, attach_slots
+from .tensor_slots import SealedFile, SlotError, attach_slots, has_slots
 from .worker_control import Control
 from .worker_processes import (
     _SECRET_MARKERS,  # noqa: F401
@@ -170,7 +170,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
                   warm: bool = True, late: list | None = None,
-                  early_results: bool = False) -> WorkerResult:
+                  early_results: bool = False, on_delivered=None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -188,6 +188,10 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     asks (``payload_files._LateFile``, ``harness_worker.late_payload``).
     ``early_results`` lets a trusted target (one that runs no submission's code) write result
     tensors into the run's results file as it makes them (``harness_worker.result_slot``).
+    ``on_delivered(result)`` (with ``early_results``): such a target may deliver its results
+    before its end (``harness_worker.deliver``); they are read then, the run's files sealed, and
+    passed to ``on_delivered`` as a ``WorkerResult`` (from the reader's thread) while the worker
+    goes on; the run's own result, at its end, is what the target returned after that.
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -291,7 +295,33 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         control.token = token
         control._attach(w_ctl)
         control._late = late_file
-    reader = _Reader(r_out, key, start, control)
+    shown = SealedFile(shown_fd) if shown_fd is not None else None
+    delivered: list[WorkerResult] = []
+
+    def deliver(data, at: float) -> None:
+        """The run's results, delivered before its end (a trusted target's)."""
+        got = WorkerResult(ok=False, wall_s=at, stages=list(reader.stages), sandbox=reader.sandbox,
+                           warm=not isinstance(proc, subprocess.Popen),
+                           spare=getattr(proc, "spare", False) is True)
+        try:
+            value = attach_slots(_decode(data), results_fd, shown)
+            got.cpu_s = value.pop("_cpu_s", None) if isinstance(value, dict) else None
+            got.value, got.ok = value, isinstance(value, dict)
+            got.shown = shown if shown is not None and shown.size else None
+        except SlotError as exc:
+            got.tampered = True
+            got.error = {"stage": "deliver", "message": f"result tensors not trusted: {exc}"}
+        except Exception as exc:  # noqa: BLE001 — an undecodable delivery is a failed run
+            got.error = {"stage": "deliver", "message": f"result not decodable: {exc}"}
+        delivered.append(got)
+        try:
+            on_delivered(got)
+        except Exception:  # noqa: BLE001 — the caller's; the reader goes on
+            pass
+
+    reader = _Reader(r_out, key, start, control,
+                     on_delivered=deliver if on_delivered is not None and early_results and
+                     results_fd is not None else None)
     reader.start()
 
     def feed() -> None:
@@ -342,7 +372,6 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     stdout.close()
     stderr.close()
     shutil.rmtree(tmp, ignore_errors=True)
-    shown = SealedFile(shown_fd) if shown_fd is not None else None
     last_stage = result.stages[-1][0] if result.stages else ("startup" if not reader.hello
                                                              else "import target")
     if result.tampered:
@@ -367,9 +396,13 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     elif reader.result is not None:
         try:
             # the worker and every process of its run are gone: its results file is read now
-            result.value = attach_slots(_decode(reader.result), results_fd, shown)
+            # (after a delivery, its files are the delivered result's: the end holds no slot)
+            value = _decode(reader.result)
+            if delivered and has_slots(value):
+                raise SlotError("a result after the run's delivery names tensors in its files")
+            result.value = attach_slots(value, results_fd, shown) if not delivered else value
             result.ok = True
-            result.shown = shown if shown is not None and shown.size else None
+            result.shown = shown if shown is not None and shown.size and not delivered else None
         except SlotError as exc:  # the file is not the one the result's frame describes
             result.tampered = True
             result.error = {"stage": last_stage, "message": f"result tensors not trusted: {exc}"}
@@ -382,7 +415,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         "message": f"{message}: {detail}" if detail else message}
     if results_fd is not None:
         os.close(results_fd)  # the tensors attached keep their own mapping of it
-    if shown is not None and result.shown is None:
+    if shown is not None and result.shown is None and \
+            not any(got.shown is shown for got in delivered):
         shown.close()
     return result
 

@@ -41,14 +41,17 @@ from .tensor_slots import (  # noqa: F401
 
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
 # Body: one kind byte, then data. Kinds: H hello, S stage (JSON), R result (torch.save),
-# E error (JSON), T a report to a parent that drives the worker over the control pipe (JSON).
+# E error (JSON), T a report to a parent that drives the worker over the control pipe (JSON),
+# D a trusted run's results delivered before its end (torch.save, as R; ``deliver``).
 HEADER = struct.Struct(">I")
 MAC_SIZE = 32
 KIND_HELLO, KIND_STAGE, KIND_RESULT, KIND_ERROR, KIND_REPORT = b"H", b"S", b"R", b"E", b"T"
+KIND_DELIVERED = b"D"
 
 _channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
+_delivered = [False]  # set by ``deliver``: the run's files are the parent's, sealed
 _stage = "startup"
 
 # Bound before any user code can run, so later patches of os/hmac do not reach the channel.
@@ -118,7 +121,7 @@ def _install_writer(fd: int, key: bytes) -> None:
     ``mark_stage``. It calls only what it bound here: HMAC in C where the interpreter has it."""
     senders = {KIND_HELLO: main.__code__, KIND_RESULT: main.__code__,
                KIND_ERROR: main.__code__, KIND_REPORT: report.__code__,
-               KIND_STAGE: mark_stage.__code__}
+               KIND_STAGE: mark_stage.__code__, KIND_DELIVERED: deliver.__code__}
     try:
         from _hashlib import hmac_new as mac_new  # C: no Python looked up per frame
     except ImportError:  # an interpreter without OpenSSL
@@ -375,6 +378,22 @@ def result_slot(tensor, look=None, shown: bool = False):
     return (_shown if shown else _results).put(tensor, look)
 
 
+def deliver(value: dict, *, _send=_audit_event, _event=FRAME_EVENT,
+            _kind=KIND_DELIVERED) -> None:
+    """A trusted run's results (a run that executes no submission's code and whose parent
+    asked for them ahead: ``harness.run_in_worker(on_delivered=...)``) sent now, before the
+    run ends: the parent seals the run's results and shown files and reads them while the
+    task goes on with what the parent asks next over the control pipe (a fresh reference run
+    that then times the reference in its grade's window). Once per run; what the task
+    returns at its end carries no tensors in those files (they are sealed by then)."""
+    if _results.fd is None or _delivered[0]:
+        raise RuntimeError("this run has no results file to deliver, or delivered already")
+    data = _encode_result(value, _results.fd)
+    _send(_event, _kind, data)
+    _delivered[0] = True
+    _results.fd = _shown.fd = None
+
+
 def result_mark() -> tuple[int, int]:
     """Where the next ``result_slot`` writes (for ``result_rewind``)."""
     return _results.end, _shown.end
@@ -559,7 +578,7 @@ def main(argv: list[str]) -> None:
         problems = guard() if guard is not None else None
         if problems:
             raise ResultGuardError("; ".join(str(p) for p in problems)[:1500])
-        data = encode(value, results_fd)
+        data = encode(value, None if _delivered[0] else results_fd)
         too_large = _too_large(len(data))
         if too_large:
             raise ResultTooLarge(too_large)

@@ -1,6 +1,7 @@
 """The parent's end of a worker's result channel: a thread that reads and authenticates the
 HMAC-signed frames (``_Reader``: hello, stage marks, reports, the result or the error), the
-memory file a result frame's data lands in (``_FrameFile``) and its decoding with
+memory file a result frame's data (or a trusted run's results delivered before its end) lands
+in (``_FrameFile``) and its decoding with
 ``torch.load(weights_only=True)`` (``_decode``). Split out of ``validate.harness``, which
 re-exports these names.
 """
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .harness_worker import (
     HEADER,
+    KIND_DELIVERED,
     KIND_ERROR,
     KIND_HELLO,
     KIND_REPORT,
@@ -44,9 +46,14 @@ STAGE_NAME_CHARS = 200
 class _Reader(threading.Thread):
     """Reads and authenticates frames; stamps each with the parent's clock."""
 
-    def __init__(self, fd: int, key: bytes, start: float, control: Control | None = None):
+    def __init__(self, fd: int, key: bytes, start: float, control: Control | None = None,
+                 on_delivered=None):
         super().__init__(daemon=True)
         self.fd, self.key, self.start_time, self.control = fd, key, start, control
+        # ``on_delivered(data, at)``: a trusted run's results before its end (one frame, once;
+        # from a run not asked for them, the frame breaks the channel)
+        self.on_delivered = on_delivered
+        self.delivered = False
         self.stages: list[tuple[str, float]] = []
         self.result: bytes | _FrameFile | None = None
         self.error: dict | None = None
@@ -97,13 +104,15 @@ class _Reader(threading.Thread):
                 return
             kind = self._read_exact(1)
             kind = bytes(kind[:1]) if kind is not None else None
-            if kind != KIND_RESULT:
+            large = kind == KIND_RESULT or (kind == KIND_DELIVERED and
+                                            self.on_delivered is not None and not self.delivered)
+            if not large:
                 self.small_bytes += length
                 if length - 1 > SMALL_FRAME or self.small_bytes > SMALL_TOTAL:
                     self.tampered = True
                     return
             # a result's data goes to a file-backed buffer; the rest is small
-            body = self._read_exact(length - 1, file=kind == KIND_RESULT)
+            body = self._read_exact(length - 1, file=large)
             if body is None:
                 self.tampered = True  # a truncated frame is not something the harness writes
                 return
@@ -114,7 +123,7 @@ class _Reader(threading.Thread):
                     body.close()
                 self.tampered = True
                 return
-            data = body if kind == KIND_RESULT else bytes(body)
+            data = body if large else bytes(body)
             now = time.monotonic() - self.start_time
             if kind == KIND_HELLO:
                 self.hello = True
@@ -125,6 +134,9 @@ class _Reader(threading.Thread):
                 self.result, final, self.final_at = data, True, now
             elif kind == KIND_ERROR:
                 self.error, final, self.final_at = json.loads(data), True, now
+            elif kind == KIND_DELIVERED and large:
+                self.delivered = True
+                self.on_delivered(data, now)
             elif kind == KIND_REPORT:
                 try:
                     value = json.loads(data)

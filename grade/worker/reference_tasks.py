@@ -1,8 +1,10 @@
 """The reference run's tasks, run by the parent in separate processes (``validate.harness``).
 
 ``reference_task`` builds the problem and returns each trial's inputs and the reference outputs;
-``reference_timing_task`` times the reference in the parent's window. Neither sees candidate
-code. The candidate's tasks are in ``tasks``.
+asked to (``serve_timing``), it delivers them ahead and stays to time one run's reference in the
+grade's window when the parent asks. ``reference_timing_task`` times the reference in the
+parent's window on a worker of its own. Neither sees candidate code. The candidate's tasks are
+in ``tasks``.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
+    deliver,
     mark_stage,
     receive,
     report,
@@ -38,22 +41,72 @@ def reference_task(payload: dict) -> dict:
     _few_host_threads(device)
     mark_stage("reference build")
     ns = load_namespace(payload["source"], "reference")
+    bases: list[dict] = []  # what timing each run needs (``_time_when_asked``)
+    runs: list | None = None
     if "runs" in payload:  # several fresh references (a group's members), one CUDA context
         runs = []
         for run in payload["runs"]:
             result = _reference_trials(ns, device, {**payload, **run})
+            bases = [{**b, "model": None} for b in bases] + [_timing_basis(result, run)]
             _drop_worker_only(result)
             runs.append(result)
         peak = _device_peak(device)
         mark_stage("reference send")  # what follows is the results' encoding and sending
-        return {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
-    result = _reference_trials(ns, device, payload)
-    result["device_peak_bytes"] = _device_peak(device)
-    if payload.get("time", True) and payload.get("inductor"):
-        _inductor_timing(ns, device, payload, result)
-    _drop_worker_only(result)
-    mark_stage("reference send")
-    return result
+        value = {"runs": [{**run, "device_peak_bytes": peak} for run in runs]}
+    else:
+        value = _reference_trials(ns, device, payload)
+        value["device_peak_bytes"] = _device_peak(device)
+        if payload.get("time", True) and payload.get("inductor"):
+            _inductor_timing(ns, device, payload, value)
+        bases = [_timing_basis(value, payload)]
+        _drop_worker_only(value)
+        mark_stage("reference send")
+    if not payload.get("serve_timing"):
+        return value
+    deliver({**value, "_cpu_s": _cpu_seconds()})
+    value = runs = None  # noqa: F841 — what was sent is the parent's now
+    return _time_when_asked(ns, device, payload, bases)
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return round(used.ru_utime + used.ru_stime, 3)
+
+
+def _timing_basis(result: dict, seeds: dict) -> dict:
+    """What timing run ``result``'s reference needs once its results are sent: its seeds, its
+    base state (on the host) and its model (kept for the last run made only)."""
+    return {"init_seed": seeds["init_seed"], "state": result["state_dict"],
+            "draw": result["trials"][0]["_draw"], "model": result["_model"]}
+
+
+def _time_when_asked(ns: dict, device: str, payload: dict, bases: list[dict]) -> dict:
+    """After the run's results are delivered: time run ``k``'s reference when the parent says
+    ``time k`` (its grade's window is about to open), as ``reference_timing_task`` does on a
+    worker of its own: the model under that run's seeds and base state, on that run's first
+    inputs (the candidate's timed inputs). Its own process and CUDA context serve both: one
+    worker fewer per grade. Anything else from the parent (it closed the pipe: no window) ends
+    the run untimed."""
+    mark_stage("reference waits")
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the trials' blocks, while the candidates run
+    asked = receive().strip().split()
+    if len(asked) != 2 or asked[0] != "time" or not asked[1].isdigit() or \
+            int(asked[1]) >= len(bases):
+        return {"timing": None}
+    basis = bases[int(asked[1])]
+    model = basis["model"]
+    if model is None:  # built on the host, outside the GPU's lock
+        _init_inputs, model = _build_model(ns, basis)
+    if not await_gpu(receive, report):
+        return {"timing": None}
+    model = model.to(device)
+    model.load_state_dict(basis["state"])
+    seed, dist = basis["draw"]
+    return _time_reference(model, to_device(transform(draw_inputs(ns, device, seed), dist),
+                                            device), device, payload)
 
 
 def _drop_worker_only(result: dict) -> None:
@@ -311,7 +364,12 @@ def reference_timing_task(payload: dict) -> dict:
     model = ns["Model"](*init_inputs).to(device)
     if payload.get("state_dict"):  # the grade's base state (T-18), as the candidate's
         model.load_state_dict(payload["state_dict"])
-    placements = T.placed_copies(to_device(payload["inputs"], device), device)
+    return _time_reference(model, to_device(payload["inputs"], device), device, payload)
+
+
+def _time_reference(model, inputs: list, device: str, payload: dict) -> dict:
+    """The reference's eager forward timed in the parent's window (``timer._serve_timing``)."""
+    placements = T.placed_copies(inputs, device)
     turn = itertools.count()
 
     def eager():  # on each placement of the inputs in turn, as the candidate's timed calls

@@ -8,7 +8,9 @@ from conftest import FIXTURES
 
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file, group_items
+import kernelmill.grade.grader as G
 from kernelmill.grade.grader import Grader
+from kernelmill.grade.live_reference import LiveReference
 from kernelmill.grade.policy import Policy
 
 SUBMISSIONS = FIXTURES / "submissions"
@@ -188,4 +190,50 @@ def test_the_candidates_and_the_reference_timing_get_the_reference_runs_shown_fi
     assert all(v["correct"] and not v["hacks"] for v in verdicts)
     given = [keys for keys, ok in passed if ok]
     assert sum("trials" in keys for keys in given) == 2  # both candidates
-    assert sum("inputs" in keys and "trials" not in keys for keys in given) == 1  # the timing
+    # the window's reference was timed by the worker that made it (``live_reference``)
+    assert not any("inputs" in keys and "trials" not in keys for keys in given)
+    # where that worker cannot time it, a timing worker of its own does, given the file too
+    passed.clear()
+    monkeypatch.setattr(LiveReference, "time", lambda self, index: False)
+    verdicts = Grader("cpu", policy=policy).grade_group(reference, [read("honest_scale_add")] * 2)
+    assert all(v["correct"] and not v["hacks"] and v["timing"] for v in verdicts)
+    given = [keys for keys, ok in passed if ok]
+    assert sum("inputs" in keys and "trials" not in keys for keys in given) == 1
+
+
+def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
+    """A grade starts two workers, not three: the fresh reference run's worker delivers its
+    results ahead and then times the reference in the window (``live_reference``), on its
+    first trial's inputs under its base state; one whose grade opens no window ends untimed."""
+    import kernelmill.grade.live_reference as L
+    import kernelmill.grade.reference_run as R
+
+    started = []
+    real = R.run_in_worker
+
+    def counted(target, payload, **kwargs):
+        started.append(target.rsplit(":", 1)[1])
+        return real(target, payload, **kwargs)
+
+    monkeypatch.setattr(R, "run_in_worker", counted)
+    monkeypatch.setattr(L, "run_in_worker", counted)
+    monkeypatch.setattr(G, "run_in_worker", counted)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    verdict = grader.grade(read("ref_scale_add"), read("honest_scale_add"))
+    assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+    assert sorted(started) == ["candidate_task", "reference_task"], started
+    assert verdict["timing"]["reps"] >= 6 and verdict["timings"]["eager_ms"] > 0
+    assert verdict["profile"]["cpu_s"]["timing_reference"] is not None
+    # a group of 3 from one batch worker: it times the first member's run
+    started.clear()
+    group = grader.grade_group(read("ref_scale_add"), [read("honest_scale_add")] * 3)
+    assert all(v["correct"] and v["timing"] for v in group), [v.get("error") for v in group]
+    assert sorted(started) == ["candidate_task"] * 3 + ["reference_task"], started
+    # no window to come (a wrong answer skipped before timing still has one; a build that
+    # failed has none): the kept worker ends untimed when asked to close
+    references = grader._fresh_references(read("ref_scale_add"), 2, None, live=True)
+    live = references[0].live[0]
+    assert references[1].live == (live, 1)
+    assert live.close() is None and live.control.ended
+

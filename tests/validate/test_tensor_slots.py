@@ -540,3 +540,64 @@ def test_a_workers_open_file_limit_stays_below_the_graders():
     soft, hard = run.value["files"]
     assert soft == hard == worker_files() <= WORKER_FILES
     assert ours == resource.RLIM_INFINITY or soft <= ours - 2 * 253
+
+
+DELIVERS = (
+    "import torch\n"
+    "from kernelmill.validate.harness_worker import deliver, receive, result_slot\n"
+    "def main(payload):\n"
+    "    g = torch.Generator().manual_seed(7)\n"
+    "    seen = torch.randn(300, 1000, generator=g)\n"
+    "    weight = torch.randn(400, 400, generator=g)\n"
+    "    deliver({'inputs': [result_slot(seen, shown=True)], 'weight': weight,\n"
+    "             'outputs': [result_slot(seen * 2)]})\n"
+    "    asked = receive()\n"
+    "    return {'asked': asked, 'again': seen * 3}\n")
+
+
+def test_a_trusted_run_delivers_its_results_before_its_end():
+    """``harness_worker.deliver``: a trusted run's results (its files sealed, its shown file
+    passed on as at the end) reach the parent while the worker goes on; what it returns at its
+    end is the run's own result. A run whose parent did not ask for a delivery, or a candidate's
+    (no results file of its task's), cannot send one."""
+    import threading
+    import time
+
+    from kernelmill.validate.harness import Control
+
+    control, got = Control(), []
+    arrived = threading.Event()
+
+    def on_delivered(result):
+        got.append((result, time.monotonic()))
+        arrived.set()
+
+    ended = []
+
+    def run():
+        ended.append(run_in_worker(SOURCE, {"source": DELIVERS}, timeout_s=60, device="cpu",
+                                   control=control, early_results=True,
+                                   on_delivered=on_delivered))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert arrived.wait(60) and not ended  # delivered, and the worker still runs
+    delivered = got[0][0]
+    assert delivered.ok, delivered.error
+    big, base = _expected()
+    assert torch.equal(delivered.value["inputs"][0], big)
+    assert torch.equal(delivered.value["weight"], base)
+    assert torch.equal(delivered.value["outputs"][0], big * 2)
+    assert delivered.shown is not None and delivered.shown.fd is not None
+    control.send("go on")
+    thread.join(60)
+    final = ended[0]
+    assert final.ok and final.value["asked"] == "go on", final.error
+    assert torch.equal(final.value["again"], big * 3) and final.shown is None
+    assert delivered.shown.fd is not None  # the delivered result's file outlives the run
+    # not asked for: the frame breaks the channel; no results file: nothing to deliver
+    unasked = run_in_worker(SOURCE, {"source": DELIVERS}, timeout_s=60, device="cpu",
+                            early_results=True)
+    assert not unasked.ok and unasked.tampered
+    untrusted = run_in_worker(SOURCE, {"source": DELIVERS}, timeout_s=60, device="cpu")
+    assert not untrusted.ok and "no results file to deliver" in untrusted.error["message"]
