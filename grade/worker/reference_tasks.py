@@ -64,7 +64,7 @@ def reference_task(payload: dict) -> dict:
     if not payload.get("serve_timing"):
         return value
     deliver({**value, "_cpu_s": _cpu_seconds()})
-    value = runs = None  # noqa: F841 — what was sent is the parent's now
+    value = runs = None  # what was sent is the parent's now
     return _time_when_asked(ns, device, payload, bases)
 
 

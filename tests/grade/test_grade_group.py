@@ -4,11 +4,10 @@ nothing."""
 import dataclasses
 import json
 
+import kernelmill.grade.grader as G
 from conftest import FIXTURES
-
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file, group_items
-import kernelmill.grade.grader as G
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.live_reference import LiveReference
 from kernelmill.grade.policy import Policy
