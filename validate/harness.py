@@ -300,7 +300,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
 
     def deliver(data, at: float) -> None:
         """The run's results, delivered before its end (a trusted target's)."""
-        got = WorkerResult(ok=False, wall_s=at, stages=list(reader.stages), sandbox=reader.sandbox,
+        got = WorkerResult(ok=False, wall_s=at, stages=[*reader.start_marks, *reader.stages],
+                           sandbox=reader.sandbox,
                            warm=not isinstance(proc, subprocess.Popen),
                            spare=getattr(proc, "spare", False) is True)
         try:
@@ -361,7 +362,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     feeder.join(timeout=1)
     if control is not None:
         control._end()
-    result = WorkerResult(ok=False, wall_s=wall, stages=list(reader.stages),
+    result = WorkerResult(ok=False, wall_s=wall, stages=[*reader.start_marks, *reader.stages],
                           reports=list(reader.reports),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
@@ -372,7 +373,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     stdout.close()
     stderr.close()
     shutil.rmtree(tmp, ignore_errors=True)
-    last_stage = result.stages[-1][0] if result.stages else ("startup" if not reader.hello
+    last_stage = reader.stages[-1][0] if reader.stages else ("startup" if not reader.hello
                                                              else "import target")
     if result.tampered:
         result.error = {"stage": last_stage, "message": "result channel tampered with "

@@ -27,6 +27,7 @@ import resource
 import socket
 import struct
 import sys
+import time
 import traceback
 import types
 
@@ -526,6 +527,7 @@ def use_bytecode_cache() -> None:
 
 def main(argv: list[str]) -> None:
     global _control
+    began = time.monotonic()  # the host's clock, the parent's too: its stages say when
     _die_with_parent()
     use_bytecode_cache()
     fd_in, fd_out = int(argv[0]), int(argv[1])
@@ -550,16 +552,19 @@ def main(argv: list[str]) -> None:
     del key
     _apply_limits(job.get("limits") or {})
     sandbox = None
+    marks = [["worker main", began]]  # where the time before the hello went
     if job.get("writable") is not None:
         from .sandbox import confine
 
         if os.environ.get("TRITON_INTERPRET") != "1":
             # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
             # images); open it first so the confined process reuses its device handles.
+            marks.append(["cuda init", time.monotonic()])
             _init_cuda()
-
+        marks.append(["confine", time.monotonic()])
         sandbox = confine(job["writable"])
-    _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox}))
+    _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox,
+                                                      "marks": marks}))
     # what runs after the target, bound before it: the target may import a submission, whose
     # code can reach this module's globals and replace the encoder (T-02)
     send, encode, finish, to_json = _audit_event, _encode_result, _exit, encode_json

@@ -63,6 +63,7 @@ class _Reader(threading.Thread):
         self.final_at: float | None = None
         self.small_bytes = 0  # bytes of frames other than the result so far (SMALL_TOTAL)
         self.reports: list[dict] = []  # reports of a run without a control pipe, as they came
+        self.start_marks: list[tuple[str, float]] = []  # the worker's stages before its hello
 
     def _read_exact(self, n: int, file: bool = False):
         """``n`` bytes read straight into one buffer (None at end of stream). The buffer is a
@@ -127,7 +128,9 @@ class _Reader(threading.Thread):
             now = time.monotonic() - self.start_time
             if kind == KIND_HELLO:
                 self.hello = True
-                self.sandbox = json.loads(data).get("sandbox")
+                hello = json.loads(data)
+                self.sandbox = hello.get("sandbox")
+                self.start_marks = _start_marks(hello.get("marks"), self.start_time, now)
             elif kind == KIND_STAGE:
                 self.stages.append((str(json.loads(data)["stage"])[:STAGE_NAME_CHARS], now))
             elif kind == KIND_RESULT:
@@ -152,6 +155,20 @@ class _Reader(threading.Thread):
             else:
                 self.tampered = True
                 return
+
+
+def _start_marks(marks, start: float, hello: float) -> list[tuple[str, float]]:
+    """The worker's stages before its hello (when its main began, its CUDA initialisation, its
+    confinement), stamped by the host's monotonic clock, which this process shares: each as
+    seconds since the run's start, within the start and the hello (a malformed list: none)."""
+    if not isinstance(marks, list):
+        return []
+    stages = []
+    for mark in marks[:8]:
+        if isinstance(mark, list) and len(mark) == 2 and isinstance(mark[0], str) and \
+                isinstance(mark[1], (int, float)):
+            stages.append((mark[0][:STAGE_NAME_CHARS], min(max(0.0, mark[1] - start), hello)))
+    return stages
 
 
 def _widen_pipe(fd: int, size: int = 1 << 20) -> None:
