@@ -236,3 +236,31 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
     assert references[1].live == (live, 1)
     assert live.close() is None and live.control.ended
 
+
+
+def test_a_kept_reference_worker_gone_before_the_window_is_replaced(monkeypatch):
+    """The fresh reference's worker ended after delivering its results (killed, out of
+    memory): the window's reference is timed by a worker of its own, and the grade is whole."""
+    import os
+    import signal
+    import time
+
+    real = Grader._fresh_references
+    killed = []
+
+    def then_kill(self, *args, **kwargs):
+        references = real(self, *args, **kwargs)
+        live = references[0].live[0]
+        os.killpg(live.control.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not live.control.ended and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed.append(live.control.ended)
+        return references
+
+    monkeypatch.setattr(Grader, "_fresh_references", then_kill)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    verdict = Grader("cpu", policy=policy).grade(read("ref_scale_add"), read("honest_scale_add"))
+    assert killed == [True]
+    assert verdict["correct"] and not verdict["hacks"] and verdict["timing"]["reps"] >= 6, \
+        verdict.get("error")
