@@ -28,7 +28,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
-from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
+from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.gpus import gpu_lock_path
 from kernelmill.validate.window import WindowSettings, run_window
@@ -291,11 +291,13 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             if self.device.startswith("cuda") and cuda_arch_list():
                 env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
         # the unseen inputs reach the worker one at a time, each just before its call
-        # (``harness.run_in_worker(late=...)``): nothing of them is in its memory before
+        # (``harness.run_in_worker(late=...)``): nothing of them is in its memory before; each
+        # in the file the reference's worker wrote it in (``LatePart``), never copied here
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
                 "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
                 "writable": writable, "sandbox": policy.sandbox,
-                "late": [{"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
+                "late": [t["inputs"] if isinstance(t["inputs"], LatePart) else
+                         {"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
 
     def _judge_run(self, reference: ReferenceRun, source: str, result: WorkerResult,
                    window: dict | None, record: dict | None, changed: list[str]) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.bytecode import bytecode_folder
 from kernelmill.validate.gpus import gpu_lock_path, gpu_name
-from kernelmill.validate.harness import WorkerResult, run_in_worker
+from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
 
@@ -117,6 +117,8 @@ def _tensor_bytes(value) -> int:
 
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
+    if isinstance(value, LatePart):  # an unseen trial's inputs, in a file of their own
+        return value.size
     if isinstance(value, dict):
         return sum(_tensor_bytes(v) for v in value.values())
     if isinstance(value, (list, tuple)):
@@ -317,6 +319,8 @@ class ReferenceRuns:
                "timeout_s": self.policy.timeout_s * (3 if live else 2),
                "device": self.worker_device, "env": env, "writable": writable,
                "sandbox": self.policy.sandbox, "limits": limits}
+        # the unseen trials' inputs come back as late parts of their own (handed on as they are)
+        job["late_parts"] = True
         if not live:
             return run_in_worker(**job, early_results=True), None
         kept = LiveReference(job)

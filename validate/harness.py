@@ -30,6 +30,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,11 @@ from .harness_worker import (
 from .payload_files import (
     _SEALS,  # noqa: F401
     SHARED_TENSOR_BYTES,  # noqa: F401
+    LatePart,  # noqa: F401
     _LateFile,
     _tensor_file,
+    attach_parts,
+    receive_parts,
 )
 from .reaper import WATCHER
 from .result_channel import (
@@ -170,7 +174,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
                   warm: bool = True, late: list | None = None,
-                  early_results: bool = False, on_delivered=None) -> WorkerResult:
+                  early_results: bool = False, on_delivered=None,
+                  late_parts: bool = False) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -192,6 +197,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     before its end (``harness_worker.deliver``); they are read then, the run's files sealed, and
     passed to ``on_delivered`` as a ``WorkerResult`` (from the reader's thread) while the worker
     goes on; the run's own result, at its end, is what the target returned after that.
+    ``late_parts`` (with ``early_results``): such a target may write parts of its result in
+    memory files of their own (``harness_worker.late_part``); the result holds each as a sealed
+    ``payload_files.LatePart``, to be handed on as ``late`` data of another run, never copied.
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
@@ -206,7 +214,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
     made: list[int] = []  # what the setup opened, closed should it fail before the worker runs
-    late_file = None
+    late_file = parts_in = parts_fd = None
     try:
         payload, tensor_fd = _tensor_file(payload)
         made.append(tensor_fd)
@@ -224,9 +232,13 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         shown_fd = os.memfd_create("kernelmill-shown", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING) \
             if early_results and results_fd is not None else None
         made.append(shown_fd)
+        if late_parts and early_results:  # the worker's late parts come over it
+            parts_in, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            parts_fd = theirs.detach()
+            made.append(parts_fd)
         extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
                                            ("late", late_fd), ("results", results_fd),
-                                           ("shown", shown_fd))
+                                           ("shown", shown_fd), ("parts", parts_fd))
                  if fd is not None}  # the worker's descriptors after its job's two pipes
         job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                             "writable": allowed, "fds": list(extra),
@@ -240,6 +252,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         for fd in made:
             if fd is not None:
                 os.close(fd)
+        if parts_in is not None:
+            parts_in.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     r_in = w_in = r_out = w_out = stdout = stderr = proc = None
@@ -270,9 +284,11 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         if late_file is not None:
             late_file.close()
         for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd,
-                   shown_fd):
+                   shown_fd, parts_fd):
             if fd is not None:
                 os.close(fd)
+        if parts_in is not None:
+            parts_in.close()
         for handle in (stdout, stderr):
             if handle is not None:
                 handle.close()
@@ -289,6 +305,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         os.close(tensor_fd)
     if late_fd is not None:
         os.close(late_fd)
+    if parts_fd is not None:
+        os.close(parts_fd)
     if control is not None:
         os.close(r_ctl)
         control.pid = proc.pid  # a new session each (start_new_session; the zygote's setsid)
@@ -297,6 +315,13 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         control._late = late_file
     shown = SealedFile(shown_fd) if shown_fd is not None else None
     delivered: list[WorkerResult] = []
+    parts: dict = {}  # the worker's late parts received, by index (``receive_parts``)
+
+    def with_parts(value):
+        """``value`` with its late parts' markers replaced by their sealed files."""
+        if parts_in is not None:
+            receive_parts(parts_in, parts)
+        return attach_parts(value, parts)
 
     def deliver(data, at: float) -> None:
         """The run's results, delivered before its end (a trusted target's)."""
@@ -305,7 +330,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                            warm=not isinstance(proc, subprocess.Popen),
                            spare=getattr(proc, "spare", False) is True)
         try:
-            value = attach_slots(_decode(data), results_fd, shown)
+            value = with_parts(attach_slots(_decode(data), results_fd, shown))
             got.cpu_s = value.pop("_cpu_s", None) if isinstance(value, dict) else None
             got.value, got.ok = value, isinstance(value, dict)
             got.shown = shown if shown is not None and shown.size else None
@@ -401,7 +426,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             value = _decode(reader.result)
             if delivered and has_slots(value):
                 raise SlotError("a result after the run's delivery names tensors in its files")
-            result.value = attach_slots(value, results_fd, shown) if not delivered else value
+            result.value = with_parts(attach_slots(value, results_fd, shown)
+                                      if not delivered else value)
             result.ok = True
             result.shown = shown if shown is not None and shown.size and not delivered else None
         except SlotError as exc:  # the file is not the one the result's frame describes
@@ -416,6 +442,10 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                         "message": f"{message}: {detail}" if detail else message}
     if results_fd is not None:
         os.close(results_fd)  # the tensors attached keep their own mapping of it
+    if parts_in is not None:
+        parts_in.close()
+        for part in parts.values():  # received, and named by no result
+            part.close()
     if shown is not None and result.shown is None and \
             not any(got.shown is shown for got in delivered):
         shown.close()

@@ -32,12 +32,17 @@ import traceback
 import types
 
 from .tensor_slots import (  # noqa: F401
+    LATE_PART,
     ResultsFile,
     ShownSlot,
     SlotError,
     TensorSlot,
+    read_part,
+    recv_fds,
     restore_slots,
+    send_fds,
     slot_tensors,
+    write_part,
 )
 
 # Frame: 4-byte big-endian body length, 32-byte HMAC-SHA256(key, body), body.
@@ -53,6 +58,8 @@ _channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _delivered = [False]  # set by ``deliver``: the run's files are the parent's, sealed
+_parts_out: list = [None]  # set by main(): a trusted run's socket for its late parts
+_parts_made = [0]
 _stage = "startup"
 
 # Bound before any user code can run, so later patches of os/hmac do not reach the channel.
@@ -249,7 +256,7 @@ def report(value: dict, *, _channel=_channel, _send=_audit_event, _event=FRAME_E
     _send(_event, _kind, _encode(value))
 
 
-def late_payload(index: int, _recv_fds=socket.recv_fds, _socket=socket.socket):
+def late_payload(index: int, _recv_fds=recv_fds, _socket=socket.socket):
     """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
     parent now: it was not in this process before (None when the job has no such part). The
     parent hands its memory file over the late socket, then says so on the control pipe."""
@@ -261,7 +268,7 @@ def late_payload(index: int, _recv_fds=socket.recv_fds, _socket=socket.socket):
         raise RuntimeError(f"the parent did not send late part {index}")
     channel = _socket(fileno=os.dup(_late["fd"]))
     try:  # the parent sent it before the command: already here, or never coming
-        said, fds, _flags, _address = _recv_fds(channel, 16, 1, socket.MSG_DONTWAIT)
+        said, fds = _recv_fds(channel, 16, 1, socket.MSG_DONTWAIT)
     except BlockingIOError:
         said, fds = b"", []
     finally:
@@ -278,11 +285,7 @@ def late_payload(index: int, _recv_fds=socket.recv_fds, _socket=socket.socket):
         data = _map_part(fds[0], offset, size)
     finally:
         os.close(fds[0])
-    length = int.from_bytes(data[:8], "little")
-    if length > size - 8:
-        raise RuntimeError(f"late part {index} is malformed ({length} of {size} bytes)")
-    head = -(-(8 + length) // 64) * 64
-    return restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
+    return read_part(data, size)
 
 
 def _map_part(fd: int, offset: int, size: int) -> memoryview:
@@ -393,6 +396,28 @@ def deliver(value: dict, *, _send=_audit_event, _event=FRAME_EVENT,
     _send(_event, _kind, data)
     _delivered[0] = True
     _results.fd = _shown.fd = None
+
+
+def late_part(value, look=None):
+    """``value`` (a trial of the unseen-input check: what a candidate may hold only once it is
+    called on it) written as one late part (``tensor_slots.write_part``) into a memory file of
+    its own, handed to the parent at once over the run's parts socket and closed here. Returns
+    the marker the result carries in its place, which the parent replaces with that file,
+    sealed (``payload_files.LatePart``) and passed on to the candidate's worker as it is: the
+    grader never copies it. None where the run has no such socket (a run not asked for parts:
+    the caller keeps ``value``). For trusted runs (``run_in_worker(late_parts=True)``)."""
+    channel = _parts_out[0]
+    if channel is None:
+        return None
+    fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        write_part(fd, value, look or (lambda t: t.detach().to("cpu")))
+        index = _parts_made[0]
+        _parts_made[0] += 1
+        send_fds(channel, index.to_bytes(4, "little"), [fd])
+    finally:
+        os.close(fd)
+    return {LATE_PART: index}
 
 
 def result_mark() -> tuple[int, int]:
@@ -547,6 +572,12 @@ def main(argv: list[str]) -> None:
             _shown.fd = _hide_fd(extra["shown"])
     elif "shown" in extra:
         os.close(extra["shown"])
+    if "parts" in extra:  # a trusted run's late parts go to the parent over it (``late_part``)
+        parts = _hide_fd(extra["parts"])
+        if job.get("early_results") is True:
+            _parts_out[0] = socket.socket(fileno=parts)
+        else:
+            os.close(parts)
     if "late" in extra:  # its parts come over it when asked for (``late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key

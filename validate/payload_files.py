@@ -13,11 +13,18 @@ import threading
 
 from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _SEALS,
+    LATE_PART,
+    SlotError,
     TensorSlot,
+    _replaced,
     _seal_bits,
+    _sealed_size,
+    part_bytes,
     passed_on,
     plain_cpu_tensor,
     pwrite_range,
+    recv_fds,
+    send_fds,
     slotted,
     write_chunks,
 )
@@ -92,6 +99,77 @@ def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         future.result()
 
 
+class LatePart:
+    """A late part a trusted run made (``harness_worker.late_part``), parent side: its memory
+    file, sealed against every change, handed on to a worker as it is (``_LateFile``), never
+    copied here. Closed when this object goes."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd: int | None = fd
+        self.size = size
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LatePart({self.size} bytes)"
+
+
+def receive_parts(channel: socket.socket, parts: dict) -> None:
+    """Every late part file waiting on ``channel`` (a trusted run's, ``harness_worker.
+    late_part``) into ``parts`` (its index -> ``LatePart``), each sealed against every change
+    first; ``SlotError`` for a message that is not one part or a file that cannot be sealed."""
+    while True:
+        try:
+            said, fds = recv_fds(channel, 16, 4, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise SlotError(f"the run's late parts could not be read ({exc})") from None
+        if not said and not fds:
+            return  # the worker's end is closed and nothing is left
+        try:
+            if len(fds) != 1 or len(said) != 4:
+                raise SlotError(f"a late part message of {len(said)} bytes and {len(fds)} files")
+            size = _sealed_size(fds[0], "late part's file")
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        old = parts.pop(int.from_bytes(said, "little"), None)
+        if old is not None:
+            old.close()
+        parts[int.from_bytes(said, "little")] = LatePart(fds[0], size)
+
+
+def attach_parts(value, parts: dict):
+    """``value`` with each late part's marker (``{LATE_PART: index}``) replaced by that part's
+    file from ``parts`` (taken from it: each once); ``SlotError`` for a marker of a part that
+    never came."""
+    def swap(item):
+        if type(item) is not dict or len(item) != 1 or LATE_PART not in item:
+            return NotImplemented
+        part = parts.pop(item[LATE_PART], None) if type(item[LATE_PART]) is int else None
+        if part is None:
+            raise SlotError(f"the result names a late part that never came: {item!r}"[:200])
+        return part
+
+    return _replaced(value, swap) if parts or _has_marker(value) else value
+
+
+def _has_marker(value) -> bool:
+    if type(value) is dict:
+        return LATE_PART in value or any(_has_marker(v) for v in value.values())
+    if type(value) in (list, tuple):
+        return any(_has_marker(v) for v in value)
+    return False
+
+
 class LateRefused(RuntimeError):
     """A late part the worker's own conduct kept from it (``_LateFile.release``)."""
 
@@ -112,29 +190,38 @@ class _LateFile:
     per group member. Without it a part is copied when asked for: no file of its own waits
     among the grader's descriptors (tests/hostile/late_grader_fd_steal.py). A part's file is
     sealed against writes and resizing before it is passed (the worker maps it, privately). A
-    part: 8 bytes giving its pickle's length, the pickle (every tensor a ``TensorSlot``, offsets
-    from the part's start), the tensors' bytes. ``table``: each part's (offset, size) in its
-    file, for the worker; ``fd``: the worker's end of the socket."""
+    part is laid out as ``tensor_slots.write_part`` writes it (its tensors, then its structure).
+    A part given as a ``LatePart`` (a trusted run wrote it in its own sealed file) is passed on
+    as it is, never copied. ``table``: each part's (offset, size) in its file, for the worker;
+    ``fd``: the worker's end of the socket."""
 
     def __init__(self, parts: list, ahead: bool = True):
         import torch
 
         self.table: list[tuple[int, int]] = []
         self._parts: list[tuple[bytes, list]] = []
+        made: list[int | None] = []  # a trusted run's part file, passed on as it is
         for part in parts:
+            if type(part) is LatePart:
+                made.append(os.dup(part.fd) if part.fd is not None else None)
+                self._parts.append((b"", []))
+                self.table.append((0, part.size))
+                continue
             moved, chunks, size = slotted(
                 part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
                 else None)
-            structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
-            head = -(-(8 + len(structure)) // 64) * 64
-            self._parts.append((len(structure).to_bytes(8, "little") + structure,
-                                [(head + offset, tensor) for offset, tensor in chunks]))
-            self.table.append((0, head + size))
+            tail = part_bytes(pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL))
+            self._parts.append((tail, [*chunks, (size, tail)]))
+            made.append(None)
+            self.table.append((0, size + len(tail)))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.fd = theirs.detach()  # passed to the worker, then closed here
         self._socket = ours
-        self._files: list[int | None] = [None] * len(self._parts)
+        self._files: list[int | None] = made
         self._written = [threading.Event() for _ in self._parts]
+        for index, fd in enumerate(made):
+            if fd is not None:
+                self._written[index].set()
         self._errors: list[BaseException | None] = [None] * len(self._parts)
         self._lock = threading.Lock()
         self._closing = False
@@ -154,7 +241,8 @@ class _LateFile:
         for index in range(len(self._parts)):
             if self._closing:
                 return
-            self._make(index)
+            if not self._written[index].is_set():
+                self._make(index)
 
     def _make(self, index: int) -> None:
         """Part ``index`` into a sealed memory file of its own (``_files``), or its error
@@ -163,11 +251,13 @@ class _LateFile:
 
         fd = None
         try:
-            head, chunks = self._parts[index]
+            _tail, chunks = self._parts[index]
             fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(fd, max(self.table[index][1], 1))
-            os.pwrite(fd, head, 0)
             for offset, tensor in chunks:
+                if type(tensor) is bytes:  # the structure, after the tensors
+                    os.pwrite(fd, tensor, offset)
+                    continue
                 with memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) as view:
                     pwrite_all(fd, view, offset)
             fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), _seal_bits())
@@ -200,8 +290,8 @@ class _LateFile:
                 os.close(fd)
             return
         try:
-            socket.send_fds(self._socket, [index.to_bytes(4, "little")],
-                            [] if fd is None else [fd], socket.MSG_DONTWAIT)
+            send_fds(self._socket, index.to_bytes(4, "little"), [] if fd is None else [fd],
+                     socket.MSG_DONTWAIT)
         except (BrokenPipeError, ConnectionError):
             pass  # the worker's end is gone: it ended, which its run reports
         except BlockingIOError as exc:  # its end holds every part it asked for, unread

@@ -219,6 +219,93 @@ class ResultsFile:
             self.end = mark
 
 
+def send_fds(channel, data: bytes, fds: list[int], flags: int = 0) -> int:
+    """``data`` and the descriptors ``fds`` in one message on the AF_UNIX socket ``channel``,
+    with ``flags`` (``MSG_DONTWAIT``: raise ``BlockingIOError`` rather than wait). Not
+    ``socket.send_fds``, which before Python 3.12 (3.11 here) drops its flags and waits."""
+    import array
+    import socket
+
+    return channel.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                     array.array("i", fds))] if fds else [], flags)
+
+
+def recv_fds(channel, size: int, most: int, flags: int = 0) -> tuple[bytes, list[int]]:
+    """One message from the AF_UNIX socket ``channel``: its data and the descriptors it
+    carried (at most ``most``; each close-on-exec), with ``flags`` (``MSG_DONTWAIT``: raise
+    ``BlockingIOError`` rather than wait). Not ``socket.recv_fds``, which before Python 3.12
+    drops its flags."""
+    import array
+    import socket
+
+    fds = array.array("i")
+    data, ancillary, _flags, _address = channel.recvmsg(
+        size, socket.CMSG_LEN(most * fds.itemsize),
+        flags | getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+# A late part (``payload_files._LateFile``, ``harness_worker.late_payload``): its tensors' bytes
+# from the file's start (``TensorSlot`` offsets from 0), then the pickle of its structure, then
+# that pickle's length in 8 bytes: written in one pass, by whoever makes it (the grader from a
+# trial's tensors, or a trusted reference run as it draws them: ``write_part``).
+PART_TRAILER = 8
+# What a trusted run's result carries in place of a late part it handed over in a file of its
+# own (``harness_worker.late_part``): ``{LATE_PART: index}``
+LATE_PART = "__kernelmill_late_part__"
+
+
+def part_bytes(structure: bytes) -> bytes:
+    """What follows a part's tensors: its structure's pickle and that pickle's length."""
+    return structure + len(structure).to_bytes(PART_TRAILER, "little")
+
+
+def read_part(data, size: int):
+    """The structure of the late part in ``data`` (``size`` bytes) with its tensors over
+    ``data``; ``RuntimeError`` for a part that does not hold one."""
+    import pickle
+
+    if size < PART_TRAILER:
+        raise RuntimeError(f"a late part of {size} bytes holds no structure")
+    length = int.from_bytes(data[size - PART_TRAILER:size], "little")
+    if length > size - PART_TRAILER:
+        raise RuntimeError(f"a late part is malformed ({length} of {size} bytes)")
+    at = size - PART_TRAILER - length
+    return restore_slots(pickle.loads(bytes(data[at:at + length])), data)
+
+
+def write_part(fd: int, value, look) -> int:
+    """``value`` (tensors in dicts, lists and tuples) written into the file ``fd`` as one late
+    part: each tensor's bytes as it comes (``look(tensor)`` gives a device tensor's on the host,
+    valid until the next call), then its structure; returns the part's size."""
+    import pickle
+
+    import torch
+
+    end = 0
+
+    def store(item):
+        nonlocal end
+        if type(item) is not torch.Tensor:
+            return NotImplemented
+        host = look(item) if item.device.type != "cpu" else item.detach().contiguous()
+        offset = -(-end // 64) * 64
+        nbytes = host.numel() * host.element_size()
+        _within_file_limit(offset + nbytes)
+        with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
+            pwrite_range(fd, view, offset)
+        end = offset + nbytes
+        return TensorSlot((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
+
+    tail = part_bytes(pickle.dumps(_replaced(value, store), protocol=pickle.HIGHEST_PROTOCOL))
+    _within_file_limit(end + len(tail))
+    pwrite_range(fd, memoryview(tail), end)
+    return end + len(tail)
+
+
 def write_chunks(fd: int, chunks: list, end: int, torch) -> None:
     """The file ``fd`` sized to ``end`` and each (offset, tensor) chunk's bytes written there:
     written, not mapped (the kernel copies into the file's pages as it allocates them; a

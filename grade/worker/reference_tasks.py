@@ -16,6 +16,7 @@ from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
     deliver,
+    late_part,
     mark_stage,
     receive,
     report,
@@ -140,6 +141,17 @@ def _shipped(value, shown: bool = False):
     return to_cpu(value) if slot is None else slot
 
 
+def _unseen_part(spec: dict, inputs: list):
+    """An unseen trial's inputs as the late part its candidate is handed inside the window
+    (``harness_worker.late_part``: written here once, never copied by the grader); None where
+    the run makes no parts."""
+    for value in inputs:  # the staging buffer sized as for the results file
+        if _type(value) is _Tensor and value.device.type == "cuda":
+            reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
+            break
+    return late_part({"seed": spec["seed"], "inputs": inputs}, look)
+
+
 def _shown_states(result: dict) -> None:
     """The run's model states (the candidate is built with them) into its shown file, each
     tensor once however many states hold it."""
@@ -258,8 +270,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             model.load_state_dict(states[wanted])
             current = wanted
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
-        # the inputs of a trial the candidate is shown (not the unseen check's)
-        kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
+        # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
+        # into a late part of their own (handed to the candidate's worker as it is)
+        kept = _unseen_part(spec, inputs) if spec.get("hidden") else None
+        if kept is None:
+            kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None

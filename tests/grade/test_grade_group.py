@@ -11,6 +11,7 @@ from kernelmill.grade.batch import grade_file, group_items
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.live_reference import LiveReference
 from kernelmill.grade.policy import Policy
+from kernelmill.validate.payload_files import LatePart
 
 SUBMISSIONS = FIXTURES / "submissions"
 TIMING = {"target_ms": 1.0, "min_reps": 6, "max_reps": 40, "wall_ms": 1.0, "warmup": 1,
@@ -234,6 +235,11 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
     references = grader._fresh_references(read("ref_scale_add"), 2, None, live=True)
     live = references[0].live[0]
     assert references[1].live == (live, 1)
+    # the unseen trials' inputs: each in the file the reference's worker wrote it in, handed to
+    # the candidate as it is (the grader copies none of them)
+    hidden = [t for r in references for t in r.value["trials"] if t["hidden"]]
+    assert len(hidden) == 2 * (policy.unseen_trials + policy.unseen_spares)
+    assert all(type(t["inputs"]) is LatePart and t["inputs"].size > 0 for t in hidden)
     assert live.close() is None and live.control.ended
 
 

@@ -4,7 +4,7 @@ it. What shares a storage keeps sharing it; a file still writable, or a slot tha
 the file, is a tampered channel, never a crash of the grader."""
 import mmap
 import os
-import pickle
+import socket
 
 import pytest
 import torch
@@ -13,7 +13,8 @@ from kernelmill.validate.tensor_slots import (
     SlotError,
     TensorSlot,
     attach_slots,
-    restore_slots,
+    read_part,
+    recv_fds,
     slot_tensors,
 )
 
@@ -412,9 +413,7 @@ def test_late_parts_are_copied_ahead_and_handed_over_one_file_each_when_asked():
         offset, size = late.table[1]
         data = _map_part(fds[0], offset, size)
         os.close(fds[0])
-        length = int.from_bytes(data[:8], "little")
-        head = -(-(8 + length) // 64) * 64
-        got = restore_slots(pickle.loads(bytes(data[8:8 + length])), data, head)
+        got = read_part(data, size)
         assert torch.equal(got["inputs"][0], parts[1]["inputs"][0])
         del got, data  # (the mapping holds a descriptor of its own)
         with pytest.raises(BlockingIOError):  # parts 0 and 2 are still not there
@@ -504,6 +503,18 @@ def test_late_parts_copied_ahead_are_out_of_a_confined_workers_reach():
     if abi_version() <= 0:
         pytest.skip("no Landlock on this kernel")
     assert late_ahead(True) and not late_ahead(False)
+
+    def held() -> int:  # this process's late-part files (other tests' parts may linger)
+        folder = "/proc/self/fd"
+        count = 0
+        for name in os.listdir(folder):
+            try:
+                count += "kernelmill-late" in os.readlink(f"{folder}/{name}")
+            except OSError:
+                pass
+        return count
+
+    before = held()
     late = _LateFile([{"x": torch.ones(1 << 16)} for _ in range(2)], ahead=True)
     try:
         for event in late._written:
@@ -519,7 +530,7 @@ def test_late_parts_copied_ahead_are_out_of_a_confined_workers_reach():
         os.close(late.fd)
     assert confined.ok and bare.ok, (confined.error, bare.error)
     assert confined.value["opened"] == 0
-    assert bare.value["opened"] == 2
+    assert bare.value["opened"] == before + 2
 
 
 def test_a_workers_open_file_limit_stays_below_the_graders():
@@ -601,3 +612,82 @@ def test_a_trusted_run_delivers_its_results_before_its_end():
     assert not unasked.ok and unasked.tampered
     untrusted = run_in_worker(SOURCE, {"source": DELIVERS}, timeout_s=60, device="cpu")
     assert not untrusted.ok and "no results file to deliver" in untrusted.error["message"]
+
+
+def test_a_worker_that_leaves_its_parts_unread_is_refused_not_waited_for():
+    """The hand-over never waits on a worker's full socket (``MSG_DONTWAIT``, which
+    ``socket.send_fds`` drops before Python 3.12): ``LateRefused`` instead."""
+    import threading
+
+    from kernelmill.validate.payload_files import LateRefused, _LateFile
+
+    late = _LateFile([{"seed": 1, "inputs": [torch.ones(4)]}], ahead=False)
+    worker = socket.socket(fileno=late.fd)
+    outcome = []
+
+    def flood():
+        try:
+            for _ in range(1 << 20):  # part 0 again and again, nothing read at the other end
+                late.release(0)
+            outcome.append("never full")
+        except LateRefused as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=flood, daemon=True)
+    thread.start()
+    thread.join(60)
+    try:
+        assert outcome and isinstance(outcome[0], LateRefused), outcome or "it waited"
+    finally:
+        late.close()
+        worker.close()
+
+
+LATE_PARTS = (
+    "import torch\n"
+    "from kernelmill.validate.harness_worker import late_part\n"
+    "def main(payload):\n"
+    "    g = torch.Generator().manual_seed(7)\n"
+    "    big = torch.randn(300, 1000, generator=g)\n"
+    "    parts = [late_part({'seed': i, 'inputs': [big * i, 3]}) for i in range(payload['n'])]\n"
+    "    return {'parts': parts, 'forged': payload.get('forged')}\n")
+
+
+def test_a_trusted_runs_late_parts_come_back_as_sealed_files_of_their_own():
+    """``harness_worker.late_part``: each part a trusted run writes is a memory file of its
+    own, sealed by the parent and held in the result as a ``LatePart`` that a candidate's run
+    is handed as it is (``_LateFile``: no copy); a result naming a part that never came is not
+    trusted; a run not asked for parts makes none."""
+    from kernelmill.validate.payload_files import LatePart, _LateFile
+    from kernelmill.validate.tensor_slots import LATE_PART
+
+    result = run_in_worker(SOURCE, {"source": LATE_PARTS, "n": 12}, timeout_s=60, device="cpu",
+                           early_results=True, late_parts=True)
+    assert result.ok, result.error
+    parts = result.value["parts"]
+    assert len(parts) == 12 and all(type(p) is LatePart for p in parts)
+    import fcntl
+    seals = fcntl.fcntl(parts[5].fd, getattr(fcntl, "F_GET_SEALS", 1034))
+    assert seals & 8  # F_SEAL_WRITE: nobody changes a part after the parent took it
+    late = _LateFile(parts[5:6], ahead=True)
+    worker = socket.socket(fileno=late.fd)
+    try:
+        late.release(0)
+        said, fds = recv_fds(worker, 16, 1)
+        size = late.table[0][1]
+        got = read_part(mmap.mmap(fds[0], size, flags=mmap.MAP_PRIVATE), size)
+        os.close(fds[0])
+        big, _base = _expected()
+        assert got["seed"] == 5 and got["inputs"][1] == 3
+        assert torch.equal(got["inputs"][0], big * 5)
+    finally:
+        late.close()
+        worker.close()
+    forged = run_in_worker(SOURCE, {"source": LATE_PARTS, "n": 1, "forged": {LATE_PART: 7}},
+                           timeout_s=60, device="cpu", early_results=True, late_parts=True)
+    assert not forged.ok and forged.tampered and "never came" in forged.error["message"]
+    plain = run_in_worker(SOURCE, {"source": LATE_PARTS, "n": 1}, timeout_s=60, device="cpu",
+                          early_results=True)
+    assert plain.ok and plain.value["parts"] == [None]
+    for part in parts:
+        part.close()
