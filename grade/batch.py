@@ -180,8 +180,9 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
 def _admitted(grader: Grader, item: dict, members: int, slot: dict):
     """Hold the slot's GPU memory and the host's for a grade of ``members`` submissions
     (``validate.admission``, as validation admits problems). On the GPU: each member's
-    candidate worker and the window's reference timing worker at ``Grader.device_bytes`` each
-    (the fresh-reference workers end before the candidates start). On the host: what this
+    candidate worker and the worker that times the reference in the window at
+    ``Grader.device_bytes`` each (the other fresh-reference workers end before the candidates
+    start; the first stays to time, ``live_reference``). On the host: what this
     process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
     job and outputs), against the host's budget, which every kernelmill process of the machine
     shares. While a problem's size is unknown (its first grade) ``UNKNOWN_SHARE`` of each is

@@ -93,7 +93,7 @@ class ReferenceRun:
     value: dict
     result: WorkerResult
     device: str
-    source: str = ""  # what the reference worker ran (the window's timing worker rebuilds it)
+    source: str = ""  # what the reference worker ran (a timing worker of its own rebuilds it)
     # the worker that made this run, kept to time it in its grade's window, and the run's
     # index there (``live_reference``); None: a timing worker of its own times it
     live: tuple[LiveReference, int] | None = None

@@ -99,6 +99,8 @@ def _time_when_asked(ns: dict, device: str, payload: dict, bases: list[dict]) ->
         return {"timing": None}
     basis = bases[int(asked[1])]
     model = basis["model"]
+    for other in bases:  # the other runs' model (the last made) leaves the device first
+        other["model"] = None
     if model is None:  # built on the host, outside the GPU's lock
         _init_inputs, model = _build_model(ns, basis)
     if not await_gpu(receive, report):
