@@ -23,8 +23,9 @@ class LiveReference:
     results come back ahead (``results``) and which then times one of its runs in a window
     (``time``) or ends untimed (``close``)."""
 
-    def __init__(self, job: dict):
+    def __init__(self, job: dict, timing_s: float):
         self.control = Control()
+        self._timing_s = timing_s  # its time limit for the timing, granted once it delivered
         self._delivered: WorkerResult | None = None
         self._delivered_at: float | None = None
         self._final: WorkerResult | None = None
@@ -46,6 +47,7 @@ class LiveReference:
 
     def _got(self, result: WorkerResult) -> None:
         self._delivered, self._delivered_at = result, time.monotonic()
+        self.control.extend(self._timing_s)
         self._results.set()
 
     def results(self) -> WorkerResult:

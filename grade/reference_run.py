@@ -316,14 +316,14 @@ class ReferenceRuns:
         """A reference worker's results; with ``live``, delivered ahead by a worker that stays
         to time one of its runs (returned beside them), else at its end."""
         job = {"target": "kernelmill.grade.worker:reference_task", "payload": payload,
-               "timeout_s": self.policy.timeout_s * (3 if live else 2),
+               "timeout_s": self.policy.timeout_s * 2,
                "device": self.worker_device, "env": env, "writable": writable,
                "sandbox": self.policy.sandbox, "limits": limits}
         # the unseen trials' inputs come back as late parts of their own (handed on as they are)
         job["late_parts"] = True
         if not live:
             return run_in_worker(**job, early_results=True), None
-        kept = LiveReference(job)
+        kept = LiveReference(job, timing_s=self.policy.timeout_s)  # the timing's own limit
         return kept.results(), kept
 
     def device_bytes(self, source: str, record: dict | None = None,
