@@ -11,6 +11,14 @@ import torch
 from kernelmill.validate.measure import tensor_digest
 
 from .policy import DEFAULT_TOLERANCE
+from .scales import (  # noqa: F401 — the scales' settings, importable from here as before
+    SPREAD_BLOCKS,
+    SPREAD_SAMPLE,
+    _mad,
+    _output_rms,
+    _output_spread,
+    output_scales,
+)
 
 # The absolute floor of a dtype's tolerance (``policy.DEFAULT_TOLERANCE``: 1e-4 for float32) is
 # what honest work needs on outputs of unit scale; on a smaller output it is large next to the
@@ -109,10 +117,6 @@ def compare(expected: list, got: list | None, atol: float, rtol: float, *,
 
 _SCALES: dict[int, tuple] = {}  # id(tensor) -> (weak reference, its state, (RMS, spread))
 
-# Elements the spread (``output_spread``) is taken over at most: a fixed pseudo-random sample of
-# a larger output (its median on 65,536 elements: 4 ms; on 4M: 110 ms, one thread)
-SPREAD_SAMPLE = 1 << 16
-SPREAD_BLOCKS = 16  # blocks per dimension the spread is also taken over (the least decides)
 # The share of the spread the dtype's floor grows by (for a noisy record only): an honest
 # float32 sum reassociated (KernelBench level2_14: x @ W summed, answered as x @ (W summed)) was
 # off by 1.4e-5 of its output's spread where its rows cancelled
@@ -141,71 +145,44 @@ def _scales(e: torch.Tensor) -> tuple[float, float]:
     try:
         state = (e._version, e.data_ptr(), e.numel(), e.dtype)
     except RuntimeError:  # an inference tensor keeps no version: not kept
-        return _output_rms(e), _output_spread(e)
+        return output_scales(e)
     kept = _SCALES.get(id(e))
     if kept is not None and kept[0]() is e and kept[1] == state:
         return kept[2]
-    scales = _output_rms(e), _output_spread(e)
-    key = id(e)
-    try:
-        ref = weakref.ref(e, lambda _: _SCALES.pop(key, None))
-    except TypeError:  # not weakly referenceable: not kept
-        return scales
-    _SCALES[key] = (ref, state, scales)
+    scales = output_scales(e)
+    _keep_scales(e, state, scales)
     return scales
 
 
-def _output_spread(e: torch.Tensor) -> float:
-    flat = e.reshape(-1)
-    if not flat.numel() or not flat.is_floating_point() or flat.is_complex():
-        return 0.0
-    picks = torch.randint(flat.numel(), (SPREAD_SAMPLE,),
-                          generator=torch.Generator().manual_seed(0)) \
-        if flat.numel() > SPREAD_SAMPLE else torch.arange(flat.numel())
-    values = flat[picks.to(flat.device)].detach().cpu().double()
-    finite = torch.isfinite(values)
-    values, picks = values[finite], picks[finite]
-    if not values.numel():
-        return 0.0
-    spread = _mad(values)
-    # each dimension cut into up to SPREAD_BLOCKS contiguous blocks: the least spread of any
-    # block decides, so a part of the output at a smaller scale (a head's scores beside its
-    # boxes, a quarter of the columns) keeps the floor its own scale gives it
-    coords = torch.unravel_index(picks, tuple(e.shape)) if e.dim() > 1 else (picks,)
-    for size, coord in zip(e.shape, coords):
-        blocks = min(int(size), SPREAD_BLOCKS)
-        if blocks < 2:
+def _keep_scales(e: torch.Tensor, state: tuple, scales: tuple[float, float]) -> None:
+    """``scales`` kept for ``e`` while it lives in ``state`` (not where it cannot be weakly
+    referenced)."""
+    key = id(e)
+    try:
+        ref = weakref.ref(e, lambda _: _SCALES.pop(key, None))
+    except TypeError:
+        return
+    _SCALES[key] = (ref, state, scales)
+
+
+def remember_scales(outputs: list, scales) -> None:
+    """Keep the scales a trusted reference worker computed of its ``outputs`` where it made
+    them (``scales.output_scales``, one ``[rms, spread]`` per output, None for one that is not
+    a tensor) for those tensors, as ``output_rms`` would keep its own: the judge then reads them
+    instead of computing them on the host. A malformed entry keeps nothing (computed here
+    when asked)."""
+    if not isinstance(scales, list) or len(scales) != len(outputs):
+        return
+    for e, pair in zip(outputs, scales):
+        if not isinstance(e, torch.Tensor) or not isinstance(pair, (list, tuple)) or \
+                len(pair) != 2 or not all(type(v) is float and math.isfinite(v) and v >= 0
+                                          for v in pair):
             continue
-        block = coord * blocks // int(size)
-        for b in range(blocks):
-            part = values[block == b]
-            if part.numel():
-                spread = min(spread, _mad(part))
-    return spread
-
-
-def _mad(values: torch.Tensor) -> float:
-    return float((values - values.median()).abs().median())
-
-
-def _output_rms(e: torch.Tensor) -> float:
-    flat, total, count = e.reshape(-1), 0.0, 0
-    if flat.numel() and flat.is_floating_point():
-        # a float64 norm per chunk (bounded temporaries): 20x the masked pass below on 16M
-        # elements, which the judge computes for every output it compares; finite only where
-        # every element is
-        squares = 0.0
-        for start in range(0, flat.numel(), COMPARE_CHUNK):
-            squares += float(torch.linalg.vector_norm(flat[start:start + COMPARE_CHUNK],
-                                                      dtype=torch.float64)) ** 2
-        if math.isfinite(squares):
-            return math.sqrt(squares / flat.numel())
-    for start in range(0, flat.numel(), COMPARE_CHUNK):
-        chunk = flat[start:start + COMPARE_CHUNK].double()
-        finite = chunk[torch.isfinite(chunk)]
-        total += float(finite.square().sum())
-        count += finite.numel()
-    return math.sqrt(total / count) if count else 1.0
+        try:
+            state = (e._version, e.data_ptr(), e.numel(), e.dtype)
+        except RuntimeError:
+            continue
+        _keep_scales(e, state, (pair[0], pair[1]))
 
 
 def scaled_atol(e: torch.Tensor, atol: float) -> float:

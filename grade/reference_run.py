@@ -25,6 +25,7 @@ from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
 
+from .compare import remember_scales
 from .judge import reference_fault
 from .live_reference import LiveReference
 from .side_by_side import _side_by_side, _split
@@ -109,6 +110,13 @@ def _first_dtype(ref: dict) -> str:
     """The dtype the judge picks a trial's tolerance by: its first tensor output's."""
     return next((str(t.dtype) for trial in ref["trials"][:1] for t in trial["outputs"]
                  if hasattr(t, "dtype")), "torch.float32")
+
+
+def _keep_scales(value: dict) -> None:
+    """The scales the reference's worker computed of each trial's outputs where it made them,
+    kept for those tensors (``compare.remember_scales``): the judge does not compute them."""
+    for trial in value.get("trials") or []:
+        remember_scales(trial.get("outputs") or [], trial.pop("scales", None))
 
 
 def _tensor_bytes(value) -> int:
@@ -307,6 +315,7 @@ class ReferenceRuns:
                 kept.close()
             raise
         value["init_seed"] = payload["init_seed"]
+        _keep_scales(value)
         self._note_reference_bytes(source, value, slot_env)
         return ReferenceRun(value, result, self.device, source,
                             live=(kept, 0) if kept is not None else None)
@@ -418,6 +427,7 @@ class ReferenceRuns:
             if fault:
                 raise ReferenceError(fault)
             value.update(init_seed=seeds["init_seed"], **timing)
+            _keep_scales(value)
             # each run's share of the worker's CPU time
             share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
             made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),

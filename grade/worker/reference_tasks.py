@@ -28,6 +28,7 @@ from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.window_worker import await_gpu
 
+from ..scales import output_scales
 from .guards.originals import _isinstance, _Tensor, _type
 from .inputs import draw_inputs, look, reserve_staging, to_cpu, to_device, transform
 from .observers.optrace import _OpTrace
@@ -305,6 +306,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         # finiteness where the outputs are (on a GPU: a kernel, not a host scan per trial)
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
+        scales = [_scales_of(t) for t in items]  # on the device, before they leave it
         outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
@@ -316,11 +318,23 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                        "inputs": kept,
                        **({} if trials else {"_draw": (spec["seed"], spec["dist"])}),
                        "hidden": bool(spec.get("hidden")),
-                       "outputs": outputs, "structure": structure, "usable": usable,
+                       "outputs": outputs, "scales": scales, "structure": structure,
+                       "usable": usable,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
         written.append(result_mark()[0])
     return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite}
+
+
+def _scales_of(value) -> list[float] | None:
+    """An output's scales (``grade.scales``), computed where it lies, for the judge to keep
+    (``compare.remember_scales``); None for one that is not a tensor or has none."""
+    if not _isinstance(value, torch.Tensor):
+        return None
+    try:
+        return [float(v) for v in output_scales(value)]
+    except (RuntimeError, TypeError, ValueError):  # (a dtype the norm refuses)
+        return None
 
 
 def _room_for_spare(written: list[int]) -> bool:

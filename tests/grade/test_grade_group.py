@@ -270,3 +270,22 @@ def test_a_kept_reference_worker_gone_before_the_window_is_replaced(monkeypatch)
     assert killed == [True]
     assert verdict["correct"] and not verdict["hacks"] and verdict["timing"]["reps"] >= 6, \
         verdict.get("error")
+
+
+def test_the_reference_outputs_scales_come_from_its_worker():
+    """The reference's worker computes each output's scales (RMS, spread: what the judge's
+    absolute tolerance follows) where it makes the output; the grader keeps them for those
+    tensors and computes none of its own (on CPU they are the very numbers it would)."""
+    from kernelmill.grade import compare
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False, time=False)
+    reference = read("ref_scale_add").replace("N = 4096", "N = 1 << 17")  # sampled spread
+    run = Grader("cpu", policy=policy).fresh_reference(reference)
+    outputs = [o for t in run.value["trials"] for o in t["outputs"]]
+    assert outputs and not any("scales" in t for t in run.value["trials"])
+    for out in outputs:
+        kept = compare._SCALES.get(id(out))
+        assert kept is not None and kept[0]() is out
+        assert kept[2] == compare.output_scales(out)
+    compare.remember_scales(outputs[:1], [[float("nan"), 1.0]])  # malformed: not kept
+    assert compare._SCALES[id(outputs[0])][2] == compare.output_scales(outputs[0])
