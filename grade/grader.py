@@ -352,6 +352,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         live = reference.live[0] if reference.live and \
             reference.live[0].time(reference.live[1]) else None
         if live is None:
+            close_live(references)  # a kept worker of another run: not needed, not held
             jobs["reference"] = {
                 "target": "kernelmill.grade.worker:reference_timing_task",
                 "payload": {"source": reference.source, "device": self.worker_device,
@@ -384,18 +385,20 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                              **policy.timing_settings})
         unseen = tuple(names[i] for i, job in candidates.items()
                        if job.get("late"))
-        window = run_window(
-            controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
-            settings=settings, cuda=self.device.startswith("cuda"),
-            start=lambda: [t.start() for t in threads],
-            finish=lambda: _gpu_work_done(controls, policy.timeout_s),
-            clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
-            droppable=tuple(names.values()), clock_witness="reference",
-            admit=None if policy.time_incorrect else admit)
-        for thread in threads:
-            thread.join()
-        if live is not None:
-            results["reference"] = live.close()
+        try:
+            window = run_window(
+                controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
+                settings=settings, cuda=self.device.startswith("cuda"),
+                start=lambda: [t.start() for t in threads],
+                finish=lambda: _gpu_work_done(controls, policy.timeout_s),
+                clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
+                droppable=tuple(names.values()), clock_witness="reference",
+                admit=None if policy.time_incorrect else admit)
+            for thread in threads:
+                thread.join()
+        finally:
+            if live is not None:  # whatever happened, the kept worker's window is over
+                results["reference"] = live.close()
         timing_run = results.get("reference")
         if timing_run is not None and not timing_run.ok and not window.get("error"):
             error = timing_run.error or {}

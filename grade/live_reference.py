@@ -66,11 +66,12 @@ class LiveReference:
         return self.control.send(f"time {index}")
 
     def close(self) -> WorkerResult | None:
-        """Done with the worker: one not asked to time ends now; waits for its end. Returns
-        its timing run's result (None where it was not asked to time): its CPU seconds are
-        those spent after it delivered."""
-        if not self._asked:
-            self.control._end()  # the worker reads the end of its pipe and returns untimed
+        """Done with the worker (its window, if any, is over): its pipe ends, so one not asked
+        to time, or asked for a window that never opened, returns untimed at its next read
+        (one that timed has read all the window said); waits for its end. Returns its timing
+        run's result (None where it was not asked to time): its CPU seconds are those spent
+        after it delivered."""
+        self.control._end()
         self._thread.join()
         final = self._final
         if not self._asked or final is None:

@@ -93,6 +93,9 @@ _DEFAULT_FILE_SIZE = 4 << 30  # no single file (stdout log included) may grow pa
 # every run of the user. A worker's limit sits below this process's by more than one message's
 # descriptors (``SCM_MAX_FD``), so what workers park stays under what this process may send.
 WORKER_FILES = 4096
+# How long the end of a run waits for its reader thread (a delivery being read is waited for
+# whole: it uses the run's files)
+READER_JOIN_S = 10
 _SCM_MAX_FD = 253
 
 
@@ -323,8 +326,14 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             receive_parts(parts_in, parts)
         return attach_parts(value, parts)
 
+    delivering = threading.Lock()  # held while a delivery is read: the end waits for it
+
     def deliver(data, at: float) -> None:
         """The run's results, delivered before its end (a trusted target's)."""
+        with delivering:
+            _deliver(data, at)
+
+    def _deliver(data, at: float) -> None:
         got = WorkerResult(ok=False, wall_s=at, stages=[*reader.start_marks, *reader.stages],
                            sandbox=reader.sandbox,
                            warm=not isinstance(proc, subprocess.Popen),
@@ -383,8 +392,10 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         proc.wait()
         leaked = proc.leaked
     WATCHER.ended(token)
-    reader.join(timeout=10)
+    reader.join(timeout=READER_JOIN_S)
     feeder.join(timeout=1)
+    with delivering:  # a delivery still being read uses the run's files: closed after it
+        pass
     if control is not None:
         control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=[*reader.start_marks, *reader.stages],

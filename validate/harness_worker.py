@@ -58,6 +58,7 @@ _channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _delivered = [False]  # set by ``deliver``: the run's files are the parent's, sealed
+_delivered_shown: list = [None]  # the shown file's descriptor once delivered (``shown_values``)
 _parts_out: list = [None]  # set by main(): a trusted run's socket for its late parts
 _parts_made = [0]
 _stage = "startup"
@@ -395,7 +396,21 @@ def deliver(value: dict, *, _send=_audit_event, _event=FRAME_EVENT,
     data = _encode_result(value, _results.fd)
     _send(_event, _kind, data)
     _delivered[0] = True
+    _delivered_shown[0] = _shown.fd
     _results.fd = _shown.fd = None
+
+
+def shown_values(value):
+    """``value`` (part of what the run delivered) with each ``ShownSlot`` read back from the
+    run's shown file, sealed since: the very bytes the parent passes on to a candidate (a
+    tensor of its own per slot, on the host). After ``deliver`` only."""
+    import mmap
+
+    fd = _delivered_shown[0]
+    size = os.fstat(fd).st_size if fd is not None else 0
+    data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) \
+        if size else None
+    return restore_slots(value, None, shown=data)
 
 
 def late_part(value, look=None):

@@ -187,8 +187,10 @@ class _LateFile:
     entries, the grader's descriptors among them) the parts are copied as the run starts, by a
     thread of their own: inside the timing window the release only passes a descriptor, where a
     KernelBench-size part copied on request took 90-100 ms of the window, twice per grade and
-    per group member. Without it a part is copied when asked for: no file of its own waits
-    among the grader's descriptors (tests/hostile/late_grader_fd_steal.py). A part's file is
+    per group member. Without it a part made here is copied when asked for
+    (tests/hostile/late_grader_fd_steal.py); a reference run's own part files
+    (``LatePart``) wait among the grader's descriptors either way, as its results file,
+    which holds them too without Landlock, always did. A part's file is
     sealed against writes and resizing before it is passed (the worker maps it, privately). A
     part is laid out as ``tensor_slots.write_part`` writes it (its tensors, then its structure).
     A part given as a ``LatePart`` (a trusted run wrote it in its own sealed file) is passed on
@@ -203,7 +205,12 @@ class _LateFile:
         made: list[int | None] = []  # a trusted run's part file, passed on as it is
         for part in parts:
             if type(part) is LatePart:
-                made.append(os.dup(part.fd) if part.fd is not None else None)
+                if part.fd is None:  # the grader's own slip, said before the worker starts
+                    for fd in made:
+                        if fd is not None:
+                            os.close(fd)
+                    raise ValueError("a late part whose file was closed before its run")
+                made.append(os.dup(part.fd))
                 self._parts.append((b"", []))
                 self.table.append((0, part.size))
                 continue

@@ -274,7 +274,11 @@ def read_part(data, size: int):
     if length > size - PART_TRAILER:
         raise RuntimeError(f"a late part is malformed ({length} of {size} bytes)")
     at = size - PART_TRAILER - length
-    return restore_slots(pickle.loads(bytes(data[at:at + length])), data)
+    try:
+        structure = pickle.loads(bytes(data[at:at + length]))
+    except Exception as exc:  # noqa: BLE001 — said as what it is
+        raise RuntimeError(f"a late part's structure does not load: {exc}") from None
+    return restore_slots(structure, data)
 
 
 def write_part(fd: int, value, look) -> int:

@@ -18,6 +18,7 @@ from kernelmill.validate.harness_worker import (
     deliver,
     late_part,
     mark_stage,
+    shown_values,
     receive,
     report,
     result_mark,
@@ -79,9 +80,10 @@ def _cpu_seconds() -> float:
 
 def _timing_basis(result: dict, seeds: dict) -> dict:
     """What timing run ``result``'s reference needs once its results are sent: its seeds, its
-    base state (on the host) and its model (kept for the last run made only)."""
+    base state (on the host), its first trial's inputs as sent (their slots in the shown file)
+    and its model (kept for the last run made only)."""
     return {"init_seed": seeds["init_seed"], "state": result["state_dict"],
-            "draw": result["trials"][0]["_draw"], "model": result["_model"]}
+            "inputs": result["trials"][0]["inputs"], "model": result["_model"]}
 
 
 def _time_when_asked(ns: dict, device: str, payload: dict, bases: list[dict]) -> dict:
@@ -108,9 +110,11 @@ def _time_when_asked(ns: dict, device: str, payload: dict, bases: list[dict]) ->
         return {"timing": None}
     model = model.to(device)
     model.load_state_dict(basis["state"])
-    seed, dist = basis["draw"]
-    return _time_reference(model, to_device(transform(draw_inputs(ns, device, seed), dist),
-                                            device), device, payload)
+    # the first trial's inputs as the candidate is given them (its shown file's bytes): a draw
+    # again from the trial's seed would differ where ``get_inputs`` uses Python's or NumPy's
+    # generators, which the seed does not reach
+    return _time_reference(model, to_device(list(shown_values(basis["inputs"])), device),
+                           device, payload)
 
 
 def _drop_worker_only(result: dict) -> None:

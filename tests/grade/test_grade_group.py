@@ -289,3 +289,21 @@ def test_the_reference_outputs_scales_come_from_its_worker():
         assert kept[2] == compare.output_scales(out)
     compare.remember_scales(outputs[:1], [[float("nan"), 1.0]])  # malformed: not kept
     assert compare._SCALES[id(outputs[0])][2] == compare.output_scales(outputs[0])
+
+
+def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(monkeypatch):
+    """The kept reference worker, asked to time, is ended with its window however the window
+    ends (here it raises before opening): the grade fails at once, not at the worker's limit."""
+    import time
+
+    import pytest
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the GPU's lock file cannot be opened")
+
+    monkeypatch.setattr(G, "run_window", broken)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="lock file"):
+        Grader("cpu", policy=policy).grade(read("ref_scale_add"), read("honest_scale_add"))
+    assert time.monotonic() - began < 40  # its limit: 2 x 60 s, then 60 more for the timing

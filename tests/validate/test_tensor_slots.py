@@ -554,16 +554,20 @@ def test_a_workers_open_file_limit_stays_below_the_graders():
 
 
 DELIVERS = (
-    "import torch\n"
-    "from kernelmill.validate.harness_worker import deliver, receive, result_slot\n"
+    "import os, torch\n"
+    "from kernelmill.validate.harness_worker import deliver, receive, result_slot, shown_values\n"
     "def main(payload):\n"
     "    g = torch.Generator().manual_seed(7)\n"
     "    seen = torch.randn(300, 1000, generator=g)\n"
     "    weight = torch.randn(400, 400, generator=g)\n"
-    "    deliver({'inputs': [result_slot(seen, shown=True)], 'weight': weight,\n"
-    "             'outputs': [result_slot(seen * 2)]})\n"
+    "    sent = [result_slot(seen, shown=True), 5]\n"
+    "    deliver({'inputs': sent, 'weight': weight, 'outputs': [result_slot(seen * 2)]})\n"
+    "    if payload.get('exit'):\n"
+    "        os._exit(0)\n"
+    "    back = shown_values(sent)  # what it sent, read back from its sealed shown file\n"
     "    asked = receive()\n"
-    "    return {'asked': asked, 'again': seen * 3}\n")
+    "    return {'asked': asked, 'again': seen * 3,\n"
+    "            'read_back': bool(torch.equal(back[0], seen)) and back[1] == 5}\n")
 
 
 def test_a_trusted_run_delivers_its_results_before_its_end():
@@ -596,7 +600,7 @@ def test_a_trusted_run_delivers_its_results_before_its_end():
     delivered = got[0][0]
     assert delivered.ok, delivered.error
     big, base = _expected()
-    assert torch.equal(delivered.value["inputs"][0], big)
+    assert torch.equal(delivered.value["inputs"][0], big) and delivered.value["inputs"][1] == 5
     assert torch.equal(delivered.value["weight"], base)
     assert torch.equal(delivered.value["outputs"][0], big * 2)
     assert delivered.shown is not None and delivered.shown.fd is not None
@@ -605,6 +609,7 @@ def test_a_trusted_run_delivers_its_results_before_its_end():
     final = ended[0]
     assert final.ok and final.value["asked"] == "go on", final.error
     assert torch.equal(final.value["again"], big * 3) and final.shown is None
+    assert final.value["read_back"] is True
     assert delivered.shown.fd is not None  # the delivered result's file outlives the run
     # not asked for: the frame breaks the channel; no results file: nothing to deliver
     unasked = run_in_worker(SOURCE, {"source": DELIVERS}, timeout_s=60, device="cpu",
@@ -691,3 +696,28 @@ def test_a_trusted_runs_late_parts_come_back_as_sealed_files_of_their_own():
     assert plain.ok and plain.value["parts"] == [None]
     for part in parts:
         part.close()
+
+
+def test_a_run_that_ends_while_its_delivery_is_read_waits_for_it(monkeypatch):
+    """The end of a run closes its files only once a delivery being read is done with them
+    (else it sealed and mapped whatever file took their numbers), however long that takes."""
+    import time
+
+    import kernelmill.validate.harness as H
+
+    real = H.attach_slots
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)  # past the end's wait for its reader thread, set below
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(H, "attach_slots", slow)
+    monkeypatch.setattr(H, "READER_JOIN_S", 0.1)
+    got = []
+    final = run_in_worker(SOURCE, {"source": DELIVERS, "exit": True}, timeout_s=60,
+                          device="cpu", early_results=True, on_delivered=got.append)
+    assert got and got[0].ok, got and got[0].error
+    big, _base = _expected()
+    assert torch.equal(got[0].value["outputs"][0], big * 2)
+    assert torch.equal(got[0].value["inputs"][0], big) and got[0].shown.fd is not None
+    assert not final.ok  # it ended without a result of its own
