@@ -18,12 +18,12 @@ from kernelmill.validate.harness_worker import (
     deliver,
     late_part,
     mark_stage,
-    shown_values,
     receive,
     report,
     result_mark,
     result_rewind,
     result_slot,
+    shown_values,
 )
 from kernelmill.validate.measure import flatten_outputs, load_namespace
 from kernelmill.validate.measure import synchronize as sync
