@@ -11,8 +11,8 @@ holds the steps around them: the candidate's build and run, the timing window, t
    the reference outputs) and runs forward under observation. Timing: the reference's worker
    of step 2, kept after its results (``live_reference``; else a third worker that rebuilds the
    reference), times the reference (never the candidate) on the candidate's timing inputs, and
-   both are timed in one exclusive window on the GPU, in alternating rounds (``validate.window``); the verdict's
-   ``timing`` and speedups come from that window only.
+   both are timed in one exclusive window on the GPU, in alternating rounds
+   (``validate.window``); the verdict's ``timing`` and speedups come from that window only.
 4. Judge (``judge.judge``) here, then the reward.
 
 ``Grader.grade`` always returns a verdict dict; it raises only for a reference that cannot run
