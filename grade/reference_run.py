@@ -112,7 +112,7 @@ def _first_dtype(ref: dict) -> str:
                  if hasattr(t, "dtype")), "torch.float32")
 
 
-def _keep_scales(value: dict) -> None:
+def _remember_output_scales(value: dict) -> None:
     """The scales the reference's worker computed of each trial's outputs where it made them,
     kept for those tensors (``compare.remember_scales``): the judge does not compute them."""
     for trial in value.get("trials") or []:
@@ -315,7 +315,7 @@ class ReferenceRuns:
                 kept.close()
             raise
         value["init_seed"] = payload["init_seed"]
-        _keep_scales(value)
+        _remember_output_scales(value)
         self._note_reference_bytes(source, value, slot_env)
         return ReferenceRun(value, result, self.device, source,
                             live=(kept, 0) if kept is not None else None)
@@ -427,7 +427,7 @@ class ReferenceRuns:
             if fault:
                 raise ReferenceError(fault)
             value.update(init_seed=seeds["init_seed"], **timing)
-            _keep_scales(value)
+            _remember_output_scales(value)
             # each run's share of the worker's CPU time
             share = None if result.cpu_s is None else round(result.cpu_s / count, 3)
             made.append(ReferenceRun(value, dataclasses.replace(result, value=value, cpu_s=share),

@@ -321,9 +321,11 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     parts: dict = {}  # the worker's late parts received, by index (``receive_parts``)
 
     def with_parts(value):
-        """``value`` with its late parts' markers replaced by their sealed files."""
-        if parts_in is not None:
-            receive_parts(parts_in, parts)
+        """``value`` with its late parts' markers replaced by their sealed files (a run asked
+        for parts only)."""
+        if parts_in is None:
+            return value
+        receive_parts(parts_in, parts)
         return attach_parts(value, parts)
 
     delivering = threading.Lock()  # held while a delivery is read: the end waits for it

@@ -14,6 +14,7 @@ import threading
 from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _SEALS,
     LATE_PART,
+    HeldFile,
     SlotError,
     TensorSlot,
     _replaced,
@@ -99,22 +100,14 @@ def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         future.result()
 
 
-class LatePart:
+class LatePart(HeldFile):
     """A late part a trusted run made (``harness_worker.late_part``), parent side: its memory
     file, sealed against every change, handed on to a worker as it is (``_LateFile``), never
     copied here. Closed when this object goes."""
 
     def __init__(self, fd: int, size: int):
-        self.fd: int | None = fd
+        super().__init__(fd)
         self.size = size
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __del__(self):
-        self.close()
 
     def __repr__(self) -> str:
         return f"LatePart({self.size} bytes)"
@@ -159,15 +152,7 @@ def attach_parts(value, parts: dict):
             raise SlotError(f"the result names a late part that never came: {item!r}"[:200])
         return part
 
-    return _replaced(value, swap) if parts or _has_marker(value) else value
-
-
-def _has_marker(value) -> bool:
-    if type(value) is dict:
-        return LATE_PART in value or any(_has_marker(v) for v in value.values())
-    if type(value) in (list, tuple):
-        return any(_has_marker(v) for v in value)
-    return False
+    return _replaced(value, swap)
 
 
 class LateRefused(RuntimeError):

@@ -400,7 +400,22 @@ def _sealed_size(fd: int, what: str) -> int:
     return os.fstat(fd).st_size
 
 
-class SealedFile:
+class HeldFile:
+    """A descriptor this object holds, closed when it goes."""
+
+    def __init__(self, fd: int):
+        self.fd: int | None = fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self):
+        self.close()
+
+
+class SealedFile(HeldFile):
     """A trusted run's shown file (``ShownSlot``), parent side: sealed, mapped, and passed on
     as it is (a new descriptor of it, ``passed_on``) to a worker whose payload's large tensors
     all lie in it, where they would otherwise be copied into a payload file of its own (a
@@ -411,7 +426,7 @@ class SealedFile:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, fd: int):
-        self.fd: int | None = fd
+        super().__init__(fd)
         self.size = 0
         self._data = None
         self._base = 0
@@ -444,14 +459,6 @@ class SealedFile:
         offset = tensor.data_ptr() - self._base
         nbytes = tensor.numel() * tensor.element_size()
         return offset if 0 <= offset and offset + nbytes <= self.size else None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __del__(self):
-        self.close()
 
 
 def passed_on(payload, large) -> tuple | None:

@@ -141,21 +141,26 @@ def _shipped(value, shown: bool = False):
     run's shown file, which the parent passes on to the candidate's worker without a copy."""
     if _type(value) is not _Tensor:
         return value
-    if value.device.type == "cuda":  # (a host tensor is written from where it lies)
-        # sized by the first large tensor (a reference worker watches no threads)
-        reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
+    _stage_for(value)
     slot = result_slot(value, look, shown=shown)
     return to_cpu(value) if slot is None else slot
+
+
+def _stage_for(value) -> None:
+    """The pinned staging buffer (``look``) reserved for a device tensor about to be written
+    to a file, sized by the first large one (a reference worker watches no threads); a host
+    tensor is written from where it lies."""
+    if value.device.type == "cuda":
+        reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
 
 
 def _unseen_part(spec: dict, inputs: list):
     """An unseen trial's inputs as the late part its candidate is handed inside the window
     (``harness_worker.late_part``: written here once, never copied by the grader); None where
     the run makes no parts."""
-    for value in inputs:  # the staging buffer sized as for the results file
-        if _type(value) is _Tensor and value.device.type == "cuda":
-            reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
-            break
+    for value in inputs:
+        if _type(value) is _Tensor:
+            _stage_for(value)
     return late_part({"seed": spec["seed"], "inputs": inputs}, look)
 
 
