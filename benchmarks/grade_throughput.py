@@ -466,6 +466,8 @@ def main() -> int:
                         help="a timing setting of the grading policy (Policy.timing_settings: "
                              "the window's, validate.window.WindowSettings, or the timer's), "
                              "e.g. settle_ms=20; repeatable")
+    parser.add_argument("--keep-verdicts", metavar="DIR",
+                        help="copy each phase's verdicts (gzipped JSONL) into this folder")
     args = parser.parse_args()
     check_kernelbench_eval(args)
     timing_settings = {}
@@ -538,11 +540,14 @@ def main() -> int:
                     "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(done, 1), 3),
                     "per_minute": round(done / seconds * 60, 1), "cached": 0,
                     **_after_first(first, done, seconds), **lag.stop(), **summarize(out)}
+                keep_verdicts(out, args.keep_verdicts)
                 if done:
+                    report_uncertified(out)  # names any honest answer that was not certified
                     report_per_problem(out)
                     report_slowest_and_median(out)
                 stopped = True
                 break
+            keep_verdicts(out, args.keep_verdicts)
             report_uncertified(out)  # names any honest answer that was not certified
             report_spread(out)
             report_per_problem(out)
@@ -686,6 +691,19 @@ def _deadline(*_args) -> None:
     global _DEADLINE_REACHED
     _DEADLINE_REACHED = True
     raise KeyboardInterrupt
+
+
+def keep_verdicts(out: Path, folder: str | None) -> None:
+    """The phase's verdicts, gzipped, into ``folder`` (each carries its ``profile``: when its
+    grade began, where its time and CPU went)."""
+    if not folder or not out.exists():
+        return
+    import gzip
+    import shutil
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with out.open("rb") as src, gzip.open(Path(folder) / f"{out.name}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
 
 
 def read_lines(path: Path) -> list[str]:

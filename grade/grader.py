@@ -165,7 +165,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         reward_fn = get_reward(reward)
         # On CPU, the size validation calibrated the record's tolerances at (grade/size.py).
         size = grading_size(reference_source, self.device, record, self.cpu_max_numel)
-        began = time.monotonic()
+        began, began_at = time.monotonic(), time.time()
         verdicts: list[dict | None] = [self._static(source) or self._decided_statically(source)
                                        for source in candidate_sources]
         pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
@@ -187,7 +187,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
-                verdict["profile"] = {"reference_s": round(after_reference - began, 3),
+                verdict["profile"] = {"began_at": round(began_at, 3),
+                                      "reference_s": round(after_reference - began, 3),
                                       "candidate_s": round(time.monotonic() - after_reference, 3),
                                       "warm": bool(reference.result.warm), "group": len(pending),
                                       "reference_stages_s": stage_seconds(

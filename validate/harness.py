@@ -398,6 +398,11 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     feeder.join(timeout=1)
     with delivering:  # a delivery still being read uses the run's files: closed after it
         pass
+    # the reader holds ``deliver``, whose closure holds the reader: a cycle over the run's
+    # files (its shown file, its delivered results) that only the cyclic collector would free,
+    # long after (a GPU host's shared memory filled with grades' files, and the grader was
+    # killed): broken here, so the files go when their last user lets go
+    reader.on_delivered = None
     if control is not None:
         control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=[*reader.start_marks, *reader.stages],

@@ -244,6 +244,46 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
 
 
 
+def _memory_files() -> tuple[int, int]:
+    """This process's memory files: descriptors open, and mappings."""
+    import os
+
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += "memfd:" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+    with open("/proc/self/maps") as maps:
+        return fds, sum("memfd:" in line for line in maps)
+
+
+def test_a_grade_lets_its_memory_files_go_without_the_cyclic_collector():
+    """Every file of a grade (the reference's results and shown file, its unseen trials'
+    parts, the candidate's results) is closed and unmapped once the grade is over and its
+    verdicts dropped, by reference counting alone: a cycle over them waits for a full
+    collection, which a busy grader rarely runs, and a GPU host's shared memory filled with
+    finished grades' files until the grader was killed (singles, KernelBench sizes, H200)."""
+    import gc
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    reference, honest = (read(name).replace("N = 4096", "N = 1 << 16")  # in files, not frames
+                         for name in ("ref_scale_add", "honest_scale_add"))
+    grader = Grader("cpu", policy=policy)
+    before = _memory_files()
+    gc.collect()
+    gc.disable()
+    try:
+        single = grader.grade(reference, honest)
+        group = grader.grade_group(reference, [honest] * 2)
+        assert single["correct"] and all(v["correct"] for v in group), single.get("error")
+        assert single["timing"] and all(v["timing"] for v in group)
+        del single, group
+        assert _memory_files() == before
+    finally:
+        gc.enable()
+
+
 def test_a_kept_reference_worker_gone_before_the_window_is_replaced(monkeypatch):
     """The fresh reference's worker ended after delivering its results (killed, out of
     memory): the window's reference is timed by a worker of its own, and the grade is whole."""
