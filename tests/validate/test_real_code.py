@@ -1011,13 +1011,16 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
 
 
 @pytest.mark.parametrize("kind, jumps", [("angle", True), ("atan2", True), ("log", True),
-                                         ("sqrt", True), ("unit", False), ("magnitude", False)])
+                                         ("sqrt", True), ("half_angle", True),
+                                         ("half_angle_shifted", False), ("unit", False),
+                                         ("magnitude", False)])
 def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
-    """The phase of a spectrum (``angle``, ``atan2``, inside a complex ``log`` or ``sqrt``) jumps
-    across the negative reals, where a real FFT's DC and Nyquist bins sit exactly (an imaginary
-    part of +0.0): noise on the transform (accumulating work) flips them, so the phase fails;
-    the unit phasor and the
-    magnitude are continuous and decide nothing. A complex output and a real one of its shape
+    """The phase of a spectrum (``angle``, ``atan2``, inside a complex ``log`` or ``sqrt``, or
+    written out as the half-angle ``2 atan(im / (|z| + re))``, whose pole no single op has)
+    jumps across the negative reals, where a real FFT's DC and Nyquist bins sit exactly (an
+    imaginary part of +0.0): noise on the transform (accumulating work) flips them, so the
+    phase fails; the unit phasor, the magnitude and the half-angle formula with its pole moved
+    off the spectrum are continuous. A complex output and a real one of its shape
     are not comparable (an ablation of ``angle`` returns the spectrum itself)."""
     from kernelmill.validate.verdicts import judge_exact_outputs
 
@@ -1034,6 +1037,9 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
                 return torch.atan2(spec.imag, spec.real)
             if kind in ("log", "sqrt"):  # the phase inside a complex log, or halved in a root
                 return getattr(torch, kind)(spec).imag
+            if kind.startswith("half_angle"):  # real ops only: atan of a ratio with a pole
+                shift = 1.0 if kind.endswith("shifted") else 0.0
+                return 2 * torch.atan(spec.imag / (spec.abs() + spec.real + shift))
             return spec / spec.abs().clamp_min(1e-6) if kind == "unit" else spec.abs()
 
     torch.manual_seed(0)

@@ -112,7 +112,7 @@ CARRIERS = frozenset({"view", "_unsafe_view", "reshape", "clone", "contiguous", 
                       "alias", "_to_copy", "to", "lift_fresh"})
 
 
-def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool]:
+def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool, bool]:
     """Does the forward decide something from float values: an op that takes a float tensor
     and returns only integer or boolean ones (a comparison, argmax, bucketize) or returns
     some beside its float ones that are then read (``max(dim)``'s indices), a
@@ -120,13 +120,16 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
     neighbour sampler at computed coordinates (``SAMPLERS``) or a selection whose order among
     ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump. And
     does it sort or select, of any dtype, where the order among ties is unspecified
-    (``REORDERED``: integer keys too, which no float noise moves)?"""
+    (``REORDERED``: integer keys too, which no float noise moves)? And does an unpool place
+    values at a pool's indices (positions, by this rule not a decision, though noise that
+    flips a window's maximum moves its value)?"""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     seen = []
     sorts = []
+    unpooled = []
     # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
     # pool's): a decision once anything reads them (a router's top-1 expert, a gather at the
     # pool's peaks), not before (indices kept for a backward) and not a pool's by its unpool
@@ -135,9 +138,12 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
     def read(tensors, reader: str = "") -> None:
         for t in tensors:
             entry = beside.get(id(t))
+            if entry is None or entry[1]() is not t:
+                continue
             # a pool's indices read by its unpool are positions, not a decision
-            if entry is not None and entry[1]() is t and not (
-                    "pool" in entry[0] and reader.startswith("max_unpool")):
+            if "pool" in entry[0] and reader.startswith("max_unpool"):
+                unpooled.append(entry[0])
+            else:
                 seen.append(entry[0])
 
     class Decisions(TorchDispatchMode):
@@ -180,7 +186,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
         outs = forward(model, inputs, forward_seed, copies)
     # (an output itself counts as read)
     read(tree_leaves(outs))
-    return bool(seen), bool(sorts)
+    return bool(seen), bool(sorts), bool(unpooled)
 
 
 def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
@@ -623,23 +629,41 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     tolerance's scale) and (b) on one CPU thread instead of several; with ``tol`` (the
     problem's tolerance), how many float output elements jump by ``JUMP`` tolerances under the
     same noise, where the forward decides something from float values (``_decides``: a sign
-    hash, a one-hot of an argmax, rounding); how dense the near-ties those noises meet are
-    (``_density``, over further draws of the inputs from ``more``; ``dtype`` sets the honest
-    rounding). None: every output is floating-point and nothing decides (or no ``tol``)."""
+    hash, a one-hot of an argmax, rounding) or where, with nothing named deciding, some float
+    output element jumped under it (a pole or cut made of several ops); how dense the
+    near-ties those noises meet are (``_density``, over further draws of the inputs from
+    ``more``; ``dtype`` sets the honest rounding). None: every output is floating-point and
+    nothing decides or jumped (or no ``tol``)."""
     import torch
 
     floats_only = all(t.is_floating_point() or t.is_complex() for t in ref)
-    decides, sorts = _decides(model, inputs, forward_seed, copies)
-    decides = decides and tol is not None and any(t.is_floating_point() for t in ref)
-    if floats_only and not decides and not (sorts and tol is not None):
+    decides, sorts, unpooled = _decides(model, inputs, forward_seed, copies)
+    gradable = tol is not None and any(t.is_floating_point() for t in ref)
+    decides = decides and gradable
+    # the jumps of a forward where nothing decides are measured, except where an unpool
+    # places values at a pool's indices: those move wherever noise flips a window's maximum,
+    # which the rule above keeps from deciding
+    probe = gradable and not decides and not unpooled
+    if floats_only and not decides and not probe and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
     jumped = steps = density = None
     with _HonestNoise(rel, seed):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
-    if decides:
+    if probe:
+        # nothing the trace names decides, yet a float output may still jump under the noise:
+        # a composition with a pole or a cut that no single op has (the half-angle phase
+        # ``2 * atan(im / (|z| + re))``, infinite on the negative reals). Where one does, the
+        # output is judged as a decided one; where none does, as before
         jumped = _jumped(out, ref, tol)
+        decides = jumped["changed"] > 0
+        if not decides:
+            if floats_only and not (sorts and tol is not None):
+                return None
+            jumped = None
+    if decides:
+        jumped = jumped or _jumped(out, ref, tol)
         # the same noise a tenth as large: steps under 100 tolerances. Against the noise's own
         # scale (the dtype's floor) where the calibrated tolerance is larger: a reference whose
         # fp32 and fp64 forwards differ by a step calibrates a tolerance of ten steps (a QKeras
