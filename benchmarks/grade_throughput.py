@@ -543,6 +543,7 @@ def main() -> int:
                 keep_verdicts(out, args.keep_verdicts)
                 if done:
                     report_uncertified(out)  # names any honest answer that was not certified
+                    report_spread(out)
                     report_per_problem(out)
                     report_slowest_and_median(out)
                 stopped = True
