@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,6 +337,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             _deliver(data, at)
 
     def _deliver(data, at: float) -> None:
+        reader = reader_ref()  # (the reader holds this callback: a weak reference, no cycle)
         got = WorkerResult(ok=False, wall_s=at, stages=[*reader.start_marks, *reader.stages],
                            sandbox=reader.sandbox,
                            warm=not isinstance(proc, subprocess.Popen),
@@ -359,6 +361,11 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     reader = _Reader(r_out, key, start, control,
                      on_delivered=deliver if on_delivered is not None and early_results and
                      results_fd is not None else None)
+    # ``deliver`` reads the reader through a weak reference: had its closure held the reader,
+    # which holds ``deliver``, every delivered run's files (its shown file, its results and
+    # parts) would wait for a full cyclic collection, which a busy grader runs rarely (a GPU
+    # host's shared memory filled with finished grades' files and the grader was killed)
+    reader_ref = weakref.ref(reader)
     reader.start()
 
     def feed() -> None:
@@ -398,11 +405,6 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     feeder.join(timeout=1)
     with delivering:  # a delivery still being read uses the run's files: closed after it
         pass
-    # the reader holds ``deliver``, whose closure holds the reader: a cycle over the run's
-    # files (its shown file, its delivered results) that only the cyclic collector would free,
-    # long after (a GPU host's shared memory filled with grades' files, and the grader was
-    # killed): broken here, so the files go when their last user lets go
-    reader.on_delivered = None
     if control is not None:
         control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=[*reader.start_marks, *reader.stages],

@@ -374,8 +374,11 @@ def judge_exact_outputs(exact: Any) -> dict:
     if jumped:
         return check(False, jumped["fraction"], f"float outputs jump: {_of(jumped)} move by "
                      "100 tolerances or more when the float work carries noise of "
-                     f"{exact['jitter']:.1g} of its magnitude{jump_note} (they are decided by "
-                     "near-tied float values: a sign, a rounding, a one-hot of an argmax)")
+                     f"{exact['jitter']:.1g} of its magnitude{jump_note} "
+                     + ("(no op decides: a pole or a cut made of several ops, or an output "
+                        "too ill-conditioned for this tolerance)" if exact.get("undecided")
+                        else "(they are decided by near-tied float values: a sign, a "
+                             "rounding, a one-hot of an argmax)"))
     steps = exact.get("steps")
     if steps and steps["changed"]:
         return check(False, steps["fraction"], f"float outputs step: {_of(steps)} are off by "

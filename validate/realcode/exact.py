@@ -648,6 +648,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
     jumped = steps = density = None
+    undecided = False  # jumps where no op decides
     with _HonestNoise(rel, seed):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
@@ -657,7 +658,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         # ``2 * atan(im / (|z| + re))``, infinite on the negative reals). Where one does, the
         # output is judged as a decided one; where none does, as before
         jumped = _jumped(out, ref, tol)
-        decides = jumped["changed"] > 0
+        decides = undecided = jumped["changed"] > 0
         if not decides:
             if floats_only and not (sorts and tol is not None):
                 return None
@@ -701,7 +702,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         del out
     kept = (density or {}).get("kinds", {})
     return {"jitter": rel, "jittered_changed": jittered, "threads_changed": threads,
-            "jumped": jumped, "steps": steps, "reordered": reordered,
+            "jumped": jumped, "undecided": undecided, "steps": steps, "reordered": reordered,
             "small_jitter": rel * STEP_SCALE,
             "small_jittered_changed": kept.get("jittered", {}).get("small_changed"),
             "small_jumped": kept.get("jumped", {}).get("small_changed"),
