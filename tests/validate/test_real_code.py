@@ -1053,6 +1053,44 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
     assert not C.shapes_equal([spec], [spec.angle()]) and C.shapes_equal([spec], [spec * 2])
 
 
+@pytest.mark.parametrize("phase", [False, True])
+def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
+    """An unpool places values at the positions its pool picked (positions, not a decision),
+    and under noise a window's maximum can move to another position: the noisy forwards are
+    given the clean forward's picks, so the pool and unpool alone pass, and a half-angle phase
+    returned beside them (a cut no single op has) still fails."""
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x):
+            y = self.lin(x).view(-1, 1, 8, 8)
+            p, i = nn.functional.max_pool2d(y, 2, return_indices=True)
+            up = nn.functional.max_unpool2d(p * 2, i, 2)
+            if not phase:
+                return up
+            spec = torch.fft.rfft(y.flatten(1), dim=-1)
+            return up, 2 * torch.atan(spec.imag / (spec.abs() + spec.real))
+
+    torch.manual_seed(0)
+    model, x = Stage(), torch.randn(256, 64)
+    ref = R.forward(model, [x], 0)
+    exact = R.exact_outputs(model, [x], ref, 0, 1e-4, 1, "cpu", tol=1e-4)
+    failed = exact is not None and judge_exact_outputs(exact)["passed"] is False
+    assert failed is phase, exact
+    if phase:
+        assert exact["undecided"], exact
+    # the picks are what keeps the unpool's output still: without them it jumps
+    from kernelmill.validate.realcode.exact import _HonestNoise
+
+    with _HonestNoise(1e-4, 1):
+        loose = R.forward(model, [x], 0)
+    assert (loose[0] - ref[0]).abs().max() > 100 * 1e-4 * (1 + ref[0].abs().max())
+
+
 @pytest.mark.parametrize("ties, pooled, fails", [(1, False, False), (12, False, True),
                                                   (12, True, False)])
 def test_near_ties_fail_by_their_density_over_draws_of_the_inputs(ties, pooled, fails):

@@ -10,6 +10,7 @@ import weakref
 
 from .. import checks as C
 from .common import forward
+from .pools import PoolPicks, is_pool, pinned, returns_picks
 
 # Ops whose result carries an honest kernel's rounding: matmul-class work (torch's FLOP
 # formulas) and reductions, whose error follows the magnitude of what they sum, not of the result.
@@ -112,7 +113,7 @@ CARRIERS = frozenset({"view", "_unsafe_view", "reshape", "clone", "contiguous", 
                       "alias", "_to_copy", "to", "lift_fresh"})
 
 
-def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool, bool]:
+def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool, bool, dict]:
     """Does the forward decide something from float values: an op that takes a float tensor
     and returns only integer or boolean ones (a comparison, argmax, bucketize) or returns
     some beside its float ones that are then read (``max(dim)``'s indices), a
@@ -120,20 +121,23 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
     neighbour sampler at computed coordinates (``SAMPLERS``) or a selection whose order among
     ties is unspecified (``UNORDERED_SELECTIONS``)? Its float outputs may then jump. And
     does it sort or select, of any dtype, where the order among ties is unspecified
-    (``REORDERED``: integer keys too, which no float noise moves)? And does an unpool place
-    values at a pool's indices (positions, by this rule not a decision, though noise that
-    flips a window's maximum moves its value)?"""
+    (``REORDERED``: integer keys too, which no float noise moves)? And the picks of the
+    pools (by call number, ``pools.PoolPicks``) that only an unpool reads: positions, by this
+    rule not a decision, which the noisy forwards are given (noise that flips a window's
+    maximum would move its value by a step)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     seen = []
     sorts = []
-    unpooled = []
+    picks = []  # every pool's picks, by call number
+    unpooled, decided = set(), set()  # call numbers of pools read by an unpool, and otherwise
     # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
     # pool's): a decision once anything reads them (a router's top-1 expert, a gather at the
     # pool's peaks), not before (indices kept for a backward) and not a pool's by its unpool
-    beside: dict[int, tuple] = {}  # id -> (the op's name, a weak reference to the result)
+    # id -> (the op's name, a weak reference to the result, its pool call number or None)
+    beside: dict[int, tuple] = {}
 
     def read(tensors, reader: str = "") -> None:
         for t in tensors:
@@ -141,15 +145,20 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
             if entry is None or entry[1]() is not t:
                 continue
             # a pool's indices read by its unpool are positions, not a decision
-            if "pool" in entry[0] and reader.startswith("max_unpool"):
-                unpooled.append(entry[0])
+            if entry[2] is not None and reader.startswith("max_unpool"):
+                unpooled.add(entry[2])
             else:
                 seen.append(entry[0])
+                decided.add(entry[2])
 
     class Decisions(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
+            number = None
+            if is_pool(func.overloadpacket.__name__) and returns_picks(out):
+                number = len(picks)
+                picks.append(out[1])
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             tracked = [beside[id(t)] for t in given
                        if id(t) in beside and beside[id(t)][1]() is t]
@@ -158,7 +167,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                 # a view or copy of tracked indices, or what integer work makes of them (a
                 # slice, a chunk, index arithmetic), is tracked as they are: the float work
                 # that first reads them decides (not a reshape on the way to the unpool)
-                beside.update((id(t), (tracked[0][0], weakref.ref(t)))
+                beside.update((id(t), (tracked[0][0], weakref.ref(t), tracked[0][2]))
                               for t in tree_leaves(out) if isinstance(t, torch.Tensor))
                 return out
             read(given, func.overloadpacket.__name__)
@@ -178,7 +187,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                     seen.append(name)
                 else:  # (a pool's indices: a decision where other than its unpool reads them)
                     floats = {tuple(t.shape) for t in made if t.is_floating_point()}
-                    beside.update((id(t), (name, weakref.ref(t))) for t in exact
+                    beside.update((id(t), (name, weakref.ref(t), number)) for t in exact
                                   if tuple(t.shape) in floats)
             return out
 
@@ -186,7 +195,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
         outs = forward(model, inputs, forward_seed, copies)
     # (an output itself counts as read)
     read(tree_leaves(outs))
-    return bool(seen), bool(sorts), bool(unpooled)
+    return bool(seen), bool(sorts), {n: picks[n] for n in unpooled - decided}
 
 
 def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
@@ -540,7 +549,7 @@ def _fails(record: dict, draws: int, share: float) -> bool:
 
 
 def _density(model, inputs: list, ref: list, first: list, more, forward_seed: int, rel: float,
-             seed: int, copies: bool, kinds: dict, dtype: str) -> dict:
+             seed: int, copies: bool, kinds: dict, dtype: str, picks: dict | None = None) -> dict:
     """The near-ties the full noise (``rel``) and the noise a tenth as large meet, as events
     (``_events``) by each of ``kinds``' ``(moved, changed)`` pairs: on the check's own draw of
     the inputs (``inputs``, ``ref``; ``first`` holds its forward under the full noise, taken
@@ -552,7 +561,9 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
     device is raised).
     Each kind's record: its events under each noise, its changes summed over the draws, and
     ``honest_failures``' estimate (``share``: an honest kernel's rounding, for ``dtype``, over
-    the noise). Stops early where every kind already fails."""
+    the noise). Stops early where every kind already fails. ``picks``: the check's draw's
+    pool picks that only an unpool reads (``_decides``), which the noisy forwards are given;
+    on a further draw those of its own clean forward."""
     import torch
 
     from ..forwards import _device_poisoned
@@ -576,11 +587,13 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
         try:
             given = next(sources)
             if draw:
-                clean = forward(model, given, forward_seed, copies)
-                with _HonestNoise(rel, base):
+                with PoolPicks(picks or ()) as recorded:
+                    clean = forward(model, given, forward_seed, copies)
+                held = recorded.kept
+                with _HonestNoise(rel, base), pinned(held):
                     out = forward(model, given, forward_seed, copies)
             else:
-                clean, out = ref, first.pop()
+                clean, out, held = ref, first.pop(), picks
         except StopIteration:
             break
         except Exception as exc:  # noqa: BLE001 — that draw is left out, the others pooled
@@ -601,7 +614,7 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
         for step in range(SMALL_DRAWS if flipped else 0):
             for noise, scale in scales.items():
                 # seeds of their own: the draw the steps test scales shares the full noise's
-                with _HonestNoise(scale, base + 1 + step):
+                with _HonestNoise(scale, base + 1 + step), pinned(held):
                     smaller = forward(model, given, forward_seed, copies)
                 for name, (moved, changed) in kinds.items():
                     record[name][noise] += _events(smaller, clean, moved)
@@ -609,7 +622,7 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
                         record[name]["small_changed"] = _summed(record[name]["small_changed"],
                                                                 changed(smaller, clean))
                 smaller = None
-        clean = given = None
+        clean = given = held = None
         draws += 1
         if all(_fails(r, DENSITY_DRAWS, share) for r in record.values()):
             break  # failing already with the draws left adding nothing
@@ -637,19 +650,18 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     import torch
 
     floats_only = all(t.is_floating_point() or t.is_complex() for t in ref)
-    decides, sorts, unpooled = _decides(model, inputs, forward_seed, copies)
+    decides, sorts, picks = _decides(model, inputs, forward_seed, copies)
     gradable = tol is not None and any(t.is_floating_point() for t in ref)
     decides = decides and gradable
-    # the jumps of a forward where nothing decides are measured, except where an unpool
-    # places values at a pool's indices: those move wherever noise flips a window's maximum,
-    # which the rule above keeps from deciding
-    probe = gradable and not decides and not unpooled
+    # the jumps of a forward where nothing decides are measured too; every noisy forward
+    # is given the picks of the pools only an unpool reads (positions, not decisions)
+    probe = gradable and not decides
     if floats_only and not decides and not probe and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
     jumped = steps = density = None
     undecided = False  # jumps where no op decides
-    with _HonestNoise(rel, seed):
+    with _HonestNoise(rel, seed), pinned(picks):
         out = forward(model, inputs, forward_seed, copies)
     jittered = _exact_changed(out, ref)
     if probe:
@@ -670,7 +682,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         # fp32 and fp64 forwards differ by a step calibrates a tolerance of ten steps (a QKeras
         # grid on CUDA: 7.9e-3 for steps of 1e-3), which would hide the very steps an honest
         # kernel's rounding flips
-        with _HonestNoise(rel * STEP_SCALE, seed):
+        with _HonestNoise(rel * STEP_SCALE, seed), pinned(picks):
             smaller = forward(model, inputs, forward_seed, copies)
         steps = _steps(out, smaller, ref, min(tol, rel))
         del smaller
@@ -682,7 +694,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     if kinds:
         first, out = [out], None  # ``_density`` lets it go after its first draw
         density = _density(model, inputs, ref, first, more, forward_seed, rel, seed, copies,
-                           kinds, dtype)
+                           kinds, dtype, picks)
     del out
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
