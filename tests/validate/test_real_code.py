@@ -1053,6 +1053,40 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
     assert not C.shapes_equal([spec], [spec.angle()]) and C.shapes_equal([spec], [spec * 2])
 
 
+@pytest.mark.parametrize("kind", ["prefix_sum", "triangular_product"])
+def test_a_wide_continuous_output_is_not_a_jump_where_nothing_decides(kind):
+    """KernelBench's prefix sum of ``rand`` along 32768 and its product of triangular
+    matrices: the noise follows each op's RMS, which on the small elements (a sum's first
+    terms, entries near the diagonal) is over 100 tolerances, so they move by that much; but
+    the move is linear in the noise (the same noise a tenth as large moves them a tenth as
+    far), unlike the half-angle's jumps, so nothing is judged to jump."""
+    from kernelmill.validate.realcode.exact import STEP_SCALE, _HonestNoise, _jumped
+
+    class Prefix(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 1)
+
+    class Triangular(nn.Module):
+        def forward(self, a, b):
+            return torch.tril(torch.matmul(a, b))
+
+    torch.manual_seed(0)
+    if kind == "prefix_sum":
+        model, inputs = Prefix(), [torch.rand(4, 32768)]
+    else:
+        model, inputs = Triangular(), [torch.tril(torch.rand(512, 512)) for _ in range(2)]
+    ref = R.forward(model, inputs, 0)
+    assert R.exact_outputs(model, inputs, ref, 0, 1e-4, 1, "cpu", tol=1e-4) is None
+    # their small elements do move by 100 tolerances under the noise, linearly
+    with _HonestNoise(1e-4, 1):
+        moved = R.forward(model, inputs, 0)
+    with _HonestNoise(1e-4 * STEP_SCALE, 1):
+        less = R.forward(model, inputs, 0)
+    assert _jumped(moved, ref, 1e-4)["changed"] > 0
+    assert torch.allclose(less[0] - ref[0], STEP_SCALE * (moved[0] - ref[0]), rtol=1e-2,
+                          atol=1e-3)
+
+
 @pytest.mark.parametrize("phase", [False, True])
 def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     """An unpool places values at the positions its pool picked (positions, not a decision),

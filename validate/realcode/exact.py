@@ -295,6 +295,39 @@ def _jumped(out: list | None, ref: list, tol: float, times: float = JUMP) -> dic
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
+# Where nothing decides, a move of ``JUMP`` tolerances may still be the noise's own: the noise
+# follows an op's RMS, which on the small elements of a wide output (a prefix sum's first
+# terms, a triangular product near its diagonal) is many tolerances. Such a move is linear in
+# the noise; a jump is not: under the same noise ``STEP_SCALE`` as large, an element that
+# jumped either jumps again (keeping its whole step) or not (keeping none of it), either way
+# off the scaled move by a tenth of its step or more. An element counts as jumped where it is
+# off the scaled move by more than this share of its move.
+NONLINEAR = 0.05
+
+
+def _nonlinear(out: list | None, smaller: list | None, ref: list, tol: float) -> dict:
+    """``_jumped`` counting only the float output elements whose move under the full noise
+    (``out``) is not that under the same noise ``STEP_SCALE`` as large (``smaller``) scaled
+    back (off it by more than ``NONLINEAR`` of the move), and those that turn non-finite or
+    finite: jumps where nothing decides, not the noise's own move."""
+    import torch
+
+    total = sum(b.numel() for b in ref if b.is_floating_point())
+    if out is None or smaller is None or not (C.shapes_equal(out, ref)
+                                              and C.shapes_equal(smaller, ref)):
+        return {"changed": total, "fraction": 1.0 if total else 0.0, "total": total}
+    bad = 0
+    for a, s, b in zip(out, smaller, ref):
+        if b.is_floating_point():
+            for a64, s64, b64 in C._blocks64(a.detach(), s.detach(), b.detach()):
+                move = a64 - b64
+                jumped = move.abs() > JUMP * tol * (1.0 + b64.abs())
+                kept = (s64 - b64 - STEP_SCALE * move).abs() > NONLINEAR * move.abs()
+                bad += int((jumped & kept).sum())
+                bad += int((torch.isfinite(a64) != torch.isfinite(b64)).sum())
+    return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
+
+
 # A continuous output's error shrinks with the noise that makes it (by this factor, to first
 # order); an element decided by a rounding or a threshold keeps its step wherever the smaller
 # noise still flips it. A sum of steps of random sign shrinks by sqrt(STEP_SCALE) (0.32), so
@@ -643,7 +676,8 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     problem's tolerance), how many float output elements jump by ``JUMP`` tolerances under the
     same noise, where the forward decides something from float values (``_decides``: a sign
     hash, a one-hot of an argmax, rounding) or where, with nothing named deciding, some float
-    output element jumped under it (a pole or cut made of several ops); how dense the
+    output element jumped under it, off the move the noise makes linearly (``_nonlinear``: a
+    pole or cut made of several ops); how dense the
     near-ties those noises meet are (``_density``, over further draws of the inputs from
     ``more``; ``dtype`` sets the honest rounding). None: every output is floating-point and
     nothing decides or jumped (or no ``tol``)."""
@@ -659,7 +693,7 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     if floats_only and not decides and not probe and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)
-    jumped = steps = density = None
+    jumped = steps = density = smaller = None
     undecided = False  # jumps where no op decides
     with _HonestNoise(rel, seed), pinned(picks):
         out = forward(model, inputs, forward_seed, copies)
@@ -670,6 +704,10 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         # ``2 * atan(im / (|z| + re))``, infinite on the negative reals). Where one does, the
         # output is judged as a decided one; where none does, as before
         jumped = _jumped(out, ref, tol)
+        if jumped["changed"]:  # the noise's own move, or a jump (``_nonlinear``)?
+            with _HonestNoise(rel * STEP_SCALE, seed), pinned(picks):
+                smaller = forward(model, inputs, forward_seed, copies)
+            jumped = _nonlinear(out, smaller, ref, tol)
         decides = undecided = jumped["changed"] > 0
         if not decides:
             if floats_only and not (sorts and tol is not None):
@@ -682,10 +720,11 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         # fp32 and fp64 forwards differ by a step calibrates a tolerance of ten steps (a QKeras
         # grid on CUDA: 7.9e-3 for steps of 1e-3), which would hide the very steps an honest
         # kernel's rounding flips
-        with _HonestNoise(rel * STEP_SCALE, seed), pinned(picks):
-            smaller = forward(model, inputs, forward_seed, copies)
+        if smaller is None:
+            with _HonestNoise(rel * STEP_SCALE, seed), pinned(picks):
+                smaller = forward(model, inputs, forward_seed, copies)
         steps = _steps(out, smaller, ref, min(tol, rel))
-        del smaller
+    smaller = None
     kinds = {}
     if not floats_only:
         kinds["jittered"] = (_exact_moved, _exact_changed)
