@@ -203,6 +203,7 @@ class UnseenFacts(FactGroup):
     after_ms: Any = None
     seen_device_us: Any = None
     unseen_device_us: Any = None
+    unseen_calls_us: Any = None  # each unseen replay's captured calls' busy µs
     after_device_us: Any = None
     # a graph replay's kernels' busy time per call, the gaps between them left out
     seen_busy_ms: Any = None

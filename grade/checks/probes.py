@@ -31,6 +31,13 @@ DEVICE_WORK_FLOOR_US = 1.0
 # calls on unseen inputs, made alone, may lower the fresh calls' least by at most this factor
 # (they count a replay's first call, which a forward could leave empty on new inputs).
 GROUP_CONTENTION = 2.0
+# ... except that a replay whose captured calls read alike (the most within this factor of the
+# least: an honest replay's later calls read up to 1.9x its first, H200) stands for a call by
+# its median call, which neither an empty first call nor work left to one call can lower; in a
+# group such replays may lower the least by up to the members' count. A group's members start
+# their checked calls together, each beside the others: an honest GEMM's fresh calls read 5.9x
+# its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x.
+EVEN_REPLAY = 3.0
 # A check replay's first call stands for it against the scored time (an honest replay's later
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
@@ -114,13 +121,17 @@ def graph_calls_agree(agree, hack) -> None:
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
-                       unseen_us: list | None = None) -> None:
+                       unseen_us: list | None = None, unseen_calls: list | None = None,
+                       members: int = 1) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
     busy grader: an honest GEMM graded alone among 16 slots read 14.9 ms of kernels on new
     inputs and 7.2 on a repeat), so the window's calls on unseen inputs, made alone
-    (``unseen_us``), lower that least down to ``GROUP_CONTENTION`` times less. Calls on inputs the forward had seen
+    (``unseen_us``: each replay's first call), lower that least down to ``GROUP_CONTENTION``
+    times less; in a group of ``members``, a replay whose captured calls read alike
+    (``unseen_calls``, ``even_replay``) lowers it by its median call down to ``members`` times
+    less. Calls on inputs the forward had seen
     (refill, repeat, audit) may not do much less device work than those: a forward that remembers
     answers serves them from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
@@ -134,7 +145,10 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
-    if fresh and alone:
+    even = [us for us in map(even_replay, unseen_calls or ()) if us is not None]
+    if fresh and even and members > 1:  # (their first calls are within range of them)
+        least = max(min(least, *even), least / max(GROUP_CONTENTION, members))
+    elif fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
     cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
@@ -154,6 +168,16 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         hack("timing_behaviour", f"a scored call took {scored_us:.4g} µs, under "
              f"{DEVICE_WORK_RATIO:.0%} of the least GPU time of a call on new inputs "
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
+
+
+def even_replay(replay) -> float | None:
+    """The median call of a replay whose captured calls' busy µs all read within
+    ``EVEN_REPLAY`` of each other, else None (a call empty or the work in one call)."""
+    if not (isinstance(replay, list) and replay and
+            all(isinstance(us, (int, float)) and math.isfinite(us) and us > 0 for us in replay)):
+        return None
+    return float(statistics.median(replay)) if max(replay) <= EVEN_REPLAY * min(replay) \
+        else None
 
 
 def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
@@ -462,9 +486,12 @@ def unseen_check_made_as_asked(ctx):
 def scored_calls_do_the_work(ctx):
     if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
         return []
+    unseen, window = ctx.run.get("unseen") or {}, ctx.window or {}
+    members = window.get("members")
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
-        (ctx.run.get("unseen") or {}).get("unseen_device_us")))
+        unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
+        members if type(members) is int and members > 0 else 1))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")

@@ -230,6 +230,10 @@ class _Probes:
             for kind in ("seen", "unseen", "after"):
                 unseen[f"{kind}_device_us"] = [us for k, us in zip(unseen["order"], spans)
                                                if k == kind]
+            # every captured call of each unseen replay (whether its calls read alike)
+            unseen["unseen_calls_us"] = [list(busy) for k, busy in zip(unseen["order"],
+                                                                        per_call)
+                                         if k == "unseen"]
             # each range's busy time per call (all its kernels, by the device's clock): a whole
             # timing graph's replay as the GPU ran it, free of the host's latency around it and
             # of the gaps a busy host leaves between its kernels while the witness is on

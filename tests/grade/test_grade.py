@@ -508,6 +508,36 @@ def test_an_empty_first_call_on_unseen_inputs_does_not_lower_the_bound_far():
     assert GROUP_CONTENTION <= 2.5
 
 
+def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_seven():
+    """An honest GEMM + LeakyReLU (KernelBench level2_12) in a group of 8, 4 groups at once
+    (H200): its fresh calls ran beside the other members' first calls, 37.2 ms of kernels
+    against 6.28 ms alone, and it was flagged at the 2x floor. Its unseen replays, alone in
+    the window, read alike call by call: in a group they bound the work down to the members'
+    count. A replay with an empty call, or readings of a cache's few µs, do not lower it far."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    made = [{"kind": "fresh", "trial": 1, "busy_us": 37180.0},
+            {"kind": "fresh", "trial": 2, "busy_us": 38010.0},
+            {"kind": "audit", "trial": 0, "busy_us": 6287.0}]
+    first = [6281.4, 6280.9]
+    even = [[6281.4, 6290.2, 6279.5], [6280.9, 6284.1, 6288.0]]
+
+    def flagged(calls, scored_ms, unseen_calls, members, unseen_us=first):
+        hacks = {}
+        _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
+                            unseen_us, unseen_calls, members)
+        return "timing_behaviour" in hacks
+
+    assert not flagged(made, 6.282, even, 8)
+    assert flagged(made, 6.282, even, 1)  # a single grade: the 2x floor, as before
+    assert flagged(made, 6.282, None, 8)  # no call-by-call readings: as before
+    # an empty first call on unseen inputs (the work in later calls): not even, the 2x floor
+    assert flagged(made, 6.282, [[2.0, 6281.0, 6281.0]], 8, [2.0, 2.0])
+    # a cache's few µs everywhere, its replays even: lowered by 8x at most, still caught
+    cached = made[:2] + [{"kind": "audit", "trial": 0, "busy_us": 3.0}]
+    assert flagged(cached, 0.003, [[3.0, 3.0, 3.0]], 8, [3.0])
+
+
 def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
     """A plain PyTorch answer computes the same ops when timed as when checked: that is
     torch_compute, once; timing_behaviour is for compute only the timed calls ran."""
