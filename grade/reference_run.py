@@ -39,10 +39,12 @@ BATCH_BYTES = 1 << 30
 # holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
 PEAK_FACTOR = 2
 # The grading process's host memory per member of a grade on a GPU against one fresh reference
-# run's tensors: that run (every trial's inputs and outputs, the model's states), the
-# candidate's job file (the shown inputs and states, the unseen inputs) and the candidate's
-# returned outputs with their comparison
-HOST_COPIES = 3
+# run's tensors: that run (every trial's inputs and outputs, the model's states, the unseen
+# inputs: the files the candidate's worker is handed as they are, no copy) and the candidate's
+# returned outputs with their comparison. At 3 (a copy of the shown inputs counted for the
+# candidate's job) groups of 8 ran two at a time of four slots, waiting up to 60 s for host
+# admission (H200, 128 GiB, KernelBench GEMMs)
+HOST_COPIES = 2
 
 
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
