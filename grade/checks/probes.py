@@ -38,6 +38,10 @@ GROUP_CONTENTION = 2.0
 # their checked calls together, each beside the others: an honest GEMM's fresh calls read 5.9x
 # its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x.
 EVEN_REPLAY = 3.0
+# ... and by at most this factor whatever the group's size: a replay's calls are not checked
+# one by one, so a graph whose calls each compute a slice reads even (a group of 64 would let
+# it do a 128th of the work where this rule looks)
+GROUP_CAP = 8
 # A check replay's first call stands for it against the scored time (an honest replay's later
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
@@ -131,9 +135,9 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     (``unseen_us``: each replay's first call), lower that least down to ``GROUP_CONTENTION``
     times less; in a group of ``members``, a replay whose captured calls read alike
     (``unseen_calls``, ``even_replay``) lowers it by its median call down to ``members`` times
-    less. Calls on inputs the forward had seen
-    (refill, repeat, audit) may not do much less device work than those: a forward that remembers
-    answers serves them from a cache. Nor may the scored calls: a forward that does less device
+    less (``GROUP_CAP`` at most). Calls on inputs the forward had seen (refill, repeat, audit)
+    may not do much less device work than those: a forward that remembers answers serves them
+    from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
     output, or each compute a slice of it) reads far below. Every call of an honest one does the
     same work (T-13, T-14: the fresh calls' least is the bound, as a forward serving the calls
@@ -147,7 +151,7 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
     even = [us for us in map(even_replay, unseen_calls or ()) if us is not None]
     if fresh and even and members > 1:  # (their first calls are within range of them)
-        least = max(min(least, *even), least / max(GROUP_CONTENTION, members))
+        least = max(min(least, *even), least / max(GROUP_CONTENTION, min(members, GROUP_CAP)))
     elif fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US

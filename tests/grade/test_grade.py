@@ -536,6 +536,11 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     # a cache's few µs everywhere, its replays even: lowered by 8x at most, still caught
     cached = made[:2] + [{"kind": "audit", "trial": 0, "busy_us": 3.0}]
     assert flagged(cached, 0.003, [[3.0, 3.0, 3.0]], 8, [3.0])
+    # a graph whose 32 calls each compute a slice reads even: a group of 64 lowers the least
+    # by ``GROUP_CAP`` (8) at most, so its scored calls at a 32nd of the work are caught
+    honest = [{"kind": "fresh", "trial": 1, "busy_us": 6281.0},
+              {"kind": "audit", "trial": 0, "busy_us": 6281.0}]
+    assert flagged(honest, 6.281 / 32, [[6281.0 / 32] * 32], 64, [6281.0 / 32])
 
 
 def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():

@@ -1087,12 +1087,14 @@ def test_a_wide_continuous_output_is_not_a_jump_where_nothing_decides(kind):
                           atol=1e-3)
 
 
-@pytest.mark.parametrize("phase", [False, True])
+@pytest.mark.parametrize("phase", [False, True, "switches"])
 def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     """An unpool places values at the positions its pool picked (positions, not a decision),
     and under noise a window's maximum can move to another position: the noisy forwards are
     given the clean forward's picks, so the pool and unpool alone pass, and a half-angle phase
-    returned beside them (a cut no single op has) still fails."""
+    returned beside them (a cut no single op has) still fails. A decision read off the unpool's
+    output (where each window's maximum sits, as a mask) is a decision: its noisy forwards are
+    not given the picks, so the noise moves it."""
     from kernelmill.validate.verdicts import judge_exact_outputs
 
     class Stage(nn.Module):
@@ -1104,6 +1106,8 @@ def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
             y = self.lin(x).view(-1, 1, 8, 8)
             p, i = nn.functional.max_pool2d(y, 2, return_indices=True)
             up = nn.functional.max_unpool2d(p * 2, i, 2)
+            if phase == "switches":
+                return nn.functional.max_unpool2d(torch.ones_like(p), i, 2) != 0
             if not phase:
                 return up
             spec = torch.fft.rfft(y.flatten(1), dim=-1)
@@ -1113,6 +1117,9 @@ def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     model, x = Stage(), torch.randn(256, 64)
     ref = R.forward(model, [x], 0)
     exact = R.exact_outputs(model, [x], ref, 0, 1e-4, 1, "cpu", tol=1e-4)
+    if phase == "switches":  # moved by the noise, as any decision (given the picks: never)
+        assert exact is not None and exact["jittered_changed"]["changed"] > 0, exact
+        return
     failed = exact is not None and judge_exact_outputs(exact)["passed"] is False
     assert failed is phase, exact
     if phase:

@@ -136,7 +136,8 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
     # integer results made beside float ones (``max(dim)``'s indices beside its values, a max
     # pool's): a decision once anything reads them (a router's top-1 expert, a gather at the
     # pool's peaks), not before (indices kept for a backward) and not a pool's by its unpool
-    # id -> (the op's name, a weak reference to the result, its pool call number or None)
+    # id -> (the op's name, a weak reference to the result, the pool call numbers it holds
+    # picks of, None among them for indices of another kind)
     beside: dict[int, tuple] = {}
 
     def read(tensors, reader: str = "") -> None:
@@ -144,21 +145,21 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
             entry = beside.get(id(t))
             if entry is None or entry[1]() is not t:
                 continue
-            # a pool's indices read by its unpool are positions, not a decision
-            if entry[2] is not None and reader.startswith("max_unpool"):
-                unpooled.add(entry[2])
+            # pools' indices read by an unpool are positions, not a decision
+            if None not in entry[2] and reader.startswith("max_unpool"):
+                unpooled.update(entry[2])
             else:
                 seen.append(entry[0])
-                decided.add(entry[2])
+                decided.update(entry[2])
 
     class Decisions(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            number = None
+            numbers = frozenset({None})
             if is_pool(func.overloadpacket.__name__) and returns_picks(out):
-                number = len(picks)
-                picks.append(out[1])
+                numbers = frozenset({len(picks)})
+                picks.append(out[1].clone())  # (a forward may shift its own in place)
             given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             tracked = [beside[id(t)] for t in given
                        if id(t) in beside and beside[id(t)][1]() is t]
@@ -167,7 +168,8 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                 # a view or copy of tracked indices, or what integer work makes of them (a
                 # slice, a chunk, index arithmetic), is tracked as they are: the float work
                 # that first reads them decides (not a reshape on the way to the unpool)
-                beside.update((id(t), (tracked[0][0], weakref.ref(t), tracked[0][2]))
+                held = frozenset().union(*(entry[2] for entry in tracked))
+                beside.update((id(t), (tracked[0][0], weakref.ref(t), held))
                               for t in tree_leaves(out) if isinstance(t, torch.Tensor))
                 return out
             read(given, func.overloadpacket.__name__)
@@ -187,7 +189,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
                     seen.append(name)
                 else:  # (a pool's indices: a decision where other than its unpool reads them)
                     floats = {tuple(t.shape) for t in made if t.is_floating_point()}
-                    beside.update((id(t), (name, weakref.ref(t), number)) for t in exact
+                    beside.update((id(t), (name, weakref.ref(t), numbers)) for t in exact
                                   if tuple(t.shape) in floats)
             return out
 
@@ -195,7 +197,7 @@ def _decides(model, inputs: list, forward_seed: int, copies: bool) -> tuple[bool
         outs = forward(model, inputs, forward_seed, copies)
     # (an output itself counts as read)
     read(tree_leaves(outs))
-    return bool(seen), bool(sorts), {n: picks[n] for n in unpooled - decided}
+    return bool(seen), bool(sorts), {n: picks[n] for n in unpooled - decided if n is not None}
 
 
 def _reorderable(func, args: tuple, kwargs: dict) -> tuple | None:
@@ -300,16 +302,20 @@ def _jumped(out: list | None, ref: list, tol: float, times: float = JUMP) -> dic
 # terms, a triangular product near its diagonal) is many tolerances. Such a move is linear in
 # the noise; a jump is not: under the same noise ``STEP_SCALE`` as large, an element that
 # jumped either jumps again (keeping its whole step) or not (keeping none of it), either way
-# off the scaled move by a tenth of its step or more. An element counts as jumped where it is
-# off the scaled move by more than this share of its move.
-NONLINEAR = 0.05
+# off the scaled move by a tenth of its step or more (``JUMP`` / 10 tolerances at least). An
+# element counts as jumped where it is off the scaled move by half that many tolerances and by
+# more than this share of its whole move: a step riding on a linear move up to 9 times larger
+# is counted, a smooth function's curvature (a tenth of the noise's reach beyond its linear
+# range: ``exp``, a steep ``tanh``) is not.
+NONLINEAR = 0.01
 
 
 def _nonlinear(out: list | None, smaller: list | None, ref: list, tol: float) -> dict:
     """``_jumped`` counting only the float output elements whose move under the full noise
     (``out``) is not that under the same noise ``STEP_SCALE`` as large (``smaller``) scaled
-    back (off it by more than ``NONLINEAR`` of the move), and those that turn non-finite or
-    finite: jumps where nothing decides, not the noise's own move."""
+    back (off it by ``JUMP * STEP_SCALE / 2`` tolerances and by more than ``NONLINEAR`` of the
+    move), and those that turn non-finite or finite under either: jumps where nothing decides,
+    not the noise's own move."""
     import torch
 
     total = sum(b.numel() for b in ref if b.is_floating_point())
@@ -320,11 +326,13 @@ def _nonlinear(out: list | None, smaller: list | None, ref: list, tol: float) ->
     for a, s, b in zip(out, smaller, ref):
         if b.is_floating_point():
             for a64, s64, b64 in C._blocks64(a.detach(), s.detach(), b.detach()):
-                move = a64 - b64
-                jumped = move.abs() > JUMP * tol * (1.0 + b64.abs())
-                kept = (s64 - b64 - STEP_SCALE * move).abs() > NONLINEAR * move.abs()
-                bad += int((jumped & kept).sum())
-                bad += int((torch.isfinite(a64) != torch.isfinite(b64)).sum())
+                move, bound = a64 - b64, tol * (1.0 + b64.abs())
+                left = (s64 - b64 - STEP_SCALE * move).abs()
+                jumped = (move.abs() > JUMP * bound) & (left > JUMP * STEP_SCALE / 2 * bound) & \
+                    (left > NONLINEAR * move.abs())
+                finite = torch.isfinite(b64)
+                bad += int((jumped | (torch.isfinite(a64) != finite) |
+                            (torch.isfinite(s64) != finite)).sum())
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
 
 
@@ -687,9 +695,12 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
     decides, sorts, picks = _decides(model, inputs, forward_seed, copies)
     gradable = tol is not None and any(t.is_floating_point() for t in ref)
     decides = decides and gradable
-    # the jumps of a forward where nothing decides are measured too; every noisy forward
-    # is given the picks of the pools only an unpool reads (positions, not decisions)
+    # the jumps of a forward where nothing decides are measured too; its noisy forwards are
+    # given the picks of the pools only an unpool reads (positions, not decisions). Not those
+    # of a forward that decides: a decision may read what an unpool made (``up != 0``)
     probe = gradable and not decides
+    if not probe:
+        picks = {}
     if floats_only and not decides and not probe and not (sorts and tol is not None):
         return None
     # a forward the noise breaks raises: the check is then not measured (``forwards._measured``)

@@ -47,13 +47,13 @@ class PoolPicks:
                 if number not in pins:
                     return out
                 if recording:
-                    self.kept[number] = out[1]
+                    self.kept[number] = out[1].clone()  # (a forward may shift its own in place)
                     return out
                 given = self.kept.get(number)
                 if given is None or given.shape != out[1].shape or \
                         given.dtype != out[1].dtype or given.device != out[1].device:
                     return out
-                return out[0], given
+                return out[0], given.clone()
 
         return Picks()
 
