@@ -4,7 +4,7 @@ The check's verdict on a problem near its bar is a draw: this runs ``realcode.ex
 as the probe does (the problem's own draw of the inputs, then the further draws the density
 pools) for each of ``--draws`` seeds of ``forwards.seeds`` and prints, per problem, how often
 it was rejected, with the full noise's events over the draws of the inputs pooled and the
-estimate of how often an honest kernel fails a grade (``realcode.exact.honest_failures``). The
+estimate of how often an honest kernel fails a grade (``realcode.density.honest_failures``). The
 one-thread comparison is left out (as on CUDA), so that the noise's bars alone decide; the
 tolerance is the dtype's floor (the probe's calibrated one is at least that).
 

@@ -319,7 +319,7 @@ def _confirmed(exact: dict, kind: str) -> tuple[dict | None, str]:
     """What the noise changed of ``kind`` (``"jittered"``: integer and boolean outputs;
     ``"jumped"``: float outputs moved by 100 tolerances), over the draws of the inputs, where
     the near-ties it meets make an honest kernel's rounding fail ``bar`` of grades or more
-    (the record's ``fails``: ``realcode.exact.honest_failures``), else None; and a note on
+    (the record's ``fails``: ``realcode.density.honest_failures``), else None; and a note on
     what the noise changed where that passes (a near-tie too rare for an honest kernel's
     rounding to meet often: a top-1 router over thousands of tokens). A record without the
     density: the full noise's change on the first draw alone."""

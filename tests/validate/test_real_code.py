@@ -327,7 +327,7 @@ def test_a_float_buffer_of_indices_is_left_out_and_a_perturbation_that_breaks_fo
 
 
 def test_honest_noise_reaches_every_accumulating_op_and_no_op_that_moves_or_places_values():
-    from kernelmill.validate.realcode.exact import _computed
+    from kernelmill.validate.realcode.noise import _computed
 
     aten = torch.ops.aten
     # accumulating: a matrix-vector and a dot product (no FLOP formula in torch), a matmul, a sum
@@ -1060,7 +1060,8 @@ def test_a_wide_continuous_output_is_not_a_jump_where_nothing_decides(kind):
     terms, entries near the diagonal) is over 100 tolerances, so they move by that much; but
     the move is linear in the noise (the same noise a tenth as large moves them a tenth as
     far), unlike the half-angle's jumps, so nothing is judged to jump."""
-    from kernelmill.validate.realcode.exact import STEP_SCALE, _HonestNoise, _jumped
+    from kernelmill.validate.realcode.moves import STEP_SCALE, _jumped
+    from kernelmill.validate.realcode.noise import _HonestNoise
 
     class Prefix(nn.Module):
         def forward(self, x):
@@ -1125,7 +1126,7 @@ def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     if phase:
         assert exact["undecided"], exact
     # the picks are what keeps the unpool's output still: without them it jumps
-    from kernelmill.validate.realcode.exact import _HonestNoise
+    from kernelmill.validate.realcode.noise import _HonestNoise
 
     with _HonestNoise(1e-4, 1):
         loose = R.forward(model, [x], 0)

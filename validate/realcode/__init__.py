@@ -41,8 +41,9 @@ from .bypass import MOST_BYPASSES, submodule_bypass
 from .common import forward, within
 from .constants import MOST_CONSTANTS, constant_parameters, constant_tensors, redraw
 from .counters import advanced_counters
-from .exact import REDUCTIONS, UNORDERED_SELECTIONS, exact_outputs
+from .exact import exact_outputs
 from .liveness import liveness
+from .noise import REDUCTIONS, UNORDERED_SELECTIONS
 from .precision import contrast, reduced_precision, rounded_errors
 from .writes import duplicate_writes
 
