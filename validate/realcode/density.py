@@ -101,9 +101,12 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
         try:
             given = next(sources)
             if draw:
-                with PoolPicks(picks or ()) as recorded:
-                    clean = forward(model, given, forward_seed, copies)
-                held = recorded.kept
+                if picks:  # this draw's own picks, recorded from its clean forward
+                    with PoolPicks(picks) as recorded:
+                        clean = forward(model, given, forward_seed, copies)
+                    held = recorded.kept
+                else:  # (no dispatch mode over a forward that has none to record)
+                    clean, held = forward(model, given, forward_seed, copies), None
                 with _HonestNoise(rel, base), pinned(held):
                     out = forward(model, given, forward_seed, copies)
             else:
