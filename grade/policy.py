@@ -205,16 +205,21 @@ class Policy:
     state_trials: int = 1
     # trials shown to the candidate only inside its timing window, one single timed call each
     # between calls on the timed inputs: right answers, and no more than ``unseen_ratio`` times
-    # (plus a floor) as slow as those calls, or forward remembers inputs (``timing_behaviour``)
-    unseen_trials: int = 2
+    # (plus a floor) as slow as those calls, or forward remembers inputs (``timing_behaviour``).
+    # One is timed always: a forward that remembers answers is slow on every new input, and the
+    # bounds take the fastest new call, so a second made the check no stricter. Each costs its
+    # load, its observed call and the calls after it, inside the exclusive window: a sixth of a
+    # single grade's window, a seventh to a quarter of a group's (H200, KernelBench sizes)
+    unseen_trials: int = 1
     # and spares, on the problem's own draws, timed after them only where the fastest of them
     # (or a call on the timed inputs after one) read over ``unseen_retry_ratio`` times the
     # fastest call on the timed inputs before: every bound takes the fastest call on new
     # inputs, and a GPU that slowed for a moment slows no more than the calls it spans (an
     # honest 6.3 ms Triton GEMM's two unseen calls read 20.2 and 7.55 ms of kernels, the calls
     # between them 7.4-7.7, every call before and after 6.28-6.31; H200, 16 grades at once). A
-    # forward that caches answers is slow on every new input, spares too.
-    unseen_spares: int = 1
+    # forward that caches answers is slow on every new input, spares too. Two: an honest
+    # forward is flagged only where three new calls read slow, as with two trials and a spare.
+    unseen_spares: int = 2
     unseen_retry_ratio: float = 1.1
     unseen_retry_cpu_ratio: float = 2.0  # on CPU (its bounds are 2.5-3x: host noise)
     unseen_ratio: float = 1.5
