@@ -204,6 +204,9 @@ class UnseenFacts(FactGroup):
     seen_device_us: Any = None
     unseen_device_us: Any = None
     unseen_calls_us: Any = None  # each unseen replay's captured calls' busy µs
+    # ``measure.calls_disagree``'s report on the first unseen replay's captured calls (after
+    # the window), or ``{"unread": why}``
+    replay_agree: Any = None
     after_device_us: Any = None
     # a graph replay's kernels' busy time per call, the gaps between them left out
     seen_busy_ms: Any = None

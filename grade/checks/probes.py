@@ -37,11 +37,11 @@ GROUP_CONTENTION = 2.0
 # group such replays may lower the least by up to the members' count. A group's members start
 # their checked calls together, each beside the others: an honest GEMM's fresh calls read 5.9x
 # its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x.
+# Such a replay stands for a call only where its calls were checked one by one: a replay of a
+# single call (its answer is the one compared), or the first unseen replay, each of whose
+# captured calls' outputs agreed with the last (``replay_agree``). A graph whose calls each
+# compute a slice reads even too, and would let a group of 64 pass a 128th of the work.
 EVEN_REPLAY = 3.0
-# ... and by at most this factor whatever the group's size: a replay's calls are not checked
-# one by one, so a graph whose calls each compute a slice reads even (a group of 64 would let
-# it do a 128th of the work where this rule looks)
-GROUP_CAP = 8
 # A check replay's first call stands for it against the scored time (an honest replay's later
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
@@ -101,7 +101,7 @@ def ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: d
              "compute it")
 
 
-def graph_calls_agree(agree, hack) -> None:
+def graph_calls_agree(agree, hack, replayed: str = "the graph check") -> None:
     """Every call the timing graph holds wrote an output of its own; replayed on new inputs,
     each must agree with the last call's within the problem's tolerance, element by element
     (``measure.calls_disagree`` counts the elements off in the worker, with the tolerance the
@@ -110,23 +110,32 @@ def graph_calls_agree(agree, hack) -> None:
     together complete (T-13): the last output is right, each call did part of the work. A
     report that is missing or unreadable fails."""
     if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
-        hack("timing_behaviour", "the graph check did not say whether the timed graph's calls "
+        hack("timing_behaviour", f"{replayed} did not say whether the timed graph's calls "
              "agreed")
         return
-    if agree.get("call") is None:
-        return
-    gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
-    numbers = all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"], off))
-    if not numbers or off > 0:
+    if not calls_agreed(agree):
+        gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
         hack("timing_behaviour", f"call {agree['call']!r} of the timed graph's {agree['calls']} "
-             f"(from 0), replayed on new inputs, has {off!r} elements off the last's (by up to "
-             f"{gap!r}, outputs up to {scale!r}): the timed calls did not each compute the "
-             "answer")
+             f"(from 0), replayed on new inputs ({replayed}), has {off!r} elements off the "
+             f"last's (by up to {gap!r}, outputs up to {scale!r}): the timed calls did not each "
+             "compute the answer")
+
+
+def calls_agreed(agree) -> bool:
+    """Whether ``measure.calls_disagree``'s report says every call agreed with the last within
+    the tolerance (bit for bit, or no element off)."""
+    if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
+        return False
+    if agree.get("call") is None:
+        return True
+    gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
+    return all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"], off)) and \
+        off == 0
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
                        unseen_us: list | None = None, unseen_calls: list | None = None,
-                       members: int = 1) -> None:
+                       members: int = 1, replay_agree=None) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
@@ -134,8 +143,9 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     inputs and 7.2 on a repeat), so the window's calls on unseen inputs, made alone
     (``unseen_us``: each replay's first call), lower that least down to ``GROUP_CONTENTION``
     times less; in a group of ``members``, a replay whose captured calls read alike
-    (``unseen_calls``, ``even_replay``) lowers it by its median call down to ``members`` times
-    less (``GROUP_CAP`` at most). Calls on inputs the forward had seen (refill, repeat, audit)
+    (``unseen_calls``, ``even_replay``) and were checked one by one (``checked_replays``:
+    ``replay_agree`` for the first) lowers it by its median call down to ``members`` times
+    less. Calls on inputs the forward had seen (refill, repeat, audit)
     may not do much less device work than those: a forward that remembers answers serves them
     from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
@@ -149,9 +159,10 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
-    even = [us for us in map(even_replay, unseen_calls or ()) if us is not None]
+    even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree))
+            if us is not None]
     if fresh and even and members > 1:  # (their first calls are within range of them)
-        least = max(min(least, *even), least / max(GROUP_CONTENTION, min(members, GROUP_CAP)))
+        least = max(min(least, *even), least / max(GROUP_CONTENTION, members))
     elif fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
@@ -172,6 +183,15 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         hack("timing_behaviour", f"a scored call took {scored_us:.4g} µs, under "
              f"{DEVICE_WORK_RATIO:.0%} of the least GPU time of a call on new inputs "
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
+
+
+def checked_replays(unseen_calls, replay_agree) -> list:
+    """The unseen replays whose every captured call is known to have computed its answer: a
+    replay of one call, and the first replay where each of its calls' outputs agreed with the
+    last (``replay_agree``, of as many calls as it read)."""
+    replays = [r for r in unseen_calls or () if isinstance(r, list)]
+    return [r for i, r in enumerate(replays) if len(r) == 1 or
+            (i == 0 and calls_agreed(replay_agree) and replay_agree["calls"] == len(r))]
 
 
 def even_replay(replay) -> float | None:
@@ -495,7 +515,20 @@ def scored_calls_do_the_work(ctx):
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
         unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
-        members if type(members) is int and members > 0 else 1))
+        members if type(members) is int and members > 0 else 1, unseen.get("replay_agree")))
+
+
+@register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.BEHAVIOURAL, scope="run")
+def unseen_replay_calls_each_compute(ctx):
+    """The first unseen replay of a graph of several calls, compared call by call after the
+    window (as the graph check's replay on a checked trial): a forward that computes every call
+    in full on inputs it has checked and a slice of the answer per call elsewhere."""
+    agree = (ctx.run.get("unseen") or {}).get("replay_agree")
+    if agree is None or "unread" in agree or not (ctx.all_correct and
+                                                  ctx.scored_ms is not None):
+        return []  # (a replay not compared only stands for no call: ``checked_replays``)
+    return collect(H.TIMING_BEHAVIOUR, lambda hack: graph_calls_agree(
+        agree, hack, "the unseen-input check's first replay"))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")

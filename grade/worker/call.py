@@ -133,6 +133,7 @@ class _Run(_Probes):
             max(0, min(hidden, int(hidden_required)))
         self.retry_ratio = float(retry_ratio) if retry_ratio else None
         self.unseen_facts: dict | None = None
+        self.unseen_replay = None  # the first unseen replay's calls' outputs (``_keep_replay``)
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
         self._previous = None  # the last call's output (``invoke``)
         self._held: list = []  # references that level its count (``_held_alike``)

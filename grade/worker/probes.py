@@ -26,6 +26,7 @@ from .guards.originals import (
     _no_grad,
     _perf_counter,
     _Tensor,
+    _tensor_clone,
     _tensor_fill,
     _tensor_set,
     _tensor_storage,
@@ -146,6 +147,8 @@ class _Probes:
                     break
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
+                if whole and calls > 1 and not index:
+                    self._keep_replay(timer)
                 began = _perf_counter()
                 checks.append({"hidden": index, **self.observe(out, self.buffers,
                                                                inputs_after=False, ship=False)})
@@ -163,6 +166,29 @@ class _Probes:
         if cpu_ms["unseen"]:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)
+
+    def _keep_replay(self, timer: T.Timer) -> None:
+        """Every captured call's output of the first unseen replay, copied on the device (a
+        few copies, no computing, inside the window), for ``replay_agreement`` after it: each
+        call on inputs never shown before must have computed the whole answer."""
+        try:
+            self.unseen_replay = [[_tensor_clone(t) if _type(t) is _Tensor else t
+                                   for t in flatten_outputs(output)[1]]
+                                  for output in timer.outputs]
+        except RuntimeError as exc:  # no device memory for the copies: not read, not trusted
+            self.unseen_replay = f"{type(exc).__name__}: {exc}"[:200]
+
+    def replay_agreement(self, tolerance: tuple[float, float]) -> None:
+        """After the window: whether each captured call of the first unseen replay agrees with
+        the last, element by element within ``tolerance`` (``measure.calls_disagree``, as the
+        graph check on a checked trial), into the unseen facts (``replay_agree``). A forward
+        that computes every call in full on inputs it has checked and slices elsewhere reads
+        even there, and is told apart here."""
+        kept, self.unseen_replay = getattr(self, "unseen_replay", None), None
+        if kept is None or not isinstance(getattr(self, "unseen_facts", None), dict):
+            return
+        self.unseen_facts["replay_agree"] = {"unread": kept} if isinstance(kept, str) else \
+            M.calls_disagree(kept, tolerance)
 
     def _on_device(self, trial: dict) -> dict:
         """``trial`` with its input tensors copied to the device once, when they are small

@@ -253,6 +253,7 @@ def _candidate_task(payload: dict) -> dict:
                                       after_sample=run.sometimes_check_timed_inputs)
         timing["calls"] = calls[0]
         run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
+        run.replay_agreement(tuple(payload.get("tolerance") or (0, 0)))
         after = _observed()
         timing["launches"] = after["launches"] - before["launches"]
         timing["ext_calls"] = after["ext_calls"] - before["ext_calls"]

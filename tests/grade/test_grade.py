@@ -513,7 +513,8 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     (H200): its fresh calls ran beside the other members' first calls, 37.2 ms of kernels
     against 6.28 ms alone, and it was flagged at the 2x floor. Its unseen replays, alone in
     the window, read alike call by call: in a group they bound the work down to the members'
-    count. A replay with an empty call, or readings of a cache's few µs, do not lower it far."""
+    count (the first replay's calls each agreed with the last). A replay with an empty call,
+    or readings of a cache's few µs, do not lower it far."""
     from kernelmill.grade.judge import _scored_device_work
 
     made = [{"kind": "fresh", "trial": 1, "busy_us": 37180.0},
@@ -525,7 +526,7 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     def flagged(calls, scored_ms, unseen_calls, members, unseen_us=first):
         hacks = {}
         _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
-                            unseen_us, unseen_calls, members)
+                            unseen_us, unseen_calls, members, {"calls": 3})
         return "timing_behaviour" in hacks
 
     assert not flagged(made, 6.282, even, 8)
@@ -536,12 +537,74 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     # a cache's few µs everywhere, its replays even: lowered by 8x at most, still caught
     cached = made[:2] + [{"kind": "audit", "trial": 0, "busy_us": 3.0}]
     assert flagged(cached, 0.003, [[3.0, 3.0, 3.0]], 8, [3.0])
-    # a graph whose 32 calls each compute a slice reads even: a group of 64 lowers the least
-    # by ``GROUP_CAP`` (8) at most, so its scored calls at a 32nd of the work are caught
-    honest = [{"kind": "fresh", "trial": 1, "busy_us": 6281.0},
-              {"kind": "audit", "trial": 0, "busy_us": 6281.0}]
-    assert flagged(honest, 6.281 / 32, [[6281.0 / 32] * 32], 64, [6281.0 / 32])
 
+
+def test_an_even_unseen_replay_stands_for_a_call_only_where_its_calls_each_computed():
+    """A graph whose 32 calls each compute a slice of the answer reads even (a 32nd of the
+    work per call) in every replay: in a group of 64 it lowered the bound to a 128th. An even
+    replay of several calls stands for a call only where each of its calls' outputs agreed
+    with the last (the first unseen replay's ``replay_agree``, compared after the window);
+    then a group's honest fresh calls slowed past 8x beside 15 mates pass, with no cap."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    def flagged(calls, scored_ms, unseen_calls, members, agree):
+        hacks = {}
+        _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
+                            [unseen_calls[0][0]], unseen_calls, members, agree)
+        return "timing_behaviour" in hacks
+
+    work = 6281.0
+    sliced = [{"kind": "fresh", "trial": 1, "busy_us": work},
+              {"kind": "audit", "trial": 0, "busy_us": work}]
+    slices = [[work / 32] * 32, [work / 32] * 32]
+    off = {"calls": 32, "call": 0, "off": 4096, "max_abs": 3.2, "scale": 4.1}
+    # never compared, compared and off, or compared for other calls: the 2x floor holds it
+    for agree in (None, {"unread": "OutOfMemoryError"}, off, {"calls": 16}):
+        assert flagged(sliced, work / 32 / 1e3, slices, 64, agree), agree
+    # an honest GEMM beside 15 mates (fresh calls 12x its work alone), its replays even and
+    # its first replay's 4 calls each the whole answer: bounded by the replay, not flagged
+    crowded = [{"kind": "fresh", "trial": 1, "busy_us": 12 * work},
+               {"kind": "audit", "trial": 0, "busy_us": 12 * work}]
+    even = [[work, work * 1.01, work, work * 0.99], [work] * 4]
+    assert not flagged(crowded, work / 1e3, even, 16, {"calls": 4})
+    assert flagged(crowded, work / 1e3, even, 16, None)  # not compared: the 2x floor
+    # a replay of one call is its answer, compared with the reference's: it stands for a call
+    assert not flagged(crowded, work / 1e3, [[work], [work]], 16, None)
+
+
+def test_the_first_unseen_replays_calls_are_kept_in_the_window_and_compared_after_it():
+    """Each captured call's output of the first unseen replay is copied as the replay ends
+    (later replays overwrite the graph's outputs) and compared with the last after the window:
+    calls that each computed a slice into outputs the last completes are off; an honest
+    graph's calls agree, and the judge trusts that replay's readings."""
+    import torch
+    from kernelmill.grade.checks.probes import calls_agreed, graph_calls_agree
+    from kernelmill.grade.worker.probes import _Probes
+
+    class Timer:
+        outputs: list = []
+
+    def replayed(outputs):
+        run, timer = _Probes(), Timer()
+        run.unseen_facts, timer.outputs = {}, outputs
+        run._keep_replay(timer)
+        for out in outputs:  # the replays after it, on the timed inputs
+            out.fill_(7.0)
+        run.replay_agreement((1e-5, 1e-5))
+        return run.unseen_facts["replay_agree"]
+
+    answer = torch.randn(64, 32)
+    sliced = [torch.zeros(64, 32) for _ in range(4)]
+    for call, out in enumerate(sliced):
+        out[:16 * (call + 1)] = answer[:16 * (call + 1)]  # the last call's output is whole
+    agree = replayed(sliced)
+    assert agree["calls"] == 4 and agree["call"] == 0 and agree["off"] == 48 * 32, agree
+    assert not calls_agreed(agree)
+    hacks = {}
+    graph_calls_agree(agree, lambda code, why: hacks.setdefault(code, why), "unseen")
+    assert "did not each compute" in hacks["timing_behaviour"]
+    whole = [answer.clone() for _ in range(4)]
+    assert replayed(whole) == {"calls": 4} and calls_agreed({"calls": 4})
 
 def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
     """A plain PyTorch answer computes the same ops when timed as when checked: that is
