@@ -546,6 +546,7 @@ def main() -> int:
                     report_spread(out)
                     report_per_problem(out)
                     report_slowest_and_median(out)
+                    report_in_flight(out)
                 stopped = True
                 break
             keep_verdicts(out, args.keep_verdicts)
@@ -553,6 +554,7 @@ def main() -> int:
             report_spread(out)
             report_per_problem(out)
             report_slowest_and_median(out)
+            report_in_flight(out)
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
                 out2 = folder / f"{name}-{phase}-2.jsonl"
                 lag.stop()
@@ -772,6 +774,54 @@ def report_per_problem(out: Path) -> None:
               f"{'/'.join(fmt(v, '.0f') for v in phases):>28} {fmt(med('reference_s'), '.1f'):>6} "
               f"{fmt(med('candidate_s'), '.1f'):>7}  "
               + " ".join(f"{k}={v:.2f}" for v, k in longest))
+
+
+def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tuple[float, dict]:
+    """Where the grades in flight were, on average, between ``share`` of a phase's span (its
+    steady part: the start's wave and the cut's tail left out): each verdict's reference
+    stages, then its candidate worker's, then the grading process's own time around that
+    worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
+    preparation, a group's wait for its slowest member). Returns the span's seconds and the
+    mean number of grades in each stage (Little's law: the stages that hold the most grades
+    are those a faster stage of the same work would free slots from)."""
+    spans: list[tuple[str, float, float]] = []
+    for row in rows:
+        profile = row.get("profile") or {}
+        began = profile.get("began_at")
+        if not isinstance(began, (int, float)) or profile.get("candidate_s") is None:
+            continue
+        at = began
+        for stage, seconds in (profile.get("reference_stages_s") or {}).items():
+            spans.append((f"reference: {stage}", at, at + seconds))
+            at += seconds
+        at = began + (profile.get("reference_s") or 0.0)
+        end = at + profile["candidate_s"]
+        for stage, seconds in (profile.get("stages_s") or {}).items():
+            spans.append((f"candidate: {stage}", at, at + seconds))
+            at += seconds
+        judge = min(max(0.0, end - at), profile.get("judge_s") or 0.0)
+        spans.append(("parent judge", end - judge, end))
+        spans.append(("parent other", at, end - judge))
+    if not spans:
+        return 0.0, {}
+    first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
+    lo, hi = first + (last - first) * share[0], first + (last - first) * share[1]
+    held: dict[str, float] = {}
+    for stage, a, b in spans:
+        if min(b, hi) > max(a, lo):
+            held[stage] = held.get(stage, 0.0) + min(b, hi) - max(a, lo)
+    return hi - lo, {k: v / (hi - lo) for k, v in held.items()}
+
+
+def report_in_flight(out: Path) -> None:
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    seconds, held = in_flight(rows)
+    if not held:
+        return
+    top = sorted(held.items(), key=lambda kv: -kv[1])[:12]
+    print(f"grades in flight over the phase's steady part ({seconds:.0f} s): "
+          f"{sum(held.values()):.1f} on average; by stage: "
+          + " ".join(f"{k}={v:.2f}" for k, v in top))
 
 
 def report_slowest_and_median(out: Path) -> None:

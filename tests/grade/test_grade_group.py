@@ -28,7 +28,7 @@ def group_sources() -> list[str]:
     return [honest, crashing, read("hack_zeros"), honest + "\n# the same kernel, resubmitted\n"]
 
 
-def test_a_group_is_timed_in_one_window_and_judged_one_by_one():
+def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
     verdicts = grader.grade_group(read("ref_scale_add"), group_sources())
@@ -46,6 +46,8 @@ def test_a_group_is_timed_in_one_window_and_judged_one_by_one():
         written = len(verdict["profile"]["late_write_ms"])
         assert hidden <= written <= hidden + policy.unseen_spares, verdict["profile"]
         assert all(len(steps[k]) == written for k in ("late", "load", "observe")), steps
+        # its own judge's seconds (each member's outputs compared in a thread of its own)
+        assert 0 < verdict["profile"]["judge_s"] < verdict["profile"]["candidate_s"]
     # one window: both honest answers divide by the same reference samples
     assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]
     assert honest["profile"]["window_ms"] == again["profile"]["window_ms"]

@@ -68,6 +68,22 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
     assert "late=121.0 load=42.0 observe=10.0 parent hand-over=83.0" in printed
 
 
+def test_the_throughput_report_says_where_the_grades_in_flight_were():
+    """Grades in flight by stage over a phase's steady part (Little's law): two grades at once
+    for 100 s, each 4 s of reference forward then 6 s of candidate timing, the last 2 s of the
+    grade in its judge and 1 s before its worker in the parent's other work."""
+    rows = [{"profile": {"began_at": 1000.0 + 10 * k + 5 * lane, "reference_s": 4.0,
+                         "candidate_s": 9.0, "judge_s": 2.0,
+                         "reference_stages_s": {"reference forward": 4.0},
+                         "stages_s": {"timing": 6.0}}}
+            for k in range(10) for lane in range(2)]
+    seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    assert 60 < seconds < 70
+    assert abs(sum(held.values()) - 2.6) < 0.15, held  # 13 s of each 10 s lane
+    assert abs(held["reference: reference forward"] - 0.8) < 0.1
+    assert abs(held["candidate: timing"] - 1.2) < 0.1
+    assert abs(held["parent judge"] - 0.4) < 0.1 and abs(held["parent other"] - 0.2) < 0.1
+
 def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
     """``--records``: a problem whose source a validated record holds is graded with that
     record's validation (its calibrated tolerance); the report names those the validator
