@@ -779,7 +779,9 @@ def report_per_problem(out: Path) -> None:
 def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tuple[float, dict]:
     """Where the grades in flight were, on average, between ``share`` of a phase's span (its
     steady part: the start's wave and the cut's tail left out): each verdict's reference
-    stages, then its candidate worker's, then the grading process's own time around that
+    stages (its forward's parts where it gives them: stepped aside for other grades' windows,
+    files written, the rest), then its candidate worker's, then the grading process's own time
+    around that
     worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
     preparation, a group's wait for its slowest member). Returns the span's seconds and the
     mean number of grades in each stage (Little's law: the stages that hold the most grades
@@ -791,7 +793,17 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
         if not isinstance(began, (int, float)) or profile.get("candidate_s") is None:
             continue
         at = began
+        parts = profile.get("reference_forward_s") or {}
         for stage, seconds in (profile.get("reference_stages_s") or {}).items():
+            if stage == "reference forward" and parts:  # its parts, one after another
+                measured = {k: max(0.0, v) for k, v in parts.items()
+                            if isinstance(v, (int, float))}
+                fit = min(1.0, seconds / sum(measured.values())) if sum(measured.values()) \
+                    else 0.0
+                for part, part_s in measured.items():
+                    spans.append((f"reference: forward {part}", at, at + part_s * fit))
+                    at += part_s * fit
+                seconds -= sum(measured.values()) * fit
             spans.append((f"reference: {stage}", at, at + seconds))
             at += seconds
         at = began + (profile.get("reference_s") or 0.0)

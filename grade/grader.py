@@ -193,6 +193,9 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                       "warm": bool(reference.result.warm), "group": len(pending),
                                       "reference_stages_s": stage_seconds(
                                           reference.result.stages, reference.result.wall_s),
+                                      # its forward stage: stepped aside, files written, rest
+                                      "reference_forward_s": (reference.value or {}).get(
+                                          "forward_parts_s"),
                                       **verdict.get("profile", {})}
                 verdicts[i] = verdict
         for verdict in verdicts:

@@ -9,6 +9,7 @@ in ``tasks``.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import torch
@@ -252,6 +253,7 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
             pass
         model.load_state_dict(states[base])
     return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
+            "forward_parts_s": result["parts_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
             "info": device_info(device), "ops": result["ops"], **result["work"],
             "_model": model}
@@ -269,6 +271,10 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     work: dict = {}
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
     written = [result_mark()[0]]  # the results file's end after each trial
+    # where the stage's wall time went (the profile's, never judged): stepped aside for other
+    # grades' windows, writing tensors into the run's files, and the rest (draws, forwards)
+    parts = {"stepped_aside": 0.0, "written": 0.0}
+    began = time.monotonic()
     for spec in payload["trials"]:
         if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
             continue  # a spare unseen trial is the check's, never a reason to fail the run
@@ -276,7 +282,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             # the work before (the trial before, one that raised too; the model moved to the
             # device and its states drawn) is done on the device
             sync(device)
+            at = time.monotonic()
             held.let_window_in()
+            parts["stepped_aside"] += time.monotonic() - at
         wanted = int(spec.get("state") or 0)
         if wanted != current:
             model.load_state_dict(states[wanted])
@@ -284,9 +292,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
         # into a late part of their own (handed to the candidate's worker as it is)
+        at = time.monotonic()
         kept = _unseen_part(spec, inputs) if spec.get("hidden") else None
         if kept is None:
             kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
+        parts["written"] += time.monotonic() - at
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -316,7 +326,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         scales = [_scales_of(t) for t in items]  # on the device, before they leave it
+        at = time.monotonic()
         outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        parts["written"] += time.monotonic() - at
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
@@ -332,7 +344,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
         written.append(result_mark()[0])
-    return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite}
+    parts["other"] = time.monotonic() - began - parts["stepped_aside"] - parts["written"]
+    return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite,
+            "parts_s": {k: round(v, 3) for k, v in parts.items()}}
 
 
 def _scales_of(value) -> list[float] | None:

@@ -83,6 +83,15 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["reference: reference forward"] - 0.8) < 0.1
     assert abs(held["candidate: timing"] - 1.2) < 0.1
     assert abs(held["parent judge"] - 0.4) < 0.1 and abs(held["parent other"] - 0.2) < 0.1
+    # the reference's forward split by its parts where the run gave them
+    for row in rows:
+        row["profile"]["reference_forward_s"] = {"stepped_aside": 1.0, "written": 2.5,
+                                                 "other": 0.5}
+    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    assert "reference: reference forward" not in held or \
+        held["reference: reference forward"] < 0.01
+    assert abs(held["reference: forward written"] - 0.5) < 0.1, held
+    assert abs(held["reference: forward stepped_aside"] - 0.2) < 0.1
 
 def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
     """``--records``: a problem whose source a validated record holds is graded with that
