@@ -466,19 +466,27 @@ def main() -> int:
                         help="a timing setting of the grading policy (Policy.timing_settings: "
                              "the window's, validate.window.WindowSettings, or the timer's), "
                              "e.g. settle_ms=20; repeatable")
+    parser.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
+                        help="a field of the grading policy (grade.policy.Policy), e.g. "
+                             "unseen_trials=2; repeatable")
     parser.add_argument("--keep-verdicts", metavar="DIR",
                         help="copy each phase's verdicts (gzipped JSONL) into this folder")
     args = parser.parse_args()
     check_kernelbench_eval(args)
-    timing_settings = {}
-    for item in args.window:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            parser.error(f"--window {item}: expected KEY=VALUE")
-        try:
-            timing_settings[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:  # a bare word: that string
-            timing_settings[key.strip()] = value
+    def settings(option: str, items: list[str]) -> dict:
+        found = {}
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                parser.error(f"--{option} {item}: expected KEY=VALUE")
+            try:
+                found[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:  # a bare word: that string
+                found[key.strip()] = value
+        return found
+
+    timing_settings = settings("window", args.window)
+    policy_fields = settings("policy", args.policy)
 
     import os
 
@@ -488,9 +496,14 @@ def main() -> int:
     from kernelmill.grade.batch import grade_file
     from kernelmill.grade.policy import Policy
 
-    policy = Policy(timeout_s=180, timing_settings=timing_settings)
+    known = set(Policy.__dataclass_fields__) - {"timing_settings"}
+    if set(policy_fields) - known:
+        parser.error(f"--policy: no such field {sorted(set(policy_fields) - known)}")
+    policy = Policy(**{"timeout_s": 180, **policy_fields}, timing_settings=timing_settings)
     if timing_settings:
         print(f"timing settings: {json.dumps(timing_settings, sort_keys=True)}", flush=True)
+    if policy_fields:
+        print(f"policy: {json.dumps(policy_fields, sort_keys=True)}", flush=True)
     results = {}
     stopped = False
     # a time limit's SIGTERM stops the phase under way; what it finished is still reported
