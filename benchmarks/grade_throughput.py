@@ -793,7 +793,8 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
     """Where the grades in flight were, on average, between ``share`` of a phase's span (its
     steady part: the start's wave and the cut's tail left out): each verdict's reference
     stages (its forward's parts where it gives them: stepped aside for other grades' windows,
-    files written, the rest), then its candidate worker's, then the grading process's own time
+    files written, the rest), then its candidate worker's (its timing stage's parts:
+    ``_timing_parts``), then the grading process's own time
     around that
     worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
     preparation, a group's wait for its slowest member). Returns the span's seconds and the
@@ -822,6 +823,11 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
         at = began + (profile.get("reference_s") or 0.0)
         end = at + profile["candidate_s"]
         for stage, seconds in (profile.get("stages_s") or {}).items():
+            if stage == "timing":  # the window's own parts of it, the rest its preparation
+                for part, part_s in _timing_parts(profile, seconds).items():
+                    spans.append((f"candidate: timing {part}", at, at + part_s))
+                    at += part_s
+                continue
             spans.append((f"candidate: {stage}", at, at + seconds))
             at += seconds
         judge = min(max(0.0, end - at), profile.get("judge_s") or 0.0)
@@ -836,6 +842,25 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
         if min(b, hi) > max(a, lo):
             held[stage] = held.get(stage, 0.0) + min(b, hi) - max(a, lo)
     return hi - lo, {k: v / (hi - lo) for k, v in held.items()}
+
+
+def _timing_parts(profile: dict, seconds: float) -> dict[str, float]:
+    """A candidate's timing stage split: its wait for the window's last participant to be
+    ready, the window's wait for the GPU alone, the window itself, and the rest (the timer's
+    preparation, the step back after the window), each at most what is left of the stage."""
+    def number(key: str, scale: float = 1.0) -> float:
+        value = profile.get(key)
+        return max(0.0, value * scale) if isinstance(value, (int, float)) else 0.0
+
+    parts, left = {}, seconds
+    for part, value in (("for the last ready", number("last_ready_ms", 1e-3) -
+                         number("ready_ms", 1e-3)),
+                        ("exclusive wait", number("exclusive_wait_ms", 1e-3)),
+                        ("window", number("window_ms", 1e-3))):
+        parts[part] = min(max(0.0, value), left)
+        left -= parts[part]
+    parts["other"] = left
+    return parts
 
 
 def report_in_flight(out: Path) -> None:

@@ -325,7 +325,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                   ("shared_wait_ms", "exclusive_wait_ms",
                                    "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms",
-                                   "late_write_ms", "stepped_aside")}
+                                   "late_write_ms", "stepped_aside", "ready_ms",
+                                   "last_ready_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its

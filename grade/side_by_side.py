@@ -39,7 +39,12 @@ def candidate_view(window: dict, name: str) -> dict:
     dropped = (window.get("dropped") or {}).get(name)
     error = window.get("error") or ({"participant": "candidate", "message": dropped}
                                     if dropped else None)
-    view = {k: v for k, v in window.items() if k not in ("participants", "dropped", "error")}
+    view = {k: v for k, v in window.items()
+            if k not in ("participants", "dropped", "error", "ready_ms")}
+    ready = {k: v for k, v in (window.get("ready_ms") or {}).items()
+             if isinstance(v, (int, float))}
+    if name in ready:  # when it was ready, and when the last of the window's participants was
+        view.update(ready_ms=ready[name], last_ready_ms=max(ready.values()))
     view.update(participants={"reference": parts.get("reference") or {},
                               "candidate": parts.get(name) or {}},
                 error=error, group=len(parts) - 1)

@@ -186,6 +186,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
         if gpu_handshake:
             for control in group.active.values():
                 control.send("go")
+        went = time.monotonic()
         if admit is not None:
             _admit(group, admit, due)
         for name in participants:
@@ -193,6 +194,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             got = group.ask(name, None, "ready", max(0.1, due() - time.monotonic()))
             if got is not None:
                 ready[name] = got[1]
+                # when each said it was ready, from the shared hold's start (the profile's: a
+                # group's window waits for its last member)
+                result.setdefault("ready_ms", {})[name] = round((got[0] - went) * 1e3, 1)
         if not group.gone():
             # members that left are told to stop and finish their checks: on the GPU, so
             # they end before the GPU is taken alone (each within its own time limit)

@@ -81,7 +81,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert 60 < seconds < 70
     assert abs(sum(held.values()) - 2.6) < 0.15, held  # 13 s of each 10 s lane
     assert abs(held["reference: reference forward"] - 0.8) < 0.1
-    assert abs(held["candidate: timing"] - 1.2) < 0.1
+    assert abs(held["candidate: timing other"] - 1.2) < 0.1
     assert abs(held["parent judge"] - 0.4) < 0.1 and abs(held["parent other"] - 0.2) < 0.1
     # the reference's forward split by its parts where the run gave them
     for row in rows:
@@ -92,6 +92,14 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
         held["reference: reference forward"] < 0.01
     assert abs(held["reference: forward written"] - 0.5) < 0.1, held
     assert abs(held["reference: forward stepped_aside"] - 0.2) < 0.1
+    # the timing stage split: the wait for the group's last member, then the window's
+    for row in rows:
+        row["profile"].update(ready_ms=1000.0, last_ready_ms=2000.0, exclusive_wait_ms=1500.0,
+                              window_ms=2500.0)
+    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    assert abs(held["candidate: timing for the last ready"] - 0.2) < 0.05, held
+    assert abs(held["candidate: timing window"] - 0.5) < 0.05
+    assert abs(held["candidate: timing other"] - 0.2) < 0.05
 
 def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
     """``--records``: a problem whose source a validated record holds is graded with that
