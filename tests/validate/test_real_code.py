@@ -1088,6 +1088,38 @@ def test_a_wide_continuous_output_is_not_a_jump_where_nothing_decides(kind):
                           atol=1e-3)
 
 
+@pytest.mark.parametrize("threshold, fails", [(-1.0, False), (1.5, True)])
+def test_a_prefix_sums_linear_move_is_not_a_jump_where_a_comparison_decides(threshold, fails):
+    """A masked value ``where(y > threshold, y, 0)`` and its prefix sum along 32768: the
+    comparison decides, and the noise moves the sum's small first terms by 100 tolerances,
+    linearly, on the check's draw and on each further draw of the density. Those moves are not
+    jumps (the same noise a tenth as large moves them a tenth as far): at -1, a margin no noise
+    crosses, it passes. At 1.5 the comparison flips near-ties, a step of 1.5 in the masked
+    output: it fails."""
+    from kernelmill.validate.realcode.moves import _jumped
+    from kernelmill.validate.realcode.noise import _HonestNoise
+    from kernelmill.validate.verdicts import judge_exact_outputs
+
+    class Masked(nn.Module):
+        def forward(self, x):
+            # a sum (an honest kernel rounds it its own way): the noise reaches what the
+            # comparison reads; 0 to 3, 1.5 at the middle
+            y = torch.matmul(x, torch.full((8, 1), 0.375)).view(4, 32768)
+            masked = torch.where(y > threshold, y, torch.zeros_like(y))
+            return torch.cumsum(masked, 1), masked
+
+    torch.manual_seed(0)
+    model, x = Masked(), torch.rand(4 * 32768, 8)
+    more = [[torch.rand(4 * 32768, 8)] for _ in range(3)]
+    ref = R.forward(model, [x], 0)
+    exact = R.exact_outputs(model, [x], ref, 0, 1e-4, 1, "cpu", tol=1e-4, more=iter(more))
+    assert exact is not None and not exact["undecided"], exact  # the comparison decides
+    assert judge_exact_outputs({**exact, "threads_changed": None})["passed"] is not fails, exact
+    if not fails:
+        assert exact["jumped"]["changed"] == 0 and exact["density"]["draws"] == 4, exact
+        with _HonestNoise(1e-4, 1):  # the plain count, as before: its linear moves
+            assert _jumped(R.forward(model, [x], 0), ref, 1e-4)["changed"] > 0
+
 @pytest.mark.parametrize("phase", [False, True, "switches"])
 def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     """An unpool places values at the positions its pool picked (positions, not a decision),

@@ -63,7 +63,8 @@ def _fails(record: dict, draws: int, share: float) -> bool:
 
 
 def _density(model, inputs: list, ref: list, first: list, more, forward_seed: int, rel: float,
-             seed: int, copies: bool, kinds: dict, dtype: str, picks: dict | None = None) -> dict:
+             seed: int, copies: bool, kinds: dict, dtype: str, picks: dict | None = None,
+             scaled: tuple = ()) -> dict:
     """The near-ties the full noise (``rel``) and the noise a tenth as large meet, as events
     (``_events``) by each of ``kinds``' ``(moved, changed)`` pairs: on the check's own draw of
     the inputs (``inputs``, ``ref``; ``first`` holds its forward under the full noise, taken
@@ -77,7 +78,11 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
     ``honest_failures``' estimate (``share``: an honest kernel's rounding, for ``dtype``, over
     the noise). Stops early where every kind already fails. ``picks``: the check's draw's
     pool picks that only an unpool reads (``_decides``), which the noisy forwards are given;
-    on a further draw those of its own clean forward."""
+    on a further draw those of its own clean forward. ``scaled``: the kinds whose full-noise
+    events are counted only where the move is not the noise's own linear one (``moves.
+    _nonlinear_mask``, against the same noise ``STEP_SCALE`` as large: ``first`` holds the
+    check's draw's as its second item; a further draw's is made where such a kind's plain count
+    finds events), and whose ``changed`` is then given it too."""
     import torch
 
     from ..forwards import _device_poisoned
@@ -97,7 +102,7 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
     draw = 0
     while draws < DENSITY_DRAWS and draw < 2 * DENSITY_DRAWS:
         base = seed + draw * (SMALL_DRAWS + 1)
-        clean = out = None
+        clean = out = same = None
         try:
             given = next(sources)
             if draw:
@@ -110,7 +115,7 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
                 with _HonestNoise(rel, base), pinned(held):
                     out = forward(model, given, forward_seed, copies)
             else:
-                clean, out, held = ref, first.pop(), picks
+                (out, same), clean, held = first.pop(), ref, picks
         except StopIteration:
             break
         except Exception as exc:  # noqa: BLE001 — that draw is left out, the others pooled
@@ -124,10 +129,18 @@ def _density(model, inputs: list, ref: list, first: list, more, forward_seed: in
         flipped = False
         for name, (moved, changed) in kinds.items():
             events = _events(out, clean, moved)
+            if events and name in scaled:  # the noise's own linear move, or a jump?
+                if same is None:
+                    with _HonestNoise(rel * STEP_SCALE, base), pinned(held):
+                        same = forward(model, given, forward_seed, copies)
+                events = _events(out, clean, moved, same)
+                record[name]["changed"] = _summed(record[name]["changed"],
+                                                  changed(out, clean, same))
+            else:
+                record[name]["changed"] = _summed(record[name]["changed"], changed(out, clean))
             record[name]["full"] += events
-            record[name]["changed"] = _summed(record[name]["changed"], changed(out, clean))
             flipped = flipped or bool(events)
-        out = None
+        out = same = None
         for step in range(SMALL_DRAWS if flipped else 0):
             for noise, scale in scales.items():
                 # seeds of their own: the draw the steps test scales shares the full noise's

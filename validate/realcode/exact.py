@@ -322,7 +322,6 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
                 return None
             jumped = None
     if decides:
-        jumped = jumped or _jumped(out, ref, tol)
         # the same noise a tenth as large: steps under 100 tolerances. Against the noise's own
         # scale (the dtype's floor) where the calibrated tolerance is larger: a reference whose
         # fp32 and fp64 forwards differ by a step calibrates a tolerance of ten steps (a QKeras
@@ -331,18 +330,23 @@ def exact_outputs(model, inputs: list, ref: list, forward_seed: int, rel: float,
         if smaller is None:
             with _HonestNoise(rel * STEP_SCALE, seed), pinned(picks):
                 smaller = forward(model, inputs, forward_seed, copies)
+        # and the jumps off the noise's own linear move, as where nothing decides: a wide
+        # output's small elements (a prefix sum's first terms) move linearly by 100 tolerances
+        # beside whatever else decides (``cumsum(where(x > -1, x, 0))``)
+        jumped = jumped or _nonlinear(out, smaller, ref, tol)
         steps = _steps(out, smaller, ref, min(tol, rel))
-    smaller = None
     kinds = {}
     if not floats_only:
-        kinds["jittered"] = (_exact_moved, _exact_changed)
+        kinds["jittered"] = (_exact_moved, lambda a, b, _smaller=None: _exact_changed(a, b))
     if decides:
-        kinds["jumped"] = (_jump_moved(tol), lambda a, b: _jumped(a, b, tol))
+        kinds["jumped"] = (_jump_moved(tol), lambda a, b, smaller=None: _jumped(a, b, tol)
+                           if smaller is None else _nonlinear(a, smaller, b, tol))
     if kinds:
-        first, out = [out], None  # ``_density`` lets it go after its first draw
+        # ``_density`` lets them go after its first draw
+        first, out, smaller = [(out, smaller if decides else None)], None, None
         density = _density(model, inputs, ref, first, more, forward_seed, rel, seed, copies,
-                           kinds, dtype, picks)
-    del out
+                           kinds, dtype, picks, scaled=("jumped",))
+    del out, smaller
     threads = None
     if not floats_only and not device.startswith("cuda") and torch.get_num_threads() > 1:
         before = torch.get_num_threads()

@@ -57,14 +57,22 @@ def _nonlinear(out: list | None, smaller: list | None, ref: list, tol: float) ->
     for a, s, b in zip(out, smaller, ref):
         if b.is_floating_point():
             for a64, s64, b64 in C._blocks64(a.detach(), s.detach(), b.detach()):
-                move, bound = a64 - b64, tol * (1.0 + b64.abs())
-                left = (s64 - b64 - STEP_SCALE * move).abs()
-                jumped = (move.abs() > JUMP * bound) & (left > JUMP * STEP_SCALE / 2 * bound) & \
-                    (left > NONLINEAR * move.abs())
-                finite = torch.isfinite(b64)
-                bad += int((jumped | (torch.isfinite(a64) != finite) |
-                            (torch.isfinite(s64) != finite)).sum())
+                bad += int(_nonlinear_mask(a64, s64, b64, tol).sum())
     return {"changed": bad, "fraction": bad / total if total else 0.0, "total": total}
+
+
+def _nonlinear_mask(a64, s64, b64, tol: float, times: float = JUMP):
+    """``_nonlinear``'s elements of one block (float64): moved by ``times`` tolerances under
+    the full noise (``a64``) and off that move scaled to the smaller noise (``s64``), or
+    non-finite where ``b64`` is finite (or the other way) under either."""
+    import torch
+
+    move, bound = a64 - b64, tol * (1.0 + b64.abs())
+    left = (s64 - b64 - STEP_SCALE * move).abs()
+    jumped = (move.abs() > times * bound) & (left > JUMP * STEP_SCALE / 2 * bound) & \
+        (left > NONLINEAR * move.abs())
+    finite = torch.isfinite(b64)
+    return jumped | (torch.isfinite(a64) != finite) | (torch.isfinite(s64) != finite)
 
 
 # A continuous output's error shrinks with the noise that makes it (by this factor, to first
@@ -131,32 +139,37 @@ def _summed(total: dict | None, part: dict) -> dict:
             "draws_changed": total["draws_changed"] + bool(part["changed"])}
 
 
-def _exact_moved(a, b):
+def _exact_moved(a, b, _smaller=None):
     """Which elements of an integer or boolean output changed (None for a float one)."""
     return None if b.is_floating_point() or b.is_complex() else a != b
 
 
 def _jump_moved(tol: float, times: float = JUMP):
-    """Which elements of a float output moved by ``times`` tolerances or more (``_jumped``)."""
+    """Which elements of a float output moved by ``times`` tolerances or more (``_jumped``);
+    given the output under the same noise ``STEP_SCALE`` as large (``smaller``), only those
+    whose move is not that one's scaled back (``_nonlinear_mask``)."""
     import torch
 
-    def moved(a, b):
+    def moved(a, b, smaller=None):
         if not b.is_floating_point():
             return None
         a64, b64 = a.double(), b.double()
+        if smaller is not None:
+            return _nonlinear_mask(a64, smaller.double(), b64, tol, times)
         return ((a64 - b64).abs() > times * tol * (1.0 + b64.abs())) | \
             (torch.isfinite(a64) != torch.isfinite(b64))
     return moved
 
 
-def _spots(a, b, moved) -> int | None:
+def _spots(a, b, moved, smaller=None) -> int | None:
     """The near-ties one output's change counts: along the dimension (size-one ones dropped)
     where the indices of the elements ``moved`` marks are sparsest for its size, how many
     indices there hold one (a flipped token moves one row of a one-hot, or the whole row of a
     routed expert's output, whether tokens lead or follow: its other dimension fills up or
     holds the two classes of every flip); its marked elements where it has one dimension (or
     slices too large to mark whole); None for an output ``moved`` does not read. Blocks of
-    whole leading slices."""
+    whole leading slices. ``smaller``: the output under the same noise a tenth as large,
+    passed to ``moved`` beside each block."""
     shape = [n for n in b.shape if n != 1] or [1]
     b = b.detach().reshape(shape)
     if moved(b[:0], b[:0]) is None:
@@ -166,12 +179,18 @@ def _spots(a, b, moved) -> int | None:
     if a is None:  # no comparable output: every index changed
         return min(shape)
     a = a.detach().reshape(shape)
+    if smaller is not None:
+        smaller = smaller.detach().reshape(shape)
     if len(shape) == 1 or b[0].numel() > C.CHUNK:
-        return sum(int(moved(x, y).sum()) for x, y in C._blocks(a, b))
+        if smaller is None:
+            return sum(int(moved(x, y).sum()) for x, y in C._blocks(a, b))
+        return sum(int(moved(x, y, z).sum()) for x, y, z in C._blocks(a, b, smaller))
     step = max(1, C.CHUNK // b[0].numel())
     leading, held = 0, [None] * len(shape)
     for start in range(0, shape[0], step):
-        mask = moved(a[start:start + step], b[start:start + step])
+        near = slice(start, start + step)
+        mask = moved(a[near], b[near]) if smaller is None else \
+            moved(a[near], b[near], smaller[near])
         leading += int(mask.flatten(1).any(1).sum())
         for dim in range(1, len(shape)):
             others = tuple(d for d in range(len(shape)) if d != dim)
@@ -181,9 +200,13 @@ def _spots(a, b, moved) -> int | None:
     return min(zip((c / n for c, n in zip(counts, shape)), counts))[1]
 
 
-def _events(out: list | None, ref: list, moved) -> int:
+def _events(out: list | None, ref: list, moved, smaller: list | None = None) -> int:
     """The near-ties a draw's change counts: the most any one output counts (``_spots``: an
-    index and the one-hot made from it count one near-tie once)."""
+    index and the one-hot made from it count one near-tie once). ``smaller``: the outputs
+    under the same noise a tenth as large, for ``moved`` to tell the noise's own linear move
+    from a jump."""
     same = out is not None and C.shapes_equal(out, ref)
-    counts = [_spots(out[i] if same else None, b, moved) for i, b in enumerate(ref)]
+    scaled = smaller is not None and same and C.shapes_equal(smaller, ref)
+    counts = [_spots(out[i] if same else None, b, moved, smaller[i] if scaled else None)
+              for i, b in enumerate(ref)]
     return max((c for c in counts if c is not None), default=0)
