@@ -282,6 +282,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                    "hidden_trials": len(hidden), "early_check": not policy.time_incorrect,
                    # the unseen trials timed always; the rest only where those read slow
                    "hidden_required": policy.unseen_required(len(hidden)),
+                   "hidden_required_ungraphed": policy.unseen_required(len(hidden), False),
                    "unseen_retry_ratio": policy.retry_ratio(self.device),
                    # the graph's calls agree with its last within this, element by element
                    "tolerance": list(policy.tolerance(_first_dtype(ref), record))}

@@ -209,8 +209,13 @@ class Policy:
     # One is timed always: a forward that remembers answers is slow on every new input, and the
     # bounds take the fastest new call, so a second made the check no stricter. Each costs its
     # load, its observed call and the calls after it, inside the exclusive window: a sixth of a
-    # single grade's window, a seventh to a quarter of a group's (H200, KernelBench sizes)
+    # single grade's window, a seventh to a quarter of a group's (H200, KernelBench sizes). The
+    # one is on the problem's own draws (a shown trial has each other distribution)
     unseen_trials: int = 1
+    # ... and this many where the timer replays no graph: the spares' trigger reads the clock
+    # the calls are timed by (events around each launch, the host's), which the judge's bounds
+    # on kernel time and CPU time do not follow, so one call slow on those alone would decide
+    unseen_trials_ungraphed: int = 2
     # and spares, on the problem's own draws, timed after them only where the fastest of them
     # (or a call on the timed inputs after one) read over ``unseen_retry_ratio`` times the
     # fastest call on the timed inputs before: every bound takes the fastest call on new
@@ -329,10 +334,13 @@ class Policy:
         return self.unseen_retry_ratio if device.startswith("cuda") else \
             self.unseen_retry_cpu_ratio
 
-    def unseen_required(self, hidden: int) -> int:
+    def unseen_required(self, hidden: int, graphed: bool = True) -> int:
         """Of ``hidden`` usable unseen trials, those the check times always (the rest are its
-        spares)."""
-        return min(hidden, max(0, self.unseen_trials))
+        spares); ``graphed``: where the timer replays a graph (``unseen_trials_ungraphed``
+        where not)."""
+        wanted = self.unseen_trials if graphed else max(self.unseen_trials,
+                                                          self.unseen_trials_ungraphed)
+        return min(hidden, max(0, wanted))
 
     def tolerance(self, dtype: str, record: dict | None = None) -> tuple[float, float]:
         validation = (record or {}).get("validation") or {}

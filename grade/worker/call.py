@@ -103,6 +103,7 @@ class _Run(_Probes):
                  witness: Witness | None = None, check_seed: int | None = None,
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
                  base_state: int = 0, slots=None, hidden_required: int | None = None,
+                 hidden_required_ungraphed: int | None = None,
                  retry_ratio: float | None = None):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
@@ -131,9 +132,14 @@ class _Run(_Probes):
         # read over ``retry_ratio`` times the timed inputs' calls (``window_worker.reads_slow``)
         self.hidden_required = hidden if hidden_required is None else \
             max(0, min(hidden, int(hidden_required)))
+        # ... where the timer replays no graph (``Policy.unseen_required``)
+        self.hidden_required_ungraphed = self.hidden_required \
+            if hidden_required_ungraphed is None else \
+            max(self.hidden_required, min(hidden, int(hidden_required_ungraphed)))
         self.retry_ratio = float(retry_ratio) if retry_ratio else None
         self.unseen_facts: dict | None = None
         self.unseen_replay = None  # the first unseen replay's calls' outputs (``_keep_replay``)
+        self.dispatch: dict = {}  # the aten ops' kernels before the import (``guards.dispatch``)
         self._shipped: dict[tuple, list] = {}  # host copies of outputs, by dtype, shape, strides
         self._previous = None  # the last call's output (``invoke``)
         self._held: list = []  # references that level its count (``_held_alike``)

@@ -20,19 +20,19 @@ from kernelmill.validate.measure import flatten_outputs
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.window_worker import reads_slow
 
+from .guards.dispatch import HARNESS_OPS, dispatch_changed
 from .guards.originals import (
     _empty,
     _full,
     _no_grad,
     _perf_counter,
     _Tensor,
-    _tensor_clone,
     _tensor_fill,
     _tensor_set,
     _tensor_storage,
     _type,
 )
-from .inputs import to_device
+from .inputs import to_cpu, to_device
 from .observers.counts import _audit_event, _observed
 
 
@@ -135,8 +135,12 @@ class _Probes:
                 # one replay right after another on the same inputs, unflushed, as the scored
                 # ones run: its calls' kernels, each call's apart (``_unseen_device_us``)
                 timed_on(first, "even", flush=False)
+            # the spares' trigger reads the clock the scored calls are timed by; where that is
+            # not the device's (no graph: events around each launch, the host's clock), the
+            # judge's device- and CPU-time bounds go unread by it: more trials always
+            required = self.hidden_required if whole else self.hidden_required_ungraphed
             for index in range(self.hidden):
-                if index >= self.hidden_required and not reads_slow(
+                if index >= required and not reads_slow(
                         seen_ms, unseen_ms, after_ms, self.retry_ratio):
                     break  # the spares are for a check whose calls read slow
                 # asked for now: it was nowhere in this process before (``late_payload``)
@@ -168,14 +172,21 @@ class _Probes:
         return len(unseen_ms)
 
     def _keep_replay(self, timer: T.Timer) -> None:
-        """Every captured call's output of the first unseen replay, copied on the device (a
-        few copies, no computing, inside the window), for ``replay_agreement`` after it: each
-        call on inputs never shown before must have computed the whole answer."""
+        """Every captured call's output of the first unseen replay, copied to the host at once
+        (inside the window: the graph's held outputs, ``HELD_OUTPUT_BYTES`` at most; before any
+        later replay, whose kernels could write over copies left on the device), for
+        ``replay_agreement`` after it: each call on inputs never shown before must have
+        computed the whole answer. Not kept where the copies' own ops have kernels other than
+        those before the candidate's import (``guards.dispatch``)."""
+        changed = dispatch_changed(self.dispatch, HARNESS_OPS) if self.dispatch else []
+        if changed:
+            self.unseen_replay = f"copies not trusted ({changed[0]})"
+            return
         try:
-            self.unseen_replay = [[_tensor_clone(t) if _type(t) is _Tensor else t
+            self.unseen_replay = [[to_cpu(t) if _type(t) is _Tensor else t
                                    for t in flatten_outputs(output)[1]]
                                   for output in timer.outputs]
-        except RuntimeError as exc:  # no device memory for the copies: not read, not trusted
+        except RuntimeError as exc:  # not read, not trusted
             self.unseen_replay = f"{type(exc).__name__}: {exc}"[:200]
 
     def replay_agreement(self, tolerance: tuple[float, float]) -> None:

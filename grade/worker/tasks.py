@@ -30,6 +30,7 @@ from kernelmill.validate.window_worker import await_gpu, step_aside_point
 from .call import _Run
 from .early import early_answer
 from .guards.audit import refuse_runtime_code
+from .guards.dispatch import dispatch_changed, dispatch_snapshot
 from .guards.originals import (
     _enumerate_threads,
     _isinstance,
@@ -171,6 +172,9 @@ def _candidate_task(payload: dict) -> dict:
     # after our own hooks: what changes from here on is the candidate's (kept here, with the
     # checker, out of the candidate's reach: it may reach this module's globals)
     snapshot, check_patched = snapshot_modules(), patched_functions
+    # and the dispatcher's kernels for aten ops: a kernel of the submission's own for one
+    # decides what the harness's own copies of its tensors hold
+    dispatch = dispatch_snapshot()
     # kernelmill's own functions and the builtins, checked again at every timing report: a
     # patch made for the window and undone before the end (the timer's clocks slowed, the
     # encoder wrapped) is live when the window's answers are sent
@@ -207,10 +211,12 @@ def _candidate_task(payload: dict) -> dict:
                trials=trials, witness=witness, check_seed=payload.get("timed_check_seed"),
                hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
                hidden_required=payload.get("hidden_required"),
+               hidden_required_ungraphed=payload.get("hidden_required_ungraphed"),
                retry_ratio=payload.get("unseen_retry_ratio"),
                states=states, base_state=base,
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
+    run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs
     facts["modes_after_import"] = active_modes()
     step_aside()
     mark_stage("profiler start")
@@ -253,6 +259,7 @@ def _candidate_task(payload: dict) -> dict:
                                       after_sample=run.sometimes_check_timed_inputs)
         timing["calls"] = calls[0]
         run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
+        seen_patches.extend(dispatch_changed(dispatch))  # (one unregistered before the end)
         run.replay_agreement(tuple(payload.get("tolerance") or (0, 0)))
         after = _observed()
         timing["launches"] = after["launches"] - before["launches"]
@@ -307,7 +314,8 @@ def _candidate_task(payload: dict) -> dict:
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     run.witnessed(facts)
-    facts["patched"] = check_patched(snapshot)
+    facts["patched"] = sorted(set(check_patched(snapshot)) | set(dispatch_changed(dispatch)) |
+                              set(seen_patches))
     observed = _observed()
     facts["refused_compiles"] = observed["refused"]
     facts["host_alias"] = observed["host_alias"]
@@ -323,7 +331,8 @@ def _candidate_task(payload: dict) -> dict:
         (``harness_worker.RESULT_GUARD``): a function rebound since the import would see the
         facts (``torch.save`` looks up Python functions on torch's modules). With what the
         timing reports saw rebound."""
-        patched = sorted(set(check_patched(snapshot)) | set(seen_patches))
+        patched = sorted(set(check_patched(snapshot)) | set(seen_patches) |
+                         set(dispatch_changed(dispatch)))
         return [f"replaced since the candidate's import: {', '.join(patched[:8])}"] if \
             patched else []
 

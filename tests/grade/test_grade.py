@@ -573,20 +573,24 @@ def test_an_even_unseen_replay_stands_for_a_call_only_where_its_calls_each_compu
 
 
 def test_the_first_unseen_replays_calls_are_kept_in_the_window_and_compared_after_it():
-    """Each captured call's output of the first unseen replay is copied as the replay ends
-    (later replays overwrite the graph's outputs) and compared with the last after the window:
-    calls that each computed a slice into outputs the last completes are off; an honest
-    graph's calls agree, and the judge trusts that replay's readings."""
+    """Each captured call's output of the first unseen replay is copied to the host as the
+    replay ends (later replays overwrite the graph's outputs) and compared with the last after
+    the window: calls that each computed a slice into outputs the last completes are off; an
+    honest graph's calls agree, and the judge trusts that replay's readings. Where a kernel of
+    the submission's own was registered for the copies' ops, nothing is kept."""
     import torch
     from kernelmill.grade.checks.probes import calls_agreed, graph_calls_agree
+    from kernelmill.grade.worker.guards.dispatch import dispatch_snapshot
     from kernelmill.grade.worker.probes import _Probes
 
     class Timer:
         outputs: list = []
 
+    snapshot = dispatch_snapshot()
+
     def replayed(outputs):
         run, timer = _Probes(), Timer()
-        run.unseen_facts, timer.outputs = {}, outputs
+        run.unseen_facts, run.dispatch, timer.outputs = {}, snapshot, outputs
         run._keep_replay(timer)
         for out in outputs:  # the replays after it, on the timed inputs
             out.fill_(7.0)
@@ -605,6 +609,59 @@ def test_the_first_unseen_replays_calls_are_kept_in_the_window_and_compared_afte
     assert "did not each compute" in hacks["timing_behaviour"]
     whole = [answer.clone() for _ in range(4)]
     assert replayed(whole) == {"calls": 4} and calls_agreed({"calls": 4})
+    lib = torch.library.Library("aten", "IMPL")
+    try:  # a clone of its own: the copies are not taken, the replay stands for no call
+        lib.impl("_to_copy", lambda x, **kw: x, "CPU")
+        agree = replayed([t.clone() for t in sliced])
+    finally:
+        lib._destroy()
+    assert "dispatcher: aten::_to_copy" in agree["unread"] and not calls_agreed(agree)
+
+def test_one_unseen_trial_is_required_only_where_the_timer_replays_a_graph():
+    """The spares' trigger reads the clock the calls are timed by: a graph's replays follow the
+    kernels, events around each launch and the host's clock do not (the judge's kernel-time
+    and CPU-time bounds go unread by it). One required trial where a graph replays, two where
+    not: a report of one unseen call is a check not made as asked there."""
+    from kernelmill.grade.checks.probes import unseen_shape
+
+    policy = Policy()
+    assert policy.unseen_required(3) == 1 and policy.unseen_required(3, graphed=False) == 2
+    hidden = [{"seed": i} for i in range(3)]
+    one = {"checks": [{"hidden": 0}], "seen_ms": [1.0] * 3, "unseen_ms": [1.02],
+           "after_ms": [1.0, 1.0]}
+
+    def flagged(graphed):
+        hacks = {}
+        unseen_shape(one, hidden, {"late_released": [0]},
+                     lambda code, why: hacks.setdefault(code, why),
+                     policy.unseen_required(len(hidden), graphed), 1.1)
+        return "not made as the window asked" in hacks.get("timing_behaviour", "")
+
+    assert not flagged(True) and flagged(False)
+
+
+def test_a_kernel_registered_for_an_aten_op_after_the_snapshot_is_a_replaced_function():
+    """A kernel of a submission's own for an aten op the harness's copies run through decides
+    what they return (a clone that hands back another tensor's copy): every aten op's
+    registrations are read before the import and compared later; those the window reads at the
+    unseen replay's copies are a subset, cheap enough for the exclusive time."""
+    from kernelmill.grade.worker.guards.dispatch import (
+        HARNESS_OPS,
+        dispatch_changed,
+        dispatch_snapshot,
+    )
+
+    before = dispatch_snapshot()
+    assert len(before) > 1000 and dispatch_changed(before) == []
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("clone", lambda x, memory_format=None: torch.empty_like(x).copy_(x), "CPU")
+        assert dispatch_changed(before) == ["dispatcher: aten::clone"]
+        assert dispatch_changed(before, HARNESS_OPS) == ["dispatcher: aten::clone"]
+        assert dispatch_changed(before, frozenset({"add"})) == []
+    finally:
+        lib._destroy()
+    assert dispatch_changed(before) == []
 
 def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
     """A plain PyTorch answer computes the same ops when timed as when checked: that is

@@ -1,10 +1,12 @@
 """family: library laundering (an IMPL override of aten::empty_like computes the answer)
 
 The allocation PyTorch runs is the candidate's Python kernel; the op trace shows an allowed
-aten.empty_like, the witness shows the aten.mul/aten.add inside it.
+aten.empty_like, the witness shows the aten.mul/aten.add inside it (torch_compute). Before
+that, the dispatcher's registrations for aten::empty_like differ from those read before the
+import: a replaced function, which ends the run (``grade/worker/guards/dispatch.py``).
 """
 # problem: ref_scale_add
-# expect: torch_compute
+# expect: patched_function
 import torch
 import torch.nn as nn
 import triton
