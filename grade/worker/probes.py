@@ -20,7 +20,7 @@ from kernelmill.validate.measure import flatten_outputs
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.window_worker import reads_slow
 
-from .guards.dispatch import HARNESS_OPS, dispatch_changed
+from .guards.dispatch import dispatch_changed
 from .guards.originals import (
     _empty,
     _full,
@@ -178,7 +178,7 @@ class _Probes:
         ``replay_agreement`` after it: each call on inputs never shown before must have
         computed the whole answer. Not kept where the copies' own ops have kernels other than
         those before the candidate's import (``guards.dispatch``)."""
-        changed = dispatch_changed(self.dispatch, HARNESS_OPS) if self.dispatch else []
+        changed = dispatch_changed(self.dispatch) if self.dispatch else []
         if changed:
             self.unseen_replay = f"copies not trusted ({changed[0]})"
             return

@@ -172,8 +172,8 @@ def _candidate_task(payload: dict) -> dict:
     # after our own hooks: what changes from here on is the candidate's (kept here, with the
     # checker, out of the candidate's reach: it may reach this module's globals)
     snapshot, check_patched = snapshot_modules(), patched_functions
-    # and the dispatcher's kernels for aten ops: a kernel of the submission's own for one
-    # decides what the harness's own copies of its tensors hold
+    # and the dispatcher's kernels for the aten ops the harness's copies run through: a kernel
+    # of the submission's own for one decides what those copies hold
     dispatch = dispatch_snapshot()
     # kernelmill's own functions and the builtins, checked again at every timing report: a
     # patch made for the window and undone before the end (the timer's clocks slowed, the

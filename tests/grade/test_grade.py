@@ -642,23 +642,20 @@ def test_one_unseen_trial_is_required_only_where_the_timer_replays_a_graph():
 
 def test_a_kernel_registered_for_an_aten_op_after_the_snapshot_is_a_replaced_function():
     """A kernel of a submission's own for an aten op the harness's copies run through decides
-    what they return (a clone that hands back another tensor's copy): every aten op's
-    registrations are read before the import and compared later; those the window reads at the
-    unseen replay's copies are a subset, cheap enough for the exclusive time."""
-    from kernelmill.grade.worker.guards.dispatch import (
-        HARNESS_OPS,
-        dispatch_changed,
-        dispatch_snapshot,
-    )
+    what they return (a clone that hands back another tensor's copy): those ops' registrations
+    are read before the import and compared later. PyTorch's own lazy registrations for
+    batched tensors (``torch.vmap``'s first call) are not a change."""
+    from kernelmill.grade.worker.guards.dispatch import dispatch_changed, dispatch_snapshot
 
     before = dispatch_snapshot()
-    assert len(before) > 1000 and dispatch_changed(before) == []
+    assert "aten::clone" in before and "aten::_to_copy" in before and "aten::mm" not in before
+    assert dispatch_changed(before) == []
+    torch.func.vmap(torch.sin)(torch.randn(3, 4))
+    assert dispatch_changed(before) == []
     lib = torch.library.Library("aten", "IMPL")
     try:
         lib.impl("clone", lambda x, memory_format=None: torch.empty_like(x).copy_(x), "CPU")
         assert dispatch_changed(before) == ["dispatcher: aten::clone"]
-        assert dispatch_changed(before, HARNESS_OPS) == ["dispatcher: aten::clone"]
-        assert dispatch_changed(before, frozenset({"add"})) == []
     finally:
         lib._destroy()
     assert dispatch_changed(before) == []

@@ -2,8 +2,9 @@
 for an aten op the harness's copies and clones run through: ``torch.library.Library("aten",
 "IMPL")``). A clone that hands back the last captured call's output for every earlier one makes
 a graph whose calls each compute a slice read as calls that agree; this one passes the copy
-through, and is still a replaced function: every aten op's registrations are read before the
-import and again after the window and at the end (``grade/worker/guards/dispatch.py``)."""
+through, and is still a replaced function: the registrations of the ops the harness's copies
+run through are read before the import and again after the window and at the end
+(``grade/worker/guards/dispatch.py``)."""
 # problem: ref_scale_add
 # expect: patched_function
 import torch

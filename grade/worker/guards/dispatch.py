@@ -1,9 +1,11 @@
-"""The dispatcher's kernels for PyTorch's own ops (``aten``), read before the candidate's import
-and again later: a submission may register a kernel of its own for an aten op (``torch.library.
-Library("aten", "IMPL")``, a C++ ``TORCH_LIBRARY_IMPL``) and so decide what the harness's own
-copies, clones and comparisons of its tensors return, bound functions or not (the harness's
-``_tensor_clone`` still calls whatever kernel ``aten::clone`` holds). Any change to an aten op's
-registrations since the snapshot is a replaced function (``patched`` in the run's facts).
+"""The dispatcher's kernels for the PyTorch ops the harness's own copies run through, read
+before the candidate's import and again later: a submission may register a kernel of its own
+for an aten op (``torch.library.Library("aten", "IMPL")``, a C++ ``TORCH_LIBRARY_IMPL``) and so
+decide what the harness's copies, clones and allocations of its tensors hold, bound functions or
+not (the harness's ``_tensor_clone`` still calls whatever kernel ``aten::clone`` holds). Any
+change to those ops' registrations since the snapshot is a replaced function (``patched`` in
+the run's facts). Other aten ops are the op trace's and the witness's: a kernel of its own that
+computes with PyTorch is PyTorch computing (``torch_compute``).
 """
 from __future__ import annotations
 
@@ -15,23 +17,21 @@ _op_names = torch._C._dispatch_get_all_op_names
 _hash = hash
 _str = str
 
-# The ops the harness runs on a candidate's tensors inside its timing window (a copy to the
-# host, a clone, what they allocate and copy through), by name before the overload: read there
-# where the whole table would cost exclusive GPU time (3,000 ops, about 50 ms)
+# The ops the harness runs on a candidate's tensors (a copy to the host, a clone, what they
+# allocate and copy through, the views it reads them by), by name before the overload
 HARNESS_OPS = frozenset({"clone", "copy_", "_copy_from", "_copy_from_and_resize", "_to_copy",
                          "to", "empty", "empty_like", "empty_strided", "new_empty",
                          "new_empty_strided", "detach", "alias", "view", "_reshape_alias",
-                         "reshape", "as_strided", "contiguous", "fill_", "set_",
-                         "lift_fresh"})
-
+                         "reshape", "as_strided", "contiguous", "fill_", "set_", "lift_fresh",
+                         "full", "ones_like", "zeros_like", "index_select", "select", "slice"})
 
 # The dispatch keys a plain dense tensor's op passes through, on the host or a GPU, with or
-# without autograd (the harness's tensors and a forward's): a kernel registered at one of them
-# runs on those tensors. Others are left out: PyTorch registers kernels of its own at them
-# lazily (``torch.vmap``'s decompositions at ``FuncTorchBatched`` on its first call, shape
-# functions at ``Meta``), which reach only tensors of their kind (batched, fake, sparse).
-KEYS = ("CPU", "CUDA", "Composite", "Autograd", "BackendSelect", "ADInplaceOrView",
-        "Autocast")
+# without autograd (the harness's tensors): a kernel registered at one of them runs on those
+# tensors. Others are left out: PyTorch registers kernels of its own at some lazily
+# (``torch.vmap``'s decompositions at ``FuncTorchBatched`` on its first call, shape functions
+# at ``Meta``), which reach only tensors of their kind (batched, fake, sparse, nested).
+KEYS = ("CPU:", "CUDA:", "CPU (", "CUDA (", "Composite", "Autograd[", "AutogradCPU",
+        "AutogradCUDA", "AutogradOther", "BackendSelect", "ADInplaceOrView", "Autocast")
 
 
 def _digest(name: str) -> int:
@@ -40,18 +40,15 @@ def _digest(name: str) -> int:
 
 
 def dispatch_snapshot() -> dict[str, int]:
-    """Every aten op's registrations at the ``KEYS`` (``torch._C._dispatch_dump``), as a
-    digest of each."""
-    return {name: _digest(name) for name in _op_names() if _str(name).startswith("aten::")}
+    """The registrations of every overload of the ``HARNESS_OPS`` at the ``KEYS``
+    (``torch._C._dispatch_dump``), as a digest of each: about a hundred ops, a millisecond."""
+    return {name: _digest(name) for name in _op_names()
+            if _str(name).startswith("aten::") and
+            _str(name)[6:].split(".", 1)[0] in HARNESS_OPS}
 
 
-def dispatch_changed(snapshot: dict[str, int], only: frozenset | None = None) -> list[str]:
-    """The aten ops whose registrations at the ``KEYS`` changed since ``snapshot`` (``only``:
-    of those whose name before the overload is in it), each as ``dispatcher: aten::NAME``."""
-    changed = []
-    for name, digest in snapshot.items():
-        if only is not None and name[6:].split(".", 1)[0] not in only:
-            continue
-        if _digest(name) != digest:
-            changed.append(f"dispatcher: {name}")
-    return changed
+def dispatch_changed(snapshot: dict[str, int]) -> list[str]:
+    """The ops of ``snapshot`` whose registrations changed since, each as
+    ``dispatcher: aten::NAME``."""
+    return [f"dispatcher: {name}" for name, digest in snapshot.items()
+            if _digest(name) != digest]
