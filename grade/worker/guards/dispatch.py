@@ -41,7 +41,8 @@ def _digest(name: str) -> int:
 
 def dispatch_snapshot() -> dict[str, int]:
     """The registrations of every overload of the ``HARNESS_OPS`` at the ``KEYS``
-    (``torch._C._dispatch_dump``), as a digest of each: about a hundred ops, a millisecond."""
+    (``torch._C._dispatch_dump``), as a digest of each: about 50 overloads, read in 7 ms and
+    checked again in 2 (a 2-core host)."""
     return {name: _digest(name) for name in _op_names()
             if _str(name).startswith("aten::") and
             _str(name)[6:].split(".", 1)[0] in HARNESS_OPS}
