@@ -230,6 +230,8 @@ def summarize(out: Path) -> dict:
     stages: dict[str, list[float]] = {}
     ref_stages: dict[str, list[float]] = {}
     phases: dict[str, list[float]] = {}
+    turn: dict[str, list[float]] = {}
+    rounds: list[float] = []
     admission: list[float] = []
     windows: set = set()
     for line in out.read_text().splitlines():
@@ -253,6 +255,10 @@ def summarize(out: Path) -> dict:
         windows.add(window)
         for phase, ms in (profile.get("phases_ms") or {}).items():
             phases.setdefault(phase, []).append(ms)
+        for part, ms in (profile.get("turn_ms") or {}).items():
+            turn.setdefault(part, []).append(ms)
+        if profile.get("rounds") is not None:
+            rounds.append(profile["rounds"])
         for key, values in waits.items():
             if profile.get(key) is not None:
                 values.append(profile[key])
@@ -280,6 +286,8 @@ def summarize(out: Path) -> dict:
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
+            "turn_ms": {k: median(v) for k, v in turn.items()},
+            "median_rounds": median(rounds),
             "median_admission_wait_s": median(admission)}
 
 
@@ -515,6 +523,9 @@ def main() -> int:
         if stopped:
             break
         problems, submissions, n = build_set(name, folder, args)
+        if not n:  # --match left none of this set (or the device none: CUDA answers on CPU)
+            print(f"{name}: no submissions to grade here", flush=True)
+            continue
         cache = folder / f"{name}-verdicts.jsonl"
         if "refs-cached" in args.phases and "cold" not in args.phases and not args.primed:
             # refs-cached means every problem's Inductor timing is on disk: put it there first
@@ -631,7 +642,11 @@ def main() -> int:
                   f"allow {cores * 60 / total:.0f} per minute at that cost)")
         if r.get("window_phases_ms"):
             print(f"{phase}: a window's parts, median ms: " +
-                  " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()))
+                  " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()) +
+                  f"; rounds {r.get('median_rounds')}")
+        if r.get("turn_ms"):
+            print(f"{phase}: a turn's parts (the windows' medians), ms: " +
+                  " ".join(f"{k}={v}" for k, v in r["turn_ms"].items()))
         if r["candidate_stages_s"]:
             print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
                   " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))

@@ -325,7 +325,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             verdict["profile"] = {k: window.get(k) for k in
                                   ("shared_wait_ms", "exclusive_wait_ms",
                                    "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
-                                   "rounds", "phases_ms", "turn_overhead_ms",
+                                   "rounds", "phases_ms", "turn_overhead_ms", "turn_ms",
                                    "late_write_ms", "stepped_aside", "ready_ms",
                                    "last_ready_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)

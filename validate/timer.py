@@ -82,8 +82,12 @@ GRAPH_OUTPUT_BYTES = 1 << 30
 # an H200's clock; a launch takes tens of µs, more for a large graph from a busy host). With
 # "sleep" the rounds of single grades of KernelBench-sized answers (2.6-26 ms per call) took a
 # quarter less time, but kernels of a few µs read differently in groups (a 1 µs scale-add
-# 1.56-1.87x across 8 copies against 2.03-2.05x; H200): "replay" is the default.
-COVERS = ("replay", "sleep")
+# 1.56-1.87x across 8 copies against 2.03-2.05x; H200): "replay" is the default. "queued": a
+# round's samples are replays queued back to back behind one untimed replay, an event between
+# each two (each timed replay follows a replay of the same graph, as with "replay", and the
+# host queues the next launch while the GPU runs the last), so a round of ``n`` samples costs
+# ``n + 1`` replays, not ``2n``. Its warm-up and settling samples are "replay"'s.
+COVERS = ("replay", "sleep", "queued")
 COVER = "replay"
 COVER_SLEEP_CYCLES = 200_000
 
@@ -195,6 +199,7 @@ class Timer:
         self._long = False  # one call takes ``LONG_CALL_MS`` or more (``prepare``)
         self._flush: L2Flush | None = None
         self._events = None
+        self._queue: list | None = None  # a queued round's events (``_queued_round``)
         self._single = None  # a one-call graph captured like the timed one: (graph, output)
         self._stream = None  # the capture stream (``resize`` captures on it again)
         # On CPU also the calling thread's CPU time of each sample and of the last ``once``:
@@ -554,12 +559,31 @@ class Timer:
         return ms, (self.output if whole else self._single[1])
 
     def round(self, reps: int) -> list[float]:
+        if self.cover == "queued" and self.method == "cuda_graph" and self.after_sample is None:
+            return self._queued_round(max(1, int(reps)))
         samples = []
         for _ in range(max(1, int(reps))):
             samples.append(self.sample())
             if self.after_sample is not None:
                 self.after_sample()
         return samples
+
+    def _queued_round(self, reps: int) -> list[float]:
+        """``reps`` samples as replays queued back to back (``COVERS``' "queued"): one untimed
+        replay, then each timed replay closed by an event that opens the next. The host waits
+        once, for the last event."""
+        if self._queue is None or len(self._queue) < reps + 1:
+            self._queue = [_Event(enable_timing=True) for _ in range(reps + 1)]
+        marks = self._queue
+        _graph_replay(self.graph)
+        _event_record(marks[0])
+        for index in range(reps):
+            _graph_replay(self.graph)
+            _event_record(marks[index + 1])
+        _event_wait(marks[reps])
+        calls = self.calls_per_sample
+        return [float(_event_elapsed(marks[index], marks[index + 1])) / calls
+                for index in range(reps)]
 
     def warm(self, ms: float) -> int:
         """Run samples for about ``ms`` of wall time (clocks up, caches settled), at least two

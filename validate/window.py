@@ -76,6 +76,15 @@ class WindowSettings:
     ci_limit_pct: float = 5.0
     overtime: float = 1.0
     min_reps: int = 12  # samples per participant before the CI may stop the window
+    # Rounds before the CI may stop the window. A long call's turn holds at least
+    # ``min_reps / min_rounds`` samples (was 3: four rounds, eight settled turns, before the
+    # first stop for KernelBench's 2-26 ms calls). 0: a turn's floor of 3 samples, no minimum.
+    min_rounds: int = 0
+    # The participants' order in a round: "shuffle" (each round drawn anew, the same draw for
+    # the same round of any window) or "mirror" (even rounds drawn, each odd round the one
+    # before it reversed: over each pair a member's turns sit symmetrically about the pair's
+    # middle, so a clock drifting steadily across the window moves every member's mean alike).
+    order: str = "shuffle"
     max_reps: int = 2000
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
     ready_timeout_s: float = 300.0  # a worker must be ready within this
@@ -321,19 +330,22 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     mark = time.monotonic()
     phases["warm"] = round((mark - began) * 1e3, 1)
     per_round = {}
+    floor = max(3, -(-settings.min_reps // settings.min_rounds)) if settings.min_rounds > 0 \
+        else 3
     for name, info in ready.items():
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
             int(info.get("calls_per_sample") or 1)
-        per_round[name] = int(min(200, max(3, settings.round_ms / sample_ms)))
+        per_round[name] = int(min(200, max(floor, settings.round_ms / sample_ms)))
     deadline = began + cap_ms / 1e3
     overheads: list[float] = []
+    parts: dict[str, list[float]] = {}  # where each turn's wall time went (``_turn_parts``)
+    order: list[str] = []
     while not group.gone():
         round_began = time.monotonic()
         # each round in another order (the same for the same round of any window): no member
         # always follows the same one, or takes the same place in the round (a GPU at its
         # power cap runs a turn after a heavy one, or late in a round, at a lower clock)
-        order = list(group.active)
-        random.Random(result["rounds"]).shuffle(order)
+        order = _round_order(list(group.active), result["rounds"], settings.order, order)
         for name in order:
             room = settings.max_reps - len(samples[name])
             if room <= 0:
@@ -366,16 +378,20 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 # by an untimed replay is two replays): the round trip's and the worker's cost
                 info = ready.get(name, {})
                 calls = int(info.get("calls_per_sample") or 1)
-                covered = info.get("method") == "cuda_graph" and \
-                    info.get("cover", "replay") == "replay"
-                work = sum(times) * calls * (2 if covered else 1)
+                graphed = info.get("method") == "cuda_graph"
+                cover = info.get("cover", "replay") if graphed else None
+                work = sum(times) * calls * (2 if cover == "replay" else 1)
+                if cover == "queued" and times:  # one untimed replay before the samples
+                    work += sorted(times)[len(times) // 2] * calls
                 overheads.append((at - sent) * 1e3 - work)
+                _turn_parts(parts, turn_began, at, report.get("at"))
         result["rounds"] += 1
         for control in group.active.values():  # the others' turns are not its time
             control.extend(time.monotonic() - round_began)
         timed = [samples[name] for name in group.active]
         cis = [median_ci_pct(s) for s in timed]
-        enough = all(len(s) >= settings.min_reps for s in timed)
+        enough = all(len(s) >= settings.min_reps for s in timed) and \
+            result["rounds"] >= settings.min_rounds
         if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):
             break
         if all(len(s) >= settings.max_reps for s in timed):
@@ -389,6 +405,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
     if overheads:
         result["turn_overhead_ms"] = round(sorted(overheads)[len(overheads) // 2], 2)
+    if parts:
+        result["turn_ms"] = {part: round(sorted(v)[len(v) // 2], 2) for part, v in parts.items()}
     for name in clock_check:
         if name in group.active:
             with group.turn(name):
@@ -409,6 +427,34 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         _witness_round(group, clock_witness, per_round, timeout, result, "after")
     phases["unseen"] = round((time.monotonic() - mark) * 1e3, 1)
     result["window_ms"] = (time.monotonic() - began) * 1e3
+
+
+def _round_order(names: list[str], index: int, how: str, last: list[str]) -> list[str]:
+    """The participants' order in round ``index`` (``WindowSettings.order``)."""
+    if how == "mirror" and index % 2 and sorted(last) == sorted(names):
+        return last[::-1]
+    random.Random(index).shuffle(names)
+    return names
+
+
+TURN_STAMPS = ("received", "settled", "sampled", "checked")
+
+
+def _turn_parts(parts: dict[str, list[float]], sent: float, got: float, stamps) -> None:
+    """A turn's wall time by part, from the worker's own monotonic stamps (``TURN_STAMPS``,
+    the host's clock, which every process reads alike): the command's way to the worker, its
+    settling, its samples, its checks after them, and the answer's way back. The profile's,
+    for where a window's time goes: a worker can write any stamps, so nothing is judged by
+    them."""
+    if not isinstance(stamps, list) or len(stamps) != len(TURN_STAMPS):
+        return
+    try:
+        marks = [sent, *(float(t) for t in stamps), got]
+    except (TypeError, ValueError):
+        return
+    names = ("to_worker", "settle", "samples", "checks", "to_parent")
+    for name, begin, end in zip(names, marks, marks[1:]):
+        parts.setdefault(name, []).append((end - begin) * 1e3)
 
 
 def _witness_round(group: _Group, name: str, per_round: dict, timeout: float, result: dict,

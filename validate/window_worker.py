@@ -8,9 +8,11 @@ Imports only torch (through ``measure`` and ``timer``) and the standard library.
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic as _monotonic  # bound before any candidate code runs
 
 from .measure import summarize
 from .timer import Timer
+
 
 def await_gpu(receive: Callable[[], str], report: Callable[[dict], None]) -> bool:
     """Ask the parent for the GPU before the first GPU work (it holds the GPU's lock shared from
@@ -87,15 +89,19 @@ def serve_window(timer: Timer, receive: Callable[[], str],
             settles += 1
             report({"settle": timer.warm(arg)})
         elif verb == "round":
+            stamps = [_monotonic()]  # where the turn's time went (``window.TURN_STAMPS``)
             if settle > 0:  # the turn's settling, in the same command: one round trip a turn
                 settles += 1
                 timer.warm(settle)
+            stamps.append(_monotonic())
             times = timer.round(int(arg))
+            stamps.append(_monotonic())
             samples.extend(times)
             rounds += 1
             if after_work is not None:
                 after_work()
-            report({"round": times})
+            stamps.append(_monotonic())
+            report({"round": times, "at": stamps})
         elif verb == "loop":
             timer.loop(int(arg))
             loops += int(arg)
