@@ -77,14 +77,17 @@ class WindowSettings:
     overtime: float = 1.0
     min_reps: int = 12  # samples per participant before the CI may stop the window
     # Rounds before the CI may stop the window. A long call's turn holds at least
-    # ``min_reps / min_rounds`` samples (was 3: four rounds, eight settled turns, before the
-    # first stop for KernelBench's 2-26 ms calls). 0: a turn's floor of 3 samples, no minimum.
-    min_rounds: int = 0
+    # ``min_reps / min_rounds`` samples (with a floor of 3, KernelBench's 2-26 ms calls took
+    # four rounds, eight settled turns, before the first stop: 606 ms of rounds at the median
+    # against 316-321 with two, H200, every median speedup within 0.5%). 0: a turn's floor of 3
+    # samples, no minimum.
+    min_rounds: int = 2
     # The participants' order in a round: "shuffle" (each round drawn anew, the same draw for
     # the same round of any window) or "mirror" (even rounds drawn, each odd round the one
     # before it reversed: over each pair a member's turns sit symmetrically about the pair's
-    # middle, so a clock drifting steadily across the window moves every member's mean alike).
-    order: str = "shuffle"
+    # middle, so a clock drifting steadily across the window moves every member's mean alike:
+    # the two rounds of a long call's window are one such pair).
+    order: str = "mirror"
     max_reps: int = 2000
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
     ready_timeout_s: float = 300.0  # a worker must be ready within this
@@ -418,14 +421,20 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                     group.fail(name, exc)
     phases["clock"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
     witnessed = clock_witness in ready and bool(unseen_check)
+    witness_ms = 0.0
     if witnessed:
         _witness_round(group, clock_witness, per_round, timeout, result, "before")
+        witness_ms = time.monotonic() - mark
     for name in unseen_check:
         with group.turn(name):
             group.ask(name, "unseen", "unseen", timeout)
     if witnessed:
+        began_after = time.monotonic()
         _witness_round(group, clock_witness, per_round, timeout, result, "after")
-    phases["unseen"] = round((time.monotonic() - mark) * 1e3, 1)
+        witness_ms += time.monotonic() - began_after
+    phases["unseen"] = round((time.monotonic() - mark - witness_ms) * 1e3, 1)
+    if witnessed:  # the reference's rounds around the checks (``unseen_clock_ms``)
+        phases["witness"] = round(witness_ms * 1e3, 1)
     result["window_ms"] = (time.monotonic() - began) * 1e3
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..compare import compare, near_miss
+from ..compare import compare, near_miss, scaled_atol
 from ..policy import Policy
 from kernelmill.validate.window_worker import reads_slow
 
@@ -101,19 +101,31 @@ def ghost_check(ghost, key: str, trials: list, policy: Policy, record, checks: d
              "compute it")
 
 
-def graph_calls_agree(agree, hack, replayed: str = "the graph check") -> None:
+def agreement_slack(outputs, atol: float) -> float:
+    """The absolute gap under which two calls' outputs of a trial are the same answer to the
+    judge: the least ``compare.scaled_atol`` of the trial's float outputs (the reference's),
+    where ``compare`` widens the dtype's floor by an output's spread (a noisy record), as
+    atomics or split-K move an honest kernel's elements from one call to the next; ``atol``
+    itself elsewhere. The worker counts the elements off with the tolerance as sent."""
+    tensors = [t for t in outputs or () if isinstance(t, torch.Tensor) and t.is_floating_point()
+               and t.numel()]
+    return min((scaled_atol(t, atol) for t in tensors), default=atol)
+
+
+def graph_calls_agree(agree, hack, replayed: str = "the graph check",
+                      slack: float = 0.0) -> None:
     """Every call the timing graph holds wrote an output of its own; replayed on new inputs,
     each must agree with the last call's within the problem's tolerance, element by element
     (``measure.calls_disagree`` counts the elements off in the worker, with the tolerance the
     grader sent: one scale for a whole tensor would let a call be loose where values are
     small). Each captured call may compute a few slices into one kept output which the calls
     together complete (T-13): the last output is right, each call did part of the work. A
-    report that is missing or unreadable fails."""
+    report that is missing or unreadable fails. ``slack``: ``agreement_slack``."""
     if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
         hack("timing_behaviour", f"{replayed} did not say whether the timed graph's calls "
              "agreed")
         return
-    if not calls_agreed(agree):
+    if not calls_agreed(agree, slack):
         gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
         hack("timing_behaviour", f"call {agree['call']!r} of the timed graph's {agree['calls']} "
              f"(from 0), replayed on new inputs ({replayed}), has {off!r} elements off the "
@@ -121,21 +133,23 @@ def graph_calls_agree(agree, hack, replayed: str = "the graph check") -> None:
              "compute the answer")
 
 
-def calls_agreed(agree) -> bool:
+def calls_agreed(agree, slack: float = 0.0) -> bool:
     """Whether ``measure.calls_disagree``'s report says every call agreed with the last within
-    the tolerance (bit for bit, or no element off)."""
+    the tolerance (bit for bit, or no element off), or within ``slack`` of it everywhere
+    (``agreement_slack``: its largest gap is one the judge would not tell apart)."""
     if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
         return False
     if agree.get("call") is None:
         return True
     gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
-    return all(isinstance(v, (int, float)) for v in (gap, scale, agree["call"], off)) and \
-        off == 0
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool)
+               for v in (gap, scale, agree["call"], off)) and \
+        (off == 0 or (math.isfinite(gap) and gap <= slack))
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
                        unseen_us: list | None = None, unseen_calls: list | None = None,
-                       members: int = 1, replay_agree=None) -> None:
+                       members: int = 1, replay_agree=None, slack: float = 0.0) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
@@ -159,7 +173,7 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
-    even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree))
+    even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree, slack))
             if us is not None]
     if fresh and even and members > 1:  # (their first calls are within range of them)
         least = max(min(least, *even), least / max(GROUP_CONTENTION, members))
@@ -185,12 +199,12 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
 
 
-def checked_replays(unseen_calls, replay_agree) -> list:
+def checked_replays(unseen_calls, replay_agree, slack: float = 0.0) -> list:
     """The unseen replays whose every captured call is known to have computed its answer: a
     replay of one call, and the first replay where each of its calls' outputs agreed with the
-    last (``replay_agree``, of as many calls as it read)."""
+    last (``replay_agree``, of as many calls as it read; ``slack``: ``calls_agreed``)."""
     return [r for i, r in enumerate(unseen_calls or ()) if isinstance(r, list) and
-            (len(r) == 1 or (i == 0 and calls_agreed(replay_agree) and
+            (len(r) == 1 or (i == 0 and calls_agreed(replay_agree, slack) and
                              replay_agree["calls"] == len(r)))]
 
 
@@ -516,7 +530,17 @@ def scored_calls_do_the_work(ctx):
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
         unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
-        members if type(members) is int and members > 0 else 1, unseen.get("replay_agree")))
+        members if type(members) is int and members > 0 else 1, unseen.get("replay_agree"),
+        _first_unseen_slack(ctx)))
+
+
+def _first_unseen_slack(ctx) -> float:
+    """``agreement_slack`` of the first hidden trial (the one whose replay is compared call by
+    call)."""
+    if not ctx.hidden:
+        return 0.0
+    trial = ctx.hidden[0]
+    return agreement_slack(trial.get("outputs"), ctx.tolerance(trial)[0])
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.BEHAVIOURAL, scope="run")
@@ -529,7 +553,7 @@ def unseen_replay_calls_each_compute(ctx):
                                                   ctx.scored_ms is not None):
         return []  # (a replay not compared only stands for no call: ``checked_replays``)
     return collect(H.TIMING_BEHAVIOUR, lambda hack: graph_calls_agree(
-        agree, hack, "the unseen-input check's first replay"))
+        agree, hack, "the unseen-input check's first replay", _first_unseen_slack(ctx)))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-14", layer=Layer.BEHAVIOURAL, scope="run")

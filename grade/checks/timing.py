@@ -8,7 +8,7 @@ from kernelmill.core.devices import device_peaks
 from kernelmill.validate.window import verdict_timing
 
 from ..compare import SKIPPED_INCORRECT, compare
-from .probes import graph_calls_agree
+from .probes import agreement_slack, graph_calls_agree
 from .registry import Finding, HackCode, Layer, collect, register
 
 H = HackCode
@@ -211,8 +211,11 @@ def graph_calls_each_compute(ctx):
     graph = ctx.run.get("graph_check")
     if graph is None:
         return []
+    trial = ctx.trials[graph["trial"]] if isinstance(graph.get("trial"), int) and \
+        0 <= graph["trial"] < len(ctx.trials) else None
+    slack = agreement_slack(trial["outputs"], ctx.tolerance(trial)[0]) if trial else 0.0
     return collect(H.TIMING_BEHAVIOUR, lambda hack: graph_calls_agree(graph.get("calls_agree"),
-                                                                      hack))
+                                                                      hack, slack=slack))
 
 
 # ------------------------------------------------------------------ the window (scope "window")

@@ -121,7 +121,11 @@ class _Probes:
         cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
         # where each unseen trial's wall time went (the profile's, never judged): its part
         # asked for and mapped, loaded into the inputs, its output looked at
-        steps: dict[str, list[float]] = {"late": [], "load": [], "observe": []}
+        steps: dict[str, list[float]] = {"late": [], "load": [], "observe": [], "seen": [],
+                                         "even": [], "keep": [], "after": []}
+
+        def stamp(step: str, began: float) -> None:
+            steps[step].append(round((_perf_counter() - began) * 1e3, 2))
         # The check is the window's last command (``window._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
         done = False
@@ -129,12 +133,16 @@ class _Probes:
             # The baseline comes before any unseen input: a forward that changes its ways once
             # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
             # inputs after each unseen one show such a change.
+            began = _perf_counter()
             for _ in range(SEEN_FIRST):
                 seen_ms.append(repeated("seen"))
+            stamp("seen", began)
             if whole and calls > 1:
                 # one replay right after another on the same inputs, unflushed, as the scored
                 # ones run: its calls' kernels, each call's apart (``_unseen_device_us``)
+                began = _perf_counter()
                 timed_on(first, "even", flush=False)
+                stamp("even", began)
             # the spares' trigger reads the clock the scored calls are timed by; where that is
             # not the device's (no graph: events around each launch, the host's clock), the
             # judge's device- and CPU-time bounds go unread by it: more trials always
@@ -152,14 +160,18 @@ class _Probes:
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
                 if whole and calls > 1 and not index:
+                    began = _perf_counter()
                     self._keep_replay(timer)
+                    stamp("keep", began)
                 began = _perf_counter()
                 checks.append({"hidden": index, **self.observe(out, self.buffers,
                                                                inputs_after=False, ship=False)})
                 steps["observe"].append(round((_perf_counter() - began) * 1e3, 2))
+                began = _perf_counter()
                 after_ms.append(repeated("after"))
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
+                stamp("after", began)
             done = True
         finally:
             if paused and not done:

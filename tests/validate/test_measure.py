@@ -585,8 +585,8 @@ def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
     (half the settled turns of the floor of three); and no window stops before them, however
     many samples a turn holds."""
     long = {"reference": 6.0, "candidate": 5.0}
-    floor, _ = _window(long, cap_ms=2000, ci_target_pct=50.0)
-    fewer, _ = _window(long, cap_ms=2000, ci_target_pct=50.0, min_rounds=2)
+    floor, _ = _window(long, cap_ms=2000, ci_target_pct=50.0, min_rounds=0)
+    fewer, _ = _window(long, cap_ms=2000, ci_target_pct=50.0)  # the default: two
     assert floor["error"] is None and fewer["error"] is None
     assert floor["rounds"] == 4 and fewer["rounds"] == 2, (floor["rounds"], fewer["rounds"])
     for window in (floor, fewer):
@@ -767,6 +767,37 @@ def test_judge_refuses_a_graph_whose_calls_disagree():
     assert judged({"calls": 2, "call": 0, "off": 1, "max_abs": float("inf"), "scale": 0.0})
     assert judged(None) and judged({"calls": "64"})  # unreadable fails
     assert judged({"calls": 64, "call": 3, "max_abs": 1e-6, "scale": 10.0})  # no count of off
+
+
+def test_calls_of_a_noisy_records_graph_agree_within_the_judges_scaled_floor():
+    """The replays' call-by-call comparison counts elements off with the tolerance as sent;
+    the judge takes as agreeing a gap that ``compare``'s own floor, scaled by the output's
+    spread for a noisy record (``agreement_slack``), would not tell apart: an honest kernel
+    summing in another order from call to call at a scaled trial (x * 32 + 64) is not a
+    slicer, and a call that left part of its output undone still is."""
+    from kernelmill.grade.checks.probes import agreement_slack, graph_calls_agree
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 2048) * 32 + 64, torch.randn(2048, 256)
+    reference = a @ b
+    reordered = (a[:, 700:] @ b[700:]) + (a[:, :700] @ b[:700])  # another summation order
+    noisy = 2e-4  # a record whose calibrated atol is over float32's floor (1e-4)
+    tolerance = (noisy, 1e-5)
+    honest = M.calls_disagree([reordered, reference], tolerance)
+    assert honest.get("off"), honest  # the raw atol counts rounding near zero as off
+    sliced = reference.clone()
+    sliced[:, :32] = 0
+    slicer = M.calls_disagree([sliced, reference], tolerance)
+    slack = agreement_slack([reference], noisy)
+    assert noisy < slack < 1.0, slack
+    assert agreement_slack([reference], 1e-4) == 1e-4  # at the floor nothing grows
+
+    def judged(agree, slack):
+        hacks = []
+        graph_calls_agree(agree, lambda code, why: hacks.append(code), slack=slack)
+        return hacks
+
+    assert judged(honest, slack) == [] and judged(honest, 0.0) == ["timing_behaviour"]
+    assert judged(slicer, slack) == ["timing_behaviour"]
 
 
 def test_window_reports_a_participant_that_dies():
