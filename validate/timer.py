@@ -83,15 +83,20 @@ GRAPH_OUTPUT_BYTES = 1 << 30
 # an H200's clock; a launch takes tens of µs, more for a large graph from a busy host). With
 # "sleep" the rounds of single grades of KernelBench-sized answers (2.6-26 ms per call) took a
 # quarter less time, but kernels of a few µs read differently in groups (a 1 µs scale-add
-# 1.56-1.87x across 8 copies against 2.03-2.05x; H200). "queued", the default: a round's
-# samples are replays queued back to back behind one untimed replay, an event between each two
-# (each timed replay follows a replay of the same graph, as with "replay", and the host queues
-# the next launch while the GPU runs the last), so a round of ``n`` samples costs ``n + 1``
-# replays, not ``2n``; its warm-up and settling samples are "replay"'s. Against "replay", on
-# 9 KernelBench and Triton answers (1 µs to 26 ms per call, H200), every median speedup agreed
-# within 0.5%.
-COVERS = ("replay", "sleep", "queued")
-COVER = "queued"
+# 1.56-1.87x across 8 copies against 2.03-2.05x; H200). "queued": a round's samples are
+# replays queued back to back behind one untimed replay, an event between each two (each timed
+# replay follows a replay of the same graph, as with "replay", and the host queues the next
+# launch while the GPU runs the last), so a round of ``n`` samples costs ``n + 1`` replays, not
+# ``2n``; its warm-up and settling samples are "replay"'s. Against "replay", on 9 KernelBench
+# and Triton answers (1 µs to 26 ms per call, H200), every median speedup agreed within 0.5%,
+# but a GEMM at the GPU's power cap (fp16 4096², 1.7 ms samples) with no gap between its
+# samples read its cuBLAS reference 0.204-0.211 ms from one window to the next (speedups 1.3-2.3%
+# apart over 2 copies in 3 of 6 runs, 0.1-0.7% with "replay"). "auto", the default: "queued"
+# for samples of ``QUEUE_SAMPLE_MS`` or more (where the untimed replay doubled a turn: a
+# KernelBench forward of 2-26 ms), else "replay".
+COVERS = ("replay", "sleep", "queued", "auto")
+COVER = "auto"
+QUEUE_SAMPLE_MS = 2.0
 COVER_SLEEP_CYCLES = 200_000
 
 # Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
@@ -482,8 +487,9 @@ class Timer:
                      "host_wall_ms": self.host_wall_ms, "host_thread_ms": self.host_thread_ms,
                      "host_alone": self.host_alone,
                      "capture_error": self.capture_error, "profiler": bool(_profiler_enabled())}
-        if self.method == "cuda_graph":
-            described["cover"] = self.cover
+        if self.method == "cuda_graph":  # the cover its rounds take (``COVERS``)
+            described["cover"] = "queued" if self.queues() else \
+                ("replay" if self.cover == "auto" else self.cover)
         if self.outputs_overlap:
             described["outputs_overlap"] = True
         if self.cpu_samples:
@@ -562,7 +568,7 @@ class Timer:
         return ms, (self.output if whole else self._single[1])
 
     def round(self, reps: int) -> list[float]:
-        if self.cover == "queued" and self.method == "cuda_graph" and self.after_sample is None:
+        if self.queues() and self.after_sample is None:
             return self._queued_round(max(1, int(reps)))
         samples = []
         for _ in range(max(1, int(reps))):
@@ -570,6 +576,13 @@ class Timer:
             if self.after_sample is not None:
                 self.after_sample()
         return samples
+
+    def queues(self) -> bool:
+        """Whether a round's graph samples are queued back to back (``COVERS``)."""
+        if self.method != "cuda_graph":
+            return False
+        return self.cover == "queued" or (self.cover == "auto" and (self.estimate_ms or 0.0) *
+                                          self.calls_per_sample >= QUEUE_SAMPLE_MS)
 
     def _queued_round(self, reps: int) -> list[float]:
         """``reps`` samples as replays queued back to back (``COVERS``' "queued"): one untimed

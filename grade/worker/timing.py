@@ -32,12 +32,15 @@ def _timer_options(payload: dict) -> dict:
 
 
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
-                  unseen=None, send=None, after_work=None, after_sample=None):
+                  unseen=None, send=None, after_work=None, after_sample=None, prepared=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
+    ``prepared(timer)`` runs once the timer is, before the worker says it is ready.
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
     timer = T.Timer(fn, device, **_timer_options(payload))
     ready = timer.prepare()
+    if prepared is not None:
+        prepared(timer)
     if timer.graph is None:  # one call per sample: ``after_sample`` may look between calls
         timer.after_sample = after_sample
     else:

@@ -985,6 +985,25 @@ def test_a_timer_takes_a_known_cover_and_falls_back_to_the_default():
         {"cover": "sleep"}
 
 
+def test_the_default_cover_queues_only_long_graph_samples():
+    """"auto": a round's samples queue back to back where a graph sample is
+    ``QUEUE_SAMPLE_MS`` or more (a KernelBench forward), else each follows an untimed replay
+    (a kernel of microseconds at the power cap read its reference steadier with the gaps);
+    the description says which, and no graph means no cover."""
+    assert T.COVER == "auto"
+    timer = T.Timer(lambda: None, "cpu")
+    assert not timer.queues()  # no graph
+    timer.method, timer.calls_per_sample = "cuda_graph", 4
+    timer.estimate_ms = T.QUEUE_SAMPLE_MS / 4
+    assert timer.queues() and timer.describe()["cover"] == "queued"
+    timer.estimate_ms = T.QUEUE_SAMPLE_MS / 8
+    assert not timer.queues() and timer.describe()["cover"] == "replay"
+    timer.cover = "queued"
+    assert timer.queues()
+    timer.cover = "sleep"
+    assert not timer.queues() and timer.describe()["cover"] == "sleep"
+
+
 @pytest.mark.gpu
 def test_a_long_graph_call_is_sized_from_one_replay():
     if not torch.cuda.is_available():
