@@ -76,11 +76,13 @@ class WindowSettings:
     ci_limit_pct: float = 5.0
     overtime: float = 1.0
     min_reps: int = 12  # samples per participant before the CI may stop the window
-    # Rounds before the CI may stop the window. A long call's turn holds at least
-    # ``min_reps / min_rounds`` samples (with a floor of 3, KernelBench's 2-26 ms calls took
-    # four rounds, eight settled turns, before the first stop: 606 ms of rounds at the median
-    # against 316-321 with two, H200, every median speedup within 0.5%). 0: a turn's floor of 3
-    # samples, no minimum.
+    # Rounds before the CI may stop the window. A long call's turn (one where ``round_ms``
+    # holds fewer than 3 samples) holds ``min_reps / min_rounds`` samples (with a floor of 3,
+    # KernelBench's 2-26 ms calls took four rounds, eight settled turns, before the first stop:
+    # 606 ms of rounds at the median against 316-321 with two, H200, every median speedup within
+    # 0.5%). Shorter samples keep their turns: an fp16 4096² GEMM at the power cap (1.7 ms
+    # samples) given 6 a turn instead of 5 stopped at 12-36 samples where it had taken 45-55,
+    # and its copies read 1.8-2.3% apart, against 0.1-0.7%. 0: no minimum, a floor of 3.
     min_rounds: int = 2
     # The participants' order in a round: "shuffle" (each round drawn anew, the same draw for
     # the same round of any window) or "mirror" (even rounds drawn, each odd round the one
@@ -333,12 +335,14 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     mark = time.monotonic()
     phases["warm"] = round((mark - began) * 1e3, 1)
     per_round = {}
-    floor = max(3, -(-settings.min_reps // settings.min_rounds)) if settings.min_rounds > 0 \
-        else 3
+    # a long call's turn (one the floor of 3 samples binds) fills the minimum rounds
+    long_turn = max(3, -(-settings.min_reps // settings.min_rounds)) \
+        if settings.min_rounds > 0 else 3
     for name, info in ready.items():
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
             int(info.get("calls_per_sample") or 1)
-        per_round[name] = int(min(200, max(floor, settings.round_ms / sample_ms)))
+        fits = settings.round_ms / sample_ms
+        per_round[name] = int(min(200, fits if fits >= 3 else long_turn))
     deadline = began + cap_ms / 1e3
     overheads: list[float] = []
     parts: dict[str, list[float]] = {}  # where each turn's wall time went (``_turn_parts``)

@@ -580,10 +580,10 @@ def test_every_turn_settles_untimed_before_its_samples():
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
-    """``min_rounds``: a call too long for more than a few samples in a turn gets
-    ``min_reps / min_rounds`` of them, so the window may stop after ``min_rounds`` rounds
-    (half the settled turns of the floor of three); and no window stops before them, however
-    many samples a turn holds."""
+    """``min_rounds``: a call too long for 3 samples in a turn gets ``min_reps / min_rounds``
+    of them, so the window may stop after ``min_rounds`` rounds (half the settled turns of the
+    floor of three); shorter calls keep the turns ``round_ms`` holds; and no window stops
+    before ``min_rounds``, however many samples a turn holds."""
     long = {"reference": 6.0, "candidate": 5.0}
     floor, _ = _window(long, cap_ms=2000, ci_target_pct=50.0, min_rounds=0)
     fewer, _ = _window(long, cap_ms=2000, ci_target_pct=50.0)  # the default: two
@@ -594,6 +594,10 @@ def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
     short, _ = _window({"reference": 0.2, "candidate": 0.2}, cap_ms=2000, ci_target_pct=50.0,
                        round_ms=5, min_rounds=3)
     assert short["error"] is None and short["rounds"] == 3, short["rounds"]
+    # a turn that holds 3 samples or more keeps them: 5 of 2 ms in 10 ms, three rounds for 12
+    medium, _ = _window({"reference": 2.0, "candidate": 2.0}, cap_ms=2000, ci_target_pct=50.0,
+                        round_ms=10)
+    assert medium["error"] is None and medium["rounds"] == 3, medium["rounds"]
 
 
 def test_mirrored_rounds_reverse_each_drawn_order():
