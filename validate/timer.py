@@ -88,12 +88,12 @@ GRAPH_OUTPUT_BYTES = 1 << 30
 # replay follows a replay of the same graph, as with "replay", and the host queues the next
 # launch while the GPU runs the last), so a round of ``n`` samples costs ``n + 1`` replays, not
 # ``2n``; its warm-up and settling samples are "replay"'s. Against "replay", on 9 KernelBench
-# and Triton answers (1 µs to 26 ms per call, H200), every median speedup agreed within 0.5%,
-# but a GEMM at the GPU's power cap (fp16 4096², 1.7 ms samples) with no gap between its
-# samples read its cuBLAS reference 0.204-0.211 ms from one window to the next (speedups 1.3-2.3%
-# apart over 2 copies in 3 of 6 runs, 0.1-0.7% with "replay"). "auto", the default: "queued"
-# for samples of ``QUEUE_SAMPLE_MS`` or more (where the untimed replay doubled a turn: a
-# KernelBench forward of 2-26 ms), else "replay".
+# and Triton answers (1 µs to 26 ms per call, H200), every median speedup agreed within 0.5%.
+# "auto", the default: "queued" for samples of ``QUEUE_SAMPLE_MS`` or more (a KernelBench
+# forward of 2-26 ms, where the untimed replay doubled a turn), else "replay": a GEMM at the
+# GPU's power cap with 1.7 ms samples (fp16 4096²) read its copies 1.3-2.3% apart in 3 of 6
+# runs with queued samples, but also 1.8% with "replay" once its turns were lengthened too
+# (window.WindowSettings.min_rounds), and queued short samples were not measured apart.
 COVERS = ("replay", "sleep", "queued", "auto")
 COVER = "auto"
 QUEUE_SAMPLE_MS = 2.0
