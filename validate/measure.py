@@ -314,8 +314,10 @@ def calls_disagree(outputs: list, tolerance: tuple[float, float] = (0.0, 0.0)) -
     """After a replay: the captured call whose output has the most elements off the last
     call's, judged element by element with ``tolerance`` (atol, rtol) — ``{"calls": N}`` alone
     when every one is bit for bit the same; else its index, the elements ``off``, and the
-    largest gap and value for the message. A nondeterministic kernel differs by rounding, a
-    call that left part of its output to others by whole values."""
+    largest gap and value for the message, with ``gap_all``, the largest gap of any float
+    output of any call, and ``exact_off``, the calls' outputs of other kinds (integers,
+    booleans, a shape or type changed) that differ at all. A nondeterministic kernel differs
+    by rounding, a call that left part of its output to others by whole values."""
     report: dict[str, Any] = {"calls": len(outputs)}
     if len(outputs) < 2:
         return report
@@ -323,15 +325,24 @@ def calls_disagree(outputs: list, tolerance: tuple[float, float] = (0.0, 0.0)) -
     kind, items = flatten_outputs(outputs[-1])
     last = [_host(t) if _type(t) is _Tensor else t for t in items]
     worst = (-1, 0.0, 0.0, None)  # (off, gap, scale, call)
+    gap_all, exact_off = 0.0, 0
     for call, output in enumerate(outputs[:-1]):
         other_kind, other = flatten_outputs(output)
         if other_kind != kind or len(other) != len(last):
             worst = (max(1, worst[0]), math.inf, 0.0, call)
+            exact_off += 1
             break
         for a, b in zip(other, last):
             gap, scale, off = _tensor_gap(a, b, atol, rtol)
             if gap > 0 and (off, gap) > worst[:2]:
                 worst = (off, gap, scale, call)
+            floating = _type(a) is _Tensor and _type(b) is _Tensor and \
+                a.is_floating_point() and a.dtype == b.dtype and a.shape == b.shape
+            if floating:
+                gap_all = max(gap_all, gap)
+            elif gap > 0:
+                exact_off += 1
     if worst[3] is not None:
-        report.update(call=worst[3], off=worst[0], max_abs=worst[1], scale=worst[2])
+        report.update(call=worst[3], off=worst[0], max_abs=worst[1], scale=worst[2],
+                      gap_all=gap_all, exact_off=exact_off)
     return report

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable
@@ -334,15 +335,19 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
     phases["warm"] = round((mark - began) * 1e3, 1)
-    per_round = {}
-    # a long call's turn (one the floor of 3 samples binds) fills the minimum rounds
-    long_turn = max(3, -(-settings.min_reps // settings.min_rounds)) \
-        if settings.min_rounds > 0 else 3
+    per_round, witness_reps = {}, {}
+    # a long call's turn (one the floor of 3 samples binds) fills the minimum rounds, as long
+    # as those rounds fit in the cap (a call of a quarter second keeps 3 a turn)
+    rounds_wanted = max(1, settings.min_rounds)
+    long_turn = max(3, -(-settings.min_reps // rounds_wanted)) if settings.min_rounds > 0 else 3
     for name, info in ready.items():
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
             int(info.get("calls_per_sample") or 1)
         fits = settings.round_ms / sample_ms
-        per_round[name] = int(min(200, fits if fits >= 3 else long_turn))
+        in_cap = int(cap_ms / (rounds_wanted * max(1, len(ready)) * sample_ms))
+        per_round[name] = int(min(200, fits if fits >= 3 else
+                                  max(3, min(long_turn, in_cap))))
+        witness_reps[name] = int(min(200, max(3, fits)))  # one plain turn's worth
     deadline = began + cap_ms / 1e3
     overheads: list[float] = []
     parts: dict[str, list[float]] = {}  # where each turn's wall time went (``_turn_parts``)
@@ -368,7 +373,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 times = report.get("round") if isinstance(report, dict) else None
                 try:
                     times = [float(t) for t in times]
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     group.fail(name, WindowError(name, "answered a round without its samples"))
                     continue
                 if settle_ms and (at - turn_began) * 1e3 < settle_ms:
@@ -406,7 +411,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         now = time.monotonic()
         if now >= deadline and all(len(s) >= 3 for s in timed):
             wide = any(c is None or c > settings.ci_limit_pct for c in cis)
-            if not wide or now >= deadline + settings.overtime * cap_ms / 1e3:
+            if (not wide and result["rounds"] >= settings.min_rounds) or \
+                    now >= deadline + settings.overtime * cap_ms / 1e3:
                 break
             result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
     phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
@@ -427,14 +433,14 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     witnessed = clock_witness in ready and bool(unseen_check)
     witness_ms = 0.0
     if witnessed:
-        _witness_round(group, clock_witness, per_round, timeout, result, "before")
+        _witness_round(group, clock_witness, witness_reps, timeout, result, "before")
         witness_ms = time.monotonic() - mark
     for name in unseen_check:
         with group.turn(name):
             group.ask(name, "unseen", "unseen", timeout)
     if witnessed:
         began_after = time.monotonic()
-        _witness_round(group, clock_witness, per_round, timeout, result, "after")
+        _witness_round(group, clock_witness, witness_reps, timeout, result, "after")
         witness_ms += time.monotonic() - began_after
     phases["unseen"] = round((time.monotonic() - mark - witness_ms) * 1e3, 1)
     if witnessed:  # the reference's rounds around the checks (``unseen_clock_ms``)
@@ -463,7 +469,9 @@ def _turn_parts(parts: dict[str, list[float]], sent: float, got: float, stamps) 
         return
     try:
         marks = [sent, *(float(t) for t in stamps), got]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return
+    if not all(math.isfinite(t) for t in marks):
         return
     names = ("to_worker", "settle", "samples", "checks", "to_parent")
     for name, begin, end in zip(names, marks, marks[1:]):

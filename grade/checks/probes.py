@@ -136,15 +136,25 @@ def graph_calls_agree(agree, hack, replayed: str = "the graph check",
 def calls_agreed(agree, slack: float = 0.0) -> bool:
     """Whether ``measure.calls_disagree``'s report says every call agreed with the last within
     the tolerance (bit for bit, or no element off), or within ``slack`` of it everywhere
-    (``agreement_slack``: its largest gap is one the judge would not tell apart)."""
+    (``agreement_slack``): the largest gap of any float output of any call (``gap_all``, not
+    the reported call's alone: one call's noise must not hide another's missing slice) is one
+    the judge would not tell apart, and no output of another kind differs at all."""
     if not isinstance(agree, dict) or not isinstance(agree.get("calls"), int):
         return False
     if agree.get("call") is None:
         return True
     gap, scale, off = agree.get("max_abs"), agree.get("scale"), agree.get("off")
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool)
-               for v in (gap, scale, agree["call"], off)) and \
-        (off == 0 or (math.isfinite(gap) and gap <= slack))
+    if not all(_number(v) for v in (gap, scale, agree["call"], off)):
+        return False
+    if off == 0:
+        return True
+    gap_all, exact_off = agree.get("gap_all"), agree.get("exact_off")
+    return _number(gap_all) and exact_off == 0 and type(exact_off) is int and \
+        math.isfinite(gap_all) and gap_all <= slack
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,

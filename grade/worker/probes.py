@@ -16,7 +16,7 @@ from kernelmill.validate import timer as T
 from kernelmill.validate.harness_worker import (
     late_payload,
 )
-from kernelmill.validate.measure import flatten_outputs
+from kernelmill.validate.measure import _numpy, flatten_outputs
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.window_worker import reads_slow
 
@@ -27,7 +27,6 @@ from .guards.originals import (
     _no_grad,
     _perf_counter,
     _Tensor,
-    _tensor_clone,
     _tensor_copy,
     _tensor_detach,
     _tensor_fill,
@@ -39,7 +38,7 @@ from .inputs import to_cpu, to_device
 from .observers.counts import _audit_event, _observed
 
 
-REPLAY_ALIGN = 64  # bytes: each output's place in the page-locked block starts on such a bound
+REPLAY_ALIGN = 64  # bytes: each output's place in the kept replay's block starts on such a bound
 
 
 def _aligned(t) -> int:
@@ -48,33 +47,30 @@ def _aligned(t) -> int:
 
 
 def _into_block(items: list[list], block, device: str = "cuda") -> list[list] | None:
-    """``items`` (each call's flattened outputs) copied into the page-locked ``block``, each
-    CUDA tensor into its own aligned place, all queued, then one wait; then the block's used
-    part copied once more into pageable memory, which kernels cannot reach (a page-locked
-    block is mapped for the device), and each output read back as a view of that copy in its
-    dtype and shape. None where the block is missing or too small, or an output is not a CUDA
-    tensor of a dtype the bytes view as (copied one by one instead)."""
+    """``items`` (each call's flattened outputs) copied into ``block`` (host memory set aside
+    and touched before the window: no page is faulted in now), each ``device`` tensor into its
+    own aligned place, and read back as views of it in their dtypes and shapes. None where the
+    block is missing or too small, or an output is not a ``device`` tensor of a dtype the
+    bytes view as (copied one by one instead)."""
     if block is None:
         return None
     tensors = [t for call in items for t in call if _type(t) is _Tensor]
     if any(t.device.type != device for t in tensors) or \
             sum(_aligned(t) for t in tensors) > block.numel():
         return None
-    places, offset = [], 0
+    views, offset = [], 0
     for t in tensors:
         nbytes = t.numel() * t.element_size()
         try:
             view = block[offset:offset + nbytes].view(t.dtype).view(t.shape)
         except RuntimeError:
             return None
-        places.append((offset, nbytes))
-        _tensor_copy(view, _tensor_detach(t), True)
+        _tensor_copy(view, _tensor_detach(t))
+        views.append(view)
         offset += _aligned(t)
     sync(device)
-    kept = _tensor_clone(block[:offset])
-    views = iter([kept[at:at + nbytes].view(t.dtype).view(t.shape)
-                  for (at, nbytes), t in zip(places, tensors)])
-    return [[next(views) if _type(t) is _Tensor else t for t in call] for call in items]
+    kept = iter(views)
+    return [[next(kept) if _type(t) is _Tensor else t for t in call] for call in items]
 
 
 def _uneven_launches(captured: list) -> dict:
@@ -225,28 +221,30 @@ class _Probes:
         return len(unseen_ms)
 
     def reserve_replay(self, timer: T.Timer) -> None:
-        """Before the window: a page-locked host block the first unseen replay's outputs are
-        copied into (``_keep_replay``), sized to the timing graph's held outputs where it holds
-        several calls on CUDA. Inside the window the copy engine then writes it directly, every
-        call's output queued at once behind one wait: one tensor copied to new pageable memory
-        at a time took 126-164 ms of the window for graphs of many µs calls (H200)."""
+        """Before the window: host memory the first unseen replay's outputs are copied into
+        (``_keep_replay``), as many calls' outputs as the timing graph could hold
+        (``HELD_OUTPUT_BYTES`` at most: the window's warm-up may capture it again with more
+        calls), touched now so that the copies inside the window fault no page in. Copied
+        tensor by tensor into new memory they took 126-164 ms of the window for graphs of many
+        µs calls (H200). Pageable, as those copies were: no kernel is handed it. Not for a
+        graph that can hold one call only."""
         self.replay_block = None
-        if timer.graph is None or timer.calls_per_sample < 2 or not torch.cuda.is_available():
+        if timer.graph is None or not torch.cuda.is_available():
             return
-        nbytes = sum(_aligned(t) for output in timer.outputs
-                     for t in flatten_outputs(output)[1] if _type(t) is _Tensor)
-        if 0 < nbytes <= T.HELD_OUTPUT_BYTES + (64 << 10) * len(timer.outputs):
-            try:
-                self.replay_block = _empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:  # no page-locked memory: copied one by one instead
-                self.replay_block = None
+        per_call = sum(_aligned(t) for t in flatten_outputs(timer.outputs[-1])[1]
+                       if _type(t) is _Tensor) if timer.outputs else 0
+        calls = min(timer.max_calls, T.HELD_OUTPUT_BYTES // max(1, per_call))
+        if per_call and calls >= 2:
+            block = _empty(per_call * calls, dtype=torch.uint8)
+            _numpy(block).fill(0)  # (NumPy: no PyTorch op for the witness to count)
+            self.replay_block = block
 
     def _keep_replay(self, timer: T.Timer) -> None:
         """Every captured call's output of the first unseen replay, copied to the host at once
         (inside the window: the graph's held outputs, ``HELD_OUTPUT_BYTES`` at most; before any
         later replay, whose kernels could write over copies left on the device), for
         ``replay_agreement`` after it: each call on inputs never shown before must have
-        computed the whole answer. Into the block ``reserve_replay`` set aside where it fits
+        computed the whole answer. Into the memory ``reserve_replay`` set aside where it fits
         (else each to new host memory). Not kept where the copies' own ops have kernels other
         than those before the candidate's import (``guards.dispatch``)."""
         changed = dispatch_changed(self.dispatch) if self.dispatch else []

@@ -510,9 +510,9 @@ def test_an_empty_first_call_on_unseen_inputs_does_not_lower_the_bound_far():
 
 def test_an_unseen_replays_outputs_kept_through_one_block_read_back_as_copied():
     """``probes._into_block``: every call's outputs (strided ones, integers, empty ones,
-    scalars beside them) copied into one block at aligned places, then read back from a copy
-    of it that the block's later writes do not reach; a block too small or a tensor elsewhere
-    leaves the copy to the one-by-one path (None)."""
+    scalars beside them) copied into one block set aside before, at aligned places, and read
+    back as they were; later writes to the outputs do not reach the copies; a block too small
+    or a tensor elsewhere leaves the copy to the one-by-one path (None)."""
     from kernelmill.grade.worker import probes as P
     torch.manual_seed(0)
     items = [[torch.randn(3, 5), 2.5, torch.arange(7)],
@@ -520,18 +520,20 @@ def test_an_unseen_replays_outputs_kept_through_one_block_read_back_as_copied():
              [torch.randn(9).to(torch.float16)]]
     need = sum(P._aligned(t) for call in items for t in call if isinstance(t, torch.Tensor))
     block = torch.full((need,), 255, dtype=torch.uint8)
+    expected = [[t.clone() if isinstance(t, torch.Tensor) else t for t in call]
+                for call in items]
     kept = P._into_block(items, block, device="cpu")
     assert kept is not None and len(kept) == len(items)
-    for call, back in zip(items, kept):
+    for call, back in zip(expected, kept):
         for value, copy in zip(call, back):
             if isinstance(value, torch.Tensor):
                 assert copy.dtype == value.dtype and copy.shape == value.shape
                 assert torch.equal(copy, value)
-                assert copy.untyped_storage().data_ptr() != block.untyped_storage().data_ptr()
+                assert copy.untyped_storage().data_ptr() == block.untyped_storage().data_ptr()
             else:
                 assert copy == value
-    block.fill_(0)  # the block reused: the kept outputs are the copy's
-    assert torch.equal(kept[0][0], items[0][0]) and torch.equal(kept[1][0], items[1][0])
+    items[0][0].zero_()  # the outputs written again: the copies stay
+    assert torch.equal(kept[0][0], expected[0][0]) and torch.equal(kept[1][0], expected[1][0])
     assert P._into_block(items, torch.empty(need - 1, dtype=torch.uint8), device="cpu") is None
     assert P._into_block(items, block) is None  # host tensors where CUDA ones are copied
     assert P._into_block(items, None, device="cpu") is None

@@ -585,19 +585,26 @@ def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
     floor of three); shorter calls keep the turns ``round_ms`` holds; and no window stops
     before ``min_rounds``, however many samples a turn holds."""
     long = {"reference": 6.0, "candidate": 5.0}
-    floor, _ = _window(long, cap_ms=2000, ci_target_pct=50.0, min_rounds=0)
-    fewer, _ = _window(long, cap_ms=2000, ci_target_pct=50.0)  # the default: two
+    always = 1e6  # a CI target every reading meets: the rounds are the sizes' alone
+    floor, _ = _window(long, cap_ms=2000, ci_target_pct=always, min_rounds=0)
+    fewer, _ = _window(long, cap_ms=2000, ci_target_pct=always)  # the default: two
     assert floor["error"] is None and fewer["error"] is None
     assert floor["rounds"] == 4 and fewer["rounds"] == 2, (floor["rounds"], fewer["rounds"])
     for window in (floor, fewer):
         assert all(p["reps"] == 12 for p in window["participants"].values()), window
-    short, _ = _window({"reference": 0.2, "candidate": 0.2}, cap_ms=2000, ci_target_pct=50.0,
+    short, _ = _window({"reference": 0.2, "candidate": 0.2}, cap_ms=2000, ci_target_pct=always,
                        round_ms=5, min_rounds=3)
     assert short["error"] is None and short["rounds"] == 3, short["rounds"]
     # a turn that holds 3 samples or more keeps them: 5 of 2 ms in 10 ms, three rounds for 12
-    medium, _ = _window({"reference": 2.0, "candidate": 2.0}, cap_ms=2000, ci_target_pct=50.0,
-                        round_ms=10)
+    medium, _ = _window({"reference": 2.0, "candidate": 2.0}, cap_ms=2000,
+                        ci_target_pct=always, round_ms=10)
     assert medium["error"] is None and medium["rounds"] == 3, medium["rounds"]
+    # past the cap the window still makes its minimum rounds, and a turn of a call too long
+    # for them in the cap keeps 3 samples: two rounds of 3, not one of 6
+    capped, _ = _window({"reference": 30.0, "candidate": 30.0}, cap_ms=100,
+                        ci_target_pct=always, ci_limit_pct=1e6)
+    assert capped["error"] is None and capped["rounds"] == 2, capped["rounds"]
+    assert all(p["reps"] == 6 for p in capped["participants"].values()), capped
 
 
 def test_mirrored_rounds_reverse_each_drawn_order():
@@ -802,6 +809,21 @@ def test_calls_of_a_noisy_records_graph_agree_within_the_judges_scaled_floor():
 
     assert judged(honest, slack) == [] and judged(honest, 0.0) == ["timing_behaviour"]
     assert judged(slicer, slack) == ["timing_behaviour"]
+    # a decoy call with noise just under the slack at every element, beside calls that each
+    # left a slice undone (fewer elements off, so not the call reported): still refused
+    decoy = reference + 0.9 * slack * torch.sign(torch.randn_like(reference))
+    partial = reference.clone()
+    partial[:, :8] = 0
+    many = M.calls_disagree([partial, decoy, partial, reference], tolerance)
+    assert many["call"] == 1 and many["max_abs"] < slack and many["gap_all"] > slack, many
+    assert judged(many, slack) == ["timing_behaviour"]
+    assert judged(M.calls_disagree([decoy, reordered, reference], tolerance), slack) == []
+    # integer outputs must agree exactly, whatever the slack
+    counts = torch.arange(64)
+    mixed = M.calls_disagree([(reordered, counts + 1), (reference, counts)], tolerance)
+    assert mixed["exact_off"] == 1 and judged(mixed, 1e9) == ["timing_behaviour"]
+    assert judged({k: v for k, v in honest.items() if k != "gap_all"}, slack) == \
+        ["timing_behaviour"]  # a report without the overall gap: no slack
 
 
 def test_window_reports_a_participant_that_dies():
