@@ -15,6 +15,11 @@
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
+#        window (an A/B of the timing window: benchmarks/grade_throughput.py on the kernelbench
+#        and triton sets' problems WINDOW_MATCH, references cached once, then passes of
+#        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N) and
+#        the earlier one (A: untimed-replay covers, no minimum rounds, shuffled rounds);
+#        WINDOW_PASSES picks them, default "N1 A1 N2 A2")
 #        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
 #        SERVE_ARGS, default "--actors 8 --skip-load")
 #        context (scripts/context_probe.py: CUDA worker processes started N at once)
@@ -142,6 +147,24 @@ for part in $parts; do
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
     # (the validator's GPU tests keep their records under $out/records)
+    window)   kb=""
+              for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+                [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
+              cache=/tmp/window_refs; mkdir -p "$cache"
+              match=${WINDOW_MATCH:-'level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)'}
+              window_pass() { local name=$1; shift
+                python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
+                  --cache-dir "$cache" --match "$match" --phases refs-cached "$@" \
+                  --json "$out/window_$name.json" > "$out/window_$name.log" 2>&1
+                grep -E "per minute|window's parts|turn's parts|spread" "$out/window_$name.log" | cut -c1-300; }
+              window_pass prime --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              for pass in ${WINDOW_PASSES:-N1 A1 N2 A2}; do
+                case $pass in
+                  A*) window_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
+                        --window cover=replay --window min_rounds=0 --window order=shuffle ;;
+                  *)  window_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" ;;
+                esac
+              done ;;
     pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
                 | tee "$out/pytest_gpu.log" ;;
