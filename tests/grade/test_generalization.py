@@ -142,18 +142,37 @@ def test_three_bf16_passes_for_a_float32_gemm_stay_off_and_honest_orders_pass():
     assert scaled_atol(ref, 2e-4) > 1e-3  # a noisy record's floor grows with the spread
 
 
+SOFTMAX_ORDERS = """
+import json, torch
+from kernelmill.grade.compare import compare
+torch.manual_seed(1)
+found = []
+for mul in (1.0, 32.0):
+    x = torch.randn(32, 2048) * mul
+    ref = torch.softmax(x, -1)
+    e = torch.exp(x - x.max(-1, keepdim=True).values)
+    total = sum(e[:, k:k + 128].sum(-1, keepdim=True) for k in range(0, 2048, 128))
+    half = torch.exp((x - x.max(-1, keepdim=True).values).half()).float()
+    found.append([compare([ref], [e / total], 1e-4, 1e-4),
+                  compare([ref], [half / half.sum(-1, keepdim=True)], 1e-4, 1e-4)])
+print(json.dumps(found))
+"""
+
+
 def test_a_softmax_computed_in_another_order_passes_and_in_half_precision_fails():
-    torch.manual_seed(1)
-    for mul in (1.0, 32.0):
-        x = torch.randn(32, 2048) * mul
-        ref = torch.softmax(x, -1)
-        e = torch.exp(x - x.max(-1, keepdim=True).values)
-        total = sum(e[:, k:k + 128].sum(-1, keepdim=True) for k in range(0, 2048, 128))
-        ok, why = compare([ref], [e / total], 1e-4, 1e-4)
-        assert ok, (mul, why, scaled_atol(ref, 1e-4), float((e / total - ref).abs().max()),
-                    torch.get_num_threads(), torch.get_default_dtype())
-        half = torch.exp((x - x.max(-1, keepdim=True).values).half()).float()
-        assert not compare([ref], [half / half.sum(-1, keepdim=True)], 1e-4, 1e-4)[0]
+    """In a fresh interpreter: in the whole suite's process an earlier test leaves the CPU's
+    float32 softmax or exp about 1e-4 apart from the reordered sum (34 of 65,536 elements off,
+    not found which test), where alone it is a few 1e-7 of the bound."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SOFTMAX_ORDERS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for (reordered, half) in json.loads(done.stdout.strip().splitlines()[-1]):
+        assert reordered[0], reordered
+        assert not half[0], half
 
 
 class _Net(nn.Module):
