@@ -30,6 +30,7 @@ from pathlib import Path
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
+from kernelmill.validate.cuda_wait import WAIT_VAR
 from kernelmill.validate.gpus import gpu_lock_path
 from kernelmill.validate.window import WindowSettings, run_window
 
@@ -117,6 +118,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         env = dict(slot_env or {})
         if self.device.startswith("cuda") and ":" in self.device and not env:
             env["CUDA_VISIBLE_DEVICES"] = self.device.split(":")[1]
+        if self.device.startswith("cuda"):
+            # workers sleep while they wait for the GPU (``validate.cuda_wait``): a spinning
+            # wait burns a core for every worker queued on the shared GPU. The grading
+            # process's own KERNELMILL_CUDA_WAIT (``auto``: the driver's choice) overrides it.
+            env.setdefault(WAIT_VAR, os.environ.get(WAIT_VAR) or "block")
         return env
 
     # ------------------------------------------------------------ candidate

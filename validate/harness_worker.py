@@ -529,8 +529,9 @@ def _init_cuda() -> None:
         import torch
 
         if torch.cuda.is_available():
-            torch.cuda.init()
-            torch.zeros(1, device="cuda")
+            from .cuda_wait import init_cuda
+
+            init_cuda(torch)  # with the wait the job's environment asks for
     except Exception:  # noqa: BLE001 — a broken device is reported by the target's own stage
         pass
 

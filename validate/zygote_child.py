@@ -62,7 +62,7 @@ def _own_session() -> None:
 # The environment a CUDA context is made under: a spare made under the same settings serves a
 # run (``spare_key``). The driver's JIT cache folder is each run's own and not known ahead: a
 # spare makes its context with that cache off.
-SPARE_PREFIXES = ("CUDA_", "PYTORCH_", "NVIDIA_", "LD_", "CUBLAS", "CUDNN")
+SPARE_PREFIXES = ("CUDA_", "PYTORCH_", "NVIDIA_", "LD_", "CUBLAS", "CUDNN", "KERNELMILL_CUDA_")
 SPARE_ANY_RUN = ("CUDA_CACHE_PATH",)
 # Device settings spares are kept for at once (a host's GPUs, each its own setting); the
 # least recently served setting's spares go first
@@ -95,8 +95,9 @@ def _spare(channel: socket.socket, env: dict, cuda: bool, zygote: int) -> None:
             os.environ["CUDA_CACHE_DISABLE"] = "1"
             try:
                 torch = sys.modules.get("torch") or importlib.import_module("torch")
-                torch.cuda.init()
-                torch.zeros(1, device="cuda")
+                from .cuda_wait import init_cuda
+
+                init_cuda(torch)
             except Exception:  # noqa: BLE001 — a run reports a broken device in its own stage
                 pass
         data, fds, _flags, _addr = socket.recv_fds(channel, MAX_MESSAGE, 8)

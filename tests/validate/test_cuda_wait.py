@@ -1,0 +1,50 @@
+"""How a worker waits for its GPU work (``validate.cuda_wait``): a worker whose environment asks
+for ``block`` sleeps through a long device wait, one that asks for ``spin`` burns its core."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelmill.validate.cuda_wait import WAIT_VAR, wanted
+from kernelmill.validate.harness import run_in_worker
+
+# Half a second or so of device time (``torch.cuda._sleep`` counts clock cycles), then the
+# process's CPU time and wall time across the synchronize that waits for it
+LONG_WAIT = '''import time
+import torch
+from kernelmill.validate.cuda_wait import current
+
+
+def main():
+    torch.cuda.synchronize()
+    cpu, wall = time.process_time(), time.perf_counter()
+    torch.cuda._sleep(1_000_000_000)
+    torch.cuda.synchronize()
+    return {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall,
+            "mode": current()}
+'''
+
+
+@pytest.mark.parametrize("value, mode", [("block", "block"), (" Spin ", "spin"), ("auto", None),
+                                         ("", None), ("sometimes", None)])
+def test_the_wait_asked_for_is_read_from_the_environment(monkeypatch, value, mode):
+    monkeypatch.setenv(WAIT_VAR, value)
+    assert wanted() == mode
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["block", "spin"])
+def test_a_worker_sleeps_or_spins_through_a_long_device_wait_as_asked(mode):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    # twice: the second run may be a spare worker forked ahead under the same setting
+    for _ in range(2):
+        result = run_in_worker("kernelmill.validate.harness:run_source", {"source": LONG_WAIT},
+                               timeout_s=120, device="cuda", env={WAIT_VAR: mode})
+        assert result.ok, result.error
+        got = result.value
+        assert got["mode"] == mode and got["wall"] > 0.2, got
+        if mode == "block":
+            assert got["cpu"] < 0.2 * got["wall"], got
+        else:
+            assert got["cpu"] > 0.7 * got["wall"], got

@@ -1,0 +1,82 @@
+"""How a worker's CPU thread waits for its GPU work: the CUDA context's scheduling flag.
+
+The driver's default (``auto``) spins a thread that waits for the device (a synchronize, a copy
+to the host, an ``.item()``) wherever the process has fewer contexts than the host has cores,
+which is every worker here: a worker waiting its turn on a GPU shared with other workers burns
+a core for as long as it waits, and the cores it burns are the ones the other workers, the
+grading process and the timing window's host need. ``KERNELMILL_CUDA_WAIT`` in a worker's
+environment picks the flag its context is made with: ``block`` (the thread sleeps until the
+device is done; woken within tens of µs), ``yield`` (spins, giving way to other threads),
+``spin``; unset or anything else leaves the driver's choice.
+
+Worker-side: the standard library and torch only (``ctypes`` on the driver's library).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+WAIT_VAR = "KERNELMILL_CUDA_WAIT"
+# CU_CTX_SCHED_* (cuda.h): the low three bits of a context's flags
+SCHED_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "block": 0x4}
+SCHED_MASK = 0x7
+
+
+def _driver():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def wanted() -> str | None:
+    """The wait asked for in this process's environment (None: the driver's choice)."""
+    mode = os.environ.get(WAIT_VAR, "").strip().lower()
+    return mode if mode in SCHED_FLAGS and mode != "auto" else None
+
+
+def _set_primary_flags(driver, flags: int) -> None:
+    """Every visible device's primary context to be made with ``flags`` (before it is)."""
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return
+    for ordinal in range(count.value):
+        device = ctypes.c_int(0)
+        if driver.cuDeviceGet(ctypes.byref(device), ordinal) == 0:
+            driver.cuDevicePrimaryCtxSetFlags_v2(device, ctypes.c_uint(flags))
+
+
+def current() -> str | None:
+    """The scheduling flag of the calling thread's current context (None: no context, or the
+    driver could not say)."""
+    driver = _driver()
+    flags = ctypes.c_uint(0)
+    if driver is None or driver.cuCtxGetFlags(ctypes.byref(flags)) != 0:
+        return None
+    sched = flags.value & SCHED_MASK
+    return next((name for name, value in SCHED_FLAGS.items() if value == sched), None)
+
+
+def init_cuda(torch) -> None:
+    """``torch``'s CUDA context made current on this thread with the wait this process's
+    environment asks for. A context made before (a spare worker's, under another setting) has
+    its flag changed in place (``cuCtxSetFlags``, drivers of CUDA 12.1 on). A driver that
+    refuses leaves its default: the wait is a cost, never a verdict."""
+    mode = wanted()
+    driver = _driver() if mode else None
+    if driver is not None:
+        try:
+            _set_primary_flags(driver, SCHED_FLAGS[mode])
+        except (AttributeError, OSError):
+            driver = None
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    if driver is not None:
+        try:
+            flags = ctypes.c_uint(0)
+            if driver.cuCtxGetFlags(ctypes.byref(flags)) == 0 and \
+                    flags.value & SCHED_MASK != SCHED_FLAGS[mode]:
+                driver.cuCtxSetFlags(ctypes.c_uint((flags.value & ~SCHED_MASK)
+                                                   | SCHED_FLAGS[mode]))
+        except (AttributeError, OSError):
+            pass
