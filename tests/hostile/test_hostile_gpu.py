@@ -70,7 +70,10 @@ def test_hostile_suite_on_cuda(tmp_path):
         everything[name] = (problem, expect, text)
     only = os.environ.get("KERNELMILL_HOSTILE_CASES")
     if only:  # a partial run: the named cases (those a run cut short did not reach)
-        everything = {k: v for k, v in everything.items() if k in only.split(",")}
+        named = set(re.split(r"[,\s]+", only.strip())) - {""}
+        unknown = sorted(named - set(everything))
+        assert not unknown, f"KERNELMILL_HOSTILE_CASES names no case {unknown}"
+        everything = {k: v for k, v in everything.items() if k in named}
     problems = write_jsonl(tmp_path / "problems.jsonl",
                            [{"id": k, "source": v} for k, v in references().items()])
     primers = {k: v for k, v in everything.items() if k.endswith("_primer")}
