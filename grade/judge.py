@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from kernelmill.core.record import Verdict
 from kernelmill.validate.harness import WorkerResult
 
@@ -133,11 +134,9 @@ def _answer(ctx: Context, view) -> tuple[bool, str, bool]:
     elif call.get("devices") and call["devices"] != ctx.ref_device:
         ok, why = False, f"outputs on {call['devices']}, expected {ctx.ref_device}"
     else:
-        ok, why = compare(trial["outputs"], call["outputs"], *ctx.tolerance(trial))
-        if not ok and "elements off" in why:
-            # right by the dtype's absolute floor alone (``compare.scaled_atol``)?
-            view.floor_only = compare(trial["outputs"], call["outputs"], *ctx.tolerance(trial),
-                                      scaled=False)[0]
+        ok, why, floor_only = _compared(ctx, trial, call["outputs"])
+        if floor_only is not None:
+            view.floor_only = floor_only
     shaped = not (not ok and call["outputs"] is not None and
                   ("shape" in why or "dtype" in why or "outputs," in why))
     if call["outputs"] is None:
@@ -145,6 +144,50 @@ def _answer(ctx: Context, view) -> tuple[bool, str, bool]:
         if call.get("oversized"):
             why = "output far larger than the reference's"
     return ok, why, shaped
+
+
+def _compared(ctx: Context, trial: dict, outputs) -> tuple[bool, str, bool | None]:
+    """``compare`` of a call's outputs with its trial's: (right, why not, right by the dtype's
+    absolute floor alone where elements were off, else None). Once per trial and set of
+    outputs: the worker ships an output bit for bit like one it shipped before as that same
+    storage (a deterministic forward's refill, repeat, audit and timed calls on one trial), so
+    the grading process compares it once (its float passes over a KernelBench output of 268 MB
+    take about half a CPU second)."""
+    key = _outputs_key(trial, outputs)
+    memo = ctx.compared
+    if key is not None and key in memo:
+        return memo[key]
+    atol, rtol = ctx.tolerance(trial)
+    ok, why = compare(trial["outputs"], outputs, atol, rtol)
+    floor_only = None
+    if not ok and "elements off" in why:
+        # right by the dtype's absolute floor alone (``compare.scaled_atol``)?
+        floor_only = compare(trial["outputs"], outputs, atol, rtol, scaled=False)[0]
+    if key is not None:
+        memo[key] = (ok, why, floor_only)
+    return ok, why, floor_only
+
+
+def _outputs_key(trial: dict, outputs) -> tuple | None:
+    """Where a call's outputs live (each tensor's storage, offset, shape, strides, dtype) with
+    its trial: two calls with the same key hold the same bits. None where an output is not a
+    tensor or a plain number (not compared from memory)."""
+    if not isinstance(outputs, list):
+        return None
+    parts: list = [id(trial)]
+    for value in outputs:
+        if isinstance(value, torch.Tensor):
+            try:
+                parts.append((value.untyped_storage().data_ptr(), value.storage_offset(),
+                              tuple(value.shape), value.stride(), str(value.dtype),
+                              value.device.type))
+            except RuntimeError:
+                return None
+        elif type(value) in (int, float, bool):
+            parts.append((type(value).__name__, value))
+        else:
+            return None
+    return tuple(parts)
 
 
 def _run(ctx: Context, scope: str, found: list, *args) -> None:

@@ -52,6 +52,7 @@ class Context:
     checks: dict = field(default_factory=dict)  # the verdict's named checks (passed, detail)
     views: list = field(default_factory=list)  # CallView per checked call
     unchanged: Unchanged = field(default_factory=Unchanged)
+    compared: dict = field(default_factory=dict)  # answers by where the outputs live
     all_correct: bool = True
     correct: bool = False  # all calls right and there were calls (before hacks)
 

@@ -702,6 +702,42 @@ def test_pytorch_compute_in_checked_calls_is_not_also_timing_behaviour():
     assert "timing_behaviour" not in verdict["hacks"], verdict["hack_details"]
 
 
+def test_calls_shipped_as_one_storage_are_compared_once(monkeypatch):
+    """A deterministic forward's refill, repeat and audit calls on one trial reach the grading
+    process as the storage of the first (the worker ships equal bits once): the judge compares
+    each trial's answer once, not once per call, and the verdict is the same."""
+    from kernelmill.grade import judge as J
+    from kernelmill.grade.grader import Grader
+
+    seen = []
+    original = J.compare
+
+    def counted(expected, got, *args, **kwargs):
+        seen.append(J._outputs_key({}, got))
+        return original(expected, got, *args, **kwargs)
+
+    monkeypatch.setattr(J, "compare", counted)
+    verdict = Grader("cpu", policy=Policy(static_first=False)).grade(
+        read("ref_scale_add"), read("honest_scale_add"))
+    assert verdict["correct"] and not verdict["hacks"], verdict["hack_details"]
+    answers = [name for name in verdict["checks"] if name.startswith(("fresh", "refill",
+                                                                       "repeat", "audit"))]
+    assert len(seen) < len(answers), (len(seen), answers)
+    assert all(verdict["checks"][name]["passed"] for name in answers)
+    # a different storage with the same bits is compared again; other bits too
+    trial, a = {"outputs": [torch.ones(4)]}, [torch.ones(4)]
+    ctx = type("Ctx", (), {"compared": {}, "tolerance": lambda self, t: (1e-4, 1e-4)})()
+    before = len(seen)
+    assert J._compared(ctx, trial, a)[0] and J._compared(ctx, trial, a)[0]
+    assert len(seen) == before + 1
+    assert J._compared(ctx, trial, [torch.ones(4)])[0] and len(seen) == before + 2
+    wrong = J._compared(ctx, trial, [torch.zeros(4)])
+    assert wrong[0] is False and wrong[2] is False  # off by the floor alone too
+    assert len(seen) == before + 4  # (its floor-only comparison is the fourth)
+    assert J._compared(ctx, trial, [torch.zeros(4)]) == wrong
+    assert J._outputs_key(trial, [object()]) is None
+
+
 def test_an_early_sample_called_wrong_is_wrong_in_the_whole():
     from kernelmill.grade.compare import sample_mismatch
     from kernelmill.grade.worker.early import early_answer
