@@ -7,6 +7,7 @@ import math
 import weakref
 from typing import Any
 
+import numpy as np
 import torch
 from kernelmill.validate.measure import tensor_digest
 
@@ -278,6 +279,29 @@ def _sample_off(expected: list, sampled: list | None, atol: float, rtol: float) 
 # 4M-element chunks took 0.07-0.14 s and 0.07-0.11 s (their float64 temporary alone is 32 MB)
 COMPARE_CHUNK = 1 << 20
 
+# The element passes run in NumPy, one thread each: the grading process judges many grades at
+# once beside the workers on the host's cores, and PyTorch's CPU ops split every 1M-element
+# pass over the intra-op pool, whose threads wait for each other at each pass's end on cores
+# the workers hold. A float type NumPy lacks is widened here (bfloat16 by its bits; the
+# float8 types by PyTorch, chunk by chunk).
+_NUMPY_FLOATS = {torch.float16: np.float16, torch.float32: np.float32,
+                 torch.float64: np.float64}
+
+
+def _chunk_as(t: torch.Tensor, work) -> np.ndarray:
+    """A 1-D host chunk of a float tensor as a NumPy array of ``work`` (float32 or float64),
+    every value exact (a wider float holds each narrower one)."""
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:  # the upper half of a float32's bits
+        bits = t.contiguous().view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+        return (bits << np.uint32(16)).view(np.float32).astype(work, copy=False)
+    kind = _NUMPY_FLOATS.get(t.dtype)
+    if kind is None:
+        return t.to(torch.float64).numpy().astype(work, copy=False)
+    return t.contiguous().numpy().astype(work, copy=False)
+
 
 def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
                   count: bool = True) -> tuple[int, float]:
@@ -287,63 +311,69 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
     settles every element that passes with room to spare; only the rest are checked in
     float64, so an honest output is compared in one cheap pass. Without ``count`` the first
     unsure elements of a chunk are checked first, and an element off there ends the count."""
-    work = torch.float64 if e.dtype == torch.float64 else torch.float32
+    work = np.float64 if e.dtype == torch.float64 else np.float32
     # float32 rounding of the bound and the difference: a bound a little under the exact one
-    margin = 1 - 1e-5 if work == torch.float32 else 1.0
+    margin = 1 - 1e-5 if work == np.float32 else 1.0
     bad, worst = 0, None
     size = min(COMPARE_CHUNK, e.numel())
     # one set of buffers for every chunk: a fresh temporary per pass cost its pages again
-    room_buf, diff_buf = torch.empty(size, dtype=work), torch.empty(size, dtype=work)
-    sure_buf, bounded_buf = torch.empty(size, dtype=torch.bool), torch.empty(size, dtype=torch.bool)
-    for start in range(0, e.numel(), COMPARE_CHUNK):
-        ec = e[start:start + COMPARE_CHUNK].to(work)
-        gc = g[start:start + COMPARE_CHUNK].to(work)
-        n = ec.numel()
-        room, diff = room_buf[:n], diff_buf[:n]
-        torch.abs(ec, out=room).mul_(rtol * margin).add_(atol * margin)
-        torch.sub(gc, ec, out=diff).abs_()
-        # NaN compares false here, an infinite bound (an infinite reference) is never room:
-        # both go to the exact pass
-        sure = torch.le(diff, room, out=sure_buf[:n])
-        sure.logical_and_(torch.lt(room, math.inf, out=bounded_buf[:n]))
-        if not atol:  # a bound among subnormals rounds by more than the margin: exact pass
-            sure.logical_and_(torch.ge(room, torch.finfo(work).tiny, out=bounded_buf[:n]))
-        if bool(sure.all()):
-            continue
-        unsure = ~sure
-        if not count:
-            at = int(unsure.to(torch.uint8).argmax())  # the first unsure element
-            near = slice(at, at + FIRST_UNSURE)
-            found, largest = _exact_off(ec[near][unsure[near]], gc[near][unsure[near]], atol,
-                                        rtol)
-            if found:
-                return found, largest if largest is not None else float("nan")
-        found, largest = _exact_off(ec[unsure], gc[unsure], atol, rtol)
-        bad += found
-        if largest is not None:
-            worst = max(worst or 0.0, largest)
-        if found and not count:
-            break
+    room_buf, diff_buf = np.empty(size, dtype=work), np.empty(size, dtype=work)
+    sure_buf, bounded_buf = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
+    tiny = np.finfo(work).tiny
+    with np.errstate(all="ignore"):  # inf - inf and NaN go to the exact pass, quietly
+        for start in range(0, e.numel(), COMPARE_CHUNK):
+            ec = _chunk_as(e[start:start + COMPARE_CHUNK], work)
+            gc = _chunk_as(g[start:start + COMPARE_CHUNK], work)
+            n = ec.size
+            room, diff, sure, bounded = room_buf[:n], diff_buf[:n], sure_buf[:n], bounded_buf[:n]
+            np.abs(ec, out=room)
+            np.multiply(room, work(rtol * margin), out=room)
+            np.add(room, work(atol * margin), out=room)
+            np.subtract(gc, ec, out=diff)
+            np.abs(diff, out=diff)
+            # NaN compares false here, an infinite bound (an infinite reference) is never
+            # room: both go to the exact pass
+            np.less_equal(diff, room, out=sure)
+            np.logical_and(sure, np.less(room, np.inf, out=bounded), out=sure)
+            if not atol:  # a bound among subnormals rounds by more than the margin: exact
+                np.logical_and(sure, np.greater_equal(room, tiny, out=bounded), out=sure)
+            if sure.all():
+                continue
+            unsure = ~sure
+            if not count:
+                at = int(unsure.argmax())  # the first unsure element
+                near = slice(at, at + FIRST_UNSURE)
+                found, largest = _exact_off(ec[near][unsure[near]], gc[near][unsure[near]],
+                                            atol, rtol)
+                if found:
+                    return found, largest if largest is not None else float("nan")
+            found, largest = _exact_off(ec[unsure], gc[unsure], atol, rtol)
+            bad += found
+            if largest is not None:
+                worst = max(worst or 0.0, largest)
+            if found and not count:
+                break
     return bad, float("nan") if worst is None else worst
 
 
 FIRST_UNSURE = 1024  # unsure elements checked first when only the answer counts
 
 
-def _exact_off(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float
+def _exact_off(e: np.ndarray, g: np.ndarray, atol: float, rtol: float
                ) -> tuple[int, float | None]:
     """The float64 pass over elements the first pass left unsure: how many are off, and the
     largest finite error among them (None: no finite one)."""
-    e64, g64 = e.double(), g.double()
-    same_special = (torch.isnan(e64) & torch.isnan(g64)) | (torch.isinf(e64) & (e64 == g64))
-    diff = (g64 - e64).abs()
-    close = torch.isfinite(e64) & torch.isfinite(g64) & (diff <= atol + rtol * e64.abs())
+    e64, g64 = e.astype(np.float64), g.astype(np.float64)
+    with np.errstate(all="ignore"):
+        same_special = (np.isnan(e64) & np.isnan(g64)) | (np.isinf(e64) & (e64 == g64))
+        diff = np.abs(g64 - e64)
+        close = np.isfinite(e64) & np.isfinite(g64) & (diff <= atol + rtol * np.abs(e64))
     off = ~(same_special | close)
     found = int(off.sum())
     if not found:
         return 0, None
-    finite = diff[off & torch.isfinite(diff)]
-    return found, float(finite.max()) if finite.numel() else None
+    finite = diff[off & np.isfinite(diff)]
+    return found, float(finite.max()) if finite.size else None
 
 
 def usable_trials(reference: dict) -> tuple[list[dict], list[dict]]:

@@ -1,0 +1,91 @@
+"""The parent's element comparison (``compare._off_elements``, NumPy passes): the count and the
+largest error it reports are those of the definition, |g - e| <= atol + rtol * |e| in float64
+with non-finite values matching only exactly, over every float dtype a problem returns."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelmill.grade import compare as C
+
+
+def _by_definition(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float):
+    e64, g64 = e.double().reshape(-1).tolist(), g.double().reshape(-1).tolist()
+    off, worst = 0, None
+    for a, b in zip(e64, g64):
+        if (math.isnan(a) and math.isnan(b)) or (math.isinf(a) and a == b):
+            continue
+        diff = abs(b - a)
+        if math.isfinite(a) and math.isfinite(b) and diff <= atol + rtol * abs(a):
+            continue
+        off += 1
+        if math.isfinite(diff):
+            worst = diff if worst is None else max(worst, diff)
+    return off, worst
+
+
+def _case(dtype: torch.dtype, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    e = torch.randn(5000, generator=gen, dtype=torch.float64)
+    g = e + torch.randn(5000, generator=gen, dtype=torch.float64) * 1e-5
+    # a few far off, some just inside and just outside the bound, the special values
+    g[::497] += 0.5
+    g[3] = e[3] + (1e-4 + 1e-4 * abs(float(e[3]))) * 0.999
+    g[4] = e[4] + (1e-4 + 1e-4 * abs(float(e[4]))) * 1.001
+    e[10], g[10] = math.nan, math.nan
+    e[11], g[11] = math.nan, 1.0
+    e[12], g[12] = math.inf, math.inf
+    e[13], g[13] = math.inf, -math.inf
+    e[14], g[14] = 1.0, math.inf
+    e[15], g[15] = 0.0, 0.0
+    return e.to(dtype), g.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.float8_e4m3fn])
+@pytest.mark.parametrize("atol, rtol", [(1e-4, 1e-4), (1e-2, 0.0), (0.0, 1e-3)])
+def test_the_count_and_the_largest_error_are_the_definitions(dtype, atol, rtol, monkeypatch):
+    monkeypatch.setattr(C, "COMPARE_CHUNK", 1024)  # several chunks, a short last one
+    e, g = _case(dtype, seed=7)
+    if dtype == torch.float8_e4m3fn:  # no infinities: its specials are NaN alone
+        e, g = e.float().nan_to_num(posinf=1.0, neginf=-1.0).to(dtype), \
+            g.float().nan_to_num(posinf=1.0, neginf=-1.0).to(dtype)
+    want_off, want_worst = _by_definition(e, g, atol, rtol)
+    bad, worst = C._off_elements(e.reshape(-1), g.reshape(-1), atol, rtol)
+    assert want_off > 0 and bad == want_off, (bad, want_off)
+    assert worst == pytest.approx(want_worst, rel=1e-12)
+    # the answer alone: off as soon as one element is
+    first, _ = C._off_elements(e.reshape(-1), g.reshape(-1), atol, rtol, count=False)
+    assert 0 < first <= want_off
+
+
+def test_equal_outputs_and_outputs_within_tolerance_pass_every_dtype():
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        e = torch.randn(3000, dtype=torch.float64).to(dtype)
+        assert C._off_elements(e, e.clone(), 1e-4, 1e-4) == (0, pytest.approx(math.nan,
+                                                                                nan_ok=True))
+        ok, why = C.compare([e.reshape(30, 100)], [e.reshape(30, 100).clone()], 1e-4, 1e-4)
+        assert ok, why
+
+
+def test_a_complex_output_and_a_transposed_one_are_compared_by_value():
+    e = torch.randn(64, 32, dtype=torch.complex64)
+    ok, why = C.compare([e], [e.clone()], 1e-4, 1e-4)
+    assert ok, why
+    wrong = e.clone()
+    wrong[5, 5] += 1
+    ok, why = C.compare([e], [wrong], 1e-4, 1e-4)
+    assert not ok and "1/4096 elements off" in why, why  # (real and imaginary parts apart)
+    t = torch.randn(50, 40).t()  # not contiguous
+    ok, why = C.compare([t.contiguous()], [t], 1e-5, 1e-5)
+    assert ok, why
+
+
+def test_a_conjugated_or_negated_view_is_read_as_its_values():
+    e = torch.randn(100)
+    negated = torch.randn(100).neg()._neg_view() if hasattr(torch.Tensor, "_neg_view") else None
+    if negated is not None:
+        assert C._off_elements(negated.resolve_neg(), negated, 0.0, 0.0)[0] == 0
+    assert C._off_elements(e, e + 1, 1e-3, 0.0)[0] == 100
