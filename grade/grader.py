@@ -28,10 +28,10 @@ from collections import OrderedDict
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
-from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
-from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.cuda_wait import WAIT_VAR
 from kernelmill.validate.gpus import gpu_lock_path
+from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
+from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, run_window
 
 from . import static

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from kernelmill.grade import compare as C
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kernelmill.validate.cuda_wait import WAIT_VAR, wanted
 from kernelmill.validate.harness import run_in_worker
 
