@@ -113,6 +113,7 @@ _contiguous = torch.Tensor.contiguous
 _reshape = torch.Tensor.reshape
 _view = torch.Tensor.view
 _numpy = torch.Tensor.numpy
+_np_empty, _np_equal = numpy.empty, numpy.equal
 
 
 def tensor_digest(tensor: torch.Tensor) -> dict:
@@ -150,15 +151,29 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         if nbytes % size == 0:
             words = (_as_words(a, size), _as_words(b, size))
             if words[0] is not None and words[1] is not None:
-                left, right = _numpy(words[0]), _numpy(words[1])
-                # tensors that differ mostly differ at their start (an output shipped for
-                # another trial): a look at the first words before the whole comparison,
-                # which reads both tensors to the end whatever it finds
-                if left.size > SAME_BITS_HEAD and \
-                        not (left[:SAME_BITS_HEAD] == right[:SAME_BITS_HEAD]).all():
-                    return False
-                return bool((left == right).all())
+                return _same_words(_numpy(words[0]), _numpy(words[1]))
     return False  # unreachable: single bytes always view
+
+
+SAME_BITS_CHUNK = 1 << 20  # words compared per pass (one reused flag per word)
+
+
+def _same_words(left, right) -> bool:
+    """Two equal-length NumPy integer arrays hold the same words: a look at the first words
+    (tensors that differ mostly differ at their start: an output shipped for another trial),
+    then chunk by chunk into one buffer of flags, to the first chunk that differs. One pass
+    over all the words in a whole-array comparison allocated a flag per word every time, a
+    fresh mapping of the host's memory for a large tensor (its page faults cost 3x the
+    comparison: 120 against 36 ms for 256 MB)."""
+    if left.size > SAME_BITS_HEAD and \
+            not (left[:SAME_BITS_HEAD] == right[:SAME_BITS_HEAD]).all():
+        return False
+    flags = _np_empty(min(left.size, SAME_BITS_CHUNK), dtype=bool)
+    for start in range(0, left.size, SAME_BITS_CHUNK):
+        a, b = left[start:start + SAME_BITS_CHUNK], right[start:start + SAME_BITS_CHUNK]
+        if not _np_equal(a, b, out=flags[:a.size]).all():
+            return False
+    return True
 
 
 def flatten_outputs(out) -> tuple[str, list]:

@@ -763,6 +763,23 @@ def test_calls_that_left_part_of_the_work_to_others_disagree():
     assert not M.same_bits(zeros, -zeros)  # signed zeros differ in their bits
 
 
+def test_same_bits_finds_a_difference_in_any_chunk(monkeypatch):
+    """Compared chunk by chunk past the first words: a difference at a chunk's first or last
+    word, or in a short last chunk, is found; NaN payloads count as bits."""
+    monkeypatch.setattr(M, "SAME_BITS_CHUNK", 100)
+    long = torch.randn(M.SAME_BITS_HEAD + 1000 + 37, dtype=torch.float64)
+    assert M.same_bits(long, long.clone())
+    for index in (M.SAME_BITS_HEAD, 599, 600, 999, 1000, long.numel() - 1):
+        other = long.clone()
+        other[index] += 1
+        assert not M.same_bits(long, other), index
+    nans = torch.full((4 * M.SAME_BITS_HEAD,), float("nan"))
+    payload = nans.clone()
+    payload.view(torch.int32)[-1] += 1  # another NaN, other bits
+    assert torch.isnan(payload).all() and not M.same_bits(nans, payload)
+    assert M.same_bits(nans, nans.clone())
+
+
 def test_judge_refuses_a_graph_whose_calls_disagree():
     from kernelmill.grade.judge import _graph_calls_agree
 
