@@ -192,21 +192,16 @@ class ResultsFile:
                 not tensor.is_contiguous() or \
                 tensor.numel() * tensor.element_size() < SLOT_BYTES:
             return None  # (a strided one keeps its strides in a copy of its own)
-        host = tensor.detach() if tensor.device.type == "cpu" else \
-            (look or (lambda t: t.detach().to("cpu")))(tensor)
-        nbytes = host.numel() * host.element_size()
+        nbytes = tensor.numel() * tensor.element_size()
         offset = -(-self.end // 64) * 64
         _within_file_limit(offset + nbytes)
         try:
-            with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
-                done = 0
-                while done < nbytes:
-                    done += os.pwrite(self.fd, view[done:done + (1 << 30)], offset + done)
+            _write_host_bytes(self.fd, tensor, look, offset, torch)
         except OSError:  # a file this worker may not write: its tensors go in the frame
             self.fd = None
             return None
         self.end = offset + nbytes
-        return self.kind((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
+        return self.kind((offset, nbytes, str(tensor.dtype)[6:], tuple(tensor.shape)))
 
     def rewind(self, mark: int) -> None:
         """Forget what was written past ``mark`` (an ``end`` read earlier): a task that runs
@@ -295,19 +290,38 @@ def write_part(fd: int, value, look) -> int:
         nonlocal end
         if type(item) is not torch.Tensor:
             return NotImplemented
-        host = look(item) if item.device.type != "cpu" else item.detach().contiguous()
+        if item.device.type == "cpu":
+            item = item.detach().contiguous()
         offset = -(-end // 64) * 64
-        nbytes = host.numel() * host.element_size()
+        nbytes = item.numel() * item.element_size()
         _within_file_limit(offset + nbytes)
-        with memoryview(host.reshape(-1).view(torch.uint8).numpy()) as view:
-            pwrite_range(fd, view, offset)
+        _write_host_bytes(fd, item, look, offset, torch)
         end = offset + nbytes
-        return TensorSlot((offset, nbytes, str(host.dtype)[6:], tuple(host.shape)))
+        return TensorSlot((offset, nbytes, str(item.dtype)[6:], tuple(item.shape)))
 
     tail = part_bytes(pickle.dumps(_replaced(value, store), protocol=pickle.HIGHEST_PROTOCOL))
     _within_file_limit(end + len(tail))
     pwrite_range(fd, memoryview(tail), end)
     return end + len(tail)
+
+
+def _write_host_bytes(fd: int, tensor, look, offset: int, torch) -> None:
+    """``tensor``'s bytes written to ``fd`` at ``offset``: a host tensor's from where they lie,
+    a device tensor's as ``look(tensor)`` gives them on the host (a tensor like it, or 1-D
+    byte tensors in order, each written before the next is asked for)."""
+    if tensor.device.type == "cpu":
+        pieces = [tensor.detach()]
+    else:
+        looked = (look or (lambda t: t.detach().to("cpu")))(tensor)
+        pieces = [looked] if type(looked) is torch.Tensor else looked
+    nbytes = tensor.numel() * tensor.element_size()
+    at = offset
+    for piece in pieces:
+        with memoryview(piece.reshape(-1).view(torch.uint8).numpy()) as view:
+            pwrite_range(fd, view, at)
+            at += len(view)
+    if at - offset != nbytes:
+        raise ValueError(f"wrote {at - offset} bytes of a {nbytes}-byte tensor")
 
 
 def write_chunks(fd: int, chunks: list, end: int, torch) -> None:

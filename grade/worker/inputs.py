@@ -71,6 +71,26 @@ def look(value):
     return view
 
 
+def look_pieces(value):
+    """``value``'s bytes on the host, in order, as 1-D byte tensors each valid until the next
+    is asked for (a file's writer takes them one by one): for a contiguous CUDA tensor larger
+    than the staging buffer, piece after piece through the buffer (KernelBench's 6.4 GB
+    inputs and outputs copied whole went to fresh host memory each time, a page fault per
+    4 KiB); else ``look``'s one copy."""
+    buffer = _staged()
+    nbytes = value.numel() * value.element_size()
+    if buffer is None or value.device.type != "cuda" or not value.is_contiguous() or \
+            nbytes <= buffer.numel():
+        yield look(value).reshape(-1).view(torch.uint8)
+        return
+    flat = _tensor_detach(value).reshape(-1).view(torch.uint8)
+    step = buffer.numel()
+    for start in range(0, nbytes, step):
+        piece = buffer[:min(step, nbytes - start)]
+        _tensor_copy(piece, flat[start:start + piece.numel()])
+        yield piece
+
+
 def keep(looked):
     """A host tensor of its own for what ``look`` returned (kept past the next look)."""
     buffer = _staged()

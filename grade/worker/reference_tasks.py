@@ -32,7 +32,7 @@ from kernelmill.validate.window_worker import await_gpu
 
 from ..scales import output_scales
 from .guards.originals import _isinstance, _Tensor, _type
-from .inputs import draw_inputs, look, reserve_staging, to_cpu, to_device, transform
+from .inputs import draw_inputs, look_pieces, reserve_staging, to_cpu, to_device, transform
 from .observers.optrace import _OpTrace
 from .seeding import _manual_seed, forward_seed
 from .state import perturbed_model_state
@@ -143,7 +143,7 @@ def _shipped(value, shown: bool = False):
     if _type(value) is not _Tensor:
         return value
     _stage_for(value)
-    slot = result_slot(value, look, shown=shown)
+    slot = result_slot(value, look_pieces, shown=shown)
     return to_cpu(value) if slot is None else slot
 
 
@@ -162,7 +162,7 @@ def _unseen_part(spec: dict, inputs: list):
     for value in inputs:
         if _type(value) is _Tensor:
             _stage_for(value)
-    return late_part({"seed": spec["seed"], "inputs": inputs}, look)
+    return late_part({"seed": spec["seed"], "inputs": inputs}, look_pieces)
 
 
 def _shown_states(result: dict) -> None:

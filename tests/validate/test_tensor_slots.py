@@ -721,3 +721,58 @@ def test_a_run_that_ends_while_its_delivery_is_read_waits_for_it(monkeypatch):
     assert torch.equal(got[0].value["outputs"][0], big * 2)
     assert torch.equal(got[0].value["inputs"][0], big) and got[0].shown.fd is not None
     assert not final.ok  # it ended without a result of its own
+
+
+def test_a_device_tensor_looked_at_in_pieces_is_written_whole_and_in_order():
+    """``look`` may give a device tensor's bytes as pieces in order (``inputs.look_pieces``:
+    through the staging buffer, a tensor larger than it): a results file and a late part hold
+    its bytes as they were. A meta tensor stands for the device one here; its bytes come from
+    a host tensor like it."""
+    from kernelmill.validate.tensor_slots import ResultsFile, read_part, write_part
+
+    real = torch.randn(5 * 4096 + 5, dtype=torch.float32)  # over SLOT_BYTES
+    device = torch.empty_like(real, device="meta")
+
+    def pieces(tensor, size=30000):
+        assert tensor is device
+        flat = real.view(torch.uint8)
+        for start in range(0, flat.numel(), size):
+            yield flat[start:start + size].clone()
+
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        results = ResultsFile(fd)
+        slot = results.put(device, pieces)
+        offset, nbytes, dtype, shape = slot
+        assert (nbytes, dtype, shape) == (real.numel() * 4, "float32", tuple(real.shape))
+        written = os.pread(fd, nbytes, offset)
+        assert written == real.numpy().tobytes()
+        # a look that gives fewer bytes than the tensor holds is an error, not a short slot
+        with pytest.raises(ValueError, match="bytes of a"):
+            results.put(device, lambda t: iter([real.view(torch.uint8)[:100].clone()]))
+    finally:
+        os.close(fd)
+    part = os.memfd_create("kernelmill-late", os.MFD_ALLOW_SEALING)
+    try:
+        size = write_part(part, {"inputs": [device, 3]}, pieces)
+        data = bytearray(os.pread(part, size, 0))
+        back = read_part(memoryview(data), size)
+        assert torch.equal(back["inputs"][0], real) and back["inputs"][1] == 3
+    finally:
+        os.close(part)
+
+
+@pytest.mark.gpu
+def test_a_cuda_tensor_larger_than_the_staging_buffer_is_looked_at_in_pieces():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kernelmill.grade.worker import inputs as I
+
+    I.reserve_staging(1 << 20)
+    buffer = I._staged()
+    value = torch.randn(3 * (buffer.numel() // 4) + 123, device="cuda")
+    got = b"".join(piece.numpy().tobytes() for piece in I.look_pieces(value))
+    assert got == value.cpu().numpy().tobytes()
+    small = torch.randn(1000, device="cuda")
+    pieces = list(I.look_pieces(small))
+    assert len(pieces) == 1 and pieces[0].numpy().tobytes() == small.cpu().numpy().tobytes()
