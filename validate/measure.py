@@ -155,6 +155,28 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return False  # unreachable: single bytes always view
 
 
+def same_bytes_in_pieces(pieces, b: torch.Tensor) -> bool:
+    """Whether 1-D byte tensors on the host (``pieces``, in order, each read before the next
+    is asked for) hold the bytes of the host tensor ``b``, all of them and no more."""
+    right = _numpy(_view(_reshape(_contiguous(b), -1), torch.uint8))
+    at = 0
+    for piece in pieces:
+        left = _numpy(piece)
+        n = left.size
+        if at + n > right.size or not _same_words(_words(left), _words(right[at:at + n])):
+            return False
+        at += n
+    return at == right.size
+
+
+def _words(data):
+    """A 1-D NumPy byte array as the widest integers its length allows."""
+    for size, dtype in ((8, numpy.uint64), (4, numpy.uint32), (2, numpy.uint16)):
+        if data.size % size == 0:
+            return data.view(dtype)
+    return data
+
+
 SAME_BITS_CHUNK = 1 << 20  # words compared per pass (one reused flag per word)
 
 

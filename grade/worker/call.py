@@ -33,7 +33,7 @@ from .guards.originals import (
     _tensor_copy,
     _type,
 )
-from .inputs import keep, look, to_cpu, to_device
+from .inputs import keep, look, look_pieces, to_cpu, to_device
 from .observers.counts import _audit_event, _check_dispatch_state, _observed
 from .observers.host_memory import _foreign
 from .observers.optrace import _OpTrace, _python_only, _spans, active_modes
@@ -432,13 +432,15 @@ def _unchanged_fact(value, sent) -> Any:
     parent computes too), else the value itself."""
     if _type(value) is not _Tensor:
         return value
-    host = look(value)  # compared or digested here, then dropped
     if _type(sent) is _Tensor:
         if sent.device.type != "cpu":
             sent = to_cpu(sent)
-        return {"same": M.same_bits(host, sent), "dtype": str(host.dtype),
-                "shape": list(host.shape)}
-    return M.tensor_digest(host)
+        # its bytes on the host piece by piece through the staging buffer (``look_pieces``),
+        # each compared with the sent bytes there: a 6.4 GB input is not copied whole again
+        same = value.dtype == sent.dtype and value.shape == sent.shape and \
+            M.same_bytes_in_pieces(look_pieces(value), sent)
+        return {"same": same, "dtype": str(value.dtype), "shape": list(value.shape)}
+    return M.tensor_digest(look(value))  # digested here, then dropped
 
 
 SAMPLE_CHECK_SHARE = 0.25  # scored calls after which the inputs are compared (one per sample)

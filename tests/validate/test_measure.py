@@ -763,6 +763,26 @@ def test_calls_that_left_part_of_the_work_to_others_disagree():
     assert not M.same_bits(zeros, -zeros)  # signed zeros differ in their bits
 
 
+def test_bytes_in_pieces_are_the_sent_tensors_only_when_all_of_them_are():
+    sent = torch.randn(1000, dtype=torch.float64)
+    flat = sent.view(torch.uint8)
+
+    def cut(data, sizes):
+        at = 0
+        for size in sizes:
+            yield data[at:at + size].clone()
+            at += size
+
+    assert M.same_bytes_in_pieces(cut(flat, [8000]), sent)
+    assert M.same_bytes_in_pieces(cut(flat, [4096, 3000, 904]), sent)
+    assert not M.same_bytes_in_pieces(cut(flat, [4096, 3000]), sent)  # short
+    assert not M.same_bytes_in_pieces(cut(torch.cat([flat, flat[:8]]), [4096, 3912]), sent)
+    changed = flat.clone()
+    changed[7999] ^= 1
+    assert not M.same_bytes_in_pieces(cut(changed, [4096, 3904]), sent)
+    assert M.same_bytes_in_pieces(cut(sent.t().contiguous().view(torch.uint8), [8000]), sent)
+
+
 def test_same_bits_finds_a_difference_in_any_chunk(monkeypatch):
     """Compared chunk by chunk past the first words: a difference at a chunk's first or last
     word, or in a short last chunk, is found; NaN payloads count as bits."""
