@@ -335,7 +335,8 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
             # room: both go to the exact pass
             np.less_equal(diff, room, out=sure)
             np.logical_and(sure, np.less(room, np.inf, out=bounded), out=sure)
-            if not atol:  # a bound among subnormals rounds by more than the margin: exact
+            if atol * margin < tiny:  # a bound among subnormals rounds by more than the
+                # margin: the exact pass
                 np.logical_and(sure, np.greater_equal(room, tiny, out=bounded), out=sure)
             if sure.all():
                 continue

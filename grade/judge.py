@@ -169,8 +169,9 @@ def _compared(ctx: Context, trial: dict, outputs) -> tuple[bool, str, bool | Non
 
 
 def _outputs_key(trial: dict, outputs) -> tuple | None:
-    """Where a call's outputs live (each tensor's storage, offset, shape, strides, dtype) with
-    its trial: two calls with the same key hold the same bits. None where an output is not a
+    """Where a call's outputs live (each tensor's storage, offset, shape, strides, dtype and
+    its conjugate and negative bits) with its trial: two calls with the same key hold the same
+    values. None where an output is not a
     tensor or a plain number (not compared from memory)."""
     if not isinstance(outputs, list):
         return None
@@ -180,7 +181,7 @@ def _outputs_key(trial: dict, outputs) -> tuple | None:
             try:
                 parts.append((value.untyped_storage().data_ptr(), value.storage_offset(),
                               tuple(value.shape), value.stride(), str(value.dtype),
-                              value.device.type))
+                              value.device.type, value.is_conj(), value.is_neg()))
             except RuntimeError:
                 return None
         elif type(value) in (int, float, bool):

@@ -7,12 +7,15 @@ a core for as long as it waits, and the cores it burns are the ones the other wo
 grading process and the timing window's host need. ``KERNELMILL_CUDA_WAIT`` in a worker's
 environment picks the flag its context is made with: ``block`` (the thread sleeps until the
 device is done; woken within tens of µs), ``yield`` (spins, giving way to other threads),
-``spin``; unset or anything else leaves the driver's choice.
+``spin``; unset or anything else leaves the driver's choice. A timing window spins whatever
+was asked (``spinning``): an event recorded after a synchronize would time a sleeper's
+wake-up, so ``block`` is asked only of a driver that can change a live context's flag.
 
 Worker-side: the standard library and torch only (``ctypes`` on the driver's library).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 
@@ -22,11 +25,24 @@ SCHED_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "block": 0x4}
 SCHED_MASK = 0x7
 
 
+_DRIVER: list = []  # the driver's library, loaded once (None: none here)
+
+
 def _driver():
+    if not _DRIVER:
+        try:
+            _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            _DRIVER.append(None)
+    return _DRIVER[0]
+
+
+def _can_change_live(driver) -> bool:
+    """The driver has ``cuCtxGetFlags`` and ``cuCtxSetFlags`` (CUDA 12.1 on)."""
     try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
+        return bool(driver.cuCtxGetFlags and driver.cuCtxSetFlags)
+    except AttributeError:
+        return False
 
 
 def wanted() -> str | None:
@@ -64,6 +80,8 @@ def init_cuda(torch) -> None:
     refuses leaves its default: the wait is a cost, never a verdict."""
     mode = wanted()
     driver = _driver() if mode else None
+    if driver is not None and not _can_change_live(driver):
+        driver = None  # no window could spin again: the driver's choice stays
     if driver is not None:
         try:
             _set_primary_flags(driver, SCHED_FLAGS[mode])
@@ -80,3 +98,26 @@ def init_cuda(torch) -> None:
                                                    | SCHED_FLAGS[mode]))
         except (AttributeError, OSError):
             pass
+
+
+@contextlib.contextmanager
+def spinning():
+    """The calling thread's CUDA context spins while it waits for the device for the span (a
+    timing window: ``Timer``'s CUDA-event samples record their end after a synchronize, which
+    would count a sleeping waiter's wake-up), its flag put back after. Nothing where the
+    context already spins, or where the driver cannot change a live context's flag."""
+    driver, before = _driver(), ctypes.c_uint(0)
+    changed = False
+    try:
+        if driver is not None and _can_change_live(driver) and \
+                driver.cuCtxGetFlags(ctypes.byref(before)) == 0 and \
+                before.value & SCHED_MASK not in (SCHED_FLAGS["spin"],):
+            changed = driver.cuCtxSetFlags(ctypes.c_uint(
+                (before.value & ~SCHED_MASK) | SCHED_FLAGS["spin"])) == 0
+    except (AttributeError, OSError):
+        changed = False
+    try:
+        yield
+    finally:
+        if changed:
+            driver.cuCtxSetFlags(before)

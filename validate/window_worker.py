@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from time import monotonic as _monotonic  # bound before any candidate code runs
 
+from .cuda_wait import spinning
 from .measure import summarize
 from .timer import Timer
 
@@ -66,6 +67,13 @@ def serve_window(timer: Timer, receive: Callable[[], str],
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
     timed function had not seen; 0 without it). ``after_work`` runs after every round and loop,
     before the answer (the grader's worker compares the timed inputs with those sent there)."""
+    with spinning():  # no sleeping waiter's wake-up inside a timed span
+        return _serve(timer, receive, report, unseen, after_work)
+
+
+def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], None],
+           unseen: Callable[[Timer], int] | None,
+           after_work: Callable[[], None] | None) -> dict:
     samples: list[float] = []
     rounds = loops = settles = 0
     while True:

@@ -88,3 +88,39 @@ def test_a_conjugated_or_negated_view_is_read_as_its_values():
     if negated is not None:
         assert C._off_elements(negated.resolve_neg(), negated, 0.0, 0.0)[0] == 0
     assert C._off_elements(e, e + 1, 1e-3, 0.0)[0] == 100
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64,
+                                   torch.float8_e4m3fn, torch.float8_e5m2])
+def test_random_bit_patterns_are_judged_by_the_definition(dtype):
+    """Every bit pattern of the dtype is a value (NaNs with payloads, infinities, subnormals,
+    signed zeros): random words for both outputs, and outputs one unit of the last place
+    apart, judged as the definition judges them, counted and answer-only alike."""
+    gen = torch.Generator().manual_seed(11)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+        torch.empty(0, dtype=dtype).element_size()]
+    info = torch.iinfo(bits)
+    words = torch.randint(info.min, info.max, (2, 6000), generator=gen, dtype=torch.int64)
+    e, g = (w.to(bits).view(dtype) for w in words)
+    near = (words[0] + torch.randint(-2, 3, (6000,), generator=gen)).clamp(info.min, info.max)
+    near = near.to(bits).view(dtype)
+    for atol, rtol in ((1e-3, 1e-3), (0.0, 0.25), (1e-45, 0.0)):
+        for got in (g, near):
+            want, worst = _by_definition(e, got, atol, rtol)
+            bad, found = C._off_elements(e, got, atol, rtol)
+            assert bad == want, (atol, rtol, bad, want)
+            if worst is not None:
+                assert found == pytest.approx(worst, rel=1e-12)
+            answer = C._off_elements(e, got, atol, rtol, count=False)[0]
+            assert (answer > 0) == (want > 0)
+        assert C._off_elements(e, e.clone(), atol, rtol, count=False)[0] == \
+            _by_definition(e, e, atol, rtol)[0]
+
+
+def test_a_tiny_absolute_floor_among_subnormals_is_judged_exactly():
+    """An absolute floor far under float32's smallest normal number: the first pass's bound
+    rounds there, and such elements go to the exact pass (the definition's answer)."""
+    e = torch.tensor([1e-45, 3e-45, 0.0, -1e-45] * 8, dtype=torch.float32)
+    g = e + torch.tensor([1e-45, -1e-45, 1e-45, 0.0] * 8, dtype=torch.float32)
+    for atol in (1e-45, 5e-46, 0.0):
+        assert C._off_elements(e, g, atol, 0.0)[0] == _by_definition(e, g, atol, 0.0)[0]

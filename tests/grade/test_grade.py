@@ -736,6 +736,28 @@ def test_calls_shipped_as_one_storage_are_compared_once(monkeypatch):
     assert len(seen) == before + 4  # (its floor-only comparison is the fourth)
     assert J._compared(ctx, trial, [torch.zeros(4)]) == wrong
     assert J._outputs_key(trial, [object()]) is None
+    # a negated or conjugated view of the same storage holds other values: compared anew
+    signed = [torch.randn(64)]
+    assert J._compared(ctx, {"outputs": signed}, signed)[0]
+    negated = [signed[0]._neg_view()]
+    assert J._outputs_key(trial, negated) != J._outputs_key(trial, signed)
+    assert J._compared(ctx, {"outputs": signed}, negated)[0] is False
+
+
+def test_the_grader_asks_its_cuda_workers_to_sleep_while_they_wait(monkeypatch):
+    """``Grader._env``: a CUDA grader's workers are made with ``KERNELMILL_CUDA_WAIT=block``
+    unless the grading process says otherwise; a CPU grader's get nothing of it."""
+    from kernelmill.grade.grader import Grader
+    from kernelmill.validate.cuda_wait import WAIT_VAR
+
+    monkeypatch.delenv(WAIT_VAR, raising=False)
+    grader = Grader("cpu")
+    assert WAIT_VAR not in grader._env(None)
+    grader.device = "cuda:1"
+    assert grader._env(None) == {"CUDA_VISIBLE_DEVICES": "1", WAIT_VAR: "block"}
+    assert grader._env({"CUDA_VISIBLE_DEVICES": "3"})[WAIT_VAR] == "block"
+    monkeypatch.setenv(WAIT_VAR, "auto")
+    assert grader._env(None)[WAIT_VAR] == "auto"
 
 
 def test_an_early_sample_called_wrong_is_wrong_in_the_whole():

@@ -47,3 +47,34 @@ def test_a_worker_sleeps_or_spins_through_a_long_device_wait_as_asked(mode):
             assert got["cpu"] < 0.2 * got["wall"], got
         else:
             assert got["cpu"] > 0.7 * got["wall"], got
+
+
+SPINS_IN_WINDOW = '''import torch
+from kernelmill.validate.cuda_wait import current, spinning
+
+
+def main():
+    torch.cuda.synchronize()
+    before = current()
+    with spinning():
+        inside = current()
+    return {"before": before, "inside": inside, "after": current()}
+'''
+
+
+@pytest.mark.gpu
+def test_a_timing_window_spins_and_gives_the_sleep_back_after():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    result = run_in_worker("kernelmill.validate.harness:run_source",
+                           {"source": SPINS_IN_WINDOW}, timeout_s=120, device="cuda",
+                           env={WAIT_VAR: "block"})
+    assert result.ok, result.error
+    assert result.value == {"before": "block", "inside": "spin", "after": "block"}
+
+
+def test_off_cuda_a_window_spins_nothing():
+    from kernelmill.validate.cuda_wait import spinning
+
+    with spinning():  # no driver or no context: nothing to change, nothing raised
+        pass
