@@ -11,7 +11,10 @@ from .guards.originals import (
     _tensor_clone,
     _tensor_copy,
     _tensor_detach,
+    _tensor_narrow,
+    _tensor_reshape,
     _tensor_to,
+    _tensor_view,
     _type,
 )
 from .seeding import _manual_seed
@@ -81,13 +84,14 @@ def look_pieces(value):
     nbytes = value.numel() * value.element_size()
     if buffer is None or value.device.type != "cuda" or not value.is_contiguous() or \
             nbytes <= buffer.numel():
-        yield look(value).reshape(-1).view(torch.uint8)
+        yield _tensor_view(_tensor_reshape(look(value), -1), torch.uint8)
         return
-    flat = _tensor_detach(value).reshape(-1).view(torch.uint8)
+    flat = _tensor_view(_tensor_reshape(_tensor_detach(value), -1), torch.uint8)
     step = buffer.numel()
     for start in range(0, nbytes, step):
-        piece = buffer[:min(step, nbytes - start)]
-        _tensor_copy(piece, flat[start:start + piece.numel()])
+        size = min(step, nbytes - start)
+        piece = _tensor_narrow(buffer, 0, 0, size)
+        _tensor_copy(piece, _tensor_narrow(flat, 0, start, size))
         yield piece
 
 

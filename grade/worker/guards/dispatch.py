@@ -23,7 +23,8 @@ HARNESS_OPS = frozenset({"clone", "copy_", "_copy_from", "_copy_from_and_resize"
                          "to", "empty", "empty_like", "empty_strided", "new_empty",
                          "new_empty_strided", "detach", "alias", "view", "_reshape_alias",
                          "reshape", "as_strided", "contiguous", "fill_", "set_", "lift_fresh",
-                         "full", "ones_like", "zeros_like", "index_select", "select", "slice"})
+                         "full", "ones_like", "zeros_like", "index_select", "select", "slice",
+                         "narrow"})
 
 # The dispatch keys a plain dense tensor's op passes through, on the host or a GPU, with or
 # without autograd (the harness's tensors): a kernel registered at one of them runs on those
