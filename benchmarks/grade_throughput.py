@@ -570,7 +570,7 @@ def main() -> int:
                     report_spread(out)
                     report_per_problem(out)
                     report_slowest_and_median(out)
-                    report_in_flight(out)
+                    report_in_flight(out, n, args.group)
                 stopped = True
                 break
             keep_verdicts(out, args.keep_verdicts)
@@ -578,7 +578,7 @@ def main() -> int:
             report_spread(out)
             report_per_problem(out)
             report_slowest_and_median(out)
-            report_in_flight(out)
+            report_in_flight(out, n, args.group)
             if phase == "cache-hits":  # the first pass filled the cache; time the hits
                 out2 = folder / f"{name}-{phase}-2.jsonl"
                 lag.stop()
@@ -878,15 +878,29 @@ def _timing_parts(profile: dict, seconds: float) -> dict[str, float]:
     return parts
 
 
-def report_in_flight(out: Path) -> None:
+def report_in_flight(out: Path, items: int | None = None, group: int | None = None) -> None:
+    """Where the grades in flight were (``in_flight``), with the slots the pass had
+    (``items``: the grades it was given, in groups of ``group``): a pass of fewer than two
+    jobs per slot cannot keep its slots busy, and its throughput is its start's and tail's,
+    not a steady state's."""
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     seconds, held = in_flight(rows)
     if not held:
         return
+    from kernelmill.grade import batch
+
+    slots = sum(batch._SLOTS_PER_GPU.values())
     top = sorted(held.items(), key=lambda kv: -kv[1])[:12]
     print(f"grades in flight over the phase's steady part ({seconds:.0f} s): "
-          f"{sum(held.values()):.1f} on average; by stage: "
+          f"{sum(held.values()):.1f} on average"
+          + (f" (slots: {slots})" if slots else "") + "; by stage: "
           + " ".join(f"{k}={v:.2f}" for k, v in top))
+    if slots and items is not None:
+        jobs = -(-items // max(1, group or 1))
+        if jobs < 2 * slots:
+            print(f"  the pass gave its {slots} slots {jobs} "
+                  f"{'groups' if (group or 1) > 1 else 'grades'}: fewer than two each, so its "
+                  "slots could not all stay busy (more --copies for a steady state)")
 
 
 def report_slowest_and_median(out: Path) -> None:

@@ -101,6 +101,25 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["candidate: timing window"] - 0.5) < 0.05
     assert abs(held["candidate: timing other"] - 0.2) < 0.05
 
+def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
+        tmp_path, capsys, monkeypatch):
+    from kernelmill.grade import batch
+
+    rows = [{"profile": {"began_at": 1000.0 + 10 * k, "reference_s": 4.0, "candidate_s": 9.0,
+                         "judge_s": 2.0, "reference_stages_s": {"reference forward": 4.0},
+                         "stages_s": {"timing": 6.0}}} for k in range(10)]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 16})
+    grade_throughput.report_in_flight(out, 24)
+    printed = capsys.readouterr().out
+    assert "(slots: 16)" in printed and "gave its 16 slots 24 grades" in printed
+    grade_throughput.report_in_flight(out, 64, 8)
+    assert "gave its 16 slots 8 groups" in capsys.readouterr().out
+    grade_throughput.report_in_flight(out, 40)
+    assert "fewer than two" not in capsys.readouterr().out
+
+
 def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monkeypatch, capsys):
     """``--records``: a problem whose source a validated record holds is graded with that
     record's validation (its calibrated tolerance); the report names those the validator
