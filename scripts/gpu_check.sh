@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks on a CUDA machine: the `gpu`-marked tests and the GPU benchmarks, each logged.
 # Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests fast hostile fidelity audit seeds
-# validate grade build synth wait ("fast": the GPU tests minus the two whole-suite ones)
+# validate grade build synth wait slots ("fast": the GPU tests minus the two whole-suite ones)
 #        fidelity (the measure module's GPU tests, then benchmarks/grade_fidelity.py)
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 #        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
@@ -23,6 +23,9 @@
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (W,
 #        the driver's spin) and block (B, the default); WAIT_PASSES, default "W1 B1 W2 B2",
 #        WINDOW_MATCH, WINDOW_S, WINDOW_COPIES as for window; WAIT_GROUP=N grades in groups)
+#        slots (grades in flight per GPU: the window's problems WINDOW_MATCH graded with
+#        --workers N for each N of SLOTS_PASSES, default "16 24 32 16 24 32", SLOTS_COPIES
+#        copies (default 8), SLOTS_S seconds a pass (default 150), references cached once)
 #        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
 #        SERVE_ARGS, default "--actors 8 --skip-load")
 #        context (scripts/context_probe.py: CUDA worker processes started N at once)
@@ -183,6 +186,24 @@ for part in $parts; do
                 case $pass in W*) mode=auto ;; *) mode=block ;; esac
                 KERNELMILL_CUDA_WAIT=$mode wait_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" \
                   --deadline "${WINDOW_S:-85}" ${WAIT_GROUP:+--group $WAIT_GROUP}
+              done ;;
+    slots)    kb=""
+              for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+                [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
+              cache=/tmp/window_refs; mkdir -p "$cache"
+              match=${WINDOW_MATCH:-'level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)'}
+              slots_pass() { local name=$1; shift
+                python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
+                  --cache-dir "$cache" --match "$match" --phases refs-cached "$@" \
+                  --json "$out/slots_$name.json" > "$out/slots_$name.log" 2>&1
+                grep -E "per minute|CPU seconds per|in flight|slots could not|spread" "$out/slots_$name.log" \
+                  | cut -c1-300; }
+              slots_pass prime --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              pass=0
+              for n in ${SLOTS_PASSES:-16 24 32 16 24 32}; do
+                pass=$((pass + 1))
+                slots_pass "${pass}_$n" --primed --workers "$n" --copies "${SLOTS_COPIES:-8}" \
+                  --deadline "${SLOTS_S:-150}"
               done ;;
     pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
