@@ -102,6 +102,22 @@ stop_cpu_sampling() {
 '(%d cores, %d samples)\n", part, s/NR, v[(int(NR*0.9)+1 > NR) ? NR : int(NR*0.9)+1], cores, NR}' \
     | tee -a "$out/timings.txt"
 }
+# One pass of benchmarks/grade_throughput.py over the window's problems (WINDOW_MATCH of the
+# kernelbench and triton sets; references cached in /tmp/window_refs, shared by the window,
+# wait and slots parts): subset_pass PART NAME SHOWN [grade_throughput flags...] logs to
+# $out/PART_NAME.log and prints its lines matching the regex SHOWN
+subset_pass() {
+  local part=$1 name=$2 shown=$3 kb="" c cache=/tmp/window_refs
+  shift 3
+  for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+    [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
+  mkdir -p "$cache"
+  python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
+    --cache-dir "$cache" --phases refs-cached \
+    --match "${WINDOW_MATCH:-level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)}" \
+    "$@" --json "$out/${part}_$name.json" > "$out/${part}_$name.log" 2>&1
+  grep -E "$shown" "$out/${part}_$name.log" | cut -c1-300
+}
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
@@ -153,57 +169,32 @@ for part in $parts; do
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
     # (the validator's GPU tests keep their records under $out/records)
-    window)   kb=""
-              for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
-                [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
-              cache=/tmp/window_refs; mkdir -p "$cache"
-              match=${WINDOW_MATCH:-'level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)'}
-              window_pass() { local name=$1; shift
-                python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
-                  --cache-dir "$cache" --match "$match" --phases refs-cached "$@" \
-                  --json "$out/window_$name.json" > "$out/window_$name.log" 2>&1
-                grep -E "per minute|window's parts|turn's parts|spread" "$out/window_$name.log" | cut -c1-300; }
-              window_pass prime --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+    window)   subset_pass window prime "per minute|window's parts|turn's parts|spread" \
+                --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WINDOW_PASSES:-N1 A1 N2 A2}; do
                 case $pass in
-                  A*) window_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
+                  A*) subset_pass window "$pass" "per minute|window's parts|turn's parts|spread" \
+                        --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
                         --window cover=replay --window min_rounds=0 --window order=shuffle ;;
-                  *)  window_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" ;;
+                  *)  subset_pass window "$pass" "per minute|window's parts|turn's parts|spread" \
+                        --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" ;;
                 esac
               done ;;
-    wait)     kb=""
-              for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
-                [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
-              cache=/tmp/window_refs; mkdir -p "$cache"
-              match=${WINDOW_MATCH:-'level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)'}
-              wait_pass() { local name=$1; shift
-                python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
-                  --cache-dir "$cache" --match "$match" --phases refs-cached "$@" \
-                  --json "$out/wait_$name.json" > "$out/wait_$name.log" 2>&1
-                grep -E "per minute|CPU seconds per|spread" "$out/wait_$name.log" | cut -c1-300; }
-              wait_pass prime --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+    wait)     subset_pass wait prime "per minute|CPU seconds per|spread" --copies 1 \
+                --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WAIT_PASSES:-W1 B1 W2 B2}; do
                 case $pass in W*) mode=auto ;; *) mode=block ;; esac
-                KERNELMILL_CUDA_WAIT=$mode wait_pass "$pass" --primed --copies "${WINDOW_COPIES:-3}" \
-                  --deadline "${WINDOW_S:-85}" ${WAIT_GROUP:+--group $WAIT_GROUP}
+                KERNELMILL_CUDA_WAIT=$mode subset_pass wait "$pass" "per minute|CPU seconds per|spread" \
+                  --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
+                  ${WAIT_GROUP:+--group $WAIT_GROUP}
               done ;;
-    slots)    kb=""
-              for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
-                [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
-              cache=/tmp/window_refs; mkdir -p "$cache"
-              match=${WINDOW_MATCH:-'level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)'}
-              slots_pass() { local name=$1; shift
-                python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
-                  --cache-dir "$cache" --match "$match" --phases refs-cached "$@" \
-                  --json "$out/slots_$name.json" > "$out/slots_$name.log" 2>&1
-                grep -E "per minute|CPU seconds per|in flight|slots could not|spread" "$out/slots_$name.log" \
-                  | cut -c1-300; }
-              slots_pass prime --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread"
+              subset_pass slots prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               pass=0
               for n in ${SLOTS_PASSES:-16 24 32 16 24 32}; do
                 pass=$((pass + 1))
-                slots_pass "${pass}_$n" --primed --workers "$n" --copies "${SLOTS_COPIES:-8}" \
-                  --deadline "${SLOTS_S:-150}"
+                subset_pass slots "${pass}_$n" "$shown" --primed --workers "$n" \
+                  --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}"
               done ;;
     pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
