@@ -43,7 +43,8 @@
 #        one-GPU run once per GPU at once; RAY_DEADLINE stops each run after that many seconds)
 #        (grade honors GRADE_ARGS, GRADE_PROFILE=1: the parent under cProfile, and
 #        GRADE_PYSPY=PATH: every process under that py-spy binary)
-#        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N, and
+#        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N,
+#        KERNELMILL_HOSTILE_WORKERS=N: N grades at once, and
 #        HOSTILE_K: a pytest -k filter)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
 set -uo pipefail

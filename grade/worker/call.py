@@ -104,7 +104,7 @@ class _Run(_Probes):
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
                  base_state: int = 0, slots=None, hidden_required: int | None = None,
                  hidden_required_ungraphed: int | None = None,
-                 retry_ratio: float | None = None):
+                 retry_ratio: float | None = None, placing: str = T.PLACING):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
@@ -116,9 +116,11 @@ class _Run(_Probes):
         self.trials = trials or []
         self.witness = witness or Witness()
         self.buffers = to_device(self.trials[0]["inputs"], device) if self.trials else []
-        # the timed calls' inputs at several places in memory, in turn (``T.placed_copies``);
-        # every load fills them all, so any call sees the same inputs wherever they sit
-        self.placements = T.placed_copies(self.buffers, device)
+        # the timed calls' inputs at several places in memory, in turn (``T.placed_copies``,
+        # ``T.PlacementTurns``); every load fills them all, so any call sees the same inputs
+        # wherever they sit
+        self.placements = T.placed_copies(self.buffers, device, placing=placing)
+        self.turns = T.PlacementTurns(len(self.placements), placing)
         self.timed_calls = 0
         self.captured: list[tuple[int, int]] = []  # (launches, extension calls) per captured call
         self.timed_checks: list[dict] = []
@@ -170,9 +172,15 @@ class _Run(_Probes):
 
     def load(self, values: list) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
-        every placement."""
-        for buffers in self.placements:
-            self._load_into(buffers, values)
+        every placement: the first from ``values``, the others from the first on the device
+        (a host copy per placement cost three more passes over the host's memory)."""
+        first = self.placements[0]
+        self._load_into(first, values)
+        for buffers in self.placements[1:]:
+            self._load_into(buffers, [
+                own if _type(own) is _Tensor and _type(value) is _Tensor and
+                own.shape == value.shape and own.dtype == value.dtype else value
+                for own, value in zip(first, values)])
 
     def _load_into(self, buffers: list, values: list) -> None:
         for index, value in enumerate(values):
@@ -208,7 +216,7 @@ class _Run(_Probes):
     def _next_placement(self) -> None:
         """The next timed call's inputs: the next placement's buffers."""
         if len(self.placements) > 1:
-            self.buffers = self.placements[self.timed_calls % len(self.placements)]
+            self.buffers = self.placements[self.turns.next()]
 
     def invoke(self, capturing: bool | None = None):
         """One candidate forward on the buffers, instrumented identically for every call

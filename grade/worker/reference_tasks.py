@@ -8,7 +8,6 @@ in ``tasks``.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -37,7 +36,7 @@ from .observers.optrace import _OpTrace
 from .seeding import _manual_seed, forward_seed
 from .state import perturbed_model_state
 from .tasks import _few_host_threads
-from .timing import _serve_timing, _timer_options, device_info
+from .timing import _serve_timing, _timer_options, device_info, timing_placing
 
 
 def reference_task(payload: dict) -> dict:
@@ -423,14 +422,15 @@ def reference_timing_task(payload: dict) -> dict:
 
 def _time_reference(model, inputs: list, device: str, payload: dict) -> dict:
     """The reference's eager forward timed in the parent's window (``timer._serve_timing``)."""
-    placements = T.placed_copies(inputs, device)
-    turn = itertools.count()
+    placing = timing_placing(payload)
+    placements = T.placed_copies(inputs, device, placing=placing)
+    turns = T.PlacementTurns(len(placements), placing)
 
-    def eager():  # on each placement of the inputs in turn, as the candidate's timed calls
-        inputs = placements[next(turn) % len(placements)]
+    def eager():  # on the placements of the inputs in turn, as the candidate's timed calls
+        inputs = placements[turns.next()]
         with torch.no_grad():
             return model(*inputs)
 
     mark_stage("reference timing")
-    _timer, timing = _serve_timing(eager, device, payload)
+    _timer, timing = _serve_timing(eager, device, payload, place=turns.capture)
     return {"timing": timing}

@@ -50,7 +50,7 @@ from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
 from .state import StateSlots, match_state
-from .timing import _serve_timing, device_info
+from .timing import _serve_timing, device_info, timing_placing
 
 # ---------------------------------------------------------------- both runs
 
@@ -213,7 +213,7 @@ def _candidate_task(payload: dict) -> dict:
                hidden_required=payload.get("hidden_required"),
                hidden_required_ungraphed=payload.get("hidden_required_ungraphed"),
                retry_ratio=payload.get("unseen_retry_ratio"),
-               states=states, base_state=base,
+               states=states, base_state=base, placing=timing_placing(payload),
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs
@@ -257,7 +257,7 @@ def _candidate_task(payload: dict) -> dict:
         timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
                                       send=checked_report, after_work=run.check_timed_inputs,
                                       after_sample=run.sometimes_check_timed_inputs,
-                                      prepared=run.reserve_replay)
+                                      prepared=run.reserve_replay, place=run.turns.capture)
         timing["calls"] = calls[0]
         run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
         seen_patches.extend(dispatch_changed(dispatch))  # (one unregistered before the end)

@@ -31,13 +31,22 @@ def _timer_options(payload: dict) -> dict:
     return {k: settings[k] for k in ("warmup", "graph", "sample_ms", "cover") if k in settings}
 
 
+def timing_placing(payload: dict) -> str:
+    """How the timed calls read the copies of their inputs (``timer.PLACINGS``): the policy's
+    timing setting ``placing``, else ``timer.PLACING``."""
+    placing = (payload.get("timing_settings") or {}).get("placing")
+    return placing if placing in T.PLACINGS else T.PLACING
+
+
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
-                  unseen=None, send=None, after_work=None, after_sample=None, prepared=None):
+                  unseen=None, send=None, after_work=None, after_sample=None, prepared=None,
+                  place=None):
     """Prepare a timer for ``fn``, tell the parent it is ready, answer its window's commands.
-    ``prepared(timer)`` runs once the timer is, before the worker says it is ready.
+    ``prepared(timer)`` runs once the timer is, before the worker says it is ready; ``place``
+    is the timer's (``timer.PlacementTurns.capture``).
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
-    timer = T.Timer(fn, device, **_timer_options(payload))
+    timer = T.Timer(fn, device, place=place, **_timer_options(payload))
     ready = timer.prepare()
     if prepared is not None:
         prepared(timer)

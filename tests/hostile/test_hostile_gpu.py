@@ -98,7 +98,9 @@ def test_hostile_suite_on_cuda(tmp_path):
                 for k, (p, _e, s) in chosen.items()])
             out = folder / f"hostile-{batch}-verdicts.jsonl"
             # KERNELMILL_HOSTILE_GROUP=N grades up to N cases of one problem as a group
-            grade_file(problems, submissions, out, device="cuda", workers=4, policy=policy,
+            # KERNELMILL_HOSTILE_WORKERS=N grades N at once (default 4)
+            workers = int(os.environ.get("KERNELMILL_HOSTILE_WORKERS", "4"))
+            grade_file(problems, submissions, out, device="cuda", workers=workers, policy=policy,
                        cache_path=tmp_path / "cache.jsonl", extensions_root=str(tmp_path / "ext"),
                        group=int(os.environ.get("KERNELMILL_HOSTILE_GROUP", "1")))
             rows.update({row["submission_id"]: row for row in read_jsonl(out)})

@@ -578,6 +578,26 @@ def test_a_worker_ships_bit_identical_outputs_once():
     assert run_.ship(torch.zeros(3)) is not run_.ship(-torch.zeros(3))  # bits, not values
 
 
+def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage():
+    """``_Run.load``: the first placement from the trial's values, every other from the first
+    (same values, each in its own storage, the pointers kept); a tensor of another shape is a
+    new one of its own at every placement; a non-tensor is put in as it is."""
+    import torch
+    from kernelmill.grade.worker.call import _Run
+
+    run_ = _Run.__new__(_Run)
+    run_.device = "cpu"
+    run_.placements = [[torch.zeros(4), torch.zeros(2), 0] for _ in range(3)]
+    pointers = [[p[0].data_ptr(), p[1].data_ptr()] for p in run_.placements]
+    run_.load([torch.arange(4.0), torch.ones(3), 7])
+    for place, buffers in enumerate(run_.placements):
+        assert torch.equal(buffers[0], torch.arange(4.0)) and buffers[0].data_ptr() == \
+            pointers[place][0]
+        assert torch.equal(buffers[1], torch.ones(3)) and buffers[2] == 7
+    storages = {b[1].untyped_storage().data_ptr() for b in run_.placements}
+    assert len(storages) == 3  # reshaped: a copy of its own at each placement
+
+
 def test_reports_of_a_run_without_a_control_pipe_are_kept_in_order():
     """What a worker reports as it sees it stays with the parent, whatever the run does later
     (the compile worker streams each native text before the build: its own record can be

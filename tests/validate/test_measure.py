@@ -1351,3 +1351,100 @@ def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_pat
     with open(lock + ".hot", "w") as held:
         held.write(repr(4102444800.0))  # a time in the future is no time
     assert M.GpuLock(lock).since_window_s() is None
+
+
+def test_inputs_get_copies_where_they_fit_in_half_the_l2_and_blocks_of_them_up_to_a_bound():
+    """``placement_count``: copies that fit in half the L2 with room for one more, up to
+    ``PLACEMENTS``; "blocks" placing also gives inputs that do not fit (an fp16 2048² GEMM's
+    16 MB beside a 50 MB L2) ``PLACEMENTS`` copies, up to ``PLACED_MAX_BYTES``; "turns" none."""
+    l2, mb = 50 << 20, 1 << 20
+    assert T.placement_count(1 * mb, l2) == T.PLACEMENTS
+    assert T.placement_count(8 * mb, l2) == 2  # 25 MB holds three: two and the outputs
+    assert T.placement_count(16 * mb, l2, "blocks") == T.PLACEMENTS
+    assert T.placement_count(16 * mb, l2, "turns") == 1
+    assert T.placement_count(T.PLACED_MAX_BYTES, l2) == T.PLACEMENTS
+    assert T.placement_count(T.PLACED_MAX_BYTES + 1, l2) == 1
+    assert T.placement_count(0, l2) == 1 and T.placement_count(mb, 0) == 1
+    values = [torch.ones(4), 3]
+    assert T.placed_copies(values, "cpu") == [values]  # no copies off CUDA
+
+
+def test_a_timing_graph_reads_each_copy_of_its_inputs_in_one_block_of_calls():
+    """``PlacementTurns``: while a graph of n calls is captured, call j reads copy
+    ``j * copies // n`` ("blocks"), each copy's calls together; outside a capture, and with
+    "turns", every call the next copy; one copy is always copy 0."""
+    turns = T.PlacementTurns(4)
+    read = []
+    for index in range(20):
+        turns.capture(index, 20)
+        read.append(turns.next())
+    turns.capture(None, 20)
+    assert read == [0] * 5 + [1] * 5 + [2] * 5 + [3] * 5
+    assert [turns.next() for _ in range(4)] == [1, 2, 3, 0]  # 21st call on: in turn
+    two = T.PlacementTurns(4)
+    assert [(two.capture(i, 2), two.next())[1] for i in range(2)] == [0, 2]
+    interleaved = T.PlacementTurns(4, "turns")
+    assert [(interleaved.capture(i, 8), interleaved.next())[1] for i in range(8)] == \
+        [1, 2, 3, 0, 1, 2, 3, 0]
+    alone = T.PlacementTurns(1)
+    assert [(alone.capture(i, 8), alone.next())[1] for i in range(3)] == [0, 0, 0]
+
+
+def test_the_timer_tells_its_place_hook_each_captured_call_and_the_capture_end(monkeypatch):
+    """``Timer(place=...)``: called with (j, n) before each of a capture's n calls, and with
+    (None, n) once it ended, also where a call raised (the capture's driver calls stubbed)."""
+    told = []
+    timer = T.Timer(lambda: told.append("call") or 1, "cpu",
+                    place=lambda index, calls: told.append((index, calls)))
+    monkeypatch.setattr(T, "_CUDAGraph", lambda: object())
+    monkeypatch.setattr(T, "_capture_begin", lambda graph: None)
+    monkeypatch.setattr(T, "_capture_end", lambda graph: None)
+    monkeypatch.setattr(T, "_stream_ctx", lambda stream: T._nullcontext())
+    _graph, outputs = timer._captured(None, 3)
+    assert outputs == [1, 1, 1]
+    assert told == [(0, 3), "call", (1, 3), "call", (2, 3), "call", (None, 3)]
+    told.clear()
+    timer.fn = lambda: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        timer._captured(None, 2)
+    assert told == [(0, 2), (None, 2)]
+
+
+def test_the_policy_picks_the_placing_and_an_unknown_one_is_the_default():
+    from kernelmill.grade.worker.timing import timing_placing
+
+    assert timing_placing({"timing_settings": {"placing": "turns"}}) == "turns"
+    assert timing_placing({"timing_settings": {"placing": "anything"}}) == T.PLACING
+    assert timing_placing({}) == T.PLACING == "blocks"
+
+
+@pytest.mark.gpu
+def test_a_captured_timing_graph_reads_16_mb_inputs_at_four_places_in_blocks():
+    """On CUDA: an fp16 2048² GEMM's inputs (16 MB, more than half the L2 holds twice) get
+    ``PLACEMENTS`` copies at different addresses, and the timing graph's calls read them in
+    blocks; every copy holds the same values."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    sets = T.placed_copies([a, b], "cuda")
+    assert len(sets) == T.PLACEMENTS
+    assert len({s[0].data_ptr() for s in sets}) == T.PLACEMENTS
+    assert all(torch.equal(s[0], a) and torch.equal(s[1], b) for s in sets)
+    turns = T.PlacementTurns(len(sets))
+    read = []
+
+    def fn():
+        copy = turns.next()
+        read.append((torch.cuda.is_current_stream_capturing(), copy))
+        x, y = sets[copy]
+        return x @ y
+
+    timer = T.Timer(fn, "cuda", place=turns.capture)
+    info = timer.prepare()
+    assert info["method"] == "cuda_graph", info
+    n = timer.calls_per_sample
+    captured = [copy for capturing, copy in read if capturing][-n:]
+    assert captured == sorted(captured) and captured[0] == 0, (n, captured)
+    if n >= T.PLACEMENTS:
+        assert set(captured) == set(range(T.PLACEMENTS)), captured

@@ -768,8 +768,10 @@ def test_a_cuda_tensor_larger_than_the_staging_buffer_is_looked_at_in_pieces():
         pytest.skip("no CUDA device")
     from kernelmill.grade.worker import inputs as I
 
+    torch.cuda.init()  # (the buffer is reserved only in a process whose CUDA is up)
     I.reserve_staging(1 << 20)
     buffer = I._staged()
+    assert buffer is not None
     value = torch.randn(3 * (buffer.numel() // 4) + 123, device="cuda")
     got = b"".join(piece.numpy().tobytes() for piece in I.look_pieces(value))
     assert got == value.cpu().numpy().tobytes()
