@@ -336,6 +336,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "last_ready_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
+            # each timed round's median sample, [round, ms], of the reference and the candidate
+            parts = window.get("participants") or {}
+            verdict["profile"]["round_medians_ms"] = {
+                who: (parts.get(who) or {}).get("round_medians_ms")
+                for who in ("reference", "candidate")}
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
         # share of the fresh-reference worker and of the window's reference timing worker
         verdict.setdefault("profile", {})["cpu_s"] = {

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .harness import Control
-from .measure import GpuLock, median_ci_pct, summarize
+from .measure import GpuLock, _median, median_ci_pct, summarize
 from .step_aside import StepAside
 from .window_group import (  # noqa: F401 (WindowError: re-exported)
     WindowError,
@@ -260,10 +260,12 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             stepper.close()
             held.close()
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
+    medians = result.pop("round_medians_ms", {})
     for name in participants:
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
         result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
-                                                 samples[name], wall_ms=walls.get(name), **info)
+                                                 samples[name], wall_ms=walls.get(name), **info,
+                                                 round_medians_ms=medians.get(name))
     return result
 
 
@@ -382,6 +384,9 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                                                        f"the {settle_ms:g} ms of settling asked"))
                     continue
                 samples[name].extend(times)
+                if times:  # [round, its turn's median] (``summary["round_medians_ms"]``)
+                    result.setdefault("round_medians_ms", {}).setdefault(name, []).append(
+                        [result["rounds"], round(_median(times), 6)])
                 # the samples' pace by this clock, the settling included: read high, never low
                 # (it bounds the clock check's loop)
                 paces[name].append((at - turn_began) * 1e3 / reps)

@@ -417,6 +417,11 @@ def test_window_times_two_processes_in_alternating_rounds():
     # same preemptions on a loaded machine; the median does not)
     cand = window["participants"]["candidate"]
     assert 0.9 <= cand["wall_ms"] and 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand
+    # each round's median of each participant, by round: every round timed both, in order
+    for name, ms in (("reference", 3.0), ("candidate", 1.0)):
+        medians = window["participants"][name]["round_medians_ms"]
+        assert [r for r, _ in medians] == list(range(window["rounds"])), medians
+        assert all(0.8 * ms <= m <= 3 * ms for _, m in medians), medians
 
 
 def test_the_reference_witnesses_the_gpus_pace_across_the_unseen_checks():
