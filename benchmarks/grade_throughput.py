@@ -439,6 +439,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--processes", type=int, help="grading processes the slots are shared "
+                        "among (grade_file's processes; default one)")
     parser.add_argument("--backend", choices=("local", "ray"), default="local",
                         help="ray: one host actor per GPU, each grading its share")
     parser.add_argument("--sets", nargs="*", default=["triton", "mix"],
@@ -553,7 +555,8 @@ def main() -> int:
                 stats = grade_file(problems, submissions, out, device=args.device,
                                    workers=args.workers, backend=args.backend, policy=policy,
                                    cache_path=cache if use_cache else None,
-                                   extensions_root=str(folder / "extensions"), group=args.group)
+                                   extensions_root=str(folder / "extensions"), group=args.group,
+                                   processes=args.processes)
             except KeyboardInterrupt:  # stopped (SIGTERM: a time limit): report what finished
                 done = len(read_lines(out))
                 print(f"{name} {phase}: stopped after {time.monotonic() - start:.0f} s with "
@@ -587,12 +590,15 @@ def main() -> int:
                 stats = grade_file(problems, submissions, out2, device=args.device,
                                    workers=args.workers, backend=args.backend, policy=policy,
                                    cache_path=cache,
-                                   extensions_root=str(folder / "extensions"), group=args.group)
+                                   extensions_root=str(folder / "extensions"), group=args.group,
+                                   processes=args.processes)
                 out = out2
             seconds = time.monotonic() - start
             results[f"{name} {phase}"] = {
                 "submissions": n, "seconds": round(seconds, 1),
-                "parent_cpu_s": round((_own_cpu_s() - parent_cpu) / max(n, 1), 3),
+                # (with --processes, the grading processes' CPU too)
+                "parent_cpu_s": round((_own_cpu_s() - parent_cpu + stats.counts.get(
+                    "cpu_ms: grading processes", 0) / 1e3) / max(n, 1), 3),
                 "per_minute": round(n / seconds * 60, 1), **lag.stop(),
                 **({} if phase == "cache-hits" else _after_first(first, n, seconds)),
                 "cached": stats.counts.get("cached", 0), **summarize(out)}

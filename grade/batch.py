@@ -270,8 +270,13 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                reward: str = "composite", policy: Policy | None = None,
                cache_path: str | os.PathLike | None | bool = True,
                extensions_root: str | None = None, compile_workers: int | None = None,
-               split: str | None = None, group: int | None = None) -> StageStats:
+               split: str | None = None, group: int | None = None,
+               processes: int | None = None) -> StageStats:
     """Grade every submission not yet in ``out_path``; returns the stage's counts.
+
+    ``processes`` > 1 (local backend): the slots shared among that many grading processes,
+    each with its own interpreter (``validate.process_backend``), instead of threads of this
+    one.
 
     ``group``: at most this many submissions of one problem are graded together, timed in one
     window (``Grader.grade_group``). Default 1: on an H100 groups of 8 certified no hostile
@@ -330,7 +335,10 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         # within each, by problem, so a problem's reference run is reused while it is cached.
         items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
         pool, stack = None, contextlib.ExitStack()
-        if device.startswith("cuda") and backend == "local":
+        spread = backend == "local" and (processes or 1) > 1
+        if device.startswith("cuda") and backend == "local" and not spread:
+            # (grading processes of their own build in the slot that grades: the builds'
+            # results stay in the process that made them)
             to_build = [it for it in items if needs_extension_build(it["source"])]
             if to_build:
                 grader = _grader_for(config)
@@ -338,6 +346,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                                           max(1, min(8, usable_cores() // 2)))
                 for it in to_build:
                     _COMPILES[it["submission_id"]] = pool.submit(grader.compile, it["source"])
+        runner = None
         try:
             if backend == "local":
                 stack.enter_context(_quick_handoffs())
@@ -357,8 +366,9 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 per_gpu = default_slots_per_gpu(gpus, cores=int(resources.get("CPU", 2)),
                                                 group=group or 1)
             runner = get_backend(backend, device=device, workers=workers, address=address,
-                                 per_gpu=per_gpu)
-            if backend == "local":
+                                 per_gpu=per_gpu, processes=processes if spread else None,
+                                 initializer=lower_switch_interval)
+            if backend == "local" and not spread:
                 _SLOTS_PER_GPU.clear()
                 for slot in runner.slots:
                     if slot.get("gpu") is not None:
@@ -376,6 +386,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                        verdict)
         finally:
             stack.close()
+            if spread and runner is not None:  # the grading processes' own CPU (their threads)
+                stats.count("cpu_ms: grading processes", int(runner.children_cpu_s * 1e3))
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
             cache.close()
@@ -391,15 +403,21 @@ def _quick_handoffs():
     other slots' threads busy (judging, decoding results) each hand-off could wait a switch
     interval or two while the GPU, held alone, sat idle."""
     previous = sys.getswitchinterval()
-    try:
-        wanted = float(os.environ.get("KERNELMILL_GIL_SWITCH_MS", "1")) / 1e3
-    except ValueError:
-        wanted = 0.001
-    sys.setswitchinterval(max(1e-4, min(previous, wanted)))
+    lower_switch_interval()
     try:
         yield
     finally:
         sys.setswitchinterval(previous)
+
+
+def lower_switch_interval() -> None:
+    """This interpreter's thread switch interval at ``KERNELMILL_GIL_SWITCH_MS`` (default 1 ms)
+    where it is longer (``_quick_handoffs``; each grading process's first call)."""
+    try:
+        wanted = float(os.environ.get("KERNELMILL_GIL_SWITCH_MS", "1")) / 1e3
+    except ValueError:
+        wanted = 0.001
+    sys.setswitchinterval(max(1e-4, min(sys.getswitchinterval(), wanted)))
 
 
 _TRANSIENT = ("SIGKILL", "out of memory", "zygote")

@@ -74,7 +74,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         stats = grade_file(problems, submissions, args.out, device=args.device,
                            workers=args.workers, backend=args.backend, address=args.address,
                            reward=args.reward, policy=_policy(args),
-                           cache_path=not args.no_cache, split=args.split)
+                           cache_path=not args.no_cache, split=args.split,
+                           processes=args.processes)
         print(batch_summary(stats))
         _say_downgrades(_row_downgrades(args.out))
         flagged = _flagged(args.out, args.fail_on)
@@ -223,6 +224,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="batch: parallel slots (default on CUDA: one per "
                    "core of a GPU's share, at most 16 per GPU; "
                    "admitted on its memory)")
+    p.add_argument("--processes", type=int, help="batch: grading processes the slots are "
+                   "shared among (default one: the slots are its threads)")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", help="ray cluster address")
     p.add_argument("--no-cache", action="store_true", help="batch: ignore the verdict cache")

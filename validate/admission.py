@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -398,6 +400,9 @@ class Tenancy:
 
 
 _BUDGETS: dict[Any, GpuBudget | None] = {}
+# A folder whose ledgers the GPU budgets of sibling processes share (``HostLedger``, one per
+# GPU): set for the grading processes of ``process_backend.ProcessBackend``
+GPU_LEDGER_VAR = "KERNELMILL_GPU_LEDGER"
 _REGISTRY = threading.Lock()
 
 
@@ -405,8 +410,8 @@ def read_gpu_memory(slot: dict, timeout_s: float = 120.0) -> tuple[int, int] | N
     """(free, total) bytes of the slot's GPU: from ``nvidia-smi`` where it answers, else read
     in a tiny worker pinned like the real ones (the parent never opens a CUDA context of its
     own); None when it cannot be read."""
-    from .harness import run_in_worker
     from .gpus import gpu_memory
+    from .harness import run_in_worker
 
     read = gpu_memory(slot.get("device", "cuda:0"), slot.get("env"))
     if read is not None:
@@ -432,7 +437,17 @@ def budget_for(slot: dict, read: Callable[[dict], tuple[int, int] | None] = read
     with _REGISTRY:
         if gpu not in _BUDGETS:
             sizes = read(slot)
-            _BUDGETS[gpu] = None if sizes is None else GpuBudget(*sizes, name=f"gpu{gpu}")
+            folder = os.environ.get(GPU_LEDGER_VAR)
+            if sizes is not None and folder:  # shared with the sibling processes' budgets:
+                # what they hold is not free now, but is this budget's to share
+                from .host_admission import HostLedger
+
+                ledger = HostLedger(Path(folder) / f"gpu{gpu}")
+                free, total = sizes
+                _BUDGETS[gpu] = GpuBudget(min(free + ledger.others(), total), total,
+                                          name=f"gpu{gpu}", shared=ledger)
+            else:
+                _BUDGETS[gpu] = None if sizes is None else GpuBudget(*sizes, name=f"gpu{gpu}")
         return _BUDGETS[gpu]
 
 

@@ -69,9 +69,16 @@ def _drain(todo: queue.Queue) -> None:
 
 def get_backend(name: str = "local", *, device: str = "auto", workers: int | None = None,
                 address: str | None = None, per_gpu: int | None = None,
-                running: int | None = None):
+                running: int | None = None, processes: int | None = None,
+                initializer=None):
     """``per_gpu``/``running`` (Ray on CUDA): items each GPU's host runs at once, and the most
-    worker processes it lets run (the local backend takes ``workers`` slots instead)."""
+    worker processes it lets run (the local backend takes ``workers`` slots instead).
+    ``processes`` > 1 (local): the slots shared among that many spawned interpreters
+    (``process_backend.ProcessBackend``), each first calling ``initializer``."""
+    if name == "local" and processes and processes > 1:
+        from .process_backend import ProcessBackend
+
+        return ProcessBackend(device_slots(device, workers), processes, initializer)
     if name == "local":
         return LocalBackend(device, workers)
     if name == "ray":

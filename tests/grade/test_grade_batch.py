@@ -239,3 +239,21 @@ def test_a_cpp_answer_graded_in_a_batch_on_cpu_with_a_relative_out_loads_its_bui
     verdict = next(iter(read_jsonl("verdicts.jsonl")))
     assert verdict["compiled"] and verdict["correct"], verdict.get("error")
     assert any(Path("verdicts.jsonl.extensions").rglob("*.so"))  # built where it was loaded
+
+
+def test_a_batch_shared_among_grading_processes_gives_the_same_verdicts(tmp_path):
+    """``processes=2``: the slots are two spawned interpreters' threads; every verdict is
+    written, each as the fixture expects, and their CPU is counted."""
+    chosen = {"honest_scale_add", "honest_row_sum", "crash_segfault", "hack_zeros",
+              "hack_patch_timer", "honest_linear"}
+    problems, submissions = write_inputs(tmp_path, only=chosen)
+    out = tmp_path / "verdicts.jsonl"
+    policy = Policy(timeout_s=30, timing_settings=FAST_TIMING, static_first=False)
+    stats = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=False, processes=2)
+    rows = {row["submission_id"]: row for row in read_jsonl(out)}
+    assert set(rows) == chosen and stats.n_kept == len(chosen)
+    expected = fixtures()
+    for name in chosen:
+        check(name, expected[name][1], rows[name])
+    assert stats.counts["cpu_ms: grading processes"] > 0
