@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import queue
 import resource
+import signal
 import tempfile
 import threading
 import traceback
@@ -26,6 +27,7 @@ from kernelmill.core.devices import Slot, TaskFn
 from kernelmill.core.errors import KernelmillError
 
 from .admission import GPU_LEDGER_VAR
+from .zygote_child import PR_SET_PDEATHSIG, _prctl
 
 _POLL_S = 0.5  # how often the parent looks for a child that died while it waits
 
@@ -93,19 +95,20 @@ class ProcessBackend:
                     raise KernelmillError(f"item {index}: {payload}")
                 yield items[index], payload
         finally:  # the caller stopped early or all is done: start nothing more
-            _wind_down(children, todo, done, len(self.slots), heard)
+            _wind_down(children, todo, done, len(self.slots), heard, stop=bool(pending))
             ledgers.cleanup()
 
 
-def _wind_down(children: list, todo, done, slots: int, heard) -> None:
-    """Let the children end: no more items; the others stopped where one died; what they send
+def _wind_down(children: list, todo, done, slots: int, heard, stop: bool) -> None:
+    """Let the children end: no more items; all stopped where the caller stopped early
+    (``stop``: what they grade now would be written by no one) or one died; what they send
     meanwhile passed to ``heard`` (a child's queue writes its last messages before it exits)."""
     _drain(todo)
     for _ in range(slots):
         todo.put(None)
-    if any(child.exitcode not in (None, 0) for child in children):
-        # one died, perhaps inside a queue's lock the others need: they are stopped (their
-        # grades are graded again when the run is resumed)
+    if stop or any(child.exitcode not in (None, 0) for child in children):
+        # (a child that died may have died inside a queue's lock the others need; a child
+        # stopped takes its workers with it: their zygotes die with it)
         for child in children:
             if child.is_alive():
                 child.terminate()
@@ -136,6 +139,7 @@ def _check_children(children: list, held: dict[int, int], pending: set[int]) -> 
 def _serve(fn: TaskFn, slots: list[Slot], todo, done, env: dict, initializer=None) -> None:
     """A child: one thread per slot, each taking items until it reads an end mark."""
     pid = os.getpid()
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))  # a parent killed takes its children along
     os.environ.update(env)
     if initializer is not None:
         initializer()

@@ -108,3 +108,20 @@ def test_budgets_of_sibling_processes_share_one_ledger_per_gpu(tmp_path, monkeyp
         stop.set()
         sibling.join(30)
         admission._BUDGETS.pop(7, None)
+
+
+def _slow_after_first(item, slot):
+    if item:
+        time.sleep(60)
+    return item
+
+
+def test_a_caller_that_stops_early_stops_the_children_at_once():
+    """What they would grade next would be written by no one: they are stopped, not waited
+    for (a benchmark's time limit, a ctrl-C)."""
+    backend = ProcessBackend(SLOTS[:2], 2)
+    results = backend.map_unordered(_slow_after_first, range(6))
+    assert next(results) == (0, 0)
+    began = time.monotonic()
+    results.close()
+    assert time.monotonic() - began < 20
