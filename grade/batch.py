@@ -375,6 +375,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                         _SLOTS_PER_GPU[slot["gpu"]] = _SLOTS_PER_GPU.get(slot["gpu"], 0) + 1
             size = group or 1
             results = runner.map_unordered(grade_group_items, group_items(items, max(1, size)))
+            # a failure below (a full disk) stops the backend's slots, whatever holds the frame
+            stack.callback(results.close)
             verdicts = ((item, verdict) for group_rows, group_verdicts in results
                         for item, verdict in zip(group_rows, group_verdicts))
             for item, verdict in track(verdicts, total=len(items), description="grading"):

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kernelmill")
 
+SHARED_POLL_S = 0.25  # how often a waiter reads other processes' holdings
 MARGIN = 0.10  # of the free memory, kept back for fragmentation and what estimates miss
 UNKNOWN_FRACTION = 0.5
 
@@ -211,8 +212,11 @@ class MemoryBudget:
             self._asks[ticket] = (need, alone)
             try:
                 while not (verdict := self._may_start(ticket, need, alone, time.monotonic())):
-                    # wake up in time to notice that an older waiter became protected
-                    self._cond.wait(timeout=max(0.05, min(self.max_wait_s, 5.0)))
+                    # wake up in time to notice that an older waiter became protected, or
+                    # (a budget shared with other processes, whose releases notify no one
+                    # here) that their holdings fell
+                    self._cond.wait(timeout=SHARED_POLL_S if self.shared is not None else
+                                    max(0.05, min(self.max_wait_s, 5.0)))
                     self._tick()
             finally:
                 self._tick()

@@ -46,6 +46,7 @@ from .window_group import (  # noqa: F401 (WindowError: re-exported)
 )
 
 MAX_CALLS = 1 << 16  # calls per sample a member may ask its graph to be captured with
+MEDIAN_ROUNDS = 64  # rounds whose per-participant medians a window keeps (``round_medians_ms``)
 
 
 @dataclass
@@ -262,10 +263,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
     medians = result.pop("round_medians_ms", {})
     for name in participants:
+        # what the worker said when ready, under what the parent measured and counted
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
-        result["participants"][name] = summarize((ready.get(name) or {}).get("method"),
-                                                 samples[name], wall_ms=walls.get(name), **info,
-                                                 round_medians_ms=medians.get(name))
+        result["participants"][name] = {
+            **info, **summarize((ready.get(name) or {}).get("method"), samples[name]),
+            "wall_ms": walls.get(name), "round_medians_ms": medians.get(name)}
     return result
 
 
@@ -384,7 +386,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                                                        f"the {settle_ms:g} ms of settling asked"))
                     continue
                 samples[name].extend(times)
-                if times:  # [round, its turn's median] (``summary["round_medians_ms"]``)
+                if times and result["rounds"] < MEDIAN_ROUNDS:
+                    # [round, its turn's median] (``summary["round_medians_ms"]``)
                     result.setdefault("round_medians_ms", {}).setdefault(name, []).append(
                         [result["rounds"], round(_median(times), 6)])
                 # the samples' pace by this clock, the settling included: read high, never low

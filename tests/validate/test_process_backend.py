@@ -3,6 +3,9 @@ once, by more than one interpreter; a task's error and a child's death end the r
 line; the children's GPU budgets share one ledger per GPU."""
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -125,3 +128,58 @@ def test_a_caller_that_stops_early_stops_the_children_at_once():
     began = time.monotonic()
     results.close()
     assert time.monotonic() - began < 20
+
+
+BIG = textwrap.dedent("""
+    import sys, time
+    from kernelmill.validate.process_backend import ProcessBackend
+
+    SLOTS = [{"device": "cpu", "gpu": None, "env": {}} for _ in range(4)]
+
+    def big(item, slot):
+        time.sleep(0.01)
+        return item[:1] * 200_000  # results larger than a pipe's buffer
+
+    def dies(item, slot):
+        if item[0] == 7:
+            import os
+            os._exit(9)
+        return big(item, slot)
+
+    if __name__ == "__main__":
+        items = [bytes([i % 256]) * 20_000 for i in range(200)]
+        backend = ProcessBackend(SLOTS, 2)
+        got = 0
+        try:  # the caller fails while the children have results on the way
+            for item, result in backend.map_unordered(big, items):
+                got += 1
+                if got == 5:
+                    raise RuntimeError("the caller fails")
+        except RuntimeError:
+            pass
+        results = backend.map_unordered(big, items[:40])  # results pile up, then it stops
+        next(results)
+        time.sleep(2)
+        results.close()
+        try:
+            list(backend.map_unordered(dies, items[:60]))
+        except Exception as exc:
+            print("died:", exc)
+        assert sorted(r[0] for _i, r in backend.map_unordered(big, items[:60])) == \\
+            sorted(i[0] for i in items[:60])
+        print("ok", got)
+""")
+
+
+def test_large_items_and_results_never_leave_the_parent_waiting(tmp_path):
+    """Items and results larger than a pipe's buffer: a caller that fails, one that stops with
+    results waiting, a child that dies mid-run; every case ends, and a later run works."""
+    script = tmp_path / "big.py"
+    script.write_text(BIG)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "ok 5", done.stdout
+    assert any(line.startswith("died: a grading process") and "exit code 9" in line
+               for line in lines), done.stdout
