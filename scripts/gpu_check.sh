@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks on a CUDA machine: the `gpu`-marked tests and the GPU benchmarks, each logged.
 # Usage: bash scripts/gpu_check.sh [PART ...]   PART in: tests fast hostile fidelity audit seeds
-# validate grade build synth wait slots ("fast": the GPU tests minus the two whole-suite ones)
+# validate grade build synth wait slots processes ("fast": the GPU tests minus the two whole-suite ones)
 #        fidelity (the measure module's GPU tests, then benchmarks/grade_fidelity.py)
 #        hostile (tests/hostile on CUDA: the hostile suite and the policy presets)
 #        audit (benchmarks/kernelbench_audit.py on $KERNELBENCH, or shared/benchmarks/kernelbench
@@ -26,6 +26,9 @@
 #        slots (grades in flight per GPU: the window's problems WINDOW_MATCH graded with
 #        --workers N for each N of SLOTS_PASSES, default "16 24 32 16 24 32", SLOTS_COPIES
 #        copies (default 8), SLOTS_S seconds a pass (default 150), references cached once)
+#        processes (the slots' A/B over grading processes: the window's problems graded with
+#        16 slots shared among N processes for each N of PROCESSES_PASSES, default "1 2 1 2";
+#        SLOTS_COPIES, SLOTS_S as for slots; verdicts kept per pass)
 #        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
 #        SERVE_ARGS, default "--actors 8 --skip-load")
 #        context (scripts/context_probe.py: CUDA worker processes started N at once)
@@ -196,6 +199,16 @@ for part in $parts; do
                 pass=$((pass + 1))
                 subset_pass slots "${pass}_$n" "$shown" --primed --workers "$n" \
                   --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}"
+              done ;;
+    # PROCESSES_PASSES: grading processes per pass (default "1 2 1 2"), 16 slots each
+    processes) shown="per minute|CPU seconds per|in flight|spread"
+              subset_pass processes prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              pass=0
+              for n in ${PROCESSES_PASSES:-1 2 1 2}; do
+                pass=$((pass + 1))
+                subset_pass processes "${pass}_$n" "$shown" --primed --workers 16 --processes "$n" \
+                  --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}" \
+                  --keep-verdicts "$out/processes_verdicts_${pass}_$n"
               done ;;
     pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
