@@ -366,7 +366,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                 per_gpu = default_slots_per_gpu(gpus, cores=int(resources.get("CPU", 2)),
                                                 group=group or 1)
             runner = get_backend(backend, device=device, workers=workers, address=address,
-                                 per_gpu=per_gpu, processes=processes if spread else None,
+                                 per_gpu=per_gpu, processes=processes,
                                  initializer=lower_switch_interval)
             if backend == "local" and not spread:
                 _SLOTS_PER_GPU.clear()
