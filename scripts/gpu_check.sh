@@ -17,9 +17,10 @@
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
 #        window (an A/B of the timing window: benchmarks/grade_throughput.py on the kernelbench
 #        and triton sets' problems WINDOW_MATCH, references cached once, then passes of
-#        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N) and
-#        the earlier one (A: untimed-replay covers, no minimum rounds, shuffled rounds);
-#        WINDOW_PASSES picks them, default "N1 A1 N2 A2")
+#        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N*) and
+#        one with the settings WINDOW_B (B*: "NAME=VALUE ..." as --window takes them);
+#        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; WINDOW_GROUP=N grades in groups;
+#        verdicts kept, window_verdicts.tgz)
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (W,
 #        the driver's spin) and block (B, the default); WAIT_PASSES, default "W1 B1 W2 B2",
 #        WINDOW_MATCH, WINDOW_S, WINDOW_COPIES as for window; WAIT_GROUP=N grades in groups)
@@ -122,6 +123,11 @@ subset_pass() {
     "$@" --json "$out/${part}_$name.json" > "$out/${part}_$name.log" 2>&1
   grep -E "$shown" "$out/${part}_$name.log" | cut -c1-300
 }
+# a part's kept verdict folders as one archive ($out/PART_verdicts.tgz: the device returns 8 files)
+keep_verdicts() {
+  (cd "$out" && ls -d "$1"_verdicts_* >/dev/null 2>&1 && tar czf "$1_verdicts.tgz" "$1"_verdicts_* \
+    && rm -rf "$1"_verdicts_*)
+}
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
@@ -173,17 +179,17 @@ for part in $parts; do
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
     # (the validator's GPU tests keep their records under $out/records)
-    window)   subset_pass window prime "per minute|window's parts|turn's parts|spread" \
-                --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
-              for pass in ${WINDOW_PASSES:-N1 A1 N2 A2}; do
-                case $pass in
-                  A*) subset_pass window "$pass" "per minute|window's parts|turn's parts|spread" \
-                        --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
-                        --window cover=replay --window min_rounds=0 --window order=shuffle ;;
-                  *)  subset_pass window "$pass" "per minute|window's parts|turn's parts|spread" \
-                        --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" ;;
-                esac
-              done ;;
+    window)   shown="per minute|window's parts|turn's parts|spread|CPU seconds per"
+              subset_pass window prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              for pass in ${WINDOW_PASSES:-N1 B1 N2 B2}; do
+                settings=()
+                case $pass in B*) for s in ${WINDOW_B:-round_ms=40}; do
+                  settings+=(--window "$s"); done ;; esac
+                subset_pass window "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
+                  --deadline "${WINDOW_S:-85}" ${WINDOW_GROUP:+--group $WINDOW_GROUP} \
+                  --keep-verdicts "$out/window_verdicts_$pass" "${settings[@]}"
+              done
+              keep_verdicts window ;;
     wait)     subset_pass wait prime "per minute|CPU seconds per|spread" --copies 1 \
                 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WAIT_PASSES:-W1 B1 W2 B2}; do
@@ -209,7 +215,8 @@ for part in $parts; do
                 subset_pass processes "${pass}_$n" "$shown" --primed --workers 16 --processes "$n" \
                   --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}" \
                   --keep-verdicts "$out/processes_verdicts_${pass}_$n"
-              done ;;
+              done
+              keep_verdicts processes ;;
     pytest)   KERNELMILL_TEST_OUT="$out/records" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-tests} \
                 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
                 | tee "$out/pytest_gpu.log" ;;

@@ -280,6 +280,40 @@ def median_ci_pct(samples: list[float]) -> float | None:
     return 100.0 * (ordered[high] - ordered[low]) / 2 / median
 
 
+# two-sided 95% quantiles of Student's t by degrees of freedom (1-30; past 30, Z95)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def turn_ci_pct(turns: dict[str, list[float]]) -> dict[str, float | None]:
+    """Each participant's 95% half-width (percent of its time) counted in turns, from its turns'
+    medians: a turn's samples share the GPU's state of that moment (an fp16 GEMM at the power
+    cap moved 2-7% from one 10 ms turn to the next while a turn's own samples agreed within
+    0.5%, H200), so a median rests on as many independent readings as it has turns, however
+    many samples they hold. The turns' scatter is pooled over the window's participants: log
+    deviations from each one's median turn, scaled by sqrt(k / (k - 1)) for its k turns; their
+    median absolute value times 1.4826 is the scatter (one disturbed turn among several moves
+    it little), and a participant with k turns reads t(df) x scatter / sqrt(k), df the pooled
+    turns less one per participant. None for all where fewer than two turns of one
+    participant are pooled."""
+    deviations: list[float] = []
+    df = 0
+    for medians in turns.values():
+        logs = [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
+        if len(logs) < 2:
+            continue
+        center, scale = _median(logs), math.sqrt(len(logs) / (len(logs) - 1))
+        deviations.extend(abs(x - center) * scale for x in logs)
+        df += len(logs) - 1
+    if not deviations:
+        return {name: None for name in turns}
+    scatter = 1.4826 * _median(deviations)
+    t95 = _T95[df - 1] if df <= len(_T95) else Z95
+    return {name: 100.0 * t95 * scatter / math.sqrt(len(medians)) if medians else None
+            for name, medians in turns.items()}
+
+
 def summarize(method: str, samples: list[float], **extra) -> dict:
     """The timing report: ``{method, reps, ci_pct, ms (the median), mean_ms, min_ms}`` plus
     ``extra``."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .harness import Control
-from .measure import GpuLock, _median, median_ci_pct, summarize
+from .measure import GpuLock, _median, median_ci_pct, summarize, turn_ci_pct
 from .step_aside import StepAside
 from .window_group import (  # noqa: F401 (WindowError: re-exported)
     WindowError,
@@ -93,6 +93,12 @@ class WindowSettings:
     # the two rounds of a long call's window are one such pair).
     order: str = "mirror"
     max_reps: int = 2000
+    # Whether the rounds stop on a CI that counts turns (``measure.turn_ci_pct``) rather than on
+    # the samples' alone. A turn's samples share the GPU's state of that moment, so a summary's
+    # ``ci_pct`` always counts turns; stopping on it too made fp16 GEMM windows 4x longer
+    # (rounds 0.56 -> 2.1 s, H200) for no measured gain across copies: their spread is
+    # mostly between windows, which no window's CI sees.
+    stop_on_turns: bool = False
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
     ready_timeout_s: float = 300.0  # a worker must be ready within this
     report_timeout_s: float = 60.0  # and answer each command within this
@@ -261,14 +267,36 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             stepper.close()
             held.close()
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
-    medians = result.pop("round_medians_ms", {})
+    cis = _window_cis(samples, result, participants, by_turns=True)
+    turns = _turn_cis(result, participants)
+    medians = result.pop("turn_medians_ms", {})
     for name in participants:
         # what the worker said when ready, under what the parent measured and counted
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
+        summary = summarize((ready.get(name) or {}).get("method"), samples[name])
         result["participants"][name] = {
-            **info, **summarize((ready.get(name) or {}).get("method"), samples[name]),
-            "wall_ms": walls.get(name), "round_medians_ms": medians.get(name)}
+            **info, **summary, "ci_pct": cis[name], "samples_ci_pct": summary["ci_pct"],
+            "turn_ci_pct": turns.get(name), "turns": len(medians.get(name) or ()),
+            "wall_ms": walls.get(name),
+            "round_medians_ms": (medians.get(name) or [])[:MEDIAN_ROUNDS] or None}
     return result
+
+
+def _turn_cis(result: dict, names) -> dict[str, float | None]:
+    """``measure.turn_ci_pct`` over the turns the window's participants ``names`` took."""
+    medians = result.get("turn_medians_ms") or {}
+    return turn_ci_pct({name: [m for _, m in medians.get(name) or ()] for name in names})
+
+
+def _window_cis(samples: dict, result: dict, names, by_turns: bool) -> dict[str, float | None]:
+    """Each participant's CI: its samples' (``median_ci_pct``), widened ``by_turns`` to the one
+    its turns allow (``turn_ci_pct``); None while the samples are too few for one."""
+    turns = _turn_cis(result, names) if by_turns else {}
+    cis = {}
+    for name in names:
+        ci, by_turns = median_ci_pct(samples[name]), turns.get(name)
+        cis[name] = ci if ci is None or by_turns is None else max(ci, by_turns)
+    return cis
 
 
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
@@ -386,9 +414,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                                                        f"the {settle_ms:g} ms of settling asked"))
                     continue
                 samples[name].extend(times)
-                if times and result["rounds"] < MEDIAN_ROUNDS:
-                    # [round, its turn's median] (``summary["round_medians_ms"]``)
-                    result.setdefault("round_medians_ms", {}).setdefault(name, []).append(
+                if times:  # [round, its turn's median]: the turn CI's readings
+                    result.setdefault("turn_medians_ms", {}).setdefault(name, []).append(
                         [result["rounds"], round(_median(times), 6)])
                 # the samples' pace by this clock, the settling included: read high, never low
                 # (it bounds the clock check's loop)
@@ -409,7 +436,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         for control in group.active.values():  # the others' turns are not its time
             control.extend(time.monotonic() - round_began)
         timed = [samples[name] for name in group.active]
-        cis = [median_ci_pct(s) for s in timed]
+        cis = list(_window_cis(samples, result, group.active,
+                               by_turns=settings.stop_on_turns).values())
         enough = all(len(s) >= settings.min_reps for s in timed) and \
             result["rounds"] >= settings.min_rounds
         if enough and all(c is not None and c <= settings.ci_target_pct for c in cis):

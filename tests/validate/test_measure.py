@@ -424,6 +424,49 @@ def test_window_times_two_processes_in_alternating_rounds():
         assert all(0.8 * ms <= m <= 3 * ms for _, m in medians), medians
 
 
+def test_a_median_counts_its_turns_not_only_its_samples():
+    rng = random.Random(7)
+    steady = {name: [ms * (1 + rng.gauss(0, 0.001)) for _ in range(8)]
+              for name, ms in (("reference", 2.0), ("candidate", 1.0))}
+    assert all(ci < 0.5 for ci in M.turn_ci_pct(steady).values())
+    # turns 3% apart: the median rests on 4 readings, however many samples each turn held
+    swinging = {"reference": [2.0, 2.06] * 2, "candidate": [1.0, 1.03] * 2}
+    assert all(ci > 2.0 for ci in M.turn_ci_pct(swinging).values())
+    # one disturbed turn among many barely widens it; more turns narrow it
+    disturbed = {name: [*values[:-1], values[-1] * 1.08] for name, values in steady.items()}
+    assert all(ci < 0.5 for ci in M.turn_ci_pct(disturbed).values())
+    more = {name: values * 4 for name, values in swinging.items()}
+    assert M.turn_ci_pct(more)["candidate"] < M.turn_ci_pct(swinging)["candidate"]
+    assert M.turn_ci_pct({"reference": [2.0], "candidate": [1.0]}) == \
+        {"reference": None, "candidate": None}
+
+
+def test_a_window_whose_turns_disagree_says_so_and_can_run_on_until_they_agree():
+    """Each 25 ms of the workers' clock holds its own pace (0-4% slower): a turn's samples
+    agree, its turns do not. Stopping on its samples, the window stops while its turns still
+    disagree, and its summary's CI says how far (counted in turns, wider than the samples
+    claim); stopping on turns, it runs on until they agree on a median."""
+    before = ("global busy\n    def busy():\n        end = time.perf_counter() + {ms} * "
+              "(1 + 0.01 * ((int(time.time() * 40) * 7919) % 5)) / 1e3\n"
+              "        while time.perf_counter() < end:\n            pass")
+    ms = {"reference": 2.0, "candidate": 1.0}
+    befores = {name: before.format(ms=value) for name, value in ms.items()}
+    sampled, _ = _window(ms, before=befores, cap_ms=2000, ci_target_pct=0.5, overtime=0)
+    counted, _ = _window(ms, before=befores, cap_ms=2000, ci_target_pct=0.5, overtime=0,
+                         stop_on_turns=True)
+    for window in (counted, sampled):
+        assert window["error"] is None, window
+    for window in (counted, sampled):
+        cand = window["participants"]["candidate"]
+        assert cand["turns"] == window["rounds"], cand
+        assert cand["ci_pct"] == max(cand["samples_ci_pct"], cand["turn_ci_pct"]), cand
+        assert verdict_timing(window)["ci_pct"] >= cand["turn_ci_pct"]
+    assert counted["rounds"] > sampled["rounds"], (counted["rounds"], sampled["rounds"])
+    # the samples alone claimed a narrower CI than their turns allowed
+    cand = sampled["participants"]["candidate"]
+    assert cand["turn_ci_pct"] > cand["samples_ci_pct"], cand
+
+
 def test_the_reference_witnesses_the_gpus_pace_across_the_unseen_checks():
     """The trusted reference runs one round right before and one right after the candidates'
     unseen checks: the GPU's own slowing over them (a power cap), kept out of its score."""
