@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,39 @@ def existing_keys(path: str | os.PathLike, key: str = "id") -> set[str]:
     return {str(obj[key]) for obj in read_jsonl(path, on_error=lambda _m: None) if key in obj}
 
 
+def _take_out(path: Path, redo: Callable[[dict], bool]) -> int:
+    """Rewrite ``path`` without the records ``redo`` picks (a resumed run does them again);
+    every other line stays as it was, unreadable ones too. The new file replaces the old one
+    whole (written beside it, synced, renamed): a failure leaves the old one as it was.
+    Returns how many records were taken out."""
+    kept, taken = [], 0
+    with path.open("rb") as handle:
+        for line in handle:
+            try:
+                obj = json.loads(line)
+                picked = isinstance(obj, dict) and bool(redo(obj))
+            except ValueError:
+                picked = False
+            if picked:
+                taken += 1
+            else:
+                kept.append(line)
+    if not taken:
+        return 0
+    aside = path.with_name(f".{path.name}.redo")
+    try:
+        with aside.open("wb") as handle:
+            handle.writelines(kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(aside, path)
+    except OSError as exc:
+        with suppress(OSError):
+            aside.unlink()
+        raise WriteFailed(path, exc, "its records are as they were") from None
+    return taken
+
+
 def _drop_partial_tail(path: Path) -> None:
     """A writer killed mid-line leaves a tail without newline: move it aside, keep the rest."""
     size = path.stat().st_size
@@ -170,14 +203,18 @@ class JsonlWriter:
     ...     out.write(record)      # returns False when the key was written before
     """
 
-    def __init__(self, path: str | os.PathLike, key: str = "id", resume: bool = True):
+    def __init__(self, path: str | os.PathLike, key: str = "id", resume: bool = True,
+                 redo: Callable[[dict], bool] | None = None):
         self.path = Path(path)
         self.key = key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not resume and self.path.exists():
             self.path.unlink()
+        self.redone = 0  # records ``redo`` took out of the file, to be written again
         if self.path.exists():
             _drop_partial_tail(self.path)
+            if redo is not None:
+                self.redone = _take_out(self.path, redo)
         self.seen: set[str] = existing_keys(self.path, key)
         try:
             self._handle = open(self.path, "ab", buffering=0)

@@ -4,7 +4,8 @@ Rows of the submissions file: ``{"submission_id", "problem_id", "source"}``; the
 holds records (``id``, ``source``, optional ``validation`` with calibrated tolerances). Each
 verdict row is the submission's ids plus the verdict (``compiled``, ``correct``, ``hacks``,
 ``reward``, speedups, ``error``...). Rerunning the same command skips submissions already in the
-output. Verdicts are also kept in a cache keyed by a hash of the exact candidate source, the problem's
+output, except those whose verdict may come out otherwise on a retry (``to_redo``: a timeout, a
+kill from outside, a failed timing window or reference run), which it grades again in place. Verdicts are also kept in a cache keyed by a hash of the exact candidate source, the problem's
 source and calibration, the device, the grading policy and the library and grader versions
 (``verdict_key``); a resubmitted kernel is not run again.
 
@@ -300,7 +301,11 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
               "extensions_root": extensions_root}
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
-    with lock, JsonlWriter(out_path, key="submission_id") as out:
+    with lock, JsonlWriter(out_path, key="submission_id", redo=to_redo) as out:
+        if out.redone:
+            log.info(f"{out_path}: {out.redone} verdict(s) that may come out otherwise on a "
+                     "retry (a timeout, a kill, a failed window or reference) graded again")
+            stats.count("graded again", out.redone)
         items = []
         for index, row in enumerate(read_jsonl(submissions_path), start=1):
             missing = [k for k in ("submission_id", "problem_id", "source") if k not in row]
@@ -435,6 +440,12 @@ def transient(verdict: dict) -> bool:
             or bool((verdict.get("timings") or {}).get("error")))
 
 
+def to_redo(row: dict) -> bool:
+    """A verdict row a rerun grades again rather than skips: one ``transient`` or whose
+    reference failed (neither is cached either)."""
+    return bool(row.get("reference_failed")) or transient(row)
+
+
 def _cacheable(verdict: dict) -> dict:
     return {k: v for k, v in verdict.items() if k not in ("cached",)}
 
@@ -462,6 +473,6 @@ def batch_summary(stats: StageStats) -> str:
                      if k.startswith("hacked: ")})
     errors = Counter({k.split(": ", 1)[1]: v for k, v in counts.items()
                       if k.startswith("error: ")})
-    extra = {label: counts[label] for label in ("cached", "already graded")}
+    extra = {label: counts[label] for label in ("cached", "already graded", "graded again")}
     extra.update({k: v for k, v in counts.items() if k.startswith("dropped: ")})
     return summary(counts, first, errors, extra)

@@ -119,6 +119,25 @@ def test_writer_resumes_and_reader_survives_corrupt_lines(tmp_path):
     assert errors[1].startswith(f"{path}:5: ")
 
 
+def test_a_resumed_writer_takes_out_the_records_it_is_told_to_redo(tmp_path):
+    path = tmp_path / "v.jsonl"
+    with JsonlWriter(path, key="sid") as out:
+        for sid, state in (("a", "final"), ("b", "retry"), ("c", "final")):
+            out.write({"sid": sid, "state": state})
+    with path.open("a") as handle:
+        handle.write("{not json\n")
+    with JsonlWriter(path, key="sid", redo=lambda row: row["state"] == "retry") as out:
+        assert out.redone == 1 and "b" not in out and "a" in out
+        assert not out.write({"sid": "a", "state": "again"})
+        assert out.write({"sid": "b", "state": "final"})
+    lines = path.read_text().splitlines()
+    assert lines[2] == "{not json"  # an unreadable line stays where it was
+    assert [json.loads(line)["state"] for line in lines if line != "{not json"] == ["final"] * 3
+    with JsonlWriter(path, key="sid", redo=lambda row: row["state"] == "retry") as out:
+        assert out.redone == 0  # nothing picked: the file is not rewritten
+    assert not list(tmp_path.glob(".*redo"))
+
+
 def test_import_reports_malformed_files_and_keeps_the_rest(tmp_path, seeds_dir):
     tree = tmp_path / "KernelBench" / "level2"
     tree.mkdir(parents=True)

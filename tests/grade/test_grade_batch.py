@@ -257,3 +257,30 @@ def test_a_batch_shared_among_grading_processes_gives_the_same_verdicts(tmp_path
     for name in chosen:
         check(name, expected[name][1], rows[name])
     assert stats.counts["cpu_ms: grading processes"] > 0
+
+
+def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
+    """A submission whose grade timed out is graded again by a rerun of the same command, its
+    row replaced in place; a final verdict is kept as it was and counted already graded."""
+    chosen = {"crash_hang", "honest_row_sum"}
+    problems, submissions = write_inputs(tmp_path, only=chosen)
+    out = tmp_path / "verdicts.jsonl"
+    policy = Policy(timeout_s=6, timing_settings=FAST_TIMING, static_first=False)
+    first = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=False)
+    rows = {row["submission_id"]: row for row in read_jsonl(out)}
+    assert first.n_kept == 2 and rows["crash_hang"]["error"]["timed_out"] is True
+    check("honest_row_sum", "certified", rows["honest_row_sum"])
+    lines = out.read_text().splitlines()
+    again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=False)
+    assert again.counts["graded again"] == 1 and again.counts["already graded"] == 1
+    assert again.n_kept == 1
+    redone = {row["submission_id"]: row for row in read_jsonl(out)}
+    assert len(out.read_text().splitlines()) == 2 and set(redone) == chosen
+    assert redone["honest_row_sum"] == rows["honest_row_sum"]  # kept, line for line
+    assert [line for line in out.read_text().splitlines() if "honest_row_sum" in line] == \
+        [line for line in lines if "honest_row_sum" in line]
+    hang = redone["crash_hang"]
+    assert hang["error"]["timed_out"] is True
+    assert hang["profile"]["began_at"] > rows["crash_hang"]["profile"]["began_at"]
