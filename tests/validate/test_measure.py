@@ -658,7 +658,7 @@ def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
 def test_mirrored_rounds_reverse_each_drawn_order():
     """``order="mirror"``: each odd round is the round before it reversed, so over a pair a
     member's turns sit about the pair's middle; even rounds are drawn as "shuffle" draws."""
-    from kernelmill.validate.window import _round_order
+    from kernelmill.validate.window_turns import _round_order
     names = [f"m{i}" for i in range(8)]
     last: list[str] = []
     orders = []
