@@ -12,6 +12,8 @@ import errno
 import json
 import logging
 import os
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -124,37 +126,58 @@ def existing_keys(path: str | os.PathLike, key: str = "id") -> set[str]:
     return {str(obj[key]) for obj in read_jsonl(path, on_error=lambda _m: None) if key in obj}
 
 
-def _take_out(path: Path, redo: Callable[[dict], bool]) -> int:
+def _take_out(path: Path, redo: Callable[[dict], bool]) -> list[dict]:
     """Rewrite ``path`` without the records ``redo`` picks (a resumed run does them again);
-    every other line stays as it was, unreadable ones too. The new file replaces the old one
-    whole (written beside it, synced, renamed): a failure leaves the old one as it was.
-    Returns how many records were taken out."""
-    kept, taken = [], 0
+    every other line stays as it was, unreadable ones too, and so does a record ``redo`` raises
+    on. The new file replaces the old one whole (written beside the file a link points to, with
+    its mode, synced, renamed, its folder synced): a failure leaves the old one as it was.
+    Returns the records taken out."""
+    kept, taken = [], []
     with path.open("rb") as handle:
         for line in handle:
             try:
                 obj = json.loads(line)
                 picked = isinstance(obj, dict) and bool(redo(obj))
-            except ValueError:
+            except Exception:  # noqa: BLE001 - unreadable, or a row redo cannot judge: kept
                 picked = False
             if picked:
-                taken += 1
+                taken.append(obj)
             else:
                 kept.append(line)
     if not taken:
-        return 0
-    aside = path.with_name(f".{path.name}.redo")
+        return []
+    real = path.resolve()
+    aside = None
     try:
-        with aside.open("wb") as handle:
+        fd, aside = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".redo", dir=real.parent)
+        with os.fdopen(fd, "wb") as handle:
             handle.writelines(kept)
             handle.flush()
+            os.fchmod(handle.fileno(), stat.S_IMODE(real.stat().st_mode))
             os.fsync(handle.fileno())
-        os.replace(aside, path)
+        os.replace(aside, real)
+        aside = None
+        _sync_folder(real.parent)
     except OSError as exc:
-        with suppress(OSError):
-            aside.unlink()
+        if aside is not None:
+            with suppress(OSError):
+                os.unlink(aside)
         raise WriteFailed(path, exc, "its records are as they were") from None
     return taken
+
+
+def _sync_folder(folder: Path) -> None:
+    """A rename made durable: the folder's entry synced (where the file system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _drop_partial_tail(path: Path) -> None:
@@ -210,17 +233,23 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not resume and self.path.exists():
             self.path.unlink()
-        self.redone = 0  # records ``redo`` took out of the file, to be written again
+        # records ``redo`` took out of the file, to be written again, by key
+        self.taken: dict[str, dict] = {}
         if self.path.exists():
             _drop_partial_tail(self.path)
             if redo is not None:
-                self.redone = _take_out(self.path, redo)
+                self.taken = {str(row.get(key)): row for row in _take_out(self.path, redo)}
         self.seen: set[str] = existing_keys(self.path, key)
         try:
             self._handle = open(self.path, "ab", buffering=0)
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
         self.written = 0
+
+    @property
+    def redone(self) -> int:
+        """How many records ``redo`` took out of the file when it was opened."""
+        return len(self.taken)
 
     def __contains__(self, key: object) -> bool:
         return str(key) in self.seen

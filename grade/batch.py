@@ -4,8 +4,10 @@ Rows of the submissions file: ``{"submission_id", "problem_id", "source"}``; the
 holds records (``id``, ``source``, optional ``validation`` with calibrated tolerances). Each
 verdict row is the submission's ids plus the verdict (``compiled``, ``correct``, ``hacks``,
 ``reward``, speedups, ``error``...). Rerunning the same command skips submissions already in the
-output, except those whose verdict may come out otherwise on a retry (``to_redo``: a timeout, a
-kill from outside, a failed timing window or reference run), which it grades again in place. Verdicts are also kept in a cache keyed by a hash of the exact candidate source, the problem's
+output, except those of its submissions whose verdict may come out otherwise on a retry
+(``to_redo``: a timeout, a kill from outside, a failed timing window or reference run, with no
+hack found), which it grades again once, in place. Verdicts are also kept in a cache keyed by a
+hash of the exact candidate source, the problem's
 source and calibration, the device, the grading policy and the library and grader versions
 (``verdict_key``); a resubmitted kernel is not run again.
 
@@ -301,7 +303,12 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
               "extensions_root": extensions_root}
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
-    with lock, JsonlWriter(out_path, key="submission_id", redo=to_redo) as out:
+    ids = {str(row["submission_id"]) for row in  # this run's: only their rows are redone
+           read_jsonl(submissions_path, on_error=lambda _message: None)
+           if all(k in row for k in ("submission_id", "problem_id", "source"))}
+    with lock, JsonlWriter(out_path, key="submission_id",
+                           redo=lambda row: str(row.get("submission_id")) in ids
+                           and to_redo(row)) as out:
         if out.redone:
             log.info(f"{out_path}: {out.redone} verdict(s) that may come out otherwise on a "
                      "retry (a timeout, a kill, a failed window or reference) graded again")
@@ -440,10 +447,25 @@ def transient(verdict: dict) -> bool:
             or bool((verdict.get("timings") or {}).get("error")))
 
 
+# Gradings of one submission a rerun may make at most (the first and one retry): a verdict that
+# comes out the same way again (a kernel that hangs, words an answer raises) is then final.
+MAX_ATTEMPTS = 2
+
+
 def to_redo(row: dict) -> bool:
     """A verdict row a rerun grades again rather than skips: one ``transient`` or whose
-    reference failed (neither is cached either)."""
+    reference failed (neither is cached either), in which no hack was found, not yet graded
+    ``MAX_ATTEMPTS`` times (its ``attempt``, 1 when absent)."""
+    if row.get("hacks") or _attempt(row) >= MAX_ATTEMPTS:
+        return False
     return bool(row.get("reference_failed")) or transient(row)
+
+
+def _attempt(row: dict) -> int:
+    try:
+        return max(1, int(row.get("attempt", 1)))
+    except (TypeError, ValueError):
+        return MAX_ATTEMPTS  # unreadable: not redone
 
 
 def _cacheable(verdict: dict) -> dict:
@@ -454,6 +476,8 @@ def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
            verdict: dict) -> None:
     row = {"submission_id": sid, "problem_id": pid, "key": key, **verdict,
            "reason": reason(verdict)}
+    if sid in out.taken:  # graded again: which grading of it this is
+        row["attempt"] = _attempt(out.taken[sid]) + 1
     if out.write(row):
         if verdict.get("reference_failed"):
             return

@@ -120,22 +120,33 @@ def test_writer_resumes_and_reader_survives_corrupt_lines(tmp_path):
 
 
 def test_a_resumed_writer_takes_out_the_records_it_is_told_to_redo(tmp_path):
-    path = tmp_path / "v.jsonl"
+    real = tmp_path / "kept" / "v.jsonl"
+    real.parent.mkdir()
+    path = tmp_path / "v.jsonl"  # the run's --out is a link to the file
+    path.symlink_to(real)
     with JsonlWriter(path, key="sid") as out:
-        for sid, state in (("a", "final"), ("b", "retry"), ("c", "final")):
+        for sid, state in (("a", "final"), ("b", "retry"), ("c", "final"), ("d", None)):
             out.write({"sid": sid, "state": state})
+    real.chmod(0o640)
     with path.open("a") as handle:
         handle.write("{not json\n")
-    with JsonlWriter(path, key="sid", redo=lambda row: row["state"] == "retry") as out:
-        assert out.redone == 1 and "b" not in out and "a" in out
+
+    def redo(row):  # raises on d's state: a row it cannot judge is kept
+        return row["state"].startswith("retry")
+
+    with JsonlWriter(path, key="sid", redo=redo) as out:
+        assert out.redone == 1 and out.taken == {"b": {"sid": "b", "state": "retry"}}
+        assert "b" not in out and "a" in out and "d" in out
         assert not out.write({"sid": "a", "state": "again"})
         assert out.write({"sid": "b", "state": "final"})
-    lines = path.read_text().splitlines()
-    assert lines[2] == "{not json"  # an unreadable line stays where it was
-    assert [json.loads(line)["state"] for line in lines if line != "{not json"] == ["final"] * 3
-    with JsonlWriter(path, key="sid", redo=lambda row: row["state"] == "retry") as out:
+    assert path.is_symlink() and real.stat().st_mode & 0o777 == 0o640
+    lines = real.read_text().splitlines()
+    assert lines[3] == "{not json"  # an unreadable line stays where it was
+    assert [json.loads(line)["state"] for line in lines if line != "{not json"] == \
+        ["final", "final", None, "final"]
+    with JsonlWriter(path, key="sid", redo=redo) as out:
         assert out.redone == 0  # nothing picked: the file is not rewritten
-    assert not list(tmp_path.glob(".*redo"))
+    assert not list(tmp_path.rglob("*.redo"))
 
 
 def test_import_reports_malformed_files_and_keeps_the_rest(tmp_path, seeds_dir):

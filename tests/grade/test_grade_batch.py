@@ -96,14 +96,18 @@ def test_hostile_suite_in_one_batch(tmp_path):
     assert "ghost_kernels" in never["hacks"] and not never["reason"].startswith(
         "hack ghost_kernels"), never["reason"]
 
-    # Resume: nothing left to do. A new output file: every verdict comes from the cache (the
-    # timeout's is graded anew, which test_batch_faults holds at 4 s: left out here, 15 s).
-    again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
-                       cache_path=cache)
-    assert again.counts["already graded"] == len(expected) and again.n_kept == 0
-    other = tmp_path / "verdicts2.jsonl"
+    # Resume: nothing left to do. The timeout's verdict would be graded again
+    # (test_a_rerun_grades_again_the_verdicts_a_retry_may_change), here 15 s: the rerun is given
+    # every submission but the hang, whose row stays. A new output file: every verdict comes
+    # from the cache.
     (tmp_path / "again").mkdir()
     _, without_hang = write_inputs(tmp_path / "again", only=set(expected) - {"crash_hang"})
+    before = out.read_text()
+    again = grade_file(problems, without_hang, out, device="cpu", workers=2, policy=policy,
+                       cache_path=cache)
+    assert again.counts["already graded"] == len(expected) - 1 and again.n_kept == 0
+    assert not again.counts["graded again"] and out.read_text() == before
+    other = tmp_path / "verdicts2.jsonl"
     cached = grade_file(problems, without_hang, other, device="cpu", workers=2, policy=policy,
                         cache_path=cache)
     assert cached.counts["cached"] == len(expected) - 1 == cached.n_kept
@@ -261,7 +265,8 @@ def test_a_batch_shared_among_grading_processes_gives_the_same_verdicts(tmp_path
 
 def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
     """A submission whose grade timed out is graded again by a rerun of the same command, its
-    row replaced in place; a final verdict is kept as it was and counted already graded."""
+    row replaced in place, once; a final verdict is kept as it was and counted already
+    graded."""
     chosen = {"crash_hang", "honest_row_sum"}
     problems, submissions = write_inputs(tmp_path, only=chosen)
     out = tmp_path / "verdicts.jsonl"
@@ -282,5 +287,10 @@ def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
     assert [line for line in out.read_text().splitlines() if "honest_row_sum" in line] == \
         [line for line in lines if "honest_row_sum" in line]
     hang = redone["crash_hang"]
-    assert hang["error"]["timed_out"] is True
+    assert hang["error"]["timed_out"] is True and hang["attempt"] == 2
     assert hang["profile"]["began_at"] > rows["crash_hang"]["profile"]["began_at"]
+    # graded twice the same way: final, a third run grades nothing
+    third = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
+                       cache_path=False)
+    assert third.counts["already graded"] == 2 and not third.counts["graded again"]
+    assert {row["submission_id"]: row for row in read_jsonl(out)} == redone
