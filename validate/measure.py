@@ -286,32 +286,53 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+# A participant with at least this many turns reads its own scatter; one with fewer (2-4 turns
+# leave a spread too uncertain to stand alone), the window's pooled scatter.
+OWN_SCATTER_TURNS = 5
+# The standard error of a median of k normal readings over sigma / sqrt(k): k <= 2 is a mean
+# (1); beyond, the large-k factor sqrt(pi / 2) (for k = 3-7 it is 1.09-1.21: a little wide).
+MEDIAN_SE = math.sqrt(math.pi / 2)
+# Shamos's scale: the median of the pairwise gaps |x_i - x_j| of normal readings is 0.9539 sigma.
+SHAMOS = 1.0483
+
+
 def turn_ci_pct(turns: dict[str, list[float]]) -> dict[str, float | None]:
     """Each participant's 95% half-width (percent of its time) counted in turns, from its turns'
     medians: a turn's samples share the GPU's state of that moment (an fp16 GEMM at the power
     cap moved 2-7% from one 10 ms turn to the next while a turn's own samples agreed within
     0.5%, H200), so a median rests on as many independent readings as it has turns, however
-    many samples they hold. The turns' scatter is pooled over the window's participants: log
-    deviations from each one's median turn, scaled by sqrt(k / (k - 1)) for its k turns; their
-    median absolute value times 1.4826 is the scatter (one disturbed turn among several moves
-    it little), and a participant with k turns reads t(df) x scatter / sqrt(k), df the pooled
-    turns less one per participant. None for all where fewer than two turns of one
-    participant are pooled."""
-    deviations: list[float] = []
-    df = 0
-    for medians in turns.values():
-        logs = [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
-        if len(logs) < 2:
-            continue
-        center, scale = _median(logs), math.sqrt(len(logs) / (len(logs) - 1))
-        deviations.extend(abs(x - center) * scale for x in logs)
-        df += len(logs) - 1
-    if not deviations:
-        return {name: None for name in turns}
-    scatter = 1.4826 * _median(deviations)
-    t95 = _T95[df - 1] if df <= len(_T95) else Z95
-    return {name: 100.0 * t95 * scatter / math.sqrt(len(medians)) if medians else None
+    many samples they hold. The scatter of a participant's turns is Shamos's (1.0483 x the
+    median gap between two of its turns' log medians: no centre to fit, one disturbed turn among
+    several moves it little): its own with ``OWN_SCATTER_TURNS`` turns or more, else the gaps
+    pooled over every participant given (df: their turns less one each). A participant with k
+    readable turns reads t(df) x se(k) x scatter / sqrt(k), se the median's factor
+    (``MEDIAN_SE``). None where a participant has fewer than two turns and none are pooled."""
+    logs = {name: [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
             for name, medians in turns.items()}
+    pooled: list[float] = []
+    pooled_df = 0
+    for values in logs.values():
+        if len(values) >= 2:
+            pooled.extend(_gaps(values))
+            pooled_df += len(values) - 1
+    out: dict[str, float | None] = {}
+    for name, values in logs.items():
+        k = len(values)
+        if k >= OWN_SCATTER_TURNS:
+            gaps, df = _gaps(values), k - 1
+        elif pooled and k:
+            gaps, df = pooled, pooled_df
+        else:
+            out[name] = None
+            continue
+        t95 = _T95[df - 1] if df <= len(_T95) else Z95
+        se = 1.0 if k <= 2 else MEDIAN_SE
+        out[name] = 100.0 * t95 * se * SHAMOS * _median(gaps) / math.sqrt(k)
+    return out
+
+
+def _gaps(values: list[float]) -> list[float]:
+    return [abs(a - b) for i, a in enumerate(values) for b in values[i + 1:]]
 
 
 def summarize(method: str, samples: list[float], **extra) -> dict:

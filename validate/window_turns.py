@@ -47,9 +47,11 @@ def _clock_check(name: str, control: Control, info: dict, samples: list[float],
 
 
 def _turn_cis(result: dict, names) -> dict[str, float | None]:
-    """``measure.turn_ci_pct`` over the turns the window's participants ``names`` took."""
-    medians = result.get("turn_medians_ms") or {}
-    return turn_ci_pct({name: [m for _, m in medians.get(name) or ()] for name in names})
+    """``measure.turn_ci_pct`` over the turns the window's participants ``names`` took, those
+    the window dropped left out (their turns are no reading of a time: None)."""
+    medians, dropped = result.get("turn_medians_ms") or {}, result.get("dropped") or {}
+    return turn_ci_pct({name: [m for _, m in medians.get(name) or ()] for name in names
+                        if name not in dropped})
 
 
 def _window_cis(samples: dict, result: dict, names, by_turns: bool) -> dict[str, float | None]:
