@@ -44,6 +44,7 @@ from kernelmill.validate.backends import get_backend, resolve_device
 from .grader import Grader, ReferenceError, needs_extension_build
 from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
+from .retry import attempt_of, to_redo, transient
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -434,40 +435,6 @@ def lower_switch_interval() -> None:
     sys.setswitchinterval(max(1e-4, min(sys.getswitchinterval(), wanted)))
 
 
-_TRANSIENT = ("SIGKILL", "out of memory", "zygote")
-
-
-def transient(verdict: dict) -> bool:
-    """A verdict that may come out differently on a retry (a timeout, a kill from outside, a
-    timing window that failed): graded again next time rather than served from the cache. A
-    timeout is the harness's flag (``error.timed_out``), not words an answer can raise."""
-    error = verdict.get("error") or {}
-    message = str(error.get("message", ""))
-    return (error.get("timed_out") is True or any(marker in message for marker in _TRANSIENT)
-            or bool((verdict.get("timings") or {}).get("error")))
-
-
-# Gradings of one submission a rerun may make at most (the first and one retry): a verdict that
-# comes out the same way again (a kernel that hangs, words an answer raises) is then final.
-MAX_ATTEMPTS = 2
-
-
-def to_redo(row: dict) -> bool:
-    """A verdict row a rerun grades again rather than skips: one ``transient`` or whose
-    reference failed (neither is cached either), in which no hack was found, not yet graded
-    ``MAX_ATTEMPTS`` times (its ``attempt``, 1 when absent)."""
-    if row.get("hacks") or _attempt(row) >= MAX_ATTEMPTS:
-        return False
-    return bool(row.get("reference_failed")) or transient(row)
-
-
-def _attempt(row: dict) -> int:
-    try:
-        return max(1, int(row.get("attempt", 1)))
-    except (TypeError, ValueError):
-        return MAX_ATTEMPTS  # unreadable: not redone
-
-
 def _cacheable(verdict: dict) -> dict:
     return {k: v for k, v in verdict.items() if k not in ("cached",)}
 
@@ -477,7 +444,7 @@ def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
     row = {"submission_id": sid, "problem_id": pid, "key": key, **verdict,
            "reason": reason(verdict)}
     if sid in out.taken:  # graded again: which grading of it this is
-        row["attempt"] = _attempt(out.taken[sid]) + 1
+        row["attempt"] = attempt_of(out.taken[sid]) + 1
     if out.write(row):
         if verdict.get("reference_failed"):
             return

@@ -109,11 +109,16 @@ def test_a_timed_out_verdict_is_not_served_from_cache(tmp_path):
 def test_only_the_harness_makes_a_timeout_transient():
     """An answer's own "timed out" text is cached like any verdict (else it is graded anew at
     every batch); the harness's flag is what marks a real timeout."""
-    from kernelmill.grade.batch import transient
+    from kernelmill.grade.retry import to_redo, transient
 
     assert not transient({"error": {"stage": "forward", "message": "RuntimeError: timed out"}})
-    assert transient({"error": {"stage": "forward", "timed_out": True,
-                                "message": "timed out after 4s"}})
+    timeout = {"error": {"stage": "forward", "timed_out": True, "message": "timed out after 4s"}}
+    assert transient(timeout) and to_redo(timeout)
+    # a rerun grades it again once; a verdict with a hack found is final however it ended
+    assert not to_redo({**timeout, "attempt": 2})
+    assert not to_redo({**timeout, "hacks": ["timing_behaviour"]})
+    assert to_redo({"reference_failed": True}) and not to_redo({"reference_failed": True,
+                                                                "attempt": "x"})
 
 
 def test_sources_too_large_deep_or_slow_to_read_get_a_verdict_and_the_batch_goes_on(tmp_path):
