@@ -304,8 +304,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
               "extensions_root": extensions_root}
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
-    ids = {str(row["submission_id"]) for row in  # this run's: only their rows are redone
-           read_jsonl(submissions_path, on_error=lambda _message: None)
+    rows = list(read_jsonl(submissions_path))  # read once: it may be a pipe
+    ids = {str(row["submission_id"]) for row in rows  # this run's: only their rows are redone
            if all(k in row for k in ("submission_id", "problem_id", "source"))}
     with lock, JsonlWriter(out_path, key="submission_id",
                            redo=lambda row: str(row.get("submission_id")) in ids
@@ -315,7 +315,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                      "retry (a timeout, a kill, a failed window or reference) graded again")
             stats.count("graded again", out.redone)
         items = []
-        for index, row in enumerate(read_jsonl(submissions_path), start=1):
+        for index, row in enumerate(rows, start=1):
             missing = [k for k in ("submission_id", "problem_id", "source") if k not in row]
             if missing:
                 log.warning(f"{submissions_path}: row {index} lacks {', '.join(missing)}; skipped")
