@@ -73,8 +73,9 @@ def hold_lock(path: str | os.PathLike, what: str | None = None) -> Iterator[Path
 
 
 def lock_path_for(out: str | os.PathLike) -> Path:
-    """The lock file of a single output file: ``OUT.lock`` beside it."""
-    out = Path(out)
+    """The lock file of a single output file: ``OUT.lock`` beside it, the file a link names
+    (a run naming the link and one naming the file hold one lock)."""
+    out = Path(out).resolve()
     return out.with_name(out.name + ".lock")
 
 

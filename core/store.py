@@ -9,6 +9,7 @@ through ``replace_jsonl``, which swaps the finished file in atomically.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import logging
 import os
@@ -126,35 +127,59 @@ def existing_keys(path: str | os.PathLike, key: str = "id") -> set[str]:
     return {str(obj[key]) for obj in read_jsonl(path, on_error=lambda _m: None) if key in obj}
 
 
-def _take_out(path: Path, redo: Callable[[dict], bool]) -> list[dict]:
-    """Rewrite ``path`` without the records ``redo`` picks (a resumed run does them again);
-    every other line stays as it was, unreadable ones too, and so does a record ``redo`` raises
-    on. The new file replaces the old one whole (written beside the file a link points to, with
-    its mode, synced, renamed, its folder synced): a failure leaves the old one as it was.
-    Returns the records taken out."""
-    kept, taken = [], []
+def _scan(path: Path, key: str, redo: Callable[[dict], bool] | None = None
+          ) -> tuple[dict[str, int], int, dict[str, dict]]:
+    """One pass over ``path``: the line of each key's last record, how many records carry a
+    key, and the last records ``redo`` picks, by key (a record ``redo`` raises on is not
+    picked; unreadable lines are skipped)."""
+    last: dict[str, int] = {}
+    picked: dict[str, dict] = {}
+    rows = 0
     with path.open("rb") as handle:
-        for line in handle:
+        for index, line in enumerate(handle):
             try:
                 obj = json.loads(line)
-                picked = isinstance(obj, dict) and bool(redo(obj))
-            except Exception:  # noqa: BLE001 - unreadable, or a row redo cannot judge: kept
-                picked = False
-            if picked:
-                taken.append(obj)
-            else:
-                kept.append(line)
-    if not taken:
-        return []
+            except ValueError:
+                continue
+            if not isinstance(obj, dict) or key not in obj:
+                continue
+            rows += 1
+            name = str(obj[key])
+            last[name] = index
+            picked.pop(name, None)
+            try:
+                if redo is not None and redo(obj):
+                    picked[name] = obj
+            except Exception:  # noqa: BLE001 - a record redo cannot judge is kept as it is
+                pass
+    return last, rows, picked
+
+
+def _compact(path: Path, key: str) -> None:
+    """Rewrite ``path`` keeping only the last record of each key (a rerun appends a record it
+    grades again after the earlier one); unreadable lines stay where they were. The new file
+    replaces the old one whole (written beside the file a link points to, with its mode where
+    the file system allows, synced, renamed, its folder synced): a failure leaves it as it was,
+    both records there, and the next writer opened on it compacts it."""
+    last, _rows, _picked = _scan(path, key)
     real = path.resolve()
     aside = None
     try:
         fd, aside = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".redo", dir=real.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.writelines(kept)
-            handle.flush()
-            os.fchmod(handle.fileno(), stat.S_IMODE(real.stat().st_mode))
-            os.fsync(handle.fileno())
+        with os.fdopen(fd, "wb") as out, real.open("rb") as handle:
+            for index, line in enumerate(handle):
+                try:
+                    obj = json.loads(line)
+                    superseded = isinstance(obj, dict) and key in obj and \
+                        last.get(str(obj[key])) != index
+                except ValueError:
+                    superseded = False
+                if not superseded:
+                    out.write(line)
+            with suppress(OSError):  # a mount that refuses modes keeps the default one
+                os.fchmod(out.fileno(), stat.S_IMODE(real.stat().st_mode))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(aside, real)
         aside = None
         _sync_folder(real.parent)
@@ -163,7 +188,14 @@ def _take_out(path: Path, redo: Callable[[dict], bool]) -> list[dict]:
             with suppress(OSError):
                 os.unlink(aside)
         raise WriteFailed(path, exc, "its records are as they were") from None
-    return taken
+
+
+def _clear_copies(path: Path) -> None:
+    """Copies a compaction of ``path`` left when it was stopped part-way (``_compact``)."""
+    real = path.resolve()
+    for stale in real.parent.glob(f".{glob.escape(real.name)}.*.redo"):
+        with suppress(OSError):
+            stale.unlink()
 
 
 def _sync_folder(folder: Path) -> None:
@@ -233,13 +265,21 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not resume and self.path.exists():
             self.path.unlink()
-        # records ``redo`` took out of the file, to be written again, by key
+        # the last records of their keys ``redo`` picked, by key: written again by this run,
+        # each after the one it replaces, which stays until ``close`` compacts the file
         self.taken: dict[str, dict] = {}
+        self._rewritten: set[str] = set()
+        self.seen: set[str] = set()
         if self.path.exists():
             _drop_partial_tail(self.path)
-            if redo is not None:
-                self.taken = {str(row.get(key)): row for row in _take_out(self.path, redo)}
-        self.seen: set[str] = existing_keys(self.path, key)
+            if redo is None:
+                self.seen = existing_keys(self.path, key)
+            else:
+                _clear_copies(self.path)
+                last, rows, self.taken = _scan(self.path, key, redo)
+                if rows > len(last):  # a run that wrote records again stopped before compacting
+                    _compact(self.path, key)
+                self.seen = set(last) - set(self.taken)
         try:
             self._handle = open(self.path, "ab", buffering=0)
         except OSError as exc:
@@ -248,7 +288,7 @@ class JsonlWriter:
 
     @property
     def redone(self) -> int:
-        """How many records ``redo`` took out of the file when it was opened."""
+        """How many records ``redo`` picked to be written again when the file was opened."""
         return len(self.taken)
 
     def __contains__(self, key: object) -> bool:
@@ -267,6 +307,8 @@ class JsonlWriter:
         self._append(line)
         self.seen.add(key)
         self.written += 1
+        if key in self.taken:
+            self._rewritten.add(key)
         return True
 
     def _append(self, line: bytes) -> None:
@@ -291,7 +333,16 @@ class JsonlWriter:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:
+        """Close the file; where records were written again, their earlier ones dropped (a
+        failure to do so is only logged: the next writer opened on the file does it)."""
         self._handle.close()
+        if self._rewritten:
+            try:
+                _compact(self.path, self.key)
+            except WriteFailed as exc:
+                log.warning(f"{exc}; the records written again are kept after the earlier "
+                            "ones, compacted when the file is next opened")
+            self._rewritten = set()
 
     def __enter__(self) -> "JsonlWriter":
         return self

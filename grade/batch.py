@@ -5,11 +5,12 @@ holds records (``id``, ``source``, optional ``validation`` with calibrated toler
 verdict row is the submission's ids plus the verdict (``compiled``, ``correct``, ``hacks``,
 ``reward``, speedups, ``error``...). Rerunning the same command skips submissions already in the
 output, except those of its submissions whose verdict may come out otherwise on a retry
-(``to_redo``: a timeout, a kill from outside, a failed timing window or reference run, with no
-hack found), which it grades again once, in place. Verdicts are also kept in a cache keyed by a
-hash of the exact candidate source, the problem's
-source and calibration, the device, the grading policy and the library and grader versions
-(``verdict_key``); a resubmitted kernel is not run again.
+(``retry.to_redo``: a timeout, a kill from outside, a failed timing window or reference run,
+with no hack found), which it grades again, once: the new row replaces the old one when the run
+ends, and a run stopped before keeps the old one. Verdicts are also kept in a cache keyed by a
+hash of the exact candidate source, the problem's source and calibration, the device, the
+grading policy and the library and grader versions (``verdict_key``); a resubmitted kernel is
+not run again.
 
 Parallelism: the backend (``validate.backends``) runs one grading task per slot (on CUDA by
 default ``default_slots_per_gpu`` per GPU, each grade admitted on the GPU's memory; or CPU

@@ -1,18 +1,20 @@
 """Which verdicts a rerun of a batch grades again: those a retry may change (a timeout, a kill
 from outside, a failed timing window or reference run), with no hack found, at most
-``MAX_ATTEMPTS`` gradings of one submission; none of them is served from the verdict cache."""
+``MAX_ATTEMPTS`` gradings of one submission. A verdict a retry may change is never stored in
+the verdict cache. A run out of memory is rerun alone within its grade already (``validate.
+admission``): what it says then is final."""
 from __future__ import annotations
-
-_TRANSIENT = ("SIGKILL", "out of memory", "zygote")
 
 
 def transient(verdict: dict) -> bool:
-    """A verdict that may come out differently on a retry (a timeout, a kill from outside, a
-    timing window that failed): graded again next time rather than served from the cache. A
-    timeout is the harness's flag (``error.timed_out``), not words an answer can raise."""
+    """A verdict that may come out differently on a retry: graded again next time rather than
+    served from the cache. Only the harness's own words count, never text an answer can
+    raise: a timeout (``error.timed_out``), a worker killed by SIGKILL with no word of its own
+    (``error.signal``: the kernel's out-of-memory killer, or the answer killing itself: it
+    gets one retry, no better than an honest one's), a timing window that failed
+    (``timings.error``)."""
     error = verdict.get("error") or {}
-    message = str(error.get("message", ""))
-    return (error.get("timed_out") is True or any(marker in message for marker in _TRANSIENT)
+    return (error.get("timed_out") is True or error.get("signal") == "SIGKILL"
             or bool((verdict.get("timings") or {}).get("error")))
 
 
@@ -34,5 +36,5 @@ def attempt_of(row: dict) -> int:
     """Which grading of its submission a verdict row is (``attempt``; 1 when absent)."""
     try:
         return max(1, int(row.get("attempt", 1)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return MAX_ATTEMPTS  # unreadable: not redone

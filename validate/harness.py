@@ -144,14 +144,18 @@ def _tail(handle, limit: int = 4000) -> str:
         return ""
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "did not exit"
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
+        name = _signal_name(-code)
         hint = " (out of memory?)" if -code == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     return f"exited with status {code} before reporting a result"
@@ -460,6 +464,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         message = _describe_exit(proc.returncode)
         result.error = {"stage": last_stage,
                         "message": f"{message}: {detail}" if detail else message}
+        if proc.returncode is not None and proc.returncode < 0:
+            # the harness's own word, as ``timed_out`` (a worker's frame names no signal)
+            result.error["signal"] = _signal_name(-proc.returncode)
     if results_fd is not None:
         os.close(results_fd)  # the tensors attached keep their own mapping of it
     if parts_in is not None:

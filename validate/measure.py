@@ -287,7 +287,7 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 
 # A participant with at least this many turns reads its own scatter; one with fewer (2-4 turns
-# leave a spread too uncertain to stand alone), the window's pooled scatter.
+# leave a scatter too uncertain to stand alone), the larger of its own and the window's pooled.
 OWN_SCATTER_TURNS = 5
 # The standard error of a median of k normal readings over sigma / sqrt(k): k <= 2 is a mean
 # (1); beyond, the large-k factor sqrt(pi / 2) (for k = 3-7 it is 1.09-1.21: a little wide).
@@ -301,33 +301,34 @@ def turn_ci_pct(turns: dict[str, list[float]]) -> dict[str, float | None]:
     medians: a turn's samples share the GPU's state of that moment (an fp16 GEMM at the power
     cap moved 2-7% from one 10 ms turn to the next while a turn's own samples agreed within
     0.5%, H200), so a median rests on as many independent readings as it has turns, however
-    many samples they hold. The scatter of a participant's turns is Shamos's (1.0483 x the
-    median gap between two of its turns' log medians: no centre to fit, one disturbed turn among
-    several moves it little): its own with ``OWN_SCATTER_TURNS`` turns or more, else the gaps
-    pooled over every participant given (df: their turns less one each). A participant with k
-    readable turns reads t(df) x se(k) x scatter / sqrt(k), se the median's factor
-    (``MEDIAN_SE``). None where a participant has fewer than two turns and none are pooled."""
+    many samples they hold. A participant's scatter is Shamos's (1.0483 x the median gap
+    between two of its turns' log medians: no centre to fit, one disturbed turn among several
+    moves it little). With ``OWN_SCATTER_TURNS`` turns or more it reads its own (df: its turns
+    less one); with fewer, the larger of its own and the pooled one (the participants' own
+    scatters, each weighted by its df; df: their turns less one each), so a quiet participant
+    never narrows a swinging one. With k readable turns: t(df) x se(k) x scatter / sqrt(k), se
+    the median's factor (``MEDIAN_SE``). None where a participant has no readable turn, or
+    fewer than two and nobody's are pooled."""
     logs = {name: [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
             for name, medians in turns.items()}
-    pooled: list[float] = []
-    pooled_df = 0
-    for values in logs.values():
-        if len(values) >= 2:
-            pooled.extend(_gaps(values))
-            pooled_df += len(values) - 1
+    own = {name: SHAMOS * _median(_gaps(values)) for name, values in logs.items()
+           if len(values) >= 2}
+    pooled_df = sum(len(logs[name]) - 1 for name in own)
+    pooled = math.sqrt(sum((len(logs[name]) - 1) * scale ** 2 for name, scale in own.items())
+                       / pooled_df) if pooled_df else None
     out: dict[str, float | None] = {}
     for name, values in logs.items():
         k = len(values)
         if k >= OWN_SCATTER_TURNS:
-            gaps, df = _gaps(values), k - 1
-        elif pooled and k:
-            gaps, df = pooled, pooled_df
+            scale, df = own[name], k - 1
+        elif pooled is not None and k:
+            scale, df = max(own.get(name, 0.0), pooled), pooled_df
         else:
             out[name] = None
             continue
         t95 = _T95[df - 1] if df <= len(_T95) else Z95
         se = 1.0 if k <= 2 else MEDIAN_SE
-        out[name] = 100.0 * t95 * se * SHAMOS * _median(gaps) / math.sqrt(k)
+        out[name] = 100.0 * t95 * se * scale / math.sqrt(k)
     return out
 
 

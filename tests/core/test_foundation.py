@@ -134,11 +134,20 @@ def test_a_resumed_writer_takes_out_the_records_it_is_told_to_redo(tmp_path):
     def redo(row):  # raises on d's state: a row it cannot judge is kept
         return row["state"].startswith("retry")
 
+    # a run stopped before it wrote b again loses nothing: b is still there, still to redo
+    stopped = JsonlWriter(path, key="sid", redo=redo)
+    assert stopped.redone == 1 and stopped.taken == {"b": {"sid": "b", "state": "retry"}}
+    assert "b" not in stopped and "a" in stopped and "d" in stopped
+    stopped._handle.close()  # killed: close() never runs
+    # one stopped after it wrote b again, before it compacted: the last record counts
     with JsonlWriter(path, key="sid", redo=redo) as out:
-        assert out.redone == 1 and out.taken == {"b": {"sid": "b", "state": "retry"}}
-        assert "b" not in out and "a" in out and "d" in out
+        assert out.redone == 1
         assert not out.write({"sid": "a", "state": "again"})
         assert out.write({"sid": "b", "state": "final"})
+        out._rewritten.clear()  # killed before close() compacts
+    assert real.read_text().count('"sid":"b"') == 2
+    with JsonlWriter(path, key="sid", redo=redo) as out:
+        assert out.redone == 0 and "b" in out
     assert path.is_symlink() and real.stat().st_mode & 0o777 == 0o640
     lines = real.read_text().splitlines()
     assert lines[3] == "{not json"  # an unreadable line stays where it was
@@ -147,6 +156,15 @@ def test_a_resumed_writer_takes_out_the_records_it_is_told_to_redo(tmp_path):
     with JsonlWriter(path, key="sid", redo=redo) as out:
         assert out.redone == 0  # nothing picked: the file is not rewritten
     assert not list(tmp_path.rglob("*.redo"))
+    # written again and closed: the earlier record is dropped then, the rest stays in order
+    with JsonlWriter(path, key="sid") as out:
+        out.write({"sid": "e", "state": "retry"})
+    with JsonlWriter(path, key="sid", redo=redo) as out:
+        assert out.write({"sid": "e", "state": "final"})
+        assert real.read_text().count('"sid":"e"') == 2  # both until it closes
+    assert [json.loads(line)["sid"] for line in real.read_text().splitlines()
+            if line != "{not json"] == ["a", "c", "d", "b", "e"]
+    assert json.loads(real.read_text().splitlines()[-1]) == {"sid": "e", "state": "final"}
 
 
 def test_import_reports_malformed_files_and_keeps_the_rest(tmp_path, seeds_dir):

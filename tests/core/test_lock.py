@@ -58,6 +58,9 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
 def test_the_same_process_cannot_take_it_twice(tmp_path):
     lock = lock_path_for(tmp_path / "out.jsonl")
     assert lock == tmp_path / "out.jsonl.lock"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "out.jsonl")
+    assert lock_path_for(link) == lock  # a run naming a link to the file holds the file's lock
     with hold_lock(lock, "out.jsonl"):
         with pytest.raises(LockedError, match=f"in use by pid {os.getpid()}"):
             with hold_lock(lock, "out.jsonl"):

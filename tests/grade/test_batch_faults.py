@@ -115,7 +115,12 @@ def test_only_the_harness_makes_a_timeout_transient():
     timeout = {"error": {"stage": "forward", "timed_out": True, "message": "timed out after 4s"}}
     assert transient(timeout) and to_redo(timeout)
     # a rerun grades it again once; a verdict with a hack found is final however it ended
-    assert not to_redo({**timeout, "attempt": 2})
+    assert not to_redo({**timeout, "attempt": 2}) and not to_redo({**timeout, "attempt": 1e999})
+    # a kill is the harness's word too: an answer's own "killed by SIGKILL" text is no kill
+    assert not transient({"error": {"stage": "forward",
+                                    "message": "RuntimeError: killed by SIGKILL (out of memory?)"}})
+    assert transient({"error": {"stage": "forward", "signal": "SIGKILL",
+                                "message": "killed by SIGKILL (out of memory?)"}})
     assert not to_redo({**timeout, "hacks": ["timing_behaviour"]})
     assert to_redo({"reference_failed": True}) and not to_redo({"reference_failed": True,
                                                                 "attempt": "x"})

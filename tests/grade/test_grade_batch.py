@@ -264,10 +264,9 @@ def test_a_batch_shared_among_grading_processes_gives_the_same_verdicts(tmp_path
 
 
 def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
-    """A submission whose grade timed out is graded again by a rerun of the same command, its
-    row replaced in place, once; a final verdict is kept as it was and counted already
-    graded."""
-    chosen = {"crash_hang", "honest_row_sum"}
+    """A submission whose grade timed out is graded again by a rerun of the same command, once,
+    its row replaced; a final verdict is kept as it was and counted already graded."""
+    chosen = {"crash_hang", "crash_syntax"}
     problems, submissions = write_inputs(tmp_path, only=chosen)
     out = tmp_path / "verdicts.jsonl"
     policy = Policy(timeout_s=6, timing_settings=FAST_TIMING, static_first=False)
@@ -275,7 +274,7 @@ def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
                        cache_path=False)
     rows = {row["submission_id"]: row for row in read_jsonl(out)}
     assert first.n_kept == 2 and rows["crash_hang"]["error"]["timed_out"] is True
-    check("honest_row_sum", "certified", rows["honest_row_sum"])
+    check("crash_syntax", "error", rows["crash_syntax"])  # final: a source that does not parse
     lines = out.read_text().splitlines()
     again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
                        cache_path=False)
@@ -283,9 +282,9 @@ def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
     assert again.n_kept == 1
     redone = {row["submission_id"]: row for row in read_jsonl(out)}
     assert len(out.read_text().splitlines()) == 2 and set(redone) == chosen
-    assert redone["honest_row_sum"] == rows["honest_row_sum"]  # kept, line for line
-    assert [line for line in out.read_text().splitlines() if "honest_row_sum" in line] == \
-        [line for line in lines if "honest_row_sum" in line]
+    assert redone["crash_syntax"] == rows["crash_syntax"]  # kept, line for line
+    assert [line for line in out.read_text().splitlines() if "crash_syntax" in line] == \
+        [line for line in lines if "crash_syntax" in line]
     hang = redone["crash_hang"]
     assert hang["error"]["timed_out"] is True and hang["attempt"] == 2
     assert hang["profile"]["began_at"] > rows["crash_hang"]["profile"]["began_at"]

@@ -34,6 +34,8 @@ def test_echo_runs_in_fresh_empty_folder_with_interpreter():
 @pytest.mark.parametrize("body, stage, message", [
     ("import os\ndef main():\n    os._exit(3)", "run target", "exited with status 3"),
     ("import ctypes\ndef main():\n    ctypes.string_at(0)", "run target", "SIGSEGV"),
+    ("import os, signal\ndef main():\n    os.kill(os.getpid(), signal.SIGKILL)", "run target",
+     "killed by SIGKILL"),
     ("def main():\n    raise ValueError('boom')", "run target", "ValueError: boom"),
     ("def main():\n    x = bytearray(40 << 30)\n    return {}", "run target", "MemoryError"),
     ("from kernelmill.validate.harness_worker import mark_stage\n"
@@ -44,6 +46,10 @@ def test_crashes_become_verdicts(body, stage, message):
     assert not result.ok
     assert result.error["stage"] == stage
     assert message in result.error["message"]
+    # a death by signal is named by the harness apart from the message (whose words a worker
+    # may choose): a retry of the batch reads it (``grade.retry``)
+    signal = next((name for name in ("SIGSEGV", "SIGKILL") if name in message), None)
+    assert result.error.get("signal") == signal, result.error
 
 
 def test_no_child_outlives_the_run_even_after_setsid():

@@ -443,6 +443,10 @@ def test_a_median_counts_its_turns_not_only_its_samples():
     # by it, nor the quiet one widened
     cis = M.turn_ci_pct({"reference": steady["reference"], "candidate": [1.0, 1.04] * 4})
     assert cis["reference"] < 0.5 and cis["candidate"] > 2.0, cis
+    # with fewer turns too: a swinging one reads at least its own scatter
+    few = M.turn_ci_pct({"reference": steady["reference"][:4], "candidate": [1.0, 1.04] * 2})
+    alone = M.turn_ci_pct({"candidate": [1.0, 1.04] * 2})["candidate"]
+    assert few["candidate"] > 2.0 and few["reference"] < few["candidate"] <= alone, few
     # an unreadable turn is no reading
     assert M.turn_ci_pct({"c": [1.0, 1.03, float("nan")]}) == M.turn_ci_pct({"c": [1.0, 1.03]})
 
