@@ -18,7 +18,8 @@ import os
 
 from kernelmill.validate.backends import resolve_device
 
-from ..batch import VerdictCache, transient, verdict_key
+from ..batch import VerdictCache, verdict_key
+from ..retry import transient
 from ..rewards import get_reward
 from .actors import ActorLost, LocalPool, RayPool
 from .config import ServeConfig
