@@ -306,10 +306,15 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
     rows = list(read_jsonl(submissions_path))  # read once: it may be a pipe
-    ids = {str(row["submission_id"]) for row in rows  # this run's: only their rows are redone
-           if all(k in row for k in ("submission_id", "problem_id", "source"))}
+    # this run's verdict keys: only a row of the same source, problem and settings is redone
+    # (a row of another problems file, or an id reused for another source, stays as it is)
+    keys = {str(row["submission_id"]): verdict_key(row["source"], problems[str(row["problem_id"])],
+                                                   device, policy)
+            for row in rows if all(k in row for k in ("submission_id", "problem_id", "source"))
+            and str(row["problem_id"]) in problems}
     with lock, JsonlWriter(out_path, key="submission_id",
-                           redo=lambda row: str(row.get("submission_id")) in ids
+                           redo=lambda row: row.get("key") is not None
+                           and row.get("key") == keys.get(str(row.get("submission_id")))
                            and to_redo(row)) as out:
         if out.redone:
             log.info(f"{out_path}: {out.redone} verdict(s) that may come out otherwise on a "

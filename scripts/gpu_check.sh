@@ -21,9 +21,11 @@
 #        one with the settings WINDOW_B (B*: "NAME=VALUE ..." as --window takes them);
 #        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; WINDOW_GROUP=N grades in groups;
 #        verdicts kept, window_verdicts.tgz)
-#        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (W,
-#        the driver's spin) and block (B, the default); WAIT_PASSES, default "W1 B1 W2 B2",
-#        WINDOW_MATCH, WINDOW_S, WINDOW_COPIES as for window; WAIT_GROUP=N grades in groups)
+#        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,
+#        the driver's spin) and block (B, the default); as envab otherwise)
+#        envab (an A/B over environment settings: passes alternating AB_A and AB_B, each
+#        "NAME=VALUE ...", AB_PASSES default "A1 B1 A2 B2"; WINDOW_MATCH, WINDOW_S, WINDOW_COPIES
+#        as for window; AB_GROUP=N grades in groups, AB_WORKERS=N slots; verdicts kept)
 #        slots (grades in flight per GPU: the window's problems WINDOW_MATCH graded with
 #        --workers N for each N of SLOTS_PASSES, default "16 24 32 16 24 32", SLOTS_COPIES
 #        copies (default 8), SLOTS_S seconds a pass (default 150), references cached once)
@@ -190,14 +192,21 @@ for part in $parts; do
                   --keep-verdicts "$out/window_verdicts_$pass" "${settings[@]}"
               done
               keep_verdicts window ;;
-    wait)     subset_pass wait prime "per minute|CPU seconds per|spread" --copies 1 \
-                --deadline "${WINDOW_PRIME_S:-140}"
-              for pass in ${WAIT_PASSES:-W1 B1 W2 B2}; do
-                case $pass in W*) mode=auto ;; *) mode=block ;; esac
-                KERNELMILL_CUDA_WAIT=$mode subset_pass wait "$pass" "per minute|CPU seconds per|spread" \
-                  --primed --copies "${WINDOW_COPIES:-3}" --deadline "${WINDOW_S:-85}" \
-                  ${WAIT_GROUP:+--group $WAIT_GROUP}
-              done ;;
+    # envab: an A/B over environment settings: passes alternate AB_A and AB_B (each "NAME=VALUE
+    # ..."), AB_PASSES default "A1 B1 A2 B2"; wait is the A/B of the workers' CUDA wait
+    wait|envab) shown="per minute|CPU seconds per|spread|in flight"
+              if [ "$part" = wait ]; then a="KERNELMILL_CUDA_WAIT=auto" b="KERNELMILL_CUDA_WAIT=block"
+              else a=${AB_A:-} b=${AB_B:-}; fi
+              subset_pass "$part" prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              for pass in ${AB_PASSES:-${WAIT_PASSES:-A1 B1 A2 B2}}; do
+                case $pass in A*|W*) settings=$a ;; *) settings=$b ;; esac
+                # shellcheck disable=SC2086 — the settings are words NAME=VALUE
+                (for kv in $settings; do export "${kv?}"; done
+                 subset_pass "$part" "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
+                   --deadline "${WINDOW_S:-85}" ${AB_GROUP:+--group $AB_GROUP} \
+                   ${AB_WORKERS:+--workers $AB_WORKERS} --keep-verdicts "$out/${part}_verdicts_$pass")
+              done
+              keep_verdicts "$part" ;;
     slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread"
               subset_pass slots prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               pass=0

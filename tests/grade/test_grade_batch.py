@@ -276,6 +276,19 @@ def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
     assert first.n_kept == 2 and rows["crash_hang"]["error"]["timed_out"] is True
     check("crash_syntax", "error", rows["crash_syntax"])  # final: a source that does not parse
     lines = out.read_text().splitlines()
+    # the same id for another source, or a row of another problems file: not this run's
+    # grading to retry (kept as it was, counted already graded)
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text("".join(json.dumps({**row, "source": row["source"] + "\n# edited\n"})
+                               + "\n" for row in read_jsonl(submissions)))
+    other = tmp_path / "other_problems.jsonl"
+    other.write_text("".join(json.dumps({**row, "id": row["id"] + "_v2"}) + "\n"
+                             for row in read_jsonl(problems)))
+    for subs, probs in ((changed, problems), (submissions, other)):
+        kept = grade_file(probs, subs, out, device="cpu", workers=2, policy=policy,
+                          cache_path=False)
+        assert kept.counts["already graded"] == 2 and not kept.counts["graded again"]
+        assert out.read_text().splitlines() == lines
     again = grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
                        cache_path=False)
     assert again.counts["graded again"] == 1 and again.counts["already graded"] == 1

@@ -21,6 +21,7 @@ from kernelmill.validate.window import (
     run_window,
     verdict_timing,
 )
+from kernelmill.validate.window_turns import _window_cis
 
 _clock = time.perf_counter  # busy() keeps working while a test patches time.perf_counter
 
@@ -451,6 +452,40 @@ def test_a_median_counts_its_turns_not_only_its_samples():
     assert M.turn_ci_pct({"c": [1.0, 1.03, float("nan")]}) == M.turn_ci_pct({"c": [1.0, 1.03]})
 
 
+def test_turn_medians_that_repeat_exactly_still_read_their_scatter():
+    # over half the gaps 0 (medians rounded to 1 ns, a coarse event clock): the mean gap reads
+    # the rest, never a CI of 0 that would stop a window at once
+    assert M.turn_ci_pct({"a": [1, 1, 1, 1, 1.05]})["a"] > 0.5
+    cis = M.turn_ci_pct({"candidate": [1, 1, 1.05], "reference": [2, 2, 2]})
+    assert cis["candidate"] > 0.5 and cis["reference"] > 0.5, cis
+    assert M.turn_ci_pct({"a": [1.0] * 5}) == {"a": 0.0}  # readings all alike: no scatter
+    # the t quantile runs on smoothly past its table (no 4% drop from 30 to 31 turns)
+    ts = [M.t95(df) for df in range(1, 200)]
+    assert all(a > b for a, b in zip(ts, ts[1:])) and ts[-1] > M.Z95
+    assert 0.998 < M.t95(31) / M.t95(30) < 1.0
+
+
+def test_the_stop_rule_counts_turns_only_when_told_to():
+    """What the window's stop rule reads (``_window_cis``), on fixed turns: samples that agree
+    within each turn, turns up to 3% apart. Counting samples alone (1,200 of them), the window
+    may stop at 0.5%; counting turns (6), it may not. A dropped participant reads no turn CI."""
+    rng = random.Random(3)
+    paces = [1.0, 1.015, 0.985, 1.03, 0.97, 1.0]
+    turns = {"reference": [2.0 * p for p in paces], "candidate": [1.0 * p for p in paces[::-1]]}
+    samples = {name: [m * (1 + rng.gauss(0, 1e-4)) for m in medians for _ in range(200)]
+               for name, medians in turns.items()}
+    result = {"turn_medians_ms": {name: list(enumerate(medians))
+                                  for name, medians in turns.items()}}
+    names = list(turns)
+    by_samples = _window_cis(samples, result, names, by_turns=False)
+    by_turns = _window_cis(samples, result, names, by_turns=True)
+    assert all(by_samples[n] < 0.5 for n in names), by_samples
+    assert all(by_turns[n] > 1.0 for n in names), by_turns
+    assert all(by_turns[n] == max(by_samples[n], M.turn_ci_pct(turns)[n]) for n in names)
+    dropped = _window_cis(samples, {**result, "dropped": {"candidate": "gone"}}, names, True)
+    assert dropped["candidate"] == by_samples["candidate"], dropped
+
+
 def test_a_window_whose_turns_disagree_says_so_and_can_run_on_until_they_agree():
     """Each 25 ms of the workers' clock holds its own pace (0-4% slower): a turn's samples
     agree, its turns do not. Stopping on its samples, the window stops while its turns still
@@ -482,9 +517,10 @@ def test_a_window_whose_turns_disagree_says_so_and_can_run_on_until_they_agree()
     # their turns allowed (on a host loaded enough to spread a turn's samples too, both windows
     # run to the cap: nothing to compare)
     cand = sampled["participants"]["candidate"]
-    if not capped(sampled):
-        assert counted["rounds"] > sampled["rounds"], (counted["rounds"], sampled["rounds"])
-        assert cand["turn_ci_pct"] > cand["samples_ci_pct"], cand
+    if capped(sampled):  # the stop rule itself: test_the_stop_rule_counts_turns_only_when_told_to
+        pytest.skip("both windows ran to their cap on this host: no stop to compare")
+    assert counted["rounds"] > sampled["rounds"], (counted["rounds"], sampled["rounds"])
+    assert cand["turn_ci_pct"] > cand["samples_ci_pct"], cand
 
 
 def test_the_reference_witnesses_the_gpus_pace_across_the_unseen_checks():
