@@ -31,11 +31,6 @@ from kernelmill.validate.verdicts import (  # noqa: F401 — re-exported
     LAUNCH_QUEUE,
     SYNC_KEYS,
     TOLERANCE_BOUNDS,
-    _admitted_by_offset,
-    _fmt,
-    _judge_syncing_launch,
-    _of,
-    _unmeasured,
     affine_by_construction,
     calibrate_tolerance,
     check,
@@ -56,7 +51,6 @@ from kernelmill.validate.verdicts import (  # noqa: F401 — re-exported
     judge_unique_writes,
     summarize,
 )
-
 
 # ---------------------------------------------------------------- measurements (worker side)
 
