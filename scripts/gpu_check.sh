@@ -265,7 +265,7 @@ for part in $parts; do
                 cp "$bo/$f" "$out/" 2>/dev/null; done
               ls -la "$bo" > "$out/build_files.txt" 2>&1 ;;
     audit)    kb=""
-              for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+              for c in "${KERNELBENCH:-}" .kb .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
               if [ -z "$kb" ]; then echo "audit: no KernelBench checkout (set KERNELBENCH)" \
                 | tee "$out/audit.log"
@@ -293,7 +293,7 @@ for part in $parts; do
               # library's fp32 defaults (KERNELMILL_FP32=library: cuDNN TF32 on) and as workers
               # run by default (IEEE fp32); TF32_ARGS picks levels, size and the name filter
               kb=""
-              for c in "${KERNELBENCH:-}" .kb shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
+              for c in "${KERNELBENCH:-}" .kb .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
                 if [ -n "$c" ] && [ -d "$c/level1" ]; then kb=$c; break; fi; done
               # shellcheck disable=SC2086 — TF32_ARGS is a list of flags
               for mode in ${TF32_MODES:-library ieee}; do
