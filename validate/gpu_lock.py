@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -181,45 +180,10 @@ class _Held:
         self.leave_queue()  # the window is over: the next one goes before new shared work
 
 
-# Seconds shared work waits behind the queued windows at most before it takes its turn among
-# them (``KERNELMILL_SHARED_PATIENCE_S``; unset or 0: behind every window, the default). With
-# windows queued back to back every grade's GPU work waits for all of them, so grades reach
-# their windows in convoys: single KernelBench grades on an H200 queued 2.2-2.9 s behind other
-# windows while windows held the GPU alone only 37-39% of the wall (benchmarks/README.md).
-# Past its patience a shared holder still never runs inside a window: it waits for ``turn`` as
-# a window does and is drained like any holder.
-PATIENCE_VAR = "KERNELMILL_SHARED_PATIENCE_S"
-POLL_S = 0.005
-
-
-def shared_patience_s() -> float:
-    """``PATIENCE_VAR`` as seconds; 0 where unset or not a positive number."""
-    try:
-        value = float(os.environ.get(PATIENCE_VAR) or 0)
-    except ValueError:
-        return 0.0
-    return value if math.isfinite(value) and value > 0 else 0.0
-
-
 def _behind_windows(windows) -> None:
     """Wait until no timing window is asked for or running on this GPU (none holds
-    ``windows``), or for ``shared_patience_s`` where set; shared work starts then."""
+    ``windows``); shared work starts then."""
     import fcntl
 
-    patience = shared_patience_s()
-    if not patience:
-        fcntl.flock(windows, fcntl.LOCK_EX)
-        fcntl.flock(windows, fcntl.LOCK_UN)
-        return
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(windows, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return  # its patience spent: it takes its turn among the windows
-            time.sleep(min(POLL_S, left))
-            continue
-        fcntl.flock(windows, fcntl.LOCK_UN)
-        return
+    fcntl.flock(windows, fcntl.LOCK_EX)
+    fcntl.flock(windows, fcntl.LOCK_UN)

@@ -1,7 +1,6 @@
 """The shared measurement modules (validate/measure.py, validate/timer.py) and the parent-driven
 timing window (validate/window.py), on CPU: the same code paths the GPU runs, timed with
 perf_counter."""
-import itertools
 import os
 import random
 import statistics
@@ -12,7 +11,6 @@ import time
 
 import pytest
 import torch
-from kernelmill.validate import gpu_lock
 from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
 from kernelmill.validate import window_worker as W
@@ -274,64 +272,6 @@ def test_waiting_windows_go_before_shared_work_that_asked_earlier(tmp_path):
         assert not reader.is_alive() and order[-1] == "shared"
 
 
-def test_shared_work_waits_behind_queued_windows_only_as_long_as_its_patience(
-        tmp_path, monkeypatch):
-    """With ``KERNELMILL_SHARED_PATIENCE_S``, shared work that finds windows queued waits that
-    long, then takes its turn among them; it still never runs inside a window that holds the
-    GPU. Unset, it waits until no window is asked for."""
-    import fcntl
-
-    lock = M.GpuLock(str(tmp_path / "gpu"))
-    with lock.shared():  # the lock's files made
-        pass
-    took: list[float] = []
-
-    def shared_work():
-        began = time.monotonic()
-        with lock.shared():
-            took.append(time.monotonic() - began)
-
-    # a window asked for, not yet in
-    with open(str(tmp_path / "gpu") + ".windows", "rb") as asked:
-        fcntl.flock(asked, fcntl.LOCK_SH)
-        _patience_cases(lock, asked, took, shared_work, monkeypatch)
-    monkeypatch.setenv(gpu_lock.PATIENCE_VAR, "nonsense")
-    assert gpu_lock.shared_patience_s() == 0.0
-
-
-def _patience_cases(lock, asked, took: list, shared_work, monkeypatch) -> None:
-    import fcntl
-
-    try:
-        reader = threading.Thread(target=shared_work)
-        reader.start()
-        reader.join(0.6)
-        assert reader.is_alive() and not took  # no patience: behind the asked window
-        fcntl.flock(asked, fcntl.LOCK_UN)
-        reader.join(5)
-        assert took and took[0] >= 0.6
-        monkeypatch.setenv(gpu_lock.PATIENCE_VAR, "0.2")
-        fcntl.flock(asked, fcntl.LOCK_SH)
-        reader = threading.Thread(target=shared_work)
-        reader.start()
-        reader.join(5)
-        assert not reader.is_alive() and 0.2 <= took[1] < 1.0, took
-        # past its patience, it still waits for the window that holds the GPU
-        order = []
-        with lock.exclusive():
-            def patient():
-                with lock.shared():
-                    order.append("shared")
-            reader = threading.Thread(target=patient)
-            reader.start()
-            reader.join(0.5)
-            order.append("window ends")
-        reader.join(5)
-        assert order == ["window ends", "shared"]
-    finally:
-        fcntl.flock(asked, fcntl.LOCK_UN)
-
-
 def test_a_queue_file_that_cannot_be_opened_leaves_the_lock_without_a_queue(tmp_path):
     """(A confined worker may not create the file a grader without the queue never made.)"""
     lock = M.GpuLock(str(tmp_path / "gpu"))
@@ -521,7 +461,7 @@ def test_turn_medians_that_repeat_exactly_still_read_their_scatter():
     assert M.turn_ci_pct({"a": [1.0] * 5}) == {"a": 0.0}  # readings all alike: no scatter
     # the t quantile runs on smoothly past its table (no 4% drop from 30 to 31 turns)
     ts = [M.t95(df) for df in range(1, 200)]
-    assert all(a > b for a, b in itertools.pairwise(ts)) and ts[-1] > M.Z95
+    assert all(a > b for a, b in zip(ts, ts[1:])) and ts[-1] > M.Z95
     assert 0.998 < M.t95(31) / M.t95(30) < 1.0
 
 
