@@ -26,7 +26,7 @@ def one_problem(path: Path, draws: int, device: str) -> dict:
     from kernelmill.validate.forwards import (_declared_dtype, build_model, draw_inputs,
                                               load_namespace, seeds)
     from kernelmill.validate.probe import LIVENESS_DRAWS
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     ns = load_namespace(path.read_text(), path.stem)
     rejected, events, grades = 0, [], []

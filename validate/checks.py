@@ -26,31 +26,19 @@ from kernelmill.core.taxonomy import (  # noqa: F401 — re-exported for the pro
     moves_data_only,
     op_base,
 )
+from kernelmill.validate.check_terms import TOLERANCE_BOUNDS, check  # noqa: F401 — re-exported
 from kernelmill.validate.verdicts import (  # noqa: F401 — re-exported
     DEFAULT_THRESHOLDS,
-    LAUNCH_QUEUE,
-    SYNC_KEYS,
-    TOLERANCE_BOUNDS,
     affine_by_construction,
     calibrate_tolerance,
-    check,
     compute_ops,
-    host_wait_ratio,
     judge,
     judge_buffers,
-    judge_call_history,
-    judge_constant_parameters,
-    judge_contrast,
-    judge_dead_branches,
-    judge_dead_work,
-    judge_exact_outputs,
-    judge_inductor,
-    judge_launch,
-    judge_real_code,
     judge_sensitivity,
-    judge_unique_writes,
     summarize,
 )
+from kernelmill.validate.verdicts_realcode import *  # noqa: F403 — re-exported (its __all__)
+from kernelmill.validate.verdicts_timing import *  # noqa: F403 — re-exported (its __all__)
 
 # ---------------------------------------------------------------- measurements (worker side)
 

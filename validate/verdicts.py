@@ -5,9 +5,9 @@
 was skipped (not applicable, or only meaningful on another device), which is never a pass.
 Beside it: the tolerance a problem is graded at (``calibrate_tolerance``) and which traced ops
 compute (``compute_ops``); the judges of real model code's patterns (``verdicts_realcode``) and
-of a forward's time (``verdicts_timing``) are re-exported here. Pure functions of numbers and op
-names: these modules import only the standard library, ``core.taxonomy`` and each other. The
-measurements on tensors are validate/checks.py's, which re-exports every name here.
+of a forward's time (``verdicts_timing``) are modules of their own. Pure functions of numbers and
+op names: these modules import only the standard library, ``core.taxonomy`` and each other. The
+measurements on tensors are validate/checks.py's, which re-exports every judge.
 """
 from __future__ import annotations
 
@@ -16,23 +16,8 @@ import math
 from kernelmill.core.taxonomy import AFFINE_OPS, moves_data_only, op_base
 from kernelmill.validate.check_terms import TOLERANCE_BOUNDS, check
 from kernelmill.validate.check_terms import fmt as _fmt
-from kernelmill.validate.verdicts_realcode import (  # noqa: F401 — re-exported
-    judge_call_history,
-    judge_constant_parameters,
-    judge_contrast,
-    judge_dead_branches,
-    judge_dead_work,
-    judge_exact_outputs,
-    judge_real_code,
-    judge_unique_writes,
-)
-from kernelmill.validate.verdicts_timing import (  # noqa: F401 — re-exported
-    LAUNCH_QUEUE,
-    SYNC_KEYS,
-    host_wait_ratio,
-    judge_inductor,
-    judge_launch,
-)
+from kernelmill.validate.verdicts_realcode import judge_real_code
+from kernelmill.validate.verdicts_timing import judge_launch
 
 
 def compute_ops(ops: list[str]) -> list[str]:

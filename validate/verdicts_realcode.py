@@ -14,6 +14,11 @@ from kernelmill.validate.check_terms import fmt as _fmt
 from kernelmill.validate.contrast_views import admitted_beside_passthrough, worst_view
 from kernelmill.validate.contrast_views import admitted_by_offset as _admitted_by_offset
 
+__all__ = [  # what validate.checks re-exports
+    "judge_call_history", "judge_constant_parameters", "judge_contrast", "judge_dead_branches",
+    "judge_dead_work", "judge_exact_outputs", "judge_real_code", "judge_unique_writes",
+]
+
 
 def _unmeasured(value: Any, none_why: str) -> dict | None:
     """The skipped check for a measurement that is missing, not applicable or failed."""

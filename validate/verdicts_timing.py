@@ -9,6 +9,11 @@ import math
 from kernelmill.validate.check_terms import check
 from kernelmill.validate.check_terms import fmt as _fmt
 
+__all__ = [  # what validate.checks re-exports
+    "LAUNCH_QUEUE", "QUEUED_IDLE", "QUEUED_TAIL", "SYNC_KEYS", "host_wait_ratio",
+    "judge_inductor", "judge_launch",
+]
+
 # What the probe measures of a forward's host syncs, carried beside the eager timing wherever
 # it is taken: the count, the source's host reads in forward's loops, and ``device_work``.
 SYNC_KEYS = ("host_syncs", "syncs_in_loops", "device_work")

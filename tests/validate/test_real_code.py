@@ -953,7 +953,7 @@ def test_an_output_that_follows_the_order_among_tied_integer_keys_is_caught(kind
     """Tokens sorted by their expert id (many ties) and then a running sum: which tied token
     comes first is up to the sort. A stable sort defines it; sorted values do not depend on it;
     a top-k over tied keys picks among them."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     class Ordered(nn.Module):
         def forward(self, keys, x):
@@ -992,7 +992,7 @@ def test_decisions_fail_only_where_a_tenth_of_the_noise_flips_them_too(small):
     """A router over thousands of tokens meets a near-tie under noise at the tolerance's scale
     (one token of 2048 at 1e-4) but not under a tenth of it: reported, not failed. Flips that
     the smaller noise makes too fail, integer outputs and float jumps alike."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     torch.manual_seed(0)
     x = torch.randn(2048, 8)
@@ -1022,7 +1022,7 @@ def test_a_phase_read_across_its_branch_cut_is_a_decision(kind, jumps):
     phase fails; the unit phasor, the magnitude and the half-angle formula with its pole moved
     off the spectrum are continuous. A complex output and a real one of its shape
     are not comparable (an ablation of ``angle`` returns the spectrum itself)."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     class Spectrum(nn.Module):
         def __init__(self):
@@ -1098,7 +1098,7 @@ def test_a_prefix_sums_linear_move_is_not_a_jump_where_a_comparison_decides(thre
     output: it fails."""
     from kernelmill.validate.realcode.moves import _jumped
     from kernelmill.validate.realcode.noise import _HonestNoise
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     class Masked(nn.Module):
         def forward(self, x):
@@ -1128,7 +1128,7 @@ def test_an_unpool_at_its_pools_picks_does_not_hide_a_cut_beside_it(phase):
     returned beside them (a cut no single op has) still fails. A decision read off the unpool's
     output (where each window's maximum sits, as a mask) is a decision: its noisy forwards are
     not given the picks, so the noise moves it."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     class Stage(nn.Module):
         def __init__(self):
@@ -1174,7 +1174,7 @@ def test_near_ties_fail_by_their_density_over_draws_of_the_inputs(ties, pooled, 
     that noise at fp32) each in proportion. One such row estimates about 1% of 7-call grades
     failed (passes), twelve about 12% (fails); pooled with three draws of the inputs without
     such ties (``more``), the same twelve are a density of a quarter of that (passes)."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     torch.manual_seed(0)
     x = torch.randn(2048, 8)
@@ -1238,7 +1238,7 @@ def test_twins_closer_than_rounding_fail_in_every_float_dtype(dtype):
     rounding) flips them as often as the full noise does, and the problem fails, fp64 too (where
     scaling the full noise's flips to fp64's rounding alone would never fail it); a gap of a
     tenth (half the full noise's reach) passes: only the full noise crosses it."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     eps = torch.finfo(dtype).eps
     for gap, fails in ((eps, True), (0.1, False)):
@@ -1259,7 +1259,7 @@ def test_further_draws_pool_whatever_the_first_shows_and_one_that_raises_is_left
     """The check's own draw of the inputs holds no twin-won row; the further draws do (the twins
     made to win): they are pooled, and the problem fails. A further draw whose inputs cannot be
     made is left out and named; the rest still decide."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     model = _Twins(0.0)
     twin = model.w.detach()[8:9]
@@ -1293,7 +1293,7 @@ def test_low_precision_outputs_need_no_flip_under_the_smaller_noise():
     """In bf16 an honest kernel's rounding is about the full noise (the floor, 2e-2): the
     smaller noise, under half a unit in the last place, flips nothing, yet a classifier whose
     argmax the full noise flips in a few rows a draw fails (the tiny noise is not run)."""
-    from kernelmill.validate.verdicts import judge_exact_outputs
+    from kernelmill.validate.verdicts_realcode import judge_exact_outputs
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 16)).bfloat16()
