@@ -326,11 +326,11 @@ def turn_ci_pct(turns: dict[str, list[float]]) -> dict[str, float | None]:
     many samples they hold. A participant's scatter is Shamos's (``_scatter``: 1.0483 x the
     median gap between two of its turns' log medians; no centre to fit, one disturbed turn
     among several moves it little). With ``OWN_SCATTER_TURNS`` turns or more it reads its own
-    (df: its turns less one); with fewer, the larger of its own and the pooled one (the participants' own
-    scatters, each weighted by its df; df: their turns less one each), so a quiet participant
-    never narrows a swinging one. With k readable turns: t(df) x se(k) x scatter / sqrt(k), se
-    the median's factor (``MEDIAN_SE``). None where a participant has no readable turn, or
-    fewer than two and nobody's are pooled."""
+    (df: its turns less one); with fewer, the larger of its own and the pooled one (the
+    participants' own scatters, each weighted by its df; df: their turns less one each), so a
+    quiet participant never narrows a swinging one. With k readable turns: t(df) x se(k) x
+    scatter / sqrt(k), se the median's factor (``MEDIAN_SE``). None where a participant has no
+    readable turn, or fewer than two and nobody's are pooled."""
     logs = {name: [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
             for name, medians in turns.items()}
     own = {name: _scatter(values) for name, values in logs.items() if len(values) >= 2}
