@@ -306,12 +306,16 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
     rows = list(read_jsonl(submissions_path))  # read once: it may be a pipe
-    # this run's verdict keys: only a row of the same source, problem and settings is redone
-    # (a row of another problems file, or an id reused for another source, stays as it is)
-    keys = {str(row["submission_id"]): verdict_key(row["source"], problems[str(row["problem_id"])],
-                                                   device, policy)
-            for row in rows if all(k in row for k in ("submission_id", "problem_id", "source"))
-            and str(row["problem_id"]) in problems}
+    # each row's verdict key, once (None: a bad row or an unknown problem); only a verdict of
+    # the same source, problem and settings is redone (a row of another problems file, or an id
+    # reused for another source, stays as it is)
+    row_keys = [verdict_key(row["source"], problems[str(row["problem_id"])], device, policy)
+                if all(k in row for k in ("submission_id", "problem_id", "source"))
+                and str(row["problem_id"]) in problems else None for row in rows]
+    keys: dict[str, str] = {}
+    for row, key in zip(rows, row_keys):
+        if key is not None:
+            keys.setdefault(str(row["submission_id"]), key)
     with lock, JsonlWriter(out_path, key="submission_id",
                            redo=lambda row: row.get("key") is not None
                            and row.get("key") == keys.get(str(row.get("submission_id")))
@@ -321,7 +325,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                      "retry (a timeout, a kill, a failed window or reference) graded again")
             stats.count("graded again", out.redone)
         items = []
-        for index, row in enumerate(rows, start=1):
+        for index, (row, key) in enumerate(zip(rows, row_keys), start=1):
             missing = [k for k in ("submission_id", "problem_id", "source") if k not in row]
             if missing:
                 log.warning(f"{submissions_path}: row {index} lacks {', '.join(missing)}; skipped")
@@ -336,7 +340,6 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
                     "input", f"unknown problem id {pid}").to_dict()})
                 stats.dropped("unknown problem")
                 continue
-            key = verdict_key(row["source"], problems[pid], device, policy)
             cached = cache.get(key)
             if cached is not None:
                 verdict = {**cached, "reward": float(reward_fn(cached)), "cached": True}

@@ -22,4 +22,3 @@ def check(passed: bool | None, value: Any = None, detail: str = "") -> dict:
 
 def fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
-

@@ -107,8 +107,8 @@ def test_hostile_suite_on_cpu(tmp_path):
 
 
 # One case in this many (by a stable hash of its name), never an extension build nor a primer:
-# the suite's sample that the default test run grades (~50 s of 2 cores against the whole
-# suite's ~280 s). The whole suite is slow-marked: ``pytest -m slow``, and on CUDA.
+# the suite's sample that the default test run grades (73 s of 2 cores against the whole
+# suite's 257-283 s). The whole suite is slow-marked: ``pytest -m slow``, and on CUDA.
 SAMPLE_ONE_IN = 5
 
 
