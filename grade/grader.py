@@ -20,6 +20,7 @@ holds the steps around them: the candidate's build and run, the timing window, t
 """
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import threading
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.cuda_wait import WAIT_VAR
-from kernelmill.validate.gpus import gpu_lock_path
+from kernelmill.validate.gpus import gpu_activity, gpu_lock_path
 from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, run_window
@@ -333,7 +334,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms", "turn_ms",
                                    "late_write_ms", "stepped_aside", "ready_ms",
-                                   "last_ready_ms")}
+                                   "last_ready_ms", "clocks")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
             # each timed round's median sample, [round, ms], of the reference and the candidate
@@ -420,7 +421,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 finish=lambda: _gpu_work_done(controls, policy.timeout_s),
                 clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
                 droppable=tuple(names.values()), clock_witness="reference",
-                admit=None if policy.time_incorrect else admit)
+                admit=None if policy.time_incorrect else admit,
+                activity=functools.partial(gpu_activity, self.worker_device, first["env"]))
             for thread in threads:
                 thread.join()
         finally:

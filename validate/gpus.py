@@ -1,9 +1,11 @@
 """Which physical GPU a device names, without a CUDA context: ``nvidia-smi``'s table (index,
 UUID, model name), the GPU's free memory, and the path of the timing lock of each physical GPU
 (``gpu_lock_path``: one per UUID in a per-user runtime folder, so every grader and validator of
-this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with).
+this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with),
+and what the GPU was doing just now (``gpu_activity``, from NVML where ``nvidia-ml-py`` is
+installed).
 
-Imports only the standard library.
+Imports only the standard library (and ``pynvml`` where present, inside ``gpu_activity``).
 """
 from __future__ import annotations
 
@@ -101,3 +103,44 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
         if not os.path.exists(path + suffix):
             open(path + suffix, "a").close()
     return path
+
+
+_NVML: dict[str, object] = {}  # UUID -> NVML handle (None: NVML does not answer for it)
+
+
+def _nvml_handle(uuid: str):
+    if uuid not in _NVML:
+        try:
+            import pynvml  # nvidia-ml-py, where installed: read by the trusted parent only
+
+            pynvml.nvmlInit()
+            _NVML[uuid] = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+        except Exception:  # noqa: BLE001 — no library, no driver, an unknown GPU: no reading
+            _NVML[uuid] = None
+    return _NVML[uuid]
+
+
+def gpu_activity(device: str, env: dict | None = None) -> dict | None:
+    """What the GPU behind ``device`` (as a worker with ``env`` sees it) was doing just now,
+    from NVML, with no CUDA context: ``busy_pct``, the share of NVML's last sample period in
+    which any kernel of any process ran, and ``sm_mhz`` (its SM clock now) against
+    ``max_sm_mhz``. None on CPU, for a MIG instance, or without NVML (the ``nvidia-ml-py``
+    package and the driver's library). A worker cannot raise these readings but by running
+    kernels, which raises the clocks they stand for."""
+    if not device.startswith("cuda"):
+        return None
+    uuid = _gpu_uuid(_physical(device, env))
+    if not uuid or uuid.startswith("MIG-"):
+        return None
+    handle = _nvml_handle(uuid)
+    if handle is None:
+        return None
+    try:
+        import pynvml
+
+        return {"busy_pct": int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                "sm_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                "max_sm_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(handle,
+                                                                    pynvml.NVML_CLOCK_SM))}
+    except Exception:  # noqa: BLE001 — a reading the driver refused is no reading
+        return None

@@ -378,7 +378,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
             timeout_s: float = 120, lock: str | None = None, on_finish=None,
             after: dict | None = None, controls: dict | None = None,
             unseen_check: tuple = (), clock_witness: str | None = None,
-            **settings) -> tuple[dict, dict]:
+            activity=None, **settings) -> tuple[dict, dict]:
     controls = controls if controls is not None else {}
     controls.update({name: Control() for name in ms})
     results = {}
@@ -400,7 +400,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
                         finish=lambda: [on_finish and on_finish()] + [t.join() for t in threads],
                         clock_check=tuple(n for n in ms if n.startswith("candidate")),
                         gpu_handshake=True, droppable=droppable, unseen_check=unseen_check,
-                        clock_witness=clock_witness)
+                        clock_witness=clock_witness, activity=activity)
     return window, results
 
 
@@ -1455,6 +1455,70 @@ def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_pat
     with open(lock + ".hot", "w") as held:
         held.write(repr(4102444800.0))  # a time in the future is no time
     assert M.GpuLock(lock).since_window_s() is None
+
+
+def test_a_window_that_finds_the_gpu_busy_skips_the_clock_warm_up(tmp_path):
+    """Other work ran on the GPU just before the window took it alone (NVML's reading, by
+    ``activity``): its clocks are up, and the first participant warms for ``rewarm_ms`` only.
+    An idle GPU, a reading under ``busy_pct``, ``busy_pct`` 0 or no reading: the full warm-up.
+    Every reading taken is kept."""
+    ms = {"reference": 1.0, "candidate": 1.0}
+    timing = {"cap_ms": 60, "warm_ms": 300, "rewarm_ms": 5, "min_reps": 3, "hot_s": 0}
+
+    def reading(busy: int):
+        return lambda: {"busy_pct": busy, "sm_mhz": 1980, "max_sm_mhz": 1980}
+
+    busy, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(60), **timing)
+    idle, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(3), **timing)
+    off, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(60), busy_pct=0,
+                     **timing)
+    assert busy["error"] is idle["error"] is off["error"] is None
+    assert busy["phases_ms"]["warm"] < 200 and busy["clocks_busy_pct"] == 60
+    assert verdict_timing(busy)["clocks_busy_pct"] == 60
+    for window in (idle, off):
+        assert window["phases_ms"]["warm"] >= 300 and "clocks_busy_pct" not in window
+        assert "clocks_busy_pct" not in verdict_timing(window)
+    assert idle["clocks"]["busy_pct"] == 3 and off["clocks"]["busy_pct"] == 60
+    assert WindowSettings().busy_pct > 0  # on by default
+
+
+def test_gpu_activity_reads_nvml_for_the_gpu_a_worker_sees(monkeypatch):
+    """``gpus.gpu_activity``: NVML's busy share and SM clocks of the physical GPU behind a
+    device as a worker with ``env`` sees it; None on CPU, without NVML, or where a reading
+    fails."""
+    import sys
+    import types
+
+    from kernelmill.validate import gpus
+
+    monkeypatch.setattr(gpus, "_GPUS", {"0": ("GPU-aaa", "H200"), "1": ("GPU-bbb", "H200"),
+                                        "": ("", "")})
+    monkeypatch.setattr(gpus, "_NVML", {})
+    asked = []
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: asked.append(uuid) or uuid,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(
+            gpu=70 if h == b"GPU-bbb" else 0),
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980,
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: 1980)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpus.gpu_activity("cpu") is None
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "1"}) == {
+        "busy_pct": 70, "sm_mhz": 1980, "max_sm_mhz": 1980}
+    assert gpus.gpu_activity("cuda:1", {"CUDA_VISIBLE_DEVICES": "1,0"})["busy_pct"] == 0
+    assert asked == [b"GPU-bbb", b"GPU-aaa"]  # one handle per GPU, kept
+    gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "1"})
+    assert asked == [b"GPU-bbb", b"GPU-aaa"]
+
+    def refused(handle):
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetUtilizationRates", refused)
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "1"}) is None
+    monkeypatch.setattr(gpus, "_NVML", {})
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"}) is None
 
 
 def test_inputs_get_copies_where_they_fit_in_half_the_l2_and_blocks_of_them_up_to_a_bound():
