@@ -226,7 +226,9 @@ def summarize(out: Path) -> dict:
     reference_s, candidate_s, warm = [], [], 0
     waits: dict[str, list[float]] = {"shared_wait_ms": [], "exclusive_wait_ms": [],
                                      "exclusive_queue_ms": [], "exclusive_drain_ms": [],
-                                     "window_ms": []}
+                                     "window_ms": [], "exclusive_held_ms": [],
+                                     "exclusive_setup_ms": []}
+    aside: list[float] = []  # each grade's seconds with its workers stopped for other windows
     stages: dict[str, list[float]] = {}
     ref_stages: dict[str, list[float]] = {}
     phases: dict[str, list[float]] = {}
@@ -245,6 +247,8 @@ def summarize(out: Path) -> dict:
             ref_stages.setdefault(stage, []).append(seconds)
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
+        if isinstance((profile.get("stepped_aside") or {}).get("s"), (int, float)):
+            aside.append(profile["stepped_aside"]["s"])
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
@@ -282,6 +286,9 @@ def summarize(out: Path) -> dict:
             "warm": f"{warm}/{len(reference_s)}",
             **{f"median_{k}": median(v) for k, v in waits.items()},
             "window_s_total": round(sum(waits["window_ms"]) / 1e3, 1),
+            # the GPU held alone: each window's whole exclusive hold where known
+            "held_s_total": round(sum(waits["exclusive_held_ms"]) / 1e3, 1),
+            "median_stepped_aside_s": median(aside),
             "windows": len(waits["window_ms"]),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
@@ -625,16 +632,22 @@ def main() -> int:
                   (f"; {middle} per minute between its first and third quarters of verdicts"
                    if middle is not None else ""))
     print(f"{'set / phase':22} {'shared wait ms':>15} {'exclusive wait ms':>18} "
-          f"{'queued / drain ms':>18} {'window ms':>10} {'GPU held alone':>15}")
+          f"{'queued / drain ms':>18} {'window ms':>10} {'held ms':>8} {'GPU held alone':>15}"
+          f" {'stepped aside s':>16}")
     for phase, r in results.items():
-        held = r["window_s_total"] / r["seconds"] * 100 if r["seconds"] else 0
+        alone = r.get("held_s_total") or r["window_s_total"]
+        held = alone / r["seconds"] * 100 if r["seconds"] else 0
         cell = lambda key: "-" if r.get(key) is None else r[key]  # noqa: E731
         parts = f"{cell('median_exclusive_queue_ms')} / {cell('median_exclusive_drain_ms')}"
         print(f"{phase:22} {cell('median_shared_wait_ms'):>15} "
               f"{cell('median_exclusive_wait_ms'):>18} {parts:>18} "
-              f"{cell('median_window_ms'):>10} {held:>14.0f}%")
+              f"{cell('median_window_ms'):>10} {cell('median_exclusive_held_ms'):>8} "
+              f"{held:>14.0f}% {cell('median_stepped_aside_s'):>16}")
     print("queued / drain: a window's wait behind the windows before it, then for the shared "
-          "holders to step aside or end")
+          "holders to step aside or end; held ms: the window's whole exclusive hold (its "
+          "parts, what came before them and the hand-back), which 'GPU held alone' sums where "
+          "known; stepped aside: each grade's seconds with its workers stopped for other "
+          "grades' windows (median)")
     from kernelmill.core.devices import usable_cores
 
     cores = usable_cores()
@@ -663,7 +676,7 @@ def main() -> int:
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
-          "window); GPU held alone: the share of the phase's wall time inside timing windows; "
+          "window); GPU held alone: the share of the phase's wall time held by timing windows; "
           "turn+ms: a round's turn's wall time past the device work it reports (median)")
     signal.setitimer(signal.ITIMER_REAL, 0)  # the deadline bounds the grading phases alone
     kernelbench = None if stopped else compare_with_kernelbench(args, folder, results)

@@ -334,7 +334,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "exclusive_queue_ms", "exclusive_drain_ms", "window_ms",
                                    "rounds", "phases_ms", "turn_overhead_ms", "turn_ms",
                                    "late_write_ms", "stepped_aside", "ready_ms",
-                                   "last_ready_ms", "clocks")}
+                                   "last_ready_ms", "clocks", "exclusive_setup_ms",
+                                   "exclusive_held_ms")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
             # each timed round's median sample, [round, ms], of the reference and the candidate

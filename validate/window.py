@@ -216,6 +216,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             held.close()  # shared -> exclusive: another window may come first
             holding[0] = False
             exclusive[0] = held.enter_context(_exclusive(group, lock, result))
+            took = time.monotonic()
             holding[0] = True
             for control in group.active.values():  # a child that left its member's
                 control.find_strays()  # process group is stopped with it
@@ -223,6 +224,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             result["strays"] = {name: len(c.strays) for name, c in group.active.items()
                                 if c.strays}
             first_warm_ms = _first_warm_ms(lock, settings, warm_ms, activity, result)
+            # the GPU held alone before the rounds (strays looked for, clocks read)
+            result["exclusive_setup_ms"] = round((time.monotonic() - took) * 1e3, 1)
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
                               cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check,
@@ -232,7 +235,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                     lock.window_ended()
                 group.alone = False
                 group.everyone()
-            _step_back(group, lock, held, holding, exclusive, stepper)
+            released = _step_back(group, lock, held, holding, exclusive, stepper)
+            # the whole exclusive hold, the window's own parts and what came before and after
+            result["exclusive_held_ms"] = round((released - took) * 1e3, 1)
         for control in group.active.values():
             control.send("stop")
     except WindowError as exc:
@@ -290,7 +295,7 @@ def _first_warm_ms(lock: GpuLock, settings: WindowSettings, warm_ms: float,
 
 
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
-               exclusive: list, stepper: StepAside) -> None:
+               exclusive: list, stepper: StepAside) -> float:
     """After the timed rounds, before the members are told to stop: the GPU is let go and
     taken shared again behind any window already waiting, so waiting windows run back to back
     and the members' checks after the window (seconds of host work each: ghost calls, audit,
@@ -300,18 +305,21 @@ def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding
     ``stop``, which is sent only once the shared hold is back: none of their GPU work runs in
     another window. The wait is credited to their time limits. A member that left during the
     rounds was told to stop then and may be at work: the hold turns shared with no gap, as
-    when a window fails."""
+    when a window fails. Returns when the GPU stopped being held alone (``time.monotonic``)."""
     if any(not group.controls[name].ended for name in group.dropped):
         exclusive[0].downgrade()
+        released = time.monotonic()
         stepper.hold(exclusive[0])
         exclusive[0] = None
-        return
+        return released
     held.close()
+    released = time.monotonic()
     exclusive[0] = None
     holding[0] = False
     with _crediting(group):
         stepper.hold(held.enter_context(lock.shared()))
     holding[0] = True
+    return released
 
 
 @contextlib.contextmanager

@@ -1479,6 +1479,10 @@ def test_a_window_that_finds_the_gpu_busy_skips_the_clock_warm_up(tmp_path):
         assert window["phases_ms"]["warm"] >= 300 and "clocks_busy_pct" not in window
         assert "clocks_busy_pct" not in verdict_timing(window)
     assert idle["clocks"]["busy_pct"] == 3 and off["clocks"]["busy_pct"] == 60
+    # the GPU held alone: the window's parts and what came before and after them
+    for window in (busy, idle, off):
+        assert 0 <= window["exclusive_setup_ms"] <= window["exclusive_held_ms"]
+        assert window["window_ms"] <= window["exclusive_held_ms"] < window["window_ms"] + 2000
     assert WindowSettings().busy_pct > 0  # on by default
 
 
