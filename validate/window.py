@@ -86,6 +86,10 @@ class WindowSettings:
     # read speedups 4-5% (2k) and 10-11% (4k) below the same answer graded alone, the reference
     # GEMM's turns running fast (H100). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
+    # Settle a turn that follows the same participant's own turn too (mirrored rounds put
+    # each pair's middle two turns together). Off: the GPU is already in that participant's
+    # state after its own turn.
+    settle_same: bool = False
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
     ci_limit_pct: float = 5.0
@@ -382,6 +386,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     overheads: list[float] = []
     parts: dict[str, list[float]] = {}  # where each turn's wall time went (``_turn_parts``)
     order: list[str] = []
+    last = None  # whose turn ran last: a turn right after its own needs no settling
     while not group.gone():
         round_began = time.monotonic()
         # each round in another order (the same for the same round of any window): no member
@@ -393,10 +398,14 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             if room <= 0:
                 continue
             reps = min(per_round[name], room)
-            # the turn's settling and its samples in one command (each command is a round
-            # trip through a busy parent: 20 ms a turn at the median, KernelBench sizes, H200)
+            # The turn's settling and its samples in one command (each command is a round
+            # trip through a busy parent: 20 ms a turn at the median, KernelBench sizes, H200).
+            # A turn that follows its own (mirrored rounds meet at their ends) finds the GPU
+            # in its state already: no settling, unless ``settle_same``.
+            settle = settle_ms if name != last or settings.settle_same else 0.0
+            last = name
             turn_began = time.monotonic()
-            got = group.ask(name, f"round {reps} {settle_ms:g}" if settle_ms else
+            got = group.ask(name, f"round {reps} {settle:g}" if settle else
                             f"round {reps}", "round", timeout, whole=True)
             if got is not None:
                 at, report = got
@@ -406,10 +415,10 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 except (TypeError, ValueError, OverflowError):
                     group.fail(name, WindowError(name, "answered a round without its samples"))
                     continue
-                if settle_ms and (at - turn_began) * 1e3 < settle_ms:
+                if settle and (at - turn_began) * 1e3 < settle:
                     group.fail(name, WindowError(name, f"answered its turn in "
                                                        f"{(at - turn_began) * 1e3:.1f} ms, before "
-                                                       f"the {settle_ms:g} ms of settling asked"))
+                                                       f"the {settle:g} ms of settling asked"))
                     continue
                 samples[name].extend(times)
                 if times:  # [round, its turn's median]: the turn CI's readings
@@ -418,7 +427,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 # the samples' pace by this clock, the settling included: read high, never low
                 # (it bounds the clock check's loop)
                 paces[name].append((at - turn_began) * 1e3 / reps)
-                sent = turn_began + (settle_ms or 0.0) / 1e3
+                sent = turn_began + settle / 1e3
                 # the turn's wall time past the device work it reports (a graph sample covered
                 # by an untimed replay is two replays): the round trip's and the worker's cost
                 info = ready.get(name, {})

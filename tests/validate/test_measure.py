@@ -21,7 +21,7 @@ from kernelmill.validate.window import (
     run_window,
     verdict_timing,
 )
-from kernelmill.validate.window_turns import _window_cis
+from kernelmill.validate.window_turns import _round_order, _window_cis
 
 _clock = time.perf_counter  # busy() keeps working while a test patches time.perf_counter
 
@@ -660,13 +660,36 @@ def test_a_child_that_left_the_members_group_is_stopped_with_it(monkeypatch):
     assert sums["free_cpu"] >= 0.15 * sums["free_wall"], sums
 
 
+def _turns_after_their_own(names: list[str], rounds: int, how: str = "mirror") -> dict:
+    """How many of each participant's turns came right after its own, over ``rounds``
+    rounds in the window's order (``window_turns._round_order``, the same for any window)."""
+    own, order, last = dict.fromkeys(names, 0), [], None
+    for index in range(rounds):
+        order = _round_order(list(names), index, how, order)
+        for name in order:
+            own[name] += name == last
+            last = name
+    return own
+
+
 def test_every_turn_settles_untimed_before_its_samples():
     """``settle_ms``: each turn starts with untimed work (a kernel at the power cap reads fast
     right after a lighter turn), sent with the turn's samples in one command; those calls are
-    no samples."""
+    no samples. A turn right after the same participant's own (mirrored rounds meet at their
+    ends) does not settle, unless ``settle_same``."""
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
                               settle_ms=10, ci_target_pct=1.0)
     assert window["error"] is None and all(r.ok for r in results.values()), results
+    own = _turns_after_their_own(["reference", "candidate"], window["rounds"])
+    assert window["rounds"] >= 2 and sum(own.values()) >= 1, (window["rounds"], own)
+    for name, result in results.items():
+        assert result.value["settles"] == window["rounds"] - own[name], (name, own)
+    same, same_results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
+                                 settle_ms=10, ci_target_pct=1.0, settle_same=True)
+    assert same["error"] is None
+    for result in same_results.values():
+        assert result.value["settles"] == result.value["rounds"] == same["rounds"]
+    window, results = same, same_results
     # where a turn's time went, by the workers' stamps: the settling is its own part
     parts = window["turn_ms"]
     assert set(parts) == {"to_worker", "settle", "samples", "checks", "to_parent"}, parts
