@@ -96,6 +96,7 @@ class _Run(_Probes):
     # The probes' methods bound in this class's own namespace as well: the patch snapshot lists a
     # class's own members, so one of them rebound on ``_Run`` is a patch wherever it is defined.
     unseen, _on_device, ghost = _Probes.unseen, _Probes._on_device, _Probes.ghost
+    before_window, reserve_replay = _Probes.before_window, _Probes.reserve_replay
     _unseen_device_us, _even_calls_us = _Probes._unseen_device_us, _Probes._even_calls_us
 
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,

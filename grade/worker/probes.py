@@ -129,7 +129,8 @@ class _Probes:
         if not self.hidden:
             return 0
         seen_ms, unseen_ms, checks, order = [], [], [], []
-        first = self._on_device(self.trials[0])
+        first, self.pristine = getattr(self, "pristine", None), None
+        first = first or self._on_device(self.trials[0])  # (made before the window)
         whole = timer.graph is not None
         calls = timer.calls_per_sample if whole else 1
         paused = not self.witness.running
@@ -220,6 +221,15 @@ class _Probes:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)
 
+    def before_window(self, timer: T.Timer) -> None:
+        """Once the timer is prepared, before the worker says it is ready for the window:
+        the host memory the first unseen replay is copied into (``reserve_replay``), and trial
+        0's inputs where the unseen check loads them from (``_on_device``). Made inside the
+        window, that copy from the shown file's pages took 20-50 ms of every window at
+        KernelBench's sizes (H200)."""
+        self.reserve_replay(timer)
+        self.pristine = self._on_device(self.trials[0]) if self.hidden else None
+
     def reserve_replay(self, timer: T.Timer) -> None:
         """Before the window: host memory the first unseen replay's outputs are copied into
         (``_keep_replay``), as many calls' outputs as the timing graph could hold
@@ -273,11 +283,17 @@ class _Probes:
     def _on_device(self, trial: dict) -> dict:
         """``trial`` with its input tensors copied to the device once, when they are small
         enough (``PRISTINE_BYTES``): the unseen check loads them ten times, inside the window,
-        and a load from the host moved 128 MB over PCIe each time."""
+        and a load from the host moved 128 MB over PCIe each time. Larger ones, up to
+        ``PINNED_PRISTINE_BYTES``, copied into page-locked host memory instead: the copy engine
+        reads it at full speed, where each load of KernelBench's 512 MiB cross-entropy input
+        from the shown file's pageable pages took 65-90 ms of the window (H200)."""
         tensors = [v for v in trial["inputs"] if _type(v) is _Tensor]
         size = sum(v.numel() * v.element_size() for v in tensors)
-        if not self.device.startswith("cuda") or not tensors or size > PRISTINE_BYTES:
+        if not self.device.startswith("cuda") or not tensors or size > PINNED_PRISTINE_BYTES:
             return trial
+        if size > PRISTINE_BYTES:
+            return {**trial, "inputs": [_pinned(v) if _type(v) is _Tensor else v
+                                        for v in trial["inputs"]]}
         return {**trial, "inputs": to_device(trial["inputs"], self.device)}
 
     def ghost(self, trial_index: int) -> dict:
@@ -382,6 +398,14 @@ SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its base
 # read 5.06 µs of kernels against 4.16 before (bound 5.03; 1 of 72 grades in groups, H200).
 AFTER_CALLS = 2
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
+PINNED_PRISTINE_BYTES = 1 << 30  # and in page-locked host memory, up to
+
+
+def _pinned(value):
+    """A page-locked host copy of ``value`` (a device's copy engine reads it directly)."""
+    held = _empty(tuple(value.shape), dtype=value.dtype, pin_memory=True)
+    _tensor_copy(held, value)
+    return held
 
 
 def _poison_outputs(output) -> bool:

@@ -257,7 +257,7 @@ def _candidate_task(payload: dict) -> dict:
         timer, timing = _serve_timing(forward, device, payload, witness, run.unseen,
                                       send=checked_report, after_work=run.check_timed_inputs,
                                       after_sample=run.sometimes_check_timed_inputs,
-                                      prepared=run.reserve_replay, place=run.turns.capture)
+                                      prepared=run.before_window, place=run.turns.capture)
         timing["calls"] = calls[0]
         run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
         seen_patches.extend(dispatch_changed(dispatch))  # (one unregistered before the end)

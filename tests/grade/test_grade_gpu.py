@@ -100,3 +100,26 @@ def test_a_trials_inputs_are_drawn_on_the_gpu_unless_get_inputs_needs_the_host()
         "def get_inputs():", "def get_inputs():\n    torch.zeros(1).numpy()"), "reference")
     drawn = draw_inputs(host, "cuda", 7)
     assert not drawn[0].is_cuda and drawn[0].numel() == LARGE
+
+
+def test_the_unseen_checks_timed_inputs_wait_on_the_device_or_page_locked():
+    """``_Probes._on_device``: trial 0's inputs, which the unseen check loads before each of
+    its calls on them inside the window, are copied before it: to the device up to
+    ``PRISTINE_BYTES``, into page-locked host memory up to ``PINNED_PRISTINE_BYTES`` (the copy
+    engine reads those at full speed), left where they are beyond that; off CUDA, as given."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.worker import probes
+
+    def placed(nbytes: int, device: str = "cuda") -> list:
+        inputs = [torch.ones(nbytes // 4), 3]
+        run = SimpleNamespace(device=device)
+        return probes._Probes._on_device(run, {"inputs": inputs, "seed": 1})["inputs"]
+
+    small = placed(64 << 20)
+    assert small[0].is_cuda and small[1] == 3 and float(small[0][-1]) == 1.0
+    middle = placed(probes.PRISTINE_BYTES + (64 << 20))[0]
+    assert middle.device.type == "cpu" and middle.is_pinned() and float(middle[-1]) == 1.0
+    large = placed(probes.PINNED_PRISTINE_BYTES + (4 << 20))[0]
+    assert large.device.type == "cpu" and not large.is_pinned()
+    assert not placed(64 << 20, "cpu")[0].is_cuda
