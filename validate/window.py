@@ -71,11 +71,14 @@ class WindowSettings:
     # for ``rewarm_ms`` like the others. Back-to-back windows are the case where the exclusive
     # window bounds a GPU's grading rate, and the full warm-up was a third of a window.
     hot_s: float = 1.0
-    # A window that finds the GPU busy for at least this share of NVML's last sample period
-    # (``gpus.gpu_activity``: other grades' work, stepped aside just before it) finds the
-    # clocks up too; 0: only ``hot_s`` decides. Under load most windows are not within
-    # ``hot_s`` of the last one and none finds the GPU idle: their full warm-up was 120-200 ms
-    # of 0.96 s windows at the median (KernelBench singles, 16 slots, H200).
+    # A window that NVML (``gpus.gpu_activity``) finds with the GPU's SM clock at
+    # ``clock_pct`` of its highest or more, or busy for ``busy_pct`` of its last sample period
+    # or more, finds the clocks up too (0: that reading does not decide). Under load about
+    # half the windows are not within ``hot_s`` of the last one, and their full warm-up was
+    # 250-340 ms of 0.96 s windows (KernelBench singles, 16 slots, H200); NVML read the SM
+    # clock at its highest (1,980 MHz) at the start of every one of 51 such windows, while
+    # their busy share read 0-16% in 49.
+    clock_pct: float = 95.0
     busy_pct: float = 10.0
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
     # Untimed work at the start of every turn; None: 40 ms on CUDA, else 0. A kernel at the
@@ -154,8 +157,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     ``clock_witness`` (a trusted participant) runs one unscored round right before and right
     after the unseen checks (``unseen_clock_ms``: ``before`` and ``after`` samples).
     ``activity()`` reads what the GPU was doing as the window took it alone
-    (``gpus.gpu_activity``; the result's ``clocks``): busy at ``busy_pct`` or more, its
-    first participant warms for ``rewarm_ms`` only."""
+    (``gpus.gpu_activity``; the result's ``clocks``): its clocks up (``_clocks_up``), the
+    first participant warms for ``rewarm_ms`` only (``clocks_up``)."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -279,9 +282,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
 def _first_warm_ms(lock: GpuLock, settings: WindowSettings, warm_ms: float,
                    activity: Callable[[], dict | None] | None, result: dict) -> float:
     """The first participant's warm-up: ``rewarm_ms`` where the clocks are up (a window on
-    this GPU ended within ``hot_s``: ``clocks_hot_s``; or the GPU was busy at ``busy_pct``
-    or more just now: ``clocks_busy_pct``), else ``warm_ms``. The reading is kept
-    (``clocks``) whenever one is taken."""
+    this GPU ended within ``hot_s``: ``clocks_hot_s``; or NVML read its clocks up just now:
+    ``clocks_up``), else ``warm_ms``. The reading is kept (``clocks``) whenever one is
+    taken."""
     if not warm_ms:
         return warm_ms
     since = lock.since_window_s()
@@ -291,11 +294,23 @@ def _first_warm_ms(lock: GpuLock, settings: WindowSettings, warm_ms: float,
     read = activity() if activity is not None else None
     if isinstance(read, dict):
         result["clocks"] = read
-        busy = read.get("busy_pct")
-        if settings.busy_pct and isinstance(busy, (int, float)) and busy >= settings.busy_pct:
-            result["clocks_busy_pct"] = busy
+        if _clocks_up(read, settings):
+            result["clocks_up"] = True
             return min(warm_ms, settings.rewarm_ms)
     return warm_ms
+
+
+def _clocks_up(read: dict, settings: WindowSettings) -> bool:
+    """Whether an NVML reading (``gpus.gpu_activity``) shows the GPU's clocks up: its SM clock
+    at ``clock_pct`` of its highest or more, or busy for ``busy_pct`` or more."""
+    def number(key: str) -> float | None:
+        value = read.get(key)
+        return float(value) if type(value) in (int, float) else None
+
+    sm, top, busy = number("sm_mhz"), number("max_sm_mhz"), number("busy_pct")
+    if settings.clock_pct and sm is not None and top and sm >= top * settings.clock_pct / 100:
+        return True
+    return bool(settings.busy_pct and busy is not None and busy >= settings.busy_pct)
 
 
 def _step_back(group: _Group, lock: GpuLock, held: contextlib.ExitStack, holding: list,
@@ -508,7 +523,7 @@ def verdict_timing(window: dict, reference: str = "reference",
               "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
               "precise": None if ci is None or limit is None else ci <= limit,
               "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
-    for key in ("clocks_hot_s", "clocks_busy_pct"):  # the clock warm-up was skipped, and why
+    for key in ("clocks_hot_s", "clocks_up"):  # the clock warm-up was skipped, and why
         if window.get(key) is not None:
             timing[key] = window[key]
     # why a forward was not timed as a graph, and one that returned shared memory

@@ -1480,33 +1480,37 @@ def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_pat
     assert M.GpuLock(lock).since_window_s() is None
 
 
-def test_a_window_that_finds_the_gpu_busy_skips_the_clock_warm_up(tmp_path):
-    """Other work ran on the GPU just before the window took it alone (NVML's reading, by
-    ``activity``): its clocks are up, and the first participant warms for ``rewarm_ms`` only.
-    An idle GPU, a reading under ``busy_pct``, ``busy_pct`` 0 or no reading: the full warm-up.
-    Every reading taken is kept."""
+def test_a_window_that_finds_the_gpu_clocks_up_skips_the_clock_warm_up(tmp_path):
+    """NVML's reading as the window took the GPU alone (by ``activity``) shows its clocks up
+    (the SM clock at ``clock_pct`` of its highest, or the GPU busy ``busy_pct`` of its last
+    sample period): the first participant warms for ``rewarm_ms`` only. A low clock on an idle
+    GPU, both settings 0 or no reading: the full warm-up. Every reading taken is kept."""
     ms = {"reference": 1.0, "candidate": 1.0}
     timing = {"cap_ms": 60, "warm_ms": 300, "rewarm_ms": 5, "min_reps": 3, "hot_s": 0}
 
-    def reading(busy: int):
-        return lambda: {"busy_pct": busy, "sm_mhz": 1980, "max_sm_mhz": 1980}
+    def reading(busy: int, sm: int = 1980):
+        return lambda: {"busy_pct": busy, "sm_mhz": sm, "max_sm_mhz": 1980}
 
-    busy, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(60), **timing)
-    idle, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(3), **timing)
-    off, _ = _window(ms, lock=str(tmp_path / "gpu0"), activity=reading(60), busy_pct=0,
-                     **timing)
-    assert busy["error"] is idle["error"] is off["error"] is None
-    assert busy["phases_ms"]["warm"] < 200 and busy["clocks_busy_pct"] == 60
-    assert verdict_timing(busy)["clocks_busy_pct"] == 60
-    for window in (idle, off):
-        assert window["phases_ms"]["warm"] >= 300 and "clocks_busy_pct" not in window
-        assert "clocks_busy_pct" not in verdict_timing(window)
-    assert idle["clocks"]["busy_pct"] == 3 and off["clocks"]["busy_pct"] == 60
+    lock = str(tmp_path / "gpu0")
+    up, _ = _window(ms, lock=lock, activity=reading(0), **timing)
+    busy, _ = _window(ms, lock=lock, activity=reading(60, sm=1410), **timing)
+    idle, _ = _window(ms, lock=lock, activity=reading(3, sm=345), **timing)
+    off, _ = _window(ms, lock=lock, activity=reading(60), clock_pct=0, busy_pct=0, **timing)
+    unread, _ = _window(ms, lock=lock, activity=lambda: None, **timing)
+    assert all(w["error"] is None for w in (up, busy, idle, off, unread))
+    for window in (up, busy):
+        assert window["phases_ms"]["warm"] < 200 and window["clocks_up"] is True
+        assert verdict_timing(window)["clocks_up"] is True
+    for window in (idle, off, unread):
+        assert window["phases_ms"]["warm"] >= 300 and "clocks_up" not in window
+        assert "clocks_up" not in verdict_timing(window)
+    assert idle["clocks"] == {"busy_pct": 3, "sm_mhz": 345, "max_sm_mhz": 1980}
+    assert off["clocks"]["busy_pct"] == 60 and "clocks" not in unread
     # the GPU held alone: the window's parts and what came before and after them
-    for window in (busy, idle, off):
+    for window in (up, busy, idle, off, unread):
         assert 0 <= window["exclusive_setup_ms"] <= window["exclusive_held_ms"]
         assert window["window_ms"] <= window["exclusive_held_ms"] < window["window_ms"] + 2000
-    assert WindowSettings().busy_pct > 0  # on by default
+    assert WindowSettings().clock_pct > 0 and WindowSettings().busy_pct > 0  # on by default
 
 
 def test_gpu_activity_reads_nvml_for_the_gpu_a_worker_sees(monkeypatch):
