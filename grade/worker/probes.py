@@ -164,7 +164,7 @@ class _Probes:
 
         def stamp(step: str, began: float) -> None:
             steps[step].append(round((_perf_counter() - began) * 1e3, 2))
-        # The check is the window's last command (``window._timed_rounds``): the witness, once
+        # The check is the window's last command (``window_rounds._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
         done = False
         try:
