@@ -52,7 +52,8 @@
 #        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N,
 #        KERNELMILL_HOSTILE_WORKERS=N: N grades at once, and
 #        HOSTILE_K: a pytest -k filter)
-# (default: all). Logs and JSON results go to $OUT (or ./gpu_out).
+# (default: all). Logs and JSON results go to $OUT (or ./gpu_out); more than 8 files there go into
+# one archive, gpu_out.tgz (a device call returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -310,3 +311,10 @@ for part in $parts; do
   stop_cpu_sampling "$part"
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
 done
+# A device call returns at most 8 files of $OUT: where the parts left more, every file goes into
+# one archive ($out/gpu_out.tgz) with timings.txt and device.txt beside it
+if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
+  (cd "$out" && find . -type f ! -name gpu_out.tgz -print0 | tar czf /tmp/gpu_out.tgz --null -T - \
+    && find . -mindepth 1 ! -name timings.txt ! -name device.txt -delete \
+    && mv /tmp/gpu_out.tgz . && ls)
+fi
