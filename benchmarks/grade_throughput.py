@@ -236,6 +236,8 @@ def summarize(out: Path) -> dict:
     rounds: list[float] = []
     admission: list[float] = []
     windows: set = set()
+    warm_by: Counter = Counter()  # windows by their first participant's warm-up
+    sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -259,6 +261,13 @@ def summarize(out: Path) -> dict:
         windows.add(window)
         for phase, ms in (profile.get("phases_ms") or {}).items():
             phases.setdefault(phase, []).append(ms)
+        timing = row.get("timing") or {}
+        if profile.get("phases_ms"):  # how its first participant warmed (``window_rounds``)
+            warm_by[("hot" if timing.get("clocks_hot_s") is not None else "clocks up"
+                     if timing.get("clocks_up") else "full")] += 1
+        clocks = profile.get("clocks") or {}
+        if isinstance(clocks.get("sm_mhz"), int) and clocks.get("max_sm_mhz"):
+            sm_share.append(clocks["sm_mhz"] / clocks["max_sm_mhz"])
         for part, ms in (profile.get("turn_ms") or {}).items():
             turn.setdefault(part, []).append(ms)
         if profile.get("rounds") is not None:
@@ -295,6 +304,9 @@ def summarize(out: Path) -> dict:
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
             "turn_ms": {k: median(v) for k, v in turn.items()},
             "median_rounds": median(rounds),
+            "warm_by": dict(warm_by),
+            "sm_clock_share": [round(min(sm_share), 3), round(max(sm_share), 3)]
+            if sm_share else None,
             "median_admission_wait_s": median(admission)}
 
 
@@ -663,6 +675,12 @@ def main() -> int:
             print(f"{phase}: a window's parts, median ms: " +
                   " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()) +
                   f"; rounds {r.get('median_rounds')}")
+        if r.get("warm_by"):
+            share = r.get("sm_clock_share")
+            print(f"{phase}: windows by their warm-up: " +
+                  " ".join(f"{k}={v}" for k, v in r["warm_by"].items()) +
+                  (f"; NVML's SM clock at their start {share[0]:.0%}-{share[1]:.0%} of its "
+                   "highest" if share else ""))
         if r.get("turn_ms"):
             print(f"{phase}: a turn's parts (the windows' medians), ms: " +
                   " ".join(f"{k}={v}" for k, v in r["turn_ms"].items()))
