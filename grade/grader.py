@@ -414,6 +414,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                              **policy.timing_settings})
         unseen = tuple(names[i] for i, job in candidates.items()
                        if job.get("late"))
+        activity = functools.partial(gpu_activity, self.worker_device, first["env"])
+        activity()  # NVML loaded now, not while the window holds the GPU alone
         try:
             window = run_window(
                 controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
@@ -423,7 +425,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
                 droppable=tuple(names.values()), clock_witness="reference",
                 admit=None if policy.time_incorrect else admit,
-                activity=functools.partial(gpu_activity, self.worker_device, first["env"]))
+                activity=activity)
             for thread in threads:
                 thread.join()
         finally:

@@ -2,10 +2,10 @@
 UUID, model name), the GPU's free memory, and the path of the timing lock of each physical GPU
 (``gpu_lock_path``: one per UUID in a per-user runtime folder, so every grader and validator of
 this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with),
-and what the GPU was doing just now (``gpu_activity``, from NVML where ``nvidia-ml-py`` is
-installed).
+and what the GPU was doing just now (``gpu_activity``, from NVML: ``nvidia-ml-py``, a
+dependency on Linux, and the driver's library; no reading without them).
 
-Imports only the standard library (and ``pynvml`` where present, inside ``gpu_activity``).
+Imports only the standard library (and ``pynvml``, inside ``gpu_activity``).
 """
 from __future__ import annotations
 
@@ -105,19 +105,25 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
     return path
 
 
-_NVML: dict[str, object] = {}  # UUID -> NVML handle (None: NVML does not answer for it)
+# UUID -> (NVML handle or None where NVML did not answer for it, when that was found)
+_NVML: dict[str, tuple[object, float]] = {}
+NVML_RETRY_S = 60.0  # a GPU NVML did not answer for is asked again after this long
 
 
 def _nvml_handle(uuid: str):
-    if uuid not in _NVML:
+    import time
+
+    handle, at = _NVML.get(uuid, (None, None))
+    if handle is None and (at is None or time.monotonic() - at > NVML_RETRY_S):
         try:
-            import pynvml  # nvidia-ml-py, where installed: read by the trusted parent only
+            import pynvml  # nvidia-ml-py (a dependency on Linux): read by the trusted parent
 
             pynvml.nvmlInit()
-            _NVML[uuid] = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
         except Exception:  # noqa: BLE001 — no library, no driver, an unknown GPU: no reading
-            _NVML[uuid] = None
-    return _NVML[uuid]
+            handle = None
+        _NVML[uuid] = (handle, time.monotonic())
+    return handle
 
 
 def gpu_activity(device: str, env: dict | None = None) -> dict | None:
@@ -125,8 +131,11 @@ def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     from NVML, with no CUDA context: ``busy_pct``, the share of NVML's last sample period in
     which any kernel of any process ran, and ``sm_mhz`` (its SM clock now) against
     ``max_sm_mhz``. None on CPU, for a MIG instance, or without NVML (the ``nvidia-ml-py``
-    package and the driver's library). A worker cannot raise these readings but by running
-    kernels, which raises the clocks they stand for."""
+    package and the driver's library; asked again after ``NVML_RETRY_S``). The SM clock is the
+    driver's reading now: a worker raises it only by running kernels, which is what it stands
+    for; the busy share covers NVML's last sample period (1/6 s to 1 s), past work included.
+    The first call in a process loads NVML: callers that read it at a critical moment call it
+    once before."""
     if not device.startswith("cuda"):
         return None
     uuid = _gpu_uuid(_physical(device, env))

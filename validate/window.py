@@ -65,14 +65,13 @@ class WindowSettings:
     # window bounds a GPU's grading rate, and the full warm-up was a third of a window.
     hot_s: float = 1.0
     # A window that NVML (``gpus.gpu_activity``) finds with the GPU's SM clock at
-    # ``clock_pct`` of its highest or more, or busy for ``busy_pct`` of its last sample period
-    # or more, finds the clocks up too (0: that reading does not decide). Under load about
-    # half the windows are not within ``hot_s`` of the last one, and their full warm-up was
-    # 250-340 ms of 0.96 s windows (KernelBench singles, 16 slots, H200); NVML read the SM
-    # clock at its highest (1,980 MHz) at the start of every one of 51 such windows, while
-    # their busy share read 0-16% in 49.
+    # ``clock_pct`` of its highest or more finds the clocks up too (0: only ``hot_s``
+    # decides). Under load about half the windows are not within ``hot_s`` of the last one,
+    # and their full warm-up was 250-340 ms of 0.96 s windows (KernelBench singles, 16 slots,
+    # H200); NVML read the SM clock at its highest (1,980 MHz) at the start of every one of 51
+    # such windows. The busy share NVML reads (0-16% in 49 of them) does not decide: it
+    # covers a past sample period, which the members' own preparation fills.
     clock_pct: float = 95.0
-    busy_pct: float = 10.0
     rewarm_ms: float = 20.0  # warm-up of each later participant (clocks are already up)
     # Untimed work at the start of every turn; None: 40 ms on CUDA, else 0. A kernel at the
     # GPU's power cap (an fp16 GEMM on an H100) runs up to 10% fast for tens of ms after a
@@ -83,9 +82,10 @@ class WindowSettings:
     # GEMM's turns running fast (H100). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
     # Settle a turn that follows the same participant's own turn too (mirrored rounds put
-    # each pair's middle two turns together). Off: the GPU is already in that participant's
-    # state after its own turn.
-    settle_same: bool = False
+    # each pair's middle two turns together). Off, that turn runs unsettled: 1 of a 2-round
+    # window's 4 turns, always the same member's (the rounds' order is fixed), and whether the
+    # GPU keeps that member's state across the gap is not measured: on until an A/B says so.
+    settle_same: bool = True
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
     ci_limit_pct: float = 5.0

@@ -37,7 +37,10 @@ def _first_warm_ms(lock: GpuLock, settings: WindowSettings, warm_ms: float,
     if since is not None and since < settings.hot_s:
         result["clocks_hot_s"] = round(since, 3)
         return min(warm_ms, settings.rewarm_ms)
-    read = activity() if activity is not None else None
+    try:
+        read = activity() if activity is not None else None
+    except Exception:  # noqa: BLE001 — no reading: the full warm-up
+        read = None
     if isinstance(read, dict):
         result["clocks"] = read
         if _clocks_up(read, settings):
@@ -48,15 +51,11 @@ def _first_warm_ms(lock: GpuLock, settings: WindowSettings, warm_ms: float,
 
 def _clocks_up(read: dict, settings: WindowSettings) -> bool:
     """Whether an NVML reading (``gpus.gpu_activity``) shows the GPU's clocks up: its SM clock
-    at ``clock_pct`` of its highest or more, or busy for ``busy_pct`` or more."""
-    def number(key: str) -> float | None:
-        value = read.get(key)
-        return float(value) if type(value) in (int, float) else None
-
-    sm, top, busy = number("sm_mhz"), number("max_sm_mhz"), number("busy_pct")
-    if settings.clock_pct and sm is not None and top and sm >= top * settings.clock_pct / 100:
-        return True
-    return bool(settings.busy_pct and busy is not None and busy >= settings.busy_pct)
+    at ``clock_pct`` of its highest or more."""
+    sm, top = read.get("sm_mhz"), read.get("max_sm_mhz")
+    if type(sm) not in (int, float) or type(top) not in (int, float) or not top > 0:
+        return False
+    return bool(settings.clock_pct) and sm >= top * settings.clock_pct / 100
 
 
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
@@ -119,8 +118,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             reps = min(per_round[name], room)
             # The turn's settling and its samples in one command (each command is a round
             # trip through a busy parent: 20 ms a turn at the median, KernelBench sizes, H200).
-            # A turn that follows its own (mirrored rounds meet at their ends) finds the GPU
-            # in its state already: no settling, unless ``settle_same``.
+            # Without ``settle_same``, a turn that follows its own (mirrored rounds meet at
+            # their ends) is not settled.
             settle = settle_ms if name != last or settings.settle_same else 0.0
             last = name
             turn_began = time.monotonic()

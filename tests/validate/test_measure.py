@@ -675,21 +675,19 @@ def _turns_after_their_own(names: list[str], rounds: int, how: str = "mirror") -
 def test_every_turn_settles_untimed_before_its_samples():
     """``settle_ms``: each turn starts with untimed work (a kernel at the power cap reads fast
     right after a lighter turn), sent with the turn's samples in one command; those calls are
-    no samples. A turn right after the same participant's own (mirrored rounds meet at their
-    ends) does not settle, unless ``settle_same``."""
+    no samples. With ``settle_same`` off, a turn right after the same participant's own
+    (mirrored rounds meet at their ends) does not settle."""
+    unsettled, loose = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
+                               settle_ms=10, ci_target_pct=1.0, settle_same=False)
+    assert unsettled["error"] is None and all(r.ok for r in loose.values()), loose
+    own = _turns_after_their_own(["reference", "candidate"], unsettled["rounds"])
+    assert unsettled["rounds"] >= 2 and sum(own.values()) >= 1, (unsettled["rounds"], own)
+    for name, result in loose.items():
+        assert result.value["settles"] == unsettled["rounds"] - own[name], (name, own)
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
                               settle_ms=10, ci_target_pct=1.0)
     assert window["error"] is None and all(r.ok for r in results.values()), results
-    own = _turns_after_their_own(["reference", "candidate"], window["rounds"])
-    assert window["rounds"] >= 2 and sum(own.values()) >= 1, (window["rounds"], own)
-    for name, result in results.items():
-        assert result.value["settles"] == window["rounds"] - own[name], (name, own)
-    same, same_results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
-                                 settle_ms=10, ci_target_pct=1.0, settle_same=True)
-    assert same["error"] is None
-    for result in same_results.values():
-        assert result.value["settles"] == result.value["rounds"] == same["rounds"]
-    window, results = same, same_results
+    assert WindowSettings().settle_same  # by default every turn settles
     # where a turn's time went, by the workers' stamps: the settling is its own part
     parts = window["turn_ms"]
     assert set(parts) == {"to_worker", "settle", "samples", "checks", "to_parent"}, parts
@@ -1481,36 +1479,45 @@ def test_a_window_right_after_another_on_its_gpu_skips_the_clock_warm_up(tmp_pat
 
 
 def test_a_window_that_finds_the_gpu_clocks_up_skips_the_clock_warm_up(tmp_path):
-    """NVML's reading as the window took the GPU alone (by ``activity``) shows its clocks up
-    (the SM clock at ``clock_pct`` of its highest, or the GPU busy ``busy_pct`` of its last
-    sample period): the first participant warms for ``rewarm_ms`` only. A low clock on an idle
-    GPU, both settings 0 or no reading: the full warm-up. Every reading taken is kept."""
+    """NVML's reading as the window took the GPU alone (by ``activity``) shows the SM clock at
+    ``clock_pct`` of its highest: the first participant warms for ``rewarm_ms`` only. A low
+    clock (however busy NVML read the GPU over its last sample period), ``clock_pct`` 0, no
+    reading or a reader that fails: the full warm-up. Every reading taken is kept; a window
+    right after another (``hot_s``) takes none."""
     ms = {"reference": 1.0, "candidate": 1.0}
     timing = {"cap_ms": 60, "warm_ms": 300, "rewarm_ms": 5, "min_reps": 3, "hot_s": 0}
 
     def reading(busy: int, sm: int = 1980):
         return lambda: {"busy_pct": busy, "sm_mhz": sm, "max_sm_mhz": 1980}
 
+    def fails():
+        raise RuntimeError("NVML_ERROR_UNKNOWN")
+
     lock = str(tmp_path / "gpu0")
     up, _ = _window(ms, lock=lock, activity=reading(0), **timing)
-    busy, _ = _window(ms, lock=lock, activity=reading(60, sm=1410), **timing)
+    busy_low, _ = _window(ms, lock=lock, activity=reading(60, sm=1410), **timing)
     idle, _ = _window(ms, lock=lock, activity=reading(3, sm=345), **timing)
-    off, _ = _window(ms, lock=lock, activity=reading(60), clock_pct=0, busy_pct=0, **timing)
+    off, _ = _window(ms, lock=lock, activity=reading(60), clock_pct=0, **timing)
     unread, _ = _window(ms, lock=lock, activity=lambda: None, **timing)
-    assert all(w["error"] is None for w in (up, busy, idle, off, unread))
-    for window in (up, busy):
-        assert window["phases_ms"]["warm"] < 200 and window["clocks_up"] is True
-        assert verdict_timing(window)["clocks_up"] is True
-    for window in (idle, off, unread):
+    failed, _ = _window(ms, lock=lock, activity=fails, **timing)
+    windows = (up, busy_low, idle, off, unread, failed)
+    assert all(w["error"] is None for w in windows)
+    assert up["phases_ms"]["warm"] < 200 and up["clocks_up"] is True
+    assert verdict_timing(up)["clocks_up"] is True
+    for window in windows[1:]:
         assert window["phases_ms"]["warm"] >= 300 and "clocks_up" not in window
         assert "clocks_up" not in verdict_timing(window)
     assert idle["clocks"] == {"busy_pct": 3, "sm_mhz": 345, "max_sm_mhz": 1980}
-    assert off["clocks"]["busy_pct"] == 60 and "clocks" not in unread
+    assert busy_low["clocks"]["sm_mhz"] == 1410 and off["clocks"]["busy_pct"] == 60
+    assert "clocks" not in unread and "clocks" not in failed
+    hot, _ = _window(ms, lock=lock, activity=fails, hot_s=60,
+                     **{k: v for k, v in timing.items() if k != "hot_s"})
+    assert hot["clocks_hot_s"] < 60 and "clocks" not in hot and hot["phases_ms"]["warm"] < 200
     # the GPU held alone: the window's parts and what came before and after them
-    for window in (up, busy, idle, off, unread):
+    for window in windows:
         assert 0 <= window["exclusive_setup_ms"] <= window["exclusive_held_ms"]
         assert window["window_ms"] <= window["exclusive_held_ms"] < window["window_ms"] + 2000
-    assert WindowSettings().clock_pct > 0 and WindowSettings().busy_pct > 0  # on by default
+    assert WindowSettings().clock_pct > 0  # on by default
 
 
 def test_gpu_activity_reads_nvml_for_the_gpu_a_worker_sees(monkeypatch):
@@ -1550,6 +1557,16 @@ def test_gpu_activity_reads_nvml_for_the_gpu_a_worker_sees(monkeypatch):
     monkeypatch.setattr(gpus, "_NVML", {})
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
     assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"}) is None
+    # a GPU NVML did not answer for is asked again only after NVML_RETRY_S
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"}) is None
+    monkeypatch.setattr(gpus, "NVML_RETRY_S", 0.0)
+    monkeypatch.setattr(fake, "nvmlDeviceGetUtilizationRates",
+                        lambda h: types.SimpleNamespace(gpu=5))
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"})["busy_pct"] == 5
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "GPU-aaa"})["sm_mhz"] == 1980
+    monkeypatch.setattr(gpus, "_GPUS", {"0": ("MIG-ccc", "H200"), "": ("", "")})
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"}) is None  # a MIG instance
 
 
 def test_inputs_get_copies_where_they_fit_in_half_the_l2_and_blocks_of_them_up_to_a_bound():

@@ -1,0 +1,76 @@
+"""Where the unseen-input check keeps trial 0's inputs, which it loads before each of its calls
+on them inside the timing window (``grade.worker.probes._Probes``): placed before the window
+(``before_window``), on the device or page-locked on the host by size, and as given where
+neither copy can be made. On CPU, with the copies replaced by markers."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from kernelmill.grade.worker import probes
+
+
+def _run(device: str = "cuda", hidden: int = 1, nbytes: int = 1 << 20) -> SimpleNamespace:
+    run = SimpleNamespace(device=device, hidden=hidden, reserved=[],
+                          trials=[{"seed": 1, "inputs": [torch.ones(nbytes // 4), 7]}])
+    run.reserve_replay = run.reserved.append
+    run._on_device = lambda trial: probes._Probes._on_device(run, trial)
+    return run
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The device and page-locked copies as markers (no CUDA here); ``made`` lists them."""
+    made = []
+
+    def to_device(values, device):
+        made.append("device")
+        return [("on", device, v) for v in values]
+
+    def pinned(value):
+        made.append("pinned")
+        return ("pinned", value)
+
+    monkeypatch.setattr(probes, "to_device", to_device)
+    monkeypatch.setattr(probes, "_pinned", pinned)
+    return made
+
+
+def test_trial_0s_inputs_are_placed_by_size_before_the_window(copies, monkeypatch):
+    monkeypatch.setattr(probes, "PRISTINE_BYTES", 4 << 20)
+    monkeypatch.setattr(probes, "PINNED_PRISTINE_BYTES", 16 << 20)
+    timer = SimpleNamespace(graph=None)
+    small = _run(nbytes=1 << 20)
+    probes._Probes.before_window(small, timer)
+    assert small.reserved == [timer] and small.pristine["inputs"][0][0] == "on"
+    # page-locked up to its bound as the host allocator rounds it (a 9 MiB block holds 16)
+    middle = _run(nbytes=9 << 20)
+    probes._Probes.before_window(middle, timer)
+    assert middle.pristine["inputs"][0][0] == "pinned" and middle.pristine["inputs"][1] == 7
+    over = _run(nbytes=17 << 20)
+    probes._Probes.before_window(over, timer)
+    assert over.pristine is over.trials[0]
+    assert copies == ["device", "pinned"]
+    # no unseen trial: nothing kept; off CUDA: the trial as given
+    none = _run(hidden=0)
+    probes._Probes.before_window(none, timer)
+    assert none.pristine is None
+    cpu = _run(device="cpu")
+    probes._Probes.before_window(cpu, timer)
+    assert cpu.pristine is cpu.trials[0] and copies == ["device", "pinned"]
+
+
+def test_a_copy_that_cannot_be_made_leaves_the_trial_as_given(monkeypatch):
+    def refused(*_args):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(probes, "to_device", refused)
+    monkeypatch.setattr(probes, "_pinned", refused)
+    monkeypatch.setattr(probes, "PRISTINE_BYTES", 4 << 20)
+    for nbytes in (1 << 20, 9 << 20):
+        run = _run(nbytes=nbytes)
+        assert probes._Probes._on_device(run, run.trials[0]) is run.trials[0]
+
+
+def test_the_next_power_of_two_is_what_a_page_locked_block_holds():
+    assert [probes._next_power_of_two(n) for n in (0, 1, 3, 4, 5, 512 << 20, (512 << 20) + 1)] \
+        == [1, 1, 4, 4, 8, 512 << 20, 1 << 30]
