@@ -846,7 +846,8 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
     steady part: the start's wave and the cut's tail left out): each verdict's reference
     stages (its forward's parts where it gives them: stepped aside for other grades' windows,
     files written, the rest), then its candidate worker's (its timing stage's parts:
-    ``_timing_parts``), then the grading process's own time
+    ``_timing_parts``; of the others, the seconds its workers were stopped for other grades'
+    windows, ``stepped aside``), then the grading process's own time
     around that
     worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
     preparation, a group's wait for its slowest member). Returns the span's seconds and the
@@ -874,14 +875,21 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
             at += seconds
         at = began + (profile.get("reference_s") or 0.0)
         end = at + profile["candidate_s"]
+        aside = profile.get("stepped_aside_by_stage") or {}
         for stage, seconds in (profile.get("stages_s") or {}).items():
             if stage == "timing":  # the window's own parts of it, the rest its preparation
                 for part, part_s in _timing_parts(profile, seconds).items():
                     spans.append((f"candidate: timing {part}", at, at + part_s))
                     at += part_s
                 continue
-            spans.append((f"candidate: {stage}", at, at + seconds))
-            at += seconds
+            # stopped for other grades' windows in this stage, where the verdict says
+            stopped = min(seconds, aside.get(stage) or 0.0) if isinstance(
+                aside.get(stage), (int, float)) else 0.0
+            if stopped:
+                spans.append(("candidate: stepped aside", at, at + stopped))
+                at += stopped
+            spans.append((f"candidate: {stage}", at, at + seconds - stopped))
+            at += seconds - stopped
         judge = min(max(0.0, end - at), profile.get("judge_s") or 0.0)
         spans.append(("parent judge", end - judge, end))
         spans.append(("parent other", at, end - judge))

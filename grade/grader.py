@@ -65,6 +65,7 @@ from .side_by_side import (
     _side_by_side,
     candidate_view,
     stage_seconds,
+    stepped_by_stage,
     unseen_steps,
 )
 from .size import grading_size
@@ -335,7 +336,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "rounds", "phases_ms", "turn_overhead_ms", "turn_ms",
                                    "late_write_ms", "stepped_aside", "ready_ms",
                                    "last_ready_ms", "clocks", "exclusive_setup_ms",
-                                   "exclusive_held_ms")}
+                                   "exclusive_held_ms", "stepped_aside_by_stage")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
             # each timed round's median sample, [round, ms], of the reference and the candidate
@@ -441,6 +442,13 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         if timing_run is not None and timing_run.cpu_s is not None:
             for view in views.values():  # each member's share of the reference timing worker
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
+        for i in candidates:  # where in its run its workers were stopped for other windows
+            result = results.get(names[i])
+            views[i]["stepped_aside_by_stage"] = stepped_by_stage(
+                window.get("stepped_spans") or [], controls[names[i]].started_at,
+                result.stages if result is not None else [],
+                result.wall_s if result is not None else 0.0)
+            views[i].pop("stepped_spans", None)
         for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
             views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)

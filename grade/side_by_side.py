@@ -51,6 +51,26 @@ def candidate_view(window: dict, name: str) -> dict:
     return view
 
 
+def stepped_by_stage(spans: list, started_at: float | None, stages: list[tuple[str, float]],
+                     wall_s: float) -> dict[str, float]:
+    """Seconds of ``spans`` (``(from, to)`` by ``time.monotonic``: when a window's members were
+    stopped for other grades' windows, ``StepAside.spans``) within each stage of a run that
+    started at ``started_at`` (its ``stages``: marks in seconds since then, as
+    ``stage_seconds`` reads them); {} where either is unknown."""
+    if started_at is None or not stages or not spans:
+        return {}
+    # (``start``: what came before the first mark, as ``stage_seconds`` names it)
+    starts = [("start", started_at)] + [(name, started_at + at) for name, at in stages]
+    ends = [at for _, at in starts[1:]] + [started_at + max(wall_s, stages[-1][1])]
+    found: dict[str, float] = {}
+    for (name, begin), end in zip(starts, ends):
+        for low, high in spans:
+            overlap = min(end, high) - max(begin, low)
+            if overlap > 0:
+                found[name] = found.get(name, 0.0) + overlap
+    return {name: round(seconds, 3) for name, seconds in found.items()}
+
+
 def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, float]:
     """Seconds each worker stage lasted (until the next stage's mark or the run's end), by the
     parent's clock; ``start`` is what came before the first mark (process start, imports)."""

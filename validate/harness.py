@@ -318,6 +318,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     if control is not None:
         os.close(r_ctl)
         control.pid = proc.pid  # a new session each (start_new_session; the zygote's setsid)
+        control.started_at = start  # the clock its stages are read against (s since then)
         control.token = token
         control._attach(w_ctl)
         control._late = late_file

@@ -46,6 +46,7 @@ class StepAside:
         self._ticked = time.monotonic()
         self.steps = 0  # times the hold stepped aside
         self.stepped_s = 0.0  # the time it spent let go
+        self.spans: list[tuple[float, float]] = []  # each time, from and to (time.monotonic)
         self.delay_s = 0.0  # the time any member was kept
         self._done = threading.Event()
         self._poller: threading.Thread | None = None
@@ -166,4 +167,5 @@ class StepAside:
             for control in members:
                 control.resume()
         self.stepped_s += time.monotonic() - began
+        self.spans.append((began, time.monotonic()))
         self._go()

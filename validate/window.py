@@ -257,6 +257,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             stepper.close()
             held.close()
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
+    result["stepped_spans"] = stepper.spans  # (``side_by_side.stepped_by_stage``)
     cis = _window_cis(samples, result, participants, by_turns=True)
     turns = _turn_cis(result, participants)
     medians = result.pop("turn_medians_ms", {})

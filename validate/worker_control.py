@@ -30,6 +30,7 @@ class Control:
         self.reports: list[tuple[float, dict]] = []
         self._next = 0
         self.ended = False
+        self.started_at: float | None = None  # when its run started (``time.monotonic``)
         self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts handed on, in the order asked

@@ -100,6 +100,13 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["candidate: timing for the last ready"] - 0.2) < 0.05, held
     assert abs(held["candidate: timing window"] - 0.5) < 0.05
     assert abs(held["candidate: timing other"] - 0.2) < 0.05
+    # a stage's seconds with the workers stopped for other windows, apart from the stage's own
+    for row in rows:
+        row["profile"]["stages_s"] = {"forward": 4.0, "timing": 2.0}
+        row["profile"]["stepped_aside_by_stage"] = {"forward": 3.0}
+    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
+    assert abs(held["candidate: forward"] - 0.2) < 0.05
 
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
         tmp_path, capsys, monkeypatch):

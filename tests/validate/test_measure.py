@@ -1385,6 +1385,16 @@ def test_a_window_waiting_goes_in_at_a_members_point_of_stepping_aside(tmp_path)
     assert first_piece_end <= got["from"] and got["to"] <= kept_until, (got, kept_until)
     assert window["stepped_aside"]["times"] == 1 and results["candidate"].value["went"]
     assert controls["candidate"].waited_s >= 0.25  # the other window's 0.3 s
+    # when the step was, and in which of the member's stages (its run's own clock): the whole
+    # step falls in the stage its point of stepping aside is in
+    [(began, ended)] = window["stepped_spans"]
+    assert 0.25 <= ended - began <= window["stepped_aside"]["s"] + 0.01
+    from kernelmill.grade.side_by_side import stepped_by_stage
+
+    run = results["candidate"]
+    by_stage = stepped_by_stage(window["stepped_spans"], controls["candidate"].started_at,
+                                run.stages, run.wall_s)
+    assert abs(sum(by_stage.values()) - (ended - began)) < 0.01, (by_stage, run.stages)
 
 
 def test_a_member_kept_for_a_busy_mate_is_credited_and_waits_a_bounded_time(tmp_path):
