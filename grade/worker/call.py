@@ -33,7 +33,7 @@ from .guards.originals import (
     _tensor_copy,
     _type,
 )
-from .inputs import keep, look, look_pieces, to_cpu, to_device
+from .inputs import into_blocks, keep, look, look_pieces, to_cpu, to_device
 from .observers.counts import _audit_event, _check_dispatch_state, _observed
 from .observers.host_memory import _foreign
 from .observers.optrace import _OpTrace, _python_only, _spans, active_modes
@@ -97,6 +97,7 @@ class _Run(_Probes):
     # class's own members, so one of them rebound on ``_Run`` is a patch wherever it is defined.
     unseen, _on_device, ghost = _Probes.unseen, _Probes._on_device, _Probes.ghost
     before_window, reserve_replay = _Probes.before_window, _Probes.reserve_replay
+    reserve_unseen_outputs = _Probes.reserve_unseen_outputs
     _unseen_device_us, _even_calls_us = _Probes._unseen_device_us, _Probes._even_calls_us
 
     def __init__(self, model, device: str, base_threads: set, base_tasks: set,
@@ -392,7 +393,7 @@ class _Run(_Probes):
         return host
 
     def observe(self, out, inputs: list, inputs_after: bool = True, ship: bool = True,
-                sent: list | None = None) -> dict:
+                sent: list | None = None, into: list | None = None) -> dict:
         """The call's outputs as the parent judges them (copied to the host), and, where the
         parent checks them (checked and timed calls), the inputs as forward left them. Without
         ``ship`` the host copies are sent as they are (no digest to find a copy shipped
@@ -426,7 +427,11 @@ class _Run(_Probes):
             outputs.append(item)
         else:
             facts["devices"] = [t.device.type for t in outputs]
-            facts["outputs"] = [self.ship(t) if ship else keep(look(t)) for t in outputs]
+            # without ``ship``: into ``into``'s blocks where they fit (memory touched before
+            # the window), else new host memory
+            kept = None if ship else into_blocks(outputs, into)
+            facts["outputs"] = kept if kept is not None else \
+                [self.ship(t) if ship else keep(look(t)) for t in outputs]
             self.last_shapes = [(tuple(t.shape), t.dtype) for t in outputs]
         facts["alias"] = alias
         if inputs_after:  # the parent checks only that they are unchanged

@@ -95,6 +95,26 @@ def look_pieces(value):
         yield piece
 
 
+def into_blocks(values: list, blocks) -> list | None:
+    """``values`` (tensors) copied into ``blocks`` (byte tensors on the host, one each, of
+    exactly their size, touched before: no page faults now), as views of them: host tensors
+    of their own, as ``keep(look(...))`` gives; None where they do not fit one to one."""
+    if not blocks or len(blocks) != len(values):
+        return None
+    kept = []
+    for value, block in zip(values, blocks):
+        if _type(value) is not _Tensor or _type(block) is not _Tensor or \
+                value.numel() * value.element_size() != block.numel():
+            return None
+        try:
+            view = _tensor_view(_tensor_view(block, value.dtype), value.shape)
+        except RuntimeError:  # a dtype bytes do not view as
+            return None
+        _tensor_copy(view, _tensor_detach(value))
+        kept.append(view)
+    return kept
+
+
 def keep(looked):
     """A host tensor of its own for what ``look`` returned (kept past the next look)."""
     buffer = _staged()

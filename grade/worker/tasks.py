@@ -259,7 +259,8 @@ def _candidate_task(payload: dict) -> dict:
                                       after_sample=run.sometimes_check_timed_inputs,
                                       prepared=run.before_window, place=run.turns.capture)
         timing["calls"] = calls[0]
-        run.pristine = None  # (an unseen check that never ran left it: not held past the window)
+        # (what an unseen check that never ran left: not held past the window)
+        run.pristine = run.unseen_blocks = None
         run.check_timed_inputs()  # once more after the window, every placement (a graph's too)
         seen_patches.extend(dispatch_changed(dispatch))  # (one unregistered before the end)
         run.replay_agreement(tuple(payload.get("tolerance") or (0, 0)))

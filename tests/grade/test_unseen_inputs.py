@@ -13,6 +13,7 @@ def _run(device: str = "cuda", hidden: int = 1, nbytes: int = 1 << 20) -> Simple
     run = SimpleNamespace(device=device, hidden=hidden, reserved=[],
                           trials=[{"seed": 1, "inputs": [torch.ones(nbytes // 4), 7]}])
     run.reserve_replay = run.reserved.append
+    run.reserve_unseen_outputs = lambda timer: None
     run._on_device = lambda trial: probes._Probes._on_device(run, trial)
     return run
 
@@ -74,3 +75,43 @@ def test_a_copy_that_cannot_be_made_leaves_the_trial_as_given(monkeypatch):
 def test_the_next_power_of_two_is_what_a_page_locked_block_holds():
     assert [probes._next_power_of_two(n) for n in (0, 1, 3, 4, 5, 512 << 20, (512 << 20) + 1)] \
         == [1, 1, 4, 4, 8, 512 << 20, 1 << 30]
+
+
+def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
+    """``reserve_unseen_outputs``: a block of host memory per output of each unseen trial that
+    is always called (not the spares), as the checked calls' outputs were shaped, up to
+    ``HELD_UNSEEN_BYTES``; ``inputs.into_blocks`` copies a trial's outputs into its blocks, as
+    host tensors of their own, or says they do not fit."""
+    from kernelmill.grade.worker import inputs
+
+    shapes = [((4, 8), torch.float32), ((3,), torch.int64)]
+    run = SimpleNamespace(device="cuda", hidden=3, hidden_required=1, hidden_required_ungraphed=2,
+                          last_shapes=shapes)
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object()))
+    assert len(run.unseen_blocks) == 1 and [b.numel() for b in run.unseen_blocks[0]] == [128, 24]
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=None))
+    assert len(run.unseen_blocks) == 2  # without a graph two unseen trials are always called
+    outputs = [torch.arange(32, dtype=torch.float32).reshape(4, 8), torch.tensor([1, 2, 3])]
+    kept = inputs.into_blocks(outputs, run.unseen_blocks[0])
+    assert all(torch.equal(a, b) for a, b in zip(kept, outputs))
+    assert [k.untyped_storage().data_ptr() for k in kept] == \
+        [b.untyped_storage().data_ptr() for b in run.unseen_blocks[0]]
+    outputs[0] += 1  # the kept copy is its own
+    assert float(kept[0][0, 0]) == 0.0
+    # another shape, another count, or no blocks: not into them
+    assert inputs.into_blocks([torch.zeros(5), outputs[1]], run.unseen_blocks[0]) is None
+    assert inputs.into_blocks(outputs[:1], run.unseen_blocks[0]) is None
+    assert inputs.into_blocks(outputs, None) is None
+    # the bound, and off CUDA, no unseen trial or no outputs seen: none
+    small = SimpleNamespace(**{**vars(run), "unseen_blocks": None})
+    original = probes.HELD_UNSEEN_BYTES
+    try:
+        probes.HELD_UNSEEN_BYTES = 200
+        probes._Probes.reserve_unseen_outputs(small, SimpleNamespace(graph=None))
+        assert len(small.unseen_blocks) == 1
+    finally:
+        probes.HELD_UNSEEN_BYTES = original
+    for changes in ({"device": "cpu"}, {"hidden": 0}, {"last_shapes": []}):
+        other = SimpleNamespace(**{**vars(run), **changes})
+        probes._Probes.reserve_unseen_outputs(other, SimpleNamespace(graph=None))
+        assert other.unseen_blocks == []
