@@ -442,14 +442,15 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         if timing_run is not None and timing_run.cpu_s is not None:
             for view in views.values():  # each member's share of the reference timing worker
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
-        for i in candidates:  # where in its run its workers were stopped for other windows
+        for i in candidates:
+            # where in its run its workers were stopped for other windows
             result = results.get(names[i])
             views[i]["stepped_aside_by_stage"] = stepped_by_stage(
                 window.get("stepped_spans") or [], controls[names[i]].started_at,
                 result.stages if result is not None else [],
                 result.wall_s if result is not None else 0.0)
             views[i].pop("stepped_spans", None)
-        for i in candidates:  # the unseen parts the parent wrote for it (the judge counts them)
+            # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
             views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)
             views[i]["members"] = len(candidates)  # graded side by side (the parent's count)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 _GPUS: dict[str, tuple[str, str]] = {}  # nvidia-smi index -> (uuid, name)
 
@@ -111,8 +112,6 @@ NVML_RETRY_S = 60.0  # a GPU NVML did not answer for is asked again after this l
 
 
 def _nvml_handle(uuid: str):
-    import time
-
     handle, at = _NVML.get(uuid, (None, None))
     if handle is None and (at is None or time.monotonic() - at > NVML_RETRY_S):
         try:

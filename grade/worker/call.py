@@ -429,9 +429,8 @@ class _Run(_Probes):
             facts["devices"] = [t.device.type for t in outputs]
             # without ``ship``: into ``into``'s blocks where they fit (memory touched before
             # the window), else new host memory
-            kept = None if ship else into_blocks(outputs, into)
-            facts["outputs"] = kept if kept is not None else \
-                [self.ship(t) if ship else keep(look(t)) for t in outputs]
+            facts["outputs"] = [self.ship(t) for t in outputs] if ship else \
+                into_blocks(outputs, into) or [keep(look(t)) for t in outputs]
             self.last_shapes = [(tuple(t.shape), t.dtype) for t in outputs]
         facts["alias"] = alias
         if inputs_after:  # the parent checks only that they are unchanged

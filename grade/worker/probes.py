@@ -250,11 +250,7 @@ class _Probes:
         required = self.hidden_required if timer.graph is not None else \
             self.hidden_required_ungraphed
         trials = min(required, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
-        for _ in range(trials):
-            blocks = [_empty(size, dtype=torch.uint8) for size in sizes]
-            for block in blocks:
-                _numpy(block).fill(0)  # (NumPy: no PyTorch op for the witness to count)
-            self.unseen_blocks.append(blocks)
+        self.unseen_blocks = [[_touched(size) for size in sizes] for _ in range(trials)]
 
     def reserve_replay(self, timer: T.Timer) -> None:
         """Before the window: host memory the first unseen replay's outputs are copied into
@@ -271,9 +267,7 @@ class _Probes:
                        if _type(t) is _Tensor) if timer.outputs else 0
         calls = min(timer.max_calls, T.HELD_OUTPUT_BYTES // max(1, per_call))
         if per_call and calls >= 2:
-            block = _empty(per_call * calls, dtype=torch.uint8)
-            _numpy(block).fill(0)  # (NumPy: no PyTorch op for the witness to count)
-            self.replay_block = block
+            self.replay_block = _touched(per_call * calls)
 
     def _keep_replay(self, timer: T.Timer) -> None:
         """Every captured call's output of the first unseen replay, copied to the host at once
@@ -434,6 +428,14 @@ AFTER_CALLS = 2
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
 PINNED_PRISTINE_BYTES = 512 << 20  # and in page-locked host memory, up to
 HELD_UNSEEN_BYTES = 1 << 30  # host memory touched before the window for unseen outputs, at most
+
+
+def _touched(nbytes: int):
+    """``nbytes`` of new host memory, every page faulted in now (filled through NumPy: no
+    PyTorch op for the witness to count), for copies made later inside the window."""
+    block = _empty(nbytes, dtype=torch.uint8)
+    _numpy(block).fill(0)
+    return block
 
 
 def _next_power_of_two(nbytes: int) -> int:
