@@ -231,6 +231,8 @@ def summarize(out: Path) -> dict:
     aside: list[float] = []  # each grade's seconds with its workers stopped for other windows
     stages: dict[str, list[float]] = {}
     ref_stages: dict[str, list[float]] = {}
+    stage_cpu: dict[str, list[float]] = {}  # the candidate worker's CPU seconds by stage
+    ref_stage_cpu: dict[str, list[float]] = {}
     phases: dict[str, list[float]] = {}
     turn: dict[str, list[float]] = {}
     rounds: list[float] = []
@@ -247,6 +249,9 @@ def summarize(out: Path) -> dict:
             stages.setdefault(stage, []).append(seconds)
         for stage, seconds in (profile.get("reference_stages_s") or {}).items():
             ref_stages.setdefault(stage, []).append(seconds)
+        for key, into in (("stages_cpu_s", stage_cpu), ("reference_stages_cpu_s", ref_stage_cpu)):
+            for stage, seconds in (profile.get(key) or {}).items():
+                into.setdefault(stage, []).append(seconds)
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
         if isinstance((profile.get("stepped_aside") or {}).get("s"), (int, float)):
@@ -301,6 +306,8 @@ def summarize(out: Path) -> dict:
             "windows": len(waits["window_ms"]),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
+            "candidate_stages_cpu_s": {k: median(v) for k, v in stage_cpu.items()},
+            "reference_stages_cpu_s": {k: median(v) for k, v in ref_stage_cpu.items()},
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
             "turn_ms": {k: median(v) for k, v in turn.items()},
             "median_rounds": median(rounds),
@@ -691,6 +698,10 @@ def main() -> int:
             print(f"{phase}: reference worker stages, median s: " +
                   " ".join(f"{k}={v}" for k, v in r["reference_stages_s"].items()) +
                   f"; GPU memory admission wait, median s: {r['median_admission_wait_s']}")
+        for who in ("candidate", "reference"):
+            if r.get(f"{who}_stages_cpu_s"):
+                print(f"{phase}: {who} worker CPU seconds by stage, median: " +
+                      " ".join(f"{k}={v}" for k, v in r[f"{who}_stages_cpu_s"].items()))
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
@@ -963,6 +974,8 @@ def report_slowest_and_median(out: Path) -> None:
         cpu = " ".join(f"{k}={v}" for k, v in (profile.get("cpu_s") or {}).items())
         ref_stages = " ".join(f"{k}={v:.2f}" for k, v in
                               (profile.get("reference_stages_s") or {}).items())
+        stage_cpu = " ".join(f"{k}={v:.2f}" for k, v in
+                             (profile.get("stages_cpu_s") or {}).items())
         print(f"{label} {row['submission_id']}: wall {row['wall_s']:.1f} s, reference "
               f"{profile.get('reference_s')} s, candidate {profile.get('candidate_s')} s, "
               f"window {profile.get('window_ms')} ms {profile.get('phases_ms')}, waits shared "
@@ -970,7 +983,7 @@ def report_slowest_and_median(out: Path) -> None:
               f", GPU memory admission {profile.get('admission_wait_s')} s "
               f"({profile.get('worker_device_gib')} GiB per worker)"
               f"\n    candidate stages (s): {stages}\n    reference stages (s): {ref_stages}"
-              f"\n    CPU s: {cpu}"
+              f"\n    CPU s: {cpu}\n    candidate CPU s by stage: {stage_cpu}"
               f"\n    unseen check (ms per hidden trial): parent's hand-overs "
               f"{profile.get('late_write_ms')}, worker's {profile.get('unseen_steps_ms')}")
     steps: dict[str, list[float]] = {}

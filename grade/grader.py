@@ -64,6 +64,7 @@ from .side_by_side import (
     _gpu_work_done,
     _side_by_side,
     candidate_view,
+    stage_cpu_seconds,
     stage_seconds,
     stepped_by_stage,
     unseen_steps,
@@ -201,6 +202,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                       "warm": bool(reference.result.warm), "group": len(pending),
                                       "reference_stages_s": stage_seconds(
                                           reference.result.stages, reference.result.wall_s),
+                                      "reference_stages_cpu_s": stage_cpu_seconds(
+                                          reference.result.stage_cpu, None),
                                       # its forward stage: stepped aside, files written, rest
                                       "reference_forward_s": (reference.value or {}).get(
                                           "forward_parts_s"),
@@ -351,6 +354,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             "timing_reference": (window or {}).get("timing_reference_cpu_s")}
         # the candidate's worker was a spare, its CUDA context made before the grade asked
         verdict["profile"]["spare"] = bool(result.spare)
+        verdict["profile"]["stages_cpu_s"] = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
         if changed:  # the guarded files changed while this run (or its group) ran (T-04)
             amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)

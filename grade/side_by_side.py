@@ -81,6 +81,19 @@ def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, f
     return spans
 
 
+def stage_cpu_seconds(marks: list[tuple[str, float]], cpu_s: float | None) -> dict[str, float]:
+    """CPU seconds of each worker stage (all its threads), from the CPU reading each stage's
+    mark carried (``WorkerResult.stage_cpu``) until the next one's, the last until the run's
+    whole ``cpu_s`` (where known); ``start`` is the CPU before the first mark. A reading that
+    goes back (a forged mark) counts nothing."""
+    spans: dict[str, float] = {"start": round(marks[0][1], 3)} if marks else {}
+    ends = [cpu for _, cpu in marks[1:]] + [cpu_s if cpu_s is not None else None]
+    for (name, cpu), until in zip(marks, ends):
+        if until is not None:
+            spans[name] = round(spans.get(name, 0.0) + max(0.0, until - cpu), 3)
+    return spans
+
+
 def unseen_steps(value) -> dict | None:
     """Where the unseen check's time went, as the candidate's worker says (wall ms of each
     hidden trial's steps: the part asked for and mapped, loaded into the inputs, its output

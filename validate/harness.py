@@ -109,6 +109,8 @@ class WorkerResult:
     error: dict | None = None  # {"stage": str, "message": str}
     wall_s: float = 0.0
     stages: list[tuple[str, float]] = field(default_factory=list)  # (stage, parent clock, s)
+    # (stage, the worker's CPU seconds at its mark, as it says): the profile's CPU by stage
+    stage_cpu: list[tuple[str, float]] = field(default_factory=list)
     # ``harness_worker.report`` messages of a run without a control pipe, in order: facts the
     # worker sent the moment it saw them, before any later code of the run could edit them
     reports: list[dict] = field(default_factory=list)
@@ -344,7 +346,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     def _deliver(data, at: float) -> None:
         reader = reader_ref()  # (the reader holds this callback: a weak reference, no cycle)
         got = WorkerResult(ok=False, wall_s=at, stages=[*reader.start_marks, *reader.stages],
-                           sandbox=reader.sandbox,
+                           stage_cpu=list(reader.stage_cpu), sandbox=reader.sandbox,
                            warm=not isinstance(proc, subprocess.Popen),
                            spare=getattr(proc, "spare", False) is True)
         try:
@@ -413,7 +415,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     if control is not None:
         control._end()
     result = WorkerResult(ok=False, wall_s=wall, stages=[*reader.start_marks, *reader.stages],
-                          reports=list(reader.reports),
+                          stage_cpu=list(reader.stage_cpu), reports=list(reader.reports),
                           returncode=proc.returncode, timed_out=timed_out,
                           tampered=reader.tampered, leaked_processes=leaked,
                           sandbox=reader.sandbox, warm=not isinstance(proc, subprocess.Popen),

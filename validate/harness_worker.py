@@ -237,12 +237,14 @@ def _trusted_stack(frame, roots: tuple[str, ...], bottom) -> bool:
 # made to answer with a submission's function for those calls alone (a module-dict key of its
 # own, equal to ``encode_json``, could rescale every timing sample: T-02, T-15)
 def mark_stage(name: str, *, _channel=_channel, _send=_audit_event, _event=FRAME_EVENT,
-               _kind=KIND_STAGE, _encode=encode_json, _str=str) -> None:
-    """Record the stage the worker is in; a crash from here on is reported with this name."""
+               _kind=KIND_STAGE, _encode=encode_json, _str=str,
+               _cpu=time.process_time) -> None:
+    """Record the stage the worker is in; a crash from here on is reported with this name.
+    The mark carries the process's CPU seconds so far (all its threads), for the profile."""
     global _stage
     _stage = _str(name)
     if _channel[0]:
-        _send(_event, _kind, _encode({"stage": _stage}))
+        _send(_event, _kind, _encode({"stage": _stage, "cpu": round(_cpu(), 4)}))
 
 
 def current_stage() -> str:

@@ -55,6 +55,8 @@ class _Reader(threading.Thread):
         self.on_delivered = on_delivered
         self.delivered = False
         self.stages: list[tuple[str, float]] = []
+        # (stage, the worker's CPU seconds at its mark): what the worker says, for the profile
+        self.stage_cpu: list[tuple[str, float]] = []
         self.result: bytes | _FrameFile | None = None
         self.error: dict | None = None
         self.hello = False
@@ -132,7 +134,11 @@ class _Reader(threading.Thread):
                 self.sandbox = hello.get("sandbox")
                 self.start_marks = _start_marks(hello.get("marks"), self.start_time, now)
             elif kind == KIND_STAGE:
-                self.stages.append((str(json.loads(data)["stage"])[:STAGE_NAME_CHARS], now))
+                mark = json.loads(data)
+                self.stages.append((str(mark["stage"])[:STAGE_NAME_CHARS], now))
+                cpu = mark.get("cpu")
+                if type(cpu) in (int, float) and 0 <= cpu < 1e7:
+                    self.stage_cpu.append((self.stages[-1][0], float(cpu)))
             elif kind == KIND_RESULT:
                 self.result, final, self.final_at = data, True, now
             elif kind == KIND_ERROR:

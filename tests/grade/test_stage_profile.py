@@ -19,3 +19,39 @@ def test_steps_aside_are_split_over_the_stages_they_fall_in():
     assert stepped_by_stage(spans, None, stages, 12.0) == {}
     assert stepped_by_stage(spans, 100.0, [], 12.0) == {}
     assert stepped_by_stage([], 100.0, stages, 12.0) == {}
+
+
+def test_cpu_by_stage_counts_from_each_mark_to_the_next():
+    from kernelmill.grade.side_by_side import stage_cpu_seconds
+
+    marks = [("setup", 0.4), ("forward", 0.9), ("timing", 3.0)]
+    assert stage_cpu_seconds(marks, 3.5) == {"start": 0.4, "setup": 0.5, "forward": 2.1,
+                                             "timing": 0.5}
+    # the run's whole CPU unknown: the last stage is not counted; a reading that goes back (a
+    # forged mark) counts nothing; no marks, nothing
+    assert "timing" not in stage_cpu_seconds(marks, None)
+    assert stage_cpu_seconds([("a", 2.0), ("b", 1.0)], 1.5)["a"] == 0.0
+    assert stage_cpu_seconds([], 2.0) == {}
+
+
+def test_a_workers_stage_marks_carry_its_cpu_seconds():
+    """Each stage mark says the worker's CPU so far: a stage that spins 0.6 s of CPU reads it,
+    one that sleeps as long reads next to none."""
+    from kernelmill.grade.side_by_side import stage_cpu_seconds
+    from kernelmill.validate.harness import run_in_worker
+
+    body = ("import time\nfrom kernelmill.validate.harness_worker import mark_stage\n"
+            "def main():\n"
+            "    mark_stage('spin')\n"
+            "    end = time.process_time() + 0.6\n"
+            "    while time.process_time() < end:\n        pass\n"
+            "    mark_stage('sleep')\n"
+            "    time.sleep(0.6)\n"
+            "    mark_stage('done')\n"
+            "    return {}\n")
+    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": body},
+                           timeout_s=30, device="cpu")
+    assert result.ok, result.error
+    assert [name for name, _ in result.stage_cpu][-3:] == ["spin", "sleep", "done"]
+    cpu = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
+    assert 0.55 <= cpu["spin"] < 1.5 and cpu["sleep"] < 0.2, cpu
