@@ -36,6 +36,7 @@ from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, run_window
 
 from . import static
+from .beside import Beside
 from .builds import (
     _guarded_files,
     _stamp,
@@ -112,6 +113,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         self._reference_sizes: dict[str, dict] = {}
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
+        self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
 
     @property
     def worker_device(self) -> str:
@@ -179,21 +181,26 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                        for source in candidate_sources]
         pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if pending:
-            # only the input distributions the record's validation found the reference stable
-            # under (T-19)
-            # with a window to come, the first reference worker stays to time the reference
-            # there (``live_reference``): one worker, one CUDA context fewer per grade
-            references = self._fresh_references(size.source, len(pending), slot_env,
-                                                 self.policy.distributions_for(record),
-                                                 live=self.policy.time)
-            try:
-                if on_references is not None:
-                    on_references()
-                after_reference = time.monotonic()
-                judged = self._candidates(references, [candidate_sources[i] for i in pending],
-                                          record, slot_env)
-            finally:
-                close_live(references)
+            # its GPU workers counted while it runs: how far the window's readings may lower
+            # the judge's device-work bound (``beside``)
+            with self._beside.held((slot_env or {}).get("CUDA_VISIBLE_DEVICES", self.device),
+                                   len(pending) + 1) as peak:
+                # only the input distributions the record's validation found the reference
+                # stable under (T-19); with a window to come, the first reference worker stays
+                # to time the reference there (``live_reference``): one worker, one CUDA
+                # context fewer per grade
+                references = self._fresh_references(size.source, len(pending), slot_env,
+                                                     self.policy.distributions_for(record),
+                                                     live=self.policy.time)
+                try:
+                    if on_references is not None:
+                        on_references()
+                    after_reference = time.monotonic()
+                    judged = self._candidates(references,
+                                              [candidate_sources[i] for i in pending], record,
+                                              slot_env, peak)
+                finally:
+                    close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
@@ -226,8 +233,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         return verdict
 
     def _candidates(self, references: list[ReferenceRun], sources: list[str],
-                    record: dict | None, slot_env: dict | None) -> list[dict]:
-        """Run and judge each candidate against its own reference run; time them together."""
+                    record: dict | None, slot_env: dict | None,
+                    beside: list[int] | None = None) -> list[dict]:
+        """Run and judge each candidate against its own reference run; time them together.
+        ``beside``: the most GPU workers this grader ran on the device at once so far during
+        the grade (``Beside.held``), read when the runs are over."""
         policy = self.policy
         prepared = [self._prepare(reference, source, record, slot_env)
                     for reference, source in zip(references, sources)]
@@ -248,6 +258,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
+
+        for window in windows.values():
+            if window is not None and beside:
+                window["workers_beside"] = beside[0]
 
         def judged(i: int) -> dict:
             began = time.monotonic()

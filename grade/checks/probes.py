@@ -34,9 +34,11 @@ GROUP_CONTENTION = 2.0
 # ... except that a replay whose captured calls read alike (the most within this factor of the
 # least: an honest replay's later calls read up to 1.9x its first, H200) stands for a call by
 # its median call, which neither an empty first call nor work left to one call can lower; in a
-# group such replays may lower the least by up to the members' count. A group's members start
-# their checked calls together, each beside the others: an honest GEMM's fresh calls read 5.9x
-# its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x.
+# group such replays may lower the least by up to the members' count, and in any grade by up to
+# the GPU workers its grader ran on the device at once (``grade.beside``). A group's members
+# start their checked calls together, each beside the others: an honest GEMM's fresh calls read
+# 5.9x its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x; a
+# single grade's among 16 slots read 5.8x (KernelBench's level1_1 GEMM, H200), flagged at 2x.
 # Such a replay stands for a call only where its calls were checked one by one: a replay of a
 # single call (its answer is the one compared), or the first unseen replay, each of whose
 # captured calls' outputs agreed with the last (``replay_agree``). A graph whose calls each
@@ -159,7 +161,8 @@ def _number(value) -> bool:
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
                        unseen_us: list | None = None, unseen_calls: list | None = None,
-                       members: int = 1, replay_agree=None, slack: float = 0.0) -> None:
+                       members: int = 1, replay_agree=None, slack: float = 0.0,
+                       beside: int = 1) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
@@ -169,7 +172,8 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     times less; in a group of ``members``, a replay whose captured calls read alike
     (``unseen_calls``, ``even_replay``) and were checked one by one (``checked_replays``:
     ``replay_agree`` for the first) lowers it by its median call down to ``members`` times
-    less. Calls on inputs the forward had seen (refill, repeat, audit)
+    less, and in a single grade or a group down to ``beside`` times less (the GPU workers the
+    grader ran on the device at once during the grade, its own included: ``grade.beside``). Calls on inputs the forward had seen (refill, repeat, audit)
     may not do much less device work than those: a forward that remembers answers serves them
     from a cache. Nor may the scored calls: a forward that does less device
     work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
@@ -185,8 +189,9 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
     even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree, slack))
             if us is not None]
-    if fresh and even and members > 1:  # (their first calls are within range of them)
-        least = max(min(least, *even), least / max(GROUP_CONTENTION, members))
+    crowd = max(GROUP_CONTENTION, members, beside)
+    if fresh and even and crowd > GROUP_CONTENTION:  # (their first calls are within range)
+        least = max(min(least, *even), least / crowd)
     elif fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
@@ -536,12 +541,12 @@ def scored_calls_do_the_work(ctx):
     if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
         return []
     unseen, window = ctx.run.get("unseen") or {}, ctx.window or {}
-    members = window.get("members")
+    members, beside = window.get("members"), window.get("workers_beside")
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
         unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
         members if type(members) is int and members > 0 else 1, unseen.get("replay_agree"),
-        _first_unseen_slack(ctx)))
+        _first_unseen_slack(ctx), beside if type(beside) is int and beside > 0 else 1))
 
 
 def _first_unseen_slack(ctx) -> float:

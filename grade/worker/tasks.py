@@ -316,7 +316,9 @@ def _candidate_task(payload: dict) -> dict:
     facts["state_loads"] = run.state_loads
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
+    mark_stage("witness read")  # the profiler's session ended and its kernels read
     run.witnessed(facts)
+    mark_stage("result")  # the last facts, then (after return) their encoding and sending
     facts["patched"] = sorted(set(check_patched(snapshot)) | set(dispatch_changed(dispatch)) |
                               set(seen_patches))
     observed = _observed()

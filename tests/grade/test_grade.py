@@ -570,6 +570,50 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     assert flagged(cached, 0.003, [[3.0, 3.0, 3.0]], 8, [3.0])
 
 
+def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grades():
+    """An honest GEMM (KernelBench level1_1, 3.2 ms alone) graded alone among 16 slots (H200):
+    its fresh calls ran beside the other grades' workers at 18.5 ms, its repeat at 3.2 ms, and
+    it was flagged at the 2x floor. Its unseen replay (one call, its answer compared) bounds the
+    work down to the GPU workers the grader ran beside it (``workers_beside``); with none
+    beside, the 2x floor as before; a cache's few µs on seen inputs is still caught."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    made = [{"kind": "fresh", "trial": t, "busy_us": 18508.0 + t} for t in range(4)] + \
+        [{"kind": "repeat", "trial": 0, "busy_us": 3216.0},
+         {"kind": "audit", "trial": 0, "busy_us": 18600.0}]
+
+    def flagged(calls, beside, replays=([3210.2],)):
+        hacks = {}
+        _scored_device_work(calls, 3.207, {}, lambda code, why: hacks.setdefault(code, why),
+                            [r[0] for r in replays], [list(r) for r in replays], 1, None, 0.0,
+                            beside)
+        return "timing_behaviour" in hacks
+
+    assert flagged(made, 1) and flagged(made, 2)  # no workers counted beside: the 2x floor
+    assert not flagged(made, 16)
+    cached = made[:4] + [{"kind": "repeat", "trial": 0, "busy_us": 6.0}]
+    assert flagged(cached, 16)
+    # an uneven replay of several calls (an empty first call) lowers nothing
+    assert flagged(made, 16, ([2.0, 3210.0, 3210.0],))
+
+
+def test_beside_counts_the_most_workers_in_flight_during_each_grade():
+    """``grade.beside.Beside``: each grade sees the most workers held on its device at once
+    while it ran, its own included; other devices do not count."""
+    from kernelmill.grade.beside import Beside
+
+    beside = Beside()
+    with beside.held("0", 2) as first:
+        assert first == [2]
+        with beside.held("0", 9) as group, beside.held("1", 2) as other:
+            assert group == [11] and other == [2]
+        with beside.held("0", 2) as later:
+            assert later == [4]
+    assert first == [11]
+    with beside.held("0", 1) as alone:
+        assert alone == [1]
+
+
 def test_an_even_unseen_replay_stands_for_a_call_only_where_its_calls_each_computed():
     """A graph whose 32 calls each compute a slice of the answer reads even (a 32nd of the
     work per call) in every replay: in a group of 64 it lowered the bound to a 128th. An even
