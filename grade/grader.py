@@ -65,6 +65,7 @@ from .side_by_side import (
     _gpu_work_done,
     _side_by_side,
     candidate_view,
+    fresh_calls_span,
     stage_cpu_seconds,
     stage_seconds,
     stepped_by_stage,
@@ -114,6 +115,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
+
+    def _device_key(self, slot_env: dict | None) -> str:
+        """The device a grade's workers see, as ``Beside`` counts them."""
+        return self._env(slot_env).get("CUDA_VISIBLE_DEVICES", self.device)
 
     @property
     def worker_device(self) -> str:
@@ -181,26 +186,22 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                        for source in candidate_sources]
         pending = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if pending:
-            # its GPU workers counted while it runs: how far the window's readings may lower
-            # the judge's device-work bound (``beside``)
-            with self._beside.held((slot_env or {}).get("CUDA_VISIBLE_DEVICES", self.device),
-                                   len(pending) + 1) as peak:
-                # only the input distributions the record's validation found the reference
-                # stable under (T-19); with a window to come, the first reference worker stays
-                # to time the reference there (``live_reference``): one worker, one CUDA
-                # context fewer per grade
+            # only the input distributions the record's validation found the reference stable
+            # under (T-19); with a window to come, the first reference worker stays to time
+            # the reference there (``live_reference``): one worker, one CUDA context fewer per
+            # grade. Its workers are counted on the device while they run (``beside``).
+            with self._beside.held(self._device_key(slot_env), len(pending)):
                 references = self._fresh_references(size.source, len(pending), slot_env,
                                                      self.policy.distributions_for(record),
                                                      live=self.policy.time)
-                try:
-                    if on_references is not None:
-                        on_references()
-                    after_reference = time.monotonic()
-                    judged = self._candidates(references,
-                                              [candidate_sources[i] for i in pending], record,
-                                              slot_env, peak)
-                finally:
-                    close_live(references)
+            try:
+                if on_references is not None:
+                    on_references()
+                after_reference = time.monotonic()
+                judged = self._candidates(references, [candidate_sources[i] for i in pending],
+                                          record, slot_env)
+            finally:
+                close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
@@ -233,11 +234,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         return verdict
 
     def _candidates(self, references: list[ReferenceRun], sources: list[str],
-                    record: dict | None, slot_env: dict | None,
-                    beside: list[int] | None = None) -> list[dict]:
-        """Run and judge each candidate against its own reference run; time them together.
-        ``beside``: the most GPU workers this grader ran on the device at once so far during
-        the grade (``Beside.held``), read when the runs are over."""
+                    record: dict | None, slot_env: dict | None) -> list[dict]:
+        """Run and judge each candidate against its own reference run; time them together."""
         policy = self.policy
         prepared = [self._prepare(reference, source, record, slot_env)
                     for reference, source in zip(references, sources)]
@@ -248,7 +246,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         before = _stamp(self.guard_paths)
         if runnable:
             workers = len(runnable) + (1 if policy.time else 0)
-            with self._on_host(references[0].source, workers) as limits:
+            with self._on_host(references[0].source, workers) as limits, \
+                    self._beside.held(self._device_key(slot_env), len(runnable)):
                 for i in runnable:
                     prepared[i]["limits"] = limits
                 if policy.time:
@@ -258,10 +257,6 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
-
-        for window in windows.values():
-            if window is not None and beside:
-                window["workers_beside"] = beside[0]
 
         def judged(i: int) -> dict:
             began = time.monotonic()
@@ -468,6 +463,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 result.stages if result is not None else [],
                 result.wall_s if result is not None else 0.0)
             views[i].pop("stepped_spans", None)
+            # the most GPU workers this grader ran on the device while its fresh calls ran
+            views[i]["workers_beside"] = self._beside.most(
+                self._device_key(slot_env), *fresh_calls_span(
+                    controls[names[i]].started_at, result.stages if result is not None else []))
             # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
             views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)

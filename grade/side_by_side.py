@@ -71,6 +71,20 @@ def stepped_by_stage(spans: list, started_at: float | None, stages: list[tuple[s
     return {name: round(seconds, 3) for name, seconds in found.items()}
 
 
+def fresh_calls_span(started_at: float | None, stages: list[tuple[str, float]]
+                     ) -> tuple[float, float]:
+    """When a candidate's worker made its calls on new inputs (its ``forward`` stage, until the
+    next mark), by ``time.monotonic``; an empty span (``until`` before ``since``) where its
+    start or that stage is unknown."""
+    if started_at is None:
+        return 0.0, -1.0
+    for index, (name, at) in enumerate(stages):
+        if name == "forward":
+            until = stages[index + 1][1] if index + 1 < len(stages) else at
+            return started_at + at, started_at + until
+    return 0.0, -1.0
+
+
 def stage_seconds(stages: list[tuple[str, float]], wall_s: float) -> dict[str, float]:
     """Seconds each worker stage lasted (until the next stage's mark or the run's end), by the
     parent's clock; ``start`` is what came before the first mark (process start, imports)."""

@@ -34,8 +34,9 @@ GROUP_CONTENTION = 2.0
 # ... except that a replay whose captured calls read alike (the most within this factor of the
 # least: an honest replay's later calls read up to 1.9x its first, H200) stands for a call by
 # its median call, which neither an empty first call nor work left to one call can lower; in a
-# group such replays may lower the least by up to the members' count, and in any grade by up to
-# the GPU workers its grader ran on the device at once (``grade.beside``). A group's members
+# group such replays may lower the least by up to the members' count, and a replay of one call
+# by up to the GPU workers its grader ran on the device beside the fresh calls
+# (``grade.beside``). A group's members
 # start their checked calls together, each beside the others: an honest GEMM's fresh calls read
 # 5.9x its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x; a
 # single grade's among 16 slots read 5.8x (KernelBench's level1_1 GEMM, H200), flagged at 2x.
@@ -44,6 +45,11 @@ GROUP_CONTENTION = 2.0
 # captured calls' outputs agreed with the last (``replay_agree``). A graph whose calls each
 # compute a slice reads even too, and would let a group of 64 pass a 128th of the work.
 EVEN_REPLAY = 3.0
+# ... and never below its first call over this factor: an honest replay's later calls read at
+# or above its first, while a graph whose first call computes and whose later calls copy its
+# output, padded to a third of its time, read even at a third of the work (review of the
+# crowd's bound, H1 A)
+FIRST_CALL_SHARE = 1.25
 # A check replay's first call stands for it against the scored time (an honest replay's later
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
@@ -172,11 +178,12 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     times less; in a group of ``members``, a replay whose captured calls read alike
     (``unseen_calls``, ``even_replay``) and were checked one by one (``checked_replays``:
     ``replay_agree`` for the first) lowers it by its median call down to ``members`` times
-    less, and in a single grade or a group down to ``beside`` times less (the GPU workers the
-    grader ran on the device at once during the grade, its own included: ``grade.beside``). Calls on inputs the forward had seen (refill, repeat, audit)
-    may not do much less device work than those: a forward that remembers answers serves them
-    from a cache. Nor may the scored calls: a forward that does less device
-    work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
+    less. A replay of a single call (its answer the one compared) lowers it down to
+    ``beside`` times less: the most GPU workers the grader ran on the device at once while the
+    candidate's fresh calls ran, its own included (``grade.beside``). Calls on inputs the
+    forward had seen (refill, repeat, audit) may not do much less device work than those: a
+    forward that remembers answers serves them from a cache. Nor may the scored calls: a
+    forward that does less device work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
     output, or each compute a slice of it) reads far below. Every call of an honest one does the
     same work (T-13, T-14: the fresh calls' least is the bound, as a forward serving the calls
     on seen inputs from a cache makes the least checked call tiny)."""
@@ -189,9 +196,17 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
     even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree, slack))
             if us is not None]
-    crowd = max(GROUP_CONTENTION, members, beside)
-    if fresh and even and crowd > GROUP_CONTENTION:  # (their first calls are within range)
+    single = [r[0] for r in unseen_calls or () if isinstance(r, list) and len(r) == 1 and
+              even_replay(r) is not None]
+    crowd = max(GROUP_CONTENTION, members)
+    if fresh and even and members > 1:  # (their first calls are within range of them)
         least = max(min(least, *even), least / crowd)
+    elif fresh and single and beside > crowd:
+        # a replay of one call, its answer the one compared: it stands for the whole work
+        # against the crowd the grader ran beside the fresh calls (a replay of several
+        # calls can read even while each call copies or writes slices into every call's
+        # output, which the call-by-call comparison after the replay does not see)
+        least = max(min(least, *single), least / beside)
     elif fresh and alone:
         least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
@@ -225,12 +240,14 @@ def checked_replays(unseen_calls, replay_agree, slack: float = 0.0) -> list:
 
 def even_replay(replay) -> float | None:
     """The median call of a replay whose captured calls' busy µs all read within
-    ``EVEN_REPLAY`` of each other, else None (a call empty or the work in one call)."""
+    ``EVEN_REPLAY`` of each other, but no less than its first call over ``FIRST_CALL_SHARE``;
+    else None (a call empty or the work in one call)."""
     if not (isinstance(replay, list) and replay and
             all(isinstance(us, (int, float)) and math.isfinite(us) and us > 0 for us in replay)):
         return None
-    return float(statistics.median(replay)) if max(replay) <= EVEN_REPLAY * min(replay) \
-        else None
+    if max(replay) > EVEN_REPLAY * min(replay):
+        return None
+    return max(float(statistics.median(replay)), replay[0] / FIRST_CALL_SHARE)
 
 
 def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,

@@ -573,19 +573,21 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
 def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grades():
     """An honest GEMM (KernelBench level1_1, 3.2 ms alone) graded alone among 16 slots (H200):
     its fresh calls ran beside the other grades' workers at 18.5 ms, its repeat at 3.2 ms, and
-    it was flagged at the 2x floor. Its unseen replay (one call, its answer compared) bounds the
-    work down to the GPU workers the grader ran beside it (``workers_beside``); with none
-    beside, the 2x floor as before; a cache's few µs on seen inputs is still caught."""
+    it was flagged at the 2x floor. Its unseen replay of one call (its answer compared) bounds
+    the work down to the GPU workers the grader ran beside its fresh calls
+    (``workers_beside``); with none beside, the 2x floor as before; a cache's few µs on seen
+    inputs is still caught."""
     from kernelmill.grade.judge import _scored_device_work
 
     made = [{"kind": "fresh", "trial": t, "busy_us": 18508.0 + t} for t in range(4)] + \
         [{"kind": "repeat", "trial": 0, "busy_us": 3216.0},
          {"kind": "audit", "trial": 0, "busy_us": 18600.0}]
 
-    def flagged(calls, beside, replays=([3210.2],)):
+    def flagged(calls, beside, replays=([3210.2],), scored_ms=3.207, agree=None):
         hacks = {}
-        _scored_device_work(calls, 3.207, {}, lambda code, why: hacks.setdefault(code, why),
-                            [r[0] for r in replays], [list(r) for r in replays], 1, None, 0.0,
+        _scored_device_work(calls, scored_ms, {},
+                            lambda code, why: hacks.setdefault(code, why),
+                            [r[0] for r in replays], [list(r) for r in replays], 1, agree, 0.0,
                             beside)
         return "timing_behaviour" in hacks
 
@@ -593,25 +595,71 @@ def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grad
     assert not flagged(made, 16)
     cached = made[:4] + [{"kind": "repeat", "trial": 0, "busy_us": 6.0}]
     assert flagged(cached, 16)
-    # an uneven replay of several calls (an empty first call) lowers nothing
-    assert flagged(made, 16, ([2.0, 3210.0, 3210.0],))
+    assert flagged(made, 16, ([2.0, 3210.0, 3210.0],))  # an empty first call: not even
 
 
-def test_beside_counts_the_most_workers_in_flight_during_each_grade():
-    """``grade.beside.Beside``: each grade sees the most workers held on its device at once
-    while it ran, its own included; other devices do not count."""
+def test_the_crowd_lowers_no_bound_through_a_replay_of_several_calls():
+    """A reviewer's graphs (``tests/hostile/open/REVIEW_BESIDE.md``, H1) on 100 µs of work:
+    (A) the first call computes and the 31 others copy its output, padded to a third of its
+    time; (B) each of 128 calls computes a sixteenth and writes it into every call's output,
+    so all agree after the replay. In a single grade, however many workers beside it, a replay
+    of several calls lowers nothing: both caught. In a group of 8 a replay stands for a call
+    no lower than its first over ``FIRST_CALL_SHARE``: (A) caught there too; (B) is the
+    group's open case (the review's H1 B), left as it was."""
+    from kernelmill.grade.checks.probes import FIRST_CALL_SHARE
+    from kernelmill.grade.judge import _scored_device_work
+
+    eager = [{"kind": "fresh", "trial": t, "busy_us": 104.0 + 2 * t} for t in range(4)] + \
+        [{"kind": k, "trial": 0, "busy_us": 101.0} for k in ("refill", "repeat", "audit")]
+
+    def flagged(replay, scored_ms, beside, members=1):
+        hacks = {}
+        _scored_device_work(eager, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
+                            [replay[0]] * 2, [list(replay)] * 2, members,
+                            {"calls": len(replay)}, 0.0, beside)
+        return "timing_behaviour" in hacks
+
+    copies = [100.0] + [34.0] * 31
+    slices = [100.0 / 16 + 3.0] * 128
+    for beside in (1, 4, 16, 32, 64):
+        assert flagged(copies, (100.0 + 34.0 * 31) / 32 / 1e3, beside), beside
+        assert flagged(slices, slices[0] / 1e3, beside), beside
+    assert flagged(copies, (100.0 + 34.0 * 31) / 32 / 1e3, 9, members=8)
+    assert 1.0 < FIRST_CALL_SHARE <= 1.5
+    # an honest replay whose later calls read up to 1.9x its first still stands by its median
+    honest = [100.0] + [150.0] * 15 + [190.0] * 16
+    assert not flagged(honest, 0.1, 9, members=8)
+
+
+def test_beside_gives_the_most_workers_at_once_over_a_stretch():
+    """``grade.beside.Beside``: the count on a device over any stretch of the clock, the
+    count in force at its start included; other devices apart; nothing known before the
+    first change."""
     from kernelmill.grade.beside import Beside
+    from kernelmill.grade.side_by_side import fresh_calls_span
 
-    beside = Beside()
-    with beside.held("0", 2) as first:
-        assert first == [2]
-        with beside.held("0", 9) as group, beside.held("1", 2) as other:
-            assert group == [11] and other == [2]
-        with beside.held("0", 2) as later:
-            assert later == [4]
-    assert first == [11]
-    with beside.held("0", 1) as alone:
-        assert alone == [1]
+    now = [0.0]
+    beside = Beside(clock=lambda: now[0])
+    assert beside.most("0", 0.0, 1.0) is None
+    with beside.held("0", 2):  # t=0: 2
+        now[0] = 1.0
+        with beside.held("0", 9):  # t=1: 11
+            now[0] = 2.0
+            with beside.held("1", 5):
+                now[0] = 3.0
+        now[0] = 4.0  # (t=3: back to 2)
+    assert beside.most("0", 0.5, 0.9) == 2
+    assert beside.most("0", 0.5, 1.5) == 11
+    assert beside.most("0", 3.5, 4.5) == 2
+    assert beside.most("1", 2.5, 2.6) == 5
+    assert beside.most("0", 5.0, 4.0) is None  # an empty span
+    # the span of a worker's forward stage: from its mark to the next, by the run's start
+    stages = [("setup", 0.5), ("forward", 2.0), ("forward refill", 3.5)]
+    assert fresh_calls_span(100.0, stages) == (102.0, 103.5)
+    since, until = fresh_calls_span(None, stages)
+    assert until < since
+    since, until = fresh_calls_span(100.0, [("setup", 0.5)])
+    assert until < since
 
 
 def test_an_even_unseen_replay_stands_for_a_call_only_where_its_calls_each_computed():
