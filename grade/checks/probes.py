@@ -36,10 +36,10 @@ GROUP_CONTENTION = 2.0
 # its median call, which neither an empty first call nor work left to one call can lower; in a
 # group such replays may lower the least by up to the members' count, and a replay of one call
 # by up to the GPU workers its grader ran on the device beside the fresh calls
-# (``grade.beside``). A group's members
-# start their checked calls together, each beside the others: an honest GEMM's fresh calls read
-# 5.9x its kernels' time alone (H200, groups of 8, 4 groups at once), and was flagged at 2x; a
-# single grade's among 16 slots read 5.8x (KernelBench's level1_1 GEMM, H200), flagged at 2x.
+# (``grade.beside``). A group's members start their checked calls together, each beside the
+# others: an honest GEMM's fresh calls read 5.9x its kernels' time alone (H200, groups of 8, 4
+# groups at once), and was flagged at 2x; a single grade's among 16 slots read 5.8x
+# (KernelBench's level1_1 GEMM, H200), flagged at 2x.
 # Such a replay stands for a call only where its calls were checked one by one: a replay of a
 # single call (its answer is the one compared), or the first unseen replay, each of whose
 # captured calls' outputs agreed with the last (``replay_agree``). A graph whose calls each
@@ -183,10 +183,11 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     candidate's fresh calls ran, its own included (``grade.beside``). Calls on inputs the
     forward had seen (refill, repeat, audit) may not do much less device work than those: a
     forward that remembers answers serves them from a cache. Nor may the scored calls: a
-    forward that does less device work where it is timed (a captured graph whose calls mostly launch empty kernels into a kept
-    output, or each compute a slice of it) reads far below. Every call of an honest one does the
-    same work (T-13, T-14: the fresh calls' least is the bound, as a forward serving the calls
-    on seen inputs from a cache makes the least checked call tiny)."""
+    forward that does less device work where it is timed (a captured graph whose calls mostly
+    launch empty kernels into a kept output, or each compute a slice of it) reads far below.
+    Every call of an honest one does the same work (T-13, T-14: the fresh calls' least is the
+    bound, as a forward serving the calls on seen inputs from a cache makes the least checked
+    call tiny)."""
     busy = [(c.get("kind"), c.get("trial"), c["busy_us"]) for c in calls
             if isinstance(c.get("busy_us"), (int, float)) and c["busy_us"] > 0]
     fresh = [us for kind, _trial, us in busy if kind == "fresh"]
