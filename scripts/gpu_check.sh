@@ -20,6 +20,7 @@
 #        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N*) and
 #        one with the settings WINDOW_B (B*: "NAME=VALUE ..." as --window takes them);
 #        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; WINDOW_GROUP=N grades in groups;
+#        a G* pass grades the default window in groups of WINDOW_G (default 8);
 #        verdicts kept, window_verdicts.tgz)
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,
 #        the driver's spin) and block (B, the default); as envab otherwise)
@@ -186,10 +187,12 @@ for part in $parts; do
               subset_pass window prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WINDOW_PASSES:-N1 B1 N2 B2}; do
                 settings=()
+                group=${WINDOW_GROUP:-}
                 case $pass in B*) for s in ${WINDOW_B:-round_ms=40}; do
-                  settings+=(--window "$s"); done ;; esac
+                  settings+=(--window "$s"); done ;;
+                  G*) group=${WINDOW_G:-8} ;; esac
                 subset_pass window "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
-                  --deadline "${WINDOW_S:-85}" ${WINDOW_GROUP:+--group $WINDOW_GROUP} \
+                  --deadline "${WINDOW_S:-85}" ${group:+--group $group} \
                   --keep-verdicts "$out/window_verdicts_$pass" "${settings[@]}"
               done
               keep_verdicts window ;;
