@@ -207,6 +207,9 @@ class UnseenFacts(FactGroup):
     # ``measure.calls_disagree``'s report on the first unseen replay's captured calls (after
     # the window), or ``{"unread": why}``
     replay_agree: Any = None
+    # the one-call graph's replay on the next hidden trial after the check's (a spare none of
+    # its calls saw): {hidden, outputs, busy_us, ...} as sent (``worker._Run._single_check``)
+    single: Any = None
     after_device_us: Any = None
     # a graph replay's kernels' busy time per call, the gaps between them left out
     seen_busy_ms: Any = None

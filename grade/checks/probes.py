@@ -31,25 +31,17 @@ DEVICE_WORK_FLOOR_US = 1.0
 # calls on unseen inputs, made alone, may lower the fresh calls' least by at most this factor
 # (they count a replay's first call, which a forward could leave empty on new inputs).
 GROUP_CONTENTION = 2.0
-# ... except that a replay whose captured calls read alike (the most within this factor of the
-# least: an honest replay's later calls read up to 1.9x its first, H200) stands for a call by
-# its median call, which neither an empty first call nor work left to one call can lower; in a
-# group such replays may lower the least by up to the members' count, and a replay of one call
-# by up to the GPU workers its grader ran on the device beside the fresh calls
-# (``grade.beside``). A group's members start their checked calls together, each beside the
-# others: an honest GEMM's fresh calls read 5.9x its kernels' time alone (H200, groups of 8, 4
-# groups at once), and was flagged at 2x; a single grade's among 16 slots read 5.8x
-# (KernelBench's level1_1 GEMM, H200), flagged at 2x.
-# Such a replay stands for a call only where its calls were checked one by one: a replay of a
-# single call (its answer is the one compared), or the first unseen replay, each of whose
-# captured calls' outputs agreed with the last (``replay_agree``). A graph whose calls each
-# compute a slice reads even too, and would let a group of 64 pass a 128th of the work.
-EVEN_REPLAY = 3.0
-# ... and never below its first call over this factor: an honest replay's later calls read at
-# or above its first, while a graph whose first call computes and whose later calls copy its
-# output, padded to a third of its time, read even at a third of the work (review of the
-# crowd's bound, H1 A)
-FIRST_CALL_SHARE = 1.25
+# ... except that a call whose answer is the one compared, made alone in the window on inputs
+# never seen before, lowers it further: down to the crowd the fresh calls ran in, the group's
+# members or the GPU workers its grader ran on the device beside them (``grade.beside``),
+# whichever is more. A group's members start their checked calls together, each beside the
+# others: an honest GEMM's fresh calls read 5.9x its kernels' time alone (H200, groups of 8,
+# 4 groups at once), and was flagged at 2x; a single grade's among 16 slots read 5.8x
+# (KernelBench's level1_1 GEMM, H200), flagged at 2x. Such a call is an unseen replay of a
+# timing graph of one call, or the one-call graph's check (``UnseenFacts.single``). A replay
+# of a graph of several calls stands for none: its calls can each write a slice into every
+# call's output (every output whole once the replay ends, every call reading even at a slice's
+# time), or copy the first call's answer and pad (review of the crowd's bound, H1).
 # A check replay's first call stands for it against the scored time (an honest replay's later
 # calls read up to 1.9x its first, H200), but never below its mean call over this factor, which
 # an empty first call cannot lower
@@ -167,20 +159,18 @@ def _number(value) -> bool:
 
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
                        unseen_us: list | None = None, unseen_calls: list | None = None,
-                       members: int = 1, replay_agree=None, slack: float = 0.0,
-                       beside: int = 1) -> None:
+                       members: int = 1, single_us=None, beside: int = 1) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
     busy grader: an honest GEMM graded alone among 16 slots read 14.9 ms of kernels on new
     inputs and 7.2 on a repeat), so the window's calls on unseen inputs, made alone
     (``unseen_us``: each replay's first call), lower that least down to ``GROUP_CONTENTION``
-    times less; in a group of ``members``, a replay whose captured calls read alike
-    (``unseen_calls``, ``even_replay``) and were checked one by one (``checked_replays``:
-    ``replay_agree`` for the first) lowers it by its median call down to ``members`` times
-    less. A replay of a single call (its answer the one compared) lowers it down to
-    ``beside`` times less: the most GPU workers the grader ran on the device at once while the
-    candidate's fresh calls ran, its own included (``grade.beside``). Calls on inputs the
+    times less; and a call whose answer is the one compared (an unseen replay of a one-call
+    graph, ``unseen_calls``, or the one-call graph's check, ``single_us``) down to the crowd
+    the fresh calls ran in: ``members`` of a group, or ``beside``, the most GPU workers the
+    grader ran on the device at once while the candidate's fresh calls ran, its own included
+    (``grade.beside``). Calls on inputs the
     forward had seen (refill, repeat, audit) may not do much less device work than those: a
     forward that remembers answers serves them from a cache. Nor may the scored calls: a
     forward that does less device work where it is timed (a captured graph whose calls mostly
@@ -194,22 +184,15 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     if not busy:
         return
     least = min(fresh) if fresh else min(us for _k, _t, us in busy)
-    alone = [us for us in unseen_us or () if isinstance(us, (int, float)) and us > 0]
-    even = [us for us in map(even_replay, checked_replays(unseen_calls, replay_agree, slack))
-            if us is not None]
-    single = [r[0] for r in unseen_calls or () if isinstance(r, list) and len(r) == 1 and
-              even_replay(r) is not None]
-    crowd = max(GROUP_CONTENTION, members)
-    if fresh and even and members > 1:  # (their first calls are within range of them)
-        least = max(min(least, *even), least / crowd)
-    elif fresh and single and beside > crowd:
-        # a replay of one call, its answer the one compared: it stands for the whole work
-        # against the crowd the grader ran beside the fresh calls (a replay of several
-        # calls can read even while each call copies or writes slices into every call's
-        # output, which the call-by-call comparison after the replay does not see)
-        least = max(min(least, *single), least / beside)
-    elif fresh and alone:
-        least = max(min(least, *alone), least / GROUP_CONTENTION)
+    alone = [us for us in unseen_us or () if _positive(us)]
+    ones = [r[0] for r in unseen_calls or () if isinstance(r, list) and len(r) == 1 and
+            _positive(r[0])] + ([float(single_us)] if _positive(single_us) else [])
+    floors = [least]
+    if fresh and alone:
+        floors.append(max(min(least, *alone), least / GROUP_CONTENTION))
+    if fresh and ones:
+        floors.append(max(min(least, *ones), least / max(GROUP_CONTENTION, members, beside)))
+    least = min(floors)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
     cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
     if fresh and cheap:
@@ -230,25 +213,9 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
 
 
-def checked_replays(unseen_calls, replay_agree, slack: float = 0.0) -> list:
-    """The unseen replays whose every captured call is known to have computed its answer: a
-    replay of one call, and the first replay where each of its calls' outputs agreed with the
-    last (``replay_agree``, of as many calls as it read; ``slack``: ``calls_agreed``)."""
-    return [r for i, r in enumerate(unseen_calls or ()) if isinstance(r, list) and
-            (len(r) == 1 or (i == 0 and calls_agreed(replay_agree, slack) and
-                             replay_agree["calls"] == len(r)))]
-
-
-def even_replay(replay) -> float | None:
-    """The median call of a replay whose captured calls' busy µs all read within
-    ``EVEN_REPLAY`` of each other, but no less than its first call over ``FIRST_CALL_SHARE``;
-    else None (a call empty or the work in one call)."""
-    if not (isinstance(replay, list) and replay and
-            all(isinstance(us, (int, float)) and math.isfinite(us) and us > 0 for us in replay)):
-        return None
-    if max(replay) > EVEN_REPLAY * min(replay):
-        return None
-    return max(float(statistics.median(replay)), replay[0] / FIRST_CALL_SHARE)
+def _positive(us) -> bool:
+    return isinstance(us, (int, float)) and not isinstance(us, bool) and math.isfinite(us) \
+        and us > 0
 
 
 def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
@@ -268,8 +235,12 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
     made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
                   if isinstance(c, dict) and isinstance(c.get("hidden"), int))
     wanted = list(range(max(required, len(made)) if len(made) <= len(hidden) else required))
+    # the one-call graph's check, if made, on the next trial (``single_trial``)
+    single = (unseen or {}).get("single")
+    after = [len(wanted)] if single is not None else []
     released = window.get("late_released")
-    if made != wanted or (released is not None and sorted(released) != wanted):
+    if made != wanted or single_trial(unseen, len(hidden)) not in (None, len(wanted)) or \
+            (released is not None and sorted(released) != wanted + after):
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
              f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
              "not made as the window asked")
@@ -287,11 +258,23 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
             return
 
 
+def single_trial(unseen: dict | None, hidden: int) -> int | None:
+    """The hidden trial the one-call graph's check ran on (``UnseenFacts.single``); -1 for a
+    report that names none of the ``hidden`` trials; None where it was not made."""
+    single = (unseen or {}).get("single")
+    if single is None:
+        return None
+    index = single.get("hidden") if isinstance(single, dict) else None
+    return index if type(index) is int and 0 <= index < hidden else -1
+
+
 def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, hack,
                     checks: dict, wrong) -> bool:
-    """Every unseen-input call's answer against its hidden trial's; False at the first that is
-    not right (a hack, or ``wrong`` for an answer only just past the tolerance)."""
-    for check in unseen.get("checks") or []:
+    """Every unseen-input call's answer against its hidden trial's, the one-call graph's check
+    too (``single``); False at the first that is not right (a hack, or ``wrong`` for an
+    answer only just past the tolerance)."""
+    single = [] if unseen.get("single") is None else [unseen["single"]]
+    for check in [*(unseen.get("checks") or []), *single]:
         index = check.get("hidden") if isinstance(check, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(hidden):
             hack("timing_behaviour", f"the unseen-input check reported a trial that was never "
@@ -302,7 +285,8 @@ def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, ha
                      "torch.float32")
         tolerance = policy.tolerance(dtype, record)
         ok, why = compare(trial["outputs"], check.get("outputs"), *tolerance)
-        checks[f"unseen:{index}"] = {"passed": ok, "detail": why}
+        name = "unseen_single" if check is unseen.get("single") else "unseen"
+        checks[f"{name}:{index}"] = {"passed": ok, "detail": why}
         if ok:
             continue
         if wrong is not None and near_miss(trial["outputs"], check.get("outputs"), *tolerance):
@@ -560,11 +544,13 @@ def scored_calls_do_the_work(ctx):
         return []
     unseen, window = ctx.run.get("unseen") or {}, ctx.window or {}
     members, beside = window.get("members"), window.get("workers_beside")
+    single = unseen.get("single")
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
         unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
-        members if type(members) is int and members > 0 else 1, unseen.get("replay_agree"),
-        _first_unseen_slack(ctx), beside if type(beside) is int and beside > 0 else 1))
+        members if type(members) is int and members > 0 else 1,
+        single.get("busy_us") if isinstance(single, dict) else None,
+        beside if type(beside) is int and beside > 0 else 1))
 
 
 def _first_unseen_slack(ctx) -> float:
@@ -584,7 +570,7 @@ def unseen_replay_calls_each_compute(ctx):
     agree = (ctx.run.get("unseen") or {}).get("replay_agree")
     if agree is None or "unread" in agree or not (ctx.all_correct and
                                                   ctx.scored_ms is not None):
-        return []  # (a replay not compared only stands for no call: ``checked_replays``)
+        return []
     return collect(H.TIMING_BEHAVIOUR, lambda hack: graph_calls_agree(
         agree, hack, "the unseen-input check's first replay", _first_unseen_slack(ctx)))
 

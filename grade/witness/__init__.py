@@ -324,9 +324,10 @@ class Witness:
             return None
         return [None if busy is None else busy[0] for busy in per_call]
 
-    def span_calls_us(self, calls: int = 1) -> list[list[float] | None] | None:
+    def span_calls_us(self, calls: int | list[int] = 1) -> list[list[float] | None] | None:
         """For each ``span()`` range, in order: the busy time (µs) of each of its ``calls``
-        equal runs of kernels in start order (``span_us`` keeps the first), or None where the
+        (one count for every range, or a list of each range's) equal runs of kernels in start
+        order (``span_us`` keeps the first), or None where the
         kernels do not split evenly. Sets ``span_counts`` (kernels per span), ``span_busy_us``
         (the busy time of all its kernels, the gaps between them left out), ``span_overlap_us`` and ``span_run_names``
         (each run's kernel names, sorted). None without a witness."""
@@ -352,9 +353,10 @@ class Witness:
                              if found else None for found in inside]
         self.span_overlap_us = []
         self.span_run_names = []
-        calls = max(1, calls)
-        for found in inside:
+        counts = calls if isinstance(calls, list) else [calls] * len(inside)
+        for index, found in enumerate(inside):
             found.sort()
+            calls = max(1, counts[index] if index < len(counts) else 1)
             if len(found) % calls:
                 result.append(None)
                 self.span_overlap_us.append(0.0)

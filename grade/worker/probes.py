@@ -142,16 +142,18 @@ class _Probes:
         def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
             began = _perf_counter()
             self.load(trial["inputs"])
-            if kind == "unseen":
+            if kind in ("unseen", "single"):
                 steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
             if kind is not None:
                 order.append(kind)
             timer.last_cpu_ms = None
+            one = kind == "single"  # the one-call graph (``Timer.once``), not the timing graph
             ms, out = timer.once(lambda: self.invoke()[0],
-                                 self.witness.span if kind is not None else None, whole, flush)
-            if kind is not None and timer.last_cpu_ms is not None:  # on CPU
+                                 self.witness.span if kind is not None else None,
+                                 whole and not one, flush)
+            if kind in cpu_ms and timer.last_cpu_ms is not None:  # on CPU
                 cpu_ms[kind].append(timer.last_cpu_ms / calls)
-            return ms / calls, out
+            return ms / (1 if one else calls), out
 
         def repeated(kind: str) -> float:  # on the inputs of the call before, as when timed
             timed_on(first)
@@ -168,7 +170,7 @@ class _Probes:
             steps[step].append(round((_perf_counter() - began) * 1e3, 2))
         # The check is the window's last command (``window_rounds._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
-        done = False
+        done, single = False, None
         try:
             # The baseline comes before any unseen input: a forward that changes its ways once
             # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
@@ -214,6 +216,8 @@ class _Probes:
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
                 stamp("after", began)
+            single = self._single_check(timer, len(unseen_ms), timed_on) \
+                if whole and calls > 1 else None
             done = True
         finally:
             if paused and not done:
@@ -221,9 +225,33 @@ class _Probes:
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
                              "checks": checks, "method": timer.method, "order": order,
                              "calls": calls, "steps_ms": steps}
+        if single is not None:
+            self.unseen_facts["single"] = single
         if cpu_ms["unseen"]:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)
+
+    def _single_check(self, timer: T.Timer, index: int, timed_on) -> dict | None:
+        """After the unseen check, on the first hidden trial it left (a spare no call has
+        seen): one replay of the one-call graph (``Timer.once``, captured like the timing
+        graph), its output sent to the parent to compare. Its kernels' busy time is one call's
+        whole work, made alone on the GPU and checked: a call of the timing graph may do a
+        slice of it (the forward can write into every call's output, and every output is whole
+        once the replay ends), so its replays stand for no call (``probes.scored_device_work``).
+        The forward can tell this graph apart: it either computes the answer here, or is wrong.
+        None where no trial is left or no one-call graph was kept."""
+        if index >= self.hidden or getattr(timer, "_single", None) is None:
+            return None
+        began = _perf_counter()
+        trial = late_payload(index)
+        if trial is None:
+            return None
+        ms, out = timed_on(trial, "single")
+        blocks = getattr(self, "unseen_blocks", None) or []
+        observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
+                                into=blocks[index] if index < len(blocks) else None)
+        return {"hidden": index, "ms": ms, "wall_ms": round((_perf_counter() - began) * 1e3, 2),
+                **observed}
 
     def before_window(self, timer: T.Timer) -> None:
         """Once the timer is prepared, before the worker says it is ready for the window:
@@ -249,7 +277,9 @@ class _Probes:
         sizes = [int(_prod(shape)) * dtype.itemsize for shape, dtype in shapes]
         required = self.hidden_required if timer.graph is not None else \
             self.hidden_required_ungraphed
-        trials = min(required, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
+        # (and the one-call graph's check after them, on the next trial: ``_single_check``)
+        wanted = min(self.hidden, required + (timer.graph is not None))
+        trials = min(wanted, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
         self.unseen_blocks = [[_touched(size) for size in sizes] for _ in range(trials)]
 
     def reserve_replay(self, timer: T.Timer) -> None:
@@ -363,7 +393,9 @@ class _Probes:
         they could not be read (``device_unread``): the judge does not pass a check it could
         not make."""
         calls = unseen.get("calls", 1)
-        per_call = self.witness.span_calls_us(calls)
+        # a range of the timing graph holds ``calls`` calls; the one-call graph's (single), one
+        per_call = self.witness.span_calls_us([1 if kind == "single" else calls
+                                               for kind in unseen["order"]])
         spans = None if per_call is None else [None if busy is None else busy[0]
                                                for busy in per_call]
         counts = getattr(self.witness, "span_counts", None)
@@ -384,6 +416,8 @@ class _Probes:
             unseen["unseen_calls_us"] = [list(busy) for k, busy in zip(unseen["order"],
                                                                         per_call)
                                          if k == "unseen"]
+            if isinstance(unseen.get("single"), dict) and "single" in unseen["order"]:
+                unseen["single"]["busy_us"] = spans[unseen["order"].index("single")]
             # each range's busy time per call (all its kernels, by the device's clock): a whole
             # timing graph's replay as the GPU ran it, free of the host's latency around it and
             # of the gaps a busy host leaves between its kernels while the witness is on
@@ -405,7 +439,8 @@ class _Probes:
         if "even" not in unseen["order"]:
             return
         index = unseen["order"].index("even")
-        per_call = self.witness.span_calls_us(calls)
+        per_call = self.witness.span_calls_us([1 if kind == "single" else calls
+                                               for kind in unseen["order"]])
         counts = getattr(self.witness, "span_counts", None) or []
         if per_call is None or len(per_call) != len(unseen["order"]):
             unseen["even_unread"] = "no kernel records for each timed range"

@@ -539,13 +539,13 @@ def test_an_unseen_replays_outputs_kept_through_one_block_read_back_as_copied():
     assert P._into_block(items, None, device="cpu") is None
 
 
-def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_seven():
+def test_a_groups_one_call_check_bounds_the_work_of_fresh_calls_run_beside_seven():
     """An honest GEMM + LeakyReLU (KernelBench level2_12) in a group of 8, 4 groups at once
     (H200): its fresh calls ran beside the other members' first calls, 37.2 ms of kernels
-    against 6.28 ms alone, and it was flagged at the 2x floor. Its unseen replays, alone in
-    the window, read alike call by call: in a group they bound the work down to the members'
-    count (the first replay's calls each agreed with the last). A replay with an empty call,
-    or readings of a cache's few µs, do not lower it far."""
+    against 6.28 ms alone, and it was flagged at the 2x floor. The one-call graph's check,
+    alone in the window on a trial no call had seen (its answer compared), bounds the work
+    down to the members' count; its timing graph's replays of 3 calls, even as they read, do
+    not. A cache's few µs is still caught."""
     from kernelmill.grade.judge import _scored_device_work
 
     made = [{"kind": "fresh", "trial": 1, "busy_us": 37180.0},
@@ -554,20 +554,18 @@ def test_a_groups_even_unseen_replays_bound_the_work_of_fresh_calls_run_beside_s
     first = [6281.4, 6280.9]
     even = [[6281.4, 6290.2, 6279.5], [6280.9, 6284.1, 6288.0]]
 
-    def flagged(calls, scored_ms, unseen_calls, members, unseen_us=first):
+    def flagged(calls, scored_ms, members, single_us=6283.0, unseen_us=first):
         hacks = {}
         _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
-                            unseen_us, unseen_calls, members, {"calls": 3})
+                            unseen_us, even, members, single_us)
         return "timing_behaviour" in hacks
 
-    assert not flagged(made, 6.282, even, 8)
-    assert flagged(made, 6.282, even, 1)  # a single grade: the 2x floor, as before
-    assert flagged(made, 6.282, None, 8)  # no call-by-call readings: as before
-    # an empty first call on unseen inputs (the work in later calls): not even, the 2x floor
-    assert flagged(made, 6.282, [[2.0, 6281.0, 6281.0]], 8, [2.0, 2.0])
-    # a cache's few µs everywhere, its replays even: lowered by 8x at most, still caught
+    assert not flagged(made, 6.282, 8)
+    assert flagged(made, 6.282, 1)  # a single grade, none counted beside: the 2x floor
+    assert flagged(made, 6.282, 8, None)  # no one-call check: replays of 3 calls lower by 2x
+    # a cache's few µs everywhere: lowered by 8x at most, still caught
     cached = made[:2] + [{"kind": "audit", "trial": 0, "busy_us": 3.0}]
-    assert flagged(cached, 0.003, [[3.0, 3.0, 3.0]], 8, [3.0])
+    assert flagged(cached, 0.003, 8, 3.0, [3.0])
 
 
 def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grades():
@@ -583,11 +581,11 @@ def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grad
         [{"kind": "repeat", "trial": 0, "busy_us": 3216.0},
          {"kind": "audit", "trial": 0, "busy_us": 18600.0}]
 
-    def flagged(calls, beside, replays=([3210.2],), scored_ms=3.207, agree=None):
+    def flagged(calls, beside, replays=([3210.2],), scored_ms=3.207):
         hacks = {}
         _scored_device_work(calls, scored_ms, {},
                             lambda code, why: hacks.setdefault(code, why),
-                            [r[0] for r in replays], [list(r) for r in replays], 1, agree, 0.0,
+                            [r[0] for r in replays], [list(r) for r in replays], 1, None,
                             beside)
         return "timing_behaviour" in hacks
 
@@ -595,40 +593,40 @@ def test_a_single_grades_unseen_replay_bounds_fresh_calls_made_beside_other_grad
     assert not flagged(made, 16)
     cached = made[:4] + [{"kind": "repeat", "trial": 0, "busy_us": 6.0}]
     assert flagged(cached, 16)
-    assert flagged(made, 16, ([2.0, 3210.0, 3210.0],))  # an empty first call: not even
+    assert flagged(made, 16, ([2.0, 3210.0, 3210.0],))  # a replay of 3 calls: the 2x floor
 
 
 def test_the_crowd_lowers_no_bound_through_a_replay_of_several_calls():
     """A reviewer's graphs (``tests/hostile/open/REVIEW_BESIDE.md``, H1) on 100 µs of work:
     (A) the first call computes and the 31 others copy its output, padded to a third of its
     time; (B) each of 128 calls computes a sixteenth and writes it into every call's output,
-    so all agree after the replay. In a single grade, however many workers beside it, a replay
-    of several calls lowers nothing: both caught. In a group of 8 a replay stands for a call
-    no lower than its first over ``FIRST_CALL_SHARE``: (A) caught there too; (B) is the
-    group's open case (the review's H1 B), left as it was."""
-    from kernelmill.grade.checks.probes import FIRST_CALL_SHARE
+    so all agree after the replay. A replay of several calls stands for no call, in a single
+    grade however many workers beside it and in a group: both caught, with the one-call
+    graph's check computing the whole answer (100 µs, its answer compared) or without it. An
+    honest member of a group, fresh calls 8x slowed, passes by that check."""
     from kernelmill.grade.judge import _scored_device_work
 
     eager = [{"kind": "fresh", "trial": t, "busy_us": 104.0 + 2 * t} for t in range(4)] + \
         [{"kind": k, "trial": 0, "busy_us": 101.0} for k in ("refill", "repeat", "audit")]
 
-    def flagged(replay, scored_ms, beside, members=1):
+    def flagged(calls, replay, scored_ms, beside, members=1, single_us=None):
         hacks = {}
-        _scored_device_work(eager, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
-                            [replay[0]] * 2, [list(replay)] * 2, members,
-                            {"calls": len(replay)}, 0.0, beside)
+        _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
+                            [replay[0]] * 2, [list(replay)] * 2, members, single_us, beside)
         return "timing_behaviour" in hacks
 
     copies = [100.0] + [34.0] * 31
     slices = [100.0 / 16 + 3.0] * 128
     for beside in (1, 4, 16, 32, 64):
-        assert flagged(copies, (100.0 + 34.0 * 31) / 32 / 1e3, beside), beside
-        assert flagged(slices, slices[0] / 1e3, beside), beside
-    assert flagged(copies, (100.0 + 34.0 * 31) / 32 / 1e3, 9, members=8)
-    assert 1.0 < FIRST_CALL_SHARE <= 1.5
-    # an honest replay whose later calls read up to 1.9x its first still stands by its median
+        for members, single_us in ((1, None), (1, 100.0), (8, None), (8, 100.0)):
+            case = (beside, members, single_us)
+            assert flagged(eager, copies, (100.0 + 34.0 * 31) / 32 / 1e3, beside, members,
+                           single_us), case
+            assert flagged(eager, slices, slices[0] / 1e3, beside, members, single_us), case
+    crowded = [{**call, "busy_us": 8 * call["busy_us"]} for call in eager]
     honest = [100.0] + [150.0] * 15 + [190.0] * 16
-    assert not flagged(honest, 0.1, 9, members=8)
+    assert not flagged(crowded, honest, 0.1, 9, 8, 100.0)
+    assert flagged(crowded, honest, 0.1, 9, 8)  # without the check: the 2x floor
 
 
 def test_beside_gives_the_most_workers_at_once_over_a_stretch():
@@ -660,39 +658,6 @@ def test_beside_gives_the_most_workers_at_once_over_a_stretch():
     assert until < since
     since, until = fresh_calls_span(100.0, [("setup", 0.5)])
     assert until < since
-
-
-def test_an_even_unseen_replay_stands_for_a_call_only_where_its_calls_each_computed():
-    """A graph whose 32 calls each compute a slice of the answer reads even (a 32nd of the
-    work per call) in every replay: in a group of 64 it lowered the bound to a 128th. An even
-    replay of several calls stands for a call only where each of its calls' outputs agreed
-    with the last (the first unseen replay's ``replay_agree``, compared after the window);
-    then a group's honest fresh calls slowed past 8x beside 15 mates pass, with no cap."""
-    from kernelmill.grade.judge import _scored_device_work
-
-    def flagged(calls, scored_ms, unseen_calls, members, agree):
-        hacks = {}
-        _scored_device_work(calls, scored_ms, {}, lambda code, why: hacks.setdefault(code, why),
-                            [unseen_calls[0][0]], unseen_calls, members, agree)
-        return "timing_behaviour" in hacks
-
-    work = 6281.0
-    sliced = [{"kind": "fresh", "trial": 1, "busy_us": work},
-              {"kind": "audit", "trial": 0, "busy_us": work}]
-    slices = [[work / 32] * 32, [work / 32] * 32]
-    off = {"calls": 32, "call": 0, "off": 4096, "max_abs": 3.2, "scale": 4.1}
-    # never compared, compared and off, or compared for other calls: the 2x floor holds it
-    for agree in (None, {"unread": "OutOfMemoryError"}, off, {"calls": 16}):
-        assert flagged(sliced, work / 32 / 1e3, slices, 64, agree), agree
-    # an honest GEMM beside 15 mates (fresh calls 12x its work alone), its replays even and
-    # its first replay's 4 calls each the whole answer: bounded by the replay, not flagged
-    crowded = [{"kind": "fresh", "trial": 1, "busy_us": 12 * work},
-               {"kind": "audit", "trial": 0, "busy_us": 12 * work}]
-    even = [[work, work * 1.01, work, work * 0.99], [work] * 4]
-    assert not flagged(crowded, work / 1e3, even, 16, {"calls": 4})
-    assert flagged(crowded, work / 1e3, even, 16, None)  # not compared: the 2x floor
-    # a replay of one call is its answer, compared with the reference's: it stands for a call
-    assert not flagged(crowded, work / 1e3, [[work], [work]], 16, None)
 
 
 def test_the_first_unseen_replays_calls_are_kept_in_the_window_and_compared_after_it():

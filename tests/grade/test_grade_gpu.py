@@ -123,3 +123,29 @@ def test_the_unseen_checks_timed_inputs_wait_on_the_device_or_page_locked():
     large = placed(probes.PINNED_PRISTINE_BYTES + (4 << 20))[0]
     assert large.device.type == "cpu" and not large.is_pinned()
     assert not placed(64 << 20, "cpu")[0].is_cuda
+
+
+def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_output(
+        tmp_path):
+    """A group of an fp16 GEMM (2048²): four honest answers and four of
+    ``graph_slice_every_output`` (each captured call computes an eighth of the rows and stores
+    it into every output of its block of 8 calls: every replay's outputs whole, its calls even).
+    Each member's window ends with the one-call graph's check on a trial none of its calls had
+    seen: its answer compared (``unseen_single:N``) and its kernels' busy time read. The honest
+    members are certified; the slicing ones are not."""
+    import re
+
+    reference = (FIXTURES / "honest" / "ref_matmul_fp16.py").read_text().replace(
+        "SIZE = 256", "SIZE = 2048")
+    honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
+    attack = (Path(__file__).parents[1] / "hostile" / "graph_slice_every_output.py").read_text()
+    grader = Grader("cuda", policy=Policy(timeout_s=150), cache_root=str(tmp_path))
+    verdicts = grader.grade_group(reference, [honest] * 4 + [attack] * 4)
+    for verdict in verdicts[:4]:
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+        single = [k for k in verdict["checks"] if re.fullmatch(r"unseen_single:\d+", k)]
+        assert single and all(verdict["checks"][k]["passed"] for k in single), verdict["checks"]
+    for verdict in verdicts[4:]:
+        certified = verdict["correct"] and not verdict["hacks"]
+        assert not certified and "timing_behaviour" in verdict["hacks"], (
+            verdict["hacks"], verdict.get("hack_details"), verdict.get("error"))
