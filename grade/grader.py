@@ -348,7 +348,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "rounds", "phases_ms", "turn_overhead_ms", "turn_ms",
                                    "late_write_ms", "stepped_aside", "ready_ms",
                                    "last_ready_ms", "clocks", "exclusive_setup_ms",
-                                   "exclusive_held_ms", "stepped_aside_by_stage")}
+                                   "exclusive_held_ms", "stepped_aside_by_stage",
+                                   "workers_beside")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
             # each timed round's median sample, [round, ms], of the reference and the candidate

@@ -646,6 +646,7 @@ def main(argv: list[str]) -> None:
                                                "message": message[:2000],
                                                "traceback": "".join(tail)[-4000:]}))
         finish(1)
+    mark_stage("send")  # the result's frame, then the process's exit (its memory unmapped)
     send(FRAME_EVENT, KIND_RESULT, data)
     finish(0)
 

@@ -187,7 +187,7 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     alone = [us for us in unseen_us or () if _positive(us)]
     ones = [r[0] for r in unseen_calls or () if isinstance(r, list) and len(r) == 1 and
             _positive(r[0])] + ([float(single_us)] if _positive(single_us) else [])
-    floors = [least]
+    floors, made = [least], least
     if fresh and alone:
         floors.append(max(min(least, *alone), least / GROUP_CONTENTION))
     if fresh and ones:
@@ -206,7 +206,9 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     apart = scored_us < bound
     checks["scored_vs_checked_device_us"] = {
         "passed": not apart, "detail": f"scored {scored_us:.4g} µs per call, the calls on new "
-        f"inputs kept the GPU busy {least:.4g} µs at least"}
+        f"inputs kept the GPU busy {least:.4g} µs at least (fresh {made:.4g}; alone in the "
+        f"window: first calls {min(alone, default=0):.4g}, one-call {min(ones, default=0):.4g}"
+        f"; crowd {max(members, beside)})"}
     if apart:
         hack("timing_behaviour", f"a scored call took {scored_us:.4g} µs, under "
              f"{DEVICE_WORK_RATIO:.0%} of the least GPU time of a call on new inputs "

@@ -52,6 +52,7 @@ def test_a_workers_stage_marks_carry_its_cpu_seconds():
     result = run_in_worker("kernelmill.validate.harness:run_source", {"source": body},
                            timeout_s=30, device="cpu")
     assert result.ok, result.error
-    assert [name for name, _ in result.stage_cpu][-3:] == ["spin", "sleep", "done"]
+    # (the worker's own last mark: its result's frame and its exit)
+    assert [name for name, _ in result.stage_cpu][-4:] == ["spin", "sleep", "done", "send"]
     cpu = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
     assert 0.55 <= cpu["spin"] < 1.5 and cpu["sleep"] < 0.2, cpu
