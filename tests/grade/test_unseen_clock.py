@@ -116,12 +116,13 @@ class _Witness:
     def __init__(self, busy_us: float):
         self.busy_us = busy_us
 
-    def span_calls_us(self, calls: int):
-        self.span_counts = [calls] * 6
-        self.span_busy_us = [self.busy_us * calls] * 6
+    def span_calls_us(self, calls):
+        counts = calls if isinstance(calls, list) else [calls] * 6
+        self.span_counts = list(counts)
+        self.span_busy_us = [self.busy_us * n for n in counts]
         self.span_overlap_us = [0.0] * 6
-        self.span_run_names = [[["k"]] * calls] * 6
-        return [[48.0] * calls for _ in range(6)]
+        self.span_run_names = [[["k"]] * n for n in counts]
+        return [[48.0] * n for n in counts]
 
 
 def test_every_fact_the_worker_reports_of_the_check_reaches_the_judge():
