@@ -80,7 +80,7 @@ def grader_versions() -> str:
                        "grade.witness", "grade.worker", "grade.grader", "grade.reference_run",
                        "core.taxonomy", "validate.harness", "validate.window_worker",
                        "validate.harness_worker", "validate.sandbox", "validate.measure",
-                       "validate.timer"):
+                       "validate.placement", "validate.timer"):
             spec = util.find_spec(f"kernelmill.{module}")
             origin = Path(spec.origin) if spec and spec.origin else None
             # a package (grade.worker) is every module under it

@@ -44,14 +44,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from .measure import L2Flush, _capture_begin, _capture_end, _clone, _cuda_synchronize, _CUDAGraph
-from .measure import _current_stream, _empty, _Event, _event_elapsed, _event_record, _event_wait
+from .measure import L2Flush, _capture_begin, _capture_end, _cuda_synchronize, _CUDAGraph
+from .measure import _current_stream, _Event, _event_elapsed, _event_record, _event_wait
 from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
-from .measure import _profiler_enabled, _Stream, _stream_ctx, _Tensor, _thread_time, _type
+from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
 from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
+from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
+from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 
 # ---------------------------------------------------------------- the timer
 
@@ -98,98 +98,6 @@ COVERS = ("replay", "sleep", "queued", "auto")
 COVER = "auto"
 QUEUE_SAMPLE_MS = 2.0
 COVER_SLEEP_CYCLES = 200_000
-
-# Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
-# GEMM read 0.0600-0.0627 ms across 8 placements in one process, each repeating within 0.24%;
-# ``scripts/placement_probe.py``), and a fresh process draws one placement: the same kernel
-# graded twice differed by that much. Timed calls read ``PLACEMENTS`` copies of the inputs, each
-# behind a padding allocation of its own size, so a sample (and a captured graph) averages over
-# them. Where the copies fit in half the L2 cache with room for one more (the outputs), every
-# call reads the next copy: on an H100 (3 grades each) cycling four copies took row_sum_64x96's
-# speedup spread from 3.88% to 0.66%. Copies that do not fit together evict each other: a 1M-
-# element scale-add (8 MB of inputs, 50 MB L2) read 40% slower when its calls cycled four and
-# spread 10%. A timing graph therefore reads them in blocks (``PlacementTurns``): each copy's
-# calls run one after another, the first of them finding the inputs where the copy before left
-# the cache, the rest hot, so four copies cost four colder calls a sample, not every call.
-# Inputs of more than ``PLACED_MAX_BYTES`` get no copies (the memory admitted for a grade holds
-# one set of them, and such a call reads most of its inputs from DRAM wherever they sit).
-PLACEMENTS = 4
-PLACED_MAX_BYTES = 64 << 20
-# "blocks": as above; "turns": copies only where they fit in half the L2, every call the next
-PLACINGS = ("blocks", "turns")
-PLACING = "blocks"
-_PAD_STEP = 2 << 20  # the caching allocator's large-segment granularity
-
-
-def _l2_bytes(device: str) -> int:
-    try:
-        return int(getattr(torch.cuda.get_device_properties(torch.device(device)),
-                           "L2_cache_size", 0) or 0)
-    except Exception:  # noqa: BLE001 — no such device: no copies
-        return 0
-
-
-def placement_count(size: int, l2_bytes: int, placing: str = PLACING,
-                    copies: int = PLACEMENTS) -> int:
-    """How many placements inputs of ``size`` bytes get (``placed_copies``): as many as fit,
-    with room for one more, in half the L2 cache (``l2_bytes``), up to ``copies``; with
-    "blocks" placing, ``copies`` also where they do not fit, for inputs of at most
-    ``PLACED_MAX_BYTES``. 1: no copies."""
-    if size <= 0 or l2_bytes <= 0:
-        return 1
-    fit = min(copies, l2_bytes // 2 // size - 1)
-    if fit >= 2:
-        return fit
-    return copies if placing == "blocks" and size <= PLACED_MAX_BYTES else 1
-
-
-def placed_copies(values: list, device: str, copies: int = PLACEMENTS,
-                  placing: str = PLACING) -> list[list]:
-    """``values`` and the device copies ``placement_count`` asks for, each allocated behind a
-    padding tensor of a different size (kept for the process's life). Just ``[values]`` off
-    CUDA or where it asks for one."""
-    tensors = [v for v in values if _type(v) is _Tensor]
-    size = sum(v.numel() * v.element_size() for v in tensors)
-    if not is_cuda(device) or not tensors:
-        return [values]
-    copies = placement_count(size, _l2_bytes(device), placing, copies)
-    if copies < 2:
-        return [values]
-    sets, pads = [values], []
-    for index in range(1, copies):
-        pads.append(_empty(index * _PAD_STEP + size, dtype=torch.uint8, device=device))
-        sets.append([_clone(v) if _type(v) is _Tensor else v for v in values])
-    _PADS.extend(pads)  # alive for the process's life: what is freed may be handed out again
-    return sets
-
-
-class PlacementTurns:
-    """Which of ``copies`` placements of the inputs (``placed_copies``) each timed call reads.
-    While a timing graph of n calls is captured (``capture``: the ``Timer``'s ``place``), call
-    j reads copy ``j * copies // n`` with "blocks" placing (each copy's calls together);
-    otherwise, and with "turns", each call the next copy."""
-
-    def __init__(self, copies: int, placing: str = PLACING):
-        self.copies, self.placing = max(1, int(copies)), placing
-        self.calls = 0
-        self._slot: tuple[int, int] | None = None
-
-    def capture(self, index: int | None, calls: int) -> None:
-        """Call ``index`` of a graph of ``calls`` is captured next; None: the capture ended."""
-        self._slot = None if index is None else (int(index), max(1, int(calls)))
-
-    def next(self) -> int:
-        """The copy the next timed call reads."""
-        self.calls += 1
-        if self.copies < 2:
-            return 0
-        if self._slot is not None and self.placing == "blocks":
-            index, calls = self._slot
-            return min(self.copies - 1, index * self.copies // calls)
-        return self.calls % self.copies
-
-
-_PADS: list = []
 
 
 def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:

@@ -31,7 +31,7 @@ One mechanism per module:
   (``_private_namespace``) that the candidate's run calls.
 
 Imports only torch, triton (if present), numpy, the standard library, the harness worker module,
-``validate.measure`` and ``validate.timer``.
+``validate.measure``, ``validate.placement`` and ``validate.timer``.
 """
 from __future__ import annotations
 

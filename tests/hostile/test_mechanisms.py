@@ -1818,8 +1818,8 @@ def test_an_unseen_check_slowed_for_a_moment_takes_its_spare_and_an_answer_cache
 
 
 def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness():
-    """``worker._private_namespace``: the worker, ``validate.timer``, ``validate.measure`` and
-    ``grade.witness`` as the candidate's run sees them are copies. Names rebound on the modules,
+    """``worker._private_namespace``: the worker, ``validate.timer``, ``validate.placement``,
+    ``validate.measure`` and ``grade.witness`` as the candidate's run sees them are copies. Names rebound on the modules,
     members added to their classes and containers filled (red-team rounds 9-10: a one-shot
     ``_set_grad_enabled``, a two-shot ``_range_exit``, properties on ``Timer`` slowing its clock
     for one read) change nothing the copies call, and every reference between them is to a
@@ -1830,12 +1830,16 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker import call
     from kernelmill.grade.worker.guards import originals
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
-    from kernelmill.validate import measure
+    from kernelmill.validate import measure, placement
     from kernelmill.validate import timer as T
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, T,
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, placement, T,
                                                 *_package_modules(witness.__name__)]}
+    # what the timer re-exports from placement is placement's copy's, its class rebuilt there
+    assert copies[T.__name__]["PlacementTurns"] is copies[placement.__name__]["PlacementTurns"]
+    assert copies[T.__name__]["PlacementTurns"] is not placement.PlacementTurns
+    assert copies[T.__name__]["placed_copies"].__globals__ is copies[placement.__name__]
     # the witness's own modules too: its session reader runs beside the submission as well
     assert "kernelmill.grade.witness.events" in copies
     assert copies[witness.__name__]["read_events"] is not witness.read_events
