@@ -216,7 +216,7 @@ class _Probes:
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
                 stamp("after", began)
-            single = self._single_check(timer, len(unseen_ms), timed_on) \
+            single = self._single_check(timer, len(unseen_ms), timed_on, first) \
                 if whole and calls > 1 else None
             done = True
         finally:
@@ -231,7 +231,7 @@ class _Probes:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
         return len(unseen_ms)
 
-    def _single_check(self, timer: T.Timer, index: int, timed_on) -> dict | None:
+    def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
         """After the unseen check, on the first hidden trial it left (a spare no call has
         seen): one replay of the one-call graph (``Timer.once``, captured like the timing
         graph), its output sent to the parent to compare. Its kernels' busy time is one call's
@@ -239,7 +239,9 @@ class _Probes:
         slice of it (the forward can write into every call's output, and every output is whole
         once the replay ends), so its replays stand for no call (``probes.scored_device_work``).
         The forward can tell this graph apart: it either computes the answer here, or is wrong.
-        None where no trial is left or no one-call graph was kept."""
+        Then one more untimed call on trial 0's inputs (``first``), which the parent checks after
+        the window as the calls left them. None where no trial is left or no one-call graph was
+        kept."""
         if index >= self.hidden or getattr(timer, "_single", None) is None:
             return None
         began = _perf_counter()
@@ -250,6 +252,9 @@ class _Probes:
         blocks = getattr(self, "unseen_blocks", None) or []
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
                                 into=blocks[index] if index < len(blocks) else None)
+        # the timed inputs back, as a call on them leaves them (what the parent checks after the
+        # window: a forward that changes its inputs changes them here too)
+        timed_on(first)
         return {"hidden": index, "ms": ms, "wall_ms": round((_perf_counter() - began) * 1e3, 2),
                 **observed}
 

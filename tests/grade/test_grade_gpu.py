@@ -139,7 +139,9 @@ def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_
         "SIZE = 256", "SIZE = 2048")
     honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
     attack = (Path(__file__).parents[1] / "hostile" / "graph_slice_every_output.py").read_text()
-    grader = Grader("cuda", policy=Policy(timeout_s=150), cache_root=str(tmp_path))
+    # (static_first off: the attack's clock read is a forbidden API; its run is what is tested)
+    grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False),
+                    cache_root=str(tmp_path))
     verdicts = grader.grade_group(reference, [honest] * 4 + [attack] * 4)
     for verdict in verdicts[:4]:
         assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
@@ -149,3 +151,5 @@ def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_
         certified = verdict["correct"] and not verdict["hacks"]
         assert not certified and "timing_behaviour" in verdict["hacks"], (
             verdict["hacks"], verdict.get("hack_details"), verdict.get("error"))
+        print("slicing member:", verdict["hack_details"]["timing_behaviour"][:300],
+              verdict["checks"].get("scored_vs_checked_device_us"))

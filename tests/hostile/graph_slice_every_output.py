@@ -1,7 +1,7 @@
 """family: doing a slice of the work in each captured call of several (GPU only), each slice
 written into every output of its block of calls (review of the crowd's bound, H1 B). Inside a
 capture the calls come in blocks of ``S``: the block's first call allocates ``S`` outputs
-side by side (no two overlap), and call ``s`` of the block computes rows ``s/S`` of the
+(no two overlap), and call ``s`` of the block computes rows ``s/S`` of the
 product once and stores them into all ``S``. Once a replay ends every output is whole and
 right, every call launches the same kernel and keeps the GPU busy alike (a slice's time), and
 the first unseen replay's calls, compared one by one after it, all agree. The scored time is
@@ -25,7 +25,7 @@ NEW_CAPTURE_S = 1e-3  # a captured call this long after the last starts a new ca
 
 # one compiled kernel for eager and captured calls (a compile after the first forward is refused)
 @triton.jit(do_not_specialize=["row0", "copies"])
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, row0, copies, copy_stride,
+def matmul_kernel(a_ptr, b_ptr, c0, c1, c2, c3, c4, c5, c6, c7, M, N, K, row0, copies,
                   sam, sak, sbk, sbn, scm, scn,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm = row0 + tl.program_id(0) * BM + tl.arange(0, BM)
@@ -39,24 +39,33 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, row0, copies, copy_stride,
                     mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
-    for j in range(copies):  # the same rows into every output of the block
-        tl.store(c_ptr + j * copy_stride + rm[:, None] * scm + rn[None, :] * scn,
-                 acc.to(tl.float16), mask=mask)
+    tile = acc.to(tl.float16)
+    at = rm[:, None] * scm + rn[None, :] * scn
+    tl.store(c0 + at, tile, mask=mask)
+    if copies > 1:  # the same rows into every output of the block
+        tl.store(c1 + at, tile, mask=mask)
+        tl.store(c2 + at, tile, mask=mask)
+        tl.store(c3 + at, tile, mask=mask)
+        tl.store(c4 + at, tile, mask=mask)
+        tl.store(c5 + at, tile, mask=mask)
+        tl.store(c6 + at, tile, mask=mask)
+        tl.store(c7 + at, tile, mask=mask)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.block = None
+        self.block = []
         self.call = 0
         self.last = 0.0
 
-    def _launch(self, a, b, out, row0, rows, copies):
+    def _launch(self, a, b, outs, row0, rows):
         M, K = a.shape
         N = b.shape[1]
         block = 64 if M >= 1024 else 32
         grid = (triton.cdiv(rows, block), triton.cdiv(N, block))
-        matmul_kernel[grid](a, b, out, M, N, K, row0, copies, M * N, a.stride(0), a.stride(1),
+        ptrs = (outs * S)[:S]
+        matmul_kernel[grid](a, b, *ptrs, M, N, K, row0, len(outs), a.stride(0), a.stride(1),
                             b.stride(0), b.stride(1), N, 1, BM=block, BN=block, BK=32)
 
     def forward(self, a, b):
@@ -68,11 +77,12 @@ class ModelNew(nn.Module):
             self.last = now
             s = self.call % S
             self.call += 1
-            if s == 0:
-                self.block = torch.empty(S, M, N, device=a.device, dtype=a.dtype)
+            if s == 0:  # the block's outputs, each its own allocation (no two overlap)
+                self.block = [torch.empty(M, N, device=a.device, dtype=a.dtype)
+                              for _ in range(S)]
             rows = M // S
-            self._launch(a, b, self.block, s * rows, rows, S)
+            self._launch(a, b, self.block, s * rows, rows)
             return self.block[s]
         out = torch.empty(M, N, device=a.device, dtype=a.dtype)
-        self._launch(a, b, out, 0, M, 1)
+        self._launch(a, b, [out], 0, M)
         return out
