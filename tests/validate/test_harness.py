@@ -23,10 +23,10 @@ def test_echo_runs_in_fresh_empty_folder_with_interpreter():
     assert result.value["interpret"] == "1"
     assert os.path.basename(result.value["cwd"]) == "cwd"
     assert not os.path.exists(result.value["cwd"])  # removed afterwards
-    # the worker's own marks before its hello (its main, its confinement), then its stages,
-    # all by the host's clock as seconds since the run began
+    # the worker's own marks before its hello (its main, its confinement), then its stages and
+    # its result's sending, all by the host's clock as seconds since the run began
     assert [s for s, _ in result.stages] == ["worker main", "confine", "import target",
-                                             "run target", "echo"]
+                                             "run target", "echo", "send"]
     times = [at for _, at in result.stages]
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= result.wall_s
 
