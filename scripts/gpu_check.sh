@@ -37,6 +37,7 @@
 #        SERVE_ARGS, default "--actors 8 --skip-load")
 #        context (scripts/context_probe.py: CUDA worker processes started N at once)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
+#        exit (scripts/exit_probe.py: a CUDA worker's exit CPU and wall by what it held)
 #        capture (scripts/capture_probe.py: work shared between a timing graph's calls;
 #        CAPTURE_CASES: hostile cases graded alone on CUDA)
 #        shadow (the hostile suite on CUDA, each verdict also judged by SHADOW_OLD's judge)
@@ -241,6 +242,9 @@ for part in $parts; do
     context)  python3 scripts/context_probe.py --json "$out/context_probe.json" 2>&1 \
                 | tee "$out/context_probe.log" ;;
     host)     python3 scripts/host_probe.py 2>&1 | tee "$out/host_probe.log" ;;
+    # what a CUDA worker's exit costs, by what it held (EXIT_REPEATS children per case)
+    exit)     python3 scripts/exit_probe.py --repeats "${EXIT_REPEATS:-3}" \
+                --json "$out/exit_probe.json" 2>&1 | tee "$out/exit_probe.log" ;;
     # the timing graph and forwards that share work between its calls; CAPTURE_CASES: hostile
     # cases graded alone on CUDA beside it (their verdicts say why a graph was not used)
     capture)  python3 scripts/capture_probe.py 2>&1 | tee "$out/capture_probe.log"
