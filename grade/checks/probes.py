@@ -166,11 +166,14 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     busy grader: an honest GEMM graded alone among 16 slots read 14.9 ms of kernels on new
     inputs and 7.2 on a repeat), so the window's calls on unseen inputs, made alone
     (``unseen_us``: each replay's first call), lower that least down to ``GROUP_CONTENTION``
-    times less; and a call whose answer is the one compared (an unseen replay of a one-call
-    graph, ``unseen_calls``, or the one-call graph's check, ``single_us``) down to the crowd
-    the fresh calls ran in: ``members`` of a group, or ``beside``, the most GPU workers the
-    grader ran on the device at once while the candidate's fresh calls ran, its own included
-    (``grade.beside``). Calls on inputs the
+    times less; where a call whose answer is the one compared was made (an unseen replay of a
+    one-call graph, ``unseen_calls``, or the one-call graph's check, ``single_us``), that call
+    lowers it instead, down to the crowd the fresh calls ran in: ``members`` of a group, or
+    ``beside``, the most GPU workers the grader ran on the device at once while the
+    candidate's fresh calls ran, its own included (``grade.beside``). (A replay's first call
+    may be a slice of the work; the one-call check is all of it, so its floor stands alone: a
+    graph doing a third of the work per call is caught against it, as the 2x floor on first
+    calls would let it pass.) Calls on inputs the
     forward had seen (refill, repeat, audit) may not do much less device work than those: a
     forward that remembers answers serves them from a cache. Nor may the scored calls: a
     forward that does less device work where it is timed (a captured graph whose calls mostly
@@ -187,12 +190,11 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     alone = [us for us in unseen_us or () if _positive(us)]
     ones = [r[0] for r in unseen_calls or () if isinstance(r, list) and len(r) == 1 and
             _positive(r[0])] + ([float(single_us)] if _positive(single_us) else [])
-    floors, made = [least], least
-    if fresh and alone:
-        floors.append(max(min(least, *alone), least / GROUP_CONTENTION))
-    if fresh and ones:
-        floors.append(max(min(least, *ones), least / max(GROUP_CONTENTION, members, beside)))
-    least = min(floors)
+    made = least
+    if fresh and ones:  # (the whole call's work alone: the first calls' floor is not needed)
+        least = max(min(least, *ones), least / max(GROUP_CONTENTION, members, beside))
+    elif fresh and alone:
+        least = max(min(least, *alone), least / GROUP_CONTENTION)
     bound = DEVICE_WORK_RATIO * least - DEVICE_WORK_FLOOR_US
     cheap = [(kind, trial, us) for kind, trial, us in busy if kind != "fresh" and us < bound]
     if fresh and cheap:
@@ -224,7 +226,8 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
                  required: int | None = None, ratio: float | None = None) -> None:
     """A timed window with unseen trials ends with the unseen-input check on the first
     ``required`` of them (default: every one) and on as many of the rest (its spares, asked
-    for where those read slow: ``window_worker.reads_slow``) as it went on to, in order, each
+    for where those read slow: ``window_worker.reads_slow``) as it went on to, in order, then
+    (a graph of several calls) the one-call check on the last trial (``check_trial``), each
     part written by the parent once, when the worker asked (``window.late_released``): a
     report that leaves a trial out, or covers other trials than the parent gave, did not make
     it. (The facts come from the candidate's process; the count of parts comes from the
@@ -236,12 +239,14 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
     required = len(hidden) if required is None else max(0, min(required, len(hidden)))
     made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
                   if isinstance(c, dict) and isinstance(c.get("hidden"), int))
-    wanted = list(range(max(required, len(made)) if len(made) <= len(hidden) else required))
-    # the one-call graph's check, if made, on the next trial (``single_trial``)
-    single = (unseen or {}).get("single")
-    after = [len(wanted)] if single is not None else []
+    # a timing graph of several calls: the last trial is the one-call graph's check's, made
+    # always, after the check and its spares (``worker._Run._single_check``)
+    reserved = check_trial(unseen, len(hidden), required)
+    pool = len(hidden) if reserved is None else reserved
+    wanted = list(range(max(required, len(made)) if len(made) <= pool else required))
+    after = [] if reserved is None else [reserved]
     released = window.get("late_released")
-    if made != wanted or single_trial(unseen, len(hidden)) not in (None, len(wanted)) or \
+    if made != wanted or single_trial(unseen, len(hidden)) != reserved or \
             (released is not None and sorted(released) != wanted + after):
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
              f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
@@ -258,6 +263,16 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
             hack("timing_behaviour", f"the unseen-input check timed spare trial {spare}, which "
                  "the calls before it did not call for: it was not made as the window asked")
             return
+
+
+def check_trial(unseen: dict | None, hidden: int, required: int) -> int | None:
+    """The hidden trial kept for the one-call graph's check: the last of ``hidden``, where
+    the timer replayed a graph of several calls and the trials go past the ``required`` ones;
+    else None (no check is made)."""
+    facts = unseen or {}
+    calls = facts.get("calls")
+    several = facts.get("method") == "cuda_graph" and type(calls) is int and calls > 1
+    return hidden - 1 if several and hidden > required else None
 
 
 def single_trial(unseen: dict | None, hidden: int) -> int | None:
@@ -292,7 +307,7 @@ def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, ha
         if ok:
             continue
         if wrong is not None and near_miss(trial["outputs"], check.get("outputs"), *tolerance):
-            wrong(f"unseen:{index}: {why}")
+            wrong(f"{name}:{index}: {why}")
         else:
             hack("timing_behaviour", f"wrong answer on inputs first shown while timed: {why}")
         return False

@@ -189,7 +189,10 @@ class _Probes:
             # not the device's (no graph: events around each launch, the host's clock), the
             # judge's device- and CPU-time bounds go unread by it: more trials always
             required = self.hidden_required if whole else self.hidden_required_ungraphed
-            for index in range(self.hidden):
+            # a graph of several calls: the last trial is kept for the one-call check
+            # (``probes.check_trial``), never a spare
+            kept = whole and calls > 1 and self.hidden > required
+            for index in range(self.hidden - 1 if kept else self.hidden):
                 if index >= required and not reads_slow(
                         seen_ms, unseen_ms, after_ms, self.retry_ratio):
                     break  # the spares are for a check whose calls read slow
@@ -216,8 +219,8 @@ class _Probes:
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
                 stamp("after", began)
-            single = self._single_check(timer, len(unseen_ms), timed_on, first) \
-                if whole and calls > 1 else None
+            single = self._single_check(timer, self.hidden - 1, timed_on, first) \
+                if kept else None
             done = True
         finally:
             if paused and not done:
@@ -232,26 +235,25 @@ class _Probes:
         return len(unseen_ms)
 
     def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
-        """After the unseen check, on the first hidden trial it left (a spare no call has
-        seen): one replay of the one-call graph (``Timer.once``, captured like the timing
+        """After the unseen check, on the hidden trial kept for it (the last: never a spare,
+        no call has seen it): one replay of the one-call graph (``Timer.once``, captured like the timing
         graph), its output sent to the parent to compare. Its kernels' busy time is one call's
         whole work, made alone on the GPU and checked: a call of the timing graph may do a
         slice of it (the forward can write into every call's output, and every output is whole
         once the replay ends), so its replays stand for no call (``probes.scored_device_work``).
         The forward can tell this graph apart: it either computes the answer here, or is wrong.
         Then one more untimed call on trial 0's inputs (``first``), which the parent checks after
-        the window as the calls left them. None where no trial is left or no one-call graph was
-        kept."""
-        if index >= self.hidden or getattr(timer, "_single", None) is None:
+        the window as the calls left them. None where no one-call graph was kept (the parent
+        then finds the check missing)."""
+        if getattr(timer, "_single", None) is None:
             return None
         began = _perf_counter()
         trial = late_payload(index)
         if trial is None:
             return None
         ms, out = timed_on(trial, "single")
-        blocks = getattr(self, "unseen_blocks", None) or []
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
-                                into=blocks[index] if index < len(blocks) else None)
+                                into=getattr(self, "single_block", None))
         # the timed inputs back, as a call on them leaves them (what the parent checks after the
         # window: a forward that changes its inputs changes them here too)
         timed_on(first)
@@ -275,17 +277,19 @@ class _Probes:
         Into new host memory, a 256 MiB output's copy took 84-92 ms of the window, most of it
         page faults (H200 host; a 256 MB copy on a 2-core host: 127-149 ms into new memory,
         25 ms into touched). On CUDA only (elsewhere the outputs are on the host already)."""
-        self.unseen_blocks = []
+        self.unseen_blocks, self.single_block = [], None
         shapes = getattr(self, "last_shapes", None) or []
         if not self.hidden or not shapes or not self.device.startswith("cuda"):
             return
         sizes = [int(_prod(shape)) * dtype.itemsize for shape, dtype in shapes]
         required = self.hidden_required if timer.graph is not None else \
             self.hidden_required_ungraphed
-        # (and the one-call graph's check after them, on the next trial: ``_single_check``)
-        wanted = min(self.hidden, required + (timer.graph is not None))
-        trials = min(wanted, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
+        trials = min(required, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
         self.unseen_blocks = [[_touched(size) for size in sizes] for _ in range(trials)]
+        # and the one-call graph's check's (a graph of several calls: ``_single_check``)
+        if timer.graph is not None and getattr(timer, "calls_per_sample", 1) > 1 and \
+                self.hidden > required and (trials + 1) * sum(sizes) <= HELD_UNSEEN_BYTES:
+            self.single_block = [_touched(size) for size in sizes]
 
     def reserve_replay(self, timer: T.Timer) -> None:
         """Before the window: host memory the first unseen replay's outputs are copied into

@@ -602,8 +602,9 @@ def test_the_crowd_lowers_no_bound_through_a_replay_of_several_calls():
     time; (B) each of 128 calls computes a sixteenth and writes it into every call's output,
     so all agree after the replay. A replay of several calls stands for no call, in a single
     grade however many workers beside it and in a group: both caught, with the one-call
-    graph's check computing the whole answer (100 µs, its answer compared) or without it. An
-    honest member of a group, fresh calls 8x slowed, passes by that check."""
+    graph's check computing the whole answer (100 µs, its answer compared) or without it; a
+    graph of a third or a quarter of the work per call, against the check. An honest member
+    of a group, fresh calls 8x slowed, passes by that check."""
     from kernelmill.grade.judge import _scored_device_work
 
     eager = [{"kind": "fresh", "trial": t, "busy_us": 104.0 + 2 * t} for t in range(4)] + \
@@ -623,6 +624,14 @@ def test_the_crowd_lowers_no_bound_through_a_replay_of_several_calls():
             assert flagged(eager, copies, (100.0 + 34.0 * 31) / 32 / 1e3, beside, members,
                            single_us), case
             assert flagged(eager, slices, slices[0] / 1e3, beside, members, single_us), case
+    # a third or a quarter of the work per call: its replays' first calls are slices too, and
+    # the 2x floor they set lets it pass; the one-call check's whole call, alone, catches it
+    # (a review of the check, H1: ``tests/hostile/open/REVIEW_ONE_CALL.md``)
+    for parts in (3, 4):
+        sliced = [100.0 / parts + 1.0] * 32
+        assert not flagged(eager, sliced, sliced[0] / 1e3, 1)  # (no check: as before)
+        for beside, members in ((1, 1), (16, 1), (16, 8)):
+            assert flagged(eager, sliced, sliced[0] / 1e3, beside, members, 100.0), parts
     crowded = [{**call, "busy_us": 8 * call["busy_us"]} for call in eager]
     honest = [100.0] + [150.0] * 15 + [190.0] * 16
     assert not flagged(crowded, honest, 0.1, 9, 8, 100.0)

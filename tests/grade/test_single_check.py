@@ -17,6 +17,9 @@ SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, 
 
 def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared(
         tmp_path, monkeypatch):
+    """Where the timer replayed a graph of several calls, the last hidden trial is the one-call
+    check's (``checks.probes.check_trial``): never a spare, its part written after the
+    check's, the check made always. Its answer is compared like any unseen one."""
     seen: dict = {}
 
     def keep(*args, **kwargs):
@@ -24,8 +27,9 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
         return judge(*args, **kwargs)
 
     monkeypatch.setattr(G, "judge", keep)
-    # (off a graph two unseen trials are timed; then spares, where those read slow)
-    policy = Policy(trials=2, unseen_trials=1, unseen_spares=4, timing_settings=SHORT_WINDOW)
+    # one unseen trial timed off a graph too (a graph's run times one), three spares
+    policy = Policy(trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
+                    timing_settings=SHORT_WINDOW)
     grader = G.Grader("cpu", policy=policy, cache_root=str(tmp_path))
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
     honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
@@ -33,38 +37,42 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
     assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
     args, kwargs = seen["args"], seen["kwargs"]
     facts, window = args[2].value, kwargs["window"]
-    assert "single" not in (facts["unseen"] or {}) or facts["unseen"]["single"] is None
-    made = len(facts["unseen"]["checks"])  # the next trial is the spare none saw
+    assert facts["unseen"].get("single") is None  # off a graph: no check
+    made = len(facts["unseen"]["checks"])  # the unseen trial, and any spare it called for
     assert sorted(window["late_released"]) == list(range(made))
     hidden = [t for t in args[0]["trials"] if t["usable"] and t.get("hidden")]
-    assert 2 <= made < len(hidden) == 5
-    parts = tuple(range(made + 1))
+    assert 1 <= made < len(hidden) == 4
+    last = len(hidden) - 1
+    parts = (*range(made), last)
+    # (as a CUDA run reads: a graph of 4 calls, one hot replay's calls alike)
+    graphed = {**facts["unseen"], "method": "cuda_graph", "calls": 4,
+               "even_calls_us": [5.0] * 4, "even_overlap_us": 0.0}
 
-    def rejudge(single, released=parts) -> dict:
-        unseen = {**facts["unseen"], "single": single}
+    def rejudge(single, released=parts, unseen=graphed) -> dict:
+        unseen = {**unseen, "single": single}
         run = dataclasses.replace(args[2], value=dict(facts, unseen=unseen))
         return judge(args[0], args[1], run, *args[3:],
                      **{**kwargs, "window": dict(window, late_released=list(released))})
 
-    right = {"hidden": made, "outputs": hidden[made]["outputs"], "busy_us": 5.0}
+    right = {"hidden": last, "outputs": hidden[last]["outputs"], "busy_us": 5.0}
     passed = rejudge(right)
     assert passed["correct"] and not passed["hacks"], passed.get("hack_details")
-    assert passed["checks"][f"unseen_single:{made}"]["passed"] is True
+    assert passed["checks"][f"unseen_single:{last}"]["passed"] is True
     # its answer another trial's: wrong on inputs first shown while timed
     wrong = rejudge({**right, "outputs": hidden[0]["outputs"]})
     assert "timing_behaviour" in wrong["hacks"] and not wrong["correct"]
-    assert wrong["checks"][f"unseen_single:{made}"]["passed"] is False
-    # on a trial the unseen check had, a later one, none the parent gave, without its part
-    # written, or no report at all
-    for single, released in (({**right, "hidden": 0}, parts), ({**right, "hidden": made + 1},
-                                                                parts + (made + 1,)),
-                             ({**right, "hidden": 7}, parts), ({**right, "hidden": str(made)},
-                                                                parts),
-                             (right, parts[:-1]), ([made], parts)):
+    assert wrong["checks"][f"unseen_single:{last}"]["passed"] is False
+    # left out (its part written or not), on another trial, on none the parent gave, without
+    # its part written, or not a report
+    for single, released in ((None, parts), (None, parts[:-1]),
+                             ({**right, "hidden": made}, (*range(made + 1),)),
+                             ({**right, "hidden": 0}, parts), ({**right, "hidden": 7}, parts),
+                             ({**right, "hidden": str(last)}, parts), (right, parts[:-1]),
+                             ([last], parts)):
         edited = rejudge(single, released)
         assert "timing_behaviour" in edited["hacks"] and not edited["correct"], (single,
                                                                                 released)
-    # the spare's part written with no check reported on it: not as the window asked
-    missing = rejudge(None, parts)
-    assert "timing_behaviour" in missing["hacks"]
-    assert not rejudge(None, parts[:-1])["hacks"]  # the control: the facts as they came
+    # a graph of one call, or no graph: no check, and none may be reported
+    for unseen in ({**graphed, "calls": 1}, facts["unseen"]):
+        assert not rejudge(None, parts[:-1], unseen)["hacks"]
+        assert "timing_behaviour" in rejudge(right, parts, unseen)["hacks"]

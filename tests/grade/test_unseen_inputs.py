@@ -79,8 +79,8 @@ def test_the_next_power_of_two_is_what_a_page_locked_block_holds():
 
 def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
     """``reserve_unseen_outputs``: a block of host memory per output of each unseen trial that
-    is always called (not the spares; with a graph, the one-call check's trial after them
-    too), as the checked calls' outputs were shaped, up to
+    is always called (not the spares; with a graph of several calls, the one-call check's
+    trial too), as the checked calls' outputs were shaped, up to
     ``HELD_UNSEEN_BYTES``; ``inputs.into_blocks`` copies a trial's outputs into its blocks, as
     host tensors of their own, or says they do not fit."""
     from kernelmill.grade.worker import inputs
@@ -88,8 +88,13 @@ def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
     shapes = [((4, 8), torch.float32), ((3,), torch.int64)]
     run = SimpleNamespace(device="cuda", hidden=3, hidden_required=1, hidden_required_ungraphed=2,
                           last_shapes=shapes)
-    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object()))
-    assert len(run.unseen_blocks) == 2 and [b.numel() for b in run.unseen_blocks[1]] == [128, 24]
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
+                                                               calls_per_sample=4))
+    assert len(run.unseen_blocks) == 1 and [b.numel() for b in run.unseen_blocks[0]] == [128, 24]
+    assert [b.numel() for b in run.single_block] == [128, 24]  # the one-call check's
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
+                                                               calls_per_sample=1))
+    assert len(run.unseen_blocks) == 1 and run.single_block is None  # one call: no check
     probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=None))
     assert len(run.unseen_blocks) == 2  # without a graph two unseen trials are always called
     outputs = [torch.arange(32, dtype=torch.float32).reshape(4, 8), torch.tensor([1, 2, 3])]
