@@ -236,11 +236,20 @@ def _trusted_stack(frame, roots: tuple[str, ...], bottom) -> bool:
 # which no submission may read or write): a name looked up in this module at call time can be
 # made to answer with a submission's function for those calls alone (a module-dict key of its
 # own, equal to ``encode_json``, could rescale every timing sample: T-02, T-15)
+def _cpu_seconds(_process=time.process_time, _usage=resource.getrusage,
+                 _children=resource.RUSAGE_CHILDREN) -> float:
+    """The process's CPU seconds so far (all its threads) and those of the children it has
+    reaped (a compiler the first forward ran: its CPU is the stage's that ran it, not the
+    run's last one, where the whole run's CPU, children included, ends the count)."""
+    usage = _usage(_children)
+    return _process() + usage.ru_utime + usage.ru_stime
+
+
 def mark_stage(name: str, *, _channel=_channel, _send=_audit_event, _event=FRAME_EVENT,
                _kind=KIND_STAGE, _encode=encode_json, _str=str,
-               _cpu=time.process_time) -> None:
+               _cpu=_cpu_seconds) -> None:
     """Record the stage the worker is in; a crash from here on is reported with this name.
-    The mark carries the process's CPU seconds so far (all its threads), for the profile."""
+    The mark carries the CPU seconds so far (``_cpu_seconds``), for the profile."""
     global _stage
     _stage = _str(name)
     if _channel[0]:

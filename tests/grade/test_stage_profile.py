@@ -35,16 +35,21 @@ def test_cpu_by_stage_counts_from_each_mark_to_the_next():
 
 
 def test_a_workers_stage_marks_carry_its_cpu_seconds():
-    """Each stage mark says the worker's CPU so far: a stage that spins 0.6 s of CPU reads it,
-    one that sleeps as long reads next to none."""
+    """Each stage mark says the worker's CPU so far, its reaped children's included: a stage
+    that spins 0.6 s of CPU reads it, one whose child spins as long too, one that sleeps as
+    long reads next to none."""
     from kernelmill.grade.side_by_side import stage_cpu_seconds
     from kernelmill.validate.harness import run_in_worker
 
-    body = ("import time\nfrom kernelmill.validate.harness_worker import mark_stage\n"
+    body = ("import subprocess, sys, time\n"
+            "from kernelmill.validate.harness_worker import mark_stage\n"
             "def main():\n"
             "    mark_stage('spin')\n"
             "    end = time.process_time() + 0.6\n"
             "    while time.process_time() < end:\n        pass\n"
+            "    mark_stage('child')\n"
+            "    subprocess.run([sys.executable, '-c', 'import time\\nend = time.process_time()"
+            " + 0.6\\nwhile time.process_time() < end:\\n    pass'], check=True)\n"
             "    mark_stage('sleep')\n"
             "    time.sleep(0.6)\n"
             "    mark_stage('done')\n"
@@ -53,6 +58,8 @@ def test_a_workers_stage_marks_carry_its_cpu_seconds():
                            timeout_s=30, device="cpu")
     assert result.ok, result.error
     # (the worker's own last mark: its result's frame and its exit)
-    assert [name for name, _ in result.stage_cpu][-4:] == ["spin", "sleep", "done", "send"]
+    assert [name for name, _ in result.stage_cpu][-5:] == ["spin", "child", "sleep", "done",
+                                                           "send"]
     cpu = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
-    assert 0.55 <= cpu["spin"] < 1.5 and cpu["sleep"] < 0.2, cpu
+    # a child the stage ran and reaped counts in that stage
+    assert 0.55 <= cpu["spin"] < 1.5 and 0.55 <= cpu["child"] < 1.5 and cpu["sleep"] < 0.2, cpu
