@@ -236,8 +236,8 @@ class _Probes:
 
     def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
         """After the unseen check, on the hidden trial kept for it (the last: never a spare,
-        no call has seen it): one replay of the one-call graph (``Timer.once``, captured like the timing
-        graph), its output sent to the parent to compare. Its kernels' busy time is one call's
+        no call has seen it): one replay of the one-call graph (``Timer.once``, captured like
+        the timing graph), its output sent to the parent to compare. Its kernels' busy time is one call's
         whole work, made alone on the GPU and checked: a call of the timing graph may do a
         slice of it (the forward can write into every call's output, and every output is whole
         once the replay ends), so its replays stand for no call (``probes.scored_device_work``).
@@ -402,9 +402,7 @@ class _Probes:
         they could not be read (``device_unread``): the judge does not pass a check it could
         not make."""
         calls = unseen.get("calls", 1)
-        # a range of the timing graph holds ``calls`` calls; the one-call graph's (single), one
-        per_call = self.witness.span_calls_us([1 if kind == "single" else calls
-                                               for kind in unseen["order"]])
+        per_call = self.witness.span_calls_us(_range_calls(unseen))
         spans = None if per_call is None else [None if busy is None else busy[0]
                                                for busy in per_call]
         counts = getattr(self.witness, "span_counts", None)
@@ -448,8 +446,7 @@ class _Probes:
         if "even" not in unseen["order"]:
             return
         index = unseen["order"].index("even")
-        per_call = self.witness.span_calls_us([1 if kind == "single" else calls
-                                               for kind in unseen["order"]])
+        per_call = self.witness.span_calls_us(_range_calls(unseen))
         counts = getattr(self.witness, "span_counts", None) or []
         if per_call is None or len(per_call) != len(unseen["order"]):
             unseen["even_unread"] = "no kernel records for each timed range"
@@ -472,6 +469,13 @@ AFTER_CALLS = 2
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
 PINNED_PRISTINE_BYTES = 512 << 20  # and in page-locked host memory, up to
 HELD_UNSEEN_BYTES = 1 << 30  # host memory touched before the window for unseen outputs, at most
+
+
+def _range_calls(unseen: dict) -> list[int]:
+    """The calls each timed range of the unseen check holds, in order: a replay of the timing
+    graph ``calls``, the one-call graph's check (single) one."""
+    calls = unseen.get("calls", 1)
+    return [1 if kind == "single" else calls for kind in unseen["order"]]
 
 
 def _touched(nbytes: int):
