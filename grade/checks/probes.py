@@ -217,6 +217,50 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
              f"({least:.4g} µs): the timed calls did less work than the checked ones")
 
 
+# A replay's kernels' busy time counts overlapping kernels once, so it fits in the CUDA events'
+# span around the replay and its synchronize (``Timer.once``); the two clocks (CUPTI's, the
+# events') differ by well under this share and a few µs.
+BUSY_IN_SPAN = 1.1
+BUSY_IN_SPAN_US = 5.0
+# The one-call check's call, alone on a cold cache, against a call of an unseen replay of the
+# timing graph (its calls' busy time per call): an honest forward does the same work in both.
+SINGLE_UNDER_REPLAY = 0.5
+
+
+def device_readings_agree(unseen: dict | None, hack) -> None:
+    """The worker's own device readings held to each other, where they must agree for any
+    forward (each one is the worker's word; a report that lowers one bound alone does not hang
+    together): each unseen replay's per-call busy times (``unseen_calls_us``) count the timing
+    graph's ``calls``; the one-call check's busy time fits in its replay's event span
+    (``single.ms``) and is not under ``SINGLE_UNDER_REPLAY`` of the least per-call busy time
+    of the unseen replays (``unseen_busy_ms``): a call alone does the whole work that each of
+    a replay's calls does at most."""
+    facts = unseen or {}
+    calls, replays = facts.get("calls"), facts.get("unseen_calls_us")
+    if type(calls) is int and calls > 0 and isinstance(replays, list):
+        off = [len(r) if isinstance(r, list) else type(r).__name__ for r in replays
+               if not (isinstance(r, list) and len(r) == calls)]
+        if off:
+            hack("timing_behaviour", f"an unseen replay of the {calls}-call timing graph was "
+                 f"reported with {off[0]} calls' busy times: its readings do not hang together")
+            return
+    single = facts.get("single")
+    busy = single.get("busy_us") if isinstance(single, dict) else None
+    if not _positive(busy):
+        return
+    span = single.get("ms")
+    if not _positive(span) or busy > BUSY_IN_SPAN * span * 1e3 + BUSY_IN_SPAN_US:
+        hack("timing_behaviour", f"the one-call check's kernels kept the GPU busy {busy:.4g} µs "
+             f"in a replay timed at {span if _positive(span) else 'no'} ms: its readings do not "
+             "hang together")
+        return
+    per_call = [v * 1e3 for v in facts.get("unseen_busy_ms") or () if _positive(v)]
+    if per_call and busy < SINGLE_UNDER_REPLAY * min(per_call):
+        hack("timing_behaviour", f"the one-call check's call kept the GPU busy {busy:.4g} µs, "
+             f"under {SINGLE_UNDER_REPLAY:.0%} of a call of the unseen replays "
+             f"({min(per_call):.4g} µs): its readings do not hang together")
+
+
 def _positive(us) -> bool:
     return isinstance(us, (int, float)) and not isinstance(us, bool) and math.isfinite(us) \
         and us > 0
@@ -247,10 +291,10 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
     after = [] if reserved is None else [reserved]
     released = window.get("late_released")
     if made != wanted or single_trial(unseen, len(hidden)) != reserved or \
-            (released is not None and sorted(released) != wanted + after):
+            (released is not None and list(released) != wanted + after):
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
-             f"{len(hidden)} (the parent wrote parts {sorted(released or [])[:8]}): it was "
-             "not made as the window asked")
+             f"{len(hidden)} (the parent wrote parts {list(released or [])[:8]}, in that "
+             "order): it was not made as the window asked")
         return
     facts = unseen or {}
     calls = [facts.get(f"{kind}_ms") if isinstance(facts.get(f"{kind}_ms"), list) else []
@@ -553,6 +597,14 @@ def unseen_check_made_as_asked(ctx):
         ctx.policy.unseen_required(len(ctx.hidden), (ctx.run.get("unseen") or {}).get(
             "method") == "cuda_graph"),
         ctx.policy.retry_ratio(str(ctx.reference.get("info", {}).get("device", "")))))
+
+
+@register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")
+def device_readings_hang_together(ctx):
+    if not (ctx.all_correct and ctx.scored_ms is not None and not (ctx.window or {}).get("error")):
+        return []
+    return collect(H.TIMING_BEHAVIOUR, lambda hack: device_readings_agree(
+        ctx.run.get("unseen"), hack))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")

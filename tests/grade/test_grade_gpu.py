@@ -153,3 +153,35 @@ def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_
             verdict["hacks"], verdict.get("hack_details"), verdict.get("error"))
         print("slicing member:", verdict["hack_details"]["timing_behaviour"][:300],
               verdict["checks"].get("scored_vs_checked_device_us"))
+
+
+def test_slices_kept_in_step_with_the_captures_are_caught_by_the_device_work_alone(tmp_path):
+    """``graph_slice_in_step``: honest in the timer's one-call graph and its probe, a quarter of
+    the rows per call (stored into every output of its block of 4) in the timing graph, every
+    block whole. Its answers all pass; the scored calls' device work against the one-call
+    check's (``scored_vs_checked_device_us``) is what tells it, alone and in a group beside
+    honest members (which stay certified)."""
+    import re
+
+    reference = (FIXTURES / "honest" / "ref_matmul_fp16.py").read_text().replace(
+        "SIZE = 256", "SIZE = 2048")
+    honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
+    attack = (Path(__file__).parents[1] / "hostile" / "graph_slice_in_step.py").read_text()
+    grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False),
+                    cache_root=str(tmp_path))
+    alone = grader.grade(reference, attack)
+    verdicts = grader.grade_group(reference, [honest] * 2 + [attack] * 2)
+    for verdict in verdicts[:2]:
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+    for verdict in [alone, *verdicts[2:]]:
+        checks = verdict["checks"]
+        print("in-step member:", verdict["hacks"], verdict.get("hack_details"),
+              checks.get("scored_vs_checked_device_us"),
+              sorted(k for k, v in checks.items() if isinstance(v, dict) and
+                     v.get("passed") is False))
+        assert "timing_behaviour" in verdict["hacks"], (verdict["hacks"], verdict.get("error"))
+        assert checks["scored_vs_checked_device_us"]["passed"] is False, checks
+        # its answers were right everywhere, the one-call check's included
+        answers = [k for k in checks if re.fullmatch(r"unseen(_single)?:\d+", k)]
+        assert any(k.startswith("unseen_single:") for k in answers), checks
+        assert all(checks[k]["passed"] for k in answers), checks

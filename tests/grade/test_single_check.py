@@ -54,7 +54,7 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
         return judge(args[0], args[1], run, *args[3:],
                      **{**kwargs, "window": dict(window, late_released=list(released))})
 
-    right = {"hidden": last, "outputs": hidden[last]["outputs"], "busy_us": 5.0}
+    right = {"hidden": last, "outputs": hidden[last]["outputs"], "busy_us": 5.0, "ms": 0.012}
     passed = rejudge(right)
     assert passed["correct"] and not passed["hacks"], passed.get("hack_details")
     assert passed["checks"][f"unseen_single:{last}"]["passed"] is True
@@ -76,3 +76,17 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
     for unseen in ({**graphed, "calls": 1}, facts["unseen"]):
         assert not rejudge(None, parts[:-1], unseen)["hacks"]
         assert "timing_behaviour" in rejudge(right, parts, unseen)["hacks"]
+
+    # its readings held to each other (each the worker's word): busy time past its replay's
+    # span, none, a call alone under half a replay's call, a replay of other than 4 calls
+    readings = {**graphed, "unseen_busy_ms": [0.0048], "unseen_calls_us": [[4.8] * 4]}
+    assert not rejudge(right, parts, readings)["hacks"]
+    for single, unseen in (({**right, "busy_us": 40.0}, readings),
+                           ({**right, "ms": None}, readings),
+                           ({**right, "busy_us": 2.0}, readings),
+                           (right, {**readings, "unseen_calls_us": [[1.0]]})):
+        edited = rejudge(single, parts, unseen)
+        assert "timing_behaviour" in edited["hacks"], (single, unseen)
+        assert "hang together" in edited["hack_details"]["timing_behaviour"]
+    # the check's part written before the unseen trials' (the parent's own order of parts)
+    assert "timing_behaviour" in rejudge(right, (last, *range(made)))["hacks"]
