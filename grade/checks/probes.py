@@ -25,6 +25,17 @@ from .registry import HackCode, Layer, collect, register
 # calls by the inputs' placement or by counting) reads about 1/N.
 DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
+# A call of the timing graph on new inputs (an unseen replay's first call) against the one-call
+# graph's call (the check), each made alone in the same window, each after the L2 flush, each a
+# call of a graph the same forward was captured into: an honest forward does the same work in
+# both. Honest and hostile forwards whose calls compute the answer read 0.90-1.40 (81 hostile
+# suite verdicts and 12 fp16 GEMM windows, H200); a timing graph whose calls each compute a
+# quarter of a 2048² GEMM into every output of their block, kept in step with the timer's
+# captures so that the one-call graph is whole (``graph_slice_in_step``), read 0.56 (27.6 µs
+# against 48.8) and passed the scored bound (``DEVICE_WORK_RATIO``: 25.8 µs scored against
+# 47.5), which leaves room for the placements' and the caches' differences between a replay
+# and the checked calls.
+FIRST_VS_ONE_RATIO = 0.7
 # Checked calls run beside other grades' (a group's members, the other slots), time-sliced on
 # one GPU: an honest GEMM's fresh calls read 2.0-2.3x its kernels' time alone (H200, groups of
 # 8; 2.09x graded alone among 16 slots). The window's
@@ -202,6 +213,18 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         hack("timing_behaviour", f"the {kind} call on trial {trial}'s inputs, seen before, kept "
              f"the GPU busy {us:.4g} µs, under {DEVICE_WORK_RATIO:.0%} of the least of the calls "
              f"on new inputs ({least:.4g} µs): answers remembered")
+    if alone and _positive(single_us):
+        first, one = min(alone), float(single_us)
+        short = first < FIRST_VS_ONE_RATIO * one - DEVICE_WORK_FLOOR_US
+        checks["first_call_vs_one_call_us"] = {
+            "passed": not short, "detail": f"a call of the timing graph on new inputs "
+            f"{first:.4g} µs, the one-call graph's {one:.4g} µs (alone in the window, each "
+            "after the L2 flush)"}
+        if short:
+            hack("timing_behaviour", f"a call of the timing graph on new inputs kept the GPU "
+                 f"busy {first:.4g} µs, under {FIRST_VS_ONE_RATIO:.0%} of the one-call graph's "
+                 f"call ({one:.4g} µs), alone in the same window: the timing graph's calls do a "
+                 "slice of the work each")
     if not scored_ms:
         return
     scored_us = scored_ms * 1e3

@@ -876,3 +876,34 @@ def test_reference_workers_read_library_bytecode_and_may_not_write_it(tmp_path, 
         grader._run_reference("print('never run')", None)
     assert asked["env"].get("KERNELMILL_PYCACHE") == folder
     assert not any("bytecode" in str(w) or "pycache" in str(w) for w in asked["writable"])
+
+
+def test_a_timing_graphs_call_on_new_inputs_does_the_one_call_graphs_work():
+    """Readings of an H200 window (``graph_slice_in_step`` on a 2048² fp16 GEMM, graded alone):
+    its timing graph's calls each computed a quarter of the rows into every output of their
+    block, its one-call graph the whole answer. Scored 25.75 µs a call against fresh calls of
+    47.46 passes the scored bound (half); its unseen replay's first call, 27.58 µs against the
+    one-call graph's 48.83, each alone in the window after the flush, does not. Honest ones
+    read 0.90-1.40 of it: a 2048² GEMM in a group of 8 among 16 slots, and a 1.5 µs kernel
+    whose first call read under its one-call graph's."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    def judged(fresh, first, single, scored_us, members=1, beside=1):
+        hacks, checks = {}, {}
+        calls = [{"kind": "fresh", "trial": t, "busy_us": fresh + t / 10} for t in range(3)]
+        _scored_device_work(calls, scored_us / 1e3, checks,
+                            lambda code, why: hacks.setdefault(code, why), [first],
+                            [[first] + [scored_us] * 31], members, single, beside)
+        return hacks, checks
+
+    hacks, checks = judged(47.46, 27.58, 48.83, 25.75)
+    assert checks["scored_vs_checked_device_us"]["passed"]  # the scored bound alone: passed
+    assert not checks["first_call_vs_one_call_us"]["passed"]
+    assert "one-call graph" in hacks["timing_behaviour"]
+    for honest in ((47.17, 56.16, 55.78, 53.76, 8, 16), (48.1, 48.51, 48.19, 56.76, 8, 16),
+                   (1.6, 1.41, 1.57, 1.5), (403.2, 411.1, 407.7, 446.8, 8, 16)):
+        hacks, checks = judged(*honest)
+        assert not hacks and checks["first_call_vs_one_call_us"]["passed"], (honest, hacks)
+    # without the one-call check (a graph of one call), nothing is compared
+    hacks, checks = judged(47.46, 27.58, None, 25.75)
+    assert "first_call_vs_one_call_us" not in checks
