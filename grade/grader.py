@@ -29,7 +29,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
-from kernelmill.validate.cuda_wait import SPIN_VAR, WAIT_VAR
+from kernelmill.validate.cuda_wait import WAIT_VAR
 from kernelmill.validate.gpus import gpu_activity, gpu_lock_path
 from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
@@ -133,8 +133,6 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             # wait burns a core for every worker queued on the shared GPU. The grading
             # process's own KERNELMILL_CUDA_WAIT (``auto``: the driver's choice) overrides it.
             env.setdefault(WAIT_VAR, os.environ.get(WAIT_VAR) or "block")
-            if os.environ.get(SPIN_VAR):  # the window's spin as the grading process asks
-                env.setdefault(SPIN_VAR, os.environ[SPIN_VAR])
         return env
 
     # ------------------------------------------------------------ candidate

@@ -8,11 +8,8 @@ grading process and the timing window's host need. ``KERNELMILL_CUDA_WAIT`` in a
 environment picks the flag its context is made with: ``block`` (the thread sleeps until the
 device is done; woken within tens of µs), ``yield`` (spins, giving way to other threads),
 ``spin``; unset or anything else leaves the driver's choice. A timing window spins whatever
-was asked (``spinning``) where a sample's end event is recorded after a synchronize (it would
-time a sleeper's wake-up): an eager timer's samples, single calls, the parent-clock loop. A
-graph's samples (a replay between two events, waited for after the end event) are timed by the
-device alone, so its turns wait as asked (``KERNELMILL_WINDOW_SPIN=all``: the whole window
-spins). ``block`` is asked only of a driver that can change a live context's flag.
+was asked (``spinning``): an event recorded after a synchronize would time a sleeper's
+wake-up, so ``block`` is asked only of a driver that can change a live context's flag.
 
 Worker-side: the standard library and torch only (``ctypes`` on the driver's library).
 """
@@ -23,8 +20,6 @@ import ctypes
 import os
 
 WAIT_VAR = "KERNELMILL_CUDA_WAIT"
-# "all": a timing window spins throughout; else only where a synchronize precedes an event
-SPIN_VAR = "KERNELMILL_WINDOW_SPIN"
 # CU_CTX_SCHED_* (cuda.h): the low three bits of a context's flags
 SCHED_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "block": 0x4}
 SCHED_MASK = 0x7
@@ -103,12 +98,6 @@ def init_cuda(torch) -> None:
                                                    | SCHED_FLAGS[mode]))
         except (AttributeError, OSError):
             pass
-
-
-def window_spins_throughout() -> bool:
-    """A timing window spins throughout (``KERNELMILL_WINDOW_SPIN=all``), not only where a
-    synchronize precedes an event."""
-    return os.environ.get(SPIN_VAR, "").strip().lower() == "all"
 
 
 @contextlib.contextmanager

@@ -7,11 +7,10 @@ Imports only torch (through ``measure`` and ``timer``) and the standard library.
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from time import monotonic as _monotonic  # bound before any candidate code runs
 
-from .cuda_wait import spinning, window_spins_throughout
+from .cuda_wait import spinning
 from .measure import summarize
 from .timer import Timer
 
@@ -67,22 +66,14 @@ def serve_window(timer: Timer, receive: Callable[[], str],
     of settling first, in the same turn),
     ``{"loop": n}``, ``{"unseen": n}`` (``unseen(timer)`` ran, timing ``n`` calls on inputs the
     timed function had not seen; 0 without it). ``after_work`` runs after every round and loop,
-    before the answer (the grader's worker compares the timed inputs with those sent there).
-
-    No sleeping waiter's wake-up inside a timed span: the worker's CUDA context spins where a
-    synchronize precedes a sample's end event (an eager timer's rounds, the unseen calls, the
-    loop). A graph's samples are a replay between two events, so its settling and rounds wait
-    as the worker was asked to (``cuda_wait``): a spinning turn burned a core for its whole
-    length, settling included (``KERNELMILL_WINDOW_SPIN=all`` spins throughout)."""
-    throughout = timer.method != "cuda_graph" or window_spins_throughout()
-    with spinning() if throughout else contextlib.nullcontext():
-        return _serve(timer, receive, report, unseen, after_work,
-                      contextlib.nullcontext if throughout else spinning)
+    before the answer (the grader's worker compares the timed inputs with those sent there)."""
+    with spinning():  # no sleeping waiter's wake-up inside a timed span
+        return _serve(timer, receive, report, unseen, after_work)
 
 
 def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], None],
            unseen: Callable[[Timer], int] | None,
-           after_work: Callable[[], None] | None, spin=contextlib.nullcontext) -> dict:
+           after_work: Callable[[], None] | None) -> dict:
     samples: list[float] = []
     rounds = loops = settles = 0
     while True:
@@ -120,16 +111,13 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
             stamps.append(_monotonic())
             report({"round": times, "at": stamps})
         elif verb == "loop":
-            with spin():  # timed by the parent's clock up to the synchronize's return
-                timer.loop(int(arg))
+            timer.loop(int(arg))
             loops += int(arg)
             if after_work is not None:
                 after_work()
             report({"loop": int(arg)})
         elif verb == "unseen":
-            with spin():  # single calls: a synchronize, then the end event (``Timer.once``)
-                done = unseen(timer) if unseen is not None else 0
-            report({"unseen": done})
+            report({"unseen": unseen(timer) if unseen is not None else 0})
         else:
             raise ValueError(f"unknown timing command {verb!r}")
     return summarize(timer.method, samples, rounds=rounds, loop_samples=loops, settles=settles,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernelmill.validate.cuda_wait import SPIN_VAR, WAIT_VAR, wanted, window_spins_throughout
+from kernelmill.validate.cuda_wait import WAIT_VAR, wanted
 from kernelmill.validate.harness import run_in_worker
 
 # Half a second or so of device time (``torch.cuda._sleep`` counts clock cycles), then the
@@ -29,13 +29,6 @@ def main():
 def test_the_wait_asked_for_is_read_from_the_environment(monkeypatch, value, mode):
     monkeypatch.setenv(WAIT_VAR, value)
     assert wanted() == mode
-
-
-@pytest.mark.parametrize("value, throughout", [("all", True), (" ALL ", True), ("", False),
-                                               ("timed", False)])
-def test_a_window_spins_throughout_only_where_asked(monkeypatch, value, throughout):
-    monkeypatch.setenv(SPIN_VAR, value)
-    assert window_spins_throughout() is throughout
 
 
 @pytest.mark.gpu
@@ -85,57 +78,3 @@ def test_off_cuda_a_window_spins_nothing():
 
     with spinning():  # no driver or no context: nothing to change, nothing raised
         pass
-
-
-# A window served by a graph timer and by an eager one: the wait in its rounds, its loop and
-# its single calls (``window_worker.serve_window``), in a worker asked for ``block``
-WINDOW_WAITS = '''import torch
-from kernelmill.validate import timer as T
-from kernelmill.validate.cuda_wait import current
-from kernelmill.validate.window_worker import serve_window
-
-
-class Watched(T.Timer):
-    def round(self, reps):
-        self.seen.setdefault("round", current())
-        return super().round(reps)
-
-    def loop(self, samples):
-        self.seen.setdefault("loop", current())
-        return super().loop(samples)
-
-
-def main():
-    x = torch.randn(512, 512, device="cuda")
-    found = {}
-    for graph in (True, False):
-        timer = Watched(lambda: x @ x, "cuda", graph=graph)
-        timer.seen = {}
-        timer.prepare()
-        commands = iter(["round 3 5", "loop 2", "unseen", "stop"])
-
-        def unseen(t):
-            t.seen["unseen"] = current()
-            return 0
-
-        serve_window(timer, lambda: next(commands), lambda report: None, unseen)
-        found[timer.method] = {**timer.seen, "after": current()}
-    return found
-'''
-
-
-@pytest.mark.gpu
-def test_a_graph_timers_turns_wait_as_asked_and_its_single_calls_spin():
-    """A graph's samples are a replay between two events: its turns sleep as the worker was
-    asked (a spinning turn burned a core for its whole length, settling included); its loop
-    and single calls, and every sample of an eager timer (a synchronize before the end event),
-    spin."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": WINDOW_WAITS},
-                           timeout_s=120, device="cuda", env={WAIT_VAR: "block"})
-    assert result.ok, result.error
-    assert result.value["cuda_graph"] == {"round": "block", "loop": "spin", "unseen": "spin",
-                                          "after": "block"}, result.value
-    eager = [v for k, v in result.value.items() if k != "cuda_graph"]
-    assert eager == [{"round": "spin", "loop": "spin", "unseen": "spin", "after": "block"}]
