@@ -98,6 +98,12 @@ COVERS = ("replay", "sleep", "queued", "auto")
 COVER = "auto"
 QUEUE_SAMPLE_MS = 2.0
 COVER_SLEEP_CYCLES = 200_000
+# A turn's settling (``Timer.settle``): the share of it a graph timer queues at once and sleeps
+# through, on an event made to block (the waits on its timing events spin, whatever the CUDA
+# context's flag: a spinning turn burned a core for its whole length, two thirds of it
+# settling); the rest is samples as ``warm`` takes them. At most this many replays queued.
+SETTLE_QUEUED_SHARE = 0.8
+SETTLE_MAX_REPLAYS = 4096
 
 
 def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
@@ -169,6 +175,7 @@ class Timer:
         self._flush: L2Flush | None = None
         self._events = None
         self._queue: list | None = None  # a queued round's events (``_queued_round``)
+        self._asleep = None  # the blocking event a queued settling is waited for on
         self._single = None  # a one-call graph captured like the timed one: (graph, output)
         self._stream = None  # the capture stream (``resize`` captures on it again)
         # On CPU also the calling thread's CPU time of each sample and of the last ``once``:
@@ -572,6 +579,31 @@ class Timer:
         done, deadline = 0, _perf_counter() + ms / 1e3
         least = 1 if (self.estimate_ms or 0.0) >= LONG_CALL_MS else 2
         while done < least or _perf_counter() < deadline:
+            self.sample()
+            done += 1
+        return done
+
+    def settle(self, ms: float) -> int:
+        """Untimed work for at least ``ms`` of wall time, as ``warm``, with the thread asleep
+        for most of it: a graph timer queues the replays its estimate says fill
+        ``SETTLE_QUEUED_SHARE`` of it and waits on a blocking event, then takes samples as
+        ``warm`` does until ``ms`` have passed (one at least: the turn's samples follow a
+        sample, as after ``warm``). Else ``warm``. How many replays and samples it ran."""
+        if self.method != "cuda_graph" or self.graph is None or not self.estimate_ms:
+            return self.warm(ms)
+        deadline = _perf_counter() + ms / 1e3
+        per_replay = max(self.estimate_ms * self.calls_per_sample, 1e-3)
+        done = min(SETTLE_MAX_REPLAYS, int(ms * SETTLE_QUEUED_SHARE / per_replay))
+        if done:
+            if self._asleep is None:
+                self._asleep = _Event(blocking=True)
+            for _ in range(done):
+                _graph_replay(self.graph)
+            _event_record(self._asleep)
+            _event_wait(self._asleep)
+        self.sample()
+        done += 1
+        while _perf_counter() < deadline:
             self.sample()
             done += 1
         return done

@@ -86,6 +86,11 @@ class WindowSettings:
     # window's 4 turns, always the same member's (the rounds' order is fixed), and whether the
     # GPU keeps that member's state across the gap is not measured: on until an A/B says so.
     settle_same: bool = True
+    # How a graph timer's worker waits through a turn's settling: "spin" (samples, as the
+    # warm-up takes them: the waits on timing events spin) or "sleep" (most of it queued at once
+    # and slept through on a blocking event, ``Timer.settle``); the turn's samples are taken
+    # alike. "spin" until an A/B on the GPU shows "sleep" moves no speedup.
+    settle_wait: str = "spin"
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
     ci_limit_pct: float = 5.0

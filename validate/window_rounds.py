@@ -123,7 +123,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             settle = settle_ms if name != last or settings.settle_same else 0.0
             last = name
             turn_began = time.monotonic()
-            got = group.ask(name, f"round {reps} {settle:g}" if settle else
+            asleep = " sleep" if settings.settle_wait == "sleep" else ""
+            got = group.ask(name, f"round {reps} {settle:g}{asleep}" if settle else
                             f"round {reps}", "round", timeout, whole=True)
             if got is not None:
                 at, report = got

@@ -57,7 +57,8 @@ def serve_window(timer: Timer, receive: Callable[[], str],
     """Answer a parent's timing commands until it says ``stop``; return the worker's record of
     the window. Commands (one line each): ``warm MS``, ``resize N``, ``settle MS``, ``round N``
     (or ``round N MS``),
-    ``loop N``, ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
+    (``round N MS sleep``: the settling mostly asleep, ``Timer.settle``), ``loop N``,
+    ``unseen``, ``stop``. Each answer is one report: ``{"warm": n, "resize": calls,
     "calls_per_sample", "estimate_ms"}`` (``resize``: the calls per sample a new estimate taken
     alone asks for, ``Timer.planned_calls``; 0: the graph's own), ``{"resized",
     "calls_per_sample", "estimate_ms"}`` (captured again with ``N`` calls, ``Timer.resize``),
@@ -82,6 +83,7 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
             break
         verb, arg = command[0], float(command[1]) if len(command) > 1 else 0.0
         settle = float(command[2]) if len(command) > 2 else 0.0
+        asleep = len(command) > 3 and command[3] == "sleep"
         if verb == "warm":  # alone on the GPU: the graph's size is estimated here
             done = timer.warm(arg)
             report({"warm": done, "resize": timer.planned_calls() or 0,
@@ -100,7 +102,7 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
             stamps = [_monotonic()]  # where the turn's time went (``window.TURN_STAMPS``)
             if settle > 0:  # the turn's settling, in the same command: one round trip a turn
                 settles += 1
-                timer.warm(settle)
+                timer.settle(settle) if asleep else timer.warm(settle)
             stamps.append(_monotonic())
             times = timer.round(int(arg))
             stamps.append(_monotonic())

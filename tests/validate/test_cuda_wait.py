@@ -78,3 +78,42 @@ def test_off_cuda_a_window_spins_nothing():
 
     with spinning():  # no driver or no context: nothing to change, nothing raised
         pass
+
+
+# A graph timer's settling taken as the warm-up takes it (samples: waits on timing events,
+# which spin) and mostly asleep (``Timer.settle``), ten turns' worth of each
+SETTLING = '''import time
+import torch
+from kernelmill.validate import timer as T
+
+
+def main():
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    timer = T.Timer(lambda: a @ a, "cuda")
+    timer.prepare()
+    found = {"method": timer.method}
+    for name, settle in (("warm", timer.warm), ("settle", timer.settle)):
+        cpu, walls = time.process_time(), []
+        for _ in range(10):
+            began = time.perf_counter()
+            settle(40.0)
+            walls.append((time.perf_counter() - began) * 1e3)
+        found[name] = {"cpu_ms": (time.process_time() - cpu) * 1e3, "least_wall_ms": min(walls)}
+    return found
+'''
+
+
+@pytest.mark.gpu
+def test_a_graph_timers_settling_sleeps_through_most_of_a_turn():
+    """Both last at least what the turn asked; the queued settling spends under half the CPU
+    (its replays are waited for on a blocking event)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": SETTLING},
+                           timeout_s=120, device="cuda", env={WAIT_VAR: "block"})
+    assert result.ok, result.error
+    got = result.value
+    assert got["method"] == "cuda_graph", got
+    assert got["warm"]["least_wall_ms"] >= 40.0 and got["settle"]["least_wall_ms"] >= 40.0, got
+    assert got["settle"]["cpu_ms"] < 0.5 * got["warm"]["cpu_ms"], got
+    print("settling:", got)

@@ -190,16 +190,20 @@ def test_timer_is_bound_before_patches(monkeypatch):
 
 
 def test_serve_window_answers_commands_in_order():
-    commands = iter(["warm 1", "settle 1", "round 4", "round 3 5", "loop 5", "stop"])
+    commands = iter(["warm 1", "settle 1", "round 4", "round 3 5", "round 2 5 sleep", "loop 5",
+                     "stop"])
     reports = []
     calls = []
     timer = T.Timer(lambda: calls.append(1), "cpu", warmup=1)
     timer.prepare()
     summary = W.serve_window(timer, lambda: next(commands), reports.append)
-    assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "loop"]
-    assert len(reports[2]["round"]) == 4 and summary["reps"] == 7 and summary["rounds"] == 2
+    assert [next(iter(r)) for r in reports] == ["warm", "settle", "round", "round", "round",
+                                                "loop"]
+    assert len(reports[2]["round"]) == 4 and summary["reps"] == 9 and summary["rounds"] == 3
     assert len(reports[3]["round"]) == 3  # "round 3 5": 5 ms of settling first, untimed
-    assert reports[1]["settle"] >= 2 and summary["settles"] == 2  # settle samples are untimed
+    # "sleep": the settling mostly asleep where a graph is replayed; here samples, as "round 3 5"
+    assert len(reports[4]["round"]) == 2 and reports[4]["at"][1] - reports[4]["at"][0] >= 0.005
+    assert reports[1]["settle"] >= 2 and summary["settles"] == 3  # settle samples are untimed
     assert summary["loop_samples"] == 5 and summary["method"] == "perf_counter"
 
 
@@ -702,6 +706,13 @@ def test_every_turn_settles_untimed_before_its_samples():
     assert 1.5 <= timing["reference_ms"] / timing["candidate_ms"] <= 2.6, timing
     cand = window["participants"]["candidate"]
     assert 0.5 <= cand["mean_ms"] / cand["wall_ms"] <= 2.0, cand  # the clock check holds
+    # ``settle_wait="sleep"``: the turns ask for the settling mostly asleep (a CPU timer has
+    # no graph: its samples settle it, as with "spin"), and last as long
+    asleep, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
+                              settle_ms=10, ci_target_pct=1.0, settle_wait="sleep")
+    assert asleep["error"] is None and all(r.ok for r in results.values()), results
+    assert asleep["turn_ms"]["settle"] >= 10
+    assert all(r.value["settles"] == asleep["rounds"] for r in results.values())
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
