@@ -104,6 +104,9 @@ COVER_SLEEP_CYCLES = 200_000
 # settling); the rest is samples as ``warm`` takes them. At most this many replays queued.
 SETTLE_QUEUED_SHARE = 0.8
 SETTLE_MAX_REPLAYS = 4096
+# A graph launch's fixed cost, which the per-call estimate leaves out (about 20 µs on an H100):
+# counted per queued replay, so a graph of one short call does not queue twice its settling.
+SETTLE_LAUNCH_MS = 0.02
 
 
 def graph_calls(sample_ms: float, per_call_ms: float, most: int) -> int:
@@ -592,7 +595,7 @@ class Timer:
         if self.method != "cuda_graph" or self.graph is None or not self.estimate_ms:
             return self.warm(ms)
         deadline = _perf_counter() + ms / 1e3
-        per_replay = max(self.estimate_ms * self.calls_per_sample, 1e-3)
+        per_replay = self.estimate_ms * self.calls_per_sample + SETTLE_LAUNCH_MS
         done = min(SETTLE_MAX_REPLAYS, int(ms * SETTLE_QUEUED_SHARE / per_replay))
         if done:
             if self._asleep is None:

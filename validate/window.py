@@ -46,6 +46,7 @@ from .window_group import (  # noqa: F401 (WindowError: re-exported)
 from .window_rounds import _first_warm_ms, _timed_rounds
 from .window_turns import _turn_cis, _window_cis
 
+SETTLE_WAITS = ("spin", "sleep")  # ``WindowSettings.settle_wait``
 MEDIAN_ROUNDS = 64  # rounds whose per-participant medians a window keeps (``round_medians_ms``)
 
 
@@ -120,6 +121,10 @@ class WindowSettings:
     loop_ms: float = 30.0  # parent-clock loop length for ``clock_check`` participants
     ready_timeout_s: float = 300.0  # a worker must be ready within this
     report_timeout_s: float = 60.0  # and answer each command within this
+
+    def __post_init__(self) -> None:
+        if self.settle_wait not in SETTLE_WAITS:
+            raise ValueError(f"settle_wait {self.settle_wait!r}: expected one of {SETTLE_WAITS}")
 
     @classmethod
     def from_dict(cls, values: dict | None) -> WindowSettings:

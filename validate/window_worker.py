@@ -76,7 +76,7 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
            unseen: Callable[[Timer], int] | None,
            after_work: Callable[[], None] | None) -> dict:
     samples: list[float] = []
-    rounds = loops = settles = 0
+    rounds = loops = settles = asleep_settles = 0
     while True:
         command = receive().split()
         if not command or command[0] == "stop":
@@ -102,6 +102,7 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
             stamps = [_monotonic()]  # where the turn's time went (``window.TURN_STAMPS``)
             if settle > 0:  # the turn's settling, in the same command: one round trip a turn
                 settles += 1
+                asleep_settles += asleep
                 timer.settle(settle) if asleep else timer.warm(settle)
             stamps.append(_monotonic())
             times = timer.round(int(arg))
@@ -123,4 +124,5 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
         else:
             raise ValueError(f"unknown timing command {verb!r}")
     return summarize(timer.method, samples, rounds=rounds, loop_samples=loops, settles=settles,
+                     settles_asleep=asleep_settles,
                      **{k: v for k, v in timer.describe().items() if k != "method"})

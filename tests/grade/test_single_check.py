@@ -78,15 +78,23 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
         assert "timing_behaviour" in rejudge(right, parts, unseen)["hacks"]
 
     # its readings held to each other (each the worker's word): busy time past its replay's
-    # span, none, a call alone under half a replay's call, a replay of other than 4 calls
-    readings = {**graphed, "unseen_busy_ms": [0.0048], "unseen_calls_us": [[4.8] * 4]}
+    # span, none, or none with the device readings not failed, a call alone under half the
+    # replays' first call, a replay of other than 4 calls, first calls apart from the replays'
+    readings = {**graphed, "unseen_device_us": [4.8], "unseen_calls_us": [[4.8] * 4]}
     assert not rejudge(right, parts, readings)["hacks"]
     for single, unseen in (({**right, "busy_us": 40.0}, readings),
                            ({**right, "ms": None}, readings),
+                           ({**right, "busy_us": None}, readings),
+                           ({**right, "busy_us": float("nan")}, readings),
                            ({**right, "busy_us": 2.0}, readings),
-                           (right, {**readings, "unseen_calls_us": [[1.0]]})):
+                           (right, {**readings, "unseen_calls_us": [[4.8]]}),
+                           (right, {**readings, "unseen_device_us": [9.6]}),
+                           (right, {**readings, "unseen_device_us": []})):
         edited = rejudge(single, parts, unseen)
         assert "timing_behaviour" in edited["hacks"], (single, unseen)
         assert "hang together" in edited["hack_details"]["timing_behaviour"]
+    # a forged non-list reading fails, not the judge
+    assert "timing_behaviour" in rejudge(right, parts, {**readings, "unseen_calls_us": 3.0})[
+        "hacks"]
     # the check's part written before the unseen trials' (the parent's own order of parts)
     assert "timing_behaviour" in rejudge(right, (last, *range(made)))["hacks"]

@@ -207,6 +207,51 @@ def test_serve_window_answers_commands_in_order():
     assert summary["loop_samples"] == 5 and summary["method"] == "perf_counter"
 
 
+def test_a_graph_timers_settling_is_queued_and_slept_through_then_sampled_to_its_end(
+        monkeypatch):
+    """``Timer.settle`` (``settle_wait="sleep"``): a graph timer queues the replays its
+    estimate (plus a launch's cost each) says fill 80% of the settling, at most
+    ``SETTLE_MAX_REPLAYS``, waits once on an event made to block, then samples until the
+    asked time has passed (one sample at least). No graph: ``warm``. (The driver's side is in
+    ``tests/validate/test_cuda_wait.py``.)"""
+    seen = {"replays": 0, "events": [], "waited": 0, "samples": 0}
+
+    class Event:
+        def __init__(self, **kwargs):
+            seen["events"].append(kwargs)
+
+    monkeypatch.setattr(T, "_graph_replay", lambda graph: seen.__setitem__(
+        "replays", seen["replays"] + 1))
+    monkeypatch.setattr(T, "_Event", Event)
+    monkeypatch.setattr(T, "_event_record", lambda event: None)
+    monkeypatch.setattr(T, "_event_wait", lambda event: seen.__setitem__(
+        "waited", seen["waited"] + 1))
+
+    def timer_of(estimate_ms, calls):
+        timer = T.Timer(lambda: None, "cpu")
+        timer.method, timer.graph = "cuda_graph", object()
+        timer.estimate_ms, timer.calls_per_sample = estimate_ms, calls
+        timer.sample = lambda: seen.__setitem__("samples", seen["samples"] + 1) or 0.0
+        return timer
+
+    began = time.perf_counter()
+    done = timer_of(0.05, 32).settle(40.0)
+    assert (time.perf_counter() - began) * 1e3 >= 40.0
+    assert seen["replays"] == int(40.0 * T.SETTLE_QUEUED_SHARE / (0.05 * 32 + T.SETTLE_LAUNCH_MS))
+    assert seen["events"] == [{"blocking": True}] and seen["waited"] == 1
+    assert seen["samples"] >= 1 and done == seen["replays"] + seen["samples"]
+    seen.update(replays=0, samples=0)
+    timer_of(1e-6, 1).settle(200.0)  # a launch's cost each: not 160,000 replays
+    assert seen["replays"] == min(T.SETTLE_MAX_REPLAYS, int(160.0 / T.SETTLE_LAUNCH_MS))
+    seen.update(replays=0, samples=0)
+    eager = timer_of(0.05, 32)
+    eager.graph = None
+    eager.settle(5.0)
+    assert seen["replays"] == 0 and seen["samples"] >= 2  # no graph: samples, as ``warm``
+    with pytest.raises(ValueError):
+        WindowSettings(settle_wait="Sleep")
+
+
 # ---------------------------------------------------------------- the lock
 
 def test_gpu_lock_path_is_per_physical_gpu(tmp_path, monkeypatch):
@@ -712,7 +757,8 @@ def test_every_turn_settles_untimed_before_its_samples():
                               settle_ms=10, ci_target_pct=1.0, settle_wait="sleep")
     assert asleep["error"] is None and all(r.ok for r in results.values()), results
     assert asleep["turn_ms"]["settle"] >= 10
-    assert all(r.value["settles"] == asleep["rounds"] for r in results.values())
+    assert all(r.value["settles"] == r.value["settles_asleep"] == asleep["rounds"]
+               for r in results.values())
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
