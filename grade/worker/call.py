@@ -172,13 +172,16 @@ class _Run(_Probes):
         if self._secret is not None and self._secret.random() < SAMPLE_CHECK_SHARE:
             self.check_timed_inputs()
 
-    def load(self, values: list) -> None:
+    def load(self, values: list, first_last: bool = False) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
-        every placement: the first from ``values``, the others from the first on the device
-        (a host copy per placement cost three more passes over the host's memory)."""
-        first = self.placements[0]
+        every placement: one from ``values``, the others from it on the device (a host copy per
+        placement cost three more passes over the host's memory). ``first_last``: the first
+        placement is written last, so a call that reads it right after finds its inputs where
+        the writes left them (the L2 cache, as far as they fit), as a scored call finds them."""
+        order = self.placements[1:] + self.placements[:1] if first_last else self.placements
+        first = order[0]
         self._load_into(first, values)
-        for buffers in self.placements[1:]:
+        for buffers in order[1:]:
             self._load_into(buffers, [
                 own if _type(own) is _Tensor and _type(value) is _Tensor and
                 own.shape == value.shape and own.dtype == value.dtype else value

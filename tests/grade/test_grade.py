@@ -918,3 +918,35 @@ def test_a_timing_graphs_call_on_new_inputs_does_the_one_call_graphs_work():
     # without the one-call check (a graph of one call), nothing is compared
     hacks, checks = judged(47.46, 27.58, None, 25.75)
     assert "first_call_vs_one_call_us" not in checks
+
+
+def test_scored_calls_do_the_work_of_the_warm_one_call_check_whichever_calls_are_whole():
+    """``graph_slice_bookend``: its timing graph's first calls are whole (its first call on new
+    inputs reads the whole work) and its later ones compute halves in pairs. Readings of a
+    2048² fp16 GEMM (H200): whole calls 47-49 µs, a half 27.6, so a replay of 1,024 calls
+    scores about 27.6 a call; that passes the scored bound (half of the fresh calls) and the
+    first-call bound. The one-call check, made warm as a scored call finds its caches, tells
+    it; honest readings, and a GPU that slowed across the unseen checks, pass."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    def judged(fresh, first, single, scored_us, drift=1.0):
+        hacks, checks = {}, {}
+        calls = [{"kind": "fresh", "trial": t, "busy_us": fresh + t / 10} for t in range(3)]
+        _scored_device_work(calls, scored_us / 1e3, checks,
+                            lambda code, why: hacks.setdefault(code, why), [first],
+                            [[first] * 2 + [scored_us] * 1022], 1, single, 1, drift)
+        return hacks, checks
+
+    hacks, checks = judged(47.46, 48.9, 47.2, 27.7)
+    assert checks["scored_vs_checked_device_us"]["passed"]
+    assert checks["first_call_vs_one_call_us"]["passed"]
+    assert not checks["scored_vs_one_call_us"]["passed"]
+    assert "slice of the work" in hacks["timing_behaviour"]
+    # honest: scored calls at or under the warm call by the caches' and launches' differences
+    for honest in ((47.17, 56.16, 45.1, 44.2), (1.6, 1.41, 1.2, 0.94), (10.4, 19.7, 12.0, 10.0),
+                   (403.2, 411.1, 400.5, 390.8)):
+        hacks, checks = judged(*honest)
+        assert not hacks and checks["scored_vs_one_call_us"]["passed"], (honest, hacks)
+    # the check is made last: the drift the reference read across the unseen checks widens it
+    assert not judged(400.0, 420.0, 520.0, 400.0, drift=1.31)[0]
+    assert judged(400.0, 420.0, 520.0, 370.0)[0]

@@ -155,34 +155,42 @@ def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_
               verdict["checks"].get("scored_vs_checked_device_us"))
 
 
-def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_check(tmp_path):
+@pytest.mark.parametrize("case,check", [("graph_slice_in_step", "first_call_vs_one_call_us"),
+                                        ("graph_slice_bookend", "scored_vs_one_call_us")])
+def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_check(
+        tmp_path, case, check):
     """``graph_slice_in_step``: honest in the timer's one-call graph and its probe, a quarter of
     the rows per call (stored into every output of its block of 4) in the timing graph, every
     block whole. Its answers all pass, and its scored calls (about half the work: a quarter of
     the rows at a quarter of the GPU's occupancy) pass the scored bound; a call of its timing
     graph on new inputs against the one-call check's, each alone in the window
     (``first_call_vs_one_call_us``), tells it, alone and in a group beside honest members
-    (which stay certified)."""
+    (which stay certified). ``graph_slice_bookend`` leaves the timing graph's first calls whole
+    and computes halves in pairs after them: its scored calls against the one-call check, made
+    warm (``scored_vs_one_call_us``), tell it."""
     import re
 
     reference = (FIXTURES / "honest" / "ref_matmul_fp16.py").read_text().replace(
         "SIZE = 256", "SIZE = 2048")
     honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
-    attack = (Path(__file__).parents[1] / "hostile" / "graph_slice_in_step.py").read_text()
+    attack = (Path(__file__).parents[1] / "hostile" / f"{case}.py").read_text()
     grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False),
                     cache_root=str(tmp_path))
     alone = grader.grade(reference, attack)
     verdicts = grader.grade_group(reference, [honest] * 2 + [attack] * 2)
     for verdict in verdicts[:2]:
         assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+        print("honest member:", verdict["checks"].get("scored_vs_one_call_us"),
+              verdict["checks"].get("first_call_vs_one_call_us"))
     for verdict in [alone, *verdicts[2:]]:
         checks = verdict["checks"]
-        print("in-step member:", verdict["hacks"], verdict.get("hack_details"),
-              checks.get("scored_vs_checked_device_us"),
+        print(f"{case} member:", verdict["hacks"], verdict.get("hack_details"),
+              checks.get("scored_vs_checked_device_us"), checks.get("scored_vs_one_call_us"),
+              checks.get("first_call_vs_one_call_us"),
               sorted(k for k, v in checks.items() if isinstance(v, dict) and
                      v.get("passed") is False))
         assert "timing_behaviour" in verdict["hacks"], (verdict["hacks"], verdict.get("error"))
-        assert checks["first_call_vs_one_call_us"]["passed"] is False, checks
+        assert checks[check]["passed"] is False, checks
         # its answers were right everywhere, the one-call check's included
         answers = [k for k in checks if re.fullmatch(r"unseen(_single)?:\d+", k)]
         assert any(k.startswith("unseen_single:") for k in answers), checks

@@ -593,7 +593,7 @@ def test_a_worker_ships_bit_identical_outputs_once():
     assert run_.ship(torch.zeros(3)) is not run_.ship(-torch.zeros(3))  # bits, not values
 
 
-def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage():
+def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage(monkeypatch):
     """``_Run.load``: the first placement from the trial's values, every other from the first
     (same values, each in its own storage, the pointers kept); a tensor of another shape is a
     new one of its own at every placement; a non-tensor is put in as it is."""
@@ -611,6 +611,24 @@ def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage():
         assert torch.equal(buffers[1], torch.ones(3)) and buffers[2] == 7
     storages = {b[1].untyped_storage().data_ptr() for b in run_.placements}
     assert len(storages) == 3  # reshaped: a copy of its own at each placement
+    # the first placement written last (the one-call check's, made warm): written from the
+    # others, every placement holds the values, the pointers kept
+    written = []
+    import kernelmill.grade.worker.call as call_module
+    real = call_module._tensor_copy
+
+    def copy(into, value):
+        written.append(next(i for i, p in enumerate(run_.placements) if p[0] is into)
+                       if any(p[0] is into for p in run_.placements) else None)
+        return real(into, value)
+
+    monkeypatch.setattr(call_module, "_tensor_copy", copy)
+    run_.load([torch.arange(4.0) + 1, torch.ones(3), 8], first_last=True)
+    assert [w for w in written if w is not None] == [1, 2, 0]
+    for place, buffers in enumerate(run_.placements):
+        assert torch.equal(buffers[0], torch.arange(4.0) + 1) and buffers[0].data_ptr() == \
+            pointers[place][0]
+        assert buffers[2] == 8
 
 
 def test_reports_of_a_run_without_a_control_pipe_are_kept_in_order():
