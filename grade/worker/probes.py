@@ -26,6 +26,9 @@ from .guards.dispatch import dispatch_changed
 from .guards.originals import (
     _empty,
     _full,
+    _gc_disable,
+    _gc_enable,
+    _gc_isenabled,
     _no_grad,
     _perf_counter,
     _Tensor,
@@ -142,15 +145,27 @@ class _Probes:
         def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
             began = _perf_counter()
             one = kind == "single"  # the one-call graph (``Timer.once``), not the timing graph
-            self.load(trial["inputs"], first_last=one)  # (the one-call graph reads the first)
-            if kind in ("unseen", "single"):
-                steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
-            if kind is not None:
-                order.append(kind)
-            timer.last_cpu_ms = None
-            ms, out = timer.once(lambda: self.invoke()[0],
-                                 self.witness.span if kind is not None else None,
-                                 whole and not one, flush)
+            new = kind in ("unseen", "single")
+            # new inputs: the collector held off from their load to the end of the timed call,
+            # so no finaliser of the candidate's (a cycle's ``__del__``, a weakref callback,
+            # ``gc.callbacks``) runs between: work it launched there on the loaded inputs
+            # would be nobody's call, and a graph's call would read only the copy of its answer
+            collecting = new and _gc_isenabled()
+            if collecting:
+                _gc_disable()
+            try:
+                self.load(trial["inputs"], first_last=one)  # (the one-call graph reads the first)
+                if new:
+                    steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
+                if kind is not None:
+                    order.append(kind)
+                timer.last_cpu_ms = None
+                ms, out = timer.once(lambda: self.invoke()[0],
+                                     self.witness.span if kind is not None else None,
+                                     whole and not one, flush)
+            finally:
+                if collecting:
+                    _gc_enable()
             if kind in cpu_ms and timer.last_cpu_ms is not None:  # on CPU
                 cpu_ms[kind].append(timer.last_cpu_ms / calls)
             return ms / (1 if one else calls), out

@@ -121,3 +121,47 @@ def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
         other = SimpleNamespace(**{**vars(run), **changes})
         probes._Probes.reserve_unseen_outputs(other, SimpleNamespace(graph=None))
         assert other.unseen_blocks == []
+
+
+def test_new_inputs_are_loaded_and_timed_with_the_collector_held_off(monkeypatch):
+    """``_Probes.unseen``: from the load of a trial no call has seen to the end of its timed
+    call (an unseen replay, the one-call check), the cyclic collector is off, so no finaliser
+    of the candidate's runs there (work launched from one would start before the call's span
+    and count for no call); around the calls on the timed inputs it is as it was. The one-call
+    check is made warm: its inputs loaded with the placement it reads last, and no flush."""
+    import gc
+
+    seen: list = []
+    parts = {0: {"inputs": ["hidden 0"]}, 1: {"inputs": ["hidden 1"]}}
+    monkeypatch.setattr(probes, "late_payload", lambda index: parts.get(index))
+    monkeypatch.setattr(probes, "reads_slow", lambda *args: False)
+    first = {"inputs": ["timed"]}
+
+    class Timer:
+        graph, calls_per_sample, method, last_cpu_ms, _single = object(), 4, "cuda_graph", \
+            None, (object(), None)
+
+        def once(self, fn, around, whole, flush):
+            seen.append(("call", whole, flush, gc.isenabled()))
+            return 1.0, ["out"]
+
+    run = SimpleNamespace(hidden=2, hidden_required=1, hidden_required_ungraphed=1,
+                          retry_ratio=None, trials=[first], pristine=first, buffers=[],
+                          witness=SimpleNamespace(running=True, span=None))
+    run.load = lambda values, first_last=False: seen.append(
+        ("load", values[0], first_last, gc.isenabled()))
+    run.invoke = lambda: (["out"], None)
+    run.observe = lambda *args, **kwargs: {"outputs": ["out"]}
+    run._keep_replay = lambda timer: None
+    run._single_check = lambda *args: probes._Probes._single_check(run, *args)
+    assert gc.isenabled()
+    assert probes._Probes.unseen(run, Timer()) == 1
+    assert gc.isenabled()
+    loads = [(values, last, on) for what, values, last, on in
+             (s for s in seen if s[0] == "load")]
+    assert ("hidden 0", False, False) in loads and ("hidden 1", True, False) in loads
+    assert all(on for values, _last, on in loads if values == "timed")
+    calls = [s for s in seen if s[0] == "call"]
+    # the unseen replay (the timing graph, flushed), the one-call check (warm): collector off
+    assert ("call", True, True, False) in calls and calls[-2] == ("call", False, False, False)
+    assert run.unseen_facts["single"]["hidden"] == 1

@@ -9,6 +9,7 @@ they install it) for ``patches.patched_functions``.
 from __future__ import annotations
 
 import builtins
+import gc
 import inspect
 import os
 import statistics
@@ -55,6 +56,7 @@ _callable = callable
 _isinstance = isinstance
 _getattr_static = inspect.getattr_static
 _weak_ref = weakref.ref
+_gc_disable, _gc_enable, _gc_isenabled = gc.disable, gc.enable, gc.isenabled
 
 _GUARDED = (  # (owner, attribute): timing, synchronisation, comparison and copy functions
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
