@@ -55,7 +55,9 @@
 #        KERNELMILL_HOSTILE_WORKERS=N: N grades at once, and
 #        HOSTILE_K: a pytest -k filter)
 # (default: all). Logs and JSON results go to $OUT (or ./gpu_out); more than 8 files there go into
-# one archive, gpu_out.tgz (a device call returns 8 files).
+# one archive, gpu_out.tgz (a device call returns 8 files). A run cut short (``timeout``) never
+# reaches that step: end the device command with one of its own, e.g.
+#   timeout 540 bash scripts/gpu_check.sh ...; mkdir -p /tmp/o; mv $OUT/* /tmp/o/; tar czf $OUT/all.tgz -C /tmp/o .
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
