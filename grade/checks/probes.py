@@ -46,6 +46,10 @@ FIRST_VS_ONE_RATIO = 0.7
 # 0.84-1.24 (the whole hostile suite, the window's Triton and KernelBench answers alone and in
 # groups of 8; cold, the same check had read 1.4-2x an honest small kernel's scored call).
 SCORED_VS_ONE_RATIO = 0.75
+# ... the check divided by the GPU's drift across the unseen checks (it is made last) by at
+# most this much: a forward can heat the GPU after its check (an untimed replay follows it),
+# and the whole ``DRIFT_CAP`` would take the bound to 0.56, under the bookend's halves
+SCORED_VS_ONE_DRIFT = 1.1
 # Checked calls run beside other grades' (a group's members, the other slots), time-sliced on
 # one GPU: an honest GEMM's fresh calls read 2.0-2.3x its kernels' time alone (H200, groups of
 # 8; 2.09x graded alone among 16 slots). The window's
@@ -245,7 +249,7 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         # a scored call against the one-call check's, made warm (its inputs just loaded, no
         # flush) as a scored call finds its caches: a graph whose calls mostly do a slice reads
         # its slice, whichever calls it leaves whole (the first, the last)
-        one = float(single_us) / max(1.0, drift)
+        one = float(single_us) / min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
         low = scored_us < SCORED_VS_ONE_RATIO * one - DEVICE_WORK_FLOOR_US
         checks["scored_vs_one_call_us"] = {
             "passed": not low, "detail": f"scored {scored_us:.4g} µs per call, the one-call "

@@ -172,13 +172,17 @@ class _Run(_Probes):
         if self._secret is not None and self._secret.random() < SAMPLE_CHECK_SHARE:
             self.check_timed_inputs()
 
-    def load(self, values: list, first_last: bool = False) -> None:
+    def load(self, values: list, single: bool = False) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
         every placement: one from ``values``, the others from it on the device (a host copy per
-        placement cost three more passes over the host's memory). ``first_last``: the first
-        placement is written last, so a call that reads it right after finds its inputs where
-        the writes left them (the L2 cache, as far as they fit), as a scored call finds them."""
-        order = self.placements[1:] + self.placements[:1] if first_last else self.placements
+        placement cost three more passes over the host's memory). ``single``: for the one-call
+        graph's check, made warm, as a scored call finds the caches: with "blocks" placing only
+        the placement it reads (the first), so the writes of the others do not evict the
+        parameters a scored call finds cached; otherwise the first written last."""
+        if single and getattr(getattr(self, "turns", None), "placing", None) == "blocks":
+            self._load_into(self.placements[0], values)
+            return
+        order = self.placements[1:] + self.placements[:1] if single else self.placements
         first = order[0]
         self._load_into(first, values)
         for buffers in order[1:]:

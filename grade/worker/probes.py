@@ -145,27 +145,15 @@ class _Probes:
         def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
             began = _perf_counter()
             one = kind == "single"  # the one-call graph (``Timer.once``), not the timing graph
-            new = kind in ("unseen", "single")
-            # new inputs: the collector held off from their load to the end of the timed call,
-            # so no finaliser of the candidate's (a cycle's ``__del__``, a weakref callback,
-            # ``gc.callbacks``) runs between: work it launched there on the loaded inputs
-            # would be nobody's call, and a graph's call would read only the copy of its answer
-            collecting = new and _gc_isenabled()
-            if collecting:
-                _gc_disable()
-            try:
-                self.load(trial["inputs"], first_last=one)  # (the one-call graph reads the first)
-                if new:
-                    steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
-                if kind is not None:
-                    order.append(kind)
-                timer.last_cpu_ms = None
-                ms, out = timer.once(lambda: self.invoke()[0],
-                                     self.witness.span if kind is not None else None,
-                                     whole and not one, flush)
-            finally:
-                if collecting:
-                    _gc_enable()
+            self.load(trial["inputs"], single=one)
+            if kind in ("unseen", "single"):
+                steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
+            if kind is not None:
+                order.append(kind)
+            timer.last_cpu_ms = None
+            ms, out = timer.once(lambda: self.invoke()[0],
+                                 self.witness.span if kind is not None else None,
+                                 whole and not one, flush)
             if kind in cpu_ms and timer.last_cpu_ms is not None:  # on CPU
                 cpu_ms[kind].append(timer.last_cpu_ms / calls)
             return ms / (1 if one else calls), out
@@ -186,6 +174,13 @@ class _Probes:
         # The check is the window's last command (``window_rounds._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
         done, single = False, None
+        # The collector is held off through the whole check, so no finaliser of the candidate's
+        # (a cycle's ``__del__``, a weakref callback, ``gc.callbacks``) runs between a new
+        # input's load and its call's span, nor between the span and the copies of its answer:
+        # work launched there on the loaded inputs, or into the call's output, would be nobody's
+        # call (a collection held off comes due at the first allocation after it is let go)
+        collecting = _gc_isenabled()
+        _gc_disable()
         try:
             # The baseline comes before any unseen input: a forward that changes its ways once
             # it has seen one (a cache that turns honest) cannot raise it. Calls on the timed
@@ -238,6 +233,8 @@ class _Probes:
                 if kept else None
             done = True
         finally:
+            if collecting:
+                _gc_enable()
             if paused and not done:
                 self.witness.pause()
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,

@@ -949,6 +949,8 @@ def test_scored_calls_do_the_work_of_the_warm_one_call_check_whichever_calls_are
                    (4.9, 5.791, 4.925, 4.94), (1.9, 2.56, 1.856, 1.894)):
         hacks, checks = judged(*honest)
         assert not hacks and checks["scored_vs_one_call_us"]["passed"], (honest, hacks)
-    # the check is made last: the drift the reference read across the unseen checks widens it
-    assert not judged(400.0, 420.0, 520.0, 400.0, drift=1.31)[0]
-    assert judged(400.0, 420.0, 520.0, 370.0)[0]
+    # the check is made last: the drift the reference read across the unseen checks widens it,
+    # by at most ``SCORED_VS_ONE_DRIFT`` (a GPU heated after the check lets no slicing through)
+    assert not judged(400.0, 420.0, 450.0, 330.0, drift=1.31)[0]
+    assert judged(400.0, 420.0, 450.0, 330.0)[0]
+    assert judged(47.52, 57.34, 49.28, 30.05, drift=1.35)[0]

@@ -123,12 +123,12 @@ def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
         assert other.unseen_blocks == []
 
 
-def test_new_inputs_are_loaded_and_timed_with_the_collector_held_off(monkeypatch):
-    """``_Probes.unseen``: from the load of a trial no call has seen to the end of its timed
-    call (an unseen replay, the one-call check), the cyclic collector is off, so no finaliser
-    of the candidate's runs there (work launched from one would start before the call's span
-    and count for no call); around the calls on the timed inputs it is as it was. The one-call
-    check is made warm: its inputs loaded with the placement it reads last, and no flush."""
+def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
+    """``_Probes.unseen``: through the whole check (every new input's load, its timed call, and
+    the copies of its answer: an unseen replay's, the one-call check's), the cyclic collector
+    is off, so no finaliser of the candidate's runs between a load and its span or between the
+    span and the answer's copy (work launched there would count for no call); after it, it is
+    as it was. The one-call check is made warm: its inputs loaded for it alone, no flush."""
     import gc
 
     seen: list = []
@@ -148,20 +148,34 @@ def test_new_inputs_are_loaded_and_timed_with_the_collector_held_off(monkeypatch
     run = SimpleNamespace(hidden=2, hidden_required=1, hidden_required_ungraphed=1,
                           retry_ratio=None, trials=[first], pristine=first, buffers=[],
                           witness=SimpleNamespace(running=True, span=None))
-    run.load = lambda values, first_last=False: seen.append(
-        ("load", values[0], first_last, gc.isenabled()))
+    run.load = lambda values, single=False: seen.append(
+        ("load", values[0], single, gc.isenabled()))
     run.invoke = lambda: (["out"], None)
-    run.observe = lambda *args, **kwargs: {"outputs": ["out"]}
-    run._keep_replay = lambda timer: None
+
+    def observe(*args, **kwargs):
+        seen.append(("observe", gc.isenabled()))
+        return {"outputs": ["out"]}
+
+    run.observe = observe
+    run._keep_replay = lambda timer: seen.append(("keep", gc.isenabled()))
     run._single_check = lambda *args: probes._Probes._single_check(run, *args)
     assert gc.isenabled()
     assert probes._Probes.unseen(run, Timer()) == 1
     assert gc.isenabled()
-    loads = [(values, last, on) for what, values, last, on in
-             (s for s in seen if s[0] == "load")]
-    assert ("hidden 0", False, False) in loads and ("hidden 1", True, False) in loads
-    assert all(on for values, _last, on in loads if values == "timed")
+    loads = [s[1:3] for s in seen if s[0] == "load"]
+    assert ("hidden 0", False) in loads and ("hidden 1", True) in loads
+    assert not any(s[-1] for s in seen), seen  # off throughout
+    assert [s[0] for s in seen].count("observe") == 2 and ("keep", False) in seen
     calls = [s for s in seen if s[0] == "call"]
-    # the unseen replay (the timing graph, flushed), the one-call check (warm): collector off
+    # the unseen replay (the timing graph, flushed), the one-call check (warm)
     assert ("call", True, True, False) in calls and calls[-2] == ("call", False, False, False)
     assert run.unseen_facts["single"]["hidden"] == 1
+    # a collector the worker found off stays off
+    gc.disable()
+    try:
+        seen.clear()
+        run.pristine = first
+        probes._Probes.unseen(run, Timer())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -611,8 +611,11 @@ def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage(mon
         assert torch.equal(buffers[1], torch.ones(3)) and buffers[2] == 7
     storages = {b[1].untyped_storage().data_ptr() for b in run_.placements}
     assert len(storages) == 3  # reshaped: a copy of its own at each placement
-    # the first placement written last (the one-call check's, made warm): written from the
-    # others, every placement holds the values, the pointers kept
+    # for the one-call check, made warm: with "turns" placing the first placement written last
+    # (from the others), every placement holding the values, the pointers kept; with "blocks"
+    # only the first (the one the one-call graph reads), the others as they were
+    from types import SimpleNamespace
+    run_.turns = SimpleNamespace(placing="turns")
     written = []
     import kernelmill.grade.worker.call as call_module
     real = call_module._tensor_copy
@@ -623,12 +626,20 @@ def test_a_load_fills_every_placement_from_the_first_and_keeps_their_storage(mon
         return real(into, value)
 
     monkeypatch.setattr(call_module, "_tensor_copy", copy)
-    run_.load([torch.arange(4.0) + 1, torch.ones(3), 8], first_last=True)
+    run_.load([torch.arange(4.0) + 1, torch.ones(3), 8], single=True)
     assert [w for w in written if w is not None] == [1, 2, 0]
     for place, buffers in enumerate(run_.placements):
         assert torch.equal(buffers[0], torch.arange(4.0) + 1) and buffers[0].data_ptr() == \
             pointers[place][0]
         assert buffers[2] == 8
+    run_.turns.placing = "blocks"
+    written.clear()
+    run_.load([torch.arange(4.0) + 2, torch.ones(3), 9], single=True)
+    assert [w for w in written if w is not None] == [0]
+    assert torch.equal(run_.placements[0][0], torch.arange(4.0) + 2) and \
+        run_.placements[0][2] == 9
+    assert all(torch.equal(p[0], torch.arange(4.0) + 1) and p[2] == 8
+               for p in run_.placements[1:])
 
 
 def test_reports_of_a_run_without_a_control_pipe_are_kept_in_order():

@@ -780,7 +780,9 @@ def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
     # a turn that holds 3 samples or more keeps them: 5 of 2 ms in 10 ms, three rounds for 12
     medium, _ = _window({"reference": 2.0, "candidate": 2.0}, cap_ms=2000,
                         ci_target_pct=always, round_ms=10)
-    assert medium["error"] is None and medium["rounds"] == 3, medium["rounds"]
+    # (at least three: a long call's turn would hold 6 and stop after two; a host busy enough to
+    # slow the 2 ms samples fits fewer in a turn, and more rounds)
+    assert medium["error"] is None and medium["rounds"] >= 3, medium["rounds"]
     # past the cap the window still makes its minimum rounds, and a turn of a call too long
     # for them in the cap keeps 3 samples: two rounds of 3, not one of 6
     capped, _ = _window({"reference": 30.0, "candidate": 30.0}, cap_ms=100,
