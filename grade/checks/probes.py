@@ -38,7 +38,7 @@ DEVICE_WORK_FLOOR_US = 1.0
 # and the checked calls.
 FIRST_VS_ONE_RATIO = 0.7
 # A scored call against the one-call check's call, which is made warm: on inputs no call has
-# seen, loaded right before it (the placement it reads written last), with no flush, as a
+# seen, loaded right before it (the placement it reads: ``_Run.load``), with no flush, as a
 # scored call finds the caches. Both are a call of a graph the same forward was captured into.
 # A timing graph whose first calls are whole and whose later calls compute halves in pairs (``graph_slice_bookend``) passes the first-call bound (its first call is whole),
 # ``graph_calls_even`` (the halves are most of its calls) and the scored bound; here it reads

@@ -263,7 +263,7 @@ class _Probes:
         trial = late_payload(index)
         if trial is None:
             return None
-        # warm: its inputs just loaded (the graph's placement last), no flush, as a scored call
+        # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush, as a scored call
         # finds the caches (``probes.scored_device_work`` holds the scored calls to it)
         ms, out = timed_on(trial, "single", flush=False)
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
