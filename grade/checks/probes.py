@@ -27,10 +27,10 @@ DEVICE_WORK_RATIO = 0.5
 DEVICE_WORK_FLOOR_US = 1.0
 # A call of the timing graph on new inputs (an unseen replay's first call, after the L2 flush)
 # against the one-call graph's call (the check, made warm: below), each made alone in the same
-# window, each a call of a graph the same forward was captured into: an honest forward does the same work in
-# both. Honest and hostile forwards whose calls compute the answer read 0.90-1.40 (81 hostile
-# suite verdicts and 12 fp16 GEMM windows, H200, with the check made after the flush too; made
-# warm, 0.98-1.96); a timing graph whose calls each compute a
+# window, each a call of a graph the same forward was captured into: an honest forward does
+# the same work in both. Honest and hostile forwards whose calls compute the answer read
+# 0.90-1.40 (81 hostile suite verdicts and 12 fp16 GEMM windows, H200, with the check made
+# after the flush too; made warm, 0.98-1.96); a timing graph whose calls each compute a
 # quarter of a 2048² GEMM into every output of their block, kept in step with the timer's
 # captures so that the one-call graph is whole (``graph_slice_in_step``), read 0.56 (27.6 µs
 # against 48.8) and passed the scored bound (``DEVICE_WORK_RATIO``: 25.8 µs scored against
@@ -40,7 +40,8 @@ FIRST_VS_ONE_RATIO = 0.7
 # A scored call against the one-call check's call, which is made warm: on inputs no call has
 # seen, loaded right before it (the placement it reads: ``_Run.load``), with no flush, as a
 # scored call finds the caches. Both are a call of a graph the same forward was captured into.
-# A timing graph whose first calls are whole and whose later calls compute halves in pairs (``graph_slice_bookend``) passes the first-call bound (its first call is whole),
+# A timing graph whose first calls are whole and whose later calls compute halves in pairs
+# (``graph_slice_bookend``) passes the first-call bound (its first call is whole),
 # ``graph_calls_even`` (the halves are most of its calls) and the scored bound; here it reads
 # its halves: 0.61-0.64 on a 2048² GEMM, alone and in a group (H200). Honest answers read
 # 0.84-1.24 (the whole hostile suite, the window's Triton and KernelBench answers alone and in

@@ -263,8 +263,9 @@ class _Probes:
         trial = late_payload(index)
         if trial is None:
             return None
-        # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush, as a scored call
-        # finds the caches (``probes.scored_device_work`` holds the scored calls to it)
+        # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
+        # as a scored call finds the caches (``probes.scored_device_work`` holds the scored
+        # calls to it)
         ms, out = timed_on(trial, "single", flush=False)
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
                                 into=getattr(self, "single_block", None))
