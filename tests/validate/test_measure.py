@@ -562,13 +562,14 @@ def test_a_window_whose_turns_disagree_says_so_and_can_run_on_until_they_agree()
     # counting turns, it stops only once they agree (or at its cap), never on samples alone
     cand = counted["participants"]["candidate"]
     assert cand["turn_ci_pct"] <= 0.5 or capped(counted), (cand, counted["phases_ms"])
-    # stopping on samples, it stopped sooner, where the samples alone claimed a narrower CI than
-    # their turns allowed (on a host loaded enough to spread a turn's samples too, both windows
+    # stopping on samples, it stopped where the samples alone claimed a narrower CI than their
+    # turns allowed (on a host loaded enough to spread a turn's samples too, both windows
     # run to the cap: nothing to compare)
     cand = sampled["participants"]["candidate"]
     if capped(sampled):  # the stop rule itself: test_the_stop_rule_counts_turns_only_when_told_to
         pytest.skip("both windows ran to their cap on this host: no stop to compare")
-    assert counted["rounds"] > sampled["rounds"], (counted["rounds"], sampled["rounds"])
+    # (how many rounds each took depends on the paces its turns drew: the sampled window's own
+    # samples may take as long to agree, so the rounds are not compared)
     assert cand["turn_ci_pct"] > cand["samples_ci_pct"], cand
 
 
