@@ -179,7 +179,7 @@ class _Run(_Probes):
         graph's check, made warm, as a scored call finds the caches: with "blocks" placing only
         the placement it reads (the first), so the writes of the others do not evict the
         parameters a scored call finds cached; otherwise the first written last."""
-        if single and getattr(getattr(self, "turns", None), "placing", None) == "blocks":
+        if single and self.turns.placing == "blocks":
             self._load_into(self.placements[0], values)
             return
         order = self.placements[1:] + self.placements[:1] if single else self.placements
