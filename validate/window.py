@@ -83,10 +83,12 @@ class WindowSettings:
     # GEMM's turns running fast (H100). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
     # Settle a turn that follows the same participant's own turn too (mirrored rounds put
-    # each pair's middle two turns together). Off, that turn runs unsettled: 1 of a 2-round
-    # window's 4 turns, always the same member's (the rounds' order is fixed), and whether the
-    # GPU keeps that member's state across the gap is not measured: on until an A/B says so.
-    settle_same: bool = True
+    # each pair's middle two turns together). Off: that turn runs unsettled (1 of a 2-round
+    # window's 4 turns), the GPU still in the state its own samples left. On an H200, 341
+    # such turns of Triton fp16 GEMMs at the power cap read their member's median (1.0004 at
+    # the median of per-turn ratios, settled or not), and a 2-round window's rounds took
+    # 211-224 ms instead of 264.
+    settle_same: bool = False
     # How a graph timer's worker waits through a turn's settling: "spin" (samples, as the
     # warm-up takes them: the waits on timing events spin) or "sleep" (most of it queued at once
     # and slept through on a blocking event, ``Timer.settle``); the turn's samples are taken

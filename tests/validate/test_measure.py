@@ -735,9 +735,10 @@ def test_every_turn_settles_untimed_before_its_samples():
     for name, result in loose.items():
         assert result.value["settles"] == unsettled["rounds"] - own[name], (name, own)
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
-                              settle_ms=10, ci_target_pct=1.0)
+                              settle_ms=10, ci_target_pct=1.0, settle_same=True)
     assert window["error"] is None and all(r.ok for r in results.values()), results
-    assert WindowSettings().settle_same  # by default every turn settles
+    # by default a turn right after its own does not settle
+    assert not WindowSettings().settle_same
     # where a turn's time went, by the workers' stamps: the settling is its own part
     parts = window["turn_ms"]
     assert set(parts) == {"to_worker", "settle", "samples", "checks", "to_parent"}, parts
@@ -758,8 +759,9 @@ def test_every_turn_settles_untimed_before_its_samples():
                               settle_ms=10, ci_target_pct=1.0, settle_wait="sleep")
     assert asleep["error"] is None and all(r.ok for r in results.values()), results
     assert asleep["turn_ms"]["settle"] >= 10
-    assert all(r.value["settles"] == r.value["settles_asleep"] == asleep["rounds"]
-               for r in results.values())
+    own = _turns_after_their_own(["reference", "candidate"], asleep["rounds"])
+    assert all(r.value["settles"] == r.value["settles_asleep"] == asleep["rounds"] - own[name]
+               for name, r in results.items())
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
