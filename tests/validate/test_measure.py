@@ -735,10 +735,11 @@ def test_every_turn_settles_untimed_before_its_samples():
     for name, result in loose.items():
         assert result.value["settles"] == unsettled["rounds"] - own[name], (name, own)
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
-                              settle_ms=10, ci_target_pct=1.0, settle_same=True)
+                              settle_ms=10, ci_target_pct=1.0, settle_same=True,
+                              settle_wait="spin")
     assert window["error"] is None and all(r.ok for r in results.values()), results
-    # by default a turn right after its own does not settle
-    assert not WindowSettings().settle_same
+    # by default a turn right after its own does not settle, and the settling is asleep
+    assert not WindowSettings().settle_same and WindowSettings().settle_wait == "sleep"
     # where a turn's time went, by the workers' stamps: the settling is its own part
     parts = window["turn_ms"]
     assert set(parts) == {"to_worker", "settle", "samples", "checks", "to_parent"}, parts
@@ -747,6 +748,7 @@ def test_every_turn_settles_untimed_before_its_samples():
     for name, result in results.items():
         record = result.value
         assert record["settles"] == record["rounds"] == window["rounds"]
+        assert record["settles_asleep"] == 0  # spinning: none asleep
         assert record["reps"] == window["participants"][name]["reps"] >= 3 * window["rounds"]
     assert window["window_ms"] >= window["rounds"] * 2 * 10  # two settles a round
     timing = verdict_timing(window)
