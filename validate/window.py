@@ -83,12 +83,14 @@ class WindowSettings:
     # GEMM's turns running fast (H100). Their turns are longer instead (``round_ms``).
     settle_ms: float | None = None
     # Settle a turn that follows the same participant's own turn too (mirrored rounds put
-    # each pair's middle two turns together). Off: that turn runs unsettled (1 of a 2-round
-    # window's 4 turns), the GPU still in the state its own samples left. On an H200, 341
-    # such turns of Triton fp16 GEMMs at the power cap read their member's median (1.0004 at
-    # the median of per-turn ratios, settled or not), and a 2-round window's rounds took
-    # 211-224 ms instead of 264.
-    settle_same: bool = False
+    # each pair's middle two turns together); None: not in a window of two, yes in a group.
+    # Off: that turn runs unsettled (1 of a 2-round window's 4 turns), the GPU still in the
+    # state its own samples left. On an H200, 341 such turns of Triton fp16 GEMM singles at
+    # the power cap read their member's median (1.0004 at the median of per-turn ratios,
+    # settled or not), and a 2-round window's rounds took 211-224 ms instead of 264. In a
+    # group it is always the same member's turn (the last of the first round), and one pass
+    # of groups of 8 is too noisy to say it reads as the others: on there until measured.
+    settle_same: bool | None = None
     # How a graph timer's worker waits through a turn's settling: "spin" (samples, as the
     # warm-up takes them: the waits on timing events spin) or "sleep" (most of it queued at once
     # and slept through on a blocking event, ``Timer.settle``); the turn's samples are taken
@@ -172,8 +174,11 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
     settle_ms = settings.settle_ms if settings.settle_ms is not None else \
         (40.0 if cuda else 0.0)
-    settings = dataclasses.replace(settings, round_ms=settings.round_ms if settings.round_ms
-                                   is not None else (10.0 if len(participants) <= 2 else 40.0))
+    settings = dataclasses.replace(
+        settings, round_ms=settings.round_ms if settings.round_ms is not None else
+        (10.0 if len(participants) <= 2 else 40.0),
+        settle_same=settings.settle_same if settings.settle_same is not None else
+        len(participants) > 2)
     ready: dict[str, dict] = {}
     samples: dict[str, list[float]] = {name: [] for name in participants}
     walls: dict[str, float] = {}

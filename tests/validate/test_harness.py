@@ -362,7 +362,7 @@ def test_a_warm_worker_writes_temporary_files_in_its_own_folder():
 def test_a_warm_worker_collects_without_copying_what_the_zygote_preloaded():
     """The zygote freezes what its preloads made before it forks: a child's full collection
     leaves the inherited objects' headers, and so their pages, alone (unfrozen, a child with
-    torch and triton preloaded copied 18,700 pages in one collection)."""
+    torch and triton preloaded copied about 20,000 pages in one collection)."""
     source = ("import gc, resource\ndef main():\n"
               "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
               "    gc.collect()\n"

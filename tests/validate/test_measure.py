@@ -738,8 +738,8 @@ def test_every_turn_settles_untimed_before_its_samples():
                               settle_ms=10, ci_target_pct=1.0, settle_same=True,
                               settle_wait="spin")
     assert window["error"] is None and all(r.ok for r in results.values()), results
-    # by default a turn right after its own does not settle, and the settling is asleep
-    assert not WindowSettings().settle_same and WindowSettings().settle_wait == "sleep"
+    # by default the settling is asleep
+    assert WindowSettings().settle_wait == "sleep"
     # where a turn's time went, by the workers' stamps: the settling is its own part
     parts = window["turn_ms"]
     assert set(parts) == {"to_worker", "settle", "samples", "checks", "to_parent"}, parts
@@ -762,8 +762,16 @@ def test_every_turn_settles_untimed_before_its_samples():
     assert asleep["error"] is None and all(r.ok for r in results.values()), results
     assert asleep["turn_ms"]["settle"] >= 10
     own = _turns_after_their_own(["reference", "candidate"], asleep["rounds"])
+    assert sum(own.values()) >= 1, own  # a window of two: no turn after its own settles
     assert all(r.value["settles"] == r.value["settles_asleep"] == asleep["rounds"] - own[name]
                for name, r in results.items())
+    # a group: by default every turn settles, one right after its own too
+    group, results = _window({"reference": 2.0, "candidate 0": 1.0, "candidate 1": 1.0},
+                             cap_ms=400, round_ms=1, settle_ms=10, ci_target_pct=1.0)
+    assert group["error"] is None and all(r.ok for r in results.values()), results
+    names = ["reference", "candidate 0", "candidate 1"]
+    assert group["rounds"] >= 2 and sum(_turns_after_their_own(names, group["rounds"]).values())
+    assert all(r.value["settles"] == group["rounds"] for r in results.values())
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
