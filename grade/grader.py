@@ -357,6 +357,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             verdict["profile"]["round_medians_ms"] = {
                 who: (parts.get(who) or {}).get("round_medians_ms")
                 for who in ("reference", "candidate")}
+            # the rounds where each one's turn followed its own unsettled (read beside them)
+            verdict["profile"]["unsettled_rounds"] = {
+                who: (parts.get(who) or {}).get("unsettled_rounds")
+                for who in ("reference", "candidate")}
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
         # share of the fresh-reference worker and of the window's reference timing worker
         verdict.setdefault("profile", {})["cpu_s"] = {

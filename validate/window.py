@@ -281,6 +281,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     cis = _window_cis(samples, result, participants, by_turns=True)
     turns = _turn_cis(result, participants)
     medians = result.pop("turn_medians_ms", {})
+    unsettled = result.pop("unsettled_rounds", {})
     for name in participants:
         # what the worker said when ready, under what the parent measured and counted
         info = {k: v for k, v in (ready.get(name) or {}).items() if k != "method"}
@@ -289,7 +290,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             **info, **summary, "ci_pct": cis[name], "samples_ci_pct": summary["ci_pct"],
             "turn_ci_pct": turns.get(name), "turns": len(medians.get(name) or ()),
             "wall_ms": walls.get(name),
-            "round_medians_ms": (medians.get(name) or [])[:MEDIAN_ROUNDS] or None}
+            "round_medians_ms": (medians.get(name) or [])[:MEDIAN_ROUNDS] or None,
+            # the rounds (of those) where its turn followed its own unsettled (``settle_same``)
+            "unsettled_rounds": [r for r in unsettled.get(name) or () if r < MEDIAN_ROUNDS]}
     return result
 
 

@@ -121,6 +121,9 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             # Without ``settle_same``, a turn that follows its own (mirrored rounds meet at
             # their ends) is not settled.
             settle = settle_ms if name != last or settings.settle_same else 0.0
+            if settle_ms and not settle:  # the rounds whose turn of this member ran unsettled
+                result.setdefault("unsettled_rounds", {}).setdefault(name, []).append(
+                    result["rounds"])
             last = name
             turn_began = time.monotonic()
             asleep = " sleep" if settings.settle_wait == "sleep" else ""

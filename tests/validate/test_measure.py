@@ -713,11 +713,17 @@ def test_a_child_that_left_the_members_group_is_stopped_with_it(monkeypatch):
 def _turns_after_their_own(names: list[str], rounds: int, how: str = "mirror") -> dict:
     """How many of each participant's turns came right after its own, over ``rounds``
     rounds in the window's order (``window_turns._round_order``, the same for any window)."""
-    own, order, last = dict.fromkeys(names, 0), [], None
+    return {name: len(at) for name, at in _rounds_after_their_own(names, rounds, how).items()}
+
+
+def _rounds_after_their_own(names: list[str], rounds: int, how: str = "mirror") -> dict:
+    """The rounds where each participant's turn came right after its own."""
+    own, order, last = {name: [] for name in names}, [], None
     for index in range(rounds):
         order = _round_order(list(names), index, how, order)
         for name in order:
-            own[name] += name == last
+            if name == last:
+                own[name].append(index)
             last = name
     return own
 
@@ -734,6 +740,10 @@ def test_every_turn_settles_untimed_before_its_samples():
     assert unsettled["rounds"] >= 2 and sum(own.values()) >= 1, (unsettled["rounds"], own)
     for name, result in loose.items():
         assert result.value["settles"] == unsettled["rounds"] - own[name], (name, own)
+    # each participant's summary names the rounds its turn ran unsettled
+    assert {name: part["unsettled_rounds"] for name, part in
+            unsettled["participants"].items()} == _rounds_after_their_own(
+                ["reference", "candidate"], unsettled["rounds"])
     window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
                               settle_ms=10, ci_target_pct=1.0, settle_same=True,
                               settle_wait="spin")
@@ -772,6 +782,38 @@ def test_every_turn_settles_untimed_before_its_samples():
     names = ["reference", "candidate 0", "candidate 1"]
     assert group["rounds"] >= 2 and sum(_turns_after_their_own(names, group["rounds"]).values())
     assert all(r.value["settles"] == group["rounds"] for r in results.values())
+    assert all(part["unsettled_rounds"] == [] for part in group["participants"].values())
+
+
+def test_the_unsettled_turns_are_read_apart_from_kept_verdicts(tmp_path):
+    """``scripts/settle_bias.py`` reads the turns a window ran unsettled (the participants'
+    ``unsettled_rounds``, kept in a verdict's profile) apart from the settled ones, each over
+    its member's median turn."""
+    import gzip
+    import json
+    import subprocess
+
+    window, results = _window({"reference": 2.0, "candidate": 1.0}, cap_ms=400, round_ms=1,
+                              settle_ms=10, ci_target_pct=1.0, min_rounds=4)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    parts = window["participants"]
+    profile = {"group": 1,
+               "round_medians_ms": {who: parts[who]["round_medians_ms"] for who in parts},
+               "unsettled_rounds": {who: parts[who]["unsettled_rounds"] for who in parts}}
+    unsettled = {who: len(parts[who]["unsettled_rounds"]) for who in parts}
+    assert sum(unsettled.values()) >= 1, unsettled
+    with gzip.open(tmp_path / "v.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps({"problem_id": "p", "profile": profile}) + "\n")
+    (tmp_path / "old.jsonl").write_text('{"problem_id": "p", "profile": {}}\n')  # skipped
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "settle_bias.py")
+    out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[2]: line.split() for line in out.stdout.splitlines()
+            if line.startswith("p ")}
+    for who in parts:
+        settled = len(parts[who]["round_medians_ms"]) - unsettled[who]
+        assert rows[who][3] == f"{unsettled[who]}/{settled}", (who, out.stdout)
 
 
 def test_long_calls_fill_the_minimum_rounds_with_longer_turns():
