@@ -352,15 +352,12 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "workers_beside")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
-            # each timed round's median sample, [round, ms], of the reference and the candidate
+            # each timed round's median sample, [round, ms], of the reference and the candidate,
+            # and the rounds where each one's turn followed its own unsettled
             parts = window.get("participants") or {}
-            verdict["profile"]["round_medians_ms"] = {
-                who: (parts.get(who) or {}).get("round_medians_ms")
-                for who in ("reference", "candidate")}
-            # the rounds where each one's turn followed its own unsettled (read beside them)
-            verdict["profile"]["unsettled_rounds"] = {
-                who: (parts.get(who) or {}).get("unsettled_rounds")
-                for who in ("reference", "candidate")}
+            for key in ("round_medians_ms", "unsettled_rounds"):
+                verdict["profile"][key] = {who: (parts.get(who) or {}).get(key)
+                                           for who in ("reference", "candidate")}
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its
         # share of the fresh-reference worker and of the window's reference timing worker
         verdict.setdefault("profile", {})["cpu_s"] = {

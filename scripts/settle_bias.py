@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import statistics
 import sys
@@ -36,7 +35,7 @@ def _lines(path: Path):
                     data = archive.extractfile(member).read()
                     if member.name.endswith(".gz"):
                         data = gzip.decompress(data)
-                    yield from io.StringIO(data.decode()).read().splitlines()
+                    yield from data.decode().splitlines()
     elif path.name.endswith(".gz"):
         with gzip.open(path, "rt") as handle:
             yield from handle
