@@ -38,14 +38,24 @@ from __future__ import annotations
 from .call import CALL_DEPTH, HELD_REFS, _Run
 from .guards.audit import _in_hook, refuse_runtime_code
 from .guards.originals import _set_grad_enabled
-from .guards.patches import patched_functions, snapshot_modules, zygote_warm
+from .guards.patches import patched_functions, snapshot_modules
+from .guards.patches import zygote_warm as _warm_patches
 from .inputs import draw_inputs, to_cpu, to_device, transform
 from .observers.extensions import _BUILT, STREAMED_PART_CHARS
+from .observers.host_memory import zygote_warm as _warm_aliases
 from .observers.optrace import active_modes
 from .reference_tasks import reference_task, reference_timing_task
 from .seeding import forward_seed
 from .tasks import GPU_WORKER_THREADS, candidate_task, compile_task
 from .timing import device_info
+
+
+def zygote_warm() -> None:
+    """Run by the zygote once its preloads are in, before it forks any worker: the listings a
+    forked worker reuses (the bindings the patch check watches, the hooked functions' aliases)."""
+    _warm_patches()
+    _warm_aliases()
+
 
 # The public names, and the private ones kernelmill's hostile suite reaches through
 # ``sys.modules["kernelmill.grade.worker"]`` (bound here as the same objects, never copies: a

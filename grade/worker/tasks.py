@@ -39,7 +39,7 @@ from .guards.originals import (
     _tensor_copy,
     _type,
 )
-from .guards.patches import _owned_by_us, patched_functions, snapshot_modules
+from .guards.patches import patched_functions, snapshot_modules
 from .guards.private import _private_namespace
 from .inputs import reserve_staging
 from .observers.counts import _observed
@@ -171,15 +171,13 @@ def _candidate_task(payload: dict) -> dict:
 
     # after our own hooks: what changes from here on is the candidate's (kept here, with the
     # checker, out of the candidate's reach: it may reach this module's globals)
-    snapshot, check_patched = snapshot_modules(), patched_functions
+    # with, as ``own``, kernelmill's own functions and the builtins, checked again at every
+    # timing report: a patch made for the window and undone before the end (the timer's clocks
+    # slowed, the encoder wrapped) is live when the window's answers are sent
+    (snapshot, own), check_patched = snapshot_modules(with_own=True), patched_functions
     # and the dispatcher's kernels for the aten ops the harness's copies run through: a kernel
     # of the submission's own for one decides what those copies hold
     dispatch = dispatch_snapshot()
-    # kernelmill's own functions and the builtins, checked again at every timing report: a
-    # patch made for the window and undone before the end (the timer's clocks slowed, the
-    # encoder wrapped) is live when the window's answers are sent
-    own = (tuple(e for e in snapshot[0] if _owned_by_us(e[0])), (),
-           tuple(m for m in snapshot[2] if _owned_by_us(m[0])))
     seen_patches: list[str] = []
 
     def checked_report(value: dict) -> None:

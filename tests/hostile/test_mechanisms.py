@@ -1999,16 +1999,73 @@ def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_
 
         Later.__module__ = "json"
         json_module.Later = Later
-        owners = [(id(owner), lister) for owner, lister in worker._owners()]
+        owners = [(id(owner), lister) for owner, lister, _listed in worker._owners()]
         assert (id(Later), worker._class_members) in owners
         worker._WARM.clear()
         worker._WARM_CLASSES.clear()
-        assert owners == [(id(owner), lister) for owner, lister in worker._owners()]
+        assert owners == [(id(owner), lister) for owner, lister, _listed in worker._owners()]
     finally:
         json_module.dumps = dumps
         vars(json_module).pop("Later", None)
         worker._WARM.clear()
         worker._WARM_CLASSES.clear()
+
+
+def test_the_snapshots_own_part_is_kernelmills_and_the_builtins_bindings():
+    """``snapshot_modules(with_own=True)`` makes the part checked at every timing report in the
+    same pass: exactly the entries and module shapes whose owner is kernelmill's or builtins."""
+    from kernelmill.grade.worker.guards import patches
+
+    snapshot, own = patches.snapshot_modules(with_own=True)
+    entries, _originals, shapes = snapshot
+    assert own[0] == tuple(e for e in entries if patches._owned_by_us(e[0]))
+    assert own[2] == tuple(m for m in shapes if patches._owned_by_us(m[0]))
+    assert own[1] == () and len(own[0]) > 100 and len(own[0]) < len(entries) / 4
+    assert patches.patched_functions(own) == []
+
+
+HOOKED_ALIASES = """
+import sys, types
+import torch
+def main():
+    from kernelmill.grade.worker.observers import host_memory as H
+    listed = len(H._WARM_ALIASES)
+    originals = {id(site[3]): site[3] for site in H._hook_sites()}
+    def bound():  # every module name still bound to a function the hooks replace
+        return sorted(f"{n}.{k}" for n, m in list(sys.modules.items())
+                      if isinstance(m, types.ModuleType)
+                      for k, v in list(vars(m).items()) if originals.get(id(v), originals) is v)
+    # after the zygote's listing: a new module, and a listed one given a new name, both binding
+    # a hooked function
+    late = types.ModuleType("late_alias")
+    late.numpy_view = torch._C._to_dlpack
+    sys.modules["late_alias"] = late
+    import json
+    json.from_numpy_alias = torch.from_numpy
+    before = bound()
+    H._install_host_access_hooks()
+    return {"listed": listed, "before": before, "after": bound(),
+            "late": late.numpy_view is H._ORIGINALS.get("late_alias.numpy_view", (0, 0, 1))[2],
+            "json": json.from_numpy_alias is torch.from_numpy}
+"""
+
+
+def test_every_alias_of_a_hooked_function_is_hooked_in_a_warm_worker():
+    """A forked worker rebinds the aliases the zygote listed and looks through the namespaces of
+    the modules changed since (or new): no module is left binding a function the host-access
+    hooks replace (``torch.utils.dlpack.to_dlpack`` is ``torch._C._to_dlpack``), whether it
+    was there at the zygote's listing or bound after it."""
+    from kernelmill.validate.harness import run_in_worker
+
+    result = run_in_worker("kernelmill.validate.harness:run_source",
+                           {"source": HOOKED_ALIASES}, timeout_s=60, device="cpu")
+    assert result.ok, result.error
+    value = result.value
+    assert result.warm and value["listed"] > 1000, value["listed"]
+    assert "late_alias.numpy_view" in value["before"] and \
+        "json.from_numpy_alias" in value["before"]
+    assert any(name.startswith("torch.utils.dlpack.") for name in value["before"])
+    assert value["after"] == [] and value["late"] and value["json"], value
 
 
 @pytest.mark.parametrize("snippet, needle", [

@@ -64,9 +64,11 @@ def _class_members(cls) -> list[tuple[Any, str, Any]]:
             if callable(member) or _isinstance(member, (staticmethod, classmethod, property))]
 
 
-def _owners() -> list[tuple[Any, Any]]:
-    """What the snapshot watches, with the function that lists its entries: every loaded
-    module, the classes each defines, and ``_CLASSES_WATCHED``."""
+def _owners() -> list[tuple[Any, Any, tuple | None]]:
+    """What the snapshot watches, with the function that lists its entries and the zygote's
+    listing of them where still good (``_still_warm``; None: list anew): every loaded module,
+    the classes each defines, and ``_CLASSES_WATCHED``. A module's namespace is looked at once
+    for both of its listings (the zygote made them from the same namespace)."""
     # Triton's interpreter (CPU) rebinds triton.language's builtins for each launch, and leaves
     # some rebound: those modules are the interpreter's to change there.
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
@@ -75,12 +77,16 @@ def _owners() -> list[tuple[Any, Any]]:
         if not _isinstance(module, types.ModuleType) or \
                 (interpreted and module_name.startswith("triton.language")):
             continue
-        owners.append((module, _callables))
         classes = _warm_classes(module, module_name)
         if classes is None:
+            owners.append((module, _callables, None))
             classes = _module_classes(module, module_name)
-        owners.extend((cls, _class_members) for cls in classes)
-    owners.extend((cls, _class_members) for cls in _CLASSES_WATCHED)
+        else:  # its namespace as the zygote saw it: so are its entries
+            warm = _WARM.get(id(module))
+            owners.append((module, _callables,
+                           warm[2] if warm is not None and warm[0] is module else None))
+        owners.extend((cls, _class_members, _warm_entries(cls)) for cls in classes)
+    owners.extend((cls, _class_members, _warm_entries(cls)) for cls in _CLASSES_WATCHED)
     return owners
 
 
@@ -114,7 +120,7 @@ def zygote_warm() -> None:
         if values is not None:
             _WARM_CLASSES[(id(module), module_name)] = (
                 module, values, tuple(_module_classes(module, module_name)))
-    for owner, lister in _owners():
+    for owner, lister, _listed in _owners():
         values = _namespace_values(owner)
         if values is not None:
             _WARM[id(owner)] = (owner, values, tuple(lister(owner)))
@@ -143,11 +149,15 @@ def _still_warm(warm: tuple | None, owner, _is=operator.is_) -> tuple | None:
     return warm[2]
 
 
-def _module_entries() -> list[tuple[Any, str, Any]]:
+def _module_entries(own: list | None = None) -> list[tuple[Any, str, Any]]:
+    """Every watched entry; with ``own``, those whose owner is kernelmill's or builtins
+    (``_owned_by_us``) are put there too, the owner asked once, not once per entry."""
     entries = []
-    for owner, lister in _owners():
-        warm = _warm_entries(owner)
-        entries.extend(warm if warm is not None else lister(owner))
+    for owner, lister, warm in _owners():
+        listed = warm if warm is not None else lister(owner)
+        entries.extend(listed)
+        if own is not None and listed and _owned_by_us(owner):
+            own.extend(listed)
     return entries
 
 
@@ -174,14 +184,23 @@ def _module_shapes() -> tuple:
 _MODULE_HOOKS = ("__getattr__", "__dir__")  # names a module calls when a lookup misses
 
 
-def snapshot_modules() -> tuple:
+def snapshot_modules(*, with_own: bool = False) -> tuple:
+    """The bindings watched now: ``(entries, originals, module shapes)``, what
+    ``patched_functions`` compares against. ``with_own``: ``(snapshot, own)``, where ``own`` is
+    the part of kernelmill's modules and classes and builtins alone (checked at every timing
+    report), made in the same pass."""
     import triton
     import triton.language  # noqa: F401 — loaded now, so they are watched
     from torch.utils import cpp_extension  # noqa: F401 — loaded now, so it is watched
 
-    entries = _module_entries()
+    own: list | None = [] if with_own else None
+    entries = _module_entries(own)
     originals = tuple((label, *entry) for label, entry in _ORIGINALS.items())
-    return tuple(entries), originals, _module_shapes()
+    shapes = _module_shapes()
+    snapshot = (tuple(entries), originals, shapes)
+    if not with_own:
+        return snapshot
+    return snapshot, (tuple(own), (), tuple(m for m in shapes if _owned_by_us(m[0])))
 
 
 def _reshaped_modules(shapes: tuple, *, _vars=vars, _type=type, _str=str, _list=list,
