@@ -309,6 +309,9 @@ def summarize(out: Path) -> dict:
             "candidate_stages_cpu_s": {k: median(v) for k, v in stage_cpu.items()},
             "reference_stages_cpu_s": {k: median(v) for k, v in ref_stage_cpu.items()},
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
+            # windows that captured a member's graph again (``window_rounds``: its phase
+            # ``resize``, the median above over those alone)
+            "windows_resized": len(phases.get("resize") or []),
             "turn_ms": {k: median(v) for k, v in turn.items()},
             "median_rounds": median(rounds),
             "warm_by": dict(warm_by),
@@ -681,7 +684,8 @@ def main() -> int:
         if r.get("window_phases_ms"):
             print(f"{phase}: a window's parts, median ms: " +
                   " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()) +
-                  f"; rounds {r.get('median_rounds')}")
+                  f"; rounds {r.get('median_rounds')}; a graph captured again in "
+                  f"{r.get('windows_resized', 0)} of {r.get('windows')} windows")
         if r.get("warm_by"):
             share = r.get("sm_clock_share")
             print(f"{phase}: windows by their warm-up: " +

@@ -78,15 +78,21 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             calls = (got[1] if got is not None else {}).get("resize")
             if name in ready and type(calls) is int and 0 < calls <= MAX_CALLS:
                 asks[name] = calls
+    resize_s = 0.0
     if asks:
+        resize_began = time.monotonic()
         _resize_together(group, ready, asks, timeout)
         first = next(iter(group.active), None)
         if first is not None and warm_ms:  # the clocks, idle while they captured, back up
             with group.turn(first):
                 group.ask(first, f"settle {settings.rewarm_ms:g}", "settle", timeout)
+        resize_s = time.monotonic() - resize_began
+        result["resized"] = sorted(asks)  # whose graph the window captured again
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
-    phases["warm"] = round((mark - began) * 1e3, 1)
+    phases["warm"] = round((mark - began - resize_s) * 1e3, 1)
+    if asks:  # the captures again and the clocks' settling after them
+        phases["resize"] = round(resize_s * 1e3, 1)
     per_round, witness_reps = {}, {}
     # a long call's turn (one the floor of 3 samples binds) fills the minimum rounds, as long
     # as those rounds fit in the cap (a call of a quarter second keeps 3 a turn)

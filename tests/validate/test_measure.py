@@ -897,6 +897,11 @@ def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
         assert parts[name]["resized"] and parts[name]["calls_per_sample"] == 2
         assert parts[name]["estimate_ms"] == 0.5
     assert not parts["reference"].get("resized") and parts["reference"]["calls_per_sample"] == 1
+    # the captures again are a phase of their own, apart from the warm-up; a window with
+    # none has no such phase
+    assert window["resized"] == ["candidate", "other"] and window["phases_ms"]["resize"] > 0
+    plain, _ = _window({"reference": 1.0, "candidate": 1.0}, cap_ms=100, warm_ms=5)
+    assert "resize" not in plain["phases_ms"] and "resized" not in plain
 
 
 @pytest.mark.gpu
