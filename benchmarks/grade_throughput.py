@@ -920,15 +920,19 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
 
 
 def _timing_parts(profile: dict, seconds: float) -> dict[str, float]:
-    """A candidate's timing stage split: its wait for the window's last participant to be
-    ready, the window's wait for the GPU alone, the window itself, and the rest (the timer's
-    preparation, the step back after the window), each at most what is left of the stage."""
+    """A candidate's timing stage split: its timer's preparation (warm-up, estimate, capture,
+    where the verdict says), its wait for the window's last participant to be ready, the
+    window's wait for the GPU alone, the window itself, and the rest (the step back after the
+    window), each at most what is left of the stage."""
     def number(key: str, scale: float = 1.0) -> float:
         value = profile.get(key)
         return max(0.0, value * scale) if isinstance(value, (int, float)) else 0.0
 
+    prepare = (profile.get("prepare_ms") or {}).get("candidate")
     parts, left = {}, seconds
-    for part, value in (("for the last ready", number("last_ready_ms", 1e-3) -
+    for part, value in (("prepare", max(0.0, prepare / 1e3) if isinstance(
+                            prepare, (int, float)) else 0.0),
+                        ("for the last ready", number("last_ready_ms", 1e-3) -
                          number("ready_ms", 1e-3)),
                         ("exclusive wait", number("exclusive_wait_ms", 1e-3)),
                         ("window", number("window_ms", 1e-3))):

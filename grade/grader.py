@@ -355,7 +355,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             # each timed round's median sample, [round, ms], of the reference and the candidate,
             # and the rounds where each one's turn followed its own unsettled
             parts = window.get("participants") or {}
-            for key in ("round_medians_ms", "unsettled_rounds"):
+            # (and how long each one's timer took to prepare, before it was ready)
+            for key in ("round_medians_ms", "unsettled_rounds", "prepare_ms"):
                 verdict["profile"][key] = {who: (parts.get(who) or {}).get(key)
                                            for who in ("reference", "candidate")}
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its

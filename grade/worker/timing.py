@@ -11,6 +11,8 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.window_worker import serve_window
 
+from .guards.originals import _perf_counter
+
 # ---------------------------------------------------------------- timing
 
 def device_info(device: str) -> dict:
@@ -46,10 +48,13 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     is the timer's (``timer.PlacementTurns.capture``).
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
+    began = _perf_counter()
     timer = T.Timer(fn, device, place=place, **_timer_options(payload))
     ready = timer.prepare()
     if prepared is not None:
         prepared(timer)
+    # its warm-up, estimate and capture, beside other grades' work: for the profile alone
+    ready = {**ready, "prepare_ms": round((_perf_counter() - began) * 1e3, 1)}
     if timer.graph is None:  # one call per sample: ``after_sample`` may look between calls
         timer.after_sample = after_sample
     else:
