@@ -1,9 +1,10 @@
 """What every candidate worker spends before and after its calls, apart from the calls: the
 guards its setup installs (hooks, the snapshot of watched bindings and its own part, the
-dispatcher's kernels), the check of its own part at each timing report, and at its result the
-dispatcher's check, then the full check of the bindings by the guard just before encoding.
-Each part's CPU seconds, in warm workers forked from the zygote as a grade's are (its listings
-inherited), median over ``--runs`` workers.
+dispatcher's kernels), the check of its own part at each timing report, and the full checks
+of the bindings its result makes (twice: where its facts begin, which fences the facts read
+after it, then the guard just before encoding). Each part's CPU seconds, in warm workers
+forked from the zygote as a grade's are (its listings inherited), median over ``--runs``
+workers.
 
     python benchmarks/worker_setup.py [--runs 5] [--device cpu]
 """
@@ -39,8 +40,8 @@ def main(payload):
     snapshot, own = step("snapshot", lambda: snapshot_modules(with_own=True))
     dispatch = step("dispatch snapshot", dispatch_snapshot)
     step("own check (per report)", lambda: patched_functions(own))
-    step("result facts", lambda: dispatch_changed(dispatch))
-    step("guard check", lambda: (patched_functions(snapshot), dispatch_changed(dispatch)))
+    for name in ("result check", "guard check"):
+        step(name, lambda: (patched_functions(snapshot), dispatch_changed(dispatch)))
     return took
 '''
 

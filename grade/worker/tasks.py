@@ -317,11 +317,11 @@ def _candidate_task(payload: dict) -> dict:
     mark_stage("witness read")  # the profiler's session ended and its kernels read
     run.witnessed(facts)
     mark_stage("result")  # the last facts, then (after return) their encoding and sending
-    # What the timing reports and the dispatcher saw replaced. The whole snapshot is checked
-    # once, by the guard just before the facts are encoded (below): a patch there ends the run
-    # as ``patched_function``, and one undone before it was free to be undone before any
-    # earlier check too (a full check here as well was 40 ms of each grade on a 2-core host).
-    facts["patched"] = sorted(set(dispatch_changed(dispatch)) | set(seen_patches))
+    # Checked here as well as by the guard before encoding: the facts read after this line look
+    # functions up (``sys.getprofile``, ``device_info``, ``sandbox.report``), and a patch that
+    # answers one of them once and then undoes itself is gone by the guard's check
+    facts["patched"] = sorted(set(check_patched(snapshot)) | set(dispatch_changed(dispatch)) |
+                              set(seen_patches))
     observed = _observed()
     facts["refused_compiles"] = observed["refused"]
     facts["host_alias"] = observed["host_alias"]
