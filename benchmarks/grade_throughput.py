@@ -832,7 +832,7 @@ def report_per_problem(out: Path) -> None:
         rows.setdefault(row.get("problem_id") or row["submission_id"].split("#")[0], []).append(row)
     print(f"{'problem':24} {'subs':>4} {'wall s':>7} {'window ms':>10} {'rounds':>6} "
           f"{'turn+ms':>7} "
-          f"{'warm/rounds/clock/unseen/witness ms':>36} {'ref s':>6} "
+          f"{'warm/resize/rounds/clock/unseen/witness ms':>43} {'ref s':>6} "
           f"{'cand s':>7}  longest candidate stages (median s)")
     for problem, group in sorted(rows.items()):
         profiles = [r.get("profile") or {} for r in group]
@@ -847,11 +847,11 @@ def report_per_problem(out: Path) -> None:
         fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
         phases = [statistics.median(v) if (v := [p["phases_ms"][k] for p in profiles
                                                  if k in (p.get("phases_ms") or {})]) else None
-                  for k in ("warm", "rounds", "clock", "unseen", "witness")]
+                  for k in ("warm", "resize", "rounds", "clock", "unseen", "witness")]
         print(f"{problem[:24]:24} {len(group):>4} {fmt(max(walls) if walls else None, '.1f'):>7} "
               f"{fmt(med('window_ms'), '.0f'):>10} {fmt(med('rounds'), '.0f'):>6} "
               f"{fmt(med('turn_overhead_ms'), '.1f'):>7} "
-              f"{'/'.join(fmt(v, '.0f') for v in phases):>36} {fmt(med('reference_s'), '.1f'):>6} "
+              f"{'/'.join(fmt(v, '.0f') for v in phases):>43} {fmt(med('reference_s'), '.1f'):>6} "
               f"{fmt(med('candidate_s'), '.1f'):>7}  "
               + " ".join(f"{k}={v:.2f}" for v, k in longest))
 

@@ -87,7 +87,6 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             with group.turn(first):
                 group.ask(first, f"settle {settings.rewarm_ms:g}", "settle", timeout)
         resize_s = time.monotonic() - resize_began
-        result["resized"] = sorted(asks)  # whose graph the window captured again
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
     phases["warm"] = round((mark - began - resize_s) * 1e3, 1)

@@ -2013,11 +2013,20 @@ def test_the_zygotes_listing_of_watched_modules_serves_only_owners_left_as_they_
 
 def test_the_snapshots_own_part_is_kernelmills_and_the_builtins_bindings():
     """``snapshot_modules(with_own=True)`` makes the part checked at every timing report in the
-    same pass: exactly the entries and module shapes whose owner is kernelmill's or builtins."""
+    same pass: exactly the entries and module shapes whose owner is kernelmill's or builtins,
+    those listed by the zygote (``zygote_warm``, as a forked worker finds them) among them."""
     from kernelmill.grade.worker.guards import patches
 
-    snapshot, own = patches.snapshot_modules(with_own=True)
+    patches.zygote_warm()
+    try:
+        snapshot, own = patches.snapshot_modules(with_own=True)
+        warm_owned = [o for o, _lister, warm in patches._owners()
+                      if warm and patches._owned_by_us(o)]
+    finally:
+        patches._WARM.clear()
+        patches._WARM_CLASSES.clear()
     entries, _originals, shapes = snapshot
+    assert len(warm_owned) > 20  # kernelmill's classes and modules, from the zygote's listing
     assert own[0] == tuple(e for e in entries if patches._owned_by_us(e[0]))
     assert own[2] == tuple(m for m in shapes if patches._owned_by_us(m[0]))
     assert own[1] == () and len(own[0]) > 100 and len(own[0]) < len(entries) / 4
@@ -2025,47 +2034,70 @@ def test_the_snapshots_own_part_is_kernelmills_and_the_builtins_bindings():
 
 
 HOOKED_ALIASES = """
-import sys, types
+import json, sys, types
 import torch
-def main():
+def main(payload):
     from kernelmill.grade.worker.observers import host_memory as H
     listed = len(H._WARM_ALIASES)
+    reused = []
+    still = H._still_warm
+    def counted(warm, owner):  # how many modules' listings the rebind reuses
+        found = still(warm, owner)
+        reused.append(found is not None)
+        return found
+    H._still_warm = counted
+    case = payload["case"]
+    if case == "renamed":  # a listed module's name renamed, its values left in place
+        dlpack = sys.modules["torch.utils.dlpack"]
+        items = [("renamed" if k == "to_dlpack" else k, v) for k, v in vars(dlpack).items()]
+        vars(dlpack).clear()
+        vars(dlpack).update(items)
+    if case == "retargeted":  # a hooked name bound to a function a listed module binds too
+        torch.from_numpy = json.dumps
+    # bound after the zygote's listing: a new module, and a listed one given a new name
+    late = types.ModuleType("late_alias")
+    late.numpy_view = torch._C._to_dlpack
+    sys.modules["late_alias"] = late
+    json.from_numpy_alias = torch.from_numpy
     originals = {id(site[3]): site[3] for site in H._hook_sites()}
     def bound():  # every module name still bound to a function the hooks replace
         return sorted(f"{n}.{k}" for n, m in list(sys.modules.items())
                       if isinstance(m, types.ModuleType)
                       for k, v in list(vars(m).items()) if originals.get(id(v), originals) is v)
-    # after the zygote's listing: a new module, and a listed one given a new name, both binding
-    # a hooked function
-    late = types.ModuleType("late_alias")
-    late.numpy_view = torch._C._to_dlpack
-    sys.modules["late_alias"] = late
-    import json
-    json.from_numpy_alias = torch.from_numpy
     before = bound()
     H._install_host_access_hooks()
-    return {"listed": listed, "before": before, "after": bound(),
+    return {"listed": listed, "before": before, "after": bound(), "reused": sum(reused),
             "late": late.numpy_view is H._ORIGINALS.get("late_alias.numpy_view", (0, 0, 1))[2],
             "json": json.from_numpy_alias is torch.from_numpy}
 """
 
 
-def test_every_alias_of_a_hooked_function_is_hooked_in_a_warm_worker():
+@pytest.mark.parametrize("case", ["plain", "renamed", "retargeted"])
+def test_every_alias_of_a_hooked_function_is_hooked_in_a_warm_worker(case):
     """A forked worker rebinds the aliases the zygote listed and looks through the namespaces of
     the modules changed since (or new): no module is left binding a function the host-access
     hooks replace (``torch.utils.dlpack.to_dlpack`` is ``torch._C._to_dlpack``), whether it
-    was there at the zygote's listing or bound after it."""
+    was there at the zygote's listing or bound after it, under a name renamed since (its
+    value in place), or where a hooked name was bound to another module's function (the
+    zygote's listings then serve no module)."""
     from kernelmill.validate.harness import run_in_worker
 
     result = run_in_worker("kernelmill.validate.harness:run_source",
-                           {"source": HOOKED_ALIASES}, timeout_s=60, device="cpu")
+                           {"source": HOOKED_ALIASES, "case": case}, timeout_s=60, device="cpu")
     assert result.ok, result.error
     value = result.value
     assert result.warm and value["listed"] > 1000, value["listed"]
     assert "late_alias.numpy_view" in value["before"] and \
         "json.from_numpy_alias" in value["before"]
     assert any(name.startswith("torch.utils.dlpack.") for name in value["before"])
+    if case == "renamed":
+        assert "torch.utils.dlpack.renamed" in value["before"]
+    if case == "retargeted":
+        assert "json.dumps" in value["before"]
     assert value["after"] == [] and value["late"] and value["json"], value
+    # the listings served every module left as the zygote saw it, and none once the hooked
+    # functions were not the zygote's
+    assert (value["reused"] == 0) if case == "retargeted" else (value["reused"] > 1000), value
 
 
 @pytest.mark.parametrize("snippet, needle", [

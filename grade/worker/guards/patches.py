@@ -107,6 +107,8 @@ def _warm_classes(module, module_name: str) -> tuple | None:
 # then: a forked worker reuses them while the namespace holds the same values (by identity, in
 # order) and lists the rest anew (what its own hooks rebound, what it imported since). Listing
 # every owner took 0.3-0.4 CPU-s of each candidate on a 2-core host, about 1 s on an H100 host.
+# (A name renamed with its value left in place keeps the values: the listed name is then
+# missing, which the check reads as a patch.)
 _WARM: dict[int, tuple] = {}
 _WARM_CLASSES: dict[tuple[int, str], tuple] = {}  # and each module's classes, by (id, name)
 
@@ -115,15 +117,18 @@ def zygote_warm() -> None:
     """Run by the zygote once its preloads are in, before it forks any worker."""
     _WARM.clear()
     _WARM_CLASSES.clear()
+    first: dict[int, tuple] = {}  # each module's values as its classes were listed
     for module_name, module in list(sys.modules.items()):
         values = _namespace_values(module) if _isinstance(module, types.ModuleType) else None
         if values is not None:
+            first[id(module)] = values
             _WARM_CLASSES[(id(module), module_name)] = (
                 module, values, tuple(_module_classes(module, module_name)))
     for owner, lister, _listed in _owners():
         values = _namespace_values(owner)
-        if values is not None:
-            _WARM[id(owner)] = (owner, values, tuple(lister(owner)))
+        if values is None or (id(owner) in first and not _same_values(values, first[id(owner)])):
+            continue  # (a module changed between its two listings: a worker lists it anew)
+        _WARM[id(owner)] = (owner, values, tuple(lister(owner)))
 
 
 def _namespace_values(owner) -> tuple | None:
@@ -133,20 +138,22 @@ def _namespace_values(owner) -> tuple | None:
         return None
 
 
+def _same_values(now: tuple | None, then: tuple, _is=operator.is_) -> bool:
+    """Whether two namespaces' values are the same, each by identity, in order."""
+    return now is not None and len(now) == len(then) and all(map(_is, now, then))
+
+
 def _warm_entries(owner) -> tuple | None:
     """The zygote's entries of ``owner`` if its namespace is as the zygote saw it, else None."""
     return _still_warm(_WARM.get(id(owner)), owner)
 
 
-def _still_warm(warm: tuple | None, owner, _is=operator.is_) -> tuple | None:
+def _still_warm(warm: tuple | None, owner) -> tuple | None:
     """A zygote-time listing ``(owner, values, listed)``'s ``listed`` while ``owner``'s
     namespace holds the same values (by identity, in order), else None."""
     if warm is None or warm[0] is not owner:
         return None
-    values = _namespace_values(owner)
-    if values is None or len(values) != len(warm[1]) or not all(map(_is, values, warm[1])):
-        return None
-    return warm[2]
+    return warm[2] if _same_values(_namespace_values(owner), warm[1]) else None
 
 
 def _module_entries(own: list | None = None) -> list[tuple[Any, str, Any]]:

@@ -10,7 +10,7 @@ import types
 import torch
 
 from ..guards.originals import _ORIGINALS, _isinstance, _raw, _Tensor, _tensor_storage, _type
-from ..guards.patches import _namespace_values, _still_warm
+from ..guards.patches import _still_warm
 from .counts import _audit_event
 
 # Python/NumPy containers, raw storage element access and serialization of raw bytes. A kernel
@@ -152,11 +152,18 @@ def zygote_warm() -> None:
     targets = {id(site[3]): site[3] for site in _hook_sites()}
     _WARM_TARGETS[:] = targets.values()
     for module in list(sys.modules.values()):
-        values = _namespace_values(module) if _isinstance(module, types.ModuleType) else None
-        if values is not None:
-            _WARM_ALIASES[id(module)] = (module, values, tuple(
-                (name, value) for name, value in list(vars(module).items())
-                if targets.get(id(value)) is value))
+        items = _namespace_items(module) if _isinstance(module, types.ModuleType) else None
+        if items is not None:
+            _WARM_ALIASES[id(module)] = (module, tuple(value for _name, value in items), tuple(
+                (name, value) for name, value in items
+                if targets.get(id(value), targets) is value))
+
+
+def _namespace_items(module) -> tuple | None:
+    try:
+        return tuple(vars(module).items())
+    except Exception:  # noqa: BLE001 — no namespace: nothing to reuse
+        return None
 
 
 def _rebind_aliases(hooks: dict) -> None:
@@ -170,7 +177,11 @@ def _rebind_aliases(hooks: dict) -> None:
         if not _isinstance(module, types.ModuleType):
             continue
         listed = _still_warm(warm.get(id(module)), module)
-        if listed is None:
+        # Its values in place, a listed name still bound to its function: the names bound to
+        # a hooked function are those listed (a name renamed with its value left in place
+        # leaves a listed name bound to something else, and the whole namespace is looked at)
+        if listed is None or any(vars(module).get(name, listed) is not value
+                                 for name, value in listed):
             listed = list((getattr(module, "__dict__", None) or {}).items())
         for name, value in listed:
             found = hooks.get(id(value))
