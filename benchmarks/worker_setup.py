@@ -31,6 +31,9 @@ def main(payload):
         value = fn()
         took[name] = time.process_time() - began
         return value
+    if device.startswith("cuda"):  # as the task does first (its CUDA state, lazily made)
+        import torch
+        step("torch.cuda.init", torch.cuda.init)
     step("baseline", lambda: T._baseline(device))
     step("witness", lambda: Witness(device))
     step("triton hook", T._install_triton_hook)

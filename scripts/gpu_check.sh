@@ -12,6 +12,8 @@
 #        probe (scripts/probe_profile.py: a validation probe's stages and functions, in process;
 #        PROBE_NAMES picks KernelBench problems by file-name substring)
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
+#        setup (benchmarks/worker_setup.py: a candidate worker's guard setup and result checks,
+#        CPU per step in warm CUDA workers; SETUP_RUNS workers, default 9)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
@@ -174,6 +176,9 @@ for part in $parts; do
     profile)  python3 scripts/grade_profile.py ${PROFILE_ONLY:+--only $PROFILE_ONLY} 2>&1 \
                 | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
+    # a candidate worker's guard setup and result checks, CPU per step, in warm CUDA workers
+    setup)    python3 benchmarks/worker_setup.py --device cuda --runs "${SETUP_RUNS:-9}" 2>&1 \
+                | tee "$out/worker_setup.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     # shellcheck disable=SC2086 — RAY_RUNS is a list of run names
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
