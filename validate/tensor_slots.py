@@ -124,18 +124,19 @@ def slot_tensors(value, fd: int | None, _type=type, start: int = 0):
     (no view, no second tensor over it: what shares a storage keeps sharing it through
     ``torch.save``) copied into the results file ``fd`` after its first ``start`` bytes (what
     ``ResultsFile.put`` wrote there) and replaced by a ``TensorSlot``; ``value`` as it is
-    without a file or such a tensor. Raises ``SlotError`` where the tensors would pass the
-    worker's file-size limit."""
+    without a file or such a tensor. One tensor found in several places of ``value`` (a
+    worker's output shipped once for every call that gave those bytes) is one slot, which the
+    parent maps as one tensor (``slotted``, ``restore_slots``). Raises ``SlotError`` where the
+    tensors would pass the worker's file-size limit."""
     torch = sys.modules.get("torch")
     if fd is None or torch is None:
         return value
-    owners: dict[int, int] = {}  # storage address -> tensors over it
+    owners: dict[int, set] = {}  # storage address -> the tensor objects over it
 
     def count(item):
         if _type(item) is torch.Tensor:
             if item.device.type == "cpu" and item.layout == torch.strided:
-                key = item.untyped_storage().data_ptr()
-                owners[key] = owners.get(key, 0) + 1
+                owners.setdefault(item.untyped_storage().data_ptr(), set()).add(id(item))
         elif _type(item) in (dict, list, tuple):
             for v in (item.values() if _type(item) is dict else item):
                 count(v)
@@ -148,7 +149,7 @@ def slot_tensors(value, fd: int | None, _type=type, start: int = 0):
         nbytes = item.numel() * item.element_size()
         storage = item.untyped_storage()
         return nbytes >= SLOT_BYTES and item.storage_offset() == 0 and \
-            storage.nbytes() == nbytes and owners.get(storage.data_ptr()) == 1
+            storage.nbytes() == nbytes and len(owners.get(storage.data_ptr(), ())) == 1
 
     moved, chunks, end = slotted(value, lambda item: item if takes(item) else None, start)
     if not chunks:

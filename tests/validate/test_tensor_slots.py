@@ -73,6 +73,30 @@ def test_a_results_file_still_writable_elsewhere_is_not_read(tmp_path):
         os.close(fd)
 
 
+def test_one_tensor_found_in_several_places_crosses_in_the_file_once():
+    """A worker ships one host copy for every call that gave the same bytes (a deterministic
+    forward's repeat, refill and audit calls): that tensor, found in several places of the
+    result, is one slot in the results file (its bytes written once, never through the
+    frame's pickle and MAC), and the parent maps it as one tensor. A view beside its base
+    still stays in the frame."""
+    fd = os.memfd_create("kernelmill-results", os.MFD_ALLOW_SEALING)
+    try:
+        out, base = torch.arange(1 << 16, dtype=torch.float32), torch.ones(1 << 16)
+        value = slot_tensors({"calls": [{"outputs": [out]}, {"outputs": [out]}], "again": out,
+                              "base": base, "view": base[: 1 << 15]}, fd)
+        slots = [value["calls"][0]["outputs"][0], value["calls"][1]["outputs"][0],
+                 value["again"]]
+        assert all(type(s) is TensorSlot for s in slots) and slots[0] == slots[2]
+        assert os.fstat(fd).st_size == out.numel() * 4  # written once
+        assert type(value["base"]) is torch.Tensor and type(value["view"]) is torch.Tensor
+        got = attach_slots(value, fd)
+        first = got["calls"][0]["outputs"][0]
+        assert torch.equal(first, out) and got["again"] is first
+        assert got["calls"][1]["outputs"][0] is first
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("slot", [
     (1 << 30, 4, "float32", (1,)),  # past the file's end
     (0, 4, "load", (1,)),  # a name of torch that is no dtype
