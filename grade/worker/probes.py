@@ -10,6 +10,8 @@ and keep the GPU busy alike.
 """
 from __future__ import annotations
 
+import ctypes
+from contextlib import contextmanager
 from math import prod as _prod
 
 import torch
@@ -397,7 +399,8 @@ class _Probes:
         _audit_event("kernelmill.ghost", 1)
         try:
             self.ghost_ranges.add(self.witness.calls)
-            out, _ = self.invoke()
+            with _fresh_host_memory_filled(not self.device.startswith("cuda")):
+                out, _ = self.invoke()
             sync(self.device)
         finally:
             _audit_event("kernelmill.ghost", -1)
@@ -531,6 +534,38 @@ def _poison_outputs(output) -> bool:
     except Exception:  # noqa: BLE001 — a tensor without plain storage: not poisoned
         return False
     return bool(tensors)
+
+
+def _libc_mallopt():
+    """glibc's ``mallopt``, bound at import; None where the C library has none (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
+_MALLOPT = _libc_mallopt()
+M_PERTURB = -6  # glibc: fill each block malloc hands out with ~value's low byte, freed ones with it
+PERTURB_ALL_ONES = 0x100  # handed-out bytes 0xFF (NaN in every float type, -1 in the integers)
+
+
+@contextmanager
+def _fresh_host_memory_filled(on: bool = True):
+    """Within: every block the C allocator hands out above its per-thread cache's sizes (1 KiB)
+    comes filled with all-one bytes, whatever it held (glibc's ``M_PERTURB``). A CPU tensor's
+    memory comes from malloc, which keeps no order a handful of poisoned blocks can rely on: a
+    freed block that still holds an earlier call's answer can be merged, split and handed back
+    to the ghost call's ``empty_like``, so an honest kernel whose launch was skipped would look
+    like it gave the answer anyway. Nothing where off or the library has no ``mallopt``."""
+    if not on or _MALLOPT is None or _MALLOPT(M_PERTURB, PERTURB_ALL_ONES) != 1:
+        yield
+        return
+    try:
+        yield
+    finally:
+        _MALLOPT(M_PERTURB, 0)
 
 
 GHOST_POISON = 4  # poisoned blocks per output before the ghost call (one was not enough on

@@ -2207,6 +2207,35 @@ def test_the_call_befores_outputs_are_poisoned_in_place_before_a_ghost_call():
     assert _poison_outputs(None) is False and _poison_outputs((1, "a")) is False
 
 
+def test_a_cpu_ghost_calls_fresh_memory_holds_no_earlier_answer():
+    """On the CPU a tensor's memory comes from malloc, whose freed blocks are merged, split and
+    handed back in no order a few poisoned blocks can rely on: an honest kernel's skipped launch
+    once left its ``empty_like`` holding the answer a freed block kept. Within the ghost call every
+    block handed out comes filled with all-one bytes instead, whatever its size; after it,
+    memory is handed out as it was."""
+    from kernelmill.grade.worker.probes import _MALLOPT, _fresh_host_memory_filled
+
+    if _MALLOPT is None:
+        pytest.skip("the C library has no mallopt (not glibc)")
+    for n in (512, 4096, 65536, 1 << 20):
+        answers = [torch.full((n,), 7.0) for _ in range(16)]
+        del answers
+        with _fresh_host_memory_filled():
+            fresh = [torch.empty(n) for _ in range(16)]
+            counts = torch.empty(n, dtype=torch.int64)
+        assert all(torch.isnan(t).all() for t in fresh), n
+        assert (counts == -1).all(), n
+        del fresh, counts
+    kept = torch.full((16384,), 7.0)
+    place = kept.data_ptr()
+    del kept
+    again = torch.empty(16384)
+    if again.data_ptr() == place:  # the same block back: as it was left (bar malloc's own
+        assert (again == 7.0).float().mean() > 0.99  # few words at its start), not filled
+    with _fresh_host_memory_filled(False):
+        assert not torch.isnan(torch.zeros(4096)).any()
+
+
 def test_reading_a_floating_point_inputs_elements_on_the_host_is_host_compute():
     """Red-team round 25 keyed a cache of its last answer on 8 input values read with
     ``.item()`` (within the scalar-read allowance). An element of a floating-point input of
