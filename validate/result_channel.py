@@ -161,6 +161,9 @@ class _Reader(threading.Thread):
             else:
                 self.tampered = True
                 return
+            # hold nothing while blocked on the next frame: a result's file is the run's to let go
+            # (``self.result``), not this thread's until the worker's end of the pipe closes
+            body = data = None
 
 
 def _start_marks(marks, start: float, hello: float) -> list[tuple[str, float]]:

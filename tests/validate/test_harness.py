@@ -731,6 +731,39 @@ def test_a_result_frame_is_spliced_from_the_pipe_whole_and_read_on_where_splice_
         frame.close()
 
 
+def test_a_result_frames_file_is_held_by_the_run_alone_while_the_worker_lives_on():
+    """Once a result frame is read, the reader thread blocks on the next frame holding nothing
+    of it: the file goes as soon as the run lets its result go, though the worker (a kept
+    reference worker, one that has not yet exited) still holds its end of the pipe."""
+    import hashlib
+    import hmac
+    import time
+    import weakref
+
+    from kernelmill.validate.harness import _FrameFile, _Reader
+    from kernelmill.validate.harness_worker import HEADER, KIND_RESULT
+
+    body = os.urandom(64 << 10)
+    mac = hmac.new(b"k", KIND_RESULT, hashlib.sha256)
+    mac.update(body)
+    r, w = os.pipe()
+    reader = _Reader(r, b"k", 0.0)
+    reader.start()
+    os.write(w, HEADER.pack(len(body) + 1) + mac.digest() + KIND_RESULT + body)
+    deadline = time.monotonic() + 10
+    while reader.result is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(reader.result, _FrameFile) and bytes(reader.result.map) == body
+    gone = weakref.ref(reader.result)
+    reader.result = None
+    time.sleep(0.05)
+    try:
+        assert gone() is None and reader.is_alive()
+    finally:
+        os.close(w)
+        reader.join(10)
+
+
 def test_a_warm_worker_inherits_what_the_zygote_listed_for_the_grader():
     """The grader's worker is a preload whose ``zygote_warm`` runs in the zygote: a run forked
     from it starts with the watched modules already listed."""
