@@ -15,6 +15,12 @@ Part 2, ``--jobs`` submissions from ``--clients`` concurrent clients on loopback
 8, a queue bound that makes them wait with 429s): every job must come back answered once with
 the verdict its kind expects (honest: correct; wrong: incorrect; syntax: not compiled), and the
 service's counters must add up. The run stops by itself (``--timeout``).
+
+Part 3 (``--per-sample N``), an RL trainer's per-sample reward calls (verl's ``compute_score``
+run in parallel): N submissions of one problem from N clients at once, each in a request of its
+own; once with every request graded alone (``group`` 1, as the service did before it joined
+them) and once with ``--group`` and the default ``group_wait_s`` (the requests join their
+problem's group). Prints the wall time and the groups the actors were handed.
 """
 from __future__ import annotations
 
@@ -161,6 +167,32 @@ def load(args, folder: Path, policy: Policy) -> dict:
             "refused": sum(r for _m, _v, r in results)}
 
 
+def per_sample(args, folder: Path, policy: Policy, group: int, tag: str) -> dict:
+    """``--per-sample`` honest submissions of one problem, one request each, all at once."""
+    rows = [{"problem_id": "ref_scale_add",
+             "source": source("honest_scale_add") + f"\n# {tag} {i}\n"}
+            for i in range(args.per_sample)]
+    problems, _ = write_inputs(folder, [{"submission_id": tag, **r} for r in rows])
+    config = service_config(args, problems, policy)
+    config.group = group
+    service = Service(config)
+    with Running(service) as url:
+        client = ServiceClient(url)
+        client.grade([{"problem_id": "ref_scale_add",  # warm: every actor grades once
+                       "source": source("honest_scale_add") + f"\n# warm {tag} {i}\n"}
+                      for i in range(args.actors)])
+        joined = client.health().get("joined", 0)
+        started = time.monotonic()
+        with ThreadPoolExecutor(len(rows)) as pool:
+            views = list(pool.map(lambda row: ServiceClient(url).grade([row])[0], rows))
+        wall = time.monotonic() - started
+        health = client.health()
+    return {"wall": wall, "wrong": sum(v["status"] != "done" or not matches("correct",
+                                                                            v["verdict"])
+                                       for v in views),
+            "joined": health.get("joined", 0) - joined, "p50": health["p50_s"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -174,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="part 2 stops by then")
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--skip-compare", action="store_true")
+    parser.add_argument("--per-sample", type=int, default=0,
+                        help="part 3: this many one-submission requests of one problem at once")
     args = parser.parse_args(argv)
     if args.device.startswith("cpu"):  # the fixtures' Triton kernels, interpreted on the host
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -193,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'service':10s} {args.n:5d} {s['wall']:8.2f} {args.n / s['wall']:8.2f} "
                   f"{s['wrong']:6d} {s['p50']:7.2f} {s['p95']:7.2f}")
             print(f"service / direct throughput: {d['wall'] / s['wall']:.1%}", flush=True)
+        if args.per_sample:
+            print(f"\nper-sample requests: {args.per_sample} of one problem at once")
+            for label, group in (("alone", 1), (f"joined ({args.group})", args.group)):
+                r = per_sample(args, folder, policy, group, label.split()[0])
+                print(f"  {label:14s} wall {r['wall']:7.2f} s  {args.per_sample / r['wall'] * 60:6.1f}"
+                      f"/min  wrong {r['wrong']}  joined {r['joined']}", flush=True)
         if not args.skip_load:
             r = load(args, folder, policy)
             print(f"\nload: {r['jobs']} jobs from {args.clients} clients in {r['wall']:.1f}s "

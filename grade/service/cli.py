@@ -25,6 +25,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(dataset=args.dataset, split=args.split, device=args.device,
                        backend=args.backend, address=args.address, actors=args.actors,
                        per_actor=args.per_actor, running=args.running, queue=args.queue, group=args.group,
+                       group_wait_s=args.group_wait,
                        deadline_s=args.deadline, reward=args.reward, cache=args.cache,
                        policy=policy)
 
@@ -75,7 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--queue", type=int, default=defaults.queue,
                    help=f"jobs waiting at most, then 429 (default {defaults.queue})")
     p.add_argument("--group", type=int, default=defaults.group, help="most submissions of one "
-                   f"problem in a request graded together (default {defaults.group})")
+                   f"problem graded together, from one request or several (default "
+                   f"{defaults.group})")
+    p.add_argument("--group-wait", type=float, default=defaults.group_wait_s,
+                   help="seconds a group not yet full waits for more of its problem before it "
+                   f"is graded (default {defaults.group_wait_s})")
     p.add_argument("--deadline", type=float, default=defaults.deadline_s,
                    help=f"a request's default deadline, seconds ({defaults.deadline_s:.0f})")
     p.add_argument("--cache", help="verdict cache file (JSONL), as kernelmill grade keeps")

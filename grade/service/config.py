@@ -20,6 +20,9 @@ class ServeConfig:
     running: int | None = None  # CUDA: worker processes an actor runs at once
     queue: int = 4096  # jobs waiting at most; beyond it 429 + Retry-After
     group: int = 8  # most submissions of one problem graded together
+    # a group not yet full waits this long from its first submission for more of its problem
+    # (submissions in requests of their own, as per-sample reward calls send them)
+    group_wait_s: float = 0.25
     deadline_s: float = 1800.0  # a request's default deadline (it may ask for another)
     max_attempts: int = 2  # dispatches of a job whose actor died, then an error
     reward: str = "composite"

@@ -58,7 +58,8 @@ class Service:
         self.busy = [0] * self.pool.size
         self.cache = VerdictCache(config.cache) if config.cache else None
         self.table = JobTable(max_queued=config.queue, group_size=config.group,
-                              max_attempts=config.max_attempts)
+                              max_attempts=config.max_attempts,
+                              group_wait_s=config.group_wait_s)
         self.table.actors = self.pool.size
         self.metrics = Metrics(self.table, self.busy, self.pool.alive)
         self.table.on_answer = self.metrics.answered
@@ -204,4 +205,5 @@ class Service:
                 "busy": list(self.busy), "problems": len(self.problems),
                 "queued": table.queued, "running": table.running,
                 "answered": len(table.answered), "requeued": table.requeued,
+                "joined": table.joined,
                 "p50_s": table.percentile(0.5), "p95_s": table.percentile(0.95)}

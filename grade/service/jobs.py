@@ -11,9 +11,13 @@ problem, the device, the policy and the grader's versions): a submission whose k
 or answered job gets that job's id back, not a new grade. A job that ended in ``error`` leaves
 the index, so submitting it again grades it again.
 
-Submissions of one problem in one request are queued as one group (at most ``group_size``),
-graded together by ``grade.batch.grade_group_items`` (one timing window for all). The table is
-used from one asyncio loop; it takes no locks.
+Submissions of one problem are queued as one group (at most ``group_size``), graded together by
+``grade.batch.grade_group_items`` (one reference worker, one timing window for all), whether they
+come in one request or in several: a request's submissions first join their problem's newest
+group still queued. A group that is not full is held back at most ``group_wait_s`` from its
+first submission for more of its problem, so a trainer that sends each sample of a GRPO group
+in a request of its own (verl's per-sample ``compute_score`` in parallel) is graded as a group,
+not as singles. The table is used from one asyncio loop; it takes no locks.
 """
 from __future__ import annotations
 
@@ -78,21 +82,28 @@ class JobTable:
 
     max_queued: jobs waiting at most (a request that would exceed it is refused whole).
     group_size: most jobs of one problem graded together.
+    group_wait_s: how long a group not yet full may wait, from its first submission, for more
+        of its problem before it is dispatched (0: never held back).
     max_attempts: dispatches of a job whose actor died before it is answered as an error.
     keep: answered jobs kept for polling and idempotency (oldest forgotten first).
     on_answer: called once per answered job (metrics).
     """
 
     def __init__(self, *, max_queued: int = 1024, group_size: int = 8, max_attempts: int = 2,
-                 keep: int = 100_000, on_answer: Callable[[Job], None] | None = None):
+                 keep: int = 100_000, on_answer: Callable[[Job], None] | None = None,
+                 group_wait_s: float = 0.0):
         self.max_queued = max_queued
         self.group_size = max(1, group_size)
+        self.group_wait_s = max(0.0, group_wait_s)
         self.max_attempts = max(1, max_attempts)
         self.keep = keep
         self.on_answer = on_answer or (lambda job: None)
         self.jobs: dict[str, Job] = {}
         self.by_key: dict[str, str] = {}
         self.groups: deque[list[Job]] = deque()
+        # each problem's newest group still in the queue: later submissions of it join there
+        self.filling: dict[str, list[Job]] = {}
+        self.joined = 0  # jobs that joined a group an earlier request queued
         self.queued = 0
         self.running = 0
         self.deduplicated = 0
@@ -149,13 +160,25 @@ class JobTable:
         for job in waiting:
             self.open[job.id] = job
             by_problem.setdefault(job.problem, []).append(job)
-        for jobs in by_problem.values():
-            for start in range(0, len(jobs), self.group_size):
-                self.groups.append(jobs[start:start + self.group_size])
+        for problem, jobs in by_problem.items():
+            self._queue(problem, jobs)
         self.queued += len(waiting)
         if waiting:
             self.work.set()
         return [step if isinstance(step, str) else step[0].id for step in plan]
+
+    def _queue(self, problem: str, jobs: list[Job]) -> None:
+        """``jobs`` of one problem into the queue: first into its newest group still queued,
+        up to the group size, then in new groups."""
+        group = self.filling.get(problem)
+        if group is not None:
+            room = self.group_size - len(group)
+            group.extend(jobs[:room])
+            self.joined += len(jobs[:room])
+            jobs = jobs[room:]
+        for start in range(0, len(jobs), self.group_size):
+            self.groups.append(jobs[start:start + self.group_size])
+            self.filling[problem] = self.groups[-1]
 
     def retry_after(self, extra: int = 0) -> int:
         """Seconds a refused client should wait: the queue's length at the recent pace."""
@@ -166,10 +189,18 @@ class JobTable:
 
     # -- dispatching -----------------------------------------------------------------------------
     async def take(self) -> list[Job]:
-        """The next group with a job still waiting (expired ones are answered already)."""
+        """The next group with a job still waiting (expired ones are answered already); one
+        not yet full waits first for more of its problem, ``group_wait_s`` from its first
+        submission at most."""
         while True:
             while self.groups:
-                group = [j for j in self.groups.popleft() if j.status == "queued"]
+                head = self.groups[0]
+                group = [j for j in head if j.status == "queued"]
+                if group and await self._held_back(head, group):
+                    continue  # the queue may have changed meanwhile: look again
+                self.groups.popleft()
+                if self.filling.get(head[0].problem) is head:
+                    del self.filling[head[0].problem]  # taken: nothing joins it now
                 if group:
                     for job in group:
                         job.status = "running"
@@ -180,6 +211,21 @@ class JobTable:
                     return group
             self.work.clear()
             await self.work.wait()
+
+    async def _held_back(self, head: list[Job], group: list[Job]) -> bool:
+        """Whether ``head`` (its waiting jobs ``group``) waited for more of its problem: it is
+        not full, still open to them, and younger than ``group_wait_s``. Returns once a
+        submission comes or its time is up."""
+        left = self.group_wait_s - (time.monotonic() - min(j.submitted for j in group))
+        if left <= 0 or len(group) >= self.group_size or \
+                self.filling.get(group[0].problem) is not head:
+            return False
+        self.work.clear()
+        try:
+            await asyncio.wait_for(self.work.wait(), left)
+        except asyncio.TimeoutError:
+            pass
+        return True
 
     def requeue(self, group: list[Job], why: str) -> None:
         """The group's actor died: each job still running goes back to the front of the queue,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import Counter
 
 import pytest
@@ -66,6 +67,83 @@ def test_a_job_past_its_deadline_is_answered_as_an_error_once():
         assert table.queued == 0
         with pytest.raises(asyncio.TimeoutError):  # nothing to take: the expired job is gone
             await asyncio.wait_for(table.take(), 0.05)
+    asyncio.run(go())
+
+
+def test_submissions_of_one_problem_in_requests_of_their_own_join_its_queued_group():
+    """A trainer sending each sample in a request of its own gets its problem's samples graded
+    as groups: a request's jobs join the problem's newest group still queued, up to the group
+    size; never another problem's, nor a group already taken."""
+    async def go():
+        table = JobTable(group_size=3)
+        for key in ("a", "b"):
+            table.submit([entry(key)], 60)
+        table.submit([entry("x", "q")], 60)
+        table.submit([entry("c"), entry("d")], 60)  # one joins, one opens the next group
+        assert [[j.key for j in g] for g in table.groups] == [["a", "b", "c"], ["x"], ["d"]]
+        assert table.joined == 2 and table.queued == 5
+        first = await asyncio.wait_for(table.take(), 2)
+        assert [j.key for j in first] == ["a", "b", "c"]
+        table.submit([entry("e")], 60)
+        assert [[j.key for j in g] for g in table.groups] == [["x"], ["d", "e"]]
+        table.submit([entry("f", "q")], 60)
+        assert [j.key for j in await asyncio.wait_for(table.take(), 2)] == ["x", "f"]
+        assert [j.key for j in await asyncio.wait_for(table.take(), 2)] == ["d", "e"]
+        # a group whose jobs all expired leaves the queue; nothing joins it after
+        table.submit([entry("g", "r")], 0.01)
+        await asyncio.sleep(0.02)
+        table.expire()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(table.take(), 0.05)
+        (late,) = table.submit([entry("h", "r")], 60)
+        assert [j.id for j in await asyncio.wait_for(table.take(), 2)] == [late] and not table.groups
+    asyncio.run(go())
+
+
+def test_a_group_not_yet_full_waits_for_more_of_its_problem_then_goes():
+    """With ``group_wait_s``, a group not yet full is held back from its first submission until
+    it fills or the wait is over; a full group, an old one or a requeued one goes at once."""
+    async def go():
+        table = JobTable(group_size=3, group_wait_s=0.3)
+        table.submit([entry("a")], 60)
+        started = time.monotonic()
+        taking = asyncio.ensure_future(table.take())
+        await asyncio.sleep(0.05)
+        assert not taking.done()
+        table.submit([entry("b")], 60)
+        await asyncio.sleep(0.05)
+        assert not taking.done()
+        table.submit([entry("c"), entry("d")], 60)  # full: goes now, "d" waits on its own
+        group = await asyncio.wait_for(taking, 1)
+        assert [j.key for j in group] == ["a", "b", "c"] and time.monotonic() - started < 0.25
+        group = await table.take()  # no more come: "d" alone, once its wait is over
+        assert [j.key for j in group] == ["d"] and time.monotonic() - started >= 0.3
+        table.requeue(group, "actor lost")  # a requeued group is not held back
+        began = time.monotonic()
+        assert [j.key for j in await table.take()] == ["d"]
+        assert time.monotonic() - began < 0.1
+    asyncio.run(go())
+
+
+def test_per_sample_requests_reach_the_actors_as_one_group():
+    """verl's per-sample reward calls in parallel: eight requests of one submission each are
+    graded as one group of the service's size."""
+    async def go():
+        pool = FakePool()
+        service = Service(ServeConfig(device="cpu", group=8, group_wait_s=0.5), pool=pool)
+        await service.start()
+        try:
+            ids = []
+            for i in range(8):
+                ids += service.submit([{"reference": "class Model: pass\n",
+                                        "source": f"sample {i}"}])
+                await asyncio.sleep(0.01)
+            views = await service.table.wait(ids, 10)
+        finally:
+            await service.stop()
+        assert [v["status"] for v in views] == ["done"] * 8
+        assert [sources for _i, sources in pool.calls] == [[f"sample {i}" for i in range(8)]]
+        assert service.health()["joined"] == 7
     asyncio.run(go())
 
 
