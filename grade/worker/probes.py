@@ -554,7 +554,9 @@ PERTURB_ALL_ONES = 0x100  # handed-out bytes 0xFF (NaN in every float type, -1 i
 @contextmanager
 def _fresh_host_memory_filled(on: bool = True):
     """Within: every block the C allocator hands out above its per-thread cache's sizes (1 KiB)
-    comes filled with all-one bytes, whatever it held (glibc's ``M_PERTURB``). A CPU tensor's
+    comes filled with all-one bytes, whatever it held (glibc's ``M_PERTURB``); a smaller one
+    that cache hands back has its first bytes overwritten by the cache's own links, so it holds
+    no earlier answer whole either. A CPU tensor's
     memory comes from malloc, which keeps no order a handful of poisoned blocks can rely on: a
     freed block that still holds an earlier call's answer can be merged, split and handed back
     to the ghost call's ``empty_like``, so an honest kernel whose launch was skipped would look
