@@ -13,6 +13,11 @@ Two pools hold hosts:
 - ``LocalPool``: hosts in this process, one per slot (``core.devices.device_slots``), graded in
   threads: no Ray needed, for one machine and for tests.
 
+On a GPU a host grades several groups at once in threads (``per_actor`` slots: by default the
+batch grader's per-GPU slots, ``batch.default_slots_per_gpu``), sharing the GPU's memory
+admission and timing window as the batch's slots do; one group at a time left the GPU idle
+between a grade's stages. On CPU a host grades one group at a time.
+
 Ray is imported only when a ``RayPool`` is built (``pip install -e '.[ray]'``).
 """
 from __future__ import annotations
@@ -20,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from kernelmill.core.devices import device_slots
 from kernelmill.core.errors import KernelmillError
 
-from ..batch import grade_group_items
+from ..batch import default_slots_per_gpu, grade_group_items
 from ..policy import Policy
 
 log = logging.getLogger("kernelmill")
@@ -82,12 +88,17 @@ class LocalPool:
     """Hosts in this process, one per slot, each grading one group at a time in a thread."""
 
     def __init__(self, *, dataset: str | None, split: str | None, device: str, policy: Policy,
-                 reward: str, actors: int | None = None, extensions_root: str | None = None):
+                 reward: str, actors: int | None = None, extensions_root: str | None = None,
+                 per_actor: int | None = None):
         self.args = (dataset, split, device, asdict(policy), reward)
         self.slots = device_slots(device, actors)
         self.extensions_root = extensions_root
         self.hosts: list[GradingHost] = []
-        self.per_actor = 1
+        gpu = self.slots[0].get("gpu") is not None
+        # one host per GPU grades in the batch's slots; hosts asked for by number, one each
+        self.per_actor = per_actor or (default_slots_per_gpu(len(self.slots))
+                                       if gpu and not actors else 1)
+        self._threads: ThreadPoolExecutor | None = None
 
     @property
     def size(self) -> int:
@@ -99,9 +110,12 @@ class LocalPool:
                     for slot in self.slots]
 
         self.hosts = await asyncio.to_thread(build)
+        self._threads = ThreadPoolExecutor(len(self.hosts) * self.per_actor,
+                                           thread_name_prefix="kernelmill-host")
 
     async def grade(self, index: int, group: list[dict]) -> list[dict]:
-        return await asyncio.to_thread(self.hosts[index].grade, group)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self.hosts[index].grade, group)
 
     def alive(self) -> int:
         return len(self.hosts)
@@ -112,6 +126,8 @@ class LocalPool:
 
     def close(self) -> None:
         self.hosts = []
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)
 
 
 class RayPool:
@@ -119,8 +135,9 @@ class RayPool:
 
     address: the cluster (``auto``, ``ray://host:10001``); None starts a local Ray unless this
         process already called ``ray.init``.
-    per_actor: groups one actor grades at once (its threads share the GPU's admission and
-        window, as the batch's slots do); 1 on CPU.
+    per_actor: slots one actor grades in at once (its threads share the GPU's admission and
+        window, as the batch's slots do); default on a GPU the batch's per-GPU slots for the
+        cluster's cores per GPU, 1 on CPU.
     running: on CUDA, the most worker processes an actor lets run at once.
     """
 
@@ -135,6 +152,7 @@ class RayPool:
         self.gpu = device.startswith("cuda")
         self.actors, self.address, self.running = actors, address, running
         self.per_actor = per_actor or 1
+        self._per_actor_asked = per_actor
         self.extensions_root = extensions_root
         self.handles: list = []
         self.recovering: set[int] = set()  # actors lost and not yet answering again
@@ -177,6 +195,8 @@ class RayPool:
             (self.actors or max(1, int(resources.get("CPU", 1)) - 1))
         if count < 1:
             raise RuntimeError(f"ray: --device cuda but the cluster has no GPU ({resources})")
+        if self.gpu and not self._per_actor_asked:  # as grade_file's Ray backend sizes a GPU
+            self.per_actor = default_slots_per_gpu(count, cores=int(resources.get("CPU", 2)))
         remote = self.ray.remote(GradingHost).options(
             num_gpus=1 if self.gpu else 0, num_cpus=0 if self.gpu else 1,
             max_concurrency=self.per_actor, max_restarts=-1, max_task_retries=0)

@@ -71,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "process's slots, no Ray")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--actors", type=int, help="CPU actors (default: the cluster's CPUs less one)")
-    p.add_argument("--per-actor", type=int, help="groups one actor grades at once (default 1)")
+    p.add_argument("--per-actor", type=int, help="slots one actor grades in at once, a group of "
+                   "n members taking n/2 (default on a GPU: one per core of its share of the "
+                   "host, at most 16; 1 on CPU)")
     p.add_argument("--running", type=int, help="CUDA: worker processes one actor runs at once")
     p.add_argument("--queue", type=int, default=defaults.queue,
                    help=f"jobs waiting at most, then 429 (default {defaults.queue})")

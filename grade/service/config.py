@@ -16,7 +16,9 @@ class ServeConfig:
     backend: str = "ray"  # ray: one actor per GPU of the cluster; local: this process's slots
     address: str | None = None  # Ray cluster to join (default: start a local Ray)
     actors: int | None = None  # CPU actors (default: the cluster's CPUs less one)
-    per_actor: int | None = None  # groups one actor grades at once (default 1)
+    # slots one actor grades in at once, a group of n taking n/2 of them (default on a GPU: the
+    # batch's per-GPU slots, one per core of its share, at most 16; 1 on CPU)
+    per_actor: int | None = None
     running: int | None = None  # CUDA: worker processes an actor runs at once
     queue: int = 4096  # jobs waiting at most; beyond it 429 + Retry-After
     group: int = 8  # most submissions of one problem graded together

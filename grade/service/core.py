@@ -4,8 +4,10 @@ table, and the dispatcher that hands groups to the pool's actors.
 ``Service.submit`` turns a request's submissions into entries (``jobs.Entry``): the verdict
 key (``grade.batch.verdict_key``, so the batch grader's cache and the service agree on what
 "the same submission" is), the problem that groups it, and the payload an actor grades. The
-dispatcher takes one group at a time as an actor has room, least-busy actor first; a group
-whose actor died is requeued (``JobTable.requeue``), and every job is answered once.
+dispatcher takes one group at a time as an actor has room, least-busy actor first: each actor
+grades in ``pool.per_actor`` slots at once, a single taking one and a group of n members
+``group_slots(n)`` (its members share one reference worker and one timing window). A group whose
+actor died is requeued (``JobTable.requeue``), and every job is answered once.
 """
 from __future__ import annotations
 
@@ -27,6 +29,12 @@ from .jobs import Entry, JobTable
 from .metrics import Metrics
 
 log = logging.getLogger("kernelmill")
+
+
+def group_slots(members: int, per_actor: int) -> int:
+    """The slots of an actor a group of ``members`` takes: half its members, rounded up (the
+    batch grades 16 singles or 4 groups of 8 at once per GPU), never more than the actor has."""
+    return max(1, min(per_actor, -(-members // 2)))
 
 
 class Service:
@@ -73,7 +81,7 @@ class Service:
         common = {"dataset": config.dataset, "split": config.split, "device": self.device,
                   "policy": config.policy, "reward": config.reward, "actors": config.actors}
         if config.backend == "local":
-            return LocalPool(**common)
+            return LocalPool(**common, per_actor=config.per_actor)
         return RayPool(**common, address=config.address, per_actor=config.per_actor,
                        running=config.running)
 
@@ -157,23 +165,32 @@ class Service:
 
     # -- dispatching -------------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        room = asyncio.Semaphore(self.pool.size * max(1, self.pool.per_actor))
+        per_actor = max(1, self.pool.per_actor)
+        freed = asyncio.Condition()
         while True:
-            await room.acquire()
+            async with freed:  # a group is taken only once some actor has a slot free
+                await freed.wait_for(lambda: self._least_busy(1, per_actor) is not None)
             group = await self.table.take()
-            index = self._least_busy()
-            self.busy[index] += 1
+            slots = group_slots(len(group), per_actor)
+            async with freed:
+                await freed.wait_for(lambda slots=slots: self._least_busy(slots, per_actor)
+                                     is not None)
+            index = self._least_busy(slots, per_actor)
+            self.busy[index] += slots
             for job in group:
                 job.actor = index
-            self._spawn(self._grade(index, group, room))
+            self._spawn(self._grade(index, group, slots, freed))
 
-    def _least_busy(self) -> int:
-        """The actor with the fewest groups, among those not being restarted if any."""
+    def _least_busy(self, slots: int, per_actor: int) -> int | None:
+        """The actor with the fewest slots taken among those with ``slots`` free (or none
+        taken) and not being restarted, if any is; None where none has room now."""
         usable = getattr(self.pool, "usable", lambda index: True)
         indices = [i for i in range(len(self.busy)) if usable(i)] or range(len(self.busy))
-        return min(indices, key=self.busy.__getitem__)
+        room = [i for i in indices if self.busy[i] == 0 or self.busy[i] + slots <= per_actor]
+        return min(room, key=self.busy.__getitem__) if room else None
 
-    async def _grade(self, index: int, group: list, room: asyncio.Semaphore) -> None:
+    async def _grade(self, index: int, group: list, slots: int,
+                     freed: asyncio.Condition) -> None:
         try:
             verdicts = await self.pool.grade(index, [{"job": j.id, **j.payload} for j in group])
         except ActorLost as exc:
@@ -190,8 +207,9 @@ class Service:
                         not verdict.get("reference_failed") and not transient(verdict):
                     self.cache.put(job.key, verdict)
         finally:
-            self.busy[index] -= 1
-            room.release()
+            self.busy[index] -= slots
+            async with freed:
+                freed.notify_all()
 
     async def _expire(self, every_s: float = 0.25) -> None:
         while True:

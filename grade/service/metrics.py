@@ -35,8 +35,8 @@ class Metrics:
         prom.Gauge("kernelmill_jobs_running", "jobs being graded",
                    registry=r).set_function(lambda: table.running)
         prom.Gauge("kernelmill_actors", "grading actors alive", registry=r).set_function(alive)
-        self.busy = prom.Gauge("kernelmill_actor_busy", "groups an actor is grading",
-                               ["actor"], registry=r)
+        self.busy = prom.Gauge("kernelmill_actor_busy", "slots of an actor taken by the "
+                               "groups it grades", ["actor"], registry=r)
         self._busy = busy
         self.verdicts = prom.Counter("kernelmill_verdicts", "jobs answered, by outcome",
                                      ["outcome"], registry=r)

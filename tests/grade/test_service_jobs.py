@@ -205,6 +205,108 @@ def test_the_dispatcher_regrades_a_lost_group_once_then_answers_an_error():
     asyncio.run(go())
 
 
+class CountingPool(FakePool):
+    """Two actors of four slots each that record how many groups and members each grades at
+    once."""
+
+    per_actor = 4
+
+    def __init__(self):
+        super().__init__()
+        self.now = [0, 0]
+        self.most = [0, 0]
+        self.members = [0, 0]
+        self.most_members = [0, 0]
+
+    async def grade(self, index, group):
+        self.now[index] += 1
+        self.members[index] += len(group)
+        self.most[index] = max(self.most[index], self.now[index])
+        self.most_members[index] = max(self.most_members[index], self.members[index])
+        await asyncio.sleep(0.05)
+        self.now[index] -= 1
+        self.members[index] -= len(group)
+        return await super().grade(index, group)
+
+
+def test_an_actor_grades_in_its_slots_a_group_taking_half_its_members():
+    """An actor grades several groups at once, up to its slots: a single takes one, a group of
+    n members n/2 (rounded up), a group larger than the actor alone."""
+    from kernelmill.grade.service.core import group_slots
+
+    assert [group_slots(n, 16) for n in (1, 2, 3, 8)] == [1, 1, 2, 4]
+    assert group_slots(40, 16) == 16 and group_slots(8, 1) == 1
+
+    async def run(sources_by_problem, group):
+        pool = CountingPool()
+        service = Service(ServeConfig(device="cpu", group=group, group_wait_s=0), pool=pool)
+        await service.start()
+        try:
+            ids = service.submit([{"reference": problem, "source": source}
+                                  for problem, sources in sources_by_problem.items()
+                                  for source in sources])
+            views = await service.table.wait(ids, 10)
+        finally:
+            await service.stop()
+        assert all(v["status"] == "done" for v in views)
+        assert max(service.busy) == 0
+        return pool
+
+    singles = asyncio.run(run({f"p{i}": [f"s{i}"] for i in range(16)}, 8))
+    assert singles.most == [4, 4] and len(singles.calls) == 16
+    groups = asyncio.run(run({f"p{i}": [f"s{i} {j}" for j in range(8)] for i in range(4)}, 8))
+    assert groups.most == [1, 1] and groups.most_members == [8, 8] and len(groups.calls) == 4
+    pairs = asyncio.run(run({f"p{i}": [f"s{i} {j}" for j in range(4)] for i in range(4)}, 4))
+    assert pairs.most == [2, 2] and pairs.most_members == [8, 8]
+
+
+def test_a_local_host_on_a_gpu_grades_in_the_batchs_slots_at_once(monkeypatch):
+    """One local host per GPU grades in as many threads as the batch grader's slots for it
+    (one group at a time left the GPU idle between a grade's stages); hosts asked for by
+    number, and CPU hosts, one group each."""
+    import threading
+
+    from kernelmill.grade.batch import default_slots_per_gpu
+    from kernelmill.grade.policy import Policy
+    from kernelmill.grade.service import actors
+
+    gpu_slot = {"device": "cuda:0", "gpu": 0, "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    monkeypatch.setattr(actors, "device_slots",
+                        lambda device, workers=None: [dict(gpu_slot)] * (workers or 1))
+    common = {"dataset": None, "split": None, "device": "cuda", "policy": Policy(),
+              "reward": "composite"}
+    assert actors.LocalPool(**common).per_actor == default_slots_per_gpu(1) >= 1
+    assert actors.LocalPool(**common, actors=3).per_actor == 1
+    assert actors.LocalPool(**common, per_actor=5).per_actor == 5
+
+    at_once, most, lock = [0], [0], threading.Lock()
+
+    class Host:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def grade(self, group):
+            with lock:
+                at_once[0] += 1
+                most[0] = max(most[0], at_once[0])
+            time.sleep(0.1)
+            with lock:
+                at_once[0] -= 1
+            return [{"reward": 1.0} for _ in group]
+
+    monkeypatch.setattr(actors, "GradingHost", Host)
+
+    async def go():
+        pool = actors.LocalPool(**common, per_actor=3)
+        await pool.start()
+        try:
+            await asyncio.gather(*(pool.grade(0, [{"source": str(i)}]) for i in range(6)))
+        finally:
+            pool.close()
+    asyncio.run(go())
+    assert most[0] == 3
+
+
 class SlowPool(FakePool):
     """Answers after ``delay`` seconds."""
 
