@@ -35,9 +35,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
 from kernelmill.core.store import read_jsonl
-from kernelmill.grade.batch import grade_file
+from kernelmill.grade.batch import default_slots_per_gpu, grade_file
 from kernelmill.grade.policy import Policy
 from kernelmill.grade.service.app import Running
 from kernelmill.grade.service.client import ServiceClient
@@ -79,6 +78,11 @@ def matches(kind: str, verdict: dict) -> bool:
     return not verdict.get("compiled")
 
 
+def slots(args) -> int:
+    """Grades at once: the actors asked for, else the batch's default for one GPU."""
+    return args.actors or default_slots_per_gpu(1)
+
+
 def write_inputs(folder: Path, rows: list[dict]) -> tuple[Path, Path]:
     problems = folder / "problems.jsonl"
     problems.write_text("".join(json.dumps({"id": p.stem, "source": p.read_text()}) + "\n"
@@ -90,7 +94,7 @@ def write_inputs(folder: Path, rows: list[dict]) -> tuple[Path, Path]:
 
 
 def direct(args, folder: Path, rows: list[dict], policy: Policy) -> dict:
-    warm = submissions(args.actors * 2, "warm-direct")
+    warm = submissions(slots(args) * 2, "warm-direct")
     problems, warm_subs = write_inputs(folder, warm)
     grade_file(problems, warm_subs, folder / "warm.jsonl", device=args.device,
                workers=args.actors, backend=args.backend, policy=policy, cache_path=False,
@@ -104,7 +108,7 @@ def direct(args, folder: Path, rows: list[dict], policy: Policy) -> dict:
     verdicts = {r["submission_id"]: r for r in read_jsonl(out)}
     wrong = sum(not matches(r["kind"], verdicts[r["submission_id"]]) for r in rows)
     groups = -(-len(rows) // args.group)
-    return {"wall": wall, "wrong": wrong, "per_group": wall * args.actors / max(1, groups)}
+    return {"wall": wall, "wrong": wrong, "per_group": wall * slots(args) / max(1, groups)}
 
 
 def service_config(args, problems: Path, policy: Policy, queue: int = 100_000) -> ServeConfig:
@@ -118,7 +122,7 @@ def through_service(args, folder: Path, rows: list[dict], policy: Policy) -> dic
     service = Service(service_config(args, problems, policy))
     with Running(service) as url:
         client = ServiceClient(url)
-        warm = submissions(args.actors * args.group, "warm-service")
+        warm = submissions(slots(args) * args.group, "warm-service")
         client.grade([{k: r[k] for k in ("problem_id", "source")} for r in warm])
         service.table.seconds.clear()
         started = time.monotonic()
@@ -180,7 +184,7 @@ def per_sample(args, folder: Path, policy: Policy, group: int, tag: str) -> dict
         client = ServiceClient(url)
         client.grade([{"problem_id": "ref_scale_add",  # warm: every actor grades once
                        "source": source("honest_scale_add") + f"\n# warm {tag} {i}\n"}
-                      for i in range(args.actors)])
+                      for i in range(slots(args))])
         joined = client.health().get("joined", 0)
         started = time.monotonic()
         with ThreadPoolExecutor(len(rows)) as pool:
@@ -197,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
-    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--actors", type=int, help="slots / actors (default 2 on CPU; on CUDA "
+                        "the batch's slots, and one service host grading in as many)")
     parser.add_argument("--n", type=int, default=48, help="part 1 submissions")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=1000, help="part 2 submissions")
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-sample", type=int, default=0,
                         help="part 3: this many one-submission requests of one problem at once")
     args = parser.parse_args(argv)
+    if args.actors is None and args.device.startswith("cpu"):
+        args.actors = 2
     if args.device.startswith("cpu"):  # the fixtures' Triton kernels, interpreted on the host
         os.environ.setdefault("TRITON_INTERPRET", "1")
     policy = Policy(time=not args.device.startswith("cpu"), trials=2, timeout_s=60)

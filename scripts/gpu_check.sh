@@ -35,8 +35,9 @@
 #        processes (the slots' A/B over grading processes: the window's problems graded with
 #        16 slots shared among N processes for each N of PROCESSES_PASSES, default "1 2 1 2";
 #        SLOTS_COPIES, SLOTS_S as for slots; verdicts kept per pass)
-#        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader;
-#        SERVE_ARGS, default "--actors 8 --skip-load")
+#        serve (benchmarks/serve_throughput.py on CUDA: the service against the batch grader,
+#        then per-sample requests alone and joined; SERVE_ARGS, default "--skip-load
+#        --per-sample 16"; needs starlette, uvicorn and prometheus-client wheels in .whl)
 #        context (scripts/context_probe.py: CUDA worker processes started N at once)
 #        host (scripts/host_probe.py: graph timing on an idle and on a busy host)
 #        exit (scripts/exit_probe.py: a CUDA worker's exit CPU and wall by what it held)
@@ -243,7 +244,7 @@ for part in $parts; do
                 | tee "$out/pytest_gpu.log" ;;
     # SERVE_ARGS: benchmarks/serve_throughput.py's flags (the service against the batch grader)
     # shellcheck disable=SC2086 — SERVE_ARGS is a list of flags
-    serve)    python3 benchmarks/serve_throughput.py --device cuda ${SERVE_ARGS:---actors 8 --skip-load} \
+    serve)    python3 benchmarks/serve_throughput.py --device cuda ${SERVE_ARGS:---skip-load --per-sample 16} \
                 2>&1 | tee "$out/serve_throughput.log" ;;
     # how fast the host starts CUDA worker processes: N forked at once, each one's context
     context)  python3 scripts/context_probe.py --json "$out/context_probe.json" 2>&1 \
