@@ -163,10 +163,19 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
         return second
 
     def group(reference: str, codes: list[str], record: dict | None = None,
-              reward: str = "composite", slot_env: dict | None = None) -> list[dict]:
-        """Several completions for one problem, timed in one window (``Grader.grade_group``)."""
-        verdicts = grader.grade_group(reference, codes, record=record, reward=reward,
-                                      slot_env=slot_env)
+              reward: str = "composite", slot_env: dict | None = None,
+              slot: dict | None = None) -> list[dict]:
+        """Several completions for one problem, timed in one window (``Grader.grade_group``).
+        ``slot`` (a GPU's, ``core.devices.device_slots``): the grade holds its share of that
+        GPU's memory and of the host's while it runs, as a batch's grade does, so several
+        graded at once on one GPU wait for room rather than run out of it."""
+        from .batch import _admitted
+
+        slot = slot or {"env": slot_env or {}}
+        with _admitted(grader, {"reference": reference, "record": record}, len(codes),
+                       slot) as resize:
+            verdicts = grader.grade_group(reference, codes, record=record, reward=reward,
+                                          slot_env=slot.get("env"), on_references=resize)
         return [untimed_again(v, reference, code, record, reward, slot_env)
                 for v, code in zip(verdicts, codes)]
 
@@ -230,6 +239,13 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     if grader is None:
         grade = local_grader(device, policy)
         slots = device_slots(grade.device, workers)
+        if workers is None and slots[0].get("gpu") is not None:
+            # as many grades at once per GPU as the batch grader runs (one at a time left the
+            # GPU idle through each grade's reference run and checks), memory admitted per grade
+            from .batch import default_slots_per_gpu
+
+            per_gpu = default_slots_per_gpu(len(slots), group=group or 1)
+            slots = [dict(slot) for slot in slots for _ in range(per_gpu)]
     else:  # the remote side places the work; here only requests run in parallel
         grade = http_grader(grader) if isinstance(grader, str) else grader
         slots = [{"env": {}} for _ in range(max(1, workers or 8))]
@@ -257,7 +273,10 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
         codes = [code for _r, code, _rec in chunk]
         env = slots[index % len(slots)].get("env")
         try:
-            if len(codes) > 1 and hasattr(grade, "group"):
+            if grader is None:  # this machine's: its slot's memory admitted
+                verdicts = grade.group(reference, codes, record=record, reward=reward,
+                                       slot_env=env, slot=slots[index % len(slots)])
+            elif len(codes) > 1 and hasattr(grade, "group"):
                 verdicts = grade.group(reference, codes, record=record, reward=reward,
                                        slot_env=env)
             else:

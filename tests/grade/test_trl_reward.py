@@ -138,3 +138,54 @@ def test_a_prompts_completions_are_graded_as_one_group_in_batch_order():
     assert first["profile"]["group"] == 2 and other["profile"]["group"] == 1
     assert first["timing"]["reference_ms"] == last["timing"]["reference_ms"]
     assert first["timing"]["reference_ms"] != other["timing"]["reference_ms"]
+
+
+def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(monkeypatch):
+    """On a GPU, a batch's completions are graded as many at once as the batch grader runs per
+    GPU (one at a time left the GPU idle through each grade's reference run and checks), each
+    grade holding its GPU's and the host's memory while it runs (``batch._admitted``)."""
+    import contextlib
+
+    from kernelmill.grade import batch, trl
+
+    gpu_slot = {"device": "cuda:0", "gpu": 0, "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    monkeypatch.setattr(trl, "device_slots", lambda device, workers=None: [dict(gpu_slot)])
+    at_once, most, admitted, lock = [0], [0], [], threading.Lock()
+
+    class FakeGrader:
+        policy = Policy()
+        device = "cuda"
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def grade_group(self, reference, codes, *, record=None, reward="composite",
+                        slot_env=None, on_references=None):
+            with lock:
+                at_once[0] += 1
+                most[0] = max(most[0], at_once[0])
+            threading.Event().wait(0.1)
+            with lock:
+                at_once[0] -= 1
+            return [{"reward": 1.0, "compiled": True, "correct": True, "hacks": []}
+                    for _ in codes]
+
+    @contextlib.contextmanager
+    def held(grader, item, members, slot):
+        admitted.append((slot.get("gpu"), members, item["reference"]))
+        yield None
+
+    monkeypatch.setattr(trl, "Grader", FakeGrader)
+    monkeypatch.setattr(batch, "_admitted", held)
+    for group, per_gpu in ((None, batch.default_slots_per_gpu(1)),
+                           (4, batch.default_slots_per_gpu(1, group=4))):
+        at_once[0], most[0] = 0, 0
+        admitted.clear()
+        reward_fn = make_reward_fn(device="cuda", group=group)
+        n = 2 * per_gpu * (group or 1)
+        scores = reward_fn(prompts=["p"] * n, completions=[fenced(f"x = {i}") for i in range(n)],
+                           reference=[f"ref {i // (group or 1)}" for i in range(n)])
+        assert scores == [1.0] * n
+        assert most[0] == per_gpu, (group, most[0], per_gpu)
+        assert len(admitted) == n // (group or 1)
+        assert all(gpu == 0 and members == (group or 1) for gpu, members, _r in admitted)
