@@ -6,8 +6,9 @@
 as JSON, graded exactly as ``make_reward_fn`` grades locally (``trl.local_grader``: isolated
 workers, timing-timeout fallback, CPU sizes). A reference that cannot run answers
 ``{"reference_failed": true, "error": ...}``. Requests run in parallel, spread over the device's
-slots (one per GPU). The client is ``make_reward_fn(grader="http://HOST:8100/")`` or
-``KERNELMILL_GRADER=http://HOST:8100/`` for the default ``reward_fn``.
+slots (one per GPU), each grade admitted on its GPU's and the host's memory as a batch's is.
+The client is ``make_reward_fn(grader="http://HOST:8100/")`` or ``KERNELMILL_GRADER=
+http://HOST:8100/`` for the default ``reward_fn``.
 
 The server grades untrusted code the way ``kernelmill grade`` does; it listens on 127.0.0.1
 unless told otherwise, and has no authentication: expose it only on a private network. For
@@ -58,7 +59,7 @@ def make_server(host: str = "127.0.0.1", port: int = 8100, *, device: str = "aut
             try:
                 verdict = grade(reference, candidate, record=body.get("record"),
                                 reward=str(body.get("reward") or "composite"),
-                                slot_env=slot.get("env"))
+                                slot_env=slot.get("env"), slot=slot)
             except ReferenceError as exc:
                 verdict = Verdict.failure("reference", str(exc), reward=None,
                                           reference_failed=True).to_dict()

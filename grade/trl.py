@@ -180,8 +180,8 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
                 for v, code in zip(verdicts, codes)]
 
     def grade(reference: str, code: str, record: dict | None = None, reward: str = "composite",
-              slot_env: dict | None = None) -> dict:
-        return group(reference, [code], record, reward, slot_env)[0]
+              slot_env: dict | None = None, slot: dict | None = None) -> dict:
+        return group(reference, [code], record, reward, slot_env, slot)[0]
 
     grade.device = grader.device
     grade.group = group
