@@ -284,9 +284,10 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     one.
 
     ``group``: at most this many submissions of one problem are graded together, timed in one
-    window (``Grader.grade_group``). Default 1: on an H100 groups of 8 certified no hostile
-    case once unreadable device times failed the unseen check, but members timed out waiting
-    behind other windows; that wait is now credited, not yet rerun on a GPU."""
+    window (``Grader.grade_group``). Default 1: a group's members share one reference time and
+    get fewer turns each in their window, so their speedups spread more over copies of one
+    answer (up to 5.8% for a 2k fp16 GEMM, against 2.4% graded alone; H200), for 1.2-1.7x the
+    throughput; 21 hostile cases graded in groups of up to 8 got the verdicts they get alone."""
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name

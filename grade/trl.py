@@ -233,7 +233,7 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     ``timing_timed_out``, ``not_applicable`` (shares of the batch) and ``speedup_vs_eager``
     (mean over the correct kernels that were timed). ``group``: completions of one problem in
     a batch are graded together, at most this many at a time, timed in one window (default 1:
-    group windows are not yet trusted on a GPU, see ``grade_file``).
+    groups trade precision for throughput, see ``grade_file``).
     """
     reward_fn_ = get_reward(reward)
     if grader is None:
