@@ -170,7 +170,7 @@ class RayPool:
         return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                 ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
 
-    async def _recovered(self, index: int) -> None:
+    async def wait_recovered(self, index: int) -> None:
         """Wait until Ray has restarted actor ``index`` (a call to a restarting actor fails at
         once rather than waiting for it)."""
         end = asyncio.get_running_loop().time() + self.restart_timeout_s
@@ -211,7 +211,7 @@ class RayPool:
     async def grade(self, index: int, group: list[dict]) -> list[dict]:
         ray = self.ray
         if index in self.recovering:
-            await self._recovered(index)
+            await self.wait_recovered(index)
         try:
             return await self.handles[index].grade.remote(group)
         except self._lost() as exc:

@@ -50,6 +50,7 @@ class Service:
         self.token = config.token if config.token is not None else \
             os.environ.get("KERNELMILL_TOKEN") or None
         self._tasks: set[asyncio.Task] = set()
+        self._rejoining: set[int] = set()  # lost actors being waited for (``_rejoin``)
 
     # -- life --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -166,20 +167,18 @@ class Service:
     # -- dispatching -------------------------------------------------------------------------
     async def _dispatch(self) -> None:
         per_actor = max(1, self.pool.per_actor)
-        freed = asyncio.Condition()
-        while True:
-            async with freed:  # a group is taken only once some actor has a slot free
-                await freed.wait_for(lambda: self._least_busy(1, per_actor) is not None)
-            group = await self.table.take()
+
+        def fits(members: int) -> bool:
+            return self._least_busy(group_slots(members, per_actor), per_actor) is not None
+
+        while True:  # a group is taken only when an actor has room for it
+            group = await self.table.take(fits)
             slots = group_slots(len(group), per_actor)
-            async with freed:
-                await freed.wait_for(lambda slots=slots: self._least_busy(slots, per_actor)
-                                     is not None)
             index = self._least_busy(slots, per_actor)
             self.busy[index] += slots
             for job in group:
                 job.actor = index
-            self._spawn(self._grade(index, group, slots, freed))
+            self._spawn(self._grade(index, group, slots))
 
     def _least_busy(self, slots: int, per_actor: int) -> int | None:
         """The actor with the fewest slots taken among those with ``slots`` free (or none
@@ -189,8 +188,7 @@ class Service:
         room = [i for i in indices if self.busy[i] == 0 or self.busy[i] + slots <= per_actor]
         return min(room, key=self.busy.__getitem__) if room else None
 
-    async def _grade(self, index: int, group: list, slots: int,
-                     freed: asyncio.Condition) -> None:
+    async def _grade(self, index: int, group: list, slots: int) -> None:
         try:
             verdicts = await self.pool.grade(index, [{"job": j.id, **j.payload} for j in group])
         except ActorLost as exc:
@@ -198,6 +196,7 @@ class Service:
             before = self.table.requeued
             self.table.requeue(group, str(exc))
             self.metrics.requeued.inc(self.table.requeued - before)
+            self._spawn(self._rejoin(index))
         except Exception as exc:  # noqa: BLE001 — each job hears why; the service goes on
             for job in group:
                 self.table.fail(job, f"{type(exc).__name__}: {exc}")
@@ -208,8 +207,27 @@ class Service:
                     self.cache.put(job.key, verdict)
         finally:
             self.busy[index] -= slots
-            async with freed:
-                freed.notify_all()
+            self.table.work.set()  # room freed: the dispatcher looks again
+
+    async def _rejoin(self, index: int, every_s: float = 5.0) -> None:
+        """Actor ``index`` was lost: once it answers again (Ray restarted it) the dispatcher
+        may hand it groups again. Only a grade sent to it would find out otherwise, and none is
+        while another actor is usable."""
+        recovered = getattr(self.pool, "wait_recovered", None)
+        recovering = getattr(self.pool, "recovering", set())
+        if recovered is None or index in self._rejoining:
+            return
+        self._rejoining.add(index)
+        try:
+            while index in recovering:
+                try:
+                    await recovered(index)
+                except ActorLost as exc:
+                    log.warning(f"serve: {exc}; trying again")
+                    await asyncio.sleep(every_s)
+        finally:
+            self._rejoining.discard(index)
+            self.table.work.set()
 
     async def _expire(self, every_s: float = 0.25) -> None:
         while True:

@@ -14,10 +14,11 @@ the index, so submitting it again grades it again.
 Submissions of one problem are queued as one group (at most ``group_size``), graded together by
 ``grade.batch.grade_group_items`` (one reference worker, one timing window for all), whether they
 come in one request or in several: a request's submissions first join their problem's newest
-group still queued. A group that is not full is held back at most ``group_wait_s`` from its
-first submission for more of its problem, so a trainer that sends each sample of a GRPO group
-in a request of its own (verl's per-sample ``compute_score`` in parallel) is graded as a group,
-not as singles. The table is used from one asyncio loop; it takes no locks.
+group still queued. A group opened by a request with one submission of its problem, not yet
+full, is held back at most ``group_wait_s`` from its first submission for more of it (the
+groups behind it go meanwhile), so a trainer that sends each sample of a GRPO group in a
+request of its own (verl's per-sample ``compute_score`` in parallel) is graded as a group, not
+as singles. The table is used from one asyncio loop; it takes no locks.
 """
 from __future__ import annotations
 
@@ -67,6 +68,14 @@ class Job:
         return out
 
 
+class _Group(list):
+    """A queued group of one problem's jobs; ``more``: it may wait for more of them."""
+
+    def __init__(self, jobs: list[Job], more: bool = False):
+        super().__init__(jobs)
+        self.more = more
+
+
 @dataclass
 class Entry:
     """One submission of a request, checked and keyed (``app`` builds them)."""
@@ -100,9 +109,9 @@ class JobTable:
         self.on_answer = on_answer or (lambda job: None)
         self.jobs: dict[str, Job] = {}
         self.by_key: dict[str, str] = {}
-        self.groups: deque[list[Job]] = deque()
+        self.groups: deque[_Group] = deque()
         # each problem's newest group still in the queue: later submissions of it join there
-        self.filling: dict[str, list[Job]] = {}
+        self.filling: dict[str, _Group] = {}
         self.joined = 0  # jobs that joined a group an earlier request queued
         self.queued = 0
         self.running = 0
@@ -168,8 +177,11 @@ class JobTable:
         return [step if isinstance(step, str) else step[0].id for step in plan]
 
     def _queue(self, problem: str, jobs: list[Job]) -> None:
-        """``jobs`` of one problem into the queue: first into its newest group still queued,
-        up to the group size, then in new groups."""
+        """``jobs`` of one problem (one request's) into the queue: first into its newest group
+        still queued, up to the group size, then in new groups. A group opened by a request
+        with one submission of the problem may wait for more (``group_wait_s``); one opened by
+        a request that sent several together goes as soon as it can."""
+        one = len(jobs) == 1
         group = self.filling.get(problem)
         if group is not None:
             room = self.group_size - len(group)
@@ -177,7 +189,7 @@ class JobTable:
             self.joined += len(jobs[:room])
             jobs = jobs[room:]
         for start in range(0, len(jobs), self.group_size):
-            self.groups.append(jobs[start:start + self.group_size])
+            self.groups.append(_Group(jobs[start:start + self.group_size], more=one))
             self.filling[problem] = self.groups[-1]
 
     def retry_after(self, extra: int = 0) -> int:
@@ -188,20 +200,18 @@ class JobTable:
         return int(min(60, max(1, math.ceil(estimate))))
 
     # -- dispatching -----------------------------------------------------------------------------
-    async def take(self) -> list[Job]:
-        """The next group with a job still waiting (expired ones are answered already); one
-        not yet full waits first for more of its problem, ``group_wait_s`` from its first
-        submission at most."""
+    async def take(self, fits: Callable[[int], bool] | None = None) -> list[Job]:
+        """The first group of the queue that is ready, once ``fits(members)`` says there is
+        room for it (expired jobs are answered already; a group none of whose jobs wait is
+        dropped). A group not yet full that may wait for more of its problem is not ready until
+        ``group_wait_s`` from its first submission: the groups behind it go meanwhile. Waits on
+        ``work``, which a submission, a requeue or freed room sets."""
         while True:
-            while self.groups:
-                head = self.groups[0]
-                group = [j for j in head if j.status == "queued"]
-                if group and await self._held_back(head, group):
-                    continue  # the queue may have changed meanwhile: look again
-                self.groups.popleft()
-                if self.filling.get(head[0].problem) is head:
-                    del self.filling[head[0].problem]  # taken: nothing joins it now
-                if group:
+            index, left = self._ready()
+            if index is not None:
+                group = [j for j in self.groups[index] if j.status == "queued"]
+                if fits is None or fits(len(group)):
+                    self._remove(index)
                     for job in group:
                         job.status = "running"
                         job.attempts += 1
@@ -209,23 +219,42 @@ class JobTable:
                     self.queued -= len(group)
                     self.running += len(group)
                     return group
+                left = None  # no room for it yet: wait for some to be freed
             self.work.clear()
-            await self.work.wait()
+            if left is None:
+                await self.work.wait()
+                continue
+            try:
+                await asyncio.wait_for(self.work.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
-    async def _held_back(self, head: list[Job], group: list[Job]) -> bool:
-        """Whether ``head`` (its waiting jobs ``group``) waited for more of its problem: it is
-        not full, still open to them, and younger than ``group_wait_s``. Returns once a
-        submission comes or its time is up."""
-        left = self.group_wait_s - (time.monotonic() - min(j.submitted for j in group))
-        if left <= 0 or len(group) >= self.group_size or \
-                self.filling.get(group[0].problem) is not head:
-            return False
-        self.work.clear()
-        try:
-            await asyncio.wait_for(self.work.wait(), left)
-        except asyncio.TimeoutError:
-            pass
-        return True
+    def _ready(self) -> tuple[int | None, float | None]:
+        """The queue's first ready group's place, else None and the seconds until the first
+        held one is ready (None: nothing queued)."""
+        now, soonest = time.monotonic(), None
+        index = 0
+        while index < len(self.groups):
+            group = self.groups[index]
+            waiting = [j for j in group if j.status == "queued"]
+            if not waiting:
+                self._remove(index)
+                continue
+            left = self.group_wait_s - (now - min(j.submitted for j in waiting))
+            held = getattr(group, "more", False) and left > 0 and \
+                len(waiting) < self.group_size and self.filling.get(group[0].problem) is group
+            if not held:
+                return index, None
+            soonest = left if soonest is None else min(soonest, left)
+            index += 1
+        return None, soonest
+
+    def _remove(self, index: int) -> None:
+        """Group ``index`` out of the queue; nothing joins it from now on."""
+        group = self.groups[index]
+        del self.groups[index]
+        if self.filling.get(group[0].problem) is group:
+            del self.filling[group[0].problem]
 
     def requeue(self, group: list[Job], why: str) -> None:
         """The group's actor died: each job still running goes back to the front of the queue,
@@ -243,7 +272,7 @@ class JobTable:
         if again:
             self.requeued += len(again)
             self.queued += len(again)
-            self.groups.appendleft(again)
+            self.groups.appendleft(_Group(again))
             self.work.set()
 
     # -- answering -------------------------------------------------------------------------------

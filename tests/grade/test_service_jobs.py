@@ -96,13 +96,15 @@ def test_submissions_of_one_problem_in_requests_of_their_own_join_its_queued_gro
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(table.take(), 0.05)
         (late,) = table.submit([entry("h", "r")], 60)
-        assert [j.id for j in await asyncio.wait_for(table.take(), 2)] == [late] and not table.groups
+        taken = await asyncio.wait_for(table.take(), 2)
+        assert [j.id for j in taken] == [late] and not table.groups
     asyncio.run(go())
 
 
 def test_a_group_not_yet_full_waits_for_more_of_its_problem_then_goes():
-    """With ``group_wait_s``, a group not yet full is held back from its first submission until
-    it fills or the wait is over; a full group, an old one or a requeued one goes at once."""
+    """With ``group_wait_s``, a group opened by a one-submission request and not yet full is
+    held back from its first submission until it fills or the wait is over, while the groups
+    behind it go; a group a request sent whole, or a requeued one, goes at once."""
     async def go():
         table = JobTable(group_size=3, group_wait_s=0.3)
         table.submit([entry("a")], 60)
@@ -113,15 +115,32 @@ def test_a_group_not_yet_full_waits_for_more_of_its_problem_then_goes():
         table.submit([entry("b")], 60)
         await asyncio.sleep(0.05)
         assert not taking.done()
-        table.submit([entry("c"), entry("d")], 60)  # full: goes now, "d" waits on its own
+        table.submit([entry("c"), entry("d")], 60)  # full: goes now
         group = await asyncio.wait_for(taking, 1)
         assert [j.key for j in group] == ["a", "b", "c"] and time.monotonic() - started < 0.25
-        group = await table.take()  # no more come: "d" alone, once its wait is over
-        assert [j.key for j in group] == ["d"] and time.monotonic() - started >= 0.3
-        table.requeue(group, "actor lost")  # a requeued group is not held back
+        # "d" came with "c" in one request: not held; neither is a whole request of another
+        assert [j.key for j in await asyncio.wait_for(table.take(), 0.1)] == ["d"]
+        table.submit([entry("x", "q"), entry("y", "q")], 60)
+        assert [j.key for j in await asyncio.wait_for(table.take(), 0.1)] == ["x", "y"]
+        # a held group does not hold back the ready ones behind it
         began = time.monotonic()
-        assert [j.key for j in await table.take()] == ["d"]
-        assert time.monotonic() - began < 0.1
+        table.submit([entry("e")], 60)
+        table.submit([entry("f", "r"), entry("g", "r")], 60)
+        assert [j.key for j in await asyncio.wait_for(table.take(), 0.1)] == ["f", "g"]
+        group = await table.take()  # no more come: "e" alone, once its wait is over
+        assert [j.key for j in group] == ["e"] and time.monotonic() - began >= 0.3
+        table.requeue(group, "actor lost")  # a requeued group is not held back
+        assert [j.key for j in await asyncio.wait_for(table.take(), 0.1)] == ["e"]
+        # a group is taken only once there is room for it; its problem joins it meanwhile
+        room = [False]
+        table.submit([entry("h", "s")], 60)
+        taking = asyncio.ensure_future(table.take(lambda members: room[0]))
+        await asyncio.sleep(0.35)
+        table.submit([entry("i", "s")], 60)
+        assert not taking.done()
+        room[0] = True
+        table.work.set()
+        assert [j.key for j in await asyncio.wait_for(taking, 0.1)] == ["h", "i"]
     asyncio.run(go())
 
 
@@ -305,6 +324,52 @@ def test_a_local_host_on_a_gpu_grades_in_the_batchs_slots_at_once(monkeypatch):
             pool.close()
     asyncio.run(go())
     assert most[0] == 3
+
+
+class RestartingPool(FakePool):
+    """As ``RayPool``: a lost actor is ``recovering`` (not usable) until ``wait_recovered`` finds it
+    answering again; actor 0 is lost on its first group."""
+
+    def __init__(self):
+        super().__init__()
+        self.recovering: set[int] = set()
+        self.lost_once = False
+
+    def usable(self, index):
+        return index not in self.recovering
+
+    async def wait_recovered(self, index):
+        await asyncio.sleep(0.05)  # Ray restarting it
+        self.recovering.discard(index)
+
+    async def grade(self, index, group):
+        if index == 0 and not self.lost_once:
+            self.lost_once = True
+            self.recovering.add(index)
+            raise ActorLost("actor 0 lost")
+        await asyncio.sleep(0.02)
+        return await super().grade(index, group)
+
+
+def test_a_lost_actor_gets_groups_again_once_it_answers():
+    """An actor lost and restarted is handed groups again once it answers, though another
+    actor was usable all along (a GPU's slots are not left out for good)."""
+    async def go():
+        pool = RestartingPool()
+        service = Service(ServeConfig(device="cpu", group=1, group_wait_s=0), pool=pool)
+        await service.start()
+        try:
+            ids = service.submit([{"reference": f"p{i}", "source": f"s{i}"} for i in range(2)])
+            await service.table.wait(ids, 5)
+            await asyncio.sleep(0.2)
+            ids = service.submit([{"reference": f"q{i}", "source": f"t{i}"} for i in range(8)])
+            views = await service.table.wait(ids, 5)
+        finally:
+            await service.stop()
+        assert all(v["status"] == "done" for v in views)
+        assert pool.lost_once and not pool.recovering
+        assert any(index == 0 for index, sources in pool.calls[2:])
+    asyncio.run(go())
 
 
 class SlowPool(FakePool):
