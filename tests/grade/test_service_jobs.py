@@ -405,3 +405,15 @@ def test_a_request_deadline_and_the_verdict_cache_across_restarts(tmp_path):
     pool = FakePool()
     again = asyncio.run(serve_once(pool))  # a new service, the same cache file
     assert again["status"] == "done" and again["verdict"]["cached"] and pool.calls == []
+
+
+def test_the_serve_flags_reach_the_services_settings():
+    from kernelmill.app.cli import build_parser
+    from kernelmill.grade.service.cli import config_from_args
+
+    args = build_parser().parse_args(["serve", "--group", "4", "--group-wait", "0.5",
+                                      "--per-actor", "6"])
+    config = config_from_args(args)
+    assert (config.group, config.group_wait_s, config.per_actor) == (4, 0.5, 6)
+    defaults = config_from_args(build_parser().parse_args(["serve"]))
+    assert defaults.group_wait_s == ServeConfig().group_wait_s > 0 and defaults.per_actor is None
