@@ -25,16 +25,10 @@ from ..retry import transient
 from ..rewards import get_reward
 from .actors import ActorLost, LocalPool, RayPool
 from .config import ServeConfig
-from .jobs import Entry, JobTable
+from .jobs import Entry, JobTable, group_slots
 from .metrics import Metrics
 
 log = logging.getLogger("kernelmill")
-
-
-def group_slots(members: int, per_actor: int) -> int:
-    """The slots of an actor a group of ``members`` takes: half its members, rounded up (the
-    batch grades 16 singles or 4 groups of 8 at once per GPU), never more than the actor has."""
-    return max(1, min(per_actor, -(-members // 2)))
 
 
 class Service:
@@ -69,7 +63,7 @@ class Service:
         self.table = JobTable(max_queued=config.queue, group_size=config.group,
                               max_attempts=config.max_attempts,
                               group_wait_s=config.group_wait_s)
-        self.table.actors = self.pool.size
+        self.table.actors, self.table.per_actor = self.pool.size, max(1, self.pool.per_actor)
         self.metrics = Metrics(self.table, self.busy, self.pool.alive)
         self.table.on_answer = self.metrics.answered
         self._spawn(self._dispatch())

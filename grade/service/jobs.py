@@ -34,6 +34,12 @@ from dataclasses import dataclass, field
 FINAL = ("done", "error")
 
 
+def group_slots(members: int, per_actor: int) -> int:
+    """The slots of an actor a group of ``members`` takes: half its members, rounded up (the
+    batch grades 16 singles or 4 groups of 8 at once per GPU), never more than the actor has."""
+    return max(1, min(per_actor, -(-members // 2)))
+
+
 class QueueFull(Exception):
     """The request would take the queue over its bound; retry after ``retry_after`` seconds."""
 
@@ -125,7 +131,7 @@ class JobTable:
         self._prefix = secrets.token_hex(4)
         self.seconds: deque[float] = deque(maxlen=2048)  # recent submit-to-answer times
         self.grading_seconds: deque[float] = deque(maxlen=256)  # dispatch to answer
-        self.actors = 1  # the pool's size (the service sets it): for Retry-After
+        self.actors = self.per_actor = 1  # the pool's (the service sets them): for Retry-After
 
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, entries: list[Entry], deadline_s: float) -> list[str]:
@@ -196,7 +202,9 @@ class JobTable:
         """Seconds a refused client should wait: the queue's length at the recent pace."""
         graded = self.grading_seconds
         recent = sorted(graded)[len(graded) // 2] if graded else 1.0  # one group's grade
-        estimate = (self.queued + extra) * recent / max(1, self.actors * self.group_size)
+        groups = self.actors * max(1, self.per_actor // group_slots(self.group_size,
+                                                                     self.per_actor))
+        estimate = (self.queued + extra) * recent / max(1, groups * self.group_size)
         return int(min(60, max(1, math.ceil(estimate))))
 
     # -- dispatching -----------------------------------------------------------------------------

@@ -417,3 +417,19 @@ def test_the_serve_flags_reach_the_services_settings():
     assert (config.group, config.group_wait_s, config.per_actor) == (4, 0.5, 6)
     defaults = config_from_args(build_parser().parse_args(["serve"]))
     assert defaults.group_wait_s == ServeConfig().group_wait_s > 0 and defaults.per_actor is None
+
+
+def test_retry_after_is_the_queue_at_the_pace_of_the_actors_slots():
+    """Retry-After: the jobs ahead over how many the actors grade at once (each actor's slots,
+    a group taking half its members of them), times one group's grade."""
+    async def go():
+        table = JobTable(max_queued=1000, group_size=8)
+        table.submit([entry(f"k{i}", f"p{i // 8}") for i in range(64)], 60)
+        table.grading_seconds.append(10.0)
+        table.actors, table.per_actor = 2, 16  # 4 groups of 8 per actor: 64 jobs at once
+        assert table.retry_after() == 10
+        table.per_actor = 1  # one group per actor: 16 at once
+        assert table.retry_after() == 40
+        table.group_size = 1  # singles, one per slot
+        assert table.retry_after() == 60  # 64 * 10 / 2, capped
+    asyncio.run(go())
