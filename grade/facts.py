@@ -218,6 +218,9 @@ class UnseenFacts(FactGroup):
     seen_cpu_ms: Any = None
     unseen_cpu_ms: Any = None
     after_cpu_ms: Any = None
+    seen_wait_ms: Any = None  # on CPU: each call's wait for a core other processes held
+    unseen_wait_ms: Any = None
+    after_wait_ms: Any = None
     order: Any = None  # the kind of each timed call, in order (seen, even, unseen, after)
     even_calls_us: Any = None  # one hot replay's GPU busy time per captured call
     even_unread: Any = None

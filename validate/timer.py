@@ -49,7 +49,7 @@ from .measure import _current_stream, _Event, _event_elapsed, _event_record, _ev
 from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
 from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
-from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
+from .measure import _cuda_get_device, _cuda_memory_stats, _process_time, runqueue_wait_ns
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
 from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 
@@ -185,6 +185,8 @@ class Timer:
         # other processes on the host stretch a call's wall time, never the CPU it spent
         self.cpu_samples: list[float] = []
         self.last_cpu_ms: float | None = None
+        # and how long the last ``once`` waited for a core other processes held (None: unread)
+        self.last_wait_ms: float | None = None
         # run after each sample of a ``round``, outside the sample's time (the grader's worker
         # checks the inputs there after a secret share of the samples)
         self.after_sample: Callable[[], Any] | None = None
@@ -533,11 +535,15 @@ class Timer:
                 _event_wait(end)
                 ms = float(_event_elapsed(start, end))
             else:
+                waited = runqueue_wait_ns()
                 begin, cpu = _perf_counter(), _thread_time()
                 output = call()
                 synchronize(self.device)
                 ms = (_perf_counter() - begin) * 1e3
                 self.last_cpu_ms = (_thread_time() - cpu) * 1e3
+                after = runqueue_wait_ns()
+                self.last_wait_ms = None if waited is None or after is None else \
+                    min(ms, (after - waited) / 1e6)
         if graph is None:
             return ms, output
         return ms, (self.output if whole else self._single[1])

@@ -152,12 +152,14 @@ class _Probes:
                 steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
             if kind is not None:
                 order.append(kind)
-            timer.last_cpu_ms = None
+            timer.last_cpu_ms = timer.last_wait_ms = None
             ms, out = timer.once(lambda: self.invoke()[0],
                                  self.witness.span if kind is not None else None,
                                  whole and not one, flush)
             if kind in cpu_ms and timer.last_cpu_ms is not None:  # on CPU
                 cpu_ms[kind].append(timer.last_cpu_ms / calls)
+                if timer.last_wait_ms is not None:
+                    wait_ms[kind].append(timer.last_wait_ms / calls)
             return ms / (1 if one else calls), out
 
         def repeated(kind: str) -> float:  # on the inputs of the call before, as when timed
@@ -166,6 +168,8 @@ class _Probes:
 
         after_ms: list[float] = []
         cpu_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
+        # and each one's wait for a core that other processes held (``Timer.last_wait_ms``)
+        wait_ms: dict[str, list[float]] = {"seen": [], "unseen": [], "after": []}
         # where each unseen trial's wall time went (the profile's, never judged): its part
         # asked for and mapped, loaded into the inputs, its output looked at
         steps: dict[str, list[float]] = {"late": [], "load": [], "observe": [], "seen": [],
@@ -246,6 +250,8 @@ class _Probes:
             self.unseen_facts["single"] = single
         if cpu_ms["unseen"]:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
+            if all(len(wait_ms[k]) == len(cpu_ms[k]) for k in cpu_ms):
+                self.unseen_facts.update({f"{k}_wait_ms": v for k, v in wait_ms.items()})
         return len(unseen_ms)
 
     def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:

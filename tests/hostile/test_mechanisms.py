@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import FIXTURES
@@ -1229,6 +1230,80 @@ def test_on_cpu_the_unseen_check_also_reads_the_calling_threads_cpu_time():
     apart = {**honest, "seen_cpu_ms": [150.0, 151.0, 152.0], "unseen_cpu_ms": [150.0, 151.0],
              "after_cpu_ms": [150.0, 151.0]}
     assert "tells the check apart" in judged(apart, 52.9, 44.7)[0]["timing_behaviour"]
+
+
+def test_on_cpu_the_checks_calls_are_read_without_their_wait_for_a_core():
+    """On CPU each of the check's calls is read less the time its thread waited, runnable, for
+    a core other processes held (the thread's runqueue wait). Figures from an honest
+    Triton-interpreted 4096-square GEMM graded in a group of 8 beside another group on 2 cores:
+    its check's calls read 916-1,030 ms of wall at 207-228 ms of CPU, its scored calls 195.6 ms,
+    and it was flagged as telling the check apart. A forward whose check calls burn CPU the
+    scored calls do not is still told apart, waits or not."""
+    from kernelmill.grade.judge import _unseen_checks
+
+    def judged(facts, scored=195.6, scored_cpu=190.0):
+        hacks, checks = {}, {}
+        _unseen_checks({"checks": [], "method": "perf_counter", **facts}, [], Policy(), None,
+                       lambda code, why: hacks.setdefault(code, why), True, "cpu", checks,
+                       scored, scored_cpu)
+        return hacks, checks
+
+    crowded = {"seen_ms": [973.8, 958.3, 977.5], "unseen_ms": [1002.6, 994.2],
+               "after_ms": [1029.0, 982.4, 1030.2, 1013.2],
+               "seen_cpu_ms": [218.6, 207.3, 211.3], "unseen_cpu_ms": [217.5, 220.6],
+               "after_cpu_ms": [218.0, 220.0, 222.7, 227.9]}
+    assert "tells the check apart" in judged(crowded)[0]["timing_behaviour"]
+    waits = {"seen_wait_ms": [752.0, 749.0, 763.0], "unseen_wait_ms": [781.0, 771.0],
+             "after_wait_ms": [808.0, 760.0, 805.0, 783.0]}
+    hacks, checks = judged({**crowded, **waits})
+    assert not hacks, hacks
+    assert checks["unseen_vs_scored_ms"]["passed"] and checks["unseen_time_ms"]["passed"]
+    # the check's calls burn four times the CPU of the scored ones: the CPU clock tells them
+    apart = {**crowded, **waits, "seen_cpu_ms": [800.0, 790.0, 805.0]}
+    assert "tells the check apart" in judged(apart)[0]["timing_behaviour"]
+    # waits not read for every call: the wall times as they are
+    assert judged({**crowded, **waits, "seen_wait_ms": [752.0]})[0]
+    # a forward's own sleep is no wait for a core: the kernel counts none for it
+    from kernelmill.validate.measure import runqueue_wait_ns
+
+    before = runqueue_wait_ns()
+    if before is None:
+        pytest.skip("the kernel does not report a thread's runqueue wait")
+    time.sleep(0.2)
+    assert runqueue_wait_ns() - before < 50e6
+
+
+def test_a_threads_wait_for_a_core_another_process_holds_is_read():
+    """Pinned to one core beside a process spinning there, the calling thread's runqueue wait
+    grows by a good share of its wall time."""
+    import multiprocessing
+
+    from kernelmill.validate.measure import runqueue_wait_ns
+
+    if runqueue_wait_ns() is None or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no runqueue wait or affinity on this platform")
+    core = sorted(os.sched_getaffinity(0))[0]
+    before_affinity = os.sched_getaffinity(0)
+    spinner = multiprocessing.get_context("fork").Process(target=_spin_on, args=(core, 1.5))
+    spinner.start()
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.2)  # the spinner is on the core
+        waited, began = runqueue_wait_ns(), time.perf_counter()
+        while time.perf_counter() - began < 0.6:
+            pass
+        grew = (runqueue_wait_ns() - waited) / 1e9
+    finally:
+        os.sched_setaffinity(0, before_affinity)
+        spinner.join(5)
+    assert grew > 0.1, grew
+
+
+def _spin_on(core: int, seconds: float) -> None:
+    os.sched_setaffinity(0, {core})
+    began = time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        pass
 
 
 def test_without_a_graph_the_check_and_the_scored_calls_compare_by_device_time():
