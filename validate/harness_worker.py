@@ -31,6 +31,7 @@ import time
 import traceback
 import types
 
+from . import schedstat
 from .tensor_slots import (  # noqa: F401
     LATE_PART,
     ResultsFile,
@@ -620,6 +621,7 @@ def main(argv: list[str]) -> None:
             marks.append(["cuda init", time.monotonic()])
             _init_cuda()
         marks.append(["confine", time.monotonic()])
+        schedstat.hold()  # the main thread's wait for a core, read by timed calls on CPU
         sandbox = confine(job["writable"])
     _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox,
                                                       "marks": marks}))

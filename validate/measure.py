@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import linecache
 import math
-import os
 import statistics
 import sys
 import time
@@ -28,31 +27,14 @@ import numpy
 import torch
 
 from .gpu_lock import GpuLock, _Held  # noqa: F401 — re-exported: moved to gpu_lock
+from .schedstat import runqueue_wait_ns as _runqueue_wait_ns
 
 # ---------------------------------------------------------------- originals, bound at import
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
 _process_time = time.process_time
-_os_open, _os_pread, _os_close, _O_RDONLY = os.open, os.pread, os.close, os.O_RDONLY
-
-
-def runqueue_wait_ns() -> int | None:
-    """Nanoseconds the calling thread has spent runnable but not run, waiting for a core that
-    other threads of the host held (``/proc/thread-self/schedstat``'s second field); None where
-    the kernel does not say. A call's wall time less what this grew by is what it would have
-    taken with a core to itself: its own work and its own waits (a sleep stays in)."""
-    try:
-        fd = _os_open("/proc/thread-self/schedstat", _O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fields = _os_pread(fd, 128, 0).split()
-        return int(fields[1]) if len(fields) >= 2 else None
-    except (OSError, ValueError):
-        return None
-    finally:
-        _os_close(fd)
+runqueue_wait_ns = _runqueue_wait_ns  # (``schedstat``: bound here with the rest)
 # the CUDA caching allocator's counters, read through torch's C binding (torch's Python wrapper
 # looks its helpers up at each call, where a submission could rebind them)
 _cuda_memory_stats = getattr(torch._C, "_cuda_memoryStats", None)

@@ -980,3 +980,24 @@ def test_a_bytecode_folder_is_named_only_where_torch_was_installed_without_bytec
         assert W.BYTECODE_VAR not in W._worker_env({}, "cuda:0")
     finally:
         B.bytecode_missing.cache_clear()
+
+
+def test_a_confined_worker_reads_its_main_threads_wait_for_a_core():
+    """The sandbox closes ``/proc`` to a confined worker; its main thread's scheduler file is
+    opened before, so a timed call on CPU can still be read less its wait for a core."""
+    from kernelmill.validate.schedstat import runqueue_wait_ns
+
+    if runqueue_wait_ns() is None:
+        pytest.skip("the kernel does not report a thread's runqueue wait")
+    result = run("from kernelmill.validate.measure import runqueue_wait_ns\n"
+                 "def main():\n"
+                 "    try:\n"
+                 "        open('/proc/thread-self/schedstat').read()\n"
+                 "        opens = True\n"
+                 "    except OSError:\n"
+                 "        opens = False\n"
+                 "    return {'wait': runqueue_wait_ns(), 'opens': opens}\n",
+                 timeout_s=60)
+    assert result.ok, result.error
+    assert result.sandbox and not result.value["opens"]  # confined: not opened now
+    assert isinstance(result.value["wait"], int) and result.value["wait"] >= 0
