@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from kernelmill.core.devices import device_slots
 from kernelmill.core.record import Verdict
 
+from .batch import _admitted, default_slots_per_gpu
 from .grader import Grader, ReferenceError
 from .policy import Policy
 from .problems import CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN, calibration_of_row
@@ -169,8 +170,6 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
         ``slot`` (a GPU's, ``core.devices.device_slots``): the grade holds its share of that
         GPU's memory and of the host's while it runs, as a batch's grade does, so several
         graded at once on one GPU wait for room rather than run out of it."""
-        from .batch import _admitted
-
         slot = slot or {"env": slot_env or {}}
         with _admitted(grader, {"reference": reference, "record": record}, len(codes),
                        slot) as resize:
@@ -242,8 +241,6 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
         if workers is None and slots[0].get("gpu") is not None:
             # as many grades at once per GPU as the batch grader runs (one at a time left the
             # GPU idle through each grade's reference run and checks), memory admitted per grade
-            from .batch import default_slots_per_gpu
-
             per_gpu = default_slots_per_gpu(len(slots), group=group or 1)
             slots = [dict(slot) for slot in slots for _ in range(per_gpu)]
     else:  # the remote side places the work; here only requests run in parallel

@@ -27,14 +27,12 @@ import numpy
 import torch
 
 from .gpu_lock import GpuLock, _Held  # noqa: F401 — re-exported: moved to gpu_lock
-from .schedstat import runqueue_wait_ns as _runqueue_wait_ns
 
 # ---------------------------------------------------------------- originals, bound at import
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
 _process_time = time.process_time
-runqueue_wait_ns = _runqueue_wait_ns  # (``schedstat``: bound here with the rest)
 # the CUDA caching allocator's counters, read through torch's C binding (torch's Python wrapper
 # looks its helpers up at each call, where a submission could rebind them)
 _cuda_memory_stats = getattr(torch._C, "_cuda_memoryStats", None)

@@ -49,7 +49,8 @@ from .measure import _current_stream, _Event, _event_elapsed, _event_record, _ev
 from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
 from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
-from .measure import _cuda_get_device, _cuda_memory_stats, _process_time, runqueue_wait_ns
+from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
+from .schedstat import runqueue_wait_ns
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
 from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 

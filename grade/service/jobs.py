@@ -249,7 +249,7 @@ class JobTable:
                 self._remove(index)
                 continue
             left = self.group_wait_s - (now - min(j.submitted for j in waiting))
-            held = getattr(group, "more", False) and left > 0 and \
+            held = group.more and left > 0 and \
                 len(waiting) < self.group_size and self.filling.get(group[0].problem) is group
             if not held:
                 return index, None

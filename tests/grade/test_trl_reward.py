@@ -176,7 +176,7 @@ def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(
         yield None
 
     monkeypatch.setattr(trl, "Grader", FakeGrader)
-    monkeypatch.setattr(batch, "_admitted", held)
+    monkeypatch.setattr(trl, "_admitted", held)
     for group, per_gpu in ((None, batch.default_slots_per_gpu(1)),
                            (4, batch.default_slots_per_gpu(1, group=4))):
         at_once[0], most[0] = 0, 0

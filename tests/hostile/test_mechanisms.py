@@ -1264,7 +1264,7 @@ def test_on_cpu_the_checks_calls_are_read_without_their_wait_for_a_core():
     # waits not read for every call: the wall times as they are
     assert judged({**crowded, **waits, "seen_wait_ms": [752.0]})[0]
     # a forward's own sleep is no wait for a core: the kernel counts none for it
-    from kernelmill.validate.measure import runqueue_wait_ns
+    from kernelmill.validate.schedstat import runqueue_wait_ns
 
     before = runqueue_wait_ns()
     if before is None:
@@ -1278,7 +1278,7 @@ def test_a_threads_wait_for_a_core_another_process_holds_is_read():
     grows by a good share of its wall time."""
     import multiprocessing
 
-    from kernelmill.validate.measure import runqueue_wait_ns
+    from kernelmill.validate.schedstat import runqueue_wait_ns
 
     if runqueue_wait_ns() is None or not hasattr(os, "sched_setaffinity"):
         pytest.skip("no runqueue wait or affinity on this platform")

@@ -989,7 +989,7 @@ def test_a_confined_worker_reads_its_main_threads_wait_for_a_core():
 
     if runqueue_wait_ns() is None:
         pytest.skip("the kernel does not report a thread's runqueue wait")
-    result = run("from kernelmill.validate.measure import runqueue_wait_ns\n"
+    result = run("from kernelmill.validate.schedstat import runqueue_wait_ns\n"
                  "def main():\n"
                  "    try:\n"
                  "        open('/proc/thread-self/schedstat').read()\n"
