@@ -856,18 +856,9 @@ def report_per_problem(out: Path) -> None:
               + " ".join(f"{k}={v:.2f}" for v, k in longest))
 
 
-def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tuple[float, dict]:
-    """Where the grades in flight were, on average, between ``share`` of a phase's span (its
-    steady part: the start's wave and the cut's tail left out): each verdict's reference
-    stages (its forward's parts where it gives them: stepped aside for other grades' windows,
-    files written, the rest), then its candidate worker's (its timing stage's parts:
-    ``_timing_parts``; of the others, the seconds its workers were stopped for other grades'
-    windows, ``stepped aside``), then the grading process's own time
-    around that
-    worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
-    preparation, a group's wait for its slowest member). Returns the span's seconds and the
-    mean number of grades in each stage (Little's law: the stages that hold the most grades
-    are those a faster stage of the same work would free slots from)."""
+def _spans(rows: list[dict]) -> list[tuple[str, float, float]]:
+    """Each verdict's stages as (stage, began, ended) on the grading host's clock, laid end to
+    end from its ``began_at`` (``in_flight`` says which stages)."""
     spans: list[tuple[str, float, float]] = []
     for row in rows:
         profile = row.get("profile") or {}
@@ -908,6 +899,22 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
         judge = min(max(0.0, end - at), profile.get("judge_s") or 0.0)
         spans.append(("parent judge", end - judge, end))
         spans.append(("parent other", at, end - judge))
+    return spans
+
+
+def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tuple[float, dict]:
+    """Where the grades in flight were, on average, between ``share`` of a phase's span (its
+    steady part: the start's wave and the cut's tail left out): each verdict's reference
+    stages (its forward's parts where it gives them: stepped aside for other grades' windows,
+    files written, the rest), then its candidate worker's (its timing stage's parts:
+    ``_timing_parts``; of the others, the seconds its workers were stopped for other grades'
+    windows, ``stepped aside``), then the grading process's own time
+    around that
+    worker (``parent judge``: the judge's seconds; ``parent other``: admission, the job's
+    preparation, a group's wait for its slowest member). Returns the span's seconds and the
+    mean number of grades in each stage (Little's law: the stages that hold the most grades
+    are those a faster stage of the same work would free slots from)."""
+    spans = _spans(rows)
     if not spans:
         return 0.0, {}
     first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
@@ -917,6 +924,38 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
         if min(b, hi) > max(a, lo):
             held[stage] = held.get(stage, 0.0) + min(b, hi) - max(a, lo)
     return hi - lo, {k: v / (hi - lo) for k, v in held.items()}
+
+
+def window_states(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> dict[str, float]:
+    """Over the same steady part as ``in_flight``, the share of the time a timing window held
+    the GPU (``held``), a window was asked for but none held it (``asked``: the windows' own
+    hand-overs), and no window was held or asked for (``none``: no grade was ready to be timed).
+    Single grades are bound by the window only where ``none`` is small; where it is large, by
+    the time grades take to reach their windows."""
+    spans = _spans(rows)
+    if not spans:
+        return {}
+    first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
+    lo, hi = first + (last - first) * share[0], first + (last - first) * share[1]
+    if hi <= lo:
+        return {}
+    held = [(a, b) for stage, a, b in spans if stage == "candidate: timing window"]
+    asked = [(a, b) for stage, a, b in spans if stage == "candidate: timing exclusive wait"]
+    held_s = _union_s(held, lo, hi)
+    busy_s = _union_s(held + asked, lo, hi)
+    span = hi - lo
+    return {"held": held_s / span, "asked": (busy_s - held_s) / span, "none": 1 - busy_s / span}
+
+
+def _union_s(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] that the union of ``intervals`` covers."""
+    total, end = 0.0, lo
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def _timing_parts(profile: dict, seconds: float) -> dict[str, float]:
@@ -959,6 +998,12 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
           f"{sum(held.values()):.1f} on average"
           + (f" (slots: {slots})" if slots else "") + "; by stage: "
           + " ".join(f"{k}={v:.2f}" for k, v in top))
+    states = window_states(rows)
+    if states:
+        print(f"  the GPU's timing windows over that part: held {states['held']:.0%}, asked for "
+              f"with none held {states['asked']:.0%}, none held or asked for "
+              f"{states['none']:.0%} (grades not yet ready to be timed: where this is large, "
+              "the time to reach a window bounds the rate, not the window)")
     if slots and items is not None:
         jobs = -(-items // max(1, group or 1))
         if jobs < 2 * slots:

@@ -108,6 +108,31 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
     assert abs(held["candidate: forward"] - 0.2) < 0.05
 
+def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
+    """Two grades at once, each 4 s of reference forward, then 1 s waiting for the GPU alone
+    and a 1 s window: windows are held 1 s of every 5 s lane-period (lanes offset so their
+    windows never meet), asked for 1 s more, and the GPU is free of windows the rest."""
+    rows = [{"profile": {"began_at": 1000.0 + 10 * k + 5 * lane, "reference_s": 4.0,
+                         "candidate_s": 6.0, "judge_s": 0.0,
+                         "reference_stages_s": {"reference forward": 4.0},
+                         "stages_s": {"timing": 6.0}, "ready_ms": 0.0, "last_ready_ms": 0.0,
+                         "exclusive_wait_ms": 1000.0, "window_ms": 1000.0}}
+            for k in range(10) for lane in range(2)]
+    states = grade_throughput.window_states(rows, share=(0.2, 0.8))
+    assert abs(states["held"] - 0.2) < 0.03, states
+    assert abs(states["asked"] - 0.2) < 0.03, states
+    assert abs(states["none"] - 0.6) < 0.03, states
+    # windows back to back: each grade's window asked for while the other lane's is held
+    for row in rows:
+        row["profile"].update(exclusive_wait_ms=4000.0, window_ms=5000.0,
+                              reference_s=0.0, candidate_s=10.0)
+        row["profile"]["reference_stages_s"] = {}
+        row["profile"]["stages_s"] = {"timing": 10.0}
+    states = grade_throughput.window_states(rows, share=(0.2, 0.8))
+    assert states["held"] > 0.95 and states["none"] < 0.05, states
+    assert grade_throughput.window_states([]) == {}
+
+
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
         tmp_path, capsys, monkeypatch):
     from kernelmill.grade import batch
