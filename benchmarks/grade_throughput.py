@@ -947,6 +947,31 @@ def window_states(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> 
     return {"held": held_s / span, "asked": (busy_s - held_s) / span, "none": 1 - busy_s / span}
 
 
+def verdict_waves(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> dict:
+    """How the verdicts' ends fell over the same steady part as ``in_flight``: the gaps
+    between consecutive ends (``gap_median_s``, ``gap_max_s``) and their burstiness
+    ``(sd - mean) / (sd + mean)`` (Goh and Barabasi): about 0 for ends at random, -1 evenly
+    spaced, toward 1 in waves (grades moving in lockstep: many ends at once, then none for
+    seconds). Empty with fewer than 3 ends there."""
+    ends = sorted(p["began_at"] + p["reference_s"] + p["candidate_s"]
+                  for p in (row.get("profile") or {} for row in rows)
+                  if all(isinstance(p.get(k), (int, float))
+                         for k in ("began_at", "reference_s", "candidate_s")))
+    if len(ends) < 3:
+        return {}
+    lo = ends[0] + (ends[-1] - ends[0]) * share[0]
+    hi = ends[0] + (ends[-1] - ends[0]) * share[1]
+    steady = [t for t in ends if lo <= t <= hi]
+    gaps = sorted(b - a for a, b in zip(steady, steady[1:]))
+    if len(gaps) < 2:
+        return {}
+    mean = sum(gaps) / len(gaps)
+    sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    return {"ends": len(steady), "gap_median_s": gaps[len(gaps) // 2],
+            "gap_max_s": gaps[-1],
+            "burstiness": (sd - mean) / (sd + mean) if sd + mean > 0 else 0.0}
+
+
 def _union_s(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] that the union of ``intervals`` covers."""
     total, end = 0.0, lo
@@ -1004,6 +1029,11 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
               f"with none held {states['asked']:.0%}, none held or asked for "
               f"{states['none']:.0%} (grades not yet ready to be timed: where this is large, "
               "the time to reach a window bounds the rate, not the window)")
+    waves = verdict_waves(rows)
+    if waves:
+        print(f"  verdicts' ends over that part: {waves['ends']}, gaps median "
+              f"{waves['gap_median_s']:.2f} s, longest {waves['gap_max_s']:.2f} s, burstiness "
+              f"{waves['burstiness']:+.2f} (0: at random; toward 1: in waves)")
     if slots and items is not None:
         jobs = -(-items // max(1, group or 1))
         if jobs < 2 * slots:

@@ -133,6 +133,22 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
     assert grade_throughput.window_states([]) == {}
 
 
+def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
+    def rows(ends):
+        return [{"profile": {"began_at": end - 10.0, "reference_s": 4.0, "candidate_s": 6.0}}
+                for end in ends]
+
+    even = grade_throughput.verdict_waves(rows([100.0 + 2 * k for k in range(40)]))
+    assert abs(even["gap_median_s"] - 2.0) < 1e-9 and even["burstiness"] < -0.9, even
+    # waves of 8 ends within 0.1 s, 16 s apart
+    waves = grade_throughput.verdict_waves(
+        rows([100.0 + 16 * w + 0.01 * k for w in range(5) for k in range(8)]))
+    assert waves["burstiness"] > 0.5 and waves["gap_median_s"] < 0.05, waves
+    assert waves["gap_max_s"] > 15, waves
+    assert grade_throughput.verdict_waves(rows([1.0, 2.0])) == {}
+    assert grade_throughput.verdict_waves([{"profile": {"began_at": 1.0}}] * 5) == {}
+
+
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
         tmp_path, capsys, monkeypatch):
     from kernelmill.grade import batch
