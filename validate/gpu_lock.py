@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any
-
-QUEUE_VAR = "KERNELMILL_GPU_QUEUE"
-QUEUES = ("windows", "turn")
 
 
 class GpuLock:
@@ -30,22 +26,10 @@ class GpuLock:
     no window holds it. With ``turn`` alone, when a window ended, new shared work and the next
     waiting window raced for it; shared work that won (a grade's checks, seconds of Triton
     compiles) made that window wait for all of it while the GPU idled, and single grades of
-    KernelBench-sized answers ran one window per 8-10 s (H200).
+    KernelBench-sized answers ran one window per 8-10 s (H200)."""
 
-    ``queue`` (default ``KERNELMILL_GPU_QUEUE``, else "windows") says what shared work waits
-    for: "windows", until no window is asked for or running (new shared work, and a hold that
-    let a window in, come back once the whole queue has gone); "turn", only for the window that
-    holds the turn (a hold that let a window in comes back right behind it; the windows queued
-    later wait for it to step aside again). Every grade's shared stages stopping while any
-    window is queued makes them resume together and reach their windows together (grades ending
-    in waves); "turn" is the alternative measured against that."""
-
-    def __init__(self, path: str | None, queue: str | None = None):
+    def __init__(self, path: str | None):
         self.path = path
-        queue = queue or os.environ.get(QUEUE_VAR) or "windows"
-        if queue not in QUEUES:
-            raise ValueError(f"{QUEUE_VAR}={queue!r}: expected one of {QUEUES}")
-        self.behind_queue = queue == "windows"
 
     @staticmethod
     def _open(path: str):
@@ -69,7 +53,7 @@ class GpuLock:
                 windows = None
             if windows is not None and exclusive:
                 fcntl.flock(windows, fcntl.LOCK_SH)  # in the queue of windows from now
-            elif windows is not None and self.behind_queue:
+            elif windows is not None:
                 _behind_windows(windows)
             asked = time.monotonic()
             fcntl.flock(turn, fcntl.LOCK_EX)
@@ -80,8 +64,7 @@ class GpuLock:
                 if not exclusive:
                     fcntl.flock(turn, fcntl.LOCK_UN)
             held = _Held(turn if exclusive else None, main, queue=turn,
-                         windows=windows if exclusive else None,
-                         waits_for=windows if self.behind_queue else None)
+                         windows=windows if exclusive else None, waits_for=windows)
             # a window's wait in two parts: behind the windows before it (``queued_s``), then
             # for the shared holders to step aside or end (``drained_s``)
             held.queued_s, held.drained_s = turned - asked, time.monotonic() - turned

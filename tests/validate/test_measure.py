@@ -375,58 +375,6 @@ def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path
         assert not alone.let_window_in()  # an exclusive hold never steps aside
 
 
-@pytest.mark.parametrize("queue", ["windows", "turn"])
-def test_a_hold_that_let_a_window_in_comes_back_behind_the_queue_or_only_that_window(
-        tmp_path, queue):
-    """"windows": back once no window is asked for; "turn": right behind the window it let
-    in, ahead of a window asked for later (here one that holds the queue and no more)."""
-    import fcntl
-
-    lock = M.GpuLock(str(tmp_path / "gpu"), queue=queue)
-    order, back = [], threading.Event()
-
-    def step_aside(held):
-        held.let_window_in()
-        order.append("back")
-        back.set()
-
-    with lock.shared() as held:
-        window = _waiting_window(lock, order)
-        with open(str(tmp_path / "gpu") + ".windows", "rb") as later:
-            fcntl.flock(later, fcntl.LOCK_SH)  # a later window, in the queue
-            stepper = threading.Thread(target=step_aside, args=(held,))
-            stepper.start()
-            window.join(5)
-            assert order == ["window"]
-            assert back.wait(0.5) == (queue == "turn")
-        stepper.join(5)
-    assert order == ["window", "back"]
-    with pytest.raises(ValueError, match="KERNELMILL_GPU_QUEUE"):
-        M.GpuLock(None, queue="fifo")
-
-
-def test_new_shared_work_waits_behind_a_queued_window_only_with_the_windows_queue(
-        tmp_path, monkeypatch):
-    import fcntl
-
-    monkeypatch.setenv("KERNELMILL_GPU_QUEUE", "turn")
-    for lock, waits in ((M.GpuLock(str(tmp_path / "gpu")), False),
-                        (M.GpuLock(str(tmp_path / "gpu"), queue="windows"), True)):
-        started = threading.Event()
-
-        def shared_work(lock=lock, started=started):
-            with lock.shared():
-                started.set()
-
-        with open(str(tmp_path / "gpu") + ".windows", "a+b") as queued:
-            fcntl.flock(queued, fcntl.LOCK_SH)
-            worker = threading.Thread(target=shared_work)
-            worker.start()
-            assert started.wait(0.5) == (not waits)
-        worker.join(5)
-        assert started.is_set()
-
-
 def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, monkeypatch):
     from kernelmill.validate import forwards as F
     from kernelmill.validate import probe_device as PD
