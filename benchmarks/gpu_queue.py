@@ -5,8 +5,8 @@ shared and the number of slots do to a grade's latency and the rate.
 Each slot (a thread) grades one after another, a grade being the steps a single grade takes
 under the lock (``grade/worker/reference_tasks.py``, ``validate/window.py``): host work; the
 reference's trials held shared, a window let in between two (``let_window_in``); host work;
-the candidate's checks held shared in pieces, a window let in between two; its timing window
-held alone; the step back behind waiting windows and the checks after it, held shared; host
+the candidate, from its CUDA context to its last check, held shared in pieces, a window let in
+between two; its timing window held alone; the step back behind waiting windows and the checks after it, held shared; host
 work. The durations are a KernelBench single's at the median (H200, 16 slots; ``--scale``
 shortens them all). What this leaves out: shared work slowing other shared work on the GPU, and
 the host's cores shared by the slots; so it ranks changes to the lock's use, it does not give a
