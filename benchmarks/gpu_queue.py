@@ -5,7 +5,7 @@ shared and the number of slots do to a grade's latency and the rate.
 Each slot (a thread) grades one after another, a grade being the steps a single grade takes
 under the lock (``grade/worker/reference_tasks.py``, ``validate/window.py``): host work; the
 reference's trials held shared, a window let in between two (``let_window_in``); host work;
-the candidate, from its CUDA context to its last check, held shared in pieces, a window let in
+the candidate, from its guard setup to its last check, held shared in pieces, a window let in
 between two; its timing window held alone; the step back behind waiting windows and the checks after it, held shared; host
 work. The durations are a KernelBench single's at the median (H200, 16 slots; ``--scale``
 shortens them all). What this leaves out: shared work slowing other shared work on the GPU, and
@@ -42,25 +42,25 @@ from grade_throughput import verdict_waves
 # list, letting a waiting window in between two; "window" holds it alone; "after" steps back
 # behind waiting windows (a new shared hold) for the checks after the window. In order: the
 # reference worker's start and build; its trials (most of it writing their tensors into its
-# files); its result; the candidate worker's fork; then, under the window's shared hold from
-# its "go" (``grade/worker/tasks.py``): its CUDA context, guard setup, import and model build,
-# its checks (first calls and their Triton compiles, ghost and graph checks, the timer's
-# preparation); its window; the checks after it; the judge.
+# files); its result; the candidate worker's start (its fork and CUDA context, made before it
+# asks for the GPU: ``validate/harness_worker.py``); then, under the window's shared hold from
+# its "go" (``grade/worker/tasks.py``): its guard setup, import and model build, its checks
+# (first calls and their Triton compiles, ghost and graph checks, the timer's preparation); its
+# window; the checks after it; the judge.
 _REFERENCE = [("host", 2.5), ("shared", [0.7, 0.7, 0.7]), ("host", 1.0)]
-_START = [1.6, 0.3]  # the candidate's CUDA context and guard setup
-_CHECKS = [0.5, 0.6] + [0.6] * 6  # its import, model build and checks
+_START = ("host", 0.3 + 1.6)  # the candidate worker's fork and CUDA context
+_CHECKS = ("shared", [0.3, 0.5, 0.6] + [0.6] * 6)  # guard setup, import, model build, checks
 _AFTER = [("window", 0.9), ("after", [0.4, 0.4]), ("host", 0.5)]
-GRADE = [*_REFERENCE, ("host", 0.3), ("shared", _START + _CHECKS), *_AFTER]
+GRADE = [*_REFERENCE, _START, _CHECKS, *_AFTER]
 # Changes to a grade's steps the model can rank before any is built: the reference's writes
-# (1.8 s of its trials) done outside the shared hold; the candidate's CUDA context and guard
-# setup made before it asks for the GPU, or beside the reference run (off the grade's path).
+# (1.8 s of its trials) done outside the shared hold; the candidate's worker started beside
+# the reference run (its start off the grade's path).
 _WRITES_OUT = [("host", 2.5), ("shared", [0.1, 0.1, 0.1]), ("host", 2.8)]
 VARIANTS = {
     "measured": GRADE,
-    "reference-writes-out": [*_WRITES_OUT, ("host", 0.3), ("shared", _START + _CHECKS), *_AFTER],
-    "setup-before-gpu": [*_REFERENCE, ("host", 0.3 + sum(_START)), ("shared", _CHECKS), *_AFTER],
-    "setup-beside-reference": [*_REFERENCE, ("host", 0.3), ("shared", _CHECKS), *_AFTER],
-    "writes-out-setup-beside": [*_WRITES_OUT, ("host", 0.3), ("shared", _CHECKS), *_AFTER],
+    "reference-writes-out": [*_WRITES_OUT, _START, _CHECKS, *_AFTER],
+    "start-beside-reference": [*_REFERENCE, _CHECKS, *_AFTER],
+    "writes-out-start-beside": [*_WRITES_OUT, _CHECKS, *_AFTER],
 }
 
 
