@@ -972,6 +972,47 @@ def verdict_waves(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> 
             "burstiness": (sd - mean) / (sd + mean) if sd + mean > 0 else 0.0}
 
 
+# The candidate worker's stages held under its window's shared hold (from its "go" to its end),
+# the timing stage aside (its window held the GPU alone); in the worker's order
+HELD_STAGES = ("setup", "import", "init", "profiler start", "forward", "forward refill",
+               "forward repeat", "early check", "after timing", "graph check", "audit", "ghost",
+               "witness read", "result", "send")
+
+
+def held_host_share(rows: list[dict]) -> dict:
+    """Per candidate stage held shared (``HELD_STAGES``), the median wall seconds less the time
+    its workers were stopped for other grades' windows, and the median CPU seconds of the
+    worker: a stage whose CPU is near its wall is host work holding the GPU shared (what
+    ``benchmarks/gpu_queue.py --held`` models moving out). ``total``: the grades' medians of
+    the sums. Empty where no verdict gives both."""
+    per_stage: dict[str, tuple[list[float], list[float]]] = {}
+    totals: tuple[list[float], list[float]] = ([], [])
+    for row in rows:
+        profile = row.get("profile") or {}
+        wall, cpu = profile.get("stages_s") or {}, profile.get("stages_cpu_s") or {}
+        aside = profile.get("stepped_aside_by_stage") or {}
+        sums = [0.0, 0.0]
+        for stage in HELD_STAGES:
+            if not isinstance(wall.get(stage), (int, float)) or \
+                    not isinstance(cpu.get(stage), (int, float)):
+                continue
+            stopped = aside.get(stage) if isinstance(aside.get(stage), (int, float)) else 0.0
+            held = max(0.0, wall[stage] - stopped)
+            per_stage.setdefault(stage, ([], []))[0].append(held)
+            per_stage[stage][1].append(cpu[stage])
+            sums[0] += held
+            sums[1] += cpu[stage]
+        if sums[0] > 0:
+            totals[0].append(sums[0])
+            totals[1].append(sums[1])
+    if not totals[0]:
+        return {}
+    found = {stage: (statistics.median(w), statistics.median(c))
+             for stage, (w, c) in per_stage.items()}
+    found["total"] = (statistics.median(totals[0]), statistics.median(totals[1]))
+    return found
+
+
 def _union_s(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] that the union of ``intervals`` covers."""
     total, end = 0.0, lo
@@ -1029,6 +1070,14 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
               f"with none held {states['asked']:.0%}, none held or asked for "
               f"{states['none']:.0%} (grades not yet ready to be timed: where this is large, "
               "the time to reach a window bounds the rate, not the window)")
+    share = held_host_share(rows)
+    if share:
+        wall, cpu = share.pop("total")
+        print(f"  the candidate's stages under its window's shared hold, median: {wall:.2f} s "
+              f"held, {cpu:.2f} CPU-s ({cpu / wall:.0%} of it host work where one thread "
+              "computes); by stage, held/CPU s: " + " ".join(
+                  f"{k}={w:.2f}/{c:.2f}" for k, (w, c) in
+                  sorted(share.items(), key=lambda kv: -kv[1][0])[:8]))
     waves = verdict_waves(rows)
     if waves:
         print(f"  verdicts' ends over that part: {waves['ends']}, gaps median "

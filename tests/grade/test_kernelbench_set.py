@@ -133,6 +133,20 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
     assert grade_throughput.window_states([]) == {}
 
 
+def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_its_cpu():
+    rows = [{"profile": {"stages_s": {"start": 0.5, "setup": 0.3, "forward": 3.0 + k,
+                                      "timing": 2.0, "ghost": 1.0},
+                         "stages_cpu_s": {"start": 0.4, "setup": 0.25, "forward": 2.0,
+                                          "timing": 0.5, "ghost": 0.2},
+                         "stepped_aside_by_stage": {"forward": 1.0 + k}}} for k in range(3)]
+    share = grade_throughput.held_host_share(rows)
+    # the forward's stops for other windows are not held; start and timing are not counted
+    assert share["forward"] == (2.0, 2.0) and share["ghost"] == (1.0, 0.2)
+    assert set(share) == {"setup", "forward", "ghost", "total"}
+    assert share["total"] == (3.3, 2.45)
+    assert grade_throughput.held_host_share([{"profile": {}}]) == {}
+
+
 def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
     def rows(ends):
         return [{"profile": {"began_at": end - 10.0, "reference_s": 4.0, "candidate_s": 6.0}}
