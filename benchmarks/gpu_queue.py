@@ -36,9 +36,9 @@ from kernelmill.validate import gpu_lock
 from kernelmill.validate.gpu_lock import GpuLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grade_throughput import verdict_waves
+from grade_throughput import _steady, verdict_waves
 
-# (step, seconds): "host" sleeps unlocked; "shared" holds the lock shared for each piece of the
+# (step, seconds): "host" sleeps, the lock not held; "shared" holds the lock shared for each piece of the
 # list, letting a waiting window in between two; "window" holds it alone; "after" steps back
 # behind waiting windows (a new shared hold) for the checks after the window. In order: the
 # reference worker's start and build; its trials (most of it writing their tensors into its
@@ -113,23 +113,13 @@ def _jittered(rng: random.Random, spread: float, held: float = 1.0,
     return steps
 
 
-def _grade(lock: GpuLock, scale: float, record: dict, unlocked: float = 0.0,
-           steps: list | None = None) -> None:
-    """One grade; ``unlocked`` of every shared piece is host work done before it, with the
-    lock let go (what holding the GPU only around GPU work would give)."""
+def _grade(lock: GpuLock, scale: float, record: dict, steps: list | None = None) -> None:
+    """One grade (``steps``, else ``GRADE``), its waits and windows noted in ``record``."""
     aside = waited = 0.0
     for step, seconds in steps or GRADE:
         if step == "host":
             time.sleep(seconds * scale)
         elif step in ("shared", "after"):
-            if unlocked:  # each piece's host part, then its GPU part under a hold of its own
-                for piece in seconds:
-                    time.sleep(piece * unlocked * scale)
-                    asked = time.monotonic()
-                    with lock.shared():
-                        waited += time.monotonic() - asked
-                        time.sleep(piece * (1 - unlocked) * scale)
-                continue
             asked = time.monotonic()
             with lock.shared() as held:
                 waited += time.monotonic() - asked
@@ -149,9 +139,8 @@ def _grade(lock: GpuLock, scale: float, record: dict, unlocked: float = 0.0,
     record["aside"], record["shared_wait"] = aside, waited
 
 
-def run(policy: str, slots: int, seconds: float, scale: float, unlocked: float = 0.0,
-        spread: float = 0.3, seed: int = 0, held: float = 1.0,
-        variant: str = "measured") -> dict:
+def run(policy: str, slots: int, seconds: float, scale: float, spread: float = 0.3,
+        seed: int = 0, held: float = 1.0, variant: str = "measured") -> dict:
     with tempfile.TemporaryDirectory() as folder:
         lock = GpuLock(str(Path(folder) / "gpu"))
         began, records, book = time.monotonic(), [], threading.Lock()
@@ -162,7 +151,7 @@ def run(policy: str, slots: int, seconds: float, scale: float, unlocked: float =
             while time.monotonic() < deadline:
                 record = {"began": time.monotonic()}
                 steps = _jittered(rng, spread, held, VARIANTS[variant])
-                _grade(lock, scale, record, unlocked, steps)
+                _grade(lock, scale, record, steps)
                 record["ended"] = time.monotonic()
                 with book:
                     records.append(record)
@@ -173,15 +162,14 @@ def run(policy: str, slots: int, seconds: float, scale: float, unlocked: float =
                 thread.start()
             for thread in threads:
                 thread.join()
-    return {**summarize(policy, records, began, scale), "unlocked": unlocked, "held": held,
+    return {**summarize(records, began, scale), "policy": policy, "held": held,
             "variant": variant}
 
 
-def summarize(policy: str, records: list[dict], began: float, scale: float) -> dict:
+def summarize(records: list[dict], began: float, scale: float) -> dict:
     ends = sorted(r["ended"] for r in records)
-    first, last = ends[0], ends[-1]
-    # over the steady part (the start's wave and the tail left out), as grade_throughput's
-    lo, hi = first + 0.2 * (last - first), first + 0.8 * (last - first)
+    last = ends[-1]
+    lo, hi = _steady(ends, (0.2, 0.8))
     steady = [t for t in ends if lo <= t <= hi]
     rate = 60 * len(steady) / (hi - lo) * scale if hi > lo else 0.0
     windows = [w for r in records for w in r.get("windows", ())]
@@ -193,7 +181,7 @@ def summarize(policy: str, records: list[dict], began: float, scale: float) -> d
     def median(key: str) -> float:
         return statistics.median(r[key] for r in records) / scale
 
-    return {"policy": policy, "grades": len(records), "per_min": rate,
+    return {"grades": len(records), "per_min": rate,
             "latency_s": statistics.median(r["ended"] - r["began"] for r in records) / scale,
             "aside_s": median("aside"), "shared_wait_s": median("shared_wait"),
             "window_wait_s": median("window_wait"),
@@ -209,9 +197,6 @@ def main() -> int:
                         help="every step's duration times this")
     parser.add_argument("--policies", nargs="+", default=["queue"], choices=POLICIES)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each setting (seeds)")
-    parser.add_argument("--unlocked", type=float, nargs="+", default=[0.0],
-                        help="shares of every shared piece done as host work, each piece's "
-                        "GPU part then under a hold of its own")
     parser.add_argument("--held", type=float, nargs="+", default=[1.0],
                         help="shares of the shared pieces kept under the lock (the rest moved "
                         "to host work before the hold)")
@@ -219,16 +204,14 @@ def main() -> int:
     parser.add_argument("--spread", type=float, default=0.3,
                         help="sigma of each duration's lognormal factor")
     args = parser.parse_args()
-    print(f"{'variant':22} {'policy':9} {'slots':>5} {'held':>5} {'unlocked':>8} {'grades':>6} {'per min':>8} "
+    print(f"{'variant':22} {'policy':9} {'slots':>5} {'held':>5} {'grades':>6} {'per min':>8} "
           f"{'latency s':>9} {'aside s':>8} {'shared wait s':>13} {'window wait s':>13} "
           f"{'GPU alone %':>11} {'burstiness':>10}")
-    for seed, variant, slots, held, unlocked, policy in itertools.product(
-            range(args.repeats), args.variants, args.slots, args.held, args.unlocked,
-            args.policies):
-        r = run(policy, slots, args.seconds, args.scale, unlocked, args.spread, seed, held,
-                variant)
+    for seed, variant, slots, held, policy in itertools.product(
+            range(args.repeats), args.variants, args.slots, args.held, args.policies):
+        r = run(policy, slots, args.seconds, args.scale, args.spread, seed, held, variant)
         burst = r["burstiness"] if r["burstiness"] is not None else float("nan")
-        print(f"{variant:22} {policy:9} {slots:5d} {held:5.2f} {unlocked:8.2f} {r['grades']:6d} "
+        print(f"{variant:22} {policy:9} {slots:5d} {held:5.2f} {r['grades']:6d} "
               f"{r['per_min']:8.1f} {r['latency_s']:9.1f} {r['aside_s']:8.2f} "
               f"{r['shared_wait_s']:13.2f} {r['window_wait_s']:13.2f} {r['held_pct']:11.0f} "
               f"{burst:10.2f}", flush=True)

@@ -27,6 +27,7 @@ window's own settings and ``cover``, not for the other timer settings (``sample_
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import signal
@@ -917,8 +918,7 @@ def in_flight(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> tupl
     spans = _spans(rows)
     if not spans:
         return 0.0, {}
-    first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
-    lo, hi = first + (last - first) * share[0], first + (last - first) * share[1]
+    lo, hi = _steady([a for _, a, _ in spans] + [b for _, _, b in spans], share)
     held: dict[str, float] = {}
     for stage, a, b in spans:
         if min(b, hi) > max(a, lo):
@@ -935,8 +935,7 @@ def window_states(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> 
     spans = _spans(rows)
     if not spans:
         return {}
-    first, last = min(a for _, a, _ in spans), max(b for _, _, b in spans)
-    lo, hi = first + (last - first) * share[0], first + (last - first) * share[1]
+    lo, hi = _steady([a for _, a, _ in spans] + [b for _, _, b in spans], share)
     if hi <= lo:
         return {}
     held = [(a, b) for stage, a, b in spans if stage == "candidate: timing window"]
@@ -959,16 +958,14 @@ def verdict_waves(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> 
                          for k in ("began_at", "reference_s", "candidate_s")))
     if len(ends) < 3:
         return {}
-    lo = ends[0] + (ends[-1] - ends[0]) * share[0]
-    hi = ends[0] + (ends[-1] - ends[0]) * share[1]
+    lo, hi = _steady(ends, share)
     steady = [t for t in ends if lo <= t <= hi]
-    gaps = sorted(b - a for a, b in zip(steady, steady[1:]))
+    gaps = [b - a for a, b in itertools.pairwise(steady)]
     if len(gaps) < 2:
         return {}
-    mean = sum(gaps) / len(gaps)
-    sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
-    return {"ends": len(steady), "gap_median_s": gaps[len(gaps) // 2],
-            "gap_max_s": gaps[-1],
+    mean, sd = statistics.fmean(gaps), statistics.pstdev(gaps)
+    return {"ends": len(steady), "gap_median_s": statistics.median(gaps),
+            "gap_max_s": max(gaps),
             "burstiness": (sd - mean) / (sd + mean) if sd + mean > 0 else 0.0}
 
 
@@ -1011,6 +1008,13 @@ def held_host_share(rows: list[dict]) -> dict:
              for stage, (w, c) in per_stage.items()}
     found["total"] = (statistics.median(totals[0]), statistics.median(totals[1]))
     return found
+
+
+def _steady(times: list[float], share: tuple[float, float]) -> tuple[float, float]:
+    """The steady part of a phase whose events span ``times``: from ``share[0]`` to
+    ``share[1]`` of that span (the start's wave and the cut's tail left out)."""
+    first, last = min(times), max(times)
+    return first + (last - first) * share[0], first + (last - first) * share[1]
 
 
 def _union_s(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
