@@ -160,6 +160,30 @@ class _Held:
         if on_wait is not None:
             on_wait()
         fcntl.flock(self.main, fcntl.LOCK_UN)
+        self._rejoin()
+        return True
+
+    @contextlib.contextmanager
+    def aside(self):
+        """A shared hold let go for a stretch of host work with nothing left running on the
+        device (a trusted task's bytes written from the host), then held shared again behind
+        any window that came meanwhile: a window that asks during the stretch starts at once
+        instead of waiting for it. An exclusive hold, or none, is kept as it is."""
+        if self.turn is not None or self.main is None or self._queue is None:
+            yield
+            return
+        import fcntl
+
+        fcntl.flock(self.main, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            self._rejoin()
+
+    def _rejoin(self) -> None:
+        """Held shared again (let go before), behind every window asked for meanwhile."""
+        import fcntl
+
         if self._waits_for is not None:
             _behind_windows(self._waits_for)
         fcntl.flock(self._queue, fcntl.LOCK_EX)
@@ -167,7 +191,6 @@ class _Held:
             fcntl.flock(self.main, fcntl.LOCK_SH)
         finally:
             fcntl.flock(self._queue, fcntl.LOCK_UN)
-        return True
 
     def downgrade(self) -> None:
         if self.turn is None:

@@ -8,6 +8,8 @@ in ``tasks``.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Any
 
@@ -134,16 +136,41 @@ def _first_inputs(ns: dict, device: str, result: dict) -> list:
     return to_device(transform(draw_inputs(ns, device, seed), dist), device)  # as the trial's
 
 
-def _shipped(value, shown: bool = False):
+def _shipped(value, shown: bool = False, held=None):
     """A tensor of a reference run's result: written into the run's results file as it is
     made (``result_slot``: one copy, through the pinned staging buffer), else a host copy.
     ``shown``: one a candidate is given as it is (an input it sees, a weight), written into the
-    run's shown file, which the parent passes on to the candidate's worker without a copy."""
+    run's shown file, which the parent passes on to the candidate's worker without a copy.
+    ``held``: the run's shared hold on the GPU, let go while the host writes (``_pieces``)."""
     if _type(value) is not _Tensor:
         return value
     _stage_for(value)
-    slot = result_slot(value, look_pieces, shown=shown)
+    if value.device.type == "cuda":
+        slot = result_slot(value, _pieces(held), shown=shown)
+    else:  # written from where it lies: host work only
+        with _aside(held):
+            slot = result_slot(value, look_pieces, shown=shown)
     return to_cpu(value) if slot is None else slot
+
+
+def _aside(held):
+    """``held.aside()`` (``KERNELMILL_REFERENCE_WRITES=held``, or no hold: nothing let go)."""
+    if held is None or os.environ.get("KERNELMILL_REFERENCE_WRITES") == "held":
+        return contextlib.nullcontext()
+    return held.aside()
+
+
+def _pieces(held):
+    """``look_pieces`` whose every piece, copied from the device (a copy that has finished when
+    the piece is handed over), is written into its file with the GPU's shared hold ``held``
+    let go (``aside``): a window asked for meanwhile waits for no host work of this run, only
+    for its device copies and forwards. ``KERNELMILL_REFERENCE_WRITES=held`` keeps the hold
+    over the writes too."""
+    def look(value):
+        for piece in look_pieces(value):
+            with _aside(held):
+                yield piece
+    return look
 
 
 def _stage_for(value) -> None:
@@ -154,14 +181,14 @@ def _stage_for(value) -> None:
         reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
 
 
-def _unseen_part(spec: dict, inputs: list):
+def _unseen_part(spec: dict, inputs: list, held=None):
     """An unseen trial's inputs as the late part its candidate is handed inside the window
     (``harness_worker.late_part``: written here once, never copied by the grader); None where
     the run makes no parts."""
     for value in inputs:
         if _type(value) is _Tensor:
             _stage_for(value)
-    return late_part({"seed": spec["seed"], "inputs": inputs}, look_pieces)
+    return late_part({"seed": spec["seed"], "inputs": inputs}, _pieces(held))
 
 
 def _shown_states(result: dict) -> None:
@@ -292,9 +319,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
         # into a late part of their own (handed to the candidate's worker as it is)
         at = time.monotonic()
-        kept = _unseen_part(spec, inputs) if spec.get("hidden") else None
+        kept = _unseen_part(spec, inputs, held) if spec.get("hidden") else None
         if kept is None:
-            kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
+            kept = [_shipped(v, shown=not spec.get("hidden"), held=held) for v in inputs]
         parts["written"] += time.monotonic() - at
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
@@ -326,7 +353,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         scales = [_scales_of(t) for t in items]  # on the device, before they leave it
         at = time.monotonic()
-        outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        outputs = [_shipped(t, held=held) if _isinstance(t, torch.Tensor) else t
+                   for t in items]
         parts["written"] += time.monotonic() - at
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural

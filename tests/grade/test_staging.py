@@ -117,3 +117,53 @@ def test_the_worker_starts_the_host_pool_before_its_snapshot_of_threads():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0"
 
+
+
+@pytest.mark.parametrize("writes", ["aside", "held"])
+def test_a_references_host_writes_keep_no_window_waiting(tmp_path, monkeypatch, writes):
+    """``reference_tasks._shipped`` with the run's shared hold: the bytes of a tensor go into
+    the results file with the hold let go, so a window asked for during the write runs then;
+    ``KERNELMILL_REFERENCE_WRITES=held`` keeps it waiting until the hold ends."""
+    import os
+
+    from kernelmill.grade.worker import reference_tasks as R
+    from kernelmill.validate import harness_worker as HW
+    from kernelmill.validate import tensor_slots as TS
+    from kernelmill.validate.gpu_lock import GpuLock
+
+    monkeypatch.setenv("KERNELMILL_REFERENCE_WRITES", writes)
+    lock = GpuLock(str(tmp_path / "gpu"))
+    ran_during_write = []
+    write = TS.pwrite_range
+
+    def watched_write(fd, view, offset):
+        ran_during_write.append(lock_free_for_a_window(lock))
+        write(fd, view, offset)
+
+    fd = os.open(tmp_path / "results", os.O_RDWR | os.O_CREAT)
+    monkeypatch.setattr(TS, "pwrite_range", watched_write)
+    monkeypatch.setattr(HW, "_results", TS.ResultsFile(fd))
+    value = torch.arange(1 << 16, dtype=torch.float32)
+    with lock.shared() as held:
+        slot = R._shipped(value, held=held)  # a host tensor, written from where it lies
+        for piece in R._pieces(held)(value):  # a device tensor's pieces, through the buffer
+            write(fd, memoryview(piece.numpy()), 0)
+            ran_during_write.append(lock_free_for_a_window(lock))
+    with lock.exclusive():  # every window ended
+        pass
+    os.close(fd)
+    assert isinstance(slot, TS.TensorSlot) and len(ran_during_write) == 2
+    assert all(ran_during_write) if writes == "aside" else not any(ran_during_write)
+
+
+def lock_free_for_a_window(lock) -> bool:
+    """Whether a window asked for now (another thread) takes ``lock`` within a second."""
+    import threading
+
+    done = threading.Event()
+
+    def window():
+        with lock.exclusive():
+            done.set()
+    threading.Thread(target=window, daemon=True).start()
+    return done.wait(1.0)

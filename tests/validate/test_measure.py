@@ -375,6 +375,40 @@ def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path
         assert not alone.let_window_in()  # an exclusive hold never steps aside
 
 
+def test_host_work_aside_from_a_shared_hold_lets_a_window_run_through_it(tmp_path):
+    """``aside``: a window asked for during the stretch runs during it (not after), and the
+    hold comes back behind that window; an exclusive hold is kept through its stretch."""
+    lock = M.GpuLock(str(tmp_path / "gpu"))
+    order = []
+    with lock.shared() as held:
+        with held.aside():
+            thread = _waiting_window(lock, order)  # not kept waiting: it runs now
+            assert order == ["window"]
+            order.append("host work")
+        order.append("held again")
+        thread.join(5)
+        later = _waiting_window(lock, order)  # held again: a later window waits for it
+        order.append("piece")
+    later.join(5)
+    assert order == ["window", "host work", "held again", "piece", "window"]
+
+    with lock.shared() as held:
+        inside = _waiting_window(lock, order := [])  # waits for this hold
+        with held.aside():  # let go: the waiting window goes first ...
+            time.sleep(0.2)
+            order.append("host work")
+        order.append("held again")  # ... and the hold comes back only after it
+        inside.join(5)
+    assert order == ["window", "host work", "held again"]
+
+    with lock.exclusive() as alone:
+        with alone.aside():
+            kept = _waiting_window(lock, order := [])
+            assert order == []  # still held alone
+    kept.join(5)
+    assert order == ["window"]
+
+
 def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, monkeypatch):
     from kernelmill.validate import forwards as F
     from kernelmill.validate import probe_device as PD
