@@ -246,7 +246,7 @@ def main() -> int:
     rows from an earlier grade_throughput run (``--ours``); a SIGTERM reports what finished."""
     import argparse
 
-    from grade_throughput import find_kernelbench, kernelbench_answers
+    from grade_sets import find_kernelbench, kernelbench_answers
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("checkout", help="a ScalingIntelligence/KernelBench checkout")

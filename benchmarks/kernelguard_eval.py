@@ -67,7 +67,7 @@ def submissions() -> list[tuple[str, str, str, str]]:
             "certified", text)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from grade_fidelity import SET
-    from grade_throughput import build_inputs
+    from grade_sets import build_inputs
 
     for name, answer, _sizes in SET:
         add(f"fidelity/{name}", "honest", "certified", answer.read_text())

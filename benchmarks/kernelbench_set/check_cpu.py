@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("set TRITON_INTERPRET=1 (the answers run under the Triton interpreter)")
     sys.path.insert(0, str(HERE.parent))
-    from grade_throughput import find_kernelbench, kernelbench_answers
+    from grade_sets import find_kernelbench, kernelbench_answers
 
     kernelbench = find_kernelbench(args.kernelbench)
     failed = 0

@@ -12,19 +12,21 @@ import pytest
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "kernelbench_set"))
 import check_cpu  # noqa: E402
+import grade_reports  # noqa: E402
+import grade_sets  # noqa: E402
 import grade_throughput  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernelbench():
     try:
-        return grade_throughput.find_kernelbench()
+        return grade_sets.find_kernelbench()
     except SystemExit:
         pytest.skip("no KernelBench problems folder beside or inside the checkout")
 
 
 def test_loader_finds_answers_with_their_problems(kernelbench):
-    pairs = grade_throughput.kernelbench_answers(kernelbench)
+    pairs = grade_sets.kernelbench_answers(kernelbench)
     assert len(pairs) >= 24
     assert {p.parent.name for _, p in pairs} == {"level1", "level2", "level3"}
     for answer, problem in pairs:
@@ -37,7 +39,7 @@ def test_loader_finds_answers_with_their_problems(kernelbench):
 @pytest.mark.parametrize("stem", ["level1_95_CrossEntropyLoss",
                                   "level2_14_Gemm_Divide_Sum_Scaling"])
 def test_answer_matches_reference_at_small_sizes(kernelbench, stem):
-    answer = grade_throughput.KERNELBENCH_SET / f"{stem}.py"
+    answer = grade_sets.KERNELBENCH_SET / f"{stem}.py"
     status, detail = check_cpu.check(answer, kernelbench)
     assert status == "ok", detail
 
@@ -62,7 +64,7 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
                                              "observe": [5.0, 5.0]}}} for i in range(3)]
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grade_throughput.report_slowest_and_median(out)
+    grade_reports.report_slowest_and_median(out)
     printed = capsys.readouterr().out
     assert "parent's hand-overs [42.0, 42.0]" in printed  # the slowest grade's own
     assert "late=121.0 load=42.0 observe=10.0 parent hand-over=83.0" in printed
@@ -77,7 +79,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
                          "reference_stages_s": {"reference forward": 4.0},
                          "stages_s": {"timing": 6.0}}}
             for k in range(10) for lane in range(2)]
-    seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
     assert 60 < seconds < 70
     assert abs(sum(held.values()) - 2.6) < 0.15, held  # 13 s of each 10 s lane
     assert abs(held["reference: reference forward"] - 0.8) < 0.1
@@ -87,7 +89,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"]["reference_forward_s"] = {"stepped_aside": 1.0, "written": 2.5,
                                                  "other": 0.5}
-    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
     assert "reference: reference forward" not in held or \
         held["reference: reference forward"] < 0.01
     assert abs(held["reference: forward written"] - 0.5) < 0.1, held
@@ -96,7 +98,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"].update(ready_ms=1000.0, last_ready_ms=2000.0, exclusive_wait_ms=1500.0,
                               window_ms=2500.0)
-    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
     assert abs(held["candidate: timing for the last ready"] - 0.2) < 0.05, held
     assert abs(held["candidate: timing window"] - 0.5) < 0.05
     assert abs(held["candidate: timing other"] - 0.2) < 0.05
@@ -104,7 +106,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"]["stages_s"] = {"forward": 4.0, "timing": 2.0}
         row["profile"]["stepped_aside_by_stage"] = {"forward": 3.0}
-    _seconds, held = grade_throughput.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
     assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
     assert abs(held["candidate: forward"] - 0.2) < 0.05
 
@@ -118,7 +120,7 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
                          "stages_s": {"timing": 6.0}, "ready_ms": 0.0, "last_ready_ms": 0.0,
                          "exclusive_wait_ms": 1000.0, "window_ms": 1000.0}}
             for k in range(10) for lane in range(2)]
-    states = grade_throughput.window_states(rows, share=(0.2, 0.8))
+    states = grade_reports.window_states(rows, share=(0.2, 0.8))
     assert abs(states["held"] - 0.2) < 0.03, states
     assert abs(states["asked"] - 0.2) < 0.03, states
     assert abs(states["none"] - 0.6) < 0.03, states
@@ -128,9 +130,9 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
                               reference_s=0.0, candidate_s=10.0)
         row["profile"]["reference_stages_s"] = {}
         row["profile"]["stages_s"] = {"timing": 10.0}
-    states = grade_throughput.window_states(rows, share=(0.2, 0.8))
+    states = grade_reports.window_states(rows, share=(0.2, 0.8))
     assert states["held"] > 0.95 and states["none"] < 0.05, states
-    assert grade_throughput.window_states([]) == {}
+    assert grade_reports.window_states([]) == {}
 
 
 def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_its_cpu():
@@ -139,12 +141,12 @@ def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_
                          "stages_cpu_s": {"start": 0.4, "setup": 0.25, "forward": 2.0,
                                           "timing": 0.5, "ghost": 0.2},
                          "stepped_aside_by_stage": {"forward": 1.0 + k}}} for k in range(3)]
-    share = grade_throughput.held_host_share(rows)
+    share = grade_reports.held_host_share(rows)
     # the forward's stops for other windows are not held; start and timing are not counted
     assert share["forward"] == (2.0, 2.0) and share["ghost"] == (1.0, 0.2)
     assert set(share) == {"setup", "forward", "ghost", "total"}
     assert share["total"] == (3.3, 2.45)
-    assert grade_throughput.held_host_share([{"profile": {}}]) == {}
+    assert grade_reports.held_host_share([{"profile": {}}]) == {}
 
 
 def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
@@ -152,15 +154,15 @@ def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
         return [{"profile": {"began_at": end - 10.0, "reference_s": 4.0, "candidate_s": 6.0}}
                 for end in ends]
 
-    even = grade_throughput.verdict_waves(rows([100.0 + 2 * k for k in range(40)]))
+    even = grade_reports.verdict_waves(rows([100.0 + 2 * k for k in range(40)]))
     assert abs(even["gap_median_s"] - 2.0) < 1e-9 and even["burstiness"] < -0.9, even
     # waves of 8 ends within 0.1 s, 16 s apart
-    waves = grade_throughput.verdict_waves(
+    waves = grade_reports.verdict_waves(
         rows([100.0 + 16 * w + 0.01 * k for w in range(5) for k in range(8)]))
     assert waves["burstiness"] > 0.5 and waves["gap_median_s"] < 0.05, waves
     assert waves["gap_max_s"] > 15, waves
-    assert grade_throughput.verdict_waves(rows([1.0, 2.0])) == {}
-    assert grade_throughput.verdict_waves([{"profile": {"began_at": 1.0}}] * 5) == {}
+    assert grade_reports.verdict_waves(rows([1.0, 2.0])) == {}
+    assert grade_reports.verdict_waves([{"profile": {"began_at": 1.0}}] * 5) == {}
 
 
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
@@ -173,12 +175,12 @@ def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 16})
-    grade_throughput.report_in_flight(out, 24)
+    grade_reports.report_in_flight(out, 24)
     printed = capsys.readouterr().out
     assert "(slots: 16)" in printed and "gave its 16 slots 24 grades" in printed
-    grade_throughput.report_in_flight(out, 64, 8)
+    grade_reports.report_in_flight(out, 64, 8)
     assert "gave its 16 slots 8 groups" in capsys.readouterr().out
-    grade_throughput.report_in_flight(out, 40)
+    grade_reports.report_in_flight(out, 40)
     assert "fewer than two" not in capsys.readouterr().out
 
 
@@ -191,8 +193,8 @@ def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monk
     problem.write_text("import torch\n# a problem\n")
     other = tmp_path / "level2" / "18_Other.py"
     other.write_text("import torch\n# another problem\n")
-    answer = grade_throughput.KERNELBENCH_SET / "level2_14_Gemm_Divide_Sum_Scaling.py"
-    monkeypatch.setattr(grade_throughput, "kernelbench_answers",
+    answer = grade_sets.KERNELBENCH_SET / "level2_14_Gemm_Divide_Sum_Scaling.py"
+    monkeypatch.setattr(grade_sets, "kernelbench_answers",
                         lambda root: [(answer, problem), (answer, other)])
     records = tmp_path / "audit.jsonl"
     records.write_text(
@@ -202,14 +204,14 @@ def test_validated_records_give_the_sets_problems_their_tolerance(tmp_path, monk
                     "validation": {"passed": False, "atol": 1e-3, "rtol": 1e-3,
                                    "checks": {"no_dead_ops": {"passed": False}}}}) + "\n" +
         '{"source": "trunc')
-    found = grade_throughput.validated_records([str(records)])
+    found = grade_sets.validated_records([str(records)])
     assert len(found) == 2
     (tmp_path / "out").mkdir()
-    problems, _subs, n = grade_throughput.build_kernelbench_set(tmp_path / "out", tmp_path,
+    problems, _subs, n = grade_sets.build_kernelbench_set(tmp_path / "out", tmp_path,
                                                                 "cuda", 1, found)
     rows = [json.loads(line) for line in problems.read_text().splitlines()]
     assert rows[0]["validation"]["atol"] == 0.0054 and n == 2
-    grade_throughput.report_validation(problems)
+    grade_sets.report_validation(problems)
     assert "2 of 2 problems graded at their validated tolerance; rejected by the validator: " \
         f"{answer.stem} (no_dead_ops)" in capsys.readouterr().out
 
@@ -219,17 +221,17 @@ def test_a_set_is_cut_to_the_problems_a_pattern_finds(tmp_path):
     the files rewritten (two runs then grade the same submissions)."""
     import re
 
-    problems, subs, count = grade_throughput.build_triton_set(tmp_path, "cpu", copies=2)
+    problems, subs, count = grade_sets.build_triton_set(tmp_path, "cpu", copies=2)
     ids = [json.loads(line)["id"] for line in problems.read_text().splitlines()]
     assert count == 2 * len(ids) > 4
     wanted = ids[:2]
-    cut = grade_throughput.only_matching((problems, subs, count),
+    cut = grade_sets.only_matching((problems, subs, count),
                                          "^(" + "|".join(map(re.escape, wanted)) + ")$")
     assert cut[2] == 4
     assert [json.loads(line)["id"] for line in problems.read_text().splitlines()] == wanted
     kept = [json.loads(line) for line in subs.read_text().splitlines()]
     assert sorted({row["problem_id"] for row in kept}) == sorted(wanted)
-    assert grade_throughput.only_matching(cut, None) == cut
+    assert grade_sets.only_matching(cut, None) == cut
 
 
 def test_the_throughput_report_takes_the_steady_rate_between_the_quarters(tmp_path):
