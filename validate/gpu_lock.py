@@ -121,6 +121,7 @@ class _Held:
     def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
         self.queued_s = self.drained_s = 0.0
+        self.rejoin_s = 0.0  # waited to hold shared again after stretches ``aside``
         self._queue = queue  # the ``turn`` file, held or not
         self._windows = windows  # the queue of windows, while this window is in it
         self._waits_for = waits_for  # that file, held or not
@@ -178,7 +179,9 @@ class _Held:
         try:
             yield
         finally:
+            began = time.monotonic()
             self._rejoin()
+            self.rejoin_s += time.monotonic() - began
 
     def _rejoin(self) -> None:
         """Held shared again (let go before), behind every window asked for meanwhile."""

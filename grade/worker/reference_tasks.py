@@ -318,11 +318,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
         # into a late part of their own (handed to the candidate's worker as it is)
-        at = time.monotonic()
+        at, rejoined = time.monotonic(), _rejoin_s(held)
         kept = _unseen_part(spec, inputs, held) if spec.get("hidden") else None
         if kept is None:
             kept = [_shipped(v, shown=not spec.get("hidden"), held=held) for v in inputs]
-        parts["written"] += time.monotonic() - at
+        _count_written(parts, at, _rejoin_s(held) - rejoined)
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -352,10 +352,10 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         scales = [_scales_of(t) for t in items]  # on the device, before they leave it
-        at = time.monotonic()
+        at, rejoined = time.monotonic(), _rejoin_s(held)
         outputs = [_shipped(t, held=held) if _isinstance(t, torch.Tensor) else t
                    for t in items]
-        parts["written"] += time.monotonic() - at
+        _count_written(parts, at, _rejoin_s(held) - rejoined)
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
@@ -374,6 +374,17 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     parts["other"] = time.monotonic() - began - parts["stepped_aside"] - parts["written"]
     return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite,
             "parts_s": {k: round(v, 3) for k, v in parts.items()}}
+
+
+def _rejoin_s(held) -> float:
+    return getattr(held, "rejoin_s", 0.0) if held is not None else 0.0
+
+
+def _count_written(parts: dict, began: float, waited: float) -> None:
+    """A stretch of writes since ``began`` into the profile's parts: ``waited`` of it (held
+    shared again behind windows that ran during the writes) is time stepped aside."""
+    parts["written"] += time.monotonic() - began - waited
+    parts["stepped_aside"] += waited
 
 
 def _scales_of(value) -> list[float] | None:

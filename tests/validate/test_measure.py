@@ -292,6 +292,11 @@ def _waiting_window(lock, order: list) -> threading.Thread:
     return thread
 
 
+def _held_alone(lock, seconds: float) -> None:
+    with lock.exclusive():
+        time.sleep(seconds)
+
+
 def test_waiting_windows_go_before_shared_work_that_asked_earlier(tmp_path):
     """Windows queue ahead of new shared work: when one ends, the next waiting window goes,
     not shared work that asked before it (which would make it wait for all of that work)."""
@@ -400,6 +405,14 @@ def test_host_work_aside_from_a_shared_hold_lets_a_window_run_through_it(tmp_pat
         order.append("held again")  # ... and the hold comes back only after it
         inside.join(5)
     assert order == ["window", "host work", "held again"]
+
+    with lock.shared() as held:  # the wait to hold it again is counted (``rejoin_s``)
+        with held.aside():
+            slow = threading.Thread(target=lambda: _held_alone(lock, 0.3))
+            slow.start()
+            time.sleep(0.1)
+        slow.join(5)
+    assert 0.15 < held.rejoin_s < 1.0
 
     with lock.exclusive() as alone:
         with alone.aside():
