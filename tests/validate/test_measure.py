@@ -414,10 +414,9 @@ def test_host_work_aside_from_a_shared_hold_lets_a_window_run_through_it(tmp_pat
         slow.join(5)
     assert 0.15 < held.rejoin_s < 1.0
 
-    with lock.exclusive() as alone:
-        with alone.aside():
-            kept = _waiting_window(lock, order := [])
-            assert order == []  # still held alone
+    with lock.exclusive() as alone, alone.aside():
+        kept = _waiting_window(lock, order := [])
+        assert order == []  # still held alone
     kept.join(5)
     assert order == ["window"]
 
