@@ -59,10 +59,13 @@ _WRITES_OUT = [("host", 2.5), ("shared", [0.1, 0.1, 0.1]), ("host", 2.8)]
 # the reference's writes let go of the hold as they are made (``_Held.aside``): each trial's
 # device work held, then its writes with the GPU free, then held again behind any window
 _WRITES_ASIDE = [("host", 2.5), ("shared", [0.1, ("aside", 0.6)] * 3), ("host", 1.0)]
+# the same let go only where a window waits as a write begins (else held through it)
+_WRITES_WHEN_ASKED = [("host", 2.5), ("shared", [0.1, ("asked", 0.6)] * 3), ("host", 1.0)]
 VARIANTS = {
     "measured": GRADE,
     "reference-writes-out": [*_WRITES_OUT, _START, _CHECKS, *_AFTER],
     "reference-writes-aside": [*_WRITES_ASIDE, _START, _CHECKS, *_AFTER],
+    "reference-writes-when-asked": [*_WRITES_WHEN_ASKED, _START, _CHECKS, *_AFTER],
     "start-beside-reference": [*_REFERENCE, _CHECKS, *_AFTER],
     "writes-out-start-beside": [*_WRITES_OUT, _CHECKS, *_AFTER],
 }
@@ -133,7 +136,8 @@ def _grade(lock: GpuLock, scale: float, record: dict, steps: list | None = None)
                 for k, piece in enumerate(seconds):
                     if isinstance(piece, tuple):  # host work with the hold let go
                         before = held.rejoin_s
-                        with held.aside():
+                        let_go = piece[0] == "aside" or held.window_waiting()
+                        with held.aside() if let_go else contextlib.nullcontext():
                             time.sleep(piece[1] * scale)
                         aside += held.rejoin_s - before
                         continue

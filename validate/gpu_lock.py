@@ -121,7 +121,8 @@ class _Held:
     def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
         self.queued_s = self.drained_s = 0.0
-        self.rejoin_s = 0.0  # waited to hold shared again after stretches ``aside``
+        self.aside_s = 0.0  # let go for stretches of host work (``aside``)
+        self.rejoin_s = 0.0  # waited to hold shared again after them
         self._queue = queue  # the ``turn`` file, held or not
         self._windows = windows  # the queue of windows, while this window is in it
         self._waits_for = waits_for  # that file, held or not
@@ -169,18 +170,21 @@ class _Held:
         """A shared hold let go for a stretch of host work with nothing left running on the
         device (a trusted task's bytes written from the host), then held shared again behind
         any window that came meanwhile: a window that asks during the stretch starts at once
-        instead of waiting for it. An exclusive hold, or none, is kept as it is."""
+        instead of waiting for it. An exclusive hold, or none, is kept as it is. Not nested,
+        nor around ``let_window_in``: either holds it again for the rest of the stretch."""
         if self.turn is not None or self.main is None or self._queue is None:
             yield
             return
         import fcntl
 
         fcntl.flock(self.main, fcntl.LOCK_UN)
+        let_go = time.monotonic()
         try:
             yield
         finally:
             began = time.monotonic()
             self._rejoin()
+            self.aside_s += began - let_go
             self.rejoin_s += time.monotonic() - began
 
     def _rejoin(self) -> None:

@@ -141,21 +141,24 @@ def _shipped(value, shown: bool = False, held=None):
     made (``result_slot``: one copy, through the pinned staging buffer), else a host copy.
     ``shown``: one a candidate is given as it is (an input it sees, a weight), written into the
     run's shown file, which the parent passes on to the candidate's worker without a copy.
-    ``held``: the run's shared hold on the GPU, let go while the host writes (``_pieces``)."""
+    ``held``: the run's shared hold on the GPU, let go while the host writes a device
+    tensor's bytes (``_pieces``; a host tensor, rare and small here, is written held)."""
     if _type(value) is not _Tensor:
         return value
     _stage_for(value)
-    if value.device.type == "cuda":
-        slot = result_slot(value, _pieces(held), shown=shown)
-    else:  # written from where it lies: host work only
-        with _aside(held):
-            slot = result_slot(value, look_pieces, shown=shown)
+    slot = result_slot(value, _pieces(held), shown=shown)
     return to_cpu(value) if slot is None else slot
 
 
 def _aside(held):
-    """``held.aside()`` (``KERNELMILL_REFERENCE_WRITES=held``, or no hold: nothing let go)."""
-    if held is None or os.environ.get("KERNELMILL_REFERENCE_WRITES") == "held":
+    """``held.aside()`` where a timing window waits for the GPU as a write begins (it runs
+    while the host writes, where it would have waited for the write and the rest of the
+    trial): held again behind it, as ``let_window_in`` would have at the trial's end. Where
+    none waits the hold is kept (let go at every write, the run would wait behind each window
+    asked for during one: the lock model, ``benchmarks/gpu_queue.py``, read no gain). Nothing
+    let go with no hold or ``KERNELMILL_REFERENCE_WRITES=held``."""
+    if held is None or os.environ.get("KERNELMILL_REFERENCE_WRITES") == "held" or \
+            not held.window_waiting():
         return contextlib.nullcontext()
     return held.aside()
 
@@ -163,11 +166,12 @@ def _aside(held):
 def _pieces(held):
     """``look_pieces`` whose every piece, copied from the device (a copy that has finished when
     the piece is handed over), is written into its file with the GPU's shared hold ``held``
-    let go (``aside``): a window asked for meanwhile waits for no host work of this run, only
-    for its device copies and forwards. ``KERNELMILL_REFERENCE_WRITES=held`` keeps the hold
-    over the writes too."""
+    let go where a window waits (``_aside``): that window runs during the host's write, not
+    after it (every stream's work finished first, not only the copy's)."""
     def look(value):
         for piece in look_pieces(value):
+            if value.device.type == "cuda":
+                sync(str(value.device))
             with _aside(held):
                 yield piece
     return look
@@ -299,7 +303,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     written = [result_mark()[0]]  # the results file's end after each trial
     # where the stage's wall time went (the profile's, never judged): stepped aside for other
     # grades' windows, writing tensors into the run's files, and the rest (draws, forwards)
-    parts = {"stepped_aside": 0.0, "written": 0.0}
+    parts = {"stepped_aside": 0.0, "written": 0.0, "written_aside": 0.0}
     began = time.monotonic()
     for spec in payload["trials"]:
         if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
@@ -318,11 +322,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
         # into a late part of their own (handed to the candidate's worker as it is)
-        at, rejoined = time.monotonic(), _rejoin_s(held)
+        at, let_go = time.monotonic(), _let_go_s(held)
         kept = _unseen_part(spec, inputs, held) if spec.get("hidden") else None
         if kept is None:
             kept = [_shipped(v, shown=not spec.get("hidden"), held=held) for v in inputs]
-        _count_written(parts, at, _rejoin_s(held) - rejoined)
+        _count_written(parts, at, let_go, held)
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -352,10 +356,10 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         scales = [_scales_of(t) for t in items]  # on the device, before they leave it
-        at, rejoined = time.monotonic(), _rejoin_s(held)
+        at, let_go = time.monotonic(), _let_go_s(held)
         outputs = [_shipped(t, held=held) if _isinstance(t, torch.Tensor) else t
                    for t in items]
-        _count_written(parts, at, _rejoin_s(held) - rejoined)
+        _count_written(parts, at, let_go, held)
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
@@ -371,20 +375,25 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
         written.append(result_mark()[0])
-    parts["other"] = time.monotonic() - began - parts["stepped_aside"] - parts["written"]
+    parts["other"] = time.monotonic() - began - sum(parts.values())
     return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite,
             "parts_s": {k: round(v, 3) for k, v in parts.items()}}
 
 
-def _rejoin_s(held) -> float:
-    return getattr(held, "rejoin_s", 0.0) if held is not None else 0.0
+def _let_go_s(held) -> tuple[float, float]:
+    """The hold's seconds let go for host work and waited to hold it again, so far."""
+    return (held.aside_s, held.rejoin_s) if hasattr(held, "rejoin_s") else (0.0, 0.0)
 
 
-def _count_written(parts: dict, began: float, waited: float) -> None:
-    """A stretch of writes since ``began`` into the profile's parts: ``waited`` of it (held
-    shared again behind windows that ran during the writes) is time stepped aside."""
-    parts["written"] += time.monotonic() - began - waited
-    parts["stepped_aside"] += waited
+def _count_written(parts: dict, began: float, let_go: tuple[float, float], held) -> None:
+    """A stretch of writes since ``began`` (``let_go``: ``_let_go_s`` then) into the profile's
+    parts: written held (the device copies), written with the hold let go (the host's writes),
+    and stepped aside (held shared again behind windows that ran meanwhile)."""
+    now = _let_go_s(held)
+    aside, rejoin = now[0] - let_go[0], now[1] - let_go[1]
+    parts["written"] += time.monotonic() - began - aside - rejoin
+    parts["written_aside"] += aside
+    parts["stepped_aside"] += rejoin
 
 
 def _scales_of(value) -> list[float] | None:

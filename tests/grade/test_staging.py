@@ -118,42 +118,114 @@ def test_the_worker_starts_the_host_pool_before_its_snapshot_of_threads():
     assert out.stdout.split()[-1] == "0"
 
 
-
-@pytest.mark.parametrize("writes", ["aside", "held"])
-def test_a_references_host_writes_keep_no_window_waiting(tmp_path, monkeypatch, writes):
-    """``reference_tasks._shipped`` with the run's shared hold: the bytes of a tensor go into
-    the results file with the hold let go, so a window asked for during the write runs then;
-    ``KERNELMILL_REFERENCE_WRITES=held`` keeps it waiting until the hold ends."""
+@pytest.fixture
+def reference_writes(tmp_path, monkeypatch):
+    """A reference worker's results file and shown file on disk, a GPU lock, and its device
+    tensors' bytes read on the host as ``look_pieces`` would (a meta tensor stands in for a
+    CUDA one: the write goes through the device branch, two pieces a tensor). Before each
+    piece is handed over a timing window is asked for and waits for the hold (``seen["held"]``,
+    set by the test); each ``pwrite`` notes whether that window took the GPU meanwhile."""
     import os
+    import threading
+    import time
 
     from kernelmill.grade.worker import reference_tasks as R
     from kernelmill.validate import harness_worker as HW
     from kernelmill.validate import tensor_slots as TS
     from kernelmill.validate.gpu_lock import GpuLock
 
-    monkeypatch.setenv("KERNELMILL_REFERENCE_WRITES", writes)
     lock = GpuLock(str(tmp_path / "gpu"))
-    ran_during_write = []
+    seen = {"window ran": [], "fail at": None, "held": None, "window": None, "ask": True}
     write = TS.pwrite_range
 
+    def window(took):
+        with lock.exclusive():
+            took.set()
+
     def watched_write(fd, view, offset):
-        ran_during_write.append(lock_free_for_a_window(lock))
+        if seen["fail at"] == len(seen["window ran"]):
+            raise ValueError("the host's write failed")
+        seen["window ran"].append(seen["window"].wait(1.0) if seen["ask"] else None)
         write(fd, view, offset)
 
-    fd = os.open(tmp_path / "results", os.O_RDWR | os.O_CREAT)
+    def two_pieces(value):
+        nbytes = value.numel() * value.element_size()
+        for piece in (torch.zeros(nbytes // 2, dtype=torch.uint8),
+                      torch.ones(nbytes - nbytes // 2, dtype=torch.uint8)):
+            if not seen["ask"]:
+                yield piece
+                continue
+            seen["window"] = threading.Event()
+            threading.Thread(target=window, args=(seen["window"],), daemon=True).start()
+            for _ in range(500):  # until it waits for the hold
+                if seen["held"].window_waiting():
+                    break
+                time.sleep(0.01)
+            yield piece
+
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT) for name in ("results", "shown")]
     monkeypatch.setattr(TS, "pwrite_range", watched_write)
-    monkeypatch.setattr(HW, "_results", TS.ResultsFile(fd))
-    value = torch.arange(1 << 16, dtype=torch.float32)
+    monkeypatch.setattr(R, "look_pieces", two_pieces)
+    monkeypatch.setattr(HW, "_results", TS.ResultsFile(fds[0]))
+    monkeypatch.setattr(HW, "_shown", TS.ResultsFile(fds[1], TS.ShownSlot))
+    yield R, lock, seen
+    for fd in fds:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("writes", ["aside", "held"])
+def test_a_references_host_writes_keep_no_window_waiting(reference_writes, monkeypatch,
+                                                          writes):
+    """``reference_tasks._shipped`` with the run's shared hold: a device tensor's bytes, each
+    piece copied to the host under the hold, go into the results and shown files with the hold
+    let go where a window waits, so it runs during the write; ``KERNELMILL_REFERENCE_WRITES=
+    held`` keeps it waiting until the hold ends. Held again after: a later window waits."""
+    from kernelmill.validate import tensor_slots as TS
+
+    R, lock, seen = reference_writes
+    monkeypatch.setenv("KERNELMILL_REFERENCE_WRITES", writes)
+    value = torch.empty(1 << 16, dtype=torch.float32, device="meta")
     with lock.shared() as held:
-        slot = R._shipped(value, held=held)  # a host tensor, written from where it lies
-        for piece in R._pieces(held)(value):  # a device tensor's pieces, through the buffer
-            write(fd, memoryview(piece.numpy()), 0)
-            ran_during_write.append(lock_free_for_a_window(lock))
+        seen["held"] = held
+        slots = [R._shipped(value, held=held), R._shipped(value, shown=True, held=held)]
+        assert not lock_free_for_a_window(lock)  # held again
+        parts = {"stepped_aside": 0.0, "written": 0.0, "written_aside": 0.0}
+        R._count_written(parts, 0.0, (0.0, 0.0), held)
     with lock.exclusive():  # every window ended
         pass
-    os.close(fd)
-    assert isinstance(slot, TS.TensorSlot) and len(ran_during_write) == 2
-    assert all(ran_during_write) if writes == "aside" else not any(ran_during_write)
+    assert [type(slot) for slot in slots] == [TS.TensorSlot, TS.ShownSlot]
+    assert len(seen["window ran"]) == 4  # two pieces each
+    assert all(seen["window ran"]) if writes == "aside" else not any(seen["window ran"])
+    assert (parts["written_aside"] > 0) == (writes == "aside")
+
+
+def test_a_reference_keeps_its_hold_through_writes_no_window_waits_for(reference_writes):
+    from kernelmill.validate import tensor_slots as TS
+
+    R, lock, seen = reference_writes
+    seen["ask"] = False
+    value = torch.empty(1 << 16, dtype=torch.float32, device="meta")
+    with lock.shared() as held:
+        seen["held"] = held
+        slot = R._shipped(value, held=held)
+    assert isinstance(slot, TS.TensorSlot) and seen["window ran"] == [None, None]
+    assert held.aside_s == 0.0 and held.rejoin_s == 0.0  # never let go
+
+
+def test_a_reference_write_that_fails_midway_holds_the_gpu_again(reference_writes):
+    R, lock, seen = reference_writes
+    seen["fail at"] = 1  # the second piece's write raises
+    value = torch.empty(1 << 16, dtype=torch.float32, device="meta")
+    with lock.shared() as held:
+        seen["held"] = held
+        with pytest.raises(ValueError, match="write failed") as failed:
+            R._shipped(value, held=held)
+        # back as the error leaves, while its traceback (which holds the writer's frame and
+        # its pieces) is still alive
+        assert failed.tb is not None and not lock_free_for_a_window(lock)
+    with lock.exclusive():
+        pass
+    assert seen["window ran"] == [True]
 
 
 def lock_free_for_a_window(lock) -> bool:
