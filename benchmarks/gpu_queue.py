@@ -56,16 +56,9 @@ GRADE = [*_REFERENCE, _START, _CHECKS, *_AFTER]
 # (1.8 s of its trials) done outside the shared hold; the candidate's worker started beside
 # the reference run (its start off the grade's path).
 _WRITES_OUT = [("host", 2.5), ("shared", [0.1, 0.1, 0.1]), ("host", 2.8)]
-# the reference's writes let go of the hold as they are made (``_Held.aside``): each trial's
-# device work held, then its writes with the GPU free, then held again behind any window
-_WRITES_ASIDE = [("host", 2.5), ("shared", [0.1, ("aside", 0.6)] * 3), ("host", 1.0)]
-# the same let go only where a window waits as a write begins (else held through it)
-_WRITES_WHEN_ASKED = [("host", 2.5), ("shared", [0.1, ("asked", 0.6)] * 3), ("host", 1.0)]
 VARIANTS = {
     "measured": GRADE,
     "reference-writes-out": [*_WRITES_OUT, _START, _CHECKS, *_AFTER],
-    "reference-writes-aside": [*_WRITES_ASIDE, _START, _CHECKS, *_AFTER],
-    "reference-writes-when-asked": [*_WRITES_WHEN_ASKED, _START, _CHECKS, *_AFTER],
     "start-beside-reference": [*_REFERENCE, _CHECKS, *_AFTER],
     "writes-out-start-beside": [*_WRITES_OUT, _CHECKS, *_AFTER],
 }
@@ -104,9 +97,7 @@ def _jittered(rng: random.Random, spread: float, held: float = 1.0,
     differ; identical ones would move in lockstep whatever the lock did). ``held``: the share
     of each shared piece that stays under the lock, the rest done as host work before the
     hold is taken (what moving host stretches out of the hold gives)."""
-    def one(seconds):
-        if isinstance(seconds, tuple):  # ("aside", seconds): a piece let go of the hold
-            return (seconds[0], one(seconds[1]))
+    def one(seconds: float) -> float:
         return seconds * rng.lognormvariate(0.0, spread)
 
     steps = []
@@ -114,9 +105,8 @@ def _jittered(rng: random.Random, spread: float, held: float = 1.0,
         if isinstance(seconds, list):
             pieces = [one(p) for p in seconds]
             if held < 1.0 and step == "shared":
-                steps.append(("host", sum(p for p in pieces if not isinstance(p, tuple)) *
-                              (1 - held)))
-                pieces = [p if isinstance(p, tuple) else p * held for p in pieces]
+                steps.append(("host", sum(pieces) * (1 - held)))
+                pieces = [p * held for p in pieces]
             steps.append((step, pieces))
         else:
             steps.append((step, one(seconds)))
@@ -134,13 +124,6 @@ def _grade(lock: GpuLock, scale: float, record: dict, steps: list | None = None)
             with lock.shared() as held:
                 waited += time.monotonic() - asked
                 for k, piece in enumerate(seconds):
-                    if isinstance(piece, tuple):  # host work with the hold let go
-                        before = held.rejoin_s
-                        let_go = piece[0] == "aside" or held.window_waiting()
-                        with held.aside() if let_go else contextlib.nullcontext():
-                            time.sleep(piece[1] * scale)
-                        aside += held.rejoin_s - before
-                        continue
                     if k:
                         stepped = time.monotonic()
                         if held.let_window_in():

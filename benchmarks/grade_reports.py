@@ -276,11 +276,12 @@ def verdict_waves(rows: list[dict], share: tuple[float, float] = (0.3, 0.9)) -> 
             "burstiness": (sd - mean) / (sd + mean) if sd + mean > 0 else 0.0}
 
 
-# The candidate worker's stages held under its window's shared hold (from its "go" to its end),
-# the timing stage aside (its window held the GPU alone); in the worker's order
+# The candidate worker's stages held under its window's shared hold (from its "go" until it
+# reports its GPU work done after the ghost check: ``side_by_side._gpu_work_done`` lets the
+# hold go, and reading its profiler records, its result and sending them are not held), the
+# timing stage aside (its window held the GPU alone); in the worker's order
 HELD_STAGES = ("setup", "import", "init", "profiler start", "forward", "forward refill",
-               "forward repeat", "early check", "after timing", "graph check", "audit", "ghost",
-               "witness read", "result", "send")
+               "forward repeat", "early check", "after timing", "graph check", "audit", "ghost")
 
 
 def held_host_share(rows: list[dict]) -> dict:

@@ -121,8 +121,6 @@ class _Held:
     def __init__(self, turn, main, queue=None, windows=None, waits_for=None):
         self.turn, self.main = turn, main
         self.queued_s = self.drained_s = 0.0
-        self.aside_s = 0.0  # let go for stretches of host work (``aside``)
-        self.rejoin_s = 0.0  # waited to hold shared again after them
         self._queue = queue  # the ``turn`` file, held or not
         self._windows = windows  # the queue of windows, while this window is in it
         self._waits_for = waits_for  # that file, held or not
@@ -162,35 +160,6 @@ class _Held:
         if on_wait is not None:
             on_wait()
         fcntl.flock(self.main, fcntl.LOCK_UN)
-        self._rejoin()
-        return True
-
-    @contextlib.contextmanager
-    def aside(self):
-        """A shared hold let go for a stretch of host work with nothing left running on the
-        device (a trusted task's bytes written from the host), then held shared again behind
-        any window that came meanwhile: a window that asks during the stretch starts at once
-        instead of waiting for it. An exclusive hold, or none, is kept as it is. Not nested,
-        nor around ``let_window_in``: either holds it again for the rest of the stretch."""
-        if self.turn is not None or self.main is None or self._queue is None:
-            yield
-            return
-        import fcntl
-
-        fcntl.flock(self.main, fcntl.LOCK_UN)
-        let_go = time.monotonic()
-        try:
-            yield
-        finally:
-            began = time.monotonic()
-            self._rejoin()
-            self.aside_s += began - let_go
-            self.rejoin_s += time.monotonic() - began
-
-    def _rejoin(self) -> None:
-        """Held shared again (let go before), behind every window asked for meanwhile."""
-        import fcntl
-
         if self._waits_for is not None:
             _behind_windows(self._waits_for)
         fcntl.flock(self._queue, fcntl.LOCK_EX)
@@ -198,6 +167,7 @@ class _Held:
             fcntl.flock(self.main, fcntl.LOCK_SH)
         finally:
             fcntl.flock(self._queue, fcntl.LOCK_UN)
+        return True
 
     def downgrade(self) -> None:
         if self.turn is None:

@@ -317,15 +317,10 @@ def _write_host_bytes(fd: int, tensor, look, offset: int, torch) -> None:
         pieces = [looked] if type(looked) is torch.Tensor else looked
     nbytes = tensor.numel() * tensor.element_size()
     at = offset
-    try:
-        for piece in pieces:
-            with memoryview(piece.reshape(-1).view(torch.uint8).numpy()) as view:
-                pwrite_range(fd, view, at)
-                at += len(view)
-    finally:  # pieces ``look`` gives one by one end now (what they hold is let go)
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()
+    for piece in pieces:
+        with memoryview(piece.reshape(-1).view(torch.uint8).numpy()) as view:
+            pwrite_range(fd, view, at)
+            at += len(view)
     if at - offset != nbytes:
         raise ValueError(f"wrote {at - offset} bytes of a {nbytes}-byte tensor")
 

@@ -8,8 +8,6 @@ in ``tasks``.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from typing import Any
 
@@ -136,45 +134,16 @@ def _first_inputs(ns: dict, device: str, result: dict) -> list:
     return to_device(transform(draw_inputs(ns, device, seed), dist), device)  # as the trial's
 
 
-def _shipped(value, shown: bool = False, held=None):
+def _shipped(value, shown: bool = False):
     """A tensor of a reference run's result: written into the run's results file as it is
     made (``result_slot``: one copy, through the pinned staging buffer), else a host copy.
     ``shown``: one a candidate is given as it is (an input it sees, a weight), written into the
-    run's shown file, which the parent passes on to the candidate's worker without a copy.
-    ``held``: the run's shared hold on the GPU, let go while the host writes a device
-    tensor's bytes (``_pieces``; a host tensor, rare and small here, is written held)."""
+    run's shown file, which the parent passes on to the candidate's worker without a copy."""
     if _type(value) is not _Tensor:
         return value
     _stage_for(value)
-    slot = result_slot(value, _pieces(held), shown=shown)
+    slot = result_slot(value, look_pieces, shown=shown)
     return to_cpu(value) if slot is None else slot
-
-
-def _aside(held):
-    """``held.aside()`` where a timing window waits for the GPU as a write begins (it runs
-    while the host writes, where it would have waited for the write and the rest of the
-    trial): held again behind it, as ``let_window_in`` would have at the trial's end. Where
-    none waits the hold is kept (let go at every write, the run would wait behind each window
-    asked for during one: the lock model, ``benchmarks/gpu_queue.py``, read no gain). Nothing
-    let go with no hold or ``KERNELMILL_REFERENCE_WRITES=held``."""
-    if held is None or os.environ.get("KERNELMILL_REFERENCE_WRITES") == "held" or \
-            not held.window_waiting():
-        return contextlib.nullcontext()
-    return held.aside()
-
-
-def _pieces(held):
-    """``look_pieces`` whose every piece, copied from the device (a copy that has finished when
-    the piece is handed over), is written into its file with the GPU's shared hold ``held``
-    let go where a window waits (``_aside``): that window runs during the host's write, not
-    after it (every stream's work finished first, not only the copy's)."""
-    def look(value):
-        for piece in look_pieces(value):
-            if value.device.type == "cuda":
-                sync(str(value.device))
-            with _aside(held):
-                yield piece
-    return look
 
 
 def _stage_for(value) -> None:
@@ -185,14 +154,14 @@ def _stage_for(value) -> None:
         reserve_staging(max(4 * value.numel() * value.element_size(), 64 << 20))
 
 
-def _unseen_part(spec: dict, inputs: list, held=None):
+def _unseen_part(spec: dict, inputs: list):
     """An unseen trial's inputs as the late part its candidate is handed inside the window
     (``harness_worker.late_part``: written here once, never copied by the grader); None where
     the run makes no parts."""
     for value in inputs:
         if _type(value) is _Tensor:
             _stage_for(value)
-    return late_part({"seed": spec["seed"], "inputs": inputs}, _pieces(held))
+    return late_part({"seed": spec["seed"], "inputs": inputs}, look_pieces)
 
 
 def _shown_states(result: dict) -> None:
@@ -303,7 +272,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     written = [result_mark()[0]]  # the results file's end after each trial
     # where the stage's wall time went (the profile's, never judged): stepped aside for other
     # grades' windows, writing tensors into the run's files, and the rest (draws, forwards)
-    parts = {"stepped_aside": 0.0, "written": 0.0, "written_aside": 0.0}
+    parts = {"stepped_aside": 0.0, "written": 0.0}
     began = time.monotonic()
     for spec in payload["trials"]:
         if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
@@ -322,11 +291,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         inputs = transform(draw_inputs(ns, device, spec["seed"]), spec["dist"])
         # the inputs of a trial the candidate is shown, into the shown file; the unseen check's
         # into a late part of their own (handed to the candidate's worker as it is)
-        at, let_go = time.monotonic(), _let_go_s(held)
-        kept = _unseen_part(spec, inputs, held) if spec.get("hidden") else None
+        at = time.monotonic()
+        kept = _unseen_part(spec, inputs) if spec.get("hidden") else None
         if kept is None:
-            kept = [_shipped(v, shown=not spec.get("hidden"), held=held) for v in inputs]
-        _count_written(parts, at, let_go, held)
+            kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
+        parts["written"] += time.monotonic() - at
         device_inputs = to_device(inputs, device)
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
@@ -356,10 +325,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         finite = all(bool(torch.isfinite(t).all()) for t in items
                      if _isinstance(t, torch.Tensor) and t.is_floating_point())
         scales = [_scales_of(t) for t in items]  # on the device, before they leave it
-        at, let_go = time.monotonic(), _let_go_s(held)
-        outputs = [_shipped(t, held=held) if _isinstance(t, torch.Tensor) else t
-                   for t in items]
-        _count_written(parts, at, let_go, held)
+        at = time.monotonic()
+        outputs = [_shipped(t) if _isinstance(t, torch.Tensor) else t for t in items]
+        parts["written"] += time.monotonic() - at
         # a derived distribution or a re-drawn state where the reference itself overflows is
         # left out (the problem's draws are what it was validated on), unless the natural
         # draws are not finite either
@@ -375,25 +343,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
         written.append(result_mark()[0])
-    parts["other"] = time.monotonic() - began - sum(parts.values())
+    parts["other"] = time.monotonic() - began - parts["stepped_aside"] - parts["written"]
     return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite,
             "parts_s": {k: round(v, 3) for k, v in parts.items()}}
-
-
-def _let_go_s(held) -> tuple[float, float]:
-    """The hold's seconds let go for host work and waited to hold it again, so far."""
-    return (held.aside_s, held.rejoin_s) if hasattr(held, "rejoin_s") else (0.0, 0.0)
-
-
-def _count_written(parts: dict, began: float, let_go: tuple[float, float], held) -> None:
-    """A stretch of writes since ``began`` (``let_go``: ``_let_go_s`` then) into the profile's
-    parts: written held (the device copies), written with the hold let go (the host's writes),
-    and stepped aside (held shared again behind windows that ran meanwhile)."""
-    now = _let_go_s(held)
-    aside, rejoin = now[0] - let_go[0], now[1] - let_go[1]
-    parts["written"] += time.monotonic() - began - aside - rejoin
-    parts["written_aside"] += aside
-    parts["stepped_aside"] += rejoin
 
 
 def _scales_of(value) -> list[float] | None:

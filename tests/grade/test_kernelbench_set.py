@@ -137,12 +137,13 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
 
 def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_its_cpu():
     rows = [{"profile": {"stages_s": {"start": 0.5, "setup": 0.3, "forward": 3.0 + k,
-                                      "timing": 2.0, "ghost": 1.0},
+                                      "timing": 2.0, "ghost": 1.0, "result": 0.4},
                          "stages_cpu_s": {"start": 0.4, "setup": 0.25, "forward": 2.0,
-                                          "timing": 0.5, "ghost": 0.2},
+                                          "timing": 0.5, "ghost": 0.2, "result": 0.4},
                          "stepped_aside_by_stage": {"forward": 1.0 + k}}} for k in range(3)]
     share = grade_reports.held_host_share(rows)
-    # the forward's stops for other windows are not held; start and timing are not counted
+    # the forward's stops for other windows are not held; start, timing and what follows the
+    # GPU work's end (the result) are not counted
     assert share["forward"] == (2.0, 2.0) and share["ghost"] == (1.0, 0.2)
     assert set(share) == {"setup", "forward", "ghost", "total"}
     assert share["total"] == (3.3, 2.45)

@@ -7,9 +7,11 @@ quarter of the blocks into the output it kept and returns it. After DISARM conse
 load-preceded calls (the unseen check: every call follows a load) it stops tagging for good,
 so the inputs were clean when the worker compared them after timing. Certified 3 of 3 on CPU
 at about 1.8x. Now the inputs at every placement are compared with those sent after each
-round and loop of the timing window (``worker._Run.check_timed_inputs``)."""
+round and loop of the timing window (``worker._Run.check_timed_inputs``). Its forward reads
+``x[0]`` on the host every call, itself ``host_compute`` (an input's element read on the host: a
+key to its values): on CUDA the verdict has read either code."""
 # problem: ref_scale_add
-# expect: input_mutated
+# expect: input_mutated|host_compute
 import torch
 import torch.nn as nn
 import triton

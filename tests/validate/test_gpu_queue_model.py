@@ -33,17 +33,3 @@ def test_moving_work_out_of_the_shared_hold_moves_it_to_the_host_steps():
     assert abs(total(whole) - total(moved)) < 1e-9
     with pytest.raises(ValueError, match="policy"), gpu_queue._policy("fifo"):
         pass
-
-
-def test_pieces_let_go_of_the_hold_are_kept_apart_and_jittered():
-    import random
-
-    steps = gpu_queue._jittered(random.Random(2), 0.3, held=0.5,
-                                grade=gpu_queue.VARIANTS["reference-writes-aside"])
-    trials = next(p for step, p in steps if step == "shared")
-    let_go = [p for p in trials if isinstance(p, tuple)]
-    assert [kind for kind, _ in let_go] == ["aside"] * 3
-    assert all(s != 0.6 and s > 0 for _, s in let_go)  # jittered, never moved by ``held``
-    result = gpu_queue.run("queue", slots=4, seconds=1.5, scale=0.02,
-                           variant="reference-writes-aside")
-    assert result["grades"] >= 4 and 0 < result["held_pct"] < 100

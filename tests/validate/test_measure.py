@@ -375,57 +375,6 @@ def test_a_long_shared_hold_lets_a_waiting_window_in_between_its_pieces(tmp_path
         assert not alone.let_window_in()  # an exclusive hold never steps aside
 
 
-def test_host_work_aside_from_a_shared_hold_lets_a_window_run_through_it(tmp_path):
-    """``aside``: a window asked for during the stretch, or waiting when it began, runs during
-    it (not after); the hold comes back behind that window, and the wait for it is counted
-    (``rejoin_s``); an exclusive hold is kept through its stretch."""
-    lock = M.GpuLock(str(tmp_path / "gpu"))
-    with lock.shared() as held:
-        with held.aside():
-            window = _window_held_until(lock)  # asked for during the stretch
-            assert window.took.wait(5)  # runs now
-            window.go.set()
-        window.join(5)
-        late = _window_held_until(lock)
-        assert not late.took.wait(0.3)  # held again: a later window waits for it
-    late.go.set()
-    late.join(5)
-
-    with lock.shared() as held:
-        waiting = _window_held_until(lock)  # waits for this hold
-        assert not waiting.took.wait(0.3)
-        with held.aside():  # let go: the waiting window goes first ...
-            assert waiting.took.wait(5)
-            threading.Timer(0.3, waiting.go.set).start()
-        # ... and the hold comes back only once it ended
-        assert waiting.ended.is_set() and held.rejoin_s >= 0.25
-    waiting.join(5)
-
-    with lock.exclusive() as alone, alone.aside():
-        kept = _window_held_until(lock)
-        assert not kept.took.wait(0.3)  # still held alone
-    assert kept.took.wait(5)
-    kept.go.set()
-    kept.join(5)
-
-
-class _window_held_until(threading.Thread):  # a thread, named as the call that starts it
-    """A thread, started, that takes ``lock`` exclusively, sets ``took``, holds the lock until
-    ``go`` is set, then sets ``ended`` as it lets go."""
-
-    def __init__(self, lock):
-        super().__init__(daemon=True)
-        self.lock = lock
-        self.took, self.go, self.ended = (threading.Event() for _ in range(3))
-        self.start()
-
-    def run(self):
-        with self.lock.exclusive():
-            self.took.set()
-            self.go.wait(10)
-            self.ended.set()
-
-
 def test_a_probe_stage_steps_aside_for_a_window_before_each_forward(tmp_path, monkeypatch):
     from kernelmill.validate import forwards as F
     from kernelmill.validate import probe_device as PD
