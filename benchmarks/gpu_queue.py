@@ -56,8 +56,20 @@ GRADE = [*_REFERENCE, _START, _CHECKS, *_AFTER]
 # (1.8 s of its trials) done outside the shared hold; the candidate's worker started beside
 # the reference run (its start off the grade's path).
 _WRITES_OUT = [("host", 2.5), ("shared", [0.1, 0.1, 0.1]), ("host", 2.8)]
+# The candidate's trusted guard setup (0.3 s) done before it asks for the GPU; its first
+# calls' Triton compiles (about 1.2 s of host work in two kernels) done with the hold let go,
+# each followed by the step back behind waiting windows.
+_SETUP_OUT = [("host", 0.3 + 0.3 + 1.6), ("shared", [0.5, 0.6] + [0.6] * 6)]
+_COMPILES_ASIDE = [("shared", [0.3, 0.5, 0.6, 0.3]), ("host", 0.6), ("shared", [0.3, 0.6]),
+                   ("host", 0.6), ("shared", [0.6] * 3)]
 VARIANTS = {
     "measured": GRADE,
+    "setup-before-ask": [*_REFERENCE, *_SETUP_OUT, *_AFTER],
+    "compiles-aside": [*_REFERENCE, _START, *_COMPILES_ASIDE, *_AFTER],
+    "window-0.6": [*_REFERENCE, _START, _CHECKS, ("window", 0.6), *_AFTER[1:]],
+    "window-0.4": [*_REFERENCE, _START, _CHECKS, ("window", 0.4), *_AFTER[1:]],
+    "setup-before-ask-compiles-aside": [*_REFERENCE, ("host", 0.3 + 0.3 + 1.6),
+                                        ("shared", [0.5, 0.6, 0.3]), *_COMPILES_ASIDE[1:], *_AFTER],
     "reference-writes-out": [*_WRITES_OUT, _START, _CHECKS, *_AFTER],
     "start-beside-reference": [*_REFERENCE, _CHECKS, *_AFTER],
     "writes-out-start-beside": [*_WRITES_OUT, _CHECKS, *_AFTER],

@@ -127,7 +127,8 @@ subset_pass() {
   for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
     [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
   mkdir -p "$cache"
-  python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
+  # shellcheck disable=SC2086 — SUBSET_PREFIX is a command's words (py-spy's, for the spy part)
+  ${SUBSET_PREFIX:-} python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
     --cache-dir "$cache" --phases refs-cached \
     --match "${WINDOW_MATCH:-level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)}" \
     "$@" --json "$out/${part}_$name.json" > "$out/${part}_$name.log" 2>&1
@@ -178,6 +179,20 @@ for part in $parts; do
                 | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
     # a candidate worker's guard setup and result checks, CPU per step, in warm CUDA workers
+    # what comes before a candidate's guards, in fresh CUDA processes (scripts/setup_probe.py)
+    setupprobe) python3 scripts/setup_probe.py --runs 3 --mb 64 256 2>&1 | tee "$out/setup_probe.log" ;;
+    # the window's problems primed, then one primed pass (SPY_S seconds, SPY_COPIES copies)
+    # under py-spy (SPY: its binary, default py-spy; every process, 25 Hz), summarized by
+    # scripts/pyspy_summary.py per submission graded (spy_summary.txt)
+    spy)      subset_pass spy prime "per minute" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
+              SUBSET_PREFIX="${SPY:-py-spy} record --subprocesses --nonblocking -r 25 -f raw -o /tmp/spy_raw.txt --" \
+                subset_pass spy spied "per minute|CPU seconds per" --primed \
+                --copies "${SPY_COPIES:-4}" --deadline "${SPY_S:-100}"
+              n=$(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or 1)" "$out/spy_spied.json" 2>/dev/null || echo 1)
+              python3 scripts/pyspy_summary.py /tmp/spy_raw.txt --rate 25 --subs "$n" --top 30 \
+                > "$out/spy_summary.txt" 2>&1; head -60 "$out/spy_summary.txt"
+              gzip -c /tmp/spy_raw.txt > "$out/spy_raw.txt.gz" ;;
     setup)    python3 benchmarks/worker_setup.py --device cuda --runs "${SETUP_RUNS:-9}" 2>&1 \
                 | tee "$out/worker_setup.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
