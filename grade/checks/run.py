@@ -149,7 +149,9 @@ def no_stray_ops(ctx):
     other op there, a library's or one the candidate registered, was run by the candidate's
     code from wherever it reached (a hook on a lookup the harness makes before a call's range
     opens or after it closes: a module ``__getattr__``, a dict key's ``__eq__``, an audit hook,
-    a dict subclass in a module's globals). One rule for every such route."""
+    a dict subclass in a module's globals). One rule for every such route, over every op
+    there, nested ones too: an op of the submission's named as a copy (an overload it defined
+    under a copy's name) runs its compute inside."""
     stray = ctx.run.get("stray_ops")
     if not isinstance(stray, dict):
         return []

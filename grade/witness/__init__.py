@@ -123,7 +123,7 @@ class Witness:
         self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
         self.span_overlap_us: list[float] = []  # µs the runs of each span overlapped
         self.span_run_names: list = []  # each span's runs' kernel names, sorted (None: uneven)
-        self.stray: dict[str, int] = {}  # top-level ops outside every call range, by ``_per_call``
+        self.stray: dict[str, int] = {}  # ops outside every call range (nested ones too)
 
     def start(self) -> None:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
@@ -272,9 +272,11 @@ class Witness:
         for at, name, span, top, root in ops:
             index = call_of(at)
             if index < 0:  # outside every candidate call: the harness's own work, or not
-                if top:
-                    qualname = name.replace("::", ".", 1)
-                    stray[qualname] = stray.get(qualname, 0) + 1
+                # every op, nested ones too: the harness's copies run copies and allocations
+                # inside, where an op of the submission's that the profiler names as a copy
+                # (an overload it defined, ``aten::copy_.mine``) runs its compute
+                qualname = name.replace("::", ".", 1)
+                stray[qualname] = stray.get(qualname, 0) + 1
                 continue
             inner = bisect.bisect_right(launch_starts, at) - 1
             key = "launch_ops" if inner >= 0 and at <= launches[inner][1] else "ops"

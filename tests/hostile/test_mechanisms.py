@@ -2472,3 +2472,40 @@ def test_interpreted_launches_from_several_threads_take_turns():
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[0] == "0", run.stdout
+
+
+def test_compute_under_a_copys_name_outside_the_calls_is_stray():
+    """An op the submission defines as an overload of a copy (``aten::copy_.mine``) is named
+    ``aten::copy_`` by the profiler, a copy's name; its compute runs nested inside it. Outside
+    the calls every op counts, nested ones too (a review's case: run from a hook between calls,
+    it computed unseen). The harness's own copies, clones and conversions stay copies."""
+    from kernelmill.grade.policy import compute_ops
+    from kernelmill.grade.witness import Witness
+
+    def stray_compute(work) -> list:
+        x = torch.randn(64, 64)
+        witness = Witness("cpu")
+        witness.start()
+        with witness.call():
+            (x * 2).sum()
+        work(x)
+        witness.stop()
+        assert witness.per_call() is not None and witness.error is None
+        return compute_ops(sorted(witness.stray), [])
+
+    def harness(x):  # what the harness runs between calls: loads, looks, keeps
+        buffer = torch.empty_like(x)
+        buffer.copy_(x)
+        x.to(torch.float64).clone().contiguous()
+        x.t().reshape(-1).view(torch.int32)
+        buffer.fill_(0.0)
+
+    assert stray_compute(harness) == []
+    lib = torch.library.Library("aten", "FRAGMENT")
+    try:
+        lib.define("copy_.kmtest(Tensor a, Tensor b) -> Tensor")
+        lib.impl("copy_.kmtest", lambda a, b: (a @ b).relu(), "CompositeExplicitAutograd")
+        ran = stray_compute(lambda x: torch.ops.aten.copy_.kmtest(x, x))
+    finally:
+        lib._destroy()
+    assert {"aten.mm", "aten.relu"} <= {".".join(op.split(".")[:2]) for op in ran}, ran
