@@ -27,6 +27,7 @@ from .guards.originals import (
     _is_capturing,
     _is_grad_enabled,
     _isinstance,
+    _no_torch_function,
     _set_grad_enabled,
     _set_versions,
     _Tensor,
@@ -155,6 +156,10 @@ class _Run(_Probes):
         (a forward can halve its work where its mark is still there, and stop marking before
         the check after timing). Any such write is seen here."""
         if self.changed_while_timed or not self.trials:
+            return
+        if active_modes():  # left by a scored call: it could answer this check's own ops
+            self.changed_while_timed.append("a torch function or dispatch mode was active "
+                                            "between timed calls, where the inputs are checked")
             return
         for place, buffers in enumerate(self.placements):
             for index, (value, sent) in enumerate(zip(buffers, self.trials[0]["inputs"])):
@@ -453,12 +458,15 @@ def _unchanged_fact(value, sent) -> Any:
     if _type(value) is not _Tensor:
         return value
     if _type(sent) is _Tensor:
-        if sent.device.type != "cpu":
-            sent = to_cpu(sent)
-        # its bytes on the host piece by piece through the staging buffer (``look_pieces``),
-        # each compared with the sent bytes there: a 6.4 GB input is not copied whole again
-        same = value.dtype == sent.dtype and value.shape == sent.shape and \
-            M.same_bytes_in_pieces(look_pieces(value), sent)
+        # no torch-function mode answers the copies (one a scored call left pushed)
+        with _no_torch_function():
+            if sent.device.type != "cpu":
+                sent = to_cpu(sent)
+            # its bytes on the host piece by piece through the staging buffer
+            # (``look_pieces``), each compared with the sent bytes there: a 6.4 GB input is
+            # not copied whole again
+            same = value.dtype == sent.dtype and value.shape == sent.shape and \
+                M.same_bytes_in_pieces(look_pieces(value), sent)
         return {"same": same, "dtype": str(value.dtype), "shape": list(value.shape)}
     return M.tensor_digest(look(value))  # digested here, then dropped
 

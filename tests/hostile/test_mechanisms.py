@@ -2509,3 +2509,34 @@ def test_compute_under_a_copys_name_outside_the_calls_is_stray():
     finally:
         lib._destroy()
     assert {"aten.mm", "aten.relu"} <= {".".join(op.split(".")[:2]) for op in ran}, ran
+
+
+def test_a_mode_left_by_a_scored_call_cannot_answer_the_input_check():
+    """A forward that marks its inputs in scored calls and pushes a torch-function mode before
+    it returns, to answer the check between timed calls with the bytes sent (its copies go
+    through ``Tensor.to``), popping it in its next call (a review's case: modes were read
+    around checked calls, after the import and at the end only). The check's copies run with
+    no torch-function handler, and a mode active there is reported."""
+    import types
+
+    from kernelmill.grade.worker.call import _Run, _unchanged_fact
+    from torch.overrides import TorchFunctionMode
+
+    sent = torch.randn(4096)
+    marked = sent.clone()
+    marked[7] = 1e6  # the scored calls' mark
+
+    class Answer(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to:
+                return sent.clone()  # "the bytes sent"
+            return func(*args, **(kwargs or {}))
+
+    with Answer():
+        assert _unchanged_fact(marked, sent)["same"] is False
+        run = types.SimpleNamespace(changed_while_timed=[], trials=[{"inputs": [sent]}],
+                                    placements=[[sent.clone()]])
+        _Run.check_timed_inputs(run)
+    assert run.changed_while_timed and "mode was active" in run.changed_while_timed[0]
+    assert _unchanged_fact(marked, sent)["same"] is False
+    assert _unchanged_fact(sent.clone(), sent)["same"] is True

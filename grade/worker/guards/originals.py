@@ -35,6 +35,7 @@ _tensor_storage = torch.Tensor.untyped_storage
 _tensor_reshape = torch.Tensor.reshape
 _tensor_view = torch.Tensor.view
 _tensor_narrow = torch.Tensor.narrow
+_no_torch_function = torch._C.DisableTorchFunction  # no subclass's or mode's handler
 _generator_seed = torch._C.Generator.manual_seed
 _cpu_generator = torch.default_generator
 _Generator = torch._C.Generator
