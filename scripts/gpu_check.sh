@@ -14,6 +14,9 @@
 #        profiler (scripts/profiler_cost.py: what the candidate's profiler session costs)
 #        setup (benchmarks/worker_setup.py: a candidate worker's guard setup and result checks,
 #        CPU per step in warm CUDA workers; SETUP_RUNS workers, default 9)
+#        setupprobe (scripts/setup_probe.py: what comes before the guards, fresh CUDA processes)
+#        spy (the window's problems primed, then one pass under py-spy, SPY its binary;
+#        SPY_S, SPY_COPIES; summarized per submission, spy_summary.txt)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
@@ -178,7 +181,6 @@ for part in $parts; do
     profile)  python3 scripts/grade_profile.py ${PROFILE_ONLY:+--only $PROFILE_ONLY} 2>&1 \
                 | tee "$out/grade_profile.log" ;;
     profiler) python3 scripts/profiler_cost.py 2>&1 | tee "$out/profiler_cost.log" ;;
-    # a candidate worker's guard setup and result checks, CPU per step, in warm CUDA workers
     # what comes before a candidate's guards, in fresh CUDA processes (scripts/setup_probe.py)
     setupprobe) python3 scripts/setup_probe.py --runs 3 --mb 64 256 2>&1 | tee "$out/setup_probe.log" ;;
     # the window's problems primed, then one primed pass (SPY_S seconds, SPY_COPIES copies)
@@ -193,6 +195,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
               python3 scripts/pyspy_summary.py /tmp/spy_raw.txt --rate 25 --subs "$n" --top 30 \
                 > "$out/spy_summary.txt" 2>&1; head -60 "$out/spy_summary.txt"
               gzip -c /tmp/spy_raw.txt > "$out/spy_raw.txt.gz" ;;
+    # a candidate worker's guard setup and result checks, CPU per step, in warm CUDA workers
     setup)    python3 benchmarks/worker_setup.py --device cuda --runs "${SETUP_RUNS:-9}" 2>&1 \
                 | tee "$out/worker_setup.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
