@@ -185,11 +185,13 @@ for part in $parts; do
     setupprobe) python3 scripts/setup_probe.py --runs 3 --mb 64 256 2>&1 | tee "$out/setup_probe.log" ;;
     # the window's problems primed, then one primed pass (SPY_S seconds, SPY_COPIES copies)
     # under py-spy (SPY: its binary, default py-spy; every process, 25 Hz), summarized by
-    # scripts/pyspy_summary.py per submission graded (spy_summary.txt)
+    # scripts/pyspy_summary.py per submission graded (spy_summary.txt); SPY_ARGS: more flags
+    # for the spied pass (e.g. "--group 8": GRPO-style groups)
+    # shellcheck disable=SC2086 — SPY_ARGS is a list of flags
     spy)      subset_pass spy prime "per minute" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               SUBSET_PREFIX="${SPY:-py-spy} record --subprocesses --nonblocking -r 25 -f raw -o /tmp/spy_raw.txt --" \
                 subset_pass spy spied "per minute|CPU seconds per" --primed \
-                --copies "${SPY_COPIES:-4}" --deadline "${SPY_S:-100}"
+                --copies "${SPY_COPIES:-4}" --deadline "${SPY_S:-100}" ${SPY_ARGS:-}
               n=$(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
 print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or 1)" "$out/spy_spied.json" 2>/dev/null || echo 1)
               python3 scripts/pyspy_summary.py /tmp/spy_raw.txt --rate 25 --subs "$n" --top 30 \
