@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 from contextlib import contextmanager
+from time import perf_counter as _perf_counter  # bound at import, as the harness's
 
 import torch
 
@@ -124,6 +125,9 @@ class Witness:
         self.span_overlap_us: list[float] = []  # µs the runs of each span overlapped
         self.span_run_names: list = []  # each span's runs' kernel names, sorted (None: uneven)
         self.stray: dict[str, int] = {}  # ops outside every call range (nested ones too)
+        # what reading the sessions cost: host records read, and seconds reading them
+        # (``read_events``) and placing them call by call (``per_call``), for the profile
+        self.cost: dict = {"records": 0, "read_s": 0.0, "calls_s": 0.0}
 
     def start(self) -> None:
         """On CUDA the session also records every GPU kernel (CUPTI through Kineto), each
@@ -210,9 +214,12 @@ class Witness:
         if self._sessions and self.error is None:
             try:
                 base = min(s.kineto_results.trace_start_ns() for s in self._sessions)
+                began = _perf_counter()
                 with _no_collection():
                     self._events = [e for s in self._sessions
                                     for e in read_events(s.kineto_results, base, self._loose)]
+                self.cost["read_s"] = _perf_counter() - began
+                self.cost["records"] = len(self._events)
             except Exception as exc:  # noqa: BLE001
                 self.error = f"profiler records unreadable: {type(exc).__name__}: {exc}"[:300]
         self._sessions = []
@@ -226,8 +233,11 @@ class Witness:
         kernel launched directly inside the call). None without a witness."""
         if self._events is None:
             return None
+        began = _perf_counter()
         with _no_collection():
-            return self._per_call()
+            calls = self._per_call()
+        self.cost["calls_s"] = _perf_counter() - began
+        return calls
 
     def _per_call(self) -> list[dict]:
         ranges, launches, ops, owners = [], [], [], []

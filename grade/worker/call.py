@@ -384,7 +384,7 @@ class _Run(_Probes):
         if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
             self._unseen_device_us(unseen, facts["calls"])
         facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
-                            "unavailable": self.witness.unavailable}
+                            "unavailable": self.witness.unavailable, **self.witness.cost}
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
 

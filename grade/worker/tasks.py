@@ -314,7 +314,9 @@ def _candidate_task(payload: dict) -> dict:
     facts["state_loads"] = run.state_loads
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
-    mark_stage("witness read")  # the profiler's session ended and its kernels read
+    mark_stage("witness stop")  # the profiler's session ended (Kineto's own processing)
+    run.witness.pause()
+    mark_stage("witness read")  # its records read and placed call by call
     run.witnessed(facts)
     mark_stage("result")  # the last facts, then (after return) their encoding and sending
     # Checked here as well as by the guard before encoding: the facts read after this line look
