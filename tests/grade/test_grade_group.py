@@ -54,6 +54,14 @@ def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
         assert 3 * verdict["timing"]["candidate_ms"] < prepare["candidate"] < \
             1e3 * verdict["profile"]["stages_s"]["timing"], prepare
         assert prepare["reference"] > 3 * verdict["timing"]["reference_ms"], prepare
+        # what reading its profiler sessions cost: the records read (every call's range and
+        # ops at least), the seconds reading and placing them, and the session's end a stage
+        # of its own before the reading's
+        witness = verdict["profile"]["witness"]
+        assert witness["records"] >= 3 * verdict["timing"]["reps"], witness
+        assert witness["read_s"] > 0 and witness["calls_s"] > 0, witness
+        stages = list(verdict["profile"]["stages_s"])
+        assert stages.index("witness stop") + 1 == stages.index("witness read"), stages
     # one window: both honest answers divide by the same reference samples
     assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]
     assert honest["profile"]["window_ms"] == again["profile"]["window_ms"]
