@@ -30,6 +30,7 @@ def summarize(out: Path) -> dict:
     windows: set = set()
     warm_by: Counter = Counter()  # windows by their first participant's warm-up
     sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
+    witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -44,6 +45,9 @@ def summarize(out: Path) -> dict:
                 into.setdefault(stage, []).append(seconds)
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
+        for key, value in (profile.get("witness") or {}).items():
+            if isinstance(value, (int, float)):
+                witness.setdefault(key, []).append(value)
         if isinstance((profile.get("stepped_aside") or {}).get("s"), (int, float)):
             aside.append(profile["stepped_aside"]["s"])
         if "reference_s" in profile:
@@ -99,6 +103,10 @@ def summarize(out: Path) -> dict:
             "candidate_stages_cpu_s": {k: median(v) for k, v in stage_cpu.items()},
             "reference_stages_cpu_s": {k: median(v) for k, v in ref_stage_cpu.items()},
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
+            # each part's share of all the windows' time (a part only some windows have, a
+            # graph captured again, counts as what it cost the GPU over all of them)
+            "window_phase_share": phase_shares(phases, waits["window_ms"]),
+            "witness": {k: median(v) for k, v in witness.items()},
             # windows that captured a member's graph again (``window_rounds``: its phase
             # ``resize``, the median above over those alone)
             "windows_resized": len(phases.get("resize") or []),
@@ -108,6 +116,19 @@ def summarize(out: Path) -> dict:
             "sm_clock_share": [round(min(sm_share), 3), round(max(sm_share), 3)]
             if sm_share else None,
             "median_admission_wait_s": median(admission)}
+
+
+def phase_shares(phases: dict[str, list[float]], windows_ms: list[float]) -> dict[str, float]:
+    """Each window part's milliseconds summed over the windows, as a share of all the windows'
+    milliseconds (the GPU time a window holds it alone, part by part); the rest of the windows'
+    time as ``other``."""
+    total = sum(windows_ms)
+    if not total:
+        return {}
+    shares = {k: round(sum(v) / total, 3) for k, v in
+              sorted(phases.items(), key=lambda kv: -sum(kv[1]))}
+    shares["other"] = round(max(0.0, 1 - sum(shares.values())), 3)
+    return shares
 
 
 def report_uncertified(out: Path) -> None:

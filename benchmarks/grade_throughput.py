@@ -359,6 +359,12 @@ def main() -> int:
                   " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()) +
                   f"; rounds {r.get('median_rounds')}; a graph captured again in "
                   f"{r.get('windows_resized', 0)} of {r.get('windows')} windows")
+        if r.get("window_phase_share"):
+            print(f"{phase}: a window's parts, share of all the windows' time: " +
+                  " ".join(f"{k}={v:.0%}" for k, v in r["window_phase_share"].items()))
+        if r.get("witness"):
+            print(f"{phase}: reading the candidate's witness, median: " +
+                  " ".join(f"{k}={v}" for k, v in r["witness"].items()))
         if r.get("warm_by"):
             share = r.get("sm_clock_share")
             print(f"{phase}: windows by their warm-up: " +

@@ -262,3 +262,22 @@ def test_the_throughput_report_takes_the_steady_rate_between_the_quarters(tmp_pa
                                                 18, 90.0)
     assert after_first["per_minute_after_first"] < 15 < after_first["per_minute_middle"]
     assert grade_throughput._middle_rate(steady[:5], 5) == {}  # too few to say
+
+
+def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
+    """A part only some windows have (a graph captured again) counts what it cost over all of
+    them; the witness's reading cost is read per verdict."""
+    assert grade_reports.phase_shares({"rounds": [300.0, 300.0], "resize": [400.0]},
+                                      [500.0, 1000.0]) == \
+        {"rounds": 0.4, "resize": 0.267, "other": 0.333}
+    assert grade_reports.phase_shares({}, []) == {}
+    rows = [{"correct": True, "hacks": [],
+             "profile": {"window_ms": 500.0 + 500 * k, "exclusive_wait_ms": float(k),
+                         "phases_ms": {"rounds": 300.0, **({"resize": 400.0} if k else {})},
+                         "witness": {"records": 1000 * (k + 1), "read_s": 0.1 * (k + 1)}}}
+            for k in range(2)]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = grade_reports.summarize(out)
+    assert summary["window_phase_share"]["resize"] == 0.267, summary["window_phase_share"]
+    assert summary["witness"] == {"records": 1500, "read_s": 0.15}, summary["witness"]
