@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -1738,6 +1739,65 @@ def test_a_timing_graph_reads_each_copy_of_its_inputs_in_one_block_of_calls():
     assert [(alone.capture(i, 8), alone.next())[1] for i in range(3)] == [0, 0, 0]
 
 
+def _spare_timer(monkeypatch, spare: bool, calls: int = 256, output_numel: int = 1024,
+                 max_calls: int = 1024):
+    """A timer as ``_capture`` leaves it (a timing graph of ``calls`` calls), on fake graphs
+    (the driver stubbed): the call counts of the graphs it captures, and of those replayed."""
+    captured, replayed = [], []
+
+    def captured_graph(self, stream, count):
+        captured.append(count)
+        return ("graph", count), [torch.empty(output_numel) for _ in range(count)]
+
+    monkeypatch.setattr(T.Timer, "_captured", captured_graph)
+    monkeypatch.setattr(T, "_graph_replay", lambda graph: replayed.append(graph[1]))
+    monkeypatch.setattr(T, "_cuda_synchronize", lambda: None)
+    monkeypatch.setattr(T, "_current_stream", lambda: SimpleNamespace(wait_stream=lambda s: 0))
+    timer = T.Timer(lambda: None, "cpu", spare=spare, max_calls_per_sample=max_calls)
+    timer.graph, timer.outputs = captured_graph(timer, "stream", calls)
+    captured.clear()
+    timer.output, timer.calls_per_sample = timer.outputs[-1], calls
+    timer.method, timer._stream = "cuda_graph", "stream"
+    if spare:
+        timer._capture_spare("stream")
+    return timer, captured, replayed
+
+
+def test_a_spare_graph_of_twice_the_calls_makes_that_resize_no_capture(monkeypatch):
+    """``Timer(spare=True)``: ``prepare`` also captures the timing graph with twice its calls;
+    a resize to that count (what an estimate taken alone in the window asks for when the one
+    before read a call slow) takes it up, replayed once, with no capture in the window."""
+    timer, captured, replayed = _spare_timer(monkeypatch, spare=True)
+    assert captured == [512]  # the spare, in ``prepare``
+    assert timer.resize(512) and captured == [512] and replayed == [512]
+    assert timer.calls_per_sample == 512 and timer.graph == ("graph", 512)
+    assert len(timer.outputs) == 512 and timer._spare is None
+    # another count: captured as without a spare (and the spare's memory let go first)
+    timer, captured, _ = _spare_timer(monkeypatch, spare=True)
+    assert timer.resize(128) and captured == [512, 128] and timer._spare is None
+    # no spare asked for: the same resize captures in the window
+    timer, captured, _ = _spare_timer(monkeypatch, spare=False)
+    assert timer._spare is None and timer.resize(512) and captured == [512]
+    # none where twice the calls pass ``max_calls`` or their outputs ``HELD_OUTPUT_BYTES``
+    for kwargs in ({"max_calls": 256}, {"output_numel": T.HELD_OUTPUT_BYTES // 4 // 300}):
+        timer, captured, _ = _spare_timer(monkeypatch, spare=True, **kwargs)
+        assert captured == [] and timer._spare is None, kwargs
+
+
+def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch):
+    timer, _captured, _ = _spare_timer(monkeypatch, spare=True)
+    per_call = {"ms": timer.sample_ms / 256}
+    monkeypatch.setattr(T.Timer, "_per_call_ms", lambda self, stream, alone=False: per_call["ms"])
+    assert timer.planned_calls() is None and timer._spare is None
+    timer, _captured, _ = _spare_timer(monkeypatch, spare=True)
+    per_call["ms"] = timer.sample_ms / 400  # faster alone: twice the calls, the spare kept
+    assert timer.planned_calls() == 512 and timer._spare is not None
+    # a spare whose calls' outputs share memory is not kept
+    monkeypatch.setattr(T, "outputs_overlap", lambda outputs: True)
+    timer, captured, _ = _spare_timer(monkeypatch, spare=True)
+    assert captured == [512] and timer._spare is None
+
+
 def test_the_timer_tells_its_place_hook_each_captured_call_and_the_capture_end(monkeypatch):
     """``Timer(place=...)``: called with (j, n) before each of a capture's n calls, and with
     (None, n) once it ended, also where a call raised (the capture's driver calls stubbed)."""
@@ -1764,6 +1824,33 @@ def test_the_policy_picks_the_placing_and_an_unknown_one_is_the_default():
     assert timing_placing({"timing_settings": {"placing": "turns"}}) == "turns"
     assert timing_placing({"timing_settings": {"placing": "anything"}}) == T.PLACING
     assert timing_placing({}) == T.PLACING == "blocks"
+
+
+@pytest.mark.gpu
+def test_a_spare_graph_is_captured_beside_the_timing_graph_and_taken_up_on_cuda():
+    """On CUDA: ``Timer(spare=True)``'s ``prepare`` captures a second graph of twice the calls,
+    and a resize to that count takes it up without a capture: faster than capturing it, and
+    its samples and output are the timing graph's as a capture would make them."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.randn(1 << 14, device="cuda")
+
+    def resized(spare: bool) -> tuple[T.Timer, float]:
+        timer = T.Timer(lambda: x * 2 + 1, "cuda", spare=spare, sample_ms=0.05)
+        timer.prepare()
+        assert timer.method == "cuda_graph", timer.capture_error
+        calls = timer.calls_per_sample
+        assert (timer._spare is not None and len(timer._spare[1]) == 2 * calls) == spare
+        began = time.perf_counter()
+        assert timer.resize(2 * calls)
+        took = time.perf_counter() - began
+        assert timer.calls_per_sample == 2 * calls and timer._spare is None
+        assert torch.equal(timer.output, x * 2 + 1) and timer.sample() > 0
+        return timer, took
+
+    _timer, with_spare = resized(True)
+    _timer, captured = resized(False)
+    assert with_spare < captured, (with_spare, captured)
 
 
 @pytest.mark.gpu
