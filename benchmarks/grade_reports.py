@@ -31,6 +31,7 @@ def summarize(out: Path) -> dict:
     warm_by: Counter = Counter()  # windows by their first participant's warm-up
     sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
     witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
+    phased_ms: list[float] = []  # the milliseconds of the windows that report their parts
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -60,6 +61,8 @@ def summarize(out: Path) -> dict:
         windows.add(window)
         for phase, ms in (profile.get("phases_ms") or {}).items():
             phases.setdefault(phase, []).append(ms)
+        if profile.get("phases_ms") and isinstance(profile.get("window_ms"), (int, float)):
+            phased_ms.append(profile["window_ms"])  # the windows whose parts are known
         timing = row.get("timing") or {}
         if profile.get("phases_ms"):  # how its first participant warmed (``window_rounds``)
             warm_by[("hot" if timing.get("clocks_hot_s") is not None else "clocks up"
@@ -105,7 +108,7 @@ def summarize(out: Path) -> dict:
             "window_phases_ms": {k: median(v) for k, v in phases.items()},
             # each part's share of all the windows' time (a part only some windows have, a
             # graph captured again, counts as what it cost the GPU over all of them)
-            "window_phase_share": phase_shares(phases, waits["window_ms"]),
+            "window_phase_share": phase_shares(phases, phased_ms),
             "witness": {k: median(v) for k, v in witness.items()},
             # windows that captured a member's graph again (``window_rounds``: its phase
             # ``resize``, the median above over those alone)
@@ -127,7 +130,7 @@ def phase_shares(phases: dict[str, list[float]], windows_ms: list[float]) -> dic
         return {}
     shares = {k: round(sum(v) / total, 3) for k, v in
               sorted(phases.items(), key=lambda kv: -sum(kv[1]))}
-    shares["other"] = round(max(0.0, 1 - sum(shares.values())), 3)
+    shares["other"] = round(1 - sum(shares.values()), 3)  # below 0: parts overlap the window
     return shares
 
 

@@ -367,12 +367,14 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         # the candidate's worker was a spare, its CUDA context made before the grade asked
         verdict["profile"]["spare"] = bool(result.spare)
         verdict["profile"]["stages_cpu_s"] = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
-        # what reading the candidate's profiler sessions cost (``Witness.cost``)
-        witness = (result.value or {}).get("witness") if isinstance(result.value, dict) else None
-        if isinstance(witness, dict):
+        # what reading the candidate's profiler sessions cost (``Witness.cost``): numbers only,
+        # for the profile (no check reads them)
+        witness = result.value.get("witness") if isinstance(result.value, dict) else None
+        cost = witness.get("cost") if isinstance(witness, dict) else None
+        if isinstance(cost, dict):
             verdict["profile"]["witness"] = {
-                k: round(v, 3) if isinstance(v, float) else v for k in
-                ("records", "read_s", "calls_s") if (v := witness.get(k)) is not None}
+                k: round(v, 3) for k in ("records", "read_s", "calls_s")
+                if type(v := cost.get(k)) in (int, float)}
         if changed:  # the guarded files changed while this run (or its group) ran (T-04)
             amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)

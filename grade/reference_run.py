@@ -48,9 +48,9 @@ HOST_COPIES = 2
 
 
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
-# Inductor times are read as their ratio (``checks.timing``), both taken alike (``spare``:
-# where a resized graph is captured, not what it holds)
-RATIO_NEUTRAL = ("cover", "spare")
+# Inductor times are read as their ratio (``checks.timing``), both taken alike
+# (``spare_graph``: where a resized graph is captured, not what it holds)
+RATIO_NEUTRAL = ("cover", "spare_graph")
 
 
 def cached_timing_settings(settings: dict) -> dict:

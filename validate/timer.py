@@ -157,9 +157,11 @@ class Timer:
                  spare: bool = False):
         self.fn, self.device = fn, device
         # ``spare``: ``prepare`` also captures a graph of twice the calls, which ``resize`` to
-        # that count takes up at once instead of capturing in the window (``_spare``)
-        self.spare_wanted = spare
+        # that count takes up at once instead of capturing in the window (``_spare``); only
+        # ``True`` asks for it
+        self.spare_wanted = spare is True
         self._spare = None  # (graph, outputs) of ``2 * calls_per_sample`` calls, unreplayed
+        self.spare_state: str | None = None  # what became of it (``describe``)
         # told which call of how many each captured call is, and when a capture ends (the
         # caller's ``PlacementTurns.capture``: which copy of the inputs the call reads)
         self.place = place
@@ -376,26 +378,35 @@ class Timer:
             self._capture_spare(stream)
 
     def _capture_spare(self, stream) -> None:
-        """The graph of twice the timing graph's calls (``_spare``), where the calls' outputs
-        fit ``HELD_OUTPUT_BYTES`` and ``max_calls`` allows: the count an estimate taken alone
-        in the window asks for most often, since one taken beside other grades' work reads a
-        call slow and sizes its graph to fewer calls (a 1.6 µs call: 512 against 1,024; its
-        capture again held the GPU alone 341 ms at the median in 40 of 98 windows, H100).
-        Captured like the timing graph, every call witnessed; not replayed until taken up. Its
-        outputs sharing memory, or its capture failing, leave none."""
+        """The graph of twice the timing graph's calls (``_spare``): the count an estimate
+        taken alone in the window asks for where the one taken beside other grades' work read a
+        call up to twice too slow (other work only slows a call, and counts are powers of two:
+        a call near 2 µs, 512 against 1,024; its capture again held the GPU alone 341 ms at the
+        median in 40 of 98 windows, H100). Only for a timing graph of several calls (one call
+        is a sample of ``sample_ms`` or more, which an estimate alone keeps), where ``max_calls``
+        allows and both graphs' outputs together fit ``HELD_OUTPUT_BYTES``. Captured like the
+        timing graph, every call witnessed; not replayed until taken up. Its outputs sharing
+        memory, or its capture failing, leave none (``spare_graph`` in ``describe``)."""
         calls = 2 * self.calls_per_sample
-        if self.outputs_overlap or calls > self.max_calls or \
-                calls > HELD_OUTPUT_BYTES // max(1, output_bytes(self.output)):
+        if self.outputs_overlap or self.calls_per_sample < 2 or calls > self.max_calls or \
+                3 * self.calls_per_sample > HELD_OUTPUT_BYTES // max(1, output_bytes(self.output)):
+            self.spare_state = "not captured"
             return
         try:
             graph, outputs = self._captured(stream, calls)
         except Exception:  # noqa: BLE001 — no spare: a resize captures as it would
             with contextlib.suppress(Exception):
                 _cuda_synchronize()
+            self.spare_state = "capture failed"
             return
         if outputs_overlap(outputs):
+            self.spare_state = "outputs overlap"
             return
-        self._spare = (graph, outputs)
+        self._spare, self.spare_state = (graph, outputs), "captured"
+
+    def _drop_spare(self, state: str) -> None:
+        if self._spare is not None:
+            self._spare, self.spare_state = None, state
 
     def planned_calls(self) -> int | None:
         """A new estimate of one call, taken alone on the GPU (a window's warm-up turn), and
@@ -409,7 +420,7 @@ class Timer:
         self.estimate_ms = self._per_call_ms(self._stream, alone=True)
         calls = self._calls_for(self.estimate_ms)
         if calls == self.calls_per_sample:
-            self._spare = None  # not needed: its memory goes back before the rounds
+            self._drop_spare("not needed")  # its memory goes back before the rounds
             return None
         return calls
 
@@ -427,7 +438,10 @@ class Timer:
         spare, self._spare = self._spare, None
         if spare is not None and len(spare[1]) == int(calls):
             graph, outputs = spare  # captured in ``prepare``: no capture in the window
+            self.spare_state = "taken up"
         else:
+            if spare is not None:
+                self.spare_state = "another count"
             del spare
             graph, outputs = self._timing_graph(self._stream, int(calls))
         _current_stream().wait_stream(self._stream)
@@ -507,6 +521,8 @@ class Timer:
                 ("replay" if self.cover == "auto" else self.cover)
         if self.outputs_overlap:
             described["outputs_overlap"] = True
+        if self.spare_state is not None:
+            described["spare_graph"] = self.spare_state
         if self.cpu_samples:
             described["cpu_ms"] = _median(self.cpu_samples)
         return described
@@ -587,6 +603,7 @@ class Timer:
         return ms, (self.output if whole else self._single[1])
 
     def round(self, reps: int) -> list[float]:
+        self._drop_spare("unused")  # the rounds began: no resize comes any more
         if self.queues() and self.after_sample is None:
             return self._queued_round(max(1, int(reps)))
         samples = []
@@ -636,6 +653,7 @@ class Timer:
         ``SETTLE_QUEUED_SHARE`` of it and waits on a blocking event, then takes samples as
         ``warm`` does until ``ms`` have passed (one at least: the turn's samples follow a
         sample, as after ``warm``). Else ``warm``. How many replays and samples it ran."""
+        self._drop_spare("unused")  # a turn's settling: the warm-up and any resize are over
         if self.method != "cuda_graph" or self.graph is None or not self.estimate_ms:
             return self.warm(ms)
         deadline = _perf_counter() + ms / 1e3
@@ -697,7 +715,8 @@ def measure(fn: Callable[[], Any], device: str, *, ci_target_pct: float = 0.5,
     warm_ms = warm_ms if warm_ms is not None else (100.0 if cuda else 0.0)
     phase = on_phase if on_phase is not None else (lambda name: None)
     if prepared is None:
-        timer = Timer(fn, device, graph=graph, **timer_options)
+        # a timer made here is never sized again: no spare graph for a resize (``Timer``)
+        timer = Timer(fn, device, graph=graph, **{**timer_options, "spare": False})
         phase("prepare")
         info = timer.prepare()
     else:

@@ -296,8 +296,9 @@ class _Run(_Probes):
             before = _observed()
             out = self.invoke(True)[0]
             after = _observed()
-            # each captured call's Triton launches and extension calls: the timing graph's
-            # calls are the last ``calls_per_sample`` captured (``_even_calls_us``)
+            # each captured call's Triton launches and extension calls, every capture's (the
+            # graphs that size a sample, the timing graph, a spare): all must launch alike
+            # (``probes._uneven_launches``)
             self.captured.append((after["launches"] - before["launches"],
                                   after["ext_calls"] - before["ext_calls"]))
             del self.captured[:-CAPTURED_KEPT]
@@ -384,7 +385,8 @@ class _Run(_Probes):
         if unseen and self.device.startswith("cuda") and not self.witness.unavailable:
             self._unseen_device_us(unseen, facts["calls"])
         facts["witness"] = {"calls": self.witness.calls, "error": self.witness.error,
-                            "unavailable": self.witness.unavailable, **self.witness.cost}
+                            "unavailable": self.witness.unavailable,
+                            "cost": dict(self.witness.cost)}  # the profile's alone
         facts["timed_checks"] = self.timed_checks
         facts["timed_check_calls"] = self.timed_calls
 

@@ -30,8 +30,10 @@ def device_info(device: str) -> dict:
 def _timer_options(payload: dict) -> dict:
     """``timer.Timer`` options from the policy's timing settings (the rest are the window's)."""
     settings = payload.get("timing_settings") or {}
-    return {k: settings[k] for k in ("warmup", "graph", "sample_ms", "cover", "spare")
-            if k in settings}
+    options = {k: settings[k] for k in ("warmup", "graph", "sample_ms", "cover") if k in settings}
+    if settings.get("spare_graph") is True:  # ``Timer(spare=True)``: only a true asks for it
+        options["spare"] = True
+    return options
 
 
 def timing_placing(payload: dict) -> str:

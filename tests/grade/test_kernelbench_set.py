@@ -276,6 +276,9 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
                          "phases_ms": {"rounds": 300.0, **({"resize": 400.0} if k else {})},
                          "witness": {"records": 1000 * (k + 1), "read_s": 0.1 * (k + 1)}}}
             for k in range(2)]
+    # a window that reports no parts counts in neither side of the shares
+    rows.append({"correct": True, "hacks": [],
+                 "profile": {"window_ms": 9000.0, "exclusive_wait_ms": 7.0}})
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = grade_reports.summarize(out)

@@ -1772,16 +1772,25 @@ def test_a_spare_graph_of_twice_the_calls_makes_that_resize_no_capture(monkeypat
     assert timer.resize(512) and captured == [512] and replayed == [512]
     assert timer.calls_per_sample == 512 and timer.graph == ("graph", 512)
     assert len(timer.outputs) == 512 and timer._spare is None
+    assert timer.describe()["spare_graph"] == "taken up"
     # another count: captured as without a spare (and the spare's memory let go first)
     timer, captured, _ = _spare_timer(monkeypatch, spare=True)
     assert timer.resize(128) and captured == [512, 128] and timer._spare is None
+    assert timer.describe()["spare_graph"] == "another count"
     # no spare asked for: the same resize captures in the window
     timer, captured, _ = _spare_timer(monkeypatch, spare=False)
     assert timer._spare is None and timer.resize(512) and captured == [512]
-    # none where twice the calls pass ``max_calls`` or their outputs ``HELD_OUTPUT_BYTES``
-    for kwargs in ({"max_calls": 256}, {"output_numel": T.HELD_OUTPUT_BYTES // 4 // 300}):
+    assert "spare_graph" not in timer.describe()
+    # none for a one-call graph (its estimate alone keeps it one), where twice the calls pass
+    # ``max_calls``, or where both graphs' outputs together pass ``HELD_OUTPUT_BYTES``
+    for kwargs in ({"calls": 1}, {"max_calls": 256},
+                   {"output_numel": T.HELD_OUTPUT_BYTES // 4 // 700}):
         timer, captured, _ = _spare_timer(monkeypatch, spare=True, **kwargs)
         assert captured == [] and timer._spare is None, kwargs
+        assert timer.describe()["spare_graph"] == "not captured"
+    timer, captured, _ = _spare_timer(monkeypatch, spare=True, output_numel=T.HELD_OUTPUT_BYTES
+                                      // 4 // 800)
+    assert captured == [512]  # 768 outputs fit
 
 
 def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch):
@@ -1792,10 +1801,40 @@ def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch)
     timer, _captured, _ = _spare_timer(monkeypatch, spare=True)
     per_call["ms"] = timer.sample_ms / 400  # faster alone: twice the calls, the spare kept
     assert timer.planned_calls() == 512 and timer._spare is not None
+    # the rounds (or a turn's settling) begin: no resize comes any more, the spare goes
+    monkeypatch.setattr(timer, "queues", lambda: False)
+    monkeypatch.setattr(timer, "sample", lambda: 1.0)
+    assert timer.round(2) == [1.0, 1.0] and timer._spare is None
+    assert timer.describe()["spare_graph"] == "unused"
     # a spare whose calls' outputs share memory is not kept
     monkeypatch.setattr(T, "outputs_overlap", lambda outputs: True)
     timer, captured, _ = _spare_timer(monkeypatch, spare=True)
     assert captured == [512] and timer._spare is None
+    assert timer.describe()["spare_graph"] == "outputs overlap"
+
+
+def test_the_spare_graph_is_asked_for_only_by_a_true_timing_setting(monkeypatch):
+    """The policy's timing setting ``spare_graph`` turns it on (only ``true``: a bare word is
+    a string, not a yes); the cached reference timings are keyed without it, and a timer that
+    ``measure`` makes itself (never sized again in a window) gets none."""
+    from kernelmill.grade.reference_run import cached_timing_settings
+    from kernelmill.grade.worker.timing import _timer_options
+
+    assert _timer_options({"timing_settings": {"spare_graph": True}})["spare"] is True
+    for value in ("no", "true", 1, False):
+        assert "spare" not in _timer_options({"timing_settings": {"spare_graph": value}})
+    assert cached_timing_settings({"spare_graph": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
+    assert not T.Timer(lambda: None, "cpu", spare="yes").spare_wanted
+    made = []
+
+    class Recorded(T.Timer):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("spare"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(T, "Timer", Recorded)
+    T.measure(lambda: None, "cpu", cap_ms=5, min_reps=2, max_reps=4, spare=True)
+    assert made == [False]
 
 
 def test_the_timer_tells_its_place_hook_each_captured_call_and_the_capture_end(monkeypatch):
@@ -1829,28 +1868,33 @@ def test_the_policy_picks_the_placing_and_an_unknown_one_is_the_default():
 @pytest.mark.gpu
 def test_a_spare_graph_is_captured_beside_the_timing_graph_and_taken_up_on_cuda():
     """On CUDA: ``Timer(spare=True)``'s ``prepare`` captures a second graph of twice the calls,
-    and a resize to that count takes it up without a capture: faster than capturing it, and
-    its samples and output are the timing graph's as a capture would make them."""
+    and a resize to that count takes it up with no capture (one without a spare captures),
+    its output the forward's and its samples timed."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     x = torch.randn(1 << 14, device="cuda")
 
-    def resized(spare: bool) -> tuple[T.Timer, float]:
+    def resized(spare: bool) -> list[int]:
+        """The graphs captured (their call counts) while the timer resizes to twice its
+        calls, after ``prepare``."""
         timer = T.Timer(lambda: x * 2 + 1, "cuda", spare=spare, sample_ms=0.05)
         timer.prepare()
         assert timer.method == "cuda_graph", timer.capture_error
         calls = timer.calls_per_sample
+        assert calls >= 2, timer.describe()
         assert (timer._spare is not None and len(timer._spare[1]) == 2 * calls) == spare
-        began = time.perf_counter()
+        captured = []
+        capture = timer._captured
+        timer._captured = lambda stream, count: captured.append(count) or capture(stream, count)
         assert timer.resize(2 * calls)
-        took = time.perf_counter() - began
         assert timer.calls_per_sample == 2 * calls and timer._spare is None
-        assert torch.equal(timer.output, x * 2 + 1) and timer.sample() > 0
-        return timer, took
+        assert torch.equal(timer.output, x * 2 + 1)
+        samples = [timer.sample() for _ in range(5)]
+        assert all(s > 0 for s in samples), samples
+        return [c // calls for c in captured]
 
-    _timer, with_spare = resized(True)
-    _timer, captured = resized(False)
-    assert with_spare < captured, (with_spare, captured)
+    assert resized(True) == []  # taken up: no capture in the window
+    assert resized(False) == [2]
 
 
 @pytest.mark.gpu
