@@ -306,7 +306,11 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
               "extensions_root": extensions_root}
     reward_fn = get_reward(reward)
     lock = hold_lock(lock_path_for(out_path), f"verdicts file {out_path}")  # one run per --out
-    rows = list(read_jsonl(submissions_path))  # read once: it may be a pipe
+    def unreadable(message: str) -> None:  # a line that is not a JSON object: no verdict
+        log.warning(message)
+        stats.dropped("unreadable line")
+
+    rows = list(read_jsonl(submissions_path, on_error=unreadable))  # once: it may be a pipe
     # each row's verdict key, once (None: a bad row or an unknown problem); only a verdict of
     # the same source, problem and settings is redone (a row of another problems file, or an id
     # reused for another source, stays as it is)
@@ -351,7 +355,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
             items.append({"submission_id": sid, "problem_id": pid, "source": row["source"],
                           "reference": record["source"], "key": key, "config": config,
                           "record": {"validation": record.get("validation") or {}}})
-        if not items and set(stats.counts) <= {"dropped: bad row"}:  # no usable row at all
+        if not items and set(stats.counts) <= set(UNREAD):  # no usable row at all
             raise KernelmillError(f"{submissions_path}: no submissions (rows need submission_id, "
                                   "problem_id and source)")
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;
@@ -465,6 +469,14 @@ def _write(out: JsonlWriter, stats: StageStats, sid: str, pid: str, key: str,
             stats.count(f"hacked: {lead_hack(verdict)}")
         elif kind == "error":
             stats.count(f"error: {(verdict.get('error') or {}).get('stage')}")
+
+
+UNREAD = ("dropped: bad row", "dropped: unreadable line")  # rows that got no verdict
+
+
+def unread_rows(stats: StageStats) -> int:
+    """Submission rows the batch could not read (no verdict was written for them)."""
+    return sum(stats.counts[label] for label in UNREAD)
 
 
 def batch_summary(stats: StageStats) -> str:

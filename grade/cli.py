@@ -69,7 +69,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     if problems or submissions:
         if not (problems and submissions and args.out):
             raise KernelmillError("batch grading needs --problems, --submissions and --out")
-        from .batch import batch_summary, grade_file
+        from .batch import batch_summary, grade_file, unread_rows
 
         stats = grade_file(problems, submissions, args.out, device=args.device,
                            workers=args.workers, backend=args.backend, address=args.address,
@@ -81,8 +81,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         flagged = _flagged(args.out, args.fail_on)
         if flagged:
             print(f"grade: {flagged} submission(s) {args.fail_on} (--fail-on {args.fail_on})")
-            return 1
-        return 0
+        unread = unread_rows(stats)
+        if unread:
+            print(f"grade: {unread} submission row(s) got no verdict (not a JSON object, or "
+                  f"lacking submission_id, problem_id or source: the warnings name their lines); "
+                  f"the other verdicts are in {args.out}")
+            return 2
+        return 1 if flagged else 0
     if not (args.reference and args.candidate):
         raise KernelmillError("give --reference and --candidate (or --problems, --submissions "
                               "and --out for a batch)")
@@ -182,7 +187,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Grade one candidate (--reference/--candidate) or a batch (PROBLEMS "
                     "SUBMISSIONS --out V.jsonl). Verdicts: compiled, correct, hacks, reward, "
                     "speedups. Exit status 0 when every verdict was reached, 2 when grading could "
-                    "not be done, 1 with --fail-on when a verdict was hacked/incorrect.")
+                    "not be done or a submission row could not be read, 1 with --fail-on when a "
+                    "verdict was hacked/incorrect. A batch to try: docs/examples/problems.jsonl "
+                    "docs/examples/submissions.jsonl.")
     p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS",
                    help="batch: the problems, as --problems")
     p.add_argument("submissions_pos", nargs="?", metavar="SUBMISSIONS",

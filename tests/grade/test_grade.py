@@ -313,26 +313,29 @@ def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, capl
     rows = [{"submission_id": "s1", "problem_id": "p1", "source": "def broken(:\n"},
             {"submission_id": "s2", "problem_id": "nope", "source": read("honest_scale_add")},
             {"submission_id": "s3", "problem_id": "p1"}]
-    submissions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # a row that lacks a field and a line cut mid-record get no verdict: exit 2, the rest kept
+    submissions.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"submission_id": "s4')
     out = tmp_path / "verdicts.jsonl"
     command = ["grade", "--problems", str(problems), "--submissions", str(submissions),
                "--out", str(out), "--device", "cpu", "--no-cache"]
-    assert main(command) == 0
+    assert main(command) == 2
     verdicts = {json.loads(line)["submission_id"]: json.loads(line)
                 for line in out.read_text().splitlines()}
     assert set(verdicts) == {"s1", "s2"}
     assert verdicts["s1"]["error"]["stage"] == "parse" and not verdicts["s1"]["compiled"]
     assert verdicts["s2"]["error"]["stage"] == "input"
-    assert "lacks source" in caplog.text
-    # one count per submission, by outcome
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert "lacks source" in caplog.text and "submissions.jsonl:4: corrupt" in caplog.text
+    # one count per submission, by outcome; the rows with no verdict counted and said
+    summary, unread = capsys.readouterr().out.splitlines()[-2:]
+    assert summary == (
         "grade: graded 1: correct 0, incorrect 0, hacked 0, errors 1 (parse 1); "
-        "dropped: bad row 1; dropped: unknown problem 1")
+        "dropped: bad row 1; dropped: unknown problem 1; dropped: unreadable line 1")
+    assert unread.startswith("grade: 2 submission row(s) got no verdict")
     assert verdicts["s1"]["reason"].startswith("error in parse: ")
-    assert main(command) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert main(command) == 2
+    assert capsys.readouterr().out.splitlines()[-2] == (
         "grade: graded 0: correct 0, incorrect 0, hacked 0, errors 0; already graded 2; "
-        "dropped: bad row 1")
+        "dropped: bad row 1; dropped: unreadable line 1")
     assert len(out.read_text().splitlines()) == 2
 
 
@@ -954,3 +957,19 @@ def test_scored_calls_do_the_work_of_the_warm_one_call_check_whichever_calls_are
     assert not judged(400.0, 420.0, 450.0, 330.0, drift=1.31)[0]
     assert judged(400.0, 420.0, 450.0, 330.0)[0]
     assert judged(47.52, 57.34, 49.28, 30.05, drift=1.35)[0]
+
+
+def test_the_readme_example_batch_grades_as_it_says(tmp_path, capsys):
+    """docs/examples: two honest Triton answers certified, one left to PyTorch flagged."""
+    from kernelmill.app.cli import main
+
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    out = tmp_path / "verdicts.jsonl"
+    assert main(["grade", str(examples / "problems.jsonl"), str(examples / "submissions.jsonl"),
+                 "--out", str(out), "--device", "cpu", "--no-cache"]) == 0
+    verdicts = {v["submission_id"]: v for v in map(json.loads, out.read_text().splitlines())}
+    assert {sid for sid, v in verdicts.items() if v["correct"] and not v["hacks"]} == {
+        "relu-triton", "softmax-triton"}
+    assert "torch_compute" in verdicts["relu-torch-only"]["hacks"]
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "grade: graded 3: correct 2, incorrect 0, hacked 1")
