@@ -29,6 +29,7 @@ def summarize(out: Path) -> dict:
     admission: list[float] = []
     windows: set = set()
     warm_by: Counter = Counter()  # windows by their first participant's warm-up
+    settled_by: Counter = Counter()  # windows by how their turns settled (``settle_if``)
     sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
     witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
     phased_ms: list[float] = []  # the milliseconds of the windows that report their parts
@@ -67,6 +68,10 @@ def summarize(out: Path) -> dict:
         if profile.get("phases_ms"):  # how its first participant warmed (``window_rounds``)
             warm_by[("hot" if timing.get("clocks_hot_s") is not None else "clocks up"
                      if timing.get("clocks_up") else "full")] += 1
+            settled_by[("unsettled" if timing.get("settled") is False else "settled over"
+                        if timing.get("settled_over") else "settled")] += 1
+            if (timing.get("clocks_held_ms") or 0) > 0:  # the power or thermal policy held
+                settled_by["clocks held"] += 1
         clocks = profile.get("clocks") or {}
         if isinstance(clocks.get("sm_mhz"), int) and clocks.get("max_sm_mhz"):
             sm_share.append(clocks["sm_mhz"] / clocks["max_sm_mhz"])
@@ -116,6 +121,7 @@ def summarize(out: Path) -> dict:
             "turn_ms": {k: median(v) for k, v in turn.items()},
             "median_rounds": median(rounds),
             "warm_by": dict(warm_by),
+            "settled_by": dict(settled_by),
             "sm_clock_share": [round(min(sm_share), 3), round(max(sm_share), 3)]
             if sm_share else None,
             "median_admission_wait_s": median(admission)}

@@ -371,6 +371,9 @@ def main() -> int:
                   " ".join(f"{k}={v}" for k, v in r["warm_by"].items()) +
                   (f"; NVML's SM clock at their start {share[0]:.0%}-{share[1]:.0%} of its "
                    "highest" if share else ""))
+        if r.get("settled_by"):
+            print(f"{phase}: windows by their turns' settling: " +
+                  " ".join(f"{k}={v}" for k, v in r["settled_by"].items()))
         if r.get("turn_ms"):
             print(f"{phase}: a turn's parts (the windows' medians), ms: " +
                   " ".join(f"{k}={v}" for k, v in r["turn_ms"].items()))

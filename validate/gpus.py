@@ -128,9 +128,10 @@ def _nvml_handle(uuid: str):
 def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     """What the GPU behind ``device`` (as a worker with ``env`` sees it) was doing just now,
     from NVML, with no CUDA context: ``busy_pct``, the share of NVML's last sample period in
-    which any kernel of any process ran, and ``sm_mhz`` (its SM clock now) against
-    ``max_sm_mhz``. None on CPU, for a MIG instance, or without NVML (the ``nvidia-ml-py``
-    package and the driver's library; asked again after ``NVML_RETRY_S``). The SM clock is the
+    which any kernel of any process ran, ``sm_mhz`` (its SM clock now) against ``max_sm_mhz``,
+    and ``held_ns`` where the GPU keeps it (``_held_ns``). None on CPU, for a MIG instance, or
+    without NVML (the ``nvidia-ml-py`` package and the driver's library; asked again after
+    ``NVML_RETRY_S``). The SM clock is the
     driver's reading now: a worker raises it only by running kernels, which is what it stands
     for; the busy share covers NVML's last sample period (1/6 s to 1 s), past work included.
     The first call in a process loads NVML: callers that read it at a critical moment call it
@@ -146,9 +147,27 @@ def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     try:
         import pynvml
 
-        return {"busy_pct": int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        read = {"busy_pct": int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
                 "sm_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
                 "max_sm_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(handle,
                                                                     pynvml.NVML_CLOCK_SM))}
     except Exception:  # noqa: BLE001 — a reading the driver refused is no reading
+        return None
+    held = _held_ns(handle)
+    if held is not None:
+        read["held_ns"] = held
+    return read
+
+
+def _held_ns(handle) -> int | None:
+    """How long (ns, since the driver loaded) the power and thermal policies have held the
+    GPU's clocks below those asked for: NVML's violation counters, summed. None where either
+    cannot be read (not every GPU keeps them)."""
+    try:
+        import pynvml
+
+        return sum(int(pynvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime)
+                   for policy in (pynvml.NVML_PERF_POLICY_POWER,
+                                  pynvml.NVML_PERF_POLICY_THERMAL))
+    except Exception:  # noqa: BLE001 — no counter: no reading
         return None

@@ -47,6 +47,7 @@ from .window_rounds import _first_warm_ms, _timed_rounds
 from .window_turns import _turn_cis, _window_cis
 
 SETTLE_WAITS = ("spin", "sleep")  # ``WindowSettings.settle_wait``
+SETTLE_IFS = ("always", "held")  # ``WindowSettings.settle_if``
 MEDIAN_ROUNDS = 64  # rounds whose per-participant medians a window keeps (``round_medians_ms``)
 
 
@@ -99,6 +100,12 @@ class WindowSettings:
     # speedup moved -0.65% to +0.7% against spinning over three A/B pairs, where passes of the
     # same setting moved up to 0.45% apart.
     settle_wait: str = "sleep"
+    # When turns are settled: "always", or "held": only where NVML's violation counters
+    # (``gpus.gpu_activity``'s ``held_ns``) show the power or thermal policy holding the clocks
+    # back in this window. The counters are read before and after the warm-up turns; rounds
+    # that begin unsettled start over, settled, at the first hold seen after a round. No
+    # reading: settled. Settling is most of a small kernel's turn (40 of 70 ms).
+    settle_if: str = "always"
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
     ci_limit_pct: float = 5.0
@@ -132,6 +139,8 @@ class WindowSettings:
     def __post_init__(self) -> None:
         if self.settle_wait not in SETTLE_WAITS:
             raise ValueError(f"settle_wait {self.settle_wait!r}: expected one of {SETTLE_WAITS}")
+        if self.settle_if not in SETTLE_IFS:
+            raise ValueError(f"settle_if {self.settle_if!r}: expected one of {SETTLE_IFS}")
 
     @classmethod
     def from_dict(cls, values: dict | None) -> WindowSettings:
@@ -249,7 +258,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
                               cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check,
-                              clock_witness)
+                              clock_witness, activity)
             finally:
                 if "warm" in result.get("phases_ms", {}):  # the clocks were brought up
                     lock.window_ended()
@@ -355,7 +364,9 @@ def verdict_timing(window: dict, reference: str = "reference",
               "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
               "precise": None if ci is None or limit is None else ci <= limit,
               "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
-    for key in ("clocks_hot_s", "clocks_up"):  # the clock warm-up was skipped, and why
+    # the clock warm-up was skipped, and why; how long the power and thermal policies held the
+    # clocks back; rounds left unsettled, or started over settled (``settle_if``)
+    for key in ("clocks_hot_s", "clocks_up", "clocks_held_ms", "settled", "settled_over"):
         if window.get(key) is not None:
             timing[key] = window[key]
     # why a forward was not timed as a graph, and one that returned shared memory

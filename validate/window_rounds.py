@@ -58,11 +58,40 @@ def _clocks_up(read: dict, settings: WindowSettings) -> bool:
     return bool(settings.clock_pct) and sm >= top * settings.clock_pct / 100
 
 
+class _Holds:
+    """NVML's count of the time the power and thermal policies held the GPU's clocks back
+    (``held_ns`` of ``activity()``), from a first reading on: ``grew()`` is True once it has
+    grown, or where it cannot be read."""
+
+    def __init__(self, activity: Callable[[], dict | None] | None):
+        self.activity = activity
+        self.first = self.last = self._read()
+
+    def _read(self) -> int | None:
+        try:
+            read = self.activity() if self.activity is not None else None
+        except Exception:  # noqa: BLE001 — no reading
+            return None
+        held = read.get("held_ns") if isinstance(read, dict) else None
+        return held if type(held) is int else None
+
+    def grew(self) -> bool:
+        self.last = self._read()
+        return self.first is None or self.last is None or self.last > self.first
+
+    def held_ms(self) -> float | None:
+        if self.first is None or self.last is None:
+            return None
+        return round((self.last - self.first) / 1e6, 3)
+
+
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
-                  warm_ms, settle_ms, clock_check, unseen_check, clock_witness=None) -> None:
+                  warm_ms, settle_ms, clock_check, unseen_check, clock_witness=None,
+                  activity=None) -> None:
     """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
     began = time.monotonic()
     timeout = settings.report_timeout_s
+    holds = _Holds(activity) if activity is not None else None
     # The clocks are the GPU's: the first participant brings them up; the others only
     # warm their own caches and buffers.
     # Each estimates one call alone on the GPU in its turn (``Timer.planned_calls``); those whose
@@ -87,6 +116,13 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             with group.turn(first):
                 group.ask(first, f"settle {settings.rewarm_ms:g}", "settle", timeout)
         resize_s = time.monotonic() - resize_began
+    # ``settle_if`` "held": rounds unsettled while no policy has held the clocks back
+    unsettled_until_held = settings.settle_if == "held" and bool(settle_ms) and \
+        holds is not None and not holds.grew()
+    full_settle_ms = settle_ms
+    if unsettled_until_held:
+        settle_ms = 0.0
+        result["settled"] = False
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
     phases["warm"] = round((mark - began - resize_s) * 1e3, 1)
@@ -169,6 +205,19 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         result["rounds"] += 1
         for control in group.active.values():  # the others' turns are not its time
             control.extend(time.monotonic() - round_began)
+        if unsettled_until_held and holds.grew():
+            # the clocks were held back: what was sampled unsettled is dropped, the rounds
+            # start over with every turn settled and a cap of their own
+            unsettled_until_held, settle_ms = False, full_settle_ms
+            result["settled_over"] = result["rounds"]
+            result["settled"] = True
+            result["rounds"], last = 0, None
+            for name in samples:
+                samples[name].clear()
+                paces[name].clear()
+            result.pop("turn_medians_ms", None)
+            deadline = time.monotonic() + cap_ms / 1e3
+            continue
         timed = [samples[name] for name in group.active]
         cis = list(_window_cis(samples, result, group.active,
                                by_turns=settings.stop_on_turns).values())
@@ -186,6 +235,10 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                 break
             result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
     phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
+    if holds is not None:
+        holds.grew()
+        if holds.held_ms() is not None:  # over the warm-up and the rounds
+            result["clocks_held_ms"] = holds.held_ms()
     if overheads:
         result["turn_overhead_ms"] = round(sorted(overheads)[len(overheads) // 2], 2)
     if parts:

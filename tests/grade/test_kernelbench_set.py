@@ -284,3 +284,10 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     summary = grade_reports.summarize(out)
     assert summary["window_phase_share"]["resize"] == 0.267, summary["window_phase_share"]
     assert summary["witness"] == {"records": 1500, "read_s": 0.15}, summary["witness"]
+    # how the windows' turns settled (``settle_if``): one left unsettled, one settled after
+    # the policy held the clocks back, and how many saw the clocks held
+    rows[0]["timing"] = {"settled": False, "clocks_held_ms": 0.0}
+    rows[1]["timing"] = {"settled": True, "settled_over": 1, "clocks_held_ms": 4.2}
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert grade_reports.summarize(out)["settled_by"] == {"unsettled": 1, "settled over": 1,
+                                                          "clocks held": 1}

@@ -787,6 +787,61 @@ def test_every_turn_settles_untimed_before_its_samples():
     assert all(part["unsettled_rounds"] == [] for part in group["participants"].values())
 
 
+def test_settle_if_held_settles_turns_only_once_nvml_shows_the_clocks_held_back():
+    """``settle_if="held"``: while NVML's violation counters stand still (no power or thermal
+    policy held the clocks back), no turn settles; a hold seen over the warm-up settles every
+    turn; one first seen after a round starts the rounds over, settled, the unsettled samples
+    dropped; no counter to read: settled. "always" settles whatever they say. A window keeps
+    how long the clocks were held, and the verdict's timing says what was left unsettled."""
+    ms = {"reference": 2.0, "candidate": 1.0}
+    timing = dict(cap_ms=300, round_ms=1, settle_ms=10, ci_target_pct=1.0, settle_same=True,
+                  hot_s=0)
+
+    def counter(held_from: int | None, keeps: bool = True):
+        """NVML readings whose ``held_ns`` is 0 before the reading ``held_from`` (1-based:
+        the holds' first, after the warm-up, after each round; no clock warm-up reads them
+        on CPU), 5 ms from it on; no ``held_ns`` at all without ``keeps``."""
+        calls = [0]
+
+        def read():
+            calls[0] += 1
+            got = {"busy_pct": 0, "sm_mhz": 1980, "max_sm_mhz": 1980}
+            if keeps:
+                got["held_ns"] = 0 if held_from is None or calls[0] < held_from else 5_000_000
+            return got
+        return read
+
+    def settles(results):
+        return {name: r.value["settles"] for name, r in results.items()}
+
+    still, results = _window(ms, activity=counter(None), settle_if="held", **timing)
+    assert still["error"] is None and all(r.ok for r in results.values()), results
+    assert still["settled"] is False and still["clocks_held_ms"] == 0
+    assert settles(results) == {"reference": 0, "candidate": 0}
+    assert verdict_timing(still)["settled"] is False
+    assert still["phases_ms"]["rounds"] < still["rounds"] * 2 * 10  # no turn waited 10 ms
+    warm, results = _window(ms, activity=counter(2), settle_if="held", **timing)
+    assert warm["error"] is None and "settled" not in warm and warm["clocks_held_ms"] == 5
+    assert settles(results) == {"reference": warm["rounds"], "candidate": warm["rounds"]}
+    later, results = _window(ms, activity=counter(3), settle_if="held", **timing)
+    assert later["error"] is None and all(r.ok for r in results.values()), results
+    assert later["settled_over"] == 1 and later["settled"] is True
+    assert verdict_timing(later)["settled_over"] == 1
+    for name, result in results.items():  # the first round's samples were dropped
+        assert result.value["settles"] == later["rounds"] == result.value["rounds"] - 1
+        assert later["participants"][name]["reps"] < result.value["reps"]
+    unread, results = _window(ms, activity=counter(None, keeps=False), settle_if="held",
+                              **timing)
+    assert unread["error"] is None and "settled" not in unread and "clocks_held_ms" not in unread
+    assert settles(results) == {"reference": unread["rounds"], "candidate": unread["rounds"]}
+    always, results = _window(ms, activity=counter(None), **timing)
+    assert always["error"] is None and "settled" not in always and always["clocks_held_ms"] == 0
+    assert settles(results) == {"reference": always["rounds"], "candidate": always["rounds"]}
+    assert WindowSettings().settle_if == "always"
+    with pytest.raises(ValueError, match="settle_if"):
+        WindowSettings(settle_if="sometimes")
+
+
 def test_the_unsettled_turns_are_read_apart_from_kept_verdicts(tmp_path):
     """``scripts/settle_bias.py`` reads the turns a window ran unsettled (the participants'
     ``unsettled_rounds``, kept in a verdict's profile) apart from the settled ones, each over
@@ -1698,6 +1753,14 @@ def test_gpu_activity_reads_nvml_for_the_gpu_a_worker_sees(monkeypatch):
                         lambda h: types.SimpleNamespace(gpu=5))
     assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"})["busy_pct"] == 5
     assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "GPU-aaa"})["sm_mhz"] == 1980
+    # the power and thermal policies' violation counters, summed, where the GPU keeps them
+    counters = {0: 7_000, 1: 500}
+    fake.NVML_PERF_POLICY_POWER, fake.NVML_PERF_POLICY_THERMAL = 0, 1
+    fake.nvmlDeviceGetViolationStatus = lambda h, policy: types.SimpleNamespace(
+        referenceTime=1, violationTime=counters[policy])
+    assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"})["held_ns"] == 7_500
+    del counters[1]  # one counter the GPU does not keep: no reading of either
+    assert "held_ns" not in gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"})
     monkeypatch.setattr(gpus, "_GPUS", {"0": ("MIG-ccc", "H200"), "": ("", "")})
     assert gpus.gpu_activity("cuda", {"CUDA_VISIBLE_DEVICES": "0"}) is None  # a MIG instance
 
