@@ -794,8 +794,8 @@ def test_settle_if_held_settles_turns_only_once_nvml_shows_the_clocks_held_back(
     dropped; no counter to read: settled. "always" settles whatever they say. A window keeps
     how long the clocks were held, and the verdict's timing says what was left unsettled."""
     ms = {"reference": 2.0, "candidate": 1.0}
-    timing = dict(cap_ms=300, round_ms=1, settle_ms=10, ci_target_pct=1.0, settle_same=True,
-                  hot_s=0)
+    timing = {"cap_ms": 300, "round_ms": 1, "settle_ms": 10, "ci_target_pct": 1.0,
+              "settle_same": True, "hot_s": 0}
 
     def counter(held_from: int | None, keeps: bool = True):
         """NVML readings whose ``held_ns`` is 0 before the reading ``held_from`` (1-based:
