@@ -28,7 +28,7 @@ from kernelmill.core.devices import resolve_device
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.fingerprint import fingerprint, fingerprints, why_changed
 from kernelmill.core.lock import BUILD_LOCK, locked
-from kernelmill.core.stats import StageStats
+from kernelmill.core.stats import DONE_BEFORE, StageStats
 from kernelmill.core.step import Step, add_options, build_key, result_options
 from kernelmill.data import SEEDS_DIR
 from kernelmill.splits.contamination import benchmark_path
@@ -298,10 +298,10 @@ def summary_table(result: BuildResult):
         reasons = ", ".join(f"{reason} {n}" for reason, n in
                             sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]) if n)
         status = "" if item.status == "ran" else item.status
-        before = stats.counts.get("already validated", 0)
-        if before and item.status != "up to date":
-            status = f"{status}: {before} done before".lstrip(": ")
-        table.add_row(item.step.name, str(stats.n_kept), str(stats.n_dropped or ""),
+        before = stats.counts.get(DONE_BEFORE, 0)
+        if before and item.status != "up to date":  # the output holds both runs' records
+            status = f"{status}: {before} done before, {stats.n_kept} now".lstrip(": ")
+        table.add_row(item.step.name, str(stats.n_kept_all), str(stats.n_dropped or ""),
                       reasons, f"{stats.seconds:.1f}s", status)
     return table
 

@@ -448,7 +448,7 @@ def _stage_table(data: ReportData) -> str:
     for stats in data.stages:
         reasons = "; ".join(f"{_e(r)}: {n}" for r, n in
                             sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]) if n)
-        rows.append(f"<tr><td>{_e(stats.stage)}</td><td class=n>{stats.n_kept}</td>"
+        rows.append(f"<tr><td>{_e(stats.stage)}</td><td class=n>{stats.n_kept_all}</td>"
                     f"<td class=n>{stats.n_dropped}</td><td>{reasons}</td>"
                     f"<td class=n>{stats.seconds:.1f}</td></tr>")
     return ("<table id=stages><tr><th>stage</th><th class=n>kept</th><th class=n>dropped</th>"

@@ -10,6 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 
+# Records a resumed stage found finished by an earlier run and kept as they were (counted apart
+# from ``kept``, this run's own)
+DONE_BEFORE = "already validated"
+
+
 @dataclass
 class StageStats:
     stage: str
@@ -28,6 +33,12 @@ class StageStats:
     @property
     def n_kept(self) -> int:
         return self.counts["kept"]
+
+    @property
+    def n_kept_all(self) -> int:
+        """Kept by this run and by the earlier runs a resumed stage took over (``DONE_BEFORE``):
+        what the stage's output holds."""
+        return self.counts["kept"] + self.counts.get(DONE_BEFORE, 0)
 
     @property
     def n_dropped(self) -> int:

@@ -50,7 +50,7 @@ from kernelmill.core.devices import usable_cores
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.progress import track
 from kernelmill.core.record import Record
-from kernelmill.core.stats import StageStats
+from kernelmill.core.stats import DONE_BEFORE, StageStats
 from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
@@ -205,7 +205,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
         records, seen = [], set()
         for record in read_records(in_path, on_error=corrupt, allow_empty=False):
             if record.id in writer:
-                stats.count("already validated")
+                stats.count(DONE_BEFORE)
             elif record.id not in seen:
                 seen.add(record.id)
                 records.append(record)

@@ -254,5 +254,10 @@ def test_kill_mid_validation_then_rerun_finishes_without_redoing_or_duplicating(
     assert counts.get("already validated", 0) == len(second)
     redone = sum(v for k, v in counts.items() if k == "kept" or k.startswith("dropped: "))
     assert redone == 4 - len(second)
+    # what the stage's output holds, both runs' records: the build's table and report say 4
+    from kernelmill.core.stats import StageStats
+
+    assert StageStats.from_dict(state["stages"]["validate"]["stats"]).n_kept_all == 4
+    assert "<td>validate</td><td class=n>4</td>" in (out / "report.html").read_text()
     assert state["stages"]["validate"]["status"] == "resumed"
     assert all(entry["finished"] for entry in state["stages"].values())
