@@ -132,11 +132,10 @@ def _style(ax, title: str, xlabel: str = "", ylabel: str = "") -> None:
 
 def funnel_figure(data: ReportData):
     """Problems through the stages: kept, and dropped by reason, per stage."""
-    # validate's own counts cover only the problems of its last run (a resumed run skips the
-    # finished ones) and drop nothing (validation enriches); the filter stage counts every
-    # problem and drops the failed ones, so the funnel shows that one.
+    # validate drops nothing (validation enriches); the filter stage counts every problem and
+    # drops the failed ones, so the funnel shows that one where it ran.
     names = {s.stage for s in data.stages}
-    stages = [s for s in data.stages if (s.n_kept or s.n_dropped)
+    stages = [s for s in data.stages if (s.n_kept_all or s.n_dropped)
               and not (s.stage == "validate" and "filter" in names)]
     if not stages:
         raise NoData("no stage has finished yet")
@@ -149,11 +148,11 @@ def funnel_figure(data: ReportData):
     ys = list(range(len(stages)))[::-1]
     shown: set[str] = set()
     for y, stats in zip(ys, stages):  # each bar centred on 0, so the stages narrow as a funnel
-        start = -(stats.n_kept + stats.n_dropped) / 2
-        ax.barh(y, stats.n_kept, left=start, color=KEPT_COLOR,
+        start = -(stats.n_kept_all + stats.n_dropped) / 2
+        ax.barh(y, stats.n_kept_all, left=start, color=KEPT_COLOR,
                 label="kept" if "kept" not in shown else None)
         shown.add("kept")
-        left = start + stats.n_kept
+        left = start + stats.n_kept_all
         for reason, n in sorted(stats.drop_reasons().items(), key=lambda kv: -kv[1]):
             if not n:
                 continue
@@ -162,13 +161,13 @@ def funnel_figure(data: ReportData):
             ax.barh(y, n, left=left, color=colors.get(reason, DROP_COLORS[-1]), label=label)
             shown.add(key)
             left += n
-        ax.text(left, y, f"  {stats.n_kept} kept" + (f", {stats.n_dropped} dropped"
+        ax.text(left, y, f"  {stats.n_kept_all} kept" + (f", {stats.n_dropped} dropped"
                                                      if stats.n_dropped else ""),
                 va="center", fontsize=8)
     hidden = "validate" in names and not any(s.stage == "validate" for s in stages)
     ax.set_yticks(ys, ["validate + filter" if hidden and s.stage == "filter" else s.stage
                        for s in stages])
-    widest = max(s.n_kept + s.n_dropped for s in stages)
+    widest = max(s.n_kept_all + s.n_dropped for s in stages)
     ax.set_xlim(-widest / 2 - 1, widest * 1.1 + 1)  # room on the right for the counts
     _style(ax, "Problems through the build", "problems (each bar centred)")
     ax.set_xticks([])

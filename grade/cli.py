@@ -9,7 +9,8 @@ files, or a Hub dataset id (``grade/problems.py``); ``--split`` keeps one split 
 On CPU every reference is graded at the size validation calibrated it at (``grade/size.py``).
 
 Exit status: 0 when every submission got a verdict, whatever the verdicts say; 2 when grading could
-not be done (bad input, a reference that does not run in a single grade); 1 with ``--fail-on
+not be done (bad input, a reference that does not run in a single grade) or a submission row
+could not be read (it has no verdict; the others' are written), before 1; 1 with ``--fail-on
 hacked`` when a verdict flags a hack, or with ``--fail-on incorrect`` when one is not correct
 (hacked ones included). A single grade shows a progress line while its workers run; the batch
 form is resumable and prints the stage counts.
@@ -187,8 +188,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Grade one candidate (--reference/--candidate) or a batch (PROBLEMS "
                     "SUBMISSIONS --out V.jsonl). Verdicts: compiled, correct, hacks, reward, "
                     "speedups. Exit status 0 when every verdict was reached, 2 when grading could "
-                    "not be done or a submission row could not be read, 1 with --fail-on when a "
-                    "verdict was hacked/incorrect. A batch to try: docs/examples/problems.jsonl "
+                    "not be done or a submission row could not be read (before 1), 1 with "
+                    "--fail-on when a verdict was hacked/incorrect. A batch to try: "
+                    "docs/examples/problems.jsonl "
                     "docs/examples/submissions.jsonl.")
     p.add_argument("problems_pos", nargs="?", metavar="PROBLEMS",
                    help="batch: the problems, as --problems")

@@ -204,10 +204,12 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
     with JsonlWriter(out_path) as writer:
         records, seen = [], set()
         for record in read_records(in_path, on_error=corrupt, allow_empty=False):
+            if record.id in seen:  # a repeated id: validated (or taken over) once
+                continue
+            seen.add(record.id)
             if record.id in writer:
                 stats.count(DONE_BEFORE)
-            elif record.id not in seen:
-                seen.add(record.id)
+            else:
                 records.append(record)
         per_gpu = None
         if device.startswith("cuda") and backend == "local":  # memory waits do not hold slots

@@ -362,11 +362,14 @@ def verdict_timing(window: dict, reference: str = "reference",
     timing = {"method": ref["method"] if len(methods) == 1 else
               f"{ref.get('method')}/{cand.get('method')}",
               "reps": min(ref["reps"], cand["reps"]), "ci_pct": ci,
-              "precise": None if ci is None or limit is None else ci <= limit,
+              # a timing taken unsettled while a policy held the clocks back is not precise
+              "precise": None if ci is None or limit is None else
+              ci <= limit and not window.get("held_unsettled"),
               "reference_ms": ref["ms"], "candidate_ms": cand["ms"]}
     # the clock warm-up was skipped, and why; how long the power and thermal policies held the
     # clocks back; rounds left unsettled, or started over settled (``settle_if``)
-    for key in ("clocks_hot_s", "clocks_up", "clocks_held_ms", "settled", "settled_over"):
+    for key in ("clocks_hot_s", "clocks_up", "clocks_held_ms", "settled", "settled_over",
+                "held_unsettled"):
         if window.get(key) is not None:
             timing[key] = window[key]
     # why a forward was not timed as a graph, and one that returned shared memory

@@ -120,9 +120,10 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
     unsettled_until_held = settings.settle_if == "held" and bool(settle_ms) and \
         holds is not None and not holds.grew()
     full_settle_ms = settle_ms
+    if settings.settle_if == "held" and settle_ms:  # said either way, as "always" is not
+        result["settled"] = not unsettled_until_held
     if unsettled_until_held:
         settle_ms = 0.0
-        result["settled"] = False
     phases = result.setdefault("phases_ms", {})
     mark = time.monotonic()
     phases["warm"] = round((mark - began - resize_s) * 1e3, 1)
@@ -142,6 +143,7 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
                                   max(3, min(long_turn, in_cap))))
         witness_reps[name] = int(min(200, max(3, fits)))  # one plain turn's worth
     deadline = began + cap_ms / 1e3
+    last_deadline = deadline + cap_ms / 1e3  # a restart's own cap ends by this (``settle_if``)
     overheads: list[float] = []
     parts: dict[str, list[float]] = {}  # where each turn's wall time went (``_turn_parts``)
     order: list[str] = []
@@ -207,16 +209,19 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             control.extend(time.monotonic() - round_began)
         if unsettled_until_held and holds.grew():
             # the clocks were held back: what was sampled unsettled is dropped, the rounds
-            # start over with every turn settled and a cap of their own
+            # start over with every turn settled and a cap of their own (ending no later than
+            # a second cap after the first: the exclusive hold stays bounded)
             unsettled_until_held, settle_ms = False, full_settle_ms
             result["settled_over"] = result["rounds"]
             result["settled"] = True
-            result["rounds"], last = 0, None
+            result["rounds"], result["overtime_ms"], last = 0, 0.0, None
             for name in samples:
                 samples[name].clear()
                 paces[name].clear()
             result.pop("turn_medians_ms", None)
-            deadline = time.monotonic() + cap_ms / 1e3
+            overheads.clear()
+            parts.clear()
+            deadline = min(time.monotonic() + cap_ms / 1e3, last_deadline)
             continue
         timed = [samples[name] for name in group.active]
         cis = list(_window_cis(samples, result, group.active,
@@ -236,9 +241,11 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             result["overtime_ms"] = (now - deadline) * 1e3  # a noisy member: more rounds
     phases["rounds"], mark = round((time.monotonic() - mark) * 1e3, 1), time.monotonic()
     if holds is not None:
-        holds.grew()
+        grew = holds.grew()
         if holds.held_ms() is not None:  # over the warm-up and the rounds
             result["clocks_held_ms"] = holds.held_ms()
+        if unsettled_until_held and grew:  # held back after the last round's reading
+            result["held_unsettled"] = True
     if overheads:
         result["turn_overhead_ms"] = round(sorted(overheads)[len(overheads) // 2], 2)
     if parts:

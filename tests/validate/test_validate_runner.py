@@ -88,8 +88,9 @@ def test_cli_validate_resumes_and_reports_corrupt_lines(tmp_path):
     assert "1 kept" in result.stdout and "1 failed not_affine" in result.stdout
     assert read_out(out)["relu_on_rand"]["validation"]["flags"] == ["not_affine", "no_dead_ops"]
 
-    with src.open("a") as handle:  # a second problem arrives; the first is not redone
-        handle.write(record_line(SEEDS_DIR / "softmax_rows.py") + "\n")
+    with src.open("a") as handle:  # a second problem arrives; the first is not redone, and
+        # counted once though its line comes twice
+        handle.write(record_line(SEEDS_DIR / "softmax_rows.py") + "\n" + first + "\n")
     result = run_cli("validate", str(src), "--out", str(out), "--device", "cpu",
                      "--max-ablations", "4", "--cpu-max-numel", "32768")  # the same options
     assert result.returncode == 0, result.stderr
