@@ -24,7 +24,8 @@
 #        and triton sets' problems WINDOW_MATCH, references cached once, then passes of
 #        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N*) and
 #        one with the settings WINDOW_B (B*: "NAME=VALUE ..." as --window takes them);
-#        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; WINDOW_GROUP=N grades in groups;
+#        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; a C* pass takes the settings WINDOW_C
+#        (a third arm); WINDOW_GROUP=N grades in groups;
 #        a G* pass grades the default window in groups of WINDOW_G (default 8);
 #        verdicts kept, window_verdicts.tgz)
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,
@@ -219,6 +220,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
                 group=${WINDOW_GROUP:-}
                 case $pass in B*) for s in ${WINDOW_B:-round_ms=40}; do
                   settings+=(--window "$s"); done ;;
+                  C*) for s in ${WINDOW_C:-}; do settings+=(--window "$s"); done ;;
                   G*) group=${WINDOW_G:-8} ;; esac
                 subset_pass window "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
                   --deadline "${WINDOW_S:-85}" ${group:+--group $group} \
