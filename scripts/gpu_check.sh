@@ -25,7 +25,8 @@
 #        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N*) and
 #        one with the settings WINDOW_B (B*: "NAME=VALUE ..." as --window takes them);
 #        WINDOW_PASSES picks them, default "N1 B1 N2 B2"; a C* pass takes the settings WINDOW_C
-#        (a third arm); WINDOW_GROUP=N grades in groups;
+#        (a third arm); WINDOW_GROUP=N grades in groups; read the arms with
+#        scripts/window_ab.py window_verdicts.tgz;
 #        a G* pass grades the default window in groups of WINDOW_G (default 8);
 #        verdicts kept, window_verdicts.tgz)
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,

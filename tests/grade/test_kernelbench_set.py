@@ -291,3 +291,59 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert grade_reports.summarize(out)["settled_by"] == {"unsettled": 1, "settled over": 1,
                                                           "clocks held": 1}
+
+
+def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_path):
+    """``scripts/window_ab.py``: passes grouped into arms by their names' letters; each answer's
+    median speedup per pass, each arm's shift against the base arm (N) beside the base arm's own
+    pass-to-pass shift, the spread over copies by arm, and the windows' settling and parts; a
+    line cut by a pass's deadline is skipped, and an archive reads as its folder."""
+    import subprocess
+    import tarfile
+
+    waits = iter(range(100))  # each verdict its own window (a group's members share one)
+
+    def verdict(sid: str, speedup: float, window_ms: float, **timing) -> dict:
+        return {"submission_id": sid, "correct": True, "hacks": [],
+                "speedup_vs_eager": speedup, "timing": timing,
+                "profile": {"window_ms": window_ms, "exclusive_wait_ms": float(next(waits)),
+                            "phases_ms": {"rounds": window_ms / 2, "unseen": window_ms / 4},
+                            "cpu_s": {"candidate": 4.0, "reference": 2.0}}}
+
+    passes = {"N1": [1.00, 1.02], "N2": [1.01, 1.01], "B1": [1.10, 1.20]}
+    root = tmp_path / "kept"
+    for name, speedups in passes.items():
+        folder = root / f"window_verdicts_{name}"
+        folder.mkdir(parents=True)
+        rows = [verdict(f"gemm#{i}", s, 800.0, **({"settled": False} if name[0] == "B" else {}))
+                for i, s in enumerate(speedups)]
+        (folder / "verdicts.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows) + '{"submission_id": "cut')
+    script = ROOT / "scripts" / "window_ab.py"
+    with tarfile.open(tmp_path / "window_verdicts.tgz", "w:gz") as archive:
+        archive.add(root / "window_verdicts_N1", "window_verdicts_N1")
+        archive.add(root / "window_verdicts_N2", "window_verdicts_N2")
+        archive.add(root / "window_verdicts_B1", "window_verdicts_B1")
+    for source in (root, tmp_path / "window_verdicts.tgz"):
+        out = subprocess.run([sys.executable, str(script), str(source), "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert list(result["arms"]) == ["N", "B"]  # N, the default window's, is the base
+        assert result["arms"]["N"]["passes"] == ["N1", "N2"]
+        assert result["answers"]["gemm"] == {"N1": 1.01, "N2": 1.01, "B1": 1.15}
+        assert result["shift_pct"]["B"]["median_abs"] == round((1.15 / 1.01 - 1) * 100, 2)
+        assert result["shift_pct"]["N passes"]["median_abs"] == 0.0
+        assert result["arms"]["B"]["spread_max_pct"] == round(0.10 / 1.15 * 100, 2)
+        assert result["arms"]["B"]["settled"] == {"unsettled": 2}
+        assert result["arms"]["N"]["settled"] == {"settled": 4}
+        assert result["arms"]["N"]["shares"] == {"rounds": 0.5, "unseen": 0.25}
+        assert result["arms"]["N"]["verdicts"] == 4 and result["arms"]["N"]["cpu_s"] == 6.0
+    shown = subprocess.run([sys.executable, str(script), str(root)], capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 0 and "speedup shift B:" in shown.stdout, shown.stderr
+    (tmp_path / "nothing").mkdir()
+    for missing, said in (("nothing", "no *_verdicts_"), ("gone.tgz", "no such file")):
+        empty = subprocess.run([sys.executable, str(script), str(tmp_path / missing)],
+                               capture_output=True, text=True, timeout=60)
+        assert empty.returncode == 2 and said in empty.stderr, empty.stderr
