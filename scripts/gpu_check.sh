@@ -18,6 +18,7 @@
 #        spy (the window's problems primed, then one pass under py-spy, SPY its binary;
 #        SPY_S, SPY_COPIES; summarized per submission, spy_summary.txt)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
+#        held (scripts/held_probe.py: NVML's violation counters under a GEMM at the power cap)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
 #        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
 #        window (an A/B of the timing window: benchmarks/grade_throughput.py on the kernelbench
@@ -203,6 +204,8 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
     setup)    python3 benchmarks/worker_setup.py --device cuda --runs "${SETUP_RUNS:-9}" 2>&1 \
                 | tee "$out/worker_setup.log" ;;
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
+    # NVML's violation counters under a GEMM at the power cap and a light kernel (settle_if)
+    held)     python3 scripts/held_probe.py 2>&1 | tee "$out/held_probe.log" ;;
     # shellcheck disable=SC2086 — RAY_RUNS is a list of run names
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
                 ${RAY_PROBLEMS:+--problems $RAY_PROBLEMS} ${RAY_RUNS:+--runs $RAY_RUNS} \
