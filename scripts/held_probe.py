@@ -11,6 +11,7 @@ turn is seen only once they move). Then the same reading after an idle pause.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import threading
 import time
@@ -65,7 +66,7 @@ def main() -> int:
         stop.set()
         watcher.join()
         after = read()
-        gaps = [round(b[0] - a[0], 1) for a, b in zip(changes, changes[1:])]
+        gaps = [round(b[0] - a[0], 1) for a, b in itertools.pairwise(changes)]
         held = (after.get("held_ns") or 0) - (before.get("held_ns") or 0) \
             if "held_ns" in after and "held_ns" in before else None
         print(f"{name}: {calls} calls in {args.seconds:g} s; held {held and held / 1e6} ms; "
