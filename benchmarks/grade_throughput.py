@@ -351,12 +351,12 @@ def main() -> int:
         if workers:
             total = r["parent_cpu_s"] + sum(v for v in workers.values() if v)
             print(f"{phase}: CPU seconds per submission: " +
-                  " ".join(f"{k}={v}" for k, v in workers.items()) +
+                  _pairs(workers) +
                   f" parent={r['parent_cpu_s']} total={total:.2f} (the host's {cores} cores "
                   f"allow {cores * 60 / total:.0f} per minute at that cost)")
         if r.get("window_phases_ms"):
             print(f"{phase}: a window's parts, median ms: " +
-                  " ".join(f"{k}={v}" for k, v in r["window_phases_ms"].items()) +
+                  _pairs(r["window_phases_ms"]) +
                   f"; rounds {r.get('median_rounds')}; a graph captured again in "
                   f"{r.get('windows_resized', 0)} of {r.get('windows')} windows")
         if r.get("window_phase_share"):
@@ -364,30 +364,30 @@ def main() -> int:
                   " ".join(f"{k}={v:.0%}" for k, v in r["window_phase_share"].items()))
         if r.get("witness"):
             print(f"{phase}: reading the candidate's witness, median: " +
-                  " ".join(f"{k}={v}" for k, v in r["witness"].items()))
+                  _pairs(r["witness"]))
         if r.get("warm_by"):
             share = r.get("sm_clock_share")
             print(f"{phase}: windows by their warm-up: " +
-                  " ".join(f"{k}={v}" for k, v in r["warm_by"].items()) +
+                  _pairs(r["warm_by"]) +
                   (f"; NVML's SM clock at their start {share[0]:.0%}-{share[1]:.0%} of its "
                    "highest" if share else ""))
         if r.get("settled_by"):
             print(f"{phase}: windows by their turns' settling: " +
-                  " ".join(f"{k}={v}" for k, v in r["settled_by"].items()))
+                  _pairs(r["settled_by"]))
         if r.get("turn_ms"):
             print(f"{phase}: a turn's parts (the windows' medians), ms: " +
-                  " ".join(f"{k}={v}" for k, v in r["turn_ms"].items()))
+                  _pairs(r["turn_ms"]))
         if r["candidate_stages_s"]:
             print(f"{phase}: {r['windows']} windows; candidate worker stages, median s: " +
-                  " ".join(f"{k}={v}" for k, v in r["candidate_stages_s"].items()))
+                  _pairs(r["candidate_stages_s"]))
         if r.get("reference_stages_s"):
             print(f"{phase}: reference worker stages, median s: " +
-                  " ".join(f"{k}={v}" for k, v in r["reference_stages_s"].items()) +
+                  _pairs(r["reference_stages_s"]) +
                   f"; GPU memory admission wait, median s: {r['median_admission_wait_s']}")
         for who in ("candidate", "reference"):
             if r.get(f"{who}_stages_cpu_s"):
                 print(f"{phase}: {who} worker CPU seconds by stage, median: " +
-                      " ".join(f"{k}={v}" for k, v in r[f"{who}_stages_cpu_s"].items()))
+                      _pairs(r[f"{who}_stages_cpu_s"]))
     print("ref s / cand s: median seconds per submission in the reference run and in the "
           "candidate run with its timing window; warm: workers forked from a zygote; waits: "
           "median ms a grade waited for the GPU's lock shared (checks) and exclusive (its "
@@ -456,6 +456,11 @@ def _deadline(*_args) -> None:
     global _DEADLINE_REACHED
     _DEADLINE_REACHED = True
     raise KeyboardInterrupt
+
+
+def _pairs(values: dict) -> str:
+    """``k=v k=v ...`` of a report's dict, as the pass lines print them."""
+    return " ".join(f"{k}={v}" for k, v in values.items())
 
 
 def keep_verdicts(out: Path, folder: str | None) -> None:
