@@ -104,8 +104,14 @@ class WindowSettings:
     # (``gpus.gpu_activity``'s ``held_ns``) show the power or thermal policy holding the clocks
     # back in this window. The counters are read before and after the warm-up turns; rounds
     # that begin unsettled start over, settled, at the first hold seen after a round. No
-    # reading: settled. Settling is most of a small kernel's turn (40 of 70 ms).
-    settle_if: str = "always"
+    # reading: settled. Settling is most of a small kernel's turn (40 of 70 ms). Against
+    # "always" over two A/B pairs of singles (KernelBench and Triton answers, H100): windows
+    # 931 ms against 1,082 at the mean (KernelBench rounds 174 ms against 321-341 at the
+    # median); each answer's median speedup moved at most 0.43% where passes of "always" moved
+    # 0.75% apart; spread over copies median 0.33%, max 3.8% against 0.73% and 6.5%. NVML saw
+    # every window of an fp16 GEMM at the power cap held (12 of 12) and settled it, and its
+    # counters first moved 120 ms into such a GEMM, then every 5 ms (scripts/held_probe.py).
+    settle_if: str = "held"
     # Past the cap, rounds go on while a participant's CI is wider than this, for at most
     # ``overtime`` times the cap more; a timing still wider is marked ``precise: false``.
     ci_limit_pct: float = 5.0

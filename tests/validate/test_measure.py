@@ -835,7 +835,7 @@ def test_settle_if_held_settles_turns_only_once_nvml_shows_the_clocks_held_back(
     assert unread["error"] is None and unread["settled"] is True
     assert "clocks_held_ms" not in unread
     assert settles(results) == {"reference": unread["rounds"], "candidate": unread["rounds"]}
-    always, results = _window(ms, activity=counter(None), **timing)
+    always, results = _window(ms, activity=counter(None), settle_if="always", **timing)
     assert always["error"] is None and "settled" not in always and always["clocks_held_ms"] == 0
     assert settles(results) == {"reference": always["rounds"], "candidate": always["rounds"]}
     # a hold first read after the last round, the rounds unsettled: the timing is not precise
@@ -843,7 +843,7 @@ def test_settle_if_held_settles_turns_only_once_nvml_shows_the_clocks_held_back(
     calm = {"participants": parts, "ci_limit_pct": 5.0, "settled": False}
     assert verdict_timing(calm)["precise"] is True
     assert verdict_timing({**calm, "held_unsettled": True})["precise"] is False
-    assert WindowSettings().settle_if == "always"
+    assert WindowSettings().settle_if == "held"
     with pytest.raises(ValueError, match="settle_if"):
         WindowSettings(settle_if="sometimes")
 
