@@ -215,6 +215,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                       # its forward stage: stepped aside, files written, rest
                                       "reference_forward_s": (reference.value or {}).get(
                                           "forward_parts_s"),
+                                      # its longest stretch without a point where a waiting
+                                      # window may go first
+                                      "reference_stretch_s": (reference.value or {}).get(
+                                          "forward_stretch_s"),
                                       **verdict.get("profile", {})}
                 verdicts[i] = verdict
         for verdict in verdicts:

@@ -252,7 +252,7 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
             pass
         model.load_state_dict(states[base])
     return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
-            "forward_parts_s": result["parts_s"],
+            "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
             "info": device_info(device), "ops": result["ops"], **result["work"],
             "_model": model}
@@ -274,16 +274,28 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     # grades' windows, writing tensors into the run's files, and the rest (draws, forwards)
     parts = {"stepped_aside": 0.0, "written": 0.0}
     began = time.monotonic()
+    # the longest stretch of this hold between two points where a window may go first: what
+    # a window that asks during it waits for, at most
+    stretch = {"last": began, "longest": 0.0}
+
+    def point() -> None:
+        """A point where a waiting window goes first: the work before is done on the
+        device (``sync``)."""
+        if held is None:
+            return
+        sync(device)
+        at = time.monotonic()
+        stretch["longest"] = max(stretch["longest"], at - stretch["last"])
+        held.let_window_in()
+        stretch["last"] = time.monotonic()
+        parts["stepped_aside"] += stretch["last"] - at
+
     for spec in payload["trials"]:
         if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
             continue  # a spare unseen trial is the check's, never a reason to fail the run
-        if held is not None:
-            # the work before (the trial before, one that raised too; the model moved to the
-            # device and its states drawn) is done on the device
-            sync(device)
-            at = time.monotonic()
-            held.let_window_in()
-            parts["stepped_aside"] += time.monotonic() - at
+        # the work before (the trial before, one that raised too; the model moved to the
+        # device and its states drawn) is done on the device
+        point()
         wanted = int(spec.get("state") or 0)
         if wanted != current:
             model.load_state_dict(states[wanted])
@@ -297,6 +309,9 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             kept = [_shipped(v, shown=not spec.get("hidden")) for v in inputs]
         parts["written"] += time.monotonic() - at
         device_inputs = to_device(inputs, device)
+        # the inputs drawn and written into the run's files (seconds at KernelBench's sizes),
+        # and the forward to come: a point between them halves a trial's stretch
+        point()
         _manual_seed(forward_seed(payload["init_seed"]))
         tracer = _OpTrace() if not trials else None
         natural = spec["dist"] == "natural" and wanted == base
@@ -343,9 +358,11 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
                        "device_types": [t.device.type for t in items
                                         if _isinstance(t, torch.Tensor)]})
         written.append(result_mark()[0])
-    parts["other"] = time.monotonic() - began - parts["stepped_aside"] - parts["written"]
+    ended = time.monotonic()
+    parts["other"] = ended - began - parts["stepped_aside"] - parts["written"]
     return {"trials": trials, "ops": ops, "work": work, "natural_finite": natural_finite,
-            "parts_s": {k: round(v, 3) for k, v in parts.items()}}
+            "parts_s": {k: round(v, 3) for k, v in parts.items()},
+            "stretch_s": round(max(stretch["longest"], ended - stretch["last"]), 3)}
 
 
 def _scales_of(value) -> list[float] | None:
