@@ -33,6 +33,7 @@ def summarize(out: Path) -> dict:
     sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
     witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
     phased_ms: list[float] = []  # the milliseconds of the windows that report their parts
+    stretch: list[float] = []  # each reference run's longest stretch between its points
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -52,6 +53,8 @@ def summarize(out: Path) -> dict:
                 witness.setdefault(key, []).append(value)
         if isinstance((profile.get("stepped_aside") or {}).get("s"), (int, float)):
             aside.append(profile["stepped_aside"]["s"])
+        if isinstance(profile.get("reference_stretch_s"), (int, float)):
+            stretch.append(profile["reference_stretch_s"])
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
@@ -105,6 +108,12 @@ def summarize(out: Path) -> dict:
             # the GPU held alone: each window's whole exclusive hold where known
             "held_s_total": round(sum(waits["exclusive_held_ms"]) / 1e3, 1),
             "median_stepped_aside_s": median(aside),
+            # the windows that waited for shared work to step aside or end, and that wait in
+            # all (the median is mostly 0: most windows find none holding the GPU)
+            "windows_drained": sum(1 for ms in waits["exclusive_drain_ms"] if ms > 0),
+            "drain_s_total": round(sum(waits["exclusive_drain_ms"]) / 1e3, 1),
+            "reference_stretch_s": [median(stretch), round(max(stretch), 2)]
+            if stretch else None,
             "windows": len(waits["window_ms"]),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},

@@ -371,6 +371,13 @@ def main() -> int:
                   _pairs(r["warm_by"]) +
                   (f"; NVML's SM clock at their start {share[0]:.0%}-{share[1]:.0%} of its "
                    "highest" if share else ""))
+        if r.get("windows_drained") is not None and r.get("windows"):
+            stretch = r.get("reference_stretch_s")
+            print(f"{phase}: windows that waited for shared work to step aside or end: "
+                  f"{r['windows_drained']} of {r['windows']}, {r.get('drain_s_total')} s in all "
+                  f"(held alone {r.get('held_s_total')} s)" +
+                  (f"; a reference run's longest stretch between points, median "
+                   f"{stretch[0]} s, max {stretch[1]} s" if stretch else ""))
         if r.get("settled_by"):
             print(f"{phase}: windows by their turns' settling: " +
                   _pairs(r["settled_by"]))

@@ -291,6 +291,15 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert grade_reports.summarize(out)["settled_by"] == {"unsettled": 1, "settled over": 1,
                                                           "clocks held": 1}
+    # the windows that waited for shared work to step aside (one of three, 0.6 s), and each
+    # reference run's longest stretch between the points where a window may go first
+    rows[1]["profile"]["exclusive_drain_ms"] = 600.0
+    rows[0]["profile"]["exclusive_drain_ms"] = 0.0
+    rows[0]["profile"]["reference_stretch_s"], rows[1]["profile"]["reference_stretch_s"] = 0.2, 0.9
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = grade_reports.summarize(out)
+    assert (summary["windows_drained"], summary["drain_s_total"]) == (1, 0.6), summary
+    assert summary["reference_stretch_s"] == [0.55, 0.9]
 
 
 def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_path):

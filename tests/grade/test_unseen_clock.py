@@ -221,3 +221,37 @@ def test_a_spare_unseen_trial_is_made_only_where_the_results_file_has_room(monke
     monkeypatch.setattr(resource, "getrlimit",
                         lambda _which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert _room_for_spare(ends)
+
+
+def test_a_reference_run_lets_a_waiting_window_in_before_each_trial_and_before_its_forward():
+    """``reference_tasks._trials_under``: a reference run holds the GPU shared through its
+    trials; a timing window that asks meanwhile goes first at a point before each trial and
+    again between the trial's inputs, drawn and written into the run's files, and its forward
+    (so it waits for half a trial, not a whole one). The time stepped aside is the stage's
+    ``stepped_aside`` part, and the longest stretch between points is said."""
+    import torch
+    from kernelmill.grade.worker.reference_tasks import _trials_under
+
+    events: list[str] = []
+
+    class Held:
+        def let_window_in(self, on_wait=None):
+            events.append("point")
+            return False
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            events.append("forward")
+            return x * 2
+
+    ns = {"get_inputs": lambda: [torch.randn(64, 64)]}
+    payload = {"init_seed": 3, "trials": [{"seed": s, "dist": "natural"} for s in (1, 2, 3)]}
+    model = Model()
+    result = _trials_under(ns, model, "cpu", payload, {0: model.state_dict()}, Held())
+    assert [t["usable"] for t in result["trials"]] == [True, True, True]
+    assert events == ["point", "point", "forward"] * 3
+    assert set(result["parts_s"]) == {"stepped_aside", "written", "other"}
+    assert 0 <= result["stretch_s"] <= sum(result["parts_s"].values()) + 0.01
+    events.clear()  # without a hold (no GPU lock): no point, the same trials
+    alone = _trials_under(ns, model, "cpu", payload, {0: model.state_dict()}, None)
+    assert events == ["forward"] * 3 and len(alone["trials"]) == 3
