@@ -34,6 +34,9 @@ def summarize(out: Path) -> dict:
     witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
     phased_ms: list[float] = []  # the milliseconds of the windows that report their parts
     stretch: list[float] = []  # each reference run's longest stretch between its points
+    # each candidate's longest stretch between its points, and the stage most of it was in
+    candidate_stretch: list[float] = []
+    stretch_stage: Counter = Counter()
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -53,6 +56,10 @@ def summarize(out: Path) -> dict:
                 witness.setdefault(key, []).append(value)
         if isinstance((profile.get("stepped_aside") or {}).get("s"), (int, float)):
             aside.append(profile["stepped_aside"]["s"])
+        longest = profile.get("longest_stretch_by_stage") or {}
+        if longest:
+            candidate_stretch.append(sum(longest.values()))
+            stretch_stage[max(longest, key=longest.get)] += 1
         if isinstance(profile.get("reference_stretch_s"), (int, float)):
             stretch.append(profile["reference_stretch_s"])
         if "reference_s" in profile:
@@ -114,6 +121,9 @@ def summarize(out: Path) -> dict:
             "drain_s_total": round(sum(waits["exclusive_drain_ms"]) / 1e3, 1),
             "reference_stretch_s": [median(stretch), round(max(stretch), 2)]
             if stretch else None,
+            "candidate_stretch_s": [median(candidate_stretch), round(max(candidate_stretch), 2)]
+            if candidate_stretch else None,
+            "candidate_stretch_stages": dict(stretch_stage.most_common()),
             "windows": len(waits["window_ms"]),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},

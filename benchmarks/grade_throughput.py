@@ -378,6 +378,11 @@ def main() -> int:
                   f"(held alone {r.get('held_s_total')} s)" +
                   (f"; a reference run's longest stretch between points, median "
                    f"{stretch[0]} s, max {stretch[1]} s" if stretch else ""))
+        if r.get("candidate_stretch_s"):
+            low, high = r["candidate_stretch_s"]
+            print(f"{phase}: a candidate's longest stretch between points, median {low} s, "
+                  f"max {high} s; by the stage it was in: " +
+                  _pairs(r.get("candidate_stretch_stages") or {}))
         if r.get("settled_by"):
             print(f"{phase}: windows by their turns' settling: " +
                   _pairs(r["settled_by"]))

@@ -353,6 +353,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "late_write_ms", "stepped_aside", "ready_ms",
                                    "last_ready_ms", "clocks", "exclusive_setup_ms",
                                    "exclusive_held_ms", "stepped_aside_by_stage",
+                                   "longest_stretch_by_stage",
                                    "workers_beside")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
@@ -478,6 +479,14 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 result.stages if result is not None else [],
                 result.wall_s if result is not None else 0.0)
             views[i].pop("stepped_spans", None)
+            # its longest stretch of GPU work between two points where a waiting window could
+            # go first (the window waits for the last holder's stretch), by stage
+            stretch = (window.get("stretch_spans") or {}).get(names[i])
+            views[i]["longest_stretch_by_stage"] = stepped_by_stage(
+                [stretch], controls[names[i]].started_at,
+                result.stages if result is not None else [],
+                result.wall_s if result is not None else 0.0) if stretch else {}
+            views[i].pop("stretch_spans", None)
             # the most GPU workers this grader ran on the device while its fresh calls ran
             views[i]["workers_beside"] = self._beside.most(
                 self._device_key(slot_env), *fresh_calls_span(

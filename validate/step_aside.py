@@ -48,11 +48,18 @@ class StepAside:
         self.stepped_s = 0.0  # the time it spent let go
         self.spans: list[tuple[float, float]] = []  # each time, from and to (time.monotonic)
         self.delay_s = 0.0  # the time any member was kept
+        # each member's longest stretch of GPU work between a command (a ``go`` included) and
+        # its next point, (from, to) by ``time.monotonic``: what a waiting window waited for
+        # at most, where that member was the last to step aside
+        self.stretches: dict[str, tuple[float, float]] = {}
+        self._went: dict[str, float] = {}  # when each member was last sent a command
         self._done = threading.Event()
         self._poller: threading.Thread | None = None
 
     def attach(self) -> None:
+        now = time.monotonic()
         for name, control in self._group.controls.items():
+            self._went[name] = now
             control.gate = self.gate
             control.intercept = functools.partial(self._report, name)
             control.on_send = functools.partial(self._sent, name)
@@ -89,6 +96,11 @@ class StepAside:
                 with self._book:
                     now = time.monotonic()
                     self._kept[name] = self._kept_since[name] = now
+                    began = self._went.get(name)
+                    longest = self.stretches.get(name)
+                    if began is not None and (longest is None or
+                                              now - began > longest[1] - longest[0]):
+                        self.stretches[name] = (began, now)
             self._step_if_due()
         return between
 
@@ -99,6 +111,7 @@ class StepAside:
         with self._book:
             self._kept.pop(name, None)
             self._kept_since.pop(name, None)
+            self._went[name] = time.monotonic()
 
     def _poll(self) -> None:
         while not self._done.wait(POLL_S):

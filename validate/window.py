@@ -293,6 +293,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             held.close()
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
     result["stepped_spans"] = stepper.spans  # (``side_by_side.stepped_by_stage``)
+    result["stretch_spans"] = dict(stepper.stretches)  # each member's longest, likewise
     cis = _window_cis(samples, result, participants, by_turns=True)
     turns = _turn_cis(result, participants)
     medians = result.pop("turn_medians_ms", {})

@@ -300,6 +300,13 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     summary = grade_reports.summarize(out)
     assert (summary["windows_drained"], summary["drain_s_total"]) == (1, 0.6), summary
     assert summary["reference_stretch_s"] == [0.55, 0.9]
+    rows[0]["profile"]["longest_stretch_by_stage"] = {"setup": 0.1, "forward": 1.2}
+    rows[1]["profile"]["longest_stretch_by_stage"] = {"forward": 0.4}
+    rows[2]["profile"]["longest_stretch_by_stage"] = {"setup": 0.5}
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = grade_reports.summarize(out)
+    assert summary["candidate_stretch_s"] == [0.5, 1.3]
+    assert summary["candidate_stretch_stages"] == {"forward": 2, "setup": 1}
 
 
 def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_path):

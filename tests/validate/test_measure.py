@@ -1579,6 +1579,10 @@ def test_a_window_waiting_goes_in_at_a_members_point_of_stepping_aside(tmp_path)
     by_stage = stepped_by_stage(window["stepped_spans"], controls["candidate"].started_at,
                                 run.stages, run.wall_s)
     assert abs(sum(by_stage.values()) - (ended - began)) < 0.01, (by_stage, run.stages)
+    # the member's longest stretch of work before a point (what the other window waited for
+    # at most): its first piece, 0.3 s, ending where the step began
+    low, high = window["stretch_spans"]["candidate"]
+    assert 0.25 <= high - low < 2.0 and high <= began + 0.01, (low, high, began)
 
 
 def test_a_member_kept_for_a_busy_mate_is_credited_and_waits_a_bounded_time(tmp_path):
