@@ -33,7 +33,7 @@ def summarize(out: Path) -> dict:
     sm_share: list[float] = []  # NVML's SM clock at a window's start, of its highest
     witness: dict[str, list[float]] = {}  # reading the candidate's witness (``Witness.cost``)
     phased_ms: list[float] = []  # the milliseconds of the windows that report their parts
-    stretch: list[float] = []  # each reference run's longest stretch between its points
+    reference_stretch: list[float] = []  # each reference run's longest between its points
     # each candidate's longest stretch between its points, and the stage most of it was in
     candidate_stretch: list[float] = []
     stretch_stage: Counter = Counter()
@@ -61,7 +61,7 @@ def summarize(out: Path) -> dict:
             candidate_stretch.append(sum(longest.values()))
             stretch_stage[max(longest, key=longest.get)] += 1
         if isinstance(profile.get("reference_stretch_s"), (int, float)):
-            stretch.append(profile["reference_stretch_s"])
+            reference_stretch.append(profile["reference_stretch_s"])
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
@@ -119,8 +119,8 @@ def summarize(out: Path) -> dict:
             # all (the median is mostly 0: most windows find none holding the GPU)
             "windows_drained": sum(1 for ms in waits["exclusive_drain_ms"] if ms > 0),
             "drain_s_total": round(sum(waits["exclusive_drain_ms"]) / 1e3, 1),
-            "reference_stretch_s": [median(stretch), round(max(stretch), 2)]
-            if stretch else None,
+            "reference_stretch_s": [median(reference_stretch), round(max(reference_stretch), 2)]
+            if reference_stretch else None,
             "candidate_stretch_s": [median(candidate_stretch), round(max(candidate_stretch), 2)]
             if candidate_stretch else None,
             "candidate_stretch_stages": dict(stretch_stage.most_common()),

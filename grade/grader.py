@@ -472,25 +472,23 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             for view in views.values():  # each member's share of the reference timing worker
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
         for i in candidates:
-            # where in its run its workers were stopped for other windows
             result = results.get(names[i])
+            started = controls[names[i]].started_at
+            stages = result.stages if result is not None else []
+            wall_s = result.wall_s if result is not None else 0.0
+            # where in its run its workers were stopped for other windows
             views[i]["stepped_aside_by_stage"] = stepped_by_stage(
-                window.get("stepped_spans") or [], controls[names[i]].started_at,
-                result.stages if result is not None else [],
-                result.wall_s if result is not None else 0.0)
+                window.get("stepped_spans") or [], started, stages, wall_s)
             views[i].pop("stepped_spans", None)
             # its longest stretch of GPU work between two points where a waiting window could
             # go first (the window waits for the last holder's stretch), by stage
             stretch = (window.get("stretch_spans") or {}).get(names[i])
             views[i]["longest_stretch_by_stage"] = stepped_by_stage(
-                [stretch], controls[names[i]].started_at,
-                result.stages if result is not None else [],
-                result.wall_s if result is not None else 0.0) if stretch else {}
+                [stretch], started, stages, wall_s) if stretch else {}
             views[i].pop("stretch_spans", None)
             # the most GPU workers this grader ran on the device while its fresh calls ran
             views[i]["workers_beside"] = self._beside.most(
-                self._device_key(slot_env), *fresh_calls_span(
-                    controls[names[i]].started_at, result.stages if result is not None else []))
+                self._device_key(slot_env), *fresh_calls_span(started, stages))
             # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
             views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)
