@@ -11,6 +11,21 @@ from collections import Counter
 from pathlib import Path
 
 
+def spare_trials(profile: dict) -> tuple[int, float] | None:
+    """A window's unseen check (one member's profile): the spare trials it timed past its
+    required ones, and their steps' milliseconds (each asked for, loaded, its output looked
+    at, and the calls after it); None where the profile does not say."""
+    calls, steps = profile.get("unseen_calls_ms") or {}, profile.get("unseen_steps_ms") or {}
+    required, timed = calls.get("required"), calls.get("unseen")
+    if type(required) is not int or not isinstance(timed, list):
+        return None
+    extra = max(0, len(timed) - required)
+    ms = sum(sum(steps.get(step, [])[required:required + extra])
+             for step in ("late", "load", "observe"))
+    after = steps.get("after") or []  # one entry per trial: the calls after it together
+    return extra, ms + sum(after[required:required + extra])
+
+
 def summarize(out: Path) -> dict:
     counts: Counter = Counter()
     reference_s, candidate_s, warm = [], [], 0
@@ -37,6 +52,9 @@ def summarize(out: Path) -> dict:
     # each candidate's longest stretch between its points, and the stage most of it was in
     candidate_stretch: list[float] = []
     stretch_stage: Counter = Counter()
+    # each grade's unseen check: spare trials timed (past its required ones), and their
+    # steps' milliseconds (asked for, loaded, output looked at, the calls after)
+    spares: list[tuple[int, float]] = []
     for line in out.read_text().splitlines():
         row = json.loads(line)
         counts["correct" if row["correct"] else "hacked" if row["hacks"] else
@@ -66,6 +84,9 @@ def summarize(out: Path) -> dict:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
             warm += bool(profile.get("warm"))
+        taken = spare_trials(profile)  # each member's own check, a group's too
+        if taken is not None:
+            spares.append(taken)
         window = tuple(profile.get(k) for k in ("window_ms", "exclusive_wait_ms"))
         if window in windows:  # a group's members share one window: count it once
             continue
@@ -125,6 +146,10 @@ def summarize(out: Path) -> dict:
             if candidate_stretch else None,
             "candidate_stretch_stages": dict(stretch_stage.most_common()),
             "windows": len(waits["window_ms"]),
+            # unseen checks that timed spare trials, and those spares' seconds in all
+            "checks_with_spares": sum(1 for n, _ms in spares if n > 0),
+            "unseen_checks": len(spares),
+            "spare_s_total": round(sum(ms for _n, ms in spares) / 1e3, 2),
             "candidate_stages_s": {k: median(v) for k, v in stages.items()},
             "reference_stages_s": {k: median(v) for k, v in ref_stages.items()},
             "candidate_stages_cpu_s": {k: median(v) for k, v in stage_cpu.items()},

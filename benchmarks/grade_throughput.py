@@ -378,6 +378,10 @@ def main() -> int:
                   f"(held alone {r.get('held_s_total')} s)" +
                   (f"; a reference run's longest stretch between points, median "
                    f"{stretch[0]} s, max {stretch[1]} s" if stretch else ""))
+        if r.get("unseen_checks"):
+            print(f"{phase}: unseen checks that timed spare trials: "
+                  f"{r['checks_with_spares']} of {r['unseen_checks']}, their spares "
+                  f"{r['spare_s_total']} s of the windows in all")
         if r.get("candidate_stretch_s"):
             low, high = r["candidate_stretch_s"]
             print(f"{phase}: a candidate's longest stretch between points, median {low} s, "

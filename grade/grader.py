@@ -69,6 +69,7 @@ from .side_by_side import (
     stage_cpu_seconds,
     stage_seconds,
     stepped_by_stage,
+    unseen_calls,
     unseen_steps,
 )
 from .size import grading_size
@@ -357,6 +358,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "workers_beside")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
+            verdict["profile"]["unseen_calls_ms"] = unseen_calls(result.value)
             # each timed round's median sample, [round, ms], of the reference and the candidate,
             # and the rounds where each one's turn followed its own unsettled
             parts = window.get("participants") or {}

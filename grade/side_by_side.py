@@ -123,6 +123,27 @@ def unseen_steps(value) -> dict | None:
     return kept or None
 
 
+def unseen_calls(value) -> dict | None:
+    """The unseen check's calls as its worker timed them (ms per call: ``seen``, ``unseen``,
+    ``after``, what the spare trial's trigger ``window_worker.reads_slow`` read) and, for a
+    captured graph's replays, the time their kernels kept the GPU busy (``*_busy``: what the
+    judge bounds), with ``required`` (the unseen trials it times always; more were spares):
+    for the profile only, never judged; None where it says nothing usable."""
+    unseen = value.get("unseen") if isinstance(value, dict) else None
+    if not isinstance(unseen, dict):
+        return None
+    kept: dict = {}
+    for kind in ("seen", "unseen", "after"):
+        for suffix, key in (("_ms", kind), ("_busy_ms", f"{kind}_busy")):
+            values = unseen.get(kind + suffix)
+            if isinstance(values, list) and values and \
+                    all(type(v) in (int, float) for v in values[:16]):
+                kept[key] = [round(float(v), 4) for v in values[:16]]
+    if type(unseen.get("required")) is int:
+        kept["required"] = unseen["required"]
+    return kept or None
+
+
 def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
     """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
     or has ended; what follows (reading its profiler records, sending its facts) needs no

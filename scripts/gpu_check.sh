@@ -217,7 +217,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
     # (the validator's GPU tests keep their records under $out/records)
-    window)   shown="NOT CERTIFIED|per minute|window's parts|turn's parts|spread|CPU seconds (per|by stage)|waited for shared|longest stretch"
+    window)   shown="NOT CERTIFIED|per minute|window's parts|turn's parts|spread|CPU seconds (per|by stage)|waited for shared|longest stretch|spare trials"
               subset_pass window prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WINDOW_PASSES:-N1 B1 N2 B2}; do
                 settings=()
@@ -246,7 +246,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
                    ${AB_WORKERS:+--workers $AB_WORKERS} --keep-verdicts "$out/${part}_verdicts_$pass")
               done
               keep_verdicts "$part" ;;
-    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|waited for shared|longest stretch"
+    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|waited for shared|longest stretch|spare trials"
               subset_pass slots prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               pass=0
               for n in ${SLOTS_PASSES:-16 24 32 16 24 32}; do

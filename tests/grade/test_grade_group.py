@@ -46,6 +46,12 @@ def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
         written = len(verdict["profile"]["late_write_ms"])
         assert hidden <= written <= hidden + policy.unseen_spares, verdict["profile"]
         assert all(len(steps[k]) == written for k in ("late", "load", "observe")), steps
+        # the check's calls as its worker timed them (what the spares' trigger read), each
+        # hidden trial's one, and how many it times always (the rest were spares)
+        calls = verdict["profile"]["unseen_calls_ms"]
+        assert len(calls["unseen"]) == written and len(calls["seen"]) >= 1, calls
+        assert calls["required"] == policy.unseen_required(
+            1 + policy.unseen_spares, graphed=False), calls
         # its own judge's seconds (each member's outputs compared in a thread of its own)
         assert 0 < verdict["profile"]["judge_s"] < verdict["profile"]["candidate_s"]
         # how long its timer and the reference's took to prepare, before they were ready

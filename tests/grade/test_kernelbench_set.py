@@ -307,6 +307,19 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     summary = grade_reports.summarize(out)
     assert summary["candidate_stretch_s"] == [0.5, 1.3]
     assert summary["candidate_stretch_stages"] == {"forward": 2, "setup": 1}
+    # the unseen checks that timed spare trials past their required one, and what those
+    # spares' steps (asked for, loaded, looked at, the calls after) cost the windows
+    rows[0]["profile"]["unseen_calls_ms"] = {"seen": [0.29], "unseen": [0.33, 0.29, 0.3],
+                                             "required": 1}
+    rows[0]["profile"]["unseen_steps_ms"] = {"late": [1.0, 10.0, 20.0], "load": [40.0] * 3,
+                                             "observe": [20.0, 60.0, 70.0],
+                                             "after": [2.0, 3.0, 4.0]}
+    rows[1]["profile"]["unseen_calls_ms"] = {"seen": [0.29], "unseen": [0.29], "required": 1}
+    rows[1]["profile"]["unseen_steps_ms"] = {"late": [1.0], "load": [40.0]}
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = grade_reports.summarize(out)
+    assert (summary["checks_with_spares"], summary["unseen_checks"]) == (1, 2), summary
+    assert summary["spare_s_total"] == 0.25  # 10 + 40 + 60 + 3, then 20 + 40 + 70 + 4 ms
 
 
 def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_path):
