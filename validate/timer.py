@@ -154,8 +154,12 @@ class Timer:
                  flush: bool = True, graph_output_bytes: int | None = None,
                  cover: str | None = None,
                  place: Callable[[int | None, int], Any] | None = None,
-                 spare: bool = False):
+                 spare: bool = False, replay_sync: bool = True):
         self.fn, self.device = fn, device
+        # ``once`` of a graph replay: a device-wide synchronize between the replay and its end
+        # event (the host's return from it inside the timed span), or only the end event on
+        # the replay's stream (``False``: the span is the device's alone)
+        self.replay_sync = replay_sync is not False
         # ``spare``: ``prepare`` also captures a graph of twice the calls, which ``resize`` to
         # that count takes up at once instead of capturing in the window (``_spare``); only
         # ``True`` asks for it
@@ -584,7 +588,10 @@ class Timer:
                 start, end = self._events
                 _event_record(start)
                 output = call()
-                _cuda_synchronize()
+                if graph is None or self.replay_sync:
+                    # a forward's work on other streams ends before the end event; a graph's
+                    # all ends on the stream it is replayed on
+                    _cuda_synchronize()
                 _event_record(end)
                 _event_wait(end)
                 ms = float(_event_elapsed(start, end))

@@ -33,6 +33,8 @@ def _timer_options(payload: dict) -> dict:
     options = {k: settings[k] for k in ("warmup", "graph", "sample_ms", "cover") if k in settings}
     if settings.get("spare_graph") is True:  # ``Timer(spare=True)``: only a true asks for it
         options["spare"] = True
+    if settings.get("replay_sync") is False:  # ``Timer(replay_sync=False)``: only a false
+        options["replay_sync"] = False
     return options
 
 
