@@ -60,6 +60,18 @@ def test_trial_0s_inputs_are_placed_by_size_before_the_window(copies, monkeypatc
     assert cpu.pristine is cpu.trials[0] and copies == ["device", "pinned"]
 
 
+def test_an_input_of_the_page_locked_bound_with_small_ones_beside_it_is_page_locked(copies):
+    """KernelBench's cross-entropy inputs at their size: 512 MiB of logits and 256 KiB of
+    targets (meta tensors: only their sizes are read) are page-locked by the default bounds,
+    loaded by the copy engine inside the window rather than from pageable pages."""
+    run = _run()
+    logits = torch.empty(32768, 4096, device="meta")
+    targets = torch.empty(32768, dtype=torch.int64, device="meta")
+    placed = probes._Probes._on_device(run, {"seed": 1, "inputs": [logits, targets]})
+    assert [value[0] for value in placed["inputs"]] == ["pinned", "pinned"]
+    assert copies == ["pinned", "pinned"]
+
+
 def test_a_copy_that_cannot_be_made_leaves_the_trial_as_given(monkeypatch):
     def refused(*_args):
         raise RuntimeError("CUDA error: out of memory")
