@@ -2022,3 +2022,58 @@ def test_a_replay_timed_without_the_synchronize_ends_with_its_work_and_reads_no_
             assert torch.equal(out, torch.relu(a) * 2)
         readings[sync] = min(times)
     assert readings[False] <= readings[True] * 1.05, readings
+
+
+def test_a_warm_up_of_one_call_samples_a_sample_long_or_more_is_the_windows_estimate(
+        monkeypatch):
+    """``Timer.planned_calls`` in a window's warm-up turn: where the timing graph holds one call
+    and the warm-up's samples, just taken alone, read a sample and a launch's margin or more,
+    those samples are the estimate (one call per sample whatever a new one says): no one-call
+    graph is captured and replayed again in the window. Shorter, or a graph of several calls,
+    is estimated anew as before, and may ask for another count."""
+    timer = T.Timer(lambda: None, "cpu")
+    timer.method, timer._stream, timer.sample_ms = "cuda_graph", object(), 1.0
+    estimated = []
+
+    def per_call(stream, alone=False):
+        estimated.append(alone)
+        return 0.3
+
+    monkeypatch.setattr(timer, "_per_call_ms", per_call)
+    monkeypatch.setattr(timer, "_calls_for", lambda ms: 1 if ms >= 1.0 else 4)
+    timer.calls_per_sample, timer.warm_readings = 1, [5.4, 5.2, 5.3]
+    assert timer.planned_calls() is None and timer.estimate_ms == 5.2 and estimated == []
+    assert timer.warm_readings == []  # read once: a later call estimates anew
+    # a reading under a sample and its margin: estimated again, alone, and sized by that
+    timer.warm_readings = [1.05, 1.2]
+    assert timer.planned_calls() == 4 and estimated == [True] and timer.estimate_ms == 0.3
+    # a graph of several calls: estimated again whatever its samples read
+    timer.calls_per_sample, timer.warm_readings = 2, [5.0, 5.0]
+    assert timer.planned_calls() == 4 and estimated == [True, True]
+    # no warm-up before it: estimated again
+    timer.calls_per_sample = 1
+    assert timer.planned_calls() == 4 and estimated == [True, True, True]
+    # ``warm`` keeps its samples' readings for it
+    real = T.Timer(lambda: torch.ones(64).sum(), "cpu")
+    real.prepare()
+    done = real.warm(1.0)
+    assert done >= 2 and len(real.warm_readings) == done and min(real.warm_readings) > 0
+
+
+@pytest.mark.gpu
+def test_a_long_calls_warm_up_turn_captures_nothing_again():
+    """On a GPU: a matmul of several ms, one call per sample; its window warm-up turn (``warm``
+    then ``planned_calls``) captures no graph, and the estimate it keeps is its samples'."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(8192, 8192, device="cuda")
+    timer = T.Timer(lambda: a @ a, "cuda")
+    timer.prepare()
+    assert timer.calls_per_sample == 1
+    captures = []
+    real = timer._captured
+    timer._captured = lambda stream, calls: (captures.append(calls), real(stream, calls))[1]
+    timer.warm(20.0)
+    assert timer.planned_calls() is None and captures == []
+    ms, _ = timer.once(lambda: a @ a)
+    assert 0.8 <= timer.estimate_ms / ms <= 1.25, (timer.estimate_ms, ms)
