@@ -380,8 +380,9 @@ def main() -> int:
                    f"{stretch[0]} s, max {stretch[1]} s" if stretch else ""))
         if r.get("unseen_checks"):
             print(f"{phase}: unseen checks that timed spare trials: "
-                  f"{r['checks_with_spares']} of {r['unseen_checks']}, their spares "
-                  f"{r['spare_s_total']} s of the windows in all")
+                  f"{r['checks_with_spares']} of {r['unseen_checks']}, the spares' steps "
+                  f"(asked for, loaded, looked at, the calls after) {r['spare_s_total']} s "
+                  "of the windows in all")
         if r.get("candidate_stretch_s"):
             low, high = r["candidate_stretch_s"]
             print(f"{phase}: a candidate's longest stretch between points, median {low} s, "

@@ -158,7 +158,7 @@ class Timer:
         self.fn, self.device = fn, device
         # ``once`` of a graph replay: a device-wide synchronize between the replay and its end
         # event (the host's return from it inside the timed span), or only the end event on
-        # the replay's stream (``False``: the span is the device's alone)
+        # the replay's stream (``False``: the span is the replay's launch and its work)
         self.replay_sync = replay_sync is not False
         # ``spare``: ``prepare`` also captures a graph of twice the calls, which ``resize`` to
         # that count takes up at once instead of capturing in the window (``_spare``); only
@@ -581,7 +581,8 @@ class Timer:
         of the one-call graph captured like it, or with ``whole`` of the timing graph itself
         (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
         buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
-        bracket the call and a device-wide synchronize. ``around`` (a context manager factory)
+        bracket the call and a device-wide synchronize (a graph replay's end event follows it
+        on its stream alone where ``replay_sync`` is off). ``around`` (a context manager factory)
         encloses the call and its synchronize, never the flush. ``flush=False`` skips the flush
         (the caches as the work before left them, as in a scored replay). Returns (ms, the
         call's output)."""

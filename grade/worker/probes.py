@@ -369,7 +369,10 @@ class _Probes:
         ``PINNED_PRISTINE_BYTES`` (as the host allocator rounds them), copied into page-locked
         host memory instead: the copy engine reads it at full speed, where each load of
         KernelBench's 512 MiB cross-entropy input from the shown file's pageable pages took
-        65-90 ms of the window (H200). Where either copy cannot be made, the trial as given."""
+        65-90 ms of the window (H200); the small tensors beside such inputs (under
+        ``SMALL_PRISTINE_BYTES`` each: its 256 KiB of targets) go to the device, up to
+        ``PRISTINE_BYTES`` in all, and count nothing against the page-locked bound. Where
+        either copy cannot be made, the trial as given."""
         tensors = [v for v in trial["inputs"] if _type(v) is _Tensor]
         size = sum(v.numel() * v.element_size() for v in tensors)
         if not self.device.startswith("cuda") or not tensors:
@@ -377,11 +380,15 @@ class _Probes:
         try:
             if size <= PRISTINE_BYTES:
                 return {**trial, "inputs": to_device(trial["inputs"], self.device)}
+            small = lambda v: v.numel() * v.element_size() < SMALL_PRISTINE_BYTES
             # (the host allocator holds each block at the next power of two)
             if sum(_next_power_of_two(v.numel() * v.element_size())
-                   for v in tensors) <= PINNED_PRISTINE_BYTES:
-                return {**trial, "inputs": [_pinned(v) if _type(v) is _Tensor else v
-                                            for v in trial["inputs"]]}
+                   for v in tensors if not small(v)) <= PINNED_PRISTINE_BYTES and \
+                    sum(v.numel() * v.element_size() for v in tensors if small(v)) <= \
+                    PRISTINE_BYTES:
+                return {**trial, "inputs": [
+                    v if _type(v) is not _Tensor else to_device([v], self.device)[0]
+                    if small(v) else _pinned(v) for v in trial["inputs"]]}
         except RuntimeError:  # no room on the device or for page-locked memory: as given
             pass
         return trial
@@ -491,11 +498,12 @@ SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its base
 # read 5.06 µs of kernels against 4.16 before (bound 5.03; 1 of 72 grades in groups, H200).
 AFTER_CALLS = 2
 PRISTINE_BYTES = 256 << 20  # the timed inputs kept on the device for the unseen check, up to
-# and in page-locked host memory, up to (as the host allocator rounds them: KernelBench's
-# cross-entropy inputs, 512 MiB of logits and 256 KiB of targets, were over a bound of 512 MiB,
-# and each of the check's nine loads of them from pageable pages took 64 ms of the window:
-# 0.6-0.9 s of its 1.3 s windows, H100)
-PINNED_PRISTINE_BYTES = 1 << 30
+PINNED_PRISTINE_BYTES = 512 << 20  # and in page-locked host memory, up to (as rounded)
+# ... of the inputs this size or larger: smaller ones go to the device beside them (KernelBench's
+# cross-entropy inputs, 512 MiB of logits and 256 KiB of targets, were over the bound counted
+# together, and each of the check's nine loads of them from pageable pages took 64 ms of the
+# window: 0.6-0.9 s of its 1.3 s windows, H100)
+SMALL_PRISTINE_BYTES = 16 << 20
 HELD_UNSEEN_BYTES = 1 << 30  # host memory touched before the window for unseen outputs, at most
 
 

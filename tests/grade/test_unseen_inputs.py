@@ -25,7 +25,7 @@ def copies(monkeypatch):
 
     def to_device(values, device):
         made.append("device")
-        return [("on", device, v) for v in values]
+        return [("on", device, v) if isinstance(v, torch.Tensor) else v for v in values]
 
     def pinned(value):
         made.append("pinned")
@@ -39,6 +39,7 @@ def copies(monkeypatch):
 def test_trial_0s_inputs_are_placed_by_size_before_the_window(copies, monkeypatch):
     monkeypatch.setattr(probes, "PRISTINE_BYTES", 4 << 20)
     monkeypatch.setattr(probes, "PINNED_PRISTINE_BYTES", 16 << 20)
+    monkeypatch.setattr(probes, "SMALL_PRISTINE_BYTES", 1 << 20)
     timer = SimpleNamespace(graph=None)
     small = _run(nbytes=1 << 20)
     probes._Probes.before_window(small, timer)
@@ -61,15 +62,19 @@ def test_trial_0s_inputs_are_placed_by_size_before_the_window(copies, monkeypatc
 
 
 def test_an_input_of_the_page_locked_bound_with_small_ones_beside_it_is_page_locked(copies):
-    """KernelBench's cross-entropy inputs at their size: 512 MiB of logits and 256 KiB of
-    targets (meta tensors: only their sizes are read) are page-locked by the default bounds,
-    loaded by the copy engine inside the window rather than from pageable pages."""
+    """KernelBench's cross-entropy inputs at their size: 512 MiB of logits page-locked by the
+    default bounds, the 256 KiB of targets beside them on the device (meta tensors: only their
+    sizes are read), so the check loads neither from pageable pages inside the window; one
+    large input more and none is copied."""
     run = _run()
     logits = torch.empty(32768, 4096, device="meta")
     targets = torch.empty(32768, dtype=torch.int64, device="meta")
-    placed = probes._Probes._on_device(run, {"seed": 1, "inputs": [logits, targets]})
-    assert [value[0] for value in placed["inputs"]] == ["pinned", "pinned"]
-    assert copies == ["pinned", "pinned"]
+    placed = probes._Probes._on_device(run, {"seed": 1, "inputs": [logits, targets, 3]})
+    assert [value[0] for value in placed["inputs"][:2]] == ["pinned", "on"]
+    assert placed["inputs"][2] == 3 and copies == ["pinned", "device"]
+    over = {"seed": 1, "inputs": [logits, torch.empty(probes.SMALL_PRISTINE_BYTES // 4,
+                                                      device="meta")]}
+    assert probes._Probes._on_device(run, over) is over and copies == ["pinned", "device"]
 
 
 def test_a_copy_that_cannot_be_made_leaves_the_trial_as_given(monkeypatch):
