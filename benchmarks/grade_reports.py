@@ -236,6 +236,30 @@ def report_per_problem(out: Path) -> None:
               f"{'/'.join(fmt(v, '.0f') for v in phases):>43} {fmt(med('reference_s'), '.1f'):>6} "
               f"{fmt(med('candidate_s'), '.1f'):>7}  "
               + " ".join(f"{k}={v:.2f}" for v, k in longest))
+        unseen_line = _unseen_share_line(profiles, phases[4], med("window_ms"))
+        if unseen_line:
+            print(unseen_line)
+
+
+UNSEEN_SHARE = 0.25  # a problem whose unseen check holds this share of its window or more
+
+
+def _unseen_share_line(profiles: list[dict], unseen_ms: float | None,
+                       window_ms: float | None) -> str | None:
+    """For a problem whose unseen check held ``UNSEEN_SHARE`` of its window or more (a group's
+    window: every member's check): where each member's check went, median ms of each step
+    over its trials together, and how many checks timed spare trials; else None."""
+    if not unseen_ms or not window_ms or unseen_ms < UNSEEN_SHARE * window_ms:
+        return None
+    steps: dict[str, list[float]] = {}
+    for profile in profiles:
+        for step, values in (profile.get("unseen_steps_ms") or {}).items():
+            steps.setdefault(step, []).append(sum(values))
+    spared = [taken[0] > 0 for p in profiles if (taken := spare_trials(p)) is not None]
+    return (f"    unseen check {unseen_ms / window_ms:.0%} of the window; a member's steps, "
+            "median ms: " + " ".join(f"{k}={statistics.median(v):.0f}"
+                                     for k, v in steps.items() if v) +
+            (f"; spares taken in {sum(spared)} of {len(spared)} checks" if spared else ""))
 
 
 def _spans(rows: list[dict]) -> list[tuple[str, float, float]]:

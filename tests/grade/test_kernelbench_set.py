@@ -70,6 +70,33 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
     assert "late=121.0 load=42.0 observe=10.0 parent hand-over=83.0" in printed
 
 
+def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_window(
+        tmp_path, capsys):
+    """A problem whose unseen check held a quarter of its window or more gets a line of where
+    each member's check went (its steps over its trials, medians) and how many took spares;
+    one whose check is small gets none."""
+    def row(problem, unseen, loads, spares):
+        return {"submission_id": problem, "problem_id": problem, "wall_s": 5.0,
+                "profile": {"window_ms": 1000.0,
+                            "phases_ms": {"warm": 100.0, "rounds": 200.0, "unseen": unseen},
+                            "unseen_steps_ms": {"late": [1.0] * (1 + spares), "load": loads,
+                                                "seen": [380.0]},
+                            "unseen_calls_ms": {"unseen": [0.2] * (1 + spares),
+                                                "required": 1}}}
+    rows = [row("heavy", 880.0, [75.0], 0), row("heavy", 900.0, [80.0], 0),
+            row("spared", 300.0, [40.0, 40.0, 40.0], 2), row("light", 70.0, [20.0], 0)]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_reports.report_per_problem(out)
+    lines = capsys.readouterr().out.splitlines()
+    opened = [line.strip() for line in lines if line.startswith("    unseen check")]
+    assert opened == [
+        "unseen check 89% of the window; a member's steps, median ms: late=1 load=78 seen=380; "
+        "spares taken in 0 of 2 checks",
+        "unseen check 30% of the window; a member's steps, median ms: late=3 load=120 seen=380; "
+        "spares taken in 1 of 1 checks"], lines
+
+
 def test_the_throughput_report_says_where_the_grades_in_flight_were():
     """Grades in flight by stage over a phase's steady part (Little's law): two grades at once
     for 100 s, each 4 s of reference forward then 6 s of candidate timing, the last 2 s of the
