@@ -91,10 +91,10 @@ def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_win
     lines = capsys.readouterr().out.splitlines()
     opened = [line.strip() for line in lines if line.startswith("    unseen check")]
     assert opened == [
-        "unseen check 89% of the window; a member's steps, median ms: late=1 load=78 seen=380; "
-        "spares taken in 0 of 2 checks",
-        "unseen check 30% of the window; a member's steps, median ms: late=3 load=120 seen=380; "
-        "spares taken in 1 of 1 checks"], lines
+        ("unseen check 89% of the window; a member's steps, median ms: late=1 load=78 seen=380; "
+         "spares taken in 0 of 2 checks"),
+        ("unseen check 30% of the window; a member's steps, median ms: late=3 load=120 seen=380; "
+         "spares taken in 1 of 1 checks")], lines
 
 
 def test_the_throughput_report_says_where_the_grades_in_flight_were():
