@@ -251,14 +251,10 @@ def _unseen_share_line(profiles: list[dict], unseen_ms: float | None,
     over its trials together, and how many checks timed spare trials; else None."""
     if not unseen_ms or not window_ms or unseen_ms < UNSEEN_SHARE * window_ms:
         return None
-    steps: dict[str, list[float]] = {}
-    for profile in profiles:
-        for step, values in (profile.get("unseen_steps_ms") or {}).items():
-            steps.setdefault(step, []).append(sum(values))
+    steps = unseen_step_medians(profiles)
     spared = [taken[0] > 0 for p in profiles if (taken := spare_trials(p)) is not None]
     return (f"    unseen check {unseen_ms / window_ms:.0%} of the window; a member's steps, "
-            "median ms: " + " ".join(f"{k}={statistics.median(v):.0f}"
-                                     for k, v in steps.items() if v) +
+            "median ms: " + " ".join(f"{k}={v:.0f}" for k, v in steps.items()) +
             (f"; spares taken in {sum(spared)} of {len(spared)} checks" if spared else ""))
 
 
@@ -528,17 +524,26 @@ def report_slowest_and_median(out: Path) -> None:
               f"\n    CPU s: {cpu}\n    candidate CPU s by stage: {stage_cpu}"
               f"\n    unseen check (ms per hidden trial): parent's hand-overs "
               f"{profile.get('late_write_ms')}, worker's {profile.get('unseen_steps_ms')}")
-    steps: dict[str, list[float]] = {}
-    for row in rows:  # each grade's unseen check: its trials' steps summed
-        profile = row.get("profile") or {}
-        for name, values in {**(profile.get("unseen_steps_ms") or {}),
-                             "parent hand-over": profile.get("late_write_ms") or []}.items():
-            if values:
-                steps.setdefault(name, []).append(sum(values))
+    steps = unseen_step_medians([row.get("profile") or {} for row in rows], hand_over=True)
     if steps:
         print("unseen check, median ms per grade (its hidden trials together): " +
-              " ".join(f"{k}={statistics.median(v):.1f}" for k, v in steps.items()) +
+              " ".join(f"{k}={v:.1f}" for k, v in steps.items()) +
               " (late: the worker's wait for its part, the parent's hand-over included)")
+
+
+def unseen_step_medians(profiles: list[dict], hand_over: bool = False) -> dict[str, float]:
+    """Each step of the grades' unseen checks (``unseen_steps_ms``; with ``hand_over`` also the
+    parent's hand-overs of the parts, ``late_write_ms``), summed over a grade's hidden trials,
+    then the median over the grades that took that step."""
+    steps: dict[str, list[float]] = {}
+    for profile in profiles:
+        named = dict(profile.get("unseen_steps_ms") or {})
+        if hand_over:
+            named["parent hand-over"] = profile.get("late_write_ms") or []
+        for name, values in named.items():
+            if values:
+                steps.setdefault(name, []).append(sum(values))
+    return {name: statistics.median(values) for name, values in steps.items()}
 
 
 def report_spread(out: Path) -> None:
