@@ -51,6 +51,7 @@ from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
 from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
 from .schedstat import runqueue_wait_ns
+from .stream_gate import StreamGate
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
 from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 
@@ -154,12 +155,19 @@ class Timer:
                  flush: bool = True, graph_output_bytes: int | None = None,
                  cover: str | None = None,
                  place: Callable[[int | None, int], Any] | None = None,
-                 spare: bool = False, replay_sync: bool = True):
+                 spare: bool = False, replay_sync: bool = True, gate: bool = False):
         self.fn, self.device = fn, device
         # ``once`` of a graph replay: a device-wide synchronize between the replay and its end
         # event (the host's return from it inside the timed span), or only the end event on
         # the replay's stream (``False``: the span is the replay's launch and its work)
         self.replay_sync = replay_sync is not False
+        # ``once`` of a graph replay behind a gate (``stream_gate.StreamGate``): the replay and
+        # its events are queued before the device starts on them, so the span is the device's
+        # alone, as a scored sample's is behind its cover (no synchronize in it: ``gate`` wins
+        # over ``replay_sync``); only ``True`` asks for it, and a driver without stream memory
+        # operations leaves it off (``describe``'s ``gate``)
+        self.gate_wanted = gate is True
+        self._gate: StreamGate | None = None
         # ``spare``: ``prepare`` also captures a graph of twice the calls, which ``resize`` to
         # that count takes up at once instead of capturing in the window (``_spare``); only
         # ``True`` asks for it
@@ -238,6 +246,8 @@ class Timer:
         if self.graph_wanted and (self.graph_output_bytes is None or
                                   output_bytes(self.output) <= self.graph_output_bytes):
             self._capture()
+        if self.gate_wanted and self.graph is not None:
+            self._gate = StreamGate.make()
         return self.describe()
 
     def _host_times(self, cuda: bool, samples: list) -> None:
@@ -539,6 +549,10 @@ class Timer:
             described["outputs_overlap"] = True
         if self.spare_state is not None:
             described["spare_graph"] = self.spare_state
+        if self.gate_wanted:  # made, and how many of its spans the watcher opened
+            described["gate"] = self._gate is not None
+            if self._gate is not None and self._gate.forced:
+                described["gate_forced"] = self._gate.forced
         if self.cpu_samples:
             described["cpu_ms"] = _median(self.cpu_samples)
         return described
@@ -582,7 +596,8 @@ class Timer:
         (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
         buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
         bracket the call and a device-wide synchronize (a graph replay's end event follows it
-        on its stream alone where ``replay_sync`` is off). ``around`` (a context manager factory)
+        on its stream alone where ``replay_sync`` is off, and where a gate is made all three
+        are queued behind it, then let through: ``gate``). ``around`` (a context manager factory)
         encloses the call and its synchronize, never the flush. ``flush=False`` skips the flush
         (the caches as the work before left them, as in a scored replay). Returns (ms, the
         call's output)."""
@@ -596,28 +611,37 @@ class Timer:
             self._flush.flush()
         if events:  # nothing queued before (the flush, the inputs' copies) may start inside
             _cuda_synchronize()  # ``around``: its kernels would be counted as the call's
-        with (around() if around is not None else _nullcontext()):
-            if events:
-                start, end = self._events
-                _event_record(start)
-                output = call()
-                if graph is None or self.replay_sync:
-                    # a forward's work on other streams ends before the end event; a graph's
-                    # all ends on the stream it is replayed on
-                    _cuda_synchronize()
-                _event_record(end)
-                _event_wait(end)
-                ms = float(_event_elapsed(start, end))
-            else:
-                waited = runqueue_wait_ns()
-                begin, cpu = _perf_counter(), _thread_time()
-                output = call()
-                synchronize(self.device)
-                ms = (_perf_counter() - begin) * 1e3
-                self.last_cpu_ms = (_thread_time() - cpu) * 1e3
-                after = runqueue_wait_ns()
-                self.last_wait_ms = None if waited is None or after is None else \
-                    min(ms, (after - waited) / 1e6)
+        gate = self._gate if events and graph is not None else None
+        if gate is not None and not gate.close(_current_stream().cuda_stream):
+            gate = None
+        try:
+            with (around() if around is not None else _nullcontext()):
+                if events:
+                    start, end = self._events
+                    _event_record(start)
+                    output = call()
+                    if gate is None and (graph is None or self.replay_sync):
+                        # a forward's work on other streams ends before the end event; a
+                        # graph's all ends on the stream it is replayed on
+                        _cuda_synchronize()
+                    _event_record(end)
+                    if gate is not None:
+                        gate.open()
+                    _event_wait(end)
+                    ms = float(_event_elapsed(start, end))
+                else:
+                    waited = runqueue_wait_ns()
+                    begin, cpu = _perf_counter(), _thread_time()
+                    output = call()
+                    synchronize(self.device)
+                    ms = (_perf_counter() - begin) * 1e3
+                    self.last_cpu_ms = (_thread_time() - cpu) * 1e3
+                    after = runqueue_wait_ns()
+                    self.last_wait_ms = None if waited is None or after is None else \
+                        min(ms, (after - waited) / 1e6)
+        finally:
+            if gate is not None and gate.closed:  # never a stream left waiting
+                gate.open()
         if graph is None:
             return ms, output
         return ms, (self.output if whole else self._single[1])

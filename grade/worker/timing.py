@@ -35,6 +35,8 @@ def _timer_options(payload: dict) -> dict:
         options["spare"] = True
     if settings.get("replay_sync") is False:  # ``Timer(replay_sync=False)``: only a false
         options["replay_sync"] = False
+    if settings.get("gate") is True:  # ``Timer(gate=True)``: only a true asks for it
+        options["gate"] = True
     return options
 
 

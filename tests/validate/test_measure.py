@@ -1886,6 +1886,22 @@ def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch)
     assert timer.describe()["spare_graph"] == "outputs overlap"
 
 
+def test_the_stream_gate_is_asked_for_only_by_a_true_timing_setting():
+    """The policy's timing setting ``gate`` turns it on (only ``true``); the cached reference
+    timings are keyed without it (it times only the unseen check's replays), and a timer on the
+    host makes none."""
+    from kernelmill.grade.reference_run import cached_timing_settings
+    from kernelmill.grade.worker.timing import _timer_options
+
+    assert _timer_options({"timing_settings": {"gate": True}})["gate"] is True
+    for value in ("no", "true", 1, False):
+        assert "gate" not in _timer_options({"timing_settings": {"gate": value}})
+    assert cached_timing_settings({"gate": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
+    timer = T.Timer(lambda: None, "cpu", gate=True)
+    assert timer.prepare()["gate"] is False
+    assert timer.once(lambda: 3)[1] == 3
+
+
 def test_the_spare_graph_is_asked_for_only_by_a_true_timing_setting(monkeypatch):
     """The policy's timing setting ``spare_graph`` turns it on (only ``true``: a bare word is
     a string, not a yes); the cached reference timings are keyed without it, and a timer that
@@ -2022,6 +2038,43 @@ def test_a_replay_timed_without_the_synchronize_ends_with_its_work_and_reads_no_
             assert torch.equal(out, torch.relu(a) * 2)
         readings[sync] = min(times)
     assert readings[False] <= readings[True] * 1.05, readings
+
+
+@pytest.mark.gpu
+def test_a_gated_replay_is_timed_from_its_queued_start_and_under_a_profiler_never_hangs():
+    """``gate=True``: ``once`` of a graph replay queues it and its events behind a stream gate,
+    then opens it: the replay's work is done when it returns (its output is right), the reading
+    is no longer than the ungated one's (the host's launch is out of it), and a graph of many
+    calls replayed with a profiler recording its kernels (the grader's witness) never needs the
+    watcher to open its gate."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(1024, 1024, device="cuda")
+    readings = {}
+    for gate in (False, True):
+        timer = T.Timer(lambda: torch.relu(a) * 2 + 1, "cuda", gate=gate)
+        info = timer.prepare()
+        assert info["method"] == "cuda_graph", info
+        assert info.get("gate", False) is gate, info
+        times = []
+        for _ in range(30):
+            ms, out = timer.once(lambda: torch.relu(a) * 2 + 1, whole=True)
+            times.append(ms / timer.calls_per_sample)
+            assert torch.equal(out, torch.relu(a) * 2 + 1)
+        readings[gate] = min(times)
+    assert readings[True] <= readings[False] * 1.05, readings
+    small = torch.randn(64, device="cuda")
+    timer = T.Timer(lambda: (small.sin() + 1).cos(), "cuda", gate=True, sample_ms=5.0)
+    timer.prepare()
+    assert timer.calls_per_sample >= 64, timer.describe()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]):
+        for _ in range(5):
+            with torch.profiler.record_function("kernelmill.span"):
+                pass
+            ms, out = timer.once(lambda: (small.sin() + 1).cos(), whole=True)
+    assert torch.allclose(out, (small.sin() + 1).cos())
+    assert "gate_forced" not in timer.describe(), timer.describe()
 
 
 def test_a_warm_up_of_one_call_samples_a_sample_long_or_more_is_the_windows_estimate(
