@@ -51,7 +51,7 @@ from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
 from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
 from .schedstat import runqueue_wait_ns
-from .stream_gate import StreamGate
+from .stream_gate import StreamGate, shared as _shared_gate
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
 from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 
@@ -247,7 +247,7 @@ class Timer:
                                   output_bytes(self.output) <= self.graph_output_bytes):
             self._capture()
         if self.gate_wanted and self.graph is not None:
-            self._gate = StreamGate.make()
+            self._gate = _shared_gate()
         return self.describe()
 
     def _host_times(self, cuda: bool, samples: list) -> None:

@@ -25,6 +25,7 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.measure import load_namespace
 from kernelmill.validate.measure import synchronize as sync
+from kernelmill.validate.stream_gate import shared as shared_gate
 from kernelmill.validate.window_worker import await_gpu, step_aside_point
 
 from .call import _Run
@@ -50,7 +51,7 @@ from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
 from .state import StateSlots, match_state
-from .timing import _serve_timing, device_info, timing_placing
+from .timing import _serve_timing, _timer_options, device_info, timing_placing
 
 # ---------------------------------------------------------------- both runs
 
@@ -144,6 +145,8 @@ def _candidate_task(payload: dict) -> dict:
         torch.cuda.init()
     _baseline(device)
     reserve_staging(_largest_tensor_bytes(payload))
+    if device.startswith("cuda") and _timer_options(payload).get("gate"):
+        shared_gate()  # its watcher thread is ours: made before any hook or snapshot of threads
     step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
