@@ -127,7 +127,9 @@ def unseen_calls(value) -> dict | None:
     """The unseen check's calls as its worker timed them (ms per call: ``seen``, ``unseen``,
     ``after``, what the spare trial's trigger ``window_worker.reads_slow`` read) and, for a
     captured graph's replays, the time their kernels kept the GPU busy (``*_busy``: what the
-    judge bounds), with ``required`` (the unseen trials it times always; more were spares):
+    judge bounds), with ``required`` (the unseen trials it times always; more were spares)
+    and, where its replays were gated (``timer.Timer.gated``), ``gate_forced`` (0: every
+    reading the device's span alone):
     for the profile only, never judged; None where it says nothing usable."""
     unseen = value.get("unseen") if isinstance(value, dict) else None
     if not isinstance(unseen, dict):
@@ -139,8 +141,9 @@ def unseen_calls(value) -> dict | None:
             if isinstance(values, list) and values and \
                     all(type(v) in (int, float) for v in values[:16]):
                 kept[key] = [round(float(v), 4) for v in values[:16]]
-    if type(unseen.get("required")) is int:
-        kept["required"] = unseen["required"]
+    for key in ("required", "gate_forced"):  # ``gate_forced``: absent where no gate was made
+        if type(unseen.get(key)) is int:
+            kept[key] = unseen[key]
     return kept or None
 
 

@@ -557,6 +557,12 @@ class Timer:
             described["cpu_ms"] = _median(self.cpu_samples)
         return described
 
+    @property
+    def gated(self) -> int | None:
+        """Where ``once`` gates its graph replays (``gate``): the spans the gate's watcher had
+        to open so far (0: none, every gated span the device's alone); None: no gate."""
+        return None if self._gate is None else self._gate.forced
+
     # -------------------------------------------------------- sampling
 
     def sample(self) -> float:

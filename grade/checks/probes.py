@@ -273,7 +273,8 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
 
 
 # A replay's kernels' busy time counts overlapping kernels once, so it fits in the CUDA events'
-# span around the replay (and its synchronize, unless ``replay_sync`` is off: ``Timer.once``);
+# span around the replay (queued behind a stream gate, the device's span alone; without the
+# gate, its launch and its synchronize too, unless ``replay_sync`` is off: ``Timer.once``);
 # the two clocks (CUPTI's, the
 # events') differ by well under this share and a few µs.
 BUSY_IN_SPAN = 1.1
