@@ -19,10 +19,11 @@
 #        SPY_S, SPY_COPIES; summarized per submission, spy_summary.txt)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        held (scripts/held_probe.py: NVML's violation counters under a GEMM at the power cap)
-#        unseenprobe (scripts/unseen_host_probe.py: the host's share of the unseen check's
-#        one-call replay readings, by how the inputs were loaded before them)
+#        lateprobe (scripts/late_load_probe.py: an unseen trial's load onto the device, by how
+#        its late part is mapped: as today, shared and populated, page-locked read-only)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
-#        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter)
+#        pytest (the gpu-marked tests in PYTEST_ARGS, files; PYTEST_K a -k filter: "a or b",
+#        never "a|b")
 #        window (an A/B of the timing window: benchmarks/grade_throughput.py on the kernelbench
 #        and triton sets' problems WINDOW_MATCH, references cached once, then passes of
 #        WINDOW_S seconds and WINDOW_COPIES copies alternating the default window (N*) and
@@ -208,8 +209,8 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
     witness)  python3 scripts/witness_probe.py 2>&1 | tee "$out/witness_probe.log" ;;
     # NVML's violation counters under a GEMM at the power cap and a light kernel (settle_if)
     held)     python3 scripts/held_probe.py 2>&1 | tee "$out/held_probe.log" ;;
-    # the host's share of the unseen check's one-call replay readings, by the load before them
-    unseenprobe) python3 scripts/unseen_host_probe.py 2>&1 | tee "$out/unseen_host_probe.log" ;;
+    # an unseen trial's load onto the device, by how its late part is mapped
+    lateprobe) python3 scripts/late_load_probe.py 2>&1 | tee "$out/late_load_probe.log" ;;
     # shellcheck disable=SC2086 — RAY_RUNS is a list of run names
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
                 ${RAY_PROBLEMS:+--problems $RAY_PROBLEMS} ${RAY_RUNS:+--runs $RAY_RUNS} \
