@@ -128,8 +128,7 @@ def unseen_calls(value) -> dict | None:
     ``after``, what the spare trial's trigger ``window_worker.reads_slow`` read) and, for a
     captured graph's replays, the time their kernels kept the GPU busy (``*_busy``: what the
     judge bounds), with ``required`` (the unseen trials it times always; more were spares)
-    and, where its replays were gated (``timer.Timer.gated``), ``gate_forced`` (0: every
-    reading the device's span alone):
+    and ``gated`` (``timer.Timer.gated``: its replays' readings the device's span alone):
     for the profile only, never judged; None where it says nothing usable."""
     unseen = value.get("unseen") if isinstance(value, dict) else None
     if not isinstance(unseen, dict):
@@ -141,9 +140,10 @@ def unseen_calls(value) -> dict | None:
             if isinstance(values, list) and values and \
                     all(type(v) in (int, float) for v in values[:16]):
                 kept[key] = [round(float(v), 4) for v in values[:16]]
-    for key in ("required", "gate_forced"):  # ``gate_forced``: absent where no gate was made
-        if type(unseen.get(key)) is int:
-            kept[key] = unseen[key]
+    if type(unseen.get("required")) is int:
+        kept["required"] = unseen["required"]
+    if type(unseen.get("gated")) is bool:
+        kept["gated"] = unseen["gated"]
     return kept or None
 
 

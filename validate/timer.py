@@ -49,7 +49,7 @@ from .measure import _current_stream, _Event, _event_elapsed, _event_record, _ev
 from .measure import _cuda_sleep, _graph_replay, _median, _nullcontext, _perf_counter
 from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
-from .measure import _cuda_get_device, _cuda_memory_stats, _process_time
+from .measure import _cuda_get_device, _cuda_memory_stats, _process_time, _type
 from .schedstat import runqueue_wait_ns
 from .stream_gate import StreamGate, shared as _shared_gate
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
@@ -161,11 +161,11 @@ class Timer:
         # event (the host's return from it inside the timed span), or only the end event on
         # the replay's stream (``False``: the span is the replay's launch and its work)
         self.replay_sync = replay_sync is not False
-        # ``once`` of a graph replay behind a gate (``stream_gate.StreamGate``): the replay and
-        # its events are queued before the device starts on them, so the span is the device's
-        # alone, as a scored sample's is behind its cover (no synchronize in it: ``gate`` wins
-        # over ``replay_sync``); only ``True`` asks for it, and a driver without stream memory
-        # operations leaves it off (``describe``'s ``gate``)
+        # ``once`` of a graph replay behind a gate (``stream_gate.StreamGate``, this process's
+        # one): the replay and its events are queued before the device starts on them, so the
+        # span is the device's alone, as a scored sample's is behind its cover (no synchronize
+        # in it: ``gate`` wins over ``replay_sync``); only ``True`` asks for it, and a driver
+        # without stream memory operations leaves it off (``describe``'s ``gate``)
         self.gate_wanted = gate is True
         self._gate: StreamGate | None = None
         # ``spare``: ``prepare`` also captures a graph of twice the calls, which ``resize`` to
@@ -549,19 +549,16 @@ class Timer:
             described["outputs_overlap"] = True
         if self.spare_state is not None:
             described["spare_graph"] = self.spare_state
-        if self.gate_wanted:  # made, and how many of its spans the watcher opened
+        if self.gate_wanted:  # asked for: made or not
             described["gate"] = self._gate is not None
-            if self._gate is not None and self._gate.forced:
-                described["gate_forced"] = self._gate.forced
         if self.cpu_samples:
             described["cpu_ms"] = _median(self.cpu_samples)
         return described
 
     @property
-    def gated(self) -> int | None:
-        """Where ``once`` gates its graph replays (``gate``): the spans the gate's watcher had
-        to open so far (0: none, every gated span the device's alone); None: no gate."""
-        return None if self._gate is None else self._gate.forced
+    def gated(self) -> bool:
+        """Whether ``once`` gates its graph replays (``gate``: asked for, and made)."""
+        return self._gate is not None
 
     # -------------------------------------------------------- sampling
 
@@ -618,7 +615,7 @@ class Timer:
         if events:  # nothing queued before (the flush, the inputs' copies) may start inside
             _cuda_synchronize()  # ``around``: its kernels would be counted as the call's
         gate = self._gate if events and graph is not None else None
-        if gate is not None and not gate.close(_current_stream().cuda_stream):
+        if _type(gate) is not StreamGate or not gate.close(_current_stream().cuda_stream):
             gate = None
         try:
             with (around() if around is not None else _nullcontext()):
@@ -646,7 +643,7 @@ class Timer:
                     self.last_wait_ms = None if waited is None or after is None else \
                         min(ms, (after - waited) / 1e6)
         finally:
-            if gate is not None and gate.closed:  # never a stream left waiting
+            if gate is not None and gate.closed:  # never a stream left waiting (a raise)
                 gate.open()
         if graph is None:
             return ms, output

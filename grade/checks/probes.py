@@ -587,9 +587,10 @@ def _check_ms(unseen: dict, kind: str, cuda: bool) -> list:
 def _graph_or_wall(unseen: dict, kind: str) -> list:
     """The check's calls of ``kind`` in ms per call: a captured graph's replays by the device's
     clock, the time their kernels kept the GPU busy (``{kind}_busy_ms``), else their wall time
-    (``{kind}_ms``). A replay runs no Python; events around it and a device-wide synchronize
-    add the host's latency, which on a busy host (a group's members side by side) read an
-    honest 0.048 ms GEMM's check replays at 0.166 ms per call (H200). The kernels' first start
+    (``{kind}_ms``). A replay runs no Python; ungated (timing setting ``gate: false``), events
+    around it and a device-wide synchronize add the host's latency, which on a busy host (a
+    group's members side by side) read an honest 0.048 ms GEMM's check replays at 0.166 ms per
+    call (H200); gated, the events hold the device's span alone, gaps between kernels too. The kernels' first start
     to last end did not do either: with the witness on, the replay's kernels are paced by the
     launching thread, and on a busy host they read an honest ReLU's replays at 0.087-0.598 ms
     per call against 0.035 of kernels, an fp16 GEMM's at 0.18-0.31 against 0.049 (H200). The scored replays' events include whatever gaps the graph

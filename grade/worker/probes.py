@@ -246,7 +246,7 @@ class _Probes:
         self.unseen_facts = {"seen_ms": seen_ms, "unseen_ms": unseen_ms, "after_ms": after_ms,
                              "checks": checks, "method": timer.method, "order": order,
                              "calls": calls, "steps_ms": steps, "required": required,
-                             "gate_forced": getattr(timer, "gated", None)}
+                             "gated": bool(getattr(timer, "gated", False))}
         if single is not None:
             self.unseen_facts["single"] = single
         if cpu_ms["unseen"]:

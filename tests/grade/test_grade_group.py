@@ -52,7 +52,7 @@ def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
         assert len(calls["unseen"]) == written and len(calls["seen"]) >= 1, calls
         assert calls["required"] == policy.unseen_required(
             1 + policy.unseen_spares, graphed=False), calls
-        assert "gate_forced" not in calls, calls  # on the host no replay is gated
+        assert calls["gated"] is False, calls  # on the host no replay is gated
         # its own judge's seconds (each member's outputs compared in a thread of its own)
         assert 0 < verdict["profile"]["judge_s"] < verdict["profile"]["candidate_s"]
         # how long its timer and the reference's took to prepare, before they were ready

@@ -1905,11 +1905,12 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker import call
     from kernelmill.grade.worker.guards import originals
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
-    from kernelmill.validate import measure, placement
+    from kernelmill.validate import measure, placement, stream_gate
     from kernelmill.validate import timer as T
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, placement, T,
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), measure, placement,
+                                                stream_gate, T,
                                                 *_package_modules(witness.__name__)]}
     # what the timer re-exports from placement is placement's copy's, its class rebuilt there
     assert copies[T.__name__]["PlacementTurns"] is copies[placement.__name__]["PlacementTurns"]
@@ -1946,6 +1947,69 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
         T._perf_counter = real_clock
         call._set_grad_enabled = originals._set_grad_enabled = real_grad
         del T.Timer.host_ms
+
+
+def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
+    """The unseen check's replays wait behind a stream gate (``validate.stream_gate``) whose
+    closing and opening run between the new inputs' load and the timed span: code of a
+    submission's there could read those inputs and fill an answer cache outside every call
+    (review of the gate). The candidate's run reaches the gate only through its private copy:
+    a gate put in the public module's list, or methods set on the public class, are never
+    called; the private timer takes no gate but its own module's class; and a gate's methods
+    cannot be shadowed on the instance (``__slots__``)."""
+    import ctypes
+
+    from kernelmill.grade.worker import tasks
+    from kernelmill.grade.worker.guards.private import _private_namespace
+    from kernelmill.validate import stream_gate
+    from kernelmill.validate import timer as T
+
+    called = []
+
+    class Fake:
+        closed = False
+
+        def close(self, stream):
+            called.append("fake close")
+            return True
+
+        def open(self):
+            called.append("fake open")
+
+    copies = _private_namespace()  # made before the candidate's import, as in the worker
+    monkeypatch.setattr(stream_gate, "_SHARED", [Fake()])
+    monkeypatch.setattr(stream_gate.StreamGate, "close", Fake.close)
+    gates, timer_ns = copies[stream_gate.__name__], copies[T.__name__]
+    assert timer_ns["_shared_gate"] is gates["shared"] is not stream_gate.shared
+    assert copies[tasks.__name__]["shared_gate"] is gates["shared"]
+    assert timer_ns["StreamGate"] is gates["StreamGate"] is not stream_gate.StreamGate
+    assert gates["shared"]() is None  # no CUDA here: none made, the public one never taken
+    # a private timer's once, its CUDA calls stubbed, with a public gate and with its own
+    trace = []
+    for name in ("_cuda_synchronize", "_event_record", "_event_wait"):
+        monkeypatch.setitem(timer_ns, name, lambda *a, _n=name: trace.append(_n))
+    monkeypatch.setitem(timer_ns, "_event_elapsed", lambda start, end: 1.0)
+    monkeypatch.setitem(timer_ns, "_graph_replay", lambda graph: trace.append("replay"))
+    monkeypatch.setitem(timer_ns, "_current_stream",
+                        lambda: type("S", (), {"cuda_stream": 0})())
+    timer = timer_ns["Timer"](lambda: None, "cuda", gate=True)
+    timer.method, timer.graph, timer._events = "cuda_graph", object(), (object(), object())
+    timer.output = "out"
+    timer._gate = stream_gate._SHARED[0]
+    assert timer.once(lambda: None, whole=True) == (1.0, "out")
+    assert called == [] and trace == ["_cuda_synchronize", "_event_record", "replay",
+                                      "_cuda_synchronize", "_event_record", "_event_wait"]
+    word = ctypes.c_uint32(0)
+    waits = []
+    own = gates["StreamGate"](lambda *args: waits.append(args) or 0, word, 4096)
+    timer._gate, trace[:] = own, []
+    assert timer.once(lambda: None, whole=True) == (1.0, "out")
+    assert waits == [(0, 4096, 1, 0)] and word.value == 1 and not own.closed
+    assert trace == ["_cuda_synchronize", "_event_record", "replay", "_event_record",
+                     "_event_wait"]  # no synchronize behind the gate: it would never end
+    with pytest.raises(AttributeError):
+        own.open = lambda: None
+    assert called == []
 
 
 def test_the_private_copy_covers_every_module_of_the_worker_package():
