@@ -599,8 +599,9 @@ class Timer:
         (``calls_per_sample`` calls; ``fn`` is not called: the graph reads the same input
         buffers); else ``fn`` itself. On CUDA the L2 cache is flushed first and CUDA events
         bracket the call and a device-wide synchronize (a graph replay's end event follows it
-        on its stream alone where ``replay_sync`` is off, and where a gate is made all three
-        are queued behind it, then let through: ``gate``). ``around`` (a context manager factory)
+        on its stream alone where ``replay_sync`` is off; where a gate is made, the start
+        event, the replay and the end event are queued behind it, then let through, with no
+        synchronize: ``gate``). ``around`` (a context manager factory)
         encloses the call and its synchronize, never the flush. ``flush=False`` skips the flush
         (the caches as the work before left them, as in a scored replay). Returns (ms, the
         call's output)."""

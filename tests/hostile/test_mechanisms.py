@@ -2009,6 +2009,11 @@ def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
                      "_event_wait"]  # no synchronize behind the gate: it would never end
     with pytest.raises(AttributeError):
         own.open = lambda: None
+    # a replay that raises leaves no stream waiting: the gate is opened on the way out
+    monkeypatch.setitem(timer_ns, "_graph_replay", lambda graph: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        timer.once(lambda: None, whole=True)
+    assert word.value == 2 and not own.closed
     assert called == []
 
 
