@@ -38,7 +38,7 @@ class StreamGate:
     """``close(stream)`` queues a wait on ``stream``; ``open()`` lets it through. Make with
     ``make`` (None where the driver lacks stream memory operations)."""
 
-    __slots__ = ("_wait", "_word", "_device_address", "_count", "closed")
+    __slots__ = ("_count", "_device_address", "_wait", "_word", "closed")
 
     def __init__(self, wait, word, device_address: int):
         self._wait = wait  # a function pointer of its own, not the driver library's attribute
