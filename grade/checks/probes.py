@@ -587,8 +587,8 @@ def _check_ms(unseen: dict, kind: str, cuda: bool) -> list:
 def _graph_or_wall(unseen: dict, kind: str) -> list:
     """The check's calls of ``kind`` in ms per call: a captured graph's replays by the device's
     clock, the time their kernels kept the GPU busy (``{kind}_busy_ms``), else their wall time
-    (``{kind}_ms``). A replay runs no Python; ungated (timing setting ``gate: false``), events
-    around it and a device-wide synchronize add the host's latency, which on a busy host (a
+    (``{kind}_ms``). A replay runs no Python; ungated (unless the timing setting ``gate`` is
+    true), events around it and a device-wide synchronize add the host's latency, which on a busy host (a
     group's members side by side) read an honest 0.048 ms GEMM's check replays at 0.166 ms per
     call (H200); gated, the events hold the device's span alone, gaps between kernels too. The kernels' first start
     to last end did not do either: with the witness on, the replay's kernels are paced by the

@@ -35,9 +35,8 @@ def _timer_options(payload: dict) -> dict:
         options["spare"] = True
     if settings.get("replay_sync") is False:  # ``Timer(replay_sync=False)``: only a false
         options["replay_sync"] = False
-    # ``Timer(gate=True)``: the unseen check's replays behind a stream gate, unless a false
-    # says not (``stream_gate``)
-    options["gate"] = settings.get("gate") is not False
+    if settings.get("gate") is True:  # ``Timer(gate=True)``: only a true asks for it
+        options["gate"] = True
     return options
 
 
