@@ -146,7 +146,7 @@ def _candidate_task(payload: dict) -> dict:
     _baseline(device)
     reserve_staging(_largest_tensor_bytes(payload))
     if device.startswith("cuda") and _timer_options(payload).get("gate"):
-        shared_gate()  # its watcher thread is ours: made before any hook or snapshot of threads
+        shared_gate()  # in this run's private copy, before the import: no submission reaches it
     step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
