@@ -26,6 +26,18 @@ def spare_trials(profile: dict) -> tuple[int, float] | None:
     return extra, ms + sum(after[required:required + extra])
 
 
+def trigger_ratio(profile: dict) -> float | None:
+    """A window's unseen check (one member's profile): its first call on new inputs against
+    its fastest on the timed inputs before, as the spares' trigger read them (the check's own
+    clock: ``window_worker.reads_slow``); None where the profile does not say."""
+    calls = profile.get("unseen_calls_ms") or {}
+    seen, new = calls.get("seen"), calls.get("unseen")
+    if not isinstance(seen, list) or not isinstance(new, list) or not seen or not new or \
+            not all(type(v) in (int, float) and v > 0 for v in [*seen, new[0]]):
+        return None
+    return new[0] / min(seen)
+
+
 def summarize(out: Path) -> dict:
     counts: Counter = Counter()
     reference_s, candidate_s, warm = [], [], 0
@@ -248,14 +260,21 @@ def _unseen_share_line(profiles: list[dict], unseen_ms: float | None,
                        window_ms: float | None) -> str | None:
     """For a problem whose unseen check held ``UNSEEN_SHARE`` of its window or more (a group's
     window: every member's check): where each member's check went, median ms of each step
-    over its trials together, and how many checks timed spare trials; else None."""
+    over its trials together, how many checks timed spare trials, and what their trigger read
+    (``trigger_ratio``, with how many checks' replays were gated); else None."""
     if not unseen_ms or not window_ms or unseen_ms < UNSEEN_SHARE * window_ms:
         return None
     steps = unseen_step_medians(profiles)
     spared = [taken[0] > 0 for p in profiles if (taken := spare_trials(p)) is not None]
+    ratios = [r for p in profiles if (r := trigger_ratio(p)) is not None]
+    gated = [(p.get("unseen_calls_ms") or {}).get("gated") is True for p in profiles
+             if isinstance((p.get("unseen_calls_ms") or {}).get("gated"), bool)]
+    read = f"; new inputs read {min(ratios):.3f}-{max(ratios):.3f}x the timed ones" \
+        if ratios else ""
     return (f"    unseen check {unseen_ms / window_ms:.0%} of the window; a member's steps, "
             "median ms: " + " ".join(f"{k}={v:.0f}" for k, v in steps.items()) +
-            (f"; spares taken in {sum(spared)} of {len(spared)} checks" if spared else ""))
+            (f"; spares taken in {sum(spared)} of {len(spared)} checks" if spared else "") +
+            read + (f" (gated in {sum(gated)} of {len(gated)})" if gated else ""))
 
 
 def _spans(rows: list[dict]) -> list[tuple[str, float, float]]:

@@ -73,18 +73,21 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
 def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_window(
         tmp_path, capsys):
     """A problem whose unseen check held a quarter of its window or more gets a line of where
-    each member's check went (its steps over its trials, medians) and how many took spares;
-    one whose check is small gets none."""
-    def row(problem, unseen, loads, spares):
+    each member's check went (its steps over its trials, medians), how many took spares and
+    what their trigger read (the first new call against the fastest timed one, with how many
+    checks were gated); one whose check is small gets none."""
+    def row(problem, unseen, loads, spares, first=0.2, gated=None):
+        calls = {"unseen": [first] + [0.2] * spares, "seen": [0.2, 0.19, 0.21], "required": 1}
+        if gated is not None:
+            calls["gated"] = gated
         return {"submission_id": problem, "problem_id": problem, "wall_s": 5.0,
                 "profile": {"window_ms": 1000.0,
                             "phases_ms": {"warm": 100.0, "rounds": 200.0, "unseen": unseen},
                             "unseen_steps_ms": {"late": [1.0] * (1 + spares), "load": loads,
                                                 "seen": [380.0]},
-                            "unseen_calls_ms": {"unseen": [0.2] * (1 + spares),
-                                                "required": 1}}}
-    rows = [row("heavy", 880.0, [75.0], 0), row("heavy", 900.0, [80.0], 0),
-            row("spared", 300.0, [40.0, 40.0, 40.0], 2), row("light", 70.0, [20.0], 0)]
+                            "unseen_calls_ms": calls}}
+    rows = [row("heavy", 880.0, [75.0], 0, 0.19, True), row("heavy", 900.0, [80.0], 0, 0.2, False),
+            row("spared", 300.0, [40.0, 40.0, 40.0], 2, 0.228), row("light", 70.0, [20.0], 0)]
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     grade_reports.report_per_problem(out)
@@ -92,9 +95,10 @@ def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_win
     opened = [line.strip() for line in lines if line.startswith("    unseen check")]
     assert opened == [
         ("unseen check 89% of the window; a member's steps, median ms: late=1 load=78 seen=380; "
-         "spares taken in 0 of 2 checks"),
+         "spares taken in 0 of 2 checks; new inputs read 1.000-1.053x the timed ones "
+         "(gated in 1 of 2)"),
         ("unseen check 30% of the window; a member's steps, median ms: late=3 load=120 seen=380; "
-         "spares taken in 1 of 1 checks")], lines
+         "spares taken in 1 of 1 checks; new inputs read 1.200-1.200x the timed ones")], lines
 
 
 def test_the_throughput_report_says_where_the_grades_in_flight_were():
