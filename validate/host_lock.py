@@ -24,7 +24,11 @@ from .cuda_wait import _driver
 LOCK_MIN_BYTES = 16 << 20  # smaller tensors cost their registration more than they save
 CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_READ_ONLY = 0x01, 0x08
 _PAGE = mmap.PAGESIZE
-_Tensor, _type = torch.Tensor, type
+# bound at import from the C base class: no method a submission could set on ``torch.Tensor``
+# runs on the new inputs before their load
+_Tensor, _type, _Base = torch.Tensor, type, torch._C.TensorBase
+_data_ptr, _numel, _element_size = _Base.data_ptr, _Base.numel, _Base.element_size
+_is_contiguous, _is_cpu = _Base.is_contiguous, _Base.is_cpu.__get__
 
 
 _BOUND: list = []  # (register, unregister): function pointers of this module's own (``bind``)
@@ -57,13 +61,14 @@ def lock(tensors: list) -> Callable[[], int]:
         return lambda: 0
     register, unregister = _BOUND[0]
     for value in tensors:
-        if _type(value) is not _Tensor or value.device.type != "cpu":
+        if _type(value) is not _Tensor or not _is_cpu(value):
             continue
-        nbytes = value.numel() * value.element_size()
-        if nbytes < LOCK_MIN_BYTES or not value.is_contiguous():
+        nbytes = _numel(value) * _element_size(value)
+        if nbytes < LOCK_MIN_BYTES or not _is_contiguous(value):
             continue
-        start = value.data_ptr() // _PAGE * _PAGE
-        end = -(-(value.data_ptr() + nbytes) // _PAGE) * _PAGE
+        address = _data_ptr(value)
+        start = address // _PAGE * _PAGE
+        end = -(-(address + nbytes) // _PAGE) * _PAGE
         if register(start, end - start,
                     CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY) == 0:
             held.append(start)

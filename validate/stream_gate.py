@@ -25,6 +25,9 @@ from .cuda_wait import _driver
 
 # bound at import, before any candidate code runs (as ``validate.measure`` binds its own)
 _Stream, _cuda_available = torch.cuda.Stream, torch.cuda.is_available
+# C functions: no Python a submission could rebind runs between the inputs' load and the span
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_device_index = getattr(torch._C, "_cuda_getDevice", None)
 _set_word = ctypes._SimpleCData.value.__set__  # the C setter: no class attribute in between
 _SHARED: list = []  # this process's gate, made once (``shared``)
 
@@ -94,6 +97,14 @@ class StreamGate:
         """Let the work queued behind the wait through (a store the device's poll reads)."""
         _set_word(self._word, self._count)
         self.closed = False
+
+
+def current_stream() -> int | None:
+    """The calling thread's current CUDA stream's handle on the current device, read through
+    C functions bound at import (None where this build has none)."""
+    if _raw_stream is None or _device_index is None:
+        return None
+    return _raw_stream(_device_index())
 
 
 def shared() -> StreamGate | None:

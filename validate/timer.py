@@ -51,7 +51,7 @@ from .measure import _profiler_enabled, _Stream, _stream_ctx, _thread_time
 from .measure import is_cuda, median_ci_pct, output_bytes, outputs_overlap, summarize, synchronize
 from .measure import _cuda_get_device, _cuda_memory_stats, _process_time, _type
 from .schedstat import runqueue_wait_ns
-from .stream_gate import StreamGate, shared as _shared_gate
+from .stream_gate import StreamGate, current_stream as _stream_handle, shared as _shared_gate
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
 from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
 
@@ -616,7 +616,8 @@ class Timer:
         if events:  # nothing queued before (the flush, the inputs' copies) may start inside
             _cuda_synchronize()  # ``around``: its kernels would be counted as the call's
         gate = self._gate if events and graph is not None else None
-        if _type(gate) is not StreamGate or not gate.close(_current_stream().cuda_stream):
+        handle = _stream_handle() if gate is not None else None
+        if _type(gate) is not StreamGate or handle is None or not gate.close(handle):
             gate = None
         try:
             with (around() if around is not None else _nullcontext()):

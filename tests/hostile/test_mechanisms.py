@@ -2000,8 +2000,7 @@ def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
         monkeypatch.setitem(timer_ns, name, lambda *a, _n=name: trace.append(_n))
     monkeypatch.setitem(timer_ns, "_event_elapsed", lambda start, end: 1.0)
     monkeypatch.setitem(timer_ns, "_graph_replay", lambda graph: trace.append("replay"))
-    monkeypatch.setitem(timer_ns, "_current_stream",
-                        lambda: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setitem(timer_ns, "_stream_handle", lambda: 0)
     timer = timer_ns["Timer"](lambda: None, "cuda", gate=True)
     timer.method, timer.graph, timer._events = "cuda_graph", object(), (object(), object())
     timer.output = "out"
