@@ -4,10 +4,10 @@ late part mapped from the parent's sealed file, and their copy onto the device f
 pageable pages took 47-198 ms of the exclusive window at KernelBench's sizes (H100).
 
 ``lock(tensors)`` registers each host tensor of ``LOCK_MIN_BYTES`` or more (its pages, rounded
-out to whole ones; one whose pages another registered range holds stays pageable) and returns
-the call that unregisters them. The driver's functions are bound by ``bind``, which the
-grader's worker calls in its private copy of this module before the candidate's import: what
-it holds no submission reaches, and nothing else is locked.
+out to whole ones, ranges that share a page merged: tensors in a late part sit 64 bytes apart)
+and returns the call that unregisters them. The driver's functions are bound by ``bind``, which
+the grader's worker calls in its private copy of this module before the candidate's import:
+what it holds no submission reaches, and nothing else is locked.
 
 Worker-side: the standard library and torch only (``ctypes`` on the driver's library).
 """
@@ -53,13 +53,14 @@ def bind() -> bool:
 
 def lock(tensors: list) -> Callable[[], int]:
     """Page-lock the pages under each host tensor in ``tensors`` of ``LOCK_MIN_BYTES`` or
-    more; returns the call that lets them go (how many ranges it had held). Nothing is locked
-    where ``bind`` was not called or could not bind, or the driver refuses (no CUDA, an older
-    driver): the copies read pageable memory, as without it."""
-    held: list[int] = []
+    more (ranges that share a page merged into one); returns the call that lets them go (how
+    many ranges it had held). Nothing is locked where ``bind`` was not called or could not
+    bind, or the driver refuses (no CUDA, an older driver): the copies read pageable memory,
+    as without it. A raise part-way lets go of what it had locked."""
     if not _BOUND:
         return lambda: 0
     register, unregister = _BOUND[0]
+    ranges = []
     for value in tensors:
         if _type(value) is not _Tensor or not _is_cpu(value):
             continue
@@ -67,11 +68,14 @@ def lock(tensors: list) -> Callable[[], int]:
         if nbytes < LOCK_MIN_BYTES or not _is_contiguous(value):
             continue
         address = _data_ptr(value)
-        start = address // _PAGE * _PAGE
-        end = -(-(address + nbytes) // _PAGE) * _PAGE
-        if register(start, end - start,
-                    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY) == 0:
-            held.append(start)
+        ranges.append((address // _PAGE * _PAGE, -(-(address + nbytes) // _PAGE) * _PAGE))
+    merged: list[list[int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    held: list[int] = []
 
     def release() -> int:
         for start in held:
@@ -80,4 +84,12 @@ def lock(tensors: list) -> Callable[[], int]:
         held.clear()
         return count
 
+    try:
+        for start, end in merged:
+            if register(start, end - start,
+                        CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY) == 0:
+                held.append(start)
+    except BaseException:
+        release()
+        raise
     return release

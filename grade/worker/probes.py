@@ -44,6 +44,7 @@ from .guards.originals import (
 )
 from .inputs import to_cpu, to_device
 from .observers.counts import _audit_event, _observed
+from .observers.optrace import active_modes
 
 
 REPLAY_ALIGN = 64  # bytes: each output's place in the kept replay's block starts on such a bound
@@ -219,7 +220,7 @@ class _Probes:
                 began = _perf_counter()
                 trial = late_payload(index)
                 steps["late"].append(round((_perf_counter() - began) * 1e3, 2))
-                if trial is None:
+                if trial is None or self._mode_saw_new_inputs():
                     break
                 ms, out = self._locked_for_load(trial, lambda: timed_on(trial, "unseen"))
                 unseen_ms.append(ms)
@@ -258,6 +259,17 @@ class _Probes:
                 self.unseen_facts.update({f"{k}_wait_ms": v for k, v in wait_ms.items()})
         return len(unseen_ms)
 
+    def _mode_saw_new_inputs(self) -> bool:
+        """Whether a torch function or dispatch mode is pushed as a new trial's inputs come in:
+        it would see each op on them (their page-locking's reads, their load's copy) outside
+        every call, and could answer from them. Nothing of theirs is loaded then, and the timed
+        calls are reported as changed (an honest forward leaves no mode pushed)."""
+        if not active_modes():
+            return False
+        self.changed_while_timed.append("a torch function or dispatch mode was active when the "
+                                        "unseen check's new inputs came in")
+        return True
+
     def _locked_for_load(self, trial: dict, timed):
         """``timed()`` (the trial's load and its timed call), its large host inputs page-locked
         around it where the check asks (``late_locked``: ``validate.host_lock``), the locking
@@ -289,7 +301,7 @@ class _Probes:
             return None
         began = _perf_counter()
         trial = late_payload(index)
-        if trial is None:
+        if trial is None or self._mode_saw_new_inputs():
             return None
         # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
         # as a scored call finds the caches (``probes.scored_device_work`` holds the scored

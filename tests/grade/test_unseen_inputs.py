@@ -177,6 +177,8 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
     run._keep_replay = lambda timer: seen.append(("keep", gc.isenabled()))
     run._single_check = lambda *args: probes._Probes._single_check(run, *args)
     run._locked_for_load = lambda *args: probes._Probes._locked_for_load(run, *args)
+    run._mode_saw_new_inputs = lambda: probes._Probes._mode_saw_new_inputs(run)
+    run.changed_while_timed = []
     assert gc.isenabled()
     assert probes._Probes.unseen(run, Timer()) == 1
     assert gc.isenabled()
@@ -240,3 +242,54 @@ def test_a_new_trials_large_host_inputs_are_page_locked_around_their_load(monkey
     assert not any(_late_locked({"timing_settings": {"late_locked": v}})
                    for v in ("true", 1, None))
     assert cached_timing_settings({"late_locked": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
+
+
+def test_the_page_locking_merges_ranges_that_share_a_page_and_lets_go_when_it_raises(
+        monkeypatch):
+    """``host_lock.lock``: two large tensors 64 bytes apart in one late part share a page, so
+    their whole pages are locked as one range (the second would be refused alone); a
+    registration that raises lets go of the ranges locked before it."""
+    from kernelmill.validate import host_lock
+
+    calls = []
+
+    def register(start, size, flags):
+        calls.append(("lock", start, size))
+        if len(calls) > 1 and raising:
+            raise OSError("driver gone")
+        return 0
+
+    monkeypatch.setattr(host_lock, "_BOUND", [(register, lambda s: calls.append(("free", s)))])
+    page = 4096
+    assert host_lock._PAGE == page
+    first = host_lock.LOCK_MIN_BYTES + 100  # not a whole number of pages
+    second_at = first + (-first) % 64
+    part = torch.zeros(second_at + host_lock.LOCK_MIN_BYTES, dtype=torch.uint8)
+    a, b = part[:first], part[second_at:]
+    base = part.data_ptr()
+    low, high = base - base % page, base + part.numel()
+    high += (page - high % page) % page
+    raising = False
+    release = host_lock.lock([b, a])
+    assert calls == [("lock", low, high - low)] and release() == 1
+    assert calls[-1] == ("free", low)
+    # two apart: the second's registration raises, the first is let go
+    calls.clear()
+    raising = True
+    other = torch.zeros(host_lock.LOCK_MIN_BYTES, dtype=torch.uint8)
+    with pytest.raises(OSError):
+        host_lock.lock([a, other])
+    assert [c[0] for c in calls] == ["lock", "lock", "free"] and calls[2][1] == calls[0][1]
+
+
+def test_a_mode_pushed_when_new_inputs_come_in_loads_nothing_and_is_reported():
+    """A torch function mode left pushed would see every op on an unseen trial's inputs (their
+    page-locking's reads, their load's copy) outside any call: the check stops before loading
+    them and reports the timed calls changed; with none pushed it goes on."""
+    from torch.overrides import TorchFunctionMode
+
+    run = SimpleNamespace(changed_while_timed=[])
+    assert not probes._Probes._mode_saw_new_inputs(run) and run.changed_while_timed == []
+    with TorchFunctionMode():
+        assert probes._Probes._mode_saw_new_inputs(run)
+    assert run.changed_while_timed and "mode" in run.changed_while_timed[0]

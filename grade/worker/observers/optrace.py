@@ -192,6 +192,11 @@ def _spans(values: list) -> list[tuple[int, int]]:
             for span in _storage_spans(_tensor_storage(value))]
 
 
+# bound at import, before any candidate code runs: ``torch._C``'s names can be rebound
+_function_modes, _dispatch_modes = torch._C._len_torch_function_stack, \
+    torch._C._len_torch_dispatch_stack
+
+
 def active_modes() -> int:
     """Torch function/dispatch modes pushed by someone else (we push ours only while tracing)."""
-    return int(torch._C._len_torch_function_stack()) + int(torch._C._len_torch_dispatch_stack())
+    return int(_function_modes()) + int(_dispatch_modes())
