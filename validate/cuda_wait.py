@@ -37,6 +37,18 @@ def _driver():
     return _DRIVER[0]
 
 
+def own_function(restype, argtypes: tuple, *names: str):
+    """The first of the driver's functions ``names`` it has, as a function pointer of the
+    caller's own (``CFUNCTYPE`` over its address): no attribute of the shared library object
+    (``errcheck``, a rebound name) is read when it is called; None where the driver has none."""
+    driver = _driver()
+    found = next((f for f in (getattr(driver, n, None) for n in names) if f is not None),
+                 None) if driver is not None else None
+    if found is None:
+        return None
+    return ctypes.CFUNCTYPE(restype, *argtypes)(ctypes.cast(found, ctypes.c_void_p).value)
+
+
 def _can_change_live(driver) -> bool:
     """The driver has ``cuCtxGetFlags`` and ``cuCtxSetFlags`` (CUDA 12.1 on)."""
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from .cuda_wait import _driver
+from .cuda_wait import own_function
 
 LOCK_MIN_BYTES = 16 << 20  # smaller tensors cost their registration more than they save
 CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_READ_ONLY = 0x01, 0x08
@@ -38,16 +38,12 @@ def bind() -> bool:
     """Bind the driver's register and unregister as function pointers of this module's own
     (once); whether it could."""
     if not _BOUND:
-        driver = _driver()
-        register = getattr(driver, "cuMemHostRegister_v2", None) if driver else None
-        unregister = getattr(driver, "cuMemHostUnregister", None) if driver else None
+        register = own_function(ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint),
+                                "cuMemHostRegister_v2")
+        unregister = own_function(ctypes.c_int, (ctypes.c_void_p,), "cuMemHostUnregister")
         if register is None or unregister is None:
             return False
-        address = lambda f: ctypes.cast(f, ctypes.c_void_p).value
-        _BOUND.append((
-            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)(
-                address(register)),
-            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(address(unregister))))
+        _BOUND.append((register, unregister))
     return True
 
 

@@ -21,7 +21,7 @@ import ctypes
 
 import torch
 
-from .cuda_wait import _driver
+from .cuda_wait import _driver, own_function
 
 # bound at import, before any candidate code runs (as ``validate.measure`` binds its own)
 _Stream, _cuda_available = torch.cuda.Stream, torch.cuda.is_available
@@ -33,8 +33,7 @@ _SHARED: list = []  # this process's gate, made once (``shared``)
 
 CU_STREAM_WAIT_VALUE_GEQ = 0x0  # (int32_t)(*addr - value) >= 0: a count that only grows
 CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP = 0x01, 0x02
-_WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
-                         ctypes.c_uint)
+_WAIT_ARGS = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
 
 
 class StreamGate:
@@ -58,12 +57,12 @@ class StreamGate:
         driver = _driver()
         if driver is None or not _cuda_available():
             return None
-        found = getattr(driver, "cuStreamWaitValue32_v2", None) or \
-            getattr(driver, "cuStreamWaitValue32", None)
+        wait = own_function(ctypes.c_int, _WAIT_ARGS, "cuStreamWaitValue32_v2",
+                            "cuStreamWaitValue32")
         device_pointer = getattr(driver, "cuMemHostGetDevicePointer_v2", None)
         host_alloc = getattr(driver, "cuMemHostAlloc", None)
         free_host = getattr(driver, "cuMemFreeHost", None)
-        if found is None or device_pointer is None or host_alloc is None or free_host is None:
+        if wait is None or device_pointer is None or host_alloc is None or free_host is None:
             return None
         address = ctypes.c_void_p(0)
         if host_alloc(ctypes.byref(address), ctypes.c_size_t(64),
@@ -76,7 +75,7 @@ class StreamGate:
         if device_pointer(ctypes.byref(mapped), address, 0) != 0:
             free_host(address)
             return None
-        gate = cls(_WAIT(ctypes.cast(found, ctypes.c_void_p).value), word, mapped.value)
+        gate = cls(wait, word, mapped.value)
         stream = _Stream()
         if not gate.close(stream.cuda_stream):
             free_host(address)

@@ -117,3 +117,22 @@ def test_a_graph_timers_settling_sleeps_through_most_of_a_turn():
     assert got["warm"]["least_wall_ms"] >= 40.0 and got["settle"]["least_wall_ms"] >= 40.0, got
     assert got["settle"]["cpu_ms"] < 0.5 * got["warm"]["cpu_ms"], got
     print("settling:", got)
+
+
+def test_a_drivers_function_is_bound_as_a_pointer_of_its_own(monkeypatch):
+    """``own_function``: the first of the names the library has, called through a function
+    pointer made over its address (an ``errcheck`` set on the library's attribute afterwards
+    is never run); None where the library has none of them, or there is no library."""
+    import ctypes
+
+    from kernelmill.validate import cuda_wait
+
+    libc = ctypes.CDLL(None)
+    monkeypatch.setattr(cuda_wait, "_DRIVER", [libc])
+    absolute = cuda_wait.own_function(ctypes.c_long, (ctypes.c_long,), "no_such_fn", "labs")
+    ran = []
+    libc.labs.errcheck = lambda *args: ran.append(args) or 0
+    assert absolute(-7) == 7 and ran == []
+    assert cuda_wait.own_function(ctypes.c_int, (), "no_such_fn") is None
+    monkeypatch.setattr(cuda_wait, "_DRIVER", [None])
+    assert cuda_wait.own_function(ctypes.c_long, (ctypes.c_long,), "labs") is None
