@@ -35,7 +35,7 @@ def _timer_options(payload: dict) -> dict:
         options["spare"] = True
     if settings.get("replay_sync") is False:  # ``Timer(replay_sync=False)``: only a false
         options["replay_sync"] = False
-    if settings.get("gate") is True:  # ``Timer(gate=True)``: only a true asks for it
+    if settings.get("gate") is not False:  # on unless the policy sets it ``false``
         options["gate"] = True
     return options
 

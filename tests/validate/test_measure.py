@@ -1354,7 +1354,7 @@ def test_a_timer_takes_a_known_cover_and_falls_back_to_the_default():
     from kernelmill.grade.worker.timing import _timer_options
 
     assert _timer_options({"timing_settings": {"cover": "sleep", "settle_ms": 5}}) == \
-        {"cover": "sleep"}
+        {"cover": "sleep", "gate": True}
 
 
 def test_the_default_cover_queues_only_long_graph_samples():
@@ -1886,17 +1886,18 @@ def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch)
     assert timer.describe()["spare_graph"] == "outputs overlap"
 
 
-def test_the_stream_gate_is_asked_for_only_by_a_true_timing_setting():
-    """The grader's timers gate the unseen check's replays where the policy's timing setting
-    ``gate`` is ``true`` (a bare word is a string, not a yes); a timer made elsewhere makes one
-    only when asked; the cached reference timings are keyed without it (it times only the
-    unseen check's replays), and a timer on the host makes none."""
+def test_the_stream_gate_is_on_unless_the_timing_setting_is_false():
+    """The grader's timers gate the unseen check's replays unless the policy's timing setting
+    ``gate`` is ``false`` (only a false turns it off: a bare word is a string, not a no); a
+    timer made elsewhere makes one only when asked; the cached reference timings are keyed
+    without it (it times only the unseen check's replays), and a timer on the host makes none."""
     from kernelmill.grade.reference_run import cached_timing_settings
     from kernelmill.grade.worker.timing import _timer_options
 
-    assert _timer_options({"timing_settings": {"gate": True}})["gate"] is True
-    for settings in ({}, {"gate": False}, {"gate": "true"}, {"gate": 1}):
-        assert "gate" not in _timer_options({"timing_settings": settings})
+    for settings in ({}, {"gate": True}, {"gate": "false"}, {"gate": 0}):
+        assert _timer_options({"timing_settings": settings})["gate"] is True, settings
+    assert "gate" not in _timer_options({"timing_settings": {"gate": False}})
+    assert _timer_options({})["gate"] is True  # a payload without timing settings
     assert not T.Timer(lambda: None, "cuda").gate_wanted
     assert cached_timing_settings({"gate": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
     timer = T.Timer(lambda: None, "cpu", gate=True)
