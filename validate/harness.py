@@ -200,7 +200,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``late`` (with ``control``) is a list of parts the worker may not hold before it uses them
     (inputs a submission must not have seen before it is called on them): each is copied into a
     memory file of its own as the run starts, and part ``i``'s file handed to the worker when it
-    asks (``payload_files._LateFile``, ``harness_worker.late_payload``).
+    asks (``payload_files._LateFile``, ``late_read.late_payload``).
     ``early_results`` lets a trusted target (one that runs no submission's code) write result
     tensors into the run's results file as it makes them (``harness_worker.result_slot``).
     ``on_delivered(result)`` (with ``early_results``): such a target may deliver its results

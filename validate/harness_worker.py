@@ -38,7 +38,6 @@ from .tensor_slots import (  # noqa: F401
     ShownSlot,
     SlotError,
     TensorSlot,
-    read_part,
     recv_fds,
     restore_slots,
     send_fds,
@@ -269,54 +268,6 @@ def report(value: dict, *, _channel=_channel, _send=_audit_event, _event=FRAME_E
     _send(_event, _kind, _encode(value))
 
 
-def late_payload(index: int, _recv_fds=recv_fds, _socket=socket.socket):
-    """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
-    parent now: it was not in this process before (None when the job has no such part). The
-    parent hands its memory file over the late socket, then says so on the control pipe."""
-    table = _late.get("table") or []
-    if not 0 <= index < len(table) or _control is None:
-        return None
-    report({"late": index})
-    if receive().strip() != f"late {index}":
-        raise RuntimeError(f"the parent did not send late part {index}")
-    channel = _socket(fileno=os.dup(_late["fd"]))
-    try:  # the parent sent it before the command: already here, or never coming
-        said, fds = _recv_fds(channel, 16, 1, socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        said, fds = b"", []
-    finally:
-        channel.close()
-    if len(fds) != 1 or said != index.to_bytes(4, "little"):
-        for fd in fds:
-            os.close(fd)
-        raise RuntimeError(f"the parent did not hand over late part {index}")
-    offset, size = table[index]
-    # mapped, not read: its tensors lie over the file's pages (private, copy-on-write), so a
-    # part of 128 MB costs no copy and no fresh pages inside the timing window (a read into a
-    # new buffer took about 0.1 s there, per part and member)
-    try:
-        data = _map_part(fds[0], offset, size)
-    finally:
-        os.close(fds[0])
-    return read_part(data, size)
-
-
-def _map_part(fd: int, offset: int, size: int) -> memoryview:
-    """Bytes ``[offset, offset + size)`` of the file ``fd``, mapped privately (writable,
-    never written back)."""
-    import mmap
-
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    if os.fstat(fd).st_size < offset + size:
-        raise RuntimeError(f"late data ends before {offset + size} bytes")
-    # (not ``MAP_POPULATE``: on a private writable mapping it copies every page, 126 ms for
-    # 192 MB where the device copy's own faults cost less; H200 host: the worker's wait for a
-    # KernelBench-size part went 10 -> 80-90 ms with it)
-    mapped = mmap.mmap(fd, offset + size - start, flags=mmap.MAP_PRIVATE,
-                       prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
-    return memoryview(mapped)[offset - start:]
-
-
 def receive() -> str:
     """The parent's next command line on the control pipe ("" when the parent closed it)."""
     if _control is None:
@@ -324,12 +275,14 @@ def receive() -> str:
     return _control()
 
 
-def _make_receiver(fd: int):
+def _make_receiver(fd: int, _read=os.read):
+    """The control pipe's line reader, bound here: the late part's reading calls it while the
+    parent's descriptor waits on the late socket (``late_read``)."""
     buffered = [b""]
 
     def read_line() -> str:
         while b"\n" not in buffered[0]:
-            chunk = os.read(fd, 4096)
+            chunk = _read(fd, 4096)
             if not chunk:
                 line, buffered[0] = buffered[0], b""
                 return line.decode()
@@ -606,7 +559,7 @@ def main(argv: list[str]) -> None:
             _parts_out[0] = socket.socket(fileno=parts)
         else:
             os.close(parts)
-    if "late" in extra:  # its parts come over it when asked for (``late_payload``)
+    if "late" in extra:  # its parts come over it when asked for (``late_read.late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
     del key
     _apply_limits(job.get("limits") or {})

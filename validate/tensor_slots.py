@@ -17,10 +17,12 @@ Standard library only at import (the worker side imports it before any target ru
 """
 from __future__ import annotations
 
+import array
 import fcntl
 import mmap
 import os
 import resource
+import socket
 import sys
 import threading
 import weakref
@@ -55,16 +57,24 @@ class SlotError(RuntimeError):
     """The results file cannot be trusted or does not hold what the result's slots name."""
 
 
-def _replaced(item, leaf):
+def _replaced(item, leaf, *, _type=type, _dict=dict, _list=list, _tuple=tuple, _zip=zip):
     """``item`` rebuilt through its dicts, lists and tuples, each element ``leaf`` takes
-    (returns something other than ``NotImplemented`` for) replaced by what it returns."""
-    got = leaf(item)
-    if got is not NotImplemented:
-        return got
-    if type(item) in (dict, list, tuple):
-        values = [_replaced(v, leaf) for v in (item.values() if type(item) is dict else item)]
-        return dict(zip(item, values)) if type(item) is dict else type(item)(values)
-    return item
+    (returns something other than ``NotImplemented`` for) replaced by what it returns. Bound
+    at import, with no name looked up at call time: a late part's reading walks its trial
+    through it (``late_read.read_part``). The walk is handed itself rather than closing over
+    itself: a closure cell would make a cycle that keeps ``leaf``, and the mapping it holds,
+    until the collector runs."""
+    def walk(item, walk):
+        got = leaf(item)
+        if got is not NotImplemented:
+            return got
+        kind = _type(item)
+        if kind is _dict or kind is _list or kind is _tuple:
+            values = [walk(v, walk) for v in (item.values() if kind is _dict else item)]
+            return _dict(_zip(item, values)) if kind is _dict else kind(values)
+        return item
+
+    return walk(item, walk)
 
 
 def restore_slots(value, data, base: int = 0, shown=None):
@@ -219,32 +229,32 @@ def send_fds(channel, data: bytes, fds: list[int], flags: int = 0) -> int:
     """``data`` and the descriptors ``fds`` in one message on the AF_UNIX socket ``channel``,
     with ``flags`` (``MSG_DONTWAIT``: raise ``BlockingIOError`` rather than wait). Not
     ``socket.send_fds``, which before Python 3.12 (3.11 here) drops its flags and waits."""
-    import array
-    import socket
-
     return channel.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                      array.array("i", fds))] if fds else [], flags)
 
 
-def recv_fds(channel, size: int, most: int, flags: int = 0) -> tuple[bytes, list[int]]:
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # each received descriptor close-on-exec
+
+
+def recv_fds(channel, size: int, most: int, flags: int = 0, *, _array=array.array,
+             _cmsg_len=socket.CMSG_LEN, _cloexec=_CLOEXEC,
+             _level=socket.SOL_SOCKET, _rights=socket.SCM_RIGHTS, _len=len,
+             _list=list) -> tuple[bytes, list[int]]:
     """One message from the AF_UNIX socket ``channel``: its data and the descriptors it
     carried (at most ``most``; each close-on-exec), with ``flags`` (``MSG_DONTWAIT``: raise
     ``BlockingIOError`` rather than wait). Not ``socket.recv_fds``, which before Python 3.12
-    drops its flags."""
-    import array
-    import socket
-
-    fds = array.array("i")
+    drops its flags. Bound at import: a late part's descriptor comes through it
+    (``late_read``)."""
+    fds = _array("i")
     data, ancillary, _flags, _address = channel.recvmsg(
-        size, socket.CMSG_LEN(most * fds.itemsize),
-        flags | getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+        size, _cmsg_len(most * fds.itemsize), flags | _cloexec)
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    return data, list(fds)
+        if level == _level and kind == _rights:
+            fds.frombytes(payload[:_len(payload) - _len(payload) % fds.itemsize])
+    return data, _list(fds)
 
 
-# A late part (``payload_files._LateFile``, ``harness_worker.late_payload``): its tensors' bytes
+# A late part (``payload_files._LateFile``, ``late_read.late_payload``): its tensors' bytes
 # from the file's start (``TensorSlot`` offsets from 0), then the pickle of its structure, then
 # that pickle's length in 8 bytes: written in one pass, by whoever makes it (the grader from a
 # trial's tensors, or a trusted reference run as it draws them: ``write_part``).
@@ -257,24 +267,6 @@ LATE_PART = "__kernelmill_late_part__"
 def part_bytes(structure: bytes) -> bytes:
     """What follows a part's tensors: its structure's pickle and that pickle's length."""
     return structure + len(structure).to_bytes(PART_TRAILER, "little")
-
-
-def read_part(data, size: int):
-    """The structure of the late part in ``data`` (``size`` bytes) with its tensors over
-    ``data``; ``RuntimeError`` for a part that does not hold one."""
-    import pickle
-
-    if size < PART_TRAILER:
-        raise RuntimeError(f"a late part of {size} bytes holds no structure")
-    length = int.from_bytes(data[size - PART_TRAILER:size], "little")
-    if length > size - PART_TRAILER:
-        raise RuntimeError(f"a late part is malformed ({length} of {size} bytes)")
-    at = size - PART_TRAILER - length
-    try:
-        structure = pickle.loads(bytes(data[at:at + length]))
-    except Exception as exc:  # noqa: BLE001 — said as what it is
-        raise RuntimeError(f"a late part's structure does not load: {exc}") from None
-    return restore_slots(structure, data)
 
 
 def write_part(fd: int, value, look) -> int:

@@ -100,7 +100,7 @@ class Control:
 
     def release_late(self, index: int) -> None:
         """Hand part ``index`` of the run's late data (``run_in_worker(late=...)``) to the
-        worker: it asked for it (``harness_worker.late_payload``)."""
+        worker: it asked for it (``late_read.late_payload``)."""
         with self._cond:
             late = self._late
             self.late_released.append(index)

@@ -18,9 +18,7 @@ import torch
 from kernelmill.validate import host_lock
 from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
-from kernelmill.validate.harness_worker import (
-    late_payload,
-)
+from kernelmill.validate.late_read import late_payload
 from kernelmill.validate.measure import _numpy, flatten_outputs
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.window_worker import reads_slow

@@ -26,6 +26,7 @@ from kernelmill.validate.harness_worker import (
 from kernelmill.validate.measure import load_namespace
 from kernelmill.validate.measure import synchronize as sync
 from kernelmill.validate.host_lock import bind as bind_host_lock
+from kernelmill.validate.late_read import bind as bind_late_read
 from kernelmill.validate.stream_gate import shared as shared_gate
 from kernelmill.validate.window_worker import await_gpu, step_aside_point
 
@@ -149,6 +150,7 @@ def _candidate_task(payload: dict) -> dict:
     if device.startswith("cuda") and _timer_options(payload).get("gate"):
         shared_gate()  # in this run's private copy, before the import: no submission reaches it
     late_locked = device.startswith("cuda") and _late_locked(payload) and bind_host_lock()
+    bind_late_read()  # the late socket and the pipe's reader, as they are before the import
     step_aside()
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")

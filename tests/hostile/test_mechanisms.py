@@ -1905,12 +1905,12 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker import call
     from kernelmill.grade.worker.guards import originals
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
-    from kernelmill.validate import host_lock, measure, placement, stream_gate
+    from kernelmill.validate import host_lock, late_read, measure, placement, stream_gate
     from kernelmill.validate import timer as T
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), host_lock, measure,
-                                                placement, stream_gate, T,
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), host_lock, late_read,
+                                                measure, placement, stream_gate, T,
                                                 *_package_modules(witness.__name__)]}
     # what the timer re-exports from placement is placement's copy's, its class rebuilt there
     assert copies[T.__name__]["PlacementTurns"] is copies[placement.__name__]["PlacementTurns"]
@@ -2024,6 +2024,79 @@ def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
         timer.once(lambda: None, whole=True)
     assert word.value == 2 and not own.closed
     assert called == []
+
+
+def test_the_late_parts_are_read_through_functions_bound_before_the_import(monkeypatch):
+    """The unseen check's new inputs come as late parts, read while the submission's objects
+    live in the worker (review of the gate, row 12): a function looked up at call time and
+    rebound for that one call (the harness's reader, ``torch.frombuffer``, ``mmap.mmap``, the
+    ``array`` module the descriptor's receipt uses, the control pipe's reader) would see the
+    trial's bytes or its file. The private copy of ``validate.late_read``, bound before the
+    import, reads the part right with every one of those rebound afterwards and calls none."""
+    import mmap
+    import os
+    import pickle
+    import socket
+    import types
+
+    from kernelmill.grade.worker.guards.private import _private_namespace
+    from kernelmill.validate import harness_worker, late_read, tensor_slots
+    from kernelmill.validate.payload_files import _LateFile
+
+    parts = [{"inputs": [torch.arange(1 << 16, dtype=torch.float32) * (i + 1)], "seed": i}
+             for i in range(2)]
+    late = _LateFile(parts)
+    for event in late._written:
+        assert event.wait(10)
+    asked = []
+    said, told = os.pipe()
+
+    def parent_report(value):  # the parent's side: hands the part over, then says so
+        asked.append(value["late"])
+        late.release(value["late"])
+        os.write(told, f"late {value['late']}\n".encode())
+
+    monkeypatch.setattr(harness_worker, "_late", {"fd": late.fd, "table": late.table})
+    monkeypatch.setattr(harness_worker, "_control", harness_worker._make_receiver(said))
+    monkeypatch.setattr(harness_worker, "report", parent_report)
+    copies = _private_namespace()  # made before the candidate's import, as in the worker
+    reading = copies[late_read.__name__]
+    assert copies["kernelmill.grade.worker.probes"]["late_payload"] is reading["late_payload"]
+    reading["bind"]()
+    assert late_read._BOUND == []  # the public list holds nothing: only the copy was bound
+
+    seen = []
+
+    def spy(name):
+        return lambda *args, **kwargs: seen.append(name)
+
+    # the submission's import: every name the reading once looked up, rebound
+    monkeypatch.setattr(torch, "frombuffer", spy("frombuffer"))
+    monkeypatch.setattr(mmap, "mmap", spy("mmap"))
+    monkeypatch.setattr(os, "dup", spy("dup"))
+    monkeypatch.setattr(os, "read", spy("read"))
+    monkeypatch.setattr(pickle, "loads", spy("loads"))
+    monkeypatch.setattr(socket, "_socket", types.SimpleNamespace(socket=spy("_socket")))
+    monkeypatch.setitem(sys.modules, "array", types.SimpleNamespace(array=spy("array")))
+    monkeypatch.setattr(tensor_slots, "_replaced", spy("_replaced"))
+    monkeypatch.setattr(tensor_slots, "recv_fds", spy("recv_fds"))
+    monkeypatch.setattr(harness_worker, "_control", spy("_control"))
+    monkeypatch.setattr(harness_worker, "report", spy("report"))
+    for name in ("read_part", "map_part", "late_payload"):
+        monkeypatch.setattr(late_read, name, spy(name))
+    monkeypatch.setattr(late_read, "_BOUND", [{"fd": None, "table": (), "receive": None,
+                                               "report": spy("public _BOUND")}])
+    try:
+        for index in (1, 0):
+            trial = reading["late_payload"](index)
+            assert trial["seed"] == index
+            assert torch.equal(trial["inputs"][0], parts[index]["inputs"][0])
+        assert reading["late_payload"](2) is None  # no such part: nothing asked
+    finally:
+        late.close()
+        os.close(said)
+        os.close(told)
+    assert asked == [1, 0] and seen == []
 
 
 def test_the_private_copy_covers_every_module_of_the_worker_package():

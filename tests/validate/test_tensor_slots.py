@@ -9,11 +9,11 @@ import socket
 import pytest
 import torch
 from kernelmill.validate.harness import run_in_worker
+from kernelmill.validate.late_read import map_part, read_part
 from kernelmill.validate.tensor_slots import (
     SlotError,
     TensorSlot,
     attach_slots,
-    read_part,
     recv_fds,
     slot_tensors,
 )
@@ -414,7 +414,6 @@ def test_late_parts_are_copied_ahead_and_handed_over_one_file_each_when_asked():
     import fcntl
     import socket
 
-    from kernelmill.validate.harness_worker import _map_part
     from kernelmill.validate.payload_files import _LateFile
 
     before = _fds_of_self()
@@ -435,7 +434,7 @@ def test_late_parts_are_copied_ahead_and_handed_over_one_file_each_when_asked():
         with pytest.raises(OSError):
             os.write(fds[0], b"x")
         offset, size = late.table[1]
-        data = _map_part(fds[0], offset, size)
+        data = map_part(fds[0], offset, size)
         os.close(fds[0])
         got = read_part(data, size)
         assert torch.equal(got["inputs"][0], parts[1]["inputs"][0])
@@ -752,7 +751,7 @@ def test_a_device_tensor_looked_at_in_pieces_is_written_whole_and_in_order():
     through the staging buffer, a tensor larger than it): a results file and a late part hold
     its bytes as they were. A meta tensor stands for the device one here; its bytes come from
     a host tensor like it."""
-    from kernelmill.validate.tensor_slots import ResultsFile, read_part, write_part
+    from kernelmill.validate.tensor_slots import ResultsFile, write_part
 
     real = torch.randn(5 * 4096 + 5, dtype=torch.float32)  # over SLOT_BYTES
     device = torch.empty_like(real, device="meta")
