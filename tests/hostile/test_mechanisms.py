@@ -1907,10 +1907,12 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
     from kernelmill.validate import host_lock, late_read, measure, placement, stream_gate
     from kernelmill.validate import timer as T
+    from kernelmill.validate import timing_graph
 
     copies = _private_namespace()
     assert set(copies) == {m.__name__ for m in [*_package_modules(), host_lock, late_read,
                                                 measure, placement, stream_gate, T,
+                                                timing_graph,
                                                 *_package_modules(witness.__name__)]}
     # what the timer re-exports from placement is placement's copy's, its class rebuilt there
     assert copies[T.__name__]["PlacementTurns"] is copies[placement.__name__]["PlacementTurns"]
@@ -1922,6 +1924,10 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     private = copies[call.__name__]
     timer_class, witness_class = private["T"].Timer, private["Witness"]
     assert timer_class is not T.Timer and witness_class is not witness.Witness
+    # the timer's graph capture (``validate.timing_graph``, its base) is that module's copy's
+    graphs = copies[timing_graph.__name__]
+    assert timer_class.__bases__ == (graphs["TimingGraphs"],)
+    assert timer_class._per_call_ms.__globals__ is graphs is not vars(timing_graph)
     assert private["_Run"] is not call._Run and private["sync"] is not measure.synchronize
     # what the timer imports from measure is measure's copy's
     assert copies[T.__name__]["synchronize"] is copies[measure.__name__]["synchronize"]

@@ -14,6 +14,7 @@ import pytest
 import torch
 from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
+from kernelmill.validate import timing_graph as TG
 from kernelmill.validate import window_worker as W
 from kernelmill.validate.harness import Control, run_in_worker
 from kernelmill.validate.gpus import gpu_lock_path
@@ -137,12 +138,12 @@ def _sizing_replays(monkeypatch, per_call_ms: float, output_numel: int):
         return calls, [torch.empty(0)] * calls
 
     monkeypatch.setattr(T.Timer, "_captured", captured_graph)
-    monkeypatch.setattr(T, "_graph_replay", lambda calls: clock.update(
+    monkeypatch.setattr(TG, "_graph_replay", lambda calls: clock.update(
         ms=clock["ms"] + calls * per_call_ms))
-    monkeypatch.setattr(T, "_event_record", lambda event: clock.update(ms=0.0)
+    monkeypatch.setattr(TG, "_event_record", lambda event: clock.update(ms=0.0)
                         if event == "start" else None)
-    monkeypatch.setattr(T, "_event_wait", lambda event: None)
-    monkeypatch.setattr(T, "_event_elapsed", lambda start, end: clock["ms"])
+    monkeypatch.setattr(TG, "_event_wait", lambda event: None)
+    monkeypatch.setattr(TG, "_event_elapsed", lambda start, end: clock["ms"])
     timer = T.Timer(lambda: None, "cpu")
     timer._events, timer.output = ("start", "end"), torch.empty(output_numel)
     return timer._per_call_ms(None), captured
@@ -1382,13 +1383,13 @@ def test_a_long_graph_call_is_sized_from_one_replay():
         pytest.skip("no CUDA device")
     a = torch.randn(8192, 8192, device="cuda")  # a matmul of several ms: one call per sample
     replays = []
-    real = T._graph_replay
+    real = TG._graph_replay
     try:
-        T._graph_replay = lambda graph: (replays.append(graph), real(graph))[1]
+        TG._graph_replay = lambda graph: (replays.append(graph), real(graph))[1]
         timer = T.Timer(lambda: a @ a, "cuda")
         info = timer.prepare()
     finally:
-        T._graph_replay = real
+        TG._graph_replay = real
     assert info["method"] == "cuda_graph" and timer.calls_per_sample == 1, info
     assert timer.estimate_ms >= T.LONG_REPLAY_SAMPLES * timer.sample_ms, info
     assert len(replays) <= 4, len(replays)  # no eight-call graph and its 15 replays
@@ -1823,9 +1824,9 @@ def _spare_timer(monkeypatch, spare: bool, calls: int = 256, output_numel: int =
         return ("graph", count), [torch.empty(output_numel) for _ in range(count)]
 
     monkeypatch.setattr(T.Timer, "_captured", captured_graph)
-    monkeypatch.setattr(T, "_graph_replay", lambda graph: replayed.append(graph[1]))
-    monkeypatch.setattr(T, "_cuda_synchronize", lambda: None)
-    monkeypatch.setattr(T, "_current_stream", lambda: SimpleNamespace(wait_stream=lambda s: 0))
+    monkeypatch.setattr(TG, "_graph_replay", lambda graph: replayed.append(graph[1]))
+    monkeypatch.setattr(TG, "_cuda_synchronize", lambda: None)
+    monkeypatch.setattr(TG, "_current_stream", lambda: SimpleNamespace(wait_stream=lambda s: 0))
     timer = T.Timer(lambda: None, "cpu", spare=spare, max_calls_per_sample=max_calls)
     timer.graph, timer.outputs = captured_graph(timer, "stream", calls)
     captured.clear()
@@ -1880,7 +1881,7 @@ def test_a_spare_graph_goes_when_the_estimate_alone_keeps_the_count(monkeypatch)
     assert timer.round(2) == [1.0, 1.0] and timer._spare is None
     assert timer.describe()["spare_graph"] == "unused"
     # a spare whose calls' outputs share memory is not kept
-    monkeypatch.setattr(T, "outputs_overlap", lambda outputs: True)
+    monkeypatch.setattr(TG, "outputs_overlap", lambda outputs: True)
     timer, captured, _ = _spare_timer(monkeypatch, spare=True)
     assert captured == [512] and timer._spare is None
     assert timer.describe()["spare_graph"] == "outputs overlap"
@@ -1935,10 +1936,10 @@ def test_the_timer_tells_its_place_hook_each_captured_call_and_the_capture_end(m
     told = []
     timer = T.Timer(lambda: told.append("call") or 1, "cpu",
                     place=lambda index, calls: told.append((index, calls)))
-    monkeypatch.setattr(T, "_CUDAGraph", lambda: object())
-    monkeypatch.setattr(T, "_capture_begin", lambda graph: None)
-    monkeypatch.setattr(T, "_capture_end", lambda graph: None)
-    monkeypatch.setattr(T, "_stream_ctx", lambda stream: T._nullcontext())
+    monkeypatch.setattr(TG, "_CUDAGraph", lambda: object())
+    monkeypatch.setattr(TG, "_capture_begin", lambda graph: None)
+    monkeypatch.setattr(TG, "_capture_end", lambda graph: None)
+    monkeypatch.setattr(TG, "_stream_ctx", lambda stream: T._nullcontext())
     _graph, outputs = timer._captured(None, 3)
     assert outputs == [1, 1, 1]
     assert told == [(0, 3), "call", (1, 3), "call", (2, 3), "call", (None, 3)]

@@ -18,6 +18,7 @@ from kernelmill.validate import late_read as L
 from kernelmill.validate import placement as P
 from kernelmill.validate import stream_gate as S
 from kernelmill.validate import timer as T
+from kernelmill.validate import timing_graph as G
 
 from .originals import _isinstance, _type
 
@@ -34,7 +35,8 @@ def _package_modules(package: str = PACKAGE) -> list:
 
 def _private_namespace() -> dict[str, dict]:
     """Private copies of every module of the worker package and of those it runs beside a
-    submission (``validate.timer``: the timer, ``validate.placement``: where its inputs sit,
+    submission (``validate.timer``: the timer, ``validate.timing_graph``: its graphs' capture,
+    ``validate.placement``: where its inputs sit,
     ``validate.stream_gate``: the gate its unseen check's replays wait behind,
     ``validate.host_lock``: the page-locking of its new inputs, ``validate.late_read``: the
     reading of those inputs, and
@@ -51,7 +53,7 @@ def _private_namespace() -> dict[str, dict]:
     ``__globals__`` and the collector, which would reach the copies, are refused by the audit
     hook. One unit: a module of the package left out of the copy would be one whose names a
     submission could rebind under the harness."""
-    modules = [*_package_modules(), H, L, M, P, S, T, *_package_modules(Witness.__module__)]
+    modules = [*_package_modules(), G, H, L, M, P, S, T, *_package_modules(Witness.__module__)]
     copies = {m.__name__: types.ModuleType(m.__name__, m.__doc__) for m in modules}
     owners = {id(vars(m)): vars(copies[m.__name__]) for m in modules}
     helper = contextlib.contextmanager(_private_namespace).__code__  # contextlib's wrapper
