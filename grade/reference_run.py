@@ -50,9 +50,8 @@ HOST_COPIES = 2
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
 # Inductor times are read as their ratio (``checks.timing``), both taken alike
 # (``spare_graph``: where a resized graph is captured, not what it holds; ``replay_sync`` and
-# ``gate``: how the unseen check's replays are timed, which no scored sample is;
-# ``late_locked``: how its new inputs reach the device)
-RATIO_NEUTRAL = ("cover", "spare_graph", "replay_sync", "gate", "late_locked")
+# ``gate``: how the unseen check's replays are timed, which no scored sample is)
+RATIO_NEUTRAL = ("cover", "spare_graph", "replay_sync", "gate")
 
 
 def cached_timing_settings(settings: dict) -> dict:

@@ -107,12 +107,8 @@ class _Run(_Probes):
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
                  base_state: int = 0, slots=None, hidden_required: int | None = None,
                  hidden_required_ungraphed: int | None = None,
-                 retry_ratio: float | None = None, placing: str = T.PLACING,
-                 late_locked: bool = False):
+                 retry_ratio: float | None = None, placing: str = T.PLACING):
         self.model, self.device, self.max_bytes = model, device, max_bytes
-        # the unseen check page-locks each new trial's large inputs for their load
-        # (``validate.host_lock``; bound before the candidate's import)
-        self.late_locked = late_locked is True
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
         self.states, self.slots, self.state = states or {}, slots, base_state

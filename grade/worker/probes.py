@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from math import prod as _prod
 
 import torch
-from kernelmill.validate import host_lock
 from kernelmill.validate import measure as M
 from kernelmill.validate import timer as T
 from kernelmill.validate.late_read import late_payload
@@ -174,8 +173,6 @@ class _Probes:
         # asked for and mapped, loaded into the inputs, its output looked at
         steps: dict[str, list[float]] = {"late": [], "load": [], "observe": [], "seen": [],
                                          "even": [], "keep": [], "after": []}
-        if getattr(self, "late_locked", False):  # each trial's locking and letting go, together
-            steps["lock"] = self.lock_ms = []
 
         def stamp(step: str, began: float) -> None:
             steps[step].append(round((_perf_counter() - began) * 1e3, 2))
@@ -220,7 +217,7 @@ class _Probes:
                 steps["late"].append(round((_perf_counter() - began) * 1e3, 2))
                 if trial is None or self._mode_saw_new_inputs():
                     break
-                ms, out = self._locked_for_load(trial, lambda: timed_on(trial, "unseen"))
+                ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
                 if whole and calls > 1 and not index:
                     began = _perf_counter()
@@ -268,22 +265,6 @@ class _Probes:
                                         "unseen check's new inputs came in")
         return True
 
-    def _locked_for_load(self, trial: dict, timed):
-        """``timed()`` (the trial's load and its timed call), its large host inputs page-locked
-        around it where the check asks (``late_locked``: ``validate.host_lock``), the locking
-        and the letting go timed into ``lock_ms`` (the check's step ``lock``)."""
-        if not getattr(self, "late_locked", False):
-            return timed()
-        began = _perf_counter()
-        release = host_lock.lock(trial["inputs"])
-        locked_ms = (_perf_counter() - began) * 1e3
-        try:
-            return timed()
-        finally:
-            began = _perf_counter()
-            release()
-            self.lock_ms.append(round(locked_ms + (_perf_counter() - began) * 1e3, 2))
-
     def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
         """After the unseen check, on the hidden trial kept for it (the last: never a spare,
         no call has seen it): one replay of the one-call graph (``Timer.once``, captured like
@@ -304,7 +285,7 @@ class _Probes:
         # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
         # as a scored call finds the caches (``probes.scored_device_work`` holds the scored
         # calls to it)
-        ms, out = self._locked_for_load(trial, lambda: timed_on(trial, "single", flush=False))
+        ms, out = timed_on(trial, "single", flush=False)
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
                                 into=getattr(self, "single_block", None))
         # the timed inputs back, as a call on them leaves them (what the parent checks after the

@@ -25,7 +25,6 @@ from kernelmill.validate.harness_worker import (
 )
 from kernelmill.validate.measure import load_namespace
 from kernelmill.validate.measure import synchronize as sync
-from kernelmill.validate.host_lock import bind as bind_host_lock
 from kernelmill.validate.late_read import bind as bind_late_read
 from kernelmill.validate.stream_gate import shared as shared_gate
 from kernelmill.validate.window_worker import await_gpu, step_aside_point
@@ -53,7 +52,7 @@ from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
 from .state import StateSlots, match_state
-from .timing import _late_locked, _serve_timing, _timer_options, device_info, timing_placing
+from .timing import _serve_timing, _timer_options, device_info, timing_placing
 
 # ---------------------------------------------------------------- both runs
 
@@ -149,7 +148,6 @@ def _candidate_task(payload: dict) -> dict:
     reserve_staging(_largest_tensor_bytes(payload))
     if device.startswith("cuda") and _timer_options(payload).get("gate"):
         shared_gate()  # in this run's private copy, before the import: no submission reaches it
-    late_locked = device.startswith("cuda") and _late_locked(payload) and bind_host_lock()
     bind_late_read()  # the late socket and the pipe's reader, as they are before the import
     step_aside()
     # before the import: every op registered later is the candidate's
@@ -217,8 +215,7 @@ def _candidate_task(payload: dict) -> dict:
                hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
                hidden_required=payload.get("hidden_required"),
                hidden_required_ungraphed=payload.get("hidden_required_ungraphed"),
-               retry_ratio=payload.get("unseen_retry_ratio"), late_locked=late_locked,
-               states=states, base_state=base, placing=timing_placing(payload),
+               retry_ratio=payload.get("unseen_retry_ratio"), states=states, base_state=base, placing=timing_placing(payload),
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs

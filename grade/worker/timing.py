@@ -40,13 +40,6 @@ def _timer_options(payload: dict) -> dict:
     return options
 
 
-def _late_locked(payload: dict) -> bool:
-    """Whether the unseen check page-locks each new trial's large inputs for their copy onto
-    the device (``validate.host_lock``): the policy's timing setting ``late_locked``, only a
-    true."""
-    return (payload.get("timing_settings") or {}).get("late_locked") is True
-
-
 def timing_placing(payload: dict) -> str:
     """How the timed calls read the copies of their inputs (``timer.PLACINGS``): the policy's
     timing setting ``placing``, else ``timer.PLACING``."""

@@ -176,7 +176,6 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
     run.observe = observe
     run._keep_replay = lambda timer: seen.append(("keep", gc.isenabled()))
     run._single_check = lambda *args: probes._Probes._single_check(run, *args)
-    run._locked_for_load = lambda *args: probes._Probes._locked_for_load(run, *args)
     run._mode_saw_new_inputs = lambda: probes._Probes._mode_saw_new_inputs(run)
     run.changed_while_timed = []
     assert gc.isenabled()
@@ -199,87 +198,6 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
-def test_a_new_trials_large_host_inputs_are_page_locked_around_their_load(monkeypatch):
-    """``late_locked``: the unseen check page-locks each new trial's large host tensors
-    (``validate.host_lock``: their whole pages, read-only) for the load and the timed call,
-    and lets them go after, a call that raised too; small tensors, device tensors and other
-    values are left alone, and the locking's time is the check's step ``lock``. Unbound (no
-    driver here, or never bound), nothing is locked. The driver's calls are stubbed."""
-    import mmap
-
-    from kernelmill.grade.worker.timing import _late_locked
-    from kernelmill.grade.reference_run import cached_timing_settings
-    from kernelmill.validate import host_lock
-
-    assert host_lock.lock([torch.ones(host_lock.LOCK_MIN_BYTES)])() == 0  # unbound: nothing
-    calls = []
-    register = lambda start, size, flags: calls.append(("lock", start, size, flags)) or 0
-    unregister = lambda start: calls.append(("free", start)) or 0
-    monkeypatch.setattr(host_lock, "_BOUND", [(register, unregister)])
-    big = torch.ones(host_lock.LOCK_MIN_BYTES // 4 + 5)
-    small = torch.ones(1024)
-    trial = {"inputs": [big, small, big[::2], 3]}
-    run = SimpleNamespace(late_locked=True, lock_ms=[])
-    out = probes._Probes._locked_for_load(run, trial, lambda: calls.append("load") or (1.0, "o"))
-    page = mmap.PAGESIZE
-    start = big.data_ptr() // page * page
-    end = -(-(big.data_ptr() + big.numel() * 4) // page) * page
-    flags = host_lock.CU_MEMHOSTREGISTER_PORTABLE | host_lock.CU_MEMHOSTREGISTER_READ_ONLY
-    assert out == (1.0, "o")
-    assert calls == [("lock", start, end - start, flags), "load", ("free", start)]
-    assert len(run.lock_ms) == 1 and run.lock_ms[0] >= 0
-    calls.clear()
-    with pytest.raises(ZeroDivisionError):
-        probes._Probes._locked_for_load(run, trial, lambda: 1 / 0)
-    assert calls == [("lock", start, end - start, flags), ("free", start)]
-    # not asked for: the load alone
-    plain = SimpleNamespace(late_locked=False)
-    assert probes._Probes._locked_for_load(plain, trial, lambda: "loaded") == "loaded"
-    # the timing setting: only a true; the cached reference timings keyed without it
-    assert _late_locked({"timing_settings": {"late_locked": True}})
-    assert not any(_late_locked({"timing_settings": {"late_locked": v}})
-                   for v in ("true", 1, None))
-    assert cached_timing_settings({"late_locked": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
-
-
-def test_the_page_locking_merges_ranges_that_share_a_page_and_lets_go_when_it_raises(
-        monkeypatch):
-    """``host_lock.lock``: two large tensors 64 bytes apart in one late part share a page, so
-    their whole pages are locked as one range (the second would be refused alone); a
-    registration that raises lets go of the ranges locked before it."""
-    from kernelmill.validate import host_lock
-
-    calls = []
-
-    def register(start, size, flags):
-        calls.append(("lock", start, size))
-        if len(calls) > 1 and raising:
-            raise OSError("driver gone")
-        return 0
-
-    monkeypatch.setattr(host_lock, "_BOUND", [(register, lambda s: calls.append(("free", s)))])
-    page = 4096
-    assert host_lock._PAGE == page
-    first = host_lock.LOCK_MIN_BYTES + 100  # not a whole number of pages
-    second_at = first + (-first) % 64
-    part = torch.zeros(second_at + host_lock.LOCK_MIN_BYTES, dtype=torch.uint8)
-    a, b = part[:first], part[second_at:]
-    base = part.data_ptr()
-    low, high = base - base % page, base + part.numel()
-    high += (page - high % page) % page
-    raising = False
-    release = host_lock.lock([b, a])
-    assert calls == [("lock", low, high - low)] and release() == 1
-    assert calls[-1] == ("free", low)
-    # two apart: the second's registration raises, the first is let go
-    calls.clear()
-    raising = True
-    other = torch.zeros(host_lock.LOCK_MIN_BYTES, dtype=torch.uint8)
-    with pytest.raises(OSError):
-        host_lock.lock([a, other])
-    assert [c[0] for c in calls] == ["lock", "lock", "free"] and calls[2][1] == calls[0][1]
 
 
 def test_a_mode_pushed_when_new_inputs_come_in_loads_nothing_and_is_reported():

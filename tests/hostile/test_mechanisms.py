@@ -1905,14 +1905,13 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
     from kernelmill.grade.worker import call
     from kernelmill.grade.worker.guards import originals
     from kernelmill.grade.worker.guards.private import _package_modules, _private_namespace
-    from kernelmill.validate import host_lock, late_read, measure, placement, stream_gate
+    from kernelmill.validate import late_read, measure, placement, stream_gate
     from kernelmill.validate import timer as T
     from kernelmill.validate import timing_graph
 
     copies = _private_namespace()
-    assert set(copies) == {m.__name__ for m in [*_package_modules(), host_lock, late_read,
-                                                measure, placement, stream_gate, T,
-                                                timing_graph,
+    assert set(copies) == {m.__name__ for m in [*_package_modules(), late_read, measure,
+                                                placement, stream_gate, T, timing_graph,
                                                 *_package_modules(witness.__name__)]}
     # what the timer re-exports from placement is placement's copy's, its class rebuilt there
     assert copies[T.__name__]["PlacementTurns"] is copies[placement.__name__]["PlacementTurns"]
@@ -1990,16 +1989,6 @@ def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
     assert copies[tasks.__name__]["shared_gate"] is gates["shared"]
     assert timer_ns["StreamGate"] is gates["StreamGate"] is not stream_gate.StreamGate
     assert gates["shared"]() is None  # no CUDA here: none made, the public one never taken
-    # the page-locking of the check's new inputs (``validate.host_lock``) likewise: the worker
-    # binds its private copy's driver calls, which a list filled in the public module is not
-    from kernelmill.validate import host_lock
-
-    locks = copies[host_lock.__name__]
-    assert copies[tasks.__name__]["bind_host_lock"] is locks["bind"] is not host_lock.bind
-    monkeypatch.setattr(host_lock, "_BOUND", [(lambda *a: called.append("fake lock") or 0,
-                                               lambda *a: called.append("fake free") or 0)])
-    assert locks["_BOUND"] is not host_lock._BOUND
-    assert locks["lock"]([torch.ones(host_lock.LOCK_MIN_BYTES)])() == 0
     # a private timer's once, its CUDA calls stubbed, with a public gate and with its own
     trace = []
     for name in ("_cuda_synchronize", "_event_record", "_event_wait"):

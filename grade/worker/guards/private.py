@@ -13,7 +13,6 @@ from typing import Any
 
 from kernelmill.grade.witness import Witness
 from kernelmill.validate import measure as M
-from kernelmill.validate import host_lock as H
 from kernelmill.validate import late_read as L
 from kernelmill.validate import placement as P
 from kernelmill.validate import stream_gate as S
@@ -38,8 +37,7 @@ def _private_namespace() -> dict[str, dict]:
     submission (``validate.timer``: the timer, ``validate.timing_graph``: its graphs' capture,
     ``validate.placement``: where its inputs sit,
     ``validate.stream_gate``: the gate its unseen check's replays wait behind,
-    ``validate.host_lock``: the page-locking of its new inputs, ``validate.late_read``: the
-    reading of those inputs, and
+    ``validate.late_read``: the reading of its new inputs, and
     ``validate.measure``: the helpers and originals it calls; the ``grade.witness`` package: the profiler ranges and the reading of
     their records), each function and class defined there rebuilt
     over its copy (``contextmanager``s, static methods, properties and ``super()`` cells too),
@@ -53,7 +51,7 @@ def _private_namespace() -> dict[str, dict]:
     ``__globals__`` and the collector, which would reach the copies, are refused by the audit
     hook. One unit: a module of the package left out of the copy would be one whose names a
     submission could rebind under the harness."""
-    modules = [*_package_modules(), G, H, L, M, P, S, T, *_package_modules(Witness.__module__)]
+    modules = [*_package_modules(), G, L, M, P, S, T, *_package_modules(Witness.__module__)]
     copies = {m.__name__: types.ModuleType(m.__name__, m.__doc__) for m in modules}
     owners = {id(vars(m)): vars(copies[m.__name__]) for m in modules}
     helper = contextlib.contextmanager(_private_namespace).__code__  # contextlib's wrapper
