@@ -6,8 +6,8 @@ LayerNorm's 256 MiB input (H100, singles and groups of 8).
     python scripts/late_load_probe.py [--mib 256 512] [--repeats 5]
 
 The parent writes each late part into a sealed memory file of its own
-(``payload_files.LateParts``); the worker maps it when it asks for it
-(``harness_worker._map_part``) and copies its tensors into the timed buffers on the device. For
+(``payload_files._LateFile``); the worker maps it when it asks for it
+(``late_read.map_part``) and copies its tensors into the timed buffers on the device. For
 each size, a sealed file of random bytes, then, interleaved, ``--repeats`` times, a fresh
 mapping each: ``private`` (private and writable, as the worker maps it), ``shared`` (shared and
 read-only, its pages populated by the mapping: a sealed file cannot be written through it),

@@ -19,59 +19,92 @@ reading uses.
 from __future__ import annotations
 
 import _socket
+import io
 import mmap
 import os
 import pickle
+import signal
 import socket
+import types
 
 import torch
 
 from . import harness_worker as _harness
-from .tensor_slots import PART_TRAILER, TensorSlot, _replaced, recv_fds
+from .tensor_slots import PART_TRAILER, ShownSlot, TensorSlot, _replaced, recv_fds
 
-# one dict once ``bind`` ran: the run's late socket and table, the control pipe's reader and the
-# harness's reporter, as they were before the candidate's import
+# one dict once ``bind`` ran: the run's late socket (its descriptor and the inode it was then),
+# its table, the control pipe's reader and the harness's reporter, as they were before the
+# candidate's import
 _BOUND: list = []
-_DTYPES = {str(value)[6:]: value for value in vars(torch).values() if type(value) is torch.dtype}
+# Signals held back while a part is asked for and read: a Python handler runs in this thread
+# between any two bytecodes (or when a wait is interrupted), so a submission's handler, set off
+# by a timer of its own, could peek at the late socket's descriptor. A fault (these) is
+# delivered whatever the mask says.
+_FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGKILL,
+           signal.SIGSTOP)
+_HELD = frozenset(signal.valid_signals()) - frozenset(_FAULTS)
+# torch's dtypes by name, read-only (a proxy whose dict nothing else holds: a keyword default
+# that is a plain dict would be the public module's, and writable)
+_DTYPES = types.MappingProxyType({str(value)[6:]: value for value in vars(torch).values()
+                                  if type(value) is torch.dtype})
 
 
-def bind(*, _tuple=tuple) -> None:
-    """Take the run's late-part state from the harness worker (once): call it in the private
-    copy, before the candidate's import."""
-    if _BOUND:
-        return
+def bind(*, _tuple=tuple, _fstat=os.fstat, _dict=dict) -> None:
+    """Take the run's late-part state from the harness worker: call it in the private copy,
+    before the candidate's import (what the list held before is replaced, never shared)."""
     late = _harness._late
-    _BOUND.append({"fd": late.get("fd"),
-                   "table": _tuple(_tuple(entry) for entry in late.get("table") or ()),
-                   "receive": _harness._control, "report": _harness.report})
+    fd = late.get("fd")
+    _BOUND[:] = [_dict(fd=fd, inode=None if fd is None else _tuple(_fstat(fd)[1:3]),
+                       table=_tuple(_tuple(entry) for entry in late.get("table") or ()),
+                       receive=_harness._control, report=_harness.report)]
 
 
-def late_payload(index: int, *, _recv_fds=recv_fds, _socket_type=_socket.socket,
-                 _dup=os.dup, _close=os.close, _len=len, _error=RuntimeError,
-                 _dontwait=socket.MSG_DONTWAIT):
+def late_payload(index: int, *, _mask=signal.pthread_sigmask, _block=signal.SIG_BLOCK,
+                 _setmask=signal.SIG_SETMASK,
+                 _held=_HELD,
+                 _fstat=os.fstat, _tuple=tuple, _len=len, _error=RuntimeError,
+                 _oserror=OSError):
     """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
     parent now: it was not in this process before (None where the job has no such part, or
     ``bind`` never ran). The parent hands its memory file over the late socket, then says so on
-    the control pipe."""
+    the control pipe. Signals are held back until the part is read (``_FAULTS`` aside), and a
+    late socket whose descriptor now names another file is refused."""
     if not _BOUND:
         return None
     bound = _BOUND[0]
-    table, receive = bound["table"], bound["receive"]
-    if not 0 <= index < _len(table) or receive is None or bound["fd"] is None:
+    table, receive, fd = bound["table"], bound["receive"], bound["fd"]
+    if not 0 <= index < _len(table) or receive is None or fd is None:
         return None
+    try:
+        same = _tuple(_fstat(fd)[1:3]) == bound["inode"]
+    except _oserror:
+        same = False
+    if not same:
+        raise _error("the late socket's descriptor was replaced")
+    before = _mask(_block, _held)
+    try:
+        return _received(index, bound, receive, fd, table)
+    finally:
+        _mask(_setmask, before)
+
+
+def _received(index: int, bound: dict, receive, fd: int, table: tuple, *, _recv_fds=recv_fds,
+              _socket_type=_socket.socket, _dup=os.dup, _close=os.close, _len=len,
+              _error=RuntimeError, _blocking=BlockingIOError, _dontwait=socket.MSG_DONTWAIT):
+    """``late_payload``'s asking, receipt and reading, with signals held back."""
     bound["report"]({"late": index})
     if receive().strip() != f"late {index}":
         raise _error(f"the parent did not send late part {index}")
-    channel = _socket_type(fileno=_dup(bound["fd"]))
+    channel = _socket_type(fileno=_dup(fd))
     try:  # the parent sent it before the command: already here, or never coming
         said, fds = _recv_fds(channel, 16, 1, _dontwait)
-    except BlockingIOError:
+    except _blocking:
         said, fds = b"", []
     finally:
         channel.close()
     if _len(fds) != 1 or said != index.to_bytes(4, "little"):
-        for fd in fds:
-            _close(fd)
+        for got in fds:
+            _close(got)
         raise _error(f"the parent did not hand over late part {index}")
     offset, size = table[index]
     # mapped, not read: its tensors lie over the file's pages (private, copy-on-write), so a
@@ -99,10 +132,24 @@ def map_part(fd: int, offset: int, size: int, *, _mmap=mmap.mmap, _fstat=os.fsta
     return _view(mapped)[offset - start:]
 
 
-def read_part(data, size: int, *, _loads=pickle.loads, _bytes=bytes, _int=int,
-              _replace=_replaced, _type=type, _slot=TensorSlot, _frombuffer=torch.frombuffer,
-              _view=torch.Tensor.view, _uint8=torch.uint8, _dtypes=_DTYPES, _tuple=tuple,
-              _error=RuntimeError, _exception=Exception):
+class _PartUnpickler(pickle.Unpickler):
+    """A part's structure unpickled with its slot classes bound here, never found by name in
+    ``sys.modules`` (where a submission could have put a class of its own, whose code would run
+    while the part is mapped); any other name as ``pickle`` finds it."""
+
+    def find_class(self, module, name, *, _slots=types.MappingProxyType({
+            (TensorSlot.__module__, "TensorSlot"): TensorSlot,
+            (ShownSlot.__module__, "ShownSlot"): ShownSlot}),
+            _find=pickle.Unpickler.find_class):
+        found = _slots.get((module, name))
+        return found if found is not None else _find(self, module, name)
+
+
+def read_part(data, size: int, *, _unpickler=_PartUnpickler, _file=io.BytesIO, _bytes=bytes,
+              _int=int, _replace=_replaced, _type=type, _slot=TensorSlot,
+              _frombuffer=torch.frombuffer, _view=torch.Tensor.view, _uint8=torch.uint8,
+              _dtypes=_DTYPES,
+              _tuple=tuple, _error=RuntimeError, _exception=Exception):
     """The structure of the late part in ``data`` (``size`` bytes) with its tensors over
     ``data`` (``tensor_slots.write_part`` wrote it), each slot a storage of its own;
     ``RuntimeError`` for a part that does not hold one."""
@@ -113,7 +160,7 @@ def read_part(data, size: int, *, _loads=pickle.loads, _bytes=bytes, _int=int,
         raise _error(f"a late part is malformed ({length} of {size} bytes)")
     at = size - PART_TRAILER - length
     try:
-        structure = _loads(_bytes(data[at:at + length]))
+        structure = _unpickler(_file(_bytes(data[at:at + length]))).load()
     except _exception as exc:  # said as what it is
         raise _error(f"a late part's structure does not load: {exc}") from None
     made: dict = {}

@@ -57,7 +57,8 @@ class SlotError(RuntimeError):
     """The results file cannot be trusted or does not hold what the result's slots name."""
 
 
-def _replaced(item, leaf, *, _type=type, _dict=dict, _list=list, _tuple=tuple, _zip=zip):
+def _replaced(item, leaf, *, _type=type, _dict=dict, _list=list, _tuple=tuple, _zip=zip,
+              _not_implemented=NotImplemented):
     """``item`` rebuilt through its dicts, lists and tuples, each element ``leaf`` takes
     (returns something other than ``NotImplemented`` for) replaced by what it returns. Bound
     at import, with no name looked up at call time: a late part's reading walks its trial
@@ -66,7 +67,7 @@ def _replaced(item, leaf, *, _type=type, _dict=dict, _list=list, _tuple=tuple, _
     until the collector runs."""
     def walk(item, walk):
         got = leaf(item)
-        if got is not NotImplemented:
+        if got is not _not_implemented:
             return got
         kind = _type(item)
         if kind is _dict or kind is _list or kind is _tuple:

@@ -43,7 +43,6 @@ from .inputs import to_cpu, to_device
 from .observers.counts import _audit_event, _observed
 from .observers.optrace import active_modes
 
-
 REPLAY_ALIGN = 64  # bytes: each output's place in the kept replay's block starts on such a bound
 
 
@@ -212,10 +211,12 @@ class _Probes:
                         seen_ms, unseen_ms, after_ms, self.retry_ratio):
                     break  # the spares are for a check whose calls read slow
                 # asked for now: it was nowhere in this process before (``late_payload``)
+                if self._mode_would_see_new_inputs():
+                    break
                 began = _perf_counter()
                 trial = late_payload(index)
                 steps["late"].append(round((_perf_counter() - began) * 1e3, 2))
-                if trial is None or self._mode_saw_new_inputs():
+                if trial is None:
                     break
                 ms, out = timed_on(trial, "unseen")
                 unseen_ms.append(ms)
@@ -254,15 +255,15 @@ class _Probes:
                 self.unseen_facts.update({f"{k}_wait_ms": v for k, v in wait_ms.items()})
         return len(unseen_ms)
 
-    def _mode_saw_new_inputs(self) -> bool:
-        """Whether a torch function or dispatch mode is pushed as a new trial's inputs come in:
-        it would see each op on them (their page-locking's reads, their load's copy) outside
-        every call, and could answer from them. Nothing of theirs is loaded then, and the timed
-        calls are reported as changed (an honest forward leaves no mode pushed)."""
+    def _mode_would_see_new_inputs(self) -> bool:
+        """Whether a torch function or dispatch mode is pushed before a new trial is asked
+        for: it would see each op on its inputs (their reading into tensors, their load's copy)
+        outside every call, and could answer from them. The trial is then not asked for, and
+        the timed calls are reported as changed (an honest forward leaves no mode pushed)."""
         if not active_modes():
             return False
         self.changed_while_timed.append("a torch function or dispatch mode was active when the "
-                                        "unseen check's new inputs came in")
+                                        "unseen check's new inputs were to come in")
         return True
 
     def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
@@ -279,8 +280,10 @@ class _Probes:
         if getattr(timer, "_single", None) is None:
             return None
         began = _perf_counter()
+        if self._mode_would_see_new_inputs():
+            return None
         trial = late_payload(index)
-        if trial is None or self._mode_saw_new_inputs():
+        if trial is None:
             return None
         # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
         # as a scored call finds the caches (``probes.scored_device_work`` holds the scored

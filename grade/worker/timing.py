@@ -56,7 +56,10 @@ def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None
     With a captured CUDA graph the witness pauses for the window: replays run no candidate
     Python, and recording every replayed kernel cost seconds of reading afterwards."""
     began = _perf_counter()
-    timer = T.Timer(fn, device, place=place, **_timer_options(payload))
+    options = _timer_options(payload)
+    if unseen is None:  # the gate times only the unseen check's replays: none made here
+        options.pop("gate", None)
+    timer = T.Timer(fn, device, place=place, **options)
     ready = timer.prepare()
     if prepared is not None:
         prepared(timer)

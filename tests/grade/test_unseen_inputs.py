@@ -176,7 +176,7 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
     run.observe = observe
     run._keep_replay = lambda timer: seen.append(("keep", gc.isenabled()))
     run._single_check = lambda *args: probes._Probes._single_check(run, *args)
-    run._mode_saw_new_inputs = lambda: probes._Probes._mode_saw_new_inputs(run)
+    run._mode_would_see_new_inputs = lambda: probes._Probes._mode_would_see_new_inputs(run)
     run.changed_while_timed = []
     assert gc.isenabled()
     assert probes._Probes.unseen(run, Timer()) == 1
@@ -200,14 +200,14 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
         gc.enable()
 
 
-def test_a_mode_pushed_when_new_inputs_come_in_loads_nothing_and_is_reported():
+def test_a_mode_pushed_before_new_inputs_come_in_asks_for_none_and_is_reported():
     """A torch function mode left pushed would see every op on an unseen trial's inputs (their
-    page-locking's reads, their load's copy) outside any call: the check stops before loading
-    them and reports the timed calls changed; with none pushed it goes on."""
+    reading into tensors, their load's copy) outside any call: the check stops before asking
+    for them and reports the timed calls changed; with none pushed it goes on."""
     from torch.overrides import TorchFunctionMode
 
     run = SimpleNamespace(changed_while_timed=[])
-    assert not probes._Probes._mode_saw_new_inputs(run) and run.changed_while_timed == []
+    assert not probes._Probes._mode_would_see_new_inputs(run) and run.changed_while_timed == []
     with TorchFunctionMode():
-        assert probes._Probes._mode_saw_new_inputs(run)
+        assert probes._Probes._mode_would_see_new_inputs(run)
     assert run.changed_while_timed and "mode" in run.changed_while_timed[0]

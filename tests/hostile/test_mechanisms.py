@@ -2027,10 +2027,16 @@ def test_the_late_parts_are_read_through_functions_bound_before_the_import(monke
     rebound for that one call (the harness's reader, ``torch.frombuffer``, ``mmap.mmap``, the
     ``array`` module the descriptor's receipt uses, the control pipe's reader) would see the
     trial's bytes or its file. The private copy of ``validate.late_read``, bound before the
-    import, reads the part right with every one of those rebound afterwards and calls none."""
+    import, reads the part right with every one of those rebound afterwards and calls none;
+    the slot class its structure names is not looked up by name; its dtypes cannot be written;
+    a signal that comes while the part waits on the late socket is handled only once it is
+    read (a handler could peek at the socket for the part's descriptor: review 46); a late
+    socket whose descriptor was pointed at another file is refused."""
+    import _socket
     import mmap
     import os
     import pickle
+    import signal
     import socket
     import types
 
@@ -2046,9 +2052,25 @@ def test_the_late_parts_are_read_through_functions_bound_before_the_import(monke
     asked = []
     said, told = os.pipe()
 
+    peeked = []
+    raw_socket, receipt, dup, close = _socket.socket, tensor_slots.recv_fds, os.dup, os.close
+
+    def peek(signum, frame):  # the submission's handler: is a descriptor waiting there?
+        probe = raw_socket(fileno=dup(late.fd))
+        try:
+            _data, fds = receipt(probe, 16, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            peeked.append(len(fds))
+            for fd in fds:
+                close(fd)
+        except BlockingIOError:
+            peeked.append(0)
+        finally:
+            probe.close()
+
     def parent_report(value):  # the parent's side: hands the part over, then says so
         asked.append(value["late"])
         late.release(value["late"])
+        signal.raise_signal(signal.SIGUSR1)  # a signal comes while the part waits there
         os.write(told, f"late {value['late']}\n".encode())
 
     monkeypatch.setattr(harness_worker, "_late", {"fd": late.fd, "table": late.table})
@@ -2077,21 +2099,64 @@ def test_the_late_parts_are_read_through_functions_bound_before_the_import(monke
     monkeypatch.setattr(tensor_slots, "recv_fds", spy("recv_fds"))
     monkeypatch.setattr(harness_worker, "_control", spy("_control"))
     monkeypatch.setattr(harness_worker, "report", spy("report"))
-    for name in ("read_part", "map_part", "late_payload"):
+    for name in ("read_part", "map_part", "late_payload", "_received"):
         monkeypatch.setattr(late_read, name, spy(name))
     monkeypatch.setattr(late_read, "_BOUND", [{"fd": None, "table": (), "receive": None,
                                                "report": spy("public _BOUND")}])
+    monkeypatch.setattr(tensor_slots, "TensorSlot", type("TensorSlot", (tuple,), {
+        "__new__": lambda cls, *args: seen.append("TensorSlot") or tuple.__new__(cls, *args)}))
+    with pytest.raises(TypeError):
+        late_read._DTYPES["float32"] = torch.float64
+    monkeypatch.setattr(late_read, "_DTYPES", {"float32": spy("dtype")})
+    monkeypatch.setitem(vars(tensor_slots), "NotImplemented", spy("NotImplemented"))
+    handler = signal.signal(signal.SIGUSR1, peek)
     try:
         for index in (1, 0):
             trial = reading["late_payload"](index)
             assert trial["seed"] == index
             assert torch.equal(trial["inputs"][0], parts[index]["inputs"][0])
         assert reading["late_payload"](2) is None  # no such part: nothing asked
+        assert peeked == [0, 0]  # handled, but only after the part was taken
+        spare = raw_socket()
+        os.dup2(spare.fileno(), late.fd)  # the late socket's number now names another file
+        with pytest.raises(RuntimeError, match="replaced"):
+            reading["late_payload"](0)
+        spare.close()
     finally:
+        signal.signal(signal.SIGUSR1, handler)
         late.close()
         os.close(said)
         os.close(told)
     assert asked == [1, 0] and seen == []
+
+
+def test_no_private_function_reads_the_live_builtins_or_holds_a_writable_default():
+    """Every function of the private copies takes its builtins from the copies' own (taken
+    when they are made), never from the ``builtins`` module a submission can write to; and none
+    has a list, dict or set as a default (a default is the public function's object, which the
+    copy shares: review 46 found a dtype table there)."""
+    import builtins
+    import types
+
+    from kernelmill.grade.worker.guards.private import _private_namespace
+
+    copies = _private_namespace()
+    checked = 0
+    for space in copies.values():
+        assert space["__builtins__"] is not vars(builtins)
+        for value in list(space.values()):
+            members = vars(value).values() if isinstance(value, type) else (value,)
+            for member in members:
+                function = getattr(member, "__func__", member)
+                if type(function) is not types.FunctionType or function.__globals__ is not space:
+                    continue
+                checked += 1
+                assert function.__builtins__ is space["__builtins__"], function.__qualname__
+                defaults = [*(function.__defaults__ or ()),
+                            *(function.__kwdefaults__ or {}).values()]
+                assert not [d for d in defaults if type(d) in (list, dict, set)], \
+                    function.__qualname__
+    assert checked > 200
 
 
 def test_the_private_copy_covers_every_module_of_the_worker_package():

@@ -1391,7 +1391,7 @@ def test_a_long_graph_call_is_sized_from_one_replay():
     finally:
         TG._graph_replay = real
     assert info["method"] == "cuda_graph" and timer.calls_per_sample == 1, info
-    assert timer.estimate_ms >= T.LONG_REPLAY_SAMPLES * timer.sample_ms, info
+    assert timer.estimate_ms >= TG.LONG_REPLAY_SAMPLES * timer.sample_ms, info
     assert len(replays) <= 4, len(replays)  # no eight-call graph and its 15 replays
     ms, _ = timer.once(lambda: a @ a)
     assert 0.5 <= timer.estimate_ms / ms <= 2.0, (timer.estimate_ms, ms)
@@ -1904,6 +1904,27 @@ def test_the_stream_gate_is_on_unless_the_timing_setting_is_false():
     timer = T.Timer(lambda: None, "cpu", gate=True)
     assert timer.prepare()["gate"] is False
     assert timer.once(lambda: 3)[1] == 3
+
+
+def test_only_a_timer_with_an_unseen_check_asks_for_the_stream_gate(monkeypatch):
+    """The gate times the unseen check's replays alone: the reference's timing worker (no
+    unseen check) makes none, the candidate's asks for it."""
+    from kernelmill.grade.worker import timing
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def made(fn, device, **options):
+        asked.append(options.get("gate", False))
+        raise Stop
+
+    monkeypatch.setattr(timing.T, "Timer", made)
+    for unseen in (None, lambda *args: 0):
+        with pytest.raises(Stop):
+            timing._serve_timing(lambda: None, "cpu", {"timing_settings": {}}, unseen=unseen)
+    assert asked == [False, True]
 
 
 def test_the_spare_graph_is_asked_for_only_by_a_true_timing_setting(monkeypatch):

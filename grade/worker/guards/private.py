@@ -114,6 +114,11 @@ def _private_namespace() -> dict[str, dict]:
         memo[id(value)] = result
         return result
 
+    # Each copy's builtins first (one copy of the builtins' dict for all, taken now): a function
+    # takes its builtins from its globals when it is made, and one made before its copy had them
+    # would look them up in the live ``builtins`` module, which a submission can write to
+    for module in modules:
+        vars(copies[module.__name__])["__builtins__"] = convert(vars(module)["__builtins__"])
     for module in modules:
         space = vars(copies[module.__name__])
         for name, value in vars(module).items():
