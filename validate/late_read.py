@@ -60,10 +60,8 @@ def bind(*, _tuple=tuple, _fstat=os.fstat, _dict=dict) -> None:
 
 
 def late_payload(index: int, *, _mask=signal.pthread_sigmask, _block=signal.SIG_BLOCK,
-                 _setmask=signal.SIG_SETMASK,
-                 _held=_HELD,
-                 _fstat=os.fstat, _tuple=tuple, _len=len, _error=RuntimeError,
-                 _oserror=OSError):
+                 _setmask=signal.SIG_SETMASK, _held=_HELD, _fstat=os.fstat, _tuple=tuple,
+                 _len=len, _error=RuntimeError, _oserror=OSError):
     """Part ``index`` of the job's late data (``harness.run_in_worker(late=...)``), asked of the
     parent now: it was not in this process before (None where the job has no such part, or
     ``bind`` never ran). The parent hands its memory file over the late socket, then says so on
