@@ -172,6 +172,19 @@ DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16"
                      "bfloat16": (1e-2, 1e-2)}
 
 
+# The timer's settings among a policy's timing settings (``grade.worker.timing``:
+# ``_timer_options`` and ``timing_placing`` read them in the worker)
+TIMER_SETTINGS = frozenset({"warmup", "graph", "sample_ms", "cover", "spare_graph",
+                            "replay_sync", "gate", "placing"})
+
+
+def known_timing_settings() -> frozenset:
+    """Every name a policy's ``timing_settings`` may hold: the timer's and the window's."""
+    from kernelmill.validate.window import WindowSettings  # (torch: imported when asked)
+
+    return TIMER_SETTINGS | frozenset(WindowSettings.__dataclass_fields__)
+
+
 @dataclass
 class Policy:
     """How strict grading is. ``preset`` (``--policy``):
@@ -281,11 +294,17 @@ class Policy:
     # when several build at once; a build past it is the submission's compile error
     compile_timeout_s: float = 600.0
     sandbox: bool = True  # Landlock confinement of workers, where the kernel has it
-    timing_settings: dict = field(default_factory=dict)  # target_ms, min_reps, max_reps, ...
+    # the timing window's (``validate.window.WindowSettings``: cap_ms, min_reps, ...) and the
+    # timer's (``TIMER_SETTINGS``); a name neither knows is refused, not ignored
+    timing_settings: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.preset not in PRESETS:
             raise ValueError(f"unknown policy preset {self.preset!r}; choose from {PRESETS}")
+        unknown = sorted(set(self.timing_settings or {}) - known_timing_settings())
+        if unknown:
+            raise ValueError(f"unknown timing setting {', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(sorted(known_timing_settings()))}")
 
     def switch(self, name: str) -> object:
         """A named switch: a field of this policy (``static_scan``, ``flag_native_threads``,

@@ -123,8 +123,7 @@ def test_unreachable_grading_server_gives_none():
 def test_a_prompts_completions_are_graded_as_one_group_in_batch_order():
     # GRPO passes each prompt's generations together: they are timed in one window (the same
     # reference time), scores come back in the batch's order, other problems apart.
-    timing = {"target_ms": 1.0, "min_reps": 6, "max_reps": 30, "wall_ms": 1.0, "warmup": 1,
-              "cap_ms": 300}
+    timing = {"min_reps": 6, "max_reps": 30, "warmup": 1, "cap_ms": 300}
     verdicts: list = []
     reward_fn = make_reward_fn(device="cpu", policy=Policy(timeout_s=60, timing_settings=timing),
                                verdicts=verdicts, group=3, workers=2)

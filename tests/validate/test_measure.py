@@ -1927,6 +1927,28 @@ def test_only_a_timer_with_an_unseen_check_asks_for_the_stream_gate(monkeypatch)
     assert asked == [False, True]
 
 
+def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
+    """A policy's timing settings are the window's (``WindowSettings``) and the timer's
+    (``TIMER_SETTINGS``, each of which changes what the worker's timer is asked for); a name
+    neither reads (a typo, a removed setting) is refused with a one-line error naming it, not
+    ignored."""
+    from kernelmill.grade.policy import TIMER_SETTINGS, Policy
+    from kernelmill.grade.worker.timing import _timer_options, timing_placing
+
+    plain = (_timer_options({}), timing_placing({}))
+    changed = {"warmup": 7, "graph": False, "sample_ms": 0.25, "cover": "sleep",
+               "spare_graph": True, "replay_sync": False, "gate": False, "placing": "turns"}
+    assert set(changed) == TIMER_SETTINGS
+    for name, value in changed.items():
+        payload = {"timing_settings": {name: value}}
+        assert (_timer_options(payload), timing_placing(payload)) != plain, name
+    Policy(timing_settings={"cap_ms": 30.0, "settle_if": "held", **changed})
+    for wrong in ({"target_ms": 1.0}, {"gat": False, "min_reps": 2}, {"late_locked": True}):
+        with pytest.raises(ValueError, match="unknown timing setting") as raised:
+            Policy(timing_settings=wrong)
+        assert "\n" not in str(raised.value) and repr(next(iter(wrong))) in str(raised.value)
+
+
 def test_the_spare_graph_is_asked_for_only_by_a_true_timing_setting(monkeypatch):
     """The policy's timing setting ``spare_graph`` turns it on (only ``true``: a bare word is
     a string, not a yes); the cached reference timings are keyed without it, and a timer that
