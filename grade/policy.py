@@ -301,7 +301,9 @@ class Policy:
     def __post_init__(self):
         if self.preset not in PRESETS:
             raise ValueError(f"unknown policy preset {self.preset!r}; choose from {PRESETS}")
-        unknown = sorted(set(self.timing_settings or {}) - known_timing_settings())
+        # (the window's names come with torch: asked for only where there are settings)
+        unknown = sorted(set(self.timing_settings) - known_timing_settings()) \
+            if self.timing_settings else []
         if unknown:
             raise ValueError(f"unknown timing setting {', '.join(map(repr, unknown))}; known: "
                              f"{', '.join(sorted(known_timing_settings()))}")
