@@ -279,9 +279,9 @@ class _Probes:
         then finds the check missing)."""
         if getattr(timer, "_single", None) is None:
             return None
-        began = _perf_counter()
         if self._mode_would_see_new_inputs():
             return None
+        began = _perf_counter()
         trial = late_payload(index)
         if trial is None:
             return None

@@ -23,9 +23,9 @@ from kernelmill.validate.harness_worker import (
     report,
     require_trusted_senders,
 )
+from kernelmill.validate.late_read import bind as bind_late_read
 from kernelmill.validate.measure import load_namespace
 from kernelmill.validate.measure import synchronize as sync
-from kernelmill.validate.late_read import bind as bind_late_read
 from kernelmill.validate.stream_gate import shared as shared_gate
 from kernelmill.validate.window_worker import await_gpu, step_aside_point
 
@@ -215,7 +215,8 @@ def _candidate_task(payload: dict) -> dict:
                hidden=int(payload.get("hidden_trials") or 0), init_seed=payload["init_seed"],
                hidden_required=payload.get("hidden_required"),
                hidden_required_ungraphed=payload.get("hidden_required_ungraphed"),
-               retry_ratio=payload.get("unseen_retry_ratio"), states=states, base_state=base, placing=timing_placing(payload),
+               retry_ratio=payload.get("unseen_retry_ratio"), states=states, base_state=base,
+               placing=timing_placing(payload),
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs
