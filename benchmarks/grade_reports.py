@@ -54,6 +54,7 @@ def summarize(out: Path) -> dict:
     turn: dict[str, list[float]] = {}
     rounds: list[float] = []
     admission: list[float] = []
+    reruns_alone = 0  # members graded again alone after running out of memory beside others
     windows: set = set()
     warm_by: Counter = Counter()  # windows by their first participant's warm-up
     settled_by: Counter = Counter()  # windows by how their turns settled (``settle_if``)
@@ -81,6 +82,7 @@ def summarize(out: Path) -> dict:
                 into.setdefault(stage, []).append(seconds)
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
+        reruns_alone += bool(profile.get("rerun_alone"))
         for key, value in (profile.get("witness") or {}).items():
             if isinstance(value, (int, float)):
                 witness.setdefault(key, []).append(value)
@@ -180,7 +182,9 @@ def summarize(out: Path) -> dict:
             "settled_by": dict(settled_by),
             "sm_clock_share": [round(min(sm_share), 3), round(max(sm_share), 3)]
             if sm_share else None,
-            "median_admission_wait_s": median(admission)}
+            "median_admission_wait_s": median(admission),
+            "max_admission_wait_s": max(admission) if admission else None,
+            "reruns_alone": reruns_alone}
 
 
 def phase_shares(phases: dict[str, list[float]], windows_ms: list[float]) -> dict[str, float]:

@@ -400,7 +400,9 @@ def main() -> int:
         if r.get("reference_stages_s"):
             print(f"{phase}: reference worker stages, median s: " +
                   _pairs(r["reference_stages_s"]) +
-                  f"; GPU memory admission wait, median s: {r['median_admission_wait_s']}")
+                  f"; memory admission wait, median s: {r['median_admission_wait_s']}, "
+                  f"max {r.get('max_admission_wait_s')}; members graded again alone after "
+                  f"running out of GPU memory beside other grades: {r.get('reruns_alone', 0)}")
         for who in ("candidate", "reference"):
             if r.get(f"{who}_stages_cpu_s"):
                 print(f"{phase}: {who} worker CPU seconds by stage, median: " +

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from kernelmill.core.devices import device_slots
 from kernelmill.core.record import Verdict
 
-from .batch import _admitted, default_slots_per_gpu
+from .batch import admitted_grade, default_slots_per_gpu
 from .grader import Grader, ReferenceError
 from .policy import Policy
 from .problems import CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN, calibration_of_row
@@ -171,10 +171,11 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
         GPU's memory and of the host's while it runs, as a batch's grade does, so several
         graded at once on one GPU wait for room rather than run out of it."""
         slot = slot or {"env": slot_env or {}}
-        with _admitted(grader, {"reference": reference, "record": record}, len(codes),
-                       slot) as resize:
-            verdicts = grader.grade_group(reference, codes, record=record, reward=reward,
-                                          slot_env=slot.get("env"), on_references=resize)
+        verdicts = admitted_grade(
+            grader, {"reference": reference, "record": record}, codes, slot,
+            lambda sources, held: grader.grade_group(reference, sources, record=record,
+                                                     reward=reward, slot_env=slot.get("env"),
+                                                     on_references=held))
         return [untimed_again(v, reference, code, record, reward, slot_env)
                 for v, code in zip(verdicts, codes)]
 

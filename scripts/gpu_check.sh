@@ -40,7 +40,9 @@
 #        as for window; AB_GROUP=N grades in groups, AB_WORKERS=N slots; verdicts kept)
 #        slots (grades in flight per GPU: the window's problems WINDOW_MATCH graded with
 #        --workers N for each N of SLOTS_PASSES, default "16 24 32 16 24 32", SLOTS_COPIES
-#        copies (default 8), SLOTS_S seconds a pass (default 150), references cached once)
+#        copies (default 8), SLOTS_S seconds a pass (default 150), references cached once;
+#        SUBSET_SETS picks the sets, default "triton kernelbench"; each CUDA process's peak
+#        device memory per pass; verdicts kept, slots_verdicts.tgz)
 #        processes (the slots' A/B over grading processes: the window's problems graded with
 #        16 slots shared among N processes for each N of PROCESSES_PASSES, default "1 2 1 2";
 #        SLOTS_COPIES, SLOTS_S as for slots; verdicts kept per pass)
@@ -110,6 +112,21 @@ stop_sampling() {
 ' on average, %.1f GiB used on average (%d samples)\n", part, u/n, m/n/1024, n}' \
     "$out/util_$1.csv" | tee -a "$out/timings.txt"
 }
+# each CUDA process's device memory (NVML's per-process reading, once a second) while a part
+# runs: its peak per process, summarized into timings.txt
+apps_sampler=""
+sample_apps() {
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 1000 \
+    > "$out/apps_$1.csv" 2>/dev/null & apps_sampler=$!
+}
+stop_apps() {
+  [ -n "$apps_sampler" ] || return 0
+  kill "$apps_sampler" 2>/dev/null; wait "$apps_sampler" 2>/dev/null; apps_sampler=""
+  awk -F', *' '$2 ~ /^[0-9]+$/ {if ($2 > m[$1]) m[$1] = $2} END {for (p in m) print m[p]}' \
+    "$out/apps_$1.csv" | sort -n | awk -v part="$1" '{v[NR]=$1} END {if (NR) printf "== %s: '\
+'CUDA processes %d, peak MiB each: median %d, 90th percentile %d, max %d\n", part, NR, \
+    v[int((NR+1)/2)], v[int(NR*0.9) > 0 ? int(NR*0.9) : 1], v[NR]}' | tee -a "$out/timings.txt"
+}
 # the host's CPUs busy (all cores together, from /proc/stat) while a part runs, into timings.txt
 cpu_sampler=""
 sample_cpu() {
@@ -136,8 +153,9 @@ subset_pass() {
   for c in "${KERNELBENCH:-}" .kb/kernelbench shared/benchmarks/kernelbench ../shared/benchmarks/kernelbench; do
     [ -n "$c" ] && [ -d "$c/level1" ] && { kb=$c; break; }; done
   mkdir -p "$cache"
-  # shellcheck disable=SC2086 — SUBSET_PREFIX is a command's words (py-spy's, for the spy part)
-  ${SUBSET_PREFIX:-} python3 benchmarks/grade_throughput.py --sets triton kernelbench ${kb:+--kernelbench "$kb"} \
+  # shellcheck disable=SC2086 — SUBSET_PREFIX is a command's words (py-spy's, for the spy
+  # part), SUBSET_SETS a list of sets
+  ${SUBSET_PREFIX:-} python3 benchmarks/grade_throughput.py --sets ${SUBSET_SETS:-triton kernelbench} ${kb:+--kernelbench "$kb"} \
     --cache-dir "$cache" --phases refs-cached \
     --match "${WINDOW_MATCH:-level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)}" \
     "$@" --json "$out/${part}_$name.json" > "$out/${part}_$name.log" 2>&1
@@ -251,14 +269,18 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
                    ${AB_WORKERS:+--workers $AB_WORKERS} --keep-verdicts "$out/${part}_verdicts_$pass")
               done
               keep_verdicts "$part" ;;
-    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|waited for shared|longest stretch|spare trials"
+    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|admission wait|NOT CERT"
               subset_pass slots prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               pass=0
               for n in ${SLOTS_PASSES:-16 24 32 16 24 32}; do
                 pass=$((pass + 1))
+                sample_apps "slots_${pass}_$n"
                 subset_pass slots "${pass}_$n" "$shown" --primed --workers "$n" \
-                  --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}"
-              done ;;
+                  --copies "${SLOTS_COPIES:-8}" --deadline "${SLOTS_S:-150}" \
+                  --keep-verdicts "$out/slots_verdicts_${pass}_$n"
+                stop_apps "slots_${pass}_$n"
+              done
+              keep_verdicts slots ;;
     # PROCESSES_PASSES: grading processes per pass (default "1 2 1 2"), 16 slots each
     processes) shown="per minute|CPU seconds per|in flight|spread"
               subset_pass processes prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"

@@ -8,6 +8,7 @@ them (crashers, a hang, forgers, a child-process leaver) in one run, then resume
 """
 import json
 import re
+import threading
 from pathlib import Path
 
 from conftest import FIXTURES
@@ -137,7 +138,8 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
         # on the GPU the 8 members' candidate workers and the timing reference (the fresh
         # references have ended by then); on the host what this process keeps of each member
-        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 9)
+        assert budget.used == int(((1 << 30) * admission.ALLOCATOR_FACTOR +
+                                   batch.WORKER_BASE_BYTES) * 9)
         assert host.used == 8 * (3 << 30)
     assert budget.used == 0 and host.used == 0
     grader = Seen()
@@ -147,7 +149,8 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
         grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
         grader.host_bytes = lambda source, slot_env=None: 3 << 30
         resize()
-        assert budget.used == int((1 << 30) * admission.ALLOCATOR_FACTOR * 2)
+        assert budget.used == int(((1 << 30) * admission.ALLOCATOR_FACTOR +
+                                   batch.WORKER_BASE_BYTES) * 2)
         assert host.used == 3 << 30
     assert budget.used == 0 and host.used == 0
     batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
@@ -160,6 +163,81 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
     # groups: a quarter of the slots (a group's members make their CUDA contexts together)
     assert batch.default_slots_per_gpu(1, 16, group=8) == 4
     assert batch.default_slots_per_gpu(1, 2, group=8) == 1
+
+
+def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_alone(
+        monkeypatch):
+    from kernelmill.grade import batch
+    from kernelmill.grade.grader import ReferenceError
+    from kernelmill.validate import admission, host_admission
+
+    budget = admission.MemoryBudget(100 << 30, name="gpu0")
+    host = admission.MemoryBudget(400 << 30, name="host")
+    monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
+    monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
+    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB."
+
+    class Shared:
+        """Fails its members whose source says so while another grade holds the GPU."""
+
+        def __init__(self, reference_fails=False):
+            self.calls, self.reference_fails = [], reference_fails
+
+        def device_bytes(self, source, record=None, slot_env=None):
+            return 1 << 30
+
+        def host_bytes(self, source, slot_env=None):
+            return 1 << 20
+
+        def grade_group(self, reference, sources, *, record, reward, slot_env,
+                        on_references):
+            alone = budget._alone
+            self.calls.append((list(sources), alone))
+            if self.reference_fails and not alone:
+                raise ReferenceError(f"reference run failed in reference forward: {oom}")
+            return [{"correct": True, "hacks": []} if alone or "fine" in source else
+                    {"correct": False, "hacks": [], "error": {"stage": "forward",
+                                                             "message": oom}}
+                    for source in sources]
+
+    def group(grader, sources):
+        monkeypatch.setattr(batch, "_grader_for", lambda config: grader)
+        return batch.grade_group_items(
+            [{"submission_id": f"s{i}", "problem_id": "p", "reference": "ref",
+              "source": source, "config": {"reward": "composite"}}
+             for i, source in enumerate(sources)], {"gpu": 0, "device": "cuda:0", "env": {}})
+
+    other = budget.acquire(1 << 30)  # another grade on the same GPU, ending a little later
+    threading.Timer(0.3, budget.release, [other]).start()
+    grader = Shared()
+    verdicts = group(grader, ["fine", "short", "fine", "short"])
+    # the two that ran short, and only they, graded again, once the other grade let the GPU go
+    assert [v["correct"] for v in verdicts] == [True] * 4
+    assert grader.calls == [(["fine", "short", "fine", "short"], False), (["short", "short"], True)]
+    assert [v["profile"].get("rerun_alone", False) for v in verdicts] == [False, True, False, True]
+    assert budget.used == 0 and host.used == 0
+    # alone on the GPU already: what it said is final
+    batch._SLOTS_PER_GPU[0] = 1
+    grader = Shared()
+    verdicts = group(grader, ["short"])
+    assert grader.calls == [(["short"], False)] and verdicts[0]["error"]["message"] == oom
+    assert not verdicts[0]["profile"].get("rerun_alone")
+    # a reference run short of memory while sharing: the whole grade again, alone
+    batch._SLOTS_PER_GPU[0] = 4
+    other = budget.acquire(1 << 30)
+    grader = Shared(reference_fails=True)
+    threading.Timer(0.3, budget.release, [other]).start()  # the alone hold waits for it
+    verdicts = group(grader, ["fine", "short"])
+    assert grader.calls == [(["fine", "short"], False), (["fine", "short"], True)]
+    assert [v["correct"] for v in verdicts] == [True, True]
+    assert verdicts[0]["profile"]["admission_wait_s"] >= 0.2
+    # a reference that fails otherwise: failed verdicts, no second grade
+    grader = Shared(reference_fails=True)
+    grader.grade_group = lambda *a, **k: (_ for _ in ()).throw(ReferenceError("bad problem"))
+    assert all(v["reference_failed"] for v in group(grader, ["fine"]))
+    assert batch.ran_out_of_memory({"timings": {"error": {"message": oom}}})
+    assert not batch.ran_out_of_memory({"error": {"message": "shape mismatch"}})
 
 
 def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkeypatch):
