@@ -170,12 +170,12 @@ def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(
                     for _ in codes]
 
     @contextlib.contextmanager
-    def held(grader, item, members, slot):
+    def held(grader, item, members, slot, alone=False):
         admitted.append((slot.get("gpu"), members, item["reference"]))
         yield None
 
     monkeypatch.setattr(trl, "Grader", FakeGrader)
-    monkeypatch.setattr(trl, "_admitted", held)
+    monkeypatch.setattr(batch, "_admitted", held)
     for group, per_gpu in ((None, batch.default_slots_per_gpu(1)),
                            (4, batch.default_slots_per_gpu(1, group=4))):
         at_once[0], most[0] = 0, 0
