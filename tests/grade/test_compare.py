@@ -124,3 +124,35 @@ def test_a_tiny_absolute_floor_among_subnormals_is_judged_exactly():
     g = e + torch.tensor([1e-45, -1e-45, 1e-45, 0.0] * 8, dtype=torch.float32)
     for atol in (1e-45, 5e-46, 0.0):
         assert C._off_elements(e, g, atol, 0.0)[0] == _by_definition(e, g, atol, 0.0)[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_chunks_within_the_absolute_bound_and_chunks_not_are_judged_alike(dtype, monkeypatch):
+    """Chunks whose every difference is within the absolute bound are settled by their largest
+    difference alone; beside them, chunks with an element just outside it, NaN and infinite
+    pairs, and elements within the relative room alone, all judged as the definition judges
+    them."""
+    monkeypatch.setattr(C, "COMPARE_CHUNK", 1024)
+    atol, rtol = 1e-2, 1e-2
+    gen = torch.Generator().manual_seed(5)
+    e = torch.randn(7 * 1024, generator=gen, dtype=torch.float64) / 2
+    g = e + torch.rand(7 * 1024, generator=gen, dtype=torch.float64) * atol / 4
+    e, g = e.to(dtype).double(), g.to(dtype).double()  # the values the dtype holds
+    g[1024 + 7] = e[1024 + 7] + 1.5 * (atol + rtol * abs(float(e[1024 + 7])))
+    e[2048 + 3], g[2048 + 3] = math.nan, math.nan
+    e[3072 + 5], g[3072 + 5] = math.inf, math.inf
+    e[3072 + 6], g[3072 + 6] = -math.inf, -math.inf
+    big = slice(4096, 5120)  # off by more than atol, within the relative room
+    e[big] = 100.0 + torch.rand(1024, generator=gen, dtype=torch.float64)
+    g[big] = e[big] * (1 + rtol / 2)
+    g[5120 + 9] = e[5120 + 9] + atol * (1 - 1e-7)  # inside, under the first pass's margin
+    g[6144 + 2] = math.nan  # a NaN answer where the reference is finite
+    e, g = e.to(dtype), g.to(dtype)
+    want = _by_definition(e, g, atol, rtol)
+    bad, worst = C._off_elements(e, g, atol, rtol)
+    assert want[0] == 2 and bad == want[0], (bad, want)
+    assert worst == pytest.approx(want[1], rel=1e-12)
+    assert (C._off_elements(e, g, atol, rtol, count=False)[0] > 0)
+    within = slice(0, 1024)
+    assert C._off_elements(e[within], g[within], atol, rtol) == (0, pytest.approx(math.nan,
+                                                                                  nan_ok=True))
