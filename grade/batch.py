@@ -41,6 +41,7 @@ from kernelmill.core.record import Verdict
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
+from kernelmill.validate.memory import CONTEXT_BYTES
 
 from .grader import Grader, ReferenceError, needs_extension_build
 from .outcome import lead_hack, outcome, reason, summary
@@ -301,9 +302,11 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
 
 # What a grading worker holds on its GPU besides its problem's tensors (``Grader.
 # device_bytes``): its CUDA context, cuBLAS's workspace, the timer's L2 flush buffer and the
-# allocator's slack. Without it 32 grades of a 4k fp16 GEMM were admitted at once on an H100
-# and three honest members ran out of memory.
-WORKER_BASE_BYTES = 1 << 30
+# allocator's slack; validation's base per worker. Without it 32 grades of a 4k fp16 GEMM were
+# admitted at once on an H100 (0.27 GiB a worker) and three honest members ran out of memory;
+# NVML read the grading workers of the KernelBench subset at 2.1 GiB each at the median (0.7
+# to 5.8). At 1 GiB their grades waited 12-25 s for memory at the median, 7 in flight.
+WORKER_BASE_BYTES = CONTEXT_BYTES
 
 
 # A problem's first grade holds this share of the GPU until its size is known: at half (as

@@ -125,7 +125,7 @@ stop_apps() {
   awk -F', *' '$2 ~ /^[0-9]+$/ {if ($2 > m[$1]) m[$1] = $2} END {for (p in m) print m[p]}' \
     "$out/apps_$1.csv" | sort -n | awk -v part="$1" '{v[NR]=$1} END {if (NR) printf "== %s: '\
 'CUDA processes %d, peak MiB each: median %d, 90th percentile %d, max %d\n", part, NR, \
-    v[int((NR+1)/2)], v[int(NR*0.9) > 0 ? int(NR*0.9) : 1], v[NR]}' | tee -a "$out/timings.txt"
+    v[int((NR+1)/2)], v[(int(NR*0.9) > 0 ? int(NR*0.9) : 1)], v[NR]}' | tee -a "$out/timings.txt"
 }
 # the host's CPUs busy (all cores together, from /proc/stat) while a part runs, into timings.txt
 cpu_sampler=""
