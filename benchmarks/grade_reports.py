@@ -55,6 +55,10 @@ def summarize(out: Path) -> dict:
     rounds: list[float] = []
     admission: list[float] = []
     reruns_alone = 0  # members graded again alone after running out of memory beside others
+    # each worker's device memory as NVML read it (MiB, by who), and what a worker was
+    # admitted at before the allocator's factor and its base (``admitted._admitted``)
+    device_mib: dict[str, list[float]] = {}
+    admitted_gib: list[float] = []
     windows: set = set()
     warm_by: Counter = Counter()  # windows by their first participant's warm-up
     settled_by: Counter = Counter()  # windows by how their turns settled (``settle_if``)
@@ -83,6 +87,11 @@ def summarize(out: Path) -> dict:
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
         reruns_alone += bool(profile.get("rerun_alone"))
+        for who, mib in (profile.get("device_mib") or {}).items():
+            if isinstance(mib, (int, float)):
+                device_mib.setdefault(who, []).append(mib)
+        if isinstance(profile.get("worker_device_gib"), (int, float)):
+            admitted_gib.append(profile["worker_device_gib"])
         for key, value in (profile.get("witness") or {}).items():
             if isinstance(value, (int, float)):
                 witness.setdefault(key, []).append(value)
@@ -184,7 +193,9 @@ def summarize(out: Path) -> dict:
             if sm_share else None,
             "median_admission_wait_s": median(admission),
             "max_admission_wait_s": max(admission) if admission else None,
-            "reruns_alone": reruns_alone}
+            "reruns_alone": reruns_alone,
+            "device_mib": {who: [median(v), max(v)] for who, v in device_mib.items()},
+            "admitted_gib": [median(admitted_gib), max(admitted_gib)] if admitted_gib else None}
 
 
 def phase_shares(phases: dict[str, list[float]], windows_ms: list[float]) -> dict[str, float]:
@@ -485,9 +496,9 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
     seconds, held = in_flight(rows)
     if not held:
         return
-    from kernelmill.grade import batch
+    from kernelmill.grade import admitted
 
-    slots = sum(batch._SLOTS_PER_GPU.values())
+    slots = sum(admitted._SLOTS_PER_GPU.values())
     top = sorted(held.items(), key=lambda kv: -kv[1])[:12]
     print(f"grades in flight over the phase's steady part ({seconds:.0f} s): "
           f"{sum(held.values()):.1f} on average"

@@ -403,6 +403,16 @@ def main() -> int:
                   f"; memory admission wait, median s: {r['median_admission_wait_s']}, "
                   f"max {r.get('max_admission_wait_s')}; members graded again alone after "
                   f"running out of GPU memory beside other grades: {r.get('reruns_alone', 0)}")
+        if r.get("device_mib"):
+            from kernelmill.grade.admitted import WORKER_BASE_BYTES
+            from kernelmill.validate.admission import ALLOCATOR_FACTOR
+
+            print(f"{phase}: a worker's device memory (NVML, its GPU work done), median / max "
+                  "MiB: " + ", ".join(f"{who} {m[0]:.0f} / {m[1]:.0f}"
+                                      for who, m in r["device_mib"].items()) +
+                  (f"; its problem's estimate, median / max GiB: {r['admitted_gib'][0]} / "
+                   f"{r['admitted_gib'][1]} (admitted at {ALLOCATOR_FACTOR}x that plus "
+                   f"{WORKER_BASE_BYTES / 2**30:.2f})" if r.get("admitted_gib") else ""))
         for who in ("candidate", "reference"):
             if r.get(f"{who}_stages_cpu_s"):
                 print(f"{phase}: {who} worker CPU seconds by stage, median: " +

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.cuda_wait import WAIT_VAR
-from kernelmill.validate.gpus import gpu_activity, gpu_lock_path
+from kernelmill.validate.gpus import gpu_activity, gpu_lock_path, process_device_bytes
 from kernelmill.validate.harness import Control, LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, run_window
@@ -355,7 +355,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                                    "last_ready_ms", "clocks", "exclusive_setup_ms",
                                    "exclusive_held_ms", "stepped_aside_by_stage",
                                    "longest_stretch_by_stage",
-                                   "workers_beside")}
+                                   "workers_beside", "device_mib")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)
             verdict["profile"]["unseen_calls_ms"] = unseen_calls(result.value)
@@ -453,7 +453,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 controls, lock=GpuLock(gpu_lock_path(self.worker_device, first["env"])),
                 settings=settings, cuda=self.device.startswith("cuda"),
                 start=lambda: [t.start() for t in threads],
-                finish=lambda: _gpu_work_done(controls, policy.timeout_s),
+                finish=lambda: _gpu_work_done(controls, policy.timeout_s, functools.partial(
+                    process_device_bytes, self.worker_device, first["env"])),
                 clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
                 droppable=tuple(names.values()), clock_witness="reference",
                 admit=None if policy.time_incorrect else admit,
@@ -494,7 +495,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
             # the unseen parts the parent wrote for it (the judge counts them)
             views[i]["late_released"] = list(controls[names[i]].late_released)
             views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)
-            views[i]["members"] = len(candidates)  # graded side by side (the parent's count)
+            # graded side by side (the parent's count); each worker's device memory as NVML
+            # read it once their GPU work was done
+            views[i].update(members=len(candidates), device_mib={
+                "candidate": controls[names[i]].device_mib,
+                "reference": getattr(controls.get("reference"), "device_mib", None)})
         return {i: results[names[i]] for i in candidates}, views
 
 

@@ -2,7 +2,7 @@
 from outside, a failed timing window or reference run), with no hack found, at most
 ``MAX_ATTEMPTS`` gradings of one submission. A verdict a retry may change is never stored in
 the verdict cache. A run out of memory while its grade shared the GPU is graded again alone
-within its grade already (``batch.admitted_grade``): what it says then is final."""
+within its grade already (``admitted.admitted_grade``): what it says then is final."""
 from __future__ import annotations
 
 

@@ -147,13 +147,29 @@ def unseen_calls(value) -> dict | None:
     return kept or None
 
 
-def _gpu_work_done(controls: dict[str, Control], timeout_s: float) -> None:
+def workers_device_mib(controls: dict[str, Control], read) -> dict[str, int]:
+    """Each worker still running, by name: its device memory in MiB as ``read()`` (pid ->
+    bytes, ``gpus.process_device_bytes``) gives it now, also kept as its control's
+    ``device_mib``; {} without a reading."""
+    used = read() or {}
+    found = {name: round(used[control.pid] / 2**20) for name, control in controls.items()
+             if control.pid in used}
+    for name, mib in found.items():
+        controls[name].device_mib = mib
+    return found
+
+
+def _gpu_work_done(controls: dict[str, Control], timeout_s: float,
+                   read=None) -> dict[str, int]:
     """Wait (holding the GPU's lock shared) until every worker has said its GPU work is done
     or has ended; what follows (reading its profiler records, sending its facts) needs no
-    lock, and the next window on this GPU need not wait for it."""
+    lock, and the next window on this GPU need not wait for it. Then, given ``read``
+    (``gpus.process_device_bytes``), each worker still running's device memory then, its
+    context and allocator cache still held (``workers_device_mib``)."""
     deadline = time.monotonic() + timeout_s
     for control in controls.values():
         while not control.ended and time.monotonic() < deadline:
             got = control.next_report(max(0.1, deadline - time.monotonic()))
             if got is None or "gpu_done" in got[1]:
                 break
+    return workers_device_mib(controls, read) if read is not None else {}

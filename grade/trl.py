@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from kernelmill.core.devices import device_slots
 from kernelmill.core.record import Verdict
 
-from .batch import admitted_grade, default_slots_per_gpu
+from .admitted import admitted_grade
+from .batch import default_slots_per_gpu
 from .grader import Grader, ReferenceError
 from .policy import Policy
 from .problems import CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN, calibration_of_row

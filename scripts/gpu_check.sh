@@ -269,7 +269,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
                    ${AB_WORKERS:+--workers $AB_WORKERS} --keep-verdicts "$out/${part}_verdicts_$pass")
               done
               keep_verdicts "$part" ;;
-    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|admission wait|NOT CERT"
+    slots)    shown="per minute|CPU seconds per|in flight|slots could not|spread|admission wait|device memory|NOT CERT"
               subset_pass slots prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               pass=0
               for n in ${SLOTS_PASSES:-16 24 32 16 24 32}; do

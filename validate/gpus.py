@@ -2,10 +2,12 @@
 UUID, model name), the GPU's free memory, and the path of the timing lock of each physical GPU
 (``gpu_lock_path``: one per UUID in a per-user runtime folder, so every grader and validator of
 this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with),
-and what the GPU was doing just now (``gpu_activity``, from NVML: ``nvidia-ml-py``, a
-dependency on Linux, and the driver's library; no reading without them).
+what the GPU was doing just now (``gpu_activity``) and what each process holds on it
+(``process_device_bytes``), from NVML (``nvidia-ml-py``, a dependency on Linux, and the
+driver's library; no reading without them).
 
-Imports only the standard library (and ``pynvml``, inside ``gpu_activity``).
+Imports only the standard library (and ``pynvml``, inside ``gpu_activity`` and
+``process_device_bytes``).
 """
 from __future__ import annotations
 
@@ -157,6 +159,29 @@ def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     if held is not None:
         read["held_ns"] = held
     return read
+
+
+def process_device_bytes(device: str, env: dict | None = None) -> dict[int, int] | None:
+    """Each process's device memory on the GPU behind ``device`` (as a worker with ``env``
+    sees it), by pid, from NVML with no CUDA context: its context, libraries and allocator
+    cache as well as its tensors. None on CPU, for a MIG instance, or without NVML; a process
+    whose reading NVML withholds is left out."""
+    if not device.startswith("cuda"):
+        return None
+    uuid = _gpu_uuid(_physical(device, env))
+    if not uuid or uuid.startswith("MIG-"):
+        return None
+    handle = _nvml_handle(uuid)
+    if handle is None:
+        return None
+    try:
+        import pynvml
+
+        running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # noqa: BLE001 — a reading the driver refused is no reading
+        return None
+    return {int(p.pid): int(p.usedGpuMemory) for p in running
+            if isinstance(getattr(p, "usedGpuMemory", None), int)}
 
 
 def _held_ns(handle) -> int | None:

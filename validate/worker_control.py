@@ -36,6 +36,7 @@ class Control:
         self.late_released: list[int] = []  # the parts handed on, in the order asked
         self.late_write_ms: list[float] = []  # how long each took to hand on (the parent's clock)
         self.pid: int | None = None  # the worker's, which leads its own process group
+        self.device_mib: int | None = None  # its device memory as NVML last read it (MiB)
         self.token = ""  # the run's, in the environment of every process it started
         self.strays: list[int] = []  # its processes outside that group (``find_strays``)
         self.paused = False

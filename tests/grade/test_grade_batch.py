@@ -118,14 +118,14 @@ def test_hostile_suite_in_one_batch(tmp_path):
 
 
 def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
-    from kernelmill.grade import batch
+    from kernelmill.grade import admitted, batch
     from kernelmill.validate import admission, host_admission
 
     budget = admission.MemoryBudget(100 << 30, name="gpu0")
     host = admission.MemoryBudget(400 << 30, name="host")
     monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
     monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
-    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
+    monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 4})
 
     class Seen:
         def device_bytes(self, source, record=None, slot_env=None):
@@ -135,28 +135,28 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
             return {"big": 3 << 30}.get(source)
 
     slot = {"gpu": 0, "device": "cuda:0", "env": {}}
-    with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
+    with admitted._admitted(Seen(), {"reference": "big"}, 8, slot):
         # on the GPU the 8 members' candidate workers and the timing reference (the fresh
         # references have ended by then); on the host what this process keeps of each member
         assert budget.used == int(((1 << 30) * admission.ALLOCATOR_FACTOR +
-                                   batch.WORKER_BASE_BYTES) * 9)
+                                   admitted.WORKER_BASE_BYTES) * 9)
         assert host.used == 8 * (3 << 30)
     assert budget.used == 0 and host.used == 0
     grader = Seen()
-    with batch._admitted(grader, {"reference": "new"}, 1, slot) as resize:
-        assert budget.used == int(budget.capacity * batch.UNKNOWN_SHARE)  # not seen yet
-        assert host.used == int(host.capacity * batch.UNKNOWN_SHARE)
+    with admitted._admitted(grader, {"reference": "new"}, 1, slot) as resize:
+        assert budget.used == int(budget.capacity * admitted.UNKNOWN_SHARE)  # not seen yet
+        assert host.used == int(host.capacity * admitted.UNKNOWN_SHARE)
         grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
         grader.host_bytes = lambda source, slot_env=None: 3 << 30
         resize()
         assert budget.used == int(((1 << 30) * admission.ALLOCATOR_FACTOR +
-                                   batch.WORKER_BASE_BYTES) * 2)
+                                   admitted.WORKER_BASE_BYTES) * 2)
         assert host.used == 3 << 30
     assert budget.used == 0 and host.used == 0
-    batch._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
-    with batch._admitted(Seen(), {"reference": "big"}, 8, slot):
+    admitted._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
+    with admitted._admitted(Seen(), {"reference": "big"}, 8, slot):
         assert budget.used == 0
-    with batch._admitted(Seen(), {"reference": "big"}, 8, {"gpu": None}):
+    with admitted._admitted(Seen(), {"reference": "big"}, 8, {"gpu": None}):
         assert budget.used == 0
     assert batch.default_slots_per_gpu(1, 16) == 16 and batch.default_slots_per_gpu(2, 16) == 8
     assert batch.default_slots_per_gpu(1, 2) == 2 and batch.default_slots_per_gpu(8, 256) == 16
@@ -167,7 +167,7 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
 
 def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_alone(
         monkeypatch):
-    from kernelmill.grade import batch
+    from kernelmill.grade import admitted, batch
     from kernelmill.grade.grader import ReferenceError
     from kernelmill.validate import admission, host_admission
 
@@ -175,7 +175,7 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     host = admission.MemoryBudget(400 << 30, name="host")
     monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
     monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
-    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 4})
+    monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 4})
     oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB."
 
     class Shared:
@@ -218,13 +218,13 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     assert [v["profile"].get("rerun_alone", False) for v in verdicts] == [False, True, False, True]
     assert budget.used == 0 and host.used == 0
     # alone on the GPU already: what it said is final
-    batch._SLOTS_PER_GPU[0] = 1
+    admitted._SLOTS_PER_GPU[0] = 1
     grader = Shared()
     verdicts = group(grader, ["short"])
     assert grader.calls == [(["short"], False)] and verdicts[0]["error"]["message"] == oom
     assert not verdicts[0]["profile"].get("rerun_alone")
     # a reference run short of memory while sharing: the whole grade again, alone
-    batch._SLOTS_PER_GPU[0] = 4
+    admitted._SLOTS_PER_GPU[0] = 4
     other = budget.acquire(1 << 30)
     grader = Shared(reference_fails=True)
     threading.Timer(0.3, budget.release, [other]).start()  # the alone hold waits for it
@@ -236,8 +236,8 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     grader = Shared(reference_fails=True)
     grader.grade_group = lambda *a, **k: (_ for _ in ()).throw(ReferenceError("bad problem"))
     assert all(v["reference_failed"] for v in group(grader, ["fine"]))
-    assert batch.ran_out_of_memory({"timings": {"error": {"message": oom}}})
-    assert not batch.ran_out_of_memory({"error": {"message": "shape mismatch"}})
+    assert admitted.ran_out_of_memory({"timings": {"error": {"message": oom}}})
+    assert not admitted.ran_out_of_memory({"error": {"message": "shape mismatch"}})
 
 
 def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkeypatch):

@@ -199,14 +199,14 @@ def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
 
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
         tmp_path, capsys, monkeypatch):
-    from kernelmill.grade import batch
+    from kernelmill.grade import admitted
 
     rows = [{"profile": {"began_at": 1000.0 + 10 * k, "reference_s": 4.0, "candidate_s": 9.0,
                          "judge_s": 2.0, "reference_stages_s": {"reference forward": 4.0},
                          "stages_s": {"timing": 6.0}}} for k in range(10)]
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr(batch, "_SLOTS_PER_GPU", {0: 16})
+    monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 16})
     grade_reports.report_in_flight(out, 24)
     printed = capsys.readouterr().out
     assert "(slots: 16)" in printed and "gave its 16 slots 24 grades" in printed

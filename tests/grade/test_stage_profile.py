@@ -63,3 +63,37 @@ def test_a_workers_stage_marks_carry_its_cpu_seconds():
     cpu = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
     # a child the stage ran and reaped counts in that stage
     assert 0.55 <= cpu["spin"] < 1.5 and 0.55 <= cpu["child"] < 1.5 and cpu["sleep"] < 0.2, cpu
+
+
+def test_each_running_workers_device_memory_is_read_once_its_gpu_work_is_done():
+    """After every member said its GPU work is done (or ended), NVML's per-process reading
+    gives each worker still running its device memory; one NVML does not list (ended, or its
+    reading withheld) has none, and without NVML nothing is read."""
+    import threading
+
+    from kernelmill.grade.side_by_side import _gpu_work_done
+    from kernelmill.validate.gpus import process_device_bytes
+    from kernelmill.validate.worker_control import Control
+
+    controls = {name: Control() for name in ("candidate 0", "candidate 1", "reference")}
+    for pid, control in zip((101, 102, 103), controls.values()):
+        control.pid = pid
+    controls["reference"].ended = True  # it timed the reference and ended
+    reads = []
+
+    def read():
+        reads.append({n: c.reports for n, c in controls.items()})
+        return {101: 1536 << 20, 102: 700 << 20, 999: 1 << 30}
+
+    # each candidate reports its GPU work done a little later: the reading waits for both
+    for delay, name in ((0.05, "candidate 0"), (0.15, "candidate 1")):
+        threading.Timer(delay, controls[name]._deliver, [{"gpu_done": True}]).start()
+    found = _gpu_work_done(controls, 5.0, read)
+    assert found == {"candidate 0": 1536, "candidate 1": 700} and len(reads) == 1
+    assert [c.device_mib for c in controls.values()] == [1536, 700, None]  # kept for the views
+    # read after both said so, not before
+    assert all(reads[0][name] for name in ("candidate 0", "candidate 1"))
+    for control in controls.values():
+        control.ended = True
+    assert _gpu_work_done(controls, 5.0) == {}  # nothing read where no reading is asked for
+    assert process_device_bytes("cpu") is None

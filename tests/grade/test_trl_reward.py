@@ -142,9 +142,10 @@ def test_a_prompts_completions_are_graded_as_one_group_in_batch_order():
 def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(monkeypatch):
     """On a GPU, a batch's completions are graded as many at once as the batch grader runs per
     GPU (one at a time left the GPU idle through each grade's reference run and checks), each
-    grade holding its GPU's and the host's memory while it runs (``batch._admitted``)."""
+    grade holding its GPU's and the host's memory while it runs (``admitted._admitted``)."""
     import contextlib
 
+    from kernelmill.grade import admitted as admission
     from kernelmill.grade import batch, trl
 
     gpu_slot = {"device": "cuda:0", "gpu": 0, "env": {"CUDA_VISIBLE_DEVICES": "0"}}
@@ -175,7 +176,7 @@ def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(
         yield None
 
     monkeypatch.setattr(trl, "Grader", FakeGrader)
-    monkeypatch.setattr(batch, "_admitted", held)
+    monkeypatch.setattr(admission, "_admitted", held)
     for group, per_gpu in ((None, batch.default_slots_per_gpu(1)),
                            (4, batch.default_slots_per_gpu(1, group=4))):
         at_once[0], most[0] = 0, 0

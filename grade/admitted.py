@@ -1,0 +1,148 @@
+"""A grade's hold on its GPU's memory and the host's while it runs (``validate.admission``,
+as validation admits problems), and its members graded again alone where they ran out of GPU
+memory while the grade shared the GPU (``admitted_grade``)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+from kernelmill.validate.memory import CONTEXT_BYTES
+
+from .grader import Grader, ReferenceError
+
+log = logging.getLogger("kernelmill")
+
+
+def admitted_grade(grader: Grader, item: dict, sources: list[str], slot: dict,
+                   grade) -> list[dict]:
+    """``grade(sources, held)``'s verdicts (``held``: the callable that takes the holds down to
+    the problem's known sizes, or None) for a grade of ``sources`` against ``item``'s problem,
+    run while it holds the memory ``_admitted`` gives it. A member that ran out of memory while
+    the grade shared its GPU is graded again once, holding the GPU alone (as validation reruns
+    a worker), and that verdict is final: a grader that packs too many grades onto a GPU never
+    turns its own shortage into an honest answer's failed run. An answer that runs out of
+    memory on its own, or says it did, pays one more grade for it and gains nothing. Each
+    verdict's profile says how long its grade waited for memory (``admission_wait_s``) and
+    whether it was graded alone again (``rerun_alone``)."""
+    verdicts, waited, shared = _grade_held(grader, item, sources, slot, grade, alone=False)
+    for verdict in verdicts:
+        verdict.setdefault("profile", {})["admission_wait_s"] = round(waited, 3)
+    again = [i for i, verdict in enumerate(verdicts) if ran_out_of_memory(verdict)]
+    if again and shared:
+        log.info("%d of a grade's %d members ran out of memory while it shared the GPU; "
+                 "grading them again alone", len(again), len(sources))
+        redone, waited_alone, _ = _grade_held(grader, item, [sources[i] for i in again], slot,
+                                              grade, alone=True)
+        for i, verdict in zip(again, redone):
+            verdict.setdefault("profile", {}).update(
+                admission_wait_s=round(waited + waited_alone, 3), rerun_alone=True)
+            verdicts[i] = verdict
+    return verdicts
+
+
+def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grade,
+                alone: bool) -> tuple[list[dict], float, bool]:
+    """``grade``'s verdicts under ``_admitted``'s holds, the seconds it waited for them, and
+    whether it may have shared its GPU. A reference run that ran out of memory while sharing
+    raises a ``ReferenceError`` saying so: the whole grade is then graded again alone."""
+    asked = time.monotonic()
+    with _admitted(grader, item, len(sources), slot, alone=alone) as held:
+        waited = time.monotonic() - asked
+        try:
+            return grade(sources, held), waited, bool(held is not None and held.shared)
+        except ReferenceError as exc:
+            if alone or held is None or not held.shared or \
+                    "out of memory" not in str(exc).lower():
+                raise
+    log.info("a reference run ran out of memory while its grade shared the GPU; "
+             "grading again alone")
+    return _grade_held(grader, item, sources, slot, grade, alone=True)
+
+
+def ran_out_of_memory(verdict: dict) -> bool:
+    """Whether a verdict's run or its timing window failed out of memory (torch's words)."""
+    texts = ((verdict.get("error") or {}).get("message"),
+             (verdict.get("timings") or {}).get("error"))
+    return any("out of memory" in str(text).lower() for text in texts if text)
+
+
+class _Held:
+    """A grade's holds (``_admitted``): called, takes them down to the problem's known sizes;
+    ``shared``: whether another grade may have held the same GPU while this one did (a budget
+    shared with other grading processes may always have)."""
+
+    def __init__(self, resize, grant, budget):
+        self._resize, self.grant, self.budget = resize, grant, budget
+
+    def __call__(self) -> None:
+        self._resize()
+
+    @property
+    def shared(self) -> bool:
+        return not self.grant.asked_alone and \
+            (self.grant.shared or self.budget.shared is not None)
+
+
+@contextlib.contextmanager
+def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool = False):
+    """Hold the slot's GPU memory and the host's for a grade of ``members`` submissions
+    (``validate.admission``, as validation admits problems); ``alone``: the GPU to itself. On
+    the GPU: each member's candidate worker and the worker that times the reference in the
+    window at ``Grader.device_bytes`` each, plus ``WORKER_BASE_BYTES`` (the other
+    fresh-reference workers end before the candidates start; the first stays to time,
+    ``live_reference``). On the host: what this
+    process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
+    job and outputs), against the host's budget, which every kernelmill process of the machine
+    shares. While a problem's size is unknown (its first grade) ``UNKNOWN_SHARE`` of each is
+    held until its reference runs are in (with a cold reference, after its Inductor compile),
+    then what they show it needs. Yields a ``_Held`` (None: nothing held)."""
+    budget = None
+    if slot.get("gpu") is not None and _SLOTS_PER_GPU.get(slot["gpu"], 2) >= 2:
+        from kernelmill.validate.admission import budget_for
+
+        budget = budget_for(slot)  # on CPU host memory is admitted per worker; alone, no need
+    if budget is None:
+        yield None
+        return
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR
+    from kernelmill.validate.host_admission import host_budget
+
+    def device_need() -> int | None:
+        each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
+        return None if each is None else \
+            int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))
+
+    def host_need() -> int | None:
+        each = grader.host_bytes(item["reference"], slot.get("env"))
+        return None if each is None else int(each * members)
+
+    host = host_budget(getattr(grader, "host_memory_bytes", None))
+    known_device, known_host = device_need(), host_need()
+    with host.hold(int(host.capacity * UNKNOWN_SHARE) if known_host is None else known_host) \
+            as host_grant, \
+            budget.hold(int(budget.capacity * UNKNOWN_SHARE) if known_device is None
+                        else known_device, alone=alone) as grant:
+        def resize() -> None:
+            now_device, now_host = device_need(), host_need()
+            if known_device is None and now_device is not None:
+                budget.shrink(grant, now_device)
+            if known_host is None and now_host is not None:
+                host.shrink(host_grant, now_host)
+        yield _Held(resize, grant, budget)
+
+
+# What a grading worker holds on its GPU besides its problem's tensors (``Grader.
+# device_bytes``): its CUDA context, cuBLAS's workspace, the timer's L2 flush buffer and the
+# allocator's slack; validation's base per worker. Without it 32 grades of a 4k fp16 GEMM were
+# admitted at once on an H100 (0.27 GiB a worker) and three honest members ran out of memory;
+# NVML read the grading workers of the KernelBench subset at 2.1 GiB each at the median (0.7
+# to 5.8). At 1 GiB their grades waited 12-25 s for memory at the median, 7 in flight.
+WORKER_BASE_BYTES = CONTEXT_BYTES
+
+
+# A problem's first grade holds this share of the GPU until its size is known: at half (as
+# validation asks) a cold pass of 12 problems ran 2 at a time, with the GPU 16% and the host's
+# CPUs 14% busy (H200, 8 slots), each holding its share through the reference's Inductor compile
+UNKNOWN_SHARE = 0.25
+_SLOTS_PER_GPU: dict = {}  # GPU index -> slots the local backend gives it in this process
