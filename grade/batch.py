@@ -198,6 +198,32 @@ def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -
     return slots if group <= 1 else max(1, slots // 4)
 
 
+# ``mixed``: single grades taken across problems (``mixed_order``) rather than problem by
+# problem (the default): an A/B switch for the GPU runs, until one says which packs the GPU better
+ORDER_VAR = "KERNELMILL_GRADE_ORDER"
+MIXED_PROBLEMS = 8  # problems interleaved at a time: half the reference runs a grader keeps
+
+
+def mixed_order(items: list[dict], width: int = MIXED_PROBLEMS) -> list[dict]:
+    """Items sorted by (build kind, problem) taken ``width`` problems at a time, one item of
+    each in turn: grades of small and large problems share a GPU's memory at once (problem by
+    problem, the slots held copies of one large problem, and each waited for the memory of the
+    ones before it), while no more problems are in flight than the grader keeps reference runs
+    for (``Grader.max_references``)."""
+    kinds: dict[bool, dict[str, list[dict]]] = {}
+    for item in items:  # problems in their sorted order, within each build kind
+        kinds.setdefault(needs_extension_build(item["source"]), {}).setdefault(
+            item["problem_id"], []).append(item)
+    ordered: list[dict] = []
+    for kind in sorted(kinds):  # Triton answers first, as sorted (builds run meanwhile)
+        problems = list(kinds[kind].values())
+        for start in range(0, len(problems), width):
+            block = problems[start:start + width]
+            for rank in range(max(len(p) for p in block)):
+                ordered += [p[rank] for p in block if rank < len(p)]
+    return ordered
+
+
 def group_items(items: list[dict], size: int) -> list[list[dict]]:
     """Consecutive items of one problem (and one build kind) in groups of at most ``size``."""
     groups: list[list[dict]] = []
@@ -309,6 +335,8 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;
         # within each, by problem, so a problem's reference run is reused while it is cached.
         items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
+        if (group or 1) <= 1 and os.environ.get(ORDER_VAR, "problem") == "mixed":
+            items = mixed_order(items)
         pool, stack = None, contextlib.ExitStack()
         spread = backend == "local" and (processes or 1) > 1
         if device.startswith("cuda") and backend == "local" and not spread:

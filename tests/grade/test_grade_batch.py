@@ -384,3 +384,18 @@ def test_a_rerun_grades_again_the_verdicts_a_retry_may_change(tmp_path):
                        cache_path=False)
     assert third.counts["already graded"] == 2 and not third.counts["graded again"]
     assert {row["submission_id"]: row for row in read_jsonl(out)} == redone
+
+
+def test_single_grades_in_mixed_order_take_a_block_of_problems_one_item_each_in_turn():
+    from kernelmill.grade import batch
+
+    items = [{"submission_id": f"{p}{k}", "problem_id": p, "source": "x = 1"}
+             for p, n in (("a", 3), ("b", 1), ("c", 2), ("d", 2)) for k in range(n)]
+    order = [it["submission_id"] for it in batch.mixed_order(items, width=3)]
+    # a, b, c first, one each in turn; d only once their block is done
+    assert order == ["a0", "b0", "c0", "a1", "c1", "a2", "d0", "d1"]
+    assert sorted(order) == sorted(it["submission_id"] for it in items)
+    # an extension build's problem is a block of its own kind, after the Triton ones
+    built = items + [{"submission_id": "e0", "problem_id": "a",
+                      "source": "from torch.utils.cpp_extension import load_inline"}]
+    assert [it["submission_id"] for it in batch.mixed_order(built, width=8)][-1] == "e0"
