@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 
 from kernelmill.validate.memory import CONTEXT_BYTES
@@ -89,7 +90,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     """Hold the slot's GPU memory and the host's for a grade of ``members`` submissions
     (``validate.admission``, as validation admits problems); ``alone``: the GPU to itself. On
     the GPU: each member's candidate worker and the worker that times the reference in the
-    window at ``Grader.device_bytes`` each, plus ``WORKER_BASE_BYTES`` (the other
+    window at ``Grader.device_bytes`` each, plus ``WORKER_BASE_BYTES`` (with ``KERNELMILL_ADMIT``
+    ``seen``: at what NVML read its workers holding, where it has; the other
     fresh-reference workers end before the candidates start; the first stays to time,
     ``live_reference``). On the host: what this
     process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
@@ -109,6 +111,10 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     from kernelmill.validate.host_admission import host_budget
 
     def device_need() -> int | None:
+        seen = grader.seen_worker_bytes(item["reference"]) \
+            if os.environ.get(ADMIT_VAR) == "seen" else None
+        if seen:
+            return int(seen * SEEN_MARGIN * (members + 1))
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
         return None if each is None else \
             int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))
@@ -139,6 +145,11 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
 # NVML read the grading workers of the KernelBench subset at 2.1 GiB each at the median (0.7
 # to 5.8). At 1 GiB their grades waited 12-25 s for memory at the median, 7 in flight.
 WORKER_BASE_BYTES = CONTEXT_BYTES
+# ``seen``: a problem whose workers NVML has read (``Grader.seen_worker_bytes``) is admitted at
+# what they were seen to hold, ``SEEN_MARGIN`` times over, not at its estimate: an A/B switch
+# for the GPU runs (off: the estimate), until one says which packs the GPU without running short
+ADMIT_VAR = "KERNELMILL_ADMIT"
+SEEN_MARGIN = 1.15
 
 
 # A problem's first grade holds this share of the GPU until its size is known: at half (as

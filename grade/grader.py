@@ -113,6 +113,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         self._host_needs: dict[str, int] = {}
         # per source: one fresh reference run's tensors and its worker's device peak
         self._reference_sizes: dict[str, dict] = {}
+        self._seen_workers: dict[str, dict] = {}  # per source: its workers' NVML readings
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
@@ -258,6 +259,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                 if policy.time:
                     results, windows = self._timed(references, {i: prepared[i] for i in runnable},
                                                    record, slot_env)
+                    self.note_worker_memory(references[0].source, windows)
                 else:
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))

@@ -38,6 +38,7 @@ BATCH_BYTES = 1 << 30
 # A grading worker's device memory against a reference worker's measured peak (the reference
 # holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
 PEAK_FACTOR = 2
+SEEN_KEPT = 32  # readings of a problem's workers' device memory kept, of each kind
 # The grading process's host memory per member of a grade on a GPU against one fresh reference
 # run's tensors: that run (every trial's inputs and outputs, the model's states, the unseen
 # inputs: the files the candidate's worker is handed as they are, no copy) and the candidate's
@@ -383,6 +384,29 @@ class ReferenceRuns:
         # on disk when first seen here or grown (a peak moves a little from run to run)
         if any(sizes[k] > old.get(k, 0) for k in sizes):
             self.remember_size(source, slot_env, sizes)
+
+    def note_worker_memory(self, source: str, views: dict) -> None:
+        """What NVML read a grade's workers of ``source`` holding on the device once their GPU
+        work was done (each window view's ``device_mib``), the last ``SEEN_KEPT`` of each kind
+        kept for ``seen_worker_bytes``."""
+        read = [view.get("device_mib") or {} for view in views.values() if view]
+        with self._lock:
+            seen = self._seen_workers.setdefault(source, {"candidate": [], "reference": []})
+            for who in seen:
+                got = [mib for mib in (r.get(who) for r in read) if type(mib) is int and mib > 0]
+                seen[who] = (seen[who] + got)[-SEEN_KEPT:]
+
+    def seen_worker_bytes(self, source: str) -> int | None:
+        """The device memory a worker of ``source`` was seen to hold, context and allocator
+        cache included: the most a reference worker held, or the candidates' median where that
+        is more (one candidate holding far more than the others does not raise every later
+        grade's ask: it runs out of memory and is graded again alone); None before a reading."""
+        with self._lock:
+            seen = self._seen_workers.get(source) or {}
+            candidates, references = sorted(seen.get("candidate") or []), \
+                seen.get("reference") or []
+        most = max([*references, candidates[len(candidates) // 2] if candidates else 0])
+        return most << 20 if most else None
 
     def reference_tensor_bytes(self, source: str) -> int | None:
         """The tensors of one fresh reference run of ``source`` seen here (None: not yet)."""

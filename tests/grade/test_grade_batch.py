@@ -399,3 +399,39 @@ def test_single_grades_in_mixed_order_take_a_block_of_problems_one_item_each_in_
     built = items + [{"submission_id": "e0", "problem_id": "a",
                       "source": "from torch.utils.cpp_extension import load_inline"}]
     assert [it["submission_id"] for it in batch.mixed_order(built, width=8)][-1] == "e0"
+
+
+def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_asked(
+        tmp_path, monkeypatch):
+    from kernelmill.grade import admitted
+    from kernelmill.grade import grader as grader_module
+    from kernelmill.validate import admission, host_admission
+
+    grader = grader_module.Grader("cpu", cache_root=str(tmp_path))
+    assert grader.seen_worker_bytes("src") is None  # nothing read yet
+    views = {0: {"device_mib": {"candidate": 1500, "reference": 900}},
+             1: {"device_mib": {"candidate": 1600, "reference": 900}},
+             2: {"device_mib": {"candidate": 40000, "reference": None}},  # one far larger
+             3: None}  # a member that never reached the window
+    grader.note_worker_memory("src", views)
+    # the candidates' median, above the reference's most: the outlier does not set it
+    assert grader.seen_worker_bytes("src") == 1600 << 20
+    grader.note_worker_memory("src", {0: {"device_mib": {"candidate": None, "reference": 2000}}})
+    assert grader.seen_worker_bytes("src") == 2000 << 20  # the reference's most, now larger
+
+    budget = admission.MemoryBudget(100 << 30, name="gpu0")
+    host = admission.MemoryBudget(400 << 30, name="host")
+    monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
+    monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
+    monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 4})
+    monkeypatch.setattr(grader, "device_bytes", lambda *a, **k: 1 << 30)
+    monkeypatch.setattr(grader, "host_bytes", lambda *a, **k: 1 << 20)
+    slot = {"gpu": 0, "device": "cuda:0", "env": {}}
+    estimate = int(((1 << 30) * admission.ALLOCATOR_FACTOR + admitted.WORKER_BASE_BYTES) * 3)
+    with admitted._admitted(grader, {"reference": "src"}, 2, slot):
+        assert budget.used == estimate  # by default, the estimate
+    monkeypatch.setenv(admitted.ADMIT_VAR, "seen")
+    with admitted._admitted(grader, {"reference": "src"}, 2, slot):
+        assert budget.used == int((2000 << 20) * admitted.SEEN_MARGIN * 3)
+    with admitted._admitted(grader, {"reference": "unread"}, 2, slot):
+        assert budget.used == estimate  # none read: the estimate
