@@ -54,18 +54,24 @@ def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grad
             return grade(sources, held), waited, bool(held is not None and held.shared)
         except ReferenceError as exc:
             if alone or held is None or not held.shared or \
-                    "out of memory" not in str(exc).lower():
+                    not any(mark in str(exc).lower() for mark in DEVICE_SHORT):
                 raise
     log.info("a reference run ran out of memory while its grade shared the GPU; "
              "grading again alone")
     return _grade_held(grader, item, sources, slot, grade, alone=True)
 
 
+# What PyTorch and the CUDA libraries say when the device's memory ran out (a worker killed by
+# the host's out-of-memory killer is another matter: ``retry.transient``)
+DEVICE_SHORT = ("cuda out of memory", "outofmemoryerror", "cuda error: out of memory",
+                "cudaerrormemoryallocation", "cublas_status_alloc_failed")
+
+
 def ran_out_of_memory(verdict: dict) -> bool:
-    """Whether a verdict's run or its timing window failed out of memory (torch's words)."""
+    """Whether a verdict's run or its timing window failed for want of device memory."""
     texts = ((verdict.get("error") or {}).get("message"),
              (verdict.get("timings") or {}).get("error"))
-    return any("out of memory" in str(text).lower() for text in texts if text)
+    return any(mark in str(text).lower() for text in texts if text for mark in DEVICE_SHORT)
 
 
 class _Held:

@@ -238,6 +238,9 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     assert all(v["reference_failed"] for v in group(grader, ["fine"]))
     assert admitted.ran_out_of_memory({"timings": {"error": {"message": oom}}})
     assert not admitted.ran_out_of_memory({"error": {"message": "shape mismatch"}})
+    # the host's out-of-memory killer is not the GPU's shortage (a retry on the next run)
+    assert not admitted.ran_out_of_memory({"error": {
+        "message": "killed by SIGKILL (out of memory?)", "signal": "SIGKILL"}})
 
 
 def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkeypatch):
