@@ -19,46 +19,62 @@ def admitted_grade(grader: Grader, item: dict, sources: list[str], slot: dict,
                    grade) -> list[dict]:
     """``grade(sources, held)``'s verdicts (``held``: the callable that takes the holds down to
     the problem's known sizes, or None) for a grade of ``sources`` against ``item``'s problem,
-    run while it holds the memory ``_admitted`` gives it. A member that ran out of memory while
-    the grade shared its GPU is graded again once, holding the GPU alone (as validation reruns
-    a worker), and that verdict is final: a grader that packs too many grades onto a GPU never
-    turns its own shortage into an honest answer's failed run. An answer that runs out of
-    memory on its own, or says it did, pays one more grade for it and gains nothing. Each
-    verdict's profile says how long its grade waited for memory (``admission_wait_s``) and
-    whether it was graded alone again (``rerun_alone``)."""
-    verdicts, waited, shared = _grade_held(grader, item, sources, slot, grade, alone=False)
+    run while it holds the memory ``_admitted`` gives it. A member whose run failed for want of
+    device memory while the grade shared its GPU (``may_rerun``: no hack found, no answer found
+    wrong) is graded again once, holding the GPU alone (as validation reruns a worker), and
+    that verdict is final: a grader that packs too many grades onto a GPU does not turn its own
+    shortage into an honest answer's failed run. An answer can say it ran short itself: that
+    buys it the one retry an honest run short of memory gets (as a worker killed from outside
+    gets one, ``retry.transient``), at the price of a GPU drained for it; the rerun counts as
+    its second attempt (``retry.attempt_of``), and a member graded again is timed against
+    another reference timing than the rest of its group. Where the rerun's reference fails,
+    the members keep their first verdicts. Each verdict's profile says how long its grade
+    waited for memory (``admission_wait_s``) and whether it was graded alone again
+    (``rerun_alone``)."""
+    verdicts, waited, shared, whole = _grade_held(grader, item, sources, slot, grade,
+                                                  alone=False)
     for verdict in verdicts:
-        verdict.setdefault("profile", {})["admission_wait_s"] = round(waited, 3)
-    again = [i for i, verdict in enumerate(verdicts) if ran_out_of_memory(verdict)]
-    if again and shared:
-        log.info("%d of a grade's %d members ran out of memory while it shared the GPU; "
-                 "grading them again alone", len(again), len(sources))
-        redone, waited_alone, _ = _grade_held(grader, item, [sources[i] for i in again], slot,
-                                              grade, alone=True)
-        for i, verdict in zip(again, redone):
-            verdict.setdefault("profile", {}).update(
-                admission_wait_s=round(waited + waited_alone, 3), rerun_alone=True)
-            verdicts[i] = verdict
+        verdict.setdefault("profile", {}).update(admission_wait_s=round(waited, 3),
+                                                 **({"rerun_alone": True} if whole else {}))
+    again = [i for i, verdict in enumerate(verdicts) if may_rerun(verdict)]
+    if not again or not shared:
+        return verdicts
+    log.info("%d of a grade's %d members ran out of memory while it shared the GPU; "
+             "grading them again alone", len(again), len(sources))
+    try:
+        redone, waited_alone, _, _ = _grade_held(grader, item, [sources[i] for i in again],
+                                                 slot, grade, alone=True)
+    except ReferenceError as exc:
+        for i in again:
+            verdicts[i]["profile"]["rerun_alone_failed"] = str(exc)[:300]
+        return verdicts
+    for i, verdict in zip(again, redone):
+        verdict.setdefault("profile", {}).update(
+            admission_wait_s=round(waited + waited_alone, 3), rerun_alone=True)
+        verdicts[i] = verdict
     return verdicts
 
 
 def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grade,
-                alone: bool) -> tuple[list[dict], float, bool]:
-    """``grade``'s verdicts under ``_admitted``'s holds, the seconds it waited for them, and
-    whether it may have shared its GPU. A reference run that ran out of memory while sharing
-    raises a ``ReferenceError`` saying so: the whole grade is then graded again alone."""
+                alone: bool, waited_before: float = 0.0,
+                redo: bool = False) -> tuple[list[dict], float, bool, bool]:
+    """``grade``'s verdicts under ``_admitted``'s holds, the seconds it waited for them, whether
+    it may have shared its GPU, and whether the whole grade was graded again alone: a reference
+    run that ran out of memory while sharing raises a ``ReferenceError`` saying so, and the
+    grade is then graded again alone."""
     asked = time.monotonic()
     with _admitted(grader, item, len(sources), slot, alone=alone) as held:
-        waited = time.monotonic() - asked
+        waited = waited_before + time.monotonic() - asked
         try:
-            return grade(sources, held), waited, bool(held is not None and held.shared)
+            return grade(sources, held), waited, bool(held is not None and held.shared), redo
         except ReferenceError as exc:
             if alone or held is None or not held.shared or \
                     not any(mark in str(exc).lower() for mark in DEVICE_SHORT):
                 raise
     log.info("a reference run ran out of memory while its grade shared the GPU; "
              "grading again alone")
-    return _grade_held(grader, item, sources, slot, grade, alone=True)
+    return _grade_held(grader, item, sources, slot, grade, alone=True, waited_before=waited,
+                       redo=True)
 
 
 # What PyTorch and the CUDA libraries say when the device's memory ran out (a worker killed by
@@ -72,6 +88,14 @@ def ran_out_of_memory(verdict: dict) -> bool:
     texts = ((verdict.get("error") or {}).get("message"),
              (verdict.get("timings") or {}).get("error"))
     return any(mark in str(text).lower() for text in texts if text for mark in DEVICE_SHORT)
+
+
+def may_rerun(verdict: dict) -> bool:
+    """A verdict a rerun alone may replace: its run or window short of device memory, no hack
+    found and no answer found wrong (its run failed before one was judged, or its answers
+    were right and its window failed)."""
+    return ran_out_of_memory(verdict) and not verdict.get("hacks") and \
+        (bool(verdict.get("error")) or bool(verdict.get("correct")))
 
 
 class _Held:

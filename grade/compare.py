@@ -321,11 +321,13 @@ def _off_elements(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float,
     sure_buf, bounded_buf = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
     tiny = np.finfo(work).tiny
     # every element of a chunk off by no more than the absolute bound passes whatever its
-    # relative room: told by the largest difference, two passes and a reduction where the
+    # (non-negative) relative room: told by the largest difference, two passes and a reduction where the
     # whole test is eight passes (a NaN or infinite difference makes that largest one NaN or
     # infinite, and the chunk takes the whole test)
-    floor = work(atol * margin) if atol * margin >= tiny else None
     with np.errstate(all="ignore"):  # inf - inf and NaN go to the exact pass, quietly
+        floor = work(atol * margin)
+        if not (tiny <= floor < np.finfo(work).max and rtol >= 0):
+            floor = None  # (an infinite floor would pass an infinite difference)
         for start in range(0, e.numel(), COMPARE_CHUNK):
             ec = _chunk_as(e[start:start + COMPARE_CHUNK], work)
             gc = _chunk_as(g[start:start + COMPARE_CHUNK], work)

@@ -399,13 +399,17 @@ class ReferenceRuns:
     def seen_worker_bytes(self, source: str) -> int | None:
         """The device memory a worker of ``source`` was seen to hold, context and allocator
         cache included: the most a reference worker held, or the candidates' median where that
-        is more (one candidate holding far more than the others does not raise every later
-        grade's ask: it runs out of memory and is graded again alone); None before a reading."""
+        is more, at most ``PEAK_FACTOR`` times the reference's (candidates set their own
+        readings: one holding far more than the others does not raise every later grade's ask;
+        it runs out of memory and is graded again alone); None before a reading."""
         with self._lock:
             seen = self._seen_workers.get(source) or {}
             candidates, references = sorted(seen.get("candidate") or []), \
                 seen.get("reference") or []
-        most = max([*references, candidates[len(candidates) // 2] if candidates else 0])
+        median = candidates[len(candidates) // 2] if candidates else 0
+        if references:
+            median = min(median, PEAK_FACTOR * max(references))
+        most = max([*references, median])
         return most << 20 if most else None
 
     def reference_tensor_bytes(self, source: str) -> int | None:

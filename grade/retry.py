@@ -33,8 +33,11 @@ def to_redo(row: dict) -> bool:
 
 
 def attempt_of(row: dict) -> int:
-    """Which grading of its submission a verdict row is (``attempt``; 1 when absent)."""
+    """Which grading of its submission a verdict row is (``attempt``; 1 when absent), one more
+    where its grade graded it again alone (``profile.rerun_alone``: that was its retry)."""
+    again = bool((row.get("profile") or {}).get("rerun_alone")) \
+        if isinstance(row.get("profile"), dict) else False
     try:
-        return max(1, int(row.get("attempt", 1)))
+        return max(1, int(row.get("attempt", 1))) + again
     except (TypeError, ValueError, OverflowError):
         return MAX_ATTEMPTS  # unreadable: not redone

@@ -151,9 +151,13 @@ def workers_device_mib(controls: dict[str, Control], read) -> dict[str, int]:
     """Each worker still running, by name: its device memory in MiB as ``read()`` (pid ->
     bytes, ``gpus.process_device_bytes``) gives it now, also kept as its control's
     ``device_mib``; {} without a reading."""
-    used = read() or {}
+    try:  # (under the GPU's shared hold, in the window's end: never its failure)
+        used = read() or {}
+    except Exception:  # noqa: BLE001 — no reading
+        return {}
+    # an ended worker's pid may be another process's by now
     found = {name: round(used[control.pid] / 2**20) for name, control in controls.items()
-             if control.pid in used}
+             if not control.ended and control.pid in used}
     for name, mib in found.items():
         controls[name].device_mib = mib
     return found

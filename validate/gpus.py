@@ -180,8 +180,10 @@ def process_device_bytes(device: str, env: dict | None = None) -> dict[int, int]
         running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except Exception:  # noqa: BLE001 — a reading the driver refused is no reading
         return None
+    # (a driver and a binding whose structures differ scramble the fields: such readings out)
     return {int(p.pid): int(p.usedGpuMemory) for p in running
-            if isinstance(getattr(p, "usedGpuMemory", None), int)}
+            if isinstance(getattr(p, "usedGpuMemory", None), int) and int(p.pid) > 0
+            and 0 < p.usedGpuMemory < 1 << 40}
 
 
 def _held_ns(handle) -> int | None:

@@ -156,3 +156,14 @@ def test_chunks_within_the_absolute_bound_and_chunks_not_are_judged_alike(dtype,
     within = slice(0, 1024)
     assert C._off_elements(e[within], g[within], atol, rtol) == (0, pytest.approx(math.nan,
                                                                                   nan_ok=True))
+
+
+def test_an_infinite_or_overflowing_absolute_floor_still_tells_infinities_apart():
+    """An absolute floor at or past the work precision's largest value settles nothing by the
+    largest difference: an infinite difference, or one past float32's range, is judged as the
+    definition judges it."""
+    e = torch.tensor([1.0, math.inf, -3e38, 0.5], dtype=torch.float32)
+    g = torch.tensor([math.inf, -math.inf, 3e38, 0.5], dtype=torch.float32)
+    for atol, off in ((math.inf, 2), (4e38, 3)):
+        assert _by_definition(e, g, atol, 0.0)[0] == off
+        assert C._off_elements(e, g, atol, 0.0)[0] == off

@@ -181,8 +181,8 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     class Shared:
         """Fails its members whose source says so while another grade holds the GPU."""
 
-        def __init__(self, reference_fails=False):
-            self.calls, self.reference_fails = [], reference_fails
+        def __init__(self, reference_fails=False, alone_fails=False):
+            self.calls, self.reference_fails, self.alone_fails = [], reference_fails, alone_fails
 
         def device_bytes(self, source, record=None, slot_env=None):
             return 1 << 30
@@ -194,11 +194,21 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
                         on_references):
             alone = budget._alone
             self.calls.append((list(sources), alone))
-            if self.reference_fails and not alone:
+            if (self.reference_fails and not alone) or (self.alone_fails and alone):
                 raise ReferenceError(f"reference run failed in reference forward: {oom}")
-            return [{"correct": True, "hacks": []} if alone or "fine" in source else
-                    {"correct": False, "hacks": [], "error": {"stage": "forward",
-                                                             "message": oom}}
+            short = {"short": {"correct": False, "hacks": [],
+                               "error": {"stage": "forward", "message": oom}},
+                     # its run short, with a hack found all the same: never graded again
+                     "hacked": {"correct": False, "hacks": ["patched_function"],
+                                "error": {"stage": "forward", "message": oom}},
+                     # answers found wrong, then the window short: wrong stays wrong
+                     "wrong": {"correct": False, "hacks": [],
+                               "timings": {"error": f"reference timing failed: {oom}"}},
+                     # answers right, its window short: timed again alone
+                     "late": {"correct": True, "hacks": [], "speedup_vs_eager": None,
+                              "timings": {"error": f"reference timing failed: {oom}"}}}
+            return [{"correct": True, "hacks": [], "speedup_vs_eager": 2.0}
+                    if alone or source not in short else dict(short[source])
                     for source in sources]
 
     def group(grader, sources):
@@ -211,12 +221,19 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     other = budget.acquire(1 << 30)  # another grade on the same GPU, ending a little later
     threading.Timer(0.3, budget.release, [other]).start()
     grader = Shared()
-    verdicts = group(grader, ["fine", "short", "fine", "short"])
-    # the two that ran short, and only they, graded again, once the other grade let the GPU go
-    assert [v["correct"] for v in verdicts] == [True] * 4
-    assert grader.calls == [(["fine", "short", "fine", "short"], False), (["short", "short"], True)]
-    assert [v["profile"].get("rerun_alone", False) for v in verdicts] == [False, True, False, True]
+    verdicts = group(grader, ["fine", "short", "hacked", "wrong", "late", "short"])
+    # the members that ran short with no hack found and no answer found wrong, and only they,
+    # graded again, once the other grade let the GPU go
+    assert grader.calls == [(["fine", "short", "hacked", "wrong", "late", "short"], False),
+                            (["short", "late", "short"], True)]
+    assert [v["correct"] for v in verdicts] == [True, True, False, False, True, True]
+    assert verdicts[2]["hacks"] == ["patched_function"]
+    assert [v["profile"].get("rerun_alone", False) for v in verdicts] == \
+        [False, True, False, False, True, True]
     assert budget.used == 0 and host.used == 0
+    # the rerun was its retry: a later run of the batch does not grade it a third time
+    from kernelmill.grade.retry import attempt_of, to_redo
+    assert attempt_of(verdicts[1]) == 2 and not to_redo({**verdicts[1], "timings": {"error": "x"}})
     # alone on the GPU already: what it said is final
     admitted._SLOTS_PER_GPU[0] = 1
     grader = Shared()
@@ -232,11 +249,20 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
     assert grader.calls == [(["fine", "short"], False), (["fine", "short"], True)]
     assert [v["correct"] for v in verdicts] == [True, True]
     assert verdicts[0]["profile"]["admission_wait_s"] >= 0.2
+    assert all(v["profile"]["rerun_alone"] for v in verdicts)
+    # the rerun's own reference failing: every member keeps its first verdict
+    other = budget.acquire(1 << 30)
+    threading.Timer(0.3, budget.release, [other]).start()
+    grader = Shared(alone_fails=True)
+    verdicts = group(grader, ["fine", "short"])
+    assert [v["correct"] for v in verdicts] == [True, False]
+    assert verdicts[1]["error"]["message"] == oom and "rerun_alone_failed" in verdicts[1]["profile"]
+    assert not any(v.get("reference_failed") for v in verdicts)
     # a reference that fails otherwise: failed verdicts, no second grade
     grader = Shared(reference_fails=True)
     grader.grade_group = lambda *a, **k: (_ for _ in ()).throw(ReferenceError("bad problem"))
     assert all(v["reference_failed"] for v in group(grader, ["fine"]))
-    assert admitted.ran_out_of_memory({"timings": {"error": {"message": oom}}})
+    assert admitted.ran_out_of_memory({"timings": {"error": f"reference timing failed: {oom}"}})
     assert not admitted.ran_out_of_memory({"error": {"message": "shape mismatch"}})
     # the host's out-of-memory killer is not the GPU's shortage (a retry on the next run)
     assert not admitted.ran_out_of_memory({"error": {

@@ -83,7 +83,8 @@ def test_each_running_workers_device_memory_is_read_once_its_gpu_work_is_done():
 
     def read():
         reads.append({n: c.reports for n, c in controls.items()})
-        return {101: 1536 << 20, 102: 700 << 20, 999: 1 << 30}
+        # 103, the reference's pid, is another process's now: an ended worker is not read
+        return {101: 1536 << 20, 102: 700 << 20, 103: 5 << 30, 999: 1 << 30}
 
     # each candidate reports its GPU work done a little later: the reading waits for both
     for delay, name in ((0.05, "candidate 0"), (0.15, "candidate 1")):
