@@ -19,6 +19,8 @@
 #        SPY_S, SPY_COPIES; summarized per submission, spy_summary.txt)
 #        witness (scripts/witness_probe.py: how kernels are linked; seen/unseen device times)
 #        held (scripts/held_probe.py: NVML's violation counters under a GEMM at the power cap)
+#        memprobe (scripts/worker_memory_probe.py: a worker's device memory step by step, as
+#        NVML reads its pid and as the allocator counts it; the host's shared huge pages)
 #        lateprobe (scripts/late_load_probe.py: an unseen trial's load onto the device, by how
 #        its late part is mapped: as today, shared and populated, page-locked read-only)
 #        placement (scripts/placement_probe.py: a kernel's time at several places in memory)
@@ -229,6 +231,8 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
     held)     python3 scripts/held_probe.py 2>&1 | tee "$out/held_probe.log" ;;
     # an unseen trial's load onto the device, by how its late part is mapped
     lateprobe) python3 scripts/late_load_probe.py 2>&1 | tee "$out/late_load_probe.log" ;;
+    memprobe) python3 scripts/worker_memory_probe.py --json "$out/worker_memory.json" 2>&1 \
+                | tee "$out/worker_memory.log" ;;
     # shellcheck disable=SC2086 — RAY_RUNS is a list of run names
     ray)      python3 benchmarks/ray_scaling.py --out /tmp/ray_out --n-synth "${RAY_SYNTH:-60}" \
                 ${RAY_PROBLEMS:+--problems $RAY_PROBLEMS} ${RAY_RUNS:+--runs $RAY_RUNS} \
