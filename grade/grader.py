@@ -12,7 +12,9 @@ holds the steps around them: the candidate's build and run, the timing window, t
    of step 2, kept after its results (``live_reference``; else a third worker that rebuilds the
    reference), times the reference (never the candidate) on the candidate's timing inputs, and
    both are timed in one exclusive window on the GPU, in alternating rounds
-   (``validate.window``); the verdict's ``timing`` and speedups come from that window only.
+   (``validate.window``); the verdict's ``timing`` and speedups come from that window only,
+   or with ``KERNELMILL_REFERENCE_TIME=pooled`` over the reference's kept windows of the same
+   problem (``reference_pool``).
 4. Judge (``judge.judge``) here, then the reward.
 
 ``Grader.grade`` always returns a verdict dict; it raises only for a reference that cannot run
@@ -49,6 +51,7 @@ from .compare import SKIPPED_INCORRECT, sample_mismatch
 from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, usable_trials
 from .policy import Policy
+from .reference_pool import ReferencePool, pool_mode, pool_views
 from .reference_run import (  # noqa: F401 — importable from here, as before
     HOST_COPIES,
     PEAK_FACTOR,
@@ -117,6 +120,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
+        # the reference's time pooled over a problem's windows (``reference_pool``), or not
+        self._reference_pool = ReferencePool() if pool_mode() == "pooled" else None
 
     def _device_key(self, slot_env: dict | None) -> str:
         """The device a grade's workers see, as ``Beside`` counts them."""
@@ -249,6 +254,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         verdicts: list = [None if "target" in job else job for job in prepared]
         results: dict[int, WorkerResult] = {}
         windows: dict[int, dict | None] = {i: None for i in runnable}
+        to_keep = None  # this window's reference time, for the pool once its members are judged
         before = _stamp(self.guard_paths)
         if runnable:
             workers = len(runnable) + (1 if policy.time else 0)
@@ -260,6 +266,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
                     results, windows = self._timed(references, {i: prepared[i] for i in runnable},
                                                    record, slot_env)
                     self.note_worker_memory(references[0].source, windows)
+                    if self._reference_pool is not None:
+                        to_keep = pool_views(self._reference_pool, references[0].source,
+                                             gpu_lock_path(self.worker_device,
+                                                           self._env(slot_env)), windows)
                 else:
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
@@ -277,6 +287,9 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate):
         # LayerNorm output on two cores); one after another, every verdict waited for all
         for i, verdict in zip(runnable, _side_by_side(judged, runnable)):
             verdicts[i] = verdict
+        # the window's reference time kept for later windows: none of its members was flagged
+        if to_keep is not None and not any(verdicts[i].get("hacks") for i in runnable):
+            self._reference_pool.keep(*to_keep)
         return verdicts
 
     def _prepare(self, reference: ReferenceRun, source: str, record: dict | None,

@@ -55,8 +55,16 @@ def roofline_ms(reference: dict) -> float | None:
 
 def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
     """Times from the window into the verdict; Inductor's through its ratio to eager, measured
-    together in the reference run (each ratio from one window)."""
+    together in the reference run (each ratio from one window). Where the grader pools the
+    reference's time (``grade.reference_pool``), the pooled time is the eager one and the
+    window's own is kept beside it."""
     timing = verdict_timing(window) if window else None
+    pool = (window or {}).get("reference_pool")
+    if timing and pool:  # the reference's time over this problem's windows (``reference_pool``)
+        timing = {**timing, "reference_ms": pool["ms"],
+                  "reference_window_ms": timing["reference_ms"],
+                  "reference_windows": pool["windows"],
+                  "reference_spread_pct": pool["spread_pct"]}
     cand_ms = timing["candidate_ms"] if timing else None
     eager_ms = timing["reference_ms"] if timing else None
     ind, eag = reference.get("inductor") or {}, reference.get("eager") or {}

@@ -1,0 +1,109 @@
+"""The reference's time pooled over a problem's windows on one GPU (``KERNELMILL_REFERENCE_TIME=
+pooled``; off by default: ``window``, each speedup divides by its own window's reference).
+
+Every window times the reference beside the candidates as before. With the pool on, a
+verdict's ``reference_ms`` is the median of its own window's reference time and those of the
+last ``POOL_KEPT`` windows of the same problem on the same GPU, with the same timing method and
+the same kind of window (a single's, a group's), that were kept; the window's own time stays in
+the verdict (``timing.reference_window_ms``). A window's time is kept only once its members were
+judged and none was flagged for a hack (a member that slowed the reference in its own window
+would raise the speedups of every later grade), and only where its CI was within the window's
+limit. One window's reference time moves with the reference worker's process and the GPU's
+state of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other grades
+moved 5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about
+6% (H100). A median over windows moves less, and no single window decides it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import threading
+from collections import deque
+
+POOL_VAR = "KERNELMILL_REFERENCE_TIME"
+POOL_MODES = ("window", "pooled")
+POOL_KEPT = 8  # kept windows per problem, GPU, method and kind of window
+
+
+def pool_mode() -> str:
+    """``KERNELMILL_REFERENCE_TIME``: ``window`` (unset) or ``pooled``; another value is an
+    error that names the choices."""
+    mode = os.environ.get(POOL_VAR) or "window"
+    if mode not in POOL_MODES:
+        raise ValueError(f"{POOL_VAR}={mode!r}: expected one of {', '.join(POOL_MODES)}")
+    return mode
+
+
+def window_sample(window: dict | None) -> dict | None:
+    """A window's reference time as a pool takes it (``{ms, method}``), or None: no reference
+    time, no method, or a CI wider than the window's limit (or none read)."""
+    if not window or window.get("error"):
+        return None
+    ref = (window.get("participants") or {}).get("reference") or {}
+    ms, method, ci = ref.get("ms"), ref.get("method"), ref.get("ci_pct")
+    limit = window.get("ci_limit_pct")
+    if type(ms) not in (int, float) or not ms > 0 or not isinstance(method, str) or \
+            type(ci) not in (int, float) or type(limit) not in (int, float) or ci > limit:
+        return None
+    return {"ms": float(ms), "method": method}
+
+
+class ReferencePool:
+    """The kept reference times, per key (``key``), the last ``kept`` of each."""
+
+    def __init__(self, kept: int = POOL_KEPT):
+        self.kept = kept
+        self._times: dict[tuple, deque] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(source: str, gpu: str | None, method: str, members: int) -> tuple:
+        """A problem (its graded source), the physical GPU (its lock path; None on CPU), the
+        timing method and whether the window held a group."""
+        return (hashlib.sha256(source.encode()).hexdigest()[:16], gpu, method, members > 1)
+
+    def pooled(self, key: tuple, sample: dict | None) -> dict | None:
+        """``{ms, windows, spread_pct}``: the median of the kept times and ``sample``'s (this
+        window's, not kept yet), over how many windows, and their spread ((max - min) / median,
+        %); None where there is no time at all."""
+        with self._lock:
+            times = list(self._times.get(key) or ())
+        if sample is not None:
+            times.append(sample["ms"])
+        if not times:
+            return None
+        median = statistics.median(times)
+        return {"ms": median, "windows": len(times),
+                "spread_pct": round((max(times) - min(times)) / median * 100, 3)}
+
+    def keep(self, key: tuple, sample: dict) -> None:
+        """``sample``'s time kept for later windows of ``key`` (the oldest goes past ``kept``)."""
+        with self._lock:
+            self._times.setdefault(key, deque(maxlen=self.kept)).append(sample["ms"])
+
+
+POOL_LEANS_ON = 3  # kept windows that stand in for a window whose own reference time is wide
+
+
+def pool_views(pool: ReferencePool, source: str, gpu: str | None,
+               views: dict) -> tuple[tuple, dict] | None:
+    """Give each of a window's member views (``candidate_view``s of one window) the pooled
+    reference time (``reference_pool``). Returns what to keep once its members are judged
+    (``(key, sample)``), or None: the window's own reference time is not one to keep. A window
+    whose own time is too wide to keep still gets the pool's where ``POOL_LEANS_ON`` or more
+    windows were kept; one with no reference time gets none (it has no speedup either), nor
+    does a member that left the window (its view's ``error``)."""
+    view = next((v for v in views.values() if v and not v.get("error")), None)
+    ref = ((view or {}).get("participants") or {}).get("reference") or {}
+    if view is None or ref.get("ms") is None or \
+            not isinstance(ref.get("method"), str):
+        return None
+    key = pool.key(source, gpu, ref["method"], int(view.get("members") or 1))
+    sample = window_sample(view)
+    pooled = pool.pooled(key, sample)
+    if pooled is not None and (sample is not None or pooled["windows"] >= POOL_LEANS_ON):
+        for member in views.values():
+            if member and not member.get("error"):
+                member["reference_pool"] = pooled
+    return (key, sample) if sample is not None else None

@@ -1,0 +1,147 @@
+"""The reference's time pooled over a problem's windows (``KERNELMILL_REFERENCE_TIME=pooled``):
+a verdict divides by the median of its own window's reference time and the kept ones; a window
+is kept only where its CI was within the limit and none of its members was flagged."""
+import statistics
+
+import pytest
+
+from conftest import FIXTURES
+from kernelmill.grade.checks.timing import timing_fields
+from kernelmill.grade.grader import Grader
+from kernelmill.grade.policy import Policy
+from kernelmill.grade.reference_pool import (
+    POOL_KEPT,
+    POOL_VAR,
+    ReferencePool,
+    pool_mode,
+    pool_views,
+    window_sample,
+)
+
+SUBMISSIONS = FIXTURES / "submissions"
+# every window's reference time within the limit on a loaded host: each is kept
+TIMING = {"min_reps": 6, "max_reps": 40, "warmup": 1, "cap_ms": 300, "ci_limit_pct": 1000.0}
+
+
+def read(name: str) -> str:
+    return (SUBMISSIONS / f"{name}.py").read_text()
+
+
+def window(ref_ms: float, cand_ms: float = 1.0, ci: float = 0.5, method: str = "cuda_graph",
+           **fields) -> dict:
+    return {"error": None, "ci_limit_pct": 5.0, **fields, "participants": {
+        "reference": {"method": method, "reps": 30, "ci_pct": ci, "ms": ref_ms},
+        "candidate": {"method": method, "reps": 30, "ci_pct": 0.3, "ms": cand_ms}}}
+
+
+def test_the_mode_is_window_unless_asked_and_a_wrong_value_names_the_choices(monkeypatch):
+    monkeypatch.delenv(POOL_VAR, raising=False)
+    assert pool_mode() == "window"
+    monkeypatch.setenv(POOL_VAR, "pooled")
+    assert pool_mode() == "pooled"
+    monkeypatch.setenv(POOL_VAR, "median")
+    with pytest.raises(ValueError, match="window, pooled"):
+        pool_mode()
+
+
+def test_a_window_gives_a_sample_only_with_a_time_a_method_and_a_ci_within_its_limit():
+    assert window_sample(window(2.0)) == {"ms": 2.0, "method": "cuda_graph"}
+    assert window_sample(window(2.0, ci=6.0)) is None  # wider than the window's 5%
+    assert window_sample({**window(2.0), "error": {"message": "x"}}) is None
+    assert window_sample(window(0.0)) is None
+    no_ci = window(2.0)
+    no_ci["participants"]["reference"]["ci_pct"] = None
+    assert window_sample(no_ci) is None
+    assert window_sample(None) is None
+
+
+def test_the_pool_is_the_median_of_the_kept_times_and_the_windows_own():
+    pool = ReferencePool(kept=3)
+    key = pool.key("source", "gpu0", "cuda_graph", 1)
+    assert pool.pooled(key, None) is None
+    assert pool.pooled(key, {"ms": 2.0})["ms"] == 2.0
+    for ms in (1.0, 1.1, 5.0):
+        pool.keep(key, {"ms": ms})
+    got = pool.pooled(key, {"ms": 1.2})
+    assert got["ms"] == pytest.approx(statistics.median([1.0, 1.1, 5.0, 1.2]))
+    assert got["windows"] == 4 and got["spread_pct"] == pytest.approx(4.0 / got["ms"] * 100,
+                                                                       rel=1e-3)
+    pool.keep(key, {"ms": 1.3})  # the oldest (1.0) goes: three kept at most
+    assert pool.pooled(key, None)["ms"] == pytest.approx(1.3)
+    # another problem, GPU, method or kind of window keeps its own
+    for other in (pool.key("other", "gpu0", "cuda_graph", 1),
+                  pool.key("source", "gpu1", "cuda_graph", 1),
+                  pool.key("source", "gpu0", "cuda_events", 1),
+                  pool.key("source", "gpu0", "cuda_graph", 8)):
+        assert other != key and pool.pooled(other, None) is None
+    assert pool.key("source", "gpu0", "cuda_graph", 2) == pool.key("source", "gpu0",
+                                                                 "cuda_graph", 8)
+    assert POOL_KEPT >= 3
+
+
+def test_pooled_views_divide_by_the_pool_and_keep_the_windows_own_time():
+    pool = ReferencePool()
+    views = {0: window(2.0, members=2), 1: window(2.0, cand_ms=0.5, members=2)}
+    key, sample = pool_views(pool, "src", None, views)
+    assert sample == {"ms": 2.0, "method": "cuda_graph"}
+    for ms in (2.2, 2.4, 2.6):
+        pool.keep(key, {"ms": ms})
+    pool_views(pool, "src", None, views)
+    reference = {"trials": [{"inputs": [], "outputs": []}], "info": {"device": "cpu"},
+                 "eager": {"ms": 1.0}, "inductor": {"ms": 0.5}}
+    verdict = {"correct": True}
+    timing_fields(verdict, reference, views[1])
+    pooled = statistics.median([2.0, 2.2, 2.4, 2.6])
+    assert verdict["timing"]["reference_ms"] == pytest.approx(pooled)
+    assert verdict["timing"]["reference_window_ms"] == 2.0
+    assert verdict["timing"]["reference_windows"] == 4
+    assert verdict["timings"]["eager_ms"] == pytest.approx(pooled)
+    # Inductor's time scales with the eager time it divides by
+    assert verdict["timings"]["inductor_ms"] == pytest.approx(pooled / 2)
+
+
+def test_a_wide_window_leans_on_the_pool_only_once_enough_windows_were_kept():
+    pool = ReferencePool()
+    wide = {0: window(9.0, ci=50.0)}
+    assert pool_views(pool, "src", None, wide) is None and "reference_pool" not in wide[0]
+    key = pool.key("src", None, "cuda_graph", 1)
+    for ms in (2.0, 2.1):
+        pool.keep(key, {"ms": ms})
+    assert pool_views(pool, "src", None, wide) is None and "reference_pool" not in wide[0]
+    pool.keep(key, {"ms": 2.2})
+    assert pool_views(pool, "src", None, wide) is None  # not kept: too wide
+    assert wide[0]["reference_pool"]["ms"] == pytest.approx(2.1)
+    assert wide[0]["reference_pool"]["windows"] == 3
+    # a member that left the window gets nothing; the others still do
+    views = {0: {**window(2.0), "error": {"participant": "candidate", "message": "left"}},
+             1: window(2.0)}
+    assert pool_views(pool, "src", None, views) is not None
+    assert "reference_pool" not in views[0] and "reference_pool" in views[1]
+
+
+def test_a_grader_pools_the_reference_over_its_windows_and_keeps_none_beside_a_hack(
+        monkeypatch):
+    """Graded on the host: three singles of one answer divide by the median of their windows'
+    reference times so far; a group whose member was flagged keeps nothing for the next."""
+    monkeypatch.setenv(POOL_VAR, "pooled")
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    reference, honest = read("ref_scale_add"), read("honest_scale_add")
+    singles = [grader.grade(reference, honest) for _ in range(3)]
+    for verdict in singles:
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+    own = [v["timing"]["reference_window_ms"] for v in singles]
+    for n, verdict in enumerate(singles, 1):
+        assert verdict["timing"]["reference_windows"] == n
+        assert verdict["timing"]["reference_ms"] == pytest.approx(statistics.median(own[:n]))
+        assert verdict["speedup_vs_eager"] == pytest.approx(
+            verdict["timing"]["reference_ms"] / verdict["timing"]["candidate_ms"])
+    flagged, timed = grader.grade_group(reference, [read("hack_try_fallback"), honest])
+    assert flagged["hacks"] and timed["correct"] and not timed["hacks"]
+    assert timed["timing"]["reference_windows"] == 1  # groups keep their own
+    after = grader.grade_group(reference, [honest, honest])
+    assert after[0]["timing"]["reference_windows"] == 1  # nothing kept beside the hack
+    # off (the default): the window's own time, as it was
+    monkeypatch.delenv(POOL_VAR)
+    plain = Grader("cpu", policy=policy).grade(reference, honest)
+    assert "reference_windows" not in plain["timing"] and plain["speedup_vs_eager"]
