@@ -598,7 +598,28 @@ def report_spread(out: Path) -> None:
         print(f"speedup spread over copies: median {statistics.median(spreads.values()):.2f}%  "
               f"max {spreads[worst]:.2f}% ({worst})  "
               + " ".join(f"{k}={v:.1f}" for k, v in sorted(spreads.items())))
-        print(f"{worst}'s copies (reference ms, candidate ms, reps, CI %):")
+        # which side moved: the reference's time (its window's own, where it was pooled) or
+        # the candidate's, each as (max - min) / median over an answer's copies
+        for label, key in (("reference", "reference_ms"),
+                           ("reference's own windows", "reference_window_ms"),
+                           ("candidate", "candidate_ms")):
+            moved = {k: _spread([t.get(key) for t in v]) for k, v in timings.items()}
+            moved = {k: v for k, v in moved.items() if v is not None}
+            if moved:
+                most = max(moved, key=moved.get)
+                print(f"  {label} ms spread: median {statistics.median(moved.values()):.2f}%  "
+                      f"max {moved[most]:.2f}% ({most})")
+        print(f"{worst}'s copies (reference ms, its window's own, windows pooled, candidate ms, "
+              "reps, CI %):")
         for timing in timings[worst]:
             print("  " + "  ".join(str(timing.get(k)) for k in
-                                   ("reference_ms", "candidate_ms", "reps", "ci_pct")))
+                                   ("reference_ms", "reference_window_ms", "reference_windows",
+                                    "candidate_ms", "reps", "ci_pct")))
+
+
+def _spread(values: list) -> float | None:
+    """(max - min) / median of the numbers among ``values``, in %; None under two."""
+    numbers = [v for v in values if type(v) in (int, float) and v > 0]
+    if len(numbers) < 2:
+        return None
+    return (max(numbers) - min(numbers)) / statistics.median(numbers) * 100
