@@ -231,8 +231,9 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
     ``device``. The reward is ``None`` (TRL: not applicable) where the reference cannot run or
     the remote grader could not be reached. When TRL passes ``log_metric``, the batch's rates go
     to the trainer's metrics: ``kernelmill/compiled``, ``correct``, ``hacked``,
-    ``timing_timed_out``, ``not_applicable`` (shares of the batch) and ``speedup_vs_eager``
-    (mean over the correct kernels that were timed). ``group``: completions of one problem in
+    ``timing_timed_out``, ``not_applicable`` (shares of the batch), ``speedup_vs_eager``
+    (mean over the correct kernels that were timed) and ``timing_imprecise`` (the share of
+    those whose timing was not ``precise``). ``group``: completions of one problem in
     a batch are graded together, at most this many at a time, timed in one window (default 1:
     groups trade precision for throughput, see ``grade_file``).
     """
@@ -317,7 +318,9 @@ def make_reward_fn(*, device: str = "auto", reward: str = "composite",
 
 def batch_metrics(verdicts: list[dict]) -> dict[str, float]:
     """Shares of a batch that compiled, were correct, hacked, timed out in timing or could not
-    be graded, and the mean speedup over eager of the correct timed kernels."""
+    be graded, the mean speedup over eager of the correct timed kernels and the share of those
+    whose timing was not precise (``timing.precise``: its interval wider than the window's
+    limit)."""
     n = max(1, len(verdicts))
     metrics = {
         "compiled": sum(bool(v.get("compiled")) for v in verdicts) / n,
@@ -327,10 +330,15 @@ def batch_metrics(verdicts: list[dict]) -> dict[str, float]:
         "not_applicable": sum(bool(v.get("reference_failed") or v.get("grader_failed"))
                               for v in verdicts) / n,
     }
-    speedups = [float(v["speedup_vs_eager"]) for v in verdicts
-                if v.get("correct") and isinstance(v.get("speedup_vs_eager"), (int, float))]
-    if speedups:
-        metrics["speedup_vs_eager"] = sum(speedups) / len(speedups)
+    timed = [v for v in verdicts
+             if v.get("correct") and isinstance(v.get("speedup_vs_eager"), (int, float))]
+    if timed:
+        metrics["speedup_vs_eager"] = sum(float(v["speedup_vs_eager"]) for v in timed) / \
+            len(timed)
+        # of those, the share whose timing's interval stayed wider than the window's limit:
+        # their speed term is the reward's noisiest part
+        metrics["timing_imprecise"] = sum(
+            (v.get("timing") or {}).get("precise") is False for v in timed) / len(timed)
     return metrics
 
 

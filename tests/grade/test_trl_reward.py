@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 from kernelmill.grade.policy import Policy
 from kernelmill.grade.serve import make_server
-from kernelmill.grade.trl import local_grader, make_reward_fn
+from kernelmill.grade.trl import batch_metrics, local_grader, make_reward_fn
 
 SUBMISSIONS = FIXTURES / "submissions"
 BROKEN_REFERENCE = '''"""A reference whose forward fails.
@@ -189,3 +189,16 @@ def test_on_a_gpu_the_reward_grades_in_the_batchs_slots_each_holding_its_memory(
         assert most[0] == per_gpu, (group, most[0], per_gpu)
         assert len(admitted) == n // (group or 1)
         assert all(gpu == 0 and members == (group or 1) for gpu, members, _r in admitted)
+
+
+def test_batch_metrics_count_the_timed_kernels_whose_timing_was_not_precise():
+    timed = {"compiled": True, "correct": True, "speedup_vs_eager": 2.0,
+             "timing": {"precise": True}}
+    wide = {**timed, "speedup_vs_eager": 4.0, "timing": {"precise": False}}
+    unknown = {**timed, "timing": {"precise": None}}  # no interval read: not counted as wide
+    wrong = {"compiled": True, "correct": False, "speedup_vs_eager": None,
+             "timing": {"precise": False}}
+    metrics = batch_metrics([timed, wide, unknown, wrong])
+    assert metrics["speedup_vs_eager"] == pytest.approx(8.0 / 3)
+    assert metrics["timing_imprecise"] == pytest.approx(1 / 3)
+    assert "timing_imprecise" not in batch_metrics([wrong])
