@@ -1,11 +1,13 @@
 """Grading fidelity: the same honest kernels graded N times; each kernel's speedup spread.
 
     python benchmarks/grade_fidelity.py [--device cuda] [--repeats 3] [--workers 4]
-                                        [--only NAME ...] [--json OUT.json]
+                                        [--only NAME ...] [--kept-grader] [--json OUT.json]
 
 The set: honest Triton answers (tests/fixtures/honest and the honest_* fixtures of
 tests/fixtures/submissions) to problems resized to varied sizes, several running under 0.1 ms on
-an H100. Each repeat uses a fresh ``Grader`` (a fresh reference run, fresh input seeds), and
+an H100. Each repeat uses a fresh ``Grader`` (a fresh reference run, fresh input seeds; with
+``--kept-grader`` one for all, as a batch or a service keeps one: a reference time pooled over
+windows, ``KERNELMILL_REFERENCE_TIME=pooled``, then spans the repeats), and
 ``--workers`` grades run at once (they share the GPU as a batch does; timing windows are
 exclusive). Per kernel: the reference and candidate medians, the speedup's median and its spread
 ``(max - min) / median`` over the repeats, the timing method and the widest confidence
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--kept-grader", action="store_true",
+                        help="one Grader for every repeat (each grade still draws fresh seeds)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -79,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     policy = Policy(inductor=False, timeout_s=180)
     rows: dict[str, list[dict]] = {name: [] for name, _, _ in items}
     started = time.monotonic()
+    kept = Grader(args.device, policy=policy) if args.kept_grader else None
     for repeat in range(args.repeats):
-        grader = Grader(args.device, policy=policy)
+        grader = kept or Grader(args.device, policy=policy)
 
         def grade(item):
             name, answer, sizes = item
@@ -118,6 +123,9 @@ def table(rows: dict, args, items: list, elapsed: float) -> None:
     for name, runs in rows.items():
         speedups = [r["speedup"] for r in runs if r["speedup"]]
         ref = [r["timing"]["reference_ms"] for r in runs if r["timing"]]
+        # the windows' own reference times (where the reference's was pooled), and their spread
+        own = [r["timing"].get("reference_window_ms") or r["timing"]["reference_ms"]
+               for r in runs if r["timing"]]
         cand = [r["timing"]["candidate_ms"] for r in runs if r["timing"]]
         cis = [r["timing"]["ci_pct"] for r in runs if r["timing"] and r["timing"]["ci_pct"]]
         methods = sorted({r["timing"].get("method") for r in runs if r["timing"]})
@@ -129,12 +137,17 @@ def table(rows: dict, args, items: list, elapsed: float) -> None:
         median = statistics.median(speedups)
         spread = (max(speedups) - min(speedups)) / median
         spreads.append(spread)
+        moved = {k: (max(v) - min(v)) / statistics.median(v) for k, v in
+                 (("reference", own), ("candidate", cand))}
         summary.append({"kernel": name, "runs": runs, "spread": spread, "speedup": median,
                         "reference_ms": statistics.median(ref),
-                        "candidate_ms": statistics.median(cand)})
+                        "candidate_ms": statistics.median(cand),
+                        "reference_window_spread": moved["reference"],
+                        "candidate_spread": moved["candidate"]})
         print(f"{name:18s} {statistics.median(ref):9.4f} {statistics.median(cand):9.4f} "
               f"{median:8.3f} {spread * 100:6.2f}% {max(cis, default=0):5.2f}%  "
-              f"{','.join(m or '-' for m in methods)}")
+              f"{','.join(m or '-' for m in methods)}  (windows' reference moved "
+              f"{moved['reference'] * 100:.2f}%, candidate {moved['candidate'] * 100:.2f}%)")
     if spreads:
         repeats = max(len(runs) for runs in rows.values())
         print(f"\nspread over {len(spreads)} kernels x {repeats} repeats: median "

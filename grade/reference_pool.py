@@ -4,7 +4,8 @@ pooled``; off by default: ``window``, each speedup divides by its own window's r
 Every window times the reference beside the candidates as before. With the pool on, a
 verdict's ``reference_ms`` is the median of its own window's reference time and those of the
 last ``POOL_KEPT`` windows of the same problem on the same GPU, with the same timing method and
-the same kind of window (a single's, a group's), that were kept; the window's own time stays in
+the same kind of window (a single's, a group's), that were kept within ``POOL_MAX_AGE_S``; the
+window's own time stays in
 the verdict (``timing.reference_window_ms``). A window's time is kept only once its members were
 judged and none was flagged for a hack (a member that slowed the reference in its own window
 would raise the speedups of every later grade), and only where its CI was within the window's
@@ -19,11 +20,17 @@ import hashlib
 import os
 import statistics
 import threading
+import time
 from collections import deque
 
 POOL_VAR = "KERNELMILL_REFERENCE_TIME"
 POOL_MODES = ("window", "pooled")
 POOL_KEPT = 8  # kept windows per problem, GPU, method and kind of window
+# A kept window older than this is forgotten: the GPU's state drifts (its clocks, its heat, what
+# else runs on it), and a problem seen again after a while is timed against its own window and
+# the windows of its new visit, not an hour-old median (a dataset of thousands of problems comes
+# back to each one an epoch later).
+POOL_MAX_AGE_S = 600.0
 
 
 def pool_mode() -> str:
@@ -50,11 +57,13 @@ def window_sample(window: dict | None) -> dict | None:
 
 
 class ReferencePool:
-    """The kept reference times, per key (``key``), the last ``kept`` of each."""
+    """The kept reference times, per key (``key``), the last ``kept`` of each within
+    ``max_age_s``; ``clock`` is ``time.monotonic`` (a test's own otherwise)."""
 
-    def __init__(self, kept: int = POOL_KEPT):
-        self.kept = kept
-        self._times: dict[tuple, deque] = {}
+    def __init__(self, kept: int = POOL_KEPT, max_age_s: float = POOL_MAX_AGE_S,
+                 clock=time.monotonic):
+        self.kept, self.max_age_s, self.clock = kept, max_age_s, clock
+        self._times: dict[tuple, deque] = {}  # key -> (when kept, ms)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -67,8 +76,9 @@ class ReferencePool:
         """``{ms, windows, spread_pct}``: the median of the kept times and ``sample``'s (this
         window's, not kept yet), over how many windows, and their spread ((max - min) / median,
         %); None where there is no time at all."""
+        since = self.clock() - self.max_age_s
         with self._lock:
-            times = list(self._times.get(key) or ())
+            times = [ms for at, ms in self._times.get(key) or () if at >= since]
         if sample is not None:
             times.append(sample["ms"])
         if not times:
@@ -80,7 +90,8 @@ class ReferencePool:
     def keep(self, key: tuple, sample: dict) -> None:
         """``sample``'s time kept for later windows of ``key`` (the oldest goes past ``kept``)."""
         with self._lock:
-            self._times.setdefault(key, deque(maxlen=self.kept)).append(sample["ms"])
+            self._times.setdefault(key, deque(maxlen=self.kept)).append(
+                (self.clock(), sample["ms"]))
 
 
 POOL_LEANS_ON = 3  # kept windows that stand in for a window whose own reference time is wide

@@ -79,6 +79,22 @@ def test_the_pool_is_the_median_of_the_kept_times_and_the_windows_own():
     assert POOL_KEPT >= 3
 
 
+def test_a_kept_window_is_forgotten_once_older_than_the_pools_age():
+    now = [1000.0]
+    pool = ReferencePool(max_age_s=60.0, clock=lambda: now[0])
+    key = pool.key("source", None, "perf_counter", 1)
+    pool.keep(key, {"ms": 5.0})
+    now[0] += 30
+    pool.keep(key, {"ms": 1.0})
+    assert pool.pooled(key, None)["windows"] == 2
+    now[0] += 40  # the first is 70 s old now
+    assert pool.pooled(key, {"ms": 1.2}) == {"ms": pytest.approx(1.1), "windows": 2,
+                                             "spread_pct": pytest.approx(0.2 / 1.1 * 100,
+                                                                         rel=1e-3)}
+    now[0] += 31
+    assert pool.pooled(key, None) is None
+
+
 def test_pooled_views_divide_by_the_pool_and_keep_the_windows_own_time():
     pool = ReferencePool()
     views = {0: window(2.0, members=2), 1: window(2.0, cand_ms=0.5, members=2)}
