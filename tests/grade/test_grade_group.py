@@ -5,6 +5,7 @@ import dataclasses
 import json
 
 import kernelmill.grade.grader as G
+import kernelmill.grade.timed_window as TW
 from conftest import FIXTURES
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file, group_items
@@ -114,9 +115,7 @@ def test_a_member_whose_launch_raises_fails_alone_and_at_once(monkeypatch):
     # member's run with its own error; the window does not wait for it until its deadline.
     import time
 
-    import kernelmill.grade.grader as G
-
-    real = G.run_in_worker
+    real = TW.run_in_worker
 
     def flaky(*args, **job):
         target, payload = (args + (None, None))[:2] if args else (job["target"], job["payload"])
@@ -124,7 +123,7 @@ def test_a_member_whose_launch_raises_fails_alone_and_at_once(monkeypatch):
             raise ValueError("cannot start this one")
         return real(*args, **job)
 
-    monkeypatch.setattr(G, "run_in_worker", flaky)
+    monkeypatch.setattr(TW, "run_in_worker", flaky)
     policy = Policy(timeout_s=120, timing_settings=TIMING, static_first=False)
     honest = read("honest_scale_add")
     began = time.monotonic()
@@ -240,6 +239,7 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
     monkeypatch.setattr(R, "run_in_worker", counted)
     monkeypatch.setattr(L, "run_in_worker", counted)
     monkeypatch.setattr(G, "run_in_worker", counted)
+    monkeypatch.setattr(TW, "run_in_worker", counted)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
     verdict = grader.grade(read("ref_scale_add"), read("honest_scale_add"))
@@ -363,7 +363,7 @@ def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(
     def broken(*args, **kwargs):
         raise RuntimeError("the GPU's lock file cannot be opened")
 
-    monkeypatch.setattr(G, "run_window", broken)
+    monkeypatch.setattr(TW, "run_window", broken)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     began = time.monotonic()
     with pytest.raises(RuntimeError, match="lock file"):

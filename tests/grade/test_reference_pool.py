@@ -4,7 +4,6 @@ is kept only where its CI was within the limit and none of its members was flagg
 import statistics
 
 import pytest
-
 from conftest import FIXTURES
 from kernelmill.grade.checks.timing import timing_fields
 from kernelmill.grade.grader import Grader
