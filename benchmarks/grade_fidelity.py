@@ -155,8 +155,12 @@ def table(rows: dict, args, items: list, elapsed: float) -> None:
               f"({elapsed:.0f}s, {len(items) * repeats / elapsed * 60:.1f} grades/min, "
               f"{args.workers} workers, device {args.device})")
     if args.json:
+        from kernelmill.grade.reference_pool import pool_mode
+
         Path(args.json).write_text(json.dumps({"device": args.device, "repeats": args.repeats,
                                                "workers": args.workers, "seconds": elapsed,
+                                               "kept_grader": args.kept_grader,
+                                               "reference_time": pool_mode(),
                                                "kernels": summary}, indent=1, default=str))
 
 

@@ -143,7 +143,9 @@ class Verdict(Section):
     """The grader's judgement of one submission against one problem (grade.judge decides it).
 
     ``timing`` holds the one exclusive timing window both speedups come from
-    (``{method, reps, ci_pct, reference_ms, candidate_ms}``); ``timings`` the raw measurements.
+    (``{method, reps, ci_pct, reference_ms, candidate_ms}``; with the reference's time pooled
+    over windows, ``grade.reference_pool``, ``reference_ms`` is the pool's and the window's own
+    is ``reference_window_ms``); ``timings`` the raw measurements.
     ``reward`` is None where no reward applies (the reference itself could not run).
     """
 

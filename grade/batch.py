@@ -47,6 +47,7 @@ from .admitted import admitted_grade
 from .grader import Grader, ReferenceError, needs_extension_build
 from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
+from .reference_pool import pool_mode
 from .retry import attempt_of, to_redo, transient
 from .rewards import get_reward
 
@@ -80,6 +81,7 @@ def grader_versions() -> str:
                        "grade.stages", "grade.policy", "grade.static", "grade.scan_rules",
                        "grade.python_scan", "grade.native_scan", "grade.source_scan",
                        "grade.witness", "grade.worker", "grade.grader", "grade.reference_run",
+                       "grade.timed_window", "grade.reference_pool",
                        "core.taxonomy", "validate.harness", "validate.window_worker",
                        "validate.harness_worker", "validate.sandbox", "validate.measure",
                        "validate.placement", "validate.timer"):
@@ -100,13 +102,15 @@ _VERSIONS: list[str] = []
 def verdict_key(source: str, problem: dict | str, device: str, policy: Policy) -> str:
     """The cache key of a verdict: the candidate's exact bytes (code can read its own docstrings
     and comments, so nothing is normalised away), the problem's source and calibration, the
-    device kind, the policy, and the library and grader versions."""
+    device kind, the policy, the library and grader versions, and whether the reference's time
+    is pooled (``reference_pool``)."""
     if isinstance(problem, dict):
         problem = json.dumps({"source": problem.get("source"),
                               "validation": problem.get("validation") or {}}, sort_keys=True,
                              default=str)
     device_kind = "cuda" if device.startswith("cuda") else device
-    text = "\0".join([source, problem, device_kind, policy.key(), grader_versions()])
+    text = "\0".join([source, problem, device_kind, policy.key(), grader_versions(),
+                      f"reference_time={pool_mode()}"])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 

@@ -47,7 +47,7 @@ from .builds import (
 from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, usable_trials
 from .policy import Policy
-from .reference_pool import ReferencePool, pool_mode, pool_views
+from .reference_pool import ReferencePool, may_keep, pool_mode, pool_views
 from .reference_run import (  # noqa: F401 — importable from here, as before
     HOST_COPIES,
     PEAK_FACTOR,
@@ -281,8 +281,9 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         # LayerNorm output on two cores); one after another, every verdict waited for all
         for i, verdict in zip(runnable, _side_by_side(judged, runnable)):
             verdicts[i] = verdict
-        # the window's reference time kept for later windows: none of its members was flagged
-        if to_keep is not None and not any(verdicts[i].get("hacks") for i in runnable):
+        # the window's reference time kept for later windows: none of its members flagged or
+        # failed
+        if to_keep is not None and may_keep([verdicts[i] for i in runnable]):
             self._reference_pool.keep(*to_keep)
         return verdicts
 

@@ -5,14 +5,20 @@ Every window times the reference beside the candidates as before. With the pool 
 verdict's ``reference_ms`` is the median of its own window's reference time and those of the
 last ``POOL_KEPT`` windows of the same problem on the same GPU, with the same timing method and
 the same kind of window (a single's, a group's), that were kept within ``POOL_MAX_AGE_S``; the
-window's own time stays in
-the verdict (``timing.reference_window_ms``). A window's time is kept only once its members were
-judged and none was flagged for a hack (a member that slowed the reference in its own window
-would raise the speedups of every later grade), and only where its CI was within the window's
-limit. One window's reference time moves with the reference worker's process and the GPU's
-state of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other grades
-moved 5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about
-6% (H100). A median over windows moves less, and no single window decides it.
+window's own time stays in the verdict (``timing.reference_window_ms``). A window's time is
+kept only once its members were judged, none flagged for a hack and none failed (a member that
+slowed the reference in its own window would raise the speedups of every later grade), and only
+where its CI was within the window's limit and its rounds were settled where the clocks were
+held. One window's reference time moves with the reference worker's process and the GPU's state
+of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other grades moved
+5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about 6%
+(H100). A median over windows moves less, and no single window decides it.
+
+The price: a window's alternating rounds cancel what slows the whole window (its clocks, its
+heat) from the ratio, and a pooled ratio keeps only the candidate's side of it. So the mode
+stays off until a GPU A/B over problem kinds shows it steadier without moving the medians.
+Pools are per grading process (a ``Grader``), per timing method and per kind of window; a
+problem's first windows (none or one kept) get little from it.
 """
 from __future__ import annotations
 
@@ -44,8 +50,10 @@ def pool_mode() -> str:
 
 def window_sample(window: dict | None) -> dict | None:
     """A window's reference time as a pool takes it (``{ms, method}``), or None: no reference
-    time, no method, or a CI wider than the window's limit (or none read)."""
-    if not window or window.get("error"):
+    time, no method, a CI wider than the window's limit (or none read), or rounds left
+    unsettled while a policy held the clocks back (``held_unsettled``: a kernel at the power
+    cap reads fast then; the verdict's timing is not ``precise`` either)."""
+    if not window or window.get("error") or window.get("held_unsettled"):
         return None
     ref = (window.get("participants") or {}).get("reference") or {}
     ms, method, ci = ref.get("ms"), ref.get("method"), ref.get("ci_pct")
@@ -95,6 +103,13 @@ class ReferencePool:
 
 
 POOL_LEANS_ON = 3  # kept windows that stand in for a window whose own reference time is wide
+
+
+def may_keep(verdicts: list[dict]) -> bool:
+    """Whether a window's reference time may be kept, from its members' verdicts: none flagged
+    for any hack, none failed (a member can queue device work in its turn and then fail, in
+    the window or in its checks after it, where the checks of a finished run never look)."""
+    return not any(v.get("hacks") or v.get("error") for v in verdicts)
 
 
 def pool_views(pool: ReferencePool, source: str, gpu: str | None,

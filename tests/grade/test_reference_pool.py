@@ -12,6 +12,7 @@ from kernelmill.grade.reference_pool import (
     POOL_KEPT,
     POOL_VAR,
     ReferencePool,
+    may_keep,
     pool_mode,
     pool_views,
     window_sample,
@@ -48,6 +49,8 @@ def test_a_window_gives_a_sample_only_with_a_time_a_method_and_a_ci_within_its_l
     assert window_sample(window(2.0, ci=6.0)) is None  # wider than the window's 5%
     assert window_sample({**window(2.0), "error": {"message": "x"}}) is None
     assert window_sample(window(0.0)) is None
+    # rounds left unsettled while the clocks were held: the timing is not precise, not kept
+    assert window_sample(window(2.0, held_unsettled=True)) is None
     no_ci = window(2.0)
     no_ci["participants"]["reference"]["ci_pct"] = None
     assert window_sample(no_ci) is None
@@ -115,6 +118,23 @@ def test_pooled_views_divide_by_the_pool_and_keep_the_windows_own_time():
     assert verdict["timings"]["inductor_ms"] == pytest.approx(pooled / 2)
 
 
+def test_a_window_is_kept_only_where_no_member_was_flagged_or_failed():
+    clean = {"correct": True, "hacks": [], "error": None}
+    assert may_keep([clean, {**clean, "correct": False}])  # a wrong answer left before rounds
+    assert not may_keep([clean, {**clean, "hacks": ["torch_compute"]}])
+    # failed in its timing stage or its checks after the window: it may have queued work there
+    assert not may_keep([clean, {**clean, "error": {"stage": "timing", "message": "gone"}}])
+
+
+def test_the_verdict_cache_tells_the_modes_apart(monkeypatch):
+    from kernelmill.grade.batch import verdict_key
+
+    monkeypatch.delenv(POOL_VAR, raising=False)
+    window_key = verdict_key("code", "problem", "cuda:0", Policy())
+    monkeypatch.setenv(POOL_VAR, "pooled")
+    assert verdict_key("code", "problem", "cuda:0", Policy()) != window_key
+
+
 def test_a_wide_window_leans_on_the_pool_only_once_enough_windows_were_kept():
     pool = ReferencePool()
     wide = {0: window(9.0, ci=50.0)}
@@ -137,7 +157,8 @@ def test_a_wide_window_leans_on_the_pool_only_once_enough_windows_were_kept():
 def test_a_grader_pools_the_reference_over_its_windows_and_keeps_none_beside_a_hack(
         monkeypatch):
     """Graded on the host: three singles of one answer divide by the median of their windows'
-    reference times so far; a group whose member was flagged keeps nothing for the next."""
+    reference times so far; a group whose member was flagged, or failed in the window, keeps
+    nothing for the next."""
     monkeypatch.setenv(POOL_VAR, "pooled")
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
@@ -154,8 +175,16 @@ def test_a_grader_pools_the_reference_over_its_windows_and_keeps_none_beside_a_h
     flagged, timed = grader.grade_group(reference, [read("hack_try_fallback"), honest])
     assert flagged["hacks"] and timed["correct"] and not timed["hacks"]
     assert timed["timing"]["reference_windows"] == 1  # groups keep their own
+    # a member that fails once it is in the window's rounds (its 40th call): no hack, an error
+    leaver = honest.replace("out = torch.empty_like(x)",
+                            "global CALLS\n        CALLS += 1\n        if CALLS == 40:\n"
+                            "            raise RuntimeError('gone')\n"
+                            "        out = torch.empty_like(x)").replace(
+        "class ModelNew", "CALLS = 0\n\n\nclass ModelNew")
+    left, stayed = grader.grade_group(reference, [leaver, honest])
+    assert left["error"] and not left["hacks"] and stayed["correct"], left["error"]
     after = grader.grade_group(reference, [honest, honest])
-    assert after[0]["timing"]["reference_windows"] == 1  # nothing kept beside the hack
+    assert after[0]["timing"]["reference_windows"] == 1  # nothing kept beside either
     # off (the default): the window's own time, as it was
     monkeypatch.delenv(POOL_VAR)
     plain = Grader("cpu", policy=policy).grade(reference, honest)
