@@ -11,6 +11,7 @@ import time
 from kernelmill.validate.memory import CONTEXT_BYTES
 
 from .grader import Grader, ReferenceError
+from .retry import device_short
 
 log = logging.getLogger("kernelmill")
 
@@ -68,8 +69,7 @@ def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grad
         try:
             return grade(sources, held), waited, bool(held is not None and held.shared), redo
         except ReferenceError as exc:
-            if alone or held is None or not held.shared or \
-                    not any(mark in str(exc).lower() for mark in DEVICE_SHORT):
+            if alone or held is None or not held.shared or not device_short(exc):
                 raise
     log.info("a reference run ran out of memory while its grade shared the GPU; "
              "grading again alone")
@@ -77,17 +77,10 @@ def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grad
                        redo=True)
 
 
-# What PyTorch and the CUDA libraries say when the device's memory ran out (a worker killed by
-# the host's out-of-memory killer is another matter: ``retry.transient``)
-DEVICE_SHORT = ("cuda out of memory", "outofmemoryerror", "cuda error: out of memory",
-                "cudaerrormemoryallocation", "cublas_status_alloc_failed")
-
-
 def ran_out_of_memory(verdict: dict) -> bool:
     """Whether a verdict's run or its timing window failed for want of device memory."""
-    texts = ((verdict.get("error") or {}).get("message"),
-             (verdict.get("timings") or {}).get("error"))
-    return any(mark in str(text).lower() for text in texts if text for mark in DEVICE_SHORT)
+    return any(device_short(text) for text in ((verdict.get("error") or {}).get("message"),
+                                               (verdict.get("timings") or {}).get("error")))
 
 
 def may_rerun(verdict: dict) -> bool:

@@ -50,12 +50,15 @@ def pool_mode() -> str:
 
 def window_sample(window: dict | None) -> dict | None:
     """A window's reference time as a pool takes it (``{ms, method}``), or None: no reference
-    time, no method, a CI wider than the window's limit (or none read), or rounds left
+    time, no method, a graph that failed to capture, a CI wider than the window's limit (or
+    none read), or rounds left
     unsettled while a policy held the clocks back (``held_unsettled``: a kernel at the power
     cap reads fast then; the verdict's timing is not ``precise`` either)."""
     if not window or window.get("error") or window.get("held_unsettled"):
         return None
     ref = (window.get("participants") or {}).get("reference") or {}
+    if ref.get("capture_error"):  # timed call by call where its graph failed: not kept
+        return None
     ms, method, ci = ref.get("ms"), ref.get("method"), ref.get("ci_pct")
     limit = window.get("ci_limit_pct")
     if type(ms) not in (int, float) or not ms > 0 or not isinstance(method, str) or \

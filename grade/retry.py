@@ -5,6 +5,16 @@ the verdict cache. A run out of memory while its grade shared the GPU is graded 
 within its grade already (``admitted.admitted_grade``): what it says then is final."""
 from __future__ import annotations
 
+# What PyTorch and the CUDA libraries say when the device's memory ran out (a worker killed by
+# the host's out-of-memory killer is another matter: ``transient``)
+DEVICE_SHORT = ("cuda out of memory", "outofmemoryerror", "cuda error: out of memory",
+                "cudaerrormemoryallocation", "cublas_status_alloc_failed")
+
+
+def device_short(text) -> bool:
+    """Whether ``text`` says the device's memory ran out, in torch's or CUDA's words."""
+    return bool(text) and any(mark in str(text).lower() for mark in DEVICE_SHORT)
+
 
 def transient(verdict: dict) -> bool:
     """A verdict that may come out differently on a retry: graded again next time rather than

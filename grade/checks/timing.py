@@ -8,6 +8,7 @@ from kernelmill.core.devices import device_peaks
 from kernelmill.validate.window import verdict_timing
 
 from ..compare import SKIPPED_INCORRECT, compare
+from ..retry import device_short
 from .probes import agreement_slack, graph_calls_agree
 from .registry import Finding, HackCode, Layer, collect, register
 
@@ -65,6 +66,9 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
                   "reference_window_ms": timing["reference_ms"],
                   "reference_windows": pool["windows"],
                   "reference_spread_pct": pool["spread_pct"]}
+    starved = reference_starved(timing)
+    if starved:
+        timing = None
     cand_ms = timing["candidate_ms"] if timing else None
     eager_ms = timing["reference_ms"] if timing else None
     ind, eag = reference.get("inductor") or {}, reference.get("eager") or {}
@@ -73,7 +77,9 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
     verdict["timing"] = timing
     verdict["timings"] = {"candidate_ms": cand_ms, "eager_ms": eager_ms,
                           "inductor_ms": inductor_ms, "roofline_ms": roofline_ms(reference)}
-    if window and window.get("error"):
+    if starved:
+        verdict["timings"]["error"] = starved
+    elif window and window.get("error"):
         message = window["error"]["message"]
         if message.startswith(SKIPPED_INCORRECT):  # not timed: its answers were wrong already
             verdict["timings"]["skipped"] = "incorrect"
@@ -81,6 +87,23 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
             verdict["timings"]["error"] = message
     candidate = ((window or {}).get("participants") or {}).get("candidate") or {}
     verdict["timings"]["candidate_wall_ms"] = candidate.get("wall_ms")
+
+
+def reference_starved(timing: dict | None) -> str | None:
+    """Why a window's times cannot be compared, where the reference's timing graph could not be
+    captured for want of device memory while the candidate's was: the reference was then timed
+    call by call with events (each call's launch counted, none in a graph replay), which favours
+    the candidate, and the memory it lacked may be what the candidate held. The window is then a
+    failed one (``retry.transient``; where its grade shared the GPU the member is graded again
+    alone, ``admitted``); None otherwise. A reference that is never capturable is timed with
+    events in every window and compared as it is."""
+    error = (timing or {}).get("reference_capture_error")
+    candidate_method = str((timing or {}).get("method")).rsplit("/", 1)[-1]  # "ref/cand"
+    if not device_short(error) or candidate_method != "cuda_graph":
+        return None
+    return (f"the reference's timing graph could not be captured for want of device memory "
+            f"({str(error)[:200]}): its events timing is not comparable with the candidate's "
+            "graph")
 
 
 def _participants(window: dict | None) -> tuple[dict, dict]:

@@ -973,3 +973,36 @@ def test_the_readme_example_batch_grades_as_it_says(tmp_path, capsys):
     assert "torch_compute" in verdicts["relu-torch-only"]["hacks"]
     assert capsys.readouterr().out.splitlines()[-1].startswith(
         "grade: graded 3: correct 2, incorrect 0, hacked 1")
+
+
+def test_a_reference_starved_of_its_graph_leaves_the_window_uncompared():
+    """The reference's timing graph failed to capture for want of device memory (which the
+    candidate beside it may have held) while the candidate's was captured: its events timing
+    counts every launch, so the window is a failed one, graded again, not a speedup."""
+    from kernelmill.grade import admitted
+    from kernelmill.grade.retry import transient
+
+    reference = {"trials": [{"inputs": [], "outputs": []}], "info": {"device": "cpu"},
+                 "eager": {"ms": 1.0}, "inductor": {"ms": 0.5}}
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    starved = _window(1.0, 1.1)
+    starved["participants"]["reference"].update(method="cuda_events", capture_error=oom)
+    verdict, hacks = {"correct": True}, {}
+    _timings(verdict, reference, starved, Policy(), hacks.setdefault)
+    assert verdict["timing"] is None and verdict.get("speedup_vs_eager") is None
+    assert "want of device memory" in verdict["timings"]["error"] and not hacks
+    assert transient(verdict) and admitted.may_rerun(verdict)
+    # the same reference, not capturable for its own reasons: compared as it is
+    plain = _window(1.0, 1.1)
+    plain["participants"]["reference"].update(method="cuda_events",
+                                              capture_error="RuntimeError: operation not "
+                                                            "permitted when stream is capturing")
+    verdict = {"correct": True}
+    _timings(verdict, reference, plain, Policy(), {}.setdefault)
+    assert verdict["speedup_vs_eager"] == pytest.approx(2.0) and "error" not in verdict["timings"]
+    # both timed with events (the candidate's graph failed too): compared alike
+    both = _window(1.0, 1.1, "cuda_events")
+    both["participants"]["reference"]["capture_error"] = oom
+    verdict = {"correct": True}
+    _timings(verdict, reference, both, Policy(), {}.setdefault)
+    assert verdict["speedup_vs_eager"] == pytest.approx(2.0)
