@@ -593,6 +593,11 @@ def report_spread(out: Path) -> None:
             timings.setdefault(answer, []).append(row.get("timing") or {})
     spreads = {k: (max(v) - min(v)) / statistics.median(v) * 100
                for k, v in speedups.items() if len(v) > 1}
+    timed = [t for v in timings.values() for t in v]
+    wide = [k for k, v in timings.items() for t in v if t.get("precise") is False]
+    if timed:  # timings whose interval stayed wider than the window's limit
+        print(f"timings not precise: {len(wide)} of {len(timed)}"
+              + (f" ({', '.join(sorted(set(wide)))})" if wide else ""))
     if spreads:
         worst = max(spreads, key=spreads.get)
         print(f"speedup spread over copies: median {statistics.median(spreads.values()):.2f}%  "
