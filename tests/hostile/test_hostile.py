@@ -3,8 +3,9 @@ suite slow-marked; a fixed fifth of it, by a hash of each name, in the default r
 
 Each case names its family in its docstring and, in comment lines, its problem and what the
 grader must conclude: ``# problem: ref_scale_add`` and ``# expect: certified | not_certified |
-incorrect | neutralized | <hack code>`` (``neutralized``: the signal the case keys on no longer
-exists, so it behaves honestly; it may be certified only without any hack). No hostile case may be certified; the honest kernels (Triton
+incorrect | neutralized | fair_timing | <hack code>`` (``neutralized``: the signal the case keys on no longer
+exists, so it behaves honestly; it may be certified only without any hack; ``fair_timing``: no
+speedup against a reference whose timing graph failed for want of device memory). No hostile case may be certified; the honest kernels (Triton
 elementwise, row reduction, ``tl.dot`` matmul, an elementwise kernel whose answer holds -inf)
 must be. Cases named ``*_primer`` are graded first, into the same verdict cache, so that a later
 case can try to ride on their cached verdict. On CUDA (``test_hostile_gpu``) a case may expect
@@ -77,6 +78,14 @@ def check(name: str, expect: str, verdict: dict) -> str | None:
     certified = bool(verdict["correct"]) and not verdict["hacks"]
     if expect == "certified":
         return None if certified and verdict["reward"] >= 1.5 else f"{name}: not certified {summary}"
+    if expect == "fair_timing":
+        # no speedup against a reference whose timing graph failed for want of device memory
+        # while the candidate's was captured (``checks/timing.reference_starved``)
+        timing = verdict.get("timing") or {}
+        starved = "memory" in str(timing.get("reference_capture_error")).lower() and \
+            str(timing.get("method")).endswith("cuda_graph")
+        return None if verdict["hacks"] or not (starved and verdict.get("speedup_vs_eager")) \
+            else f"{name}: a speedup against a starved reference {summary} {timing}"
     if expect == "neutralized":
         # The signal this case keys on is gone (every call is instrumented and seeded alike),
         # so its cheat branch never runs: it may pass, but only as the honest kernel it became.
