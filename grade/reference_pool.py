@@ -29,6 +29,8 @@ import threading
 import time
 from collections import deque
 
+from kernelmill.core.errors import KernelmillError
+
 POOL_VAR = "KERNELMILL_REFERENCE_TIME"
 POOL_MODES = ("window", "pooled")
 POOL_KEPT = 8  # kept windows per problem, GPU, method and kind of window
@@ -41,10 +43,10 @@ POOL_MAX_AGE_S = 600.0
 
 def pool_mode() -> str:
     """``KERNELMILL_REFERENCE_TIME``: ``window`` (unset) or ``pooled``; another value is an
-    error that names the choices."""
+    error that names the choices (one line from the CLI)."""
     mode = os.environ.get(POOL_VAR) or "window"
     if mode not in POOL_MODES:
-        raise ValueError(f"{POOL_VAR}={mode!r}: expected one of {', '.join(POOL_MODES)}")
+        raise KernelmillError(f"{POOL_VAR}={mode!r}: expected one of {', '.join(POOL_MODES)}")
     return mode
 
 

@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 from conftest import FIXTURES
+from kernelmill.core.errors import KernelmillError
 from kernelmill.grade.checks.timing import timing_fields
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
@@ -40,7 +41,7 @@ def test_the_mode_is_window_unless_asked_and_a_wrong_value_names_the_choices(mon
     monkeypatch.setenv(POOL_VAR, "pooled")
     assert pool_mode() == "pooled"
     monkeypatch.setenv(POOL_VAR, "median")
-    with pytest.raises(ValueError, match="window, pooled"):
+    with pytest.raises(KernelmillError, match="window, pooled"):
         pool_mode()
 
 
