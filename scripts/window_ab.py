@@ -9,7 +9,8 @@ windows' time, how the windows' turns settled (``settle_if``), CPU seconds per s
 for each answer: its median speedup over its copies in each pass, and each arm's median against
 the base arm's (``--base``, default N: the default window's), the shift, beside the shift
 between the base arm's first and last passes (the noise floor), and the spread over copies
-((max - min) / median) by arm: median and max over answers and passes. An arm that moves
+((max - min) / median) by arm: median and max over answers and passes, of the speedups and of
+each side's times (the windows' own reference times, the candidates'). An arm that moves
 speedups more than the base arm's passes move apart, or spreads them wider, changes what is
 measured.
 """
@@ -70,6 +71,20 @@ def answer_speedups(rows: list[dict]) -> dict[str, list[float]]:
     return dict(out)
 
 
+def answer_times(rows: list[dict], who: str) -> dict[str, list[float]]:
+    """Each answer's times over its copies: the candidate's (``who`` "candidate") or the
+    reference's own window's (``reference_window_ms`` where the reference's time was pooled,
+    ``reference_ms`` otherwise)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        timing = row.get("timing") or {}
+        ms = timing.get("candidate_ms") if who == "candidate" else \
+            timing.get("reference_window_ms") or timing.get("reference_ms")
+        if isinstance(ms, (int, float)) and ms > 0:
+            out[str(row["submission_id"]).split("#")[0]].append(float(ms))
+    return dict(out)
+
+
 def spread_pct(values: list[float]) -> float | None:
     return (max(values) - min(values)) / statistics.median(values) * 100 \
         if len(values) > 1 else None
@@ -116,6 +131,10 @@ def compare(by_pass: dict[str, list[dict]], base: str | None = None) -> dict:
                for name, rows in by_pass.items()}
     spreads = {arm: [s for name in names for v in answer_speedups(by_pass[name]).values()
                      if (s := spread_pct(v)) is not None] for arm, names in arms.items()}
+    # which side moved over an answer's copies: its windows' reference time or its own
+    sides = {arm: {who: [s for name in names for v in answer_times(by_pass[name], who).values()
+                         if (s := spread_pct(v)) is not None]
+                   for who in ("reference", "candidate")} for arm, names in arms.items()}
 
     def arm_median(arm: str, answer: str) -> float | None:
         got = [medians[name][answer] for name in arms[arm] if answer in medians[name]]
@@ -137,7 +156,12 @@ def compare(by_pass: dict[str, list[dict]], base: str | None = None) -> dict:
                            "spread_median_pct": round(statistics.median(spreads[arm]), 2)
                            if spreads[arm] else None,
                            "spread_max_pct": round(max(spreads[arm]), 2)
-                           if spreads[arm] else None} for arm, names in arms.items()},
+                           if spreads[arm] else None,
+                           "time_spread_pct": {
+                               who: {"median": round(statistics.median(v), 2),
+                                     "max": round(max(v), 2)}
+                               for who, v in sides[arm].items() if v}}
+                    for arm, names in arms.items()},
             "answers": {a: {name: round(medians[name][a], 4) for name in medians
                             if a in medians[name]} for a in answers},
             # |shift| over the answers: the median and the largest, in percent
@@ -172,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{info['not_certified']} not certified; {info['windows']} windows, "
               f"{info['window_ms']} ms mean; CPU {info['cpu_s']} s per submission; spread over "
               f"copies median {info['spread_median_pct']}%, max {info['spread_max_pct']}%")
+        moved = info.get("time_spread_pct") or {}
+        if moved:  # which side moved over the copies: the windows' reference or the candidate
+            print("   times over copies: " + "; ".join(
+                f"{who} median {v['median']}%, max {v['max']}%" for who, v in moved.items()))
         print("   window parts: " + " ".join(f"{k}={v:.0%}" for k, v in info["shares"].items())
               + "; settling: " + " ".join(f"{k}={v}" for k, v in info["settled"].items()))
     for arm, shift in result["shift_pct"].items():

@@ -356,7 +356,8 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
 def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_path):
     """``scripts/window_ab.py``: passes grouped into arms by their names' letters; each answer's
     median speedup per pass, each arm's shift against the base arm (N) beside the base arm's own
-    pass-to-pass shift, the spread over copies by arm, and the windows' settling and parts; a
+    pass-to-pass shift, the spread over copies by arm (of the speedups and of each side's
+    times), and the windows' settling and parts; a
     line cut by a pass's deadline is skipped, and an archive reads as its folder."""
     import subprocess
     import tarfile
@@ -375,7 +376,9 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
     for name, speedups in passes.items():
         folder = root / f"window_verdicts_{name}"
         folder.mkdir(parents=True)
-        rows = [verdict(f"gemm#{i}", s, 800.0, **({"settled": False} if name[0] == "B" else {}))
+        # the windows' own reference times moved with the speedups, the candidate's did not
+        rows = [verdict(f"gemm#{i}", s, 800.0, candidate_ms=1.0, reference_window_ms=s,
+                        reference_ms=1.1, **({"settled": False} if name[0] == "B" else {}))
                 for i, s in enumerate(speedups)]
         (folder / "verdicts.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows) + '{"submission_id": "cut')
@@ -395,6 +398,10 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
         assert result["shift_pct"]["B"]["median_abs"] == round((1.15 / 1.01 - 1) * 100, 2)
         assert result["shift_pct"]["N passes"]["median_abs"] == 0.0
         assert result["arms"]["B"]["spread_max_pct"] == round(0.10 / 1.15 * 100, 2)
+        assert result["arms"]["B"]["time_spread_pct"] == {
+            "reference": {"median": round(0.10 / 1.15 * 100, 2),
+                          "max": round(0.10 / 1.15 * 100, 2)},
+            "candidate": {"median": 0.0, "max": 0.0}}
         assert result["arms"]["B"]["settled"] == {"unsettled": 2}
         assert result["arms"]["N"]["settled"] == {"settled": 4}
         assert result["arms"]["N"]["shares"] == {"rounds": 0.5, "unseen": 0.25}
