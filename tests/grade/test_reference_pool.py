@@ -190,3 +190,28 @@ def test_a_grader_pools_the_reference_over_its_windows_and_keeps_none_beside_a_h
     monkeypatch.delenv(POOL_VAR)
     plain = Grader("cpu", policy=policy).grade(reference, honest)
     assert "reference_windows" not in plain["timing"] and plain["speedup_vs_eager"]
+
+
+def test_a_batch_pools_the_reference_over_copies_of_one_problem(tmp_path, monkeypatch):
+    """``grade_file`` (what ``kernelmill grade`` and the throughput benchmark run) keeps one
+    grader per setting, so copies graded one after another share the problem's pool."""
+    import json
+
+    from kernelmill.core.store import read_jsonl
+    from kernelmill.grade.batch import grade_file
+
+    monkeypatch.setenv(POOL_VAR, "pooled")
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "ref_scale_add", "source": read("ref_scale_add")})
+                        + "\n")
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text("".join(json.dumps(
+        {"submission_id": f"honest#{i}", "problem_id": "ref_scale_add",
+         "source": read("honest_scale_add")}) + "\n" for i in range(3)))
+    out = tmp_path / "verdicts.jsonl"
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grade_file(problems, submissions, out, device="cpu", workers=1, policy=policy,
+               cache_path=False)
+    rows = list(read_jsonl(out))
+    assert len(rows) == 3 and all(r["correct"] and not r["hacks"] for r in rows), rows
+    assert sorted(r["timing"]["reference_windows"] for r in rows) == [1, 2, 3]
