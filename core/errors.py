@@ -16,3 +16,15 @@ class ProblemError(KernelmillError):
         if line is not None:
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}")
+
+
+def env_choice(var: str, choices: tuple[str, ...]) -> str:
+    """The environment switch ``var``: its value, or its first choice where it is unset or
+    empty; any other value is an error naming the choices (a typo must not quietly run the
+    default arm of an A/B)."""
+    import os
+
+    value = os.environ.get(var) or choices[0]
+    if value not in choices:
+        raise KernelmillError(f"{var}={value!r}: expected one of {', '.join(choices)}")
+    return value

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 
+from kernelmill.core.errors import env_choice
 from kernelmill.validate.memory import CONTEXT_BYTES
 
 from .grader import Grader, ReferenceError
@@ -135,7 +135,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
 
     def device_need() -> int | None:
         seen = grader.seen_worker_bytes(item["reference"]) \
-            if os.environ.get(ADMIT_VAR) == "seen" else None
+            if env_choice(ADMIT_VAR, ADMIT_MODES) == "seen" else None
         if seen:
             return int(seen * SEEN_MARGIN * (members + 1))
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
@@ -172,6 +172,7 @@ WORKER_BASE_BYTES = CONTEXT_BYTES
 # what they were seen to hold, ``SEEN_MARGIN`` times over, not at its estimate: an A/B switch
 # for the GPU runs (off: the estimate), until one says which packs the GPU without running short
 ADMIT_VAR = "KERNELMILL_ADMIT"
+ADMIT_MODES = ("sizes", "seen")  # by the reference runs' sizes (the default), or as NVML saw
 SEEN_MARGIN = 1.15
 
 

@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kernelmill.core.devices import usable_cores
-from kernelmill.core.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError, env_choice
 from kernelmill.core.lock import hold_lock, lock_path_for
 from kernelmill.core.progress import track
 from kernelmill.core.record import Verdict
@@ -205,6 +205,7 @@ def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -
 # ``mixed``: single grades taken across problems (``mixed_order``) rather than problem by
 # problem (the default): an A/B switch for the GPU runs, until one says which packs the GPU better
 ORDER_VAR = "KERNELMILL_GRADE_ORDER"
+ORDER_MODES = ("problem", "mixed")
 MIXED_PROBLEMS = 8  # problems interleaved at a time: half the reference runs a grader keeps
 
 
@@ -268,7 +269,10 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     throughput; 21 hostile cases graded in groups of up to 8 got the verdicts they get alone."""
     started = time.monotonic()
     stats = StageStats("grade")
-    get_reward(reward)  # fail early on an unknown name
+    get_reward(reward)  # fail early on an unknown name, and on an unknown switch's value
+    env_choice(ORDER_VAR, ORDER_MODES)
+    env_choice(admitted.ADMIT_VAR, admitted.ADMIT_MODES)
+    pool_mode()
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)
@@ -339,7 +343,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
         # Triton submissions first, so GPUs work while extension builds run on CPU workers;
         # within each, by problem, so a problem's reference run is reused while it is cached.
         items.sort(key=lambda it: (needs_extension_build(it["source"]), it["problem_id"]))
-        if (group or 1) <= 1 and os.environ.get(ORDER_VAR, "problem") == "mixed":
+        if (group or 1) <= 1 and env_choice(ORDER_VAR, ORDER_MODES) == "mixed":
             items = mixed_order(items)
         pool, stack = None, contextlib.ExitStack()
         spread = backend == "local" and (processes or 1) > 1

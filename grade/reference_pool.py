@@ -23,13 +23,12 @@ problem's first windows (none or one kept) get little from it.
 from __future__ import annotations
 
 import hashlib
-import os
 import statistics
 import threading
 import time
 from collections import deque
 
-from kernelmill.core.errors import KernelmillError
+from kernelmill.core.errors import env_choice
 
 POOL_VAR = "KERNELMILL_REFERENCE_TIME"
 POOL_MODES = ("window", "pooled")
@@ -44,10 +43,7 @@ POOL_MAX_AGE_S = 600.0
 def pool_mode() -> str:
     """``KERNELMILL_REFERENCE_TIME``: ``window`` (unset) or ``pooled``; another value is an
     error that names the choices (one line from the CLI)."""
-    mode = os.environ.get(POOL_VAR) or "window"
-    if mode not in POOL_MODES:
-        raise KernelmillError(f"{POOL_VAR}={mode!r}: expected one of {', '.join(POOL_MODES)}")
-    return mode
+    return env_choice(POOL_VAR, POOL_MODES)
 
 
 def window_sample(window: dict | None) -> dict | None:

@@ -464,3 +464,26 @@ def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_a
         assert budget.used == int((2000 << 20) * admitted.SEEN_MARGIN * 3)
     with admitted._admitted(grader, {"reference": "unread"}, 2, slot):
         assert budget.used == estimate  # none read: the estimate
+
+
+def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkeypatch):
+    """A typo in an A/B switch would quietly run the default arm: ``grade_file`` refuses it
+    first, in one line naming the choices."""
+    from kernelmill.core.errors import KernelmillError
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p", "source": (SUBMISSIONS / "ref_scale_add.py")
+                                    .read_text()}) + "\n")
+    submissions = tmp_path / "submissions.jsonl"
+    submissions.write_text(json.dumps({"submission_id": "s", "problem_id": "p", "source": (
+        SUBMISSIONS / "honest_scale_add.py").read_text()}) + "\n")
+    for var, value, choices in (("KERNELMILL_GRADE_ORDER", "mix", "problem, mixed"),
+                                ("KERNELMILL_ADMIT", "seeen", "sizes, seen"),
+                                ("KERNELMILL_REFERENCE_TIME", "pool", "window, pooled")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(KernelmillError, match=choices):
+            grade_file(problems, submissions, tmp_path / "out.jsonl", device="cpu",
+                       cache_path=False)
+        monkeypatch.delenv(var)
+        assert not (tmp_path / "out.jsonl").exists() or \
+            not (tmp_path / "out.jsonl").read_text().strip()

@@ -215,3 +215,4 @@ def test_a_batch_pools_the_reference_over_copies_of_one_problem(tmp_path, monkey
     rows = list(read_jsonl(out))
     assert len(rows) == 3 and all(r["correct"] and not r["hacks"] for r in rows), rows
     assert sorted(r["timing"]["reference_windows"] for r in rows) == [1, 2, 3]
+
