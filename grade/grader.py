@@ -115,7 +115,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
         # the reference's time pooled over a problem's windows (``reference_pool``), or not
-        self._reference_pool = ReferencePool() if pool_mode() == "pooled" else None
+        self._reference_mode = pool_mode()
+        self._reference_pool = ReferencePool() if self._reference_mode != "window" else None
 
     def _device_key(self, slot_env: dict | None) -> str:
         """The device a grade's workers see, as ``Beside`` counts them."""
@@ -257,13 +258,17 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                 for i in runnable:
                     prepared[i]["limits"] = limits
                 if policy.time:
+                    gpu = gpu_lock_path(self.worker_device, self._env(slot_env))
+                    # ``sampled``: the reference timed in this window only where the pool wants it
+                    score = self._reference_mode != "sampled" or \
+                        self._reference_pool.wants_reference(references[0].source, gpu,
+                                                             len(runnable))
                     results, windows = self._timed(references, {i: prepared[i] for i in runnable},
-                                                   record, slot_env)
+                                                   record, slot_env, score_reference=score)
                     self.note_worker_memory(references[0].source, windows)
                     if self._reference_pool is not None:
-                        to_keep = pool_views(self._reference_pool, references[0].source,
-                                             gpu_lock_path(self.worker_device,
-                                                           self._env(slot_env)), windows)
+                        to_keep = pool_views(self._reference_pool, references[0].source, gpu,
+                                             windows)
                 else:
                     done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))

@@ -14,6 +14,12 @@ of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other
 5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about 6%
 (H100). A median over windows moves less, and no single window decides it.
 
+``KERNELMILL_REFERENCE_TIME=sampled`` pools the same way, and once ``SAMPLE_AFTER`` windows of
+a problem are kept it times the reference only in every ``SAMPLE_EVERY``-th window: in the
+others the reference's worker warms the clocks and witnesses them across the unseen checks, and
+the rounds hold the candidates alone (``run_window``'s ``unscored``), so the window is shorter
+by the reference's turns.
+
 The price: a window's alternating rounds cancel what slows the whole window (its clocks, its
 heat) from the ratio, and a pooled ratio keeps only the candidate's side of it. So the mode
 stays off until a GPU A/B over problem kinds shows it steadier without moving the medians.
@@ -31,18 +37,23 @@ from collections import deque
 from kernelmill.core.errors import env_choice
 
 POOL_VAR = "KERNELMILL_REFERENCE_TIME"
-POOL_MODES = ("window", "pooled")
+POOL_MODES = ("window", "pooled", "sampled")
 POOL_KEPT = 8  # kept windows per problem, GPU, method and kind of window
 # A kept window older than this is forgotten: the GPU's state drifts (its clocks, its heat, what
 # else runs on it), and a problem seen again after a while is timed against its own window and
 # the windows of its new visit, not an hour-old median (a dataset of thousands of problems comes
 # back to each one an epoch later).
 POOL_MAX_AGE_S = 600.0
+# ``sampled``: once this many windows of a problem are kept (on a GPU, of a kind), a window times
+# the reference only every ``SAMPLE_EVERY``-th time, to keep the pool fresh; in the others its
+# worker only warms the clocks and witnesses them across the unseen checks.
+SAMPLE_AFTER = 4
+SAMPLE_EVERY = 4
 
 
 def pool_mode() -> str:
-    """``KERNELMILL_REFERENCE_TIME``: ``window`` (unset) or ``pooled``; another value is an
-    error that names the choices (one line from the CLI)."""
+    """``KERNELMILL_REFERENCE_TIME``: ``window`` (unset), ``pooled`` or ``sampled``; another
+    value is an error that names the choices (one line from the CLI)."""
     return env_choice(POOL_VAR, POOL_MODES)
 
 
@@ -73,6 +84,7 @@ class ReferencePool:
                  clock=time.monotonic):
         self.kept, self.max_age_s, self.clock = kept, max_age_s, clock
         self._times: dict[tuple, deque] = {}  # key -> (when kept, ms)
+        self._unscored: dict[tuple, int] = {}  # windows since a problem's reference was timed
         self._lock = threading.Lock()
 
     @staticmethod
@@ -95,6 +107,22 @@ class ReferencePool:
         median = statistics.median(times)
         return {"ms": median, "windows": len(times),
                 "spread_pct": round((max(times) - min(times)) / median * 100, 3)}
+
+    def wants_reference(self, source: str, gpu: str | None, members: int) -> bool:
+        """``sampled``: whether the next window of ``source`` (on ``gpu``, of its kind) times
+        the reference: while fewer than ``SAMPLE_AFTER`` windows of it are kept (for any one
+        timing method), and every ``SAMPLE_EVERY``-th window after."""
+        since = self.clock() - self.max_age_s
+        family = self.key(source, gpu, "", members)
+        with self._lock:
+            fresh = max((sum(at >= since for at, _ in times) for key, times in
+                         self._times.items() if (key[0], key[1], key[3]) ==
+                         (family[0], family[1], family[3])), default=0)
+            if fresh < SAMPLE_AFTER:
+                return True
+            count = self._unscored.get(family, 0) + 1
+            self._unscored[family] = 0 if count >= SAMPLE_EVERY else count
+            return count >= SAMPLE_EVERY
 
     def keep(self, key: tuple, sample: dict) -> None:
         """``sample``'s time kept for later windows of ``key`` (the oldest goes past ``kept``)."""
@@ -119,15 +147,17 @@ def pool_views(pool: ReferencePool, source: str, gpu: str | None,
     reference time (``reference_pool``). Returns what to keep once its members are judged
     (``(key, sample)``), or None: the window's own reference time is not one to keep. A window
     whose own time is too wide to keep still gets the pool's where ``POOL_LEANS_ON`` or more
-    windows were kept; one with no reference time gets none (it has no speedup either), nor
-    does a member that left the window (its view's ``error``)."""
+    windows were kept, as does one whose reference was not timed (``reference_unscored``,
+    ``sampled``); one with no reference time gets none (it has no speedup either), nor does a
+    member that left the window (its view's ``error``)."""
     view = next((v for v in views.values() if v and not v.get("error")), None)
     ref = ((view or {}).get("participants") or {}).get("reference") or {}
-    if view is None or ref.get("ms") is None or \
+    unscored = bool((view or {}).get("reference_unscored"))
+    if view is None or (ref.get("ms") is None and not unscored) or \
             not isinstance(ref.get("method"), str):
         return None
     key = pool.key(source, gpu, ref["method"], int(view.get("members") or 1))
-    sample = window_sample(view)
+    sample = None if unscored else window_sample(view)
     pooled = pool.pooled(key, sample)
     if pooled is not None and (sample is not None or pooled["windows"] >= POOL_LEANS_ON):
         for member in views.values():

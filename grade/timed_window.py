@@ -23,12 +23,14 @@ class TimedWindow:
     """``_timed``: for a ``Grader`` (its policy, devices, environment and ``Beside`` count)."""
 
     def _timed(self, references: list[ReferenceRun], candidates: dict[int, dict],
-               record: dict | None, slot_env: dict | None
+               record: dict | None, slot_env: dict | None, score_reference: bool = True
                ) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
         """Run the candidate workers and one reference timing worker side by side; time them
         all in one window on this GPU. Returns each candidate's result and its view of the
         window (the reference and itself, as ``reference`` and ``candidate``). A candidate whose
-        early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``)."""
+        early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``). Without
+        ``score_reference`` the reference's worker warms the clocks and witnesses them but
+        takes no turn in the rounds (its time comes from the pool: ``reference_pool``)."""
         policy = self.policy
         names = {i: f"candidate {i}" for i in candidates}
         reference = references[min(candidates)]
@@ -93,7 +95,7 @@ class TimedWindow:
                 clock_check=tuple(names.values()), gpu_handshake=True, unseen_check=unseen,
                 droppable=tuple(names.values()), clock_witness="reference",
                 admit=None if policy.time_incorrect else admit,
-                activity=activity)
+                activity=activity, unscored=() if score_reference else ("reference",))
             for thread in threads:
                 thread.join()
         finally:
@@ -110,31 +112,37 @@ class TimedWindow:
             for view in views.values():  # each member's share of the reference timing worker
                 view["timing_reference_cpu_s"] = round(timing_run.cpu_s / len(candidates), 3)
         for i in candidates:
-            result = results.get(names[i])
-            started = controls[names[i]].started_at
-            stages = result.stages if result is not None else []
-            wall_s = result.wall_s if result is not None else 0.0
-            # where in its run its workers were stopped for other windows
-            views[i]["stepped_aside_by_stage"] = stepped_by_stage(
-                window.get("stepped_spans") or [], started, stages, wall_s)
-            views[i].pop("stepped_spans", None)
-            # its longest stretch of GPU work between two points where a waiting window could
-            # go first (the window waits for the last holder's stretch), by stage
-            stretch = (window.get("stretch_spans") or {}).get(names[i])
-            views[i]["longest_stretch_by_stage"] = stepped_by_stage(
-                [stretch], started, stages, wall_s) if stretch else {}
-            views[i].pop("stretch_spans", None)
-            # the most GPU workers this grader ran on the device while its fresh calls ran
-            views[i]["workers_beside"] = self._beside.most(
-                self._device_key(slot_env), *fresh_calls_span(started, stages))
-            # the unseen parts the parent wrote for it (the judge counts them)
-            views[i]["late_released"] = list(controls[names[i]].late_released)
-            views[i]["late_write_ms"] = list(controls[names[i]].late_write_ms)
-            # graded side by side (the parent's count); each worker's device memory as NVML
-            # read it once their GPU work was done
-            views[i].update(members=len(candidates), device_mib={
-                "candidate": controls[names[i]].device_mib,
-                "reference": getattr(controls.get("reference"), "device_mib", None)})
+            self._member_view(views[i], window, results.get(names[i]), controls, names[i],
+                              slot_env)
+            views[i]["members"] = len(candidates)  # graded side by side (the parent's count)
+            if not score_reference:  # its time is the pool's (``reference_pool``)
+                views[i]["reference_unscored"] = True
         return {i: results[names[i]] for i in candidates}, views
 
-
+    def _member_view(self, view: dict, window: dict, result: WorkerResult | None,
+                     controls: dict, name: str, slot_env: dict | None) -> None:
+        """What a member's view of the window adds from its own run (``name``'s)."""
+        control = controls[name]
+        started = control.started_at
+        stages = result.stages if result is not None else []
+        wall_s = result.wall_s if result is not None else 0.0
+        # where in its run its workers were stopped for other windows
+        view["stepped_aside_by_stage"] = stepped_by_stage(
+            window.get("stepped_spans") or [], started, stages, wall_s)
+        view.pop("stepped_spans", None)
+        # its longest stretch of GPU work between two points where a waiting window could
+        # go first (the window waits for the last holder's stretch), by stage
+        stretch = (window.get("stretch_spans") or {}).get(name)
+        view["longest_stretch_by_stage"] = stepped_by_stage(
+            [stretch], started, stages, wall_s) if stretch else {}
+        view.pop("stretch_spans", None)
+        # the most GPU workers this grader ran on the device while its fresh calls ran
+        view["workers_beside"] = self._beside.most(
+            self._device_key(slot_env), *fresh_calls_span(started, stages))
+        # the unseen parts the parent wrote for it (the judge counts them)
+        view["late_released"] = list(control.late_released)
+        view["late_write_ms"] = list(control.late_write_ms)
+        # each worker's device memory as NVML read it once their GPU work was done
+        view["device_mib"] = {"candidate": control.device_mib,
+                              "reference": getattr(controls.get("reference"), "device_mib",
+                                                   None)}

@@ -163,7 +163,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
                gpu_handshake: bool = False, droppable: tuple[str, ...] = (),
                admit: Callable[[str, Any], str | None] | None = None,
                clock_witness: str | None = None,
-               activity: Callable[[], dict | None] | None = None) -> dict:
+               activity: Callable[[], dict | None] | None = None,
+               unscored: tuple[str, ...] = ()) -> dict:
     """Time ``participants`` (name -> a running worker's ``Control``) in one window.
 
     ``start`` launches the workers; with ``gpu_handshake`` each asks for the GPU
@@ -183,7 +184,9 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     after the unseen checks (``unseen_clock_ms``: ``before`` and ``after`` samples).
     ``activity()`` reads what the GPU was doing as the window took it alone
     (``gpus.gpu_activity``; the result's ``clocks``): its clocks up (``_clocks_up``), the
-    first participant warms for ``rewarm_ms`` only (``clocks_up``)."""
+    first participant warms for ``rewarm_ms`` only (``clocks_up``). Participants in
+    ``unscored`` warm up and serve as ``clock_witness`` but take no turn in the rounds (their
+    summary has no samples): the rounds hold the others alone, and stop on their CIs."""
     settings = settings or WindowSettings()
     cap_ms = settings.cap_ms if settings.cap_ms is not None else (3000.0 if cuda else 300.0)
     warm_ms = settings.warm_ms if settings.warm_ms is not None else (200.0 if cuda else 0.0)
@@ -264,7 +267,7 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
             try:
                 _timed_rounds(group, ready, samples, walls, paces, result, settings,
                               cap_ms, first_warm_ms, settle_ms, clock_check, unseen_check,
-                              clock_witness, activity)
+                              clock_witness, activity, unscored)
             finally:
                 if "warm" in result.get("phases_ms", {}):  # the clocks were brought up
                     lock.window_ended()

@@ -87,8 +87,9 @@ class _Holds:
 
 def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings, cap_ms,
                   warm_ms, settle_ms, clock_check, unseen_check, clock_witness=None,
-                  activity=None) -> None:
-    """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks."""
+                  activity=None, unscored=()) -> None:
+    """The exclusive part of ``run_window``: warm-up, rounds, clock and unseen checks (the
+    ``unscored`` participants warm up and witness, and take no turn in the rounds)."""
     began = time.monotonic()
     timeout = settings.report_timeout_s
     holds = _Holds(activity) if activity is not None else None
@@ -138,7 +139,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         sample_ms = max(1e-4, float(info.get("estimate_ms") or 1.0)) * \
             int(info.get("calls_per_sample") or 1)
         fits = settings.round_ms / sample_ms
-        in_cap = int(cap_ms / (rounds_wanted * max(1, len(ready)) * sample_ms))
+        in_cap = int(cap_ms / (rounds_wanted * max(1, len(set(ready) - set(unscored)))
+                               * sample_ms))
         per_round[name] = int(min(200, fits if fits >= 3 else
                                   max(3, min(long_turn, in_cap))))
         witness_reps[name] = int(min(200, max(3, fits)))  # one plain turn's worth
@@ -153,7 +155,8 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
         # each round in another order (the same for the same round of any window): no member
         # always follows the same one, or takes the same place in the round (a GPU at its
         # power cap runs a turn after a heavy one, or late in a round, at a lower clock)
-        order = _round_order(list(group.active), result["rounds"], settings.order, order)
+        order = _round_order([n for n in group.active if n not in unscored], result["rounds"],
+                             settings.order, order)
         for name in order:
             room = settings.max_reps - len(samples[name])
             if room <= 0:
@@ -223,8 +226,9 @@ def _timed_rounds(group: _Group, ready, samples, walls, paces, result, settings,
             parts.clear()
             deadline = min(time.monotonic() + cap_ms / 1e3, last_deadline)
             continue
-        timed = [samples[name] for name in group.active]
-        cis = list(_window_cis(samples, result, group.active,
+        scored = [name for name in group.active if name not in unscored]
+        timed = [samples[name] for name in scored]
+        cis = list(_window_cis(samples, result, scored,
                                by_turns=settings.stop_on_turns).values())
         enough = all(len(s) >= settings.min_reps for s in timed) and \
             result["rounds"] >= settings.min_rounds

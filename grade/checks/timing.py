@@ -59,11 +59,11 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
     together in the reference run (each ratio from one window). Where the grader pools the
     reference's time (``grade.reference_pool``), the pooled time is the eager one and the
     window's own is kept beside it."""
-    timing = verdict_timing(window) if window else None
     pool = (window or {}).get("reference_pool")
+    timing = verdict_timing(_reference_as_pooled(window, pool)) if window else None
     if timing and pool:  # the reference's time over this problem's windows (``reference_pool``)
-        timing = {**timing, "reference_ms": pool["ms"],
-                  "reference_window_ms": timing["reference_ms"],
+        own = ((window.get("participants") or {}).get("reference") or {}).get("ms")
+        timing = {**timing, "reference_ms": pool["ms"], "reference_window_ms": own,
                   "reference_windows": pool["windows"],
                   "reference_spread_pct": pool["spread_pct"]}
     starved = reference_starved(timing)
@@ -79,6 +79,10 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
                           "inductor_ms": inductor_ms, "roofline_ms": roofline_ms(reference)}
     if starved:
         verdict["timings"]["error"] = starved
+    elif window and window.get("reference_unscored") and not pool and not window.get("error"):
+        # the reference was not timed here and no pooled time of its timing method is kept
+        verdict["timings"]["error"] = ("the reference was not timed in this window and no "
+                                       "pooled time of its timing method was kept")
     elif window and window.get("error"):
         message = window["error"]["message"]
         if message.startswith(SKIPPED_INCORRECT):  # not timed: its answers were wrong already
@@ -87,6 +91,17 @@ def timing_fields(verdict: dict, reference: dict, window: dict | None) -> None:
             verdict["timings"]["error"] = message
     candidate = ((window or {}).get("participants") or {}).get("candidate") or {}
     verdict["timings"]["candidate_wall_ms"] = candidate.get("wall_ms")
+
+
+def _reference_as_pooled(window: dict | None, pool: dict | None) -> dict | None:
+    """``window`` with its reference's median replaced by the pooled one (``pool``), its
+    samples' count by the candidate's where the reference took no turn (``sampled``)."""
+    if not window or not pool:
+        return window
+    parts = window.get("participants") or {}
+    ref, cand = parts.get("reference") or {}, parts.get("candidate") or {}
+    ref = {**ref, "ms": pool["ms"], "reps": ref.get("reps") or cand.get("reps") or 0}
+    return {**window, "participants": {**parts, "reference": ref}}
 
 
 def reference_starved(timing: dict | None) -> str | None:

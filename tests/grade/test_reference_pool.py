@@ -12,6 +12,8 @@ from kernelmill.grade.policy import Policy
 from kernelmill.grade.reference_pool import (
     POOL_KEPT,
     POOL_VAR,
+    SAMPLE_AFTER,
+    SAMPLE_EVERY,
     ReferencePool,
     may_keep,
     pool_mode,
@@ -216,3 +218,38 @@ def test_a_batch_pools_the_reference_over_copies_of_one_problem(tmp_path, monkey
     assert len(rows) == 3 and all(r["correct"] and not r["hacks"] for r in rows), rows
     assert sorted(r["timing"]["reference_windows"] for r in rows) == [1, 2, 3]
 
+
+
+def test_sampled_times_the_reference_until_enough_windows_are_kept_then_every_few():
+    pool = ReferencePool()
+    wants = []
+    for _ in range(SAMPLE_AFTER):  # nothing kept yet: every window times it, and is kept
+        wants.append(pool.wants_reference("src", None, 1))
+        pool.keep(pool.key("src", None, "perf_counter", 1), {"ms": 1.0})
+    wants += [pool.wants_reference("src", None, 1) for _ in range(2 * SAMPLE_EVERY)]
+    assert wants == [True] * SAMPLE_AFTER + ([False] * (SAMPLE_EVERY - 1) + [True]) * 2
+    # a group's windows, or another problem's, count on their own
+    assert pool.wants_reference("src", None, 8) and pool.wants_reference("other", None, 1)
+
+
+def test_a_sampled_grader_leaves_the_reference_untimed_once_the_pool_holds_enough(
+        monkeypatch):
+    """Graded on the host with ``sampled``: the first windows time the reference and are kept;
+    the next one times the candidate alone and divides by the pool's median."""
+    monkeypatch.setenv(POOL_VAR, "sampled")
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    reference, honest = read("ref_scale_add"), read("honest_scale_add")
+    verdicts = [grader.grade(reference, honest) for _ in range(SAMPLE_AFTER + 1)]
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+    own = [v["timing"]["reference_window_ms"] for v in verdicts]
+    assert all(ms is not None for ms in own[:SAMPLE_AFTER]) and own[-1] is None, own
+    last = verdicts[-1]
+    assert last["timing"]["reference_windows"] == SAMPLE_AFTER
+    assert last["timing"]["reference_ms"] == pytest.approx(statistics.median(own[:-1]))
+    assert last["speedup_vs_eager"] == pytest.approx(
+        last["timing"]["reference_ms"] / last["timing"]["candidate_ms"])
+    # its rounds held the candidate alone: the reference's turns are none
+    assert not (last["profile"]["round_medians_ms"] or {}).get("reference")
+    assert (last["profile"]["round_medians_ms"] or {}).get("candidate")

@@ -429,7 +429,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
             timeout_s: float = 120, lock: str | None = None, on_finish=None,
             after: dict | None = None, controls: dict | None = None,
             unseen_check: tuple = (), clock_witness: str | None = None,
-            activity=None, **settings) -> tuple[dict, dict]:
+            activity=None, unscored: tuple = (), **settings) -> tuple[dict, dict]:
     controls = controls if controls is not None else {}
     controls.update({name: Control() for name in ms})
     results = {}
@@ -451,7 +451,7 @@ def _window(ms: dict[str, float], cheat: str = "", droppable: tuple = (),
                         finish=lambda: [on_finish and on_finish()] + [t.join() for t in threads],
                         clock_check=tuple(n for n in ms if n.startswith("candidate")),
                         gpu_handshake=True, droppable=droppable, unseen_check=unseen_check,
-                        clock_witness=clock_witness, activity=activity)
+                        clock_witness=clock_witness, activity=activity, unscored=unscored)
     return window, results
 
 
@@ -474,6 +474,21 @@ def test_window_times_two_processes_in_alternating_rounds():
         medians = window["participants"][name]["round_medians_ms"]
         assert [r for r, _ in medians] == list(range(window["rounds"])), medians
         assert all(0.8 * ms <= m <= 3 * ms for _, m in medians), medians
+
+
+def test_an_unscored_participant_warms_but_takes_no_turn_in_the_rounds():
+    """The reference unscored (its time pooled from other windows): the rounds hold the
+    candidate alone and stop on its CI; the reference is ready and warmed, with no samples."""
+    window, results = _window({"reference": 3.0, "candidate": 1.0}, cap_ms=1500,
+                              ci_target_pct=1.0, unscored=("reference",))
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    reference, candidate = (window["participants"][n] for n in ("reference", "candidate"))
+    assert reference["reps"] == 0 and reference["ms"] is None, reference
+    assert reference["method"] == "perf_counter"  # what it would have been timed by
+    assert candidate["reps"] >= 12 and 0.8 <= candidate["ms"] <= 3.0, candidate
+    assert [r for r, _ in candidate["round_medians_ms"]] == list(range(window["rounds"]))
+    assert not reference["round_medians_ms"]
+    assert verdict_timing(window) is None  # no reference time from this window
 
 
 def test_a_median_counts_its_turns_not_only_its_samples():
