@@ -38,7 +38,8 @@
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,
 #        the driver's spin) and block (B, the default); as envab otherwise)
 #        envab (an A/B over environment settings: passes alternating AB_A and AB_B, each
-#        "NAME=VALUE ...", AB_PASSES default "A1 B1 A2 B2"; WINDOW_MATCH, WINDOW_S, WINDOW_COPIES
+#        "NAME=VALUE ...", AB_PASSES default "A1 B1 A2 B2", a C* pass takes AB_C (a third arm);
+#        WINDOW_MATCH, WINDOW_S, WINDOW_COPIES
 #        as for window; AB_GROUP=N grades in groups, AB_WORKERS=N slots; verdicts kept)
 #        slots (grades in flight per GPU: the window's problems WINDOW_MATCH graded with
 #        --workers N for each N of SLOTS_PASSES, default "16 24 32 16 24 32", SLOTS_COPIES
@@ -265,7 +266,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
               else a=${AB_A:-} b=${AB_B:-}; fi
               subset_pass "$part" prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${AB_PASSES:-${WAIT_PASSES:-A1 B1 A2 B2}}; do
-                case $pass in A*|W*) settings=$a ;; *) settings=$b ;; esac
+                case $pass in A*|W*) settings=$a ;; C*) settings=${AB_C:-} ;; *) settings=$b ;; esac
                 # shellcheck disable=SC2086 — the settings are words NAME=VALUE
                 (for kv in $settings; do export "${kv?}"; done
                  subset_pass "$part" "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
