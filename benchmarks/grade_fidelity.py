@@ -124,8 +124,8 @@ def table(rows: dict, args, items: list, elapsed: float) -> None:
         speedups = [r["speedup"] for r in runs if r["speedup"]]
         ref = [r["timing"]["reference_ms"] for r in runs if r["timing"]]
         # the windows' own reference times (where the reference's was pooled), and their spread
-        own = [r["timing"].get("reference_window_ms") or r["timing"]["reference_ms"]
-               for r in runs if r["timing"]]
+        own = [ms for r in runs if r["timing"] and (ms := r["timing"].get(
+            "reference_window_ms", r["timing"]["reference_ms"])) is not None]
         cand = [r["timing"]["candidate_ms"] for r in runs if r["timing"]]
         cis = [r["timing"]["ci_pct"] for r in runs if r["timing"] and r["timing"]["ci_pct"]]
         methods = sorted({r["timing"].get("method") for r in runs if r["timing"]})
@@ -137,7 +137,7 @@ def table(rows: dict, args, items: list, elapsed: float) -> None:
         median = statistics.median(speedups)
         spread = (max(speedups) - min(speedups)) / median
         spreads.append(spread)
-        moved = {k: (max(v) - min(v)) / statistics.median(v) for k, v in
+        moved = {k: (max(v) - min(v)) / statistics.median(v) if v else 0.0 for k, v in
                  (("reference", own), ("candidate", cand))}
         summary.append({"kernel": name, "runs": runs, "spread": spread, "speedup": median,
                         "reference_ms": statistics.median(ref),

@@ -74,12 +74,13 @@ def answer_speedups(rows: list[dict]) -> dict[str, list[float]]:
 def answer_times(rows: list[dict], who: str) -> dict[str, list[float]]:
     """Each answer's times over its copies: the candidate's (``who`` "candidate") or the
     reference's own window's (``reference_window_ms`` where the reference's time was pooled,
-    ``reference_ms`` otherwise)."""
+    ``reference_ms`` otherwise; none where its window did not time it)."""
     out: dict[str, list[float]] = defaultdict(list)
     for row in rows:
         timing = row.get("timing") or {}
+        # (a window whose reference took no turn, ``sampled``, has no time of its own: null)
         ms = timing.get("candidate_ms") if who == "candidate" else \
-            timing.get("reference_window_ms") or timing.get("reference_ms")
+            timing.get("reference_window_ms", timing.get("reference_ms"))
         if isinstance(ms, (int, float)) and ms > 0:
             out[str(row["submission_id"]).split("#")[0]].append(float(ms))
     return dict(out)
