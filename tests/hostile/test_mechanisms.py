@@ -203,7 +203,7 @@ def test_verdict_key_names_the_optional_pre_filter_and_the_witness():
 
     versions = grader_versions().split("\0")
     assert any(part.startswith("kernelguard=") for part in versions)
-    assert len(versions) == 3 + 23  # three packages, twenty-three grading modules hashed
+    assert len(versions) == 3 + 25  # three packages, twenty-five grading modules hashed
     assert not [part for part in versions[3:] if part.endswith("=none")], versions  # all found
 
 
