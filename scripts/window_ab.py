@@ -94,6 +94,7 @@ def spread_pct(values: list[float]) -> float | None:
 def arm_summary(rows: list[dict]) -> dict:
     """An arm's verdicts: counts, windows, their parts' shares, settling, CPU per submission."""
     windows, phases, settled, cpu = {}, Counter(), Counter(), []
+    untimed = 0  # windows whose reference took no turn (``sampled``: its time the pool's)
     for row in rows:
         profile, timing = row.get("profile") or {}, row.get("timing") or {}
         cpu_s = profile.get("cpu_s") or {}
@@ -103,6 +104,7 @@ def arm_summary(rows: list[dict]) -> dict:
         if not isinstance(key[0], (int, float)) or key in windows:
             continue
         windows[key] = key[0]
+        untimed += "reference_window_ms" in timing and timing["reference_window_ms"] is None
         for phase, ms in (profile.get("phases_ms") or {}).items():
             phases[phase] += ms
         settled["unsettled" if timing.get("settled") is False else "settled over"
@@ -114,6 +116,7 @@ def arm_summary(rows: list[dict]) -> dict:
             "not_certified": sum(not (r.get("correct") and not r.get("hacks")) for r in rows),
             "windows": len(windows),
             "window_ms": round(statistics.mean(windows.values()), 1) if windows else None,
+            "reference_untimed": untimed,
             "shares": {k: round(v / total, 3) for k, v in phases.items()},
             "settled": dict(settled),
             "cpu_s": round(statistics.median(cpu), 2) if cpu else None}
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     for arm, info in result["arms"].items():
         print(f"arm {arm} ({' '.join(info['passes'])}): {info['verdicts']} verdicts, "
               f"{info['not_certified']} not certified; {info['windows']} windows, "
-              f"{info['window_ms']} ms mean; CPU {info['cpu_s']} s per submission; spread over "
+              f"{info['window_ms']} ms mean ({info['reference_untimed']} without the "
+              f"reference's turns); CPU {info['cpu_s']} s per submission; spread over "
               f"copies median {info['spread_median_pct']}%, max {info['spread_max_pct']}%")
         moved = info.get("time_spread_pct") or {}
         if moved:  # which side moved over the copies: the windows' reference or the candidate

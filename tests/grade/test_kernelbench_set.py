@@ -371,13 +371,15 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
                             "phases_ms": {"rounds": window_ms / 2, "unseen": window_ms / 4},
                             "cpu_s": {"candidate": 4.0, "reference": 2.0}}}
 
-    passes = {"N1": [1.00, 1.02], "N2": [1.01, 1.01], "B1": [1.10, 1.20]}
+    passes = {"N1": [1.00, 1.02], "N2": [1.01, 1.01], "B1": [1.10, 1.20], "C1": [1.0, 1.0]}
     root = tmp_path / "kept"
     for name, speedups in passes.items():
         folder = root / f"window_verdicts_{name}"
         folder.mkdir(parents=True)
         # the windows' own reference times moved with the speedups, the candidate's did not
-        rows = [verdict(f"gemm#{i}", s, 800.0, candidate_ms=1.0, reference_window_ms=s,
+        # (C: windows whose reference took no turn, its time the pool's)
+        rows = [verdict(f"gemm#{i}", s, 800.0, candidate_ms=1.0,
+                        reference_window_ms=None if name[0] == "C" else s,
                         reference_ms=1.1, **({"settled": False} if name[0] == "B" else {}))
                 for i, s in enumerate(speedups)]
         (folder / "verdicts.jsonl").write_text(
@@ -387,14 +389,15 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
         archive.add(root / "window_verdicts_N1", "window_verdicts_N1")
         archive.add(root / "window_verdicts_N2", "window_verdicts_N2")
         archive.add(root / "window_verdicts_B1", "window_verdicts_B1")
+        archive.add(root / "window_verdicts_C1", "window_verdicts_C1")
     for source in (root, tmp_path / "window_verdicts.tgz"):
         out = subprocess.run([sys.executable, str(script), str(source), "--json"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
-        assert list(result["arms"]) == ["N", "B"]  # N, the default window's, is the base
+        assert list(result["arms"]) == ["N", "B", "C"]  # N, the default window's, is the base
         assert result["arms"]["N"]["passes"] == ["N1", "N2"]
-        assert result["answers"]["gemm"] == {"N1": 1.01, "N2": 1.01, "B1": 1.15}
+        assert result["answers"]["gemm"] == {"N1": 1.01, "N2": 1.01, "B1": 1.15, "C1": 1.0}
         assert result["shift_pct"]["B"]["median_abs"] == round((1.15 / 1.01 - 1) * 100, 2)
         assert result["shift_pct"]["N passes"]["median_abs"] == 0.0
         assert result["arms"]["B"]["spread_max_pct"] == round(0.10 / 1.15 * 100, 2)
@@ -403,6 +406,9 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
                           "max": round(0.10 / 1.15 * 100, 2)},
             "candidate": {"median": 0.0, "max": 0.0}}
         assert result["arms"]["B"]["settled"] == {"unsettled": 2}
+        assert result["arms"]["B"]["reference_untimed"] == 0
+        assert result["arms"]["C"]["reference_untimed"] == 2
+        assert list(result["arms"]["C"]["time_spread_pct"]) == ["candidate"]
         assert result["arms"]["N"]["settled"] == {"settled": 4}
         assert result["arms"]["N"]["shares"] == {"rounds": 0.5, "unseen": 0.25}
         assert result["arms"]["N"]["verdicts"] == 4 and result["arms"]["N"]["cpu_s"] == 6.0
