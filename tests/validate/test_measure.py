@@ -833,9 +833,10 @@ def test_settle_if_held_settles_turns_only_once_nvml_shows_the_clocks_held_back(
     still, results = _window(ms, activity=counter(None), settle_if="held", **timing)
     assert still["error"] is None and all(r.ok for r in results.values()), results
     assert still["settled"] is False and still["clocks_held_ms"] == 0
+    # no turn was asked to settle (each worker counts the settlings it ran; a bound on the
+    # rounds' wall time read the host's load: 40.1 ms for 2 rounds on a busy 2-core host)
     assert settles(results) == {"reference": 0, "candidate": 0}
     assert verdict_timing(still)["settled"] is False
-    assert still["phases_ms"]["rounds"] < still["rounds"] * 2 * 10  # no turn waited 10 ms
     warm, results = _window(ms, activity=counter(2), settle_if="held", **timing)
     assert warm["error"] is None and warm["settled"] is True and warm["clocks_held_ms"] == 5
     assert settles(results) == {"reference": warm["rounds"], "candidate": warm["rounds"]}
