@@ -81,8 +81,10 @@ def check(name: str, expect: str, verdict: dict) -> str | None:
     if expect == "fair_timing":
         # no speedup against a reference whose timing graph failed for want of device memory
         # while the candidate's was captured (``checks/timing.reference_starved``)
+        from kernelmill.grade.retry import device_short
+
         timing = verdict.get("timing") or {}
-        starved = "memory" in str(timing.get("reference_capture_error")).lower() and \
+        starved = device_short(timing.get("reference_capture_error")) and \
             str(timing.get("method")).endswith("cuda_graph")
         return None if verdict["hacks"] or not (starved and verdict.get("speedup_vs_eager")) \
             else f"{name}: a speedup against a starved reference {summary} {timing}"
