@@ -8,8 +8,8 @@ the same kind of window (a single's, a group's), that were kept within ``POOL_MA
 window's own time stays in the verdict (``timing.reference_window_ms``). A window's time is
 kept only once its members were judged, none flagged for a hack and none failed (a member that
 slowed the reference in its own window would raise the speedups of every later grade), and only
-where its CI was within the window's limit and its rounds were settled where the clocks were
-held. One window's reference time moves with the reference worker's process and the GPU's state
+where its reference's graph was captured, its CI was within the window's limit and its rounds
+were settled where the clocks were held. One window's reference time moves with the reference worker's process and the GPU's state
 of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other grades moved
 5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about 6%
 (H100). A median over windows moves less, and no single window decides it.
@@ -21,8 +21,8 @@ the rounds hold the candidates alone (``run_window``'s ``unscored``), so the win
 by the reference's turns.
 
 The price: a window's alternating rounds cancel what slows the whole window (its clocks, its
-heat) from the ratio, and a pooled ratio keeps only the candidate's side of it. So the mode
-stays off until a GPU A/B over problem kinds shows it steadier without moving the medians.
+heat) from the ratio, and a pooled ratio keeps only the candidate's side of it. So both modes
+stay off until a GPU A/B over problem kinds shows them steadier without moving the medians.
 Pools are per grading process (a ``Grader``), per timing method and per kind of window; a
 problem's first windows (none or one kept) get little from it.
 """
