@@ -9,10 +9,11 @@ window's own time stays in the verdict (``timing.reference_window_ms``). A windo
 kept only once its members were judged, none flagged for a hack and none failed (a member that
 slowed the reference in its own window would raise the speedups of every later grade), and only
 where its reference's graph was captured, its CI was within the window's limit and its rounds
-were settled where the clocks were held. One window's reference time moves with the reference worker's process and the GPU's state
-of that moment: copies of one Triton fp16 GEMM graded as singles beside 15 other grades moved
-5.5-10% apart where their candidate times moved about 1%, the reference's (cuBLAS) about 6%
-(H100). A median over windows moves less, and no single window decides it.
+were settled where the clocks were held. One window's reference time moves with the reference
+worker's process and the GPU's state of that moment: copies of one Triton fp16 GEMM graded as
+singles beside 15 other grades moved 5.5-10% apart where their candidate times moved about 1%,
+the reference's (cuBLAS) about 6% (H100). A median over windows moves less, and no single
+window decides it.
 
 ``KERNELMILL_REFERENCE_TIME=sampled`` pools the same way, and once ``SAMPLE_AFTER`` windows of
 a problem are kept it times the reference only in every ``SAMPLE_EVERY``-th window: in the
