@@ -127,6 +127,17 @@ def _nvml_handle(uuid: str):
     return handle
 
 
+def _whole_gpu_handle(device: str, env: dict | None):
+    """NVML's handle of the whole GPU behind ``device`` (as a worker with ``env`` sees it);
+    None on CPU, for a MIG instance, or without NVML."""
+    if not device.startswith("cuda"):
+        return None
+    uuid = _gpu_uuid(_physical(device, env))
+    if not uuid or uuid.startswith("MIG-"):
+        return None
+    return _nvml_handle(uuid)
+
+
 def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     """What the GPU behind ``device`` (as a worker with ``env`` sees it) was doing just now,
     from NVML, with no CUDA context: ``busy_pct``, the share of NVML's last sample period in
@@ -138,12 +149,7 @@ def gpu_activity(device: str, env: dict | None = None) -> dict | None:
     for; the busy share covers NVML's last sample period (1/6 s to 1 s), past work included.
     The first call in a process loads NVML: callers that read it at a critical moment call it
     once before."""
-    if not device.startswith("cuda"):
-        return None
-    uuid = _gpu_uuid(_physical(device, env))
-    if not uuid or uuid.startswith("MIG-"):
-        return None
-    handle = _nvml_handle(uuid)
+    handle = _whole_gpu_handle(device, env)
     if handle is None:
         return None
     try:
@@ -166,12 +172,7 @@ def process_device_bytes(device: str, env: dict | None = None) -> dict[int, int]
     sees it), by pid, from NVML with no CUDA context: its context, libraries and allocator
     cache as well as its tensors. None on CPU, for a MIG instance, or without NVML; a process
     whose reading NVML withholds is left out."""
-    if not device.startswith("cuda"):
-        return None
-    uuid = _gpu_uuid(_physical(device, env))
-    if not uuid or uuid.startswith("MIG-"):
-        return None
-    handle = _nvml_handle(uuid)
+    handle = _whole_gpu_handle(device, env)
     if handle is None:
         return None
     try:
