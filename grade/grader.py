@@ -258,7 +258,9 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                 for i in runnable:
                     prepared[i]["limits"] = limits
                 if policy.time:
-                    gpu = gpu_lock_path(self.worker_device, self._env(slot_env))
+                    # the physical GPU, for the pool's key (only where there is a pool)
+                    gpu = gpu_lock_path(self.worker_device, self._env(slot_env)) \
+                        if self._reference_pool is not None else None
                     # ``sampled``: the reference timed in this window only where the pool wants it
                     score = self._reference_mode != "sampled" or \
                         self._reference_pool.wants_reference(references[0].source, gpu,
