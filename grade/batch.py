@@ -49,6 +49,7 @@ from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
 from .reference_pool import pool_mode
 from .retry import attempt_of, to_redo, transient
+from .timed_window import compile_aside
 from .rewards import get_reward
 
 log = logging.getLogger("kernelmill")
@@ -273,6 +274,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     env_choice(ORDER_VAR, ORDER_MODES)
     env_choice(admitted.ADMIT_VAR, admitted.ADMIT_MODES)
     pool_mode()
+    compile_aside()
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)

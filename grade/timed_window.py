@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import threading
 
+from kernelmill.core.errors import env_choice
 from kernelmill.validate.gpus import gpu_activity, gpu_lock_path, process_device_bytes
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
@@ -17,6 +18,19 @@ from .compare import SKIPPED_INCORRECT, sample_mismatch
 from .judge import usable_trials
 from .reference_run import ReferenceRun, _first_dtype, close_live
 from .side_by_side import _gpu_work_done, candidate_view, fresh_calls_span, stepped_by_stage
+
+
+# ``on``: a candidate's Triton compiles in its first calls step its shared hold aside for other
+# grades' windows (``worker.observers.launches._install_compile_aside``): an A/B switch for the
+# GPU runs (off: the compile holds the GPU shared, as every other stretch of the first calls)
+COMPILE_ASIDE_VAR = "KERNELMILL_COMPILE_ASIDE"
+COMPILE_ASIDE_MODES = ("off", "on")
+
+
+def compile_aside() -> bool:
+    """Whether candidates' compiles step aside (``COMPILE_ASIDE_VAR``; an unknown value is an
+    error)."""
+    return env_choice(COMPILE_ASIDE_VAR, COMPILE_ASIDE_MODES) == "on"
 
 
 class TimedWindow:
@@ -43,8 +57,9 @@ class TimedWindow:
             return f"{SKIPPED_INCORRECT}: {why}" if why else None
 
         jobs = {}
+        aside = compile_aside()
         for i, job in candidates.items():
-            job["payload"] = {**job["payload"], "window": True}
+            job["payload"] = {**job["payload"], "window": True, "compile_aside": aside}
         first = candidates[min(candidates)]
         # the worker that made this reference run times it, else a timing worker of its own
         live = reference.live[0] if reference.live and \

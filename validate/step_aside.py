@@ -16,6 +16,10 @@ hold is attached (the window's own exclusive part, the moment between it and the
 after it) a member that reaches a point is kept until one is. The parent sends no command
 while the hold is let go (every ``Control.send`` takes the ``gate``).
 
+A member that reports ``aside`` has finished its GPU work and runs host work (a Triton compile
+in its first calls) until its next point: it counts as kept for a step, is stopped with the
+others while the hold is let go, and is sent nothing until that point.
+
 A kept member's time limit moves on with its wait as the wait lasts, and the window's own
 deadlines move on by the time any member was kept (``delay_s``): a slow mate, or another
 grade's window, costs a member time it gets back.
@@ -43,6 +47,7 @@ class StepAside:
         self._book = threading.Lock()  # the kept members and their credit
         self._kept: dict[str, float] = {}  # name -> when its wait was last credited
         self._kept_since: dict[str, float] = {}
+        self._aside: set[str] = set()  # members in host work until their next point
         self._ticked = time.monotonic()
         self.steps = 0  # times the hold stepped aside
         self.stepped_s = 0.0  # the time it spent let go
@@ -90,19 +95,25 @@ class StepAside:
             self.held = None
 
     def _report(self, name: str, value: dict) -> bool:
-        between = "between" in value
+        between, aside = "between" in value, "aside" in value
         with self.gate:
-            if between:
+            if between or aside:
                 with self._book:
                     now = time.monotonic()
-                    self._kept[name] = self._kept_since[name] = now
-                    began = self._went.get(name)
+                    # the stretch of GPU work since the last command ends here; an aside's
+                    # host work that follows is none (its point starts no stretch)
+                    began = self._went.pop(name, None)
                     longest = self.stretches.get(name)
                     if began is not None and (longest is None or
                                               now - began > longest[1] - longest[0]):
                         self.stretches[name] = (began, now)
+                    if aside:
+                        self._aside.add(name)
+                    else:
+                        self._aside.discard(name)
+                        self._kept[name] = self._kept_since[name] = now
             self._step_if_due()
-        return between
+        return between or aside
 
     def _sent(self, name: str, line: str) -> None:
         """A command to ``name`` (under the gate): one to a kept member answers its point
@@ -153,7 +164,7 @@ class StepAside:
                    for name, control in self._group.controls.items())
 
     def _step_if_due(self) -> None:
-        if not self._kept:
+        if not self._kept and not self._aside:
             return
         held = self.held
         if held is None:
@@ -165,7 +176,8 @@ class StepAside:
             return
         if self._busy():
             with self._book:
-                waited = time.monotonic() - min(self._kept_since.values())
+                since = self._kept_since.values()
+                waited = time.monotonic() - min(since) if since else 0.0
             if waited > PATIENCE_S:
                 self._go()  # a mate that long at work: the waiting window waits for us
             return
@@ -179,6 +191,11 @@ class StepAside:
         finally:
             for control in members:
                 control.resume()
-        self.stepped_s += time.monotonic() - began
-        self.spans.append((began, time.monotonic()))
+        ended = time.monotonic()
+        self.stepped_s += ended - began
+        self.spans.append((began, ended))
+        for name in self._aside:  # stopped in their host work: the step is not their time
+            control = self._group.controls.get(name)
+            if control is not None:
+                control.extend(ended - began)
         self._go()

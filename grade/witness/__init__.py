@@ -48,6 +48,9 @@ FORWARD = "kernelmill.forward"
 LAUNCH = "kernelmill.launch"
 EXT = "kernelmill.extension"
 SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witness.span_us``)
+# A Triton compile while the worker had stepped aside for other grades' windows
+# (``observers.launches._install_compile_aside``): no kernel of the worker's may run within it
+ASIDE = "kernelmill.aside"
 # Owner of GPU kernels linked to a call's own range: launched outside any op, Triton launch or
 # extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
 UNATTRIBUTED = "unattributed"
@@ -183,6 +186,11 @@ class Witness:
     @staticmethod
     def span():
         return _record_function(SPAN)
+
+    @staticmethod
+    def aside(_name: str = ASIDE):
+        """A compile while the worker's GPU work stepped aside (``ASIDE``)."""
+        return _record_function(_name)
 
     @property
     def running(self) -> bool:
@@ -323,7 +331,27 @@ class Witness:
         for entry, found in zip(result, intervals):  # the time the call kept the GPU busy
             entry["busy_us"] = _busy(sorted(found)) if found else 0.0
         self.stray = stray
+        self._aside_kernels()
         return result
+
+    def _aside_kernels(self, _name: str = ASIDE) -> None:
+        """The witness's error where a kernel of the worker's ran on the device within an
+        ``ASIDE`` range (by its own start time): the worker had reported its GPU work done
+        and stepped aside for another grade's window, which that kernel ran inside. (The
+        range's name bound where the method is defined, as the wrapper binds it.)"""
+        asides = sorted((e.time_range.start, e.time_range.end) for e in self._events
+                        if e.name == _name and e.is_user_annotation)
+        if not asides:
+            return
+        starts = [start for start, _end in asides]
+        found = 0
+        for kernel in [*(k for e in self._events for k in (getattr(e, "kernels", None) or [])),
+                       *self._loose]:
+            index = bisect.bisect_right(starts, kernel.start) - 1
+            found += index >= 0 and kernel.start <= asides[index][1]
+        if found and self.error is None:
+            self.error = (f"{found} GPU kernel(s) ran while the worker had stepped aside for "
+                          "another grade's timing window (during a Triton compile)")
 
     def span_us(self, calls: int = 1) -> list[float | None] | None:
         """For each ``span()`` range, in order: the device time (µs) its first call's kernels

@@ -47,7 +47,7 @@ from .inputs import reserve_staging
 from .observers.counts import _observed
 from .observers.extensions import _BUILT, _install_extension_hooks
 from .observers.host_memory import _install_host_access_hooks
-from .observers.launches import _install_triton_hook
+from .observers.launches import COMPILE_ASIDE, _install_compile_aside, _install_triton_hook
 from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
@@ -128,18 +128,24 @@ def _candidate_task(payload: dict) -> dict:
     if payload.get("window") and not await_gpu(receive, report):
         payload = {**payload, "time": False}  # the window was called off: check, do not time
 
+    stopped = [False]  # told to stop at a compile's point (``COMPILE_ASIDE``)
+
     def step_aside() -> None:
         """A point where this worker's GPU work so far is done on the device (between two
         calls, or two stages of its start): another grade's waiting window may go first
         (``validate.step_aside``); only where the parent runs this window. Told to stop
         there, the worker checks and is not timed (as at ``await_gpu``). A window waits for
         the stretch a holder is in, so no stretch is long: the start (CUDA context, the
-        import, the model built and moved) has points too."""
+        import, the model built and moved) has points too, and a Triton compile in the first
+        calls steps aside for its length (``COMPILE_ASIDE``)."""
         nonlocal payload
+        if stopped[0]:
+            payload = {**payload, "time": False}
         if payload.get("window") and payload.get("time", True):
             sync(device)
             if not step_aside_point(receive, report):
                 payload = {**payload, "time": False}
+                stopped[0] = True
 
     mark_stage("setup")
     if device.startswith("cuda"):
@@ -153,6 +159,7 @@ def _candidate_task(payload: dict) -> dict:
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
+    _install_compile_aside()
     # Every candidate's loaders are wrapped, whether or not its text names them (a name
     # computed at run time reaches the same functions, and on a GPU a build at import may run a
     # compiler): where the compile worker built nothing, nothing loads.
@@ -224,6 +231,13 @@ def _candidate_task(payload: dict) -> dict:
     step_aside()
     mark_stage("profiler start")
     witness.start()
+    # the first calls' compiles step aside for other grades' windows (checked calls only: the
+    # window's own calls run under its exclusive hold; and only where the witness records the
+    # device's kernels: one that runs within a compile's aside is its error)
+    if payload.get("compile_aside") and payload.get("window") and payload.get("time", True) \
+            and device.startswith("cuda") and witness.running and witness.unavailable is None:
+        COMPILE_ASIDE["on"] = {"sync": lambda: sync(device), "receive": receive,
+                               "stopped": stopped}
     mark_stage("forward")
     for index in range(len(trials)):
         facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
@@ -240,6 +254,7 @@ def _candidate_task(payload: dict) -> dict:
     facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
     step_aside()
+    COMPILE_ASIDE["on"] = None
 
     if payload.get("time", True) and payload.get("window") and payload.get("early_check"):
         # the parent compares a sample of the answers before the window: a wrong one is not

@@ -447,6 +447,40 @@ def test_witness_links_kernels_of_the_calls_own_range_to_no_owner():
     assert call["launch_us"] == 40.0 and witness.error is None
 
 
+@pytest.mark.parametrize("inside", [False, True])
+def test_witness_errs_where_a_kernel_ran_while_the_worker_had_stepped_aside(inside):
+    """A Triton compile in the first calls steps the worker's GPU work aside for other grades'
+    windows (``launches._install_compile_aside``, inside the launch's range): a kernel of the
+    worker's that started on the device within that range (an op a hook of the submission's
+    ran during the compile, or work it queued without waiting) ran inside another grade's
+    window, and the witness says so (a hack: ``trace_evaded``). Its launch after the compile is
+    the launch's own."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.witness import ASIDE, FORWARD, LAUNCH, Witness
+
+    forward = _event(FORWARD, 0, 100, annotation=True)
+    launch = _event(f"{LAUNCH}:kern", 10, 90, parent=forward, annotation=True,
+                    kernels=[("kern", 4.0)])
+    launch.kernels[0].start = 70  # launched after the compile's point
+    aside = _event(ASIDE, 20, 60, parent=launch, annotation=True)
+    at = 35 if inside else 65
+    add = _event("aten::add", at, at + 2, parent=launch, kernels=[("at::add_kernel", 2.0)])
+    witness = Witness("cpu")
+    witness.calls, witness._events = 1, [forward, launch, aside, add]
+    [call] = witness.per_call()
+    assert ["kern", 4.0, "triton"] in call["kernels"]
+    if inside:
+        assert "stepped aside" in str(witness.error), witness.error
+    else:
+        assert witness.error is None, witness.error
+        # a kernel whose launch could not be placed, by its own start, within the range
+        witness._loose = [SimpleNamespace(name="queued", duration=50.0, start=21.0,
+                                          launched_at=None)]
+        witness.per_call()
+        assert "1 GPU kernel(s) ran while the worker had stepped aside" in str(witness.error)
+
+
 def _static_verdict(source: str) -> dict:
     """The judge's verdict from the static findings alone (a candidate run that failed)."""
     from kernelmill.grade.judge import judge
@@ -2751,3 +2785,49 @@ def test_a_mode_left_by_a_scored_call_cannot_answer_the_input_check():
     assert run.changed_while_timed and "mode was active" in run.changed_while_timed[0]
     assert _unchanged_fact(marked, sent)["same"] is False
     assert _unchanged_fact(sent.clone(), sent)["same"] is True
+
+
+@pytest.mark.parametrize("answer", ["go", "stop"])
+def test_a_compile_steps_aside_only_with_its_gpu_work_done_and_waits_at_its_point(
+        monkeypatch, answer):
+    """The compile wrapper (``launches._install_compile_aside``), while the task has it on:
+    the device synchronised first, then the ``aside`` report, the compile inside the witness's
+    aside range, then the point's report and the parent's answer before anything else; a
+    ``stop`` there is kept for the task (checked, not timed). Off, it is Triton's own."""
+    import sys
+
+    from kernelmill.grade.worker.guards.originals import _ORIGINALS
+    from kernelmill.grade.worker.observers import launches as L
+    from kernelmill.validate.harness_worker import ASIDE_REPORTS, FRAME_EVENT
+    from triton.runtime import jit
+
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", jit.JITFunction._do_compile)
+    monkeypatch.setitem(_ORIGINALS, "JITFunction._do_compile", None)
+    monkeypatch.setitem(L.COMPILE_ASIDE, "on", None)
+    order = []
+    hook_on = [True]
+    sys.addaudithook(lambda event, args: order.append(bytes(args[1]).decode())
+                     if hook_on[0] and event == FRAME_EVENT else None)
+    assert L._install_compile_aside()
+    wrapper = jit.JITFunction._do_compile
+
+    class NotAKernel:  # Triton's compile fails on it at once: the point is still reached
+        @property
+        def device_caches(self):
+            order.append("compile")
+            raise LookupError("no such device")
+
+    with pytest.raises(LookupError):  # off: Triton's own, nothing reported
+        wrapper(NotAKernel(), "key", None, 0, {}, None, {}, False)
+    assert order == ["compile"]
+    order.clear()
+    stopped = [False]
+    L.COMPILE_ASIDE["on"] = {"sync": lambda: order.append("sync"),
+                             "receive": lambda: order.append("answer") or answer + "\n",
+                             "stopped": stopped}
+    with pytest.raises(LookupError):
+        wrapper(NotAKernel(), "key", None, 0, {}, None, {}, False)
+    hook_on[0] = False
+    assert order == ["sync", ASIDE_REPORTS[0].decode(), "compile", ASIDE_REPORTS[1].decode(),
+                     "answer"], order
+    assert stopped == [answer != "go"]

@@ -1001,3 +1001,54 @@ def test_a_confined_worker_reads_its_main_threads_wait_for_a_core():
     assert result.ok, result.error
     assert result.sandbox and not result.value["opens"]  # confined: not opened now
     assert isinstance(result.value["wait"], int) and result.value["wait"] >= 0
+
+
+_ASIDE_SENDER = """
+import sys, types
+from kernelmill.validate import harness_worker as H
+
+def send(data):  # this source's code: not under a trusted root
+    sys.audit(H.FRAME_EVENT, H.KIND_REPORT, data)
+
+def main():
+    registered = {registered}
+    if registered == "before":
+        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__)
+    H.require_trusted_senders()
+    if registered == "after":  # too late: the strict mode is on
+        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__)
+    code = send.__code__ if registered != "copy" else send.__code__.replace()
+    sender = types.FunctionType(code, globals())
+    refused = []
+    for data in {payloads}:
+        try:
+            sender(data)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+    return {{"refused": refused}}
+"""
+
+
+@pytest.mark.parametrize("registered", ["before", "after", "copy"])
+def test_only_the_registered_aside_sender_reports_aside_with_a_submissions_code_on_the_stack(
+        registered):
+    """The compile wrapper (``launches._install_compile_aside``) reports ``aside`` and the
+    point after it from inside a submission's call, where every other report is refused: the
+    one code object registered before the strict mode may send those two reports, exactly. A
+    code object registered after it, an equal copy of the registered one, or another report
+    from it is refused."""
+    from kernelmill.validate.harness import Control
+    from kernelmill.validate.harness_worker import ASIDE_REPORTS
+
+    control = Control()
+    payloads = [*ASIDE_REPORTS, b'{"ready": 1}']
+    result = run(_ASIDE_SENDER.format(registered=repr(registered), payloads=repr(payloads)),
+                 control=control)
+    assert result.ok, result.error
+    reports = [value for _at, value in control.reports]
+    if registered == "before":
+        assert reports == [{"aside": 1}, {"between": 1}], reports
+        assert len(result.value["refused"]) == 1  # the other report
+    else:
+        assert reports == [] and len(result.value["refused"]) == 3, (reports, result.value)
+    assert all("refused a channel frame" in why for why in result.value["refused"])

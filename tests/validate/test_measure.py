@@ -1602,6 +1602,40 @@ def test_a_window_waiting_goes_in_at_a_members_point_of_stepping_aside(tmp_path)
     assert 0.25 <= high - low < 2.0 and high <= began + 0.01, (low, high, began)
 
 
+# A member's checks with host work stepped aside (a Triton compile's, ``COMPILE_ASIDE``): its
+# GPU work done, it reports ``aside``, works ``host`` CPU-s, then reaches its point
+ASIDE = ("marks = [time.time()]; report({{'aside': 1}})\n"
+         "    busy_until = time.process_time() + {host}\n"
+         "    while time.process_time() < busy_until: pass\n"
+         "    marks.append(time.time()); went = W.step_aside_point(receive, report)\n"
+         "    marks.append(time.time())")
+
+
+def test_a_window_waiting_goes_in_while_a_member_is_aside_in_host_work(tmp_path):
+    # A member reports that its GPU work is done and host work (a compile) follows, 1.0 s of
+    # it. Another window asks meanwhile: it goes in during that host work, not after it (as it
+    # would for a stretch with no point); the member is stopped while it times and its time
+    # limit moves on by the step; it is sent nothing until its point, where it goes on at once.
+    path, got, controls = str(tmp_path / "gpu.lock"), {}, {}
+    other = _other_window(path, got)
+    window, results = _window({"reference": 1.0, "candidate": 1.0}, lock=path, cap_ms=200,
+                              early={"candidate": ASIDE.format(host=1.0)},
+                              after={"candidate": MARKS}, controls=controls)
+    other.join(10)
+    assert window["error"] is None and all(r.ok for r in results.values()), results
+    asked, host_done, left = results["candidate"].value["marks"]
+    assert results["candidate"].value["went"] is True
+    assert got["to"] < host_done, (got, host_done)  # the other window, whole, in the host work
+    assert window["stepped_aside"]["times"] == 1
+    # stopped through the other window: its 1.0 CPU-s of host work took that much longer
+    assert host_done - asked >= 1.0 + 0.25, (asked, host_done)
+    assert controls["candidate"].waited_s >= 0.25, controls["candidate"].waited_s
+    assert left - host_done < 0.5  # no window waited at its point: it went on at once
+    # the host work is no stretch of GPU work: none longer than the start's is recorded
+    low, high = window["stretch_spans"].get("candidate", (0.0, 0.0))
+    assert high <= asked + 0.05, (low, high, asked)
+
+
 def test_a_member_kept_for_a_busy_mate_is_credited_and_waits_a_bounded_time(tmp_path):
     # The mate works 1.5 s with no point; the member reaches one at 0.2 s while another
     # window waits. It is kept at most PATIENCE_S, that wait credited to its time limit, then

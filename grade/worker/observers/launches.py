@@ -1,12 +1,20 @@
 """Triton launches: counted once a launch ran a program (``_install_triton_hook``), each in a
 witness range named after its kernel, skipped in the ghost call. The launch wrapper's code
-(``_LAUNCH_CODES``) is the only code the sealed hook lets open or close a launch."""
+(``_LAUNCH_CODES``) is the only code the sealed hook lets open or close a launch. Triton's
+compiles, where the task allows it (``COMPILE_ASIDE``), step the worker's GPU work aside for
+their host work (``_install_compile_aside``)."""
 from __future__ import annotations
 
 import threading
 import types
 
 from kernelmill.grade.witness import Witness, dispatch_state
+from kernelmill.validate.harness_worker import (
+    ASIDE_REPORTS,
+    ASIDE_SENDER_EVENT,
+    FRAME_EVENT,
+    KIND_REPORT,
+)
 
 from ..guards.originals import _ORIGINALS, _callable, _getattr_static, _isinstance, _type
 from .counts import _audit_event
@@ -132,3 +140,60 @@ def _install_triton_hook() -> bool:
 # The launch wrapper's code (the only code that may open a launch in the sealed hook)
 _LAUNCH_CODES = frozenset(const for const in _install_triton_hook.__code__.co_consts
                           if _isinstance(const, types.CodeType) and const.co_name == "run")
+
+
+# Set by the candidate task while its checks run under a shared hold that may step aside for
+# other grades' windows (its first calls, before its own window), else None: {"sync": the
+# device's synchronize, "receive": the control pipe's reader, "stopped": [False]}. Read by the
+# compile wrapper alone.
+COMPILE_ASIDE: dict = {"on": None}
+_ASIDE, _BETWEEN = ASIDE_REPORTS
+
+
+def _install_compile_aside() -> bool:
+    """Wrap Triton's compile of a kernel not in its cache (``JITFunction._do_compile``): while
+    ``COMPILE_ASIDE`` is on, the worker's GPU work so far is finished (synchronised), it
+    reports that it is aside (the parent counts it as kept: another grade's window may take the
+    GPU while the compile, host work, runs: the first call's compiles held the GPU shared for
+    1.2-2.2 s, and a window asked meanwhile waited for them), compiles inside a witness range
+    (``Witness.aside``: a kernel that runs on the device within it is the witness's error), and
+    reports the point after the compile, where it waits for the parent's ``go`` before the
+    launch. ``stop`` there: the window was called off (the task checks and is not timed).
+    Registered as the one sender of those two reports (``harness_worker.ASIDE_SENDER_EVENT``)
+    before the strict mode. Called before the candidate's import."""
+    try:
+        from triton.runtime import jit
+    except Exception:  # noqa: BLE001 — no Triton: no compile to step aside for
+        return False
+    original = _getattr_static(jit.JITFunction, "_do_compile", None)
+    if not _callable(original):
+        return False
+
+    # bound in the closure, not as keyword defaults: a call may pass keywords (a state of its
+    # own, no witness range) but cannot reach a closure (``guards.audit``: ``__closure__``)
+    state_box, send, event, kind = COMPILE_ASIDE, _audit_event, FRAME_EVENT, KIND_REPORT
+    aside, between, witnessed = _ASIDE, _BETWEEN, Witness.aside
+
+    def _do_compile(self, *args, **kwargs):
+        state = state_box["on"]
+        if state is None or state["stopped"][0]:
+            return original(self, *args, **kwargs)
+        state["sync"]()
+        send(event, kind, aside)
+        try:
+            with witnessed():
+                return original(self, *args, **kwargs)
+        finally:
+            send(event, kind, between)
+            if state["receive"]().strip() != "go":
+                state["stopped"][0] = True  # "stop", or the parent gone: checked, not timed
+
+    # a code object of its own, made now: the one registered is this process's wrapper alone,
+    # not the same code of a wrapper made later from this module (after the strict mode a
+    # submission could make one, with a state of its own, and report aside with it)
+    wrapper = types.FunctionType(_do_compile.__code__.replace(), _do_compile.__globals__,
+                                 _do_compile.__name__, None, _do_compile.__closure__)
+    _audit_event(ASIDE_SENDER_EVENT, wrapper.__code__)
+    jit.JITFunction._do_compile = wrapper
+    _ORIGINALS["JITFunction._do_compile"] = (jit.JITFunction, "_do_compile", wrapper)
+    return True
