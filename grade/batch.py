@@ -103,15 +103,16 @@ _VERSIONS: list[str] = []
 def verdict_key(source: str, problem: dict | str, device: str, policy: Policy) -> str:
     """The cache key of a verdict: the candidate's exact bytes (code can read its own docstrings
     and comments, so nothing is normalised away), the problem's source and calibration, the
-    device kind, the policy, the library and grader versions, and whether the reference's time
-    is pooled (``reference_pool``)."""
+    device kind, the policy, the library and grader versions, whether the reference's time
+    is pooled (``reference_pool``), and whether compiles step aside (``timed_window``)."""
     if isinstance(problem, dict):
         problem = json.dumps({"source": problem.get("source"),
                               "validation": problem.get("validation") or {}}, sort_keys=True,
                              default=str)
     device_kind = "cuda" if device.startswith("cuda") else device
     text = "\0".join([source, problem, device_kind, policy.key(), grader_versions(),
-                      f"reference_time={pool_mode()}"])
+                      f"reference_time={pool_mode()}",
+                      *(["compile_aside=on"] if compile_aside() else [])])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 

@@ -479,7 +479,8 @@ def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkey
         SUBMISSIONS / "honest_scale_add.py").read_text()}) + "\n")
     for var, value, choices in (("KERNELMILL_GRADE_ORDER", "mix", "problem, mixed"),
                                 ("KERNELMILL_ADMIT", "seeen", "sizes, seen"),
-                                ("KERNELMILL_REFERENCE_TIME", "pool", "window, pooled")):
+                                ("KERNELMILL_REFERENCE_TIME", "pool", "window, pooled"),
+                                ("KERNELMILL_COMPILE_ASIDE", "1", "off, on")):
         monkeypatch.setenv(var, value)
         with pytest.raises(KernelmillError, match=choices):
             grade_file(problems, submissions, tmp_path / "out.jsonl", device="cpu",

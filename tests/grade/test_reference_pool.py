@@ -136,6 +136,12 @@ def test_the_verdict_cache_tells_the_modes_apart(monkeypatch):
     window_key = verdict_key("code", "problem", "cuda:0", Policy())
     monkeypatch.setenv(POOL_VAR, "pooled")
     assert verdict_key("code", "problem", "cuda:0", Policy()) != window_key
+    # and compiles stepped aside (``timed_window.compile_aside``), where they are
+    monkeypatch.delenv(POOL_VAR)
+    monkeypatch.setenv("KERNELMILL_COMPILE_ASIDE", "off")
+    assert verdict_key("code", "problem", "cuda:0", Policy()) == window_key
+    monkeypatch.setenv("KERNELMILL_COMPILE_ASIDE", "on")
+    assert verdict_key("code", "problem", "cuda:0", Policy()) != window_key
 
 
 def test_a_wide_window_leans_on_the_pool_only_once_enough_windows_were_kept():
