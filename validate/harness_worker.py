@@ -70,14 +70,20 @@ _sha256 = hashlib.sha256
 _audit_event = sys.audit
 _getframe = sys._getframe
 FRAME_EVENT = "kernelmill.frame"  # (kind, data): the channel's writer sends a frame
-# (code): raised before the strict mode (``require_trusted_senders``), names the one code object
-# that may send ``ASIDE_REPORTS`` with a submission's code on the stack: the grade worker's
-# wrapper of Triton's compile, which steps its GPU work aside for the compile's host work
-# (``grade.worker.observers.launches``). Those two reports, exactly, and nothing else from it.
+# (code, synchronize, clock): raised before the strict mode (``require_trusted_senders``), names
+# the one code object that may send ``ASIDE_REPORTS`` with a submission's code on the stack (the
+# grade worker's wrapper of Triton's compile, which steps its GPU work aside for the compile's
+# host work: ``grade.worker.observers.launches``), the device's synchronize and the clock the
+# profiler's records keep. Those two reports, exactly, in turn: the writer itself synchronises
+# the device before each (none of the worker's GPU work is queued as it steps aside, nor as it
+# comes back) and keeps when each aside began and ended, out of Python's reach.
 ASIDE_SENDER_EVENT = "kernelmill.aside_sender"
 # A member's report that its GPU work is done and a compile (host work) begins, and the point
 # after the compile, where it waits for the parent's answer (``step_aside.StepAside``)
 ASIDE_REPORTS = (b'{"aside": 1}', b'{"between": 1}')
+# (box,): the writer puts into ``box`` (a list) each aside's (began, ended) by that clock, an
+# aside still open ending now: what the witness holds the worker's kernels to
+ASIDE_SPANS_EVENT = "kernelmill.aside_spans"
 # A value the target returns under this key is called (no arguments) after the target and
 # before the result is encoded; a non-empty list it returns is reported as an error
 # (``ResultGuardError``) instead of the result: the target's last check, made where nothing
@@ -135,9 +141,11 @@ def _install_writer(fd: int, key: bytes) -> None:
     reads raise no audit event: a target read the key there, signed a result of its own and
     exited). It writes a frame only for the code that sends that kind (the code object that
     raised the event): a result or an error for ``main``, a report for ``report``, a stage for
-    ``mark_stage``; and the two ``ASIDE_REPORTS``, exactly, for the one code object registered
-    before the strict mode (``ASIDE_SENDER_EVENT``), whatever code is on the stack. It calls
-    only what it bound here: HMAC in C where the interpreter has it."""
+    ``mark_stage``; and the two ``ASIDE_REPORTS``, exactly and in turn, for the one code object
+    registered before the strict mode (``ASIDE_SENDER_EVENT``), whatever code is on the stack,
+    each after it synchronised the device itself, keeping when each aside began and ended
+    (``ASIDE_SPANS_EVENT``). It calls only what it bound here: HMAC in C where the interpreter
+    has it."""
     senders = {KIND_HELLO: main.__code__, KIND_RESULT: main.__code__,
                KIND_ERROR: main.__code__, KIND_REPORT: report.__code__,
                KIND_STAGE: mark_stage.__code__, KIND_DELIVERED: deliver.__code__}
@@ -149,9 +157,11 @@ def _install_writer(fd: int, key: bytes) -> None:
     refused, trusted_stack, type_of, to_json = RuntimeError, _trusted_stack, _type, encode_json
     frame_event, strict_event, find_roots, end = FRAME_EVENT, STRICT_EVENT, _trusted_roots, _exit
     aside_event, aside_reports, code_type = ASIDE_SENDER_EVENT, ASIDE_REPORTS, types.CodeType
-    report_kind = KIND_REPORT
+    spans_event, report_kind, list_type = ASIDE_SPANS_EVENT, KIND_REPORT, list
     roots: list[tuple[str, ...]] = []  # set by STRICT_EVENT: where the harness's code lives
-    aside_senders: list = []  # set by ASIDE_SENDER_EVENT before the strict mode (by identity)
+    # set by ASIDE_SENDER_EVENT before the strict mode: [code (by identity), synchronize, clock]
+    aside_sender: list = []
+    asides: list = []  # each aside's [began, ended] by that clock; ended None while it lasts
     first: list = []  # the frame of the run's main (its hello), and its last frame once sent
     tamper = f"{ChannelTamperError.__name__}: "
 
@@ -163,25 +173,49 @@ def _install_writer(fd: int, key: bytes) -> None:
             while view:
                 view = view[write(fd, view):]
 
+    def aside_events(event: str, args: tuple) -> None:
+        """The aside sender's registration (before the strict mode, once), and the spans
+        asked for (an aside still open ends now)."""
+        if event == aside_event:
+            if not roots and not aside_sender and type_of(args) is tuple and \
+                    type_of(args[0]) is code_type:
+                aside_sender.extend(args[:3])
+        elif type_of(args) is tuple and args and type_of(args[0]) is list_type:
+            args[0].extend([(began, ended if ended is not None else aside_sender[2]())
+                            for began, ended in asides])
+
+    def aside_frame(kind: bytes, data, caller) -> bool:
+        """Whether the frame is one of the registered wrapper's two reports: then in turn (or
+        refused), each after the worker's GPU work is done (the synchronize raises inside a
+        graph's capture), its span kept."""
+        if not (aside_sender and kind == report_kind and type_of(data) is bytes and
+                data in aside_reports and aside_sender[0] is caller.f_code):
+            return False
+        opening = data == aside_reports[0]
+        if opening == (asides[-1][1] is None if asides else False):
+            raise refused("kernelmill: refused an aside report out of turn")
+        aside_sender[1]()
+        if opening:
+            asides.append([aside_sender[2](), None])
+        else:
+            asides[-1][1] = aside_sender[2]()
+        return True
+
     def writer(event: str, args: tuple) -> None:
         if event == strict_event and not roots:
             roots.append(find_roots())
             return
-        if event == aside_event:
-            if not roots and type_of(args) is tuple and args and type_of(args[0]) is code_type:
-                aside_senders.append(args[0])
+        if event == aside_event or event == spans_event:
+            aside_events(event, args)
             return
         if event != frame_event:
             return
         kind, data = args
         caller = getframe(1)
-        # a compile's aside and the point after it, from the one wrapper registered, exactly
         if type_of(kind) is not bytes:
             raise refused("kernelmill: refused a channel frame not sent by the harness")
-        aside = False
-        if kind == report_kind and type_of(data) is bytes and data in aside_reports:
-            for code in aside_senders:
-                aside = aside or code is caller.f_code
+        # a compile's aside and the point after it, from the one wrapper registered
+        aside = senders.get(kind) is not caller.f_code and aside_frame(kind, data, caller)
         if senders.get(kind) is not caller.f_code and not aside:
             raise refused("kernelmill: refused a channel frame not sent by the harness")
         why = ""

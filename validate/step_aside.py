@@ -164,6 +164,10 @@ class StepAside:
                    for name, control in self._group.controls.items())
 
     def _step_if_due(self) -> None:
+        if self._aside:  # a member that ended (or left) in its host work is aside no longer
+            dropped = self._group.dropped
+            self._aside = {name for name in self._aside if name not in dropped and
+                           not getattr(self._group.controls.get(name), "ended", True)}
         if not self._kept and not self._aside:
             return
         held = self.held
@@ -198,4 +202,6 @@ class StepAside:
             control = self._group.controls.get(name)
             if control is not None:
                 control.extend(ended - began)
+        if self._aside and not self._kept:  # nor the window's (kept members credit it)
+            self.delay_s += ended - began
         self._go()

@@ -48,9 +48,12 @@ FORWARD = "kernelmill.forward"
 LAUNCH = "kernelmill.launch"
 EXT = "kernelmill.extension"
 SPAN = "kernelmill.span"  # work timed by its kernels' device durations (``Witness.span_us``)
-# A Triton compile while the worker had stepped aside for other grades' windows
-# (``observers.launches._install_compile_aside``): no kernel of the worker's may run within it
-ASIDE = "kernelmill.aside"
+# A kernel of the worker's that ran this long (µs) within a span where it had stepped aside for
+# other grades' windows (``observers.launches._install_compile_aside``; the spans are the channel
+# writer's: ``harness_worker.ASIDE_SPANS_EVENT``) ran inside another grade's window. The margin
+# is the clocks' (the device's times placed on the host's by the profiler); the writer
+# synchronised the device as each span began and ended, so honest work is outside by more.
+ASIDE_MARGIN_US = 50.0
 # Owner of GPU kernels linked to a call's own range: launched outside any op, Triton launch or
 # extension call (a compiled graph's runtime such as AOTInductor's, driver calls through an FFI).
 UNATTRIBUTED = "unattributed"
@@ -96,6 +99,17 @@ _exclude = torch._C._dispatch_tls_local_exclude_set
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` (from, to) sorted and merged where they overlap; empty ones left out."""
+    merged: list[list[float]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
 def op_qualname(name: str) -> str:
     """``aten::add.Tensor`` / ``aten.add.Tensor`` / ``aten::add`` -> ``aten::add``."""
     name = name.replace("::", ".", 1)
@@ -123,6 +137,10 @@ class Witness:
         self._sessions: list = []  # sessions ended by ``pause``, read at ``stop``
         self.unwitnessed = 0  # calls made while no session ran
         self._events: list | None = None
+        self._base_ns: int | None = None  # the sessions' first start (the records' zero)
+        # (began, ended) in ns by the records' clock: where the worker's GPU work stepped aside
+        # (``per_call`` holds the kernels to them)
+        self.aside_spans_ns: list = []
         self._loose: list[_Kernel] = []  # kernels whose launch could not be placed
         self.span_counts: list[int] = []  # kernels found in each ``span`` range, by ``span_us``
         self.span_overlap_us: list[float] = []  # µs the runs of each span overlapped
@@ -187,11 +205,6 @@ class Witness:
     def span():
         return _record_function(SPAN)
 
-    @staticmethod
-    def aside(_name: str = ASIDE):
-        """A compile while the worker's GPU work stepped aside (``ASIDE``)."""
-        return _record_function(_name)
-
     @property
     def running(self) -> bool:
         return self._profile is not None
@@ -221,7 +234,8 @@ class Witness:
         self.pause()
         if self._sessions and self.error is None:
             try:
-                base = min(s.kineto_results.trace_start_ns() for s in self._sessions)
+                base = self._base_ns = min(s.kineto_results.trace_start_ns()
+                                           for s in self._sessions)
                 began = _perf_counter()
                 with _no_collection():
                     self._events = [e for s in self._sessions
@@ -334,21 +348,22 @@ class Witness:
         self._aside_kernels()
         return result
 
-    def _aside_kernels(self, _name: str = ASIDE) -> None:
-        """The witness's error where a kernel of the worker's ran on the device within an
-        ``ASIDE`` range (by its own start time): the worker had reported its GPU work done
-        and stepped aside for another grade's window, which that kernel ran inside. (The
-        range's name bound where the method is defined, as the wrapper binds it.)"""
-        asides = sorted((e.time_range.start, e.time_range.end) for e in self._events
-                        if e.name == _name and e.is_user_annotation)
-        if not asides:
+    def _aside_kernels(self, margin_us: float = ASIDE_MARGIN_US) -> None:
+        """The witness's error where a kernel of the worker's ran on the device for more than
+        ``margin_us`` within a span where it had stepped aside (``aside_spans_ns``): it had
+        reported its GPU work done, and another grade's window may have taken the GPU."""
+        if not self.aside_spans_ns or self._base_ns is None:
             return
-        starts = [start for start, _end in asides]
+        spans = _merged([((began - self._base_ns) / 1e3 + margin_us,
+                          (ended - self._base_ns) / 1e3 - margin_us)
+                         for began, ended in self.aside_spans_ns])
+        starts = [start for start, _end in spans]
         found = 0
         for kernel in [*(k for e in self._events for k in (getattr(e, "kernels", None) or [])),
                        *self._loose]:
-            index = bisect.bisect_right(starts, kernel.start) - 1
-            found += index >= 0 and kernel.start <= asides[index][1]
+            begins, ends = float(kernel.start), float(kernel.start) + float(kernel.duration)
+            index = bisect.bisect_right(starts, ends) - 1  # the last span begun before it ended
+            found += index >= 0 and spans[index][1] > begins
         if found and self.error is None:
             self.error = (f"{found} GPU kernel(s) ran while the worker had stepped aside for "
                           "another grade's timing window (during a Triton compile)")

@@ -10,6 +10,7 @@ worker's host threads (``GPU_WORKER_THREADS``), which the reference run's tasks
 from __future__ import annotations
 
 import sys
+from time import time_ns as _time_ns  # the profiler's records' clock (the asides' spans)
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from kernelmill.grade.witness import Witness
 from kernelmill.validate import measure as M
 from kernelmill.validate import sandbox
 from kernelmill.validate.harness_worker import (
+    ASIDE_SPANS_EVENT,
     RESULT_GUARD,
     mark_stage,
     receive,
@@ -44,7 +46,7 @@ from .guards.originals import (
 from .guards.patches import patched_functions, snapshot_modules
 from .guards.private import _private_namespace
 from .inputs import reserve_staging
-from .observers.counts import _observed
+from .observers.counts import _audit_event, _observed
 from .observers.extensions import _BUILT, _install_extension_hooks
 from .observers.host_memory import _install_host_access_hooks
 from .observers.launches import COMPILE_ASIDE, _install_compile_aside, _install_triton_hook
@@ -159,7 +161,12 @@ def _candidate_task(payload: dict) -> dict:
     # before the import: every op registered later is the candidate's
     witness = Witness(device if payload.get("device_witness", True) else "cpu")
     _install_triton_hook()
-    _install_compile_aside()
+    # the first calls' compiles step aside for other grades' windows where the parent asks
+    # (its window's checks; on CUDA: ``_install_compile_aside``)
+    aside = bool(payload.get("compile_aside") and payload.get("window") and
+                 payload.get("time", True) and device.startswith("cuda") and
+                 _install_compile_aside(torch._C._cuda_synchronize,
+                                        torch._C._cuda_isCurrentStreamCapturing, _time_ns))
     # Every candidate's loaders are wrapped, whether or not its text names them (a name
     # computed at run time reaches the same functions, and on a GPU a build at import may run a
     # compiler): where the compile worker built nothing, nothing loads.
@@ -231,13 +238,11 @@ def _candidate_task(payload: dict) -> dict:
     step_aside()
     mark_stage("profiler start")
     witness.start()
-    # the first calls' compiles step aside for other grades' windows (checked calls only: the
-    # window's own calls run under its exclusive hold; and only where the witness records the
-    # device's kernels: one that runs within a compile's aside is its error)
-    if payload.get("compile_aside") and payload.get("window") and payload.get("time", True) \
-            and device.startswith("cuda") and witness.running and witness.unavailable is None:
-        COMPILE_ASIDE["on"] = {"sync": lambda: sync(device), "receive": receive,
-                               "stopped": stopped}
+    # the first calls only (the window's own calls run under its exclusive hold), and only
+    # where the witness records the device's kernels: one that ran while the worker was aside
+    # is its error
+    if aside and witness.running and witness.unavailable is None:
+        COMPILE_ASIDE["on"] = {"receive": receive, "stopped": stopped, "depth": [0]}
     mark_stage("forward")
     for index in range(len(trials)):
         facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
@@ -337,6 +342,8 @@ def _candidate_task(payload: dict) -> dict:
     mark_stage("witness stop")  # the profiler's session ended (Kineto's own processing)
     run.witness.pause()
     mark_stage("witness read")  # its records read and placed call by call
+    if aside:  # where the worker stepped aside, as the channel's writer kept it
+        _audit_event(ASIDE_SPANS_EVENT, run.witness.aside_spans_ns)
     run.witnessed(facts)
     mark_stage("result")  # the last facts, then (after return) their encoding and sending
     # Checked here as well as by the guard before encoding: the facts read after this line look

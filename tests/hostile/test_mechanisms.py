@@ -447,38 +447,41 @@ def test_witness_links_kernels_of_the_calls_own_range_to_no_owner():
     assert call["launch_us"] == 40.0 and witness.error is None
 
 
-@pytest.mark.parametrize("inside", [False, True])
-def test_witness_errs_where_a_kernel_ran_while_the_worker_had_stepped_aside(inside):
+def test_witness_errs_where_a_kernel_ran_while_the_worker_had_stepped_aside():
     """A Triton compile in the first calls steps the worker's GPU work aside for other grades'
-    windows (``launches._install_compile_aside``, inside the launch's range): a kernel of the
-    worker's that started on the device within that range (an op a hook of the submission's
-    ran during the compile, or work it queued without waiting) ran inside another grade's
-    window, and the witness says so (a hack: ``trace_evaded``). Its launch after the compile is
-    the launch's own."""
+    windows (``launches._install_compile_aside``); the channel's writer keeps each aside's span.
+    A kernel of the worker's that ran on the device within one (work queued before it, an op a
+    hook of the submission's ran during the compile, a range of its own named like the
+    wrapper's notwithstanding) ran inside another grade's window: the witness says so (a hack:
+    ``trace_evaded``). Kernels that ended before it or start after it, its own launch among
+    them, and an overlap within the clocks' margin, are nobody's concern."""
     from types import SimpleNamespace
 
-    from kernelmill.grade.witness import ASIDE, FORWARD, LAUNCH, Witness
+    from kernelmill.grade.witness import ASIDE_MARGIN_US, FORWARD, LAUNCH, Witness
 
-    forward = _event(FORWARD, 0, 100, annotation=True)
-    launch = _event(f"{LAUNCH}:kern", 10, 90, parent=forward, annotation=True,
-                    kernels=[("kern", 4.0)])
-    launch.kernels[0].start = 70  # launched after the compile's point
-    aside = _event(ASIDE, 20, 60, parent=launch, annotation=True)
-    at = 35 if inside else 65
-    add = _event("aten::add", at, at + 2, parent=launch, kernels=[("at::add_kernel", 2.0)])
-    witness = Witness("cpu")
-    witness.calls, witness._events = 1, [forward, launch, aside, add]
-    [call] = witness.per_call()
-    assert ["kern", 4.0, "triton"] in call["kernels"]
-    if inside:
-        assert "stepped aside" in str(witness.error), witness.error
-    else:
-        assert witness.error is None, witness.error
-        # a kernel whose launch could not be placed, by its own start, within the range
-        witness._loose = [SimpleNamespace(name="queued", duration=50.0, start=21.0,
-                                          launched_at=None)]
+    def verdict(kernels: list[tuple[float, float]], spans: list[tuple[float, float]]):
+        forward = _event(FORWARD, 0, 10_000, annotation=True)
+        launch = _event(f"{LAUNCH}:kern", 10, 9_000, parent=forward, annotation=True)
+        launch.kernels = [SimpleNamespace(name="kern", duration=us, start=start)
+                          for start, us in kernels]
+        witness = Witness("cpu")
+        witness.calls, witness._events, witness._base_ns = 1, [forward, launch], 5_000_000
+        witness.aside_spans_ns = [(5_000_000 + int(a * 1e3), 5_000_000 + int(b * 1e3))
+                                  for a, b in spans]
         witness.per_call()
-        assert "1 GPU kernel(s) ran while the worker had stepped aside" in str(witness.error)
+        return witness.error
+
+    aside = [(1_000.0, 3_000.0)]
+    assert verdict([(100.0, 800.0), (3_100.0, 4.0)], aside) is None  # before, and the launch
+    assert verdict([(100.0, 900.0 + ASIDE_MARGIN_US / 2)], aside) is None  # within the margin
+    assert "1 GPU kernel(s) ran while the worker had stepped aside" in \
+        str(verdict([(500.0, 1_000.0)], aside))  # queued before it, ran through it
+    assert verdict([(2_000.0, 10.0)], aside) is not None  # launched within it
+    # two spans; a kernel in the second, however the first is placed
+    assert verdict([(6_000.0, 200.0)], [(1_000.0, 3_000.0), (5_500.0, 6_500.0)]) is not None
+    assert verdict([(6_000.0, 200.0)], [(1_000.0, 3_000.0), (6_300.0, 6_500.0)]) is None
+    # a span never closed ends when the writer was asked (after every call): the work after
+    assert verdict([(8_000.0, 500.0)], [(1_000.0, 9_500.0)]) is not None
 
 
 def _static_verdict(source: str) -> dict:
@@ -2788,12 +2791,11 @@ def test_a_mode_left_by_a_scored_call_cannot_answer_the_input_check():
 
 
 @pytest.mark.parametrize("answer", ["go", "stop"])
-def test_a_compile_steps_aside_only_with_its_gpu_work_done_and_waits_at_its_point(
-        monkeypatch, answer):
-    """The compile wrapper (``launches._install_compile_aside``), while the task has it on:
-    the device synchronised first, then the ``aside`` report, the compile inside the witness's
-    aside range, then the point's report and the parent's answer before anything else; a
-    ``stop`` there is kept for the task (checked, not timed). Off, it is Triton's own."""
+def test_a_compile_steps_aside_and_waits_at_its_point(monkeypatch, answer):
+    """The compile wrapper (``launches._install_compile_aside``), while the task has it on: the
+    ``aside`` report (its writer synchronises the device first), the compile, then the point's
+    report and the parent's answer before anything else; a ``stop`` there is kept for the task
+    (checked, not timed). Off, while a graph is captured, or within an aside: Triton's own."""
     import sys
 
     from kernelmill.grade.worker.guards.originals import _ORIGINALS
@@ -2808,7 +2810,8 @@ def test_a_compile_steps_aside_only_with_its_gpu_work_done_and_waits_at_its_poin
     hook_on = [True]
     sys.addaudithook(lambda event, args: order.append(bytes(args[1]).decode())
                      if hook_on[0] and event == FRAME_EVENT else None)
-    assert L._install_compile_aside()
+    capturing = [False]
+    assert L._install_compile_aside(lambda: None, lambda: capturing[0], lambda: 0)
     wrapper = jit.JITFunction._do_compile
 
     class NotAKernel:  # Triton's compile fails on it at once: the point is still reached
@@ -2817,17 +2820,23 @@ def test_a_compile_steps_aside_only_with_its_gpu_work_done_and_waits_at_its_poin
             order.append("compile")
             raise LookupError("no such device")
 
-    with pytest.raises(LookupError):  # off: Triton's own, nothing reported
-        wrapper(NotAKernel(), "key", None, 0, {}, None, {}, False)
+    def compile_once():
+        with pytest.raises(LookupError):
+            wrapper(NotAKernel(), "key", None, 0, {}, None, {}, False)
+
+    compile_once()  # off: Triton's own, nothing reported
     assert order == ["compile"]
     order.clear()
-    stopped = [False]
-    L.COMPILE_ASIDE["on"] = {"sync": lambda: order.append("sync"),
-                             "receive": lambda: order.append("answer") or answer + "\n",
-                             "stopped": stopped}
-    with pytest.raises(LookupError):
-        wrapper(NotAKernel(), "key", None, 0, {}, None, {}, False)
+    stopped, depth = [False], [0]
+    L.COMPILE_ASIDE["on"] = {"receive": lambda: order.append("answer") or answer + "\n",
+                             "stopped": stopped, "depth": depth}
+    capturing[0] = True
+    compile_once()
+    assert order == ["compile"]  # a graph being captured: no synchronize, no aside
+    capturing[0] = False
+    order.clear()
+    compile_once()
     hook_on[0] = False
-    assert order == ["sync", ASIDE_REPORTS[0].decode(), "compile", ASIDE_REPORTS[1].decode(),
+    assert order == [ASIDE_REPORTS[0].decode(), "compile", ASIDE_REPORTS[1].decode(),
                      "answer"], order
-    assert stopped == [answer != "go"]
+    assert stopped == [answer != "go"] and depth == [0]

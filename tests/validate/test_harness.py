@@ -1004,8 +1004,10 @@ def test_a_confined_worker_reads_its_main_threads_wait_for_a_core():
 
 
 _ASIDE_SENDER = """
-import sys, types
+import sys, time, types
 from kernelmill.validate import harness_worker as H
+
+synced = []
 
 def send(data):  # this source's code: not under a trusted root
     sys.audit(H.FRAME_EVENT, H.KIND_REPORT, data)
@@ -1013,10 +1015,10 @@ def send(data):  # this source's code: not under a trusted root
 def main():
     registered = {registered}
     if registered == "before":
-        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__)
+        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__, lambda: synced.append(1), time.time_ns)
     H.require_trusted_senders()
     if registered == "after":  # too late: the strict mode is on
-        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__)
+        sys.audit(H.ASIDE_SENDER_EVENT, send.__code__, lambda: synced.append(1), time.time_ns)
     code = send.__code__ if registered != "copy" else send.__code__.replace()
     sender = types.FunctionType(code, globals())
     refused = []
@@ -1025,7 +1027,9 @@ def main():
             sender(data)
         except RuntimeError as exc:
             refused.append(str(exc))
-    return {{"refused": refused}}
+    spans = []
+    sys.audit(H.ASIDE_SPANS_EVENT, spans)
+    return {{"refused": refused, "synced": len(synced), "spans": spans}}
 """
 
 
@@ -1034,21 +1038,30 @@ def test_only_the_registered_aside_sender_reports_aside_with_a_submissions_code_
         registered):
     """The compile wrapper (``launches._install_compile_aside``) reports ``aside`` and the
     point after it from inside a submission's call, where every other report is refused: the
-    one code object registered before the strict mode may send those two reports, exactly. A
-    code object registered after it, an equal copy of the registered one, or another report
-    from it is refused."""
+    one code object registered before the strict mode may send those two reports, exactly and
+    in turn, the writer synchronising the device before each and keeping each aside's span by
+    the clock it was given. A code object registered after it, an equal copy of the registered
+    one, another report from it, or an aside out of turn is refused."""
     from kernelmill.validate.harness import Control
     from kernelmill.validate.harness_worker import ASIDE_REPORTS
 
+    aside, between = ASIDE_REPORTS
     control = Control()
-    payloads = [*ASIDE_REPORTS, b'{"ready": 1}']
+    # an aside, a point, a point out of turn, another report, an aside never closed
+    payloads = [aside, between, between, b'{"ready": 1}', aside]
+    began = time.time_ns()
     result = run(_ASIDE_SENDER.format(registered=repr(registered), payloads=repr(payloads)),
                  control=control)
     assert result.ok, result.error
     reports = [value for _at, value in control.reports]
+    refused = result.value["refused"]
+    assert all("refused a" in why for why in refused), refused
     if registered == "before":
-        assert reports == [{"aside": 1}, {"between": 1}], reports
-        assert len(result.value["refused"]) == 1  # the other report
+        assert reports == [{"aside": 1}, {"between": 1}, {"aside": 1}], reports
+        assert len(refused) == 2 and "out of turn" in refused[0], refused
+        assert result.value["synced"] == 3  # before each report sent
+        (first, second), (third, now) = result.value["spans"]
+        assert began <= first <= second <= third <= now <= time.time_ns()  # the open one: now
     else:
-        assert reports == [] and len(result.value["refused"]) == 3, (reports, result.value)
-    assert all("refused a channel frame" in why for why in result.value["refused"])
+        assert reports == [] and len(refused) == 5, (reports, refused)
+        assert result.value["synced"] == 0 and result.value["spans"] == []

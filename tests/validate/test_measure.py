@@ -2232,3 +2232,41 @@ def test_a_long_calls_warm_up_turn_captures_nothing_again():
     assert timer.planned_calls() is None and captures == []
     ms, _ = timer.once(lambda: a @ a)
     assert 0.8 <= timer.estimate_ms / ms <= 1.25, (timer.estimate_ms, ms)
+
+
+def test_a_step_for_members_aside_alone_moves_the_windows_deadlines_and_ends_with_them():
+    # Members in host work (``aside``) are stopped for another window's step like kept ones:
+    # the step is added to their time limits and to the window's deadlines (no kept member's
+    # wait credits it here); one that ended in its host work is aside no longer, and no
+    # window is let in for it.
+    from types import SimpleNamespace
+
+    from kernelmill.validate.step_aside import StepAside
+
+    class Held:
+        steps = 0
+
+        def window_waiting(self):
+            return True
+
+        def let_window_in(self):
+            Held.steps += 1
+            time.sleep(0.1)
+            return True
+
+    controls = {"a": Control(), "b": Control()}
+    group = SimpleNamespace(controls=controls, dropped={})
+    stepper = StepAside(group)
+    stepper.attach()
+    try:
+        stepper.hold(Held())
+        controls["b"].idle = True  # waiting for the parent: not at work
+        controls["a"]._deliver({"aside": 1})  # intercepted: a step, with "a" aside alone
+        assert Held.steps == 1 and not controls["a"].reports
+        assert stepper.delay_s >= 0.09 and controls["a"].waited_s >= 0.09
+        assert controls["b"].waited_s == 0.0  # not kept: nothing owed
+        controls["a"]._end()  # it ended in its compile
+        time.sleep(0.3)  # the poller looks again: nobody aside, nobody kept
+        assert Held.steps == 1
+    finally:
+        stepper.close()

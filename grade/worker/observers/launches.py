@@ -142,25 +142,27 @@ _LAUNCH_CODES = frozenset(const for const in _install_triton_hook.__code__.co_co
                           if _isinstance(const, types.CodeType) and const.co_name == "run")
 
 
-# Set by the candidate task while its checks run under a shared hold that may step aside for
-# other grades' windows (its first calls, before its own window), else None: {"sync": the
-# device's synchronize, "receive": the control pipe's reader, "stopped": [False]}. Read by the
-# compile wrapper alone.
+# Set by the candidate task while its first calls run under a shared hold that may step aside
+# for other grades' windows (before its own window), else None: {"receive": the control pipe's
+# reader, "stopped": [False], "depth": [0]}. Read by the compile wrapper alone.
 COMPILE_ASIDE: dict = {"on": None}
 _ASIDE, _BETWEEN = ASIDE_REPORTS
 
 
-def _install_compile_aside() -> bool:
+def _install_compile_aside(synchronize, capturing, clock) -> bool:
     """Wrap Triton's compile of a kernel not in its cache (``JITFunction._do_compile``): while
-    ``COMPILE_ASIDE`` is on, the worker's GPU work so far is finished (synchronised), it
-    reports that it is aside (the parent counts it as kept: another grade's window may take the
-    GPU while the compile, host work, runs: the first call's compiles held the GPU shared for
-    1.2-2.2 s, and a window asked meanwhile waited for them), compiles inside a witness range
-    (``Witness.aside``: a kernel that runs on the device within it is the witness's error), and
-    reports the point after the compile, where it waits for the parent's ``go`` before the
-    launch. ``stop`` there: the window was called off (the task checks and is not timed).
-    Registered as the one sender of those two reports (``harness_worker.ASIDE_SENDER_EVENT``)
-    before the strict mode. Called before the candidate's import."""
+    ``COMPILE_ASIDE`` is on, the worker reports that it is aside (the parent counts it as
+    kept: another grade's window may take the GPU while the compile, host work, runs: the
+    first call's compiles held the GPU shared for 1.2-2.2 s, and a window asked meanwhile waited
+    for them), compiles, and reports the point after the compile, where it waits for the
+    parent's ``go`` before the launch (``stop`` there: the window was called off; the task
+    checks and is not timed). The channel's writer sends the two reports only from this
+    wrapper's code, in turn, each after it synchronised the device itself (``synchronize``),
+    and keeps when each aside began and ended by ``clock``: the witness holds the worker's
+    kernels to those spans (``Witness.aside_spans_ns``), whatever a submission did to this
+    wrapper (its closure is within a submission's reach). Not while the stream captures a
+    graph (``capturing``: a synchronize there fails the capture), nor within an aside. Called
+    before the candidate's import, and only for a run that steps compiles aside."""
     try:
         from triton.runtime import jit
     except Exception:  # noqa: BLE001 — no Triton: no compile to step aside for
@@ -168,32 +170,28 @@ def _install_compile_aside() -> bool:
     original = _getattr_static(jit.JITFunction, "_do_compile", None)
     if not _callable(original):
         return False
-
-    # bound in the closure, not as keyword defaults: a call may pass keywords (a state of its
-    # own, no witness range) but cannot reach a closure (``guards.audit``: ``__closure__``)
     state_box, send, event, kind = COMPILE_ASIDE, _audit_event, FRAME_EVENT, KIND_REPORT
-    aside, between, witnessed = _ASIDE, _BETWEEN, Witness.aside
+    aside, between = _ASIDE, _BETWEEN
 
     def _do_compile(self, *args, **kwargs):
         state = state_box["on"]
-        if state is None or state["stopped"][0]:
+        if state is None or state["stopped"][0] or state["depth"][0] or capturing():
             return original(self, *args, **kwargs)
-        state["sync"]()
         send(event, kind, aside)
+        state["depth"][0] += 1
         try:
-            with witnessed():
-                return original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
         finally:
+            state["depth"][0] -= 1
             send(event, kind, between)
             if state["receive"]().strip() != "go":
                 state["stopped"][0] = True  # "stop", or the parent gone: checked, not timed
 
     # a code object of its own, made now: the one registered is this process's wrapper alone,
-    # not the same code of a wrapper made later from this module (after the strict mode a
-    # submission could make one, with a state of its own, and report aside with it)
+    # not the same code of a wrapper made later from this module
     wrapper = types.FunctionType(_do_compile.__code__.replace(), _do_compile.__globals__,
                                  _do_compile.__name__, None, _do_compile.__closure__)
-    _audit_event(ASIDE_SENDER_EVENT, wrapper.__code__)
+    _audit_event(ASIDE_SENDER_EVENT, wrapper.__code__, synchronize, clock)
     jit.JITFunction._do_compile = wrapper
     _ORIGINALS["JITFunction._do_compile"] = (jit.JITFunction, "_do_compile", wrapper)
     return True
