@@ -69,6 +69,7 @@ def summarize(out: Path) -> dict:
     # each candidate's longest stretch between its points, and the stage most of it was in
     candidate_stretch: list[float] = []
     stretch_stage: Counter = Counter()
+    compile_aside: list[float] = []  # each stepping candidate's compiles' seconds aside
     # each grade's unseen check: spare trials timed (past its required ones), and their
     # steps' milliseconds (asked for, loaded, output looked at, the calls after)
     spares: list[tuple[int, float]] = []
@@ -103,6 +104,8 @@ def summarize(out: Path) -> dict:
             stretch_stage[max(longest, key=longest.get)] += 1
         if isinstance(profile.get("reference_stretch_s"), (int, float)):
             reference_stretch.append(profile["reference_stretch_s"])
+        if isinstance((profile.get("compile_aside") or {}).get("s"), (int, float)):
+            compile_aside.append(profile["compile_aside"]["s"])
         if "reference_s" in profile:
             reference_s.append(profile["reference_s"])
             candidate_s.append(profile["candidate_s"])
@@ -168,6 +171,10 @@ def summarize(out: Path) -> dict:
             "candidate_stretch_s": [median(candidate_stretch), round(max(candidate_stretch), 2)]
             if candidate_stretch else None,
             "candidate_stretch_stages": dict(stretch_stage.most_common()),
+            # candidates whose compiles stepped aside (``KERNELMILL_COMPILE_ASIDE``), and
+            # their seconds aside at the median and in all
+            "compile_aside": [len(compile_aside), median(compile_aside),
+                              round(sum(compile_aside), 1)] if compile_aside else None,
             "windows": len(waits["window_ms"]),
             # unseen checks that timed spare trials, and those spares' seconds in all
             "checks_with_spares": sum(1 for n, _ms in spares if n > 0),

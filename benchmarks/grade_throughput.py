@@ -378,6 +378,10 @@ def main() -> int:
                   f"(held alone {r.get('held_s_total')} s)" +
                   (f"; a reference run's longest stretch between points, median "
                    f"{stretch[0]} s, max {stretch[1]} s" if stretch else ""))
+        if r.get("compile_aside"):
+            count, each, total = r["compile_aside"]
+            print(f"{phase}: candidates whose Triton compiles stepped aside: {count}, "
+                  f"{each} s each at the median, {total} s in all")
         if r.get("unseen_checks"):
             print(f"{phase}: unseen checks that timed spare trials: "
                   f"{r['checks_with_spares']} of {r['unseen_checks']}, the spares' steps "

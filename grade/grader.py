@@ -371,7 +371,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                                    "late_write_ms", "stepped_aside", "ready_ms",
                                    "last_ready_ms", "clocks", "exclusive_setup_ms",
                                    "exclusive_held_ms", "stepped_aside_by_stage",
-                                   "longest_stretch_by_stage",
+                                   "longest_stretch_by_stage", "compile_aside",
                                    "workers_beside", "device_mib")}
             verdict["profile"]["stages_s"] = stage_seconds(result.stages, result.wall_s)
             verdict["profile"]["unseen_steps_ms"] = unseen_steps(result.value)

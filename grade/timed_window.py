@@ -151,6 +151,9 @@ class TimedWindow:
         view["longest_stretch_by_stage"] = stepped_by_stage(
             [stretch], started, stages, wall_s) if stretch else {}
         view.pop("stretch_spans", None)
+        # its compiles' host work, stepped aside (``KERNELMILL_COMPILE_ASIDE``)
+        view["compile_aside"] = (window.get("asides") or {}).get(name)
+        view.pop("asides", None)
         # the most GPU workers this grader ran on the device while its fresh calls ran
         view["workers_beside"] = self._beside.most(
             self._device_key(slot_env), *fresh_calls_span(started, stages))

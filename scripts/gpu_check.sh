@@ -261,7 +261,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
               keep_verdicts window ;;
     # envab: an A/B over environment settings: passes alternate AB_A and AB_B (each "NAME=VALUE
     # ..."), AB_PASSES default "A1 B1 A2 B2"; wait is the A/B of the workers' CUDA wait
-    wait|envab) shown="per minute|CPU seconds per|spread|in flight|windows over|ends over|shared hold, median"
+    wait|envab) shown="per minute|CPU seconds per|spread|in flight|windows over|ends over|shared hold, median|waited for shared|stepped aside:|NOT CERT"
               if [ "$part" = wait ]; then a="KERNELMILL_CUDA_WAIT=auto" b="KERNELMILL_CUDA_WAIT=block"
               else a=${AB_A:-} b=${AB_B:-}; fi
               subset_pass "$part" prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"

@@ -48,6 +48,9 @@ class StepAside:
         self._kept: dict[str, float] = {}  # name -> when its wait was last credited
         self._kept_since: dict[str, float] = {}
         self._aside: set[str] = set()  # members in host work until their next point
+        self._aside_since: dict[str, float] = {}
+        # each member's asides: [how many, seconds in all] (its compiles' host work)
+        self.asides: dict[str, list] = {}
         self._ticked = time.monotonic()
         self.steps = 0  # times the hold stepped aside
         self.stepped_s = 0.0  # the time it spent let go
@@ -109,9 +112,15 @@ class StepAside:
                         self.stretches[name] = (began, now)
                     if aside:
                         self._aside.add(name)
+                        self._aside_since[name] = now
                     else:
                         self._aside.discard(name)
                         self._kept[name] = self._kept_since[name] = now
+                        since = self._aside_since.pop(name, None)
+                        if since is not None:
+                            count = self.asides.setdefault(name, [0, 0.0])
+                            count[0] += 1
+                            count[1] += now - since
             self._step_if_due()
         return between or aside
 

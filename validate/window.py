@@ -297,6 +297,8 @@ def run_window(participants: dict[str, Control], *, lock: GpuLock,
     result["stepped_aside"] = {"times": stepper.steps, "s": round(stepper.stepped_s, 3)}
     result["stepped_spans"] = stepper.spans  # (``side_by_side.stepped_by_stage``)
     result["stretch_spans"] = dict(stepper.stretches)  # each member's longest, likewise
+    result["asides"] = {name: {"times": n, "s": round(s, 3)}  # its compiles' host work
+                        for name, (n, s) in stepper.asides.items()}
     cis = _window_cis(samples, result, participants, by_turns=True)
     turns = _turn_cis(result, participants)
     medians = result.pop("turn_medians_ms", {})

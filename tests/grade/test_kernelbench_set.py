@@ -338,6 +338,12 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     summary = grade_reports.summarize(out)
     assert summary["candidate_stretch_s"] == [0.5, 1.3]
     assert summary["candidate_stretch_stages"] == {"forward": 2, "setup": 1}
+    # candidates whose compiles stepped aside (``KERNELMILL_COMPILE_ASIDE``), and for how long
+    assert summary["compile_aside"] is None
+    rows[0]["profile"]["compile_aside"] = {"times": 2, "s": 1.5}
+    rows[2]["profile"]["compile_aside"] = {"times": 1, "s": 0.5}
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert grade_reports.summarize(out)["compile_aside"] == [2, 1.0, 2.0]
     # the unseen checks that timed spare trials past their required one, and what those
     # spares' steps (asked for, loaded, looked at, the calls after) cost the windows
     rows[0]["profile"]["unseen_calls_ms"] = {"seen": [0.29], "unseen": [0.33, 0.29, 0.3],

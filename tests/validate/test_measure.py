@@ -1631,6 +1631,9 @@ def test_a_window_waiting_goes_in_while_a_member_is_aside_in_host_work(tmp_path)
     assert host_done - asked >= 1.0 + 0.25, (asked, host_done)
     assert controls["candidate"].waited_s >= 0.25, controls["candidate"].waited_s
     assert left - host_done < 0.5  # no window waited at its point: it went on at once
+    # the member's asides, as the window's record keeps them (the verdict's profile)
+    assert window["asides"]["candidate"]["times"] == 1
+    assert window["asides"]["candidate"]["s"] >= 1.25, window["asides"]
     # the host work is no stretch of GPU work: none longer than the start's is recorded
     low, high = window["stretch_spans"].get("candidate", (0.0, 0.0))
     assert high <= asked + 0.05, (low, high, asked)
