@@ -49,8 +49,8 @@ from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
 from .reference_pool import pool_mode
 from .retry import attempt_of, to_redo, transient
-from .timed_window import compile_aside
 from .rewards import get_reward
+from .timed_window import compile_aside
 
 log = logging.getLogger("kernelmill")
 

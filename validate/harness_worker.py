@@ -214,9 +214,10 @@ def _install_writer(fd: int, key: bytes) -> None:
         caller = getframe(1)
         if type_of(kind) is not bytes:
             raise refused("kernelmill: refused a channel frame not sent by the harness")
-        # a compile's aside and the point after it, from the one wrapper registered
-        aside = senders.get(kind) is not caller.f_code and aside_frame(kind, data, caller)
-        if senders.get(kind) is not caller.f_code and not aside:
+        # its kind's sender, or a compile's aside and the point after it from the one wrapper
+        # registered
+        aside = senders.get(kind) is not caller.f_code
+        if aside and not aside_frame(kind, data, caller):
             raise refused("kernelmill: refused a channel frame not sent by the harness")
         why = ""
         if kind == KIND_HELLO:  # once per process: a second main (a submission calling it

@@ -47,8 +47,7 @@ class StepAside:
         self._book = threading.Lock()  # the kept members and their credit
         self._kept: dict[str, float] = {}  # name -> when its wait was last credited
         self._kept_since: dict[str, float] = {}
-        self._aside: set[str] = set()  # members in host work until their next point
-        self._aside_since: dict[str, float] = {}
+        self._aside: dict[str, float] = {}  # members in host work until their next point: since
         # each member's asides: [how many, seconds in all] (its compiles' host work)
         self.asides: dict[str, list] = {}
         self._ticked = time.monotonic()
@@ -111,12 +110,10 @@ class StepAside:
                                               now - began > longest[1] - longest[0]):
                         self.stretches[name] = (began, now)
                     if aside:
-                        self._aside.add(name)
-                        self._aside_since[name] = now
+                        self._aside[name] = now
                     else:
-                        self._aside.discard(name)
                         self._kept[name] = self._kept_since[name] = now
-                        since = self._aside_since.pop(name, None)
+                        since = self._aside.pop(name, None)
                         if since is not None:
                             count = self.asides.setdefault(name, [0, 0.0])
                             count[0] += 1
@@ -175,7 +172,8 @@ class StepAside:
     def _step_if_due(self) -> None:
         if self._aside:  # a member that ended (or left) in its host work is aside no longer
             dropped = self._group.dropped
-            self._aside = {name for name in self._aside if name not in dropped and
+            self._aside = {name: since for name, since in self._aside.items()
+                           if name not in dropped and
                            not getattr(self._group.controls.get(name), "ended", True)}
         if not self._kept and not self._aside:
             return

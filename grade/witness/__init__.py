@@ -348,6 +348,11 @@ class Witness:
         self._aside_kernels()
         return result
 
+    def _all_kernels(self) -> list:
+        """Every kernel the sessions recorded: those placed with a record, then the loose."""
+        return [*(k for e in self._events for k in (getattr(e, "kernels", None) or [])),
+                *self._loose]
+
     def _aside_kernels(self, margin_us: float = ASIDE_MARGIN_US) -> None:
         """The witness's error where a kernel of the worker's ran on the device for more than
         ``margin_us`` within a span where it had stepped aside (``aside_spans_ns``): it had
@@ -359,8 +364,7 @@ class Witness:
                          for began, ended in self.aside_spans_ns])
         starts = [start for start, _end in spans]
         found = 0
-        for kernel in [*(k for e in self._events for k in (getattr(e, "kernels", None) or [])),
-                       *self._loose]:
+        for kernel in self._all_kernels():
             begins, ends = float(kernel.start), float(kernel.start) + float(kernel.duration)
             index = bisect.bisect_right(starts, ends) - 1  # the last span begun before it ended
             found += index >= 0 and spans[index][1] > begins
@@ -392,8 +396,7 @@ class Witness:
                        if e.name == SPAN and e.is_user_annotation)
         starts = [s for s, _e in spans]
         inside: list[list] = [[] for _ in spans]
-        kernels = [k for e in self._events for k in (getattr(e, "kernels", None) or [])]
-        for kernel in [*kernels, *self._loose]:
+        for kernel in self._all_kernels():
             index = bisect.bisect_right(starts, kernel.start) - 1
             if index >= 0 and kernel.start <= spans[index][1]:
                 inside[index].append((float(kernel.start), float(kernel.duration),
