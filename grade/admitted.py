@@ -114,7 +114,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     (``validate.admission``, as validation admits problems); ``alone``: the GPU to itself. On
     the GPU: each member's candidate worker and the worker that times the reference in the
     window at ``Grader.device_bytes`` each, plus ``WORKER_BASE_BYTES`` (with ``KERNELMILL_ADMIT``
-    ``seen``: at what NVML read its workers holding, where it has; the other
+    ``seen``: at what NVML read its workers holding, where it has, the reference's timing
+    worker at no less than the reference's own peak; the other
     fresh-reference workers end before the candidates start; the first stays to time,
     ``live_reference``). On the host: what this
     process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
@@ -137,7 +138,14 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
         seen = grader.seen_worker_bytes(item["reference"]) \
             if env_choice(ADMIT_VAR, ADMIT_MODES) == "seen" else None
         if seen:
-            return int(seen * SEEN_MARGIN * (members + 1))
+            # the worker timing the reference holds at least the reference's own peak: NVML
+            # reads the workers still running after the window, which it has mostly left
+            each = int(seen * SEEN_MARGIN)
+            peak = grader.reference_peak_bytes(item["reference"], item.get("record"),
+                                               slot.get("env"))
+            timing = each if peak is None else \
+                max(each, int(peak * ALLOCATOR_FACTOR + WORKER_BASE_BYTES))
+            return each * members + timing
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
         return None if each is None else \
             int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))

@@ -349,13 +349,21 @@ class ReferenceRuns:
         else (no device peak known: a run off a GPU) twice the tensors of one fresh reference
         run; from this process's runs, else from the sizes an earlier process saw on this GPU
         model (``remembered_size``); None before any is known."""
+        peak = self.reference_peak_bytes(source, record, slot_env)
+        if peak:
+            return PEAK_FACTOR * peak
+        sizes = self._sizes(source, slot_env)
+        return 2 * sizes["tensor_bytes"] if sizes.get("tensor_bytes") else None
+
+    def reference_peak_bytes(self, source: str, record: dict | None = None,
+                             slot_env: dict | None = None) -> int | None:
+        """The device peak one reference worker of ``source`` reaches (one trial at a time):
+        the problem's measured peak from validation, else the peak a reference worker of it
+        reached here or on this GPU model before; None where neither is known."""
         memory = ((record or {}).get("validation") or {}).get("memory") or {}
         if memory.get("measured_bytes"):
-            return PEAK_FACTOR * int(memory["measured_bytes"])
-        sizes = self._sizes(source, slot_env)
-        if sizes.get("device_peak_bytes"):
-            return PEAK_FACTOR * sizes["device_peak_bytes"]
-        return 2 * sizes["tensor_bytes"] if sizes.get("tensor_bytes") else None
+            return int(memory["measured_bytes"])
+        return self._sizes(source, slot_env).get("device_peak_bytes") or None
 
     def host_bytes(self, source: str, slot_env: dict | None = None) -> int | None:
         """What this process holds on the host for one member of a grade of ``source`` on a

@@ -453,6 +453,8 @@ def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_a
     monkeypatch.setattr(admission, "budget_for", lambda slot: budget)
     monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
     monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 4})
+    peaks = {"src": 1 << 29, "fused": 3 << 30}  # the reference workers' own peaks
+    monkeypatch.setattr(grader, "reference_peak_bytes", lambda source, *a: peaks.get(source))
     monkeypatch.setattr(grader, "device_bytes", lambda *a, **k: 1 << 30)
     monkeypatch.setattr(grader, "host_bytes", lambda *a, **k: 1 << 20)
     slot = {"gpu": 0, "device": "cuda:0", "env": {}}
@@ -461,9 +463,17 @@ def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_a
         assert budget.used == estimate  # by default, the estimate
     monkeypatch.setenv(admitted.ADMIT_VAR, "seen")
     with admitted._admitted(grader, {"reference": "src"}, 2, slot):
-        assert budget.used == int((2000 << 20) * admitted.SEEN_MARGIN * 3)
+        assert budget.used == int((2000 << 20) * admitted.SEEN_MARGIN) * 3
     with admitted._admitted(grader, {"reference": "unread"}, 2, slot):
         assert budget.used == estimate  # none read: the estimate
+    # As on the GPU: fused candidates read small, the reference's timing worker gone before
+    # the reading. It is held at its own peak, not at the candidates' reading.
+    grader.note_worker_memory("fused", {0: {"device_mib": {"candidate": 1500,
+                                                           "reference": None}}})
+    timing = int((3 << 30) * admission.ALLOCATOR_FACTOR + admitted.WORKER_BASE_BYTES)
+    with admitted._admitted(grader, {"reference": "fused"}, 8, slot):
+        assert budget.used == int((1500 << 20) * admitted.SEEN_MARGIN) * 8 + timing
+        assert budget.used > int((1500 << 20) * admitted.SEEN_MARGIN) * 9
 
 
 def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkeypatch):
