@@ -426,3 +426,38 @@ def test_a_window_ab_reads_each_arm_against_the_first_from_kept_verdicts(tmp_pat
         empty = subprocess.run([sys.executable, str(script), str(tmp_path / missing)],
                                capture_output=True, text=True, timeout=60)
         assert empty.returncode == 2 and said in empty.stderr, empty.stderr
+
+
+def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
+    """``scripts/memory_fit.py``: per problem, the ask the default admission made of a worker
+    (its estimate times the allocator's factor, plus the base) beside NVML's most reading of its
+    candidates, and their ratio; the waits and reruns alone; a line cut by a deadline skipped."""
+    import subprocess
+
+    from kernelmill.grade.admitted import WORKER_BASE_BYTES
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR
+
+    def verdict(problem: str, gib: float, mib: int | None, wait: float, alone=False) -> dict:
+        return {"submission_id": f"{problem}#0", "problem_id": problem,
+                "profile": {"worker_device_gib": gib, "admission_wait_s": wait,
+                            "device_mib": {"candidate": mib, "reference": None},
+                            **({"rerun_alone": True} if alone else {})}}
+
+    folder = tmp_path / "envab_verdicts_A1"
+    folder.mkdir()
+    rows = [verdict("conv", 8.0, 1500, 0.5), verdict("conv", 8.0, 1400, 20.0),
+            verdict("norm", 2.0, 4000, 1.0, alone=True), verdict("norm", 2.0, None, 3.0)]
+    (folder / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"cut')
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "memory_fit.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]
+             if line.startswith(("conv", "norm"))}
+    base = WORKER_BASE_BYTES / (1 << 30)
+    conv_ask, norm_ask = 8.0 * ALLOCATOR_FACTOR + base, 2.0 * ALLOCATOR_FACTOR + base
+    assert lines["conv"][1:6] == ["2", "8.00", f"{conv_ask:.2f}", "1450/1500",
+                                  f"{1500 / 1024 / conv_ask:.2f}"]
+    assert lines["conv"][6:] == ["10.2/20.0", "0"]
+    # a problem whose workers held more than they were admitted at: over 1, and its rerun
+    assert lines["norm"][4:] == ["4000/4000", f"{4000 / 1024 / norm_ask:.2f}", "2.0/3.0", "1"]
+    assert float(lines["norm"][5]) > 1 > float(lines["conv"][5])

@@ -1,0 +1,90 @@
+"""What grades were admitted at on the GPU against what NVML read their workers holding, problem
+by problem, from kept verdicts (``gpu_check.sh`` keeps them as ``*_verdicts_<PASS>``).
+
+    python scripts/memory_fit.py envab_verdicts.tgz        # or the folder it was made from
+
+For each problem: the estimate a worker was admitted by (``worker_device_gib``: ``PEAK_FACTOR``
+times the reference's peak), what that asks with the allocator's factor and the worker's base
+(``grade/admitted.py``, the default ``sizes`` mode), what NVML read its candidate workers holding
+once their GPU work was done (median / max MiB; the reference's timing worker has mostly ended
+by then), and the reading over the ask: under 1 the admission held more than was used (fewer
+grades in flight), over 1 it held less (a member may run out of memory beside others and be
+graded again alone). The admission waits (median / max s) and how many members were graded again
+alone say what each cost.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from window_ab import passes  # the same verdict archives
+
+GIB = 1 << 30
+
+
+def by_problem(rows: list[dict]) -> dict[str, dict]:
+    """Per problem: its estimate (GiB a worker), NVML's candidate readings (MiB), the
+    admission waits (s) and the members graded again alone."""
+    found: dict[str, dict] = defaultdict(lambda: {"estimate": None, "mib": [], "waits": [],
+                                                  "alone": 0, "verdicts": 0})
+    for row in rows:
+        profile = row.get("profile") or {}
+        entry = found[row.get("problem_id") or "?"]
+        entry["verdicts"] += 1
+        if isinstance(profile.get("worker_device_gib"), (int, float)):
+            entry["estimate"] = profile["worker_device_gib"]
+        mib = (profile.get("device_mib") or {}).get("candidate")
+        if type(mib) is int and mib > 0:
+            entry["mib"].append(mib)
+        if isinstance(profile.get("admission_wait_s"), (int, float)):
+            entry["waits"].append(profile["admission_wait_s"])
+        entry["alone"] += bool(profile.get("rerun_alone"))
+    return dict(found)
+
+
+def table(found: dict[str, dict], allocator_factor: float, base_gib: float) -> list[str]:
+    lines = [(f"{'problem':40s} {'n':>3s} {'est GiB':>8s} {'ask GiB':>8s} "
+              f"{'NVML MiB med/max':>17s} {'read/ask':>8s} {'wait s med/max':>15s} {'alone':>5s}")]
+    ratios = []
+    for name, entry in sorted(found.items()):
+        estimate = entry["estimate"]
+        ask = None if estimate is None else estimate * allocator_factor + base_gib
+        mib = sorted(entry["mib"])
+        read = f"{statistics.median(mib):.0f}/{mib[-1]}" if mib else "-"
+        ratio = "-"
+        if mib and ask:
+            ratios.append(mib[-1] / 1024 / ask)
+            ratio = f"{ratios[-1]:.2f}"
+        waits = entry["waits"]
+        wait = f"{statistics.median(waits):.1f}/{max(waits):.1f}" if waits else "-"
+        lines.append(f"{name[:40]:40s} {entry['verdicts']:3d} "
+                     f"{'-' if estimate is None else f'{estimate:.2f}':>8s} "
+                     f"{'-' if ask is None else f'{ask:.2f}':>8s} {read:>17s} {ratio:>8s} "
+                     f"{wait:>15s} {entry['alone']:5d}")
+    if ratios:
+        lines.append(f"most read over ask, by problem: median {statistics.median(ratios):.2f}, "
+                     f"least {min(ratios):.2f}, most {max(ratios):.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("verdicts", type=Path, help="a folder or .tgz of *_verdicts_<PASS>")
+    args = parser.parse_args(argv)
+    from kernelmill.grade.admitted import WORKER_BASE_BYTES
+    from kernelmill.validate.admission import ALLOCATOR_FACTOR
+
+    rows = [row for kept in passes(args.verdicts).values() for row in kept]
+    if not rows:
+        print(f"no verdicts under {args.verdicts}", file=sys.stderr)
+        return 1
+    print("\n".join(table(by_problem(rows), ALLOCATOR_FACTOR, WORKER_BASE_BYTES / GIB)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
