@@ -399,6 +399,12 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             verdict["profile"]["witness"] = {
                 k: round(v, 3) for k in ("records", "read_s", "calls_s")
                 if type(v := cost.get(k)) in (int, float)}
+        # the candidate's allocator peaks (``worker.timing.device_memory``): numbers only,
+        # beside NVML's reading of the whole worker (``device_mib``)
+        memory = result.value.get("device_memory") if isinstance(result.value, dict) else None
+        if isinstance(memory, dict):
+            verdict["profile"]["candidate_allocator_mib"] = {
+                k: v for k in ("allocated", "reserved") if type(v := memory.get(k)) is int}
         if changed:  # the guarded files changed while this run (or its group) ran (T-04)
             amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)

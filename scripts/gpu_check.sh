@@ -168,6 +168,10 @@ subset_pass() {
 keep_verdicts() {
   (cd "$out" && ls -d "$1"_verdicts_* >/dev/null 2>&1 && tar czf "$1_verdicts.tgz" "$1"_verdicts_* \
     && rm -rf "$1"_verdicts_*)
+  # each problem's admission ask beside what its workers held (NVML, their allocators)
+  [ -f "$out/$1_verdicts.tgz" ] && python3 scripts/memory_fit.py "$out/$1_verdicts.tgz" \
+    > "$out/$1_memory.log" 2>&1
+  return 0
 }
 parts=${*:-tests seeds validate grade build}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"

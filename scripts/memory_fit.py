@@ -7,7 +7,9 @@ For each problem: the estimate a worker was admitted by (``worker_device_gib``: 
 times the reference's peak), what that asks with the allocator's factor and the worker's base
 (``grade/admitted.py``, the default ``sizes`` mode), what NVML read its candidate workers holding
 once their GPU work was done (median / max MiB; the reference's timing worker has mostly ended
-by then), and the reading over the ask: under 1 the admission held more than was used (fewer
+by then), what the candidates' allocators held at most (``candidate_allocator_mib``, median MiB,
+reserved / allocated: NVML's reading less this is the context and libraries), and the reading
+over the ask: under 1 the admission held more than was used (fewer
 grades in flight), over 1 it held less (a member may run out of memory beside others and be
 graded again alone). The admission waits (median / max s) and how many members were graded again
 alone say what each cost.
@@ -30,6 +32,7 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
     """Per problem: its estimate (GiB a worker), NVML's candidate readings (MiB), the
     admission waits (s) and the members graded again alone."""
     found: dict[str, dict] = defaultdict(lambda: {"estimate": None, "mib": [], "waits": [],
+                                                  "reserved": [], "allocated": [],
                                                   "alone": 0, "verdicts": 0})
     for row in rows:
         profile = row.get("profile") or {}
@@ -40,6 +43,9 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
         mib = (profile.get("device_mib") or {}).get("candidate")
         if type(mib) is int and mib > 0:
             entry["mib"].append(mib)
+        for key, value in (profile.get("candidate_allocator_mib") or {}).items():
+            if key in ("reserved", "allocated") and type(value) is int:
+                entry[key].append(value)
         if isinstance(profile.get("admission_wait_s"), (int, float)):
             entry["waits"].append(profile["admission_wait_s"])
         entry["alone"] += bool(profile.get("rerun_alone"))
@@ -48,7 +54,8 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
 
 def table(found: dict[str, dict], allocator_factor: float, base_gib: float) -> list[str]:
     lines = [(f"{'problem':40s} {'n':>3s} {'est GiB':>8s} {'ask GiB':>8s} "
-              f"{'NVML MiB med/max':>17s} {'read/ask':>8s} {'wait s med/max':>15s} {'alone':>5s}")]
+              f"{'NVML MiB med/max':>17s} {'read/ask':>8s} {'alloc MiB res/al':>17s} "
+              f"{'wait s med/max':>15s} {'alone':>5s}")]
     ratios = []
     for name, entry in sorted(found.items()):
         estimate = entry["estimate"]
@@ -59,12 +66,15 @@ def table(found: dict[str, dict], allocator_factor: float, base_gib: float) -> l
         if mib and ask:
             ratios.append(mib[-1] / 1024 / ask)
             ratio = f"{ratios[-1]:.2f}"
+        held = f"{statistics.median(entry['reserved']):.0f}/" \
+            f"{statistics.median(entry['allocated']):.0f}" \
+            if entry["reserved"] and entry["allocated"] else "-"
         waits = entry["waits"]
         wait = f"{statistics.median(waits):.1f}/{max(waits):.1f}" if waits else "-"
         lines.append(f"{name[:40]:40s} {entry['verdicts']:3d} "
                      f"{'-' if estimate is None else f'{estimate:.2f}':>8s} "
                      f"{'-' if ask is None else f'{ask:.2f}':>8s} {read:>17s} {ratio:>8s} "
-                     f"{wait:>15s} {entry['alone']:5d}")
+                     f"{held:>17s} {wait:>15s} {entry['alone']:5d}")
     if ratios:
         lines.append(f"most read over ask, by problem: median {statistics.median(ratios):.2f}, "
                      f"least {min(ratios):.2f}, most {max(ratios):.2f}")

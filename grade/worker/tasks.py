@@ -54,7 +54,7 @@ from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
 from .state import StateSlots, match_state
-from .timing import _serve_timing, _timer_options, device_info, timing_placing
+from .timing import _serve_timing, _timer_options, device_info, device_memory, timing_placing
 
 # ---------------------------------------------------------------- both runs
 
@@ -337,6 +337,7 @@ def _candidate_task(payload: dict) -> dict:
     facts["ghost_seen"] = run.ghost(last)
     facts["ghost"] = run.ghost(1 if last > 1 else 0)
     facts["state_loads"] = run.state_loads
+    facts["device_memory"] = device_memory(device)  # the allocator's peaks, its GPU work done
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
     mark_stage("witness stop")  # the profiler's session ended (Kineto's own processing)

@@ -27,6 +27,24 @@ def device_info(device: str) -> dict:
     return info
 
 
+# bound at the import, before any candidate code runs (numbers for the profile alone)
+_MAX_ALLOCATED, _MAX_RESERVED = torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved
+
+
+def device_memory(device: str) -> dict | None:
+    """The most this worker's allocator has held on the device so far, in MiB: its tensors at
+    once (``allocated``) and its cache with them (``reserved``: what NVML reads of the worker
+    less its context and libraries). The profile's, for the admission's estimate (no check
+    reads it: the candidate shares the process). None off a GPU."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        return {"allocated": round(_MAX_ALLOCATED(device) / 2**20),
+                "reserved": round(_MAX_RESERVED(device) / 2**20)}
+    except Exception:  # noqa: BLE001 — no reading
+        return None
+
+
 def _timer_options(payload: dict) -> dict:
     """``timer.Timer`` options from the policy's timing settings (the rest are the window's)."""
     settings = payload.get("timing_settings") or {}

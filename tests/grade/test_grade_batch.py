@@ -498,3 +498,22 @@ def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkey
         monkeypatch.delenv(var)
         assert not (tmp_path / "out.jsonl").exists() or \
             not (tmp_path / "out.jsonl").read_text().strip()
+
+
+def test_a_workers_allocator_peaks_are_read_in_mib_on_a_gpu_and_not_off_one(monkeypatch):
+    """``worker.timing.device_memory``: the candidate's allocator peaks for the profile, read by
+    the functions bound at the import (a candidate that rebinds torch's does not change them)."""
+    import torch
+    from kernelmill.grade.worker import timing
+
+    assert timing.device_memory("cpu") is None
+    monkeypatch.setattr(timing, "_MAX_ALLOCATED", lambda device: 300 << 20)
+    monkeypatch.setattr(timing, "_MAX_RESERVED", lambda device: (512 << 20) + 1)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 1)
+    assert timing.device_memory("cuda:0") == {"allocated": 300, "reserved": 512}
+
+    def fails(device):
+        raise RuntimeError("no CUDA")
+
+    monkeypatch.setattr(timing, "_MAX_ALLOCATED", fails)
+    assert timing.device_memory("cuda:0") is None

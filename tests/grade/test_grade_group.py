@@ -69,6 +69,8 @@ def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
         assert witness["read_s"] > 0 and witness["calls_s"] > 0, witness
         stages = list(verdict["profile"]["stages_s"])
         assert stages.index("witness stop") + 1 == stages.index("witness read"), stages
+        # no allocator reading off a GPU (``worker.timing.device_memory``)
+        assert "candidate_allocator_mib" not in verdict["profile"]
     # one window: both honest answers divide by the same reference samples
     assert honest["timing"]["reference_ms"] == again["timing"]["reference_ms"]
     assert honest["profile"]["window_ms"] == again["profile"]["window_ms"]

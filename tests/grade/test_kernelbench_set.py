@@ -441,6 +441,9 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
         return {"submission_id": f"{problem}#0", "problem_id": problem,
                 "profile": {"worker_device_gib": gib, "admission_wait_s": wait,
                             "device_mib": {"candidate": mib, "reference": None},
+                            **({"candidate_allocator_mib": {"reserved": mib - 800,
+                                                            "allocated": mib - 900}}
+                               if mib else {}),
                             **({"rerun_alone": True} if alone else {})}}
 
     folder = tmp_path / "envab_verdicts_A1"
@@ -457,7 +460,8 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
     conv_ask, norm_ask = 8.0 * ALLOCATOR_FACTOR + base, 2.0 * ALLOCATOR_FACTOR + base
     assert lines["conv"][1:6] == ["2", "8.00", f"{conv_ask:.2f}", "1450/1500",
                                   f"{1500 / 1024 / conv_ask:.2f}"]
-    assert lines["conv"][6:] == ["10.2/20.0", "0"]
+    assert lines["conv"][6:] == ["650/550", "10.2/20.0", "0"]
     # a problem whose workers held more than they were admitted at: over 1, and its rerun
-    assert lines["norm"][4:] == ["4000/4000", f"{4000 / 1024 / norm_ask:.2f}", "2.0/3.0", "1"]
+    assert lines["norm"][4:] == ["4000/4000", f"{4000 / 1024 / norm_ask:.2f}", "3200/3100",
+                                 "2.0/3.0", "1"]
     assert float(lines["norm"][5]) > 1 > float(lines["conv"][5])
