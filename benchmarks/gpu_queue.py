@@ -36,7 +36,7 @@ from kernelmill.validate import gpu_lock
 from kernelmill.validate.gpu_lock import GpuLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grade_reports import _steady, verdict_waves
+from grade_timeline import _steady, verdict_waves
 
 # (step, seconds): "host" sleeps, the lock not held; "shared" holds the lock shared for each piece of the
 # list, letting a waiting window in between two; "window" holds it alone; "after" steps back

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 from grade_reports import (
-    report_in_flight,
     report_per_problem,
     report_slowest_and_median,
     report_spread,
@@ -43,6 +42,7 @@ from grade_reports import (
     summarize,
 )
 from grade_sets import build_set, find_kernelbench, kernelbench_answers, read_lines
+from grade_timeline import report_in_flight
 
 PHASES = (  # (name, verdict cache, what it shows)
     ("cold", False, "empty caches: Inductor compiled and timed per problem"),

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "kernelbench_set"))
 import check_cpu  # noqa: E402
 import grade_reports  # noqa: E402
 import grade_sets  # noqa: E402
+import grade_timeline  # noqa: E402
 import grade_throughput  # noqa: E402
 
 
@@ -110,7 +111,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
                          "reference_stages_s": {"reference forward": 4.0},
                          "stages_s": {"timing": 6.0}}}
             for k in range(10) for lane in range(2)]
-    seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
+    seconds, held = grade_timeline.in_flight(rows, share=(0.2, 0.8))
     assert 60 < seconds < 70
     assert abs(sum(held.values()) - 2.6) < 0.15, held  # 13 s of each 10 s lane
     assert abs(held["reference: reference forward"] - 0.8) < 0.1
@@ -120,7 +121,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"]["reference_forward_s"] = {"stepped_aside": 1.0, "written": 2.5,
                                                  "other": 0.5}
-    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_timeline.in_flight(rows, share=(0.2, 0.8))
     assert "reference: reference forward" not in held or \
         held["reference: reference forward"] < 0.01
     assert abs(held["reference: forward written"] - 0.5) < 0.1, held
@@ -129,7 +130,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"].update(ready_ms=1000.0, last_ready_ms=2000.0, exclusive_wait_ms=1500.0,
                               window_ms=2500.0)
-    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_timeline.in_flight(rows, share=(0.2, 0.8))
     assert abs(held["candidate: timing for the last ready"] - 0.2) < 0.05, held
     assert abs(held["candidate: timing window"] - 0.5) < 0.05
     assert abs(held["candidate: timing other"] - 0.2) < 0.05
@@ -137,7 +138,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     for row in rows:
         row["profile"]["stages_s"] = {"forward": 4.0, "timing": 2.0}
         row["profile"]["stepped_aside_by_stage"] = {"forward": 3.0}
-    _seconds, held = grade_reports.in_flight(rows, share=(0.2, 0.8))
+    _seconds, held = grade_timeline.in_flight(rows, share=(0.2, 0.8))
     assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
     assert abs(held["candidate: forward"] - 0.2) < 0.05
 
@@ -151,7 +152,7 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
                          "stages_s": {"timing": 6.0}, "ready_ms": 0.0, "last_ready_ms": 0.0,
                          "exclusive_wait_ms": 1000.0, "window_ms": 1000.0}}
             for k in range(10) for lane in range(2)]
-    states = grade_reports.window_states(rows, share=(0.2, 0.8))
+    states = grade_timeline.window_states(rows, share=(0.2, 0.8))
     assert abs(states["held"] - 0.2) < 0.03, states
     assert abs(states["asked"] - 0.2) < 0.03, states
     assert abs(states["none"] - 0.6) < 0.03, states
@@ -161,9 +162,9 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
                               reference_s=0.0, candidate_s=10.0)
         row["profile"]["reference_stages_s"] = {}
         row["profile"]["stages_s"] = {"timing": 10.0}
-    states = grade_reports.window_states(rows, share=(0.2, 0.8))
+    states = grade_timeline.window_states(rows, share=(0.2, 0.8))
     assert states["held"] > 0.95 and states["none"] < 0.05, states
-    assert grade_reports.window_states([]) == {}
+    assert grade_timeline.window_states([]) == {}
 
 
 def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_its_cpu():
@@ -172,13 +173,13 @@ def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_
                          "stages_cpu_s": {"start": 0.4, "setup": 0.25, "forward": 2.0,
                                           "timing": 0.5, "ghost": 0.2, "result": 0.4},
                          "stepped_aside_by_stage": {"forward": 1.0 + k}}} for k in range(3)]
-    share = grade_reports.held_host_share(rows)
+    share = grade_timeline.held_host_share(rows)
     # the forward's stops for other windows are not held; start, timing and what follows the
     # GPU work's end (the result) are not counted
     assert share["forward"] == (2.0, 2.0) and share["ghost"] == (1.0, 0.2)
     assert set(share) == {"setup", "forward", "ghost", "total"}
     assert share["total"] == (3.3, 2.45)
-    assert grade_reports.held_host_share([{"profile": {}}]) == {}
+    assert grade_timeline.held_host_share([{"profile": {}}]) == {}
 
 
 def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
@@ -186,15 +187,15 @@ def test_verdicts_ending_in_waves_read_bursty_and_evenly_spaced_ones_do_not():
         return [{"profile": {"began_at": end - 10.0, "reference_s": 4.0, "candidate_s": 6.0}}
                 for end in ends]
 
-    even = grade_reports.verdict_waves(rows([100.0 + 2 * k for k in range(40)]))
+    even = grade_timeline.verdict_waves(rows([100.0 + 2 * k for k in range(40)]))
     assert abs(even["gap_median_s"] - 2.0) < 1e-9 and even["burstiness"] < -0.9, even
     # waves of 8 ends within 0.1 s, 16 s apart
-    waves = grade_reports.verdict_waves(
+    waves = grade_timeline.verdict_waves(
         rows([100.0 + 16 * w + 0.01 * k for w in range(5) for k in range(8)]))
     assert waves["burstiness"] > 0.5 and waves["gap_median_s"] < 0.05, waves
     assert waves["gap_max_s"] > 15, waves
-    assert grade_reports.verdict_waves(rows([1.0, 2.0])) == {}
-    assert grade_reports.verdict_waves([{"profile": {"began_at": 1.0}}] * 5) == {}
+    assert grade_timeline.verdict_waves(rows([1.0, 2.0])) == {}
+    assert grade_timeline.verdict_waves([{"profile": {"began_at": 1.0}}] * 5) == {}
 
 
 def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
@@ -207,12 +208,12 @@ def test_the_in_flight_report_names_the_slots_and_a_pass_too_short_for_them(
     out = tmp_path / "verdicts.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 16})
-    grade_reports.report_in_flight(out, 24)
+    grade_timeline.report_in_flight(out, 24)
     printed = capsys.readouterr().out
     assert "(slots: 16)" in printed and "gave its 16 slots 24 grades" in printed
-    grade_reports.report_in_flight(out, 64, 8)
+    grade_timeline.report_in_flight(out, 64, 8)
     assert "gave its 16 slots 8 groups" in capsys.readouterr().out
-    grade_reports.report_in_flight(out, 40)
+    grade_timeline.report_in_flight(out, 40)
     assert "fewer than two" not in capsys.readouterr().out
 
 
