@@ -393,7 +393,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         verdict["profile"]["stages_cpu_s"] = stage_cpu_seconds(result.stage_cpu, result.cpu_s)
         # what reading the candidate's profiler sessions cost (``Witness.cost``): numbers only,
         # for the profile (no check reads them)
-        witness = result.value.get("witness") if isinstance(result.value, dict) else None
+        value = result.value if isinstance(result.value, dict) else {}
+        witness = value.get("witness")
         cost = witness.get("cost") if isinstance(witness, dict) else None
         if isinstance(cost, dict):
             verdict["profile"]["witness"] = {
@@ -401,7 +402,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                 if type(v := cost.get(k)) in (int, float)}
         # the candidate's allocator peaks (``worker.timing.device_memory``): numbers only,
         # beside NVML's reading of the whole worker (``device_mib``)
-        memory = result.value.get("device_memory") if isinstance(result.value, dict) else None
+        memory = value.get("device_memory")
         if isinstance(memory, dict):
             verdict["profile"]["candidate_allocator_mib"] = {
                 k: v for k in ("allocated", "reserved") if type(v := memory.get(k)) is int}
