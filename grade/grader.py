@@ -406,7 +406,23 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         if isinstance(memory, dict):
             verdict["profile"]["candidate_allocator_mib"] = {
                 k: v for k in ("allocated", "reserved") if type(v := memory.get(k)) is int}
+            stages = _stage_marks(memory.get("stages"))
+            if stages:
+                verdict["profile"]["candidate_allocator_mib"]["stages"] = stages
         if changed:  # the guarded files changed while this run (or its group) ran (T-04)
             amend(verdict, "guarded_files_unchanged", changed)
         verdict["wall_s"] = round(result.wall_s, 3)
         return verdict
+
+
+def _stage_marks(marks) -> list[list]:
+    """A worker's stage marks of its allocator (``worker.timing.StageMemory``) as the profile
+    keeps them: [name, MiB held, most so far] rows, the first ``MEMORY_MARKS`` well-formed."""
+    if not isinstance(marks, list):
+        return []
+    return [[m[0][:40], m[1], m[2]] for m in marks[:MEMORY_MARKS]
+            if isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
+            and type(m[1]) is int and type(m[2]) is int]
+
+
+MEMORY_MARKS = 32

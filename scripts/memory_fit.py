@@ -12,7 +12,9 @@ reserved / allocated: NVML's reading less this is the context and libraries), an
 over the ask: under 1 the admission held more than was used (fewer
 grades in flight), over 1 it held less (a member may run out of memory beside others and be
 graded again alone). The admission waits (median / max s) and how many members were graded again
-alone say what each cost.
+alone say what each cost. Then, per problem, where its candidates' allocators held what: the
+MiB held as each stage began and how much each stage raised the peak (medians over the
+candidates; ``candidate_allocator_mib``'s ``stages``).
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
     admission waits (s) and the members graded again alone."""
     found: dict[str, dict] = defaultdict(lambda: {"estimate": None, "mib": [], "waits": [],
                                                   "reserved": [], "allocated": [],
-                                                  "alone": 0, "verdicts": 0})
+                                                  "alone": 0, "verdicts": 0,
+                                                  "stages": []})
     for row in rows:
         profile = row.get("profile") or {}
         entry = found[row.get("problem_id") or "?"]
@@ -46,6 +49,9 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
         for key, value in (profile.get("candidate_allocator_mib") or {}).items():
             if key in ("reserved", "allocated") and type(value) is int:
                 entry[key].append(value)
+        marks = (profile.get("candidate_allocator_mib") or {}).get("stages")
+        if isinstance(marks, list) and marks:
+            entry["stages"].append(marks)
         if isinstance(profile.get("admission_wait_s"), (int, float)):
             entry["waits"].append(profile["admission_wait_s"])
         entry["alone"] += bool(profile.get("rerun_alone"))
@@ -81,6 +87,34 @@ def table(found: dict[str, dict], allocator_factor: float, base_gib: float) -> l
     return lines
 
 
+def stage_rows(found: dict[str, dict]) -> list[str]:
+    """Per problem with stage marks: each stage's MiB held as it began and the peak it raised
+    (the next mark's most less its own), medians over the candidates, in the stages' order."""
+    lines = []
+    for name, entry in sorted(found.items()):
+        held: dict[str, list[int]] = defaultdict(list)
+        raised: dict[str, list[int]] = defaultdict(list)
+        order: list[str] = []
+        for marks in entry["stages"]:
+            for i, (stage, now, most) in enumerate(marks):
+                if stage not in order:
+                    order.append(stage)
+                held[stage].append(now)
+                if i + 1 < len(marks):
+                    raised[stage].append(marks[i + 1][2] - most)
+        if not order:
+            continue
+        parts = [f"{stage} {statistics.median(held[stage]):.0f}"
+                 + (f" (+{statistics.median(raised[stage]):.0f})"
+                    if raised[stage] and statistics.median(raised[stage]) >= 1 else "")
+                 for stage in order]
+        lines.append(f"{name[:40]}: " + ", ".join(parts))
+    if lines:
+        lines.insert(0, "candidates' allocators, MiB held as each stage began (+ the peak it "
+                        "raised), medians:")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("verdicts", type=Path, help="a folder or .tgz of *_verdicts_<PASS>")
@@ -92,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"no verdicts under {args.verdicts}", file=sys.stderr)
         return 1
-    print("\n".join(table(by_problem(rows), ALLOCATOR_FACTOR, WORKER_BASE_BYTES / GIB)))
+    found = by_problem(rows)
+    print("\n".join(table(found, ALLOCATOR_FACTOR, WORKER_BASE_BYTES / GIB) + stage_rows(found)))
     return 0
 
 

@@ -54,7 +54,14 @@ from .observers.optrace import active_modes
 from .observers.threads import _install_thread_hooks, _live_children, _tasks
 from .seeding import _bind_cuda_generators, _manual_seed
 from .state import StateSlots, match_state
-from .timing import _serve_timing, _timer_options, device_info, device_memory, timing_placing
+from .timing import (
+    StageMemory,
+    _serve_timing,
+    _timer_options,
+    device_info,
+    device_memory,
+    timing_placing,
+)
 
 # ---------------------------------------------------------------- both runs
 
@@ -152,6 +159,12 @@ def _candidate_task(payload: dict) -> dict:
     mark_stage("setup")
     if device.startswith("cuda"):
         torch.cuda.init()
+    memory = StageMemory(device)  # the allocator's holdings stage by stage, for the profile
+    memory.start()
+
+    def stage(name: str) -> None:
+        mark_stage(name)
+        memory.mark(name)
     _baseline(device)
     reserve_staging(_largest_tensor_bytes(payload))
     if device.startswith("cuda") and _timer_options(payload).get("gate"):
@@ -206,12 +219,12 @@ def _candidate_task(payload: dict) -> dict:
     _bind_cuda_generators()
     refuse_runtime_code()
     require_trusted_senders()
-    mark_stage("import")
+    stage("import")
     ns = load_namespace(source, "candidate")
     if "ModelNew" not in ns:
         raise NameError("candidate defines no ModelNew")
     step_aside()
-    mark_stage("init")
+    stage("init")
     _manual_seed(payload["init_seed"])
     model = ns["ModelNew"](*payload["init_inputs"])
     if _isinstance(model, torch.nn.Module):
@@ -236,14 +249,14 @@ def _candidate_task(payload: dict) -> dict:
     run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs
     facts["modes_after_import"] = active_modes()
     step_aside()
-    mark_stage("profiler start")
+    stage("profiler start")
     witness.start()
     # the first calls only (the window's own calls run under its exclusive hold), and only
     # where the witness records the device's kernels: one that ran while the worker was aside
     # is its error
     if aside and witness.running and witness.unavailable is None:
         COMPILE_ASIDE["on"] = {"receive": receive, "stopped": stopped, "depth": [0]}
-    mark_stage("forward")
+    stage("forward")
     for index in range(len(trials)):
         facts["calls"].append({"trial": index, "kind": "fresh", **run.call(index)})
         if index == 0 and confine and device.startswith("cuda"):
@@ -252,10 +265,10 @@ def _candidate_task(payload: dict) -> dict:
         step_aside()
     refill = payload.get("refill_from")
     if refill is not None:
-        mark_stage("forward refill")
+        stage("forward refill")
         facts["calls"].append({"trial": refill, "kind": "refill", **run.call(refill)})
         step_aside()
-    mark_stage("forward repeat")
+    stage("forward repeat")
     facts["calls"].append({"trial": 0, "kind": "repeat", **run.call(0)})
     facts["children"] = len(_live_children())
     step_aside()
@@ -264,12 +277,12 @@ def _candidate_task(payload: dict) -> dict:
     if payload.get("time", True) and payload.get("window") and payload.get("early_check"):
         # the parent compares a sample of the answers before the window: a wrong one is not
         # timed (it never takes the GPU alone)
-        mark_stage("early check")
+        stage("early check")
         report({"checked": early_answer(facts["calls"])})
         if receive().strip() != "time":
             payload = {**payload, "time": False}
     if payload.get("time", True):
-        mark_stage("timing")
+        stage("timing")
         before = _observed()
         calls = [0]
 
@@ -292,7 +305,7 @@ def _candidate_task(payload: dict) -> dict:
         timing["ext_calls"] = after["ext_calls"] - before["ext_calls"]
         facts["timing"] = timing
         facts["unseen"] = run.unseen_facts
-        mark_stage("after timing")
+        stage("after timing")
         # What the timed work left in its output (the graph's, when captured) on trial 0. The
         # last timed call may have been a secret check on another trial's inputs: call again.
         out = timer.output
@@ -306,7 +319,7 @@ def _candidate_task(payload: dict) -> dict:
             # The graph, not Python, is what was timed: refill its inputs with another
             # trial's, replay it, and let the parent compare.
             step_aside()
-            mark_stage("graph check")
+            stage("graph check")
             run.load_trial(trials[check])
             out = timer.replay()
             # every call's output, each in memory of its own: a call that did part of the work
@@ -319,10 +332,10 @@ def _candidate_task(payload: dict) -> dict:
         # An audit call, traced like the checked ones, after an unpredictable number of timed
         # calls: a submission that switches to PyTorch after N calls is caught here.
         step_aside()
-        mark_stage("audit")
+        stage("audit")
         facts["calls"].append({"trial": 0, "kind": "audit", **run.call(0)})
         facts["children"] = max(facts["children"], len(_live_children()))
-    mark_stage("ghost")
+    stage("ghost")
     # first on the inputs of the call before: a forward that serves the answer of the inputs it
     # saw last (keyed by their values, their address, or nothing) gives it with its launches
     # skipped too; then on another trial's. The call before is one more on
@@ -337,16 +350,16 @@ def _candidate_task(payload: dict) -> dict:
     facts["ghost_seen"] = run.ghost(last)
     facts["ghost"] = run.ghost(1 if last > 1 else 0)
     facts["state_loads"] = run.state_loads
-    facts["device_memory"] = device_memory(device)  # the allocator's peaks, its GPU work done
+    facts["device_memory"] = device_memory(device, memory)  # the allocator's peaks, its GPU work done
     if payload.get("window"):
         report({"gpu_done": True})  # the rest is host work: the parent frees the GPU
-    mark_stage("witness stop")  # the profiler's session ended (Kineto's own processing)
+    stage("witness stop")  # the profiler's session ended (Kineto's own processing)
     run.witness.pause()
-    mark_stage("witness read")  # its records read and placed call by call
+    stage("witness read")  # its records read and placed call by call
     if aside:  # where the worker stepped aside, as the channel's writer kept it
         _audit_event(ASIDE_SPANS_EVENT, run.witness.aside_spans_ns)
     run.witnessed(facts)
-    mark_stage("result")  # the last facts, then (after return) their encoding and sending
+    stage("result")  # the last facts, then (after return) their encoding and sending
     # Checked here as well as by the guard before encoding: the facts read after this line look
     # functions up (``sys.getprofile``, ``device_info``, ``sandbox.report``), and a patch that
     # answers one of them once and then undoes itself is gone by the guard's check

@@ -29,20 +29,59 @@ def device_info(device: str) -> dict:
 
 # bound at the import, before any candidate code runs (numbers for the profile alone)
 _MAX_ALLOCATED, _MAX_RESERVED = torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved
+# the allocator's counters as the C extension gives them (no Python function of the library
+# between: a stage mark calls no code a submission may have replaced); None on a CPU build
+_MEMORY_STATS = getattr(torch._C, "_cuda_memoryStats", None)
 
 
-def device_memory(device: str) -> dict | None:
+def device_memory(device: str, stages: StageMemory | None = None) -> dict | None:
     """The most this worker's allocator has held on the device so far, in MiB: its tensors at
     once (``allocated``) and its cache with them (``reserved``: what NVML reads of the worker
     less its context and libraries). The profile's, for the admission's estimate (no check
-    reads it: the candidate shares the process). None off a GPU."""
+    reads it: the candidate shares the process); with ``stages``, their marks to here
+    (``stages``: name, MiB held as it began, the most so far). None off a GPU."""
     if not device.startswith("cuda"):
         return None
     try:
-        return {"allocated": round(_MAX_ALLOCATED(device) / 2**20),
-                "reserved": round(_MAX_RESERVED(device) / 2**20)}
+        peaks = {"allocated": round(_MAX_ALLOCATED(device) / 2**20),
+                 "reserved": round(_MAX_RESERVED(device) / 2**20)}
     except Exception:  # noqa: BLE001 — no reading
         return None
+    if stages is not None:
+        stages.mark("gpu done")
+        stages.index = None  # the host work after is not the device's
+        if stages.marks:
+            peaks["stages"] = stages.marks
+    return peaks
+
+
+class StageMemory:
+    """What the worker's allocator held as each stage began (``mark``), for the profile: the
+    stages' names in order, each with the MiB of tensors held then and the most held so far
+    (a stage raised the peak where the next mark's most is higher). Nothing off a GPU or
+    before the device's allocator has started (``start``)."""
+
+    def __init__(self, device: str):
+        self.index: int | None = None
+        self.device = device
+        self.marks: list[list] = []
+
+    def start(self) -> None:
+        """From here on each mark reads the allocator (after the worker's CUDA init)."""
+        if self.device.startswith("cuda") and _MEMORY_STATS is not None:
+            try:
+                self.index = torch.device(self.device).index or 0
+            except Exception:  # noqa: BLE001 — no reading
+                self.index = None
+
+    def mark(self, name: str) -> None:
+        if self.index is None:
+            return
+        try:
+            held = _MEMORY_STATS(self.index)["allocated_bytes"]["all"]
+            self.marks.append([name, round(held["current"] / 2**20), round(held["peak"] / 2**20)])
+        except Exception:  # noqa: BLE001 — no reading
+            self.index = None
 
 
 def _timer_options(payload: dict) -> dict:

@@ -517,3 +517,48 @@ def test_a_workers_allocator_peaks_are_read_in_mib_on_a_gpu_and_not_off_one(monk
 
     monkeypatch.setattr(timing, "_MAX_ALLOCATED", fails)
     assert timing.device_memory("cuda:0") is None
+
+
+def test_a_workers_allocator_is_marked_stage_by_stage_until_its_gpu_work_is_done(monkeypatch):
+    """``worker.timing.StageMemory``: each stage's mark reads the allocator's counters through
+    the C function bound at the import (the MiB held then, the most so far); no mark before
+    ``start`` or off a GPU; the marks end at the GPU work's end (``device_memory``), and a
+    reading that fails ends them. The grader keeps well-formed rows only (``_stage_marks``)."""
+    from kernelmill.grade import grader
+    from kernelmill.grade.worker import timing
+
+    held = {"current": 0, "peak": 0}
+    monkeypatch.setattr(timing, "_MEMORY_STATS",
+                        lambda index: {"allocated_bytes": {"all": dict(held)}})
+    monkeypatch.setattr(timing, "_MAX_ALLOCATED", lambda device: 900 << 20)
+    monkeypatch.setattr(timing, "_MAX_RESERVED", lambda device: 1024 << 20)
+    off = timing.StageMemory("cpu")
+    off.start()
+    off.mark("forward")
+    assert off.marks == []
+    marks = timing.StageMemory("cuda:1")
+    marks.mark("import")  # before its start: nothing read
+    marks.start()
+    for stage, current, peak in (("init", 32, 32), ("forward", 300, 800), ("timing", 500, 900)):
+        held.update(current=current << 20, peak=peak << 20)
+        marks.mark(stage)
+    memory = timing.device_memory("cuda:1", marks)
+    assert memory == {"allocated": 900, "reserved": 1024,
+                      "stages": [["init", 32, 32], ["forward", 300, 800], ["timing", 500, 900],
+                                 ["gpu done", 500, 900]]}
+    marks.mark("result")  # host work after: not marked
+    assert len(memory["stages"]) == 4
+
+    def fails(index):
+        raise RuntimeError("no CUDA")
+
+    broken = timing.StageMemory("cuda:0")
+    broken.start()
+    monkeypatch.setattr(timing, "_MEMORY_STATS", fails)
+    broken.mark("init")
+    assert broken.marks == [] and broken.index is None
+    # what the profile keeps of a worker's marks: rows of a name and two ints, names cut
+    assert grader._stage_marks([["init", 1, 2], ["x" * 60, 3, 4], ["bad", 1.5, 2], "row",
+                                [None, 1, 2], ["forward", 5, 6, 7]]) == \
+        [["init", 1, 2], ["x" * 40, 3, 4]]
+    assert grader._stage_marks({"init": 1}) == []

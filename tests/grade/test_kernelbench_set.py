@@ -439,11 +439,16 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
     from kernelmill.validate.admission import ALLOCATOR_FACTOR
 
     def verdict(problem: str, gib: float, mib: int | None, wait: float, alone=False) -> dict:
+        # the allocator's marks: 0 MiB at init, the trials' tensors by the timing stage (which
+        # raised the peak by 200 more), the same held at the end
+        stages = [["init", 0, 0], ["forward", 10, 10], ["timing", mib - 1100, mib - 1100],
+                  ["gpu done", mib - 1100, mib - 900]] if mib else None
         return {"submission_id": f"{problem}#0", "problem_id": problem,
                 "profile": {"worker_device_gib": gib, "admission_wait_s": wait,
                             "device_mib": {"candidate": mib, "reference": None},
                             **({"candidate_allocator_mib": {"reserved": mib - 800,
-                                                            "allocated": mib - 900}}
+                                                            "allocated": mib - 900,
+                                                            "stages": stages}}
                                if mib else {}),
                             **({"rerun_alone": True} if alone else {})}}
 
@@ -466,3 +471,8 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
     assert lines["norm"][4:] == ["4000/4000", f"{4000 / 1024 / norm_ask:.2f}", "3200/3100",
                                  "2.0/3.0", "1"]
     assert float(lines["norm"][5]) > 1 > float(lines["conv"][5])
+    # where the candidates' allocators held it: medians of the marks, the peak each stage raised
+    stages = {line.split(":")[0]: line.split(": ", 1)[1] for line in out.stdout.splitlines()
+              if line.startswith(("conv:", "norm:"))}
+    assert stages["conv"] == "init 0 (+10), forward 10 (+340), timing 350 (+200), gpu done 350"
+    assert stages["norm"] == "init 0 (+10), forward 10 (+2890), timing 2900 (+200), gpu done 2900"
