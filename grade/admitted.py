@@ -135,7 +135,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     from kernelmill.validate.host_admission import host_budget
 
     def device_need() -> int | None:
-        seen = grader.seen_worker_bytes(item["reference"]) \
+        seen = grader.seen_worker_bytes(item["reference"], slot.get("env")) \
             if env_choice(ADMIT_VAR, ADMIT_MODES) == "seen" else None
         if seen:
             # the worker timing the reference holds at least the reference's own peak: NVML
@@ -176,9 +176,10 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
 # NVML read the grading workers of the KernelBench subset at 2.1 GiB each at the median (0.7
 # to 5.8). At 1 GiB their grades waited 12-25 s for memory at the median, 7 in flight.
 WORKER_BASE_BYTES = CONTEXT_BYTES
-# ``seen``: a problem whose workers NVML has read (``Grader.seen_worker_bytes``) is admitted at
-# what they were seen to hold, ``SEEN_MARGIN`` times over, not at its estimate: an A/B switch
-# for the GPU runs (off: the estimate), until one says which packs the GPU without running short
+# ``seen``: a problem whose workers NVML has read (``Grader.seen_worker_bytes``: in this process
+# or, kept on disk per GPU model, in an earlier one) is admitted at what they were seen to hold,
+# ``SEEN_MARGIN`` times over, not at its estimate: an A/B switch for the GPU runs (off: the
+# estimate), until one says which packs the GPU without running short
 ADMIT_VAR = "KERNELMILL_ADMIT"
 ADMIT_MODES = ("sizes", "seen")  # by the reference runs' sizes (the default), or as NVML saw
 SEEN_MARGIN = 1.15

@@ -267,7 +267,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                                                              len(runnable))
                     results, windows = self._timed(references, {i: prepared[i] for i in runnable},
                                                    record, slot_env, score_reference=score)
-                    self.note_worker_memory(references[0].source, windows)
+                    self.note_worker_memory(references[0].source, windows, slot_env)
                     if self._reference_pool is not None:
                         to_keep = pool_views(self._reference_pool, references[0].source, gpu,
                                              windows)

@@ -39,6 +39,7 @@ BATCH_BYTES = 1 << 30
 # holds one trial at a time; a candidate also keeps a few calls' outputs for comparison)
 PEAK_FACTOR = 2
 SEEN_KEPT = 32  # readings of a problem's workers' device memory kept, of each kind
+WORKER_KINDS = ("candidate", "reference")
 # The grading process's host memory per member of a grade on a GPU against one fresh reference
 # run's tensors: that run (every trial's inputs and outputs, the model's states, the unseen
 # inputs: the files the candidate's worker is handed as they are, no copy) and the candidate's
@@ -179,14 +180,16 @@ class ReferenceTiming:
         if path is not None:
             _write_atomically(path, json.dumps(sizes))
 
-    def _size_cache_path(self, source: str, slot_env: dict | None) -> Path | None:
+    def _size_cache_path(self, source: str, slot_env: dict | None,
+                         kind: str = "sizes") -> Path | None:
         """Sizes depend on the source, the GPU model, the libraries and the trials a grade
-        draws."""
+        draws; ``kind``: the reference run's sizes, or what NVML read its workers holding
+        (``seen``)."""
         name = gpu_name(self.worker_device, self._env(slot_env))
         if name is None:
             return None
         policy = self.policy
-        key = json.dumps(["sizes", source, name, _library_versions(), policy.trials,
+        key = json.dumps([kind, source, name, _library_versions(), policy.trials,
                           policy.unseen_trials, policy.unseen_spares, policy.state_trials,
                           policy.redraw_state],
                          sort_keys=True, default=str)
@@ -393,27 +396,60 @@ class ReferenceRuns:
         if any(sizes[k] > old.get(k, 0) for k in sizes):
             self.remember_size(source, slot_env, sizes)
 
-    def note_worker_memory(self, source: str, views: dict) -> None:
+    def note_worker_memory(self, source: str, views: dict,
+                           slot_env: dict | None = None) -> None:
         """What NVML read a grade's workers of ``source`` holding on the device once their GPU
         work was done (each window view's ``device_mib``), the last ``SEEN_KEPT`` of each kind
-        kept for ``seen_worker_bytes``."""
+        kept for ``seen_worker_bytes``, here and on disk for later grading processes on this
+        GPU model (``remembered_workers``)."""
         read = [view.get("device_mib") or {} for view in views.values() if view]
+        seen = self._seen_of(source, slot_env)
         with self._lock:
-            seen = self._seen_workers.setdefault(source, {"candidate": [], "reference": []})
-            for who in seen:
+            added = False
+            for who in WORKER_KINDS:
                 got = [mib for mib in (r.get(who) for r in read) if type(mib) is int and mib > 0]
                 seen[who] = (seen[who] + got)[-SEEN_KEPT:]
+                added = added or bool(got)
+            kept = {who: list(seen[who]) for who in WORKER_KINDS}
+        if added:
+            path = self._size_cache_path(source, slot_env, "seen")
+            if path is not None:
+                _write_atomically(path, json.dumps(kept))
 
-    def seen_worker_bytes(self, source: str) -> int | None:
+    def remembered_workers(self, source: str, slot_env: dict | None) -> dict:
+        """The NVML readings of ``source``'s workers an earlier grading process kept on this
+        GPU model (``note_worker_memory``): ``{candidate: [MiB...], reference: [...]}``, empty
+        lists where none (or where its file is unreadable or malformed)."""
+        path = self._size_cache_path(source, slot_env, "seen")
+        try:
+            kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
+        except (OSError, ValueError):
+            kept = {}
+        kept = kept if isinstance(kept, dict) else {}
+        return {who: [mib for mib in kept.get(who) or [] if type(mib) is int and mib > 0]
+                [-SEEN_KEPT:] if isinstance(kept.get(who), list) else []
+                for who in WORKER_KINDS}
+
+    def _seen_of(self, source: str, slot_env: dict | None) -> dict:
+        """This process's readings of ``source``'s workers, begun from the kept ones."""
+        with self._lock:
+            seen = self._seen_workers.get(source)
+        if seen is None:  # read from disk once per process
+            kept = self.remembered_workers(source, slot_env)
+            with self._lock:
+                seen = self._seen_workers.setdefault(source, kept)
+        return seen
+
+    def seen_worker_bytes(self, source: str, slot_env: dict | None = None) -> int | None:
         """The device memory a worker of ``source`` was seen to hold, context and allocator
         cache included: the most a reference worker held, or the candidates' median where that
         is more, at most ``PEAK_FACTOR`` times the reference's (candidates set their own
         readings: one holding far more than the others does not raise every later grade's ask;
-        it runs out of memory and is graded again alone); None before a reading."""
+        it runs out of memory and is graded again alone); None before a reading, here or in
+        an earlier process on this GPU model."""
+        seen = self._seen_of(source, slot_env)
         with self._lock:
-            seen = self._seen_workers.get(source) or {}
-            candidates, references = sorted(seen.get("candidate") or []), \
-                seen.get("reference") or []
+            candidates, references = sorted(seen["candidate"]), list(seen["reference"])
         median = candidates[len(candidates) // 2] if candidates else 0
         if references:
             median = min(median, PEAK_FACTOR * max(references))

@@ -476,6 +476,42 @@ def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_a
         assert budget.used > int((1500 << 20) * admitted.SEEN_MARGIN) * 9
 
 
+def test_what_nvml_read_a_problems_workers_holding_is_kept_for_later_grading_processes(
+        tmp_path, monkeypatch):
+    """``seen`` admission in a new grading process (a trainer's next ``kernelmill grade``, a
+    service restarted) starts from the readings an earlier process kept on the same GPU model
+    (``remembered_workers``), not from the estimate; another GPU model, or a file that is
+    unreadable or malformed, gives none."""
+    from kernelmill.grade import grader as grader_module
+    from kernelmill.grade import reference_run
+
+    gpu = {"name": "Fake GPU 80GB"}
+    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: gpu["name"])
+    first = grader_module.Grader("cpu", cache_root=str(tmp_path))
+    first.note_worker_memory("src", {0: {"device_mib": {"candidate": 1500, "reference": None}},
+                                     1: {"device_mib": {"candidate": 1700, "reference": 900}}})
+    first.note_worker_memory("src", {0: None})  # nothing read: nothing written
+    later = grader_module.Grader("cpu", cache_root=str(tmp_path))
+    assert later.seen_worker_bytes("src") == 1700 << 20
+    assert later.remembered_workers("src", None) == {"candidate": [1500, 1700],
+                                                     "reference": [900]}
+    assert later.seen_worker_bytes("other") is None  # another problem: none read
+    later.note_worker_memory("src", {0: {"device_mib": {"candidate": 1900, "reference": None}}})
+    assert grader_module.Grader("cpu", cache_root=str(tmp_path)).remembered_workers(
+        "src", None)["candidate"] == [1500, 1700, 1900]  # the kept readings grow
+    gpu["name"] = "Other GPU 141GB"
+    assert grader_module.Grader("cpu", cache_root=str(tmp_path)).seen_worker_bytes(
+        "src") is None
+    gpu["name"] = "Fake GPU 80GB"
+    kept = later._size_cache_path("src", None, "seen")
+    for broken in ("{not json", '["a list"]', '{"candidate": [-5, "x", 1.5]}'):
+        kept.write_text(broken)
+        assert grader_module.Grader("cpu", cache_root=str(tmp_path)).seen_worker_bytes(
+            "src") is None, broken
+    # the reference's sizes keep their own file beside
+    assert later._size_cache_path("src", None) != kept
+
+
 def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkeypatch):
     """A typo in an A/B switch would quietly run the default arm: ``grade_file`` refuses it
     first, in one line naming the choices."""
