@@ -417,12 +417,13 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
 
 def _stage_marks(marks) -> list[list]:
     """A worker's stage marks of its allocator (``worker.timing.StageMemory``) as the profile
-    keeps them: [name, MiB held, most so far] rows, the first ``MEMORY_MARKS`` well-formed."""
+    keeps them: [name, MiB held, most so far, MiB reserved] rows, the first ``MEMORY_MARKS``
+    well-formed."""
     if not isinstance(marks, list):
         return []
-    return [[m[0][:40], m[1], m[2]] for m in marks[:MEMORY_MARKS]
-            if isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
-            and type(m[1]) is int and type(m[2]) is int]
+    return [[m[0][:40], *m[1:]] for m in marks[:MEMORY_MARKS]
+            if isinstance(m, list) and len(m) == 4 and isinstance(m[0], str)
+            and all(type(v) is int for v in m[1:])]
 
 
 MEMORY_MARKS = 32

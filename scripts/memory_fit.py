@@ -88,30 +88,34 @@ def table(found: dict[str, dict], allocator_factor: float, base_gib: float) -> l
 
 
 def stage_rows(found: dict[str, dict]) -> list[str]:
-    """Per problem with stage marks: each stage's MiB held as it began and the peak it raised
-    (the next mark's most less its own), medians over the candidates, in the stages' order."""
+    """Per problem with stage marks: each stage's MiB held as it began, the MiB its allocator
+    reserved then (``r``, where the marks give it) and the peak it raised (the next mark's most
+    less its own), medians over the candidates, in the stages' order."""
     lines = []
     for name, entry in sorted(found.items()):
         held: dict[str, list[int]] = defaultdict(list)
         raised: dict[str, list[int]] = defaultdict(list)
+        reserved: dict[str, list[int]] = defaultdict(list)
         order: list[str] = []
         for marks in entry["stages"]:
-            for i, (stage, now, most) in enumerate(marks):
+            for i, (stage, now, most, *cached) in enumerate(marks):
                 if stage not in order:
                     order.append(stage)
                 held[stage].append(now)
+                reserved[stage] += cached[:1]
                 if i + 1 < len(marks):
                     raised[stage].append(marks[i + 1][2] - most)
         if not order:
             continue
         parts = [f"{stage} {statistics.median(held[stage]):.0f}"
+                 + (f" r{statistics.median(reserved[stage]):.0f}" if reserved[stage] else "")
                  + (f" (+{statistics.median(raised[stage]):.0f})"
                     if raised[stage] and statistics.median(raised[stage]) >= 1 else "")
                  for stage in order]
         lines.append(f"{name[:40]}: " + ", ".join(parts))
     if lines:
-        lines.insert(0, "candidates' allocators, MiB held as each stage began (+ the peak it "
-                        "raised), medians:")
+        lines.insert(0, "candidates' allocators, MiB held as each stage began, r: reserved then "
+                        "(+ the peak it raised), medians:")
     return lines
 
 

@@ -39,7 +39,7 @@ def device_memory(device: str, stages: StageMemory | None = None) -> dict | None
     once (``allocated``) and its cache with them (``reserved``: what NVML reads of the worker
     less its context and libraries). The profile's, for the admission's estimate (no check
     reads it: the candidate shares the process); with ``stages``, their marks to here
-    (``stages``: name, MiB held as it began, the most so far). None off a GPU."""
+    (``stages``: name, MiB held as it began, the most so far, MiB reserved). None off a GPU."""
     if not device.startswith("cuda"):
         return None
     try:
@@ -57,9 +57,10 @@ def device_memory(device: str, stages: StageMemory | None = None) -> dict | None
 
 class StageMemory:
     """What the worker's allocator held as each stage began (``mark``), for the profile: the
-    stages' names in order, each with the MiB of tensors held then and the most held so far
-    (a stage raised the peak where the next mark's most is higher). Nothing off a GPU or
-    before the device's allocator has started (``start``)."""
+    stages' names in order, each with the MiB of tensors held then, the most held so far (a
+    stage raised the peak where the next mark's most is higher) and the MiB the allocator
+    reserved then (what NVML reads of the worker, less its context and libraries). Nothing
+    off a GPU or before the device's allocator has started (``start``)."""
 
     def __init__(self, device: str):
         self.index: int | None = None
@@ -78,8 +79,10 @@ class StageMemory:
         if self.index is None:
             return
         try:
-            held = _MEMORY_STATS(self.index)["allocated_bytes"]["all"]
-            self.marks.append([name, round(held["current"] / 2**20), round(held["peak"] / 2**20)])
+            stats = _MEMORY_STATS(self.index)
+            held, cached = stats["allocated_bytes"]["all"], stats["reserved_bytes"]["all"]
+            self.marks.append([name, round(held["current"] / 2**20), round(held["peak"] / 2**20),
+                               round(cached["current"] / 2**20)])
         except Exception:  # noqa: BLE001 — no reading
             self.index = None
 

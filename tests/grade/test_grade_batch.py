@@ -563,9 +563,10 @@ def test_a_workers_allocator_is_marked_stage_by_stage_until_its_gpu_work_is_done
     from kernelmill.grade import grader
     from kernelmill.grade.worker import timing
 
-    held = {"current": 0, "peak": 0}
+    held, cached = {"current": 0, "peak": 0}, {"current": 0}
     monkeypatch.setattr(timing, "_MEMORY_STATS",
-                        lambda index: {"allocated_bytes": {"all": dict(held)}})
+                        lambda index: {"allocated_bytes": {"all": dict(held)},
+                                       "reserved_bytes": {"all": dict(cached)}})
     monkeypatch.setattr(timing, "_MAX_ALLOCATED", lambda device: 900 << 20)
     monkeypatch.setattr(timing, "_MAX_RESERVED", lambda device: 1024 << 20)
     off = timing.StageMemory("cpu")
@@ -577,11 +578,12 @@ def test_a_workers_allocator_is_marked_stage_by_stage_until_its_gpu_work_is_done
     marks.start()
     for stage, current, peak in (("init", 32, 32), ("forward", 300, 800), ("timing", 500, 900)):
         held.update(current=current << 20, peak=peak << 20)
+        cached.update(current=(peak + 100) << 20)
         marks.mark(stage)
     memory = timing.device_memory("cuda:1", marks)
     assert memory == {"allocated": 900, "reserved": 1024,
-                      "stages": [["init", 32, 32], ["forward", 300, 800], ["timing", 500, 900],
-                                 ["gpu done", 500, 900]]}
+                      "stages": [["init", 32, 32, 132], ["forward", 300, 800, 900],
+                                 ["timing", 500, 900, 1000], ["gpu done", 500, 900, 1000]]}
     marks.mark("result")  # host work after: not marked
     assert len(memory["stages"]) == 4
 
@@ -594,7 +596,7 @@ def test_a_workers_allocator_is_marked_stage_by_stage_until_its_gpu_work_is_done
     broken.mark("init")
     assert broken.marks == [] and broken.index is None
     # what the profile keeps of a worker's marks: rows of a name and two ints, names cut
-    assert grader._stage_marks([["init", 1, 2], ["x" * 60, 3, 4], ["bad", 1.5, 2], "row",
-                                [None, 1, 2], ["forward", 5, 6, 7]]) == \
-        [["init", 1, 2], ["x" * 40, 3, 4]]
+    assert grader._stage_marks([["init", 1, 2, 3], ["x" * 60, 3, 4, 5], ["bad", 1.5, 2, 3],
+                                "row", [None, 1, 2, 3], ["forward", 5, 6], ["y", 1, 2, 3, 4]]) \
+        == [["init", 1, 2, 3], ["x" * 40, 3, 4, 5]]
     assert grader._stage_marks({"init": 1}) == []
