@@ -53,6 +53,7 @@ def summarize(out: Path) -> dict:
     turn: dict[str, list[float]] = {}
     rounds: list[float] = []
     admission: list[float] = []
+    admission_by: dict[str, list[float]] = {}  # the waits for the host's budget, the GPU's
     reruns_alone = 0  # members graded again alone after running out of memory beside others
     # each worker's device memory as NVML read it (MiB, by who), and what a worker was
     # admitted at before the allocator's factor and its base (``admitted._admitted``)
@@ -86,6 +87,9 @@ def summarize(out: Path) -> dict:
                 into.setdefault(stage, []).append(seconds)
         if profile.get("admission_wait_s") is not None:
             admission.append(profile["admission_wait_s"])
+        for budget, waited in (profile.get("admission_waits_s") or {}).items():
+            if isinstance(waited, (int, float)):
+                admission_by.setdefault(budget, []).append(waited)
         reruns_alone += bool(profile.get("rerun_alone"))
         for who, mib in (profile.get("device_mib") or {}).items():
             if isinstance(mib, (int, float)):
@@ -199,6 +203,9 @@ def summarize(out: Path) -> dict:
             if sm_share else None,
             "median_admission_wait_s": median(admission),
             "max_admission_wait_s": max(admission) if admission else None,
+            # per budget (host, device): the median and max wait, and the seconds in all
+            "admission_waits_s": {k: [median(v), round(max(v), 2), round(sum(v), 1)]
+                                  for k, v in admission_by.items()},
             "reruns_alone": reruns_alone,
             "device_mib": {who: [median(v), max(v)] for who, v in device_mib.items()},
             "admitted_gib": [median(admitted_gib), max(admitted_gib)] if admitted_gib else None}

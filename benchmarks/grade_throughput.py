@@ -405,7 +405,11 @@ def main() -> int:
             print(f"{phase}: reference worker stages, median s: " +
                   _pairs(r["reference_stages_s"]) +
                   f"; memory admission wait, median s: {r['median_admission_wait_s']}, "
-                  f"max {r.get('max_admission_wait_s')}; members graded again alone after "
+                  f"max {r.get('max_admission_wait_s')}" +
+                  "".join(f"; waiting for the {budget}'s budget, median {w[0]}, max {w[1]}, "
+                          f"{w[2]} in all" for budget, w in
+                          (r.get("admission_waits_s") or {}).items()) +
+                  "; members graded again alone after "
                   f"running out of GPU memory beside other grades: {r.get('reruns_alone', 0)}")
         if r.get("device_mib"):
             from kernelmill.grade.admitted import WORKER_BASE_BYTES

@@ -30,8 +30,8 @@ def admitted_grade(grader: Grader, item: dict, sources: list[str], slot: dict,
     its second attempt (``retry.attempt_of``), and a member graded again is timed against
     another reference timing than the rest of its group. Where the rerun's reference fails,
     the members keep their first verdicts. Each verdict's profile says how long its grade
-    waited for memory (``admission_wait_s``) and whether it was graded alone again
-    (``rerun_alone``)."""
+    waited for memory (``admission_wait_s``; ``admission_waits_s``: for the host's budget, then
+    the GPU's, its last admission's) and whether it was graded alone again (``rerun_alone``)."""
     verdicts, waited, shared, whole = _grade_held(grader, item, sources, slot, grade,
                                                   alone=False)
     for verdict in verdicts:
@@ -67,7 +67,11 @@ def _grade_held(grader: Grader, item: dict, sources: list[str], slot: dict, grad
     with _admitted(grader, item, len(sources), slot, alone=alone) as held:
         waited = waited_before + time.monotonic() - asked
         try:
-            return grade(sources, held), waited, bool(held is not None and held.shared), redo
+            verdicts = grade(sources, held)
+            if held is not None:  # which budget the grade waited for
+                for verdict in verdicts:
+                    verdict.setdefault("profile", {})["admission_waits_s"] = dict(held.waits)
+            return verdicts, waited, bool(held is not None and held.shared), redo
         except ReferenceError as exc:
             if alone or held is None or not held.shared or not device_short(exc):
                 raise
@@ -96,8 +100,9 @@ class _Held:
     ``shared``: whether another grade may have held the same GPU while this one did (a budget
     shared with other grading processes may always have)."""
 
-    def __init__(self, resize, grant, budget):
+    def __init__(self, resize, grant, budget, waits: dict | None = None):
         self._resize, self.grant, self.budget = resize, grant, budget
+        self.waits = waits or {}  # seconds waited for the host's budget, then the GPU's
 
     def __call__(self) -> None:
         self._resize()
@@ -156,17 +161,24 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
 
     host = host_budget(getattr(grader, "host_memory_bytes", None))
     known_device, known_host = device_need(), host_need()
-    with host.hold(int(host.capacity * UNKNOWN_SHARE) if known_host is None else known_host) \
-            as host_grant, \
-            budget.hold(int(budget.capacity * UNKNOWN_SHARE) if known_device is None
-                        else known_device, alone=alone) as grant:
+    asked = time.monotonic()
+    with contextlib.ExitStack() as holds:
+        host_grant = holds.enter_context(host.hold(
+            int(host.capacity * UNKNOWN_SHARE) if known_host is None else known_host))
+        got_host = time.monotonic()
+        grant = holds.enter_context(budget.hold(
+            int(budget.capacity * UNKNOWN_SHARE) if known_device is None else known_device,
+            alone=alone))
+        waits = {"host": round(got_host - asked, 3),
+                 "device": round(time.monotonic() - got_host, 3)}
+
         def resize() -> None:
             now_device, now_host = device_need(), host_need()
             if known_device is None and now_device is not None:
                 budget.shrink(grant, now_device)
             if known_host is None and now_host is not None:
                 host.shrink(host_grant, now_host)
-        yield _Held(resize, grant, budget)
+        yield _Held(resize, grant, budget, waits)
 
 
 # What a grading worker holds on its GPU besides its problem's tensors (``Grader.

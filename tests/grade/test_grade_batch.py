@@ -476,6 +476,51 @@ def test_a_problem_whose_workers_were_read_is_admitted_at_what_they_held_where_a
         assert budget.used > int((1500 << 20) * admitted.SEEN_MARGIN) * 9
 
 
+def test_a_grades_wait_for_memory_is_told_apart_by_the_budget_it_waited_for(monkeypatch):
+    """``admission_waits_s``: a grade's wait for the host's budget (held first) and then for the
+    GPU's, each in its verdicts' profile beside the total (``admission_wait_s``): which one
+    bounds the grades in flight is what a run's tables must say."""
+    import threading
+    import time
+
+    from kernelmill.grade import admitted
+    from kernelmill.validate import admission, host_admission
+
+    class Sized:
+        def seen_worker_bytes(self, *a):
+            return None
+
+        def device_bytes(self, *a, **k):
+            return 1 << 30
+
+        def host_bytes(self, *a, **k):
+            return 1 << 30
+
+    gpu = admission.MemoryBudget(10 << 30, name="gpu0")
+    host = admission.MemoryBudget(10 << 30, name="host", margin=0.0, factor=1.0)
+    monkeypatch.setattr(admission, "budget_for", lambda slot: gpu)
+    monkeypatch.setattr(host_admission, "host_budget", lambda configured=None: host)
+    monkeypatch.setattr(admitted, "_SLOTS_PER_GPU", {0: 4})
+    slot = {"gpu": 0, "device": "cuda:0", "env": {}}
+
+    def graded(full: admission.MemoryBudget) -> dict:
+        other = full.acquire(full.capacity)  # another grade holds the whole budget a while
+        threading.Timer(0.4, full.release, args=(other,)).start()
+        verdicts = admitted.admitted_grade(Sized(), {"reference": "src"}, ["a", "b"], slot,
+                                           lambda sources, held: [{} for _ in sources])
+        assert len(verdicts) == 2 and verdicts[0]["profile"] == verdicts[1]["profile"]
+        return verdicts[0]["profile"]
+
+    began = time.monotonic()
+    on_host = graded(host)
+    assert on_host["admission_waits_s"]["host"] >= 0.3 > on_host["admission_waits_s"]["device"]
+    on_gpu = graded(gpu)
+    assert on_gpu["admission_waits_s"]["device"] >= 0.3 > on_gpu["admission_waits_s"]["host"]
+    for profile in (on_host, on_gpu):
+        assert profile["admission_wait_s"] >= sum(profile["admission_waits_s"].values()) - 0.01
+    assert time.monotonic() - began < 5
+
+
 def test_what_nvml_read_a_problems_workers_holding_is_kept_for_later_grading_processes(
         tmp_path, monkeypatch):
     """``seen`` admission in a new grading process (a trainer's next ``kernelmill grade``, a

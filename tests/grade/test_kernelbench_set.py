@@ -345,6 +345,13 @@ def test_window_parts_read_as_shares_of_all_the_windows_time(tmp_path):
     rows[2]["profile"]["compile_aside"] = {"times": 1, "s": 0.5}
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert grade_reports.summarize(out)["compile_aside"] == [2, 1.0, 2.0]
+    # the memory admission's waits, per budget: the host's, then the GPU's
+    assert grade_reports.summarize(out)["admission_waits_s"] == {}
+    rows[0]["profile"]["admission_waits_s"] = {"host": 24.0, "device": 0.0}
+    rows[1]["profile"]["admission_waits_s"] = {"host": 0.1, "device": 2.0}
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert grade_reports.summarize(out)["admission_waits_s"] == {"host": [12.05, 24.0, 24.1],
+                                                                 "device": [1.0, 2.0, 2.0]}
     # the unseen checks that timed spare trials past their required one, and what those
     # spares' steps (asked for, loaded, looked at, the calls after) cost the windows
     rows[0]["profile"]["unseen_calls_ms"] = {"seen": [0.29], "unseen": [0.33, 0.29, 0.3],
