@@ -31,7 +31,7 @@ from .live_reference import LiveReference
 from .side_by_side import _side_by_side, _split
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
-SIZE_KEYS = ("tensor_bytes", "device_peak_bytes")
+SIZE_KEYS = ("tensor_bytes", "device_peak_bytes", "output_bytes")
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
 BATCH_BYTES = 1 << 30
@@ -47,6 +47,26 @@ WORKER_KINDS = ("candidate", "reference")
 # candidate's job) groups of 8 ran two at a time of four slots, waiting up to 60 s for host
 # admission (H200, 128 GiB, KernelBench GEMMs)
 HOST_COPIES = 2
+# Where one trial's outputs are known (``output_bytes``) and it is less, a member is admitted on
+# the host at the reference run's tensors once (its files: the shown inputs and weights the
+# candidate's job passes on as they are, the unseen inputs its late parts hand over, every
+# trial's outputs) plus the outputs the candidate's worker ships (``shipped_outputs``: each of
+# its calls', none found alike) and ``COMPARE_COPIES`` outputs of the judge's comparison.
+# Measured on the host (a group of 4 of a 16M-element scale-add, the grading process's memory
+# files by inode): 8,232 MiB held at most, where this counts 11,264 and ``HOST_COPIES`` 12,800;
+# an input-heavy problem (cross-entropy's 512 MB of logits, a scalar out) is counted at about
+# half of ``HOST_COPIES``. An output-heavy one (LayerNorm: as much out as in) keeps
+# ``HOST_COPIES``, which a candidate whose every call's output differs may pass.
+COMPARE_COPIES = 3
+
+
+def shipped_outputs(policy) -> int:
+    """The most outputs a candidate's worker ships for one grade under ``policy``, none of them
+    alike (``worker.call.ship`` sends a repeat once): every shown trial's call, the refill,
+    repeat and audit calls, the two ghost calls, the timed call and the graph check's, every
+    unseen trial and spare, and the one-call graph's check."""
+    return max(1, policy.trials) + 3 + 2 + 2 + max(0, policy.unseen_trials) + \
+        max(0, policy.unseen_spares) + 1
 
 
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
@@ -371,9 +391,18 @@ class ReferenceRuns:
     def host_bytes(self, source: str, slot_env: dict | None = None) -> int | None:
         """What this process holds on the host for one member of a grade of ``source`` on a
         GPU: ``HOST_COPIES`` times the tensors of one fresh reference run (every trial's inputs
-        and outputs, its weights), None before any run of it is known."""
-        tensors = self._sizes(source, slot_env).get("tensor_bytes")
-        return HOST_COPIES * tensors if tensors else None
+        and outputs, its weights), or, where one trial's outputs are known and it is less, the
+        run's tensors once and the outputs the candidate ships and the judge compares
+        (``shipped_outputs`` plus ``COMPARE_COPIES`` of one trial's outputs): an input-heavy
+        problem's candidate ships little. None before any run of it is known."""
+        sizes = self._sizes(source, slot_env)
+        tensors, outputs = sizes.get("tensor_bytes"), sizes.get("output_bytes")
+        if not tensors:
+            return None
+        if not outputs:
+            return HOST_COPIES * tensors
+        return min(HOST_COPIES * tensors,
+                   tensors + (shipped_outputs(self.policy) + COMPARE_COPIES) * outputs)
 
     def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:
@@ -387,6 +416,10 @@ class ReferenceRuns:
     def _note_reference_bytes(self, source: str, value: dict,
                               slot_env: dict | None = None) -> None:
         sizes = {"tensor_bytes": _tensor_bytes(value)}
+        outputs = max((_tensor_bytes(trial.get("outputs")) for trial in value.get("trials") or []
+                       if isinstance(trial, dict)), default=0)
+        if outputs:  # one trial's outputs, the largest: what each shipped output may hold
+            sizes["output_bytes"] = outputs
         if isinstance(value.get("device_peak_bytes"), int):
             sizes["device_peak_bytes"] = value["device_peak_bytes"]
         with self._lock:

@@ -286,7 +286,20 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     # at a time), however many trials' tensors the grading process keeps on the host
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 3 << 20})
     assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (3 << 20)
-    assert grader.host_bytes("src") == grader_module.HOST_COPIES * tensors
+    # on the host: twice the run's tensors (as much out as in: the candidate's outputs could
+    # take that), or, where less, the run's tensors once and the outputs the candidate ships and
+    # the judge compares, one trial's outputs each (the default policy: 16 shipped, 3 compared)
+    assert reference_run.shipped_outputs(grader.policy) == 16
+    assert grader.host_bytes("src") == grader_module.HOST_COPIES * tensors < \
+        tensors + (16 + 3) * (4 << 20)
+    # an input-heavy problem (one trial's outputs a scalar) is held at little more than its
+    # tensors; sizes kept without a trial's outputs: twice the tensors, as before
+    heavy = {"trials": [{"inputs": [torch.zeros(1 << 22)], "outputs": [torch.zeros(())]}] * 6,
+             "state_dict": {}}
+    grader._note_reference_bytes("logits", heavy)
+    assert grader.host_bytes("logits") == 6 * (16 << 20) + 6 * 4 + 19 * 4
+    grader._reference_sizes["old"] = {"tensor_bytes": tensors}
+    assert grader.host_bytes("old") == grader_module.HOST_COPIES * tensors
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 64 << 20})
     assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (64 << 20)
     # validation's measured peak, where the record has one, comes first
