@@ -486,3 +486,29 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
     assert stages["conv"] == "init 0 (+10), forward 10 (+340), timing 350 (+200), gpu done 350"
     assert stages["norm"] == ("init 0 r3200 (+10), forward 10 r3200 (+2890), "
                               "timing 2900 r3200 (+200), gpu done 2900 r3200")
+
+
+def test_the_host_memory_benchmark_counts_each_memory_file_once_however_many_hold_it():
+    """``benchmarks/grade_host_memory.py``'s reading: a memory file passed on to another
+    worker is one file, whatever number of descriptors hold it; one closed is no longer
+    counted; its cases are the fixtures' honest answers at their benchmark sizes."""
+    import os
+
+    import grade_host_memory
+
+    _anon, before = grade_host_memory.process_memory()
+    fd = os.memfd_create("kernelmill-test")
+    os.ftruncate(fd, 8 << 20)
+    os.pwrite(fd, b"\1" * (8 << 20), 0)  # its pages allocated
+    again = os.dup(fd)
+    try:
+        _anon, held = grade_host_memory.process_memory()
+        assert held - before == 8 << 20
+    finally:
+        os.close(fd)
+        os.close(again)
+    assert grade_host_memory.process_memory()[1] == before
+    cases = grade_host_memory.cases()
+    assert set(cases) == {"scale_add", "row_sum"}
+    reference, answer = cases["scale_add"]
+    assert "N = 1 << 24" in reference and "BLOCK=1 << 18" in answer
