@@ -203,7 +203,8 @@ def summarize(out: Path) -> dict:
             if sm_share else None,
             "median_admission_wait_s": median(admission),
             "max_admission_wait_s": max(admission) if admission else None,
-            # per budget (host, device): the median and max wait, and the seconds in all
+            # per budget (host, device): the median and max wait, and the members' seconds in
+            # all (a group's one wait counted once per member)
             "admission_waits_s": {k: [median(v), round(max(v), 2), round(sum(v), 1)]
                                   for k, v in admission_by.items()},
             "reruns_alone": reruns_alone,

@@ -407,7 +407,7 @@ def main() -> int:
                   f"; memory admission wait, median s: {r['median_admission_wait_s']}, "
                   f"max {r.get('max_admission_wait_s')}" +
                   "".join(f"; waiting for the {budget}'s budget, median {w[0]}, max {w[1]}, "
-                          f"{w[2]} in all" for budget, w in
+                          f"{w[2]} member-seconds in all" for budget, w in
                           (r.get("admission_waits_s") or {}).items()) +
                   "; members graded again alone after "
                   f"running out of GPU memory beside other grades: {r.get('reruns_alone', 0)}")

@@ -110,7 +110,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         self._host_needs: dict[str, int] = {}
         # per source: one fresh reference run's tensors and its worker's device peak
         self._reference_sizes: dict[str, dict] = {}
-        self._seen_workers: dict[str, dict] = {}  # per source: its workers' NVML readings
+        # per source and GPU model: its workers' NVML readings
+        self._seen_workers: dict[tuple, dict] = {}
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)
@@ -405,7 +406,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         memory = value.get("device_memory")
         if isinstance(memory, dict):
             verdict["profile"]["candidate_allocator_mib"] = {
-                k: v for k in ("allocated", "reserved") if type(v := memory.get(k)) is int}
+                k: v for k in ("allocated", "reserved") if _mib(v := memory.get(k))}
             stages = _stage_marks(memory.get("stages"))
             if stages:
                 verdict["profile"]["candidate_allocator_mib"]["stages"] = stages
@@ -423,7 +424,13 @@ def _stage_marks(marks) -> list[list]:
         return []
     return [[m[0][:40], *m[1:]] for m in marks[:MEMORY_MARKS]
             if isinstance(m, list) and len(m) == 4 and isinstance(m[0], str)
-            and all(type(v) is int for v in m[1:])]
+            and all(_mib(v) for v in m[1:])]
+
+
+def _mib(value) -> bool:
+    """A MiB count the profile keeps from a worker: an int of a sane size (the worker's
+    process is the candidate's; an int of thousands of digits would not even encode)."""
+    return type(value) is int and 0 <= value < 1 << 32
 
 
 MEMORY_MARKS = 32

@@ -54,19 +54,26 @@ HOST_COPIES = 2
 # its calls', none found alike) and ``COMPARE_COPIES`` outputs of the judge's comparison.
 # Measured on the host (a group of 4 of a 16M-element scale-add, the grading process's memory
 # files by inode): 8,232 MiB held at most, where this counts 11,264 and ``HOST_COPIES`` 12,800;
-# an input-heavy problem (cross-entropy's 512 MB of logits, a scalar out) is counted at about
-# half of ``HOST_COPIES``. An output-heavy one (LayerNorm: as much out as in) keeps
-# ``HOST_COPIES``, which a candidate whose every call's output differs may pass.
+# a 4096x4096 row sum (64 MB in, 16 KB out) held 2,050 MiB, its tensors once. An input-heavy
+# problem (cross-entropy's 512 MB of logits, a scalar out) is counted at ``HOST_FLOOR``, an
+# output-heavy one (LayerNorm: as much out as in) at ``HOST_COPIES``, which a candidate whose
+# every call's output differs may pass. Not counted per member: the timed reference run a
+# grader keeps per problem (``max_references``) where the reference's timing is not cached.
 COMPARE_COPIES = 3
+# and never under this many times the run's tensors: its job's own copy of the shown inputs and
+# weights where the shown file cannot be passed on (``payload_files.passed_on``: at most half
+# the run's tensors, the shown trials being half its trials)
+HOST_FLOOR = 1.5
 
 
 def shipped_outputs(policy) -> int:
     """The most outputs a candidate's worker ships for one grade under ``policy``, none of them
-    alike (``worker.call.ship`` sends a repeat once): every shown trial's call, the refill,
-    repeat and audit calls, the two ghost calls, the timed call and the graph check's, every
-    unseen trial and spare, and the one-call graph's check."""
-    return max(1, policy.trials) + 3 + 2 + 2 + max(0, policy.unseen_trials) + \
-        max(0, policy.unseen_spares) + 1
+    alike (``worker.call.ship`` sends a repeat once): every shown trial's call; the refill,
+    repeat and audit calls; the timed call, the secret timed check's and the graph check's;
+    the two ghost calls; every unseen trial and spare (the one-call graph's check takes the
+    last of them)."""
+    return max(1, policy.trials) + 3 + 3 + 2 + max(0, policy.unseen_trials) + \
+        max(0, policy.unseen_spares)
 
 
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
@@ -211,7 +218,10 @@ class ReferenceTiming:
         policy = self.policy
         key = json.dumps([kind, source, name, _library_versions(), policy.trials,
                           policy.unseen_trials, policy.unseen_spares, policy.state_trials,
-                          policy.redraw_state],
+                          policy.redraw_state,
+                          # what a worker holds by the window's end moves with the timer's own
+                          *([cached_timing_settings(policy.timing_settings)]
+                            if kind == "seen" else [])],
                          sort_keys=True, default=str)
         folder = self.cache_root / "reference-size"
         folder.mkdir(parents=True, exist_ok=True)
@@ -393,16 +403,17 @@ class ReferenceRuns:
         GPU: ``HOST_COPIES`` times the tensors of one fresh reference run (every trial's inputs
         and outputs, its weights), or, where one trial's outputs are known and it is less, the
         run's tensors once and the outputs the candidate ships and the judge compares
-        (``shipped_outputs`` plus ``COMPARE_COPIES`` of one trial's outputs): an input-heavy
-        problem's candidate ships little. None before any run of it is known."""
+        (``shipped_outputs`` plus ``COMPARE_COPIES`` of one trial's outputs), never under
+        ``HOST_FLOOR`` times the run's tensors: an input-heavy problem's candidate ships
+        little. None before any run of it is known."""
         sizes = self._sizes(source, slot_env)
         tensors, outputs = sizes.get("tensor_bytes"), sizes.get("output_bytes")
         if not tensors:
             return None
         if not outputs:
             return HOST_COPIES * tensors
-        return min(HOST_COPIES * tensors,
-                   tensors + (shipped_outputs(self.policy) + COMPARE_COPIES) * outputs)
+        by_outputs = tensors + (shipped_outputs(self.policy) + COMPARE_COPIES) * outputs
+        return int(min(HOST_COPIES * tensors, max(HOST_FLOOR * tensors, by_outputs)))
 
     def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:
@@ -456,7 +467,7 @@ class ReferenceRuns:
         path = self._size_cache_path(source, slot_env, "seen")
         try:
             kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             kept = {}
         kept = kept if isinstance(kept, dict) else {}
         return {who: [mib for mib in kept.get(who) or [] if type(mib) is int and mib > 0]
@@ -464,13 +475,16 @@ class ReferenceRuns:
                 for who in WORKER_KINDS}
 
     def _seen_of(self, source: str, slot_env: dict | None) -> dict:
-        """This process's readings of ``source``'s workers, begun from the kept ones."""
+        """This process's readings of ``source``'s workers on the slot's GPU model, begun from
+        the kept ones (read from disk once per process and model; written back as they grow,
+        the last writer's kept where processes grade the same problem at once)."""
+        key = (source, gpu_name(self.worker_device, self._env(slot_env)))
         with self._lock:
-            seen = self._seen_workers.get(source)
-        if seen is None:  # read from disk once per process
+            seen = self._seen_workers.get(key)
+        if seen is None:
             kept = self.remembered_workers(source, slot_env)
             with self._lock:
-                seen = self._seen_workers.setdefault(source, kept)
+                seen = self._seen_workers.setdefault(key, kept)
         return seen
 
     def seen_worker_bytes(self, source: str, slot_env: dict | None = None) -> int | None:

@@ -49,8 +49,11 @@ def by_problem(rows: list[dict]) -> dict[str, dict]:
         for key, value in (profile.get("candidate_allocator_mib") or {}).items():
             if key in ("reserved", "allocated") and type(value) is int:
                 entry[key].append(value)
-        marks = (profile.get("candidate_allocator_mib") or {}).get("stages")
-        if isinstance(marks, list) and marks:
+        marks = [mark for mark in (profile.get("candidate_allocator_mib") or {}).get("stages")
+                 or [] if isinstance(mark, list) and len(mark) >= 3
+                 and isinstance(mark[0], str)
+                 and all(isinstance(v, (int, float)) for v in mark[1:])]
+        if marks:
             entry["stages"].append(marks)
         if isinstance(profile.get("admission_wait_s"), (int, float)):
             entry["waits"].append(profile["admission_wait_s"])

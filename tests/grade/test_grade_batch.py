@@ -292,12 +292,19 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     assert reference_run.shipped_outputs(grader.policy) == 16
     assert grader.host_bytes("src") == grader_module.HOST_COPIES * tensors < \
         tensors + (16 + 3) * (4 << 20)
-    # an input-heavy problem (one trial's outputs a scalar) is held at little more than its
-    # tensors; sizes kept without a trial's outputs: twice the tensors, as before
+    # an input-heavy problem (one trial's outputs a scalar) is held at its tensors and the few
+    # outputs shipped, but never under ``HOST_FLOOR`` times its tensors (its job's own copy of
+    # the shown inputs, where the shown file cannot be passed on); sizes kept without a
+    # trial's outputs: twice the tensors, as before
     heavy = {"trials": [{"inputs": [torch.zeros(1 << 22)], "outputs": [torch.zeros(())]}] * 6,
              "state_dict": {}}
     grader._note_reference_bytes("logits", heavy)
-    assert grader.host_bytes("logits") == 6 * (16 << 20) + 6 * 4 + 19 * 4
+    logits = 6 * (16 << 20) + 6 * 4
+    assert grader.host_bytes("logits") == int(reference_run.HOST_FLOOR * logits) < 2 * logits
+    wide = {"trials": [{"inputs": [torch.zeros(1 << 22)], "outputs": [torch.zeros(1 << 20)]}] * 6,
+            "state_dict": {}}  # 16 MiB in, 4 out: the outputs shipped and compared lie between
+    grader._note_reference_bytes("wide", wide)
+    assert grader.host_bytes("wide") == 6 * (20 << 20) + 19 * (4 << 20)
     grader._reference_sizes["old"] = {"tensor_bytes": tensors}
     assert grader.host_bytes("old") == grader_module.HOST_COPIES * tensors
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 64 << 20})
@@ -655,6 +662,7 @@ def test_a_workers_allocator_is_marked_stage_by_stage_until_its_gpu_work_is_done
     assert broken.marks == [] and broken.index is None
     # what the profile keeps of a worker's marks: rows of a name and two ints, names cut
     assert grader._stage_marks([["init", 1, 2, 3], ["x" * 60, 3, 4, 5], ["bad", 1.5, 2, 3],
-                                "row", [None, 1, 2, 3], ["forward", 5, 6], ["y", 1, 2, 3, 4]]) \
+                                "row", [None, 1, 2, 3], ["forward", 5, 6], ["y", 1, 2, 3, 4],
+                                ["huge", 10 ** 5000, 1, 1], ["negative", -1, 1, 1]]) \
         == [["init", 1, 2, 3], ["x" * 40, 3, 4, 5]]
     assert grader._stage_marks({"init": 1}) == []

@@ -465,6 +465,8 @@ def test_memory_fit_sets_each_problems_ask_beside_what_nvml_read(tmp_path):
     folder.mkdir()
     rows = [verdict("conv", 8.0, 1500, 0.5), verdict("conv", 8.0, 1400, 20.0),
             verdict("norm", 2.0, 4000, 1.0, alone=True), verdict("norm", 2.0, None, 3.0)]
+    # a mark a worker could not have sent (too short, not numbers) is left out, not fatal
+    rows[1]["profile"]["candidate_allocator_mib"]["stages"] += [["short", 1], ["odd", "x", 2]]
     (folder / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"cut')
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "memory_fit.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=60, check=False)
