@@ -112,6 +112,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         self._reference_sizes: dict[str, dict] = {}
         # per source and GPU model: its workers' NVML readings
         self._seen_workers: dict[tuple, dict] = {}
+        # per source and timing cache file: the reference's eager and Inductor times
+        self._timings: dict[tuple, dict] = {}
         # the candidate's source is parsed, checked and scanned in bounded scanner processes
         self._reader = SourceReader(self.policy.max_source_bytes, self.policy.scan_timeout_s)
         self._beside = Beside()  # GPU workers in flight per device (the device-work bound)

@@ -57,8 +57,7 @@ HOST_COPIES = 2
 # a 4096x4096 row sum (64 MB in, 16 KB out) held 2,050 MiB, its tensors once. An input-heavy
 # problem (cross-entropy's 512 MB of logits, a scalar out) is counted at ``HOST_FLOOR``, an
 # output-heavy one (LayerNorm: as much out as in) at ``HOST_COPIES``, which a candidate whose
-# every call's output differs may pass. Not counted per member: the timed reference run a
-# grader keeps per problem (``max_references``) where the reference's timing is not cached.
+# every call's output differs may pass.
 COMPARE_COPIES = 3
 # and never under this many times the run's tensors: its job's own copy of the shown inputs and
 # weights where the shown file cannot be passed on (``payload_files.passed_on``: at most half
@@ -169,25 +168,38 @@ def _tensor_bytes(value) -> int:
 
 class ReferenceTiming:
     """The ``Grader``'s caches on disk of the reference's eager and Inductor times and of its
-    runs' sizes. Reads the grader's ``policy``, ``cache_root``, ``worker_device``, ``_env`` and
-    ``reference``."""
+    runs' sizes. Reads the grader's ``policy``, ``cache_root``, ``worker_device``, ``_env``,
+    ``_run_reference``, ``_timings``, ``_locks`` and ``_lock``."""
 
     def inductor_timing(self, source: str, *, slot_env: dict | None = None) -> dict:
         """The reference's eager and Inductor times, measured together (their ratio prices
         Inductor in every verdict). They do not depend on a submission's inputs, so they are
         kept on disk per reference source, GPU model, library versions and timing settings,
-        shared by every grader and trainer process on this machine."""
+        shared by every grader and trainer process on this machine, and in this process (the
+        times, not the timed run)."""
         path = self._timing_cache_path(source, slot_env)
         if path is not None and path.exists():
             try:
                 return json.loads(path.read_text())
             except (OSError, ValueError):
                 pass  # unreadable: measure again and rewrite
-        timed = self.reference(source, slot_env=slot_env).value
-        found = {k: timed[k] for k in TIMING_KEYS if k in timed}
-        if path is not None and found:
-            _write_atomically(path, json.dumps(found, default=str))
-        return found
+        memo = (hashlib.sha256(source.encode()).hexdigest(), None if path is None else str(path))
+        with self._lock:
+            lock = self._locks.setdefault(("timing", *memo), threading.Lock())
+        with lock:  # one timed run per source at a time: the grades waiting take its times
+            with self._lock:
+                if memo in self._timings:
+                    return dict(self._timings[memo])
+            # its times kept, not the run: every trial's inputs and outputs, on the host and
+            # admitted by no grade, kept for as long as a grader keeps reference runs
+            timed = self._run_reference(source, slot_env).value
+            found = {k: timed[k] for k in TIMING_KEYS if k in timed}
+            del timed
+            if path is not None and found:
+                _write_atomically(path, json.dumps(found, default=str))
+            with self._lock:
+                self._timings[memo] = found
+        return dict(found)
 
     def remembered_size(self, source: str, slot_env: dict | None) -> dict:
         """The sizes (``tensor_bytes``, ``device_peak_bytes``) an earlier grader process saw

@@ -356,6 +356,42 @@ def test_reference_runs_are_reused_and_bounded(monkeypatch):
     assert runs == ["a", "b", "c", "b", "a"]
 
 
+def test_the_references_times_are_kept_without_its_run_and_measured_once(monkeypatch):
+    """``inductor_timing`` where no cache file holds the times (no GPU model named): one timed
+    run however many grades ask at once, its times kept in memory, and the run itself (every
+    trial's inputs and outputs, admitted by no grade) not kept."""
+    import threading
+    import time
+
+    from kernelmill.grade.grader import Grader, ReferenceRun
+
+    runs = []
+
+    def fake_run(self, source, slot_env, timed=True, **kwargs):
+        runs.append(source)
+        time.sleep(0.2)  # the Inductor compile the waiting grades must not repeat
+        return ReferenceRun({"source": source, "eager": {"ms": 1.0}, "inductor": {"ms": 0.5},
+                             "trials": [{"outputs": [bytearray(1 << 20)]}]},
+                            WorkerResult(ok=True), "cpu")
+
+    monkeypatch.setattr(Grader, "_run_reference", fake_run)
+    grader = Grader("cpu")
+    got: list[dict] = []
+    threads = [threading.Thread(target=lambda: got.append(grader.inductor_timing("src")))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert runs == ["src"] and len(got) == 4
+    assert all(times == {"eager": {"ms": 1.0}, "inductor": {"ms": 0.5}} for times in got)
+    got[0]["eager"] = None  # a caller's copy: the kept times unchanged
+    assert grader.inductor_timing("src")["eager"] == {"ms": 1.0} and runs == ["src"]
+    assert not grader._references  # no run kept
+    grader.inductor_timing("other")
+    assert runs == ["src", "other"]
+
+
 def test_copies_count_only_when_the_reference_is_a_copy():
     from kernelmill.grade.policy import reference_compute_ops
 

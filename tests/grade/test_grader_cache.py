@@ -16,12 +16,12 @@ def _grader(tmp_path, monkeypatch, runs: list, timing: dict | None = None) -> Gr
     monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Test GPU 80GB")
     grader = Grader("cpu", cache_root=str(tmp_path), policy=Policy(timing_settings=timing or {}))
 
-    def measured(source, slot_env=None):
+    def measured(source, slot_env=None, timed=True, **kwargs):
         runs.append(source)
         return SimpleNamespace(value={"eager": {"ms": 2.0}, "inductor": {"ms": 1.0},
                                       "trials": ["not cached"]})
 
-    monkeypatch.setattr(grader, "reference", measured)
+    monkeypatch.setattr(grader, "_run_reference", measured)  # the timed run
     return grader
 
 
