@@ -190,8 +190,8 @@ class ReferenceTiming:
             with self._lock:
                 if memo in self._timings:
                     return dict(self._timings[memo])
-            # its times kept, not the run: every trial's inputs and outputs, on the host and
-            # admitted by no grade, kept for as long as a grader keeps reference runs
+            # its times kept, not the run (every trial's inputs and outputs, on the host and
+            # admitted by no grade)
             timed = self._run_reference(source, slot_env).value
             found = {k: timed[k] for k in TIMING_KEYS if k in timed}
             del timed
