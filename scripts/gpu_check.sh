@@ -66,6 +66,8 @@
 #        RAY_CORES_PER_GPU pins each run to that many cores per GPU; RAY_PROBLEMS a problems
 #        file instead of seeds + RAY_SYNTH; RAY_RUNS picks runs (one all kill); RAY_PAIR=1 the
 #        one-GPU run once per GPU at once; RAY_DEADLINE stops each run after that many seconds)
+#        (the parts that grade or validate for long log the GPU's busy %, the host's CPUs and its
+#        available memory each second: util_PART.csv, cpu_PART.csv, hostmem_PART.csv)
 #        (grade honors GRADE_ARGS, GRADE_PROFILE=1: the parent under cProfile, and
 #        GRADE_PYSPY=PATH: every process under that py-spy binary)
 #        (hostile honors KERNELMILL_HOSTILE_CASES, KERNELMILL_HOSTILE_GROUP=N: groups of N,
@@ -146,6 +148,20 @@ stop_cpu_sampling() {
 '(%d cores, %d samples)\n", part, s/NR, v[(int(NR*0.9)+1 > NR) ? NR : int(NR*0.9)+1], cores, NR}' \
     | tee -a "$out/timings.txt"
 }
+# the host's available memory (MemAvailable, GiB, once a second) while a part runs: its low
+# point into timings.txt (whether the host's memory, not the GPU's, is what a part ran short of)
+mem_sampler=""
+sample_host_memory() {
+  ( while :; do awk '/^MemAvailable:/ {printf "%.1f\n", $2/1048576}' /proc/meminfo; sleep 1
+    done ) > "$out/hostmem_$1.csv" 2>/dev/null & mem_sampler=$!
+}
+stop_host_memory() {
+  [ -n "$mem_sampler" ] || return 0
+  kill "$mem_sampler" 2>/dev/null; wait "$mem_sampler" 2>/dev/null; mem_sampler=""
+  sort -n "$out/hostmem_$1.csv" | awk -v part="$1" '{v[NR]=$1} END {if (NR) printf "== %s: '\
+'host memory available, GiB: lowest %.1f, median %.1f (%d samples)\n", part, v[1], \
+    v[int((NR+1)/2)], NR}' | tee -a "$out/timings.txt"
+}
 # One pass of benchmarks/grade_throughput.py over the window's problems (WINDOW_MATCH of the
 # kernelbench and triton sets; references cached in /tmp/window_refs, shared by the window,
 # wait and slots parts): subset_pass PART NAME SHOWN [grade_throughput flags...] logs to
@@ -179,7 +195,8 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
   | tee -a "$out/device.txt"
 for part in $parts; do
   start=$(date +%s)
-  case $part in audit|build|validate|ray|grade) sample_gpu "$part"; sample_cpu "$part" ;; esac
+  case $part in audit|build|validate|ray|grade|envab|wait|window|slots|processes)
+    sample_gpu "$part"; sample_cpu "$part"; sample_host_memory "$part" ;; esac
   case $part in
     tests)    python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests 2>&1 \
                 | tee "$out/gpu_tests.log" ;;
@@ -386,6 +403,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
   esac
   stop_sampling "$part"
   stop_cpu_sampling "$part"
+  stop_host_memory "$part"
   echo "== $part took $(( $(date +%s) - start ))s" | tee -a "$out/timings.txt"
 done
 # A device call returns at most 8 files of $OUT: where the parts left more, every file goes into
