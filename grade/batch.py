@@ -208,15 +208,14 @@ def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -
 # problem (the default): an A/B switch for the GPU runs, until one says which packs the GPU better
 ORDER_VAR = "KERNELMILL_GRADE_ORDER"
 ORDER_MODES = ("problem", "mixed")
-MIXED_PROBLEMS = 8  # problems interleaved at a time: half the reference runs a grader keeps
+MIXED_PROBLEMS = 8  # problems interleaved at a time
 
 
 def mixed_order(items: list[dict], width: int = MIXED_PROBLEMS) -> list[dict]:
     """Items sorted by (build kind, problem) taken ``width`` problems at a time, one item of
     each in turn: grades of small and large problems share a GPU's memory at once (problem by
     problem, the slots held copies of one large problem, and each waited for the memory of the
-    ones before it), while no more problems are in flight than the grader keeps reference runs
-    for (``Grader.max_references``)."""
+    ones before it)."""
     kinds: dict[bool, dict[str, list[dict]]] = {}
     for item in items:  # problems in their sorted order, within each build kind
         kinds.setdefault(needs_extension_build(item["source"]), {}).setdefault(

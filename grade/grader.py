@@ -26,7 +26,6 @@ import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
@@ -81,7 +80,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
 
     def __init__(self, device: str = "auto", *, policy: Policy | None = None,
                  extensions_root: str | None = None, guard_paths: list[str] = (),
-                 cache_root: str | None = None, max_references: int = 16,
+                 cache_root: str | None = None,
                  cpu_max_numel: int | None = None, host_memory_bytes: int | None = None):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
@@ -95,9 +94,6 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         self.extensions_root = os.path.abspath(extensions_root) if extensions_root else \
             str(self.cache_root / "extensions")
         self.guard_paths = [*guard_paths, *_guarded_files()]
-        # Reference runs hold every trial's inputs and outputs: keep the most recent few.
-        self._references: OrderedDict[str, ReferenceRun] = OrderedDict()
-        self.max_references = max_references
         self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()

@@ -1,8 +1,7 @@
 """What the grader keeps of a reference run: the run itself, its failure (the problem's fault,
 not a candidate's), its tensors' size, the dtype its tolerance is picked by, the on-disk cache
 of its timing and sizes (library versions, files written whole), and the grader's runs of the
-reference (``ReferenceRuns``): the timed ones kept per source, the fresh ones made for each
-submission from secret seeds, in batches per worker, and the device and host bytes a grade's
+reference (``ReferenceRuns``): the fresh ones made for each submission from secret seeds, in batches per worker, and the device and host bytes a grade's
 workers are admitted by.
 """
 from __future__ import annotations
@@ -252,32 +251,11 @@ class ReferenceTiming:
 
 
 class ReferenceRuns:
-    """The ``Grader``'s runs of the reference: one timed run per source, kept (the most recent
-    ``max_references``), and fresh runs for each submission from new secret seeds, several to
-    a worker once their size is known; and the device and host bytes a grade's workers are
-    admitted by, from those runs' sizes. Reads the grader's ``policy``, ``device``,
-    ``worker_device``, ``cache_root``, ``max_references``, ``_references``, ``_locks``,
-    ``_reference_sizes``, ``_lock`` and ``_env``, its host admission (``_on_host``) and its
+    """The ``Grader``'s runs of the reference: fresh runs for each submission from new secret
+    seeds, several to a worker once their size is known; and the device and host bytes a
+    grade's workers are admitted by, from those runs' sizes. Reads the grader's ``policy``,
+    ``device``, ``worker_device``, ``cache_root``, ``_reference_sizes``, ``_lock`` and ``_env``, its host admission (``_on_host``) and its
     caches on disk (``inductor_timing``, ``remembered_size``, ``remember_size``)."""
-
-    def reference(self, source: str, *, slot_env: dict | None = None) -> ReferenceRun:
-        key = hashlib.sha256(source.encode()).hexdigest()
-        with self._lock:
-            if key in self._references:
-                self._references.move_to_end(key)
-                return self._references[key]
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            with self._lock:
-                if key in self._references:
-                    return self._references[key]
-            run = self._run_reference(source, slot_env)
-            with self._lock:
-                self._references[key] = run
-                while len(self._references) > self.max_references:
-                    old_key, _ = self._references.popitem(last=False)
-                    self._locks.pop(old_key, None)
-            return run
 
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
                         dists: tuple[str, ...] | None = None,

@@ -339,23 +339,6 @@ def test_cli_batch_writes_one_verdict_per_row_and_resumes(tmp_path, capsys, capl
     assert len(out.read_text().splitlines()) == 2
 
 
-def test_reference_runs_are_reused_and_bounded(monkeypatch):
-    from kernelmill.grade.grader import Grader, ReferenceRun
-
-    runs = []
-
-    def fake_run(self, source, slot_env):
-        runs.append(source)
-        return ReferenceRun({"source": source}, WorkerResult(ok=True), "cpu")
-
-    monkeypatch.setattr(Grader, "_run_reference", fake_run)
-    grader = Grader("cpu", max_references=2)
-    for source in ["a", "a", "b", "a", "c", "b", "a"]:
-        assert grader.reference(source).value["source"] == source
-    # a; a (hit); b; a (hit); c evicts b; b evicts a; a again
-    assert runs == ["a", "b", "c", "b", "a"]
-
-
 def test_the_references_times_are_kept_without_its_run_and_measured_once(monkeypatch):
     """``inductor_timing`` where no cache file holds the times (no GPU model named): one timed
     run however many grades ask at once, its times kept in memory, and the run itself (every
@@ -387,7 +370,6 @@ def test_the_references_times_are_kept_without_its_run_and_measured_once(monkeyp
     assert all(times == {"eager": {"ms": 1.0}, "inductor": {"ms": 0.5}} for times in got)
     got[0]["eager"] = None  # a caller's copy: the kept times unchanged
     assert grader.inductor_timing("src")["eager"] == {"ms": 1.0} and runs == ["src"]
-    assert not grader._references  # no run kept
     grader.inductor_timing("other")
     assert runs == ["src", "other"]
 
