@@ -1,8 +1,8 @@
 """What the grader keeps of a reference run: the run itself, its failure (the problem's fault,
 not a candidate's), its tensors' size, the dtype its tolerance is picked by, the on-disk cache
 of its timing and sizes (library versions, files written whole), and the grader's runs of the
-reference (``ReferenceRuns``): the fresh ones made for each submission from secret seeds, in batches per worker, and the device and host bytes a grade's
-workers are admitted by.
+reference (``ReferenceRuns``): the fresh ones made for each submission from secret seeds, in
+batches per worker, and the device and host bytes a grade's workers are admitted by.
 """
 from __future__ import annotations
 
