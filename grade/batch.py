@@ -41,6 +41,7 @@ from kernelmill.core.record import Verdict
 from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
+from kernelmill.validate.gpus import init_lock
 
 from . import admitted
 from .admitted import admitted_grade
@@ -275,6 +276,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     env_choice(admitted.ADMIT_VAR, admitted.ADMIT_MODES)
     pool_mode()
     compile_aside()
+    init_lock("cpu")
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
 from kernelmill.validate.cuda_wait import WAIT_VAR
-from kernelmill.validate.gpus import gpu_lock_path
+from kernelmill.validate.gpus import gpu_lock_path, init_lock
 from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 
 from . import static
@@ -352,6 +352,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
                 "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
                 "writable": writable, "sandbox": policy.sandbox,
+                "init_lock": init_lock(self.worker_device, env),
                 "late": [t["inputs"] if isinstance(t["inputs"], LatePart) else
                          {"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.bytecode import bytecode_folder
-from kernelmill.validate.gpus import gpu_lock_path, gpu_name
+from kernelmill.validate.gpus import gpu_lock_path, gpu_name, init_lock
 from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
@@ -355,7 +355,8 @@ class ReferenceRuns:
         job = {"target": "kernelmill.grade.worker:reference_task", "payload": payload,
                "timeout_s": self.policy.timeout_s * 2,
                "device": self.worker_device, "env": env, "writable": writable,
-               "sandbox": self.policy.sandbox, "limits": limits}
+               "sandbox": self.policy.sandbox, "limits": limits,
+               "init_lock": init_lock(self.worker_device, env)}
         # the unseen trials' inputs come back as late parts of their own (handed on as they are)
         job["late_parts"] = True
         if not live:

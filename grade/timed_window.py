@@ -9,7 +9,8 @@ import functools
 import threading
 
 from kernelmill.core.errors import env_choice
-from kernelmill.validate.gpus import gpu_activity, gpu_lock_path, process_device_bytes
+from kernelmill.validate.gpus import (gpu_activity, gpu_lock_path, init_lock,
+                                      process_device_bytes)
 from kernelmill.validate.harness import Control, WorkerResult, run_in_worker
 from kernelmill.validate.measure import GpuLock
 from kernelmill.validate.window import WindowSettings, run_window
@@ -75,7 +76,8 @@ class TimedWindow:
                             "timing_settings": policy.timing_settings},
                 "timeout_s": policy.timeout_s, "device": self.worker_device,
                 "env": self._env(slot_env), "sandbox": policy.sandbox,
-                "limits": first.get("limits")}
+                "limits": first.get("limits"),
+                "init_lock": init_lock(self.worker_device, self._env(slot_env))}
         jobs.update({names[i]: job for i, job in candidates.items()})
         controls = {name: Control() for name in jobs}
         if live is not None:

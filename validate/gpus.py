@@ -2,12 +2,13 @@
 UUID, model name), the GPU's free memory, and the path of the timing lock of each physical GPU
 (``gpu_lock_path``: one per UUID in a per-user runtime folder, so every grader and validator of
 this user on the host shares it, whatever ``CUDA_VISIBLE_DEVICES`` each was started with),
-what the GPU was doing just now (``gpu_activity``) and what each process holds on it
-(``process_device_bytes``), from NVML (``nvidia-ml-py``, a dependency on Linux, and the
-driver's library; no reading without them).
+the lock its workers make their CUDA contexts under (``init_lock``), what the GPU was doing
+just now (``gpu_activity``) and what each process holds on it (``process_device_bytes``), from
+NVML (``nvidia-ml-py``, a dependency on Linux, and the driver's library; no reading without
+them).
 
 Imports only the standard library (and ``pynvml``, inside ``gpu_activity`` and
-``process_device_bytes``).
+``process_device_bytes``; ``core.errors`` inside ``init_lock``).
 """
 from __future__ import annotations
 
@@ -106,6 +107,24 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
         if not os.path.exists(path + suffix):
             open(path + suffix, "a").close()
     return path
+
+
+# ``on``: each sandboxed CUDA worker of a grade or a validation makes its CUDA context under
+# the GPU's lock held shared (``harness.run_in_worker(init_lock=...)``), so no context is made
+# while a timing window holds the GPU alone: an A/B switch for the GPU runs
+INIT_LOCK_VAR = "KERNELMILL_INIT_LOCK"
+INIT_LOCK_MODES = ("off", "on")
+
+
+def init_lock(device: str, env: dict | None = None) -> str | None:
+    """The lock path a worker on ``device`` (with ``env``) makes its CUDA context under: the
+    GPU's (``gpu_lock_path``) where ``INIT_LOCK_VAR`` is on, else None (an unknown value is an
+    error)."""
+    from kernelmill.core.errors import env_choice
+
+    if env_choice(INIT_LOCK_VAR, INIT_LOCK_MODES) != "on":
+        return None
+    return gpu_lock_path(device, env)
 
 
 # UUID -> (NVML handle or None where NVML did not answer for it, when that was found)

@@ -185,7 +185,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   python: str | None = None, control: Control | None = None,
                   warm: bool = True, late: list | None = None,
                   early_results: bool = False, on_delivered=None,
-                  late_parts: bool = False) -> WorkerResult:
+                  late_parts: bool = False, init_lock: str | None = None) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -207,6 +207,10 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     before its end (``harness_worker.deliver``); they are read then, the run's files sealed, and
     passed to ``on_delivered`` as a ``WorkerResult`` (from the reader's thread) while the worker
     goes on; the run's own result, at its end, is what the target returned after that.
+    ``init_lock``: the GPU's lock (``gpu_lock.GpuLock``'s path) a sandboxed CUDA worker holds
+    shared while it makes its CUDA context, so that no context is made while a timing window
+    holds the GPU alone (a context made in another process disturbed the window's samples).
+    Never pass it while this process holds that lock exclusively: the worker would wait for it.
     ``late_parts`` (with ``early_results``): such a target may write parts of its result in
     memory files of their own (``harness_worker.late_part``); the result holds each as a sealed
     ``payload_files.LatePart``, to be handed on as ``late`` data of another run, never copied.
@@ -253,7 +257,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                             "writable": allowed, "fds": list(extra),
                             "late": late_file.table if late_file is not None else None,
-                            "early_results": bool(early_results)},
+                            "early_results": bool(early_results),
+                            "init_lock": init_lock if device.startswith("cuda") else None},
                            protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:
         if late_file is not None:

@@ -14,6 +14,7 @@ from kernelmill.core.problem import check_source
 from . import checks as C
 from .admission import Tenancy, budget_for
 from .difficulty import difficulty
+from .gpus import init_lock
 from .host_admission import run_on_host
 from .roofline import roofline
 from .settings import (
@@ -129,7 +130,8 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         limits = limits or None
         with _running(slot):
             return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
-                                 writable=_writable(), limits=limits)
+                                 writable=_writable(), limits=limits,
+                                 init_lock=init_lock(device, env))
 
     # the probe's grant carries over to the replay (shrunk to its ask): no second queueing
     tenancy = held.enter_context(Tenancy(budget, caps=True))

@@ -899,6 +899,32 @@ def test_reference_workers_read_library_bytecode_and_may_not_write_it(tmp_path, 
     assert not any("bytecode" in str(w) or "pycache" in str(w) for w in asked["writable"])
 
 
+def test_reference_workers_make_their_cuda_context_under_the_lock_the_switch_names(
+        tmp_path, monkeypatch):
+    """The reference worker's job carries ``gpus.init_lock`` for its device and environment
+    (``run_in_worker(init_lock=...)``)."""
+    from kernelmill.grade import reference_run
+    from kernelmill.grade.grader import Grader
+
+    asked, named = {}, []
+
+    def stop(target, payload, **kwargs):
+        asked.update(kwargs)
+        return WorkerResult(ok=False, error={"stage": "test", "message": "stopped"})
+
+    def lock_for(device, env):
+        named.append((device, env))
+        return str(tmp_path / "gpu")
+
+    monkeypatch.setattr(reference_run, "run_in_worker", stop)
+    monkeypatch.setattr(reference_run, "init_lock", lock_for)
+    grader = Grader("cpu", cache_root=str(tmp_path))
+    with pytest.raises(reference_run.ReferenceError):
+        grader._run_reference("print('never run')", None)
+    assert asked["init_lock"] == str(tmp_path / "gpu")
+    assert named == [(grader.worker_device, asked["env"])]
+
+
 def test_a_timing_graphs_call_on_new_inputs_does_the_one_call_graphs_work():
     """Readings of an H200 window (``graph_slice_in_step`` on a 2048² fp16 GEMM, graded alone):
     its timing graph's calls each computed a quarter of the rows into every output of their

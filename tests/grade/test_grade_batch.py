@@ -591,7 +591,8 @@ def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkey
     for var, value, choices in (("KERNELMILL_GRADE_ORDER", "mix", "problem, mixed"),
                                 ("KERNELMILL_ADMIT", "seeen", "sizes, seen"),
                                 ("KERNELMILL_REFERENCE_TIME", "pool", "window, pooled"),
-                                ("KERNELMILL_COMPILE_ASIDE", "1", "off, on")):
+                                ("KERNELMILL_COMPILE_ASIDE", "1", "off, on"),
+                                ("KERNELMILL_INIT_LOCK", "yes", "off, on")):
         monkeypatch.setenv(var, value)
         with pytest.raises(KernelmillError, match=choices):
             grade_file(problems, submissions, tmp_path / "out.jsonl", device="cpu",

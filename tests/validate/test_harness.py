@@ -1065,3 +1065,53 @@ def test_only_the_registered_aside_sender_reports_aside_with_a_submissions_code_
     else:
         assert reports == [] and len(refused) == 5, (reports, refused)
         assert result.value["synced"] == 0 and result.value["spans"] == []
+
+
+def test_a_cuda_worker_makes_its_context_only_once_a_window_holding_the_gpu_ends(tmp_path):
+    """``run_in_worker(init_lock=...)``: a sandboxed CUDA worker takes the GPU's lock shared
+    before it starts the driver, so no context is made while a timing window holds the GPU
+    alone; its wait is the ``cuda init wait`` stage. Without ``init_lock`` it does not wait."""
+    import threading
+
+    from kernelmill.validate.gpu_lock import GpuLock
+
+    lock = str(tmp_path / "gpu")
+    window = GpuLock(lock).exclusive()
+    window.__enter__()
+    done: dict = {}
+
+    def start(name: str, **kwargs) -> None:
+        done[name] = run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=60,
+                                   device="cuda", writable=[str(tmp_path)], **kwargs)
+
+    waiting = threading.Thread(target=start, args=("waits",), kwargs={"init_lock": lock})
+    try:
+        waiting.start()
+        start("free")  # no lock asked for: runs through while the window holds the GPU
+        time.sleep(1.0)
+        assert "waits" not in done
+    finally:
+        window.__exit__(None, None, None)
+    waiting.join(60)
+    assert done["waits"].ok and done["free"].ok, (done["waits"].error, done["free"].error)
+    names = [stage for stage, _ in done["waits"].stages]
+    assert names.index("cuda init wait") < names.index("cuda init") < names.index("confine")
+    at = dict(done["waits"].stages)
+    assert at["cuda init"] - at["cuda init wait"] >= 0.9  # the rest of the window's hold
+    assert "cuda init wait" not in [stage for stage, _ in done["free"].stages]
+
+
+def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, monkeypatch):
+    from kernelmill.core.errors import KernelmillError
+    from kernelmill.validate.gpus import gpu_lock_path, init_lock
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("KERNELMILL_INIT_LOCK", raising=False)
+    assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) is None
+    monkeypatch.setenv("KERNELMILL_INIT_LOCK", "on")
+    assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) == \
+        gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) != gpu_lock_path("cuda:0")
+    assert init_lock("cpu") is None
+    monkeypatch.setenv("KERNELMILL_INIT_LOCK", "yes")
+    with pytest.raises(KernelmillError, match="off, on"):
+        init_lock("cuda")
