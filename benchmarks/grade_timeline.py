@@ -1,8 +1,9 @@
 """Where a pass's grades were over time (``grade_throughput.py``, ``gpu_queue.py``): grades in
 flight by stage over the steady part (``in_flight``), the GPU's timing windows' states
 (``window_states``), the candidate's stages under its window's shared hold
-(``held_host_share``), the verdicts' waves (``verdict_waves``), and their report
-(``report_in_flight``)."""
+(``held_host_share``), the verdicts' waves (``verdict_waves``), the windows beside another
+worker's CUDA context being made against their timings' precision (``windows_beside_inits``),
+and their report (``report_in_flight``)."""
 from __future__ import annotations
 
 import itertools
@@ -206,6 +207,26 @@ def _timing_parts(profile: dict, seconds: float) -> dict[str, float]:
     return parts
 
 
+def windows_beside_inits(rows: list[dict], margin_s: float = 0.02) -> dict:
+    """The timed verdicts' windows split by whether another grade's worker was making its CUDA
+    context (its ``cuda init`` stage, not the wait for the lock before it) during the window
+    (more than ``margin_s`` of overlap, on the spans ``_spans`` lays out): for each side, the
+    windows and those whose timing was not precise (``timing.precise`` false). A context made
+    while a window timed the GPU alone disturbed it (``gpus.init_lock``)."""
+    spans = [(i, stage, a, b) for i, row in enumerate(rows) for stage, a, b in _spans([row])]
+    inits = [(i, a, b) for i, stage, a, b in spans if stage.endswith(": cuda init")]
+    counts = {"beside": [0, 0], "apart": [0, 0]}  # [windows, not precise]
+    for i, stage, a, b in spans:
+        timing = rows[i].get("timing") or {}
+        if stage != "candidate: timing window" or "precise" not in timing:
+            continue
+        beside = any(j != i and min(b, y) - max(a, x) > margin_s for j, x, y in inits)
+        side = counts["beside" if beside else "apart"]
+        side[0] += 1
+        side[1] += timing["precise"] is False
+    return counts if counts["beside"][0] + counts["apart"][0] else {}
+
+
 def report_in_flight(out: Path, items: int | None = None, group: int | None = None) -> None:
     """Where the grades in flight were (``in_flight``), with the slots the pass had
     (``items``: the grades it was given, in groups of ``group``): a pass of fewer than two
@@ -237,6 +258,11 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
               "computes); by stage, held/CPU s: " + " ".join(
                   f"{k}={w:.2f}/{c:.2f}" for k, (w, c) in
                   sorted(share.items(), key=lambda kv: -kv[1][0])[:8]))
+    inits = windows_beside_inits(rows)
+    if inits:
+        (beside, wide), (apart, apart_wide) = inits["beside"], inits["apart"]
+        print(f"  timing windows while another worker made its CUDA context: {beside}, not "
+              f"precise {wide}; the others: {apart}, not precise {apart_wide}")
     waves = verdict_waves(rows)
     if waves:
         print(f"  verdicts' ends over that part: {waves['ends']}, gaps median "

@@ -167,6 +167,30 @@ def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
     assert grade_timeline.window_states([]) == {}
 
 
+def test_windows_are_split_by_whether_another_worker_made_its_cuda_context_meanwhile():
+    """Grade A's candidate starts its CUDA context (1 s) while grade B's window times the GPU:
+    B's window is beside an init; A's own init, and its wait for the lock before it, do not
+    count for A's window, nor does an init that ended before B's window."""
+    def row(began, precise, init_s, wait_s=0.0):
+        stages = {"cuda init wait": wait_s, "cuda init": init_s, "timing": 3.0} if wait_s else \
+            {"cuda init": init_s, "timing": 3.0}
+        return {"timing": {"precise": precise},
+                "profile": {"began_at": began, "reference_s": 0.0, "candidate_s": 5.0,
+                            "judge_s": 0.0, "stages_s": stages, "ready_ms": 0.0,
+                            "last_ready_ms": 0.0, "exclusive_wait_ms": 0.0,
+                            "window_ms": 1000.0}}
+
+    # B: init 0-1, timing 1-4 (its window 1-2); A: init 1.2-2.2 (inside B's window)
+    b, a = row(1000.0, False, 1.0), row(1001.2, True, 1.0)
+    counts = grade_timeline.windows_beside_inits([b, a])
+    assert counts == {"beside": [1, 1], "apart": [1, 0]}, counts
+    # A waited for the lock through B's window and made its context after it: both apart
+    a = row(1000.2, True, 1.0, wait_s=1.9)  # wait 0.2-2.1, init 2.1-3.1, window 3.1-4.1
+    counts = grade_timeline.windows_beside_inits([b, a])
+    assert counts == {"beside": [0, 0], "apart": [2, 1]}, counts
+    assert grade_timeline.windows_beside_inits([{"profile": {}}]) == {}
+
+
 def test_the_held_host_share_reads_each_held_stages_wall_less_its_stops_against_its_cpu():
     rows = [{"profile": {"stages_s": {"start": 0.5, "setup": 0.3, "forward": 3.0 + k,
                                       "timing": 2.0, "ghost": 1.0, "result": 0.4},
