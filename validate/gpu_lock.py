@@ -109,6 +109,25 @@ class GpuLock:
         """Held exclusively; the handle's ``downgrade()`` turns it shared with no gap."""
         return self._locked(True)
 
+    @contextlib.contextmanager
+    def outside_windows(self):
+        """Held shared while no timing window holds the GPU alone, without a place in the queue:
+        it waits for a window that holds the GPU, never for one still waiting for it (a window
+        that waits may be waiting for this holder's own grade, whose members this holder is one
+        of: a worker making its CUDA context, ``harness_worker._init_cuda``). A window asked for
+        meanwhile waits for it as for any shared holder."""
+        if not self.path:
+            yield
+            return
+        import fcntl
+
+        with self._open(self.path + ".main") as main:
+            fcntl.flock(main, fcntl.LOCK_SH)  # flock grants it beside shared holders at once
+            try:
+                yield
+            finally:
+                fcntl.flock(main, fcntl.LOCK_UN)
+
 
 class _Held:
     """A held ``GpuLock``. ``downgrade()`` turns an exclusive hold into a shared one with no

@@ -207,10 +207,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     before its end (``harness_worker.deliver``); they are read then, the run's files sealed, and
     passed to ``on_delivered`` as a ``WorkerResult`` (from the reader's thread) while the worker
     goes on; the run's own result, at its end, is what the target returned after that.
-    ``init_lock``: the GPU's lock (``gpu_lock.GpuLock``'s path) a sandboxed CUDA worker holds
-    shared while it makes its CUDA context, so that no context is made while a timing window
-    holds the GPU alone (a context made in another process disturbed the window's samples).
-    Never pass it while this process holds that lock exclusively: the worker would wait for it.
+    ``init_lock``: the GPU's lock (``gpu_lock.GpuLock``'s path) a CUDA worker holds shared
+    while it makes its CUDA context, before anything else runs (``GpuLock.outside_windows``: it
+    waits for a window holding the GPU, not for one waiting), so that no context is made while a
+    timing window holds the GPU alone (one made in another process disturbed the window's
+    samples). Never pass it while this process holds that lock exclusively: the worker would
+    wait for it.
     ``late_parts`` (with ``early_results``): such a target may write parts of its result in
     memory files of their own (``harness_worker.late_part``); the result holds each as a sealed
     ``payload_files.LatePart``, to be handed on as ``late`` data of another run, never copied.

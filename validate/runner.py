@@ -55,6 +55,7 @@ from kernelmill.core.step import Step, option
 from kernelmill.core.store import JsonlWriter, read_records
 
 from .backends import get_backend, resolve_device
+from .gpus import init_lock
 
 # One problem's validation, the settings and the workers' resources live in their own modules;
 # every name this module held is re-exported here (callers import several of them from here).
@@ -179,6 +180,7 @@ def validate_file(in_path, out_path, *, device: str = "auto", workers: int | Non
     """Validate every record of ``in_path`` into ``out_path`` (resumable; all records written)."""
     cfg = ValidateConfig.coerce(config)
     device = resolve_device(device)
+    init_lock("cpu")  # an unknown value of the switch is refused before any record is read
     stats = StageStats("validate")
     start = time.monotonic()
 

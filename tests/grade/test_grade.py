@@ -925,6 +925,25 @@ def test_reference_workers_make_their_cuda_context_under_the_lock_the_switch_nam
     assert named == [(grader.worker_device, asked["env"])]
 
 
+def test_candidate_workers_make_their_cuda_context_under_the_lock_the_switch_names(
+        tmp_path, monkeypatch):
+    """The candidate worker's job (``Grader._prepare``) carries ``gpus.init_lock`` for its
+    device and environment, as the reference's does."""
+    import torch
+    from kernelmill.grade import grader as grader_module
+    from kernelmill.grade.grader import Grader, ReferenceRun
+
+    monkeypatch.setattr(grader_module, "init_lock",
+                        lambda device, env: f"{tmp_path}/gpu-{device}-{len(env)}")
+    grader = Grader("cpu", cache_root=str(tmp_path))
+    trial = {"seed": 1, "inputs": [torch.ones(4)], "outputs": [torch.ones(4)], "state": 0,
+             "usable": True}
+    reference = ReferenceRun({"trials": [trial, {**trial, "seed": 2}], "init_inputs": [],
+                              "state_dict": {}, "init_seed": 3}, WorkerResult(ok=True), "cpu")
+    job = grader._prepare(reference, "class ModelNew: pass", None, None)
+    assert job["init_lock"] == f"{tmp_path}/gpu-{grader.worker_device}-{len(job['env'])}"
+
+
 def test_a_timing_graphs_call_on_new_inputs_does_the_one_call_graphs_work():
     """Readings of an H200 window (``graph_slice_in_step`` on a 2048² fp16 GEMM, graded alone):
     its timing graph's calls each computed a quarter of the rows into every output of their

@@ -1068,9 +1068,10 @@ def test_only_the_registered_aside_sender_reports_aside_with_a_submissions_code_
 
 
 def test_a_cuda_worker_makes_its_context_only_once_a_window_holding_the_gpu_ends(tmp_path):
-    """``run_in_worker(init_lock=...)``: a sandboxed CUDA worker takes the GPU's lock shared
-    before it starts the driver, so no context is made while a timing window holds the GPU
-    alone; its wait is the ``cuda init wait`` stage. Without ``init_lock`` it does not wait."""
+    """``run_in_worker(init_lock=...)``: a CUDA worker takes the GPU's lock shared before it
+    starts the driver, so no context is made while a timing window holds the GPU alone; its
+    wait is the ``cuda init wait`` stage. Without ``init_lock`` it does not wait; and the lock's
+    files are not open in the worker once its target runs."""
     import threading
 
     from kernelmill.validate.gpu_lock import GpuLock
@@ -1079,10 +1080,12 @@ def test_a_cuda_worker_makes_its_context_only_once_a_window_holding_the_gpu_ends
     window = GpuLock(lock).exclusive()
     window.__enter__()
     done: dict = {}
+    fds = "import os\ndef main():\n    return {'fds': [os.readlink('/proc/self/fd/' + fd) for fd " \
+          "in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + fd)]}\n"
 
     def start(name: str, **kwargs) -> None:
-        done[name] = run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=60,
-                                   device="cuda", writable=[str(tmp_path)], **kwargs)
+        done[name] = run_in_worker(SOURCE, {"source": fds}, timeout_s=60, device="cuda",
+                                   writable=[str(tmp_path)], **kwargs)
 
     waiting = threading.Thread(target=start, args=("waits",), kwargs={"init_lock": lock})
     try:
@@ -1099,6 +1102,37 @@ def test_a_cuda_worker_makes_its_context_only_once_a_window_holding_the_gpu_ends
     at = dict(done["waits"].stages)
     assert at["cuda init"] - at["cuda init wait"] >= 0.9  # the rest of the window's hold
     assert "cuda init wait" not in [stage for stage, _ in done["free"].stages]
+    assert not [f for f in done["waits"].value["fds"] if f.startswith(lock)]
+
+
+def test_a_worker_making_its_context_does_not_queue_behind_a_window_still_waiting(tmp_path):
+    """A window that waits for the GPU may be waiting for a shared hold of the very grade whose
+    worker is making its context (the parent holds shared while it waits for its members to
+    end): the worker's init waits for windows that hold the GPU, never for queued ones."""
+    import threading
+
+    from kernelmill.validate.gpu_lock import GpuLock
+
+    lock = str(tmp_path / "gpu")
+    order: list[str] = []
+    grade = GpuLock(lock).shared()
+    grade.__enter__()  # the grade's hold, waiting for its member below
+    try:
+        def window() -> None:
+            with GpuLock(lock).exclusive():
+                order.append("window")
+
+        queued = threading.Thread(target=window)
+        queued.start()
+        time.sleep(0.3)  # the window holds the turn and waits for the grade's hold
+        result = run_in_worker("kernelmill.validate.harness:echo", {}, timeout_s=60,
+                               device="cuda", writable=[str(tmp_path)], init_lock=lock)
+        order.append("member")
+        assert result.ok, result.error
+    finally:
+        grade.__exit__(None, None, None)
+    queued.join(10)
+    assert order == ["member", "window"]
 
 
 def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, monkeypatch):
@@ -1107,6 +1141,7 @@ def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, 
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.delenv("KERNELMILL_INIT_LOCK", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) is None
     monkeypatch.setenv("KERNELMILL_INIT_LOCK", "on")
     assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) == \
