@@ -85,6 +85,12 @@ from .worker_processes import (
 )
 from .zygote_worker import descendants, pgid_of  # noqa: F401
 
+# A worker's time waiting for the GPU on the parent's account (``Control.extend``) moves its
+# limit on by at most this many times the limit itself: a member that holds its own window
+# back (the GPU's lock taken by its code, its process stopped) ends all the same. Grades wait
+# seconds for windows and points of stepping aside; a 300 s limit credited 300 s more means a
+# GPU held by something else for minutes.
+WAIT_CREDIT_CAP = 1.0
 _DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
 _DEFAULT_FILE_SIZE = 4 << 30  # no single file (stdout log included) may grow past this
 # Descriptors a worker may hold at most. Descriptors sent over a socket and not yet received
@@ -396,12 +402,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     feeder.start()
     timed_out = False
     while True:
-        waited = control.waited_s if control is not None else 0.0
+        waited = _credited(control, timeout_s)
         try:
             proc.wait(timeout=max(0.0, start + timeout_s + waited - time.monotonic()))
             break
         except subprocess.TimeoutExpired:
-            if control is None or control.waited_s == waited:
+            if _credited(control, timeout_s) == waited:
                 timed_out = True
                 break
     wall = time.monotonic() - start
@@ -438,8 +444,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         result.error = {"stage": last_stage, "message": "result channel tampered with "
                         "(unauthenticated or extra frames)"}
     elif timed_out:
-        waited = f" (plus {control.waited_s:.0f}s waiting for the GPU)" \
-            if control is not None and control.waited_s >= 1 else ""
+        credited = _credited(control, timeout_s)
+        waited = f" (plus {credited:.0f}s waiting for the GPU)" if credited >= 1 else ""
         # ``timed_out`` is the harness's own word: a worker's error frame carries only a stage
         # and a message, whose text the code under test chooses
         result.error = {"stage": last_stage, "timed_out": True,
@@ -517,6 +523,11 @@ def worker_files() -> int | None:
             pass
     room = soft - 2 * _SCM_MAX_FD if soft != resource.RLIM_INFINITY else WORKER_FILES
     return min(WORKER_FILES, room) if room >= 256 else None
+
+
+def _credited(control: Control | None, timeout_s: float) -> float:
+    """The seconds ``control``'s waits for the GPU add to a worker's limit (``WAIT_CREDIT_CAP``)."""
+    return 0.0 if control is None else min(control.waited_s, timeout_s * WAIT_CREDIT_CAP)
 
 
 def run_source(payload: dict) -> dict:

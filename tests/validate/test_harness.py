@@ -477,13 +477,29 @@ def test_time_a_worker_waited_for_the_gpu_is_added_to_its_limit():
 
     from kernelmill.validate.harness import Control
 
-    body = "import time\ndef main():\n    time.sleep(4)\n    return {'slept': 4}"
+    body = "import time\ndef main():\n    time.sleep(7)\n    return {'slept': 7}"
     control = Control()
-    threading.Timer(1.0, control.extend, args=(5.0,)).start()  # the parent waited 5 s
-    extended = run(body, timeout_s=3, control=control)
-    assert extended.ok and extended.value == {"slept": 4}, extended.error
-    limited = run(body, timeout_s=3, control=Control())
-    assert not limited.ok and "timed out after 3s" in limited.error["message"]
+    threading.Timer(1.0, control.extend, args=(6.0,)).start()  # the parent waited 6 s
+    extended = run(body, timeout_s=6, control=control)
+    assert extended.ok and extended.value == {"slept": 7}, extended.error
+    limited = run(body, timeout_s=6, control=Control())
+    assert not limited.ok and "timed out after 6s" in limited.error["message"]
+
+
+def test_what_a_worker_waited_for_the_gpu_moves_its_limit_on_only_so_far():
+    """Credit for waits is bounded (``WAIT_CREDIT_CAP`` times the limit): a member whose own
+    window can never take the GPU alone (its code holds the GPU's lock) still ends."""
+    from kernelmill.validate.harness import WAIT_CREDIT_CAP, Control
+
+    control = Control()
+    control.extend(1000.0)  # its window waits, and waits
+    began = time.monotonic()
+    result = run("import time\ndef main():\n    time.sleep(60)\n", timeout_s=2,
+                 control=control)
+    took = time.monotonic() - began
+    assert not result.ok and result.error.get("timed_out"), result.error
+    assert 2 * (1 + WAIT_CREDIT_CAP) - 0.5 < took < 2 * (1 + WAIT_CREDIT_CAP) + 10, took
+    assert f"plus {2 * WAIT_CREDIT_CAP:.0f}s waiting for the GPU" in result.error["message"]
 
 
 def test_large_results_cross_whole_and_shared_tensors_cross_once():
