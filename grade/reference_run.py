@@ -254,8 +254,9 @@ class ReferenceRuns:
     """The ``Grader``'s runs of the reference: fresh runs for each submission from new secret
     seeds, several to a worker once their size is known; and the device and host bytes a
     grade's workers are admitted by, from those runs' sizes. Reads the grader's ``policy``,
-    ``device``, ``worker_device``, ``cache_root``, ``_reference_sizes``, ``_lock`` and ``_env``, its host admission (``_on_host``) and its
-    caches on disk (``inductor_timing``, ``remembered_size``, ``remember_size``)."""
+    ``device``, ``worker_device``, ``cache_root``, ``_reference_sizes``, ``_lock`` and
+    ``_env``, its host admission (``_on_host``) and its caches on disk (``inductor_timing``,
+    ``remembered_size``, ``remember_size``)."""
 
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
                         dists: tuple[str, ...] | None = None,

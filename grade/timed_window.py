@@ -67,6 +67,7 @@ class TimedWindow:
             reference.live[0].time(reference.live[1]) else None
         if live is None:
             close_live(references)  # a kept worker of another run: not needed, not held
+            env = self._env(slot_env)
             jobs["reference"] = {
                 "target": "kernelmill.grade.worker:reference_timing_task",
                 "payload": {"source": reference.source, "device": self.worker_device,
@@ -75,9 +76,8 @@ class TimedWindow:
                             "inputs": first["payload"]["trials"][0]["inputs"],
                             "timing_settings": policy.timing_settings},
                 "timeout_s": policy.timeout_s, "device": self.worker_device,
-                "env": self._env(slot_env), "sandbox": policy.sandbox,
-                "limits": first.get("limits"),
-                "init_lock": init_lock(self.worker_device, self._env(slot_env))}
+                "env": env, "sandbox": policy.sandbox, "limits": first.get("limits"),
+                "init_lock": init_lock(self.worker_device, env)}
         jobs.update({names[i]: job for i, job in candidates.items()})
         controls = {name: Control() for name in jobs}
         if live is not None:

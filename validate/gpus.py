@@ -109,7 +109,7 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
     return path
 
 
-# ``on``: each sandboxed CUDA worker of a grade or a validation makes its CUDA context under
+# ``on``: each CUDA worker of a grade or a validation makes its CUDA context under
 # the GPU's lock held shared (``harness.run_in_worker(init_lock=...)``), so no context is made
 # while a timing window holds the GPU alone: an A/B switch for the GPU runs
 INIT_LOCK_VAR = "KERNELMILL_INIT_LOCK"

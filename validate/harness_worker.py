@@ -549,7 +549,7 @@ def _ieee_fp32() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def _init_cuda(lock_path: str | None = None, marks: list | None = None) -> None:
+def _init_cuda(lock_path: str | None, marks: list) -> None:
     """This process's CUDA context, made under the GPU's lock where ``lock_path`` names it
     (``run_in_worker(init_lock=...)``; ``GpuLock.outside_windows``: while no timing window holds
     the GPU alone, never queued behind a waiting one, which may wait for this worker's own
@@ -561,8 +561,7 @@ def _init_cuda(lock_path: str | None = None, marks: list | None = None) -> None:
         import torch
     except Exception:  # noqa: BLE001 — reported by the target's own stage
         return
-    if marks is not None:
-        marks.append(["cuda init wait" if lock_path else "cuda init", time.monotonic()])
+    marks.append(["cuda init wait" if lock_path else "cuda init", time.monotonic()])
     try:
         with contextlib.ExitStack() as held:
             if lock_path:
@@ -572,8 +571,7 @@ def _init_cuda(lock_path: str | None = None, marks: list | None = None) -> None:
                     held.enter_context(GpuLock(lock_path).outside_windows())
                 except OSError:  # its files cannot be opened here: the context is made as is
                     pass
-                if marks is not None:
-                    marks.append(["cuda init", time.monotonic()])
+                marks.append(["cuda init", time.monotonic()])
             if torch.cuda.is_available():
                 from .cuda_wait import init_cuda
 
@@ -646,16 +644,15 @@ def main(argv: list[str]) -> None:
     _apply_limits(job.get("limits") or {})
     sandbox = None
     marks = [["worker main", began]]  # where the time before the hello went
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if job.get("writable") is None and job.get("init_lock") and not interpreted:
-        _init_cuda(job["init_lock"], marks)  # unconfined, yet made under the lock it was given
+    # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
+    # images): a confined worker opens it first, so the confined process reuses its device
+    # handles; an unconfined one given the GPU's lock makes its context under it all the same
+    if os.environ.get("TRITON_INTERPRET") != "1" and \
+            (job.get("writable") is not None or job.get("init_lock")):
+        _init_cuda(job.get("init_lock"), marks)
     if job.get("writable") is not None:
         from .sandbox import confine
 
-        if not interpreted:
-            # The CUDA driver fails to initialise inside Landlock (error 304, seen on H100/H200
-            # images); open it first so the confined process reuses its device handles.
-            _init_cuda(job.get("init_lock"), marks)
         marks.append(["confine", time.monotonic()])
         schedstat.hold()  # the main thread's wait for a core, read by timed calls on CPU
         sandbox = confine(job["writable"])
