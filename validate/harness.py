@@ -20,6 +20,7 @@ in its environment (a child that called ``setsid``) is killed too.
 Confinement: where the kernel has Landlock (``sandbox.py``), the worker may write only inside
 its temporary folder and the folders the caller names in ``writable``, and may not signal or
 ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlock ABI applied.
+Nor may it read the folders of files other kernelmill processes ``flock`` (``hidden_folders``).
 """
 from __future__ import annotations
 
@@ -185,6 +186,25 @@ def prestart_workers(devices: list[str]) -> list:
     return ZYGOTES.prestart({device: worker_env(device) for device in dict.fromkeys(devices)})
 
 
+def hidden_folders(payload) -> list[str]:
+    """The folders a confined worker may not read: those of the files kernelmill's processes
+    ``flock`` to share the machine. A worker that could open such a file could hold a lock on it
+    (``flock`` needs only a descriptor, and a lock held shared keeps every timing window out)
+    and stall every grader on that GPU, or make a gone process's memory read as still held
+    (T-15). The host's memory ledger (``host_admission.ledger_folder``) is hidden from every
+    worker; the GPUs' locks (``gpus.runtime_folder``) from every worker but a run that takes one
+    itself, whose payload names it (``payload["lock"]``: a trusted reference or validation
+    run). A worker that makes its CUDA context under the lock (``init_lock``) opens it before
+    it confines itself."""
+    from .gpus import runtime_folder
+    from .host_admission import ledger_folder
+
+    folders = [str(ledger_folder())]
+    if not (isinstance(payload, dict) and payload.get("lock")):
+        folders.append(runtime_folder())
+    return folders
+
+
 def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
@@ -264,6 +284,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                  if fd is not None}  # the worker's descriptors after its job's two pipes
         job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                             "writable": allowed, "fds": list(extra),
+                            "hidden": hidden_folders(payload) if sandbox else [],
                             "late": late_file.table if late_file is not None else None,
                             "early_results": bool(early_results),
                             "init_lock": init_lock if device.startswith("cuda") else None},

@@ -655,7 +655,7 @@ def main(argv: list[str]) -> None:
 
         marks.append(["confine", time.monotonic()])
         schedstat.hold()  # the main thread's wait for a core, read by timed calls on CPU
-        sandbox = confine(job["writable"])
+        sandbox = confine(job["writable"], job.get("hidden") or ())
     _audit_event(FRAME_EVENT, KIND_HELLO, encode_json({"pid": os.getpid(), "sandbox": sandbox,
                                                       "marks": marks}))
     # what runs after the target, bound before it: the target may import a submission, whose

@@ -5,7 +5,8 @@ Landlock (no privileges needed):
 
 - files: read and execute anything except other processes' ``/proc/<pid>`` entries (the
   grader's environment and memory maps stay unreadable; the process's own entry, ``/proc/self``,
-  and the machine-wide ones like ``/proc/cpuinfo`` stay readable) and the kernel-memory files;
+  and the machine-wide ones like ``/proc/cpuinfo`` stay readable), the kernel-memory files and
+  the folders the caller hides (``hidden``: files other processes lock);
   write only under the given folders and to the usual character devices (``/dev/null``...,
   GPU nodes). ``/dev/shm`` and ``/tmp`` are not writable, so nothing survives a run for the
   next submission to find, and no FIFO or file can be shared with another run.
@@ -104,13 +105,15 @@ def _entries(folder: str) -> list[str]:
         return []
 
 
-def _read_rules() -> list[tuple[str, int]]:
-    """Read access to the whole tree but other processes' /proc entries, kernel memory, and the
-    entries of this process's own that read its memory (``_own_proc_rules``)."""
+def _read_rules(hidden: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """Read access to the whole tree but other processes' /proc entries, kernel memory, the
+    entries of this process's own that read its memory (``_own_proc_rules``) and the folders
+    ``hidden`` names (``_readable``)."""
+    hidden = tuple(os.path.realpath(path) for path in hidden)
     rules = [("/", READ_DIR)]  # listing is harmless; reading files is what is granted below
     for path in _entries("/"):
         if path != "/proc":
-            rules.append((path, READ))
+            rules += _readable(path, hidden)
     for path in _entries("/proc"):
         name = os.path.basename(path)
         # ``self`` and ``thread-self`` are links to this process's own entry (below)
@@ -118,6 +121,23 @@ def _read_rules() -> list[tuple[str, int]]:
             continue
         rules.append((path, READ))
     return rules + _own_proc_rules(f"/proc/{os.getpid()}")
+
+
+def _readable(path: str, hidden: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Rules to read ``path`` and everything beneath it but the real paths ``hidden`` (and what
+    lies beneath them). Landlock only grants, so a folder on the way to a hidden one is granted
+    listing alone and each of its entries but that one is granted on its own: an entry made in
+    such a folder after the process confined itself cannot be read by it."""
+    real = os.path.realpath(path)
+    if any(real == h or real.startswith(h.rstrip(os.sep) + os.sep) for h in hidden):
+        return []
+    if not os.path.isdir(real) or \
+            not any(h.startswith(real.rstrip(os.sep) + os.sep) for h in hidden):
+        return [(path, READ)]
+    rules = [(path, READ_DIR)]
+    for inner in _entries(real):
+        rules += _readable(inner, hidden)
+    return rules
 
 
 # Entries of a process's own /proc folder through which its memory is read at any address
@@ -148,8 +168,10 @@ def _device_rules(abi: int) -> list[tuple[str, int]]:
     return rules
 
 
-def confine(writable: list[str]) -> int | None:
-    """Restrict this process (and its future children); return the ABI used, or None."""
+def confine(writable: list[str], hidden: list[str] | tuple[str, ...] = ()) -> int | None:
+    """Restrict this process (and its future children); return the ABI used, or None.
+    ``hidden``: folders it may not read at all (``harness.hidden_folders``: the files other
+    processes lock, which a process that could open them could hold)."""
     abi = abi_version()
     if abi <= 0:
         STATE["landlock"] = "unavailable: the kernel has no Landlock"
@@ -171,7 +193,7 @@ def confine(writable: list[str]) -> int | None:
         STATE["landlock"] = f"unavailable: landlock_create_ruleset errno {ctypes.get_errno()}"
         return None
     try:
-        rules = _read_rules() + _device_rules(abi) + \
+        rules = _read_rules(tuple(hidden)) + _device_rules(abi) + \
             [(path, READ | _all_write(abi)) for path in writable]
         for path, access in rules:
             try:

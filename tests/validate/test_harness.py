@@ -242,6 +242,49 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
         assert result.value["signal_parent"] is False
 
 
+def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, monkeypatch):
+    """The GPUs' lock files and the host's memory ledger are out of a confined worker's reach
+    (``flock`` needs only a descriptor: a worker that held a GPU's lock shared would keep every
+    timing window on it waiting), while what lies beside them stays readable; a run whose
+    payload names the GPU's lock (a trusted reference or validation run) may open that."""
+    from kernelmill.validate.gpus import gpu_lock_path
+    from kernelmill.validate.host_admission import HostLedger
+    from kernelmill.validate.sandbox import abi_version
+
+    if abi_version() <= 0:
+        pytest.skip("kernel without Landlock")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELMILL_HOST_LEDGER", str(tmp_path / "ledger"))
+    lock = gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "0"})
+    ledger = HostLedger(tmp_path / "ledger")
+    ledger.set(1 << 20)
+    held = sorted(str(p) for p in (tmp_path / "ledger").iterdir())
+    beside = tmp_path / "beside.txt"
+    beside.write_text("readable")
+    paths = [lock + ".main", lock + ".windows", *held, str(beside)]
+    assert len(held) == 1 and os.path.isdir(tmp_path / "kernelmill")
+    body = ("import fcntl\n"
+            "def main():\n"
+            "    seen = {}\n"
+            f"    for path in {paths!r}:\n"
+            "        try:\n"
+            "            with open(path, 'rb') as f:\n"
+            "                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+            "            seen[path] = 'opened'\n"
+            "        except OSError as exc:\n"
+            "            seen[path] = type(exc).__name__\n"
+            "    return seen\n")
+    try:
+        plain = run(body)
+        taking = run_in_worker(SOURCE, {"source": body, "lock": lock}, timeout_s=20,
+                               device="cpu")
+    finally:
+        ledger.close()
+    assert plain.ok and taking.ok, (plain.error, taking.error)
+    assert plain.value == {**{p: "PermissionError" for p in paths[:-1]}, str(beside): "opened"}
+    assert taking.value == {**plain.value, lock + ".main": "opened", lock + ".windows": "opened"}
+
+
 def test_sandbox_hides_the_workers_own_memory_from_its_file_system(tmp_path):
     """A worker reads its own ``maps``, ``status`` and thread list, but not its memory through
     ``/proc/self/mem``, by any path (a red-team answer read inputs it had not been shown from
