@@ -20,7 +20,8 @@ in its environment (a child that called ``setsid``) is killed too.
 Confinement: where the kernel has Landlock (``sandbox.py``), the worker may write only inside
 its temporary folder and the folders the caller names in ``writable``, and may not signal or
 ptrace processes outside its sandbox; ``WorkerResult.sandbox`` says which Landlock ABI applied.
-Nor may it read the folders of files other kernelmill processes ``flock`` (``hidden_folders``).
+Nor may it read other runs' temporary folders or the files other kernelmill processes ``flock``
+(``hidden_folders``).
 """
 from __future__ import annotations
 
@@ -186,6 +187,16 @@ def prestart_workers(devices: list[str]) -> list:
     return ZYGOTES.prestart({device: worker_env(device) for device in dict.fromkeys(devices)})
 
 
+def runs_folder() -> str:
+    """The folder of every worker's temporary folder (``kernelmill-runs-<uid>`` in the
+    temporary folder): hidden from confined workers (``hidden_folders``), each of which is
+    granted its own folder alone, so no run reads what another leaves in its folder while both
+    run (the members of a group, given the same inputs, among them)."""
+    folder = os.path.join(tempfile.gettempdir(), f"kernelmill-runs-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
 def hidden_folders(payload) -> list[str]:
     """The folders a confined worker may not read: those of the files kernelmill's processes
     ``flock`` to share the machine. A worker that could open such a file could hold a lock on it
@@ -195,11 +206,11 @@ def hidden_folders(payload) -> list[str]:
     worker; the GPUs' locks (``gpus.runtime_folder``) from every worker but a run that takes one
     itself, whose payload names it (``payload["lock"]``: a trusted reference or validation
     run). A worker that makes its CUDA context under the lock (``init_lock``) opens it before
-    it confines itself."""
+    it confines itself. Other runs' temporary folders (``runs_folder``) are hidden as well."""
     from .gpus import runtime_folder
     from .host_admission import ledger_folder
 
-    folders = [str(ledger_folder())]
+    folders = [str(ledger_folder()), runs_folder()]
     if not (isinstance(payload, dict) and payload.get("lock")):
         folders.append(runtime_folder())
     return folders
@@ -251,7 +262,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     if device.startswith("cpu"):
         limits.setdefault("address_space", _DEFAULT_CPU_ADDRESS_SPACE)
     key, token = secrets.token_bytes(32), secrets.token_hex(12)
-    tmp = tempfile.mkdtemp(prefix="kernelmill-run-")
+    tmp = tempfile.mkdtemp(prefix="run-", dir=runs_folder())
     workdir = os.path.join(tmp, "cwd")
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None

@@ -1,5 +1,6 @@
 """The execution harness: isolation, crash verdicts, the private channel, leftover processes."""
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -243,7 +244,8 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
 
 
 def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, monkeypatch):
-    """The GPUs' lock files and the host's memory ledger are out of a confined worker's reach
+    """The GPUs' lock files, the host's memory ledger and other runs' folders are out of a
+    confined worker's reach
     (``flock`` needs only a descriptor: a worker that held a GPU's lock shared would keep every
     timing window on it waiting), while what lies beside them stays readable; a run whose
     payload names the GPU's lock (a trusted reference or validation run) may open that."""
@@ -261,7 +263,12 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
     held = sorted(str(p) for p in (tmp_path / "ledger").iterdir())
     beside = tmp_path / "beside.txt"
     beside.write_text("readable")
-    paths = [lock + ".main", lock + ".windows", *held, str(beside)]
+    # another run's temporary folder, as a run beside this one leaves a file in it
+    from kernelmill.validate.harness import runs_folder
+
+    other = Path(tempfile.mkdtemp(prefix="run-", dir=runs_folder()))
+    (other / "left.txt").write_text("another run's")
+    paths = [lock + ".main", lock + ".windows", *held, str(other / "left.txt"), str(beside)]
     assert len(held) == 1 and os.path.isdir(tmp_path / "kernelmill")
     body = ("import fcntl\n"
             "def main():\n"
@@ -280,6 +287,7 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
                                device="cpu")
     finally:
         ledger.close()
+        shutil.rmtree(other)
     assert plain.ok and taking.ok, (plain.error, taking.error)
     assert plain.value == {**{p: "PermissionError" for p in paths[:-1]}, str(beside): "opened"}
     assert taking.value == {**plain.value, lock + ".main": "opened", lock + ".windows": "opened"}
