@@ -12,7 +12,8 @@ CALL_STAGES = ("forward", "forward refill", "forward repeat", "timing")
 # What each confinement entry reads when fully applied (``validate.sandbox.STATE``).
 FULL_CONFINEMENT = {"proc_hidden": True, "shm_private": True, "tcp": "refused",
                     "process_creation": ("blocked", "blocked after the first call"),
-                    "other_processes": "blocked", "network": "isolated", "ip_sockets": "refused"}
+                    "other_processes": "blocked", "network": "isolated", "ip_sockets": "refused",
+                    "shared_ipc": "refused"}
 
 
 def downgrades(confinement: dict | None) -> list[str]:

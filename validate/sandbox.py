@@ -20,7 +20,8 @@ seccomp filter through libseccomp (the maintained library, loaded with ctypes): 
 (``clone3``, whose flags a filter cannot read, with ENOSYS, so libc falls back to ``clone``):
 threads may start, processes may not, whatever API asks (``subprocess``, ``os.posix_spawn``,
 ``os.spawn*``, a shell, native code). ``isolate_network()`` moves the process into a new network
-namespace (only loopback, down) where the kernel lets it. ``forbid_other_processes()`` (before the
+namespace (only loopback, down) where the kernel lets it, and refuses the host's System V IPC
+objects and POSIX message queues (a channel between workers no file rule covers). ``forbid_other_processes()`` (before the
 candidate is imported, on every device) refuses the calls that renice, pin or limit another
 process by its pid (``OTHER_PROCESS_CALLS``).
 
@@ -342,14 +343,24 @@ _SCMP_CMP_EQ = 4
 NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 
 
+# Calls that open the host's System V IPC objects and POSIX message queues: named by a key or
+# a name any process of the machine may pick, outside the file system Landlock rules, they are
+# a channel between two workers running at once (the members of a group, given the same
+# inputs, among them)
+SHARED_IPC_CALLS = ("shmget", "msgget", "semget", "mq_open")
+
+
 def isolate_network() -> str:
     """Enter a fresh network namespace (no interface up) where the kernel allows it, and refuse
     (seccomp, EPERM) sockets of ``NETWORK_FAMILIES`` and io_uring, whose operations bypass the
-    filter; returns ``STATE["network"]`` (the sockets' in ``STATE["ip_sockets"]``)."""
+    filter; returns ``STATE["network"]`` (the sockets' in ``STATE["ip_sockets"]``). The host's
+    IPC objects (``SHARED_IPC_CALLS``) are refused too (``STATE["shared_ipc"]``)."""
     eperm = _scmp_errno(errno.EPERM)
     failed = _load_filter([("socket", eperm, _ArgCmp(0, _SCMP_CMP_EQ, family, 0))
                            for family in NETWORK_FAMILIES] + [("io_uring_setup", eperm, None)])
     STATE["ip_sockets"] = f"allowed: {failed}" if failed else "refused"
+    failed = _load_filter([(name, eperm, None) for name in SHARED_IPC_CALLS])
+    STATE["shared_ipc"] = f"allowed: {failed}" if failed else "refused"
     if _libc().unshare(_CLONE_NEWNET) == 0:
         STATE["network"] = "isolated"
     else:

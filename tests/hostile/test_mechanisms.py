@@ -256,6 +256,25 @@ PROBE = textwrap.dedent("""
     attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
         b"x", ("127.0.0.1", 9)))
     attempt("unix", lambda: socket.socketpair())
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def ipc(make, remove, *args):  # a host-wide IPC object, removed again where made
+        made = make(*args)
+        if made < 0:
+            raise OSError(ctypes.get_errno(), make.__name__)
+        remove(made)
+
+    create = 0o1000 | 0o600  # IPC_CREAT, or O_CREAT for a queue below
+    attempt("sysv_shm", lambda: ipc(libc.shmget, lambda i: libc.shmctl(i, 0, None),
+                                    0x4B4D4801, 4096, create))
+    attempt("sysv_msg", lambda: ipc(libc.msgget, lambda i: libc.msgctl(i, 0, None),
+                                    0x4B4D4802, create))
+    attempt("sysv_sem", lambda: ipc(libc.semget, lambda i: libc.semctl(i, 0, 0),
+                                    0x4B4D4803, 1, create))
+    attempt("mqueue", lambda: ipc(libc.mq_open, lambda q: (libc.mq_close(q),
+                                                          libc.mq_unlink(b"/kmhostile-q")),
+                                  b"/kmhostile-q", os.O_CREAT | os.O_RDWR, 0o600, None))
     parent, mine = os.getppid(), sorted(os.sched_getaffinity(0))
     attempt("renice_parent", lambda: os.setpriority(os.PRIO_PROCESS, parent, 7))
     attempt("pin_parent", lambda: os.sched_setaffinity(parent, mine[:1]))
@@ -300,6 +319,12 @@ def test_worker_confinement(tmp_path):
     else:
         assert downgrades(state), "a downgrade must be recorded"
     assert facts["unix"] == "allowed", facts  # pipes and local sockets stay
+    # the host's IPC objects: a channel between two workers at once that no file rule covers
+    if state["shared_ipc"] == "refused":
+        for name in ("sysv_shm", "sysv_msg", "sysv_sem", "mqueue"):
+            assert facts[name] == "PermissionError", (name, facts)
+    else:
+        assert downgrades(state), "a downgrade must be recorded"
     # renicing or pinning another process (the zygote: every later worker inherits it) is
     # refused; the worker's own scheduling and limits are its own
     if state["other_processes"] == "blocked":
@@ -315,7 +340,7 @@ def test_worker_confinement(tmp_path):
 def test_downgrades_name_what_was_not_applied():
     full = {"landlock": 7, "proc_hidden": True, "shm_private": True, "tcp": "refused",
             "process_creation": "blocked", "other_processes": "blocked", "network": "isolated",
-            "ip_sockets": "refused"}
+            "ip_sockets": "refused", "shared_ipc": "refused"}
     assert downgrades(full) == []
     partial = {**full, "landlock": "unavailable: the kernel has no Landlock",
                "process_creation": "allowed: libseccomp not found"}
