@@ -11,6 +11,7 @@ from kernelmill.core.errors import env_choice
 from kernelmill.validate.memory import CONTEXT_BYTES
 
 from .grader import Grader, ReferenceError
+from .reference_run import group_reference
 from .retry import device_short
 
 log = logging.getLogger("kernelmill")
@@ -156,6 +157,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
             int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))
 
     def host_need() -> int | None:
+        if members > 1 and group_reference() == "shared":  # the run's tensors held once
+            return grader.shared_host_bytes(item["reference"], members, slot.get("env"))
         each = grader.host_bytes(item["reference"], slot.get("env"))
         return None if each is None else int(each * members)
 

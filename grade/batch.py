@@ -49,6 +49,7 @@ from .grader import Grader, ReferenceError, needs_extension_build
 from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
 from .reference_pool import pool_mode
+from .reference_run import group_reference
 from .retry import attempt_of, to_redo, transient
 from .rewards import get_reward
 from .timed_window import compile_aside
@@ -105,7 +106,8 @@ def verdict_key(source: str, problem: dict | str, device: str, policy: Policy) -
     """The cache key of a verdict: the candidate's exact bytes (code can read its own docstrings
     and comments, so nothing is normalised away), the problem's source and calibration, the
     device kind, the policy, the library and grader versions, whether the reference's time
-    is pooled (``reference_pool``), and whether compiles step aside (``timed_window``)."""
+    is pooled (``reference_pool``), whether compiles step aside (``timed_window``), and
+    whether a group's members share a reference run (``reference_run.group_reference``)."""
     if isinstance(problem, dict):
         problem = json.dumps({"source": problem.get("source"),
                               "validation": problem.get("validation") or {}}, sort_keys=True,
@@ -113,7 +115,8 @@ def verdict_key(source: str, problem: dict | str, device: str, policy: Policy) -
     device_kind = "cuda" if device.startswith("cuda") else device
     text = "\0".join([source, problem, device_kind, policy.key(), grader_versions(),
                       f"reference_time={pool_mode()}",
-                      *(["compile_aside=on"] if compile_aside() else [])])
+                      *(["compile_aside=on"] if compile_aside() else []),
+                      *(["group_reference=shared"] if group_reference() == "shared" else [])])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -277,6 +280,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     pool_mode()
     compile_aside()
     init_lock("cpu")
+    group_reference()
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)

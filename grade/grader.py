@@ -57,6 +57,7 @@ from .reference_run import (  # noqa: F401 — importable from here, as before
     ReferenceTiming,
     _first_dtype,
     close_live,
+    group_reference,
 )
 from .rewards import get_reward
 from .side_by_side import (
@@ -173,7 +174,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                     record: dict | None = None, reward: str = "composite",
                     slot_env: dict | None = None, on_references=None) -> list[dict]:
         """Grade several candidates for one problem together (a GRPO group): each gets its own
-        fresh reference run (new weights and inputs), its own worker and its own checks, and
+        fresh reference run (new weights and inputs; one run for all where ``group_reference``
+        is ``shared``), its own worker and its own checks, and
         all are timed in ONE window beside one reference timing worker, so the GPU is taken
         alone once per group and every speedup in the group divides by the same reference
         time. A candidate that fails before or during the window drops out of it alone.
@@ -191,10 +193,13 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # under (T-19); with a window to come, the first reference worker stays to time
             # the reference there (``live_reference``): one worker, one CUDA context fewer per
             # grade. Its workers are counted on the device while they run (``beside``).
-            with self._beside.held(self._device_key(slot_env), len(pending)):
-                references = self._fresh_references(size.source, len(pending), slot_env,
+            # ``shared``: one fresh run for the whole group (``group_reference``)
+            runs = 1 if len(pending) > 1 and group_reference() == "shared" else len(pending)
+            with self._beside.held(self._device_key(slot_env), runs):
+                references = self._fresh_references(size.source, runs, slot_env,
                                                      self.policy.distributions_for(record),
                                                      live=self.policy.time)
+            references = references * (len(pending) // runs)
             try:
                 if on_references is not None:
                     on_references()
@@ -204,11 +209,17 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             finally:
                 close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
+                if runs < len(pending):  # each member's share of the one reference worker
+                    cpu = verdict.get("profile", {}).get("cpu_s") or {}
+                    if cpu.get("reference"):
+                        cpu["reference"] = round(cpu["reference"] / len(pending), 3)
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
                                       "reference_s": round(after_reference - began, 3),
                                       "candidate_s": round(time.monotonic() - after_reference, 3),
                                       "warm": bool(reference.result.warm), "group": len(pending),
+                                      # members judged against one reference run
+                                      "reference_shared_by": len(pending) // runs,
                                       "reference_stages_s": stage_seconds(
                                           reference.result.stages, reference.result.wall_s),
                                       "reference_stages_cpu_s": stage_cpu_seconds(

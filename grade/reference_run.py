@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelmill.core.errors import KernelmillError
+from kernelmill.core.errors import KernelmillError, env_choice
 from kernelmill.validate.bytecode import bytecode_folder
 from kernelmill.validate.gpus import gpu_lock_path, gpu_name, init_lock
 from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
@@ -62,6 +62,23 @@ COMPARE_COPIES = 3
 # weights where the shown file cannot be passed on (``payload_files.passed_on``: at most half
 # the run's tensors, the shown trials being half its trials)
 HOST_FLOOR = 1.5
+
+
+# ``shared``: a group's members are judged against ONE fresh reference run, each handed the same
+# weights, inputs and unseen inputs (the run's sealed files, passed on as they are), where
+# ``own`` gives each member a run of its own. The grading process then holds the run's tensors
+# once per group, not once per member, and one reference worker (one CUDA context) runs per
+# group. A member cannot learn from another's inputs: no confined worker reads another run's
+# folder or opens the host's IPC objects (``harness.hidden_folders``, ``sandbox.
+# SHARED_IPC_CALLS``). An A/B switch for the GPU runs
+GROUP_REFERENCE_VAR = "KERNELMILL_GROUP_REFERENCE"
+GROUP_REFERENCE_MODES = ("own", "shared")
+
+
+def group_reference() -> str:
+    """The group reference switch's value (``GROUP_REFERENCE_VAR``; an unknown one is an
+    error)."""
+    return env_choice(GROUP_REFERENCE_VAR, GROUP_REFERENCE_MODES)
 
 
 def shipped_outputs(policy) -> int:
@@ -406,6 +423,17 @@ class ReferenceRuns:
             return HOST_COPIES * tensors
         by_outputs = tensors + (shipped_outputs(self.policy) + COMPARE_COPIES) * outputs
         return int(min(HOST_COPIES * tensors, max(HOST_FLOOR * tensors, by_outputs)))
+
+    def shared_host_bytes(self, source: str, members: int,
+                          slot_env: dict | None = None) -> int | None:
+        """What this process holds on the host for a grade of ``members`` of ``source`` on a
+        GPU that share one reference run (``group_reference``): ``host_bytes`` per member, less
+        that run's tensors for every member but one. None before any run of it is known."""
+        each = self.host_bytes(source, slot_env)
+        if each is None:
+            return None
+        tensors = self._sizes(source, slot_env).get("tensor_bytes") or 0
+        return int(tensors + max(1, members) * (each - tensors))
 
     def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:

@@ -5,8 +5,10 @@ import dataclasses
 import json
 
 import kernelmill.grade.grader as G
+import pytest
 import kernelmill.grade.timed_window as TW
 from conftest import FIXTURES
+from kernelmill.core.errors import KernelmillError
 from kernelmill.core.store import read_jsonl
 from kernelmill.grade.batch import grade_file, group_items
 from kernelmill.grade.grader import Grader
@@ -371,3 +373,50 @@ def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(
     with pytest.raises(RuntimeError, match="lock file"):
         Grader("cpu", policy=policy).grade(read("ref_scale_add"), read("honest_scale_add"))
     assert time.monotonic() - began < 40  # its limit: 2 x 60 s, then 60 more for the timing
+
+
+def test_a_group_may_share_one_reference_run(monkeypatch):
+    """With ``KERNELMILL_GROUP_REFERENCE=shared`` a group's members are judged against ONE fresh
+    reference run (one worker, its files handed to every member as they are): the honest ones
+    pass, a wrong one is caught, each is charged a share of the run's CPU, and the grading
+    process asks the host for the run's tensors once."""
+    from kernelmill.grade import reference_run as R
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    runs: list[int] = []  # the fresh reference runs each grade asked for
+    real = grader._fresh_references
+
+    def counted(source, count, *args, **kwargs):
+        made = real(source, count, *args, **kwargs)
+        runs.append(len({id(run) for run in made}))
+        return made
+
+    monkeypatch.setattr(grader, "_fresh_references", counted)
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "shared")
+    honest = read("honest_scale_add")
+    wrong = honest.replace("2.0 * x", "3.0 * x")
+    verdicts = grader.grade_group(read("ref_scale_add"), [honest, wrong, honest + "\n# again\n"])
+    assert runs == [1]  # one fresh reference run for the three
+    right, off, again = verdicts
+    for verdict in (right, again):
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 3
+    assert not off["correct"] and off["timings"]["skipped"] == "incorrect"
+    assert right["timing"]["reference_ms"] == again["timing"]["reference_ms"]
+    shares = {v["profile"]["cpu_s"]["reference"] for v in verdicts}
+    assert len(shares) == 1 and shares.pop() > 0
+    # the host's ask: every member's own part, the run's tensors once
+    tensors = grader.reference_tensor_bytes(read("ref_scale_add"))
+    each = grader.host_bytes(read("ref_scale_add"))
+    assert tensors and each > tensors
+    assert grader.shared_host_bytes(read("ref_scale_add"), 3) == tensors + 3 * (each - tensors)
+    # own (the default): a run per member
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
+    runs.clear()
+    own = grader.grade_group(read("ref_scale_add"), [honest, honest + "\n# again\n"])
+    assert runs == [2] and all(v["profile"]["reference_shared_by"] == 1 for v in own)
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "one")
+    with pytest.raises(KernelmillError, match="own, shared"):
+        grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
