@@ -5,8 +5,8 @@ import dataclasses
 import json
 
 import kernelmill.grade.grader as G
-import pytest
 import kernelmill.grade.timed_window as TW
+import pytest
 from conftest import FIXTURES
 from kernelmill.core.errors import KernelmillError
 from kernelmill.core.store import read_jsonl

@@ -25,7 +25,7 @@ _lk = _b.__import__("fc" + "ntl")
 _env = _b.getattr(_os, "envi" + "ron")
 _held = []
 _km = "kernel" + "mill"
-_folders = ["/tmp/%s-%d" % (_km, _os.getuid()), "/tmp/%s-host-memory" % _km,
+_folders = [f"/tmp/{_km}-{_os.getuid()}", f"/tmp/{_km}-host-memory",
             _env.get(_km.upper() + "_HOST_LEDGER", "/nonexistent")]
 if _env.get("XDG_RUNTIME_DIR"):
     _folders.append(_env["XDG_RUNTIME_DIR"] + "/" + _km)
