@@ -181,8 +181,10 @@ def _grade_suite(tmp_path: Path, everything: dict) -> None:
                 {"submission_id": k, "problem_id": p, "source": s}
                 for k, (p, _e, s) in chosen.items()])
             out = tmp_path / f"{batch}-verdicts.jsonl"
+            # KERNELMILL_HOSTILE_GROUP=N grades up to N cases of one problem as a group
             grade_file(problems, submissions, out, device="cpu", workers=2, policy=policy,
-                       cache_path=cache, extensions_root=str(tmp_path / "ext"))
+                       cache_path=cache, extensions_root=str(tmp_path / "ext"),
+                       group=int(os.environ.get("KERNELMILL_HOSTILE_GROUP", "1")))
             rows.update({row["submission_id"]: row for row in read_jsonl(out)})
     finally:
         os.kill(canary.pid, signal.SIGKILL)
