@@ -208,11 +208,13 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                                           record, slot_env)
             finally:
                 close_live(references)
+            # each member judged against the one reference run bears its share of that run
+            sharing = [(verdict.get("profile") or {}).get("cpu_s") or {} for verdict in judged]
+            sharing = [cpu for cpu in sharing if cpu.get("reference")] if runs < len(pending) \
+                else []
+            for cpu in sharing:
+                cpu["reference"] = round(cpu["reference"] / len(sharing), 3)
             for i, reference, verdict in zip(pending, references, judged):
-                if runs < len(pending):  # each member's share of the one reference worker
-                    cpu = verdict.get("profile", {}).get("cpu_s") or {}
-                    if cpu.get("reference"):
-                        cpu["reference"] = round(cpu["reference"] / len(pending), 3)
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
                                       "reference_s": round(after_reference - began, 3),

@@ -68,9 +68,10 @@ HOST_FLOOR = 1.5
 # weights, inputs and unseen inputs (the run's sealed files, passed on as they are), where
 # ``own`` gives each member a run of its own. The grading process then holds the run's tensors
 # once per group, not once per member, and one reference worker (one CUDA context) runs per
-# group. A member cannot learn from another's inputs: no confined worker reads another run's
-# folder or opens the host's IPC objects (``harness.hidden_folders``, ``sandbox.
-# SHARED_IPC_CALLS``). An A/B switch for the GPU runs
+# group. A measurement switch for the GPU runs, off by default and not safe to train against:
+# the members run at once, and two confined workers can still signal each other (a lock's
+# offset on a file both read, a socket bound in one's own folder), so one whose unseen turn
+# came first could pass another the answers to inputs that one has not seen yet (T-14)
 GROUP_REFERENCE_VAR = "KERNELMILL_GROUP_REFERENCE"
 GROUP_REFERENCE_MODES = ("own", "shared")
 

@@ -191,9 +191,12 @@ def runs_folder() -> str:
     """The folder of every worker's temporary folder (``kernelmill-runs-<uid>`` in the
     temporary folder): hidden from confined workers (``hidden_folders``), each of which is
     granted its own folder alone, so no run reads what another leaves in its folder while both
-    run (the members of a group, given the same inputs, among them)."""
+    run. Made here for this user alone (mode 0700); one another user made is refused."""
+    from .bytecode import _own_folder
+
     folder = os.path.join(tempfile.gettempdir(), f"kernelmill-runs-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if not _own_folder(folder):
+        raise OSError(f"{folder} is not a folder of this user's alone: remove it, or set TMPDIR")
     return folder
 
 
@@ -202,15 +205,18 @@ def hidden_folders(payload) -> list[str]:
     ``flock`` to share the machine. A worker that could open such a file could hold a lock on it
     (``flock`` needs only a descriptor, and a lock held shared keeps every timing window out)
     and stall every grader on that GPU, or make a gone process's memory read as still held
-    (T-15). The host's memory ledger (``host_admission.ledger_folder``) is hidden from every
-    worker; the GPUs' locks (``gpus.runtime_folder``) from every worker but a run that takes one
+    (T-15). The host's memory ledger (``host_admission.ledger_folder``) and the GPUs'
+    (``admission.GPU_LEDGER_VAR``) are hidden from every worker; the GPUs' locks (``gpus.runtime_folder``) from every worker but a run that takes one
     itself, whose payload names it (``payload["lock"]``: a trusted reference or validation
     run). A worker that makes its CUDA context under the lock (``init_lock``) opens it before
     it confines itself. Other runs' temporary folders (``runs_folder``) are hidden as well."""
+    from .admission import GPU_LEDGER_VAR
     from .gpus import runtime_folder
     from .host_admission import ledger_folder
 
     folders = [str(ledger_folder()), runs_folder()]
+    if os.environ.get(GPU_LEDGER_VAR):  # the GPUs' memory ledgers of a grade's processes
+        folders.append(os.environ[GPU_LEDGER_VAR])
     if not (isinstance(payload, dict) and payload.get("lock")):
         folders.append(runtime_folder())
     return folders

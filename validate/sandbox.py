@@ -21,9 +21,9 @@ seccomp filter through libseccomp (the maintained library, loaded with ctypes): 
 threads may start, processes may not, whatever API asks (``subprocess``, ``os.posix_spawn``,
 ``os.spawn*``, a shell, native code). ``isolate_network()`` moves the process into a new network
 namespace (only loopback, down) where the kernel lets it, and refuses the host's System V IPC
-objects and POSIX message queues (a channel between workers no file rule covers). ``forbid_other_processes()`` (before the
-candidate is imported, on every device) refuses the calls that renice, pin or limit another
-process by its pid (``OTHER_PROCESS_CALLS``).
+objects and POSIX message queues (a channel between workers no file rule covers).
+``forbid_other_processes()`` (before the candidate is imported, on every device) refuses the
+calls that renice, pin or limit another process by its pid (``OTHER_PROCESS_CALLS``).
 
 Each step records what it did in ``STATE`` (``report()``); where the kernel or the image lacks a
 feature the entry says why, and the verdict carries the downgrade.
@@ -112,9 +112,10 @@ def _read_rules(hidden: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     ``hidden`` names (``_readable``)."""
     hidden = tuple(os.path.realpath(path) for path in hidden)
     rules = [("/", READ_DIR)]  # listing is harmless; reading files is what is granted below
+    descended: set[str] = {"/"}
     for path in _entries("/"):
         if path != "/proc":
-            rules += _readable(path, hidden)
+            rules += _readable(path, hidden, descended)
     for path in _entries("/proc"):
         name = os.path.basename(path)
         # ``self`` and ``thread-self`` are links to this process's own entry (below)
@@ -124,20 +125,27 @@ def _read_rules(hidden: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     return rules + _own_proc_rules(f"/proc/{os.getpid()}")
 
 
-def _readable(path: str, hidden: tuple[str, ...]) -> list[tuple[str, int]]:
+def _readable(path: str, hidden: tuple[str, ...], descended: set[str]
+              ) -> list[tuple[str, int]]:
     """Rules to read ``path`` and everything beneath it but the real paths ``hidden`` (and what
     lies beneath them). Landlock only grants, so a folder on the way to a hidden one is granted
     listing alone and each of its entries but that one is granted on its own: an entry made in
-    such a folder after the process confined itself cannot be read by it."""
+    such a folder after the process confined itself cannot be read by it. ``descended``: the
+    folders on the way already granted so (a link back to one of them, ``/tmp/x -> /``, adds
+    nothing). A second mount of a folder on the way (a bind mount elsewhere) is not seen: its
+    tree is granted whole."""
     real = os.path.realpath(path)
     if any(real == h or real.startswith(h.rstrip(os.sep) + os.sep) for h in hidden):
         return []
     if not os.path.isdir(real) or \
             not any(h.startswith(real.rstrip(os.sep) + os.sep) for h in hidden):
         return [(path, READ)]
-    rules = [(path, READ_DIR)]
+    if real in descended:
+        return []
+    descended.add(real)
+    rules = [(real, READ_DIR)]
     for inner in _entries(real):
-        rules += _readable(inner, hidden)
+        rules += _readable(inner, hidden, descended)
     return rules
 
 
@@ -343,11 +351,12 @@ _SCMP_CMP_EQ = 4
 NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 
 
-# Calls that open the host's System V IPC objects and POSIX message queues: named by a key or
-# a name any process of the machine may pick, outside the file system Landlock rules, they are
-# a channel between two workers running at once (the members of a group, given the same
-# inputs, among them)
-SHARED_IPC_CALLS = ("shmget", "msgget", "semget", "mq_open")
+# Calls on the host's System V IPC objects and POSIX message queues: named by a key, an id any
+# process may read in /proc/sysvipc, or a name, outside the file system Landlock rules, they
+# are a channel between two workers running at once
+SHARED_IPC_CALLS = ("shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+                    "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink",
+                    "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr")
 
 
 def isolate_network() -> str:

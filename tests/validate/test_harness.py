@@ -293,6 +293,28 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
     assert taking.value == {**plain.value, lock + ".main": "opened", lock + ".windows": "opened"}
 
 
+def test_hidden_folders_rules_grant_nothing_beneath_them_through_links(tmp_path):
+    """The read rules around a hidden folder: its ancestors listed only, its siblings granted,
+    nothing on it or beneath it, and a link back up the tree (``ln -s / /tmp/x``) neither loops
+    nor grants the tree whole."""
+    from kernelmill.validate import sandbox
+
+    hidden = tmp_path / "hidden"
+    (hidden / "inner").mkdir(parents=True)
+    (tmp_path / "beside").mkdir()
+    (tmp_path / "to_root").symlink_to("/")
+    (tmp_path / "to_here").symlink_to(tmp_path)
+    (tmp_path / "into_hidden").symlink_to(hidden / "inner")
+    rules = sandbox._read_rules((str(hidden),))
+    real = str(hidden.resolve())
+    for path, access in rules:
+        target = os.path.realpath(path)
+        assert not (target == real or target.startswith(real + os.sep)), path
+        if real.startswith(target.rstrip(os.sep) + os.sep):  # on the way: listed only
+            assert access == sandbox.READ_DIR, (path, access)
+    assert (str(tmp_path / "beside"), sandbox.READ) in rules
+
+
 def test_sandbox_hides_the_workers_own_memory_from_its_file_system(tmp_path):
     """A worker reads its own ``maps``, ``status`` and thread list, but not its memory through
     ``/proc/self/mem``, by any path (a red-team answer read inputs it had not been shown from
