@@ -244,8 +244,8 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
 
 
 def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, monkeypatch):
-    """The GPUs' lock files, the host's memory ledger and other runs' folders are out of a
-    confined worker's reach
+    """The GPUs' lock files, the host's and the GPUs' memory ledgers and other runs' folders are
+    out of a confined worker's reach
     (``flock`` needs only a descriptor: a worker that held a GPU's lock shared would keep every
     timing window on it waiting), while what lies beside them stays readable; a run whose
     payload names the GPU's lock (a trusted reference or validation run) may open that."""
@@ -257,6 +257,9 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
         pytest.skip("kernel without Landlock")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("KERNELMILL_HOST_LEDGER", str(tmp_path / "ledger"))
+    monkeypatch.setenv("KERNELMILL_GPU_LEDGER", str(tmp_path / "gpu-ledgers"))
+    (tmp_path / "gpu-ledgers" / "gpu0").mkdir(parents=True)
+    (tmp_path / "gpu-ledgers" / "gpu0" / "1-a.held").write_text("0")
     lock = gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "0"})
     ledger = HostLedger(tmp_path / "ledger")
     ledger.set(1 << 20)
@@ -268,7 +271,8 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
 
     other = Path(tempfile.mkdtemp(prefix="run-", dir=runs_folder()))
     (other / "left.txt").write_text("another run's")
-    paths = [lock + ".main", lock + ".windows", *held, str(other / "left.txt"), str(beside)]
+    paths = [lock + ".main", lock + ".windows", *held, str(other / "left.txt"),
+             str(tmp_path / "gpu-ledgers" / "gpu0" / "1-a.held"), str(beside)]
     assert len(held) == 1 and os.path.isdir(tmp_path / "kernelmill")
     body = ("import fcntl\n"
             "def main():\n"
