@@ -245,10 +245,10 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
 
 def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, monkeypatch):
     """The GPUs' lock files, the host's and the GPUs' memory ledgers and other runs' folders are
-    out of a confined worker's reach
-    (``flock`` needs only a descriptor: a worker that held a GPU's lock shared would keep every
-    timing window on it waiting), while what lies beside them stays readable; a run whose
-    payload names the GPU's lock (a trusted reference or validation run) may open that."""
+    out of a confined worker's reach (``flock`` needs only a descriptor: a worker that held a
+    GPU's lock shared would keep every timing window on it waiting), while what lies beside
+    them stays readable; a run whose payload names the GPU's lock (a trusted reference or
+    validation run) may open that."""
     from kernelmill.validate.gpus import gpu_lock_path
     from kernelmill.validate.host_admission import HostLedger
     from kernelmill.validate.sandbox import abi_version
