@@ -135,10 +135,9 @@ def _readable(path: str, hidden: tuple[str, ...], descended: set[str]
     nothing). A second mount of a folder on the way (a bind mount elsewhere) is not seen: its
     tree is granted whole."""
     real = os.path.realpath(path)
-    if any(real == h or real.startswith(h.rstrip(os.sep) + os.sep) for h in hidden):
+    if any(_beneath(real, h) for h in hidden):
         return []
-    if not os.path.isdir(real) or \
-            not any(h.startswith(real.rstrip(os.sep) + os.sep) for h in hidden):
+    if not os.path.isdir(real) or not any(h != real and _beneath(h, real) for h in hidden):
         return [(path, READ)]
     if real in descended:
         return []
@@ -147,6 +146,11 @@ def _readable(path: str, hidden: tuple[str, ...], descended: set[str]
     for inner in _entries(real):
         rules += _readable(inner, hidden, descended)
     return rules
+
+
+def _beneath(path: str, folder: str) -> bool:
+    """Whether the real path ``path`` is ``folder`` or lies beneath it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 # Entries of a process's own /proc folder through which its memory is read at any address
