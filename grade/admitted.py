@@ -11,7 +11,6 @@ from kernelmill.core.errors import env_choice
 from kernelmill.validate.memory import CONTEXT_BYTES
 
 from .grader import Grader, ReferenceError
-from .reference_run import group_reference
 from .retry import device_short
 
 log = logging.getLogger("kernelmill")
@@ -124,8 +123,9 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     worker at no less than the reference's own peak; the other
     fresh-reference workers end before the candidates start; the first stays to time,
     ``live_reference``). On the host: what this
-    process keeps of each member (``Grader.host_bytes``: its reference run, the candidate's
-    job and outputs), against the host's budget, which every kernelmill process of the machine
+    process keeps of each member (``Grader.group_host_bytes``: its reference run, the
+    candidate's job and outputs; the part of a run several members share, once), against the
+    host's budget, which every kernelmill process of the machine
     shares. While a problem's size is unknown (its first grade) ``UNKNOWN_SHARE`` of each is
     held until its reference runs are in (with a cold reference, after its Inductor compile),
     then what they show it needs. Yields a ``_Held`` (None: nothing held)."""
@@ -156,11 +156,8 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
         return None if each is None else \
             int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))
 
-    def host_need() -> int | None:
-        if members > 1 and group_reference() == "shared":  # the run's tensors held once
-            return grader.shared_host_bytes(item["reference"], members, slot.get("env"))
-        each = grader.host_bytes(item["reference"], slot.get("env"))
-        return None if each is None else int(each * members)
+    def host_need() -> int | None:  # a shared reference run's part held once per run
+        return grader.group_host_bytes(item["reference"], members, slot.get("env"))
 
     host = host_budget(getattr(grader, "host_memory_bytes", None))
     known_device, known_host = device_need(), host_need()

@@ -57,7 +57,6 @@ from .reference_run import (  # noqa: F401 — importable from here, as before
     ReferenceTiming,
     _first_dtype,
     close_live,
-    group_reference,
 )
 from .rewards import get_reward
 from .side_by_side import (
@@ -174,8 +173,9 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                     record: dict | None = None, reward: str = "composite",
                     slot_env: dict | None = None, on_references=None) -> list[dict]:
         """Grade several candidates for one problem together (a GRPO group): each gets its own
-        fresh reference run (new weights and inputs; one run for all where ``group_reference``
-        is ``shared``), its own worker and its own checks, and
+        fresh reference run (new weights and inputs; where ``group_reference`` is ``shared``,
+        one run's weights and shown inputs for several members, each its own unseen inputs),
+        its own worker and its own checks, and
         all are timed in ONE window beside one reference timing worker, so the GPU is taken
         alone once per group and every speedup in the group divides by the same reference
         time. A candidate that fails before or during the window drops out of it alone.
@@ -193,13 +193,12 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # under (T-19); with a window to come, the first reference worker stays to time
             # the reference there (``live_reference``): one worker, one CUDA context fewer per
             # grade. Its workers are counted on the device while they run (``beside``).
-            # ``shared``: one fresh run for the whole group (``group_reference``)
-            runs = 1 if len(pending) > 1 and group_reference() == "shared" else len(pending)
-            with self._beside.held(self._device_key(slot_env), runs):
-                references = self._fresh_references(size.source, runs, slot_env,
+            # ``shared``: a run serves several members (``members_per_run``)
+            shared = self.members_per_run(size.source, len(pending), slot_env)
+            with self._beside.held(self._device_key(slot_env), -(-len(pending) // shared)):
+                references = self._fresh_references(size.source, len(pending), slot_env,
                                                      self.policy.distributions_for(record),
                                                      live=self.policy.time)
-            references = references * (len(pending) // runs)
             try:
                 if on_references is not None:
                     on_references()
@@ -208,20 +207,14 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                                           record, slot_env)
             finally:
                 close_live(references)
-            # each member judged against the one reference run bears its share of that run
-            sharing = [(verdict.get("profile") or {}).get("cpu_s") or {} for verdict in judged]
-            sharing = [cpu for cpu in sharing if cpu.get("reference")] if runs < len(pending) \
-                else []
-            for cpu in sharing:
-                cpu["reference"] = round(cpu["reference"] / len(sharing), 3)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
                                       "reference_s": round(after_reference - began, 3),
                                       "candidate_s": round(time.monotonic() - after_reference, 3),
                                       "warm": bool(reference.result.warm), "group": len(pending),
-                                      # members judged against one reference run
-                                      "reference_shared_by": len(pending) // runs,
+                                      # members judged against its reference run
+                                      "reference_shared_by": reference.shared_by,
                                       "reference_stages_s": stage_seconds(
                                           reference.result.stages, reference.result.wall_s),
                                       "reference_stages_cpu_s": stage_cpu_seconds(

@@ -20,7 +20,12 @@ from pathlib import Path
 from kernelmill.core.errors import KernelmillError, env_choice
 from kernelmill.validate.bytecode import bytecode_folder
 from kernelmill.validate.gpus import gpu_lock_path, gpu_name, init_lock
-from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
+from kernelmill.validate.harness import (
+    WORKER_FILE_BYTES,
+    LatePart,
+    WorkerResult,
+    run_in_worker,
+)
 from kernelmill.validate.harness_worker import BYTECODE_VAR
 from kernelmill.validate.window import WindowSettings
 
@@ -30,7 +35,7 @@ from .live_reference import LiveReference
 from .side_by_side import _side_by_side, _split
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
-SIZE_KEYS = ("tensor_bytes", "device_peak_bytes", "output_bytes")
+SIZE_KEYS = ("tensor_bytes", "device_peak_bytes", "output_bytes", "unseen_bytes")
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
 BATCH_BYTES = 1 << 30
@@ -64,14 +69,13 @@ COMPARE_COPIES = 3
 HOST_FLOOR = 1.5
 
 
-# ``shared``: a group's members are judged against ONE fresh reference run, each handed the same
-# weights, inputs and unseen inputs (the run's sealed files, passed on as they are), where
-# ``own`` gives each member a run of its own. The grading process then holds the run's tensors
-# once per group, not once per member, and one reference worker (one CUDA context) runs per
-# group. A measurement switch for the GPU runs, off by default and not safe to train against:
-# the members run at once, and two confined workers can still signal each other (a lock's
-# offset on a file both read, a socket bound in one's own folder), so one whose unseen turn
-# came first could pass another the answers to inputs that one has not seen yet (T-14)
+# ``shared``: one fresh reference run serves several members of a group (``members_per_run``):
+# they are handed its weights, states and shown inputs alike (what each sees anyway: a member
+# told another's answers to them learns what it could compute), and each its own unseen trials
+# and spares, drawn from seeds of its own and handed to it alone (``member_value``), so the
+# unseen check each is judged on stays its own (T-14). One reference worker (one CUDA context)
+# runs per run, and the grading process holds its shared part once. ``own`` gives each member
+# a run of its own. Off by default until a GPU run measures it
 GROUP_REFERENCE_VAR = "KERNELMILL_GROUP_REFERENCE"
 GROUP_REFERENCE_MODES = ("own", "shared")
 
@@ -147,6 +151,30 @@ class ReferenceRun:
     # the worker that made this run, kept to time it in its grade's window, and the run's
     # index there (``live_reference``); None: a timing worker of its own times it
     live: tuple[LiveReference, int] | None = None
+    shared_by: int = 1  # the group members judged against this run (``member_runs``)
+
+
+def member_value(value: dict, member: int) -> dict:
+    """What one member of a group sharing a reference run is judged against: the run's
+    weights, states and shown trials, and its own unseen trials (``member``), never another's.
+    A run made for one submission is its own."""
+    return {**value, "trials": [trial for trial in value.get("trials") or []
+                                if trial.get("member", member) == member]}
+
+
+def member_runs(run: ReferenceRun, members: int) -> list[ReferenceRun]:
+    """A run made for ``members`` members of a group (``ReferenceRuns.fresh_reference``) as
+    each one's ``ReferenceRun`` (``member_value``), each charged a share of its worker's CPU;
+    the worker kept to time it (``live``) times it once for all."""
+    if members <= 1:
+        return [run]
+    share = None if run.result.cpu_s is None else round(run.result.cpu_s / members, 3)
+    made = []
+    for member in range(members):
+        value = member_value(run.value, member)
+        made.append(ReferenceRun(value, dataclasses.replace(run.result, value=value, cpu_s=share),
+                                 run.device, run.source, live=run.live, shared_by=members))
+    return made
 
 
 def close_live(runs: list[ReferenceRun]) -> None:
@@ -278,15 +306,18 @@ class ReferenceRuns:
 
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
                         dists: tuple[str, ...] | None = None,
-                        live: bool = False) -> ReferenceRun:
+                        live: bool = False, members: int = 1) -> ReferenceRun:
         """A reference run for ONE submission: weights and every trial's inputs drawn from new
         secret seeds, so no submission is graded on inputs an earlier one saw (or left answers
         for). The members of one group whose runs one worker made share its shown file (the
         inputs and weights each is given), never its outputs or unseen inputs. Only the
         per-source timing figures (eager/Inductor on CUDA) are shared.
         ``dists``: the input distributions its trials cycle over (default: the policy's).
-        ``live``: its worker stays to time it in the grade's window (``ReferenceRun.live``)."""
-        run = self._run_reference(source, slot_env, timed=False, dists=dists, live=live)
+        ``live``: its worker stays to time it in the grade's window (``ReferenceRun.live``).
+        ``members`` > 1: the run of that many members of a group (``_fresh_seeds``), which
+        ``member_runs`` splits into each member's."""
+        run = self._run_reference(source, slot_env, timed=False, dists=dists, live=live,
+                                  members=members)
         try:
             if self.policy.time and self.policy.use_inductor(self.device):
                 run.value.update(self.inductor_timing(source, slot_env=slot_env))
@@ -295,9 +326,21 @@ class ReferenceRuns:
             raise
         return run
 
-    def _fresh_seeds(self, dists: tuple[str, ...] | None = None) -> dict:
+    def _fresh_seeds(self, dists: tuple[str, ...] | None = None, members: int = 1) -> dict:
         """One submission's secret seeds: its weights' and each trial's (and distribution, of
-        ``dists``; default: the policy's)."""
+        ``dists``; default: the policy's). ``members`` > 1: one run for that many members of a
+        group (``group_reference``), its weights and shown trials theirs alike, and each
+        member's unseen trials and spares its own, drawn as one submission's and marked with
+        the member's index (``member``)."""
+        own = [self._one_submission_seeds(dists) for _ in range(max(1, members))]
+        if members <= 1:
+            return own[0]
+        private = [{**spec, "member": index} for index, seeds in enumerate(own)
+                   for spec in seeds["trials"] if spec["hidden"] or spec.get("spare")]
+        return {**own[0], "trials": [spec for spec in own[0]["trials"]
+                                     if not (spec["hidden"] or spec.get("spare"))] + private}
+
+    def _one_submission_seeds(self, dists: tuple[str, ...] | None) -> dict:
         policy = self.policy
         dists = dists or policy.distributions or ("natural",)
         shown = max(1, policy.trials)
@@ -323,9 +366,11 @@ class ReferenceRuns:
                 "state_seed": secrets.randbelow(2**31 - 2), "trials": trials}
 
     def _run_reference(self, source: str, slot_env: dict | None, timed: bool = True,
-                       dists: tuple[str, ...] | None = None, live: bool = False) -> ReferenceRun:
+                       dists: tuple[str, ...] | None = None, live: bool = False,
+                       members: int = 1) -> ReferenceRun:
         policy = self.policy
-        payload = {"source": source, "device": self.worker_device, **self._fresh_seeds(dists),
+        payload = {"source": source, "device": self.worker_device,
+                   **self._fresh_seeds(dists, members),
                    "serve_timing": live, "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
@@ -363,7 +408,8 @@ class ReferenceRuns:
             raise
         value["init_seed"] = payload["init_seed"]
         _remember_output_scales(value)
-        self._note_reference_bytes(source, value, slot_env)
+        # one member's part: what each grade is admitted by, however many share the run
+        self._note_reference_bytes(source, member_value(value, 0), slot_env)
         return ReferenceRun(value, result, self.device, source,
                             live=(kept, 0) if kept is not None else None)
 
@@ -425,16 +471,40 @@ class ReferenceRuns:
         by_outputs = tensors + (shipped_outputs(self.policy) + COMPARE_COPIES) * outputs
         return int(min(HOST_COPIES * tensors, max(HOST_FLOOR * tensors, by_outputs)))
 
-    def shared_host_bytes(self, source: str, members: int,
-                          slot_env: dict | None = None) -> int | None:
+    def members_per_run(self, source: str, members: int,
+                        slot_env: dict | None = None) -> int:
+        """How many of a group's ``members`` one fresh reference run serves: under ``own`` (or
+        before a run of ``source`` shows its outputs' size) one; under ``shared`` as many as
+        its results file holds (every shown trial's outputs once, the constructor's of the
+        first, and each member's unseen trials' and spares') within half a worker's file
+        limit (``harness.WORKER_FILE_BYTES``)."""
+        if members <= 1 or group_reference() != "shared":
+            return 1
+        outputs = self._sizes(source, slot_env).get("output_bytes")
+        if not outputs:
+            return 1
+        policy = self.policy
+        private = max(0, policy.unseen_trials) + max(0, policy.unseen_spares) \
+            if policy.time else 0
+        room = WORKER_FILE_BYTES // 2 // outputs - max(1, policy.trials) - 1
+        return max(1, min(members, room // max(1, private)))
+
+    def group_host_bytes(self, source: str, members: int,
+                         slot_env: dict | None = None) -> int | None:
         """What this process holds on the host for a grade of ``members`` of ``source`` on a
-        GPU that share one reference run (``group_reference``): ``host_bytes`` per member, less
-        that run's tensors for every member but one. None before any run of it is known."""
+        GPU: ``host_bytes`` per member, less, where members share a run
+        (``members_per_run``), the part of that run they share (its weights, states and shown
+        trials: all but one member's unseen trials, ``unseen_bytes``) for every member but one
+        of each run. None before any run of it is known."""
         each = self.host_bytes(source, slot_env)
         if each is None:
             return None
-        tensors = self._sizes(source, slot_env).get("tensor_bytes") or 0
-        return int(tensors + max(1, members) * (each - tensors))
+        per_run = self.members_per_run(source, members, slot_env)
+        sizes = self._sizes(source, slot_env)
+        shared = max(0, (sizes.get("tensor_bytes") or 0) - (sizes.get("unseen_bytes") or 0)) \
+            if per_run > 1 else 0
+        runs = -(-members // per_run)
+        return int(members * each - (members - runs) * shared)
 
     def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:
@@ -448,6 +518,10 @@ class ReferenceRuns:
     def _note_reference_bytes(self, source: str, value: dict,
                               slot_env: dict | None = None) -> None:
         sizes = {"tensor_bytes": _tensor_bytes(value)}
+        unseen = _tensor_bytes([trial for trial in value.get("trials") or []
+                                if isinstance(trial, dict) and trial.get("hidden")])
+        if unseen:  # its unseen trials' inputs and outputs: a member's own part of a run
+            sizes["unseen_bytes"] = unseen
         outputs = max((_tensor_bytes(trial.get("outputs")) for trial in value.get("trials") or []
                        if isinstance(trial, dict)), default=0)
         if outputs:  # one trial's outputs, the largest: what each shipped output may hold
@@ -583,20 +657,29 @@ class ReferenceRuns:
     def _fresh_references(self, source: str, count: int, slot_env: dict | None,
                           dists: tuple[str, ...] | None = None,
                           live: bool = False) -> list[ReferenceRun]:
-        """``count`` fresh reference runs of ``source``, in workers side by side. Once a run of
-        this source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of
-        tensors (a group of small problems: one worker, not eight CUDA contexts, which a
-        GPU's driver creates one at a time); until then, one each. ``live``: the worker of the
-        first batch stays to time one of its runs in the grade's window (the caller ends it:
+        """``count`` fresh reference runs of ``source`` (one per member of a grade), made in
+        workers side by side. Where members share runs (``members_per_run``), each run is
+        made for several and split into theirs (``member_runs``). Else, once a run of this
+        source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of tensors
+        (a group of small problems: one worker, not eight CUDA contexts, which a GPU's driver
+        creates one at a time); until then, one each. ``live``: the worker of the first run
+        or batch stays to time one of its runs in the grade's window (the caller ends it:
         ``close_live``)."""
+        shared = self.members_per_run(source, count, slot_env)
         size = self.reference_tensor_bytes(source)
-        per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
-        sizes = [len(part) for part in _split(range(count), per_worker)]
+        per_worker = 1 if size is None or shared > 1 else \
+            max(1, min(count, BATCH_BYTES // max(size, 1)))
+        sizes = [len(part) for part in _split(range(count), max(shared, per_worker))]
         made: list[list[ReferenceRun]] = []
 
         def batch(index_size: tuple[int, int]) -> list[ReferenceRun]:
-            runs = self._fresh_batch(source, index_size[1], slot_env, dists,
-                                     live=live and index_size[0] == 0)
+            index, size = index_size
+            first = live and index == 0
+            if shared > 1:
+                runs = member_runs(self.fresh_reference(
+                    source, slot_env=slot_env, dists=dists, live=first, members=size), size)
+            else:
+                runs = self._fresh_batch(source, size, slot_env, dists, live=first)
             made.append(runs)
             return runs
 

@@ -94,7 +94,7 @@ from .zygote_worker import descendants, pgid_of  # noqa: F401
 # GPU held by something else for minutes.
 WAIT_CREDIT_CAP = 1.0
 _DEFAULT_CPU_ADDRESS_SPACE = 16 << 30
-_DEFAULT_FILE_SIZE = 4 << 30  # no single file (stdout log included) may grow past this
+WORKER_FILE_BYTES = 4 << 30  # no single file (stdout log included) may grow past this
 # Descriptors a worker may hold at most. Descriptors sent over a socket and not yet received
 # count against their user's open-file limit, checked against the sender's limit (Linux's
 # ``too_many_unix_fds``; root is exempt): a worker that parked its descriptors in sockets it never
@@ -261,7 +261,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``payload_files.LatePart``, to be handed on as ``late`` data of another run, never copied.
     """
     limits = dict(limits or {})
-    limits.setdefault("file_size", _DEFAULT_FILE_SIZE)
+    limits.setdefault("file_size", WORKER_FILE_BYTES)
     files = worker_files()
     if files is not None:
         limits.setdefault("files", files)

@@ -293,6 +293,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
     for spec in payload["trials"]:
         if spec.get("spare") and not _room_for_spare([*written, result_mark()[0]]):
             continue  # a spare unseen trial is the check's, never a reason to fail the run
+        # the group member an unseen trial is drawn for, where one run serves several
+        member = {"member": spec["member"]} if "member" in spec else {}
         # the work before (the trial before, one that raised too; the model moved to the
         # device and its states drawn) is done on the device
         point()
@@ -333,6 +335,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
             # outside an op's domain, a parameter its checks reject) is not graded on
             trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
                            "inputs": kept, "hidden": bool(spec.get("hidden")), "outputs": [],
+                           **member,
                            "structure": None, "usable": False, "device_types": [],
                            "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
@@ -352,7 +355,7 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         trials.append({"seed": spec["seed"], "dist": spec["dist"], "state": wanted,
                        "inputs": kept,
                        **({} if trials else {"_draw": (spec["seed"], spec["dist"])}),
-                       "hidden": bool(spec.get("hidden")),
+                       "hidden": bool(spec.get("hidden")), **member,
                        "outputs": outputs, "scales": scales, "structure": structure,
                        "usable": usable,
                        "device_types": [t.device.type for t in items

@@ -131,8 +131,9 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
         def device_bytes(self, source, record=None, slot_env=None):
             return {"big": 1 << 30}.get(source)
 
-        def host_bytes(self, source, slot_env=None):
-            return {"big": 3 << 30}.get(source)
+        def group_host_bytes(self, source, members, slot_env=None):
+            each = {"big": 3 << 30}.get(source)
+            return None if each is None else members * each
 
     slot = {"gpu": 0, "device": "cuda:0", "env": {}}
     with admitted._admitted(Seen(), {"reference": "big"}, 8, slot):
@@ -147,7 +148,7 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
         assert budget.used == int(budget.capacity * admitted.UNKNOWN_SHARE)  # not seen yet
         assert host.used == int(host.capacity * admitted.UNKNOWN_SHARE)
         grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
-        grader.host_bytes = lambda source, slot_env=None: 3 << 30
+        grader.group_host_bytes = lambda source, members, slot_env=None: members * (3 << 30)
         resize()
         assert budget.used == int(((1 << 30) * admission.ALLOCATOR_FACTOR +
                                    admitted.WORKER_BASE_BYTES) * 2)
@@ -187,8 +188,8 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
         def device_bytes(self, source, record=None, slot_env=None):
             return 1 << 30
 
-        def host_bytes(self, source, slot_env=None):
-            return 1 << 20
+        def group_host_bytes(self, source, members, slot_env=None):
+            return members << 20
 
         def grade_group(self, reference, sources, *, record, reward, slot_env,
                         on_references):
@@ -513,8 +514,8 @@ def test_a_grades_wait_for_memory_is_told_apart_by_the_budget_it_waited_for(monk
         def device_bytes(self, *a, **k):
             return 1 << 30
 
-        def host_bytes(self, *a, **k):
-            return 1 << 30
+        def group_host_bytes(self, source, members, slot_env=None):
+            return members << 30
 
     gpu = admission.MemoryBudget(10 << 30, name="gpu0")
     host = admission.MemoryBudget(10 << 30, name="host", margin=0.0, factor=1.0)

@@ -377,27 +377,43 @@ def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(
 
 def test_a_group_may_share_one_reference_run(monkeypatch):
     """With ``KERNELMILL_GROUP_REFERENCE=shared`` a group's members are judged against ONE fresh
-    reference run (one worker, its files handed to every member as they are): the honest ones
-    pass, a wrong one is caught, each is charged a share of the run's CPU, and the grading
-    process asks the host for the run's tensors once."""
+    reference run's weights and shown trials (one worker, its files handed to every member as
+    they are), each against unseen trials of its own: the honest ones pass (each was handed
+    the unseen inputs its own reference outputs answer), a wrong one is caught, each is charged
+    a share of the run's CPU, and the grading process asks the host for the shared part once.
+    A problem whose outputs' size is not known yet gets a run per member."""
     from kernelmill.grade import reference_run as R
 
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
-    runs: list[int] = []  # the fresh reference runs each grade asked for
+    runs: list[list] = []  # each grade's fresh reference runs, one per member
+
     real = grader._fresh_references
 
-    def counted(source, count, *args, **kwargs):
+    def kept(source, count, *args, **kwargs):
         made = real(source, count, *args, **kwargs)
-        runs.append(len({id(run) for run in made}))
+        runs.append(made)
         return made
 
-    monkeypatch.setattr(grader, "_fresh_references", counted)
+    monkeypatch.setattr(grader, "_fresh_references", kept)
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "shared")
     honest = read("honest_scale_add")
     wrong = honest.replace("2.0 * x", "3.0 * x")
-    verdicts = grader.grade_group(read("ref_scale_add"), [honest, wrong, honest + "\n# again\n"])
-    assert runs == [1]  # one fresh reference run for the three
+    reference = read("ref_scale_add")
+    assert grader.members_per_run(reference, 3) == 1  # its size not known yet
+    grader.grade_group(reference, [honest, honest + "\n# first\n"])
+    assert len({run.value["init_seed"] for run in runs.pop()}) == 2
+    assert grader.members_per_run(reference, 3) == 3
+    verdicts = grader.grade_group(reference, [honest, wrong, honest + "\n# again\n"])
+    made = runs.pop()
+    assert len({run.value["init_seed"] for run in made}) == 1  # one run for the three
+
+    def seeds(run, hidden):
+        return [t["seed"] for t in run.value["trials"] if bool(t.get("hidden")) is hidden]
+
+    assert all(seeds(run, False) == seeds(made[0], False) and seeds(run, False) for run in made)
+    unseen = [seeds(run, True) for run in made]
+    assert all(unseen) and len({s for each in unseen for s in each}) == sum(map(len, unseen))
     right, off, again = verdicts
     for verdict in (right, again):
         assert verdict["correct"] and not verdict["hacks"], \
@@ -407,16 +423,24 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     assert right["timing"]["reference_ms"] == again["timing"]["reference_ms"]
     shares = {v["profile"]["cpu_s"]["reference"] for v in verdicts}
     assert len(shares) == 1 and shares.pop() > 0
-    # the host's ask: every member's own part, the run's tensors once
-    tensors = grader.reference_tensor_bytes(read("ref_scale_add"))
-    each = grader.host_bytes(read("ref_scale_add"))
-    assert tensors and each > tensors
-    assert grader.shared_host_bytes(read("ref_scale_add"), 3) == tensors + 3 * (each - tensors)
+    # the host's ask: every member's own part, the run's shared part once
+    sizes = grader._sizes(reference, None)
+    each, tensors = grader.host_bytes(reference), sizes["tensor_bytes"]
+    assert 0 < sizes["unseen_bytes"] < tensors < each
+    assert grader.group_host_bytes(reference, 3) == \
+        3 * each - 2 * (tensors - sizes["unseen_bytes"])
+    # a group larger than a run's results file holds is spread over several runs
+    monkeypatch.setattr(R, "WORKER_FILE_BYTES", 2 * sizes["output_bytes"] * (
+        policy.trials + 1 + 2 * (policy.unseen_trials + policy.unseen_spares)))
+    assert grader.members_per_run(reference, 3) == 2
+    assert grader.group_host_bytes(reference, 3) == \
+        3 * each - 1 * (tensors - sizes["unseen_bytes"])
     # own (the default): a run per member
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
-    runs.clear()
-    own = grader.grade_group(read("ref_scale_add"), [honest, honest + "\n# again\n"])
-    assert runs == [2] and all(v["profile"]["reference_shared_by"] == 1 for v in own)
+    assert grader.group_host_bytes(reference, 3) == 3 * each
+    own = grader.grade_group(reference, [honest, honest + "\n# again\n"])
+    assert len({run.value["init_seed"] for run in runs.pop()}) == 2
+    assert all(v["profile"]["reference_shared_by"] == 1 for v in own)
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "one")
     with pytest.raises(KernelmillError, match="own, shared"):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
