@@ -48,6 +48,7 @@ from .judge import amend, judge, usable_trials
 from .policy import Policy
 from .reference_pool import ReferencePool, may_keep, pool_mode, pool_views
 from .reference_run import (  # noqa: F401 — importable from here, as before
+    CACHE_FOLDERS,
     HOST_COPIES,
     PEAK_FACTOR,
     TIMING_KEYS,
@@ -138,6 +139,15 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
 
     # ------------------------------------------------------------ candidate
 
+    def private_folders(self) -> list[str]:
+        """The folders a submission's workers may not read: the grader's caches
+        (``CACHE_FOLDERS``: the reference's compiled Inductor and Triton kernels, its timings
+        and sizes) and every submission's extension builds, the worker's own build folder
+        excepted (``writable`` grants it): another submission's sources and builds are neither
+        its to read nor a place to leave answers in. The cache root itself is not hidden: a
+        user's may hold more than the grader's."""
+        return [str(self.cache_root / name) for name in CACHE_FOLDERS] + [self.extensions_root]
+
     def compile(self, candidate_source: str) -> WorkerResult | None:
         """Build the candidate's extensions on a CPU-only worker (overlaps GPU work)."""
         if not (self.extensions_root and needs_extension_build(candidate_source)):
@@ -152,7 +162,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                                {"source": candidate_source},
                                timeout_s=max(self.policy.timeout_s, self.policy.compile_timeout_s),
                                device="cpu", env=env, writable=[build],
-                               sandbox=self.policy.sandbox)
+                               sandbox=self.policy.sandbox, hidden=self.private_folders())
         # the texts the worker streamed as its loaders were handed them, and those it reported
         texts = streamed_texts(result.reports) + \
             ((result.value or {}).get("native_texts") or [] if result.ok else [])
@@ -358,6 +368,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
                 "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
                 "writable": writable, "sandbox": policy.sandbox,
+                "hidden": self.private_folders(),
                 "init_lock": init_lock(self.worker_device, env),
                 "late": [t["inputs"] if isinstance(t["inputs"], LatePart) else
                          {"seed": t["seed"], "inputs": t["inputs"]} for t in hidden]}

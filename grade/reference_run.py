@@ -35,6 +35,12 @@ from .live_reference import LiveReference
 from .side_by_side import _side_by_side, _split
 
 TIMING_KEYS = ("eager", "inductor", "inductor_error")
+# The grader's caches (folders of its ``cache_root``): reference runs' sizes and times, and the
+# reference's compiled Inductor and Triton kernels. No submission's worker may read them
+# (``Grader.private_folders``).
+SIZES_FOLDER, TIMINGS_FOLDER = "reference-size", "reference-timing"
+INDUCTOR_FOLDER, TRITON_FOLDER = "inductor", "triton-reference"
+CACHE_FOLDERS = (SIZES_FOLDER, TIMINGS_FOLDER, INDUCTOR_FOLDER, TRITON_FOLDER)
 SIZE_KEYS = ("tensor_bytes", "device_peak_bytes", "output_bytes", "unseen_bytes")
 # Tensors one reference worker returns for a group's members at most (their inputs and outputs
 # cross one pipe, then sit in this process): more members, more workers side by side.
@@ -280,7 +286,7 @@ class ReferenceTiming:
                           *([cached_timing_settings(policy.timing_settings)]
                             if kind == "seen" else [])],
                          sort_keys=True, default=str)
-        folder = self.cache_root / "reference-size"
+        folder = self.cache_root / SIZES_FOLDER
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
@@ -291,7 +297,7 @@ class ReferenceTiming:
         key = json.dumps([source, name, _library_versions(),
                           cached_timing_settings(self.policy.timing_settings)],
                          sort_keys=True, default=str)
-        folder = self.cache_root / "reference-timing"
+        folder = self.cache_root / TIMINGS_FOLDER
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
@@ -379,8 +385,8 @@ class ReferenceRuns:
         if payload["inductor"]:
             # Reference workers never run candidate code, so they alone may keep compiled
             # Inductor/Triton artefacts between runs (candidates cannot write there).
-            for var, name in (("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                              ("TRITON_CACHE_DIR", "triton-reference")):
+            for var, name in (("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_FOLDER),
+                              ("TRITON_CACHE_DIR", TRITON_FOLDER)):
                 folder = self.cache_root / name
                 folder.mkdir(parents=True, exist_ok=True)
                 env[var] = str(folder)

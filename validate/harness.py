@@ -228,7 +228,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                   python: str | None = None, control: Control | None = None,
                   warm: bool = True, late: list | None = None,
                   early_results: bool = False, on_delivered=None,
-                  late_parts: bool = False, init_lock: str | None = None) -> WorkerResult:
+                  late_parts: bool = False, init_lock: str | None = None,
+                  hidden: list[str] | tuple[str, ...] = ()) -> WorkerResult:
     """Run ``target`` ("module:function") on ``payload`` in a fresh isolated worker.
 
     ``device`` "cpu" sets ``TRITON_INTERPRET=1`` and hides GPUs; ``env`` adds variables (e.g. the
@@ -259,6 +260,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``late_parts`` (with ``early_results``): such a target may write parts of its result in
     memory files of their own (``harness_worker.late_part``); the result holds each as a sealed
     ``payload_files.LatePart``, to be handed on as ``late`` data of another run, never copied.
+    ``hidden``: folders the confined worker may not read, besides ``hidden_folders``' (a
+    grader's caches and other submissions' builds); a folder in ``writable`` beneath one stays
+    the worker's.
     """
     limits = dict(limits or {})
     limits.setdefault("file_size", WORKER_FILE_BYTES)
@@ -301,7 +305,7 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                  if fd is not None}  # the worker's descriptors after its job's two pipes
         job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                             "writable": allowed, "fds": list(extra),
-                            "hidden": hidden_folders(payload) if sandbox else [],
+                            "hidden": [*hidden_folders(payload), *hidden] if sandbox else [],
                             "late": late_file.table if late_file is not None else None,
                             "early_results": bool(early_results),
                             "init_lock": init_lock if device.startswith("cuda") else None},

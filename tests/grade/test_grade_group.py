@@ -444,3 +444,43 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "one")
     with pytest.raises(KernelmillError, match="own, shared"):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
+
+
+def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_build(tmp_path):
+    """A candidate's worker may not read the grader's caches (the reference's compiled Inductor
+    and Triton kernels, its timings) nor another submission's extension build: another's
+    sources are not its to read, nor a place two members running at once could pass answers
+    through. What lies beside them stays readable. The submission answers wrong (scaled by 3)
+    unless exactly that holds, so a grader that hides too little or too much fails it."""
+    from kernelmill.validate.sandbox import abi_version
+
+    if abi_version() <= 0:
+        pytest.skip("kernel without Landlock")
+    cache, builds = tmp_path / "cache", tmp_path / "builds"
+    (cache / "inductor").mkdir(parents=True)
+    (cache / "inductor" / "kernel.py").write_text("the reference's compiled kernel")
+    (builds / "0123456789abcdef").mkdir(parents=True)
+    (builds / "0123456789abcdef" / "main.cu").write_text("another submission's source")
+    beside = tmp_path / "beside.txt"
+    beside.write_text("readable")
+    # (the scan refuses a kernel that opens files: reached as the hostile cases do)
+    probe = (f"\nimport enum\n\n\ndef _scale():\n"
+             f"    b = enum.bltns\n"
+             f"    def opens(path):\n"
+             f"        try:\n"
+             f"            with b.getattr(b, 'op' + 'en')(path) as f:\n"
+             f"                return bool(f.read())\n"
+             f"        except OSError:\n"
+             f"            return False\n"
+             f"    hidden = [{str(cache / 'inductor' / 'kernel.py')!r},\n"
+             f"              {str(builds / '0123456789abcdef' / 'main.cu')!r}]\n"
+             f"    right = opens({str(beside)!r}) and not any(opens(p) for p in hidden)\n"
+             f"    return 2.0 if right else 3.0\n")
+    source = read("honest_scale_add").replace("2.0 * x + y", "scale * x + y").replace(
+        "x_ptr, y_ptr, out_ptr, n, BLOCK", "x_ptr, y_ptr, out_ptr, n, scale, BLOCK").replace(
+        "(x, y, out, n, BLOCK=1024)", "(x, y, out, n, _scale(), BLOCK=1024)") + probe
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy, cache_root=str(cache), extensions_root=str(builds))
+    verdict = grader.grade(read("ref_scale_add"), source)
+    assert verdict["correct"] and not verdict["hacks"], \
+        verdict.get("error") or verdict.get("hack_details")
