@@ -203,9 +203,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # under (T-19); with a window to come, the first reference worker stays to time
             # the reference there (``live_reference``): one worker, one CUDA context fewer per
             # grade. Its workers are counted on the device while they run (``beside``).
-            # ``shared``: a run serves several members (``members_per_run``)
-            shared = self.members_per_run(size.source, len(pending), slot_env)
-            with self._beside.held(self._device_key(slot_env), -(-len(pending) // shared)):
+            # ``shared``: one run for the members, made by fewer workers (``_shared_run``)
+            workers = len(pending)
+            if self.members_per_run(size.source, len(pending), slot_env) > 1:
+                workers = -(-workers // self.members_per_worker(size.source, workers, slot_env))
+            with self._beside.held(self._device_key(slot_env), workers):
                 references = self._fresh_references(size.source, len(pending), slot_env,
                                                      self.policy.distributions_for(record),
                                                      live=self.policy.time)

@@ -160,6 +160,18 @@ class ReferenceRun:
     shared_by: int = 1  # the group members judged against this run (``member_runs``)
 
 
+def _reference_value(result: WorkerResult) -> dict:
+    """A reference worker's value, or the ``ReferenceError`` of its failure (the problem's)."""
+    if not result.ok:
+        error = result.error or {}
+        raise ReferenceError(f"reference failed in {error.get('stage')}: "
+                             f"{error.get('message')}")
+    fault = reference_fault(result.value)
+    if fault:
+        raise ReferenceError(fault)
+    return result.value
+
+
 def member_value(value: dict, member: int) -> dict:
     """What one member of a group sharing a reference run is judged against: the run's
     weights, states and shown trials, and its own unseen trials (``member``), never another's.
@@ -322,8 +334,8 @@ class ReferenceRuns:
         ``live``: its worker stays to time it in the grade's window (``ReferenceRun.live``).
         ``members`` > 1: the run of that many members of a group (``_fresh_seeds``), which
         ``member_runs`` splits into each member's."""
-        run = self._run_reference(source, slot_env, timed=False, dists=dists, live=live,
-                                  members=members)
+        run = self._shared_run(source, slot_env, dists, live, members) if members > 1 else \
+            self._run_reference(source, slot_env, timed=False, dists=dists, live=live)
         try:
             if self.policy.time and self.policy.use_inductor(self.device):
                 run.value.update(self.inductor_timing(source, slot_env=slot_env))
@@ -373,15 +385,16 @@ class ReferenceRuns:
 
     def _run_reference(self, source: str, slot_env: dict | None, timed: bool = True,
                        dists: tuple[str, ...] | None = None, live: bool = False,
-                       members: int = 1) -> ReferenceRun:
+                       seeds: dict | None = None) -> ReferenceRun:
+        """One reference worker's run, from ``seeds`` (default: one submission's, fresh)."""
         policy = self.policy
         payload = {"source": source, "device": self.worker_device,
-                   **self._fresh_seeds(dists, members),
+                   **(seeds or self._fresh_seeds(dists)),
                    "serve_timing": live, "time": policy.time and timed,
                    "inductor": timed and policy.time and policy.use_inductor(self.device),
                    "timing_settings": policy.timing_settings,
                    "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
-        env, writable = self._env(slot_env), []
+        env, writable = self._worker_env(slot_env), []
         if payload["inductor"]:
             # Reference workers never run candidate code, so they alone may keep compiled
             # Inductor/Triton artefacts between runs (candidates cannot write there).
@@ -394,20 +407,10 @@ class ReferenceRuns:
             # Inductor's compile subprocesses would initialise CUDA inside the sandbox, which
             # the driver refuses; compile in the worker itself.
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        bytecode = bytecode_folder()
-        if bytecode:  # the libraries' bytecode, read only (``validate.bytecode``)
-            env[BYTECODE_VAR] = bytecode
         with self._on_host(source) as limits:
             result, kept = self._reference_worker(payload, env, writable, limits, live)
         try:
-            if not result.ok:
-                error = result.error or {}
-                raise ReferenceError(f"reference failed in {error.get('stage')}: "
-                                     f"{error.get('message')}")
-            value = result.value
-            fault = reference_fault(value)
-            if fault:
-                raise ReferenceError(fault)
+            value = _reference_value(result)
         except ReferenceError:
             if kept is not None:
                 kept.close()
@@ -418,6 +421,74 @@ class ReferenceRuns:
         self._note_reference_bytes(source, member_value(value, 0), slot_env)
         return ReferenceRun(value, result, self.device, source,
                             live=(kept, 0) if kept is not None else None)
+
+    def _worker_env(self, slot_env: dict | None) -> dict:
+        env = self._env(slot_env)
+        bytecode = bytecode_folder()
+        if bytecode:  # the libraries' bytecode, read only (``validate.bytecode``)
+            env[BYTECODE_VAR] = bytecode
+        return env
+
+    def _shared_run(self, source: str, slot_env: dict | None,
+                    dists: tuple[str, ...] | None, live: bool, members: int) -> ReferenceRun:
+        """ONE fresh reference run for ``members`` members of a group (``_fresh_seeds``): its
+        weights, states and shown trials made once, by the first worker, with the unseen trials
+        of the first ``members_per_worker`` members; the other members' unseen trials made
+        beside it by workers of their own, under the same weights and states (the same seeds),
+        so a group's run takes no longer than a member's own. Returns the whole run, every
+        member's unseen trials in it (``member_runs`` splits it); its CPU is all its workers'."""
+        seeds = self._fresh_seeds(dists, members)
+        owners = [set(part) for part in
+                  _split(range(members), self.members_per_worker(source, members, slot_env))]
+        shown = [spec for spec in seeds["trials"] if "member" not in spec]
+
+        def private(owned: set) -> list[dict]:
+            return [spec for spec in seeds["trials"] if spec.get("member") in owned]
+
+        made: list = [None] * len(owners)
+
+        def make(index: int):
+            if index == 0:
+                made[0] = self._run_reference(source, slot_env, timed=False, live=live,
+                                              seeds={**seeds, "trials": shown + private(owners[0])})
+            else:
+                made[index] = self._private_trials(source, slot_env, seeds, private(owners[index]))
+            return made[index]
+
+        try:
+            run, *parts = _side_by_side(make, range(len(owners)))
+            if parts and not run.value.get("base_redrawn", True):
+                # the first worker fell back to the constructor's base state (its draws
+                # overflowed under the re-drawn one): the others' trials again, under it
+                parts = _side_by_side(lambda owned: self._private_trials(
+                    source, slot_env, seeds, private(owned), constructor=True), owners[1:])
+        except BaseException:
+            if made[0] is not None:
+                close_live([made[0]])
+            raise
+        for part in parts:
+            run.value["trials"] += part.value["trials"]
+        cpu = [r.cpu_s for r in (run.result, *parts)]
+        run.result = dataclasses.replace(
+            run.result, cpu_s=None if None in cpu else round(sum(cpu), 3))
+        return run
+
+    def _private_trials(self, source: str, slot_env: dict | None, seeds: dict,
+                        trials: list[dict], constructor: bool = False) -> WorkerResult:
+        """Some group members' unseen trials, made by a worker of their own under the weights
+        and states of ``seeds`` (the run whose shown trials they share); ``constructor``: under
+        the constructor's base state, as that run settled on."""
+        payload = {"source": source, "device": self.worker_device,
+                   "init_seed": seeds["init_seed"], "state_seed": seeds["state_seed"],
+                   "trials": trials, "private_only": True, "base_constructor": constructor,
+                   "serve_timing": False, "time": False, "inductor": False,
+                   "timing_settings": self.policy.timing_settings,
+                   "lock": gpu_lock_path(self.worker_device, self._env(slot_env))}
+        with self._on_host(source) as limits:
+            result, _kept = self._reference_worker(payload, self._worker_env(slot_env), [],
+                                                   limits, False)
+        _remember_output_scales(_reference_value(result))
+        return result
 
     def _reference_worker(self, payload: dict, env: dict, writable: list, limits: dict,
                           live: bool) -> tuple[WorkerResult, LiveReference | None]:
@@ -479,38 +550,47 @@ class ReferenceRuns:
 
     def members_per_run(self, source: str, members: int,
                         slot_env: dict | None = None) -> int:
-        """How many of a group's ``members`` one fresh reference run serves: under ``own`` (or
-        before a run of ``source`` shows its outputs' size) one; under ``shared`` as many as
-        its results file holds (every shown trial's outputs once, the constructor's of the
-        first, and each member's unseen trials' and spares') within half a worker's file
-        limit (``harness.WORKER_FILE_BYTES``)."""
+        """How many of a group's ``members`` share one fresh reference run's weights and shown
+        trials: under ``shared`` all of them, once a run of ``source`` has shown its size (a
+        problem's first group, and every group under ``own``: one each)."""
         if members <= 1 or group_reference() != "shared":
             return 1
-        outputs = self._sizes(source, slot_env).get("output_bytes")
+        return members if self._sizes(source, slot_env).get("output_bytes") else 1
+
+    def members_per_worker(self, source: str, members: int,
+                           slot_env: dict | None = None) -> int:
+        """How many members' unseen trials one worker of a shared run makes (``_shared_run``):
+        as many as keep its tensors within what one member's own run holds, or
+        ``BATCH_BYTES`` where that is more (the first worker makes the shown trials too), and
+        its results file (every shown trial's outputs once, the constructor's of the first,
+        and each member's unseen trials' and spares') within half a worker's file limit
+        (``harness.WORKER_FILE_BYTES``)."""
+        sizes = self._sizes(source, slot_env)
+        outputs, tensors = sizes.get("output_bytes"), sizes.get("tensor_bytes") or 0
+        unseen = sizes.get("unseen_bytes") or 0
         if not outputs:
             return 1
         policy = self.policy
         private = max(0, policy.unseen_trials) + max(0, policy.unseen_spares) \
             if policy.time else 0
         room = WORKER_FILE_BYTES // 2 // outputs - max(1, policy.trials) - 1
-        return max(1, min(members, room // max(1, private)))
+        held = (max(BATCH_BYTES, tensors) - (tensors - unseen)) // unseen if unseen else members
+        return max(1, min(members, room // max(1, private), held))
 
     def group_host_bytes(self, source: str, members: int,
                          slot_env: dict | None = None) -> int | None:
         """What this process holds on the host for a grade of ``members`` of ``source`` on a
-        GPU: ``host_bytes`` per member, less, where members share a run
-        (``members_per_run``), the part of that run they share (its weights, states and shown
-        trials: all but one member's unseen trials, ``unseen_bytes``) for every member but one
-        of each run. None before any run of it is known."""
+        GPU: ``host_bytes`` per member, less, where they share a run (``members_per_run``),
+        the part of it they share (its weights, states and shown trials: all but a member's
+        unseen trials, ``unseen_bytes``) for every member but one. None before any run of it
+        is known."""
         each = self.host_bytes(source, slot_env)
         if each is None:
             return None
-        per_run = self.members_per_run(source, members, slot_env)
         sizes = self._sizes(source, slot_env)
         shared = max(0, (sizes.get("tensor_bytes") or 0) - (sizes.get("unseen_bytes") or 0)) \
-            if per_run > 1 else 0
-        runs = -(-members // per_run)
-        return int(members * each - (members - runs) * shared)
+            if self.members_per_run(source, members, slot_env) > 1 else 0
+        return int(members * each - (members - 1) * shared)
 
     def _sizes(self, source: str, slot_env: dict | None) -> dict:
         with self._lock:
@@ -637,9 +717,7 @@ class ReferenceRuns:
         """A batch worker's result as one ``ReferenceRun`` per run it made."""
         policy, count = self.policy, len(runs)
         if not result.ok:
-            error = result.error or {}
-            raise ReferenceError(f"reference failed in {error.get('stage')}: "
-                                 f"{error.get('message')}")
+            _reference_value(result)
         values = result.value.get("runs") or []
         if len(values) != count:
             raise ReferenceError(f"reference worker returned {len(values)} runs of {count}")
@@ -664,28 +742,24 @@ class ReferenceRuns:
                           dists: tuple[str, ...] | None = None,
                           live: bool = False) -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source`` (one per member of a grade), made in
-        workers side by side. Where members share runs (``members_per_run``), each run is
-        made for several and split into theirs (``member_runs``). Else, once a run of this
-        source has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of tensors
-        (a group of small problems: one worker, not eight CUDA contexts, which a GPU's driver
-        creates one at a time); until then, one each. ``live``: the worker of the first run
-        or batch stays to time one of its runs in the grade's window (the caller ends it:
+        workers side by side. Where members share a run (``members_per_run``), it is made for
+        all of them and split into theirs (``member_runs``). Else, once a run of this source
+        has been seen, each worker makes as many as fit in ``BATCH_BYTES`` of tensors (a group
+        of small problems: one worker, not eight CUDA contexts, which a GPU's driver creates
+        one at a time); until then, one each. ``live``: the worker of the first run or batch
+        stays to time one of its runs in the grade's window (the caller ends it:
         ``close_live``)."""
-        shared = self.members_per_run(source, count, slot_env)
+        if self.members_per_run(source, count, slot_env) > 1:
+            return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
+                                                    live=live, members=count), count)
         size = self.reference_tensor_bytes(source)
-        per_worker = 1 if size is None or shared > 1 else \
-            max(1, min(count, BATCH_BYTES // max(size, 1)))
-        sizes = [len(part) for part in _split(range(count), max(shared, per_worker))]
+        per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
+        sizes = [len(part) for part in _split(range(count), per_worker)]
         made: list[list[ReferenceRun]] = []
 
         def batch(index_size: tuple[int, int]) -> list[ReferenceRun]:
-            index, size = index_size
-            first = live and index == 0
-            if shared > 1:
-                runs = member_runs(self.fresh_reference(
-                    source, slot_env=slot_env, dists=dists, live=first, members=size), size)
-            else:
-                runs = self._fresh_batch(source, size, slot_env, dists, live=first)
+            runs = self._fresh_batch(source, index_size[1], slot_env, dists,
+                                     live=live and index_size[0] == 0)
             made.append(runs)
             return runs
 

@@ -119,10 +119,14 @@ def _time_when_asked(ns: dict, device: str, payload: dict, bases: list[dict]) ->
 
 def _drop_worker_only(result: dict) -> None:
     """What a reference run keeps for its own later work (the model, how the first trial's
-    inputs were drawn), taken out of what it sends; its states go to the shown file."""
+    inputs were drawn), taken out of what it sends; its states go to the shown file, unless
+    the run makes unseen trials alone for a run that ships them (``private_only``)."""
     del result["_model"]
     for trial in result["trials"]:
         trial.pop("_draw", None)
+    if result.pop("_private_only", False):
+        result["state_dict"], result["states"] = {}, {}
+        return
     _shown_states(result)
 
 
@@ -223,17 +227,25 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         except Exception:  # noqa: BLE001 — refuses it): else the constructor's, as before
             states[index] = constructor
     base = int(payload["trials"][0].get("state") or 0) if payload["trials"] else 0
+    # a run making some group members' unseen trials for another run (``private_only``)
+    # takes the base state that run settled on: the re-drawn one, or the constructor's
+    # (``base_constructor``), never a choice of its own
+    private = bool(payload.get("private_only"))
+    if private and payload.get("base_constructor"):
+        states[base] = constructor
     mark = result_mark()
     result = _trials_under(ns, model, device, payload, states, held)
-    if not result["natural_finite"] and base and \
+    kept = True  # the base state re-drawn as asked (not fallen back to the constructor's)
+    if not private and not result["natural_finite"] and base and \
             any(not torch.equal(a, b) for a, b in zip(states[base].values(),
                                                       constructor.values())):
         # the problem's own draws overflow under the re-drawn base state: the constructor's
         # is the base (the problem was validated under it); re-drawn trials stay re-drawn
         states[base] = constructor
+        kept = False
         result_rewind(mark)  # the first pass's tensors, written as made, are not sent
         result = _trials_under(ns, model, device, payload, states, held)
-    elif base and result["trials"] and result["trials"][0]["usable"]:
+    elif not private and base and result["trials"] and result["trials"][0]["usable"]:
         # what the first trial's inputs give under the constructor's state, for the parent to
         # recognise an answer computed from it (weights folded at construction, a norm's
         # affine step dropped where the constructor made it the identity): never sent on
@@ -254,8 +266,8 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
     return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
             "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
-            "info": device_info(device), "ops": result["ops"], **result["work"],
-            "_model": model}
+            "base_redrawn": kept, "info": device_info(device), "ops": result["ops"],
+            **result["work"], "_model": model, **({"_private_only": True} if private else {})}
 
 
 def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
@@ -315,7 +327,8 @@ def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,
         # and the forward to come: a point between them halves a trial's stretch
         point()
         _manual_seed(forward_seed(payload["init_seed"]))
-        tracer = _OpTrace() if not trials else None
+        # (the op trace is the run's first trial's: none in a run of unseen trials alone)
+        tracer = _OpTrace() if not trials and not payload.get("private_only") else None
         natural = spec["dist"] == "natural" and wanted == base
         try:
             with torch.no_grad():

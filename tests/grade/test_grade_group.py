@@ -377,11 +377,13 @@ def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(
 
 def test_a_group_may_share_one_reference_run(monkeypatch):
     """With ``KERNELMILL_GROUP_REFERENCE=shared`` a group's members are judged against ONE fresh
-    reference run's weights and shown trials (one worker, its files handed to every member as
-    they are), each against unseen trials of its own: the honest ones pass (each was handed
-    the unseen inputs its own reference outputs answer), a wrong one is caught, each is charged
-    a share of the run's CPU, and the grading process asks the host for the shared part once.
-    A problem whose outputs' size is not known yet gets a run per member."""
+    reference run's weights and shown trials (its files handed to every member as they are),
+    each against unseen trials of its own: the honest ones pass (each was handed the unseen
+    inputs its own reference outputs answer), a wrong one is caught, each is charged a share of
+    the run's CPU, and the grading process asks the host for the shared part once. Where one
+    worker's files would not hold every member's unseen trials, workers of their own make some
+    members' beside it, under the same weights and states. A problem whose outputs' size is not
+    known yet gets a run per member."""
     from kernelmill.grade import reference_run as R
 
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
@@ -404,24 +406,30 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     grader.grade_group(reference, [honest, honest + "\n# first\n"])
     assert len({run.value["init_seed"] for run in runs.pop()}) == 2
     assert grader.members_per_run(reference, 3) == 3
-    verdicts = grader.grade_group(reference, [honest, wrong, honest + "\n# again\n"])
-    made = runs.pop()
-    assert len({run.value["init_seed"] for run in made}) == 1  # one run for the three
 
     def seeds(run, hidden):
         return [t["seed"] for t in run.value["trials"] if bool(t.get("hidden")) is hidden]
 
-    assert all(seeds(run, False) == seeds(made[0], False) and seeds(run, False) for run in made)
-    unseen = [seeds(run, True) for run in made]
-    assert all(unseen) and len({s for each in unseen for s in each}) == sum(map(len, unseen))
-    right, off, again = verdicts
+    def graded(reference, sources, workers):
+        verdicts = grader.grade_group(reference, sources)
+        made = runs.pop()
+        assert len({run.value["init_seed"] for run in made}) == 1  # one run for all
+        assert all(seeds(run, False) == seeds(made[0], False) and seeds(run, False)
+                   for run in made)
+        unseen = [seeds(run, True) for run in made]
+        assert all(unseen) and len({s for each in unseen for s in each}) == \
+            sum(map(len, unseen))
+        assert grader.members_per_worker(reference, len(sources)) == workers
+        return verdicts
+
+    right, off, again = graded(reference, [honest, wrong, honest + "\n# again\n"], 3)
     for verdict in (right, again):
         assert verdict["correct"] and not verdict["hacks"], \
             verdict.get("error") or verdict.get("hack_details")
         assert verdict["profile"]["reference_shared_by"] == 3
     assert not off["correct"] and off["timings"]["skipped"] == "incorrect"
     assert right["timing"]["reference_ms"] == again["timing"]["reference_ms"]
-    shares = {v["profile"]["cpu_s"]["reference"] for v in verdicts}
+    shares = {v["profile"]["cpu_s"]["reference"] for v in (right, off, again)}
     assert len(shares) == 1 and shares.pop() > 0
     # the host's ask: every member's own part, the run's shared part once
     sizes = grader._sizes(reference, None)
@@ -429,15 +437,34 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     assert 0 < sizes["unseen_bytes"] < tensors < each
     assert grader.group_host_bytes(reference, 3) == \
         3 * each - 2 * (tensors - sizes["unseen_bytes"])
-    # a group larger than a run's results file holds is spread over several runs
+    # one worker's results file holds the shown trials and one member's unseen ones: the
+    # others' are made by workers of their own, under the same weights and states (a problem
+    # with weights: a member judged against unseen outputs made under others would fail)
+    linear, lin = read("ref_linear"), read("honest_linear")
+    grader.grade_group(linear, [lin, lin + "\n# first\n"])  # its size: a run each
+    runs.pop()
+    sizes = grader._sizes(linear, None)
+    private_runs = []
+    real_private = grader._private_trials
+
+    def counted(*args, **kwargs):
+        private_runs.append(args[3])
+        return real_private(*args, **kwargs)
+
+    monkeypatch.setattr(grader, "_private_trials", counted)
     monkeypatch.setattr(R, "WORKER_FILE_BYTES", 2 * sizes["output_bytes"] * (
-        policy.trials + 1 + 2 * (policy.unseen_trials + policy.unseen_spares)))
-    assert grader.members_per_run(reference, 3) == 2
-    assert grader.group_host_bytes(reference, 3) == \
-        3 * each - 1 * (tensors - sizes["unseen_bytes"])
+        policy.trials + 1 + policy.unseen_trials + policy.unseen_spares))
+    verdicts = graded(linear, [lin, lin + "\n# b\n", lin + "\n# c\n"], 1)
+    assert len(private_runs) == 2 and all(
+        {spec["member"] for spec in trials} == {index + 1}
+        for index, trials in enumerate(private_runs))
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 3
     # own (the default): a run per member
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
-    assert grader.group_host_bytes(reference, 3) == 3 * each
+    assert grader.group_host_bytes(reference, 3) == 3 * grader.host_bytes(reference)
     own = grader.grade_group(reference, [honest, honest + "\n# again\n"])
     assert len({run.value["init_seed"] for run in runs.pop()}) == 2
     assert all(v["profile"]["reference_shared_by"] == 1 for v in own)
@@ -484,3 +511,82 @@ def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_buil
     verdict = grader.grade(read("ref_scale_add"), source)
     assert verdict["correct"] and not verdict["hacks"], \
         verdict.get("error") or verdict.get("hack_details")
+
+
+OVERFLOWING = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Finite under its constructor's weight (0), not under a re-drawn one (N(0, 0.2))."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return x * torch.exp(self.w.abs() * 1e6)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SCALED_BY_EXP = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def exp_scale_kernel(x_ptr, w_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    scale = tl.exp(tl.abs(tl.load(w_ptr)) * 1e6)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * scale, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        exp_scale_kernel[(triton.cdiv(n, 1024),)](x, self.w, out, n, BLOCK=1024)
+        return out
+'''
+
+
+def test_a_shared_runs_other_workers_take_the_base_state_its_first_settled_on(monkeypatch):
+    """Where a problem's draws overflow under the re-drawn base state, a reference run falls
+    back to the constructor's. The workers making other members' unseen trials of a shared run
+    make them again under the state the first worker settled on: a member's unseen outputs
+    under another state would fail an honest kernel."""
+    from kernelmill.grade import reference_run as R
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "shared")
+    first = grader.grade_group(OVERFLOWING, [SCALED_BY_EXP])[0]  # its size: a run of its own
+    assert first["correct"] and not first["hacks"], first.get("error") or first.get("hack_details")
+    made = []
+    real = grader._private_trials
+
+    def counted(*args, **kwargs):
+        made.append(kwargs.get("constructor", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grader, "_private_trials", counted)
+    monkeypatch.setattr(grader, "members_per_worker", lambda *a, **k: 1)
+    verdicts = grader.grade_group(OVERFLOWING, [SCALED_BY_EXP, SCALED_BY_EXP + "\n# b\n"])
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 2
+    assert made == [False, True]  # made under the re-drawn state, then again under the base
