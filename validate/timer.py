@@ -190,6 +190,9 @@ class Timer(TimingGraphs):
         # run after each sample of a ``round``, outside the sample's time (the grader's worker
         # checks the inputs there after a secret share of the samples)
         self.after_sample: Callable[[], Any] | None = None
+        # the median per-call time of the window's rounds so far (``window_worker``): what the
+        # unseen check's calls on the timed inputs are read against
+        self.scored_ms: float | None = None
 
     # -------------------------------------------------------- preparation
 

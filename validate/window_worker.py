@@ -108,6 +108,7 @@ def _serve(timer: Timer, receive: Callable[[], str], report: Callable[[dict], No
             times = timer.round(int(arg))
             stamps.append(_monotonic())
             samples.extend(times)
+            timer.scored_ms = sorted(samples)[len(samples) // 2]
             rounds += 1
             if after_work is not None:
                 after_work()

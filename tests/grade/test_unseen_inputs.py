@@ -157,6 +157,7 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
     class Timer:
         graph, calls_per_sample, method, last_cpu_ms, _single = object(), 4, "cuda_graph", \
             None, (object(), None)
+        scored_ms = None
 
         def once(self, fn, around, whole, flush):
             seen.append(("call", whole, flush, gc.isenabled()))
@@ -211,3 +212,53 @@ def test_a_mode_pushed_before_new_inputs_come_in_asks_for_none_and_is_reported()
     with TorchFunctionMode():
         assert probes._Probes._mode_would_see_new_inputs(run)
     assert run.changed_while_timed and "mode" in run.changed_while_timed[0]
+
+
+def _timed_check(monkeypatch, first_reads: list[float],
+                 scored_ms: float | None) -> SimpleNamespace:
+    """``_Probes.unseen`` with its calls timed by the script ``first_reads`` (the calls on the
+    timed inputs, in order; every other call 3.2 ms), one unseen trial, no spare."""
+    reads = list(first_reads)
+    parts = {0: {"inputs": ["hidden 0"]}}
+
+    class Timer:
+        graph, calls_per_sample, method, last_cpu_ms, _single = None, 1, "cuda_events", None, \
+            None
+
+        def once(self, fn, around, whole, flush):
+            return (reads.pop(0) if around is not None and loaded[-1] == "timed" and reads
+                    else 3.2), ["out"]
+
+    timer = Timer()
+    timer.scored_ms = scored_ms
+    loaded: list = []
+    first = {"inputs": ["timed"]}
+    run = SimpleNamespace(hidden=1, hidden_required=1, hidden_required_ungraphed=1,
+                          retry_ratio=1.1, trials=[first], pristine=first, buffers=[],
+                          witness=SimpleNamespace(running=True, span=object()),
+                          changed_while_timed=[])
+    run.load = lambda values, single=False: loaded.append(values[0])
+    run.invoke = lambda: (["out"], None)
+    run.observe = lambda *args, **kwargs: {"outputs": ["out"]}
+    run._mode_would_see_new_inputs = lambda: False
+    monkeypatch.setattr(probes, "late_payload", lambda index: parts.get(index))
+    assert probes._Probes.unseen(run, timer) == 1
+    return run
+
+
+def test_calls_on_the_timed_inputs_that_read_slow_against_the_rounds_are_read_again(
+        monkeypatch):
+    """The unseen check opens with ``SEEN_FIRST`` calls on the timed inputs: its baseline, which
+    the judge holds against the scored calls (a forward slow only in the check tells it apart)
+    and the unseen calls against. Where they read over the spares' ratio against the window's
+    own rounds (``Timer.scored_ms``: another process's work on the GPU for a moment), they are
+    read once more before any unseen input, and the judge takes the fastest of all. Read as
+    the rounds were, or with no rounds read, they are not."""
+    slow = _timed_check(monkeypatch, [7.38, 5.88, 5.99], scored_ms=3.2)
+    assert slow.unseen_facts["seen_ms"] == [7.38, 5.88, 5.99, 3.2, 3.2, 3.2]
+    assert slow.unseen_facts["order"][:6] == ["seen"] * 6 and \
+        slow.unseen_facts["order"][6] == "unseen"
+    steady = _timed_check(monkeypatch, [3.21, 3.2, 3.22], scored_ms=3.2)
+    assert steady.unseen_facts["seen_ms"] == [3.21, 3.2, 3.22]
+    unread = _timed_check(monkeypatch, [7.38, 5.88, 5.99], scored_ms=None)
+    assert unread.unseen_facts["seen_ms"] == [7.38, 5.88, 5.99]
