@@ -85,9 +85,11 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                  cpu_max_numel: int | None = None, host_memory_bytes: int | None = None):
         self.device = resolve_device(device)
         self.policy = policy or Policy()
-        self.cache_root = Path(cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
-                               Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                               / "kernelmill")
+        # absolute: workers run in folders of their own, and the folders hidden from them
+        # (``private_folders``) name this one
+        self.cache_root = Path(os.path.abspath(
+            cache_root or os.environ.get("KERNELMILL_CACHE_DIR") or
+            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelmill"))
         # Extension builds: one folder per candidate source, writable by that candidate only.
         # absolute: the compile worker and the candidate's worker run in folders of their own,
         # and a relative build folder (``grade_file``'s beside a relative ``--out``) named a

@@ -473,7 +473,8 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
 
 
-def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_build(tmp_path):
+def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_build(tmp_path,
+                                                                                   monkeypatch):
     """A candidate's worker may not read the grader's caches (the reference's compiled Inductor
     and Triton kernels, its timings) nor another submission's extension build: another's
     sources are not its to read, nor a place two members running at once could pass answers
@@ -507,10 +508,13 @@ def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_buil
         "x_ptr, y_ptr, out_ptr, n, BLOCK", "x_ptr, y_ptr, out_ptr, n, scale, BLOCK").replace(
         "(x, y, out, n, BLOCK=1024)", "(x, y, out, n, _scale(), BLOCK=1024)") + probe
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
-    grader = Grader("cpu", policy=policy, cache_root=str(cache), extensions_root=str(builds))
-    verdict = grader.grade(read("ref_scale_add"), source)
-    assert verdict["correct"] and not verdict["hacks"], \
-        verdict.get("error") or verdict.get("hack_details")
+    monkeypatch.chdir(tmp_path)
+    # named as given, and relative to where the grader runs (workers run in folders of their own)
+    for roots in ((str(cache), str(builds)), ("cache", "builds")):
+        grader = Grader("cpu", policy=policy, cache_root=roots[0], extensions_root=roots[1])
+        verdict = grader.grade(read("ref_scale_add"), source)
+        assert verdict["correct"] and not verdict["hacks"], \
+            (roots, verdict.get("error") or verdict.get("hack_details"))
 
 
 OVERFLOWING = '''import torch
