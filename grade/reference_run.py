@@ -160,6 +160,10 @@ class ReferenceRun:
     shared_by: int = 1  # the group members judged against this run (``member_runs``)
 
 
+class _OwnRuns(Exception):
+    """A shared run's members are graded against runs of their own (``_shared_run``)."""
+
+
 def _reference_value(result: WorkerResult) -> dict:
     """A reference worker's value, or the ``ReferenceError`` of its failure (the problem's)."""
     if not result.ok:
@@ -294,6 +298,8 @@ class ReferenceTiming:
         key = json.dumps([kind, source, name, _library_versions(), policy.trials,
                           policy.unseen_trials, policy.unseen_spares, policy.state_trials,
                           policy.redraw_state,
+                          # an untimed grade draws no unseen trials
+                          *([] if policy.time else ["untimed"]),
                           # what a worker holds by the window's end moves with the timer's own
                           *([cached_timing_settings(policy.timing_settings)]
                             if kind == "seen" else [])],
@@ -435,8 +441,10 @@ class ReferenceRuns:
         weights, states and shown trials made once, by the first worker, with the unseen trials
         of the first ``members_per_worker`` members; the other members' unseen trials made
         beside it by workers of their own, under the same weights and states (the same seeds),
-        so a group's run takes no longer than a member's own. Returns the whole run, every
-        member's unseen trials in it (``member_runs`` splits it); its CPU is all its workers'."""
+        none holding more than a member's own run or ``BATCH_BYTES`` (``members_per_worker``).
+        Returns the whole run, every member's unseen trials in it (``member_runs`` splits it);
+        its CPU is all its workers'. Raises ``_OwnRuns`` where another worker's draws overflow
+        under the base state the first kept."""
         seeds = self._fresh_seeds(dists, members)
         owners = [set(part) for part in
                   _split(range(members), self.members_per_worker(source, members, slot_env))]
@@ -457,18 +465,24 @@ class ReferenceRuns:
 
         try:
             run, *parts = _side_by_side(make, range(len(owners)))
+            cpu = [r.cpu_s for r in (run.result, *parts)]
             if parts and not run.value.get("base_redrawn", True):
                 # the first worker fell back to the constructor's base state (its draws
                 # overflowed under the re-drawn one): the others' trials again, under it
+                parts, made[1:] = None, [None] * (len(owners) - 1)  # their files let go
                 parts = _side_by_side(lambda owned: self._private_trials(
                     source, slot_env, seeds, private(owned), constructor=True), owners[1:])
+                cpu += [r.cpu_s for r in parts]
+            elif any(part.value.get("natural_finite") is False for part in parts):
+                # another worker's draws overflowed under the base state the first kept: a run
+                # of its own would have fallen back for those members; each member gets one
+                raise _OwnRuns
         except BaseException:
             if made[0] is not None:
                 close_live([made[0]])
             raise
         for part in parts:
             run.value["trials"] += part.value["trials"]
-        cpu = [r.cpu_s for r in (run.result, *parts)]
         run.result = dataclasses.replace(
             run.result, cpu_s=None if None in cpu else round(sum(cpu), 3))
         return run
@@ -555,7 +569,10 @@ class ReferenceRuns:
         problem's first group, and every group under ``own``: one each)."""
         if members <= 1 or group_reference() != "shared":
             return 1
-        return members if self._sizes(source, slot_env).get("output_bytes") else 1
+        sizes = self._sizes(source, slot_env)
+        # (a timed run's sizes without its unseen part: kept before they were told apart)
+        known = sizes.get("output_bytes") and (sizes.get("unseen_bytes") or not self.policy.time)
+        return members if known else 1
 
     def members_per_worker(self, source: str, members: int,
                            slot_env: dict | None = None) -> int:
@@ -750,8 +767,11 @@ class ReferenceRuns:
         stays to time one of its runs in the grade's window (the caller ends it:
         ``close_live``)."""
         if self.members_per_run(source, count, slot_env) > 1:
-            return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
-                                                    live=live, members=count), count)
+            try:
+                return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
+                                                        live=live, members=count), count)
+            except _OwnRuns:
+                pass  # a run for each member, as under ``own``
         size = self.reference_tensor_bytes(source)
         per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
         sizes = [len(part) for part in _split(range(count), per_worker)]

@@ -266,7 +266,8 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
     return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
             "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
-            "base_redrawn": kept, "info": device_info(device), "ops": result["ops"],
+            "base_redrawn": kept, "natural_finite": result["natural_finite"],
+            "info": device_info(device), "ops": result["ops"],
             **result["work"], "_model": model, **({"_private_only": True} if private else {})}
 
 

@@ -594,3 +594,43 @@ def test_a_shared_runs_other_workers_take_the_base_state_its_first_settled_on(mo
             verdict.get("error") or verdict.get("hack_details")
         assert verdict["profile"]["reference_shared_by"] == 2
     assert made == [False, True]  # made under the re-drawn state, then again under the base
+
+
+def test_a_shared_run_whose_other_workers_draws_overflow_gives_each_member_a_run(monkeypatch):
+    """A worker making other members' unseen trials keeps the base state the first worker
+    settled on; where its own draws overflow under it (a member's run of its own would have
+    fallen back to the constructor's), the group is graded against a run per member, as
+    under ``own``: no member is judged against outputs that are not finite."""
+    from kernelmill.grade import reference_run as R
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "shared")
+    linear, lin = read("ref_linear"), read("honest_linear")
+    grader.grade_group(linear, [lin])  # its size: a run of its own
+    monkeypatch.setattr(grader, "members_per_worker", lambda *a, **k: 1)
+    real, overflowed = grader._private_trials, []
+
+    def overflowing(*args, **kwargs):
+        result = real(*args, **kwargs)
+        assert result.value["natural_finite"] is True  # as the worker reads its draws
+        if not overflowed:  # the first other worker's draws, as if they had overflowed
+            overflowed.append(True)
+            result.value["natural_finite"] = False
+        return result
+
+    monkeypatch.setattr(grader, "_private_trials", overflowing)
+    runs = []
+    real_references = grader._fresh_references
+
+    def kept(source, count, *args, **kwargs):
+        runs.append(real_references(source, count, *args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(grader, "_fresh_references", kept)
+    verdicts = grader.grade_group(linear, [lin, lin + "\n# b\n", lin + "\n# c\n"])
+    assert overflowed and len({run.value["init_seed"] for run in runs[-1]}) == 3
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 1
