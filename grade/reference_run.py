@@ -473,10 +473,14 @@ class ReferenceRuns:
                 parts = _side_by_side(lambda owned: self._private_trials(
                     source, slot_env, seeds, private(owned), constructor=True), owners[1:])
                 cpu += [r.cpu_s for r in parts]
-            elif any(part.value.get("natural_finite") is False for part in parts):
+            if any(part.value.get("natural_finite") is False for part in parts):
                 # another worker's draws overflowed under the base state the first kept: a run
                 # of its own would have fallen back for those members; each member gets one
                 raise _OwnRuns
+            if any(part.value.get("state_digest") != run.value.get("state_digest")
+                   for part in parts):
+                raise _OwnRuns  # the same seeds built other weights (the constructor draws
+                # from generators the seed does not reach): each member a run of its own
         except BaseException:
             if made[0] is not None:
                 close_live([made[0]])

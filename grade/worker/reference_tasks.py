@@ -267,8 +267,24 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
             "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
             "base_redrawn": kept, "natural_finite": result["natural_finite"],
+            "state_digest": _state_digest(states[base]),
             "info": device_info(device), "ops": result["ops"],
             **result["work"], "_model": model, **({"_private_only": True} if private else {})}
+
+
+def _state_digest(state: dict) -> list:
+    """What a run's base state holds, told apart cheaply (each tensor's name, shape and sums in
+    float64, on the host where the states are): two workers of one shared run must have built
+    the same weights from the same seeds, which a constructor that draws from Python's or
+    NumPy's generators (the seed reaches torch's alone) would not."""
+    digest = []
+    for name, value in state.items():
+        if _isinstance(value, torch.Tensor) and value.is_floating_point():
+            work = value.detach().double()
+            digest.append([name, list(value.shape), float(work.sum()), float(work.abs().sum())])
+        elif _isinstance(value, torch.Tensor):
+            digest.append([name, list(value.shape), int(value.long().sum())])
+    return digest
 
 
 def _trials_under(ns: dict, model, device: str, payload: dict, states: dict,

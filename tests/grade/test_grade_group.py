@@ -634,3 +634,85 @@ def test_a_shared_run_whose_other_workers_draws_overflow_gives_each_member_a_run
         assert verdict["correct"] and not verdict["hacks"], \
             verdict.get("error") or verdict.get("hack_details")
         assert verdict["profile"]["reference_shared_by"] == 1
+
+
+UNSEEDED_WEIGHTS = '''import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Its weight drawn from a generator the grader's seed does not reach (NumPy's, seeded by
+    the OS in each process)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.full((64,), float(np.random.default_rng().uniform(0.5, 1.5))))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ROW_SCALE = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_scale_kernel(x_ptr, w_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    w = tl.load(w_ptr + offsets % cols, mask=mask)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * w, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(64))
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        row_scale_kernel[(triton.cdiv(n, 1024),)](x, self.w, out, n, 64, BLOCK=1024)
+        return out
+'''
+
+
+def test_a_shared_run_whose_workers_built_other_weights_gives_each_member_a_run(monkeypatch):
+    """The workers of a shared run build the model from the same seeds; a constructor that
+    draws from a generator the seed does not reach (NumPy's, unseeded) builds other weights
+    in each. Their base states are told apart (``state_digest``) and the group is graded
+    against a run per member: an honest member judged against unseen outputs made under
+    weights it was not given would be wrong."""
+    from kernelmill.grade import reference_run as R
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "shared")
+    first = grader.grade_group(UNSEEDED_WEIGHTS, [ROW_SCALE])[0]  # its size: its own run
+    assert first["correct"] and not first["hacks"], first.get("error") or first.get("hack_details")
+    monkeypatch.setattr(grader, "members_per_worker", lambda *a, **k: 1)
+    runs = []
+    real = grader._fresh_references
+
+    def kept(source, count, *args, **kwargs):
+        runs.append(real(source, count, *args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(grader, "_fresh_references", kept)
+    verdicts = grader.grade_group(UNSEEDED_WEIGHTS, [ROW_SCALE, ROW_SCALE + "\n# b\n"])
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+    assert all(verdict["profile"]["reference_shared_by"] == 1 for verdict in verdicts)
+    assert len({run.value["init_seed"] for run in runs[-1]}) == 2  # a run each
