@@ -200,6 +200,22 @@ def runs_folder() -> str:
     return folder
 
 
+# The folders every validation worker of this host shares (its Inductor and Triton caches,
+# its lock files): theirs to write (``worker_budgets._writable``), hidden from every other
+# confined worker (``hidden_folders``): a submission's could read the problems' compiled
+# Inductor kernels there, or hold a validation lock.
+VALIDATION_FOLDERS = ("locks", "cache")
+
+
+def validation_folder(name: str) -> str:
+    """A folder of ``VALIDATION_FOLDERS`` (not made here)."""
+    return os.path.join(tempfile.gettempdir(), f"kernelmill-{name}")
+
+
+def validation_folders() -> list[str]:
+    return [validation_folder(name) for name in VALIDATION_FOLDERS]
+
+
 def hidden_folders(payload) -> list[str]:
     """The folders a confined worker may not read: those of the files kernelmill's processes
     ``flock`` to share the machine. A worker that could open such a file could hold a lock on it
@@ -209,12 +225,13 @@ def hidden_folders(payload) -> list[str]:
     (``admission.GPU_LEDGER_VAR``) are hidden from every worker; the GPUs' locks (``gpus.runtime_folder``) from every worker but a run that takes one
     itself, whose payload names it (``payload["lock"]``: a trusted reference or validation
     run). A worker that makes its CUDA context under the lock (``init_lock``) opens it before
-    it confines itself. Other runs' temporary folders (``runs_folder``) are hidden as well."""
+    it confines itself. Other runs' temporary folders (``runs_folder``) are hidden as well, and
+    validation's shared folders (``VALIDATION_FOLDERS``), which its own workers are granted."""
     from .admission import GPU_LEDGER_VAR
     from .gpus import runtime_folder
     from .host_admission import ledger_folder
 
-    folders = [str(ledger_folder()), runs_folder()]
+    folders = [str(ledger_folder()), runs_folder(), *validation_folders()]
     if os.environ.get(GPU_LEDGER_VAR):  # the GPUs' memory ledgers of a grade's processes
         folders.append(os.environ[GPU_LEDGER_VAR])
     if not (isinstance(payload, dict) and payload.get("lock")):

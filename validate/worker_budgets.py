@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
 import threading
 import time
 from typing import Any
@@ -30,8 +29,11 @@ from .settings import (
 
 
 def _shared_folder(name: str) -> str:
-    """A folder shared by all workers of this host (lock files, compile caches)."""
-    folder = os.path.join(tempfile.gettempdir(), f"kernelmill-{name}")
+    """A folder shared by all validation workers of this host (lock files, compile caches:
+    ``harness.VALIDATION_FOLDERS``, hidden from every other confined worker)."""
+    from .harness import validation_folder
+
+    folder = validation_folder(name)
     os.makedirs(folder, exist_ok=True)
     return folder
 

@@ -244,8 +244,9 @@ def test_sandbox_confines_writes_and_signals(tmp_path):
 
 
 def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, monkeypatch):
-    """The GPUs' lock files, the host's and the GPUs' memory ledgers and other runs' folders are
-    out of a confined worker's reach (``flock`` needs only a descriptor: a worker that held a
+    """The GPUs' lock files, the host's and the GPUs' memory ledgers, other runs' folders and
+    validation's shared folders (its compile caches, its locks) are out of a confined worker's
+    reach (``flock`` needs only a descriptor: a worker that held a
     GPU's lock shared would keep every timing window on it waiting), while what lies beside
     them stays readable; a run whose payload names the GPU's lock (a trusted reference or
     validation run) may open that."""
@@ -271,8 +272,14 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
 
     other = Path(tempfile.mkdtemp(prefix="run-", dir=runs_folder()))
     (other / "left.txt").write_text("another run's")
+    # validation's shared cache (its workers' compiled Inductor kernels), as it leaves a file
+    from kernelmill.validate.worker_budgets import _shared_folder
+
+    cache = Path(tempfile.mkdtemp(prefix="probe-", dir=_shared_folder("cache")))
+    (cache / "kernel.py").write_text("a problem's compiled kernel")
     paths = [lock + ".main", lock + ".windows", *held, str(other / "left.txt"),
-             str(tmp_path / "gpu-ledgers" / "gpu0" / "1-a.held"), str(beside)]
+             str(tmp_path / "gpu-ledgers" / "gpu0" / "1-a.held"), str(cache / "kernel.py"),
+             str(beside)]
     assert len(held) == 1 and os.path.isdir(tmp_path / "kernelmill")
     body = ("import fcntl\n"
             "def main():\n"
@@ -289,12 +296,16 @@ def test_a_confined_worker_cannot_open_the_files_other_processes_lock(tmp_path, 
         plain = run(body)
         taking = run_in_worker(SOURCE, {"source": body, "lock": lock}, timeout_s=20,
                                device="cpu")
+        # a validation worker: its shared folders are its own to write
+        validating = run(body, writable=[_shared_folder("cache")])
     finally:
         ledger.close()
         shutil.rmtree(other)
-    assert plain.ok and taking.ok, (plain.error, taking.error)
+        shutil.rmtree(cache)
+    assert plain.ok and taking.ok and validating.ok, (plain.error, taking.error, validating.error)
     assert plain.value == {**{p: "PermissionError" for p in paths[:-1]}, str(beside): "opened"}
     assert taking.value == {**plain.value, lock + ".main": "opened", lock + ".windows": "opened"}
+    assert validating.value == {**plain.value, str(cache / "kernel.py"): "opened"}
 
 
 def test_hidden_folders_rules_grant_nothing_beneath_them_through_links(tmp_path):
