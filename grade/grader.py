@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from kernelmill.core.devices import resolve_device
+from kernelmill.core.errors import KernelmillError
 from kernelmill.validate.cuda_wait import WAIT_VAR
 from kernelmill.validate.gpus import gpu_lock_path, init_lock
 from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
@@ -73,6 +74,24 @@ from .static_gate import StaticGate
 from .timed_window import TimedWindow
 
 
+def _refuse_hiding_libraries(folders: list[str]) -> None:
+    """A folder hidden from submissions' workers (``Grader.private_folders``) may not hold the
+    Python installation or kernelmill itself: every worker would then fail to import what it
+    runs. Raises ``KernelmillError`` naming the folder."""
+    import sys
+
+    # the installation's prefixes and kernelmill's own folder (this module's package's parent)
+    needed = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(__file__))]
+    for folder in folders:
+        real = os.path.realpath(folder)
+        held = [path for path in needed if os.path.realpath(path) == real or
+                os.path.realpath(path).startswith(real.rstrip(os.sep) + os.sep)]
+        if held:
+            raise KernelmillError(f"{folder}: a grader's cache or extension build folder may not "
+                                  f"hold {held[0]} (submissions may not read it); choose a "
+                                  "folder of its own")
+
+
 class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow):
     """Grades candidates on one device; reuses reference runs across candidates. Its host
     memory admission (``host_memory``), its reference runs and the reference's timing cache
@@ -96,6 +115,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         # different place in each: the candidate found no build and tried to compile itself
         self.extensions_root = os.path.abspath(extensions_root) if extensions_root else \
             str(self.cache_root / "extensions")
+        _refuse_hiding_libraries(self.private_folders())
         self.guard_paths = [*guard_paths, *_guarded_files()]
         self.cpu_max_numel = cpu_max_numel  # None: synth.resize.CPU_MAX_NUMEL, as validation
         self._locks: dict[str, threading.Lock] = {}

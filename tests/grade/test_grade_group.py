@@ -473,6 +473,18 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
 
 
+def test_a_build_folder_that_would_hide_the_libraries_is_refused(tmp_path):
+    """The folders hidden from submissions may not hold the Python installation or kernelmill
+    itself (every worker would fail to import what it runs): a clear error names it."""
+    import os
+    import sys
+
+    for root in (os.path.dirname(sys.prefix), os.path.dirname(os.path.dirname(G.__file__))):
+        with pytest.raises(KernelmillError, match="may not hold"):
+            Grader("cpu", extensions_root=root, cache_root=str(tmp_path))
+    Grader("cpu", extensions_root=str(tmp_path / "builds"), cache_root=str(tmp_path))
+
+
 def test_a_submission_cannot_read_the_graders_caches_or_another_submissions_build(tmp_path,
                                                                                    monkeypatch):
     """A candidate's worker may not read the grader's caches (the reference's compiled Inductor
