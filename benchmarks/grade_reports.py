@@ -280,6 +280,29 @@ def report_per_problem(out: Path) -> None:
         unseen_line = _unseen_share_line(profiles, phases[4], med("window_ms"))
         if unseen_line:
             print(unseen_line)
+        reference_line = _reference_line(profiles)
+        if reference_line:
+            print(reference_line)
+
+
+def _reference_line(profiles: list[dict]) -> str | None:
+    """For a problem graded in groups: the members its reference runs served
+    (``reference_shared_by``, median), the reference's CPU per member and the waits for the
+    host's and the GPU's memory (medians, seconds): what sharing a group's run changes."""
+    shared = [p["reference_shared_by"] for p in profiles
+              if isinstance(p.get("reference_shared_by"), int)]
+    if not any((p.get("group") or 1) > 1 for p in profiles) or not shared:
+        return None
+
+    def median(values: list) -> str:
+        values = [v for v in values if isinstance(v, (int, float))]
+        return f"{statistics.median(values):.2f}" if values else "-"
+
+    waits = [p.get("admission_waits_s") or {} for p in profiles]
+    return (f"    reference runs: {statistics.median(shared):g} members a run, CPU "
+            f"{median([(p.get('cpu_s') or {}).get('reference') for p in profiles])} s a member; "
+            f"memory waits: host {median([w.get('host') for w in waits])} s, device "
+            f"{median([w.get('device') for w in waits])} s")
 
 
 UNSEEN_SHARE = 0.25  # a problem whose unseen check holds this share of its window or more

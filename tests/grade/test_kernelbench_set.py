@@ -102,6 +102,28 @@ def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_win
          "spares taken in 1 of 1 checks; new inputs read 1.200-1.200x the timed ones")], lines
 
 
+def test_the_per_problem_report_says_how_groups_shared_their_reference_runs(tmp_path, capsys):
+    """In groups: the members a reference run served, its CPU per member and each budget's
+    memory wait, medians per problem; singles get no such line."""
+    def row(problem, group, shared, cpu, host, device):
+        return {"submission_id": problem, "problem_id": problem, "wall_s": 5.0,
+                "profile": {"group": group, "reference_shared_by": shared,
+                            "cpu_s": {"reference": cpu},
+                            "admission_waits_s": {"host": host, "device": device}}}
+    rows = [row("gemm", 8, 8, 0.5, 0.0, 18.0), row("gemm", 8, 8, 0.7, 2.0, 20.0),
+            row("norm", 8, 1, 3.3, 106.0, 0.0), row("alone", 1, 1, 2.0, 0.0, 0.0)]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_reports.report_per_problem(out)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
+             if line.startswith("    reference runs")]
+    assert lines == [
+        ("reference runs: 8 members a run, CPU 0.60 s a member; memory waits: host 1.00 s, "
+         "device 19.00 s"),
+        ("reference runs: 1 members a run, CPU 3.30 s a member; memory waits: host 106.00 s, "
+         "device 0.00 s")], lines
+
+
 def test_the_throughput_report_says_where_the_grades_in_flight_were():
     """Grades in flight by stage over a phase's steady part (Little's law): two grades at once
     for 100 s, each 4 s of reference forward then 6 s of candidate timing, the last 2 s of the
