@@ -469,7 +469,7 @@ class ReferenceRuns:
             if parts and not run.value.get("base_redrawn", True):
                 # the first worker fell back to the constructor's base state (its draws
                 # overflowed under the re-drawn one): the others' trials again, under it
-                parts, made[1:] = None, [None] * (len(owners) - 1)  # their files let go
+                parts = made[1:] = []  # their files let go before the new ones are made
                 parts = _side_by_side(lambda owned: self._private_trials(
                     source, slot_env, seeds, private(owned), constructor=True), owners[1:])
                 cpu += [r.cpu_s for r in parts]
@@ -737,9 +737,7 @@ class ReferenceRuns:
                     kept: LiveReference | None, slot_env: dict | None) -> list[ReferenceRun]:
         """A batch worker's result as one ``ReferenceRun`` per run it made."""
         policy, count = self.policy, len(runs)
-        if not result.ok:
-            _reference_value(result)
-        values = result.value.get("runs") or []
+        values = _reference_value(result).get("runs") or []
         if len(values) != count:
             raise ReferenceError(f"reference worker returned {len(values)} runs of {count}")
         timing = self.inductor_timing(source, slot_env=slot_env) \
