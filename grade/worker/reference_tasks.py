@@ -267,7 +267,9 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
             "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
             "base_redrawn": kept, "natural_finite": result["natural_finite"],
-            "state_digest": _state_digest(states[base]),
+            # (only where workers must agree: a run one group's members share)
+            **({"state_digest": _state_digest(states[base])}
+               if private or any("member" in spec for spec in payload["trials"]) else {}),
             "info": device_info(device), "ops": result["ops"],
             **result["work"], "_model": model, **({"_private_only": True} if private else {})}
 
@@ -280,8 +282,9 @@ def _state_digest(state: dict) -> list:
     digest = []
     for name, value in state.items():
         if _isinstance(value, torch.Tensor) and value.is_floating_point():
-            work = value.detach().double()
-            digest.append([name, list(value.shape), float(work.sum()), float(work.abs().sum())])
+            work = value.detach()
+            digest.append([name, list(value.shape), float(work.sum(dtype=torch.float64)),
+                           float(work.abs().sum(dtype=torch.float64))])
         elif _isinstance(value, torch.Tensor):
             digest.append([name, list(value.shape), int(value.long().sum())])
     return digest
