@@ -139,11 +139,13 @@ def test_a_member_whose_launch_raises_fails_alone_and_at_once(monkeypatch):
 
 
 def test_a_groups_fresh_references_come_from_one_worker_once_their_size_is_known(monkeypatch):
-    """The first group of a problem makes each member's fresh reference in its own worker;
-    once their size is known, one worker makes them all (one CUDA context, not one per
-    member). Each member still gets its own secret weights and inputs, and is judged on them."""
+    """Under ``KERNELMILL_GROUP_REFERENCE=own`` the first group of a problem makes each
+    member's fresh reference in its own worker; once their size is known, one worker makes them
+    all (one CUDA context, not one per member). Each member still gets its own secret weights
+    and inputs, and is judged on them."""
     from kernelmill.grade import reference_run as R
 
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
     runs: list[int] = []
     real = R.run_in_worker
 
@@ -257,7 +259,9 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
     assert all(v["correct"] and v["timing"] for v in group), [v.get("error") for v in group]
     assert sorted(started) == ["candidate_task"] * 3 + ["reference_task"], started
     # no window to come (a wrong answer skipped before timing still has one; a build that
-    # failed has none): the kept worker ends untimed when asked to close
+    # failed has none): the kept worker ends untimed when asked to close; a run per member
+    # (``own``), both from the batch worker
+    monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
     references = grader._fresh_references(read("ref_scale_add"), 2, None, live=True)
     live = references[0].live[0]
     assert references[1].live == (live, 1)
@@ -376,10 +380,10 @@ def test_a_window_that_fails_to_open_does_not_hold_the_grade_on_its_kept_worker(
 
 
 def test_a_group_may_share_one_reference_run(monkeypatch):
-    """With ``KERNELMILL_GROUP_REFERENCE=shared`` a group's members are judged against ONE fresh
-    reference run's weights and shown trials (its files handed to every member as they are),
-    each against unseen trials of its own: the honest ones pass (each was handed the unseen
-    inputs its own reference outputs answer), a wrong one is caught, each is charged a share of
+    """Under ``KERNELMILL_GROUP_REFERENCE=shared`` (the default) a group's members are judged
+    against ONE fresh reference run's weights and shown trials (its files handed to every
+    member as they are), each against unseen trials of its own: the honest ones pass (each was
+    handed the unseen inputs its own reference outputs answer), a wrong one is caught, each is charged a share of
     the run's CPU, and the grading process asks the host for the shared part once. Where one
     worker's files would not hold every member's unseen trials, workers of their own make some
     members' beside it, under the same weights and states. A problem whose outputs' size is not
@@ -462,14 +466,14 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         assert verdict["correct"] and not verdict["hacks"], \
             verdict.get("error") or verdict.get("hack_details")
         assert verdict["profile"]["reference_shared_by"] == 3
-    # own (the default): a run per member
+    # own: a run per member
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "own")
     assert grader.group_host_bytes(reference, 3) == 3 * grader.host_bytes(reference)
     own = grader.grade_group(reference, [honest, honest + "\n# again\n"])
     assert len({run.value["init_seed"] for run in runs.pop()}) == 2
     assert all(v["profile"]["reference_shared_by"] == 1 for v in own)
     monkeypatch.setenv(R.GROUP_REFERENCE_VAR, "one")
-    with pytest.raises(KernelmillError, match="own, shared"):
+    with pytest.raises(KernelmillError, match="shared, own"):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
 
 

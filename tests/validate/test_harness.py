@@ -1244,13 +1244,13 @@ def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, 
     from kernelmill.validate.gpus import gpu_lock_path, init_lock
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.delenv("KERNELMILL_INIT_LOCK", raising=False)
+    monkeypatch.setenv("KERNELMILL_INIT_LOCK", "off")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) is None
-    monkeypatch.setenv("KERNELMILL_INIT_LOCK", "on")
+    monkeypatch.delenv("KERNELMILL_INIT_LOCK")  # on by default
     assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) == \
         gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) != gpu_lock_path("cuda:0")
     assert init_lock("cpu") is None
     monkeypatch.setenv("KERNELMILL_INIT_LOCK", "yes")
-    with pytest.raises(KernelmillError, match="off, on"):
+    with pytest.raises(KernelmillError, match="on, off"):
         init_lock("cuda")
