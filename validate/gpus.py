@@ -109,22 +109,24 @@ def gpu_lock_path(device: str, env: dict | None = None) -> str | None:
     return path
 
 
-# ``on`` (the default): each CUDA worker of a grade or a validation makes its CUDA context under
-# the GPU's lock held shared (``harness.run_in_worker(init_lock=...)``), so no context is made
-# while a timing window holds the GPU alone (H100, KernelBench singles: timings not precise 6 of
-# 62 with ``off``, every one in a window beside another worker's CUDA init, 0 of 61 with ``on``,
-# at the same rate); ``off`` makes it at once
+# Each CUDA worker makes its CUDA context under the GPU's lock held shared
+# (``harness.run_in_worker(init_lock=...)``), so no context is made while a timing window holds
+# the GPU alone: ``grading`` (the default) for a grade's workers (H100, KernelBench singles:
+# timings not precise 6 of 62 without it, every one in a window beside another worker's CUDA
+# init, 0 of 61 with it, at the same rate), ``on`` for validation's too (its rate under the
+# lock unmeasured), ``off`` for none
 INIT_LOCK_VAR = "KERNELMILL_INIT_LOCK"
-INIT_LOCK_MODES = ("on", "off")
+INIT_LOCK_MODES = ("grading", "on", "off")
 
 
-def init_lock(device: str, env: dict | None = None) -> str | None:
+def init_lock(device: str, env: dict | None = None, validation: bool = False) -> str | None:
     """The lock path a worker on ``device`` (with ``env``) makes its CUDA context under: the
-    GPU's (``gpu_lock_path``) where ``INIT_LOCK_VAR`` is on, else None (an unknown value is an
-    error)."""
+    GPU's (``gpu_lock_path``) where ``INIT_LOCK_VAR`` covers the worker (``validation``: one of
+    validation's), else None (an unknown value is an error)."""
     from kernelmill.core.errors import env_choice
 
-    if env_choice(INIT_LOCK_VAR, INIT_LOCK_MODES) != "on":
+    mode = env_choice(INIT_LOCK_VAR, INIT_LOCK_MODES)
+    if mode == "off" or (validation and mode != "on"):
         return None
     return gpu_lock_path(device, env)
 

@@ -131,7 +131,7 @@ def _validate_source(source: str, slot: dict | None, config: ValidateConfig | di
         with _running(slot):
             return run_in_worker(target, data, timeout_s=cfg.timeout_s, device=device, env=env,
                                  writable=_writable(), limits=limits,
-                                 init_lock=init_lock(device, env))
+                                 init_lock=init_lock(device, env, validation=True))
 
     # the probe's grant carries over to the replay (shrunk to its ask): no second queueing
     tenancy = held.enter_context(Tenancy(budget, caps=True))

@@ -1246,11 +1246,14 @@ def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("KERNELMILL_INIT_LOCK", "off")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) is None
-    monkeypatch.delenv("KERNELMILL_INIT_LOCK")  # on by default
-    assert init_lock("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) == \
-        gpu_lock_path("cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}) != gpu_lock_path("cuda:0")
+    one = {"CUDA_VISIBLE_DEVICES": "1"}
+    assert init_lock("cuda:0", one) is None and init_lock("cuda:0", one, validation=True) is None
+    monkeypatch.delenv("KERNELMILL_INIT_LOCK")  # by default: a grade's workers, not validation's
+    assert init_lock("cuda:0", one) == gpu_lock_path("cuda:0", one) != gpu_lock_path("cuda:0")
+    assert init_lock("cuda:0", one, validation=True) is None
+    monkeypatch.setenv("KERNELMILL_INIT_LOCK", "on")
+    assert init_lock("cuda:0", one, validation=True) == init_lock("cuda:0", one) is not None
     assert init_lock("cpu") is None
     monkeypatch.setenv("KERNELMILL_INIT_LOCK", "yes")
-    with pytest.raises(KernelmillError, match="on, off"):
+    with pytest.raises(KernelmillError, match="grading, on, off"):
         init_lock("cuda")
