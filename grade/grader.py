@@ -225,14 +225,14 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # under (T-19); with a window to come, the first reference worker stays to time
             # the reference there (``live_reference``): one worker, one CUDA context fewer per
             # grade. Its workers are counted on the device while they run (``beside``).
-            # ``shared``: one run for the members, made by fewer workers (``_shared_run``)
-            workers = len(pending)
-            if self.members_per_run(size.source, len(pending), slot_env) > 1:
-                workers = -(-workers // self.members_per_worker(size.source, workers, slot_env))
+            # ``shared``: one run for the members, made by fewer workers (``_shared_run``),
+            # as many as are counted here
+            plan = self.shared_per_worker(size.source, len(pending), slot_env)
+            workers = len(pending) if plan is None else -(-len(pending) // plan)
             with self._beside.held(self._device_key(slot_env), workers):
                 references = self._fresh_references(size.source, len(pending), slot_env,
                                                      self.policy.distributions_for(record),
-                                                     live=self.policy.time)
+                                                     live=self.policy.time, plan=plan)
             try:
                 if on_references is not None:
                     on_references()

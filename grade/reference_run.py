@@ -331,7 +331,8 @@ class ReferenceRuns:
 
     def fresh_reference(self, source: str, *, slot_env: dict | None = None,
                         dists: tuple[str, ...] | None = None,
-                        live: bool = False, members: int = 1) -> ReferenceRun:
+                        live: bool = False, members: int = 1,
+                        per_worker: int | None = None) -> ReferenceRun:
         """A reference run for ONE submission: weights and every trial's inputs drawn from new
         secret seeds, so no submission is graded on inputs an earlier one saw (or left answers
         for). The members of one group whose runs one worker made share its shown file (the
@@ -340,8 +341,10 @@ class ReferenceRuns:
         ``dists``: the input distributions its trials cycle over (default: the policy's).
         ``live``: its worker stays to time it in the grade's window (``ReferenceRun.live``).
         ``members`` > 1: the run of that many members of a group (``_fresh_seeds``), which
-        ``member_runs`` splits into each member's."""
-        run = self._shared_run(source, slot_env, dists, live, members) if members > 1 else \
+        ``member_runs`` splits into each member's; ``per_worker``: the members each of its
+        workers makes (default: ``members_per_worker``)."""
+        run = self._shared_run(source, slot_env, dists, live, members, per_worker) \
+            if members > 1 else \
             self._run_reference(source, slot_env, timed=False, dists=dists, live=live)
         try:
             if self.policy.time and self.policy.use_inductor(self.device):
@@ -437,7 +440,8 @@ class ReferenceRuns:
         return env
 
     def _shared_run(self, source: str, slot_env: dict | None,
-                    dists: tuple[str, ...] | None, live: bool, members: int) -> ReferenceRun:
+                    dists: tuple[str, ...] | None, live: bool, members: int,
+                    per_worker: int | None = None) -> ReferenceRun:
         """ONE fresh reference run for ``members`` members of a group (``_fresh_seeds``): its
         weights, states and shown trials made once, by the first worker, with the unseen trials
         of the first ``members_per_worker`` members; the other members' unseen trials made
@@ -447,8 +451,8 @@ class ReferenceRuns:
         its CPU is all its workers'. Raises ``_OwnRuns`` where another worker's draws overflow
         under the base state the first kept."""
         seeds = self._fresh_seeds(dists, members)
-        owners = [set(part) for part in
-                  _split(range(members), self.members_per_worker(source, members, slot_env))]
+        per_worker = per_worker or self.members_per_worker(source, members, slot_env)
+        owners = [set(part) for part in _split(range(members), per_worker)]
         shown = [spec for spec in seeds["trials"] if "member" not in spec]
 
         def private(owned: set) -> list[dict]:
@@ -598,6 +602,17 @@ class ReferenceRuns:
         room = WORKER_FILE_BYTES // 2 // outputs - max(1, policy.trials) - 1
         held = (max(BATCH_BYTES, tensors) - (tensors - unseen)) // unseen if unseen else members
         return max(1, min(members, room // max(1, private), held))
+
+    def shared_per_worker(self, source: str, members: int,
+                          slot_env: dict | None = None) -> int | None:
+        """How many members' unseen trials each worker of a group's shared run makes
+        (``members_per_worker``), or None where the members do not share a run
+        (``members_per_run``). A grade decides it once (``_fresh_references(plan=...)``): the
+        sizes it reads are replaced after every run, by other grades too, and the workers it
+        counts on the device must be the workers it starts."""
+        if self.members_per_run(source, members, slot_env) <= 1:
+            return None
+        return self.members_per_worker(source, members, slot_env)
 
     def group_host_bytes(self, source: str, members: int,
                          slot_env: dict | None = None) -> int | None:
@@ -760,7 +775,8 @@ class ReferenceRuns:
 
     def _fresh_references(self, source: str, count: int, slot_env: dict | None,
                           dists: tuple[str, ...] | None = None,
-                          live: bool = False) -> list[ReferenceRun]:
+                          live: bool = False,
+                          plan: int | None | str = "decide") -> list[ReferenceRun]:
         """``count`` fresh reference runs of ``source`` (one per member of a grade), made in
         workers side by side. Where members share a run (``members_per_run``), it is made for
         all of them and split into theirs (``member_runs``). Else, once a run of this source
@@ -768,11 +784,15 @@ class ReferenceRuns:
         of small problems: one worker, not eight CUDA contexts, which a GPU's driver creates
         one at a time); until then, one each. ``live``: the worker of the first run or batch
         stays to time one of its runs in the grade's window (the caller ends it:
-        ``close_live``)."""
-        if self.members_per_run(source, count, slot_env) > 1:
+        ``close_live``). ``plan``: ``shared_per_worker`` as the caller read it (default: read
+        here)."""
+        per_worker = self.shared_per_worker(source, count, slot_env) if plan == "decide" \
+            else plan
+        if per_worker is not None:
             try:
                 return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
-                                                        live=live, members=count), count)
+                                                        live=live, members=count,
+                                                        per_worker=per_worker), count)
             except _OwnRuns:
                 pass  # a run for each member, as under ``own``
         size = self.reference_tensor_bytes(source)

@@ -477,6 +477,41 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
 
 
+def test_a_shared_runs_workers_are_the_workers_counted_on_the_device(monkeypatch):
+    """A grade reads once how many members each worker of a shared run makes: the reference
+    workers it counts on the device (``Beside``) are the workers it starts, even where the
+    problem's sizes say otherwise by the time they start (another grade's run replaced them)."""
+    import kernelmill.grade.live_reference as L
+    from kernelmill.grade import reference_run as R
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    reference, honest = read("ref_scale_add"), read("honest_scale_add")
+    grader.grade_group(reference, [honest] * 2)  # the problem's sizes known
+    reads = iter([2] + [1] * 10)  # the grade's read: 2 a worker; any later one: 1
+    monkeypatch.setattr(grader, "members_per_worker", lambda *args, **kwargs: next(reads))
+    counted, started = [], []
+    real_held, real_run = grader._beside.held, R.run_in_worker
+
+    def held(key, workers):
+        counted.append(workers)
+        return real_held(key, workers)
+
+    def run(target, payload, **kwargs):
+        started.append(str(target).endswith("reference_task"))
+        return real_run(target, payload, **kwargs)
+
+    monkeypatch.setattr(grader._beside, "held", held)
+    monkeypatch.setattr(R, "run_in_worker", run)  # the other workers
+    monkeypatch.setattr(L, "run_in_worker", run)  # the first, kept to time the reference
+    verdicts = grader.grade_group(reference, [honest + f"\n# copy {i}\n" for i in range(4)])
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 4
+    assert counted[0] == 2 == sum(started), (counted, started)
+
+
 def test_a_build_folder_that_would_hide_the_libraries_is_refused(tmp_path):
     """The folders hidden from submissions may not hold the Python installation or kernelmill
     itself (every worker would fail to import what it runs): a clear error names it."""
