@@ -3,7 +3,8 @@ flight by stage over the steady part (``in_flight``), the GPU's timing windows' 
 (``window_states``), the candidate's stages under its window's shared hold
 (``held_host_share``), the verdicts' waves (``verdict_waves``), the windows beside another
 worker's CUDA context being made against their timings' precision (``windows_beside_inits``),
-and their report (``report_in_flight``)."""
+what of a grade's candidate phase needs no inputs (``before_inputs``), and their report
+(``report_in_flight``)."""
 from __future__ import annotations
 
 import itertools
@@ -227,6 +228,40 @@ def windows_beside_inits(rows: list[dict], margin_s: float = 0.02) -> dict:
     return counts if counts["beside"][0] + counts["apart"][0] else {}
 
 
+# A candidate worker's stages before it needs its inputs or the candidate's code: its start,
+# CUDA context (and the wait for the GPU's lock to make it), confinement, the target's import,
+# the guards' setup (not ``run target``, which waits for the GPU's shared hold)
+BEFORE_INPUTS = ("start", "worker main", "cuda init wait", "cuda init", "confine",
+                 "import target", "setup")
+
+
+def before_inputs(rows: list[dict]) -> dict | None:
+    """Each grade's latency, medians in seconds: its wait for memory (``admission_s``), its
+    reference and candidate phases, and the candidate worker's stages before it needs its
+    inputs (``BEFORE_INPUTS``; ``before_inputs_s``); ``overlap_share``: those stages, each grade's
+    no longer than its reference phase, over both phases' seconds together (what a candidate's
+    worker started beside its reference run could overlap). None without profiles."""
+    kept = []
+    for row in rows:
+        profile = row.get("profile") or {}
+        stages = profile.get("stages_s") or {}
+        reference, candidate = profile.get("reference_s"), profile.get("candidate_s")
+        if not isinstance(reference, (int, float)) or not isinstance(candidate, (int, float)) \
+                or not stages:
+            continue
+        early = sum(v for k, v in stages.items() if k in BEFORE_INPUTS
+                    and isinstance(v, (int, float)))
+        kept.append((float(profile.get("admission_wait_s") or 0.0), reference, candidate, early))
+    if not kept:
+        return None
+    both = sum(r + c for _, r, c, _ in kept)
+    return {"admission_s": statistics.median(k[0] for k in kept),
+            "reference_s": statistics.median(k[1] for k in kept),
+            "candidate_s": statistics.median(k[2] for k in kept),
+            "before_inputs_s": statistics.median(k[3] for k in kept),
+            "overlap_share": sum(min(e, r) for _, r, _, e in kept) / both if both else 0.0}
+
+
 def report_in_flight(out: Path, items: int | None = None, group: int | None = None) -> None:
     """Where the grades in flight were (``in_flight``), with the slots the pass had
     (``items``: the grades it was given, in groups of ``group``): a pass of fewer than two
@@ -263,6 +298,14 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
         (beside, wide), (apart, apart_wide) = inits["beside"], inits["apart"]
         print(f"  timing windows while another worker made its CUDA context: {beside}, not "
               f"precise {wide}; the others: {apart}, not precise {apart_wide}")
+    latency = before_inputs(rows)
+    if latency:
+        print(f"  a grade, median s: admission {latency['admission_s']:.2f}, reference "
+              f"{latency['reference_s']:.2f}, candidate {latency['candidate_s']:.2f}, of which "
+              f"the candidate's worker spent {latency['before_inputs_s']:.2f} before it needed "
+              f"its inputs ({latency['overlap_share']:.0%} of the reference and candidate "
+              "phases together: what a candidate worker started beside its reference run "
+              "could take off each grade)")
     waves = verdict_waves(rows)
     if waves:
         print(f"  verdicts' ends over that part: {waves['ends']}, gaps median "

@@ -164,6 +164,26 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
     assert abs(held["candidate: forward"] - 0.2) < 0.05
 
+def test_the_report_says_what_of_a_grade_its_candidate_worker_spent_before_its_inputs():
+    """A grade's latency (medians) and the candidate worker's stages before it needs its
+    inputs (start, CUDA context, confinement, the guards' setup; not the wait for the GPU's
+    hold), each grade's counted up to its reference phase, as a share of both phases."""
+    def row(reference, early, wait=0.0):
+        return {"profile": {"admission_wait_s": wait, "reference_s": reference,
+                            "candidate_s": 8.0,
+                            "stages_s": {"start": 0.5, "cuda init": early - 1.0, "setup": 0.5,
+                                         "run target": 3.0, "forward": 2.0}}}
+
+    # two grades whose 2 s before the inputs fit their 4 s reference phase, one whose 3 s
+    # do not fit its 1 s one
+    rows = [row(4.0, 2.0, wait=1.0), row(4.0, 2.0), row(1.0, 3.0, wait=5.0)]
+    latency = grade_timeline.before_inputs(rows)
+    assert latency["admission_s"] == 1.0 and latency["reference_s"] == 4.0
+    assert latency["candidate_s"] == 8.0 and latency["before_inputs_s"] == 2.0
+    assert abs(latency["overlap_share"] - (2 + 2 + 1) / (12 + 12 + 9)) < 1e-9
+    assert grade_timeline.before_inputs([{"profile": {"reference_s": 1.0}}]) is None
+
+
 def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
     """Two grades at once, each 4 s of reference forward, then 1 s waiting for the GPU alone
     and a 1 s window: windows are held 1 s of every 5 s lane-period (lanes offset so their
