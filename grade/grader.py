@@ -204,11 +204,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
     def grade_group(self, reference_source: str, candidate_sources: list[str], *,
                     record: dict | None = None, reward: str = "composite",
                     slot_env: dict | None = None, on_references=None) -> list[dict]:
-        """Grade several candidates for one problem together (a GRPO group): each gets its own
-        fresh reference run (new weights and inputs; where ``group_reference`` is ``shared``,
-        one run's weights and shown inputs for several members, each its own unseen inputs),
-        its own worker and its own checks, and
-        all are timed in ONE window beside one reference timing worker, so the GPU is taken
+        """Grade several candidates for one problem together (a GRPO group): one fresh
+        reference run's weights and shown inputs for the members (``group_reference`` ``own``:
+        a run each), each its own unseen inputs, its own worker and its own checks, and all
+        are timed in ONE window beside one reference timing worker, so the GPU is taken
         alone once per group and every speedup in the group divides by the same reference
         time. A candidate that fails before or during the window drops out of it alone.
         ``on_references()`` is called once the fresh reference runs are in (the batch grader
