@@ -389,6 +389,7 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     members' beside it, under the same weights and states. A problem whose outputs' size is not
     known yet gets a run per member."""
     from kernelmill.grade import reference_run as R
+    from kernelmill.grade import reference_sizes
 
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
@@ -456,7 +457,7 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         return real_private(*args, **kwargs)
 
     monkeypatch.setattr(grader, "_private_trials", counted)
-    monkeypatch.setattr(R, "WORKER_FILE_BYTES", 2 * sizes["output_bytes"] * (
+    monkeypatch.setattr(reference_sizes, "WORKER_FILE_BYTES", 2 * sizes["output_bytes"] * (
         policy.trials + 1 + policy.unseen_trials + policy.unseen_spares))
     verdicts = graded(linear, [lin, lin + "\n# b\n", lin + "\n# c\n"], 1)
     assert len(private_runs) == 2 and all(
