@@ -42,6 +42,7 @@ from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
 from kernelmill.validate.gpus import init_lock
+from kernelmill.validate.harness import threaded_writes
 
 from . import admitted
 from .admitted import admitted_grade
@@ -281,6 +282,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     compile_aside()
     init_lock("cpu")
     group_reference()
+    threaded_writes()
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)

@@ -59,6 +59,7 @@ _channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _delivered = [False]  # set by ``deliver``: the run's files are the parent's, sealed
+_part_writer: list = [None]  # set by main() for a trusted run's threaded writes (``late_part``)
 _delivered_shown: list = [None]  # the shown file's descriptor once delivered (``shown_values``)
 _parts_out: list = [None]  # set by main(): a trusted run's socket for its late parts
 _parts_made = [0]
@@ -451,7 +452,7 @@ def late_part(value, look=None):
         return None
     fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        write_part(fd, value, look or (lambda t: t.detach().to("cpu")))
+        write_part(fd, value, look or (lambda t: t.detach().to("cpu")), _part_writer[0])
         index = _parts_made[0]
         _parts_made[0] += 1
         send_fds(channel, index.to_bytes(4, "little"), [fd])
@@ -630,6 +631,10 @@ def main(argv: list[str]) -> None:
         _results.fd = results_fd
         if "shown" in extra:
             _shown.fd = _hide_fd(extra["shown"])
+        if job.get("threaded_writes") is True:  # large pieces by several threads at once
+            from .payload_files import pwrite_all
+
+            _results.write = _shown.write = _part_writer[0] = pwrite_all
     elif "shown" in extra:
         os.close(extra["shown"])
     if "parts" in extra:  # a trusted run's late parts go to the parent over it (``late_part``)

@@ -191,6 +191,9 @@ class ResultsFile:
 
     def __init__(self, fd: int | None, kind: type = TensorSlot):
         self.fd, self.end, self.kind = fd, 0, kind
+        # how a piece's bytes go into the file: this thread's ``pwrite_range``, or a trusted
+        # run's writer that spreads a large piece over threads (``payload_files.pwrite_all``)
+        self.write = pwrite_range
 
     def put(self, tensor, look=None):
         """``tensor``'s bytes at the file's end, as a ``TensorSlot``; None where it does not
@@ -208,7 +211,7 @@ class ResultsFile:
         offset = -(-self.end // 64) * 64
         _within_file_limit(offset + nbytes)
         try:
-            _write_host_bytes(self.fd, tensor, look, offset, torch)
+            _write_host_bytes(self.fd, tensor, look, offset, torch, self.write)
         except OSError:  # a file this worker may not write: its tensors go in the frame
             self.fd = None
             return None
@@ -270,10 +273,11 @@ def part_bytes(structure: bytes) -> bytes:
     return structure + len(structure).to_bytes(PART_TRAILER, "little")
 
 
-def write_part(fd: int, value, look) -> int:
+def write_part(fd: int, value, look, write=None) -> int:
     """``value`` (tensors in dicts, lists and tuples) written into the file ``fd`` as one late
     part: each tensor's bytes as it comes (``look(tensor)`` gives a device tensor's on the host,
-    valid until the next call), then its structure; returns the part's size."""
+    valid until the next call; ``write`` puts a piece's bytes in the file, by default this
+    thread's ``pwrite_range``), then its structure; returns the part's size."""
     import pickle
 
     import torch
@@ -289,7 +293,7 @@ def write_part(fd: int, value, look) -> int:
         offset = -(-end // 64) * 64
         nbytes = item.numel() * item.element_size()
         _within_file_limit(offset + nbytes)
-        _write_host_bytes(fd, item, look, offset, torch)
+        _write_host_bytes(fd, item, look, offset, torch, write or pwrite_range)
         end = offset + nbytes
         return TensorSlot((offset, nbytes, str(item.dtype)[6:], tuple(item.shape)))
 
@@ -299,10 +303,12 @@ def write_part(fd: int, value, look) -> int:
     return end + len(tail)
 
 
-def _write_host_bytes(fd: int, tensor, look, offset: int, torch) -> None:
-    """``tensor``'s bytes written to ``fd`` at ``offset``: a host tensor's from where they lie,
-    a device tensor's as ``look(tensor)`` gives them on the host (a tensor like it, or 1-D
-    byte tensors in order, each written before the next is asked for)."""
+def _write_host_bytes(fd: int, tensor, look, offset: int, torch, write=None) -> None:
+    """``tensor``'s bytes written to ``fd`` at ``offset`` (by ``write``, default
+    ``pwrite_range``): a host tensor's from where they lie, a device tensor's as
+    ``look(tensor)`` gives them on the host (a tensor like it, or 1-D byte tensors in order,
+    each written before the next is asked for)."""
+    write = write or pwrite_range
     if tensor.device.type == "cpu":
         pieces = [tensor.detach()]
     else:
@@ -312,7 +318,7 @@ def _write_host_bytes(fd: int, tensor, look, offset: int, torch) -> None:
     at = offset
     for piece in pieces:
         with memoryview(piece.reshape(-1).view(torch.uint8).numpy()) as view:
-            pwrite_range(fd, view, at)
+            write(fd, view, at)
             at += len(view)
     if at - offset != nbytes:
         raise ValueError(f"wrote {at - offset} bytes of a {nbytes}-byte tensor")
