@@ -51,6 +51,7 @@ from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
 from .reference_pool import pool_mode
 from .reference_run import group_reference
+from .reference_sizes import SHARED_WORKERS_MODES, SHARED_WORKERS_VAR
 from .retry import attempt_of, to_redo, transient
 from .rewards import get_reward
 from .timed_window import compile_aside
@@ -282,6 +283,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     compile_aside()
     init_lock("cpu")
     group_reference()
+    env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES)
     threaded_writes()
     device = resolve_device(device)
     policy = policy or Policy()

@@ -70,6 +70,15 @@ def group_reference() -> str:
     return env_choice(GROUP_REFERENCE_VAR, GROUP_REFERENCE_MODES)
 
 
+# How many workers make a shared run's members' unseen trials (``members_per_worker``):
+# ``bytes`` (the default), none holding more than a member's own run or ``BATCH_BYTES``;
+# ``fewest``, as few as their results files allow (the one-worker form cut a group's reference
+# CPU to 0.7 s a member on an H100, and doubled large problems' reference phase, written by one
+# thread: an A/B switch for the GPU runs, beside ``harness.TRUSTED_WRITES_VAR``)
+SHARED_WORKERS_VAR = "KERNELMILL_SHARED_WORKERS"
+SHARED_WORKERS_MODES = ("bytes", "fewest")
+
+
 def shipped_outputs(policy) -> int:
     """The most outputs a candidate's worker ships for one grade under ``policy``, none of them
     alike (``worker.call.ship`` sends a repeat once): every shown trial's call; the refill,
@@ -171,7 +180,8 @@ class ReferenceSizes:
         ``BATCH_BYTES`` where that is more (the first worker makes the shown trials too), and
         its results file (every shown trial's outputs once, the constructor's of the first,
         and each member's unseen trials' and spares') within half a worker's file limit
-        (``harness.WORKER_FILE_BYTES``)."""
+        (``harness.WORKER_FILE_BYTES``); under ``SHARED_WORKERS_VAR`` ``fewest``, that file
+        alone bounds it."""
         sizes = self._sizes(source, slot_env)
         outputs, tensors = sizes.get("output_bytes"), sizes.get("tensor_bytes") or 0
         unseen = sizes.get("unseen_bytes") or 0
@@ -182,6 +192,8 @@ class ReferenceSizes:
             if policy.time else 0
         room = WORKER_FILE_BYTES // 2 // outputs - max(1, policy.trials) - 1
         held = (max(BATCH_BYTES, tensors) - (tensors - unseen)) // unseen if unseen else members
+        if env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES) == "fewest":
+            held = members
         return max(1, min(members, room // max(1, private), held))
 
     def shared_per_worker(self, source: str, members: int,

@@ -513,6 +513,34 @@ def test_a_shared_runs_workers_are_the_workers_counted_on_the_device(monkeypatch
     assert counted[0] == 2 == sum(started), (counted, started)
 
 
+def test_a_shared_runs_workers_are_bounded_by_bytes_or_only_by_their_results_files(
+        monkeypatch):
+    """``members_per_worker``: by default a worker of a shared run makes as many members'
+    unseen trials as keep it within a member's own run or ``BATCH_BYTES``; under
+    ``KERNELMILL_SHARED_WORKERS=fewest`` as many as its results file (half a worker's file
+    limit) holds the outputs of; a small problem's members all go in one worker either way."""
+    from kernelmill.grade import reference_sizes as S
+
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    private = policy.unseen_trials + policy.unseen_spares
+    mib = 1 << 20
+    # KernelBench's square GEMM: a 3 GiB run, 1.2 GiB of it a member's own, 64 MiB outputs
+    grader._reference_sizes["gemm"] = {"tensor_bytes": 3072 * mib, "unseen_bytes": 1229 * mib,
+                                       "output_bytes": 64 * mib}
+    grader._reference_sizes["small"] = {"tensor_bytes": 40 * mib, "unseen_bytes": 16 * mib,
+                                        "output_bytes": mib}
+    room = (S.WORKER_FILE_BYTES // 2 // (64 * mib) - policy.trials - 1) // private
+    assert 1 < room < 8
+    monkeypatch.delenv(S.SHARED_WORKERS_VAR, raising=False)
+    assert grader.members_per_worker("gemm", 8) == 1
+    assert grader.members_per_worker("small", 8) == 8
+    monkeypatch.setenv(S.SHARED_WORKERS_VAR, "fewest")
+    assert grader.members_per_worker("gemm", 8) == room
+    assert grader.members_per_worker("small", 8) == 8
+    assert grader.shared_per_worker("gemm", 8) == room
+
+
 def test_a_build_folder_that_would_hide_the_libraries_is_refused(tmp_path):
     """The folders hidden from submissions may not hold the Python installation or kernelmill
     itself (every worker would fail to import what it runs): a clear error names it."""
