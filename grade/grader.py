@@ -129,6 +129,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         self._host_needs: dict[str, int] = {}
         # per source: one fresh reference run's tensors and its worker's device peak
         self._reference_sizes: dict[str, dict] = {}
+        # sources whose shared run fell back to a run per member (``_OwnRuns``): so from then on
+        self._own_runs: set[str] = set()
         # per source and GPU model: its workers' NVML readings
         self._seen_workers: dict[tuple, dict] = {}
         # per source and timing cache file: the reference's eager and Inductor times

@@ -523,8 +523,9 @@ class ReferenceRuns(ReferenceSizes):
                 return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
                                                         live=live, members=count,
                                                         per_worker=per_worker), count)
-            except _OwnRuns:
-                pass  # a run for each member, as under ``own``
+            except _OwnRuns:  # a run for each member, as under ``own``, in every later group
+                with self._lock:
+                    self._own_runs.add(source)
         size = self.reference_tensor_bytes(source)
         per_worker = 1 if size is None else max(1, min(count, BATCH_BYTES // max(size, 1)))
         sizes = [len(part) for part in _split(range(count), per_worker)]

@@ -165,9 +165,13 @@ class ReferenceSizes:
                         slot_env: dict | None = None) -> int:
         """How many of a group's ``members`` share one fresh reference run's weights and shown
         trials: under ``shared`` all of them, once a run of ``source`` has shown its size (a
-        problem's first group, and every group under ``own``: one each)."""
+        problem's first group, every group under ``own``, and every group of a problem whose
+        shared run once fell back to a run per member: one each)."""
         if members <= 1 or group_reference() != "shared":
             return 1
+        with self._lock:
+            if source in self._own_runs:
+                return 1
         sizes = self._sizes(source, slot_env)
         # (a timed run's sizes without its unseen part: kept before they were told apart)
         known = sizes.get("output_bytes") and (sizes.get("unseen_bytes") or not self.policy.time)

@@ -439,6 +439,19 @@ def shown_values(value):
     return restore_slots(value, None, shown=data)
 
 
+def _threaded_write(fd: int, view, offset: int) -> None:
+    """A trusted run's writer (``TRUSTED_WRITES``): ``payload_files.pwrite_all``'s threads, or
+    this thread alone where they cannot start (a process at its thread limit): the pieces the
+    pool wrote are written again, the same bytes at the same offsets."""
+    from .payload_files import pwrite_all
+    from .tensor_slots import pwrite_range
+
+    try:
+        pwrite_all(fd, view, offset)
+    except RuntimeError:  # "can't start new thread"; an OSError is the file's, and goes up
+        pwrite_range(fd, view, offset)
+
+
 def late_part(value, look=None):
     """``value`` (a trial of the unseen-input check: what a candidate may hold only once it is
     called on it) written as one late part (``tensor_slots.write_part``) into a memory file of
@@ -632,9 +645,7 @@ def main(argv: list[str]) -> None:
         if "shown" in extra:
             _shown.fd = _hide_fd(extra["shown"])
         if job.get("threaded_writes") is True:  # large pieces by several threads at once
-            from .payload_files import pwrite_all
-
-            _results.write = _shown.write = _part_writer[0] = pwrite_all
+            _results.write = _shown.write = _part_writer[0] = _threaded_write
     elif "shown" in extra:
         os.close(extra["shown"])
     if "parts" in extra:  # a trusted run's late parts go to the parent over it (``late_part``)

@@ -796,3 +796,8 @@ def test_a_shared_run_whose_workers_built_other_weights_gives_each_member_a_run(
             verdict.get("error") or verdict.get("hack_details")
     assert all(verdict["profile"]["reference_shared_by"] == 1 for verdict in verdicts)
     assert len({run.value["init_seed"] for run in runs[-1]}) == 2  # a run each
+    # and the problem's later groups make a run per member at once, not a shared one first
+    assert grader.members_per_run(UNSEEDED_WEIGHTS, 2) == 1
+    grader._reference_sizes["another"] = {"tensor_bytes": 4096, "output_bytes": 512,
+                                          "unseen_bytes": 1024}
+    assert grader.members_per_run("another", 2) == 2  # other problems still share

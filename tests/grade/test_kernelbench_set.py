@@ -164,6 +164,7 @@ def test_the_throughput_report_says_where_the_grades_in_flight_were():
     assert abs(held["candidate: stepped aside"] - 0.6) < 0.05, held
     assert abs(held["candidate: forward"] - 0.2) < 0.05
 
+
 def test_the_report_says_what_of_a_grade_its_candidate_worker_spent_before_its_inputs():
     """A grade's latency (medians) and the candidate worker's stages before it needs its
     inputs (start, CUDA context, confinement, the guards' setup; not the wait for the GPU's
