@@ -383,13 +383,13 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     """Under ``KERNELMILL_GROUP_REFERENCE=shared`` (the default) a group's members are judged
     against ONE fresh reference run's weights and shown trials (its files handed to every
     member as they are), each against unseen trials of its own: the honest ones pass (each was
-    handed the unseen inputs its own reference outputs answer), a wrong one is caught, each is charged a share of
-    the run's CPU, and the grading process asks the host for the shared part once. Where one
+    handed the unseen inputs its own reference outputs answer), a wrong one is caught, each is
+    charged a share of the run's CPU, and the grading process asks the host for the shared
+    part once. Where one
     worker's files would not hold every member's unseen trials, workers of their own make some
     members' beside it, under the same weights and states. A problem whose outputs' size is not
     known yet gets a run per member."""
     from kernelmill.grade import reference_run as R
-    from kernelmill.grade import reference_sizes
 
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
@@ -457,8 +457,9 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         return real_private(*args, **kwargs)
 
     monkeypatch.setattr(grader, "_private_trials", counted)
-    monkeypatch.setattr(reference_sizes, "WORKER_FILE_BYTES", 2 * sizes["output_bytes"] * (
-        policy.trials + 1 + policy.unseen_trials + policy.unseen_spares))
+    monkeypatch.setattr("kernelmill.grade.reference_sizes.WORKER_FILE_BYTES",
+                        2 * sizes["output_bytes"] * (policy.trials + 1 + policy.unseen_trials
+                                                     + policy.unseen_spares))
     verdicts = graded(linear, [lin, lin + "\n# b\n", lin + "\n# c\n"], 1)
     assert len(private_runs) == 2 and all(
         {spec["member"] for spec in trials} == {index + 1}
