@@ -273,7 +273,7 @@ def test_a_member_out_of_memory_while_its_grade_shared_the_gpu_is_graded_again_a
 def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkeypatch):
     import torch
     from kernelmill.grade import grader as grader_module
-    from kernelmill.grade import reference_run
+    from kernelmill.grade import reference_run, reference_sizes
 
     grader = grader_module.Grader("cpu", cache_root=str(tmp_path))
     trial = {"inputs": [torch.zeros(1 << 20)], "outputs": [torch.zeros(1 << 20)]}
@@ -315,7 +315,8 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     assert grader.device_bytes("src", record) == grader_module.PEAK_FACTOR * (7 << 20)
     # on a GPU the sizes are kept on disk per GPU model: a new grader process admits the
     # problem's first grade by them
-    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Fake GPU")
+    for module in (reference_run, reference_sizes):  # the caches' keys, and the readings'
+        monkeypatch.setattr(module, "gpu_name", lambda device, env=None: "Fake GPU")
     grader._note_reference_bytes("gpu-src", {**value, "device_peak_bytes": 64 << 20})
     fresh = grader_module.Grader("cpu", cache_root=str(tmp_path))
     assert fresh.device_bytes("gpu-src") == grader_module.PEAK_FACTOR * (64 << 20)
@@ -549,10 +550,11 @@ def test_what_nvml_read_a_problems_workers_holding_is_kept_for_later_grading_pro
     (``remembered_workers``), not from the estimate; another GPU model, or a file that is
     unreadable or malformed, gives none."""
     from kernelmill.grade import grader as grader_module
-    from kernelmill.grade import reference_run
+    from kernelmill.grade import reference_run, reference_sizes
 
     gpu = {"name": "Fake GPU 80GB"}
-    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: gpu["name"])
+    for module in (reference_run, reference_sizes):  # the caches' keys, and the readings'
+        monkeypatch.setattr(module, "gpu_name", lambda device, env=None: gpu["name"])
     first = grader_module.Grader("cpu", cache_root=str(tmp_path))
     first.note_worker_memory("src", {0: {"device_mib": {"candidate": 1500, "reference": None}},
                                      1: {"device_mib": {"candidate": 1700, "reference": 900}}})

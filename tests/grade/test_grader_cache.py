@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from kernelmill.grade import reference_run
+from kernelmill.grade import reference_run, reference_sizes
 from kernelmill.grade.grader import Grader
 from kernelmill.grade.policy import Policy
 
@@ -13,7 +13,8 @@ SOURCE = "class Model: pass\n"
 
 
 def _grader(tmp_path, monkeypatch, runs: list, timing: dict | None = None) -> Grader:
-    monkeypatch.setattr(reference_run, "gpu_name", lambda device, env=None: "Test GPU 80GB")
+    for module in (reference_run, reference_sizes):  # the caches' keys, and the readings'
+        monkeypatch.setattr(module, "gpu_name", lambda device, env=None: "Test GPU 80GB")
     grader = Grader("cpu", cache_root=str(tmp_path), policy=Policy(timing_settings=timing or {}))
 
     def measured(source, slot_env=None, timed=True, **kwargs):

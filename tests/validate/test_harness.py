@@ -1257,3 +1257,21 @@ def test_the_init_lock_switch_names_the_gpus_lock_only_where_it_is_on(tmp_path, 
     monkeypatch.setenv("KERNELMILL_INIT_LOCK", "yes")
     with pytest.raises(KernelmillError, match="grading, on, off"):
         init_lock("cuda")
+
+
+def test_validations_workers_ask_for_the_init_lock_as_validations(monkeypatch):
+    """Every worker a validation starts asks ``gpus.init_lock`` as one of validation's
+    (``validation=True``), which by default keeps them outside the lock a grade's take."""
+    from kernelmill.validate import one_problem
+
+    asked = []
+
+    def recorded(device, env=None, validation=False):
+        asked.append(validation)
+
+    monkeypatch.setattr(one_problem, "init_lock", recorded)
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "submissions" /
+              "ref_scale_add.py").read_text()
+    validation = one_problem.validate_source(source, config={"timeout_s": 120})
+    assert validation["checks"], validation
+    assert asked and all(asked), asked
