@@ -195,6 +195,20 @@ def grade_group_items(group: list[dict], slot: dict) -> list[dict]:
     return verdicts
 
 
+def refuse_unknown_switches() -> None:
+    """Raise ``KernelmillError`` naming the choices where a grading switch of the environment
+    has a value it does not know: before any grade, not at the first grade that reads it (a
+    problem's second group reads some)."""
+    env_choice(ORDER_VAR, ORDER_MODES)
+    env_choice(admitted.ADMIT_VAR, admitted.ADMIT_MODES)
+    pool_mode()
+    compile_aside()
+    init_lock("cpu")
+    group_reference()
+    env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES)
+    threaded_writes()
+
+
 def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -> int:
     """Grades one GPU runs at once by default: one per core of its share of the host, at most
     16; their memory is admitted grade by grade (``_admitted``). A grade spends most of its
@@ -277,14 +291,7 @@ def grade_file(problems_path, submissions_path, out_path, *, device: str = "auto
     started = time.monotonic()
     stats = StageStats("grade")
     get_reward(reward)  # fail early on an unknown name, and on an unknown switch's value
-    env_choice(ORDER_VAR, ORDER_MODES)
-    env_choice(admitted.ADMIT_VAR, admitted.ADMIT_MODES)
-    pool_mode()
-    compile_aside()
-    init_lock("cpu")
-    group_reference()
-    env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES)
-    threaded_writes()
+    refuse_unknown_switches()
     device = resolve_device(device)
     policy = policy or Policy()
     problems = _load_problems(problems_path, split)

@@ -39,7 +39,7 @@ from kernelmill.core.devices import device_slots
 from kernelmill.core.record import Verdict
 
 from .admitted import admitted_grade
-from .batch import default_slots_per_gpu
+from .batch import default_slots_per_gpu, refuse_unknown_switches
 from .grader import Grader, ReferenceError
 from .policy import Policy
 from .problems import CALIBRATION_COLUMNS, DISTRIBUTIONS_COLUMN, calibration_of_row
@@ -149,6 +149,7 @@ def local_grader(device: str = "auto", policy: Policy | None = None) -> Callable
     error in ``timing_error``) and no speedup, so a slow correct kernel is told apart from one
     that hangs (which stays ``correct: false``).
     """
+    refuse_unknown_switches()  # the service's actors and a TRL reward start here
     grader = Grader(device, policy=policy)
     untimed: list[Grader] = []
 

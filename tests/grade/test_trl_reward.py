@@ -202,3 +202,19 @@ def test_batch_metrics_count_the_timed_kernels_whose_timing_was_not_precise():
     assert metrics["speedup_vs_eager"] == pytest.approx(8.0 / 3)
     assert metrics["timing_imprecise"] == pytest.approx(1 / 3)
     assert "timing_imprecise" not in batch_metrics([wrong])
+
+
+def test_a_reward_or_a_service_refuses_an_unknown_switch_value_before_any_grade(monkeypatch):
+    """``local_grader`` (which ``make_reward_fn`` and the grading service's actors start with)
+    refuses a grading switch's unknown value at once, naming the choices, as ``grade_file``
+    does: one that only a problem's second group reads would otherwise fail a training run's
+    grades partway."""
+    from kernelmill.core.errors import KernelmillError
+
+    monkeypatch.setenv("KERNELMILL_SHARED_WORKERS", "one")
+    with pytest.raises(KernelmillError, match="bytes, fewest"):
+        local_grader("cpu")
+    with pytest.raises(KernelmillError, match="bytes, fewest"):
+        make_reward_fn(device="cpu")
+    monkeypatch.setenv("KERNELMILL_SHARED_WORKERS", "fewest")
+    assert callable(local_grader("cpu"))
