@@ -59,7 +59,6 @@ _channel = [False]  # set by main() once the channel's writer is installed
 _control = None  # set by main() when the parent opened a control pipe: a line reader
 _late: dict = {}  # set by main() when the job has late parts: {"fd", "table"}
 _delivered = [False]  # set by ``deliver``: the run's files are the parent's, sealed
-_part_writer: list = [None]  # set by main() for a trusted run's threaded writes (``late_part``)
 _delivered_shown: list = [None]  # the shown file's descriptor once delivered (``shown_values``)
 _parts_out: list = [None]  # set by main(): a trusted run's socket for its late parts
 _parts_made = [0]
@@ -465,7 +464,8 @@ def late_part(value, look=None):
         return None
     fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        write_part(fd, value, look or (lambda t: t.detach().to("cpu")), _part_writer[0])
+        # the run's writer (``_results.write``: threaded where the run's writes are)
+        write_part(fd, value, look or (lambda t: t.detach().to("cpu")), _results.write)
         index = _parts_made[0]
         _parts_made[0] += 1
         send_fds(channel, index.to_bytes(4, "little"), [fd])
@@ -645,7 +645,7 @@ def main(argv: list[str]) -> None:
         if "shown" in extra:
             _shown.fd = _hide_fd(extra["shown"])
         if job.get("threaded_writes") is True:  # large pieces by several threads at once
-            _results.write = _shown.write = _part_writer[0] = _threaded_write
+            _results.write = _shown.write = _threaded_write
     elif "shown" in extra:
         os.close(extra["shown"])
     if "parts" in extra:  # a trusted run's late parts go to the parent over it (``late_part``)

@@ -293,7 +293,7 @@ def write_part(fd: int, value, look, write=None) -> int:
         offset = -(-end // 64) * 64
         nbytes = item.numel() * item.element_size()
         _within_file_limit(offset + nbytes)
-        _write_host_bytes(fd, item, look, offset, torch, write or pwrite_range)
+        _write_host_bytes(fd, item, look, offset, torch, write)
         end = offset + nbytes
         return TensorSlot((offset, nbytes, str(item.dtype)[6:], tuple(item.shape)))
 
