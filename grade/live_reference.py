@@ -47,7 +47,7 @@ class LiveReference:
 
     def _got(self, result: WorkerResult) -> None:
         self._delivered, self._delivered_at = result, time.monotonic()
-        self.control.extend(self._timing_s)
+        self.control.grant(self._timing_s)
         self._results.set()
 
     def results(self) -> WorkerResult:

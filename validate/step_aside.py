@@ -22,7 +22,10 @@ others while the hold is let go, and is sent nothing until that point.
 
 A kept member's time limit moves on with its wait as the wait lasts, and the window's own
 deadlines move on by the time any member was kept (``delay_s``): a slow mate, or another
-grade's window, costs a member time it gets back.
+grade's window, costs a member time it gets back. Every member stopped for a step gets the
+step's time back, one waiting for the parent too: the parent's own thread may be held at the
+gate meanwhile (its ``send``), crediting no one (``Control.extend`` counts a second credited
+twice once).
 """
 from __future__ import annotations
 
@@ -205,10 +208,8 @@ class StepAside:
         ended = time.monotonic()
         self.stepped_s += ended - began
         self.spans.append((began, ended))
-        for name in self._aside:  # stopped in their host work: the step is not their time
-            control = self._group.controls.get(name)
-            if control is not None:
-                control.extend(ended - began)
+        for control in members:  # every member stopped for the step: not their time, whether
+            control.extend(ended - began, ended)  # kept, aside or waiting for the parent
         if self._aside and not self._kept:  # nor the window's (kept members credit it)
             self.delay_s += ended - began
         self._go()

@@ -31,7 +31,11 @@ class Control:
         self._next = 0
         self.ended = False
         self.started_at: float | None = None  # when its run started (``time.monotonic``)
-        self.waited_s = 0.0  # time the parent kept the worker waiting (``extend``)
+        # time the parent kept the worker waiting (``extend``): the union of the spans credited,
+        # whoever credited them, and time granted outright (``grant``)
+        self._spans: list[list[float]] = []  # disjoint (from, to), by ``time.monotonic``
+        self._spans_s = 0.0
+        self._granted_s = 0.0
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts handed on, in the order asked
         self.late_write_ms: list[float] = []  # how long each took to hand on (the parent's clock)
@@ -90,11 +94,37 @@ class Control:
                     pass
             self.paused = paused
 
-    def extend(self, seconds: float) -> None:
-        """Add ``seconds`` to the worker's time limit: time it spent waiting for the GPU on
-        the parent's account (a lock held by other grades) is not the submission's."""
+    def extend(self, seconds: float, ended: float | None = None) -> None:
+        """Add the span of ``seconds`` up to ``ended`` (``time.monotonic``; now if None) to the
+        worker's time limit: time it spent waiting for the GPU on the parent's account (a lock
+        held by other grades, another window's step, a mate's turn) is not the submission's.
+        Several of the parent's threads may credit one wait (a window's step while the parent
+        waits for a mate): the limit moves on by the union of the spans, each second once."""
+        seconds = max(0.0, float(seconds))
         with self._cond:
-            self.waited_s += max(0.0, float(seconds))
+            if ended is None:
+                ended = time.monotonic()
+            began, kept = ended - seconds, []
+            for span in self._spans:  # merge every span it touches into it
+                if span[1] < began or span[0] > ended:
+                    kept.append(span)
+                else:
+                    began, ended = min(began, span[0]), max(ended, span[1])
+            kept.append([began, ended])
+            kept.sort()
+            self._spans = kept
+            self._spans_s = sum(b - a for a, b in kept)
+
+    def grant(self, seconds: float) -> None:
+        """Add ``seconds`` to the worker's time limit outright (a phase of its own granted its
+        time once it begins), apart from the waits ``extend`` credits."""
+        with self._cond:
+            self._granted_s += max(0.0, float(seconds))
+
+    @property
+    def waited_s(self) -> float:
+        with self._cond:
+            return self._spans_s + self._granted_s
 
     def _attach(self, fd: int) -> None:
         self._fd = fd

@@ -2237,11 +2237,75 @@ def test_a_long_calls_warm_up_turn_captures_nothing_again():
     assert 0.8 <= timer.estimate_ms / ms <= 1.25, (timer.estimate_ms, ms)
 
 
+def test_a_member_waiting_for_a_parent_held_at_the_gate_gets_the_steps_time_back():
+    # A member that answered (it waits for the parent's next command) while a mate's point
+    # lets another grade's window in: the parent's send to it waits at the gate for the whole
+    # step, crediting no one, and the member is stopped meanwhile. The step is given back to
+    # it once, whoever else credits the same seconds (the union of the spans). On an H100 a
+    # member of a hostile group of 8 timed out so, after a 45 s step credited 2 s.
+    from types import SimpleNamespace
+
+    from kernelmill.validate.step_aside import StepAside
+
+    class Held:
+        def window_waiting(self):
+            return True
+
+        def let_window_in(self):
+            time.sleep(0.4)
+            return True
+
+    controls = {"kept": Control(), "ready": Control()}
+    read_fd, write_fd = os.pipe()
+    controls["ready"]._attach(write_fd)
+    group = SimpleNamespace(controls=controls, dropped={})
+    stepper = StepAside(group)
+    stepper.attach()
+    try:
+        stepper.hold(Held())
+        controls["ready"]._deliver({"ready": 1})  # answered: waits for the parent
+        controls["ready"].next_report(1.0)
+        stepping = threading.Thread(target=controls["kept"]._deliver, args=({"between": 1},))
+        stepping.start()
+        time.sleep(0.1)  # the step is under way: the parent's send waits at the gate
+        began = time.monotonic()
+        assert controls["ready"].send("time")
+        held_s = time.monotonic() - began
+        stepping.join(5)
+        assert held_s >= 0.2, held_s
+        waited = controls["ready"].waited_s
+        assert held_s - 0.05 <= waited <= 0.5, (waited, held_s)
+        # the parent's own crediting of the same wait adds nothing twice
+        controls["ready"].extend(held_s)
+        assert abs(controls["ready"].waited_s - waited) < 0.05, controls["ready"].waited_s
+        assert os.read(read_fd, 100) == b"time\n"
+    finally:
+        stepper.close()
+        os.close(read_fd)
+        controls["ready"]._end()
+
+
+def test_a_workers_credited_waits_count_each_second_once_and_grants_apart():
+    control = Control()
+    control.extend(2.0, ended=10.0)  # 8..10
+    control.extend(1.0, ended=9.5)  # inside it: nothing new
+    assert control.waited_s == 2.0
+    control.extend(2.0, ended=11.0)  # 9..11: one second more
+    assert control.waited_s == 3.0
+    control.extend(1.0, ended=20.0)  # apart: 19..20
+    control.extend(15.0, ended=21.0)  # 6..21 covers both and the gap between
+    assert control.waited_s == 15.0
+    control.grant(5.0)  # a phase's own time, granted outright
+    assert control.waited_s == 20.0
+    control.extend(-3.0)
+    assert control.waited_s == 20.0
+
+
 def test_a_step_for_members_aside_alone_moves_the_windows_deadlines_and_ends_with_them():
     # Members in host work (``aside``) are stopped for another window's step like kept ones:
     # the step is added to their time limits and to the window's deadlines (no kept member's
-    # wait credits it here); one that ended in its host work is aside no longer, and no
-    # window is let in for it.
+    # wait credits it here), and so is a member waiting for the parent, stopped with them; one
+    # that ended in its host work is aside no longer, and no window is let in for it.
     from types import SimpleNamespace
 
     from kernelmill.validate.step_aside import StepAside
@@ -2267,7 +2331,8 @@ def test_a_step_for_members_aside_alone_moves_the_windows_deadlines_and_ends_wit
         controls["a"]._deliver({"aside": 1})  # intercepted: a step, with "a" aside alone
         assert Held.steps == 1 and not controls["a"].reports
         assert stepper.delay_s >= 0.09 and controls["a"].waited_s >= 0.09
-        assert controls["b"].waited_s == 0.0  # not kept: nothing owed
+        # "b", waiting for the parent, was stopped for the step too: not its time either
+        assert 0.09 <= controls["b"].waited_s < 0.5
         controls["a"]._end()  # it ended in its compile
         time.sleep(0.3)  # the poller looks again: nobody aside, nobody kept
         assert Held.steps == 1
