@@ -10,6 +10,7 @@ import time
 from kernelmill.core.errors import env_choice
 from kernelmill.validate.memory import CONTEXT_BYTES
 
+from .early_candidates import early_candidates
 from .grader import Grader, ReferenceError
 from .retry import device_short
 
@@ -140,6 +141,10 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     from kernelmill.validate.admission import ALLOCATOR_FACTOR
     from kernelmill.validate.host_admission import host_budget
 
+    # candidates' workers started beside the reference run (``early_candidates``): their CUDA
+    # contexts are held while the reference's workers run too
+    early = members * WORKER_BASE_BYTES if early_candidates() else 0
+
     def device_need() -> int | None:
         seen = grader.seen_worker_bytes(item["reference"], slot.get("env")) \
             if env_choice(ADMIT_VAR, ADMIT_MODES) == "seen" else None
@@ -151,10 +156,10 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
                                                slot.get("env"))
             timing = each if peak is None else \
                 max(each, int(peak * ALLOCATOR_FACTOR + WORKER_BASE_BYTES))
-            return each * members + timing
+            return each * members + timing + early
         each = grader.device_bytes(item["reference"], item.get("record"), slot.get("env"))
         return None if each is None else \
-            int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1))
+            int((each * ALLOCATOR_FACTOR + WORKER_BASE_BYTES) * (members + 1)) + early
 
     def host_need() -> int | None:  # a shared reference run's part held once per run
         return grader.group_host_bytes(item["reference"], members, slot.get("env"))

@@ -46,6 +46,7 @@ from kernelmill.validate.harness import threaded_writes
 
 from . import admitted
 from .admitted import admitted_grade
+from .early_candidates import early_candidates
 from .grader import Grader, ReferenceError, needs_extension_build
 from .outcome import lead_hack, outcome, reason, summary
 from .policy import Policy
@@ -207,6 +208,7 @@ def refuse_unknown_switches() -> None:
     group_reference()
     env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES)
     threaded_writes()
+    early_candidates()
 
 
 def default_slots_per_gpu(gpus: int, cores: int | None = None, group: int = 1) -> int:

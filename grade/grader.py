@@ -22,6 +22,7 @@ holds the steps around them: the candidate's build and run, the timing window, t
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import threading
@@ -36,6 +37,7 @@ from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 
 from . import static
 from .beside import Beside
+from .early_candidates import CANDIDATE_TARGET, EarlyWorkers, early_candidates
 from .builds import (
     _guarded_files,
     _stamp,
@@ -230,18 +232,25 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # as many as are counted here
             plan = self.shared_per_worker(size.source, len(pending), slot_env)
             workers = len(pending) if plan is None else -(-len(pending) // plan)
-            with self._beside.held(self._device_key(slot_env), workers):
-                references = self._fresh_references(size.source, len(pending), slot_env,
-                                                     self.policy.distributions_for(record),
-                                                     live=self.policy.time, plan=plan)
-            try:
-                if on_references is not None:
-                    on_references()
-                after_reference = time.monotonic()
-                judged = self._candidates(references, [candidate_sources[i] for i in pending],
-                                          record, slot_env)
-            finally:
-                close_live(references)
+            with contextlib.ExitStack() as early_held:
+                # (``KERNELMILL_EARLY_CANDIDATES``) the candidates' workers start now, beside
+                # the reference run, and wait for their payloads
+                early = self._early_workers(size.source, len(pending), slot_env, early_held)
+                if early is not None:
+                    early_held.callback(early.close)
+                with self._beside.held(self._device_key(slot_env), workers):
+                    references = self._fresh_references(size.source, len(pending), slot_env,
+                                                         self.policy.distributions_for(record),
+                                                         live=self.policy.time, plan=plan)
+                try:
+                    if on_references is not None:
+                        on_references()
+                    after_reference = time.monotonic()
+                    judged = self._candidates(references,
+                                              [candidate_sources[i] for i in pending],
+                                              record, slot_env, early=early)
+                finally:
+                    close_live(references)
             for i, reference, verdict in zip(pending, references, judged):
                 # Where a grade's time went (seconds): what throughput work looks at first.
                 verdict["profile"] = {"began_at": round(began_at, 3),
@@ -279,9 +288,29 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         verdict.update(stage_reached="parsed", **fields)
         return verdict
 
+    def _early_workers(self, source: str, members: int, slot_env: dict | None,
+                       held: contextlib.ExitStack) -> EarlyWorkers | None:
+        """The candidates' workers started before the reference run (``early_candidates``),
+        counted on the device in ``held`` from now; None when off. Waiting, a worker holds
+        little of the host's memory: the candidates' hold on it is taken where it was
+        (``_candidates``), never before the reference run's, which would wait for it."""
+        if not early_candidates():
+            return None
+        policy, env = self.policy, self._env(slot_env)
+        limits = self._worker_limits(source)
+        held.enter_context(self._beside.held(self._device_key(slot_env), members))
+        return EarlyWorkers({"target": CANDIDATE_TARGET, "timeout_s": policy.timeout_s,
+                             "device": self.worker_device, "env": env, "writable": [],
+                             "sandbox": policy.sandbox, "hidden": self.private_folders(),
+                             "init_lock": init_lock(self.worker_device, env),
+                             "limits": limits}, members)
+
     def _candidates(self, references: list[ReferenceRun], sources: list[str],
-                    record: dict | None, slot_env: dict | None) -> list[dict]:
-        """Run and judge each candidate against its own reference run; time them together."""
+                    record: dict | None, slot_env: dict | None,
+                    early: EarlyWorkers | None = None) -> list[dict]:
+        """Run and judge each candidate against its own reference run; time them together.
+        ``early``: their workers started already (``_early_workers``), each taken by the
+        member whose job fits it."""
         policy = self.policy
         prepared = [self._prepare(reference, source, record, slot_env)
                     for reference, source in zip(references, sources)]
@@ -293,10 +322,17 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         before = _stamp(self.guard_paths)
         if runnable:
             workers = len(runnable) + (1 if policy.time else 0)
+            # early workers are counted on the device from their start
             with self._on_host(references[0].source, workers) as limits, \
-                    self._beside.held(self._device_key(slot_env), len(runnable)):
+                    (self._beside.held(self._device_key(slot_env), len(runnable))
+                     if early is None else contextlib.nullcontext()):
                 for i in runnable:
                     prepared[i]["limits"] = limits
+                taken = {}
+                if early is not None:
+                    taken = {i: worker for i in runnable
+                             if (worker := early.take(i, prepared[i])) is not None}
+                    early.close_untaken()
                 if policy.time:
                     # the physical GPU, for the pool's key (only where there is a pool)
                     gpu = gpu_lock_path(self.worker_device, self._env(slot_env)) \
@@ -306,13 +342,15 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
                         self._reference_pool.wants_reference(references[0].source, gpu,
                                                              len(runnable))
                     results, windows = self._timed(references, {i: prepared[i] for i in runnable},
-                                                   record, slot_env, score_reference=score)
+                                                   record, slot_env, score_reference=score,
+                                                   early=taken)
                     self.note_worker_memory(references[0].source, windows, slot_env)
                     if self._reference_pool is not None:
                         to_keep = pool_views(self._reference_pool, references[0].source, gpu,
                                              windows)
                 else:
-                    done = _side_by_side(lambda i: run_in_worker(**prepared[i]), runnable)
+                    done = _side_by_side(lambda i: taken[i].run(prepared[i]) if i in taken
+                                         else run_in_worker(**prepared[i]), runnable)
                     results = dict(zip(runnable, done))
         changed = [p for p, stamp in _stamp(self.guard_paths).items() if stamp != before[p]]
 
@@ -390,7 +428,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         # the unseen inputs reach the worker one at a time, each just before its call
         # (``harness.run_in_worker(late=...)``): nothing of them is in its memory before; each
         # in the file the reference's worker wrote it in (``LatePart``), never copied here
-        return {"target": "kernelmill.grade.worker:candidate_task", "payload": payload,
+        return {"target": CANDIDATE_TARGET, "payload": payload,
                 "timeout_s": policy.timeout_s, "device": self.worker_device, "env": env,
                 "writable": writable, "sandbox": policy.sandbox,
                 "hidden": self.private_folders(),

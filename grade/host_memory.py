@@ -48,9 +48,16 @@ class HostMemory:
         if self.worker_device != "cpu":
             yield {}
             return
+        need = self._host_need(source)
+        with host_budget(self.host_memory_bytes).hold(need * workers):
+            yield self._worker_limits(source, workers, together)
+
+    def _worker_limits(self, source: str, workers: int = 1, together: bool = False) -> dict:
+        """The limits a grading worker of ``source`` gets (``_on_host``'s), held or not."""
+        if self.worker_device != "cpu":
+            return {}
         from kernelmill.validate.runner import address_base
 
         need = self._host_need(source)
         each = need * workers if together else need
-        with host_budget(self.host_memory_bytes).hold(need * workers):
-            yield {"address_space": address_limit(each, address_base()) + THREAD_ROOM}
+        return {"address_space": address_limit(each, address_base()) + THREAD_ROOM}

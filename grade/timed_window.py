@@ -38,14 +38,16 @@ class TimedWindow:
     """``_timed``: for a ``Grader`` (its policy, devices, environment and ``Beside`` count)."""
 
     def _timed(self, references: list[ReferenceRun], candidates: dict[int, dict],
-               record: dict | None, slot_env: dict | None, score_reference: bool = True
-               ) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
+               record: dict | None, slot_env: dict | None, score_reference: bool = True,
+               early: dict | None = None) -> tuple[dict[int, WorkerResult], dict[int, dict]]:
         """Run the candidate workers and one reference timing worker side by side; time them
         all in one window on this GPU. Returns each candidate's result and its view of the
         window (the reference and itself, as ``reference`` and ``candidate``). A candidate whose
         early answer is already wrong leaves the window untimed (``SKIPPED_INCORRECT``). Without
         ``score_reference`` the reference's worker warms the clocks and witnesses them but
-        takes no turn in the rounds (its time comes from the pool: ``reference_pool``)."""
+        takes no turn in the rounds (its time comes from the pool: ``reference_pool``).
+        ``early``: candidates whose workers started already (``early_candidates.EarlyWorker``,
+        by index), given their jobs where the others start theirs."""
         policy = self.policy
         names = {i: f"candidate {i}" for i in candidates}
         reference = references[min(candidates)]
@@ -79,7 +81,9 @@ class TimedWindow:
                 "env": env, "sandbox": policy.sandbox, "limits": first.get("limits"),
                 "init_lock": init_lock(self.worker_device, env)}
         jobs.update({names[i]: job for i, job in candidates.items()})
-        controls = {name: Control() for name in jobs}
+        early = {names[i]: worker for i, worker in (early or {}).items() if i in names}
+        controls = {name: early[name].control if name in early else Control()
+                    for name in jobs}
         if live is not None:
             controls = {"reference": live.control, **controls}
         results: dict[str, WorkerResult] = {}
@@ -88,7 +92,8 @@ class TimedWindow:
             # Whatever happens here, the window hears this participant end: a launch that
             # raised left it waiting for the whole ready deadline
             try:
-                results[name] = run_in_worker(**jobs[name], control=controls[name])
+                results[name] = early[name].run(jobs[name]) if name in early else \
+                    run_in_worker(**jobs[name], control=controls[name])
             except Exception as exc:  # noqa: BLE001 — becomes this member's failed run
                 results[name] = WorkerResult(False, error={
                     "stage": "spawn", "message": f"{type(exc).__name__}: {exc}"[:500]})

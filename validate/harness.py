@@ -64,6 +64,7 @@ from .payload_files import (
     attach_parts,
     receive_parts,
 )
+from .deferred_payload import DeferredPayload, payload_part, send_payload
 from .reaper import WATCHER
 from .result_channel import (
     MAX_FRAME,  # noqa: F401
@@ -256,7 +257,8 @@ def hidden_folders(payload) -> list[str]:
     return folders
 
 
-def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
+def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: float,
+                  device: str,
                   env: dict | None = None, limits: dict | None = None,
                   writable: list[str] | None = None, sandbox: bool = True,
                   python: str | None = None, control: Control | None = None,
@@ -297,7 +299,15 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     ``hidden``: folders the confined worker may not read, besides ``hidden_folders``' (a
     grader's caches and other submissions' builds); a folder in ``writable`` beneath one stays
     the worker's.
+    ``payload`` may be a ``DeferredPayload``: the worker starts, makes its CUDA context and
+    confines itself, then waits for it (and for ``late``, which goes with it: ``give``) before
+    it runs ``target``; its time limit does not run meanwhile. Its payload may name no GPU
+    lock (``hidden_folders``).
     """
+    deferred = payload if isinstance(payload, DeferredPayload) else None
+    if deferred is not None:
+        payload, late = {}, None
+        deferred.started_at = time.monotonic()
     limits = dict(limits or {})
     limits.setdefault("file_size", WORKER_FILE_BYTES)
     files = worker_files()
@@ -311,13 +321,22 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     os.mkdir(workdir)
     allowed = [tmp, *(os.path.abspath(p) for p in writable or ())] if sandbox else None
     made: list[int] = []  # what the setup opened, closed should it fail before the worker runs
-    late_file = parts_in = parts_fd = None
+    late_file = parts_in = parts_fd = payload_in = late_pair = None
     try:
         payload, tensor_fd = _tensor_file(payload)
         made.append(tensor_fd)
         late_file = _LateFile(late, ahead=late_ahead(sandbox)) \
             if late and control is not None and hasattr(os, "memfd_create") else None
         late_fd = late_file.fd if late_file is not None else None
+        payload_fd = None
+        if deferred is not None:  # its payload, and its late parts' socket, come over these
+            payload_in, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            payload_fd = theirs.detach()
+            made.append(payload_fd)
+            if control is not None and hasattr(os, "memfd_create"):
+                late_pair, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                late_fd = theirs.detach()
+                made.append(late_fd)
         r_ctl, w_ctl = os.pipe() if control is not None else (None, None)
         made += [r_ctl, w_ctl]
         # the worker's large result tensors come back in this file (``tensor_slots``)
@@ -335,7 +354,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             made.append(parts_fd)
         extra = {name: fd for name, fd in (("control", r_ctl), ("tensors", tensor_fd),
                                            ("late", late_fd), ("results", results_fd),
-                                           ("shown", shown_fd), ("parts", parts_fd))
+                                           ("shown", shown_fd), ("parts", parts_fd),
+                                           ("payload", payload_fd))
                  if fd is not None}  # the worker's descriptors after its job's two pipes
         job = pickle.dumps({"target": target, "payload": payload, "key": key, "limits": limits,
                             "writable": allowed, "fds": list(extra),
@@ -344,7 +364,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
                             "late": late_file.table if late_file is not None else None,
                             "early_results": bool(early_results),
                             "threaded_writes": bool(early_results) and threaded_writes(),
-                            "init_lock": init_lock if device.startswith("cuda") else None},
+                            "init_lock": init_lock if device.startswith("cuda") else None,
+                            "payload_later": deferred is not None},
                            protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:
         if late_file is not None:
@@ -353,8 +374,9 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         for fd in made:
             if fd is not None:
                 os.close(fd)
-        if parts_in is not None:
-            parts_in.close()
+        for sock in (parts_in, payload_in, late_pair):
+            if sock is not None:
+                sock.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     r_in = w_in = r_out = w_out = stdout = stderr = proc = None
@@ -385,11 +407,12 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         if late_file is not None:
             late_file.close()
         for fd in (r_in, w_in, r_out, w_out, r_ctl, w_ctl, tensor_fd, late_fd, results_fd,
-                   shown_fd, parts_fd):
+                   shown_fd, parts_fd, payload_fd):
             if fd is not None:
                 os.close(fd)
-        if parts_in is not None:
-            parts_in.close()
+        for sock in (parts_in, payload_in, late_pair):
+            if sock is not None:
+                sock.close()
         for handle in (stdout, stderr):
             if handle is not None:
                 handle.close()
@@ -408,6 +431,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
         os.close(late_fd)
     if parts_fd is not None:
         os.close(parts_fd)
+    if payload_fd is not None:
+        os.close(payload_fd)
     if control is not None:
         os.close(r_ctl)
         control.pid = proc.pid  # a new session each (start_new_session; the zygote's setsid)
@@ -466,6 +491,8 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
     reader_ref = weakref.ref(reader)
     reader.start()
 
+    later: list = []  # a deferred payload's late parts, once given (``_LateFile``)
+
     def feed() -> None:
         try:
             view = memoryview(job)
@@ -475,20 +502,31 @@ def run_in_worker(target: str, payload: dict, *, timeout_s: float, device: str,
             pass  # the worker died before reading its job; its exit status tells why
         finally:
             os.close(w_in)
+        if deferred is not None:
+            _hand_over(deferred, payload_in, late_pair, sandbox, control, later)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     timed_out = False
+
+    def credited() -> float:  # a deferred payload's wait is the parent's, not the run's
+        return _credited(control, timeout_s) + \
+            (deferred.waiting_s() if deferred is not None else 0.0)
+
     while True:
-        waited = _credited(control, timeout_s)
+        waited = credited()
         try:
             proc.wait(timeout=max(0.0, start + timeout_s + waited - time.monotonic()))
             break
         except subprocess.TimeoutExpired:
-            if _credited(control, timeout_s) == waited:
+            if credited() == waited and not (deferred is not None and deferred.pending):
                 timed_out = True
                 break
     wall = time.monotonic() - start
+    if deferred is not None:
+        deferred.cancel()  # (given already: nothing) the feeder hands nothing over now
+        feeder.join(READER_JOIN_S)
+        late_file = later[0] if later else None
     if late_file is not None:
         late_file.close()
     if isinstance(proc, subprocess.Popen):
@@ -601,6 +639,36 @@ def worker_files() -> int | None:
             pass
     room = soft - 2 * _SCM_MAX_FD if soft != resource.RLIM_INFINITY else WORKER_FILES
     return min(WORKER_FILES, room) if room >= 256 else None
+
+
+def _hand_over(deferred: DeferredPayload, sock: socket.socket, late_pair, sandbox: bool,
+               control: Control | None, later: list) -> None:
+    """A deferred payload, once given, to its worker over ``sock``: its tensors in a sealed
+    file, its late parts' table (their files made ahead, ``_LateFile``, over ``late_pair``);
+    withdrawn, or unsendable, the socket closes and the worker ends at ``payload wait``."""
+    tensor_fd = late_file = None
+    try:
+        deferred.wait()
+        if deferred.cancelled:
+            return
+        payload, tensor_fd = _tensor_file(deferred.payload)
+        late = deferred.late
+        if late and late_pair is not None:
+            late_file = _LateFile(late, ahead=late_ahead(sandbox), pair=late_pair)
+            late_pair = None
+            later.append(late_file)
+            if control is not None:
+                control._late = late_file
+        send_payload(sock, payload_part(payload, late_file.table if late_file else None),
+                     tensor_fd)
+    except Exception:  # noqa: BLE001 — the worker ends at its wait; its run says where
+        pass
+    finally:
+        if tensor_fd is not None:
+            os.close(tensor_fd)
+        sock.close()
+        if late_pair is not None:
+            late_pair.close()
 
 
 def _credited(control: Control | None, timeout_s: float) -> float:

@@ -532,6 +532,19 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _payload_later(fd: int) -> dict:
+    """A deferred payload (``deferred_payload``): its tensors mapped, its late parts' table
+    kept; raises where the parent withdrew it."""
+    from .deferred_payload import receive_payload
+
+    blob, tensor_fd = receive_payload(fd)
+    part = pickle.loads(blob)
+    if "fd" in _late:
+        _late["table"] = part.get("late") or []
+    payload = part["payload"]
+    return attach_tensors(payload, tensor_fd) if tensor_fd is not None else payload
+
+
 def attach_tensors(value, fd: int):
     """``value`` with every ``TensorSlot`` replaced by a tensor mapped from the file ``fd``
     (private, copy-on-write: writing to an input never reaches the file)."""
@@ -656,6 +669,7 @@ def main(argv: list[str]) -> None:
             os.close(parts)
     if "late" in extra:  # its parts come over it when asked for (``late_read.late_payload``)
         _late.update(fd=_hide_fd(extra["late"]), table=job.get("late") or [])
+    later = _hide_fd(extra["payload"]) if "payload" in extra else None
     del key
     _apply_limits(job.get("limits") or {})
     sandbox = None
@@ -680,6 +694,9 @@ def main(argv: list[str]) -> None:
     _save_without_crc()
     _ieee_fp32()
     try:
+        if later is not None:  # started before its payload existed: it comes now
+            mark_stage("payload wait")
+            job["payload"] = _payload_later(later)
         mark_stage("import target")
         module_name, _, function_name = job["target"].partition(":")
         module = __import__(module_name, fromlist=[function_name])

@@ -182,7 +182,7 @@ class _LateFile:
     as it is, never copied. ``table``: each part's (offset, size) in its file, for the worker;
     ``fd``: the worker's end of the socket."""
 
-    def __init__(self, parts: list, ahead: bool = True):
+    def __init__(self, parts: list, ahead: bool = True, pair: socket.socket | None = None):
         import torch
 
         self.table: list[tuple[int, int]] = []
@@ -206,8 +206,11 @@ class _LateFile:
             self._parts.append((tail, [*chunks, (size, tail)]))
             made.append(None)
             self.table.append((0, size + len(tail)))
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.fd = theirs.detach()  # passed to the worker, then closed here
+        if pair is None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.fd = theirs.detach()  # passed to the worker, then closed here
+        else:  # the worker holds its end already (its payload came after its start)
+            ours, self.fd = pair, None
         self._socket = ours
         self._files: list[int | None] = made
         self._written = [threading.Event() for _ in self._parts]
@@ -225,7 +228,8 @@ class _LateFile:
             except BaseException:
                 self._filler = None
                 self.close()
-                os.close(self.fd)
+                if self.fd is not None:
+                    os.close(self.fd)
                 raise
 
     def _fill(self) -> None:

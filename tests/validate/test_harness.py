@@ -1275,3 +1275,50 @@ def test_validations_workers_ask_for_the_init_lock_as_validations(monkeypatch):
     validation = one_problem.validate_source(source, config={"timeout_s": 120})
     assert validation["checks"], validation
     assert asked and all(asked), asked
+
+
+def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
+    # A worker given a ``DeferredPayload`` starts and confines itself, then waits for its
+    # payload (here longer than its whole limit: the wait is the parent's), gets its large
+    # tensors through their sealed file and its small values through the pickle, and only
+    # then runs its target. One withdrawn ends at its wait, neither timed out nor run.
+    import threading
+
+    import torch
+    from kernelmill.validate.deferred_payload import DeferredPayload
+    from kernelmill.validate.harness import Control
+
+    def started(deferred):
+        out, control = {}, Control()
+        thread = threading.Thread(target=lambda: out.setdefault("run", run_in_worker(
+            "kernelmill.validate.harness:echo", deferred, timeout_s=3, device="cpu",
+            control=control)))
+        thread.start()
+        return thread, out
+
+    deferred = DeferredPayload()
+    thread, out = started(deferred)
+    time.sleep(4)
+    assert thread.is_alive()  # past its 3 s: still waiting, not killed
+    big = torch.arange(1 << 16, dtype=torch.float32)  # 256 KiB: in the tensor file
+    assert deferred.give({"x": big, "n": 3})
+    assert not deferred.give({"n": 4}) and not deferred.cancel()  # once
+    thread.join(60)
+    result = out["run"]
+    assert result.ok, result.error
+    assert torch.equal(result.value["x"], big) and result.value["n"] == 3
+    stages = [s for s, _ in result.stages]
+    assert stages[stages.index("payload wait") + 1:stages.index("payload wait") + 3] == \
+        ["import target", "run target"], stages
+    assert 3.5 <= deferred.waiting_s() <= result.wall_s, (deferred.waiting_s(), result.wall_s)
+
+    withdrawn = DeferredPayload()
+    thread, out = started(withdrawn)
+    time.sleep(0.5)
+    assert withdrawn.cancel()
+    thread.join(60)
+    result = out["run"]
+    assert not result.ok and not result.timed_out, result.error
+    assert result.error["stage"] == "payload wait", result.error
+    assert "withdrawn" in result.error["message"], result.error
+    assert "echo" not in [s for s, _ in result.stages]
