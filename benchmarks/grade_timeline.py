@@ -240,8 +240,10 @@ def before_inputs(rows: list[dict]) -> dict | None:
     reference and candidate phases, and the candidate worker's stages before it needs its
     inputs (``BEFORE_INPUTS``; ``before_inputs_s``); ``overlap_share``: those stages, each grade's
     no longer than its reference phase, over both phases' seconds together (what a candidate's
-    worker started beside its reference run could overlap). None without profiles."""
-    kept = []
+    worker started beside its reference run could overlap); ``started_early``: the grades
+    whose candidate worker did start so (``KERNELMILL_EARLY_CANDIDATES``: a ``payload wait``
+    stage), ``payload_wait_s`` their wait at the median. None without profiles."""
+    kept, waits = [], []
     for row in rows:
         profile = row.get("profile") or {}
         stages = profile.get("stages_s") or {}
@@ -252,10 +254,14 @@ def before_inputs(rows: list[dict]) -> dict | None:
         early = sum(v for k, v in stages.items() if k in BEFORE_INPUTS
                     and isinstance(v, (int, float)))
         kept.append((float(profile.get("admission_wait_s") or 0.0), reference, candidate, early))
+        if isinstance(stages.get("payload wait"), (int, float)):
+            waits.append(stages["payload wait"])
     if not kept:
         return None
     both = sum(r + c for _, r, c, _ in kept)
-    return {"admission_s": statistics.median(k[0] for k in kept),
+    return {"started_early": len(waits),
+            "payload_wait_s": statistics.median(waits) if waits else None,
+            "admission_s": statistics.median(k[0] for k in kept),
             "reference_s": statistics.median(k[1] for k in kept),
             "candidate_s": statistics.median(k[2] for k in kept),
             "before_inputs_s": statistics.median(k[3] for k in kept),
@@ -306,6 +312,10 @@ def report_in_flight(out: Path, items: int | None = None, group: int | None = No
               f"its inputs ({latency['overlap_share']:.0%} of the reference and candidate "
               "phases together: what a candidate worker started beside its reference run "
               "could take off each grade)")
+        if latency["started_early"]:
+            print(f"  candidate workers started beside their reference run: "
+                  f"{latency['started_early']} of the grades, waiting "
+                  f"{latency['payload_wait_s']:.2f} s for their payloads at the median")
     waves = verdict_waves(rows)
     if waves:
         print(f"  verdicts' ends over that part: {waves['ends']}, gaps median "

@@ -227,21 +227,19 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # only the input distributions the record's validation found the reference stable
             # under (T-19); with a window to come, the first reference worker stays to time
             # the reference there (``live_reference``): one worker, one CUDA context fewer per
-            # grade. Its workers are counted on the device while they run (``beside``).
-            # ``shared``: one run for the members, made by fewer workers (``_shared_run``),
-            # as many as are counted here
+            # grade. Its workers are counted on the device while they run (``beside``), as
+            # many as start (``_counted``). ``shared``: one run for the members, made by fewer
+            # workers (``_shared_run``), as many as this plan says
             plan = self.shared_per_worker(size.source, len(pending), slot_env)
-            workers = len(pending) if plan is None else -(-len(pending) // plan)
             with contextlib.ExitStack() as early_held:
                 # (``KERNELMILL_EARLY_CANDIDATES``) the candidates' workers start now, beside
                 # the reference run, and wait for their payloads
                 early = self._early_workers(size.source, len(pending), slot_env, early_held)
                 if early is not None:
                     early_held.callback(early.close)
-                with self._beside.held(self._device_key(slot_env), workers):
-                    references = self._fresh_references(size.source, len(pending), slot_env,
-                                                         self.policy.distributions_for(record),
-                                                         live=self.policy.time, plan=plan)
+                references = self._fresh_references(size.source, len(pending), slot_env,
+                                                     self.policy.distributions_for(record),
+                                                     live=self.policy.time, plan=plan)
                 try:
                     if on_references is not None:
                         on_references()

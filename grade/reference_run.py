@@ -7,6 +7,7 @@ grade asks the device and the host for, is ``reference_sizes``' (re-exported her
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -503,6 +504,15 @@ class ReferenceRuns(ReferenceSizes):
         self._note_reference_bytes(source, values[0], slot_env)
         return made
 
+    def _counted(self, slot_env: dict | None, workers: int):
+        """``workers`` reference workers counted on the grade's device while they run
+        (``Beside``: the device-work check's floor reads it), the workers started, whichever
+        way a grade's runs are made."""
+        beside = getattr(self, "_beside", None)
+        if beside is None:
+            return contextlib.nullcontext()
+        return beside.held(self._device_key(slot_env), workers)
+
     def _fresh_references(self, source: str, count: int, slot_env: dict | None,
                           dists: tuple[str, ...] | None = None,
                           live: bool = False,
@@ -520,9 +530,10 @@ class ReferenceRuns(ReferenceSizes):
             else plan
         if per_worker is not None:
             try:
-                return member_runs(self.fresh_reference(source, slot_env=slot_env, dists=dists,
-                                                        live=live, members=count,
-                                                        per_worker=per_worker), count)
+                with self._counted(slot_env, -(-count // per_worker)):
+                    return member_runs(self.fresh_reference(
+                        source, slot_env=slot_env, dists=dists, live=live, members=count,
+                        per_worker=per_worker), count)
             except _OwnRuns:  # a run for each member, as under ``own``, in every later group
                 with self._lock:
                     self._own_runs.add(source)
@@ -538,7 +549,8 @@ class ReferenceRuns(ReferenceSizes):
             return runs
 
         try:  # a ReferenceError is the problem's: it reaches the caller
-            batches = _side_by_side(batch, list(enumerate(sizes)))
+            with self._counted(slot_env, len(sizes)):
+                batches = _side_by_side(batch, list(enumerate(sizes)))
         except BaseException:
             close_live([run for runs in made for run in runs])
             raise

@@ -514,6 +514,40 @@ def test_a_shared_runs_workers_are_the_workers_counted_on_the_device(monkeypatch
     assert counted[0] == 2 == sum(started), (counted, started)
 
 
+def test_a_groups_own_runs_count_the_workers_they_start_on_the_device(monkeypatch):
+    """Under ``own`` a group's runs are batched into as few workers as their sizes allow
+    (``BATCH_BYTES``): those workers, not one per member, are counted on the device, where
+    the device-work check's floor reads them (``Beside``)."""
+    import kernelmill.grade.live_reference as L
+    from kernelmill.grade import reference_run as R
+
+    monkeypatch.setenv("KERNELMILL_GROUP_REFERENCE", "own")
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    reference, honest = read("ref_scale_add"), read("honest_scale_add")
+    grader.grade_group(reference, [honest] * 2)  # the problem's sizes known: one batch
+    counted, started = [], []
+    real_held, real_run = grader._beside.held, R.run_in_worker
+
+    def held(key, workers):
+        counted.append(workers)
+        return real_held(key, workers)
+
+    def run(target, payload, **kwargs):
+        started.append(str(target).endswith("reference_task"))
+        return real_run(target, payload, **kwargs)
+
+    monkeypatch.setattr(grader._beside, "held", held)
+    monkeypatch.setattr(R, "run_in_worker", run)
+    monkeypatch.setattr(L, "run_in_worker", run)
+    verdicts = grader.grade_group(reference, [honest + f"\n# copy {i}\n" for i in range(4)])
+    for verdict in verdicts:
+        assert verdict["correct"] and not verdict["hacks"], \
+            verdict.get("error") or verdict.get("hack_details")
+        assert verdict["profile"]["reference_shared_by"] == 1
+    assert counted[0] == sum(started) == 1, (counted, started)
+
+
 def test_a_shared_runs_workers_are_bounded_by_bytes_or_only_by_their_results_files(
         monkeypatch):
     """``members_per_worker``: by default a worker of a shared run makes as many members'

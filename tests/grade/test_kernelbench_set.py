@@ -182,7 +182,13 @@ def test_the_report_says_what_of_a_grade_its_candidate_worker_spent_before_its_i
     assert latency["admission_s"] == 1.0 and latency["reference_s"] == 4.0
     assert latency["candidate_s"] == 8.0 and latency["before_inputs_s"] == 2.0
     assert abs(latency["overlap_share"] - (2 + 2 + 1) / (12 + 12 + 9)) < 1e-9
+    assert latency["started_early"] == 0 and latency["payload_wait_s"] is None
     assert grade_timeline.before_inputs([{"profile": {"reference_s": 1.0}}]) is None
+    # workers started beside their reference run (``KERNELMILL_EARLY_CANDIDATES``) say so
+    rows[0]["profile"]["stages_s"]["payload wait"] = 1.5
+    rows[2]["profile"]["stages_s"]["payload wait"] = 0.5
+    latency = grade_timeline.before_inputs(rows)
+    assert latency["started_early"] == 2 and latency["payload_wait_s"] == 1.0
 
 
 def test_the_report_says_whether_the_gpus_windows_or_the_grades_set_the_pace():
