@@ -91,3 +91,19 @@ def test_the_early_candidates_switch_refuses_an_unknown_value(monkeypatch):
     monkeypatch.setenv(E.EARLY_VAR, "off")
     refuse_unknown_switches()
     assert not E.early_candidates()
+
+
+def test_an_untimed_grades_early_candidate_runs_its_checks(monkeypatch):
+    # without a window (``Policy(time=False)``) the member's early worker is given its job
+    # where its worker would have started, and checks as one started then
+    monkeypatch.setenv(E.EARLY_VAR, "on")
+    sets = made(monkeypatch)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False, time=False)
+    verdict = Grader("cpu", policy=policy).grade(read("ref_scale_add"),
+                                                read("honest_scale_add"))
+    assert verdict["correct"] and not verdict["hacks"], verdict.get("error")
+    assert verdict["timing"] is None
+    [[worker]] = [early.workers for early in sets]
+    assert not worker.deferred.cancelled and worker.result.ok, worker.result.error
+    stages = [stage for stage, _ in worker.result.stages]
+    assert stages.index("payload wait") < stages.index("run target"), stages
