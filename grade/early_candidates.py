@@ -15,6 +15,7 @@ An A/B switch for the GPU runs (``off``, the default; ``on``) until one says wha
 from __future__ import annotations
 
 import threading
+import time
 
 from kernelmill.core.errors import env_choice
 from kernelmill.validate.deferred_payload import DeferredPayload
@@ -26,7 +27,7 @@ CANDIDATE_TARGET = "kernelmill.grade.worker:candidate_task"
 # what a worker is started with: a job that differs in any of these needs a start of its own
 SPAWN_KEYS = ("target", "timeout_s", "device", "env", "writable", "sandbox", "hidden",
               "init_lock", "limits")
-JOIN_S = 30.0  # the longest a withdrawn worker is waited for (it ends at its payload's wait)
+JOIN_S = 30.0  # the longest a grade waits for its withdrawn workers (each ends at its wait)
 
 
 def early_candidates() -> bool:
@@ -57,7 +58,11 @@ class EarlyWorker:
             self.control._end()
 
     def fits(self, job: dict) -> bool:
-        return all(job.get(key) == self.job.get(key) for key in SPAWN_KEYS)
+        """``job`` may run in this worker: it was started with the same ``SPAWN_KEYS`` and
+        the job holds nothing else but its payload and late parts (a key of another kind
+        needs a start of its own)."""
+        return set(job) <= {*SPAWN_KEYS, "payload", "late"} and \
+            all(job.get(key) == self.job.get(key) for key in SPAWN_KEYS)
 
     def run(self, job: dict) -> WorkerResult:
         """``job``'s run (as ``run_in_worker(**job, control=self.control)``): its payload and
@@ -78,8 +83,14 @@ class EarlyWorkers:
     by the member whose job fits it (``take``), the rest withdrawn (``close``)."""
 
     def __init__(self, job: dict, members: int):
-        self.workers = [EarlyWorker(dict(job)) for _ in range(members)]
+        self.workers: list[EarlyWorker] = []
         self._taken: set[int] = set()
+        try:
+            for _ in range(members):
+                self.workers.append(EarlyWorker(dict(job)))
+        except BaseException:  # (a thread that cannot start) none left waiting
+            self.close()
+            raise
 
     def take(self, index: int, job: dict) -> EarlyWorker | None:
         """Member ``index``'s early worker where ``job`` fits it (its own start otherwise:
@@ -104,5 +115,6 @@ class EarlyWorkers:
         """Every worker not taken withdrawn, and all of them waited for (bounded)."""
         for worker in self.workers:
             worker.withdraw()  # (a taken one was given its payload: nothing)
+        until = time.monotonic() + JOIN_S
         for worker in self.workers:
-            worker.join(JOIN_S)
+            worker.join(max(0.0, until - time.monotonic()))

@@ -37,7 +37,6 @@ from kernelmill.validate.harness import LatePart, WorkerResult, run_in_worker
 
 from . import static
 from .beside import Beside
-from .early_candidates import CANDIDATE_TARGET, EarlyWorkers, early_candidates
 from .builds import (
     _guarded_files,
     _stamp,
@@ -46,6 +45,7 @@ from .builds import (
     needs_extension_build,
     streamed_texts,
 )
+from .early_candidates import CANDIDATE_TARGET, EarlyWorkers, early_candidates
 from .host_memory import THREAD_ROOM, HostMemory  # noqa: F401
 from .judge import amend, judge, usable_trials
 from .policy import Policy
@@ -234,7 +234,7 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             with contextlib.ExitStack() as early_held:
                 # (``KERNELMILL_EARLY_CANDIDATES``) the candidates' workers start now, beside
                 # the reference run, and wait for their payloads
-                early = self._early_workers(size.source, len(pending), slot_env, early_held)
+                early = self._early_workers(size.source, len(pending), slot_env)
                 if early is not None:
                     early_held.callback(early.close)
                 references = self._fresh_references(size.source, len(pending), slot_env,
@@ -286,17 +286,17 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         verdict.update(stage_reached="parsed", **fields)
         return verdict
 
-    def _early_workers(self, source: str, members: int, slot_env: dict | None,
-                       held: contextlib.ExitStack) -> EarlyWorkers | None:
-        """The candidates' workers started before the reference run (``early_candidates``),
-        counted on the device in ``held`` from now; None when off. Waiting, a worker holds
-        little of the host's memory: the candidates' hold on it is taken where it was
-        (``_candidates``), never before the reference run's, which would wait for it."""
+    def _early_workers(self, source: str, members: int,
+                       slot_env: dict | None) -> EarlyWorkers | None:
+        """The candidates' workers started before the reference run (``early_candidates``);
+        None when off. Waiting, a worker holds little of the host's memory and runs no GPU
+        work: the candidates' hold on the host and their count on the device (which the
+        device-work check's floor reads) are taken where they were (``_candidates``), for the
+        members that run; a hold on the host before the reference run's would make it wait."""
         if not early_candidates():
             return None
         policy, env = self.policy, self._env(slot_env)
         limits = self._worker_limits(source)
-        held.enter_context(self._beside.held(self._device_key(slot_env), members))
         return EarlyWorkers({"target": CANDIDATE_TARGET, "timeout_s": policy.timeout_s,
                              "device": self.worker_device, "env": env, "writable": [],
                              "sandbox": policy.sandbox, "hidden": self.private_folders(),
@@ -320,10 +320,8 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
         before = _stamp(self.guard_paths)
         if runnable:
             workers = len(runnable) + (1 if policy.time else 0)
-            # early workers are counted on the device from their start
             with self._on_host(references[0].source, workers) as limits, \
-                    (self._beside.held(self._device_key(slot_env), len(runnable))
-                     if early is None else contextlib.nullcontext()):
+                    self._beside.held(self._device_key(slot_env), len(runnable)):
                 for i in runnable:
                     prepared[i]["limits"] = limits
                 taken = {}

@@ -8,8 +8,8 @@ makes it for any run) and its late parts' table, handed over one socket the work
 its start, the file's descriptor with the first bytes (``SCM_RIGHTS``). Nothing of the
 submission runs before: the worker imports its target only once the payload is in.
 
-The worker's time limit does not run while it waits: the wait is the parent's (``waiting_s``),
-credited apart from its waits for the GPU. A payload withdrawn (``cancel``: the reference run
+The worker's time limit does not run while it waits, from its hello on: the wait is the
+parent's (``waiting_s``), credited apart from its waits for the GPU; its start is its own. A payload withdrawn (``cancel``: the reference run
 failed, or the job turned out to need another start) closes the socket; the worker reads its
 end and exits, its run failing at ``payload wait``.
 """
@@ -65,12 +65,14 @@ class DeferredPayload:
     def pending(self) -> bool:
         return not self._ready.is_set()
 
-    def waiting_s(self) -> float:
-        """How long the worker waited for it (so far): the parent's time, not the run's."""
-        if self.started_at is None:
+    def waiting_s(self, ready_at: float | None = None) -> float:
+        """How long the worker waited for it (so far) since it was ready for it (``ready_at``,
+        its hello; None: not yet, and nothing waited): the parent's time, not the run's. Its
+        own start is its own, as any worker's."""
+        if ready_at is None:
             return 0.0
         end = self.given_at if self.given_at is not None else time.monotonic()
-        return max(0.0, end - self.started_at)
+        return max(0.0, end - ready_at)
 
 
 def send_payload(sock: socket.socket, blob: bytes, tensor_fd: int | None) -> None:

@@ -42,6 +42,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from .deferred_payload import DeferredPayload, payload_part, send_payload
+
 # Names of the worker's side, the result channel, the control pipe, the payload files and the
 # worker's processes that callers import from here (moved out of this module; re-exported).
 from .harness_worker import (
@@ -64,7 +66,6 @@ from .payload_files import (
     attach_parts,
     receive_parts,
 )
-from .deferred_payload import DeferredPayload, payload_part, send_payload
 from .reaper import WATCHER
 from .result_channel import (
     MAX_FRAME,  # noqa: F401
@@ -301,12 +302,15 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
     the worker's.
     ``payload`` may be a ``DeferredPayload``: the worker starts, makes its CUDA context and
     confines itself, then waits for it (and for ``late``, which goes with it: ``give``) before
-    it runs ``target``; its time limit does not run meanwhile. Its payload may name no GPU
-    lock (``hidden_folders``).
+    it runs ``target``; its time limit does not run from its hello until the payload is given,
+    and while it is not given the run does not time out. Its payload may name no GPU lock
+    (``hidden_folders``).
     """
     deferred = payload if isinstance(payload, DeferredPayload) else None
     if deferred is not None:
-        payload, late = {}, None
+        if late:
+            raise ValueError("a deferred payload's late parts come with it (``give``)")
+        payload = {}
         deferred.started_at = time.monotonic()
     limits = dict(limits or {})
     limits.setdefault("file_size", WORKER_FILE_BYTES)
@@ -492,6 +496,7 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
     reader.start()
 
     later: list = []  # a deferred payload's late parts, once given (``_LateFile``)
+    handing: list = []  # why its hand-over failed, if it did
 
     def feed() -> None:
         try:
@@ -503,7 +508,7 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
         finally:
             os.close(w_in)
         if deferred is not None:
-            _hand_over(deferred, payload_in, late_pair, sandbox, control, later)
+            _hand_over(deferred, payload_in, late_pair, sandbox, control, later, handing)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
@@ -511,7 +516,7 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
 
     def credited() -> float:  # a deferred payload's wait is the parent's, not the run's
         return _credited(control, timeout_s) + \
-            (deferred.waiting_s() if deferred is not None else 0.0)
+            (deferred.waiting_s(reader.hello_at) if deferred is not None else 0.0)
 
     while True:
         waited = credited()
@@ -525,10 +530,6 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
     wall = time.monotonic() - start
     if deferred is not None:
         deferred.cancel()  # (given already: nothing) the feeder hands nothing over now
-        feeder.join(READER_JOIN_S)
-        late_file = later[0] if later else None
-    if late_file is not None:
-        late_file.close()
     if isinstance(proc, subprocess.Popen):
         leaked = kill_run(proc.pid, token)
         proc.wait()
@@ -536,6 +537,11 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
         proc.kill()
         proc.wait()
         leaked = proc.leaked
+    if deferred is not None:  # the worker gone, a hand-over under way fails at once
+        feeder.join(READER_JOIN_S)
+        late_file = later[0] if later else None
+    if late_file is not None:
+        late_file.close()
     WATCHER.ended(token)
     reader.join(timeout=READER_JOIN_S)
     feeder.join(timeout=1)
@@ -559,6 +565,9 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
     if result.tampered:
         result.error = {"stage": last_stage, "message": "result channel tampered with "
                         "(unauthenticated or extra frames)"}
+    elif handing:  # the grader's own failure, not the worker's: said as one (a spawn's)
+        result.error = {"stage": "spawn", "message": "the payload could not be handed to the "
+                        f"worker: {handing[0]}"[:500]}
     elif timed_out:
         credited = _credited(control, timeout_s)
         waited = f" (plus {credited:.0f}s waiting for the GPU)" if credited >= 1 else ""
@@ -642,10 +651,11 @@ def worker_files() -> int | None:
 
 
 def _hand_over(deferred: DeferredPayload, sock: socket.socket, late_pair, sandbox: bool,
-               control: Control | None, later: list) -> None:
+               control: Control | None, later: list, failed: list) -> None:
     """A deferred payload, once given, to its worker over ``sock``: its tensors in a sealed
     file, its late parts' table (their files made ahead, ``_LateFile``, over ``late_pair``);
-    withdrawn, or unsendable, the socket closes and the worker ends at ``payload wait``."""
+    withdrawn, or unsendable (why in ``failed``: the grader's failure, unless the worker was
+    gone), the socket closes and the worker ends at ``payload wait``."""
     tensor_fd = late_file = None
     try:
         deferred.wait()
@@ -661,8 +671,10 @@ def _hand_over(deferred: DeferredPayload, sock: socket.socket, late_pair, sandbo
                 control._late = late_file
         send_payload(sock, payload_part(payload, late_file.table if late_file else None),
                      tensor_fd)
-    except Exception:  # noqa: BLE001 — the worker ends at its wait; its run says where
-        pass
+    except (BrokenPipeError, ConnectionError):
+        pass  # the worker is gone: its run says why
+    except Exception as exc:  # noqa: BLE001 — the worker ends at its wait; the run says why
+        failed.append(f"{type(exc).__name__}: {exc}")
     finally:
         if tensor_fd is not None:
             os.close(tensor_fd)

@@ -60,6 +60,7 @@ class _Reader(threading.Thread):
         self.result: bytes | _FrameFile | None = None
         self.error: dict | None = None
         self.hello = False
+        self.hello_at: float | None = None  # when it came (``time.monotonic``)
         self.sandbox: int | None = None
         self.tampered = False
         self.final_at: float | None = None
@@ -130,6 +131,7 @@ class _Reader(threading.Thread):
             now = time.monotonic() - self.start_time
             if kind == KIND_HELLO:
                 self.hello = True
+                self.hello_at = self.start_time + now  # (``time.monotonic``)
                 hello = json.loads(data)
                 self.sandbox = hello.get("sandbox")
                 self.start_marks = _start_marks(hello.get("marks"), self.start_time, now)

@@ -152,7 +152,7 @@ class StepAside:
             for name, last in self._kept.items():
                 control = self._group.controls.get(name)
                 if control is not None:
-                    control.extend(now - last)
+                    control.extend(now - last, now)  # (no gap between one tick and the next)
                 self._kept[name] = now
 
     def _go(self) -> None:

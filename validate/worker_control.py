@@ -44,6 +44,7 @@ class Control:
         self.token = ""  # the run's, in the environment of every process it started
         self.strays: list[int] = []  # its processes outside that group (``find_strays``)
         self.paused = False
+        self._paused_at: float | None = None  # while stopped: since when (credited at resume)
         # The worker waits for the parent: it reported and has not been sent a command since
         # (in the window's protocol a worker reports with its GPU work done, then waits)
         self.idle = False
@@ -93,6 +94,14 @@ class Control:
                 except (ProcessLookupError, PermissionError):
                     pass
             self.paused = paused
+            # time stopped is never the worker's own, whoever stopped it and whether or not
+            # the code that did credits it too (``extend`` counts a second once)
+            now = time.monotonic()
+            if paused:
+                self._paused_at = now
+            elif self._paused_at is not None:
+                self._add_span(self._paused_at, now)
+                self._paused_at = None
 
     def extend(self, seconds: float, ended: float | None = None) -> None:
         """Add the span of ``seconds`` up to ``ended`` (``time.monotonic``; now if None) to the
@@ -104,16 +113,11 @@ class Control:
         with self._cond:
             if ended is None:
                 ended = time.monotonic()
-            began, kept = ended - seconds, []
-            for span in self._spans:  # merge every span it touches into it
-                if span[1] < began or span[0] > ended:
-                    kept.append(span)
-                else:
-                    began, ended = min(began, span[0]), max(ended, span[1])
-            kept.append([began, ended])
-            kept.sort()
-            self._spans = kept
-            self._spans_s = sum(b - a for a, b in kept)
+            self._add_span(ended - seconds, ended)
+
+    def _add_span(self, began: float, ended: float) -> None:
+        self._spans = _merged(self._spans, began, ended)
+        self._spans_s = sum(b - a for a, b in self._spans)
 
     def grant(self, seconds: float) -> None:
         """Add ``seconds`` to the worker's time limit outright (a phase of its own granted its
@@ -123,8 +127,12 @@ class Control:
 
     @property
     def waited_s(self) -> float:
+        """The seconds credited (a stop under way counts as far as it has gone)."""
         with self._cond:
-            return self._spans_s + self._granted_s
+            if self._paused_at is None:
+                return self._spans_s + self._granted_s
+            spans = _merged(self._spans, self._paused_at, time.monotonic())
+            return sum(b - a for a, b in spans) + self._granted_s
 
     def _attach(self, fd: int) -> None:
         self._fd = fd
@@ -153,6 +161,9 @@ class Control:
         self.resume()  # a process group left stopped would outlive its run
         with self._cond:
             self.ended = True
+            if self._paused_at is not None:  # (a group gone while stopped)
+                self._add_span(self._paused_at, time.monotonic())
+                self._paused_at = None
             if self._fd is not None:
                 try:
                     os.close(self._fd)
@@ -208,3 +219,22 @@ class Control:
                 self._cond.wait(remaining)
             self._next += 1
             return self.reports[self._next - 1]
+
+
+# Spans closer than this are one: credits made back to back (a wait credited a tick at a
+# time, each tick's span ending where the parent's clock was read) keep the list short
+MERGE_GAP_S = 1e-3
+
+
+def _merged(spans: list[list[float]], began: float, ended: float) -> list[list[float]]:
+    """``spans`` (disjoint, sorted) with ``[began, ended]`` merged into every span it touches
+    or comes within ``MERGE_GAP_S`` of."""
+    kept = []
+    for span in spans:
+        if span[1] + MERGE_GAP_S < began or span[0] > ended + MERGE_GAP_S:
+            kept.append(span)
+        else:
+            began, ended = min(began, span[0]), max(ended, span[1])
+    kept.append([began, ended])
+    kept.sort()
+    return kept

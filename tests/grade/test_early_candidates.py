@@ -107,3 +107,39 @@ def test_an_untimed_grades_early_candidate_runs_its_checks(monkeypatch):
     assert not worker.deferred.cancelled and worker.result.ok, worker.result.error
     stages = [stage for stage, _ in worker.result.stages]
     assert stages.index("payload wait") < stages.index("run target"), stages
+
+
+def test_early_candidates_count_on_the_device_only_the_members_that_run(monkeypatch):
+    # The device-work check's floor reads how many GPU workers ran beside a member: an early
+    # worker that waits, or is withdrawn (its member decided before it ran, here as a failed
+    # extension build decides one in ``_prepare``), is not counted; the members that run are
+    monkeypatch.setenv(E.EARLY_VAR, "on")
+    sets = made(monkeypatch)
+    real_prepare = Grader._prepare
+
+    def prepare(self, reference, source, record, slot_env):
+        job = real_prepare(self, reference, source, record, slot_env)
+        return {"decided": True} if "# decided before it runs" in source else job
+
+    monkeypatch.setattr(Grader, "_prepare", prepare)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    grader = Grader("cpu", policy=policy)
+    counted, real_held = [], grader._beside.held
+
+    def held(key, workers):
+        counted.append(workers)
+        return real_held(key, workers)
+
+    monkeypatch.setattr(grader._beside, "held", held)
+    honest = read("honest_scale_add")
+    verdicts = grader.grade_group(read("ref_scale_add"),
+                                  [honest] + [honest + f"\n# decided before it runs {i}\n"
+                                              for i in range(3)])
+    assert verdicts[0]["correct"], verdicts[0].get("error")
+    assert all(v.get("decided") for v in verdicts[1:]), verdicts[1:]
+    [early] = sets
+    assert [w.deferred.cancelled for w in early.workers] == [False, True, True, True]
+    # the reference phase's four workers (a problem's first group: a run each), then the one
+    # member that runs; never the early workers themselves
+    assert counted == [4, 1], counted
+    assert verdicts[0]["profile"]["workers_beside"] <= 2, verdicts[0]["profile"]

@@ -1277,6 +1277,7 @@ def test_validations_workers_ask_for_the_init_lock_as_validations(monkeypatch):
     assert asked and all(asked), asked
 
 
+@pytest.mark.usefixtures("warm_zygote")
 def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
     # A worker given a ``DeferredPayload`` starts and confines itself, then waits for its
     # payload (here longer than its whole limit: the wait is the parent's), gets its large
@@ -1310,7 +1311,10 @@ def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
     stages = [s for s, _ in result.stages]
     assert stages[stages.index("payload wait") + 1:stages.index("payload wait") + 3] == \
         ["import target", "run target"], stages
-    assert 3.5 <= deferred.waiting_s() <= result.wall_s, (deferred.waiting_s(), result.wall_s)
+    # it confined itself before its wait; its own start is not credited as the wait
+    assert stages.index("confine") < stages.index("payload wait"), stages
+    assert deferred.waiting_s(None) == 0.0
+    assert 3.5 <= deferred.given_at - deferred.started_at <= result.wall_s
 
     withdrawn = DeferredPayload()
     thread, out = started(withdrawn)
@@ -1322,3 +1326,13 @@ def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
     assert result.error["stage"] == "payload wait", result.error
     assert "withdrawn" in result.error["message"], result.error
     assert "echo" not in [s for s, _ in result.stages]
+
+    # a payload the grader cannot hand over (here: one that does not pickle) is its own
+    # failure, said as one, not the worker's nor a withdrawal
+    unsendable = DeferredPayload()
+    thread, out = started(unsendable)
+    assert unsendable.give({"f": lambda: None})
+    thread.join(60)
+    result = out["run"]
+    assert not result.ok and result.error["stage"] == "spawn", result.error
+    assert "could not be handed" in result.error["message"], result.error

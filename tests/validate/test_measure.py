@@ -2301,6 +2301,35 @@ def test_a_workers_credited_waits_count_each_second_once_and_grants_apart():
     assert control.waited_s == 20.0
 
 
+def test_a_stopped_worker_is_credited_its_stop_as_it_lasts_and_once():
+    # Whoever stops a worker's process group (a step aside, a mate's turn, the rest after its
+    # own), the time it stands stopped moves its limit on, counted while the stop lasts (a
+    # long one does not kill it first) and once, however many of the parent's threads
+    # credit the same seconds.
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    control = Control()
+    control.pid = proc.pid
+    try:
+        control.pause()
+        time.sleep(0.3)
+        assert 0.25 <= control.waited_s < 1.0, control.waited_s  # under way: counted so far
+        control.extend(0.2)  # the parent crediting the same wait: nothing twice
+        control.resume()
+        once = control.waited_s
+        assert 0.25 <= once < 1.0, once
+        time.sleep(0.2)
+        assert control.waited_s == once  # running again: nothing more
+        control.pause()
+        time.sleep(0.1)
+    finally:
+        control._end()  # resumed (credited) before its end
+        proc.kill()
+        proc.wait()
+    assert once + 0.08 <= control.waited_s < once + 0.6, (once, control.waited_s)
+
+
 def test_a_step_for_members_aside_alone_moves_the_windows_deadlines_and_ends_with_them():
     # Members in host work (``aside``) are stopped for another window's step like kept ones:
     # the step is added to their time limits and to the window's deadlines (no kept member's
