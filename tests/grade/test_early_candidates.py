@@ -30,20 +30,24 @@ def made(monkeypatch) -> list:
     return sets
 
 
+def preparing(monkeypatch, change) -> None:
+    """Each member's job as ``change(source, job)`` makes it from ``Grader._prepare``'s."""
+    real = Grader._prepare
+
+    def prepare(self, reference, source, record, slot_env):
+        return change(source, real(self, reference, source, record, slot_env))
+
+    monkeypatch.setattr(Grader, "_prepare", prepare)
+
+
 def test_early_candidates_wait_for_their_payloads_and_grade_as_before(monkeypatch):
     monkeypatch.setenv(E.EARLY_VAR, "on")
     sets = made(monkeypatch)
     # one member's job needs a start of its own (here: another environment, as an extension
     # build's folder gives it): its early worker is withdrawn and it runs all the same
-    real_prepare = Grader._prepare
-
-    def prepare(self, reference, source, record, slot_env):
-        job = real_prepare(self, reference, source, record, slot_env)
-        if "# a start of its own" in source:
-            job["env"] = {**job["env"], "KERNELMILL_TEST_OWN_START": "1"}
-        return job
-
-    monkeypatch.setattr(Grader, "_prepare", prepare)
+    preparing(monkeypatch, lambda source, job: {
+        **job, "env": {**job["env"], "KERNELMILL_TEST_OWN_START": "1"}}
+        if "# a start of its own" in source else job)
     honest = read("honest_scale_add")
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     verdicts = Grader("cpu", policy=policy).grade_group(
@@ -115,13 +119,8 @@ def test_early_candidates_count_on_the_device_only_the_members_that_run(monkeypa
     # extension build decides one in ``_prepare``), is not counted; the members that run are
     monkeypatch.setenv(E.EARLY_VAR, "on")
     sets = made(monkeypatch)
-    real_prepare = Grader._prepare
-
-    def prepare(self, reference, source, record, slot_env):
-        job = real_prepare(self, reference, source, record, slot_env)
-        return {"decided": True} if "# decided before it runs" in source else job
-
-    monkeypatch.setattr(Grader, "_prepare", prepare)
+    preparing(monkeypatch, lambda source, job:
+              {"decided": True} if "# decided before it runs" in source else job)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
     counted, real_held = [], grader._beside.held

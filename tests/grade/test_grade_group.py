@@ -479,19 +479,12 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
         grade_file("problems.jsonl", "subs.jsonl", "out.jsonl")
 
 
-def test_a_shared_runs_workers_are_the_workers_counted_on_the_device(monkeypatch):
-    """A grade reads once how many members each worker of a shared run makes: the reference
-    workers it counts on the device (``Beside``) are the workers it starts, even where the
-    problem's sizes say otherwise by the time they start (another grade's run replaced them)."""
+def _counting_reference_workers(monkeypatch, grader) -> tuple[list, list]:
+    """The workers ``grader`` counts on the device (``Beside.held``'s counts, in order) and
+    whether each worker it starts from here on is a reference worker."""
     import kernelmill.grade.live_reference as L
     from kernelmill.grade import reference_run as R
 
-    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
-    grader = Grader("cpu", policy=policy)
-    reference, honest = read("ref_scale_add"), read("honest_scale_add")
-    grader.grade_group(reference, [honest] * 2)  # the problem's sizes known
-    reads = iter([2] + [1] * 10)  # the grade's read: 2 a worker; any later one: 1
-    monkeypatch.setattr(grader, "members_per_worker", lambda *args, **kwargs: next(reads))
     counted, started = [], []
     real_held, real_run = grader._beside.held, R.run_in_worker
 
@@ -506,46 +499,33 @@ def test_a_shared_runs_workers_are_the_workers_counted_on_the_device(monkeypatch
     monkeypatch.setattr(grader._beside, "held", held)
     monkeypatch.setattr(R, "run_in_worker", run)  # the other workers
     monkeypatch.setattr(L, "run_in_worker", run)  # the first, kept to time the reference
-    verdicts = grader.grade_group(reference, [honest + f"\n# copy {i}\n" for i in range(4)])
-    for verdict in verdicts:
-        assert verdict["correct"] and not verdict["hacks"], \
-            verdict.get("error") or verdict.get("hack_details")
-        assert verdict["profile"]["reference_shared_by"] == 4
-    assert counted[0] == 2 == sum(started), (counted, started)
+    return counted, started
 
 
-def test_a_groups_own_runs_count_the_workers_they_start_on_the_device(monkeypatch):
-    """Under ``own`` a group's runs are batched into as few workers as their sizes allow
-    (``BATCH_BYTES``): those workers, not one per member, are counted on the device, where
-    the device-work check's floor reads them (``Beside``)."""
-    import kernelmill.grade.live_reference as L
-    from kernelmill.grade import reference_run as R
-
-    monkeypatch.setenv("KERNELMILL_GROUP_REFERENCE", "own")
+@pytest.mark.parametrize("mode, workers", [("shared", 2), ("own", 1)])
+def test_a_groups_reference_workers_counted_on_the_device_are_those_it_starts(monkeypatch, mode,
+                                                                               workers):
+    """The reference workers a grade counts on the device (``Beside``, whose count the
+    device-work check's floor reads) are the workers it starts. ``shared``: a grade reads once
+    how many members each worker of its shared run makes, even where the problem's sizes say
+    otherwise by the time they start (another grade's run replaced them). ``own``: the runs
+    are batched into as few workers as their sizes allow (``BATCH_BYTES``), not one per
+    member."""
+    monkeypatch.setenv("KERNELMILL_GROUP_REFERENCE", mode)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
     reference, honest = read("ref_scale_add"), read("honest_scale_add")
-    grader.grade_group(reference, [honest] * 2)  # the problem's sizes known: one batch
-    counted, started = [], []
-    real_held, real_run = grader._beside.held, R.run_in_worker
-
-    def held(key, workers):
-        counted.append(workers)
-        return real_held(key, workers)
-
-    def run(target, payload, **kwargs):
-        started.append(str(target).endswith("reference_task"))
-        return real_run(target, payload, **kwargs)
-
-    monkeypatch.setattr(grader._beside, "held", held)
-    monkeypatch.setattr(R, "run_in_worker", run)
-    monkeypatch.setattr(L, "run_in_worker", run)
+    grader.grade_group(reference, [honest] * 2)  # the problem's sizes known
+    if mode == "shared":
+        reads = iter([2] + [1] * 10)  # the grade's read: 2 a worker; any later one: 1
+        monkeypatch.setattr(grader, "members_per_worker", lambda *args, **kwargs: next(reads))
+    counted, started = _counting_reference_workers(monkeypatch, grader)
     verdicts = grader.grade_group(reference, [honest + f"\n# copy {i}\n" for i in range(4)])
     for verdict in verdicts:
         assert verdict["correct"] and not verdict["hacks"], \
             verdict.get("error") or verdict.get("hack_details")
-        assert verdict["profile"]["reference_shared_by"] == 1
-    assert counted[0] == sum(started) == 1, (counted, started)
+        assert verdict["profile"]["reference_shared_by"] == (4 if mode == "shared" else 1)
+    assert counted[0] == workers == sum(started), (counted, started)
 
 
 def test_a_shared_runs_workers_are_bounded_by_bytes_or_only_by_their_results_files(
