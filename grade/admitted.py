@@ -142,7 +142,7 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
     from kernelmill.validate.host_admission import host_budget
 
     # candidates' workers started beside the reference run (``early_candidates``): their CUDA
-    # contexts are held while the reference's workers run too
+    # contexts are held while the reference's workers run too (given back once they are in)
     early = members * WORKER_BASE_BYTES if early_candidates() else 0
 
     def device_need() -> int | None:
@@ -178,9 +178,13 @@ def _admitted(grader: Grader, item: dict, members: int, slot: dict, alone: bool 
                  "device": round(time.monotonic() - got_host, 3)}
 
         def resize() -> None:
+            """(The reference runs are in.) Down to the problem's known sizes, and without the
+            early workers' contexts, each its member's candidate worker from here on."""
             now_device, now_host = device_need(), host_need()
             if known_device is None and now_device is not None:
-                budget.shrink(grant, now_device)
+                budget.shrink(grant, now_device - early)
+            elif early and known_device is not None:
+                budget.shrink(grant, known_device - early)
             if known_host is None and now_host is not None:
                 host.shrink(host_grant, now_host)
         yield _Held(resize, grant, budget, waits)

@@ -154,6 +154,21 @@ def test_grades_sharing_a_gpu_hold_its_memory_as_validation_does(monkeypatch):
                                    admitted.WORKER_BASE_BYTES) * 2)
         assert host.used == 3 << 30
     assert budget.used == 0 and host.used == 0
+    # candidate workers started beside the reference run: their contexts are held with the
+    # reference's workers, and given back once the runs are in (each its member's worker)
+    monkeypatch.setenv("KERNELMILL_EARLY_CANDIDATES", "on")
+    each = (1 << 30) * admission.ALLOCATOR_FACTOR + admitted.WORKER_BASE_BYTES
+    with admitted._admitted(Seen(), {"reference": "big"}, 8, slot) as resize:
+        assert budget.used == int(each * 9) + 8 * admitted.WORKER_BASE_BYTES
+        resize()
+        assert budget.used == int(each * 9)
+    grader = Seen()
+    with admitted._admitted(grader, {"reference": "new"}, 1, slot) as resize:
+        grader.device_bytes = lambda source, record=None, slot_env=None: 1 << 30  # ran
+        resize()
+        assert budget.used == int(each * 2)
+    assert budget.used == 0
+    monkeypatch.delenv("KERNELMILL_EARLY_CANDIDATES")
     admitted._SLOTS_PER_GPU[0] = 1  # alone on its GPU, or on CPU: nothing to share
     with admitted._admitted(Seen(), {"reference": "big"}, 8, slot):
         assert budget.used == 0
