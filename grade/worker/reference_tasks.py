@@ -263,7 +263,10 @@ def _trials_on_device(ns: dict, device: str, payload: dict, built: tuple, held) 
         except Exception:  # noqa: BLE001 — a diagnosis only
             pass
         model.load_state_dict(states[base])
-    return {"init_inputs": init_inputs, "state_dict": states[base], "trials": result["trials"],
+    # the constructor's arguments a candidate is built with: its tensors into the shown file
+    # with the weights (a large one pickled made every member's payload a copy of it all)
+    shipped = init_inputs if private else [_shipped(v, shown=True) for v in init_inputs]
+    return {"init_inputs": shipped, "state_dict": states[base], "trials": result["trials"],
             "forward_parts_s": result["parts_s"], "forward_stretch_s": result["stretch_s"],
             "states": {k: v for k, v in states.items() if k and k != base}, "base_state": base,
             "base_redrawn": kept, "natural_finite": result["natural_finite"],

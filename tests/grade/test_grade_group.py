@@ -816,3 +816,37 @@ def test_a_shared_run_whose_workers_built_other_weights_gives_each_member_a_run(
     grader._reference_sizes["another"] = {"tensor_bytes": 4096, "output_bytes": 512,
                                           "unseen_bytes": 1024}
     assert grader.members_per_run("another", 2) == 2  # other problems still share
+
+
+def _with_constructor_argument(source: str) -> str:
+    """``source`` (the scale-add problem, or an answer to it) whose model takes a constructor
+    argument; the problem's is a tensor of 256 KiB, too large to travel pickled."""
+    source = source.replace("def __init__(self):", "def __init__(self, size):")
+    return source.replace("def get_init_inputs():\n    return []",
+                          "def get_init_inputs():\n    return [torch.linspace(0, 1, 1 << 16)]")
+
+
+def test_a_large_constructor_argument_travels_in_the_shown_file(monkeypatch):
+    """A constructor argument a candidate is given (a tensor of 64 KiB or more) is written
+    into the reference run's shown file with its inputs and weights: each member's payload is
+    that file as it is, not a copy of the whole payload per member (``passed_on``)."""
+    import kernelmill.validate.payload_files as payload_files
+
+    passed = []
+    original = payload_files.passed_on
+
+    def spy(payload, large):
+        given = original(payload, large)
+        passed.append((sorted(payload), given is not None))
+        return given
+
+    monkeypatch.setattr(payload_files, "passed_on", spy)
+    policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
+    reference = _with_constructor_argument(read("ref_scale_add"))
+    assert "linspace" in reference
+    verdicts = Grader("cpu", policy=policy).grade_group(
+        reference, [_with_constructor_argument(read("honest_scale_add"))] * 2)
+    assert all(v["correct"] and not v["hacks"] for v in verdicts), \
+        [v.get("error") or v.get("hacks") for v in verdicts]
+    candidates = [ok for keys, ok in passed if "graph_check_trial" in keys]
+    assert candidates == [True, True], passed
