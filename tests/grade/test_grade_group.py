@@ -196,11 +196,10 @@ def test_a_wrong_answer_is_not_timed_and_the_rest_of_its_group_is():
     assert "skipped" not in timed["timings"]
 
 
-def test_the_candidates_and_the_reference_timing_get_the_reference_runs_shown_file(monkeypatch):
-    """A fresh reference run writes what a candidate is given (its shown inputs, the weights)
-    into a file of its own; each candidate's job and the window's reference timing job take
-    that sealed file as it is, not a copy the grading process writes (``passed_on``)."""
-    import kernelmill.validate.payload_files as payload_files
+def _passing_on(monkeypatch) -> list:
+    """Each job payload's keys, and whether it was passed on as a trusted run's sealed file
+    (``payload_files.passed_on``), as the runs start."""
+    from kernelmill.validate import payload_files
 
     passed = []
     original = payload_files.passed_on
@@ -211,6 +210,14 @@ def test_the_candidates_and_the_reference_timing_get_the_reference_runs_shown_fi
         return given
 
     monkeypatch.setattr(payload_files, "passed_on", spy)
+    return passed
+
+
+def test_the_candidates_and_the_reference_timing_get_the_reference_runs_shown_file(monkeypatch):
+    """A fresh reference run writes what a candidate is given (its shown inputs, the weights)
+    into a file of its own; each candidate's job and the window's reference timing job take
+    that sealed file as it is, not a copy the grading process writes (``passed_on``)."""
+    passed = _passing_on(monkeypatch)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     reference = read("ref_scale_add").replace("N = 4096", "N = 1 << 17")  # 512 KiB inputs
     verdicts = Grader("cpu", policy=policy).grade_group(reference, [read("honest_scale_add")] * 2)
@@ -830,17 +837,7 @@ def test_a_large_constructor_argument_travels_in_the_shown_file(monkeypatch):
     """A constructor argument a candidate is given (a tensor of 64 KiB or more) is written
     into the reference run's shown file with its inputs and weights: each member's payload is
     that file as it is, not a copy of the whole payload per member (``passed_on``)."""
-    import kernelmill.validate.payload_files as payload_files
-
-    passed = []
-    original = payload_files.passed_on
-
-    def spy(payload, large):
-        given = original(payload, large)
-        passed.append((sorted(payload), given is not None))
-        return given
-
-    monkeypatch.setattr(payload_files, "passed_on", spy)
+    passed = _passing_on(monkeypatch)
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     reference = _with_constructor_argument(read("ref_scale_add"))
     assert "linspace" in reference
