@@ -1277,6 +1277,26 @@ def test_validations_workers_ask_for_the_init_lock_as_validations(monkeypatch):
     assert asked and all(asked), asked
 
 
+# the kinds of socket a worker holds (by its descriptors)
+SOCKETS = """import os
+import socket
+
+
+def main():
+    kinds = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            probe = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        kinds.append("stream" if probe.type == socket.SOCK_STREAM else "other")
+        probe.close()
+    return {"kinds": kinds}
+"""
+
+
 @pytest.mark.usefixtures("warm_zygote")
 def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
     # A worker given a ``DeferredPayload`` starts and confines itself, then waits for its
@@ -1326,6 +1346,18 @@ def test_a_worker_started_before_its_payload_waits_for_it_off_its_clock():
     assert result.error["stage"] == "payload wait", result.error
     assert "withdrawn" in result.error["message"], result.error
     assert "echo" not in [s for s, _ in result.stages]
+
+    # what the target runs holds no end of the socket its payload came over (its late parts'
+    # socket, a datagram one, stays: it asks for them over it)
+    listing, out, control = DeferredPayload(), {}, Control()
+    thread = threading.Thread(target=lambda: out.setdefault("run", run_in_worker(
+        SOURCE, listing, timeout_s=20, device="cpu", control=control)))
+    thread.start()
+    assert listing.give({"source": SOCKETS})
+    thread.join(60)
+    result = out["run"]
+    assert result.ok, result.error
+    assert result.value["kinds"] and "stream" not in result.value["kinds"], result.value
 
     # a payload the grader cannot hand over (here: one that does not pickle) is its own
     # failure, said as one, not the worker's nor a withdrawal
