@@ -9,9 +9,10 @@ its start, the file's descriptor with the first bytes (``SCM_RIGHTS``). Nothing 
 submission runs before: the worker imports its target only once the payload is in.
 
 The worker's time limit does not run while it waits, from its hello on: the wait is the
-parent's (``waiting_s``), credited apart from its waits for the GPU; its start is its own. A payload withdrawn (``cancel``: the reference run
-failed, or the job turned out to need another start) closes the socket; the worker reads its
-end and exits, its run failing at ``payload wait``.
+parent's (``waiting_s``), credited apart from its waits for the GPU; its start is its own. A
+payload withdrawn (``cancel``: the reference run failed, or the job turned out to need another
+start) closes the socket; the worker reads its end and exits, its run failing at
+``payload wait``.
 """
 from __future__ import annotations
 
@@ -86,39 +87,30 @@ def send_payload(sock: socket.socket, blob: bytes, tensor_fd: int | None) -> Non
 def receive_payload(fd: int) -> tuple[bytes, int | None]:
     """The worker's side: the payload's bytes and the tensor file's descriptor (None: none came
     with it). Raises ``EOFError`` where the parent withdrew it (its end closed first)."""
-    sock = socket.socket(fileno=fd)
+    sock, fds = socket.socket(fileno=fd), []
     try:
         data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
-        tensor_fd = None
-        for extra in fds:  # one at most is expected: any other is closed
-            if tensor_fd is None:
-                tensor_fd = extra
-            else:
-                os.close(extra)
         while data and len(data) < _HEADER.size:
             more = sock.recv(_HEADER.size - len(data))
             if not more:
                 break
             data += more
         if len(data) < _HEADER.size:
-            if tensor_fd is not None:
-                os.close(tensor_fd)
             raise EOFError("the payload was withdrawn before the worker ran")
         size, with_file = _HEADER.unpack(data)
-        if not with_file and tensor_fd is not None:
-            os.close(tensor_fd)
-            tensor_fd = None
         chunks, left = [], size
         while left:
             chunk = sock.recv(min(left, 1 << 20))
             if not chunk:
-                if tensor_fd is not None:
-                    os.close(tensor_fd)
                 raise EOFError("the payload was cut short")
             chunks.append(chunk)
             left -= len(chunk)
+        # the tensor file, where one was said to come: any other descriptor is closed
+        tensor_fd = fds.pop(0) if with_file and fds else None
         return b"".join(chunks), tensor_fd
     finally:
+        for extra in fds:
+            os.close(extra)
         sock.close()
 
 

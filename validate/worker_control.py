@@ -34,7 +34,6 @@ class Control:
         # time the parent kept the worker waiting (``extend``): the union of the spans credited,
         # whoever credited them, and time granted outright (``grant``)
         self._spans: list[list[float]] = []  # disjoint (from, to), by ``time.monotonic``
-        self._spans_s = 0.0
         self._granted_s = 0.0
         self._late: _LateFile | None = None  # the run's late data (``release_late``)
         self.late_released: list[int] = []  # the parts handed on, in the order asked
@@ -117,7 +116,6 @@ class Control:
 
     def _add_span(self, began: float, ended: float) -> None:
         self._spans = _merged(self._spans, began, ended)
-        self._spans_s = sum(b - a for a, b in self._spans)
 
     def grant(self, seconds: float) -> None:
         """Add ``seconds`` to the worker's time limit outright (a phase of its own granted its
@@ -129,9 +127,8 @@ class Control:
     def waited_s(self) -> float:
         """The seconds credited (a stop under way counts as far as it has gone)."""
         with self._cond:
-            if self._paused_at is None:
-                return self._spans_s + self._granted_s
-            spans = _merged(self._spans, self._paused_at, time.monotonic())
+            spans = self._spans if self._paused_at is None else \
+                _merged(self._spans, self._paused_at, time.monotonic())
             return sum(b - a for a, b in spans) + self._granted_s
 
     def _attach(self, fd: int) -> None:
