@@ -42,7 +42,6 @@ from kernelmill.core.stats import StageStats
 from kernelmill.core.store import JsonlWriter, read_jsonl
 from kernelmill.validate.backends import get_backend, resolve_device
 from kernelmill.validate.gpus import init_lock
-from kernelmill.validate.harness import threaded_writes
 
 from . import admitted
 from .admitted import admitted_grade
@@ -207,7 +206,6 @@ def refuse_unknown_switches() -> None:
     init_lock("cpu")
     group_reference()
     env_choice(SHARED_WORKERS_VAR, SHARED_WORKERS_MODES)
-    threaded_writes()
     early_candidates()
 
 

@@ -74,7 +74,7 @@ def group_reference() -> str:
 # ``bytes`` (the default), none holding more than a member's own run or ``BATCH_BYTES``;
 # ``fewest``, as few as their results files allow (the one-worker form cut a group's reference
 # CPU to 0.7 s a member on an H100, and doubled large problems' reference phase, written by one
-# thread: an A/B switch for the GPU runs, beside ``harness.TRUSTED_WRITES_VAR``)
+# thread: an A/B switch for the GPU runs)
 SHARED_WORKERS_VAR = "KERNELMILL_SHARED_WORKERS"
 SHARED_WORKERS_MODES = ("bytes", "fewest")
 

@@ -218,23 +218,6 @@ def validation_folders() -> list[str]:
     return [validation_folder(name) for name in VALIDATION_FOLDERS]
 
 
-# ``threads``: a trusted run (``early_results``: a reference run) writes each large piece of its
-# results, shown and late files by several threads at once (``payload_files.pwrite_all``); on
-# the GPU's host a reference worker spent half its busy time in its results file's ``pwrite``,
-# and 1, 4 and 16 writers at once each wrote a GiB of fresh pages in 0.61, 0.57 and 0.79 s. An
-# A/B switch for the GPU runs (``one``, the default: one thread writes)
-TRUSTED_WRITES_VAR = "KERNELMILL_TRUSTED_WRITES"
-TRUSTED_WRITES_MODES = ("one", "threads")
-
-
-def threaded_writes() -> bool:
-    """Whether a trusted run's large writes go out by several threads (``TRUSTED_WRITES_VAR``;
-    an unknown value is an error)."""
-    from kernelmill.core.errors import env_choice
-
-    return env_choice(TRUSTED_WRITES_VAR, TRUSTED_WRITES_MODES) == "threads"
-
-
 def hidden_folders(payload) -> list[str]:
     """The folders a confined worker may not read: those of the files kernelmill's processes
     ``flock`` to share the machine. A worker that could open such a file could hold a lock on it
@@ -367,7 +350,6 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
                                        *(os.path.abspath(p) for p in hidden)] if sandbox else [],
                             "late": late_file.table if late_file is not None else None,
                             "early_results": bool(early_results),
-                            "threaded_writes": bool(early_results) and threaded_writes(),
                             "init_lock": init_lock if device.startswith("cuda") else None,
                             "payload_later": deferred is not None},
                            protocol=pickle.HIGHEST_PROTOCOL)

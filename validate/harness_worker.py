@@ -438,19 +438,6 @@ def shown_values(value):
     return restore_slots(value, None, shown=data)
 
 
-def _threaded_write(fd: int, view, offset: int) -> None:
-    """A trusted run's writer (``TRUSTED_WRITES``): ``payload_files.pwrite_all``'s threads, or
-    this thread alone where they cannot start (a process at its thread limit): the pieces the
-    pool wrote are written again, the same bytes at the same offsets."""
-    from .payload_files import pwrite_all
-    from .tensor_slots import pwrite_range
-
-    try:
-        pwrite_all(fd, view, offset)
-    except RuntimeError:  # "can't start new thread"; an OSError is the file's, and goes up
-        pwrite_range(fd, view, offset)
-
-
 def late_part(value, look=None):
     """``value`` (a trial of the unseen-input check: what a candidate may hold only once it is
     called on it) written as one late part (``tensor_slots.write_part``) into a memory file of
@@ -464,7 +451,7 @@ def late_part(value, look=None):
         return None
     fd = os.memfd_create("kernelmill-late", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        # the run's writer (``_results.write``: threaded where the run's writes are)
+        # the run's writer (``_results.write``)
         write_part(fd, value, look or (lambda t: t.detach().to("cpu")), _results.write)
         index = _parts_made[0]
         _parts_made[0] += 1
@@ -657,8 +644,6 @@ def main(argv: list[str]) -> None:
         _results.fd = results_fd
         if "shown" in extra:
             _shown.fd = _hide_fd(extra["shown"])
-        if job.get("threaded_writes") is True:  # large pieces by several threads at once
-            _results.write = _shown.write = _threaded_write
     elif "shown" in extra:
         os.close(extra["shown"])
     if "parts" in extra:  # a trusted run's late parts go to the parent over it (``late_part``)

@@ -191,8 +191,7 @@ class ResultsFile:
 
     def __init__(self, fd: int | None, kind: type = TensorSlot):
         self.fd, self.end, self.kind = fd, 0, kind
-        # how a piece's bytes go into the file: this thread's ``pwrite_range``, or a trusted
-        # run's writer that spreads a large piece over threads (``payload_files.pwrite_all``)
+        # how a piece's bytes go into the file (``pwrite_range``, this thread's)
         self.write = pwrite_range
 
     def put(self, tensor, look=None):

@@ -611,7 +611,6 @@ def test_a_batch_refuses_an_unknown_switch_value_before_grading(tmp_path, monkey
                                 ("KERNELMILL_REFERENCE_TIME", "pool", "window, pooled"),
                                 ("KERNELMILL_COMPILE_ASIDE", "1", "off, on"),
                                 ("KERNELMILL_INIT_LOCK", "yes", "grading, on, off"),
-                                ("KERNELMILL_TRUSTED_WRITES", "4", "one, threads"),
                                 ("KERNELMILL_SHARED_WORKERS", "one", "bytes, fewest")):
         monkeypatch.setenv(var, value)
         with pytest.raises(KernelmillError, match=choices):

@@ -178,67 +178,6 @@ def test_tensors_a_task_writes_as_it_makes_them_come_back_beside_the_others():
     assert got["small"] is None  # too small for the file: the task keeps its own copy
 
 
-THREADED_WRITES = (
-    "import os, threading\n"
-    "import torch\n"
-    "from kernelmill.validate import harness_worker, payload_files\n"
-    "from kernelmill.validate.harness_worker import late_part, result_slot\n"
-    "def main(payload):\n"
-    "    files = {harness_worker._results.fd: 'results', harness_worker._shown.fd: 'shown'}\n"
-    "    writers = set()\n"
-    "    real = payload_files.pwrite_range\n"
-    "    def spy(fd, view, offset):\n"
-    "        if threading.current_thread().name.startswith('kernelmill-late-write'):\n"
-    "            writers.add(files.get(fd, 'late'))\n"
-    "        real(fd, view, offset)\n"
-    "    payload_files.pwrite_range = spy  # what pwrite_all's threads call\n"
-    "    if payload.get('no_threads'):  # a process whose threads cannot start\n"
-    "        import concurrent.futures\n"
-    "        def refused(*args, **kwargs):\n"
-    "            raise RuntimeError(\"can't start new thread\")\n"
-    "        concurrent.futures.ThreadPoolExecutor = refused\n"
-    "    big = torch.arange(12 << 20, dtype=torch.float32)  # 48 MiB: three 16 MiB pieces\n"
-    "    shown = result_slot(big * 2, shown=True)\n"
-    "    part = late_part({'x': big + 1})\n"
-    "    return {'big': result_slot(big), 'shown': shown, 'part': part,\n"
-    "            'writers': sorted(writers)}\n")
-
-
-def test_a_trusted_run_may_write_its_large_tensors_by_several_threads(monkeypatch):
-    """``KERNELMILL_TRUSTED_WRITES=threads``: a trusted run (``early_results``) writes each large
-    piece of its results, shown and late files by several threads (``payload_files.
-    pwrite_all``), every byte where one thread would have put it; by default one thread writes
-    them all, and an unknown value is refused before any worker starts."""
-    from kernelmill.core.errors import KernelmillError
-    from kernelmill.validate.payload_files import LatePart
-
-    expected = torch.arange(12 << 20, dtype=torch.float32)
-    for mode, no_threads in (("threads", False), ("one", False), ("threads", True)):
-        monkeypatch.setenv("KERNELMILL_TRUSTED_WRITES", mode)
-        result = run_in_worker(SOURCE, {"source": THREADED_WRITES, "no_threads": no_threads},
-                               timeout_s=120, device="cpu", early_results=True,
-                               late_parts=True)
-        assert result.ok, result.error
-        got = result.value
-        assert torch.equal(got["big"], expected) and torch.equal(got["shown"], expected * 2)
-        part = got["part"]
-        assert type(part) is LatePart
-        try:
-            read = read_part(mmap.mmap(part.fd, part.size, flags=mmap.MAP_PRIVATE), part.size)
-            assert torch.equal(read["x"], expected + 1)
-        finally:
-            part.close()
-        # each of the run's three kinds of file written by the pool's threads, or by none (a
-        # pool that cannot start: this thread writes it all)
-        threaded = mode == "threads" and not no_threads
-        assert got["writers"] == (["late", "results", "shown"] if threaded else []), \
-            got["writers"]
-    monkeypatch.setenv("KERNELMILL_TRUSTED_WRITES", "4")
-    with pytest.raises(KernelmillError, match="one, threads"):
-        run_in_worker(SOURCE, {"source": THREADED_WRITES}, timeout_s=60, device="cpu",
-                      early_results=True)
-
-
 def test_a_tensor_written_early_past_the_file_size_limit_is_a_clear_error():
     source = ("import torch\nfrom kernelmill.validate.harness_worker import result_slot\n"
               "def main(payload):\n    return {'x': result_slot(torch.zeros(1 << 20))}\n")
