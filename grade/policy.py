@@ -175,7 +175,7 @@ DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16"
 # The timer's settings among a policy's timing settings (``grade.worker.timing``:
 # ``_timer_options`` and ``timing_placing`` read them in the worker)
 TIMER_SETTINGS = frozenset({"warmup", "graph", "sample_ms", "cover", "spare_graph",
-                            "replay_sync", "gate", "placing"})
+                            "replay_sync", "gate", "placing", "single_warm"})
 
 
 def known_timing_settings() -> frozenset:

@@ -344,7 +344,8 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
     # shellcheck disable=SC2086 — PLACEMENT_ONLY is a list of kernel names
     placement) python3 scripts/placement_probe.py ${PLACEMENT_ONLY:+--only $PLACEMENT_ONLY} 2>&1 \
                 | tee "$out/placement_probe.log" ;;
-    # HOSTILE_K picks tests by name (pytest -k), e.g. "presets" for the policy presets alone
+    # HOSTILE_K picks tests by name (pytest -k), e.g. "presets" for the policy presets alone;
+    # KERNELMILL_HOSTILE_TIMING='{"single_warm": true}' grades with those timing settings
     hostile)  python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" \
                 ${HOSTILE_K:+-k "$HOSTILE_K"} tests/hostile/test_hostile_gpu.py 2>&1 \
                 | tee "$out/hostile.log" ;;

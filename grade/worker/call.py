@@ -107,8 +107,11 @@ class _Run(_Probes):
                  hidden: int = 0, init_seed: int = 0, states: dict | None = None,
                  base_state: int = 0, slots=None, hidden_required: int | None = None,
                  hidden_required_ungraphed: int | None = None,
-                 retry_ratio: float | None = None, placing: str = T.PLACING):
+                 retry_ratio: float | None = None, placing: str = T.PLACING,
+                 single_warm: bool = False):
         self.model, self.device, self.max_bytes = model, device, max_bytes
+        # the one-call check's inputs read into the L2 cache before its call (``load``)
+        self.single_warm, self.warmed_bytes = single_warm, None
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
         self.states, self.slots, self.state = states or {}, slots, base_state
@@ -183,11 +186,23 @@ class _Run(_Probes):
         placement cost three more passes over the host's memory). ``single``: for the one-call
         graph's check, made warm, as a scored call finds the caches: with "blocks" placing only
         the placement it reads (the first), so the writes of the others do not evict the
-        parameters a scored call finds cached; otherwise the first written last."""
-        if single and self.turns.placing == "blocks":
-            self._load_into(self.placements[0], values)
+        parameters a scored call finds cached; otherwise the first written last. With
+        ``single_warm``, that placement's inputs are then read into the L2 cache
+        (``timer.warm_cache``), as a scored call's block left its copy there."""
+        if single:
+            self._load_single(values)
             return
-        order = self.placements[1:] + self.placements[:1] if single else self.placements
+        self._load_placements(values, self.placements)
+
+    def _load_single(self, values: list) -> None:
+        if self.turns.placing == "blocks":
+            self._load_into(self.placements[0], values)
+        else:
+            self._load_placements(values, self.placements[1:] + self.placements[:1])
+        if self.single_warm:
+            self.warmed_bytes = T.warm_cache(self.placements[0], self.device)
+
+    def _load_placements(self, values: list, order: list) -> None:
         first = order[0]
         self._load_into(first, values)
         for buffers in order[1:]:

@@ -306,6 +306,8 @@ class _Probes:
         # window: a forward that changes its inputs changes them here too)
         timed_on(first)
         return {"hidden": index, "ms": ms, "wall_ms": round((_perf_counter() - began) * 1e3, 2),
+                **({"warmed_bytes": warmed} if (warmed := getattr(self, "warmed_bytes", None))
+                   is not None else {}),
                 **observed}
 
     def before_window(self, timer: T.Timer) -> None:

@@ -60,6 +60,7 @@ from .timing import (
     _timer_options,
     device_info,
     device_memory,
+    single_warm,
     timing_placing,
 )
 
@@ -243,7 +244,7 @@ def _candidate_task(payload: dict) -> dict:
                hidden_required=payload.get("hidden_required"),
                hidden_required_ungraphed=payload.get("hidden_required_ungraphed"),
                retry_ratio=payload.get("unseen_retry_ratio"), states=states, base_state=base,
-               placing=timing_placing(payload),
+               placing=timing_placing(payload), single_warm=single_warm(payload),
                slots=StateSlots(model, states[base]) if len(states) > 1 else None)
     buffers = run.buffers
     run.dispatch = dispatch  # read again where the window keeps the unseen replay's outputs

@@ -107,6 +107,13 @@ def timing_placing(payload: dict) -> str:
     return placing if placing in T.PLACINGS else T.PLACING
 
 
+def single_warm(payload: dict) -> bool:
+    """Whether the one-call check reads its new inputs into the L2 cache before its call
+    (``timer.warm_cache``), as a scored call finds its own: the policy's timing setting
+    ``single_warm``, only a true (off by default until a GPU run measures it)."""
+    return (payload.get("timing_settings") or {}).get("single_warm") is True
+
+
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,
                   unseen=None, send=None, after_work=None, after_sample=None, prepared=None,
                   place=None):

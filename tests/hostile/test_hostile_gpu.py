@@ -18,7 +18,9 @@ from kernelmill.grade.policy import Policy
 from test_hostile import CANARY, _grade_under, cases, check, references, write_jsonl
 
 pytestmark = pytest.mark.gpu
-GPU_TIMING = {"cap_ms": 200.0, "min_reps": 5, "max_reps": 50, "warmup": 2}
+# KERNELMILL_HOSTILE_TIMING: timing settings (a JSON object) over these, for an A/B of one
+GPU_TIMING = {"cap_ms": 200.0, "min_reps": 5, "max_reps": 50, "warmup": 2,
+              **json.loads(os.environ.get("KERNELMILL_HOSTILE_TIMING") or "{}")}
 CUDA_FIXTURES = ("cuda_scale_add", "cuda_row_sum", "cuda_side_stream", "cuda_ext_cublas_hidden",
                  "cuda_autotune_scale_add", "cuda_graph_in_triton_grid",
                  "cuda_ext_decoy_globals_graph", "cuda_ext_decoy_globals_blas",

@@ -1,6 +1,7 @@
 """The shared measurement modules (validate/measure.py, validate/timer.py) and the parent-driven
 timing window (validate/window.py), on CPU: the same code paths the GPU runs, timed with
 perf_counter."""
+import itertools
 import os
 import random
 import statistics
@@ -1845,6 +1846,79 @@ def test_inputs_get_copies_where_they_fit_in_half_the_l2_and_blocks_of_them_up_t
     assert T.placed_copies(values, "cpu") == [values]  # no copies off CUDA
 
 
+def test_warming_the_cache_reads_every_byte_of_each_input_once_up_to_its_budget(monkeypatch):
+    """``warm_cache`` (the one-call check's inputs read into the L2 cache before its call):
+    each tensor's every byte, its storage's whole (a transposed view too), read once by a
+    conversion into a scratch tensor (an elementwise kernel's read, never a same-type copy), in
+    chunks of at most ``WARM_CHUNK``, in order, until the budget runs out; the inputs are left as
+    they were. Off CUDA, without a budget, nothing is read."""
+    from kernelmill.validate import placement
+
+    reads = []
+
+    def spy(into, source):
+        reads.append((source.data_ptr(), source.numel(), into.dtype, source.dtype))
+        return into.copy_(source)
+
+    monkeypatch.setattr(placement, "_copy", spy)
+    chunk = placement.WARM_CHUNK
+    big = torch.arange(5 * (chunk // 4 + 3), dtype=torch.float32).reshape(-1, 5).t()
+    small = torch.arange(7, dtype=torch.int64)
+    before = (big.clone(), small.clone())
+    values = [big, 3, small]
+    total = big.numel() * 4 + small.numel() * 8
+    assert T.warm_cache(values, "cpu", budget=1 << 30) == total
+    assert all(into == torch.int16 and source == torch.uint8 for _p, _n, into, source in reads)
+    assert all(n <= chunk for _p, n, _i, _s in reads)
+
+    def spans(tensor):  # the byte ranges of ``tensor``'s storage each read covered
+        base = tensor.untyped_storage().data_ptr()
+        return [(p - base, p - base + n) for p, n, _i, _s in reads
+                if base <= p < base + tensor.untyped_storage().nbytes()]
+    for tensor in (big, small):  # whole, each byte once, in order
+        covered = spans(tensor)
+        assert covered[0][0] == 0 and covered[-1][1] == tensor.untyped_storage().nbytes()
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+    assert len(reads) == -(-big.numel() * 4 // chunk) + 1
+    assert torch.equal(big, before[0]) and torch.equal(small, before[1])
+    reads.clear()
+    assert T.warm_cache(values, "cpu", budget=chunk + 10) == chunk + 10  # the budget: a cut
+    assert [n for _p, n, _i, _s in reads] == [chunk, 10] and not spans(small)
+    reads.clear()
+    assert T.warm_cache(values, "cpu") == 0 and reads == []
+
+
+def test_only_the_one_call_checks_load_warms_the_cache_and_only_where_asked(monkeypatch):
+    """``_Run.load(single=True)`` with ``single_warm``: the placement the one-call graph reads
+    (the first) is read into the cache after it is loaded, under either placing, and the bytes
+    it read are kept for its report; a scored call's load, and any load without the setting,
+    reads nothing more."""
+    from kernelmill.grade.worker.call import _Run
+
+    warmed = []
+
+    def warm(values, device, budget=None):
+        warmed.append([v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+        return 64
+
+    monkeypatch.setattr(T, "warm_cache", warm)
+    for placing in T.PLACINGS:
+        run = object.__new__(_Run)
+        run.device, run.single_warm, run.warmed_bytes = "cpu", True, None
+        run.placements = [[torch.zeros(4), 0] for _ in range(3)]
+        run.turns = T.PlacementTurns(3, placing)
+        new = [torch.arange(4.0), 5]
+        run.load(new)
+        assert warmed == [] and run.warmed_bytes is None
+        run.load(new, single=True)
+        assert len(warmed) == 1 and torch.equal(warmed[0][0], new[0]) and warmed[0][1] == 5
+        assert warmed[0][0] is not run.placements[0][0] and run.warmed_bytes == 64
+        warmed.clear()
+        run.single_warm = False
+        run.load(new, single=True)
+        assert warmed == []
+
+
 def test_a_timing_graph_reads_each_copy_of_its_inputs_in_one_block_of_calls():
     """``PlacementTurns``: while a graph of n calls is captured, call j reads copy
     ``j * copies // n`` ("blocks"), each copy's calls together; outside a capture, and with
@@ -1986,15 +2060,20 @@ def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
     neither reads (a typo, a removed setting) is refused with a one-line error naming it, not
     ignored."""
     from kernelmill.grade.policy import TIMER_SETTINGS, Policy
-    from kernelmill.grade.worker.timing import _timer_options, timing_placing
+    from kernelmill.grade.worker.timing import _timer_options, single_warm, timing_placing
 
-    plain = (_timer_options({}), timing_placing({}))
+    def read(payload):
+        return _timer_options(payload), timing_placing(payload), single_warm(payload)
+
+    plain = read({})
     changed = {"warmup": 7, "graph": False, "sample_ms": 0.25, "cover": "sleep",
-               "spare_graph": True, "replay_sync": False, "gate": False, "placing": "turns"}
+               "spare_graph": True, "replay_sync": False, "gate": False, "placing": "turns",
+               "single_warm": True}
     assert set(changed) == TIMER_SETTINGS
     for name, value in changed.items():
         payload = {"timing_settings": {name: value}}
-        assert (_timer_options(payload), timing_placing(payload)) != plain, name
+        assert read(payload) != plain, name
+    assert read({"timing_settings": {"single_warm": "yes"}}) == plain  # only a true
     Policy(timing_settings={"cap_ms": 30.0, "settle_if": "held", **changed})
     for wrong in ({"target_ms": 1.0}, {"gat": False, "min_reps": 2}, {"late_locked": True}):
         with pytest.raises(ValueError, match="unknown timing setting") as raised:
