@@ -37,9 +37,10 @@ DEVICE_WORK_FLOOR_US = 1.0
 # 47.5), which leaves room for the placements' and the caches' differences between a replay
 # and the checked calls. With ``single_warm`` the check's inputs are read into the L2 cache
 # first, and this bound (a call after the flush against a warm one) loosens for a memory-bound
-# forward whose inputs fit the cache: a graph computing halves in every call reads about 1.1
-# here (a 1M-element scale-add, 6.4 µs cold, 2.8 hot), and only the scored bound below (0.5)
-# tells it: what a GPU run of the hostile suite with the setting must show.
+# forward whose inputs fit the cache: a graph computing halves in every call would read about
+# 1.1 here (half of an honest 1M-element scale-add's 6.4 µs cold against its 2.8 hot, H100),
+# and only the scored bound below (about 0.5) tell it: what a GPU run of the hostile suite
+# with the setting must show.
 FIRST_VS_ONE_RATIO = 0.7
 # A scored call against the one-call check's call, which is made warm: on inputs no call has
 # seen, loaded right before it (the placement it reads: ``_Run.load``), with no flush, as a
