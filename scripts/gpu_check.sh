@@ -176,7 +176,7 @@ subset_pass() {
   # part), SUBSET_SETS a list of sets
   ${SUBSET_PREFIX:-} python3 benchmarks/grade_throughput.py --sets ${SUBSET_SETS:-triton kernelbench} ${kb:+--kernelbench "$kb"} \
     --cache-dir "$cache" --phases refs-cached \
-    --match "${WINDOW_MATCH:-level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)}" \
+    --match "${WINDOW_MATCH:-level1_(1|8|40|88|95)_|level2_(12|67)_|level3_3_|matmul_fp16_(2k|4k)|scale_add_1m}" \
     "$@" --json "$out/${part}_$name.json" > "$out/${part}_$name.log" 2>&1
   grep -E "$shown" "$out/${part}_$name.log" | cut -c1-300
 }
