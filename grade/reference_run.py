@@ -61,8 +61,9 @@ CACHE_FOLDERS = (SIZES_FOLDER, TIMINGS_FOLDER, INDUCTOR_FOLDER, TRITON_FOLDER)
 # Timer settings that change how a sample is taken, not what it times: the cached eager and
 # Inductor times are read as their ratio (``checks.timing``), both taken alike
 # (``spare_graph``: where a resized graph is captured, not what it holds; ``replay_sync`` and
-# ``gate``: how the unseen check's replays are timed, which no scored sample is)
-RATIO_NEUTRAL = ("cover", "spare_graph", "replay_sync", "gate")
+# ``gate``: how the unseen check's replays are timed, which no scored sample is;
+# ``single_warm``: how the one-call check finds its inputs)
+RATIO_NEUTRAL = ("cover", "spare_graph", "replay_sync", "gate", "single_warm")
 
 
 def cached_timing_settings(settings: dict) -> dict:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from .measure import _clone, _empty, _Tensor, _type, _untyped_storage, is_cuda
+from .measure import _clone, _empty, _storage_nbytes, _Tensor, _type, _untyped_storage, is_cuda
 
-# bound at import, before any submission runs: every op here is one whose dispatcher kernels
-# the grading worker checks are still its own (``grade.worker.guards.dispatch``)
+# bound at import, before any submission runs (``warm_plan``, ``warm_cache``): every op here is
+# one whose dispatcher kernels the grading worker checks are still its own
+# (``grade.worker.guards.dispatch``)
 _copy, _narrow, _set = torch.Tensor.copy_, torch.Tensor.narrow, torch.Tensor.set_
+_uint8, _int16 = torch.uint8, torch.int16
+_device_properties, _torch_device = torch.cuda.get_device_properties, torch.device
 
 # Where a kernel's tensors sit in device memory moves its time by up to 4% on an H100 (an fp16
 # GEMM read 0.0600-0.0627 ms across 8 placements in one process, each repeating within 0.24%;
@@ -40,8 +43,7 @@ _PAD_STEP = 2 << 20  # the caching allocator's large-segment granularity
 
 def _l2_bytes(device: str) -> int:
     try:
-        return int(getattr(torch.cuda.get_device_properties(torch.device(device)),
-                           "L2_cache_size", 0) or 0)
+        return int(getattr(_device_properties(_torch_device(device)), "L2_cache_size", 0) or 0)
     except Exception:  # noqa: BLE001 — no such device: no copies
         return 0
 
@@ -80,34 +82,52 @@ def placed_copies(values: list, device: str, copies: int = PLACEMENTS,
     return sets
 
 
-# ``warm_cache``'s reads: each chunk converted into a scratch tensor of twice its bytes (a
+# ``warm_plan``'s reads: each chunk converted into a scratch tensor of twice its bytes (a
 # conversion is an elementwise kernel's read through the L2 cache, where a same-type copy may be
 # the copy engine's), so the scratch holds 2 MiB of the cache however much is read
 WARM_CHUNK = 1 << 20
 
 
-def warm_cache(values: list, device: str, budget: int | None = None) -> int:
-    """Read every byte of each tensor of ``values`` once on the GPU, by our own kernels (one
-    ``WARM_CHUNK`` at a time), up to ``budget`` bytes in all (default: the L2 cache's size), so
-    that a call that follows finds them in the L2 cache as a timed call of a block finds its
-    copy (its block's calls before it read it). Inputs just copied in from the host are not
-    found there: a 1M-element scale-add's honest call read 5.2-5.5 µs on them and 2.79 µs as
-    scored, where the one-call check holds a scored call to 0.75 of it (H100). Returns the
-    bytes read: none off CUDA unless ``budget`` says."""
-    left = (_l2_bytes(device) if is_cuda(device) else 0) if budget is None else int(budget)
-    scratch, done = None, 0
-    for value in values:
-        if _type(value) is not _Tensor or left <= 0:
+def warm_plan(values: list, device: str, budget: int | None = None) -> tuple[list, int]:
+    """The reads ``warm_cache`` makes of ``values`` (the tensors a call is about to read, which
+    stay where they are: a placement's buffers), and the bytes they cover: every byte of each
+    tensor's storage, in order, up to ``budget`` bytes in all (default: half the L2 cache, as
+    ``placement_count`` leaves the other half to the call's outputs); none off CUDA unless
+    ``budget`` says. Made before the timing window, by functions bound at import: each read a
+    pair (scratch chunk, source chunk) of views kept with the plan, so that replaying it makes
+    no lookup a submission could hook and drops no object."""
+    left = (_l2_bytes(device) // 2 if is_cuda(device) else 0) if budget is None else int(budget)
+    tensors = [value for value in values if _type(value) is _Tensor]
+    if left <= 0 or not tensors:
+        return [], 0
+    scratch = _empty(WARM_CHUNK, dtype=_int16, device=device)
+    pairs, done = [], 0
+    for value in tensors:
+        storage = _untyped_storage(value)
+        size = min(int(_storage_nbytes(storage)), left)
+        if size <= 0:
             continue
-        data = _set(_empty(0, dtype=torch.uint8, device=value.device), _untyped_storage(value))
-        size = min(int(data.numel()), left)
-        if scratch is None:
-            scratch = _empty(WARM_CHUNK, dtype=torch.int16, device=value.device)
+        data = _set(_empty(0, dtype=_uint8, device=device), storage)
         for start in range(0, size, WARM_CHUNK):
             length = min(WARM_CHUNK, size - start)
-            _copy(_narrow(scratch, 0, 0, length), _narrow(data, 0, start, length))
+            pairs.append((_narrow(scratch, 0, 0, length), _narrow(data, 0, start, length)))
         left, done = left - size, done + size
-    return done
+    return pairs, done
+
+
+def warm_cache(pairs: list) -> bool:
+    """Read a ``warm_plan``'s chunks on the GPU, so that a call that follows finds them in the
+    L2 cache as a timed call of a block finds its copy (its block's calls before it read it).
+    Inputs just copied in from the host are not found there: a 1M-element scale-add's honest
+    call read 5.2-5.5 µs on them and 2.79 µs as scored, where the one-call check holds a scored
+    call to 0.75 of it (H100). False where a read failed: the call then finds the cache as it
+    is (slower, never faster, than a warm one)."""
+    try:
+        for into, source in pairs:
+            _copy(into, source)
+    except Exception:  # noqa: BLE001 — unread is the stricter side
+        return False
+    return True
 
 
 class PlacementTurns:

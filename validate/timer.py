@@ -50,7 +50,8 @@ from .measure import _cuda_get_device, _cuda_memory_stats, _process_time, _type
 from .schedstat import runqueue_wait_ns
 from .stream_gate import StreamGate, current_stream as _stream_handle, shared as _shared_gate
 from .placement import PLACED_MAX_BYTES, PLACEMENTS, PLACING, PLACINGS  # noqa: F401 (re-exported)
-from .placement import PlacementTurns, placed_copies, placement_count, warm_cache  # noqa: F401
+from .placement import PlacementTurns, placed_copies, placement_count  # noqa: F401
+from .placement import warm_cache, warm_plan  # noqa: F401
 from .timing_graph import HELD_OUTPUT_BYTES, LAUNCH_MARGIN_MS, PROBE_CALLS  # noqa: F401
 from .timing_graph import TimingGraphs, graph_calls  # noqa: F401 (re-exported)
 

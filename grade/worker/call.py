@@ -111,7 +111,7 @@ class _Run(_Probes):
                  single_warm: bool = False):
         self.model, self.device, self.max_bytes = model, device, max_bytes
         # the one-call check's inputs read into the L2 cache before its call (``load``)
-        self.single_warm, self.warmed_bytes = single_warm, None
+        self.single_warm, self.warmed_bytes, self.warm_pairs = single_warm, None, []
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
         self.states, self.slots, self.state = states or {}, slots, base_state
@@ -127,6 +127,8 @@ class _Run(_Probes):
         # wherever they sit
         self.placements = T.placed_copies(self.buffers, device, placing=placing)
         self.turns = T.PlacementTurns(len(self.placements), placing)
+        if single_warm:  # its reads made now, outside any window (``timer.warm_plan``)
+            self.warm_pairs, self.planned_bytes = T.warm_plan(self.placements[0], device)
         self.timed_calls = 0
         self.captured: list[tuple[int, int]] = []  # (launches, extension calls) per captured call
         self.timed_checks: list[dict] = []
@@ -187,8 +189,9 @@ class _Run(_Probes):
         graph's check, made warm, as a scored call finds the caches: with "blocks" placing only
         the placement it reads (the first), so the writes of the others do not evict the
         parameters a scored call finds cached; otherwise the first written last. With
-        ``single_warm``, that placement's inputs are then read into the L2 cache
-        (``timer.warm_cache``), as a scored call's block left its copy there."""
+        ``single_warm``, that placement's inputs are then read into the L2 cache by the reads
+        planned with the run (``timer.warm_cache``), as a scored call's block left its copy
+        there."""
         if single:
             self._load_single(values)
             return
@@ -199,8 +202,8 @@ class _Run(_Probes):
             self._load_into(self.placements[0], values)
         else:
             self._load_placements(values, self.placements[1:] + self.placements[:1])
-        if self.single_warm:
-            self.warmed_bytes = T.warm_cache(self.placements[0], self.device)
+        if self.single_warm and self.warm_pairs:
+            self.warmed_bytes = self.planned_bytes if T.warm_cache(self.warm_pairs) else 0
 
     def _load_placements(self, values: list, order: list) -> None:
         first = order[0]

@@ -1846,77 +1846,111 @@ def test_inputs_get_copies_where_they_fit_in_half_the_l2_and_blocks_of_them_up_t
     assert T.placed_copies(values, "cpu") == [values]  # no copies off CUDA
 
 
-def test_warming_the_cache_reads_every_byte_of_each_input_once_up_to_its_budget(monkeypatch):
-    """``warm_cache`` (the one-call check's inputs read into the L2 cache before its call):
-    each tensor's every byte, its storage's whole (a transposed view too), read once by a
+def test_warming_the_cache_reads_every_byte_of_each_input_once_up_to_its_budget():
+    """``warm_plan`` (the one-call check's inputs read into the L2 cache before its call): each
+    tensor's every byte, its storage's whole (a transposed view too), read once by a
     conversion into a scratch tensor (an elementwise kernel's read, never a same-type copy), in
-    chunks of at most ``WARM_CHUNK``, in order, until the budget runs out; the inputs are left as
-    they were. Off CUDA, without a budget, nothing is read."""
+    chunks of at most ``WARM_CHUNK``, in order, until the budget runs out; ``warm_cache``
+    replays those reads and leaves the inputs as they were. Off CUDA, without a budget,
+    nothing is read."""
     from kernelmill.validate import placement
 
-    reads = []
-
-    def spy(into, source):
-        reads.append((source.data_ptr(), source.numel(), into.dtype, source.dtype))
-        return into.copy_(source)
-
-    monkeypatch.setattr(placement, "_copy", spy)
     chunk = placement.WARM_CHUNK
     big = torch.arange(5 * (chunk // 4 + 3), dtype=torch.float32).reshape(-1, 5).t()
     small = torch.arange(7, dtype=torch.int64)
     before = (big.clone(), small.clone())
     values = [big, 3, small]
     total = big.numel() * 4 + small.numel() * 8
-    assert T.warm_cache(values, "cpu", budget=1 << 30) == total
-    assert all(into == torch.int16 and source == torch.uint8 for _p, _n, into, source in reads)
-    assert all(n <= chunk for _p, n, _i, _s in reads)
+    pairs, planned = T.warm_plan(values, "cpu", budget=1 << 30)
+    assert planned == total
+    assert all(into.dtype == torch.int16 and source.dtype == torch.uint8 and
+               into.numel() == source.numel() <= chunk for into, source in pairs)
 
-    def spans(tensor):  # the byte ranges of ``tensor``'s storage each read covered
-        base = tensor.untyped_storage().data_ptr()
-        return [(p - base, p - base + n) for p, n, _i, _s in reads
-                if base <= p < base + tensor.untyped_storage().nbytes()]
+    def spans(tensor):  # the byte ranges of ``tensor``'s storage the reads cover
+        base, end = tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes()
+        return [(s.data_ptr() - base, s.data_ptr() - base + s.numel()) for _i, s in pairs
+                if base <= s.data_ptr() < base + end]
     for tensor in (big, small):  # whole, each byte once, in order
         covered = spans(tensor)
         assert covered[0][0] == 0 and covered[-1][1] == tensor.untyped_storage().nbytes()
         assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
-    assert len(reads) == -(-big.numel() * 4 // chunk) + 1
+    assert len(pairs) == -(-big.numel() * 4 // chunk) + 1
+    small[0] = -1  # the plan reads the tensors where they are, as a later load left them
+    assert T.warm_cache(pairs) is True
+    assert pairs[-1][0][:9].tolist() == [255] * 8 + [1]  # the last read: ``small``'s bytes
+    small[0] = 0
     assert torch.equal(big, before[0]) and torch.equal(small, before[1])
-    reads.clear()
-    assert T.warm_cache(values, "cpu", budget=chunk + 10) == chunk + 10  # the budget: a cut
-    assert [n for _p, n, _i, _s in reads] == [chunk, 10] and not spans(small)
-    reads.clear()
-    assert T.warm_cache(values, "cpu") == 0 and reads == []
+    pairs, planned = T.warm_plan(values, "cpu", budget=chunk + 10)  # the budget: a cut
+    assert planned == chunk + 10 and [s.numel() for _i, s in pairs] == [chunk, 10]
+    assert not spans(small)
+    assert T.warm_plan(values, "cpu") == ([], 0) and T.warm_plan([3], "cpu", 1 << 20) == ([], 0)
+    assert T.warm_plan([torch.empty(0)], "cpu", 1 << 20) == ([], 0)
+    assert T.warm_cache([(torch.zeros(2, dtype=torch.int16), torch.zeros(3, dtype=torch.uint8))]) \
+        is False  # a read that fails: the call finds the cache as it is
+
+
+def test_replaying_the_warm_reads_runs_nothing_a_submission_can_hook(monkeypatch):
+    """Between the one-call check's load and its timed span, ``warm_cache`` makes no lookup a
+    submission can reach (members it adds to ``torch.Tensor``, the device properties) and drops
+    no tensor (a finaliser it adds): the plan's views are made before the window and kept."""
+    pairs, _ = T.warm_plan([torch.arange(3000.0), torch.ones(5)], "cpu", budget=1 << 20)
+    ran = []
+
+    def hook(*args, **kwargs):
+        ran.append(args)
+
+    monkeypatch.setattr(torch.Tensor, "__del__", hook, raising=False)
+    monkeypatch.setattr(torch.Tensor, "numel", lambda self: ran.append("numel") or 0)
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: ran.append("device")))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", hook)
+    assert T.warm_cache(pairs) is True
+    assert ran == []
 
 
 def test_only_the_one_call_checks_load_warms_the_cache_and_only_where_asked(monkeypatch):
-    """``_Run.load(single=True)`` with ``single_warm``: the placement the one-call graph reads
-    (the first) is read into the cache after it is loaded, under either placing, and the bytes
-    it read are kept for its report; a scored call's load, and any load without the setting,
-    reads nothing more."""
+    """``_Run.load(single=True)`` with ``single_warm``: the reads planned with the run (of the
+    placement the one-call graph reads, the first) are replayed once that placement holds the
+    new inputs, under either placing, and the bytes they read are kept for its report (none
+    where a read failed); a scored call's load, and any load without the setting, reads
+    nothing more. ``_Run`` plans the reads of its first placement only where asked."""
     from kernelmill.grade.worker.call import _Run
 
-    warmed = []
+    replayed = []
+    ok = [True]
 
-    def warm(values, device, budget=None):
-        warmed.append([v.clone() if isinstance(v, torch.Tensor) else v for v in values])
-        return 64
+    def warm(pairs):
+        replayed.append((pairs, [v.clone() for v in run.placements[0] if type(v) is torch.Tensor]))
+        return ok[0]
 
     monkeypatch.setattr(T, "warm_cache", warm)
     for placing in T.PLACINGS:
         run = object.__new__(_Run)
         run.device, run.single_warm, run.warmed_bytes = "cpu", True, None
         run.placements = [[torch.zeros(4), 0] for _ in range(3)]
+        run.warm_pairs, run.planned_bytes = ["the plan"], 64
         run.turns = T.PlacementTurns(3, placing)
         new = [torch.arange(4.0), 5]
         run.load(new)
-        assert warmed == [] and run.warmed_bytes is None
+        assert replayed == [] and run.warmed_bytes is None
         run.load(new, single=True)
-        assert len(warmed) == 1 and torch.equal(warmed[0][0], new[0]) and warmed[0][1] == 5
-        assert warmed[0][0] is not run.placements[0][0] and run.warmed_bytes == 64
-        warmed.clear()
+        assert len(replayed) == 1 and replayed[0][0] is run.warm_pairs
+        assert torch.equal(replayed[0][1][0], new[0]) and run.warmed_bytes == 64
+        replayed.clear()
+        ok[0] = False
+        run.load(new, single=True)
+        assert run.warmed_bytes == 0
+        ok[0] = True
+        replayed.clear()
         run.single_warm = False
         run.load(new, single=True)
-        assert warmed == []
+        assert replayed == []
+    planned = []
+    monkeypatch.setattr(T, "warm_plan", lambda values, device: planned.append(values) or ([], 0))
+    for asked in (False, True):
+        run = _Run(torch.nn.Identity(), "cpu", set(), set(), trials=[{"inputs": [torch.ones(3)]}],
+                   single_warm=asked)
+        assert planned == ([run.placements[0]] if asked else [])
+        assert all(a is b for a, b in zip(planned[0], run.placements[0])) if asked else True
 
 
 def test_a_timing_graph_reads_each_copy_of_its_inputs_in_one_block_of_calls():
