@@ -202,7 +202,7 @@ class _Run(_Probes):
             self._load_into(self.placements[0], values)
         else:
             self._load_placements(values, self.placements[1:] + self.placements[:1])
-        if self.single_warm and self.warm_pairs:
+        if getattr(self, "single_warm", False) and getattr(self, "warm_pairs", None):
             self.warmed_bytes = self.planned_bytes if T.warm_cache(self.warm_pairs) else 0
 
     def _load_placements(self, values: list, order: list) -> None:
