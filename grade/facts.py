@@ -210,6 +210,9 @@ class UnseenFacts(FactGroup):
     # the one-call graph's replay on the next hidden trial after the check's (a spare none of
     # its calls saw): {hidden, outputs, busy_us, ...} as sent (``worker._Run._single_check``)
     single: Any = None
+    # (``single_warm``) the same on the hidden trial after it, its inputs read into the L2 cache
+    # first, with ``warmed_bytes``
+    single_warm: Any = None
     after_device_us: Any = None
     # a graph replay's kernels' busy time per call, the gaps between them left out
     seen_busy_ms: Any = None

@@ -226,7 +226,7 @@ class ReferenceTiming:
             return None
         policy = self.policy
         key = json.dumps([kind, source, name, _library_versions(), policy.trials,
-                          policy.unseen_trials, policy.unseen_spares, policy.state_trials,
+                          policy.unseen_trials, policy.hidden_spares, policy.state_trials,
                           policy.redraw_state,
                           # an untimed grade draws no unseen trials
                           *([] if policy.time else ["untimed"]),
@@ -304,7 +304,7 @@ class ReferenceRuns(ReferenceSizes):
         # for its timing window: the unseen trials, then its spares (on the problem's own
         # draws, as the timed inputs), timed only where the first read slow
         hidden = max(0, policy.unseen_trials) if policy.time else 0
-        spares = max(0, policy.unseen_spares) if hidden else 0
+        spares = policy.hidden_spares if hidden else 0
         # Model states (T-18, ``worker.state``): every trial runs under a state re-drawn from
         # the constructor's (1, the base: the candidate gets it at construction), and each of
         # ``state_trials`` checked trials from the second on under another one (2, 3...),

@@ -86,7 +86,7 @@ def shipped_outputs(policy) -> int:
     the two ghost calls; every unseen trial and spare (the one-call graph's check takes the
     last of them)."""
     return max(1, policy.trials) + 3 + 3 + 2 + max(0, policy.unseen_trials) + \
-        max(0, policy.unseen_spares)
+        policy.hidden_spares
 
 
 def _tensor_bytes(value) -> int:
@@ -192,7 +192,7 @@ class ReferenceSizes:
         if not outputs:
             return 1
         policy = self.policy
-        private = max(0, policy.unseen_trials) + max(0, policy.unseen_spares) \
+        private = max(0, policy.unseen_trials) + policy.hidden_spares \
             if policy.time else 0
         room = WORKER_FILE_BYTES // 2 // outputs - max(1, policy.trials) - 1
         held = (max(BATCH_BYTES, tensors) - (tensors - unseen)) // unseen if unseen else members

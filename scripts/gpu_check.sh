@@ -34,6 +34,7 @@
 #        (a third arm); WINDOW_GROUP=N grades in groups; read the arms with
 #        scripts/window_ab.py window_verdicts.tgz;
 #        a G* pass grades the default window in groups of WINDOW_G (default 8);
+#        an H* pass grades WINDOW_B's settings in groups of WINDOW_G;
 #        verdicts kept, window_verdicts.tgz)
 #        wait (the workers' CUDA wait: the window's passes with KERNELMILL_CUDA_WAIT=auto (A,
 #        the driver's spin) and block (B, the default); as envab otherwise)
@@ -274,7 +275,9 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
                 case $pass in B*) for s in ${WINDOW_B:-round_ms=40}; do
                   settings+=(--window "$s"); done ;;
                   C*) for s in ${WINDOW_C:-}; do settings+=(--window "$s"); done ;;
-                  G*) group=${WINDOW_G:-8} ;; esac
+                  G*) group=${WINDOW_G:-8} ;;
+                  H*) group=${WINDOW_G:-8}; for s in ${WINDOW_B:-round_ms=40}; do
+                  settings+=(--window "$s"); done ;; esac
                 subset_pass window "$pass" "$shown" --primed --copies "${WINDOW_COPIES:-3}" \
                   --deadline "${WINDOW_S:-85}" ${group:+--group $group} \
                   --keep-verdicts "$out/window_verdicts_$pass" "${settings[@]}"

@@ -200,7 +200,7 @@ def _number(value) -> bool:
 def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
                        unseen_us: list | None = None, unseen_calls: list | None = None,
                        members: int = 1, single_us=None, beside: int = 1,
-                       drift: float = 1.0, single_warmed=None) -> None:
+                       drift: float = 1.0, single_warmed=None, warm_us=None) -> None:
     """The GPU busy time of every call against that of the calls on new inputs (``fresh``: the
     least of them, as an autotuner's or a JIT's first call is longer). Every fresh call may
     run beside other work on the GPU, time-sliced (a group's members, the other grades of a
@@ -221,7 +221,10 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     launch empty kernels into a kept output, or each compute a slice of it) reads far below.
     Every call of an honest one does the same work (T-13, T-14: the fresh calls' least is the
     bound, as a forward serving the calls on seen inputs from a cache makes the least checked
-    call tiny)."""
+    call tiny). The scored calls are held to the one-call check's call, and where a second
+    was made on inputs read into the L2 cache first (``warm_us``, ``single_warmed`` bytes of
+    them: the timing setting ``single_warm``), to the faster of the two; no other bound reads
+    that one."""
     busy = [(c.get("kind"), c.get("trial"), c["busy_us"]) for c in calls
             if isinstance(c.get("busy_us"), (int, float)) and c["busy_us"] > 0]
     fresh = [us for kind, _trial, us in busy if kind == "fresh"]
@@ -263,11 +266,13 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
     if _positive(single_us):
         # a scored call against the one-call check's, made warm (its inputs just loaded, no
         # flush) as a scored call finds its caches: a graph whose calls mostly do a slice reads
-        # its slice, whichever calls it leaves whole (the first, the last)
-        one = float(single_us) / min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
+        # its slice, whichever calls it leaves whole (the first, the last); against the warm
+        # check's where it was made faster (its inputs read into the L2 cache too)
+        hot = _positive(warm_us) and warm_us < single_us
+        one = float(warm_us if hot else single_us) / min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
         # (the worker's word on its reads before the call: for the report, not the bound)
         warmed = f", {single_warmed / 2**20:.3g} MiB of them read into the L2 cache" \
-            if _positive(single_warmed) else ""
+            if hot and _positive(single_warmed) else ""
         low = scored_us < SCORED_VS_ONE_RATIO * one - DEVICE_WORK_FLOOR_US
         checks["scored_vs_one_call_us"] = {
             "passed": not low, "detail": f"scored {scored_us:.4g} µs per call, the one-call "
@@ -336,19 +341,24 @@ def device_readings_agree(unseen: dict | None, hack) -> None:
             hack("timing_behaviour", "the unseen replays' first calls were reported apart from "
                  "their calls' busy times: its readings do not hang together")
             return
+    for key in SINGLE_KEYS:
+        single = facts.get(key)
+        if not isinstance(single, dict):
+            continue
+        busy, span = single.get("busy_us"), single.get("ms")
+        if busy is None and not firsts:
+            return  # no device readings made (no witness): the checks that need them say so
+        if not _positive(busy) or not _positive(span) or \
+                busy > BUSY_IN_SPAN * span * 1e3 + BUSY_IN_SPAN_US:
+            hack("timing_behaviour", f"the one-call check's kernels kept the GPU busy "
+                 f"{busy if _positive(busy) else 'no'} µs in a replay timed at "
+                 f"{span if _positive(span) else 'no'} ms: its readings do not hang together")
+            return
     single = facts.get("single")
     if not isinstance(single, dict):
         return
     busy = single.get("busy_us")
-    span = single.get("ms")
-    if busy is None and not firsts:
-        return  # no device readings made (no witness): the checks that need them say so
-    if not _positive(busy) or not _positive(span) or \
-            busy > BUSY_IN_SPAN * span * 1e3 + BUSY_IN_SPAN_US:
-        hack("timing_behaviour", f"the one-call check's kernels kept the GPU busy "
-             f"{busy if _positive(busy) else 'no'} µs in a replay timed at "
-             f"{span if _positive(span) else 'no'} ms: its readings do not hang together")
-        return
+    # (the check on inputs just loaded: the warm one reads a memory-bound call faster)
     first = [float(v) for v in firsts if _positive(v)]
     if first and busy < SINGLE_UNDER_FIRST * min(first):
         hack("timing_behaviour", f"the one-call check's call kept the GPU busy {busy:.4g} µs, "
@@ -362,11 +372,13 @@ def _positive(us) -> bool:
 
 
 def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
-                 required: int | None = None, ratio: float | None = None) -> None:
+                 required: int | None = None, ratio: float | None = None,
+                 warm: bool = False) -> None:
     """A timed window with unseen trials ends with the unseen-input check on the first
     ``required`` of them (default: every one) and on as many of the rest (its spares, asked
     for where those read slow: ``window_worker.reads_slow``) as it went on to, in order, then
-    (a graph of several calls) the one-call check on the last trial (``check_trial``), each
+    (a graph of several calls) the one-call check on the trials kept for it (``check_trials``:
+    the last, or with ``warm`` the last two, the warm check's last), each
     part written by the parent once, when the worker asked (``window.late_released``): a
     report that leaves a trial out, or covers other trials than the parent gave, did not make
     it. (The facts come from the candidate's process; the count of parts comes from the
@@ -378,14 +390,16 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
     required = len(hidden) if required is None else max(0, min(required, len(hidden)))
     made = sorted(c.get("hidden") for c in ((unseen or {}).get("checks") or [])
                   if isinstance(c, dict) and isinstance(c.get("hidden"), int))
-    # a timing graph of several calls: the last trial is the one-call graph's check's, made
+    # a timing graph of several calls: the last trials are the one-call graph's checks', made
     # always, after the check and its spares (``worker._Run._single_check``)
-    reserved = check_trial(unseen, len(hidden), required)
-    pool = len(hidden) if reserved is None else reserved
+    after = check_trials(unseen, len(hidden), required, warm)
+    pool = after[0] if after else len(hidden)
     wanted = list(range(max(required, len(made)) if len(made) <= pool else required))
-    after = [] if reserved is None else [reserved]
+    # each check on its kept trial, and no other check reported
+    kept = dict(zip(SINGLE_KEYS, after))
+    singles = all(single_trial(unseen, len(hidden), key) == kept.get(key) for key in SINGLE_KEYS)
     released = window.get("late_released")
-    if made != wanted or single_trial(unseen, len(hidden)) != reserved or \
+    if made != wanted or not singles or \
             (released is not None and list(released) != wanted + after):
         hack("timing_behaviour", f"the unseen-input check covered trials {made[:8]} of "
              f"{len(hidden)} (the parent wrote parts {list(released or [])[:8]}, in that "
@@ -404,20 +418,28 @@ def unseen_shape(unseen: dict | None, hidden: list[dict], window: dict, hack,
             return
 
 
-def check_trial(unseen: dict | None, hidden: int, required: int) -> int | None:
-    """The hidden trial kept for the one-call graph's check: the last of ``hidden``, where
-    the timer replayed a graph of several calls and the trials go past the ``required`` ones;
-    else None (no check is made)."""
+# The one-call checks' facts, in the order they are made: the check on inputs just loaded,
+# then (``single_warm``) the one on inputs read into the L2 cache first
+SINGLE_KEYS = ("single", "single_warm")
+
+
+def check_trials(unseen: dict | None, hidden: int, required: int,
+                 warm: bool = False) -> list[int]:
+    """The hidden trials kept for the one-call graph's checks, in the order they are made: the
+    last of ``hidden`` (with ``warm``, the last two: the warm check's the last), where the
+    timer replayed a graph of several calls and the trials go past the ``required`` ones and
+    the kept; else none (no check is made)."""
     facts = unseen or {}
     calls = facts.get("calls")
     several = facts.get("method") == "cuda_graph" and type(calls) is int and calls > 1
-    return hidden - 1 if several and hidden > required else None
+    kept = 1 + bool(warm)
+    return list(range(hidden - kept, hidden)) if several and hidden >= required + kept else []
 
 
-def single_trial(unseen: dict | None, hidden: int) -> int | None:
-    """The hidden trial the one-call graph's check ran on (``UnseenFacts.single``); -1 for a
-    report that names none of the ``hidden`` trials; None where it was not made."""
-    single = (unseen or {}).get("single")
+def single_trial(unseen: dict | None, hidden: int, key: str = "single") -> int | None:
+    """The hidden trial a one-call graph's check ran on (``UnseenFacts.single``, or ``key``);
+    -1 for a report that names none of the ``hidden`` trials; None where it was not made."""
+    single = (unseen or {}).get(key)
     if single is None:
         return None
     index = single.get("hidden") if isinstance(single, dict) else None
@@ -429,7 +451,7 @@ def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, ha
     """Every unseen-input call's answer against its hidden trial's, the one-call graph's check
     too (``single``); False at the first that is not right (a hack, or ``wrong`` for an
     answer only just past the tolerance)."""
-    single = [] if unseen.get("single") is None else [unseen["single"]]
+    single = [unseen[key] for key in SINGLE_KEYS if unseen.get(key) is not None]
     for check in [*(unseen.get("checks") or []), *single]:
         index = check.get("hidden") if isinstance(check, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(hidden):
@@ -441,7 +463,8 @@ def _unseen_answers(unseen: dict, hidden: list[dict], policy: Policy, record, ha
                      "torch.float32")
         tolerance = policy.tolerance(dtype, record)
         ok, why = compare(trial["outputs"], check.get("outputs"), *tolerance)
-        name = "unseen_single" if check is unseen.get("single") else "unseen"
+        name = "unseen_single_warm" if check is unseen.get("single_warm") else \
+            "unseen_single" if check is unseen.get("single") else "unseen"
         checks[f"{name}:{index}"] = {"passed": ok, "detail": why}
         if ok:
             continue
@@ -713,7 +736,8 @@ def unseen_check_made_as_asked(ctx):
         ctx.run.get("unseen"), ctx.hidden, ctx.window, hack,
         ctx.policy.unseen_required(len(ctx.hidden), (ctx.run.get("unseen") or {}).get(
             "method") == "cuda_graph"),
-        ctx.policy.retry_ratio(str(ctx.reference.get("info", {}).get("device", "")))))
+        ctx.policy.retry_ratio(str(ctx.reference.get("info", {}).get("device", ""))),
+        ctx.policy.single_warm))
 
 
 @register(H.TIMING_BEHAVIOUR, threat="T-13", layer=Layer.DEVICE, scope="run")
@@ -731,14 +755,15 @@ def scored_calls_do_the_work(ctx):
     unseen, window = ctx.run.get("unseen"), ctx.window or {}
     unseen = unseen if isinstance(unseen, Mapping) else {}
     members, beside = window.get("members"), window.get("workers_beside")
-    single = unseen.get("single")
+    single, warm = unseen.get("single"), unseen.get("single_warm")
+    warm = warm if isinstance(warm, dict) and ctx.policy.single_warm else {}
     return collect(H.TIMING_BEHAVIOUR, lambda hack: scored_device_work(
         ctx.run.get("calls") or [], ctx.scored_ms, ctx.checks, hack,
         unseen.get("unseen_device_us"), unseen.get("unseen_calls_us"),
         members if type(members) is int and members > 0 else 1,
         single.get("busy_us") if isinstance(single, dict) else None,
         beside if type(beside) is int and beside > 0 else 1, gpu_drift(window),
-        single.get("warmed_bytes") if isinstance(single, dict) else None))
+        warm.get("warmed_bytes"), warm.get("busy_us")))
 
 
 def _first_unseen_slack(ctx) -> float:

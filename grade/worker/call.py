@@ -110,7 +110,8 @@ class _Run(_Probes):
                  retry_ratio: float | None = None, placing: str = T.PLACING,
                  single_warm: bool = False):
         self.model, self.device, self.max_bytes = model, device, max_bytes
-        # the one-call check's inputs read into the L2 cache before its call (``load``)
+        # a second one-call check, its inputs read into the L2 cache before its call (``load``,
+        # ``probes._single_check``)
         self.single_warm, self.warmed_bytes, self.warm_pairs = single_warm, None, []
         # the model states the trials run under (T-18: ``state.perturbed_state``), copied into
         # the candidate's own tensors (``slots``) when a trial names another than the last
@@ -182,27 +183,27 @@ class _Run(_Probes):
         if self._secret is not None and self._secret.random() < SAMPLE_CHECK_SHARE:
             self.check_timed_inputs()
 
-    def load(self, values: list, single: bool = False) -> None:
+    def load(self, values: list, single: bool = False, warm: bool = False) -> None:
         """Put a trial's inputs into the persistent buffers (same storage, same pointers), at
         every placement: one from ``values``, the others from it on the device (a host copy per
         placement cost three more passes over the host's memory). ``single``: for the one-call
         graph's check, made warm, as a scored call finds the caches: with "blocks" placing only
         the placement it reads (the first), so the writes of the others do not evict the
-        parameters a scored call finds cached; otherwise the first written last. With
-        ``single_warm``, that placement's inputs are then read into the L2 cache by the reads
-        planned with the run (``timer.warm_cache``), as a scored call's block left its copy
-        there."""
+        parameters a scored call finds cached; otherwise the first written last. ``warm``
+        (the warm one-call check, with ``single_warm``): that placement's inputs are then read
+        into the L2 cache by the reads planned with the run (``timer.warm_cache``), as a scored
+        call's block left its copy there."""
         if single:
-            self._load_single(values)
+            self._load_single(values, warm)
             return
         self._load_placements(values, self.placements)
 
-    def _load_single(self, values: list) -> None:
+    def _load_single(self, values: list, warm: bool = False) -> None:
         if self.turns.placing == "blocks":
             self._load_into(self.placements[0], values)
         else:
             self._load_placements(values, self.placements[1:] + self.placements[:1])
-        if getattr(self, "single_warm", False) and getattr(self, "warm_pairs", None):
+        if warm and getattr(self, "warm_pairs", None):
             self.warmed_bytes = self.planned_bytes if T.warm_cache(self.warm_pairs) else 0
 
     def _load_placements(self, values: list, order: list) -> None:

@@ -144,9 +144,10 @@ class _Probes:
 
         def timed_on(trial: dict, kind: str | None = None, flush: bool = True):
             began = _perf_counter()
-            one = kind == "single"  # the one-call graph (``Timer.once``), not the timing graph
-            self.load(trial["inputs"], single=one)
-            if kind in ("unseen", "single"):
+            # the one-call graph (``Timer.once``), not the timing graph
+            one = kind in SINGLE_KINDS
+            self.load(trial["inputs"], single=one, warm=kind == "single_warm")
+            if kind in ("unseen", *SINGLE_KINDS):
                 steps["load"].append(round((_perf_counter() - began) * 1e3, 2))
             if kind is not None:
                 order.append(kind)
@@ -177,7 +178,7 @@ class _Probes:
             steps[step].append(round((_perf_counter() - began) * 1e3, 2))
         # The check is the window's last command (``window_rounds._timed_rounds``): the witness, once
         # resumed, stays on, so ending its session (CUPTI's teardown) is not exclusive GPU time.
-        done, single = False, None
+        done, singles = False, {}
         # The collector is held off through the whole check, so no finaliser of the candidate's
         # (a cycle's ``__del__``, a weakref callback, ``gc.callbacks``) runs between a new
         # input's load and its call's span, nor between the span and the copies of its answer:
@@ -214,10 +215,11 @@ class _Probes:
             # not the device's (no graph: events around each launch, the host's clock), the
             # judge's device- and CPU-time bounds go unread by it: more trials always
             required = self.hidden_required if whole else self.hidden_required_ungraphed
-            # a graph of several calls: the last trial is kept for the one-call check
-            # (``probes.check_trial``), never a spare
-            kept = whole and calls > 1 and self.hidden > required
-            for index in range(self.hidden - 1 if kept else self.hidden):
+            # a graph of several calls: the last trial is kept for the one-call check, the last
+            # two with ``single_warm`` (``probes.check_trials``), never a spare
+            kept = 1 + bool(getattr(self, "single_warm", False))
+            kept = kept if whole and calls > 1 and self.hidden >= required + kept else 0
+            for index in range(self.hidden - kept):
                 if index >= required and not reads_slow(
                         seen_ms, unseen_ms, after_ms, self.retry_ratio):
                     break  # the spares are for a check whose calls read slow
@@ -246,8 +248,9 @@ class _Probes:
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
                 stamp("after", began)
-            single = self._single_check(timer, self.hidden - 1, timed_on, first) \
-                if kept else None
+            singles = {kind: self._single_check(timer, self.hidden - kept + number, timed_on,
+                                                first, kind)
+                       for number, kind in enumerate(SINGLE_KINDS[:kept])}
             done = True
         finally:
             if collecting:
@@ -258,8 +261,8 @@ class _Probes:
                              "checks": checks, "method": timer.method, "order": order,
                              "calls": calls, "steps_ms": steps, "required": required,
                              "gated": bool(getattr(timer, "gated", False))}
-        if single is not None:
-            self.unseen_facts["single"] = single
+        self.unseen_facts.update({kind: check for kind, check in singles.items()
+                                  if check is not None})
         if cpu_ms["unseen"]:
             self.unseen_facts.update({f"{k}_cpu_ms": v for k, v in cpu_ms.items()})
             if all(len(wait_ms[k]) == len(cpu_ms[k]) for k in cpu_ms):
@@ -277,8 +280,9 @@ class _Probes:
                                         "unseen check's new inputs were to come in")
         return True
 
-    def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict) -> dict | None:
-        """After the unseen check, on the hidden trial kept for it (the last: never a spare,
+    def _single_check(self, timer: T.Timer, index: int, timed_on, first: dict,
+                      kind: str = "single") -> dict | None:
+        """After the unseen check, on the hidden trial ``index`` kept for it (never a spare,
         no call has seen it): one replay of the one-call graph (``Timer.once``, captured like
         the timing graph), its output sent to the parent to compare. Its kernels' busy time is one call's
         whole work, made alone on the GPU and checked: a call of the timing graph may do a
@@ -287,7 +291,9 @@ class _Probes:
         The forward can tell this graph apart: it either computes the answer here, or is wrong.
         Then one more untimed call on trial 0's inputs (``first``), which the parent checks after
         the window as the calls left them. None where no one-call graph was kept (the parent
-        then finds the check missing)."""
+        then finds the check missing). ``kind`` "single_warm": the trial's inputs are read into
+        the L2 cache before the call (``load``), as a scored call's block left its copy there;
+        the judge holds only the scored calls to its time."""
         if getattr(timer, "_single", None) is None:
             return None
         if self._mode_would_see_new_inputs():
@@ -299,15 +305,16 @@ class _Probes:
         # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
         # as a scored call finds the caches (``probes.scored_device_work`` holds the scored
         # calls to it)
-        ms, out = timed_on(trial, "single", flush=False)
+        ms, out = timed_on(trial, kind, flush=False)
+        blocks = getattr(self, "single_blocks", None) or {}
         observed = self.observe(out, self.buffers, inputs_after=False, ship=False,
-                                into=getattr(self, "single_block", None))
+                                into=blocks.get(kind))
         # the timed inputs back, as a call on them leaves them (what the parent checks after the
         # window: a forward that changes its inputs changes them here too)
         timed_on(first)
         return {"hidden": index, "ms": ms, "wall_ms": round((_perf_counter() - began) * 1e3, 2),
-                **({"warmed_bytes": warmed} if (warmed := getattr(self, "warmed_bytes", None))
-                   is not None else {}),
+                **({"warmed_bytes": warmed} if kind == "single_warm" and
+                   (warmed := getattr(self, "warmed_bytes", None)) is not None else {}),
                 **observed}
 
     def before_window(self, timer: T.Timer) -> None:
@@ -327,7 +334,7 @@ class _Probes:
         Into new host memory, a 256 MiB output's copy took 84-92 ms of the window, most of it
         page faults (H200 host; a 256 MB copy on a 2-core host: 127-149 ms into new memory,
         25 ms into touched). On CUDA only (elsewhere the outputs are on the host already)."""
-        self.unseen_blocks, self.single_block = [], None
+        self.unseen_blocks, self.single_blocks = [], {}
         shapes = getattr(self, "last_shapes", None) or []
         if not self.hidden or not shapes or not self.device.startswith("cuda"):
             return
@@ -336,10 +343,12 @@ class _Probes:
             self.hidden_required_ungraphed
         trials = min(required, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
         self.unseen_blocks = [[_touched(size) for size in sizes] for _ in range(trials)]
-        # and the one-call graph's check's (a graph of several calls: ``_single_check``)
+        # and the one-call graph's checks' (a graph of several calls: ``_single_check``)
+        kept = SINGLE_KINDS[:1 + bool(getattr(self, "single_warm", False))]
         if timer.graph is not None and getattr(timer, "calls_per_sample", 1) > 1 and \
-                self.hidden > required and (trials + 1) * sum(sizes) <= HELD_UNSEEN_BYTES:
-            self.single_block = [_touched(size) for size in sizes]
+                self.hidden >= required + len(kept) and \
+                (trials + len(kept)) * sum(sizes) <= HELD_UNSEEN_BYTES:
+            self.single_blocks = {kind: [_touched(size) for size in sizes] for kind in kept}
 
     def reserve_replay(self, timer: T.Timer) -> None:
         """Before the window: host memory the first unseen replay's outputs are copied into
@@ -481,8 +490,9 @@ class _Probes:
             unseen["unseen_calls_us"] = [list(busy) for k, busy in zip(unseen["order"],
                                                                         per_call)
                                          if k == "unseen"]
-            if isinstance(unseen.get("single"), dict) and "single" in unseen["order"]:
-                unseen["single"]["busy_us"] = spans[unseen["order"].index("single")]
+            for kind in SINGLE_KINDS:
+                if isinstance(unseen.get(kind), dict) and kind in unseen["order"]:
+                    unseen[kind]["busy_us"] = spans[unseen["order"].index(kind)]
             # each range's busy time per call (all its kernels, by the device's clock): a whole
             # timing graph's replay as the GPU ran it, free of the host's latency around it and
             # of the gaps a busy host leaves between its kernels while the witness is on
@@ -520,6 +530,9 @@ class _Probes:
 
 
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
+# The one-call graph's checks, in the order made (``checks.probes.SINGLE_KEYS``): on inputs just
+# loaded, then (``single_warm``) on inputs read into the L2 cache first
+SINGLE_KINDS = ("single", "single_warm")
 # Timed calls on the timed inputs after each unseen one. A forward that switched its ways slows
 # them all; one call alone can read slow by chance: an honest 4 µs fp16 GEMM's one call after
 # read 5.06 µs of kernels against 4.16 before (bound 5.03; 1 of 72 grades in groups, H200).
@@ -538,7 +551,7 @@ def _range_calls(unseen: dict) -> list[int]:
     """The calls each timed range of the unseen check holds, in order: a replay of the timing
     graph ``calls``, the one-call graph's check (single) one."""
     calls = unseen.get("calls", 1)
-    return [1 if kind == "single" else calls for kind in unseen["order"]]
+    return [1 if kind in SINGLE_KINDS else calls for kind in unseen["order"]]
 
 
 def _touched(nbytes: int):

@@ -108,10 +108,22 @@ def test_unseen_outputs_go_into_host_memory_touched_before_the_window():
     probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
                                                                calls_per_sample=4))
     assert len(run.unseen_blocks) == 1 and [b.numel() for b in run.unseen_blocks[0]] == [128, 24]
-    assert [b.numel() for b in run.single_block] == [128, 24]  # the one-call check's
+    # the one-call check's
+    assert {k: [b.numel() for b in v] for k, v in run.single_blocks.items()} == {
+        "single": [128, 24]}
+    run.single_warm = True  # and the warm one's, on a trial of its own where there is one
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
+                                                               calls_per_sample=4))
+    assert {k: [b.numel() for b in v] for k, v in run.single_blocks.items()} == {
+        "single": [128, 24], "single_warm": [128, 24]}
+    run.hidden = 2
+    probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
+                                                               calls_per_sample=4))
+    assert run.single_blocks == {}  # one trial past the required: no checks (``check_trials``)
+    run.hidden, run.single_warm = 3, False
     probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=object(),
                                                                calls_per_sample=1))
-    assert len(run.unseen_blocks) == 1 and run.single_block is None  # one call: no check
+    assert len(run.unseen_blocks) == 1 and run.single_blocks == {}  # one call: no check
     probes._Probes.reserve_unseen_outputs(run, SimpleNamespace(graph=None))
     assert len(run.unseen_blocks) == 2  # without a graph two unseen trials are always called
     outputs = [torch.arange(32, dtype=torch.float32).reshape(4, 8), torch.tensor([1, 2, 3])]
@@ -166,7 +178,7 @@ def test_the_unseen_check_runs_with_the_collector_held_off(monkeypatch):
     run = SimpleNamespace(hidden=2, hidden_required=1, hidden_required_ungraphed=1,
                           retry_ratio=None, trials=[first], pristine=first, buffers=[],
                           witness=SimpleNamespace(running=True, span=None))
-    run.load = lambda values, single=False: seen.append(
+    run.load = lambda values, single=False, warm=False: seen.append(
         ("load", values[0], single, gc.isenabled()))
     run.invoke = lambda: (["out"], None)
 
@@ -237,7 +249,7 @@ def _timed_check(monkeypatch, first_reads: list[float],
                           retry_ratio=1.1, trials=[first], pristine=first, buffers=[],
                           witness=SimpleNamespace(running=True, span=object()),
                           changed_while_timed=[])
-    run.load = lambda values, single=False: loaded.append(values[0])
+    run.load = lambda values, single=False, warm=False: loaded.append(values[0])
     run.invoke = lambda: (["out"], None)
     run.observe = lambda *args, **kwargs: {"outputs": ["out"]}
     run._mode_would_see_new_inputs = lambda: False

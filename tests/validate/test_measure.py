@@ -1907,12 +1907,13 @@ def test_replaying_the_warm_reads_runs_nothing_a_submission_can_hook(monkeypatch
     assert ran == []
 
 
-def test_only_the_one_call_checks_load_warms_the_cache_and_only_where_asked(monkeypatch):
-    """``_Run.load(single=True)`` with ``single_warm``: the reads planned with the run (of the
-    placement the one-call graph reads, the first) are replayed once that placement holds the
-    new inputs, under either placing, and the bytes they read are kept for its report (none
-    where a read failed); a scored call's load, and any load without the setting, reads
-    nothing more. ``_Run`` plans the reads of its first placement only where asked."""
+def test_only_the_warm_one_call_checks_load_warms_the_cache(monkeypatch):
+    """``_Run.load(single=True, warm=True)`` (the warm one-call check's, with ``single_warm``):
+    the reads planned with the run (of the placement the one-call graph reads, the first) are
+    replayed once that placement holds the new inputs, under either placing, and the bytes
+    they read are kept for its report (none where a read failed); a scored call's load, the
+    check on inputs just loaded, and any load of a run that planned no reads, read nothing
+    more. ``_Run`` plans the reads of its first placement only where asked."""
     from kernelmill.grade.worker.call import _Run
 
     replayed = []
@@ -1931,18 +1932,19 @@ def test_only_the_one_call_checks_load_warms_the_cache_and_only_where_asked(monk
         run.turns = T.PlacementTurns(3, placing)
         new = [torch.arange(4.0), 5]
         run.load(new)
-        assert replayed == [] and run.warmed_bytes is None
         run.load(new, single=True)
+        assert replayed == [] and run.warmed_bytes is None
+        run.load(new, single=True, warm=True)
         assert len(replayed) == 1 and replayed[0][0] is run.warm_pairs
         assert torch.equal(replayed[0][1][0], new[0]) and run.warmed_bytes == 64
         replayed.clear()
         ok[0] = False
-        run.load(new, single=True)
+        run.load(new, single=True, warm=True)
         assert run.warmed_bytes == 0
         ok[0] = True
         replayed.clear()
-        run.single_warm = False
-        run.load(new, single=True)
+        run.warm_pairs = []
+        run.load(new, single=True, warm=True)
         assert replayed == []
     planned = []
     monkeypatch.setattr(T, "warm_plan", lambda values, device: planned.append(values) or ([], 0))
