@@ -1,0 +1,139 @@
+"""The warm one-call check (timing setting ``single_warm``): where the timer replays a graph of
+several calls, a second one-call check on a hidden trial of its own, after the check on inputs
+just loaded, its inputs read into the L2 cache first. Only the scored bound reads its time; the
+other bounds that take the one-call check's read the first. A real CPU grade (no graph, so no
+such check), its facts then edited as a CUDA run's would read; and the bound itself on the
+readings an H100 gave a 1M-element scale-add."""
+import dataclasses
+
+from conftest import FIXTURES
+
+from kernelmill.grade import grader as G
+from kernelmill.grade.checks.probes import check_trials
+from kernelmill.grade.judge import _scored_device_work, judge
+from kernelmill.grade.policy import Policy
+
+SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
+                "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
+
+
+def test_the_warm_check_keeps_one_more_trial_and_only_with_the_setting():
+    """``Policy.hidden_spares`` draws one more hidden trial with ``single_warm`` (only a true),
+    and ``check_trials`` keeps the last two of a graph of several calls for the checks, the
+    warm one's last, where the trials go past the required ones and both kept."""
+    assert Policy(unseen_spares=3).hidden_spares == 3
+    assert Policy(unseen_spares=3, timing_settings={"single_warm": True}).hidden_spares == 4
+    assert Policy(unseen_spares=3, timing_settings={"single_warm": 1}).hidden_spares == 3
+    graph = {"method": "cuda_graph", "calls": 4}
+    assert check_trials(graph, 6, 2) == [5]
+    assert check_trials(graph, 6, 2, warm=True) == [4, 5]
+    assert check_trials(graph, 3, 2, warm=True) == []  # one past the required: neither
+    assert check_trials(graph, 3, 2) == [2]
+    assert check_trials({**graph, "calls": 1}, 6, 2, warm=True) == []
+    assert check_trials({"method": "events", "calls": 4}, 6, 2, warm=True) == []
+
+
+def test_the_warm_check_is_held_to_its_trial_and_its_answer_compared(tmp_path, monkeypatch):
+    """With ``single_warm`` the one-call check is made on the last hidden trial but one and the
+    warm check on the last, their parts written in that order after the unseen check's; each
+    answer compared. Either left out, the two swapped, a warm check without the setting, or one
+    whose answer is another trial's: not made as asked, or wrong."""
+    seen: dict = {}
+
+    def keep(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(G, "judge", keep)
+    policy = Policy(trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
+                    timing_settings={**SHORT_WINDOW, "single_warm": True})
+    grader = G.Grader("cpu", policy=policy, cache_root=str(tmp_path))
+    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
+    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
+    verdict = grader.grade(reference, honest)
+    assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+    args, kwargs = seen["args"], seen["kwargs"]
+    facts, window = args[2].value, kwargs["window"]
+    assert facts["unseen"].get("single") is None and facts["unseen"].get("single_warm") is None
+    made = len(facts["unseen"]["checks"])
+    hidden = [t for t in args[0]["trials"] if t["usable"] and t.get("hidden")]
+    assert 1 <= made < len(hidden) == 5  # one unseen trial, three spares, the warm check's
+    cold, warm = len(hidden) - 2, len(hidden) - 1
+    parts = (*range(made), cold, warm)
+    graphed = {**facts["unseen"], "method": "cuda_graph", "calls": 4,
+               "even_calls_us": [5.0] * 4, "even_overlap_us": 0.0,
+               "unseen_device_us": [4.8], "unseen_calls_us": [[4.8] * 4]}
+
+    def rejudge(single, hot, released=parts, judged=args[0]) -> dict:
+        unseen = {**graphed, "single": single, "single_warm": hot}
+        run = dataclasses.replace(args[2], value=dict(facts, unseen=unseen))
+        return judge(judged, args[1], run, *args[3:],
+                     **{**kwargs, "window": dict(window, late_released=list(released))})
+
+    right = {"hidden": cold, "outputs": hidden[cold]["outputs"], "busy_us": 5.0, "ms": 0.012}
+    hot = {"hidden": warm, "outputs": hidden[warm]["outputs"], "busy_us": 4.0, "ms": 0.010,
+           "warmed_bytes": 1 << 20}
+    passed = rejudge(right, hot)
+    assert passed["correct"] and not passed["hacks"], passed.get("hack_details")
+    assert passed["checks"][f"unseen_single:{cold}"]["passed"] is True
+    assert passed["checks"][f"unseen_single_warm:{warm}"]["passed"] is True
+    # a warm call far under the replays' first calls is no reading apart (it is not held to
+    # them), while the check on inputs just loaded is
+    assert not rejudge(right, {**hot, "busy_us": 1.2, "ms": 0.004})["hacks"]
+    assert "hang together" in rejudge({**right, "busy_us": 1.2}, hot)["hack_details"].get(
+        "timing_behaviour", "")
+    wrong = rejudge(right, {**hot, "outputs": hidden[0]["outputs"]})
+    assert "timing_behaviour" in wrong["hacks"] and not wrong["correct"]
+    assert wrong["checks"][f"unseen_single_warm:{warm}"]["passed"] is False
+    for single, warm_check, released in (
+            (right, None, parts), (right, None, parts[:-1]), (None, hot, parts),
+            ({**right, "hidden": warm}, {**hot, "hidden": cold}, parts),
+            (right, hot, (*range(made), warm, cold)), (right, hot, parts[:-1]),
+            (right, {**hot, "busy_us": 40.0}, parts), (right, {**hot, "ms": None}, parts),
+            (right, [warm], parts)):
+        edited = rejudge(single, warm_check, released)
+        assert "timing_behaviour" in edited["hacks"] and not edited["correct"], (
+            single, warm_check, released)
+    # without the setting the last trial is the only check's, and a warm one is not asked for
+    off = dataclasses.replace(kwargs["policy"], timing_settings=SHORT_WINDOW)
+    record = {**args[0], "trials": args[0]["trials"][:-1]}  # (as drawn without the setting)
+    unseen = {**graphed, "single": {**right, "hidden": cold}}
+    for extra, caught in (({}, False), ({"single_warm": {**hot, "hidden": cold}}, True)):
+        run = dataclasses.replace(args[2], value=dict(facts, unseen={**unseen, **extra}))
+        verdict = judge(record, args[1], run, **{**kwargs, "policy": off, "window": dict(
+            window, late_released=[*range(made), cold])})
+        assert ("timing_behaviour" in verdict["hacks"]) is caught, verdict.get("hack_details")
+
+
+def test_only_the_scored_bound_reads_the_warm_check():
+    """A 1M-element scale-add on an H100: scored 2.79 µs (its inputs in the L2 cache), the
+    one-call check 5.3 µs on inputs just loaded, the warm check 2.9. Held to the check alone it
+    reads 0.53 and is flagged; with the warm check it passes. A scored call at half the warm
+    check (a timing graph computing halves) is still flagged, and one at a third is under the
+    warm check's bound. The warm time moves no other
+    bound: the calls on seen inputs are held to the least of the fresh calls and the check on
+    inputs just loaded as before, and a warm check slower than that check is not read."""
+    fresh = [{"kind": "fresh", "trial": t, "busy_us": 5.4} for t in range(3)]
+    repeat = [{"kind": "repeat", "trial": 0, "busy_us": 5.2}]
+
+    def bound(calls, scored_us, warm_us, warmed=1 << 21):
+        hacks, checks = {}, {}
+        _scored_device_work(calls, scored_us / 1e3, checks,
+                            lambda code, why: hacks.setdefault(code, why), [6.4, 6.3],
+                            None, 1, 5.3, 1, 1.0, warmed, warm_us)
+        return hacks.get("timing_behaviour", ""), checks
+
+    flagged, checks = bound(fresh + repeat, 2.79, None)
+    assert "one-call graph's call" in flagged and not checks["scored_vs_one_call_us"]["passed"]
+    flagged, checks = bound(fresh + repeat, 2.79, 2.9)
+    assert not flagged and checks["scored_vs_one_call_us"]["passed"]
+    assert "2 MiB of them read into the L2 cache" in checks["scored_vs_one_call_us"]["detail"]
+    assert bound(fresh + repeat, 1.45, 2.9)[0]  # halves: under the fresh calls' bound
+    assert not bound(fresh + repeat, 1.0, 2.9)[1]["scored_vs_one_call_us"]["passed"]
+    # a warm check slower than the cold one is not read (the faster of the two is)
+    assert "one-call graph's call" in bound(fresh + repeat, 2.79, 8.0)[0]
+    # a repeat call doing a quarter of the work: held to the fresh calls and the cold check as
+    # without the warm one (which, read there, would have lowered that bound to 0.45 µs)
+    cheap = fresh + [{"kind": "repeat", "trial": 0, "busy_us": 1.4}]
+    assert "answers remembered" in bound(cheap, 5.3, 2.9)[0]
+    assert "answers remembered" in bound(cheap, 5.3, None)[0]
