@@ -238,7 +238,8 @@ class Policy:
     # forward that caches answers is slow on every new input, spares too. Two: an honest
     # forward is flagged only where three new calls read slow, as with two trials and a spare;
     # and one more, the last, kept for the one-call graph's check where the timer replays a
-    # graph of several calls (``checks.probes.check_trial``), never a spare there.
+    # graph of several calls (``checks.probes.check_trials``), never a spare there (with
+    # ``single_warm`` one more is drawn for the warm check: ``hidden_spares``).
     unseen_spares: int = 3
     unseen_retry_ratio: float = 1.1
     unseen_retry_cpu_ratio: float = 2.0  # on CPU (its bounds are 2.5-3x: host noise)

@@ -62,7 +62,7 @@ CACHE_FOLDERS = (SIZES_FOLDER, TIMINGS_FOLDER, INDUCTOR_FOLDER, TRITON_FOLDER)
 # Inductor times are read as their ratio (``checks.timing``), both taken alike
 # (``spare_graph``: where a resized graph is captured, not what it holds; ``replay_sync`` and
 # ``gate``: how the unseen check's replays are timed, which no scored sample is;
-# ``single_warm``: how the one-call check finds its inputs)
+# ``single_warm``: a second one-call check, on inputs read into the L2 cache first)
 RATIO_NEUTRAL = ("cover", "spare_graph", "replay_sync", "gate", "single_warm")
 
 

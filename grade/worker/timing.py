@@ -108,9 +108,9 @@ def timing_placing(payload: dict) -> str:
 
 
 def single_warm(payload: dict) -> bool:
-    """Whether the one-call check reads its new inputs into the L2 cache before its call
-    (``timer.warm_cache``), as a scored call finds its own: the policy's timing setting
-    ``single_warm``, only a true (off by default until a GPU run measures it)."""
+    """Whether a second one-call check is made, on a hidden trial of its own after the first,
+    its new inputs read into the L2 cache before its call (``timer.warm_cache``) as a scored
+    call finds its own: the policy's timing setting ``single_warm``, only a true."""
     return (payload.get("timing_settings") or {}).get("single_warm") is True
 
 

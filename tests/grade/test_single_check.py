@@ -18,7 +18,7 @@ SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, 
 def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared(
         tmp_path, monkeypatch):
     """Where the timer replayed a graph of several calls, the last hidden trial is the one-call
-    check's (``checks.probes.check_trial``): never a spare, its part written after the
+    check's (``checks.probes.check_trials``): never a spare, its part written after the
     check's, the check made always. Its answer is compared like any unseen one."""
     seen: dict = {}
 
