@@ -361,14 +361,14 @@ class Policy:
     @property
     def single_warm(self) -> bool:
         """The timing setting ``single_warm``: a second one-call check, its inputs read into
-        the L2 cache first, on a hidden trial of its own (``kept_trials``)."""
+        the L2 cache first, on a hidden trial of its own (``checks.probes.check_trials``)."""
         return (self.timing_settings or {}).get("single_warm") is True
 
     @property
     def hidden_spares(self) -> int:
         """The hidden trials drawn after the unseen ones: the spares, and with ``single_warm``
-        one more for the warm one-call check (the checks keep the last ``kept_trials`` of
-        them where the timer replays a graph of several calls)."""
+        one more for the warm one-call check (the checks keep the last one or two of
+        them where the timer replays a graph of several calls: ``checks.probes.check_trials``)."""
         return max(0, self.unseen_spares) + self.single_warm
 
     def unseen_required(self, hidden: int, graphed: bool = True) -> int:

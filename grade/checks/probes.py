@@ -264,11 +264,18 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         # flush) as a scored call finds its caches: a graph whose calls mostly do a slice reads
         # its slice, whichever calls it leaves whole (the first, the last); against the warm
         # check's where it was made faster (its inputs read into the L2 cache too)
-        hot = _positive(warm_us) and warm_us < single_us
-        one = float(warm_us if hot else single_us) / min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
+        # (each reading the worker's word: the warm one held where the check on inputs just
+        # loaded is, at ``SINGLE_UNDER_FIRST`` of the first calls alone, so that no warm report
+        # takes this bound lower than a report of the other could; read only where the worker
+        # said it read inputs into the cache)
+        hot = _positive(warm_us) and warm_us < single_us and _positive(single_warmed)
+        warm = max(float(warm_us), SINGLE_UNDER_FIRST * min(alone)) if hot and alone else \
+            float(warm_us) if hot else None
+        one = min(float(single_us), warm) if hot else float(single_us)
+        one /= min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
         # (the worker's word on its reads before the call: for the report, not the bound)
         warmed = f", {single_warmed / 2**20:.3g} MiB of them read into the L2 cache" \
-            if hot and _positive(single_warmed) else ""
+            if hot and one < float(single_us) else ""
         low = scored_us < SCORED_VS_ONE_RATIO * one - DEVICE_WORK_FLOOR_US
         checks["scored_vs_one_call_us"] = {
             "passed": not low, "detail": f"scored {scored_us:.4g} µs per call, the one-call "
@@ -346,7 +353,8 @@ def device_readings_agree(unseen: dict | None, hack) -> None:
             return  # no device readings made (no witness): the checks that need them say so
         if not _positive(busy) or not _positive(span) or \
                 busy > BUSY_IN_SPAN * span * 1e3 + BUSY_IN_SPAN_US:
-            hack("timing_behaviour", f"the one-call check's kernels kept the GPU busy "
+            name = "warm one-call check" if key == "single_warm" else "one-call check"
+            hack("timing_behaviour", f"the {name}'s kernels kept the GPU busy "
                  f"{busy if _positive(busy) else 'no'} µs in a replay timed at "
                  f"{span if _positive(span) else 'no'} ms: its readings do not hang together")
             return
@@ -422,14 +430,21 @@ SINGLE_KEYS = ("single", "single_warm")
 def check_trials(unseen: dict | None, hidden: int, required: int,
                  warm: bool = False) -> list[int]:
     """The hidden trials kept for the one-call graph's checks, in the order they are made: the
-    last of ``hidden`` (with ``warm``, the last two: the warm check's the last), where the
-    timer replayed a graph of several calls and the trials go past the ``required`` ones and
-    the kept; else none (no check is made)."""
+    last of ``hidden`` (with ``warm``, the last two, the warm check's the last, where two go
+    past the ``required`` ones: else the first check alone), where the timer replayed a graph
+    of several calls and the trials go past the ``required`` ones; else none (no check is
+    made)."""
     facts = unseen or {}
     calls = facts.get("calls")
     several = facts.get("method") == "cuda_graph" and type(calls) is int and calls > 1
-    kept = 1 + bool(warm)
-    return list(range(hidden - kept, hidden)) if several and hidden >= required + kept else []
+    kept = kept_checks(hidden, required, warm) if several else 0
+    return list(range(hidden - kept, hidden))
+
+
+def kept_checks(hidden: int, required: int, warm: bool) -> int:
+    """How many one-call checks a graph of several calls gets (``check_trials``): one where a
+    hidden trial goes past the ``required`` ones, two with ``warm`` where two do."""
+    return max(0, min(1 + bool(warm), hidden - required))
 
 
 def single_trial(unseen: dict | None, hidden: int, key: str = "single") -> int | None:

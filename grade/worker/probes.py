@@ -216,9 +216,10 @@ class _Probes:
             # judge's device- and CPU-time bounds go unread by it: more trials always
             required = self.hidden_required if whole else self.hidden_required_ungraphed
             # a graph of several calls: the last trial is kept for the one-call check, the last
-            # two with ``single_warm`` (``probes.check_trials``), never a spare
-            kept = 1 + bool(getattr(self, "single_warm", False))
-            kept = kept if whole and calls > 1 and self.hidden >= required + kept else 0
+            # two with ``single_warm`` where two go past the required ones
+            # (``checks.probes.check_trials``), never a spare
+            kept = _kept_checks(self.hidden, required, getattr(self, "single_warm", False)) \
+                if whole and calls > 1 else 0
             for index in range(self.hidden - kept):
                 if index >= required and not reads_slow(
                         seen_ms, unseen_ms, after_ms, self.retry_ratio):
@@ -248,9 +249,11 @@ class _Probes:
                 for _ in range(AFTER_CALLS - 1):  # on the same inputs, right after
                     after_ms.append(timed_on(first, "after")[0])
                 stamp("after", began)
-            singles = {kind: self._single_check(timer, self.hidden - kept + number, timed_on,
-                                                first, kind)
-                       for number, kind in enumerate(SINGLE_KINDS[:kept])}
+            for number, kind in enumerate(SINGLE_KINDS[:kept]):
+                singles[kind] = self._single_check(timer, self.hidden - kept + number, timed_on,
+                                                   first, kind)
+                if singles[kind] is None:
+                    break  # (the parent finds the checks missing)
             done = True
         finally:
             if collecting:
@@ -343,12 +346,14 @@ class _Probes:
             self.hidden_required_ungraphed
         trials = min(required, HELD_UNSEEN_BYTES // max(1, sum(sizes)))
         self.unseen_blocks = [[_touched(size) for size in sizes] for _ in range(trials)]
-        # and the one-call graph's checks' (a graph of several calls: ``_single_check``)
-        kept = SINGLE_KINDS[:1 + bool(getattr(self, "single_warm", False))]
-        if timer.graph is not None and getattr(timer, "calls_per_sample", 1) > 1 and \
-                self.hidden >= required + len(kept) and \
-                (trials + len(kept)) * sum(sizes) <= HELD_UNSEEN_BYTES:
-            self.single_blocks = {kind: [_touched(size) for size in sizes] for kind in kept}
+        # and the one-call graph's checks' (a graph of several calls: ``_single_check``), as
+        # many as fit
+        kept = SINGLE_KINDS[:_kept_checks(self.hidden, required,
+                                          getattr(self, "single_warm", False))]
+        if timer.graph is not None and getattr(timer, "calls_per_sample", 1) > 1:
+            room = HELD_UNSEEN_BYTES // max(1, sum(sizes)) - trials
+            self.single_blocks = {kind: [_touched(size) for size in sizes]
+                                  for kind in kept[:max(0, room)]}
 
     def reserve_replay(self, timer: T.Timer) -> None:
         """Before the window: host memory the first unseen replay's outputs are copied into
@@ -545,6 +550,12 @@ PINNED_PRISTINE_BYTES = 512 << 20  # and in page-locked host memory, up to (as r
 # window: 0.6-0.9 s of its 1.3 s windows, H100)
 SMALL_PRISTINE_BYTES = 16 << 20
 HELD_UNSEEN_BYTES = 1 << 30  # host memory touched before the window for unseen outputs, at most
+
+
+def _kept_checks(hidden: int, required: int, warm: bool) -> int:
+    """The one-call checks a graph of several calls gets (``checks.probes.kept_checks``): one
+    where a hidden trial goes past the ``required`` ones, two with ``warm`` where two do."""
+    return max(0, min(1 + bool(warm), hidden - required))
 
 
 def _range_calls(unseen: dict) -> list[int]:

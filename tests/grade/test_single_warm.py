@@ -20,14 +20,16 @@ SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, 
 def test_the_warm_check_keeps_one_more_trial_and_only_with_the_setting():
     """``Policy.hidden_spares`` draws one more hidden trial with ``single_warm`` (only a true),
     and ``check_trials`` keeps the last two of a graph of several calls for the checks, the
-    warm one's last, where the trials go past the required ones and both kept."""
+    warm one's last, where two trials go past the required ones (the first check alone where
+    one does)."""
     assert Policy(unseen_spares=3).hidden_spares == 3
     assert Policy(unseen_spares=3, timing_settings={"single_warm": True}).hidden_spares == 4
     assert Policy(unseen_spares=3, timing_settings={"single_warm": 1}).hidden_spares == 3
     graph = {"method": "cuda_graph", "calls": 4}
     assert check_trials(graph, 6, 2) == [5]
     assert check_trials(graph, 6, 2, warm=True) == [4, 5]
-    assert check_trials(graph, 3, 2, warm=True) == []  # one past the required: neither
+    assert check_trials(graph, 3, 2, warm=True) == [2]  # one past the required: the first
+    assert check_trials(graph, 2, 2, warm=True) == []
     assert check_trials(graph, 3, 2) == [2]
     assert check_trials({**graph, "calls": 1}, 6, 2, warm=True) == []
     assert check_trials({"method": "events", "calls": 4}, 6, 2, warm=True) == []
@@ -77,8 +79,8 @@ def test_the_warm_check_is_held_to_its_trial_and_its_answer_compared(tmp_path, m
     assert passed["correct"] and not passed["hacks"], passed.get("hack_details")
     assert passed["checks"][f"unseen_single:{cold}"]["passed"] is True
     assert passed["checks"][f"unseen_single_warm:{warm}"]["passed"] is True
-    # a warm call far under the replays' first calls is no reading apart (it is not held to
-    # them), while the check on inputs just loaded is
+    # a warm call far under the replays' first calls is no reading apart (the scored bound
+    # holds it at 0.3 of them), while the check on inputs just loaded is
     assert not rejudge(right, {**hot, "busy_us": 1.2, "ms": 0.004})["hacks"]
     assert "hang together" in rejudge({**right, "busy_us": 1.2}, hot)["hack_details"].get(
         "timing_behaviour", "")
@@ -109,8 +111,9 @@ def test_only_the_scored_bound_reads_the_warm_check():
     """A 1M-element scale-add on an H100: scored 2.79 µs (its inputs in the L2 cache), the
     one-call check 5.3 µs on inputs just loaded, the warm check 2.9. Held to the check alone it
     reads 0.53 and is flagged; with the warm check it passes. A scored call at half the warm
-    check (a timing graph computing halves) is still flagged, and one at a third is under the
-    warm check's bound. The warm time moves no other
+    check (a timing graph computing halves) is still flagged (by the fresh calls' bound: the
+    1 µs floor leaves the warm bound none at this size), and one at a third is under the warm
+    check's bound; on a larger kernel the warm bound alone catches 0.62 of the work. The warm time moves no other
     bound: the calls on seen inputs are held to the least of the fresh calls and the check on
     inputs just loaded as before, and a warm check slower than that check is not read."""
     fresh = [{"kind": "fresh", "trial": t, "busy_us": 5.4} for t in range(3)]
@@ -130,10 +133,118 @@ def test_only_the_scored_bound_reads_the_warm_check():
     assert "2 MiB of them read into the L2 cache" in checks["scored_vs_one_call_us"]["detail"]
     assert bound(fresh + repeat, 1.45, 2.9)[0]  # halves: under the fresh calls' bound
     assert not bound(fresh + repeat, 1.0, 2.9)[1]["scored_vs_one_call_us"]["passed"]
-    # a warm check slower than the cold one is not read (the faster of the two is)
+    # a warm check slower than the cold one is not read (the faster of the two is), nor one
+    # where the worker said it read nothing into the cache
     assert "one-call graph's call" in bound(fresh + repeat, 2.79, 8.0)[0]
+    assert "one-call graph's call" in bound(fresh + repeat, 2.79, 2.9, 0)[0]
+    # a warm reading is held where the cold one is, at 0.3 of the first calls alone (6.3 µs):
+    # a report of 0.1 µs takes the bound no lower than a report of the other could
+    checks = bound(fresh + repeat, 2.79, 0.1)[1]
+    assert "call 1.89 µs" in checks["scored_vs_one_call_us"]["detail"], checks
+    # a larger kernel whose scored calls do 0.62 of the warm check's work: that bound alone
+    # catches it (the fresh calls' bound, half of 40 µs, does not)
+    big = [{"kind": "fresh", "trial": t, "busy_us": 40.0} for t in range(3)]
+    hacks, checks = {}, {}
+    _scored_device_work(big, 0.0225, checks, lambda code, why: hacks.setdefault(code, why),
+                        [41.0, 40.5], None, 1, 40.0, 1, 1.0, 1 << 22, 36.0)
+    assert not checks["scored_vs_one_call_us"]["passed"]
+    assert checks["scored_vs_checked_device_us"]["passed"]
+    assert "4 MiB of them read into the L2 cache" in checks["scored_vs_one_call_us"]["detail"]
     # a repeat call doing a quarter of the work: held to the fresh calls and the cold check as
     # without the warm one (which, read there, would have lowered that bound to 0.45 µs)
     cheap = fresh + [{"kind": "repeat", "trial": 0, "busy_us": 1.4}]
     assert "answers remembered" in bound(cheap, 5.3, 2.9)[0]
     assert "answers remembered" in bound(cheap, 5.3, None)[0]
+
+
+def test_the_worker_makes_the_warm_check_last_and_reads_only_its_inputs_into_the_cache(
+        monkeypatch):
+    """``_Probes.unseen`` with ``single_warm`` (a graph of 4 calls, one unseen trial required,
+    every spare asked for): the parts are asked in order, the check on inputs just loaded made
+    on the last trial but one, the warm check on the last, and only the warm check's load reads
+    its inputs into the cache; only its report carries ``warmed_bytes``. With one trial past
+    the required, the check on inputs just loaded alone; without the setting, it on the last.
+    The parent's ``unseen_shape`` finds each report made as asked."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.checks import probes as checks
+    from kernelmill.grade.checks.probes import unseen_shape
+    from kernelmill.grade.worker import probes
+
+    asked: list = []
+    monkeypatch.setattr(probes, "late_payload", lambda index: asked.append(index) or {
+        "inputs": [f"hidden {index}"]})
+    for module in (probes, checks):  # (the worker and the parent alike)
+        monkeypatch.setattr(module, "reads_slow", lambda *args: True)
+    first = {"inputs": ["timed"]}
+
+    class Timer:
+        graph, calls_per_sample, method, last_cpu_ms, _single = object(), 4, "cuda_graph", \
+            None, (object(), None)
+        scored_ms = None
+
+        def once(self, fn, around, whole, flush):
+            return 1.0, ["out"]
+
+    def unseen(hidden: int, warm: bool) -> tuple[dict, list]:
+        asked.clear()
+        loads: list = []
+        run = SimpleNamespace(hidden=hidden, hidden_required=1, hidden_required_ungraphed=1,
+                              retry_ratio=1.1, trials=[first], pristine=first, buffers=[],
+                              witness=SimpleNamespace(running=True, span=None),
+                              single_warm=warm, warmed_bytes=None, changed_while_timed=[])
+
+        def load(values, single=False, warm=False):
+            if single:
+                loads.append((values[0], warm))
+            if warm:
+                run.warmed_bytes = 1 << 20
+
+        run.load, run.invoke = load, lambda: (["out"], None)
+        run.observe = lambda *args, **kwargs: {"outputs": ["out"]}
+        run._keep_replay = lambda timer: None
+        run._single_check = lambda *args: probes._Probes._single_check(run, *args)
+        run._mode_would_see_new_inputs = lambda: False
+        probes._Probes.unseen(run, Timer())
+        facts = run.unseen_facts
+        hacks: dict = {}
+        unseen_shape(facts, [{}] * hidden, {"late_released": list(asked)},
+                     lambda code, why: hacks.setdefault(code, why), 1, 1.1, warm)
+        assert not hacks, (hidden, warm, hacks)
+        return facts, loads
+
+    facts, loads = unseen(6, True)
+    assert asked == [0, 1, 2, 3, 4, 5]
+    assert loads == [("hidden 4", False), ("hidden 5", True)]
+    assert facts["single"]["hidden"] == 4 and "warmed_bytes" not in facts["single"]
+    assert facts["single_warm"] == {**facts["single_warm"], "hidden": 5,
+                                    "warmed_bytes": 1 << 20}
+    facts, loads = unseen(2, True)  # one trial past the required: the first check alone
+    assert asked == [0, 1] and loads == [("hidden 1", False)] and "single_warm" not in facts
+    facts, loads = unseen(6, False)
+    assert loads == [("hidden 5", False)] and "single_warm" not in facts
+
+
+def test_the_registered_bound_reads_the_warm_check_only_with_the_setting():
+    """``scored_calls_do_the_work`` as the judge runs it, on the scale-add's H100 readings:
+    the warm check's busy time and bytes read where the policy has ``single_warm``, and not
+    where it has not (a report of one is then the worker's alone)."""
+    from types import SimpleNamespace
+
+    from kernelmill.grade.checks.probes import scored_calls_do_the_work
+
+    unseen = {"unseen_device_us": [6.4, 6.3], "single": {"hidden": 4, "busy_us": 5.3},
+              "single_warm": {"hidden": 5, "busy_us": 2.9, "warmed_bytes": 1 << 21}}
+    calls = [{"kind": "fresh", "trial": t, "busy_us": 5.4} for t in range(3)]
+
+    def flagged(settings: dict, facts: dict = unseen) -> bool:
+        ctx = SimpleNamespace(all_correct=True, scored_ms=0.00279, checks={},
+                              window={"participants": {"candidate": {"ms": 0.00279}}},
+                              run={"unseen": facts, "calls": calls},
+                              policy=Policy(timing_settings=settings))
+        return bool(scored_calls_do_the_work(ctx))
+
+    assert not flagged({"single_warm": True})
+    assert flagged({})
+    assert flagged({"single_warm": True}, {**unseen, "single_warm": {
+        **unseen["single_warm"], "warmed_bytes": 0}})
