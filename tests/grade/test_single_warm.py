@@ -113,9 +113,10 @@ def test_only_the_scored_bound_reads_the_warm_check():
     reads 0.53 and is flagged; with the warm check it passes. A scored call at half the warm
     check (a timing graph computing halves) is still flagged (by the fresh calls' bound: the
     1 µs floor leaves the warm bound none at this size), and one at a third is under the warm
-    check's bound; on a larger kernel the warm bound alone catches 0.62 of the work. The warm time moves no other
-    bound: the calls on seen inputs are held to the least of the fresh calls and the check on
-    inputs just loaded as before, and a warm check slower than that check is not read."""
+    check's bound; on a larger kernel the warm bound alone catches 0.62 of the work. The warm
+    time moves no other bound: the calls on seen inputs are held to the least of the fresh
+    calls and the check on inputs just loaded as before, and a warm check slower than that
+    check is not read."""
     fresh = [{"kind": "fresh", "trial": t, "busy_us": 5.4} for t in range(3)]
     repeat = [{"kind": "repeat", "trial": 0, "busy_us": 5.2}]
 
