@@ -155,10 +155,11 @@ def test_a_group_makes_the_one_call_check_and_catches_slices_written_into_every_
               verdict["checks"].get("scored_vs_checked_device_us"))
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["", "single_warm"])
 @pytest.mark.parametrize("case,check", [("graph_slice_in_step", "first_call_vs_one_call_us"),
                                         ("graph_slice_bookend", "scored_vs_one_call_us")])
 def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_check(
-        tmp_path, case, check):
+        tmp_path, case, check, warm):
     """``graph_slice_in_step``: honest in the timer's one-call graph and its probe, a quarter of
     the rows per call (stored into every output of its block of 4) in the timing graph, every
     block whole. Its answers all pass, and its scored calls (about half the work: a quarter of
@@ -167,15 +168,16 @@ def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_c
     (``first_call_vs_one_call_us``), tells it, alone and in a group beside honest members
     (which stay certified). ``graph_slice_bookend`` leaves the timing graph's first calls whole
     and computes halves in pairs after them: its scored calls against the one-call check, made
-    warm (``scored_vs_one_call_us``), tell it."""
+    warm (``scored_vs_one_call_us``), tell it; with ``single_warm`` too, the scored bound then
+    taking the faster of that check and a second on inputs read into the L2 cache first."""
     import re
 
     reference = (FIXTURES / "honest" / "ref_matmul_fp16.py").read_text().replace(
         "SIZE = 256", "SIZE = 2048")
     honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
     attack = (Path(__file__).parents[1] / "hostile" / f"{case}.py").read_text()
-    grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False),
-                    cache_root=str(tmp_path))
+    grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False, timing_settings={
+        "single_warm": True} if warm else {}), cache_root=str(tmp_path))
     alone = grader.grade(reference, attack)
     verdicts = grader.grade_group(reference, [honest] * 2 + [attack] * 2)
     for verdict in verdicts[:2]:
@@ -192,6 +194,27 @@ def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_c
         assert "timing_behaviour" in verdict["hacks"], (verdict["hacks"], verdict.get("error"))
         assert checks[check]["passed"] is False, checks
         # its answers were right everywhere, the one-call check's included
-        answers = [k for k in checks if re.fullmatch(r"unseen(_single)?:\d+", k)]
+        answers = [k for k in checks if re.fullmatch(r"unseen(_single|_single_warm)?:\d+", k)]
         assert any(k.startswith("unseen_single:") for k in answers), checks
+        assert any(k.startswith("unseen_single_warm:") for k in answers) is warm, checks
         assert all(checks[k]["passed"] for k in answers), checks
+
+
+def test_an_honest_memory_bound_kernel_whose_inputs_fit_the_cache_is_certified_warm(tmp_path):
+    """A 1M-element scale-add (12 MiB of inputs, in the L2 cache where its scored calls read
+    them): its one-call check on inputs just copied in read 5.2-5.5 µs against 2.8 scored
+    (H100), under the scored bound. With ``single_warm`` the second check, its inputs read into
+    the cache first, is the one that bound takes: certified, both checks' answers compared."""
+    import re
+
+    reference = read("ref_scale_add").replace("N = 4096", f"N = {1 << 20}")
+    grader = Grader("cuda", policy=Policy(timing_settings={"single_warm": True}),
+                    cache_root=str(tmp_path))
+    for verdict in [grader.grade(reference, read("honest_scale_add")),
+                    *grader.grade_group(reference, [read("honest_scale_add")] * 4)]:
+        checks = verdict["checks"]
+        print("scale-add:", checks.get("scored_vs_one_call_us"))
+        assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
+        warm = [k for k in checks if re.fullmatch(r"unseen_single_warm:\d+", k)]
+        assert warm and all(checks[k]["passed"] for k in warm), checks
+        assert "read into the L2 cache" in checks["scored_vs_one_call_us"]["detail"], checks
