@@ -5,6 +5,7 @@ median grade whole, and the speedup spread over copies. Where the grades were ov
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -283,6 +284,36 @@ def report_per_problem(out: Path) -> None:
         reference_line = _reference_line(profiles)
         if reference_line:
             print(reference_line)
+        one_call_line = _one_call_line(problem, group)
+        if one_call_line:
+            print(one_call_line)
+
+
+# the scored bound's detail (``checks.probes.scored_device_work``): the scored call and the
+# one-call check's call it was held to, and whether that was the warm check's
+ONE_CALL_DETAIL = re.compile(r"scored ([0-9.e+-]+) µs per call, the one-call graph's call "
+                             r"([0-9.e+-]+) µs")
+
+
+def _one_call_line(problem: str, group: list[dict]) -> str | None:
+    """A problem's scored calls over the one-call check's call they were held to
+    (``scored_vs_one_call_us``: flagged under 0.75, less its 1 µs floor): the least and the
+    median over its members, how many read the warm check (``single_warm``) and how many the
+    bound flagged; None where no member had the check."""
+    ratios, warm, flagged = [], 0, 0
+    for row in group:
+        check = (row.get("checks") or {}).get("scored_vs_one_call_us")
+        found = ONE_CALL_DETAIL.search(str((check or {}).get("detail") or ""))
+        if not found or not float(found.group(2)):
+            continue
+        ratios.append(float(found.group(1)) / float(found.group(2)))
+        warm += "read into the L2 cache" in check["detail"]
+        flagged += check.get("passed") is False
+    if not ratios:
+        return None
+    return (f"    scored over the one-call check ({problem}): least {min(ratios):.2f}, median "
+            f"{statistics.median(ratios):.2f} of {len(ratios)} (the warm check read in {warm}, "
+            f"flagged in {flagged})")
 
 
 def _reference_line(profiles: list[dict]) -> str | None:

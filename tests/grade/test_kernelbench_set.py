@@ -587,3 +587,32 @@ def test_the_host_memory_benchmark_counts_each_memory_file_once_however_many_hol
     assert set(cases) == {"scale_add", "row_sum"}
     reference, answer = cases["scale_add"]
     assert "N = 1 << 24" in reference and "BLOCK=1 << 18" in answer
+
+
+def test_the_per_problem_report_reads_the_scored_calls_against_the_one_call_check(
+        tmp_path, capsys):
+    """Each problem's scored calls over the one-call check's call, from the bound's own detail
+    (made here by ``scored_device_work``): least and median over its members, how many read the
+    warm check and how many were flagged; a problem without the check gets no line."""
+    from kernelmill.grade.judge import _scored_device_work
+
+    def row(problem, scored_us, one_us, warm_us=None):
+        checks: dict = {}
+        _scored_device_work([{"kind": "fresh", "trial": 0, "busy_us": one_us}], scored_us / 1e3,
+                            checks, lambda code, why: None, [one_us * 1.2], None, 1, one_us, 1,
+                            1.0, 1 << 21 if warm_us else None, warm_us)
+        return {"submission_id": problem, "problem_id": problem, "wall_s": 5.0,
+                "profile": {}, "checks": checks}
+    rows = [row("scale_add", 2.79, 5.3), row("scale_add", 2.8, 5.2), row("scale_add", 2.8, 5.3, 2.9),
+            row("gemm", 40.0, 41.0), row("plain", 1.0, 1.0)]
+    rows[-1]["checks"] = {}
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_reports.report_per_problem(out)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
+             if line.startswith("    scored over")]
+    assert lines == [
+        "scored over the one-call check (gemm): least 0.98, median 0.98 of 1 (the warm check "
+        "read in 0, flagged in 0)",
+        "scored over the one-call check (scale_add): least 0.53, median 0.54 of 3 (the warm "
+        "check read in 1, flagged in 2)"], lines
