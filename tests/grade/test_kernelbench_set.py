@@ -612,7 +612,7 @@ def test_the_per_problem_report_reads_the_scored_calls_against_the_one_call_chec
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()
              if line.startswith("    scored over")]
     assert lines == [
-        "scored over the one-call check (gemm): least 0.98, median 0.98 of 1 (the warm check "
-        "read in 0, flagged in 0)",
-        "scored over the one-call check (scale_add): least 0.53, median 0.54 of 3 (the warm "
-        "check read in 1, flagged in 2)"], lines
+        ("scored over the one-call check (gemm): least 0.98, median 0.98 of 1 (the warm check "
+         "read in 0, flagged in 0)"),
+        ("scored over the one-call check (scale_add): least 0.53, median 0.54 of 3 (the warm "
+         "check read in 1, flagged in 2)")], lines

@@ -15,11 +15,9 @@ SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, 
                 "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
 
 
-def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared(
-        tmp_path, monkeypatch):
-    """Where the timer replayed a graph of several calls, the last hidden trial is the one-call
-    check's (``checks.probes.check_trials``): never a spare, its part written after the
-    check's, the check made always. Its answer is compared like any unseen one."""
+def judged_scale_add(tmp_path, monkeypatch, policy: Policy) -> tuple[tuple, dict]:
+    """An honest scale-add graded on CPU under ``policy`` (certified), and the arguments the
+    grader's ``judge`` was called with, for a test to judge again with edited facts."""
     seen: dict = {}
 
     def keep(*args, **kwargs):
@@ -27,15 +25,23 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
         return judge(*args, **kwargs)
 
     monkeypatch.setattr(G, "judge", keep)
-    # one unseen trial timed off a graph too (a graph's run times one), three spares
-    policy = Policy(trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
-                    timing_settings=SHORT_WINDOW)
     grader = G.Grader("cpu", policy=policy, cache_root=str(tmp_path))
     reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
     honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
     verdict = grader.grade(reference, honest)
     assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
-    args, kwargs = seen["args"], seen["kwargs"]
+    return seen["args"], seen["kwargs"]
+
+
+def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared(
+        tmp_path, monkeypatch):
+    """Where the timer replayed a graph of several calls, the last hidden trial is the one-call
+    check's (``checks.probes.check_trials``): never a spare, its part written after the
+    check's, the check made always. Its answer is compared like any unseen one."""
+    # one unseen trial timed off a graph too (a graph's run times one), three spares
+    args, kwargs = judged_scale_add(tmp_path, monkeypatch, Policy(
+        trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
+        timing_settings=SHORT_WINDOW))
     facts, window = args[2].value, kwargs["window"]
     assert facts["unseen"].get("single") is None  # off a graph: no check
     made = len(facts["unseen"]["checks"])  # the unseen trial, and any spare it called for

@@ -6,15 +6,11 @@ such check), its facts then edited as a CUDA run's would read; and the bound its
 readings an H100 gave a 1M-element scale-add."""
 import dataclasses
 
-from conftest import FIXTURES
+from test_single_check import SHORT_WINDOW, judged_scale_add
 
-from kernelmill.grade import grader as G
 from kernelmill.grade.checks.probes import check_trials
 from kernelmill.grade.judge import _scored_device_work, judge
 from kernelmill.grade.policy import Policy
-
-SHORT_WINDOW = {"cap_ms": 30.0, "round_ms": 2.0, "warm_ms": 0.0, "min_reps": 3, "max_reps": 6,
-                "loop_ms": 5.0, "warmup": 1, "sample_ms": 0.5}
 
 
 def test_the_warm_check_keeps_one_more_trial_and_only_with_the_setting():
@@ -40,21 +36,9 @@ def test_the_warm_check_is_held_to_its_trial_and_its_answer_compared(tmp_path, m
     warm check on the last, their parts written in that order after the unseen check's; each
     answer compared. Either left out, the two swapped, a warm check without the setting, or one
     whose answer is another trial's: not made as asked, or wrong."""
-    seen: dict = {}
-
-    def keep(*args, **kwargs):
-        seen.update(args=args, kwargs=kwargs)
-        return judge(*args, **kwargs)
-
-    monkeypatch.setattr(G, "judge", keep)
     policy = Policy(trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
                     timing_settings={**SHORT_WINDOW, "single_warm": True})
-    grader = G.Grader("cpu", policy=policy, cache_root=str(tmp_path))
-    reference = (FIXTURES / "submissions" / "ref_scale_add.py").read_text()
-    honest = (FIXTURES / "submissions" / "honest_scale_add.py").read_text()
-    verdict = grader.grade(reference, honest)
-    assert verdict["correct"] and not verdict["hacks"], verdict.get("hack_details")
-    args, kwargs = seen["args"], seen["kwargs"]
+    args, kwargs = judged_scale_add(tmp_path, monkeypatch, policy)
     facts, window = args[2].value, kwargs["window"]
     assert facts["unseen"].get("single") is None and facts["unseen"].get("single_warm") is None
     made = len(facts["unseen"]["checks"])
