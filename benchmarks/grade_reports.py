@@ -289,7 +289,7 @@ def report_per_problem(out: Path) -> None:
             print(one_call_line)
 
 
-# the scored bound's detail (``checks.probes.scored_device_work``): the scored call and the
+# the scored bound's detail (``checks.device_work.scored_device_work``): the scored call and the
 # one-call check's call it was held to, and whether that was the warm check's
 ONE_CALL_DETAIL = re.compile(r"scored ([0-9.e+-]+) µs per call, the one-call graph's call "
                              r"([0-9.e+-]+) µs")

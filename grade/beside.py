@@ -7,7 +7,7 @@ many reads many times its kernels' time alone. The grader counts the workers it 
 device (a grade's fresh reference runs while they run, its candidates while theirs run) and
 asks, once a candidate's run is over, for the most that ran at once while its fresh calls ran,
 its own included: how far the window's reading of a call made alone may lower the bound
-(``checks.probes.scored_device_work``). Work of other processes on the GPU is not counted: the
+(``checks.device_work.scored_device_work``). Work of other processes on the GPU is not counted: the
 count is a floor, and a floor only keeps the bound tighter.
 """
 from __future__ import annotations

@@ -30,7 +30,11 @@ from .checks.attribution import (  # noqa: F401
     share_check,
 )
 from .checks.context import Context
-from .checks.probes import DEVICE_WORK_FLOOR_US, DEVICE_WORK_RATIO  # noqa: F401
+from .checks.device_work import (  # noqa: F401
+    DEVICE_WORK_FLOOR_US,
+    DEVICE_WORK_RATIO,
+)
+from .checks.device_work import scored_device_work as _scored_device_work  # noqa: F401
 from .checks.timing import (  # noqa: F401
     CLOCK_MARGIN,
     METHOD_DEVICE,
@@ -61,7 +65,7 @@ from .stages import (  # noqa: F401
 # the helpers' names from before the checks had modules (unit tests drive them with raw dicts)
 _ghost_check, _graph_calls_agree = probes.ghost_check, probes.graph_calls_agree
 _graph_calls_even, _unseen_checks = probes.graph_calls_even, probes.unseen_checks
-_scored_device_work, _vendor_work = probes.scored_device_work, attribution.vendor_work
+_vendor_work = attribution.vendor_work
 _timings, _explained = timing.timings, explained
 
 

@@ -290,7 +290,8 @@ class _Probes:
         the timing graph), its output sent to the parent to compare. Its kernels' busy time is one call's
         whole work, made alone on the GPU and checked: a call of the timing graph may do a
         slice of it (the forward can write into every call's output, and every output is whole
-        once the replay ends), so its replays stand for no call (``probes.scored_device_work``).
+        once the replay ends), so its replays stand for no call
+        (``device_work.scored_device_work``).
         The forward can tell this graph apart: it either computes the answer here, or is wrong.
         Then one more untimed call on trial 0's inputs (``first``), which the parent checks after
         the window as the calls left them. None where no one-call graph was kept (the parent
@@ -306,7 +307,7 @@ class _Probes:
         if trial is None:
             return None
         # warm: its inputs just loaded (for the graph's placement alone: ``load``), no flush,
-        # as a scored call finds the caches (``probes.scored_device_work`` holds the scored
+        # as a scored call finds the caches (``device_work.scored_device_work`` holds the scored
         # calls to it)
         ms, out = timed_on(trial, kind, flush=False)
         blocks = getattr(self, "single_blocks", None) or {}
@@ -535,8 +536,8 @@ class _Probes:
 
 
 SEEN_FIRST = 3  # calls on the timed inputs that open the unseen check: its baseline
-# The one-call graph's checks, in the order made (``checks.probes.SINGLE_KEYS``): on inputs just
-# loaded, then (``single_warm``) on inputs read into the L2 cache first
+# The one-call graph's checks, in the order made (``checks.device_work.SINGLE_KEYS``): on inputs
+# just loaded, then (``single_warm``) on inputs read into the L2 cache first
 SINGLE_KINDS = ("single", "single_warm")
 # Timed calls on the timed inputs after each unseen one. A forward that switched its ways slows
 # them all; one call alone can read slow by chance: an honest 4 µs fp16 GEMM's one call after

@@ -516,7 +516,7 @@ def test_an_empty_first_call_on_unseen_inputs_does_not_lower_the_bound_far():
     call computes the answer the check reads): its unseen replays' first calls read 2 µs. They
     lower the fresh calls' least (10 ms) by ``GROUP_CONTENTION`` at most, and the cached calls
     (3 µs) are still caught."""
-    from kernelmill.grade.checks.probes import GROUP_CONTENTION
+    from kernelmill.grade.checks.device_work import GROUP_CONTENTION
     from kernelmill.grade.judge import _scored_device_work
 
     calls = [{"kind": "fresh", "trial": t, "busy_us": 10000.0} for t in range(3)] + \

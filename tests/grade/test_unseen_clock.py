@@ -165,7 +165,7 @@ def _power_capped(check_device_us: dict) -> dict:
 
 
 def test_a_gpu_that_slows_across_the_check_is_not_the_forward_changing_its_ways():
-    from kernelmill.grade.checks.probes import DRIFT_CAP, gpu_drift
+    from kernelmill.grade.checks.device_work import DRIFT_CAP, gpu_drift
 
     facts = _power_capped({"seen": [6275.7, 6275.3, 6284.3], "unseen": [6288.2, 7790.4],
                            "after": [7585.1, 7585.8]})
@@ -192,7 +192,7 @@ def test_a_gpu_that_slows_across_the_check_is_not_the_forward_changing_its_ways(
 def test_an_answer_cache_is_still_seen_when_the_gpu_slows_across_the_check():
     """A cache that answers the timed inputs in half the time: no slowing the reference can
     report (at most ``DRIFT_CAP``) covers the unseen inputs' honest time."""
-    from kernelmill.grade.checks.probes import gpu_drift
+    from kernelmill.grade.checks.device_work import gpu_drift
 
     facts = _power_capped({"seen": [3100.0, 3101.0, 3099.0], "unseen": [6280.0, 6290.0],
                            "after": [3100.0, 3102.0]})

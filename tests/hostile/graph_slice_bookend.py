@@ -8,7 +8,7 @@ calls read even against the upper quartile (``graph_calls_even``: the halves are
 and on a 2048² GEMM (H200) its scored calls are a little over half of a whole call, inside the
 scored bound (half of the calls on new inputs, which are cold). Caught against the one-call
 check made warm (its inputs just loaded, no flush, as a scored call finds its caches):
-``probes.scored_device_work``'s ``scored_vs_one_call_us``. At the suite's 256² half the rows
+``device_work.scored_device_work``'s ``scored_vs_one_call_us``. At the suite's 256² half the rows
 take as long as all of them (launch-bound): the clock read, a forbidden API, is what is caught.
 On CPU there is no capture: the forward is honest (neutralized)."""
 # problem: ref_matmul_fp16

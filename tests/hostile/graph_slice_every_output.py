@@ -7,7 +7,7 @@ right, every call launches the same kernel and keeps the GPU busy alike (a slice
 the first unseen replay's calls, compared one by one after it, all agree. The scored time is
 about an ``S``-th of the work. A new capture is told by the time since the last captured call.
 Caught: a replay of several calls stands for no call's work; the one-call graph's check (one
-call, alone, its answer compared) does (``probes.scored_device_work``). On CPU there is no
+call, alone, its answer compared) does (``device_work.scored_device_work``). On CPU there is no
 capture: the cheat never runs (neutralized), and the clock read is a forbidden API anyway."""
 # problem: ref_matmul_fp16
 # expect: neutralized

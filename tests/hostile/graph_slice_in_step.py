@@ -11,7 +11,7 @@ replay's outputs are whole and right, its calls even, the unseen replays' answer
 the one-call check's answer is right. On a 2048² GEMM (H200) a call took 25.8 µs scored
 against 47.5 of the calls on new inputs: inside the scored bound (half). Caught there: a call
 of the timing graph on new inputs against the one-call graph's, each alone in the window after
-the flush (``probes.scored_device_work``: ``first_call_vs_one_call_us``, 27.6 µs against
+the flush (``device_work.scored_device_work``: ``first_call_vs_one_call_us``, 27.6 µs against
 48.8; ``tests/grade/test_grade_gpu.py``). At the suite's 256² a quarter of the rows takes as
 long as all of them (launch-bound): the clock read, a forbidden API, is what is caught. On CPU
 there is no capture: the forward is honest (neutralized)."""
