@@ -69,6 +69,7 @@ GROUP_CONTENTION = 2.0
 # of a graph of several calls stands for none: its calls can each write a slice into every
 # call's output (every output whole once the replay ends, every call reading even at a slice's
 # time), or copy the first call's answer and pad (review of the crowd's bound, H1).
+
 # The unseen checks' bounds widen by the slowing the trusted reference saw across them
 # (``gpu_drift``), by at most this factor: a power-capped GEMM's kernels ran 21-31% longer after
 # a larger-scaled input (H200). Only the bound on the calls after the unseen inputs widens: a
