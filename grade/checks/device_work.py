@@ -170,14 +170,14 @@ def scored_device_work(calls: list[dict], scored_ms: float, checks: dict, hack,
         # loaded is, at ``SINGLE_UNDER_FIRST`` of the first calls alone, so that no warm report
         # takes this bound lower than a report of the other could; read only where the worker
         # said it read inputs into the cache)
-        hot = _positive(warm_us) and warm_us < single_us and _positive(single_warmed)
-        warm = max(float(warm_us), SINGLE_UNDER_FIRST * min(alone)) if hot and alone else \
-            float(warm_us) if hot else None
-        one = min(float(single_us), warm) if hot else float(single_us)
+        one = float(single_us)
+        if _positive(warm_us) and warm_us < one and _positive(single_warmed):
+            one = min(one, max(float(warm_us), SINGLE_UNDER_FIRST * min(alone, default=0.0)))
+        hot = one < float(single_us)
         one /= min(max(1.0, drift), SCORED_VS_ONE_DRIFT)
         # (the worker's word on its reads before the call: for the report, not the bound)
         warmed = f", {single_warmed / 2**20:.3g} MiB of them read into the L2 cache" \
-            if hot and one < float(single_us) else ""
+            if hot else ""
         low = scored_us < SCORED_VS_ONE_RATIO * one - DEVICE_WORK_FLOOR_US
         checks["scored_vs_one_call_us"] = {
             "passed": not low, "detail": f"scored {scored_us:.4g} µs per call, the one-call "
