@@ -361,8 +361,9 @@ class Policy:
     @property
     def single_warm(self) -> bool:
         """The timing setting ``single_warm``: a second one-call check, its inputs read into
-        the L2 cache first, on a hidden trial of its own (``checks.probes.check_trials``)."""
-        return (self.timing_settings or {}).get("single_warm") is True
+        the L2 cache first, on a hidden trial of its own (``checks.probes.check_trials``); on
+        unless set to false."""
+        return (self.timing_settings or {}).get("single_warm") is not False
 
     @property
     def hidden_spares(self) -> int:

@@ -83,8 +83,8 @@ def shipped_outputs(policy) -> int:
     """The most outputs a candidate's worker ships for one grade under ``policy``, none of them
     alike (``worker.call.ship`` sends a repeat once): every shown trial's call; the refill,
     repeat and audit calls; the timed call, the secret timed check's and the graph check's;
-    the two ghost calls; every unseen trial and spare (the one-call graph's check takes the
-    last of them)."""
+    the two ghost calls; every unseen trial and spare (the one-call checks take the last one
+    or two of them)."""
     return max(1, policy.trials) + 3 + 3 + 2 + max(0, policy.unseen_trials) + \
         policy.hidden_spares
 

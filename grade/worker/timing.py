@@ -110,8 +110,8 @@ def timing_placing(payload: dict) -> str:
 def single_warm(payload: dict) -> bool:
     """Whether a second one-call check is made, on a hidden trial of its own after the first,
     its new inputs read into the L2 cache before its call (``timer.warm_cache``) as a scored
-    call finds its own: the policy's timing setting ``single_warm``, only a true."""
-    return (payload.get("timing_settings") or {}).get("single_warm") is True
+    call finds its own: the policy's timing setting ``single_warm``, on unless it is false."""
+    return (payload.get("timing_settings") or {}).get("single_warm") is not False
 
 
 def _serve_timing(fn, device: str, payload: dict, witness: Witness | None = None,

@@ -304,10 +304,10 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     assert grader.device_bytes("src") == grader_module.PEAK_FACTOR * (3 << 20)
     # on the host: twice the run's tensors (as much out as in: the candidate's outputs could
     # take that), or, where less, the run's tensors once and the outputs the candidate ships and
-    # the judge compares, one trial's outputs each (the default policy: 16 shipped, 3 compared)
-    assert reference_run.shipped_outputs(grader.policy) == 16
+    # the judge compares, one trial's outputs each (the default policy: 17 shipped, 3 compared)
+    assert reference_run.shipped_outputs(grader.policy) == 17
     assert grader.host_bytes("src") == grader_module.HOST_COPIES * tensors < \
-        tensors + (16 + 3) * (4 << 20)
+        tensors + (17 + 3) * (4 << 20)
     # an input-heavy problem (one trial's outputs a scalar) is held at its tensors and the few
     # outputs shipped, but never under ``HOST_FLOOR`` times its tensors (its job's own copy of
     # the shown inputs, where the shown file cannot be passed on); sizes kept without a
@@ -320,7 +320,7 @@ def test_a_grade_worker_is_admitted_by_its_reference_runs_sizes(tmp_path, monkey
     wide = {"trials": [{"inputs": [torch.zeros(1 << 22)], "outputs": [torch.zeros(1 << 20)]}] * 6,
             "state_dict": {}}  # 16 MiB in, 4 out: the outputs shipped and compared lie between
     grader._note_reference_bytes("wide", wide)
-    assert grader.host_bytes("wide") == 6 * (20 << 20) + 19 * (4 << 20)
+    assert grader.host_bytes("wide") == 6 * (20 << 20) + 20 * (4 << 20)
     grader._reference_sizes["old"] = {"tensor_bytes": tensors}
     assert grader.host_bytes("old") == grader_module.HOST_COPIES * tensors
     grader._note_reference_bytes("src", {**value, "device_peak_bytes": 64 << 20})

@@ -275,7 +275,7 @@ def test_the_reference_worker_stays_to_time_the_reference(monkeypatch):
     # the unseen trials' inputs: each in the file the reference's worker wrote it in, handed to
     # the candidate as it is (the grader copies none of them)
     hidden = [t for r in references for t in r.value["trials"] if t["hidden"]]
-    assert len(hidden) == 2 * (policy.unseen_trials + policy.unseen_spares)
+    assert len(hidden) == 2 * (policy.unseen_trials + policy.hidden_spares)
     assert all(type(t["inputs"]) is LatePart and t["inputs"].size > 0 for t in hidden)
     assert live.close() is None and live.control.ended
 
@@ -466,7 +466,7 @@ def test_a_group_may_share_one_reference_run(monkeypatch):
     monkeypatch.setattr(grader, "_private_trials", counted)
     monkeypatch.setattr("kernelmill.grade.reference_sizes.WORKER_FILE_BYTES",
                         2 * sizes["output_bytes"] * (policy.trials + 1 + policy.unseen_trials
-                                                     + policy.unseen_spares))
+                                                     + policy.hidden_spares))
     verdicts = graded(linear, [lin, lin + "\n# b\n", lin + "\n# c\n"], 1)
     assert len(private_runs) == 2 and all(
         {spec["member"] for spec in trials} == {index + 1}
@@ -545,7 +545,7 @@ def test_a_shared_runs_workers_are_bounded_by_bytes_or_only_by_their_results_fil
 
     policy = Policy(timeout_s=60, timing_settings=TIMING, static_first=False)
     grader = Grader("cpu", policy=policy)
-    private = policy.unseen_trials + policy.unseen_spares
+    private = policy.unseen_trials + policy.hidden_spares
     mib = 1 << 20
     # KernelBench's square GEMM: a 3 GiB run, 1.2 GiB of it a member's own, 64 MiB outputs
     grader._reference_sizes["gemm"] = {"tensor_bytes": 3072 * mib, "unseen_bytes": 1229 * mib,

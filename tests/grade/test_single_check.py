@@ -38,10 +38,11 @@ def test_the_one_call_check_is_held_to_the_parts_written_and_its_answer_compared
     """Where the timer replayed a graph of several calls, the last hidden trial is the one-call
     check's (``checks.probes.check_trials``): never a spare, its part written after the
     check's, the check made always. Its answer is compared like any unseen one."""
-    # one unseen trial timed off a graph too (a graph's run times one), three spares
+    # one unseen trial timed off a graph too (a graph's run times one), three spares; the
+    # first check alone (``single_warm`` off: ``test_single_warm`` has both)
     args, kwargs = judged_scale_add(tmp_path, monkeypatch, Policy(
         trials=2, unseen_trials=1, unseen_trials_ungraphed=1, unseen_spares=3,
-        timing_settings=SHORT_WINDOW))
+        timing_settings={**SHORT_WINDOW, "single_warm": False}))
     facts, window = args[2].value, kwargs["window"]
     assert facts["unseen"].get("single") is None  # off a graph: no check
     made = len(facts["unseen"]["checks"])  # the unseen trial, and any spare it called for

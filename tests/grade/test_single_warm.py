@@ -14,13 +14,13 @@ from kernelmill.grade.policy import Policy
 
 
 def test_the_warm_check_keeps_one_more_trial_and_only_with_the_setting():
-    """``Policy.hidden_spares`` draws one more hidden trial with ``single_warm`` (only a true),
+    """``Policy.hidden_spares`` draws one more hidden trial with ``single_warm`` (on unless false),
     and ``check_trials`` keeps the last two of a graph of several calls for the checks, the
     warm one's last, where two trials go past the required ones (the first check alone where
     one does)."""
-    assert Policy(unseen_spares=3).hidden_spares == 3
+    assert Policy(unseen_spares=3).hidden_spares == 4  # on by default
     assert Policy(unseen_spares=3, timing_settings={"single_warm": True}).hidden_spares == 4
-    assert Policy(unseen_spares=3, timing_settings={"single_warm": 1}).hidden_spares == 3
+    assert Policy(unseen_spares=3, timing_settings={"single_warm": False}).hidden_spares == 3
     graph = {"method": "cuda_graph", "calls": 4}
     assert check_trials(graph, 6, 2) == [5]
     assert check_trials(graph, 6, 2, warm=True) == [4, 5]
@@ -81,7 +81,8 @@ def test_the_warm_check_is_held_to_its_trial_and_its_answer_compared(tmp_path, m
         assert "timing_behaviour" in edited["hacks"] and not edited["correct"], (
             single, warm_check, released)
     # without the setting the last trial is the only check's, and a warm one is not asked for
-    off = dataclasses.replace(kwargs["policy"], timing_settings=SHORT_WINDOW)
+    off = dataclasses.replace(kwargs["policy"],
+                              timing_settings={**SHORT_WINDOW, "single_warm": False})
     record = {**args[0], "trials": args[0]["trials"][:-1]}  # (as drawn without the setting)
     unseen = {**graphed, "single": {**right, "hidden": cold}}
     for extra, caught in (({}, False), ({"single_warm": {**hot, "hidden": cold}}, True)):
@@ -229,7 +230,7 @@ def test_the_registered_bound_reads_the_warm_check_only_with_the_setting():
                               policy=Policy(timing_settings=settings))
         return bool(scored_calls_do_the_work(ctx))
 
-    assert not flagged({"single_warm": True})
-    assert flagged({})
+    assert not flagged({"single_warm": True}) and not flagged({})  # on by default
+    assert flagged({"single_warm": False})
     assert flagged({"single_warm": True}, {**unseen, "single_warm": {
         **unseen["single_warm"], "warmed_bytes": 0}})

@@ -2104,12 +2104,12 @@ def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
     plain = read({})
     changed = {"warmup": 7, "graph": False, "sample_ms": 0.25, "cover": "sleep",
                "spare_graph": True, "replay_sync": False, "gate": False, "placing": "turns",
-               "single_warm": True}
+               "single_warm": False}
     assert set(changed) == TIMER_SETTINGS
     for name, value in changed.items():
         payload = {"timing_settings": {name: value}}
         assert read(payload) != plain, name
-    assert read({"timing_settings": {"single_warm": "yes"}}) == plain  # only a true
+    assert read({"timing_settings": {"single_warm": "no"}}) == plain  # only a false turns it off
     Policy(timing_settings={"cap_ms": 30.0, "settle_if": "held", **changed})
     for wrong in ({"target_ms": 1.0}, {"gat": False, "min_reps": 2}, {"late_locked": True}):
         with pytest.raises(ValueError, match="unknown timing setting") as raised:
