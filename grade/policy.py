@@ -176,6 +176,9 @@ DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "float16"
 # ``_timer_options`` and ``timing_placing`` read them in the worker)
 TIMER_SETTINGS = frozenset({"warmup", "graph", "sample_ms", "cover", "spare_graph",
                             "replay_sync", "gate", "placing", "single_warm"})
+# Those of them that are switches, read as ``is True`` or ``is not False``: any other value
+# (the word "False", a 0) would leave the switch as it was without a word, so it is refused
+TIMER_SWITCHES = ("spare_graph", "replay_sync", "gate", "single_warm")
 
 
 def known_timing_settings() -> frozenset:
@@ -308,6 +311,11 @@ class Policy:
         if unknown:
             raise ValueError(f"unknown timing setting {', '.join(map(repr, unknown))}; known: "
                              f"{', '.join(sorted(known_timing_settings()))}")
+        for name in TIMER_SWITCHES:
+            value = (self.timing_settings or {}).get(name, False)
+            if type(value) is not bool:
+                raise ValueError(f"timing setting {name!r} is a switch: true or false, not "
+                                 f"{value!r}")
 
     def switch(self, name: str) -> object:
         """A named switch: a field of this policy (``static_scan``, ``flag_native_threads``,

@@ -2111,6 +2111,11 @@ def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
         assert read(payload) != plain, name
     assert read({"timing_settings": {"single_warm": "no"}}) == plain  # only a false turns it off
     Policy(timing_settings={"cap_ms": 30.0, "settle_if": "held", **changed})
+    # a switch set to anything but a boolean would be read as it was: refused
+    for name in ("single_warm", "gate", "spare_graph", "replay_sync"):
+        for wrong in ("False", 0, None):
+            with pytest.raises(ValueError, match=f"timing setting '{name}' is a switch"):
+                Policy(timing_settings={name: wrong})
     for wrong in ({"target_ms": 1.0}, {"gat": False, "min_reps": 2}, {"late_locked": True}):
         with pytest.raises(ValueError, match="unknown timing setting") as raised:
             Policy(timing_settings=wrong)
