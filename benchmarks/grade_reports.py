@@ -287,6 +287,30 @@ def report_per_problem(out: Path) -> None:
         one_call_line = _one_call_line(problem, group)
         if one_call_line:
             print(one_call_line)
+        resize_line = _resize_line(problem, profiles)
+        if resize_line:
+            print(resize_line)
+
+
+def _resize_line(problem: str, profiles: list[dict]) -> str | None:
+    """Where a problem's timing graphs were captured again in the window (``phases_ms.
+    resize``): how many windows, and each participant's calls per sample as prepared and as
+    the window took them, with how often (a spare graph, ``spare_graph``, holds twice the
+    prepared count); None where no window did."""
+    resized = [p for p in profiles if "resize" in (p.get("phases_ms") or {})]
+    if not resized:
+        return None
+    counts: Counter = Counter()
+    for profile in resized:
+        prepared = profile.get("prepared_calls") or {}
+        window = profile.get("calls_per_sample") or {}
+        for who in ("reference", "candidate"):
+            if prepared.get(who) is not None:
+                counts[f"{who} {prepared[who]}->{window.get(who)}"] += 1
+    said = ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "counts not recorded"
+    return (f"    captured again in the window ({problem}): {len(resized)} of {len(profiles)}, "
+            f"{statistics.median(p['phases_ms']['resize'] for p in resized):.0f} ms at the "
+            f"median; calls prepared->window: {said}")
 
 
 # the scored bound's detail (``checks.device_work.scored_device_work``): the scored call and the

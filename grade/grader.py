@@ -455,8 +455,10 @@ class Grader(HostMemory, ReferenceRuns, ReferenceTiming, StaticGate, TimedWindow
             # each timed round's median sample, [round, ms], of the reference and the candidate,
             # and the rounds where each one's turn followed its own unsettled
             parts = window.get("participants") or {}
-            # (and how long each one's timer took to prepare, before it was ready)
-            for key in ("round_medians_ms", "unsettled_rounds", "prepare_ms"):
+            # (and how long each one's timer took to prepare, before it was ready; its graph's
+            # calls per sample, and where the window captured it again, the count prepared)
+            for key in ("round_medians_ms", "unsettled_rounds", "prepare_ms",
+                        "calls_per_sample", "prepared_calls", "spare_graph"):
                 verdict["profile"][key] = {who: (parts.get(who) or {}).get(key)
                                            for who in ("reference", "candidate")}
         # CPU seconds of this grade's workers (warm ones report theirs): its candidate run, its

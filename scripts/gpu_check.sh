@@ -267,7 +267,7 @@ print(sum(v.get('submissions', 0) for v in d.values() if isinstance(v, dict)) or
               tar czf "$out/ray_results.tgz" -C /tmp/ray_out $(cd /tmp/ray_out && ls ./*.json) ;;
     # shellcheck disable=SC2086 — PYTEST_ARGS is a list of pytest arguments
     # (the validator's GPU tests keep their records under $out/records)
-    window)   shown="NOT CERTIFIED|per minute|window's parts|turn's parts|spread|CPU seconds (per|by stage)|waited for shared|longest stretch|spare trials|scored over the one-call"
+    window)   shown="NOT CERTIFIED|per minute|window's parts|turn's parts|spread|CPU seconds (per|by stage)|waited for shared|longest stretch|spare trials|scored over the one-call|captured again in the window"
               subset_pass window prime "$shown" --copies 1 --deadline "${WINDOW_PRIME_S:-140}"
               for pass in ${WINDOW_PASSES:-N1 B1 N2 B2}; do
                 settings=()

@@ -129,8 +129,12 @@ def _resize_together(group: _Group, ready: dict, asks: dict[str, int], timeout: 
         got = group.ask(name, None, "resized", timeout, whole=True)
         sized = got[1] if got is not None else {}
         if name in ready and sized.get("resized"):
+            # (the count its preparation captured, for the profile: a spare graph of twice it,
+            # ``spare_graph``, is what such a capture again in the window could have taken up)
+            prepared = ready[name].get("calls_per_sample")
             ready[name].update({k: sized[k] for k in ("calls_per_sample", "estimate_ms")
-                                if isinstance(sized.get(k), (int, float))}, resized=True)
+                                if isinstance(sized.get(k), (int, float))}, resized=True,
+                               prepared_calls=prepared)
     for name, control in group.active.items():
         if name not in asks:
             control.extend(time.monotonic() - began)

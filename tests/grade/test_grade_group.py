@@ -63,6 +63,9 @@ def test_a_group_is_timed_in_one_window_and_judged_side_by_side():
         assert 3 * verdict["timing"]["candidate_ms"] < prepare["candidate"] < \
             1e3 * verdict["profile"]["stages_s"]["timing"], prepare
         assert prepare["reference"] > 3 * verdict["timing"]["reference_ms"], prepare
+        # each timer's calls per sample (on the host one, no graph), and none captured again
+        assert verdict["profile"]["calls_per_sample"] == {"reference": 1, "candidate": 1}
+        assert verdict["profile"]["prepared_calls"] == {"reference": None, "candidate": None}
         # what reading its profiler sessions cost: the records read (every call's range and
         # ops at least), the seconds reading and placing them, and the session's end a stage
         # of its own before the reading's

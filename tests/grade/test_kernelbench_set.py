@@ -616,3 +616,25 @@ def test_the_per_problem_report_reads_the_scored_calls_against_the_one_call_chec
          "read in 0, flagged in 0)"),
         ("scored over the one-call check (scale_add): least 0.53, median 0.54 of 3 (the warm "
          "check read in 1, flagged in 2)")], lines
+
+
+def test_the_per_problem_report_says_where_the_window_captured_a_graph_again(tmp_path, capsys):
+    """A problem whose windows captured a timing graph again (``phases_ms.resize``): how many
+    of its windows, the capture's median ms, and each participant's calls per sample as
+    prepared and as the window took them; a problem whose windows never did gets no line."""
+    def row(problem, resize_ms=None, prepared=None, window=None):
+        phases = {"rounds": 120.0, **({"resize": resize_ms} if resize_ms else {})}
+        return {"submission_id": problem, "problem_id": problem, "wall_s": 5.0, "checks": {},
+                "profile": {"phases_ms": phases,
+                            "prepared_calls": {"reference": None, "candidate": prepared},
+                            "calls_per_sample": {"reference": 1024, "candidate": window}}}
+    rows = [row("gemm_256", 579.0, 512, 1024), row("gemm_256", 536.0, 512, 1024),
+            row("gemm_256", 747.0, 256, 1024), row("gemm_256"), row("scale_add")]
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_reports.report_per_problem(out)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
+             if line.startswith("    captured again")]
+    assert lines == [
+        ("captured again in the window (gemm_256): 3 of 4, 579 ms at the median; calls "
+         "prepared->window: candidate 256->1024 (1), candidate 512->1024 (2)")], lines

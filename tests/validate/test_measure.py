@@ -978,7 +978,9 @@ def test_a_graph_sized_again_in_the_warm_up_turn_is_what_the_window_records():
     for name in ("candidate", "other"):
         assert parts[name]["resized"] and parts[name]["calls_per_sample"] == 2
         assert parts[name]["estimate_ms"] == 0.5
+        assert parts[name]["prepared_calls"] == 1  # the count its preparation captured
     assert not parts["reference"].get("resized") and parts["reference"]["calls_per_sample"] == 1
+    assert "prepared_calls" not in parts["reference"]
     # the captures again (100 ms each, side by side) are a phase of their own, apart from the
     # warm-up; a window with none has no such phase
     phases = window["phases_ms"]
