@@ -71,6 +71,16 @@ def test_the_throughput_report_says_where_the_unseen_check_went(tmp_path, capsys
     assert "late=121.0 load=42.0 observe=10.0 parent hand-over=83.0" in printed
 
 
+def _per_problem_lines(tmp_path, capsys, rows: list[dict], prefix: str) -> list[str]:
+    """The per-problem report's indented lines that start with ``prefix``, for these verdict
+    rows, stripped."""
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grade_reports.report_per_problem(out)
+    return [line.strip() for line in capsys.readouterr().out.splitlines()
+            if line.startswith(f"    {prefix}")]
+
+
 def test_the_per_problem_report_opens_an_unseen_check_that_holds_much_of_its_window(
         tmp_path, capsys):
     """A problem whose unseen check held a quarter of its window or more gets a line of where
@@ -112,11 +122,7 @@ def test_the_per_problem_report_says_how_groups_shared_their_reference_runs(tmp_
                             "admission_waits_s": {"host": host, "device": device}}}
     rows = [row("gemm", 8, 8, 0.5, 0.0, 18.0), row("gemm", 8, 8, 0.7, 2.0, 20.0),
             row("norm", 8, 1, 3.3, 106.0, 0.0), row("alone", 1, 1, 2.0, 0.0, 0.0)]
-    out = tmp_path / "verdicts.jsonl"
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grade_reports.report_per_problem(out)
-    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
-             if line.startswith("    reference runs")]
+    lines = _per_problem_lines(tmp_path, capsys, rows, "reference runs")
     assert lines == [
         ("reference runs: 8 members a run, CPU 0.60 s a member; memory waits: host 1.00 s, "
          "device 19.00 s"),
@@ -606,11 +612,7 @@ def test_the_per_problem_report_reads_the_scored_calls_against_the_one_call_chec
     rows = [row("scale_add", 2.79, 5.3), row("scale_add", 2.8, 5.2), row("scale_add", 2.8, 5.3, 2.9),
             row("gemm", 40.0, 41.0), row("plain", 1.0, 1.0)]
     rows[-1]["checks"] = {}
-    out = tmp_path / "verdicts.jsonl"
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grade_reports.report_per_problem(out)
-    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
-             if line.startswith("    scored over")]
+    lines = _per_problem_lines(tmp_path, capsys, rows, "scored over")
     assert lines == [
         ("scored over the one-call check (gemm): least 0.98, median 0.98 of 1 (the warm check "
          "read in 0, flagged in 0)"),
@@ -630,11 +632,7 @@ def test_the_per_problem_report_says_where_the_window_captured_a_graph_again(tmp
                             "calls_per_sample": {"reference": 1024, "candidate": window}}}
     rows = [row("gemm_256", 579.0, 512, 1024), row("gemm_256", 536.0, 512, 1024),
             row("gemm_256", 747.0, 256, 1024), row("gemm_256"), row("scale_add")]
-    out = tmp_path / "verdicts.jsonl"
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grade_reports.report_per_problem(out)
-    lines = [line.strip() for line in capsys.readouterr().out.splitlines()
-             if line.startswith("    captured again")]
+    lines = _per_problem_lines(tmp_path, capsys, rows, "captured again")
     assert lines == [
         ("captured again in the window (gemm_256): 3 of 4, 579 ms at the median; calls "
          "prepared->window: candidate 256->1024 (1), candidate 512->1024 (2)")], lines
