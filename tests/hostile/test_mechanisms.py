@@ -2018,6 +2018,34 @@ def test_the_candidates_run_calls_private_copies_of_the_worker_timer_and_witness
         del T.Timer.host_ms
 
 
+def test_the_private_op_trace_dispatches_through_its_own_copy(monkeypatch):
+    """``TorchDispatchMode`` wraps each subclass's ``__torch_dispatch__`` in torch's lazy
+    Dynamo-disable wrapper, which calls the function it was given: the public module's, reading
+    the public module's globals. The private copy of the op trace dispatches through the copy of
+    the function itself: the public module's helpers rebound by a submission for its calls (the
+    host read of an input's element, the key to an answer cache, made invisible) change nothing
+    it counts, and no Dynamo context is entered on each op."""
+    import torch
+
+    from kernelmill.grade.worker.guards.private import _private_namespace
+    from kernelmill.grade.worker.observers import optrace
+
+    private = _private_namespace()[optrace.__name__]
+    dispatch = vars(private["_OpTrace"])["__torch_dispatch__"]
+    assert dispatch.__globals__ is private and not hasattr(dispatch, "__wrapped__")
+    x = torch.randn(64)
+    watched = optrace._spans([x])
+    public, copy = optrace._OpTrace(watched), private["_OpTrace"](watched)
+    monkeypatch.setattr(optrace, "_type", lambda value: None)  # no argument is a tensor
+    monkeypatch.setattr(optrace, "_spans", lambda values: [])  # no output is a copy's
+    for trace in (public, copy):
+        with trace:
+            float(x[3])  # an input's element read on the host
+            x.clone()
+    assert public.input_reads == 0 and not public.copy_spans  # the public one is blinded
+    assert copy.input_reads == 1 and copy.copy_spans
+
+
 def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
     """The unseen check's replays wait behind a stream gate (``validate.stream_gate``) whose
     closing and opening run between the new inputs' load and the timed span: code of a

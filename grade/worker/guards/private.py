@@ -11,6 +11,7 @@ import sys
 import types
 from typing import Any
 
+import torch
 from kernelmill.grade.witness import Witness
 from kernelmill.validate import measure as M
 from kernelmill.validate import late_read as L
@@ -21,6 +22,10 @@ from kernelmill.validate import timing_graph as G
 
 from .originals import _isinstance, _type
 
+# The code of torch's lazy Dynamo-disable wrapper (``torch._disable_dynamo``), which
+# ``TorchDispatchMode`` puts around each subclass's ``__torch_dispatch__``, and again around the
+# wrapper when a copy of the class is made
+_DYNAMO_WRAPPER = torch._disable_dynamo(lambda: None).__code__
 PACKAGE = __name__.rpartition(".")[0].rpartition(".")[0]  # kernelmill.grade.worker
 
 
@@ -102,6 +107,11 @@ def _private_namespace() -> dict[str, dict]:
         elif kind is types.FunctionType and value.__code__ is helper and \
                 ours(getattr(value, "__wrapped__", None)):
             result = contextlib.contextmanager(convert(value.__wrapped__))
+        elif kind is types.FunctionType and value.__code__ is _DYNAMO_WRAPPER and \
+                ours(getattr(value, "__wrapped__", None)):
+            # the wrapped function's copy itself: the wrapper calls the original, which reads
+            # the public module's globals (nothing of the worker's runs under Dynamo)
+            result = convert(value.__wrapped__)
         elif kind in (staticmethod, classmethod) and ours(value.__func__):
             result = kind(convert(value.__func__))
         elif kind is property and any(ours(f) for f in (value.fget, value.fset, value.fdel)):

@@ -17,9 +17,10 @@ from .counts import _observed
 from .host_memory import _count_foreign
 
 # The trace's tables, immutable, and bound into the functions that read them as keyword defaults
-# (the worker's guarded pattern): in the candidate's run the dispatch method is torch's wrapper
-# around this module's function, which reads this module's globals, not the private copy's; a
-# table read from there could be emptied in place or rebound by a submission (T-09, T-11).
+# (the worker's guarded pattern: a table read from a module's globals could be emptied in place
+# or rebound by a submission, T-09, T-11). In the candidate's run the dispatch method is the
+# private copy's own function, not torch's Dynamo wrapper around this module's
+# (``guards.private``).
 # torch's FLOP formulas (GEMMs, convolutions, attention), taken before any submission's import
 _FLOP_FORMULAS = MappingProxyType(dict(_torch_flop_registry))
 # GEMM-class ops, each with the index of the operand whose last dimension is the inner one
