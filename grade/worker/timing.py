@@ -91,7 +91,7 @@ def _timer_options(payload: dict) -> dict:
     """``timer.Timer`` options from the policy's timing settings (the rest are the window's)."""
     settings = payload.get("timing_settings") or {}
     options = {k: settings[k] for k in ("warmup", "graph", "sample_ms", "cover") if k in settings}
-    if settings.get("spare_graph") is True:  # ``Timer(spare=True)``: only a true asks for it
+    if settings.get("spare_graph") is not False:  # ``Timer(spare=True)``: on unless false
         options["spare"] = True
     if settings.get("replay_sync") is False:  # ``Timer(replay_sync=False)``: only a false
         options["replay_sync"] = False

@@ -1374,7 +1374,7 @@ def test_a_timer_takes_a_known_cover_and_falls_back_to_the_default():
     from kernelmill.grade.worker.timing import _timer_options
 
     assert _timer_options({"timing_settings": {"cover": "sleep", "settle_ms": 5}}) == \
-        {"cover": "sleep", "gate": True}
+        {"cover": "sleep", "spare": True, "gate": True}
 
 
 def test_the_default_cover_queues_only_long_graph_samples():
@@ -2105,7 +2105,7 @@ def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
 
     plain = read({})
     changed = {"warmup": 7, "graph": False, "sample_ms": 0.25, "cover": "sleep",
-               "spare_graph": True, "replay_sync": False, "gate": False, "placing": "turns",
+               "spare_graph": False, "replay_sync": False, "gate": False, "placing": "turns",
                "single_warm": False}
     assert set(changed) == TIMER_SETTINGS
     for name, value in changed.items():
@@ -2124,16 +2124,17 @@ def test_a_policy_refuses_a_timing_setting_that_nothing_reads():
         assert "\n" not in str(raised.value) and repr(next(iter(wrong))) in str(raised.value)
 
 
-def test_the_spare_graph_is_asked_for_only_by_a_true_timing_setting(monkeypatch):
-    """The policy's timing setting ``spare_graph`` turns it on (only ``true``: a bare word is
-    a string, not a yes); the cached reference timings are keyed without it, and a timer that
-    ``measure`` makes itself (never sized again in a window) gets none."""
+def test_the_spare_graph_is_on_unless_the_timing_setting_is_false(monkeypatch):
+    """The policy's timing setting ``spare_graph`` is on unless set to ``false`` (a policy
+    refuses any other value than a boolean); the cached reference timings are keyed without
+    it, and a timer that ``measure`` makes itself (never sized again in a window) gets none."""
     from kernelmill.grade.reference_run import cached_timing_settings
     from kernelmill.grade.worker.timing import _timer_options
 
-    assert _timer_options({"timing_settings": {"spare_graph": True}})["spare"] is True
-    for value in ("no", "true", 1, False):
-        assert "spare" not in _timer_options({"timing_settings": {"spare_graph": value}})
+    for settings in ({"spare_graph": True}, {}, {"sample_ms": 0.5}):
+        assert _timer_options({"timing_settings": settings})["spare"] is True
+    assert _timer_options({})["spare"] is True
+    assert "spare" not in _timer_options({"timing_settings": {"spare_graph": False}})
     assert cached_timing_settings({"spare_graph": True, "sample_ms": 0.5}) == {"sample_ms": 0.5}
     assert not T.Timer(lambda: None, "cpu", spare="yes").spare_wanted
     made = []
