@@ -2046,6 +2046,51 @@ def test_the_private_op_trace_dispatches_through_its_own_copy(monkeypatch):
     assert copy.input_reads == 1 and copy.copy_spans
 
 
+def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
+    """A class or function of the copied modules bound as a default argument is the copy's in
+    the private namespace: the late read's unpickler (``late_read.read_part``'s
+    ``_unpickler``), whose ``find_class`` a submission could otherwise replace on the public
+    class to run its own code while an unseen trial's part is read. No private function's
+    defaults lead to a function of a public copied module."""
+    import os
+    import types
+
+    import torch
+
+    from kernelmill.grade.worker.guards.private import _private_namespace
+    from kernelmill.validate import late_read
+    from kernelmill.validate.tensor_slots import write_part
+
+    copies = _private_namespace()
+    public = {id(vars(__import__("sys").modules[name])) for name in copies}
+    for name, space in copies.items():
+        for key, value in space.items():
+            functions = [value] if type(value) is types.FunctionType else \
+                [f for f in vars(value).values() if type(f) is types.FunctionType] \
+                if isinstance(value, type) and value.__module__ == name else []
+            for function in functions:
+                defaults = [*(function.__defaults__ or ()),
+                            *(function.__kwdefaults__ or {}).values()]
+                for default in defaults:
+                    reached = [default] + ([f for f in vars(default).values()
+                                            if type(f) is types.FunctionType]
+                                           if isinstance(default, type) else [])
+                    assert not any(type(f) is types.FunctionType and
+                                   id(f.__globals__) in public for f in reached), (name, key)
+    called = []
+    monkeypatch.setattr(late_read._PartUnpickler, "find_class",
+                        lambda self, module, name: called.append(name))
+    x = torch.randn(16)
+    part = os.memfd_create("kernelmill-late", 0)
+    try:
+        size = write_part(part, {"inputs": [x, 3]}, lambda t: iter([t.view(torch.uint8)]))
+        data = bytearray(os.pread(part, size, 0))
+    finally:
+        os.close(part)
+    back = copies[late_read.__name__]["read_part"](memoryview(data), size)
+    assert torch.equal(back["inputs"][0], x) and back["inputs"][1] == 3 and not called
+
+
 def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
     """The unseen check's replays wait behind a stream gate (``validate.stream_gate``) whose
     closing and opening run between the new inputs' load and the timed span: code of a

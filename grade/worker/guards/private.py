@@ -75,6 +75,16 @@ def _private_namespace() -> dict[str, dict]:
         copy.__module__ = original.__module__
         return copy
 
+    def own_defaults(copy) -> None:
+        """A copy's default arguments, the copies' too: a class or function of the package
+        bound as a default (the late read's unpickler class, ``late_read.read_part``) would
+        otherwise be the public one, whose members a submission may replace."""
+        if copy.__defaults__:
+            copy.__defaults__ = tuple(convert(value) for value in copy.__defaults__)
+        if copy.__kwdefaults__:
+            copy.__kwdefaults__ = {name: convert(value)
+                                   for name, value in copy.__kwdefaults__.items()}
+
     def defined_here(value) -> bool:
         module = sys.modules.get(getattr(value, "__module__", ""))
         return value.__module__ in copies and vars(module).get(value.__name__) is value
@@ -92,6 +102,7 @@ def _private_namespace() -> dict[str, dict]:
                 cells = list(member.__closure__)
                 cells[member.__code__.co_freevars.index("__class__")] = types.CellType(cls)
                 copy = function(member, tuple(cells))
+                own_defaults(copy)
             if copy is not member:
                 setattr(cls, key, copy)
         return cls
@@ -103,7 +114,8 @@ def _private_namespace() -> dict[str, dict]:
         if kind is types.ModuleType and value.__name__ in copies:
             result = copies[value.__name__]
         elif ours(value):
-            result = function(value)
+            result = memo[id(value)] = function(value)  # (a default may lead back to it)
+            own_defaults(result)
         elif kind is types.FunctionType and value.__code__ is helper and \
                 ours(getattr(value, "__wrapped__", None)):
             result = contextlib.contextmanager(convert(value.__wrapped__))
