@@ -130,21 +130,36 @@ def map_part(fd: int, offset: int, size: int, *, _mmap=mmap.mmap, _fstat=os.fsta
     return _view(mapped)[offset - start:]
 
 
+class _LateSlot(tuple):
+    """A ``tensor_slots.TensorSlot`` as the late read builds it: a class of this module's, so
+    the worker's private copy of it (``guards.private``) is what the unpickler makes, not the
+    public ``TensorSlot``, whose ``__new__`` a submission could replace to run its own code
+    while an unseen trial's part is mapped."""
+
+    __slots__ = ()
+
+
+class _LateShownSlot(_LateSlot):
+    """A ``tensor_slots.ShownSlot`` as the late read builds it (``_LateSlot``)."""
+
+    __slots__ = ()
+
+
 class _PartUnpickler(pickle.Unpickler):
     """A part's structure unpickled with its slot classes bound here, never found by name in
     ``sys.modules`` (where a submission could have put a class of its own, whose code would run
     while the part is mapped); any other name as ``pickle`` finds it."""
 
     def find_class(self, module, name, *, _slots=types.MappingProxyType({
-            (TensorSlot.__module__, "TensorSlot"): TensorSlot,
-            (ShownSlot.__module__, "ShownSlot"): ShownSlot}),
+            (TensorSlot.__module__, "TensorSlot"): _LateSlot,
+            (ShownSlot.__module__, "ShownSlot"): _LateShownSlot}),
             _find=pickle.Unpickler.find_class):
         found = _slots.get((module, name))
         return found if found is not None else _find(self, module, name)
 
 
 def read_part(data, size: int, *, _unpickler=_PartUnpickler, _file=io.BytesIO, _bytes=bytes,
-              _int=int, _replace=_replaced, _type=type, _slot=TensorSlot,
+              _int=int, _replace=_replaced, _type=type, _slot=_LateSlot,
               _frombuffer=torch.frombuffer, _view=torch.Tensor.view, _uint8=torch.uint8,
               _dtypes=_DTYPES,
               _tuple=tuple, _error=RuntimeError, _exception=Exception):

@@ -101,7 +101,7 @@ def _private_namespace() -> dict[str, dict]:
             if ours(member) and "__class__" in member.__code__.co_freevars:
                 cells = list(member.__closure__)
                 cells[member.__code__.co_freevars.index("__class__")] = types.CellType(cls)
-                copy = function(member, tuple(cells))
+                copy = memo[id(member)] = function(member, tuple(cells))
                 own_defaults(copy)
             if copy is not member:
                 setattr(cls, key, copy)
@@ -122,7 +122,8 @@ def _private_namespace() -> dict[str, dict]:
         elif kind is types.FunctionType and value.__code__ is _DYNAMO_WRAPPER and \
                 ours(getattr(value, "__wrapped__", None)):
             # the wrapped function's copy itself: the wrapper calls the original, which reads
-            # the public module's globals (nothing of the worker's runs under Dynamo)
+            # the public module's globals (the op trace's dispatch turns Dynamo's frame hook
+            # off itself, as the wrapper did)
             result = convert(value.__wrapped__)
         elif kind in (staticmethod, classmethod) and ours(value.__func__):
             result = kind(convert(value.__func__))
@@ -133,6 +134,8 @@ def _private_namespace() -> dict[str, dict]:
             return rebuilt_class(value)
         elif kind in (list, dict, set):
             result = kind(value)
+        elif kind is types.MappingProxyType:  # a read-only table: its values the copies'
+            result = types.MappingProxyType({key: convert(item) for key, item in value.items()})
         memo[id(value)] = result
         return result
 

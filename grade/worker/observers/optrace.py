@@ -31,6 +31,12 @@ _COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_a
                        "copy", "lift_fresh_copy"})
 
 
+# Dynamo's frame hook, bound at import (a builtin: nothing looked up in ``torch._dynamo``'s
+# modules, whose names a submission could rebind); None on a torch without it
+_SET_EVAL_FRAME = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None),
+                          "set_eval_frame", None)
+
+
 class _OpTrace(TorchDispatchMode):
     def __init__(self, watched: list | None = None):
         super().__init__()
@@ -94,7 +100,20 @@ class _OpTrace(TorchDispatchMode):
                 args[inner].dim() >= 1 and args[inner].shape[-1] <= 1:
             self.thin_gemms.append(str(func))
 
-    def __torch_dispatch__(self, func, types_, args=(), kwargs=None, *, _copy_ops=_COPY_OPS):
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None, *,
+                           _eval_frame=_SET_EVAL_FRAME):
+        """Each op traced with Dynamo's frame hook off (as torch's own wrapper, which the
+        private copy does without, would): a forward that runs a ``torch.compile``d function
+        would otherwise have Dynamo compile this method's frame with the submission's backend,
+        its code run here while the op's mode is popped, untraced."""
+        prior = _eval_frame(None) if _eval_frame is not None else None
+        try:
+            return self._traced(func, args, kwargs)
+        finally:
+            if _eval_frame is not None:
+                _eval_frame(prior)
+
+    def _traced(self, func, args, kwargs, *, _copy_ops=_COPY_OPS):
         name = str(func)
         self.ops.append(name)
         if self.watched and "_local_scalar_dense" in name and args and \
@@ -160,7 +179,8 @@ def _written_arguments(func, args, kwargs: dict) -> list:
 
 
 # TorchDispatchMode wraps __torch_dispatch__ in a lazy torch._dynamo.disable, whose first call
-# imports torch._dynamo (seconds per worker). Nothing here runs under Dynamo: call it directly.
+# imports torch._dynamo (seconds per worker). The method turns Dynamo's frame hook off itself:
+# call it directly.
 _inner = getattr(_OpTrace.__dict__["__torch_dispatch__"], "__wrapped__", None)
 if _inner is not None:
     _inner.__dynamo_disable = _inner
