@@ -2028,7 +2028,6 @@ def test_the_private_op_trace_dispatches_through_its_own_copy(monkeypatch):
     ``torch.compile``d function run under it does not have the dispatch frame compiled by the
     submission's backend, whose code would run there untraced (review of the change)."""
     import torch
-
     from kernelmill.grade.worker.guards.private import _private_namespace
     from kernelmill.grade.worker.observers import optrace
 
@@ -2072,7 +2071,6 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     import types
 
     import torch
-
     from kernelmill.grade.worker.guards.private import _private_namespace
     from kernelmill.validate import late_read
     from kernelmill.validate.tensor_slots import write_part
