@@ -2112,6 +2112,70 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     assert torch.equal(back["inputs"][0], x) and back["inputs"][1] == 3 and not called
 
 
+def test_nothing_the_private_namespace_holds_leads_back_to_a_public_copied_module():
+    """The family of the two tests above, walked whole: from every name of every private copy,
+    through functions' defaults, closure cells and wrapped functions, methods, properties,
+    partials, classes' members and bases, containers and read-only tables, nothing reached is a
+    function reading a public copied module's globals, a class defined there, or the public
+    module itself (any of them a place where a submission's rebinding would be called)."""
+    import functools
+    import sys
+    import types
+
+    from kernelmill.grade.worker.guards.private import _private_namespace
+
+    copies = _private_namespace()
+    public_spaces = {id(vars(sys.modules[name])) for name in copies}
+    public_classes = {id(value) for name in copies for value in vars(sys.modules[name]).values()
+                      if isinstance(value, type) and value.__module__ == name}
+    found, seen = [], set()
+
+    def walk(value, path, depth=0):
+        if id(value) in seen or depth > 12:
+            return
+        seen.add(id(value))
+        kind = type(value)
+        if kind is types.ModuleType:
+            if value.__name__ in copies and vars(value) is not copies[value.__name__]:
+                found.append(path)
+            return
+        if id(value) in public_classes or kind is types.FunctionType and \
+                id(value.__globals__) in public_spaces:
+            found.append(path)
+            return
+        inner = []
+        if kind is types.FunctionType:
+            inner = [*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
+                     getattr(value, "__wrapped__", None), *vars(value).values()]
+            for cell in value.__closure__ or ():
+                try:
+                    inner.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+        elif kind in (staticmethod, classmethod, types.MethodType):
+            inner = [value.__func__]
+        elif kind is property:
+            inner = [value.fget, value.fset, value.fdel]
+        elif kind is functools.partial:
+            inner = [value.func, *value.args, *value.keywords.values()]
+        elif kind in (list, tuple, set, frozenset):
+            inner = list(value)
+        elif kind in (dict, types.MappingProxyType):
+            inner = [*value.keys(), *value.values()]
+        elif isinstance(value, type) and value.__module__ in copies:
+            inner = [v for k, v in vars(value).items() if k not in ("__dict__", "__weakref__")]
+            inner += list(value.__bases__)
+        for item in inner:
+            if item is not None:
+                walk(item, path, depth + 1)
+
+    for name, space in copies.items():
+        for key, value in space.items():
+            if key != "__builtins__":
+                walk(value, f"{name}.{key}")
+    assert not found, found
+
+
 def test_the_private_timer_gates_only_behind_its_own_gate(monkeypatch):
     """The unseen check's replays wait behind a stream gate (``validate.stream_gate``) whose
     closing and opening run between the new inputs' load and the timed span: code of a
