@@ -2112,13 +2112,46 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     assert torch.equal(back["inputs"][0], x) and back["inputs"][1] == 3 and not called
 
 
+def _held_within(value, copied) -> list:
+    """What a value of the private namespace leads to (``copied``: the copied modules' names):
+    a function's defaults, closure cells, wrapped function and attributes, a method's or
+    property's functions, a partial's parts, a container's items, a copied class's members and
+    bases."""
+    import functools
+    import types
+
+    kind = type(value)
+    if kind is types.FunctionType:
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        return [*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
+                getattr(value, "__wrapped__", None), *vars(value).values(), *cells]
+    if kind in (staticmethod, classmethod, types.MethodType):
+        return [value.__func__]
+    if kind is property:
+        return [value.fget, value.fset, value.fdel]
+    if kind is functools.partial:
+        return [value.func, *value.args, *value.keywords.values()]
+    if kind in (list, tuple, set, frozenset):
+        return list(value)
+    if kind in (dict, types.MappingProxyType):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, type) and value.__module__ in copied:
+        members = [v for k, v in vars(value).items() if k not in ("__dict__", "__weakref__")]
+        return members + list(value.__bases__)
+    return []
+
+
 def test_nothing_the_private_namespace_holds_leads_back_to_a_public_copied_module():
     """The family of the two tests above, walked whole: from every name of every private copy,
     through functions' defaults, closure cells and wrapped functions, methods, properties,
     partials, classes' members and bases, containers and read-only tables, nothing reached is a
     function reading a public copied module's globals, a class defined there, or the public
     module itself (any of them a place where a submission's rebinding would be called)."""
-    import functools
     import sys
     import types
 
@@ -2126,53 +2159,22 @@ def test_nothing_the_private_namespace_holds_leads_back_to_a_public_copied_modul
 
     copies = _private_namespace()
     public_spaces = {id(vars(sys.modules[name])) for name in copies}
-    public_classes = {id(value) for name in copies for value in vars(sys.modules[name]).values()
-                      if isinstance(value, type) and value.__module__ == name}
+    public = {id(sys.modules[name]) for name in copies} | {
+        id(value) for name in copies for value in vars(sys.modules[name]).values()
+        if isinstance(value, type) and value.__module__ == name}
     found, seen = [], set()
-
-    def walk(value, path, depth=0):
-        if id(value) in seen or depth > 12:
-            return
+    stack = [(value, f"{name}.{key}", 0) for name, space in copies.items()
+             for key, value in space.items() if key != "__builtins__"]
+    while stack:
+        value, path, depth = stack.pop()
+        if value is None or id(value) in seen or depth > 12:
+            continue
         seen.add(id(value))
-        kind = type(value)
-        if kind is types.ModuleType:
-            if value.__name__ in copies and vars(value) is not copies[value.__name__]:
-                found.append(path)
-            return
-        if id(value) in public_classes or kind is types.FunctionType and \
+        if id(value) in public or type(value) is types.FunctionType and \
                 id(value.__globals__) in public_spaces:
             found.append(path)
-            return
-        inner = []
-        if kind is types.FunctionType:
-            inner = [*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
-                     getattr(value, "__wrapped__", None), *vars(value).values()]
-            for cell in value.__closure__ or ():
-                try:
-                    inner.append(cell.cell_contents)
-                except ValueError:  # an empty cell
-                    pass
-        elif kind in (staticmethod, classmethod, types.MethodType):
-            inner = [value.__func__]
-        elif kind is property:
-            inner = [value.fget, value.fset, value.fdel]
-        elif kind is functools.partial:
-            inner = [value.func, *value.args, *value.keywords.values()]
-        elif kind in (list, tuple, set, frozenset):
-            inner = list(value)
-        elif kind in (dict, types.MappingProxyType):
-            inner = [*value.keys(), *value.values()]
-        elif isinstance(value, type) and value.__module__ in copies:
-            inner = [v for k, v in vars(value).items() if k not in ("__dict__", "__weakref__")]
-            inner += list(value.__bases__)
-        for item in inner:
-            if item is not None:
-                walk(item, path, depth + 1)
-
-    for name, space in copies.items():
-        for key, value in space.items():
-            if key != "__builtins__":
-                walk(value, f"{name}.{key}")
+            continue
+        stack.extend((item, path, depth + 1) for item in _held_within(value, copies))
     assert not found, found
 
 
