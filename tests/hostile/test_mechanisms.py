@@ -2066,7 +2066,9 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     the private namespace: the late read's unpickler (``late_read.read_part``'s
     ``_unpickler``), whose ``find_class`` a submission could otherwise replace on the public
     class to run its own code while an unseen trial's part is read. No private function's
-    defaults lead to a function of a public copied module."""
+    defaults lead to a function of a public copied module. The read builds neither the public
+    slot classes nor the names a part commonly holds (a dtype, ``torch.Size``) as
+    ``sys.modules`` has them at the read (``late_read._KNOWN_GLOBALS``)."""
     import os
     import types
 
@@ -2094,10 +2096,11 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     called = []
     monkeypatch.setattr(late_read._PartUnpickler, "find_class",
                         lambda self, module, name: called.append(name))
-    x = torch.randn(16)
+    x, size_value = torch.randn(16), torch.Size([2, 3])
     part = os.memfd_create("kernelmill-late", 0)
     try:
-        size = write_part(part, {"inputs": [x, 3]}, lambda t: iter([t.view(torch.uint8)]))
+        size = write_part(part, {"inputs": [x, 3, size_value, torch.float16]},
+                          lambda t: iter([t.view(torch.uint8)]))
         data = bytearray(os.pread(part, size, 0))
     finally:
         os.close(part)
@@ -2108,8 +2111,13 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     for kind in (tensor_slots.TensorSlot, late_read._LateSlot):
         monkeypatch.setattr(kind, "__new__", staticmethod(
             lambda cls, *args: called.append(cls.__name__) or tuple.__new__(cls, *args)))
+    # nor the names a part commonly holds as ``sys.modules`` has them now
+    monkeypatch.setattr(torch, "Size", lambda *args: called.append("Size"))
+    monkeypatch.setattr(torch, "float16", "a submission's object")
     back = copies[late_read.__name__]["read_part"](memoryview(data), size)
-    assert torch.equal(back["inputs"][0], x) and back["inputs"][1] == 3 and not called
+    assert torch.equal(back["inputs"][0], x) and back["inputs"][1:] == [3, size_value,
+                                                                       x.half().dtype]
+    assert not called
 
 
 def _held_within(value, copied) -> list:
