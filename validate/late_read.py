@@ -145,29 +145,26 @@ class _LateShownSlot(_LateSlot):
     __slots__ = ()
 
 
-# The other names a part's structure holds besides its slots, bound at import: torch's dtypes
-# (a trial's non-tensor inputs may name one), ``torch.Size``, ``torch.device`` and the builtins
-# pickle names by their module (a complex number, a slice, a range)
-_KNOWN_GLOBALS = types.MappingProxyType({
-    **{("torch", name): value for name, value in vars(torch).items()
-       if type(value) is torch.dtype},
+# The names a part's structure holds, bound at import: its slots (as this module's classes),
+# torch's dtypes (a trial's non-tensor inputs may name one), ``torch.Size``, ``torch.device``
+# and the builtins pickle names by their module (a complex number, a slice, a range)
+_PART_GLOBALS = types.MappingProxyType({
+    (TensorSlot.__module__, "TensorSlot"): _LateSlot,
+    (ShownSlot.__module__, "ShownSlot"): _LateShownSlot,
+    **{("torch", name): value for name, value in _DTYPES.items()},
     ("torch", "Size"): torch.Size, ("torch", "device"): torch.device,
     **{("builtins", kind.__name__): kind for kind in (complex, slice, range, bytearray)}})
 
 
 class _PartUnpickler(pickle.Unpickler):
-    """A part's structure unpickled with its slot classes bound here, and the other names it
-    commonly holds (``_KNOWN_GLOBALS``) as bound at import, never found by name in
-    ``sys.modules`` (where a submission could have put a class or function of its own, whose
-    code would run while the part is mapped); any other name as ``pickle`` finds it."""
+    """A part's structure unpickled with the names it commonly holds (``_PART_GLOBALS``) as
+    bound at import, never found by name in ``sys.modules`` (where a submission could have put
+    a class or function of its own, whose code would run while the part is mapped); any other
+    name as ``pickle`` finds it."""
 
-    def find_class(self, module, name, *, _slots=types.MappingProxyType({
-            (TensorSlot.__module__, "TensorSlot"): _LateSlot,
-            (ShownSlot.__module__, "ShownSlot"): _LateShownSlot}),
-            _known=_KNOWN_GLOBALS, _find=pickle.Unpickler.find_class):
-        found = _slots.get((module, name))
-        if found is None:
-            found = _known.get((module, name))
+    def find_class(self, module, name, *, _known=_PART_GLOBALS,
+                   _find=pickle.Unpickler.find_class):
+        found = _known.get((module, name))
         return found if found is not None else _find(self, module, name)
 
 

@@ -2068,7 +2068,7 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     class to run its own code while an unseen trial's part is read. No private function's
     defaults lead to a function of a public copied module. The read builds neither the public
     slot classes nor the names a part commonly holds (a dtype, ``torch.Size``) as
-    ``sys.modules`` has them at the read (``late_read._KNOWN_GLOBALS``)."""
+    ``sys.modules`` has them at the read (``late_read._PART_GLOBALS``)."""
     import os
     import types
 
