@@ -20,7 +20,9 @@ from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _replaced,
     _seal_bits,
     _sealed_size,
+    file_part_structure,
     part_bytes,
+    part_names,
     passed_on,
     plain_cpu_tensor,
     pwrite_range,
@@ -179,13 +181,14 @@ class _LateFile:
     sealed against writes and resizing before it is passed (the worker maps it, privately). A
     part is laid out as ``tensor_slots.write_part`` writes it (its tensors, then its structure).
     A part given as a ``LatePart`` (a trusted run wrote it in its own sealed file) is passed on
-    as it is, never copied. ``table``: each part's (offset, size) in its file, for the worker;
+    as it is, never copied. ``table``: each part's (offset, size, names) in its file, for the
+    worker (``names``: the globals its structure's unpickling looks up, ``part_names``);
     ``fd``: the worker's end of the socket."""
 
     def __init__(self, parts: list, ahead: bool = True, pair: socket.socket | None = None):
         import torch
 
-        self.table: list[tuple[int, int]] = []
+        self.table: list[tuple[int, int, tuple]] = []
         self._parts: list[tuple[bytes, list]] = []
         made: list[int | None] = []  # a trusted run's part file, passed on as it is
         for part in parts:
@@ -195,17 +198,25 @@ class _LateFile:
                         if fd is not None:
                             os.close(fd)
                     raise ValueError("a late part whose file was closed before its run")
+                try:
+                    names = part_names(file_part_structure(part.fd, part.size))
+                except BaseException:
+                    for fd in made:
+                        if fd is not None:
+                            os.close(fd)
+                    raise
                 made.append(os.dup(part.fd))
                 self._parts.append((b"", []))
-                self.table.append((0, part.size))
+                self.table.append((0, part.size, names))
                 continue
             moved, chunks, size = slotted(
                 part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
                 else None)
-            tail = part_bytes(pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL))
+            structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
+            tail = part_bytes(structure)
             self._parts.append((tail, [*chunks, (size, tail)]))
             made.append(None)
-            self.table.append((0, size + len(tail)))
+            self.table.append((0, size + len(tail), part_names(structure)))
         if pair is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.fd = theirs.detach()  # passed to the worker, then closed here

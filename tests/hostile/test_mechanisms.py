@@ -2120,6 +2120,54 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     assert not called
 
 
+def test_a_late_part_finds_every_name_it_holds_as_bound_before_the_import(monkeypatch):
+    """A late part whose structure holds a global outside the late read's own table (here a
+    NumPy array's: its reconstructor and ``numpy.dtype``) is read with the
+    objects the worker found for the names its late table lists (``tensor_slots.part_names``,
+    read by the grader from the part's file) before the candidate's import
+    (``late_read.bound_names``), never with what ``sys.modules`` holds at the read, where a
+    submission may have rebound them to see the trial. A name the table does not list is
+    refused, not looked up."""
+    import types
+
+    import numpy
+    import torch
+    from kernelmill.grade.worker.guards.private import _private_namespace
+    from kernelmill.validate import late_read
+    from kernelmill.validate.payload_files import _LateFile
+    from kernelmill.validate.tensor_slots import file_part_structure, part_names, write_part
+
+    values = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
+    trial = {"inputs": [torch.ones(4), values]}
+    part = os.memfd_create("kernelmill-late", 0)
+    try:
+        size = write_part(part, trial, lambda t: iter([t.view(torch.uint8)]))
+        names = part_names(file_part_structure(part, size))  # the grader's reading
+        data = bytearray(os.pread(part, size, 0))
+    finally:
+        os.close(part)
+    outside = [pair for pair in names if pair not in late_read._PART_GLOBALS]
+    assert ("numpy", "dtype") in outside, names  # and NumPy's reconstructor
+    late = _LateFile([trial], ahead=False)  # a part the grader writes names the same
+    try:
+        assert late.table[0][2] == names
+    finally:
+        late.close()
+    reading = _private_namespace()[late_read.__name__]
+    bound = reading["bound_names"](((0, size, names),))  # before the candidate's import
+    called = []
+    # the submission's import: every name the part holds, rebound where pickle finds it
+    for module, name in outside:
+        monkeypatch.setattr(sys.modules[module], name,
+                            lambda *args, name=name: called.append(name))
+    back = reading["read_part"](memoryview(data), size, bound)
+    assert torch.equal(back["inputs"][0], torch.ones(4))
+    assert numpy.array_equal(back["inputs"][1], values) and not called
+    with pytest.raises(RuntimeError, match="late table does not"):  # a name not listed
+        reading["read_part"](memoryview(data), size, types.MappingProxyType({}))
+    assert not called
+
+
 def _held_within(value, copied) -> list:
     """What a value of the private namespace leads to (``copied``: the copied modules' names):
     a function's defaults, closure cells, wrapped function and attributes, a method's or
