@@ -51,37 +51,12 @@ _DTYPES = types.MappingProxyType({str(value)[6:]: value for value in vars(torch)
 
 def bind(*, _tuple=tuple, _fstat=os.fstat, _dict=dict) -> None:
     """Take the run's late-part state from the harness worker: call it in the private copy,
-    before the candidate's import (what the list held before is replaced, never shared). The
-    names the parts' structures look up (each table entry's third item, ``tensor_slots.
-    part_names``) are found now, while no submission has run (``bound_names``)."""
+    before the candidate's import (what the list held before is replaced, never shared)."""
     late = _harness._late
     fd = late.get("fd")
-    table = _tuple(_tuple(entry) for entry in late.get("table") or ())
     _BOUND[:] = [_dict(fd=fd, inode=None if fd is None else _tuple(_fstat(fd)[1:3]),
-                       table=table, names=bound_names(table),
+                       table=_tuple(_tuple(entry) for entry in late.get("table") or ()),
                        receive=_harness._control, report=_harness.report)]
-
-
-def bound_names(table: tuple, *, _find=pickle.Unpickler.find_class,
-                _unpickler=pickle.Unpickler, _file=io.BytesIO, _len=len, _tuple=tuple,
-                _str=str, _type=type, _proxy=types.MappingProxyType,
-                _exception=Exception) -> types.MappingProxyType:
-    """The objects the names in the late table's entries (``(offset, size, names)``) stand
-    for, found as ``pickle`` finds them: call it before any submission runs. A name not found
-    now is left out, and a part that names it is refused when it is read."""
-    found: dict = {}
-    finder = _unpickler(_file(b""))
-    for entry in table:
-        for pair in (entry[2] if _len(entry) > 2 else ()):
-            pair = _tuple(pair)
-            if _len(pair) != 2 or not all(_type(part) is _str for part in pair) or \
-                    pair in found:
-                continue
-            try:
-                found[pair] = _find(finder, *pair)
-            except _exception:
-                continue
-    return _proxy(found)
 
 
 def late_payload(index: int, *, _mask=signal.pthread_sigmask, _block=signal.SIG_BLOCK,
@@ -129,7 +104,7 @@ def _received(index: int, bound: dict, receive, fd: int, table: tuple, *, _recv_
         for got in fds:
             _close(got)
         raise _error(f"the parent did not hand over late part {index}")
-    offset, size = table[index][:2]
+    offset, size = table[index]
     # mapped, not read: its tensors lie over the file's pages (private, copy-on-write), so a
     # part of 128 MB costs no copy and no fresh pages inside the timing window (a read into a
     # new buffer took about 0.1 s there, per part and member)
@@ -137,7 +112,7 @@ def _received(index: int, bound: dict, receive, fd: int, table: tuple, *, _recv_
         data = map_part(fds[0], offset, size)
     finally:
         _close(fds[0])
-    return read_part(data, size, bound["names"])
+    return read_part(data, size)
 
 
 def map_part(fd: int, offset: int, size: int, *, _mmap=mmap.mmap, _fstat=os.fstat,
@@ -170,9 +145,11 @@ class _LateShownSlot(_LateSlot):
     __slots__ = ()
 
 
-# The names a part's structure holds, bound at import: its slots (as this module's classes),
-# torch's dtypes (a trial's non-tensor inputs may name one), ``torch.Size``, ``torch.device``
-# and the builtins pickle names by their module (a complex number, a slice, a range)
+# The names a part's structure may hold, bound at import: its slots (as this module's
+# classes), torch's dtypes (a trial's non-tensor inputs may name one), ``torch.Size``,
+# ``torch.device`` and the builtins pickle names by their module (a complex number, a slice, a
+# range). Each is a type built in C (or a slot class of this module's): building one runs no
+# code a submission can reach.
 _PART_GLOBALS = types.MappingProxyType({
     (TensorSlot.__module__, "TensorSlot"): _LateSlot,
     (ShownSlot.__module__, "ShownSlot"): _LateShownSlot,
@@ -182,33 +159,29 @@ _PART_GLOBALS = types.MappingProxyType({
 
 
 class _PartUnpickler(pickle.Unpickler):
-    """A part's structure unpickled with the names it commonly holds (``_PART_GLOBALS``) as
-    bound at import, and any other as ``bind`` found it before the candidate's import
-    (``names``, the late table's, ``bound_names``): never found by name in ``sys.modules``
-    (where a submission could have put a class or function of its own, whose code would run
-    while the part is mapped). A name found in neither is refused."""
-
-    names: types.MappingProxyType = types.MappingProxyType({})
+    """A part's structure unpickled with the names a part may hold (``_PART_GLOBALS``) as
+    bound at import, never found by name in ``sys.modules`` (where a submission could have put
+    a class or function of its own, whose code would run while the part is mapped). Any other
+    name is refused: a function found by a name bound ahead would still read its own module's
+    names when called, which a submission may have rebound (``tensor_slots.part_fault``, the
+    grader's own check of each part before it hands one over, refuses such a part first)."""
 
     def find_class(self, module, name, *, _known=_PART_GLOBALS,
                    _error=pickle.UnpicklingError):
         found = _known.get((module, name))
         if found is None:
-            found = self.names.get((module, name))
-        if found is None:
-            raise _error(f"it names {module}.{name}, which its run's late table does not")
+            raise _error(f"it names {module}.{name}, which a late part may not hold")
         return found
 
 
-def read_part(data, size: int, names=None, *, _unpickler=_PartUnpickler, _file=io.BytesIO,
-              _bytes=bytes, _int=int, _replace=_replaced, _type=type, _slot=_LateSlot,
+def read_part(data, size: int, *, _unpickler=_PartUnpickler, _file=io.BytesIO, _bytes=bytes,
+              _int=int, _replace=_replaced, _type=type, _slot=_LateSlot,
               _frombuffer=torch.frombuffer, _view=torch.Tensor.view, _uint8=torch.uint8,
               _dtypes=_DTYPES,
               _tuple=tuple, _error=RuntimeError, _exception=Exception):
     """The structure of the late part in ``data`` (``size`` bytes) with its tensors over
     ``data`` (``tensor_slots.write_part`` wrote it), each slot a storage of its own;
-    ``RuntimeError`` for a part that does not hold one, or that names a global outside
-    ``_PART_GLOBALS`` and ``names`` (``bound_names``)."""
+    ``RuntimeError`` for a part that does not hold one."""
     if size < PART_TRAILER:
         raise _error(f"a late part of {size} bytes holds no structure")
     length = _int.from_bytes(data[size - PART_TRAILER:size], "little")
@@ -216,10 +189,7 @@ def read_part(data, size: int, names=None, *, _unpickler=_PartUnpickler, _file=i
         raise _error(f"a late part is malformed ({length} of {size} bytes)")
     at = size - PART_TRAILER - length
     try:
-        unpickler = _unpickler(_file(_bytes(data[at:at + length])))
-        if names is not None:
-            unpickler.names = names
-        structure = unpickler.load()
+        structure = _unpickler(_file(_bytes(data[at:at + length]))).load()
     except _exception as exc:  # said as what it is
         raise _error(f"a late part's structure does not load: {exc}") from None
     made: dict = {}

@@ -22,7 +22,7 @@ from .tensor_slots import (  # noqa: F401 (_SEALS, TensorSlot: re-exported)
     _sealed_size,
     file_part_structure,
     part_bytes,
-    part_names,
+    part_fault,
     passed_on,
     plain_cpu_tensor,
     pwrite_range,
@@ -110,6 +110,7 @@ class LatePart(HeldFile):
     def __init__(self, fd: int, size: int):
         super().__init__(fd)
         self.size = size
+        self.checked = False  # its structure found fit to hand over (``_LateFile``)
 
     def __repr__(self) -> str:
         return f"LatePart({self.size} bytes)"
@@ -161,6 +162,16 @@ class LateRefused(RuntimeError):
     """A late part the worker's own conduct kept from it (``_LateFile.release``)."""
 
 
+def _refuse_fault(structure: bytes) -> None:
+    """``SlotError`` for a late part's structure the candidate's worker would refuse to read
+    (``tensor_slots.part_fault`` against ``late_read._PART_GLOBALS``)."""
+    from .late_read import _PART_GLOBALS
+
+    fault = part_fault(structure, _PART_GLOBALS)
+    if fault is not None:
+        raise SlotError(f"an unseen trial cannot be handed to the candidate: {fault}")
+
+
 class _LateFile:
     """Data a worker may not hold before it uses it, in parts: each part copied into a memory
     file of its own, sealed, and handed to the worker (its descriptor, over a socket the worker
@@ -181,42 +192,43 @@ class _LateFile:
     sealed against writes and resizing before it is passed (the worker maps it, privately). A
     part is laid out as ``tensor_slots.write_part`` writes it (its tensors, then its structure).
     A part given as a ``LatePart`` (a trusted run wrote it in its own sealed file) is passed on
-    as it is, never copied. ``table``: each part's (offset, size, names) in its file, for the
-    worker (``names``: the globals its structure's unpickling looks up, ``part_names``);
-    ``fd``: the worker's end of the socket."""
+    as it is, never copied. A part whose structure holds what the worker's reading refuses
+    (``tensor_slots.part_fault``) is refused here first (``SlotError``), before the worker
+    starts. ``table``: each part's (offset, size) in its file, for the worker; ``fd``: the
+    worker's end of the socket."""
 
     def __init__(self, parts: list, ahead: bool = True, pair: socket.socket | None = None):
         import torch
 
-        self.table: list[tuple[int, int, tuple]] = []
+        self.table: list[tuple[int, int]] = []
         self._parts: list[tuple[bytes, list]] = []
         made: list[int | None] = []  # a trusted run's part file, passed on as it is
-        for part in parts:
-            if type(part) is LatePart:
-                if part.fd is None:  # the grader's own slip, said before the worker starts
-                    for fd in made:
-                        if fd is not None:
-                            os.close(fd)
-                    raise ValueError("a late part whose file was closed before its run")
-                try:
-                    names = part_names(file_part_structure(part.fd, part.size))
-                except BaseException:
-                    for fd in made:
-                        if fd is not None:
-                            os.close(fd)
-                    raise
-                made.append(os.dup(part.fd))
-                self._parts.append((b"", []))
-                self.table.append((0, part.size, names))
-                continue
-            moved, chunks, size = slotted(
-                part, lambda v: v.detach().to("cpu").contiguous() if type(v) is torch.Tensor
-                else None)
-            structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
-            tail = part_bytes(structure)
-            self._parts.append((tail, [*chunks, (size, tail)]))
-            made.append(None)
-            self.table.append((0, size + len(tail), part_names(structure)))
+        try:  # a part refused closes what was taken before it
+            for part in parts:
+                if type(part) is LatePart:
+                    if part.fd is None:  # the grader's own slip, said before the worker starts
+                        raise ValueError("a late part whose file was closed before its run")
+                    if not part.checked:  # once a part: sealed, and handed to each member
+                        _refuse_fault(file_part_structure(part.fd, part.size))
+                        part.checked = True
+                    made.append(os.dup(part.fd))
+                    self._parts.append((b"", []))
+                    self.table.append((0, part.size))
+                    continue
+                moved, chunks, size = slotted(
+                    part, lambda v: v.detach().to("cpu").contiguous()
+                    if type(v) is torch.Tensor else None)
+                structure = pickle.dumps(moved, protocol=pickle.HIGHEST_PROTOCOL)
+                _refuse_fault(structure)
+                tail = part_bytes(structure)
+                self._parts.append((tail, [*chunks, (size, tail)]))
+                made.append(None)
+                self.table.append((0, size + len(tail)))
+        except BaseException:
+            for fd in made:
+                if fd is not None:
+                    os.close(fd)
+            raise
         if pair is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.fd = theirs.detach()  # passed to the worker, then closed here

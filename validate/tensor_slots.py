@@ -283,46 +283,47 @@ def file_part_structure(fd: int, size: int) -> bytes:
     return os.pread(fd, length, size - PART_TRAILER - length)
 
 
-class _Unresolved:
-    """What ``part_names`` builds for a name this process cannot find: it takes any
-    construction and state (its name is recorded all the same)."""
-
-    def __new__(cls, *args, **kwargs):
-        return object.__new__(cls)
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        pass
+# pickle opcodes a part's structure may not hold: each looks an object up where a submission
+# could have put its own in the worker (``copyreg``'s extension cache and registry, a
+# persistent-id hook), with no name for ``late_read`` to refuse
+_PART_OPCODES_REFUSED = frozenset({"EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "INST", "OBJ"})
 
 
-def part_names(structure: bytes) -> tuple[tuple[str, str], ...]:
-    """The globals, as ``(module, name)`` in the order they are first asked for, that
-    unpickling a part's structure (its pickle, as ``write_part`` or the grader made it) looks
-    up: read by unpickling it here with a recorder, in the grader, which made the part or took
-    it from a trusted run. The worker that reads the part binds exactly these before any
-    submission runs (``late_read.bind``), so its reading finds nothing by name then. A name
-    this process cannot find is recorded and stood in for (the worker may find it)."""
+def part_fault(structure: bytes, allowed) -> str | None:
+    """Why a late part's structure (its pickle) cannot be handed to a candidate's worker, or
+    None: an opcode ``_PART_OPCODES_REFUSED`` names, or a global outside ``allowed`` (a mapping
+    keyed by ``(module, name)``: ``late_read._PART_GLOBALS``, all the worker's reading knows).
+    Read by unpickling it here with only ``allowed``'s objects, so no other code runs in the
+    grader, whoever wrote the part."""
     import io
     import pickle
-
-    names: list[tuple[str, str]] = []
-
-    class Recorder(pickle.Unpickler):
-        def find_class(self, module, name):
-            if (module, name) not in names:
-                names.append((module, name))
-            try:
-                return super().find_class(module, name)
-            except (ImportError, AttributeError):
-                return _Unresolved
+    import pickletools
 
     try:
-        Recorder(io.BytesIO(structure)).load()
+        refused = sorted({op.name for op, _arg, _pos in pickletools.genops(structure)} &
+                         _PART_OPCODES_REFUSED)
     except Exception as exc:  # noqa: BLE001 — said as what it is
-        raise SlotError(f"a late part's structure does not load here: {exc}") from None
-    return tuple(names)
+        return f"its structure is not a pickle ({exc})"
+    if refused:
+        return f"its structure uses the pickle opcodes {refused}"
+
+    class Allowed(pickle.Unpickler):
+        def find_class(self, module, name):
+            found = allowed.get((module, name))
+            if found is None:
+                raise pickle.UnpicklingError(
+                    f"an unseen trial holds {module}.{name}; a trial's inputs may hold "
+                    "tensors, numbers, strings, dtypes, sizes and devices, in lists, tuples "
+                    "and dicts")
+            return found
+
+    try:
+        Allowed(io.BytesIO(structure)).load()
+    except pickle.UnpicklingError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 — said as what it is
+        return f"its structure does not load ({type(exc).__name__}: {exc})"
+    return None
 
 
 def write_part(fd: int, value, look, write=None) -> int:

@@ -176,8 +176,9 @@ def test_slices_kept_in_step_with_the_captures_are_caught_against_the_one_call_c
         "SIZE = 256", "SIZE = 2048")
     honest = (FIXTURES / "honest" / "matmul_fp16.py").read_text()
     attack = (Path(__file__).parents[1] / "hostile" / f"{case}.py").read_text()
+    # (``single_warm`` is on by default: the first arm turns it off)
     grader = Grader("cuda", policy=Policy(timeout_s=150, static_first=False, timing_settings={
-        "single_warm": True} if warm else {}), cache_root=str(tmp_path))
+        "single_warm": warm}), cache_root=str(tmp_path))
     alone = grader.grade(reference, attack)
     verdicts = grader.grade_group(reference, [honest] * 2 + [attack] * 2)
     for verdict in verdicts[:2]:

@@ -2120,14 +2120,19 @@ def test_the_private_copies_defaults_are_the_copies_too(monkeypatch):
     assert not called
 
 
-def test_a_late_part_finds_every_name_it_holds_as_bound_before_the_import(monkeypatch):
-    """A late part whose structure holds a global outside the late read's own table (here a
-    NumPy array's: its reconstructor and ``numpy.dtype``) is read with the
-    objects the worker found for the names its late table lists (``tensor_slots.part_names``,
-    read by the grader from the part's file) before the candidate's import
-    (``late_read.bound_names``), never with what ``sys.modules`` holds at the read, where a
-    submission may have rebound them to see the trial. A name the table does not list is
-    refused, not looked up."""
+def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeypatch):
+    """The late read builds only the names of its own table (``late_read._PART_GLOBALS``:
+    slots, dtypes, ``torch.Size``, ``torch.device``, a few builtins, each built in C or a class
+    of its own): a part that names anything else (a NumPy array's reconstructor, whose
+    function reads its own module's names when called, where a submission may have rebound
+    them to see the trial) is refused by the worker without a lookup, and first by the grader
+    (``tensor_slots.part_fault``), which checks every part it hands over with an unpickler
+    that knows only that table, so a part that names ``os.system`` runs nothing in the
+    grader either; the pickle opcodes that look objects up with no name (``copyreg``'s
+    extension cache) are refused too."""
+    import copyreg
+    import pickle
+    import posix
     import types
 
     import numpy
@@ -2135,37 +2140,65 @@ def test_a_late_part_finds_every_name_it_holds_as_bound_before_the_import(monkey
     from kernelmill.grade.worker.guards.private import _private_namespace
     from kernelmill.validate import late_read
     from kernelmill.validate.payload_files import _LateFile
-    from kernelmill.validate.tensor_slots import file_part_structure, part_names, write_part
+    from kernelmill.validate.tensor_slots import (
+        PART_TRAILER,
+        SlotError,
+        file_part_structure,
+        part_fault,
+        write_part,
+    )
 
+    # a structure that names ``os.system``, made before it is rebound to tell whether it ran
+    evil = pickle.dumps(_Reduces(posix.system, ("true",)))
+    ran = []
+    monkeypatch.setattr(posix, "system", lambda *args: ran.append(("system", args)))
     values = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
-    trial = {"inputs": [torch.ones(4), values]}
+    fine = {"inputs": [torch.ones(4), 3, 0.5, "x", None, torch.Size([2, 3]), torch.float16,
+                       torch.device("cpu"), (1, [2.0]), {"k": torch.zeros(2)}, complex(1, 2),
+                       slice(1, 3), range(4)]}
+    late = _LateFile([fine], ahead=False)  # everything a trial's inputs commonly hold
+    late.close()
+    for held, why in ((values, "numpy"), (types.SimpleNamespace(a=1), "types.SimpleNamespace")):
+        with pytest.raises(SlotError, match=why):
+            _LateFile([{"inputs": [torch.ones(4), held]}], ahead=False)
+    # a trusted run's part file, read off the file (the structure's pickle) as it is handed on
     part = os.memfd_create("kernelmill-late", 0)
     try:
-        size = write_part(part, trial, lambda t: iter([t.view(torch.uint8)]))
-        names = part_names(file_part_structure(part, size))  # the grader's reading
+        size = write_part(part, {"inputs": [torch.ones(4), values]},
+                          lambda t: iter([t.view(torch.uint8)]))
+        structure = file_part_structure(part, size)
         data = bytearray(os.pread(part, size, 0))
     finally:
         os.close(part)
-    outside = [pair for pair in names if pair not in late_read._PART_GLOBALS]
-    assert ("numpy", "dtype") in outside, names  # and NumPy's reconstructor
-    late = _LateFile([trial], ahead=False)  # a part the grader writes names the same
-    try:
-        assert late.table[0][2] == names
-    finally:
-        late.close()
+    assert "numpy" in part_fault(structure, late_read._PART_GLOBALS)
+    # nothing of the structure that names ``os.system`` runs in the grader
+    assert "posix.system" in part_fault(evil, late_read._PART_GLOBALS) and not ran
+    # an extension code, which the worker's C unpickler would look up in a cache a submission
+    # can fill, is refused by its opcode
+    monkeypatch.setitem(copyreg._extension_registry, (__name__, "_Reduces"), 0x7ffe)
+    monkeypatch.setitem(copyreg._inverted_registry, 0x7ffe, (__name__, "_Reduces"))
+    coded = pickle.dumps(_Reduces, protocol=pickle.HIGHEST_PROTOCOL)
+    assert "EXT" in part_fault(coded, late_read._PART_GLOBALS)
+    # the worker's reading (its private copy) refuses what the grader would have, and looks
+    # nothing up: every name the part holds rebound as a submission's import would
     reading = _private_namespace()[late_read.__name__]
-    bound = reading["bound_names"](((0, size, names),))  # before the candidate's import
     called = []
-    # the submission's import: every name the part holds, rebound where pickle finds it
-    for module, name in outside:
-        monkeypatch.setattr(sys.modules[module], name,
-                            lambda *args, name=name: called.append(name))
-    back = reading["read_part"](memoryview(data), size, bound)
-    assert torch.equal(back["inputs"][0], torch.ones(4))
-    assert numpy.array_equal(back["inputs"][1], values) and not called
-    with pytest.raises(RuntimeError, match="late table does not"):  # a name not listed
-        reading["read_part"](memoryview(data), size, types.MappingProxyType({}))
-    assert not called
+    monkeypatch.setattr(numpy, "dtype", lambda *args: called.append("dtype"))
+    monkeypatch.setattr(numpy._core.numeric, "_frombuffer",
+                        lambda *args: called.append("_frombuffer"))
+    with pytest.raises(RuntimeError, match="may not hold"):
+        reading["read_part"](memoryview(data), size)
+    assert not called and not ran and PART_TRAILER == 8
+
+
+class _Reduces:
+    """Pickles as a call of ``fn`` on ``args`` (a structure naming any function)."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
 
 
 def _held_within(value, copied) -> list:

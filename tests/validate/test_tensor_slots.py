@@ -9,7 +9,7 @@ import socket
 import pytest
 import torch
 from kernelmill.validate.harness import run_in_worker
-from kernelmill.validate.late_read import bound_names, map_part, read_part
+from kernelmill.validate.late_read import map_part, read_part
 from kernelmill.validate.tensor_slots import (
     SlotError,
     TensorSlot,
@@ -433,10 +433,10 @@ def test_late_parts_are_copied_ahead_and_handed_over_one_file_each_when_asked():
         assert seals & 8 and seals & 2 and seals & 4  # no write, shrink or growth
         with pytest.raises(OSError):
             os.write(fds[0], b"x")
-        offset, size, _names = late.table[1]
+        offset, size = late.table[1]
         data = map_part(fds[0], offset, size)
         os.close(fds[0])
-        got = read_part(data, size, bound_names(late.table))
+        got = read_part(data, size)
         assert torch.equal(got["inputs"][0], parts[1]["inputs"][0])
         del got, data  # (the mapping holds a descriptor of its own)
         with pytest.raises(BlockingIOError):  # parts 0 and 2 are still not there
