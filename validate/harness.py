@@ -76,6 +76,7 @@ from .result_channel import (
     _FrameFile,  # noqa: F401
     _Reader,
     _widen_pipe,
+    undecodable,
 )
 from .sandbox import abi_version as landlock_abi
 from .tensor_slots import SealedFile, SlotError, attach_slots, has_slots
@@ -460,7 +461,7 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
             got.tampered = True
             got.error = {"stage": "deliver", "message": f"result tensors not trusted: {exc}"}
         except Exception as exc:  # noqa: BLE001 — an undecodable delivery is a failed run
-            got.error = {"stage": "deliver", "message": f"result not decodable: {exc}"}
+            got.error = {"stage": "deliver", "message": undecodable(exc)}
         delivered.append(got)
         try:
             on_delivered(got)
@@ -581,7 +582,7 @@ def run_in_worker(target: str, payload: dict | DeferredPayload, *, timeout_s: fl
             result.tampered = True
             result.error = {"stage": last_stage, "message": f"result tensors not trusted: {exc}"}
         except Exception as exc:  # noqa: BLE001 — an undecodable result is a failed run
-            result.error = {"stage": last_stage, "message": f"result not decodable: {exc}"}
+            result.error = {"stage": last_stage, "message": undecodable(exc)}
     else:
         detail = _last_error_line(result.stderr_tail)
         message = _describe_exit(proc.returncode)

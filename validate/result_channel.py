@@ -15,6 +15,7 @@ import io
 import json
 import mmap
 import os
+import re
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -253,6 +254,20 @@ def _decode(data) -> dict:
     if not isinstance(value, dict):
         raise TypeError(f"expected a dict, got {type(value).__name__}")
     return value
+
+
+def undecodable(exc: BaseException) -> str:
+    """One line for a result its ``weights_only`` load refused (``_decode``): the global it
+    held, where the refusal names one (torch's message runs to ten lines), else the
+    exception's first line."""
+    text = str(exc)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found:
+        return (f"result not decodable: it holds {found.group(1)}, which a worker's result "
+                "may not (tensors, numbers, strings, dtypes and sizes, in lists, tuples and "
+                "dicts)")
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"result not decodable: {first[:300]}"
 
 
 def _slots_allowed(torch):

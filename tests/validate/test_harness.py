@@ -447,6 +447,19 @@ def test_a_warm_worker_writes_temporary_files_in_its_own_folder():
     assert result.value["path"].startswith(result.value["tmp"] + os.sep)
 
 
+def test_a_result_its_load_refuses_fails_in_one_line_that_names_what_it_held():
+    """A run whose result holds an object a ``weights_only`` load refuses (a NumPy array, as a
+    problem's ``get_inputs`` may return) fails with one line naming the global, not torch's
+    ten-line advice to load untrusted files."""
+    source = ("import numpy\ndef main():\n    return {'inputs': [numpy.ones(3)]}\n")
+    result = run_in_worker("kernelmill.validate.harness:run_source", {"source": source},
+                           timeout_s=60, device="cpu")
+    message = (result.error or {}).get("message") or ""
+    assert not result.ok and "\n" not in message, result.error
+    assert message.startswith("result not decodable: it holds numpy.") and \
+        "_reconstruct" in message, message
+
+
 def test_a_warm_worker_collects_without_copying_what_the_zygote_preloaded():
     """The zygote freezes what its preloads made before it forks: a child's full collection
     leaves the inherited objects' headers, and so their pages, alone (unfrozen, a child with
