@@ -148,14 +148,16 @@ class _LateShownSlot(_LateSlot):
 # The names a part's structure may hold, bound at import: its slots (as this module's
 # classes), torch's dtypes (a trial's non-tensor inputs may name one), ``torch.Size``,
 # ``torch.device`` and the builtins pickle names by their module (a complex number, a slice, a
-# range). Each is a type built in C (or a slot class of this module's): building one runs no
-# code a submission can reach.
+# range; a bytearray has an opcode of its own). Each is a type built in C or a slot class of
+# this module's, whose building calls nothing of a module's names; ``torch.device``'s goes
+# through torch's function-mode stack, and a part is asked for only with no mode pushed
+# (``grade.worker.probes._mode_would_see_new_inputs``).
 _PART_GLOBALS = types.MappingProxyType({
     (TensorSlot.__module__, "TensorSlot"): _LateSlot,
     (ShownSlot.__module__, "ShownSlot"): _LateShownSlot,
     **{("torch", name): value for name, value in _DTYPES.items()},
     ("torch", "Size"): torch.Size, ("torch", "device"): torch.device,
-    **{("builtins", kind.__name__): kind for kind in (complex, slice, range, bytearray)}})
+    **{("builtins", kind.__name__): kind for kind in (complex, slice, range)}})
 
 
 class _PartUnpickler(pickle.Unpickler):

@@ -283,39 +283,52 @@ def file_part_structure(fd: int, size: int) -> bytes:
     return os.pread(fd, length, size - PART_TRAILER - length)
 
 
-# pickle opcodes a part's structure may not hold: each looks an object up where a submission
-# could have put its own in the worker (``copyreg``'s extension cache and registry, a
-# persistent-id hook), with no name for ``late_read`` to refuse
-_PART_OPCODES_REFUSED = frozenset({"EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "INST", "OBJ"})
+# pickle opcodes a part's structure may not hold: EXT* and PERSID look an object up where a
+# submission could have put its own in the worker (``copyreg``'s extension cache and registry,
+# a persistent-id hook), with no name for ``late_read`` to refuse; BUILD sets an object's
+# state or attributes (on a class the read builds, its methods), which no part needs
+_PART_OPCODES_UNNAMED = frozenset({"EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "INST", "OBJ"})
+_PART_OPCODES_REFUSED = _PART_OPCODES_UNNAMED | {"BUILD"}
+# A part's structure is a few slots and numbers: a longer one is refused unread
+PART_STRUCTURE_MAX_BYTES = 16 << 20
 
 
 def part_fault(structure: bytes, allowed) -> str | None:
     """Why a late part's structure (its pickle) cannot be handed to a candidate's worker, or
-    None: an opcode ``_PART_OPCODES_REFUSED`` names, or a global outside ``allowed`` (a mapping
-    keyed by ``(module, name)``: ``late_read._PART_GLOBALS``, all the worker's reading knows).
-    Read by unpickling it here with only ``allowed``'s objects, so no other code runs in the
-    grader, whoever wrote the part."""
+    None: over ``PART_STRUCTURE_MAX_BYTES``, a global outside ``allowed`` (keyed by ``(module,
+    name)``: ``late_read._PART_GLOBALS``, all the worker's reading knows), or an opcode
+    ``_PART_OPCODES_REFUSED`` names. Its names are read with an unpickler that builds a stand-in
+    of its own for each name it knows (one that takes any construction and holds nothing), so
+    no other code runs in the grader, and none of its objects is built (a ``range`` of a
+    billion elements, a size made of one) or changed, whoever wrote the part."""
     import io
     import pickle
     import pickletools
 
+    if len(structure) > PART_STRUCTURE_MAX_BYTES:
+        return f"its structure is {len(structure)} bytes, over {PART_STRUCTURE_MAX_BYTES}"
     try:
-        refused = sorted({op.name for op, _arg, _pos in pickletools.genops(structure)} &
-                         _PART_OPCODES_REFUSED)
+        used = {op.name for op, _arg, _pos in pickletools.genops(structure)}
     except Exception as exc:  # noqa: BLE001 — said as what it is
         return f"its structure is not a pickle ({exc})"
-    if refused:
-        return f"its structure uses the pickle opcodes {refused}"
+    if used & _PART_OPCODES_UNNAMED:  # (these would bypass the names' check below)
+        return f"its structure uses the pickle opcodes {sorted(used & _PART_OPCODES_UNNAMED)}"
+
+    class StandIn:
+        def __new__(cls, *args, **kwargs):
+            return object.__new__(cls)
+
+        def __init__(self, *args, **kwargs):
+            pass
 
     class Allowed(pickle.Unpickler):
         def find_class(self, module, name):
-            found = allowed.get((module, name))
-            if found is None:
+            if (module, name) not in allowed:
                 raise pickle.UnpicklingError(
                     f"an unseen trial holds {module}.{name}; a trial's inputs may hold "
                     "tensors, numbers, strings, dtypes, sizes and devices, in lists, tuples "
                     "and dicts")
-            return found
+            return StandIn
 
     try:
         Allowed(io.BytesIO(structure)).load()
@@ -323,6 +336,8 @@ def part_fault(structure: bytes, allowed) -> str | None:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 — said as what it is
         return f"its structure does not load ({type(exc).__name__}: {exc})"
+    if used & _PART_OPCODES_REFUSED:
+        return f"its structure uses the pickle opcodes {sorted(used & _PART_OPCODES_REFUSED)}"
     return None
 
 

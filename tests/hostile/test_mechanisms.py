@@ -2139,7 +2139,7 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
     import torch
     from kernelmill.grade.worker.guards.private import _private_namespace
     from kernelmill.validate import late_read
-    from kernelmill.validate.payload_files import _LateFile
+    from kernelmill.validate.payload_files import LatePart, _LateFile
     from kernelmill.validate.tensor_slots import (
         PART_TRAILER,
         SlotError,
@@ -2155,9 +2155,10 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
     values = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
     fine = {"inputs": [torch.ones(4), 3, 0.5, "x", None, torch.Size([2, 3]), torch.float16,
                        torch.device("cpu"), (1, [2.0]), {"k": torch.zeros(2)}, complex(1, 2),
-                       slice(1, 3), range(4)]}
+                       slice(1, 3), range(4), bytearray(b"ab"), b"cd"]}
     late = _LateFile([fine], ahead=False)  # everything a trial's inputs commonly hold
     late.close()
+    os.close(late.fd)
     for held, why in ((values, "numpy"), (types.SimpleNamespace(a=1), "types.SimpleNamespace")):
         with pytest.raises(SlotError, match=why):
             _LateFile([{"inputs": [torch.ones(4), held]}], ahead=False)
@@ -2168,11 +2169,27 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
                           lambda t: iter([t.view(torch.uint8)]))
         structure = file_part_structure(part, size)
         data = bytearray(os.pread(part, size, 0))
+        made = LatePart(os.dup(part), size)  # as the grader holds it, handed on as it is
+        with pytest.raises(SlotError, match="numpy"):
+            _LateFile([made], ahead=False)
+        assert not made.checked
+        made.close()
     finally:
         os.close(part)
     assert "numpy" in part_fault(structure, late_read._PART_GLOBALS)
     # nothing of the structure that names ``os.system`` runs in the grader
     assert "posix.system" in part_fault(evil, late_read._PART_GLOBALS) and not ran
+    # a state set on a class the read builds (BUILD on the slot class: its ``__new__`` for
+    # every later part) is refused by its opcode, and the check changes nothing of the
+    # grader's: it builds stand-ins, so a huge ``range`` in a size costs it nothing either
+    build = (b"\x80\x04ckernelmill.validate.tensor_slots\nTensorSlot\n"
+             b"N}\x8c\x03tag\x94K\x01s\x86b.")
+    assert "BUILD" in part_fault(build, late_read._PART_GLOBALS)
+    assert not hasattr(late_read._LateSlot, "tag")
+    huge = pickle.dumps(_Reduces(torch.Size, (range(10 ** 12),)))
+    began = time.perf_counter()
+    assert part_fault(huge, late_read._PART_GLOBALS) is None
+    assert time.perf_counter() - began < 1.0
     # an extension code, which the worker's C unpickler would look up in a cache a submission
     # can fill, is refused by its opcode
     monkeypatch.setitem(copyreg._extension_registry, (__name__, "_Reduces"), 0x7ffe)
