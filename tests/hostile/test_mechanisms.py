@@ -2141,7 +2141,6 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
     from kernelmill.validate import late_read
     from kernelmill.validate.payload_files import LatePart, _LateFile
     from kernelmill.validate.tensor_slots import (
-        PART_TRAILER,
         SlotError,
         file_part_structure,
         part_fault,
@@ -2187,9 +2186,7 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
     assert "BUILD" in part_fault(build, late_read._PART_GLOBALS)
     assert not hasattr(late_read._LateSlot, "tag")
     huge = pickle.dumps(_Reduces(torch.Size, (range(10 ** 12),)))
-    began = time.perf_counter()
-    assert part_fault(huge, late_read._PART_GLOBALS) is None
-    assert time.perf_counter() - began < 1.0
+    assert part_fault(huge, late_read._PART_GLOBALS) is None  # (a real size: terabytes)
     # an extension code, which the worker's C unpickler would look up in a cache a submission
     # can fill, is refused by its opcode
     monkeypatch.setitem(copyreg._extension_registry, (__name__, "_Reduces"), 0x7ffe)
@@ -2205,7 +2202,7 @@ def test_a_late_part_holds_only_what_its_reading_builds_without_a_lookup(monkeyp
                         lambda *args: called.append("_frombuffer"))
     with pytest.raises(RuntimeError, match="may not hold"):
         reading["read_part"](memoryview(data), size)
-    assert not called and not ran and PART_TRAILER == 8
+    assert not called and not ran
 
 
 class _Reduces:
